@@ -1,0 +1,52 @@
+use std::io;
+use std::path::PathBuf;
+
+/// Errors of the merge crate. Malformed lines and records are not errors: they are
+/// counted in [`crate::Diagnostics`]. These are the failures that stop a read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("failed to {action} `{}`", .path.display())]
+    Io {
+        /// What was being done: "read", "write", "open".
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not in any format gpuperf reads.
+    #[error("`{}` is not a {expected} (it starts with {found:?})", .path.display())]
+    NotATrace {
+        /// The file.
+        path: PathBuf,
+        /// What was expected, e.g. "GPU trace".
+        expected: &'static str,
+        /// The first bytes found, for the message.
+        found: String,
+    },
+    /// A gpuperf GPU trace written by a newer version.
+    #[error("`{}` is GPU trace format version {version}; this gpuperf reads up to {supported}", .path.display())]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Version in the file.
+        version: u16,
+        /// Newest version this build reads.
+        supported: u16,
+    },
+    /// Writing an output failed.
+    #[error("failed to write {what}")]
+    Write {
+        /// Which output.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,759 @@
+//! gpuperf's GPU trace file format: what `gpuperf-inject` writes inside the target.
+//!
+//! # Layout
+//!
+//! Little-endian throughout. A 16-byte file header, then records back to back:
+//!
+//! ```text
+//! header : magic "GPUPERF\0" (8) | version u16 | header_len u16 (=16) | flags u32 (=0)
+//! record : kind u8 | reserved u8 (=0) | len u16 | payload [len bytes]
+//! ```
+//!
+//! The file is append-only: a writer only ever adds whole records at the end, so a
+//! file cut off by a killed process is read up to its last complete record and the
+//! cut is reported ([`ReadStats::truncated_at`]). Readers skip record kinds they do
+//! not know (their length is in the header), so new kinds can be added without a
+//! version bump; changing an existing payload bumps [`FORMAT_VERSION`]. Payloads may
+//! grow at the end: readers ignore bytes past the fields they know.
+//!
+//! All names are interned: a `STRING` record defines a file-local id before any
+//! record uses it. Every record after a `PROCESS` record belongs to that process
+//! (one file per process). Timestamps are `CLOCK_MONOTONIC` nanoseconds, the clock
+//! of `bpf_ktime_get_ns()`.
+//!
+//! | kind | name | payload (bytes) |
+//! |---|---|---|
+//! | 1 | `STRING` | id u32, UTF-8 text |
+//! | 2 | `PROCESS` | pid u32, ppid u32, start_ns u64, start_realtime_ns u64, exe string u32, 0 u32 (32) |
+//! | 3 | `DEVICE` | id u32, name string u32, cc major u16, cc minor u16 (12) |
+//! | 4 | `API` | start u64, end u64, corr u32, tid u32, cbid u32, name string u32, domain u8 (0 runtime, 1 driver), 0 u8×3 (36) |
+//! | 5 | `KERNEL` | start u64, end u64, corr u32, name string u32, context u32, stream u32, graph id u32, graph node u64, grid x u32, grid y u16, grid z u16, block x/y/z u16×3, device u16 (60) |
+//! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56) |
+//! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
+//! | 8 | `SYNC` | start u64, end u64, corr u32, context u32, stream u32, sync type u8, 0 u8, device u16 (32) |
+//! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer), 0 u8×7 (16) |
+//! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, 0 u32 (24) |
+//! | 11 | `NOTE` | UTF-8 text: why the trace is empty or partial |
+//!
+//! A kernel record is 64 bytes with its header; an API record 40.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use crate::diag::Diagnostics;
+use crate::error::{Error, Result};
+use crate::model::{
+    Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
+    Overhead, Process, Record, StringId, StringTable,
+};
+
+/// The magic bytes a GPU trace starts with.
+pub const MAGIC: [u8; 8] = *b"GPUPERF\0";
+/// The format version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u16 = 1;
+const HEADER_LEN: usize = 16;
+const RECORD_HEADER_LEN: usize = 4;
+
+mod kind {
+    pub const STRING: u8 = 1;
+    pub const PROCESS: u8 = 2;
+    pub const DEVICE: u8 = 3;
+    pub const API: u8 = 4;
+    pub const KERNEL: u8 = 5;
+    pub const MEMCPY: u8 = 6;
+    pub const MEMSET: u8 = 7;
+    pub const SYNC: u8 = 8;
+    pub const DROPPED: u8 = 9;
+    pub const OVERHEAD: u8 = 10;
+    pub const NOTE: u8 = 11;
+}
+
+/// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
+pub fn is_gpu_trace(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC)
+}
+
+/// Writes a GPU trace. Names are interned on first use; each call appends one
+/// whole record, so a reader never sees half of one unless the process dies inside
+/// a `write` of the underlying stream.
+pub struct Writer<W: Write> {
+    out: W,
+    // Global StringId index -> file-local id + 1 (0 = not yet written).
+    local: Vec<u32>,
+    by_text: HashMap<String, u32>,
+    next: u32,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> Writer<W> {
+    /// Writes the file header.
+    pub fn new(mut out: W) -> io::Result<Self> {
+        let mut h = [0u8; HEADER_LEN];
+        h[..8].copy_from_slice(&MAGIC);
+        h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[10..12].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+        out.write_all(&h)?;
+        Ok(Self { out, local: Vec::new(), by_text: HashMap::new(), next: 0, buf: Vec::with_capacity(128) })
+    }
+
+    /// Returns the file-local id of `text`, writing a `STRING` record on first use.
+    pub fn intern(&mut self, text: &str) -> io::Result<u32> {
+        if let Some(&id) = self.by_text.get(text) {
+            return Ok(id);
+        }
+        let id = self.next;
+        self.next += 1;
+        // Names longer than a record can hold are cut at a char boundary.
+        let mut end = text.len().min(usize::from(u16::MAX) - 4);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.begin(kind::STRING);
+        self.buf.extend_from_slice(&id.to_le_bytes());
+        self.buf.extend_from_slice(&text.as_bytes()[..end]);
+        self.finish()?;
+        self.by_text.insert(text.to_owned(), id);
+        Ok(id)
+    }
+
+    fn intern_id(&mut self, id: StringId, strings: &StringTable) -> io::Result<u32> {
+        let i = id.index();
+        if let Some(&l) = self.local.get(i).filter(|&&l| l != 0) {
+            return Ok(l - 1);
+        }
+        let l = self.intern(strings.get(id))?;
+        if self.local.len() <= i {
+            self.local.resize(i + 1, 0);
+        }
+        self.local[i] = l + 1;
+        Ok(l)
+    }
+
+    /// Appends one record. String ids are resolved through `strings`. Records with a
+    /// pid other than the last `PROCESS` record's are written as belonging to it.
+    pub fn write(&mut self, rec: &Record, strings: &StringTable) -> io::Result<()> {
+        match rec {
+            Record::Process(p) => {
+                let exe = self.intern(&p.exe)?;
+                self.begin(kind::PROCESS);
+                self.u32(p.pid).u32(p.ppid).u64(p.start_ns).u64(p.start_realtime_ns).u32(exe).u32(0);
+            }
+            Record::Device(d) => {
+                let name = self.intern(&d.name)?;
+                self.begin(kind::DEVICE);
+                self.u32(d.id).u32(name).u16(d.compute_capability.0).u16(d.compute_capability.1);
+            }
+            Record::Api(a) => {
+                let name = self.intern_id(a.name, strings)?;
+                self.begin(kind::API);
+                let domain = match a.domain {
+                    ApiDomain::Runtime => 0,
+                    ApiDomain::Driver => 1,
+                };
+                self.u64(a.start_ns).u64(a.end_ns).u32(a.correlation_id).u32(a.tid).u32(a.cbid).u32(name);
+                self.u8(domain).u8(0).u16(0);
+            }
+            Record::Activity(a) => self.activity(a, strings)?,
+            Record::Dropped(d) => {
+                self.begin(kind::DROPPED);
+                let source = match d.source {
+                    DropSource::CuptiActivity => 0,
+                    DropSource::Writer => 1,
+                    DropSource::RingBuffer => 2,
+                };
+                self.u64(d.count).u8(source).u8(0).u16(0).u32(0);
+            }
+            Record::Overhead(o) => {
+                let k = self.intern_id(o.kind, strings)?;
+                self.begin(kind::OVERHEAD);
+                self.u64(o.start_ns).u64(o.end_ns).u32(k).u32(0);
+            }
+            Record::Note(n) => {
+                self.begin(kind::NOTE);
+                let mut end = n.text.len().min(usize::from(u16::MAX));
+                while !n.text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                self.buf.extend_from_slice(&n.text.as_bytes()[..end]);
+            }
+        }
+        self.finish()
+    }
+
+    fn activity(&mut self, a: &Activity, strings: &StringTable) -> io::Result<()> {
+        let dev = u16::try_from(a.device).unwrap_or(u16::MAX);
+        match a.kind {
+            ActivityKind::Kernel { name, grid, block } => {
+                let name = self.intern_id(name, strings)?;
+                self.begin(kind::KERNEL);
+                self.u64(a.start_ns).u64(a.end_ns).u32(a.correlation_id).u32(name);
+                self.u32(a.context).u32(a.stream).u32(a.graph_id).u64(a.graph_node_id);
+                self.u32(grid[0]).u16(sat16(grid[1])).u16(sat16(grid[2]));
+                self.u16(sat16(block[0])).u16(sat16(block[1])).u16(sat16(block[2])).u16(dev);
+            }
+            ActivityKind::Memcpy { kind: k, bytes } => {
+                self.begin(kind::MEMCPY);
+                self.u64(a.start_ns).u64(a.end_ns).u64(bytes).u64(a.graph_node_id);
+                self.u32(a.correlation_id).u32(a.context).u32(a.stream).u32(a.graph_id);
+                self.u16(dev).u8(k as u8).u8(0).u32(0);
+            }
+            ActivityKind::Memset { bytes, value } => {
+                self.begin(kind::MEMSET);
+                self.u64(a.start_ns).u64(a.end_ns).u64(bytes).u64(a.graph_node_id);
+                self.u32(a.correlation_id).u32(a.context).u32(a.stream).u32(a.graph_id);
+                self.u32(value).u16(dev).u16(0);
+            }
+            ActivityKind::Sync { sync_type } => {
+                self.begin(kind::SYNC);
+                self.u64(a.start_ns).u64(a.end_ns).u32(a.correlation_id).u32(a.context).u32(a.stream);
+                self.u8(sync_type).u8(0).u16(dev);
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes the underlying stream.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Returns the underlying stream.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    fn begin(&mut self, kind: u8) {
+        self.buf.clear();
+        self.buf.extend_from_slice(&[kind, 0, 0, 0]);
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        let len = u16::try_from(self.buf.len() - RECORD_HEADER_LEN).expect("record fits u16");
+        self.buf[2..4].copy_from_slice(&len.to_le_bytes());
+        self.out.write_all(&self.buf)
+    }
+
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.buf.push(v);
+        self
+    }
+    fn u16(&mut self, v: u16) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+}
+
+fn sat16(v: u32) -> u16 {
+    u16::try_from(v).unwrap_or(u16::MAX)
+}
+
+/// What a read saw besides the records.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Records delivered.
+    pub records: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Byte offset of an incomplete last record, when the file was cut off.
+    pub truncated_at: Option<u64>,
+    /// Records of kinds this build does not know, skipped.
+    pub unknown_kinds: u64,
+    /// Malformed records, with the first few places.
+    pub diagnostics: Diagnostics,
+}
+
+/// Reads a GPU trace from `input`, calling `visit` for every record. `path` only
+/// names the file in errors and diagnostics. Names are interned into `strings`.
+///
+/// Fails only when the file is not a GPU trace, has a newer version, or cannot be
+/// read; a malformed or cut-off record is counted in the returned stats.
+pub fn read<R: Read>(
+    mut input: R,
+    path: &Path,
+    strings: &mut StringTable,
+    visit: &mut dyn FnMut(&Record),
+) -> Result<ReadStats> {
+    let io_err = |source| Error::Io { action: "read", path: path.to_owned(), source };
+    let mut header = [0u8; HEADER_LEN];
+    let got = read_full(&mut input, &mut header).map_err(io_err)?;
+    if got < MAGIC.len() || !is_gpu_trace(&header) {
+        return Err(Error::NotATrace {
+            path: path.to_owned(),
+            expected: "gpuperf GPU trace",
+            found: String::from_utf8_lossy(&header[..got]).into_owned(),
+        });
+    }
+    let mut stats = ReadStats::default();
+    if got < HEADER_LEN {
+        stats.truncated_at = Some(0);
+        return Ok(stats);
+    }
+    let version = u16::from_le_bytes([header[8], header[9]]);
+    if version > FORMAT_VERSION || version == 0 {
+        return Err(Error::UnsupportedVersion { path: path.to_owned(), version, supported: FORMAT_VERSION });
+    }
+    let header_len = usize::from(u16::from_le_bytes([header[10], header[11]]));
+    let mut skip = vec![0u8; header_len.saturating_sub(HEADER_LEN)];
+    if read_full(&mut input, &mut skip).map_err(io_err)? < skip.len() {
+        stats.truncated_at = Some(HEADER_LEN as u64);
+        return Ok(stats);
+    }
+
+    let mut decoder = Decoder { path, strings, local: Vec::new(), pid: 0, stats };
+    let mut buf = vec![0u8; 1 << 20];
+    let mut filled = 0usize;
+    let mut start = 0usize;
+    let mut offset = header_len as u64; // file offset of buf[start]
+    let mut eof = false;
+    loop {
+        // Decode every whole record in buf[start..filled].
+        while filled - start >= RECORD_HEADER_LEN {
+            let h = &buf[start..start + RECORD_HEADER_LEN];
+            let len = usize::from(u16::from_le_bytes([h[2], h[3]]));
+            let total = RECORD_HEADER_LEN + len;
+            if filled - start < total {
+                break;
+            }
+            let kind = h[0];
+            decoder.record(kind, &buf[start + RECORD_HEADER_LEN..start + total], offset, visit);
+            start += total;
+            offset += total as u64;
+        }
+        if eof {
+            break;
+        }
+        buf.copy_within(start..filled, 0);
+        filled -= start;
+        start = 0;
+        let n = read_full(&mut input, &mut buf[filled..]).map_err(io_err)?;
+        eof = filled + n < buf.len();
+        filled += n;
+    }
+    let mut stats = decoder.stats;
+    if start < filled {
+        stats.truncated_at = Some(offset);
+    }
+    stats.bytes = offset + (filled - start) as u64;
+    Ok(stats)
+}
+
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+struct Decoder<'a> {
+    path: &'a Path,
+    strings: &'a mut StringTable,
+    // File-local string id -> global id.
+    local: Vec<Option<StringId>>,
+    pid: u32,
+    stats: ReadStats,
+}
+
+/// Little-endian field reader over one payload; reading past the end yields `None`.
+struct Fields<'p> {
+    p: &'p [u8],
+    at: usize,
+}
+
+impl Fields<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let v = self.p.get(self.at..self.at + N)?.try_into().ok()?;
+        self.at += N;
+        Some(v)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take::<1>().map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+}
+
+impl Decoder<'_> {
+    fn record(&mut self, kind: u8, payload: &[u8], offset: u64, visit: &mut dyn FnMut(&Record)) {
+        let mut f = Fields { p: payload, at: 0 };
+        let rec = match kind {
+            kind::STRING => {
+                let Some(id) = f.u32() else { return self.bad(offset, "short STRING record") };
+                let text = String::from_utf8_lossy(&payload[4..]);
+                let gid = self.strings.intern(&text);
+                let i = id as usize;
+                if i > self.local.len() + (1 << 24) {
+                    return self.bad(offset, "STRING id out of range");
+                }
+                if self.local.len() <= i {
+                    self.local.resize(i + 1, None);
+                }
+                self.local[i] = Some(gid);
+                return;
+            }
+            kind::PROCESS => self.process(&mut f, offset),
+            kind::DEVICE => (|| {
+                let id = f.u32()?;
+                let name = f.u32()?;
+                let cc = (f.u16()?, f.u16()?);
+                Some((id, name, cc))
+            })()
+            .map(|(id, name, cc)| {
+                let name = self.string(name, offset);
+                Record::Device(Device {
+                    pid: self.pid,
+                    id,
+                    name: self.strings.get(name).to_owned(),
+                    compute_capability: cc,
+                })
+            }),
+            kind::API => (|| {
+                let (start, end, corr, tid, cbid, name) = (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+                let domain = if f.u8()? == 1 { ApiDomain::Driver } else { ApiDomain::Runtime };
+                Some((start, end, corr, tid, cbid, name, domain))
+            })()
+            .map(|(start_ns, end_ns, correlation_id, tid, cbid, name, domain)| {
+                let name = self.string(name, offset);
+                Record::Api(ApiCall { pid: self.pid, tid, start_ns, end_ns, correlation_id, cbid, domain, name })
+            }),
+            kind::KERNEL => self.kernel(&mut f, offset),
+            kind::MEMCPY => (|| {
+                let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
+                let (corr, ctx, stream, graph) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+                let (dev, k) = (f.u16()?, f.u8()?);
+                Some(Activity {
+                    pid: self.pid,
+                    start_ns: start,
+                    end_ns: end,
+                    correlation_id: corr,
+                    device: u32::from(dev),
+                    context: ctx,
+                    stream,
+                    graph_id: graph,
+                    graph_node_id: node,
+                    kind: ActivityKind::Memcpy { kind: MemcpyKind::from_u8(k), bytes },
+                })
+            })()
+            .map(Record::Activity),
+            kind::MEMSET => (|| {
+                let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
+                let (corr, ctx, stream, graph, value) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+                let dev = f.u16()?;
+                Some(Activity {
+                    pid: self.pid,
+                    start_ns: start,
+                    end_ns: end,
+                    correlation_id: corr,
+                    device: u32::from(dev),
+                    context: ctx,
+                    stream,
+                    graph_id: graph,
+                    graph_node_id: node,
+                    kind: ActivityKind::Memset { bytes, value },
+                })
+            })()
+            .map(Record::Activity),
+            kind::SYNC => (|| {
+                let (start, end, corr, ctx, stream) = (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?);
+                let sync_type = f.u8()?;
+                let _ = f.u8()?;
+                let dev = f.u16()?;
+                Some(Activity {
+                    pid: self.pid,
+                    start_ns: start,
+                    end_ns: end,
+                    correlation_id: corr,
+                    device: u32::from(dev),
+                    context: ctx,
+                    stream,
+                    graph_id: 0,
+                    graph_node_id: 0,
+                    kind: ActivityKind::Sync { sync_type },
+                })
+            })()
+            .map(Record::Activity),
+            kind::DROPPED => (|| {
+                let count = f.u64()?;
+                let source = match f.u8()? {
+                    0 => DropSource::CuptiActivity,
+                    1 => DropSource::Writer,
+                    _ => DropSource::RingBuffer,
+                };
+                Some(Record::Dropped(Dropped { pid: self.pid, source, count }))
+            })(),
+            kind::OVERHEAD => (|| Some((f.u64()?, f.u64()?, f.u32()?)))().map(|(start_ns, end_ns, k)| {
+                let kind = self.string(k, offset);
+                Record::Overhead(Overhead { pid: self.pid, kind, start_ns, end_ns })
+            }),
+            kind::NOTE => Some(Record::Note(Note { pid: self.pid, text: String::from_utf8_lossy(payload).into_owned() })),
+            _ => {
+                self.stats.unknown_kinds += 1;
+                return;
+            }
+        };
+        match rec {
+            Some(r) => {
+                self.stats.records += 1;
+                visit(&r);
+            }
+            None => self.bad(offset, "record shorter than its kind requires"),
+        }
+    }
+
+    fn process(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (pid, ppid, start_ns, start_realtime_ns, exe) = (f.u32()?, f.u32()?, f.u64()?, f.u64()?, f.u32()?);
+        self.pid = pid;
+        let exe = self.string(exe, offset);
+        Some(Record::Process(Process { pid, ppid, exe: self.strings.get(exe).to_owned(), start_ns, start_realtime_ns }))
+    }
+
+    fn kernel(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (start_ns, end_ns, corr, name) = (f.u64()?, f.u64()?, f.u32()?, f.u32()?);
+        let (context, stream, graph_id, graph_node_id) = (f.u32()?, f.u32()?, f.u32()?, f.u64()?);
+        let grid = [f.u32()?, u32::from(f.u16()?), u32::from(f.u16()?)];
+        let block = [u32::from(f.u16()?), u32::from(f.u16()?), u32::from(f.u16()?)];
+        let device = u32::from(f.u16()?);
+        let name = self.string(name, offset);
+        Some(Record::Activity(Activity {
+            pid: self.pid,
+            start_ns,
+            end_ns,
+            correlation_id: corr,
+            device,
+            context,
+            stream,
+            graph_id,
+            graph_node_id,
+            kind: ActivityKind::Kernel { name, grid, block },
+        }))
+    }
+
+    fn string(&mut self, local: u32, offset: u64) -> StringId {
+        if let Some(Some(id)) = self.local.get(local as usize) {
+            return *id;
+        }
+        self.bad(offset, "record names a string id that no STRING record defined");
+        self.strings.intern(&format!("[unknown string {local}]"))
+    }
+
+    fn bad(&mut self, offset: u64, msg: &'static str) {
+        let path = self.path;
+        self.stats.diagnostics.push(|| format!("{}@{offset}", path.display()), || msg.to_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
+        let k = strings.intern("_Z6matmulPfS_S_i");
+        let api = strings.intern("cudaLaunchKernel");
+        let ovh = strings.intern("CUPTI_INSTRUMENTATION");
+        vec![
+            Record::Process(Process { pid: 42, ppid: 1, exe: "/bin/app".into(), start_ns: 10, start_realtime_ns: 20 }),
+            Record::Device(Device { pid: 42, id: 0, name: "NVIDIA H100".into(), compute_capability: (9, 0) }),
+            Record::Api(ApiCall {
+                pid: 42,
+                tid: 43,
+                start_ns: 100,
+                end_ns: 150,
+                correlation_id: 7,
+                cbid: 211,
+                domain: ApiDomain::Runtime,
+                name: api,
+            }),
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 200,
+                end_ns: 1200,
+                correlation_id: 7,
+                device: 0,
+                context: 1,
+                stream: 13,
+                graph_id: 3,
+                graph_node_id: 1 << 40,
+                kind: ActivityKind::Kernel { name: k, grid: [1 << 20, 2, 3], block: [256, 1, 1] },
+            }),
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 300,
+                end_ns: 400,
+                correlation_id: 8,
+                device: 1,
+                context: 1,
+                stream: 7,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Memcpy { kind: MemcpyKind::DtoH, bytes: 4096 },
+            }),
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 500,
+                end_ns: 600,
+                correlation_id: 9,
+                device: 0,
+                context: 1,
+                stream: 7,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Memset { bytes: 64, value: 0xff },
+            }),
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 700,
+                end_ns: 900,
+                correlation_id: 10,
+                device: 0,
+                context: 1,
+                stream: 7,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Sync { sync_type: 3 },
+            }),
+            Record::Dropped(Dropped { pid: 42, source: DropSource::CuptiActivity, count: 5 }),
+            Record::Overhead(Overhead { pid: 42, kind: ovh, start_ns: 1, end_ns: 2 }),
+            Record::Note(Note { pid: 42, text: "cuptiSubscribe failed".into() }),
+        ]
+    }
+
+    fn encode(recs: &[Record], strings: &StringTable) -> Vec<u8> {
+        let mut w = Writer::new(Vec::new()).unwrap();
+        for r in recs {
+            w.write(r, strings).unwrap();
+        }
+        w.into_inner()
+    }
+
+    fn decode(bytes: &[u8]) -> (Vec<Record>, StringTable, ReadStats) {
+        let mut strings = StringTable::new();
+        let mut out = Vec::new();
+        let stats = read(bytes, Path::new("t.gpt"), &mut strings, &mut |r| out.push(r.clone())).unwrap();
+        (out, strings, stats)
+    }
+
+    fn names(recs: &[Record], strings: &StringTable) -> Vec<String> {
+        recs.iter()
+            .map(|r| match r {
+                Record::Api(a) => strings.get(a.name).to_owned(),
+                Record::Activity(Activity { kind: ActivityKind::Kernel { name, .. }, .. }) => {
+                    strings.get(*name).to_owned()
+                }
+                Record::Overhead(o) => strings.get(o.kind).to_owned(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_trip_keeps_every_field() {
+        let mut strings = StringTable::new();
+        let recs = sample(&mut strings);
+        let bytes = encode(&recs, &strings);
+        let (back, bstrings, stats) = decode(&bytes);
+        assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+        assert_eq!(stats.truncated_at, None);
+        assert_eq!(stats.records, recs.len() as u64);
+        assert_eq!(names(&back, &bstrings), names(&recs, &strings));
+        // Ids differ between tables; compare with names blanked.
+        let blank = |rs: &[Record]| -> Vec<Record> {
+            rs.iter()
+                .cloned()
+                .map(|mut r| {
+                    match &mut r {
+                        Record::Api(a) => a.name = StringId(0),
+                        Record::Activity(Activity { kind: ActivityKind::Kernel { name, .. }, .. }) => {
+                            *name = StringId(0)
+                        }
+                        Record::Overhead(o) => o.kind = StringId(0),
+                        _ => {}
+                    }
+                    r
+                })
+                .collect()
+        };
+        assert_eq!(blank(&back), blank(&recs));
+    }
+
+    #[test]
+    fn kernel_record_is_at_most_64_bytes() {
+        let mut strings = StringTable::new();
+        let recs = sample(&mut strings);
+        let mut w = Writer::new(Vec::new()).unwrap();
+        w.write(&recs[3], &strings).unwrap();
+        let before = w.into_inner().len();
+        let mut w = Writer::new(Vec::new()).unwrap();
+        w.intern("_Z6matmulPfS_S_i").unwrap();
+        let with_name = w.into_inner().len();
+        assert_eq!(before - with_name, 64);
+    }
+
+    #[test]
+    fn cut_file_reads_up_to_last_whole_record() {
+        let mut strings = StringTable::new();
+        let recs = sample(&mut strings);
+        let bytes = encode(&recs, &strings);
+        let (all, _, _) = decode(&bytes);
+        let mut boundaries = vec![HEADER_LEN];
+        while let Some(&b) = boundaries.last().filter(|&&b| b < bytes.len()) {
+            boundaries.push(b + RECORD_HEADER_LEN + usize::from(u16::from_le_bytes([bytes[b + 2], bytes[b + 3]])));
+        }
+        for cut in HEADER_LEN..=bytes.len() {
+            let (part, _, stats) = decode(&bytes[..cut]);
+            assert!(part.len() <= all.len());
+            assert_eq!(&all[..part.len()], &part[..], "cut at {cut}");
+            // A cut on a record boundary looks like a complete, shorter file.
+            let at_boundary = boundaries.contains(&cut);
+            assert_eq!(stats.truncated_at.is_none(), at_boundary, "cut at {cut}");
+            if let Some(at) = stats.truncated_at {
+                assert_eq!(at as usize, *boundaries.iter().rev().find(|&&b| b < cut).unwrap());
+            }
+        }
+        assert_eq!(decode(&bytes).0.len(), all.len());
+    }
+
+    #[test]
+    fn not_a_trace_is_one_clear_error() {
+        let mut strings = StringTable::new();
+        let err = read(&b"RUNTIME [ 1, 2 ]"[..], Path::new("x.txt"), &mut strings, &mut |_| {}).unwrap_err();
+        assert_eq!(err.to_string(), "`x.txt` is not a gpuperf GPU trace (it starts with \"RUNTIME [ 1, 2 ]\")");
+        let mut newer = encode(&[], &strings);
+        newer[8] = 9;
+        let err = read(&newer[..], Path::new("n.gpt"), &mut strings, &mut |_| {}).unwrap_err();
+        assert!(err.to_string().contains("version 9"), "{err}");
+    }
+
+    #[test]
+    fn unknown_kinds_are_skipped_and_short_records_counted() {
+        let mut strings = StringTable::new();
+        let mut bytes = encode(&sample(&mut strings)[..1], &strings);
+        bytes.extend_from_slice(&[200, 0, 3, 0, 1, 2, 3]); // unknown kind, 3 bytes
+        bytes.extend_from_slice(&[kind::KERNEL, 0, 2, 0, 1, 2]); // kernel too short
+        let (recs, _, stats) = decode(&bytes);
+        assert_eq!(recs.len(), 1);
+        assert_eq!(stats.unknown_kinds, 1);
+        assert_eq!(stats.diagnostics.count, 1);
+        assert!(stats.diagnostics.first[0].location.starts_with("t.gpt@"));
+    }
+}

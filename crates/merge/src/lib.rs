@@ -1,0 +1,44 @@
+//! gpuperf's trace model, readers, exact CPU↔GPU join and writers.
+//!
+//! ```text
+//!  GPU side                      CPU side
+//!  gputrace (ours, binary)       cpu (extended folded: reference, or gpuperf's
+//!  cupti_log (reference text)         variant with correlation ids)
+//!          \                      /
+//!           `----> join::merge <-'      exact on (pid, correlation id), or ordered
+//!                     |                 per thread with a time check
+//!          Sink: folded | chrome | report
+//!                     |
+//!                  svg (inferno)
+//! ```
+//!
+//! The crate owns the trace data model ([`model`]); the injection library writes
+//! [`gputrace`] files and the profiler writes [`cpu`] files. With the default
+//! `render` feature off, only the model and the GPU trace writer/reader are built,
+//! which is what the injection library links.
+
+mod diag;
+mod error;
+pub mod cpu;
+pub mod gputrace;
+pub mod model;
+
+#[cfg(feature = "render")]
+pub mod chrome;
+#[cfg(feature = "render")]
+pub mod cupti_log;
+#[cfg(feature = "render")]
+mod demangle;
+#[cfg(feature = "render")]
+pub mod folded;
+#[cfg(feature = "render")]
+pub mod input;
+#[cfg(feature = "render")]
+pub mod join;
+#[cfg(feature = "render")]
+pub mod report;
+#[cfg(feature = "render")]
+pub mod svg;
+
+pub use diag::{Diagnostic, Diagnostics};
+pub use error::{Error, Result};

@@ -1,0 +1,427 @@
+//! The trace data model shared by every reader and writer.
+//!
+//! All timestamps are nanoseconds. Records read from gpuperf's own files are on
+//! `CLOCK_MONOTONIC` (the clock of `bpf_ktime_get_ns()`); records read from the
+//! reference tooling's CUPTI log are on `CLOCK_REALTIME` ([`Clock`]).
+
+use std::collections::HashMap;
+use std::fmt;
+
+/// An interned string: a kernel name, an API name, a stack frame.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StringId(pub(crate) u32);
+
+impl StringId {
+    /// The id as an index into its [`StringTable`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Interns strings so that records carry 4-byte ids instead of names.
+#[derive(Debug, Default, Clone)]
+pub struct StringTable {
+    map: HashMap<Box<str>, StringId>,
+    strings: Vec<Box<str>>,
+}
+
+impl StringTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The id of `s`, adding it on first sight.
+    pub fn intern(&mut self, s: &str) -> StringId {
+        if let Some(&id) = self.map.get(s) {
+            return id;
+        }
+        let id = StringId(u32::try_from(self.strings.len()).expect("fewer than 2^32 strings"));
+        self.strings.push(s.into());
+        self.map.insert(s.into(), id);
+        id
+    }
+
+    /// The id of `s` if it was interned.
+    pub fn lookup(&self, s: &str) -> Option<StringId> {
+        self.map.get(s).copied()
+    }
+
+    /// The string behind `id`.
+    ///
+    /// # Panics
+    /// If `id` came from another table.
+    pub fn get(&self, id: StringId) -> &str {
+        &self.strings[id.index()]
+    }
+
+    /// Number of distinct strings.
+    pub fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// Whether the table holds no string.
+    pub fn is_empty(&self) -> bool {
+        self.strings.is_empty()
+    }
+}
+
+/// Which clock a trace's timestamps are on.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Clock {
+    /// `CLOCK_MONOTONIC`, as `bpf_ktime_get_ns()` reads it. gpuperf's own traces.
+    #[default]
+    Monotonic,
+    /// `CLOCK_REALTIME` (epoch ns): CUPTI's default, used by the reference tooling.
+    Realtime,
+}
+
+/// A traced process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id, 0 when unknown.
+    pub ppid: u32,
+    /// Executable path.
+    pub exe: String,
+    /// When tracing started in the process, on the trace's clock.
+    pub start_ns: u64,
+    /// `CLOCK_REALTIME` at the same instant, 0 when unknown; lets viewers show wall time.
+    pub start_realtime_ns: u64,
+}
+
+/// A GPU seen by a traced process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// Process that saw the device.
+    pub pid: u32,
+    /// CUDA device ordinal.
+    pub id: u32,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Compute capability, major and minor.
+    pub compute_capability: (u16, u16),
+}
+
+/// The CUPTI callback domain of an API call.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ApiDomain {
+    /// CUDA runtime API (`cuda*`).
+    Runtime,
+    /// CUDA driver API (`cu*`).
+    Driver,
+}
+
+/// One CUDA API call on a CPU thread.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ApiCall {
+    /// Process id.
+    pub pid: u32,
+    /// Linux TID (gpuperf traces) or whatever the recorder put there (reference traces).
+    pub tid: u32,
+    /// Entry time.
+    pub start_ns: u64,
+    /// Exit time.
+    pub end_ns: u64,
+    /// CUPTI correlation id, unique per process.
+    pub correlation_id: u32,
+    /// CUPTI callback id within [`ApiDomain`].
+    pub cbid: u32,
+    /// Runtime or driver API.
+    pub domain: ApiDomain,
+    /// Function name, without CUPTI's `_v7000`-style version suffix.
+    pub name: StringId,
+}
+
+/// Direction of a memory copy, as CUPTI's `CUpti_ActivityMemcpyKind` numbers it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MemcpyKind {
+    /// Unknown direction.
+    Unknown = 0,
+    /// Host to device.
+    HtoD = 1,
+    /// Device to host.
+    DtoH = 2,
+    /// Host to array.
+    HtoA = 3,
+    /// Array to host.
+    AtoH = 4,
+    /// Array to array.
+    AtoA = 5,
+    /// Array to device.
+    AtoD = 6,
+    /// Device to array.
+    DtoA = 7,
+    /// Device to device.
+    DtoD = 8,
+    /// Host to host.
+    HtoH = 9,
+    /// Peer to peer.
+    PtoP = 10,
+}
+
+impl MemcpyKind {
+    const ALL: [MemcpyKind; 11] = [
+        Self::Unknown,
+        Self::HtoD,
+        Self::DtoH,
+        Self::HtoA,
+        Self::AtoH,
+        Self::AtoA,
+        Self::AtoD,
+        Self::DtoA,
+        Self::DtoD,
+        Self::HtoH,
+        Self::PtoP,
+    ];
+
+    /// From CUPTI's numbering; unknown values map to [`MemcpyKind::Unknown`].
+    pub fn from_u8(v: u8) -> Self {
+        Self::ALL.get(usize::from(v)).copied().unwrap_or(Self::Unknown)
+    }
+
+    /// From the reference log's spelling (`"HtoD"`).
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.name() == s)
+    }
+
+    /// Short name, as CUPTI's sample printer spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Unknown => "Unknown",
+            Self::HtoD => "HtoD",
+            Self::DtoH => "DtoH",
+            Self::HtoA => "HtoA",
+            Self::AtoH => "AtoH",
+            Self::AtoA => "AtoA",
+            Self::AtoD => "AtoD",
+            Self::DtoA => "DtoA",
+            Self::DtoD => "DtoD",
+            Self::HtoH => "HtoH",
+            Self::PtoP => "PtoP",
+        }
+    }
+}
+
+impl fmt::Display for MemcpyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a GPU activity record describes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ActivityKind {
+    /// A kernel execution (CUPTI `CONCURRENT_KERNEL`).
+    Kernel {
+        /// Kernel name as CUPTI reports it (usually mangled).
+        name: StringId,
+        /// Grid dimensions.
+        grid: [u32; 3],
+        /// Block dimensions.
+        block: [u32; 3],
+    },
+    /// A memory copy.
+    Memcpy {
+        /// Direction.
+        kind: MemcpyKind,
+        /// Bytes copied.
+        bytes: u64,
+    },
+    /// A memset.
+    Memset {
+        /// Bytes set.
+        bytes: u64,
+        /// Value written.
+        value: u32,
+    },
+    /// A host synchronization (`cudaStreamSynchronize`, event waits, ...). This is
+    /// time a CPU thread waited, so it is not charged as GPU time in folded output.
+    Sync {
+        /// CUPTI's `CUpti_ActivitySynchronizationType`.
+        sync_type: u8,
+    },
+}
+
+/// One piece of GPU work (or a synchronization), with the correlation id of the
+/// API call that caused it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Activity {
+    /// Process id.
+    pub pid: u32,
+    /// GPU start time.
+    pub start_ns: u64,
+    /// GPU end time.
+    pub end_ns: u64,
+    /// Correlation id of the causing API call. A graph launch gives all its
+    /// kernels one correlation id.
+    pub correlation_id: u32,
+    /// CUDA device ordinal.
+    pub device: u32,
+    /// CUDA context id.
+    pub context: u32,
+    /// CUDA stream id (`u32::MAX` when not on a stream).
+    pub stream: u32,
+    /// CUDA graph id, 0 when not from a graph.
+    pub graph_id: u32,
+    /// CUDA graph node id, 0 when not from a graph.
+    pub graph_node_id: u64,
+    /// What the record describes.
+    pub kind: ActivityKind,
+}
+
+impl Activity {
+    /// `end_ns - start_ns`, saturating at 0 for malformed records.
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// Where dropped records were dropped.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DropSource {
+    /// CUPTI ran out of activity buffer space.
+    CuptiActivity,
+    /// The injection library could not write a record.
+    Writer,
+    /// The eBPF ring buffer was full.
+    RingBuffer,
+}
+
+impl DropSource {
+    /// Short name used in summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CuptiActivity => "CUPTI activity buffer",
+            Self::Writer => "trace writer",
+            Self::RingBuffer => "eBPF ring buffer",
+        }
+    }
+}
+
+/// A count of records lost before they reached the trace file.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Dropped {
+    /// Process id.
+    pub pid: u32,
+    /// Where they were lost.
+    pub source: DropSource,
+    /// How many.
+    pub count: u64,
+}
+
+/// Time CUPTI itself spent (buffer allocation, instrumentation).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Overhead {
+    /// Process id.
+    pub pid: u32,
+    /// What kind of overhead, e.g. `CUPTI_INSTRUMENTATION`.
+    pub kind: StringId,
+    /// Start time.
+    pub start_ns: u64,
+    /// End time.
+    pub end_ns: u64,
+}
+
+/// A message the recorder left in the trace, such as why it is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// Process id.
+    pub pid: u32,
+    /// The message.
+    pub text: String,
+}
+
+/// One record of a GPU trace, as every GPU-side reader yields it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// Process description; later records of the same file belong to it.
+    Process(Process),
+    /// A device.
+    Device(Device),
+    /// A CUDA API call.
+    Api(ApiCall),
+    /// GPU work.
+    Activity(Activity),
+    /// Lost records.
+    Dropped(Dropped),
+    /// CUPTI overhead.
+    Overhead(Overhead),
+    /// A recorder message.
+    Note(Note),
+}
+
+/// Strips CUPTI's version suffix: `cudaLaunchKernel_v7000` → `cudaLaunchKernel`.
+pub fn api_base_name(name: &str) -> &str {
+    match name.rfind("_v") {
+        Some(i) if i > 0 && name[i + 2..].bytes().all(|b| b.is_ascii_digit()) && name.len() > i + 2 => {
+            &name[..i]
+        }
+        _ => name,
+    }
+}
+
+/// Whether an API name is a kernel or graph launch, the calls the CPU profiler probes.
+pub fn is_launch_api(name: &str) -> bool {
+    let name = api_base_name(name);
+    let name = name.strip_suffix("_ptsz").unwrap_or(name);
+    name.starts_with("cudaLaunch")
+        || name.starts_with("cuLaunch")
+        || matches!(name, "cudaGraphLaunch" | "cuGraphLaunch")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_names_lose_version_suffix_only() {
+        assert_eq!(api_base_name("cudaLaunchKernel_v7000"), "cudaLaunchKernel");
+        assert_eq!(api_base_name("cuMemcpyHtoD_v2"), "cuMemcpyHtoD");
+        assert_eq!(api_base_name("cuLaunchKernel"), "cuLaunchKernel");
+        assert_eq!(api_base_name("foo_var"), "foo_var");
+        assert_eq!(api_base_name("_v12"), "_v12");
+        assert_eq!(api_base_name("x_v"), "x_v");
+    }
+
+    #[test]
+    fn launch_apis_are_recognised() {
+        for n in [
+            "cudaLaunchKernel_v7000",
+            "cudaLaunchKernelExC_v11060",
+            "cudaLaunchCooperativeKernel_v9000",
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cudaGraphLaunch_v10000",
+            "cuGraphLaunch",
+            "cudaLaunchKernel_ptsz_v7000",
+        ] {
+            assert!(is_launch_api(n), "{n}");
+        }
+        for n in ["cudaMemcpy_v3020", "cuMemAlloc_v2", "cudaGraphInstantiate"] {
+            assert!(!is_launch_api(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn memcpy_kind_round_trips() {
+        for v in 0..=10u8 {
+            let k = MemcpyKind::from_u8(v);
+            assert_eq!(k as u8, v);
+            assert_eq!(MemcpyKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(MemcpyKind::from_u8(99), MemcpyKind::Unknown);
+    }
+
+    #[test]
+    fn strings_intern_once() {
+        let mut t = StringTable::new();
+        let a = t.intern("a");
+        assert_eq!(t.intern("b").index(), 1);
+        assert_eq!(t.intern("a"), a);
+        assert_eq!(t.get(a), "a");
+        assert_eq!(t.len(), 2);
+    }
+}
