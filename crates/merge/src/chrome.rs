@@ -1,1 +1,256 @@
-//! (in progress)
+//! Chrome-trace JSON (the Trace Event Format) for Perfetto and chrome://tracing.
+//!
+//! - CPU API calls are `X` slices on their process and thread; launches carry the
+//!   CPU stack in `args.stack`.
+//! - GPU work is on one track per (device, stream): a pseudo-process per (process,
+//!   device), numbered `GPU_PID_BASE + device × 2^22 + pid`, with one thread per
+//!   stream (tid = stream id). Metadata events name every process and thread.
+//! - Each activity with a known API call gets a flow arrow from the call to it.
+//! - Timestamps are µs relative to the first record, written from integer ns with
+//!   three decimals, so sub-µs precision survives (absolute epoch µs would not fit
+//!   a double's precision). `otherData.time_base_ns` holds the base.
+
+use std::io::Write;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::cpu::CpuLaunch;
+use crate::demangle::Demangler;
+use crate::error::{Error, Result};
+use crate::join::{ApiInfo, Context, Match, Sink, Summary};
+use crate::model::{Activity, ActivityKind, Clock, Record};
+
+/// First pid of the pseudo-processes that hold GPU tracks.
+pub const GPU_PID_BASE: u64 = 1 << 30;
+
+/// Writes a Chrome trace as the join streams records; a [`Sink`].
+pub struct Writer<W: Write> {
+    out: W,
+    first: bool,
+    base_ns: Option<u64>,
+    next_flow: u64,
+    named_threads: FxHashSet<(u64, u64)>,
+    named_processes: FxHashSet<u64>,
+    devices: FxHashMap<(u32, u32), String>,
+    exes: FxHashMap<u32, String>,
+    demangler: Demangler,
+    err: Option<std::io::Error>,
+}
+
+impl<W: Write> Writer<W> {
+    /// Starts the JSON document.
+    pub fn new(mut out: W) -> Result<Self> {
+        out.write_all(b"{\"traceEvents\":[\n").map_err(|source| Error::Write { what: "Chrome trace", source })?;
+        Ok(Self {
+            out,
+            first: true,
+            base_ns: None,
+            next_flow: 1,
+            named_threads: FxHashSet::default(),
+            named_processes: FxHashSet::default(),
+            devices: FxHashMap::default(),
+            exes: FxHashMap::default(),
+            demangler: Demangler::default(),
+            err: None,
+        })
+    }
+
+    /// Returns the underlying stream (after the join has finished the document).
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    fn ts(&mut self, ns: u64) -> Us {
+        let base = *self.base_ns.get_or_insert(ns);
+        Us(i128::from(ns) - i128::from(base))
+    }
+
+    /// Starts one event object: writes the separator and `{`.
+    fn event(&mut self) -> &mut W {
+        let sep: &[u8] = if self.first { b"{" } else { b",\n{" };
+        self.first = false;
+        if let Err(e) = self.out.write_all(sep) {
+            self.err.get_or_insert(e);
+        }
+        &mut self.out
+    }
+
+    fn check(&mut self, r: std::io::Result<()>) -> Result<()> {
+        if let Some(e) = self.err.take() {
+            return Err(Error::Write { what: "Chrome trace", source: e });
+        }
+        r.map_err(|source| Error::Write { what: "Chrome trace", source })
+    }
+
+    fn name_process(&mut self, pid: u64, name: &str, sort: u64) -> std::io::Result<()> {
+        if !self.named_processes.insert(pid) {
+            return Ok(());
+        }
+        let name = json(name);
+        write!(self.event(), r#""ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":{name}}}}}"#)?;
+        write!(self.event(), r#""ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{sort}}}}}"#)
+    }
+
+    fn name_thread(&mut self, pid: u64, tid: u64, name: &str) -> std::io::Result<()> {
+        if !self.named_threads.insert((pid, tid)) {
+            return Ok(());
+        }
+        let name = json(name);
+        write!(self.event(), r#""ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":{name}}}}}"#)
+    }
+
+    fn cpu_process(&mut self, pid: u32) -> std::io::Result<()> {
+        let name = match self.exes.get(&pid) {
+            Some(exe) => format!("{exe} (pid {pid})"),
+            None => format!("pid {pid}"),
+        };
+        self.name_process(u64::from(pid), &name, u64::from(pid))
+    }
+
+    fn api(&mut self, ctx: &Context<'_>, a: &crate::model::ApiCall, m: &Match<'_>) -> std::io::Result<()> {
+        self.cpu_process(a.pid)?;
+        let comm = ctx.cpu.and_then(|c| c.comms.get(&(a.pid, a.tid)));
+        let tname = comm.map_or_else(|| format!("thread {}", a.tid), |c| format!("{c} ({})", a.tid));
+        self.name_thread(u64::from(a.pid), u64::from(a.tid), &tname)?;
+        let (ts, dur) = (self.ts(a.start_ns), Us(i128::from(a.end_ns.saturating_sub(a.start_ns))));
+        let name = json(ctx.strings.get(a.name));
+        let (pid, tid, corr) = (a.pid, a.tid, a.correlation_id);
+        let stack = m.launch.zip(ctx.cpu).map(|(l, c)| json(c.stacks.text(l.stack)));
+        let out = self.event();
+        write!(out, r#""ph":"X","cat":"cuda_api","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{dur},"args":{{"correlation_id":{corr}"#)?;
+        if let Some(stack) = stack {
+            write!(out, r#","stack":{stack}"#)?;
+        }
+        out.write_all(b"}}")
+    }
+
+    fn activity(&mut self, ctx: &Context<'_>, a: &Activity, m: &Match<'_>) -> std::io::Result<()> {
+        let gpid = GPU_PID_BASE + (u64::from(a.device.min(127)) << 22) + u64::from(a.pid & ((1 << 22) - 1));
+        let dev_name = self.devices.get(&(a.pid, a.device)).cloned().unwrap_or_default();
+        let pname = format!("GPU {} {dev_name} (pid {})", a.device, a.pid).replace("  ", " ");
+        self.name_process(gpid, &pname, GPU_PID_BASE + u64::from(a.device))?;
+        let stream = u64::from(a.stream);
+        let tname = if a.stream == u32::MAX { "no stream".to_owned() } else { format!("stream {}", a.stream) };
+        self.name_thread(gpid, stream, &tname)?;
+        let (cat, name) = match a.kind {
+            ActivityKind::Kernel { name, .. } => ("kernel", self.demangler.get(name, ctx.strings).to_owned()),
+            ActivityKind::Memcpy { kind, .. } => ("memcpy", format!("Memcpy {kind}")),
+            ActivityKind::Memset { .. } => ("memset", "Memset".to_owned()),
+            ActivityKind::Sync { .. } => ("sync", "Synchronize".to_owned()),
+        };
+        let (ts, dur) = (self.ts(a.start_ns), Us(i128::from(a.duration_ns())));
+        let name = json(&name);
+        let corr = a.correlation_id;
+        let stack = m.launch.zip(ctx.cpu).map(|(l, c)| json(c.stacks.text(l.stack)));
+        let out = self.event();
+        write!(out, r#""ph":"X","cat":"{cat}","name":{name},"pid":{gpid},"tid":{stream},"ts":{ts},"dur":{dur},"args":{{"correlation_id":{corr},"device":{},"context":{}"#, a.device, a.context)?;
+        match a.kind {
+            ActivityKind::Kernel { grid, block, .. } => write!(
+                out,
+                r#","grid":[{},{},{}],"block":[{},{},{}]"#,
+                grid[0], grid[1], grid[2], block[0], block[1], block[2]
+            )?,
+            ActivityKind::Memcpy { bytes, .. } | ActivityKind::Memset { bytes, .. } => write!(out, r#","bytes":{bytes}"#)?,
+            ActivityKind::Sync { sync_type } => write!(out, r#","sync_type":{sync_type}"#)?,
+        }
+        if a.graph_id != 0 {
+            write!(out, r#","graph_id":{},"graph_node_id":{}"#, a.graph_id, a.graph_node_id)?;
+        }
+        if let Some(stack) = stack {
+            write!(out, r#","stack":{stack}"#)?;
+        }
+        out.write_all(b"}}")?;
+        if let Some(api) = m.api {
+            self.flow(a, api, gpid, stream)?;
+        }
+        Ok(())
+    }
+
+    /// An arrow from the middle of the API call to the start of the activity.
+    fn flow(&mut self, a: &Activity, api: &ApiInfo, gpid: u64, stream: u64) -> std::io::Result<()> {
+        let id = self.next_flow;
+        self.next_flow += 1;
+        let from = self.ts(api.start_ns + api.end_ns.saturating_sub(api.start_ns) / 2);
+        let to = self.ts(a.start_ns);
+        let (pid, tid) = (a.pid, api.tid);
+        write!(self.event(), r#""ph":"s","cat":"launch","name":"launch","id":{id},"pid":{pid},"tid":{tid},"ts":{from}}}"#)?;
+        write!(self.event(), r#""ph":"f","bp":"e","cat":"launch","name":"launch","id":{id},"pid":{gpid},"tid":{stream},"ts":{to}}}"#)
+    }
+
+    fn pending_launch(&mut self, ctx: &Context<'_>, l: &CpuLaunch) -> std::io::Result<()> {
+        self.cpu_process(l.pid)?;
+        let ts = self.ts(ctx.launch_ts(l));
+        let stack = ctx.cpu.map(|c| json(c.stacks.text(l.stack))).unwrap_or_else(|| "null".into());
+        let (pid, tid) = (l.pid, l.tid);
+        write!(self.event(), r#""ph":"i","s":"t","cat":"launch","name":"launch without GPU activity","pid":{pid},"tid":{tid},"ts":{ts},"args":{{"stack":{stack}}}}}"#)
+    }
+}
+
+impl<W: Write> Sink for Writer<W> {
+    fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        let r = match rec {
+            Record::Process(p) => {
+                self.exes.insert(p.pid, p.exe.clone());
+                let _ = self.ts(p.start_ns);
+                self.named_processes.remove(&u64::from(p.pid));
+                self.cpu_process(p.pid)
+            }
+            Record::Device(d) => {
+                self.devices.insert((d.pid, d.id), d.name.clone());
+                Ok(())
+            }
+            Record::Api(a) => self.api(ctx, a, m),
+            Record::Activity(a) => self.activity(ctx, a, m),
+            Record::Dropped(_) | Record::Overhead(_) | Record::Note(_) => Ok(()),
+        };
+        self.check(r)
+    }
+
+    fn pending(&mut self, ctx: &Context<'_>, launch: &CpuLaunch, _api: Option<&ApiInfo>) -> Result<()> {
+        let r = self.pending_launch(ctx, launch);
+        self.check(r)
+    }
+
+    fn finish(&mut self, ctx: &Context<'_>, summary: &Summary) -> Result<()> {
+        let clock = match ctx.clock {
+            Clock::Monotonic => "CLOCK_MONOTONIC",
+            Clock::Realtime => "CLOCK_REALTIME",
+        };
+        let base = self.base_ns.unwrap_or(0);
+        let r = write!(
+            self.out,
+            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"generator\":\"gpuperf\",\"clock\":\"{clock}\",\"time_base_ns\":{base},\"kernels\":{},\"kernels_matched\":{}}}}}\n",
+            summary.kernels, summary.kernels_matched
+        )
+        .and_then(|()| self.out.flush());
+        self.check(r)
+    }
+}
+
+/// A signed ns count printed as µs with three decimals.
+#[derive(Copy, Clone)]
+struct Us(i128);
+
+impl std::fmt::Display for Us {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let v = self.0.unsigned_abs();
+        write!(f, "{sign}{}.{:03}", v / 1000, v % 1000)
+    }
+}
+
+fn json(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microseconds_keep_nanoseconds() {
+        assert_eq!(Us(1_234_567).to_string(), "1234.567");
+        assert_eq!(Us(-5).to_string(), "-0.005");
+        assert_eq!(Us(0).to_string(), "0.000");
+    }
+}

@@ -1,1 +1,501 @@
-//! (in progress)
+//! CPU-side traces: one line per launch with the CPU stack that made it.
+//!
+//! # Reference format (extended folded)
+//!
+//! ```text
+//! <ts_ns> <comm> <pid> <tid> <cpu> frame;frame;…;leaf
+//! 1761183645346161185 llm_app 2384094 2384094 3 _start;main;run_layer;cudaLaunchKernel
+//! ```
+//!
+//! Frames are root first. The reference profiler fills `tid` with the pid and
+//! `cpu` with a probe id; its timestamps may be off from the CUPTI clock.
+//!
+//! # gpuperf format
+//!
+//! The reference format plus the CUPTI correlation id of the launch, so that the
+//! join with the GPU trace is exact. A header line marks the file:
+//!
+//! ```text
+//! # gpuperf-cpu v1
+//! # dropped 3
+//! <ts_ns> <comm> <pid> <tid> <cpu> <correlation_id> frame;frame;…;leaf
+//! 81234567890123 trainer 4242 4250 7 1234 _start;main;step;cudaLaunchKernel
+//! ```
+//!
+//! - `ts_ns` is `CLOCK_MONOTONIC` (`bpf_ktime_get_ns()`), `tid` a Linux TID.
+//! - `correlation_id` is CUPTI's id of the launch API call; 0 means unknown (then
+//!   that line is paired by time, as reference lines are).
+//! - `comm` is written with whitespace replaced by `_`; readers still accept a comm
+//!   with spaces, as the numeric fields that follow it delimit it.
+//! - Frames never contain `;` or a newline; the profiler replaces them.
+//! - `# dropped N` counts launches lost before they reached the file (ring buffer
+//!   full); several such lines add up. Other `#` lines are comments.
+//! - The leaf frame is the launch API function (`cudaLaunchKernel`,
+//!   `cuGraphLaunch`, …); a line with no frames is allowed (stack unavailable).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use rustc_hash::FxHashMap;
+
+use crate::diag::Diagnostics;
+use crate::error::{Error, Result};
+
+/// First line of a gpuperf CPU trace.
+pub const HEADER: &str = "# gpuperf-cpu v1";
+
+/// Frame used for a launch whose stack could not be captured.
+pub const NO_STACK_FRAME: &str = "[unknown stack]";
+
+/// An interned CPU stack.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(pub(crate) u32);
+
+impl StackId {
+    /// The id as an index into its [`Stacks`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Interned stacks, kept as their folded text (`root;…;leaf`).
+#[derive(Debug, Default)]
+pub struct Stacks {
+    map: FxHashMap<Box<[u8]>, StackId>,
+    texts: Vec<Box<str>>,
+}
+
+impl Stacks {
+    /// Interns a folded stack (raw bytes; invalid UTF-8 is replaced).
+    pub fn intern(&mut self, folded: &[u8]) -> StackId {
+        if let Some(&id) = self.map.get(folded) {
+            return id;
+        }
+        let id = StackId(u32::try_from(self.texts.len()).expect("fewer than 2^32 stacks"));
+        let text = if folded.is_empty() {
+            NO_STACK_FRAME.into()
+        } else {
+            String::from_utf8_lossy(folded).into_owned().into_boxed_str()
+        };
+        self.texts.push(text);
+        self.map.insert(folded.into(), id);
+        id
+    }
+
+    /// The folded text of a stack, root first.
+    pub fn text(&self, id: StackId) -> &str {
+        &self.texts[id.index()]
+    }
+
+    /// The leaf (innermost) frame of a stack.
+    pub fn leaf(&self, id: StackId) -> &str {
+        let t = self.text(id);
+        t.rsplit(';').next().unwrap_or(t)
+    }
+
+    /// Number of distinct stacks.
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// Whether no stack was interned.
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+}
+
+/// Which CPU format a file was in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CpuFormat {
+    /// The reference tooling's extended folded lines, without correlation ids.
+    Reference,
+    /// gpuperf's variant with correlation ids.
+    Gpuperf,
+}
+
+/// One launch seen on the CPU side. 24 bytes, so 10 M launches fit in 240 MB.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CpuLaunch {
+    /// Probe time, ns.
+    pub ts_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id as the file gives it.
+    pub tid: u32,
+    /// CUPTI correlation id, 0 when the file does not carry one.
+    pub correlation_id: u32,
+    /// The stack.
+    pub stack: StackId,
+}
+
+/// A whole CPU trace.
+#[derive(Debug)]
+pub struct CpuTrace {
+    /// Format of the file(s).
+    pub format: CpuFormat,
+    /// Launches in file order.
+    pub launches: Vec<CpuLaunch>,
+    /// Interned stacks.
+    pub stacks: Stacks,
+    /// Command name per (pid, tid), as first seen.
+    pub comms: FxHashMap<(u32, u32), String>,
+    /// Launches lost before they reached the file (`# dropped` lines).
+    pub dropped: u64,
+    /// Data lines read, malformed ones included.
+    pub lines: u64,
+    /// Malformed lines.
+    pub diagnostics: Diagnostics,
+}
+
+impl CpuTrace {
+    fn new(format: CpuFormat) -> Self {
+        Self {
+            format,
+            launches: Vec::new(),
+            stacks: Stacks::default(),
+            comms: FxHashMap::default(),
+            dropped: 0,
+            lines: 0,
+            diagnostics: Diagnostics::default(),
+        }
+    }
+
+    /// Reads a CPU trace file in either format.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|source| Error::Io { action: "open", path: path.to_owned(), source })?;
+        Self::read(file, path)
+    }
+
+    /// Reads a CPU trace from `input`; `path` names it in errors and diagnostics.
+    ///
+    /// Fails when the input cannot be read, or when its first data line is in
+    /// neither format (the file is not a CPU trace). Later malformed lines are
+    /// counted in [`CpuTrace::diagnostics`].
+    pub fn read<R: Read>(input: R, path: &Path) -> Result<Self> {
+        let mut parser: Option<Parser<'_>> = None;
+        let mut first_line = true;
+        let mut not_a_trace = None;
+        for_each_line(input, |line_no, line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if first_line {
+                first_line = false;
+                let format = if line == HEADER.as_bytes() { CpuFormat::Gpuperf } else { CpuFormat::Reference };
+                parser = Some(Parser { path, trace: CpuTrace::new(format), seen_data: false });
+                if format == CpuFormat::Gpuperf {
+                    return true;
+                }
+            }
+            let p = parser.as_mut().expect("set on the first line");
+            if !p.line(line_no, line) {
+                not_a_trace = Some(String::from_utf8_lossy(&line[..line.len().min(40)]).into_owned());
+                return false;
+            }
+            true
+        })
+        .map_err(|source| Error::Io { action: "read", path: path.to_owned(), source })?;
+        if let Some(found) = not_a_trace {
+            return Err(Error::NotATrace { path: path.to_owned(), expected: "CPU stack trace", found });
+        }
+        Ok(parser.map_or_else(|| CpuTrace::new(CpuFormat::Reference), |p| p.trace))
+    }
+
+    /// Whether any launch carries a correlation id.
+    pub fn has_correlation_ids(&self) -> bool {
+        self.launches.iter().any(|l| l.correlation_id != 0)
+    }
+}
+
+struct Parser<'a> {
+    path: &'a Path,
+    trace: CpuTrace,
+    seen_data: bool,
+}
+
+impl Parser<'_> {
+    /// Parses one line; returns false only when the first data line is invalid.
+    fn line(&mut self, line_no: u64, line: &[u8]) -> bool {
+        if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
+            return true;
+        }
+        if line[0] == b'#' {
+            if let Some(rest) = line.strip_prefix(b"# dropped ") {
+                match parse_u64(rest.split(|&b| b == b' ').next().unwrap_or_default()) {
+                    Some(n) => self.trace.dropped += n,
+                    None => self.bad(line_no, "`# dropped` without a count"),
+                }
+            }
+            return true;
+        }
+        self.trace.lines += 1;
+        let numeric = match self.trace.format {
+            CpuFormat::Reference => 3,
+            CpuFormat::Gpuperf => 4,
+        };
+        match split_line(line, numeric) {
+            Some(f) => {
+                self.seen_data = true;
+                let corr = if numeric == 4 { f.nums[3] } else { 0 };
+                let (Ok(pid), Ok(tid), Ok(corr)) = (u32::try_from(f.nums[0]), u32::try_from(f.nums[1]), u32::try_from(corr))
+                else {
+                    self.bad(line_no, "pid, tid or correlation id out of range");
+                    return true;
+                };
+                let stack = self.trace.stacks.intern(f.frames);
+                self.trace.launches.push(CpuLaunch { ts_ns: f.ts, pid, tid, correlation_id: corr, stack });
+                if !self.trace.comms.contains_key(&(pid, tid)) {
+                    self.trace.comms.insert((pid, tid), String::from_utf8_lossy(f.comm).into_owned());
+                }
+                true
+            }
+            None if !self.seen_data => false,
+            None => {
+                let msg = match self.trace.format {
+                    CpuFormat::Reference => "expected `ts_ns comm pid tid cpu frames`",
+                    CpuFormat::Gpuperf => "expected `ts_ns comm pid tid cpu correlation_id frames`",
+                };
+                self.bad(line_no, msg);
+                true
+            }
+        }
+    }
+
+    fn bad(&mut self, line_no: u64, msg: &'static str) {
+        let path = self.path;
+        self.trace.diagnostics.push(|| format!("{}:{line_no}", path.display()), || msg.to_owned());
+    }
+}
+
+struct Fields<'l> {
+    ts: u64,
+    comm: &'l [u8],
+    // pid, tid, cpu[, correlation id]
+    nums: [u64; 4],
+    frames: &'l [u8],
+}
+
+/// Splits `ts comm n1 … nK frames`, where comm may contain spaces: it ends before
+/// the first run of K numeric fields.
+fn split_line(line: &[u8], k: usize) -> Option<Fields<'_>> {
+    let sp = memchr::memchr(b' ', line)?;
+    let ts = parse_u64(&line[..sp])?;
+    let rest = &line[sp + 1..];
+    // Token boundaries of the rest; a comm rarely has more than a few words.
+    let mut starts = [0usize; 24];
+    let mut n = 1;
+    for (i, _) in rest.iter().enumerate().filter(|&(_, &b)| b == b' ') {
+        if n == starts.len() {
+            break;
+        }
+        starts[n] = i + 1;
+        n += 1;
+    }
+    let token = |t: usize| -> &[u8] {
+        let s = starts[t];
+        let e = if t + 1 < n { starts[t + 1] - 1 } else { rest.len() };
+        &rest[s..e]
+    };
+    // comm = tokens[..c]; numbers = tokens[c..c+k]; frames = the rest.
+    for c in 1..n {
+        if c + k > n {
+            return None;
+        }
+        let mut nums = [0u64; 4];
+        if (0..k).all(|j| parse_u64(token(c + j)).map(|v| nums[j] = v).is_some()) {
+            let comm = &rest[..starts[c] - 1];
+            let frames = if c + k < n { &rest[starts[c + k]..] } else { &[][..] };
+            return Some(Fields { ts, comm, nums, frames });
+        }
+    }
+    None
+}
+
+fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in s {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
+    Some(v)
+}
+
+/// Calls `f(line_no, line)` for every line (without `\n`) until it returns false.
+fn for_each_line<R: Read>(mut input: R, mut f: impl FnMut(u64, &[u8]) -> bool) -> io::Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut filled = 0;
+    let mut line_no = 0u64;
+    loop {
+        let n = loop {
+            match input.read(&mut buf[filled..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        let eof = n == 0;
+        filled += n;
+        let mut start = 0;
+        while let Some(i) = memchr::memchr(b'\n', &buf[start..filled]) {
+            line_no += 1;
+            if !f(line_no, &buf[start..start + i]) {
+                return Ok(());
+            }
+            start += i + 1;
+        }
+        if eof {
+            if start < filled {
+                line_no += 1;
+                f(line_no, &buf[start..filled]);
+            }
+            return Ok(());
+        }
+        buf.copy_within(start..filled, 0);
+        filled -= start;
+        if filled == buf.len() {
+            // A line longer than the buffer: grow it.
+            buf.resize(buf.len() * 2, 0);
+        }
+    }
+}
+
+/// Writes gpuperf-format CPU lines; the profiler's side of the format.
+pub struct Writer<W: Write> {
+    out: W,
+    line: Vec<u8>,
+}
+
+impl<W: Write> Writer<W> {
+    /// Writes the header line.
+    pub fn new(mut out: W) -> io::Result<Self> {
+        out.write_all(HEADER.as_bytes())?;
+        out.write_all(b"\n")?;
+        Ok(Self { out, line: Vec::with_capacity(256) })
+    }
+
+    /// Writes one launch. `frames` are root first; `;`, newlines and (in `comm`)
+    /// whitespace are replaced so the line stays parseable.
+    pub fn launch<'f>(
+        &mut self,
+        ts_ns: u64,
+        comm: &str,
+        pid: u32,
+        tid: u32,
+        cpu: u32,
+        correlation_id: u32,
+        frames: impl IntoIterator<Item = &'f str>,
+    ) -> io::Result<()> {
+        use std::io::Write as _;
+        self.line.clear();
+        write!(self.line, "{ts_ns} ")?;
+        let comm = if comm.is_empty() { "?" } else { comm };
+        self.line.extend(comm.bytes().map(|b| if b.is_ascii_whitespace() { b'_' } else { b }));
+        write!(self.line, " {pid} {tid} {cpu} {correlation_id} ")?;
+        for (i, frame) in frames.into_iter().enumerate() {
+            if i > 0 {
+                self.line.push(b';');
+            }
+            self.line.extend(frame.bytes().map(|b| match b {
+                b';' => b':',
+                b'\n' | b'\r' => b' ',
+                b => b,
+            }));
+        }
+        self.line.push(b'\n');
+        self.out.write_all(&self.line)
+    }
+
+    /// Records `count` launches lost before they could be written.
+    pub fn dropped(&mut self, count: u64) -> io::Result<()> {
+        writeln!(self.out, "# dropped {count}")
+    }
+
+    /// Flushes the underlying stream.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Returns the underlying stream.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<CpuTrace> {
+        CpuTrace::read(text.as_bytes(), Path::new("cpu.txt"))
+    }
+
+    #[test]
+    fn reference_lines_parse() {
+        let t = read("100 app 7 7 3 _start;main;cudaLaunchKernel\n200 my app 7 7 3 main;foo(int, char);cudaLaunchKernel\r\n").unwrap();
+        assert_eq!(t.format, CpuFormat::Reference);
+        assert_eq!(t.launches.len(), 2);
+        assert_eq!(t.launches[1], CpuLaunch { ts_ns: 200, pid: 7, tid: 7, correlation_id: 0, stack: StackId(1) });
+        assert_eq!(t.stacks.text(StackId(1)), "main;foo(int, char);cudaLaunchKernel");
+        assert_eq!(t.stacks.leaf(StackId(1)), "cudaLaunchKernel");
+        assert_eq!(t.comms[&(7, 7)], "app");
+        assert!(t.diagnostics.is_empty());
+    }
+
+    #[test]
+    fn gpuperf_lines_carry_correlation_ids_and_drops() {
+        let t = read("# gpuperf-cpu v1\n# dropped 2\n100 app 7 8 1 42 main;cudaLaunchKernel\n# dropped 3\n101 app 7 8 1 43\n")
+            .unwrap();
+        assert_eq!(t.format, CpuFormat::Gpuperf);
+        assert_eq!(t.dropped, 5);
+        assert_eq!(t.launches[0].correlation_id, 42);
+        assert_eq!(t.stacks.text(t.launches[1].stack), NO_STACK_FRAME);
+        assert!(t.has_correlation_ids());
+    }
+
+    #[test]
+    fn malformed_lines_are_counted_with_their_line() {
+        let t = read("100 app 7 7 3 main\nbogus\n\n300 app x 7 3 main\n400 app 7 7 3 main;x\n5000000000 a 99999999999 1 1 f\n").unwrap();
+        assert_eq!(t.launches.len(), 2);
+        assert_eq!(t.diagnostics.count, 3);
+        let places: Vec<_> = t.diagnostics.first.iter().map(|d| d.location.as_str()).collect();
+        assert_eq!(places, ["cpu.txt:2", "cpu.txt:4", "cpu.txt:6"]);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_cpu_trace_is_one_error() {
+        let err = read("GPUPERF\0\x01\0\x10\0").unwrap_err();
+        assert!(err.to_string().starts_with("`cpu.txt` is not a CPU stack trace"), "{err}");
+        let empty = read("").unwrap();
+        assert!(empty.launches.is_empty());
+    }
+
+    #[test]
+    fn writer_output_reads_back() {
+        let mut w = Writer::new(Vec::new()).unwrap();
+        w.launch(5, "my app", 1, 2, 3, 4, ["main", "a;b", "cudaLaunchKernel"]).unwrap();
+        w.dropped(7).unwrap();
+        let bytes = w.into_inner();
+        assert_eq!(
+            String::from_utf8_lossy(&bytes),
+            "# gpuperf-cpu v1\n5 my_app 1 2 3 4 main;a:b;cudaLaunchKernel\n# dropped 7\n"
+        );
+        let t = CpuTrace::read(&bytes[..], Path::new("x")).unwrap();
+        assert_eq!(t.launches[0].correlation_id, 4);
+        assert_eq!(t.dropped, 7);
+        assert_eq!(t.comms[&(1, 2)], "my_app");
+    }
+
+    #[test]
+    fn long_lines_and_buffer_boundaries() {
+        let frame = "f".repeat(3 << 20);
+        let text = format!("1 a 1 1 1 {frame}\n2 a 1 1 1 g\n");
+        let t = read(&text).unwrap();
+        assert_eq!(t.launches.len(), 2);
+        assert_eq!(t.stacks.text(t.launches[0].stack).len(), 3 << 20);
+    }
+}

@@ -1,1 +1,174 @@
-//! (in progress)
+//! Merged folded stacks: `cpu;…;api;[GPU_Kernel]name weight`, weight in µs of GPU time.
+//!
+//! - A kernel's frame is `[GPU_Kernel]` + its demangled name; copies and sets are
+//!   `[GPU_Memcpy HtoD]` and `[GPU_Memset]`. Synchronization records are CPU wait
+//!   time, not GPU work, and stay out of this output (the timeline shows them).
+//! - The API frame (`cudaLaunchKernel`) is added unless the CPU stack already ends
+//!   in it, as stacks taken at the launch API's entry do.
+//! - Activities without a CPU stack go under `[no CPU stack];api;…`, and CPU
+//!   launches without GPU activity end in `[GPU_Launch_Pending]` with weight 0: they
+//!   cost no GPU time, but they are listed, not dropped.
+//! - Durations are summed in ns and rounded once per frame label with the
+//!   largest-remainder method, so the µs total of each kernel name is its exact sum
+//!   rounded, within 1 µs. (The reference tooling truncates every kernel to whole
+//!   µs, so a 0.8 µs kernel weighs nothing there.)
+
+use std::io::Write;
+
+use rustc_hash::FxHashMap;
+
+use crate::cpu::{CpuLaunch, StackId};
+use crate::demangle::Demangler;
+use crate::error::{Error, Result};
+use crate::join::{ApiInfo, Context, Match, Sink};
+use crate::model::{ActivityKind, MemcpyKind, Record, StringId};
+
+/// Root frame of activities that have no CPU stack.
+pub const NO_STACK_ROOT: &str = "[no CPU stack]";
+/// Leaf frame of CPU launches that caused no GPU activity.
+pub const PENDING_FRAME: &str = "[GPU_Launch_Pending]";
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+enum Label {
+    Kernel(StringId),
+    Memcpy(MemcpyKind),
+    Memset,
+    Pending,
+}
+
+/// Accumulates GPU time per (CPU stack, API, GPU frame); a [`Sink`].
+#[derive(Default)]
+pub struct Folder {
+    acc: FxHashMap<(Option<StackId>, Option<StringId>, Label), u64>,
+    // Rendered at `finish`, when the string table is at hand.
+    lines: Vec<(String, u64)>,
+    demangler: Demangler,
+}
+
+impl Folder {
+    /// An empty folder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The folded lines, sorted, with integer µs weights. Valid after the join.
+    pub fn lines(&self) -> &[(String, u64)] {
+        &self.lines
+    }
+
+    /// Writes `stack weight` lines.
+    pub fn write<W: Write>(&self, mut out: W) -> Result<()> {
+        let err = |source| Error::Write { what: "folded stacks", source };
+        for (stack, w) in &self.lines {
+            writeln!(out, "{stack} {w}").map_err(err)?;
+        }
+        out.flush().map_err(err)
+    }
+
+    fn add(&mut self, stack: Option<StackId>, api: Option<StringId>, label: Label, ns: u64) {
+        *self.acc.entry((stack, api, label)).or_default() += ns;
+    }
+}
+
+impl Sink for Folder {
+    fn record(&mut self, _ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        let Record::Activity(a) = rec else { return Ok(()) };
+        let label = match a.kind {
+            ActivityKind::Kernel { name, .. } => Label::Kernel(name),
+            ActivityKind::Memcpy { kind, .. } => Label::Memcpy(kind),
+            ActivityKind::Memset { .. } => Label::Memset,
+            ActivityKind::Sync { .. } => return Ok(()),
+        };
+        self.add(m.launch.map(|l| l.stack), m.api.map(|a| a.name), label, a.duration_ns());
+        Ok(())
+    }
+
+    fn pending(&mut self, _ctx: &Context<'_>, launch: &CpuLaunch, api: Option<&ApiInfo>) -> Result<()> {
+        self.add(Some(launch.stack), api.map(|a| a.name), Label::Pending, 0);
+        Ok(())
+    }
+
+    fn finish(&mut self, ctx: &Context<'_>, _summary: &crate::join::Summary) -> Result<()> {
+        // Render each key's text; keys with equal text merge.
+        let mut by_text: FxHashMap<String, (u64, usize)> = FxHashMap::default();
+        let mut groups: Vec<String> = Vec::new();
+        let mut group_of: FxHashMap<String, usize> = FxHashMap::default();
+        for (&(stack, api, label), &ns) in &self.acc {
+            let frame = match label {
+                Label::Kernel(name) => format!("[GPU_Kernel]{}", self.demangler.get(name, ctx.strings)),
+                Label::Memcpy(kind) => format!("[GPU_Memcpy {kind}]"),
+                Label::Memset => "[GPU_Memset]".to_owned(),
+                Label::Pending => PENDING_FRAME.to_owned(),
+            };
+            let mut text = match (stack, ctx.cpu) {
+                (Some(s), Some(cpu)) => cpu.stacks.text(s).to_owned(),
+                _ => NO_STACK_ROOT.to_owned(),
+            };
+            if let Some(api) = api {
+                let api = ctx.strings.get(api);
+                let leaf = text.rsplit(';').next().unwrap_or(&text);
+                if leaf != api {
+                    text.push(';');
+                    text.push_str(api);
+                }
+            }
+            text.push(';');
+            text.push_str(&frame);
+            let g = *group_of.entry(frame).or_insert_with_key(|f| {
+                groups.push(f.clone());
+                groups.len() - 1
+            });
+            by_text.entry(text).or_insert((0, g)).0 += ns;
+        }
+        let mut lines: Vec<(String, u64, usize)> = by_text.into_iter().map(|(t, (ns, g))| (t, ns, g)).collect();
+        lines.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let weights = round_per_group(&lines, groups.len());
+        self.lines = lines.into_iter().zip(weights).map(|((t, _, _), w)| (t, w)).collect();
+        self.acc = FxHashMap::default();
+        Ok(())
+    }
+}
+
+/// Converts ns to µs so that each group's total is its exact total rounded to the
+/// nearest µs: floor every line, then give the missing µs to the lines with the
+/// largest remainders (ties to the earlier line).
+fn round_per_group(lines: &[(String, u64, usize)], groups: usize) -> Vec<u64> {
+    let mut weights: Vec<u64> = lines.iter().map(|l| l.1 / 1000).collect();
+    let mut total = vec![0u128; groups];
+    let mut floored = vec![0u64; groups];
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); groups];
+    for (i, l) in lines.iter().enumerate() {
+        total[l.2] += u128::from(l.1);
+        floored[l.2] += weights[i];
+        members[l.2].push(i);
+    }
+    for g in 0..groups {
+        let target = u64::try_from((total[g] + 500) / 1000).unwrap_or(u64::MAX);
+        let missing = target.saturating_sub(floored[g]) as usize;
+        if missing == 0 {
+            continue;
+        }
+        let mut m = std::mem::take(&mut members[g]);
+        m.sort_by_key(|&i| std::cmp::Reverse(lines[i].1 % 1000));
+        for &i in m.iter().take(missing) {
+            weights[i] += 1;
+        }
+    }
+    weights
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_keeps_group_totals_within_a_microsecond() {
+        // 10 lines of 0.8 µs each: truncation gives 0, the exact total is 8 µs.
+        let lines: Vec<(String, u64, usize)> = (0..10).map(|i| (format!("s{i}"), 800, 0)).collect();
+        let w = round_per_group(&lines, 1);
+        assert_eq!(w.iter().sum::<u64>(), 8);
+        let mixed = vec![("a".into(), 1_499, 0), ("b".into(), 2_501, 0), ("c".into(), 999, 1), ("d".into(), 0, 1)];
+        let w = round_per_group(&mixed, 2);
+        assert_eq!(w, vec![1, 3, 1, 0]);
+    }
+}

@@ -271,7 +271,8 @@ pub struct ReadStats {
     pub diagnostics: Diagnostics,
 }
 
-/// Reads a GPU trace from `input`, calling `visit` for every record. `path` only
+/// Reads a GPU trace from `input`, calling `visit` for every record (with the
+/// table its names are interned in). `path` only
 /// names the file in errors and diagnostics. Names are interned into `strings`.
 ///
 /// Fails only when the file is not a GPU trace, has a newer version, or cannot be
@@ -280,7 +281,7 @@ pub fn read<R: Read>(
     mut input: R,
     path: &Path,
     strings: &mut StringTable,
-    visit: &mut dyn FnMut(&Record),
+    visit: &mut dyn FnMut(&Record, &StringTable),
 ) -> Result<ReadStats> {
     let io_err = |source| Error::Io { action: "read", path: path.to_owned(), source };
     let mut header = [0u8; HEADER_LEN];
@@ -395,7 +396,7 @@ impl Fields<'_> {
 }
 
 impl Decoder<'_> {
-    fn record(&mut self, kind: u8, payload: &[u8], offset: u64, visit: &mut dyn FnMut(&Record)) {
+    fn record(&mut self, kind: u8, payload: &[u8], offset: u64, visit: &mut dyn FnMut(&Record, &StringTable)) {
         let mut f = Fields { p: payload, at: 0 };
         let rec = match kind {
             kind::STRING => {
@@ -515,7 +516,7 @@ impl Decoder<'_> {
         match rec {
             Some(r) => {
                 self.stats.records += 1;
-                visit(&r);
+                visit(&r, self.strings);
             }
             None => self.bad(offset, "record shorter than its kind requires"),
         }
@@ -649,7 +650,7 @@ mod tests {
     fn decode(bytes: &[u8]) -> (Vec<Record>, StringTable, ReadStats) {
         let mut strings = StringTable::new();
         let mut out = Vec::new();
-        let stats = read(bytes, Path::new("t.gpt"), &mut strings, &mut |r| out.push(r.clone())).unwrap();
+        let stats = read(bytes, Path::new("t.gpt"), &mut strings, &mut |r, _| out.push(r.clone())).unwrap();
         (out, strings, stats)
     }
 
@@ -736,11 +737,11 @@ mod tests {
     #[test]
     fn not_a_trace_is_one_clear_error() {
         let mut strings = StringTable::new();
-        let err = read(&b"RUNTIME [ 1, 2 ]"[..], Path::new("x.txt"), &mut strings, &mut |_| {}).unwrap_err();
+        let err = read(&b"RUNTIME [ 1, 2 ]"[..], Path::new("x.txt"), &mut strings, &mut |_, _| {}).unwrap_err();
         assert_eq!(err.to_string(), "`x.txt` is not a gpuperf GPU trace (it starts with \"RUNTIME [ 1, 2 ]\")");
         let mut newer = encode(&[], &strings);
         newer[8] = 9;
-        let err = read(&newer[..], Path::new("n.gpt"), &mut strings, &mut |_| {}).unwrap_err();
+        let err = read(&newer[..], Path::new("n.gpt"), &mut strings, &mut |_, _| {}).unwrap_err();
         assert!(err.to_string().contains("version 9"), "{err}");
     }
 

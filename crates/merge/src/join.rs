@@ -1,1 +1,746 @@
-//! (in progress)
+//! The CPU↔GPU join.
+//!
+//! Every GPU activity carries the correlation id of the API call that caused it.
+//! The join finds, for each activity, the CPU launch with the same
+//! (pid, correlation id) and hands both to the [`Sink`]s.
+//!
+//! - **Exact**: gpuperf's CPU traces carry correlation ids, so the pairing is a
+//!   table look-up.
+//! - **Ordered**: reference CPU traces do not. Their launches are paired with the
+//!   launch API records of the GPU trace per thread (or per process when the CPU
+//!   side has no real TIDs), in time order, with a time check: a CPU event pairs
+//!   with an API call only if its timestamp falls within the call (± `slack_ns`),
+//!   and when it fits a neighbouring call better, the neighbour wins. A lost or
+//!   extra event therefore leaves only itself unpaired instead of shifting every
+//!   later pairing. When the two clocks differ (reference CPU traces against
+//!   CUPTI's epoch clock), the offset is estimated per process first.
+//!
+//! Runs in two passes over the GPU inputs: the first indexes API calls by
+//! correlation id, the second streams activities to the sinks. Memory is about
+//! 24 bytes per CPU launch plus 28 per API call, whatever the number of kernels.
+
+use std::collections::hash_map::Entry;
+use std::fmt;
+
+use rustc_hash::FxHashMap;
+
+use crate::cpu::{CpuLaunch, CpuTrace};
+use crate::error::Result;
+use crate::input::{GpuInputs, GpuReadSummary};
+use crate::model::{Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, is_launch_api};
+
+/// Join options.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// How far outside an API call a CPU event may fall and still pair with it in
+    /// ordered pairing. Default is 50 µs.
+    pub slack_ns: u64,
+    /// Offset added to CPU timestamps to put them on the GPU clock. Default is
+    /// `None`: 0 when that pairs most events, otherwise estimated per process.
+    pub cpu_clock_offset_ns: Option<i64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { slack_ns: 50_000, cpu_clock_offset_ns: None }
+    }
+}
+
+/// What the join knows of an API call: enough to name it and place it in time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ApiInfo {
+    /// Entry time.
+    pub start_ns: u64,
+    /// Exit time.
+    pub end_ns: u64,
+    /// Thread id from the GPU trace.
+    pub tid: u32,
+    /// API name.
+    pub name: StringId,
+    /// Whether it is a kernel or graph launch.
+    pub is_launch: bool,
+}
+
+/// Why a kernel or activity has no CPU stack.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NoStack {
+    /// Its launch API call was recorded, but no CPU event paired with it.
+    NoCpuEvent,
+    /// Its API call (a memcpy, say) is not one the CPU profiler probes.
+    NotProbed,
+    /// No API call with its correlation id was recorded.
+    NoApiRecord,
+}
+
+impl NoStack {
+    /// Short description for summaries.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::NoCpuEvent => "launch seen by CUPTI but not by the CPU profiler",
+            Self::NotProbed => "API call not probed on the CPU side",
+            Self::NoApiRecord => "no API record with its correlation id",
+        }
+    }
+}
+
+/// The join's answer for one record.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Match<'a> {
+    /// The CPU launch with the record's (pid, correlation id).
+    pub launch: Option<&'a CpuLaunch>,
+    /// The API call with the record's (pid, correlation id).
+    pub api: Option<&'a ApiInfo>,
+}
+
+impl Match<'_> {
+    /// Why an activity has no CPU stack, or `None` when it has one.
+    pub fn no_stack(&self) -> Option<NoStack> {
+        match (self.launch, self.api) {
+            (Some(_), _) => None,
+            (None, Some(a)) if a.is_launch => Some(NoStack::NoCpuEvent),
+            (None, Some(_)) => Some(NoStack::NotProbed),
+            (None, None) => Some(NoStack::NoApiRecord),
+        }
+    }
+}
+
+/// Shared state the sinks read.
+pub struct Context<'a> {
+    /// Names of everything.
+    pub strings: &'a StringTable,
+    /// The CPU trace, when there is one.
+    pub cpu: Option<&'a CpuTrace>,
+    /// Clock of the GPU timestamps.
+    pub clock: Clock,
+    offsets: &'a FxHashMap<u32, i64>,
+}
+
+impl Context<'_> {
+    /// A CPU launch's timestamp on the GPU trace's clock.
+    pub fn launch_ts(&self, launch: &CpuLaunch) -> u64 {
+        let off = self.offsets.get(&launch.pid).copied().unwrap_or(0);
+        launch.ts_ns.saturating_add_signed(off)
+    }
+}
+
+/// A consumer of joined records: the folded, Chrome-trace and report writers.
+pub trait Sink {
+    /// Called for every GPU-trace record, in file order. `m` is filled for API
+    /// calls and activities.
+    fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()>;
+
+    /// Called after all records for each CPU launch that no activity matched.
+    fn pending(&mut self, _ctx: &Context<'_>, _launch: &CpuLaunch, _api: Option<&ApiInfo>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called once at the end.
+    fn finish(&mut self, _ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// How one process's CPU launches were paired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pairing {
+    /// Process id.
+    pub pid: u32,
+    /// Exact by correlation id, or ordered by time.
+    pub exact: bool,
+    /// Ordered pairing was per thread (otherwise per process).
+    pub per_thread: bool,
+    /// Offset added to CPU timestamps, ns.
+    pub offset_ns: i64,
+    /// Whether the offset was estimated.
+    pub offset_estimated: bool,
+    /// CPU launches paired with an API call.
+    pub paired: u64,
+    /// CPU launches left unpaired.
+    pub unpaired_cpu: u64,
+    /// Launch API calls left unpaired.
+    pub unpaired_api: u64,
+}
+
+/// Counts of everything the join saw; its `Display` is the match summary.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// CPU launch events.
+    pub cpu_launches: u64,
+    /// Launch API calls in the GPU trace.
+    pub api_launches: u64,
+    /// Kernels.
+    pub kernels: u64,
+    /// Kernels with a CPU stack.
+    pub kernels_matched: u64,
+    /// Kernels from CUDA graphs.
+    pub graph_kernels: u64,
+    /// Kernels without a CPU stack, by reason.
+    pub kernels_unmatched: FxHashMap<NoStack, u64>,
+    /// Memcpy, memset and synchronization records.
+    pub other_activities: u64,
+    /// Of those, with a CPU stack.
+    pub other_matched: u64,
+    /// CPU launches whose API call was recorded but caused no GPU activity
+    /// (the launch failed, or the trace ends before it ran).
+    pub launches_without_gpu: u64,
+    /// CPU launches with no API call paired or recorded.
+    pub launches_without_api: u64,
+    /// CPU lines whose correlation id repeats an earlier line's.
+    pub duplicate_cpu_ids: u64,
+    /// Launches the CPU profiler lost.
+    pub cpu_dropped: u64,
+    /// GPU records lost, by where.
+    pub gpu_dropped: FxHashMap<DropSource, u64>,
+    /// Notes left by the recorder.
+    pub notes: Vec<String>,
+    /// Per-process pairing.
+    pub pairings: Vec<Pairing>,
+    /// What reading the GPU inputs saw.
+    pub gpu_read: GpuReadSummary,
+}
+
+impl Summary {
+    /// Share of kernels with a CPU stack, in percent (100 when there is none).
+    pub fn kernel_match_percent(&self) -> f64 {
+        if self.kernels == 0 { 100.0 } else { 100.0 * self.kernels_matched as f64 / self.kernels as f64 }
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "matched {} of {} kernels ({:.1}%) to a CPU stack; {} CPU launches, {} launch API calls",
+            self.kernels_matched,
+            self.kernels,
+            self.kernel_match_percent(),
+            self.cpu_launches,
+            self.api_launches
+        )?;
+        if self.graph_kernels > 0 {
+            writeln!(f, "  {} kernels came from CUDA graph launches", self.graph_kernels)?;
+        }
+        let mut reasons: Vec<_> = self.kernels_unmatched.iter().filter(|(_, n)| **n > 0).collect();
+        reasons.sort();
+        for (reason, n) in reasons {
+            writeln!(f, "  unmatched kernels: {n} ({})", reason.describe())?;
+        }
+        if self.launches_without_gpu > 0 {
+            writeln!(
+                f,
+                "  unmatched CPU launches: {} with no GPU activity (launch failed, or the trace ends first)",
+                self.launches_without_gpu
+            )?;
+        }
+        if self.launches_without_api > 0 {
+            writeln!(f, "  unmatched CPU launches: {} with no API call recorded or paired", self.launches_without_api)?;
+        }
+        if self.duplicate_cpu_ids > 0 {
+            writeln!(f, "  CPU lines repeating a correlation id (first kept): {}", self.duplicate_cpu_ids)?;
+        }
+        if self.other_activities > 0 {
+            writeln!(
+                f,
+                "  memcpy/memset/sync records: {} ({} with a CPU stack)",
+                self.other_activities, self.other_matched
+            )?;
+        }
+        for p in &self.pairings {
+            if p.exact {
+                writeln!(f, "  pid {}: exact pairing by correlation id", p.pid)?;
+            } else {
+                writeln!(
+                    f,
+                    "  pid {}: paired by time per {} ({} paired, {} CPU events and {} launch calls unpaired), CPU clock offset {:+.6} s{}",
+                    p.pid,
+                    if p.per_thread { "thread" } else { "process" },
+                    p.paired,
+                    p.unpaired_cpu,
+                    p.unpaired_api,
+                    p.offset_ns as f64 / 1e9,
+                    if p.offset_estimated { " (estimated)" } else { "" }
+                )?;
+            }
+        }
+        if self.cpu_dropped > 0 {
+            writeln!(f, "  dropped: {} CPU launch events (eBPF ring buffer full)", self.cpu_dropped)?;
+        }
+        let mut drops: Vec<_> = self.gpu_dropped.iter().filter(|(_, n)| **n > 0).collect();
+        drops.sort_by_key(|(s, _)| s.name());
+        for (source, n) in drops {
+            writeln!(f, "  dropped: {n} GPU records ({})", source.name())?;
+        }
+        for (path, at) in &self.gpu_read.truncated {
+            writeln!(f, "  truncated: `{}` ends inside a record at byte {at}", path.display())?;
+        }
+        if self.gpu_read.skipped > 0 {
+            writeln!(f, "  skipped: {} GPU records of kinds not used", self.gpu_read.skipped)?;
+        }
+        for n in &self.notes {
+            writeln!(f, "  note from the recorder: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Maps correlation ids to indices: a dense table while ids are dense (CUPTI
+/// numbers calls 1, 2, 3, …), a hash map otherwise.
+#[derive(Debug, Default)]
+struct CorrIndex {
+    dense: Vec<u32>,
+    sparse: FxHashMap<u32, u32>,
+}
+
+impl CorrIndex {
+    const NONE: u32 = u32::MAX;
+
+    /// Inserts unless present; returns false when `corr` was already there.
+    fn insert(&mut self, corr: u32, idx: u32) -> bool {
+        let c = corr as usize;
+        if c < self.dense.len() || c <= 2 * self.dense.len() + 4096 {
+            if c >= self.dense.len() {
+                self.dense.resize((c + 1).max(self.dense.len() * 3 / 2), Self::NONE);
+            }
+            if self.dense[c] != Self::NONE {
+                return false;
+            }
+            self.dense[c] = idx;
+            true
+        } else {
+            match self.sparse.entry(corr) {
+                Entry::Occupied(_) => false,
+                Entry::Vacant(e) => {
+                    e.insert(idx);
+                    true
+                }
+            }
+        }
+    }
+
+    fn get(&self, corr: u32) -> Option<u32> {
+        match self.dense.get(corr as usize) {
+            Some(&i) if i != Self::NONE => Some(i),
+            Some(_) => None,
+            None => self.sparse.get(&corr).copied(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct PidApis {
+    infos: Vec<ApiInfo>,
+    corrs: Vec<u32>,
+    by_corr: CorrIndex,
+}
+
+/// Joins `cpu` (optional) with the GPU inputs and feeds every record to `sinks`.
+///
+/// Ordered pairing writes the correlation ids it finds into `cpu.launches`.
+pub fn merge(
+    mut cpu: Option<&mut CpuTrace>,
+    gpu: &GpuInputs,
+    strings: &mut StringTable,
+    opts: &Options,
+    sinks: &mut [&mut dyn Sink],
+) -> Result<Summary> {
+    let mut summary = Summary::default();
+
+    // Pass 1: index API calls by (pid, correlation id).
+    let mut apis: FxHashMap<u32, PidApis> = FxHashMap::default();
+    {
+        let mut launch_names: Vec<u8> = Vec::new(); // per StringId: 0 unknown, 1 launch, 2 other
+        let mut cur: Option<(u32, PidApis)> = None;
+        summary.gpu_read = gpu.visit(strings, &mut |rec, names| match rec {
+            Record::Api(a) => {
+                let i = a.name.index();
+                if launch_names.len() <= i {
+                    launch_names.resize(i + 1, 0);
+                }
+                if launch_names[i] == 0 {
+                    launch_names[i] = if is_launch_api(names.get(a.name)) { 1 } else { 2 };
+                }
+                let is_launch = launch_names[i] == 1;
+                summary.api_launches += u64::from(is_launch);
+                // Records come in long runs of one pid: keep its table out of the map.
+                if cur.as_ref().is_none_or(|(p, _)| *p != a.pid) {
+                    if let Some((p, t)) = cur.take() {
+                        apis.insert(p, t);
+                    }
+                    cur = Some((a.pid, apis.remove(&a.pid).unwrap_or_default()));
+                }
+                let (_, t) = cur.as_mut().expect("set above");
+                if t.by_corr.insert(a.correlation_id, t.infos.len() as u32) {
+                    t.infos.push(ApiInfo { start_ns: a.start_ns, end_ns: a.end_ns, tid: a.tid, name: a.name, is_launch });
+                    t.corrs.push(a.correlation_id);
+                }
+            }
+            Record::Dropped(d) => *summary.gpu_dropped.entry(d.source).or_default() += d.count,
+            Record::Note(n) => summary.notes.push(format!("pid {}: {}", n.pid, n.text)),
+            _ => {}
+        })?;
+        if let Some((p, t)) = cur {
+            apis.insert(p, t);
+        }
+    }
+
+    // Pairing: exact where CPU lines carry ids, ordered by time elsewhere.
+    let mut offsets: FxHashMap<u32, i64> = FxHashMap::default();
+    let mut cpu_index: FxHashMap<u32, CorrIndex> = FxHashMap::default();
+    if let Some(cpu) = cpu.as_deref_mut() {
+        summary.cpu_launches = cpu.launches.len() as u64;
+        summary.cpu_dropped = cpu.dropped;
+        pair_by_time(cpu, &apis, opts, &mut offsets, &mut summary.pairings);
+        for (i, l) in cpu.launches.iter().enumerate().filter(|(_, l)| l.correlation_id != 0) {
+            if !cpu_index.entry(l.pid).or_default().insert(l.correlation_id, i as u32) {
+                summary.duplicate_cpu_ids += 1;
+            }
+        }
+    }
+    let cpu: Option<&CpuTrace> = cpu.map(|c| &*c);
+    let clock = gpu.clock();
+
+    // (launch index, API call) of a (pid, correlation id).
+    let lookup = |pid: u32, corr: u32| -> (Option<usize>, Option<&ApiInfo>) {
+        let api = apis.get(&pid).and_then(|a| a.by_corr.get(corr).map(|i| &a.infos[i as usize]));
+        let launch = cpu_index.get(&pid).and_then(|x| x.get(corr)).map(|i| i as usize);
+        (launch, api)
+    };
+
+    // Pass 2: stream records to the sinks.
+    let mut matched = vec![false; cpu.map_or(0, |c| c.launches.len())];
+    let mut sink_err = None;
+    gpu.visit(strings, &mut |rec, names| {
+        if sink_err.is_some() {
+            return;
+        }
+        let ctx = Context { strings: names, cpu, clock, offsets: &offsets };
+        let m = match rec {
+            Record::Api(a) => to_match(cpu, lookup(a.pid, a.correlation_id)),
+            Record::Activity(a) => {
+                let found = lookup(a.pid, a.correlation_id);
+                if let Some(i) = found.0 {
+                    matched[i] = true;
+                }
+                let m = to_match(cpu, found);
+                count_activity(&mut summary, a, &m);
+                m
+            }
+            _ => Match::default(),
+        };
+        for s in sinks.iter_mut() {
+            if let Err(e) = s.record(&ctx, rec, &m) {
+                sink_err = Some(e);
+                return;
+            }
+        }
+    })?;
+    if let Some(e) = sink_err {
+        return Err(e);
+    }
+    let ctx = Context { strings, cpu, clock, offsets: &offsets };
+    if let Some(c) = cpu {
+        for (l, _) in c.launches.iter().zip(&matched).filter(|(_, m)| !**m) {
+            let api = if l.correlation_id == 0 { None } else { lookup(l.pid, l.correlation_id).1 };
+            if api.is_some() {
+                summary.launches_without_gpu += 1;
+            } else {
+                summary.launches_without_api += 1;
+            }
+            for s in sinks.iter_mut() {
+                s.pending(&ctx, l, api)?;
+            }
+        }
+    }
+    for s in sinks.iter_mut() {
+        s.finish(&ctx, &summary)?;
+    }
+    Ok(summary)
+}
+
+fn to_match<'a>(cpu: Option<&'a CpuTrace>, (launch, api): (Option<usize>, Option<&'a ApiInfo>)) -> Match<'a> {
+    Match { launch: launch.and_then(|i| cpu.map(|c| &c.launches[i])), api }
+}
+
+fn count_activity(summary: &mut Summary, a: &Activity, m: &Match<'_>) {
+    match a.kind {
+        ActivityKind::Kernel { .. } => {
+            summary.kernels += 1;
+            summary.graph_kernels += u64::from(a.graph_id != 0);
+            match m.no_stack() {
+                None => summary.kernels_matched += 1,
+                Some(r) => *summary.kernels_unmatched.entry(r).or_default() += 1,
+            }
+        }
+        _ => {
+            summary.other_activities += 1;
+            summary.other_matched += u64::from(m.launch.is_some());
+        }
+    }
+}
+
+/// Pairs CPU launches without correlation ids with launch API calls by time, and
+/// writes the ids it finds into the launches.
+fn pair_by_time(
+    cpu: &mut CpuTrace,
+    apis: &FxHashMap<u32, PidApis>,
+    opts: &Options,
+    offsets: &mut FxHashMap<u32, i64>,
+    pairings: &mut Vec<Pairing>,
+) {
+    // Group launch indices by pid, keeping exact ones aside.
+    let mut by_pid: FxHashMap<u32, (Vec<u32>, bool)> = FxHashMap::default();
+    for (i, l) in cpu.launches.iter().enumerate() {
+        let e = by_pid.entry(l.pid).or_default();
+        if l.correlation_id == 0 {
+            e.0.push(i as u32);
+        } else {
+            e.1 = true;
+        }
+    }
+    let mut pids: Vec<u32> = by_pid.keys().copied().collect();
+    pids.sort_unstable();
+    for pid in pids {
+        let (todo, has_exact) = &by_pid[&pid];
+        if todo.is_empty() {
+            pairings.push(Pairing {
+                pid,
+                exact: true,
+                per_thread: true,
+                offset_ns: 0,
+                offset_estimated: false,
+                paired: 0,
+                unpaired_cpu: 0,
+                unpaired_api: 0,
+            });
+            continue;
+        }
+        let empty = PidApis::default();
+        let pa = apis.get(&pid).unwrap_or(&empty);
+        // Launch calls not already claimed by an exact CPU line.
+        let claimed: rustc_hash::FxHashSet<u32> = if *has_exact {
+            cpu.launches.iter().filter(|l| l.pid == pid && l.correlation_id != 0).map(|l| l.correlation_id).collect()
+        } else {
+            Default::default()
+        };
+        let mut calls: Vec<u32> = (0..pa.infos.len() as u32)
+            .filter(|&i| pa.infos[i as usize].is_launch && !claimed.contains(&pa.corrs[i as usize]))
+            .collect();
+        calls.sort_by_key(|&i| pa.infos[i as usize].start_ns);
+        let mut events: Vec<u32> = todo.clone();
+        events.sort_by_key(|&i| cpu.launches[i as usize].ts_ns);
+
+        // Per thread when the CPU side's tids are ones the API records know.
+        let api_tids: rustc_hash::FxHashSet<u32> = calls.iter().map(|&i| pa.infos[i as usize].tid).collect();
+        let known = events.iter().filter(|&&i| api_tids.contains(&cpu.launches[i as usize].tid)).count();
+        let per_thread = known * 2 > events.len();
+
+        let ts: Vec<u64> = events.iter().map(|&i| cpu.launches[i as usize].ts_ns).collect();
+        let spans: Vec<(u64, u64)> =
+            calls.iter().map(|&i| (pa.infos[i as usize].start_ns, pa.infos[i as usize].end_ns)).collect();
+        let (offset, estimated) = match opts.cpu_clock_offset_ns {
+            Some(o) => (o, false),
+            None => estimate_offset(&ts, &spans, opts.slack_ns),
+        };
+        offsets.insert(pid, offset);
+
+        let mut pairs: Vec<(usize, usize)> = Vec::new();
+        if per_thread {
+            let mut ev_by_tid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+            for (k, &i) in events.iter().enumerate() {
+                ev_by_tid.entry(cpu.launches[i as usize].tid).or_default().push(k);
+            }
+            let mut calls_by_tid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+            for (k, &i) in calls.iter().enumerate() {
+                calls_by_tid.entry(pa.infos[i as usize].tid).or_default().push(k);
+            }
+            for (tid, evs) in &ev_by_tid {
+                let Some(cs) = calls_by_tid.get(tid) else { continue };
+                let t: Vec<u64> = evs.iter().map(|&k| ts[k]).collect();
+                let s: Vec<(u64, u64)> = cs.iter().map(|&k| spans[k]).collect();
+                pairs.extend(align(&t, &s, offset, opts.slack_ns).into_iter().map(|(a, b)| (evs[a], cs[b])));
+            }
+        } else {
+            pairs = align(&ts, &spans, offset, opts.slack_ns);
+        }
+        for &(e, c) in &pairs {
+            cpu.launches[events[e] as usize].correlation_id = pa.corrs[calls[c] as usize];
+        }
+        pairings.push(Pairing {
+            pid,
+            exact: false,
+            per_thread,
+            offset_ns: offset,
+            offset_estimated: estimated,
+            paired: pairs.len() as u64,
+            unpaired_cpu: (events.len() - pairs.len()) as u64,
+            unpaired_api: (calls.len() - pairs.len()) as u64,
+        });
+    }
+}
+
+fn shifted(t: u64, offset: i64) -> i128 {
+    i128::from(t) + i128::from(offset)
+}
+
+fn fits(t: i128, span: (u64, u64), slack: u64) -> bool {
+    t >= i128::from(span.0) - i128::from(slack) && t <= i128::from(span.1) + i128::from(slack)
+}
+
+fn dist(t: i128, span: (u64, u64)) -> i128 {
+    (t - i128::from(span.0)).abs()
+}
+
+/// Pairs event times `ts` with call spans (sorted by start). Each event's
+/// candidates are the calls around it that it fits (± `slack`); candidate pairs are
+/// accepted closest first (|event − call start|), each event and call at most once.
+/// A lost or extra event thus only loses its own pair: there is no running cursor
+/// that one miss can shift. Returns (event index, span index) pairs in event order.
+fn align(ts: &[u64], spans: &[(u64, u64)], offset: i64, slack: u64) -> Vec<(usize, usize)> {
+    let mut cands: Vec<(u64, u32, u32)> = Vec::with_capacity(ts.len() * 2);
+    for (i, &t) in ts.iter().enumerate() {
+        let t = shifted(t, offset);
+        let k = spans.partition_point(|s| i128::from(s.0) <= t);
+        for j in k.saturating_sub(2)..(k + 2).min(spans.len()) {
+            if fits(t, spans[j], slack) {
+                let d = u64::try_from(dist(t, spans[j])).unwrap_or(u64::MAX);
+                cands.push((d, i as u32, j as u32));
+            }
+        }
+    }
+    cands.sort_unstable();
+    let mut event_used = vec![false; ts.len()];
+    let mut span_used = vec![false; spans.len()];
+    let mut out = Vec::with_capacity(ts.len().min(spans.len()));
+    for (_, i, j) in cands {
+        let (i, j) = (i as usize, j as usize);
+        if !event_used[i] && !span_used[j] {
+            event_used[i] = true;
+            span_used[j] = true;
+            out.push((i, j));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Picks the CPU→GPU clock offset that puts the most CPU events inside launch
+/// calls. Tries 0 first; otherwise candidates come from pairing each of the first
+/// few events with every early call, scored on a sample of events, and the winner
+/// is re-centred on the median residual of the events it pairs.
+fn estimate_offset(ts: &[u64], spans: &[(u64, u64)], slack: u64) -> (i64, bool) {
+    if ts.is_empty() || spans.is_empty() {
+        return (0, false);
+    }
+    let step = (ts.len() / 512).max(1);
+    let sample: Vec<u64> = ts.iter().step_by(step).copied().collect();
+    let starts: Vec<u64> = spans.iter().map(|s| s.0).collect();
+    let score = |off: i64| -> usize {
+        sample
+            .iter()
+            .filter(|&&t| {
+                let t = shifted(t, off);
+                let k = starts.partition_point(|&s| i128::from(s) <= t + i128::from(slack));
+                k > 0 && fits(t, spans[k - 1], slack)
+                    || spans.get(k).is_some_and(|&s| fits(t, s, slack))
+            })
+            .count()
+    };
+    let zero = score(0);
+    if zero * 10 >= sample.len() * 9 {
+        return (0, false);
+    }
+    let mut best = (zero, 0i64);
+    let first_calls = spans.len().min(2048);
+    for &t in ts.iter().take(8) {
+        for s in &spans[..first_calls] {
+            let Ok(off) = i64::try_from(i128::from(s.0) - i128::from(t)) else { continue };
+            let sc = score(off);
+            if sc > best.0 {
+                best = (sc, off);
+            }
+        }
+        if best.0 == sample.len() {
+            break;
+        }
+    }
+    // Re-centre: median of (call start - event time) over the paired events.
+    let mut residuals: Vec<i128> = align(ts, spans, best.1, slack)
+        .into_iter()
+        .map(|(e, c)| i128::from(spans[c].0) - shifted(ts[e], best.1))
+        .collect();
+    if residuals.is_empty() {
+        return (best.1, true);
+    }
+    let mid = residuals.len() / 2;
+    residuals.select_nth_unstable(mid);
+    let off = i128::from(best.1) + residuals[mid];
+    (i64::try_from(off).unwrap_or(best.1), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn align_pairs_in_order() {
+        let spans: Vec<(u64, u64)> = (0..10).map(|k| (k * 100, k * 100 + 20)).collect();
+        let ts: Vec<u64> = (0..10).map(|k| k * 100 + 5).collect();
+        let pairs = align(&ts, &spans, 0, 50);
+        assert_eq!(pairs, (0..10).map(|k| (k, k)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn one_lost_event_leaves_only_that_call_unpaired() {
+        // Calls 10 µs apart, slack wider than the gap: the nearest-start rule must
+        // keep later pairs aligned.
+        let spans: Vec<(u64, u64)> = (0..100).map(|k| (k * 10_000, k * 10_000 + 4_000)).collect();
+        let mut ts: Vec<u64> = (0..100).map(|k| k * 10_000 + 1_000).collect();
+        ts.remove(40);
+        let pairs = align(&ts, &spans, 0, 50_000);
+        assert_eq!(pairs.len(), 99);
+        for (e, c) in pairs {
+            assert_eq!(c, if e < 40 { e } else { e + 1 });
+        }
+    }
+
+    #[test]
+    fn one_extra_event_leaves_only_itself_unpaired() {
+        let spans: Vec<(u64, u64)> = (0..50).map(|k| (k * 10_000, k * 10_000 + 4_000)).collect();
+        let mut ts: Vec<u64> = (0..50).map(|k| k * 10_000 + 1_000).collect();
+        ts.insert(20, 20 * 10_000 - 3_000);
+        let pairs = align(&ts, &spans, 0, 50_000);
+        assert_eq!(pairs.len(), 50);
+        assert!(pairs.iter().all(|&(e, c)| c == if e < 20 { e } else { e - 1 }));
+    }
+
+    #[test]
+    fn offset_is_estimated_from_irregular_gaps() {
+        let mut start = 1_761_183_645_000_000_000u64;
+        let mut spans = Vec::new();
+        for k in 0..300u64 {
+            start += 7_000 + (k * 7919 % 50) * 1_000;
+            spans.push((start, start + 3_000));
+        }
+        let true_off: i64 = 1_761_000_000_123_456_789;
+        let ts: Vec<u64> = spans.iter().map(|s| (s.0 as i64 - true_off) as u64 + 500).collect();
+        let (off, est) = estimate_offset(&ts, &spans, 50_000);
+        assert!(est);
+        assert!((off - true_off + 500).abs() < 1_000, "{off} vs {true_off}");
+        assert_eq!(align(&ts, &spans, off, 50_000).len(), 300);
+        assert_eq!(estimate_offset(&ts[..0], &spans, 1), (0, false));
+    }
+
+    #[test]
+    fn corr_index_dense_and_sparse() {
+        let mut c = CorrIndex::default();
+        assert!(c.insert(1, 10));
+        assert!(c.insert(3_000_000_000, 11));
+        assert!(!c.insert(1, 12));
+        assert!(!c.insert(3_000_000_000, 13));
+        assert_eq!(c.get(1), Some(10));
+        assert_eq!(c.get(2), None);
+        assert_eq!(c.get(3_000_000_000), Some(11));
+        assert!(c.dense.len() < 10_000);
+    }
+}

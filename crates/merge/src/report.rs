@@ -1,1 +1,199 @@
-//! (in progress)
+//! Kernel statistics: the top GPU work by time, and the latency from each launch
+//! call to the start of the GPU work it caused (the reference's "launchlate").
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use rustc_hash::FxHashMap;
+
+use crate::cpu::StackId;
+use crate::demangle::Demangler;
+use crate::error::{Error, Result};
+use crate::join::{Context, Match, Sink};
+use crate::model::{ActivityKind, Record};
+
+#[derive(Default)]
+struct Stats {
+    durations: Vec<u64>,
+    // Launch call start → GPU start, for activities whose API call is known.
+    latencies: Vec<u64>,
+}
+
+/// Collects per-kernel statistics; a [`Sink`].
+#[derive(Default)]
+pub struct Reporter {
+    by_name: FxHashMap<String, Stats>,
+    by_stack: FxHashMap<StackId, (u64, u64)>,
+    stack_texts: FxHashMap<StackId, String>,
+    total_ns: u64,
+    demangler: Demangler,
+}
+
+/// One row of the kernel table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Demangled kernel name, or `[Memcpy HtoD]` / `[Memset]`.
+    pub name: String,
+    /// Executions.
+    pub count: u64,
+    /// Total GPU time, ns.
+    pub total_ns: u64,
+    /// Mean, ns.
+    pub mean_ns: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// Share of all GPU time, percent.
+    pub percent: f64,
+    /// Launch-to-start latency median, ns (`None` without API records).
+    pub latency_p50_ns: Option<u64>,
+    /// Launch-to-start latency 99th percentile, ns.
+    pub latency_p99_ns: Option<u64>,
+}
+
+impl Reporter {
+    /// An empty reporter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rows sorted by total GPU time, largest first.
+    pub fn rows(&mut self) -> Vec<Row> {
+        let total = self.total_ns.max(1);
+        let mut rows: Vec<Row> = self
+            .by_name
+            .iter_mut()
+            .map(|(name, s)| {
+                s.durations.sort_unstable();
+                s.latencies.sort_unstable();
+                let sum: u64 = s.durations.iter().sum();
+                let count = s.durations.len() as u64;
+                Row {
+                    name: name.clone(),
+                    count,
+                    total_ns: sum,
+                    mean_ns: sum / count.max(1),
+                    p50_ns: percentile(&s.durations, 50).unwrap_or(0),
+                    p99_ns: percentile(&s.durations, 99).unwrap_or(0),
+                    percent: 100.0 * sum as f64 / total as f64,
+                    latency_p50_ns: percentile(&s.latencies, 50),
+                    latency_p99_ns: percentile(&s.latencies, 99),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+        rows
+    }
+
+    /// Writes the kernel table and, when stacks are known, the top launch stacks.
+    pub fn write<W: Write>(&mut self, mut out: W, top: usize) -> Result<()> {
+        let rows = self.rows();
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:>7} {:>9} {:>11} {:>10} {:>10} {:>10} {:>11} {:>11}  name",
+            "% GPU", "count", "total", "mean", "p50", "p99", "launch p50", "launch p99"
+        );
+        for r in rows.iter().take(top) {
+            let lat = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), dur);
+            let _ = writeln!(
+                s,
+                "{:>6.1}% {:>9} {:>11} {:>10} {:>10} {:>10} {:>11} {:>11}  {}",
+                r.percent,
+                r.count,
+                dur(r.total_ns),
+                dur(r.mean_ns),
+                dur(r.p50_ns),
+                dur(r.p99_ns),
+                lat(r.latency_p50_ns),
+                lat(r.latency_p99_ns),
+                r.name
+            );
+        }
+        if rows.len() > top {
+            let _ = writeln!(s, "({} more rows; raise --top to see them)", rows.len() - top);
+        }
+        let _ = writeln!(s, "launch = time from the launch API call's start to the GPU work's start");
+        if !self.by_stack.is_empty() {
+            let mut stacks: Vec<_> = self.by_stack.iter().collect();
+            stacks.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(b.0)));
+            let _ = writeln!(s, "\ntop launch stacks by GPU time:");
+            for (id, (ns, n)) in stacks.into_iter().take(top) {
+                let text = &self.stack_texts[id];
+                let tail: Vec<&str> = text.rsplit(';').take(4).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                let more = if text.matches(';').count() >= 4 { "…;" } else { "" };
+                let _ = writeln!(s, "{:>6.1}% {:>9} {:>11}  {more}{}", 100.0 * *ns as f64 / self.total_ns.max(1) as f64, n, dur(*ns), tail.join(";"));
+            }
+        }
+        out.write_all(s.as_bytes()).and_then(|()| out.flush()).map_err(|source| Error::Write { what: "report", source })
+    }
+}
+
+impl Sink for Reporter {
+    fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        let Record::Activity(a) = rec else { return Ok(()) };
+        let name = match a.kind {
+            ActivityKind::Kernel { name, .. } => self.demangler.get(name, ctx.strings).to_owned(),
+            ActivityKind::Memcpy { kind, .. } => format!("[Memcpy {kind}]"),
+            ActivityKind::Memset { .. } => "[Memset]".to_owned(),
+            ActivityKind::Sync { .. } => return Ok(()),
+        };
+        let d = a.duration_ns();
+        self.total_ns += d;
+        let s = self.by_name.entry(name).or_default();
+        s.durations.push(d);
+        if let Some(api) = m.api {
+            s.latencies.push(a.start_ns.saturating_sub(api.start_ns));
+        }
+        if let (Some(l), Some(cpu)) = (m.launch, ctx.cpu) {
+            let e = self.by_stack.entry(l.stack).or_default();
+            e.0 += d;
+            e.1 += 1;
+            self.stack_texts.entry(l.stack).or_insert_with(|| cpu.stacks.text(l.stack).to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], p: u64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p as usize * sorted.len()).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied()
+}
+
+/// A duration in the largest unit that keeps it readable.
+fn dur(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.2} µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50), Some(50));
+        assert_eq!(percentile(&v, 99), Some(99));
+        assert_eq!(percentile(&[7], 99), Some(7));
+        assert_eq!(percentile(&[], 50), None);
+    }
+
+    #[test]
+    fn durations_pick_units() {
+        assert_eq!(dur(999), "999 ns");
+        assert_eq!(dur(1_500), "1.50 µs");
+        assert_eq!(dur(2_500_000), "2.50 ms");
+        assert_eq!(dur(3_000_000_000), "3.00 s");
+    }
+}
