@@ -1,1 +1,149 @@
-fn main() {}
+//! Merge throughput and peak memory: read → join → folded on a generated trace.
+//!
+//! `cargo bench -p gpuperf-merge --bench merge [-- --launches N --runs R]`
+//!
+//! Generates N launches (default 10 M): N CPU lines in gpuperf's format over 50
+//! distinct stacks, and a GPU trace with N API records and N kernel records. Each
+//! run is a fresh child process (pinned to one core with `taskset` when present)
+//! that reads both files, joins them and writes the folded output to /dev/null; it
+//! reports its time and its peak RSS (VmHWM). The median run is printed.
+
+use std::fs::{self, File};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use gpuperf_merge::cpu::{self, CpuTrace};
+use gpuperf_merge::folded::Folder;
+use gpuperf_merge::gputrace;
+use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::join;
+use gpuperf_merge::model::{Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable};
+
+const CHILD_ENV: &str = "GPUPERF_MERGE_BENCH_CHILD";
+
+fn main() {
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        child(Path::new(&dir));
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str, default: u64| -> u64 {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let launches = arg("--launches", 10_000_000);
+    let runs = arg("--runs", 5);
+    let dir = std::env::temp_dir().join(format!("gpuperf-merge-bench-{launches}"));
+    if !dir.join("done").exists() {
+        let t = Instant::now();
+        generate(&dir, launches).expect("generate trace");
+        eprintln!("generated {launches} launches in {:.1} s under {}", t.elapsed().as_secs_f64(), dir.display());
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let mut results: Vec<(f64, u64)> = Vec::new();
+    for _ in 0..runs {
+        let mut cmd = if Path::new("/usr/bin/taskset").exists() {
+            let mut c = Command::new("/usr/bin/taskset");
+            c.args(["-c", "0"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let out = cmd.env(CHILD_ENV, &dir).output().expect("run child");
+        assert!(out.status.success(), "child failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut it = text.split_whitespace();
+        let secs: f64 = it.next().and_then(|v| v.parse().ok()).expect("seconds");
+        let hwm: u64 = it.next().and_then(|v| v.parse().ok()).expect("peak kB");
+        eprintln!("  run: {secs:.3} s, peak RSS {:.0} MiB", hwm as f64 / 1024.0);
+        results.push((secs, hwm));
+    }
+    results.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (secs, _) = results[results.len() / 2];
+    let peak = results.iter().map(|r| r.1).max().unwrap_or(0);
+    println!(
+        "merge: {launches} launches read+join+folded in {secs:.2} s (median of {runs}) = {:.2} M launches/s on one core; peak RSS {:.0} MiB (max over runs)",
+        launches as f64 / secs / 1e6,
+        peak as f64 / 1024.0
+    );
+}
+
+fn child(dir: &Path) {
+    let t = Instant::now();
+    let mut strings = StringTable::new();
+    let mut cpu = CpuTrace::open(&dir.join("cpu.txt")).expect("cpu trace");
+    let gpu = GpuInputs::open(&[dir.join("gpu.trace")], &mut strings).expect("gpu trace");
+    let mut folder = Folder::new();
+    let summary =
+        join::merge(Some(&mut cpu), &gpu, &mut strings, &join::Options::default(), &mut [&mut folder]).expect("merge");
+    folder.write(BufWriter::new(File::create("/dev/null").expect("/dev/null"))).expect("write");
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    println!("{secs} {hwm}");
+}
+
+fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let pid = 4242;
+    let mut strings = StringTable::new();
+    let api = strings.intern("cudaLaunchKernel");
+    let kernels: Vec<_> = (0..20).map(|k| strings.intern(&format!("_Z8kernel_{k}PfS_i"))).collect();
+    let stacks: Vec<Vec<String>> = (0..50)
+        .map(|s| {
+            let mut f: Vec<String> = ["_start", "__libc_start_main", "main", "Engine::run"].map(String::from).to_vec();
+            for d in 0..(6 + s % 12) {
+                f.push(format!("model::layer{s}::op{d}()"));
+            }
+            f.push("cudaLaunchKernel".into());
+            f
+        })
+        .collect();
+    let mut cpu_w = cpu::Writer::new(BufWriter::with_capacity(1 << 20, File::create(dir.join("cpu.txt"))?))?;
+    let mut gpu_w = gputrace::Writer::new(BufWriter::with_capacity(1 << 20, File::create(dir.join("gpu.trace"))?))?;
+    gpu_w.write(
+        &Record::Process(Process { pid, ppid: 1, exe: "/usr/bin/bench".into(), start_ns: 1_000, start_realtime_ns: 0 }),
+        &strings,
+    )?;
+    let mut t = 1_000_000u64;
+    for i in 0..launches {
+        let corr = u32::try_from(i + 1).expect("fits");
+        let s = (i.wrapping_mul(2654435761) % 50) as usize;
+        cpu_w.launch(t, "bench", pid, pid + 1 + (i % 4) as u32, 0, corr, stacks[s].iter().map(String::as_str))?;
+        let a = ApiCall {
+            pid,
+            tid: pid + 1 + (i % 4) as u32,
+            start_ns: t + 300,
+            end_ns: t + 3_000,
+            correlation_id: corr,
+            cbid: 211,
+            domain: ApiDomain::Runtime,
+            name: api,
+        };
+        gpu_w.write(&Record::Api(a), &strings)?;
+        let k = Activity {
+            pid,
+            start_ns: t + 5_000,
+            end_ns: t + 5_000 + 800 + (i % 7) * 311,
+            correlation_id: corr,
+            device: 0,
+            context: 1,
+            stream: 7 + (i % 3) as u32,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind: ActivityKind::Kernel { name: kernels[s % kernels.len()], grid: [128, 1, 1], block: [256, 1, 1] },
+        };
+        gpu_w.write(&Record::Activity(k), &strings)?;
+        t += 4_000;
+    }
+    cpu_w.flush()?;
+    gpu_w.flush()?;
+    File::create(dir.join("done"))?;
+    Ok(())
+}

@@ -275,35 +275,46 @@ struct Fields<'l> {
 }
 
 /// Splits `ts comm n1 … nK frames`, where comm may contain spaces: it ends before
-/// the first run of K numeric fields.
+/// the first run of K numeric fields. Only the leading tokens are scanned, so the
+/// cost does not grow with the stack's length.
 fn split_line(line: &[u8], k: usize) -> Option<Fields<'_>> {
+    const MAX_TOKENS: usize = 24;
     let sp = memchr::memchr(b' ', line)?;
     let ts = parse_u64(&line[..sp])?;
     let rest = &line[sp + 1..];
-    // Token boundaries of the rest; a comm rarely has more than a few words.
-    let mut starts = [0usize; 24];
-    let mut n = 1;
-    for (i, _) in rest.iter().enumerate().filter(|&(_, &b)| b == b' ') {
-        if n == starts.len() {
-            break;
+    // starts[t] = offset of token t in `rest`; found on demand.
+    let mut starts = [0usize; MAX_TOKENS + 1];
+    let mut found = 1;
+    let mut token_start = |t: usize, starts: &mut [usize; MAX_TOKENS + 1]| -> Option<usize> {
+        while found <= t {
+            let prev = starts[found - 1];
+            let next = prev + memchr::memchr(b' ', &rest[prev..])? + 1;
+            starts[found] = next;
+            found += 1;
         }
-        starts[n] = i + 1;
-        n += 1;
-    }
-    let token = |t: usize| -> &[u8] {
-        let s = starts[t];
-        let e = if t + 1 < n { starts[t + 1] - 1 } else { rest.len() };
-        &rest[s..e]
+        Some(starts[t])
     };
     // comm = tokens[..c]; numbers = tokens[c..c+k]; frames = the rest.
-    for c in 1..n {
-        if c + k > n {
-            return None;
-        }
+    for c in 1..MAX_TOKENS - k {
         let mut nums = [0u64; 4];
-        if (0..k).all(|j| parse_u64(token(c + j)).map(|v| nums[j] = v).is_some()) {
+        let mut ok = true;
+        for (j, num) in nums.iter_mut().enumerate().take(k) {
+            let s = token_start(c + j, &mut starts)?;
+            let e = match token_start(c + j + 1, &mut starts) {
+                Some(e) => e - 1,
+                None => rest.len(),
+            };
+            match parse_u64(&rest[s..e]) {
+                Some(v) => *num = v,
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
             let comm = &rest[..starts[c] - 1];
-            let frames = if c + k < n { &rest[starts[c + k]..] } else { &[][..] };
+            let frames = token_start(c + k, &mut starts).map_or(&[][..], |f| &rest[f..]);
             return Some(Fields { ts, comm, nums, frames });
         }
     }

@@ -61,7 +61,8 @@
 //!
 //! Every malformed line is counted in [`CuptiLog::diagnostics`] with its place
 //! (`path:line`, 1-based) and parsing goes on. A line is counted at most once, plus
-//! once more if it starts a record whose continuation lines never came. Invalid UTF-8 is read lossily and CRLF line ends are accepted.
+//! once more if it starts a record whose continuation lines never came. Invalid UTF-8
+//! is read lossily and CRLF line ends are accepted.
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -251,6 +252,14 @@ impl Parser<'_> {
         if line.trim().is_empty() {
             return;
         }
+        if line.trim() == "<unknown>" {
+            // What the printer writes, indented, for a record kind it does not know.
+            self.close();
+            self.trailer = &[];
+            self.log.skipped_kinds += 1;
+            self.open = Open::Ignored;
+            return;
+        }
         if line.starts_with([' ', '\t']) {
             return self.continuation(no, line.trim());
         }
@@ -425,11 +434,6 @@ impl Parser<'_> {
     fn continuation(&mut self, no: u64, line: &str) {
         match self.open {
             Open::Ignored => {}
-            Open::Nothing if line == "<unknown>" => {
-                // What the printer writes for a record kind it does not know.
-                self.log.skipped_kinds += 1;
-                self.open = Open::Ignored;
-            }
             Open::Nothing => self.bad(no, "continuation line without a record to continue".into()),
             Open::Activity {
                 index,
@@ -1262,6 +1266,11 @@ mod tests {
                 &[],
             ),
             ("  <unknown>\nNAME CONTEXT 1 DEVICE id 0, name ctx", 0, &[]),
+            (
+                concat_lines(&[KERNEL, GRID, DEVICE, "  <unknown>", API]),
+                2,
+                &[],
+            ),
             ("\n\n   \n\t\n", 0, &[]),
         ]);
     }
