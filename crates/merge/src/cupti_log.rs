@@ -767,9 +767,6 @@ mod tests {
 
     use super::*;
 
-    const BLESS_MSG: &str =
-        "Set GPUPERF_BLESS=1 to rewrite the expected file with the actual output.";
-
     fn data(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/cupti_log")
@@ -789,71 +786,7 @@ mod tests {
 
     /// One line per record with names resolved, then the counts and kept diagnostics.
     fn render(log: &CuptiLog, strings: &StringTable) -> String {
-        let mut out = String::new();
-        for r in &log.records {
-            let _ = match r {
-                Record::Api(a) => writeln!(
-                    out,
-                    "api {:?} [{}, {}] pid {} tid {} corr {} cbid {} {}",
-                    a.domain,
-                    a.start_ns,
-                    a.end_ns,
-                    a.pid,
-                    a.tid,
-                    a.correlation_id,
-                    a.cbid,
-                    strings.get(a.name)
-                ),
-                Record::Activity(a) => {
-                    let (what, detail) = match a.kind {
-                        ActivityKind::Kernel { name, grid, block } => (
-                            "kernel",
-                            format!(
-                                "grid {}x{}x{} block {}x{}x{} {}",
-                                grid[0],
-                                grid[1],
-                                grid[2],
-                                block[0],
-                                block[1],
-                                block[2],
-                                strings.get(name)
-                            ),
-                        ),
-                        ActivityKind::Memcpy { kind, bytes } => {
-                            ("memcpy", format!("{kind} {bytes} bytes"))
-                        }
-                        ActivityKind::Memset { bytes, value } => {
-                            ("memset", format!("{bytes} bytes value {value}"))
-                        }
-                        ActivityKind::Sync { sync_type } => ("sync", format!("type {sync_type}")),
-                    };
-                    writeln!(
-                        out,
-                        "{what} [{}, {}] pid {} dev {} ctx {} stream {} graph {}/{} corr {} {detail}",
-                        a.start_ns,
-                        a.end_ns,
-                        a.pid,
-                        a.device,
-                        a.context,
-                        a.stream,
-                        a.graph_id,
-                        a.graph_node_id,
-                        a.correlation_id
-                    )
-                }
-                Record::Overhead(o) => {
-                    writeln!(
-                        out,
-                        "overhead [{}, {}] pid {} {}",
-                        o.start_ns,
-                        o.end_ns,
-                        o.pid,
-                        strings.get(o.kind)
-                    )
-                }
-                other => writeln!(out, "{other:?}"),
-            };
-        }
+        let mut out = crate::golden::render_records(&log.records, strings);
         let _ = writeln!(
             out,
             "# lines {} skipped {} diagnostics {}",
@@ -865,40 +798,8 @@ mod tests {
         out
     }
 
-    /// Compares `actual` with the golden file `expected`, inferno style: creates it
-    /// when missing, reports the first differing `file:line`, writes the actual output
-    /// to the temporary directory, and rewrites the file under `GPUPERF_BLESS=1`.
     fn check_golden(expected: &Path, actual: &str) {
-        let bless = std::env::var_os("GPUPERF_BLESS").is_some_and(|v| v == "1");
-        if bless || !expected.exists() {
-            std::fs::write(expected, actual)
-                .unwrap_or_else(|e| panic!("failed to write `{}`: {e}", expected.display()));
-            eprintln!("wrote `{}`", expected.display());
-            return;
-        }
-        let want = std::fs::read_to_string(expected)
-            .unwrap_or_else(|e| panic!("failed to read `{}`: {e}", expected.display()));
-        if want == actual {
-            return;
-        }
-        let name = expected
-            .file_name()
-            .map_or("golden".into(), |n| n.to_string_lossy());
-        let tmp = std::env::temp_dir().join(format!("gpuperf-actual-{name}"));
-        std::fs::write(&tmp, actual)
-            .unwrap_or_else(|e| panic!("failed to write `{}`: {e}", tmp.display()));
-        let (w, a): (Vec<_>, Vec<_>) = (want.lines().collect(), actual.lines().collect());
-        let first = (0..w.len().max(a.len()))
-            .find(|&i| w.get(i) != a.get(i))
-            .unwrap_or(0);
-        panic!(
-            "{}:{}: expected {:?}, got {:?}\nactual output written to `{}`\n{BLESS_MSG}",
-            expected.display(),
-            first + 1,
-            w.get(first).copied().unwrap_or("<end of file>"),
-            a.get(first).copied().unwrap_or("<end of file>"),
-            tmp.display()
-        );
+        crate::golden::check(expected, actual);
     }
 
     #[test]

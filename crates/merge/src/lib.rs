@@ -19,6 +19,8 @@
 
 mod diag;
 mod error;
+#[cfg(test)]
+mod golden;
 pub mod cpu;
 pub mod gputrace;
 pub mod model;

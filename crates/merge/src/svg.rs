@@ -209,8 +209,12 @@ fn gpu_color(frame: &str) -> Option<Color> {
     // Channel = base + span * v, with base + span <= 255.
     let shade = |base: u8, span: u8, v: f32| base + (f32::from(span) * v) as u8;
     let (r, g, b) = if kind.starts_with("Kernel") {
-        // aqua
-        (shade(20, 50, v1), shade(150, 60, v2), shade(170, 60, v2))
+        // aqua, from teal to sky blue: green and blue move in opposite directions
+        (
+            shade(10, 60, v1),
+            shade(145, 65, v2),
+            shade(180, 60, 1.0 - v2),
+        )
     } else if kind.starts_with("Memcpy") {
         // blue
         (shade(60, 40, v1), shade(100, 50, v1), shade(210, 45, v2))
@@ -535,7 +539,7 @@ mod tests {
             let memset = c(&format!("[GPU_Memset{i}]"));
             let pending = c(&format!("[GPU_Launch_Pending{i}]"));
             assert!(
-                kernel.g >= 150 && kernel.b >= 170 && kernel.r <= 70,
+                kernel.g >= 145 && kernel.b >= 180 && kernel.r <= 70,
                 "{kernel:?}"
             );
             assert!(memcpy.b >= 210 && memcpy.g <= 150, "{memcpy:?}");

@@ -1,0 +1,18 @@
+//! Integration tests: readers, the join and the writers on golden files.
+
+// The shared golden helper lives in the library's test-only module; it names the
+// model as `crate::model`, which this re-export provides.
+#[path = "../../src/golden.rs"]
+#[allow(dead_code)]
+mod golden;
+pub use gpuperf_merge::model;
+
+mod join;
+mod scenario;
+
+use std::path::{Path, PathBuf};
+
+/// A file under `tests/data`.
+pub fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
+}
