@@ -95,11 +95,14 @@ mod tests {
     #[test]
     fn merge_parses_outputs() {
         let cli = Cli::try_parse_from([
-            "gpuperf", "merge", "--gpu", "g", "--cpu", "c", "-m", "m.folded", "-c", "t.json", "-o", "f.svg", "-vv",
+            "gpuperf", "merge", "--gpu", "g", "--cpu", "c", "-m", "m.folded", "-c", "t.json", "-o",
+            "f.svg", "-vv",
         ])
         .unwrap();
         assert_eq!(cli.verbose, 2);
-        let Command::Merge(m) = cli.command else { panic!("not merge") };
+        let Command::Merge(m) = cli.command else {
+            panic!("not merge")
+        };
         assert_eq!(m.input.gpu, [PathBuf::from("g")]);
         assert_eq!(m.folded.as_deref(), Some("m.folded".as_ref()));
         assert_eq!(m.chrome.as_deref(), Some("t.json".as_ref()));
@@ -109,11 +112,24 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_rejected() {
-        assert!(Cli::try_parse_from(["gpuperf", "merge", "--cpu", "c"]).is_err(), "--gpu is required");
+        assert!(
+            Cli::try_parse_from(["gpuperf", "merge", "--cpu", "c"]).is_err(),
+            "--gpu is required"
+        );
         assert!(Cli::try_parse_from(["gpuperf", "report", "--gpu", "g", "--top", "0"]).is_err());
         assert!(Cli::try_parse_from(["gpuperf", "-q", "-v", "report", "--gpu", "g"]).is_err());
-        let r = Cli::try_parse_from(["gpuperf", "report", "--gpu", "g", "--cpu-clock-offset-ns", "-5"]).unwrap();
-        let Command::Report(r) = r.command else { panic!("not report") };
+        let r = Cli::try_parse_from([
+            "gpuperf",
+            "report",
+            "--gpu",
+            "g",
+            "--cpu-clock-offset-ns",
+            "-5",
+        ])
+        .unwrap();
+        let Command::Report(r) = r.command else {
+            panic!("not report")
+        };
         assert_eq!(r.input.cpu_clock_offset_ns, Some(-5));
     }
 }

@@ -27,7 +27,12 @@ fn main() -> ExitCode {
         (_, 2) => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,
     };
-    tracing_subscriber::fmt().with_writer(io::stderr).with_max_level(level).without_time().with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_max_level(level)
+        .without_time()
+        .with_target(false)
+        .init();
     let quiet = cli.quiet;
     let r = match cli.command {
         Command::Merge(a) => merge(a, quiet),
@@ -55,7 +60,12 @@ fn load(input: &InputArgs) -> Result<Loaded> {
     let cpu = match &input.cpu {
         Some(p) => {
             let t = CpuTrace::open(p)?;
-            info!("read {} CPU launches ({} distinct stacks) from `{}`", t.launches.len(), t.stacks.len(), p.display());
+            info!(
+                "read {} CPU launches ({} distinct stacks) from `{}`",
+                t.launches.len(),
+                t.stacks.len(),
+                p.display()
+            );
             report_diagnostics("CPU", &t.diagnostics);
             Some(t)
         }
@@ -64,14 +74,22 @@ fn load(input: &InputArgs) -> Result<Loaded> {
     let mut opts = join::Options::default();
     opts.slack_ns = input.slack_us * 1000;
     opts.cpu_clock_offset_ns = input.cpu_clock_offset_ns;
-    Ok(Loaded { strings, cpu, gpu, opts })
+    Ok(Loaded {
+        strings,
+        cpu,
+        gpu,
+        opts,
+    })
 }
 
 fn report_diagnostics(side: &str, d: &Diagnostics) {
     if d.is_empty() {
         return;
     }
-    warn!("skipped {} malformed {side} trace line(s) or record(s):", d.count);
+    warn!(
+        "skipped {} malformed {side} trace line(s) or record(s):",
+        d.count
+    );
     for x in &d.first {
         warn!("  {x}");
     }
@@ -94,7 +112,11 @@ fn create(path: &Path) -> Result<BufWriter<File>> {
 fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     let mut l = load(&a.input)?;
     let mut folder = folded::Folder::new();
-    let mut chrome = a.chrome.as_deref().map(|p| -> Result<_> { Ok(chrome::Writer::new(create(p)?)?) }).transpose()?;
+    let mut chrome = a
+        .chrome
+        .as_deref()
+        .map(|p| -> Result<_> { Ok(chrome::Writer::new(create(p)?)?) })
+        .transpose()?;
     let summary = {
         let mut sinks: Vec<&mut dyn Sink> = vec![&mut folder];
         if let Some(c) = chrome.as_mut() {
@@ -108,7 +130,9 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     let to_stdout = match &a.folded {
         Some(p) if p.as_os_str() == "-" => true,
         Some(p) => {
-            folder.write(create(p)?).with_context(|| format!("failed to write `{}`", p.display()))?;
+            folder
+                .write(create(p)?)
+                .with_context(|| format!("failed to write `{}`", p.display()))?;
             info!("wrote folded stacks to `{}`", p.display());
             false
         }
@@ -118,19 +142,31 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
         folder.write(io::stdout().lock())?;
     }
     if let (Some(p), Some(c)) = (&a.chrome, chrome) {
-        c.into_inner().flush().with_context(|| format!("failed to write `{}`", p.display()))?;
+        c.into_inner()
+            .flush()
+            .with_context(|| format!("failed to write `{}`", p.display()))?;
         if !quiet {
-            eprintln!("gpuperf: wrote timeline to `{}`; open it in https://ui.perfetto.dev or chrome://tracing", p.display());
+            eprintln!(
+                "gpuperf: wrote timeline to `{}`; open it in https://ui.perfetto.dev or chrome://tracing",
+                p.display()
+            );
         }
     }
     if let Some(p) = &a.svg {
         let mut opts = svg::Options::default();
         opts.title = a.title.clone();
-        let lines: Vec<String> = folder.lines().iter().map(|(s, w)| format!("{s} {w}")).collect();
+        let lines: Vec<String> = folder
+            .lines()
+            .iter()
+            .map(|(s, w)| format!("{s} {w}"))
+            .collect();
         svg::render(&opts, lines.iter().map(String::as_str), create(p)?)
             .with_context(|| format!("failed to write `{}`", p.display()))?;
         if !quiet {
-            eprintln!("gpuperf: wrote flamegraph to `{}`; open it in a web browser", p.display());
+            eprintln!(
+                "gpuperf: wrote flamegraph to `{}`; open it in a web browser",
+                p.display()
+            );
         }
     }
     Ok(())
@@ -140,7 +176,10 @@ fn run_report(a: ReportArgs, _quiet: bool) -> Result<()> {
     let mut l = load(&a.input)?;
     let mut rep = report::Reporter::new();
     let summary = run_join(&mut l, &mut [&mut rep])?;
-    rep.write(io::stdout().lock(), usize::try_from(a.top).unwrap_or(usize::MAX))?;
+    rep.write(
+        io::stdout().lock(),
+        usize::try_from(a.top).unwrap_or(usize::MAX),
+    )?;
     if l.cpu.is_some() {
         eprint!("gpuperf: {summary}");
     }

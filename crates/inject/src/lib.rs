@@ -10,4 +10,4 @@
 //! application runs unprofiled. No code path here pretends to record anything.
 
 /// The GPU trace format version this library will write.
-pub const TRACE_FORMAT_VERSION: u32 = gpuperf_merge::gputrace::FORMAT_VERSION;
+pub const TRACE_FORMAT_VERSION: u16 = gpuperf_merge::gputrace::FORMAT_VERSION;

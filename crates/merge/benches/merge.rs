@@ -19,7 +19,9 @@ use gpuperf_merge::folded::Folder;
 use gpuperf_merge::gputrace;
 use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join;
-use gpuperf_merge::model::{Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable};
+use gpuperf_merge::model::{
+    Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
+};
 
 const CHILD_ENV: &str = "GPUPERF_MERGE_BENCH_CHILD";
 
@@ -30,7 +32,11 @@ fn main() {
     }
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str, default: u64| -> u64 {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     };
     let launches = arg("--launches", 10_000_000);
     let runs = arg("--runs", 5);
@@ -38,7 +44,11 @@ fn main() {
     if !dir.join("done").exists() {
         let t = Instant::now();
         generate(&dir, launches).expect("generate trace");
-        eprintln!("generated {launches} launches in {:.1} s under {}", t.elapsed().as_secs_f64(), dir.display());
+        eprintln!(
+            "generated {launches} launches in {:.1} s under {}",
+            t.elapsed().as_secs_f64(),
+            dir.display()
+        );
     }
     let exe = std::env::current_exe().expect("current exe");
     let mut results: Vec<(f64, u64)> = Vec::new();
@@ -51,12 +61,19 @@ fn main() {
             Command::new(&exe)
         };
         let out = cmd.env(CHILD_ENV, &dir).output().expect("run child");
-        assert!(out.status.success(), "child failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         let mut it = text.split_whitespace();
         let secs: f64 = it.next().and_then(|v| v.parse().ok()).expect("seconds");
         let hwm: u64 = it.next().and_then(|v| v.parse().ok()).expect("peak kB");
-        eprintln!("  run: {secs:.3} s, peak RSS {:.0} MiB", hwm as f64 / 1024.0);
+        eprintln!(
+            "  run: {secs:.3} s, peak RSS {:.0} MiB",
+            hwm as f64 / 1024.0
+        );
         results.push((secs, hwm));
     }
     results.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -75,9 +92,19 @@ fn child(dir: &Path) {
     let mut cpu = CpuTrace::open(&dir.join("cpu.txt")).expect("cpu trace");
     let gpu = GpuInputs::open(&[dir.join("gpu.trace")], &mut strings).expect("gpu trace");
     let mut folder = Folder::new();
-    let summary =
-        join::merge(Some(&mut cpu), &gpu, &mut strings, &join::Options::default(), &mut [&mut folder]).expect("merge");
-    folder.write(BufWriter::new(File::create("/dev/null").expect("/dev/null"))).expect("write");
+    let summary = join::merge(
+        Some(&mut cpu),
+        &gpu,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut folder],
+    )
+    .expect("merge");
+    folder
+        .write(BufWriter::new(
+            File::create("/dev/null").expect("/dev/null"),
+        ))
+        .expect("write");
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -94,10 +121,14 @@ fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
     let pid = 4242;
     let mut strings = StringTable::new();
     let api = strings.intern("cudaLaunchKernel");
-    let kernels: Vec<_> = (0..20).map(|k| strings.intern(&format!("_Z8kernel_{k}PfS_i"))).collect();
+    let kernels: Vec<_> = (0..20)
+        .map(|k| strings.intern(&format!("_Z8kernel_{k}PfS_i")))
+        .collect();
     let stacks: Vec<Vec<String>> = (0..50)
         .map(|s| {
-            let mut f: Vec<String> = ["_start", "__libc_start_main", "main", "Engine::run"].map(String::from).to_vec();
+            let mut f: Vec<String> = ["_start", "__libc_start_main", "main", "Engine::run"]
+                .map(String::from)
+                .to_vec();
             for d in 0..(6 + s % 12) {
                 f.push(format!("model::layer{s}::op{d}()"));
             }
@@ -105,17 +136,37 @@ fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
             f
         })
         .collect();
-    let mut cpu_w = cpu::Writer::new(BufWriter::with_capacity(1 << 20, File::create(dir.join("cpu.txt"))?))?;
-    let mut gpu_w = gputrace::Writer::new(BufWriter::with_capacity(1 << 20, File::create(dir.join("gpu.trace"))?))?;
+    let mut cpu_w = cpu::Writer::new(BufWriter::with_capacity(
+        1 << 20,
+        File::create(dir.join("cpu.txt"))?,
+    ))?;
+    let mut gpu_w = gputrace::Writer::new(BufWriter::with_capacity(
+        1 << 20,
+        File::create(dir.join("gpu.trace"))?,
+    ))?;
     gpu_w.write(
-        &Record::Process(Process { pid, ppid: 1, exe: "/usr/bin/bench".into(), start_ns: 1_000, start_realtime_ns: 0 }),
+        &Record::Process(Process {
+            pid,
+            ppid: 1,
+            exe: "/usr/bin/bench".into(),
+            start_ns: 1_000,
+            start_realtime_ns: 0,
+        }),
         &strings,
     )?;
     let mut t = 1_000_000u64;
     for i in 0..launches {
         let corr = u32::try_from(i + 1).expect("fits");
         let s = (i.wrapping_mul(2654435761) % 50) as usize;
-        cpu_w.launch(t, "bench", pid, pid + 1 + (i % 4) as u32, 0, corr, stacks[s].iter().map(String::as_str))?;
+        let line = cpu::LaunchLine {
+            ts_ns: t,
+            comm: "bench",
+            pid,
+            tid: pid + 1 + (i % 4) as u32,
+            cpu: 0,
+            correlation_id: corr,
+        };
+        cpu_w.launch(&line, stacks[s].iter().map(String::as_str))?;
         let a = ApiCall {
             pid,
             tid: pid + 1 + (i % 4) as u32,
@@ -137,7 +188,11 @@ fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
             stream: 7 + (i % 3) as u32,
             graph_id: 0,
             graph_node_id: 0,
-            kind: ActivityKind::Kernel { name: kernels[s % kernels.len()], grid: [128, 1, 1], block: [256, 1, 1] },
+            kind: ActivityKind::Kernel {
+                name: kernels[s % kernels.len()],
+                grid: [128, 1, 1],
+                block: [256, 1, 1],
+            },
         };
         gpu_w.write(&Record::Activity(k), &strings)?;
         t += 4_000;

@@ -40,7 +40,11 @@ pub struct Writer<W: Write> {
 impl<W: Write> Writer<W> {
     /// Starts the JSON document.
     pub fn new(mut out: W) -> Result<Self> {
-        out.write_all(b"{\"traceEvents\":[\n").map_err(|source| Error::Write { what: "Chrome trace", source })?;
+        out.write_all(b"{\"traceEvents\":[\n")
+            .map_err(|source| Error::Write {
+                what: "Chrome trace",
+                source,
+            })?;
         Ok(Self {
             out,
             first: true,
@@ -77,9 +81,15 @@ impl<W: Write> Writer<W> {
 
     fn check(&mut self, r: std::io::Result<()>) -> Result<()> {
         if let Some(e) = self.err.take() {
-            return Err(Error::Write { what: "Chrome trace", source: e });
+            return Err(Error::Write {
+                what: "Chrome trace",
+                source: e,
+            });
         }
-        r.map_err(|source| Error::Write { what: "Chrome trace", source })
+        r.map_err(|source| Error::Write {
+            what: "Chrome trace",
+            source,
+        })
     }
 
     fn name_process(&mut self, pid: u64, name: &str, sort: u64) -> std::io::Result<()> {
@@ -87,8 +97,14 @@ impl<W: Write> Writer<W> {
             return Ok(());
         }
         let name = json(name);
-        write!(self.event(), r#""ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":{name}}}}}"#)?;
-        write!(self.event(), r#""ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{sort}}}}}"#)
+        write!(
+            self.event(),
+            r#""ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":{name}}}}}"#
+        )?;
+        write!(
+            self.event(),
+            r#""ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{sort}}}}}"#
+        )
     }
 
     fn name_thread(&mut self, pid: u64, tid: u64, name: &str) -> std::io::Result<()> {
@@ -96,7 +112,10 @@ impl<W: Write> Writer<W> {
             return Ok(());
         }
         let name = json(name);
-        write!(self.event(), r#""ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":{name}}}}}"#)
+        write!(
+            self.event(),
+            r#""ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":{name}}}}}"#
+        )
     }
 
     fn cpu_process(&mut self, pid: u32) -> std::io::Result<()> {
@@ -107,17 +126,34 @@ impl<W: Write> Writer<W> {
         self.name_process(u64::from(pid), &name, u64::from(pid))
     }
 
-    fn api(&mut self, ctx: &Context<'_>, a: &crate::model::ApiCall, m: &Match<'_>) -> std::io::Result<()> {
+    fn api(
+        &mut self,
+        ctx: &Context<'_>,
+        a: &crate::model::ApiCall,
+        m: &Match<'_>,
+    ) -> std::io::Result<()> {
         self.cpu_process(a.pid)?;
         let comm = ctx.cpu.and_then(|c| c.comms.get(&(a.pid, a.tid)));
-        let tname = comm.map_or_else(|| format!("thread {}", a.tid), |c| format!("{c} ({})", a.tid));
+        let tname = comm.map_or_else(
+            || format!("thread {}", a.tid),
+            |c| format!("{c} ({})", a.tid),
+        );
         self.name_thread(u64::from(a.pid), u64::from(a.tid), &tname)?;
-        let (ts, dur) = (self.ts(a.start_ns), Us(i128::from(a.end_ns.saturating_sub(a.start_ns))));
+        let (ts, dur) = (
+            self.ts(a.start_ns),
+            Us(i128::from(a.end_ns.saturating_sub(a.start_ns))),
+        );
         let name = json(ctx.strings.get(a.name));
         let (pid, tid, corr) = (a.pid, a.tid, a.correlation_id);
-        let stack = m.launch.zip(ctx.cpu).map(|(l, c)| json(c.stacks.text(l.stack)));
+        let stack = m
+            .launch
+            .zip(ctx.cpu)
+            .map(|(l, c)| json(c.stacks.text(l.stack)));
         let out = self.event();
-        write!(out, r#""ph":"X","cat":"cuda_api","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{dur},"args":{{"correlation_id":{corr}"#)?;
+        write!(
+            out,
+            r#""ph":"X","cat":"cuda_api","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{dur},"args":{{"correlation_id":{corr}"#
+        )?;
         if let Some(stack) = stack {
             write!(out, r#","stack":{stack}"#)?;
         }
@@ -125,15 +161,27 @@ impl<W: Write> Writer<W> {
     }
 
     fn activity(&mut self, ctx: &Context<'_>, a: &Activity, m: &Match<'_>) -> std::io::Result<()> {
-        let gpid = GPU_PID_BASE + (u64::from(a.device.min(127)) << 22) + u64::from(a.pid & ((1 << 22) - 1));
-        let dev_name = self.devices.get(&(a.pid, a.device)).cloned().unwrap_or_default();
+        let gpid = GPU_PID_BASE
+            + (u64::from(a.device.min(127)) << 22)
+            + u64::from(a.pid & ((1 << 22) - 1));
+        let dev_name = self
+            .devices
+            .get(&(a.pid, a.device))
+            .cloned()
+            .unwrap_or_default();
         let pname = format!("GPU {} {dev_name} (pid {})", a.device, a.pid).replace("  ", " ");
         self.name_process(gpid, &pname, GPU_PID_BASE + u64::from(a.device))?;
         let stream = u64::from(a.stream);
-        let tname = if a.stream == u32::MAX { "no stream".to_owned() } else { format!("stream {}", a.stream) };
+        let tname = if a.stream == u32::MAX {
+            "no stream".to_owned()
+        } else {
+            format!("stream {}", a.stream)
+        };
         self.name_thread(gpid, stream, &tname)?;
         let (cat, name) = match a.kind {
-            ActivityKind::Kernel { name, .. } => ("kernel", self.demangler.get(name, ctx.strings).to_owned()),
+            ActivityKind::Kernel { name, .. } => {
+                ("kernel", self.demangler.get(name, ctx.strings).to_owned())
+            }
             ActivityKind::Memcpy { kind, .. } => ("memcpy", format!("Memcpy {kind}")),
             ActivityKind::Memset { .. } => ("memset", "Memset".to_owned()),
             ActivityKind::Sync { .. } => ("sync", "Synchronize".to_owned()),
@@ -141,20 +189,33 @@ impl<W: Write> Writer<W> {
         let (ts, dur) = (self.ts(a.start_ns), Us(i128::from(a.duration_ns())));
         let name = json(&name);
         let corr = a.correlation_id;
-        let stack = m.launch.zip(ctx.cpu).map(|(l, c)| json(c.stacks.text(l.stack)));
+        let stack = m
+            .launch
+            .zip(ctx.cpu)
+            .map(|(l, c)| json(c.stacks.text(l.stack)));
         let out = self.event();
-        write!(out, r#""ph":"X","cat":"{cat}","name":{name},"pid":{gpid},"tid":{stream},"ts":{ts},"dur":{dur},"args":{{"correlation_id":{corr},"device":{},"context":{}"#, a.device, a.context)?;
+        write!(
+            out,
+            r#""ph":"X","cat":"{cat}","name":{name},"pid":{gpid},"tid":{stream},"ts":{ts},"dur":{dur},"args":{{"correlation_id":{corr},"device":{},"context":{}"#,
+            a.device, a.context
+        )?;
         match a.kind {
             ActivityKind::Kernel { grid, block, .. } => write!(
                 out,
                 r#","grid":[{},{},{}],"block":[{},{},{}]"#,
                 grid[0], grid[1], grid[2], block[0], block[1], block[2]
             )?,
-            ActivityKind::Memcpy { bytes, .. } | ActivityKind::Memset { bytes, .. } => write!(out, r#","bytes":{bytes}"#)?,
+            ActivityKind::Memcpy { bytes, .. } | ActivityKind::Memset { bytes, .. } => {
+                write!(out, r#","bytes":{bytes}"#)?
+            }
             ActivityKind::Sync { sync_type } => write!(out, r#","sync_type":{sync_type}"#)?,
         }
         if a.graph_id != 0 {
-            write!(out, r#","graph_id":{},"graph_node_id":{}"#, a.graph_id, a.graph_node_id)?;
+            write!(
+                out,
+                r#","graph_id":{},"graph_node_id":{}"#,
+                a.graph_id, a.graph_node_id
+            )?;
         }
         if let Some(stack) = stack {
             write!(out, r#","stack":{stack}"#)?;
@@ -173,16 +234,28 @@ impl<W: Write> Writer<W> {
         let from = self.ts(api.start_ns + api.end_ns.saturating_sub(api.start_ns) / 2);
         let to = self.ts(a.start_ns);
         let (pid, tid) = (a.pid, api.tid);
-        write!(self.event(), r#""ph":"s","cat":"launch","name":"launch","id":{id},"pid":{pid},"tid":{tid},"ts":{from}}}"#)?;
-        write!(self.event(), r#""ph":"f","bp":"e","cat":"launch","name":"launch","id":{id},"pid":{gpid},"tid":{stream},"ts":{to}}}"#)
+        write!(
+            self.event(),
+            r#""ph":"s","cat":"launch","name":"launch","id":{id},"pid":{pid},"tid":{tid},"ts":{from}}}"#
+        )?;
+        write!(
+            self.event(),
+            r#""ph":"f","bp":"e","cat":"launch","name":"launch","id":{id},"pid":{gpid},"tid":{stream},"ts":{to}}}"#
+        )
     }
 
     fn pending_launch(&mut self, ctx: &Context<'_>, l: &CpuLaunch) -> std::io::Result<()> {
         self.cpu_process(l.pid)?;
         let ts = self.ts(ctx.launch_ts(l));
-        let stack = ctx.cpu.map(|c| json(c.stacks.text(l.stack))).unwrap_or_else(|| "null".into());
+        let stack = ctx
+            .cpu
+            .map(|c| json(c.stacks.text(l.stack)))
+            .unwrap_or_else(|| "null".into());
         let (pid, tid) = (l.pid, l.tid);
-        write!(self.event(), r#""ph":"i","s":"t","cat":"launch","name":"launch without GPU activity","pid":{pid},"tid":{tid},"ts":{ts},"args":{{"stack":{stack}}}}}"#)
+        write!(
+            self.event(),
+            r#""ph":"i","s":"t","cat":"launch","name":"launch without GPU activity","pid":{pid},"tid":{tid},"ts":{ts},"args":{{"stack":{stack}}}}}"#
+        )
     }
 }
 
@@ -206,7 +279,12 @@ impl<W: Write> Sink for Writer<W> {
         self.check(r)
     }
 
-    fn pending(&mut self, ctx: &Context<'_>, launch: &CpuLaunch, _api: Option<&ApiInfo>) -> Result<()> {
+    fn pending(
+        &mut self,
+        ctx: &Context<'_>,
+        launch: &CpuLaunch,
+        _api: Option<&ApiInfo>,
+    ) -> Result<()> {
         let r = self.pending_launch(ctx, launch);
         self.check(r)
     }

@@ -76,7 +76,9 @@ impl Stacks {
         let text = if folded.is_empty() {
             NO_STACK_FRAME.into()
         } else {
-            String::from_utf8_lossy(folded).into_owned().into_boxed_str()
+            String::from_utf8_lossy(folded)
+                .into_owned()
+                .into_boxed_str()
         };
         self.texts.push(text);
         self.map.insert(folded.into(), id);
@@ -163,7 +165,11 @@ impl CpuTrace {
 
     /// Reads a CPU trace file in either format.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|source| Error::Io { action: "open", path: path.to_owned(), source })?;
+        let file = File::open(path).map_err(|source| Error::Io {
+            action: "open",
+            path: path.to_owned(),
+            source,
+        })?;
         Self::read(file, path)
     }
 
@@ -180,22 +186,39 @@ impl CpuTrace {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if first_line {
                 first_line = false;
-                let format = if line == HEADER.as_bytes() { CpuFormat::Gpuperf } else { CpuFormat::Reference };
-                parser = Some(Parser { path, trace: CpuTrace::new(format), seen_data: false });
+                let format = if line == HEADER.as_bytes() {
+                    CpuFormat::Gpuperf
+                } else {
+                    CpuFormat::Reference
+                };
+                parser = Some(Parser {
+                    path,
+                    trace: CpuTrace::new(format),
+                    seen_data: false,
+                });
                 if format == CpuFormat::Gpuperf {
                     return true;
                 }
             }
             let p = parser.as_mut().expect("set on the first line");
             if !p.line(line_no, line) {
-                not_a_trace = Some(String::from_utf8_lossy(&line[..line.len().min(40)]).into_owned());
+                not_a_trace =
+                    Some(String::from_utf8_lossy(&line[..line.len().min(40)]).into_owned());
                 return false;
             }
             true
         })
-        .map_err(|source| Error::Io { action: "read", path: path.to_owned(), source })?;
+        .map_err(|source| Error::Io {
+            action: "read",
+            path: path.to_owned(),
+            source,
+        })?;
         if let Some(found) = not_a_trace {
-            return Err(Error::NotATrace { path: path.to_owned(), expected: "CPU stack trace", found });
+            return Err(Error::NotATrace {
+                path: path.to_owned(),
+                expected: "CPU stack trace",
+                found,
+            });
         }
         Ok(parser.map_or_else(|| CpuTrace::new(CpuFormat::Reference), |p| p.trace))
     }
@@ -236,16 +259,26 @@ impl Parser<'_> {
             Some(f) => {
                 self.seen_data = true;
                 let corr = if numeric == 4 { f.nums[3] } else { 0 };
-                let (Ok(pid), Ok(tid), Ok(corr)) = (u32::try_from(f.nums[0]), u32::try_from(f.nums[1]), u32::try_from(corr))
-                else {
+                let (Ok(pid), Ok(tid), Ok(corr)) = (
+                    u32::try_from(f.nums[0]),
+                    u32::try_from(f.nums[1]),
+                    u32::try_from(corr),
+                ) else {
                     self.bad(line_no, "pid, tid or correlation id out of range");
                     return true;
                 };
                 let stack = self.trace.stacks.intern(f.frames);
-                self.trace.launches.push(CpuLaunch { ts_ns: f.ts, pid, tid, correlation_id: corr, stack });
-                if !self.trace.comms.contains_key(&(pid, tid)) {
-                    self.trace.comms.insert((pid, tid), String::from_utf8_lossy(f.comm).into_owned());
-                }
+                self.trace.launches.push(CpuLaunch {
+                    ts_ns: f.ts,
+                    pid,
+                    tid,
+                    correlation_id: corr,
+                    stack,
+                });
+                self.trace
+                    .comms
+                    .entry((pid, tid))
+                    .or_insert_with(|| String::from_utf8_lossy(f.comm).into_owned());
                 true
             }
             None if !self.seen_data => false,
@@ -262,7 +295,10 @@ impl Parser<'_> {
 
     fn bad(&mut self, line_no: u64, msg: &'static str) {
         let path = self.path;
-        self.trace.diagnostics.push(|| format!("{}:{line_no}", path.display()), || msg.to_owned());
+        self.trace.diagnostics.push(
+            || format!("{}:{line_no}", path.display()),
+            || msg.to_owned(),
+        );
     }
 }
 
@@ -315,7 +351,12 @@ fn split_line(line: &[u8], k: usize) -> Option<Fields<'_>> {
         if ok {
             let comm = &rest[..starts[c] - 1];
             let frames = token_start(c + k, &mut starts).map_or(&[][..], |f| &rest[f..]);
-            return Some(Fields { ts, comm, nums, frames });
+            return Some(Fields {
+                ts,
+                comm,
+                nums,
+                frames,
+            });
         }
     }
     None
@@ -375,6 +416,23 @@ fn for_each_line<R: Read>(mut input: R, mut f: impl FnMut(u64, &[u8]) -> bool) -
     }
 }
 
+/// The fields of one launch line before its frames.
+#[derive(Copy, Clone, Debug)]
+pub struct LaunchLine<'a> {
+    /// Probe time, `CLOCK_MONOTONIC` ns.
+    pub ts_ns: u64,
+    /// Command name.
+    pub comm: &'a str,
+    /// Process id.
+    pub pid: u32,
+    /// Linux TID.
+    pub tid: u32,
+    /// CPU the probe fired on.
+    pub cpu: u32,
+    /// CUPTI correlation id, 0 when unknown.
+    pub correlation_id: u32,
+}
+
 /// Writes gpuperf-format CPU lines; the profiler's side of the format.
 pub struct Writer<W: Write> {
     out: W,
@@ -386,26 +444,34 @@ impl<W: Write> Writer<W> {
     pub fn new(mut out: W) -> io::Result<Self> {
         out.write_all(HEADER.as_bytes())?;
         out.write_all(b"\n")?;
-        Ok(Self { out, line: Vec::with_capacity(256) })
+        Ok(Self {
+            out,
+            line: Vec::with_capacity(256),
+        })
     }
 
     /// Writes one launch. `frames` are root first; `;`, newlines and (in `comm`)
     /// whitespace are replaced so the line stays parseable.
     pub fn launch<'f>(
         &mut self,
-        ts_ns: u64,
-        comm: &str,
-        pid: u32,
-        tid: u32,
-        cpu: u32,
-        correlation_id: u32,
+        l: &LaunchLine<'_>,
         frames: impl IntoIterator<Item = &'f str>,
     ) -> io::Result<()> {
-        use std::io::Write as _;
+        let LaunchLine {
+            ts_ns,
+            comm,
+            pid,
+            tid,
+            cpu,
+            correlation_id,
+        } = *l;
         self.line.clear();
         write!(self.line, "{ts_ns} ")?;
         let comm = if comm.is_empty() { "?" } else { comm };
-        self.line.extend(comm.bytes().map(|b| if b.is_ascii_whitespace() { b'_' } else { b }));
+        self.line.extend(
+            comm.bytes()
+                .map(|b| if b.is_ascii_whitespace() { b'_' } else { b }),
+        );
         write!(self.line, " {pid} {tid} {cpu} {correlation_id} ")?;
         for (i, frame) in frames.into_iter().enumerate() {
             if i > 0 {
@@ -450,8 +516,20 @@ mod tests {
         let t = read("100 app 7 7 3 _start;main;cudaLaunchKernel\n200 my app 7 7 3 main;foo(int, char);cudaLaunchKernel\r\n").unwrap();
         assert_eq!(t.format, CpuFormat::Reference);
         assert_eq!(t.launches.len(), 2);
-        assert_eq!(t.launches[1], CpuLaunch { ts_ns: 200, pid: 7, tid: 7, correlation_id: 0, stack: StackId(1) });
-        assert_eq!(t.stacks.text(StackId(1)), "main;foo(int, char);cudaLaunchKernel");
+        assert_eq!(
+            t.launches[1],
+            CpuLaunch {
+                ts_ns: 200,
+                pid: 7,
+                tid: 7,
+                correlation_id: 0,
+                stack: StackId(1)
+            }
+        );
+        assert_eq!(
+            t.stacks.text(StackId(1)),
+            "main;foo(int, char);cudaLaunchKernel"
+        );
         assert_eq!(t.stacks.leaf(StackId(1)), "cudaLaunchKernel");
         assert_eq!(t.comms[&(7, 7)], "app");
         assert!(t.diagnostics.is_empty());
@@ -473,14 +551,23 @@ mod tests {
         let t = read("100 app 7 7 3 main\nbogus\n\n300 app x 7 3 main\n400 app 7 7 3 main;x\n5000000000 a 99999999999 1 1 f\n").unwrap();
         assert_eq!(t.launches.len(), 2);
         assert_eq!(t.diagnostics.count, 3);
-        let places: Vec<_> = t.diagnostics.first.iter().map(|d| d.location.as_str()).collect();
+        let places: Vec<_> = t
+            .diagnostics
+            .first
+            .iter()
+            .map(|d| d.location.as_str())
+            .collect();
         assert_eq!(places, ["cpu.txt:2", "cpu.txt:4", "cpu.txt:6"]);
     }
 
     #[test]
     fn a_file_that_is_not_a_cpu_trace_is_one_error() {
         let err = read("GPUPERF\0\x01\0\x10\0").unwrap_err();
-        assert!(err.to_string().starts_with("`cpu.txt` is not a CPU stack trace"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("`cpu.txt` is not a CPU stack trace"),
+            "{err}"
+        );
         let empty = read("").unwrap();
         assert!(empty.launches.is_empty());
     }
@@ -488,7 +575,15 @@ mod tests {
     #[test]
     fn writer_output_reads_back() {
         let mut w = Writer::new(Vec::new()).unwrap();
-        w.launch(5, "my app", 1, 2, 3, 4, ["main", "a;b", "cudaLaunchKernel"]).unwrap();
+        let l = LaunchLine {
+            ts_ns: 5,
+            comm: "my app",
+            pid: 1,
+            tid: 2,
+            cpu: 3,
+            correlation_id: 4,
+        };
+        w.launch(&l, ["main", "a;b", "cudaLaunchKernel"]).unwrap();
         w.dropped(7).unwrap();
         let bytes = w.into_inner();
         assert_eq!(

@@ -31,7 +31,8 @@ impl Demangler {
         if self.cache.len() <= i {
             self.cache.resize(i + 1, None);
         }
-        self.cache[i].get_or_insert_with(|| demangle(strings.get(id)).replace(';', ":").into_boxed_str())
+        self.cache[i]
+            .get_or_insert_with(|| demangle(strings.get(id)).replace(';', ":").into_boxed_str())
     }
 }
 
@@ -41,12 +42,18 @@ mod tests {
 
     #[test]
     fn demangles_cpp_and_rust_and_passes_others() {
-        assert_eq!(demangle("_Z12attentionQKTPfS_S_iii"), "attentionQKT(float*, float*, float*, int, int, int)");
+        assert_eq!(
+            demangle("_Z12attentionQKTPfS_S_iii"),
+            "attentionQKT(float*, float*, float*, int, int, int)"
+        );
         assert_eq!(
             demangle("_ZN7cutlass6KernelINS_4gemmEEEvNT_6ParamsE"),
             "void cutlass::Kernel<cutlass::gemm>(cutlass::gemm::Params)"
         );
-        assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE"), "core::fmt::write");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
         assert_eq!(demangle("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
         assert_eq!(demangle("_Znot a symbol"), "_Znot a symbol");
     }

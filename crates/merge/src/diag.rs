@@ -27,16 +27,19 @@ impl fmt::Display for Diagnostic {
 pub struct Diagnostics {
     /// Total number of problems.
     pub count: u64,
-    /// The first [`KEPT`] problems.
+    /// The first few problems (ten at most).
     pub first: Vec<Diagnostic>,
 }
 
 impl Diagnostics {
-    /// Counts a problem, keeping its text if fewer than [`KEPT`] are kept.
+    /// Counts a problem, keeping its text while fewer than ten are kept.
     pub fn push(&mut self, location: impl FnOnce() -> String, message: impl FnOnce() -> String) {
         self.count += 1;
         if self.first.len() < KEPT {
-            self.first.push(Diagnostic { location: location(), message: message() });
+            self.first.push(Diagnostic {
+                location: location(),
+                message: message(),
+            });
         }
     }
 

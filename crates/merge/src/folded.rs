@@ -58,7 +58,10 @@ impl Folder {
 
     /// Writes `stack weight` lines.
     pub fn write<W: Write>(&self, mut out: W) -> Result<()> {
-        let err = |source| Error::Write { what: "folded stacks", source };
+        let err = |source| Error::Write {
+            what: "folded stacks",
+            source,
+        };
         for (stack, w) in &self.lines {
             writeln!(out, "{stack} {w}").map_err(err)?;
         }
@@ -72,18 +75,30 @@ impl Folder {
 
 impl Sink for Folder {
     fn record(&mut self, _ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
-        let Record::Activity(a) = rec else { return Ok(()) };
+        let Record::Activity(a) = rec else {
+            return Ok(());
+        };
         let label = match a.kind {
             ActivityKind::Kernel { name, .. } => Label::Kernel(name),
             ActivityKind::Memcpy { kind, .. } => Label::Memcpy(kind),
             ActivityKind::Memset { .. } => Label::Memset,
             ActivityKind::Sync { .. } => return Ok(()),
         };
-        self.add(m.launch.map(|l| l.stack), m.api.map(|a| a.name), label, a.duration_ns());
+        self.add(
+            m.launch.map(|l| l.stack),
+            m.api.map(|a| a.name),
+            label,
+            a.duration_ns(),
+        );
         Ok(())
     }
 
-    fn pending(&mut self, _ctx: &Context<'_>, launch: &CpuLaunch, api: Option<&ApiInfo>) -> Result<()> {
+    fn pending(
+        &mut self,
+        _ctx: &Context<'_>,
+        launch: &CpuLaunch,
+        api: Option<&ApiInfo>,
+    ) -> Result<()> {
         self.add(Some(launch.stack), api.map(|a| a.name), Label::Pending, 0);
         Ok(())
     }
@@ -95,7 +110,9 @@ impl Sink for Folder {
         let mut group_of: FxHashMap<String, usize> = FxHashMap::default();
         for (&(stack, api, label), &ns) in &self.acc {
             let frame = match label {
-                Label::Kernel(name) => format!("[GPU_Kernel]{}", self.demangler.get(name, ctx.strings)),
+                Label::Kernel(name) => {
+                    format!("[GPU_Kernel]{}", self.demangler.get(name, ctx.strings))
+                }
                 Label::Memcpy(kind) => format!("[GPU_Memcpy {kind}]"),
                 Label::Memset => "[GPU_Memset]".to_owned(),
                 Label::Pending => PENDING_FRAME.to_owned(),
@@ -120,10 +137,15 @@ impl Sink for Folder {
             });
             by_text.entry(text).or_insert((0, g)).0 += ns;
         }
-        let mut lines: Vec<(String, u64, usize)> = by_text.into_iter().map(|(t, (ns, g))| (t, ns, g)).collect();
+        let mut lines: Vec<(String, u64, usize)> =
+            by_text.into_iter().map(|(t, (ns, g))| (t, ns, g)).collect();
         lines.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let weights = round_per_group(&lines, groups.len());
-        self.lines = lines.into_iter().zip(weights).map(|((t, _, _), w)| (t, w)).collect();
+        self.lines = lines
+            .into_iter()
+            .zip(weights)
+            .map(|((t, _, _), w)| (t, w))
+            .collect();
         self.acc = FxHashMap::default();
         Ok(())
     }
@@ -167,7 +189,12 @@ mod tests {
         let lines: Vec<(String, u64, usize)> = (0..10).map(|i| (format!("s{i}"), 800, 0)).collect();
         let w = round_per_group(&lines, 1);
         assert_eq!(w.iter().sum::<u64>(), 8);
-        let mixed = vec![("a".into(), 1_499, 0), ("b".into(), 2_501, 0), ("c".into(), 999, 1), ("d".into(), 0, 1)];
+        let mixed = vec![
+            ("a".into(), 1_499, 0),
+            ("b".into(), 2_501, 0),
+            ("c".into(), 999, 1),
+            ("d".into(), 0, 1),
+        ];
         let w = round_per_group(&mixed, 2);
         assert_eq!(w, vec![1, 3, 1, 0]);
     }

@@ -7,7 +7,8 @@ use std::path::Path;
 use crate::model::{ActivityKind, Record, StringTable};
 
 /// Shown when a golden comparison fails.
-pub const BLESS_MSG: &str = "If the change is intended, rerun with GPUPERF_BLESS=1 to rewrite the expected file.";
+pub const BLESS_MSG: &str =
+    "If the change is intended, rerun with GPUPERF_BLESS=1 to rewrite the expected file.";
 
 /// Compares `actual` with the golden file `expected`: creates it when missing,
 /// reports the first differing `file:line`, writes the actual output to the
@@ -16,20 +17,26 @@ pub const BLESS_MSG: &str = "If the change is intended, rerun with GPUPERF_BLESS
 pub fn check(expected: &Path, actual: &str) {
     let bless = std::env::var_os("GPUPERF_BLESS").is_some_and(|v| v == "1");
     if bless || !expected.exists() {
-        std::fs::write(expected, actual).unwrap_or_else(|e| panic!("failed to write `{}`: {e}", expected.display()));
+        std::fs::write(expected, actual)
+            .unwrap_or_else(|e| panic!("failed to write `{}`: {e}", expected.display()));
         eprintln!("wrote `{}`", expected.display());
         return;
     }
-    let want =
-        std::fs::read_to_string(expected).unwrap_or_else(|e| panic!("failed to read `{}`: {e}", expected.display()));
+    let want = std::fs::read_to_string(expected)
+        .unwrap_or_else(|e| panic!("failed to read `{}`: {e}", expected.display()));
     if want == actual {
         return;
     }
-    let name = expected.file_name().map_or("golden".into(), |n| n.to_string_lossy());
+    let name = expected
+        .file_name()
+        .map_or("golden".into(), |n| n.to_string_lossy());
     let tmp = std::env::temp_dir().join(format!("gpuperf-actual-{name}"));
-    std::fs::write(&tmp, actual).unwrap_or_else(|e| panic!("failed to write `{}`: {e}", tmp.display()));
+    std::fs::write(&tmp, actual)
+        .unwrap_or_else(|e| panic!("failed to write `{}`: {e}", tmp.display()));
     let (w, a): (Vec<_>, Vec<_>) = (want.lines().collect(), actual.lines().collect());
-    let first = (0..w.len().max(a.len())).find(|&i| w.get(i) != a.get(i)).unwrap_or(0);
+    let first = (0..w.len().max(a.len()))
+        .find(|&i| w.get(i) != a.get(i))
+        .unwrap_or(0);
     panic!(
         "{}:{}: expected {:?}, got {:?}\nactual output written to `{}`\n{BLESS_MSG}",
         expected.display(),
@@ -72,8 +79,12 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                             strings.get(name)
                         ),
                     ),
-                    ActivityKind::Memcpy { kind, bytes } => ("memcpy", format!("{kind} {bytes} bytes")),
-                    ActivityKind::Memset { bytes, value } => ("memset", format!("{bytes} bytes value {value}")),
+                    ActivityKind::Memcpy { kind, bytes } => {
+                        ("memcpy", format!("{kind} {bytes} bytes"))
+                    }
+                    ActivityKind::Memset { bytes, value } => {
+                        ("memset", format!("{bytes} bytes value {value}"))
+                    }
                     ActivityKind::Sync { sync_type } => ("sync", format!("type {sync_type}")),
                 };
                 writeln!(
@@ -91,7 +102,14 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                 )
             }
             Record::Overhead(o) => {
-                writeln!(out, "overhead [{}, {}] pid {} {}", o.start_ns, o.end_ns, o.pid, strings.get(o.kind))
+                writeln!(
+                    out,
+                    "overhead [{}, {}] pid {} {}",
+                    o.start_ns,
+                    o.end_ns,
+                    o.pid,
+                    strings.get(o.kind)
+                )
             }
             other => writeln!(out, "{other:?}"),
         };

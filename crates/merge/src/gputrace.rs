@@ -94,7 +94,13 @@ impl<W: Write> Writer<W> {
         h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         h[10..12].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
         out.write_all(&h)?;
-        Ok(Self { out, local: Vec::new(), by_text: HashMap::new(), next: 0, buf: Vec::with_capacity(128) })
+        Ok(Self {
+            out,
+            local: Vec::new(),
+            by_text: HashMap::new(),
+            next: 0,
+            buf: Vec::with_capacity(128),
+        })
     }
 
     /// Returns the file-local id of `text`, writing a `STRING` record on first use.
@@ -137,12 +143,20 @@ impl<W: Write> Writer<W> {
             Record::Process(p) => {
                 let exe = self.intern(&p.exe)?;
                 self.begin(kind::PROCESS);
-                self.u32(p.pid).u32(p.ppid).u64(p.start_ns).u64(p.start_realtime_ns).u32(exe).u32(0);
+                self.u32(p.pid)
+                    .u32(p.ppid)
+                    .u64(p.start_ns)
+                    .u64(p.start_realtime_ns)
+                    .u32(exe)
+                    .u32(0);
             }
             Record::Device(d) => {
                 let name = self.intern(&d.name)?;
                 self.begin(kind::DEVICE);
-                self.u32(d.id).u32(name).u16(d.compute_capability.0).u16(d.compute_capability.1);
+                self.u32(d.id)
+                    .u32(name)
+                    .u16(d.compute_capability.0)
+                    .u16(d.compute_capability.1);
             }
             Record::Api(a) => {
                 let name = self.intern_id(a.name, strings)?;
@@ -151,7 +165,12 @@ impl<W: Write> Writer<W> {
                     ApiDomain::Runtime => 0,
                     ApiDomain::Driver => 1,
                 };
-                self.u64(a.start_ns).u64(a.end_ns).u32(a.correlation_id).u32(a.tid).u32(a.cbid).u32(name);
+                self.u64(a.start_ns)
+                    .u64(a.end_ns)
+                    .u32(a.correlation_id)
+                    .u32(a.tid)
+                    .u32(a.cbid)
+                    .u32(name);
                 self.u8(domain).u8(0).u16(0);
             }
             Record::Activity(a) => self.activity(a, strings)?,
@@ -187,26 +206,51 @@ impl<W: Write> Writer<W> {
             ActivityKind::Kernel { name, grid, block } => {
                 let name = self.intern_id(name, strings)?;
                 self.begin(kind::KERNEL);
-                self.u64(a.start_ns).u64(a.end_ns).u32(a.correlation_id).u32(name);
-                self.u32(a.context).u32(a.stream).u32(a.graph_id).u64(a.graph_node_id);
+                self.u64(a.start_ns)
+                    .u64(a.end_ns)
+                    .u32(a.correlation_id)
+                    .u32(name);
+                self.u32(a.context)
+                    .u32(a.stream)
+                    .u32(a.graph_id)
+                    .u64(a.graph_node_id);
                 self.u32(grid[0]).u16(sat16(grid[1])).u16(sat16(grid[2]));
-                self.u16(sat16(block[0])).u16(sat16(block[1])).u16(sat16(block[2])).u16(dev);
+                self.u16(sat16(block[0]))
+                    .u16(sat16(block[1]))
+                    .u16(sat16(block[2]))
+                    .u16(dev);
             }
             ActivityKind::Memcpy { kind: k, bytes } => {
                 self.begin(kind::MEMCPY);
-                self.u64(a.start_ns).u64(a.end_ns).u64(bytes).u64(a.graph_node_id);
-                self.u32(a.correlation_id).u32(a.context).u32(a.stream).u32(a.graph_id);
+                self.u64(a.start_ns)
+                    .u64(a.end_ns)
+                    .u64(bytes)
+                    .u64(a.graph_node_id);
+                self.u32(a.correlation_id)
+                    .u32(a.context)
+                    .u32(a.stream)
+                    .u32(a.graph_id);
                 self.u16(dev).u8(k as u8).u8(0).u32(0);
             }
             ActivityKind::Memset { bytes, value } => {
                 self.begin(kind::MEMSET);
-                self.u64(a.start_ns).u64(a.end_ns).u64(bytes).u64(a.graph_node_id);
-                self.u32(a.correlation_id).u32(a.context).u32(a.stream).u32(a.graph_id);
+                self.u64(a.start_ns)
+                    .u64(a.end_ns)
+                    .u64(bytes)
+                    .u64(a.graph_node_id);
+                self.u32(a.correlation_id)
+                    .u32(a.context)
+                    .u32(a.stream)
+                    .u32(a.graph_id);
                 self.u32(value).u16(dev).u16(0);
             }
             ActivityKind::Sync { sync_type } => {
                 self.begin(kind::SYNC);
-                self.u64(a.start_ns).u64(a.end_ns).u32(a.correlation_id).u32(a.context).u32(a.stream);
+                self.u64(a.start_ns)
+                    .u64(a.end_ns)
+                    .u32(a.correlation_id)
+                    .u32(a.context)
+                    .u32(a.stream);
                 self.u8(sync_type).u8(0).u16(dev);
             }
         }
@@ -283,7 +327,11 @@ pub fn read<R: Read>(
     strings: &mut StringTable,
     visit: &mut dyn FnMut(&Record, &StringTable),
 ) -> Result<ReadStats> {
-    let io_err = |source| Error::Io { action: "read", path: path.to_owned(), source };
+    let io_err = |source| Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        source,
+    };
     let mut header = [0u8; HEADER_LEN];
     let got = read_full(&mut input, &mut header).map_err(io_err)?;
     if got < MAGIC.len() || !is_gpu_trace(&header) {
@@ -300,7 +348,11 @@ pub fn read<R: Read>(
     }
     let version = u16::from_le_bytes([header[8], header[9]]);
     if version > FORMAT_VERSION || version == 0 {
-        return Err(Error::UnsupportedVersion { path: path.to_owned(), version, supported: FORMAT_VERSION });
+        return Err(Error::UnsupportedVersion {
+            path: path.to_owned(),
+            version,
+            supported: FORMAT_VERSION,
+        });
     }
     let header_len = usize::from(u16::from_le_bytes([header[10], header[11]]));
     let mut skip = vec![0u8; header_len.saturating_sub(HEADER_LEN)];
@@ -309,7 +361,13 @@ pub fn read<R: Read>(
         return Ok(stats);
     }
 
-    let mut decoder = Decoder { path, strings, local: Vec::new(), pid: 0, stats };
+    let mut decoder = Decoder {
+        path,
+        strings,
+        local: Vec::new(),
+        pid: 0,
+        stats,
+    };
     let mut buf = vec![0u8; 1 << 20];
     let mut filled = 0usize;
     let mut start = 0usize;
@@ -325,7 +383,12 @@ pub fn read<R: Read>(
                 break;
             }
             let kind = h[0];
-            decoder.record(kind, &buf[start + RECORD_HEADER_LEN..start + total], offset, visit);
+            decoder.record(
+                kind,
+                &buf[start + RECORD_HEADER_LEN..start + total],
+                offset,
+                visit,
+            );
             start += total;
             offset += total as u64;
         }
@@ -396,11 +459,19 @@ impl Fields<'_> {
 }
 
 impl Decoder<'_> {
-    fn record(&mut self, kind: u8, payload: &[u8], offset: u64, visit: &mut dyn FnMut(&Record, &StringTable)) {
+    fn record(
+        &mut self,
+        kind: u8,
+        payload: &[u8],
+        offset: u64,
+        visit: &mut dyn FnMut(&Record, &StringTable),
+    ) {
         let mut f = Fields { p: payload, at: 0 };
         let rec = match kind {
             kind::STRING => {
-                let Some(id) = f.u32() else { return self.bad(offset, "short STRING record") };
+                let Some(id) = f.u32() else {
+                    return self.bad(offset, "short STRING record");
+                };
                 let text = String::from_utf8_lossy(&payload[4..]);
                 let gid = self.strings.intern(&text);
                 let i = id as usize;
@@ -430,14 +501,30 @@ impl Decoder<'_> {
                 })
             }),
             kind::API => (|| {
-                let (start, end, corr, tid, cbid, name) = (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
-                let domain = if f.u8()? == 1 { ApiDomain::Driver } else { ApiDomain::Runtime };
+                let (start, end, corr, tid, cbid, name) =
+                    (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+                let domain = if f.u8()? == 1 {
+                    ApiDomain::Driver
+                } else {
+                    ApiDomain::Runtime
+                };
                 Some((start, end, corr, tid, cbid, name, domain))
             })()
-            .map(|(start_ns, end_ns, correlation_id, tid, cbid, name, domain)| {
-                let name = self.string(name, offset);
-                Record::Api(ApiCall { pid: self.pid, tid, start_ns, end_ns, correlation_id, cbid, domain, name })
-            }),
+            .map(
+                |(start_ns, end_ns, correlation_id, tid, cbid, name, domain)| {
+                    let name = self.string(name, offset);
+                    Record::Api(ApiCall {
+                        pid: self.pid,
+                        tid,
+                        start_ns,
+                        end_ns,
+                        correlation_id,
+                        cbid,
+                        domain,
+                        name,
+                    })
+                },
+            ),
             kind::KERNEL => self.kernel(&mut f, offset),
             kind::MEMCPY => (|| {
                 let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
@@ -453,13 +540,17 @@ impl Decoder<'_> {
                     stream,
                     graph_id: graph,
                     graph_node_id: node,
-                    kind: ActivityKind::Memcpy { kind: MemcpyKind::from_u8(k), bytes },
+                    kind: ActivityKind::Memcpy {
+                        kind: MemcpyKind::from_u8(k),
+                        bytes,
+                    },
                 })
             })()
             .map(Record::Activity),
             kind::MEMSET => (|| {
                 let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
-                let (corr, ctx, stream, graph, value) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+                let (corr, ctx, stream, graph, value) =
+                    (f.u32()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
                 let dev = f.u16()?;
                 Some(Activity {
                     pid: self.pid,
@@ -476,7 +567,8 @@ impl Decoder<'_> {
             })()
             .map(Record::Activity),
             kind::SYNC => (|| {
-                let (start, end, corr, ctx, stream) = (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?);
+                let (start, end, corr, ctx, stream) =
+                    (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?);
                 let sync_type = f.u8()?;
                 let _ = f.u8()?;
                 let dev = f.u16()?;
@@ -501,13 +593,27 @@ impl Decoder<'_> {
                     1 => DropSource::Writer,
                     _ => DropSource::RingBuffer,
                 };
-                Some(Record::Dropped(Dropped { pid: self.pid, source, count }))
+                Some(Record::Dropped(Dropped {
+                    pid: self.pid,
+                    source,
+                    count,
+                }))
             })(),
-            kind::OVERHEAD => (|| Some((f.u64()?, f.u64()?, f.u32()?)))().map(|(start_ns, end_ns, k)| {
-                let kind = self.string(k, offset);
-                Record::Overhead(Overhead { pid: self.pid, kind, start_ns, end_ns })
-            }),
-            kind::NOTE => Some(Record::Note(Note { pid: self.pid, text: String::from_utf8_lossy(payload).into_owned() })),
+            kind::OVERHEAD => {
+                (|| Some((f.u64()?, f.u64()?, f.u32()?)))().map(|(start_ns, end_ns, k)| {
+                    let kind = self.string(k, offset);
+                    Record::Overhead(Overhead {
+                        pid: self.pid,
+                        kind,
+                        start_ns,
+                        end_ns,
+                    })
+                })
+            }
+            kind::NOTE => Some(Record::Note(Note {
+                pid: self.pid,
+                text: String::from_utf8_lossy(payload).into_owned(),
+            })),
             _ => {
                 self.stats.unknown_kinds += 1;
                 return;
@@ -523,17 +629,28 @@ impl Decoder<'_> {
     }
 
     fn process(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
-        let (pid, ppid, start_ns, start_realtime_ns, exe) = (f.u32()?, f.u32()?, f.u64()?, f.u64()?, f.u32()?);
+        let (pid, ppid, start_ns, start_realtime_ns, exe) =
+            (f.u32()?, f.u32()?, f.u64()?, f.u64()?, f.u32()?);
         self.pid = pid;
         let exe = self.string(exe, offset);
-        Some(Record::Process(Process { pid, ppid, exe: self.strings.get(exe).to_owned(), start_ns, start_realtime_ns }))
+        Some(Record::Process(Process {
+            pid,
+            ppid,
+            exe: self.strings.get(exe).to_owned(),
+            start_ns,
+            start_realtime_ns,
+        }))
     }
 
     fn kernel(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
         let (start_ns, end_ns, corr, name) = (f.u64()?, f.u64()?, f.u32()?, f.u32()?);
         let (context, stream, graph_id, graph_node_id) = (f.u32()?, f.u32()?, f.u32()?, f.u64()?);
         let grid = [f.u32()?, u32::from(f.u16()?), u32::from(f.u16()?)];
-        let block = [u32::from(f.u16()?), u32::from(f.u16()?), u32::from(f.u16()?)];
+        let block = [
+            u32::from(f.u16()?),
+            u32::from(f.u16()?),
+            u32::from(f.u16()?),
+        ];
         let device = u32::from(f.u16()?);
         let name = self.string(name, offset);
         Some(Record::Activity(Activity {
@@ -554,13 +671,18 @@ impl Decoder<'_> {
         if let Some(Some(id)) = self.local.get(local as usize) {
             return *id;
         }
-        self.bad(offset, "record names a string id that no STRING record defined");
+        self.bad(
+            offset,
+            "record names a string id that no STRING record defined",
+        );
         self.strings.intern(&format!("[unknown string {local}]"))
     }
 
     fn bad(&mut self, offset: u64, msg: &'static str) {
         let path = self.path;
-        self.stats.diagnostics.push(|| format!("{}@{offset}", path.display()), || msg.to_owned());
+        self.stats
+            .diagnostics
+            .push(|| format!("{}@{offset}", path.display()), || msg.to_owned());
     }
 }
 
@@ -573,8 +695,19 @@ mod tests {
         let api = strings.intern("cudaLaunchKernel");
         let ovh = strings.intern("CUPTI_INSTRUMENTATION");
         vec![
-            Record::Process(Process { pid: 42, ppid: 1, exe: "/bin/app".into(), start_ns: 10, start_realtime_ns: 20 }),
-            Record::Device(Device { pid: 42, id: 0, name: "NVIDIA H100".into(), compute_capability: (9, 0) }),
+            Record::Process(Process {
+                pid: 42,
+                ppid: 1,
+                exe: "/bin/app".into(),
+                start_ns: 10,
+                start_realtime_ns: 20,
+            }),
+            Record::Device(Device {
+                pid: 42,
+                id: 0,
+                name: "NVIDIA H100".into(),
+                compute_capability: (9, 0),
+            }),
             Record::Api(ApiCall {
                 pid: 42,
                 tid: 43,
@@ -595,7 +728,11 @@ mod tests {
                 stream: 13,
                 graph_id: 3,
                 graph_node_id: 1 << 40,
-                kind: ActivityKind::Kernel { name: k, grid: [1 << 20, 2, 3], block: [256, 1, 1] },
+                kind: ActivityKind::Kernel {
+                    name: k,
+                    grid: [1 << 20, 2, 3],
+                    block: [256, 1, 1],
+                },
             }),
             Record::Activity(Activity {
                 pid: 42,
@@ -607,7 +744,10 @@ mod tests {
                 stream: 7,
                 graph_id: 0,
                 graph_node_id: 0,
-                kind: ActivityKind::Memcpy { kind: MemcpyKind::DtoH, bytes: 4096 },
+                kind: ActivityKind::Memcpy {
+                    kind: MemcpyKind::DtoH,
+                    bytes: 4096,
+                },
             }),
             Record::Activity(Activity {
                 pid: 42,
@@ -619,7 +759,10 @@ mod tests {
                 stream: 7,
                 graph_id: 0,
                 graph_node_id: 0,
-                kind: ActivityKind::Memset { bytes: 64, value: 0xff },
+                kind: ActivityKind::Memset {
+                    bytes: 64,
+                    value: 0xff,
+                },
             }),
             Record::Activity(Activity {
                 pid: 42,
@@ -633,9 +776,21 @@ mod tests {
                 graph_node_id: 0,
                 kind: ActivityKind::Sync { sync_type: 3 },
             }),
-            Record::Dropped(Dropped { pid: 42, source: DropSource::CuptiActivity, count: 5 }),
-            Record::Overhead(Overhead { pid: 42, kind: ovh, start_ns: 1, end_ns: 2 }),
-            Record::Note(Note { pid: 42, text: "cuptiSubscribe failed".into() }),
+            Record::Dropped(Dropped {
+                pid: 42,
+                source: DropSource::CuptiActivity,
+                count: 5,
+            }),
+            Record::Overhead(Overhead {
+                pid: 42,
+                kind: ovh,
+                start_ns: 1,
+                end_ns: 2,
+            }),
+            Record::Note(Note {
+                pid: 42,
+                text: "cuptiSubscribe failed".into(),
+            }),
         ]
     }
 
@@ -650,7 +805,10 @@ mod tests {
     fn decode(bytes: &[u8]) -> (Vec<Record>, StringTable, ReadStats) {
         let mut strings = StringTable::new();
         let mut out = Vec::new();
-        let stats = read(bytes, Path::new("t.gpt"), &mut strings, &mut |r, _| out.push(r.clone())).unwrap();
+        let stats = read(bytes, Path::new("t.gpt"), &mut strings, &mut |r, _| {
+            out.push(r.clone())
+        })
+        .unwrap();
         (out, strings, stats)
     }
 
@@ -658,9 +816,10 @@ mod tests {
         recs.iter()
             .map(|r| match r {
                 Record::Api(a) => strings.get(a.name).to_owned(),
-                Record::Activity(Activity { kind: ActivityKind::Kernel { name, .. }, .. }) => {
-                    strings.get(*name).to_owned()
-                }
+                Record::Activity(Activity {
+                    kind: ActivityKind::Kernel { name, .. },
+                    ..
+                }) => strings.get(*name).to_owned(),
                 Record::Overhead(o) => strings.get(o.kind).to_owned(),
                 _ => String::new(),
             })
@@ -684,9 +843,10 @@ mod tests {
                 .map(|mut r| {
                     match &mut r {
                         Record::Api(a) => a.name = StringId(0),
-                        Record::Activity(Activity { kind: ActivityKind::Kernel { name, .. }, .. }) => {
-                            *name = StringId(0)
-                        }
+                        Record::Activity(Activity {
+                            kind: ActivityKind::Kernel { name, .. },
+                            ..
+                        }) => *name = StringId(0),
                         Record::Overhead(o) => o.kind = StringId(0),
                         _ => {}
                     }
@@ -718,7 +878,10 @@ mod tests {
         let (all, _, _) = decode(&bytes);
         let mut boundaries = vec![HEADER_LEN];
         while let Some(&b) = boundaries.last().filter(|&&b| b < bytes.len()) {
-            boundaries.push(b + RECORD_HEADER_LEN + usize::from(u16::from_le_bytes([bytes[b + 2], bytes[b + 3]])));
+            boundaries.push(
+                b + RECORD_HEADER_LEN
+                    + usize::from(u16::from_le_bytes([bytes[b + 2], bytes[b + 3]])),
+            );
         }
         for cut in HEADER_LEN..=bytes.len() {
             let (part, _, stats) = decode(&bytes[..cut]);
@@ -728,7 +891,10 @@ mod tests {
             let at_boundary = boundaries.contains(&cut);
             assert_eq!(stats.truncated_at.is_none(), at_boundary, "cut at {cut}");
             if let Some(at) = stats.truncated_at {
-                assert_eq!(at as usize, *boundaries.iter().rev().find(|&&b| b < cut).unwrap());
+                assert_eq!(
+                    at as usize,
+                    *boundaries.iter().rev().find(|&&b| b < cut).unwrap()
+                );
             }
         }
         assert_eq!(decode(&bytes).0.len(), all.len());
@@ -737,8 +903,17 @@ mod tests {
     #[test]
     fn not_a_trace_is_one_clear_error() {
         let mut strings = StringTable::new();
-        let err = read(&b"RUNTIME [ 1, 2 ]"[..], Path::new("x.txt"), &mut strings, &mut |_, _| {}).unwrap_err();
-        assert_eq!(err.to_string(), "`x.txt` is not a gpuperf GPU trace (it starts with \"RUNTIME [ 1, 2 ]\")");
+        let err = read(
+            &b"RUNTIME [ 1, 2 ]"[..],
+            Path::new("x.txt"),
+            &mut strings,
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`x.txt` is not a gpuperf GPU trace (it starts with \"RUNTIME [ 1, 2 ]\")"
+        );
         let mut newer = encode(&[], &strings);
         newer[8] = 9;
         let err = read(&newer[..], Path::new("n.gpt"), &mut strings, &mut |_, _| {}).unwrap_err();

@@ -42,9 +42,15 @@ impl GpuInputs {
         let mut sources = Vec::new();
         for path in paths {
             if path.is_dir() {
-                let io_err = |source| Error::Io { action: "list", path: path.clone(), source };
-                let mut files: Vec<PathBuf> =
-                    fs::read_dir(path).map_err(io_err)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                let io_err = |source| Error::Io {
+                    action: "list",
+                    path: path.clone(),
+                    source,
+                };
+                let mut files: Vec<PathBuf> = fs::read_dir(path)
+                    .map_err(io_err)?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .collect();
                 files.sort();
                 let before = sources.len();
                 for f in files.into_iter().filter(|f| f.is_file()) {
@@ -64,7 +70,11 @@ impl GpuInputs {
             match sniff(path)? {
                 Kind::Binary => sources.push(Source::Binary(path.clone())),
                 Kind::CuptiLog => {
-                    let text = fs::read(path).map_err(|source| Error::Io { action: "read", path: path.clone(), source })?;
+                    let text = fs::read(path).map_err(|source| Error::Io {
+                        action: "read",
+                        path: path.clone(),
+                        source,
+                    })?;
                     let log = cupti_log::parse(&text, path, strings);
                     sources.push(Source::CuptiLog(log));
                 }
@@ -82,20 +92,45 @@ impl GpuInputs {
 
     /// The clock of the inputs' timestamps: CUPTI text logs are on `CLOCK_REALTIME`.
     pub fn clock(&self) -> Clock {
-        if self.sources.iter().any(|s| matches!(s, Source::CuptiLog(..))) { Clock::Realtime } else { Clock::Monotonic }
+        if self
+            .sources
+            .iter()
+            .any(|s| matches!(s, Source::CuptiLog(..)))
+        {
+            Clock::Realtime
+        } else {
+            Clock::Monotonic
+        }
     }
 
     /// Calls `visit` for every record of every input, in order, with the table its
     /// names are interned in.
-    pub fn visit(&self, strings: &mut StringTable, visit: &mut dyn FnMut(&Record, &StringTable)) -> Result<GpuReadSummary> {
+    pub fn visit(
+        &self,
+        strings: &mut StringTable,
+        visit: &mut dyn FnMut(&Record, &StringTable),
+    ) -> Result<GpuReadSummary> {
         let mut summary = GpuReadSummary::default();
         for source in &self.sources {
             match source {
                 Source::Binary(path) => {
-                    let file =
-                        File::open(path).map_err(|source| Error::Io { action: "open", path: path.clone(), source })?;
-                    let ReadStats { records, truncated_at, unknown_kinds, diagnostics, .. } =
-                        gputrace::read(BufReader::with_capacity(1 << 20, file), path, strings, visit)?;
+                    let file = File::open(path).map_err(|source| Error::Io {
+                        action: "open",
+                        path: path.clone(),
+                        source,
+                    })?;
+                    let ReadStats {
+                        records,
+                        truncated_at,
+                        unknown_kinds,
+                        diagnostics,
+                        ..
+                    } = gputrace::read(
+                        BufReader::with_capacity(1 << 20, file),
+                        path,
+                        strings,
+                        visit,
+                    )?;
                     summary.records += records;
                     summary.skipped += unknown_kinds;
                     summary.diagnostics.extend(diagnostics);
@@ -126,14 +161,24 @@ enum Kind {
 
 fn sniff(path: &Path) -> Result<Kind> {
     let mut head = [0u8; 256];
-    let mut file = File::open(path).map_err(|source| Error::Io { action: "open", path: path.to_owned(), source })?;
+    let mut file = File::open(path).map_err(|source| Error::Io {
+        action: "open",
+        path: path.to_owned(),
+        source,
+    })?;
     let mut n = 0;
     while n < head.len() {
         match file.read(&mut head[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => return Err(Error::Io { action: "read", path: path.to_owned(), source }),
+            Err(source) => {
+                return Err(Error::Io {
+                    action: "read",
+                    path: path.to_owned(),
+                    source,
+                });
+            }
         }
     }
     let head = &head[..n];

@@ -27,7 +27,9 @@ use rustc_hash::FxHashMap;
 use crate::cpu::{CpuLaunch, CpuTrace};
 use crate::error::Result;
 use crate::input::{GpuInputs, GpuReadSummary};
-use crate::model::{Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, is_launch_api};
+use crate::model::{
+    Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, is_launch_api,
+};
 
 /// Join options.
 #[derive(Clone, Debug)]
@@ -43,7 +45,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { slack_ns: 50_000, cpu_clock_offset_ns: None }
+        Self {
+            slack_ns: 50_000,
+            cpu_clock_offset_ns: None,
+        }
     }
 }
 
@@ -131,7 +136,12 @@ pub trait Sink {
     fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()>;
 
     /// Called after all records for each CPU launch that no activity matched.
-    fn pending(&mut self, _ctx: &Context<'_>, _launch: &CpuLaunch, _api: Option<&ApiInfo>) -> Result<()> {
+    fn pending(
+        &mut self,
+        _ctx: &Context<'_>,
+        _launch: &CpuLaunch,
+        _api: Option<&ApiInfo>,
+    ) -> Result<()> {
         Ok(())
     }
 
@@ -203,7 +213,11 @@ pub struct Summary {
 impl Summary {
     /// Share of kernels with a CPU stack, in percent (100 when there is none).
     pub fn kernel_match_percent(&self) -> f64 {
-        if self.kernels == 0 { 100.0 } else { 100.0 * self.kernels_matched as f64 / self.kernels as f64 }
+        if self.kernels == 0 {
+            100.0
+        } else {
+            100.0 * self.kernels_matched as f64 / self.kernels as f64
+        }
     }
 }
 
@@ -219,9 +233,17 @@ impl fmt::Display for Summary {
             self.api_launches
         )?;
         if self.graph_kernels > 0 {
-            writeln!(f, "  {} kernels came from CUDA graph launches", self.graph_kernels)?;
+            writeln!(
+                f,
+                "  {} kernels came from CUDA graph launches",
+                self.graph_kernels
+            )?;
         }
-        let mut reasons: Vec<_> = self.kernels_unmatched.iter().filter(|(_, n)| **n > 0).collect();
+        let mut reasons: Vec<_> = self
+            .kernels_unmatched
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .collect();
         reasons.sort();
         for (reason, n) in reasons {
             writeln!(f, "  unmatched kernels: {n} ({})", reason.describe())?;
@@ -234,10 +256,18 @@ impl fmt::Display for Summary {
             )?;
         }
         if self.launches_without_api > 0 {
-            writeln!(f, "  unmatched CPU launches: {} with no API call recorded or paired", self.launches_without_api)?;
+            writeln!(
+                f,
+                "  unmatched CPU launches: {} with no API call recorded or paired",
+                self.launches_without_api
+            )?;
         }
         if self.duplicate_cpu_ids > 0 {
-            writeln!(f, "  CPU lines repeating a correlation id (first kept): {}", self.duplicate_cpu_ids)?;
+            writeln!(
+                f,
+                "  CPU lines repeating a correlation id (first kept): {}",
+                self.duplicate_cpu_ids
+            )?;
         }
         if self.other_activities > 0 {
             writeln!(
@@ -259,12 +289,20 @@ impl fmt::Display for Summary {
                     p.unpaired_cpu,
                     p.unpaired_api,
                     p.offset_ns as f64 / 1e9,
-                    if p.offset_estimated { " (estimated)" } else { "" }
+                    if p.offset_estimated {
+                        " (estimated)"
+                    } else {
+                        ""
+                    }
                 )?;
             }
         }
         if self.cpu_dropped > 0 {
-            writeln!(f, "  dropped: {} CPU launch events (eBPF ring buffer full)", self.cpu_dropped)?;
+            writeln!(
+                f,
+                "  dropped: {} CPU launch events (eBPF ring buffer full)",
+                self.cpu_dropped
+            )?;
         }
         let mut drops: Vec<_> = self.gpu_dropped.iter().filter(|(_, n)| **n > 0).collect();
         drops.sort_by_key(|(s, _)| s.name());
@@ -272,10 +310,18 @@ impl fmt::Display for Summary {
             writeln!(f, "  dropped: {n} GPU records ({})", source.name())?;
         }
         for (path, at) in &self.gpu_read.truncated {
-            writeln!(f, "  truncated: `{}` ends inside a record at byte {at}", path.display())?;
+            writeln!(
+                f,
+                "  truncated: `{}` ends inside a record at byte {at}",
+                path.display()
+            )?;
         }
         if self.gpu_read.skipped > 0 {
-            writeln!(f, "  skipped: {} GPU records of kinds not used", self.gpu_read.skipped)?;
+            writeln!(
+                f,
+                "  skipped: {} GPU records of kinds not used",
+                self.gpu_read.skipped
+            )?;
         }
         for n in &self.notes {
             writeln!(f, "  note from the recorder: {n}")?;
@@ -300,7 +346,8 @@ impl CorrIndex {
         let c = corr as usize;
         if c < self.dense.len() || c <= 2 * self.dense.len() + 4096 {
             if c >= self.dense.len() {
-                self.dense.resize((c + 1).max(self.dense.len() * 3 / 2), Self::NONE);
+                self.dense
+                    .resize((c + 1).max(self.dense.len() * 3 / 2), Self::NONE);
             }
             if self.dense[c] != Self::NONE {
                 return false;
@@ -358,7 +405,11 @@ pub fn merge(
                     launch_names.resize(i + 1, 0);
                 }
                 if launch_names[i] == 0 {
-                    launch_names[i] = if is_launch_api(names.get(a.name)) { 1 } else { 2 };
+                    launch_names[i] = if is_launch_api(names.get(a.name)) {
+                        1
+                    } else {
+                        2
+                    };
                 }
                 let is_launch = launch_names[i] == 1;
                 summary.api_launches += u64::from(is_launch);
@@ -371,7 +422,13 @@ pub fn merge(
                 }
                 let (_, t) = cur.as_mut().expect("set above");
                 if t.by_corr.insert(a.correlation_id, t.infos.len() as u32) {
-                    t.infos.push(ApiInfo { start_ns: a.start_ns, end_ns: a.end_ns, tid: a.tid, name: a.name, is_launch });
+                    t.infos.push(ApiInfo {
+                        start_ns: a.start_ns,
+                        end_ns: a.end_ns,
+                        tid: a.tid,
+                        name: a.name,
+                        is_launch,
+                    });
                     t.corrs.push(a.correlation_id);
                 }
             }
@@ -391,8 +448,17 @@ pub fn merge(
         summary.cpu_launches = cpu.launches.len() as u64;
         summary.cpu_dropped = cpu.dropped;
         pair_by_time(cpu, &apis, opts, &mut offsets, &mut summary.pairings);
-        for (i, l) in cpu.launches.iter().enumerate().filter(|(_, l)| l.correlation_id != 0) {
-            if !cpu_index.entry(l.pid).or_default().insert(l.correlation_id, i as u32) {
+        for (i, l) in cpu
+            .launches
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.correlation_id != 0)
+        {
+            if !cpu_index
+                .entry(l.pid)
+                .or_default()
+                .insert(l.correlation_id, i as u32)
+            {
                 summary.duplicate_cpu_ids += 1;
             }
         }
@@ -402,8 +468,13 @@ pub fn merge(
 
     // (launch index, API call) of a (pid, correlation id).
     let lookup = |pid: u32, corr: u32| -> (Option<usize>, Option<&ApiInfo>) {
-        let api = apis.get(&pid).and_then(|a| a.by_corr.get(corr).map(|i| &a.infos[i as usize]));
-        let launch = cpu_index.get(&pid).and_then(|x| x.get(corr)).map(|i| i as usize);
+        let api = apis
+            .get(&pid)
+            .and_then(|a| a.by_corr.get(corr).map(|i| &a.infos[i as usize]));
+        let launch = cpu_index
+            .get(&pid)
+            .and_then(|x| x.get(corr))
+            .map(|i| i as usize);
         (launch, api)
     };
 
@@ -414,7 +485,12 @@ pub fn merge(
         if sink_err.is_some() {
             return;
         }
-        let ctx = Context { strings: names, cpu, clock, offsets: &offsets };
+        let ctx = Context {
+            strings: names,
+            cpu,
+            clock,
+            offsets: &offsets,
+        };
         let m = match rec {
             Record::Api(a) => to_match(cpu, lookup(a.pid, a.correlation_id)),
             Record::Activity(a) => {
@@ -438,10 +514,19 @@ pub fn merge(
     if let Some(e) = sink_err {
         return Err(e);
     }
-    let ctx = Context { strings, cpu, clock, offsets: &offsets };
+    let ctx = Context {
+        strings,
+        cpu,
+        clock,
+        offsets: &offsets,
+    };
     if let Some(c) = cpu {
         for (l, _) in c.launches.iter().zip(&matched).filter(|(_, m)| !**m) {
-            let api = if l.correlation_id == 0 { None } else { lookup(l.pid, l.correlation_id).1 };
+            let api = if l.correlation_id == 0 {
+                None
+            } else {
+                lookup(l.pid, l.correlation_id).1
+            };
             if api.is_some() {
                 summary.launches_without_gpu += 1;
             } else {
@@ -458,8 +543,14 @@ pub fn merge(
     Ok(summary)
 }
 
-fn to_match<'a>(cpu: Option<&'a CpuTrace>, (launch, api): (Option<usize>, Option<&'a ApiInfo>)) -> Match<'a> {
-    Match { launch: launch.and_then(|i| cpu.map(|c| &c.launches[i])), api }
+fn to_match<'a>(
+    cpu: Option<&'a CpuTrace>,
+    (launch, api): (Option<usize>, Option<&'a ApiInfo>),
+) -> Match<'a> {
+    Match {
+        launch: launch.and_then(|i| cpu.map(|c| &c.launches[i])),
+        api,
+    }
 }
 
 fn count_activity(summary: &mut Summary, a: &Activity, m: &Match<'_>) {
@@ -519,7 +610,11 @@ fn pair_by_time(
         let pa = apis.get(&pid).unwrap_or(&empty);
         // Launch calls not already claimed by an exact CPU line.
         let claimed: rustc_hash::FxHashSet<u32> = if *has_exact {
-            cpu.launches.iter().filter(|l| l.pid == pid && l.correlation_id != 0).map(|l| l.correlation_id).collect()
+            cpu.launches
+                .iter()
+                .filter(|l| l.pid == pid && l.correlation_id != 0)
+                .map(|l| l.correlation_id)
+                .collect()
         } else {
             Default::default()
         };
@@ -531,13 +626,22 @@ fn pair_by_time(
         events.sort_by_key(|&i| cpu.launches[i as usize].ts_ns);
 
         // Per thread when the CPU side's tids are ones the API records know.
-        let api_tids: rustc_hash::FxHashSet<u32> = calls.iter().map(|&i| pa.infos[i as usize].tid).collect();
-        let known = events.iter().filter(|&&i| api_tids.contains(&cpu.launches[i as usize].tid)).count();
+        let api_tids: rustc_hash::FxHashSet<u32> =
+            calls.iter().map(|&i| pa.infos[i as usize].tid).collect();
+        let known = events
+            .iter()
+            .filter(|&&i| api_tids.contains(&cpu.launches[i as usize].tid))
+            .count();
         let per_thread = known * 2 > events.len();
 
-        let ts: Vec<u64> = events.iter().map(|&i| cpu.launches[i as usize].ts_ns).collect();
-        let spans: Vec<(u64, u64)> =
-            calls.iter().map(|&i| (pa.infos[i as usize].start_ns, pa.infos[i as usize].end_ns)).collect();
+        let ts: Vec<u64> = events
+            .iter()
+            .map(|&i| cpu.launches[i as usize].ts_ns)
+            .collect();
+        let spans: Vec<(u64, u64)> = calls
+            .iter()
+            .map(|&i| (pa.infos[i as usize].start_ns, pa.infos[i as usize].end_ns))
+            .collect();
         let (offset, estimated) = match opts.cpu_clock_offset_ns {
             Some(o) => (o, false),
             None => estimate_offset(&ts, &spans, opts.slack_ns),
@@ -548,17 +652,29 @@ fn pair_by_time(
         if per_thread {
             let mut ev_by_tid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
             for (k, &i) in events.iter().enumerate() {
-                ev_by_tid.entry(cpu.launches[i as usize].tid).or_default().push(k);
+                ev_by_tid
+                    .entry(cpu.launches[i as usize].tid)
+                    .or_default()
+                    .push(k);
             }
             let mut calls_by_tid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
             for (k, &i) in calls.iter().enumerate() {
-                calls_by_tid.entry(pa.infos[i as usize].tid).or_default().push(k);
+                calls_by_tid
+                    .entry(pa.infos[i as usize].tid)
+                    .or_default()
+                    .push(k);
             }
             for (tid, evs) in &ev_by_tid {
-                let Some(cs) = calls_by_tid.get(tid) else { continue };
+                let Some(cs) = calls_by_tid.get(tid) else {
+                    continue;
+                };
                 let t: Vec<u64> = evs.iter().map(|&k| ts[k]).collect();
                 let s: Vec<(u64, u64)> = cs.iter().map(|&k| spans[k]).collect();
-                pairs.extend(align(&t, &s, offset, opts.slack_ns).into_iter().map(|(a, b)| (evs[a], cs[b])));
+                pairs.extend(
+                    align(&t, &s, offset, opts.slack_ns)
+                        .into_iter()
+                        .map(|(a, b)| (evs[a], cs[b])),
+                );
             }
         } else {
             pairs = align(&ts, &spans, offset, opts.slack_ns);
@@ -601,9 +717,10 @@ fn align(ts: &[u64], spans: &[(u64, u64)], offset: i64, slack: u64) -> Vec<(usiz
     for (i, &t) in ts.iter().enumerate() {
         let t = shifted(t, offset);
         let k = spans.partition_point(|s| i128::from(s.0) <= t);
-        for j in k.saturating_sub(2)..(k + 2).min(spans.len()) {
-            if fits(t, spans[j], slack) {
-                let d = u64::try_from(dist(t, spans[j])).unwrap_or(u64::MAX);
+        let lo = k.saturating_sub(2);
+        for (j, &span) in spans.iter().enumerate().take(k + 2).skip(lo) {
+            if fits(t, span, slack) {
+                let d = u64::try_from(dist(t, span)).unwrap_or(u64::MAX);
                 cands.push((d, i as u32, j as u32));
             }
         }
@@ -654,7 +771,9 @@ fn estimate_offset(ts: &[u64], spans: &[(u64, u64)], slack: u64) -> (i64, bool) 
     let first_calls = spans.len().min(2048);
     for &t in ts.iter().take(8) {
         for s in &spans[..first_calls] {
-            let Ok(off) = i64::try_from(i128::from(s.0) - i128::from(t)) else { continue };
+            let Ok(off) = i64::try_from(i128::from(s.0) - i128::from(t)) else {
+                continue;
+            };
             let sc = score(off);
             if sc > best.0 {
                 best = (sc, off);
@@ -711,7 +830,11 @@ mod tests {
         ts.insert(20, 20 * 10_000 - 3_000);
         let pairs = align(&ts, &spans, 0, 50_000);
         assert_eq!(pairs.len(), 50);
-        assert!(pairs.iter().all(|&(e, c)| c == if e < 20 { e } else { e - 1 }));
+        assert!(
+            pairs
+                .iter()
+                .all(|&(e, c)| c == if e < 20 { e } else { e - 1 })
+        );
     }
 
     #[test]
@@ -723,7 +846,10 @@ mod tests {
             spans.push((start, start + 3_000));
         }
         let true_off: i64 = 1_761_000_000_123_456_789;
-        let ts: Vec<u64> = spans.iter().map(|s| (s.0 as i64 - true_off) as u64 + 500).collect();
+        let ts: Vec<u64> = spans
+            .iter()
+            .map(|s| (s.0 as i64 - true_off) as u64 + 500)
+            .collect();
         let (off, est) = estimate_offset(&ts, &spans, 50_000);
         assert!(est);
         assert!((off - true_off + 500).abs() < 1_000, "{off} vs {true_off}");

@@ -17,11 +17,11 @@
 //! `render` feature off, only the model and the GPU trace writer/reader are built,
 //! which is what the injection library links.
 
+pub mod cpu;
 mod diag;
 mod error;
 #[cfg(test)]
 mod golden;
-pub mod cpu;
 pub mod gputrace;
 pub mod model;
 

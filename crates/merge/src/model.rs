@@ -179,7 +179,10 @@ impl MemcpyKind {
 
     /// From CUPTI's numbering; unknown values map to [`MemcpyKind::Unknown`].
     pub fn from_u8(v: u8) -> Self {
-        Self::ALL.get(usize::from(v)).copied().unwrap_or(Self::Unknown)
+        Self::ALL
+            .get(usize::from(v))
+            .copied()
+            .unwrap_or(Self::Unknown)
     }
 
     /// From the reference log's spelling (`"HtoD"`).
@@ -356,7 +359,9 @@ pub enum Record {
 /// Strips CUPTI's version suffix: `cudaLaunchKernel_v7000` → `cudaLaunchKernel`.
 pub fn api_base_name(name: &str) -> &str {
     match name.rfind("_v") {
-        Some(i) if i > 0 && name[i + 2..].bytes().all(|b| b.is_ascii_digit()) && name.len() > i + 2 => {
+        Some(i)
+            if i > 0 && name[i + 2..].bytes().all(|b| b.is_ascii_digit()) && name.len() > i + 2 =>
+        {
             &name[..i]
         }
         _ => name,

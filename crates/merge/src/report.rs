@@ -82,7 +82,11 @@ impl Reporter {
                 }
             })
             .collect();
-        rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+        rows.sort_by(|a, b| {
+            b.total_ns
+                .cmp(&a.total_ns)
+                .then_with(|| a.name.cmp(&b.name))
+        });
         rows
     }
 
@@ -112,9 +116,16 @@ impl Reporter {
             );
         }
         if rows.len() > top {
-            let _ = writeln!(s, "({} more rows; raise --top to see them)", rows.len() - top);
+            let _ = writeln!(
+                s,
+                "({} more rows; raise --top to see them)",
+                rows.len() - top
+            );
         }
-        let _ = writeln!(s, "launch = time from the launch API call's start to the GPU work's start");
+        let _ = writeln!(
+            s,
+            "launch = time from the launch API call's start to the GPU work's start"
+        );
         if !self.by_stack.is_empty() {
             let mut stacks: Vec<_> = self.by_stack.iter().collect();
             stacks.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(b.0)));
@@ -123,17 +134,35 @@ impl Reporter {
                 let text = &self.stack_texts[id];
                 let tail: Vec<&str> = text.rsplit(';').take(4).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
-                let more = if text.matches(';').count() >= 4 { "…;" } else { "" };
-                let _ = writeln!(s, "{:>6.1}% {:>9} {:>11}  {more}{}", 100.0 * *ns as f64 / self.total_ns.max(1) as f64, n, dur(*ns), tail.join(";"));
+                let more = if text.matches(';').count() >= 4 {
+                    "…;"
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    s,
+                    "{:>6.1}% {:>9} {:>11}  {more}{}",
+                    100.0 * *ns as f64 / self.total_ns.max(1) as f64,
+                    n,
+                    dur(*ns),
+                    tail.join(";")
+                );
             }
         }
-        out.write_all(s.as_bytes()).and_then(|()| out.flush()).map_err(|source| Error::Write { what: "report", source })
+        out.write_all(s.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|source| Error::Write {
+                what: "report",
+                source,
+            })
     }
 }
 
 impl Sink for Reporter {
     fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
-        let Record::Activity(a) = rec else { return Ok(()) };
+        let Record::Activity(a) = rec else {
+            return Ok(());
+        };
         let name = match a.kind {
             ActivityKind::Kernel { name, .. } => self.demangler.get(name, ctx.strings).to_owned(),
             ActivityKind::Memcpy { kind, .. } => format!("[Memcpy {kind}]"),
@@ -151,7 +180,9 @@ impl Sink for Reporter {
             let e = self.by_stack.entry(l.stack).or_default();
             e.0 += d;
             e.1 += 1;
-            self.stack_texts.entry(l.stack).or_insert_with(|| cpu.stacks.text(l.stack).to_owned());
+            self.stack_texts
+                .entry(l.stack)
+                .or_insert_with(|| cpu.stacks.text(l.stack).to_owned());
         }
         Ok(())
     }

@@ -13,7 +13,9 @@ use gpuperf_merge::model::{ActivityKind, Record, StringTable};
 use gpuperf_merge::report::Reporter;
 use serde_json::Value;
 
-use crate::scenario::{self, STACK_FAILED, STACK_GRAPH, STACK_MATMUL, STACK_ORPHAN, STACK_SOFTMAX, STACK_WORKER};
+use crate::scenario::{
+    self, STACK_FAILED, STACK_GRAPH, STACK_MATMUL, STACK_ORPHAN, STACK_SOFTMAX, STACK_WORKER,
+};
 use crate::{data, golden};
 
 struct Out {
@@ -81,7 +83,10 @@ fn own_format__exact_join__goldens() {
     let cpu = write_tmp(dir.path(), "cpu.txt", &sc.cpu_gpuperf());
     let out = run(&[gpu], Some(&cpu));
     golden::check(&data("join/own.expected.folded"), &out.folded);
-    golden::check(&data("join/own.expected.summary.txt"), &out.summary.to_string());
+    golden::check(
+        &data("join/own.expected.summary.txt"),
+        &out.summary.to_string(),
+    );
     golden::check(&data("join/own.expected.chrome.json"), &pretty(&out.chrome));
     golden::check(&data("join/own.expected.report.txt"), &out.report);
 
@@ -97,16 +102,31 @@ fn own_format__exact_join__goldens() {
     // Every kernel of the graph is charged to the graph launch's stack.
     assert_eq!(f[&format!("{STACK_GRAPH};[GPU_Kernel]gemm()")], 4);
     assert_eq!(f[&format!("{STACK_GRAPH};[GPU_Kernel]relu()")], 1);
-    assert_eq!(f[&format!("{STACK_MATMUL};[GPU_Kernel]matmul(float*, float*, float*, int)")], 2);
-    assert_eq!(f[&format!("{STACK_SOFTMAX};[GPU_Kernel]softmax(float*, int)")], 1);
-    assert_eq!(f[&format!("{STACK_WORKER};[GPU_Kernel]reduceSum(float*, int)")], 1);
+    assert_eq!(
+        f[&format!("{STACK_MATMUL};[GPU_Kernel]matmul(float*, float*, float*, int)")],
+        2
+    );
+    assert_eq!(
+        f[&format!("{STACK_SOFTMAX};[GPU_Kernel]softmax(float*, int)")],
+        1
+    );
+    assert_eq!(
+        f[&format!("{STACK_WORKER};[GPU_Kernel]reduceSum(float*, int)")],
+        1
+    );
     assert_eq!(f[&format!("{STACK_FAILED};[GPU_Launch_Pending]")], 0);
     assert_eq!(f[&format!("{STACK_ORPHAN};[GPU_Launch_Pending]")], 0);
-    assert_eq!(f["[no CPU stack];cudaLaunchKernel;[GPU_Kernel]matmul(float*, float*, float*, int)"], 1);
+    assert_eq!(
+        f["[no CPU stack];cudaLaunchKernel;[GPU_Kernel]matmul(float*, float*, float*, int)"],
+        1
+    );
     assert_eq!(f["[no CPU stack];[GPU_Kernel]softmax(float*, int)"], 0);
     assert_eq!(f["[no CPU stack];cudaMemcpy;[GPU_Memcpy HtoD]"], 25);
     assert_eq!(f["[no CPU stack];cudaMemsetAsync;[GPU_Memset]"], 0);
-    assert!(!out.folded.contains("Sync"), "sync is CPU wait time, not GPU time");
+    assert!(
+        !out.folded.contains("Sync"),
+        "sync is CPU wait time, not GPU time"
+    );
 }
 
 #[test]
@@ -114,12 +134,21 @@ fn own_format__ordered_join_without_ids__same_folded_output() {
     let sc = scenario::build();
     let dir = tempfile::tempdir().unwrap();
     let gpu = write_tmp(dir.path(), "gpu.trace", &sc.gpu_bytes());
-    let exact = run(&[gpu.clone()], Some(&write_tmp(dir.path(), "a.txt", &sc.cpu_gpuperf())));
-    let ordered = run(&[gpu], Some(&write_tmp(dir.path(), "b.txt", &sc.cpu_reference())));
+    let exact = run(
+        std::slice::from_ref(&gpu),
+        Some(&write_tmp(dir.path(), "a.txt", &sc.cpu_gpuperf())),
+    );
+    let ordered = run(
+        &[gpu],
+        Some(&write_tmp(dir.path(), "b.txt", &sc.cpu_reference())),
+    );
     assert_eq!(ordered.folded, exact.folded);
     let p = &ordered.summary.pairings[0];
     // Same clock: any offset found is the probe-to-CUPTI latency, under a µs.
-    assert!(!p.exact && p.per_thread && p.offset_ns.abs() < 1_000, "{p:?}");
+    assert!(
+        !p.exact && p.per_thread && p.offset_ns.abs() < 1_000,
+        "{p:?}"
+    );
     assert_eq!((p.paired, p.unpaired_cpu), (5, 1));
 }
 
@@ -131,22 +160,58 @@ fn numbered(drop_cpu: Option<usize>, extra_cpu: Option<usize>) -> (Vec<u8>, Vec<
     let mut s = StringTable::new();
     let api = s.intern("cudaLaunchKernel");
     let mut w = Writer::new(Vec::new()).unwrap();
-    let p = Process { pid: 7, ppid: 1, exe: "a".into(), start_ns: 0, start_realtime_ns: 0 };
+    let p = Process {
+        pid: 7,
+        ppid: 1,
+        exe: "a".into(),
+        start_ns: 0,
+        start_realtime_ns: 0,
+    };
     w.write(&Record::Process(p), &s).unwrap();
     let mut cpu = String::new();
     for i in 0..300u32 {
         // Irregular gaps, some shorter than the slack, as in launch-bound loops.
         let start = 1_000_000 + u64::from(i) * 9_000 + u64::from(i * 7919 % 13) * 500;
-        let a = ApiCall { pid: 7, tid: 8, start_ns: start, end_ns: start + 2_500, correlation_id: i + 1, cbid: 211, domain: ApiDomain::Runtime, name: api };
+        let a = ApiCall {
+            pid: 7,
+            tid: 8,
+            start_ns: start,
+            end_ns: start + 2_500,
+            correlation_id: i + 1,
+            cbid: 211,
+            domain: ApiDomain::Runtime,
+            name: api,
+        };
         w.write(&Record::Api(a), &s).unwrap();
         let name = s.intern(&format!("kernel_{i}"));
-        let k = Activity { pid: 7, start_ns: start + 40_000, end_ns: start + 41_000, correlation_id: i + 1, device: 0, context: 1, stream: 7, graph_id: 0, graph_node_id: 0, kind: ActivityKind::Kernel { name, grid: [1; 3], block: [1; 3] } };
+        let k = Activity {
+            pid: 7,
+            start_ns: start + 40_000,
+            end_ns: start + 41_000,
+            correlation_id: i + 1,
+            device: 0,
+            context: 1,
+            stream: 7,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind: ActivityKind::Kernel {
+                name,
+                grid: [1; 3],
+                block: [1; 3],
+            },
+        };
         w.write(&Record::Activity(k), &s).unwrap();
         if Some(i as usize) == extra_cpu {
-            cpu.push_str(&format!("{} app 7 8 0 main;spurious;cudaLaunchKernel\n", start - 4_000));
+            cpu.push_str(&format!(
+                "{} app 7 8 0 main;spurious;cudaLaunchKernel\n",
+                start - 4_000
+            ));
         }
         if Some(i as usize) != drop_cpu {
-            cpu.push_str(&format!("{} app 7 8 0 main;step_{i};cudaLaunchKernel\n", start - 300));
+            cpu.push_str(&format!(
+                "{} app 7 8 0 main;step_{i};cudaLaunchKernel\n",
+                start - 300
+            ));
         }
     }
     (w.into_inner(), cpu.into_bytes())
@@ -158,9 +223,16 @@ fn check_numbered(out: &Out, unmatched: &[usize]) {
         let line = format!("main;step_{i};cudaLaunchKernel;[GPU_Kernel]kernel_{i}");
         if unmatched.contains(&i) {
             assert!(!f.contains_key(&line), "launch {i} should be unmatched");
-            assert_eq!(f[&format!("[no CPU stack];cudaLaunchKernel;[GPU_Kernel]kernel_{i}")], 1);
+            assert_eq!(
+                f[&format!("[no CPU stack];cudaLaunchKernel;[GPU_Kernel]kernel_{i}")],
+                1
+            );
         } else {
-            assert_eq!(f.get(&line), Some(&1), "launch {i} is paired with the wrong stack");
+            assert_eq!(
+                f.get(&line),
+                Some(&1),
+                "launch {i} is paired with the wrong stack"
+            );
         }
     }
 }
@@ -169,7 +241,10 @@ fn check_numbered(out: &Out, unmatched: &[usize]) {
 fn ordered_join__one_lost_cpu_event__only_that_launch_unmatched() {
     let (gpu, cpu) = numbered(Some(150), None);
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&[write_tmp(dir.path(), "g", &gpu)], Some(&write_tmp(dir.path(), "c", &cpu)));
+    let out = run(
+        &[write_tmp(dir.path(), "g", &gpu)],
+        Some(&write_tmp(dir.path(), "c", &cpu)),
+    );
     assert_eq!(out.summary.kernels_matched, 299, "{}", out.summary);
     assert_eq!(out.summary.kernels_unmatched[&NoStack::NoCpuEvent], 1);
     check_numbered(&out, &[150]);
@@ -179,7 +254,10 @@ fn ordered_join__one_lost_cpu_event__only_that_launch_unmatched() {
 fn ordered_join__one_extra_cpu_event__no_launch_shifts() {
     let (gpu, cpu) = numbered(None, Some(77));
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&[write_tmp(dir.path(), "g", &gpu)], Some(&write_tmp(dir.path(), "c", &cpu)));
+    let out = run(
+        &[write_tmp(dir.path(), "g", &gpu)],
+        Some(&write_tmp(dir.path(), "c", &cpu)),
+    );
     assert_eq!(out.summary.kernels_matched, 300, "{}", out.summary);
     assert_eq!(out.summary.launches_without_api, 1);
     check_numbered(&out, &[]);
@@ -188,7 +266,10 @@ fn ordered_join__one_extra_cpu_event__no_launch_shifts() {
 #[test]
 fn reference_recording__offset_estimated__exact_totals() {
     let log = data("cupti_log/reference-cupti-log.txt");
-    let out = run(&[log.clone()], Some(&data("join/reference-cpu.txt")));
+    let out = run(
+        std::slice::from_ref(&log),
+        Some(&data("join/reference-cpu.txt")),
+    );
     let s = &out.summary;
     assert_eq!((s.kernels, s.kernels_matched), (2115, 2115), "{s}");
     let p = &s.pairings[0];
@@ -213,15 +294,22 @@ fn reference_recording__offset_estimated__exact_totals() {
     let mut folded: HashMap<String, u64> = HashMap::new();
     for (stack, w) in folded_map(&out.folded) {
         if let Some((_, k)) = stack.rsplit_once("[GPU_Kernel]") {
-            *folded.entry(k.split('(').next().unwrap().to_owned()).or_default() += w;
+            *folded
+                .entry(k.split('(').next().unwrap().to_owned())
+                .or_default() += w;
         }
     }
     assert_eq!(exact.len(), 5);
     for (mangled, ns) in exact {
-        let short = mangled.trim_start_matches("_Z").trim_start_matches(char::is_numeric);
+        let short = mangled
+            .trim_start_matches("_Z")
+            .trim_start_matches(char::is_numeric);
         let short = &short[..short.find('P').unwrap()];
         let us = folded[short] as f64;
-        assert!((us - ns as f64 / 1000.0).abs() <= 1.0, "{short}: folded {us} µs, exact {ns} ns");
+        assert!(
+            (us - ns as f64 / 1000.0).abs() <= 1.0,
+            "{short}: folded {us} µs, exact {ns} ns"
+        );
     }
 }
 
@@ -238,29 +326,57 @@ fn chrome_trace__structure_loads_in_viewers() {
     let mut finishes = HashMap::new();
     let mut thread_names = Vec::new();
     for e in events {
-        assert!(e["pid"].is_u64() && e["tid"].is_u64(), "numeric pid/tid: {e}");
+        assert!(
+            e["pid"].is_u64() && e["tid"].is_u64(),
+            "numeric pid/tid: {e}"
+        );
         let ph = e["ph"].as_str().unwrap();
         if ph != "M" {
             assert!(e["ts"].is_f64() || e["ts"].is_u64(), "{e}");
         }
         match ph {
-            "s" => assert!(starts.insert(e["id"].as_u64().unwrap(), e.clone()).is_none()),
+            "s" => assert!(
+                starts
+                    .insert(e["id"].as_u64().unwrap(), e.clone())
+                    .is_none()
+            ),
             "f" => {
                 assert_eq!(e["bp"], "e");
-                assert!(finishes.insert(e["id"].as_u64().unwrap(), e.clone()).is_none());
+                assert!(
+                    finishes
+                        .insert(e["id"].as_u64().unwrap(), e.clone())
+                        .is_none()
+                );
             }
-            "M" if e["name"] == "thread_name" => thread_names.push(e["args"]["name"].as_str().unwrap().to_owned()),
+            "M" if e["name"] == "thread_name" => {
+                thread_names.push(e["args"]["name"].as_str().unwrap().to_owned())
+            }
             _ => {}
         }
     }
     // One arrow per activity with a known API call: 6 kernels + memcpy + memset + sync + 1 lost-CPU kernel.
     assert_eq!(starts.len(), 10);
-    assert_eq!(starts.keys().collect::<std::collections::BTreeSet<_>>(), finishes.keys().collect());
-    for t in ["stream 7", "stream 8", "stream 9", "train (101)", "train (102)"] {
-        assert!(thread_names.iter().any(|n| n == t), "{t} in {thread_names:?}");
+    assert_eq!(
+        starts.keys().collect::<std::collections::BTreeSet<_>>(),
+        finishes.keys().collect()
+    );
+    for t in [
+        "stream 7",
+        "stream 8",
+        "stream 9",
+        "train (101)",
+        "train (102)",
+    ] {
+        assert!(
+            thread_names.iter().any(|n| n == t),
+            "{t} in {thread_names:?}"
+        );
     }
     // Sub-µs precision: the softmax kernel lasts 0.8 µs.
-    let softmax = events.iter().find(|e| e["name"] == "softmax(float*, int)" && e["args"]["correlation_id"] == 4).unwrap();
+    let softmax = events
+        .iter()
+        .find(|e| e["name"] == "softmax(float*, int)" && e["args"]["correlation_id"] == 4)
+        .unwrap();
     assert_eq!(softmax["dur"].as_f64(), Some(0.8));
     assert_eq!(softmax["args"]["stack"], STACK_SOFTMAX);
 }
@@ -275,12 +391,18 @@ fn gputrace_reader__golden() {
     }
     let mut strings = StringTable::new();
     let mut records = Vec::new();
-    let stats = gpuperf_merge::gputrace::read(fs::File::open(&path).unwrap(), &path, &mut strings, &mut |r, _| {
-        records.push(r.clone())
-    })
+    let stats = gpuperf_merge::gputrace::read(
+        fs::File::open(&path).unwrap(),
+        &path,
+        &mut strings,
+        &mut |r, _| records.push(r.clone()),
+    )
     .unwrap();
     assert!(stats.diagnostics.is_empty() && stats.truncated_at.is_none());
-    golden::check(&data("gputrace/scenario.expected.txt"), &golden::render_records(&records, &strings));
+    golden::check(
+        &data("gputrace/scenario.expected.txt"),
+        &golden::render_records(&records, &strings),
+    );
 }
 
 #[test]
@@ -288,7 +410,10 @@ fn cpu_readers__golden() {
     for case in ["reference", "gpuperf"] {
         let path = data(&format!("cpu/{case}.txt"));
         let t = CpuTrace::open(&path).unwrap();
-        let mut out = format!("format {:?} dropped {} lines {}\n", t.format, t.dropped, t.lines);
+        let mut out = format!(
+            "format {:?} dropped {} lines {}\n",
+            t.format, t.dropped, t.lines
+        );
         for l in &t.launches {
             out.push_str(&format!(
                 "{} pid {} tid {} corr {} comm {:?} stack {}\n",

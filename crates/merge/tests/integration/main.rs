@@ -1,4 +1,6 @@
 //! Integration tests: readers, the join and the writers on golden files.
+// Test names are `<input>__<what is checked>`.
+#![allow(non_snake_case)]
 
 // The shared golden helper lives in the library's test-only module; it names the
 // model as `crate::model`, which this re-export provides.
@@ -14,5 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// A file under `tests/data`.
 pub fn data(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel)
 }
