@@ -257,9 +257,6 @@ mod tests {
     use std::fs;
     use std::path::{Path, PathBuf};
 
-    const BLESS_MSG: &str =
-        "If the change is intended, rerun with GPUPERF_BLESS=1 to update the expected file.";
-
     fn data(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/svg")
@@ -280,50 +277,8 @@ mod tests {
         String::from_utf8(out).expect("SVG is UTF-8")
     }
 
-    /// Compares `actual` with the golden file `expected` line by line.
-    ///
-    /// Creates a missing golden file (and fails under `CI`, where it would not be committed),
-    /// writes `actual` to `$TMPDIR/gpuperf-golden/` and rewrites `expected` when
-    /// `GPUPERF_BLESS=1`.
     fn assert_golden(actual: &str, expected: &Path) {
-        let name = expected.file_name().unwrap().to_string_lossy();
-        let actual_dir = std::env::temp_dir().join("gpuperf-golden");
-        fs::create_dir_all(&actual_dir).unwrap();
-        let actual_path = actual_dir.join(name.replace(".expected.", ".actual."));
-        fs::write(&actual_path, actual).unwrap();
-
-        if std::env::var_os("GPUPERF_BLESS").is_some_and(|v| v == "1") {
-            fs::write(expected, actual).unwrap();
-            eprintln!("blessed `{}`", expected.display());
-            return;
-        }
-        if !expected.exists() {
-            fs::write(expected, actual).unwrap();
-            eprintln!("created missing golden file `{}`", expected.display());
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "golden file `{}` was missing; it has been created, commit it",
-                expected.display()
-            );
-            return;
-        }
-        let want = fs::read_to_string(expected).unwrap();
-        let mut want_lines = want.lines();
-        let mut got_lines = actual.lines();
-        for n in 1.. {
-            match (want_lines.next(), got_lines.next()) {
-                (None, None) => return,
-                (w, g) if w == g => {}
-                (w, g) => panic!(
-                    "{}:{n}: output differs from the golden file\n  expected: {}\n  actual:   {}\n\
-                     Actual output written to `{}`.\n{BLESS_MSG}",
-                    expected.display(),
-                    w.unwrap_or("<end of file>"),
-                    g.unwrap_or("<end of output>"),
-                    actual_path.display(),
-                ),
-            }
-        }
+        crate::golden::check(expected, actual);
     }
 
     /// One drawn frame: its name (unescaped, without the weight suffix) and fill colour.
