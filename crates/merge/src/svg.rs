@@ -102,6 +102,8 @@ where
     inferno_opts.pretty_xml = opts.deterministic;
     inferno_opts.no_javascript = opts.no_javascript;
     inferno_opts.palette_map = Some(&mut palette);
+    // Kernel names are long and their start is what tells them apart.
+    inferno_opts.text_truncate_direction = flamegraph::TextTruncateDirection::Right;
 
     match flamegraph::from_lines(&mut inferno_opts, lines.iter().copied(), &mut out) {
         Ok(()) => Ok(()),
