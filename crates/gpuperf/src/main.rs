@@ -3,7 +3,7 @@
 mod cli;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
         .with_max_level(level)
         .without_time()
         .with_target(false)
@@ -40,8 +41,18 @@ fn main() -> ExitCode {
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        // A closed stdout (`gpuperf merge … | head`) is the reader's choice, not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<io::Error>()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprintln!("gpuperf: error: {e:#}");
+            // One line, even when a path holds a newline.
+            eprintln!("gpuperf: error: {}", format!("{e:#}").replace('\n', "\\n"));
             ExitCode::FAILURE
         }
     }
@@ -111,12 +122,22 @@ fn create(path: &Path) -> Result<BufWriter<File>> {
 
 fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     let mut l = load(&a.input)?;
-    let mut folder = folded::Folder::new();
+    // Every output is created before the join, so a bad path fails fast.
+    let folded_file = match &a.folded {
+        Some(p) if p.as_os_str() != "-" => Some((p, create(p)?)),
+        _ => None,
+    };
+    let svg_file = a
+        .svg
+        .as_deref()
+        .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
+        .transpose()?;
     let mut chrome = a
         .chrome
         .as_deref()
         .map(|p| -> Result<_> { Ok(chrome::Writer::new(create(p)?)?) })
         .transpose()?;
+    let mut folder = folded::Folder::new();
     let summary = {
         let mut sinks: Vec<&mut dyn Sink> = vec![&mut folder];
         if let Some(c) = chrome.as_mut() {
@@ -127,18 +148,12 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     if !quiet {
         eprint!("gpuperf: {summary}");
     }
-    let to_stdout = match &a.folded {
-        Some(p) if p.as_os_str() == "-" => true,
-        Some(p) => {
-            folder
-                .write(create(p)?)
-                .with_context(|| format!("failed to write `{}`", p.display()))?;
-            info!("wrote folded stacks to `{}`", p.display());
-            false
-        }
-        None => a.chrome.is_none() && a.svg.is_none(),
-    };
-    if to_stdout {
+    if let Some((p, f)) = folded_file {
+        folder
+            .write(f)
+            .with_context(|| format!("failed to write `{}`", p.display()))?;
+        info!("wrote folded stacks to `{}`", p.display());
+    } else if a.folded.is_some() || (a.chrome.is_none() && a.svg.is_none()) {
         folder.write(io::stdout().lock())?;
     }
     if let (Some(p), Some(c)) = (&a.chrome, chrome) {
@@ -152,7 +167,7 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
             );
         }
     }
-    if let Some(p) = &a.svg {
+    if let Some((p, f)) = svg_file {
         let mut opts = svg::Options::default();
         opts.title = a.title.clone();
         let lines: Vec<String> = folder
@@ -160,7 +175,7 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
             .iter()
             .map(|(s, w)| format!("{s} {w}"))
             .collect();
-        svg::render(&opts, lines.iter().map(String::as_str), create(p)?)
+        svg::render(&opts, lines.iter().map(String::as_str), f)
             .with_context(|| format!("failed to write `{}`", p.display()))?;
         if !quiet {
             eprintln!(
@@ -172,7 +187,7 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-fn run_report(a: ReportArgs, _quiet: bool) -> Result<()> {
+fn run_report(a: ReportArgs, quiet: bool) -> Result<()> {
     let mut l = load(&a.input)?;
     let mut rep = report::Reporter::new();
     let summary = run_join(&mut l, &mut [&mut rep])?;
@@ -180,7 +195,7 @@ fn run_report(a: ReportArgs, _quiet: bool) -> Result<()> {
         io::stdout().lock(),
         usize::try_from(a.top).unwrap_or(usize::MAX),
     )?;
-    if l.cpu.is_some() {
+    if l.cpu.is_some() && !quiet {
         eprint!("gpuperf: {summary}");
     }
     Ok(())

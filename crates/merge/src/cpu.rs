@@ -202,8 +202,7 @@ impl CpuTrace {
             }
             let p = parser.as_mut().expect("set on the first line");
             if !p.line(line_no, line) {
-                not_a_trace =
-                    Some(String::from_utf8_lossy(&line[..line.len().min(40)]).into_owned());
+                not_a_trace = Some(crate::error::describe_start(&line[..line.len().min(40)]));
                 return false;
             }
             true
@@ -244,7 +243,7 @@ impl Parser<'_> {
         if line[0] == b'#' {
             if let Some(rest) = line.strip_prefix(b"# dropped ") {
                 match parse_u64(rest.split(|&b| b == b' ').next().unwrap_or_default()) {
-                    Some(n) => self.trace.dropped += n,
+                    Some(n) => self.trace.dropped = self.trace.dropped.saturating_add(n),
                     None => self.bad(line_no, "`# dropped` without a count"),
                 }
             }
@@ -505,6 +504,8 @@ impl<W: Write> Writer<W> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn read(text: &str) -> Result<CpuTrace> {
@@ -603,5 +604,322 @@ mod tests {
         let t = read(&text).unwrap();
         assert_eq!(t.launches.len(), 2);
         assert_eq!(t.stacks.text(t.launches[0].stack).len(), 3 << 20);
+    }
+
+    #[test]
+    fn dropped_counts_past_u64_max_saturate() {
+        let t = read("# gpuperf-cpu v1\n# dropped 18446744073709551615\n# dropped 1\n").unwrap();
+        assert_eq!(t.dropped, u64::MAX);
+    }
+
+    const REFERENCE: &[u8] = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/cpu/reference.txt"
+    ));
+    const GPUPERF: &[u8] = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/cpu/gpuperf.txt"
+    ));
+
+    /// Pieces that make mutations and generated lines reach the parser's edge cases.
+    const TOKENS: &[&str] = &[
+        " ",
+        "  ",
+        ";",
+        ";;",
+        "\n",
+        "\r\n",
+        "\r",
+        "\t",
+        "#",
+        "# dropped",
+        "# dropped ",
+        "# dropped x\n",
+        "\n# dropped 18446744073709551615\n",
+        HEADER,
+        "0",
+        "7",
+        "4294967295",
+        "4294967296",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999",
+        "000000000000000000001",
+        "-1",
+        "app",
+        "my app",
+        "cudaLaunchKernel",
+        "main;f(int, char)",
+        "\u{fffd}",
+        "\u{0}",
+        "\u{ff}",
+    ];
+
+    /// The lines `for_each_line` hands out: split on `\n`, a last unterminated one
+    /// included, `\r` not yet stripped.
+    fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {
+        let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+        if bytes.is_empty() || bytes.ends_with(b"\n") {
+            lines.pop();
+        }
+        lines
+    }
+
+    /// What the line structure alone says the reader must report.
+    #[derive(Debug, Default)]
+    struct Expect {
+        /// Non-blank lines that do not start with `#`.
+        data: u64,
+        /// Non-blank lines.
+        nonblank: u64,
+        /// Sum of valid `# dropped N` counts, saturating.
+        dropped: Option<u64>,
+        /// `# dropped` lines whose count does not parse.
+        bad_dropped: u64,
+        header: bool,
+    }
+
+    fn expect(bytes: &[u8]) -> Expect {
+        let mut e = Expect {
+            dropped: Some(0),
+            ..Expect::default()
+        };
+        for (i, line) in split_lines(bytes).into_iter().enumerate() {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if i == 0 && line == HEADER.as_bytes() {
+                e.header = true;
+                continue;
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            e.nonblank += 1;
+            if line[0] != b'#' {
+                e.data += 1;
+            } else if let Some(rest) = line.strip_prefix(b"# dropped ") {
+                let count = rest.split(|&b| b == b' ').next().unwrap_or_default();
+                match parse_u64(count) {
+                    Some(n) => e.dropped = e.dropped.map(|d| d.saturating_add(n)),
+                    None => e.bad_dropped += 1,
+                }
+            }
+        }
+        e
+    }
+
+    /// Hands out at most `step` bytes per call, with an `Interrupted` error between
+    /// reads, so that lines straddle reads.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+        interrupt: bool,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.interrupt = !self.interrupt;
+            if self.interrupt {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn same(a: &CpuTrace, b: &CpuTrace) -> bool {
+        let texts = |t: &CpuTrace| -> Vec<String> {
+            (0..t.stacks.len())
+                .map(|i| t.stacks.text(StackId(i as u32)).to_owned())
+                .collect()
+        };
+        a.format == b.format
+            && a.launches == b.launches
+            && texts(a) == texts(b)
+            && a.comms == b.comms
+            && a.dropped == b.dropped
+            && a.lines == b.lines
+            && a.diagnostics == b.diagnostics
+    }
+
+    fn check_read(bytes: &[u8], step: usize) -> Result<(), TestCaseError> {
+        let e = expect(bytes);
+        let path = Path::new("f.txt");
+        let got = CpuTrace::read(bytes, path);
+        let trickled = CpuTrace::read(
+            Trickle {
+                data: bytes,
+                step,
+                interrupt: false,
+            },
+            path,
+        );
+        let t = match (got, trickled) {
+            (Ok(t), Ok(u)) => {
+                prop_assert!(same(&t, &u), "read in pieces of {} differs", step);
+                t
+            }
+            (Err(err), Err(err2)) => {
+                prop_assert!(
+                    matches!(&err, Error::NotATrace { path: p, .. } if p == path),
+                    "{:?}",
+                    err
+                );
+                let msg = err.to_string();
+                prop_assert_eq!(&msg, &err2.to_string());
+                prop_assert!(!msg.contains('\n'), "multi-line error: {}", msg);
+                prop_assert!(e.data >= 1, "error without a data line: {}", msg);
+                return Ok(());
+            }
+            (a, b) => {
+                return Err(TestCaseError::fail(format!(
+                    "whole read {:?}, read in pieces of {step} {:?}",
+                    a.map(|t| t.launches.len()),
+                    b.map(|t| t.launches.len())
+                )));
+            }
+        };
+        let n_launches = t.launches.len() as u64;
+        prop_assert_eq!(
+            t.format,
+            if e.header {
+                CpuFormat::Gpuperf
+            } else {
+                CpuFormat::Reference
+            }
+        );
+        prop_assert_eq!(t.lines, e.data);
+        prop_assert!(n_launches + t.diagnostics.count <= e.nonblank);
+        // Each data line is a launch or a diagnostic, and so is each `# dropped` line
+        // that is not a count.
+        prop_assert_eq!(n_launches + t.diagnostics.count, t.lines + e.bad_dropped);
+        prop_assert_eq!(Some(t.dropped), e.dropped);
+        for l in &t.launches {
+            prop_assert!(l.stack.index() < t.stacks.len());
+            prop_assert!(!t.stacks.text(l.stack).is_empty());
+            let _ = t.stacks.leaf(l.stack);
+            prop_assert!(t.comms.contains_key(&(l.pid, l.tid)));
+            if t.format == CpuFormat::Reference {
+                prop_assert_eq!(l.correlation_id, 0);
+            }
+        }
+        let d = &t.diagnostics;
+        prop_assert_eq!(d.first.len() as u64, d.count.min(crate::diag::KEPT as u64));
+        let total_lines = split_lines(bytes).len() as u64;
+        let mut prev = 0;
+        for x in &d.first {
+            let n: u64 = x
+                .location
+                .strip_prefix("f.txt:")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| TestCaseError::fail(format!("bad location {x}")))?;
+            prop_assert!(prev < n && n <= total_lines, "{} after line {}", x, prev);
+            prev = n;
+        }
+        Ok(())
+    }
+
+    /// Where, which operation, its bytes, and which token.
+    type Edit = (prop::sample::Index, u8, Vec<u8>, prop::sample::Index);
+
+    fn apply_edits(text: &mut Vec<u8>, edits: Vec<Edit>) {
+        for (at, op, bytes, token) in edits {
+            let i = at.index(text.len() + 1);
+            match op {
+                0 => drop(text.splice(i..i, bytes)),
+                1 => drop(text.drain(i..(i + bytes.len() + 1).min(text.len()))),
+                2 => text.truncate(i),
+                3 => {
+                    for (j, b) in bytes.into_iter().enumerate() {
+                        if let Some(slot) = text.get_mut(i + j) {
+                            *slot = b;
+                        }
+                    }
+                }
+                4 => {
+                    if let Some(slot) = text.get_mut(i) {
+                        *slot ^= 1 << (bytes.first().copied().unwrap_or(0) % 8);
+                    }
+                }
+                5 | 6 => {
+                    let t = TOKENS[token.index(TOKENS.len())].as_bytes();
+                    drop(text.splice(i..i, t.iter().copied()));
+                }
+                _ => {
+                    // Duplicate the line around `i`.
+                    let start = text[..i]
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |p| p + 1);
+                    let end = text[i..]
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(text.len(), |p| i + p + 1);
+                    let line = text[start..end].to_vec();
+                    drop(text.splice(start..start, line));
+                }
+            }
+        }
+    }
+
+    fn edits() -> impl Strategy<Value = Vec<Edit>> {
+        prop::collection::vec(
+            (
+                any::<prop::sample::Index>(),
+                0u8..8,
+                prop::collection::vec(any::<u8>(), 0..8),
+                any::<prop::sample::Index>(),
+            ),
+            0..12,
+        )
+    }
+
+    /// A line of tokens: numbers, names, spaces and separators in any order.
+    fn token_line() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            prop_oneof![
+                4 => prop::sample::select(TOKENS).prop_map(|t| t.as_bytes().to_vec()),
+                2 => any::<u64>().prop_map(|n| n.to_string().into_bytes()),
+                1 => "[a-z;:() ]{1,6}".prop_map(String::into_bytes),
+            ],
+            0..12,
+        )
+        .prop_map(|parts| parts.join(&b' '))
+    }
+
+    proptest! {
+        #[test]
+        fn fuzz_read_arbitrary_bytes(
+            header in any::<bool>(),
+            bytes in prop::collection::vec(any::<u8>(), 0..2048),
+            step in 1usize..8,
+        ) {
+            let mut text = if header { format!("{HEADER}\n").into_bytes() } else { Vec::new() };
+            text.extend_from_slice(&bytes);
+            check_read(&text, step)?;
+        }
+
+        #[test]
+        fn fuzz_read_token_lines(
+            header in any::<bool>(),
+            lines in prop::collection::vec(token_line(), 0..16),
+            step in 1usize..64,
+        ) {
+            let mut text = if header { format!("{HEADER}\n").into_bytes() } else { Vec::new() };
+            text.extend_from_slice(&lines.join(&b'\n'));
+            check_read(&text, step)?;
+        }
+
+        #[test]
+        fn fuzz_read_mutated_files(
+            gpuperf in any::<bool>(),
+            edits in edits(),
+            step in 1usize..64,
+        ) {
+            let mut text = if gpuperf { GPUPERF } else { REFERENCE }.to_vec();
+            apply_edits(&mut text, edits);
+            check_read(&text, step)?;
+        }
     }
 }

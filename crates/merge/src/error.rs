@@ -18,13 +18,13 @@ pub enum Error {
         source: io::Error,
     },
     /// The file is not in any format gpuperf reads.
-    #[error("`{}` is not a {expected} (it starts with {found:?})", .path.display())]
+    #[error("`{}` is not a {expected} ({found})", .path.display())]
     NotATrace {
         /// The file.
         path: PathBuf,
         /// What was expected, e.g. "GPU trace".
         expected: &'static str,
-        /// The first bytes found, for the message.
+        /// What was found instead, e.g. `it starts with "RUNTIME"` or `it is empty`.
         found: String,
     },
     /// A gpuperf GPU trace written by a newer version.
@@ -46,6 +46,15 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// Describes the start of a file for [`Error::NotATrace`].
+pub(crate) fn describe_start(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        "it is empty".to_owned()
+    } else {
+        format!("it starts with {:?}", String::from_utf8_lossy(bytes))
+    }
 }
 
 /// Result with this crate's [`Error`].

@@ -69,7 +69,8 @@ impl Folder {
     }
 
     fn add(&mut self, stack: Option<StackId>, api: Option<StringId>, label: Label, ns: u64) {
-        *self.acc.entry((stack, api, label)).or_default() += ns;
+        let v = self.acc.entry((stack, api, label)).or_default();
+        *v = v.saturating_add(ns);
     }
 }
 
@@ -135,7 +136,8 @@ impl Sink for Folder {
                 groups.push(f.clone());
                 groups.len() - 1
             });
-            by_text.entry(text).or_insert((0, g)).0 += ns;
+            let v = &mut by_text.entry(text).or_insert((0, g)).0;
+            *v = v.saturating_add(ns);
         }
         let mut lines: Vec<(String, u64, usize)> =
             by_text.into_iter().map(|(t, (ns, g))| (t, ns, g)).collect();

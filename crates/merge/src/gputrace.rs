@@ -338,7 +338,7 @@ pub fn read<R: Read>(
         return Err(Error::NotATrace {
             path: path.to_owned(),
             expected: "gpuperf GPU trace",
-            found: String::from_utf8_lossy(&header[..got]).into_owned(),
+            found: crate::error::describe_start(&header[..got]),
         });
     }
     let mut stats = ReadStats::default();
@@ -354,7 +354,8 @@ pub fn read<R: Read>(
             supported: FORMAT_VERSION,
         });
     }
-    let header_len = usize::from(u16::from_le_bytes([header[10], header[11]]));
+    // A header shorter than the fixed part is malformed; the fixed part is always there.
+    let header_len = usize::from(u16::from_le_bytes([header[10], header[11]])).max(HEADER_LEN);
     let mut skip = vec![0u8; header_len.saturating_sub(HEADER_LEN)];
     if read_full(&mut input, &mut skip).map_err(io_err)? < skip.len() {
         stats.truncated_at = Some(HEADER_LEN as u64);
@@ -475,7 +476,9 @@ impl Decoder<'_> {
                 let text = String::from_utf8_lossy(&payload[4..]);
                 let gid = self.strings.intern(&text);
                 let i = id as usize;
-                if i > self.local.len() + (1 << 24) {
+                // Writers number strings 0, 1, 2, …; a far-off id would make the
+                // table grow without bound.
+                if i > self.local.len() + 4096 {
                     return self.bad(offset, "STRING id out of range");
                 }
                 if self.local.len() <= i {
@@ -688,6 +691,8 @@ impl Decoder<'_> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
@@ -921,6 +926,24 @@ mod tests {
     }
 
     #[test]
+    fn far_string_ids_are_rejected_not_allocated() {
+        let strings = StringTable::new();
+        let mut bytes = encode(&[], &strings);
+        for k in 1..=8u32 {
+            bytes.extend_from_slice(&[kind::STRING, 0, 4, 0]);
+            bytes.extend_from_slice(&(k << 24).to_le_bytes());
+        }
+        let mut strings = StringTable::new();
+        let mut decoder_local = 0;
+        let stats = read(&bytes[..], Path::new("s.gpt"), &mut strings, &mut |_, _| {
+            decoder_local += 1
+        })
+        .unwrap();
+        assert_eq!(stats.diagnostics.count, 8);
+        assert_eq!(stats.diagnostics.first[0].message, "STRING id out of range");
+    }
+
+    #[test]
     fn unknown_kinds_are_skipped_and_short_records_counted() {
         let mut strings = StringTable::new();
         let mut bytes = encode(&sample(&mut strings)[..1], &strings);
@@ -931,5 +954,285 @@ mod tests {
         assert_eq!(stats.unknown_kinds, 1);
         assert_eq!(stats.diagnostics.count, 1);
         assert!(stats.diagnostics.first[0].location.starts_with("t.gpt@"));
+    }
+
+    /// Reads `bytes` and checks what holds for any input; returns the stats, or
+    /// `None` when the read failed (as it may only for a bad header).
+    fn check_read(bytes: &[u8]) -> Result<Option<ReadStats>, TestCaseError> {
+        let len = bytes.len() as u64;
+        let mut strings = StringTable::new();
+        let mut delivered = 0u64;
+        let mut bad_name = None;
+        let r = read(
+            bytes,
+            Path::new("t.gpt"),
+            &mut strings,
+            &mut |rec, strings| {
+                delivered += 1;
+                let name = match rec {
+                    Record::Api(a) => Some(a.name),
+                    Record::Activity(Activity {
+                        kind: ActivityKind::Kernel { name, .. },
+                        ..
+                    }) => Some(*name),
+                    Record::Overhead(o) => Some(o.kind),
+                    _ => None,
+                };
+                if let Some(id) = name.filter(|id| id.index() >= strings.len()) {
+                    bad_name = Some(id);
+                }
+            },
+        );
+        prop_assert_eq!(bad_name, None, "a record names a string outside the table");
+        let stats = match r {
+            Ok(stats) => stats,
+            Err(err) => {
+                let msg = err.to_string();
+                prop_assert!(!msg.contains('\n'), "multi-line error: {}", msg);
+                match err {
+                    Error::NotATrace { .. } => prop_assert!(!is_gpu_trace(bytes)),
+                    Error::UnsupportedVersion { version, .. } => {
+                        prop_assert!(version == 0 || version > FORMAT_VERSION);
+                        prop_assert_eq!(version, u16::from_le_bytes([bytes[8], bytes[9]]));
+                    }
+                    other => prop_assert!(false, "unexpected error {:?}", other),
+                }
+                prop_assert_eq!(delivered, 0);
+                return Ok(None);
+            }
+        };
+        prop_assert!(is_gpu_trace(bytes));
+        prop_assert_eq!(stats.records, delivered);
+        // Every record, known or not, takes at least its 4-byte header.
+        prop_assert!(stats.records + stats.unknown_kinds <= len / 4);
+        if let Some(at) = stats.truncated_at {
+            prop_assert!(at <= len, "truncated at {} of {}", at, len);
+        }
+        let d = &stats.diagnostics;
+        prop_assert_eq!(d.first.len() as u64, d.count.min(crate::diag::KEPT as u64));
+        for x in &d.first {
+            let at: u64 = x
+                .location
+                .strip_prefix("t.gpt@")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| TestCaseError::fail(format!("bad location {x}")))?;
+            prop_assert!(at < len, "{} past the end ({})", x, len);
+        }
+        Ok(Some(stats))
+    }
+
+    fn header_len_field(bytes: &[u8]) -> Option<usize> {
+        bytes
+            .get(10..12)
+            .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
+    }
+
+    /// `stats.bytes` is the input's length once the header is complete.
+    fn check_bytes(bytes: &[u8], stats: &ReadStats) -> Result<(), TestCaseError> {
+        let complete_header =
+            bytes.len() >= HEADER_LEN && header_len_field(bytes).is_some_and(|h| h <= bytes.len());
+        if complete_header {
+            prop_assert_eq!(stats.bytes, bytes.len() as u64);
+        }
+        Ok(())
+    }
+
+    fn encoded_sample() -> Vec<u8> {
+        let mut strings = StringTable::new();
+        let recs = sample(&mut strings);
+        encode(&recs, &strings)
+    }
+
+    /// One framed record: kind, and a payload whose length is often the one the
+    /// kind needs, give or take a few bytes.
+    fn framed_record() -> impl Strategy<Value = Vec<u8>> {
+        (0u8..14, any::<bool>(), -4i32..4, 0usize..80, any::<u32>()).prop_flat_map(
+            |(kind, exact, delta, any_len, small_id)| {
+                let want: i32 = match kind {
+                    kind::STRING => 12,
+                    kind::PROCESS => 32,
+                    kind::DEVICE => 12,
+                    kind::API => 36,
+                    kind::KERNEL => 60,
+                    kind::MEMCPY | kind::MEMSET => 56,
+                    kind::SYNC | kind::OVERHEAD => 32,
+                    kind::DROPPED => 16,
+                    _ => 8,
+                };
+                let n = if exact {
+                    usize::try_from((want + delta).max(0)).unwrap_or(0)
+                } else {
+                    any_len
+                };
+                prop::collection::vec(any::<u8>(), n).prop_map(move |mut payload| {
+                    // Small string ids in definitions and uses, so that names
+                    // often resolve.
+                    let id_at = match kind {
+                        kind::STRING => Some(0),
+                        kind::PROCESS => Some(24),
+                        kind::DEVICE => Some(4),
+                        kind::API => Some(28),
+                        kind::KERNEL => Some(20),
+                        kind::OVERHEAD => Some(16),
+                        _ => None,
+                    };
+                    if let Some(at) = id_at.filter(|&at| exact && payload.len() >= at + 4) {
+                        payload[at..at + 4].copy_from_slice(&(small_id % 8).to_le_bytes());
+                    }
+                    let mut r = vec![kind, 0];
+                    r.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+                    r.extend_from_slice(&payload);
+                    r
+                })
+            },
+        )
+    }
+
+    /// Where, which operation, and its bytes.
+    type Edit = (prop::sample::Index, u8, Vec<u8>);
+
+    fn apply_edits(bytes: &mut Vec<u8>, edits: Vec<Edit>) {
+        for (at, op, data) in edits {
+            let i = at.index(bytes.len() + 1);
+            match op {
+                0 => drop(bytes.splice(i..i, data)),
+                1 => drop(bytes.drain(i..(i + data.len() + 1).min(bytes.len()))),
+                2 => bytes.truncate(i),
+                3 => {
+                    if let Some(b) = bytes.get_mut(i) {
+                        *b ^= 1 << (data.first().copied().unwrap_or(0) % 8);
+                    }
+                }
+                _ => {
+                    for (j, d) in data.into_iter().enumerate() {
+                        if let Some(b) = bytes.get_mut(i + j) {
+                            *b = d;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds a trace of big unknown-kind records and small notes whose total
+    /// crosses the reader's 1 MiB buffer; returns it with each record's offset.
+    fn large_trace(sizes: &[u16]) -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = encode(&[], &StringTable::new());
+        let mut starts = Vec::with_capacity(sizes.len());
+        for (i, &n) in sizes.iter().enumerate() {
+            starts.push(bytes.len());
+            let kind = if i % 3 == 0 { kind::NOTE } else { 200 };
+            bytes.extend_from_slice(&[kind, 0]);
+            bytes.extend_from_slice(&n.to_le_bytes());
+            bytes.resize(bytes.len() + usize::from(n), b'n');
+        }
+        (bytes, starts)
+    }
+
+    #[test]
+    fn header_len_below_16_keeps_offsets_exact() {
+        let mut bytes = encode(&[], &StringTable::new());
+        bytes[10] = 0; // header_len 0
+        bytes.extend_from_slice(&[kind::KERNEL, 0, 2, 0, 1, 2]); // short: diagnostic at 16
+        bytes.extend_from_slice(&[kind::NOTE, 0, 9, 0]); // cut: truncated at 22
+        let (_, _, stats) = decode(&bytes);
+        assert_eq!(stats.diagnostics.first[0].location, "t.gpt@16");
+        assert_eq!(stats.truncated_at, Some(22));
+        assert_eq!(stats.bytes, bytes.len() as u64);
+    }
+
+    proptest! {
+        #[test]
+        fn fuzz_read_arbitrary_bytes(
+            after_header in any::<bool>(),
+            bytes in prop::collection::vec(any::<u8>(), 0..4096),
+        ) {
+            let mut input = if after_header { encode(&[], &StringTable::new()) } else { Vec::new() };
+            input.extend_from_slice(&bytes);
+            if let Some(stats) = check_read(&input)? {
+                check_bytes(&input, &stats)?;
+            }
+        }
+
+        #[test]
+        fn fuzz_read_framed_records(
+            records in prop::collection::vec(framed_record(), 0..24),
+            cut in any::<prop::sample::Index>(),
+            cut_it in any::<bool>(),
+        ) {
+            let mut input = encode(&[], &StringTable::new());
+            let whole = records.len() as u64;
+            input.extend(records.into_iter().flatten());
+            if cut_it {
+                let at = cut.index(input.len() + 1).max(HEADER_LEN);
+                input.truncate(at);
+            }
+            let stats = check_read(&input)?.expect("valid header");
+            check_bytes(&input, &stats)?;
+            if !cut_it {
+                prop_assert_eq!(stats.truncated_at, None);
+            }
+            prop_assert!(stats.records + stats.unknown_kinds <= whole);
+        }
+
+        #[test]
+        fn fuzz_read_mutated_trace(
+            edits in prop::collection::vec(
+                (any::<prop::sample::Index>(), 0u8..5, prop::collection::vec(any::<u8>(), 0..8)),
+                1..8,
+            ),
+        ) {
+            let mut input = encoded_sample();
+            apply_edits(&mut input, edits);
+            if let Some(stats) = check_read(&input)? {
+                check_bytes(&input, &stats)?;
+            }
+        }
+
+        #[test]
+        fn fuzz_read_truncated_trace(cut in any::<prop::sample::Index>(), flip in any::<prop::sample::Index>()) {
+            let full = encoded_sample();
+            let (all, _, _) = decode(&full);
+            let mut input = full[..cut.index(full.len() + 1)].to_vec();
+            if input.len() > HEADER_LEN {
+                // One flipped payload or length byte as well, past the header.
+                let i = HEADER_LEN + flip.index(input.len() - HEADER_LEN);
+                input[i] ^= 0x40;
+            }
+            match check_read(&input)? {
+                None => prop_assert!(input.len() < MAGIC.len()),
+                Some(stats) => {
+                    check_bytes(&input, &stats)?;
+                    prop_assert!(stats.records <= all.len() as u64);
+                }
+            }
+        }
+
+        #[test]
+        fn fuzz_read_large_traces_across_the_buffer(
+            sizes in prop::collection::vec(any::<u16>(), 24..64),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let (full, starts) = large_trace(&sizes);
+            let at = HEADER_LEN + cut.index(full.len() - HEADER_LEN + 1);
+            let input = &full[..at];
+            let stats = check_read(input)?.expect("valid header");
+            check_bytes(input, &stats)?;
+            // Records wholly inside the cut are delivered or skipped; the first one
+            // it splits is where the file is reported cut.
+            let whole = starts
+                .iter()
+                .zip(&sizes)
+                .filter(|&(&s, &n)| s + RECORD_HEADER_LEN + usize::from(n) <= at)
+                .count() as u64;
+            prop_assert_eq!(stats.records + stats.unknown_kinds, whole);
+            let split = starts
+                .iter()
+                .zip(&sizes)
+                .find(|&(&s, &n)| s < at && s + RECORD_HEADER_LEN + usize::from(n) > at)
+                .map(|(&s, _)| s as u64);
+            prop_assert_eq!(stats.truncated_at, split);
+            prop_assert!(stats.diagnostics.is_empty());
+        }
     }
 }

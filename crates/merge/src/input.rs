@@ -54,30 +54,25 @@ impl GpuInputs {
                 files.sort();
                 let before = sources.len();
                 for f in files.into_iter().filter(|f| f.is_file()) {
-                    if sniff(&f)? == Kind::Binary {
-                        sources.push(Source::Binary(f));
+                    match sniff(&f)? {
+                        Kind::Binary => sources.push(Source::Binary(f)),
+                        Kind::CuptiLog => sources.push(Source::CuptiLog(parse_log(&f, strings)?)),
+                        // Other files (the CPU trace, logs) may share the directory.
+                        Kind::Other(_) => {}
                     }
                 }
                 if sources.len() == before {
                     return Err(Error::NotATrace {
                         path: path.clone(),
-                        expected: "directory holding gpuperf GPU traces",
-                        found: "no GPU trace in it".into(),
+                        expected: "directory holding GPU traces",
+                        found: "it holds no gpuperf GPU trace or CUPTI log".into(),
                     });
                 }
                 continue;
             }
             match sniff(path)? {
                 Kind::Binary => sources.push(Source::Binary(path.clone())),
-                Kind::CuptiLog => {
-                    let text = fs::read(path).map_err(|source| Error::Io {
-                        action: "read",
-                        path: path.clone(),
-                        source,
-                    })?;
-                    let log = cupti_log::parse(&text, path, strings);
-                    sources.push(Source::CuptiLog(log));
-                }
+                Kind::CuptiLog => sources.push(Source::CuptiLog(parse_log(path, strings)?)),
                 Kind::Other(found) => {
                     return Err(Error::NotATrace {
                         path: path.clone(),
@@ -152,6 +147,15 @@ impl GpuInputs {
     }
 }
 
+fn parse_log(path: &Path, strings: &mut StringTable) -> Result<CuptiLog> {
+    let text = fs::read(path).map_err(|source| Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(cupti_log::parse(&text, path, strings))
+}
+
 #[derive(PartialEq, Eq)]
 enum Kind {
     Binary,
@@ -187,6 +191,6 @@ fn sniff(path: &Path) -> Result<Kind> {
     } else if cupti_log::looks_like_cupti_log(head) {
         Kind::CuptiLog
     } else {
-        Kind::Other(String::from_utf8_lossy(&head[..n.min(24)]).into_owned())
+        Kind::Other(crate::error::describe_start(&head[..n.min(24)]))
     })
 }

@@ -224,14 +224,21 @@ impl Summary {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kernels == 0 {
+            write!(f, "no kernels in the GPU trace")?;
+        } else {
+            write!(
+                f,
+                "matched {} of {} kernels ({:.1}%) to a CPU stack",
+                self.kernels_matched,
+                self.kernels,
+                self.kernel_match_percent()
+            )?;
+        }
         writeln!(
             f,
-            "matched {} of {} kernels ({:.1}%) to a CPU stack; {} CPU launches, {} launch API calls",
-            self.kernels_matched,
-            self.kernels,
-            self.kernel_match_percent(),
-            self.cpu_launches,
-            self.api_launches
+            "; {} CPU launches, {} launch API calls",
+            self.cpu_launches, self.api_launches
         )?;
         if self.graph_kernels > 0 {
             writeln!(
@@ -433,7 +440,10 @@ pub fn merge(
                     t.corrs.push(a.correlation_id);
                 }
             }
-            Record::Dropped(d) => *summary.gpu_dropped.entry(d.source).or_default() += d.count,
+            Record::Dropped(d) => {
+                let n = summary.gpu_dropped.entry(d.source).or_default();
+                *n = n.saturating_add(d.count);
+            }
             Record::Note(n) => summary.notes.push(format!("pid {}: {}", n.pid, n.text)),
             _ => {}
         })?;

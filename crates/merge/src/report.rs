@@ -67,7 +67,7 @@ impl Reporter {
             .map(|(name, s)| {
                 s.durations.sort_unstable();
                 s.latencies.sort_unstable();
-                let sum: u64 = s.durations.iter().sum();
+                let sum = s.durations.iter().fold(0u64, |a, &d| a.saturating_add(d));
                 let count = s.durations.len() as u64;
                 Row {
                     name: name.clone(),
@@ -170,7 +170,7 @@ impl Sink for Reporter {
             ActivityKind::Sync { .. } => return Ok(()),
         };
         let d = a.duration_ns();
-        self.total_ns += d;
+        self.total_ns = self.total_ns.saturating_add(d);
         let s = self.by_name.entry(name).or_default();
         s.durations.push(d);
         if let Some(api) = m.api {
@@ -178,7 +178,7 @@ impl Sink for Reporter {
         }
         if let (Some(l), Some(cpu)) = (m.launch, ctx.cpu) {
             let e = self.by_stack.entry(l.stack).or_default();
-            e.0 += d;
+            e.0 = e.0.saturating_add(d);
             e.1 += 1;
             self.stack_texts
                 .entry(l.stack)
