@@ -1383,38 +1383,13 @@ mod tests {
         #[test]
         fn mutated_logs_never_panic(
             edits in proptest::collection::vec(
-                (any::<proptest::sample::Index>(), 0u8..6, proptest::collection::vec(any::<u8>(), 0..8),
+                (any::<proptest::sample::Index>(), 0u8..8, proptest::collection::vec(any::<u8>(), 0..8),
                  any::<proptest::sample::Index>()),
                 0..12,
             )
         ) {
             let mut text = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/cupti_log/small.log")).to_vec();
-            for (at, op, bytes, token) in edits {
-                let i = at.index(text.len() + 1);
-                match op {
-                    0 => drop(text.splice(i..i, bytes)),
-                    1 => drop(text.drain(i..(i + bytes.len() + 1).min(text.len()))),
-                    2 => text.truncate(i),
-                    3 => {
-                        for (j, b) in bytes.into_iter().enumerate() {
-                            if let Some(slot) = text.get_mut(i + j) {
-                                *slot = b;
-                            }
-                        }
-                    }
-                    4 => {
-                        let t = TOKENS[token.index(TOKENS.len())].as_bytes();
-                        drop(text.splice(i..i, t.iter().copied()));
-                    }
-                    _ => {
-                        // Duplicate the line around `i`.
-                        let start = text[..i].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-                        let end = text[i..].iter().position(|&b| b == b'\n').map_or(text.len(), |p| i + p + 1);
-                        let line = text[start..end].to_vec();
-                        drop(text.splice(start..start, line));
-                    }
-                }
-            }
+            crate::golden::apply_edits(&mut text, edits, TOKENS);
             never_panics(&text)?;
         }
     }

@@ -116,3 +116,53 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
     }
     out
 }
+
+/// Where, which operation, its bytes, and which token.
+pub type Edit = (
+    proptest::sample::Index,
+    u8,
+    Vec<u8>,
+    proptest::sample::Index,
+);
+
+/// Applies random edits: inserts, deletes, truncations, overwrites, bit
+/// flips, inserted `tokens` and duplicated lines.
+pub fn apply_edits(text: &mut Vec<u8>, edits: Vec<Edit>, tokens: &[&str]) {
+    for (at, op, bytes, token) in edits {
+        let i = at.index(text.len() + 1);
+        match op {
+            0 => drop(text.splice(i..i, bytes)),
+            1 => drop(text.drain(i..(i + bytes.len() + 1).min(text.len()))),
+            2 => text.truncate(i),
+            3 => {
+                for (j, b) in bytes.into_iter().enumerate() {
+                    if let Some(slot) = text.get_mut(i + j) {
+                        *slot = b;
+                    }
+                }
+            }
+            4 => {
+                if let Some(slot) = text.get_mut(i) {
+                    *slot ^= 1 << (bytes.first().copied().unwrap_or(0) % 8);
+                }
+            }
+            5 | 6 => {
+                let t = tokens[token.index(tokens.len())].as_bytes();
+                drop(text.splice(i..i, t.iter().copied()));
+            }
+            _ => {
+                // Duplicate the line around `i`.
+                let start = text[..i]
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |p| p + 1);
+                let end = text[i..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(text.len(), |p| i + p + 1);
+                let line = text[start..end].to_vec();
+                drop(text.splice(start..start, line));
+            }
+        }
+    }
+}
