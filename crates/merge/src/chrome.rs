@@ -14,7 +14,7 @@ use std::io::Write;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::cpu::CpuLaunch;
+use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::demangle::Demangler;
 use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
@@ -34,6 +34,9 @@ pub struct Writer<W: Write> {
     devices: FxHashMap<(u32, u32), String>,
     exes: FxHashMap<u32, String>,
     demangler: Demangler,
+    // JSON-escaped stack texts by StackId: a launch's stack is written on its API
+    // slice and on every activity it caused, so escape each stack once.
+    stack_json: Vec<Option<std::rc::Rc<str>>>,
     err: Option<std::io::Error>,
 }
 
@@ -55,6 +58,7 @@ impl<W: Write> Writer<W> {
             devices: FxHashMap::default(),
             exes: FxHashMap::default(),
             demangler: Demangler::default(),
+            stack_json: Vec::new(),
             err: None,
         })
     }
@@ -148,7 +152,7 @@ impl<W: Write> Writer<W> {
         let stack = m
             .launch
             .zip(ctx.cpu)
-            .map(|(l, c)| json(c.stacks.text(l.stack)));
+            .map(|(l, c)| self.stack_json(c, l.stack));
         let out = self.event();
         write!(
             out,
@@ -192,7 +196,7 @@ impl<W: Write> Writer<W> {
         let stack = m
             .launch
             .zip(ctx.cpu)
-            .map(|(l, c)| json(c.stacks.text(l.stack)));
+            .map(|(l, c)| self.stack_json(c, l.stack));
         let out = self.event();
         write!(
             out,
@@ -244,13 +248,22 @@ impl<W: Write> Writer<W> {
         )
     }
 
+    fn stack_json(&mut self, cpu: &CpuTrace, id: StackId) -> std::rc::Rc<str> {
+        let i = id.index();
+        if self.stack_json.len() <= i {
+            self.stack_json.resize(i + 1, None);
+        }
+        self.stack_json[i]
+            .get_or_insert_with(|| json(cpu.stacks.text(id)).into())
+            .clone()
+    }
+
     fn pending_launch(&mut self, ctx: &Context<'_>, l: &CpuLaunch) -> std::io::Result<()> {
         self.cpu_process(l.pid)?;
         let ts = self.ts(ctx.launch_ts(l));
         let stack = ctx
             .cpu
-            .map(|c| json(c.stacks.text(l.stack)))
-            .unwrap_or_else(|| "null".into());
+            .map_or_else(|| "null".into(), |c| self.stack_json(c, l.stack));
         let (pid, tid) = (l.pid, l.tid);
         write!(
             self.event(),

@@ -221,27 +221,11 @@ impl<W: Write> Writer<W> {
                     .u16(dev);
             }
             ActivityKind::Memcpy { kind: k, bytes } => {
-                self.begin(kind::MEMCPY);
-                self.u64(a.start_ns)
-                    .u64(a.end_ns)
-                    .u64(bytes)
-                    .u64(a.graph_node_id);
-                self.u32(a.correlation_id)
-                    .u32(a.context)
-                    .u32(a.stream)
-                    .u32(a.graph_id);
+                self.copy_prefix(kind::MEMCPY, a, bytes);
                 self.u16(dev).u8(k as u8).u8(0).u32(0);
             }
             ActivityKind::Memset { bytes, value } => {
-                self.begin(kind::MEMSET);
-                self.u64(a.start_ns)
-                    .u64(a.end_ns)
-                    .u64(bytes)
-                    .u64(a.graph_node_id);
-                self.u32(a.correlation_id)
-                    .u32(a.context)
-                    .u32(a.stream)
-                    .u32(a.graph_id);
+                self.copy_prefix(kind::MEMSET, a, bytes);
                 self.u32(value).u16(dev).u16(0);
             }
             ActivityKind::Sync { sync_type } => {
@@ -255,6 +239,19 @@ impl<W: Write> Writer<W> {
             }
         }
         Ok(())
+    }
+
+    /// The 48 bytes MEMCPY and MEMSET payloads share.
+    fn copy_prefix(&mut self, kind: u8, a: &Activity, bytes: u64) {
+        self.begin(kind);
+        self.u64(a.start_ns)
+            .u64(a.end_ns)
+            .u64(bytes)
+            .u64(a.graph_node_id);
+        self.u32(a.correlation_id)
+            .u32(a.context)
+            .u32(a.stream)
+            .u32(a.graph_id);
     }
 
     /// Flushes the underlying stream.
