@@ -1,13 +1,120 @@
 //! CUPTI injection library for gpuperf.
 //!
 //! The CUDA driver loads this cdylib into the target process through
-//! `CUDA_INJECTION64_PATH` and calls its `InitializeInjection` export. It will
-//! record API calls and GPU activity with CUPTI correlation ids and write them in
-//! the GPU trace format defined by [`gpuperf_merge::gputrace`].
+//! `CUDA_INJECTION64_PATH` during `cuInit` and calls [`InitializeInjection`]. From
+//! then on the library records, in the GPU trace format of
+//! [`gpuperf_merge::gputrace`]:
 //!
-//! **Status: not implemented yet.** This crate exports nothing, so pointing
-//! `CUDA_INJECTION64_PATH` at it makes the driver skip the injection and the
-//! application runs unprofiled. No code path here pretends to record anything.
+//! - an API record (entry and exit time, Linux TID, correlation id) for every kernel
+//!   launch (`cudaLaunchKernel`, `cudaLaunchKernelExC`, cooperative launches,
+//!   CUDA 13's `__cudaLaunchKernel`, `cuLaunchKernel`/`cuLaunchKernelEx`,
+//!   `cudaGraphLaunch`/`cuGraphLaunch`, all `_ptsz` variants), memory copy, memset
+//!   and synchronization call. Only those callbacks are enabled, never a whole domain;
+//! - `CONCURRENT_KERNEL` (never the serializing `KERNEL` kind), `MEMCPY`, `MEMSET`,
+//!   `SYNCHRONIZATION`, `OVERHEAD`, `DEVICE` and `CONTEXT` activity, with graph and
+//!   graph-node ids, and CUPTI's dropped-record counts.
+//!
+//! ```text
+//!  app thread ── API callback ──▶ per-thread shard ─┐
+//!                 └─▶ gpuperf_launch_marker(corr)   ├─▶ trace writer ─▶ gpu-PID.gputrace
+//!  CUPTI ── activity buffer ──▶ decode ─────────────┘      ▲
+//!  flush thread (every GPUPERF_FLUSH_MS), atexit, cudaDeviceReset, context destroy
+//! ```
+//!
+//! # Clock and thread ids
+//! A CUPTI timestamp callback makes every activity timestamp `CLOCK_MONOTONIC`, the
+//! clock of `bpf_ktime_get_ns()`, and API records are stamped with the same clock.
+//! Thread ids are Linux TIDs (`CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM`).
+//!
+//! # The marker contract, for CPU profilers
+//! At the entry of every launch, copy and memset call, before the call does its
+//! work, the library calls [`gpuperf_launch_marker`] on the calling thread with:
+//!
+//! | register | value |
+//! |---|---|
+//! | `rdi` (arg 1) | the CUPTI correlation id, zero-extended; the API record and the GPU records of this call carry the same id |
+//! | `rsi` (arg 2) | `domain << 32 \| cbid`: CUPTI callback domain (1 runtime, 2 driver) and callback id |
+//!
+//! The marker's first instruction is the 5-byte NOP `0f 1f 44 00 00`, which Linux
+//! 6.17 and later turn into a fast uprobe path. The marker is only called while the
+//! 16-bit [`gpuperf_marker_semaphore`] is non-zero: attach the uprobe with its file
+//! offset as `ref_ctr_offset` (the USDT semaphore mechanism) and the kernel raises
+//! it while the probe is attached. `GPUPERF_MARKER=always` calls the marker
+//! regardless. A driver call made inside a recorded runtime call does not call the
+//! marker again; its GPU work is written with the runtime call's correlation id.
+//!
+//! # Files
+//! One trace per process, `gpuperf-PID.gputrace` by default, and a log of
+//! diagnostics beside it; see [`config`] for the variables. Records reach the file
+//! at least every `GPUPERF_FLUSH_MS` (500 ms), so a process killed by SIGKILL keeps
+//! everything older than that. Child processes that inherit
+//! `CUDA_INJECTION64_PATH` write their own file; a child forked without `exec`
+//! writes nothing.
+//!
+//! # Failure contract
+//! Nothing here prints to stdout, calls `exit`, or lets a panic cross into the
+//! driver. When CUPTI is missing, too old or too new, or already held by another
+//! tool (Nsight Systems, torch.profiler), the program runs exactly as without
+//! injection and the trace holds a NOTE record saying why it is empty.
 
-/// The GPU trace format version this library will write.
+mod api;
+pub mod config;
+mod cupti;
+pub mod decode;
+mod error;
+pub mod locate;
+mod log;
+mod recorder;
+mod sys;
+
+use std::panic::catch_unwind;
+use std::sync::atomic::AtomicU16;
+
+pub use cupti::Cupti;
+pub use error::{CuptiError, Error, Result};
+
+/// The GPU trace format version this library writes.
 pub const TRACE_FORMAT_VERSION: u16 = gpuperf_merge::gputrace::FORMAT_VERSION;
+
+/// Called once by the CUDA driver through `CUDA_INJECTION64_PATH`.
+///
+/// Returns 1 whether or not recording could start: a failure is written to the
+/// trace and the log, and the application must run on unchanged, which is the one
+/// behaviour the driver guarantees for 1.
+#[unsafe(no_mangle)]
+pub extern "C" fn InitializeInjection() -> i32 {
+    let _ = catch_unwind(recorder::initialize);
+    1
+}
+
+/// Nonzero while a CPU profiler is attached to [`gpuperf_launch_marker`]; the
+/// kernel maintains it through the uprobe's `ref_ctr_offset`. It lives in the
+/// `.probes` section, as USDT semaphores do, so that it is file-backed.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = ".probes")]
+#[allow(non_upper_case_globals)]
+pub static gpuperf_marker_semaphore: AtomicU16 = AtomicU16::new(0);
+
+/// The probe point for CPU profilers; see the crate docs for its contract. Its first
+/// instruction is a 5-byte NOP and it does nothing else.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuperf_launch_marker(correlation_id: u64, callback: u64) {
+    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "ret")
+}
+
+/// The probe point for CPU profilers; see the crate docs for its contract.
+#[cfg(not(target_arch = "x86_64"))]
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn gpuperf_launch_marker(correlation_id: u64, callback: u64) {
+    std::hint::black_box((correlation_id, callback));
+}
+
+/// Test and benchmark access to the recorder's internals.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::api::{Class, classify};
+    pub use crate::recorder::monotonic_ns;
+}

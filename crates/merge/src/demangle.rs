@@ -8,12 +8,11 @@ pub(crate) fn demangle(name: &str) -> String {
         // `{:#}` drops the hash suffix of legacy Rust symbols.
         return format!("{d:#}");
     }
-    if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(d) = sym.demangle() {
-                return d;
-            }
-        }
+    if name.starts_with("_Z")
+        && let Ok(sym) = cpp_demangle::Symbol::new(name)
+        && let Ok(d) = sym.demangle()
+    {
+        return d;
     }
     name.to_owned()
 }

@@ -372,6 +372,11 @@ pub fn api_base_name(name: &str) -> &str {
 pub fn is_launch_api(name: &str) -> bool {
     let name = api_base_name(name);
     let name = name.strip_suffix("_ptsz").unwrap_or(name);
+    // CUDA 13's `<<<>>>` stubs call `__cudaLaunchKernel`.
+    let name = name.trim_start_matches('_');
+    if name.contains("HostFunc") {
+        return false;
+    }
     name.starts_with("cudaLaunch")
         || name.starts_with("cuLaunch")
         || matches!(name, "cudaGraphLaunch" | "cuGraphLaunch")
@@ -400,12 +405,20 @@ mod tests {
             "cuLaunchKernel",
             "cuLaunchKernelEx",
             "cudaGraphLaunch_v10000",
-            "cuGraphLaunch",
+            "cudaLaunchKernel_ptsz_v7000",
+            "__cudaLaunchKernel_v13000",
+            "__cudaLaunchKernel_ptsz_v13000",
             "cudaLaunchKernel_ptsz_v7000",
         ] {
             assert!(is_launch_api(n), "{n}");
         }
-        for n in ["cudaMemcpy_v3020", "cuMemAlloc_v2", "cudaGraphInstantiate"] {
+        for n in [
+            "cudaMemcpy_v3020",
+            "cuMemAlloc_v2",
+            "cudaGraphInstantiate",
+            "cudaLaunchHostFunc_v10000",
+            "cuLaunchHostFunc",
+        ] {
             assert!(!is_launch_api(n), "{n}");
         }
     }

@@ -141,10 +141,10 @@ fn prepare(lines: &[&str], palette: &mut PaletteMap) -> Result<u64> {
             ))
         })?;
         for frame in gpu_frames(stack) {
-            if seen.insert(frame) {
-                if let Some(color) = gpu_color(frame) {
-                    palette.insert(frame, color);
-                }
+            if seen.insert(frame)
+                && let Some(color) = gpu_color(frame)
+            {
+                palette.insert(frame, color);
             }
         }
     }

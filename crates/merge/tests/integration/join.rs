@@ -283,11 +283,11 @@ fn reference_recording__offset_estimated__exact_totals() {
     let mut exact: HashMap<String, u64> = HashMap::new();
     inputs
         .visit(&mut strings, &mut |r, names| {
-            if let Record::Activity(a) = r {
-                if let ActivityKind::Kernel { name, .. } = a.kind {
-                    let n = names.get(name).to_owned();
-                    *exact.entry(n).or_default() += a.duration_ns();
-                }
+            if let Record::Activity(a) = r
+                && let ActivityKind::Kernel { name, .. } = a.kind
+            {
+                let n = names.get(name).to_owned();
+                *exact.entry(n).or_default() += a.duration_ns();
             }
         })
         .unwrap();

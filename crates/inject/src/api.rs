@@ -1,0 +1,128 @@
+//! Which CUDA API calls gpuperf records, chosen by name so that every version
+//! suffix and per-thread-stream (`_ptsz`) variant CUPTI knows is covered.
+
+use gpuperf_merge::model::api_base_name;
+
+/// What a CUDA API call does, as far as gpuperf cares.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Not recorded.
+    Ignored,
+    /// Launches kernels: `cudaLaunchKernel`, `cuLaunchKernelEx`, `cudaGraphLaunch`, ...
+    Launch,
+    /// Copies memory.
+    Memcpy,
+    /// Sets memory.
+    Memset,
+    /// Waits for the GPU.
+    Sync,
+    /// `cudaDeviceReset`: destroys the context, so buffers are flushed first.
+    Reset,
+}
+
+impl Class {
+    /// Whether the call causes GPU work, so the CPU profiler wants its stack.
+    pub fn fires_marker(self) -> bool {
+        matches!(self, Self::Launch | Self::Memcpy | Self::Memset)
+    }
+
+    /// Whether an API record is written for the call.
+    pub fn recorded(self) -> bool {
+        self != Self::Ignored
+    }
+}
+
+/// Classifies a CUPTI callback name such as `cudaLaunchKernel_ptsz_v7000`.
+pub fn classify(name: &str) -> Class {
+    let base = api_base_name(name);
+    let base = base.strip_suffix("_ptsz").unwrap_or(base);
+    // CUDA 13's launch stubs call `__cudaLaunchKernel`.
+    let base = base.trim_start_matches('_');
+    if base.contains("HostFunc") || base.contains("LaunchHost") {
+        return Class::Ignored;
+    }
+    if base.starts_with("cudaLaunch")
+        || base.starts_with("cuLaunch")
+        || matches!(base, "cudaGraphLaunch" | "cuGraphLaunch")
+    {
+        return Class::Launch;
+    }
+    if base.starts_with("cudaMemcpy") || base.starts_with("cuMemcpy") {
+        return Class::Memcpy;
+    }
+    if base.starts_with("cudaMemset") || base.starts_with("cuMemset") {
+        return Class::Memset;
+    }
+    match base {
+        "cudaDeviceSynchronize"
+        | "cudaStreamSynchronize"
+        | "cudaEventSynchronize"
+        | "cudaThreadSynchronize"
+        | "cudaStreamWaitEvent"
+        | "cuCtxSynchronize"
+        | "cuStreamSynchronize"
+        | "cuEventSynchronize"
+        | "cuStreamWaitEvent" => Class::Sync,
+        "cudaDeviceReset" | "cudaThreadExit" => Class::Reset,
+        _ => Class::Ignored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_calls_of_both_apis_and_all_variants() {
+        for n in [
+            "cudaLaunchKernel_v7000",
+            "cudaLaunchKernel_ptsz_v7000",
+            "cudaLaunchKernelExC_v11060",
+            "cudaLaunchCooperativeKernel_v9000",
+            "cudaLaunchCooperativeKernelMultiDevice_v9000",
+            "cudaGraphLaunch_v10000",
+            "cudaGraphLaunch_ptsz_v10000",
+            "__cudaLaunchKernel_v13000",
+            "__cudaLaunchKernel_ptsz_v13000",
+            "cuLaunchKernel",
+            "cuLaunchKernel_ptsz",
+            "cuLaunchKernelEx",
+            "cuLaunchCooperativeKernel",
+            "cuGraphLaunch",
+            "cuGraphLaunch_ptsz",
+        ] {
+            assert_eq!(classify(n), Class::Launch, "{n}");
+        }
+    }
+
+    #[test]
+    fn copies_sets_syncs_and_reset() {
+        assert_eq!(classify("cudaMemcpyAsync_ptsz_v7000"), Class::Memcpy);
+        assert_eq!(classify("cuMemcpyHtoDAsync_v2"), Class::Memcpy);
+        assert_eq!(classify("cudaMemcpy2DToArray_v3020"), Class::Memcpy);
+        assert_eq!(classify("cudaMemsetAsync_v3020"), Class::Memset);
+        assert_eq!(classify("cuMemsetD32_v2"), Class::Memset);
+        assert_eq!(classify("cudaStreamSynchronize_v3020"), Class::Sync);
+        assert_eq!(classify("cuCtxSynchronize"), Class::Sync);
+        assert_eq!(classify("cudaDeviceReset_v3020"), Class::Reset);
+    }
+
+    #[test]
+    fn everything_else_is_left_alone() {
+        for n in [
+            "cudaLaunchHostFunc_v10000",
+            "cudaLaunchHostFunc_ptsz_v10000",
+            "cuLaunchHostFunc",
+            "cudaMalloc_v3020",
+            "cudaGetLastError_v3020",
+            "cudaGetDevice_v3020",
+            "cuCtxGetCurrent",
+            "cudaMemGetInfo_v3020",
+            "",
+        ] {
+            assert_eq!(classify(n), Class::Ignored, "{n}");
+        }
+        assert!(!Class::Sync.fires_marker());
+        assert!(Class::Memcpy.fires_marker());
+    }
+}

@@ -1,0 +1,222 @@
+//! Settings read from the environment of the profiled process.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `GPUPERF_GPU_TRACE` | trace path; `%p` becomes the pid. A directory, or a value ending in `/`, gets `gpu-%p.gputrace` inside it. Without `%p` the pid is put before the extension, so that child processes never share a file. | `gpuperf-%p.gputrace` |
+//! | `GPUPERF_CUPTI_PATH` | the libcupti to use; wins over the search in [`crate::locate`] | unset |
+//! | `GPUPERF_INJECT_LOG` | `stderr`, or a file for diagnostics | the trace path plus `.log` |
+//! | `GPUPERF_FLUSH_MS` | how often buffered records reach the file, 50 to 10000 | 500 |
+//! | `GPUPERF_MARKER` | `auto`: call the launch marker while a profiler holds its semaphore; `always`; `off` | `auto` |
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Whether the launch marker is called.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MarkerMode {
+    /// While `gpuperf_marker_semaphore` is non-zero.
+    Auto,
+    /// On every recorded GPU-work call.
+    Always,
+    /// Never.
+    Off,
+}
+
+/// Where diagnostics go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogTarget {
+    /// The process's stderr.
+    Stderr,
+    /// A file.
+    File(PathBuf),
+}
+
+/// Settings of one process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The trace file.
+    pub trace: PathBuf,
+    /// Explicit libcupti.
+    pub cupti: Option<PathBuf>,
+    /// Diagnostics.
+    pub log: LogTarget,
+    /// Flush period in milliseconds.
+    pub flush_ms: u32,
+    /// Marker mode.
+    pub marker: MarkerMode,
+    /// Settings that were malformed and replaced by defaults, as messages.
+    pub warnings: Vec<String>,
+}
+
+/// Default trace file name pattern.
+pub const DEFAULT_TRACE: &str = "gpuperf-%p.gputrace";
+/// File name pattern inside a trace directory.
+pub const DIR_TRACE: &str = "gpu-%p.gputrace";
+
+impl Config {
+    /// Reads the settings through `var` (normally `std::env::var_os`) for process `pid`.
+    pub fn from_env(var: impl Fn(&str) -> Option<OsString>, pid: u32) -> Self {
+        let mut warnings = Vec::new();
+        let trace = trace_path(var("GPUPERF_GPU_TRACE").as_deref(), pid);
+        let log = match var("GPUPERF_INJECT_LOG") {
+            Some(v) if v == "stderr" => LogTarget::Stderr,
+            Some(v) if !v.is_empty() => LogTarget::File(expand(Path::new(&v), pid)),
+            _ => {
+                let mut p = trace.clone().into_os_string();
+                p.push(".log");
+                LogTarget::File(p.into())
+            }
+        };
+        let flush_ms = match var("GPUPERF_FLUSH_MS") {
+            None => 500,
+            Some(v) => match v.to_str().and_then(|s| s.parse::<u32>().ok()) {
+                Some(ms) if (50..=10_000).contains(&ms) => ms,
+                _ => {
+                    warnings.push(format!(
+                        "GPUPERF_FLUSH_MS={}: expected milliseconds from 50 to 10000; using 500",
+                        v.to_string_lossy()
+                    ));
+                    500
+                }
+            },
+        };
+        let marker = match var("GPUPERF_MARKER") {
+            None => MarkerMode::Auto,
+            Some(v) => match v.to_str() {
+                Some("auto") => MarkerMode::Auto,
+                Some("always") => MarkerMode::Always,
+                Some("off") => MarkerMode::Off,
+                _ => {
+                    warnings.push(format!(
+                        "GPUPERF_MARKER={}: expected auto, always or off; using auto",
+                        v.to_string_lossy()
+                    ));
+                    MarkerMode::Auto
+                }
+            },
+        };
+        let cupti = var("GPUPERF_CUPTI_PATH")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        Self {
+            trace,
+            cupti,
+            log,
+            flush_ms,
+            marker,
+            warnings,
+        }
+    }
+}
+
+fn expand(pattern: &Path, pid: u32) -> PathBuf {
+    let s = pattern.to_string_lossy();
+    PathBuf::from(s.replace("%p", &pid.to_string()))
+}
+
+fn trace_path(value: Option<&std::ffi::OsStr>, pid: u32) -> PathBuf {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return expand(Path::new(DEFAULT_TRACE), pid);
+    };
+    let p = Path::new(v);
+    if p.is_dir() || v.to_string_lossy().ends_with('/') {
+        return expand(&p.join(DIR_TRACE), pid);
+    }
+    if v.to_string_lossy().contains("%p") {
+        return expand(p, pid);
+    }
+    // No %p: keep processes apart by putting the pid before the extension.
+    let stem = p.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match p.extension() {
+        Some(ext) => format!("{stem}.{pid}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{pid}"),
+    };
+    p.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Config {
+        let m: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        Config::from_env(|k| m.get(k).cloned(), 42)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(&[]);
+        assert_eq!(c.trace, PathBuf::from("gpuperf-42.gputrace"));
+        assert_eq!(c.log, LogTarget::File("gpuperf-42.gputrace.log".into()));
+        assert_eq!(
+            (c.flush_ms, c.marker, c.cupti),
+            (500, MarkerMode::Auto, None)
+        );
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn trace_patterns() {
+        assert_eq!(
+            cfg(&[("GPUPERF_GPU_TRACE", "/t/x-%p.bin")]).trace,
+            PathBuf::from("/t/x-42.bin")
+        );
+        assert_eq!(
+            cfg(&[("GPUPERF_GPU_TRACE", "/t/out.gputrace")]).trace,
+            PathBuf::from("/t/out.42.gputrace")
+        );
+        assert_eq!(
+            cfg(&[("GPUPERF_GPU_TRACE", "/t/out")]).trace,
+            PathBuf::from("/t/out.42")
+        );
+        assert_eq!(
+            cfg(&[("GPUPERF_GPU_TRACE", "/t/raw/")]).trace,
+            PathBuf::from("/t/raw/gpu-42.gputrace")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        assert_eq!(
+            cfg(&[("GPUPERF_GPU_TRACE", d)]).trace,
+            dir.path().join("gpu-42.gputrace")
+        );
+    }
+
+    #[test]
+    fn log_and_marker_and_cupti() {
+        let c = cfg(&[
+            ("GPUPERF_INJECT_LOG", "stderr"),
+            ("GPUPERF_MARKER", "always"),
+            ("GPUPERF_CUPTI_PATH", "/opt/libcupti.so.13"),
+            ("GPUPERF_FLUSH_MS", "100"),
+        ]);
+        assert_eq!(c.log, LogTarget::Stderr);
+        assert_eq!(c.marker, MarkerMode::Always);
+        assert_eq!(c.cupti, Some("/opt/libcupti.so.13".into()));
+        assert_eq!(c.flush_ms, 100);
+        assert_eq!(
+            cfg(&[("GPUPERF_INJECT_LOG", "/l/%p.log")]).log,
+            LogTarget::File("/l/42.log".into())
+        );
+    }
+
+    #[test]
+    fn malformed_values_fall_back_with_a_warning() {
+        let c = cfg(&[("GPUPERF_FLUSH_MS", "5"), ("GPUPERF_MARKER", "sometimes")]);
+        assert_eq!((c.flush_ms, c.marker), (500, MarkerMode::Auto));
+        assert_eq!(c.warnings.len(), 2);
+        assert!(
+            c.warnings[0].contains("GPUPERF_FLUSH_MS=5"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(
+            c.warnings[1].contains("GPUPERF_MARKER=sometimes"),
+            "{:?}",
+            c.warnings
+        );
+    }
+}

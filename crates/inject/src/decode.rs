@@ -1,0 +1,268 @@
+//! Decoding of CUPTI activity records.
+//!
+//! Each record arrives as the bytes from its start to the end of the buffer's valid
+//! data. Fields are read at the offsets of cudarc's CUDA 13.0 structs
+//! (`CUpti_ActivityKernel10`, `Memcpy6`, `Memset4`, `Synchronization2`, `Overhead3`,
+//! `Device5`, `Context2`). Every field read here sits in the prefix that these share
+//! with the versions CUDA 12.0 to 12.9 write (`Kernel8`/`Kernel9`, `Memcpy5`,
+//! `Memset3`, ...): later versions only append fields. So one decoder serves both
+//! majors, and a field that would lie past the record's end is never read.
+
+use std::ffi::c_char;
+use std::mem::offset_of;
+
+use crate::sys::{
+    CUpti_ActivityContext2 as Context, CUpti_ActivityDevice5 as Device,
+    CUpti_ActivityKernel10 as Kernel, CUpti_ActivityKind as K, CUpti_ActivityMemcpy6 as Memcpy,
+    CUpti_ActivityMemset4 as Memset, CUpti_ActivityOverhead3 as Overhead,
+    CUpti_ActivitySynchronization2 as Sync,
+};
+
+/// Where a record happened on the GPU.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    /// GPU start.
+    pub start_ns: u64,
+    /// GPU end.
+    pub end_ns: u64,
+    /// Correlation id of the API call that caused it.
+    pub correlation_id: u32,
+    /// Device ordinal; `u32::MAX` when the record does not say.
+    pub device: u32,
+    /// Context id.
+    pub context: u32,
+    /// Stream id.
+    pub stream: u32,
+    /// Graph id, 0 outside graphs.
+    pub graph_id: u32,
+    /// Graph node id, 0 outside graphs.
+    pub graph_node_id: u64,
+}
+
+/// One decoded activity record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// `CONCURRENT_KERNEL` (or `KERNEL`).
+    Kernel {
+        /// Timing and placement.
+        place: Place,
+        /// Grid size.
+        grid: [u32; 3],
+        /// Block size.
+        block: [u32; 3],
+        /// The kernel name in CUPTI's buffer, valid only while the buffer is.
+        name: *const c_char,
+    },
+    /// `MEMCPY`.
+    Memcpy {
+        /// Timing and placement; the correlation id is the runtime call's when there was one.
+        place: Place,
+        /// `CUpti_ActivityMemcpyKind`.
+        copy_kind: u8,
+        /// Bytes copied.
+        bytes: u64,
+    },
+    /// `MEMSET`.
+    Memset {
+        /// Timing and placement.
+        place: Place,
+        /// Value set.
+        value: u32,
+        /// Bytes set.
+        bytes: u64,
+    },
+    /// `SYNCHRONIZATION`; the device comes from the context.
+    Sync {
+        /// Timing and placement.
+        place: Place,
+        /// `CUpti_ActivitySynchronizationType`.
+        sync_type: u32,
+    },
+    /// `OVERHEAD`.
+    Overhead {
+        /// `CUpti_ActivityOverheadKind`.
+        kind: u32,
+        /// Start.
+        start_ns: u64,
+        /// End.
+        end_ns: u64,
+    },
+    /// `DEVICE`.
+    Device {
+        /// Ordinal.
+        id: u32,
+        /// Compute capability.
+        cc: (u32, u32),
+        /// Name in CUPTI's buffer.
+        name: *const c_char,
+    },
+    /// `CONTEXT`.
+    Context {
+        /// Context id.
+        context: u32,
+        /// Its device.
+        device: u32,
+    },
+    /// A kind gpuperf does not enable.
+    Other {
+        /// `CUpti_ActivityKind`.
+        kind: u32,
+    },
+}
+
+fn u8_at(r: &[u8], off: usize) -> Option<u8> {
+    r.get(off).copied()
+}
+
+fn u32_at(r: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(r.get(off..off + 4)?.try_into().ok()?))
+}
+
+fn u64_at(r: &[u8], off: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(r.get(off..off + 8)?.try_into().ok()?))
+}
+
+fn ptr_at(r: &[u8], off: usize) -> Option<*const c_char> {
+    // Pointers are kept as integers until a caller that knows the buffer is alive
+    // turns them back; see `Decoded::Kernel::name`.
+    Some(usize::try_from(u64_at(r, off)?).ok()? as *const c_char)
+}
+
+/// Grid and block sizes are `int` in CUPTI; negative values become 0.
+fn dim_at(r: &[u8], off: usize) -> Option<u32> {
+    Some(u32::try_from(u32_at(r, off)? as i32).unwrap_or(0))
+}
+
+/// The record's `CUpti_ActivityKind`, `None` for fewer than 4 bytes.
+pub fn kind(rec: &[u8]) -> Option<u32> {
+    u32_at(rec, 0)
+}
+
+/// Decodes one record; `None` when it is shorter than the fields gpuperf reads.
+pub fn decode(rec: &[u8]) -> Option<Decoded> {
+    let kind = kind(rec)?;
+    Some(match kind {
+        k if k == K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL as u32
+            || k == K::CUPTI_ACTIVITY_KIND_KERNEL as u32 =>
+        {
+            Decoded::Kernel {
+                place: Place {
+                    start_ns: u64_at(rec, offset_of!(Kernel, start))?,
+                    end_ns: u64_at(rec, offset_of!(Kernel, end))?,
+                    correlation_id: u32_at(rec, offset_of!(Kernel, correlationId))?,
+                    device: u32_at(rec, offset_of!(Kernel, deviceId))?,
+                    context: u32_at(rec, offset_of!(Kernel, contextId))?,
+                    stream: u32_at(rec, offset_of!(Kernel, streamId))?,
+                    graph_id: u32_at(rec, offset_of!(Kernel, graphId))?,
+                    graph_node_id: u64_at(rec, offset_of!(Kernel, graphNodeId))?,
+                },
+                grid: [
+                    dim_at(rec, offset_of!(Kernel, gridX))?,
+                    dim_at(rec, offset_of!(Kernel, gridY))?,
+                    dim_at(rec, offset_of!(Kernel, gridZ))?,
+                ],
+                block: [
+                    dim_at(rec, offset_of!(Kernel, blockX))?,
+                    dim_at(rec, offset_of!(Kernel, blockY))?,
+                    dim_at(rec, offset_of!(Kernel, blockZ))?,
+                ],
+                name: ptr_at(rec, offset_of!(Kernel, name))?,
+            }
+        }
+        k if k == K::CUPTI_ACTIVITY_KIND_MEMCPY as u32 => {
+            // A copy made through the runtime carries the runtime call's id apart
+            // from the driver's; the runtime call is the one the CPU side saw.
+            let driver = u32_at(rec, offset_of!(Memcpy, correlationId))?;
+            let runtime = u32_at(rec, offset_of!(Memcpy, runtimeCorrelationId))?;
+            Decoded::Memcpy {
+                place: Place {
+                    start_ns: u64_at(rec, offset_of!(Memcpy, start))?,
+                    end_ns: u64_at(rec, offset_of!(Memcpy, end))?,
+                    correlation_id: if runtime != 0 { runtime } else { driver },
+                    device: u32_at(rec, offset_of!(Memcpy, deviceId))?,
+                    context: u32_at(rec, offset_of!(Memcpy, contextId))?,
+                    stream: u32_at(rec, offset_of!(Memcpy, streamId))?,
+                    graph_id: u32_at(rec, offset_of!(Memcpy, graphId))?,
+                    graph_node_id: u64_at(rec, offset_of!(Memcpy, graphNodeId))?,
+                },
+                copy_kind: u8_at(rec, offset_of!(Memcpy, copyKind))?,
+                bytes: u64_at(rec, offset_of!(Memcpy, bytes))?,
+            }
+        }
+        k if k == K::CUPTI_ACTIVITY_KIND_MEMSET as u32 => Decoded::Memset {
+            place: Place {
+                start_ns: u64_at(rec, offset_of!(Memset, start))?,
+                end_ns: u64_at(rec, offset_of!(Memset, end))?,
+                correlation_id: u32_at(rec, offset_of!(Memset, correlationId))?,
+                device: u32_at(rec, offset_of!(Memset, deviceId))?,
+                context: u32_at(rec, offset_of!(Memset, contextId))?,
+                stream: u32_at(rec, offset_of!(Memset, streamId))?,
+                graph_id: u32_at(rec, offset_of!(Memset, graphId))?,
+                graph_node_id: u64_at(rec, offset_of!(Memset, graphNodeId))?,
+            },
+            value: u32_at(rec, offset_of!(Memset, value))?,
+            bytes: u64_at(rec, offset_of!(Memset, bytes))?,
+        },
+        k if k == K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION as u32 => Decoded::Sync {
+            place: Place {
+                start_ns: u64_at(rec, offset_of!(Sync, start))?,
+                end_ns: u64_at(rec, offset_of!(Sync, end))?,
+                correlation_id: u32_at(rec, offset_of!(Sync, correlationId))?,
+                device: u32::MAX,
+                context: u32_at(rec, offset_of!(Sync, contextId))?,
+                stream: u32_at(rec, offset_of!(Sync, streamId))?,
+                graph_id: 0,
+                graph_node_id: 0,
+            },
+            sync_type: u32_at(rec, offset_of!(Sync, type_))?,
+        },
+        k if k == K::CUPTI_ACTIVITY_KIND_OVERHEAD as u32 => Decoded::Overhead {
+            kind: u32_at(rec, offset_of!(Overhead, overheadKind))?,
+            start_ns: u64_at(rec, offset_of!(Overhead, start))?,
+            end_ns: u64_at(rec, offset_of!(Overhead, end))?,
+        },
+        k if k == K::CUPTI_ACTIVITY_KIND_DEVICE as u32 => Decoded::Device {
+            id: u32_at(rec, offset_of!(Device, id))?,
+            cc: (
+                u32_at(rec, offset_of!(Device, computeCapabilityMajor))?,
+                u32_at(rec, offset_of!(Device, computeCapabilityMinor))?,
+            ),
+            name: ptr_at(rec, offset_of!(Device, name))?,
+        },
+        k if k == K::CUPTI_ACTIVITY_KIND_CONTEXT as u32 => Decoded::Context {
+            context: u32_at(rec, offset_of!(Context, contextId))?,
+            device: u32_at(rec, offset_of!(Context, deviceId))?,
+        },
+        kind => Decoded::Other { kind },
+    })
+}
+
+/// Name of a `CUpti_ActivityOverheadKind`, as CUPTI's headers spell it.
+pub fn overhead_name(kind: u32) -> &'static str {
+    match kind {
+        1 => "DRIVER_COMPILER",
+        0x10000 => "CUPTI_BUFFER_FLUSH",
+        0x20000 => "CUPTI_INSTRUMENTATION",
+        0x30000 => "CUPTI_RESOURCE",
+        0x40000 => "RUNTIME_TRIGGERED_MODULE_LOADING",
+        0x50000 => "LAZY_FUNCTION_LOADING",
+        0x60000 => "COMMAND_BUFFER_FULL",
+        0x70000 => "ACTIVITY_BUFFER_REQUEST",
+        0x80000 => "UVM_ACTIVITY_INIT",
+        _ => "UNKNOWN",
+    }
+}
+
+/// The activity kinds gpuperf enables, by name for messages.
+pub const ENABLED_KINDS: [(K, &str); 7] = [
+    (
+        K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+        "CONCURRENT_KERNEL",
+    ),
+    (K::CUPTI_ACTIVITY_KIND_MEMCPY, "MEMCPY"),
+    (K::CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET"),
+    (K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, "SYNCHRONIZATION"),
+    (K::CUPTI_ACTIVITY_KIND_OVERHEAD, "OVERHEAD"),
+    (K::CUPTI_ACTIVITY_KIND_DEVICE, "DEVICE"),
+    (K::CUPTI_ACTIVITY_KIND_CONTEXT, "CONTEXT"),
+];

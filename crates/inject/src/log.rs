@@ -1,0 +1,37 @@
+//! Diagnostics of the injection library. The profiled program owns the terminal,
+//! so messages go to a file unless `GPUPERF_INJECT_LOG=stderr` asks otherwise.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::sync::Mutex;
+
+use crate::config::LogTarget;
+
+/// A diagnostics sink; writing never fails loudly.
+pub struct Log {
+    out: Mutex<Option<Box<dyn Write + Send>>>,
+    pid: u32,
+}
+
+impl Log {
+    /// Opens the target; a file that cannot be created leaves the log silent.
+    pub fn open(target: &LogTarget, pid: u32) -> Self {
+        let out: Option<Box<dyn Write + Send>> = match target {
+            LogTarget::Stderr => Some(Box::new(io::stderr())),
+            LogTarget::File(p) => File::create(p).ok().map(|f| Box::new(f) as _),
+        };
+        Self {
+            out: Mutex::new(out),
+            pid,
+        }
+    }
+
+    /// Writes one line.
+    pub fn line(&self, msg: &str) {
+        let mut g = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = g.as_mut() {
+            let _ = writeln!(w, "gpuperf-inject[{}]: {msg}", self.pid);
+            let _ = w.flush();
+        }
+    }
+}

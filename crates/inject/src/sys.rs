@@ -1,0 +1,103 @@
+//! Raw CUPTI declarations: record layouts and constants from cudarc's bindings, and
+//! the few functions this crate calls, resolved from one libcupti file.
+//!
+//! Enumerations cross this boundary as plain `u32`. cudarc models them as Rust
+//! enums, and a value a newer CUPTI release adds would be undefined behaviour in one.
+
+use std::ffi::{c_char, c_void};
+use std::path::Path;
+
+pub use cudarc::cupti::sys::{
+    CUpti_ActivityContext2, CUpti_ActivityDevice5, CUpti_ActivityKernel10, CUpti_ActivityKind,
+    CUpti_ActivityMemcpy6, CUpti_ActivityMemset4, CUpti_ActivityOverhead3,
+    CUpti_ActivitySynchronization2, CUpti_ActivityThreadIdType, CUpti_ApiCallbackSite,
+    CUpti_CallbackData, CUpti_CallbackDomain, CUpti_CallbackIdResource, CUptiResult,
+};
+
+/// A CUPTI status code (`CUptiResult`).
+pub type Status = u32;
+/// `CUPTI_SUCCESS`.
+pub const SUCCESS: Status = CUptiResult::CUPTI_SUCCESS as Status;
+/// Another subscriber (Nsight Systems, torch.profiler, ...) holds CUPTI.
+pub const MULTIPLE_SUBSCRIBERS: Status =
+    CUptiResult::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED as Status;
+
+/// `CUpti_CallbackFunc`, with the domain and callback id as plain integers.
+pub type ApiCallback = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
+/// `CUpti_BuffersCallbackRequestFunc`.
+pub type BufferRequested = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
+/// `CUpti_BuffersCallbackCompleteFunc`; the first argument is a `CUcontext`.
+pub type BufferCompleted = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
+/// `CUpti_TimestampCallbackFunc`.
+pub type Timestamp = unsafe extern "C" fn() -> u64;
+
+/// The CUPTI functions gpuperf calls, resolved from one loaded library.
+pub struct Functions {
+    /// `cuptiGetVersion`.
+    pub get_version: unsafe extern "C" fn(*mut u32) -> Status,
+    /// `cuptiGetResultString`.
+    pub get_result_string: unsafe extern "C" fn(Status, *mut *const c_char) -> Status,
+    /// `cuptiSubscribe`.
+    pub subscribe: unsafe extern "C" fn(*mut *mut c_void, ApiCallback, *mut c_void) -> Status,
+    /// `cuptiEnableCallback`.
+    pub enable_callback: unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> Status,
+    /// `cuptiGetCallbackName`.
+    pub get_callback_name: unsafe extern "C" fn(u32, u32, *mut *const c_char) -> Status,
+    /// `cuptiActivityEnable`.
+    pub activity_enable: unsafe extern "C" fn(u32) -> Status,
+    /// `cuptiActivityRegisterCallbacks`.
+    pub activity_register_callbacks:
+        unsafe extern "C" fn(BufferRequested, BufferCompleted) -> Status,
+    /// `cuptiActivityRegisterTimestampCallback`.
+    pub activity_register_timestamp_callback: unsafe extern "C" fn(Timestamp) -> Status,
+    /// `cuptiSetThreadIdType`.
+    pub set_thread_id_type: unsafe extern "C" fn(u32) -> Status,
+    /// `cuptiActivityFlushAll`.
+    pub activity_flush_all: unsafe extern "C" fn(u32) -> Status,
+    /// `cuptiActivityFlushPeriod`.
+    pub activity_flush_period: unsafe extern "C" fn(u32) -> Status,
+    /// `cuptiActivityGetNextRecord`.
+    pub activity_get_next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut c_void) -> Status,
+    /// `cuptiActivityGetNumDroppedRecords`.
+    pub activity_get_num_dropped_records:
+        unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> Status,
+    // Keeps the library mapped for as long as the pointers above are used.
+    _lib: libloading::Library,
+}
+
+impl Functions {
+    /// Loads `path` and resolves every function, or names the first one missing.
+    ///
+    /// # Safety
+    /// `path` must be a CUPTI library: its initializers run, and the resolved symbols
+    /// are trusted to have the C signatures declared above.
+    pub unsafe fn load(path: &Path) -> Result<Self, String> {
+        // SAFETY: the caller vouches that this is libcupti, whose initializers are
+        // safe to run in a CUDA process.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+        macro_rules! sym {
+            ($name:literal) => {
+                // SAFETY: the caller vouches for the symbol's signature; the library
+                // outlives the pointer because both live in the returned struct.
+                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|_| format!("{} does not export {}", path.display(), $name))?
+            };
+        }
+        Ok(Self {
+            get_version: sym!("cuptiGetVersion"),
+            get_result_string: sym!("cuptiGetResultString"),
+            subscribe: sym!("cuptiSubscribe"),
+            enable_callback: sym!("cuptiEnableCallback"),
+            get_callback_name: sym!("cuptiGetCallbackName"),
+            activity_enable: sym!("cuptiActivityEnable"),
+            activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks"),
+            activity_register_timestamp_callback: sym!("cuptiActivityRegisterTimestampCallback"),
+            set_thread_id_type: sym!("cuptiSetThreadIdType"),
+            activity_flush_all: sym!("cuptiActivityFlushAll"),
+            activity_flush_period: sym!("cuptiActivityFlushPeriod"),
+            activity_get_next_record: sym!("cuptiActivityGetNextRecord"),
+            activity_get_num_dropped_records: sym!("cuptiActivityGetNumDroppedRecords"),
+            _lib: lib,
+        })
+    }
+}
