@@ -33,7 +33,7 @@
 //! | register | value |
 //! |---|---|
 //! | `rdi` (arg 1) | the CUPTI correlation id, zero-extended; the API record and the GPU records of this call carry the same id |
-//! | `rsi` (arg 2) | `domain << 32 \| cbid`: CUPTI callback domain (1 runtime, 2 driver) and callback id |
+//! | `rsi` (arg 2) | `domain << 32 \| cbid`: CUPTI callback domain (1 driver, 2 runtime) and callback id |
 //!
 //! The marker's first instruction is the 5-byte NOP `0f 1f 44 00 00`, which Linux
 //! 6.17 and later turn into a fast uprobe path. The marker is only called while the

@@ -61,8 +61,9 @@ pub struct Functions {
     /// `cuptiActivityGetNumDroppedRecords`.
     pub activity_get_num_dropped_records:
         unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> Status,
-    // Keeps the library mapped for as long as the pointers above are used.
-    _lib: libloading::Library,
+    // Never unloaded: libcupti registers thread-specific-data destructors, and a
+    // thread exiting after `dlclose` would jump into unmapped code.
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
 }
 
 impl Functions {
@@ -97,7 +98,7 @@ impl Functions {
             activity_flush_period: sym!("cuptiActivityFlushPeriod"),
             activity_get_next_record: sym!("cuptiActivityGetNextRecord"),
             activity_get_num_dropped_records: sym!("cuptiActivityGetNumDroppedRecords"),
-            _lib: lib,
+            _lib: std::mem::ManuallyDrop::new(lib),
         })
     }
 }

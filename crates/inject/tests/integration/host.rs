@@ -1,0 +1,236 @@
+//! The library loaded the way the CUDA driver loads it, into a C host program.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, Record};
+
+use crate::support::{
+    Wheels, gcc, includes13, inject_lib, read_logs, read_traces, run_host, wheels,
+};
+
+fn mock(w: &Wheels) -> std::path::PathBuf {
+    let mut args = vec!["-shared", "-fPIC"];
+    let incs = includes13(w);
+    args.extend(incs.iter().map(String::as_str));
+    gcc("mock_cupti.c", "libcupti_mock.so", &args)
+}
+
+fn notes(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Note(n) => Some(n.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs the plain host with and without the library; everything the app shows
+/// must be identical, and the trace must say why it is empty.
+fn graceful(env: &[(&str, &Path)], why: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = env.to_vec();
+    env.push(("GPUPERF_GPU_TRACE", dir.path()));
+    let without = run_host(None, "plain", &env);
+    let with = run_host(Some(&inject_lib()), "plain", &env);
+    assert_eq!(with.status.code(), Some(3));
+    assert_eq!(with.status.code(), without.status.code());
+    assert_eq!(
+        String::from_utf8_lossy(&with.stdout),
+        String::from_utf8_lossy(&without.stdout)
+    );
+    assert_eq!(String::from_utf8_lossy(&with.stderr), "");
+    let (records, _, files) = read_traces(dir.path());
+    assert_eq!(files, 1);
+    assert!(
+        matches!(records.first(), Some(Record::Process(_))),
+        "{records:?}"
+    );
+    let notes = notes(&records);
+    assert_eq!(notes.len(), 1, "{records:?}");
+    assert!(notes[0].contains(why), "note {:?} lacks {why:?}", notes[0]);
+    assert!(read_logs(dir.path()).contains(why));
+}
+
+#[test]
+fn real_libcupti13_without_driver_leaves_the_app_unchanged() {
+    let Some(w) = wheels() else { return };
+    let lib = w.lib13.join("libcupti.so.13");
+    graceful(&[("GPUPERF_CUPTI_PATH", &lib)], "cuptiSubscribe failed");
+}
+
+#[test]
+fn real_libcupti12_found_on_the_loader_path() {
+    let Some(w) = wheels() else { return };
+    graceful(&[("LD_LIBRARY_PATH", &w.lib12)], "cuptiSubscribe failed");
+}
+
+#[test]
+fn missing_libcupti_is_reported_in_the_trace() {
+    graceful(
+        &[(
+            "GPUPERF_CUPTI_PATH",
+            Path::new("/nonexistent/libcupti.so.13"),
+        )],
+        "/nonexistent/libcupti.so.13",
+    );
+}
+
+#[test]
+fn mock_busy_cupti_is_reported_and_the_app_unchanged() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    graceful(
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("MOCK_CUPTI_BUSY", Path::new("1")),
+        ],
+        "another profiler",
+    );
+}
+
+fn field<'a>(stdout: &'a str, key: &str) -> &'a str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key:?} in {stdout}"))
+        .trim()
+}
+
+#[test]
+fn mock_cupti_plumbing_records_everything_with_exact_ids() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Thread ids are Linux TIDs, and only the needed callbacks are on.
+    assert_eq!(field(&stdout, "thread id type"), "1");
+    assert_eq!(
+        field(&stdout, "enabled"),
+        "launch=1 graph=1 memcpy=1 sync=1 culaunch=1 getlasterror=0 ctxgetcurrent=0"
+    );
+    let before: u64 = field(&stdout, "clock before").parse().unwrap();
+    let after: u64 = field(&stdout, "clock after").parse().unwrap();
+    let main_tid: u32 = field(&stdout, "main tid").parse().unwrap();
+    let worker_tid: u32 = field(&stdout, "worker tid").parse().unwrap();
+
+    let (records, strings, files) = read_traces(dir.path());
+    assert_eq!(files, 1);
+    assert!(notes(&records).is_empty(), "{:?}", notes(&records));
+    let mut apis = HashMap::new();
+    for r in &records {
+        if let Record::Api(a) = r {
+            assert!(
+                apis.insert(a.correlation_id, *a).is_none(),
+                "duplicate {a:?}"
+            );
+            // Timestamps are the app's own CLOCK_MONOTONIC.
+            assert!(
+                before <= a.start_ns && a.start_ns <= a.end_ns && a.end_ns <= after,
+                "{a:?}"
+            );
+        }
+    }
+    // 100 + 50 launches, one graph launch, one runtime launch with a nested driver
+    // call (recorded once), one driver launch, one copy; cudaGetLastError never.
+    assert_eq!(apis.len(), 154);
+    let name = |c: u32| strings.get(apis[&c].name).to_owned();
+    assert_eq!(name(1), "cudaLaunchKernel");
+    assert_eq!(name(2), "__cudaLaunchKernel");
+    assert_eq!(name(2000), "cudaGraphLaunch");
+    assert_eq!(name(3000), "cudaLaunchKernel");
+    assert_eq!(name(3500), "cuLaunchKernel");
+    assert_eq!(apis[&3500].domain, ApiDomain::Driver);
+    assert_eq!(name(4000), "cudaMemcpy");
+    assert!(!apis.contains_key(&3001) && !apis.contains_key(&5000));
+    for c in 1..=100 {
+        assert_eq!(apis[&c].tid, main_tid);
+    }
+    for c in 1001..=1050 {
+        assert_eq!(apis[&c].tid, worker_tid);
+    }
+
+    let mut kernels: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+    let mut copies = Vec::new();
+    let mut dropped = 0;
+    for r in &records {
+        match r {
+            Record::Activity(a) => match a.kind {
+                ActivityKind::Kernel { .. } => {
+                    assert!(before <= a.start_ns && a.end_ns <= after + 10_000, "{a:?}");
+                    kernels
+                        .entry(a.correlation_id)
+                        .or_default()
+                        .push((a.graph_id, a.graph_node_id));
+                }
+                ActivityKind::Memcpy { bytes, .. } => copies.push((a.correlation_id, bytes)),
+                _ => {}
+            },
+            Record::Dropped(d) if d.source == DropSource::CuptiActivity => dropped += d.count,
+            _ => {}
+        }
+    }
+    // Every kernel has the API record of its launch.
+    for c in kernels.keys() {
+        assert!(
+            apis.contains_key(c),
+            "kernel with correlation id {c} has no API record"
+        );
+    }
+    assert_eq!(kernels.len(), 153);
+    assert_eq!(kernels[&2000], [(7, 1), (7, 2), (7, 3)]);
+    // The nested driver call's kernel is charged to the runtime call.
+    assert_eq!(kernels[&3000].len(), 1);
+    assert_eq!(copies, [(4000, 1 << 20)]);
+    assert_eq!(dropped, 5);
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains("1 nested driver calls (1 activities charged"),
+        "{log}"
+    );
+}
+
+#[test]
+fn mock_cupti_sigkill_keeps_records_older_than_the_flush_period() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-kill",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("GPUPERF_FLUSH_MS", Path::new("200")),
+        ],
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9));
+    let (records, _, _) = read_traces(dir.path());
+    let apis = records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(_)))
+        .count();
+    let kernels = records
+        .iter()
+        .filter(
+            |r| matches!(r, Record::Activity(a) if matches!(a.kind, ActivityKind::Kernel { .. })),
+        )
+        .count();
+    assert_eq!((apis, kernels), (100, 100));
+}
