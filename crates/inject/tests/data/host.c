@@ -2,7 +2,7 @@
  * CUDA driver does (dlopen + InitializeInjection), then, in "mock" modes, plays
  * API calls and GPU records through the MOCK libcupti named by GPUPERF_CUPTI_PATH.
  *
- * usage: host INJECT.so|none plain|mock|mock-kill */
+ * usage: host INJECT.so|none plain|mock|mock-kill|mock-bench [LAUNCHES] */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -35,6 +35,7 @@ static void launch(int cbid, uint32_t corr, const char *name) {
     mock_api(RT, cbid, corr, 1);
     mock_api(RT, cbid, corr, 0);
     uint64_t t = mock_now();
+    if (t == 0) t = now(); /* no injection: no timestamp callback registered */
     mock_kernel(corr, t, t + 1000, name, 0, 0, 7);
 }
 
@@ -77,6 +78,16 @@ int main(int argc, char **argv) {
                mock_enabled(RT, 211), mock_enabled(RT, 311), mock_enabled(RT, 31),
                mock_enabled(RT, 165), mock_enabled(DRV, 307), mock_enabled(RT, 3),
                mock_enabled(DRV, 17));
+        if (strcmp(argv[2], "mock-bench") == 0) {
+            /* What one launch costs the app thread: API enter and exit callbacks
+             * plus one kernel record, which a background flush decodes. */
+            long n = argc > 3 ? atol(argv[3]) : 1000000;
+            uint64_t t0 = now();
+            for (long i = 1; i <= n; i++) launch(211, (uint32_t)i, "_Z6kernelPfi");
+            uint64_t dt = now() - t0;
+            printf("bench launches %ld ns_per_launch %.1f\n", n, (double)dt / (double)n);
+            return 0;
+        }
         for (uint32_t c = 1; c <= 100; c++) launch(c % 2 ? 211 : 505, c, "_Z6kernelPfi");
         if (strcmp(argv[2], "mock-kill") == 0) {
             usleep(1500 * 1000);
