@@ -774,6 +774,13 @@ fn supported(version: u32) -> bool {
 /// Everything `InitializeInjection` does. Returns whether recording started; when
 /// it did not, the trace says why.
 pub fn initialize() -> bool {
+    // This library carries its own copy of std, so this hook sees only its own
+    // panics: they go to the log, never to the application's stderr.
+    std::panic::set_hook(Box::new(|info| {
+        if let Some(s) = STATE.get() {
+            s.log.line(&format!("internal error: {info}"));
+        }
+    }));
     let pid = std::process::id();
     let config = Config::from_env(|k| std::env::var_os(k), pid);
     let log = Log::open(&config.log, pid);
@@ -912,7 +919,10 @@ fn start(s: &'static State) -> Result<usize> {
                     break;
                 }
                 drop(stopped);
-                s.flush(false);
+                // Forced: an unforced flush returns only full buffers, so a slow
+                // program's records would sit in memory until exit. A forced flush
+                // still holds back buffers with incomplete records.
+                s.flush(true);
                 stopped = lock(m);
             }
         });
