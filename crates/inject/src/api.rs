@@ -1,7 +1,7 @@
 //! Which CUDA API calls gpuperf records, chosen by name so that every version
 //! suffix and per-thread-stream (`_ptsz`) variant CUPTI knows is covered.
 
-use gpuperf_merge::model::api_base_name;
+use gpuperf_merge::model::{api_stem, is_launch_api};
 
 /// What a CUDA API call does, as far as gpuperf cares.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -34,19 +34,10 @@ impl Class {
 
 /// Classifies a CUPTI callback name such as `cudaLaunchKernel_ptsz_v7000`.
 pub fn classify(name: &str) -> Class {
-    let base = api_base_name(name);
-    let base = base.strip_suffix("_ptsz").unwrap_or(base);
-    // CUDA 13's launch stubs call `__cudaLaunchKernel`.
-    let base = base.trim_start_matches('_');
-    if base.contains("HostFunc") || base.contains("LaunchHost") {
-        return Class::Ignored;
-    }
-    if base.starts_with("cudaLaunch")
-        || base.starts_with("cuLaunch")
-        || matches!(base, "cudaGraphLaunch" | "cuGraphLaunch")
-    {
+    if is_launch_api(name) {
         return Class::Launch;
     }
+    let base = api_stem(name);
     if base.starts_with("cudaMemcpy") || base.starts_with("cuMemcpy") {
         return Class::Memcpy;
     }

@@ -746,22 +746,17 @@ fn load_cupti(config: &Config, log: &Log) -> Result<Cupti> {
         self_dir: locate::dir_of_mapping(&maps, load_cupti as *const () as usize),
         system_roots: locate::system_roots(),
     };
-    let mut last = None;
     for path in locate::candidates(&inputs) {
         let explicit = config.cupti.as_deref() == Some(path.as_path());
         match Cupti::load(&path) {
             Ok(c) => return Ok(c),
             // The user's explicit choice failing is the error to report.
             Err(e) if explicit => return Err(e),
-            Err(e) => {
-                if path.is_absolute() {
-                    log.line(&format!("skipped: {e}"));
-                }
-                last = Some(e);
-            }
+            // Bare sonames the loader cannot find are the common case, not news.
+            Err(e) if path.is_absolute() => log.line(&format!("skipped: {e}")),
+            Err(_) => {}
         }
     }
-    let _ = last;
     Err(Error::CuptiNotFound {
         searched: locate::describe(&inputs),
     })
@@ -824,8 +819,14 @@ pub fn initialize() -> bool {
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
         for cbid in 0..MAX_CBID {
             let name = cupti.callback_name(domain, cbid).unwrap_or_default();
-            classes[d].push(classify(&name));
-            names[d].push(name);
+            let class = classify(&name);
+            classes[d].push(class);
+            // Names are only looked up for the calls that get API records.
+            names[d].push(if class.recorded() {
+                name
+            } else {
+                String::new()
+            });
         }
     }
     let state = State {

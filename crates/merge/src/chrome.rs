@@ -149,10 +149,7 @@ impl<W: Write> Writer<W> {
         );
         let name = json(ctx.strings.get(a.name));
         let (pid, tid, corr) = (a.pid, a.tid, a.correlation_id);
-        let stack = m
-            .launch
-            .zip(ctx.cpu)
-            .map(|(l, c)| self.stack_json(c, l.stack));
+        let stack = self.launch_stack(ctx, m);
         let out = self.event();
         write!(
             out,
@@ -193,10 +190,7 @@ impl<W: Write> Writer<W> {
         let (ts, dur) = (self.ts(a.start_ns), Us(i128::from(a.duration_ns())));
         let name = json(&name);
         let corr = a.correlation_id;
-        let stack = m
-            .launch
-            .zip(ctx.cpu)
-            .map(|(l, c)| self.stack_json(c, l.stack));
+        let stack = self.launch_stack(ctx, m);
         let out = self.event();
         write!(
             out,
@@ -246,6 +240,13 @@ impl<W: Write> Writer<W> {
             self.event(),
             r#""ph":"f","bp":"e","cat":"launch","name":"launch","id":{id},"pid":{gpid},"tid":{stream},"ts":{to}}}"#
         )
+    }
+
+    /// The JSON text of the matched launch's CPU stack, when there is one.
+    fn launch_stack(&mut self, ctx: &Context<'_>, m: &Match<'_>) -> Option<std::rc::Rc<str>> {
+        m.launch
+            .zip(ctx.cpu)
+            .map(|(l, c)| self.stack_json(c, l.stack))
     }
 
     fn stack_json(&mut self, cpu: &CpuTrace, id: StackId) -> std::rc::Rc<str> {

@@ -368,12 +368,19 @@ pub fn api_base_name(name: &str) -> &str {
     }
 }
 
-/// Whether an API name is a kernel or graph launch, the calls the CPU profiler probes.
-pub fn is_launch_api(name: &str) -> bool {
+/// The function an API name stands for, without CUPTI's version suffix, the
+/// per-thread-stream `_ptsz` variant mark, or the leading underscores of CUDA 13's
+/// `<<<>>>` stubs: `__cudaLaunchKernel_ptsz_v13000` → `cudaLaunchKernel`.
+pub fn api_stem(name: &str) -> &str {
     let name = api_base_name(name);
     let name = name.strip_suffix("_ptsz").unwrap_or(name);
-    // CUDA 13's `<<<>>>` stubs call `__cudaLaunchKernel`.
-    let name = name.trim_start_matches('_');
+    name.trim_start_matches('_')
+}
+
+/// Whether an API name is a kernel or graph launch, the calls the CPU profiler probes.
+/// Host-function launches start no GPU work and are not.
+pub fn is_launch_api(name: &str) -> bool {
+    let name = api_stem(name);
     if name.contains("HostFunc") {
         return false;
     }

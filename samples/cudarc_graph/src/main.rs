@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DriverError, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -20,59 +21,70 @@ struct Kernels {
     square: CudaFunction,
 }
 
+impl Kernels {
+    /// `x = x * a + 1`, as two kernels.
+    fn scale_add_one(
+        &self,
+        stream: &Arc<CudaStream>,
+        x: &mut CudaSlice<f32>,
+        a: f32,
+    ) -> Result<(), DriverError> {
+        let n = N as i32;
+        // SAFETY: each kernel takes (float*, [float,] int) and stays within n elements.
+        unsafe {
+            stream
+                .launch_builder(&self.scale)
+                .arg(&mut *x)
+                .arg(&a)
+                .arg(&n)
+                .launch(cfg())?;
+            stream
+                .launch_builder(&self.add_one)
+                .arg(&mut *x)
+                .arg(&n)
+                .launch(cfg())?;
+        }
+        Ok(())
+    }
+
+    /// `x = x * x`.
+    fn square(&self, stream: &Arc<CudaStream>, x: &mut CudaSlice<f32>) -> Result<(), DriverError> {
+        let n = N as i32;
+        // SAFETY: as in `scale_add_one`.
+        unsafe {
+            stream
+                .launch_builder(&self.square)
+                .arg(&mut *x)
+                .arg(&n)
+                .launch(cfg())?;
+        }
+        Ok(())
+    }
+}
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig::for_num_elems(N as u32)
+}
+
 #[inline(never)]
 fn eager_step(
     stream: &Arc<CudaStream>,
     k: &Kernels,
-    x: &mut cudarc::driver::CudaSlice<f32>,
+    x: &mut CudaSlice<f32>,
 ) -> Result<(), DriverError> {
-    let cfg = LaunchConfig::for_num_elems(N as u32);
-    let n = N as i32;
-    // SAFETY: each kernel takes (float*, [float,] int) and stays within n elements.
-    unsafe {
-        stream
-            .launch_builder(&k.scale)
-            .arg(&mut *x)
-            .arg(&0.5f32)
-            .arg(&n)
-            .launch(cfg)?;
-        stream
-            .launch_builder(&k.add_one)
-            .arg(&mut *x)
-            .arg(&n)
-            .launch(cfg)?;
-    }
-    Ok(())
+    k.scale_add_one(stream, x, 0.5)
 }
 
 #[inline(never)]
 fn capture_graph(
     stream: &Arc<CudaStream>,
     k: &Kernels,
-    x: &mut cudarc::driver::CudaSlice<f32>,
-) -> Result<cudarc::driver::CudaGraph, DriverError> {
-    let cfg = LaunchConfig::for_num_elems(N as u32);
-    let n = N as i32;
+    x: &mut CudaSlice<f32>,
+) -> Result<CudaGraph, DriverError> {
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    // SAFETY: as in `eager_step`; captured, not run, until the graph is launched.
-    unsafe {
-        stream
-            .launch_builder(&k.scale)
-            .arg(&mut *x)
-            .arg(&2.0f32)
-            .arg(&n)
-            .launch(cfg)?;
-        stream
-            .launch_builder(&k.add_one)
-            .arg(&mut *x)
-            .arg(&n)
-            .launch(cfg)?;
-        stream
-            .launch_builder(&k.square)
-            .arg(&mut *x)
-            .arg(&n)
-            .launch(cfg)?;
-    }
+    // Captured, not run, until the graph is launched.
+    k.scale_add_one(stream, x, 2.0)?;
+    k.square(stream, x)?;
     let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
     Ok(graph.expect("capture recorded three kernels"))
 }
