@@ -1,7 +1,7 @@
 //! Which CUDA API calls gpuperf records, chosen by name so that every version
 //! suffix and per-thread-stream (`_ptsz`) variant CUPTI knows is covered.
 
-use gpuperf_merge::model::{api_stem, is_launch_api};
+use gpuperf_merge::model::{api_stem, is_copy_api, is_launch_api, is_memset_api};
 
 /// What a CUDA API call does, as far as gpuperf cares.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -37,14 +37,13 @@ pub fn classify(name: &str) -> Class {
     if is_launch_api(name) {
         return Class::Launch;
     }
-    let base = api_stem(name);
-    if base.starts_with("cudaMemcpy") || base.starts_with("cuMemcpy") {
+    if is_copy_api(name) {
         return Class::Memcpy;
     }
-    if base.starts_with("cudaMemset") || base.starts_with("cuMemset") {
+    if is_memset_api(name) {
         return Class::Memset;
     }
-    match base {
+    match api_stem(name) {
         "cudaDeviceSynchronize"
         | "cudaStreamSynchronize"
         | "cudaEventSynchronize"

@@ -389,6 +389,18 @@ pub fn is_launch_api(name: &str) -> bool {
         || matches!(name, "cudaGraphLaunch" | "cuGraphLaunch")
 }
 
+/// Whether an API name is a memory copy (`cudaMemcpy*`, `cuMemcpy*`).
+pub fn is_copy_api(name: &str) -> bool {
+    let name = api_stem(name);
+    name.starts_with("cudaMemcpy") || name.starts_with("cuMemcpy")
+}
+
+/// Whether an API name is a memset (`cudaMemset*`, `cuMemset*`).
+pub fn is_memset_api(name: &str) -> bool {
+    let name = api_stem(name);
+    name.starts_with("cudaMemset") || name.starts_with("cuMemset")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

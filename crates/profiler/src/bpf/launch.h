@@ -1,0 +1,74 @@
+/* Records shared by launch.bpf.c and the Rust reader (src/event.rs). Every
+ * field is naturally aligned so both sides agree without packing. */
+#ifndef GPUPERF_LAUNCH_H
+#define GPUPERF_LAUNCH_H
+
+#define MAX_STACK_DEPTH 127
+#define TASK_COMM_LEN 16
+
+enum event_kind {
+	EVENT_LAUNCH = 1,
+	EVENT_STACK = 2,
+	EVENT_EXEC = 3,
+};
+
+/* Where a launch record's stack was taken. */
+enum stack_origin {
+	/* At the entry of the launch API function: user frames intact. */
+	STACK_AT_ENTRY = 1,
+	/* At the marker, inside the CUPTI callback: stops in NVIDIA frames. */
+	STACK_AT_MARKER = 2,
+};
+
+/* One per launch; 64 bytes. */
+struct launch_event {
+	__u32 kind;
+	__u32 pid;
+	__u32 tid;
+	__u32 cpu;
+	__u64 ts;
+	__u64 correlation_id;
+	__u64 callback;
+	__s32 stack_id;
+	__u32 origin;
+	char comm[TASK_COMM_LEN];
+};
+
+/* The frames of a stack id, sent once per distinct stack. Frames are
+ * (build id, file offset) where the kernel could read the build id and raw
+ * addresses otherwise, so they can be symbolized after the process exits. */
+struct stack_event {
+	__u32 kind;
+	__s32 stack_id;
+	__u32 pid;
+	__u32 size;
+	struct bpf_stack_build_id frames[MAX_STACK_DEPTH];
+};
+
+#define EXEC_PATH_LEN 256
+
+/* A traced process called execve. */
+struct exec_event {
+	__u32 kind;
+	__u32 pid;
+	char filename[EXEC_PATH_LEN];
+};
+
+enum stat_index {
+	STAT_ENTRIES,
+	STAT_MARKERS,
+	STAT_MARKER_ENTRY_STACK,
+	STAT_MARKER_OWN_STACK,
+	STAT_STACK_ERRORS,
+	STAT_STACK_COLLISIONS,
+	STAT_LAUNCH_DROPS,
+	STAT_STACK_DROPS,
+	STAT_EXEC_DROPS,
+	STAT_COUNT,
+};
+
+/* Launch record ids at and above this are one-shot ids for stacks that
+ * collided in the stack map. */
+#define INLINE_STACK_ID_BASE 0x40000000
+
+#endif

@@ -1,0 +1,215 @@
+//! Records from the BPF ring buffer, decoded from bytes. The layouts are those
+//! of `src/bpf/launch.h`; every read is bounds-checked, so a short or unknown
+//! record is reported, never misread.
+
+/// `enum event_kind` in launch.h.
+const EVENT_LAUNCH: u32 = 1;
+const EVENT_STACK: u32 = 2;
+const EVENT_EXEC: u32 = 3;
+
+/// `sizeof(struct launch_event)`.
+pub(crate) const LAUNCH_SIZE: usize = 64;
+/// `sizeof(struct bpf_stack_build_id)`.
+const FRAME_SIZE: usize = 32;
+/// `MAX_STACK_DEPTH`.
+pub(crate) const MAX_STACK_DEPTH: usize = 127;
+/// `INLINE_STACK_ID_BASE`: ids of stacks sent once, for one launch.
+pub(crate) const INLINE_STACK_ID_BASE: i32 = 0x4000_0000;
+
+/// `enum stack_origin`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Taken at the launch API's entry.
+    Entry,
+    /// Taken at the marker, inside the CUPTI callback.
+    Marker,
+}
+
+/// One launch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    pub ts: u64,
+    pub correlation_id: u64,
+    pub callback: u64,
+    pub stack_id: i32,
+    pub origin: Origin,
+    pub comm: String,
+}
+
+/// One frame as the kernel gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Build id and file offset.
+    BuildId { build_id: Vec<u8>, offset: u64 },
+    /// A raw address (anonymous memory, or the build id was unreadable).
+    Ip(u64),
+}
+
+/// The frames of a stack id, leaf first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    pub stack_id: i32,
+    pub pid: u32,
+    pub frames: Vec<Frame>,
+}
+
+/// A traced process called execve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exec {
+    pub pid: u32,
+    pub filename: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Launch(Launch),
+    Stack(Stack),
+    Exec(Exec),
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// `BPF_STACK_BUILD_ID_VALID` / `_IP`.
+const BUILD_ID_VALID: u32 = 1;
+const BUILD_ID_IP: u32 = 2;
+
+impl Event {
+    /// Decodes one ring-buffer record; `None` when it is short or unknown.
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        match u32_at(b, 0)? {
+            EVENT_LAUNCH if b.len() >= LAUNCH_SIZE => Some(Self::Launch(Launch {
+                pid: u32_at(b, 4)?,
+                tid: u32_at(b, 8)?,
+                cpu: u32_at(b, 12)?,
+                ts: u64_at(b, 16)?,
+                correlation_id: u64_at(b, 24)?,
+                callback: u64_at(b, 32)?,
+                stack_id: u32_at(b, 40)? as i32,
+                origin: if u32_at(b, 44)? == 2 {
+                    Origin::Marker
+                } else {
+                    Origin::Entry
+                },
+                comm: c_string(&b[48..64]),
+            })),
+            EVENT_STACK => {
+                let size = u32_at(b, 12)? as usize;
+                let n = (size / FRAME_SIZE).min(MAX_STACK_DEPTH);
+                let mut frames = Vec::with_capacity(n);
+                for i in 0..n {
+                    let f = b.get(16 + i * FRAME_SIZE..16 + (i + 1) * FRAME_SIZE)?;
+                    let addr = u64_at(f, 24)?;
+                    match u32_at(f, 0)? {
+                        BUILD_ID_VALID => frames.push(Frame::BuildId {
+                            build_id: f[4..24].to_vec(),
+                            offset: addr,
+                        }),
+                        BUILD_ID_IP => frames.push(Frame::Ip(addr)),
+                        _ => {} // empty slot
+                    }
+                }
+                Some(Self::Stack(Stack {
+                    stack_id: u32_at(b, 4)? as i32,
+                    pid: u32_at(b, 8)?,
+                    frames,
+                }))
+            }
+            EVENT_EXEC if b.len() > 8 => Some(Self::Exec(Exec {
+                pid: u32_at(b, 4)?,
+                filename: c_string(&b[8..]),
+            })),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch_bytes() -> Vec<u8> {
+        let mut b = Vec::new();
+        for v in [EVENT_LAUNCH, 10, 11, 3] {
+            b.extend(v.to_ne_bytes());
+        }
+        for v in [123_u64, 77, (2 << 32) | 211] {
+            b.extend(v.to_ne_bytes());
+        }
+        b.extend(5_i32.to_ne_bytes());
+        b.extend(2_u32.to_ne_bytes());
+        let mut comm = [0u8; 16];
+        comm[..4].copy_from_slice(b"app\0");
+        b.extend(comm);
+        b
+    }
+
+    #[test]
+    fn launch_round_trip() {
+        let b = launch_bytes();
+        assert_eq!(b.len(), LAUNCH_SIZE);
+        let Some(Event::Launch(l)) = Event::parse(&b) else {
+            panic!()
+        };
+        assert_eq!(
+            (l.pid, l.tid, l.cpu, l.ts, l.correlation_id),
+            (10, 11, 3, 123, 77)
+        );
+        assert_eq!(l.callback, (2 << 32) | 211);
+        assert_eq!(
+            (l.stack_id, l.origin, l.comm.as_str()),
+            (5, Origin::Marker, "app")
+        );
+        assert_eq!(Event::parse(&b[..40]), None, "short record");
+        assert_eq!(Event::parse(&[9, 0, 0, 0]), None, "unknown kind");
+        assert_eq!(Event::parse(&[]), None);
+    }
+
+    #[test]
+    fn stack_frames_keep_build_ids_and_ips() {
+        let mut b = Vec::new();
+        for v in [EVENT_STACK, 4, 10, 3 * FRAME_SIZE as u32] {
+            b.extend(v.to_ne_bytes());
+        }
+        let frame = |status: u32, id: u8, addr: u64| {
+            let mut f = status.to_ne_bytes().to_vec();
+            f.extend([id; 20]);
+            f.extend(addr.to_ne_bytes());
+            f
+        };
+        b.extend(frame(BUILD_ID_VALID, 0xab, 0x1234));
+        b.extend(frame(BUILD_ID_IP, 0, 0x7f00_0000_1000));
+        b.extend(frame(0, 0, 0));
+        let Some(Event::Stack(s)) = Event::parse(&b) else {
+            panic!()
+        };
+        assert_eq!(s.stack_id, 4);
+        assert_eq!(
+            s.frames,
+            vec![
+                Frame::BuildId {
+                    build_id: vec![0xab; 20],
+                    offset: 0x1234
+                },
+                Frame::Ip(0x7f00_0000_1000),
+            ]
+        );
+        // A size beyond the record is cut at the record's end.
+        let mut short = b.clone();
+        short[12..16].copy_from_slice(&(10 * FRAME_SIZE as u32).to_ne_bytes());
+        assert_eq!(Event::parse(&short), None);
+    }
+}

@@ -1,0 +1,578 @@
+//! The profiling session: loads the BPF object, attaches the probes, and turns
+//! ring-buffer records into CPU trace lines on a thread of its own.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::Write;
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use gpuperf_merge::cpu::{LaunchLine, Writer};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBufferBuilder, UprobeOpts};
+
+use crate::elf::{self, ProbePoint};
+use crate::error::{Error, Result, bpf};
+use crate::event::{Event, INLINE_STACK_ID_BASE, Launch, Origin};
+use crate::preflight;
+use crate::skel::{LaunchSkel, LaunchSkelBuilder};
+use crate::symbolize::Symbolizer;
+
+/// The marker function and its semaphore, as `gpuperf-inject` exports them.
+pub const MARKER_SYMBOL: &str = "gpuperf_launch_marker";
+/// See [`MARKER_SYMBOL`].
+pub const SEMAPHORE_SYMBOL: &str = "gpuperf_marker_semaphore";
+
+/// Cookie bit telling the entry program to write the record itself.
+const COOKIE_EMIT: u64 = 1 << 63;
+
+/// `LIB:SYMBOL`, a function to probe in an ELF file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeSpec {
+    /// The library or executable.
+    pub path: PathBuf,
+    /// The function's symbol name.
+    pub symbol: String,
+}
+
+impl FromStr for ProbeSpec {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |message: &str| Error::Spec {
+            spec: s.to_owned(),
+            message: message.to_owned(),
+        };
+        // Paths may contain ':'; symbols never do.
+        let (path, symbol) = s
+            .rsplit_once(':')
+            .ok_or_else(|| bad("expected LIB:SYMBOL"))?;
+        if path.is_empty() {
+            return Err(bad("the library path is empty"));
+        }
+        if symbol.is_empty() || symbol.contains(char::is_whitespace) {
+            return Err(bad("the symbol name is empty or has spaces"));
+        }
+        Ok(Self {
+            path: PathBuf::from(path),
+            symbol: symbol.to_owned(),
+        })
+    }
+}
+
+/// What to probe and where to look.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `gpuperf-inject` libraries whose marker to attach to. Each launch there
+    /// yields a record with its CUPTI correlation id.
+    pub marker_libraries: Vec<PathBuf>,
+    /// Files whose CUDA API functions get entry probes: the stack taken there
+    /// is handed to the marker. Libraries found in traced processes are added
+    /// while running when `discover` is set.
+    pub api_files: Vec<PathBuf>,
+    /// Compatibility mode: functions whose every call yields a record with
+    /// correlation id 0, without injection.
+    pub uprobes: Vec<ProbeSpec>,
+    /// Trace these processes and the processes they start; empty traces all.
+    pub pids: Vec<u32>,
+    /// Attach entry probes to CUDA libraries that traced processes map.
+    pub discover: bool,
+    /// Ring buffer size in bytes, a power of two.
+    pub ring_buffer_bytes: u32,
+    /// Distinct stacks the kernel keeps.
+    pub stack_map_entries: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            marker_libraries: Vec::new(),
+            api_files: Vec::new(),
+            uprobes: Vec::new(),
+            pids: Vec::new(),
+            discover: true,
+            ring_buffer_bytes: 8 << 20,
+            stack_map_entries: 16384,
+        }
+    }
+}
+
+/// Counts for the user, so that nothing is lost silently.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Launch lines written.
+    pub launches: u64,
+    /// Launches whose stack was taken at the API entry.
+    pub entry_stacks: u64,
+    /// Launches whose stack was taken at the marker (it stops in NVIDIA code).
+    pub marker_stacks: u64,
+    /// Launches lost because the ring buffer was full.
+    pub dropped_launches: u64,
+    /// Stacks lost: ring buffer full, or the kernel could not walk them.
+    pub lost_stacks: u64,
+    /// Launch lines written without frames.
+    pub launches_without_stack: u64,
+    /// Frames printed as `file+offset` or a bare address.
+    pub unsymbolized_frames: u64,
+    /// Ring-buffer records that could not be decoded.
+    pub bad_records: u64,
+    /// API functions not probed because their first instruction would need
+    /// the slow single-step path.
+    pub slow_functions_skipped: Vec<String>,
+    /// Files given entry probes.
+    pub api_files: Vec<PathBuf>,
+}
+
+/// Counters readable while the profiler runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Launch lines written so far.
+    pub launches: AtomicU64,
+    /// Launches lost so far.
+    pub dropped: AtomicU64,
+}
+
+/// A running profiler. Its probes are attached when [`Profiler::start`]
+/// returns; [`Profiler::stop`] drains them and finishes the trace.
+pub struct Profiler {
+    thread: Option<JoinHandle<Result<Summary>>>,
+    stop: Arc<AtomicBool>,
+    targets: MapHandle,
+    progress: Arc<Progress>,
+}
+
+impl Profiler {
+    /// Checks privileges and the kernel, loads and attaches every probe, and
+    /// starts writing CPU lines to `out`.
+    pub fn start<W: Write + Send + 'static>(options: Options, out: W) -> Result<Self> {
+        preflight::check()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress::default());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = {
+            let stop = stop.clone();
+            let progress = progress.clone();
+            std::thread::Builder::new()
+                .name("gpuperf-profiler".into())
+                .spawn(move || run(options, out, ready_tx, &stop, &progress))
+                .map_err(|e| Error::Kernel(format!("cannot start the profiler thread: {e}")))?
+        };
+        match ready_rx.recv() {
+            Ok(targets) => Ok(Self {
+                thread: Some(thread),
+                stop,
+                targets,
+                progress,
+            }),
+            // The thread ended before it was ready: its result says why.
+            Err(_) => Err(thread
+                .join()
+                .unwrap_or_else(|_| Err(Error::Kernel("the profiler thread panicked".into())))
+                .err()
+                .unwrap_or_else(|| Error::Kernel("the profiler stopped before attaching".into()))),
+        }
+    }
+
+    /// Traces `pid` and the processes it starts from now on. Takes effect
+    /// before this returns, so a target started stopped can be released next.
+    pub fn add_pid(&self, pid: u32) -> Result<()> {
+        self.targets
+            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(bpf(format!("adding pid {pid} to the traced set")))
+    }
+
+    /// Counters of the running session.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// Drains what the probes recorded, writes the remaining lines and the
+    /// drop count, and returns the summary.
+    pub fn stop(mut self) -> Result<Summary> {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.take().expect("stop consumes the profiler");
+        thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::Kernel("the profiler thread panicked".into())))
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stop.store(true, Ordering::Release);
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run<W: Write>(
+    options: Options,
+    out: W,
+    ready: mpsc::Sender<MapHandle>,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> Result<Summary> {
+    let mut storage = MaybeUninit::uninit();
+    let mut open = LaunchSkelBuilder::default()
+        .open(&mut storage)
+        .map_err(bpf("opening the BPF object"))?;
+    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        rodata.filter_pids = !options.pids.is_empty();
+    }
+    open.maps
+        .events
+        .set_max_entries(options.ring_buffer_bytes.next_power_of_two().max(4096))
+        .map_err(bpf("sizing the ring buffer"))?;
+    for map in [&mut open.maps.stacks, &mut open.maps.stack_sent] {
+        map.set_max_entries(options.stack_map_entries.max(64))
+            .map_err(bpf("sizing the stack map"))?;
+    }
+    let skel = open.load().map_err(bpf("loading the BPF programs"))?;
+
+    let mut attach = Attach {
+        skel: &skel,
+        links: Vec::new(),
+        attached: HashSet::new(),
+        examined: HashSet::new(),
+        slow: Vec::new(),
+        api_files: Vec::new(),
+    };
+    let mut symbolizer = Symbolizer::new();
+    let targets = MapHandle::try_from(&skel.maps.targets).map_err(bpf("opening the pid map"))?;
+    for pid in &options.pids {
+        targets
+            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(bpf(format!("adding pid {pid}")))?;
+    }
+    for prog in [
+        &skel.progs.follow_fork,
+        &skel.progs.on_exec,
+        &skel.progs.forget_exit,
+    ] {
+        attach.links.push(
+            prog.attach()
+                .map_err(bpf("attaching the process tracepoints"))?,
+        );
+    }
+    for lib in &options.marker_libraries {
+        attach.marker(lib)?;
+        symbolizer.hide_file(lib);
+    }
+    for file in &options.api_files {
+        attach.api_file(file)?;
+        symbolizer.index_file(file);
+    }
+    for spec in &options.uprobes {
+        let point = elf::function(&spec.path, &spec.symbol)?;
+        attach.entry(&point, COOKIE_EMIT)?;
+        symbolizer.index_file(&spec.path);
+    }
+
+    let queue = Rc::new(RefCell::new(Vec::<Option<Event>>::new()));
+    let mut builder = RingBufferBuilder::new();
+    {
+        let queue = queue.clone();
+        builder
+            .add(&skel.maps.events, move |data: &[u8]| {
+                queue.borrow_mut().push(Event::parse(data));
+                0
+            })
+            .map_err(bpf("opening the ring buffer"))?;
+    }
+    let ring = builder.build().map_err(bpf("opening the ring buffer"))?;
+    let mut sink = Sink {
+        writer: Writer::new(out).map_err(Error::Output)?,
+        symbolizer,
+        stacks: HashMap::new(),
+        waiting: Vec::new(),
+        seen_pids: HashSet::new(),
+        discover: options.discover && !options.marker_libraries.is_empty(),
+        summary: Summary::default(),
+    };
+    // Ready: the caller may start or release its target now.
+    let _ = ready.send(targets);
+
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        // A signal interrupting the wait is not an error.
+        let _ = ring.poll(Duration::from_millis(50));
+        let events = std::mem::take(&mut *queue.borrow_mut());
+        sink.handle(events, &mut attach)?;
+        progress
+            .launches
+            .store(sink.summary.launches, Ordering::Relaxed);
+        if stopping {
+            break;
+        }
+    }
+    // Everything the probes submitted before `stop` is in the buffer now.
+    let _ = ring.consume();
+    let events = std::mem::take(&mut *queue.borrow_mut());
+    sink.handle(events, &mut attach)?;
+
+    let stats = read_stats(&skel);
+    let mut summary = sink.finish(stats[Stat::LaunchDrops as usize])?;
+    summary.entry_stacks = stats[Stat::MarkerEntryStack as usize]
+        + if options.marker_libraries.is_empty() {
+            stats[Stat::Entries as usize]
+        } else {
+            0
+        };
+    summary.marker_stacks = stats[Stat::MarkerOwnStack as usize];
+    summary.dropped_launches = stats[Stat::LaunchDrops as usize];
+    summary.lost_stacks = stats[Stat::StackErrors as usize] + stats[Stat::StackDrops as usize];
+    summary.slow_functions_skipped = attach.slow;
+    summary.api_files = attach.api_files;
+    progress
+        .dropped
+        .store(summary.dropped_launches, Ordering::Relaxed);
+    Ok(summary)
+}
+
+/// `enum stat_index` in launch.h.
+#[derive(Copy, Clone)]
+enum Stat {
+    Entries,
+    #[allow(dead_code)]
+    Markers,
+    MarkerEntryStack,
+    MarkerOwnStack,
+    StackErrors,
+    #[allow(dead_code)]
+    StackCollisions,
+    LaunchDrops,
+    StackDrops,
+    #[allow(dead_code)]
+    ExecDrops,
+    Count,
+}
+
+fn read_stats(skel: &LaunchSkel<'_>) -> [u64; Stat::Count as usize] {
+    let mut out = [0u64; Stat::Count as usize];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let key = (i as u32).to_ne_bytes();
+        if let Ok(Some(per_cpu)) = skel.maps.stats.lookup_percpu(&key, MapFlags::ANY) {
+            *slot = per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_ne_bytes)
+                .sum();
+        }
+    }
+    out
+}
+
+struct Attach<'a, 'obj> {
+    skel: &'a LaunchSkel<'obj>,
+    links: Vec<Link>,
+    attached: HashSet<(PathBuf, u64)>,
+    examined: HashSet<PathBuf>,
+    slow: Vec<String>,
+    api_files: Vec<PathBuf>,
+}
+
+impl Attach<'_, '_> {
+    fn marker(&mut self, lib: &Path) -> Result<()> {
+        let point = elf::function(lib, MARKER_SYMBOL)?;
+        let semaphore = elf::symbol_offset(lib, SEMAPHORE_SYMBOL)?;
+        let opts = UprobeOpts {
+            ref_ctr_offset: semaphore as usize,
+            ..Default::default()
+        };
+        let link = self
+            .skel
+            .progs
+            .launch_marker
+            .attach_uprobe_with_opts(-1, lib, point.file_offset as usize, opts)
+            .map_err(bpf(format!(
+                "attaching to {MARKER_SYMBOL} in {}",
+                lib.display()
+            )))?;
+        self.links.push(link);
+        Ok(())
+    }
+
+    /// Entry probes on every CUDA API function `file` defines; a file defining
+    /// none is fine (the discovery path offers every mapped file).
+    fn api_file(&mut self, file: &Path) -> Result<usize> {
+        let key = fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
+        if !self.examined.insert(key) {
+            return Ok(0);
+        }
+        let points = elf::api_functions(file)?;
+        let mut n = 0;
+        for p in &points {
+            if self.entry(p, 0)? {
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.api_files.push(file.to_owned());
+        }
+        Ok(n)
+    }
+
+    /// Attaches the entry program; skips a function whose probe would
+    /// single-step (about 10 µs a call) unless the user named it.
+    fn entry(&mut self, p: &ProbePoint, cookie: u64) -> Result<bool> {
+        if cookie & COOKIE_EMIT == 0 && !p.first.is_fast() {
+            self.slow.push(format!("{}:{}", p.path.display(), p.symbol));
+            return Ok(false);
+        }
+        let key = (
+            fs::canonicalize(&p.path).unwrap_or_else(|_| p.path.clone()),
+            p.file_offset,
+        );
+        if !self.attached.insert(key) {
+            return Ok(false);
+        }
+        let opts = UprobeOpts {
+            cookie,
+            ..Default::default()
+        };
+        let link = self
+            .skel
+            .progs
+            .launch_entry
+            .attach_uprobe_with_opts(-1, &p.path, p.file_offset as usize, opts)
+            .map_err(bpf(format!(
+                "attaching to {} in {}",
+                p.symbol,
+                p.path.display()
+            )))?;
+        self.links.push(link);
+        Ok(true)
+    }
+
+    /// Entry probes for the CUDA libraries `pid` maps (libcudart, libcuda, or
+    /// an executable with cudart linked in).
+    fn discover(&mut self, pid: u32) {
+        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return;
+        };
+        let mut files: Vec<&str> = maps
+            .lines()
+            .filter(|l| {
+                l.split_ascii_whitespace()
+                    .nth(1)
+                    .is_some_and(|p| p.contains('x'))
+            })
+            .filter_map(|l| l.split_ascii_whitespace().nth(5))
+            .filter(|p| p.starts_with('/'))
+            .collect();
+        files.dedup();
+        for f in files {
+            let name = Path::new(f)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("");
+            // Only libraries that can define the API, and the executable.
+            let candidate = name.starts_with("libcudart")
+                || name.starts_with("libcuda.")
+                || fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == Path::new(f));
+            if candidate {
+                let _ = self.api_file(Path::new(f));
+            }
+        }
+    }
+}
+
+struct Sink<W: Write> {
+    writer: Writer<W>,
+    symbolizer: Symbolizer,
+    stacks: HashMap<i32, Rc<[String]>>,
+    waiting: Vec<Launch>,
+    seen_pids: HashSet<u32>,
+    discover: bool,
+    summary: Summary,
+}
+
+impl<W: Write> Sink<W> {
+    fn handle(&mut self, events: Vec<Option<Event>>, attach: &mut Attach<'_, '_>) -> Result<()> {
+        let mut new_stack = false;
+        for e in events {
+            match e {
+                None => self.summary.bad_records += 1,
+                Some(Event::Exec(x)) => self.symbolizer.exec(x.pid, &x.filename),
+                Some(Event::Stack(s)) => {
+                    let frames: Rc<[String]> = self.symbolizer.frames(&s).into();
+                    self.stacks.insert(s.stack_id, frames);
+                    new_stack = true;
+                }
+                Some(Event::Launch(l)) => {
+                    if self.seen_pids.insert(l.pid) {
+                        self.symbolizer.index_process(l.pid);
+                        if self.discover && l.origin == Origin::Marker {
+                            attach.discover(l.pid);
+                        }
+                    }
+                    if l.stack_id >= 0 && !self.stacks.contains_key(&l.stack_id) {
+                        // Its frames were sent from another CPU and are still
+                        // on their way.
+                        self.waiting.push(l);
+                    } else {
+                        self.write(&l)?;
+                    }
+                }
+            }
+        }
+        if new_stack && !self.waiting.is_empty() {
+            let waiting = std::mem::take(&mut self.waiting);
+            for l in waiting {
+                if self.stacks.contains_key(&l.stack_id) {
+                    self.write(&l)?;
+                } else {
+                    self.waiting.push(l);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, l: &Launch) -> Result<()> {
+        let frames = if l.stack_id >= INLINE_STACK_ID_BASE {
+            self.stacks.remove(&l.stack_id)
+        } else {
+            self.stacks.get(&l.stack_id).cloned()
+        };
+        if frames.as_ref().is_none_or(|f| f.is_empty()) {
+            self.summary.launches_without_stack += 1;
+        }
+        let line = LaunchLine {
+            ts_ns: l.ts,
+            comm: &l.comm,
+            pid: l.pid,
+            tid: l.tid,
+            cpu: l.cpu,
+            // CUPTI's ids are 32-bit; the marker passes them zero-extended.
+            correlation_id: u32::try_from(l.correlation_id).unwrap_or(0),
+        };
+        let frames = frames.unwrap_or_else(|| Rc::from([]));
+        self.writer
+            .launch(&line, frames.iter().map(String::as_str))
+            .map_err(Error::Output)?;
+        self.summary.launches += 1;
+        Ok(())
+    }
+
+    fn finish(mut self, dropped: u64) -> Result<Summary> {
+        for l in std::mem::take(&mut self.waiting) {
+            self.write(&l)?;
+        }
+        if dropped > 0 {
+            self.writer.dropped(dropped).map_err(Error::Output)?;
+        }
+        self.writer.flush().map_err(Error::Output)?;
+        self.summary.unsymbolized_frames = self.symbolizer.unsymbolized_frames;
+        Ok(self.summary)
+    }
+}

@@ -1,0 +1,5 @@
+//! Profiler tests against the real kernel, libbpf and blazesym. They need root
+//! (CI runs as root) and skip themselves otherwise.
+
+mod probes;
+mod support;

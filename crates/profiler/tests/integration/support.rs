@@ -1,0 +1,141 @@
+//! Building test programs and running them under the profiler.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use gpuperf_merge::cpu::CpuTrace;
+use gpuperf_profiler::{Options, Profiler, Summary};
+
+/// Whether this process may load BPF programs; tests skip otherwise.
+pub fn privileged() -> bool {
+    if gpuperf_profiler::preflight::check().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GPUPERF_REQUIRE_BPF").is_none_or(|v| v != "1"),
+        "GPUPERF_REQUIRE_BPF=1 but eBPF is unavailable: {:?}",
+        gpuperf_profiler::preflight::check()
+    );
+    eprintln!("skipped: needs root (eBPF)");
+    false
+}
+
+pub fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+pub fn tmp() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiler");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(cmd: &mut Command) {
+    let o = cmd.output().expect("compiler runs");
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Builds `app.c` with the fake cudart linked in statically, once per name.
+/// `cflags` apply to the application code only; the fake cudart always keeps
+/// frame pointers, as libcudart does.
+pub fn app(name: &str, cflags: &[&str]) -> PathBuf {
+    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tmp();
+    let exe = dir.join(name);
+    if built.contains(&exe) {
+        return exe;
+    }
+    let obj = dir.join(format!("{name}-fake_cudart.o"));
+    let lib = dir.join(format!("lib{name}-fakecudart.a"));
+    run(Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-c", "-o"])
+        .arg(&obj)
+        .arg(data("fake_cudart.c")));
+    let _ = std::fs::remove_file(&lib);
+    run(Command::new("ar").arg("rcs").arg(&lib).arg(&obj));
+    run(Command::new("gcc")
+        .args(["-Wall", "-Werror", "-O1", "-g"])
+        .args(cflags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(data("app.c"))
+        .arg(&lib)
+        .args(["-ldl", "-lpthread"]));
+    built.push(exe.clone());
+    exe
+}
+
+/// What a profiled run produced.
+pub struct Run {
+    pub trace: CpuTrace,
+    pub text: String,
+    pub summary: Summary,
+    pub stdout: String,
+    pub pid: u32,
+}
+
+impl Run {
+    /// The TIDs the program printed.
+    pub fn tids(&self) -> Vec<u32> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("tid ")?.parse().ok())
+            .collect()
+    }
+}
+
+/// Starts the profiler, then runs `exe args` gated: it is added to the traced
+/// set before it execs, so nothing it does is missed. Waits for it to exit
+/// and for the profiler to drain.
+pub fn profile(mut options: Options, exe: &Path, args: &[&str], env: &[(&str, &Path)]) -> Run {
+    let out = tmp().join(format!("cpu-{}.txt", std::process::id()));
+    let out = out.with_extension(format!(
+        "{}.txt",
+        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let file = std::fs::File::create(&out).unwrap();
+    options.pids.clear();
+    let profiler =
+        Profiler::start(options, std::io::BufWriter::new(file)).expect("profiler starts");
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("read go && exec \"$0\" \"$@\"")
+        .arg(exe)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    profiler.add_pid(pid).unwrap();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "{exe:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let summary = profiler.stop().expect("profiler stops");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let trace = CpuTrace::read(text.as_bytes(), &out).expect("the trace parses");
+    Run {
+        trace,
+        text,
+        summary,
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        pid,
+    }
+}
+
+static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
