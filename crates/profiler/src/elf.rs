@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use blazesym::SymType;
 use blazesym::inspect::Inspector;
 use blazesym::inspect::source::{Elf, Source};
 use gpuperf_merge::model::{is_copy_api, is_launch_api, is_memset_api};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::error::{Error, Result};
 
@@ -69,26 +68,42 @@ fn probe_error(path: &Path, message: impl Into<String>) -> Error {
     }
 }
 
-/// Every function symbol of `path` with its file offset (dynamic and static
-/// symbol tables both, so statically linked executables work).
+/// Every function symbol of `path` with its file offset, from the dynamic and
+/// the static symbol table (statically linked executables keep cudart's
+/// functions only in the latter).
 fn functions(path: &Path) -> Result<HashMap<String, FuncSym>> {
     check_elf(path)?;
-    let inspector = Inspector::new();
-    let src = Source::Elf(Elf::new(path));
-    let mut out = HashMap::new();
-    inspector
-        .for_each(&src, |s| {
-            if s.sym_type == SymType::Function
-                && let Some(file_offset) = s.file_offset
-            {
-                out.entry(s.name.to_string()).or_insert(FuncSym {
-                    addr: s.addr,
-                    file_offset,
-                });
-            }
-            ControlFlow::Continue(())
+    let file = File::open(path).map_err(|e| probe_error(path, e.to_string()))?;
+    // SAFETY: the mapping is read-only and dropped before returning; a file
+    // truncated meanwhile by someone else could fault, as for any ELF reader.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| probe_error(path, e.to_string()))?;
+    let elf = object::File::parse(&*map).map_err(|e| probe_error(path, format!("bad ELF: {e}")))?;
+    let segments: Vec<(u64, u64, u64)> = elf
+        .segments()
+        .filter_map(|s| {
+            let (offset, size) = s.file_range();
+            (size > 0).then(|| (s.address(), offset, size))
         })
-        .map_err(|e| probe_error(path, format!("reading symbols: {e}")))?;
+        .collect();
+    let to_offset = |addr: u64| {
+        segments
+            .iter()
+            .find(|(va, _, size)| addr >= *va && addr < va + size)
+            .map(|(va, off, _)| addr - va + off)
+    };
+    let mut out = HashMap::new();
+    for sym in elf.dynamic_symbols().chain(elf.symbols()) {
+        if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+            continue;
+        }
+        let (Ok(name), Some(file_offset)) = (sym.name(), to_offset(sym.address())) else {
+            continue;
+        };
+        out.entry(name.to_owned()).or_insert(FuncSym {
+            addr: sym.address(),
+            file_offset,
+        });
+    }
     Ok(out)
 }
 

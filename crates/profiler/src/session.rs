@@ -81,14 +81,23 @@ pub struct Options {
     /// Compatibility mode: functions whose every call yields a record with
     /// correlation id 0, without injection.
     pub uprobes: Vec<ProbeSpec>,
-    /// Trace these processes and the processes they start; empty traces all.
+    /// Trace these processes and the processes they start; more can be added
+    /// with [`Profiler::add_pid`].
     pub pids: Vec<u32>,
+    /// Trace every process on the system instead.
+    pub all_processes: bool,
     /// Attach entry probes to CUDA libraries that traced processes map.
     pub discover: bool,
     /// Ring buffer size in bytes, a power of two.
     pub ring_buffer_bytes: u32,
     /// Distinct stacks the kernel keeps.
     pub stack_map_entries: u32,
+    /// Symbolize and write everything at [`Profiler::stop`] instead of as
+    /// records arrive: no symbolization work while the target runs, at the
+    /// cost of holding the records (64 bytes a launch) in memory. Stacks stay
+    /// exact because frames carry build ids; files are found through each
+    /// process's `exec` and the files the profiler probes.
+    pub defer_symbolization: bool,
 }
 
 impl Default for Options {
@@ -98,9 +107,11 @@ impl Default for Options {
             api_files: Vec::new(),
             uprobes: Vec::new(),
             pids: Vec::new(),
+            all_processes: false,
             discover: true,
             ring_buffer_bytes: 8 << 20,
             stack_map_entries: 16384,
+            defer_symbolization: false,
         }
     }
 }
@@ -226,7 +237,7 @@ fn run<W: Write>(
         .open(&mut storage)
         .map_err(bpf("opening the BPF object"))?;
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-        rodata.filter_pids = !options.pids.is_empty();
+        rodata.filter_pids = !options.all_processes;
     }
     open.maps
         .events
@@ -296,6 +307,7 @@ fn run<W: Write>(
         waiting: Vec::new(),
         seen_pids: HashSet::new(),
         discover: options.discover && !options.marker_libraries.is_empty(),
+        deferred: options.defer_symbolization.then(Vec::new),
         summary: Summary::default(),
     };
     // Ready: the caller may start or release its target now.
@@ -320,7 +332,7 @@ fn run<W: Write>(
     sink.handle(events, &mut attach)?;
 
     let stats = read_stats(&skel);
-    let mut summary = sink.finish(stats[Stat::LaunchDrops as usize])?;
+    let mut summary = sink.finish(stats[Stat::LaunchDrops as usize], &mut attach)?;
     summary.entry_stacks = stats[Stat::MarkerEntryStack as usize]
         + if options.marker_libraries.is_empty() {
             stats[Stat::Entries as usize]
@@ -493,11 +505,17 @@ struct Sink<W: Write> {
     waiting: Vec<Launch>,
     seen_pids: HashSet<u32>,
     discover: bool,
+    /// Events held until the end when symbolization is deferred.
+    deferred: Option<Vec<Option<Event>>>,
     summary: Summary,
 }
 
 impl<W: Write> Sink<W> {
     fn handle(&mut self, events: Vec<Option<Event>>, attach: &mut Attach<'_, '_>) -> Result<()> {
+        if let Some(held) = &mut self.deferred {
+            held.extend(events);
+            return Ok(());
+        }
         let mut new_stack = false;
         for e in events {
             match e {
@@ -564,7 +582,11 @@ impl<W: Write> Sink<W> {
         Ok(())
     }
 
-    fn finish(mut self, dropped: u64) -> Result<Summary> {
+    fn finish(mut self, dropped: u64, attach: &mut Attach<'_, '_>) -> Result<Summary> {
+        if let Some(held) = self.deferred.take() {
+            self.discover = false;
+            self.handle(held, attach)?;
+        }
         for l in std::mem::take(&mut self.waiting) {
             self.write(&l)?;
         }

@@ -67,7 +67,16 @@ int main(int argc, char **argv) {
     }
     if (threads == 0) {
         printf("tid %d\n", gettid());
-        run_layer(launches);
+        /* APP_PAUSE_MS: pause after the first launch, as a real program's
+         * first kernel is followed by more set-up. */
+        const char *pause_ms = getenv("APP_PAUSE_MS");
+        if (pause_ms && launches > 1) {
+            run_layer(1);
+            usleep(atoi(pause_ms) * 1000);
+            run_layer(launches - 1);
+        } else {
+            run_layer(launches);
+        }
         /* A marked call without an entry probe: its stack is the marker's. */
         if (argc > 3)
             fakeUnprobedCopy(__atomic_fetch_add(&next_corr, 1, __ATOMIC_SEQ_CST));

@@ -1,5 +1,6 @@
 //! Profiler tests against the real kernel, libbpf and blazesym. They need root
 //! (CI runs as root) and skip themselves otherwise.
 
+mod elf;
 mod probes;
 mod support;

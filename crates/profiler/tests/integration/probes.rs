@@ -1,8 +1,16 @@
+//! Probes on test programs whose stacks have a known shape.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use gpuperf_merge::cpu::CpuLaunch;
 use gpuperf_profiler::{Options, ProbeSpec};
 
-use crate::support::{app, privileged, profile};
+use crate::support::{
+    Run, app, cuda13, inject_lib, mock_cupti, privileged, profile, real_cudart_app,
+};
 
-fn compat(exe: &std::path::Path) -> Options {
+fn compat(exe: &Path) -> Options {
     Options {
         uprobes: vec![ProbeSpec {
             path: exe.to_owned(),
@@ -12,6 +20,19 @@ fn compat(exe: &std::path::Path) -> Options {
     }
 }
 
+fn frames<'a>(run: &'a Run, l: &CpuLaunch) -> Vec<&'a str> {
+    run.trace.stacks.text(l.stack).split(';').collect()
+}
+
+fn assert_suffix(run: &Run, l: &CpuLaunch, suffix: &[&str]) {
+    let f = frames(run, l);
+    assert!(
+        f.ends_with(suffix),
+        "stack {f:?} does not end with {suffix:?}\n{}",
+        run.text
+    );
+}
+
 #[test]
 fn compat_mode_on_a_static_cudart_gives_one_full_stack_per_call() {
     if !privileged() {
@@ -19,7 +40,235 @@ fn compat_mode_on_a_static_cudart_gives_one_full_stack_per_call() {
     }
     let exe = app("app-fp", &["-fno-omit-frame-pointer"]);
     let run = profile(compat(&exe), &exe, &["200", "0"], &[]);
-    eprintln!("{}", &run.text[..run.text.len().min(600)]);
-    eprintln!("{:?}", run.summary);
-    assert_eq!(run.trace.launches.len(), 200);
+    assert_eq!(run.trace.launches.len(), 200, "{:?}", run.summary);
+    assert_eq!(run.summary.launches, 200);
+    assert_eq!(run.summary.entry_stacks, 200);
+    assert_eq!(
+        (run.summary.dropped_launches, run.summary.lost_stacks),
+        (0, 0)
+    );
+    let tid = run.tids()[0];
+    let mut last_ts = 0;
+    for l in &run.trace.launches {
+        assert_suffix(
+            &run,
+            l,
+            &["main", "run_layer", "launch_kernel", "cudaLaunchKernel"],
+        );
+        assert_eq!((l.pid, l.tid, l.correlation_id), (run.pid, tid, 0));
+        assert!(l.ts_ns > last_ts, "timestamps increase");
+        last_ts = l.ts_ns;
+    }
+}
+
+#[test]
+fn compat_mode_without_frame_pointers_keeps_the_caller() {
+    if !privileged() {
+        return;
+    }
+    let exe = app("app-nofp", &["-fomit-frame-pointer"]);
+    let run = profile(compat(&exe), &exe, &["100", "0"], &[]);
+    assert_eq!(run.trace.launches.len(), 100);
+    // The walk stops early in code without frame pointers, but the kernel
+    // reads the return address at the probed `push %rbp`: the caller is kept.
+    for l in &run.trace.launches {
+        assert_suffix(&run, l, &["launch_kernel", "cudaLaunchKernel"]);
+    }
+}
+
+#[test]
+fn a_short_lived_process_is_symbolized_after_it_exits() {
+    if !privileged() {
+        return;
+    }
+    let exe = app("app-fp", &["-fno-omit-frame-pointer"]);
+    // Deferred: nothing is symbolized until the process is gone.
+    let options = Options {
+        defer_symbolization: true,
+        ..compat(&exe)
+    };
+    let run = profile(options, &exe, &["3", "0"], &[]);
+    assert!(
+        !Path::new(&format!("/proc/{}", run.pid)).exists(),
+        "the process has exited"
+    );
+    assert_eq!(run.trace.launches.len(), 3);
+    for l in &run.trace.launches {
+        assert_suffix(
+            &run,
+            l,
+            &["main", "run_layer", "launch_kernel", "cudaLaunchKernel"],
+        );
+    }
+    assert_eq!(run.summary.unsymbolized_frames, 0, "{}", run.text);
+}
+
+/// Injection mode on a mock CUPTI: the real gpuperf-inject calls its marker
+/// with the correlation id; the stack comes from the entry probe.
+fn injected(threads: &str, launches: &str, discover: bool) -> Option<Run> {
+    injected_env(threads, launches, discover, &[])
+}
+
+fn injected_env(
+    threads: &str,
+    launches: &str,
+    discover: bool,
+    env: &[(&str, &Path)],
+) -> Option<Run> {
+    if !privileged() {
+        return None;
+    }
+    let cuda = cuda13()?;
+    let mock = mock_cupti(&cuda);
+    let inject = inject_lib();
+    let exe = app("app-fp", &["-fno-omit-frame-pointer"]);
+    let options = Options {
+        marker_libraries: vec![inject.clone()],
+        api_files: if discover { vec![] } else { vec![exe.clone()] },
+        ..Options::default()
+    };
+    let trace_dir = tempfile::tempdir().unwrap();
+    let inject_arg = inject.to_str().unwrap();
+    Some(profile(
+        options,
+        &exe,
+        &[launches, threads, inject_arg],
+        &[
+            &[
+                ("GPUPERF_CUPTI_PATH", mock.as_path()),
+                ("GPUPERF_GPU_TRACE", trace_dir.path()),
+            ],
+            env,
+        ]
+        .concat(),
+    ))
+}
+
+#[test]
+fn injection_mode_joins_entry_stacks_to_correlation_ids() {
+    let Some(run) = injected("0", "300", false) else {
+        return;
+    };
+    // 300 launches and one marked call without an entry probe.
+    assert_eq!(
+        run.trace.launches.len(),
+        301,
+        "{:?}\n{}",
+        run.summary,
+        run.text
+    );
+    assert_eq!(
+        (run.summary.entry_stacks, run.summary.marker_stacks),
+        (300, 1)
+    );
+    let corrs: Vec<u32> = run
+        .trace
+        .launches
+        .iter()
+        .map(|l| l.correlation_id)
+        .collect();
+    assert_eq!(
+        corrs,
+        (1..=301).collect::<Vec<u32>>(),
+        "every id once, in order"
+    );
+    for l in &run.trace.launches[..300] {
+        assert_suffix(
+            &run,
+            l,
+            &["main", "run_layer", "launch_kernel", "cudaLaunchKernel"],
+        );
+    }
+    // The unprobed call's stack is taken at the marker: no entry frame, and
+    // none of the injection library's own frames.
+    let last = frames(&run, &run.trace.launches[300]);
+    assert!(!last.contains(&"cudaLaunchKernel"), "{last:?}");
+    assert!(last.contains(&"fakeUnprobedCopy"), "{last:?}");
+    assert!(
+        !last
+            .iter()
+            .any(|f| f.contains("gpuperf") || f.contains("marker")),
+        "{last:?}"
+    );
+}
+
+#[test]
+fn injection_mode_keeps_threads_apart() {
+    let Some(run) = injected("4", "100", false) else {
+        return;
+    };
+    let tids: HashSet<u32> = run.tids().into_iter().collect();
+    assert_eq!(tids.len(), 4);
+    let mut per_tid: BTreeMap<u32, Vec<&CpuLaunch>> = BTreeMap::new();
+    for l in &run.trace.launches {
+        assert!(tids.contains(&l.tid), "tid {} not one of {tids:?}", l.tid);
+        assert_eq!(l.pid, run.pid);
+        assert_suffix(
+            &run,
+            l,
+            &["worker", "run_layer", "launch_kernel", "cudaLaunchKernel"],
+        );
+        per_tid.entry(l.tid).or_default().push(l);
+    }
+    let mut all: Vec<u32> = Vec::new();
+    for (tid, mut ls) in per_tid {
+        assert_eq!(ls.len(), 100, "tid {tid}");
+        ls.sort_by_key(|l| l.ts_ns);
+        let ids: Vec<u32> = ls.iter().map(|l| l.correlation_id).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "tid {tid}: ids follow time: {ids:?}"
+        );
+        all.extend(ids);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=400).collect::<Vec<u32>>());
+}
+
+#[test]
+fn injection_mode_discovers_the_launch_api_in_the_target() {
+    // The first launch is seen at the marker; the pause after it leaves the
+    // profiler time to find cudart in the executable and probe its entry.
+    let pause = [("APP_PAUSE_MS", Path::new("500"))];
+    let Some(run) = injected_env("0", "2000", true, &pause) else {
+        return;
+    };
+    assert_eq!(run.trace.launches.len(), 2001);
+    assert!(run.summary.marker_stacks >= 2, "{:?}", run.summary);
+    assert!(run.summary.entry_stacks >= 1999 - 1, "{:?}", run.summary);
+    assert!(
+        run.summary.api_files.iter().any(|f| f.ends_with("app-fp")),
+        "the executable's cudart was found: {:?}",
+        run.summary.api_files
+    );
+    assert_eq!(run.summary.entry_stacks + run.summary.marker_stacks, 2001);
+    assert!(run.trace.launches.iter().all(|l| l.correlation_id != 0));
+}
+
+#[test]
+fn the_real_libcudart_launch_entry_fires() {
+    if !privileged() {
+        return;
+    }
+    let Some(cuda) = cuda13() else { return };
+    let exe = real_cudart_app(&cuda);
+    let lib = cuda.join("lib/libcudart.so.13");
+    let options = Options {
+        uprobes: vec![ProbeSpec {
+            path: lib,
+            symbol: "cudaLaunchKernel".into(),
+        }],
+        ..Options::default()
+    };
+    let run = profile(options, &exe, &["50"], &[]);
+    assert_eq!(
+        run.trace.launches.len(),
+        50,
+        "{:?}\n{}",
+        run.summary,
+        run.text
+    );
+    for l in &run.trace.launches {
+        assert_suffix(&run, l, &["main", "enqueue", "cudaLaunchKernel"]);
+    }
 }

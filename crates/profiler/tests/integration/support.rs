@@ -139,3 +139,82 @@ pub fn profile(mut options: Options, exe: &Path, args: &[&str], env: &[(&str, &P
 }
 
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// `site-packages/nvidia/cu13` of NVIDIA's CUDA 13 wheels, or `None` (the test
+/// then skips) unless CI requires them.
+pub fn cuda13() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("nvidia/cu13");
+    if dir.join("lib/libcudart.so.13").is_file() && dir.join("include/cupti_callbacks.h").is_file()
+    {
+        return Some(dir);
+    }
+    let msg = "NVIDIA CUDA wheels missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-runtime==13.0.96";
+    assert!(
+        std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
+        "{msg}"
+    );
+    eprintln!("skipped: {msg}");
+    None
+}
+
+/// The MOCK libcupti of the inject crate's tests, built against the real
+/// CUPTI 13 headers.
+pub fn mock_cupti(cuda: &Path) -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &*built {
+        return p.clone();
+    }
+    let out = tmp().join("libcupti_mock.so");
+    run(Command::new("gcc")
+        .args(["-O1", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../inject/tests/data/mock_cupti.c"))
+        .arg(format!("-I{}", cuda.join("include").display())));
+    *built = Some(out.clone());
+    out
+}
+
+/// The injection library, built by cargo if this test run did not build it.
+pub fn inject_lib() -> PathBuf {
+    static BUILT: Mutex<()> = Mutex::new(());
+    let _guard = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let lib = profile_dir.join("libgpuperf_inject.so");
+    if !lib.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        run(Command::new(cargo).args(["build", "-p", "gpuperf-inject"]));
+    }
+    assert!(lib.is_file(), "{} missing", lib.display());
+    lib
+}
+
+/// A C program linked against the real libcudart.so.13 of the wheel.
+pub fn real_cudart_app(cuda: &Path) -> PathBuf {
+    let lib = cuda.join("lib");
+    let exe = tmp().join("real_cudart_app");
+    run(Command::new("gcc")
+        .args([
+            "-Wall",
+            "-Werror",
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(data("real_cudart.c"))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-l:libcudart.so.13"));
+    exe
+}
