@@ -31,6 +31,9 @@ pub const MARKER_SYMBOL: &str = "gpuperf_launch_marker";
 /// See [`MARKER_SYMBOL`].
 pub const SEMAPHORE_SYMBOL: &str = "gpuperf_marker_semaphore";
 
+/// How often records are collected when fewer than a batch are waiting.
+const POLL_MS: u64 = 20;
+
 /// Cookie bit telling the entry program to write the record itself.
 const COOKIE_EMIT: u64 = 1 << 63;
 
@@ -315,8 +318,11 @@ fn run<W: Write>(
 
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        // A signal interrupting the wait is not an error.
-        let _ = ring.poll(Duration::from_millis(50));
+        // The probes wake us only once a batch is waiting, so records are
+        // also collected on this timer. A signal interrupting the wait is
+        // not an error.
+        let _ = ring.poll(Duration::from_millis(POLL_MS));
+        let _ = ring.consume();
         let events = std::mem::take(&mut *queue.borrow_mut());
         sink.handle(events, &mut attach)?;
         progress

@@ -55,20 +55,27 @@ struct {
 	__uint(max_entries, 65536);
 } targets SEC(".maps");
 
-/* The stack taken at a launch API's entry, waiting for its marker. */
+/* The stack taken at a launch API's entry, waiting for its marker. Slots are
+ * indexed by TID modulo the size and hold the TID they belong to: an array
+ * lookup costs a fraction of a hash update, and two live threads sharing a
+ * slot only cost one join (that launch then gets the marker's stack). */
 struct pending {
 	__u64 ts;
 	__u64 sp;
 	__u64 ret;
 	__s32 stack_id;
 	__u32 cpu;
+	__u32 tid;
+	__u32 tgid;
 };
 
+#define PENDING_SLOTS 65536
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, __u64);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
 	__type(value, struct pending);
-	__uint(max_entries, 65536);
+	__uint(max_entries, PENDING_SLOTS);
 } pending SEC(".maps");
 
 struct {
@@ -79,6 +86,17 @@ struct {
 } stats SEC(".maps");
 
 __u32 next_inline_id = 0;
+
+/* Wake the reader only once a batch is waiting: a wake-up per record costs
+ * more than the rest of the probe. The reader also polls on a short timer. */
+#define WAKEUP_BYTES (256 << 10)
+
+static __always_inline __u64 wakeup_flag(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES
+		       ? BPF_RB_FORCE_WAKEUP
+		       : BPF_RB_NO_WAKEUP;
+}
 
 static __always_inline void count(__u32 index)
 {
@@ -109,7 +127,7 @@ static __always_inline bool send_stack(void *ctx, __s32 id, __u32 pid)
 	long n = bpf_get_stack(ctx, e->frames, sizeof(e->frames),
 			       BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	e->size = n > 0 ? n : 0;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flag());
 	return true;
 }
 
@@ -158,7 +176,7 @@ static __always_inline void emit_launch(__u64 pid_tgid, __u64 ts, __u32 cpu,
 	e->stack_id = stack_id;
 	e->origin = origin;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flag());
 }
 
 /* Cookie bit: emit a record here (compatibility mode, no marker follows). */
@@ -179,15 +197,19 @@ int launch_entry(struct pt_regs *ctx)
 		emit_launch(pid_tgid, ts, cpu, 0, 0, stack_id, STACK_AT_ENTRY);
 		return 0;
 	}
-	struct pending p = {
-		.ts = ts,
-		.sp = PT_REGS_SP(ctx),
-		.stack_id = stack_id,
-		.cpu = cpu,
-	};
+	__u32 slot = (__u32)pid_tgid % PENDING_SLOTS;
+	struct pending *p = bpf_map_lookup_elem(&pending, &slot);
+	if (!p)
+		return 0;
+	p->ts = ts;
+	p->sp = PT_REGS_SP(ctx);
+	p->stack_id = stack_id;
+	p->cpu = cpu;
+	p->tid = (__u32)pid_tgid;
+	p->tgid = pid_tgid >> 32;
 	/* The return address identifies this call while its frame is live. */
-	bpf_probe_read_user(&p.ret, sizeof(p.ret), (void *)p.sp);
-	bpf_map_update_elem(&pending, &pid_tgid, &p, BPF_ANY);
+	if (bpf_probe_read_user(&p->ret, sizeof(p->ret), (void *)p->sp))
+		p->sp = 0;
 	return 0;
 }
 
@@ -201,8 +223,9 @@ int launch_marker(struct pt_regs *ctx)
 	__u64 corr = PT_REGS_PARM1(ctx);
 	__u64 callback = PT_REGS_PARM2(ctx);
 
-	struct pending *p = bpf_map_lookup_elem(&pending, &pid_tgid);
-	if (p) {
+	__u32 slot = (__u32)pid_tgid % PENDING_SLOTS;
+	struct pending *p = bpf_map_lookup_elem(&pending, &slot);
+	if (p && p->sp && p->tid == (__u32)pid_tgid && p->tgid == pid_tgid >> 32) {
 		/* Accept the entry's stack only if that call is still on this
 		 * thread's stack, i.e. the marker runs inside it. A stale entry
 		 * (an API call without a marker) fails one of these checks. */
@@ -213,13 +236,13 @@ int launch_marker(struct pt_regs *ctx)
 			__u64 ts = p->ts;
 			__u32 cpu = p->cpu;
 			__s32 stack_id = p->stack_id;
-			bpf_map_delete_elem(&pending, &pid_tgid);
+			p->sp = 0; /* consumed */
 			count(STAT_MARKER_ENTRY_STACK);
 			emit_launch(pid_tgid, ts, cpu, corr, callback, stack_id,
 				    STACK_AT_ENTRY);
 			return 0;
 		}
-		bpf_map_delete_elem(&pending, &pid_tgid);
+		p->sp = 0;
 	}
 	count(STAT_MARKER_OWN_STACK);
 	__s32 stack_id = take_stack(ctx, pid_tgid >> 32);
@@ -254,7 +277,7 @@ int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *b
 	e->kind = EVENT_EXEC;
 	e->pid = tgid;
 	bpf_probe_read_kernel_str(e->filename, sizeof(e->filename), bprm->filename);
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flag());
 	return 0;
 }
 
