@@ -15,7 +15,12 @@ fn build(dir: &Path) -> PathBuf {
     let exe = dir.join("probe_loop");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/probe_loop.c");
     let o = Command::new("gcc")
-        .args(["-O2", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-o"])
+        .args([
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+            "-o",
+        ])
         .arg(&exe)
         .arg(src)
         .output()
@@ -54,8 +59,14 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let calls: u64 = args.first().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let calls: u64 = args
+        .first()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
     let rounds: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(5);
     let depth: u32 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(12);
     if let Err(e) = gpuperf_profiler::preflight::check() {
@@ -64,10 +75,19 @@ fn main() {
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path());
-    let entry = ProbeSpec { path: exe.clone(), symbol: "cudaLaunchKernel".into() };
+    let entry = ProbeSpec {
+        path: exe.clone(),
+        symbol: "cudaLaunchKernel".into(),
+    };
     let configs: Vec<(&str, Option<Options>)> = vec![
         ("unprobed", None),
-        ("compat: entry probe writes the record", Some(Options { uprobes: vec![entry], ..Options::default() })),
+        (
+            "compat: entry probe writes the record",
+            Some(Options {
+                uprobes: vec![entry],
+                ..Options::default()
+            }),
+        ),
         (
             "injection: entry stack + marker join",
             Some(Options {
@@ -79,7 +99,11 @@ fn main() {
         ),
         (
             "marker only: stack at the marker",
-            Some(Options { marker_libraries: vec![exe.clone()], discover: false, ..Options::default() }),
+            Some(Options {
+                marker_libraries: vec![exe.clone()],
+                discover: false,
+                ..Options::default()
+            }),
         ),
     ];
     println!("probe_overhead: {calls} calls, {depth} frames deep, {rounds} rounds");
@@ -92,6 +116,10 @@ fn main() {
     let base = median(&mut results[0].clone());
     for ((name, _), r) in configs.iter().zip(&mut results) {
         let m = median(r);
-        println!("{name:<40} {m:>8.1} ns/call  (+{:.1} ns, x{:.2})", m - base, m / base);
+        println!(
+            "{name:<40} {m:>8.1} ns/call  (+{:.1} ns, x{:.2})",
+            m - base,
+            m / base
+        );
     }
 }
