@@ -24,7 +24,7 @@ use crate::error::{Error, Result, bpf};
 use crate::event::{Event, INLINE_STACK_ID_BASE, Launch, Origin};
 use crate::preflight;
 use crate::skel::{LaunchSkel, LaunchSkelBuilder};
-use crate::symbolize::Symbolizer;
+use crate::symbolize::{Symbolizer, executable_files};
 
 /// The marker function and its semaphore, as `gpuperf-inject` exports them.
 pub const MARKER_SYMBOL: &str = "gpuperf_launch_marker";
@@ -474,31 +474,15 @@ impl Attach<'_, '_> {
     /// Entry probes for the CUDA libraries `pid` maps (libcudart, libcuda, or
     /// an executable with cudart linked in).
     fn discover(&mut self, pid: u32) {
-        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-            return;
-        };
-        let mut files: Vec<&str> = maps
-            .lines()
-            .filter(|l| {
-                l.split_ascii_whitespace()
-                    .nth(1)
-                    .is_some_and(|p| p.contains('x'))
-            })
-            .filter_map(|l| l.split_ascii_whitespace().nth(5))
-            .filter(|p| p.starts_with('/'))
-            .collect();
-        files.dedup();
-        for f in files {
-            let name = Path::new(f)
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("");
+        let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
+        for f in executable_files(&format!("/proc/{pid}/maps")) {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
             // Only libraries that can define the API, and the executable.
             let candidate = name.starts_with("libcudart")
                 || name.starts_with("libcuda.")
-                || fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == Path::new(f));
+                || exe.as_deref() == Some(f.as_path());
             if candidate {
-                let _ = self.api_file(Path::new(f));
+                let _ = self.api_file(&f);
             }
         }
     }

@@ -98,20 +98,7 @@ impl Symbolizer {
     }
 
     fn index_maps(&mut self, maps: &str) {
-        let Ok(text) = fs::read_to_string(maps) else {
-            return;
-        };
-        let mut paths = Vec::new();
-        for line in text.lines() {
-            // addr perms offset dev inode path
-            let mut f = line.split_ascii_whitespace();
-            let perms = f.nth(1).unwrap_or("");
-            let path = f.nth(3).unwrap_or("");
-            if perms.contains('x') && path.starts_with('/') && !path.ends_with("(deleted)") {
-                paths.push(PathBuf::from(path));
-            }
-        }
-        for p in paths {
+        for p in executable_files(maps) {
             if !self.indexed.contains(&p) {
                 self.index_file(&p);
             }
@@ -199,6 +186,30 @@ fn push_symbolized(
             out.push(fallback());
         }
     }
+}
+
+/// The files mapped executable in a `/proc/PID/maps` file, each once, in
+/// address order; empty when it cannot be read (the process is gone).
+pub(crate) fn executable_files(maps: &str) -> Vec<PathBuf> {
+    let Ok(text) = fs::read_to_string(maps) else {
+        return Vec::new();
+    };
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // addr perms offset dev inode path
+        let mut f = line.split_ascii_whitespace();
+        let perms = f.nth(1).unwrap_or("");
+        let path = f.nth(3).unwrap_or("");
+        if perms.contains('x')
+            && path.starts_with('/')
+            && !path.ends_with("(deleted)")
+            && seen.insert(path)
+        {
+            out.push(PathBuf::from(path));
+        }
+    }
+    out
 }
 
 fn module_offset(path: &Path, offset: u64) -> String {
