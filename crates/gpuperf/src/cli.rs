@@ -1,8 +1,11 @@
 //! Command-line arguments. Parsing only: `main.rs` dispatches.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use gpuperf_profiler::ProbeSpec;
 
 /// gpuperf: which line of CPU code caused which GPU work, and what it cost.
 #[derive(Debug, Parser)]
@@ -10,9 +13,15 @@ use clap::{ArgAction, Args, Parser, Subcommand};
     name = "gpuperf",
     version,
     about,
+    subcommand_negates_reqs = true,
+    override_usage = "gpuperf [OPTIONS] [--] PROGRAM [ARGS]...\n       gpuperf record [OPTIONS] [--] PROGRAM [ARGS]...\n       gpuperf merge|report [OPTIONS] [RECORDING]",
     after_help = "EXAMPLES:
-    gpuperf merge --gpu gpu.trace --cpu cpu.txt -m merged.folded -o flamegraph.svg -c timeline.json
-    gpuperf report --gpu gpu.trace --cpu cpu.txt"
+    sudo gpuperf -c gpu.json -p cpu.txt -m merged.folded -- ./app args
+    sudo gpuperf record --raw-dir run1 -- python3 train.py
+    gpuperf record --gpu-only -- ./app
+    sudo gpuperf record --cpu-only --uprobe /usr/local/cuda/lib64/libcudart.so.13:cudaLaunchKernel -p cpu.txt -- ./app
+    gpuperf merge run1 -o flamegraph.svg -c timeline.json
+    gpuperf report run1"
 )]
 pub struct Cli {
     /// More output on stderr (-v info, -vv debug, -vvv trace).
@@ -21,27 +30,127 @@ pub struct Cli {
     /// Only errors on stderr.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
-    /// What to do.
+    /// What to do; without a subcommand, `record`.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// `gpuperf [OPTIONS] -- PROGRAM`: the same as `gpuperf record`.
+    #[command(flatten)]
+    pub record: RecordArgs,
+}
+
+impl Cli {
+    /// Parses like [`Parser::try_parse_from`], and also rejects recording
+    /// options placed before another subcommand (`gpuperf -o x merge …`),
+    /// which would otherwise be ignored.
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let mut cmd = Self::command();
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        if let Some((name, _)) = matches.subcommand()
+            && let Some(id) = RecordArgs::augment_args(clap::Command::new("record"))
+                .get_arguments()
+                .map(|a| a.get_id().clone())
+                .find(|id| matches.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+        {
+            return Err(cmd.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("`{id}` is a recording option; it cannot come before `{name}`"),
+            ));
+        }
+        Self::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+    }
 }
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a program and record which CPU stacks launched which GPU work (the default).
+    Record(RecordArgs),
     /// Join a GPU trace with CPU stacks; write folded stacks, a flamegraph and a timeline.
     Merge(MergeArgs),
     /// Print the top kernels with their duration and launch-latency statistics.
     Report(ReportArgs),
 }
 
+/// `gpuperf record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Write the flamegraph SVG here.
+    #[arg(
+        short = 'o',
+        long,
+        value_name = "FILE",
+        default_value = "flamegraph.svg"
+    )]
+    pub output: PathBuf,
+    /// Write a Chrome-trace timeline (Perfetto, chrome://tracing) here.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub chrome: Option<PathBuf>,
+    /// Write merged folded stacks (µs of GPU time) here.
+    #[arg(short = 'm', long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+    /// Write the CPU trace (one line per launch with its stack) here.
+    #[arg(short = 'p', long = "cpu-trace", value_name = "FILE")]
+    pub cpu_trace: Option<PathBuf>,
+    /// Keep the raw traces in this directory, for `gpuperf merge DIR` and `gpuperf report DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub raw_dir: Option<PathBuf>,
+    /// Record CPU stacks only, without injecting into the program (needs --uprobe
+    /// unless the program has cudart linked in).
+    #[arg(long, conflicts_with = "gpu_only")]
+    pub cpu_only: bool,
+    /// Record GPU activity only: no eBPF, no root needed.
+    #[arg(long)]
+    pub gpu_only: bool,
+    /// Stop the program (SIGINT) after this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<f64>,
+    /// Take stacks at this function instead of at the injection library's marker
+    /// (compatibility mode; matched to GPU work by time). Repeatable.
+    #[arg(long, value_name = "LIB:SYMBOL", conflicts_with = "gpu_only")]
+    pub uprobe: Vec<ProbeSpec>,
+    /// The libcupti to use; by default the injection library searches for it.
+    #[arg(long, value_name = "FILE")]
+    pub cupti: Option<PathBuf>,
+    /// Kernels to list in the summary.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub top: u64,
+    /// Flamegraph title.
+    #[arg(long, default_value = "gpuperf: GPU time by CPU stack")]
+    pub title: String,
+    /// The program to profile and its arguments.
+    #[arg(
+        value_name = "PROGRAM",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 1..
+    )]
+    pub program: Vec<OsString>,
+}
+
+fn parse_duration(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e7 => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds greater than 0")),
+    }
+}
+
 /// Inputs shared by `merge` and `report`.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("inputs").args(["recording", "gpu"]).required(true).multiple(true)))]
 pub struct InputArgs {
+    /// A directory that `gpuperf record --raw-dir` wrote: its GPU traces and its `cpu.txt`.
+    #[arg(value_name = "RECORDING")]
+    pub recording: Option<PathBuf>,
     /// GPU trace: a gpuperf trace, a directory of them, or a reference CUPTI text log. Repeatable.
-    #[arg(long, short = 'g', value_name = "FILE", required = true)]
+    #[arg(long, short = 'g', value_name = "FILE")]
     pub gpu: Vec<PathBuf>,
     /// CPU stacks: gpuperf's CPU trace or the reference's extended folded lines.
+    /// Default: RECORDING/cpu.txt when it exists.
     #[arg(long, value_name = "FILE")]
     pub cpu: Option<PathBuf>,
     /// Offset added to CPU timestamps to reach the GPU clock, in ns. Default: estimated when needed.
@@ -100,7 +209,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.verbose, 2);
-        let Command::Merge(m) = cli.command else {
+        let Some(Command::Merge(m)) = cli.command else {
             panic!("not merge")
         };
         assert_eq!(m.input.gpu, [PathBuf::from("g")]);
@@ -127,9 +236,114 @@ mod tests {
             "-5",
         ])
         .unwrap();
-        let Command::Report(r) = r.command else {
+        let Some(Command::Report(r)) = r.command else {
             panic!("not report")
         };
         assert_eq!(r.input.cpu_clock_offset_ns, Some(-5));
+    }
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_design_card_form_records() {
+        let cli = Cli::try_parse_from([
+            "gpuperf",
+            "-c",
+            "gpu.json",
+            "-p",
+            "cpu.txt",
+            "-m",
+            "merged.folded",
+            "--",
+            "./app",
+            "--flag",
+            "x",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        let r = cli.record;
+        assert_eq!(r.chrome.as_deref(), Some("gpu.json".as_ref()));
+        assert_eq!(r.cpu_trace.as_deref(), Some("cpu.txt".as_ref()));
+        assert_eq!(r.folded.as_deref(), Some("merged.folded".as_ref()));
+        assert_eq!(r.output, PathBuf::from("flamegraph.svg"));
+        assert_eq!(r.program, os(&["./app", "--flag", "x"]));
+        assert!(!r.cpu_only && !r.gpu_only);
+    }
+
+    #[test]
+    fn record_subcommand_takes_every_option() {
+        let cli = Cli::try_parse_from([
+            "gpuperf",
+            "-q",
+            "record",
+            "--cpu-only",
+            "--uprobe",
+            "/opt/lib/libcudart.so.13:cudaLaunchKernel",
+            "--uprobe",
+            "./app:cuLaunchKernel",
+            "--duration",
+            "2.5",
+            "--raw-dir",
+            "run1",
+            "-o",
+            "f.svg",
+            "python3",
+            "-X",
+            "perf",
+            "train.py",
+        ])
+        .unwrap();
+        assert!(cli.quiet);
+        let Some(Command::Record(r)) = cli.command else {
+            panic!("not record")
+        };
+        assert!(r.cpu_only);
+        assert_eq!(r.uprobe.len(), 2);
+        assert_eq!(r.uprobe[0].symbol, "cudaLaunchKernel");
+        assert_eq!(r.uprobe[1].path, PathBuf::from("./app"));
+        assert_eq!(r.duration, Some(2.5));
+        assert_eq!(r.raw_dir.as_deref(), Some("run1".as_ref()));
+        assert_eq!(r.output, PathBuf::from("f.svg"));
+        // Options after the program belong to it.
+        assert_eq!(r.program, os(&["python3", "-X", "perf", "train.py"]));
+    }
+
+    #[test]
+    fn bad_record_arguments_are_rejected() {
+        let bad: &[&[&str]] = &[
+            &["gpuperf"],
+            &["gpuperf", "record"],
+            &["gpuperf", "--cpu-only", "--gpu-only", "--", "app"],
+            &["gpuperf", "--gpu-only", "--uprobe", "l:s", "--", "app"],
+            &["gpuperf", "--duration", "0", "--", "app"],
+            &["gpuperf", "--duration", "-1", "--", "app"],
+            &["gpuperf", "--duration", "nan", "--", "app"],
+            &["gpuperf", "--uprobe", "nosymbol", "--", "app"],
+            &["gpuperf", "--uprobe", ":sym", "--", "app"],
+        ];
+        for args in bad {
+            assert!(Cli::try_parse_checked(*args).is_err(), "{args:?} parsed");
+        }
+        let e =
+            Cli::try_parse_checked(["gpuperf", "-o", "x.svg", "merge", "--gpu", "g"]).unwrap_err();
+        assert!(
+            e.to_string().contains("`output` is a recording option"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn merge_and_report_take_a_recording_directory() {
+        let cli = Cli::try_parse_from(["gpuperf", "merge", "run1", "-o", "f.svg"]).unwrap();
+        let Some(Command::Merge(m)) = cli.command else {
+            panic!("not merge")
+        };
+        assert_eq!(m.input.recording.as_deref(), Some("run1".as_ref()));
+        assert!(m.input.gpu.is_empty());
+        let cli = Cli::try_parse_from(["gpuperf", "report", "run1", "--top", "3"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Report(_))));
+        assert!(Cli::try_parse_from(["gpuperf", "report"]).is_err());
     }
 }

@@ -61,6 +61,8 @@ pub struct Options {
     /// Omit JavaScript, which makes the SVG static (no search, zoom or tooltips line);
     /// for golden files. Default is `false`.
     pub no_javascript: bool,
+    /// What the weights count, shown in tooltips. Default is "µs" (of GPU time).
+    pub count_name: String,
 }
 
 impl Default for Options {
@@ -70,6 +72,7 @@ impl Default for Options {
             subtitle: None,
             deterministic: false,
             no_javascript: false,
+            count_name: COUNT_NAME.to_owned(),
         }
     }
 }
@@ -96,7 +99,7 @@ where
     let mut inferno_opts = flamegraph::Options::default();
     inferno_opts.title = opts.title.clone();
     inferno_opts.subtitle = opts.subtitle.clone();
-    inferno_opts.count_name = COUNT_NAME.to_owned();
+    inferno_opts.count_name = opts.count_name.clone();
     inferno_opts.hash = opts.deterministic;
     inferno_opts.deterministic = opts.deterministic;
     inferno_opts.pretty_xml = opts.deterministic;

@@ -1,0 +1,682 @@
+//! `gpuperf record`: run a program with the injection library and the eBPF
+//! profiler, then join and render what they recorded.
+//!
+//! Ordering comes from the kernel, not from sleeps: the profiler's probes are
+//! attached and our own pid is in its traced set before the target is forked,
+//! and the traced set follows forks, so the target is traced from its first
+//! instruction. The injection library is loaded by the CUDA driver during
+//! `cuInit`, before any launch.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, IsTerminal as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use gpuperf_profiler::{Options, ProbeSpec, Profiler};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::low_level::siginfo::{Cause, Origin};
+use tracing::{debug, info, warn};
+
+use crate::cli::RecordArgs;
+use crate::inject_lib;
+use crate::render::{self, CPU_TRACE, Loaded, Outputs, Written};
+use crate::target::{self, User};
+
+/// How often the wait loop looks at the target when no signal wakes it.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Phases the signal thread reacts to.
+const RUNNING: u8 = 0;
+const FINISHING: u8 = 1;
+
+/// Runs the whole recording. Returns the target's exit code; errors before the
+/// target starts are returned as errors, errors after it are printed, because
+/// the exit code belongs to the target.
+pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
+    let user = User::from_sudo(|k| std::env::var_os(k), geteuid())?;
+    let want_gpu = !a.cpu_only;
+    let want_cpu = !a.gpu_only;
+
+    // Scratch space: the embedded injection library, and the raw traces unless
+    // the user keeps them. The target's user must read and write there.
+    let scratch = tempfile::Builder::new()
+        .prefix("gpuperf-")
+        .tempdir()
+        .context("failed to create a scratch directory")?;
+    fs::set_permissions(scratch.path(), fs::Permissions::from_mode(0o755))
+        .context("failed to open up the scratch directory")?;
+    let raw = match &a.raw_dir {
+        Some(d) => {
+            fs::create_dir_all(d).with_context(|| format!("failed to create `{}`", d.display()))?;
+            target::chown(d, user.as_ref())?;
+            d.clone()
+        }
+        None => {
+            let d = scratch.path().join("raw");
+            fs::create_dir(&d).with_context(|| format!("failed to create `{}`", d.display()))?;
+            target::chown(&d, user.as_ref())?;
+            d
+        }
+    };
+    clear_old_traces(&raw)?;
+
+    let signals = Signals::start()?;
+    let exe = target::resolve(&a.program[0], std::env::var_os("PATH").as_deref());
+    let inject = if want_gpu {
+        let (path, origin) = inject_lib::locate(
+            std::env::var_os("GPUPERF_INJECT_LIB").map(PathBuf::from),
+            scratch.path(),
+        )?;
+        debug!("injection library {origin:?}: `{}`", path.display());
+        Some(path)
+    } else {
+        None
+    };
+
+    let cpu_path = raw.join(CPU_TRACE);
+    let profiler = if want_cpu {
+        match start_profiler(&a, exe.as_deref(), inject.as_deref(), &cpu_path) {
+            Ok(p) => Some(p),
+            Err(e) if want_gpu => {
+                warn!("no CPU stacks: {e:#}");
+                warn!("recording GPU activity only (--gpu-only does so without trying eBPF)");
+                None
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
+
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    if let Some(lib) = &inject {
+        if let Some(old) = std::env::var_os("CUDA_INJECTION64_PATH") {
+            warn!(
+                "CUDA_INJECTION64_PATH was `{}`; gpuperf replaces it",
+                old.to_string_lossy()
+            );
+        }
+        env.push(("CUDA_INJECTION64_PATH".into(), lib.into()));
+        let mut dir = raw.clone().into_os_string();
+        dir.push("/");
+        env.push(("GPUPERF_GPU_TRACE".into(), dir));
+        if let Some(c) = &a.cupti {
+            let c = std::path::absolute(c)
+                .with_context(|| format!("failed to resolve `{}`", c.display()))?;
+            env.push(("GPUPERF_CUPTI_PATH".into(), c.into()));
+        }
+    }
+    // CPython 3.12+ then writes /tmp/perf-PID.map, which names Python
+    // functions in the stacks; older interpreters ignore it.
+    if profiler.is_some() && std::env::var_os("PYTHONPERFSUPPORT").is_none() {
+        env.push(("PYTHONPERFSUPPORT".into(), "1".into()));
+    }
+    let spec = target::Spec {
+        argv: a.program.clone(),
+        env,
+        user: user.clone(),
+    };
+    let started = Instant::now();
+    let child = match target::spawn(&spec) {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(p) = profiler {
+                let _ = p.stop();
+            }
+            let code = spawn_failure_code(&e);
+            eprintln!("gpuperf: error: {}", one_line(&e));
+            return Ok(code);
+        }
+    };
+    info!(
+        "started `{}` as pid {}",
+        a.program[0].to_string_lossy(),
+        child.id()
+    );
+
+    let status = wait(child, &signals, profiler.as_ref(), &raw, &a, quiet, started)?;
+    let code = target::exit_code(status);
+    signals.phase.store(FINISHING, Ordering::Release);
+    let wall = started.elapsed();
+
+    if let Err(e) = finish(
+        &a,
+        profiler,
+        &raw,
+        &cpu_path,
+        user.as_ref(),
+        quiet,
+        wall,
+        status,
+    ) {
+        eprintln!("gpuperf: error: {}", one_line(&e));
+    }
+    if a.raw_dir.is_some() {
+        // The user's files, like the outputs.
+        for entry in fs::read_dir(&raw).into_iter().flatten().flatten() {
+            let _ = target::chown(&entry.path(), user.as_ref());
+        }
+    }
+    Ok(code)
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace('\n', "\\n")
+}
+
+/// Like a shell: 127 when the program is not found, 126 when it cannot run.
+fn spawn_failure_code(e: &anyhow::Error) -> u8 {
+    match e.downcast_ref::<io::Error>().map(io::Error::kind) {
+        Some(io::ErrorKind::NotFound) => 127,
+        _ => 126,
+    }
+}
+
+fn geteuid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// A kept raw directory may hold an earlier run; its traces would be merged
+/// into this one.
+fn clear_old_traces(raw: &Path) -> Result<()> {
+    let list = fs::read_dir(raw).with_context(|| format!("failed to list `{}`", raw.display()))?;
+    for entry in list.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name == CPU_TRACE || (name.starts_with("gpu-") && name.contains(".gputrace")) {
+            fs::remove_file(entry.path()).with_context(|| {
+                format!("failed to remove the old `{}`", entry.path().display())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn start_profiler(
+    a: &RecordArgs,
+    exe: Option<&Path>,
+    inject: Option<&Path>,
+    cpu_path: &Path,
+) -> Result<Profiler> {
+    let mut o = Options {
+        pids: vec![std::process::id()],
+        uprobes: a.uprobe.clone(),
+        ..Options::default()
+    };
+    if o.uprobes.is_empty() {
+        match inject {
+            Some(lib) => {
+                o.marker_libraries = vec![lib.to_path_buf()];
+                // cudart linked into the executable gets its entry probes
+                // before the first launch; shared libraries are found when
+                // the process first reaches the marker.
+                if let Some(exe) = exe.filter(|e| has_cuda_api(e)) {
+                    o.api_files = vec![exe.to_path_buf()];
+                }
+            }
+            None => o.uprobes = default_uprobes(a, exe)?,
+        }
+    }
+    let file = fs::File::create(cpu_path)
+        .with_context(|| format!("failed to create `{}`", cpu_path.display()))?;
+    let out = io::BufWriter::with_capacity(1 << 20, file);
+    Profiler::start(o, out).context("failed to start the eBPF profiler")
+}
+
+fn has_cuda_api(exe: &Path) -> bool {
+    match gpuperf_profiler::api_functions(exe) {
+        Ok(f) => !f.is_empty(),
+        Err(e) => {
+            debug!("not probing `{}` itself: {e}", exe.display());
+            false
+        }
+    }
+}
+
+/// `--cpu-only` without `--uprobe`: the launch functions of a cudart linked
+/// into the executable, else a request for `--uprobe`.
+fn default_uprobes(a: &RecordArgs, exe: Option<&Path>) -> Result<Vec<ProbeSpec>> {
+    let fns = exe
+        .map(gpuperf_profiler::api_functions)
+        .transpose()
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let specs: Vec<ProbeSpec> = fns
+        .iter()
+        .filter(|f| gpuperf_merge::model::is_launch_api(&f.symbol))
+        .map(|f| ProbeSpec {
+            path: f.path.clone(),
+            symbol: f.symbol.clone(),
+        })
+        .collect();
+    if specs.is_empty() {
+        bail!(
+            "--cpu-only needs --uprobe LIB:SYMBOL: `{}` has no CUDA runtime linked in; name the \
+             library that launches, e.g. --uprobe /usr/local/cuda/lib64/libcudart.so.13:cudaLaunchKernel",
+            a.program[0].to_string_lossy()
+        );
+    }
+    Ok(specs)
+}
+
+/// Signals for the whole run, on a thread of their own.
+struct Signals {
+    rx: mpsc::Receiver<Origin>,
+    phase: Arc<AtomicU8>,
+}
+
+impl Signals {
+    fn start() -> Result<Self> {
+        let mut info = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])
+            .context("failed to install signal handlers")?;
+        let (tx, rx) = mpsc::channel();
+        let phase = Arc::new(AtomicU8::new(RUNNING));
+        let p = Arc::clone(&phase);
+        thread::Builder::new()
+            .name("gpuperf-signals".into())
+            .spawn(move || {
+                let mut finishing_signals = 0;
+                for origin in info.forever() {
+                    if origin.signal != SIGCHLD && p.load(Ordering::Acquire) == FINISHING {
+                        finishing_signals += 1;
+                        if finishing_signals == 1 {
+                            eprintln!(
+                                "\ngpuperf: writing the outputs; interrupt again to abandon them"
+                            );
+                        } else {
+                            std::process::exit(128 + origin.signal);
+                        }
+                    }
+                    if tx.send(origin).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("failed to start the signal thread")?;
+        Ok(Self { rx, phase })
+    }
+}
+
+/// Waits for the target, forwarding signals and showing progress.
+fn wait(
+    mut child: Child,
+    signals: &Signals,
+    profiler: Option<&Profiler>,
+    raw: &Path,
+    a: &RecordArgs,
+    quiet: bool,
+    started: Instant,
+) -> Result<std::process::ExitStatus> {
+    let pid = child.id() as libc::pid_t;
+    let deadline = a.duration.map(|s| started + Duration::from_secs_f64(s));
+    let mut stops = 0u32;
+    let mut progress = Progress::new(quiet);
+    loop {
+        if let Some(status) = child.try_wait().context("failed to wait for the target")? {
+            progress.clear();
+            return Ok(status);
+        }
+        match signals.rx.recv_timeout(TICK) {
+            Ok(origin) if origin.signal == SIGCHLD => {}
+            Ok(origin) => {
+                stops += 1;
+                progress.clear();
+                // A Ctrl-C at the terminal reached the whole foreground process
+                // group, the target included; a signal sent to gpuperf alone
+                // is passed on.
+                let from_terminal = matches!(origin.cause, Cause::Kernel);
+                if stops == 1 {
+                    if !quiet {
+                        eprintln!(
+                            "gpuperf: stopping the target; the outputs will still be written"
+                        );
+                    }
+                    if !from_terminal {
+                        send(pid, origin.signal);
+                    }
+                } else {
+                    if !quiet {
+                        eprintln!("gpuperf: killing the target");
+                    }
+                    send(pid, libc::SIGKILL);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the signal thread ended"),
+        }
+        if let Some(d) = deadline
+            && Instant::now() >= d
+            && stops == 0
+        {
+            stops = 1;
+            progress.clear();
+            if !quiet {
+                eprintln!("gpuperf: --duration reached; stopping the target (SIGINT)");
+            }
+            send(pid, SIGINT);
+        }
+        progress.tick(started, profiler, raw);
+    }
+}
+
+/// Signals the target, which has not been reaped yet: `child.try_wait` runs on
+/// this thread only, so the pid cannot have been reused.
+fn send(pid: libc::pid_t, signal: i32) {
+    // SAFETY: kill has no memory preconditions; the pid is our unreaped child.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc != 0 {
+        debug!("kill({pid}, {signal}): {}", io::Error::last_os_error());
+    }
+}
+
+/// The progress line on stderr: elapsed time, launches, drops.
+struct Progress {
+    tty: bool,
+    enabled: bool,
+    last: Option<Instant>,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(quiet: bool) -> Self {
+        Self {
+            tty: io::stderr().is_terminal(),
+            enabled: !quiet,
+            last: None,
+            shown: false,
+        }
+    }
+
+    fn tick(&mut self, started: Instant, profiler: Option<&Profiler>, raw: &Path) {
+        let now = Instant::now();
+        let every = if self.tty {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(10)
+        };
+        let elapsed = now - started;
+        // Short runs show nothing.
+        if !self.enabled || elapsed < Duration::from_secs(2) {
+            return;
+        }
+        if self.last.is_some_and(|l| now - l < every) {
+            return;
+        }
+        self.last = Some(now);
+        let mut line = format!("gpuperf: {:.0} s", elapsed.as_secs_f64());
+        if let Some(p) = profiler {
+            let launches = p.progress().launches.load(Ordering::Relaxed);
+            let dropped = p.progress().dropped.load(Ordering::Relaxed);
+            line += &format!(", {launches} launches, {dropped} dropped");
+        } else {
+            line += &format!(", {} of GPU trace", human_bytes(gpu_trace_bytes(raw)));
+        }
+        if self.tty {
+            eprint!("\r{line}\x1b[K");
+            self.shown = true;
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+fn gpu_trace_bytes(raw: &Path) -> u64 {
+    fs::read_dir(raw)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".gputrace"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        0..1024 => format!("{n} B"),
+        1024..1_048_576 => format!("{:.1} KiB", n as f64 / 1024.0),
+        _ => format!("{:.1} MiB", n as f64 / 1_048_576.0),
+    }
+}
+
+/// Stops the profiler, joins, writes the outputs and prints the summary.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    a: &RecordArgs,
+    profiler: Option<Profiler>,
+    raw: &Path,
+    cpu_path: &Path,
+    user: Option<&User>,
+    quiet: bool,
+    wall: Duration,
+    status: std::process::ExitStatus,
+) -> Result<()> {
+    let cpu_summary = profiler
+        .map(|p| p.stop().context("the eBPF profiler failed"))
+        .transpose()?;
+    let gpu_traces = count_gpu_traces(raw);
+    let outs = Outputs {
+        folded: a.folded.clone(),
+        chrome: a.chrome.clone(),
+        svg: Some(a.output.clone()),
+        title: a.title.clone(),
+        subtitle: Some(command_line(&a.program)),
+    };
+    let cpu = cpu_summary.is_some().then_some(cpu_path);
+    let mut report = String::new();
+    report += &format!(
+        "gpuperf: `{}` {} after {:.2} s\n",
+        a.program[0].to_string_lossy(),
+        describe_status(status),
+        wall.as_secs_f64()
+    );
+    let mut written: Vec<Written> = Vec::new();
+    if !a.cpu_only && gpu_traces == 0 {
+        report += "gpuperf: no CUDA process was recorded: the CUDA driver never loaded the \
+                   injection library. Either the program made no CUDA call, or there is no \
+                   CUDA driver (libcuda.so.1) and GPU on this machine.\n";
+    }
+    if gpu_traces > 0 {
+        let mut l = Loaded::open(&[raw.to_path_buf()], cpu)?;
+        let joined = render::write(&mut l, &outs)?;
+        report += &kernel_table(&joined.kernels, a.top);
+        report += &format!("gpuperf: {}", joined.summary);
+        written = joined.written;
+    } else if let Some(cpu) = cpu {
+        let l = Loaded::open(&[], Some(cpu))?;
+        let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
+        if n == 0 {
+            report += "gpuperf: no launch was recorded; no outputs written\n";
+        } else {
+            report += &format!(
+                "gpuperf: {n} CPU launch stacks and no GPU trace: the flamegraph counts launches\n"
+            );
+            if outs.chrome.is_some() {
+                report += "gpuperf: no timeline written: it needs a GPU trace\n";
+            }
+            written = render::write_cpu_only(&l, &outs)?;
+        }
+    }
+    if let Some(s) = &cpu_summary {
+        report += &format!(
+            "gpuperf: CPU side: {} launch stacks ({} taken at the API entry, {} inside NVIDIA code), \
+             {} dropped, {} stacks lost, {} frames without symbols\n",
+            s.launches,
+            s.entry_stacks,
+            s.marker_stacks,
+            s.dropped_launches,
+            s.lost_stacks,
+            s.unsymbolized_frames
+        );
+        if !s.slow_functions_skipped.is_empty() {
+            report += &format!(
+                "gpuperf: not probed (a probe there would cost ~10 µs a call): {}\n",
+                s.slow_functions_skipped.join(", ")
+            );
+        }
+    }
+    if let Some(p) = &a.cpu_trace {
+        if cpu.is_some() {
+            fs::copy(cpu_path, p).with_context(|| format!("failed to write `{}`", p.display()))?;
+            written.push(Written {
+                path: p.clone(),
+                how: "the CPU trace: one line per launch with its stack",
+            });
+        } else {
+            report += &format!(
+                "gpuperf: `{}` not written: no CPU stacks were recorded\n",
+                p.display()
+            );
+        }
+    }
+    for w in &written {
+        target::chown(&w.path, user)?;
+        report += &format!("gpuperf: wrote `{}`: {}\n", w.path.display(), w.how);
+    }
+    if let Some(d) = &a.raw_dir {
+        report += &format!(
+            "gpuperf: raw traces kept in `{}`; rerun the join with `gpuperf merge {}`\n",
+            d.display(),
+            d.display()
+        );
+    }
+    if !quiet {
+        eprint!("{report}");
+    }
+    Ok(())
+}
+
+fn count_gpu_traces(raw: &Path) -> usize {
+    fs::read_dir(raw)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("gpu-") && n.ends_with(".gputrace")
+        })
+        .count()
+}
+
+fn describe_status(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "ended".to_owned(),
+    }
+}
+
+fn command_line(argv: &[OsString]) -> String {
+    let s: Vec<String> = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut s = s.join(" ");
+    if s.len() > 200 {
+        let cut = (0..=200)
+            .rev()
+            .find(|&i| s.is_char_boundary(i))
+            .unwrap_or(0);
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+fn kernel_table(rows: &[gpuperf_merge::report::Row], top: u64) -> String {
+    if rows.is_empty() || top == 0 {
+        return String::new();
+    }
+    let mut s = String::from("gpuperf: top kernels by GPU time\n");
+    s += &format!("{:>7} {:>9} {:>11}  name\n", "% GPU", "count", "total");
+    for r in rows.iter().take(usize::try_from(top).unwrap_or(usize::MAX)) {
+        s += &format!(
+            "{:>6.1}% {:>9} {:>11}  {}\n",
+            r.percent,
+            r.count,
+            format_ns(r.total_ns),
+            r.name
+        );
+    }
+    if rows.len() as u64 > top {
+        s += &format!(
+            "  ({} more; `gpuperf report` lists all)\n",
+            rows.len() as u64 - top
+        );
+    }
+    s
+}
+
+fn format_ns(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2} ms", ns as f64 / 1e6),
+        _ => format!("{:.3} s", ns as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes_read_well() {
+        assert_eq!(format_ns(999), "999 ns");
+        assert_eq!(format_ns(1_500), "1.5 µs");
+        assert_eq!(format_ns(2_500_000), "2.50 ms");
+        assert_eq!(format_ns(3_000_000_000), "3.000 s");
+        assert_eq!(human_bytes(10), "10 B");
+        assert_eq!(human_bytes(2048), "2.0 KiB");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+
+    #[test]
+    fn long_command_lines_are_cut_on_a_char_boundary() {
+        let argv = vec![OsString::from("é".repeat(150))];
+        let s = command_line(&argv);
+        assert!(s.ends_with('…'));
+        assert!(s.len() <= 204);
+    }
+
+    #[test]
+    fn old_traces_in_a_kept_directory_are_removed_and_others_kept() {
+        let d = tempfile::tempdir().unwrap();
+        for f in [
+            "gpu-1.gputrace",
+            "gpu-1.gputrace.log",
+            "cpu.txt",
+            "notes.md",
+        ] {
+            fs::write(d.path().join(f), "x").unwrap();
+        }
+        clear_old_traces(d.path()).unwrap();
+        let mut left: Vec<String> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["notes.md"]);
+    }
+}

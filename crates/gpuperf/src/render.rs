@@ -1,0 +1,270 @@
+//! Loading traces and writing the outputs: shared by `merge` and `record`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use gpuperf_merge::cpu::CpuTrace;
+use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::join::{self, Sink, Summary};
+use gpuperf_merge::model::StringTable;
+use gpuperf_merge::report::{Reporter, Row};
+use gpuperf_merge::{Diagnostics, chrome, folded, svg};
+use tracing::{info, warn};
+
+use crate::cli::InputArgs;
+
+/// The CPU trace's name inside a recording directory.
+pub const CPU_TRACE: &str = "cpu.txt";
+
+/// Traces read and ready to join.
+pub struct Loaded {
+    strings: StringTable,
+    /// The CPU side, when there is one.
+    pub cpu: Option<CpuTrace>,
+    gpu: Option<GpuInputs>,
+    opts: join::Options,
+}
+
+impl Loaded {
+    /// Reads what `merge` and `report` are pointed at.
+    pub fn from_args(input: &InputArgs) -> Result<Self> {
+        let mut gpu = input.gpu.clone();
+        let mut cpu = input.cpu.clone();
+        if let Some(dir) = &input.recording {
+            anyhow::ensure!(
+                dir.is_dir(),
+                "`{}` is not a recording directory (gpuperf record --raw-dir writes one)",
+                dir.display()
+            );
+            gpu.push(dir.clone());
+            let c = dir.join(CPU_TRACE);
+            if cpu.is_none() && c.is_file() {
+                cpu = Some(c);
+            }
+        }
+        let mut l = Self::open(&gpu, cpu.as_deref())?;
+        l.opts.slack_ns = input.slack_us * 1000;
+        l.opts.cpu_clock_offset_ns = input.cpu_clock_offset_ns;
+        Ok(l)
+    }
+
+    /// Reads GPU traces (files or directories; none for a CPU-only recording)
+    /// and a CPU trace.
+    pub fn open(gpu: &[PathBuf], cpu: Option<&Path>) -> Result<Self> {
+        let mut strings = StringTable::new();
+        let gpu = if gpu.is_empty() {
+            None
+        } else {
+            Some(GpuInputs::open(gpu, &mut strings)?)
+        };
+        let cpu = cpu
+            .map(|p| -> Result<CpuTrace> {
+                let t = CpuTrace::open(p)?;
+                info!(
+                    "read {} CPU launches ({} distinct stacks) from `{}`",
+                    t.launches.len(),
+                    t.stacks.len(),
+                    p.display()
+                );
+                report_diagnostics("CPU", &t.diagnostics);
+                Ok(t)
+            })
+            .transpose()?;
+        Ok(Self {
+            strings,
+            cpu,
+            gpu,
+            opts: join::Options::default(),
+        })
+    }
+
+    /// Runs the join into `sinks`.
+    pub fn join(&mut self, sinks: &mut [&mut dyn Sink]) -> Result<Summary> {
+        let Some(gpu) = &self.gpu else {
+            anyhow::bail!("no GPU trace to join");
+        };
+        let summary = join::merge(self.cpu.as_mut(), gpu, &mut self.strings, &self.opts, sinks)?;
+        report_diagnostics("GPU", &summary.gpu_read.diagnostics);
+        Ok(summary)
+    }
+}
+
+fn report_diagnostics(side: &str, d: &Diagnostics) {
+    if d.is_empty() {
+        return;
+    }
+    warn!(
+        "skipped {} malformed {side} trace line(s) or record(s):",
+        d.count
+    );
+    for x in &d.first {
+        warn!("  {x}");
+    }
+    if d.count > d.first.len() as u64 {
+        warn!("  … and {} more", d.count - d.first.len() as u64);
+    }
+}
+
+/// Output files; each `None` is not written.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    /// Merged folded stacks (`-` for stdout).
+    pub folded: Option<PathBuf>,
+    /// Chrome-trace timeline.
+    pub chrome: Option<PathBuf>,
+    /// SVG flamegraph.
+    pub svg: Option<PathBuf>,
+    /// Flamegraph title.
+    pub title: String,
+    /// Subtitle, e.g. the command line.
+    pub subtitle: Option<String>,
+}
+
+/// A file written, with how to look at it.
+pub struct Written {
+    /// Where.
+    pub path: PathBuf,
+    /// "open it in …".
+    pub how: &'static str,
+}
+
+/// What a join produced besides the files.
+pub struct Joined {
+    /// The match summary.
+    pub summary: Summary,
+    /// Kernels by total GPU time.
+    pub kernels: Vec<Row>,
+    /// Files written.
+    pub written: Vec<Written>,
+}
+
+fn create(path: &Path) -> Result<BufWriter<File>> {
+    let f = File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
+    Ok(BufWriter::with_capacity(1 << 20, f))
+}
+
+/// Joins and writes every output named. Every file is created before the join,
+/// so a bad path fails fast.
+pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
+    let folded_file = match &outs.folded {
+        Some(p) if p.as_os_str() != "-" => Some((p, create(p)?)),
+        _ => None,
+    };
+    let svg_file = outs
+        .svg
+        .as_deref()
+        .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
+        .transpose()?;
+    let mut chrome = outs
+        .chrome
+        .as_deref()
+        .map(|p| -> Result<_> { Ok(chrome::Writer::new(create(p)?)?) })
+        .transpose()?;
+    let mut folder = folded::Folder::new();
+    let mut reporter = Reporter::new();
+    let summary = {
+        let mut sinks: Vec<&mut dyn Sink> = vec![&mut folder, &mut reporter];
+        if let Some(c) = chrome.as_mut() {
+            sinks.push(c);
+        }
+        l.join(&mut sinks)?
+    };
+    let mut written = Vec::new();
+    if let Some((p, f)) = folded_file {
+        folder
+            .write(f)
+            .with_context(|| format!("failed to write `{}`", p.display()))?;
+        written.push(Written {
+            path: p.clone(),
+            how: "folded stacks for inferno or flamegraph.pl",
+        });
+    } else if outs.folded.is_some() {
+        folder.write(io::stdout().lock())?;
+    }
+    if let (Some(p), Some(c)) = (&outs.chrome, chrome) {
+        c.into_inner()
+            .flush()
+            .with_context(|| format!("failed to write `{}`", p.display()))?;
+        written.push(Written {
+            path: p.clone(),
+            how: "open it in https://ui.perfetto.dev or chrome://tracing",
+        });
+    }
+    if let Some((p, f)) = svg_file {
+        let lines: Vec<String> = folder
+            .lines()
+            .iter()
+            .map(|(s, w)| format!("{s} {w}"))
+            .collect();
+        render_svg(outs, "µs", &lines, p, f)?;
+        written.push(Written {
+            path: p.to_path_buf(),
+            how: "open it in a web browser",
+        });
+    }
+    Ok(Joined {
+        summary,
+        kernels: reporter.rows(),
+        written,
+    })
+}
+
+fn render_svg(
+    outs: &Outputs,
+    count_name: &str,
+    lines: &[String],
+    path: &Path,
+    out: BufWriter<File>,
+) -> Result<()> {
+    let mut opts = svg::Options::default();
+    opts.title = outs.title.clone();
+    opts.subtitle = outs.subtitle.clone();
+    opts.count_name = count_name.to_owned();
+    svg::render(&opts, lines.iter().map(String::as_str), out)
+        .with_context(|| format!("failed to write `{}`", path.display()))
+}
+
+/// Without a GPU trace: folded stacks weighted by launch count, and their
+/// flamegraph. The timeline needs GPU work, so it is not written.
+pub fn write_cpu_only(l: &Loaded, outs: &Outputs) -> Result<Vec<Written>> {
+    let Some(cpu) = &l.cpu else {
+        return Ok(Vec::new());
+    };
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    for launch in &cpu.launches {
+        *counts.entry(cpu.stacks.text(launch.stack)).or_default() += 1;
+    }
+    let mut lines: Vec<String> = counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    lines.sort_unstable();
+    let mut written = Vec::new();
+    if let Some(p) = &outs.folded {
+        let mut text = String::new();
+        for line in &lines {
+            let _ = writeln!(text, "{line}");
+        }
+        if p.as_os_str() == "-" {
+            io::stdout().lock().write_all(text.as_bytes())?;
+        } else {
+            let mut f = create(p)?;
+            f.write_all(text.as_bytes())
+                .and_then(|()| f.flush())
+                .with_context(|| format!("failed to write `{}`", p.display()))?;
+            written.push(Written {
+                path: p.clone(),
+                how: "folded stacks (launch counts) for inferno or flamegraph.pl",
+            });
+        }
+    }
+    if let Some(p) = &outs.svg {
+        render_svg(outs, "launches", &lines, p, create(p)?)?;
+        written.push(Written {
+            path: p.clone(),
+            how: "open it in a web browser",
+        });
+    }
+    Ok(written)
+}
