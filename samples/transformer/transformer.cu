@@ -5,7 +5,7 @@
 // decode step, sampled on the GPU (temperature and top-k, or greedy).
 //
 // usage: transformer [--prompt N] [--steps N] [--temperature T] [--top-k K]
-//                    [--seed S] [--act silu|gelu] [--repeat R] [--help]
+//                    [--seed S] [--act silu|gelu] [--repeat R] [--check] [--help]
 //
 // The host code has a real call structure (main → generate → prefill/decode_step
 // → forward → layer_forward → attention → launch), every function not inlined and
@@ -14,6 +14,7 @@
 // launch pattern and a mix of compute- and memory-bound kernels, not speed.
 #include <cerrno>
 #include <cmath>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -132,8 +133,8 @@ __global__ __launch_bounds__(GEMM_THREADS) void gemm_tiled(const float *A, const
     // (64 rows × 16 columns = 256 float4s per tile).
     int load_row = tid / (GEMM_BK / 4), load_k = (tid % (GEMM_BK / 4)) * 4;
     bool a_in = row0 + load_row < M, w_in = col0 + load_row < N;
-    const float *a_src = A + (size_t)(row0 + load_row) * K + load_k;
-    const float *w_src = W + (size_t)(col0 + load_row) * K + load_k;
+    const float *a_src = A + (size_t)(a_in ? row0 + load_row : 0) * K + load_k;
+    const float *w_src = W + (size_t)(w_in ? col0 + load_row : 0) * K + load_k;
 
     float acc[GEMM_TM][GEMM_TN] = {};
     for (int k0 = 0; k0 < K; k0 += GEMM_BK) {
@@ -355,6 +356,7 @@ struct Options {
     uint64_t seed = 1;
     bool gelu = false;
     int repeat = 1;
+    bool check = false;
 };
 
 struct Layer {
@@ -569,9 +571,36 @@ NOINLINE static void generate(const Model &m, Workspace &ws, const std::vector<i
            o.steps ? o.steps / (t2 - t1) : 0.0);
 }
 
+// Self-test: the logits for the last prompt token must not depend on how the
+// sequence got there. A prefill of the whole prompt (tiled GEMM, n queries)
+// against a prefill of all but the last token then one decode step (GEMV, the
+// KV cache, RoPE at a later position) tests most of the model against itself.
+NOINLINE static bool self_check(const Model &m, Workspace &ws, const std::vector<int> &prompt, const Options &o,
+                                cudaStream_t s) {
+    std::vector<float> whole(VOCAB), split(VOCAB);
+    CHECK(cudaMemcpyAsync(ws.tokens, prompt.data(), prompt.size() * sizeof(int), cudaMemcpyHostToDevice, s));
+    forward(m, ws, o.prompt, 0, o.gelu, s);
+    CHECK(cudaMemcpyAsync(whole.data(), ws.logits, VOCAB * sizeof(float), cudaMemcpyDeviceToHost, s));
+    forward(m, ws, o.prompt - 1, 0, o.gelu, s);
+    forward(m, ws, 1, o.prompt - 1, o.gelu, s);
+    CHECK(cudaMemcpyAsync(split.data(), ws.logits, VOCAB * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    double max_diff = 0, max_abs = 0;
+    for (int v = 0; v < VOCAB; v++) {
+        max_diff = fmax(max_diff, fabs((double)whole[v] - split[v]));
+        max_abs = fmax(max_abs, fabs((double)whole[v]));
+    }
+    // FP32 with different summation orders: agreement to ~1e-6 relative is
+    // expected; 1e-3 leaves room and still catches any indexing mistake.
+    bool ok = std::isfinite(max_abs) && max_abs > 0 && max_diff <= 1e-3 * max_abs;
+    printf("check: prefill vs prefill + decode logits: max difference %.3g (largest logit %.3g): %s\n", max_diff,
+           max_abs, ok ? "ok" : "FAILED");
+    return ok;
+}
+
 static const char USAGE[] =
     "usage: transformer [--prompt N] [--steps N] [--temperature T] [--top-k K]\n"
-    "                   [--seed S] [--act silu|gelu] [--repeat R] [--help]\n"
+    "                   [--seed S] [--act silu|gelu] [--repeat R] [--check] [--help]\n"
     "Small transformer inference with random weights: a prefill of the prompt, then\n"
     "one token per decode step, sampled on the GPU.\n"
     "  --prompt N       prompt length in tokens (default 64)\n"
@@ -581,12 +610,17 @@ static const char USAGE[] =
     "  --top-k K        sample among the K most likely tokens, 1 to 64 (default 40)\n"
     "  --seed S         seed for weights, prompt and sampling (default 1)\n"
     "  --act silu|gelu  MLP activation: SwiGLU or GeGLU (default silu)\n"
-    "  --repeat R       run the whole generation R times (default 1)\n";
+    "  --repeat R       run the whole generation R times (default 1)\n"
+    "  --check          check that prefill and decode give the same logits, then\n"
+    "                   generate as usual; exit 1 if they differ\n";
 
-static void usage_error(const char *fmt, const char *arg) {
+__attribute__((format(printf, 1, 2))) static void usage_error(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
     fprintf(stderr, "transformer: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", USAGE);
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, " (see --help)\n");
+    va_end(args);
     exit(2);
 }
 
@@ -594,10 +628,8 @@ static long parse_long(const char *flag, const char *s, long lo, long hi) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "transformer: %s wants an integer from %ld to %ld, not `%s`\n", flag, lo, hi, s);
-        exit(2);
-    }
+    if (errno || *end || end == s || v < lo || v > hi)
+        usage_error("%s wants an integer from %ld to %ld, not `%s`", flag, lo, hi, s);
     return v;
 }
 
@@ -609,7 +641,16 @@ static Options parse_args(int argc, char **argv) {
             fputs(USAGE, stdout);
             exit(0);
         }
-        if (i + 1 >= argc) usage_error("unknown flag or missing value: `%s`", a);
+        if (!strcmp(a, "--check")) {
+            o.check = true;
+            continue;
+        }
+        static const char *const valued[] = {"--prompt", "--steps", "--temperature", "--top-k",
+                                             "--seed",   "--act",   "--repeat"};
+        bool known = false;
+        for (const char *f : valued) known |= !strcmp(a, f);
+        if (!known) usage_error("unknown flag `%s`", a);
+        if (i + 1 >= argc) usage_error("%s needs a value", a);
         const char *v = argv[++i];
         if (!strcmp(a, "--prompt")) o.prompt = (int)parse_long(a, v, 1, MAX_SEQ - 1);
         else if (!strcmp(a, "--steps")) o.steps = (int)parse_long(a, v, 0, MAX_SEQ - 2);
@@ -625,15 +666,11 @@ static Options parse_args(int argc, char **argv) {
             if (!strcmp(v, "silu")) o.gelu = false;
             else if (!strcmp(v, "gelu")) o.gelu = true;
             else usage_error("--act wants silu or gelu, not `%s`", v);
-        } else {
-            usage_error("unknown flag `%s`", a);
         }
     }
     // The sequence holds the prompt, the prefill's token and one per step.
-    if (o.prompt + o.steps + 1 > MAX_SEQ) {
-        fprintf(stderr, "transformer: --prompt + --steps must be below %d\n", MAX_SEQ);
-        exit(2);
-    }
+    if (o.prompt + o.steps + 1 > MAX_SEQ) usage_error("--prompt + --steps must be below %d", MAX_SEQ);
+    if (o.check && o.prompt < 2) usage_error("--check needs --prompt 2 or more");
     return o;
 }
 
@@ -664,11 +701,12 @@ int main(int argc, char **argv) {
 
     std::vector<int> prompt(o.prompt);
     for (int i = 0; i < o.prompt; i++) prompt[i] = (int)(mix64(o.seed * 1000003u + i) % VOCAB);
+    bool ok = !o.check || self_check(model, ws, prompt, o, gpu.stream);
     for (int r = 0; r < o.repeat; r++) generate(model, ws, prompt, o, gpu.stream);
 
     CHECK(cudaStreamSynchronize(gpu.stream));
     for (void *p : gpu.allocations) CHECK(cudaFree(p));
     CHECK(cudaFreeHost(ws.next));
     CHECK(cudaStreamDestroy(gpu.stream));
-    return 0;
+    return ok ? 0 : 1;
 }
