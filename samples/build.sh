@@ -19,7 +19,7 @@ if [ -z "$nvcc" ]; then
     extra=(-L"$nv/lib")
 fi
 arch=${CUDA_ARCH:-sm_90}
-for src in mock_llm/mock_llm.cu; do
+for src in mock_llm/mock_llm.cu transformer/transformer.cu; do
     name=$(basename "$src" .cu)
     "$nvcc" -O2 -g -arch="$arch" "${extra[@]}" -Xcompiler -fno-omit-frame-pointer \
         -o "$out/$name" "$here/$src"
