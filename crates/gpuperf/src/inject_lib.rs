@@ -29,8 +29,9 @@ pub enum Origin {
     Embedded,
 }
 
-/// Finds the library: `GPUPERF_INJECT_LIB`, then next to the executable, then
-/// the embedded copy written into `scratch` (readable by the target's user).
+/// Finds the library: `GPUPERF_INJECT_LIB`, then the embedded copy written into
+/// `scratch` (which the target's user can read wherever gpuperf is installed),
+/// then next to the executable.
 pub fn locate(env_override: Option<PathBuf>, scratch: &Path) -> Result<(PathBuf, Origin)> {
     if let Some(p) = env_override {
         if !p.is_file() {
@@ -41,11 +42,11 @@ pub fn locate(env_override: Option<PathBuf>, scratch: &Path) -> Result<(PathBuf,
         }
         return Ok((absolute(&p)?, Origin::Environment));
     }
-    if let Some(p) = installed() {
-        return Ok((p, Origin::Installed));
+    if let Some(bytes) = EMBEDDED {
+        return Ok((extract(bytes, scratch)?, Origin::Embedded));
     }
-    match EMBEDDED {
-        Some(bytes) => Ok((extract(bytes, scratch)?, Origin::Embedded)),
+    match installed() {
+        Some(p) => Ok((p, Origin::Installed)),
         None => bail!(
             "cannot find the injection library {FILE_NAME}: this gpuperf was built without \
              it embedded, and it is not next to the binary; build it with \
