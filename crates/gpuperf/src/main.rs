@@ -4,6 +4,7 @@ mod cli;
 mod inject_lib;
 mod record;
 mod render;
+mod sync;
 mod target;
 
 use std::io::{self, IsTerminal};

@@ -5,7 +5,8 @@
 //! attached and our own pid is in its traced set before the target is forked,
 //! and the traced set follows forks, so the target is traced from its first
 //! instruction. The injection library is loaded by the CUDA driver during
-//! `cuInit`, before any launch.
+//! `cuInit`, before any launch, and waits there (see [`crate::sync`]) until the
+//! process's CUDA libraries have entry probes.
 
 use std::ffi::OsString;
 use std::fs;
@@ -30,6 +31,7 @@ use tracing::{debug, info, warn};
 use crate::cli::RecordArgs;
 use crate::inject_lib;
 use crate::render::{self, CPU_TRACE, Loaded, Outputs, Written};
+use crate::sync;
 use crate::target::{self, User};
 
 /// How often the wait loop looks at the target when no signal wakes it.
@@ -116,6 +118,16 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
             env.push(("GPUPERF_CUPTI_PATH".into(), c.into()));
         }
     }
+    // Each CUDA process waits in cuInit until its libraries are probed, so
+    // even its first launch has its stack taken at the API entry.
+    if let (Some(p), Some(_)) = (&profiler, &inject)
+        && a.uprobe.is_empty()
+    {
+        match sync::serve(scratch.path(), p.discoverer()) {
+            Ok(sock) => env.push(("GPUPERF_SYNC".into(), sock.into())),
+            Err(e) => warn!("{e:#}; the first launches of each process may lack full stacks"),
+        }
+    }
     // CPython 3.12+ then writes /tmp/perf-PID.map, which names Python
     // functions in the stacks; older interpreters ignore it.
     if profiler.is_some() && std::env::var_os("PYTHONPERFSUPPORT").is_none() {
@@ -134,7 +146,13 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
                 let _ = p.stop();
             }
             let code = spawn_failure_code(&e);
-            eprintln!("gpuperf: error: {}", one_line(&e));
+            // `gpuperf flamegraph` is a program to run, not a typo'd command.
+            let hint = if code == 127 && !a.program[0].as_encoded_bytes().contains(&b'/') {
+                " (gpuperf's own commands are record, merge and report)"
+            } else {
+                ""
+            };
+            eprintln!("gpuperf: error: {}{hint}", one_line(&e));
             return Ok(code);
         }
     };

@@ -473,7 +473,7 @@ fn bad_arguments__usage_error_code_2() {
         &["merge", "--gpu", gpu, "--frobnicate"],
         &["merge", "--cpu", "cpu.txt"],
         &["-q", "-v", "merge", "--gpu", gpu],
-        &["flamegraph"],
+        &["record"],
     ];
     for args in cases {
         let out = gpuperf(args);

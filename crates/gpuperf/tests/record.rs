@@ -155,6 +155,79 @@ fn programs(cuda: &Path) -> (PathBuf, PathBuf) {
     (mock, app)
 }
 
+/// `cuda_app` with the fake cudart as a shared `libcudart.so.13`, found by
+/// the profiler only in the running process, as a real libcudart is.
+fn shared_cudart_app() -> PathBuf {
+    static BUILT: Mutex<()> = Mutex::new(());
+    let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = shared_dir("shared");
+    let app = dir.join("cuda_app");
+    if app.is_file() {
+        return app;
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = dir.join("libcudart.so.13");
+    cc(&[
+        "-O1".as_ref(),
+        "-fno-omit-frame-pointer".as_ref(),
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+        manifest
+            .join("../profiler/tests/data/fake_cudart.c")
+            .as_os_str(),
+    ]);
+    cc(&[
+        "-Wall".as_ref(),
+        "-O1".as_ref(),
+        "-g".as_ref(),
+        "-fno-omit-frame-pointer".as_ref(),
+        "-o".as_ref(),
+        app.as_os_str(),
+        manifest.join("tests/data/cuda_app.c").as_os_str(),
+        lib.as_os_str(),
+        format!("-Wl,-rpath,{}", dir.display()).as_ref(),
+        "-ldl".as_ref(),
+    ]);
+    app
+}
+
+#[test]
+fn record_shared_cudart__even_the_first_launch_has_its_stack_from_the_api_entry() {
+    let Some(cuda) = cuda13() else { return };
+    if !bpf_available() {
+        return;
+    }
+    let (mock, _) = programs(&cuda);
+    let app = shared_cudart_app();
+    let dir = work_dir("shared-cudart");
+    let o = gpuperf(&dir)
+        .args(["-p", "cpu.txt", "--raw-dir", "raw", "--cupti"])
+        .arg(&mock)
+        .arg("--")
+        .arg(&app)
+        .args(["5", "0"])
+        .output()
+        .unwrap();
+    let all = show(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    assert!(
+        text(&o.stderr)
+            .contains("5 launch stacks (5 taken at the API entry, 0 inside NVIDIA code)"),
+        "{all}"
+    );
+    let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    assert_eq!(cpu.launches.len(), 5, "{all}");
+    for l in &cpu.launches {
+        let s = cpu.stacks.text(l.stack);
+        assert!(s.ends_with(STACK), "stack `{s}`");
+    }
+    let pid = cpu.launches[0].pid;
+    let log = fs::read_to_string(dir.join(format!("raw/gpu-{pid}.gputrace.log"))).unwrap();
+    assert!(log.contains("CPU profiler ready after"), "{log}");
+}
+
 fn gpuperf(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuperf"));
     c.current_dir(dir).stdin(Stdio::null());
@@ -515,6 +588,13 @@ fn record_missing_program__exit_127_and_one_line_naming_it() {
     let err = text(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("/nonexistent/app"), "{err}");
+    let o = gpuperf(&dir).arg("flamegraph").output().unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("commands are record, merge and report"),
+        "{}",
+        show(&o)
+    );
 }
 
 #[test]

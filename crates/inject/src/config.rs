@@ -7,6 +7,7 @@
 //! | `GPUPERF_INJECT_LOG` | `stderr`, or a file for diagnostics | the trace path plus `.log` |
 //! | `GPUPERF_FLUSH_MS` | how often buffered records reach the file, 50 to 10000 | 500 |
 //! | `GPUPERF_MARKER` | `auto`: call the launch marker while a profiler holds its semaphore; `always`; `off` | `auto` |
+//! | `GPUPERF_SYNC` | a Unix socket of the CPU profiler (`gpuperf record` sets it): before the first launch, wait there until the profiler has probed this process's CUDA libraries | unset |
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,8 @@ pub struct Config {
     pub flush_ms: u32,
     /// Marker mode.
     pub marker: MarkerMode,
+    /// The CPU profiler's socket to wait at before the first launch.
+    pub sync: Option<PathBuf>,
     /// Settings that were malformed and replaced by defaults, as messages.
     pub warnings: Vec<String>,
 }
@@ -98,12 +101,16 @@ impl Config {
         let cupti = var("GPUPERF_CUPTI_PATH")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
+        let sync = var("GPUPERF_SYNC")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
         Self {
             trace,
             cupti,
             log,
             flush_ms,
             marker,
+            sync,
             warnings,
         }
     }

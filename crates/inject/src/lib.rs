@@ -90,10 +90,19 @@ pub extern "C" fn InitializeInjection() -> i32 {
 /// Nonzero while a CPU profiler is attached to [`gpuperf_launch_marker`]; the
 /// kernel maintains it through the uprobe's `ref_ctr_offset`. It lives in the
 /// `.probes` section, as USDT semaphores do, so that it is file-backed.
+///
+/// It is page-aligned so that its file page is mapped once. Otherwise the
+/// linker may put it in the file page that ends the RELRO segment, which the
+/// loader maps twice; the kernel then counts in the copy that becomes
+/// read-only and the marker never fires (seen in release builds).
 #[unsafe(no_mangle)]
 #[unsafe(link_section = ".probes")]
 #[allow(non_upper_case_globals)]
-pub static gpuperf_marker_semaphore: AtomicU16 = AtomicU16::new(0);
+pub static gpuperf_marker_semaphore: Semaphore = Semaphore(AtomicU16::new(0));
+
+/// The semaphore's page-aligned storage; the counter is its first two bytes.
+#[repr(C, align(4096))]
+pub struct Semaphore(pub AtomicU16);
 
 /// The probe point for CPU profilers; see the crate docs for its contract. Its first
 /// instruction is a 5-byte NOP and it does nothing else.

@@ -12,13 +12,14 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{self, BufWriter, Read as _, Write as _};
 use std::mem::offset_of;
+use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
@@ -242,7 +243,7 @@ impl State {
         match self.config.marker {
             MarkerMode::Always => true,
             MarkerMode::Off => false,
-            MarkerMode::Auto => crate::gpuperf_marker_semaphore.load(Relaxed) > 0,
+            MarkerMode::Auto => crate::gpuperf_marker_semaphore.0.load(Relaxed) > 0,
         }
     }
 
@@ -853,6 +854,9 @@ pub fn initialize() -> bool {
                 "recording to `{}`: {n} API callbacks enabled",
                 s.config.trace.display()
             ));
+            if let Some(sock) = &s.config.sync {
+                wait_for_profiler(sock, &s.log);
+            }
             true
         }
         Err(e) => {
@@ -861,6 +865,32 @@ pub fn initialize() -> bool {
             lock(&s.sink).note(format!("not recorded: {e}"));
             false
         }
+    }
+}
+
+/// Waits until the CPU profiler behind `sock` has attached its entry probes to
+/// this process's CUDA libraries, which are loaded by now: `cuInit` runs us.
+/// The profiler learns our pid from the socket's peer credentials. If it does
+/// not answer in time, the launches go on and take their stacks at the marker.
+fn wait_for_profiler(sock: &Path, log: &Log) {
+    let started = Instant::now();
+    let r = (|| -> io::Result<()> {
+        let mut s = UnixStream::connect(sock)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(b"?")?;
+        let mut ack = [0u8; 1];
+        s.read_exact(&mut ack)
+    })();
+    match r {
+        Ok(()) => log.line(&format!(
+            "CPU profiler ready after {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        )),
+        Err(e) => log.line(&format!(
+            "CPU profiler at `{}` did not answer ({e}); going on",
+            sock.display()
+        )),
     }
 }
 

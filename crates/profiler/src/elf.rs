@@ -140,6 +140,28 @@ pub fn symbol_offset(path: &Path, name: &str) -> Result<u64> {
         .ok_or_else(|| probe_error(path, format!("no symbol `{name}`")))
 }
 
+/// How many loadable segments map the file page holding `file_offset`. A
+/// uprobe semaphore must be mapped once: when the page that ends the RELRO
+/// segment also starts the data segment, the kernel may count in the copy
+/// that becomes read-only, and the traced code never sees the count.
+pub fn segments_mapping(path: &Path, file_offset: u64) -> Result<usize> {
+    check_elf(path)?;
+    let file = File::open(path).map_err(|e| probe_error(path, e.to_string()))?;
+    // SAFETY: the file is opened read-only and only read through this map; a
+    // concurrent writer could change what we read, not memory safety.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| probe_error(path, e.to_string()))?;
+    let elf = object::File::parse(&*map).map_err(|e| probe_error(path, format!("bad ELF: {e}")))?;
+    const PAGE: u64 = 4096;
+    let page = file_offset / PAGE;
+    Ok(elf
+        .segments()
+        .filter(|s| {
+            let (start, size) = s.file_range();
+            size > 0 && start / PAGE <= page && page <= (start + size - 1) / PAGE
+        })
+        .count())
+}
+
 /// The probe point of one named function.
 pub fn function(path: &Path, name: &str) -> Result<ProbePoint> {
     let funcs = functions(path)?;

@@ -75,9 +75,11 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/launch.skel.rs"));
 }
 
-pub use elf::{FirstInsn, ProbePoint, api_functions, function, is_marked_api, symbol_offset};
+pub use elf::{
+    FirstInsn, ProbePoint, api_functions, function, is_marked_api, segments_mapping, symbol_offset,
+};
 pub use error::{Error, Result};
 pub use session::{
-    MARKER_SYMBOL, Options, ProbeSpec, Profiler, Progress, SEMAPHORE_SYMBOL, Summary,
+    Discoverer, MARKER_SYMBOL, Options, ProbeSpec, Profiler, Progress, SEMAPHORE_SYMBOL, Summary,
 };
 pub use symbolize::Symbolizer;

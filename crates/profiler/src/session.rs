@@ -161,6 +161,33 @@ pub struct Profiler {
     stop: Arc<AtomicBool>,
     targets: MapHandle,
     progress: Arc<Progress>,
+    requests: mpsc::Sender<DiscoverRequest>,
+}
+
+/// A process to give entry probes, and where to say that it is done.
+type DiscoverRequest = (u32, mpsc::Sender<()>);
+
+/// Asks the running profiler to probe a process's CUDA libraries now; it can
+/// be sent to other threads.
+#[derive(Clone, Debug)]
+pub struct Discoverer {
+    requests: mpsc::Sender<DiscoverRequest>,
+}
+
+impl Discoverer {
+    /// Attaches entry probes to the CUDA libraries and the executable that
+    /// `pid` maps, and returns once they are attached (at most one collection
+    /// period, 20 ms, later), so the process may launch next. Without this,
+    /// libraries are found at a process's first marker hit, and the launches
+    /// before the probes land get marker stacks.
+    pub fn discover(&self, pid: u32) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.requests
+            .send((pid, tx))
+            .map_err(|_| Error::Kernel("the profiler has stopped".into()))?;
+        rx.recv_timeout(Duration::from_secs(10))
+            .map_err(|_| Error::Kernel(format!("probing the libraries of pid {pid} timed out")))
+    }
 }
 
 impl Profiler {
@@ -171,12 +198,13 @@ impl Profiler {
         let stop = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Progress::default());
         let (ready_tx, ready_rx) = mpsc::channel();
+        let (requests, requests_rx) = mpsc::channel();
         let thread = {
             let stop = stop.clone();
             let progress = progress.clone();
             std::thread::Builder::new()
                 .name("gpuperf-profiler".into())
-                .spawn(move || run(options, out, ready_tx, &stop, &progress))
+                .spawn(move || run(options, out, ready_tx, requests_rx, &stop, &progress))
                 .map_err(|e| Error::Kernel(format!("cannot start the profiler thread: {e}")))?
         };
         match ready_rx.recv() {
@@ -185,6 +213,7 @@ impl Profiler {
                 stop,
                 targets,
                 progress,
+                requests,
             }),
             // The thread ended before it was ready: its result says why.
             Err(_) => Err(thread
@@ -201,6 +230,14 @@ impl Profiler {
         self.targets
             .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
             .map_err(bpf(format!("adding pid {pid} to the traced set")))
+    }
+
+    /// A handle for probing a process's libraries on request; see
+    /// [`Discoverer::discover`].
+    pub fn discoverer(&self) -> Discoverer {
+        Discoverer {
+            requests: self.requests.clone(),
+        }
     }
 
     /// Counters of the running session.
@@ -232,6 +269,7 @@ fn run<W: Write>(
     options: Options,
     out: W,
     ready: mpsc::Sender<MapHandle>,
+    requests: mpsc::Receiver<DiscoverRequest>,
     stop: &AtomicBool,
     progress: &Progress,
 ) -> Result<Summary> {
@@ -325,6 +363,11 @@ fn run<W: Write>(
         let _ = ring.consume();
         let events = std::mem::take(&mut *queue.borrow_mut());
         sink.handle(events, &mut attach)?;
+        while let Ok((pid, done)) = requests.try_recv() {
+            attach.discover(pid);
+            sink.symbolizer.index_process(pid);
+            let _ = done.send(());
+        }
         progress
             .launches
             .store(sink.summary.launches, Ordering::Relaxed);
@@ -402,6 +445,15 @@ impl Attach<'_, '_> {
     fn marker(&mut self, lib: &Path) -> Result<()> {
         let point = elf::function(lib, MARKER_SYMBOL)?;
         let semaphore = elf::symbol_offset(lib, SEMAPHORE_SYMBOL)?;
+        if elf::segments_mapping(lib, semaphore)? > 1 {
+            return Err(Error::Probe {
+                path: lib.to_owned(),
+                message: format!(
+                    "{SEMAPHORE_SYMBOL} shares a file page between two segments, so the kernel \
+                     cannot count in it and the marker would never fire; rebuild gpuperf-inject"
+                ),
+            });
+        }
         let opts = UprobeOpts {
             ref_ctr_offset: semaphore as usize,
             ..Default::default()

@@ -34,6 +34,7 @@ fn the_marker_starts_with_a_nop5_and_its_semaphore_is_file_backed() {
     assert_eq!(marker.first, FirstInsn::Nop5);
     let sem = symbol_offset(&lib, gpuperf_profiler::SEMAPHORE_SYMBOL).unwrap();
     assert!(sem > 0);
+    assert_eq!(gpuperf_profiler::segments_mapping(&lib, sem).unwrap(), 1);
 }
 
 #[test]
