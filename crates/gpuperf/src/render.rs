@@ -27,6 +27,8 @@ pub struct Loaded {
     pub cpu: Option<CpuTrace>,
     gpu: Option<GpuInputs>,
     opts: join::Options,
+    /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
+    processes: usize,
 }
 
 impl Loaded {
@@ -56,6 +58,7 @@ impl Loaded {
     /// and a CPU trace.
     pub fn open(gpu: &[PathBuf], cpu: Option<&Path>) -> Result<Self> {
         let mut strings = StringTable::new();
+        let gpu_files: usize = gpu.iter().map(|p| gpu_trace_files(p)).sum();
         let gpu = if gpu.is_empty() {
             None
         } else {
@@ -74,11 +77,18 @@ impl Loaded {
                 Ok(t)
             })
             .transpose()?;
+        let cpu_pids = cpu.as_ref().map_or(0, |c| {
+            let mut pids: Vec<u32> = c.launches.iter().map(|l| l.pid).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            pids.len()
+        });
         Ok(Self {
             strings,
             cpu,
             gpu,
             opts: join::Options::default(),
+            processes: gpu_files.max(cpu_pids),
         })
     }
 
@@ -91,6 +101,19 @@ impl Loaded {
         report_diagnostics("GPU", &summary.gpu_read.diagnostics);
         Ok(summary)
     }
+}
+
+/// gpuperf GPU traces at `path`: 1 for a file, those inside a directory.
+fn gpu_trace_files(path: &Path) -> usize {
+    if !path.is_dir() {
+        return 1;
+    }
+    std::fs::read_dir(path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".gputrace"))
+        .count()
 }
 
 fn report_diagnostics(side: &str, d: &Diagnostics) {
@@ -164,7 +187,12 @@ pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
         .as_deref()
         .map(|p| -> Result<_> { Ok(chrome::Writer::new(create(p)?)?) })
         .transpose()?;
-    let mut folder = folded::Folder::new();
+    // Several processes stay apart under a frame each.
+    let mut folder = if l.processes > 1 {
+        folded::Folder::per_process()
+    } else {
+        folded::Folder::new()
+    };
     let mut reporter = Reporter::new();
     let summary = {
         let mut sinks: Vec<&mut dyn Sink> = vec![&mut folder, &mut reporter];

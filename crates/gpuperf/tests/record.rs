@@ -317,6 +317,7 @@ fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
     assert!(err.contains("gemv_f"), "{all}");
     let folded = fs::read_to_string(dir.join("merged.folded")).unwrap();
     assert!(!folded.is_empty());
+    let mut roots: Vec<&str> = Vec::new();
     for line in folded.lines() {
         let (stack, weight) = line.rsplit_once(' ').unwrap();
         assert!(
@@ -324,7 +325,14 @@ fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
             "line `{line}`"
         );
         assert!(weight.parse::<u64>().unwrap() > 0, "line `{line}`");
+        roots.push(stack.split(';').next().unwrap());
     }
+    // The two processes stay apart, each under its own root frame.
+    roots.sort_unstable();
+    roots.dedup();
+    let mut want: Vec<String> = pids.iter().map(|p| format!("cuda_app [pid {p}]")).collect();
+    want.sort_unstable();
+    assert_eq!(roots, want, "{folded}");
 
     // The timeline has both processes; the flamegraph has stacks and kernels.
     let timeline: serde_json::Value =

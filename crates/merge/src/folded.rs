@@ -8,6 +8,8 @@
 //! - Activities without a CPU stack go under `[no CPU stack];api;…`, and CPU
 //!   launches without GPU activity end in `[GPU_Launch_Pending]` with weight 0: they
 //!   cost no GPU time, but they are listed, not dropped.
+//! - With [`Folder::per_process`], each stack starts with a `comm [pid N]` frame,
+//!   so that several processes of one recording stay apart.
 //! - Durations are summed in ns and rounded once per frame label with the
 //!   largest-remainder method, so the µs total of each kernel name is its exact sum
 //!   rounded, within 1 µs. (The reference tooling truncates every kernel to whole
@@ -39,7 +41,8 @@ enum Label {
 /// Accumulates GPU time per (CPU stack, API, GPU frame); a [`Sink`].
 #[derive(Default)]
 pub struct Folder {
-    acc: FxHashMap<(Option<StackId>, Option<StringId>, Label), u64>,
+    acc: FxHashMap<(Option<u32>, Option<StackId>, Option<StringId>, Label), u64>,
+    per_process: bool,
     // Rendered at `finish`, when the string table is at hand.
     lines: Vec<(String, u64)>,
     demangler: Demangler,
@@ -49,6 +52,14 @@ impl Folder {
     /// An empty folder.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A folder whose stacks start with a frame naming their process.
+    pub fn per_process() -> Self {
+        Self {
+            per_process: true,
+            ..Self::default()
+        }
     }
 
     /// The folded lines, sorted, with integer µs weights. Valid after the join.
@@ -68,10 +79,32 @@ impl Folder {
         out.flush().map_err(err)
     }
 
-    fn add(&mut self, stack: Option<StackId>, api: Option<StringId>, label: Label, ns: u64) {
-        let v = self.acc.entry((stack, api, label)).or_default();
+    fn add(
+        &mut self,
+        pid: u32,
+        stack: Option<StackId>,
+        api: Option<StringId>,
+        label: Label,
+        ns: u64,
+    ) {
+        let pid = self.per_process.then_some(pid);
+        let v = self.acc.entry((pid, stack, api, label)).or_default();
         *v = v.saturating_add(ns);
     }
+}
+
+/// The command name the CPU trace gives a process, else "process".
+fn process_name(ctx: &Context<'_>, pid: u32) -> String {
+    ctx.cpu
+        .and_then(|cpu| {
+            cpu.comms.get(&(pid, pid)).or_else(|| {
+                cpu.comms
+                    .iter()
+                    .find(|((p, _), _)| *p == pid)
+                    .map(|(_, c)| c)
+            })
+        })
+        .map_or_else(|| "process".to_owned(), |c| c.replace(';', "_"))
 }
 
 impl Sink for Folder {
@@ -86,6 +119,7 @@ impl Sink for Folder {
             ActivityKind::Sync { .. } => return Ok(()),
         };
         self.add(
+            a.pid,
             m.launch.map(|l| l.stack),
             m.api.map(|a| a.name),
             label,
@@ -100,7 +134,13 @@ impl Sink for Folder {
         launch: &CpuLaunch,
         api: Option<&ApiInfo>,
     ) -> Result<()> {
-        self.add(Some(launch.stack), api.map(|a| a.name), Label::Pending, 0);
+        self.add(
+            launch.pid,
+            Some(launch.stack),
+            api.map(|a| a.name),
+            Label::Pending,
+            0,
+        );
         Ok(())
     }
 
@@ -109,7 +149,7 @@ impl Sink for Folder {
         let mut by_text: FxHashMap<String, (u64, usize)> = FxHashMap::default();
         let mut groups: Vec<String> = Vec::new();
         let mut group_of: FxHashMap<String, usize> = FxHashMap::default();
-        for (&(stack, api, label), &ns) in &self.acc {
+        for (&(pid, stack, api, label), &ns) in &self.acc {
             let frame = match label {
                 Label::Kernel(name) => {
                     format!("[GPU_Kernel]{}", self.demangler.get(name, ctx.strings))
@@ -118,10 +158,14 @@ impl Sink for Folder {
                 Label::Memset => "[GPU_Memset]".to_owned(),
                 Label::Pending => PENDING_FRAME.to_owned(),
             };
-            let mut text = match (stack, ctx.cpu) {
-                (Some(s), Some(cpu)) => cpu.stacks.text(s).to_owned(),
-                _ => NO_STACK_ROOT.to_owned(),
+            let mut text = match pid {
+                Some(pid) => format!("{} [pid {pid}];", process_name(ctx, pid)),
+                None => String::new(),
             };
+            match (stack, ctx.cpu) {
+                (Some(s), Some(cpu)) => text.push_str(cpu.stacks.text(s)),
+                _ => text.push_str(NO_STACK_ROOT),
+            }
             if let Some(api) = api {
                 let api = ctx.strings.get(api);
                 let leaf = text.rsplit(';').next().unwrap_or(&text);
