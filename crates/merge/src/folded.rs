@@ -38,10 +38,13 @@ enum Label {
     Pending,
 }
 
+/// (process when kept apart, CPU stack, API, GPU frame).
+type Key = (Option<u32>, Option<StackId>, Option<StringId>, Label);
+
 /// Accumulates GPU time per (CPU stack, API, GPU frame); a [`Sink`].
 #[derive(Default)]
 pub struct Folder {
-    acc: FxHashMap<(Option<u32>, Option<StackId>, Option<StringId>, Label), u64>,
+    acc: FxHashMap<Key, u64>,
     per_process: bool,
     // Rendered at `finish`, when the string table is at hand.
     lines: Vec<(String, u64)>,
