@@ -269,15 +269,21 @@ static __always_inline __s32 send_inline(void *ctx, __u32 tgid, __u32 nr)
 	return send_stack(ctx, id, tgid, nr) ? id : -1;
 }
 
-/* The user stack's id; its frames are sent the first time it is seen. */
-static __always_inline __s32 take_stack(void *ctx, __u32 tgid, bool caller_at_sp)
+/* The user stack's id; its frames are sent the first time it is seen. With
+ * caller_at_sp, *ret_at_sp is the return address the walk read at [sp] (0
+ * when unread). */
+static __always_inline __s32 take_stack(void *ctx, __u32 tgid, bool caller_at_sp,
+					__u64 *ret_at_sp)
 {
 	__u64 key;
 	struct user_stack *s = walk_stack(ctx, tgid, caller_at_sp, &key);
+	*ret_at_sp = 0;
 	if (!s) {
 		count(STAT_STACK_ERRORS);
 		return -1;
 	}
+	if (caller_at_sp && s->nr >= 2)
+		*ret_at_sp = s->ips[1];
 	struct user_stack *known = bpf_map_lookup_elem(&stack_ids, &key);
 	if (!known) {
 		s->id = __sync_fetch_and_add(&next_stack_id, 1) & 0x3fffffff;
@@ -342,7 +348,8 @@ int launch_entry(struct pt_regs *ctx)
 	__u64 ts = bpf_ktime_get_ns();
 	__u32 cpu = bpf_get_smp_processor_id();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__s32 stack_id = take_stack(ctx, pid_tgid >> 32, cookie & COOKIE_CALLER_AT_SP);
+	__u64 ret = 0;
+	__s32 stack_id = take_stack(ctx, pid_tgid >> 32, cookie & COOKIE_CALLER_AT_SP, &ret);
 
 	if (cookie & COOKIE_EMIT) {
 		emit_launch(pid_tgid, ts, cpu, 0, 0, stack_id, STACK_AT_ENTRY);
@@ -358,8 +365,10 @@ int launch_entry(struct pt_regs *ctx)
 	p->cpu = cpu;
 	p->tid = (__u32)pid_tgid;
 	p->tgid = pid_tgid >> 32;
-	/* The return address identifies this call while its frame is live. */
-	if (bpf_probe_read_user(&p->ret, sizeof(p->ret), (void *)p->sp))
+	/* The return address identifies this call while its frame is live;
+	 * the walk usually read it already. */
+	p->ret = ret;
+	if (!ret && bpf_probe_read_user(&p->ret, sizeof(p->ret), (void *)p->sp))
 		p->sp = 0;
 	return 0;
 }
@@ -396,8 +405,9 @@ int launch_marker(struct pt_regs *ctx)
 		p->sp = 0;
 	}
 	count(STAT_MARKER_OWN_STACK);
+	__u64 ret;
 	__s32 stack_id = take_stack(ctx, pid_tgid >> 32,
-				    bpf_get_attach_cookie(ctx) & COOKIE_CALLER_AT_SP);
+				    bpf_get_attach_cookie(ctx) & COOKIE_CALLER_AT_SP, &ret);
 	emit_launch(pid_tgid, bpf_ktime_get_ns(), bpf_get_smp_processor_id(), corr,
 		    callback, stack_id, STACK_AT_MARKER);
 	return 0;
