@@ -3,7 +3,9 @@
  * frames below main so the stack walk does realistic work. The file also
  * exports a marker and semaphore with gpuperf-inject's contract, so the
  * injection-mode path (entry probe + marker probe) can be timed without CUPTI.
- * usage: probe_loop CALLS DEPTH; prints "ns_per_call X". */
+ * usage: probe_loop CALLS DEPTH; prints "ns_per_call X cpu_ns_per_call Y":
+ * wall time, and this thread's CPU time (probe handling included, time taken
+ * by other processes on a busy machine not). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,17 +29,20 @@ __attribute__((noinline)) int cudaLaunchKernel(uint32_t corr) {
     return 0;
 }
 
-static uint64_t now(void) {
+static uint64_t now(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t cpu_ns;
+
 __attribute__((noinline)) static uint64_t loop(long calls) {
-    uint64_t t0 = now();
+    uint64_t t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
     for (long i = 0; i < calls; i++)
         cudaLaunchKernel((uint32_t)i + 1);
-    return now() - t0;
+    cpu_ns = now(CLOCK_THREAD_CPUTIME_ID) - c0;
+    return now(CLOCK_MONOTONIC) - t0;
 }
 
 __attribute__((noinline)) static uint64_t nest(int depth, long calls) {
@@ -49,6 +54,8 @@ __attribute__((noinline)) static uint64_t nest(int depth, long calls) {
 int main(int argc, char **argv) {
     long calls = argc > 1 ? atol(argv[1]) : 1000000;
     int depth = argc > 2 ? atoi(argv[2]) : 12;
-    printf("ns_per_call %.1f\n", (double)nest(depth, calls) / (double)calls);
+    uint64_t wall_ns = nest(depth, calls);
+    printf("ns_per_call %.1f cpu_ns_per_call %.1f\n", (double)wall_ns / (double)calls,
+           (double)cpu_ns / (double)calls);
     return 0;
 }

@@ -4,7 +4,9 @@
 //! `cargo bench -p gpuperf-profiler --bench probe_overhead [-- CALLS ROUNDS DEPTH]`
 //!
 //! Configurations alternate within each round, so all see the same machine
-//! state; medians over rounds are reported, with the ns added per call.
+//! state; medians over rounds are reported, with the ns added per call: wall
+//! time, and the calling thread's CPU time (probe handling runs in that
+//! thread, so it counts; other processes on a busy machine do not).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,7 +31,8 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
-fn run(exe: &Path, calls: u64, depth: u32, options: Option<&Options>) -> f64 {
+/// Wall and CPU ns per call.
+fn run(exe: &Path, calls: u64, depth: u32, options: Option<&Options>) -> (f64, f64) {
     let profiler = options.map(|o| {
         let mut o = o.clone();
         o.all_processes = true;
@@ -41,11 +44,13 @@ fn run(exe: &Path, calls: u64, depth: u32, options: Option<&Options>) -> f64 {
         .output()
         .expect("probe_loop runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    let ns = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected output: {text}"));
+    let field = |i: usize| -> f64 {
+        text.split_whitespace()
+            .nth(i)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected output: {text}"))
+    };
+    let ns = (field(1), field(3));
     if let Some(p) = profiler {
         let s = p.stop().expect("profiler stops");
         assert_eq!(s.launches + s.dropped_launches, calls, "{s:?}");
@@ -107,19 +112,24 @@ fn main() {
         ),
     ];
     println!("probe_overhead: {calls} calls, {depth} frames deep, {rounds} rounds");
-    let mut results = vec![Vec::new(); configs.len()];
+    let mut wall = vec![Vec::new(); configs.len()];
+    let mut cpu = vec![Vec::new(); configs.len()];
     for _ in 0..rounds {
         for (i, (_, options)) in configs.iter().enumerate() {
-            results[i].push(run(&exe, calls, depth, options.as_ref()));
+            let (w, c) = run(&exe, calls, depth, options.as_ref());
+            wall[i].push(w);
+            cpu[i].push(c);
         }
     }
-    let base = median(&mut results[0].clone());
-    for ((name, _), r) in configs.iter().zip(&mut results) {
-        let m = median(r);
+    let base = median(&mut wall[0].clone());
+    let cpu_base = median(&mut cpu[0].clone());
+    println!("{:<40} {:>13} {:>13}", "", "wall", "thread CPU");
+    for (((name, _), w), c) in configs.iter().zip(&mut wall).zip(&mut cpu) {
+        let (w, c) = (median(w), median(c));
         println!(
-            "{name:<40} {m:>8.1} ns/call  (+{:.1} ns, x{:.2})",
-            m - base,
-            m / base
+            "{name:<40} {w:>8.1} ns/call {c:>8.1} ns/call  (+{:.1} ns wall, +{:.1} ns CPU)",
+            w - base,
+            c - cpu_base
         );
     }
 }

@@ -36,6 +36,18 @@ const POLL_MS: u64 = 20;
 
 /// Cookie bit telling the entry program to write the record itself.
 const COOKIE_EMIT: u64 = 1 << 63;
+/// Cookie bit: the probed instruction is one at which the kernel's stack walk
+/// reads the caller's return address at `[sp]`; the BPF walk does the same,
+/// so its frames match those the kernel sends.
+const COOKIE_CALLER_AT_SP: u64 = 1 << 62;
+
+/// The cookie bits that a probe on `first` needs.
+fn walk_cookie(first: elf::FirstInsn) -> u64 {
+    match first {
+        elf::FirstInsn::PushRbp | elf::FirstInsn::Endbr64 => COOKIE_CALLER_AT_SP,
+        elf::FirstInsn::Nop5 | elf::FirstInsn::Other => 0,
+    }
+}
 
 /// `LIB:SYMBOL`, a function to probe in an ELF file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,7 +105,8 @@ pub struct Options {
     pub discover: bool,
     /// Ring buffer size in bytes, a power of two.
     pub ring_buffer_bytes: u32,
-    /// Distinct stacks the kernel keeps.
+    /// Distinct stacks remembered (and sent once each); beyond that, each
+    /// launch with a new stack sends its frames with it.
     pub stack_map_entries: u32,
     /// Symbolize and write everything at [`Profiler::stop`] instead of as
     /// records arrive: no symbolization work while the target runs, at the
@@ -284,10 +297,10 @@ fn run<W: Write>(
         .events
         .set_max_entries(options.ring_buffer_bytes.next_power_of_two().max(4096))
         .map_err(bpf("sizing the ring buffer"))?;
-    for map in [&mut open.maps.stacks, &mut open.maps.stack_sent] {
-        map.set_max_entries(options.stack_map_entries.max(64))
-            .map_err(bpf("sizing the stack map"))?;
-    }
+    open.maps
+        .stack_ids
+        .set_max_entries(options.stack_map_entries.max(64))
+        .map_err(bpf("sizing the stack map"))?;
     let skel = open.load().map_err(bpf("loading the BPF programs"))?;
 
     let mut attach = Attach {
@@ -414,6 +427,10 @@ enum Stat {
     StackDrops,
     #[allow(dead_code)]
     ExecDrops,
+    #[allow(dead_code)]
+    StackMapFull,
+    #[allow(dead_code)]
+    WalkMismatch,
     Count,
 }
 
@@ -456,6 +473,7 @@ impl Attach<'_, '_> {
         }
         let opts = UprobeOpts {
             ref_ctr_offset: semaphore as usize,
+            cookie: walk_cookie(point.first),
             ..Default::default()
         };
         let link = self
@@ -506,7 +524,7 @@ impl Attach<'_, '_> {
             return Ok(false);
         }
         let opts = UprobeOpts {
-            cookie,
+            cookie: cookie | walk_cookie(p.first),
             ..Default::default()
         };
         let link = self

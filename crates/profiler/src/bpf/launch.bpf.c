@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* Launch-stack probes: one fixed-size record per launch, stacks deduplicated by
- * the kernel's stack map and sent once each. See the crate docs for why the
+/* Launch-stack probes: one fixed-size record per launch, stacks walked by frame
+ * pointers here, deduplicated by our own hash map and sent once each. See the crate docs for why the
  * stack is taken at the launch API's entry and joined at the marker. */
 #include <stdbool.h>
 #include <linux/bpf.h>
@@ -32,20 +32,32 @@ struct {
 	__uint(max_entries, 8 << 20);
 } events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
-	__uint(max_entries, 16384);
-} stacks SEC(".maps");
+/* A user stack as our walk sees it: the dedupe map's value and the per-CPU
+ * scratch the walk writes into. */
+struct user_stack {
+	__s32 id;
+	__u32 nr;
+	__u32 tgid;
+	__u32 pad;
+	__u64 ips[STACK_SLOTS];
+};
 
-/* stack id -> 1 once its frames were sent; same size as `stacks`. */
+/* hash(tgid, frames) -> the stack with its id, kept from first sight on so a
+ * stack's frames are sent once. The full frames are kept to tell a hash
+ * collision from a repeat. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, __u32);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, struct user_stack);
 	__uint(max_entries, 16384);
-} stack_sent SEC(".maps");
+} stack_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct user_stack);
+	__uint(max_entries, 1);
+} scratch SEC(".maps");
 
 /* Processes to trace (tgid), and their threads once they fork. */
 struct {
@@ -86,6 +98,7 @@ struct {
 } stats SEC(".maps");
 
 __u32 next_inline_id = 0;
+__u32 next_stack_id = 0;
 
 /* Wake the reader only once a batch is waiting: a wake-up per record costs
  * more than the rest of the probe. The reader also polls on a short timer. */
@@ -113,8 +126,10 @@ static __always_inline bool traced(__u64 pid_tgid)
 	return bpf_map_lookup_elem(&targets, &tgid) != NULL;
 }
 
-/* Sends the (build id, offset) frames of the current user stack. */
-static __always_inline bool send_stack(void *ctx, __s32 id, __u32 pid)
+/* Sends the (build id, offset) frames of the current user stack. They come
+ * from the kernel's own walk, which follows the same rules as walk_stack, so
+ * they are the frames that were hashed. */
+static __always_inline bool send_stack(void *ctx, __s32 id, __u32 pid, __u32 nr)
 {
 	struct stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -127,34 +142,172 @@ static __always_inline bool send_stack(void *ctx, __s32 id, __u32 pid)
 	long n = bpf_get_stack(ctx, e->frames, sizeof(e->frames),
 			       BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	e->size = n > 0 ? n : 0;
+	if (e->size / sizeof(e->frames[0]) != nr)
+		count(STAT_WALK_MISMATCH);
 	bpf_ringbuf_submit(e, wakeup_flag());
 	return true;
 }
 
-/* The user stack's id; its frames are sent the first time it is seen. */
-static __always_inline __s32 take_stack(void *ctx, __u32 pid)
+static __always_inline __u64 mix(__u64 h, __u64 v)
 {
-	long id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (id >= 0) {
-		__u32 key = id;
-		__u32 *sent = bpf_map_lookup_elem(&stack_sent, &key);
-		if (sent && *sent == 0 && __sync_lock_test_and_set(sent, 1) == 0) {
-			if (!send_stack(ctx, id, pid))
-				*sent = 0; /* try again next time */
+	h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+	return h ^ (h >> 32);
+}
+
+/* Below this no user page is mapped (vm.mmap_min_addr): reading there only
+ * faults, and a fault costs more than the rest of the walk. Frame-pointer
+ * chains end in a zero. */
+#define MIN_USER_ADDR 4096
+#define PAGE_BYTES 4096
+
+/* A copy of the user stack page the walk is in. One bpf_probe_read_user
+ * costs about as much as copying a whole page (each call pays for hardened
+ * usercopy checks), so the walk reads a page at a time, not a frame. */
+struct stack_page {
+	__u8 bytes[PAGE_BYTES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct stack_page);
+	__uint(max_entries, 1);
+} page_copy SEC(".maps");
+
+/* Reads the 16 bytes at addr through the page copy, refilling it from addr to
+ * the end of addr's page when addr is outside it. A read never crosses into
+ * the next page unless the 16 bytes do, so it fails only where reading the
+ * 16 bytes alone would fail. */
+static __always_inline bool read_pair(struct stack_page *page, __u64 *base, __u64 *len,
+				      __u64 addr, __u64 out[2])
+{
+	if (addr < *base || addr + 16 > *base + *len) {
+		__u64 size = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+		if (size < 16)
+			size = 16;
+		if (size > PAGE_BYTES)
+			size = PAGE_BYTES;
+		if (bpf_probe_read_user(page->bytes, size, (void *)addr)) {
+			*len = 0;
+			return false;
 		}
-		return id;
+		*base = addr;
+		*len = size;
 	}
-	if (id == -EEXIST) {
-		/* Another stack holds this hash bucket: send this one inline. */
-		count(STAT_STACK_COLLISIONS);
-		__s32 inline_id = INLINE_STACK_ID_BASE +
-				  (__sync_fetch_and_add(&next_inline_id, 1) & 0x3fffffff);
-		if (send_stack(ctx, inline_id, pid))
-			return inline_id;
+	__u64 off = addr - *base;
+	if (off > PAGE_BYTES - 16)
+		return false;
+	__builtin_memcpy(out, &page->bytes[off], 16);
+	return true;
+}
+
+/* The user stack by frame pointers, with the rules of the kernel's
+ * perf_callchain_user: the IP, then the return address at [sp] when the probe
+ * sits on `push %rbp` or `endbr64` at a function's entry, then the %rbp chain
+ * until a read fails. Unlike the kernel it does not read below
+ * MIN_USER_ADDR, where the chain's closing zero sends the kernel through a
+ * page fault on every walk. Returns the stack in per-CPU scratch and its
+ * hash in *hash. */
+static __always_inline struct user_stack *walk_stack(struct pt_regs *ctx, __u32 tgid,
+						     bool caller_at_sp, __u64 *hash)
+{
+	__u32 zero = 0;
+	struct user_stack *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct stack_page *page = bpf_map_lookup_elem(&page_copy, &zero);
+	if (!s || !page)
+		return NULL;
+	__u64 base = 0, len = 0, pair[2];
+	__u64 ip = PT_REGS_IP(ctx);
+	__u64 h = mix(tgid, ip);
+	__u32 n = 1;
+	s->ips[0] = ip;
+	if (caller_at_sp) {
+		/* Reads [sp] and the next word: the page copy then starts at
+		 * sp, where the frames are. */
+		__u64 sp = PT_REGS_SP(ctx);
+		if (read_pair(page, &base, &len, sp, pair) ||
+		    bpf_probe_read_user(pair, 8, (void *)sp) == 0) {
+			s->ips[1] = pair[0];
+			h = mix(h, pair[0]);
+			n = 2;
+		}
+	}
+	__u64 fp = PT_REGS_FP(ctx);
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (n >= MAX_STACK_DEPTH || fp < MIN_USER_ADDR ||
+		    !read_pair(page, &base, &len, fp, pair))
+			break;
+		s->ips[n & (STACK_SLOTS - 1)] = pair[1];
+		h = mix(h, pair[1]);
+		n++;
+		fp = pair[0];
+	}
+	s->nr = n;
+	s->tgid = tgid;
+	*hash = mix(h, n);
+	return s;
+}
+
+static __always_inline bool same_stack(const struct user_stack *a, const struct user_stack *b)
+{
+	if (a->nr != b->nr || a->tgid != b->tgid)
+		return false;
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= a->nr)
+			break;
+		if (a->ips[i] != b->ips[i])
+			return false;
+	}
+	return true;
+}
+
+/* A one-shot id for a stack that cannot be kept: its frames go with it. */
+static __always_inline __s32 send_inline(void *ctx, __u32 tgid, __u32 nr)
+{
+	__s32 id = INLINE_STACK_ID_BASE +
+		   (__sync_fetch_and_add(&next_inline_id, 1) & 0x3fffffff);
+	return send_stack(ctx, id, tgid, nr) ? id : -1;
+}
+
+/* The user stack's id; its frames are sent the first time it is seen. With
+ * caller_at_sp, *ret_at_sp is the return address the walk read at [sp] (0
+ * when unread). */
+static __always_inline __s32 take_stack(void *ctx, __u32 tgid, bool caller_at_sp,
+					__u64 *ret_at_sp)
+{
+	__u64 key;
+	struct user_stack *s = walk_stack(ctx, tgid, caller_at_sp, &key);
+	*ret_at_sp = 0;
+	if (!s) {
+		count(STAT_STACK_ERRORS);
 		return -1;
 	}
-	count(STAT_STACK_ERRORS);
-	return id;
+	if (caller_at_sp && s->nr >= 2)
+		*ret_at_sp = s->ips[1];
+	struct user_stack *known = bpf_map_lookup_elem(&stack_ids, &key);
+	if (!known) {
+		s->id = __sync_fetch_and_add(&next_stack_id, 1) & 0x3fffffff;
+		long err = bpf_map_update_elem(&stack_ids, &key, s, BPF_NOEXIST);
+		if (err == 0) {
+			/* On a full ring buffer forget the stack: the next
+			 * launch with it sends it again. */
+			if (!send_stack(ctx, s->id, tgid, s->nr))
+				bpf_map_delete_elem(&stack_ids, &key);
+			return s->id;
+		}
+		if (err != -EEXIST) {
+			count(STAT_STACK_MAP_FULL);
+			return send_inline(ctx, tgid, s->nr);
+		}
+		/* Another CPU inserted it meanwhile; it sends the frames. */
+		known = bpf_map_lookup_elem(&stack_ids, &key);
+		if (!known)
+			return send_inline(ctx, tgid, s->nr);
+	}
+	if (same_stack(known, s))
+		return known->id;
+	count(STAT_STACK_COLLISIONS);
+	return send_inline(ctx, tgid, s->nr);
 }
 
 static __always_inline void emit_launch(__u64 pid_tgid, __u64 ts, __u32 cpu,
@@ -179,8 +332,11 @@ static __always_inline void emit_launch(__u64 pid_tgid, __u64 ts, __u32 cpu,
 	bpf_ringbuf_submit(e, wakeup_flag());
 }
 
-/* Cookie bit: emit a record here (compatibility mode, no marker follows). */
+/* Cookie bits. EMIT: write the record here (compatibility mode, no marker
+ * follows). CALLER_AT_SP: the probed instruction is one for which the kernel's
+ * walk reads the caller's return address at [sp]. */
 #define COOKIE_EMIT (1ULL << 63)
+#define COOKIE_CALLER_AT_SP (1ULL << 62)
 
 SEC("uprobe")
 int launch_entry(struct pt_regs *ctx)
@@ -191,9 +347,11 @@ int launch_entry(struct pt_regs *ctx)
 	count(STAT_ENTRIES);
 	__u64 ts = bpf_ktime_get_ns();
 	__u32 cpu = bpf_get_smp_processor_id();
-	__s32 stack_id = take_stack(ctx, pid_tgid >> 32);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 ret = 0;
+	__s32 stack_id = take_stack(ctx, pid_tgid >> 32, cookie & COOKIE_CALLER_AT_SP, &ret);
 
-	if (bpf_get_attach_cookie(ctx) & COOKIE_EMIT) {
+	if (cookie & COOKIE_EMIT) {
 		emit_launch(pid_tgid, ts, cpu, 0, 0, stack_id, STACK_AT_ENTRY);
 		return 0;
 	}
@@ -207,8 +365,10 @@ int launch_entry(struct pt_regs *ctx)
 	p->cpu = cpu;
 	p->tid = (__u32)pid_tgid;
 	p->tgid = pid_tgid >> 32;
-	/* The return address identifies this call while its frame is live. */
-	if (bpf_probe_read_user(&p->ret, sizeof(p->ret), (void *)p->sp))
+	/* The return address identifies this call while its frame is live;
+	 * the walk usually read it already. */
+	p->ret = ret;
+	if (!ret && bpf_probe_read_user(&p->ret, sizeof(p->ret), (void *)p->sp))
 		p->sp = 0;
 	return 0;
 }
@@ -245,7 +405,9 @@ int launch_marker(struct pt_regs *ctx)
 		p->sp = 0;
 	}
 	count(STAT_MARKER_OWN_STACK);
-	__s32 stack_id = take_stack(ctx, pid_tgid >> 32);
+	__u64 ret;
+	__s32 stack_id = take_stack(ctx, pid_tgid >> 32,
+				    bpf_get_attach_cookie(ctx) & COOKIE_CALLER_AT_SP, &ret);
 	emit_launch(pid_tgid, bpf_ktime_get_ns(), bpf_get_smp_processor_id(), corr,
 		    callback, stack_id, STACK_AT_MARKER);
 	return 0;

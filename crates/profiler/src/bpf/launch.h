@@ -4,6 +4,8 @@
 #define GPUPERF_LAUNCH_H
 
 #define MAX_STACK_DEPTH 127
+/* MAX_STACK_DEPTH rounded up to a power of two, for masked indexing. */
+#define STACK_SLOTS 128
 #define TASK_COMM_LEN 16
 
 enum event_kind {
@@ -64,11 +66,13 @@ enum stat_index {
 	STAT_LAUNCH_DROPS,
 	STAT_STACK_DROPS,
 	STAT_EXEC_DROPS,
+	STAT_STACK_MAP_FULL,
+	STAT_WALK_MISMATCH,
 	STAT_COUNT,
 };
 
 /* Launch record ids at and above this are one-shot ids for stacks that
- * collided in the stack map. */
+ * could not be kept in the stack map (hash collision, map full). */
 #define INLINE_STACK_ID_BASE 0x40000000
 
 #endif
