@@ -378,8 +378,9 @@ fn run<W: Write>(
         sink.handle(events, &mut attach)?;
         while let Ok((pid, done)) = requests.try_recv() {
             attach.discover(pid);
-            sink.symbolizer.index_process(pid);
+            // The process waits only for the probes.
             let _ = done.send(());
+            sink.symbolizer.index_process(pid);
         }
         progress
             .launches
