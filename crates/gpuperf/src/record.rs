@@ -491,7 +491,7 @@ fn finish(
     let cpu_summary = profiler
         .map(|p| p.stop().context("the eBPF profiler failed"))
         .transpose()?;
-    let gpu_traces = count_gpu_traces(raw);
+    let gpu_traces = render::gpu_trace_files(raw);
     let outs = Outputs {
         folded: a.folded.clone(),
         chrome: a.chrome.clone(),
@@ -583,19 +583,6 @@ fn finish(
     Ok(())
 }
 
-fn count_gpu_traces(raw: &Path) -> usize {
-    fs::read_dir(raw)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            n.starts_with("gpu-") && n.ends_with(".gputrace")
-        })
-        .count()
-}
-
 fn describe_status(s: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt as _;
     match (s.code(), s.signal()) {
@@ -633,7 +620,7 @@ fn kernel_table(rows: &[gpuperf_merge::report::Row], top: u64) -> String {
             "{:>6.1}% {:>9} {:>11}  {}\n",
             r.percent,
             r.count,
-            format_ns(r.total_ns),
+            gpuperf_merge::report::dur(r.total_ns),
             r.name
         );
     }
@@ -646,25 +633,12 @@ fn kernel_table(rows: &[gpuperf_merge::report::Row], top: u64) -> String {
     s
 }
 
-fn format_ns(ns: u64) -> String {
-    match ns {
-        0..1_000 => format!("{ns} ns"),
-        1_000..1_000_000 => format!("{:.1} µs", ns as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.2} ms", ns as f64 / 1e6),
-        _ => format!("{:.3} s", ns as f64 / 1e9),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn durations_and_sizes_read_well() {
-        assert_eq!(format_ns(999), "999 ns");
-        assert_eq!(format_ns(1_500), "1.5 µs");
-        assert_eq!(format_ns(2_500_000), "2.50 ms");
-        assert_eq!(format_ns(3_000_000_000), "3.000 s");
+    fn sizes_read_well() {
         assert_eq!(human_bytes(10), "10 B");
         assert_eq!(human_bytes(2048), "2.0 KiB");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");

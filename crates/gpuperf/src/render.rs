@@ -104,7 +104,7 @@ impl Loaded {
 }
 
 /// gpuperf GPU traces at `path`: 1 for a file, those inside a directory.
-fn gpu_trace_files(path: &Path) -> usize {
+pub fn gpu_trace_files(path: &Path) -> usize {
     if !path.is_dir() {
         return 1;
     }

@@ -198,7 +198,7 @@ fn percentile(sorted: &[u64], p: u64) -> Option<u64> {
 }
 
 /// A duration in the largest unit that keeps it readable.
-fn dur(ns: u64) -> String {
+pub fn dur(ns: u64) -> String {
     match ns {
         0..1_000 => format!("{ns} ns"),
         1_000..1_000_000 => format!("{:.2} µs", ns as f64 / 1e3),
