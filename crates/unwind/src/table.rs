@@ -102,6 +102,8 @@ pub(crate) struct Entry {
 /// Modules sorted by address, and a framehop unwinder over the same modules.
 pub(crate) struct Table {
     pub entries: Vec<Entry>,
+    /// `entries[i].avma.start`, searched apart: eight per cache line.
+    starts: Vec<u64>,
     /// Unique per table: keys the coverage cache, shared by tables over time.
     pub generation: u64,
     pub unwinder: UnwinderX86_64<Bytes, MustNotAllocateDuringUnwind>,
@@ -177,6 +179,7 @@ impl Table {
         static GENERATION: AtomicU64 = AtomicU64::new(1);
         let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
         Table {
+            starts: entries.iter().map(|e| e.avma.start).collect(),
             entries,
             generation,
             unwinder,
@@ -185,7 +188,7 @@ impl Table {
 
     /// The module whose executable range holds `address`.
     pub fn find(&self, address: u64) -> Option<&Entry> {
-        let i = self.entries.partition_point(|e| e.avma.start <= address);
+        let i = self.starts.partition_point(|&s| s <= address);
         let e = self.entries.get(i.checked_sub(1)?)?;
         (address < e.avma.end).then_some(e)
     }
@@ -245,13 +248,20 @@ where
             None => false,
         }
     };
+    // Consecutive frames are mostly in the same module.
+    let mut last: Option<&Entry> = None;
     // Bounds the loop even if framehop's progress checks were fooled.
     for _ in 0..4096 {
         let lookup = address.address_for_lookup();
         let unknown = Frame::Unknown {
             address: address.address(),
         };
-        let Some(entry) = table.find(lookup) else {
+        let found = match last {
+            Some(e) if e.avma.contains(&lookup) => Some(e),
+            _ => table.find(lookup),
+        };
+        last = found;
+        let Some(entry) = found else {
             let end = if loader.loaded_elsewhere(lookup) {
                 StackEnd::ModuleNotInTable
             } else {
