@@ -85,6 +85,36 @@ pub unsafe extern "C" fn gpuperf_probe_capture(buf: *mut c_char, len: usize) -> 
     text.len() as c_int
 }
 
+/// Captures a stack on a new native thread (one the interpreter never saw).
+///
+/// # Safety
+/// As [`gpuperf_probe_capture`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpuperf_probe_capture_in_native_thread(
+    buf: *mut c_char,
+    len: usize,
+) -> c_int {
+    let addr = buf as usize;
+    std::thread::spawn(move || {
+        // SAFETY: the caller's buffer outlives the joined thread.
+        unsafe { gpuperf_probe_capture(addr as *mut c_char, len) }
+    })
+    .join()
+    .unwrap_or(-1)
+}
+
+/// Captures `n` stacks and returns the nanoseconds per capture (for the bench).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuperf_probe_bench(n: u32) -> f64 {
+    let u = unwinder();
+    let mut frames = [Frame::default(); MAX_FRAMES];
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(u.capture(0, &mut frames));
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(n.max(1))
+}
+
 /// Writes the unwinder's counters as `name value` lines.
 ///
 /// # Safety
