@@ -6,9 +6,13 @@
 //!    `unw_init_local`/`unw_step` loop; loaded with dlopen, skipped if absent) and
 //!    with glibc's `backtrace` (libgcc's unwinder), in one run;
 //! 2. module-table set-up and a `dlopen` refresh with 50 modules loaded;
-//! 3. the unwinder's resident memory with those modules.
+//! 3. the unwinder's resident memory with those modules;
+//! 4. a capture from CPython 3.12 (pyenv) through ctypes under 30 Python frames,
+//!    with the release build of the test probe (`examples/unwind_probe.rs`).
 //!
-//! Run: `cargo bench -p gpuperf-unwind --bench capture` (needs gcc).
+//! Run: `cargo build --release -p gpuperf-unwind --example unwind_probe &&
+//! cargo bench -p gpuperf-unwind --bench capture` (needs gcc; part 4 needs the
+//! probe and pyenv's 3.12, and is skipped without them).
 
 use std::ffi::{c_int, c_void};
 use std::hint::black_box;
@@ -218,4 +222,29 @@ fn main() {
         rss1.saturating_sub(rss0)
     );
     drop(handles);
+    python();
+}
+
+fn python() {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let probe = manifest.join("../../target/release/examples/libunwind_probe.so");
+    let py = Command::new("pyenv")
+        .arg("prefix")
+        .arg("3.12")
+        .output()
+        .ok()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("bin/python3"));
+    let (Some(py), true) = (py.filter(|p| p.is_file()), probe.is_file()) else {
+        println!("python: skipped (needs pyenv's 3.12 and the release probe, see the header)");
+        return;
+    };
+    let out = Command::new(&py)
+        .arg(manifest.join("tests/data/py_stacks.py"))
+        .arg(&probe)
+        .arg("bench")
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("CPython 3.12 via ctypes, warm caches");
+    println!("  {}", text.trim());
 }
