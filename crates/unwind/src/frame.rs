@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct ModuleId(pub u32);
 
 /// Index of a Python code object in the process's code table
-/// (see [`crate::python::Python::code`]).
+/// (see [`crate::python::Python::resolve`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CodeId(pub u32);
 

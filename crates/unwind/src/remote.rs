@@ -102,7 +102,7 @@ impl RemoteUnwinder {
     }
 
     /// Unwinds a copied stack into `out` (innermost first; `out.len()` is the depth
-    /// cap). Reads outside the copy end the stack as [`StackEnd::StackReadFailed`].
+    /// cap). Reads outside the copy end the stack as [`crate::StackEnd::StackReadFailed`].
     /// Does not allocate.
     pub fn unwind(
         &self,
