@@ -1,0 +1,176 @@
+//! What a captured stack is made of.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Index of a module in the unwinder's module registry. Stable for the unwinder's
+/// lifetime: a module keeps its id across refreshes, and an unloaded module's id is
+/// never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModuleId(pub u32);
+
+/// Index of a Python code object in the process's code table
+/// (see [`crate::python::Python::resolve`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeId(pub u32);
+
+/// One frame of a captured stack, innermost first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Frame {
+    /// Native code inside a known module.
+    Native {
+        /// The module.
+        module: ModuleId,
+        /// The address relative to the module's load bias, i.e. the ELF virtual
+        /// address as written in the file (what `addr2line -e FILE` takes).
+        offset: u64,
+        /// `true` for a return address (the call is the instruction before it),
+        /// `false` for the interrupted instruction of the innermost frame.
+        return_address: bool,
+    },
+    /// A Python function, spliced in place of the interpreter's eval-loop frame.
+    Python {
+        /// The code object.
+        code: CodeId,
+        /// Index of the executing instruction, in 2-byte code units.
+        instruction: u32,
+    },
+    /// Code without unwind information (JIT code, a module without `.eh_frame`, a
+    /// module loaded after the last refresh). Always the last frame of its stack.
+    Unknown {
+        /// The absolute address.
+        address: u64,
+    },
+}
+
+impl Frame {
+    /// The offset to symbolize: for a return address, one byte back, inside the
+    /// call instruction, so that the caller's line is found, not the next one's.
+    pub fn lookup_offset(&self) -> Option<u64> {
+        match *self {
+            Frame::Native {
+                offset,
+                return_address,
+                ..
+            } => Some(if return_address {
+                offset.saturating_sub(1)
+            } else {
+                offset
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl Default for Frame {
+    fn default() -> Self {
+        Frame::Unknown { address: 0 }
+    }
+}
+
+/// Why a stack ended. Only [`StackEnd::Root`] is a complete stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StackEnd {
+    /// The outermost frame's unwind info marks it as the root (glibc's `_start`,
+    /// `clone` and `clone3` mark their return address undefined).
+    Root,
+    /// An address in no known module, or in one without unwind info for it; the
+    /// stack ends with a [`Frame::Unknown`].
+    NoUnwindInfo,
+    /// An address in a module loaded after the module table was last refreshed;
+    /// the stack ends with a [`Frame::Unknown`].
+    ModuleNotInTable,
+    /// A stack read fell outside the thread's stack (or the copied window).
+    StackReadFailed,
+    /// The unwind info could not be applied (bad CFI, a loop, a garbage address).
+    UnwindFailed,
+    /// The output buffer was full: the stack was deeper than the depth cap.
+    DepthLimit,
+    /// All unwind caches were in use by other threads; nothing was captured.
+    Busy,
+}
+
+impl StackEnd {
+    /// `true` unless the stack reached a root frame.
+    pub fn is_truncated(self) -> bool {
+        self != StackEnd::Root
+    }
+}
+
+/// The result of one capture: `frames[..len]` of the caller's buffer are filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Captured {
+    /// Number of frames written.
+    pub len: usize,
+    /// How the native stack ended.
+    pub end: StackEnd,
+    /// Python frames spliced in (0 when the thread has no Python state).
+    pub python_frames: usize,
+    /// `true` when the Python frame chain was deeper than the depth cap.
+    pub python_truncated: bool,
+}
+
+/// Counters kept by an unwinder, read with [`Stats::snapshot`].
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub captures: AtomicU64,
+    pub truncated: AtomicU64,
+    pub unknown_frames: AtomicU64,
+    pub depth_limit: AtomicU64,
+    pub busy: AtomicU64,
+    pub stack_scans: AtomicU64,
+    pub python_stacks: AtomicU64,
+    pub python_truncated: AtomicU64,
+    pub python_unmatched: AtomicU64,
+    pub stale_table: AtomicU64,
+}
+
+/// A copy of an unwinder's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Stacks captured.
+    pub captures: u64,
+    /// Stacks that did not end at a root frame (every [`StackEnd`] but `Root`).
+    pub truncated: u64,
+    /// Stacks ending in a [`Frame::Unknown`] (code without unwind info).
+    pub unknown_frames: u64,
+    /// Stacks cut at the depth cap.
+    pub depth_limit: u64,
+    /// Captures dropped because every unwind cache was in use.
+    pub busy: u64,
+    /// Times a thread's stack bounds had to be looked up in `/proc/self/maps`.
+    pub stack_scans: u64,
+    /// Stacks with Python frames.
+    pub python_stacks: u64,
+    /// Python frame chains cut at the depth cap.
+    pub python_truncated: u64,
+    /// Python frames that matched no interpreter frame of the native stack (they
+    /// are appended at the outer end).
+    pub python_unmatched: u64,
+    /// Captures that found the module table older than the process's loaded
+    /// modules (call `refresh`).
+    pub stale_table: u64,
+}
+
+impl Stats {
+    pub(crate) fn snapshot(&self) -> StatsSnapshot {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            captures: l(&self.captures),
+            truncated: l(&self.truncated),
+            unknown_frames: l(&self.unknown_frames),
+            depth_limit: l(&self.depth_limit),
+            busy: l(&self.busy),
+            stack_scans: l(&self.stack_scans),
+            python_stacks: l(&self.python_stacks),
+            python_truncated: l(&self.python_truncated),
+            python_unmatched: l(&self.python_unmatched),
+            stale_table: l(&self.stale_table),
+        }
+    }
+
+    pub(crate) fn bump(a: &AtomicU64) {
+        a.fetch_add(1, Ordering::Relaxed);
+    }
+}

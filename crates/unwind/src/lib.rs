@@ -1,0 +1,62 @@
+//! Stack unwinding for gpuperf: complete native stacks without frame pointers, plus
+//! CPython frames, taken in process by the injection library or from a copied stack
+//! by the eBPF profiler.
+//!
+//! The shape follows framehop, which does the `.eh_frame` work: the caller supplies
+//! the module list (or lets [`LocalUnwinder`] read it with `dl_iterate_phdr`) and a
+//! way to read the stack; the unwinder returns frames as (module, offset) and
+//! nothing else. Symbols come later, from the module's path and build id (blazesym),
+//! so a process that has exited is symbolized like a live one.
+//!
+//! ```text
+//!             in process (inject)                 out of process (profiler)
+//!  modules    dl_iterate_phdr, sections in place   /proc/PID/maps + files (mmap)
+//!  registers  current_regs!() at the call site     copied by BPF at the probe
+//!  stack      own stack, bounded by its mapping    a copied window from sp
+//!                     \                                  /
+//!                      framehop walk (no allocation) + FDE coverage check
+//!                                      │
+//!                 [Frame::Native{module, offset}…, Frame::Python…, Frame::Unknown]
+//!                      + StackEnd (Root = complete; everything else truncated)
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use gpuperf_unwind::{Frame, LocalUnwinder, Options, StackEnd, MAX_FRAMES};
+//!
+//! let unwinder = LocalUnwinder::new(Options::default());
+//! let mut frames = [Frame::default(); MAX_FRAMES];
+//! let captured = unwinder.capture(0, &mut frames);
+//! assert!(captured.len > 0);
+//! let modules = unwinder.modules();
+//! if let Frame::Native { module, offset, .. } = frames[0] {
+//!     println!("{}+{offset:#x}", modules[module.0 as usize].path.display());
+//! }
+//! println!("complete: {}", captured.end == StackEnd::Root);
+//! ```
+//!
+//! # Threading and errors
+//!
+//! [`LocalUnwinder::capture`] may run on any thread at once, inside callbacks of
+//! other libraries: it never allocates, takes no lock of its own and never panics.
+//! How a stack ended is data ([`StackEnd`]), and every truncation is counted
+//! ([`StatsSnapshot`]). Building module tables reads files and returns [`Error`].
+
+#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
+
+mod error;
+mod frame;
+mod local;
+mod module;
+pub mod python;
+mod remote;
+mod stack;
+mod table;
+
+pub use error::{Error, Result};
+pub use frame::{Captured, CodeId, Frame, ModuleId, StackEnd, StatsSnapshot};
+pub use local::{LocalUnwinder, MAX_FRAMES, Options};
+pub use module::ModuleInfo;
+pub use remote::{Mapping, RemoteUnwinder, StackCopy, parse_maps};
+pub use table::{Regs, UnwindCache};

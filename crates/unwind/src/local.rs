@@ -1,0 +1,534 @@
+//! In-process unwinding: the calling thread's own stack, from the call site.
+//!
+//! ```text
+//! LocalUnwinder::new()          dl_iterate_phdr → module registry + table (allocates)
+//!        │
+//! capture(skip, &mut frames)    registers here → loader counters → thread's stack
+//!        │                      bounds → framehop walk over .eh_frame read in place
+//!        │                      → Python frames spliced in (if any) → frames
+//!        │                      (no allocation, no lock, no I/O once warm)
+//!        ▼
+//! refresh()                     after dlopen/dlclose (allocates; not on the hot path)
+//! ```
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_int, c_void};
+use std::ops::Range;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+
+use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
+use crate::module::{ModuleInfo, build_id_in_notes, union};
+use crate::python::{Python, PythonStatus};
+use crate::stack::StackTable;
+use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
+
+/// Options of a [`LocalUnwinder`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// Unwind caches, each usable by one capturing thread at a time; a capture that
+    /// finds all in use returns [`StackEnd::Busy`] (counted). Default is 32.
+    pub caches: usize,
+    /// Read Python frames when the process runs CPython 3.10–3.13. Default is `true`.
+    pub python: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            caches: 32,
+            python: true,
+        }
+    }
+}
+
+/// The default depth cap: callers size their frame buffer with it.
+pub const MAX_FRAMES: usize = 256;
+
+/// Unwinds the calling thread's stack in process. Share it between threads
+/// (`&self` everywhere); it is `Send + Sync`.
+pub struct LocalUnwinder {
+    current: AtomicPtr<Snapshot>,
+    /// Readers of the current snapshot, by epoch parity (a two-phase grace period,
+    /// so that a refresh frees the old snapshot only once no capture can use it).
+    readers: [AtomicUsize; 2],
+    epoch: AtomicUsize,
+    refresh_lock: Mutex<Registry>,
+    stale: AtomicBool,
+    caches: Box<[CacheSlot]>,
+    stacks: StackTable,
+    find_object: Option<FindObject>,
+    python: Option<Python>,
+    stats: Stats,
+}
+
+struct CacheSlot {
+    busy: AtomicBool,
+    cache: std::cell::UnsafeCell<UnwindCache>,
+}
+
+// SAFETY: a slot's cache is only touched by the thread that set `busy`.
+unsafe impl Sync for CacheSlot {}
+
+struct Snapshot {
+    table: Table,
+    adds: u64,
+    subs: u64,
+}
+
+#[derive(Default)]
+struct Registry {
+    modules: Vec<ModuleInfo>,
+    /// (bias, address of its program headers) → id: a module reloaded elsewhere or a
+    /// different file at the same place gets a new id.
+    ids: HashMap<(u64, usize), ModuleId>,
+}
+
+/// glibc's `struct dl_find_object` (2.35+).
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: *mut c_void,
+    map_end: *mut c_void,
+    link_map: *mut c_void,
+    eh_frame: *mut c_void,
+    reserved: [u64; 7],
+}
+
+type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
+
+impl LocalUnwinder {
+    /// Reads the loaded modules and prepares the caches. Allocates; call it once,
+    /// outside any callback that may run inside the allocator.
+    pub fn new(options: Options) -> LocalUnwinder {
+        // SAFETY: dlsym with a NUL-terminated name; the symbol, when present, is
+        // glibc's `_dl_find_object` with the declared signature.
+        let find_object = unsafe {
+            let p = libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr());
+            (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, FindObject>(p))
+        };
+        let caches = (0..options.caches.max(1))
+            .map(|_| CacheSlot {
+                busy: AtomicBool::new(false),
+                cache: std::cell::UnsafeCell::new(UnwindCache::new()),
+            })
+            .collect();
+        let mut registry = Registry::default();
+        let snapshot = build_snapshot(&mut registry);
+        let python = if options.python {
+            Python::detect(&registry.modules)
+        } else {
+            None
+        };
+        LocalUnwinder {
+            current: AtomicPtr::new(Box::into_raw(Box::new(snapshot))),
+            readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            epoch: AtomicUsize::new(0),
+            refresh_lock: Mutex::new(registry),
+            stale: AtomicBool::new(false),
+            caches,
+            stacks: StackTable::new(),
+            find_object,
+            python,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Rebuilds the module table if modules were loaded or unloaded since it was
+    /// built (glibc's `dlpi_adds`/`dlpi_subs` counters). Returns `true` if it did.
+    /// Allocates and takes an internal lock that captures never take: call it where
+    /// allocating is safe (after `dlopen`, from a background thread, or when
+    /// [`LocalUnwinder::needs_refresh`] says so).
+    pub fn refresh(&self) -> bool {
+        let mut registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (adds, subs) = loader_counters();
+        // SAFETY: the current snapshot is only freed below, under this lock.
+        let cur = unsafe { &*self.current.load(Ordering::Acquire) };
+        if (adds, subs) == (cur.adds, cur.subs) {
+            self.stale.store(false, Ordering::Relaxed);
+            return false;
+        }
+        let new = Box::into_raw(Box::new(build_snapshot(&mut registry)));
+        let old = self.current.swap(new, Ordering::SeqCst);
+        self.stale.store(false, Ordering::Relaxed);
+        // Two flips of the epoch, each waiting for the readers of the parity it
+        // left: every capture that could have loaded `old` has then finished.
+        for _ in 0..2 {
+            let e = self.epoch.fetch_add(1, Ordering::SeqCst);
+            while self.readers[e & 1].load(Ordering::SeqCst) != 0 {
+                std::thread::yield_now();
+            }
+        }
+        // SAFETY: `old` came from Box::into_raw and no reader holds it any more.
+        drop(unsafe { Box::from_raw(old) });
+        true
+    }
+
+    /// `true` when a capture found modules loaded or unloaded since the last
+    /// refresh (frames in new modules end as [`StackEnd::ModuleNotInTable`]).
+    pub fn needs_refresh(&self) -> bool {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    /// Every module seen so far, indexed by [`ModuleId`] (unloaded ones stay).
+    pub fn modules(&self) -> Vec<ModuleInfo> {
+        let registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
+        registry.modules.clone()
+    }
+
+    /// The Python reader, if this process runs a supported CPython.
+    pub fn python(&self) -> Option<&Python> {
+        self.python.as_ref()
+    }
+
+    /// Why Python frames are off, if they are.
+    pub fn python_status(&self) -> PythonStatus {
+        match &self.python {
+            Some(p) => p.status(),
+            None => PythonStatus::NotPython,
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Captures the calling thread's stack, innermost frame first, into `out`,
+    /// skipping the first `skip` frames above the caller (0: `out[0]` is the
+    /// caller of `capture`). Safe to call from any thread, from inside CUDA/CUPTI
+    /// callbacks and while another thread holds the allocator's lock: it does not
+    /// allocate, lock or (once the thread's stack bounds are known) make system
+    /// calls, except the loader's own recursive lock inside `dl_iterate_phdr`,
+    /// taken for the two counters. `out.len()` is the depth cap.
+    #[inline(never)]
+    pub fn capture(&self, skip: usize, out: &mut [Frame]) -> Captured {
+        let regs = crate::current_regs!();
+        // Frame 0 is `capture` itself.
+        self.capture_from(regs, skip + 1, out)
+    }
+
+    /// Like [`LocalUnwinder::capture`], from registers taken by the caller (on this
+    /// thread, in a frame that is still live).
+    pub fn capture_from(&self, regs: Regs, skip: usize, out: &mut [Frame]) -> Captured {
+        Stats::bump(&self.stats.captures);
+        let mut captured = Captured {
+            len: 0,
+            end: StackEnd::Busy,
+            python_frames: 0,
+            python_truncated: false,
+        };
+        let Some(slot) = self.acquire_cache() else {
+            Stats::bump(&self.stats.busy);
+            Stats::bump(&self.stats.truncated);
+            return captured;
+        };
+        let parity = self.epoch.load(Ordering::SeqCst) & 1;
+        self.readers[parity].fetch_add(1, Ordering::SeqCst);
+        // SAFETY: registered as a reader before loading; refresh frees a snapshot
+        // only after the readers of both parities drained.
+        let snap = unsafe { &*self.current.load(Ordering::SeqCst) };
+        let (adds, subs) = loader_counters();
+        if (adds, subs) != (snap.adds, snap.subs) {
+            self.stale.store(true, Ordering::Relaxed);
+            Stats::bump(&self.stats.stale_table);
+        }
+        let loader = LocalLoader {
+            find_object: self.find_object,
+            suspect: subs != snap.subs,
+        };
+        let (bounds, scanned) = self.stacks.bounds(regs.sp);
+        if scanned {
+            Stats::bump(&self.stats.stack_scans);
+        }
+        let (lo, hi) = bounds.unwrap_or((regs.sp, regs.sp));
+        let lo = lo.max(regs.sp.saturating_sub(128));
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            if addr >= lo && addr.checked_add(8).is_some_and(|end| end <= hi) {
+                // SAFETY: inside this thread's own stack mapping, which stays mapped
+                // while the thread runs.
+                Ok(unsafe { (addr as *const u64).read_unaligned() })
+            } else {
+                Err(())
+            }
+        };
+        // SAFETY: `slot.busy` is ours (acquire_cache), so is the cache.
+        let cache = unsafe { &mut *slot.cache.get() };
+        let (len, end) = walk(&snap.table, regs, cache, &mut read, &loader, skip, out);
+        captured.len = len;
+        captured.end = end;
+        if let Some(py) = &self.python {
+            py.splice(&snap.table, &self.stats, (lo, hi), out, &mut captured);
+        }
+        self.readers[parity].fetch_sub(1, Ordering::SeqCst);
+        slot.busy.store(false, Ordering::Release);
+        if end.is_truncated() {
+            Stats::bump(&self.stats.truncated);
+        }
+        if end == StackEnd::DepthLimit {
+            Stats::bump(&self.stats.depth_limit);
+        }
+        if matches!(out[..captured.len].last(), Some(Frame::Unknown { .. })) {
+            Stats::bump(&self.stats.unknown_frames);
+        }
+        captured
+    }
+
+    fn acquire_cache(&self) -> Option<&CacheSlot> {
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let n = self.caches.len();
+        let start = (me >> 12) % n;
+        (0..n).map(|i| &self.caches[(start + i) % n]).find(|s| {
+            s.busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+}
+
+impl Drop for LocalUnwinder {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no capture runs; the pointer came from Box::into_raw.
+        drop(unsafe { Box::from_raw(self.current.load(Ordering::Acquire)) });
+    }
+}
+
+struct LocalLoader {
+    find_object: Option<FindObject>,
+    /// Modules were unloaded since the table was built.
+    suspect: bool,
+}
+
+impl LocalLoader {
+    fn find(&self, address: u64) -> Option<DlFindObject> {
+        let f = self.find_object?;
+        let mut r = DlFindObject {
+            flags: 0,
+            map_start: std::ptr::null_mut(),
+            map_end: std::ptr::null_mut(),
+            link_map: std::ptr::null_mut(),
+            eh_frame: std::ptr::null_mut(),
+            reserved: [0; 7],
+        };
+        // SAFETY: glibc's lock-free, async-signal-safe lookup; `r` is a valid out
+        // parameter of the declared layout.
+        (unsafe { f(address as *mut c_void, &mut r) } == 0).then_some(r)
+    }
+}
+
+impl Loader for LocalLoader {
+    fn loaded_elsewhere(&self, address: u64) -> bool {
+        self.find(address).is_some()
+    }
+
+    fn still_loaded(&self, entry: &Entry, address: u64) -> bool {
+        if !self.suspect {
+            return true;
+        }
+        self.find(address)
+            .is_some_and(|r| r.eh_frame as u64 == entry.eh_frame_hdr_avma)
+    }
+}
+
+/// glibc's (adds, subs) counters, read through the first `dl_iterate_phdr` entry.
+fn loader_counters() -> (u64, u64) {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: called by dl_iterate_phdr with a valid entry; `data` is the
+        // (u64, u64) passed below.
+        unsafe {
+            let out = &mut *(data as *mut (u64, u64));
+            *out = ((*info).dlpi_adds, (*info).dlpi_subs);
+        }
+        1
+    }
+    let mut out = (0u64, 0u64);
+    // SAFETY: the callback matches the declared type and only writes `out`.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut out as *mut (u64, u64)).cast()) };
+    out
+}
+
+/// One loaded module as `dl_iterate_phdr` describes it.
+struct Loaded {
+    name: PathBuf,
+    bias: u64,
+    phdr: usize,
+    text: Option<Range<u64>>,
+    build_id: Vec<u8>,
+    cfi: Option<(Cfi, u64)>,
+}
+
+fn build_snapshot(registry: &mut Registry) -> Snapshot {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid entry and our Vec; the loader lock
+        // is held, so the module's segments stay mapped while we read them.
+        unsafe {
+            let out = &mut *(data as *mut (Vec<Loaded>, u64, u64));
+            out.1 = (*info).dlpi_adds;
+            out.2 = (*info).dlpi_subs;
+            if let Some(m) = read_loaded(&*info) {
+                out.0.push(m);
+            }
+        }
+        0
+    }
+    let mut found: (Vec<Loaded>, u64, u64) = (Vec::new(), 0, 0);
+    // SAFETY: the callback matches the declared type and only touches `found`.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(each),
+            (&mut found as *mut (Vec<Loaded>, u64, u64)).cast(),
+        )
+    };
+    let (loaded, adds, subs) = found;
+    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    let mut entries = Vec::with_capacity(loaded.len());
+    for m in loaded {
+        let Some(text) = m.text else { continue };
+        let id = *registry.ids.entry((m.bias, m.phdr)).or_insert_with(|| {
+            let id = ModuleId(registry.modules.len() as u32);
+            registry.modules.push(ModuleInfo {
+                path: if m.name.as_os_str().is_empty() {
+                    exe.clone()
+                } else {
+                    m.name.clone()
+                },
+                build_id: m.build_id.clone(),
+                bias: m.bias,
+                text: text.clone(),
+                has_unwind_info: m.cfi.is_some(),
+            });
+            id
+        });
+        let (cfi, hdr_avma) = match m.cfi {
+            Some((cfi, hdr)) => (Some(cfi), hdr),
+            None => (None, 0),
+        };
+        entries.push(Entry {
+            id,
+            avma: text,
+            bias: m.bias,
+            cfi,
+            eh_frame_hdr_avma: hdr_avma,
+        });
+    }
+    let names: Vec<String> = registry
+        .modules
+        .iter()
+        .map(|m| m.path.to_string_lossy().into_owned())
+        .collect();
+    let table = Table::new(entries, |id| names[id.0 as usize].clone());
+    Snapshot { table, adds, subs }
+}
+
+/// Reads one module's program headers in place.
+///
+/// # Safety
+/// `info` must come from `dl_iterate_phdr`, inside its callback.
+unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
+    let bias = info.dlpi_addr;
+    let name = if info.dlpi_name.is_null() {
+        PathBuf::new()
+    } else {
+        // SAFETY: the loader's NUL-terminated name.
+        PathBuf::from(std::ffi::OsStr::from_bytes(unsafe {
+            CStr::from_ptr(info.dlpi_name).to_bytes()
+        }))
+    };
+    // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
+    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let mut text = None;
+    let mut build_id = Vec::new();
+    let mut hdr = None;
+    for ph in phdrs {
+        let start = bias.wrapping_add(ph.p_vaddr);
+        match ph.p_type {
+            libc::PT_LOAD if ph.p_flags & libc::PF_X != 0 => {
+                text = Some(union(text, start..start + ph.p_memsz));
+            }
+            libc::PT_GNU_EH_FRAME => hdr = Some((ph.p_vaddr, ph.p_memsz)),
+            libc::PT_NOTE if build_id.is_empty() => {
+                // SAFETY: a note segment of a loaded module is mapped readable.
+                let notes =
+                    unsafe { std::slice::from_raw_parts(start as *const u8, ph.p_filesz as usize) };
+                build_id = build_id_in_notes(notes)
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default();
+            }
+            _ => {}
+        }
+    }
+    let cfi = hdr.and_then(|(hdr_svma, hdr_len)| {
+        let hdr_bytes = Bytes::InPlace {
+            ptr: bias.wrapping_add(hdr_svma) as *const u8,
+            len: hdr_len as usize,
+        };
+        let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr_svma);
+        let parsed = gimli::EhFrameHdr::new(&hdr_bytes, gimli::LittleEndian)
+            .parse(&bases, 8)
+            .ok()?;
+        let gimli::Pointer::Direct(eh_svma) = parsed.eh_frame_ptr() else {
+            return None;
+        };
+        // .eh_frame's length is not in the header: bound it by its segment's end.
+        let seg_end = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD)
+            .find(|p| p.p_vaddr <= eh_svma && eh_svma < p.p_vaddr + p.p_memsz)
+            .map(|p| p.p_vaddr + p.p_memsz)?;
+        let text_svma = text.as_ref().map_or(0, |t| t.start.wrapping_sub(bias));
+        Some((
+            Cfi {
+                eh_frame: Bytes::InPlace {
+                    ptr: bias.wrapping_add(eh_svma) as *const u8,
+                    len: (seg_end - eh_svma) as usize,
+                },
+                eh_frame_svma: eh_svma,
+                hdr: Some((hdr_bytes, hdr_svma)),
+                text_svma,
+            },
+            bias.wrapping_add(hdr_svma),
+        ))
+    });
+    Some(Loaded {
+        name,
+        bias,
+        phdr: info.dlpi_phdr as usize,
+        text,
+        build_id,
+        cfi,
+    })
+}
+
+/// The registers at the point where this macro expands: rip, rsp, rbp read in one
+/// asm block so that they agree with the unwind info at that instruction.
+#[macro_export]
+macro_rules! current_regs {
+    () => {{
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers; touches no memory.
+        unsafe {
+            ::core::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags)
+            );
+        }
+        $crate::Regs { ip, sp, bp }
+    }};
+}

@@ -1,0 +1,765 @@
+//! CPython frames of the calling thread, read without the GIL.
+//!
+//! ```text
+//! detect()   dlsym: Py_GetVersion, PyGILState_GetThisThreadState, type objects,
+//!            _PyEval_EvalFrameDefault (its range, to splice), 3.13: _PyRuntime
+//!            → one version's Layout (v3_10 … v3_13; 3.13 from _Py_DebugOffsets)
+//! splice()   thread state → frame chain → (code, instruction) per frame, grouped
+//!            by eval-loop invocation → each group replaces one native
+//!            _PyEval_EvalFrameDefault frame (as py-spy --native does)
+//! resolve()  code table (copied at first sight) → `module.function (file:line)`
+//! ```
+//!
+//! **The thread state.** `PyGILState_GetThisThreadState` reads the thread-specific
+//! slot the interpreter sets for every thread it knows (`pthread_getspecific`): no
+//! lock, and unlike the current-thread pointer (`_PyThreadState_GET`, the
+//! `_Py_tss_tstate` TLS of 3.12+) it stays set while the thread has released the
+//! GIL, as ctypes, PyTorch and Triton do around native calls. It is NULL on threads
+//! the interpreter never saw, which then keep their native frames only.
+//!
+//! **Reads.** Every pointer read from the chain is checked before it is used:
+//! memory on the thread's own stack is read directly, other memory only in pages
+//! already proven readable (a fixed cache), after a `process_vm_readv` of this
+//! process that fails cleanly instead of faulting. Type objects are compared with
+//! the interpreter's (`PyCode_Type`, `PyUnicode_Type`, `PyBytes_Type`). On any
+//! mismatch Python frames are turned off for the process, with a reason
+//! ([`PythonStatus::Disabled`]); the native stack is still taken.
+//!
+//! **Depth.** At most [`MAX_PYTHON_FRAMES`] Python frames per stack; deeper chains
+//! are cut at the outer end and counted.
+//!
+//! **Code objects.** The first time a code object is seen, its qualified name, file
+//! name, first line and line table are copied into a fixed arena (allocated at
+//! set-up), so frames can be resolved later, off the hot path.
+
+mod layout;
+mod linetable;
+mod v3_10;
+mod v3_11;
+mod v3_12;
+mod v3_13;
+
+use std::cell::UnsafeCell;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use layout::{FrameKind, Layout, LineTable};
+
+use crate::frame::{Captured, CodeId, Frame, ModuleId, StackEnd, Stats};
+use crate::module::ModuleInfo;
+use crate::table::Table;
+
+/// Python frames kept per stack; deeper chains are truncated (and counted).
+pub const MAX_PYTHON_FRAMES: usize = 256;
+
+/// Code objects the table holds; later ones are shown as unresolved frames.
+const CODE_SLOTS: usize = 16384;
+/// Bytes for copied names and line tables.
+const ARENA_BYTES: usize = 4 << 20;
+/// Pages proven readable.
+const PAGE_SLOTS: usize = 4096;
+
+/// Whether Python frames are read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PythonStatus {
+    /// The process runs no CPython (or Python frames were not asked for).
+    NotPython,
+    /// A CPython this crate cannot read (the version is given).
+    Unsupported(String),
+    /// Python frames are read (CPython 3.`minor`).
+    Active {
+        /// The minor version.
+        minor: u8,
+    },
+    /// Turned off after an inconsistency; the reason says what was wrong.
+    Disabled {
+        /// The minor version.
+        minor: u8,
+        /// What failed.
+        reason: &'static str,
+    },
+}
+
+/// A resolved Python frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PythonFrame {
+    /// `module.qualified_name`, the module being the file's stem.
+    pub function: String,
+    /// The code object's file name.
+    pub file: String,
+    /// The line, 0 if the instruction has none.
+    pub line: u32,
+}
+
+impl std::fmt::Display for PythonFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let file = self.file.rsplit('/').next().unwrap_or(&self.file);
+        write!(f, "{} ({file}:{})", self.function, self.line)
+    }
+}
+
+/// The Python frame reader of this process.
+pub struct Python {
+    layout: Layout,
+    this_thread_state: unsafe extern "C" fn() -> *mut c_void,
+    code_type: u64,
+    unicode_type: u64,
+    bytes_type: u64,
+    eval_module: ModuleId,
+    eval_range: Range<u64>,
+    pid: libc::pid_t,
+    disabled: AtomicU8,
+    codes: Box<[CodeSlot]>,
+    arena: Box<[UnsafeCell<u8>]>,
+    arena_used: AtomicUsize,
+    pages: Box<[AtomicU64]>,
+    overflow: AtomicBool,
+}
+
+// SAFETY: the arena's bytes are written once, by the thread that reserved them
+// (fetch_add), before the slot that refers to them is published (Release); they are
+// read only after an Acquire load of that slot's state.
+unsafe impl Sync for Python {}
+
+#[derive(Default)]
+struct CodeSlot {
+    /// Code object address (0 = empty).
+    key: AtomicU64,
+    /// 0 empty, 1 being written, 2 ready.
+    state: AtomicU8,
+    /// Identity checks: the first line and the line table's address.
+    first_line: AtomicU32,
+    line_table_ptr: AtomicU64,
+    /// Arena ranges: qualname, file, line table (start << 32 | len).
+    qualname: AtomicU64,
+    file: AtomicU64,
+    line_table: AtomicU64,
+}
+
+/// Reasons for turning Python frames off; static so that setting one never
+/// allocates.
+mod reason {
+    pub const FRAME_UNREADABLE: &str = "a frame pointer points at unreadable memory";
+    pub const CODE_UNREADABLE: &str = "a code object pointer points at unreadable memory";
+    pub const CODE_TYPE: &str = "a frame's code object is not of type `code`";
+    pub const STRING: &str = "a code object's name or file is not a `str`";
+    pub const LINE_TABLE: &str = "a code object's line table is not `bytes`";
+    pub const INSTRUCTION: &str = "a frame's instruction pointer is outside its code object";
+    pub const CHAIN: &str = "the thread state's frame chain is unreadable";
+    pub const ALL: [&str; 7] = [
+        FRAME_UNREADABLE,
+        CODE_UNREADABLE,
+        CODE_TYPE,
+        STRING,
+        LINE_TABLE,
+        INSTRUCTION,
+        CHAIN,
+    ];
+}
+
+/// One Python frame as read.
+#[derive(Clone, Copy, Default)]
+struct Raw {
+    code: u32,
+    instruction: u32,
+    /// This frame is the outermost of its eval-loop invocation.
+    group_end: bool,
+}
+
+unsafe extern "C" {
+    fn dladdr1(
+        addr: *const c_void,
+        info: *mut libc::Dl_info,
+        extra: *mut *mut c_void,
+        flags: c_int,
+    ) -> c_int;
+}
+const RTLD_DL_SYMENT: c_int = 1;
+
+fn sym(name: &CStr) -> Option<u64> {
+    // SAFETY: a NUL-terminated name; dlsym has no other precondition.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p as u64)
+}
+
+impl Python {
+    /// Finds the CPython in this process, if any. Allocates; not on the hot path.
+    pub(crate) fn detect(modules: &[ModuleInfo]) -> Option<Python> {
+        let get_version = sym(c"Py_GetVersion")?;
+        // SAFETY: CPython's `const char *Py_GetVersion(void)`, which returns a
+        // static string and needs no GIL.
+        let version = unsafe {
+            let f: unsafe extern "C" fn() -> *const c_char =
+                std::mem::transmute(get_version as usize);
+            CStr::from_ptr(f()).to_string_lossy().into_owned()
+        };
+        let minor: u8 = version
+            .strip_prefix("3.")
+            .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|m| m.parse().ok())?;
+        let layout = match minor {
+            10 => v3_10::LAYOUT,
+            11 => v3_11::LAYOUT,
+            12 => v3_12::LAYOUT,
+            13 => {
+                let rt = sym(c"_PyRuntime")?;
+                // SAFETY: `_PyRuntime` starts with `_Py_DebugOffsets` in 3.13; the
+                // reads stay inside its 584 bytes.
+                unsafe {
+                    let cookie = std::slice::from_raw_parts(rt as *const u8, 8);
+                    let version = (rt as *const u64).add(1).read();
+                    v3_13::layout(cookie, version, |off| {
+                        ((rt + off) as *const u64).read_unaligned()
+                    })?
+                }
+            }
+            _ => return None,
+        };
+        let tstate_fn = sym(c"PyGILState_GetThisThreadState")?;
+        let eval = sym(c"_PyEval_EvalFrameDefault")?;
+        let mut info: libc::Dl_info = unsafe_zeroed_dl_info();
+        let mut esym: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-parameters; RTLD_DL_SYMENT stores an `Elf64_Sym *`.
+        let size = unsafe {
+            if dladdr1(eval as *const c_void, &mut info, &mut esym, RTLD_DL_SYMENT) == 0
+                || esym.is_null()
+            {
+                return None;
+            }
+            (*(esym as *const libc::Elf64_Sym)).st_size
+        };
+        let (index, m) = modules
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.text.contains(&eval))?;
+        let start = eval - m.bias;
+        Some(Python {
+            layout,
+            // SAFETY: CPython's `PyThreadState *PyGILState_GetThisThreadState(void)`.
+            this_thread_state: unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(
+                    tstate_fn as usize,
+                )
+            },
+            code_type: sym(c"PyCode_Type")?,
+            unicode_type: sym(c"PyUnicode_Type")?,
+            bytes_type: sym(c"PyBytes_Type")?,
+            eval_module: ModuleId(index as u32),
+            eval_range: start..start + size.max(1),
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
+            disabled: AtomicU8::new(0),
+            codes: (0..CODE_SLOTS).map(|_| CodeSlot::default()).collect(),
+            arena: (0..ARENA_BYTES).map(|_| UnsafeCell::new(0)).collect(),
+            arena_used: AtomicUsize::new(0),
+            pages: (0..PAGE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            overflow: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether Python frames are read, and why not.
+    pub fn status(&self) -> PythonStatus {
+        match self.disabled.load(Ordering::Relaxed) {
+            0 => PythonStatus::Active {
+                minor: self.layout.minor,
+            },
+            n => PythonStatus::Disabled {
+                minor: self.layout.minor,
+                reason: reason::ALL[usize::from(n - 1)],
+            },
+        }
+    }
+
+    fn disable(&self, why: &'static str) {
+        let n = reason::ALL.iter().position(|r| *r == why).unwrap_or(0) as u8 + 1;
+        let _ = self
+            .disabled
+            .compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// `true` if the code table or its arena filled up (later code objects are
+    /// shown unresolved).
+    pub fn code_table_full(&self) -> bool {
+        self.overflow.load(Ordering::Relaxed)
+    }
+
+    /// Resolves a Python frame to `module.function`, file and line. Off the hot
+    /// path (allocates the strings).
+    pub fn resolve(&self, code: CodeId, instruction: u32) -> Option<PythonFrame> {
+        let slot = self.codes.get(code.0 as usize)?;
+        if slot.state.load(Ordering::Acquire) != 2 {
+            return None;
+        }
+        let text = |r: &AtomicU64| {
+            String::from_utf8_lossy(self.arena_slice(r.load(Ordering::Relaxed))).into_owned()
+        };
+        let qualname = text(&slot.qualname);
+        let file = text(&slot.file);
+        let table = self.arena_slice(slot.line_table.load(Ordering::Relaxed));
+        let first = slot.first_line.load(Ordering::Relaxed) as i32;
+        let line = match self.layout.line_table {
+            LineTable::V310 => linetable::line_310(table, first, instruction.saturating_mul(2)),
+            LineTable::Locations => linetable::line_locations(table, first, instruction),
+        };
+        let stem = file.rsplit('/').next().unwrap_or(&file);
+        let module = stem.strip_suffix(".py").unwrap_or(stem);
+        Some(PythonFrame {
+            function: format!("{module}.{qualname}"),
+            file,
+            line: line.unwrap_or(0),
+        })
+    }
+
+    fn arena_slice(&self, packed: u64) -> &[u8] {
+        let (start, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+        let Some(cells) = self.arena.get(start..start + len) else {
+            return &[];
+        };
+        // SAFETY: published bytes are never written again (see `impl Sync`);
+        // UnsafeCell<u8> has u8's layout.
+        unsafe { std::slice::from_raw_parts(cells.as_ptr().cast::<u8>(), len) }
+    }
+
+    /// Reads the calling thread's Python frames and splices them into the native
+    /// frames `out[..captured.len]`. `stack` is the thread's stack mapping.
+    pub(crate) fn splice(
+        &self,
+        _table: &Table,
+        stats: &Stats,
+        stack: (u64, u64),
+        out: &mut [Frame],
+        captured: &mut Captured,
+    ) {
+        if self.disabled.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        // SAFETY: the interpreter's lock-free accessor (see the module docs).
+        let tstate = unsafe { (self.this_thread_state)() } as u64;
+        if tstate == 0 {
+            return;
+        }
+        let mut raw = [Raw::default(); MAX_PYTHON_FRAMES];
+        let (n, truncated) = match self.read_chain(tstate, stack, &mut raw) {
+            Ok(r) => r,
+            Err(why) => {
+                self.disable(why);
+                return;
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        Stats::bump(&stats.python_stacks);
+        let raw = &raw[..n];
+        // Merge: each native eval-loop frame becomes its group of Python frames.
+        let native_len = captured.len;
+        let mut native = [Frame::default(); crate::MAX_FRAMES];
+        let native_len = native_len.min(native.len());
+        native[..native_len].copy_from_slice(&out[..native_len]);
+        let mut w = 0;
+        let mut p = 0;
+        let mut full = false;
+        let mut put = |f: Frame, w: &mut usize| -> bool {
+            match out.get_mut(*w) {
+                Some(s) => {
+                    *s = f;
+                    *w += 1;
+                    true
+                }
+                None => false,
+            }
+        };
+        let mut spliced = 0;
+        'native: for f in &native[..native_len] {
+            let is_eval = matches!(*f, Frame::Native { module, .. } if module == self.eval_module)
+                && f.lookup_offset()
+                    .is_some_and(|o| self.eval_range.contains(&o));
+            if is_eval && p < raw.len() {
+                while p < raw.len() {
+                    let r = raw[p];
+                    p += 1;
+                    let frame = Frame::Python {
+                        code: CodeId(r.code),
+                        instruction: r.instruction,
+                    };
+                    if !put(frame, &mut w) {
+                        full = true;
+                        break 'native;
+                    }
+                    spliced += 1;
+                    if r.group_end {
+                        break;
+                    }
+                }
+                continue;
+            }
+            if !put(*f, &mut w) {
+                full = true;
+                break;
+            }
+        }
+        if !full && p < raw.len() {
+            // Python frames no native eval frame accounts for (a truncated native
+            // stack, or an eval frame outside the symbol's range): keep them at
+            // the outer end, counted.
+            stats
+                .python_unmatched
+                .fetch_add((raw.len() - p) as u64, Ordering::Relaxed);
+            for r in &raw[p..] {
+                let frame = Frame::Python {
+                    code: CodeId(r.code),
+                    instruction: r.instruction,
+                };
+                if !put(frame, &mut w) {
+                    full = true;
+                    break;
+                }
+                spliced += 1;
+            }
+        }
+        captured.len = w;
+        captured.python_frames = spliced;
+        captured.python_truncated = truncated || full;
+        if captured.python_truncated {
+            Stats::bump(&stats.python_truncated);
+        }
+        if full || truncated {
+            captured.end = StackEnd::DepthLimit;
+        }
+    }
+
+    /// The frame chain, innermost first, into `raw`: (frames, truncated).
+    fn read_chain(
+        &self,
+        tstate: u64,
+        stack: (u64, u64),
+        raw: &mut [Raw],
+    ) -> Result<(usize, bool), &'static str> {
+        let l = &self.layout;
+        // The thread state is the interpreter's own, live while the thread is.
+        let rd = |a: u64| -> u64 {
+            // SAFETY: inside the live PyThreadState / _PyCFrame of this thread.
+            unsafe { (a as *const u64).read_unaligned() }
+        };
+        let mut frame = rd(tstate + l.tstate_frame);
+        if let Some(off) = l.cframe_current {
+            if frame == 0 {
+                return Ok((0, false));
+            }
+            if !self.readable(frame, off + 8, stack) {
+                return Err(reason::CHAIN);
+            }
+            frame = rd(frame + off);
+        }
+        let mut n: usize = 0;
+        let mut steps = 0;
+        while frame != 0 {
+            // Bounded: a cycle in a corrupted chain ends at the cap.
+            steps += 1;
+            if steps > 4 * raw.len() {
+                return Ok((n, true));
+            }
+            if !frame.is_multiple_of(8) || !self.readable(frame, l.frame_size, stack) {
+                return Err(reason::FRAME_UNREADABLE);
+            }
+            let previous = rd(frame + l.frame_previous);
+            let owner = l.frame_owner.map(|o| {
+                // SAFETY: within the frame just checked.
+                unsafe { *((frame + o) as *const u8) }
+            });
+            if let FrameKind::Interpreter {
+                cstack_owner: Some(cs),
+            } = l.frame_kind
+                && owner == Some(cs)
+            {
+                // The shim frame of an eval-loop invocation: the frames before it
+                // (inner) were that invocation's.
+                if let Some(last) = n.checked_sub(1) {
+                    raw[last].group_end = true;
+                }
+                frame = previous;
+                continue;
+            }
+            if n == raw.len() {
+                return Ok((n, true));
+            }
+            let code = rd(frame + l.frame_code);
+            let id = self.code_id(code, stack)?;
+            let instruction = match l.frame_kind {
+                FrameKind::Object => {
+                    // SAFETY: within the frame just checked.
+                    let lasti = unsafe { ((frame + l.frame_instr) as *const i32).read_unaligned() };
+                    lasti.max(0) as u32
+                }
+                FrameKind::Interpreter { .. } => {
+                    let ptr = rd(frame + l.frame_instr);
+                    let base = code + l.code_adaptive.unwrap_or(0);
+                    if ptr < base || ptr - base > (64 << 20) {
+                        return Err(reason::INSTRUCTION);
+                    }
+                    ((ptr - base) / 2) as u32
+                }
+            };
+            let is_entry = l.frame_is_entry.is_some_and(|o| {
+                // SAFETY: within the frame just checked.
+                unsafe { *((frame + o) as *const u8) != 0 }
+            });
+            raw[n] = Raw {
+                code: id,
+                instruction,
+                group_end: l.frame_kind == FrameKind::Object || is_entry,
+            };
+            n += 1;
+            frame = previous;
+        }
+        Ok((n, false))
+    }
+
+    /// The code table index of a code object, copying it the first time.
+    fn code_id(&self, code: u64, stack: (u64, u64)) -> Result<u32, &'static str> {
+        let l = &self.layout;
+        let span = l
+            .code_linetable
+            .max(l.code_firstlineno)
+            .max(l.code_qualname)
+            + 8;
+        if !code.is_multiple_of(8) || !self.readable(code, span, stack) {
+            return Err(reason::CODE_UNREADABLE);
+        }
+        // SAFETY: inside the code object just checked readable.
+        let rd = |a: u64| unsafe { (a as *const u64).read_unaligned() };
+        if rd(code + 8) != self.code_type {
+            return Err(reason::CODE_TYPE);
+        }
+        // SAFETY: as above.
+        let first_line =
+            unsafe { ((code + l.code_firstlineno) as *const i32).read_unaligned() } as u32;
+        let table_ptr = rd(code + l.code_linetable);
+        let start = ((code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % CODE_SLOTS;
+        for i in 0..32 {
+            let idx = (start + i) % CODE_SLOTS;
+            let slot = &self.codes[idx];
+            let key = slot.key.load(Ordering::Acquire);
+            if key == code {
+                if slot.state.load(Ordering::Acquire) == 2
+                    && slot.first_line.load(Ordering::Relaxed) == first_line
+                    && slot.line_table_ptr.load(Ordering::Relaxed) == table_ptr
+                {
+                    return Ok(idx as u32);
+                }
+                // Being written by another thread, or a new code object at a
+                // freed one's address: take another slot.
+                continue;
+            }
+            if key == 0
+                && slot
+                    .key
+                    .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                slot.state.store(1, Ordering::Relaxed);
+                let qualname = self.copy_str(rd(code + l.code_qualname), stack)?;
+                let file = self.copy_str(rd(code + l.code_filename), stack)?;
+                let table = self.copy_bytes(table_ptr, stack)?;
+                slot.first_line.store(first_line, Ordering::Relaxed);
+                slot.line_table_ptr.store(table_ptr, Ordering::Relaxed);
+                slot.qualname.store(qualname, Ordering::Relaxed);
+                slot.file.store(file, Ordering::Relaxed);
+                slot.line_table.store(table, Ordering::Relaxed);
+                slot.state.store(2, Ordering::Release);
+                return Ok(idx as u32);
+            }
+        }
+        self.overflow.store(true, Ordering::Relaxed);
+        Ok(u32::MAX)
+    }
+
+    /// Copies a `str` object's text into the arena as UTF-8.
+    fn copy_str(&self, obj: u64, stack: (u64, u64)) -> Result<u64, &'static str> {
+        let l = &self.layout;
+        let mut head = [0u8; 128];
+        let hlen = l.compact_size as usize;
+        if !obj.is_multiple_of(8)
+            || hlen > head.len()
+            || !self.safe_read(obj, &mut head[..hlen], stack)
+        {
+            return Err(reason::STRING);
+        }
+        let field = |o: u64, n: usize| -> Option<u64> {
+            let b = head.get(o as usize..(o as usize).checked_add(n)?)?;
+            let mut v = [0u8; 8];
+            v[..n].copy_from_slice(b);
+            Some(u64::from_le_bytes(v))
+        };
+        let (Some(ty), Some(len), Some(state)) = (
+            field(8, 8),
+            field(l.unicode_length, 8),
+            field(l.unicode_state, 4),
+        ) else {
+            return Err(reason::STRING);
+        };
+        if ty != self.unicode_type {
+            return Err(reason::STRING);
+        }
+        let len = len.min(1024) as usize;
+        let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
+        if compact == 0 || !(1..=4).contains(&kind) || kind == 3 {
+            return Err(reason::STRING);
+        }
+        let data = obj
+            + if ascii == 1 {
+                l.ascii_size
+            } else {
+                l.compact_size
+            };
+        let mut buf = [0u8; 4096];
+        let raw = &mut buf[..len * kind as usize];
+        if !self.safe_read(data, raw, stack) {
+            return Err(reason::STRING);
+        }
+        let mut utf8 = [0u8; 4096];
+        let mut w = 0;
+        for c in raw.chunks_exact(kind as usize) {
+            let cp = match kind {
+                1 => u32::from(c[0]),
+                2 => u32::from(u16::from_le_bytes([c[0], c[1]])),
+                _ => u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+            };
+            let ch = char::from_u32(cp).unwrap_or('?');
+            if w + ch.len_utf8() > utf8.len() {
+                break;
+            }
+            w += ch.encode_utf8(&mut utf8[w..]).len();
+        }
+        Ok(self.arena_put(&utf8[..w]))
+    }
+
+    /// Copies a `bytes` object's contents into the arena.
+    fn copy_bytes(&self, obj: u64, stack: (u64, u64)) -> Result<u64, &'static str> {
+        let l = &self.layout;
+        let mut head = [0u8; 64];
+        let n = l.bytes_data as usize;
+        if !obj.is_multiple_of(8) || n > head.len() || !self.safe_read(obj, &mut head[..n], stack) {
+            return Err(reason::LINE_TABLE);
+        }
+        let field = |o: u64| -> Option<u64> {
+            Some(u64::from_le_bytes(
+                head.get(o as usize..o as usize + 8)?.try_into().ok()?,
+            ))
+        };
+        let (Some(ty), Some(len)) = (field(8), field(l.bytes_size)) else {
+            return Err(reason::LINE_TABLE);
+        };
+        if ty != self.bytes_type {
+            return Err(reason::LINE_TABLE);
+        }
+        let len = len as usize;
+        if len > 1 << 20 {
+            return Err(reason::LINE_TABLE);
+        }
+        let Some(start) = self.arena_reserve(len) else {
+            return Ok(0);
+        };
+        // SAFETY: the reserved range is ours alone until published.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.arena[start..start + len].as_ptr() as *mut u8, len)
+        };
+        if !self.safe_read(obj + l.bytes_data, dst, stack) {
+            return Err(reason::LINE_TABLE);
+        }
+        Ok((start as u64) << 32 | len as u64)
+    }
+
+    fn arena_reserve(&self, len: usize) -> Option<usize> {
+        let start = self.arena_used.fetch_add(len, Ordering::Relaxed);
+        if start + len > self.arena.len() {
+            self.overflow.store(true, Ordering::Relaxed);
+            return None;
+        }
+        Some(start)
+    }
+
+    fn arena_put(&self, bytes: &[u8]) -> u64 {
+        let Some(start) = self.arena_reserve(bytes.len()) else {
+            return 0;
+        };
+        for (cell, b) in self.arena[start..start + bytes.len()].iter().zip(bytes) {
+            // SAFETY: the reserved range is ours alone until published.
+            unsafe { *cell.get() = *b };
+        }
+        (start as u64) << 32 | bytes.len() as u64
+    }
+
+    /// May `[addr, addr+len)` be read directly? The thread's stack may; other
+    /// memory once its pages were read successfully by `process_vm_readv`.
+    fn readable(&self, addr: u64, len: u64, stack: (u64, u64)) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        if stack.0 <= addr && end <= stack.1 {
+            return true;
+        }
+        let (first, last) = (addr >> 12, (end - 1) >> 12);
+        if (first..=last).all(|p| self.page_known(p)) {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        for p in first..=last {
+            let a = (p << 12).max(addr);
+            if !self.vm_read(a, &mut probe) {
+                return false;
+            }
+            self.pages[Self::page_slot(p)].store(p + 1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    fn page_slot(page: u64) -> usize {
+        (page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % PAGE_SLOTS
+    }
+
+    fn page_known(&self, page: u64) -> bool {
+        self.pages[Self::page_slot(page)].load(Ordering::Relaxed) == page + 1
+    }
+
+    /// Reads through `process_vm_readv` (never faults) unless already readable.
+    fn safe_read(&self, addr: u64, dst: &mut [u8], stack: (u64, u64)) -> bool {
+        if dst.is_empty() {
+            return true;
+        }
+        if self.readable(addr, dst.len() as u64, stack) {
+            // SAFETY: checked readable above.
+            unsafe {
+                std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len())
+            };
+            return true;
+        }
+        false
+    }
+
+    fn vm_read(&self, addr: u64, dst: &mut [u8]) -> bool {
+        let local = libc::iovec {
+            iov_base: dst.as_mut_ptr().cast(),
+            iov_len: dst.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut c_void,
+            iov_len: dst.len(),
+        };
+        // SAFETY: reads this process's memory into `dst`; a bad address returns
+        // EFAULT instead of faulting.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        n == dst.len() as isize
+    }
+}
+
+fn unsafe_zeroed_dl_info() -> libc::Dl_info {
+    libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    }
+}

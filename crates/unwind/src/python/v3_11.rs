@@ -1,0 +1,30 @@
+//! CPython 3.11: `_PyInterpreterFrame`s in the thread's data stack, reached through
+//! `tstate->cframe->current_frame`; one eval-loop C frame runs frames up to and
+//! including one marked `is_entry`. Offsets from the 3.11 headers.
+
+use super::layout::{FrameKind, Layout, LineTable};
+
+pub(crate) const LAYOUT: Layout = Layout {
+    minor: 11,
+    tstate_frame: 56, // PyThreadState.cframe
+    cframe_current: Some(8),
+    frame_kind: FrameKind::Interpreter { cstack_owner: None },
+    frame_size: 72,
+    frame_previous: 48,
+    frame_code: 32,  // f_code
+    frame_instr: 56, // prev_instr
+    frame_owner: Some(69),
+    frame_is_entry: Some(68),
+    code_filename: 112,
+    code_qualname: 128,
+    code_linetable: 136,
+    code_firstlineno: 72,
+    code_adaptive: Some(184),
+    line_table: LineTable::Locations,
+    unicode_state: 32,
+    unicode_length: 16,
+    ascii_size: 48,
+    compact_size: 72,
+    bytes_size: 16,
+    bytes_data: 32,
+};

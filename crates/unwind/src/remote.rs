@@ -1,0 +1,262 @@
+//! Out-of-process unwinding: another process's stack, from a copy of its top and its
+//! registers (what the eBPF profiler takes at a probe), with unwind info read from
+//! the module files.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::{Object, ObjectSection, ObjectSegment};
+
+use crate::error::{Error, Result};
+use crate::frame::{Captured, Frame, ModuleId};
+use crate::module::ModuleInfo;
+use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
+
+/// A file mapping of the target process: one executable line of `/proc/PID/maps`,
+/// or the same facts recorded earlier (so that a process can be unwound after it
+/// exited, as long as its files are still there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// Absolute address range.
+    pub avma: Range<u64>,
+    /// File offset of `avma.start`.
+    pub file_offset: u64,
+    /// The file. Read through `/proc/PID/root` by [`RemoteUnwinder::from_pid`].
+    pub path: PathBuf,
+}
+
+/// Unwinds copied stacks of one process.
+pub struct RemoteUnwinder {
+    table: Table,
+    modules: Vec<ModuleInfo>,
+}
+
+/// A copy of the top of a thread's stack.
+#[derive(Clone, Copy, Debug)]
+pub struct StackCopy<'a> {
+    /// The address of `bytes[0]` in the target (its stack pointer at the copy).
+    pub start: u64,
+    /// The bytes.
+    pub bytes: &'a [u8],
+}
+
+impl RemoteUnwinder {
+    /// Reads `/proc/PID/maps` and the ELF files of its executable mappings. Modules
+    /// that cannot be read are skipped (their frames end stacks as
+    /// [`crate::StackEnd::NoUnwindInfo`]); the second value lists them with the reason.
+    pub fn from_pid(pid: u32) -> Result<(RemoteUnwinder, Vec<Error>)> {
+        let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
+        let text = std::fs::read_to_string(&maps_path).map_err(|source| Error::Io {
+            path: maps_path.clone(),
+            source,
+        })?;
+        let mappings = parse_maps(&text, &maps_path)?;
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        Ok(Self::from_mappings_in(&mappings, Some(&root)))
+    }
+
+    /// Builds the table from mappings (for instance a module table recorded while
+    /// the process ran). Unreadable files are skipped and returned as errors.
+    pub fn from_mappings(mappings: &[Mapping]) -> (RemoteUnwinder, Vec<Error>) {
+        Self::from_mappings_in(mappings, None)
+    }
+
+    fn from_mappings_in(mappings: &[Mapping], root: Option<&Path>) -> (RemoteUnwinder, Vec<Error>) {
+        let mut modules = Vec::new();
+        let mut entries = Vec::new();
+        let mut errors = Vec::new();
+        for m in mappings {
+            let file = match root {
+                Some(r) => r.join(m.path.strip_prefix("/").unwrap_or(&m.path)),
+                None => m.path.clone(),
+            };
+            match read_module(&file, m) {
+                Ok((mut info, cfi)) => {
+                    info.path = m.path.clone();
+                    let id = ModuleId(modules.len() as u32);
+                    entries.push(Entry {
+                        id,
+                        avma: m.avma.clone(),
+                        bias: info.bias,
+                        cfi,
+                        eh_frame_hdr_avma: 0,
+                    });
+                    modules.push(info);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let names: Vec<String> = modules
+            .iter()
+            .map(|m: &ModuleInfo| m.path.to_string_lossy().into_owned())
+            .collect();
+        let table = Table::new(entries, |id| names[id.0 as usize].clone());
+        (RemoteUnwinder { table, modules }, errors)
+    }
+
+    /// The modules, indexed by [`ModuleId`].
+    pub fn modules(&self) -> &[ModuleInfo] {
+        &self.modules
+    }
+
+    /// Unwinds a copied stack into `out` (innermost first; `out.len()` is the depth
+    /// cap). Reads outside the copy end the stack as [`crate::StackEnd::StackReadFailed`].
+    /// Does not allocate.
+    pub fn unwind(
+        &self,
+        regs: Regs,
+        stack: StackCopy<'_>,
+        cache: &mut UnwindCache,
+        out: &mut [Frame],
+    ) -> Captured {
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(stack.start).ok_or(())? as usize;
+            let b = stack
+                .bytes
+                .get(off..off.checked_add(8).ok_or(())?)
+                .ok_or(())?;
+            Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?))
+        };
+        let (len, end) = walk(&self.table, regs, cache, &mut read, &NoLoader, 0, out);
+        Captured {
+            len,
+            end,
+            python_frames: 0,
+            python_truncated: false,
+        }
+    }
+}
+
+struct NoLoader;
+
+impl Loader for NoLoader {
+    fn loaded_elsewhere(&self, _address: u64) -> bool {
+        false
+    }
+    fn still_loaded(&self, _entry: &Entry, _address: u64) -> bool {
+        true
+    }
+}
+
+/// The executable file mappings of a `/proc/PID/maps` text.
+pub fn parse_maps(text: &str, path: &Path) -> Result<Vec<Mapping>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let err = |reason| Error::Maps {
+            path: path.to_path_buf(),
+            line: i + 1,
+            reason,
+        };
+        let mut f = line.split_ascii_whitespace();
+        let range = f.next().ok_or_else(|| err("empty line"))?;
+        let perms = f.next().ok_or_else(|| err("no permissions"))?;
+        let offset = f.next().ok_or_else(|| err("no offset"))?;
+        let (_dev, _inode) = (f.next(), f.next());
+        let file: Vec<&str> = f.collect();
+        let (lo, hi) = range.split_once('-').ok_or_else(|| err("bad range"))?;
+        let parse = |s: &str| u64::from_str_radix(s, 16).map_err(|_| err("bad hex number"));
+        let (lo, hi, offset) = (parse(lo)?, parse(hi)?, parse(offset)?);
+        let file = file.join(" ");
+        if !perms.contains('x') || !file.starts_with('/') || file.ends_with(" (deleted)") {
+            continue;
+        }
+        out.push(Mapping {
+            avma: lo..hi,
+            file_offset: offset,
+            path: PathBuf::from(file),
+        });
+    }
+    Ok(out)
+}
+
+fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>)> {
+    let io = |source| Error::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    let elf_err = |reason: String| Error::Elf {
+        path: file.to_path_buf(),
+        reason,
+    };
+    let f = File::open(file).map_err(io)?;
+    // SAFETY: a read-only private mapping; a file truncated under us could fault,
+    // as with any mmap-based reader (the files are the target's loaded modules).
+    let map = Arc::new(unsafe { memmap2::Mmap::map(&f) }.map_err(io)?);
+    let obj = object::File::parse(&map[..]).map_err(|e| elf_err(e.to_string()))?;
+    // The segment this mapping comes from gives the load bias. A segment's mapping
+    // starts at its file offset rounded down to a page, with the same rounding of
+    // its address (the two are congruent modulo the page size).
+    let seg = obj
+        .segments()
+        .find(|s| {
+            let (off, size) = s.file_range();
+            // Only executable mappings are read, and the page they start at may
+            // also hold the end of the read-only segment before.
+            let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & 1 != 0);
+            exec && off & !0xfff <= m.file_offset && m.file_offset < off + size.max(1)
+        })
+        .ok_or_else(|| elf_err(format!("no segment at file offset {:#x}", m.file_offset)))?;
+    let bias = m.avma.start.wrapping_sub(
+        seg.address()
+            .wrapping_sub(seg.file_range().0)
+            .wrapping_add(m.file_offset),
+    );
+    let section = |name: &str| -> Option<(Bytes, u64)> {
+        let s = obj.section_by_name(name)?;
+        let (off, size) = s.file_range()?;
+        Some((
+            Bytes::File {
+                map: map.clone(),
+                range: off as usize..(off + size) as usize,
+            },
+            s.address(),
+        ))
+    };
+    let cfi = section(".eh_frame").map(|(eh_frame, eh_frame_svma)| Cfi {
+        eh_frame,
+        eh_frame_svma,
+        hdr: section(".eh_frame_hdr"),
+        text_svma: obj.section_by_name(".text").map_or(0, |s| s.address()),
+    });
+    let build_id = obj
+        .build_id()
+        .ok()
+        .flatten()
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    Ok((
+        ModuleInfo {
+            path: file.to_path_buf(),
+            build_id,
+            bias,
+            text: m.avma.clone(),
+            has_unwind_info: cfi.is_some(),
+        },
+        cfi,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_keep_executable_file_mappings_only() {
+        let text = "\
+55d0c000-55d0d000 r--p 00000000 08:01 123 /usr/bin/app
+55d0d000-55d0e000 r-xp 00001000 08:01 123 /usr/bin/app
+7f00000-7f01000 r-xp 00000000 00:00 0 
+7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]
+7f10000-7f11000 r-xp 00002000 08:01 9 /tmp/my lib.so
+";
+        let m = parse_maps(text, Path::new("maps")).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].avma, 0x55d0d000..0x55d0e000);
+        assert_eq!(m[0].file_offset, 0x1000);
+        assert_eq!(m[1].path, PathBuf::from("/tmp/my lib.so"));
+        let e = parse_maps("zz-1 r-xp 0 0 0 /x\n", Path::new("maps")).unwrap_err();
+        assert_eq!(e.to_string(), "`maps` line 1: bad hex number");
+    }
+}

@@ -1,0 +1,195 @@
+//! Each thread's stack mapping, found without allocating or locking.
+//!
+//! `pthread_getattr_np` would be the obvious source, but glibc's allocates (a
+//! `realloc`ed CPU set for every thread, `fopen` of `/proc/self/maps` for the main
+//! thread), which can deadlock inside a malloc replacement that calls CUDA. So the
+//! mapping holding the stack pointer is read from `/proc/self/maps` with plain
+//! `open`/`read` system calls into a buffer on the stack, once per thread, and cached
+//! in a fixed table keyed by `pthread_self()`. glibc keeps a thread's descriptor at
+//! the top of its stack, so a reused `pthread_t` means the same stack; the cached
+//! range is still checked against the stack pointer on every use.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Slots in the table; threads beyond it are looked up on every capture (counted).
+const SLOTS: usize = 4096;
+/// Linear probing limit.
+const PROBES: usize = 64;
+
+struct Slot {
+    key: AtomicUsize,
+    lo: AtomicU64,
+    hi: AtomicU64,
+}
+
+pub(crate) struct StackTable {
+    slots: Box<[Slot]>,
+}
+
+impl StackTable {
+    pub fn new() -> Self {
+        let slots = (0..SLOTS)
+            .map(|_| Slot {
+                key: AtomicUsize::new(0),
+                lo: AtomicU64::new(0),
+                hi: AtomicU64::new(0),
+            })
+            .collect();
+        StackTable { slots }
+    }
+
+    /// The calling thread's stack mapping `[lo, hi)` holding `sp`. The second value
+    /// is `true` when `/proc/self/maps` had to be read.
+    pub fn bounds(&self, sp: u64) -> (Option<(u64, u64)>, bool) {
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let start = (me >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) % SLOTS;
+        for i in 0..PROBES {
+            let slot = &self.slots[(start + i) % SLOTS];
+            let mut key = slot.key.load(Ordering::Acquire);
+            if key == 0 {
+                // Only this thread ever writes a slot keyed by its own pthread_t.
+                key = match slot
+                    .key
+                    .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => me,
+                    Err(other) => other,
+                };
+                if key == me {
+                    slot.lo.store(0, Ordering::Relaxed);
+                    slot.hi.store(0, Ordering::Relaxed);
+                }
+            }
+            if key != me {
+                continue;
+            }
+            let (lo, hi) = (
+                slot.lo.load(Ordering::Relaxed),
+                slot.hi.load(Ordering::Relaxed),
+            );
+            if lo <= sp && sp < hi {
+                return (Some((lo, hi)), false);
+            }
+            let found = mapping_containing(sp);
+            if let Some((lo, hi)) = found {
+                slot.lo.store(lo, Ordering::Relaxed);
+                slot.hi.store(hi, Ordering::Relaxed);
+            }
+            return (found, true);
+        }
+        (mapping_containing(sp), true)
+    }
+}
+
+/// The `/proc/self/maps` range holding `address`, read with system calls only.
+pub(crate) fn mapping_containing(address: u64) -> Option<(u64, u64)> {
+    // SAFETY: a NUL-terminated path; open is async-signal-safe and does not allocate.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 4096];
+    let mut filled = 0;
+    let mut found = None;
+    'read: loop {
+        // SAFETY: the destination is the unfilled tail of `buf`.
+        let n = unsafe { libc::read(fd, buf[filled..].as_mut_ptr().cast(), buf.len() - filled) };
+        if n <= 0 {
+            break;
+        }
+        filled += n as usize;
+        let mut line_start = 0;
+        while let Some(nl) = buf[line_start..filled].iter().position(|&b| b == b'\n') {
+            if let Some((lo, hi)) = parse_range(&buf[line_start..line_start + nl])
+                && lo <= address
+                && address < hi
+            {
+                found = Some((lo, hi));
+                break 'read;
+            }
+            line_start += nl + 1;
+        }
+        // Keep the partial last line; a line longer than the buffer (a long path)
+        // still has its range at the front, which is all we parse.
+        if line_start == 0 && filled == buf.len() {
+            if let Some((lo, hi)) = parse_range(&buf[..filled])
+                && lo <= address
+                && address < hi
+            {
+                found = Some((lo, hi));
+                break;
+            }
+            // Skip to the end of this long line.
+            loop {
+                // SAFETY: as above.
+                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                if n <= 0 {
+                    break 'read;
+                }
+                let n = n as usize;
+                if let Some(nl) = buf[..n].iter().position(|&b| b == b'\n') {
+                    buf.copy_within(nl + 1..n, 0);
+                    filled = n - nl - 1;
+                    break;
+                }
+            }
+            continue;
+        }
+        buf.copy_within(line_start..filled, 0);
+        filled -= line_start;
+    }
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    found
+}
+
+/// `start-end` at the front of a maps line.
+fn parse_range(line: &[u8]) -> Option<(u64, u64)> {
+    let dash = line.iter().position(|&b| b == b'-')?;
+    let space = line.iter().position(|&b| b == b' ')?;
+    Some((hex(line.get(..dash)?)?, hex(line.get(dash + 1..space)?)?))
+}
+
+fn hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    s.iter().try_fold(0u64, |acc, &c| {
+        let d = (c as char).to_digit(16)?;
+        Some(acc << 4 | u64::from(d))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_stack_mapping_holds_a_local() {
+        let x = 5u64;
+        let a = &x as *const u64 as u64;
+        let (lo, hi) = mapping_containing(a).expect("stack is mapped");
+        assert!(lo <= a && a < hi);
+        let t = StackTable::new();
+        let (b, scanned) = t.bounds(a);
+        assert_eq!(b, Some((lo, hi)));
+        assert!(scanned);
+        assert_eq!(t.bounds(a), (Some((lo, hi)), false));
+        std::hint::black_box(x);
+    }
+
+    #[test]
+    fn parse_maps_line() {
+        assert_eq!(
+            parse_range(b"7ffd1000-7ffd2000 rw-p 00000000 00:00 0   [stack]"),
+            Some((0x7ffd1000, 0x7ffd2000))
+        );
+        assert_eq!(parse_range(b"garbage"), None);
+    }
+}

@@ -1,0 +1,92 @@
+"""Takes stacks through ctypes from nested functions, with the test probe.
+
+usage: python3 py_stacks.py PROBE.so CASE
+CASE: main | thread | native_thread | deep | corrupt
+Each stack is printed as the probe's lines under a `== name` header. The call
+lines are marked `# call:NAME` so that the test finds the expected line numbers.
+"""
+import ctypes
+import sys
+import threading
+
+probe = ctypes.CDLL(sys.argv[1])
+probe.gpuperf_probe_init()
+BUF = ctypes.create_string_buffer(1 << 20)
+
+
+def show(name, fn=probe.gpuperf_probe_capture):
+    print("== " + name, flush=True)
+    n = fn(BUF, len(BUF))  # call:show
+    if n < 0:
+        raise SystemExit("buffer too small")
+    sys.stdout.write(BUF.value.decode())
+    sys.stdout.flush()
+
+
+def inner(name):
+    show(name)  # call:inner
+
+
+def middle(name):
+    inner(name)  # call:middle
+
+
+def outer(name):
+    middle(name)  # call:outer
+
+
+def rec(n):
+    if n == 0:
+        show("deep")  # call:rec0
+    else:
+        rec(n - 1)  # call:rec
+
+
+def corrupt():
+    """Points this frame's link to its caller at unmapped memory, takes a stack,
+    then restores the link."""
+    frame = sys._getframe()
+    minor = sys.version_info[1]
+    if minor == 10:
+        link = id(frame) + 24  # PyFrameObject.f_back
+    else:
+        iframe = ctypes.c_void_p.from_address(id(frame) + 24).value  # f_frame
+        link = iframe + (48 if minor == 11 else 8)  # _PyInterpreterFrame.previous
+    slot = ctypes.c_void_p.from_address(link)
+    saved = slot.value
+    slot.value = 0x10
+    try:
+        show("corrupt")  # call:corrupt
+    finally:
+        slot.value = saved
+    show("after corrupt")
+
+
+case = sys.argv[2]
+if case == "main":
+    outer("main")  # call:module
+elif case == "thread":
+    t = threading.Thread(target=outer, args=("thread",))
+    t.start()
+    t.join()
+elif case == "native_thread":
+    show("native thread", probe.gpuperf_probe_capture_in_native_thread)
+elif case == "deep":
+    sys.setrecursionlimit(2000)
+    rec(300)
+elif case == "corrupt":
+    corrupt()
+elif case == "bench":
+    # 30 Python frames below the probe; medians of 9 rounds of 20000 captures.
+    def nest(n):
+        if n == 0:
+            probe.gpuperf_probe_capture(BUF, len(BUF))
+            lines = BUF.value.decode().splitlines()
+            native = sum(1 for l in lines if l.startswith("N "))
+            python = sum(1 for l in lines if l.startswith("P "))
+            return native, python, [probe.gpuperf_probe_bench(20000) for _ in range(9)]
+        return nest(n - 1)
+    probe.gpuperf_probe_bench.restype = ctypes.c_double
+    native, python, rounds = nest(29)
+    rounds.sort()
+    print("native %d python %d ns_per_capture %.0f" % (native, python, rounds[len(rounds) // 2]))

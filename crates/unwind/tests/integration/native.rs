@@ -1,0 +1,125 @@
+//! Native stacks of C programs without frame pointers.
+
+use std::process::Command;
+
+use crate::support::{assert_in_order, gcc, parse, probe, run, tmp};
+
+fn levels(flags: &[&str], tag: &str) {
+    let lib = gcc(
+        &format!("liblevels{tag}.so"),
+        &["liblevels.c"],
+        &[&["-shared", "-fPIC"][..], flags].concat(),
+    );
+    let exe = gcc(
+        &format!("levels{tag}"),
+        &["levels.c"],
+        &[
+            flags,
+            &[
+                lib.to_str().unwrap(),
+                &format!("-Wl,-rpath,{}", tmp().display()),
+                "-pthread",
+                "-ldl",
+            ],
+        ]
+        .concat(),
+    );
+    let out = run(Command::new(&exe).arg(probe()));
+    let stacks = parse(&out);
+    assert_eq!(stacks.len(), 3, "{out}");
+    for s in &stacks {
+        let names = s.names();
+        assert_eq!(
+            s.end_kind(),
+            "Root",
+            "{}: {}\n  {}",
+            s.section,
+            s.end,
+            names.join("\n  ")
+        );
+        let mut want = vec![
+            "gpuperf_probe_capture",
+            "lib_inner",
+            "lib_enter",
+            "level5",
+            "level4",
+            "level3",
+            "level2",
+            "level1",
+        ];
+        if s.section == "thread" {
+            want.extend(["thread_main", "start_thread"]);
+            assert_in_order(&names, &want, &s.section);
+            assert!(
+                names.last().is_some_and(|n| n.starts_with("clone")),
+                "thread stack ends in clone/clone3: {names:?}"
+            );
+        } else {
+            want.extend(["main", "_start"]);
+            assert_in_order(&names, &want, &s.section);
+            assert_eq!(names.last().unwrap(), "_start");
+        }
+    }
+}
+
+#[test]
+fn c_o2__every_stack_reaches_main_or_clone() {
+    levels(&["-O2"], "_o2");
+}
+
+#[test]
+fn c_o2_omit_frame_pointer__every_stack_reaches_main_or_clone() {
+    levels(&["-O2", "-fomit-frame-pointer"], "_o2_nofp");
+}
+
+#[test]
+fn code_without_unwind_info__ends_with_unknown_and_is_truncated() {
+    let nocfi = gcc(
+        "libnocfi.so",
+        &["libnocfi.c"],
+        &[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+    );
+    let late = gcc("liblate.so", &["liblate.c"], &["-shared", "-fPIC", "-O2"]);
+    let exe = gcc("nounwind", &["nounwind.c"], &["-O2", "-ldl"]);
+    let out = run(Command::new(&exe).args([probe(), nocfi, late]));
+    let stacks = parse(&out);
+    let by = |name: &str| {
+        stacks
+            .iter()
+            .find(|s| s.section == name)
+            .unwrap_or_else(|| panic!("no `{name}` stack in\n{out}"))
+    };
+    for section in ["jit", "nocfi"] {
+        let s = by(section);
+        let names = s.names();
+        assert_eq!(s.end_kind(), "NoUnwindInfo", "{section}: {names:?}");
+        assert_in_order(
+            &names,
+            &["gpuperf_probe_capture", "leaf", "[unknown]"],
+            section,
+        );
+        assert_eq!(names.last().unwrap(), "[unknown]");
+    }
+    let s = by("late before refresh");
+    assert_eq!(s.end_kind(), "ModuleNotInTable", "{:?}", s.names());
+    assert_eq!(s.names().last().unwrap(), "[unknown]");
+    assert!(out.contains("refreshed 1\n== late after refresh"), "{out}");
+    let s = by("late after refresh");
+    assert_eq!(s.end_kind(), "Root", "{:?}", s.names());
+    assert_in_order(
+        &s.names(),
+        &["leaf", "late_call", "main", "_start"],
+        "after refresh",
+    );
+    // After dlclose the table still lists the closed library: every module the
+    // stack uses is checked with _dl_find_object, and the stack is still complete.
+    let s = by("after dlclose");
+    assert_eq!(s.end_kind(), "Root", "{:?}", s.names());
+    assert_in_order(&s.names(), &["leaf", "main", "_start"], "after dlclose");
+}

@@ -1,0 +1,208 @@
+//! Python frames from CPython 3.10–3.13 calling the probe through ctypes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::{Stack, assert_in_order, parse, probe, run};
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_stacks.py")
+}
+
+/// The line of the `# call:NAME` marker in the script.
+fn line(name: &str) -> usize {
+    let text = std::fs::read_to_string(script()).unwrap();
+    let marker = format!("# call:{name}");
+    text.lines()
+        .position(|l| l.trim_end().ends_with(&marker))
+        .unwrap_or_else(|| panic!("no {marker}"))
+        + 1
+}
+
+/// The interpreters to test: pyenv's 3.10–3.13 and Debian's 3.11. A missing one
+/// skips its tests, unless GPUPERF_REQUIRE_PYTHONS requires it: `1` requires all,
+/// or a comma-separated list of names (`3.10,3.12,debian-3.11`) requires those.
+pub fn pythons() -> Vec<(String, PathBuf)> {
+    let root = Command::new("pyenv")
+        .arg("root")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for minor in 10..=13 {
+        let name = format!("3.{minor}");
+        let path = root.as_ref().and_then(|r| {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(r.join("versions"))
+                .ok()?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("{name}.")))
+                })
+                .map(|p| p.join("bin/python3"))
+                .filter(|p| p.is_file())
+                .collect();
+            v.sort();
+            v.pop()
+        });
+        match path {
+            Some(p) => found.push((format!("pyenv {name}"), p)),
+            None => missing.push(name.clone()),
+        }
+    }
+    let debian = PathBuf::from("/usr/bin/python3.11");
+    if debian.is_file() {
+        found.push(("debian 3.11".into(), debian));
+    } else {
+        missing.push("debian-3.11".into());
+    }
+    if !missing.is_empty() {
+        let required = std::env::var("GPUPERF_REQUIRE_PYTHONS").unwrap_or_default();
+        let required: Vec<&str> = required.split(',').map(str::trim).collect();
+        let fail: Vec<&String> = missing
+            .iter()
+            .filter(|m| required.contains(&"1") || required.contains(&m.as_str()))
+            .collect();
+        assert!(
+            fail.is_empty(),
+            "Python interpreters required by GPUPERF_REQUIRE_PYTHONS are missing: {fail:?} \
+             (pyenv's under `pyenv root`/versions/3.1x.*, Debian's /usr/bin/python3.11)"
+        );
+        eprintln!(
+            "skipped for them: Python interpreters missing: {}",
+            missing.join(", ")
+        );
+    }
+    found
+}
+
+fn stacks(python: &Path, case: &str) -> Vec<Stack> {
+    let out = run(Command::new(python).arg(script()).arg(probe()).arg(case));
+    parse(&out)
+}
+
+fn check_nested(name: &str, s: &Stack, outermost: &[String]) {
+    let names = s.names();
+    assert_eq!(
+        s.end_kind(),
+        "Root",
+        "{name} {}: {}\n  {}",
+        s.section,
+        s.end,
+        names.join("\n  ")
+    );
+    let want: Vec<String> = [
+        format!("py_stacks.show (py_stacks.py:{})", line("show")),
+        format!("py_stacks.inner (py_stacks.py:{})", line("inner")),
+        format!("py_stacks.middle (py_stacks.py:{})", line("middle")),
+        format!("py_stacks.outer (py_stacks.py:{})", line("outer")),
+    ]
+    .into_iter()
+    .chain(outermost.iter().cloned())
+    .collect();
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    assert_in_order(&names, &want, &format!("{name} {}", s.section));
+    assert!(
+        !names.iter().any(|n| n == "_PyEval_EvalFrameDefault"),
+        "{name}: an eval-loop frame was not replaced:\n  {}",
+        names.join("\n  ")
+    );
+}
+
+#[test]
+fn python_nested_calls_on_the_main_thread__named_outermost_first_with_lines() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "main");
+        assert_eq!(st.len(), 1, "{name}");
+        let module = format!("py_stacks.<module> (py_stacks.py:{})", line("module"));
+        // python's `main` tail-calls Py_BytesMain, so it is not on the stack.
+        check_nested(&name, &st[0], &[module, "_start".into()]);
+        assert_eq!(st[0].names().last().unwrap(), "_start", "{name}");
+    }
+}
+
+#[test]
+fn python_nested_calls_on_a_threading_thread__named_with_lines() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "thread");
+        assert_eq!(st.len(), 1, "{name}");
+        let names = st[0].names();
+        check_nested(&name, &st[0], &[]);
+        assert!(
+            // 3.10 code objects have no qualified name: `threading.run`.
+            names
+                .iter()
+                .any(|n| n.starts_with("threading.Thread.run (threading.py:")
+                    || n.starts_with("threading.run (threading.py:")),
+            "{name}: {names:?}"
+        );
+        assert!(
+            names.last().unwrap().starts_with("clone"),
+            "{name}: {names:?}"
+        );
+    }
+}
+
+#[test]
+fn python_thread_without_python_state__keeps_its_native_frames() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "native_thread");
+        let s = &st[0];
+        let names = s.names();
+        assert_eq!(s.end_kind(), "Root", "{name}: {names:?}");
+        assert!(s.end.contains("python 0 "), "{name}: {}", s.end);
+        assert!(
+            !s.lines.iter().any(|l| l.starts_with("P ")),
+            "{name}: {names:?}"
+        );
+        assert!(
+            names.last().unwrap().starts_with("clone"),
+            "{name}: {names:?}"
+        );
+    }
+}
+
+#[test]
+fn python_300_deep_recursion__truncated_at_the_cap_and_counted() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "deep");
+        let s = &st[0];
+        let names = s.names();
+        assert_eq!(s.end_kind(), "DepthLimit", "{name}: {}", s.end);
+        assert!(s.end.contains("truncated true"), "{name}: {}", s.end);
+        assert!(names.len() <= gpuperf_unwind::MAX_FRAMES, "{name}");
+        let rec0 = format!("py_stacks.rec (py_stacks.py:{})", line("rec0"));
+        let rec = format!("py_stacks.rec (py_stacks.py:{})", line("rec"));
+        assert_in_order(&names, &[&rec0, &rec], &name);
+        // The stack holds MAX_FRAMES frames: 3.10 spends about two native frames
+        // per Python call (its eval loop recurses in C), 3.11+ none.
+        let recs = names.iter().filter(|n| **n == rec).count();
+        assert!(recs > 100, "{name}: only {recs} recursive frames");
+        assert!(
+            names.len() >= gpuperf_unwind::MAX_FRAMES - 8,
+            "{name}: cut at {} frames",
+            names.len()
+        );
+    }
+}
+
+#[test]
+fn python_corrupted_frame_link__no_crash_python_frames_off_with_a_reason() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "corrupt");
+        assert_eq!(st.len(), 2, "{name}");
+        for s in &st {
+            assert!(
+                s.end.contains("Disabled") && s.end.contains("unreadable memory"),
+                "{name} {}: {}",
+                s.section,
+                s.end
+            );
+            // The native stack is still complete.
+            assert_eq!(s.end_kind(), "Root", "{name}: {}", s.end);
+        }
+    }
+}
