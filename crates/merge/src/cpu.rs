@@ -148,10 +148,16 @@ pub struct CpuTrace {
     pub lines: u64,
     /// Malformed lines.
     pub diagnostics: Diagnostics,
+    /// CUDA graph nodes made by a known stack (in-process stacks only):
+    /// (pid, graph node id) → that stack.
+    pub graph_nodes: FxHashMap<(u32, u64), StackId>,
+    /// (graph launch's stack, node's stack) → the stack a replayed node's GPU work
+    /// is charged to: `…;cudaGraphLaunch;[graph node captured at];…`.
+    pub graph_stacks: FxHashMap<(StackId, StackId), StackId>,
 }
 
 impl CpuTrace {
-    fn new(format: CpuFormat) -> Self {
+    pub(crate) fn new(format: CpuFormat) -> Self {
         Self {
             format,
             launches: Vec::new(),
@@ -160,7 +166,19 @@ impl CpuTrace {
             dropped: 0,
             lines: 0,
             diagnostics: Diagnostics::default(),
+            graph_nodes: FxHashMap::default(),
+            graph_stacks: FxHashMap::default(),
         }
+    }
+
+    /// The stack GPU work of graph node `node`, launched by `launch`, is charged
+    /// to, when the node's origin is known.
+    pub fn graph_stack(&self, launch: &CpuLaunch, node: u64) -> Option<StackId> {
+        if node == 0 || self.graph_nodes.is_empty() {
+            return None;
+        }
+        let n = self.graph_nodes.get(&(launch.pid, node))?;
+        self.graph_stacks.get(&(launch.stack, *n)).copied()
     }
 
     /// Reads a CPU trace file in either format.

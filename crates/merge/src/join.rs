@@ -25,7 +25,7 @@ use std::fmt;
 
 use rustc_hash::FxHashMap;
 
-use crate::cpu::{CpuLaunch, CpuTrace};
+use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::error::Result;
 use crate::input::{GpuInputs, GpuReadSummary};
 use crate::model::{
@@ -97,9 +97,18 @@ pub struct Match<'a> {
     pub launch: Option<&'a CpuLaunch>,
     /// The API call with the record's (pid, correlation id).
     pub api: Option<&'a ApiInfo>,
+    /// For GPU work of a replayed CUDA graph node whose origin is known, the
+    /// launch stack followed by the stack that made the node
+    /// ([`CpuTrace::graph_stack`]); it ends in the node's API frame already.
+    pub graph_stack: Option<StackId>,
 }
 
 impl Match<'_> {
+    /// The CPU stack the record is charged to.
+    pub fn stack(&self) -> Option<StackId> {
+        self.graph_stack.or(self.launch.map(|l| l.stack))
+    }
+
     /// Why an activity has no CPU stack, or `None` when it has one.
     pub fn no_stack(&self) -> Option<NoStack> {
         match (self.launch, self.api) {
@@ -201,6 +210,9 @@ pub struct Summary {
     pub duplicate_cpu_ids: u64,
     /// Launches the CPU profiler lost.
     pub cpu_dropped: u64,
+    /// CPU launches whose stack stops before a root frame (`_start`, a thread
+    /// start): truncated stacks ([`crate::stacks::is_complete`]).
+    pub cpu_truncated: u64,
     /// GPU records lost, by where.
     pub gpu_dropped: FxHashMap<DropSource, u64>,
     /// Notes left by the recorder.
@@ -268,6 +280,13 @@ impl fmt::Display for Summary {
                 f,
                 "  unmatched CPU launches: {} with no API call recorded or paired",
                 self.launches_without_api
+            )?;
+        }
+        if self.cpu_truncated > 0 {
+            writeln!(
+                f,
+                "  truncated CPU stacks: {} of {} launches stop before a root frame (_start, a thread start)",
+                self.cpu_truncated, self.cpu_launches
             )?;
         }
         if self.duplicate_cpu_ids > 0 {
@@ -458,6 +477,14 @@ pub fn merge(
     if let Some(cpu) = cpu.as_deref_mut() {
         summary.cpu_launches = cpu.launches.len() as u64;
         summary.cpu_dropped = cpu.dropped;
+        let complete: Vec<bool> = (0..cpu.stacks.len() as u32)
+            .map(|i| crate::stacks::is_complete(cpu.stacks.text(StackId(i))))
+            .collect();
+        summary.cpu_truncated = cpu
+            .launches
+            .iter()
+            .filter(|l| !complete[l.stack.index()])
+            .count() as u64;
         pair_by_time(cpu, &apis, opts, &mut offsets, &mut summary.pairings);
         for (i, l) in cpu
             .launches
@@ -509,7 +536,10 @@ pub fn merge(
                 if let Some(i) = found.0 {
                     matched[i] = true;
                 }
-                let m = to_match(cpu, found);
+                let mut m = to_match(cpu, found);
+                if let (Some(l), Some(c)) = (m.launch, cpu) {
+                    m.graph_stack = c.graph_stack(l, a.graph_node_id);
+                }
                 count_activity(&mut summary, a, &m);
                 m
             }
@@ -561,6 +591,7 @@ fn to_match<'a>(
     Match {
         launch: launch.and_then(|i| cpu.map(|c| &c.launches[i])),
         api,
+        graph_stack: None,
     }
 }
 

@@ -40,6 +40,8 @@ pub mod join;
 #[cfg(feature = "render")]
 pub mod report;
 #[cfg(feature = "render")]
+pub mod stacks;
+#[cfg(feature = "render")]
 pub mod svg;
 
 pub use diag::{Diagnostic, Diagnostics};

@@ -11,6 +11,7 @@ pub use gpuperf_merge::model;
 
 mod join;
 mod scenario;
+mod stacks;
 
 use std::path::{Path, PathBuf};
 
