@@ -65,6 +65,7 @@ mod error;
 pub mod locate;
 mod log;
 mod recorder;
+pub mod stacks;
 mod sys;
 
 use std::panic::catch_unwind;
