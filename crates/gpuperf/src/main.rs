@@ -2,6 +2,7 @@
 
 mod cli;
 mod inject_lib;
+mod inproc;
 mod record;
 mod render;
 mod sync;
@@ -72,8 +73,20 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
         subtitle: None,
     };
     let joined = render::write(&mut l, &outs)?;
+    if let Some(p) = &a.cpu_trace {
+        let (Some(_), Some(trace)) = (&l.inprocess, &l.cpu) else {
+            anyhow::bail!(
+                "`{}` not written: the GPU traces carry no in-process stacks",
+                p.display()
+            );
+        };
+        inproc::write_cpu_trace(trace, p)?;
+    }
     if !quiet {
         eprint!("gpuperf: {}", joined.summary);
+        if let Some(s) = &l.inprocess {
+            eprintln!("gpuperf: CPU side, taken in the program: {s}");
+        }
         for w in &joined.written {
             eprintln!("gpuperf: wrote `{}`: {}", w.path.display(), w.how);
         }

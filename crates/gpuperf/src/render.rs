@@ -29,6 +29,8 @@ pub struct Loaded {
     opts: join::Options,
     /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
     processes: usize,
+    /// What the in-process stacks held, when the CPU side came from them.
+    pub inprocess: Option<gpuperf_merge::stacks::StackStats>,
 }
 
 impl Loaded {
@@ -57,6 +59,7 @@ impl Loaded {
     /// Reads GPU traces (files or directories; none for a CPU-only recording)
     /// and a CPU trace.
     pub fn open(gpu: &[PathBuf], cpu: Option<&Path>) -> Result<Self> {
+        let gpu_paths = gpu;
         let mut strings = StringTable::new();
         let gpu_files: usize = gpu.iter().map(|p| gpu_trace_files(p)).sum();
         let gpu = if gpu.is_empty() {
@@ -64,7 +67,7 @@ impl Loaded {
         } else {
             Some(GpuInputs::open(gpu, &mut strings)?)
         };
-        let cpu = cpu
+        let mut cpu = cpu
             .map(|p| -> Result<CpuTrace> {
                 let t = CpuTrace::open(p)?;
                 info!(
@@ -77,6 +80,23 @@ impl Loaded {
                 Ok(t)
             })
             .transpose()?;
+        // Stacks the injection library took in process: the CPU side when no CPU
+        // trace is given.
+        let mut inprocess = None;
+        if let Some(g) = gpu
+            .as_ref()
+            .filter(|_| crate::inproc::any_has_stacks(gpu_paths))
+        {
+            if cpu.is_some() {
+                info!(
+                    "using the CPU trace's stacks; the in-process stacks of the GPU traces are not used"
+                );
+            } else if let Some(s) = crate::inproc::collect(g, &mut strings)? {
+                info!("in-process stacks: {}", s.stats);
+                inprocess = Some(s.stats);
+                cpu = Some(s.trace);
+            }
+        }
         let cpu_pids = cpu.as_ref().map_or(0, |c| {
             let mut pids: Vec<u32> = c.launches.iter().map(|l| l.pid).collect();
             pids.sort_unstable();
@@ -89,6 +109,7 @@ impl Loaded {
             gpu,
             opts: join::Options::default(),
             processes: gpu_files.max(cpu_pids),
+            inprocess,
         })
     }
 
