@@ -729,6 +729,7 @@ fn record_levels(
     flags: &[&str],
     uid: Option<u32>,
     mock: &Path,
+    mode: &str,
 ) -> (Output, PathBuf) {
     let (_, app) = inproc_programs(tag, flags);
     let dir = work_dir(&format!("{test}-{tag}-{}", uid.unwrap_or(0)));
@@ -738,7 +739,7 @@ fn record_levels(
         .arg(mock)
         .arg("--")
         .arg(&app)
-        .args(["10", "deep"]);
+        .args(["10", mode]);
     if let Some(uid) = uid {
         // SAFETY: the closure runs in the child before exec and only calls setgid
         // and setuid.
@@ -762,7 +763,7 @@ fn record_O2_program_without_frame_pointers__every_stack_reaches_main_in_process
         ("O2", &["-O2"][..]),
         ("O2-nofp", &["-O2", "-fomit-frame-pointer"][..]),
     ] {
-        let (o, dir) = record_levels("levels", tag, flags, None, &mock);
+        let (o, dir) = record_levels("levels", tag, flags, None, &mock, "deep");
         let all = show(&o);
         assert_eq!(o.status.code(), Some(0), "{all}");
         let err = text(&o.stderr);
@@ -803,8 +804,9 @@ fn record_as_an_unprivileged_user__the_same_complete_stacks_as_root() {
     }
     let (mock, _) = programs(&cuda);
     let flags = ["-O2", "-fomit-frame-pointer"];
-    let (root, root_dir) = record_levels("as-user", "O2-nofp", &flags, None, &mock);
-    let (nobody, nobody_dir) = record_levels("as-user", "O2-nofp", &flags, Some(NOBODY), &mock);
+    let (root, root_dir) = record_levels("as-user", "O2-nofp", &flags, None, &mock, "deep");
+    let (nobody, nobody_dir) =
+        record_levels("as-user", "O2-nofp", &flags, Some(NOBODY), &mock, "deep");
     let all = format!("{}\n{}", show(&root), show(&nobody));
     assert_eq!(nobody.status.code(), Some(0), "{all}");
     assert!(
@@ -908,6 +910,51 @@ fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame
     assert!(
         text(&o.stderr).contains("truncated CPU stacks: 20 of 20 launches"),
         "{all}"
+    );
+}
+
+#[test]
+fn record_cuda_graph__replayed_kernels_charged_to_the_launch_then_the_node_origin() {
+    let Some(cuda) = cuda13() else { return };
+    let (mock, _) = programs(&cuda);
+    let (o, dir) = record_levels("graph", "O2", &["-O2"], None, &mock, "graph");
+    let all = show(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let err = text(&o.stderr);
+    // 20 plain launches and the graph's two kernels; the captured launch
+    // itself runs nothing.
+    assert!(err.contains("matched 22 of 22 kernels (100.0%)"), "{all}");
+    assert!(err.contains("1 with no GPU activity"), "{all}");
+    let folded = fs::read_to_string(dir.join("m.folded")).unwrap();
+    let line = |kernel: &str| {
+        folded
+            .lines()
+            .find(|l| l.contains(&format!("[GPU_Kernel]{kernel}")))
+            .unwrap_or_else(|| panic!("no {kernel} in\n{folded}"))
+            .to_owned()
+    };
+    let launch = ";main;graph_site;launcher_graph;replay;cudaGraphLaunch;";
+    let captured = line("captured(float*)");
+    let (above, below) = captured
+        .split_once(&format!("{launch}[graph node captured at];"))
+        .unwrap_or_else(|| panic!("`{captured}`"));
+    assert!(above.starts_with("_start;"), "`{captured}`");
+    assert!(below.starts_with("_start;"), "`{captured}`");
+    assert!(
+        below.ends_with(
+            ";main;graph_site;launcher_graph;capture_step;lib_enter;lib_inner;cudaLaunchKernel;\
+             [GPU_Kernel]captured(float*) 4"
+        ),
+        "`{captured}`"
+    );
+    let added = line("added(float*)");
+    assert!(
+        added.contains(&format!("{launch}[graph node added at];_start;")),
+        "`{added}`"
+    );
+    assert!(
+        added.ends_with(";main;graph_site;launcher_graph;add_node;[GPU_Kernel]added(float*) 1"),
+        "`{added}`"
     );
 }
 

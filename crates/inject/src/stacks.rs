@@ -42,10 +42,12 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::mem::offset_of;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
+use cudarc::cupti::sys::{CUpti_GraphData, CUpti_ResourceData};
 use gpuperf_merge::model::{
     GraphNode, Module, Note, Record, Stack, StackEnd as End, StackFrame, StringId, StringTable,
 };
@@ -269,16 +271,24 @@ impl Stacks {
         if (cbid != GRAPHNODE_CREATED && cbid != GRAPHNODE_CLONED) || data.is_null() {
             return;
         }
-        // SAFETY: for graph callbacks, `resourceDescriptor` (after the context and
-        // the one-pointer handle union) points at a `CUpti_GraphData`, whose
-        // `node` and `originalNode` are its third and fourth pointers.
+        let data = data.cast::<u8>();
+        // SAFETY: for graph callbacks CUPTI passes a `CUpti_ResourceData` whose
+        // `resourceDescriptor` points at a `CUpti_GraphData`; fields are read
+        // unaligned at the offsets of the CUDA 13 headers' layout (unchanged
+        // since CUDA 11).
         let (node, original) = unsafe {
-            let desc = *(data as *const *const c_void).add(2);
+            let desc = data
+                .add(offset_of!(CUpti_ResourceData, resourceDescriptor))
+                .cast::<*const u8>()
+                .read_unaligned();
             if desc.is_null() {
                 return;
             }
-            let g = desc as *const *mut c_void;
-            (*g.add(2), *g.add(3))
+            let at = |off: usize| desc.add(off).cast::<*mut c_void>().read_unaligned();
+            (
+                at(offset_of!(CUpti_GraphData, node)),
+                at(offset_of!(CUpti_GraphData, originalNode)),
+            )
         };
         let id_of = |n: *mut c_void| {
             let mut id = 0u64;

@@ -2,8 +2,9 @@
  * five levels of its own and two of liblauncher.so (launcher.c), on the main
  * thread and on a pthread. Built with plain -O2, and with -fomit-frame-pointer.
  *
- * usage: levels_app LAUNCHES [deep]
- *   deep: one more launch under a 300-deep recursion, deeper than the depth cap
+ * usage: levels_app LAUNCHES [deep|graph]
+ *   deep:  one more launch under a 300-deep recursion, deeper than the depth cap
+ *   graph: a CUDA graph captured, instantiated and launched (launcher_graph)
  * Stack: main -> level1 ... level5 -> lib_enter -> lib_inner -> cudaLaunchKernel */
 #include <pthread.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 int launcher_init(void);
 int launcher_launch(void);
+int launcher_graph(void);
 
 static volatile int sink;
 static int launches;
@@ -42,6 +44,12 @@ __attribute__((noinline)) int recurse(int n) {
     return r + 1;
 }
 
+__attribute__((noinline)) int graph_site(void) {
+    int r = launcher_graph();
+    sink += r;
+    return r + 1;
+}
+
 static void *thread_main(void *arg) {
     (void)arg;
     level1(0);
@@ -60,6 +68,8 @@ int main(int argc, char **argv) {
     pthread_join(t, NULL);
     if (argc > 2 && strcmp(argv[2], "deep") == 0)
         recurse(300);
+    if (argc > 2 && strcmp(argv[2], "graph") == 0)
+        graph_site();
     printf("pid %d uid %d launched %d\n", getpid(), getuid(), 2 * launches);
     return 0;
 }
