@@ -1100,3 +1100,42 @@ fn record_python_through_ctypes__python_frames_outermost_first_with_lines() {
         }
     }
 }
+
+#[test]
+fn record_python_with_a_corrupted_frame_link__no_crash_a_note_and_native_stacks() {
+    let Some(cuda) = cuda13() else { return };
+    let (mock, _) = programs(&cuda);
+    let (bin, _) = inproc_programs("O2", &["-O2"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
+    for (name, py) in pythons() {
+        let dir = work_dir(&format!("python-corrupt-{}", name.replace(' ', "-")));
+        let o = gpuperf(&dir)
+            .args(["-p", "cpu.txt", "--cupti"])
+            .arg(&mock)
+            .arg("--")
+            .arg(&py)
+            .arg(&script)
+            .arg(bin.join("liblauncher.so"))
+            .arg("corrupt")
+            .output()
+            .unwrap();
+        let all = format!("{name}: {}", show(&o));
+        assert_eq!(o.status.code(), Some(0), "{all}");
+        assert_eq!(text(&o.stdout), "launched 2\n", "{all}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("Python frames turned off for this process")
+                && err.contains("unreadable memory"),
+            "{all}"
+        );
+        assert!(err.contains("matched 2 of 2 kernels"), "{all}");
+        let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+        for l in &cpu.launches {
+            let s = cpu.stacks.text(l.stack);
+            assert!(
+                s.starts_with("_start;") && s.ends_with(";lib_inner;cudaLaunchKernel"),
+                "{name}: native stack still complete: `{s}`"
+            );
+        }
+    }
+}
