@@ -12,10 +12,15 @@
 //!   and synchronization call. Only those callbacks are enabled, never a whole domain;
 //! - `CONCURRENT_KERNEL` (never the serializing `KERNEL` kind), `MEMCPY`, `MEMSET`,
 //!   `SYNCHRONIZATION`, `OVERHEAD`, `DEVICE` and `CONTEXT` activity, with graph and
-//!   graph-node ids, and CUPTI's dropped-record counts.
+//!   graph-node ids, and CUPTI's dropped-record counts;
+//! - the CPU stack of every launch, copy and memset call, taken on the calling
+//!   thread in the API-enter callback ([`stacks`]): native frames unwound with
+//!   `.eh_frame`, CPython 3.10–3.13 frames read without the GIL, each distinct
+//!   stack written once, and the API record naming it. No eBPF and no root.
 //!
 //! ```text
 //!  app thread ── API callback ──▶ per-thread shard ─┐
+//!                 ├─▶ stack (in process, deduped)   │
 //!                 └─▶ gpuperf_launch_marker(corr)   ├─▶ trace writer ─▶ gpu-PID.gputrace
 //!  CUPTI ── activity buffer ──▶ decode ─────────────┘      ▲
 //!  flush thread (every GPUPERF_FLUSH_MS), atexit, cudaDeviceReset, context destroy
