@@ -29,6 +29,7 @@ pub fn real(name: &str) -> PathBuf {
 
 pub const V100: &str = "v100_resnet50_kineto2021.pt.trace.json.gz";
 pub const B200: &str = "b200_vllm_gpt_oss.pt.trace.json.gz";
+pub const A100: &str = "a100_saxpy_mpi_nsys.sqlite";
 
 pub struct Out {
     pub summary: Summary,
@@ -530,4 +531,127 @@ fn reference_log_with_tool_lines__read_as_a_gpu_trace_with_one_summary_line() {
             "  skipped: 14 lines of the GPU log that are not records (the recording tool's own output)"
         ]
     );
+}
+
+/// Kernel name → (count, total ns), from the export itself.
+fn sqlite_kernel_sums(path: &Path) -> BTreeMap<String, (u64, u64)> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT s.value, count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k \
+             JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value",
+        )
+        .unwrap();
+    stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            (r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64),
+        ))
+    })
+    .unwrap()
+    .collect::<rusqlite::Result<_>>()
+    .unwrap()
+}
+
+#[test]
+fn a100_nsys__every_kernel_matched_and_stacks_reach_main() {
+    let path = real(A100);
+    let out = run(std::slice::from_ref(&path));
+    let s = &out.summary;
+    assert_eq!((s.kernels, s.kernels_matched), (5, 5), "{s}");
+    // nsys lists each call twice (`cudaLaunchKernel`, `cudaLaunchKernel_v7000`): one API record each.
+    assert_eq!(s.api_launches, 5, "{s}");
+    assert_eq!((s.other_activities, s.other_matched), (15, 15), "{s}");
+    assert!(s.gpu_read.notes.is_empty(), "{s}");
+    let want = sqlite_kernel_sums(&path);
+    assert_eq!(profile_sums(&out.profile), want);
+    for (k, (_, ns)) in &want {
+        assert_eq!(folded_sums(&out.folded)[k], (ns + 500) / 1000, "{k}");
+    }
+    // Root first from `_start`, NVIDIA's frames dropped, the NVTX range `saxpy`
+    // that encloses each launch above it, and the call as the leaf.
+    let kernel_stacks: Vec<&str> = out
+        .folded
+        .lines()
+        .filter(|l| l.contains("[GPU_Kernel]"))
+        .collect();
+    assert_eq!(
+        kernel_stacks,
+        [
+            "_start;__libc_start_main;main;saxpy;cudaLaunchKernel;[GPU_Kernel]saxpy(double *, double *, double *, double, int) 88573"
+        ]
+    );
+    for stack in out.stacks.values() {
+        assert!(
+            stack.starts_with("_start;__libc_start_main;main;"),
+            "{stack}"
+        );
+        assert!(!stack.contains("libcu"), "{stack}");
+    }
+    // One GPU track per device and stream, and an arrow from each launch to its kernel.
+    let chrome: Value = serde_json::from_str(&out.chrome).unwrap();
+    let events = chrome["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"GPU 0 NVIDIA A100-SXM4-40GB (pid 1230493)"),
+        "{names:?}"
+    );
+    assert_eq!(events.iter().filter(|e| e["ph"] == "f").count(), 20);
+    assert!(
+        out.report
+            .contains("saxpy(double *, double *, double *, double, int)")
+    );
+}
+
+#[test]
+fn nsys_without_callchains__stack_is_the_call_and_the_summary_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("no_backtraces.sqlite");
+    fs::copy(real(A100), &p).unwrap();
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .execute_batch("DROP TABLE CUDA_CALLCHAINS; DROP TABLE NVTX_EVENTS;")
+        .unwrap();
+    let out = run(&[p]);
+    assert_eq!(out.summary.kernels_matched, 5);
+    assert!(
+        out.folded
+            .lines()
+            .any(|l| l.starts_with("cudaLaunchKernel;[GPU_Kernel]saxpy")),
+        "{}",
+        out.folded
+    );
+    let text = out.summary.to_string();
+    assert!(text.contains("no CUDA API backtraces"), "{text}");
+}
+
+#[test]
+fn sqlite_without_cupti_tables__one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("other.sqlite");
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let mut strings = StringTable::new();
+    let e = GpuInputs::open(std::slice::from_ref(&p), &mut strings)
+        .err()
+        .unwrap();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("is not a Nsight Systems SQLite export")
+            && msg.contains("without the CUPTI tables"),
+        "{msg}"
+    );
+    // SQLite's magic followed by garbage.
+    let bad = dir.path().join("bad.sqlite");
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend((0..8192u32).map(|i| (i * 7919 % 251) as u8));
+    fs::write(&bad, bytes).unwrap();
+    let e = GpuInputs::open(&[bad], &mut strings).err().unwrap();
+    assert!(e.to_string().contains("SQLite: "), "{e}");
 }
