@@ -655,3 +655,104 @@ fn sqlite_without_cupti_tables__one_clear_error() {
     let e = GpuInputs::open(&[bad], &mut strings).err().unwrap();
     assert!(e.to_string().contains("SQLite: "), "{e}");
 }
+
+/// `go tool pprof`, when Go is installed. CI installs it and sets
+/// `GPUPERF_REQUIRE_GO_PPROF=1`, so that there a missing Go fails instead of skipping.
+fn go_pprof() -> Option<std::process::Command> {
+    let found = std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("GPUPERF_REQUIRE_GO_PPROF").is_none_or(|v| v != "1"),
+            "GPUPERF_REQUIRE_GO_PPROF=1 but `go` is not on PATH (Debian: apt-get install golang-go)"
+        );
+        eprintln!("skipped: `go` is not installed, so `go tool pprof` cannot read the profile");
+        return None;
+    }
+    let mut c = std::process::Command::new("go");
+    c.args(["tool", "pprof"]);
+    Some(c)
+}
+
+#[test]
+fn pprof_profiles__go_tool_pprof_reads_them_and_totals_match_the_traces() {
+    for name in [V100, B200, A100] {
+        let path = real(name);
+        let out = run(std::slice::from_ref(&path));
+        // Totals in the profile itself, parsed back by prost.
+        let p = &out.profile;
+        let st = |i: usize| {
+            let t = &p.sample_type[i];
+            (
+                p.string_table[t.r#type as usize].as_str(),
+                p.string_table[t.unit as usize].as_str(),
+            )
+        };
+        assert_eq!(
+            (st(0), st(1)),
+            (("gpu_time", "nanoseconds"), ("launches", "count"))
+        );
+        let total = |i: usize| p.sample.iter().map(|s| s.value[i] as u64).sum::<u64>();
+        let gpu_records = out.summary.kernels + out.summary.other_activities;
+        let pending = out.summary.launches_without_gpu + out.summary.launches_without_api;
+        assert_eq!(total(1), gpu_records + pending, "{name}");
+        // Kernels are the leaves: each location appears once in the table.
+        let mut ids: Vec<u64> = p.location.iter().map(|l| l.id).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), p.location.len());
+
+        let Some(mut go) = go_pprof() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("gpu.pb.gz");
+        let mut gz = Vec::new();
+        // The same bytes `gpuperf merge --pprof` writes.
+        let mut strings = StringTable::new();
+        let inputs = GpuInputs::open(std::slice::from_ref(&path), &mut strings).unwrap();
+        let mut b = pprof::Builder::new();
+        join::merge(
+            None,
+            &inputs,
+            &mut strings,
+            &join::Options::default(),
+            &mut [&mut b],
+        )
+        .unwrap();
+        b.write(&mut gz).unwrap();
+        fs::write(&file, gz).unwrap();
+        let raw = go.arg("-raw").arg(&file).output().unwrap();
+        assert!(
+            raw.status.success(),
+            "{}",
+            String::from_utf8_lossy(&raw.stderr)
+        );
+        let text = String::from_utf8(raw.stdout).unwrap();
+        let samples = text
+            .split("Samples:")
+            .nth(1)
+            .unwrap()
+            .split("Locations")
+            .next()
+            .unwrap();
+        let (mut ns, mut launches) = (0u64, 0u64);
+        for line in samples.lines() {
+            let mut f = line.split_whitespace();
+            if let (Some(a), Some(b)) = (f.next(), f.next())
+                && let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.trim_end_matches(':').parse::<u64>())
+            {
+                ns += a;
+                launches += b;
+            }
+        }
+        assert_eq!(
+            (ns, launches),
+            (total(0), total(1)),
+            "{name}: go tool pprof -raw:\n{text}"
+        );
+        assert!(
+            text.contains("gpu_time/nanoseconds[dflt] launches/count"),
+            "{text}"
+        );
+    }
+}
