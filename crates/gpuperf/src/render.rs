@@ -176,7 +176,7 @@ pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
     write_with_pprof(l, outs, None)
 }
 
-/// [`write`], plus a gzipped pprof profile when `pprof` names a file.
+/// [`write()`], plus a gzipped pprof profile when `pprof` names a file.
 pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) -> Result<Joined> {
     let pprof_file = pprof
         .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
