@@ -12,7 +12,7 @@ use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join::{self, Sink, Summary};
 use gpuperf_merge::model::StringTable;
 use gpuperf_merge::report::{Reporter, Row};
-use gpuperf_merge::{Diagnostics, chrome, folded, svg};
+use gpuperf_merge::{Diagnostics, chrome, folded, pprof, svg};
 use tracing::{info, warn};
 
 use crate::cli::InputArgs;
@@ -173,6 +173,15 @@ fn create(path: &Path) -> Result<BufWriter<File>> {
 /// Joins and writes every output named. Every file is created before the join,
 /// so a bad path fails fast.
 pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
+    write_with_pprof(l, outs, None)
+}
+
+/// [`write()`], plus a gzipped pprof profile when `pprof` names a file.
+pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) -> Result<Joined> {
+    let pprof_file = pprof
+        .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
+        .transpose()?;
+    let mut profile = pprof::Builder::new();
     let folded_file = match &outs.folded {
         Some(p) if p.as_os_str() != "-" => Some((p, create(p)?)),
         _ => None,
@@ -199,6 +208,9 @@ pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
         if let Some(c) = chrome.as_mut() {
             sinks.push(c);
         }
+        if pprof_file.is_some() {
+            sinks.push(&mut profile);
+        }
         l.join(&mut sinks)?
     };
     let mut written = Vec::new();
@@ -220,6 +232,15 @@ pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
         written.push(Written {
             path: p.clone(),
             how: "open it in https://ui.perfetto.dev or chrome://tracing",
+        });
+    }
+    if let Some((p, f)) = pprof_file {
+        profile
+            .write(f)
+            .with_context(|| format!("failed to write `{}`", p.display()))?;
+        written.push(Written {
+            path: p.to_path_buf(),
+            how: "pprof profile for Pyroscope, Parca, Grafana or `go tool pprof`",
         });
     }
     if let Some((p, f)) = svg_file {

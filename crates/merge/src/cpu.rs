@@ -60,7 +60,7 @@ impl StackId {
 }
 
 /// Interned stacks, kept as their folded text (`root;…;leaf`).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Stacks {
     map: FxHashMap<Box<[u8]>, StackId>,
     texts: Vec<Box<str>>,
@@ -132,7 +132,7 @@ pub struct CpuLaunch {
 }
 
 /// A whole CPU trace.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CpuTrace {
     /// Format of the file(s).
     pub format: CpuFormat,
@@ -161,6 +161,28 @@ impl CpuTrace {
             lines: 0,
             diagnostics: Diagnostics::default(),
         }
+    }
+
+    /// An empty trace whose launches carry correlation ids: what GPU-side inputs
+    /// that hold their own CPU stacks fill (see [`crate::join`]).
+    pub fn with_correlation_ids() -> Self {
+        Self::new(CpuFormat::Gpuperf)
+    }
+
+    /// Appends `other`'s launches, their stacks and command names.
+    pub fn append(&mut self, other: &CpuTrace) {
+        let mut ids: Vec<Option<StackId>> = vec![None; other.stacks.len()];
+        for l in &other.launches {
+            let stack = *ids[l.stack.index()]
+                .get_or_insert_with(|| self.stacks.intern(other.stacks.text(l.stack).as_bytes()));
+            self.launches.push(CpuLaunch { stack, ..*l });
+        }
+        for (k, v) in &other.comms {
+            self.comms.entry(*k).or_insert_with(|| v.clone());
+        }
+        self.dropped = self.dropped.saturating_add(other.dropped);
+        self.lines += other.lines;
+        self.diagnostics.extend(other.diagnostics.clone());
     }
 
     /// Reads a CPU trace file in either format.

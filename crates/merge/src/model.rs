@@ -4,7 +4,6 @@
 //! `CLOCK_MONOTONIC` (the clock of `bpf_ktime_get_ns()`); records read from the
 //! reference tooling's CUPTI log are on `CLOCK_REALTIME` ([`Clock`]).
 
-use std::collections::HashMap;
 use std::fmt;
 
 /// An interned string: a kernel name, an API name, a stack frame.
@@ -21,7 +20,8 @@ impl StringId {
 /// Interns strings so that records carry 4-byte ids instead of names.
 #[derive(Debug, Default, Clone)]
 pub struct StringTable {
-    map: HashMap<Box<str>, StringId>,
+    // Names come in by the million from big traces: a fast hash matters here.
+    map: rustc_hash::FxHashMap<Box<str>, StringId>,
     strings: Vec<Box<str>>,
 }
 
