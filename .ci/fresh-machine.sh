@@ -76,8 +76,9 @@ done
 
 # The quick start's two commands, exactly as the README writes them.
 quick_start=$(awk '/^## /{ on = ($0 == "## Quick start") } on' "$repo/README.md")
-first=$(awk '/^```sh$/{ n++; next } /^```$/{ next } n == 1' <<<"$quick_start")
-second=$(awk '/^```sh$/{ n++; next } /^```$/{ next } n == 2' <<<"$quick_start")
+block() { awk -v k="$1" '/^```sh$/ { n++; on = 1; next } /^```/ { on = 0; next } on && n == k' <<<"$quick_start"; }
+first=$(block 1)
+second=$(block 2)
 install=$(grep -m1 '^cargo install ' "$repo/README.md")
 
 mounts=()

@@ -156,6 +156,14 @@ pub struct Summary {
     pub slow_functions_skipped: Vec<String>,
     /// Files given entry probes.
     pub api_files: Vec<PathBuf>,
+    /// Records of files mapped as code lost because the ring buffer was
+    /// full: if their process exits early, the frames in that file may stay
+    /// unnamed.
+    pub dropped_file_events: u64,
+    /// Why the libraries traced processes map are not followed, when the
+    /// kernel refused that probe: frames in a library of a process that exits
+    /// before its stacks are symbolized may then stay unnamed.
+    pub files_not_followed: Option<String>,
 }
 
 /// Counters readable while the profiler runs.
@@ -287,21 +295,7 @@ fn run<W: Write>(
     progress: &Progress,
 ) -> Result<Summary> {
     let mut storage = MaybeUninit::uninit();
-    let mut open = LaunchSkelBuilder::default()
-        .open(&mut storage)
-        .map_err(bpf("opening the BPF object"))?;
-    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-        rodata.filter_pids = !options.all_processes;
-    }
-    open.maps
-        .events
-        .set_max_entries(options.ring_buffer_bytes.next_power_of_two().max(4096))
-        .map_err(bpf("sizing the ring buffer"))?;
-    open.maps
-        .stack_ids
-        .set_max_entries(options.stack_map_entries.max(64))
-        .map_err(bpf("sizing the stack map"))?;
-    let skel = open.load().map_err(bpf("loading the BPF programs"))?;
+    let skel = load(&mut storage, &options)?;
 
     let mut attach = Attach {
         skel: &skel,
@@ -328,6 +322,15 @@ fn run<W: Write>(
                 .map_err(bpf("attaching the process tracepoints"))?,
         );
     }
+    // Without the syscall tracepoint (a kernel without CONFIG_FTRACE_SYSCALLS)
+    // libraries are found in /proc while their process lives.
+    let files_not_followed = match skel.progs.on_mmap.attach() {
+        Ok(link) => {
+            attach.links.push(link);
+            None
+        }
+        Err(e) => Some(format!("attaching to syscalls:sys_enter_mmap: {e}")),
+    };
     for lib in &options.marker_libraries {
         attach.marker(lib)?;
         symbolizer.hide_file(lib);
@@ -405,12 +408,36 @@ fn run<W: Write>(
     summary.marker_stacks = stats[Stat::MarkerOwnStack as usize];
     summary.dropped_launches = stats[Stat::LaunchDrops as usize];
     summary.lost_stacks = stats[Stat::StackErrors as usize] + stats[Stat::StackDrops as usize];
+    summary.dropped_file_events = stats[Stat::FileDrops as usize];
+    summary.files_not_followed = files_not_followed;
     summary.slow_functions_skipped = attach.slow;
     summary.api_files = attach.api_files;
     progress
         .dropped
         .store(summary.dropped_launches, Ordering::Relaxed);
     Ok(summary)
+}
+
+/// Opens, sizes and loads the BPF object.
+fn load<'obj>(
+    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    options: &Options,
+) -> Result<LaunchSkel<'obj>> {
+    let mut open = LaunchSkelBuilder::default()
+        .open(storage)
+        .map_err(bpf("opening the BPF object"))?;
+    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        rodata.filter_pids = !options.all_processes;
+    }
+    open.maps
+        .events
+        .set_max_entries(options.ring_buffer_bytes.next_power_of_two().max(4096))
+        .map_err(bpf("sizing the ring buffer"))?;
+    open.maps
+        .stack_ids
+        .set_max_entries(options.stack_map_entries.max(64))
+        .map_err(bpf("sizing the stack map"))?;
+    open.load().map_err(bpf("loading the BPF programs"))
 }
 
 /// `enum stat_index` in launch.h.
@@ -432,6 +459,7 @@ enum Stat {
     StackMapFull,
     #[allow(dead_code)]
     WalkMismatch,
+    FileDrops,
     Count,
 }
 
@@ -582,6 +610,7 @@ impl<W: Write> Sink<W> {
             match e {
                 None => self.summary.bad_records += 1,
                 Some(Event::Exec(x)) => self.symbolizer.exec(x.pid, &x.filename),
+                Some(Event::File(f)) => self.symbolizer.mapped(f.path),
                 Some(Event::Stack(s)) => {
                     let frames: Rc<[String]> = self.symbolizer.frames(&s).into();
                     self.stacks.insert(s.stack_id, frames);

@@ -4,8 +4,13 @@
 //! build id, so a stack stays symbolizable after its process has exited as long
 //! as some file with that build id is known. Files are learned from our own
 //! mappings, the files we probe, each traced process's `exec` and its
-//! `/proc/PID/maps` at first sight. Raw-address frames (anonymous memory, such as
-//! JIT code with a perf map) are resolved through the live process.
+//! `/proc/PID/maps` while it lives, and the full paths of the files that
+//! traced processes exec or map as code, which the BPF program sends as it
+//! happens: those keep a process's executable and libraries findable after it
+//! exits. Such a file is read for its build id only when a frame's build id
+//! is not known otherwise, and at most once. Raw-address frames (anonymous
+//! memory, such as JIT code with a perf map) are resolved through the live
+//! process.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -25,6 +30,10 @@ pub struct Symbolizer {
     indexed: HashSet<PathBuf>,
     /// (pid, build id) pairs already looked for in that pid's maps.
     searched: HashSet<(u32, Vec<u8>)>,
+    /// Files traced processes mapped, not yet read for their build id.
+    mapped: Vec<PathBuf>,
+    /// Every path ever put in `mapped`.
+    mapped_seen: HashSet<PathBuf>,
     /// Files whose frames are left out of stacks (our own marker library).
     hidden: HashSet<Vec<u8>>,
     /// Frames printed without a function name.
@@ -51,6 +60,8 @@ impl Symbolizer {
             by_build_id: HashMap::new(),
             indexed: HashSet::new(),
             searched: HashSet::new(),
+            mapped: Vec::new(),
+            mapped_seen: HashSet::new(),
             hidden: HashSet::new(),
             unsymbolized_frames: 0,
             unknown_files: 0,
@@ -97,6 +108,14 @@ impl Symbolizer {
         }
     }
 
+    /// A traced process exec'd or mapped `path` as code: frames in it may
+    /// come when the process is gone.
+    pub fn mapped(&mut self, path: PathBuf) {
+        if !self.indexed.contains(&path) && self.mapped_seen.insert(path.clone()) {
+            self.mapped.push(path);
+        }
+    }
+
     fn index_maps(&mut self, maps: &str) {
         for p in executable_files(maps) {
             if !self.indexed.contains(&p) {
@@ -111,6 +130,15 @@ impl Symbolizer {
         }
         if self.searched.insert((pid, build_id.to_vec())) {
             self.index_process(pid);
+            if let Some(p) = self.by_build_id.get(build_id) {
+                return Some(p.clone());
+            }
+        }
+        // Each mapped file is read once, only until the build id is found.
+        while let Some(path) = self.mapped.pop() {
+            if self.index_file(&path).as_deref() == Some(build_id) {
+                break;
+            }
         }
         self.by_build_id.get(build_id).cloned()
     }

@@ -12,6 +12,7 @@ enum event_kind {
 	EVENT_LAUNCH = 1,
 	EVENT_STACK = 2,
 	EVENT_EXEC = 3,
+	EVENT_FILE = 4,
 };
 
 /* Where a launch record's stack was taken. */
@@ -56,6 +57,19 @@ struct exec_event {
 	char filename[EXEC_PATH_LEN];
 };
 
+#define FILE_PATH_LEN 4096
+
+/* A traced process execs or maps a file as code. Sent with its full path
+ * (path_len bytes, the NUL included), so the file can be found after the
+ * process exits. */
+struct file_event {
+	__u32 kind;
+	__u32 pid;
+	__u32 path_len;
+	__u32 pad;
+	char path[FILE_PATH_LEN];
+};
+
 enum stat_index {
 	STAT_ENTRIES,
 	STAT_MARKERS,
@@ -68,6 +82,7 @@ enum stat_index {
 	STAT_EXEC_DROPS,
 	STAT_STACK_MAP_FULL,
 	STAT_WALK_MISMATCH,
+	STAT_FILE_DROPS,
 	STAT_COUNT,
 };
 

@@ -19,7 +19,7 @@ fn flag(name: &str) -> bool {
 /// it byte for byte. `GPUPERF_BLESS=1` rewrites the object and its stamp;
 /// `GPUPERF_REQUIRE_CLANG=1` (CI) fails instead of skipping the rebuild.
 #[test]
-fn bpf_object__committed_object_is_built_from_the_sources() {
+fn committed_bpf_object_is_built_from_its_sources() {
     let arch = env::consts::ARCH;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let committed = object::object_path(dir, arch);
