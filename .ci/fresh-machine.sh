@@ -104,7 +104,7 @@ status=0
     echo "== fresh Debian $(cat "$root/etc/debian_version"), $(as_user . 'rustc --version'), no clang, no libelf-dev; commit $head"
     echo "== 1: $first"
     if as_user gpuperf-1 "$first"; then
-        ls -l "$root$home/gpuperf-1"/{flamegraph.svg,timeline.json,merged.folded}
+        as_user gpuperf-1 'ls -l flamegraph.svg timeline.json merged.folded' || status=1
     else
         echo "== FAILED: $first"
         status=1
