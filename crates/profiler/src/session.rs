@@ -322,15 +322,17 @@ fn run<W: Write>(
                 .map_err(bpf("attaching the process tracepoints"))?,
         );
     }
-    // Without the syscall tracepoint (a kernel without CONFIG_FTRACE_SYSCALLS)
+    // Without the syscall tracepoints (a kernel without CONFIG_FTRACE_SYSCALLS)
     // libraries are found in /proc while their process lives.
-    let files_not_followed = match skel.progs.on_mmap.attach() {
-        Ok(link) => {
-            attach.links.push(link);
-            None
+    let mut files_not_followed = None;
+    for prog in [&skel.progs.on_mmap_enter, &skel.progs.on_mmap_exit] {
+        match prog.attach() {
+            Ok(link) => attach.links.push(link),
+            Err(e) => {
+                files_not_followed = Some(format!("attaching to the mmap syscall tracepoints: {e}"));
+            }
         }
-        Err(e) => Some(format!("attaching to syscalls:sys_enter_mmap: {e}")),
-    };
+    }
     for lib in &options.marker_libraries {
         attach.marker(lib)?;
         symbolizer.hide_file(lib);
@@ -610,7 +612,7 @@ impl<W: Write> Sink<W> {
             match e {
                 None => self.summary.bad_records += 1,
                 Some(Event::Exec(x)) => self.symbolizer.exec(x.pid, &x.filename),
-                Some(Event::File(f)) => self.symbolizer.mapped(f.path),
+                Some(Event::File(f)) => self.symbolizer.mapped(f),
                 Some(Event::Stack(s)) => {
                     let frames: Rc<[String]> = self.symbolizer.frames(&s).into();
                     self.stacks.insert(s.stack_id, frames);

@@ -26,10 +26,15 @@ struct files_struct {
 	struct fdtable *fdt;
 } __attribute__((preserve_access_index));
 
+struct mm_struct {
+	unsigned long start_code;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
 	struct files_struct *files;
+	struct mm_struct *mm;
 } __attribute__((preserve_access_index));
 
 struct qstr {
@@ -495,7 +500,8 @@ struct {
  * the mount point, as d_path does (bpf_d_path is not allowed in these
  * programs). A path deeper than PATH_DEPTH or longer than FILE_PATH_LEN is
  * not sent. */
-static __always_inline void send_file(struct file *file, __u32 tgid)
+static __always_inline void send_file(struct file *file, __u32 tgid, __u32 place, __u64 start,
+				      __u64 end, __u64 offset)
 {
 	__u32 zero = 0;
 	struct file_scratch *s = bpf_map_lookup_elem(&file_scratch, &zero);
@@ -505,11 +511,11 @@ static __always_inline void send_file(struct file *file, __u32 tgid)
 	struct dentry *dentry = BPF_CORE_READ(file, f_path.dentry);
 	struct vfsmount *vfsmnt = BPF_CORE_READ(file, f_path.mnt);
 	struct mount *mnt = (void *)vfsmnt - mnt_off;
-	/* The path ends at buf[end], its NUL, and starts at buf[s->off]. */
-	__u32 end = FILE_PATH_LEN - 1;
+	/* The path ends at buf[last], its NUL, and starts at buf[s->off]. */
+	__u32 last = FILE_PATH_LEN - 1;
 	bool root = false;
-	s->off = end;
-	s->buf[end] = 0;
+	s->off = last;
+	s->buf[last] = 0;
 	for (int i = 0; i < PATH_DEPTH; i++) {
 		struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
 		struct dentry *mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
@@ -538,9 +544,9 @@ static __always_inline void send_file(struct file *file, __u32 tgid)
 		dentry = parent;
 	}
 	__u32 off = s->off;
-	if (!root || off >= end)
+	if (!root || off >= last)
 		return;
-	__u32 n = end + 1 - off;
+	__u32 n = last + 1 - off;
 	if (n > FILE_PATH_LEN)
 		return;
 	if (bpf_probe_read_kernel(s->e.path, n, &s->buf[off & (FILE_PATH_LEN - 1)]))
@@ -548,13 +554,18 @@ static __always_inline void send_file(struct file *file, __u32 tgid)
 	s->e.kind = EVENT_FILE;
 	s->e.pid = tgid;
 	s->e.path_len = n;
+	s->e.place = place;
+	s->e.start = start;
+	s->e.end = end;
+	s->e.offset = offset;
 	if (bpf_ringbuf_output(&events, &s->e, offsetof(struct file_event, path) + n,
 			       wakeup_flag()))
 		count(STAT_FILE_DROPS);
 }
 
-/* The arguments of the syscalls:sys_enter_mmap tracepoint (its format file). */
-struct mmap_args {
+/* The arguments of the syscalls:sys_enter_mmap tracepoint and the result of
+ * sys_exit_mmap (their format files). */
+struct mmap_enter {
 	__u64 common;
 	__s32 nr;
 	__u32 pad;
@@ -566,25 +577,67 @@ struct mmap_args {
 	__u64 off;
 };
 
-#define PROT_EXEC 0x4
+struct mmap_exit {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
 
-/* A traced process maps a file as code: the loader mapping a library. */
+#define PROT_EXEC 0x4
+#define MAX_ERRNO 4095
+
+struct mmap_call {
+	__u64 fd;
+	__u64 len;
+	__u64 off;
+};
+
+/* A thread's mmap of a file as code, from syscall entry to exit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, struct mmap_call);
+	__uint(max_entries, 4096);
+} mmap_calls SEC(".maps");
+
 SEC("tracepoint/syscalls/sys_enter_mmap")
-int on_mmap(struct mmap_args *ctx)
+int on_mmap_enter(struct mmap_enter *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!filter_pids || !(ctx->prot & PROT_EXEC) || (__s64)ctx->fd < 0 ||
 	    !traced(pid_tgid))
 		return 0;
+	__u32 tid = pid_tgid;
+	struct mmap_call call = {.fd = ctx->fd, .len = ctx->len, .off = ctx->off};
+	bpf_map_update_elem(&mmap_calls, &tid, &call, BPF_ANY);
+	return 0;
+}
+
+/* A traced process mapped a file as code (the loader mapping a library):
+ * its path and where it went. */
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int on_mmap_exit(struct mmap_exit *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = pid_tgid;
+	struct mmap_call *c = bpf_map_lookup_elem(&mmap_calls, &tid);
+	if (!c)
+		return 0;
+	struct mmap_call call = *c;
+	bpf_map_delete_elem(&mmap_calls, &tid);
+	if (ctx->ret < 0 && ctx->ret >= -MAX_ERRNO)
+		return 0;
 	struct task_struct *task = (void *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || ctx->fd >= BPF_CORE_READ(fdt, max_fds))
+	if (!fdt || call.fd >= BPF_CORE_READ(fdt, max_fds))
 		return 0;
 	struct file **fds = BPF_CORE_READ(fdt, fd);
 	struct file *file = NULL;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[ctx->fd]))
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[call.fd]))
 		return 0;
-	send_file(file, pid_tgid >> 32);
+	__u64 start = ctx->ret;
+	send_file(file, pid_tgid >> 32, PLACE_MAPPING, start, start + call.len, call.off);
 	return 0;
 }
 
@@ -606,7 +659,8 @@ int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *b
 	/* The name given to execve may be relative, and the process may be gone
 	 * before user space reads its /proc entry: send the file's full path. */
 	if (filter_pids)
-		send_file(BPF_CORE_READ(bprm, file), tgid);
+		send_file(BPF_CORE_READ(bprm, file), tgid, PLACE_EXEC,
+			  BPF_CORE_READ(p, mm, start_code), 0, 0);
 	return 0;
 }
 
