@@ -184,7 +184,9 @@ pub(crate) fn code_segments(path: &Path) -> Result<Vec<Segment>> {
     let elf = object::File::parse(&*map).map_err(|e| probe_error(path, format!("bad ELF: {e}")))?;
     Ok(elf
         .segments()
-        .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & PF_X.0 != 0))
+        .filter(
+            |s| matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & PF_X.0 != 0),
+        )
         .map(|s| Segment {
             vaddr: s.address(),
             size: s.size(),

@@ -329,7 +329,8 @@ fn run<W: Write>(
         match prog.attach() {
             Ok(link) => attach.links.push(link),
             Err(e) => {
-                files_not_followed = Some(format!("attaching to the mmap syscall tracepoints: {e}"));
+                files_not_followed =
+                    Some(format!("attaching to the mmap syscall tracepoints: {e}"));
             }
         }
     }
@@ -607,6 +608,19 @@ impl<W: Write> Sink<W> {
             held.extend(events);
             return Ok(());
         }
+        // A new process's probes and maps first, while it lives and before
+        // its first launches pass: symbolizing the batch's stacks can take
+        // long (the first stacks parse whole libraries).
+        for e in events.iter().flatten() {
+            if let Event::Launch(l) = e
+                && self.seen_pids.insert(l.pid)
+            {
+                self.symbolizer.index_process(l.pid);
+                if self.discover && l.origin == Origin::Marker {
+                    attach.discover(l.pid);
+                }
+            }
+        }
         let mut new_stack = false;
         for e in events {
             match e {
@@ -619,12 +633,6 @@ impl<W: Write> Sink<W> {
                     new_stack = true;
                 }
                 Some(Event::Launch(l)) => {
-                    if self.seen_pids.insert(l.pid) {
-                        self.symbolizer.index_process(l.pid);
-                        if self.discover && l.origin == Origin::Marker {
-                            attach.discover(l.pid);
-                        }
-                    }
                     if l.stack_id >= 0 && !self.stacks.contains_key(&l.stack_id) {
                         // Its frames were sent from another CPU and are still
                         // on their way.

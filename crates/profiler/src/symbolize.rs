@@ -242,7 +242,10 @@ impl Symbolizer {
                 }
                 Frame::Ip(ip) => {
                     if let Some((path, offset)) = self.place(stack.pid, *ip) {
-                        if self.index_file(&path).is_some_and(|id| self.hidden.contains(&id)) {
+                        if self
+                            .index_file(&path)
+                            .is_some_and(|id| self.hidden.contains(&id))
+                        {
                             continue;
                         }
                         let src = Source::Elf(Elf::new(&path));
@@ -416,7 +419,9 @@ mod tests {
         s.mapped(FileMapped {
             pid: GONE,
             path: std::env::current_exe().unwrap(),
-            place: Place::Exec { start_code: 1 << 40 },
+            place: Place::Exec {
+                start_code: 1 << 40,
+            },
         });
         assert_eq!(s.frames(&stack()), vec![format!("{:#x}", target_ip())]);
     }
