@@ -353,7 +353,7 @@ mod tests {
     const GONE: u32 = u32::MAX - 1;
 
     fn target_ip() -> u64 {
-        gpuperf_symbolize_test_target as usize as u64
+        gpuperf_symbolize_test_target as *const () as u64
     }
 
     fn stack() -> Stack {
