@@ -63,7 +63,7 @@ fn fill_and_decode(w: &Wheels, major: u32) -> Vec<Decoded> {
 }
 
 fn check(decoded: &[Decoded]) {
-    assert_eq!(decoded.len(), 7, "{decoded:#?}");
+    assert_eq!(decoded.len(), 8, "{decoded:#?}");
     match &decoded[0] {
         Decoded::Kernel {
             place, grid, block, ..
@@ -156,6 +156,30 @@ fn check(decoded: &[Decoded]) {
             device: 1
         }
     );
+    match &decoded[7] {
+        Decoded::Memcpy {
+            place,
+            copy_kind,
+            bytes,
+            ..
+        } => {
+            assert_eq!(
+                *place,
+                Place {
+                    start_ns: 11000,
+                    end_ns: 11500,
+                    correlation_id: 47,
+                    device: 1,
+                    context: 2,
+                    stream: 7,
+                    graph_id: 5,
+                    graph_node_id: 0x42,
+                }
+            );
+            assert_eq!((*copy_kind, *bytes), (10, 1 << 16));
+        }
+        other => panic!("expected a peer-to-peer copy, got {other:?}"),
+    }
 }
 
 #[test]
