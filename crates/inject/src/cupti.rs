@@ -110,6 +110,13 @@ impl Cupti {
         self.check("cuptiActivityEnable", st)
     }
 
+    /// `cuptiActivityDisable`.
+    pub fn activity_disable(&self, kind: u32) -> Result<(), CuptiError> {
+        // SAFETY: plain value argument.
+        let st = unsafe { (self.f.activity_disable)(kind) };
+        self.check("cuptiActivityDisable", st)
+    }
+
     /// `cuptiActivityRegisterCallbacks`.
     pub fn register_buffers(
         &self,
@@ -170,6 +177,7 @@ impl Cupti {
             valid,
             cur: ptr::null_mut(),
             done: false,
+            end: sys::SUCCESS,
         }
     }
 }
@@ -181,6 +189,19 @@ pub struct Records<'a> {
     valid: usize,
     cur: *mut c_void,
     done: bool,
+    end: Status,
+}
+
+impl Records<'_> {
+    /// Why the walk stopped before the end of the valid data: the status of
+    /// `cuptiActivityGetNextRecord` when it was neither success nor
+    /// `CUPTI_ERROR_MAX_LIMIT_REACHED`. The records after it are lost.
+    pub fn error(&self) -> Option<CuptiError> {
+        match self.end {
+            sys::SUCCESS | sys::MAX_LIMIT_REACHED => None,
+            st => self.cupti.check("cuptiActivityGetNextRecord", st).err(),
+        }
+    }
 }
 
 impl<'a> Iterator for Records<'a> {
@@ -197,6 +218,7 @@ impl<'a> Iterator for Records<'a> {
             unsafe { (self.cupti.f.activity_get_next_record)(base, self.valid, &mut self.cur) };
         if st != sys::SUCCESS || self.cur.is_null() {
             self.done = true;
+            self.end = st;
             return None;
         }
         let off = (self.cur as usize).wrapping_sub(base as usize);

@@ -110,6 +110,30 @@ pub enum Decoded {
     },
 }
 
+impl Decoded {
+    /// GPU start and end, for the kinds that have them.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        match self {
+            Self::Kernel { place, .. }
+            | Self::Memcpy { place, .. }
+            | Self::Memset { place, .. }
+            | Self::Sync { place, .. } => Some((place.start_ns, place.end_ns)),
+            Self::Overhead {
+                start_ns, end_ns, ..
+            } => Some((*start_ns, *end_ns)),
+            Self::Device { .. } | Self::Context { .. } | Self::Other { .. } => None,
+        }
+    }
+
+    /// Whether a timed record lacks a valid start or end: CUPTI returns a record
+    /// whose work has not finished with `end = 0` from a forced flush, and never
+    /// again afterwards.
+    pub fn incomplete(&self) -> bool {
+        self.span()
+            .is_some_and(|(start, end)| start == 0 || end == 0 || end < start)
+    }
+}
+
 fn u8_at(r: &[u8], off: usize) -> Option<u8> {
     r.get(off).copied()
 }

@@ -45,9 +45,13 @@
 //!
 //! # Files
 //! One trace per process, `gpuperf-PID.gputrace` by default, and a log of
-//! diagnostics beside it; see [`config`] for the variables. Records reach the file
-//! at least every `GPUPERF_FLUSH_MS` (500 ms), so a process killed by SIGKILL keeps
-//! everything older than that. Child processes that inherit
+//! diagnostics beside it; see [`config`] for the variables. Every
+//! `GPUPERF_FLUSH_MS` (500 ms) an unforced CUPTI flush hands over every buffer whose
+//! records are complete, so a process killed by SIGKILL keeps everything older than
+//! that, except records that share a 256 KiB CUPTI buffer with a kernel still
+//! running: they wait for it. The one forced flush comes at exit, after the
+//! activity kinds are disabled; GPU work still running then comes back without an
+//! end and is counted as dropped (`incomplete`), never written with a wrong end. Child processes that inherit
 //! `CUDA_INJECTION64_PATH` write their own file; a child forked without `exec`
 //! writes nothing.
 //!

@@ -45,11 +45,20 @@ const RESOURCE: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE as u32;
 const ENTER: u32 = CUpti_ApiCallbackSite::CUPTI_API_ENTER as u32;
 const CONTEXT_DESTROY: u32 =
     CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32;
+/// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: also returns buffers holding records of
+/// work still running, which are then delivered with `end = 0` and never again.
+/// Used once, at exit, after the kinds are disabled.
 const FLUSH_FORCED: u32 = 1;
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
-/// Size of each activity buffer handed to CUPTI.
-const BUFFER_SIZE: usize = 2 << 20;
+/// Size of each activity buffer handed to CUPTI. A periodic (unforced) flush only
+/// returns buffers whose records are all complete, so one long kernel holds back
+/// every record that shares its buffer: 256 KiB holds about 1200 kernel records
+/// (216 bytes each in CUDA 13), which bounds that delay. At a launch-bound
+/// 500 000 launches/s a buffer fills every ~2.5 ms, i.e. ~400 buffers per second,
+/// each one allocation and one decoding pass. CUDA 13 keeps a buffer per
+/// launching thread, so 2 MiB buffers would also cost a 64-thread process 128 MiB.
+const BUFFER_SIZE: usize = 256 << 10;
 /// API records a thread may hold between flushes before new ones are dropped.
 const SHARD_CAP: usize = 4 << 20;
 /// Aliases kept per generation; two generations are searched.
@@ -127,6 +136,12 @@ struct Stats {
     unknown_kinds: AtomicU64,
     short_records: AtomicU64,
     buffers: AtomicU64,
+    /// Records without a valid start and end, not written.
+    incomplete: AtomicU64,
+    /// Buffers whose walk ended on an error status.
+    walk_errors: AtomicU64,
+    /// Records in buffers that arrived after the final flush.
+    late: AtomicU64,
 }
 
 struct Sink {
@@ -219,6 +234,11 @@ struct State {
     flush_lock: Mutex<()>,
     stop: (Mutex<bool>, Condvar),
     disabled: AtomicBool,
+    /// Set once the exit path has written its last record.
+    closed: AtomicBool,
+    /// The activity kinds enabled, to disable at exit.
+    kinds: Mutex<Vec<u32>>,
+    first_walk_error: Mutex<Option<String>>,
     stats: Stats,
 }
 
@@ -448,17 +468,38 @@ impl State {
         self.drain_shards();
         self.stats.buffers.fetch_add(1, Relaxed);
         let mut sink = lock(&self.sink);
-        let mut n = 0u64;
-        for rec in self.cupti.records(buf, valid) {
+        let (mut n, mut incomplete) = (0u64, 0u64);
+        let mut records = self.cupti.records(buf, valid);
+        for rec in records.by_ref() {
             n += 1;
             match decode::decode(rec) {
+                Some(d) if d.incomplete() => incomplete += 1,
                 Some(d) => self.write_decoded(&mut sink, d),
                 None => {
                     self.stats.short_records.fetch_add(1, Relaxed);
                 }
             }
         }
+        if let Some(e) = records.error() {
+            // The records after the one CUPTI could not walk past are lost.
+            let k = self.stats.walk_errors.fetch_add(1, Relaxed);
+            let msg = format!("{}: {} after {n} records", e.call, e.message);
+            if k < 10 {
+                self.log
+                    .line(&format!("{msg}; the rest of that buffer is lost"));
+            }
+            lock(&self.first_walk_error).get_or_insert(msg);
+        }
         self.stats.activities.fetch_add(n, Relaxed);
+        if incomplete > 0 {
+            self.stats.incomplete.fetch_add(incomplete, Relaxed);
+            let pid = self.pid;
+            sink.write(&Record::Dropped(Dropped {
+                pid,
+                source: DropSource::Incomplete,
+                count: incomplete,
+            }));
+        }
         // SAFETY: `context` is the one CUPTI passed with this buffer.
         let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
         if dropped > 0 {
@@ -590,19 +631,38 @@ impl State {
         lock(&self.sink).flush();
     }
 
-    /// The exit path: final flush, counters, and no writes afterwards.
+    /// The exit path: no new records, one forced flush, counters, and no writes
+    /// afterwards.
     fn finish(&self) {
         {
             let (m, cv) = &self.stop;
             *lock(m) = true;
             cv.notify_all();
         }
+        if self.disabled.load(Relaxed) {
+            return;
+        }
+        // Disabled first, so that the forced flush returns a final set: records
+        // of work still running come back incomplete and are counted.
+        for kind in lock(&self.kinds).drain(..) {
+            if let Err(e) = self.cupti.activity_disable(kind) {
+                self.log.line(&e.to_string());
+            }
+        }
         self.flush(true);
         if self.disabled.swap(true, Relaxed) {
             return;
         }
         let s = &self.stats;
+        let walk_errors = s.walk_errors.load(Relaxed);
         let mut sink = lock(&self.sink);
+        if walk_errors > 0 {
+            let first = lock(&self.first_walk_error).clone().unwrap_or_default();
+            sink.note(format!(
+                "{walk_errors} activity buffers were cut short by CUPTI (first: {first}); \
+                 the records after the error are lost"
+            ));
+        }
         if sink.write_errors > 0 {
             let pid = self.pid;
             let count = sink.write_errors;
@@ -622,7 +682,8 @@ impl State {
         self.log.line(&format!(
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
-             {} records of other kinds, {} too short",
+             {} records of other kinds, {} too short, {} incomplete (not written), \
+             {walk_errors} buffers cut short",
             s.api.load(Relaxed),
             s.activities.load(Relaxed),
             s.buffers.load(Relaxed),
@@ -631,7 +692,9 @@ impl State {
             s.aliased.load(Relaxed),
             s.unknown_kinds.load(Relaxed),
             s.short_records.load(Relaxed),
+            s.incomplete.load(Relaxed),
         ));
+        self.closed.store(true, Relaxed);
     }
 }
 
@@ -681,12 +744,19 @@ unsafe extern "C" fn buffer_completed(
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Some(s) = STATE.get()
-            && !s.disabled.load(Relaxed)
-        {
-            // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
-            let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
+        let Some(s) = STATE.get() else { return };
+        // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
+        let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
+        if !s.disabled.load(Relaxed) {
             s.consume(context, stream, slice, valid);
+        } else if s.closed.load(Relaxed) && std::process::id() == s.pid {
+            // After the final flush: nothing may be written any more, but the
+            // loss is still counted.
+            let n = s.cupti.records(slice, valid).count() as u64;
+            s.stats.late.fetch_add(n, Relaxed);
+            s.log.line(&format!(
+                "{n} activity records arrived after the trace was closed; not written"
+            ));
         }
     }));
     if size == BUFFER_SIZE {
@@ -841,6 +911,9 @@ pub fn initialize() -> bool {
         flush_lock: Mutex::new(()),
         stop: (Mutex::new(false), Condvar::new()),
         disabled: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        kinds: Mutex::new(Vec::new()),
+        first_walk_error: Mutex::new(None),
         stats: Stats::default(),
         config,
     };
@@ -909,11 +982,10 @@ fn start(s: &'static State) -> Result<usize> {
     c.set_thread_id_type(CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM as u32)?;
     c.register_buffers(buffer_requested, buffer_completed)?;
     for (kind, name) in decode::ENABLED_KINDS {
-        if let Err(e) = c.activity_enable(kind as u32) {
-            if name == "CONCURRENT_KERNEL" {
-                return Err(e.into());
-            }
-            s.log.line(&format!("{name} records unavailable: {e}"));
+        match c.activity_enable(kind as u32) {
+            Ok(()) => lock(&s.kinds).push(kind as u32),
+            Err(e) if name == "CONCURRENT_KERNEL" => return Err(e.into()),
+            Err(e) => s.log.line(&format!("{name} records unavailable: {e}")),
         }
     }
     let mut enabled = 0;
@@ -950,10 +1022,9 @@ fn start(s: &'static State) -> Result<usize> {
                     break;
                 }
                 drop(stopped);
-                // Forced: an unforced flush returns only full buffers, so a slow
-                // program's records would sit in memory until exit. A forced flush
-                // still holds back buffers with incomplete records.
-                s.flush(true);
+                // Unforced: it returns every buffer whose records are complete,
+                // full or not, and leaves kernels still running for later.
+                s.flush(false);
                 stopped = lock(m);
             }
         });

@@ -21,6 +21,8 @@ pub const SUCCESS: Status = CUptiResult::CUPTI_SUCCESS as Status;
 /// Another subscriber (Nsight Systems, torch.profiler, ...) holds CUPTI.
 pub const MULTIPLE_SUBSCRIBERS: Status =
     CUptiResult::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED as Status;
+/// `cuptiActivityGetNextRecord` reached the end of the buffer.
+pub const MAX_LIMIT_REACHED: Status = CUptiResult::CUPTI_ERROR_MAX_LIMIT_REACHED as Status;
 
 /// `CUpti_CallbackFunc`, with the domain and callback id as plain integers.
 pub type ApiCallback = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
@@ -45,6 +47,8 @@ pub struct Functions {
     pub get_callback_name: unsafe extern "C" fn(u32, u32, *mut *const c_char) -> Status,
     /// `cuptiActivityEnable`.
     pub activity_enable: unsafe extern "C" fn(u32) -> Status,
+    /// `cuptiActivityDisable`.
+    pub activity_disable: unsafe extern "C" fn(u32) -> Status,
     /// `cuptiActivityRegisterCallbacks`.
     pub activity_register_callbacks:
         unsafe extern "C" fn(BufferRequested, BufferCompleted) -> Status,
@@ -91,6 +95,7 @@ impl Functions {
             enable_callback: sym!("cuptiEnableCallback"),
             get_callback_name: sym!("cuptiGetCallbackName"),
             activity_enable: sym!("cuptiActivityEnable"),
+            activity_disable: sym!("cuptiActivityDisable"),
             activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks"),
             activity_register_timestamp_callback: sym!("cuptiActivityRegisterTimestampCallback"),
             set_thread_id_type: sym!("cuptiSetThreadIdType"),

@@ -31,7 +31,7 @@
 //! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56) |
 //! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
 //! | 8 | `SYNC` | start u64, end u64, corr u32, context u32, stream u32, sync type u8, 0 u8, device u16 (32) |
-//! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer), 0 u8×7 (16) |
+//! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer, 3 incomplete GPU record), 0 u8×7 (16) |
 //! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, 0 u32 (24) |
 //! | 11 | `NOTE` | UTF-8 text: why the trace is empty or partial |
 //!
@@ -180,6 +180,7 @@ impl<W: Write> Writer<W> {
                     DropSource::CuptiActivity => 0,
                     DropSource::Writer => 1,
                     DropSource::RingBuffer => 2,
+                    DropSource::Incomplete => 3,
                 };
                 self.u64(d.count).u8(source).u8(0).u16(0).u32(0);
             }
@@ -591,6 +592,7 @@ impl Decoder<'_> {
                 let source = match f.u8()? {
                     0 => DropSource::CuptiActivity,
                     1 => DropSource::Writer,
+                    3 => DropSource::Incomplete,
                     _ => DropSource::RingBuffer,
                 };
                 Some(Record::Dropped(Dropped {
@@ -782,6 +784,11 @@ mod tests {
                 pid: 42,
                 source: DropSource::CuptiActivity,
                 count: 5,
+            }),
+            Record::Dropped(Dropped {
+                pid: 42,
+                source: DropSource::Incomplete,
+                count: 2,
             }),
             Record::Overhead(Overhead {
                 pid: 42,

@@ -291,6 +291,9 @@ pub enum DropSource {
     Writer,
     /// The eBPF ring buffer was full.
     RingBuffer,
+    /// CUPTI handed back a GPU record without a valid start and end (a kernel
+    /// still running at the final forced flush), so it was not written.
+    Incomplete,
 }
 
 impl DropSource {
@@ -300,6 +303,7 @@ impl DropSource {
             Self::CuptiActivity => "CUPTI activity buffer",
             Self::Writer => "trace writer",
             Self::RingBuffer => "eBPF ring buffer",
+            Self::Incomplete => "incomplete at the end of recording",
         }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use gpuperf_merge::model::{ActivityKind, Record};
+use gpuperf_merge::model::{ActivityKind, DropSource, Record};
 
 use crate::host::{field, notes, plumbing};
 use crate::support::{
@@ -82,6 +82,14 @@ fn mock_kernel_running_across_flush_periods_keeps_its_end() {
         assert!(k.contains_key(&c), "kernel {c} missing");
     }
     assert!(!k.contains_key(&600), "a kernel still running at exit has no end");
+    let incomplete: u64 = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Dropped(d) if d.source == DropSource::Incomplete => Some(d.count),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(incomplete, 1);
     assert_eq!(field(&stdout, "lost ends"), "0");
 
     // Flag 1 once, last, after every kind was disabled; flag 0 before it.
@@ -106,6 +114,11 @@ fn mock_kernel_running_across_flush_periods_keeps_its_end() {
     assert!(
         log.contains("cuptiActivityGetNextRecord: CUPTI_ERROR_INVALID_KIND"),
         "{log}"
+    );
+    assert_eq!(
+        notes(&records),
+        ["1 activity buffers were cut short by CUPTI (first: cuptiActivityGetNextRecord: \
+          CUPTI_ERROR_INVALID_KIND after 1 records); the records after the error are lost"]
     );
     assert!(
         log.contains("1 activity records arrived after the trace was closed"),
