@@ -7,6 +7,12 @@
 //! serialized by `flush_lock`, because concurrent `cuptiActivityFlushAll` calls can
 //! deadlock. Lock order: `flush_lock`, then a shard, then the sink; a shard lock is
 //! never held while taking another lock.
+//!
+//! CUPTI has an internal lock of its own, held while its thread delivers buffers
+//! and while it runs resource callbacks, and taken by `cuptiActivityFlushAll` and
+//! `cuptiActivityGetNumDroppedRecords`. So no CUPTI function is called under the
+//! sink or a shard lock, and a callback never waits for `flush_lock` (it skips the
+//! flush when another is running).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -18,7 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use gpuperf_merge::gputrace::Writer;
@@ -142,6 +148,20 @@ struct Stats {
     walk_errors: AtomicU64,
     /// Records in buffers that arrived after the final flush.
     late: AtomicU64,
+    /// Flushes from CUPTI callbacks skipped because another was running.
+    skipped_flushes: AtomicU64,
+}
+
+/// Who asks for a flush, which decides its flag and whether it may wait.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Flush {
+    /// The flush thread: unforced.
+    Periodic,
+    /// `cudaDeviceReset` or context teardown, inside a CUPTI callback: unforced,
+    /// and skipped when another flush is running.
+    InCallback,
+    /// The exit path: forced.
+    Final,
 }
 
 struct Sink {
@@ -270,7 +290,7 @@ impl State {
     fn on_api(&self, domain: u32, cbid: u32, data: *const c_void) {
         if domain == RESOURCE {
             if cbid == CONTEXT_DESTROY {
-                self.flush(false);
+                self.flush(Flush::InCallback);
             }
             return;
         }
@@ -292,7 +312,7 @@ impl State {
         };
         let class = self.class(domain, cbid);
         if site == ENTER && class == Class::Reset {
-            self.flush(false);
+            self.flush(Flush::InCallback);
         }
         let _ = LOCAL.try_with(|l| {
             let mut l = l.borrow_mut();
@@ -500,12 +520,16 @@ impl State {
                 count: incomplete,
             }));
         }
+        drop(sink);
+        // Never under the sink lock: this call takes CUPTI's internal lock, which
+        // CUPTI holds while its own thread delivers a buffer that waits for the
+        // sink (the ABBA deadlock Kineto fixed in its PR #1347).
         // SAFETY: `context` is the one CUPTI passed with this buffer.
         let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
         if dropped > 0 {
             self.stats.cupti_dropped.fetch_add(dropped, Relaxed);
             let pid = self.pid;
-            sink.write(&Record::Dropped(Dropped {
+            lock(&self.sink).write(&Record::Dropped(Dropped {
                 pid,
                 source: DropSource::CuptiActivity,
                 count: dropped,
@@ -619,12 +643,27 @@ impl State {
     }
 
     /// Flushes CUPTI's buffers and the thread shards to the file.
-    fn flush(&self, forced: bool) {
+    fn flush(&self, how: Flush) {
         if self.disabled.load(Relaxed) {
             return;
         }
-        let _g = lock(&self.flush_lock);
-        if let Err(e) = self.cupti.flush_all(if forced { FLUSH_FORCED } else { 0 }) {
+        let _g = match how {
+            // A callback may run under CUPTI's internal lock, which a flush in
+            // progress on another thread waits for inside cuptiActivityFlushAll:
+            // waiting for that flush here would deadlock. It is skipped instead;
+            // the flush in progress hands over what is complete.
+            Flush::InCallback => match self.flush_lock.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    self.stats.skipped_flushes.fetch_add(1, Relaxed);
+                    return;
+                }
+            },
+            Flush::Periodic | Flush::Final => lock(&self.flush_lock),
+        };
+        let flag = if how == Flush::Final { FLUSH_FORCED } else { 0 };
+        if let Err(e) = self.cupti.flush_all(flag) {
             self.log.line(&e.to_string());
         }
         self.drain_shards();
@@ -649,7 +688,7 @@ impl State {
                 self.log.line(&e.to_string());
             }
         }
-        self.flush(true);
+        self.flush(Flush::Final);
         if self.disabled.swap(true, Relaxed) {
             return;
         }
@@ -683,7 +722,7 @@ impl State {
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
              {} records of other kinds, {} too short, {} incomplete (not written), \
-             {walk_errors} buffers cut short",
+             {walk_errors} buffers cut short, {} flushes skipped in callbacks",
             s.api.load(Relaxed),
             s.activities.load(Relaxed),
             s.buffers.load(Relaxed),
@@ -693,6 +732,7 @@ impl State {
             s.unknown_kinds.load(Relaxed),
             s.short_records.load(Relaxed),
             s.incomplete.load(Relaxed),
+            s.skipped_flushes.load(Relaxed),
         ));
         self.closed.store(true, Relaxed);
     }
@@ -1024,7 +1064,7 @@ fn start(s: &'static State) -> Result<usize> {
                 drop(stopped);
                 // Unforced: it returns every buffer whose records are complete,
                 // full or not, and leaves kernels still running for later.
-                s.flush(false);
+                s.flush(Flush::Periodic);
                 stopped = lock(m);
             }
         });

@@ -12,6 +12,7 @@
  *   mock-takeover  a second CUPTI client (as torch.profiler does) takes over
  *                  (HOST_TAKEOVER=clock: it only registers its own clock)
  *   mock-stress  N ms of launches, context teardowns and device resets on threads
+ *                (every HOST_TEARDOWN_US, default 500)
  *   mock-probe   prints what is subscribed and enabled after initialization
  *   mock-fatal   launches, then CUPTI reports a fatal error
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
@@ -151,6 +152,7 @@ static void takeover(void *mock) {
 
 static atomic_uint next_corr = 1;
 static atomic_int stop_stress;
+static useconds_t teardown_us = 500;
 
 static void *stress_launcher(void *arg) {
     (void)arg;
@@ -164,7 +166,7 @@ static void *stress_teardown(void *arg) {
     (void)arg;
     while (!stop_stress) {
         mock_context_destroy();
-        usleep(500);
+        usleep(teardown_us);
     }
     return NULL;
 }
@@ -174,12 +176,14 @@ static void *stress_reset(void *arg) {
         uint32_t c = next_corr++;
         mock_api(RT, 164, c, 1);
         mock_api(RT, 164, c, 0);
-        usleep(500);
+        usleep(teardown_us);
     }
     return NULL;
 }
 
 static void stress(long ms) {
+    const char *us = getenv("HOST_TEARDOWN_US");
+    if (us) teardown_us = (useconds_t)atoi(us);
     pthread_t t[5];
     void *(*fns[5])(void *) = {stress_launcher, stress_launcher, stress_launcher,
                                stress_teardown, stress_reset};

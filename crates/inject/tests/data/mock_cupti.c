@@ -20,8 +20,10 @@
  *
  * Build-time switches: MOCK_VERSION (cuptiGetVersion, default 130001) and
  * MOCK_SUBSCRIBE_STATUS (a CUptiResult cuptiSubscribe always returns).
- * Run-time switches: MOCK_CUPTI_BUSY (another tool holds CUPTI) and
- * MOCK_CUPTI_FAIL_CBID (cuptiEnableCallback refuses that runtime callback id).
+ * Run-time switches: MOCK_CUPTI_BUSY (another tool holds CUPTI),
+ * MOCK_CUPTI_FAIL_CBID (cuptiEnableCallback refuses that runtime callback id),
+ * MOCK_WORKER_US (the worker's period, default 1000) and MOCK_WORKER_FLUSH (the
+ * worker also hands over partly filled buffers, as CUPTI's periodic flush does).
  *
  * Extra exports (mock_*) let the host program play the CUDA application. */
 #include <pthread.h>
@@ -185,9 +187,16 @@ static void *worker(void *arg) {
     (void)arg;
     const char *us = getenv("MOCK_WORKER_US");
     useconds_t period = us ? (useconds_t)atoi(us) : 1000;
+    int flushes = getenv("MOCK_WORKER_FLUSH") != NULL;
     for (;;) {
         usleep(period);
         lock();
+        if (flushes && g_cur && g_cur->valid > 0) {
+            /* CUPTI's own periodic flush: the partly filled buffer goes too. */
+            *g_full_tail = g_cur;
+            g_full_tail = &g_cur->next;
+            g_cur = NULL;
+        }
         Buf **pp = &g_full;
         while (*pp) {
             Buf *b = *pp;

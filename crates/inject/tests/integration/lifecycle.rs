@@ -76,12 +76,18 @@ fn mock_kernel_running_across_flush_periods_keeps_its_end() {
         .collect();
     assert_eq!(k.get(&500), Some(&(long[0], long[1])), "{k:?}");
     for (c, (start, end)) in &k {
-        assert!(*start != 0 && *end != 0 && end >= start, "kernel {c}: {start}..{end}");
+        assert!(
+            *start != 0 && *end != 0 && end >= start,
+            "kernel {c}: {start}..{end}"
+        );
     }
     for c in 1..=15 {
         assert!(k.contains_key(&c), "kernel {c} missing");
     }
-    assert!(!k.contains_key(&600), "a kernel still running at exit has no end");
+    assert!(
+        !k.contains_key(&600),
+        "a kernel still running at exit has no end"
+    );
     let incomplete: u64 = records
         .iter()
         .filter_map(|r| match r {
@@ -117,8 +123,10 @@ fn mock_kernel_running_across_flush_periods_keeps_its_end() {
     );
     assert_eq!(
         notes(&records),
-        ["1 activity buffers were cut short by CUPTI (first: cuptiActivityGetNextRecord: \
-          CUPTI_ERROR_INVALID_KIND after 1 records); the records after the error are lost"]
+        [
+            "1 activity buffers were cut short by CUPTI (first: cuptiActivityGetNextRecord: \
+          CUPTI_ERROR_INVALID_KIND after 1 records); the records after the error are lost"
+        ]
     );
     assert!(
         log.contains("1 activity records arrived after the trace was closed"),
@@ -232,7 +240,9 @@ fn mock_second_cupti_client_taking_over_is_noted() {
     assert_eq!(k.len(), 100, "{k:?}");
     assert_eq!(
         notes(&records),
-        ["GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"]
+        [
+            "GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"
+        ]
     );
 }
 
@@ -261,7 +271,9 @@ fn mock_second_cupti_client_changing_the_clock_is_noted() {
     assert!(k.keys().all(|&c| c <= 100), "{k:?}");
     assert_eq!(
         notes(&records),
-        ["GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"]
+        [
+            "GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"
+        ]
     );
     let log = read_logs(dir.path());
     assert!(
@@ -273,22 +285,24 @@ fn mock_second_cupti_client_changing_the_clock_is_noted() {
 /// CUPTI's internal lock is held while its thread delivers buffers, while it
 /// runs resource callbacks and cudaDeviceReset, and is taken again by
 /// cuptiActivityGetNumDroppedRecords and cuptiActivityFlushAll. Launches,
-/// context teardowns and resets on several threads must not deadlock.
-#[test]
-fn mock_cupti_lock_stress_does_not_deadlock() {
+/// context teardowns and resets on several threads must not deadlock; the test
+/// fails by timeout if they do.
+fn lock_stress(extra: &[(&str, &Path)]) {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
     let dir = tempfile::tempdir().unwrap();
+    let mut env = vec![
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("GPUPERF_FLUSH_MS", Path::new("50")),
+        ("MOCK_WORKER_US", Path::new("100")),
+    ];
+    env.extend_from_slice(extra);
     let out = run_host_with(
         Some(&inject_lib()),
         "mock-stress",
         &["3000"],
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("GPUPERF_FLUSH_MS", Path::new("50")),
-            ("MOCK_WORKER_US", Path::new("100")),
-        ],
+        &env,
         Duration::from_secs(60),
     );
     stdout_of(&out);
@@ -300,6 +314,24 @@ fn mock_cupti_lock_stress_does_not_deadlock() {
     let k = kernels(&records);
     assert!(launches > 1000, "{launches}");
     assert_eq!(k.len(), launches);
+}
+
+/// CUPTI's thread holds its lock while it hands a buffer over (and waits for
+/// the sink), while the flush thread, holding the sink, asks for dropped counts.
+#[test]
+fn mock_cupti_lock_stress_buffer_delivery_does_not_deadlock() {
+    lock_stress(&[
+        ("MOCK_WORKER_FLUSH", Path::new("1")),
+        ("HOST_TEARDOWN_US", Path::new("2000")),
+    ]);
+}
+
+/// Context teardowns and device resets flush from inside callbacks that run
+/// under CUPTI's lock, while the flush thread waits for that lock in
+/// cuptiActivityFlushAll.
+#[test]
+fn mock_cupti_lock_stress_teardown_flushes_do_not_deadlock() {
+    lock_stress(&[("HOST_TEARDOWN_US", Path::new("500"))]);
 }
 
 /// A start that fails after cuptiSubscribe (here: one callback id refused)
@@ -349,6 +381,8 @@ fn mock_cupti_fatal_error_is_noted() {
     assert_eq!(kernels(&records).len(), 10);
     assert_eq!(
         notes(&records),
-        ["CUPTI stopped itself after a fatal error (CUPTI_ERROR_UNKNOWN): mock: the device fell off the bus; GPU activity after it is missing"]
+        [
+            "CUPTI stopped itself after a fatal error (CUPTI_ERROR_UNKNOWN): mock: the device fell off the bus; GPU activity after it is missing"
+        ]
     );
 }
