@@ -79,6 +79,13 @@ impl Cupti {
         self.check("cuptiSubscribe", st).map(|()| Subscriber(h))
     }
 
+    /// `cuptiUnsubscribe`: also disables every callback of `sub`.
+    pub fn unsubscribe(&self, sub: Subscriber) -> Result<(), CuptiError> {
+        // SAFETY: `sub` came from `subscribe` and is not used afterwards.
+        let st = unsafe { (self.f.unsubscribe)(sub.0) };
+        self.check("cuptiUnsubscribe", st)
+    }
+
     /// `cuptiEnableCallback(1, …)`.
     pub fn enable_callback(
         &self,

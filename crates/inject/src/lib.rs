@@ -60,6 +60,12 @@
 //! driver. When CUPTI is missing, too old or too new, or already held by another
 //! tool (Nsight Systems, torch.profiler), the program runs exactly as without
 //! injection and the trace holds a NOTE record saying why it is empty.
+//!
+//! - **Set-up failing half-way.** When a step after `cuptiSubscribe` fails (CUPTI
+//!   refuses a callback id or an activity kind), every step already taken is
+//!   undone: the activity kinds gpuperf enabled are disabled and the subscription
+//!   is dropped, with all its callbacks. The program carries no CUPTI overhead,
+//!   another tool can still subscribe, and the NOTE names the failed call.
 
 mod api;
 pub mod config;

@@ -1007,7 +1007,9 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
     }
 }
 
-/// Subscribes and enables; returns the number of API callbacks enabled.
+/// Subscribes and enables; returns the number of API callbacks enabled. A
+/// failure after subscribing undoes what was done, so that the application does
+/// not carry CUPTI's overhead and another tool can subscribe.
 fn start(s: &'static State) -> Result<usize> {
     let c = &s.cupti;
     let sub: Subscriber = c.subscribe(api_callback).map_err(|e| {
@@ -1017,6 +1019,26 @@ fn start(s: &'static State) -> Result<usize> {
             Error::Cupti(e)
         }
     })?;
+    enable(s, sub).inspect_err(|_| undo(s, sub))
+}
+
+/// Disables the kinds [`enable`] turned on and drops the subscription (with it
+/// every callback). The buffer and clock callbacks stay registered: CUPTI has
+/// no call to remove them, and with no kind enabled they are never called.
+fn undo(s: &State, sub: Subscriber) {
+    for kind in lock(&s.kinds).drain(..) {
+        if let Err(e) = s.cupti.activity_disable(kind) {
+            s.log.line(&e.to_string());
+        }
+    }
+    if let Err(e) = s.cupti.unsubscribe(sub) {
+        s.log.line(&e.to_string());
+    }
+}
+
+/// Everything after `cuptiSubscribe`.
+fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
+    let c = &s.cupti;
     // The clock must be in place before any activity is enabled.
     c.register_timestamp(timestamp)?;
     c.set_thread_id_type(CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM as u32)?;

@@ -41,6 +41,8 @@ pub struct Functions {
     pub get_result_string: unsafe extern "C" fn(Status, *mut *const c_char) -> Status,
     /// `cuptiSubscribe`.
     pub subscribe: unsafe extern "C" fn(*mut *mut c_void, ApiCallback, *mut c_void) -> Status,
+    /// `cuptiUnsubscribe`.
+    pub unsubscribe: unsafe extern "C" fn(*mut c_void) -> Status,
     /// `cuptiEnableCallback`.
     pub enable_callback: unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> Status,
     /// `cuptiGetCallbackName`.
@@ -92,6 +94,7 @@ impl Functions {
             get_version: sym!("cuptiGetVersion"),
             get_result_string: sym!("cuptiGetResultString"),
             subscribe: sym!("cuptiSubscribe"),
+            unsubscribe: sym!("cuptiUnsubscribe"),
             enable_callback: sym!("cuptiEnableCallback"),
             get_callback_name: sym!("cuptiGetCallbackName"),
             activity_enable: sym!("cuptiActivityEnable"),
