@@ -61,6 +61,13 @@
 //! tool (Nsight Systems, torch.profiler), the program runs exactly as without
 //! injection and the trace holds a NOTE record saying why it is empty.
 //!
+//! - **Which libcupti.** The candidates of [`locate`] are tried in turn: one whose
+//!   CUDA major is newer than the driver (`cuDriverGetVersion`) is skipped before
+//!   it is loaded, and one whose `cuptiSubscribe` fails with
+//!   `CUPTI_ERROR_NOT_INITIALIZED` or `CUPTI_ERROR_UNKNOWN` (what libcupti 13
+//!   answers on a CUDA 12 driver) gives way to the next. The log names every
+//!   candidate rejected and why; when all are, the NOTE does. `GPUPERF_CUPTI_PATH`
+//!   is tried alone.
 //! - **Set-up failing half-way.** When a step after `cuptiSubscribe` fails (CUPTI
 //!   refuses a callback id or an activity kind), every step already taken is
 //!   undone: the activity kinds gpuperf enabled are disabled and the subscription
@@ -71,6 +78,7 @@ mod api;
 pub mod config;
 mod cupti;
 pub mod decode;
+mod driver;
 mod error;
 pub mod locate;
 mod log;

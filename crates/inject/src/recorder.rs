@@ -37,6 +37,7 @@ use crate::api::{Class, classify};
 use crate::config::{Config, MarkerMode};
 use crate::cupti::{Cupti, Subscriber};
 use crate::decode::{self, Decoded, Place};
+use crate::driver;
 use crate::error::{Error, Result};
 use crate::locate;
 use crate::log::Log;
@@ -841,8 +842,9 @@ fn process_record(pid: u32) -> Record {
     })
 }
 
-/// Loads the first candidate that is a usable libcupti.
-fn load_cupti(config: &Config, log: &Log) -> Result<Cupti> {
+/// Tries the candidates in turn until one suits the driver and accepts the
+/// subscription; logs every candidate rejected and why.
+fn open_cupti(config: &Config, log: &Log) -> Result<(Cupti, u32, Subscriber)> {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let var = |k: &str| {
         if k == "GPUPERF_CUPTI_PATH" {
@@ -851,26 +853,97 @@ fn load_cupti(config: &Config, log: &Log) -> Result<Cupti> {
             std::env::var_os(k)
         }
     };
+    let driver = match driver::version() {
+        Ok(v) => {
+            log.line(&format!("driver: {}", locate::driver_name(v)));
+            Some(v)
+        }
+        Err(why) => {
+            log.line(&format!("driver version unknown: {why}"));
+            None
+        }
+    };
     let inputs = locate::Inputs {
         var: &var,
         maps: &maps,
-        self_dir: locate::dir_of_mapping(&maps, load_cupti as *const () as usize),
+        self_dir: locate::dir_of_mapping(&maps, open_cupti as *const () as usize),
         system_roots: locate::system_roots(),
+        driver,
     };
-    for path in locate::candidates(&inputs) {
+    let plan = locate::plan(&inputs);
+    for (path, why) in &plan.rejected {
+        log.line(&format!("`{}` rejected: {why}", path.display()));
+    }
+    // Libraries that exist but were rejected, for the final message.
+    let mut failed: Vec<(PathBuf, Error)> = Vec::new();
+    for path in plan.candidates {
         let explicit = config.cupti.as_deref() == Some(path.as_path());
-        match Cupti::load(&path) {
-            Ok(c) => return Ok(c),
-            // The user's explicit choice failing is the error to report.
-            Err(e) if explicit => return Err(e),
-            // Bare sonames the loader cannot find are the common case, not news.
-            Err(e) if path.is_absolute() => log.line(&format!("skipped: {e}")),
-            Err(_) => {}
+        let e = match try_cupti(&path, driver) {
+            Ok(opened) => return Ok(opened),
+            Err(e) => e,
+        };
+        log.line(&format!("`{}` rejected: {e}", path.display()));
+        // The user's explicit choice failing is the error to report.
+        if explicit || !worth_the_next(&e) {
+            return Err(e);
+        }
+        // A bare soname the loader cannot find is the common case, not news.
+        if path.is_absolute() || !matches!(e, Error::CuptiLoad { .. }) {
+            failed.push((path, e));
         }
     }
-    Err(Error::CuptiNotFound {
-        searched: locate::describe(&inputs),
-    })
+    match failed.len() {
+        0 => Err(Error::CuptiNotFound {
+            searched: locate::describe(&inputs),
+        }),
+        1 => Err(failed.pop().expect("one").1),
+        _ => Err(Error::NoUsableCupti {
+            tried: failed
+                .iter()
+                .map(|(p, e)| format!("`{}`: {e}", p.display()))
+                .collect(),
+        }),
+    }
+}
+
+/// Loads one libcupti, checks it against this build and the driver, subscribes.
+fn try_cupti(path: &Path, driver: Option<u32>) -> Result<(Cupti, u32, Subscriber)> {
+    let c = Cupti::load(path)?;
+    let version = c.version()?;
+    if !supported(version) {
+        return Err(Error::UnsupportedVersion {
+            path: path.to_owned(),
+            version,
+        });
+    }
+    if let Some(reason) = locate::cupti_major(version).and_then(|m| locate::too_new(m, driver)) {
+        return Err(Error::CuptiLoad {
+            path: path.to_owned(),
+            reason,
+        });
+    }
+    let sub = c.subscribe(api_callback).map_err(|e| {
+        if e.status == sys::MULTIPLE_SUBSCRIBERS {
+            Error::CuptiBusy
+        } else {
+            Error::Cupti(e)
+        }
+    })?;
+    Ok((c, version, sub))
+}
+
+/// Whether another libcupti may do better. Not when CUPTI is held by another
+/// tool: a second CUPTI in the process would fight it.
+fn worth_the_next(e: &Error) -> bool {
+    match e {
+        Error::CuptiLoad { .. } | Error::UnsupportedVersion { .. } => true,
+        Error::Cupti(c) => {
+            c.call == "cuptiGetVersion"
+                || (c.call == "cuptiSubscribe"
+                    && (c.status == sys::NOT_INITIALIZED || c.status == sys::UNKNOWN))
+        }
+        _ => false,
+    }
 }
 
 fn supported(version: u32) -> bool {
@@ -902,17 +975,7 @@ pub fn initialize() -> bool {
     };
     sink.write(&process_record(pid));
     sink.flush();
-    let cupti = match load_cupti(&config, &log).and_then(|c| {
-        let v = c.version()?;
-        if supported(v) {
-            Ok((c, v))
-        } else {
-            Err(Error::UnsupportedVersion {
-                path: c.path().to_owned(),
-                version: v,
-            })
-        }
-    }) {
+    let (cupti, version, sub) = match open_cupti(&config, &log) {
         Ok(c) => c,
         Err(e) => {
             log.line(&format!("not recording: {e}"));
@@ -920,7 +983,6 @@ pub fn initialize() -> bool {
             return false;
         }
     };
-    let (cupti, version) = cupti;
     log.line(&format!(
         "CUPTI API version {version} from `{}`",
         cupti.path().display()
@@ -961,7 +1023,7 @@ pub fn initialize() -> bool {
         return true;
     }
     let s = STATE.get().expect("just set");
-    match start(s) {
+    match enable(s, sub).inspect_err(|_| undo(s, sub)) {
         Ok(n) => {
             s.log.line(&format!(
                 "recording to `{}`: {n} API callbacks enabled",
@@ -1007,21 +1069,6 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
     }
 }
 
-/// Subscribes and enables; returns the number of API callbacks enabled. A
-/// failure after subscribing undoes what was done, so that the application does
-/// not carry CUPTI's overhead and another tool can subscribe.
-fn start(s: &'static State) -> Result<usize> {
-    let c = &s.cupti;
-    let sub: Subscriber = c.subscribe(api_callback).map_err(|e| {
-        if e.status == sys::MULTIPLE_SUBSCRIBERS {
-            Error::CuptiBusy
-        } else {
-            Error::Cupti(e)
-        }
-    })?;
-    enable(s, sub).inspect_err(|_| undo(s, sub))
-}
-
 /// Disables the kinds [`enable`] turned on and drops the subscription (with it
 /// every callback). The buffer and clock callbacks stay registered: CUPTI has
 /// no call to remove them, and with no kind enabled they are never called.
@@ -1036,7 +1083,9 @@ fn undo(s: &State, sub: Subscriber) {
     }
 }
 
-/// Everything after `cuptiSubscribe`.
+/// Everything after `cuptiSubscribe`; returns the number of API callbacks
+/// enabled. On failure the caller runs [`undo`], so that the application does not
+/// carry CUPTI's overhead and another tool can subscribe.
 fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     let c = &s.cupti;
     // The clock must be in place before any activity is enabled.
