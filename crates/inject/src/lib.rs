@@ -10,7 +10,8 @@
 //!   CUDA 13's `__cudaLaunchKernel`, `cuLaunchKernel`/`cuLaunchKernelEx`,
 //!   `cudaGraphLaunch`/`cuGraphLaunch`, all `_ptsz` variants), memory copy, memset
 //!   and synchronization call. Only those callbacks are enabled, never a whole domain;
-//! - `CONCURRENT_KERNEL` (never the serializing `KERNEL` kind), `MEMCPY`, `MEMSET`,
+//! - `CONCURRENT_KERNEL` (never the serializing `KERNEL` kind), `MEMCPY`, `MEMCPY2`
+//!   (peer-to-peer copies, with both devices), `MEMSET`,
 //!   `SYNCHRONIZATION`, `OVERHEAD`, `DEVICE` and `CONTEXT` activity, with graph and
 //!   graph-node ids, and CUPTI's dropped-record counts.
 //!

@@ -585,12 +585,14 @@ impl State {
                 place,
                 copy_kind,
                 bytes,
+                peer,
             } => activity(
                 sink,
                 place,
                 ActivityKind::Memcpy {
                     kind: MemcpyKind::from_u8(copy_kind),
                     bytes,
+                    peer,
                 },
             ),
             Decoded::Memset {

@@ -9,9 +9,10 @@ use std::path::Path;
 
 pub use cudarc::cupti::sys::{
     CUpti_ActivityContext2, CUpti_ActivityDevice5, CUpti_ActivityKernel10, CUpti_ActivityKind,
-    CUpti_ActivityMemcpy6, CUpti_ActivityMemset4, CUpti_ActivityOverhead3,
-    CUpti_ActivitySynchronization2, CUpti_ActivityThreadIdType, CUpti_ApiCallbackSite,
-    CUpti_CallbackData, CUpti_CallbackDomain, CUpti_CallbackIdResource, CUptiResult,
+    CUpti_ActivityMemcpy6, CUpti_ActivityMemcpyPtoP4, CUpti_ActivityMemset4,
+    CUpti_ActivityOverhead3, CUpti_ActivitySynchronization2, CUpti_ActivityThreadIdType,
+    CUpti_ApiCallbackSite, CUpti_CallbackData, CUpti_CallbackDomain, CUpti_CallbackIdResource,
+    CUptiResult,
 };
 
 /// A CUPTI status code (`CUptiResult`).

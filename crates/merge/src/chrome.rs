@@ -203,6 +203,15 @@ impl<W: Write> Writer<W> {
                 r#","grid":[{},{},{}],"block":[{},{},{}]"#,
                 grid[0], grid[1], grid[2], block[0], block[1], block[2]
             )?,
+            ActivityKind::Memcpy {
+                bytes,
+                peer: Some(p),
+                ..
+            } => write!(
+                out,
+                r#","bytes":{bytes},"src_device":{},"dst_device":{}"#,
+                p.src, p.dst
+            )?,
             ActivityKind::Memcpy { bytes, .. } | ActivityKind::Memset { bytes, .. } => {
                 write!(out, r#","bytes":{bytes}"#)?
             }

@@ -28,7 +28,7 @@
 //! | 3 | `DEVICE` | id u32, name string u32, cc major u16, cc minor u16 (12) |
 //! | 4 | `API` | start u64, end u64, corr u32, tid u32, cbid u32, name string u32, domain u8 (0 runtime, 1 driver), 0 u8×3 (36) |
 //! | 5 | `KERNEL` | start u64, end u64, corr u32, name string u32, context u32, stream u32, graph id u32, graph node u64, grid x u32, grid y u16, grid z u16, block x/y/z u16×3, device u16 (60) |
-//! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56) |
+//! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56); a peer-to-peer copy adds src device u32, dst device u32 (64) |
 //! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
 //! | 8 | `SYNC` | start u64, end u64, corr u32, context u32, stream u32, sync type u8, 0 u8, device u16 (32) |
 //! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer, 3 incomplete GPU record), 0 u8×7 (16) |
@@ -45,7 +45,7 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, StringId, StringTable,
+    Overhead, PeerDevices, Process, Record, StringId, StringTable,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -221,9 +221,16 @@ impl<W: Write> Writer<W> {
                     .u16(sat16(block[2]))
                     .u16(dev);
             }
-            ActivityKind::Memcpy { kind: k, bytes } => {
+            ActivityKind::Memcpy {
+                kind: k,
+                bytes,
+                peer,
+            } => {
                 self.copy_prefix(kind::MEMCPY, a, bytes);
                 self.u16(dev).u8(k as u8).u8(0).u32(0);
+                if let Some(p) = peer {
+                    self.u32(p.src).u32(p.dst);
+                }
             }
             ActivityKind::Memset { bytes, value } => {
                 self.copy_prefix(kind::MEMSET, a, bytes);
@@ -531,6 +538,12 @@ impl Decoder<'_> {
                 let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
                 let (corr, ctx, stream, graph) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
                 let (dev, k) = (f.u16()?, f.u8()?);
+                let _ = (f.u8()?, f.u32()?);
+                // Older writers end here; readers ignore what newer ones append.
+                let peer = f
+                    .u32()
+                    .zip(f.u32())
+                    .map(|(src, dst)| PeerDevices { src, dst });
                 Some(Activity {
                     pid: self.pid,
                     start_ns: start,
@@ -544,6 +557,7 @@ impl Decoder<'_> {
                     kind: ActivityKind::Memcpy {
                         kind: MemcpyKind::from_u8(k),
                         bytes,
+                        peer,
                     },
                 })
             })()
@@ -751,6 +765,23 @@ mod tests {
                 kind: ActivityKind::Memcpy {
                     kind: MemcpyKind::DtoH,
                     bytes: 4096,
+                    peer: None,
+                },
+            }),
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 410,
+                end_ns: 480,
+                correlation_id: 11,
+                device: 1,
+                context: 1,
+                stream: 7,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Memcpy {
+                    kind: MemcpyKind::PtoP,
+                    bytes: 8192,
+                    peer: Some(PeerDevices { src: 1, dst: 3 }),
                 },
             }),
             Record::Activity(Activity {

@@ -214,6 +214,15 @@ impl fmt::Display for MemcpyKind {
     }
 }
 
+/// The two devices of a peer-to-peer copy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerDevices {
+    /// Device ordinal copied from.
+    pub src: u32,
+    /// Device ordinal copied to.
+    pub dst: u32,
+}
+
 /// What a GPU activity record describes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ActivityKind {
@@ -232,6 +241,9 @@ pub enum ActivityKind {
         kind: MemcpyKind,
         /// Bytes copied.
         bytes: u64,
+        /// Both GPUs of a copy between two devices (`cudaMemcpyPeer`, CUPTI's
+        /// `MEMCPY2` records); the activity's `device` is the one that ran it.
+        peer: Option<PeerDevices>,
     },
     /// A memset.
     Memset {

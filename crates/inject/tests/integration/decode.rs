@@ -6,6 +6,7 @@ use std::path::Path;
 
 use gpuperf_inject::Cupti;
 use gpuperf_inject::decode::{Decoded, Place, decode};
+use gpuperf_merge::model::PeerDevices;
 
 use crate::support::{Wheels, gcc, includes12, includes13, wheels};
 
@@ -90,7 +91,9 @@ fn check(decoded: &[Decoded]) {
             place,
             copy_kind,
             bytes,
+            peer,
         } => {
+            assert_eq!(*peer, None);
             // The runtime call's id wins over the driver's.
             assert_eq!(place.correlation_id, 43);
             assert_eq!(
@@ -161,7 +164,7 @@ fn check(decoded: &[Decoded]) {
             place,
             copy_kind,
             bytes,
-            ..
+            peer,
         } => {
             assert_eq!(
                 *place,
@@ -177,6 +180,7 @@ fn check(decoded: &[Decoded]) {
                 }
             );
             assert_eq!((*copy_kind, *bytes), (10, 1 << 16));
+            assert_eq!(*peer, Some(PeerDevices { src: 1, dst: 3 }));
         }
         other => panic!("expected a peer-to-peer copy, got {other:?}"),
     }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, MemcpyKind, Record};
+use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, MemcpyKind, PeerDevices, Record};
 
 use crate::support::{inject_lib, mock, read_logs, read_traces, run_host, wheels};
 
@@ -195,8 +195,8 @@ pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
                         .or_default()
                         .push((a.graph_id, a.graph_node_id));
                 }
-                ActivityKind::Memcpy { bytes, kind, .. } => {
-                    copies.push((a.correlation_id, kind, bytes, a.device))
+                ActivityKind::Memcpy { bytes, kind, peer } => {
+                    copies.push((a.correlation_id, kind, bytes, a.device, peer))
                 }
                 ActivityKind::Sync { .. } => {
                     syncs.insert(a.correlation_id, (a.device, a.stream));
@@ -221,8 +221,14 @@ pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
     assert_eq!(
         copies,
         [
-            (4000, MemcpyKind::DtoH, 1 << 20, 0),
-            (4500, MemcpyKind::PtoP, 4096, 0)
+            (4000, MemcpyKind::DtoH, 1 << 20, 0, None),
+            (
+                4500,
+                MemcpyKind::PtoP,
+                4096,
+                0,
+                Some(PeerDevices { src: 0, dst: 1 })
+            )
         ]
     );
     // The device of a sync comes from its context; a context CUPTI never
