@@ -70,6 +70,12 @@ const BUFFER_SIZE: usize = 256 << 10;
 const SHARD_CAP: usize = 4 << 20;
 /// Aliases kept per generation; two generations are searched.
 const ALIAS_GENERATION: usize = 1 << 20;
+/// Launches after the last GPU record, at exit, that mean another CUPTI client
+/// took the activity buffers or disabled the kinds. A few failed launches at the
+/// end of a program must not look like that.
+const MIN_SILENT_LAUNCHES: u64 = 8;
+/// Slack around CLOCK_MONOTONIC when checking that a GPU timestamp is ours.
+const CLOCK_SLACK_NS: u64 = 1_000_000_000;
 
 static STATE: OnceLock<State> = OnceLock::new();
 
@@ -151,6 +157,12 @@ struct Stats {
     late: AtomicU64,
     /// Flushes from CUPTI callbacks skipped because another was running.
     skipped_flushes: AtomicU64,
+    /// Records whose timestamps are not CLOCK_MONOTONIC, not written.
+    foreign_clock: AtomicU64,
+    /// Launch API records written.
+    launches: AtomicU64,
+    /// `launches` when the last GPU record (or CUPTI drop count) arrived.
+    launches_at_last_record: AtomicU64,
 }
 
 /// Who asks for a flush, which decides its flag and whether it may wait.
@@ -260,6 +272,10 @@ struct State {
     /// The activity kinds enabled, to disable at exit.
     kinds: Mutex<Vec<u32>>,
     first_walk_error: Mutex<Option<String>>,
+    /// CLOCK_MONOTONIC at start; no GPU record is older.
+    started_ns: u64,
+    /// Whether the NOTE about another CUPTI client is written.
+    takeover_noted: AtomicBool,
     stats: Stats,
 }
 
@@ -438,11 +454,15 @@ impl State {
         for (nested, outer) in aliases {
             sink.add_alias(nested, outer);
         }
+        let mut launches = 0;
         for a in &api {
             let rec = self.api_record(&mut sink, a);
             sink.write(&rec);
+            let domain = if a.driver { DRIVER } else { RUNTIME };
+            launches += u64::from(self.class(domain, a.cbid) == Class::Launch);
         }
         self.stats.api.fetch_add(api.len() as u64, Relaxed);
+        self.stats.launches.fetch_add(launches, Relaxed);
         if dropped > 0 {
             let pid = self.pid;
             sink.write(&Record::Dropped(Dropped {
@@ -489,17 +509,37 @@ impl State {
         self.drain_shards();
         self.stats.buffers.fetch_add(1, Relaxed);
         let mut sink = lock(&self.sink);
-        let (mut n, mut incomplete) = (0u64, 0u64);
+        let (mut n, mut incomplete, mut foreign, mut timed) = (0u64, 0u64, 0u64, 0u64);
+        // Our timestamp callback makes every GPU time CLOCK_MONOTONIC; a time
+        // outside this window comes from a clock another CUPTI client registered.
+        let ours = self.started_ns.saturating_sub(CLOCK_SLACK_NS)..=monotonic_ns() + CLOCK_SLACK_NS;
         let mut records = self.cupti.records(buf, valid);
         for rec in records.by_ref() {
             n += 1;
             match decode::decode(rec) {
                 Some(d) if d.incomplete() => incomplete += 1,
-                Some(d) => self.write_decoded(&mut sink, d),
+                Some(d)
+                    if d.span()
+                        .is_some_and(|(s, e)| !ours.contains(&s) || !ours.contains(&e)) =>
+                {
+                    foreign += 1
+                }
+                Some(d) => {
+                    timed += u64::from(d.span().is_some());
+                    self.write_decoded(&mut sink, d)
+                }
                 None => {
                     self.stats.short_records.fetch_add(1, Relaxed);
                 }
             }
+        }
+        if timed > 0 {
+            let launches = self.stats.launches.load(Relaxed);
+            self.stats.launches_at_last_record.store(launches, Relaxed);
+        }
+        if foreign > 0 {
+            self.stats.foreign_clock.fetch_add(foreign, Relaxed);
+            self.note_takeover(&mut sink);
         }
         if let Some(e) = records.error() {
             // The records after the one CUPTI could not walk past are lost.
@@ -528,6 +568,9 @@ impl State {
         // SAFETY: `context` is the one CUPTI passed with this buffer.
         let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
         if dropped > 0 {
+            // Records CUPTI dropped explain launches without GPU records.
+            let launches = self.stats.launches.load(Relaxed);
+            self.stats.launches_at_last_record.store(launches, Relaxed);
             self.stats.cupti_dropped.fetch_add(dropped, Relaxed);
             let pid = self.pid;
             lock(&self.sink).write(&Record::Dropped(Dropped {
@@ -536,6 +579,20 @@ impl State {
                 count: dropped,
             }));
         }
+    }
+
+    /// Writes, once, that another CUPTI client took the process-wide activity
+    /// state: from here on API calls have no GPU side.
+    fn note_takeover(&self, sink: &mut Sink) {
+        if self.takeover_noted.swap(true, Relaxed) {
+            return;
+        }
+        let n = self.stats.launches_at_last_record.load(Relaxed);
+        let text = format!(
+            "GPU activity stopped after {n} launches: another CUPTI client (e.g. torch.profiler) took over"
+        );
+        self.log.line(&text);
+        sink.note(text);
     }
 
     fn write_decoded(&self, sink: &mut Sink, d: Decoded) {
@@ -698,6 +755,23 @@ impl State {
         let s = &self.stats;
         let walk_errors = s.walk_errors.load(Relaxed);
         let mut sink = lock(&self.sink);
+        // With our buffers and kinds in place, the forced flush returns a record
+        // for every launch, complete or not. Launches without any mean another
+        // client took the buffer callbacks or disabled the kinds.
+        let (launches, seen) = (
+            s.launches.load(Relaxed),
+            s.launches_at_last_record.load(Relaxed),
+        );
+        if launches >= seen + MIN_SILENT_LAUNCHES {
+            self.note_takeover(&mut sink);
+        }
+        let foreign = s.foreign_clock.load(Relaxed);
+        if foreign > 0 {
+            self.log.line(&format!(
+                "{foreign} activity records not on CLOCK_MONOTONIC (another CUPTI client \
+                 changed the clock); not written"
+            ));
+        }
         if walk_errors > 0 {
             let first = lock(&self.first_walk_error).clone().unwrap_or_default();
             sink.note(format!(
@@ -975,7 +1049,12 @@ pub fn initialize() -> bool {
             return false;
         }
     };
-    sink.write(&process_record(pid));
+    let process = process_record(pid);
+    let started_ns = match &process {
+        Record::Process(p) => p.start_ns,
+        _ => monotonic_ns(),
+    };
+    sink.write(&process);
     sink.flush();
     let (cupti, version, sub) = match open_cupti(&config, &log) {
         Ok(c) => c,
@@ -1018,6 +1097,8 @@ pub fn initialize() -> bool {
         closed: AtomicBool::new(false),
         kinds: Mutex::new(Vec::new()),
         first_walk_error: Mutex::new(None),
+        started_ns,
+        takeover_noted: AtomicBool::new(false),
         stats: Stats::default(),
         config,
     };
