@@ -110,6 +110,21 @@ impl Cupti {
         Some(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
     }
 
+    /// The id and device ordinal of a context, from `cuptiGetContextId` and
+    /// `cuptiGetDeviceId`.
+    ///
+    /// # Safety
+    /// `context` must be a live `CUcontext`, as CUPTI passes to resource callbacks.
+    pub unsafe fn context_device(&self, context: *mut c_void) -> Option<(u32, u32)> {
+        let (mut id, mut dev) = (0u32, 0u32);
+        // SAFETY: valid out-pointers; the caller vouches for `context`.
+        let ok = unsafe {
+            (self.f.get_context_id)(context, &mut id) == sys::SUCCESS
+                && (self.f.get_device_id)(context, &mut dev) == sys::SUCCESS
+        };
+        ok.then_some((id, dev))
+    }
+
     /// `cuptiActivityEnable`.
     pub fn activity_enable(&self, kind: u32) -> Result<(), CuptiError> {
         // SAFETY: plain value argument.

@@ -260,6 +260,8 @@ pub fn decode(rec: &[u8]) -> Option<Decoded> {
                 correlation_id: u32_at(rec, offset_of!(Sync, correlationId))?,
                 device: u32::MAX,
                 context: u32_at(rec, offset_of!(Sync, contextId))?,
+                // CUPTI_SYNCHRONIZATION_INVALID_VALUE (a context or event sync)
+                // is 0xffffffff, which is also the model's "no stream".
                 stream: u32_at(rec, offset_of!(Sync, streamId))?,
                 graph_id: 0,
                 graph_node_id: 0,

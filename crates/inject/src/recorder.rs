@@ -50,6 +50,7 @@ const RUNTIME: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API as u32;
 const DRIVER: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API as u32;
 const RESOURCE: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE as u32;
 const ENTER: u32 = CUpti_ApiCallbackSite::CUPTI_API_ENTER as u32;
+const CONTEXT_CREATED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED as u32;
 const CONTEXT_DESTROY: u32 =
     CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32;
 /// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: also returns buffers holding records of
@@ -308,6 +309,15 @@ impl State {
         if domain == RESOURCE {
             if cbid == CONTEXT_DESTROY {
                 self.flush(Flush::InCallback);
+            } else if cbid == CONTEXT_CREATED && !data.is_null() {
+                // SAFETY: for resource callbacks CUPTI passes a
+                // `CUpti_ResourceData`, whose first field is the context.
+                let context = unsafe { data.cast::<*mut c_void>().read_unaligned() };
+                // SAFETY: the context is being created, so it is alive.
+                if let Some((id, dev)) = unsafe { self.cupti.context_device(context) } {
+                    // Synchronization records name only their context.
+                    lock(&self.sink).context_device.insert(id, dev);
+                }
             }
             return;
         }
@@ -1192,6 +1202,10 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         }
     }
     c.enable_callback(sub, RESOURCE, CONTEXT_DESTROY)?;
+    if let Err(e) = c.enable_callback(sub, RESOURCE, CONTEXT_CREATED) {
+        s.log
+            .line(&format!("devices of synchronizations may be unknown: {e}"));
+    }
     if let Err(e) = c.flush_period(s.config.flush_ms) {
         s.log
             .line(&format!("periodic CUPTI flush unavailable: {e}"));

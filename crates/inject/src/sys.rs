@@ -52,6 +52,10 @@ pub struct Functions {
     pub enable_callback: unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> Status,
     /// `cuptiGetCallbackName`.
     pub get_callback_name: unsafe extern "C" fn(u32, u32, *mut *const c_char) -> Status,
+    /// `cuptiGetContextId`; the first argument is a `CUcontext`.
+    pub get_context_id: unsafe extern "C" fn(*mut c_void, *mut u32) -> Status,
+    /// `cuptiGetDeviceId`; the first argument is a `CUcontext`.
+    pub get_device_id: unsafe extern "C" fn(*mut c_void, *mut u32) -> Status,
     /// `cuptiActivityEnable`.
     pub activity_enable: unsafe extern "C" fn(u32) -> Status,
     /// `cuptiActivityDisable`.
@@ -102,6 +106,8 @@ impl Functions {
             unsubscribe: sym!("cuptiUnsubscribe"),
             enable_callback: sym!("cuptiEnableCallback"),
             get_callback_name: sym!("cuptiGetCallbackName"),
+            get_context_id: sym!("cuptiGetContextId"),
+            get_device_id: sym!("cuptiGetDeviceId"),
             activity_enable: sym!("cuptiActivityEnable"),
             activity_disable: sym!("cuptiActivityDisable"),
             activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks"),

@@ -35,7 +35,8 @@
 //! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, 0 u32 (24) |
 //! | 11 | `NOTE` | UTF-8 text: why the trace is empty or partial |
 //!
-//! A kernel record is 64 bytes with its header; an API record 40.
+//! Devices are u16; 0xffff means unknown. A kernel record is 64 bytes with its
+//! header; an API record 40.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -45,7 +46,7 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, PeerDevices, Process, Record, StringId, StringTable,
+    Overhead, PeerDevices, Process, Record, StringId, StringTable, UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -301,6 +302,15 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// The on-disk device: 0xffff means unknown, and so does any ordinal too large.
+fn device(d: u16) -> u32 {
+    if d == u16::MAX {
+        UNKNOWN_DEVICE
+    } else {
+        u32::from(d)
+    }
+}
+
 fn sat16(v: u32) -> u16 {
     u16::try_from(v).unwrap_or(u16::MAX)
 }
@@ -549,7 +559,7 @@ impl Decoder<'_> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: graph,
@@ -572,7 +582,7 @@ impl Decoder<'_> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: graph,
@@ -592,7 +602,7 @@ impl Decoder<'_> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: 0,
@@ -667,7 +677,7 @@ impl Decoder<'_> {
             u32::from(f.u16()?),
             u32::from(f.u16()?),
         ];
-        let device = u32::from(f.u16()?);
+        let device = device(f.u16()?);
         let name = self.string(name, offset);
         Some(Record::Activity(Activity {
             pid: self.pid,
@@ -810,6 +820,20 @@ mod tests {
                 graph_id: 0,
                 graph_node_id: 0,
                 kind: ActivityKind::Sync { sync_type: 3 },
+            }),
+            // cuCtxSynchronize in a context the recorder never saw: no stream,
+            // no device.
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 910,
+                end_ns: 990,
+                correlation_id: 12,
+                device: UNKNOWN_DEVICE,
+                context: 9,
+                stream: u32::MAX,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Sync { sync_type: 4 },
             }),
             Record::Dropped(Dropped {
                 pid: 42,

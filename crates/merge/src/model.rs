@@ -214,6 +214,9 @@ impl fmt::Display for MemcpyKind {
     }
 }
 
+/// [`Activity::device`] when the device is not known.
+pub const UNKNOWN_DEVICE: u32 = u32::MAX;
+
 /// The two devices of a peer-to-peer copy.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PeerDevices {
@@ -273,7 +276,8 @@ pub struct Activity {
     /// Correlation id of the causing API call. A graph launch gives all its
     /// kernels one correlation id.
     pub correlation_id: u32,
-    /// CUDA device ordinal.
+    /// CUDA device ordinal; [`UNKNOWN_DEVICE`] when the recorder could not tell
+    /// (a synchronization in a context it never saw created).
     pub device: u32,
     /// CUDA context id.
     pub context: u32,
