@@ -1039,6 +1039,18 @@ fn supported(version: u32) -> bool {
 /// Everything `InitializeInjection` does. Returns whether recording started; when
 /// it did not, the trace says why.
 pub fn initialize() -> bool {
+    // A second call (the driver's and a tool's, or two injections of this
+    // library) must not create the trace and log again, which would truncate
+    // the ones being written. NVIDIA's injection sample guards the same way.
+    static CALLED: AtomicBool = AtomicBool::new(false);
+    if CALLED.swap(true, Relaxed) {
+        if let Some(s) = STATE.get() {
+            s.log
+                .line("InitializeInjection called again; already initialized");
+            return !s.disabled.load(Relaxed);
+        }
+        return false;
+    }
     // This library carries its own copy of std, so this hook sees only its own
     // panics: they go to the log, never to the application's stderr.
     std::panic::set_hook(Box::new(|info| {

@@ -119,6 +119,17 @@ fn mock_cupti_second_initialize_keeps_the_trace() {
         ],
     );
     assert_eq!(field(&stdout, "host: second init returned"), "1");
+    // The log of the recording in progress is intact too.
+    let log = read_logs(dir.path());
+    assert!(
+        log.lines().all(|l| l.starts_with("gpuperf-inject[")),
+        "{log}"
+    );
+    assert!(log.contains("recording to"), "{log}");
+    assert!(
+        log.contains("InitializeInjection called again; already initialized"),
+        "{log}"
+    );
 }
 
 /// Runs the host's "mock" scene and checks everything it plays reached the trace
