@@ -43,6 +43,14 @@ impl Cupti {
         &self.path
     }
 
+    /// CUPTI's name for a status, such as `CUPTI_ERROR_UNKNOWN`.
+    pub fn status_text(&self, status: Status) -> String {
+        match self.check("", status) {
+            Ok(()) => "CUPTI_SUCCESS".to_owned(),
+            Err(e) => e.message,
+        }
+    }
+
     fn check(&self, call: &'static str, status: Status) -> Result<(), CuptiError> {
         if status == sys::SUCCESS {
             return Ok(());

@@ -43,13 +43,15 @@ use crate::locate;
 use crate::log::Log;
 use crate::sys::{
     self, CUpti_ActivityThreadIdType, CUpti_ApiCallbackSite, CUpti_CallbackData,
-    CUpti_CallbackDomain, CUpti_CallbackIdResource,
+    CUpti_CallbackDomain, CUpti_CallbackIdResource, CUpti_CallbackIdState, CUpti_StateNotification,
 };
 
 const RUNTIME: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API as u32;
 const DRIVER: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API as u32;
 const RESOURCE: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE as u32;
 const ENTER: u32 = CUpti_ApiCallbackSite::CUPTI_API_ENTER as u32;
+const STATE_DOMAIN: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_STATE as u32;
+const FATAL_ERROR: u32 = CUpti_CallbackIdState::CUPTI_CBID_STATE_FATAL_ERROR as u32;
 const CONTEXT_CREATED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED as u32;
 const CONTEXT_DESTROY: u32 =
     CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32;
@@ -321,6 +323,12 @@ impl State {
             }
             return;
         }
+        if domain == STATE_DOMAIN {
+            if cbid == FATAL_ERROR && !data.is_null() {
+                self.on_fatal_error(data);
+            }
+            return;
+        }
         if (domain != RUNTIME && domain != DRIVER) || data.is_null() {
             return;
         }
@@ -349,6 +357,33 @@ impl State {
                 self.exit(&mut l, correlation_id);
             }
         });
+    }
+
+    /// CUPTI reports an error it cannot recover from and stops itself.
+    fn on_fatal_error(&self, data: *const c_void) {
+        let data = data.cast::<u8>();
+        // SAFETY: for CUPTI_CBID_STATE_FATAL_ERROR CUPTI passes a
+        // `CUpti_StateData` whose `notification` member (at offset 0) holds the
+        // status and a message that lives for the call.
+        let (status, message) = unsafe {
+            (
+                data.add(offset_of!(CUpti_StateNotification, result))
+                    .cast::<u32>()
+                    .read_unaligned(),
+                c_text(
+                    data.add(offset_of!(CUpti_StateNotification, message))
+                        .cast::<*const c_char>()
+                        .read_unaligned(),
+                ),
+            )
+        };
+        let text = format!(
+            "CUPTI stopped itself after a fatal error ({}): {}; GPU activity after it is missing",
+            self.cupti.status_text(status),
+            message.as_deref().unwrap_or("no message"),
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
     }
 
     fn enter(&self, l: &mut Local, domain: u32, cbid: u32, correlation_id: u32, class: Class) {
@@ -1214,6 +1249,10 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         }
     }
     c.enable_callback(sub, RESOURCE, CONTEXT_DESTROY)?;
+    if let Err(e) = c.enable_callback(sub, STATE_DOMAIN, FATAL_ERROR) {
+        s.log
+            .line(&format!("CUPTI's fatal errors will not be noted: {e}"));
+    }
     if let Err(e) = c.enable_callback(sub, RESOURCE, CONTEXT_CREATED) {
         s.log
             .line(&format!("devices of synchronizations may be unknown: {e}"));

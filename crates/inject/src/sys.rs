@@ -12,6 +12,7 @@ pub use cudarc::cupti::sys::{
     CUpti_ActivityMemcpy6, CUpti_ActivityMemcpyPtoP4, CUpti_ActivityMemset4,
     CUpti_ActivityOverhead3, CUpti_ActivitySynchronization2, CUpti_ActivityThreadIdType,
     CUpti_ApiCallbackSite, CUpti_CallbackData, CUpti_CallbackDomain, CUpti_CallbackIdResource,
+    CUpti_CallbackIdState, CUpti_StateData__bindgen_ty_1__bindgen_ty_1 as CUpti_StateNotification,
     CUptiResult,
 };
 
