@@ -85,6 +85,7 @@
 //!   another tool can still subscribe, and the NOTE names the failed call.
 
 mod api;
+mod buffers;
 pub mod config;
 mod cupti;
 pub mod decode;

@@ -23,6 +23,7 @@ use std::mem::offset_of;
 use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
@@ -34,6 +35,7 @@ use gpuperf_merge::model::{
 };
 
 use crate::api::{Class, classify};
+use crate::buffers::{self, BUFFER_SIZE, Origin, Pool};
 use crate::config::{Config, MarkerMode};
 use crate::cupti::{Cupti, Subscriber};
 use crate::decode::{self, Decoded, Place};
@@ -61,14 +63,6 @@ const CONTEXT_DESTROY: u32 =
 const FLUSH_FORCED: u32 = 1;
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
-/// Size of each activity buffer handed to CUPTI. A periodic (unforced) flush only
-/// returns buffers whose records are all complete, so one long kernel holds back
-/// every record that shares its buffer: 256 KiB holds about 1200 kernel records
-/// (216 bytes each in CUDA 13), which bounds that delay. At a launch-bound
-/// 500 000 launches/s a buffer fills every ~2.5 ms, i.e. ~400 buffers per second,
-/// each one allocation and one decoding pass. CUDA 13 keeps a buffer per
-/// launching thread, so 2 MiB buffers would also cost a 64-thread process 128 MiB.
-const BUFFER_SIZE: usize = 256 << 10;
 /// API records a thread may hold between flushes before new ones are dropped.
 const SHARD_CAP: usize = 4 << 20;
 /// Aliases kept per generation; two generations are searched.
@@ -275,6 +269,8 @@ struct State {
     /// The activity kinds enabled, to disable at exit.
     kinds: Mutex<Vec<u32>>,
     first_walk_error: Mutex<Option<String>>,
+    /// The reserve for when buffers cannot be allocated.
+    pool: Pool,
     /// CLOCK_MONOTONIC at start; no GPU record is older.
     started_ns: u64,
     /// Whether the NOTE about another CUPTI client is written.
@@ -817,6 +813,12 @@ impl State {
                  changed the clock); not written"
             ));
         }
+        let lost = self.pool.lost.load(Relaxed);
+        if lost > 0 {
+            sink.note(format!(
+                "{lost} activity buffers were lost for lack of memory; their records are missing"
+            ));
+        }
         if walk_errors > 0 {
             let first = lock(&self.first_walk_error).clone().unwrap_or_default();
             sink.note(format!(
@@ -844,7 +846,8 @@ impl State {
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
              {} records of other kinds, {} too short, {} incomplete (not written), \
-             {walk_errors} buffers cut short, {} flushes skipped in callbacks",
+             {walk_errors} buffers cut short, {} flushes skipped in callbacks, \
+             {} buffers from the reserve, {lost} lost for lack of memory",
             s.api.load(Relaxed),
             s.activities.load(Relaxed),
             s.buffers.load(Relaxed),
@@ -855,6 +858,7 @@ impl State {
             s.short_records.load(Relaxed),
             s.incomplete.load(Relaxed),
             s.skipped_flushes.load(Relaxed),
+            self.pool.reserve_used.load(Relaxed),
         ));
         self.closed.store(true, Relaxed);
     }
@@ -883,14 +887,15 @@ unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: 
 }
 
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {
-    let layout = std::alloc::Layout::from_size_align(BUFFER_SIZE, 8).expect("constant layout");
-    // SAFETY: the layout has a non-zero size.
-    let p = unsafe { std::alloc::alloc(layout) };
-    // SAFETY: CUPTI passes valid out-pointers. A null buffer makes CUPTI drop
-    // records, which it then counts.
+    let (p, n) = catch_unwind(|| match STATE.get() {
+        Some(s) => s.pool.request(buffers::alloc_buffer),
+        None => (buffers::alloc_buffer(), BUFFER_SIZE),
+    })
+    .unwrap_or((ptr::null_mut(), 0));
+    // SAFETY: CUPTI passes valid out-pointers.
     unsafe {
         *buf = p;
-        *size = if p.is_null() { 0 } else { BUFFER_SIZE };
+        *size = if p.is_null() { 0 } else { n };
         *max = 0;
     }
 }
@@ -907,9 +912,12 @@ unsafe extern "C" fn buffer_completed(
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(s) = STATE.get() else { return };
+        let origin = s.pool.origin(buf);
         // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
         let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
-        if !s.disabled.load(Relaxed) {
+        if origin == Origin::Discard {
+            // Shared by requests made while memory was short: never read.
+        } else if !s.disabled.load(Relaxed) {
             s.consume(context, stream, slice, valid);
         } else if s.closed.load(Relaxed) && std::process::id() == s.pid {
             // After the final flush: nothing may be written any more, but the
@@ -920,12 +928,12 @@ unsafe extern "C" fn buffer_completed(
                 "{n} activity records arrived after the trace was closed; not written"
             ));
         }
+        if size == BUFFER_SIZE {
+            // SAFETY: a buffer of this size came from `buffer_requested`, and
+            // CUPTI is done with it.
+            unsafe { s.pool.release(buf) };
+        }
     }));
-    if size == BUFFER_SIZE {
-        let layout = std::alloc::Layout::from_size_align(BUFFER_SIZE, 8).expect("constant layout");
-        // SAFETY: allocated in `buffer_requested` with this layout.
-        unsafe { std::alloc::dealloc(buf, layout) };
-    }
 }
 
 unsafe extern "C" fn timestamp() -> u64 {
@@ -1154,6 +1162,7 @@ pub fn initialize() -> bool {
         closed: AtomicBool::new(false),
         kinds: Mutex::new(Vec::new()),
         first_walk_error: Mutex::new(None),
+        pool: Pool::new(buffers::alloc_buffer),
         started_ns,
         takeover_noted: AtomicBool::new(false),
         stats: Stats::default(),

@@ -15,6 +15,7 @@
  *                (every HOST_TEARDOWN_US, default 500)
  *   mock-probe   prints what is subscribed and enabled after initialization
  *   mock-fatal   launches, then CUPTI reports a fatal error
+ *   mock-oom     launches while large allocations fail
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
  * The executable exports cuDriverGetVersion, answering MOCK_DRIVER_VERSION. */
 #define _GNU_SOURCE
@@ -194,6 +195,26 @@ static void stress(long ms) {
     printf("stress launches %u\n", (unsigned)next_corr);
 }
 
+/* While set, malloc refuses blocks of 128 KiB and more, as it would when the
+ * address space is full; smaller ones still come from memory already mapped.
+ * The executable's malloc interposes on everyone's, the injection library's too. */
+static atomic_int refuse_large;
+extern void *__libc_malloc(size_t);
+void *malloc(size_t n) {
+    if (refuse_large && n >= (128 << 10)) return NULL;
+    return __libc_malloc(n);
+}
+
+static void out_of_memory(void) {
+    for (uint32_t c = 1; c <= 100; c++) launch(211, c, "_Z6beforev");
+    usleep(100 * 1000);
+    refuse_large = 1;
+    for (uint32_t c = 101; c <= 3100; c++) launch(211, c, "_Z6squeezev");
+    usleep(100 * 1000);
+    refuse_large = 0;
+    printf("oom launches done\n");
+}
+
 static void long_kernel(void) {
     for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
     mock_api(RT, 211, 500, 1);
@@ -280,6 +301,10 @@ int main(int argc, char **argv) {
         }
         if (strcmp(argv[2], "mock-stress") == 0) {
             stress(argc > 3 ? atol(argv[3]) : 3000);
+            return 3;
+        }
+        if (strcmp(argv[2], "mock-oom") == 0) {
+            out_of_memory();
             return 3;
         }
         if (strcmp(argv[2], "mock-fatal") == 0) {

@@ -386,3 +386,37 @@ fn mock_cupti_fatal_error_is_noted() {
         ]
     );
 }
+
+/// Large allocations fail while the program launches (as when the address space
+/// is full): the 256 KiB buffers cannot be allocated, and CUPTI (here a MOCK of API 26, which
+/// crashes on a null buffer as CUPTI before API 27 could) gets reserve buffers
+/// instead, or the discard buffer, whose loss is counted.
+#[test]
+fn mock_buffers_from_the_reserve_when_memory_runs_out() {
+    let Some(w) = wheels() else { return };
+    let m = mock_lib(&w, "api26/libcupti_mock.so", &["-DMOCK_VERSION=26"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-oom",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+        ],
+    );
+    let stdout = stdout_of(&out);
+    assert!(stdout.contains("oom launches done"), "{stdout}");
+    let log = read_logs(dir.path());
+    let reserve: u64 = log
+        .split(" buffers from the reserve")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(reserve > 0, "{log}");
+    let (records, _, _) = read_traces(dir.path());
+    let k = kernels(&records);
+    for c in 1..=100 {
+        assert!(k.contains_key(&c), "kernel {c} missing");
+    }
+}
