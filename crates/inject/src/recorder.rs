@@ -416,6 +416,12 @@ impl State {
             domain,
             nested: false,
         });
+        // Stack capture hook: an in-process unwinder is called here, for calls
+        // where `class.fires_marker()`, on the launching thread before the call
+        // does its work, with `correlation_id` as the key its stack is stored
+        // under in the thread's shard. This runs inside CUPTI's API callback,
+        // possibly under CUPTI's lock: it must not take the sink or flush lock,
+        // call into CUPTI, or block.
         if class.fires_marker() && self.marker_on() {
             crate::gpuperf_launch_marker(
                 u64::from(correlation_id),
