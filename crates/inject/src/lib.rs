@@ -52,9 +52,10 @@
 //! that, except records that share a 256 KiB CUPTI buffer with a kernel still
 //! running: they wait for it. The one forced flush comes at exit, after the
 //! activity kinds are disabled; GPU work still running then comes back without an
-//! end and is counted as dropped (`incomplete`), never written with a wrong end. Child processes that inherit
-//! `CUDA_INJECTION64_PATH` write their own file; a child forked without `exec`
-//! writes nothing.
+//! end and is counted as dropped (`incomplete`), never written with a wrong end.
+//! Child processes that inherit `CUDA_INJECTION64_PATH` write their own file; a
+//! child forked without `exec` writes nothing. A second `InitializeInjection` in
+//! one process is ignored.
 //!
 //! # Failure contract
 //! Nothing here prints to stdout, calls `exit`, or lets a panic cross into the
@@ -65,8 +66,8 @@
 //! - **Which libcupti.** The candidates of [`locate`] are tried in turn: one whose
 //!   CUDA major is newer than the driver (`cuDriverGetVersion`) is skipped before
 //!   it is loaded, and one whose `cuptiSubscribe` fails with
-//!   `CUPTI_ERROR_NOT_INITIALIZED` or `CUPTI_ERROR_UNKNOWN` (what libcupti 13
-//!   answers on a CUDA 12 driver) gives way to the next. The log names every
+//!   `CUPTI_ERROR_NOT_INITIALIZED` or `CUPTI_ERROR_UNKNOWN` (what libcupti 12.9
+//!   and 13.0 answer without a driver they can use) gives way to the next. The log names every
 //!   candidate rejected and why; when all are, the NOTE does. `GPUPERF_CUPTI_PATH`
 //!   is tried alone.
 //! - **Another CUPTI client started later** (torch.profiler, Kineto) shares the
@@ -83,6 +84,9 @@
 //!   undone: the activity kinds gpuperf enabled are disabled and the subscription
 //!   is dropped, with all its callbacks. The program carries no CUPTI overhead,
 //!   another tool can still subscribe, and the NOTE names the failed call.
+//! - **CUPTI stopping itself** (`CUPTI_CBID_STATE_FATAL_ERROR`) is noted with
+//!   CUPTI's message. Activity buffers that cannot be allocated are replaced from
+//!   a small reserve, never by a null buffer; any loss is counted and noted.
 
 mod api;
 mod buffers;
