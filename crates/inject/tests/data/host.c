@@ -127,7 +127,7 @@ static void takeover(void *mock) {
     *(void **)&c_flush = dlsym(mock, "cuptiActivityFlushAll");
     uint32_t corr = 1;
     for (; corr <= 100; corr++) launch(211, corr, "_Z6beforev");
-    usleep(300 * 1000); /* several flush periods: the first client has them */
+    usleep(500 * 1000); /* ten flush periods: the first client has them */
     void *h = NULL;
     /* Kineto goes on whatever this returns. */
     printf("second subscribe %d\n", c_subscribe(&h, (void *)second_cb, NULL));
