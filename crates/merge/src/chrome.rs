@@ -18,7 +18,7 @@ use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::demangle::Demangler;
 use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
-use crate::model::{Activity, ActivityKind, Clock, Record};
+use crate::model::{Activity, ActivityKind, Clock, Record, UNKNOWN_DEVICE};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
 pub const GPU_PID_BASE: u64 = 1 << 30;
@@ -170,7 +170,11 @@ impl<W: Write> Writer<W> {
             .get(&(a.pid, a.device))
             .cloned()
             .unwrap_or_default();
-        let pname = format!("GPU {} {dev_name} (pid {})", a.device, a.pid).replace("  ", " ");
+        let pname = if a.device == UNKNOWN_DEVICE {
+            format!("GPU ? (device unknown, pid {})", a.pid)
+        } else {
+            format!("GPU {} {dev_name} (pid {})", a.device, a.pid).replace("  ", " ")
+        };
         self.name_process(gpid, &pname, GPU_PID_BASE + u64::from(a.device))?;
         let stream = u64::from(a.stream);
         let tname = if a.stream == u32::MAX {
@@ -202,6 +206,15 @@ impl<W: Write> Writer<W> {
                 out,
                 r#","grid":[{},{},{}],"block":[{},{},{}]"#,
                 grid[0], grid[1], grid[2], block[0], block[1], block[2]
+            )?,
+            ActivityKind::Memcpy {
+                bytes,
+                peer: Some(p),
+                ..
+            } => write!(
+                out,
+                r#","bytes":{bytes},"src_device":{},"dst_device":{}"#,
+                p.src, p.dst
             )?,
             ActivityKind::Memcpy { bytes, .. } | ActivityKind::Memset { bytes, .. } => {
                 write!(out, r#","bytes":{bytes}"#)?

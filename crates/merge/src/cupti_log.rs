@@ -402,7 +402,11 @@ impl Parser<'_> {
                 self.trailer = &[GRAPH_NODE_LINE];
                 Record::Activity(activity(
                     correlation_id,
-                    ActivityKind::Memcpy { kind, bytes },
+                    ActivityKind::Memcpy {
+                        kind,
+                        bytes,
+                        peer: None,
+                    },
                 ))
             }
             Kind::Memset => {
@@ -872,7 +876,7 @@ mod tests {
                             assert!(grid.iter().chain(&block).all(|&d| d > 0), "{a:?}");
                             *kernel_streams.entry(a.stream).or_default() += 1;
                         }
-                        ActivityKind::Memcpy { kind, bytes } => {
+                        ActivityKind::Memcpy { kind, bytes, .. } => {
                             assert_eq!(a.stream, 7);
                             memcpy += 1;
                             *copies.entry(kind).or_default() += 1;

@@ -28,14 +28,15 @@
 //! | 3 | `DEVICE` | id u32, name string u32, cc major u16, cc minor u16 (12) |
 //! | 4 | `API` | start u64, end u64, corr u32, tid u32, cbid u32, name string u32, domain u8 (0 runtime, 1 driver), 0 u8×3 (36) |
 //! | 5 | `KERNEL` | start u64, end u64, corr u32, name string u32, context u32, stream u32, graph id u32, graph node u64, grid x u32, grid y u16, grid z u16, block x/y/z u16×3, device u16 (60) |
-//! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56) |
+//! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56); a peer-to-peer copy adds src device u32, dst device u32 (64) |
 //! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
 //! | 8 | `SYNC` | start u64, end u64, corr u32, context u32, stream u32, sync type u8, 0 u8, device u16 (32) |
-//! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer), 0 u8×7 (16) |
+//! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer, 3 incomplete GPU record), 0 u8×7 (16) |
 //! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, 0 u32 (24) |
 //! | 11 | `NOTE` | UTF-8 text: why the trace is empty or partial |
 //!
-//! A kernel record is 64 bytes with its header; an API record 40.
+//! Devices are u16; 0xffff means unknown. A kernel record is 64 bytes with its
+//! header; an API record 40.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -45,7 +46,7 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, StringId, StringTable,
+    Overhead, PeerDevices, Process, Record, StringId, StringTable, UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -180,6 +181,7 @@ impl<W: Write> Writer<W> {
                     DropSource::CuptiActivity => 0,
                     DropSource::Writer => 1,
                     DropSource::RingBuffer => 2,
+                    DropSource::Incomplete => 3,
                 };
                 self.u64(d.count).u8(source).u8(0).u16(0).u32(0);
             }
@@ -220,9 +222,16 @@ impl<W: Write> Writer<W> {
                     .u16(sat16(block[2]))
                     .u16(dev);
             }
-            ActivityKind::Memcpy { kind: k, bytes } => {
+            ActivityKind::Memcpy {
+                kind: k,
+                bytes,
+                peer,
+            } => {
                 self.copy_prefix(kind::MEMCPY, a, bytes);
                 self.u16(dev).u8(k as u8).u8(0).u32(0);
+                if let Some(p) = peer {
+                    self.u32(p.src).u32(p.dst);
+                }
             }
             ActivityKind::Memset { bytes, value } => {
                 self.copy_prefix(kind::MEMSET, a, bytes);
@@ -290,6 +299,15 @@ impl<W: Write> Writer<W> {
     fn u64(&mut self, v: u64) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
+    }
+}
+
+/// The on-disk device: 0xffff means unknown, and so does any ordinal too large.
+fn device(d: u16) -> u32 {
+    if d == u16::MAX {
+        UNKNOWN_DEVICE
+    } else {
+        u32::from(d)
     }
 }
 
@@ -530,12 +548,18 @@ impl Decoder<'_> {
                 let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
                 let (corr, ctx, stream, graph) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
                 let (dev, k) = (f.u16()?, f.u8()?);
+                let _ = (f.u8()?, f.u32()?);
+                // Older writers end here; readers ignore what newer ones append.
+                let peer = f
+                    .u32()
+                    .zip(f.u32())
+                    .map(|(src, dst)| PeerDevices { src, dst });
                 Some(Activity {
                     pid: self.pid,
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: graph,
@@ -543,6 +567,7 @@ impl Decoder<'_> {
                     kind: ActivityKind::Memcpy {
                         kind: MemcpyKind::from_u8(k),
                         bytes,
+                        peer,
                     },
                 })
             })()
@@ -557,7 +582,7 @@ impl Decoder<'_> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: graph,
@@ -577,7 +602,7 @@ impl Decoder<'_> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: 0,
@@ -591,6 +616,7 @@ impl Decoder<'_> {
                 let source = match f.u8()? {
                     0 => DropSource::CuptiActivity,
                     1 => DropSource::Writer,
+                    3 => DropSource::Incomplete,
                     _ => DropSource::RingBuffer,
                 };
                 Some(Record::Dropped(Dropped {
@@ -651,7 +677,7 @@ impl Decoder<'_> {
             u32::from(f.u16()?),
             u32::from(f.u16()?),
         ];
-        let device = u32::from(f.u16()?);
+        let device = device(f.u16()?);
         let name = self.string(name, offset);
         Some(Record::Activity(Activity {
             pid: self.pid,
@@ -749,6 +775,23 @@ mod tests {
                 kind: ActivityKind::Memcpy {
                     kind: MemcpyKind::DtoH,
                     bytes: 4096,
+                    peer: None,
+                },
+            }),
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 410,
+                end_ns: 480,
+                correlation_id: 11,
+                device: 1,
+                context: 1,
+                stream: 7,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Memcpy {
+                    kind: MemcpyKind::PtoP,
+                    bytes: 8192,
+                    peer: Some(PeerDevices { src: 1, dst: 3 }),
                 },
             }),
             Record::Activity(Activity {
@@ -778,10 +821,29 @@ mod tests {
                 graph_node_id: 0,
                 kind: ActivityKind::Sync { sync_type: 3 },
             }),
+            // cuCtxSynchronize in a context the recorder never saw: no stream,
+            // no device.
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 910,
+                end_ns: 990,
+                correlation_id: 12,
+                device: UNKNOWN_DEVICE,
+                context: 9,
+                stream: u32::MAX,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Sync { sync_type: 4 },
+            }),
             Record::Dropped(Dropped {
                 pid: 42,
                 source: DropSource::CuptiActivity,
                 count: 5,
+            }),
+            Record::Dropped(Dropped {
+                pid: 42,
+                source: DropSource::Incomplete,
+                count: 2,
             }),
             Record::Overhead(Overhead {
                 pid: 42,
