@@ -765,6 +765,8 @@ impl<'s> Builder<'s> {
                             .and_then(MemcpyKind::from_name)
                             .unwrap_or(MemcpyKind::Unknown),
                         bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
+                        // Kineto names one device per copy event.
+                        peer: None,
                     },
                     _ => ActivityKind::Memset {
                         bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),

@@ -313,6 +313,7 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                 0 => ActivityKind::Memcpy {
                     kind: MemcpyKind::from_u8(u8::try_from(c[8]).unwrap_or(0)),
                     bytes,
+                    peer: None,
                 },
                 1 => ActivityKind::Memset {
                     bytes,
