@@ -5,7 +5,7 @@
  * callbacks, on the calling thread from inside the call, with the real CUDA 13
  * callback ids and names; activity records with the CUDA 13 layouts
  * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
- * Device5, Context2, API) in client buffers; the timestamp callback and thread id
+ * Device5, Context3, API) in client buffers; the timestamp callback and thread id
  * types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
  * the buffers whose records are all complete, FLUSH_FORCED returns every buffer,
  * its records still in flight with end (and start, if not started) = 0, never
@@ -302,7 +302,7 @@ static size_t record_size(uint32_t kind) {
     case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
     case CUPTI_ACTIVITY_KIND_DEVICE: return sizeof(CUpti_ActivityDevice5);
-    case CUPTI_ACTIVITY_KIND_CONTEXT: return sizeof(CUpti_ActivityContext2);
+    case CUPTI_ACTIVITY_KIND_CONTEXT: return sizeof(CUpti_ActivityContext3);
     case CUPTI_ACTIVITY_KIND_DRIVER:
     case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
     default: return 0;
@@ -830,7 +830,7 @@ static void context_records(uint32_t ctx, uint32_t device, uint16_t null_stream)
         append(&d, sizeof d, 0);
     }
     if (g_kinds[CUPTI_ACTIVITY_KIND_CONTEXT]) {
-        CUpti_ActivityContext2 c;
+        CUpti_ActivityContext3 c;
         memset(&c, 0, sizeof c);
         c.kind = CUPTI_ACTIVITY_KIND_CONTEXT;
         c.contextId = ctx;
