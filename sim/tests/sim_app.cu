@@ -2,14 +2,14 @@
 // Built by nvcc with -cudart shared. Stacks are fixed by noinline functions.
 //
 // usage: sim_app MODE [N] [...]
-//   chevron N      N x (k_scale, k_bias) through <<<>>> on the default stream
+//   chevron N [C]  N x (k_scale, k_bias) through <<<>>> on the default stream; exits C
 //   exc N          N x k_scale through cudaLaunchKernelExC (cudaLaunchKernelEx)
 //   graph N        a graph of 3 kernels captured on a stream, launched N times
 //   copies         H->D, D->H (async, pinned), D->D copies and two memsets; checks the bytes
 //   sync N         N x 1 ms kernels; prints the event time and the wall time of the sync
 //   devices N      N x k_scale on device 0, then N on device 1
 //   threads T N    T threads, each N x k_scale on its own stream
-//   fork N         a child process does the same N x chevron
+//   fork N [C]     a child process does the same N x chevron; the parent exits C
 //   wait-signal N  N x chevron, then "ready", then waits for SIGINT and exits 130
 //   loop N T       N x k_scale on T threads (1 launch per iteration), for the benchmark
 #include <cstdio>
@@ -254,5 +254,6 @@ int main(int argc, char **argv) {
         printf("interrupted\n");
         exit(130);
     }
-    return m && !strcmp(mode, "chevron") ? m : 0;
+    // chevron and fork: the third argument is the exit code.
+    return !strcmp(mode, "chevron") || !strcmp(mode, "fork") ? m : 0;
 }
