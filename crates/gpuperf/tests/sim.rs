@@ -300,6 +300,36 @@ fn sim_sync__waits_take_the_simulated_time_and_are_recorded() {
 }
 
 #[test]
+fn sim_gpu_backlog__periodic_flushes_keep_every_kernel_end() {
+    // No CPU side needed: the GPU side alone, as any user gets it.
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("backlog");
+    // 300 kernels of 1 ms queue far ahead of the host, and the recorder flushes
+    // every 50 ms while most of them are still running.
+    let o = gpuperf(&dir)
+        .env("GPUPERF_FLUSH_MS", "50")
+        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["sync", "300"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    let kernels = rec.kernels();
+    assert_eq!(kernels.len(), 300);
+    // A kernel handed over while in flight would have lost its end (0).
+    let durations: BTreeSet<u64> = kernels
+        .iter()
+        .map(|k| k.end_ns.saturating_sub(k.start_ns))
+        .collect();
+    assert_eq!(durations, BTreeSet::from([1_001_000]));
+}
+
+#[test]
 fn sim_two_devices__kernels_on_each_device_and_context() {
     let Some(s) = setup() else { return };
     let (o, rec) = app_record(&s, "devices", &["devices", "20"]);

@@ -958,10 +958,11 @@ fn start(s: &'static State) -> Result<usize> {
                     break;
                 }
                 drop(stopped);
-                // Forced: an unforced flush returns only full buffers, so a slow
-                // program's records would sit in memory until exit. A forced flush
-                // still holds back buffers with incomplete records.
-                s.flush(true);
+                // Not forced: a forced flush hands back records of work still in
+                // flight with their end time 0, and CUPTI never delivers them
+                // again. An unforced flush returns every buffer whose records
+                // are all complete, full or not (cuptiActivityFlushAll's docs).
+                s.flush(false);
                 stopped = lock(m);
             }
         });
