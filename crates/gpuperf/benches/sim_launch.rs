@@ -47,6 +47,9 @@ fn run(mut cmd: Command) -> f64 {
         .expect("ns/launch")
 }
 
+/// Makes the command of one configuration.
+type Make<'a> = Box<dyn Fn() -> Command + 'a>;
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -83,7 +86,7 @@ fn main() {
         "configuration", "threads", "ns/launch", "added ns"
     );
     for threads in [1, 4] {
-        let mut configs: Vec<(&str, Box<dyn Fn() -> Command>)> = vec![
+        let mut configs: Vec<(&str, Make<'_>)> = vec![
             (
                 "without gpuperf",
                 Box::new(|| {
