@@ -390,6 +390,8 @@ fn record_as_a_user_without_bpf__gpu_side_still_recorded_and_the_fix_named() {
         .stdin(Stdio::null())
         .env_remove("SUDO_UID")
         .env_remove("CUDA_INJECTION64_PATH")
+        // Its scratch space too: the caller's TMPDIR may be private.
+        .env("TMPDIR", &dir)
         .arg("--cupti")
         .arg(&cupti)
         .arg("--")
