@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 use gpuperf_merge::cpu::CpuTrace;
 use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join::{self, Sink, Summary};
-use gpuperf_merge::model::StringTable;
+use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_merge::report::{Reporter, Row};
 use gpuperf_merge::{Diagnostics, chrome, folded, pprof, svg};
 use tracing::{info, warn};
@@ -132,8 +132,17 @@ fn report_diagnostics(side: &str, d: &Diagnostics) {
     }
 }
 
+/// Whether a recorder said its trace was made on the simulated CUDA runtime.
+pub fn simulated(summary: &Summary) -> bool {
+    // Notes read "pid N: text".
+    summary.notes.iter().any(|n| {
+        n.split_once(": ")
+            .is_some_and(|(_, t)| t.starts_with(SIMULATED_GPU_NOTE))
+    })
+}
+
 /// Output files; each `None` is not written.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Outputs {
     /// Merged folded stacks (`-` for stdout).
     pub folded: Option<PathBuf>,
@@ -249,7 +258,11 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
             .iter()
             .map(|(s, w)| format!("{s} {w}"))
             .collect();
-        render_svg(outs, "µs", &lines, p, f)?;
+        let mut outs = outs.clone();
+        if simulated(&summary) {
+            outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
+        }
+        render_svg(&outs, "µs", &lines, p, f)?;
         written.push(Written {
             path: p.to_path_buf(),
             how: "open it in a web browser",

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, StringId, StringTable, api_base_name,
+    Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable, api_base_name,
 };
 
 use crate::api::{Class, classify};
@@ -1139,6 +1139,14 @@ pub fn initialize() -> bool {
         "CUPTI API version {version} from `{}`",
         cupti.path().display()
     ));
+    if cupti.simulated() {
+        // Every trace made on the simulation says so, in the trace itself.
+        sink.note(format!(
+            "{SIMULATED_GPU_NOTE}: `{}` is gpuperf's simulated CUPTI; no GPU ran this \
+             work, and its times come from the simulation's cost model",
+            cupti.path().display()
+        ));
+    }
     let mut classes = [Vec::new(), Vec::new()];
     let mut names = [Vec::new(), Vec::new()];
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {

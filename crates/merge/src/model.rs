@@ -348,6 +348,10 @@ pub struct Overhead {
     pub end_ns: u64,
 }
 
+/// How a [`Note`] starts when the trace was recorded on gpuperf's simulated CUDA
+/// runtime (no GPU): outputs show such traces as "simulated GPU".
+pub const SIMULATED_GPU_NOTE: &str = "simulated GPU";
+
 /// A message the recorder left in the trace, such as why it is empty.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Note {
