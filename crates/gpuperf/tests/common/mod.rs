@@ -316,7 +316,7 @@ impl Recording {
     pub fn label(&self, a: &Activity) -> String {
         match &a.kind {
             ActivityKind::Kernel { name, .. } => self.strings.get(*name).to_owned(),
-            ActivityKind::Memcpy { kind, bytes } => format!("Memcpy {} {bytes}", kind.name()),
+            ActivityKind::Memcpy { kind, bytes, .. } => format!("Memcpy {} {bytes}", kind.name()),
             ActivityKind::Memset { bytes, .. } => format!("Memset {bytes}"),
             ActivityKind::Sync { .. } => "Sync".to_owned(),
         }
