@@ -1,28 +1,65 @@
-//! Compiles the BPF program and generates its libbpf-rs skeleton.
+//! Generates the libbpf-rs skeleton of the BPF program from its committed
+//! object, so the build needs no clang; compiles the BPF sources with clang
+//! only when they differ from those the object was built from.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+#[path = "src/bpf/object.rs"]
+#[allow(dead_code)] // The test uses the rest.
+mod object;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const SRC: &str = "src/bpf/launch.bpf.c";
-
 fn main() {
+    let crate_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    // UAPI headers such as <asm/ptrace.h> live in the multiarch directory.
-    let multiarch = format!(
-        "-I/usr/include/{}-linux-gnu",
-        env::var("CARGO_CFG_TARGET_ARCH").unwrap()
-    );
-    SkeletonBuilder::new()
-        .source(SRC)
-        .clang_args(["-mcpu=v3", "-Wall", "-Werror", multiarch.as_str()])
-        .build_and_generate(out.join("launch.skel.rs"))
-        .unwrap_or_else(|e| {
-            panic!(
-                "building {SRC} failed: {e:#}\n\
-                 It needs clang and the kernel UAPI headers: apt-get install clang libelf-dev linux-libc-dev"
-            )
-        });
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets it");
     println!("cargo:rerun-if-changed=src/bpf");
+
+    let committed = object::object_path(&crate_dir, &arch);
+    let digest = object::digest(&crate_dir, &arch)
+        .unwrap_or_else(|e| panic!("reading the BPF sources in src/bpf: {e}"));
+    let current = committed.is_file()
+        && object::Stamp::read(&object::stamp_path(&crate_dir, &arch))
+            .is_some_and(|s| s.digest == digest);
+    let obj = if current {
+        committed
+    } else {
+        compile(&crate_dir, &arch, &out, &committed)
+    };
+    SkeletonBuilder::new()
+        .obj(&obj)
+        .reference_obj(true)
+        .generate(out.join("launch.skel.rs"))
+        .unwrap_or_else(|e| panic!("generating the skeleton of {}: {e:#}", obj.display()));
+}
+
+/// Compiles the sources into `OUT_DIR`, for sources newer than the committed
+/// object or an architecture without one.
+fn compile(crate_dir: &Path, arch: &str, out: &Path, committed: &Path) -> PathBuf {
+    let obj = out.join("launch.bpf.o");
+    let why = if committed.is_file() {
+        format!(
+            "{} was built from other BPF sources than those in src/bpf",
+            committed.display()
+        )
+    } else {
+        format!("there is no committed BPF object for {arch}")
+    };
+    if let Err(e) = object::compile(crate_dir, arch, &obj) {
+        panic!(
+            "{why}, and compiling {} failed; it needs clang and the kernel UAPI headers \
+             (Debian: apt-get install clang linux-libc-dev): {e}",
+            object::SOURCE
+        );
+    }
+    if committed.is_file() {
+        println!(
+            "cargo:warning={why}: this build compiled them with clang. \
+             Commit the new object with `{}`",
+            object::REGENERATE
+        );
+    }
+    obj
 }

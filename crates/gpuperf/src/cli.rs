@@ -162,10 +162,13 @@ fn parse_duration(s: &str) -> Result<f64, String> {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("inputs").args(["recording", "gpu"]).required(true).multiple(true)))]
 pub struct InputArgs {
-    /// A directory that `gpuperf record --raw-dir` wrote: its GPU traces and its `cpu.txt`.
+    /// A directory that `gpuperf record --raw-dir` wrote (its GPU traces and its
+    /// `cpu.txt`), or one trace file of any format `--gpu` reads.
     #[arg(value_name = "RECORDING")]
     pub recording: Option<PathBuf>,
-    /// GPU trace: a gpuperf trace, a directory of them, or a reference CUPTI text log. Repeatable.
+    /// GPU trace: a gpuperf trace, a directory of them, a reference CUPTI text log, a PyTorch
+    /// profiler trace (`.pt.trace.json[.gz]`) or an Nsight Systems SQLite export; the format is
+    /// found from the content. Repeatable.
     #[arg(long, short = 'g', value_name = "FILE")]
     pub gpu: Vec<PathBuf>,
     /// CPU stacks: gpuperf's CPU trace or the reference's extended folded lines.
@@ -194,6 +197,10 @@ pub struct MergeArgs {
     /// Write an SVG flamegraph here.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Write a gzipped pprof profile (GPU time and launches by stack) here, for Pyroscope,
+    /// Parca, Grafana or `go tool pprof`.
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
     /// Flamegraph title.
     #[arg(long, default_value = "gpuperf: GPU time by CPU stack")]
     pub title: String,
@@ -379,6 +386,18 @@ mod tests {
         };
         assert_eq!(m.input.recording.as_deref(), Some("run1".as_ref()));
         assert!(m.input.gpu.is_empty());
+        let cli = Cli::try_parse_from([
+            "gpuperf",
+            "merge",
+            "t.pt.trace.json.gz",
+            "--pprof",
+            "p.pb.gz",
+        ])
+        .unwrap();
+        let Some(Command::Merge(m)) = cli.command else {
+            panic!("not merge")
+        };
+        assert_eq!(m.pprof.as_deref(), Some("p.pb.gz".as_ref()));
         let cli = Cli::try_parse_from(["gpuperf", "report", "run1", "--top", "3"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Report(_))));
         assert!(Cli::try_parse_from(["gpuperf", "report"]).is_err());

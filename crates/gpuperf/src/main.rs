@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use gpuperf_merge::report;
 
-use crate::cli::{Cli, Command, MergeArgs, ReportArgs};
+use crate::cli::{Cli, Command, InputArgs, MergeArgs, ReportArgs};
 use crate::render::{Loaded, Outputs};
 
 fn main() -> ExitCode {
@@ -59,22 +59,31 @@ fn main() -> ExitCode {
     }
 }
 
-fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
+/// `gpuperf merge FILE`: a trace file in place of a recording directory is read
+/// like `--gpu FILE`, its format found from its content.
+fn trace_file_as_gpu_input(input: &mut InputArgs) {
+    if input.recording.as_ref().is_some_and(|r| r.is_file()) {
+        let file = input.recording.take().expect("checked above");
+        input.gpu.insert(0, file);
+    }
+}
+
+fn merge(mut a: MergeArgs, quiet: bool) -> Result<()> {
+    trace_file_as_gpu_input(&mut a.input);
     let mut l = Loaded::from_args(&a.input)?;
     let outs = Outputs {
         // Folded stacks go to stdout when no file output is named.
-        folded: a
-            .folded
-            .clone()
-            .or_else(|| (a.chrome.is_none() && a.svg.is_none()).then(|| "-".into())),
+        folded: a.folded.clone().or_else(|| {
+            (a.chrome.is_none() && a.svg.is_none() && a.pprof.is_none()).then(|| "-".into())
+        }),
         chrome: a.chrome.clone(),
         svg: a.svg.clone(),
         title: a.title.clone(),
         subtitle: None,
     };
-    let joined = render::write(&mut l, &outs)?;
+    let joined = render::write_with_pprof(&mut l, &outs, a.pprof.as_deref())?;
     if let Some(p) = &a.cpu_trace {
-        let (Some(_), Some(trace)) = (&l.inprocess, &l.cpu) else {
+        let (Some(_), Some(trace)) = (&l.inprocess, l.launch_stacks()) else {
             anyhow::bail!(
                 "`{}` not written: the GPU traces carry no in-process stacks",
                 p.display()
@@ -94,7 +103,8 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-fn run_report(a: ReportArgs, quiet: bool) -> Result<()> {
+fn run_report(mut a: ReportArgs, quiet: bool) -> Result<()> {
+    trace_file_as_gpu_input(&mut a.input);
     let mut l = Loaded::from_args(&a.input)?;
     let mut rep = report::Reporter::new();
     let summary = l.join(&mut [&mut rep])?;
@@ -102,7 +112,7 @@ fn run_report(a: ReportArgs, quiet: bool) -> Result<()> {
         io::stdout().lock(),
         usize::try_from(a.top).unwrap_or(usize::MAX),
     )?;
-    if l.cpu.is_some() && !quiet {
+    if (l.cpu.is_some() || summary.gpu_launch_stacks > 0) && !quiet {
         eprint!("gpuperf: {summary}");
     }
     Ok(())

@@ -539,7 +539,7 @@ fn finish(
         report += &kernel_table(&joined.kernels, a.top);
         report += &format!("gpuperf: {}", joined.summary);
         written = joined.written;
-        if let (Some(stats), Some(trace)) = (&l.inprocess, &l.cpu) {
+        if let (Some(stats), Some(trace)) = (&l.inprocess, l.launch_stacks()) {
             report += &format!("gpuperf: CPU side, taken in the program: {stats}\n");
             if let Some(p) = a.cpu_trace.as_ref().filter(|_| cpu.is_none()) {
                 crate::inproc::write_cpu_trace(trace, p)?;

@@ -10,9 +10,9 @@ use anyhow::{Context as _, Result};
 use gpuperf_merge::cpu::CpuTrace;
 use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join::{self, Sink, Summary};
-use gpuperf_merge::model::StringTable;
+use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_merge::report::{Reporter, Row};
-use gpuperf_merge::{Diagnostics, chrome, folded, svg};
+use gpuperf_merge::{Diagnostics, chrome, folded, pprof, svg};
 use tracing::{info, warn};
 
 use crate::cli::InputArgs;
@@ -29,7 +29,7 @@ pub struct Loaded {
     opts: join::Options,
     /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
     processes: usize,
-    /// What the in-process stacks held, when the CPU side came from them.
+    /// What the in-process stacks of the GPU traces held.
     pub inprocess: Option<gpuperf_merge::stacks::StackStats>,
 }
 
@@ -67,7 +67,7 @@ impl Loaded {
         } else {
             Some(GpuInputs::open(gpu, &mut strings)?)
         };
-        let mut cpu = cpu
+        let cpu = cpu
             .map(|p| -> Result<CpuTrace> {
                 let t = CpuTrace::open(p)?;
                 info!(
@@ -80,22 +80,19 @@ impl Loaded {
                 Ok(t)
             })
             .transpose()?;
-        // Stacks the injection library took in process: the CPU side when no CPU
-        // trace is given.
+        // Stacks the injection library took in process: GPU-side launch stacks,
+        // joined like the importers' ones (a CPU trace's stack wins where both
+        // have one).
+        let mut gpu = gpu;
         let mut inprocess = None;
         if let Some(g) = gpu
-            .as_ref()
+            .as_mut()
             .filter(|_| crate::inproc::any_has_stacks(gpu_paths))
+            && let Some(s) = crate::inproc::collect(g, &mut strings)?
         {
-            if cpu.is_some() {
-                info!(
-                    "using the CPU trace's stacks; the in-process stacks of the GPU traces are not used"
-                );
-            } else if let Some(s) = crate::inproc::collect(g, &mut strings)? {
-                info!("in-process stacks: {}", s.stats);
-                inprocess = Some(s.stats);
-                cpu = Some(s.trace);
-            }
+            info!("in-process stacks: {}", s.stats);
+            inprocess = Some(s.stats);
+            g.add_launch_stacks(s.trace);
         }
         let cpu_pids = cpu.as_ref().map_or(0, |c| {
             let mut pids: Vec<u32> = c.launches.iter().map(|l| l.pid).collect();
@@ -111,6 +108,11 @@ impl Loaded {
             processes: gpu_files.max(cpu_pids),
             inprocess,
         })
+    }
+
+    /// The CPU launch stacks the GPU traces carry (in-process or imported).
+    pub fn launch_stacks(&self) -> Option<&CpuTrace> {
+        self.gpu.as_ref().and_then(GpuInputs::launch_stacks)
     }
 
     /// Runs the join into `sinks`.
@@ -153,8 +155,17 @@ fn report_diagnostics(side: &str, d: &Diagnostics) {
     }
 }
 
+/// Whether a recorder said its trace was made on the simulated CUDA runtime.
+pub fn simulated(summary: &Summary) -> bool {
+    // Notes read "pid N: text".
+    summary.notes.iter().any(|n| {
+        n.split_once(": ")
+            .is_some_and(|(_, t)| t.starts_with(SIMULATED_GPU_NOTE))
+    })
+}
+
 /// Output files; each `None` is not written.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Outputs {
     /// Merged folded stacks (`-` for stdout).
     pub folded: Option<PathBuf>,
@@ -194,6 +205,15 @@ fn create(path: &Path) -> Result<BufWriter<File>> {
 /// Joins and writes every output named. Every file is created before the join,
 /// so a bad path fails fast.
 pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
+    write_with_pprof(l, outs, None)
+}
+
+/// [`write()`], plus a gzipped pprof profile when `pprof` names a file.
+pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) -> Result<Joined> {
+    let pprof_file = pprof
+        .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
+        .transpose()?;
+    let mut profile = pprof::Builder::new();
     let folded_file = match &outs.folded {
         Some(p) if p.as_os_str() != "-" => Some((p, create(p)?)),
         _ => None,
@@ -220,6 +240,9 @@ pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
         if let Some(c) = chrome.as_mut() {
             sinks.push(c);
         }
+        if pprof_file.is_some() {
+            sinks.push(&mut profile);
+        }
         l.join(&mut sinks)?
     };
     let mut written = Vec::new();
@@ -243,13 +266,26 @@ pub fn write(l: &mut Loaded, outs: &Outputs) -> Result<Joined> {
             how: "open it in https://ui.perfetto.dev or chrome://tracing",
         });
     }
+    if let Some((p, f)) = pprof_file {
+        profile
+            .write(f)
+            .with_context(|| format!("failed to write `{}`", p.display()))?;
+        written.push(Written {
+            path: p.to_path_buf(),
+            how: "pprof profile for Pyroscope, Parca, Grafana or `go tool pprof`",
+        });
+    }
     if let Some((p, f)) = svg_file {
         let lines: Vec<String> = folder
             .lines()
             .iter()
             .map(|(s, w)| format!("{s} {w}"))
             .collect();
-        render_svg(outs, "µs", &lines, p, f)?;
+        let mut outs = outs.clone();
+        if simulated(&summary) {
+            outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
+        }
+        render_svg(&outs, "µs", &lines, p, f)?;
         written.push(Written {
             path: p.to_path_buf(),
             how: "open it in a web browser",

@@ -483,3 +483,109 @@ fn bad_arguments__usage_error_code_2() {
         assert!(stderr(&out).starts_with("error: "), "{args:?}");
     }
 }
+
+fn real(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../samples/recordings/real")
+        .join(file)
+}
+
+#[test]
+fn merge_pytorch_trace_file__format_from_content_every_output_and_pprof() {
+    let dir = tempfile::tempdir().unwrap();
+    // A PyTorch profiler trace in place of a recording directory, gzipped.
+    let trace = real("b200_vllm_gpt_oss.pt.trace.json.gz");
+    let (folded, chrome, svg, prof) = (
+        dir.path().join("m.folded"),
+        dir.path().join("t.json"),
+        dir.path().join("f.svg"),
+        dir.path().join("p.pb.gz"),
+    );
+    let o = gpuperf([
+        "merge".as_ref(),
+        trace.as_os_str(),
+        "-m".as_ref(),
+        folded.as_os_str(),
+        "-c".as_ref(),
+        chrome.as_os_str(),
+        "-o".as_ref(),
+        svg.as_os_str(),
+        "--pprof".as_ref(),
+        prof.as_os_str(),
+    ]);
+    assert_success(&o);
+    let err = stderr(&o);
+    assert!(err.contains("matched 768 of 768 kernels (100.0%)"), "{err}");
+    assert!(
+        err.contains(&format!("wrote `{}`: pprof profile", prof.display())),
+        "{err}"
+    );
+    let folded = fs::read_to_string(&folded).unwrap();
+    assert!(
+        folded
+            .lines()
+            .any(|l| l.contains("gpt_oss.py(") && l.contains(";cudaLaunchKernel;[GPU_Kernel]"))
+    );
+    let chrome: serde_json::Value = serde_json::from_slice(&fs::read(&chrome).unwrap()).unwrap();
+    assert!(
+        chrome["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["args"]["name"] == "GPU 0 NVIDIA B200 (pid 6583)")
+    );
+    assert!(fs::read_to_string(&svg).unwrap().contains("gpt_oss.py"));
+    assert_eq!(&fs::read(&prof).unwrap()[..2], &[0x1f, 0x8b], "gzipped");
+}
+
+#[test]
+fn report_nsys_export__kernel_table_stacks_and_summary() {
+    let o = gpuperf([
+        "report".as_ref(),
+        real("a100_saxpy_mpi_nsys.sqlite").as_os_str(),
+    ]);
+    assert_success(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("saxpy(double *, double *, double *, double, int)"),
+        "{out}"
+    );
+    assert!(out.contains("top launch stacks by GPU time:"), "{out}");
+    assert!(out.contains("main;saxpy;cudaLaunchKernel"), "{out}");
+    assert!(
+        stderr(&o).contains("matched 5 of 5 kernels"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn merge_sqlite_without_cupti_tables__one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("empty.sqlite");
+    // The smallest SQLite database: a header page of an empty schema.
+    let mut page = vec![0u8; 4096];
+    page[..16].copy_from_slice(b"SQLite format 3\0");
+    page[16..18].copy_from_slice(&4096u16.to_be_bytes());
+    page[18] = 1;
+    page[19] = 1;
+    page[21] = 64;
+    page[22] = 32;
+    page[23] = 32;
+    page[28..32].copy_from_slice(&1u32.to_be_bytes());
+    page[44..48].copy_from_slice(&4u32.to_be_bytes());
+    page[47] = 4;
+    page[56..60].copy_from_slice(&1u32.to_be_bytes());
+    page[92..96].copy_from_slice(&1u32.to_be_bytes());
+    page[96..100].copy_from_slice(&3_045_000u32.to_be_bytes());
+    page[100] = 13;
+    page[105..107].copy_from_slice(&4096u16.to_be_bytes());
+    fs::write(&p, &page).unwrap();
+    let o = gpuperf(["merge".as_ref(), p.as_os_str()]);
+    assert_one_error_line(&o, &p);
+    assert!(
+        stderr(&o).contains("without the CUPTI tables"),
+        "{}",
+        stderr(&o)
+    );
+}

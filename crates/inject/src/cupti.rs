@@ -38,9 +38,22 @@ impl Cupti {
         })
     }
 
+    /// Whether this is gpuperf's simulated CUPTI (no GPU).
+    pub fn simulated(&self) -> bool {
+        self.f.simulated
+    }
+
     /// The file this was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// CUPTI's name for a status, such as `CUPTI_ERROR_UNKNOWN`.
+    pub fn status_text(&self, status: Status) -> String {
+        match self.check("", status) {
+            Ok(()) => "CUPTI_SUCCESS".to_owned(),
+            Err(e) => e.message,
+        }
     }
 
     fn check(&self, call: &'static str, status: Status) -> Result<(), CuptiError> {
@@ -79,6 +92,13 @@ impl Cupti {
         self.check("cuptiSubscribe", st).map(|()| Subscriber(h))
     }
 
+    /// `cuptiUnsubscribe`: also disables every callback of `sub`.
+    pub fn unsubscribe(&self, sub: Subscriber) -> Result<(), CuptiError> {
+        // SAFETY: `sub` came from `subscribe` and is not used afterwards.
+        let st = unsafe { (self.f.unsubscribe)(sub.0) };
+        self.check("cuptiUnsubscribe", st)
+    }
+
     /// `cuptiEnableCallback(1, …)`.
     pub fn enable_callback(
         &self,
@@ -103,11 +123,33 @@ impl Cupti {
         Some(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
     }
 
+    /// The id and device ordinal of a context, from `cuptiGetContextId` and
+    /// `cuptiGetDeviceId`.
+    ///
+    /// # Safety
+    /// `context` must be a live `CUcontext`, as CUPTI passes to resource callbacks.
+    pub unsafe fn context_device(&self, context: *mut c_void) -> Option<(u32, u32)> {
+        let (mut id, mut dev) = (0u32, 0u32);
+        // SAFETY: valid out-pointers; the caller vouches for `context`.
+        let ok = unsafe {
+            (self.f.get_context_id)(context, &mut id) == sys::SUCCESS
+                && (self.f.get_device_id)(context, &mut dev) == sys::SUCCESS
+        };
+        ok.then_some((id, dev))
+    }
+
     /// `cuptiActivityEnable`.
     pub fn activity_enable(&self, kind: u32) -> Result<(), CuptiError> {
         // SAFETY: plain value argument.
         let st = unsafe { (self.f.activity_enable)(kind) };
         self.check("cuptiActivityEnable", st)
+    }
+
+    /// `cuptiActivityDisable`.
+    pub fn activity_disable(&self, kind: u32) -> Result<(), CuptiError> {
+        // SAFETY: plain value argument.
+        let st = unsafe { (self.f.activity_disable)(kind) };
+        self.check("cuptiActivityDisable", st)
     }
 
     /// `cuptiActivityRegisterCallbacks`.
@@ -170,6 +212,7 @@ impl Cupti {
             valid,
             cur: ptr::null_mut(),
             done: false,
+            end: sys::SUCCESS,
         }
     }
 }
@@ -181,6 +224,19 @@ pub struct Records<'a> {
     valid: usize,
     cur: *mut c_void,
     done: bool,
+    end: Status,
+}
+
+impl Records<'_> {
+    /// Why the walk stopped before the end of the valid data: the status of
+    /// `cuptiActivityGetNextRecord` when it was neither success nor
+    /// `CUPTI_ERROR_MAX_LIMIT_REACHED`. The records after it are lost.
+    pub fn error(&self) -> Option<CuptiError> {
+        match self.end {
+            sys::SUCCESS | sys::MAX_LIMIT_REACHED => None,
+            st => self.cupti.check("cuptiActivityGetNextRecord", st).err(),
+        }
+    }
 }
 
 impl<'a> Iterator for Records<'a> {
@@ -197,6 +253,7 @@ impl<'a> Iterator for Records<'a> {
             unsafe { (self.cupti.f.activity_get_next_record)(base, self.valid, &mut self.cur) };
         if st != sys::SUCCESS || self.cur.is_null() {
             self.done = true;
+            self.end = st;
             return None;
         }
         let off = (self.cur as usize).wrapping_sub(base as usize);

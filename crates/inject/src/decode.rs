@@ -2,8 +2,8 @@
 //!
 //! Each record arrives as the bytes from its start to the end of the buffer's valid
 //! data. Fields are read at the offsets of cudarc's CUDA 13.0 structs
-//! (`CUpti_ActivityKernel10`, `Memcpy6`, `Memset4`, `Synchronization2`, `Overhead3`,
-//! `Device5`, `Context2`). Every field read here sits in the prefix that these share
+//! (`CUpti_ActivityKernel10`, `Memcpy6`, `MemcpyPtoP4`, `Memset4`, `Synchronization2`,
+//! `Overhead3`, `Device5`, `Context2`). Every field read here sits in the prefix that these share
 //! with the versions CUDA 12.0 to 12.9 write (`Kernel8`/`Kernel9`, `Memcpy5`,
 //! `Memset3`, ...): later versions only append fields. So one decoder serves both
 //! majors, and a field that would lie past the record's end is never read.
@@ -11,11 +11,13 @@
 use std::ffi::c_char;
 use std::mem::offset_of;
 
+use gpuperf_merge::model::PeerDevices;
+
 use crate::sys::{
     CUpti_ActivityContext2 as Context, CUpti_ActivityDevice5 as Device,
     CUpti_ActivityKernel10 as Kernel, CUpti_ActivityKind as K, CUpti_ActivityMemcpy6 as Memcpy,
-    CUpti_ActivityMemset4 as Memset, CUpti_ActivityOverhead3 as Overhead,
-    CUpti_ActivitySynchronization2 as Sync,
+    CUpti_ActivityMemcpyPtoP4 as PeerCopy, CUpti_ActivityMemset4 as Memset,
+    CUpti_ActivityOverhead3 as Overhead, CUpti_ActivitySynchronization2 as Sync,
 };
 
 /// Where a record happened on the GPU.
@@ -53,7 +55,7 @@ pub enum Decoded {
         /// The kernel name in CUPTI's buffer, valid only while the buffer is.
         name: *const c_char,
     },
-    /// `MEMCPY`.
+    /// `MEMCPY`, or `MEMCPY2` for a copy between two devices.
     Memcpy {
         /// Timing and placement; the correlation id is the runtime call's when there was one.
         place: Place,
@@ -61,6 +63,8 @@ pub enum Decoded {
         copy_kind: u8,
         /// Bytes copied.
         bytes: u64,
+        /// Source and destination devices of a `MEMCPY2` record.
+        peer: Option<PeerDevices>,
     },
     /// `MEMSET`.
     Memset {
@@ -108,6 +112,30 @@ pub enum Decoded {
         /// `CUpti_ActivityKind`.
         kind: u32,
     },
+}
+
+impl Decoded {
+    /// GPU start and end, for the kinds that have them.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        match self {
+            Self::Kernel { place, .. }
+            | Self::Memcpy { place, .. }
+            | Self::Memset { place, .. }
+            | Self::Sync { place, .. } => Some((place.start_ns, place.end_ns)),
+            Self::Overhead {
+                start_ns, end_ns, ..
+            } => Some((*start_ns, *end_ns)),
+            Self::Device { .. } | Self::Context { .. } | Self::Other { .. } => None,
+        }
+    }
+
+    /// Whether a timed record lacks a valid start or end: CUPTI returns a record
+    /// whose work has not finished with `end = 0` from a forced flush, and never
+    /// again afterwards.
+    pub fn incomplete(&self) -> bool {
+        self.span()
+            .is_some_and(|(start, end)| start == 0 || end == 0 || end < start)
+    }
 }
 
 fn u8_at(r: &[u8], off: usize) -> Option<u8> {
@@ -187,8 +215,30 @@ pub fn decode(rec: &[u8]) -> Option<Decoded> {
                 },
                 copy_kind: u8_at(rec, offset_of!(Memcpy, copyKind))?,
                 bytes: u64_at(rec, offset_of!(Memcpy, bytes))?,
+                peer: None,
             }
         }
+        // `MemcpyPtoP4` is the layout of CUDA 12.0 to 13.x alike. It has no
+        // runtime correlation id; a driver id is mapped to the runtime call's
+        // through the nested-call aliases.
+        k if k == K::CUPTI_ACTIVITY_KIND_MEMCPY2 as u32 => Decoded::Memcpy {
+            place: Place {
+                start_ns: u64_at(rec, offset_of!(PeerCopy, start))?,
+                end_ns: u64_at(rec, offset_of!(PeerCopy, end))?,
+                correlation_id: u32_at(rec, offset_of!(PeerCopy, correlationId))?,
+                device: u32_at(rec, offset_of!(PeerCopy, deviceId))?,
+                context: u32_at(rec, offset_of!(PeerCopy, contextId))?,
+                stream: u32_at(rec, offset_of!(PeerCopy, streamId))?,
+                graph_id: u32_at(rec, offset_of!(PeerCopy, graphId))?,
+                graph_node_id: u64_at(rec, offset_of!(PeerCopy, graphNodeId))?,
+            },
+            copy_kind: u8_at(rec, offset_of!(PeerCopy, copyKind))?,
+            bytes: u64_at(rec, offset_of!(PeerCopy, bytes))?,
+            peer: Some(PeerDevices {
+                src: u32_at(rec, offset_of!(PeerCopy, srcDeviceId))?,
+                dst: u32_at(rec, offset_of!(PeerCopy, dstDeviceId))?,
+            }),
+        },
         k if k == K::CUPTI_ACTIVITY_KIND_MEMSET as u32 => Decoded::Memset {
             place: Place {
                 start_ns: u64_at(rec, offset_of!(Memset, start))?,
@@ -210,6 +260,8 @@ pub fn decode(rec: &[u8]) -> Option<Decoded> {
                 correlation_id: u32_at(rec, offset_of!(Sync, correlationId))?,
                 device: u32::MAX,
                 context: u32_at(rec, offset_of!(Sync, contextId))?,
+                // CUPTI_SYNCHRONIZATION_INVALID_VALUE (a context or event sync)
+                // is 0xffffffff, which is also the model's "no stream".
                 stream: u32_at(rec, offset_of!(Sync, streamId))?,
                 graph_id: 0,
                 graph_node_id: 0,
@@ -254,12 +306,13 @@ pub fn overhead_name(kind: u32) -> &'static str {
 }
 
 /// The activity kinds gpuperf enables, by name for messages.
-pub const ENABLED_KINDS: [(K, &str); 7] = [
+pub const ENABLED_KINDS: [(K, &str); 8] = [
     (
         K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
         "CONCURRENT_KERNEL",
     ),
     (K::CUPTI_ACTIVITY_KIND_MEMCPY, "MEMCPY"),
+    (K::CUPTI_ACTIVITY_KIND_MEMCPY2, "MEMCPY2"),
     (K::CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET"),
     (K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, "SYNCHRONIZATION"),
     (K::CUPTI_ACTIVITY_KIND_OVERHEAD, "OVERHEAD"),

@@ -44,6 +44,12 @@ pub enum Error {
         /// `cuptiGetVersion`.
         version: u32,
     },
+    /// Every libcupti found was rejected.
+    #[error("no usable libcupti: {}", tried.join("; "))]
+    NoUsableCupti {
+        /// Each library and why it was rejected.
+        tried: Vec<String>,
+    },
     /// Another tool already subscribed to CUPTI.
     #[error(
         "another profiler (Nsight Systems, torch.profiler, ...) already holds CUPTI in this process; it ran without gpuperf"

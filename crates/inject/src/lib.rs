@@ -10,7 +10,8 @@
 //!   CUDA 13's `__cudaLaunchKernel`, `cuLaunchKernel`/`cuLaunchKernelEx`,
 //!   `cudaGraphLaunch`/`cuGraphLaunch`, all `_ptsz` variants), memory copy, memset
 //!   and synchronization call. Only those callbacks are enabled, never a whole domain;
-//! - `CONCURRENT_KERNEL` (never the serializing `KERNEL` kind), `MEMCPY`, `MEMSET`,
+//! - `CONCURRENT_KERNEL` (never the serializing `KERNEL` kind), `MEMCPY`, `MEMCPY2`
+//!   (peer-to-peer copies, with both devices), `MEMSET`,
 //!   `SYNCHRONIZATION`, `OVERHEAD`, `DEVICE` and `CONTEXT` activity, with graph and
 //!   graph-node ids, and CUPTI's dropped-record counts;
 //! - the CPU stack of every launch, copy and memset call, taken on the calling
@@ -50,22 +51,54 @@
 //!
 //! # Files
 //! One trace per process, `gpuperf-PID.gputrace` by default, and a log of
-//! diagnostics beside it; see [`config`] for the variables. Records reach the file
-//! at least every `GPUPERF_FLUSH_MS` (500 ms), so a process killed by SIGKILL keeps
-//! everything older than that. Child processes that inherit
-//! `CUDA_INJECTION64_PATH` write their own file; a child forked without `exec`
-//! writes nothing.
+//! diagnostics beside it; see [`config`] for the variables. Every
+//! `GPUPERF_FLUSH_MS` (500 ms) an unforced CUPTI flush hands over every buffer whose
+//! records are complete, so a process killed by SIGKILL keeps everything older than
+//! that, except records that share a 256 KiB CUPTI buffer with a kernel still
+//! running: they wait for it. The one forced flush comes at exit, after the
+//! activity kinds are disabled; GPU work still running then comes back without an
+//! end and is counted as dropped (`incomplete`), never written with a wrong end.
+//! Child processes that inherit `CUDA_INJECTION64_PATH` write their own file; a
+//! child forked without `exec` writes nothing. A second `InitializeInjection` in
+//! one process is ignored.
 //!
 //! # Failure contract
 //! Nothing here prints to stdout, calls `exit`, or lets a panic cross into the
 //! driver. When CUPTI is missing, too old or too new, or already held by another
 //! tool (Nsight Systems, torch.profiler), the program runs exactly as without
 //! injection and the trace holds a NOTE record saying why it is empty.
+//!
+//! - **Which libcupti.** The candidates of [`locate`] are tried in turn: one whose
+//!   CUDA major is newer than the driver (`cuDriverGetVersion`) is skipped before
+//!   it is loaded, and one whose `cuptiSubscribe` fails with
+//!   `CUPTI_ERROR_NOT_INITIALIZED` or `CUPTI_ERROR_UNKNOWN` (what libcupti 12.9
+//!   and 13.0 answer without a driver they can use) gives way to the next. The log names every
+//!   candidate rejected and why; when all are, the NOTE does. `GPUPERF_CUPTI_PATH`
+//!   is tried alone.
+//! - **Another CUPTI client started later** (torch.profiler, Kineto) shares the
+//!   process-wide activity state: its failed subscribe does not stop it from
+//!   registering its own buffers and clock, and it disables the kinds when it
+//!   stops. gpuperf cannot prevent that and does not fight it; it notices (GPU
+//!   timestamps that are not CLOCK_MONOTONIC, which are then dropped and counted;
+//!   or, at exit, launches with no GPU record after the forced flush) and writes
+//!   the NOTE "GPU activity stopped after N launches: another CUPTI client (e.g.
+//!   torch.profiler) took over", which `gpuperf` prints in its summary. API
+//!   records keep coming; their GPU side is missing after that point.
+//! - **Set-up failing half-way.** When a step after `cuptiSubscribe` fails (CUPTI
+//!   refuses a callback id or an activity kind), every step already taken is
+//!   undone: the activity kinds gpuperf enabled are disabled and the subscription
+//!   is dropped, with all its callbacks. The program carries no CUPTI overhead,
+//!   another tool can still subscribe, and the NOTE names the failed call.
+//! - **CUPTI stopping itself** (`CUPTI_CBID_STATE_FATAL_ERROR`) is noted with
+//!   CUPTI's message. Activity buffers that cannot be allocated are replaced from
+//!   a small reserve, never by a null buffer; any loss is counted and noted.
 
 mod api;
+mod buffers;
 pub mod config;
 mod cupti;
 pub mod decode;
+mod driver;
 mod error;
 pub mod locate;
 mod log;

@@ -1,17 +1,22 @@
-//! Finding libcupti without help.
+//! Finding libcupti without help, and choosing among the ones found.
 //!
-//! Candidates, in order; the first that loads wins:
-//! 1. `GPUPERF_CUPTI_PATH`;
-//! 2. the directory of this library (an install that ships CUPTI beside gpuperf);
-//! 3. `$CUDA_HOME`, `$CUDA_PATH`, then every `/usr/local/cuda*`, each in
+//! Candidates, in order; the first that loads, suits the driver and lets
+//! gpuperf subscribe wins:
+//! 1. `GPUPERF_CUPTI_PATH`, taken as given;
+//! 2. a libcupti already mapped in the process (PyTorch maps its own);
+//! 3. the directory of this library (an install that ships CUPTI beside gpuperf);
+//! 4. `$CUDA_HOME`, `$CUDA_PATH`, then every `/usr/local/cuda*`, each in
 //!    `extras/CUPTI/lib64`, `lib64` and `targets/x86_64-linux/lib`;
-//! 4. NVIDIA's Python wheels: `site-packages/nvidia/*/lib` next to any NVIDIA
+//! 5. NVIDIA's Python wheels: `site-packages/nvidia/*/lib` next to any NVIDIA
 //!    library already mapped in the process (PyTorch's venv), and under
 //!    `$VIRTUAL_ENV` and `$CONDA_PREFIX`;
-//! 5. the loader path, by soname.
+//! 6. the loader path, by soname.
 //!
-//! Within one directory a library matching the CUDA runtime already loaded in the
-//! process comes first, then the newest major.
+//! After the mapped one, libraries of the major of the CUDA runtime mapped in the
+//! process come first (libcupti 12.9 has no callback ids for CUDA 13's
+//! `__cudaLaunchKernel`), then the order above; within one directory the newest
+//! major comes first. A major newer than the driver (`cuDriverGetVersion`) is
+//! rejected before it is loaded: its `cuptiSubscribe` would fail.
 
 use std::ffi::OsString;
 use std::fs;
@@ -27,15 +32,51 @@ pub struct Inputs<'a> {
     pub self_dir: Option<PathBuf>,
     /// Directories matched by `/usr/local/cuda*`.
     pub system_roots: Vec<PathBuf>,
+    /// `cuDriverGetVersion` (12080 for CUDA 12.8), when the driver answered.
+    pub driver: Option<u32>,
 }
 
-/// Ordered candidate paths, each a file that exists or a bare soname for the loader.
-pub fn candidates(inp: &Inputs<'_>) -> Vec<PathBuf> {
-    let prefer = loaded_cudart_major(inp.maps);
-    let mut out = Vec::new();
-    if let Some(p) = (inp.var)("GPUPERF_CUPTI_PATH").filter(|v| !v.is_empty()) {
-        out.push(PathBuf::from(p));
+/// The libraries to try, and the ones rejected before loading.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Paths to try in order, each a file that exists or a bare soname for the
+    /// loader.
+    pub candidates: Vec<PathBuf>,
+    /// Paths not to load, with the reason.
+    pub rejected: Vec<(PathBuf, String)>,
+}
+
+/// `CUDA 12.8` for `cuDriverGetVersion`'s 12080.
+pub fn driver_name(version: u32) -> String {
+    format!("CUDA {}.{}", version / 1000, version % 1000 / 10)
+}
+
+/// The CUDA major a `cuptiGetVersion` value belongs to: API 19 to 99 are
+/// CUDA 12.x, 130001 is CUDA 13.0.
+pub fn cupti_major(version: u32) -> Option<u32> {
+    match version {
+        19..=99 => Some(12),
+        v if v >= 100_000 => Some(v / 10_000),
+        _ => None,
     }
+}
+
+/// Why a libcupti of CUDA `major` cannot work with the driver, if it cannot.
+pub fn too_new(major: u32, driver: Option<u32>) -> Option<String> {
+    let d = driver?;
+    (major > d / 1000)
+        .then(|| format!("CUDA {major} is newer than the driver ({})", driver_name(d)))
+}
+
+/// Orders the candidates and rejects those the driver cannot run.
+pub fn plan(inp: &Inputs<'_>) -> Plan {
+    let prefer = loaded_cudart_major(inp.maps);
+    let mut plan = Plan::default();
+    if let Some(p) = (inp.var)("GPUPERF_CUPTI_PATH").filter(|v| !v.is_empty()) {
+        plan.candidates.push(PathBuf::from(p));
+    }
+    let mapped = mapped_cupti(inp.maps);
+    let mut found = mapped.clone();
     let mut dirs: Vec<PathBuf> = Vec::new();
     dirs.extend(inp.self_dir.clone());
     let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
@@ -60,14 +101,56 @@ pub fn candidates(inp: &Inputs<'_>) -> Vec<PathBuf> {
         dirs.extend(libs);
     }
     for d in dedup(dirs) {
-        out.extend(cupti_files(&d, prefer));
+        found.extend(cupti_files(&d, prefer));
     }
-    let mut names = vec!["libcupti.so.13", "libcupti.so.12", "libcupti.so"];
-    if prefer == Some(12) {
-        names.swap(0, 1);
+    found.extend(
+        ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
+            .into_iter()
+            .map(PathBuf::from),
+    );
+    let mut found = dedup(found);
+    found.retain(|p| !plan.candidates.contains(p));
+    // Stable: the mapped library, then the runtime's major, then search order.
+    found.sort_by_key(|p| {
+        (
+            !mapped.contains(p),
+            prefer.is_none() || name_major(p) != prefer,
+        )
+    });
+    for p in found {
+        match name_major(&p).and_then(|m| too_new(m, inp.driver)) {
+            Some(why) => plan.rejected.push((p, why)),
+            None => plan.candidates.push(p),
+        }
     }
-    out.extend(names.into_iter().map(PathBuf::from));
-    dedup(out)
+    plan
+}
+
+/// The major in a `libcupti.so.N…` file name.
+fn name_major(p: &Path) -> Option<u32> {
+    p.file_name()?
+        .to_str()?
+        .strip_prefix("libcupti.so.")?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// libcupti files mapped in the process.
+fn mapped_cupti(maps: &str) -> Vec<PathBuf> {
+    let v: Vec<PathBuf> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            p.starts_with('/')
+                && p.rsplit('/')
+                    .next()
+                    .is_some_and(|n| n.starts_with("libcupti.so"))
+        })
+        .map(PathBuf::from)
+        .collect();
+    dedup(v)
 }
 
 /// Where the search looked, for the "not found" message.
@@ -198,17 +281,125 @@ mod tests {
         self_dir: Option<&Path>,
         roots: &[&Path],
     ) -> Vec<PathBuf> {
+        plan_with(vars, maps, self_dir, roots, None).candidates
+    }
+
+    fn plan_with(
+        vars: &[(&str, &Path)],
+        maps: &str,
+        self_dir: Option<&Path>,
+        roots: &[&Path],
+        driver: Option<u32>,
+    ) -> Plan {
         let m: HashMap<String, OsString> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.as_os_str().to_owned()))
             .collect();
         let var = |k: &str| m.get(k).cloned();
-        candidates(&Inputs {
+        plan(&Inputs {
             var: &var,
             maps,
             self_dir: self_dir.map(Path::to_path_buf),
             system_roots: roots.iter().map(|p| p.to_path_buf()).collect(),
+            driver,
         })
+    }
+
+    #[test]
+    fn majors_newer_than_the_driver_are_rejected_before_loading() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("cuda-13.0/lib64");
+        for n in ["libcupti.so.13", "libcupti.so.12", "libcupti.so"] {
+            touch(&d.join(n));
+        }
+        let root = t.path().join("cuda-13.0");
+        let p = plan_with(&[], "", None, &[&root], Some(12080));
+        let want: Vec<PathBuf> = vec![
+            d.join("libcupti.so.12"),
+            d.join("libcupti.so"),
+            "libcupti.so.12".into(),
+            "libcupti.so".into(),
+        ];
+        assert_eq!(p.candidates, want);
+        let why = "CUDA 13 is newer than the driver (CUDA 12.8)".to_owned();
+        assert_eq!(
+            p.rejected,
+            [
+                (d.join("libcupti.so.13"), why.clone()),
+                ("libcupti.so.13".into(), why)
+            ]
+        );
+        // A CUDA 13 driver runs both; an unknown driver rejects nothing.
+        for driver in [Some(13000), None] {
+            let p = plan_with(&[], "", None, &[&root], driver);
+            assert!(p.rejected.is_empty(), "{p:?}");
+            assert_eq!(p.candidates[0], d.join("libcupti.so.13"));
+        }
+        // The user's explicit choice is tried as given.
+        let explicit = d.join("libcupti.so.13");
+        let p = plan_with(
+            &[("GPUPERF_CUPTI_PATH", &explicit)],
+            "",
+            None,
+            &[],
+            Some(12080),
+        );
+        assert_eq!(p.candidates[0], explicit);
+    }
+
+    #[test]
+    fn a_libcupti_already_mapped_comes_first() {
+        let t = tempfile::tempdir().unwrap();
+        let sys = t.path().join("cuda-13.0/lib64/libcupti.so.13");
+        touch(&sys);
+        let torch = "/venv/lib/python3.12/site-packages/nvidia/cuda_cupti/lib/libcupti.so.12";
+        let maps = format!(
+            "7f00-7f10 r-xp 00000000 08:01 1 /usr/lib/libcudart.so.13.0.96\n\
+             7f10-7f20 r-xp 00000000 08:01 2 {torch}\n\
+             7f20-7f30 r--p 00010000 08:01 2 {torch}\n"
+        );
+        let got = run(&[], &maps, None, &[&t.path().join("cuda-13.0")]);
+        assert_eq!(got[0], PathBuf::from(torch));
+        assert_eq!(got[1], sys);
+        assert_eq!(got.iter().filter(|p| **p == Path::new(torch)).count(), 1);
+    }
+
+    #[test]
+    fn the_runtime_major_wins_across_directories() {
+        let t = tempfile::tempdir().unwrap();
+        let sp = t.path().join("venv/lib/python3.12/site-packages");
+        let cu13 = sp.join("nvidia/cu13/lib/libcupti.so.13");
+        let cu12 = sp.join("nvidia/cuda_cupti/lib/libcupti.so.12");
+        touch(&cu13);
+        touch(&cu12);
+        let cudart = |major: u32| {
+            format!(
+                "7f00-7f10 r-xp 00000000 08:01 1 {}/nvidia/cuda_runtime/lib/libcudart.so.{major}\n",
+                sp.display()
+            )
+        };
+        let got = run(&[], &cudart(12), None, &[]);
+        assert_eq!(
+            &got[..3],
+            &[cu12.clone(), "libcupti.so.12".into(), cu13.clone()]
+        );
+        let got = run(&[], &cudart(13), None, &[]);
+        assert_eq!(&got[..3], &[cu13, "libcupti.so.13".into(), cu12]);
+    }
+
+    #[test]
+    fn versions_name_their_cuda_release() {
+        assert_eq!(driver_name(12080), "CUDA 12.8");
+        assert_eq!(driver_name(13000), "CUDA 13.0");
+        assert_eq!(cupti_major(28), Some(12));
+        assert_eq!(cupti_major(130001), Some(13));
+        assert_eq!(cupti_major(7), None);
+        assert_eq!(
+            too_new(13, Some(12090)).as_deref(),
+            Some("CUDA 13 is newer than the driver (CUDA 12.9)")
+        );
+        assert_eq!(too_new(12, Some(13000)), None);
+        assert_eq!(too_new(13, None), None);
     }
 
     #[test]
@@ -256,9 +447,11 @@ mod tests {
             sp.display()
         );
         let got = run(&[], &maps, None, &[]);
-        assert_eq!(&got[..2], &[cu13.clone(), cu12.clone()]);
-        // The loader fallback prefers the loaded runtime's major.
-        assert_eq!(got[2], PathBuf::from("libcupti.so.12"));
+        // The loaded runtime's major first, file before soname.
+        assert_eq!(
+            &got[..3],
+            &[cu12.clone(), "libcupti.so.12".into(), cu13.clone()]
+        );
         // The same files are found from $VIRTUAL_ENV alone.
         let got = run(&[("VIRTUAL_ENV", &t.path().join("venv"))], "", None, &[]);
         assert_eq!(&got[..2], &[cu13, cu12]);
@@ -280,8 +473,9 @@ mod tests {
         let got = run(&[], maps, Some(&d), &[]);
         assert_eq!(got[0], d.join("libcupti.so.12"));
         assert_eq!(got[1], d.join("libcupti.so.12.9.79"));
-        assert_eq!(got[2], d.join("libcupti.so.13"));
-        assert_eq!(got[3], d.join("libcupti.so"));
+        assert_eq!(got[2], PathBuf::from("libcupti.so.12"));
+        assert_eq!(got[3], d.join("libcupti.so.13"));
+        assert_eq!(got[4], d.join("libcupti.so"));
         let got = run(&[], "", Some(&d), &[]);
         assert_eq!(got[0], d.join("libcupti.so.13"));
     }

@@ -7,6 +7,12 @@
 //! serialized by `flush_lock`, because concurrent `cuptiActivityFlushAll` calls can
 //! deadlock. Lock order: `flush_lock`, then a shard, then the sink; a shard lock is
 //! never held while taking another lock.
+//!
+//! CUPTI has an internal lock of its own, held while its thread delivers buffers
+//! and while it runs resource callbacks, and taken by `cuptiActivityFlushAll` and
+//! `cuptiActivityGetNumDroppedRecords`. So no CUPTI function is called under the
+//! sink or a shard lock, and a callback never waits for `flush_lock` (it skips the
+//! flush when another is running).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -17,44 +23,57 @@ use std::mem::offset_of;
 use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, StringId, StringTable, api_base_name,
+    Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable, api_base_name,
 };
 
 use crate::api::{Class, classify};
+use crate::buffers::{self, BUFFER_SIZE, Origin, Pool};
 use crate::config::{Config, MarkerMode};
 use crate::cupti::{Cupti, Subscriber};
 use crate::decode::{self, Decoded, Place};
+use crate::driver;
 use crate::error::{Error, Result};
 use crate::locate;
 use crate::log::Log;
 use crate::stacks::{self, Stacks};
 use crate::sys::{
     self, CUpti_ActivityThreadIdType, CUpti_ApiCallbackSite, CUpti_CallbackData,
-    CUpti_CallbackDomain, CUpti_CallbackIdResource,
+    CUpti_CallbackDomain, CUpti_CallbackIdResource, CUpti_CallbackIdState, CUpti_StateNotification,
 };
 
 const RUNTIME: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API as u32;
 const DRIVER: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API as u32;
 const RESOURCE: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE as u32;
 const ENTER: u32 = CUpti_ApiCallbackSite::CUPTI_API_ENTER as u32;
+const STATE_DOMAIN: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_STATE as u32;
+const FATAL_ERROR: u32 = CUpti_CallbackIdState::CUPTI_CBID_STATE_FATAL_ERROR as u32;
+const CONTEXT_CREATED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED as u32;
 const CONTEXT_DESTROY: u32 =
     CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32;
+/// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: also returns buffers holding records of
+/// work still running, which are then delivered with `end = 0` and never again.
+/// Used once, at exit, after the kinds are disabled.
 const FLUSH_FORCED: u32 = 1;
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
-/// Size of each activity buffer handed to CUPTI.
-const BUFFER_SIZE: usize = 2 << 20;
 /// API records a thread may hold between flushes before new ones are dropped.
 const SHARD_CAP: usize = 4 << 20;
 /// Aliases kept per generation; two generations are searched.
 const ALIAS_GENERATION: usize = 1 << 20;
+/// Launches after the last GPU record, at exit, that mean another CUPTI client
+/// took the activity buffers or disabled the kinds. A few failed launches at the
+/// end of a program must not look like that.
+const MIN_SILENT_LAUNCHES: u64 = 8;
+/// Slack around CLOCK_MONOTONIC when checking that a GPU timestamp is ours.
+const CLOCK_SLACK_NS: u64 = 1_000_000_000;
 
 static STATE: OnceLock<State> = OnceLock::new();
 
@@ -132,6 +151,32 @@ struct Stats {
     unknown_kinds: AtomicU64,
     short_records: AtomicU64,
     buffers: AtomicU64,
+    /// Records without a valid start and end, not written.
+    incomplete: AtomicU64,
+    /// Buffers whose walk ended on an error status.
+    walk_errors: AtomicU64,
+    /// Records in buffers that arrived after the final flush.
+    late: AtomicU64,
+    /// Flushes from CUPTI callbacks skipped because another was running.
+    skipped_flushes: AtomicU64,
+    /// Records whose timestamps are not CLOCK_MONOTONIC, not written.
+    foreign_clock: AtomicU64,
+    /// Launch API records written.
+    launches: AtomicU64,
+    /// `launches` when the last GPU record (or CUPTI drop count) arrived.
+    launches_at_last_record: AtomicU64,
+}
+
+/// Who asks for a flush, which decides its flag and whether it may wait.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Flush {
+    /// The flush thread: unforced.
+    Periodic,
+    /// `cudaDeviceReset` or context teardown, inside a CUPTI callback: unforced,
+    /// and skipped when another flush is running.
+    InCallback,
+    /// The exit path: forced.
+    Final,
 }
 
 struct Sink {
@@ -238,6 +283,17 @@ struct State {
     flush_lock: Mutex<()>,
     stop: (Mutex<bool>, Condvar),
     disabled: AtomicBool,
+    /// Set once the exit path has written its last record.
+    closed: AtomicBool,
+    /// The activity kinds enabled, to disable at exit.
+    kinds: Mutex<Vec<u32>>,
+    first_walk_error: Mutex<Option<String>>,
+    /// The reserve for when buffers cannot be allocated.
+    pool: Pool,
+    /// CLOCK_MONOTONIC at start; no GPU record is older.
+    started_ns: u64,
+    /// Whether the NOTE about another CUPTI client is written.
+    takeover_noted: AtomicBool,
     stats: Stats,
     /// In-process stacks, unless `GPUPERF_STACKS=0`. (stacks hook)
     stacks: Option<Stacks>,
@@ -271,7 +327,16 @@ impl State {
     fn on_api(&self, domain: u32, cbid: u32, data: *const c_void) {
         if domain == RESOURCE {
             if cbid == CONTEXT_DESTROY {
-                self.flush(false);
+                self.flush(Flush::InCallback);
+            } else if cbid == CONTEXT_CREATED && !data.is_null() {
+                // SAFETY: for resource callbacks CUPTI passes a
+                // `CUpti_ResourceData`, whose first field is the context.
+                let context = unsafe { data.cast::<*mut c_void>().read_unaligned() };
+                // SAFETY: the context is being created, so it is alive.
+                if let Some((id, dev)) = unsafe { self.cupti.context_device(context) } {
+                    // Synchronization records name only their context.
+                    lock(&self.sink).context_device.insert(id, dev);
+                }
             }
             // stacks hook: graph nodes made and cloned.
             if let Some(st) = &self.stacks {
@@ -288,6 +353,12 @@ impl State {
                     .flatten();
                 // SAFETY: CUPTI passes a `CUpti_ResourceData` for this domain.
                 unsafe { st.on_resource(cbid, data, open) };
+            }
+            return;
+        }
+        if domain == STATE_DOMAIN {
+            if cbid == FATAL_ERROR && !data.is_null() {
+                self.on_fatal_error(data);
             }
             return;
         }
@@ -309,7 +380,7 @@ impl State {
         };
         let class = self.class(domain, cbid);
         if site == ENTER && class == Class::Reset {
-            self.flush(false);
+            self.flush(Flush::InCallback);
         }
         let _ = LOCAL.try_with(|l| {
             let mut l = l.borrow_mut();
@@ -319,6 +390,33 @@ impl State {
                 self.exit(&mut l, correlation_id);
             }
         });
+    }
+
+    /// CUPTI reports an error it cannot recover from and stops itself.
+    fn on_fatal_error(&self, data: *const c_void) {
+        let data = data.cast::<u8>();
+        // SAFETY: for CUPTI_CBID_STATE_FATAL_ERROR CUPTI passes a
+        // `CUpti_StateData` whose `notification` member (at offset 0) holds the
+        // status and a message that lives for the call.
+        let (status, message) = unsafe {
+            (
+                data.add(offset_of!(CUpti_StateNotification, result))
+                    .cast::<u32>()
+                    .read_unaligned(),
+                c_text(
+                    data.add(offset_of!(CUpti_StateNotification, message))
+                        .cast::<*const c_char>()
+                        .read_unaligned(),
+                ),
+            )
+        };
+        let text = format!(
+            "CUPTI stopped itself after a fatal error ({}): {}; GPU activity after it is missing",
+            self.cupti.status_text(status),
+            message.as_deref().unwrap_or("no message"),
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
     }
 
     fn enter(&self, l: &mut Local, domain: u32, cbid: u32, correlation_id: u32, class: Class) {
@@ -362,6 +460,12 @@ impl State {
             nested: false,
             stack,
         });
+        // Stack capture hook: an in-process unwinder is called here, for calls
+        // where `class.fires_marker()`, on the launching thread before the call
+        // does its work, with `correlation_id` as the key its stack is stored
+        // under in the thread's shard. This runs inside CUPTI's API callback,
+        // possibly under CUPTI's lock: it must not take the sink or flush lock,
+        // call into CUPTI, or block.
         if class.fires_marker() && self.marker_on() {
             crate::gpuperf_launch_marker(
                 u64::from(correlation_id),
@@ -458,11 +562,15 @@ impl State {
         for (nested, outer) in aliases {
             sink.add_alias(nested, outer);
         }
+        let mut launches = 0;
         for a in &api {
             let rec = self.api_record(&mut sink, a);
             sink.write_api(&rec, a.stack);
+            let domain = if a.driver { DRIVER } else { RUNTIME };
+            launches += u64::from(self.class(domain, a.cbid) == Class::Launch);
         }
         self.stats.api.fetch_add(api.len() as u64, Relaxed);
+        self.stats.launches.fetch_add(launches, Relaxed);
         if dropped > 0 {
             let pid = self.pid;
             sink.write(&Record::Dropped(Dropped {
@@ -509,28 +617,90 @@ impl State {
         self.drain_shards();
         self.stats.buffers.fetch_add(1, Relaxed);
         let mut sink = lock(&self.sink);
-        let mut n = 0u64;
-        for rec in self.cupti.records(buf, valid) {
+        let (mut n, mut incomplete, mut foreign, mut timed) = (0u64, 0u64, 0u64, 0u64);
+        // Our timestamp callback makes every GPU time CLOCK_MONOTONIC; a time
+        // outside this window comes from a clock another CUPTI client registered.
+        let ours = self.started_ns.saturating_sub(CLOCK_SLACK_NS)..=monotonic_ns() + CLOCK_SLACK_NS;
+        let mut records = self.cupti.records(buf, valid);
+        for rec in records.by_ref() {
             n += 1;
             match decode::decode(rec) {
-                Some(d) => self.write_decoded(&mut sink, d),
+                Some(d) if d.incomplete() => incomplete += 1,
+                Some(d)
+                    if d.span()
+                        .is_some_and(|(s, e)| !ours.contains(&s) || !ours.contains(&e)) =>
+                {
+                    foreign += 1
+                }
+                Some(d) => {
+                    timed += u64::from(d.span().is_some());
+                    self.write_decoded(&mut sink, d)
+                }
                 None => {
                     self.stats.short_records.fetch_add(1, Relaxed);
                 }
             }
         }
+        if timed > 0 {
+            let launches = self.stats.launches.load(Relaxed);
+            self.stats.launches_at_last_record.store(launches, Relaxed);
+        }
+        if foreign > 0 {
+            self.stats.foreign_clock.fetch_add(foreign, Relaxed);
+            self.note_takeover(&mut sink);
+        }
+        if let Some(e) = records.error() {
+            // The records after the one CUPTI could not walk past are lost.
+            let k = self.stats.walk_errors.fetch_add(1, Relaxed);
+            let msg = format!("{}: {} after {n} records", e.call, e.message);
+            if k < 10 {
+                self.log
+                    .line(&format!("{msg}; the rest of that buffer is lost"));
+            }
+            lock(&self.first_walk_error).get_or_insert(msg);
+        }
         self.stats.activities.fetch_add(n, Relaxed);
+        if incomplete > 0 {
+            self.stats.incomplete.fetch_add(incomplete, Relaxed);
+            let pid = self.pid;
+            sink.write(&Record::Dropped(Dropped {
+                pid,
+                source: DropSource::Incomplete,
+                count: incomplete,
+            }));
+        }
+        drop(sink);
+        // Never under the sink lock: this call takes CUPTI's internal lock, which
+        // CUPTI holds while its own thread delivers a buffer that waits for the
+        // sink (the ABBA deadlock Kineto fixed in its PR #1347).
         // SAFETY: `context` is the one CUPTI passed with this buffer.
         let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
         if dropped > 0 {
+            // Records CUPTI dropped explain launches without GPU records.
+            let launches = self.stats.launches.load(Relaxed);
+            self.stats.launches_at_last_record.store(launches, Relaxed);
             self.stats.cupti_dropped.fetch_add(dropped, Relaxed);
             let pid = self.pid;
-            sink.write(&Record::Dropped(Dropped {
+            lock(&self.sink).write(&Record::Dropped(Dropped {
                 pid,
                 source: DropSource::CuptiActivity,
                 count: dropped,
             }));
         }
+    }
+
+    /// Writes, once, that another CUPTI client took the process-wide activity
+    /// state: from here on API calls have no GPU side.
+    fn note_takeover(&self, sink: &mut Sink) {
+        if self.takeover_noted.swap(true, Relaxed) {
+            return;
+        }
+        let n = self.stats.launches_at_last_record.load(Relaxed);
+        let text = format!(
+            "GPU activity stopped after {n} launches: another CUPTI client (e.g. torch.profiler) took over"
+        );
+        self.log.line(&text);
+        sink.note(text);
     }
 
     fn write_decoded(&self, sink: &mut Sink, d: Decoded) {
@@ -580,12 +750,14 @@ impl State {
                 place,
                 copy_kind,
                 bytes,
+                peer,
             } => activity(
                 sink,
                 place,
                 ActivityKind::Memcpy {
                     kind: MemcpyKind::from_u8(copy_kind),
                     bytes,
+                    peer,
                 },
             ),
             Decoded::Memset {
@@ -639,31 +811,88 @@ impl State {
     }
 
     /// Flushes CUPTI's buffers and the thread shards to the file.
-    fn flush(&self, forced: bool) {
+    fn flush(&self, how: Flush) {
         if self.disabled.load(Relaxed) {
             return;
         }
-        let _g = lock(&self.flush_lock);
-        if let Err(e) = self.cupti.flush_all(if forced { FLUSH_FORCED } else { 0 }) {
+        let _g = match how {
+            // A callback may run under CUPTI's internal lock, which a flush in
+            // progress on another thread waits for inside cuptiActivityFlushAll:
+            // waiting for that flush here would deadlock. It is skipped instead;
+            // the flush in progress hands over what is complete.
+            Flush::InCallback => match self.flush_lock.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    self.stats.skipped_flushes.fetch_add(1, Relaxed);
+                    return;
+                }
+            },
+            Flush::Periodic | Flush::Final => lock(&self.flush_lock),
+        };
+        let flag = if how == Flush::Final { FLUSH_FORCED } else { 0 };
+        if let Err(e) = self.cupti.flush_all(flag) {
             self.log.line(&e.to_string());
         }
         self.drain_shards();
         lock(&self.sink).flush();
     }
 
-    /// The exit path: final flush, counters, and no writes afterwards.
+    /// The exit path: no new records, one forced flush, counters, and no writes
+    /// afterwards.
     fn finish(&self) {
         {
             let (m, cv) = &self.stop;
             *lock(m) = true;
             cv.notify_all();
         }
-        self.flush(true);
+        if self.disabled.load(Relaxed) {
+            return;
+        }
+        // Disabled first, so that the forced flush returns a final set: records
+        // of work still running come back incomplete and are counted.
+        for kind in lock(&self.kinds).drain(..) {
+            if let Err(e) = self.cupti.activity_disable(kind) {
+                self.log.line(&e.to_string());
+            }
+        }
+        self.flush(Flush::Final);
         if self.disabled.swap(true, Relaxed) {
             return;
         }
         let s = &self.stats;
+        let walk_errors = s.walk_errors.load(Relaxed);
         let mut sink = lock(&self.sink);
+        // With our buffers and kinds in place, the forced flush returns a record
+        // for every launch, complete or not. Launches without any mean another
+        // client took the buffer callbacks or disabled the kinds.
+        let (launches, seen) = (
+            s.launches.load(Relaxed),
+            s.launches_at_last_record.load(Relaxed),
+        );
+        if launches >= seen + MIN_SILENT_LAUNCHES {
+            self.note_takeover(&mut sink);
+        }
+        let foreign = s.foreign_clock.load(Relaxed);
+        if foreign > 0 {
+            self.log.line(&format!(
+                "{foreign} activity records not on CLOCK_MONOTONIC (another CUPTI client \
+                 changed the clock); not written"
+            ));
+        }
+        let lost = self.pool.lost.load(Relaxed);
+        if lost > 0 {
+            sink.note(format!(
+                "{lost} activity buffers were lost for lack of memory; their records are missing"
+            ));
+        }
+        if walk_errors > 0 {
+            let first = lock(&self.first_walk_error).clone().unwrap_or_default();
+            sink.note(format!(
+                "{walk_errors} activity buffers were cut short by CUPTI (first: {first}); \
+                 the records after the error are lost"
+            ));
+        }
         if sink.write_errors > 0 {
             let pid = self.pid;
             let count = sink.write_errors;
@@ -683,7 +912,9 @@ impl State {
         self.log.line(&format!(
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
-             {} records of other kinds, {} too short",
+             {} records of other kinds, {} too short, {} incomplete (not written), \
+             {walk_errors} buffers cut short, {} flushes skipped in callbacks, \
+             {} buffers from the reserve, {lost} lost for lack of memory",
             s.api.load(Relaxed),
             s.activities.load(Relaxed),
             s.buffers.load(Relaxed),
@@ -692,10 +923,14 @@ impl State {
             s.aliased.load(Relaxed),
             s.unknown_kinds.load(Relaxed),
             s.short_records.load(Relaxed),
+            s.incomplete.load(Relaxed),
+            s.skipped_flushes.load(Relaxed),
+            self.pool.reserve_used.load(Relaxed),
         ));
         if let Some(st) = &self.stacks {
             self.log.line(&st.summary());
         }
+        self.closed.store(true, Relaxed);
     }
 }
 
@@ -722,14 +957,15 @@ unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: 
 }
 
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {
-    let layout = std::alloc::Layout::from_size_align(BUFFER_SIZE, 8).expect("constant layout");
-    // SAFETY: the layout has a non-zero size.
-    let p = unsafe { std::alloc::alloc(layout) };
-    // SAFETY: CUPTI passes valid out-pointers. A null buffer makes CUPTI drop
-    // records, which it then counts.
+    let (p, n) = catch_unwind(|| match STATE.get() {
+        Some(s) => s.pool.request(buffers::alloc_buffer),
+        None => (buffers::alloc_buffer(), BUFFER_SIZE),
+    })
+    .unwrap_or((ptr::null_mut(), 0));
+    // SAFETY: CUPTI passes valid out-pointers.
     unsafe {
         *buf = p;
-        *size = if p.is_null() { 0 } else { BUFFER_SIZE };
+        *size = if p.is_null() { 0 } else { n };
         *max = 0;
     }
 }
@@ -745,19 +981,29 @@ unsafe extern "C" fn buffer_completed(
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Some(s) = STATE.get()
-            && !s.disabled.load(Relaxed)
-        {
-            // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
-            let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
+        let Some(s) = STATE.get() else { return };
+        let origin = s.pool.origin(buf);
+        // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
+        let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
+        if origin == Origin::Discard {
+            // Shared by requests made while memory was short: never read.
+        } else if !s.disabled.load(Relaxed) {
             s.consume(context, stream, slice, valid);
+        } else if s.closed.load(Relaxed) && std::process::id() == s.pid {
+            // After the final flush: nothing may be written any more, but the
+            // loss is still counted.
+            let n = s.cupti.records(slice, valid).count() as u64;
+            s.stats.late.fetch_add(n, Relaxed);
+            s.log.line(&format!(
+                "{n} activity records arrived after the trace was closed; not written"
+            ));
+        }
+        if size == BUFFER_SIZE {
+            // SAFETY: a buffer of this size came from `buffer_requested`, and
+            // CUPTI is done with it.
+            unsafe { s.pool.release(buf) };
         }
     }));
-    if size == BUFFER_SIZE {
-        let layout = std::alloc::Layout::from_size_align(BUFFER_SIZE, 8).expect("constant layout");
-        // SAFETY: allocated in `buffer_requested` with this layout.
-        unsafe { std::alloc::dealloc(buf, layout) };
-    }
 }
 
 unsafe extern "C" fn timestamp() -> u64 {
@@ -795,8 +1041,9 @@ fn process_record(pid: u32) -> Record {
     })
 }
 
-/// Loads the first candidate that is a usable libcupti.
-fn load_cupti(config: &Config, log: &Log) -> Result<Cupti> {
+/// Tries the candidates in turn until one suits the driver and accepts the
+/// subscription; logs every candidate rejected and why.
+fn open_cupti(config: &Config, log: &Log) -> Result<(Cupti, u32, Subscriber)> {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let var = |k: &str| {
         if k == "GPUPERF_CUPTI_PATH" {
@@ -805,26 +1052,97 @@ fn load_cupti(config: &Config, log: &Log) -> Result<Cupti> {
             std::env::var_os(k)
         }
     };
+    let driver = match driver::version() {
+        Ok(v) => {
+            log.line(&format!("driver: {}", locate::driver_name(v)));
+            Some(v)
+        }
+        Err(why) => {
+            log.line(&format!("driver version unknown: {why}"));
+            None
+        }
+    };
     let inputs = locate::Inputs {
         var: &var,
         maps: &maps,
-        self_dir: locate::dir_of_mapping(&maps, load_cupti as *const () as usize),
+        self_dir: locate::dir_of_mapping(&maps, open_cupti as *const () as usize),
         system_roots: locate::system_roots(),
+        driver,
     };
-    for path in locate::candidates(&inputs) {
+    let plan = locate::plan(&inputs);
+    for (path, why) in &plan.rejected {
+        log.line(&format!("`{}` rejected: {why}", path.display()));
+    }
+    // Libraries that exist but were rejected, for the final message.
+    let mut failed: Vec<(PathBuf, Error)> = Vec::new();
+    for path in plan.candidates {
         let explicit = config.cupti.as_deref() == Some(path.as_path());
-        match Cupti::load(&path) {
-            Ok(c) => return Ok(c),
-            // The user's explicit choice failing is the error to report.
-            Err(e) if explicit => return Err(e),
-            // Bare sonames the loader cannot find are the common case, not news.
-            Err(e) if path.is_absolute() => log.line(&format!("skipped: {e}")),
-            Err(_) => {}
+        let e = match try_cupti(&path, driver) {
+            Ok(opened) => return Ok(opened),
+            Err(e) => e,
+        };
+        log.line(&format!("`{}` rejected: {e}", path.display()));
+        // The user's explicit choice failing is the error to report.
+        if explicit || !worth_the_next(&e) {
+            return Err(e);
+        }
+        // A bare soname the loader cannot find is the common case, not news.
+        if path.is_absolute() || !matches!(e, Error::CuptiLoad { .. }) {
+            failed.push((path, e));
         }
     }
-    Err(Error::CuptiNotFound {
-        searched: locate::describe(&inputs),
-    })
+    match failed.len() {
+        0 => Err(Error::CuptiNotFound {
+            searched: locate::describe(&inputs),
+        }),
+        1 => Err(failed.pop().expect("one").1),
+        _ => Err(Error::NoUsableCupti {
+            tried: failed
+                .iter()
+                .map(|(p, e)| format!("`{}`: {e}", p.display()))
+                .collect(),
+        }),
+    }
+}
+
+/// Loads one libcupti, checks it against this build and the driver, subscribes.
+fn try_cupti(path: &Path, driver: Option<u32>) -> Result<(Cupti, u32, Subscriber)> {
+    let c = Cupti::load(path)?;
+    let version = c.version()?;
+    if !supported(version) {
+        return Err(Error::UnsupportedVersion {
+            path: path.to_owned(),
+            version,
+        });
+    }
+    if let Some(reason) = locate::cupti_major(version).and_then(|m| locate::too_new(m, driver)) {
+        return Err(Error::CuptiLoad {
+            path: path.to_owned(),
+            reason,
+        });
+    }
+    let sub = c.subscribe(api_callback).map_err(|e| {
+        if e.status == sys::MULTIPLE_SUBSCRIBERS {
+            Error::CuptiBusy
+        } else {
+            Error::Cupti(e)
+        }
+    })?;
+    Ok((c, version, sub))
+}
+
+/// Whether another libcupti may do better. Not when CUPTI is held by another
+/// tool: a second CUPTI in the process would fight it.
+fn worth_the_next(e: &Error) -> bool {
+    match e {
+        Error::CuptiLoad { .. } | Error::UnsupportedVersion { .. } => true,
+        Error::Cupti(c) => {
+            c.call == "cuptiGetVersion"
+                || (c.call == "cuptiSubscribe"
+                    && (c.status == sys::NOT_INITIALIZED || c.status == sys::UNKNOWN))
+        }
+        _ => false,
+    }
 }
 
 fn supported(version: u32) -> bool {
@@ -834,6 +1152,18 @@ fn supported(version: u32) -> bool {
 /// Everything `InitializeInjection` does. Returns whether recording started; when
 /// it did not, the trace says why.
 pub fn initialize() -> bool {
+    // A second call (the driver's and a tool's, or two injections of this
+    // library) must not create the trace and log again, which would truncate
+    // the ones being written. NVIDIA's injection sample guards the same way.
+    static CALLED: AtomicBool = AtomicBool::new(false);
+    if CALLED.swap(true, Relaxed) {
+        if let Some(s) = STATE.get() {
+            s.log
+                .line("InitializeInjection called again; already initialized");
+            return !s.disabled.load(Relaxed);
+        }
+        return false;
+    }
     // This library carries its own copy of std, so this hook sees only its own
     // panics: they go to the log, never to the application's stderr.
     std::panic::set_hook(Box::new(|info| {
@@ -863,19 +1193,14 @@ pub fn initialize() -> bool {
             return false;
         }
     };
-    sink.write(&process_record(pid));
+    let process = process_record(pid);
+    let started_ns = match &process {
+        Record::Process(p) => p.start_ns,
+        _ => monotonic_ns(),
+    };
+    sink.write(&process);
     sink.flush();
-    let cupti = match load_cupti(&config, &log).and_then(|c| {
-        let v = c.version()?;
-        if supported(v) {
-            Ok((c, v))
-        } else {
-            Err(Error::UnsupportedVersion {
-                path: c.path().to_owned(),
-                version: v,
-            })
-        }
-    }) {
+    let (cupti, version, sub) = match open_cupti(&config, &log) {
         Ok(c) => c,
         Err(e) => {
             log.line(&format!("not recording: {e}"));
@@ -883,11 +1208,18 @@ pub fn initialize() -> bool {
             return false;
         }
     };
-    let (cupti, version) = cupti;
     log.line(&format!(
         "CUPTI API version {version} from `{}`",
         cupti.path().display()
     ));
+    if cupti.simulated() {
+        // Every trace made on the simulation says so, in the trace itself.
+        sink.note(format!(
+            "{SIMULATED_GPU_NOTE}: `{}` is gpuperf's simulated CUPTI; no GPU ran this \
+             work, and its times come from the simulation's cost model",
+            cupti.path().display()
+        ));
+    }
     let mut classes = [Vec::new(), Vec::new()];
     let mut names = [Vec::new(), Vec::new()];
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
@@ -916,6 +1248,12 @@ pub fn initialize() -> bool {
         flush_lock: Mutex::new(()),
         stop: (Mutex::new(false), Condvar::new()),
         disabled: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        kinds: Mutex::new(Vec::new()),
+        first_walk_error: Mutex::new(None),
+        pool: Pool::new(buffers::alloc_buffer),
+        started_ns,
+        takeover_noted: AtomicBool::new(false),
         stats: Stats::default(),
         config,
     };
@@ -923,7 +1261,7 @@ pub fn initialize() -> bool {
         return true;
     }
     let s = STATE.get().expect("just set");
-    match start(s) {
+    match enable(s, sub).inspect_err(|_| undo(s, sub)) {
         Ok(n) => {
             s.log.line(&format!(
                 "recording to `{}`: {n} API callbacks enabled",
@@ -969,26 +1307,34 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
     }
 }
 
-/// Subscribes and enables; returns the number of API callbacks enabled.
-fn start(s: &'static State) -> Result<usize> {
-    let c = &s.cupti;
-    let sub: Subscriber = c.subscribe(api_callback).map_err(|e| {
-        if e.status == sys::MULTIPLE_SUBSCRIBERS {
-            Error::CuptiBusy
-        } else {
-            Error::Cupti(e)
+/// Disables the kinds [`enable`] turned on and drops the subscription (with it
+/// every callback). The buffer and clock callbacks stay registered: CUPTI has
+/// no call to remove them, and with no kind enabled they are never called.
+fn undo(s: &State, sub: Subscriber) {
+    for kind in lock(&s.kinds).drain(..) {
+        if let Err(e) = s.cupti.activity_disable(kind) {
+            s.log.line(&e.to_string());
         }
-    })?;
+    }
+    if let Err(e) = s.cupti.unsubscribe(sub) {
+        s.log.line(&e.to_string());
+    }
+}
+
+/// Everything after `cuptiSubscribe`; returns the number of API callbacks
+/// enabled. On failure the caller runs [`undo`], so that the application does not
+/// carry CUPTI's overhead and another tool can subscribe.
+fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
+    let c = &s.cupti;
     // The clock must be in place before any activity is enabled.
     c.register_timestamp(timestamp)?;
     c.set_thread_id_type(CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM as u32)?;
     c.register_buffers(buffer_requested, buffer_completed)?;
     for (kind, name) in decode::ENABLED_KINDS {
-        if let Err(e) = c.activity_enable(kind as u32) {
-            if name == "CONCURRENT_KERNEL" {
-                return Err(e.into());
-            }
-            s.log.line(&format!("{name} records unavailable: {e}"));
+        match c.activity_enable(kind as u32) {
+            Ok(()) => lock(&s.kinds).push(kind as u32),
+            Err(e) if name == "CONCURRENT_KERNEL" => return Err(e.into()),
+            Err(e) => s.log.line(&format!("{name} records unavailable: {e}")),
         }
     }
     let mut enabled = 0;
@@ -1001,6 +1347,14 @@ fn start(s: &'static State) -> Result<usize> {
         }
     }
     c.enable_callback(sub, RESOURCE, CONTEXT_DESTROY)?;
+    if let Err(e) = c.enable_callback(sub, STATE_DOMAIN, FATAL_ERROR) {
+        s.log
+            .line(&format!("CUPTI's fatal errors will not be noted: {e}"));
+    }
+    if let Err(e) = c.enable_callback(sub, RESOURCE, CONTEXT_CREATED) {
+        s.log
+            .line(&format!("devices of synchronizations may be unknown: {e}"));
+    }
     // stacks hook: where graph nodes come from.
     if s.stacks.is_some() {
         for cbid in [stacks::GRAPHNODE_CREATED, stacks::GRAPHNODE_CLONED] {
@@ -1033,10 +1387,9 @@ fn start(s: &'static State) -> Result<usize> {
                     break;
                 }
                 drop(stopped);
-                // Forced: an unforced flush returns only full buffers, so a slow
-                // program's records would sit in memory until exit. A forced flush
-                // still holds back buffers with incomplete records.
-                s.flush(true);
+                // Unforced: it returns every buffer whose records are complete,
+                // full or not, and leaves kernels still running for later.
+                s.flush(Flush::Periodic);
                 stopped = lock(m);
             }
         });

@@ -80,6 +80,9 @@ pub fn enabled(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> (bool, Optio
     }
 }
 
+/// A recorded API call, by (domain, callback id).
+type ApiId = (u32, u32);
+
 /// `cuptiGetGraphNodeId`.
 type GetGraphNodeId = unsafe extern "C" fn(*mut c_void, *mut u64) -> u32;
 
@@ -108,9 +111,9 @@ struct Table {
     /// Stacks not yet written: (id, end, Python cut, frames).
     pending: Vec<(u32, StackEnd, bool, Box<[Frame]>)>,
     /// Graph nodes not yet written: (node, stack, API (domain, cbid)).
-    pending_nodes: Vec<(u64, u32, Option<(u32, u32)>)>,
+    pending_nodes: Vec<(u64, u32, Option<ApiId>)>,
     /// Every graph node seen: node → (stack, API), for clones.
-    nodes: HashMap<u64, (u32, Option<(u32, u32)>)>,
+    nodes: HashMap<u64, (u32, Option<ApiId>)>,
     written_modules: Vec<bool>,
 }
 
@@ -479,7 +482,7 @@ fn end_of(e: StackEnd) -> End {
 fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool) -> u128 {
     let (mut a, mut b) = (0x243f_6a88_85a3_08d3u64, 0x1319_8a2e_0370_7344u64);
     let mut mix = |w: u64| {
-        a = (a.rotate_left(5) ^ w).wrapping_mul(0x51_7cc1_b727_220a_95);
+        a = (a.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
         b = (b ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
     };
     for f in frames {

@@ -9,9 +9,11 @@ use std::path::Path;
 
 pub use cudarc::cupti::sys::{
     CUpti_ActivityContext2, CUpti_ActivityDevice5, CUpti_ActivityKernel10, CUpti_ActivityKind,
-    CUpti_ActivityMemcpy6, CUpti_ActivityMemset4, CUpti_ActivityOverhead3,
-    CUpti_ActivitySynchronization2, CUpti_ActivityThreadIdType, CUpti_ApiCallbackSite,
-    CUpti_CallbackData, CUpti_CallbackDomain, CUpti_CallbackIdResource, CUptiResult,
+    CUpti_ActivityMemcpy6, CUpti_ActivityMemcpyPtoP4, CUpti_ActivityMemset4,
+    CUpti_ActivityOverhead3, CUpti_ActivitySynchronization2, CUpti_ActivityThreadIdType,
+    CUpti_ApiCallbackSite, CUpti_CallbackData, CUpti_CallbackDomain, CUpti_CallbackIdResource,
+    CUpti_CallbackIdState, CUpti_StateData__bindgen_ty_1__bindgen_ty_1 as CUpti_StateNotification,
+    CUptiResult,
 };
 
 /// A CUPTI status code (`CUptiResult`).
@@ -21,6 +23,12 @@ pub const SUCCESS: Status = CUptiResult::CUPTI_SUCCESS as Status;
 /// Another subscriber (Nsight Systems, torch.profiler, ...) holds CUPTI.
 pub const MULTIPLE_SUBSCRIBERS: Status =
     CUptiResult::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED as Status;
+/// CUPTI could not initialize (libcupti 12 without a usable driver).
+pub const NOT_INITIALIZED: Status = CUptiResult::CUPTI_ERROR_NOT_INITIALIZED as Status;
+/// CUPTI's catch-all (libcupti 13 without a usable driver).
+pub const UNKNOWN: Status = CUptiResult::CUPTI_ERROR_UNKNOWN as Status;
+/// `cuptiActivityGetNextRecord` reached the end of the buffer.
+pub const MAX_LIMIT_REACHED: Status = CUptiResult::CUPTI_ERROR_MAX_LIMIT_REACHED as Status;
 
 /// `CUpti_CallbackFunc`, with the domain and callback id as plain integers.
 pub type ApiCallback = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
@@ -39,12 +47,20 @@ pub struct Functions {
     pub get_result_string: unsafe extern "C" fn(Status, *mut *const c_char) -> Status,
     /// `cuptiSubscribe`.
     pub subscribe: unsafe extern "C" fn(*mut *mut c_void, ApiCallback, *mut c_void) -> Status,
+    /// `cuptiUnsubscribe`.
+    pub unsubscribe: unsafe extern "C" fn(*mut c_void) -> Status,
     /// `cuptiEnableCallback`.
     pub enable_callback: unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> Status,
     /// `cuptiGetCallbackName`.
     pub get_callback_name: unsafe extern "C" fn(u32, u32, *mut *const c_char) -> Status,
+    /// `cuptiGetContextId`; the first argument is a `CUcontext`.
+    pub get_context_id: unsafe extern "C" fn(*mut c_void, *mut u32) -> Status,
+    /// `cuptiGetDeviceId`; the first argument is a `CUcontext`.
+    pub get_device_id: unsafe extern "C" fn(*mut c_void, *mut u32) -> Status,
     /// `cuptiActivityEnable`.
     pub activity_enable: unsafe extern "C" fn(u32) -> Status,
+    /// `cuptiActivityDisable`.
+    pub activity_disable: unsafe extern "C" fn(u32) -> Status,
     /// `cuptiActivityRegisterCallbacks`.
     pub activity_register_callbacks:
         unsafe extern "C" fn(BufferRequested, BufferCompleted) -> Status,
@@ -61,6 +77,9 @@ pub struct Functions {
     /// `cuptiActivityGetNumDroppedRecords`.
     pub activity_get_num_dropped_records:
         unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> Status,
+    /// The library exports `gpusim_cupti`: it is gpuperf's simulated CUPTI, so
+    /// no GPU ran what it records.
+    pub simulated: bool,
     // Never unloaded: libcupti registers thread-specific-data destructors, and a
     // thread exiting after `dlclose` would jump into unmapped code.
     _lib: std::mem::ManuallyDrop<libloading::Library>,
@@ -88,9 +107,13 @@ impl Functions {
             get_version: sym!("cuptiGetVersion"),
             get_result_string: sym!("cuptiGetResultString"),
             subscribe: sym!("cuptiSubscribe"),
+            unsubscribe: sym!("cuptiUnsubscribe"),
             enable_callback: sym!("cuptiEnableCallback"),
             get_callback_name: sym!("cuptiGetCallbackName"),
+            get_context_id: sym!("cuptiGetContextId"),
+            get_device_id: sym!("cuptiGetDeviceId"),
             activity_enable: sym!("cuptiActivityEnable"),
+            activity_disable: sym!("cuptiActivityDisable"),
             activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks"),
             activity_register_timestamp_callback: sym!("cuptiActivityRegisterTimestampCallback"),
             set_thread_id_type: sym!("cuptiSetThreadIdType"),
@@ -98,6 +121,8 @@ impl Functions {
             activity_flush_period: sym!("cuptiActivityFlushPeriod"),
             activity_get_next_record: sym!("cuptiActivityGetNextRecord"),
             activity_get_num_dropped_records: sym!("cuptiActivityGetNumDroppedRecords"),
+            // SAFETY: only the symbol's presence is used, never its value.
+            simulated: unsafe { lib.get::<*const u8>(b"gpusim_cupti\0") }.is_ok(),
             _lib: std::mem::ManuallyDrop::new(lib),
         })
     }

@@ -18,7 +18,7 @@ use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::demangle::Demangler;
 use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
-use crate::model::{Activity, ActivityKind, Clock, Record};
+use crate::model::{Activity, ActivityKind, Clock, Record, UNKNOWN_DEVICE};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
 pub const GPU_PID_BASE: u64 = 1 << 30;
@@ -122,6 +122,16 @@ impl<W: Write> Writer<W> {
         )
     }
 
+    /// A recorder's note ("simulated GPU: …", "not recorded: …") labels its process.
+    fn note(&mut self, n: &crate::model::Note) -> std::io::Result<()> {
+        self.cpu_process(n.pid)?;
+        let (pid, label) = (n.pid, json(&n.text));
+        write!(
+            self.event(),
+            r#""ph":"M","name":"process_labels","pid":{pid},"tid":0,"args":{{"labels":{label}}}}}"#
+        )
+    }
+
     fn cpu_process(&mut self, pid: u32) -> std::io::Result<()> {
         let name = match self.exes.get(&pid) {
             Some(exe) => format!("{exe} (pid {pid})"),
@@ -170,7 +180,11 @@ impl<W: Write> Writer<W> {
             .get(&(a.pid, a.device))
             .cloned()
             .unwrap_or_default();
-        let pname = format!("GPU {} {dev_name} (pid {})", a.device, a.pid).replace("  ", " ");
+        let pname = if a.device == UNKNOWN_DEVICE {
+            format!("GPU ? (device unknown, pid {})", a.pid)
+        } else {
+            format!("GPU {} {dev_name} (pid {})", a.device, a.pid).replace("  ", " ")
+        };
         self.name_process(gpid, &pname, GPU_PID_BASE + u64::from(a.device))?;
         let stream = u64::from(a.stream);
         let tname = if a.stream == u32::MAX {
@@ -202,6 +216,15 @@ impl<W: Write> Writer<W> {
                 out,
                 r#","grid":[{},{},{}],"block":[{},{},{}]"#,
                 grid[0], grid[1], grid[2], block[0], block[1], block[2]
+            )?,
+            ActivityKind::Memcpy {
+                bytes,
+                peer: Some(p),
+                ..
+            } => write!(
+                out,
+                r#","bytes":{bytes},"src_device":{},"dst_device":{}"#,
+                p.src, p.dst
             )?,
             ActivityKind::Memcpy { bytes, .. } | ActivityKind::Memset { bytes, .. } => {
                 write!(out, r#","bytes":{bytes}"#)?
@@ -286,9 +309,9 @@ impl<W: Write> Sink for Writer<W> {
             }
             Record::Api(a) => self.api(ctx, a, m),
             Record::Activity(a) => self.activity(ctx, a, m),
+            Record::Note(n) => self.note(n),
             Record::Dropped(_)
             | Record::Overhead(_)
-            | Record::Note(_)
             | Record::Module(_)
             | Record::Stack(_)
             | Record::CallStack(_)
@@ -313,9 +336,10 @@ impl<W: Write> Sink for Writer<W> {
             Clock::Realtime => "CLOCK_REALTIME",
         };
         let base = self.base_ns.unwrap_or(0);
+        let notes = json_list(&summary.notes);
         let r = write!(
             self.out,
-            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"generator\":\"gpuperf\",\"clock\":\"{clock}\",\"time_base_ns\":{base},\"kernels\":{},\"kernels_matched\":{}}}}}\n",
+            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"generator\":\"gpuperf\",\"clock\":\"{clock}\",\"time_base_ns\":{base},\"kernels\":{},\"kernels_matched\":{},\"notes\":{notes}}}}}\n",
             summary.kernels, summary.kernels_matched
         )
         .and_then(|()| self.out.flush());
@@ -337,6 +361,10 @@ impl std::fmt::Display for Us {
 
 fn json(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn json_list(v: &[String]) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "[]".into())
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ impl StackId {
 }
 
 /// Interned stacks, kept as their folded text (`root;…;leaf`).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Stacks {
     map: FxHashMap<Box<[u8]>, StackId>,
     texts: Vec<Box<str>>,
@@ -132,7 +132,7 @@ pub struct CpuLaunch {
 }
 
 /// A whole CPU trace.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CpuTrace {
     /// Format of the file(s).
     pub format: CpuFormat,
@@ -179,6 +179,40 @@ impl CpuTrace {
         }
         let n = self.graph_nodes.get(&(launch.pid, node))?;
         self.graph_stacks.get(&(launch.stack, *n)).copied()
+    }
+
+    /// An empty trace whose launches carry correlation ids: what GPU-side inputs
+    /// that hold their own CPU stacks fill (see [`crate::join`]).
+    pub fn with_correlation_ids() -> Self {
+        Self::new(CpuFormat::Gpuperf)
+    }
+
+    /// Appends `other`'s launches, their stacks and command names, and the
+    /// stacks of its CUDA graph nodes.
+    pub fn append(&mut self, other: &CpuTrace) {
+        let mut ids: Vec<Option<StackId>> = vec![None; other.stacks.len()];
+        let mut map = |stacks: &mut Stacks, id: StackId| {
+            *ids[id.index()].get_or_insert_with(|| stacks.intern(other.stacks.text(id).as_bytes()))
+        };
+        for l in &other.launches {
+            let stack = map(&mut self.stacks, l.stack);
+            self.launches.push(CpuLaunch { stack, ..*l });
+        }
+        for (&k, &v) in &other.graph_nodes {
+            let v = map(&mut self.stacks, v);
+            self.graph_nodes.insert(k, v);
+        }
+        for (&(l, n), &v) in &other.graph_stacks {
+            let k = (map(&mut self.stacks, l), map(&mut self.stacks, n));
+            let v = map(&mut self.stacks, v);
+            self.graph_stacks.insert(k, v);
+        }
+        for (k, v) in &other.comms {
+            self.comms.entry(*k).or_insert_with(|| v.clone());
+        }
+        self.dropped = self.dropped.saturating_add(other.dropped);
+        self.lines += other.lines;
+        self.diagnostics.extend(other.diagnostics.clone());
     }
 
     /// Reads a CPU trace file in either format.

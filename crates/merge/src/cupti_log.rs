@@ -59,6 +59,13 @@
 //! - A record whose continuation lines are missing (a file cut off mid-record) is
 //!   still emitted, with the missing fields 0, and counted as a diagnostic.
 //!
+//! The reference injection library also writes its own lines to the same stdout
+//! (`Calling CUPTI API: cuptiSubscribe(...)`, `Enabling CUPTI_ACTIVITY_KIND_MEMCPY.`,
+//! `Found 2 devices`), so saved logs hold such lines before, between and after the
+//! records. A line that is neither a record header (`KIND [ … ]`) nor a continuation
+//! is one of those: it is skipped and counted in [`CuptiLog::other_lines`], and it
+//! does not end the record before it.
+//!
 //! Every malformed line is counted in [`CuptiLog::diagnostics`] with its place
 //! (`path:line`, 1-based) and parsing goes on. A line is counted at most once, plus
 //! once more if it starts a record whose continuation lines never came. Invalid UTF-8
@@ -85,26 +92,36 @@ pub struct CuptiLog {
     /// Records of kinds the printer knows but gpuperf does not use (`MEMORY2`,
     /// `DEVICE`, `MARKER`, ...), skipped with their continuation lines.
     pub skipped_kinds: u64,
+    /// Lines that are not records: what the reference injection library itself
+    /// prints (`Calling CUPTI API: …`, `Found 2 devices`), skipped.
+    pub other_lines: u64,
 }
 
-/// Whether the start of a file looks like a reference CUPTI text log.
-///
-/// The first non-blank line must start with a record kind that the CUPTI sample
-/// printer writes, followed by a space. Only that first word has to be in `head`.
+/// Whether the start of a file looks like a reference CUPTI text log: one of its
+/// lines, wherever it is, starts with a record kind that the CUPTI sample printer
+/// writes, followed by a space. Lines that the reference tooling prints besides
+/// the records may come first.
 pub fn looks_like_cupti_log(head: &[u8]) -> bool {
     let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
-    let Some(line) = head
-        .split(|&b| b == b'\n')
-        .find(|l| !l.iter().all(u8::is_ascii_whitespace))
-    else {
-        return false;
-    };
-    let Some(space) = line.iter().position(|&b| b == b' ') else {
-        return false;
-    };
-    let word = &line[..space];
-    let word = word.strip_suffix(b":").unwrap_or(word);
-    std::str::from_utf8(word).is_ok_and(|w| kind_of(w).is_some())
+    head.split(|&b| b == b'\n').any(|line| {
+        let Some(space) = line.iter().position(|&b| b == b' ') else {
+            return false;
+        };
+        let word = &line[..space];
+        let word = word.strip_suffix(b":").unwrap_or(word);
+        std::str::from_utf8(word).is_ok_and(|w| kind_of(w).is_some())
+    })
+}
+
+/// Whether a line that starts with an unknown word still has a record header's
+/// shape, `WORD [ …`: then it is a record of a kind this reader does not know,
+/// not a line of the tool's own output.
+fn is_record_shaped(word: &str, rest: &str) -> bool {
+    !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && rest.trim_start().starts_with('[')
 }
 
 /// Parses a whole log. `path` only names the file in diagnostics. Names are interned
@@ -266,11 +283,17 @@ impl Parser<'_> {
         if self.trailer.iter().any(|t| line.starts_with(t)) {
             return;
         }
-        self.close();
-        self.trailer = &[];
         let (word, rest) = line.split_once([' ', '\t']).unwrap_or((line, ""));
         let word = word.strip_suffix(':').unwrap_or(word);
-        let Some(kind) = kind_of(word) else {
+        let kind = kind_of(word);
+        if kind.is_none() && !is_record_shaped(word, rest) {
+            // The tool's own output, possibly printed between a record's lines.
+            self.log.other_lines += 1;
+            return;
+        }
+        self.close();
+        self.trailer = &[];
+        let Some(kind) = kind else {
             self.open = Open::Ignored;
             return self.bad(no, format!("unknown record kind `{}`", clip(word)).into());
         };
@@ -379,7 +402,11 @@ impl Parser<'_> {
                 self.trailer = &[GRAPH_NODE_LINE];
                 Record::Activity(activity(
                     correlation_id,
-                    ActivityKind::Memcpy { kind, bytes },
+                    ActivityKind::Memcpy {
+                        kind,
+                        bytes,
+                        peer: None,
+                    },
                 ))
             }
             Kind::Memset => {
@@ -849,7 +876,7 @@ mod tests {
                             assert!(grid.iter().chain(&block).all(|&d| d > 0), "{a:?}");
                             *kernel_streams.entry(a.stream).or_default() += 1;
                         }
-                        ActivityKind::Memcpy { kind, bytes } => {
+                        ActivityKind::Memcpy { kind, bytes, .. } => {
                             assert_eq!(a.stream, 7);
                             memcpy += 1;
                             *copies.entry(kind).or_default() += 1;
@@ -1134,7 +1161,13 @@ mod tests {
             (
                 concat_lines(&[API, DEVICE, "hello world"]),
                 1,
-                &[(2, "without a record"), (3, "`hello`")],
+                &[(2, "without a record")],
+            ),
+            // A record-shaped line of an unknown kind is a diagnostic, not tool output.
+            (
+                concat_lines(&[API, "NEW_KIND [ 1, 2 ] duration 1"]),
+                1,
+                &[(2, "unknown record kind `NEW_KIND`")],
             ),
             (
                 concat_lines(&[DEVICE, API]),
@@ -1246,7 +1279,7 @@ mod tests {
         let log = parse(&garbage, Path::new("g.bin"), &mut strings);
         assert_eq!(log.lines, 17, "16 newlines, no newline at the end");
         assert!(log.records.is_empty());
-        assert!(log.diagnostics.count >= 1);
+        assert!(log.diagnostics.count + log.other_lines >= 1);
         assert!(
             log.diagnostics
                 .first
@@ -1337,6 +1370,99 @@ mod tests {
         assert_eq!(parse_u32("-1"), Some(u32::MAX));
         assert_eq!(parse_u32("4294967296"), None);
         assert_eq!(clip(&"é".repeat(50)).chars().count(), 43);
+    }
+
+    /// The reference injection's own stdout lines, as its users' saved logs hold them.
+    const TOOL_LINES: &[&str] = &[
+        "Calling CUPTI API: cuptiSubscribe(&subscriberHandle, (CUpti_CallbackFunc)CallbackHandler, NULL)",
+        "Enabling CUPTI_ACTIVITY_KIND_MEMCPY.",
+        "Enabling CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL.",
+        "Found 2 devices",
+        "Device Name: NVIDIA H100 80GB HBM3",
+    ];
+
+    /// The reference log as two devices of one process saved it: device 1 repeats
+    /// device 0's records with other correlation ids, and the tool's lines come
+    /// before, between (also inside a kernel record) and after the records.
+    fn two_device_log() -> (String, u64) {
+        let text = String::from_utf8(read("reference-cupti-log.txt")).unwrap();
+        let mut out = String::new();
+        let mut tool_lines = 0u64;
+        let mut tool = |out: &mut String, i: usize| {
+            out.push_str(TOOL_LINES[i % TOOL_LINES.len()]);
+            out.push('\n');
+            tool_lines += 1;
+        };
+        for i in 0..TOOL_LINES.len() {
+            tool(&mut out, i);
+        }
+        for device in 0..2u32 {
+            let mut kernels = 0;
+            for line in text.lines() {
+                let mut line = line.to_owned();
+                if device == 1 {
+                    line = line.replace("deviceId 0,", "deviceId 1,");
+                    if let Some(at) = line.find("correlationId ") {
+                        let digits = &line[at + 14..];
+                        let end = digits
+                            .find(|c: char| !c.is_ascii_digit())
+                            .unwrap_or(digits.len());
+                        let corr: u32 = digits[..end].parse().unwrap();
+                        line = format!(
+                            "{}correlationId {}{}",
+                            &line[..at],
+                            corr + 1_000_000,
+                            &digits[end..]
+                        );
+                    }
+                }
+                out.push_str(&line);
+                out.push('\n');
+                if line.starts_with("CONCURRENT_KERNEL ") {
+                    kernels += 1;
+                    // Another thread's output between a kernel's header and its lines.
+                    if kernels % 500 == 0 {
+                        tool(&mut out, kernels);
+                    }
+                }
+            }
+            tool(&mut out, 0);
+        }
+        tool(&mut out, 1);
+        (out, tool_lines)
+    }
+
+    #[test]
+    fn two_device_log_with_tool_lines_is_detected_by_its_records_and_lines_counted() {
+        let (text, tool_lines) = two_device_log();
+        assert!(text.starts_with("Calling CUPTI API: "));
+        // The first line is not a record: detection looks for records.
+        assert!(looks_like_cupti_log(&text.as_bytes()[..4096]));
+        assert!(!looks_like_cupti_log(TOOL_LINES.join("\n").as_bytes()));
+
+        let mut strings = StringTable::new();
+        let log = parse(text.as_bytes(), Path::new("two.log"), &mut strings);
+        assert!(log.diagnostics.is_empty(), "{:?}", log.diagnostics);
+        assert_eq!(log.other_lines, tool_lines);
+
+        let (one, _) = parse_str(&String::from_utf8(read("reference-cupti-log.txt")).unwrap());
+        assert_eq!(log.records.len(), 2 * one.records.len());
+        // Every kernel keeps its grid and device lines, on both devices.
+        let mut per_device = [0u32; 2];
+        for r in &log.records {
+            if let Record::Activity(
+                a @ Activity {
+                    kind: ActivityKind::Kernel { grid, .. },
+                    ..
+                },
+            ) = r
+            {
+                assert!(grid.iter().all(|&g| g > 0), "{a:?}");
+                assert!((13..=15).contains(&a.stream), "{a:?}");
+                per_device[a.device as usize] += 1;
+            }
+        }
+        assert_eq!(per_device, [2115, 2115]);
     }
 
     fn never_panics(bytes: &[u8]) -> Result<(), TestCaseError> {

@@ -79,9 +79,16 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                             strings.get(name)
                         ),
                     ),
-                    ActivityKind::Memcpy { kind, bytes } => {
-                        ("memcpy", format!("{kind} {bytes} bytes"))
-                    }
+                    ActivityKind::Memcpy { kind, bytes, peer } => (
+                        "memcpy",
+                        match peer {
+                            Some(p) => format!(
+                                "{kind} {bytes} bytes from device {} to device {}",
+                                p.src, p.dst
+                            ),
+                            None => format!("{kind} {bytes} bytes"),
+                        },
+                    ),
                     ActivityKind::Memset { bytes, value } => {
                         ("memset", format!("{bytes} bytes value {value}"))
                     }

@@ -28,18 +28,18 @@
 //! | 3 | `DEVICE` | id u32, name string u32, cc major u16, cc minor u16 (12) |
 //! | 4 | `API` | start u64, end u64, corr u32, tid u32, cbid u32, name string u32, domain u8 (0 runtime, 1 driver), 0 u8×3 (36), then optionally stack id u32 (40; 0 = none) |
 //! | 5 | `KERNEL` | start u64, end u64, corr u32, name string u32, context u32, stream u32, graph id u32, graph node u64, grid x u32, grid y u16, grid z u16, block x/y/z u16×3, device u16 (60) |
-//! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56) |
+//! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56); a peer-to-peer copy adds src device u32, dst device u32 (64) |
 //! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
 //! | 8 | `SYNC` | start u64, end u64, corr u32, context u32, stream u32, sync type u8, 0 u8, device u16 (32) |
-//! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer), 0 u8×7 (16) |
+//! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer, 3 incomplete GPU record), 0 u8×7 (16) |
 //! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, 0 u32 (24) |
 //! | 11 | `NOTE` | UTF-8 text: why the trace is empty or partial |
 //! | 12 | `MODULE` | id u32, path string u32, bias u64, text start u64, text end u64, build id length u8, 0 u8×3, build id bytes (36 + length) |
 //! | 13 | `STACK` | id u32 (from 1), end u8, flags u8 (bit 0: Python frames cut at the depth cap), frame count u16, frames (8 + 16 × count) |
 //! | 14 | `GRAPH_NODE` | node id u64, stack id u32, API name string u32 (`u32::MAX`: none) (16) |
 //!
-//! A kernel record is 64 bytes with its header; an API record 40, or 44 with a
-//! stack id.
+//! Devices are u16; 0xffff means unknown. A kernel record is 64 bytes with its
+//! header; an API record 40, or 44 with a stack id.
 //!
 //! # In-process stacks
 //!
@@ -76,8 +76,8 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, CallStack, Device, DropSource, Dropped, GraphNode,
-    MemcpyKind, Module, Note, Overhead, Process, Record, Stack, StackEnd, StackFrame, StringId,
-    StringTable,
+    MemcpyKind, Module, Note, Overhead, PeerDevices, Process, Record, Stack, StackEnd, StackFrame,
+    StringId, StringTable, UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -241,6 +241,7 @@ impl<W: Write> Writer<W> {
                     DropSource::CuptiActivity => 0,
                     DropSource::Writer => 1,
                     DropSource::RingBuffer => 2,
+                    DropSource::Incomplete => 3,
                 };
                 self.u64(d.count).u8(source).u8(0).u16(0).u32(0);
             }
@@ -349,9 +350,16 @@ impl<W: Write> Writer<W> {
                     .u16(sat16(block[2]))
                     .u16(dev);
             }
-            ActivityKind::Memcpy { kind: k, bytes } => {
+            ActivityKind::Memcpy {
+                kind: k,
+                bytes,
+                peer,
+            } => {
                 self.copy_prefix(kind::MEMCPY, a, bytes);
                 self.u16(dev).u8(k as u8).u8(0).u32(0);
+                if let Some(p) = peer {
+                    self.u32(p.src).u32(p.dst);
+                }
             }
             ActivityKind::Memset { bytes, value } => {
                 self.copy_prefix(kind::MEMSET, a, bytes);
@@ -422,6 +430,15 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// The on-disk device: 0xffff means unknown, and so does any ordinal too large.
+fn device(d: u16) -> u32 {
+    if d == u16::MAX {
+        UNKNOWN_DEVICE
+    } else {
+        u32::from(d)
+    }
+}
+
 fn sat16(v: u32) -> u16 {
     u16::try_from(v).unwrap_or(u16::MAX)
 }
@@ -429,7 +446,8 @@ fn sat16(v: u32) -> u16 {
 /// What a read saw besides the records.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReadStats {
-    /// Records delivered.
+    /// Records read (an API record with a stack id is delivered as a
+    /// [`Record::Api`] and a [`Record::CallStack`], and counted once).
     pub records: u64,
     /// Bytes read.
     pub bytes: u64,
@@ -661,7 +679,6 @@ impl Decoder<'_> {
                         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                         .filter(|&s| s != 0);
                     if let Some(stack) = stack {
-                        self.stats.records += 1;
                         visit(&api, self.strings);
                         return Record::CallStack(CallStack {
                             pid: self.pid,
@@ -677,12 +694,18 @@ impl Decoder<'_> {
                 let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
                 let (corr, ctx, stream, graph) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
                 let (dev, k) = (f.u16()?, f.u8()?);
+                let _ = (f.u8()?, f.u32()?);
+                // Older writers end here; readers ignore what newer ones append.
+                let peer = f
+                    .u32()
+                    .zip(f.u32())
+                    .map(|(src, dst)| PeerDevices { src, dst });
                 Some(Activity {
                     pid: self.pid,
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: graph,
@@ -690,6 +713,7 @@ impl Decoder<'_> {
                     kind: ActivityKind::Memcpy {
                         kind: MemcpyKind::from_u8(k),
                         bytes,
+                        peer,
                     },
                 })
             })()
@@ -704,7 +728,7 @@ impl Decoder<'_> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: graph,
@@ -724,7 +748,7 @@ impl Decoder<'_> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id: corr,
-                    device: u32::from(dev),
+                    device: device(dev),
                     context: ctx,
                     stream,
                     graph_id: 0,
@@ -738,6 +762,7 @@ impl Decoder<'_> {
                 let source = match f.u8()? {
                     0 => DropSource::CuptiActivity,
                     1 => DropSource::Writer,
+                    3 => DropSource::Incomplete,
                     _ => DropSource::RingBuffer,
                 };
                 Some(Record::Dropped(Dropped {
@@ -856,7 +881,7 @@ impl Decoder<'_> {
             u32::from(f.u16()?),
             u32::from(f.u16()?),
         ];
-        let device = u32::from(f.u16()?);
+        let device = device(f.u16()?);
         let name = self.string(name, offset);
         Some(Record::Activity(Activity {
             pid: self.pid,
@@ -954,6 +979,23 @@ mod tests {
                 kind: ActivityKind::Memcpy {
                     kind: MemcpyKind::DtoH,
                     bytes: 4096,
+                    peer: None,
+                },
+            }),
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 410,
+                end_ns: 480,
+                correlation_id: 11,
+                device: 1,
+                context: 1,
+                stream: 7,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Memcpy {
+                    kind: MemcpyKind::PtoP,
+                    bytes: 8192,
+                    peer: Some(PeerDevices { src: 1, dst: 3 }),
                 },
             }),
             Record::Activity(Activity {
@@ -983,10 +1025,29 @@ mod tests {
                 graph_node_id: 0,
                 kind: ActivityKind::Sync { sync_type: 3 },
             }),
+            // cuCtxSynchronize in a context the recorder never saw: no stream,
+            // no device.
+            Record::Activity(Activity {
+                pid: 42,
+                start_ns: 910,
+                end_ns: 990,
+                correlation_id: 12,
+                device: UNKNOWN_DEVICE,
+                context: 9,
+                stream: u32::MAX,
+                graph_id: 0,
+                graph_node_id: 0,
+                kind: ActivityKind::Sync { sync_type: 4 },
+            }),
             Record::Dropped(Dropped {
                 pid: 42,
                 source: DropSource::CuptiActivity,
                 count: 5,
+            }),
+            Record::Dropped(Dropped {
+                pid: 42,
+                source: DropSource::Incomplete,
+                count: 2,
             }),
             Record::Overhead(Overhead {
                 pid: 42,
@@ -1164,6 +1225,7 @@ mod tests {
         let len = bytes.len() as u64;
         let mut strings = StringTable::new();
         let mut delivered = 0u64;
+        let mut call_stacks = 0u64;
         let mut bad_name = None;
         let r = read(
             bytes,
@@ -1171,6 +1233,7 @@ mod tests {
             &mut strings,
             &mut |rec, strings| {
                 delivered += 1;
+                call_stacks += u64::from(matches!(rec, Record::CallStack(_)));
                 let name = match rec {
                     Record::Api(a) => Some(a.name),
                     Record::Activity(Activity {
@@ -1204,7 +1267,7 @@ mod tests {
             }
         };
         prop_assert!(is_gpu_trace(bytes));
-        prop_assert_eq!(stats.records, delivered);
+        prop_assert_eq!(stats.records, delivered - call_stacks);
         // Every record, known or not, takes at least its 4-byte header.
         prop_assert!(stats.records + stats.unknown_kinds <= len / 4);
         if let Some(at) = stats.truncated_at {
@@ -1493,7 +1556,8 @@ mod tests {
             })
             .collect();
         assert_eq!(tail, ["api 7", "stack 7 1", "api 8", "stack 8 2", "api 9"]);
-        assert_eq!(stats.records, back.len() as u64);
+        // Two API records carried a stack id: delivered as two records each.
+        assert_eq!(stats.records, back.len() as u64 - 2);
     }
 
     #[test]

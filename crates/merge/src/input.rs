@@ -1,25 +1,91 @@
-//! Opening GPU-side inputs: gpuperf's binary traces, the reference tooling's CUPTI
-//! text logs, and directories of traces (one file per process).
+//! Opening GPU-side inputs. The format of each file is found from its content:
+//!
+//! | content | format | reader |
+//! |---|---|---|
+//! | `GPUPERF` magic | gpuperf's binary GPU trace, streamed at each pass | [`gputrace`] |
+//! | gzip magic | a gzipped PyTorch profiler (Kineto) trace, checked by peeking at the decompressed JSON | [`kineto`] |
+//! | a JSON object | a PyTorch profiler (Kineto) trace | [`kineto`] |
+//! | `SQLite format 3` | an Nsight Systems SQLite export, which must hold the CUPTI tables | [`nsys`] |
+//! | a line starting with a CUPTI record kind | the reference tooling's CUPTI text log | [`cupti_log`] |
+//!
+//! A directory contributes every gpuperf GPU trace, CUPTI log, `*.pt.trace.json(.gz)`
+//! and `*.sqlite` in it, in name order; other files there are ignored.
+//!
+//! The foreign formats are read whole when opened, into an [`Imported`] trace: their
+//! records are kept in memory, and the CPU launch stacks they carry (Kineto's Python
+//! and operator stacks, nsys's call chains) are gathered in
+//! [`GpuInputs::launch_stacks`], which the join uses like a CPU trace.
 
 use std::fs::{self, File};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::cupti_log::{self, CuptiLog};
+use crate::cpu::CpuTrace;
+use crate::cupti_log;
 use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::gputrace::{self, ReadStats};
+use crate::kineto;
 use crate::model::{Clock, Record, StringTable};
+use crate::nsys;
+
+/// How many bytes of a file (decompressed, for gzip) are looked at to find its format.
+const HEAD: usize = 64 * 1024;
+
+/// A foreign GPU trace read whole into the model: what each importer returns.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    /// The file.
+    pub path: PathBuf,
+    /// Its format, for messages: "PyTorch profiler trace", ….
+    pub format: &'static str,
+    /// Processes, devices, API calls and GPU activities.
+    pub records: Vec<Record>,
+    /// CPU launch stacks the trace carries, keyed by (pid, correlation id).
+    pub launch_stacks: Option<CpuTrace>,
+    /// Clock of the timestamps.
+    pub clock: Clock,
+    /// Events or rows of kinds gpuperf does not use.
+    pub skipped: u64,
+    /// Lines that are not records (text logs).
+    pub other_lines: u64,
+    /// Malformed events or rows.
+    pub diagnostics: Diagnostics,
+    /// Where the file is cut off, when it is.
+    pub truncated_at: Option<u64>,
+    /// What the reader wants the user to know (missing tables, stacks it could not
+    /// build).
+    pub notes: Vec<String>,
+}
+
+impl Imported {
+    /// An empty import of `path`.
+    pub fn new(path: &Path, format: &'static str, clock: Clock) -> Self {
+        Self {
+            path: path.to_owned(),
+            format,
+            records: Vec::new(),
+            launch_stacks: None,
+            clock,
+            skipped: 0,
+            other_lines: 0,
+            diagnostics: Diagnostics::default(),
+            truncated_at: None,
+            notes: Vec::new(),
+        }
+    }
+}
 
 enum Source {
     Binary(PathBuf),
-    // Text logs are small and slow to parse, so they are parsed once and kept.
-    CuptiLog(CuptiLog),
+    // Foreign traces are read once, when opened, and kept.
+    Imported(Box<Imported>),
 }
 
 /// A set of GPU traces, read in order, possibly several times.
 pub struct GpuInputs {
     sources: Vec<Source>,
+    launch_stacks: Option<CpuTrace>,
 }
 
 /// What reading every GPU input saw besides its records.
@@ -29,15 +95,19 @@ pub struct GpuReadSummary {
     pub records: u64,
     /// Files that were cut off, with the offset of their incomplete record.
     pub truncated: Vec<(PathBuf, u64)>,
-    /// Unknown record kinds skipped (binary) or record kinds not used (text logs).
+    /// Unknown record kinds skipped (binary) or record kinds not used (text logs,
+    /// Kineto events).
     pub skipped: u64,
+    /// Lines of text logs that are not records (the reference tool's own output).
+    pub other_lines: u64,
+    /// Messages from the readers, each naming its file.
+    pub notes: Vec<String>,
     /// Malformed records and lines.
     pub diagnostics: Diagnostics,
 }
 
 impl GpuInputs {
-    /// Opens files and directories. A directory contributes every gpuperf GPU trace
-    /// in it, in name order. A named file in neither GPU format is an error.
+    /// Opens files and directories. A named file in no GPU format is an error.
     pub fn open(paths: &[PathBuf], strings: &mut StringTable) -> Result<Self> {
         let mut sources = Vec::new();
         for path in paths {
@@ -54,43 +124,78 @@ impl GpuInputs {
                 files.sort();
                 let before = sources.len();
                 for f in files.into_iter().filter(|f| f.is_file()) {
-                    match sniff(&f)? {
-                        Kind::Binary => sources.push(Source::Binary(f)),
-                        Kind::CuptiLog => sources.push(Source::CuptiLog(parse_log(&f, strings)?)),
-                        // Other files (the CPU trace, logs) may share the directory.
-                        Kind::Other(_) => {}
+                    let kind = sniff(&f)?;
+                    // Other JSON files (a timeline gpuperf wrote, say) may share the
+                    // directory: only profiler traces by their usual name are read.
+                    let by_name = match kind {
+                        Kind::Kineto { .. } => {
+                            has_suffix(&f, &[".pt.trace.json", ".pt.trace.json.gz"])
+                        }
+                        Kind::Sqlite => has_suffix(&f, &[".sqlite"]),
+                        _ => true,
+                    };
+                    if by_name {
+                        // The CPU trace, logs and other files are skipped here.
+                        if let Some(s) = open_source(&f, kind, strings, true)? {
+                            sources.push(s);
+                        }
                     }
                 }
                 if sources.len() == before {
                     return Err(Error::NotATrace {
                         path: path.clone(),
                         expected: "directory holding GPU traces",
-                        found: "it holds no gpuperf GPU trace or CUPTI log".into(),
+                        found: "it holds no gpuperf GPU trace, CUPTI log, PyTorch profiler trace or Nsight Systems export".into(),
                     });
                 }
                 continue;
             }
-            match sniff(path)? {
-                Kind::Binary => sources.push(Source::Binary(path.clone())),
-                Kind::CuptiLog => sources.push(Source::CuptiLog(parse_log(path, strings)?)),
-                Kind::Other(found) => {
-                    return Err(Error::NotATrace {
-                        path: path.clone(),
-                        expected: "GPU trace (gpuperf binary trace or CUPTI text log)",
-                        found,
-                    });
+            let kind = sniff(path)?;
+            if let Some(s) = open_source(path, kind, strings, false)? {
+                sources.push(s);
+            }
+        }
+        let mut launch_stacks: Option<CpuTrace> = None;
+        for s in &mut sources {
+            if let Source::Imported(imp) = s
+                && let Some(stacks) = imp.launch_stacks.take()
+            {
+                match &mut launch_stacks {
+                    Some(all) => all.append(&stacks),
+                    None => launch_stacks = Some(stacks),
                 }
             }
         }
-        Ok(Self { sources })
+        Ok(Self {
+            sources,
+            launch_stacks,
+        })
     }
 
-    /// The clock of the inputs' timestamps: CUPTI text logs are on `CLOCK_REALTIME`.
+    /// CPU launch stacks that the GPU inputs carry themselves, keyed by (pid,
+    /// correlation id): the stacks of a PyTorch profiler trace or of an Nsight
+    /// Systems export. The join uses them exactly like a CPU trace's launches.
+    pub fn launch_stacks(&self) -> Option<&CpuTrace> {
+        self.launch_stacks.as_ref()
+    }
+
+    /// Adds CPU launch stacks found after opening, keyed by (pid, correlation id)
+    /// like the importers' ones: the injection library's in-process stacks, once
+    /// symbolized ([`crate::stacks::collect`]).
+    pub fn add_launch_stacks(&mut self, stacks: CpuTrace) {
+        match &mut self.launch_stacks {
+            Some(all) => all.append(&stacks),
+            None => self.launch_stacks = Some(stacks),
+        }
+    }
+
+    /// The clock of the inputs' timestamps: gpuperf's traces are on
+    /// `CLOCK_MONOTONIC`; CUPTI text logs and the foreign formats on wall-clock time.
     pub fn clock(&self) -> Clock {
         if self
             .sources
             .iter()
-            .any(|s| matches!(s, Source::CuptiLog(..)))
+            .any(|s| matches!(s, Source::Imported(i) if i.clock == Clock::Realtime))
         {
             Clock::Realtime
         } else {
@@ -133,13 +238,22 @@ impl GpuInputs {
                         summary.truncated.push((path.clone(), at));
                     }
                 }
-                Source::CuptiLog(log) => {
-                    for r in &log.records {
+                Source::Imported(imp) => {
+                    for r in &imp.records {
                         visit(r, strings);
                     }
-                    summary.records += log.records.len() as u64;
-                    summary.skipped += log.skipped_kinds;
-                    summary.diagnostics.extend(log.diagnostics.clone());
+                    summary.records += imp.records.len() as u64;
+                    summary.skipped += imp.skipped;
+                    summary.other_lines += imp.other_lines;
+                    summary.diagnostics.extend(imp.diagnostics.clone());
+                    if let Some(at) = imp.truncated_at {
+                        summary.truncated.push((imp.path.clone(), at));
+                    }
+                    summary.notes.extend(
+                        imp.notes
+                            .iter()
+                            .map(|n| format!("`{}`: {n}", imp.path.display())),
+                    );
                 }
             }
         }
@@ -147,50 +261,165 @@ impl GpuInputs {
     }
 }
 
-fn parse_log(path: &Path, strings: &mut StringTable) -> Result<CuptiLog> {
-    let text = fs::read(path).map_err(|source| Error::Io {
-        action: "read",
-        path: path.to_owned(),
-        source,
-    })?;
-    Ok(cupti_log::parse(&text, path, strings))
+fn has_suffix(path: &Path, suffixes: &[&str]) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    suffixes.iter().any(|s| name.ends_with(s))
 }
 
-#[derive(PartialEq, Eq)]
+/// Reads `path` as `kind`. In a directory (`lenient`), files in no GPU format are
+/// skipped (`None`); a named file in no GPU format is an error.
+fn open_source(
+    path: &Path,
+    kind: Kind,
+    strings: &mut StringTable,
+    lenient: bool,
+) -> Result<Option<Source>> {
+    let open = || {
+        File::open(path).map_err(|source| Error::Io {
+            action: "open",
+            path: path.to_owned(),
+            source,
+        })
+    };
+    Ok(Some(match kind {
+        Kind::Binary => Source::Binary(path.to_owned()),
+        Kind::CuptiLog => {
+            let text = fs::read(path).map_err(|source| Error::Io {
+                action: "read",
+                path: path.to_owned(),
+                source,
+            })?;
+            let log = cupti_log::parse(&text, path, strings);
+            let mut imp = Imported::new(path, "CUPTI text log", Clock::Realtime);
+            imp.records = log.records;
+            imp.skipped = log.skipped_kinds;
+            imp.other_lines = log.other_lines;
+            imp.diagnostics = log.diagnostics;
+            Source::Imported(Box::new(imp))
+        }
+        Kind::Kineto { gzip } => {
+            let file = BufReader::with_capacity(1 << 20, open()?);
+            let imp = if gzip {
+                kineto::read(flate2::bufread::MultiGzDecoder::new(file), path, strings)?
+            } else {
+                kineto::read(file, path, strings)?
+            };
+            Source::Imported(Box::new(imp))
+        }
+        Kind::Sqlite => Source::Imported(Box::new(nsys::read(path, strings)?)),
+        Kind::Other(_) if lenient => return Ok(None),
+        Kind::Other(found) => {
+            return Err(Error::NotATrace {
+                path: path.to_owned(),
+                expected: "GPU trace (gpuperf trace, CUPTI text log, PyTorch profiler trace or Nsight Systems SQLite export)",
+                found,
+            });
+        }
+    }))
+}
+
+#[derive(PartialEq, Eq, Debug)]
 enum Kind {
     Binary,
     CuptiLog,
+    Kineto { gzip: bool },
+    Sqlite,
     Other(String),
 }
 
+/// Reads up to `HEAD` bytes of `input`.
+fn read_head(mut input: impl Read) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(HEAD);
+    input.by_ref().take(HEAD as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
 fn sniff(path: &Path) -> Result<Kind> {
-    let mut head = [0u8; 256];
-    let mut file = File::open(path).map_err(|source| Error::Io {
-        action: "open",
+    let io_err = |action, source| Error::Io {
+        action,
         path: path.to_owned(),
         source,
-    })?;
-    let mut n = 0;
-    while n < head.len() {
-        match file.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => {
-                return Err(Error::Io {
-                    action: "read",
-                    path: path.to_owned(),
-                    source,
-                });
-            }
-        }
-    }
-    let head = &head[..n];
-    Ok(if gputrace::is_gpu_trace(head) {
+    };
+    let file = File::open(path).map_err(|e| io_err("open", e))?;
+    let head = read_head(file).map_err(|e| io_err("read", e))?;
+    Ok(if gputrace::is_gpu_trace(&head) {
         Kind::Binary
-    } else if cupti_log::looks_like_cupti_log(head) {
+    } else if head.starts_with(&[0x1f, 0x8b]) {
+        // Peek into the decompressed start; a file cut off early still has one.
+        let inner = read_head(flate2::read::MultiGzDecoder::new(&head[..]))
+            .or_else(|_| {
+                let mut out = Vec::new();
+                let mut d = flate2::read::MultiGzDecoder::new(&head[..]);
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = d.read(&mut buf) {
+                    out.extend_from_slice(&buf[..n]);
+                }
+                Ok::<_, std::io::Error>(out)
+            })
+            .unwrap_or_default();
+        if kineto::looks_like_kineto(&inner) {
+            Kind::Kineto { gzip: true }
+        } else {
+            Kind::Other(format!(
+                "it is gzip-compressed, and the decompressed data is not a PyTorch profiler trace: {}",
+                crate::error::describe_start(&inner[..inner.len().min(24)])
+            ))
+        }
+    } else if nsys::is_sqlite(&head) {
+        Kind::Sqlite
+    } else if kineto::looks_like_kineto(&head) {
+        Kind::Kineto { gzip: false }
+    } else if cupti_log::looks_like_cupti_log(&head) {
         Kind::CuptiLog
     } else {
-        Kind::Other(crate::error::describe_start(&head[..n.min(24)]))
+        Kind::Other(crate::error::describe_start(&head[..head.len().min(24)]))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn sniff_bytes(bytes: &[u8]) -> Kind {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(bytes).unwrap();
+        sniff(f.path()).unwrap()
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn formats_are_found_from_content() {
+        assert_eq!(
+            sniff_bytes(b" {\"traceEvents\": []}"),
+            Kind::Kineto { gzip: false }
+        );
+        assert_eq!(
+            sniff_bytes(&gzip(b"{\"schemaVersion\": 1, \"traceEvents\": []}")),
+            Kind::Kineto { gzip: true }
+        );
+        // A gzip file cut off early is still recognised from what it holds.
+        let gz = gzip(&[b"{\"traceEvents\": [".as_slice(), &[b' '; 300_000]].concat());
+        assert_eq!(
+            sniff_bytes(&gz[..gz.len() / 2]),
+            Kind::Kineto { gzip: true }
+        );
+        assert!(matches!(sniff_bytes(&gzip(b"hello")), Kind::Other(m) if m.contains("gzip")));
+        assert_eq!(sniff_bytes(b"SQLite format 3\0rest"), Kind::Sqlite);
+        assert_eq!(
+            sniff_bytes(b"Found 2 devices\nRUNTIME [ 1, 2 ] duration 1"),
+            Kind::CuptiLog
+        );
+        assert!(matches!(sniff_bytes(b"hello\n"), Kind::Other(_)));
+        assert!(matches!(sniff_bytes(b""), Kind::Other(m) if m == "it is empty"));
+    }
 }

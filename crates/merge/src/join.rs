@@ -6,6 +6,14 @@
 //!
 //! - **Exact**: gpuperf's CPU traces carry correlation ids, so the pairing is a
 //!   table look-up.
+//! - **Stacks carried by the GPU side**: some GPU-side inputs hold the CPU stack of
+//!   each API call themselves (a PyTorch profiler trace's Python and operator
+//!   stacks, an Nsight Systems export's call chains; later, stacks the injection
+//!   library records in process). Their readers put them in
+//!   [`GpuInputs::launch_stacks`], keyed by (pid, correlation id), and the join
+//!   adds them to the CPU side's launches before pairing, so they are matched
+//!   exactly, like a gpuperf CPU trace's lines. With a CPU trace given as well, a
+//!   (pid, correlation id) that both hold keeps the CPU trace's stack.
 //! - **Ordered**: reference CPU traces do not. Their launches are paired with the
 //!   launch API records of the GPU trace per thread (or per process when the CPU
 //!   side has no real TIDs), in time order, with a time check: a CPU event pairs
@@ -210,6 +218,8 @@ pub struct Summary {
     pub duplicate_cpu_ids: u64,
     /// Launches the CPU profiler lost.
     pub cpu_dropped: u64,
+    /// CPU launch stacks that came with the GPU inputs ([`GpuInputs::launch_stacks`]).
+    pub gpu_launch_stacks: u64,
     /// CPU launches whose stack stops before a root frame (`_start`, a thread
     /// start): truncated stacks ([`crate::stacks::is_complete`]).
     pub cpu_truncated: u64,
@@ -252,6 +262,13 @@ impl fmt::Display for Summary {
             "; {} CPU launches, {} launch API calls",
             self.cpu_launches, self.api_launches
         )?;
+        if self.gpu_launch_stacks > 0 {
+            writeln!(
+                f,
+                "  CPU stacks from the GPU trace itself: {} API calls",
+                self.gpu_launch_stacks
+            )?;
+        }
         if self.graph_kernels > 0 {
             writeln!(
                 f,
@@ -349,6 +366,16 @@ impl fmt::Display for Summary {
                 "  skipped: {} GPU records of kinds not used",
                 self.gpu_read.skipped
             )?;
+        }
+        if self.gpu_read.other_lines > 0 {
+            writeln!(
+                f,
+                "  skipped: {} lines of the GPU log that are not records (the recording tool's own output)",
+                self.gpu_read.other_lines
+            )?;
+        }
+        for n in &self.gpu_read.notes {
+            writeln!(f, "  note: {n}")?;
         }
         for n in &self.notes {
             writeln!(f, "  note from the recorder: {n}")?;
@@ -471,12 +498,11 @@ pub fn merge(
         }
     }
 
-    // Pairing: exact where CPU lines carry ids, ordered by time elsewhere.
-    let mut offsets: FxHashMap<u32, i64> = FxHashMap::default();
-    let mut cpu_index: FxHashMap<u32, CorrIndex> = FxHashMap::default();
-    if let Some(cpu) = cpu.as_deref_mut() {
-        summary.cpu_launches = cpu.launches.len() as u64;
-        summary.cpu_dropped = cpu.dropped;
+    // Stacks of the CPU trace that stop before a root frame. (Stacks the GPU
+    // inputs carry are judged by their readers: an importer's Python or operator
+    // stacks never start at `_start`, and the injection library records how each
+    // of its stacks ended.)
+    if let Some(cpu) = cpu.as_deref() {
         let complete: Vec<bool> = (0..cpu.stacks.len() as u32)
             .map(|i| crate::stacks::is_complete(cpu.stacks.text(StackId(i))))
             .collect();
@@ -485,6 +511,44 @@ pub fn merge(
             .iter()
             .filter(|l| !complete[l.stack.index()])
             .count() as u64;
+    }
+
+    // Stacks the GPU inputs carry join the CPU side's launches, after the CPU
+    // trace's own, so that its stack wins a (pid, correlation id) both hold.
+    let mut carried: Option<CpuTrace> = None;
+    if let Some(stacks) = gpu.launch_stacks() {
+        summary.gpu_launch_stacks = stacks.launches.len() as u64;
+        match cpu.as_deref_mut() {
+            Some(c) => {
+                // Only calls the CPU trace has no stack for: the others would be
+                // counted as duplicates, and as launches without GPU work.
+                let have: rustc_hash::FxHashSet<(u32, u32)> = c
+                    .launches
+                    .iter()
+                    .filter(|l| l.correlation_id != 0)
+                    .map(|l| (l.pid, l.correlation_id))
+                    .collect();
+                if have.is_empty() {
+                    c.append(stacks);
+                } else {
+                    let mut missing = stacks.clone();
+                    missing
+                        .launches
+                        .retain(|l| !have.contains(&(l.pid, l.correlation_id)));
+                    c.append(&missing);
+                }
+            }
+            None => carried = Some(stacks.clone()),
+        }
+    }
+    let mut cpu = cpu.or(carried.as_mut());
+
+    // Pairing: exact where CPU lines carry ids, ordered by time elsewhere.
+    let mut offsets: FxHashMap<u32, i64> = FxHashMap::default();
+    let mut cpu_index: FxHashMap<u32, CorrIndex> = FxHashMap::default();
+    if let Some(cpu) = cpu.as_deref_mut() {
+        summary.cpu_launches = cpu.launches.len() as u64;
+        summary.cpu_dropped = cpu.dropped;
         pair_by_time(cpu, &apis, opts, &mut offsets, &mut summary.pairings);
         for (i, l) in cpu
             .launches

@@ -1,13 +1,15 @@
 //! gpuperf's trace model, readers, exact CPU↔GPU join and writers.
 //!
 //! ```text
-//!  GPU side                      CPU side
-//!  gputrace (ours, binary)       cpu (extended folded: reference, or gpuperf's
-//!  cupti_log (reference text)         variant with correlation ids)
-//!          \                      /
-//!           `----> join::merge <-'      exact on (pid, correlation id), or ordered
+//!  GPU side (input)                CPU side
+//!  gputrace (ours, binary)         cpu (extended folded: reference, or gpuperf's
+//!  cupti_log (reference text)           variant with correlation ids)
+//!  kineto (PyTorch profiler JSON) ─┐    │
+//!  nsys (Nsight Systems SQLite)  ──┴─> launch stacks carried by the GPU side
+//!          \                        /
+//!           `----> join::merge <---'    exact on (pid, correlation id), or ordered
 //!                     |                 per thread with a time check
-//!          Sink: folded | chrome | report
+//!          Sink: folded | chrome | report | pprof
 //!                     |
 //!                  svg (inferno)
 //! ```
@@ -37,6 +39,12 @@ pub mod folded;
 pub mod input;
 #[cfg(feature = "render")]
 pub mod join;
+#[cfg(feature = "render")]
+pub mod kineto;
+#[cfg(feature = "render")]
+pub mod nsys;
+#[cfg(feature = "render")]
+pub mod pprof;
 #[cfg(feature = "render")]
 pub mod report;
 #[cfg(feature = "render")]

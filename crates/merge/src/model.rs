@@ -4,7 +4,6 @@
 //! `CLOCK_MONOTONIC` (the clock of `bpf_ktime_get_ns()`); records read from the
 //! reference tooling's CUPTI log are on `CLOCK_REALTIME` ([`Clock`]).
 
-use std::collections::HashMap;
 use std::fmt;
 
 /// An interned string: a kernel name, an API name, a stack frame.
@@ -21,7 +20,8 @@ impl StringId {
 /// Interns strings so that records carry 4-byte ids instead of names.
 #[derive(Debug, Default, Clone)]
 pub struct StringTable {
-    map: HashMap<Box<str>, StringId>,
+    // Names come in by the million from big traces: a fast hash matters here.
+    map: rustc_hash::FxHashMap<Box<str>, StringId>,
     strings: Vec<Box<str>>,
 }
 
@@ -214,6 +214,18 @@ impl fmt::Display for MemcpyKind {
     }
 }
 
+/// [`Activity::device`] when the device is not known.
+pub const UNKNOWN_DEVICE: u32 = u32::MAX;
+
+/// The two devices of a peer-to-peer copy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerDevices {
+    /// Device ordinal copied from.
+    pub src: u32,
+    /// Device ordinal copied to.
+    pub dst: u32,
+}
+
 /// What a GPU activity record describes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ActivityKind {
@@ -232,6 +244,9 @@ pub enum ActivityKind {
         kind: MemcpyKind,
         /// Bytes copied.
         bytes: u64,
+        /// Both GPUs of a copy between two devices (`cudaMemcpyPeer`, CUPTI's
+        /// `MEMCPY2` records); the activity's `device` is the one that ran it.
+        peer: Option<PeerDevices>,
     },
     /// A memset.
     Memset {
@@ -261,7 +276,8 @@ pub struct Activity {
     /// Correlation id of the causing API call. A graph launch gives all its
     /// kernels one correlation id.
     pub correlation_id: u32,
-    /// CUDA device ordinal.
+    /// CUDA device ordinal; [`UNKNOWN_DEVICE`] when the recorder could not tell
+    /// (a synchronization in a context it never saw created).
     pub device: u32,
     /// CUDA context id.
     pub context: u32,
@@ -291,6 +307,9 @@ pub enum DropSource {
     Writer,
     /// The eBPF ring buffer was full.
     RingBuffer,
+    /// CUPTI handed back a GPU record without a valid start and end (a kernel
+    /// still running at the final forced flush), so it was not written.
+    Incomplete,
 }
 
 impl DropSource {
@@ -300,6 +319,7 @@ impl DropSource {
             Self::CuptiActivity => "CUPTI activity buffer",
             Self::Writer => "trace writer",
             Self::RingBuffer => "eBPF ring buffer",
+            Self::Incomplete => "incomplete at the end of recording",
         }
     }
 }
@@ -327,6 +347,10 @@ pub struct Overhead {
     /// End time.
     pub end_ns: u64,
 }
+
+/// How a [`Note`] starts when the trace was recorded on gpuperf's simulated CUDA
+/// runtime (no GPU): outputs show such traces as "simulated GPU".
+pub const SIMULATED_GPU_NOTE: &str = "simulated GPU";
 
 /// A message the recorder left in the trace, such as why it is empty.
 #[derive(Clone, Debug, PartialEq, Eq)]

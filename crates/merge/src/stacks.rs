@@ -21,9 +21,9 @@
 //! Frames are joined root first with `;`, as in a CPU trace. Python frames read
 //! `module.function (file.py:line)`; a frame in code without unwind info (JIT code)
 //! is `[unknown]` and ends the stack. The leaf is the application's call into the
-//! CUDA API; when CUDA's runtime is linked into the executable, its frames above the
-//! API function (`cudaLaunchKernel`) are dropped by name, so that the leaf is the
-//! API function in both cases.
+//! CUDA API, followed by the API function (`cudaLaunchKernel`), as in CPU traces;
+//! when CUDA's runtime is linked into the executable, its frames above the API
+//! function are dropped by name.
 //!
 //! # CUDA graphs
 //! The kernels of a replayed graph share the `cudaGraphLaunch` call's correlation
@@ -255,9 +255,11 @@ pub fn collect(
     for (pid, l) in &pending {
         let p = &procs[pid];
         stats.launches += 1;
+        let api = strings.get(l.api.name);
         let (text, end, py_cut) = match p.stacks.get(&l.stack) {
+            // The leaf is the API function, as in CPU traces.
             Some(s) => (
-                namer.text(*pid, s, Some(strings.get(l.api.name)), strings),
+                with_api(&namer.text(*pid, s, Some(api), strings), api),
                 s.end,
                 s.python_truncated,
             ),
@@ -306,10 +308,7 @@ pub fn collect(
         if trace.graph_stacks.contains_key(&(launch, node_id)) {
             continue;
         }
-        let mut text = with_api(
-            trace.stacks.text(launch),
-            strings.get(pending[li].1.api.name),
-        );
+        let mut text = trace.stacks.text(launch).to_owned();
         text.push(';');
         text.push_str(if node_api.is_some() {
             GRAPH_CAPTURED

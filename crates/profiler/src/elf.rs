@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use blazesym::inspect::Inspector;
 use blazesym::inspect::source::{Elf, Source};
 use gpuperf_merge::model::{is_copy_api, is_launch_api, is_memset_api};
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::elf::PF_X;
+use object::{Object, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
 
 use crate::error::{Error, Result};
 
@@ -160,6 +161,38 @@ pub fn segments_mapping(path: &Path, file_offset: u64) -> Result<usize> {
             size > 0 && start / PAGE <= page && page <= (start + size - 1) / PAGE
         })
         .count())
+}
+
+/// A loadable segment of an ELF file.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// Its address in the file's ELF address space.
+    pub vaddr: u64,
+    /// Its size in memory.
+    pub size: u64,
+    /// Where its bytes start in the file.
+    pub offset: u64,
+}
+
+/// The executable loadable segments of `path`.
+pub(crate) fn code_segments(path: &Path) -> Result<Vec<Segment>> {
+    check_elf(path)?;
+    let file = File::open(path).map_err(|e| probe_error(path, e.to_string()))?;
+    // SAFETY: the file is opened read-only and only read through this map; a
+    // concurrent writer could change what we read, not memory safety.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| probe_error(path, e.to_string()))?;
+    let elf = object::File::parse(&*map).map_err(|e| probe_error(path, format!("bad ELF: {e}")))?;
+    Ok(elf
+        .segments()
+        .filter(
+            |s| matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & PF_X.0 != 0),
+        )
+        .map(|s| Segment {
+            vaddr: s.address(),
+            size: s.size(),
+            offset: s.file_range().0,
+        })
+        .collect())
 }
 
 /// The probe point of one named function.

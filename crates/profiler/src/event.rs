@@ -2,10 +2,20 @@
 //! of `src/bpf/launch.h`; every read is bounds-checked, so a short or unknown
 //! record is reported, never misread.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
 /// `enum event_kind` in launch.h.
 const EVENT_LAUNCH: u32 = 1;
 const EVENT_STACK: u32 = 2;
 const EVENT_EXEC: u32 = 3;
+const EVENT_FILE: u32 = 4;
+/// `offsetof(struct file_event, path)`.
+const FILE_PATH_AT: usize = 40;
+/// `enum file_place`.
+const PLACE_MAPPING: u32 = 1;
+const PLACE_EXEC: u32 = 2;
 
 /// `sizeof(struct launch_event)`.
 pub(crate) const LAUNCH_SIZE: usize = 64;
@@ -63,11 +73,31 @@ pub struct Exec {
     pub filename: String,
 }
 
+/// A traced process exec'd or mapped a file as code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileMapped {
+    pub pid: u32,
+    pub path: PathBuf,
+    pub place: Place,
+}
+
+/// Where a mapped file sits in its process.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Mapped at `start..end` from file offset `offset`.
+    Mapping { start: u64, end: u64, offset: u64 },
+    /// The executable; its lowest executable segment starts at `start_code`.
+    Exec { start_code: u64 },
+    /// Unknown.
+    Unknown,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     Launch(Launch),
     Stack(Stack),
     Exec(Exec),
+    File(FileMapped),
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -132,6 +162,26 @@ impl Event {
                 pid: u32_at(b, 4)?,
                 filename: c_string(&b[8..]),
             })),
+            EVENT_FILE => {
+                let len = u32_at(b, 8)? as usize;
+                let path = b.get(FILE_PATH_AT..FILE_PATH_AT.checked_add(len)?)?;
+                // d_path's length counts the closing NUL.
+                let path = path.strip_suffix(&[0]).unwrap_or(path);
+                if path.is_empty() || path.contains(&0) {
+                    return None;
+                }
+                let (start, end, offset) = (u64_at(b, 16)?, u64_at(b, 24)?, u64_at(b, 32)?);
+                let place = match u32_at(b, 12)? {
+                    PLACE_MAPPING if start < end => Place::Mapping { start, end, offset },
+                    PLACE_EXEC if start != 0 => Place::Exec { start_code: start },
+                    _ => Place::Unknown,
+                };
+                Some(Self::File(FileMapped {
+                    pid: u32_at(b, 4)?,
+                    path: PathBuf::from(OsStr::from_bytes(path)),
+                    place,
+                }))
+            }
             _ => None,
         }
     }
@@ -207,9 +257,51 @@ mod tests {
                 Frame::Ip(0x7f00_0000_1000),
             ]
         );
-        // A size beyond the record is cut at the record's end.
+        // A size beyond the record makes it unreadable.
         let mut short = b.clone();
         short[12..16].copy_from_slice(&(10 * FRAME_SIZE as u32).to_ne_bytes());
         assert_eq!(Event::parse(&short), None);
+    }
+
+    #[test]
+    fn file_mapped_keeps_the_path_bytes_and_the_place() {
+        let path = b"/opt/app/bin/\xffapp\0";
+        let mut b = Vec::new();
+        for v in [EVENT_FILE, 42, path.len() as u32, PLACE_MAPPING] {
+            b.extend(v.to_ne_bytes());
+        }
+        for v in [0x7f00_0000_1000_u64, 0x7f00_0000_3000, 0x1000] {
+            b.extend(v.to_ne_bytes());
+        }
+        b.extend(path);
+        let Some(Event::File(f)) = Event::parse(&b) else {
+            panic!()
+        };
+        assert_eq!(f.pid, 42);
+        assert_eq!(f.path.as_os_str().as_bytes(), b"/opt/app/bin/\xffapp");
+        assert_eq!(
+            f.place,
+            Place::Mapping {
+                start: 0x7f00_0000_1000,
+                end: 0x7f00_0000_3000,
+                offset: 0x1000
+            }
+        );
+        let mut exec = b.clone();
+        exec[12..16].copy_from_slice(&PLACE_EXEC.to_ne_bytes());
+        let Some(Event::File(f)) = Event::parse(&exec) else {
+            panic!()
+        };
+        assert_eq!(
+            f.place,
+            Place::Exec {
+                start_code: 0x7f00_0000_1000
+            }
+        );
+        assert_eq!(Event::parse(&b[..b.len() - 1]), None, "cut short");
+        let mut empty = b[..FILE_PATH_AT].to_vec();
+        empty[8..12].copy_from_slice(&1u32.to_ne_bytes());
+        empty.push(0);
+        assert_eq!(Event::parse(&empty), None, "empty path");
     }
 }

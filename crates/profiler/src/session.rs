@@ -156,6 +156,14 @@ pub struct Summary {
     pub slow_functions_skipped: Vec<String>,
     /// Files given entry probes.
     pub api_files: Vec<PathBuf>,
+    /// Records of files mapped as code lost because the ring buffer was
+    /// full: if their process exits early, the frames in that file may stay
+    /// unnamed.
+    pub dropped_file_events: u64,
+    /// Why the libraries traced processes map are not followed, when the
+    /// kernel refused that probe: frames in a library of a process that exits
+    /// before its stacks are symbolized may then stay unnamed.
+    pub files_not_followed: Option<String>,
 }
 
 /// Counters readable while the profiler runs.
@@ -287,21 +295,7 @@ fn run<W: Write>(
     progress: &Progress,
 ) -> Result<Summary> {
     let mut storage = MaybeUninit::uninit();
-    let mut open = LaunchSkelBuilder::default()
-        .open(&mut storage)
-        .map_err(bpf("opening the BPF object"))?;
-    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-        rodata.filter_pids = !options.all_processes;
-    }
-    open.maps
-        .events
-        .set_max_entries(options.ring_buffer_bytes.next_power_of_two().max(4096))
-        .map_err(bpf("sizing the ring buffer"))?;
-    open.maps
-        .stack_ids
-        .set_max_entries(options.stack_map_entries.max(64))
-        .map_err(bpf("sizing the stack map"))?;
-    let skel = open.load().map_err(bpf("loading the BPF programs"))?;
+    let skel = load(&mut storage, &options)?;
 
     let mut attach = Attach {
         skel: &skel,
@@ -327,6 +321,18 @@ fn run<W: Write>(
             prog.attach()
                 .map_err(bpf("attaching the process tracepoints"))?,
         );
+    }
+    // Without the syscall tracepoints (a kernel without CONFIG_FTRACE_SYSCALLS)
+    // libraries are found in /proc while their process lives.
+    let mut files_not_followed = None;
+    for prog in [&skel.progs.on_mmap_enter, &skel.progs.on_mmap_exit] {
+        match prog.attach() {
+            Ok(link) => attach.links.push(link),
+            Err(e) => {
+                files_not_followed =
+                    Some(format!("attaching to the mmap syscall tracepoints: {e}"));
+            }
+        }
     }
     for lib in &options.marker_libraries {
         attach.marker(lib)?;
@@ -405,12 +411,36 @@ fn run<W: Write>(
     summary.marker_stacks = stats[Stat::MarkerOwnStack as usize];
     summary.dropped_launches = stats[Stat::LaunchDrops as usize];
     summary.lost_stacks = stats[Stat::StackErrors as usize] + stats[Stat::StackDrops as usize];
+    summary.dropped_file_events = stats[Stat::FileDrops as usize];
+    summary.files_not_followed = files_not_followed;
     summary.slow_functions_skipped = attach.slow;
     summary.api_files = attach.api_files;
     progress
         .dropped
         .store(summary.dropped_launches, Ordering::Relaxed);
     Ok(summary)
+}
+
+/// Opens, sizes and loads the BPF object.
+fn load<'obj>(
+    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    options: &Options,
+) -> Result<LaunchSkel<'obj>> {
+    let mut open = LaunchSkelBuilder::default()
+        .open(storage)
+        .map_err(bpf("opening the BPF object"))?;
+    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        rodata.filter_pids = !options.all_processes;
+    }
+    open.maps
+        .events
+        .set_max_entries(options.ring_buffer_bytes.next_power_of_two().max(4096))
+        .map_err(bpf("sizing the ring buffer"))?;
+    open.maps
+        .stack_ids
+        .set_max_entries(options.stack_map_entries.max(64))
+        .map_err(bpf("sizing the stack map"))?;
+    open.load().map_err(bpf("loading the BPF programs"))
 }
 
 /// `enum stat_index` in launch.h.
@@ -432,6 +462,7 @@ enum Stat {
     StackMapFull,
     #[allow(dead_code)]
     WalkMismatch,
+    FileDrops,
     Count,
 }
 
@@ -577,23 +608,31 @@ impl<W: Write> Sink<W> {
             held.extend(events);
             return Ok(());
         }
+        // A new process's probes and maps first, while it lives and before
+        // its first launches pass: symbolizing the batch's stacks can take
+        // long (the first stacks parse whole libraries).
+        for e in events.iter().flatten() {
+            if let Event::Launch(l) = e
+                && self.seen_pids.insert(l.pid)
+            {
+                self.symbolizer.index_process(l.pid);
+                if self.discover && l.origin == Origin::Marker {
+                    attach.discover(l.pid);
+                }
+            }
+        }
         let mut new_stack = false;
         for e in events {
             match e {
                 None => self.summary.bad_records += 1,
                 Some(Event::Exec(x)) => self.symbolizer.exec(x.pid, &x.filename),
+                Some(Event::File(f)) => self.symbolizer.mapped(f),
                 Some(Event::Stack(s)) => {
                     let frames: Rc<[String]> = self.symbolizer.frames(&s).into();
                     self.stacks.insert(s.stack_id, frames);
                     new_stack = true;
                 }
                 Some(Event::Launch(l)) => {
-                    if self.seen_pids.insert(l.pid) {
-                        self.symbolizer.index_process(l.pid);
-                        if self.discover && l.origin == Origin::Marker {
-                            attach.discover(l.pid);
-                        }
-                    }
                     if l.stack_id >= 0 && !self.stacks.contains_key(&l.stack_id) {
                         // Its frames were sent from another CPU and are still
                         // on their way.

@@ -4,8 +4,18 @@
 //! build id, so a stack stays symbolizable after its process has exited as long
 //! as some file with that build id is known. Files are learned from our own
 //! mappings, the files we probe, each traced process's `exec` and its
-//! `/proc/PID/maps` at first sight. Raw-address frames (anonymous memory, such as
-//! JIT code with a perf map) are resolved through the live process.
+//! `/proc/PID/maps` while it lives, and the full paths of the files that
+//! traced processes exec or map as code, which the BPF program sends as it
+//! happens: those keep a process's executable and libraries findable after it
+//! exits. Such a file is read for its build id only when a frame's build id
+//! is not known otherwise, and at most once.
+//!
+//! Raw-address frames (the kernel could not read the build id, for example
+//! while another thread held the process's memory map lock) are placed by
+//! where each file was mapped, which comes with its path, so they too are
+//! named after the process exits. Raw addresses outside those files
+//! (anonymous memory, such as JIT code with a perf map) are resolved through
+//! the live process.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -16,15 +26,33 @@ use blazesym::helper::read_elf_build_id;
 use blazesym::symbolize::source::{Elf, Process, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
-use crate::event::{Frame, Stack};
+use crate::elf;
+use crate::event::{FileMapped, Frame, Place, Stack};
+
+/// Where a file's code sits in a process.
+#[derive(Clone, Debug)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    /// The file offset at `start`.
+    offset: u64,
+    path: PathBuf,
+}
 
 /// Frame-name resolver with a build-id → file index.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     by_build_id: HashMap<Vec<u8>, PathBuf>,
-    indexed: HashSet<PathBuf>,
+    /// Files read for their build id, and what it was.
+    indexed: HashMap<PathBuf, Option<Vec<u8>>>,
     /// (pid, build id) pairs already looked for in that pid's maps.
     searched: HashSet<(u32, Vec<u8>)>,
+    /// Files traced processes mapped, not yet read for their build id.
+    mapped: Vec<PathBuf>,
+    /// The code mappings of each traced process, oldest first.
+    mappings: HashMap<u32, Vec<Mapping>>,
+    /// Every path ever put in `mapped`.
+    mapped_seen: HashSet<PathBuf>,
     /// Files whose frames are left out of stacks (our own marker library).
     hidden: HashSet<Vec<u8>>,
     /// Frames printed without a function name.
@@ -49,8 +77,11 @@ impl Symbolizer {
                 .enable_demangling(true)
                 .build(),
             by_build_id: HashMap::new(),
-            indexed: HashSet::new(),
+            indexed: HashMap::new(),
             searched: HashSet::new(),
+            mapped: Vec::new(),
+            mappings: HashMap::new(),
+            mapped_seen: HashSet::new(),
             hidden: HashSet::new(),
             unsymbolized_frames: 0,
             unknown_files: 0,
@@ -61,13 +92,20 @@ impl Symbolizer {
 
     /// Learns the build id of `path`. Returns it, if the file has one.
     pub fn index_file(&mut self, path: &Path) -> Option<Vec<u8>> {
-        let id = read_elf_build_id(path).ok().flatten()?.into_owned();
-        if self.indexed.insert(path.to_owned()) {
+        if let Some(id) = self.indexed.get(path) {
+            return id.clone();
+        }
+        let id = read_elf_build_id(path)
+            .ok()
+            .flatten()
+            .map(|id| id.into_owned());
+        if let Some(id) = &id {
             self.by_build_id
                 .entry(id.clone())
                 .or_insert_with(|| path.to_owned());
         }
-        Some(id)
+        self.indexed.insert(path.to_owned(), id.clone());
+        id
     }
 
     /// Leaves the frames of `path` out of every stack (the marker's library:
@@ -97,9 +135,57 @@ impl Symbolizer {
         }
     }
 
+    /// A traced process exec'd or mapped a file as code: frames in it may
+    /// come when the process is gone.
+    pub fn mapped(&mut self, f: FileMapped) {
+        let FileMapped { pid, path, place } = f;
+        match place {
+            Place::Mapping { start, end, offset } => {
+                self.mappings.entry(pid).or_default().push(Mapping {
+                    start,
+                    end,
+                    offset,
+                    path: path.clone(),
+                });
+            }
+            Place::Exec { start_code } => {
+                // A new program: the old address space is gone.
+                let maps = self.mappings.entry(pid).or_default();
+                maps.clear();
+                let segments = elf::code_segments(&path).unwrap_or_default();
+                // The kernel puts the lowest executable segment at start_code.
+                if let Some(lowest) = segments.iter().map(|s| s.vaddr).min() {
+                    let bias = start_code.wrapping_sub(lowest);
+                    maps.extend(segments.iter().map(|s| Mapping {
+                        start: s.vaddr.wrapping_add(bias),
+                        end: s.vaddr.wrapping_add(bias).saturating_add(s.size),
+                        offset: s.offset,
+                        path: path.clone(),
+                    }));
+                }
+            }
+            Place::Unknown => {}
+        }
+        if !self.indexed.contains_key(&path) && self.mapped_seen.insert(path.clone()) {
+            self.mapped.push(path);
+        }
+    }
+
+    /// The file and file offset of `ip` in `pid`, by the mappings it was
+    /// seen to make; the newest mapping wins where they overlap.
+    fn place(&self, pid: u32, ip: u64) -> Option<(PathBuf, u64)> {
+        let m = self
+            .mappings
+            .get(&pid)?
+            .iter()
+            .rev()
+            .find(|m| m.start <= ip && ip < m.end)?;
+        Some((m.path.clone(), ip - m.start + m.offset))
+    }
+
     fn index_maps(&mut self, maps: &str) {
         for p in executable_files(maps) {
-            if !self.indexed.contains(&p) {
+            if !self.indexed.contains_key(&p) {
                 self.index_file(&p);
             }
         }
@@ -111,6 +197,15 @@ impl Symbolizer {
         }
         if self.searched.insert((pid, build_id.to_vec())) {
             self.index_process(pid);
+            if let Some(p) = self.by_build_id.get(build_id) {
+                return Some(p.clone());
+            }
+        }
+        // Each mapped file is read once, only until the build id is found.
+        while let Some(path) = self.mapped.pop() {
+            if self.index_file(&path).as_deref() == Some(build_id) {
+                break;
+            }
         }
         self.by_build_id.get(build_id).cloned()
     }
@@ -146,6 +241,25 @@ impl Symbolizer {
                     );
                 }
                 Frame::Ip(ip) => {
+                    if let Some((path, offset)) = self.place(stack.pid, *ip) {
+                        if self
+                            .index_file(&path)
+                            .is_some_and(|id| self.hidden.contains(&id))
+                        {
+                            continue;
+                        }
+                        let src = Source::Elf(Elf::new(&path));
+                        let sym = self
+                            .inner
+                            .symbolize_single(&src, Input::FileOffset(offset.saturating_sub(back)));
+                        push_symbolized(
+                            &mut out,
+                            sym.ok(),
+                            || module_offset(&path, offset),
+                            &mut self.unsymbolized_frames,
+                        );
+                        continue;
+                    }
                     let mut process = Process::new(Pid::from(stack.pid));
                     process.map_files = false;
                     let src = Source::Process(process);
@@ -268,4 +382,93 @@ fn module_offset(path: &Path, offset: u64) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A function of this test binary, found by its address.
+    #[inline(never)]
+    #[unsafe(no_mangle)]
+    extern "C" fn gpuperf_symbolize_test_target() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// Above any pid_max: a process that is gone, whose maps cannot be read.
+    const GONE: u32 = u32::MAX - 1;
+
+    fn target_ip() -> u64 {
+        gpuperf_symbolize_test_target as *const () as u64
+    }
+
+    fn stack() -> Stack {
+        Stack {
+            stack_id: 1,
+            pid: GONE,
+            frames: vec![Frame::Ip(target_ip())],
+        }
+    }
+
+    /// The mapping of this process that holds `ip`: start, end, offset, path.
+    fn own_mapping(ip: u64) -> (u64, u64, u64, PathBuf) {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let f: Vec<&str> = line.split_ascii_whitespace().collect();
+            let (range, offset, path) = (f[0], f[2], f.get(5).copied().unwrap_or(""));
+            let (start, end) = range.split_once('-').unwrap();
+            let start = u64::from_str_radix(start, 16).unwrap();
+            let end = u64::from_str_radix(end, 16).unwrap();
+            if start <= ip && ip < end {
+                let offset = u64::from_str_radix(offset, 16).unwrap();
+                return (start, end, offset, PathBuf::from(path));
+            }
+        }
+        panic!("{ip:#x} is in no mapping");
+    }
+
+    #[test]
+    fn raw_address_frames_of_an_exited_process_are_named_by_its_mappings() {
+        let mut s = Symbolizer::new();
+        let ip = target_ip();
+        assert_eq!(s.frames(&stack()), vec![format!("{ip:#x}")], "unknown");
+        let (start, end, offset, path) = own_mapping(ip);
+        s.mapped(FileMapped {
+            pid: GONE,
+            path,
+            place: Place::Mapping { start, end, offset },
+        });
+        assert_eq!(s.frames(&stack()), vec!["gpuperf_symbolize_test_target"]);
+        assert_eq!(s.unsymbolized_frames, 1, "only the first try");
+    }
+
+    #[test]
+    fn the_executable_is_placed_by_its_start_code() {
+        // /proc/self/stat: field 26 is startcode; fields after the `(comm)`
+        // start at field 3.
+        let stat = fs::read_to_string("/proc/self/stat").unwrap();
+        let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
+        let start_code: u64 = after_comm
+            .split_ascii_whitespace()
+            .nth(26 - 3)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut s = Symbolizer::new();
+        s.mapped(FileMapped {
+            pid: GONE,
+            path: std::env::current_exe().unwrap(),
+            place: Place::Exec { start_code },
+        });
+        assert_eq!(s.frames(&stack()), vec!["gpuperf_symbolize_test_target"]);
+        // A new program in the same process forgets the old one's places.
+        s.mapped(FileMapped {
+            pid: GONE,
+            path: std::env::current_exe().unwrap(),
+            place: Place::Exec {
+                start_code: 1 << 40,
+            },
+        });
+        assert_eq!(s.frames(&stack()), vec![format!("{:#x}", target_ip())]);
+    }
 }

@@ -66,5 +66,16 @@ size_t gp_fill(uint8_t *buf, size_t cap) {
         r.kind = CUPTI_ACTIVITY_KIND_CONTEXT;
         r.contextId = 2; r.deviceId = 1;
     });
+    /* cudaMemcpyPeer from device 1 to device 3, run by device 1. */
+    PUT(CUpti_ActivityMemcpyPtoP4, {
+        r.kind = CUPTI_ACTIVITY_KIND_MEMCPY2;
+        r.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
+        r.srcKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+        r.dstKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+        r.bytes = 1 << 16; r.start = 11000; r.end = 11500;
+        r.deviceId = 1; r.contextId = 2; r.streamId = 7;
+        r.srcDeviceId = 1; r.srcContextId = 2; r.dstDeviceId = 3; r.dstContextId = 4;
+        r.correlationId = 47; r.graphNodeId = 0x42; r.graphId = 5;
+    });
     return n;
 }

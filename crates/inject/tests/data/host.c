@@ -1,12 +1,28 @@
 /* A stand-in for a CUDA application: it loads the injection library the way the
  * CUDA driver does (dlopen + InitializeInjection), then, in "mock" modes, plays
- * API calls and GPU records through the MOCK libcupti named by GPUPERF_CUPTI_PATH.
+ * API calls and GPU records through the MOCK libcupti named by MOCK_CUPTI_CONTROL
+ * or GPUPERF_CUPTI_PATH.
  *
- * usage: host INJECT.so|none plain|mock|mock-kill|mock-bench [LAUNCHES] */
+ * usage: host INJECT.so|none MODE [N]
+ *   plain        nothing else
+ *   mock         launches, a graph, copies, syncs on several contexts
+ *   mock-kill    launches, then SIGKILL
+ *   mock-bench   N launches, timed
+ *   mock-long    a kernel running across many flush periods, one still running at exit
+ *   mock-takeover  a second CUPTI client (as torch.profiler does) takes over
+ *                  (HOST_TAKEOVER=clock: it only registers its own clock)
+ *   mock-stress  N ms of launches, context teardowns and device resets on threads
+ *                (every HOST_TEARDOWN_US, default 500)
+ *   mock-probe   prints what is subscribed and enabled after initialization
+ *   mock-fatal   launches, then CUPTI reports a fatal error
+ *   mock-oom     launches while large allocations fail
+ * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
+ * The executable exports cuDriverGetVersion, answering MOCK_DRIVER_VERSION. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +36,39 @@ static uint64_t now(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* What libcuda would answer; 3 is CUDA_ERROR_NOT_INITIALIZED. */
+int cuDriverGetVersion(int *v) {
+    const char *e = getenv("MOCK_DRIVER_VERSION");
+    if (!e) return 3;
+    *v = atoi(e);
+    return 0;
+}
+
 static void (*mock_api)(int, int, uint32_t, int);
 static void (*mock_kernel)(uint32_t, uint64_t, uint64_t, const char *, uint32_t, uint64_t, uint32_t);
+static void (*mock_kernel_begin)(uint32_t, uint64_t, const char *, uint32_t);
+static void (*mock_kernel_end)(uint32_t, uint64_t);
 static void (*mock_memcpy)(uint32_t, uint32_t, uint64_t, uint64_t, uint64_t);
+static void (*mock_peer_copy)(uint32_t, uint64_t, uint64_t, uint64_t, uint32_t, uint32_t);
+static void (*mock_sync)(uint32_t, uint32_t, uint32_t, uint64_t, uint64_t);
+static void (*mock_bad_record)(void);
+static void (*mock_deliver_late)(uint32_t);
 static void (*mock_drop)(size_t);
 static uint64_t (*mock_now)(void);
 static int (*mock_enabled)(int, int);
 static int (*mock_thread_id_type)(void);
+static void (*mock_context_create)(uint32_t, uint32_t);
 static void (*mock_context_destroy)(void);
+static void (*mock_fatal)(const char *);
+static int (*mock_subscribed)(void);
+static int (*mock_kinds_enabled)(void);
+static int (*mock_callbacks_enabled)(void);
+static const char *(*mock_events)(void);
+static size_t (*mock_lost_ends)(void);
 
 enum { DRV = 1, RT = 2 }; /* CUpti_CallbackDomain */
+enum { KERNEL_KIND = 10, MEMCPY_KIND = 1, MEMSET_KIND = 2, SYNC_KIND = 38 };
+#define NO_STREAM 0xffffffffu
 
 static void launch(int cbid, uint32_t corr, const char *name) {
     mock_api(RT, cbid, corr, 1);
@@ -46,6 +85,156 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Runs after the injection library's exit handler (registered later). */
+static int late_mode;
+static void late(void) {
+    if (!mock_events) return;
+    printf("mock events %s\n", mock_events());
+    printf("lost ends %zu\n", mock_lost_ends());
+    if (late_mode) mock_deliver_late(700);
+    fflush(stdout);
+}
+
+/* ---- a second CUPTI client, as Kineto sets itself up and tears down ---- */
+
+static int (*c_subscribe)(void **, void *, void *);
+static int (*c_register)(void (*)(uint8_t **, size_t *, size_t *),
+                         void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
+static int (*c_clock)(uint64_t (*)(void));
+static int (*c_enable)(int);
+static int (*c_disable)(int);
+static int (*c_flush)(uint32_t);
+static atomic_size_t second_bytes;
+
+static void second_cb(void *ud, int d, int id, const void *data) { (void)ud; (void)d; (void)id; (void)data; }
+static void second_request(uint8_t **b, size_t *size, size_t *max) {
+    *b = aligned_alloc(8, 1 << 16);
+    *size = 1 << 16;
+    *max = 0;
+}
+static void second_complete(void *ctx, uint32_t s, uint8_t *b, size_t size, size_t valid) {
+    (void)ctx; (void)s; (void)b; (void)size;
+    second_bytes += valid; /* the buffer may be the first client's: not freed */
+}
+static uint64_t tsc(void) { return now() * 3 + 12345; } /* raw ticks, not ns */
+
+static void takeover(void *mock) {
+    *(void **)&c_subscribe = dlsym(mock, "cuptiSubscribe");
+    *(void **)&c_register = dlsym(mock, "cuptiActivityRegisterCallbacks");
+    *(void **)&c_clock = dlsym(mock, "cuptiActivityRegisterTimestampCallback");
+    *(void **)&c_enable = dlsym(mock, "cuptiActivityEnable");
+    *(void **)&c_disable = dlsym(mock, "cuptiActivityDisable");
+    *(void **)&c_flush = dlsym(mock, "cuptiActivityFlushAll");
+    uint32_t corr = 1;
+    for (; corr <= 100; corr++) launch(211, corr, "_Z6beforev");
+    usleep(500 * 1000); /* ten flush periods: the first client has them */
+    void *h = NULL;
+    /* Kineto goes on whatever this returns. */
+    printf("second subscribe %d\n", c_subscribe(&h, (void *)second_cb, NULL));
+    const char *how = getenv("HOST_TAKEOVER");
+    if (how && strcmp(how, "clock") == 0) {
+        c_clock(tsc);
+        for (; corr <= 120; corr++) launch(211, corr, "_Z6duringv");
+        usleep(300 * 1000);
+        return;
+    }
+    c_register(second_request, second_complete);
+    c_clock(tsc);
+    c_enable(KERNEL_KIND);
+    for (; corr <= 120; corr++) launch(211, corr, "_Z6duringv");
+    c_flush(1);
+    int kinds[] = {KERNEL_KIND, MEMCPY_KIND, MEMSET_KIND, SYNC_KIND};
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) c_disable(kinds[i]);
+    for (; corr <= 150; corr++) launch(211, corr, "_Z5afterv");
+    printf("second client got %zu bytes\n", (size_t)second_bytes);
+}
+
+/* ---- stress: every path that meets CUPTI's lock, at once ---- */
+
+static atomic_uint next_corr = 1;
+static atomic_int stop_stress;
+static useconds_t teardown_us = 500;
+
+static void *stress_launcher(void *arg) {
+    (void)arg;
+    while (!stop_stress) {
+        launch(211, next_corr++, "_Z6stressv");
+        usleep(50);
+    }
+    return NULL;
+}
+static void *stress_teardown(void *arg) {
+    (void)arg;
+    while (!stop_stress) {
+        mock_context_destroy();
+        usleep(teardown_us);
+    }
+    return NULL;
+}
+static void *stress_reset(void *arg) {
+    (void)arg;
+    while (!stop_stress) {
+        uint32_t c = next_corr++;
+        mock_api(RT, 164, c, 1);
+        mock_api(RT, 164, c, 0);
+        usleep(teardown_us);
+    }
+    return NULL;
+}
+
+static void stress(long ms) {
+    const char *us = getenv("HOST_TEARDOWN_US");
+    if (us) teardown_us = (useconds_t)atoi(us);
+    pthread_t t[5];
+    void *(*fns[5])(void *) = {stress_launcher, stress_launcher, stress_launcher,
+                               stress_teardown, stress_reset};
+    for (int i = 0; i < 5; i++) pthread_create(&t[i], NULL, fns[i], NULL);
+    usleep((useconds_t)ms * 1000);
+    stop_stress = 1;
+    for (int i = 0; i < 5; i++) pthread_join(t[i], NULL);
+    printf("stress launches %u\n", (unsigned)next_corr);
+}
+
+/* While set, malloc refuses blocks of 128 KiB and more, as it would when the
+ * address space is full; smaller ones still come from memory already mapped.
+ * The executable's malloc interposes on everyone's, the injection library's too. */
+static atomic_int refuse_large;
+extern void *__libc_malloc(size_t);
+void *malloc(size_t n) {
+    if (refuse_large && n >= (128 << 10)) return NULL;
+    return __libc_malloc(n);
+}
+
+static void out_of_memory(void) {
+    for (uint32_t c = 1; c <= 100; c++) launch(211, c, "_Z6beforev");
+    usleep(100 * 1000);
+    refuse_large = 1;
+    for (uint32_t c = 101; c <= 3100; c++) launch(211, c, "_Z6squeezev");
+    usleep(100 * 1000);
+    refuse_large = 0;
+    printf("oom launches done\n");
+}
+
+static void long_kernel(void) {
+    for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
+    mock_api(RT, 211, 500, 1);
+    mock_api(RT, 211, 500, 0);
+    uint64_t t0 = mock_now();
+    mock_kernel_begin(500, t0, "_Z4longv", 7);
+    for (uint32_t c = 11; c <= 15; c++) launch(211, c, "_Z6behindv");
+    usleep(400 * 1000); /* about eight flush periods of 50 ms */
+    uint64_t end = mock_now();
+    mock_kernel_end(500, end);
+    printf("long start %llu end %llu\n", (unsigned long long)t0, (unsigned long long)end);
+    usleep(200 * 1000);
+    /* Still running when the program ends; and a record CUPTI cannot parse. */
+    mock_api(RT, 211, 600, 1);
+    mock_api(RT, 211, 600, 0);
+    mock_kernel_begin(600, mock_now(), "_Z7runningv", 7);
+    mock_bad_record();
+    late_mode = 1;
+}
+
 #define LOAD(name)                                                    \
     do {                                                              \
         *(void **)&name = dlsym(mock, #name);                         \
@@ -56,21 +245,28 @@ int main(int argc, char **argv) {
     if (argc < 3) return 97;
     printf("host: start\n");
     fflush(stdout);
+    atexit(late);
     if (strcmp(argv[1], "none") != 0) {
         void *inj = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
         if (!inj) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 99; }
         int (*init)(void) = (int (*)(void))dlsym(inj, "InitializeInjection");
         if (!init) return 96;
         printf("host: init returned %d\n", init());
+        if (getenv("HOST_INIT_TWICE")) printf("host: second init returned %d\n", init());
     } else {
         printf("host: init returned 1\n");
     }
     if (strncmp(argv[2], "mock", 4) == 0) {
-        void *mock = dlopen(getenv("GPUPERF_CUPTI_PATH"), RTLD_NOW | RTLD_LOCAL);
+        const char *path = getenv("MOCK_CUPTI_CONTROL");
+        if (!path) path = getenv("GPUPERF_CUPTI_PATH");
+        void *mock = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
         if (!mock) { fprintf(stderr, "dlopen mock: %s\n", dlerror()); return 95; }
-        LOAD(mock_api); LOAD(mock_kernel); LOAD(mock_memcpy); LOAD(mock_drop);
-        LOAD(mock_now); LOAD(mock_enabled); LOAD(mock_thread_id_type);
-        LOAD(mock_context_destroy);
+        LOAD(mock_api); LOAD(mock_kernel); LOAD(mock_kernel_begin); LOAD(mock_kernel_end);
+        LOAD(mock_memcpy); LOAD(mock_peer_copy); LOAD(mock_sync); LOAD(mock_bad_record);
+        LOAD(mock_deliver_late); LOAD(mock_drop); LOAD(mock_now); LOAD(mock_enabled);
+        LOAD(mock_thread_id_type); LOAD(mock_context_create); LOAD(mock_context_destroy);
+        LOAD(mock_fatal); LOAD(mock_subscribed); LOAD(mock_kinds_enabled);
+        LOAD(mock_callbacks_enabled); LOAD(mock_events); LOAD(mock_lost_ends);
         printf("clock before %llu\n", (unsigned long long)now());
         printf("main tid %d\n", gettid());
         printf("thread id type %d\n", mock_thread_id_type());
@@ -78,6 +274,13 @@ int main(int argc, char **argv) {
                mock_enabled(RT, 211), mock_enabled(RT, 311), mock_enabled(RT, 31),
                mock_enabled(RT, 165), mock_enabled(DRV, 307), mock_enabled(RT, 3),
                mock_enabled(DRV, 17));
+        if (strcmp(argv[2], "mock-probe") == 0) {
+            printf("subscribed %d kinds %d callbacks %d\n", mock_subscribed(),
+                   mock_kinds_enabled(), mock_callbacks_enabled());
+            return 3;
+        }
+        /* The primary context of device 0, where the kernels below run. */
+        mock_context_create(1, 0);
         if (strcmp(argv[2], "mock-bench") == 0) {
             /* What one launch costs the app thread: API enter and exit callbacks
              * plus one kernel record, which a background flush decodes. */
@@ -87,6 +290,27 @@ int main(int argc, char **argv) {
             uint64_t dt = now() - t0;
             printf("bench launches %ld ns_per_launch %.1f\n", n, (double)dt / (double)n);
             return 0;
+        }
+        if (strcmp(argv[2], "mock-long") == 0) {
+            long_kernel();
+            return 3;
+        }
+        if (strcmp(argv[2], "mock-takeover") == 0) {
+            takeover(mock);
+            return 3;
+        }
+        if (strcmp(argv[2], "mock-stress") == 0) {
+            stress(argc > 3 ? atol(argv[3]) : 3000);
+            return 3;
+        }
+        if (strcmp(argv[2], "mock-oom") == 0) {
+            out_of_memory();
+            return 3;
+        }
+        if (strcmp(argv[2], "mock-fatal") == 0) {
+            for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
+            mock_fatal("mock: the device fell off the bus");
+            return 3;
         }
         for (uint32_t c = 1; c <= 100; c++) launch(c % 2 ? 211 : 505, c, "_Z6kernelPfi");
         if (strcmp(argv[2], "mock-kill") == 0) {
@@ -119,6 +343,22 @@ int main(int argc, char **argv) {
         mock_api(RT, 31, 4000, 1);
         mock_memcpy(4001, 4000, mock_now(), mock_now() + 2000, 1 << 20);
         mock_api(RT, 31, 4000, 0);
+        /* A peer-to-peer copy from device 0 to device 1. */
+        mock_api(RT, 160, 4500, 1);
+        mock_peer_copy(4500, mock_now(), mock_now() + 3000, 4096, 0, 1);
+        mock_api(RT, 160, 4500, 0);
+        /* Syncs: a stream of device 2, a whole context of device 2 (no stream),
+         * and a context CUPTI never announced. */
+        mock_context_create(5, 2);
+        mock_api(RT, 131, 4600, 1);
+        mock_api(RT, 131, 4600, 0);
+        mock_sync(4600, 5, 9, mock_now(), mock_now() + 100);
+        mock_api(RT, 165, 4700, 1);
+        mock_api(RT, 165, 4700, 0);
+        mock_sync(4700, 5, NO_STREAM, mock_now(), mock_now() + 100);
+        mock_api(RT, 165, 4800, 1);
+        mock_api(RT, 165, 4800, 0);
+        mock_sync(4800, 9, 3, mock_now(), mock_now() + 100);
         /* Not recorded: never enabled. */
         mock_api(RT, 3, 5000, 1);
         mock_api(RT, 3, 5000, 0);

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use gpuperf_inject::Cupti;
 use gpuperf_inject::decode::{Decoded, Place, decode};
+use gpuperf_merge::model::PeerDevices;
 
 use crate::support::{Wheels, gcc, includes12, includes13, wheels};
 
@@ -63,7 +64,7 @@ fn fill_and_decode(w: &Wheels, major: u32) -> Vec<Decoded> {
 }
 
 fn check(decoded: &[Decoded]) {
-    assert_eq!(decoded.len(), 7, "{decoded:#?}");
+    assert_eq!(decoded.len(), 8, "{decoded:#?}");
     match &decoded[0] {
         Decoded::Kernel {
             place, grid, block, ..
@@ -90,7 +91,9 @@ fn check(decoded: &[Decoded]) {
             place,
             copy_kind,
             bytes,
+            peer,
         } => {
+            assert_eq!(*peer, None);
             // The runtime call's id wins over the driver's.
             assert_eq!(place.correlation_id, 43);
             assert_eq!(
@@ -156,6 +159,31 @@ fn check(decoded: &[Decoded]) {
             device: 1
         }
     );
+    match &decoded[7] {
+        Decoded::Memcpy {
+            place,
+            copy_kind,
+            bytes,
+            peer,
+        } => {
+            assert_eq!(
+                *place,
+                Place {
+                    start_ns: 11000,
+                    end_ns: 11500,
+                    correlation_id: 47,
+                    device: 1,
+                    context: 2,
+                    stream: 7,
+                    graph_id: 5,
+                    graph_node_id: 0x42,
+                }
+            );
+            assert_eq!((*copy_kind, *bytes), (10, 1 << 16));
+            assert_eq!(*peer, Some(PeerDevices { src: 1, dst: 3 }));
+        }
+        other => panic!("expected a peer-to-peer copy, got {other:?}"),
+    }
 }
 
 #[test]

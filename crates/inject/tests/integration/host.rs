@@ -3,20 +3,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, Record};
+use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, MemcpyKind, PeerDevices, Record};
 
-use crate::support::{
-    Wheels, gcc, includes13, inject_lib, read_logs, read_traces, run_host, wheels,
-};
+use crate::support::{inject_lib, mock, read_logs, read_traces, run_host, wheels};
 
-fn mock(w: &Wheels) -> std::path::PathBuf {
-    let mut args = vec!["-shared", "-fPIC"];
-    let incs = includes13(w);
-    args.extend(incs.iter().map(String::as_str));
-    gcc("mock_cupti.c", "libcupti_mock.so", &args)
-}
-
-fn notes(records: &[Record]) -> Vec<String> {
+pub fn notes(records: &[Record]) -> Vec<String> {
     records
         .iter()
         .filter_map(|r| match r {
@@ -90,7 +81,7 @@ fn mock_busy_cupti_is_reported_and_the_app_unchanged() {
     );
 }
 
-fn field<'a>(stdout: &'a str, key: &str) -> &'a str {
+pub fn field<'a>(stdout: &'a str, key: &str) -> &'a str {
     stdout
         .lines()
         .find_map(|l| l.strip_prefix(key))
@@ -103,14 +94,48 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
     let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
-        "mock",
+    plumbing(
+        dir.path(),
         &[
             ("GPUPERF_CUPTI_PATH", &m),
             ("GPUPERF_GPU_TRACE", dir.path()),
         ],
     );
+}
+
+/// A second `InitializeInjection` (NVIDIA's sample guards against it) must leave
+/// the live trace alone.
+#[test]
+fn mock_cupti_second_initialize_keeps_the_trace() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = plumbing(
+        dir.path(),
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("HOST_INIT_TWICE", Path::new("1")),
+        ],
+    );
+    assert_eq!(field(&stdout, "host: second init returned"), "1");
+    // The log of the recording in progress is intact too.
+    let log = read_logs(dir.path());
+    assert!(
+        log.lines().all(|l| l.starts_with("gpuperf-inject[")),
+        "{log}"
+    );
+    assert!(log.contains("recording to"), "{log}");
+    assert!(
+        log.contains("InitializeInjection called again; already initialized"),
+        "{log}"
+    );
+}
+
+/// Runs the host's "mock" scene and checks everything it plays reached the trace
+/// in `dir`; returns the host's stdout.
+pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
+    let out = run_host(Some(&inject_lib()), "mock", env);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         out.status.code(),
@@ -129,7 +154,7 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
     let main_tid: u32 = field(&stdout, "main tid").parse().unwrap();
     let worker_tid: u32 = field(&stdout, "worker tid").parse().unwrap();
 
-    let (records, strings, files) = read_traces(dir.path());
+    let (records, strings, files) = read_traces(dir);
     assert_eq!(files, 1);
     assert!(notes(&records).is_empty(), "{:?}", notes(&records));
     let mut apis = HashMap::new();
@@ -147,8 +172,9 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
         }
     }
     // 100 + 50 launches, one graph launch, one runtime launch with a nested driver
-    // call (recorded once), one driver launch, one copy; cudaGetLastError never.
-    assert_eq!(apis.len(), 154);
+    // call (recorded once), one driver launch, two copies, three syncs;
+    // cudaGetLastError never.
+    assert_eq!(apis.len(), 158);
     let name = |c: u32| strings.get(apis[&c].name).to_owned();
     assert_eq!(name(1), "cudaLaunchKernel");
     assert_eq!(name(2), "__cudaLaunchKernel");
@@ -157,6 +183,7 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
     assert_eq!(name(3500), "cuLaunchKernel");
     assert_eq!(apis[&3500].domain, ApiDomain::Driver);
     assert_eq!(name(4000), "cudaMemcpy");
+    assert_eq!(name(4500), "cudaMemcpyPeer");
     assert!(!apis.contains_key(&3001) && !apis.contains_key(&5000));
     for c in 1..=100 {
         assert_eq!(apis[&c].tid, main_tid);
@@ -167,6 +194,7 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
 
     let mut kernels: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
     let mut copies = Vec::new();
+    let mut syncs = HashMap::new();
     let mut dropped = 0;
     for r in &records {
         match r {
@@ -178,7 +206,12 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
                         .or_default()
                         .push((a.graph_id, a.graph_node_id));
                 }
-                ActivityKind::Memcpy { bytes, .. } => copies.push((a.correlation_id, bytes)),
+                ActivityKind::Memcpy { bytes, kind, peer } => {
+                    copies.push((a.correlation_id, kind, bytes, a.device, peer))
+                }
+                ActivityKind::Sync { .. } => {
+                    syncs.insert(a.correlation_id, (a.device, a.stream));
+                }
                 _ => {}
             },
             Record::Dropped(d) if d.source == DropSource::CuptiActivity => dropped += d.count,
@@ -196,13 +229,31 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
     assert_eq!(kernels[&2000], [(7, 1), (7, 2), (7, 3)]);
     // The nested driver call's kernel is charged to the runtime call.
     assert_eq!(kernels[&3000].len(), 1);
-    assert_eq!(copies, [(4000, 1 << 20)]);
+    assert_eq!(
+        copies,
+        [
+            (4000, MemcpyKind::DtoH, 1 << 20, 0, None),
+            (
+                4500,
+                MemcpyKind::PtoP,
+                4096,
+                0,
+                Some(PeerDevices { src: 0, dst: 1 })
+            )
+        ]
+    );
+    // The device of a sync comes from its context; a context CUPTI never
+    // announced leaves it unknown, never device 65535.
+    assert_eq!(syncs[&4600], (2, 9));
+    assert_eq!(syncs[&4700], (2, u32::MAX), "a context sync has no stream");
+    assert_eq!(syncs[&4800], (u32::MAX, 3));
     assert_eq!(dropped, 5);
-    let log = read_logs(dir.path());
+    let log = read_logs(dir);
     assert!(
         log.contains("1 nested driver calls (1 activities charged"),
         "{log}"
     );
+    stdout
 }
 
 #[test]

@@ -5,4 +5,5 @@
 
 mod decode;
 mod host;
+mod lifecycle;
 mod support;

@@ -1,8 +1,10 @@
 //! Building the C helpers and finding NVIDIA's CUDA wheels.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use gpuperf_merge::gputrace;
 use gpuperf_merge::model::{Record, StringTable};
@@ -71,6 +73,7 @@ pub fn gcc(src: &str, out: &str, args: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("inject");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(out);
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     // Tests run in parallel; a second build of a file another test is executing
     // would fail with "text file busy".
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -123,20 +126,82 @@ pub fn inject_lib() -> PathBuf {
     .expect("libgpuperf_inject.so built next to the test binary")
 }
 
-/// The host program (tests/data/host.c).
+/// The host program (tests/data/host.c). It exports `cuDriverGetVersion`.
 pub fn host() -> PathBuf {
-    gcc("host.c", "host", &["-ldl", "-lpthread"])
+    gcc("host.c", "host", &["-ldl", "-lpthread", "-rdynamic"])
+}
+
+/// The MOCK libcupti built with the CUPTI 13 headers, under the file name `out`,
+/// with extra compiler flags (`-D…` switches, a soname).
+pub fn mock_lib(w: &Wheels, out: &str, flags: &[&str]) -> PathBuf {
+    let mut args = vec!["-shared", "-fPIC", "-lpthread"];
+    let incs = includes13(w);
+    args.extend(incs.iter().map(String::as_str));
+    args.extend_from_slice(flags);
+    gcc("mock_cupti.c", out, &args)
+}
+
+/// The default MOCK libcupti (CUPTI 13.0).
+pub fn mock(w: &Wheels) -> PathBuf {
+    mock_lib(w, "libcupti_mock.so", &[])
 }
 
 /// Runs the host; `inject` None runs it without the library.
 pub fn run_host(inject: Option<&Path>, mode: &str, env: &[(&str, &Path)]) -> Output {
+    run_host_with(inject, mode, &[], env, Duration::from_secs(120))
+}
+
+/// Runs the host with extra arguments, killing it and failing the test when it
+/// does not finish within `limit` (a deadlock must fail, not hang the run).
+pub fn run_host_with(
+    inject: Option<&Path>,
+    mode: &str,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    limit: Duration,
+) -> Output {
     let mut c = Command::new(host());
-    c.arg(inject.map_or(Path::new("none"), |p| p)).arg(mode);
+    c.arg(inject.map_or(Path::new("none"), |p| p))
+        .arg(mode)
+        .args(args);
     for (k, v) in env {
         c.env(k, v);
     }
     c.env_remove("GPUPERF_INJECT_LOG");
-    c.output().expect("host runs")
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("host runs");
+    let pipe = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = pipe(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = pipe(child.stderr.take().map(|p| Box::new(p) as _));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for host") {
+            break st;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = out.join().unwrap_or_default();
+            panic!(
+                "host {mode} did not finish within {limit:?} (deadlock?); stdout so far:\n{}",
+                String::from_utf8_lossy(&stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
 }
 
 /// Every record of every `.gputrace` file in `dir`.
@@ -152,6 +217,11 @@ pub fn read_traces(dir: &Path) -> (Vec<Record>, StringTable, usize) {
             let stats =
                 gputrace::read(f, &p, &mut strings, &mut |r, _| records.push(r.clone())).unwrap();
             assert_eq!(stats.truncated_at, None, "{}", p.display());
+            assert!(
+                stats.diagnostics.is_empty() && stats.unknown_kinds == 0,
+                "{}: {stats:?}",
+                p.display()
+            );
         }
     }
     (records, strings, files)

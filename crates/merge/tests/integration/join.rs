@@ -431,3 +431,75 @@ fn cpu_readers__golden() {
         golden::check(&data(&format!("cpu/{case}.expected.txt")), &out);
     }
 }
+
+/// A peer-to-peer copy keeps both devices, and a sync whose device the recorder
+/// could not tell stays "device unknown" instead of becoming GPU 65535.
+#[test]
+fn chrome_trace__peer_copy_and_unknown_device() {
+    use gpuperf_merge::gputrace;
+    use gpuperf_merge::model::{Activity, MemcpyKind, PeerDevices, Process, UNKNOWN_DEVICE};
+
+    let strings = StringTable::new();
+    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
+    let activity = |correlation_id, device, stream, kind| {
+        Record::Activity(Activity {
+            pid: 42,
+            start_ns: 1000 + u64::from(correlation_id),
+            end_ns: 2000,
+            correlation_id,
+            device,
+            context: 9,
+            stream,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind,
+        })
+    };
+    for r in [
+        Record::Process(Process {
+            pid: 42,
+            ppid: 1,
+            exe: "/bin/app".into(),
+            start_ns: 1,
+            start_realtime_ns: 2,
+        }),
+        activity(
+            1,
+            0,
+            7,
+            ActivityKind::Memcpy {
+                kind: MemcpyKind::PtoP,
+                bytes: 64,
+                peer: Some(PeerDevices { src: 0, dst: 1 }),
+            },
+        ),
+        activity(
+            2,
+            UNKNOWN_DEVICE,
+            u32::MAX,
+            ActivityKind::Sync { sync_type: 4 },
+        ),
+    ] {
+        w.write(&r, &strings).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_tmp(dir.path(), "gpu.gputrace", &w.into_inner());
+    let out = run(&[p], None);
+    let v: Value = serde_json::from_str(&out.chrome).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let copy = events.iter().find(|e| e["cat"] == "memcpy").unwrap();
+    assert_eq!(
+        (&copy["args"]["src_device"], &copy["args"]["dst_device"]),
+        (&Value::from(0), &Value::from(1))
+    );
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"GPU ? (device unknown, pid 42)"),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("65535")), "{names:?}");
+}

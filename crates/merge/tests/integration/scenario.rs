@@ -110,6 +110,7 @@ pub fn build() -> Scenario {
         ActivityKind::Memcpy {
             kind: MemcpyKind::HtoD,
             bytes: 1 << 20,
+            peer: None,
         },
     )));
     // Kernels may be recorded before their API call, as CUPTI buffers deliver them.

@@ -15,13 +15,61 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define EEXIST 17
 
 /* The fields we read, relocated against the running kernel's BTF. */
+struct file;
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+struct mm_struct {
+	unsigned long start_code;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
+	struct files_struct *files;
+	struct mm_struct *mm;
+} __attribute__((preserve_access_index));
+
+struct qstr {
+	__u32 len;
+	const unsigned char *name;
+} __attribute__((preserve_access_index));
+
+struct dentry {
+	struct dentry *d_parent;
+	struct qstr d_name;
+} __attribute__((preserve_access_index));
+
+struct vfsmount {
+	struct dentry *mnt_root;
+} __attribute__((preserve_access_index));
+
+/* The kernel's private mount tree node around each vfsmount. */
+struct mount {
+	struct mount *mnt_parent;
+	struct dentry *mnt_mountpoint;
+	struct vfsmount mnt;
+} __attribute__((preserve_access_index));
+
+struct path {
+	struct vfsmount *mnt;
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct path f_path;
 } __attribute__((preserve_access_index));
 
 struct linux_binprm {
 	const char *filename;
+	struct file *file;
 } __attribute__((preserve_access_index));
 
 /* Set before load. */
@@ -425,6 +473,174 @@ int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+/* Where file paths are put together, last component first. */
+#define NAME_LEN 256
+#define PATH_DEPTH 64
+
+struct file_scratch {
+	/* Kept in the map, not a register: the verifier then sees every loop
+	 * round alike, instead of tracking the offset's range round by round. */
+	__u32 off;
+	__u32 pad;
+	char buf[FILE_PATH_LEN + NAME_LEN];
+	struct file_event e;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct file_scratch);
+	__uint(max_entries, 1);
+} file_scratch SEC(".maps");
+
+/* Sends the path of a file that a traced process maps as code (or execs), so
+ * that user space can find the file by the build ids in its frames after the
+ * process is gone. The path is the one in the process's mount namespace,
+ * from its root: the dentry names up to each mount's root, then across to
+ * the mount point, as d_path does (bpf_d_path is not allowed in these
+ * programs). A path deeper than PATH_DEPTH or longer than FILE_PATH_LEN is
+ * not sent. */
+static __always_inline void send_file(struct file *file, __u32 tgid, __u32 place, __u64 start,
+				      __u64 end, __u64 offset)
+{
+	__u32 zero = 0;
+	struct file_scratch *s = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!s || !file)
+		return;
+	__u64 mnt_off = bpf_core_field_offset(struct mount, mnt);
+	struct dentry *dentry = BPF_CORE_READ(file, f_path.dentry);
+	struct vfsmount *vfsmnt = BPF_CORE_READ(file, f_path.mnt);
+	struct mount *mnt = (void *)vfsmnt - mnt_off;
+	/* The path ends at buf[last], its NUL, and starts at buf[s->off]. */
+	__u32 last = FILE_PATH_LEN - 1;
+	bool root = false;
+	s->off = last;
+	s->buf[last] = 0;
+	for (int i = 0; i < PATH_DEPTH; i++) {
+		struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
+		struct dentry *mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
+		if (dentry == mnt_root || dentry == parent) {
+			struct mount *up = BPF_CORE_READ(mnt, mnt_parent);
+			if (dentry != mnt_root || up == mnt) {
+				root = true;
+				break;
+			}
+			dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
+			mnt = up;
+			vfsmnt = (void *)mnt + mnt_off;
+			continue;
+		}
+		__u32 len = BPF_CORE_READ(dentry, d_name.len);
+		const unsigned char *name = BPF_CORE_READ(dentry, d_name.name);
+		__u32 off = s->off;
+		if (len >= NAME_LEN || len + 1 > off)
+			return;
+		off -= len + 1;
+		s->off = off;
+		s->buf[off & (FILE_PATH_LEN - 1)] = '/';
+		if (bpf_probe_read_kernel(&s->buf[(off + 1) & (FILE_PATH_LEN - 1)],
+					  len & (NAME_LEN - 1), name))
+			return;
+		dentry = parent;
+	}
+	__u32 off = s->off;
+	if (!root || off >= last)
+		return;
+	__u32 n = last + 1 - off;
+	if (n > FILE_PATH_LEN)
+		return;
+	if (bpf_probe_read_kernel(s->e.path, n, &s->buf[off & (FILE_PATH_LEN - 1)]))
+		return;
+	s->e.kind = EVENT_FILE;
+	s->e.pid = tgid;
+	s->e.path_len = n;
+	s->e.place = place;
+	s->e.start = start;
+	s->e.end = end;
+	s->e.offset = offset;
+	if (bpf_ringbuf_output(&events, &s->e, offsetof(struct file_event, path) + n,
+			       wakeup_flag()))
+		count(STAT_FILE_DROPS);
+}
+
+/* The arguments of the syscalls:sys_enter_mmap tracepoint and the result of
+ * sys_exit_mmap (their format files). */
+struct mmap_enter {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 addr;
+	__u64 len;
+	__u64 prot;
+	__u64 flags;
+	__u64 fd;
+	__u64 off;
+};
+
+struct mmap_exit {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+#define PROT_EXEC 0x4
+#define MAX_ERRNO 4095
+
+struct mmap_call {
+	__u64 fd;
+	__u64 len;
+	__u64 off;
+};
+
+/* A thread's mmap of a file as code, from syscall entry to exit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, struct mmap_call);
+	__uint(max_entries, 4096);
+} mmap_calls SEC(".maps");
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int on_mmap_enter(struct mmap_enter *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!filter_pids || !(ctx->prot & PROT_EXEC) || (__s64)ctx->fd < 0 ||
+	    !traced(pid_tgid))
+		return 0;
+	__u32 tid = pid_tgid;
+	struct mmap_call call = {.fd = ctx->fd, .len = ctx->len, .off = ctx->off};
+	bpf_map_update_elem(&mmap_calls, &tid, &call, BPF_ANY);
+	return 0;
+}
+
+/* A traced process mapped a file as code (the loader mapping a library):
+ * its path and where it went. */
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int on_mmap_exit(struct mmap_exit *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = pid_tgid;
+	struct mmap_call *c = bpf_map_lookup_elem(&mmap_calls, &tid);
+	if (!c)
+		return 0;
+	struct mmap_call call = *c;
+	bpf_map_delete_elem(&mmap_calls, &tid);
+	if (ctx->ret < 0 && ctx->ret >= -MAX_ERRNO)
+		return 0;
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || call.fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *file = NULL;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[call.fd]))
+		return 0;
+	__u64 start = ctx->ret;
+	send_file(file, pid_tgid >> 32, PLACE_MAPPING, start, start + call.len, call.off);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *bprm)
 {
@@ -440,6 +656,11 @@ int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *b
 	e->pid = tgid;
 	bpf_probe_read_kernel_str(e->filename, sizeof(e->filename), bprm->filename);
 	bpf_ringbuf_submit(e, wakeup_flag());
+	/* The name given to execve may be relative, and the process may be gone
+	 * before user space reads its /proc entry: send the file's full path. */
+	if (filter_pids)
+		send_file(BPF_CORE_READ(bprm, file), tgid, PLACE_EXEC,
+			  BPF_CORE_READ(p, mm, start_code), 0, 0);
 	return 0;
 }
 
@@ -452,3 +673,4 @@ int BPF_PROG(forget_exit, struct task_struct *p)
 	bpf_map_delete_elem(&targets, &tgid);
 	return 0;
 }
+

@@ -12,6 +12,7 @@ enum event_kind {
 	EVENT_LAUNCH = 1,
 	EVENT_STACK = 2,
 	EVENT_EXEC = 3,
+	EVENT_FILE = 4,
 };
 
 /* Where a launch record's stack was taken. */
@@ -56,6 +57,31 @@ struct exec_event {
 	char filename[EXEC_PATH_LEN];
 };
 
+#define FILE_PATH_LEN 4096
+
+/* Where a file_event's file sits in its process's memory. */
+enum file_place {
+	/* Mapped at [start, end) from file offset `offset` (an mmap). */
+	PLACE_MAPPING = 1,
+	/* The executable: `start` is the mm's start_code, where its lowest
+	 * executable segment starts (its ELF address plus the load bias). */
+	PLACE_EXEC = 2,
+};
+
+/* A traced process execs or maps a file as code. Sent with its full path
+ * (path_len bytes, the NUL included) and its place, so the file and the
+ * frames in it can be found after the process exits. */
+struct file_event {
+	__u32 kind;
+	__u32 pid;
+	__u32 path_len;
+	__u32 place;
+	__u64 start;
+	__u64 end;
+	__u64 offset;
+	char path[FILE_PATH_LEN];
+};
+
 enum stat_index {
 	STAT_ENTRIES,
 	STAT_MARKERS,
@@ -68,6 +94,7 @@ enum stat_index {
 	STAT_EXEC_DROPS,
 	STAT_STACK_MAP_FULL,
 	STAT_WALK_MISMATCH,
+	STAT_FILE_DROPS,
 	STAT_COUNT,
 };
 

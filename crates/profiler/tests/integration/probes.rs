@@ -7,7 +7,8 @@ use gpuperf_merge::cpu::CpuLaunch;
 use gpuperf_profiler::{Options, ProbeSpec};
 
 use crate::support::{
-    Run, app, cuda13, inject_lib, mock_cupti, privileged, profile, real_cudart_app,
+    Run, app, app_shared, cuda13, inject_lib, mock_cupti, privileged, profile, profile_in,
+    real_cudart_app,
 };
 
 fn compat(exe: &Path) -> Options {
@@ -101,6 +102,43 @@ fn a_short_lived_process_is_symbolized_after_it_exits() {
         );
     }
     assert_eq!(run.summary.unsymbolized_frames, 0, "{}", run.text);
+}
+
+/// A program that lives a few milliseconds, started by a relative path, with
+/// its CUDA library a shared object: every frame of the executable is named,
+/// although the process is gone before its stacks are symbolized.
+#[test]
+fn a_process_that_lives_milliseconds_keeps_its_executables_symbols_relative_exe_200_launches() {
+    if !privileged() {
+        return;
+    }
+    let (dir, exe, lib) = app_shared("app-short");
+    let relative = Path::new(".").join(exe.file_name().unwrap());
+    for defer_symbolization in [false, true] {
+        let options = Options {
+            uprobes: vec![ProbeSpec {
+                path: lib.clone(),
+                symbol: "cudaLaunchKernel".into(),
+            }],
+            defer_symbolization,
+            ..Options::default()
+        };
+        let run = profile_in(options, &dir, &relative, &["200", "0"], &[]);
+        assert_eq!(run.trace.launches.len(), 200, "{:?}", run.summary);
+        assert_eq!(run.summary.files_not_followed, None);
+        for l in &run.trace.launches {
+            assert_suffix(
+                &run,
+                l,
+                &["main", "run_layer", "launch_kernel", "cudaLaunchKernel"],
+            );
+        }
+        assert_eq!(
+            run.summary.unsymbolized_frames, 0,
+            "deferred: {defer_symbolization}\n{}",
+            run.text
+        );
+    }
 }
 
 /// Injection mode on a mock CUPTI: the real gpuperf-inject calls its marker

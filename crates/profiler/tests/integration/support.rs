@@ -74,6 +74,34 @@ pub fn app(name: &str, cflags: &[&str]) -> PathBuf {
     exe
 }
 
+/// Builds `app.c` against the fake cudart as a shared library, in a directory
+/// of their own: `(dir, exe, lib)`. The executable finds the library beside it.
+pub fn app_shared(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = tmp().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libfakecudart.so");
+    let exe = dir.join(name);
+    run(Command::new("gcc")
+        .args([
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(data("fake_cudart.c")));
+    run(Command::new("gcc")
+        .args(["-Wall", "-Werror", "-O1", "-g", "-fno-omit-frame-pointer"])
+        .arg("-o")
+        .arg(&exe)
+        .arg(data("app.c"))
+        .arg(format!("-L{}", dir.display()))
+        .args(["-lfakecudart", "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"]));
+    (dir, exe, lib)
+}
+
 /// What a profiled run produced.
 pub struct Run {
     pub trace: CpuTrace,
@@ -96,7 +124,19 @@ impl Run {
 /// Starts the profiler, then runs `exe args` gated: it is added to the traced
 /// set before it execs, so nothing it does is missed. Waits for it to exit
 /// and for the profiler to drain.
-pub fn profile(mut options: Options, exe: &Path, args: &[&str], env: &[(&str, &Path)]) -> Run {
+pub fn profile(options: Options, exe: &Path, args: &[&str], env: &[(&str, &Path)]) -> Run {
+    profile_in(options, Path::new("."), exe, args, env)
+}
+
+/// [`profile`] with `exe` run from the directory `cwd` (`exe` may be relative
+/// to it).
+pub fn profile_in(
+    mut options: Options,
+    cwd: &Path,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> Run {
     let out = tmp().join(format!("cpu-{}.txt", std::process::id()));
     let out = out.with_extension(format!(
         "{}.txt",
@@ -112,6 +152,7 @@ pub fn profile(mut options: Options, exe: &Path, args: &[&str], env: &[(&str, &P
         .arg(exe)
         .args(args)
         .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

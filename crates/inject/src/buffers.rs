@@ -1,0 +1,181 @@
+//! The activity buffers handed to CUPTI.
+//!
+//! A buffer callback must never answer with a null buffer: before API 27 that
+//! can crash CUPTI (Kineto commit baea3804). When memory runs out, a buffer from
+//! a small reserve allocated at start goes instead, and comes back to the reserve
+//! once decoded. When the reserve is in use too, a shared discard buffer goes:
+//! what CUPTI writes there is never read, and the buffer is counted as lost.
+
+use std::alloc::Layout;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
+
+/// Size of each activity buffer. A periodic (unforced) flush only returns
+/// buffers whose records are all complete, so one long kernel holds back every
+/// record that shares its buffer: 256 KiB holds about 1200 kernel records (216
+/// bytes each in CUDA 13), which bounds that delay. At a launch-bound 500 000
+/// launches/s a buffer fills every ~2.5 ms, i.e. ~400 buffers per second, each
+/// one allocation and one decoding pass. CUDA 13 keeps a buffer per launching
+/// thread, so 2 MiB buffers would also cost a 64-thread process 128 MiB.
+pub const BUFFER_SIZE: usize = 256 << 10;
+/// Buffers kept for when allocation fails.
+const RESERVE: usize = 2;
+
+fn layout() -> Layout {
+    Layout::from_size_align(BUFFER_SIZE, 8).expect("constant layout")
+}
+
+/// Allocates one buffer; null when memory is short.
+pub fn alloc_buffer() -> *mut u8 {
+    // SAFETY: the layout has a non-zero size.
+    unsafe { std::alloc::alloc(layout()) }
+}
+
+/// Where a buffer CUPTI hands back came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Allocated for this request; freed after decoding.
+    Heap,
+    /// From the reserve; returned to it after decoding.
+    Reserve(usize),
+    /// The shared discard buffer: its contents are not read.
+    Discard,
+}
+
+/// The reserve and the discard buffer, allocated once and never freed.
+pub struct Pool {
+    owned: [*mut u8; RESERVE],
+    free: [AtomicPtr<u8>; RESERVE],
+    discard: *mut u8,
+    /// Requests answered from the reserve.
+    pub reserve_used: AtomicU64,
+    /// Buffers handed back in the discard buffer, whose records are lost.
+    pub lost: AtomicU64,
+}
+
+// SAFETY: the raw pointers are addresses of buffers this pool owns for the life
+// of the process; they are only compared and handed out, never dereferenced
+// here, and handing out is arbitrated by the atomics.
+unsafe impl Sync for Pool {}
+// SAFETY: as above.
+unsafe impl Send for Pool {}
+
+impl Pool {
+    /// Allocates the reserve and the discard buffer with `alloc`. A failed
+    /// allocation leaves that slot empty.
+    pub fn new(alloc: impl Fn() -> *mut u8) -> Self {
+        let owned: [*mut u8; RESERVE] = std::array::from_fn(|_| alloc());
+        Self {
+            owned,
+            free: owned.map(AtomicPtr::new),
+            discard: alloc(),
+            reserve_used: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+        }
+    }
+
+    /// A buffer for CUPTI and its size: a fresh one from `alloc`, else one from
+    /// the reserve, else the discard buffer. Null only if even the pool could not
+    /// be allocated at start.
+    pub fn request(&self, alloc: impl FnOnce() -> *mut u8) -> (*mut u8, usize) {
+        let p = alloc();
+        if !p.is_null() {
+            return (p, BUFFER_SIZE);
+        }
+        for slot in &self.free {
+            let r = slot.swap(ptr::null_mut(), Relaxed);
+            if !r.is_null() {
+                self.reserve_used.fetch_add(1, Relaxed);
+                return (r, BUFFER_SIZE);
+            }
+        }
+        (
+            self.discard,
+            if self.discard.is_null() {
+                0
+            } else {
+                BUFFER_SIZE
+            },
+        )
+    }
+
+    /// Where `p` came from.
+    pub fn origin(&self, p: *mut u8) -> Origin {
+        if let Some(i) = self.owned.iter().position(|&o| o == p && !o.is_null()) {
+            Origin::Reserve(i)
+        } else if p == self.discard {
+            Origin::Discard
+        } else {
+            Origin::Heap
+        }
+    }
+
+    /// Takes back a buffer CUPTI is done with, once its records are decoded.
+    ///
+    /// # Safety
+    /// `p` must come from [`Pool::request`] on this pool, with `alloc_buffer` as
+    /// the allocator, and not be used afterwards.
+    pub unsafe fn release(&self, p: *mut u8) {
+        match self.origin(p) {
+            Origin::Heap => {
+                // SAFETY: allocated by `alloc_buffer` with this layout; the
+                // caller gives it up.
+                unsafe { std::alloc::dealloc(p, layout()) }
+            }
+            Origin::Reserve(i) => self.free[i].store(p, Relaxed),
+            Origin::Discard => {
+                self.lost.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_allocation_gets_a_reserve_buffer_never_null() {
+        let pool = Pool::new(alloc_buffer);
+        let mut handed = Vec::new();
+        for _ in 0..RESERVE {
+            let (p, size) = pool.request(ptr::null_mut);
+            assert!(!p.is_null());
+            assert_eq!(size, BUFFER_SIZE);
+            assert!(matches!(pool.origin(p), Origin::Reserve(_)));
+            handed.push(p);
+        }
+        assert_eq!(pool.reserve_used.load(Relaxed), RESERVE as u64);
+        // The reserve is in use: the discard buffer goes, and is counted lost.
+        let (d, size) = pool.request(ptr::null_mut);
+        assert!(!d.is_null());
+        assert_eq!((pool.origin(d), size), (Origin::Discard, BUFFER_SIZE));
+        // SAFETY: each pointer came from `request` and is not used again.
+        unsafe { pool.release(d) };
+        assert_eq!(pool.lost.load(Relaxed), 1);
+        // A reserve buffer given back is handed out again.
+        // SAFETY: as above.
+        unsafe { pool.release(handed.pop().unwrap()) };
+        let (p, _) = pool.request(ptr::null_mut);
+        assert!(matches!(pool.origin(p), Origin::Reserve(_)));
+    }
+
+    #[test]
+    fn allocated_buffers_are_freed_and_the_reserve_untouched() {
+        let pool = Pool::new(alloc_buffer);
+        let (p, size) = pool.request(alloc_buffer);
+        assert_eq!((pool.origin(p), size), (Origin::Heap, BUFFER_SIZE));
+        // SAFETY: from `request` with `alloc_buffer`; not used again.
+        unsafe { pool.release(p) };
+        assert_eq!(
+            (pool.reserve_used.load(Relaxed), pool.lost.load(Relaxed)),
+            (0, 0)
+        );
+    }
+
+    #[test]
+    fn without_any_memory_the_answer_is_an_empty_buffer() {
+        let pool = Pool::new(ptr::null_mut);
+        assert_eq!(pool.request(ptr::null_mut), (ptr::null_mut(), 0));
+    }
+}

@@ -1,0 +1,422 @@
+//! The recorder against CUPTI behaviour that a real driver shows and a naive
+//! client gets wrong, each played by the MOCK libcupti: flush semantics with
+//! kernels in flight, libcupti selection and fallback, another CUPTI client in
+//! the same process, CUPTI's internal lock, failed start-up, fatal errors.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use gpuperf_merge::model::{ActivityKind, DropSource, Record};
+
+use crate::host::{field, notes, plumbing};
+use crate::support::{
+    inject_lib, mock, mock_lib, read_logs, read_traces, run_host, run_host_with, wheels,
+};
+
+/// Kernel records by correlation id: (start, end).
+fn kernels(records: &[Record]) -> HashMap<u32, (u64, u64)> {
+    let mut k = HashMap::new();
+    for r in records {
+        if let Record::Activity(a) = r
+            && let ActivityKind::Kernel { .. } = a.kind
+        {
+            assert!(
+                k.insert(a.correlation_id, (a.start_ns, a.end_ns)).is_none(),
+                "kernel {} twice",
+                a.correlation_id
+            );
+        }
+    }
+    k
+}
+
+fn api_count(records: &[Record]) -> usize {
+    records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(_)))
+        .count()
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    stdout
+}
+
+/// A kernel that runs across many flush periods keeps its true end: periodic
+/// flushes are not forced, the one forced flush comes at exit after the kinds
+/// are disabled, and what it returns incomplete is counted, not written.
+#[test]
+fn mock_kernel_running_across_flush_periods_keeps_its_end() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-long",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("GPUPERF_FLUSH_MS", Path::new("50")),
+        ],
+    );
+    let stdout = stdout_of(&out);
+    let (records, _, _) = read_traces(dir.path());
+    let k = kernels(&records);
+    let long: Vec<u64> = field(&stdout, "long start")
+        .split(" end ")
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(k.get(&500), Some(&(long[0], long[1])), "{k:?}");
+    for (c, (start, end)) in &k {
+        assert!(
+            *start != 0 && *end != 0 && end >= start,
+            "kernel {c}: {start}..{end}"
+        );
+    }
+    for c in 1..=15 {
+        assert!(k.contains_key(&c), "kernel {c} missing");
+    }
+    assert!(
+        !k.contains_key(&600),
+        "a kernel still running at exit has no end"
+    );
+    let incomplete: u64 = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Dropped(d) if d.source == DropSource::Incomplete => Some(d.count),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(incomplete, 1);
+    assert_eq!(field(&stdout, "lost ends"), "0");
+
+    // Flag 1 once, last, after every kind was disabled; flag 0 before it.
+    let events: Vec<&str> = field(&stdout, "mock events").split(' ').collect();
+    let forced: Vec<usize> = (0..events.len()).filter(|&i| events[i] == "F1").collect();
+    assert_eq!(forced.len(), 1, "{events:?}");
+    let last_flush = events.iter().rposition(|e| e.starts_with('F')).unwrap();
+    assert_eq!(forced[0], last_flush, "{events:?}");
+    let disabled: Vec<usize> = (0..events.len())
+        .filter(|&i| events[i].starts_with('D'))
+        .collect();
+    assert!(
+        !disabled.is_empty() && disabled.iter().all(|&i| i < forced[0]),
+        "{events:?}"
+    );
+    assert!(
+        events[..forced[0]].iter().filter(|e| **e == "F0").count() >= 3,
+        "{events:?}"
+    );
+
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains("cuptiActivityGetNextRecord: CUPTI_ERROR_INVALID_KIND"),
+        "{log}"
+    );
+    assert_eq!(
+        notes(&records),
+        [
+            "1 activity buffers were cut short by CUPTI (first: cuptiActivityGetNextRecord: \
+          CUPTI_ERROR_INVALID_KIND after 1 records); the records after the error are lost"
+        ]
+    );
+    assert!(
+        log.contains("1 activity records arrived after the trace was closed"),
+        "{log}"
+    );
+}
+
+/// Two mocks in one CUDA install: `libcupti.so.13` whose subscribe fails as the
+/// real one does without a matching driver, and a good `libcupti.so.12` after it.
+#[test]
+fn mock_libcupti_failing_to_subscribe_gives_way_to_the_next() {
+    let Some(w) = wheels() else { return };
+    let bad = mock_lib(
+        &w,
+        "fallback/lib64/libcupti.so.13",
+        &[
+            "-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_UNKNOWN",
+            "-Wl,-soname,libcupti.so.13",
+        ],
+    );
+    let good = mock_lib(
+        &w,
+        "fallback/lib64/libcupti.so.12",
+        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
+    );
+    let root = bad.parent().unwrap().parent().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    plumbing(
+        dir.path(),
+        &[
+            ("CUDA_HOME", root),
+            ("MOCK_CUPTI_CONTROL", &good),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+        ],
+    );
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains(&format!(
+            "`{}` rejected: cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN",
+            bad.display()
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("CUPTI API version 28 from `{}`", good.display())),
+        "{log}"
+    );
+}
+
+/// A CUDA 12.8 driver: a libcupti 13 is skipped before it is loaded, and the
+/// libcupti 12 beside it records.
+#[test]
+fn mock_libcupti_newer_than_the_driver_is_skipped() {
+    let Some(w) = wheels() else { return };
+    let new = mock_lib(
+        &w,
+        "driver/lib64/libcupti.so.13",
+        &["-Wl,-soname,libcupti.so.13"],
+    );
+    let old = mock_lib(
+        &w,
+        "driver/lib64/libcupti.so.12",
+        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
+    );
+    let root = new.parent().unwrap().parent().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    plumbing(
+        dir.path(),
+        &[
+            ("CUDA_HOME", root),
+            ("MOCK_CUPTI_CONTROL", &old),
+            ("MOCK_DRIVER_VERSION", Path::new("12080")),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+        ],
+    );
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains(&format!(
+            "`{}` rejected: CUDA 13 is newer than the driver (CUDA 12.8)",
+            new.display()
+        )),
+        "{log}"
+    );
+    assert!(log.contains("driver: CUDA 12.8"), "{log}");
+}
+
+/// torch.profiler (Kineto) started later in the same process: its subscribe
+/// fails, it registers its own buffers and clock anyway, and disables the kinds
+/// when it stops. The trace must say so.
+#[test]
+fn mock_second_cupti_client_taking_over_is_noted() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-takeover",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("GPUPERF_FLUSH_MS", Path::new("50")),
+        ],
+    );
+    let stdout = stdout_of(&out);
+    // CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, ignored as Kineto does.
+    assert_eq!(field(&stdout, "second subscribe"), "39");
+    assert_ne!(field(&stdout, "second client got"), "0 bytes");
+    let (records, _, _) = read_traces(dir.path());
+    assert_eq!(api_count(&records), 150);
+    let k = kernels(&records);
+    assert_eq!(k.len(), 100, "{k:?}");
+    assert_eq!(
+        notes(&records),
+        [
+            "GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"
+        ]
+    );
+}
+
+/// A second client that only registers its own timestamp clock: the records
+/// that reach us are not on CLOCK_MONOTONIC, so they are dropped and noted.
+#[test]
+fn mock_second_cupti_client_changing_the_clock_is_noted() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-takeover",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("GPUPERF_FLUSH_MS", Path::new("50")),
+            ("HOST_TAKEOVER", Path::new("clock")),
+        ],
+    );
+    stdout_of(&out);
+    let (records, _, _) = read_traces(dir.path());
+    assert_eq!(api_count(&records), 120);
+    let k = kernels(&records);
+    assert_eq!(k.len(), 100, "{k:?}");
+    assert!(k.keys().all(|&c| c <= 100), "{k:?}");
+    assert_eq!(
+        notes(&records),
+        [
+            "GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"
+        ]
+    );
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains("20 activity records not on CLOCK_MONOTONIC"),
+        "{log}"
+    );
+}
+
+/// CUPTI's internal lock is held while its thread delivers buffers, while it
+/// runs resource callbacks and cudaDeviceReset, and is taken again by
+/// cuptiActivityGetNumDroppedRecords and cuptiActivityFlushAll. Launches,
+/// context teardowns and resets on several threads must not deadlock; the test
+/// fails by timeout if they do.
+fn lock_stress(extra: &[(&str, &Path)]) {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = vec![
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("GPUPERF_FLUSH_MS", Path::new("50")),
+        ("MOCK_WORKER_US", Path::new("100")),
+    ];
+    env.extend_from_slice(extra);
+    let out = run_host_with(
+        Some(&inject_lib()),
+        "mock-stress",
+        &["3000"],
+        &env,
+        Duration::from_secs(60),
+    );
+    stdout_of(&out);
+    let (records, strings, _) = read_traces(dir.path());
+    let launches = records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(a) if strings.get(a.name) == "cudaLaunchKernel"))
+        .count();
+    let k = kernels(&records);
+    assert!(launches > 1000, "{launches}");
+    assert_eq!(k.len(), launches);
+}
+
+/// CUPTI's thread holds its lock while it hands a buffer over (and waits for
+/// the sink), while the flush thread, holding the sink, asks for dropped counts.
+#[test]
+fn mock_cupti_lock_stress_buffer_delivery_does_not_deadlock() {
+    lock_stress(&[
+        ("MOCK_WORKER_FLUSH", Path::new("1")),
+        ("HOST_TEARDOWN_US", Path::new("2000")),
+    ]);
+}
+
+/// Context teardowns and device resets flush from inside callbacks that run
+/// under CUPTI's lock, while the flush thread waits for that lock in
+/// cuptiActivityFlushAll.
+#[test]
+fn mock_cupti_lock_stress_teardown_flushes_do_not_deadlock() {
+    lock_stress(&[("HOST_TEARDOWN_US", Path::new("500"))]);
+}
+
+/// A start that fails after cuptiSubscribe (here: one callback id refused)
+/// leaves no subscriber and no enabled kind, so other tools can use CUPTI.
+#[test]
+fn mock_failed_start_leaves_cupti_unsubscribed_and_disabled() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-probe",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("MOCK_CUPTI_FAIL_CBID", Path::new("211")),
+        ],
+    );
+    let stdout = stdout_of(&out);
+    assert_eq!(
+        field(&stdout, "subscribed"),
+        "0 kinds 0 callbacks 0",
+        "{stdout}"
+    );
+    let (records, _, _) = read_traces(dir.path());
+    let n = notes(&records);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(n[0].contains("cuptiEnableCallback failed"), "{n:?}");
+}
+
+/// CUPTI reports a fatal error and stops itself: the trace says so.
+#[test]
+fn mock_cupti_fatal_error_is_noted() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-fatal",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+        ],
+    );
+    stdout_of(&out);
+    let (records, _, _) = read_traces(dir.path());
+    assert_eq!(kernels(&records).len(), 10);
+    assert_eq!(
+        notes(&records),
+        [
+            "CUPTI stopped itself after a fatal error (CUPTI_ERROR_UNKNOWN): mock: the device fell off the bus; GPU activity after it is missing"
+        ]
+    );
+}
+
+/// Large allocations fail while the program launches (as when the address space
+/// is full): the 256 KiB buffers cannot be allocated, and CUPTI (here a MOCK of API 26, which
+/// crashes on a null buffer as CUPTI before API 27 could) gets reserve buffers
+/// instead, or the discard buffer, whose loss is counted.
+#[test]
+fn mock_buffers_from_the_reserve_when_memory_runs_out() {
+    let Some(w) = wheels() else { return };
+    let m = mock_lib(&w, "api26/libcupti_mock.so", &["-DMOCK_VERSION=26"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_host(
+        Some(&inject_lib()),
+        "mock-oom",
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+        ],
+    );
+    let stdout = stdout_of(&out);
+    assert!(stdout.contains("oom launches done"), "{stdout}");
+    let log = read_logs(dir.path());
+    let reserve: u64 = log
+        .split(" buffers from the reserve")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(reserve > 0, "{log}");
+    let (records, _, _) = read_traces(dir.path());
+    let k = kernels(&records);
+    for c in 1..=100 {
+        assert!(k.contains_key(&c), "kernel {c} missing");
+    }
+}

@@ -1,0 +1,188 @@
+//! PyTorch profiler (Kineto) import at scale: read → join → folded on a trace of
+//! 1 M kernels, made by repeating the real V100 trace of
+//! `samples/recordings/real/` with shifted times and ids.
+//!
+//! `cargo bench -p gpuperf-merge --bench kineto [-- --kernels N --runs R]`
+//!
+//! The first run writes the scaled trace (uncompressed JSON, about 4 KB per kernel,
+//! as the original) under `$TMPDIR`. Each run is a fresh child process (pinned to
+//! one core with `taskset` when present) that streams the JSON, builds the CPU
+//! stacks, joins and writes the folded output to /dev/null; it reports its time and
+//! its peak RSS (VmHWM). The median run is printed.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use gpuperf_merge::folded::Folder;
+use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::join;
+use gpuperf_merge::model::StringTable;
+use serde_json::Value;
+
+const CHILD_ENV: &str = "GPUPERF_KINETO_BENCH_CHILD";
+
+fn main() {
+    if let Ok(file) = std::env::var(CHILD_ENV) {
+        child(Path::new(&file));
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str, default: u64| -> u64 {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let kernels = arg("--kernels", 1_000_000);
+    let runs = arg("--runs", 3);
+    let dir = std::env::temp_dir().join(format!("gpuperf-kineto-bench-{kernels}"));
+    let file = dir.join("scaled.pt.trace.json");
+    if !dir.join("done").exists() {
+        let t = Instant::now();
+        let made = generate(&dir, &file, kernels).expect("generate trace");
+        eprintln!(
+            "generated {made} kernels ({:.2} GB) in {:.1} s at {}",
+            fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e9,
+            t.elapsed().as_secs_f64(),
+            file.display()
+        );
+    }
+    let size = fs::metadata(&file).map_or(0, |m| m.len());
+    let exe = std::env::current_exe().expect("current exe");
+    let mut results: Vec<(f64, u64, u64, f64)> = Vec::new();
+    for _ in 0..runs {
+        let mut cmd = if Path::new("/usr/bin/taskset").exists() {
+            let mut c = Command::new("/usr/bin/taskset");
+            c.args(["-c", "0"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let out = cmd.env(CHILD_ENV, &file).output().expect("run child");
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut it = text.split_whitespace();
+        let secs: f64 = it.next().and_then(|v| v.parse().ok()).expect("seconds");
+        let hwm: u64 = it.next().and_then(|v| v.parse().ok()).expect("peak kB");
+        let n: u64 = it.next().and_then(|v| v.parse().ok()).expect("kernels");
+        let cpu: f64 = it.next().and_then(|v| v.parse().ok()).expect("CPU seconds");
+        eprintln!(
+            "  run: {secs:.3} s wall, {cpu:.3} s on the CPU, peak RSS {:.0} MiB",
+            hwm as f64 / 1024.0
+        );
+        results.push((secs, hwm, n, cpu));
+    }
+    results.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (secs, _, n, _) = results[results.len() / 2];
+    let mut cpus: Vec<f64> = results.iter().map(|r| r.3).collect();
+    cpus.sort_by(f64::total_cmp);
+    let cpu = cpus[cpus.len() / 2];
+    let peak = results.iter().map(|r| r.1).max().unwrap_or(0);
+    println!(
+        "kineto: {n} kernels ({:.2} GB of JSON) read+join+folded in {secs:.2} s wall, {cpu:.2} s on the CPU (medians of {runs}) = {:.0} MB/s on one core; peak RSS {:.0} MiB (max over runs)",
+        size as f64 / 1e9,
+        size as f64 / secs / 1e6,
+        peak as f64 / 1024.0
+    );
+}
+
+fn child(file: &Path) {
+    let t = Instant::now();
+    let mut strings = StringTable::new();
+    let gpu = GpuInputs::open(&[file.to_path_buf()], &mut strings).expect("Kineto trace");
+    let mut folder = Folder::new();
+    let summary = join::merge(
+        None,
+        &gpu,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut folder],
+    )
+    .expect("merge");
+    folder
+        .write(BufWriter::new(
+            File::create("/dev/null").expect("/dev/null"),
+        ))
+        .expect("write");
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    // Time on the CPU (ns, from the scheduler): steadier than wall time on a busy machine.
+    let cpu_ns: u64 = fs::read_to_string("/proc/self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    println!("{secs} {hwm} {} {}", summary.kernels, cpu_ns as f64 / 1e9);
+}
+
+/// Repeats the V100 trace's events until `kernels` kernels: copy k shifts every
+/// timestamp by k × the trace's span and every correlation, flow and external id by
+/// k × its largest. Returns the number of kernels written.
+fn generate(dir: &PathBuf, file: &Path, kernels: u64) -> std::io::Result<u64> {
+    fs::create_dir_all(dir)?;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../samples/recordings/real/v100_resnet50_kineto2021.pt.trace.json.gz");
+    let trace: Value = serde_json::from_reader(flate2::read::GzDecoder::new(File::open(src)?))?;
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let per_copy = events.iter().filter(|e| e["cat"] == "Kernel").count() as u64;
+    let copies = kernels.div_ceil(per_copy);
+    let max =
+        |f: &dyn Fn(&Value) -> Option<u64>| events.iter().filter_map(f).max().unwrap_or(0) + 1;
+    let t0 = max(&|e| Some(u64::MAX - e["ts"].as_u64()?)); // u64::MAX - min ts + 1
+    let t0 = u64::MAX - t0 + 1;
+    let span = max(&|e| Some(e["ts"].as_u64()? + e["dur"].as_u64().unwrap_or(0) - t0));
+    let corr = max(&|e| {
+        e["args"]["correlation"]
+            .as_u64()
+            .or_else(|| e["id"].as_u64())
+    });
+    let ext = max(&|e| {
+        e["args"]["External id"]
+            .as_u64()
+            .or_else(|| e["args"]["external id"].as_u64())
+    });
+    let mut out = BufWriter::with_capacity(1 << 22, File::create(file)?);
+    write!(out, "{{\"schemaVersion\": 1, \"deviceProperties\": ")?;
+    serde_json::to_writer(&mut out, &trace["deviceProperties"])?;
+    write!(out, ",\n\"traceEvents\": [\n")?;
+    let mut first = true;
+    for k in 0..copies {
+        for e in events {
+            let mut e = e.clone();
+            if let Some(ts) = e["ts"].as_u64() {
+                e["ts"] = (ts + k * span).into();
+            }
+            if let Some(id) = e["id"].as_u64() {
+                e["id"] = (id + k * corr).into();
+            }
+            for key in ["correlation", "External id", "external id"] {
+                let step = if key == "correlation" { corr } else { ext };
+                if let Some(v) = e["args"].get(key).and_then(Value::as_u64) {
+                    e["args"][key] = (v + k * step).into();
+                }
+            }
+            if !first {
+                out.write_all(b",\n")?;
+            }
+            first = false;
+            serde_json::to_writer(&mut out, &e)?;
+        }
+    }
+    write!(out, "\n]}}\n")?;
+    out.flush()?;
+    fs::write(dir.join("done"), b"")?;
+    Ok(copies * per_copy)
+}

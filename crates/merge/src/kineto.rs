@@ -1,0 +1,1329 @@
+//! Reader for PyTorch profiler (Kineto) traces: the Chrome-trace JSON that
+//! `torch.profiler` writes (`*.pt.trace.json`, usually gzipped).
+//!
+//! # What is read
+//!
+//! Both schemas are read; an event's category says which it is.
+//!
+//! | category (PyTorch ≥ 1.10) | category (2021) | becomes |
+//! |---|---|---|
+//! | `cuda_runtime`, `cuda_driver` | `Runtime` | [`Record::Api`] |
+//! | `kernel` | `Kernel` | [`ActivityKind::Kernel`] |
+//! | `gpu_memcpy` | `Memcpy` | [`ActivityKind::Memcpy`], direction from the name |
+//! | `gpu_memset` | `Memset` | [`ActivityKind::Memset`] |
+//! | `python_function` | — | a Python frame of the CPU stacks |
+//! | `cpu_op`, `user_annotation` | `Operator` | an operator frame of the CPU stacks |
+//! | `process_name`, `thread_name` metadata | the same | process and thread names |
+//! | anything else (flows, instants, `ac2g`, `overhead`, …) | | skipped, counted |
+//!
+//! API calls and GPU work are joined on `args.correlation`. GPU events carry the
+//! device as their `pid`, so each activity takes the process of the API call with
+//! its correlation id.
+//!
+//! # CPU stacks
+//!
+//! The trace holds the CPU stack of every API call, and the reader gives it to the
+//! join as [`Imported::launch_stacks`] (exact matching on (pid, correlation id)):
+//!
+//! - The frames are the events that enclose the call on its thread, outermost first:
+//!   Python functions, operators (`cpu_op`) and annotations (`user_annotation`,
+//!   such as `ProfilerStep#3`); the API call is the leaf.
+//! - Python frames are chained by `args."Python id"` / `args."Python parent id"`
+//!   from the innermost Python frame enclosing the call, so the chain also reaches
+//!   roots recorded on another thread id. Where a parent is missing (a trimmed
+//!   trace), the chain goes on with the next Python frame that encloses the last one
+//!   in time.
+//! - In the 2021 schema, operators carry the Python stack they were called from in
+//!   `args."Call stack"` (innermost first); each operator frame is preceded by the
+//!   Python frames of its call stack that its enclosing frames do not already show.
+//!   Operators on threads without Python (autograd's backward thread) keep their
+//!   nesting alone.
+//!
+//! Stacks are built for launch calls (kernels and graph launches) and for every
+//! call that caused GPU work (copies, memsets).
+//!
+//! # Time
+//!
+//! Timestamps are µs, integers in the 2021 schema and decimals with ns digits in
+//! later ones; they are converted to ns from their decimal text, so no digit is lost
+//! to floating point. When the trace gives `baseTimeNanoseconds`, timestamps are
+//! relative to it and it is added. The clock is wall-clock time
+//! ([`Clock::Realtime`]).
+//!
+//! # Reading
+//!
+//! The JSON is streamed: the top-level object and the `traceEvents` array are
+//! walked by hand, and each event is deserialized on its own by serde_json from a
+//! window of the input, so memory does not grow with the file's size beyond the
+//! model. A malformed event is counted in the diagnostics with its byte offset and
+//! skipped; input that stops mid-event (a truncated `.json.gz`) keeps every event
+//! before it and is reported as truncated; a JSON document without `traceEvents` is
+//! not a trace.
+//!
+//! # Cost
+//!
+//! `cargo bench -p gpuperf-merge --bench kineto` reads a trace of 1 M kernels made
+//! by repeating the V100 trace of `samples/recordings/real/` (3.45 GB of JSON),
+//! joins it and writes folded stacks. On a 2-core x86-64 VM shared with other jobs
+//! (load 4–5): 13.7 s wall, 9.4 s on the CPU (medians of 5), 617 MiB peak RSS.
+//! About 85 % of the CPU time is serde_json parsing the events.
+
+use std::borrow::Cow;
+use std::io::{self, Read};
+use std::path::Path;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+
+use crate::cpu::{CpuLaunch, CpuTrace, StackId};
+use crate::diag::Diagnostics;
+use crate::error::{Error, Result};
+use crate::input::Imported;
+use crate::model::{
+    Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, Process, Record,
+    StringId, StringTable, api_base_name, is_launch_api,
+};
+
+/// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
+/// JSON objects are traces is known only once `traceEvents` is found.)
+pub fn looks_like_kineto(head: &[u8]) -> bool {
+    let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
+    head.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
+}
+
+/// Reads a whole trace from `input` (already decompressed). `path` names it in
+/// messages; kernel and API names are interned into `strings`.
+///
+/// Fails when the input cannot be read, is not a JSON object, or has no
+/// `traceEvents`. Malformed events are counted, and a cut-off input keeps what came
+/// before the cut.
+pub fn read<R: Read>(input: R, path: &Path, strings: &mut StringTable) -> Result<Imported> {
+    let mut window = Window::new(input);
+    let mut b = Builder::new(path, strings);
+    let outcome = walk(&mut window, &mut b).map_err(|source| Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        source,
+    })?;
+    match &outcome {
+        Walk::Done => {}
+        Walk::Cut(at) => b.truncated_at = Some(*at),
+        Walk::Malformed(at, msg) => {
+            b.bad(*at, format!("malformed JSON, reading stopped here: {msg}"));
+            b.truncated_at = Some(*at);
+        }
+    }
+    if !b.saw_events || b.events == 0 && !matches!(outcome, Walk::Done) {
+        let found = match outcome {
+            Walk::Done => "it is a JSON object without `traceEvents`".to_owned(),
+            Walk::Cut(at) => format!("it ends at byte {at} before any complete event"),
+            Walk::Malformed(at, msg) => format!("malformed JSON at byte {at}: {msg}"),
+        };
+        return Err(Error::NotATrace {
+            path: path.to_owned(),
+            expected: "PyTorch profiler trace",
+            found,
+        });
+    }
+    Ok(b.finish())
+}
+
+// ---------------------------------------------------------------------------
+// Streaming: a window over the input that grows until one value fits.
+
+/// A sliding window over the input: `buf[pos..end]` is unread.
+struct Window<R> {
+    input: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// File offset of `buf[0]`.
+    base: u64,
+    eof: bool,
+}
+
+/// How far the walk got.
+#[derive(Debug)]
+enum Walk {
+    Done,
+    /// The input ended inside a value that starts at this offset.
+    Cut(u64),
+    /// Not JSON at this offset.
+    Malformed(u64, String),
+}
+
+/// What parsing one value from the window gave.
+enum Step<T> {
+    Value(T, usize),
+    NeedMore,
+    Bad(serde_json::Error),
+}
+
+/// A serde_json error without its line and column, which count from the window's
+/// start, not the file's (the message names the byte offset instead).
+fn message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
+}
+
+/// Where in `slice` serde_json stopped with `e` (it reports a line and column).
+fn error_offset(slice: &[u8], e: &serde_json::Error) -> usize {
+    let mut start = 0;
+    for _ in 1..e.line() {
+        match memchr::memchr(b'\n', &slice[start..]) {
+            Some(i) => start += i + 1,
+            None => return slice.len(),
+        }
+    }
+    (start + e.column()).min(slice.len())
+}
+
+fn parse_one<'a, T: Deserialize<'a>>(slice: &'a [u8]) -> Step<T> {
+    let mut it = serde_json::Deserializer::from_slice(slice).into_iter::<T>();
+    match it.next() {
+        Some(Ok(v)) => {
+            let n = it.byte_offset();
+            Step::Value(v, n)
+        }
+        Some(Err(e)) if e.is_eof() => Step::NeedMore,
+        // A value cut by the window's end can look malformed (`12.` is an invalid
+        // number); only an error before the end is one.
+        Some(Err(e)) if error_offset(slice, &e) + 1 >= slice.len() => Step::NeedMore,
+        Some(Err(e)) => Step::Bad(e),
+        None => Step::NeedMore,
+    }
+}
+
+impl<R: Read> Window<R> {
+    const CHUNK: usize = 4 << 20;
+
+    fn new(input: R) -> Self {
+        Self {
+            input,
+            buf: vec![0; Self::CHUNK],
+            pos: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    fn unread(&self) -> &[u8] {
+        &self.buf[self.pos..self.end]
+    }
+
+    /// Reads more input after what is unread; false at the end of the input.
+    fn fill(&mut self) -> io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if self.end == self.buf.len() {
+            // One value larger than the window: grow it.
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        loop {
+            match self.input.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A gzip stream cut off early: the data simply ends here.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    self.eof = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next byte that is not whitespace, without consuming it.
+    fn peek(&mut self) -> io::Result<Option<u8>> {
+        loop {
+            if let Some(i) = self.unread().iter().position(|b| !b.is_ascii_whitespace()) {
+                self.pos += i;
+                return Ok(Some(self.buf[self.pos]));
+            }
+            self.pos = self.end;
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Parses one value, reading more input until it is whole, and hands it to `f`.
+    /// `Ok(Err(walk))` when the input ends or is not JSON.
+    fn value<T, F>(&mut self, f: F) -> io::Result<std::result::Result<(), Walk>>
+    where
+        T: for<'a> Deserialize<'a>,
+        F: FnOnce(T),
+    {
+        let at = self.offset();
+        loop {
+            match parse_one::<T>(self.unread()) {
+                // A number that ends with the window may go on after it.
+                Step::Value(_, n) if n == self.end - self.pos && !self.eof => {
+                    if !self.fill()? {
+                        continue;
+                    }
+                }
+                Step::Value(v, n) => {
+                    f(v);
+                    self.pos += n;
+                    return Ok(Ok(()));
+                }
+                Step::NeedMore => {
+                    if !self.fill()? {
+                        return Ok(Err(Walk::Cut(at)));
+                    }
+                }
+                Step::Bad(e) => return Ok(Err(Walk::Malformed(at, message(&e)))),
+            }
+        }
+    }
+}
+
+/// Walks `{ …, "traceEvents": [ event, … ], … }`.
+fn walk<R: Read>(w: &mut Window<R>, b: &mut Builder<'_>) -> io::Result<Walk> {
+    macro_rules! next {
+        ($e:expr) => {
+            match $e? {
+                Ok(()) => {}
+                Err(walk) => return Ok(walk),
+            }
+        };
+    }
+    match w.peek()? {
+        Some(b'{') => w.pos += 1,
+        Some(_) => return Ok(Walk::Malformed(w.offset(), "not a JSON object".into())),
+        None => return Ok(Walk::Cut(w.offset())),
+    }
+    loop {
+        match w.peek()? {
+            Some(b'}') => return Ok(Walk::Done),
+            Some(b',') => w.pos += 1,
+            Some(b'"') => {
+                let mut key = String::new();
+                next!(w.value::<Cow<'_, str>, _>(|k| key = k.into_owned()));
+                match w.peek()? {
+                    Some(b':') => w.pos += 1,
+                    Some(_) => return Ok(Walk::Malformed(w.offset(), "expected `:`".into())),
+                    None => return Ok(Walk::Cut(w.offset())),
+                }
+                match key.as_str() {
+                    "traceEvents" => {
+                        b.saw_events = true;
+                        if let done @ (Walk::Cut(_) | Walk::Malformed(..)) = events(w, b)? {
+                            return Ok(done);
+                        }
+                    }
+                    "deviceProperties" => {
+                        next!(w.value::<Option<Vec<DeviceProp>>, _>(|d| {
+                            b.devices = d.unwrap_or_default();
+                        }))
+                    }
+                    "baseTimeNanoseconds" => {
+                        next!(w.value::<Box<RawValue>, _>(|v| {
+                            b.base_ns = parse_ns_int(v.get());
+                        }))
+                    }
+                    _ => next!(w.value::<IgnoredAny, _>(|_| ())),
+                }
+            }
+            Some(_) => return Ok(Walk::Malformed(w.offset(), "expected a key or `}`".into())),
+            None => return Ok(Walk::Cut(w.offset())),
+        }
+    }
+}
+
+/// Walks `[ event, … ]`, one event at a time.
+fn events<R: Read>(w: &mut Window<R>, b: &mut Builder<'_>) -> io::Result<Walk> {
+    match w.peek()? {
+        Some(b'[') => w.pos += 1,
+        Some(b'n') => {
+            // `null`: no events.
+            return Ok(match w.value::<IgnoredAny, _>(|_| ())? {
+                Ok(()) => Walk::Done,
+                Err(e) => e,
+            });
+        }
+        Some(_) => {
+            return Ok(Walk::Malformed(
+                w.offset(),
+                "`traceEvents` is not an array".into(),
+            ));
+        }
+        None => return Ok(Walk::Cut(w.offset())),
+    }
+    loop {
+        match w.peek()? {
+            Some(b']') => {
+                w.pos += 1;
+                return Ok(Walk::Done);
+            }
+            Some(b',') => w.pos += 1,
+            Some(_) => {
+                let at = w.offset();
+                // Parsed in place so that the event's strings borrow the window.
+                loop {
+                    let whole = w.end - w.pos;
+                    match parse_one::<Event<'_>>(w.unread()) {
+                        Step::Value(_, n) if n == whole && !w.eof => {
+                            w.fill()?;
+                        }
+                        Step::Value(ev, n) => {
+                            b.event(&ev, at);
+                            w.pos += n;
+                            break;
+                        }
+                        Step::NeedMore => {
+                            if !w.fill()? {
+                                return Ok(Walk::Cut(at));
+                            }
+                        }
+                        Step::Bad(e) if e.classify() == serde_json::error::Category::Data => {
+                            // Valid JSON of an unexpected shape: skip this event only.
+                            let msg = format!("event skipped: {}", message(&e));
+                            match w.value::<IgnoredAny, _>(|_| ())? {
+                                Ok(()) => b.bad(at, msg),
+                                Err(walk) => return Ok(walk),
+                            }
+                            break;
+                        }
+                        Step::Bad(e) => return Ok(Walk::Malformed(at, message(&e))),
+                    }
+                }
+            }
+            None => return Ok(Walk::Cut(w.offset())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Events.
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(borrow, default)]
+    ph: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cat: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pid: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tid: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    ts: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    dur: Option<&'a RawValue>,
+    // Boxed: the event is moved several times on its way out of serde, and most
+    // of its size is here.
+    #[serde(borrow, default)]
+    args: Option<Box<Args<'a>>>,
+}
+
+#[derive(Deserialize, Default)]
+struct Args<'a> {
+    #[serde(borrow, default)]
+    correlation: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    cbid: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    device: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    context: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    bytes: Option<&'a RawValue>,
+    #[serde(default)]
+    grid: Option<[u32; 3]>,
+    #[serde(default)]
+    block: Option<[u32; 3]>,
+    #[serde(borrow, default, rename = "Python id")]
+    python_id: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "Python parent id")]
+    python_parent: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "Call stack")]
+    call_stack: Option<Cow<'a, str>>,
+    /// Metadata events' value.
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct DeviceProp {
+    #[serde(default)]
+    id: Option<u32>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, rename = "computeMajor")]
+    major: Option<u16>,
+    #[serde(default, rename = "computeMinor")]
+    minor: Option<u16>,
+}
+
+/// A JSON number's text, or a string holding one (Kineto writes some ids as
+/// strings), without quotes.
+fn number_text(raw: &RawValue) -> &str {
+    let t = raw.get();
+    t.strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(t)
+}
+
+fn parse_int(raw: Option<&RawValue>) -> Option<i64> {
+    number_text(raw?).parse().ok()
+}
+
+fn parse_u32(raw: Option<&RawValue>) -> Option<u32> {
+    u32::try_from(parse_int(raw)?).ok()
+}
+
+/// An integer number of ns.
+fn parse_ns_int(t: &str) -> Option<u64> {
+    t.trim_matches('"').parse().ok()
+}
+
+/// A non-negative decimal number of µs (`12`, `12.5`, `1.25e3`) as ns, from its
+/// text: exact up to the ns, rounded half up below it.
+fn us_to_ns(text: &str) -> Option<u64> {
+    let (mantissa, exp) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    // value = digits × 10^(exp − len(frac)) µs = digits × 10^(exp − len(frac) + 3) ns.
+    let digits = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    let shift = exp
+        .checked_sub(i32::try_from(frac.len()).ok()?)?
+        .checked_add(3)?;
+    if digits.is_empty() {
+        return Some(0);
+    }
+    if shift >= 0 {
+        let v: u64 = digits.parse().ok()?;
+        return v.checked_mul(10u64.checked_pow(u32::try_from(shift).ok()?)?);
+    }
+    let cut = usize::try_from(-shift).ok()?;
+    if cut > digits.len() {
+        // Below 1 ns: rounds to 0 or 1.
+        let first = if cut == digits.len() + 1 {
+            digits.as_bytes()[0]
+        } else {
+            b'0'
+        };
+        return Some(u64::from(first >= b'5'));
+    }
+    let (keep, drop) = digits.split_at(digits.len() - cut);
+    let v: u64 = if keep.is_empty() {
+        0
+    } else {
+        keep.parse().ok()?
+    };
+    v.checked_add(u64::from(drop.as_bytes()[0] >= b'5'))
+}
+
+fn parse_us(raw: Option<&RawValue>) -> Option<u64> {
+    us_to_ns(number_text(raw?))
+}
+
+/// Frames never hold `;` or line breaks (the folded format's separators).
+fn frame_text(s: &str) -> Cow<'_, str> {
+    if s.contains([';', '\n', '\r']) {
+        Cow::Owned(
+            s.chars()
+                .map(|c| match c {
+                    ';' => ':',
+                    '\n' | '\r' => ' ',
+                    c => c,
+                })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+const NONE: u32 = u32::MAX;
+const NO_PARENT: u64 = u64::MAX;
+
+/// A CPU event that can enclose API calls: a Python function or an operator.
+struct Span {
+    pid: u32,
+    tid: u32,
+    start: u64,
+    end: u64,
+    /// Frame name (in `Builder::frames`).
+    frame: u32,
+    /// Python id, `NO_PARENT` for operators.
+    python_id: u64,
+    /// Python parent id, `NO_PARENT` when none.
+    parent: u64,
+    /// The 2021 schema's `Call stack` (in `Builder::call_stacks`), `NONE` when absent.
+    call_stack: u32,
+}
+
+impl Span {
+    fn is_python(&self) -> bool {
+        self.python_id != NO_PARENT
+    }
+}
+
+/// What the stack builder needs of an API call.
+struct ApiRef {
+    pid: u32,
+    tid: u32,
+    start: u64,
+    correlation_id: u32,
+    /// Frame of its name.
+    frame: u32,
+    launch: bool,
+}
+
+struct Builder<'s> {
+    path: &'s Path,
+    strings: &'s mut StringTable,
+    /// Names of stack frames.
+    frames: StringTable,
+    /// The 2021 schema's call-stack strings.
+    call_stacks: StringTable,
+    records: Vec<Record>,
+    apis: Vec<ApiRef>,
+    /// Indices in `records` of activities, whose pid comes from their API call.
+    activities: Vec<usize>,
+    spans: Vec<Span>,
+    process_names: FxHashMap<u32, String>,
+    thread_names: FxHashMap<(u32, u32), String>,
+    text_tids: FxHashMap<String, u32>,
+    devices: Vec<DeviceProp>,
+    base_ns: Option<u64>,
+    saw_events: bool,
+    /// Events parsed (used or not).
+    events: u64,
+    skipped: u64,
+    diagnostics: Diagnostics,
+    truncated_at: Option<u64>,
+}
+
+impl<'s> Builder<'s> {
+    fn new(path: &'s Path, strings: &'s mut StringTable) -> Self {
+        Self {
+            path,
+            strings,
+            frames: StringTable::new(),
+            call_stacks: StringTable::new(),
+            records: Vec::new(),
+            apis: Vec::new(),
+            activities: Vec::new(),
+            spans: Vec::new(),
+            process_names: FxHashMap::default(),
+            thread_names: FxHashMap::default(),
+            text_tids: FxHashMap::default(),
+            devices: Vec::new(),
+            base_ns: None,
+            saw_events: false,
+            events: 0,
+            skipped: 0,
+            diagnostics: Diagnostics::default(),
+            truncated_at: None,
+        }
+    }
+
+    fn bad(&mut self, at: u64, msg: String) {
+        let path = self.path;
+        self.diagnostics
+            .push(|| format!("{}@{at}", path.display()), || msg);
+    }
+
+    /// A CPU thread id: a number, a string holding one, or any other string
+    /// (mapped to an id of its own, counting down from `u32::MAX`).
+    fn tid(&mut self, raw: Option<&RawValue>) -> Option<u32> {
+        let raw = raw?;
+        if let Ok(t) = number_text(raw).parse::<i64>() {
+            return Some(t as u32);
+        }
+        let text = number_text(raw);
+        let n = self.text_tids.len() as u32;
+        Some(
+            *self
+                .text_tids
+                .entry(text.to_owned())
+                .or_insert(u32::MAX - n),
+        )
+    }
+
+    fn event(&mut self, ev: &Event<'_>, at: u64) {
+        self.events += 1;
+        let ph = ev.ph.as_deref().unwrap_or("");
+        if ph == "M" {
+            return self.metadata(ev);
+        }
+        let cat = ev.cat.as_deref().unwrap_or("");
+        let kind = match (ph, cat) {
+            ("X", "cuda_runtime" | "Runtime") => What::Api(ApiDomain::Runtime),
+            ("X", "cuda_driver" | "Driver") => What::Api(ApiDomain::Driver),
+            ("X", "kernel" | "Kernel") => What::Kernel,
+            ("X", "gpu_memcpy" | "Memcpy") => What::Memcpy,
+            ("X", "gpu_memset" | "Memset") => What::Memset,
+            ("X", "python_function") => What::Python,
+            ("X", "cpu_op" | "Operator" | "user_annotation") => What::Op,
+            _ => {
+                self.skipped += 1;
+                return;
+            }
+        };
+        let (Some(start), dur) = (parse_us(ev.ts), parse_us(ev.dur)) else {
+            return self.bad(at, format!("`{cat}` event without a valid `ts`"));
+        };
+        let end = start.saturating_add(dur.unwrap_or(0));
+        let empty = Args::default();
+        let args = ev.args.as_deref().unwrap_or(&empty);
+        let name = ev.name.as_deref().unwrap_or("");
+        match kind {
+            What::Api(domain) => {
+                let (Some(pid), Some(tid)) = (parse_u32(ev.pid), self.tid(ev.tid)) else {
+                    return self.bad(at, format!("`{cat}` event without a valid `pid` and `tid`"));
+                };
+                let Some(correlation_id) = parse_u32(args.correlation) else {
+                    return self.bad(
+                        at,
+                        format!("`{name}` call without a valid `args.correlation`"),
+                    );
+                };
+                let base = api_base_name(name);
+                let name_id = self.strings.intern(base);
+                let frame = self.frames.intern(&frame_text(base)).0;
+                self.apis.push(ApiRef {
+                    pid,
+                    tid,
+                    start,
+                    correlation_id,
+                    frame,
+                    launch: is_launch_api(base),
+                });
+                self.records.push(Record::Api(ApiCall {
+                    pid,
+                    tid,
+                    start_ns: start,
+                    end_ns: end,
+                    correlation_id,
+                    cbid: parse_u32(args.cbid).unwrap_or(0),
+                    domain,
+                    name: name_id,
+                }));
+            }
+            What::Kernel | What::Memcpy | What::Memset => {
+                let Some(correlation_id) = parse_u32(args.correlation) else {
+                    return self.bad(
+                        at,
+                        format!("`{cat}` event without a valid `args.correlation`"),
+                    );
+                };
+                let kind = match kind {
+                    What::Kernel => ActivityKind::Kernel {
+                        name: self.strings.intern(name),
+                        grid: args.grid.unwrap_or_default(),
+                        block: args.block.unwrap_or_default(),
+                    },
+                    What::Memcpy => ActivityKind::Memcpy {
+                        // "Memcpy HtoD (Pageable -> Device)"
+                        kind: name
+                            .split_whitespace()
+                            .nth(1)
+                            .and_then(MemcpyKind::from_name)
+                            .unwrap_or(MemcpyKind::Unknown),
+                        bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
+                        // Kineto names one device per copy event.
+                        peer: None,
+                    },
+                    _ => ActivityKind::Memset {
+                        bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
+                        value: 0,
+                    },
+                };
+                self.activities.push(self.records.len());
+                self.records.push(Record::Activity(Activity {
+                    pid: 0,
+                    start_ns: start,
+                    end_ns: end,
+                    correlation_id,
+                    device: parse_u32(args.device).unwrap_or(0),
+                    context: parse_u32(args.context).unwrap_or(0),
+                    stream: parse_u32(args.stream).unwrap_or(0),
+                    graph_id: 0,
+                    graph_node_id: 0,
+                    kind,
+                }));
+            }
+            What::Python | What::Op => {
+                let (Some(pid), Some(tid)) = (parse_u32(ev.pid), self.tid(ev.tid)) else {
+                    return self.bad(at, format!("`{cat}` event without a valid `pid` and `tid`"));
+                };
+                let (python_id, parent) = if let What::Python = kind {
+                    let Some(id) = parse_int(args.python_id) else {
+                        return self.bad(at, "Python frame without `args.\"Python id\"`".into());
+                    };
+                    (
+                        id as u64 & !(1 << 63),
+                        parse_int(args.python_parent).map_or(NO_PARENT, |p| p as u64 & !(1 << 63)),
+                    )
+                } else {
+                    (NO_PARENT, NO_PARENT)
+                };
+                let call_stack = match &args.call_stack {
+                    Some(cs) if !cs.is_empty() => self.call_stacks.intern(cs).0,
+                    _ => NONE,
+                };
+                self.spans.push(Span {
+                    pid,
+                    tid,
+                    start,
+                    end,
+                    frame: self.frames.intern(&frame_text(name)).0,
+                    python_id,
+                    parent,
+                    call_stack,
+                });
+            }
+        }
+    }
+
+    fn metadata(&mut self, ev: &Event<'_>) {
+        let value = ev.args.as_ref().and_then(|a| a.name.as_deref());
+        let (Some(pid), Some(value)) = (parse_u32(ev.pid), value) else {
+            self.skipped += 1;
+            return;
+        };
+        match ev.name.as_deref() {
+            Some("process_name") => {
+                self.process_names.insert(pid, value.to_owned());
+            }
+            Some("thread_name") => {
+                if let Some(tid) = self.tid(ev.tid) {
+                    self.thread_names.insert((pid, tid), value.to_owned());
+                }
+            }
+            _ => self.skipped += 1,
+        }
+    }
+
+    fn finish(mut self) -> Imported {
+        let base = self.base_ns.unwrap_or(0);
+        // Activities take the process of their API call.
+        let mut pid_of: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut calls: FxHashMap<u32, usize> = FxHashMap::default();
+        for a in &self.apis {
+            pid_of.entry(a.correlation_id).or_insert(a.pid);
+            *calls.entry(a.pid).or_default() += 1;
+        }
+        let main_pid = calls
+            .iter()
+            .max_by_key(|(p, n)| (**n, std::cmp::Reverse(**p)))
+            .map(|(p, _)| *p)
+            .or_else(|| self.process_names.keys().min().copied())
+            .unwrap_or(0);
+        let mut with_work: FxHashSet<(u32, u32)> = FxHashSet::default();
+        for &i in &self.activities {
+            if let Record::Activity(a) = &mut self.records[i] {
+                a.pid = pid_of.get(&a.correlation_id).copied().unwrap_or(main_pid);
+                with_work.insert((a.pid, a.correlation_id));
+            }
+        }
+        let mut stacks = self.build_stacks(&with_work);
+        for l in &mut stacks.launches {
+            l.ts_ns = l.ts_ns.saturating_add(base);
+        }
+
+        // Processes and devices first, then the events in file order.
+        let mut first = u64::MAX;
+        for r in &mut self.records {
+            match r {
+                Record::Api(a) => {
+                    a.start_ns = a.start_ns.saturating_add(base);
+                    a.end_ns = a.end_ns.saturating_add(base);
+                    first = first.min(a.start_ns);
+                }
+                Record::Activity(a) => {
+                    a.start_ns = a.start_ns.saturating_add(base);
+                    a.end_ns = a.end_ns.saturating_add(base);
+                    first = first.min(a.start_ns);
+                }
+                _ => {}
+            }
+        }
+        let first = if first == u64::MAX { base } else { first };
+        let mut pids: Vec<u32> = calls.keys().copied().collect();
+        if pids.is_empty() && !self.activities.is_empty() {
+            pids.push(main_pid);
+        }
+        pids.sort_unstable();
+        let mut head = Vec::new();
+        for &pid in &pids {
+            head.push(Record::Process(Process {
+                pid,
+                ppid: 0,
+                exe: self.process_names.get(&pid).cloned().unwrap_or_default(),
+                start_ns: first,
+                start_realtime_ns: first,
+            }));
+            for (i, d) in self.devices.iter().enumerate() {
+                head.push(Record::Device(Device {
+                    pid,
+                    id: d.id.unwrap_or(i as u32),
+                    name: d.name.clone().unwrap_or_default(),
+                    compute_capability: (d.major.unwrap_or(0), d.minor.unwrap_or(0)),
+                }));
+            }
+        }
+        head.append(&mut self.records);
+
+        for l in &stacks.launches {
+            let (pid, tid) = (l.pid, l.tid);
+            stacks.comms.entry((pid, tid)).or_insert_with(|| {
+                self.thread_names
+                    .get(&(pid, tid))
+                    .or_else(|| self.process_names.get(&pid))
+                    .cloned()
+                    .unwrap_or_else(|| "python".to_owned())
+            });
+        }
+
+        let mut imp = Imported::new(self.path, "PyTorch profiler trace", Clock::Realtime);
+        imp.records = head;
+        imp.launch_stacks = (!stacks.launches.is_empty()).then_some(stacks);
+        imp.skipped = self.skipped;
+        imp.diagnostics = self.diagnostics;
+        imp.truncated_at = self.truncated_at;
+        imp
+    }
+
+    /// The CPU stack of every launch call and of every call that caused GPU work.
+    fn build_stacks(&mut self, with_work: &FxHashSet<(u32, u32)>) -> CpuTrace {
+        let mut out = CpuTrace::with_correlation_ids();
+        let mut calls: Vec<u32> = (0..self.apis.len() as u32)
+            .filter(|&i| {
+                let a = &self.apis[i as usize];
+                a.launch || with_work.contains(&(a.pid, a.correlation_id))
+            })
+            .collect();
+        calls.sort_by_key(|&i| {
+            let a = &self.apis[i as usize];
+            (a.pid, a.tid, a.start)
+        });
+        let mut order: Vec<u32> = (0..self.spans.len() as u32).collect();
+        order.sort_by_key(|&i| {
+            let s = &self.spans[i as usize];
+            (s.pid, s.tid, s.start, std::cmp::Reverse(s.end))
+        });
+        let mut python_index: FxHashMap<u64, u32> = FxHashMap::default();
+        for (i, s) in self.spans.iter().enumerate() {
+            if s.is_python() {
+                python_index.entry(s.python_id).or_insert(i as u32);
+            }
+        }
+        let mut call_stack_frames: Vec<Option<Vec<u32>>> = vec![None; self.call_stacks.len()];
+        let mut trie = Trie::default();
+
+        let spans = &self.spans;
+        let mut open: Vec<u32> = Vec::new();
+        let mut snapshot: Vec<u32> = Vec::new();
+        let mut chain: Vec<u32> = Vec::new();
+        let mut frames: Vec<(u64, u64, bool, u32)> = Vec::new();
+        let mut emitted_python: Vec<u32> = Vec::new();
+        let mut path: Vec<u32> = Vec::new();
+        let mut k = 0;
+        let mut thread = (u32::MAX, u32::MAX);
+        for &ci in &calls {
+            let call = &self.apis[ci as usize];
+            let t = call.start;
+            if (call.pid, call.tid) != thread {
+                thread = (call.pid, call.tid);
+                open.clear();
+                // Skip spans of threads before this one.
+                while k < order.len() && {
+                    let s = &spans[order[k] as usize];
+                    (s.pid, s.tid) < thread
+                } {
+                    k += 1;
+                }
+            }
+            // Open every span of this thread that starts at or before the call.
+            while k < order.len() {
+                let s = &spans[order[k] as usize];
+                if (s.pid, s.tid) != thread || s.start > t {
+                    break;
+                }
+                while open
+                    .last()
+                    .is_some_and(|&o| spans[o as usize].end < s.start)
+                {
+                    open.pop();
+                }
+                open.push(order[k]);
+                k += 1;
+            }
+            while open.last().is_some_and(|&o| spans[o as usize].end < t) {
+                open.pop();
+            }
+            snapshot.clear();
+            snapshot.extend(open.iter().copied().filter(|&o| spans[o as usize].end >= t));
+
+            // Python frames: by parent ids from the innermost enclosing one.
+            chain.clear();
+            if let Some(pos) = snapshot
+                .iter()
+                .rposition(|&o| spans[o as usize].is_python())
+            {
+                let mut cur = snapshot[pos];
+                let mut pos = Some(pos);
+                while chain.len() < 4096 {
+                    chain.push(cur);
+                    let parent = spans[cur as usize].parent;
+                    if parent == NO_PARENT {
+                        break;
+                    }
+                    match python_index.get(&parent) {
+                        Some(&p) if p != cur => {
+                            cur = p;
+                            pos = None;
+                        }
+                        _ => {
+                            // Missing parent: the next Python frame enclosing this one.
+                            let at = pos.or_else(|| snapshot.iter().position(|&o| o == cur));
+                            match at.and_then(|at| {
+                                snapshot[..at]
+                                    .iter()
+                                    .rposition(|&o| spans[o as usize].is_python())
+                            }) {
+                                Some(q) => {
+                                    cur = snapshot[q];
+                                    pos = Some(q);
+                                }
+                                None => break,
+                            }
+                        }
+                    }
+                }
+            }
+            frames.clear();
+            frames.extend(chain.iter().map(|&p| {
+                let s = &spans[p as usize];
+                (s.start, s.end, true, p)
+            }));
+            frames.extend(snapshot.iter().filter_map(|&o| {
+                let s = &spans[o as usize];
+                (!s.is_python()).then_some((s.start, s.end, false, o))
+            }));
+            // Outermost first; a Python frame before an operator starting with it.
+            frames.sort_by_key(|&(start, end, py, _)| (start, std::cmp::Reverse(end), !py));
+
+            path.clear();
+            emitted_python.clear();
+            for &(_, _, _, i) in &frames {
+                let s = &spans[i as usize];
+                if s.call_stack != NONE {
+                    let cs = call_stack_frames[s.call_stack as usize].get_or_insert_with(|| {
+                        let text = self.call_stacks.get(StringId(s.call_stack));
+                        let mut f: Vec<u32> = text
+                            .split(';')
+                            .filter(|f| !f.is_empty())
+                            .map(|f| self.frames.intern(&frame_text(f)).0)
+                            .collect();
+                        f.reverse();
+                        f
+                    });
+                    let common = emitted_python
+                        .iter()
+                        .zip(cs.iter())
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    path.extend_from_slice(&cs[common..]);
+                    emitted_python.clone_from(cs);
+                }
+                path.push(s.frame);
+            }
+            path.push(call.frame);
+            let node = trie.node(&path);
+            let stack = trie.stack(node, &self.frames, &mut out);
+            out.launches.push(CpuLaunch {
+                ts_ns: call.start,
+                pid: call.pid,
+                tid: call.tid,
+                correlation_id: call.correlation_id,
+                stack,
+            });
+        }
+        // File order of the calls, as a CPU trace would list them.
+        out.launches.sort_by_key(|l| (l.ts_ns, l.pid, l.tid));
+        out
+    }
+}
+
+enum What {
+    Api(ApiDomain),
+    Kernel,
+    Memcpy,
+    Memset,
+    Python,
+    Op,
+}
+
+/// Interns frame paths: one node per (parent node, frame), so a stack costs one
+/// hash look-up per frame and no string until it is first rendered.
+#[derive(Default)]
+struct Trie {
+    children: FxHashMap<(u32, u32), u32>,
+    nodes: Vec<(u32, u32)>,
+    stacks: Vec<Option<StackId>>,
+}
+
+impl Trie {
+    fn node(&mut self, path: &[u32]) -> u32 {
+        let mut node = NONE;
+        for &f in path {
+            let next = self.nodes.len() as u32;
+            let child = *self.children.entry((node, f)).or_insert(next);
+            if child == next {
+                self.nodes.push((node, f));
+            }
+            node = child;
+        }
+        node
+    }
+
+    fn stack(&mut self, node: u32, frames: &StringTable, out: &mut CpuTrace) -> StackId {
+        if node == NONE {
+            return out.stacks.intern(b"");
+        }
+        if let Some(Some(s)) = self.stacks.get(node as usize) {
+            return *s;
+        }
+        let mut names = Vec::new();
+        let mut n = node;
+        while n != NONE {
+            let (parent, f) = self.nodes[n as usize];
+            names.push(frames.get(StringId(f)));
+            n = parent;
+        }
+        names.reverse();
+        let id = out.stacks.intern(names.join(";").as_bytes());
+        if self.stacks.len() <= node as usize {
+            self.stacks.resize(node as usize + 1, None);
+        }
+        self.stacks[node as usize] = Some(id);
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn microseconds_become_exact_nanoseconds() {
+        for (text, ns) in [
+            ("0", Some(0)),
+            ("12", Some(12_000)),
+            ("1623142623460111", Some(1_623_142_623_460_111_000)),
+            ("1365627862814.773", Some(1_365_627_862_814_773)),
+            ("0.001", Some(1)),
+            ("0.0005", Some(1)),
+            ("0.0004", Some(0)),
+            ("2.0804", Some(2_080)),
+            ("2.0806", Some(2_081)),
+            ("1.25e0", Some(1_250)),
+            ("1.5E3", Some(1_500_000)),
+            ("7e-6", Some(0)),
+            ("5e-4", Some(1)),
+            ("3e-3", Some(3)),
+            (".5", Some(500)),
+            ("5.", Some(5_000)),
+            ("000.250", Some(250)),
+            ("-1", None),
+            ("1e", None),
+            ("", None),
+            (".", None),
+            ("1.2.3", None),
+            ("NaN", None),
+            ("99999999999999999999", None),
+        ] {
+            assert_eq!(us_to_ns(text), ns, "{text}");
+        }
+    }
+
+    fn read_str(text: &str) -> Result<Imported> {
+        let mut strings = StringTable::new();
+        read(text.as_bytes(), Path::new("t.json"), &mut strings)
+    }
+
+    #[test]
+    fn events_split_across_window_refills_read_the_same() {
+        // A reader that hands out 7 bytes at a time: every value crosses a refill.
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.len().min(buf.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let text = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/kineto/small.pt.trace.json"
+        ))
+        .unwrap();
+        let mut s1 = StringTable::new();
+        let whole = read(&text[..], Path::new("t"), &mut s1).unwrap();
+        let mut s2 = StringTable::new();
+        let mut w = Window::new(Trickle(&text));
+        w.buf = vec![0; 16];
+        let mut b = Builder::new(Path::new("t"), &mut s2);
+        let outcome = walk(&mut w, &mut b).unwrap();
+        assert!(matches!(outcome, Walk::Done), "{outcome:?}");
+        let trickled = b.finish();
+        assert_eq!(whole.records, trickled.records);
+        assert_eq!(
+            whole.launch_stacks.unwrap().launches,
+            trickled.launch_stacks.unwrap().launches
+        );
+    }
+
+    #[test]
+    fn events_that_are_not_objects_are_counted_not_fatal() {
+        let imp = read_str(
+            r#"{"traceEvents": [1, "x", null, {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"correlation": 2}}, []]}"#,
+        )
+        .unwrap();
+        assert_eq!(imp.records.len(), 2, "process and kernel");
+        // `[]` reads as an event with no fields, of no kind gpuperf uses.
+        assert_eq!((imp.diagnostics.count, imp.skipped), (3, 1));
+    }
+
+    #[test]
+    fn empty_and_null_event_lists() {
+        assert!(
+            read_str(r#"{"traceEvents": []}"#)
+                .unwrap()
+                .records
+                .is_empty()
+        );
+        assert!(
+            read_str(r#"{"traceEvents": null}"#)
+                .unwrap()
+                .records
+                .is_empty()
+        );
+        assert!(read_str(r#"{"traceEvents": 5}"#).is_err());
+        assert!(read_str("").is_err());
+        assert!(read_str("{").is_err());
+        assert!(looks_like_kineto(b"\xef\xbb\xbf \n{"));
+        assert!(!looks_like_kineto(b"[{}]"));
+    }
+
+    fn never_panics(bytes: &[u8]) -> std::result::Result<(), TestCaseError> {
+        let _ = looks_like_kineto(bytes);
+        let mut strings = StringTable::new();
+        if let Ok(imp) = read(bytes, Path::new("p.json"), &mut strings) {
+            prop_assert!(imp.diagnostics.first.len() as u64 <= imp.diagnostics.count);
+            if let Some(stacks) = &imp.launch_stacks {
+                for l in &stacks.launches {
+                    prop_assert!(l.stack.index() < stacks.stacks.len());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pieces that make mutations reach the reader's edge cases.
+    const TOKENS: &[&str] = &[
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ",",
+        ":",
+        " ",
+        "null",
+        "-1",
+        "1e999",
+        "0.0000001",
+        "\"traceEvents\": [",
+        "\"ph\": \"X\"",
+        "\"cat\": \"kernel\"",
+        "\"cat\": \"python_function\"",
+        "\"Python parent id\": 3",
+        "\"Python id\": 3",
+        "\"correlation\": 7",
+        "\"ts\": ",
+        "\"Call stack\": \"a;b;;c\"",
+        "\\u0000",
+        "\\\"",
+        "\u{fffd}",
+    ];
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            never_panics(&bytes)?;
+        }
+
+        #[test]
+        fn mutated_traces_never_panic(
+            edits in proptest::collection::vec(
+                (any::<proptest::sample::Index>(), 0u8..8, proptest::collection::vec(any::<u8>(), 0..8),
+                 any::<proptest::sample::Index>()),
+                0..12,
+            )
+        ) {
+            let mut text = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kineto/small.pt.trace.json")).to_vec();
+            crate::golden::apply_edits(&mut text, edits, TOKENS);
+            never_panics(&text)?;
+        }
+
+        #[test]
+        fn decimal_microseconds_round_trip(ns in 0u64..4_000_000_000_000_000_000, exp in -3i32..4) {
+            // The same ns written as µs with 3 decimals, and in exponent form.
+            let text = format!("{}.{:03}", ns / 1000, ns % 1000);
+            prop_assert_eq!(us_to_ns(&text), Some(ns));
+            let digits = ns.to_string();
+            let shifted = format!("{digits}e{}", exp - 3 - exp);
+            prop_assert_eq!(us_to_ns(&shifted), Some(ns));
+        }
+    }
+}

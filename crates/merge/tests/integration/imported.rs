@@ -1,0 +1,758 @@
+//! The foreign formats (PyTorch profiler traces, Nsight Systems exports) through
+//! the join and the writers, on the real traces under `samples/recordings/real`
+//! and on small hand-written ones.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use gpuperf_merge::chrome;
+use gpuperf_merge::folded::Folder;
+use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::join::{self, NoStack, Summary};
+use gpuperf_merge::model::StringTable;
+use gpuperf_merge::pprof;
+use gpuperf_merge::report::Reporter;
+use gpuperf_merge::{Error, kineto};
+use serde_json::Value;
+
+use crate::{data, golden};
+
+/// A real recording shipped in the repository.
+pub fn real(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../samples/recordings/real")
+        .join(name)
+}
+
+pub const V100: &str = "v100_resnet50_kineto2021.pt.trace.json.gz";
+pub const B200: &str = "b200_vllm_gpt_oss.pt.trace.json.gz";
+pub const A100: &str = "a100_saxpy_mpi_nsys.sqlite";
+
+pub struct Out {
+    pub summary: Summary,
+    pub folded: String,
+    pub chrome: String,
+    pub report: String,
+    pub profile: pprof::proto::Profile,
+    /// Stack text by correlation id, from the inputs' own launch stacks.
+    pub stacks: HashMap<u32, String>,
+}
+
+/// Opens `paths` and runs the join with every writer.
+pub fn run(paths: &[PathBuf]) -> Out {
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(paths, &mut strings).unwrap();
+    let stacks = inputs
+        .launch_stacks()
+        .map(|c| {
+            c.launches
+                .iter()
+                .map(|l| (l.correlation_id, c.stacks.text(l.stack).to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut folder = Folder::new();
+    let mut chrome = chrome::Writer::new(Vec::new()).unwrap();
+    let mut report = Reporter::new();
+    let mut profile = pprof::Builder::new();
+    let summary = join::merge(
+        None,
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut folder, &mut chrome, &mut report, &mut profile],
+    )
+    .unwrap();
+    let mut f = Vec::new();
+    folder.write(&mut f).unwrap();
+    let mut r = Vec::new();
+    report.write(&mut r, 10).unwrap();
+    // Through the bytes a user gets: gzip, then protobuf.
+    let mut gz = Vec::new();
+    profile.write(&mut gz).unwrap();
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    let profile = <pprof::proto::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    Out {
+        summary,
+        folded: String::from_utf8(f).unwrap(),
+        chrome: String::from_utf8(chrome.into_inner()).unwrap(),
+        report: String::from_utf8(r).unwrap(),
+        profile,
+        stacks,
+    }
+}
+
+/// The decompressed JSON of a Kineto trace, as a DOM (tests only).
+fn kineto_json(path: &Path) -> Value {
+    let bytes = fs::read(path).unwrap();
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        serde_json::from_reader(flate2::read::GzDecoder::new(&bytes[..])).unwrap()
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    }
+}
+
+/// µs (a JSON number) → ns, through the decimal text so that no digit is lost.
+fn ns(v: &Value) -> u64 {
+    (v.as_f64().unwrap() * 1000.0).round() as u64
+}
+
+/// Kernel name → (count, total ns), from the trace itself.
+fn kernel_sums(trace: &Value) -> BTreeMap<String, (u64, u64)> {
+    let mut sums = BTreeMap::new();
+    for e in trace["traceEvents"].as_array().unwrap() {
+        if matches!(e["cat"].as_str(), Some("kernel" | "Kernel")) {
+            let s: &mut (u64, u64) = sums
+                .entry(e["name"].as_str().unwrap().to_owned())
+                .or_default();
+            s.0 += 1;
+            s.1 += ns(&e["dur"]);
+        }
+    }
+    sums
+}
+
+/// `[GPU_Kernel]name` → (launches, ns) from the pprof profile.
+fn profile_sums(p: &pprof::proto::Profile) -> BTreeMap<String, (u64, u64)> {
+    let name = |loc: u64| -> &str {
+        let l = &p.location[loc as usize - 1];
+        let f = &p.function[l.line[0].function_id as usize - 1];
+        &p.string_table[f.name as usize]
+    };
+    let mut sums = BTreeMap::new();
+    for s in &p.sample {
+        let leaf = name(s.location_id[0]);
+        if let Some(k) = leaf.strip_prefix("[GPU_Kernel]") {
+            let e: &mut (u64, u64) = sums.entry(k.to_owned()).or_default();
+            e.0 += s.value[1] as u64;
+            e.1 += s.value[0] as u64;
+        }
+    }
+    sums
+}
+
+/// `[GPU_Kernel]name` → µs from the folded output.
+fn folded_sums(folded: &str) -> BTreeMap<String, u64> {
+    let mut sums = BTreeMap::new();
+    for l in folded.lines() {
+        let (stack, w) = l.rsplit_once(' ').unwrap();
+        let leaf = stack.rsplit(';').next().unwrap();
+        if let Some(k) = leaf.strip_prefix("[GPU_Kernel]") {
+            *sums.entry(k.to_owned()).or_default() += w.parse::<u64>().unwrap();
+        }
+    }
+    sums
+}
+
+/// Every kernel's GPU time equals the trace's own sum: to the ns in the pprof
+/// profile, and rounded once to µs in the folded output.
+fn check_kernel_times(trace: &Value, out: &Out) {
+    let want = kernel_sums(trace);
+    assert_eq!(profile_sums(&out.profile), want);
+    let folded = folded_sums(&out.folded);
+    assert_eq!(folded.len(), want.len());
+    for (k, (_, ns)) in &want {
+        assert_eq!(folded[k], (ns + 500) / 1000, "{k}");
+    }
+}
+
+#[test]
+fn v100_kineto2021__every_kernel_matched_with_exact_times() {
+    let path = real(V100);
+    let out = run(std::slice::from_ref(&path));
+    let s = &out.summary;
+    assert_eq!((s.kernels, s.kernels_matched), (8772, 8772), "{s}");
+    assert_eq!(s.api_launches, 8772);
+    // 8772 launches and the 324 copies and memsets that moved data.
+    assert_eq!(s.gpu_launch_stacks, 9096);
+    assert_eq!((s.other_activities, s.other_matched), (324, 324));
+    check_kernel_times(&kineto_json(&path), &out);
+}
+
+#[test]
+fn v100_kineto2021__python_stack_of_a_launch_frame_by_frame() {
+    let out = run(&[real(V100)]);
+    // The `cudaLaunchKernel` of correlation 34441 (cask_cudnn::computeOffsetsKernel):
+    // ProfilerStep#5's call stack, then aten::conv2d's, then the operator nesting.
+    let site = "/home/yangu/anaconda3/envs/kineto/lib/python3.7/site-packages";
+    let want: Vec<String> = [
+        "resnet50_profiler_api.py(54): <module>",
+        "@/torch/profiler/profiler.py(313): step",
+        "@/torch/autograd/profiler.py(614): __enter__",
+        "ProfilerStep#5",
+        "resnet50_profiler_api.py(46): <module>",
+        "@/torch/nn/modules/module.py(1051): _call_impl",
+        "@/torchvision/models/resnet.py(249): forward",
+        "@/torchvision/models/resnet.py(232): _forward_impl",
+        "@/torch/nn/modules/module.py(1051): _call_impl",
+        "@/torch/nn/modules/conv.py(443): forward",
+        "@/torch/nn/modules/conv.py(440): _conv_forward",
+        "aten::conv2d",
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::cudnn_convolution",
+        "cudaLaunchKernel",
+    ]
+    .iter()
+    .map(|f| f.replacen('@', site, 1))
+    .collect();
+    let got: Vec<&str> = out.stacks[&34441].split(';').collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn v100_kineto2021__autograd_thread_launches_keep_operator_nesting() {
+    let path = real(V100);
+    let trace = kineto_json(&path);
+    let events = trace["traceEvents"].as_array().unwrap();
+    let on_autograd = |e: &&Value| e["tid"] == "25772";
+    let ops: Vec<&Value> = events
+        .iter()
+        .filter(on_autograd)
+        .filter(|e| e["cat"] == "Operator")
+        .collect();
+    let launches: Vec<&Value> = events
+        .iter()
+        .filter(on_autograd)
+        .filter(|e| e["cat"] == "Runtime" && e["name"] == "cudaLaunchKernel")
+        .collect();
+    assert_eq!(launches.len(), 3228);
+    let out = run(&[path]);
+    for l in launches {
+        let t = ns(&l["ts"]);
+        // The enclosing operators on that thread, outermost first, then the call.
+        let mut enclosing: Vec<(u64, std::cmp::Reverse<u64>, &str)> = ops
+            .iter()
+            .filter(|o| ns(&o["ts"]) <= t && t <= ns(&o["ts"]) + ns(&o["dur"]))
+            .map(|o| {
+                (
+                    ns(&o["ts"]),
+                    std::cmp::Reverse(ns(&o["dur"])),
+                    o["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        enclosing.sort();
+        let mut want: Vec<&str> = enclosing.into_iter().map(|e| e.2).collect();
+        assert!(!want.is_empty());
+        want.push("cudaLaunchKernel");
+        let corr = l["args"]["correlation"].as_u64().unwrap() as u32;
+        let got: Vec<&str> = out.stacks[&corr].split(';').collect();
+        assert_eq!(got, want, "correlation {corr}");
+    }
+}
+
+/// Every launch's stack, rebuilt independently from the trace's DOM: the Python
+/// frames by parent id from the innermost enclosing one, and the enclosing
+/// operators, sorted by start.
+fn expected_stacks(trace: &Value) -> HashMap<u32, Vec<String>> {
+    let events = trace["traceEvents"].as_array().unwrap();
+    let us = |v: &Value| ns(v);
+    let spans: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["cat"].as_str(),
+                Some("python_function" | "cpu_op" | "user_annotation")
+            )
+        })
+        .collect();
+    let by_id: HashMap<i64, &Value> = spans
+        .iter()
+        .filter(|e| e["cat"] == "python_function")
+        .map(|e| (e["args"]["Python id"].as_i64().unwrap(), *e))
+        .collect();
+    let mut out = HashMap::new();
+    for call in events
+        .iter()
+        .filter(|e| matches!(e["cat"].as_str(), Some("cuda_runtime" | "cuda_driver")))
+    {
+        let t = us(&call["ts"]);
+        let encloses = |e: &&&Value| {
+            e["tid"] == call["tid"] && us(&e["ts"]) <= t && t <= us(&e["ts"]) + us(&e["dur"])
+        };
+        let mut frames: Vec<(u64, std::cmp::Reverse<u64>, bool, String)> = Vec::new();
+        let python: Vec<&&Value> = spans
+            .iter()
+            .filter(|e| e["cat"] == "python_function")
+            .filter(encloses)
+            .collect();
+        if let Some(inner) = python
+            .iter()
+            .max_by_key(|e| (us(&e["ts"]), std::cmp::Reverse(us(&e["dur"]))))
+        {
+            let mut cur: &Value = inner;
+            loop {
+                frames.push((
+                    us(&cur["ts"]),
+                    std::cmp::Reverse(us(&cur["dur"])),
+                    false,
+                    cur["name"].as_str().unwrap().replace(';', ":"),
+                ));
+                match cur["args"]["Python parent id"]
+                    .as_i64()
+                    .and_then(|p| by_id.get(&p))
+                {
+                    Some(p) => cur = p,
+                    None => break,
+                }
+            }
+        }
+        for op in spans
+            .iter()
+            .filter(|e| e["cat"] != "python_function")
+            .filter(encloses)
+        {
+            frames.push((
+                us(&op["ts"]),
+                std::cmp::Reverse(us(&op["dur"])),
+                true,
+                op["name"].as_str().unwrap().to_owned(),
+            ));
+        }
+        frames.sort();
+        let mut stack: Vec<String> = frames.into_iter().map(|f| f.3).collect();
+        stack.push(call["name"].as_str().unwrap().to_owned());
+        out.insert(call["args"]["correlation"].as_u64().unwrap() as u32, stack);
+    }
+    out
+}
+
+#[test]
+fn b200_kineto__python_stacks_of_every_launch_match_an_independent_rebuild() {
+    let path = real(B200);
+    let trace = kineto_json(&path);
+    let out = run(std::slice::from_ref(&path));
+    let s = &out.summary;
+    assert_eq!((s.kernels, s.kernels_matched), (768, 768), "{s}");
+    // cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernelEx and cuLaunchKernel.
+    assert_eq!(s.api_launches, 367 + 180 + 220 + 1);
+    check_kernel_times(&trace, &out);
+    let want = expected_stacks(&trace);
+    let mut checked = 0;
+    for (corr, stack) in &out.stacks {
+        let got: Vec<&str> = stack.split(';').collect();
+        assert_eq!(got, want[corr], "correlation {corr}");
+        checked += 1;
+    }
+    assert_eq!(checked, 929);
+    // The vLLM model code is in the stacks.
+    assert!(
+        out.folded
+            .lines()
+            .any(|l| l.contains(";vllm/model_executor/models/gpt_oss.py("))
+    );
+}
+
+#[test]
+fn small_kineto__records_stacks_and_outputs_match_goldens() {
+    let path = data("kineto/small.pt.trace.json");
+    let mut strings = StringTable::new();
+    // Named relative to tests/data, so that the golden file holds no machine path.
+    let name = Path::new("kineto/small.pt.trace.json");
+    let imported = kineto::read(fs::File::open(&path).unwrap(), name, &mut strings).unwrap();
+    let mut text = golden::render_records(&imported.records, &strings);
+    let stacks = imported.launch_stacks.as_ref().unwrap();
+    for l in &stacks.launches {
+        let _ = writeln!(
+            text,
+            "stack ts {} pid {} tid {} corr {}: {}",
+            l.ts_ns,
+            l.pid,
+            l.tid,
+            l.correlation_id,
+            stacks.stacks.text(l.stack)
+        );
+    }
+    let _ = writeln!(
+        text,
+        "# skipped {} diagnostics {}",
+        imported.skipped, imported.diagnostics.count
+    );
+    for d in &imported.diagnostics.first {
+        let _ = writeln!(text, "# {d}");
+    }
+    golden::check(&data("kineto/small.expected.txt"), &text);
+
+    let out = run(&[path]);
+    golden::check(&data("kineto/small.expected.folded"), &out.folded);
+    golden::check(
+        &data("kineto/small.expected.summary.txt"),
+        &out.summary.to_string(),
+    );
+    golden::check(&data("kineto/small.expected.report.txt"), &out.report);
+    let chrome: Value = serde_json::from_str(&out.chrome).unwrap();
+    golden::check(
+        &data("kineto/small.expected.chrome.json"),
+        &(serde_json::to_string_pretty(&chrome).unwrap() + "\n"),
+    );
+    assert_eq!(
+        out.summary.kernels_unmatched.get(&NoStack::NoApiRecord),
+        Some(&1)
+    );
+    assert_eq!(
+        out.summary.launches_without_gpu, 1,
+        "corr 14 launched nothing"
+    );
+    // The Python chain crosses to the root on thread 0, and goes around the
+    // missing parent 999 by time containment.
+    assert_eq!(
+        out.stacks[&11],
+        "threading.py(1012): run;train.py(10): step;ProfilerStep#1;model.py(20): forward;\
+         helpers.py(5): helper: with a semicolon;<built-in method linear of type object at 0x7f00>;\
+         aten::linear;aten::addmm;cudaLaunchKernel"
+    );
+}
+
+#[test]
+fn truncated_kineto_gz__keeps_events_before_the_cut_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = fs::read(real(V100)).unwrap();
+    let cut = dir.path().join("cut.pt.trace.json.gz");
+    fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let out = run(std::slice::from_ref(&cut));
+    let s = &out.summary;
+    assert_eq!(s.gpu_read.truncated.len(), 1, "{s}");
+    assert!(s.kernels > 0 && s.kernels < 8772, "{s}");
+    assert_eq!(s.kernels, s.kernels_matched, "{s}");
+    assert!(s.to_string().contains("truncated: `"), "{s}");
+}
+
+#[test]
+fn json_that_is_not_a_trace__one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut strings = StringTable::new();
+    for (name, text, found) in [
+        (
+            "config.json",
+            "{\"model\": \"resnet\", \"layers\": [1, 2]}",
+            "without `traceEvents`",
+        ),
+        ("list.json", "[1, 2, 3]", "starts with \"[1, 2, 3]\""),
+        (
+            "broken.json",
+            "{\"traceEvents\": [ {\"ph\": \"X\",, } ]}",
+            "malformed JSON at byte 18: key must be a string)",
+        ),
+        (
+            "cut.json",
+            "{\"traceEvents\": [ {\"ph\": \"X\", ",
+            "ends at byte 18 before any complete event",
+        ),
+    ] {
+        let p = dir.path().join(name);
+        fs::write(&p, text).unwrap();
+        let e = GpuInputs::open(std::slice::from_ref(&p), &mut strings)
+            .err()
+            .unwrap_or_else(|| panic!("{name} accepted"));
+        let msg = e.to_string();
+        assert!(matches!(e, Error::NotATrace { .. }), "{msg}");
+        assert!(
+            msg.contains(name) && msg.contains(found) && !msg.contains('\n'),
+            "{msg}"
+        );
+    }
+    // A trace whose events turn malformed partway keeps what came before.
+    let p = dir.path().join("half.json");
+    fs::write(&p, "{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1, \"dur\": 2, \"args\": {\"correlation\": 3}}, {\"ph\" \"X\"} ]}").unwrap();
+    let out = run(&[p]);
+    assert_eq!(out.summary.kernels, 1);
+    assert_eq!(out.summary.gpu_read.diagnostics.count, 1);
+    assert!(
+        out.summary.gpu_read.diagnostics.first[0]
+            .message
+            .contains("malformed JSON")
+    );
+}
+
+#[test]
+fn kineto_with_kernels_but_no_launches__summary_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("gpu_only.pt.trace.json");
+    let mut f = fs::File::create(&p).unwrap();
+    write!(f, "{{\"traceEvents\": [").unwrap();
+    for i in 0..5 {
+        write!(f, "{}{{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k{i}\", \"pid\": 0, \"tid\": 7, \"ts\": {}, \"dur\": 1.5, \"args\": {{\"device\": 0, \"stream\": 7, \"correlation\": {i}}}}}", if i > 0 { "," } else { "" }, 10 * i).unwrap();
+    }
+    write!(f, "]}}").unwrap();
+    drop(f);
+    let out = run(&[p]);
+    let text = out.summary.to_string();
+    assert!(text.starts_with("matched 0 of 5 kernels (0.0%)"), "{text}");
+    assert!(
+        text.contains("unmatched kernels: 5 (no API record with its correlation id)"),
+        "{text}"
+    );
+    assert!(
+        out.folded
+            .lines()
+            .all(|l| l.starts_with("[no CPU stack];[GPU_Kernel]k")),
+        "{}",
+        out.folded
+    );
+}
+
+#[test]
+fn reference_log_with_tool_lines__read_as_a_gpu_trace_with_one_summary_line() {
+    // The reference CUPTI log as its users save it: the injection library's own
+    // stdout lines first, between records and at the end.
+    let log = fs::read_to_string(data("cupti_log/reference-cupti-log.txt")).unwrap();
+    let mut text = String::from(
+        "Calling CUPTI API: cuptiSubscribe(&subscriberHandle, (CUpti_CallbackFunc)CallbackHandler, NULL)\nEnabling CUPTI_ACTIVITY_KIND_DRIVER.\nFound 2 devices\n",
+    );
+    for (i, line) in log.lines().enumerate() {
+        text.push_str(line);
+        text.push('\n');
+        if i % 1000 == 999 {
+            text.push_str("Calling CUPTI API: cuptiActivityFlushAll(1)\n");
+        }
+    }
+    text.push_str("Disabling CUPTI_ACTIVITY_KIND_DRIVER.\n");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("cupti.log");
+    fs::write(&p, &text).unwrap();
+    let out = run(&[p]);
+    let summary = out.summary.to_string();
+    assert_eq!(out.summary.kernels, 2115, "{summary}");
+    assert_eq!(out.summary.gpu_read.diagnostics.count, 0, "{summary}");
+    let lines: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.contains("not records"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "  skipped: 14 lines of the GPU log that are not records (the recording tool's own output)"
+        ]
+    );
+}
+
+/// Kernel name → (count, total ns), from the export itself.
+fn sqlite_kernel_sums(path: &Path) -> BTreeMap<String, (u64, u64)> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT s.value, count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k \
+             JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value",
+        )
+        .unwrap();
+    stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            (r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64),
+        ))
+    })
+    .unwrap()
+    .collect::<rusqlite::Result<_>>()
+    .unwrap()
+}
+
+#[test]
+fn a100_nsys__every_kernel_matched_and_stacks_reach_main() {
+    let path = real(A100);
+    let out = run(std::slice::from_ref(&path));
+    let s = &out.summary;
+    assert_eq!((s.kernels, s.kernels_matched), (5, 5), "{s}");
+    // nsys lists each call twice (`cudaLaunchKernel`, `cudaLaunchKernel_v7000`): one API record each.
+    assert_eq!(s.api_launches, 5, "{s}");
+    assert_eq!((s.other_activities, s.other_matched), (15, 15), "{s}");
+    assert!(s.gpu_read.notes.is_empty(), "{s}");
+    let want = sqlite_kernel_sums(&path);
+    assert_eq!(profile_sums(&out.profile), want);
+    for (k, (_, ns)) in &want {
+        assert_eq!(folded_sums(&out.folded)[k], (ns + 500) / 1000, "{k}");
+    }
+    // Root first from `_start`, NVIDIA's frames dropped, the NVTX range `saxpy`
+    // that encloses each launch above it, and the call as the leaf.
+    let kernel_stacks: Vec<&str> = out
+        .folded
+        .lines()
+        .filter(|l| l.contains("[GPU_Kernel]"))
+        .collect();
+    assert_eq!(
+        kernel_stacks,
+        [
+            "_start;__libc_start_main;main;saxpy;cudaLaunchKernel;[GPU_Kernel]saxpy(double *, double *, double *, double, int) 88573"
+        ]
+    );
+    for stack in out.stacks.values() {
+        assert!(
+            stack.starts_with("_start;__libc_start_main;main;"),
+            "{stack}"
+        );
+        assert!(!stack.contains("libcu"), "{stack}");
+    }
+    // One GPU track per device and stream, and an arrow from each launch to its kernel.
+    let chrome: Value = serde_json::from_str(&out.chrome).unwrap();
+    let events = chrome["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"GPU 0 NVIDIA A100-SXM4-40GB (pid 1230493)"),
+        "{names:?}"
+    );
+    assert_eq!(events.iter().filter(|e| e["ph"] == "f").count(), 20);
+    assert!(
+        out.report
+            .contains("saxpy(double *, double *, double *, double, int)")
+    );
+}
+
+#[test]
+fn nsys_without_callchains__stack_is_the_call_and_the_summary_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("no_backtraces.sqlite");
+    fs::copy(real(A100), &p).unwrap();
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .execute_batch("DROP TABLE CUDA_CALLCHAINS; DROP TABLE NVTX_EVENTS;")
+        .unwrap();
+    let out = run(&[p]);
+    assert_eq!(out.summary.kernels_matched, 5);
+    assert!(
+        out.folded
+            .lines()
+            .any(|l| l.starts_with("cudaLaunchKernel;[GPU_Kernel]saxpy")),
+        "{}",
+        out.folded
+    );
+    let text = out.summary.to_string();
+    assert!(text.contains("no CUDA API backtraces"), "{text}");
+}
+
+#[test]
+fn sqlite_without_cupti_tables__one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("other.sqlite");
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let mut strings = StringTable::new();
+    let e = GpuInputs::open(std::slice::from_ref(&p), &mut strings)
+        .err()
+        .unwrap();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("is not a Nsight Systems SQLite export")
+            && msg.contains("without the CUPTI tables"),
+        "{msg}"
+    );
+    // SQLite's magic followed by garbage.
+    let bad = dir.path().join("bad.sqlite");
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend((0..8192u32).map(|i| (i * 7919 % 251) as u8));
+    fs::write(&bad, bytes).unwrap();
+    let e = GpuInputs::open(&[bad], &mut strings).err().unwrap();
+    assert!(e.to_string().contains("SQLite: "), "{e}");
+}
+
+/// `go tool pprof`, when Go is installed. CI installs it and sets
+/// `GPUPERF_REQUIRE_GO_PPROF=1`, so that there a missing Go fails instead of skipping.
+fn go_pprof() -> Option<std::process::Command> {
+    let found = std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("GPUPERF_REQUIRE_GO_PPROF").is_none_or(|v| v != "1"),
+            "GPUPERF_REQUIRE_GO_PPROF=1 but `go` is not on PATH (Debian: apt-get install golang-go)"
+        );
+        eprintln!("skipped: `go` is not installed, so `go tool pprof` cannot read the profile");
+        return None;
+    }
+    let mut c = std::process::Command::new("go");
+    c.args(["tool", "pprof"]);
+    Some(c)
+}
+
+#[test]
+fn pprof_profiles__go_tool_pprof_reads_them_and_totals_match_the_traces() {
+    for name in [V100, B200, A100] {
+        let path = real(name);
+        let out = run(std::slice::from_ref(&path));
+        // Totals in the profile itself, parsed back by prost.
+        let p = &out.profile;
+        let st = |i: usize| {
+            let t = &p.sample_type[i];
+            (
+                p.string_table[t.r#type as usize].as_str(),
+                p.string_table[t.unit as usize].as_str(),
+            )
+        };
+        assert_eq!(
+            (st(0), st(1)),
+            (("gpu_time", "nanoseconds"), ("launches", "count"))
+        );
+        let total = |i: usize| p.sample.iter().map(|s| s.value[i] as u64).sum::<u64>();
+        let gpu_records = out.summary.kernels + out.summary.other_activities;
+        let pending = out.summary.launches_without_gpu + out.summary.launches_without_api;
+        assert_eq!(total(1), gpu_records + pending, "{name}");
+        // Kernels are the leaves: each location appears once in the table.
+        let mut ids: Vec<u64> = p.location.iter().map(|l| l.id).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), p.location.len());
+
+        let Some(mut go) = go_pprof() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("gpu.pb.gz");
+        let mut gz = Vec::new();
+        // The same bytes `gpuperf merge --pprof` writes.
+        let mut strings = StringTable::new();
+        let inputs = GpuInputs::open(std::slice::from_ref(&path), &mut strings).unwrap();
+        let mut b = pprof::Builder::new();
+        join::merge(
+            None,
+            &inputs,
+            &mut strings,
+            &join::Options::default(),
+            &mut [&mut b],
+        )
+        .unwrap();
+        b.write(&mut gz).unwrap();
+        fs::write(&file, gz).unwrap();
+        let raw = go.arg("-raw").arg(&file).output().unwrap();
+        assert!(
+            raw.status.success(),
+            "{}",
+            String::from_utf8_lossy(&raw.stderr)
+        );
+        let text = String::from_utf8(raw.stdout).unwrap();
+        let samples = text
+            .split("Samples:")
+            .nth(1)
+            .unwrap()
+            .split("Locations")
+            .next()
+            .unwrap();
+        let (mut ns, mut launches) = (0u64, 0u64);
+        for line in samples.lines() {
+            let mut f = line.split_whitespace();
+            if let (Some(a), Some(b)) = (f.next(), f.next())
+                && let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.trim_end_matches(':').parse::<u64>())
+            {
+                ns += a;
+                launches += b;
+            }
+        }
+        assert_eq!(
+            (ns, launches),
+            (total(0), total(1)),
+            "{name}: go tool pprof -raw:\n{text}"
+        );
+        assert!(
+            text.contains("gpu_time/nanoseconds[dflt] launches/count"),
+            "{text}"
+        );
+    }
+}
