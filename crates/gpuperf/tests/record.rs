@@ -615,23 +615,34 @@ fn record_levels(
     let dir = work_dir(&format!("{test}-{tag}-{}", uid.unwrap_or(0)));
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     let mut cmd = gpuperf(&dir);
-    cmd.args(["-p", "cpu.txt", "-m", "m.folded", "--cupti"])
-        .arg(mock)
-        .arg("--")
-        .arg(&app)
-        .args(["10", mode]);
     if let Some(uid) = uid {
-        // SAFETY: the closure runs in the child before exec and only calls setgid
-        // and setuid.
+        // gpuperf itself runs as the other user: from a copy it can read, with a
+        // scratch directory it can write.
+        cmd = Command::new(gpuperf_for_anyone());
+        cmd.current_dir(&dir)
+            .stdin(Stdio::null())
+            .env_remove("SUDO_UID")
+            .env_remove("CUDA_INJECTION64_PATH")
+            .env("TMPDIR", &dir);
+        // SAFETY: the closure runs in the child before exec and only calls
+        // setgroups, setgid and setuid.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
     }
+    cmd.args(["-p", "cpu.txt", "-m", "m.folded", "--cupti"])
+        .arg(mock)
+        .arg("--")
+        .arg(&app)
+        .args(["10", mode]);
     (cmd.output().unwrap(), dir)
 }
 
