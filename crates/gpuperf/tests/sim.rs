@@ -389,7 +389,8 @@ fn sim_cudarc_sample__driver_launches_and_a_graph() {
     let exe = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../samples/cudarc_graph/target/release/cudarc-graph-sample");
     if !exe.is_file() {
-        let msg = "the cudarc sample is not built: cargo build --release --manifest-path samples/cudarc_graph/Cargo.toml";
+        let msg =
+            "the cudarc sample is not built: cd samples/cudarc_graph && cargo build --release";
         assert!(
             std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
             "{msg}"
