@@ -29,6 +29,8 @@ pub struct Loaded {
     opts: join::Options,
     /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
     processes: usize,
+    /// What the in-process stacks of the GPU traces held.
+    pub inprocess: Option<gpuperf_merge::stacks::StackStats>,
 }
 
 impl Loaded {
@@ -57,6 +59,7 @@ impl Loaded {
     /// Reads GPU traces (files or directories; none for a CPU-only recording)
     /// and a CPU trace.
     pub fn open(gpu: &[PathBuf], cpu: Option<&Path>) -> Result<Self> {
+        let gpu_paths = gpu;
         let mut strings = StringTable::new();
         let gpu_files: usize = gpu.iter().map(|p| gpu_trace_files(p)).sum();
         let gpu = if gpu.is_empty() {
@@ -77,6 +80,20 @@ impl Loaded {
                 Ok(t)
             })
             .transpose()?;
+        // Stacks the injection library took in process: GPU-side launch stacks,
+        // joined like the importers' ones (a CPU trace's stack wins where both
+        // have one).
+        let mut gpu = gpu;
+        let mut inprocess = None;
+        if let Some(g) = gpu
+            .as_mut()
+            .filter(|_| crate::inproc::any_has_stacks(gpu_paths))
+            && let Some(s) = crate::inproc::collect(g, &mut strings)?
+        {
+            info!("in-process stacks: {}", s.stats);
+            inprocess = Some(s.stats);
+            g.add_launch_stacks(s.trace);
+        }
         let cpu_pids = cpu.as_ref().map_or(0, |c| {
             let mut pids: Vec<u32> = c.launches.iter().map(|l| l.pid).collect();
             pids.sort_unstable();
@@ -89,7 +106,13 @@ impl Loaded {
             gpu,
             opts: join::Options::default(),
             processes: gpu_files.max(cpu_pids),
+            inprocess,
         })
+    }
+
+    /// The CPU launch stacks the GPU traces carry (in-process or imported).
+    pub fn launch_stacks(&self) -> Option<&CpuTrace> {
+        self.gpu.as_ref().and_then(GpuInputs::launch_stacks)
     }
 
     /// Runs the join into `sinks`.

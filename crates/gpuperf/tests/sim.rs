@@ -33,12 +33,16 @@ fn setup() -> Option<Setup> {
 }
 
 /// `gpuperf record` of `program args` on the simulation, keeping the raw traces.
+/// The stacks are the eBPF profiler's, taken at the API entry (record.rs checks
+/// the in-process ones against them).
 fn record(s: &Setup, name: &str, program: &Path, args: &[&str]) -> (Output, Recording) {
     let dir = work_dir(name);
     let cupti = sim(&s.cuda).join("libcupti.so.13");
     let o = gpuperf(&dir)
         .args([
             "record",
+            "--stacks",
+            "ebpf",
             "--raw-dir",
             "raw",
             "-p",

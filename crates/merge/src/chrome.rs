@@ -267,9 +267,7 @@ impl<W: Write> Writer<W> {
 
     /// The JSON text of the matched launch's CPU stack, when there is one.
     fn launch_stack(&mut self, ctx: &Context<'_>, m: &Match<'_>) -> Option<std::rc::Rc<str>> {
-        m.launch
-            .zip(ctx.cpu)
-            .map(|(l, c)| self.stack_json(c, l.stack))
+        m.stack().zip(ctx.cpu).map(|(s, c)| self.stack_json(c, s))
     }
 
     fn stack_json(&mut self, cpu: &CpuTrace, id: StackId) -> std::rc::Rc<str> {
@@ -312,7 +310,12 @@ impl<W: Write> Sink for Writer<W> {
             Record::Api(a) => self.api(ctx, a, m),
             Record::Activity(a) => self.activity(ctx, a, m),
             Record::Note(n) => self.note(n),
-            Record::Dropped(_) | Record::Overhead(_) => Ok(()),
+            Record::Dropped(_)
+            | Record::Overhead(_)
+            | Record::Module(_)
+            | Record::Stack(_)
+            | Record::CallStack(_)
+            | Record::GraphNode(_) => Ok(()),
         };
         self.check(r)
     }
