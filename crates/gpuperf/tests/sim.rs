@@ -402,7 +402,16 @@ fn sim_cudarc_sample__driver_launches_and_a_graph() {
     let dir = work_dir("cudarc");
     let o = gpuperf(&dir)
         .env("LD_LIBRARY_PATH", sim(&s.cuda))
-        .args(["record", "--raw-dir", "raw", "-p", "cpu.txt", "--cupti"])
+        .args([
+            "record",
+            "--stacks",
+            "ebpf",
+            "--raw-dir",
+            "raw",
+            "-p",
+            "cpu.txt",
+            "--cupti",
+        ])
         .arg(sim(&s.cuda).join("libcupti.so.13"))
         .arg("--")
         .arg(&exe)
