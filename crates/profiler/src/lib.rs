@@ -53,6 +53,47 @@
 //! with blazesym (C++ and Rust names demangled, inlined functions as frames of
 //! their own) and prints unknown frames as `file+0xoffset`.
 //!
+//! # Stacks without frame pointers
+//! A frame-pointer walk stops at the first caller that keeps no frame pointer:
+//! right after the launch in code built with plain `-O2`, and in
+//! `__libc_start_call_main` on distributions whose glibc keeps none (Debian 12).
+//! So, unless a *recipe* matches, the probe also sends the top of the stack,
+//! from `sp` to the thread's stack top (its mm's `start_stack` for a main thread,
+//! the stack pointer a thread started with otherwise) and at most 16 KiB, with
+//! ip, sp and bp. User space unwinds the copy with `.eh_frame` through
+//! `gpuperf-unwind` (the unwinder the injection library uses in process) over
+//! the process's module table, which comes from the exec and mmap events (so a
+//! process that has exited is unwound as well) or `/proc/PID/maps`.
+//!
+//! ```text
+//!  probe: frame-pointer walk ─▶ recipe for (pid, ip, sp)? ──holds──▶ record names its stack
+//!                                   │ none, or a word changed
+//!                                   ▼
+//!         copy (≤ 16 KiB) + ip, sp, bp ──▶ user space: unwind, answer with a recipe
+//! ```
+//!
+//! A recipe lists the stack words the unwound stack depended on (its return
+//! addresses, and the saved frame pointers it used: a word the unwind provably
+//! ignores, such as a saved loop counter, is left out) with their values, and
+//! whether bp mattered. The probe checks them in the page copy its walk already
+//! holds and, if every word is unchanged, names the unwound stack without a
+//! copy: the unwind would read the same words and give the same stack. So a hot
+//! call site costs one copy, not one per launch (plus the launches made while
+//! its first copy is on its way, a few hundred at most). A recipe can be wrong
+//! only if a library is replaced at the same address and a launch passes
+//! through it before the mapping event drops the process's recipes.
+//!
+//! 16 KiB hold 127 frames (the depth kept) of up to 128 bytes each; a stack
+//! whose frames hold more ends where the copy does. Copies lost to a full ring
+//! buffer leave the launch its frame-pointer stack.
+//!
+//! Every stack that stops before a root frame (`_start`, `clone`, `clone3`,
+//! `start_thread`) is written behind the frame `[truncated]` and counted in
+//! [`Summary::truncated_stacks`]: for an unwound stack, where the unwinder did
+//! not end at a frame that `.eh_frame` marks as the outermost; for a
+//! frame-pointer walk, where its outermost frame is none of those.
+//! [`Options::unwind`] turns copies off.
+//!
 //! A process may be gone, and its `/proc/PID/maps` with it, before its stacks
 //! are symbolized (a program that launches for a few milliseconds). So the BPF
 //! program sends the full path of every file a traced process execs (at the
