@@ -13,7 +13,7 @@ const EVENT_EXEC: u32 = 3;
 const EVENT_FILE: u32 = 4;
 const EVENT_COPY: u32 = 5;
 /// `offsetof(struct copy_event, bytes)`.
-const COPY_BYTES_AT: usize = 48;
+const COPY_BYTES_AT: usize = 64;
 /// `COPY_BYTES`.
 pub(crate) const COPY_BYTES: usize = 16 << 10;
 /// `offsetof(struct file_event, path)`.
@@ -86,6 +86,10 @@ pub struct Copy {
     pub bp: u64,
     /// The frame-pointer stack taken at the same probe, or negative.
     pub fp_id: i32,
+    /// Whether that walk read the caller at `[sp]` first.
+    pub caller_at_sp: bool,
+    /// Where that walk went (`walk_hash` in launch.h).
+    pub walk_hash: u64,
     /// The stack from `sp` up.
     pub bytes: Vec<u8>,
 }
@@ -201,6 +205,8 @@ impl Event {
                     sp: u64_at(b, 24)?,
                     bp: u64_at(b, 32)?,
                     fp_id: u32_at(b, 40)? as i32,
+                    caller_at_sp: u32_at(b, 48)? != 0,
+                    walk_hash: u64_at(b, 56)?,
                     bytes,
                 }))
             }
@@ -316,6 +322,9 @@ mod tests {
         }
         b.extend(7_i32.to_ne_bytes());
         b.extend(24_u32.to_ne_bytes());
+        b.extend(1_u32.to_ne_bytes());
+        b.extend(0_u32.to_ne_bytes());
+        b.extend(0xabcd_u64.to_ne_bytes());
         assert_eq!(b.len(), COPY_BYTES_AT);
         b.extend((0..24).map(|i| i as u8));
         let Some(Event::Copy(c)) = Event::parse(&b) else {
@@ -326,6 +335,7 @@ mod tests {
             (c.ip, c.sp, c.bp, c.fp_id),
             (0x40_1000, 0x7ffd_0000, 0x7ffd_0100, 7)
         );
+        assert_eq!((c.caller_at_sp, c.walk_hash), (true, 0xabcd));
         assert_eq!(c.bytes, (0..24).map(|i| i as u8).collect::<Vec<_>>());
         assert_eq!(Event::parse(&b[..b.len() - 1]), None, "cut short");
         let mut huge = b.clone();

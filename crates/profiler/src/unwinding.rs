@@ -90,8 +90,15 @@ pub(crate) struct Recipe {
     pub bp: u64,
     /// The copy's length (with [`RECIPE_LEN`]).
     pub len: u32,
-    /// (offset from sp, value), by offset.
+    /// (offset from sp, value): words the frame-pointer walk did not read,
+    /// by offset, then those it read, by offset.
     pub checks: Vec<(u32, u64)>,
+    /// How many checks the walk did not read.
+    pub uncovered: u32,
+    /// The walk that read the other checks' words: its frame-pointer stack
+    /// (-1: none) and where it went.
+    pub walk_fp_id: i32,
+    pub walk_hash: u64,
 }
 
 impl Recipe {
@@ -120,7 +127,10 @@ impl Recipe {
         b.extend(self.flags.to_ne_bytes());
         b.extend(self.bp.to_ne_bytes());
         b.extend(self.len.to_ne_bytes());
+        b.extend(self.uncovered.to_ne_bytes());
+        b.extend(self.walk_fp_id.to_ne_bytes());
         b.extend(0u32.to_ne_bytes());
+        b.extend(self.walk_hash.to_ne_bytes());
         for i in 0..MAX_CHECKS {
             let (off, v) = self.checks.get(i).copied().unwrap_or_default();
             b.extend(off.to_ne_bytes());
@@ -133,7 +143,7 @@ impl Recipe {
 }
 
 /// `sizeof(struct recipe)`.
-pub(crate) const RECIPE_SIZE: usize = 40 + MAX_CHECKS * 16 + 8;
+pub(crate) const RECIPE_SIZE: usize = 56 + MAX_CHECKS * 16 + 8;
 
 /// What became of a copy.
 #[derive(Debug)]
@@ -330,6 +340,17 @@ impl Unwinding {
         };
         let recipe = match recipe_checks {
             Some(checks) => {
+                // Words the frame-pointer walk read need no second look when
+                // it took the same way.
+                let walked = walk_words(c);
+                let (mut checks, covered): (Vec<_>, Vec<_>) =
+                    checks.into_iter().partition(|(off, _)| {
+                        walked
+                            .as_ref()
+                            .is_none_or(|w| !w.contains(&(c.sp + u64::from(*off))))
+                    });
+                let uncovered = checks.len() as u32;
+                checks.extend(covered);
                 let r = Recipe {
                     stack_id,
                     fp_id: if keep_fp { c.fp_id } else { -1 },
@@ -337,6 +358,9 @@ impl Unwinding {
                     bp: c.bp,
                     len: c.bytes.len() as u32,
                     checks,
+                    uncovered,
+                    walk_fp_id: if walked.is_some() { c.fp_id } else { -1 },
+                    walk_hash: c.walk_hash,
                 };
                 self.recipes.insert(key, r.clone());
                 let p = self.processes.entry(c.pid).or_default();
@@ -534,6 +558,52 @@ impl Unwinding {
     }
 }
 
+/// `mix` in launch.bpf.c.
+fn mix(h: u64, v: u64) -> u64 {
+    let h = (h ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 32)
+}
+
+/// Below this no user page is mapped (`MIN_USER_ADDR`).
+const MIN_USER_ADDR: u64 = 4096;
+
+/// The words the BPF frame-pointer walk read at the copy's probe, found by
+/// walking the copy as `walk_stack` does; `None` unless the result is
+/// provably the BPF walk's (same `walk_hash`, every word in the copy, a frame
+/// -pointer stack that is kept). Those words hold whenever the walk gives the
+/// same frames through the same places again.
+fn walk_words(c: &Copy) -> Option<HashSet<u64>> {
+    if !(0..INLINE_STACK_ID_BASE).contains(&c.fp_id) {
+        return None;
+    }
+    let stack = StackCopy {
+        start: c.sp,
+        bytes: &c.bytes,
+    };
+    let mut words = HashSet::new();
+    let mut n = 1;
+    if c.caller_at_sp {
+        stack.read(c.sp).ok()?;
+        words.insert(c.sp);
+        n = 2;
+    }
+    let (mut fp, mut hash) = (c.bp, 0);
+    for _ in 0..MAX_FRAMES {
+        hash = mix(hash, fp.wrapping_sub(c.sp));
+        if n >= MAX_FRAMES || fp < MIN_USER_ADDR {
+            break;
+        }
+        let (Ok(next), Ok(_)) = (stack.read(fp), stack.read(fp.wrapping_add(8))) else {
+            return None;
+        };
+        words.insert(fp);
+        words.insert(fp + 8);
+        n += 1;
+        fp = next;
+    }
+    (hash == c.walk_hash).then_some(words)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,6 +617,9 @@ mod tests {
             bp: 0x7ffd_0000,
             len: 512,
             checks: vec![(8, 0x40_1234), (40, 0x40_2000)],
+            uncovered: 1,
+            walk_fp_id: 3,
+            walk_hash: 0x77,
         };
         let b = r.to_bytes(9);
         assert_eq!(b.len(), RECIPE_SIZE);
@@ -564,8 +637,11 @@ mod tests {
         assert_eq!(&b[..8], &9u64.to_ne_bytes());
         assert_eq!(&b[RECIPE_SIZE - 8..], &9u64.to_ne_bytes());
         assert_eq!(&b[16..20], &2u32.to_ne_bytes(), "nchecks");
-        assert_eq!(&b[40..44], &8u32.to_ne_bytes(), "first check's offset");
-        assert_eq!(&b[48..56], &0x40_1234u64.to_ne_bytes());
+        assert_eq!(&b[36..40], &1u32.to_ne_bytes(), "uncovered");
+        assert_eq!(&b[40..44], &3u32.to_ne_bytes(), "walk_fp_id");
+        assert_eq!(&b[48..56], &0x77u64.to_ne_bytes(), "walk_hash");
+        assert_eq!(&b[56..60], &8u32.to_ne_bytes(), "first check's offset");
+        assert_eq!(&b[64..72], &0x40_1234u64.to_ne_bytes());
     }
 
     fn copy(words: &[u64]) -> Copy {
@@ -577,6 +653,8 @@ mod tests {
             sp: 0x7000,
             bp: 0x7100,
             fp_id: 3,
+            caller_at_sp: true,
+            walk_hash: 0,
             bytes: words.iter().flat_map(|w| w.to_ne_bytes()).collect(),
         }
     }
@@ -590,6 +668,9 @@ mod tests {
             bp: 0,
             len: 0,
             checks: vec![(8, 0x40_1234)],
+            uncovered: 1,
+            walk_fp_id: -1,
+            walk_hash: 0,
         };
         let c = copy(&[5, 0x40_1234, 6]);
         assert!(r.holds(&c));
@@ -615,5 +696,26 @@ mod tests {
         let with_fp = Recipe { fp_id: 4, ..r };
         assert!(!with_fp.holds(&c));
         assert!(with_fp.holds(&Copy { fp_id: 4, ..c }));
+    }
+
+    #[test]
+    fn the_frame_pointer_walks_words_are_found_only_for_the_walk_bpf_made() {
+        // sp 0x7000: [sp] the caller; bp 0x7010 -> 0x7030 -> 0 (chain end).
+        let mut c = copy(&[0x40_1000, 0, 0x7030, 0x40_2000, 0, 0, 0, 0x40_3000]);
+        c.bp = 0x7010;
+        let hash = mix(mix(mix(0, 0x10), 0x30), 0u64.wrapping_sub(0x7000));
+        c.walk_hash = hash;
+        let words = walk_words(&c).expect("the walk BPF made");
+        let mut words: Vec<u64> = words.into_iter().collect();
+        words.sort_unstable();
+        assert_eq!(words, [0x7000, 0x7010, 0x7018, 0x7030, 0x7038]);
+        c.walk_hash = hash ^ 1;
+        assert_eq!(walk_words(&c), None, "another walk");
+        c.walk_hash = hash;
+        c.fp_id = -1;
+        assert_eq!(walk_words(&c), None, "no kept frame-pointer stack");
+        c.fp_id = 3;
+        c.bytes.truncate(0x38);
+        assert_eq!(walk_words(&c), None, "a word outside the copy");
     }
 }

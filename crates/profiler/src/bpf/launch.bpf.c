@@ -249,10 +249,12 @@ static __always_inline __u64 mix(__u64 h, __u64 v)
  * usercopy checks), so the walk reads a page at a time, not a frame. */
 struct stack_page {
 	__u8 bytes[PAGE_BYTES];
-	/* Where the copy came from and how long it is, left by the walk for
-	 * recipe checks in the same probe hit. */
+	/* Where the copy came from and how long it is, and the walk's
+	 * walk_hash (struct recipe), left by the walk for the recipe checks
+	 * of the same probe hit. */
 	__u64 base;
 	__u64 len;
+	__u64 walk_hash;
 };
 
 struct {
@@ -321,7 +323,11 @@ static __always_inline struct user_stack *walk_stack(struct pt_regs *ctx, __u32 
 		}
 	}
 	__u64 fp = PT_REGS_FP(ctx);
+	/* Where the chain went, relative to sp: with the frames, it fixes every
+	 * word the walk read (see struct recipe). */
+	__u64 sp = PT_REGS_SP(ctx), wh = 0;
 	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		wh = mix(wh, fp - sp);
 		if (n >= MAX_STACK_DEPTH || fp < MIN_USER_ADDR ||
 		    !read_pair(page, &base, &len, fp, pair))
 			break;
@@ -335,6 +341,7 @@ static __always_inline struct user_stack *walk_stack(struct pt_regs *ctx, __u32 
 	*hash = mix(h, n);
 	page->base = base;
 	page->len = len;
+	page->walk_hash = wh;
 	return s;
 }
 
@@ -467,7 +474,12 @@ __attribute__((noinline)) int recipe_stack(__u64 pid_tgid, __u64 ip, __u64 sp, _
 	    ((r->flags & RECIPE_BP) && r->bp != bp) ||
 	    ((r->flags & RECIPE_LEN) && r->len != copy_len(pid_tgid, sp)))
 		goto miss;
-	__u32 n = r->nchecks;
+	/* Words the walk read are unchanged when it gave the same frames
+	 * through the same places. */
+	__u32 n = r->walk_fp_id >= 0 && r->walk_fp_id == fp_id &&
+			  r->walk_hash == page->walk_hash
+		      ? r->uncovered
+		      : r->nchecks;
 	for (int i = 0; i < MAX_CHECKS; i++) {
 		if (i >= n)
 			break;
@@ -495,13 +507,16 @@ miss:
 }
 
 /* Sends the top of the user stack and the registers for unwinding in user
- * space; returns the copy's id, or -1 when the ring buffer is full. A global
- * function, as recipe_stack. */
-__attribute__((noinline)) int send_copy(__u64 pid_tgid, __u64 ip, __u64 sp, __u64 bp, int fp_id)
+ * space; returns the copy's id, or -1 when the ring buffer is full. walk is
+ * the frame-pointer stack's id in its low 32 bits and caller_at_sp above (BPF
+ * functions take five arguments). A global function, as recipe_stack. */
+__attribute__((noinline)) int send_copy(__u64 pid_tgid, __u64 ip, __u64 sp, __u64 bp, __u64 walk)
 {
+	int fp_id = (int)walk;
 	__u32 zero = 0;
 	struct copy_scratch *c = bpf_map_lookup_elem(&copy_scratch, &zero);
-	if (!c)
+	struct stack_page *page = bpf_map_lookup_elem(&page_copy, &zero);
+	if (!c || !page)
 		return -1;
 	__u32 want = copy_len(pid_tgid, sp);
 	__u32 len = 0;
@@ -533,6 +548,9 @@ __attribute__((noinline)) int send_copy(__u64 pid_tgid, __u64 ip, __u64 sp, __u6
 	c->e.bp = bp;
 	c->e.fp_id = fp_id;
 	c->e.len = len;
+	c->e.caller_at_sp = walk >> 32;
+	c->e.pad = 0;
+	c->e.walk_hash = page->walk_hash;
 	/* Wake the reader now: until it answers with a recipe, every launch
 	 * from here sends a copy. */
 	if (bpf_ringbuf_output(&events, &c->e, offsetof(struct copy_event, bytes) + len,
@@ -547,7 +565,8 @@ __attribute__((noinline)) int send_copy(__u64 pid_tgid, __u64 ip, __u64 sp, __u6
 /* The stack id a launch record gets: the frame-pointer stack when unwinding
  * is off, else the stack of a recipe that holds, else a fresh copy's. When
  * the copy is lost, the frame-pointer stack (counted as truncated). */
-static __always_inline __s32 resolve_stack(struct pt_regs *ctx, __u64 pid_tgid, __s32 fp_id)
+static __always_inline __s32 resolve_stack(struct pt_regs *ctx, __u64 pid_tgid, __s32 fp_id,
+					   bool caller_at_sp)
 {
 	if (!unwind_copies)
 		return fp_id;
@@ -555,7 +574,7 @@ static __always_inline __s32 resolve_stack(struct pt_regs *ctx, __u64 pid_tgid, 
 	int id = recipe_stack(pid_tgid, ip, sp, bp, fp_id);
 	if (id >= 0)
 		return id;
-	id = send_copy(pid_tgid, ip, sp, bp, fp_id);
+	id = send_copy(pid_tgid, ip, sp, bp, (__u64)caller_at_sp << 32 | (__u32)fp_id);
 	return id >= 0 ? id : fp_id;
 }
 
@@ -599,7 +618,7 @@ int launch_entry(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 ret = 0;
 	__s32 fp_id = take_stack(ctx, pid_tgid >> 32, cookie & COOKIE_CALLER_AT_SP, &ret);
-	__s32 stack_id = resolve_stack(ctx, pid_tgid, fp_id);
+	__s32 stack_id = resolve_stack(ctx, pid_tgid, fp_id, cookie & COOKIE_CALLER_AT_SP);
 
 	if (cookie & COOKIE_EMIT) {
 		emit_launch(pid_tgid, ts, cpu, 0, 0, stack_id, STACK_AT_ENTRY);
@@ -656,9 +675,9 @@ int launch_marker(struct pt_regs *ctx)
 	}
 	count(STAT_MARKER_OWN_STACK);
 	__u64 ret;
-	__s32 fp_id = take_stack(ctx, pid_tgid >> 32,
-				 bpf_get_attach_cookie(ctx) & COOKIE_CALLER_AT_SP, &ret);
-	__s32 stack_id = resolve_stack(ctx, pid_tgid, fp_id);
+	bool caller_at_sp = bpf_get_attach_cookie(ctx) & COOKIE_CALLER_AT_SP;
+	__s32 fp_id = take_stack(ctx, pid_tgid >> 32, caller_at_sp, &ret);
+	__s32 stack_id = resolve_stack(ctx, pid_tgid, fp_id, caller_at_sp);
 	emit_launch(pid_tgid, bpf_ktime_get_ns(), bpf_get_smp_processor_id(), corr,
 		    callback, stack_id, STACK_AT_MARKER);
 	return 0;

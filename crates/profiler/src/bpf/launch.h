@@ -132,6 +132,11 @@ struct copy_event {
 	__u64 bp;
 	__s32 fp_id;
 	__u32 len;
+	/* The frame-pointer walk: whether it read the caller at [sp] first,
+	 * and the hash of where it went (see struct recipe). */
+	__u32 caller_at_sp;
+	__u32 pad;
+	__u64 walk_hash;
 	__u8 bytes[COPY_BYTES];
 };
 
@@ -172,7 +177,15 @@ struct recipe {
 	__u32 flags;
 	__u64 bp;
 	__u32 len;
+	/* The checks after the first `uncovered` read words that the
+	 * frame-pointer walk read too: they hold already when the walk gave
+	 * frame-pointer stack walk_fp_id (its return addresses) and went
+	 * through the same places relative to sp (walk_hash, its saved frame
+	 * pointers). walk_fp_id is -1 when no check is covered. */
+	__u32 uncovered;
+	__s32 walk_fp_id;
 	__u32 pad;
+	__u64 walk_hash;
 	struct recipe_check checks[MAX_CHECKS];
 	__u64 seq_end;
 };
