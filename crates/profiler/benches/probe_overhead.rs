@@ -117,7 +117,7 @@ fn main() {
             ..Options::default()
         })
     };
-    let configs = vec![
+    let configs = [
         Config {
             name: "frame pointers: unprobed",
             exe: fp.clone(),

@@ -114,7 +114,7 @@ impl Recipe {
             && self
                 .checks
                 .iter()
-                .all(|&(off, v)| stack.read(c.sp + u64::from(off)) == Ok(v))
+                .all(|&(off, v)| stack.read(c.sp + u64::from(off)) == Some(v))
     }
 
     /// The value as the BPF map stores it; `seq` is written at both ends.
@@ -441,7 +441,7 @@ impl Unwinding {
         };
         let checks = must
             .iter()
-            .filter_map(|&a| Some(((a - c.sp) as u32, stack.read(a).ok()?)))
+            .filter_map(|&a| Some(((a - c.sp) as u32, stack.read(a)?)))
             .collect();
         (Some(checks), flags)
     }
@@ -465,8 +465,8 @@ impl Unwinding {
             let v = stack
                 .read(addr)
                 .map(|v| perturb.get(&addr).copied().unwrap_or(v));
-            reads.push((addr, v.ok()));
-            v
+            reads.push((addr, v));
+            v.ok_or(())
         };
         let regs = Regs {
             ip: c.ip,
@@ -583,7 +583,7 @@ fn walk_words(c: &Copy) -> Option<HashSet<u64>> {
     let mut words = HashSet::new();
     let mut n = 1;
     if c.caller_at_sp {
-        stack.read(c.sp).ok()?;
+        stack.read(c.sp)?;
         words.insert(c.sp);
         n = 2;
     }
@@ -593,7 +593,7 @@ fn walk_words(c: &Copy) -> Option<HashSet<u64>> {
         if n >= MAX_FRAMES || fp < MIN_USER_ADDR {
             break;
         }
-        let (Ok(next), Ok(_)) = (stack.read(fp), stack.read(fp.wrapping_add(8))) else {
+        let (Some(next), Some(_)) = (stack.read(fp), stack.read(fp.wrapping_add(8))) else {
             return None;
         };
         words.insert(fp);

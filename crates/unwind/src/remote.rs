@@ -43,14 +43,11 @@ pub struct StackCopy<'a> {
 }
 
 impl StackCopy<'_> {
-    /// The 8 bytes at `addr`, or `Err(())` outside the copy.
-    pub fn read(&self, addr: u64) -> Result<u64, ()> {
-        let off = usize::try_from(addr.checked_sub(self.start).ok_or(())?).map_err(|_| ())?;
-        let b = self
-            .bytes
-            .get(off..off.checked_add(8).ok_or(())?)
-            .ok_or(())?;
-        Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?))
+    /// The 8 bytes at `addr`, or `None` outside the copy.
+    pub fn read(&self, addr: u64) -> Option<u64> {
+        let off = usize::try_from(addr.checked_sub(self.start)?).ok()?;
+        let b = self.bytes.get(off..off.checked_add(8)?)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
     }
 }
 
@@ -123,7 +120,7 @@ impl RemoteUnwinder {
         cache: &mut UnwindCache,
         out: &mut [Frame],
     ) -> Captured {
-        let mut read = |addr: u64| stack.read(addr);
+        let mut read = |addr: u64| stack.read(addr).ok_or(());
         self.unwind_with(regs, &mut read, cache, out)
     }
 

@@ -2,6 +2,9 @@
 //! `.eh_frame`, cached by recipes, and counted as truncated when they stop
 //! before a root frame.
 
+// Test names put inputs before `__` and the expectation after.
+#![allow(non_snake_case)]
+
 use std::path::Path;
 
 use gpuperf_merge::cpu::{CpuLaunch, TRUNCATED_FRAME};
