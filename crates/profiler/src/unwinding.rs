@@ -22,6 +22,12 @@
 //! restores but never uses, such as loop counters, are what this leaves out, so
 //! that a call in a loop still matches.)
 //!
+//! Words the BPF frame-pointer walk read are not checked again when the walk
+//! gave the same frame-pointer stack (its return addresses, compared whole)
+//! through the same places relative to sp: its saved frame pointers are
+//! compared by a 64-bit hash of that chain, so two chains would have to collide
+//! in it, at the same sp with the same return addresses.
+//!
 //! When it can be wrong: the module table is not part of the key, so a library
 //! unmapped and another mapped at the same address between the copy and a later
 //! launch is not noticed until its mapping event arrives (recipes of a process are
