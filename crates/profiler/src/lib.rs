@@ -139,11 +139,12 @@
 //! | injection mode (entry stack + marker join) | 1982 (3024) | |
 //! | marker only | 1411 (1549) | |
 //!
-//! Frame-pointer code pays about 50 ns more for complete stacks (a recipe
-//! lookup; the words its walk read are not checked again), code without frame
-//! pointers about 180 ns: complete 30-frame stacks for under 1.5 µs of CPU per
-//! launch. Each configuration sent 30 to 360 copies in 10⁶ launches, all while
-//! its call site's first recipe was on its way.
+//! Frame-pointer code pays 50 to 90 ns of CPU more for complete stacks (a
+//! recipe lookup; the words its walk read are not checked again), code without
+//! frame pointers 180 to 220 ns (two runs): complete 30-frame stacks for under
+//! 1.5 µs of CPU per launch (1.8 to 2.3 µs of wall time). Each configuration
+//! sent 30 to 360 copies in 10⁶ launches, all while its call site's first
+//! recipe was on its way.
 //!
 //! What remains is mostly the two uprobe hits themselves (about 0.6 µs for the
 //! emulated `push %rbp`, 0.42 µs for the marker's NOP5).
