@@ -4,7 +4,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::parser::ValueSource;
-use clap::{ArgAction, ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{
+    ArgAction, ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
+};
 use gpuperf_profiler::ProbeSpec;
 
 /// gpuperf: which line of CPU code caused which GPU work, and what it cost.
@@ -18,6 +20,7 @@ use gpuperf_profiler::ProbeSpec;
     after_help = "EXAMPLES:
     sudo gpuperf -c gpu.json -p cpu.txt -m merged.folded -- ./app args
     sudo gpuperf record --raw-dir run1 -- python3 train.py
+    gpuperf record -- python3 train.py
     gpuperf record --gpu-only -- ./app
     sudo gpuperf record --cpu-only --uprobe /usr/local/cuda/lib64/libcudart.so.13:cudaLaunchKernel -p cpu.txt -- ./app
     gpuperf merge run1 -o flamegraph.svg -c timeline.json
@@ -99,12 +102,17 @@ pub struct RecordArgs {
     #[arg(long, value_name = "DIR")]
     pub raw_dir: Option<PathBuf>,
     /// Record CPU stacks only, without injecting into the program (needs --uprobe
-    /// unless the program has cudart linked in).
+    /// unless the program has cudart linked in; eBPF, so root).
     #[arg(long, conflicts_with = "gpu_only")]
     pub cpu_only: bool,
-    /// Record GPU activity only: no eBPF, no root needed.
+    /// Record GPU activity only: no CPU stacks.
     #[arg(long)]
     pub gpu_only: bool,
+    /// Where launch stacks come from: `inject` takes them inside the program (no
+    /// root), `ebpf` with the eBPF profiler (root), `auto` in the program whenever
+    /// the injection library runs, else with eBPF (--cpu-only, --uprobe).
+    #[arg(long, value_enum, value_name = "FROM", default_value_t = StacksFrom::Auto)]
+    pub stacks: StacksFrom,
     /// Stop the program (SIGINT) after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -130,6 +138,17 @@ pub struct RecordArgs {
         num_args = 1..
     )]
     pub program: Vec<OsString>,
+}
+
+/// Where `gpuperf record` takes launch stacks.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StacksFrom {
+    /// In the program when the injection library runs; eBPF otherwise.
+    Auto,
+    /// In the program, by the injection library (no root).
+    Inject,
+    /// With the eBPF profiler (root, or CAP_BPF + CAP_PERFMON).
+    Ebpf,
 }
 
 fn parse_duration(s: &str) -> Result<f64, String> {
@@ -185,6 +204,10 @@ pub struct MergeArgs {
     /// Flamegraph title.
     #[arg(long, default_value = "gpuperf: GPU time by CPU stack")]
     pub title: String,
+    /// Write the CPU launch stacks the GPU traces carry (taken in process) as a
+    /// CPU trace here: one line per launch with its stack and correlation id.
+    #[arg(short = 'p', long = "cpu-trace", value_name = "FILE")]
+    pub cpu_trace: Option<PathBuf>,
 }
 
 /// `gpuperf report`.
@@ -277,6 +300,20 @@ mod tests {
         assert_eq!(r.output, PathBuf::from("flamegraph.svg"));
         assert_eq!(r.program, os(&["./app", "--flag", "x"]));
         assert!(!r.cpu_only && !r.gpu_only);
+        assert_eq!(r.stacks, StacksFrom::Auto);
+    }
+
+    #[test]
+    fn stacks_source_is_chosen_by_name() {
+        for (v, want) in [
+            ("auto", StacksFrom::Auto),
+            ("inject", StacksFrom::Inject),
+            ("ebpf", StacksFrom::Ebpf),
+        ] {
+            let cli = Cli::try_parse_from(["gpuperf", "--stacks", v, "--", "./app"]).unwrap();
+            assert_eq!(cli.record.stacks, want);
+        }
+        assert!(Cli::try_parse_from(["gpuperf", "--stacks", "bpf", "--", "./app"]).is_err());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod cli;
 mod inject_lib;
+mod inproc;
 mod record;
 mod render;
 mod sync;
@@ -81,8 +82,20 @@ fn merge(mut a: MergeArgs, quiet: bool) -> Result<()> {
         subtitle: None,
     };
     let joined = render::write_with_pprof(&mut l, &outs, a.pprof.as_deref())?;
+    if let Some(p) = &a.cpu_trace {
+        let (Some(_), Some(trace)) = (&l.inprocess, l.launch_stacks()) else {
+            anyhow::bail!(
+                "`{}` not written: the GPU traces carry no in-process stacks",
+                p.display()
+            );
+        };
+        inproc::write_cpu_trace(trace, p)?;
+    }
     if !quiet {
         eprint!("gpuperf: {}", joined.summary);
+        if let Some(s) = &l.inprocess {
+            eprintln!("gpuperf: CPU side, taken in the program: {s}");
+        }
         for w in &joined.written {
             eprintln!("gpuperf: wrote `{}`: {}", w.path.display(), w.how);
         }

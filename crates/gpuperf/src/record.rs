@@ -28,7 +28,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::{Cause, Origin};
 use tracing::{debug, info, warn};
 
-use crate::cli::RecordArgs;
+use crate::cli::{RecordArgs, StacksFrom};
 use crate::inject_lib;
 use crate::render::{self, CPU_TRACE, Loaded, Outputs, Written};
 use crate::sync;
@@ -47,7 +47,17 @@ const FINISHING: u8 = 1;
 pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
     let user = User::from_sudo(|k| std::env::var_os(k), geteuid())?;
     let want_gpu = !a.cpu_only;
-    let want_cpu = !a.gpu_only;
+    // Where launch stacks come from: in the program whenever the injection
+    // library runs, unless eBPF is asked for (or needed: --cpu-only, --uprobe).
+    let want_cpu = match a.stacks {
+        StacksFrom::Auto => !a.gpu_only && (a.cpu_only || !a.uprobe.is_empty()),
+        StacksFrom::Ebpf => !a.gpu_only,
+        StacksFrom::Inject => false,
+    };
+    if a.stacks == StacksFrom::Inject && a.cpu_only {
+        bail!("--stacks inject takes stacks in the injection library, which --cpu-only turns off");
+    }
+    let mut in_process = want_gpu && !a.gpu_only && !want_cpu;
 
     // Scratch space: the embedded injection library, and the raw traces unless
     // the user keeps them. The target's user must read and write there.
@@ -90,8 +100,12 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         match start_profiler(&a, exe.as_deref(), inject.as_deref(), &cpu_path) {
             Ok(p) => Some(p),
             Err(e) if want_gpu => {
-                warn!("no CPU stacks: {e:#}");
-                warn!("recording GPU activity only (--gpu-only does so without trying eBPF)");
+                warn!("no CPU stacks from eBPF: {e:#}");
+                warn!(
+                    "taking launch stacks inside the program instead (--stacks inject does so \
+                     without trying eBPF)"
+                );
+                in_process = true;
                 None
             }
             Err(e) => return Err(e),
@@ -109,6 +123,11 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
             );
         }
         env.push(("CUDA_INJECTION64_PATH".into(), lib.into()));
+        // The user's own setting wins (e.g. both kinds of stacks, to compare them).
+        if std::env::var_os("GPUPERF_STACKS").is_none() {
+            let on = if in_process { "1" } else { "0" };
+            env.push(("GPUPERF_STACKS".into(), on.into()));
+        }
         let mut dir = raw.clone().into_os_string();
         dir.push("/");
         env.push(("GPUPERF_GPU_TRACE".into(), dir));
@@ -513,12 +532,24 @@ fn finish(
                    injection library. Either the program made no CUDA call, or there is no \
                    CUDA driver (libcuda.so.1) and GPU on this machine.\n";
     }
+    let mut inprocess_written = false;
     if gpu_traces > 0 {
         let mut l = Loaded::open(&[raw.to_path_buf()], cpu)?;
         let joined = render::write(&mut l, &outs)?;
         report += &kernel_table(&joined.kernels, a.top);
         report += &format!("gpuperf: {}", joined.summary);
         written = joined.written;
+        if let (Some(stats), Some(trace)) = (&l.inprocess, l.launch_stacks()) {
+            report += &format!("gpuperf: CPU side, taken in the program: {stats}\n");
+            if let Some(p) = a.cpu_trace.as_ref().filter(|_| cpu.is_none()) {
+                crate::inproc::write_cpu_trace(trace, p)?;
+                inprocess_written = true;
+                written.push(Written {
+                    path: p.clone(),
+                    how: "the CPU trace: one line per launch with its stack",
+                });
+            }
+        }
     } else if let Some(cpu) = cpu {
         let l = Loaded::open(&[], Some(cpu))?;
         let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
@@ -561,7 +592,7 @@ fn finish(
                 path: p.clone(),
                 how: "the CPU trace: one line per launch with its stack",
             });
-        } else {
+        } else if !inprocess_written {
             report += &format!(
                 "gpuperf: `{}` not written: no CPU stacks were recorded\n",
                 p.display()

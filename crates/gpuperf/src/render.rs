@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 use gpuperf_merge::cpu::CpuTrace;
 use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join::{self, Sink, Summary};
-use gpuperf_merge::model::StringTable;
+use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_merge::report::{Reporter, Row};
 use gpuperf_merge::{Diagnostics, chrome, folded, pprof, svg};
 use tracing::{info, warn};
@@ -29,6 +29,8 @@ pub struct Loaded {
     opts: join::Options,
     /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
     processes: usize,
+    /// What the in-process stacks of the GPU traces held.
+    pub inprocess: Option<gpuperf_merge::stacks::StackStats>,
 }
 
 impl Loaded {
@@ -57,6 +59,7 @@ impl Loaded {
     /// Reads GPU traces (files or directories; none for a CPU-only recording)
     /// and a CPU trace.
     pub fn open(gpu: &[PathBuf], cpu: Option<&Path>) -> Result<Self> {
+        let gpu_paths = gpu;
         let mut strings = StringTable::new();
         let gpu_files: usize = gpu.iter().map(|p| gpu_trace_files(p)).sum();
         let gpu = if gpu.is_empty() {
@@ -77,6 +80,20 @@ impl Loaded {
                 Ok(t)
             })
             .transpose()?;
+        // Stacks the injection library took in process: GPU-side launch stacks,
+        // joined like the importers' ones (a CPU trace's stack wins where both
+        // have one).
+        let mut gpu = gpu;
+        let mut inprocess = None;
+        if let Some(g) = gpu
+            .as_mut()
+            .filter(|_| crate::inproc::any_has_stacks(gpu_paths))
+            && let Some(s) = crate::inproc::collect(g, &mut strings)?
+        {
+            info!("in-process stacks: {}", s.stats);
+            inprocess = Some(s.stats);
+            g.add_launch_stacks(s.trace);
+        }
         let cpu_pids = cpu.as_ref().map_or(0, |c| {
             let mut pids: Vec<u32> = c.launches.iter().map(|l| l.pid).collect();
             pids.sort_unstable();
@@ -89,7 +106,13 @@ impl Loaded {
             gpu,
             opts: join::Options::default(),
             processes: gpu_files.max(cpu_pids),
+            inprocess,
         })
+    }
+
+    /// The CPU launch stacks the GPU traces carry (in-process or imported).
+    pub fn launch_stacks(&self) -> Option<&CpuTrace> {
+        self.gpu.as_ref().and_then(GpuInputs::launch_stacks)
     }
 
     /// Runs the join into `sinks`.
@@ -132,8 +155,17 @@ fn report_diagnostics(side: &str, d: &Diagnostics) {
     }
 }
 
+/// Whether a recorder said its trace was made on the simulated CUDA runtime.
+pub fn simulated(summary: &Summary) -> bool {
+    // Notes read "pid N: text".
+    summary.notes.iter().any(|n| {
+        n.split_once(": ")
+            .is_some_and(|(_, t)| t.starts_with(SIMULATED_GPU_NOTE))
+    })
+}
+
 /// Output files; each `None` is not written.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Outputs {
     /// Merged folded stacks (`-` for stdout).
     pub folded: Option<PathBuf>,
@@ -249,7 +281,11 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
             .iter()
             .map(|(s, w)| format!("{s} {w}"))
             .collect();
-        render_svg(outs, "µs", &lines, p, f)?;
+        let mut outs = outs.clone();
+        if simulated(&summary) {
+            outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
+        }
+        render_svg(&outs, "µs", &lines, p, f)?;
         written.push(Written {
             path: p.to_path_buf(),
             how: "open it in a web browser",

@@ -1,11 +1,15 @@
 //! End-to-end tests of `gpuperf record`: the real binary, the real injection
-//! library (driven by the MOCK libcupti, since there is no GPU), the real eBPF
-//! profiler, the real `libcudart.so.13` of NVIDIA's wheel, privilege drop,
-//! signals and exit codes.
+//! library and the real eBPF profiler on programs built by nvcc against the
+//! simulated CUDA runtime (`sim/`, no GPU), and on the real `libcudart.so.13` of
+//! NVIDIA's wheel; privilege drop, signals and exit codes. `tests/sim.rs` checks
+//! each CUDA path on the simulation.
 //!
 //! Tests that load BPF need root and skip without it, unless
-//! `GPUPERF_REQUIRE_BPF=1` (CI) makes that a failure.
+//! `GPUPERF_REQUIRE_BPF=1` (CI) makes that a failure. Programs that another user
+//! runs are copied to a world-readable temporary directory first.
 #![allow(non_snake_case)]
+
+mod common;
 
 use std::ffi::OsStr;
 use std::fs;
@@ -16,261 +20,89 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 
+use common::{
+    NOBODY, as_sudo_from_nobody, bpf_available, cc, cuda13, gpuperf, gpuperf_for_anyone, is_root,
+    nvcc, shared_dir, show, sim, sim_app, text, work_dir,
+};
 use gpuperf_merge::cpu::CpuTrace;
 
-const NOBODY: u32 = 65534;
-const STACK: &str = "main;run_layer;launch_kernel;cudaLaunchKernel";
+/// The launch stack of `sim_app chevron`, from `main`.
+const STACK: &str =
+    "main;run_chevron(int);__device_stub__Z7k_scalePfi(float*, int);cudaLaunchKernel";
 
-fn bpf_available() -> bool {
-    if gpuperf_profiler::preflight::check().is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("GPUPERF_REQUIRE_BPF").is_none_or(|v| v != "1"),
-        "GPUPERF_REQUIRE_BPF=1 but eBPF is unavailable: {:?}",
-        gpuperf_profiler::preflight::check()
-    );
-    eprintln!("skipped: needs root (eBPF)");
-    false
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("skipped: needs root (to switch users)");
-    }
-    root
-}
-
-/// `site-packages/nvidia/cu13` of NVIDIA's CUDA 13 wheels, or `None` (skip)
-/// unless CI requires them.
-fn cuda13() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("nvidia/cu13");
-    if dir.join("lib/libcudart.so.13").is_file() && dir.join("include/cupti_callbacks.h").is_file()
-    {
-        return Some(dir);
-    }
-    let msg = "NVIDIA CUDA wheels missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-runtime==13.0.96";
-    assert!(
-        std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
-        "{msg}"
-    );
-    eprintln!("skipped: {msg}");
-    None
-}
-
-/// A directory every user can read, for programs the target user runs.
-fn shared_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpuperf-record-tests-{}", std::process::id()));
-    let d = dir.join(name);
-    fs::create_dir_all(&d).unwrap();
-    for p in [&dir, &d] {
-        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    d
-}
-
-/// A fresh working directory for one gpuperf run.
-fn work_dir(name: &str) -> PathBuf {
-    let d = shared_dir("runs").join(name);
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn cc(args: &[&OsStr]) {
-    let o = Command::new("gcc").args(args).output().expect("gcc runs");
-    assert!(
-        o.status.success(),
-        "gcc {args:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// Builds the test programs once: the MOCK libcupti, and `cuda_app` with the
-/// fake cudart linked in statically.
-fn programs(cuda: &Path) -> (PathBuf, PathBuf) {
-    static BUILT: Mutex<Option<(PathBuf, PathBuf)>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(b) = &*built {
-        return b.clone();
-    }
-    let dir = shared_dir("bin");
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mock = dir.join("libcupti_mock.so");
-    let include = format!("-I{}", cuda.join("include").display());
-    cc(&[
-        "-O1".as_ref(),
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        mock.as_os_str(),
-        manifest
-            .join("../inject/tests/data/mock_cupti.c")
-            .as_os_str(),
-        include.as_ref(),
-    ]);
-    let app = dir.join("cuda_app");
-    let fake = dir.join("fake_cudart.o");
-    let archive = dir.join("libfakecudart.a");
-    cc(&[
-        "-O1".as_ref(),
-        "-fno-omit-frame-pointer".as_ref(),
-        "-c".as_ref(),
-        "-o".as_ref(),
-        fake.as_os_str(),
-        manifest
-            .join("../profiler/tests/data/fake_cudart.c")
-            .as_os_str(),
-    ]);
-    let ar = Command::new("ar")
-        .arg("rcs")
-        .arg(&archive)
-        .arg(&fake)
-        .status()
-        .unwrap();
-    assert!(ar.success());
-    cc(&[
-        "-Wall".as_ref(),
-        "-Werror".as_ref(),
-        "-O1".as_ref(),
-        "-g".as_ref(),
-        "-fno-omit-frame-pointer".as_ref(),
-        "-o".as_ref(),
-        app.as_os_str(),
-        manifest.join("tests/data/cuda_app.c").as_os_str(),
-        archive.as_os_str(),
-        "-ldl".as_ref(),
-    ]);
-    *built = Some((mock.clone(), app.clone()));
-    (mock, app)
-}
-
-/// `cuda_app` with the fake cudart as a shared `libcudart.so.13`, found by
-/// the profiler only in the running process, as a real libcudart is.
-fn shared_cudart_app() -> PathBuf {
-    static BUILT: Mutex<()> = Mutex::new(());
-    let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = shared_dir("shared");
-    let app = dir.join("cuda_app");
-    if app.is_file() {
-        return app;
-    }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = dir.join("libcudart.so.13");
-    cc(&[
-        "-O1".as_ref(),
-        "-fno-omit-frame-pointer".as_ref(),
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        lib.as_os_str(),
-        manifest
-            .join("../profiler/tests/data/fake_cudart.c")
-            .as_os_str(),
-    ]);
-    cc(&[
-        "-Wall".as_ref(),
-        "-O1".as_ref(),
-        "-g".as_ref(),
-        "-fno-omit-frame-pointer".as_ref(),
-        "-o".as_ref(),
-        app.as_os_str(),
-        manifest.join("tests/data/cuda_app.c").as_os_str(),
-        lib.as_os_str(),
-        format!("-Wl,-rpath,{}", dir.display()).as_ref(),
-        "-ldl".as_ref(),
-    ]);
-    app
+/// The simulated runtime's libcupti and `sim_app` (nvcc), or `None` to skip.
+fn sim_programs() -> Option<(PathBuf, PathBuf)> {
+    let cuda = cuda13()?;
+    let nvcc = nvcc(&cuda)?;
+    let app = sim_app(&cuda, &nvcc);
+    Some((sim(&cuda).join("libcupti.so.13"), app))
 }
 
 #[test]
-fn record_shared_cudart__even_the_first_launch_has_its_stack_from_the_api_entry() {
-    let Some(cuda) = cuda13() else { return };
+fn record_sim_app__even_the_first_launch_has_its_stack_from_the_api_entry() {
     if !bpf_available() {
         return;
     }
-    let (mock, _) = programs(&cuda);
-    let app = shared_cudart_app();
-    let dir = work_dir("shared-cudart");
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
+    let dir = work_dir("first-launch");
     let o = gpuperf(&dir)
-        .args(["-p", "cpu.txt", "--raw-dir", "raw", "--cupti"])
-        .arg(&mock)
+        .args([
+            "--stacks",
+            "ebpf",
+            "-p",
+            "cpu.txt",
+            "--raw-dir",
+            "raw",
+            "--cupti",
+        ])
+        .arg(&cupti)
         .arg("--")
         .arg(&app)
-        .args(["5", "0"])
+        .args(["chevron", "3"])
         .output()
         .unwrap();
     let all = show(&o);
     assert_eq!(o.status.code(), Some(0), "{all}");
     assert!(
         text(&o.stderr)
-            .contains("5 launch stacks (5 taken at the API entry, 0 inside NVIDIA code)"),
+            .contains("6 launch stacks (6 taken at the API entry, 0 inside NVIDIA code)"),
         "{all}"
     );
     let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
-    assert_eq!(cpu.launches.len(), 5, "{all}");
-    for l in &cpu.launches {
-        let s = cpu.stacks.text(l.stack);
-        assert!(s.ends_with(STACK), "stack `{s}`");
-    }
+    assert_eq!(cpu.launches.len(), 6, "{all}");
+    assert!(cpu.stacks.text(cpu.launches[0].stack).ends_with(STACK));
     let pid = cpu.launches[0].pid;
     let log = fs::read_to_string(dir.join(format!("raw/gpu-{pid}.gputrace.log"))).unwrap();
     assert!(log.contains("CPU profiler ready after"), "{log}");
 }
 
-fn gpuperf(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuperf"));
-    c.current_dir(dir).stdin(Stdio::null());
-    for v in ["SUDO_UID", "SUDO_GID", "SUDO_USER", "CUDA_INJECTION64_PATH"] {
-        c.env_remove(v);
-    }
-    c
-}
-
-fn as_sudo_from_nobody(c: &mut Command) -> &mut Command {
-    c.env("SUDO_UID", NOBODY.to_string())
-        .env("SUDO_GID", NOBODY.to_string())
-        .env("SUDO_USER", "nobody")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        text(&o.stdout),
-        text(&o.stderr)
-    )
-}
-
 #[test]
-fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
-    let Some(cuda) = cuda13() else { return };
+fn record_sim_app_with_a_child_process__every_output_as_the_sudo_user() {
     if !bpf_available() {
         return;
     }
-    let (mock, app) = programs(&cuda);
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
     let dir = work_dir("full");
     let o = as_sudo_from_nobody(&mut gpuperf(&dir))
-        .args(["-c", "gpu.json", "-p", "cpu.txt", "-m", "merged.folded"])
+        .args([
+            "--stacks",
+            "ebpf",
+            "-c",
+            "gpu.json",
+            "-p",
+            "cpu.txt",
+            "-m",
+            "merged.folded",
+        ])
         .args(["-o", "flame.svg", "--raw-dir", "raw", "--cupti"])
-        .arg(&mock)
+        .arg(&cupti)
         .arg("--")
         .arg(&app)
-        .args(["200", "7", "fork"])
+        .args(["fork", "100", "7"])
         .output()
         .unwrap();
     let all = show(&o);
@@ -292,7 +124,8 @@ fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
         .collect();
     assert_eq!(pids.len(), 2, "{all}");
 
-    // The CPU trace: every launch of both processes, with its full stack and id.
+    // The CPU trace: every launch of both processes, with its full stack and a
+    // distinct correlation id.
     let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
     assert_eq!(cpu.launches.len(), 400, "{all}");
     for pid in &pids {
@@ -303,25 +136,31 @@ fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
             .map(|l| l.correlation_id)
             .collect();
         ids.sort_unstable();
-        assert_eq!(ids, (1..=200).collect::<Vec<_>>(), "pid {pid}");
+        ids.dedup();
+        assert_eq!(ids.len(), 200, "pid {pid}");
     }
     for l in &cpu.launches {
         let s = cpu.stacks.text(l.stack);
-        assert!(s.ends_with(STACK), "stack `{s}`");
+        assert!(
+            s.ends_with(STACK) || s.ends_with(&STACK.replace("Z7k_scale", "Z6k_bias")),
+            "stack `{s}`"
+        );
     }
 
     // Every kernel charged to its launch stack.
     let err = text(&o.stderr);
     assert!(err.contains("matched 400 of 400 kernels (100.0%)"), "{all}");
     assert!(err.contains("top kernels by GPU time"), "{all}");
-    assert!(err.contains("gemv_f"), "{all}");
+    assert!(err.contains("k_bias"), "{all}");
+    assert!(err.contains("simulated GPU"), "{all}");
     let folded = fs::read_to_string(dir.join("merged.folded")).unwrap();
     assert!(!folded.is_empty());
     let mut roots: Vec<&str> = Vec::new();
     for line in folded.lines() {
         let (stack, weight) = line.rsplit_once(' ').unwrap();
         assert!(
-            stack.contains(&format!("{STACK};[GPU_Kernel]")),
+            stack.contains("main;run_chevron(int);__device_stub__")
+                && stack.contains("cudaLaunchKernel;[GPU_Kernel]"),
             "line `{line}`"
         );
         assert!(weight.parse::<u64>().unwrap() > 0, "line `{line}`");
@@ -330,11 +169,12 @@ fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
     // The two processes stay apart, each under its own root frame.
     roots.sort_unstable();
     roots.dedup();
-    let mut want: Vec<String> = pids.iter().map(|p| format!("cuda_app [pid {p}]")).collect();
+    let mut want: Vec<String> = pids.iter().map(|p| format!("sim_app [pid {p}]")).collect();
     want.sort_unstable();
     assert_eq!(roots, want, "{folded}");
 
-    // The timeline has both processes; the flamegraph has stacks and kernels.
+    // The timeline has both processes, labelled simulated; the flamegraph has
+    // stacks and kernels, and says "simulated GPU" in its title.
     let timeline: serde_json::Value =
         serde_json::from_slice(&fs::read(dir.join("gpu.json")).unwrap()).unwrap();
     let events = timeline["traceEvents"].as_array().expect("traceEvents");
@@ -345,9 +185,22 @@ fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
                 .any(|e| e["pid"].as_u64() == Some(u64::from(*pid))),
             "no event of pid {pid} in the timeline"
         );
+        assert!(
+            events
+                .iter()
+                .any(|e| e["pid"].as_u64() == Some(u64::from(*pid))
+                    && e["name"] == "process_labels"
+                    && e["args"]["labels"]
+                        .as_str()
+                        .is_some_and(|l| l.starts_with("simulated GPU"))),
+            "pid {pid} is not labelled simulated"
+        );
     }
+    let notes = timeline["otherData"]["notes"].as_array().expect("notes");
+    assert_eq!(notes.len(), 2, "{notes:?}");
     let svg = fs::read_to_string(dir.join("flame.svg")).unwrap();
-    assert!(svg.contains("launch_kernel") && svg.contains("rms_norm"));
+    assert!(svg.contains("run_chevron") && svg.contains("k_scale"));
+    assert!(svg.contains("GPU time by CPU stack (simulated GPU)</text>"));
 
     // Everything written belongs to the user, and the kept recording merges
     // to the same stacks.
@@ -375,23 +228,29 @@ fn record_mock_cuda_app_with_a_child_process__every_output_as_the_sudo_user() {
     assert_eq!(a, b);
     let report = gpuperf(&dir).args(["report", "raw"]).output().unwrap();
     assert!(report.status.success(), "{}", show(&report));
-    assert!(text(&report.stdout).contains("gemv_f"));
+    assert!(text(&report.stdout).contains("k_scale"));
+    assert!(
+        text(&report.stderr).contains("simulated GPU"),
+        "{}",
+        show(&report)
+    );
 }
 
 #[test]
 fn record_sigint_to_gpuperf__target_stops_gracefully_and_outputs_are_written() {
-    let Some(cuda) = cuda13() else { return };
     if !bpf_available() {
         return;
     }
-    let (mock, app) = programs(&cuda);
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
     let dir = work_dir("sigint");
     let mut child = gpuperf(&dir)
         .arg("--cupti")
-        .arg(&mock)
+        .arg(&cupti)
         .arg("--")
         .arg(&app)
-        .args(["50", "0", "wait-signal"])
+        .args(["wait-signal", "25"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -419,7 +278,7 @@ fn record_sigint_to_gpuperf__target_stops_gracefully_and_outputs_are_written() {
     assert!(
         fs::read_to_string(dir.join("flamegraph.svg"))
             .unwrap()
-            .contains("launch_kernel")
+            .contains("run_chevron")
     );
 }
 
@@ -540,25 +399,37 @@ fn record_real_libcudart_without_a_driver__program_unchanged_and_the_reason_give
 }
 
 #[test]
-fn record_as_a_user_without_bpf__gpu_side_still_recorded_and_the_fix_named() {
-    let Some(cuda) = cuda13() else { return };
+fn record_ebpf_stacks_as_a_user_without_bpf__the_fix_named_and_stacks_taken_in_process() {
     if !is_root() {
         return;
     }
-    let (mock, app) = programs(&cuda);
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
     let dir = work_dir("unprivileged");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-    let mut cmd = gpuperf(&dir);
-    cmd.arg("--cupti")
-        .arg(&mock)
+    // gpuperf itself runs as the other user: from a copy it can read, as
+    // target/ may sit in a checkout that others cannot enter.
+    let mut cmd = Command::new(gpuperf_for_anyone());
+    cmd.current_dir(&dir)
+        .stdin(Stdio::null())
+        .env_remove("SUDO_UID")
+        .env_remove("CUDA_INJECTION64_PATH")
+        // Its scratch space too: the caller's TMPDIR may be private.
+        .env("TMPDIR", &dir)
+        .args(["--stacks", "ebpf", "--cupti"])
+        .arg(&cupti)
         .arg("--")
         .arg(&app)
-        .args(["20", "4"]);
-    // SAFETY: the closure runs in the child before exec and only calls setgid
-    // and setuid.
+        .args(["chevron", "10", "4"]);
+    // SAFETY: the closure runs in the child before exec and only calls setgroups,
+    // setgid and setuid.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -568,9 +439,11 @@ fn record_as_a_user_without_bpf__gpu_side_still_recorded_and_the_fix_named() {
     let all = show(&o);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(4), "{all}");
-    assert!(err.contains("no CPU stacks:"), "{all}");
+    assert!(err.contains("no CPU stacks from eBPF:"), "{all}");
     assert!(err.contains("sudo") || err.contains("CAP_BPF"), "{all}");
     assert!(err.contains("20 kernels"), "{all}");
+    assert!(err.contains("simulated GPU"), "{all}");
+    assert!(err.contains("taken in the program:"), "{all}");
     assert!(dir.join("flamegraph.svg").is_file(), "{all}");
 }
 
@@ -626,4 +499,547 @@ fn record_cpu_only_without_cudart_or_uprobe__error_says_what_to_add() {
     let err = text(&o.stderr);
     assert!(err.contains("--uprobe LIB:SYMBOL"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+// ---- Stacks taken in process by the injection library (no eBPF) ----
+
+/// The MOCK libcupti (inject/tests/data/mock_cupti.c), built once, where every
+/// user can read it.
+fn mock_cupti(cuda: &Path) -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &*built {
+        return p.clone();
+    }
+    let out = shared_dir("bin").join("libcupti_mock.so");
+    let include = format!("-I{}", cuda.join("include").display());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../inject/tests/data/mock_cupti.c");
+    cc(&[
+        "-O1".as_ref(),
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        src.as_os_str(),
+        include.as_ref(),
+        "-lpthread".as_ref(),
+    ]);
+    *built = Some(out.clone());
+    out
+}
+
+/// The in-process test programs, built with `flags` (`-O2`, plus
+/// `-fomit-frame-pointer` or not): a fake `libcudart.so.13`, `liblauncher.so`
+/// and `levels_app`, in a directory every user can read. Returns (dir, app).
+fn inproc_programs(tag: &str, flags: &[&str]) -> (PathBuf, PathBuf) {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = shared_dir(&format!("inproc-{tag}"));
+    let app = dir.join("levels_app");
+    if built.iter().any(|t| t == tag) {
+        return (dir, app);
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let os = |s: &str| s.to_owned();
+    let flags: Vec<String> = flags.iter().map(|f| os(f)).collect();
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let build = |out: &Path, srcs: &[PathBuf], extra: &[String]| {
+        let mut args: Vec<std::ffi::OsString> = flags.iter().map(Into::into).collect();
+        args.extend(["-g".into(), "-o".into(), out.as_os_str().to_owned()]);
+        args.extend(srcs.iter().map(|p| p.as_os_str().to_owned()));
+        args.extend(extra.iter().map(Into::into));
+        let refs: Vec<&OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        cc(&refs);
+    };
+    let cudart = dir.join("libcudart.so.13");
+    build(
+        &cudart,
+        &[manifest.join("../profiler/tests/data/fake_cudart.c")],
+        &[os("-shared"), os("-fPIC")],
+    );
+    let launcher = dir.join("liblauncher.so");
+    build(
+        &launcher,
+        &[manifest.join("tests/data/launcher.c")],
+        &[
+            os("-shared"),
+            os("-fPIC"),
+            cudart.display().to_string(),
+            rpath.clone(),
+            os("-ldl"),
+        ],
+    );
+    build(
+        &app,
+        &[manifest.join("tests/data/levels_app.c")],
+        &[launcher.display().to_string(), rpath, os("-pthread")],
+    );
+    built.push(tag.to_owned());
+    (dir, app)
+}
+
+const LEVELS: &str =
+    "level1;level2;level3;level4;level5;launcher_launch;lib_enter;lib_inner;cudaLaunchKernel";
+
+/// Checks every launch of a `levels_app` run: main-thread stacks from `_start`
+/// through main and the levels, thread stacks from clone through the thread's
+/// start; returns the stacks, sorted.
+fn check_levels(cpu: &CpuTrace, launches: usize, all: &str) -> Vec<String> {
+    assert_eq!(cpu.launches.len(), launches, "{all}");
+    let mut texts: Vec<String> = Vec::new();
+    for l in &cpu.launches {
+        let s = cpu.stacks.text(l.stack);
+        if l.tid == l.pid {
+            assert!(s.starts_with("_start;"), "main thread stack `{s}`\n{all}");
+            assert!(
+                s.ends_with(&format!(";main;{LEVELS}")),
+                "stack `{s}`\n{all}"
+            );
+        } else {
+            assert!(s.starts_with("clone"), "thread stack `{s}`\n{all}");
+            assert!(
+                s.ends_with(&format!(";start_thread;thread_main;{LEVELS}")),
+                "stack `{s}`\n{all}"
+            );
+        }
+        texts.push(s.to_owned());
+    }
+    texts.sort_unstable();
+    texts
+}
+
+/// Runs `gpuperf record` on `levels_app` (no eBPF: stacks in process), as
+/// `uid` when given.
+fn record_levels(
+    test: &str,
+    tag: &str,
+    flags: &[&str],
+    uid: Option<u32>,
+    mock: &Path,
+    mode: &str,
+) -> (Output, PathBuf) {
+    let (_, app) = inproc_programs(tag, flags);
+    let dir = work_dir(&format!("{test}-{tag}-{}", uid.unwrap_or(0)));
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = gpuperf(&dir);
+    if let Some(uid) = uid {
+        // gpuperf itself runs as the other user: from a copy it can read, with a
+        // scratch directory it can write.
+        cmd = Command::new(gpuperf_for_anyone());
+        cmd.current_dir(&dir)
+            .stdin(Stdio::null())
+            .env_remove("SUDO_UID")
+            .env_remove("CUDA_INJECTION64_PATH")
+            .env("TMPDIR", &dir);
+        // SAFETY: the closure runs in the child before exec and only calls
+        // setgroups, setgid and setuid.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd.args(["-p", "cpu.txt", "-m", "m.folded", "--cupti"])
+        .arg(mock)
+        .arg("--")
+        .arg(&app)
+        .args(["10", mode]);
+    (cmd.output().unwrap(), dir)
+}
+
+#[test]
+fn record_O2_program_without_frame_pointers__every_stack_reaches_main_in_process() {
+    let Some(cuda) = cuda13() else { return };
+    let mock = mock_cupti(&cuda);
+    for (tag, flags) in [
+        ("O2", &["-O2"][..]),
+        ("O2-nofp", &["-O2", "-fomit-frame-pointer"][..]),
+    ] {
+        let (o, dir) = record_levels("levels", tag, flags, None, &mock, "deep");
+        let all = show(&o);
+        assert_eq!(o.status.code(), Some(0), "{all}");
+        let err = text(&o.stderr);
+        // 10 launches on each thread, and one under a 300-deep recursion.
+        assert!(err.contains("matched 21 of 21 kernels (100.0%)"), "{all}");
+        let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+        let deep: Vec<_> = cpu
+            .launches
+            .iter()
+            .filter(|l| cpu.stacks.text(l.stack).contains("recurse;recurse"))
+            .copied()
+            .collect();
+        assert_eq!(deep.len(), 1, "{all}");
+        // The deep one is cut at the depth cap, and counted as truncated.
+        assert!(!cpu.stacks.text(deep[0].stack).starts_with("_start"));
+        assert!(
+            err.contains(
+                "taken in the program: 21 API calls with in-process stacks (3 distinct), \
+                 20 complete, 1 truncated (1 deeper than the depth cap)"
+            ),
+            "{all}"
+        );
+        let mut rest = cpu;
+        rest.launches
+            .retain(|l| l.correlation_id != deep[0].correlation_id);
+        check_levels(&rest, 20, &all);
+        let folded = fs::read_to_string(dir.join("m.folded")).unwrap();
+        assert!(
+            folded.contains(&format!("{LEVELS};[GPU_Kernel]layers(float*)")),
+            "{folded}"
+        );
+    }
+}
+
+#[test]
+fn record_as_an_unprivileged_user__the_same_complete_stacks_as_root() {
+    let Some(cuda) = cuda13() else { return };
+    if !is_root() {
+        return;
+    }
+    let mock = mock_cupti(&cuda);
+    let flags = ["-O2", "-fomit-frame-pointer"];
+    let (root, root_dir) = record_levels("as-user", "O2-nofp", &flags, None, &mock, "deep");
+    let (nobody, nobody_dir) =
+        record_levels("as-user", "O2-nofp", &flags, Some(NOBODY), &mock, "deep");
+    let all = format!("{}\n{}", show(&root), show(&nobody));
+    assert_eq!(nobody.status.code(), Some(0), "{all}");
+    assert!(
+        text(&nobody.stdout).contains(&format!("uid {NOBODY} ")),
+        "{all}"
+    );
+    assert!(
+        !text(&nobody.stderr).contains("eBPF"),
+        "no eBPF is tried by default: {all}"
+    );
+    let stacks = |dir: &Path| {
+        let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+        let mut v: Vec<String> = cpu
+            .launches
+            .iter()
+            .map(|l| cpu.stacks.text(l.stack).to_owned())
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let (a, b) = (stacks(&root_dir), stacks(&nobody_dir));
+    assert_eq!(a.len(), 21, "{all}");
+    assert_eq!(a, b, "{all}");
+    assert_eq!(
+        fs::metadata(nobody_dir.join("cpu.txt")).unwrap().uid(),
+        NOBODY
+    );
+}
+
+#[test]
+fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame() {
+    if !bpf_available() {
+        return;
+    }
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
+    let dir = work_dir("agree");
+    // Both unwinders in one run: eBPF writes cpu.txt, the injection library
+    // (GPUPERF_STACKS=1 wins over --stacks ebpf) keeps its stacks in the trace.
+    let o = gpuperf(&dir)
+        .env("GPUPERF_STACKS", "1")
+        .args([
+            "--stacks",
+            "ebpf",
+            "-p",
+            "cpu.txt",
+            "--raw-dir",
+            "raw",
+            "--cupti",
+        ])
+        .arg(&cupti)
+        .arg("--")
+        .arg(&app)
+        .args(["chevron", "10"])
+        .output()
+        .unwrap();
+    let all = show(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let ebpf = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    let trace = fs::read_dir(dir.join("raw"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "gputrace"))
+        .unwrap();
+    let m = gpuperf(&dir)
+        .args(["merge", "--gpu"])
+        .arg(&trace)
+        .args(["-p", "inproc.txt", "-m", "inproc.folded"])
+        .output()
+        .unwrap();
+    assert!(m.status.success(), "{}", show(&m));
+    let inproc = CpuTrace::open(&dir.join("inproc.txt")).unwrap();
+    assert_eq!(ebpf.launches.len(), 20, "{all}");
+    assert_eq!(inproc.launches.len(), 20, "{}", show(&m));
+    let by_corr: std::collections::HashMap<u32, &str> = inproc
+        .launches
+        .iter()
+        .map(|l| (l.correlation_id, inproc.stacks.text(l.stack)))
+        .collect();
+    for l in &ebpf.launches {
+        let e = ebpf.stacks.text(l.stack);
+        let i = by_corr[&l.correlation_id];
+        // The frame-pointer walk covers the program's frames, down to glibc's
+        // start code, which keeps no frame pointers; there the two are identical
+        // frame for frame, and the in-process walk goes on to `_start`.
+        assert!(
+            e.contains(";main;run_chevron(int);__device_stub__"),
+            "eBPF `{e}`"
+        );
+        let prefix = i
+            .strip_suffix(e)
+            .unwrap_or_else(|| panic!("corr {}: in process `{i}`, eBPF `{e}`", l.correlation_id));
+        assert!(
+            prefix.is_empty() || prefix.ends_with(';'),
+            "not on a frame boundary: `{i}` vs `{e}`"
+        );
+        assert!(i.starts_with("_start;"), "in process `{i}`");
+        assert!(
+            !e.starts_with("_start"),
+            "eBPF reached _start: compare the whole stacks: `{e}`"
+        );
+    }
+    // The eBPF stacks stop before a root frame: the summary says they are truncated.
+    assert!(
+        text(&o.stderr).contains("truncated CPU stacks: 20 of 20 launches"),
+        "{all}"
+    );
+}
+
+#[test]
+fn record_cuda_graph__replayed_kernels_charged_to_the_launch_then_the_node_origin() {
+    let Some(cuda) = cuda13() else { return };
+    let mock = mock_cupti(&cuda);
+    let (o, dir) = record_levels("graph", "O2", &["-O2"], None, &mock, "graph");
+    let all = show(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let err = text(&o.stderr);
+    // 20 plain launches and the graph's two kernels; the captured launch
+    // itself runs nothing.
+    assert!(err.contains("matched 22 of 22 kernels (100.0%)"), "{all}");
+    assert!(err.contains("1 with no GPU activity"), "{all}");
+    let folded = fs::read_to_string(dir.join("m.folded")).unwrap();
+    let line = |kernel: &str| {
+        folded
+            .lines()
+            .find(|l| l.contains(&format!("[GPU_Kernel]{kernel}")))
+            .unwrap_or_else(|| panic!("no {kernel} in\n{folded}"))
+            .to_owned()
+    };
+    let launch = ";main;graph_site;launcher_graph;replay;cudaGraphLaunch;";
+    let captured = line("captured(float*)");
+    let (above, below) = captured
+        .split_once(&format!("{launch}[graph node captured at];"))
+        .unwrap_or_else(|| panic!("`{captured}`"));
+    assert!(above.starts_with("_start;"), "`{captured}`");
+    assert!(below.starts_with("_start;"), "`{captured}`");
+    assert!(
+        below.ends_with(
+            ";main;graph_site;launcher_graph;capture_step;lib_enter;lib_inner;cudaLaunchKernel;\
+             [GPU_Kernel]captured(float*) 4"
+        ),
+        "`{captured}`"
+    );
+    let added = line("added(float*)");
+    assert!(
+        added.contains(&format!("{launch}[graph node added at];_start;")),
+        "`{added}`"
+    );
+    assert!(
+        added.ends_with(";main;graph_site;launcher_graph;add_node;[GPU_Kernel]added(float*) 1"),
+        "`{added}`"
+    );
+}
+
+/// pyenv's CPython 3.10–3.13 and Debian's 3.11. A missing one skips its tests
+/// unless GPUPERF_REQUIRE_PYTHONS requires it (`1` all, or a list such as
+/// `3.10,3.12,debian-3.11`).
+fn pythons() -> Vec<(String, PathBuf)> {
+    let root = Command::new("pyenv")
+        .arg("root")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(text(&o.stdout).trim()));
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for minor in 10..=13 {
+        let name = format!("3.{minor}");
+        let path = root.as_ref().and_then(|r| {
+            let mut v: Vec<PathBuf> = fs::read_dir(r.join("versions"))
+                .ok()?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("{name}.")))
+                })
+                .map(|p| p.join("bin/python3"))
+                .filter(|p| p.is_file())
+                .collect();
+            v.sort();
+            v.pop()
+        });
+        match path {
+            Some(p) => found.push((format!("pyenv {name}"), p)),
+            None => missing.push(name),
+        }
+    }
+    let debian = PathBuf::from("/usr/bin/python3.11");
+    if debian.is_file() {
+        found.push(("debian 3.11".into(), debian));
+    } else {
+        missing.push("debian-3.11".into());
+    }
+    if !missing.is_empty() {
+        let required = std::env::var("GPUPERF_REQUIRE_PYTHONS").unwrap_or_default();
+        let required: Vec<&str> = required.split(',').map(str::trim).collect();
+        let fail: Vec<&String> = missing
+            .iter()
+            .filter(|m| required.contains(&"1") || required.contains(&m.as_str()))
+            .collect();
+        assert!(
+            fail.is_empty(),
+            "Python interpreters required by GPUPERF_REQUIRE_PYTHONS are missing: {fail:?}"
+        );
+        eprintln!(
+            "skipped for them: Python interpreters missing: {}",
+            missing.join(", ")
+        );
+    }
+    found
+}
+
+/// The line of the `# call:NAME` marker in py_launch.py.
+fn py_line(name: &str) -> usize {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
+    let marker = format!("# call:{name}");
+    fs::read_to_string(script)
+        .unwrap()
+        .lines()
+        .position(|l| l.trim_end().ends_with(&marker))
+        .unwrap_or_else(|| panic!("no {marker}"))
+        + 1
+}
+
+#[test]
+fn record_python_through_ctypes__python_frames_outermost_first_with_lines() {
+    let Some(cuda) = cuda13() else { return };
+    let mock = mock_cupti(&cuda);
+    let (bin, _) = inproc_programs("O2", &["-O2"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
+    let frame = |f: &str, call: &str| format!("py_launch.{f} (py_launch.py:{})", py_line(call));
+    // 3.10's eval loop recurses in C, so native frames may come between.
+    let nested = [
+        frame("outer", "outer"),
+        frame("middle", "middle"),
+        frame("inner", "inner"),
+    ];
+    let positions = |frames: &[&str], want: &[String]| -> Option<Vec<usize>> {
+        let mut at = Vec::new();
+        let mut from = 0;
+        for w in want {
+            let i = from + frames[from..].iter().position(|f| f == w)?;
+            at.push(i);
+            from = i + 1;
+        }
+        Some(at)
+    };
+    for (name, py) in pythons() {
+        let dir = work_dir(&format!("python-{}", name.replace(' ', "-")));
+        let o = gpuperf(&dir)
+            .args(["-p", "cpu.txt", "-m", "m.folded", "--cupti"])
+            .arg(&mock)
+            .arg("--")
+            .arg(&py)
+            .arg(&script)
+            .arg(bin.join("liblauncher.so"))
+            .output()
+            .unwrap();
+        let all = format!("{name}: {}", show(&o));
+        assert_eq!(o.status.code(), Some(0), "{all}");
+        assert!(text(&o.stderr).contains("matched 2 of 2 kernels"), "{all}");
+        let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+        assert_eq!(cpu.launches.len(), 2, "{all}");
+        for l in &cpu.launches {
+            let s = cpu.stacks.text(l.stack);
+            let frames: Vec<&str> = s.split(';').collect();
+            // Outermost first, each with its line; then ctypes and the C levels.
+            let at = positions(&frames, &nested)
+                .unwrap_or_else(|| panic!("{name}: not {nested:?} in order in `{s}`"));
+            assert!(
+                s.ends_with(";lib_enter;lib_inner;cudaLaunchKernel"),
+                "{name}: `{s}`"
+            );
+            assert!(
+                !s.contains("_PyEval_EvalFrameDefault"),
+                "{name}: an eval loop frame was not replaced: `{s}`"
+            );
+            if l.tid == l.pid {
+                assert!(s.starts_with("_start;"), "{name}: `{s}`");
+                let module = frame("<module>", "module");
+                assert!(
+                    frames[..at[0]].contains(&module.as_str()),
+                    "{name}: `{module}` above outer: `{s}`"
+                );
+            } else {
+                assert!(s.starts_with("clone"), "{name}: `{s}`");
+                assert!(
+                    s.contains("threading.Thread.run (threading.py:")
+                        || s.contains("threading.run (threading.py:"),
+                    "{name}: `{s}`"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn record_python_with_a_corrupted_frame_link__no_crash_a_note_and_native_stacks() {
+    let Some(cuda) = cuda13() else { return };
+    let mock = mock_cupti(&cuda);
+    let (bin, _) = inproc_programs("O2", &["-O2"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
+    for (name, py) in pythons() {
+        let dir = work_dir(&format!("python-corrupt-{}", name.replace(' ', "-")));
+        let o = gpuperf(&dir)
+            .args(["-p", "cpu.txt", "--cupti"])
+            .arg(&mock)
+            .arg("--")
+            .arg(&py)
+            .arg(&script)
+            .arg(bin.join("liblauncher.so"))
+            .arg("corrupt")
+            .output()
+            .unwrap();
+        let all = format!("{name}: {}", show(&o));
+        assert_eq!(o.status.code(), Some(0), "{all}");
+        assert_eq!(text(&o.stdout), "launched 2\n", "{all}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("Python frames turned off for this process")
+                && err.contains("unreadable memory"),
+            "{all}"
+        );
+        assert!(err.contains("matched 2 of 2 kernels"), "{all}");
+        let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+        for l in &cpu.launches {
+            let s = cpu.stacks.text(l.stack);
+            assert!(
+                s.starts_with("_start;") && s.ends_with(";lib_inner;cudaLaunchKernel"),
+                "{name}: native stack still complete: `{s}`"
+            );
+        }
+    }
 }

@@ -11,14 +11,28 @@
 //! decoding and writing). CUPTI's cost inside a real driver is measured on a GPU by
 //! `bench/launch-overhead.sh`.
 //!
+//! In-process stacks, in the same run: `bench/stack_bench.c` (built with `-O2
+//! -fomit-frame-pointer`) plays the launches at the bottom of its own frames so
+//! that each recorded stack holds 30 native frames, with `GPUPERF_STACKS=0` and
+//! `=1`; and, when pyenv's CPython 3.12 is installed, from 30 nested Python
+//! functions through ctypes (`bench/stack_bench.py`). Warm: each run repeats one
+//! stack, as a training loop does.
+//!
 //! Run: `cargo bench -p gpuperf-inject --bench callback` (needs gcc and the CUDA
 //! wheels listed in the README's developer section).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gpuperf_merge::gputrace;
+use gpuperf_merge::model::{Record, StackFrame, StringTable};
+
 const LAUNCHES: &str = "1000000";
+const STACK_LAUNCHES: &str = "300000";
 const ROUNDS: usize = 7;
+/// Levels of `nest` in stack_bench.c: with loop, bench_run, main and glibc's three
+/// start frames, the recorded stack holds 30 frames.
+const DEPTH: &str = "23";
 
 fn nvidia() -> PathBuf {
     let o = Command::new("python3")
@@ -32,7 +46,12 @@ fn nvidia() -> PathBuf {
 }
 
 fn gcc(out: &Path, src: &str, args: &[String]) {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let dir = if src.starts_with("stack_bench") {
+        "bench"
+    } else {
+        "tests/data"
+    };
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let st = Command::new("gcc")
         .args(["-O2", "-o"])
         .arg(out)
@@ -44,11 +63,14 @@ fn gcc(out: &Path, src: &str, args: &[String]) {
 }
 
 fn ns_per_launch(host: &Path, inject: &str, env: &[(&str, &str)]) -> f64 {
-    let out = Command::new(host)
-        .args([inject, "mock-bench", LAUNCHES])
-        .envs(env.iter().copied())
-        .output()
-        .expect("host runs");
+    figure(
+        Command::new(host).args([inject, "mock-bench", LAUNCHES]),
+        env,
+    )
+}
+
+fn figure(cmd: &mut Command, env: &[(&str, &str)]) -> f64 {
+    let out = cmd.envs(env.iter().copied()).output().expect("host runs");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "host failed: {text}");
     text.lines()
@@ -60,6 +82,57 @@ fn ns_per_launch(host: &Path, inject: &str, env: &[(&str, &str)]) -> f64 {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// pyenv's CPython 3.12, if installed.
+fn python312() -> Option<PathBuf> {
+    let o = Command::new("pyenv").arg("root").output().ok()?;
+    let root = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("versions");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("3.12."))
+        })
+        .map(|p| p.join("bin/python3"))
+        .filter(|p| p.is_file())
+        .collect();
+    v.sort();
+    v.pop()
+}
+
+/// (native, Python) frames of the longest stack in the traces of `dir`.
+fn stack_shape(dir: &Path) -> (usize, usize) {
+    let mut best = (0, 0);
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "gputrace") {
+            continue;
+        }
+        let mut strings = StringTable::new();
+        let f = std::fs::File::open(&p).unwrap();
+        gputrace::read(f, &p, &mut strings, &mut |r, _| {
+            if let Record::Stack(s) = r {
+                let py = s
+                    .frames
+                    .iter()
+                    .filter(|f| matches!(f, StackFrame::Python { .. }))
+                    .count();
+                if s.frames.len() > best.0 + best.1 {
+                    best = (s.frames.len() - py, py);
+                }
+            }
+        })
+        .unwrap();
+    }
+    best
+}
+
+fn clear(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
 }
 
 fn main() {
@@ -86,6 +159,23 @@ fn main() {
             format!("-I{}", include.display()),
         ],
     );
+    let deep = tmp.path().join("stack_bench");
+    let nofp = ["-fomit-frame-pointer".to_owned(), "-ldl".to_owned()];
+    gcc(&deep, "stack_bench.c", &nofp);
+    let deep_lib = tmp.path().join("libstack_bench.so");
+    gcc(
+        &deep_lib,
+        "stack_bench.c",
+        &[
+            "-fomit-frame-pointer".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            "-DBENCH_LIB".into(),
+            "-ldl".into(),
+        ],
+    );
+    let py_script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/stack_bench.py");
+    let python = python312();
     let exe = std::env::current_exe().unwrap();
     let inject = exe.parent().unwrap().join("libgpuperf_inject.so");
     assert!(inject.is_file(), "{} not built", inject.display());
@@ -99,17 +189,47 @@ fn main() {
     let base_env = [
         ("GPUPERF_CUPTI_PATH", mock.to_str().unwrap()),
         ("GPUPERF_GPU_TRACE", trace.to_str().unwrap()),
+        ("GPUPERF_STACKS", "0"),
         ("MOCK_WORKER_US", "100000000"),
     ];
     let mut marker_env = base_env.to_vec();
     marker_env.push(("GPUPERF_MARKER", "always"));
+    let mut stacks_env = base_env.to_vec();
+    stacks_env[2] = ("GPUPERF_STACKS", "1");
+    let deep_run = |inject: &str, env: &[(&str, &str)]| {
+        figure(
+            Command::new(&deep).args([inject, DEPTH, STACK_LAUNCHES]),
+            env,
+        )
+    };
+    let py_run = |py: &Path, env: &[(&str, &str)]| {
+        figure(
+            Command::new(py)
+                .arg(&py_script)
+                .arg(&deep_lib)
+                .args([inject, STACK_LAUNCHES]),
+            env,
+        )
+    };
     let (mut none, mut with, mut marker) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut deep_none, mut deep_off, mut deep_on) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut py_off, mut py_on) = (Vec::new(), Vec::new());
+    let (mut native_shape, mut py_shape) = ((0, 0), (0, 0));
     for _ in 0..ROUNDS {
         none.push(ns_per_launch(&host, "none", &base_env));
         with.push(ns_per_launch(&host, inject, &base_env));
         marker.push(ns_per_launch(&host, inject, &marker_env));
-        for e in std::fs::read_dir(&trace).unwrap() {
-            std::fs::remove_file(e.unwrap().path()).unwrap();
+        clear(&trace);
+        deep_none.push(deep_run("none", &base_env));
+        deep_off.push(deep_run(inject, &base_env));
+        deep_on.push(deep_run(inject, &stacks_env));
+        native_shape = stack_shape(&trace);
+        clear(&trace);
+        if let Some(py) = &python {
+            py_off.push(py_run(py, &base_env));
+            py_on.push(py_run(py, &stacks_env));
+            py_shape = stack_shape(&trace);
+            clear(&trace);
         }
     }
     let (n, w, m) = (median(none), median(with), median(marker));
@@ -123,4 +243,30 @@ fn main() {
         "  with marker forced on  {m:8.1} ns/launch  (+{:.1} ns)",
         m - n
     );
+    let (dn, doff, don) = (median(deep_none), median(deep_off), median(deep_on));
+    println!(
+        "in-process stacks, {STACK_LAUNCHES} launches per run, stack of {} native frames \
+         (-O2 -fomit-frame-pointer), warm:",
+        native_shape.0
+    );
+    println!("  without injection      {dn:8.1} ns/launch");
+    println!("  injection, no stacks   {doff:8.1} ns/launch");
+    println!(
+        "  injection with stacks  {don:8.1} ns/launch  (stacks add {:.1} ns)",
+        don - doff
+    );
+    if python.is_some() {
+        let (off, on) = (median(py_off), median(py_on));
+        println!(
+            "  CPython 3.12, stack of {} Python + {} native frames:",
+            py_shape.1, py_shape.0
+        );
+        println!("  injection, no stacks   {off:8.1} ns/launch");
+        println!(
+            "  injection with stacks  {on:8.1} ns/launch  (stacks add {:.1} ns)",
+            on - off
+        );
+    } else {
+        println!("  (pyenv's CPython 3.12 not found: the Python case was skipped)");
+    }
 }

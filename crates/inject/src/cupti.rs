@@ -38,6 +38,11 @@ impl Cupti {
         })
     }
 
+    /// Whether this is gpuperf's simulated CUPTI (no GPU).
+    pub fn simulated(&self) -> bool {
+        self.f.simulated
+    }
+
     /// The file this was loaded from.
     pub fn path(&self) -> &Path {
         &self.path

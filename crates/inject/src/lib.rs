@@ -13,10 +13,15 @@
 //! - `CONCURRENT_KERNEL` (never the serializing `KERNEL` kind), `MEMCPY`, `MEMCPY2`
 //!   (peer-to-peer copies, with both devices), `MEMSET`,
 //!   `SYNCHRONIZATION`, `OVERHEAD`, `DEVICE` and `CONTEXT` activity, with graph and
-//!   graph-node ids, and CUPTI's dropped-record counts.
+//!   graph-node ids, and CUPTI's dropped-record counts;
+//! - the CPU stack of every launch, copy and memset call, taken on the calling
+//!   thread in the API-enter callback ([`stacks`]): native frames unwound with
+//!   `.eh_frame`, CPython 3.10–3.13 frames read without the GIL, each distinct
+//!   stack written once, and the API record naming it. No eBPF and no root.
 //!
 //! ```text
 //!  app thread ── API callback ──▶ per-thread shard ─┐
+//!                 ├─▶ stack (in process, deduped)   │
 //!                 └─▶ gpuperf_launch_marker(corr)   ├─▶ trace writer ─▶ gpu-PID.gputrace
 //!  CUPTI ── activity buffer ──▶ decode ─────────────┘      ▲
 //!  flush thread (every GPUPERF_FLUSH_MS), atexit, cudaDeviceReset, context destroy
@@ -98,6 +103,7 @@ mod error;
 pub mod locate;
 mod log;
 mod recorder;
+pub mod stacks;
 mod sys;
 
 use std::panic::catch_unwind;

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, StringId, StringTable, api_base_name,
+    Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable, api_base_name,
 };
 
 use crate::api::{Class, classify};
@@ -43,6 +43,7 @@ use crate::driver;
 use crate::error::{Error, Result};
 use crate::locate;
 use crate::log::Log;
+use crate::stacks::{self, Stacks};
 use crate::sys::{
     self, CUpti_ActivityThreadIdType, CUpti_ApiCallbackSite, CUpti_CallbackData,
     CUpti_CallbackDomain, CUpti_CallbackIdResource, CUpti_CallbackIdState, CUpti_StateNotification,
@@ -101,6 +102,8 @@ struct RawApi {
     tid: u32,
     cbid: u32,
     driver: bool,
+    /// In-process stack id, 0 for none. (stacks hook)
+    stack: u32,
 }
 
 #[derive(Default)]
@@ -121,6 +124,8 @@ struct Open {
     cbid: u32,
     domain: u32,
     nested: bool,
+    /// In-process stack id, 0 for none. (stacks hook)
+    stack: u32,
 }
 
 #[derive(Default)]
@@ -186,16 +191,15 @@ struct Sink {
 }
 
 impl Sink {
-    fn create(path: &Path) -> Result<Self> {
+    fn create(path: &Path, flags: u32) -> Result<Self> {
         let file = File::create(path).map_err(|source| Error::Output {
             path: path.to_owned(),
             source,
         })?;
-        let writer = Writer::new(BufWriter::with_capacity(1 << 20, file)).map_err(|source| {
-            Error::Output {
-                path: path.to_owned(),
-                source,
-            }
+        let out = BufWriter::with_capacity(1 << 20, file);
+        let writer = Writer::with_flags(out, flags).map_err(|source| Error::Output {
+            path: path.to_owned(),
+            source,
         })?;
         Ok(Self {
             writer: Some(writer),
@@ -216,6 +220,21 @@ impl Sink {
         };
         if let Err(e) = w.write(rec, &self.strings) {
             // A full disk loses the rest of the trace, never the app's own writes.
+            self.write_errors += 1;
+            self.first_error.get_or_insert_with(|| e.to_string());
+            self.writer = None;
+        }
+    }
+
+    /// Writes an API record with its in-process stack id. (stacks hook)
+    fn write_api(&mut self, rec: &Record, stack: u32) {
+        let (Record::Api(a), Some(w)) = (rec, self.writer.as_mut()) else {
+            return self.write(rec);
+        };
+        if stack == 0 {
+            return self.write(rec);
+        }
+        if let Err(e) = w.write_api(a, Some(stack), &self.strings) {
             self.write_errors += 1;
             self.first_error.get_or_insert_with(|| e.to_string());
             self.writer = None;
@@ -276,6 +295,8 @@ struct State {
     /// Whether the NOTE about another CUPTI client is written.
     takeover_noted: AtomicBool,
     stats: Stats,
+    /// In-process stacks, unless `GPUPERF_STACKS=0`. (stacks hook)
+    stacks: Option<Stacks>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -316,6 +337,22 @@ impl State {
                     // Synchronization records name only their context.
                     lock(&self.sink).context_device.insert(id, dev);
                 }
+            }
+            // stacks hook: graph nodes made and cloned.
+            if let Some(st) = &self.stacks {
+                let open = LOCAL
+                    .try_with(|l| {
+                        l.borrow()
+                            .open
+                            .iter()
+                            .rev()
+                            .find(|o| !o.nested)
+                            .map(|o| (o.stack, o.domain, o.cbid))
+                    })
+                    .ok()
+                    .flatten();
+                // SAFETY: CUPTI passes a `CUpti_ResourceData` for this domain.
+                unsafe { st.on_resource(cbid, data, open) };
             }
             return;
         }
@@ -403,18 +440,25 @@ impl State {
                 cbid,
                 domain,
                 nested: true,
+                stack: 0,
             });
             return;
         }
         if domain == RUNTIME {
             l.runtime_depth += 1;
         }
+        // stacks hook: the calls that cause GPU work get the caller's stack.
+        let stack = match &self.stacks {
+            Some(st) if class.fires_marker() => st.capture(),
+            _ => 0,
+        };
         l.open.push(Open {
             correlation_id,
             start_ns: monotonic_ns(),
             cbid,
             domain,
             nested: false,
+            stack,
         });
         // Stack capture hook: an in-process unwinder is called here, for calls
         // where `class.fires_marker()`, on the launching thread before the call
@@ -456,6 +500,7 @@ impl State {
             tid: l.tid,
             cbid: o.cbid,
             driver: o.domain == DRIVER,
+            stack: o.stack,
         };
         let shard = self.shard(l);
         let mut s = lock(&shard.0);
@@ -494,6 +539,22 @@ impl State {
             aliases.append(&mut d.aliases);
             dropped += std::mem::take(&mut d.dropped);
         }
+        // stacks hook: modules, stacks and graph nodes before the API records
+        // that name them.
+        if let Some(st) = &self.stacks {
+            let mut sink = lock(&self.sink);
+            let names = |d: u32, c: u32| {
+                self.names[domain_index(d)]
+                    .get(c as usize)
+                    .map(|n| api_base_name(n).to_owned())
+            };
+            for r in st.take_records(self.pid, &mut sink.strings, &names) {
+                if let Record::Note(n) = &r {
+                    self.log.line(&n.text);
+                }
+                sink.write(&r);
+            }
+        }
         if api.is_empty() && aliases.is_empty() && dropped == 0 {
             return;
         }
@@ -504,7 +565,7 @@ impl State {
         let mut launches = 0;
         for a in &api {
             let rec = self.api_record(&mut sink, a);
-            sink.write(&rec);
+            sink.write_api(&rec, a.stack);
             let domain = if a.driver { DRIVER } else { RUNTIME };
             launches += u64::from(self.class(domain, a.cbid) == Class::Launch);
         }
@@ -866,6 +927,9 @@ impl State {
             s.skipped_flushes.load(Relaxed),
             self.pool.reserve_used.load(Relaxed),
         ));
+        if let Some(st) = &self.stacks {
+            self.log.line(&st.summary());
+        }
         self.closed.store(true, Relaxed);
     }
 }
@@ -1113,7 +1177,16 @@ pub fn initialize() -> bool {
     for w in &config.warnings {
         log.line(w);
     }
-    let mut sink = match Sink::create(&config.trace) {
+    let (want_stacks, stacks_warning) = stacks::enabled(|k| std::env::var_os(k));
+    if let Some(w) = stacks_warning {
+        log.line(&w);
+    }
+    let flags = if want_stacks {
+        gpuperf_merge::gputrace::FLAG_STACKS
+    } else {
+        0
+    };
+    let mut sink = match Sink::create(&config.trace, flags) {
         Ok(s) => s,
         Err(e) => {
             log.line(&format!("not recording: {e}"));
@@ -1139,6 +1212,14 @@ pub fn initialize() -> bool {
         "CUPTI API version {version} from `{}`",
         cupti.path().display()
     ));
+    if cupti.simulated() {
+        // Every trace made on the simulation says so, in the trace itself.
+        sink.note(format!(
+            "{SIMULATED_GPU_NOTE}: `{}` is gpuperf's simulated CUPTI; no GPU ran this \
+             work, and its times come from the simulation's cost model",
+            cupti.path().display()
+        ));
+    }
     let mut classes = [Vec::new(), Vec::new()];
     let mut names = [Vec::new(), Vec::new()];
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
@@ -1154,7 +1235,9 @@ pub fn initialize() -> bool {
             });
         }
     }
+    let stacks = want_stacks.then(|| Stacks::new(cupti.path()));
     let state = State {
+        stacks,
         cupti,
         log,
         pid,
@@ -1271,6 +1354,14 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     if let Err(e) = c.enable_callback(sub, RESOURCE, CONTEXT_CREATED) {
         s.log
             .line(&format!("devices of synchronizations may be unknown: {e}"));
+    }
+    // stacks hook: where graph nodes come from.
+    if s.stacks.is_some() {
+        for cbid in [stacks::GRAPHNODE_CREATED, stacks::GRAPHNODE_CLONED] {
+            if let Err(e) = c.enable_callback(sub, RESOURCE, cbid) {
+                s.log.line(&format!("graph node origins unavailable: {e}"));
+            }
+        }
     }
     if let Err(e) = c.flush_period(s.config.flush_ms) {
         s.log

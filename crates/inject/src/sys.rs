@@ -77,6 +77,9 @@ pub struct Functions {
     /// `cuptiActivityGetNumDroppedRecords`.
     pub activity_get_num_dropped_records:
         unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> Status,
+    /// The library exports `gpusim_cupti`: it is gpuperf's simulated CUPTI, so
+    /// no GPU ran what it records.
+    pub simulated: bool,
     // Never unloaded: libcupti registers thread-specific-data destructors, and a
     // thread exiting after `dlclose` would jump into unmapped code.
     _lib: std::mem::ManuallyDrop<libloading::Library>,
@@ -118,6 +121,8 @@ impl Functions {
             activity_flush_period: sym!("cuptiActivityFlushPeriod"),
             activity_get_next_record: sym!("cuptiActivityGetNextRecord"),
             activity_get_num_dropped_records: sym!("cuptiActivityGetNumDroppedRecords"),
+            // SAFETY: only the symbol's presence is used, never its value.
+            simulated: unsafe { lib.get::<*const u8>(b"gpusim_cupti\0") }.is_ok(),
             _lib: std::mem::ManuallyDrop::new(lib),
         })
     }

@@ -122,6 +122,16 @@ impl<W: Write> Writer<W> {
         )
     }
 
+    /// A recorder's note ("simulated GPU: …", "not recorded: …") labels its process.
+    fn note(&mut self, n: &crate::model::Note) -> std::io::Result<()> {
+        self.cpu_process(n.pid)?;
+        let (pid, label) = (n.pid, json(&n.text));
+        write!(
+            self.event(),
+            r#""ph":"M","name":"process_labels","pid":{pid},"tid":0,"args":{{"labels":{label}}}}}"#
+        )
+    }
+
     fn cpu_process(&mut self, pid: u32) -> std::io::Result<()> {
         let name = match self.exes.get(&pid) {
             Some(exe) => format!("{exe} (pid {pid})"),
@@ -257,9 +267,7 @@ impl<W: Write> Writer<W> {
 
     /// The JSON text of the matched launch's CPU stack, when there is one.
     fn launch_stack(&mut self, ctx: &Context<'_>, m: &Match<'_>) -> Option<std::rc::Rc<str>> {
-        m.launch
-            .zip(ctx.cpu)
-            .map(|(l, c)| self.stack_json(c, l.stack))
+        m.stack().zip(ctx.cpu).map(|(s, c)| self.stack_json(c, s))
     }
 
     fn stack_json(&mut self, cpu: &CpuTrace, id: StackId) -> std::rc::Rc<str> {
@@ -301,7 +309,13 @@ impl<W: Write> Sink for Writer<W> {
             }
             Record::Api(a) => self.api(ctx, a, m),
             Record::Activity(a) => self.activity(ctx, a, m),
-            Record::Dropped(_) | Record::Overhead(_) | Record::Note(_) => Ok(()),
+            Record::Note(n) => self.note(n),
+            Record::Dropped(_)
+            | Record::Overhead(_)
+            | Record::Module(_)
+            | Record::Stack(_)
+            | Record::CallStack(_)
+            | Record::GraphNode(_) => Ok(()),
         };
         self.check(r)
     }
@@ -322,9 +336,10 @@ impl<W: Write> Sink for Writer<W> {
             Clock::Realtime => "CLOCK_REALTIME",
         };
         let base = self.base_ns.unwrap_or(0);
+        let notes = json_list(&summary.notes);
         let r = write!(
             self.out,
-            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"generator\":\"gpuperf\",\"clock\":\"{clock}\",\"time_base_ns\":{base},\"kernels\":{},\"kernels_matched\":{}}}}}\n",
+            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"generator\":\"gpuperf\",\"clock\":\"{clock}\",\"time_base_ns\":{base},\"kernels\":{},\"kernels_matched\":{},\"notes\":{notes}}}}}\n",
             summary.kernels, summary.kernels_matched
         )
         .and_then(|()| self.out.flush());
@@ -346,6 +361,10 @@ impl std::fmt::Display for Us {
 
 fn json(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn json_list(v: &[String]) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "[]".into())
 }
 
 #[cfg(test)]

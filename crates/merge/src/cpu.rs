@@ -159,10 +159,16 @@ pub struct CpuTrace {
     pub lines: u64,
     /// Malformed lines.
     pub diagnostics: Diagnostics,
+    /// CUDA graph nodes made by a known stack (in-process stacks only):
+    /// (pid, graph node id) → that stack.
+    pub graph_nodes: FxHashMap<(u32, u64), StackId>,
+    /// (graph launch's stack, node's stack) → the stack a replayed node's GPU work
+    /// is charged to: `…;cudaGraphLaunch;[graph node captured at];…`.
+    pub graph_stacks: FxHashMap<(StackId, StackId), StackId>,
 }
 
 impl CpuTrace {
-    fn new(format: CpuFormat) -> Self {
+    pub(crate) fn new(format: CpuFormat) -> Self {
         Self {
             format,
             launches: Vec::new(),
@@ -172,7 +178,19 @@ impl CpuTrace {
             truncated: 0,
             lines: 0,
             diagnostics: Diagnostics::default(),
+            graph_nodes: FxHashMap::default(),
+            graph_stacks: FxHashMap::default(),
         }
+    }
+
+    /// The stack GPU work of graph node `node`, launched by `launch`, is charged
+    /// to, when the node's origin is known.
+    pub fn graph_stack(&self, launch: &CpuLaunch, node: u64) -> Option<StackId> {
+        if node == 0 || self.graph_nodes.is_empty() {
+            return None;
+        }
+        let n = self.graph_nodes.get(&(launch.pid, node))?;
+        self.graph_stacks.get(&(launch.stack, *n)).copied()
     }
 
     /// An empty trace whose launches carry correlation ids: what GPU-side inputs
@@ -181,13 +199,25 @@ impl CpuTrace {
         Self::new(CpuFormat::Gpuperf)
     }
 
-    /// Appends `other`'s launches, their stacks and command names.
+    /// Appends `other`'s launches, their stacks and command names, and the
+    /// stacks of its CUDA graph nodes.
     pub fn append(&mut self, other: &CpuTrace) {
         let mut ids: Vec<Option<StackId>> = vec![None; other.stacks.len()];
+        let mut map = |stacks: &mut Stacks, id: StackId| {
+            *ids[id.index()].get_or_insert_with(|| stacks.intern(other.stacks.text(id).as_bytes()))
+        };
         for l in &other.launches {
-            let stack = *ids[l.stack.index()]
-                .get_or_insert_with(|| self.stacks.intern(other.stacks.text(l.stack).as_bytes()));
+            let stack = map(&mut self.stacks, l.stack);
             self.launches.push(CpuLaunch { stack, ..*l });
+        }
+        for (&k, &v) in &other.graph_nodes {
+            let v = map(&mut self.stacks, v);
+            self.graph_nodes.insert(k, v);
+        }
+        for (&(l, n), &v) in &other.graph_stacks {
+            let k = (map(&mut self.stacks, l), map(&mut self.stacks, n));
+            let v = map(&mut self.stacks, v);
+            self.graph_stacks.insert(k, v);
         }
         for (k, v) in &other.comms {
             self.comms.entry(*k).or_insert_with(|| v.clone());

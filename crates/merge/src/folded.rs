@@ -121,13 +121,13 @@ impl Sink for Folder {
             ActivityKind::Memset { .. } => Label::Memset,
             ActivityKind::Sync { .. } => return Ok(()),
         };
-        self.add(
-            a.pid,
-            m.launch.map(|l| l.stack),
-            m.api.map(|a| a.name),
-            label,
-            a.duration_ns(),
-        );
+        // A graph node's stack ends in the node's own API frame.
+        let api = if m.graph_stack.is_some() {
+            None
+        } else {
+            m.api.map(|a| a.name)
+        };
+        self.add(a.pid, m.stack(), api, label, a.duration_ns());
         Ok(())
     }
 

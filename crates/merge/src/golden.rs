@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::model::{ActivityKind, Record, StringTable};
+use crate::model::{ActivityKind, Record, StackFrame, StringTable};
 
 /// Shown when a golden comparison fails.
 pub const BLESS_MSG: &str =
@@ -118,6 +118,38 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                     strings.get(o.kind)
                 )
             }
+            Record::Stack(st) => {
+                let frames: Vec<String> = st
+                    .frames
+                    .iter()
+                    .map(|f| match *f {
+                        StackFrame::Native { module, offset } => format!("m{module}+{offset:#x}"),
+                        StackFrame::Python {
+                            function,
+                            file,
+                            line,
+                        } => format!("{} ({}:{line})", strings.get(function), strings.get(file)),
+                        StackFrame::Unknown { address } => format!("?{address:#x}"),
+                    })
+                    .collect();
+                writeln!(
+                    out,
+                    "stack pid {} id {} end {:?} python_truncated {}: {}",
+                    st.pid,
+                    st.id,
+                    st.end,
+                    st.python_truncated,
+                    frames.join(" <- ")
+                )
+            }
+            Record::GraphNode(g) => writeln!(
+                out,
+                "graph node pid {} node {} stack {} api {}",
+                g.pid,
+                g.node_id,
+                g.stack,
+                g.api.map_or("-", |a| strings.get(a))
+            ),
             other => writeln!(out, "{other:?}"),
         };
     }

@@ -26,7 +26,7 @@
 //! | 1 | `STRING` | id u32, UTF-8 text |
 //! | 2 | `PROCESS` | pid u32, ppid u32, start_ns u64, start_realtime_ns u64, exe string u32, 0 u32 (32) |
 //! | 3 | `DEVICE` | id u32, name string u32, cc major u16, cc minor u16 (12) |
-//! | 4 | `API` | start u64, end u64, corr u32, tid u32, cbid u32, name string u32, domain u8 (0 runtime, 1 driver), 0 u8×3 (36) |
+//! | 4 | `API` | start u64, end u64, corr u32, tid u32, cbid u32, name string u32, domain u8 (0 runtime, 1 driver), 0 u8×3 (36), then optionally stack id u32 (40; 0 = none) |
 //! | 5 | `KERNEL` | start u64, end u64, corr u32, name string u32, context u32, stream u32, graph id u32, graph node u64, grid x u32, grid y u16, grid z u16, block x/y/z u16×3, device u16 (60) |
 //! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56); a peer-to-peer copy adds src device u32, dst device u32 (64) |
 //! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
@@ -34,9 +34,39 @@
 //! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer, 3 incomplete GPU record), 0 u8×7 (16) |
 //! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, 0 u32 (24) |
 //! | 11 | `NOTE` | UTF-8 text: why the trace is empty or partial |
+//! | 12 | `MODULE` | id u32, path string u32, bias u64, text start u64, text end u64, build id length u8, 0 u8×3, build id bytes (36 + length) |
+//! | 13 | `STACK` | id u32 (from 1), end u8, flags u8 (bit 0: Python frames cut at the depth cap), frame count u16, frames (8 + 16 × count) |
+//! | 14 | `GRAPH_NODE` | node id u64, stack id u32, API name string u32 (`u32::MAX`: none) (16) |
 //!
 //! Devices are u16; 0xffff means unknown. A kernel record is 64 bytes with its
-//! header; an API record 40.
+//! header; an API record 40, or 44 with a stack id.
+//!
+//! # In-process stacks
+//!
+//! When the injection library takes CPU stacks itself, the header's flags have
+//! bit 0 ([`FLAG_STACKS`]) set, and:
+//!
+//! - each distinct stack is written once as a `STACK` record, before the first API
+//!   record that names it by its id; the `MODULE` records its native frames name
+//!   come before it. Frames are innermost first, the first being the
+//!   application's call into the CUDA API (frames of CUDA's libraries and of the
+//!   injection library are left out), 16 bytes each:
+//!
+//!   | tag u8 | 0 u8×3 | a u32 | b u64 |
+//!   |---|---|---|---|
+//!   | 0 native | | module id | ELF virtual address to symbolize (inside the call instruction for return addresses) |
+//!   | 1 Python | | function string (`module.qualname`) | file string (low 32 bits), line (high 32 bits) |
+//!   | 2 unknown (no unwind info; the last frame) | | 0 | absolute address |
+//!
+//!   `end` says how the stack ended: 0 at a root frame (`_start`, `clone`,
+//!   `clone3`: complete), 1 code without unwind info, 2 a module loaded after the
+//!   module table was read, 3 a stack read out of bounds, 4 unusable unwind info,
+//!   5 the depth cap, 6 the unwinder busy. Every value but 0 is a truncated stack.
+//! - an `API` record carries the id of its call's stack; readers that know it
+//!   deliver a [`Record::CallStack`] right after the [`Record::Api`].
+//! - `GRAPH_NODE` ties a CUDA graph node id (as kernel and copy records carry it)
+//!   to the stack that made the node, so that the kernels of a replayed graph can
+//!   be charged to the `cudaGraphLaunch` stack and then to the capturing stack.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -45,14 +75,19 @@ use std::path::Path;
 use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, PeerDevices, Process, Record, StringId, StringTable, UNKNOWN_DEVICE,
+    Activity, ActivityKind, ApiCall, ApiDomain, CallStack, Device, DropSource, Dropped, GraphNode,
+    MemcpyKind, Module, Note, Overhead, PeerDevices, Process, Record, Stack, StackEnd, StackFrame,
+    StringId, StringTable, UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
 pub const MAGIC: [u8; 8] = *b"GPUPERF\0";
 /// The format version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u16 = 1;
+/// Header flag: the trace holds in-process stacks (`STACK` records).
+pub const FLAG_STACKS: u32 = 1;
+/// Frames one `STACK` record can hold.
+pub const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
 const HEADER_LEN: usize = 16;
 const RECORD_HEADER_LEN: usize = 4;
 
@@ -68,6 +103,9 @@ mod kind {
     pub const DROPPED: u8 = 9;
     pub const OVERHEAD: u8 = 10;
     pub const NOTE: u8 = 11;
+    pub const MODULE: u8 = 12;
+    pub const STACK: u8 = 13;
+    pub const GRAPH_NODE: u8 = 14;
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
@@ -89,11 +127,17 @@ pub struct Writer<W: Write> {
 
 impl<W: Write> Writer<W> {
     /// Writes the file header.
-    pub fn new(mut out: W) -> io::Result<Self> {
+    pub fn new(out: W) -> io::Result<Self> {
+        Self::with_flags(out, 0)
+    }
+
+    /// Writes the file header with `flags` ([`FLAG_STACKS`]).
+    pub fn with_flags(mut out: W, flags: u32) -> io::Result<Self> {
         let mut h = [0u8; HEADER_LEN];
         h[..8].copy_from_slice(&MAGIC);
         h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         h[10..12].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+        h[12..16].copy_from_slice(&flags.to_le_bytes());
         out.write_all(&h)?;
         Ok(Self {
             out,
@@ -137,8 +181,38 @@ impl<W: Write> Writer<W> {
         Ok(l)
     }
 
+    /// Appends an API record carrying the id of its call's stack, if any.
+    pub fn write_api(
+        &mut self,
+        a: &ApiCall,
+        stack: Option<u32>,
+        strings: &StringTable,
+    ) -> io::Result<()> {
+        let name = self.intern_id(a.name, strings)?;
+        self.begin(kind::API);
+        let domain = match a.domain {
+            ApiDomain::Runtime => 0,
+            ApiDomain::Driver => 1,
+        };
+        self.u64(a.start_ns)
+            .u64(a.end_ns)
+            .u32(a.correlation_id)
+            .u32(a.tid)
+            .u32(a.cbid)
+            .u32(name);
+        self.u8(domain).u8(0).u16(0);
+        if let Some(s) = stack {
+            self.u32(s);
+        }
+        self.finish()
+    }
+
     /// Appends one record. String ids are resolved through `strings`. Records with a
     /// pid other than the last `PROCESS` record's are written as belonging to it.
+    ///
+    /// A [`Record::CallStack`] is not a record of its own in the file: write it
+    /// with its API call through [`Writer::write_api`]; here it is an
+    /// `InvalidInput` error.
     pub fn write(&mut self, rec: &Record, strings: &StringTable) -> io::Result<()> {
         match rec {
             Record::Process(p) => {
@@ -159,21 +233,7 @@ impl<W: Write> Writer<W> {
                     .u16(d.compute_capability.0)
                     .u16(d.compute_capability.1);
             }
-            Record::Api(a) => {
-                let name = self.intern_id(a.name, strings)?;
-                self.begin(kind::API);
-                let domain = match a.domain {
-                    ApiDomain::Runtime => 0,
-                    ApiDomain::Driver => 1,
-                };
-                self.u64(a.start_ns)
-                    .u64(a.end_ns)
-                    .u32(a.correlation_id)
-                    .u32(a.tid)
-                    .u32(a.cbid)
-                    .u32(name);
-                self.u8(domain).u8(0).u16(0);
-            }
+            Record::Api(a) => return self.write_api(a, None, strings),
             Record::Activity(a) => self.activity(a, strings)?,
             Record::Dropped(d) => {
                 self.begin(kind::DROPPED);
@@ -198,8 +258,76 @@ impl<W: Write> Writer<W> {
                 }
                 self.buf.extend_from_slice(&n.text.as_bytes()[..end]);
             }
+            Record::Module(m) => {
+                let path = self.intern(&m.path)?;
+                let id_len = m.build_id.len().min(usize::from(u8::MAX));
+                self.begin(kind::MODULE);
+                self.u32(m.id)
+                    .u32(path)
+                    .u64(m.bias)
+                    .u64(m.text_start)
+                    .u64(m.text_end);
+                self.u8(id_len as u8).u8(0).u16(0);
+                self.buf.extend_from_slice(&m.build_id[..id_len]);
+            }
+            Record::Stack(st) => self.stack(st, strings)?,
+            Record::CallStack(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a call's stack id is written with its API record (Writer::write_api)",
+                ));
+            }
+            Record::GraphNode(g) => {
+                let api = match g.api {
+                    Some(a) => self.intern_id(a, strings)?,
+                    None => u32::MAX,
+                };
+                self.begin(kind::GRAPH_NODE);
+                self.u64(g.node_id).u32(g.stack).u32(api);
+            }
         }
         self.finish()
+    }
+
+    fn stack(&mut self, st: &Stack, strings: &StringTable) -> io::Result<()> {
+        let n = st.frames.len().min(MAX_STACK_FRAMES);
+        // Names first: a STRING record may not interrupt this one.
+        let mut python = Vec::new();
+        for f in &st.frames[..n] {
+            if let StackFrame::Python { function, file, .. } = *f {
+                python.push((
+                    self.intern_id(function, strings)?,
+                    self.intern_id(file, strings)?,
+                ));
+            }
+        }
+        let end = if n < st.frames.len() {
+            StackEnd::DepthLimit
+        } else {
+            st.end
+        };
+        self.begin(kind::STACK);
+        self.u32(st.id)
+            .u8(end.code())
+            .u8(u8::from(st.python_truncated))
+            .u16(n as u16);
+        let mut python = python.into_iter();
+        for f in &st.frames[..n] {
+            match *f {
+                StackFrame::Native { module, offset } => {
+                    self.u8(0).u8(0).u16(0).u32(module).u64(offset);
+                }
+                StackFrame::Python { line, .. } => {
+                    let (function, file) = python.next().unwrap_or_default();
+                    self.u8(1).u8(0).u16(0).u32(function);
+                    self.u32(file).u32(line);
+                }
+                StackFrame::Unknown { address } => {
+                    self.u8(2).u8(0).u16(0).u32(0).u64(address);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn activity(&mut self, a: &Activity, strings: &StringTable) -> io::Result<()> {
@@ -318,7 +446,8 @@ fn sat16(v: u32) -> u16 {
 /// What a read saw besides the records.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReadStats {
-    /// Records delivered.
+    /// Records read (an API record with a stack id is delivered as a
+    /// [`Record::Api`] and a [`Record::CallStack`], and counted once).
     pub records: u64,
     /// Bytes read.
     pub bytes: u64,
@@ -326,6 +455,8 @@ pub struct ReadStats {
     pub truncated_at: Option<u64>,
     /// Records of kinds this build does not know, skipped.
     pub unknown_kinds: u64,
+    /// The header's flags ([`FLAG_STACKS`]).
+    pub flags: u32,
     /// Malformed records, with the first few places.
     pub diagnostics: Diagnostics,
 }
@@ -369,6 +500,7 @@ pub fn read<R: Read>(
             supported: FORMAT_VERSION,
         });
     }
+    stats.flags = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
     // A header shorter than the fixed part is malformed; the fixed part is always there.
     let header_len = usize::from(u16::from_le_bytes([header[10], header[11]])).max(HEADER_LEN);
     let mut skip = vec![0u8; header_len.saturating_sub(HEADER_LEN)];
@@ -531,7 +663,7 @@ impl Decoder<'_> {
             .map(
                 |(start_ns, end_ns, correlation_id, tid, cbid, name, domain)| {
                     let name = self.string(name, offset);
-                    Record::Api(ApiCall {
+                    let api = Record::Api(ApiCall {
                         pid: self.pid,
                         tid,
                         start_ns,
@@ -540,7 +672,21 @@ impl Decoder<'_> {
                         cbid,
                         domain,
                         name,
-                    })
+                    });
+                    // The stack id grew the payload: bytes 36..40 (after 3 zero bytes).
+                    let stack = payload
+                        .get(36..40)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .filter(|&s| s != 0);
+                    if let Some(stack) = stack {
+                        visit(&api, self.strings);
+                        return Record::CallStack(CallStack {
+                            pid: self.pid,
+                            correlation_id,
+                            stack,
+                        });
+                    }
+                    api
                 },
             ),
             kind::KERNEL => self.kernel(&mut f, offset),
@@ -640,6 +786,37 @@ impl Decoder<'_> {
                 pid: self.pid,
                 text: String::from_utf8_lossy(payload).into_owned(),
             })),
+            kind::MODULE => (|| {
+                let (id, path, bias, start, end) =
+                    (f.u32()?, f.u32()?, f.u64()?, f.u64()?, f.u64()?);
+                let len = usize::from(f.u8()?);
+                let build_id = payload.get(36..36 + len)?.to_vec();
+                Some((id, path, bias, start, end, build_id))
+            })()
+            .map(|(id, path, bias, text_start, text_end, build_id)| {
+                let path = self.string(path, offset);
+                Record::Module(Module {
+                    pid: self.pid,
+                    id,
+                    path: self.strings.get(path).to_owned(),
+                    build_id,
+                    bias,
+                    text_start,
+                    text_end,
+                })
+            }),
+            kind::STACK => self.stack(&mut f, offset),
+            kind::GRAPH_NODE => {
+                (|| Some((f.u64()?, f.u32()?, f.u32()?)))().map(|(node_id, stack, api)| {
+                    let api = (api != u32::MAX).then(|| self.string(api, offset));
+                    Record::GraphNode(GraphNode {
+                        pid: self.pid,
+                        node_id,
+                        stack,
+                        api,
+                    })
+                })
+            }
             _ => {
                 self.stats.unknown_kinds += 1;
                 return;
@@ -665,6 +842,33 @@ impl Decoder<'_> {
             exe: self.strings.get(exe).to_owned(),
             start_ns,
             start_realtime_ns,
+        }))
+    }
+
+    fn stack(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (id, end, flags, n) = (f.u32()?, f.u8()?, f.u8()?, f.u16()?);
+        let mut frames = Vec::with_capacity(usize::from(n).min(MAX_STACK_FRAMES));
+        for _ in 0..n {
+            let (tag, _, _, a, b) = (f.u8()?, f.u8()?, f.u16()?, f.u32()?, f.u64()?);
+            frames.push(match tag {
+                0 => StackFrame::Native {
+                    module: a,
+                    offset: b,
+                },
+                1 => StackFrame::Python {
+                    function: self.string(a, offset),
+                    file: self.string(b as u32, offset),
+                    line: (b >> 32) as u32,
+                },
+                _ => StackFrame::Unknown { address: b },
+            });
+        }
+        Some(Record::Stack(Stack {
+            pid: self.pid,
+            id,
+            end: StackEnd::from_code(end),
+            python_truncated: flags & 1 != 0,
+            frames,
         }))
     }
 
@@ -1021,6 +1225,7 @@ mod tests {
         let len = bytes.len() as u64;
         let mut strings = StringTable::new();
         let mut delivered = 0u64;
+        let mut call_stacks = 0u64;
         let mut bad_name = None;
         let r = read(
             bytes,
@@ -1028,6 +1233,7 @@ mod tests {
             &mut strings,
             &mut |rec, strings| {
                 delivered += 1;
+                call_stacks += u64::from(matches!(rec, Record::CallStack(_)));
                 let name = match rec {
                     Record::Api(a) => Some(a.name),
                     Record::Activity(Activity {
@@ -1061,7 +1267,7 @@ mod tests {
             }
         };
         prop_assert!(is_gpu_trace(bytes));
-        prop_assert_eq!(stats.records, delivered);
+        prop_assert_eq!(stats.records, delivered - call_stacks);
         // Every record, known or not, takes at least its 4-byte header.
         prop_assert!(stats.records + stats.unknown_kinds <= len / 4);
         if let Some(at) = stats.truncated_at {
@@ -1105,7 +1311,7 @@ mod tests {
     /// One framed record: kind, and a payload whose length is often the one the
     /// kind needs, give or take a few bytes.
     fn framed_record() -> impl Strategy<Value = Vec<u8>> {
-        (0u8..14, any::<bool>(), -4i32..4, 0usize..80, any::<u32>()).prop_flat_map(
+        (0u8..17, any::<bool>(), -4i32..4, 0usize..80, any::<u32>()).prop_flat_map(
             |(kind, exact, delta, any_len, small_id)| {
                 let want: i32 = match kind {
                     kind::STRING => 12,
@@ -1116,6 +1322,9 @@ mod tests {
                     kind::MEMCPY | kind::MEMSET => 56,
                     kind::SYNC | kind::OVERHEAD => 32,
                     kind::DROPPED => 16,
+                    kind::MODULE => 56,
+                    kind::STACK => 8 + 16 * (small_id % 4) as i32,
+                    kind::GRAPH_NODE => 16,
                     _ => 8,
                 };
                 let n = if exact {
@@ -1133,6 +1342,8 @@ mod tests {
                         kind::API => Some(28),
                         kind::KERNEL => Some(20),
                         kind::OVERHEAD => Some(16),
+                        kind::MODULE => Some(4),
+                        kind::GRAPH_NODE => Some(12),
                         _ => None,
                     };
                     if let Some(at) = id_at.filter(|&at| exact && payload.len() >= at + 4) {
@@ -1198,6 +1409,210 @@ mod tests {
         assert_eq!(stats.diagnostics.first[0].location, "t.gpt@16");
         assert_eq!(stats.truncated_at, Some(22));
         assert_eq!(stats.bytes, bytes.len() as u64);
+    }
+
+    /// Modules, stacks of every frame kind, API calls with and without a stack,
+    /// and a graph node.
+    pub(crate) fn stack_sample(strings: &mut StringTable) -> (Vec<Record>, Vec<(ApiCall, u32)>) {
+        let api = strings.intern("cudaLaunchKernel");
+        let f = strings.intern("train.step");
+        let file = strings.intern("/srv/train.py");
+        let module = Record::Module(Module {
+            pid: 42,
+            id: 0,
+            path: "/opt/app/bin/app".into(),
+            build_id: vec![0xde, 0xad, 0xbe, 0xef],
+            bias: 0x5555_0000_0000,
+            text_start: 0x5555_0000_1000,
+            text_end: 0x5555_0000_9000,
+        });
+        let stack = Record::Stack(Stack {
+            pid: 42,
+            id: 1,
+            end: StackEnd::Root,
+            python_truncated: false,
+            frames: vec![
+                StackFrame::Native {
+                    module: 0,
+                    offset: 0x1234,
+                },
+                StackFrame::Python {
+                    function: f,
+                    file,
+                    line: 17,
+                },
+                StackFrame::Native {
+                    module: 0,
+                    offset: 0x1000,
+                },
+            ],
+        });
+        let jit = Record::Stack(Stack {
+            pid: 42,
+            id: 2,
+            end: StackEnd::NoUnwindInfo,
+            python_truncated: true,
+            frames: vec![StackFrame::Unknown {
+                address: 0x7f00_dead_beef,
+            }],
+        });
+        let call = |corr, tid| ApiCall {
+            pid: 42,
+            tid,
+            start_ns: 100 * u64::from(corr),
+            end_ns: 100 * u64::from(corr) + 50,
+            correlation_id: corr,
+            cbid: 211,
+            domain: ApiDomain::Runtime,
+            name: api,
+        };
+        let node = Record::GraphNode(GraphNode {
+            pid: 42,
+            node_id: 1 << 40,
+            stack: 2,
+            api: Some(api),
+        });
+        let added = Record::GraphNode(GraphNode {
+            pid: 42,
+            node_id: 7,
+            stack: 1,
+            api: None,
+        });
+        (
+            vec![
+                Record::Process(Process {
+                    pid: 42,
+                    ppid: 1,
+                    exe: "/opt/app/bin/app".into(),
+                    start_ns: 1,
+                    start_realtime_ns: 2,
+                }),
+                module,
+                stack,
+                jit,
+                node,
+                added,
+            ],
+            vec![(call(7, 43), 1), (call(8, 44), 2), (call(9, 43), 0)],
+        )
+    }
+
+    #[test]
+    fn stacks_and_api_stack_ids_round_trip() {
+        let mut strings = StringTable::new();
+        let (recs, calls) = stack_sample(&mut strings);
+        let mut w = Writer::with_flags(Vec::new(), FLAG_STACKS).unwrap();
+        for r in &recs {
+            w.write(r, &strings).unwrap();
+        }
+        for (a, s) in &calls {
+            w.write_api(a, (*s != 0).then_some(*s), &strings).unwrap();
+        }
+        let bytes = w.into_inner();
+        let (back, bstrings, stats) = decode(&bytes);
+        assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+        assert_eq!(stats.flags, FLAG_STACKS);
+        assert_eq!(back.len(), recs.len() + 5, "{back:?}");
+        // Stacks, with names resolved through the reader's table.
+        let Record::Stack(st) = &back[2] else {
+            panic!("{:?}", back[2])
+        };
+        assert_eq!(st.id, 1);
+        assert_eq!(st.end, StackEnd::Root);
+        assert_eq!(
+            st.frames[0],
+            StackFrame::Native {
+                module: 0,
+                offset: 0x1234
+            }
+        );
+        let StackFrame::Python {
+            function,
+            file,
+            line,
+        } = st.frames[1]
+        else {
+            panic!("{:?}", st.frames[1])
+        };
+        assert_eq!(
+            (bstrings.get(function), bstrings.get(file), line),
+            ("train.step", "/srv/train.py", 17)
+        );
+        assert_eq!(back[1], recs[1]);
+        assert_eq!(back[3], recs[3]);
+        let Record::GraphNode(g) = back[4] else {
+            panic!("{:?}", back[4])
+        };
+        assert_eq!((g.node_id, g.stack), (1 << 40, 2));
+        assert_eq!(g.api.map(|a| bstrings.get(a)), Some("cudaLaunchKernel"));
+        assert_eq!(back[5], recs[5]);
+        // Each API call, followed by its stack when it has one.
+        let tail: Vec<String> = back[6..]
+            .iter()
+            .map(|r| match r {
+                Record::Api(a) => format!("api {}", a.correlation_id),
+                Record::CallStack(c) => format!("stack {} {}", c.correlation_id, c.stack),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(tail, ["api 7", "stack 7 1", "api 8", "stack 8 2", "api 9"]);
+        // Two API records carried a stack id: delivered as two records each.
+        assert_eq!(stats.records, back.len() as u64 - 2);
+    }
+
+    #[test]
+    fn api_record_with_a_stack_id_is_four_bytes_longer_and_old_fields_unchanged() {
+        let mut strings = StringTable::new();
+        let (_, calls) = stack_sample(&mut strings);
+        let one = |stack| {
+            let mut w = Writer::new(Vec::new()).unwrap();
+            w.intern("cudaLaunchKernel").unwrap();
+            let before = w.into_inner().len();
+            let mut w = Writer::new(Vec::new()).unwrap();
+            w.write_api(&calls[0].0, stack, &strings).unwrap();
+            w.into_inner().split_off(before)
+        };
+        let (plain, with) = (one(None), one(Some(5)));
+        assert_eq!((plain.len(), with.len()), (40, 44));
+        // The first 36 payload bytes are what older readers read.
+        assert_eq!(plain[4..40], with[4..40]);
+        assert_eq!(with[40..], 5u32.to_le_bytes());
+        assert_eq!(u16::from_le_bytes([with[2], with[3]]), 40);
+    }
+
+    #[test]
+    fn a_call_stack_cannot_be_written_on_its_own() {
+        let mut w = Writer::new(Vec::new()).unwrap();
+        let err = w
+            .write(
+                &Record::CallStack(CallStack {
+                    pid: 1,
+                    correlation_id: 2,
+                    stack: 3,
+                }),
+                &StringTable::new(),
+            )
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn cut_stack_records_are_reported_not_misread() {
+        let mut strings = StringTable::new();
+        let (recs, _) = stack_sample(&mut strings);
+        let bytes = encode(&recs, &strings);
+        let (all, _, _) = decode(&bytes);
+        for cut in HEADER_LEN..bytes.len() {
+            let (part, _, stats) = decode(&bytes[..cut]);
+            assert_eq!(&all[..part.len()], &part[..], "cut at {cut}");
+            assert!(stats.diagnostics.is_empty(), "cut at {cut}");
+        }
+        // A stack whose frame count claims more frames than its payload holds.
+        let mut short = encode(&[], &strings);
+        short.extend_from_slice(&[kind::STACK, 0, 8, 0, 1, 0, 0, 0, 0, 0, 3, 0]);
+        let (recs, _, stats) = decode(&short);
+        assert!(recs.is_empty());
+        assert_eq!(stats.diagnostics.count, 1);
     }
 
     proptest! {

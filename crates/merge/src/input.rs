@@ -179,6 +179,16 @@ impl GpuInputs {
         self.launch_stacks.as_ref()
     }
 
+    /// Adds CPU launch stacks found after opening, keyed by (pid, correlation id)
+    /// like the importers' ones: the injection library's in-process stacks, once
+    /// symbolized ([`crate::stacks::collect`]).
+    pub fn add_launch_stacks(&mut self, stacks: CpuTrace) {
+        match &mut self.launch_stacks {
+            Some(all) => all.append(&stacks),
+            None => self.launch_stacks = Some(stacks),
+        }
+    }
+
     /// The clock of the inputs' timestamps: gpuperf's traces are on
     /// `CLOCK_MONOTONIC`; CUPTI text logs and the foreign formats on wall-clock time.
     pub fn clock(&self) -> Clock {

@@ -33,7 +33,7 @@ use std::fmt;
 
 use rustc_hash::FxHashMap;
 
-use crate::cpu::{CpuLaunch, CpuTrace};
+use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::error::Result;
 use crate::input::{GpuInputs, GpuReadSummary};
 use crate::model::{
@@ -105,9 +105,18 @@ pub struct Match<'a> {
     pub launch: Option<&'a CpuLaunch>,
     /// The API call with the record's (pid, correlation id).
     pub api: Option<&'a ApiInfo>,
+    /// For GPU work of a replayed CUDA graph node whose origin is known, the
+    /// launch stack followed by the stack that made the node
+    /// ([`CpuTrace::graph_stack`]); it ends in the node's API frame already.
+    pub graph_stack: Option<StackId>,
 }
 
 impl Match<'_> {
+    /// The CPU stack the record is charged to.
+    pub fn stack(&self) -> Option<StackId> {
+        self.graph_stack.or(self.launch.map(|l| l.stack))
+    }
+
     /// Why an activity has no CPU stack, or `None` when it has one.
     pub fn no_stack(&self) -> Option<NoStack> {
         match (self.launch, self.api) {
@@ -211,6 +220,9 @@ pub struct Summary {
     pub cpu_dropped: u64,
     /// CPU launch stacks that came with the GPU inputs ([`GpuInputs::launch_stacks`]).
     pub gpu_launch_stacks: u64,
+    /// CPU launches whose stack stops before a root frame (`_start`, a thread
+    /// start): truncated stacks ([`crate::stacks::is_complete`]).
+    pub cpu_truncated: u64,
     /// GPU records lost, by where.
     pub gpu_dropped: FxHashMap<DropSource, u64>,
     /// Notes left by the recorder.
@@ -285,6 +297,13 @@ impl fmt::Display for Summary {
                 f,
                 "  unmatched CPU launches: {} with no API call recorded or paired",
                 self.launches_without_api
+            )?;
+        }
+        if self.cpu_truncated > 0 {
+            writeln!(
+                f,
+                "  truncated CPU stacks: {} of {} launches stop before a root frame (_start, a thread start)",
+                self.cpu_truncated, self.cpu_launches
             )?;
         }
         if self.duplicate_cpu_ids > 0 {
@@ -479,13 +498,46 @@ pub fn merge(
         }
     }
 
+    // Stacks of the CPU trace that stop before a root frame. (Stacks the GPU
+    // inputs carry are judged by their readers: an importer's Python or operator
+    // stacks never start at `_start`, and the injection library records how each
+    // of its stacks ended.)
+    if let Some(cpu) = cpu.as_deref() {
+        let complete: Vec<bool> = (0..cpu.stacks.len() as u32)
+            .map(|i| crate::stacks::is_complete(cpu.stacks.text(StackId(i))))
+            .collect();
+        summary.cpu_truncated = cpu
+            .launches
+            .iter()
+            .filter(|l| !complete[l.stack.index()])
+            .count() as u64;
+    }
+
     // Stacks the GPU inputs carry join the CPU side's launches, after the CPU
     // trace's own, so that its stack wins a (pid, correlation id) both hold.
     let mut carried: Option<CpuTrace> = None;
     if let Some(stacks) = gpu.launch_stacks() {
         summary.gpu_launch_stacks = stacks.launches.len() as u64;
         match cpu.as_deref_mut() {
-            Some(c) => c.append(stacks),
+            Some(c) => {
+                // Only calls the CPU trace has no stack for: the others would be
+                // counted as duplicates, and as launches without GPU work.
+                let have: rustc_hash::FxHashSet<(u32, u32)> = c
+                    .launches
+                    .iter()
+                    .filter(|l| l.correlation_id != 0)
+                    .map(|l| (l.pid, l.correlation_id))
+                    .collect();
+                if have.is_empty() {
+                    c.append(stacks);
+                } else {
+                    let mut missing = stacks.clone();
+                    missing
+                        .launches
+                        .retain(|l| !have.contains(&(l.pid, l.correlation_id)));
+                    c.append(&missing);
+                }
+            }
             None => carried = Some(stacks.clone()),
         }
     }
@@ -548,7 +600,10 @@ pub fn merge(
                 if let Some(i) = found.0 {
                     matched[i] = true;
                 }
-                let m = to_match(cpu, found);
+                let mut m = to_match(cpu, found);
+                if let (Some(l), Some(c)) = (m.launch, cpu) {
+                    m.graph_stack = c.graph_stack(l, a.graph_node_id);
+                }
                 count_activity(&mut summary, a, &m);
                 m
             }
@@ -600,6 +655,7 @@ fn to_match<'a>(
     Match {
         launch: launch.and_then(|i| cpu.map(|c| &c.launches[i])),
         api,
+        graph_stack: None,
     }
 }
 

@@ -48,6 +48,8 @@ pub mod pprof;
 #[cfg(feature = "render")]
 pub mod report;
 #[cfg(feature = "render")]
+pub mod stacks;
+#[cfg(feature = "render")]
 pub mod svg;
 
 pub use diag::{Diagnostic, Diagnostics};

@@ -176,13 +176,13 @@ impl Sink for Reporter {
         if let Some(api) = m.api {
             s.latencies.push(a.start_ns.saturating_sub(api.start_ns));
         }
-        if let (Some(l), Some(cpu)) = (m.launch, ctx.cpu) {
-            let e = self.by_stack.entry(l.stack).or_default();
+        if let (Some(stack), Some(cpu)) = (m.stack(), ctx.cpu) {
+            let e = self.by_stack.entry(stack).or_default();
             e.0 = e.0.saturating_add(d);
             e.1 += 1;
             self.stack_texts
-                .entry(l.stack)
-                .or_insert_with(|| cpu.stacks.text(l.stack).to_owned());
+                .entry(stack)
+                .or_insert_with(|| cpu.stacks.text(stack).to_owned());
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gpuperf_merge::cpu::{LaunchLine, TRUNCATED_FRAME, Writer};
+use gpuperf_merge::stacks::ROOT_FRAMES;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBufferBuilder, UprobeOpts};
 
@@ -29,17 +30,6 @@ use crate::preflight;
 use crate::skel::{LaunchSkel, LaunchSkelBuilder};
 use crate::symbolize::{Symbolizer, executable_files};
 use crate::unwinding::Unwinding;
-
-/// Frames a complete stack starts with (root first): the process's entry point
-/// and the thread starts.
-const ROOT_FRAMES: [&str; 6] = [
-    "_start",
-    "clone",
-    "clone3",
-    "__clone",
-    "__clone3",
-    "start_thread",
-];
 
 /// The marker function and its semaphore, as `gpuperf-inject` exports them.
 pub const MARKER_SYMBOL: &str = "gpuperf_launch_marker";

@@ -280,6 +280,52 @@ impl Symbolizer {
     }
 }
 
+impl Symbolizer {
+    /// Names addresses of one module for stacks taken in process: `offsets` are
+    /// ELF virtual addresses in the file (return addresses already moved back
+    /// into their call). The file is `path` when its build id is `build_id`, else
+    /// any known file with that build id. Each result lists the function and the
+    /// functions inlined at the address, innermost first; an empty list means no
+    /// symbol (counted in [`Symbolizer::unsymbolized_frames`]).
+    pub fn module_frames(
+        &mut self,
+        pid: u32,
+        path: &Path,
+        build_id: &[u8],
+        offsets: &[u64],
+    ) -> Vec<Vec<String>> {
+        let file = match self.index_file(path) {
+            Some(id) if build_id.is_empty() || id == build_id => Some(path.to_owned()),
+            None if build_id.is_empty() && path.is_file() => Some(path.to_owned()),
+            _ if !build_id.is_empty() => self.file_of(pid, build_id),
+            _ => None,
+        };
+        let Some(file) = file else {
+            self.unknown_files += 1;
+            self.unsymbolized_frames += offsets.len() as u64;
+            return vec![Vec::new(); offsets.len()];
+        };
+        let src = Source::Elf(Elf::new(&file));
+        let syms = self
+            .inner
+            .symbolize(&src, Input::VirtOffset(offsets))
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(offsets.len());
+        for i in 0..offsets.len() {
+            let mut names = Vec::new();
+            push_symbolized(
+                &mut names,
+                syms.get(i).cloned(),
+                String::new,
+                &mut self.unsymbolized_frames,
+            );
+            names.retain(|n| !n.is_empty());
+            out.push(names);
+        }
+        out
+    }
+}
+
 /// Appends one frame (and the functions inlined at it, innermost last) to a
 /// leaf-first list.
 fn push_symbolized(

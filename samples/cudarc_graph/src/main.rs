@@ -91,7 +91,9 @@ fn capture_graph(
 
 fn run(steps: usize) -> Result<f32, DriverError> {
     let ctx = CudaContext::new(0)?;
-    let stream = ctx.default_stream();
+    // Not the default (legacy) stream: CUDA refuses to capture it
+    // (cuStreamBeginCapture: "Capture may not be initiated if stream is CU_STREAM_LEGACY").
+    let stream = ctx.new_stream()?;
     let module = ctx.load_module(Ptx::from_src(include_str!("../kernels.ptx")))?;
     let k = Kernels {
         scale: module.load_function("scale")?,

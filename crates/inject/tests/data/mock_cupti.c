@@ -560,3 +560,35 @@ void mock_drop(size_t n) {
     g_dropped += n;
     unlock();
 }
+
+/* ---- CUDA graphs: where nodes come from (in-process stacks) ----
+ * A node handle is its id cast to a pointer, so cuptiGetGraphNodeId is the cast back. */
+
+CUptiResult cuptiGetGraphNodeId(CUgraphNode node, uint64_t *id) {
+    if (!node || !id) return CUPTI_ERROR_INVALID_PARAMETER;
+    *id = (uint64_t)(uintptr_t)node;
+    return CUPTI_SUCCESS;
+}
+
+static void graph_resource(CUpti_CallbackIdResource cbid, uint64_t node, uint64_t original) {
+    if (!g_cb || !g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid]) return;
+    CUpti_GraphData g;
+    memset(&g, 0, sizeof g);
+    g.node = (CUgraphNode)(uintptr_t)node;
+    g.originalNode = (CUgraphNode)(uintptr_t)original;
+    CUpti_ResourceData r;
+    memset(&r, 0, sizeof r);
+    r.resourceDescriptor = &g;
+    g_cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, cbid, &r);
+}
+
+/* A node made, on the calling thread (inside a captured launch, or by an explicit
+ * cudaGraphAdd*Node call). */
+void mock_graph_node_created(uint64_t node) {
+    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, node, 0);
+}
+
+/* A node copied from `original` when its graph is instantiated. */
+void mock_graph_node_cloned(uint64_t node, uint64_t original) {
+    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, node, original);
+}

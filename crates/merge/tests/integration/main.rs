@@ -12,6 +12,7 @@ pub use gpuperf_merge::model;
 mod imported;
 mod join;
 mod scenario;
+mod stacks;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,90 @@
+//! CPU stacks the injection library took in process: found in the GPU traces,
+//! symbolized with blazesym (through the profiler's symbolizer, which finds a
+//! module's file by build id when its path no longer matches), and written as a
+//! CPU trace on request.
+
+use std::fs::File;
+use std::io::{BufWriter, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use gpuperf_merge::cpu::{self, CpuTrace, LaunchLine};
+use gpuperf_merge::gputrace::{self, FLAG_STACKS};
+use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::model::{Module, StringTable};
+use gpuperf_merge::stacks::{self, LaunchStacks, Symbolize};
+
+/// blazesym, through the profiler crate's symbolizer.
+struct Blazesym(gpuperf_profiler::Symbolizer);
+
+impl Symbolize for Blazesym {
+    fn symbolize(&mut self, module: &Module, offsets: &[u64]) -> Vec<Vec<String>> {
+        self.0.module_frames(
+            module.pid,
+            Path::new(&module.path),
+            &module.build_id,
+            offsets,
+        )
+    }
+}
+
+/// Whether any gpuperf GPU trace among `paths` (files, or directories of
+/// `*.gputrace`) says it holds in-process stacks. Reads only their headers.
+pub fn any_has_stacks(paths: &[PathBuf]) -> bool {
+    let flagged = |p: &Path| {
+        let mut h = [0u8; 16];
+        File::open(p)
+            .and_then(|mut f| f.read_exact(&mut h))
+            .is_ok_and(|()| {
+                gputrace::is_gpu_trace(&h)
+                    && u32::from_le_bytes([h[12], h[13], h[14], h[15]]) & FLAG_STACKS != 0
+            })
+    };
+    paths.iter().any(|p| {
+        if p.is_dir() {
+            std::fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".gputrace"))
+                .any(|e| flagged(&e.path()))
+        } else {
+            flagged(p)
+        }
+    })
+}
+
+/// The launch stacks of `gpu`, symbolized, or `None` when it carries none.
+pub fn collect(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Option<LaunchStacks>> {
+    let mut sym = Blazesym(gpuperf_profiler::Symbolizer::new());
+    Ok(stacks::collect(gpu, strings, &mut sym)?)
+}
+
+/// Writes `trace` in gpuperf's CPU trace format (one line per launch with its
+/// stack and correlation id). The CPU column is 0: the injection library does not
+/// record it.
+pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
+    let f = File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
+    let mut w = cpu::Writer::new(BufWriter::new(f))?;
+    for l in &trace.launches {
+        let comm = trace.comms.get(&(l.pid, l.pid)).map_or("?", String::as_str);
+        let text = trace.stacks.text(l.stack);
+        let line = LaunchLine {
+            ts_ns: l.ts_ns,
+            comm,
+            pid: l.pid,
+            tid: l.tid,
+            cpu: 0,
+            correlation_id: l.correlation_id,
+        };
+        let frames = if text == cpu::NO_STACK_FRAME {
+            None
+        } else {
+            Some(text.split(';'))
+        };
+        w.launch(&line, frames.into_iter().flatten())?;
+    }
+    w.into_inner()
+        .flush()
+        .with_context(|| format!("failed to write `{}`", path.display()))
+}

@@ -1,0 +1,410 @@
+//! Helpers shared by the end-to-end tests: privileges, NVIDIA's wheels, the
+//! simulated CUDA runtime (`sim/`) and the programs built on it, running gpuperf,
+//! and reading what it recorded.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::fs;
+use std::io::BufReader;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+use gpuperf_merge::cpu::CpuTrace;
+use gpuperf_merge::model::{Activity, ActivityKind, ApiCall, Record, StringTable};
+
+/// The unprivileged user the tests switch to.
+pub const NOBODY: u32 = 65534;
+
+/// Whether eBPF can be loaded; without it a test skips, unless
+/// `GPUPERF_REQUIRE_BPF=1` (CI) makes that a failure.
+pub fn bpf_available() -> bool {
+    if gpuperf_profiler::preflight::check().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GPUPERF_REQUIRE_BPF").is_none_or(|v| v != "1"),
+        "GPUPERF_REQUIRE_BPF=1 but eBPF is unavailable: {:?}",
+        gpuperf_profiler::preflight::check()
+    );
+    eprintln!("skipped: needs root (eBPF)");
+    false
+}
+
+/// Whether the test runs as root (to switch users); says so when it skips.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: needs root (to switch users)");
+    }
+    root
+}
+
+fn require_wheels(msg: &str) {
+    assert!(
+        std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
+        "{msg}"
+    );
+    eprintln!("skipped: {msg}");
+}
+
+/// `site-packages/nvidia/cu13` of NVIDIA's CUDA 13 wheels, or `None` (skip)
+/// unless CI requires them.
+pub fn cuda13() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    let dir =
+        out.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("nvidia/cu13"));
+    if let Some(dir) = dir
+        && dir.join("lib/libcudart.so.13").is_file()
+        && dir.join("include/cupti_callbacks.h").is_file()
+    {
+        return Some(dir);
+    }
+    require_wheels(
+        "NVIDIA CUDA wheels missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-runtime==13.0.96",
+    );
+    None
+}
+
+/// The wheels' `nvcc`, or `None` (skip) unless CI requires the wheels.
+pub fn nvcc(cuda: &Path) -> Option<PathBuf> {
+    let nvcc = cuda.join("bin/nvcc");
+    if nvcc.is_file() && cuda.join("include/cuda_runtime.h").is_file() {
+        return Some(nvcc);
+    }
+    require_wheels(
+        "nvcc missing: pip install nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-crt==13.0.88",
+    );
+    None
+}
+
+/// A directory every user can read, for programs the target user runs: a test
+/// that runs something as another user runs it from here, never from `target/`
+/// or the checkout, which may sit in a home directory others cannot enter.
+pub fn shared_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpuperf-record-tests-{}", std::process::id()));
+    let d = dir.join(name);
+    fs::create_dir_all(&d).unwrap();
+    for p in [&dir, &d] {
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    d
+}
+
+/// A fresh working directory for one gpuperf run.
+pub fn work_dir(name: &str) -> PathBuf {
+    let d = shared_dir("runs").join(name);
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn run_ok(c: &mut Command, what: &str) {
+    let o = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+pub fn cc(args: &[&OsStr]) {
+    run_ok(Command::new("gcc").args(args), &format!("gcc {args:?}"));
+}
+
+/// The gpuperf binary under test, copied where another user can run it.
+pub fn gpuperf_for_anyone() -> PathBuf {
+    static COPY: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut copy = COPY.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &*copy {
+        return p.clone();
+    }
+    let p = shared_dir("bin").join("gpuperf");
+    fs::copy(env!("CARGO_BIN_EXE_gpuperf"), &p).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    *copy = Some(p.clone());
+    p
+}
+
+/// `gpuperf` run in `dir`, with no sudo variables and no injection inherited.
+pub fn gpuperf(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuperf"));
+    c.current_dir(dir).stdin(Stdio::null());
+    for v in ["SUDO_UID", "SUDO_GID", "SUDO_USER", "CUDA_INJECTION64_PATH"] {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// As `sudo` run by uid 65534 would: gpuperf stays root, the target drops to it.
+pub fn as_sudo_from_nobody(c: &mut Command) -> &mut Command {
+    c.env("SUDO_UID", NOBODY.to_string())
+        .env("SUDO_GID", NOBODY.to_string())
+        .env("SUDO_USER", "nobody")
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
+
+// ------------------------------------------------------------------ the simulation
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The simulated CUDA runtime, built once per test binary into a directory every
+/// user can read: `libcuda.so.1`, `libcudart.so.13`, `libcupti.so.13`.
+pub fn sim(cuda: &Path) -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = &*built {
+        return d.clone();
+    }
+    let dir = shared_dir("sim");
+    run_ok(
+        Command::new("bash")
+            .arg(repo().join("sim/build.sh"))
+            .arg(&dir)
+            .env("CUDA_INCLUDE", cuda.join("include")),
+        "sim/build.sh",
+    );
+    for f in fs::read_dir(&dir).unwrap().flatten() {
+        let _ = fs::set_permissions(f.path(), fs::Permissions::from_mode(0o755));
+    }
+    *built = Some(dir.clone());
+    dir
+}
+
+/// `sim/tests/sim_app.cu`, built by nvcc against the simulated runtime.
+pub fn sim_app(cuda: &Path, nvcc: &Path) -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &*built {
+        return p.clone();
+    }
+    let lib = sim(cuda);
+    let exe = shared_dir("bin").join("sim_app");
+    run_ok(
+        Command::new(nvcc)
+            .args(["-O2", "-g", "-arch=sm_90", "-cudart", "shared"])
+            .arg(format!("-L{}", lib.display()))
+            .arg(format!("-L{}", cuda.join("lib").display()))
+            .args([
+                "-Xcompiler",
+                "-fno-omit-frame-pointer",
+                "-Xlinker",
+                "-rpath",
+                "-Xlinker",
+            ])
+            .arg(&lib)
+            .arg("-o")
+            .arg(&exe)
+            .arg(repo().join("sim/tests/sim_app.cu")),
+        "nvcc sim_app.cu",
+    );
+    *built = Some(exe.clone());
+    exe
+}
+
+/// A C program from `sim/tests`, built by gcc against the simulated libraries.
+pub fn sim_c_program(cuda: &Path, name: &str, libs: &[&str]) -> PathBuf {
+    static BUILT: Mutex<()> = Mutex::new(());
+    let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = sim(cuda);
+    let exe = shared_dir("bin").join(name);
+    if exe.is_file() {
+        return exe;
+    }
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "-O1".into(),
+        "-g".into(),
+        "-fno-omit-frame-pointer".into(),
+        "-Wall".into(),
+        "-Werror".into(),
+        format!("-I{}", cuda.join("include").display()).into(),
+        "-o".into(),
+        exe.clone().into(),
+        repo().join(format!("sim/tests/{name}.c")).into(),
+        format!("-L{}", lib.display()).into(),
+        format!("-Wl,-rpath,{}", lib.display()).into(),
+    ];
+    args.extend(libs.iter().map(|l| format!("-l{l}").into()));
+    args.extend(["-ldl".into(), "-lpthread".into()]);
+    let refs: Vec<&OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    cc(&refs);
+    exe
+}
+
+/// The cudarc sample's PTX (nvcc output), for driver-API programs.
+pub fn sample_ptx() -> PathBuf {
+    repo().join("samples/cudarc_graph/kernels.ptx")
+}
+
+// ------------------------------------------------------------------ recordings
+
+/// What one `gpuperf record --raw-dir` wrote: the GPU records, with names
+/// resolved, and the CPU trace.
+pub struct Recording {
+    pub activities: Vec<Activity>,
+    pub apis: Vec<(ApiCall, String)>,
+    pub notes: Vec<String>,
+    pub strings: StringTable,
+    pub cpu: Option<CpuTrace>,
+}
+
+impl Recording {
+    pub fn open(raw: &Path) -> Self {
+        let mut strings = StringTable::new();
+        let mut records = Vec::new();
+        let mut files: Vec<PathBuf> = fs::read_dir(raw)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "gputrace"))
+            .collect();
+        files.sort();
+        for f in &files {
+            let file = BufReader::new(fs::File::open(f).unwrap());
+            gpuperf_merge::gputrace::read(file, f, &mut strings, &mut |r, _| {
+                records.push(r.clone())
+            })
+            .unwrap();
+        }
+        let mut r = Self {
+            activities: Vec::new(),
+            apis: Vec::new(),
+            notes: Vec::new(),
+            strings,
+            cpu: CpuTrace::open(&raw.join("cpu.txt")).ok(),
+        };
+        for rec in records {
+            match rec {
+                Record::Activity(a) => r.activities.push(a),
+                Record::Api(a) => {
+                    let name = r.strings.get(a.name).to_owned();
+                    r.apis.push((a, name));
+                }
+                Record::Note(n) => r.notes.push(n.text),
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// A short label: the kernel name, `Memcpy HtoD 8192`, `Memset 4096`, `Sync`.
+    pub fn label(&self, a: &Activity) -> String {
+        match &a.kind {
+            ActivityKind::Kernel { name, .. } => self.strings.get(*name).to_owned(),
+            ActivityKind::Memcpy { kind, bytes, .. } => format!("Memcpy {} {bytes}", kind.name()),
+            ActivityKind::Memset { bytes, .. } => format!("Memset {bytes}"),
+            ActivityKind::Sync { .. } => "Sync".to_owned(),
+        }
+    }
+
+    /// The CPU stack of each (pid, correlation id), from the frame named `main`
+    /// or `thread_body(void*)` on.
+    pub fn stacks(&self) -> HashMap<(u32, u32), String> {
+        let cpu = self.cpu.as_ref().expect("a CPU trace");
+        cpu.launches
+            .iter()
+            .map(|l| {
+                let frames: Vec<&str> = cpu.stacks.text(l.stack).split(';').collect();
+                let from = frames
+                    .iter()
+                    .position(|f| *f == "main" || *f == "thread_body(void*)")
+                    .unwrap_or(0);
+                ((l.pid, l.correlation_id), frames[from..].join(";"))
+            })
+            .collect()
+    }
+
+    /// GPU work (not syncs) counted by (label, CPU stack); work without a stack
+    /// is under "(none)".
+    pub fn work_by_stack(&self) -> BTreeMap<(String, String), usize> {
+        let stacks = self.stacks();
+        let mut m = BTreeMap::new();
+        for a in &self.activities {
+            if matches!(a.kind, ActivityKind::Sync { .. }) {
+                continue;
+            }
+            let stack = stacks
+                .get(&(a.pid, a.correlation_id))
+                .cloned()
+                .unwrap_or_else(|| "(none)".into());
+            *m.entry((self.label(a), stack)).or_default() += 1;
+        }
+        m
+    }
+
+    /// Kernels only.
+    pub fn kernels(&self) -> Vec<&Activity> {
+        self.activities
+            .iter()
+            .filter(|a| matches!(a.kind, ActivityKind::Kernel { .. }))
+            .collect()
+    }
+
+    /// The API call of every correlation id, by (pid, id).
+    pub fn api_by_corr(&self) -> HashMap<(u32, u32), &(ApiCall, String)> {
+        self.apis
+            .iter()
+            .map(|x| ((x.0.pid, x.0.correlation_id), x))
+            .collect()
+    }
+
+    /// Checks what holds for every recording on the simulation: it says it is
+    /// simulated; GPU work ends after it starts, starts after its API call did,
+    /// and never overlaps other work of its stream.
+    pub fn check_invariants(&self) {
+        assert!(
+            !self.notes.is_empty() && self.notes.iter().all(|n| n.starts_with("simulated GPU")),
+            "notes: {:?}",
+            self.notes
+        );
+        let apis = self.api_by_corr();
+        let mut by_stream: BTreeMap<(u32, u32, u32), Vec<(u64, u64)>> = BTreeMap::new();
+        for a in &self.activities {
+            assert!(a.end_ns >= a.start_ns, "{a:?}");
+            if matches!(a.kind, ActivityKind::Sync { .. }) {
+                continue;
+            }
+            assert!(a.end_ns > a.start_ns, "no duration: {a:?}");
+            let api = apis.get(&(a.pid, a.correlation_id)).expect("an API call");
+            assert!(
+                a.start_ns > api.0.start_ns,
+                "starts before its call: {a:?} {api:?}"
+            );
+            by_stream
+                .entry((a.pid, a.device, a.stream))
+                .or_default()
+                .push((a.start_ns, a.end_ns));
+        }
+        for (k, mut v) in by_stream {
+            v.sort_unstable();
+            for w in v.windows(2) {
+                assert!(w[1].0 >= w[0].1, "overlap on stream {k:?}: {w:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,543 @@
+//! `gpuperf record` end to end on the simulated CUDA runtime (`sim/`, no GPU): real
+//! programs built by nvcc and gcc, the real injection library and eBPF profiler;
+//! each CUDA path a program can take is checked for exact counts and stacks.
+//! Then the simulation itself: its CUPTI against NVIDIA's real libcupti.
+//!
+//! Recording tests need root (eBPF) and skip without it, unless
+//! `GPUPERF_REQUIRE_BPF=1`; all need NVIDIA's CUDA 13 wheels (headers, nvcc), and
+//! skip without them unless `GPUPERF_REQUIRE_CUDA_WHEELS=1`.
+#![allow(non_snake_case)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{Recording, bpf_available, cuda13, gpuperf, nvcc, show, sim, sim_app, text, work_dir};
+use gpuperf_merge::model::ActivityKind;
+
+struct Setup {
+    cuda: PathBuf,
+    nvcc: PathBuf,
+}
+
+/// The wheels, nvcc and eBPF, or `None` when the test skips.
+fn setup() -> Option<Setup> {
+    let cuda = cuda13()?;
+    let nvcc = nvcc(&cuda)?;
+    if !bpf_available() {
+        return None;
+    }
+    Some(Setup { cuda, nvcc })
+}
+
+/// `gpuperf record` of `program args` on the simulation, keeping the raw traces.
+/// The stacks are the eBPF profiler's, taken at the API entry (record.rs checks
+/// the in-process ones against them).
+fn record(s: &Setup, name: &str, program: &Path, args: &[&str]) -> (Output, Recording) {
+    let dir = work_dir(name);
+    let cupti = sim(&s.cuda).join("libcupti.so.13");
+    let o = gpuperf(&dir)
+        .args([
+            "record",
+            "--stacks",
+            "ebpf",
+            "--raw-dir",
+            "raw",
+            "-p",
+            "cpu.txt",
+            "-c",
+            "timeline.json",
+            "--cupti",
+        ])
+        .arg(&cupti)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    (o, rec)
+}
+
+fn app_record(s: &Setup, name: &str, args: &[&str]) -> (Output, Recording) {
+    let app = sim_app(&s.cuda, &s.nvcc);
+    record(s, name, &app, args)
+}
+
+fn expect(pairs: &[(&str, &str, usize)]) -> BTreeMap<(String, String), usize> {
+    pairs
+        .iter()
+        .map(|(l, s, n)| ((l.to_string(), s.to_string()), *n))
+        .collect()
+}
+
+fn assert_matched(o: &Output, kernels: usize) {
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("matched {kernels} of {kernels} kernels (100.0%)")),
+        "{}",
+        show(o)
+    );
+    assert!(err.contains("note from the recorder: pid "), "{err}");
+    assert!(err.contains(": simulated GPU: "), "{err}");
+}
+
+const SCALE: &str = "_Z7k_scalePfi";
+const BIAS: &str = "_Z6k_biasPfi";
+const SQUARE: &str = "_Z8k_squarePfi";
+
+#[test]
+fn sim_nvcc_triple_chevron__each_kernel_charged_to_its_launch_stack() {
+    let Some(s) = setup() else { return };
+    let (o, rec) = app_record(&s, "chevron", &["chevron", "50"]);
+    assert_matched(&o, 100);
+    assert!(
+        text(&o.stderr)
+            .contains("100 launch stacks (100 taken at the API entry, 0 inside NVIDIA code)"),
+        "{}",
+        show(&o)
+    );
+    let stub = |k: &str| {
+        format!(
+            "main;run_chevron(int);__device_stub__{}(float*, int);cudaLaunchKernel",
+            &k[1..]
+        )
+    };
+    assert_eq!(
+        rec.work_by_stack(),
+        expect(&[(SCALE, &stub(SCALE), 50), (BIAS, &stub(BIAS), 50)])
+    );
+    // nvcc 13's __cudaLaunchKernel enters cudaLaunchKernel, whose call makes the
+    // nested cuLaunchKernel; the trace keeps the runtime call.
+    let apis = rec.api_by_corr();
+    for k in rec.kernels() {
+        assert_eq!(apis[&(k.pid, k.correlation_id)].1, "cudaLaunchKernel");
+    }
+    // The legacy default stream is serial: one stream, no overlap (checked above).
+    let streams: BTreeSet<u32> = rec.kernels().iter().map(|k| k.stream).collect();
+    assert_eq!(streams, BTreeSet::from([7]));
+}
+
+#[test]
+fn sim_cuda_launch_kernel_exc__charged_to_cudaLaunchKernelExC() {
+    let Some(s) = setup() else { return };
+    let (o, rec) = app_record(&s, "exc", &["exc", "20"]);
+    assert_matched(&o, 20);
+    assert_eq!(
+        rec.work_by_stack(),
+        expect(&[(
+            SCALE,
+            "main;run_exc(int);launch_exc(CUstream_st*);cudaLaunchKernelExC",
+            20
+        )])
+    );
+    for k in rec.kernels() {
+        let ActivityKind::Kernel { grid, block, .. } = k.kind else {
+            unreachable!()
+        };
+        assert_eq!((grid, block), ([16, 1, 1], [64, 1, 1]));
+    }
+}
+
+#[test]
+fn sim_driver_api__cuLaunchKernel_and_cuLaunchKernelEx_stacks() {
+    let Some(s) = setup() else { return };
+    let app = common::sim_c_program(&s.cuda, "driver_app", &["cuda"]);
+    let ptx = common::sample_ptx();
+    let (o, rec) = record(&s, "driver", &app, &[ptx.to_str().unwrap(), "30"]);
+    assert_matched(&o, 60);
+    assert_eq!(
+        rec.work_by_stack(),
+        expect(&[
+            ("scale", "main;run_driver;launch_scale;cuLaunchKernel", 30),
+            (
+                "square",
+                "main;run_driver;launch_square_ex;cuLaunchKernelEx",
+                30
+            ),
+        ])
+    );
+    let apis = rec.api_by_corr();
+    let names: BTreeSet<&str> = rec
+        .kernels()
+        .iter()
+        .map(|k| apis[&(k.pid, k.correlation_id)].1.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["cuLaunchKernel", "cuLaunchKernelEx"])
+    );
+}
+
+#[test]
+fn sim_graph__captured_kernels_charged_to_each_graph_launch() {
+    let Some(s) = setup() else { return };
+    let (o, rec) = app_record(&s, "graph", &["graph", "10"]);
+    assert_matched(&o, 30);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("30 kernels came from CUDA graph launches"),
+        "{err}"
+    );
+    // The three captured launches ran nothing themselves.
+    assert!(
+        err.contains("unmatched CPU launches: 3 with no GPU activity"),
+        "{err}"
+    );
+    let stack = "main;run_graph(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
+    assert_eq!(
+        rec.work_by_stack(),
+        expect(&[(SCALE, stack, 10), (BIAS, stack, 10), (SQUARE, stack, 10)])
+    );
+    let mut per_launch: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    for k in rec.kernels() {
+        assert_ne!(k.graph_id, 0);
+        per_launch
+            .entry(k.correlation_id)
+            .or_default()
+            .push((k.start_ns, k.graph_node_id));
+    }
+    assert_eq!(per_launch.len(), 10);
+    let mut nodes = BTreeSet::new();
+    for v in per_launch.values_mut() {
+        v.sort_unstable();
+        assert_eq!(v.len(), 3);
+        nodes.extend(v.iter().map(|x| x.1));
+    }
+    assert_eq!(nodes.len(), 3, "one node id per captured kernel: {nodes:?}");
+}
+
+#[test]
+fn sim_memcpy_and_memset__kinds_bytes_and_stacks() {
+    let Some(s) = setup() else { return };
+    let (o, rec) = app_record(&s, "copies", &["copies"]);
+    assert_eq!(text(&o.stdout), "bytes ok\n", "{}", show(&o));
+    let p = "main;run_copies();";
+    assert_eq!(
+        rec.work_by_stack(),
+        expect(&[
+            (
+                "Memcpy HtoD 8192",
+                &format!("{p}copy_in(void*, void const*, unsigned long);cudaMemcpy"),
+                1
+            ),
+            (
+                "Memcpy DtoD 1024",
+                &format!("{p}copy_across(void*, void const*, unsigned long);cudaMemcpy"),
+                1
+            ),
+            (
+                "Memcpy DtoH 4096",
+                &format!(
+                    "{p}copy_out(void*, void const*, unsigned long, CUstream_st*);cudaMemcpyAsync"
+                ),
+                1
+            ),
+            ("Memcpy DtoH 8192", &format!("{p}cudaMemcpy"), 1),
+            (
+                "Memset 8192",
+                &format!("{p}clear(void*, unsigned long);cudaMemset"),
+                1
+            ),
+            (
+                "Memset 4096",
+                &format!("{p}fill(void*, unsigned long, CUstream_st*);cudaMemsetAsync"),
+                1
+            ),
+        ])
+    );
+    let values: BTreeSet<u32> = rec
+        .activities
+        .iter()
+        .filter_map(|a| match a.kind {
+            ActivityKind::Memset { value, .. } => Some(value),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values, BTreeSet::from([0, 0xab]));
+}
+
+#[test]
+fn sim_sync__waits_take_the_simulated_time_and_are_recorded() {
+    let Some(s) = setup() else { return };
+    let (o, rec) = app_record(&s, "sync", &["sync", "5"]);
+    assert_matched(&o, 5);
+    assert_eq!(
+        rec.work_by_stack(),
+        expect(&[(
+            SCALE,
+            "main;run_sync(int);__device_stub__Z7k_scalePfi(float*, int);cudaLaunchKernel",
+            5
+        )])
+    );
+    // Each kernel is 1000 ns + 256e6 threads / 256 per ns = 1.001 ms.
+    for k in rec.kernels() {
+        assert_eq!(k.end_ns - k.start_ns, 1_001_000);
+    }
+    let out = text(&o.stdout);
+    let w: Vec<&str> = out.split_whitespace().collect();
+    let (event_ms, wall_ms): (f64, f64) = (w[1].parse().unwrap(), w[3].parse().unwrap());
+    assert!((5.005..5.5).contains(&event_ms), "{out}");
+    // The sync began after the launches were queued and ends with the last kernel.
+    assert!(wall_ms > 4.0, "{out}");
+    let syncs: Vec<u8> = rec
+        .activities
+        .iter()
+        .filter_map(|a| match a.kind {
+            ActivityKind::Sync { sync_type } => Some(sync_type),
+            _ => None,
+        })
+        .collect();
+    // cudaDeviceSynchronize (context) and cudaEventSynchronize (event).
+    assert_eq!(syncs, [4, 1]);
+    let ctx_sync = rec
+        .activities
+        .iter()
+        .find(|a| matches!(a.kind, ActivityKind::Sync { sync_type: 4 }))
+        .unwrap();
+    let last_end = rec.kernels().iter().map(|k| k.end_ns).max().unwrap();
+    assert!(ctx_sync.end_ns >= last_end);
+}
+
+#[test]
+fn sim_gpu_backlog__periodic_flushes_keep_every_kernel_end() {
+    // No CPU side needed: the GPU side alone, as any user gets it.
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("backlog");
+    // 300 kernels of 1 ms queue far ahead of the host, and the recorder flushes
+    // every 50 ms while most of them are still running.
+    let o = gpuperf(&dir)
+        .env("GPUPERF_FLUSH_MS", "50")
+        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["sync", "300"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    let kernels = rec.kernels();
+    assert_eq!(kernels.len(), 300);
+    // A kernel handed over while in flight would have lost its end (0).
+    let durations: BTreeSet<u64> = kernels
+        .iter()
+        .map(|k| k.end_ns.saturating_sub(k.start_ns))
+        .collect();
+    assert_eq!(durations, BTreeSet::from([1_001_000]));
+}
+
+#[test]
+fn sim_two_devices__kernels_on_each_device_and_context() {
+    let Some(s) = setup() else { return };
+    let (o, rec) = app_record(&s, "devices", &["devices", "20"]);
+    assert_matched(&o, 40);
+    assert!(
+        text(&o.stdout).contains("device 1: Simulated GPU 1"),
+        "{}",
+        show(&o)
+    );
+    let stack = "main;run_devices(int);launch_on_device(int, int);__device_stub__Z7k_scalePfi(float*, int);cudaLaunchKernel";
+    assert_eq!(rec.work_by_stack(), expect(&[(SCALE, stack, 40)]));
+    let mut per_device: BTreeMap<u32, (usize, BTreeSet<u32>)> = BTreeMap::new();
+    for k in rec.kernels() {
+        let e = per_device.entry(k.device).or_default();
+        e.0 += 1;
+        e.1.insert(k.context);
+    }
+    assert_eq!(per_device.len(), 2, "{per_device:?}");
+    assert_eq!(per_device[&0].0, 20);
+    assert_eq!(per_device[&1].0, 20);
+    assert!(per_device[&0].1.is_disjoint(&per_device[&1].1));
+}
+
+#[test]
+fn sim_four_threads__each_thread_its_stream_and_stack() {
+    let Some(s) = setup() else { return };
+    let (o, rec) = app_record(&s, "threads", &["threads", "4", "25"]);
+    assert_matched(&o, 100);
+    assert_eq!(
+        rec.work_by_stack(),
+        expect(&[(
+            SCALE,
+            "thread_body(void*);__device_stub__Z7k_scalePfi(float*, int);cudaLaunchKernel",
+            100
+        )])
+    );
+    let apis = rec.api_by_corr();
+    let mut streams_of_thread: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    let mut per_stream: BTreeMap<u32, usize> = BTreeMap::new();
+    for k in rec.kernels() {
+        let tid = apis[&(k.pid, k.correlation_id)].0.tid;
+        streams_of_thread.entry(tid).or_default().insert(k.stream);
+        *per_stream.entry(k.stream).or_default() += 1;
+    }
+    assert_eq!(streams_of_thread.len(), 4, "{streams_of_thread:?}");
+    assert!(streams_of_thread.values().all(|s| s.len() == 1));
+    assert_eq!(per_stream.values().copied().collect::<Vec<_>>(), [25; 4]);
+}
+
+#[test]
+fn sim_cudarc_sample__driver_launches_and_a_graph() {
+    let Some(s) = setup() else { return };
+    let exe = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../samples/cudarc_graph/target/release/cudarc-graph-sample");
+    if !exe.is_file() {
+        let msg =
+            "the cudarc sample is not built: cd samples/cudarc_graph && cargo build --release";
+        assert!(
+            std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
+            "{msg}"
+        );
+        eprintln!("skipped: {msg}");
+        return;
+    }
+    // cudarc opens libcuda.so itself.
+    let dir = work_dir("cudarc");
+    let o = gpuperf(&dir)
+        .env("LD_LIBRARY_PATH", sim(&s.cuda))
+        .args(["record", "--raw-dir", "raw", "-p", "cpu.txt", "--cupti"])
+        .arg(sim(&s.cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&exe)
+        .arg("4")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    assert_matched(&o, 20);
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    let by_api: BTreeMap<(String, String), usize> = {
+        let apis = rec.api_by_corr();
+        let mut m = BTreeMap::new();
+        for k in rec.kernels() {
+            *m.entry((rec.label(k), apis[&(k.pid, k.correlation_id)].1.clone()))
+                .or_default() += 1;
+        }
+        m
+    };
+    assert_eq!(
+        by_api,
+        expect(&[
+            ("scale", "cuLaunchKernel", 4),
+            ("add_one", "cuLaunchKernel", 4),
+            ("scale", "cuGraphLaunch", 4),
+            ("add_one", "cuGraphLaunch", 4),
+            ("square", "cuGraphLaunch", 4),
+        ])
+    );
+    let stacks = rec.work_by_stack();
+    assert!(
+        stacks.keys().all(|(_, s)| s.contains(";main;")
+            && (s.ends_with(";cuLaunchKernel")
+                || s.ends_with(";cuGraphLaunch")
+                || s.contains(";cuMemcpy"))),
+        "{stacks:#?}"
+    );
+}
+
+// ------------------------------------------------------------------ the simulation itself
+
+/// Runs `sim/tests/cupti_client.c` (a CUPTI client inside the program).
+fn client(scenario: &str, real: bool) -> Option<String> {
+    let cuda = cuda13()?;
+    let exe = common::sim_c_program(&cuda, "cupti_client", &["cupti", "cudart", "cuda"]);
+    let mut c = Command::new(exe);
+    c.arg(scenario).env_remove("CUDA_INJECTION64_PATH");
+    if real {
+        c.arg(cuda.join("lib/libcupti.so.13"));
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    Some(text(&o.stdout))
+}
+
+#[test]
+fn sim_cupti_callback_names__identical_to_nvidias_libcupti_13() {
+    let Some(out) = client("names", true) else {
+        return;
+    };
+    assert_eq!(out, "names compared 4096 differ 0\n");
+}
+
+#[test]
+fn sim_cupti_records__nvidias_parser_reads_every_simulated_record() {
+    let Some(out) = client("records", true) else {
+        return;
+    };
+    // 3 kernels, 1 copy, 1 memset, 1 peer copy, 1 sync; a device and a context
+    // record per device; the runtime calls and their nested driver calls.
+    let want = "records sim 33 real 33\n\
+                kind 1 sim 1 real 1\n\
+                kind 2 sim 1 real 1\n\
+                kind 4 sim 10 real 10\n\
+                kind 5 sim 12 real 12\n\
+                kind 8 sim 2 real 2\n\
+                kind 9 sim 2 real 2\n\
+                kind 10 sim 3 real 3\n\
+                kind 22 sim 1 real 1\n\
+                kind 38 sim 1 real 1\n";
+    assert_eq!(out, want);
+}
+
+#[test]
+fn sim_cupti_nesting__runtime_launch_wraps_its_driver_call_with_one_correlation_id() {
+    let Some(out) = client("nesting", false) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "enter runtime cudaLaunchKernel_v7000 corr 0\n\
+         enter driver cuLaunchKernel corr 0\n\
+         exit driver cuLaunchKernel corr 0\n\
+         exit runtime cudaLaunchKernel_v7000 corr 0\n\
+         enter driver cuDeviceGet corr 1\n\
+         exit driver cuDeviceGet corr 1\n"
+    );
+}
+
+#[test]
+fn sim_cupti_flush__flag_0_holds_in_flight_records_forced_zeroes_them_once() {
+    let Some(out) = client("flush", false) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "flag0 in flight: 0 buffers\n\
+         forced in flight: 1 buffers\n\
+         forced kernel _Z4longv start set end 0\n\
+         after sync: 0 new buffers\n\
+         flag0 complete: 1 new buffers\n\
+         complete kernel _Z6kernelv start set end after-start\n\
+         clock: start after the launch on the callback's clock\n\
+         worker: 2 buffers, 2 by the worker\n\
+         flag0 after worker: 3 buffers\n"
+    );
+}
+
+#[test]
+fn sim_cupti_subscribers__second_one_refused_until_the_first_leaves() {
+    let Some(out) = client("subscribers", false) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "second subscriber: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED\n\
+         last error: 39\n\
+         after unsubscribe: 0\n"
+    );
+}
+
+#[test]
+fn sim_cupti_dropped__records_without_a_buffer_are_counted_once() {
+    let Some(out) = client("dropped", false) else {
+        return;
+    };
+    assert_eq!(out, "dropped 7 then 0\n");
+}

@@ -1,0 +1,80 @@
+/* What in-process stacks add to a launch, for `cargo bench -p gpuperf-inject
+ * --bench callback`: N launches (API enter and exit callbacks plus one kernel
+ * record each) played through the MOCK libcupti at the bottom of DEPTH frames of
+ * this file, built with -O2 -fomit-frame-pointer. It runs as a program, or as a
+ * shared library (-DBENCH_LIB) that Python calls through ctypes under 30 Python
+ * frames.
+ *
+ * usage: stack_bench INJECT.so|none DEPTH LAUNCHES   (prints ns_per_launch) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void (*mock_api)(int, int, uint32_t, int);
+static void (*mock_kernel)(uint32_t, uint64_t, uint64_t, const char *, uint32_t, uint64_t,
+                           uint32_t);
+static uint64_t (*mock_now)(void);
+static volatile int sink;
+static uint32_t corr;
+
+static uint64_t now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Loads the injection library (unless "none") and the mock; 0 on success. */
+int bench_init(const char *inject) {
+    if (strcmp(inject, "none") != 0) {
+        void *h = dlopen(inject, RTLD_NOW | RTLD_LOCAL);
+        int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
+        if (!init || init() != 1) return -1;
+    }
+    void *mock = dlopen(getenv("GPUPERF_CUPTI_PATH"), RTLD_NOW | RTLD_LOCAL);
+    if (!mock) return -2;
+    *(void **)&mock_api = dlsym(mock, "mock_api");
+    *(void **)&mock_kernel = dlsym(mock, "mock_kernel");
+    *(void **)&mock_now = dlsym(mock, "mock_now");
+    return mock_api && mock_kernel && mock_now ? 0 : -3;
+}
+
+__attribute__((noinline)) static double loop(long n) {
+    uint64_t t0 = now();
+    for (long i = 0; i < n; i++) {
+        corr++;
+        mock_api(2, 211, corr, 1); /* cudaLaunchKernel_v7000 */
+        mock_api(2, 211, corr, 0);
+        uint64_t t = mock_now();
+        mock_kernel(corr, t, t + 1000, "_Z6kernelPfi", 0, 0, 7);
+    }
+    return (double)(now() - t0) / (double)n;
+}
+
+__attribute__((noinline)) static double nest(int depth, long n) {
+    double r = depth == 0 ? loop(n) : nest(depth - 1, n);
+    sink += depth; /* no tail call: every level stays on the stack */
+    return r;
+}
+
+/* ns per launch of `n` launches, `depth` frames below the caller. */
+double bench_run(int depth, long n) {
+    nest(depth, n / 10 + 1); /* warm: every cache and table filled */
+    return nest(depth, n);
+}
+
+#ifndef BENCH_LIB
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    int rc = bench_init(argv[1]);
+    if (rc != 0) {
+        fprintf(stderr, "stack_bench: init failed (%d)\n", rc);
+        return 1;
+    }
+    printf("ns_per_launch %.1f\n", bench_run(atoi(argv[2]), atol(argv[3])));
+    return 0;
+}
+#endif

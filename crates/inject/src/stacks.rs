@@ -1,0 +1,584 @@
+//! CPU stacks taken in process, on the launching thread, inside the CUPTI API-enter
+//! callback of every launch, copy and memset call (the calls that fire the
+//! marker): no eBPF and no root needed.
+//!
+//! ```text
+//!  API enter ─▶ capture (gpuperf-unwind: .eh_frame + CPython frames)
+//!              ─▶ drop frames of this library, libcupti, libcuda, libcudart
+//!              ─▶ hash ─▶ thread's table ─hit─▶ stack id on the API record
+//!                                        └miss─▶ global table (lock, allocates):
+//!                                                new id, frames queued
+//!  flush ─▶ MODULE records (new modules), STACK records (new stacks, Python
+//!           frames resolved to names and lines), GRAPH_NODE records, NOTEs
+//! ```
+//!
+//! # Cost
+//! A launch whose stack this thread has seen before costs one capture (no
+//! allocation, no lock: see `gpuperf_unwind::LocalUnwinder::capture`), a hash and
+//! a look-up in a thread-local table. Only the first sight of a stack on a thread
+//! takes a lock and allocates. The module table is rebuilt after `dlopen` (the
+//! loader's counters say so) by the flush thread, or by the first capture that
+//! finds a frame in a module loaded since.
+//!
+//! # What a stack holds
+//! Innermost first, the application's call into the CUDA API (frames of the
+//! injection library, libcupti, libcuda and libcudart are left out), down to the
+//! root. Python frames (CPython 3.10–3.13) replace the interpreter's eval-loop
+//! frames. A stack stops early at code without unwind information (JIT code: an
+//! unknown frame), at the depth cap (`gpuperf_unwind::MAX_FRAMES`, 256 frames),
+//! or when a read fails; the `STACK` record says why, and gpuperf counts such
+//! stacks as truncated.
+//!
+//! # CUDA graphs
+//! CUPTI reports each graph node as it is made (`GRAPHNODE_CREATED`, on the
+//! thread that makes it) and each copy made when a graph is instantiated
+//! (`GRAPHNODE_CLONED`). A node made inside a recorded launch (stream capture)
+//! gets that launch's stack; one made by another call (`cudaGraphAddKernelNode`)
+//! gets a stack taken there. A `GRAPH_NODE` record ties the node id that GPU
+//! records carry to that stack.
+//!
+//! `GPUPERF_STACKS=0` turns all of this off.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::mem::offset_of;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use cudarc::cupti::sys::{CUpti_GraphData, CUpti_ResourceData};
+use gpuperf_merge::model::{
+    GraphNode, Module, Note, Record, Stack, StackEnd as End, StackFrame, StringId, StringTable,
+};
+use gpuperf_unwind::python::PythonStatus;
+use gpuperf_unwind::{Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
+
+/// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`.
+pub const GRAPHNODE_CREATED: u32 = 13;
+/// `CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED`.
+pub const GRAPHNODE_CLONED: u32 = 20;
+/// Modules the hidden-module table can mark; later ones are never hidden.
+const MODULE_SLOTS: usize = 8192;
+
+/// Whether stacks are taken: `GPUPERF_STACKS` unset, `1` or `on`; `0` or `off`
+/// turn them off. Anything else is reported and taken as on.
+pub fn enabled(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> (bool, Option<String>) {
+    match var("GPUPERF_STACKS") {
+        None => (true, None),
+        Some(v) => match v.to_str() {
+            Some("1" | "on" | "") => (true, None),
+            Some("0" | "off") => (false, None),
+            _ => (
+                true,
+                Some(format!(
+                    "GPUPERF_STACKS={}: expected 1 or 0; taking stacks",
+                    v.to_string_lossy()
+                )),
+            ),
+        },
+    }
+}
+
+/// A recorded API call, by (domain, callback id).
+type ApiId = (u32, u32);
+
+/// `cuptiGetGraphNodeId`.
+type GetGraphNodeId = unsafe extern "C" fn(*mut c_void, *mut u64) -> u32;
+
+/// The in-process stack recorder of one process.
+pub struct Stacks {
+    unwinder: LocalUnwinder,
+    /// By module id: frames of CUDA's libraries and of this library.
+    hidden: Box<[AtomicBool]>,
+    /// Modules looked at for `hidden`.
+    classified: Mutex<usize>,
+    /// File names of modules to hide, besides the CUDA prefixes.
+    hide_names: Vec<String>,
+    own_text: usize,
+    table: Mutex<Table>,
+    graph_node_id: Option<GetGraphNodeId>,
+    captures: AtomicU64,
+    truncated: AtomicU64,
+    empty: AtomicU64,
+    python_noted: AtomicBool,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Hash → stack id.
+    ids: HashMap<u128, u32>,
+    /// Stacks not yet written: (id, end, Python cut, frames).
+    pending: Vec<(u32, StackEnd, bool, Box<[Frame]>)>,
+    /// Graph nodes not yet written: (node, stack, API (domain, cbid)).
+    pending_nodes: Vec<(u64, u32, Option<ApiId>)>,
+    /// Every graph node seen: node → (stack, API), for clones.
+    nodes: HashMap<u64, (u32, Option<ApiId>)>,
+    written_modules: Vec<bool>,
+}
+
+/// Per-thread state: the frame buffer and the stacks this thread has seen.
+struct ThreadStacks {
+    frames: Box<[Frame; MAX_FRAMES]>,
+    seen: HashMap<u128, u32>,
+}
+
+thread_local! {
+    static THREAD: RefCell<Option<ThreadStacks>> = const { RefCell::new(None) };
+}
+
+impl Stacks {
+    /// Reads the module table and finds the CPython, if any. Allocates; call it
+    /// once, at initialization. `cupti` is the loaded libcupti, whose frames are
+    /// hidden like CUDA's.
+    pub fn new(cupti: &Path) -> Stacks {
+        let unwinder = LocalUnwinder::new(Options::default());
+        let mut hide_names = Vec::new();
+        if let Some(n) = cupti.file_name() {
+            hide_names.push(n.to_string_lossy().into_owned());
+        }
+        // SAFETY: loading the libcupti that the recorder already loaded only
+        // raises its reference count; the symbol, when present, has CUPTI's
+        // `CUptiResult cuptiGetGraphNodeId(CUgraphNode, uint64_t *)` signature.
+        let graph_node_id = unsafe {
+            libloading::Library::new(cupti).ok().and_then(|lib| {
+                let f = lib
+                    .get::<GetGraphNodeId>(b"cuptiGetGraphNodeId\0")
+                    .ok()
+                    .map(|s| *s);
+                // Never unloaded, like the recorder's handle.
+                std::mem::forget(lib);
+                f
+            })
+        };
+        let s = Stacks {
+            unwinder,
+            hidden: (0..MODULE_SLOTS).map(|_| AtomicBool::new(false)).collect(),
+            classified: Mutex::new(0),
+            hide_names,
+            own_text: Stacks::new as *const () as usize,
+            table: Mutex::new(Table::default()),
+            graph_node_id,
+            captures: AtomicU64::new(0),
+            truncated: AtomicU64::new(0),
+            empty: AtomicU64::new(0),
+            python_noted: AtomicBool::new(false),
+        };
+        s.classify();
+        s
+    }
+
+    /// Marks the modules seen since the last call that are CUDA's or ours.
+    fn classify(&self) {
+        let mut done = self.classified.lock().unwrap_or_else(|e| e.into_inner());
+        let modules = self.unwinder.modules();
+        for (i, m) in modules.iter().enumerate().skip(*done) {
+            let name = m
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let cuda = ["libcuda.so", "libcudart.so", "libcupti.so", "libcupti"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            let own = m.text.contains(&(self.own_text as u64));
+            if (cuda || own || self.hide_names.contains(&name))
+                && let Some(h) = self.hidden.get(i)
+            {
+                h.store(true, Relaxed);
+            }
+        }
+        *done = modules.len();
+    }
+
+    fn is_hidden(&self, f: &Frame) -> bool {
+        match *f {
+            Frame::Native { module, .. } => self
+                .hidden
+                .get(module.0 as usize)
+                .is_some_and(|h| h.load(Relaxed)),
+            _ => false,
+        }
+    }
+
+    /// Takes the calling thread's stack and returns its id (0 when the thread
+    /// is being torn down). Called inside the API-enter callback.
+    pub fn capture(&self) -> u32 {
+        THREAD
+            .try_with(|t| {
+                let mut t = t.borrow_mut();
+                let t = t.get_or_insert_with(|| ThreadStacks {
+                    frames: Box::new([Frame::default(); MAX_FRAMES]),
+                    seen: HashMap::new(),
+                });
+                self.capture_into(t)
+            })
+            .unwrap_or(0)
+    }
+
+    #[inline(never)]
+    fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
+        self.captures.fetch_add(1, Relaxed);
+        let mut c = self.unwinder.capture(0, &mut t.frames[..]);
+        if c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
+            // A library loaded since the table was read: the first launch from it
+            // pays for the refresh, later ones find it in the table.
+            self.unwinder.refresh();
+            self.classify();
+            c = self.unwinder.capture(0, &mut t.frames[..]);
+        }
+        let frames = &t.frames[..c.len];
+        let first = frames
+            .iter()
+            .position(|f| !self.is_hidden(f))
+            .unwrap_or(frames.len());
+        let frames = &frames[first..];
+        if c.end.is_truncated() {
+            self.truncated.fetch_add(1, Relaxed);
+        }
+        if frames.is_empty() {
+            self.empty.fetch_add(1, Relaxed);
+        }
+        let h = hash(frames, c.end, c.python_truncated);
+        if let Some(&id) = t.seen.get(&h) {
+            return id;
+        }
+        // First sight on this thread.
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let next = table.ids.len() as u32 + 1;
+        let id = *table.ids.entry(h).or_insert(next);
+        if id == next {
+            table
+                .pending
+                .push((id, c.end, c.python_truncated, frames.into()));
+        }
+        drop(table);
+        t.seen.insert(h, id);
+        id
+    }
+
+    /// A resource callback: graph nodes made and cloned. `open` is the
+    /// innermost recorded API call open on this thread: (its stack, domain, cbid).
+    ///
+    /// # Safety
+    /// `data` must be the `CUpti_ResourceData` CUPTI passed with `cbid`.
+    pub unsafe fn on_resource(
+        &self,
+        cbid: u32,
+        data: *const c_void,
+        open: Option<(u32, u32, u32)>,
+    ) {
+        let Some(node_id) = self.graph_node_id else {
+            return;
+        };
+        if (cbid != GRAPHNODE_CREATED && cbid != GRAPHNODE_CLONED) || data.is_null() {
+            return;
+        }
+        let data = data.cast::<u8>();
+        // SAFETY: for graph callbacks CUPTI passes a `CUpti_ResourceData` whose
+        // `resourceDescriptor` points at a `CUpti_GraphData`; fields are read
+        // unaligned at the offsets of the CUDA 13 headers' layout (unchanged
+        // since CUDA 11).
+        let (node, original) = unsafe {
+            let desc = data
+                .add(offset_of!(CUpti_ResourceData, resourceDescriptor))
+                .cast::<*const u8>()
+                .read_unaligned();
+            if desc.is_null() {
+                return;
+            }
+            let at = |off: usize| desc.add(off).cast::<*mut c_void>().read_unaligned();
+            (
+                at(offset_of!(CUpti_GraphData, node)),
+                at(offset_of!(CUpti_GraphData, originalNode)),
+            )
+        };
+        let id_of = |n: *mut c_void| {
+            let mut id = 0u64;
+            // SAFETY: a node handle CUPTI gave us; `id` is a valid out-pointer.
+            (!n.is_null() && unsafe { node_id(n, &mut id) } == 0).then_some(id)
+        };
+        let Some(node) = id_of(node) else { return };
+        if cbid == GRAPHNODE_CLONED {
+            let Some(orig) = id_of(original) else { return };
+            let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(&(stack, api)) = t.nodes.get(&orig) {
+                t.nodes.insert(node, (stack, api));
+                t.pending_nodes.push((node, stack, api));
+            }
+            return;
+        }
+        let (stack, api) = match open.filter(|o| o.0 != 0) {
+            Some((stack, domain, cbid)) => (stack, Some((domain, cbid))),
+            None => (self.capture(), None),
+        };
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.nodes.insert(node, (stack, api));
+        t.pending_nodes.push((node, stack, api));
+    }
+
+    /// The records to write since the last call: modules, stacks, graph nodes,
+    /// and a NOTE when Python frames were turned off. Allocates; runs on the
+    /// flush path. `api_name` names a recorded call by (domain, cbid).
+    pub fn take_records(
+        &self,
+        pid: u32,
+        strings: &mut StringTable,
+        api_name: &dyn Fn(u32, u32) -> Option<String>,
+    ) -> Vec<Record> {
+        if self.unwinder.needs_refresh() && self.unwinder.refresh() {
+            self.classify();
+        }
+        let (pending, nodes) = {
+            let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                std::mem::take(&mut t.pending),
+                std::mem::take(&mut t.pending_nodes),
+            )
+        };
+        let mut out = Vec::new();
+        if let Some(note) = self.python_note() {
+            out.push(Record::Note(Note { pid, text: note }));
+        }
+        if pending.is_empty() && nodes.is_empty() {
+            return out;
+        }
+        // Modules first: a stack's frames name them.
+        let mut used: Vec<u32> = pending
+            .iter()
+            .flat_map(|p| p.3.iter())
+            .filter_map(|f| match *f {
+                Frame::Native { module, .. } => Some(module.0),
+                _ => None,
+            })
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        let new: Vec<u32> = {
+            let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            used.into_iter()
+                .filter(|&m| !t.written_modules.get(m as usize).copied().unwrap_or(false))
+                .collect()
+        };
+        if !new.is_empty() {
+            let modules = self.unwinder.modules();
+            let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            for m in new {
+                let Some(info) = modules.get(m as usize) else {
+                    continue;
+                };
+                if t.written_modules.len() <= m as usize {
+                    t.written_modules.resize(m as usize + 1, false);
+                }
+                t.written_modules[m as usize] = true;
+                out.push(Record::Module(Module {
+                    pid,
+                    id: m,
+                    path: info.path.to_string_lossy().into_owned(),
+                    build_id: info.build_id.clone(),
+                    bias: info.bias,
+                    text_start: info.text.start,
+                    text_end: info.text.end,
+                }));
+            }
+        }
+        let python = self.unwinder.python();
+        for (id, end, python_truncated, frames) in pending {
+            let frames = frames
+                .iter()
+                .map(|f| match *f {
+                    Frame::Native { module, offset, .. } => StackFrame::Native {
+                        module: module.0,
+                        offset: f.lookup_offset().unwrap_or(offset),
+                    },
+                    Frame::Python { code, instruction } => {
+                        let r = python.and_then(|p| p.resolve(code, instruction));
+                        let (function, file, line) = match r {
+                            Some(r) => (r.function, r.file, r.line),
+                            None => ("[unresolved Python frame]".to_owned(), String::new(), 0),
+                        };
+                        StackFrame::Python {
+                            function: strings.intern(&function),
+                            file: strings.intern(&file),
+                            line,
+                        }
+                    }
+                    Frame::Unknown { address } => StackFrame::Unknown { address },
+                })
+                .collect();
+            out.push(Record::Stack(Stack {
+                pid,
+                id,
+                end: end_of(end),
+                python_truncated,
+                frames,
+            }));
+        }
+        for (node_id, stack, api) in nodes {
+            let api: Option<StringId> = api
+                .and_then(|(d, c)| api_name(d, c))
+                .map(|n| strings.intern(&n));
+            out.push(Record::GraphNode(GraphNode {
+                pid,
+                node_id,
+                stack,
+                api,
+            }));
+        }
+        out
+    }
+
+    /// A NOTE, once, when Python frames were turned off.
+    fn python_note(&self) -> Option<String> {
+        let text = match self.unwinder.python_status() {
+            PythonStatus::Disabled { minor, reason } => format!(
+                "Python frames turned off for this process (CPython 3.{minor}): {reason}; \
+                 stacks keep their native frames"
+            ),
+            PythonStatus::Unsupported(v) => format!(
+                "Python {v} is not supported (3.10 to 3.13 are); stacks have native frames only"
+            ),
+            _ => return None,
+        };
+        (!self.python_noted.swap(true, Relaxed)).then_some(text)
+    }
+
+    /// One line for the log at exit.
+    pub fn summary(&self) -> String {
+        let s = self.unwinder.stats();
+        let distinct = self.table.lock().map_or(0, |t| t.ids.len());
+        format!(
+            "stacks: {} taken ({} distinct), {} truncated ({} at code without unwind info, \
+             {} at the depth cap, {} busy), {} with no frame outside CUDA's libraries, \
+             {} with Python frames; Python: {:?}",
+            self.captures.load(Relaxed),
+            distinct,
+            self.truncated.load(Relaxed),
+            s.unknown_frames,
+            s.depth_limit,
+            s.busy,
+            self.empty.load(Relaxed),
+            s.python_stacks,
+            self.unwinder.python_status()
+        )
+    }
+}
+
+fn end_of(e: StackEnd) -> End {
+    match e {
+        StackEnd::Root => End::Root,
+        StackEnd::NoUnwindInfo => End::NoUnwindInfo,
+        StackEnd::ModuleNotInTable => End::ModuleNotInTable,
+        StackEnd::StackReadFailed => End::StackReadFailed,
+        StackEnd::UnwindFailed => End::UnwindFailed,
+        StackEnd::DepthLimit => End::DepthLimit,
+        StackEnd::Busy => End::Busy,
+        _ => End::Other(u8::MAX),
+    }
+}
+
+/// A 128-bit hash of a stack: two independent 64-bit multiply-rotate hashes, so
+/// that two distinct stacks of one process never share an id in practice.
+fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool) -> u128 {
+    let (mut a, mut b) = (0x243f_6a88_85a3_08d3u64, 0x1319_8a2e_0370_7344u64);
+    let mut mix = |w: u64| {
+        a = (a.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
+        b = (b ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    };
+    for f in frames {
+        match *f {
+            Frame::Native { module, offset, .. } => {
+                mix(u64::from(module.0) << 2);
+                mix(offset);
+            }
+            Frame::Python { code, instruction } => {
+                mix(u64::from(code.0) << 2 | 1);
+                mix(u64::from(instruction));
+            }
+            Frame::Unknown { address } => {
+                mix(2);
+                mix(address);
+            }
+        }
+    }
+    mix(u64::from(end_of(end).code()) << 1 | u64::from(python_truncated));
+    mix(frames.len() as u64);
+    u128::from(a) << 64 | u128::from(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuperf_unwind::ModuleId;
+
+    use super::*;
+
+    fn n(module: u32, offset: u64) -> Frame {
+        Frame::Native {
+            module: ModuleId(module),
+            offset,
+            return_address: true,
+        }
+    }
+
+    #[test]
+    fn hashes_differ_by_frame_order_end_and_length() {
+        let a = [n(1, 0x10), n(2, 0x20)];
+        let b = [n(2, 0x20), n(1, 0x10)];
+        let h = hash(&a, StackEnd::Root, false);
+        assert_eq!(h, hash(&a, StackEnd::Root, false));
+        assert_ne!(h, hash(&b, StackEnd::Root, false));
+        assert_ne!(h, hash(&a, StackEnd::DepthLimit, false));
+        assert_ne!(h, hash(&a, StackEnd::Root, true));
+        assert_ne!(h, hash(&a[..1], StackEnd::Root, false));
+    }
+
+    #[test]
+    fn the_variable_turns_stacks_off_and_bad_values_are_reported() {
+        let v = |s: &'static str| move |_: &str| Some(std::ffi::OsString::from(s));
+        assert_eq!(enabled(|_| None), (true, None));
+        assert_eq!(enabled(v("0")), (false, None));
+        assert_eq!(enabled(v("off")), (false, None));
+        assert_eq!(enabled(v("1")), (true, None));
+        let (on, warn) = enabled(v("maybe"));
+        assert!(on && warn.unwrap().contains("GPUPERF_STACKS=maybe"));
+    }
+
+    #[test]
+    fn own_frames_are_hidden_and_the_rest_written_once_with_its_modules() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        // This test binary is this crate's code (and std's), so every frame of it
+        // is the library's own and hidden; what remains is libc's thread start,
+        // the same for both call sites.
+        let ids: Vec<u32> = (0..3).map(|_| s.capture()).collect();
+        assert_eq!(ids, [1, 1, 1]);
+        let mut strings = StringTable::new();
+        let recs = s.take_records(7, &mut strings, &|_, _| None);
+        let modules: Vec<&Module> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Module(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        let stacks: Vec<&Stack> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Stack(st) => Some(st),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stacks.len(), 1, "{recs:?}");
+        assert_eq!(stacks[0].end, End::Root);
+        assert!(!stacks[0].frames.is_empty());
+        for f in &stacks[0].frames {
+            let StackFrame::Native { module, .. } = f else {
+                panic!("{f:?}")
+            };
+            let m = modules.iter().find(|m| m.id == *module).expect("written");
+            assert!(m.path.contains("libc.so"), "{}", m.path);
+        }
+        // Written once.
+        assert!(s.take_records(7, &mut strings, &|_, _| None).is_empty());
+        assert!(s.summary().starts_with("stacks: 3 taken (1 distinct)"));
+    }
+}

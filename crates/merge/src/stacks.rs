@@ -1,0 +1,436 @@
+//! CPU stacks that GPU traces carry: the injection library's in-process stacks,
+//! turned into launch stacks the join uses exactly like a CPU trace's lines.
+//!
+//! ```text
+//!  gputrace: MODULE, STACK, API (+stack id), GRAPH_NODE, KERNEL…
+//!        │ collect()
+//!        ▼
+//!  native frames ──Symbolize (blazesym, by the caller)──▶ names
+//!  Python frames (resolved in the process) ──▶ `module.function (file.py:line)`
+//!        ▼
+//!  CpuTrace: one launch per API call with a stack, keyed by (pid, correlation id)
+//!            + graph node stacks (`…;cudaGraphLaunch;[graph node captured at];…`)
+//! ```
+//!
+//! Native frames are stored as (module, ELF virtual address) with the module's
+//! path and build id, so a process that has exited is symbolized like a live one.
+//! The symbolizer is the caller's ([`Symbolize`]): gpuperf uses blazesym through
+//! the profiler crate.
+//!
+//! # Stack text
+//! Frames are joined root first with `;`, as in a CPU trace. Python frames read
+//! `module.function (file.py:line)`; a frame in code without unwind info (JIT code)
+//! is `[unknown]` and ends the stack. The leaf is the application's call into the
+//! CUDA API, followed by the API function (`cudaLaunchKernel`), as in CPU traces;
+//! when CUDA's runtime is linked into the executable, its frames above the API
+//! function are dropped by name.
+//!
+//! # CUDA graphs
+//! The kernels of a replayed graph share the `cudaGraphLaunch` call's correlation
+//! id. When the trace says where each graph node was made, its GPU work is charged
+//! to the launch stack, then a marker frame, then the stack that made the node:
+//!
+//! ```text
+//! main;step;cudaGraphLaunch;[graph node captured at];_start;…;main;build;layer;cudaLaunchKernel;[GPU_Kernel]gemm
+//! ```
+//!
+//! `[graph node captured at]` is followed by the stack of the launch that stream
+//! capture turned into the node; `[graph node added at]` by the stack of the call
+//! that added the node to a graph explicitly (`cudaGraphAddKernelNode`, …).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
+use crate::error::Result;
+use crate::input::GpuInputs;
+use crate::model::{
+    ApiCall, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable, api_base_name,
+    api_stem,
+};
+
+/// The frame between a graph launch's stack and the stack that captured the node.
+pub const GRAPH_CAPTURED: &str = "[graph node captured at]";
+/// The frame between a graph launch's stack and the stack that added the node.
+pub const GRAPH_ADDED: &str = "[graph node added at]";
+/// A frame in code without unwind information.
+pub const UNKNOWN_FRAME: &str = "[unknown]";
+/// Frames a complete stack starts with: the process's entry point and the thread
+/// starts (`clone`, `clone3`, glibc's `start_thread`).
+pub const ROOT_FRAMES: [&str; 6] = [
+    "_start",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "start_thread",
+];
+
+/// Whether a folded stack (root first) starts at a root frame, i.e. is complete.
+/// A stack that stops earlier is truncated, whoever took it.
+pub fn is_complete(folded: &str) -> bool {
+    let root = folded.split(';').next().unwrap_or("");
+    ROOT_FRAMES.contains(&root)
+}
+
+/// Names native frames.
+pub trait Symbolize {
+    /// Names each of `offsets` (ELF virtual addresses in `module`'s file): the
+    /// function, and the functions inlined at that address, innermost first. An
+    /// empty list means unknown; the frame is then shown as `file+0xoffset`.
+    fn symbolize(&mut self, module: &Module, offsets: &[u64]) -> Vec<Vec<String>>;
+}
+
+/// What the collected stacks hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Distinct stacks.
+    pub stacks: u64,
+    /// API calls with a stack.
+    pub launches: u64,
+    /// API calls whose stack stops before a root frame, by why it stopped.
+    pub truncated: BTreeMap<StackEnd, u64>,
+    /// API calls whose Python frames were cut at the depth cap.
+    pub python_truncated: u64,
+    /// API calls naming a stack id no `STACK` record defined.
+    pub missing: u64,
+    /// Native frames without a symbol.
+    pub unsymbolized_frames: u64,
+    /// Graph nodes whose origin is known.
+    pub graph_nodes: u64,
+}
+
+impl StackStats {
+    /// API calls with a truncated stack.
+    pub fn truncated_launches(&self) -> u64 {
+        self.truncated.values().sum()
+    }
+}
+
+impl fmt::Display for StackStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} API calls with in-process stacks ({} distinct), {} complete, {} truncated",
+            self.launches,
+            self.stacks,
+            self.launches - self.truncated_launches(),
+            self.truncated_launches()
+        )?;
+        if !self.truncated.is_empty() {
+            let why: Vec<String> = self
+                .truncated
+                .iter()
+                .map(|(e, n)| format!("{n} {}", e.describe()))
+                .collect();
+            write!(f, " ({})", why.join(", "))?;
+        }
+        if self.python_truncated > 0 {
+            write!(
+                f,
+                "; {} with Python frames cut at the depth cap",
+                self.python_truncated
+            )?;
+        }
+        if self.missing > 0 {
+            write!(f, "; {} naming a stack the trace lacks", self.missing)?;
+        }
+        if self.unsymbolized_frames > 0 {
+            write!(f, "; {} frames without symbols", self.unsymbolized_frames)?;
+        }
+        Ok(())
+    }
+}
+
+/// The launch stacks a set of GPU traces carries.
+#[derive(Debug)]
+pub struct LaunchStacks {
+    /// One launch per API call with a stack, with correlation ids.
+    pub trace: CpuTrace,
+    /// Counts.
+    pub stats: StackStats,
+}
+
+/// What one process's trace holds.
+#[derive(Default)]
+struct Proc {
+    exe: String,
+    modules: FxHashMap<u32, Module>,
+    stacks: FxHashMap<u32, Stack>,
+    /// node → (stack id, API name).
+    nodes: FxHashMap<u64, (u32, Option<StringId>)>,
+    /// correlation id → (launch index).
+    by_corr: FxHashMap<u32, usize>,
+    /// The last API call, which a following CALL_STACK belongs to.
+    last_api: Option<ApiCall>,
+}
+
+/// A launch before its text is known.
+struct Pending {
+    api: ApiCall,
+    stack: u32,
+}
+
+/// Reads every in-process stack of `gpu` into a CPU trace; `None` when the traces
+/// carry none. Native frames are named by `sym`.
+pub fn collect(
+    gpu: &GpuInputs,
+    strings: &mut StringTable,
+    sym: &mut dyn Symbolize,
+) -> Result<Option<LaunchStacks>> {
+    let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();
+    let mut pending: Vec<(u32, Pending)> = Vec::new();
+    // (pid, correlation id, node) of GPU work from graph nodes.
+    let mut graph_work: FxHashSet<(u32, u32, u64)> = FxHashSet::default();
+    gpu.visit(strings, &mut |rec, _| match rec {
+        Record::Process(p) => procs.entry(p.pid).or_default().exe = p.exe.clone(),
+        Record::Module(m) => {
+            procs
+                .entry(m.pid)
+                .or_default()
+                .modules
+                .insert(m.id, m.clone());
+        }
+        Record::Stack(s) => {
+            procs
+                .entry(s.pid)
+                .or_default()
+                .stacks
+                .insert(s.id, s.clone());
+        }
+        Record::GraphNode(g) => {
+            procs
+                .entry(g.pid)
+                .or_default()
+                .nodes
+                .insert(g.node_id, (g.stack, g.api));
+        }
+        Record::Api(a) => procs.entry(a.pid).or_default().last_api = Some(*a),
+        Record::CallStack(c) => {
+            let p = procs.entry(c.pid).or_default();
+            if let Some(api) = p.last_api.filter(|a| a.correlation_id == c.correlation_id) {
+                p.by_corr.insert(c.correlation_id, pending.len());
+                pending.push((
+                    c.pid,
+                    Pending {
+                        api,
+                        stack: c.stack,
+                    },
+                ));
+            }
+        }
+        Record::Activity(a) if a.graph_node_id != 0 => {
+            graph_work.insert((a.pid, a.correlation_id, a.graph_node_id));
+        }
+        _ => {}
+    })?;
+    if pending.is_empty() {
+        return Ok(None);
+    }
+
+    let mut trace = CpuTrace::new(CpuFormat::Gpuperf);
+    let mut stats = StackStats::default();
+    let mut namer = Namer {
+        sym,
+        texts: FxHashMap::default(),
+        frames: FxHashMap::default(),
+        unsymbolized: 0,
+    };
+    for (pid, p) in &procs {
+        if p.stacks.is_empty() {
+            continue;
+        }
+        stats.stacks += p.stacks.len() as u64;
+        namer.name_frames(*pid, p);
+        let comm = Path::new(&p.exe).file_name().map_or_else(
+            || "process".to_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        trace.comms.insert((*pid, *pid), comm);
+    }
+    let mut launch_stack: Vec<StackId> = Vec::with_capacity(pending.len());
+    for (pid, l) in &pending {
+        let p = &procs[pid];
+        stats.launches += 1;
+        let api = strings.get(l.api.name);
+        let (text, end, py_cut) = match p.stacks.get(&l.stack) {
+            // The leaf is the API function, as in CPU traces.
+            Some(s) => (
+                with_api(&namer.text(*pid, s, Some(api), strings), api),
+                s.end,
+                s.python_truncated,
+            ),
+            None => {
+                stats.missing += 1;
+                (String::new(), StackEnd::Other(u8::MAX), false)
+            }
+        };
+        if end.is_truncated() {
+            *stats.truncated.entry(end).or_default() += 1;
+        }
+        stats.python_truncated += u64::from(py_cut);
+        let stack = trace.stacks.intern(text.as_bytes());
+        launch_stack.push(stack);
+        trace.launches.push(CpuLaunch {
+            ts_ns: l.api.start_ns,
+            pid: *pid,
+            tid: l.api.tid,
+            correlation_id: l.api.correlation_id,
+            stack,
+        });
+    }
+
+    // Graph nodes: each (launch stack, node stack) pair once.
+    let mut work: Vec<(u32, u32, u64)> = graph_work.into_iter().collect();
+    work.sort_unstable();
+    for (pid, corr, node) in work {
+        let Some(p) = procs.get(&pid) else { continue };
+        let (Some(&li), Some(&(node_stack, node_api))) = (p.by_corr.get(&corr), p.nodes.get(&node))
+        else {
+            continue;
+        };
+        let Some(s) = p.stacks.get(&node_stack) else {
+            continue;
+        };
+        let node_api = node_api.map(|a| strings.get(a));
+        let mut node_text = namer.text(pid, s, node_api, strings);
+        if let Some(api) = node_api {
+            node_text = with_api(&node_text, api);
+        }
+        let node_id = trace.stacks.intern(node_text.as_bytes());
+        if trace.graph_nodes.insert((pid, node), node_id).is_none() {
+            stats.graph_nodes += 1;
+        }
+        let launch = launch_stack[li];
+        if trace.graph_stacks.contains_key(&(launch, node_id)) {
+            continue;
+        }
+        let mut text = trace.stacks.text(launch).to_owned();
+        text.push(';');
+        text.push_str(if node_api.is_some() {
+            GRAPH_CAPTURED
+        } else {
+            GRAPH_ADDED
+        });
+        text.push(';');
+        text.push_str(&node_text);
+        let composed = trace.stacks.intern(text.as_bytes());
+        trace.graph_stacks.insert((launch, node_id), composed);
+    }
+    stats.unsymbolized_frames = namer.unsymbolized;
+    trace.lines = trace.launches.len() as u64;
+    Ok(Some(LaunchStacks { trace, stats }))
+}
+
+/// `stack` with the API frame as its leaf (added unless already there).
+fn with_api(stack: &str, api: &str) -> String {
+    let leaf = stack.rsplit(';').next().unwrap_or(stack);
+    if leaf == api {
+        stack.to_owned()
+    } else if stack == crate::cpu::NO_STACK_FRAME || stack.is_empty() {
+        api.to_owned()
+    } else {
+        format!("{stack};{api}")
+    }
+}
+
+struct Namer<'s> {
+    sym: &'s mut dyn Symbolize,
+    /// (pid, stack id, API name) → text.
+    texts: FxHashMap<(u32, u32, Option<String>), String>,
+    /// (pid, module, offset) → names, innermost first.
+    frames: FxHashMap<(u32, u32, u64), Vec<String>>,
+    unsymbolized: u64,
+}
+
+impl Namer<'_> {
+    /// Symbolizes every native frame of a process, one batch per module.
+    fn name_frames(&mut self, pid: u32, p: &Proc) {
+        let mut by_module: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for s in p.stacks.values() {
+            for f in &s.frames {
+                if let StackFrame::Native { module, offset } = *f {
+                    by_module.entry(module).or_default().push(offset);
+                }
+            }
+        }
+        for (module, mut offsets) in by_module {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let names = match p.modules.get(&module) {
+                Some(m) => self.sym.symbolize(m, &offsets),
+                None => Vec::new(),
+            };
+            let file = p.modules.get(&module).map_or_else(
+                || format!("[module {module}]"),
+                |m| {
+                    Path::new(&m.path)
+                        .file_name()
+                        .map_or_else(|| m.path.clone(), |n| n.to_string_lossy().into_owned())
+                },
+            );
+            for (i, off) in offsets.into_iter().enumerate() {
+                let mut n = names.get(i).cloned().unwrap_or_default();
+                if n.is_empty() {
+                    self.unsymbolized += 1;
+                    n.push(format!("{file}+{off:#x}"));
+                }
+                self.frames.insert((pid, module, off), n);
+            }
+        }
+    }
+
+    /// The folded text (root first) of a stack, ending at the API frame `api`
+    /// when the stack holds it.
+    fn text(&mut self, pid: u32, s: &Stack, api: Option<&str>, strings: &StringTable) -> String {
+        let key = (pid, s.id, api.map(str::to_owned));
+        if let Some(t) = self.texts.get(&key) {
+            return t.clone();
+        }
+        // Leaf first.
+        let mut names: Vec<String> = Vec::with_capacity(s.frames.len());
+        for f in &s.frames {
+            match *f {
+                StackFrame::Native { module, offset } => {
+                    if let Some(n) = self.frames.get(&(pid, module, offset)) {
+                        names.extend(n.iter().cloned());
+                    }
+                }
+                StackFrame::Python {
+                    function,
+                    file,
+                    line,
+                } => {
+                    let file = strings.get(file);
+                    let base = file.rsplit('/').next().unwrap_or(file);
+                    names.push(format!("{} ({base}:{line})", strings.get(function)));
+                }
+                StackFrame::Unknown { .. } => names.push(UNKNOWN_FRAME.to_owned()),
+            }
+        }
+        // A runtime linked into the executable: drop its frames above the API
+        // function, so that the API function is the leaf.
+        if let Some(api) = api {
+            let (base, stem) = (api_base_name(api), api_stem(api));
+            if let Some(i) = names.iter().position(|n| n == base || n == stem) {
+                names.drain(..i);
+            }
+        }
+        let mut text = String::new();
+        for (i, n) in names.iter().rev().enumerate() {
+            if i > 0 {
+                text.push(';');
+            }
+            text.extend(n.chars().map(|c| match c {
+                ';' => ':',
+                '\n' | '\r' => ' ',
+                c => c,
+            }));
+        }
+        self.texts.insert(key, text.clone());
+        text
+    }
+}

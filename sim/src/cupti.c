@@ -1,0 +1,874 @@
+/* Simulated CUPTI, libcupti.so.13 (no GPU): callbacks and activity records for the simulated driver only; it cannot profile real CUDA.
+ *
+ * What it does, by CUPTI 13's headers: one subscriber (a second gets
+ * CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); runtime, driver and resource
+ * callbacks, on the calling thread from inside the call, with the real CUDA 13
+ * callback ids and names; activity records with the CUDA 13 layouts
+ * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
+ * Device5, Context3, API) in client buffers; the timestamp callback and thread id
+ * types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
+ * the buffers whose records are all complete, FLUSH_FORCED returns every buffer,
+ * its records still in flight with end (and start, if not started) = 0, never
+ * delivered again; a worker thread that delivers full, complete buffers, as the
+ * periodic flush does; dropped-record counts.
+ *
+ * What it does not do: PC sampling, metrics, events, profiling ranges, NVTX,
+ * external correlation, unified memory counters, per-stream buffers, OVERHEAD
+ * records; peer copies are reported only as MEMCPY2 (as CUPTI's header says),
+ * and activity kinds without a record here are accepted and stay empty. It prints
+ * nothing. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cupti.h>
+
+#include "cupti_names.h"
+#include "gpusim.h"
+
+#define NDOMAINS 8
+#define NKINDS 128
+
+/* ------------------------------------------------------------------ errors */
+
+static __thread CUptiResult tls_last_error;
+
+static CUptiResult fail(CUptiResult r) {
+    tls_last_error = r;
+    return r;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetLastError(void) {
+    CUptiResult r = tls_last_error;
+    tls_last_error = CUPTI_SUCCESS;
+    return r;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str) {
+    if (!str)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    for (size_t i = 0; i < sizeof gpusim_result_names / sizeof gpusim_result_names[0]; i++)
+        if (gpusim_result_names[i].code == (int)result) {
+            *str = gpusim_result_names[i].name;
+            return CUPTI_SUCCESS;
+        }
+    return fail(CUPTI_ERROR_INVALID_PARAMETER);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version) {
+    if (!version)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    *version = CUPTI_API_VERSION;
+    return CUPTI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ clock */
+
+static _Atomic(CUpti_TimestampCallbackFunc) g_clock;
+/* CUPTI time = CLOCK_MONOTONIC + offset. By default CUPTI's clock reads like
+ * CLOCK_REALTIME; with a timestamp callback it is the callback's clock, measured
+ * once against CLOCK_MONOTONIC when it is registered. */
+static _Atomic int64_t g_offset;
+static _Atomic int g_offset_set;
+
+static int64_t realtime_offset(void) {
+    struct timespec r, m;
+    clock_gettime(CLOCK_REALTIME, &r);
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    return ((int64_t)r.tv_sec - m.tv_sec) * 1000000000ll + (r.tv_nsec - m.tv_nsec);
+}
+
+static int64_t offset(void) {
+    if (!atomic_load_explicit(&g_offset_set, memory_order_acquire)) {
+        atomic_store(&g_offset, realtime_offset());
+        atomic_store_explicit(&g_offset_set, 1, memory_order_release);
+    }
+    return atomic_load_explicit(&g_offset, memory_order_relaxed);
+}
+
+static uint64_t to_cupti(uint64_t mono) { return mono ? (uint64_t)((int64_t)mono + offset()) : 0; }
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+    if (!f)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    /* The reading with the narrowest bracket of CLOCK_MONOTONIC wins. */
+    int64_t best = 0;
+    uint64_t width = UINT64_MAX;
+    for (int i = 0; i < 16; i++) {
+        uint64_t a = gpusim_now_ns();
+        uint64_t t = f();
+        uint64_t b = gpusim_now_ns();
+        if (b - a < width) {
+            width = b - a;
+            best = (int64_t)t - (int64_t)(a + (b - a) / 2);
+        }
+    }
+    atomic_store(&g_clock, f);
+    atomic_store(&g_offset, best);
+    atomic_store_explicit(&g_offset_set, 1, memory_order_release);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp) {
+    if (!timestamp)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    CUpti_TimestampCallbackFunc f = atomic_load(&g_clock);
+    *timestamp = f ? f() : to_cupti(gpusim_now_ns());
+    return CUPTI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ subscriber */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_subscribed;
+static CUpti_CallbackFunc g_callback;
+static void *g_userdata;
+static volatile unsigned char g_enabled[NDOMAINS][GPUSIM_MAX_CBID];
+static volatile unsigned char g_kinds[NKINDS];
+static _Atomic int g_api_kinds; /* RUNTIME or DRIVER records wanted */
+static int g_thread_id_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
+static const struct gpusim_tool g_tool;
+static int g_attached;
+
+static CUptiResult attach(void) {
+    if (g_attached)
+        return CUPTI_SUCCESS;
+    if (gpusim_attach_tool(&g_tool) != 0)
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    g_attached = 1;
+    return CUPTI_SUCCESS;
+}
+
+#define SUBSCRIBER ((CUpti_SubscriberHandle)&g_subscribed)
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber,
+                                                  CUpti_CallbackFunc callback, void *userdata) {
+    if (!subscriber)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    pthread_mutex_lock(&g_mu);
+    if (g_subscribed) {
+        pthread_mutex_unlock(&g_mu);
+        return fail(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+    }
+    CUptiResult r = attach();
+    if (r == CUPTI_SUCCESS) {
+        g_subscribed = 1;
+        g_callback = callback;
+        g_userdata = userdata;
+        *subscriber = SUBSCRIBER;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return r == CUPTI_SUCCESS ? r : fail(r);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
+    pthread_mutex_lock(&g_mu);
+    if (!g_subscribed || subscriber != SUBSCRIBER) {
+        pthread_mutex_unlock(&g_mu);
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    }
+    g_subscribed = 0;
+    g_callback = NULL;
+    memset((void *)g_enabled, 0, sizeof g_enabled);
+    pthread_mutex_unlock(&g_mu);
+    return CUPTI_SUCCESS;
+}
+
+static uint32_t domain_size(CUpti_CallbackDomain d) {
+    switch (d) {
+    case CUPTI_CB_DOMAIN_RUNTIME_API: return sizeof gpusim_runtime_cbid_names / sizeof(char *);
+    case CUPTI_CB_DOMAIN_DRIVER_API: return sizeof gpusim_driver_cbid_names / sizeof(char *);
+    case CUPTI_CB_DOMAIN_RESOURCE: return CUPTI_CBID_RESOURCE_SIZE;
+    case CUPTI_CB_DOMAIN_SYNCHRONIZE: return CUPTI_CBID_SYNCHRONIZE_SIZE;
+    default: return 0;
+    }
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                                       CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+    if (subscriber != SUBSCRIBER || !g_subscribed)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (cbid >= domain_size(domain) || cbid >= GPUSIM_MAX_CBID)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    g_enabled[domain][cbid] = enable != 0;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                                     CUpti_CallbackDomain domain) {
+    if (subscriber != SUBSCRIBER || !g_subscribed || domain_size(domain) == 0)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    for (uint32_t i = 0; i < domain_size(domain) && i < GPUSIM_MAX_CBID; i++)
+        g_enabled[domain][i] = enable != 0;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableAllDomains(uint32_t enable, CUpti_SubscriberHandle subscriber) {
+    for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d <= CUPTI_CB_DOMAIN_SYNCHRONIZE; d++) {
+        CUptiResult r = cuptiEnableDomain(enable, subscriber, (CUpti_CallbackDomain)d);
+        if (r != CUPTI_SUCCESS)
+            return r;
+    }
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid,
+                                                        const char **name) {
+    const char *n = NULL;
+    if (!name)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < domain_size(domain))
+        n = gpusim_runtime_cbid_names[cbid];
+    else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < domain_size(domain))
+        n = gpusim_driver_cbid_names[cbid];
+    if (!n)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    *name = n;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
+    if (type != CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT && type != CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    g_thread_id_type = type;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetThreadIdType(CUpti_ActivityThreadIdType *type) {
+    if (!type)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    *type = (CUpti_ActivityThreadIdType)g_thread_id_type;
+    return CUPTI_SUCCESS;
+}
+
+static uint32_t thread_id(void) {
+    if (g_thread_id_type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)
+        return (uint32_t)gettid();
+    return (uint32_t)(uintptr_t)pthread_self();
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetContextId(CUcontext context, uint32_t *id) {
+    if (!id || gpusim_context_info(context, id, NULL))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetDeviceId(CUcontext context, uint32_t *id) {
+    if (!id || gpusim_context_info(context, NULL, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetStreamId(CUcontext context, CUstream stream, uint32_t *id) {
+    if (!id || gpusim_stream_id(context, stream, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetStreamIdEx(CUcontext context, CUstream stream,
+                                                      uint8_t perThreadStream, uint32_t *id) {
+    return cuptiGetStreamId(context, perThreadStream && !stream ? CU_STREAM_PER_THREAD : stream, id);
+}
+
+/* ------------------------------------------------------------------ activity buffers */
+
+struct buffer {
+    uint8_t *base;
+    size_t size, used, records;
+    uint64_t last_end;     /* latest end (CUPTI time) of its records */
+    struct buffer *next;
+};
+
+static CUpti_BuffersCallbackRequestFunc g_request;
+static CUpti_BuffersCallbackCompleteFunc g_complete;
+static pthread_mutex_t g_buf_mu = PTHREAD_MUTEX_INITIALIZER;     /* the lists below */
+static pthread_mutex_t g_deliver_mu = PTHREAD_MUTEX_INITIALIZER; /* one delivery at a time */
+static struct buffer *g_current;
+static struct buffer *g_full, **g_full_tail = &g_full;
+static size_t g_max_records;
+static size_t g_dropped;
+static __thread int tls_delivering;
+
+static size_t record_size(uint32_t kind) {
+    switch (kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: return sizeof(CUpti_ActivityMemcpyPtoP4);
+    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
+    case CUPTI_ACTIVITY_KIND_DEVICE: return sizeof(CUpti_ActivityDevice5);
+    case CUPTI_ACTIVITY_KIND_CONTEXT: return sizeof(CUpti_ActivityContext3);
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+    case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
+    default: return 0;
+    }
+}
+
+static void queue_full(struct buffer *b) {
+    b->next = NULL;
+    *g_full_tail = b;
+    g_full_tail = &b->next;
+}
+
+static pthread_cond_t g_worker_cv;
+static void start_worker(void);
+
+/* Appends one record; its end (CUPTI time) says when it is complete. Records
+ * that find no buffer space are counted as dropped. */
+static void append(const void *rec, size_t size, uint64_t end) {
+    pthread_mutex_lock(&g_buf_mu);
+    struct buffer *b = g_current;
+    if (b && (b->used + size > b->size || (g_max_records && b->records >= g_max_records))) {
+        if (b->records) {
+            queue_full(b);
+            pthread_cond_signal(&g_worker_cv);
+        } else {
+            free(b); /* too small for any record: never handed back, as CUPTI does */
+        }
+        b = g_current = NULL;
+    }
+    if (!b) {
+        uint8_t *base = NULL;
+        size_t sz = 0, max = 0;
+        if (g_request)
+            g_request(&base, &sz, &max);
+        if (!base || sz < size || !(b = calloc(1, sizeof *b))) {
+            g_dropped++;
+            pthread_mutex_unlock(&g_buf_mu);
+            return;
+        }
+        b->base = base;
+        b->size = sz;
+        g_max_records = max;
+        g_current = b;
+    }
+    memcpy(b->base + b->used, rec, size);
+    b->used += size;
+    b->records++;
+    if (end > b->last_end)
+        b->last_end = end;
+    pthread_mutex_unlock(&g_buf_mu);
+}
+
+/* Hands `b` to the client. A forced flush hands back records still in flight:
+ * their unknown timestamps are 0 (CUPTI_TIMESTAMP_UNKNOWN). */
+static void deliver(struct buffer *b, uint64_t now) {
+    for (size_t off = 0; off < b->used;) {
+        CUpti_Activity *r = (CUpti_Activity *)(b->base + off);
+        uint64_t *start = NULL, *end = NULL, *completed = NULL;
+        switch (r->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+            CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)r;
+            start = &k->start, end = &k->end, completed = &k->completed;
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY:
+            start = &((CUpti_ActivityMemcpy6 *)r)->start, end = &((CUpti_ActivityMemcpy6 *)r)->end;
+            break;
+        case CUPTI_ACTIVITY_KIND_MEMCPY2:
+            start = &((CUpti_ActivityMemcpyPtoP4 *)r)->start, end = &((CUpti_ActivityMemcpyPtoP4 *)r)->end;
+            break;
+        case CUPTI_ACTIVITY_KIND_MEMSET:
+            start = &((CUpti_ActivityMemset4 *)r)->start, end = &((CUpti_ActivityMemset4 *)r)->end;
+            break;
+        default: break;
+        }
+        if (end && *end > now) {
+            *end = 0;
+            if (completed)
+                *completed = 0;
+            if (*start > now)
+                *start = 0;
+        }
+        off += record_size(r->kind);
+    }
+    tls_delivering = 1;
+    g_complete(NULL, 0, b->base, b->size, b->used);
+    tls_delivering = 0;
+    free(b);
+}
+
+/* Delivers the full buffers that are complete (and, with `partial`, the current
+ * one too); `forced` delivers them all. */
+static void flush(int forced, int partial) {
+    pthread_mutex_lock(&g_deliver_mu);
+    pthread_mutex_lock(&g_buf_mu);
+    uint64_t now = to_cupti(gpusim_now_ns());
+    struct buffer *ready = NULL, **tail = &ready;
+    for (struct buffer **p = &g_full; *p;) {
+        struct buffer *b = *p;
+        if (forced || b->last_end <= now) {
+            *p = b->next;
+            b->next = NULL;
+            *tail = b;
+            tail = &b->next;
+        } else {
+            p = &b->next;
+        }
+    }
+    g_full_tail = &g_full;
+    while (*g_full_tail)
+        g_full_tail = &(*g_full_tail)->next;
+    if (partial && g_current && g_current->records && (forced || g_current->last_end <= now)) {
+        *tail = g_current;
+        g_current = NULL;
+    }
+    pthread_mutex_unlock(&g_buf_mu);
+    while (ready) {
+        struct buffer *next = ready->next;
+        deliver(ready, now);
+        ready = next;
+    }
+    pthread_mutex_unlock(&g_deliver_mu);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
+                                                                  CUpti_BuffersCallbackCompleteFunc complete) {
+    if (!request || !complete)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    pthread_mutex_lock(&g_buf_mu);
+    g_request = request;
+    g_complete = complete;
+    pthread_mutex_unlock(&g_buf_mu);
+    start_worker();
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
+    if (!g_complete)
+        return fail(CUPTI_ERROR_INVALID_OPERATION);
+    if (tls_delivering)
+        return fail(CUPTI_ERROR_INVALID_OPERATION);
+    flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlush(CUcontext context, uint32_t streamId, uint32_t flag) {
+    return cuptiActivityFlushAll(flag);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid,
+                                                              CUpti_Activity **record) {
+    if (!buffer || !record)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    uint8_t *next = *record ? (uint8_t *)*record + record_size((*record)->kind) : buffer;
+    if (next < buffer || next + sizeof(uint32_t) > buffer + valid)
+        return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    size_t size = record_size(((CUpti_Activity *)next)->kind);
+    if (size == 0 || next + size > buffer + valid)
+        return fail(CUPTI_ERROR_INVALID_KIND);
+    *record = (CUpti_Activity *)next;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t streamId,
+                                                                     size_t *dropped) {
+    if (!dropped)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    *dropped = 0;
+    if (context)
+        return CUPTI_SUCCESS; /* every record goes to the global buffers */
+    pthread_mutex_lock(&g_buf_mu);
+    *dropped = g_dropped;
+    g_dropped = 0;
+    pthread_mutex_unlock(&g_buf_mu);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetAttribute(CUpti_ActivityAttribute attr, size_t *size,
+                                                             void *value) {
+    if (!size || !value)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (*size >= sizeof(size_t))
+        *(size_t *)value = 0;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *size,
+                                                             void *value) {
+    if (!size || !value)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS; /* device-side buffer sizes mean nothing here */
+}
+
+/* ------------------------------------------------------------------ worker thread */
+
+static uint32_t g_period_ms;
+static int g_worker_started;
+static pthread_mutex_t g_worker_mu = PTHREAD_MUTEX_INITIALIZER;
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushPeriod(uint32_t ms) {
+    g_period_ms = ms;
+    pthread_cond_signal(&g_worker_cv);
+    return CUPTI_SUCCESS;
+}
+
+/* CUPTI's worker: delivers full buffers once their records are complete (the
+ * periodic flush never returns a partial or incomplete buffer). It wakes when a
+ * buffer fills, when the earliest full one completes, and every flush period
+ * (100 ms when none is set). */
+static void *worker(void *arg) {
+    pthread_mutex_lock(&g_worker_mu);
+    for (;;) {
+        uint64_t now = gpusim_now_ns();
+        uint64_t period = (g_period_ms ? g_period_ms : 100) * 1000000ull;
+        uint64_t wake = now + period;
+        pthread_mutex_lock(&g_buf_mu);
+        int64_t off = offset();
+        for (struct buffer *b = g_full; b; b = b->next) {
+            uint64_t done = (uint64_t)((int64_t)b->last_end - off);
+            if (done < wake)
+                wake = done > now ? done : now;
+        }
+        int ready = g_full && g_full->last_end <= to_cupti(now);
+        pthread_mutex_unlock(&g_buf_mu);
+        if (!ready) {
+            struct timespec ts = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
+            pthread_cond_timedwait(&g_worker_cv, &g_worker_mu, &ts);
+        }
+        pthread_mutex_unlock(&g_worker_mu);
+        if (g_complete)
+            flush(0, 0);
+        pthread_mutex_lock(&g_worker_mu);
+    }
+    return arg;
+}
+
+static void before_fork(void) {
+    pthread_mutex_lock(&g_deliver_mu);
+    pthread_mutex_lock(&g_buf_mu);
+}
+
+static void after_fork_parent(void) {
+    pthread_mutex_unlock(&g_buf_mu);
+    pthread_mutex_unlock(&g_deliver_mu);
+}
+
+static void after_fork_child(void) {
+    pthread_mutex_unlock(&g_buf_mu);
+    pthread_mutex_unlock(&g_deliver_mu);
+    g_worker_started = 0; /* the worker did not survive the fork */
+}
+
+static void start_worker(void) {
+    pthread_mutex_lock(&g_mu);
+    if (!g_worker_started) {
+        static int once;
+        if (!once) {
+            pthread_condattr_t a;
+            pthread_condattr_init(&a);
+            pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+            pthread_cond_init(&g_worker_cv, &a);
+            pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+            once = 1;
+        }
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, worker, NULL) == 0) {
+            pthread_setname_np(t, "cupti-sim");
+            g_worker_started = 1;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* ------------------------------------------------------------------ activity kinds */
+
+static void announce_existing(void);
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
+    if ((unsigned)kind == 0 || (unsigned)kind >= CUPTI_ACTIVITY_KIND_COUNT || kind >= NKINDS)
+        return fail(CUPTI_ERROR_INVALID_KIND);
+    pthread_mutex_lock(&g_mu);
+    CUptiResult r = attach();
+    pthread_mutex_unlock(&g_mu);
+    if (r != CUPTI_SUCCESS)
+        return fail(r);
+    g_kinds[kind] = 1;
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
+        atomic_store(&g_api_kinds, 1);
+    if (kind == CUPTI_ACTIVITY_KIND_DEVICE || kind == CUPTI_ACTIVITY_KIND_CONTEXT)
+        announce_existing();
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind) {
+    if ((unsigned)kind == 0 || (unsigned)kind >= CUPTI_ACTIVITY_KIND_COUNT || kind >= NKINDS)
+        return fail(CUPTI_ERROR_INVALID_KIND);
+    g_kinds[kind] = 0;
+    atomic_store(&g_api_kinds, g_kinds[CUPTI_ACTIVITY_KIND_RUNTIME] || g_kinds[CUPTI_ACTIVITY_KIND_DRIVER]);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
+    if (g_complete)
+        flush(1, 1);
+    pthread_mutex_lock(&g_mu);
+    memset((void *)g_kinds, 0, sizeof g_kinds);
+    atomic_store(&g_api_kinds, 0);
+    g_subscribed = 0;
+    g_callback = NULL;
+    memset((void *)g_enabled, 0, sizeof g_enabled);
+    if (g_attached) {
+        gpusim_detach_tool(&g_tool);
+        g_attached = 0;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return CUPTI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ the driver's hooks */
+
+static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
+    CUpti_CallbackFunc cb = g_callback;
+    if (!cb || c->domain >= NDOMAINS || c->cbid >= GPUSIM_MAX_CBID || !g_enabled[c->domain][c->cbid])
+        return;
+    CUpti_CallbackData d = {
+        .callbackSite = site,
+        .functionName = c->name,
+        .functionParams = c->params,
+        .functionReturnValue = c->ret,
+        .symbolName = c->symbol,
+        .context = (CUcontext)c->context,
+        .contextUid = c->context_id,
+        .correlationData = &c->correlation_data,
+        .correlationId = c->correlation_id,
+    };
+    cb(g_userdata, (CUpti_CallbackDomain)c->domain, (CUpti_CallbackId)c->cbid, &d);
+}
+
+static void on_api_enter(struct gpusim_api *c) { callback(c, CUPTI_API_ENTER); }
+
+static void on_api_exit(struct gpusim_api *c) {
+    callback(c, CUPTI_API_EXIT);
+    if (!atomic_load_explicit(&g_api_kinds, memory_order_relaxed))
+        return;
+    int kind = c->domain == GPUSIM_DOMAIN_RUNTIME ? CUPTI_ACTIVITY_KIND_RUNTIME : CUPTI_ACTIVITY_KIND_DRIVER;
+    if (!g_kinds[kind])
+        return;
+    CUpti_ActivityAPI a = {
+        .kind = (CUpti_ActivityKind)kind,
+        .cbid = c->cbid,
+        .start = to_cupti(c->start_ns),
+        .end = to_cupti(gpusim_now_ns()),
+        .processId = (uint32_t)getpid(),
+        .threadId = thread_id(),
+        .correlationId = c->correlation_id,
+        .returnValue = c->ret ? *(uint32_t *)c->ret : 0,
+    };
+    append(&a, sizeof a, 0);
+}
+
+static void on_op(const struct gpusim_op *op) {
+    uint64_t start = to_cupti(op->start_ns), end = to_cupti(op->end_ns);
+    switch (op->kind) {
+    case GPUSIM_OP_KERNEL: {
+        int kind = g_kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] ? CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+                   : g_kinds[CUPTI_ACTIVITY_KIND_KERNEL]          ? CUPTI_ACTIVITY_KIND_KERNEL
+                                                                  : 0;
+        if (!kind)
+            return;
+        CUpti_ActivityKernel10 k;
+        memset(&k, 0, sizeof k);
+        k.kind = (CUpti_ActivityKind)kind;
+        k.start = start;
+        k.end = end;
+        k.completed = end;
+        k.deviceId = op->device;
+        k.contextId = op->context;
+        k.streamId = op->stream;
+        k.gridX = op->grid[0], k.gridY = op->grid[1], k.gridZ = op->grid[2];
+        k.blockX = op->block[0], k.blockY = op->block[1], k.blockZ = op->block[2];
+        k.staticSharedMemory = op->static_shared;
+        k.dynamicSharedMemory = op->dynamic_shared;
+        k.registersPerThread = op->registers;
+        k.correlationId = op->correlation_id;
+        k.gridId = op->grid_id;
+        k.name = op->name;
+        k.launchType = op->launch_type;
+        k.graphNodeId = op->graph_node_id;
+        k.graphId = op->graph_id;
+        k.channelType = CUPTI_CHANNEL_TYPE_COMPUTE;
+        append(&k, sizeof k, end);
+        return;
+    }
+    case GPUSIM_OP_MEMCPY: {
+        if (!g_kinds[CUPTI_ACTIVITY_KIND_MEMCPY])
+            return;
+        CUpti_ActivityMemcpy6 m;
+        memset(&m, 0, sizeof m);
+        m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+        m.copyKind = op->copy_kind;
+        m.srcKind = op->src_kind;
+        m.dstKind = op->dst_kind;
+        m.flags = op->async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
+        m.bytes = op->bytes;
+        m.start = start;
+        m.end = end;
+        m.deviceId = op->device;
+        m.contextId = op->context;
+        m.streamId = op->stream;
+        m.correlationId = op->correlation_id;
+        m.runtimeCorrelationId = op->runtime_correlation_id;
+        m.graphNodeId = op->graph_node_id;
+        m.graphId = op->graph_id;
+        m.channelType = CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;
+        m.copyCount = 1;
+        append(&m, sizeof m, end);
+        return;
+    }
+    case GPUSIM_OP_MEMCPY_PEER: {
+        if (!g_kinds[CUPTI_ACTIVITY_KIND_MEMCPY2])
+            return;
+        CUpti_ActivityMemcpyPtoP4 m;
+        memset(&m, 0, sizeof m);
+        m.kind = CUPTI_ACTIVITY_KIND_MEMCPY2;
+        m.copyKind = op->copy_kind;
+        m.srcKind = op->src_kind;
+        m.dstKind = op->dst_kind;
+        m.flags = op->async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
+        m.bytes = op->bytes;
+        m.start = start;
+        m.end = end;
+        m.deviceId = op->device;
+        m.contextId = op->context;
+        m.streamId = op->stream;
+        m.srcDeviceId = op->src_device;
+        m.srcContextId = op->src_context;
+        m.dstDeviceId = op->dst_device;
+        m.dstContextId = op->dst_context;
+        m.correlationId = op->correlation_id;
+        m.graphNodeId = op->graph_node_id;
+        m.graphId = op->graph_id;
+        m.channelType = CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;
+        append(&m, sizeof m, end);
+        return;
+    }
+    case GPUSIM_OP_MEMSET: {
+        if (!g_kinds[CUPTI_ACTIVITY_KIND_MEMSET])
+            return;
+        CUpti_ActivityMemset4 m;
+        memset(&m, 0, sizeof m);
+        m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+        m.value = op->value;
+        m.bytes = op->bytes;
+        m.start = start;
+        m.end = end;
+        m.deviceId = op->device;
+        m.contextId = op->context;
+        m.streamId = op->stream;
+        m.correlationId = op->correlation_id;
+        m.flags = op->async ? CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC : 0;
+        m.memoryKind = op->memory_kind;
+        m.graphNodeId = op->graph_node_id;
+        m.graphId = op->graph_id;
+        m.channelType = CUPTI_CHANNEL_TYPE_COMPUTE;
+        append(&m, sizeof m, end);
+        return;
+    }
+    default: return;
+    }
+}
+
+static void on_sync(const struct gpusim_sync *y) {
+    if (!g_kinds[CUPTI_ACTIVITY_KIND_SYNCHRONIZATION])
+        return;
+    CUpti_ActivitySynchronization2 s;
+    memset(&s, 0, sizeof s);
+    s.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+    s.type = (CUpti_ActivitySynchronizationType)y->type;
+    s.start = to_cupti(y->start_ns);
+    s.end = to_cupti(y->end_ns);
+    s.correlationId = y->correlation_id;
+    s.contextId = y->context;
+    s.streamId = y->stream;
+    s.cudaEventId = y->event;
+    append(&s, sizeof s, 0);
+}
+
+static unsigned char g_device_reported[GPUSIM_DEVICES];
+
+static void context_records(uint32_t ctx, uint32_t device, uint16_t null_stream) {
+    if (g_kinds[CUPTI_ACTIVITY_KIND_DEVICE] && device < GPUSIM_DEVICES && !g_device_reported[device]) {
+        const struct gpusim_device_info *f = gpusim_device_info((int)device);
+        CUpti_ActivityDevice5 d;
+        memset(&d, 0, sizeof d);
+        d.kind = CUPTI_ACTIVITY_KIND_DEVICE;
+        d.globalMemoryBandwidth = f->memory_bandwidth / 1000; /* KB/s */
+        d.globalMemorySize = f->global_memory;
+        d.constantMemorySize = f->constant_memory;
+        d.l2CacheSize = f->l2_cache;
+        d.numThreadsPerWarp = 32;
+        d.coreClockRate = f->clock_khz;
+        d.numMemcpyEngines = f->copy_engines;
+        d.numMultiprocessors = f->multiprocessors;
+        d.maxWarpsPerMultiprocessor = f->max_warps_per_sm;
+        d.maxBlocksPerMultiprocessor = f->max_blocks_per_sm;
+        d.maxSharedMemoryPerMultiprocessor = f->shared_per_sm;
+        d.maxRegistersPerMultiprocessor = f->regs_per_sm;
+        d.maxRegistersPerBlock = f->regs_per_block;
+        d.maxSharedMemoryPerBlock = f->shared_per_block;
+        d.maxThreadsPerBlock = f->max_threads_per_block;
+        d.maxBlockDimX = 1024, d.maxBlockDimY = 1024, d.maxBlockDimZ = 64;
+        d.maxGridDimX = 0x7fffffff, d.maxGridDimY = 65535, d.maxGridDimZ = 65535;
+        d.computeCapabilityMajor = (uint32_t)f->cc_major;
+        d.computeCapabilityMinor = (uint32_t)f->cc_minor;
+        d.id = device;
+        memcpy(d.uuid.bytes, f->uuid, 16);
+        d.name = f->name;
+        d.isCudaVisible = 1;
+        g_device_reported[device] = 1;
+        append(&d, sizeof d, 0);
+    }
+    if (g_kinds[CUPTI_ACTIVITY_KIND_CONTEXT]) {
+        CUpti_ActivityContext3 c;
+        memset(&c, 0, sizeof c);
+        c.kind = CUPTI_ACTIVITY_KIND_CONTEXT;
+        c.contextId = ctx;
+        c.deviceId = device;
+        c.computeApiKind = CUPTI_ACTIVITY_COMPUTE_API_CUDA;
+        c.nullStreamId = null_stream;
+        c.numMultiprocessors = (uint16_t)gpusim_device_info((int)device)->multiprocessors;
+        append(&c, sizeof c, 0);
+    }
+}
+
+static void announce_existing(void) {
+    uint32_t ids[64], devs[64];
+    uint16_t streams[64];
+    int n = gpusim_contexts(ids, devs, streams, 64);
+    for (int i = 0; i < n; i++)
+        context_records(ids[i], devs[i], streams[i]);
+}
+
+static void on_resource(uint32_t cbid, void *context, uint32_t context_id, uint32_t device,
+                        void *stream, uint32_t stream_id) {
+    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED)
+        context_records(context_id, device, 7);
+    CUpti_CallbackFunc cb = g_callback;
+    if (!cb || cbid >= GPUSIM_MAX_CBID || !g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid])
+        return;
+    CUpti_ResourceData r = {.context = (CUcontext)context};
+    r.resourceHandle.stream = (CUstream)stream;
+    cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+}
+
+static const struct gpusim_tool g_tool = {
+    .api_enter = on_api_enter,
+    .api_exit = on_api_exit,
+    .op = on_op,
+    .sync = on_sync,
+    .resource = on_resource,
+};
+
+/* A marker for tools: this libcupti simulates, so whatever it records ran on no GPU. */
+GPUSIM_EXPORT const char gpusim_cupti[] = "gpusim: simulated CUPTI, no GPU";
