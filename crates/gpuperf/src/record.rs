@@ -568,12 +568,14 @@ fn finish(
     if let Some(s) = &cpu_summary {
         report += &format!(
             "gpuperf: CPU side: {} launch stacks ({} taken at the API entry, {} inside NVIDIA code), \
-             {} dropped, {} stacks lost, {} frames without symbols\n",
+             {} dropped, {} stacks lost, {} truncated (stop before _start or a thread start), \
+             {} frames without symbols\n",
             s.launches,
             s.entry_stacks,
             s.marker_stacks,
             s.dropped_launches,
             s.lost_stacks,
+            s.truncated_stacks,
             s.unsymbolized_frames
         );
         if !s.slow_functions_skipped.is_empty() {

@@ -353,7 +353,14 @@ fn record_real_libcudart__cpu_only_uprobe_stacks_and_outputs() {
                 .text(l.stack)
                 .ends_with("main;enqueue;cudaLaunchKernel")
         );
+        // Unwound through glibc, which keeps no frame pointers.
+        assert!(cpu.stacks.text(l.stack).starts_with("_start;"), "{all}");
     }
+    assert_eq!(cpu.truncated, 0);
+    assert!(
+        text(&o.stderr).contains(", 0 truncated (stop before"),
+        "{all}"
+    );
     // Without GPU work the flamegraph counts launches.
     let folded = fs::read_to_string(dir.join("m.folded")).unwrap();
     let total: u64 = folded

@@ -32,6 +32,12 @@
 //!   full); several such lines add up. Other `#` lines are comments.
 //! - The leaf frame is the launch API function (`cudaLaunchKernel`,
 //!   `cuGraphLaunch`, …); a line with no frames is allowed (stack unavailable).
+//! - A stack that stops before a root frame (`_start`, `clone`/`clone3`, a thread
+//!   start) starts with the frame `[truncated]` ([`TRUNCATED_FRAME`]):
+//!   `[truncated];main;step;cudaLaunchKernel`. Readers count such lines
+//!   ([`CpuTrace::truncated`]); older readers see an ordinary frame, so files stay
+//!   readable both ways. Files written before this marker existed have none, and
+//!   their stacks count as complete.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -47,6 +53,9 @@ pub const HEADER: &str = "# gpuperf-cpu v1";
 
 /// Frame used for a launch whose stack could not be captured.
 pub const NO_STACK_FRAME: &str = "[unknown stack]";
+
+/// Root frame of a stack that stops before the thread's first frame.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
 
 /// An interned CPU stack.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -144,6 +153,8 @@ pub struct CpuTrace {
     pub comms: FxHashMap<(u32, u32), String>,
     /// Launches lost before they reached the file (`# dropped` lines).
     pub dropped: u64,
+    /// Launches whose stack starts with [`TRUNCATED_FRAME`].
+    pub truncated: u64,
     /// Data lines read, malformed ones included.
     pub lines: u64,
     /// Malformed lines.
@@ -164,6 +175,7 @@ impl CpuTrace {
             stacks: Stacks::default(),
             comms: FxHashMap::default(),
             dropped: 0,
+            truncated: 0,
             lines: 0,
             diagnostics: Diagnostics::default(),
             graph_nodes: FxHashMap::default(),
@@ -211,6 +223,7 @@ impl CpuTrace {
             self.comms.entry(*k).or_insert_with(|| v.clone());
         }
         self.dropped = self.dropped.saturating_add(other.dropped);
+        self.truncated = self.truncated.saturating_add(other.truncated);
         self.lines += other.lines;
         self.diagnostics.extend(other.diagnostics.clone());
     }
@@ -319,6 +332,9 @@ impl Parser<'_> {
                     return true;
                 };
                 let stack = self.trace.stacks.intern(f.frames);
+                if is_truncated(f.frames) {
+                    self.trace.truncated += 1;
+                }
                 self.trace.launches.push(CpuLaunch {
                     ts_ns: f.ts,
                     pid,
@@ -411,6 +427,13 @@ fn split_line(line: &[u8], k: usize) -> Option<Fields<'_>> {
         }
     }
     None
+}
+
+/// Whether folded frames (root first) start with [`TRUNCATED_FRAME`].
+fn is_truncated(frames: &[u8]) -> bool {
+    frames
+        .strip_prefix(TRUNCATED_FRAME.as_bytes())
+        .is_some_and(|rest| rest.is_empty() || rest[0] == b';')
 }
 
 fn parse_u64(s: &[u8]) -> Option<u64> {
@@ -597,6 +620,24 @@ mod tests {
         assert_eq!(t.launches[0].correlation_id, 42);
         assert_eq!(t.stacks.text(t.launches[1].stack), NO_STACK_FRAME);
         assert!(t.has_correlation_ids());
+    }
+
+    #[test]
+    fn truncated_stacks_are_counted_by_their_root_frame() {
+        let t = read("# gpuperf-cpu v1\n1 app 7 8 1 0 [truncated];main;cudaLaunchKernel\n2 app 7 8 1 0 _start;main;cudaLaunchKernel\n3 app 7 8 1 0 [truncated]x;cudaLaunchKernel\n4 app 7 8 1 0 [truncated]\n")
+            .unwrap();
+        assert_eq!(t.launches.len(), 4);
+        assert_eq!(t.truncated, 2);
+        assert_eq!(
+            t.stacks.text(t.launches[0].stack),
+            "[truncated];main;cudaLaunchKernel"
+        );
+        let mut both = t.clone();
+        both.append(&t);
+        assert_eq!(both.truncated, 4);
+        // Reference lines carry no marker: nothing is counted.
+        let r = read("100 app 7 7 3 main;cudaLaunchKernel\n").unwrap();
+        assert_eq!(r.truncated, 0);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 /* The probed side of the overhead benchmark: N calls of a cudart-like entry
  * function (push %rbp first, as libcudart's cudaLaunchKernel), made DEPTH
- * frames below main so the stack walk does realistic work. The file also
+ * frames below main so the stack walk does realistic work; built with and
+ * without frame pointers (cudaLaunchKernel keeps its own). The file also
  * exports a marker and semaphore with gpuperf-inject's contract, so the
  * injection-mode path (entry probe + marker probe) can be timed without CUPTI.
  * usage: probe_loop CALLS DEPTH; prints "ns_per_call X cpu_ns_per_call Y":
@@ -16,13 +17,16 @@ void gpuperf_launch_marker(uint64_t corr, uint64_t callback);
 __asm__(".globl gpuperf_launch_marker\n"
         ".type gpuperf_launch_marker, @function\n"
         "gpuperf_launch_marker:\n"
+        ".cfi_startproc\n"
         ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
         "ret\n"
+        ".cfi_endproc\n"
         ".size gpuperf_launch_marker, .-gpuperf_launch_marker\n");
 
 static volatile uint64_t sink;
 
-__attribute__((noinline)) int cudaLaunchKernel(uint32_t corr) {
+/* Frame pointer kept even in a build without them: libcudart's starts so. */
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) int cudaLaunchKernel(uint32_t corr) {
     if (gpuperf_marker_semaphore)
         gpuperf_launch_marker(corr, (2ull << 32) | 211);
     sink += corr;

@@ -11,6 +11,11 @@ const EVENT_LAUNCH: u32 = 1;
 const EVENT_STACK: u32 = 2;
 const EVENT_EXEC: u32 = 3;
 const EVENT_FILE: u32 = 4;
+const EVENT_COPY: u32 = 5;
+/// `offsetof(struct copy_event, bytes)`.
+const COPY_BYTES_AT: usize = 64;
+/// `COPY_BYTES`.
+pub(crate) const COPY_BYTES: usize = 16 << 10;
 /// `offsetof(struct file_event, path)`.
 const FILE_PATH_AT: usize = 40;
 /// `enum file_place`.
@@ -25,6 +30,10 @@ const FRAME_SIZE: usize = 32;
 pub(crate) const MAX_STACK_DEPTH: usize = 127;
 /// `INLINE_STACK_ID_BASE`: ids of stacks sent once, for one launch.
 pub(crate) const INLINE_STACK_ID_BASE: i32 = 0x4000_0000;
+/// `COPY_ID_BASE`: ids of stack copies, one per copy.
+pub(crate) const COPY_ID_BASE: i32 = 0x2000_0000;
+/// `FULL_ID_BASE`: ids of stacks unwound in user space.
+pub(crate) const FULL_ID_BASE: i32 = 0x3000_0000;
 
 /// `enum stack_origin`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -50,7 +59,7 @@ pub struct Launch {
 }
 
 /// One frame as the kernel gave it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Frame {
     /// Build id and file offset.
     BuildId { build_id: Vec<u8>, offset: u64 },
@@ -64,6 +73,25 @@ pub struct Stack {
     pub stack_id: i32,
     pub pid: u32,
     pub frames: Vec<Frame>,
+}
+
+/// The top of a user stack and the registers at a probe (`struct copy_event`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Copy {
+    pub copy_id: i32,
+    pub pid: u32,
+    pub tid: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// The frame-pointer stack taken at the same probe, or negative.
+    pub fp_id: i32,
+    /// Whether that walk read the caller at `[sp]` first.
+    pub caller_at_sp: bool,
+    /// Where that walk went (`walk_hash` in launch.h).
+    pub walk_hash: u64,
+    /// The stack from `sp` up.
+    pub bytes: Vec<u8>,
 }
 
 /// A traced process called execve.
@@ -98,6 +126,7 @@ pub enum Event {
     Stack(Stack),
     Exec(Exec),
     File(FileMapped),
+    Copy(Copy),
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -162,6 +191,25 @@ impl Event {
                 pid: u32_at(b, 4)?,
                 filename: c_string(&b[8..]),
             })),
+            EVENT_COPY => {
+                let len = u32_at(b, 44)? as usize;
+                if len > COPY_BYTES {
+                    return None;
+                }
+                let bytes = b.get(COPY_BYTES_AT..COPY_BYTES_AT + len)?.to_vec();
+                Some(Self::Copy(Copy {
+                    copy_id: u32_at(b, 4)? as i32,
+                    pid: u32_at(b, 8)?,
+                    tid: u32_at(b, 12)?,
+                    ip: u64_at(b, 16)?,
+                    sp: u64_at(b, 24)?,
+                    bp: u64_at(b, 32)?,
+                    fp_id: u32_at(b, 40)? as i32,
+                    caller_at_sp: u32_at(b, 48)? != 0,
+                    walk_hash: u64_at(b, 56)?,
+                    bytes,
+                }))
+            }
             EVENT_FILE => {
                 let len = u32_at(b, 8)? as usize;
                 let path = b.get(FILE_PATH_AT..FILE_PATH_AT.checked_add(len)?)?;
@@ -261,6 +309,38 @@ mod tests {
         let mut short = b.clone();
         short[12..16].copy_from_slice(&(10 * FRAME_SIZE as u32).to_ne_bytes());
         assert_eq!(Event::parse(&short), None);
+    }
+
+    #[test]
+    fn copies_carry_registers_and_exactly_len_bytes() {
+        let mut b = Vec::new();
+        for v in [EVENT_COPY, COPY_ID_BASE as u32 + 3, 10, 11] {
+            b.extend(v.to_ne_bytes());
+        }
+        for v in [0x40_1000_u64, 0x7ffd_0000, 0x7ffd_0100] {
+            b.extend(v.to_ne_bytes());
+        }
+        b.extend(7_i32.to_ne_bytes());
+        b.extend(24_u32.to_ne_bytes());
+        b.extend(1_u32.to_ne_bytes());
+        b.extend(0_u32.to_ne_bytes());
+        b.extend(0xabcd_u64.to_ne_bytes());
+        assert_eq!(b.len(), COPY_BYTES_AT);
+        b.extend((0..24).map(|i| i as u8));
+        let Some(Event::Copy(c)) = Event::parse(&b) else {
+            panic!()
+        };
+        assert_eq!((c.copy_id, c.pid, c.tid), (COPY_ID_BASE + 3, 10, 11));
+        assert_eq!(
+            (c.ip, c.sp, c.bp, c.fp_id),
+            (0x40_1000, 0x7ffd_0000, 0x7ffd_0100, 7)
+        );
+        assert_eq!((c.caller_at_sp, c.walk_hash), (true, 0xabcd));
+        assert_eq!(c.bytes, (0..24).map(|i| i as u8).collect::<Vec<_>>());
+        assert_eq!(Event::parse(&b[..b.len() - 1]), None, "cut short");
+        let mut huge = b.clone();
+        huge[44..48].copy_from_slice(&(COPY_BYTES as u32 + 8).to_ne_bytes());
+        assert_eq!(Event::parse(&huge), None, "longer than a copy can be");
     }
 
     #[test]

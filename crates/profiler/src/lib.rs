@@ -53,6 +53,47 @@
 //! with blazesym (C++ and Rust names demangled, inlined functions as frames of
 //! their own) and prints unknown frames as `file+0xoffset`.
 //!
+//! # Stacks without frame pointers
+//! A frame-pointer walk stops at the first caller that keeps no frame pointer:
+//! right after the launch in code built with plain `-O2`, and in
+//! `__libc_start_call_main` on distributions whose glibc keeps none (Debian 12).
+//! So, unless a *recipe* matches, the probe also sends the top of the stack,
+//! from `sp` to the thread's stack top (its mm's `start_stack` for a main thread,
+//! the stack pointer a thread started with otherwise) and at most 16 KiB, with
+//! ip, sp and bp. User space unwinds the copy with `.eh_frame` through
+//! `gpuperf-unwind` (the unwinder the injection library uses in process) over
+//! the process's module table, which comes from the exec and mmap events (so a
+//! process that has exited is unwound as well) or `/proc/PID/maps`.
+//!
+//! ```text
+//!  probe: frame-pointer walk ─▶ recipe for (pid, ip, sp)? ──holds──▶ record names its stack
+//!                                   │ none, or a word changed
+//!                                   ▼
+//!         copy (≤ 16 KiB) + ip, sp, bp ──▶ user space: unwind, answer with a recipe
+//! ```
+//!
+//! A recipe lists the stack words the unwound stack depended on (its return
+//! addresses, and the saved frame pointers it used: a word the unwind provably
+//! ignores, such as a saved loop counter, is left out) with their values, and
+//! whether bp mattered. The probe checks them in the page copy its walk already
+//! holds and, if every word is unchanged, names the unwound stack without a
+//! copy: the unwind would read the same words and give the same stack. So a hot
+//! call site costs one copy, not one per launch (plus the launches made while
+//! its first copy is on its way, a few hundred at most). A recipe can be wrong
+//! only if a library is replaced at the same address and a launch passes
+//! through it before the mapping event drops the process's recipes.
+//!
+//! 16 KiB hold 127 frames (the depth kept) of up to 128 bytes each; a stack
+//! whose frames hold more ends where the copy does. Copies lost to a full ring
+//! buffer leave the launch its frame-pointer stack.
+//!
+//! Every stack that stops before a root frame (`_start`, `clone`, `clone3`,
+//! `start_thread`) is written behind the frame `[truncated]` and counted in
+//! [`Summary::truncated_stacks`]: for an unwound stack, where the unwinder did
+//! not end at a frame that `.eh_frame` marks as the outermost; for a
+//! frame-pointer walk, where its outermost frame is none of those.
+//! [`Options::unwind`] turns copies off.
+//!
 //! A process may be gone, and its `/proc/PID/maps` with it, before its stacks
 //! are symbolized (a program that launches for a few milliseconds). So the BPF
 //! program sends the full path of every file a traced process execs (at the
@@ -76,14 +117,34 @@
 //! launch) and follows the chain in the copy. The frames' hash map is as fast
 //! as an open-addressing array index here, and simpler.
 //!
-//! Probe overhead benchmark (`benches/probe_overhead.rs`), ns per launch,
-//! medians of 5 rounds of 10⁶ calls, 12 frames below `main` (16 frames):
+//! Probe overhead when the walk was chosen (`benches/probe_overhead.rs` at the
+//! time), ns per launch, medians of 5 rounds of 10⁶ calls, 12 frames below
+//! `main` (16 frames), before stack copies existed:
 //!
 //! | configuration | `bpf_get_stackid` | page-copy walk |
 //! |---|---|---|
 //! | compatibility mode (entry probe writes the record) | 1882 | 1039 |
 //! | injection mode (entry stack + marker join) | 2529 | 1484 |
 //! | marker only (stack at the marker) | 1718 | 757 |
+//!
+//! With stack copies and recipes (`cargo bench -p gpuperf-profiler --bench
+//! probe_overhead`), ns added per launch on the calling thread's CPU (wall time
+//! in parentheses), medians of 5 rounds of 10⁶ calls in one run, 30-frame
+//! stacks, on a 2-core VM shared with other work (so wall times are noisy):
+//!
+//! | configuration | frame pointers | no frame pointers (`gcc -O2`) |
+//! |---|---|---|
+//! | compatibility mode, walk only (`unwind: false`) | 1433 (2215) | 1214 (1318) |
+//! | compatibility mode, copies + recipes | 1480 (1961) | 1390 (2325) |
+//! | injection mode (entry stack + marker join) | 1982 (3024) | |
+//! | marker only | 1411 (1549) | |
+//!
+//! Frame-pointer code pays 50 to 90 ns of CPU more for complete stacks (a
+//! recipe lookup; the words its walk read are not checked again), code without
+//! frame pointers 180 to 220 ns (two runs): complete 30-frame stacks for under
+//! 1.5 µs of CPU per launch (1.8 to 2.3 µs of wall time). Each configuration
+//! sent 30 to 360 copies in 10⁶ launches, all while its call site's first
+//! recipe was on its way.
 //!
 //! What remains is mostly the two uprobe hits themselves (about 0.6 µs for the
 //! emulated `push %rbp`, 0.42 µs for the marker's NOP5).
@@ -103,6 +164,7 @@ mod event;
 pub mod preflight;
 mod session;
 mod symbolize;
+mod unwinding;
 
 mod skel {
     // Generated by libbpf-cargo from src/bpf/launch.bpf.c.

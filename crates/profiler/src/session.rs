@@ -15,16 +15,21 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpuperf_merge::cpu::{LaunchLine, Writer};
+use gpuperf_merge::cpu::{LaunchLine, TRUNCATED_FRAME, Writer};
+use gpuperf_merge::stacks::ROOT_FRAMES;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBufferBuilder, UprobeOpts};
 
 use crate::elf::{self, ProbePoint};
 use crate::error::{Error, Result, bpf};
-use crate::event::{Event, INLINE_STACK_ID_BASE, Launch, Origin};
+use crate::event::{
+    COPY_ID_BASE, Copy, Event, FULL_ID_BASE, FileMapped, INLINE_STACK_ID_BASE, Launch, Origin,
+    Stack,
+};
 use crate::preflight;
 use crate::skel::{LaunchSkel, LaunchSkelBuilder};
 use crate::symbolize::{Symbolizer, executable_files};
+use crate::unwinding::Unwinding;
 
 /// The marker function and its semaphore, as `gpuperf-inject` exports them.
 pub const MARKER_SYMBOL: &str = "gpuperf_launch_marker";
@@ -114,6 +119,12 @@ pub struct Options {
     /// exact because frames carry build ids; files are found through each
     /// process's `exec` and the files the profiler probes.
     pub defer_symbolization: bool,
+    /// Complete stacks without frame pointers: where no recipe matches, send
+    /// the top of the stack (up to 16 KiB) and unwind it here with
+    /// `.eh_frame`, then give BPF a recipe so later launches from the same
+    /// place need no copy. Off, stacks are frame-pointer walks only. Default
+    /// is `true`.
+    pub unwind: bool,
 }
 
 impl Default for Options {
@@ -128,6 +139,7 @@ impl Default for Options {
             ring_buffer_bytes: 8 << 20,
             stack_map_entries: 16384,
             defer_symbolization: false,
+            unwind: true,
         }
     }
 }
@@ -164,6 +176,19 @@ pub struct Summary {
     /// kernel refused that probe: frames in a library of a process that exits
     /// before its stacks are symbolized may then stay unnamed.
     pub files_not_followed: Option<String>,
+    /// Launch lines whose stack stops before a root frame (`_start`, `clone`,
+    /// a thread start); they start with [`TRUNCATED_FRAME`].
+    pub truncated_stacks: u64,
+    /// Stack copies sent for unwinding (one per new call site, ideally).
+    pub stack_copies: u64,
+    /// Stack copies lost to a full ring buffer: those launches got their
+    /// frame-pointer stack (counted in `truncated_stacks` when incomplete).
+    pub lost_copies: u64,
+    /// Launches whose stack BPF found by a recipe, without a copy.
+    pub recipe_hits: u64,
+    /// Distinct call paths whose unwind depends on more stack words than a
+    /// recipe holds: each launch there sends a copy.
+    pub uncacheable_stacks: u64,
 }
 
 /// Counters readable while the profiler runs.
@@ -360,9 +385,20 @@ fn run<W: Write>(
             .map_err(bpf("opening the ring buffer"))?;
     }
     let ring = builder.build().map_err(bpf("opening the ring buffer"))?;
+    let recipes = if options.unwind {
+        Some(MapHandle::try_from(&skel.maps.recipes).map_err(bpf("opening the recipe map"))?)
+    } else {
+        None
+    };
     let mut sink = Sink {
         writer: Writer::new(out).map_err(Error::Output)?,
         symbolizer,
+        unwinding: Unwinding::default(),
+        recipes,
+        recipe_seq: 0,
+        aliases: HashMap::new(),
+        unwound: HashMap::new(),
+        fp_frames: HashMap::new(),
         stacks: HashMap::new(),
         waiting: Vec::new(),
         seen_pids: HashSet::new(),
@@ -381,6 +417,7 @@ fn run<W: Write>(
         let _ = ring.poll(Duration::from_millis(POLL_MS));
         let _ = ring.consume();
         let events = std::mem::take(&mut *queue.borrow_mut());
+        sink.prepare(&events);
         sink.handle(events, &mut attach)?;
         while let Ok((pid, done)) = requests.try_recv() {
             attach.discover(pid);
@@ -398,6 +435,7 @@ fn run<W: Write>(
     // Everything the probes submitted before `stop` is in the buffer now.
     let _ = ring.consume();
     let events = std::mem::take(&mut *queue.borrow_mut());
+    sink.prepare(&events);
     sink.handle(events, &mut attach)?;
 
     let stats = read_stats(&skel);
@@ -413,6 +451,9 @@ fn run<W: Write>(
     summary.lost_stacks = stats[Stat::StackErrors as usize] + stats[Stat::StackDrops as usize];
     summary.dropped_file_events = stats[Stat::FileDrops as usize];
     summary.files_not_followed = files_not_followed;
+    summary.stack_copies = stats[Stat::Copies as usize];
+    summary.lost_copies = stats[Stat::CopyDrops as usize];
+    summary.recipe_hits = stats[Stat::RecipeHits as usize];
     summary.slow_functions_skipped = attach.slow;
     summary.api_files = attach.api_files;
     progress
@@ -431,6 +472,7 @@ fn load<'obj>(
         .map_err(bpf("opening the BPF object"))?;
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.filter_pids = !options.all_processes;
+        rodata.unwind_copies = options.unwind;
     }
     open.maps
         .events
@@ -463,6 +505,11 @@ enum Stat {
     #[allow(dead_code)]
     WalkMismatch,
     FileDrops,
+    Copies,
+    CopyDrops,
+    RecipeHits,
+    #[allow(dead_code)]
+    RecipeMisses,
     Count,
 }
 
@@ -593,6 +640,18 @@ impl Attach<'_, '_> {
 struct Sink<W: Write> {
     writer: Writer<W>,
     symbolizer: Symbolizer,
+    unwinding: Unwinding,
+    /// The BPF recipe map, when unwinding is on.
+    recipes: Option<MapHandle>,
+    recipe_seq: u64,
+    /// Copy id → the stack its launch gets.
+    aliases: HashMap<i32, i32>,
+    /// Stacks unwound here and not yet symbolized, with whether complete.
+    unwound: HashMap<i32, (Stack, bool)>,
+    /// Frames in each frame-pointer stack.
+    fp_frames: HashMap<i32, usize>,
+    /// Symbolized stacks by id, root first, starting with [`TRUNCATED_FRAME`]
+    /// when incomplete.
     stacks: HashMap<i32, Rc<[String]>>,
     waiting: Vec<Launch>,
     seen_pids: HashSet<u32>,
@@ -603,6 +662,64 @@ struct Sink<W: Write> {
 }
 
 impl<W: Write> Sink<W> {
+    /// Unwinds the batch's stack copies and sends their recipes to BPF, in
+    /// arrival order and before the batch is symbolized (which can take long):
+    /// until a recipe arrives, each launch from its call site sends a copy.
+    /// Runs on every batch, also when symbolization is deferred.
+    fn prepare(&mut self, events: &[Option<Event>]) {
+        for e in events.iter().flatten() {
+            match e {
+                Event::File(f) => self.unwind_file(f),
+                Event::Stack(s) if s.stack_id < COPY_ID_BASE => {
+                    self.fp_frames.insert(s.stack_id, s.frames.len());
+                }
+                Event::Copy(c) => self.unwind_copy(c),
+                _ => {}
+            }
+        }
+    }
+
+    fn unwind_file(&mut self, f: &FileMapped) {
+        for key in self.unwinding.mapped(f) {
+            if let Some(map) = &self.recipes {
+                let _ = map.delete(&key.to_bytes());
+            }
+        }
+    }
+
+    fn unwind_copy(&mut self, c: &Copy) {
+        let fp_frames = self.fp_frames.get(&c.fp_id).copied();
+        let r = self.unwinding.resolve(c, fp_frames);
+        if let (Some((key, recipe)), Some(map)) = (r.recipe, &self.recipes) {
+            self.recipe_seq += 1;
+            // A failed update only costs copies.
+            let _ = map.update(
+                &key.to_bytes(),
+                &recipe.to_bytes(self.recipe_seq),
+                MapFlags::ANY,
+            );
+        }
+        if let Some((stack, complete)) = r.new_stack {
+            self.unwound.insert(stack.stack_id, (stack, complete));
+        }
+        self.aliases.insert(c.copy_id, r.stack_id);
+    }
+
+    /// The stack a launch's id stands for (a copy stands for its result).
+    fn target(&self, id: i32) -> i32 {
+        if (COPY_ID_BASE..FULL_ID_BASE).contains(&id) {
+            self.aliases.get(&id).copied().unwrap_or(id)
+        } else {
+            id
+        }
+    }
+
+    /// Whether the frames of a launch's stack are here (or never will be).
+    fn known(&self, id: i32) -> bool {
+        let id = self.target(id);
+        id < 0 || self.stacks.contains_key(&id) || self.unwound.contains_key(&id)
+    }
+
     fn handle(&mut self, events: Vec<Option<Event>>, attach: &mut Attach<'_, '_>) -> Result<()> {
         if let Some(held) = &mut self.deferred {
             held.extend(events);
@@ -628,12 +745,17 @@ impl<W: Write> Sink<W> {
                 Some(Event::Exec(x)) => self.symbolizer.exec(x.pid, &x.filename),
                 Some(Event::File(f)) => self.symbolizer.mapped(f),
                 Some(Event::Stack(s)) => {
-                    let frames: Rc<[String]> = self.symbolizer.frames(&s).into();
-                    self.stacks.insert(s.stack_id, frames);
+                    let names = self.symbolizer.frames(&s);
+                    let complete = names
+                        .first()
+                        .is_some_and(|f| ROOT_FRAMES.contains(&f.as_str()));
+                    self.stacks.insert(s.stack_id, mark(names, complete));
                     new_stack = true;
                 }
+                // Unwound in `prepare`.
+                Some(Event::Copy(_)) => new_stack = true,
                 Some(Event::Launch(l)) => {
-                    if l.stack_id >= 0 && !self.stacks.contains_key(&l.stack_id) {
+                    if !self.known(l.stack_id) {
                         // Its frames were sent from another CPU and are still
                         // on their way.
                         self.waiting.push(l);
@@ -646,7 +768,7 @@ impl<W: Write> Sink<W> {
         if new_stack && !self.waiting.is_empty() {
             let waiting = std::mem::take(&mut self.waiting);
             for l in waiting {
-                if self.stacks.contains_key(&l.stack_id) {
+                if self.known(l.stack_id) {
                     self.write(&l)?;
                 } else {
                     self.waiting.push(l);
@@ -657,13 +779,23 @@ impl<W: Write> Sink<W> {
     }
 
     fn write(&mut self, l: &Launch) -> Result<()> {
-        let frames = if l.stack_id >= INLINE_STACK_ID_BASE {
-            self.stacks.remove(&l.stack_id)
+        let id = self.target(l.stack_id);
+        if id != l.stack_id {
+            self.aliases.remove(&l.stack_id);
+        }
+        if let Some((stack, complete)) = self.unwound.remove(&id) {
+            let names = self.symbolizer.frames(&stack);
+            self.stacks.insert(id, mark(names, complete));
+        }
+        let frames = if id >= INLINE_STACK_ID_BASE {
+            self.stacks.remove(&id)
         } else {
-            self.stacks.get(&l.stack_id).cloned()
+            self.stacks.get(&id).cloned()
         };
         if frames.as_ref().is_none_or(|f| f.is_empty()) {
             self.summary.launches_without_stack += 1;
+        } else if frames.as_ref().is_some_and(|f| f[0] == TRUNCATED_FRAME) {
+            self.summary.truncated_stacks += 1;
         }
         let line = LaunchLine {
             ts_ns: l.ts,
@@ -695,6 +827,16 @@ impl<W: Write> Sink<W> {
         }
         self.writer.flush().map_err(Error::Output)?;
         self.summary.unsymbolized_frames = self.symbolizer.unsymbolized_frames;
+        self.summary.uncacheable_stacks = self.unwinding.counts.uncacheable;
         Ok(self.summary)
     }
+}
+
+/// A symbolized stack (root first), behind [`TRUNCATED_FRAME`] when it does not
+/// reach a root frame. An empty stack stays empty (no stack, not a short one).
+fn mark(mut names: Vec<String>, complete: bool) -> Rc<[String]> {
+    if !complete && !names.is_empty() {
+        names.insert(0, TRUNCATED_FRAME.to_owned());
+    }
+    names.into()
 }

@@ -42,6 +42,15 @@ pub struct StackCopy<'a> {
     pub bytes: &'a [u8],
 }
 
+impl StackCopy<'_> {
+    /// The 8 bytes at `addr`, or `None` outside the copy.
+    pub fn read(&self, addr: u64) -> Option<u64> {
+        let off = usize::try_from(addr.checked_sub(self.start)?).ok()?;
+        let b = self.bytes.get(off..off.checked_add(8)?)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+}
+
 impl RemoteUnwinder {
     /// Reads `/proc/PID/maps` and the ELF files of its executable mappings. Modules
     /// that cannot be read are skipped (their frames end stacks as
@@ -111,15 +120,27 @@ impl RemoteUnwinder {
         cache: &mut UnwindCache,
         out: &mut [Frame],
     ) -> Captured {
-        let mut read = |addr: u64| -> Result<u64, ()> {
-            let off = addr.checked_sub(stack.start).ok_or(())? as usize;
-            let b = stack
-                .bytes
-                .get(off..off.checked_add(8).ok_or(())?)
-                .ok_or(())?;
-            Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?))
-        };
-        let (len, end) = walk(&self.table, regs, cache, &mut read, &NoLoader, 0, out);
+        let mut read = |addr: u64| stack.read(addr).ok_or(());
+        self.unwind_with(regs, &mut read, cache, out)
+    }
+
+    /// [`RemoteUnwinder::unwind`] with the stack read through `read_stack`, which
+    /// gets an address and returns the 8 bytes there, or `Err(())` where the stack
+    /// cannot be read. The walk is a pure function of `regs`, the module table and
+    /// what `read_stack` returns, so a caller can log the reads to learn which stack
+    /// words a result depends on (the eBPF profiler caches results that way).
+    /// Does not allocate.
+    pub fn unwind_with<F>(
+        &self,
+        regs: Regs,
+        read_stack: &mut F,
+        cache: &mut UnwindCache,
+        out: &mut [Frame],
+    ) -> Captured
+    where
+        F: FnMut(u64) -> Result<u64, ()>,
+    {
+        let (len, end) = walk(&self.table, regs, cache, read_stack, &NoLoader, 0, out);
         Captured {
             len,
             end,

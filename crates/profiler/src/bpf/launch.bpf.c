@@ -28,6 +28,7 @@ struct files_struct {
 
 struct mm_struct {
 	unsigned long start_code;
+	unsigned long start_stack;
 } __attribute__((preserve_access_index));
 
 struct task_struct {
@@ -74,6 +75,8 @@ struct linux_binprm {
 
 /* Set before load. */
 const volatile bool filter_pids = false;
+/* Send a stack copy for unwinding in user space when no recipe matches. */
+const volatile bool unwind_copies = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -147,6 +150,39 @@ struct {
 
 __u32 next_inline_id = 0;
 __u32 next_stack_id = 0;
+__u32 next_copy_id = 0;
+
+/* (process, ip, sp) -> what a user-space unwind of a copy taken there depended
+ * on, and its result. Written by user space; least recently used first out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct recipe_key);
+	__type(value, struct recipe);
+	__uint(max_entries, 2048);
+} recipes SEC(".maps");
+
+/* TID -> the stack pointer a thread started with (its stack's top), for
+ * threads created while traced. A main thread's is its mm's start_stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 65536);
+} thread_tops SEC(".maps");
+
+/* A copy_event being put together, with a page of slack so each read's
+ * bounds are simple for the verifier. */
+struct copy_scratch {
+	struct copy_event e;
+	__u8 slack[4096];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct copy_scratch);
+	__uint(max_entries, 1);
+} copy_scratch SEC(".maps");
 
 /* Wake the reader only once a batch is waiting: a wake-up per record costs
  * more than the rest of the probe. The reader also polls on a short timer. */
@@ -213,6 +249,12 @@ static __always_inline __u64 mix(__u64 h, __u64 v)
  * usercopy checks), so the walk reads a page at a time, not a frame. */
 struct stack_page {
 	__u8 bytes[PAGE_BYTES];
+	/* Where the copy came from and how long it is, and the walk's
+	 * walk_hash (struct recipe), left by the walk for the recipe checks
+	 * of the same probe hit. */
+	__u64 base;
+	__u64 len;
+	__u64 walk_hash;
 };
 
 struct {
@@ -281,7 +323,11 @@ static __always_inline struct user_stack *walk_stack(struct pt_regs *ctx, __u32 
 		}
 	}
 	__u64 fp = PT_REGS_FP(ctx);
+	/* Where the chain went, relative to sp: with the frames, it fixes every
+	 * word the walk read (see struct recipe). */
+	__u64 sp = PT_REGS_SP(ctx), wh = 0;
 	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		wh = mix(wh, fp - sp);
 		if (n >= MAX_STACK_DEPTH || fp < MIN_USER_ADDR ||
 		    !read_pair(page, &base, &len, fp, pair))
 			break;
@@ -293,6 +339,9 @@ static __always_inline struct user_stack *walk_stack(struct pt_regs *ctx, __u32 
 	s->nr = n;
 	s->tgid = tgid;
 	*hash = mix(h, n);
+	page->base = base;
+	page->len = len;
+	page->walk_hash = wh;
 	return s;
 }
 
@@ -334,7 +383,7 @@ static __always_inline __s32 take_stack(void *ctx, __u32 tgid, bool caller_at_sp
 		*ret_at_sp = s->ips[1];
 	struct user_stack *known = bpf_map_lookup_elem(&stack_ids, &key);
 	if (!known) {
-		s->id = __sync_fetch_and_add(&next_stack_id, 1) & 0x3fffffff;
+		s->id = __sync_fetch_and_add(&next_stack_id, 1) & FP_STACK_ID_MASK;
 		long err = bpf_map_update_elem(&stack_ids, &key, s, BPF_NOEXIST);
 		if (err == 0) {
 			/* On a full ring buffer forget the stack: the next
@@ -356,6 +405,177 @@ static __always_inline __s32 take_stack(void *ctx, __u32 tgid, bool caller_at_sp
 		return known->id;
 	count(STAT_STACK_COLLISIONS);
 	return send_inline(ctx, tgid, s->nr);
+}
+
+/* Where the calling thread's stack ends: the main thread's at its mm's
+ * start_stack, another thread's where it started (if it started while
+ * traced); 0 when unknown. */
+static __always_inline __u64 stack_top(__u64 pid_tgid)
+{
+	__u32 tid = (__u32)pid_tgid;
+	if (tid == pid_tgid >> 32) {
+		struct task_struct *task = (void *)bpf_get_current_task();
+		return BPF_CORE_READ(task, mm, start_stack);
+	}
+	__u64 *top = bpf_map_lookup_elem(&thread_tops, &tid);
+	return top ? *top : 0;
+}
+
+/* How many bytes a copy taken at sp holds: up to the stack's top, at most
+ * COPY_BYTES (then the stack may be cut short, and its unwind says so). */
+static __always_inline __u32 copy_len(__u64 pid_tgid, __u64 sp)
+{
+	__u64 top = stack_top(pid_tgid);
+	if (top > sp && top - sp < COPY_BYTES)
+		return top - sp;
+	return COPY_BYTES;
+}
+
+/* Copies the user stack from addr to the end of its page (at least 8 bytes)
+ * into the per-CPU page copy; 0 on success. */
+__attribute__((noinline)) int refill_page(__u64 addr)
+{
+	__u32 zero = 0;
+	struct stack_page *page = bpf_map_lookup_elem(&page_copy, &zero);
+	if (!page)
+		return -1;
+	__u32 size = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+	if (size < 8)
+		size = 8;
+	if (size > PAGE_BYTES)
+		size = PAGE_BYTES;
+	if (bpf_probe_read_user(page->bytes, size, (void *)addr)) {
+		page->len = 0;
+		return -1;
+	}
+	page->base = addr;
+	page->len = size;
+	return 0;
+}
+
+/* The stack id of the recipe for (process, ip, sp) if it holds for this
+ * launch, else -1. A recipe holds when every stack word it depends on is
+ * unchanged: the unwind would then read the same values and give the same
+ * stack. A global function, so the verifier checks it once, not on every
+ * path through the walk. */
+__attribute__((noinline)) int recipe_stack(__u64 pid_tgid, __u64 ip, __u64 sp, __u64 bp,
+					    int fp_id)
+{
+	__u32 zero = 0;
+	struct stack_page *page = bpf_map_lookup_elem(&page_copy, &zero);
+	if (!page)
+		return -1;
+	struct recipe_key key = {.tgid = pid_tgid >> 32, .ip = ip, .sp = sp};
+	struct recipe *r = bpf_map_lookup_elem(&recipes, &key);
+	if (!r)
+		return -1;
+	__u64 seq = r->seq;
+	if ((r->fp_id >= 0 && r->fp_id != fp_id) ||
+	    ((r->flags & RECIPE_BP) && r->bp != bp) ||
+	    ((r->flags & RECIPE_LEN) && r->len != copy_len(pid_tgid, sp)))
+		goto miss;
+	/* Words the walk read are unchanged when it gave the same frames
+	 * through the same places. */
+	__u32 n = r->walk_fp_id >= 0 && r->walk_fp_id == fp_id &&
+			  r->walk_hash == page->walk_hash
+		      ? r->uncovered
+		      : r->nchecks;
+	for (int i = 0; i < MAX_CHECKS; i++) {
+		if (i >= n)
+			break;
+		__u64 addr = sp + r->checks[i].off;
+		/* The page copy's place is kept in the map, not in registers:
+		 * the verifier then sees every round alike. */
+		if (addr < page->base || addr + 8 > page->base + page->len) {
+			if (refill_page(addr))
+				goto miss;
+		}
+		__u64 off = addr - page->base;
+		if (off > PAGE_BYTES - 8)
+			goto miss;
+		if (*(__u64 *)&page->bytes[off] != r->checks[i].value)
+			goto miss;
+	}
+	/* An element being reused by a concurrent update is not trusted. */
+	if (seq == 0 || r->seq_end != seq)
+		goto miss;
+	count(STAT_RECIPE_HITS);
+	return r->stack_id;
+miss:
+	count(STAT_RECIPE_MISSES);
+	return -1;
+}
+
+/* Sends the top of the user stack and the registers for unwinding in user
+ * space; returns the copy's id, or -1 when the ring buffer is full. walk is
+ * the frame-pointer stack's id in its low 32 bits and caller_at_sp above (BPF
+ * functions take five arguments). A global function, as recipe_stack. */
+__attribute__((noinline)) int send_copy(__u64 pid_tgid, __u64 ip, __u64 sp, __u64 bp, __u64 walk)
+{
+	int fp_id = (int)walk;
+	__u32 zero = 0;
+	struct copy_scratch *c = bpf_map_lookup_elem(&copy_scratch, &zero);
+	struct stack_page *page = bpf_map_lookup_elem(&page_copy, &zero);
+	if (!c || !page)
+		return -1;
+	__u32 want = copy_len(pid_tgid, sp);
+	__u32 len = 0;
+	__u64 addr = sp;
+	/* A page at a time: a read that fails (the end of the stack's
+	 * mapping) ends the copy without losing what came before. */
+	for (int i = 0; i < COPY_BYTES / PAGE_BYTES + 1; i++) {
+		if (len >= want || len >= COPY_BYTES)
+			break;
+		__u32 n = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+		if (n > want - len)
+			n = want - len;
+		if (n > PAGE_BYTES)
+			n = PAGE_BYTES;
+		if (bpf_probe_read_user(&c->e.bytes[len], n, (void *)addr))
+			break;
+		len += n;
+		addr += n;
+	}
+	if (len > COPY_BYTES)
+		return -1;
+	__s32 id = COPY_ID_BASE + (__sync_fetch_and_add(&next_copy_id, 1) & 0x0fffffff);
+	c->e.kind = EVENT_COPY;
+	c->e.copy_id = id;
+	c->e.pid = pid_tgid >> 32;
+	c->e.tid = (__u32)pid_tgid;
+	c->e.ip = ip;
+	c->e.sp = sp;
+	c->e.bp = bp;
+	c->e.fp_id = fp_id;
+	c->e.len = len;
+	c->e.caller_at_sp = walk >> 32;
+	c->e.pad = 0;
+	c->e.walk_hash = page->walk_hash;
+	/* Wake the reader now: until it answers with a recipe, every launch
+	 * from here sends a copy. */
+	if (bpf_ringbuf_output(&events, &c->e, offsetof(struct copy_event, bytes) + len,
+			       BPF_RB_FORCE_WAKEUP)) {
+		count(STAT_COPY_DROPS);
+		return -1;
+	}
+	count(STAT_COPIES);
+	return id;
+}
+
+/* The stack id a launch record gets: the frame-pointer stack when unwinding
+ * is off, else the stack of a recipe that holds, else a fresh copy's. When
+ * the copy is lost, the frame-pointer stack (counted as truncated). */
+static __always_inline __s32 resolve_stack(struct pt_regs *ctx, __u64 pid_tgid, __s32 fp_id,
+					   bool caller_at_sp)
+{
+	if (!unwind_copies)
+		return fp_id;
+	__u64 ip = PT_REGS_IP(ctx), sp = PT_REGS_SP(ctx), bp = PT_REGS_FP(ctx);
+	int id = recipe_stack(pid_tgid, ip, sp, bp, fp_id);
+	if (id >= 0)
+		return id;
+	id = send_copy(pid_tgid, ip, sp, bp, (__u64)caller_at_sp << 32 | (__u32)fp_id);
+	return id >= 0 ? id : fp_id;
 }
 
 static __always_inline void emit_launch(__u64 pid_tgid, __u64 ts, __u32 cpu,
@@ -397,7 +617,8 @@ int launch_entry(struct pt_regs *ctx)
 	__u32 cpu = bpf_get_smp_processor_id();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 ret = 0;
-	__s32 stack_id = take_stack(ctx, pid_tgid >> 32, cookie & COOKIE_CALLER_AT_SP, &ret);
+	__s32 fp_id = take_stack(ctx, pid_tgid >> 32, cookie & COOKIE_CALLER_AT_SP, &ret);
+	__s32 stack_id = resolve_stack(ctx, pid_tgid, fp_id, cookie & COOKIE_CALLER_AT_SP);
 
 	if (cookie & COOKIE_EMIT) {
 		emit_launch(pid_tgid, ts, cpu, 0, 0, stack_id, STACK_AT_ENTRY);
@@ -454,8 +675,9 @@ int launch_marker(struct pt_regs *ctx)
 	}
 	count(STAT_MARKER_OWN_STACK);
 	__u64 ret;
-	__s32 stack_id = take_stack(ctx, pid_tgid >> 32,
-				    bpf_get_attach_cookie(ctx) & COOKIE_CALLER_AT_SP, &ret);
+	bool caller_at_sp = bpf_get_attach_cookie(ctx) & COOKIE_CALLER_AT_SP;
+	__s32 fp_id = take_stack(ctx, pid_tgid >> 32, caller_at_sp, &ret);
+	__s32 stack_id = resolve_stack(ctx, pid_tgid, fp_id, caller_at_sp);
 	emit_launch(pid_tgid, bpf_ktime_get_ns(), bpf_get_smp_processor_id(), corr,
 		    callback, stack_id, STACK_AT_MARKER);
 	return 0;
@@ -465,7 +687,18 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 tgid = parent->tgid;
-	if (!bpf_map_lookup_elem(&targets, &tgid))
+	if (filter_pids && !bpf_map_lookup_elem(&targets, &tgid))
+		return 0;
+	if (unwind_copies && child->pid != child->tgid) {
+		/* A new thread: its stack ends where it starts. */
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(child);
+		__u64 top = regs ? PT_REGS_SP(regs) : 0;
+		__u32 tid = child->pid;
+		if (top)
+			bpf_map_update_elem(&thread_tops, &tid, &top, BPF_ANY);
+		return 0;
+	}
+	if (!filter_pids)
 		return 0;
 	__u32 child_tgid = child->tgid;
 	__u8 one = 1;
@@ -667,8 +900,11 @@ int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *b
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(forget_exit, struct task_struct *p)
 {
-	if (p->pid != p->tgid)
+	if (p->pid != p->tgid) {
+		__u32 tid = p->pid;
+		bpf_map_delete_elem(&thread_tops, &tid);
 		return 0;
+	}
 	__u32 tgid = p->tgid;
 	bpf_map_delete_elem(&targets, &tgid);
 	return 0;

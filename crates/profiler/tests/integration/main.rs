@@ -5,3 +5,4 @@ mod bpf_object;
 mod elf;
 mod probes;
 mod support;
+mod unwind;

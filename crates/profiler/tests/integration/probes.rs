@@ -132,7 +132,11 @@ fn a_process_that_lives_milliseconds_keeps_its_executables_symbols_relative_exe_
                 l,
                 &["main", "run_layer", "launch_kernel", "cudaLaunchKernel"],
             );
+            // Unwound through glibc by the module table of its exec and
+            // mmap events, whether or not the process is still there.
+            assert_eq!(frames(&run, l)[0], "_start", "{}", run.text);
         }
+        assert_eq!(run.summary.truncated_stacks, 0, "{:?}", run.summary);
         assert_eq!(
             run.summary.unsymbolized_frames, 0,
             "deferred: {defer_symbolization}\n{}",

@@ -259,3 +259,50 @@ pub fn real_cudart_app(cuda: &Path) -> PathBuf {
         .arg("-l:libcudart.so.13"));
     exe
 }
+
+/// Builds `levels.c` and `liblevels.c` with plain `gcc -O2` (no frame
+/// pointers) against the fake cudart as a shared library with frame pointers,
+/// once: `(exe, libfakecudart.so)`. The executable finds its libraries beside
+/// it.
+pub fn levels() -> (PathBuf, PathBuf) {
+    static BUILT: Mutex<Option<(PathBuf, PathBuf)>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(b) = &*built {
+        return b.clone();
+    }
+    let dir = tmp().join("levels");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cudart = dir.join("libfakecudart.so");
+    let lib = dir.join("liblevels.so");
+    let exe = dir.join("levels");
+    run(Command::new("gcc")
+        .args([
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            "-o",
+        ])
+        .arg(&cudart)
+        .arg(data("fake_cudart.c")));
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(data("liblevels.c"))
+        .arg(format!("-L{}", dir.display()))
+        .args(["-lfakecudart", "-Wl,-rpath,$ORIGIN"]));
+    run(Command::new("gcc")
+        .args(["-Wall", "-Werror", "-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(data("levels.c"))
+        .arg(format!("-L{}", dir.display()))
+        .args([
+            "-llevels",
+            "-lfakecudart",
+            "-Wl,-rpath,$ORIGIN",
+            "-lpthread",
+        ]));
+    *built = Some((exe.clone(), cudart.clone()));
+    (exe, cudart)
+}

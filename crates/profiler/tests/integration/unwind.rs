@@ -1,0 +1,184 @@
+//! Stacks of code without frame pointers: unwound from stack copies with
+//! `.eh_frame`, cached by recipes, and counted as truncated when they stop
+//! before a root frame.
+
+// Test names put inputs before `__` and the expectation after.
+#![allow(non_snake_case)]
+
+use std::path::Path;
+
+use gpuperf_merge::cpu::{CpuLaunch, TRUNCATED_FRAME};
+use gpuperf_profiler::{Options, ProbeSpec};
+
+use crate::support::{Run, app, levels, privileged, profile};
+
+/// The frames below `launch_all`, down to the launch.
+const LEVELS: [&str; 10] = [
+    "run",
+    "exe_level1",
+    "exe_level2",
+    "exe_level3",
+    "exe_level4",
+    "lib_level1",
+    "lib_level2",
+    "lib_level3",
+    "lib_level4",
+    "cudaLaunchKernel",
+];
+
+fn probe(lib: &Path) -> Options {
+    Options {
+        uprobes: vec![ProbeSpec {
+            path: lib.to_owned(),
+            symbol: "cudaLaunchKernel".into(),
+        }],
+        ..Options::default()
+    }
+}
+
+fn frames<'a>(run: &'a Run, l: &CpuLaunch) -> Vec<&'a str> {
+    run.trace.stacks.text(l.stack).split(';').collect()
+}
+
+/// Every launch's stack is complete: it starts at the process's or the
+/// thread's first frame and holds every level down to the launch.
+fn assert_complete(run: &Run, thread_start: &str) {
+    for l in &run.trace.launches {
+        let f = frames(run, l);
+        let root = if l.tid == run.pid { "_start" } else { "clone3" };
+        assert!(
+            f.first() == Some(&root) || (root == "clone3" && f.first() == Some(&"clone")),
+            "stack {f:?} does not start at {root}\n{}",
+            run.text
+        );
+        let tail = [&[thread_start, "launch_all"][..], &LEVELS[..]].concat();
+        assert!(
+            f.ends_with(&tail),
+            "stack {f:?} does not end with {tail:?}\n{}",
+            run.text
+        );
+    }
+    assert_eq!(run.summary.truncated_stacks, 0, "{:?}", run.summary);
+    assert_eq!(run.trace.truncated, 0);
+}
+
+#[test]
+fn o2_executable_and_library_without_frame_pointers__every_stack_reaches_start() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = levels();
+    let run = profile(probe(&cudart), &exe, &["2000", "0"], &[]);
+    assert_eq!(run.trace.launches.len(), 2000, "{:?}", run.summary);
+    assert_complete(&run, "main");
+    // One copy for the call site, then recipes: the first launch is followed
+    // by a pause, so its recipe is in place for the other 1999.
+    assert!(
+        run.summary.stack_copies <= 3,
+        "a hot call site costs one copy: {:?}",
+        run.summary
+    );
+    assert!(run.summary.recipe_hits >= 1997, "{:?}", run.summary);
+    assert_eq!(run.summary.unsymbolized_frames, 0, "{}", run.text);
+}
+
+#[test]
+fn o2_threads_without_frame_pointers__every_stack_reaches_the_thread_start() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = levels();
+    let run = profile(probe(&cudart), &exe, &["500", "3"], &[]);
+    assert_eq!(run.trace.launches.len(), 1500, "{:?}", run.summary);
+    assert!(run.trace.launches.iter().all(|l| l.tid != run.pid));
+    assert_complete(&run, "worker");
+    assert!(
+        run.trace
+            .launches
+            .iter()
+            .all(|l| frames(&run, l).contains(&"start_thread")),
+        "{}",
+        run.text
+    );
+    // Each thread's stack is elsewhere: one copy per thread.
+    assert!(run.summary.stack_copies <= 9, "{:?}", run.summary);
+}
+
+#[test]
+fn a_stack_deeper_than_the_copy_is_counted_truncated_in_the_summary_and_the_trace() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = levels();
+    // 12 frames of 2 KiB between main and the levels: the 16 KiB copy ends
+    // before main.
+    let run = profile(probe(&cudart), &exe, &["20", "0", "12"], &[]);
+    assert_eq!(run.trace.launches.len(), 20);
+    for l in &run.trace.launches {
+        let f = frames(&run, l);
+        assert_eq!(f[0], TRUNCATED_FRAME, "{f:?}");
+        assert!(!f.contains(&"main"), "{f:?}");
+        assert!(f.contains(&"recurse"), "{f:?}");
+        assert!(f.ends_with(&["lib_level4", "cudaLaunchKernel"]), "{f:?}");
+    }
+    assert_eq!(run.summary.truncated_stacks, 20, "{:?}", run.summary);
+    assert_eq!(run.trace.truncated, 20);
+}
+
+#[test]
+fn without_unwinding_frame_pointer_walks_that_stop_early_are_counted_truncated() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = levels();
+    let options = Options {
+        unwind: false,
+        ..probe(&cudart)
+    };
+    let run = profile(options, &exe, &["50", "0"], &[]);
+    assert_eq!(run.trace.launches.len(), 50);
+    for l in &run.trace.launches {
+        let f = frames(&run, l);
+        assert_eq!(
+            f,
+            [TRUNCATED_FRAME, "lib_level4", "cudaLaunchKernel"],
+            "{}",
+            run.text
+        );
+    }
+    assert_eq!(run.summary.truncated_stacks, 50);
+    assert_eq!(run.summary.stack_copies, 0);
+    assert_eq!(run.trace.truncated, 50);
+}
+
+#[test]
+fn frame_pointer_code_gets_the_same_frames_as_its_frame_pointer_walk_and_reaches_start() {
+    if !privileged() {
+        return;
+    }
+    let exe = app("app-fp", &["-fno-omit-frame-pointer"]);
+    let spec = ProbeSpec {
+        path: exe.clone(),
+        symbol: "cudaLaunchKernel".into(),
+    };
+    let with = |unwind| Options {
+        uprobes: vec![spec.clone()],
+        unwind,
+        ..Options::default()
+    };
+    let walked = profile(with(false), &exe, &["100", "0"], &[]);
+    let unwound = profile(with(true), &exe, &["100", "0"], &[]);
+    // From main down, the frame-pointer walk and the unwinder agree.
+    let from_main = |run: &Run, l: &CpuLaunch| -> Vec<String> {
+        let f = frames(run, l);
+        let at = f.iter().position(|&x| x == "main").expect("main");
+        f[at..].iter().map(|s| s.to_string()).collect()
+    };
+    for (a, b) in walked.trace.launches.iter().zip(&unwound.trace.launches) {
+        assert_eq!(from_main(&walked, a), from_main(&unwound, b));
+        assert_eq!(frames(&unwound, b)[0], "_start", "{}", unwound.text);
+    }
+    // glibc here keeps no frame pointers: the walk stops in it.
+    assert_eq!(walked.summary.truncated_stacks, 100);
+    assert_eq!(unwound.summary.truncated_stacks, 0);
+}
