@@ -68,6 +68,8 @@
 //! (load 4–5): 13.7 s wall, 9.4 s on the CPU (medians of 5), 617 MiB peak RSS.
 //! About 85 % of the CPU time is serde_json parsing the events.
 
+mod scan;
+
 use std::borrow::Cow;
 use std::io::{self, Read};
 use std::path::Path;
@@ -456,15 +458,18 @@ fn events<R: Read>(w: &mut Window<R>, b: &mut Builder<'_>) -> io::Result<Walk> {
                     // the window, or around bytes that are not UTF-8), the bytes.
                     w.check_text();
                     let text = w.text();
-                    let step = match parse_one_str::<Event<'_>>(text) {
-                        Step::Value(ev, n) if n < text.len() => Step::Value(ev, n),
-                        Step::Bad(e)
-                            if e.classify() != serde_json::error::Category::Eof
-                                && error_offset(text.as_bytes(), &e) + 1 < text.len() =>
-                        {
+                    let step = match scan::event(text) {
+                        Some((ev, n)) if n < text.len() => Step::Value(ev, n),
+                        _ => match parse_one_str::<Event<'_>>(text) {
+                            Step::Value(ev, n) if n < text.len() => Step::Value(ev, n),
                             Step::Bad(e)
-                        }
-                        _ => parse_one::<Event<'_>>(w.unread()),
+                                if e.classify() != serde_json::error::Category::Eof
+                                    && error_offset(text.as_bytes(), &e) + 1 < text.len() =>
+                            {
+                                Step::Bad(e)
+                            }
+                            _ => parse_one::<Event<'_>>(w.unread()),
+                        },
                     };
                     match step {
                         Step::Value(_, n) if n == whole && !w.eof => {
@@ -501,7 +506,7 @@ fn events<R: Read>(w: &mut Window<R>, b: &mut Builder<'_>) -> io::Result<Walk> {
 // ---------------------------------------------------------------------------
 // Events.
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default, Debug, PartialEq)]
 struct Event<'a> {
     #[serde(borrow, default)]
     ph: Option<Cow<'a, str>>,
@@ -510,46 +515,57 @@ struct Event<'a> {
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    pid: Option<&'a RawValue>,
+    pid: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    tid: Option<&'a RawValue>,
+    tid: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    ts: Option<&'a RawValue>,
+    ts: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    dur: Option<&'a RawValue>,
+    dur: Option<Raw<'a>>,
     // Boxed: the event is moved several times on its way out of serde, and most
     // of its size is here.
     #[serde(borrow, default)]
     args: Option<Box<Args<'a>>>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Debug, PartialEq)]
 struct Args<'a> {
     #[serde(borrow, default)]
-    correlation: Option<&'a RawValue>,
+    correlation: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    cbid: Option<&'a RawValue>,
+    cbid: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    device: Option<&'a RawValue>,
+    device: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    context: Option<&'a RawValue>,
+    context: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    stream: Option<&'a RawValue>,
+    stream: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    bytes: Option<&'a RawValue>,
+    bytes: Option<Raw<'a>>,
     #[serde(default)]
     grid: Option<[u32; 3]>,
     #[serde(default)]
     block: Option<[u32; 3]>,
     #[serde(borrow, default, rename = "Python id")]
-    python_id: Option<&'a RawValue>,
+    python_id: Option<Raw<'a>>,
     #[serde(borrow, default, rename = "Python parent id")]
-    python_parent: Option<&'a RawValue>,
+    python_parent: Option<Raw<'a>>,
     #[serde(borrow, default, rename = "Call stack")]
     call_stack: Option<Cow<'a, str>>,
     /// Metadata events' value.
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
+}
+
+/// The text of a JSON value, as serde_json's `RawValue` gives it (the fast path
+/// in [`scan`] makes it too).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Raw<'a>(&'a str);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        <&RawValue>::deserialize(d).map(|r| Raw(r.get()))
+    }
 }
 
 #[derive(Deserialize)]
@@ -566,18 +582,18 @@ struct DeviceProp {
 
 /// A JSON number's text, or a string holding one (Kineto writes some ids as
 /// strings), without quotes.
-fn number_text(raw: &RawValue) -> &str {
-    let t = raw.get();
+fn number_text(raw: Raw<'_>) -> &str {
+    let t = raw.0;
     t.strip_prefix('"')
         .and_then(|t| t.strip_suffix('"'))
         .unwrap_or(t)
 }
 
-fn parse_int(raw: Option<&RawValue>) -> Option<i64> {
+fn parse_int(raw: Option<Raw<'_>>) -> Option<i64> {
     number_text(raw?).parse().ok()
 }
 
-fn parse_u32(raw: Option<&RawValue>) -> Option<u32> {
+fn parse_u32(raw: Option<Raw<'_>>) -> Option<u32> {
     u32::try_from(parse_int(raw)?).ok()
 }
 
@@ -683,7 +699,7 @@ fn us_to_ns(text: &str) -> Option<u64> {
     value(keep)?.checked_add(u64::from(nth(keep) >= b'5'))
 }
 
-fn parse_us(raw: Option<&RawValue>) -> Option<u64> {
+fn parse_us(raw: Option<Raw<'_>>) -> Option<u64> {
     us_to_ns(number_text(raw?))
 }
 
@@ -797,7 +813,7 @@ impl<'s> Builder<'s> {
 
     /// A CPU thread id: a number, a string holding one, or any other string
     /// (mapped to an id of its own, counting down from `u32::MAX`).
-    fn tid(&mut self, raw: Option<&RawValue>) -> Option<u32> {
+    fn tid(&mut self, raw: Option<Raw<'_>>) -> Option<u32> {
         let raw = raw?;
         if let Ok(t) = number_text(raw).parse::<i64>() {
             return Some(t as u32);
