@@ -763,6 +763,11 @@ struct Builder<'s> {
     frames: StringTable,
     /// The 2021 schema's call-stack strings.
     call_stacks: StringTable,
+    /// What an API call's name gives, by name: its interned name, its frame and
+    /// whether it launches. Looked up once per call, worked out once per name.
+    api_names: FxHashMap<Box<str>, (StringId, u32, bool)>,
+    /// The frame of a Python function's or operator's name, by name.
+    span_frames: FxHashMap<Box<str>, u32>,
     records: Vec<Record>,
     apis: Vec<ApiRef>,
     /// Indices in `records` of activities, whose pid comes from their API call.
@@ -788,6 +793,8 @@ impl<'s> Builder<'s> {
             strings,
             frames: StringTable::new(),
             call_stacks: StringTable::new(),
+            api_names: FxHashMap::default(),
+            span_frames: FxHashMap::default(),
             records: Vec::new(),
             apis: Vec::new(),
             activities: Vec::new(),
@@ -866,16 +873,26 @@ impl<'s> Builder<'s> {
                         format!("`{name}` call without a valid `args.correlation`"),
                     );
                 };
-                let base = api_base_name(name);
-                let name_id = self.strings.intern(base);
-                let frame = self.frames.intern(&frame_text(base)).0;
+                let (name_id, frame, launch) = match self.api_names.get(name) {
+                    Some(&known) => known,
+                    None => {
+                        let base = api_base_name(name);
+                        let known = (
+                            self.strings.intern(base),
+                            self.frames.intern(&frame_text(base)).0,
+                            is_launch_api(base),
+                        );
+                        self.api_names.insert(name.into(), known);
+                        known
+                    }
+                };
                 self.apis.push(ApiRef {
                     pid,
                     tid,
                     start,
                     correlation_id,
                     frame,
-                    launch: is_launch_api(base),
+                    launch,
                 });
                 self.records.push(Record::Api(ApiCall {
                     pid,
@@ -955,7 +972,14 @@ impl<'s> Builder<'s> {
                     tid,
                     start,
                     end,
-                    frame: self.frames.intern(&frame_text(name)).0,
+                    frame: match self.span_frames.get(name) {
+                        Some(&f) => f,
+                        None => {
+                            let f = self.frames.intern(&frame_text(name)).0;
+                            self.span_frames.insert(name.into(), f);
+                            f
+                        }
+                    },
                     python_id,
                     parent,
                     call_stack,

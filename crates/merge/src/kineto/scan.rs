@@ -202,7 +202,15 @@ impl<'a> Cursor<'a> {
     fn raw(&mut self) -> Option<Option<Raw<'a>>> {
         let c = self.peek()?;
         let start = self.i;
-        self.skip(1)?;
+        // Numbers and strings without the detour through `skip`.
+        match c {
+            b'-' | b'0'..=b'9' => self.number()?,
+            b'"' => {
+                self.i += 1;
+                self.string_body()?;
+            }
+            _ => self.skip(1)?,
+        }
         Some((c != b'n').then(|| Raw(&self.text[start..self.i])))
     }
 
@@ -338,38 +346,32 @@ impl<'a> Cursor<'a> {
     /// can end a number.
     fn number(&mut self) -> Option<()> {
         let b = self.bytes();
-        let digits = |i: usize| {
-            b[i.min(b.len())..]
-                .iter()
-                .take_while(|c| c.is_ascii_digit())
-                .count()
-        };
-        let mut i = self.i;
-        if b.get(i) == Some(&b'-') {
-            i += 1;
-        }
-        let n = digits(i);
-        if n == 0 || n > 1 && b[i] == b'0' {
-            return None;
-        }
-        i += n;
-        if b.get(i) == Some(&b'.') {
-            let n = digits(i + 1);
-            if n == 0 {
-                return None;
-            }
-            i += 1 + n;
-        }
-        if matches!(b.get(i), Some(b'e' | b'E')) {
-            i += 1;
-            if matches!(b.get(i), Some(b'+' | b'-')) {
+        let digits = |mut i: usize| {
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
                 i += 1;
             }
-            let n = digits(i);
-            if n == 0 {
+            i
+        };
+        let mut i = self.i + usize::from(b.get(self.i) == Some(&b'-'));
+        let end = digits(i);
+        if end == i || end > i + 1 && b[i] == b'0' {
+            return None;
+        }
+        i = end;
+        if b.get(i) == Some(&b'.') {
+            let end = digits(i + 1);
+            if end == i + 1 {
                 return None;
             }
-            i += n;
+            i = end;
+        }
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1 + usize::from(matches!(b.get(i + 1), Some(b'+' | b'-')));
+            let end = digits(i);
+            if end == i {
+                return None;
+            }
+            i = end;
         }
         // The number must end here, with the text: a number cut by the window's
         // end may go on after it.
