@@ -53,20 +53,26 @@
 //! # Reading
 //!
 //! The JSON is streamed: the top-level object and the `traceEvents` array are
-//! walked by hand, and each event is deserialized on its own by serde_json from a
-//! window of the input, so memory does not grow with the file's size beyond the
-//! model. A malformed event is counted in the diagnostics with its byte offset and
-//! skipped; input that stops mid-event (a truncated `.json.gz`) keeps every event
-//! before it and is reported as truncated; a JSON document without `traceEvents` is
-//! not a trace.
+//! walked by hand, and each event is read on its own from a window of the input,
+//! so memory does not grow with the file's size beyond the model. The window is
+//! checked as UTF-8 once; the events profilers write (strings without escapes,
+//! plain numbers) are then read by a fast path (`kineto/scan.rs`) that borrows
+//! the text, and every other event by serde_json, which also decides on every
+//! error. A
+//! malformed event is counted in the diagnostics with its byte offset and skipped;
+//! input that stops mid-event (a truncated `.json.gz`) keeps every event before it
+//! and is reported as truncated; a JSON document without `traceEvents` is not a
+//! trace.
 //!
 //! # Cost
 //!
-//! `cargo bench -p gpuperf-merge --bench kineto` reads a trace of 1 M kernels made
-//! by repeating the V100 trace of `samples/recordings/real/` (3.45 GB of JSON),
-//! joins it and writes folded stacks. On a 2-core x86-64 VM shared with other jobs
-//! (load 4–5): 13.7 s wall, 9.4 s on the CPU (medians of 5), 617 MiB peak RSS.
-//! About 85 % of the CPU time is serde_json parsing the events.
+//! `cargo bench -p gpuperf-merge --bench kineto -- --runs 5` reads a trace of 1 M
+//! kernels made by repeating the V100 trace of `samples/recordings/real/` (3.45 GB
+//! of JSON, 8.6 M events), joins it and writes folded stacks, on one core. On a
+//! 2-core x86-64 VM shared with other jobs: 4.8–5.0 s wall and on the CPU (medians
+//! of 5, in three runs of the bench; about 4.4 s reading, 0.45 s joining and
+//! folding), 617 MiB peak RSS. About half of the time is the fast path reading
+//! events, a sixth the kernel copying the file and mapping memory.
 
 mod scan;
 
