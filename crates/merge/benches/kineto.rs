@@ -7,8 +7,9 @@
 //! The first run writes the scaled trace (uncompressed JSON, about 4 KB per kernel,
 //! as the original) under `$TMPDIR`. Each run is a fresh child process (pinned to
 //! one core with `taskset` when present) that streams the JSON, builds the CPU
-//! stacks, joins and writes the folded output to /dev/null; it reports its time and
-//! its peak RSS (VmHWM). The median run is printed.
+//! stacks, joins and writes the folded output to /dev/null; it reports its wall
+//! time, its time on the CPU (in all, and for reading the trace: steadier figures on
+//! a busy machine) and its peak RSS (VmHWM). Medians are printed.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -53,7 +54,7 @@ fn main() {
     }
     let size = fs::metadata(&file).map_or(0, |m| m.len());
     let exe = std::env::current_exe().expect("current exe");
-    let mut results: Vec<(f64, u64, u64, f64)> = Vec::new();
+    let mut results: Vec<Run> = Vec::new();
     for _ in 0..runs {
         let mut cmd = if Path::new("/usr/bin/taskset").exists() {
             let mut c = Command::new("/usr/bin/taskset");
@@ -70,34 +71,72 @@ fn main() {
         );
         let text = String::from_utf8_lossy(&out.stdout);
         let mut it = text.split_whitespace();
-        let secs: f64 = it.next().and_then(|v| v.parse().ok()).expect("seconds");
-        let hwm: u64 = it.next().and_then(|v| v.parse().ok()).expect("peak kB");
-        let n: u64 = it.next().and_then(|v| v.parse().ok()).expect("kernels");
-        let cpu: f64 = it.next().and_then(|v| v.parse().ok()).expect("CPU seconds");
+        let mut next = |what: &str| -> f64 {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("child printed no {what}"))
+        };
+        let r = Run {
+            wall: next("seconds"),
+            peak_kb: next("peak kB") as u64,
+            kernels: next("kernels") as u64,
+            cpu: next("CPU seconds"),
+            read_cpu: next("read CPU seconds"),
+        };
         eprintln!(
-            "  run: {secs:.3} s wall, {cpu:.3} s on the CPU, peak RSS {:.0} MiB",
-            hwm as f64 / 1024.0
+            "  run: {:.3} s wall, {:.3} s on the CPU ({:.3} s reading, {:.3} s joining and folding), peak RSS {:.0} MiB",
+            r.wall,
+            r.cpu,
+            r.read_cpu,
+            r.cpu - r.read_cpu,
+            r.peak_kb as f64 / 1024.0
         );
-        results.push((secs, hwm, n, cpu));
+        results.push(r);
     }
-    results.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (secs, _, n, _) = results[results.len() / 2];
-    let mut cpus: Vec<f64> = results.iter().map(|r| r.3).collect();
-    cpus.sort_by(f64::total_cmp);
-    let cpu = cpus[cpus.len() / 2];
-    let peak = results.iter().map(|r| r.1).max().unwrap_or(0);
+    let median = |f: &dyn Fn(&Run) -> f64| {
+        let mut v: Vec<f64> = results.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let secs = median(&|r| r.wall);
+    let cpu = median(&|r| r.cpu);
+    let read = median(&|r| r.read_cpu);
+    let rest = median(&|r| r.cpu - r.read_cpu);
+    let n = results[0].kernels;
+    let peak = results.iter().map(|r| r.peak_kb).max().unwrap_or(0);
     println!(
-        "kineto: {n} kernels ({:.2} GB of JSON) read+join+folded in {secs:.2} s wall, {cpu:.2} s on the CPU (medians of {runs}) = {:.0} MB/s on one core; peak RSS {:.0} MiB (max over runs)",
+        "kineto: {n} kernels ({:.2} GB of JSON) read+join+folded in {secs:.2} s wall, {cpu:.2} s on the CPU ({read:.2} s reading, {rest:.2} s joining and folding; medians of {runs}) = {:.0} MB/s on one core; peak RSS {:.0} MiB (max over runs)",
         size as f64 / 1e9,
         size as f64 / secs / 1e6,
         peak as f64 / 1024.0
     );
 }
 
+/// What one child run reports.
+struct Run {
+    wall: f64,
+    peak_kb: u64,
+    kernels: u64,
+    /// Seconds on the CPU, in all and for reading the trace.
+    cpu: f64,
+    read_cpu: f64,
+}
+
+/// Time on the CPU so far (from the scheduler): steadier than wall time on a busy
+/// machine.
+fn cpu_secs() -> f64 {
+    let ns: u64 = fs::read_to_string("/proc/self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    ns as f64 / 1e9
+}
+
 fn child(file: &Path) {
     let t = Instant::now();
     let mut strings = StringTable::new();
     let gpu = GpuInputs::open(&[file.to_path_buf()], &mut strings).expect("Kineto trace");
+    let read_cpu = cpu_secs();
     let mut folder = Folder::new();
     let summary = join::merge(
         None,
@@ -120,12 +159,7 @@ fn child(file: &Path) {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .unwrap_or(0);
-    // Time on the CPU (ns, from the scheduler): steadier than wall time on a busy machine.
-    let cpu_ns: u64 = fs::read_to_string("/proc/self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    println!("{secs} {hwm} {} {}", summary.kernels, cpu_ns as f64 / 1e9);
+    println!("{secs} {hwm} {} {} {read_cpu}", summary.kernels, cpu_secs());
 }
 
 /// Repeats the V100 trace's events until `kernels` kernels: copy k shifts every
