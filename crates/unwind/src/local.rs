@@ -532,3 +532,118 @@ macro_rules! current_regs {
         $crate::Regs { ip, sp, bp }
     }};
 }
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod tests {
+    use std::ffi::c_void;
+
+    use super::*;
+    use crate::frame::Frame;
+
+    // A frame shaped like libffi's `ffi_call_unix64`: the CFA is rbp + 32, not the
+    // plain frame-pointer rbp + 16, which framehop cannot cache.
+    core::arch::global_asm!(
+        ".text",
+        ".globl gpuperf_test_bp_offset_frame",
+        ".type gpuperf_test_bp_offset_frame, @function",
+        "gpuperf_test_bp_offset_frame:",
+        ".cfi_startproc",
+        "push %rbp",
+        ".cfi_def_cfa_offset 16",
+        ".cfi_offset %rbp, -16",
+        "sub $16, %rsp",
+        "mov %rsp, %rbp",
+        ".cfi_def_cfa %rbp, 32",
+        "mov %rdi, %rax",
+        "mov %rsi, %rdi",
+        "call *%rax",
+        "mov %rbp, %rsp",
+        "add $16, %rsp",
+        ".cfi_def_cfa %rsp, 16",
+        "pop %rbp",
+        ".cfi_def_cfa_offset 8",
+        "ret",
+        ".cfi_endproc",
+        ".globl gpuperf_test_bp_offset_frame_end",
+        "gpuperf_test_bp_offset_frame_end:",
+        ".size gpuperf_test_bp_offset_frame, . - gpuperf_test_bp_offset_frame",
+        options(att_syntax)
+    );
+
+    unsafe extern "C" {
+        fn gpuperf_test_bp_offset_frame(f: extern "C" fn(*mut c_void), arg: *mut c_void);
+        fn gpuperf_test_bp_offset_frame_end();
+    }
+
+    struct Probe<'a> {
+        u: &'a LocalUnwinder,
+        frames: [Frame; MAX_FRAMES],
+        captured: Option<Captured>,
+    }
+
+    extern "C" fn take(arg: *mut c_void) {
+        // SAFETY: `arg` is the `Probe` the test passed, alive for the call.
+        let p = unsafe { &mut *arg.cast::<Probe>() };
+        p.captured = Some(p.u.capture(0, &mut p.frames));
+    }
+
+    #[test]
+    fn frame_with_cfa_at_rbp_plus_32__unwound_by_its_own_rule_to_the_root() {
+        let u = LocalUnwinder::new(Options {
+            python: false,
+            ..Options::default()
+        });
+        let mut p = Probe {
+            u: &u,
+            frames: [Frame::default(); MAX_FRAMES],
+            captured: None,
+        };
+        // SAFETY: the assembly above calls `take(&mut p)` and returns.
+        unsafe { gpuperf_test_bp_offset_frame(take, (&raw mut p).cast()) };
+        let c = p.captured.expect("the callback ran");
+        let odd: unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) =
+            gpuperf_test_bp_offset_frame;
+        let end: unsafe extern "C" fn() = gpuperf_test_bp_offset_frame_end;
+        let range = odd as usize as u64..end as usize as u64;
+        let modules = u.modules();
+        let at = p.frames[..c.len].iter().position(|f| match *f {
+            Frame::Native { module, .. } => f
+                .lookup_offset()
+                .is_some_and(|o| range.contains(&(o + modules[module.0 as usize].bias))),
+            _ => false,
+        });
+        let at = at.unwrap_or_else(|| panic!("no frame in the odd function: {c:?}"));
+        // Past it: this test, the test harness, the thread start.
+        assert!(c.len > at + 3, "stack ends after the odd frame: {c:?}");
+        assert_eq!(c.end, StackEnd::Root, "{c:?}");
+        // And the walk's own rule, not framehop's uncached path, did it.
+        let Frame::Native { module, .. } = p.frames[at] else {
+            unreachable!()
+        };
+        // SAFETY: no refresh runs in this test, so the snapshot stays alive.
+        let snap = unsafe { &*u.current.load(Ordering::SeqCst) };
+        let lookup = p.frames[at].lookup_offset().unwrap() + modules[module.0 as usize].bias;
+        let entry = snap
+            .table
+            .find(lookup)
+            .expect("the test binary is in the table");
+        let cfi = entry.cfi.as_ref().expect("with .eh_frame");
+        let mut cache = UnwindCache::new();
+        assert_eq!(
+            crate::table::rule_of(&mut cache, cfi, lookup - entry.bias),
+            "BpOffset { cfa: 32, bp: -16 }"
+        );
+        let take: extern "C" fn(*mut c_void) = take;
+        let plain = take as usize as u64 + 1;
+        let entry = snap
+            .table
+            .find(plain)
+            .expect("the test binary is in the table");
+        let cfi = entry.cfi.as_ref().expect("with .eh_frame");
+        assert_eq!(
+            crate::table::rule_of(&mut cache, cfi, plain - entry.bias),
+            "Framehop"
+        );
+    }
+}

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{
-    Error as FhError, ExplicitModuleSectionInfo, FrameAddress, MustNotAllocateDuringUnwind,
-    Unwinder as _,
+    AllocationPolicy, Error as FhError, ExplicitModuleSectionInfo, FrameAddress,
+    MustNotAllocateDuringUnwind, Unwinder as _,
 };
 use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, UnwindSection};
 
@@ -66,24 +66,75 @@ impl Cfi {
         }
     }
 
-    /// Does an FDE cover `svma`? Allocation-free (gimli parses in place).
-    fn covers(&self, svma: u64) -> bool {
+    /// How to unwind `svma`: not at all (no FDE covers it), by framehop, or by
+    /// the frame-pointer-with-offset rule framehop cannot cache (see [`Rule`]).
+    /// Allocation-free (gimli parses in place, with fixed-size unwind state).
+    fn rule(&self, svma: u64, ctx: &mut GimliContext) -> Rule {
         let bases = self.bases();
         let mut eh = EhFrame::new(&self.eh_frame, LittleEndian);
         eh.set_address_size(8);
-        if let Some((hdr, _)) = &self.hdr {
-            let parsed: Option<ParsedEhFrameHdr<_>> =
-                EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok();
-            if let Some(table) = parsed.as_ref().and_then(|p| p.table()) {
-                return table
-                    .fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset)
-                    .is_ok();
+        let fde = match &self.hdr {
+            Some((hdr, _)) => {
+                let parsed: Option<ParsedEhFrameHdr<_>> =
+                    EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok();
+                match parsed.as_ref().and_then(|p| p.table()) {
+                    Some(table) => {
+                        table.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset)
+                    }
+                    None => eh.fde_for_address(&bases, svma, EhFrame::cie_from_offset),
+                }
             }
+            // No index: a linear scan, as rare as modules without .eh_frame_hdr.
+            None => eh.fde_for_address(&bases, svma, EhFrame::cie_from_offset),
+        };
+        let Ok(fde) = fde else {
+            return Rule::NotCovered;
+        };
+        let Ok(row) = fde.unwind_info_for_address(&eh, &bases, ctx, svma) else {
+            return Rule::Framehop;
+        };
+        use gimli::{CfaRule, RegisterRule, X86_64};
+        match (
+            row.cfa(),
+            row.register(X86_64::RBP),
+            row.register(X86_64::RA),
+        ) {
+            (
+                CfaRule::RegisterAndOffset {
+                    register: X86_64::RBP,
+                    offset: cfa,
+                },
+                Some(RegisterRule::Offset(bp)),
+                Some(RegisterRule::Offset(-8)),
+            ) if !(*cfa == 16 && bp == -16) => match (i32::try_from(*cfa), i32::try_from(bp)) {
+                (Ok(cfa), Ok(bp)) => Rule::BpOffset { cfa, bp },
+                _ => Rule::Framehop,
+            },
+            _ => Rule::Framehop,
         }
-        // No index: a linear scan, as rare as modules without .eh_frame_hdr.
-        eh.fde_for_address(&bases, svma, EhFrame::cie_from_offset)
-            .is_ok()
     }
+}
+
+/// gimli's unwind state, in fixed-size storage (framehop's, for the no-allocation
+/// policy).
+type GimliContext = gimli::UnwindContext<
+    usize,
+    <MustNotAllocateDuringUnwind as AllocationPolicy>::GimliUnwindContextStorage<usize>,
+>;
+
+/// How the walk unwinds one address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Rule {
+    /// No FDE covers it: the walk stops with an unknown frame.
+    #[default]
+    NotCovered,
+    /// framehop's rules (cached by framehop where it can).
+    Framehop,
+    /// `CFA = rbp + cfa`, `rbp = [CFA + bp]`, return address `[CFA - 8]`, other
+    /// than the plain frame-pointer frame. framehop has no cacheable rule for it
+    /// and reparses the FDE on every unwind; libffi's `ffi_call_unix64` (every
+    /// ctypes and cffi call) is such a frame, so the walk runs it itself.
+    BpOffset { cfa: i32, bp: i32 },
 }
 
 /// One module in a table.
@@ -114,6 +165,7 @@ pub(crate) struct Table {
 pub struct UnwindCache {
     pub(crate) framehop: CacheX86_64<MustNotAllocateDuringUnwind>,
     coverage: Box<[CoverageSlot; COVERAGE_SLOTS]>,
+    gimli: Box<GimliContext>,
 }
 
 const COVERAGE_SLOTS: usize = 509;
@@ -123,7 +175,7 @@ struct CoverageSlot {
     /// Lookup address + 1 (0 = empty), table generation, answer.
     address: u64,
     generation: u64,
-    covered: bool,
+    rule: Rule,
 }
 
 impl UnwindCache {
@@ -132,6 +184,7 @@ impl UnwindCache {
         UnwindCache {
             framehop: CacheX86_64::new_in(),
             coverage: Box::new([CoverageSlot::default(); COVERAGE_SLOTS]),
+            gimli: Box::new(GimliContext::new_in()),
         }
     }
 }
@@ -272,11 +325,10 @@ where
         if !loader.still_loaded(entry, lookup) {
             return finish(push(unknown, &mut skip), len, StackEnd::ModuleNotInTable);
         }
-        let covered = entry
-            .cfi
-            .as_ref()
-            .is_some_and(|cfi| cached_covers(cache, table.generation, cfi, lookup, entry.bias));
-        if !covered {
+        let rule = entry.cfi.as_ref().map_or(Rule::NotCovered, |cfi| {
+            cached_rule(cache, table.generation, cfi, lookup, entry.bias)
+        });
+        if rule == Rule::NotCovered {
             return finish(push(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
         }
         let frame = Frame::Native {
@@ -287,10 +339,15 @@ where
         if !push(frame, &mut skip) {
             return (len, StackEnd::DepthLimit);
         }
-        match table
-            .unwinder
-            .unwind_frame(address, &mut fh_regs, &mut cache.framehop, read_stack)
-        {
+        let step = match rule {
+            Rule::BpOffset { cfa, bp } => bp_offset_step(&mut fh_regs, cfa, bp, read_stack),
+            _ => {
+                table
+                    .unwinder
+                    .unwind_frame(address, &mut fh_regs, &mut cache.framehop, read_stack)
+            }
+        };
+        match step {
             Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                 Some(a) => address = a,
                 None => return (len, StackEnd::UnwindFailed),
@@ -311,22 +368,55 @@ fn finish(pushed: bool, len: usize, end: StackEnd) -> (usize, StackEnd) {
     }
 }
 
-fn cached_covers(
-    cache: &mut UnwindCache,
-    generation: u64,
-    cfi: &Cfi,
-    avma: u64,
-    bias: u64,
-) -> bool {
+fn cached_rule(cache: &mut UnwindCache, generation: u64, cfi: &Cfi, avma: u64, bias: u64) -> Rule {
     let slot = &mut cache.coverage[(avma % COVERAGE_SLOTS as u64) as usize];
     if slot.address == avma.wrapping_add(1) && slot.generation == generation {
-        return slot.covered;
+        return slot.rule;
     }
-    let covered = cfi.covers(avma - bias);
+    let rule = cfi.rule(avma - bias, &mut cache.gimli);
     *slot = CoverageSlot {
         address: avma.wrapping_add(1),
         generation,
-        covered,
+        rule,
     };
-    covered
+    rule
+}
+
+/// One step by [`Rule::BpOffset`], with framehop's contract: the caller's return
+/// address, or `None` at the end of the stack; the stack must move up.
+fn bp_offset_step<F>(
+    regs: &mut UnwindRegsX86_64,
+    cfa: i32,
+    bp: i32,
+    read_stack: &mut F,
+) -> Result<Option<u64>, FhError>
+where
+    F: FnMut(u64) -> Result<u64, ()>,
+{
+    let cfa = regs
+        .bp()
+        .checked_add_signed(i64::from(cfa))
+        .ok_or(FhError::IntegerOverflow)?;
+    if cfa <= regs.sp() {
+        return Err(FhError::DidNotAdvance);
+    }
+    let read = |read_stack: &mut F, at: Option<u64>| {
+        let at = at.ok_or(FhError::IntegerOverflow)?;
+        read_stack(at).map_err(|_| FhError::CouldNotReadStack(at))
+    };
+    let ra = read(read_stack, cfa.checked_sub(8))?;
+    let new_bp = read(read_stack, cfa.checked_add_signed(i64::from(bp)))?;
+    if ra == 0 {
+        return Ok(None);
+    }
+    regs.set_ip(ra);
+    regs.set_sp(cfa);
+    regs.set_bp(new_bp);
+    Ok(Some(ra))
+}
+
+/// The rule for an address, as text (for the tests of other modules).
+#[cfg(test)]
+pub(crate) fn rule_of(cache: &mut UnwindCache, cfi: &Cfi, svma: u64) -> String {
+    format!("{:?}", cfi.rule(svma, &mut cache.gimli))
 }

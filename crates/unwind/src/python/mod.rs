@@ -41,6 +41,7 @@ mod v3_13;
 
 use std::cell::UnsafeCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -340,7 +341,8 @@ impl Python {
         if tstate == 0 {
             return;
         }
-        let mut raw = [Raw::default(); MAX_PYTHON_FRAMES];
+        // Uninitialized: zeroing these two buffers cost more than the walk itself.
+        let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let (n, truncated) = match self.read_chain(tstate, stack, &mut raw) {
             Ok(r) => r,
             Err(why) => {
@@ -352,12 +354,17 @@ impl Python {
             return;
         }
         Stats::bump(&stats.python_stacks);
-        let raw = &raw[..n];
+        // SAFETY: read_chain initialized `raw[..n]`; MaybeUninit<Raw> has Raw's layout.
+        let raw: &[Raw] = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<Raw>(), n) };
         // Merge: each native eval-loop frame becomes its group of Python frames.
-        let native_len = captured.len;
-        let mut native = [Frame::default(); crate::MAX_FRAMES];
-        let native_len = native_len.min(native.len());
-        native[..native_len].copy_from_slice(&out[..native_len]);
+        let mut native = [const { MaybeUninit::<Frame>::uninit() }; crate::MAX_FRAMES];
+        let native_len = captured.len.min(native.len()).min(out.len());
+        for (d, s) in native.iter_mut().zip(&out[..native_len]) {
+            d.write(*s);
+        }
+        // SAFETY: `native[..native_len]` was written just above.
+        let native: &[Frame] =
+            unsafe { std::slice::from_raw_parts(native.as_ptr().cast::<Frame>(), native_len) };
         let mut w = 0;
         let mut p = 0;
         let mut full = false;
@@ -372,7 +379,7 @@ impl Python {
             }
         };
         let mut spliced = 0;
-        'native: for f in &native[..native_len] {
+        'native: for f in native {
             let is_eval = matches!(*f, Frame::Native { module, .. } if module == self.eval_module)
                 && f.lookup_offset()
                     .is_some_and(|o| self.eval_range.contains(&o));
@@ -435,7 +442,7 @@ impl Python {
         &self,
         tstate: u64,
         stack: (u64, u64),
-        raw: &mut [Raw],
+        raw: &mut [MaybeUninit<Raw>],
     ) -> Result<(usize, bool), &'static str> {
         let l = &self.layout;
         // The thread state is the interpreter's own, live while the thread is.
@@ -477,7 +484,8 @@ impl Python {
                 // The shim frame of an eval-loop invocation: the frames before it
                 // (inner) were that invocation's.
                 if let Some(last) = n.checked_sub(1) {
-                    raw[last].group_end = true;
+                    // SAFETY: `raw[..n]` is initialized.
+                    unsafe { raw[last].assume_init_mut().group_end = true };
                 }
                 frame = previous;
                 continue;
@@ -506,11 +514,11 @@ impl Python {
                 // SAFETY: within the frame just checked.
                 unsafe { *((frame + o) as *const u8) != 0 }
             });
-            raw[n] = Raw {
+            raw[n].write(Raw {
                 code: id,
                 instruction,
                 group_end: l.frame_kind == FrameKind::Object || is_entry,
-            };
+            });
             n += 1;
             frame = previous;
         }
