@@ -632,10 +632,11 @@ mod tests {
         let mut cache = UnwindCache::new();
         assert_eq!(
             crate::table::rule_of(&mut cache, cfi, lookup - entry.bias),
-            "BpOffset { cfa: 32, bp: -16 }"
+            "Cfa { from_bp: true, cfa: 32, bp: -16 }"
         );
         let take: extern "C" fn(*mut c_void) = take;
-        let plain = take as usize as u64 + 1;
+        // At a function's first instruction: CFA = rsp + 8.
+        let plain = take as usize as u64;
         let entry = snap
             .table
             .find(plain)
@@ -643,7 +644,7 @@ mod tests {
         let cfi = entry.cfi.as_ref().expect("with .eh_frame");
         assert_eq!(
             crate::table::rule_of(&mut cache, cfi, plain - entry.bias),
-            "Framehop"
+            "Cfa { from_bp: false, cfa: 8, bp: 0 }"
         );
     }
 }

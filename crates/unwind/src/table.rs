@@ -9,7 +9,10 @@ use framehop::{
     AllocationPolicy, Error as FhError, ExplicitModuleSectionInfo, FrameAddress,
     MustNotAllocateDuringUnwind, Unwinder as _,
 };
-use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, UnwindSection};
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, RegisterRule,
+    UnwindSection, X86_64,
+};
 
 use crate::frame::{Frame, ModuleId, StackEnd};
 
@@ -93,25 +96,11 @@ impl Cfi {
         let Ok(row) = fde.unwind_info_for_address(&eh, &bases, ctx, svma) else {
             return Rule::Framehop;
         };
-        use gimli::{CfaRule, RegisterRule, X86_64};
-        match (
+        Rule::from_row(
             row.cfa(),
             row.register(X86_64::RBP),
             row.register(X86_64::RA),
-        ) {
-            (
-                CfaRule::RegisterAndOffset {
-                    register: X86_64::RBP,
-                    offset: cfa,
-                },
-                Some(RegisterRule::Offset(bp)),
-                Some(RegisterRule::Offset(-8)),
-            ) if !(*cfa == 16 && bp == -16) => match (i32::try_from(*cfa), i32::try_from(bp)) {
-                (Ok(cfa), Ok(bp)) => Rule::BpOffset { cfa, bp },
-                _ => Rule::Framehop,
-            },
-            _ => Rule::Framehop,
-        }
+        )
     }
 }
 
@@ -123,18 +112,125 @@ type GimliContext = gimli::UnwindContext<
 >;
 
 /// How the walk unwinds one address.
+///
+/// The walk runs the common rules itself, from its own cache, and leaves the rest
+/// (CFA expressions, registers other than rsp/rbp) to framehop. framehop's rule
+/// cache is direct-mapped with 509 slots: two hot return addresses that share a
+/// slot (about one process in three, by where ASLR put the modules, with the 20
+/// frames of a ctypes call) evict each other on every capture, and each miss
+/// reparses an FDE (microseconds for CPython's eval loop). It also has no rule for
+/// a CFA at rbp + N other than 16 (libffi's `ffi_call_unix64`, under every ctypes
+/// and cffi call), which it reparses every time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Rule {
     /// No FDE covers it: the walk stops with an unknown frame.
     #[default]
     NotCovered,
-    /// framehop's rules (cached by framehop where it can).
+    /// A rule this walk does not run: framehop's.
     Framehop,
-    /// `CFA = rbp + cfa`, `rbp = [CFA + bp]`, return address `[CFA - 8]`, other
-    /// than the plain frame-pointer frame. framehop has no cacheable rule for it
-    /// and reparses the FDE on every unwind; libffi's `ffi_call_unix64` (every
-    /// ctypes and cffi call) is such a frame, so the walk runs it itself.
-    BpOffset { cfa: i32, bp: i32 },
+    /// The return address is undefined: the outermost frame.
+    End,
+    /// `CFA = (rbp if from_bp else rsp) + cfa`; the return address is at
+    /// `[CFA - 8]`; rbp is restored from `[CFA + bp]` when `bp` is not 0 (0 is
+    /// never a save slot: it holds the caller's data), else kept.
+    Cfa { from_bp: bool, cfa: i32, bp: i16 },
+}
+
+impl Rule {
+    fn from_row(
+        cfa: &CfaRule<usize>,
+        bp: Option<RegisterRule<usize>>,
+        ra: Option<RegisterRule<usize>>,
+    ) -> Rule {
+        match ra {
+            None | Some(RegisterRule::Undefined) => return Rule::End,
+            Some(RegisterRule::Offset(-8)) => {}
+            Some(_) => return Rule::Framehop,
+        }
+        let bp = match bp {
+            None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => 0,
+            Some(RegisterRule::Offset(o)) if o != 0 => o,
+            Some(_) => return Rule::Framehop,
+        };
+        let CfaRule::RegisterAndOffset { register, offset } = *cfa else {
+            return Rule::Framehop;
+        };
+        let from_bp = match register {
+            X86_64::RSP => false,
+            // rbp as the CFA base while rbp itself is not saved: not a frame
+            // rule this walk knows how to check.
+            X86_64::RBP if bp != 0 => true,
+            _ => return Rule::Framehop,
+        };
+        match (i32::try_from(offset), i16::try_from(bp)) {
+            (Ok(cfa), Ok(bp)) if cfa >= 8 => Rule::Cfa { from_bp, cfa, bp },
+            _ => Rule::Framehop,
+        }
+    }
+
+    /// Packed into a cache word: kind, then the two offsets.
+    fn pack(self) -> u64 {
+        match self {
+            Rule::NotCovered => 1,
+            Rule::Framehop => 2,
+            Rule::End => 3,
+            Rule::Cfa { from_bp, cfa, bp } => {
+                (4 | u64::from(from_bp)) | u64::from(cfa as u32) << 32 | u64::from(bp as u16) << 16
+            }
+        }
+    }
+
+    fn unpack(w: u64) -> Option<Rule> {
+        Some(match w & 0xffff {
+            1 => Rule::NotCovered,
+            2 => Rule::Framehop,
+            3 => Rule::End,
+            k @ (4 | 5) => Rule::Cfa {
+                from_bp: k == 5,
+                cfa: (w >> 32) as u32 as i32,
+                bp: (w >> 16) as u16 as i16,
+            },
+            _ => return None,
+        })
+    }
+
+    /// One step, with framehop's contract: the caller's return address, or
+    /// `None` at the end of the stack; the stack must move up.
+    fn step<F>(
+        self,
+        regs: &mut UnwindRegsX86_64,
+        read_stack: &mut F,
+    ) -> Result<Option<u64>, FhError>
+    where
+        F: FnMut(u64) -> Result<u64, ()>,
+    {
+        let Rule::Cfa { from_bp, cfa, bp } = self else {
+            return Ok(None);
+        };
+        let base = if from_bp { regs.bp() } else { regs.sp() };
+        let cfa = base
+            .checked_add_signed(i64::from(cfa))
+            .ok_or(FhError::IntegerOverflow)?;
+        if cfa <= regs.sp() {
+            return Err(FhError::DidNotAdvance);
+        }
+        let mut read = |at: Option<u64>| {
+            let at = at.ok_or(FhError::IntegerOverflow)?;
+            read_stack(at).map_err(|_| FhError::CouldNotReadStack(at))
+        };
+        let ra = read(cfa.checked_sub(8))?;
+        let new_bp = match bp {
+            0 => regs.bp(),
+            o => read(cfa.checked_add_signed(i64::from(o)))?,
+        };
+        if ra == 0 {
+            return Ok(None);
+        }
+        regs.set_ip(ra);
+        regs.set_sp(cfa);
+        regs.set_bp(new_bp);
+        Ok(Some(ra))
+    }
 }
 
 /// One module in a table.
@@ -164,26 +260,29 @@ pub(crate) struct Table {
 /// FDE coverage cache. Allocated once; the walk itself never allocates.
 pub struct UnwindCache {
     pub(crate) framehop: CacheX86_64<MustNotAllocateDuringUnwind>,
-    coverage: Box<[CoverageSlot; COVERAGE_SLOTS]>,
+    /// The walk's rules: `RULE_SETS` sets of two ways, each `[lookup address,
+    /// packed rule]` (address 0 = empty), most recent way first. Zeroed memory,
+    /// so that the pages a thread never touches are never resident.
+    rules: Box<[[u64; 2]]>,
+    /// The table generation the rules belong to.
+    generation: u64,
+    /// Any rule stored since the last clear.
+    filled: bool,
     gimli: Box<GimliContext>,
 }
 
-const COVERAGE_SLOTS: usize = 509;
-
-#[derive(Clone, Copy, Default)]
-struct CoverageSlot {
-    /// Lookup address + 1 (0 = empty), table generation, answer.
-    address: u64,
-    generation: u64,
-    rule: Rule,
-}
+/// 2048 rules, 32 KiB.
+const RULE_SETS: usize = 1024;
 
 impl UnwindCache {
-    /// A new cache (about 40 KiB).
+    /// A new cache (about 60 KiB, resident as used).
     pub fn new() -> Self {
         UnwindCache {
             framehop: CacheX86_64::new_in(),
-            coverage: Box::new([CoverageSlot::default(); COVERAGE_SLOTS]),
+            // `vec!` of zeros allocates zeroed pages without writing them.
+            rules: vec![[0u64; 2]; RULE_SETS * 2].into_boxed_slice(),
+            generation: 0,
+            filled: false,
             gimli: Box::new(GimliContext::new_in()),
         }
     }
@@ -340,12 +439,12 @@ where
             return (len, StackEnd::DepthLimit);
         }
         let step = match rule {
-            Rule::BpOffset { cfa, bp } => bp_offset_step(&mut fh_regs, cfa, bp, read_stack),
-            _ => {
+            Rule::Framehop => {
                 table
                     .unwinder
                     .unwind_frame(address, &mut fh_regs, &mut cache.framehop, read_stack)
             }
+            rule => rule.step(&mut fh_regs, read_stack),
         };
         match step {
             Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
@@ -369,54 +468,107 @@ fn finish(pushed: bool, len: usize, end: StackEnd) -> (usize, StackEnd) {
 }
 
 fn cached_rule(cache: &mut UnwindCache, generation: u64, cfi: &Cfi, avma: u64, bias: u64) -> Rule {
-    let slot = &mut cache.coverage[(avma % COVERAGE_SLOTS as u64) as usize];
-    if slot.address == avma.wrapping_add(1) && slot.generation == generation {
-        return slot.rule;
+    if cache.generation != generation {
+        if cache.filled {
+            cache.rules.fill([0; 2]);
+            cache.filled = false;
+        }
+        cache.generation = generation;
+    }
+    let key = avma.wrapping_add(1);
+    let set = ((avma.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % RULE_SETS) * 2;
+    let ways = &mut cache.rules[set..set + 2];
+    if ways[0][0] == key
+        && let Some(rule) = Rule::unpack(ways[0][1])
+    {
+        return rule;
+    }
+    if ways[1][0] == key
+        && let Some(rule) = Rule::unpack(ways[1][1])
+    {
+        ways.swap(0, 1);
+        return rule;
     }
     let rule = cfi.rule(avma - bias, &mut cache.gimli);
-    *slot = CoverageSlot {
-        address: avma.wrapping_add(1),
-        generation,
-        rule,
-    };
+    let ways = &mut cache.rules[set..set + 2];
+    ways[1] = ways[0];
+    ways[0] = [key, rule.pack()];
+    cache.filled = true;
     rule
-}
-
-/// One step by [`Rule::BpOffset`], with framehop's contract: the caller's return
-/// address, or `None` at the end of the stack; the stack must move up.
-fn bp_offset_step<F>(
-    regs: &mut UnwindRegsX86_64,
-    cfa: i32,
-    bp: i32,
-    read_stack: &mut F,
-) -> Result<Option<u64>, FhError>
-where
-    F: FnMut(u64) -> Result<u64, ()>,
-{
-    let cfa = regs
-        .bp()
-        .checked_add_signed(i64::from(cfa))
-        .ok_or(FhError::IntegerOverflow)?;
-    if cfa <= regs.sp() {
-        return Err(FhError::DidNotAdvance);
-    }
-    let read = |read_stack: &mut F, at: Option<u64>| {
-        let at = at.ok_or(FhError::IntegerOverflow)?;
-        read_stack(at).map_err(|_| FhError::CouldNotReadStack(at))
-    };
-    let ra = read(read_stack, cfa.checked_sub(8))?;
-    let new_bp = read(read_stack, cfa.checked_add_signed(i64::from(bp)))?;
-    if ra == 0 {
-        return Ok(None);
-    }
-    regs.set_ip(ra);
-    regs.set_sp(cfa);
-    regs.set_bp(new_bp);
-    Ok(Some(ra))
 }
 
 /// The rule for an address, as text (for the tests of other modules).
 #[cfg(test)]
 pub(crate) fn rule_of(cache: &mut UnwindCache, cfi: &Cfi, svma: u64) -> String {
     format!("{:?}", cfi.rule(svma, &mut cache.gimli))
+}
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_rules__unpack_to_themselves() {
+        for rule in [
+            Rule::NotCovered,
+            Rule::Framehop,
+            Rule::End,
+            Rule::Cfa {
+                from_bp: false,
+                cfa: 8,
+                bp: 0,
+            },
+            Rule::Cfa {
+                from_bp: false,
+                cfa: 4104,
+                bp: -56,
+            },
+            Rule::Cfa {
+                from_bp: true,
+                cfa: 32,
+                bp: -16,
+            },
+            Rule::Cfa {
+                from_bp: true,
+                cfa: i32::MAX,
+                bp: i16::MIN,
+            },
+        ] {
+            assert_eq!(Rule::unpack(rule.pack()), Some(rule));
+        }
+        assert_eq!(Rule::unpack(0), None, "an empty slot is no rule");
+    }
+
+    #[test]
+    fn cfa_rule_step__moves_up_and_restores_bp() {
+        // A stack at 0x1000..: [0x1010] = saved rbp, [0x1018] = return address.
+        let mut read = |a: u64| match a {
+            0x1010 => Ok(0x2222),
+            0x1018 => Ok(0x4444),
+            _ => Err(()),
+        };
+        let mut regs = UnwindRegsX86_64::new(0x10, 0x1000, 0x0ff0);
+        let rule = Rule::Cfa {
+            from_bp: true,
+            cfa: 0x30,
+            bp: -16,
+        };
+        assert_eq!(rule.step(&mut regs, &mut read), Ok(Some(0x4444)));
+        assert_eq!((regs.sp(), regs.bp()), (0x1020, 0x2222));
+        // A CFA at or below the stack pointer would loop: refused.
+        let mut regs = UnwindRegsX86_64::new(0x10, 0x1000, 0x0800);
+        assert_eq!(rule.step(&mut regs, &mut read), Err(FhError::DidNotAdvance));
+        // An unreadable slot is a failed read, not a guess.
+        let mut regs = UnwindRegsX86_64::new(0x10, 0x2000, 0x2000);
+        assert!(matches!(
+            Rule::Cfa {
+                from_bp: false,
+                cfa: 8,
+                bp: 0
+            }
+            .step(&mut regs, &mut read),
+            Err(FhError::CouldNotReadStack(0x2000))
+        ));
+    }
 }

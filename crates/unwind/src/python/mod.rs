@@ -160,6 +160,31 @@ mod reason {
     ];
 }
 
+/// Memory known readable during one capture: the thread's stack, and the last
+/// pages found in the shared page cache (frames share pages, and so do the code
+/// objects of one module), which spares most lookups there.
+struct Known {
+    stack: (u64, u64),
+    /// Page numbers + 1 (0 = none).
+    recent: [u64; 4],
+    next: usize,
+}
+
+impl Known {
+    fn new(stack: (u64, u64)) -> Known {
+        Known {
+            stack,
+            recent: [0; 4],
+            next: 0,
+        }
+    }
+
+    fn remember(&mut self, page: u64) {
+        self.recent[self.next % 4] = page + 1;
+        self.next = self.next.wrapping_add(1);
+    }
+}
+
 /// One Python frame as read.
 #[derive(Clone, Copy, Default)]
 struct Raw {
@@ -343,7 +368,7 @@ impl Python {
         }
         // Uninitialized: zeroing these two buffers cost more than the walk itself.
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
-        let (n, truncated) = match self.read_chain(tstate, stack, &mut raw) {
+        let (n, truncated) = match self.read_chain(tstate, &mut Known::new(stack), &mut raw) {
             Ok(r) => r,
             Err(why) => {
                 self.disable(why);
@@ -441,7 +466,7 @@ impl Python {
     fn read_chain(
         &self,
         tstate: u64,
-        stack: (u64, u64),
+        mem: &mut Known,
         raw: &mut [MaybeUninit<Raw>],
     ) -> Result<(usize, bool), &'static str> {
         let l = &self.layout;
@@ -455,7 +480,7 @@ impl Python {
             if frame == 0 {
                 return Ok((0, false));
             }
-            if !self.readable(frame, off + 8, stack) {
+            if !self.readable(frame, off + 8, mem) {
                 return Err(reason::CHAIN);
             }
             frame = rd(frame + off);
@@ -468,7 +493,7 @@ impl Python {
             if steps > 4 * raw.len() {
                 return Ok((n, true));
             }
-            if !frame.is_multiple_of(8) || !self.readable(frame, l.frame_size, stack) {
+            if !frame.is_multiple_of(8) || !self.readable(frame, l.frame_size, mem) {
                 return Err(reason::FRAME_UNREADABLE);
             }
             let previous = rd(frame + l.frame_previous);
@@ -494,7 +519,7 @@ impl Python {
                 return Ok((n, true));
             }
             let code = rd(frame + l.frame_code);
-            let id = self.code_id(code, stack)?;
+            let id = self.code_id(code, mem)?;
             let instruction = match l.frame_kind {
                 FrameKind::Object => {
                     // SAFETY: within the frame just checked.
@@ -526,14 +551,14 @@ impl Python {
     }
 
     /// The code table index of a code object, copying it the first time.
-    fn code_id(&self, code: u64, stack: (u64, u64)) -> Result<u32, &'static str> {
+    fn code_id(&self, code: u64, mem: &mut Known) -> Result<u32, &'static str> {
         let l = &self.layout;
         let span = l
             .code_linetable
             .max(l.code_firstlineno)
             .max(l.code_qualname)
             + 8;
-        if !code.is_multiple_of(8) || !self.readable(code, span, stack) {
+        if !code.is_multiple_of(8) || !self.readable(code, span, mem) {
             return Err(reason::CODE_UNREADABLE);
         }
         // SAFETY: inside the code object just checked readable.
@@ -568,9 +593,9 @@ impl Python {
                     .is_ok()
             {
                 slot.state.store(1, Ordering::Relaxed);
-                let qualname = self.copy_str(rd(code + l.code_qualname), stack)?;
-                let file = self.copy_str(rd(code + l.code_filename), stack)?;
-                let table = self.copy_bytes(table_ptr, stack)?;
+                let qualname = self.copy_str(rd(code + l.code_qualname), mem)?;
+                let file = self.copy_str(rd(code + l.code_filename), mem)?;
+                let table = self.copy_bytes(table_ptr, mem)?;
                 slot.first_line.store(first_line, Ordering::Relaxed);
                 slot.line_table_ptr.store(table_ptr, Ordering::Relaxed);
                 slot.qualname.store(qualname, Ordering::Relaxed);
@@ -585,13 +610,13 @@ impl Python {
     }
 
     /// Copies a `str` object's text into the arena as UTF-8.
-    fn copy_str(&self, obj: u64, stack: (u64, u64)) -> Result<u64, &'static str> {
+    fn copy_str(&self, obj: u64, mem: &mut Known) -> Result<u64, &'static str> {
         let l = &self.layout;
         let mut head = [0u8; 128];
         let hlen = l.compact_size as usize;
         if !obj.is_multiple_of(8)
             || hlen > head.len()
-            || !self.safe_read(obj, &mut head[..hlen], stack)
+            || !self.safe_read(obj, &mut head[..hlen], mem)
         {
             return Err(reason::STRING);
         }
@@ -624,7 +649,7 @@ impl Python {
             };
         let mut buf = [0u8; 4096];
         let raw = &mut buf[..len * kind as usize];
-        if !self.safe_read(data, raw, stack) {
+        if !self.safe_read(data, raw, mem) {
             return Err(reason::STRING);
         }
         let mut utf8 = [0u8; 4096];
@@ -645,11 +670,11 @@ impl Python {
     }
 
     /// Copies a `bytes` object's contents into the arena.
-    fn copy_bytes(&self, obj: u64, stack: (u64, u64)) -> Result<u64, &'static str> {
+    fn copy_bytes(&self, obj: u64, mem: &mut Known) -> Result<u64, &'static str> {
         let l = &self.layout;
         let mut head = [0u8; 64];
         let n = l.bytes_data as usize;
-        if !obj.is_multiple_of(8) || n > head.len() || !self.safe_read(obj, &mut head[..n], stack) {
+        if !obj.is_multiple_of(8) || n > head.len() || !self.safe_read(obj, &mut head[..n], mem) {
             return Err(reason::LINE_TABLE);
         }
         let field = |o: u64| -> Option<u64> {
@@ -674,7 +699,7 @@ impl Python {
         let dst = unsafe {
             std::slice::from_raw_parts_mut(self.arena[start..start + len].as_ptr() as *mut u8, len)
         };
-        if !self.safe_read(obj + l.bytes_data, dst, stack) {
+        if !self.safe_read(obj + l.bytes_data, dst, mem) {
             return Err(reason::LINE_TABLE);
         }
         Ok((start as u64) << 32 | len as u64)
@@ -702,15 +727,19 @@ impl Python {
 
     /// May `[addr, addr+len)` be read directly? The thread's stack may; other
     /// memory once its pages were read successfully by `process_vm_readv`.
-    fn readable(&self, addr: u64, len: u64, stack: (u64, u64)) -> bool {
+    fn readable(&self, addr: u64, len: u64, mem: &mut Known) -> bool {
         let Some(end) = addr.checked_add(len) else {
             return false;
         };
-        if stack.0 <= addr && end <= stack.1 {
+        if mem.stack.0 <= addr && end <= mem.stack.1 {
             return true;
         }
         let (first, last) = (addr >> 12, (end - 1) >> 12);
+        if first == last && mem.recent.contains(&(first + 1)) {
+            return true;
+        }
         if (first..=last).all(|p| self.page_known(p)) {
+            mem.remember(last);
             return true;
         }
         let mut probe = [0u8; 1];
@@ -721,6 +750,7 @@ impl Python {
             }
             self.pages[Self::page_slot(p)].store(p + 1, Ordering::Relaxed);
         }
+        mem.remember(last);
         true
     }
 
@@ -733,11 +763,11 @@ impl Python {
     }
 
     /// Reads through `process_vm_readv` (never faults) unless already readable.
-    fn safe_read(&self, addr: u64, dst: &mut [u8], stack: (u64, u64)) -> bool {
+    fn safe_read(&self, addr: u64, dst: &mut [u8], mem: &mut Known) -> bool {
         if dst.is_empty() {
             return true;
         }
-        if self.readable(addr, dst.len() as u64, stack) {
+        if self.readable(addr, dst.len() as u64, mem) {
             // SAFETY: checked readable above.
             unsafe {
                 std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len())
