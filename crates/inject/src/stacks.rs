@@ -42,6 +42,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::offset_of;
 use std::path::Path;
 use std::sync::Mutex;
@@ -53,6 +54,7 @@ use gpuperf_merge::model::{
 };
 use gpuperf_unwind::python::PythonStatus;
 use gpuperf_unwind::{Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
+use xxhash_rust::xxh3::xxh3_128;
 
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`.
 pub const GRAPHNODE_CREATED: u32 = 13;
@@ -120,7 +122,31 @@ struct Table {
 /// Per-thread state: the frame buffer and the stacks this thread has seen.
 struct ThreadStacks {
     frames: Box<[Frame; MAX_FRAMES]>,
-    seen: HashMap<u128, u32>,
+    /// The stack being hashed, as bytes.
+    words: Box<[u8; HASH_BYTES]>,
+    /// Keyed by a 128-bit hash already: hashed again by taking its low half.
+    seen: HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
+}
+
+/// Two words per frame, and one for the end.
+const HASH_BYTES: usize = (2 * MAX_FRAMES + 1) * 8;
+
+/// A `Hasher` for keys that are hashes already.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
 }
 
 thread_local! {
@@ -209,7 +235,8 @@ impl Stacks {
                 let mut t = t.borrow_mut();
                 let t = t.get_or_insert_with(|| ThreadStacks {
                     frames: Box::new([Frame::default(); MAX_FRAMES]),
-                    seen: HashMap::new(),
+                    words: Box::new([0; HASH_BYTES]),
+                    seen: HashMap::default(),
                 });
                 self.capture_into(t)
             })
@@ -239,7 +266,7 @@ impl Stacks {
         if frames.is_empty() {
             self.empty.fetch_add(1, Relaxed);
         }
-        let h = hash(frames, c.end, c.python_truncated);
+        let h = hash(frames, c.end, c.python_truncated, &mut t.words);
         if let Some(&id) = t.seen.get(&h) {
             return id;
         }
@@ -479,31 +506,34 @@ fn end_of(e: StackEnd) -> End {
 
 /// A 128-bit hash of a stack: two independent 64-bit multiply-rotate hashes, so
 /// that two distinct stacks of one process never share an id in practice.
-fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool) -> u128 {
-    let (mut a, mut b) = (0x243f_6a88_85a3_08d3u64, 0x1319_8a2e_0370_7344u64);
-    let mut mix = |w: u64| {
-        a = (a.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
-        b = (b ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    };
-    for f in frames {
-        match *f {
-            Frame::Native { module, offset, .. } => {
-                mix(u64::from(module.0) << 2);
-                mix(offset);
-            }
-            Frame::Python { code, instruction } => {
-                mix(u64::from(code.0) << 2 | 1);
-                mix(u64::from(instruction));
-            }
-            Frame::Unknown { address } => {
-                mix(2);
-                mix(address);
-            }
+/// The stack's identity: XXH3-128 over its frames, end and Python cut, laid out
+/// in `buf` (one fixed buffer per thread, so hashing never allocates).
+fn hash(
+    frames: &[Frame],
+    end: StackEnd,
+    python_truncated: bool,
+    buf: &mut [u8; HASH_BYTES],
+) -> u128 {
+    let mut len = 0;
+    let mut put = |w: u64| {
+        if let Some(dst) = buf.get_mut(len..len + 8) {
+            dst.copy_from_slice(&w.to_le_bytes());
+            len += 8;
         }
+    };
+    for f in frames.iter().take(MAX_FRAMES) {
+        let (a, b) = match *f {
+            Frame::Native { module, offset, .. } => (u64::from(module.0) << 2, offset),
+            Frame::Python { code, instruction } => {
+                (u64::from(code.0) << 2 | 1, u64::from(instruction))
+            }
+            Frame::Unknown { address } => (2, address),
+        };
+        put(a);
+        put(b);
     }
-    mix(u64::from(end_of(end).code()) << 1 | u64::from(python_truncated));
-    mix(frames.len() as u64);
-    u128::from(a) << 64 | u128::from(b)
+    put(u64::from(end_of(end).code()) << 1 | u64::from(python_truncated));
+    xxh3_128(&buf[..len])
 }
 
 #[cfg(test)]
@@ -524,12 +554,22 @@ mod tests {
     fn hashes_differ_by_frame_order_end_and_length() {
         let a = [n(1, 0x10), n(2, 0x20)];
         let b = [n(2, 0x20), n(1, 0x10)];
-        let h = hash(&a, StackEnd::Root, false);
-        assert_eq!(h, hash(&a, StackEnd::Root, false));
-        assert_ne!(h, hash(&b, StackEnd::Root, false));
-        assert_ne!(h, hash(&a, StackEnd::DepthLimit, false));
-        assert_ne!(h, hash(&a, StackEnd::Root, true));
-        assert_ne!(h, hash(&a[..1], StackEnd::Root, false));
+        let buf = &mut [0; HASH_BYTES];
+        let h = hash(&a, StackEnd::Root, false, buf);
+        assert_eq!(h, hash(&a, StackEnd::Root, false, buf));
+        assert_ne!(h, hash(&b, StackEnd::Root, false, buf));
+        assert_ne!(h, hash(&a, StackEnd::DepthLimit, false, buf));
+        assert_ne!(h, hash(&a, StackEnd::Root, true, buf));
+        assert_ne!(h, hash(&a[..1], StackEnd::Root, false, buf));
+        // A Python frame never hashes like a native one with the same numbers.
+        let p = [Frame::Python {
+            code: gpuperf_unwind::CodeId(1),
+            instruction: 0x10,
+        }];
+        assert_ne!(
+            hash(&[n(1, 0x10)], StackEnd::Root, false, buf),
+            hash(&p, StackEnd::Root, false, buf)
+        );
     }
 
     #[test]

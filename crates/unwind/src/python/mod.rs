@@ -110,6 +110,8 @@ pub struct Python {
     bytes_type: u64,
     eval_module: ModuleId,
     eval_range: Range<u64>,
+    /// Bytes of a code object read before it is known to be one.
+    code_span: u64,
     pid: libc::pid_t,
     disabled: AtomicU8,
     codes: Box<[CodeSlot]>,
@@ -161,12 +163,12 @@ mod reason {
 }
 
 /// Memory known readable during one capture: the thread's stack, and the last
-/// pages found in the shared page cache (frames share pages, and so do the code
-/// objects of one module), which spares most lookups there.
+/// page spans found readable (the frames of a thread share a few pages, and so
+/// do the code objects of a module), which spares most page-cache lookups.
 struct Known {
     stack: (u64, u64),
-    /// Page numbers + 1 (0 = none).
-    recent: [u64; 4],
+    /// `[start, end)` of page-aligned spans; empty when equal.
+    recent: [(u64, u64); 4],
     next: usize,
 }
 
@@ -174,13 +176,20 @@ impl Known {
     fn new(stack: (u64, u64)) -> Known {
         Known {
             stack,
-            recent: [0; 4],
+            recent: [(0, 0); 4],
             next: 0,
         }
     }
 
-    fn remember(&mut self, page: u64) {
-        self.recent[self.next % 4] = page + 1;
+    #[inline(always)]
+    fn covers(&self, addr: u64, end: u64) -> bool {
+        (self.stack.0 <= addr && end <= self.stack.1)
+            || self.recent.iter().any(|&(lo, hi)| lo <= addr && end <= hi)
+    }
+
+    /// Pages `first..=last` are readable.
+    fn remember(&mut self, first: u64, last: u64) {
+        self.recent[self.next % 4] = (first << 12, (last + 1) << 12);
         self.next = self.next.wrapping_add(1);
     }
 }
@@ -273,6 +282,12 @@ impl Python {
             unicode_type: sym(c"PyUnicode_Type")?,
             bytes_type: sym(c"PyBytes_Type")?,
             eval_module: ModuleId(index as u32),
+            code_span: layout
+                .code_linetable
+                .max(layout.code_firstlineno)
+                .max(layout.code_qualname)
+                .max(layout.code_filename)
+                + 8,
             eval_range: start..start + size.max(1),
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
@@ -553,12 +568,7 @@ impl Python {
     /// The code table index of a code object, copying it the first time.
     fn code_id(&self, code: u64, mem: &mut Known) -> Result<u32, &'static str> {
         let l = &self.layout;
-        let span = l
-            .code_linetable
-            .max(l.code_firstlineno)
-            .max(l.code_qualname)
-            + 8;
-        if !code.is_multiple_of(8) || !self.readable(code, span, mem) {
+        if !code.is_multiple_of(8) || !self.readable(code, self.code_span, mem) {
             return Err(reason::CODE_UNREADABLE);
         }
         // SAFETY: inside the code object just checked readable.
@@ -727,19 +737,19 @@ impl Python {
 
     /// May `[addr, addr+len)` be read directly? The thread's stack may; other
     /// memory once its pages were read successfully by `process_vm_readv`.
+    #[inline(always)]
     fn readable(&self, addr: u64, len: u64, mem: &mut Known) -> bool {
         let Some(end) = addr.checked_add(len) else {
             return false;
         };
-        if mem.stack.0 <= addr && end <= mem.stack.1 {
-            return true;
-        }
+        mem.covers(addr, end) || self.readable_pages(addr, end, mem)
+    }
+
+    #[inline(never)]
+    fn readable_pages(&self, addr: u64, end: u64, mem: &mut Known) -> bool {
         let (first, last) = (addr >> 12, (end - 1) >> 12);
-        if first == last && mem.recent.contains(&(first + 1)) {
-            return true;
-        }
         if (first..=last).all(|p| self.page_known(p)) {
-            mem.remember(last);
+            mem.remember(first, last);
             return true;
         }
         let mut probe = [0u8; 1];
@@ -750,7 +760,7 @@ impl Python {
             }
             self.pages[Self::page_slot(p)].store(p + 1, Ordering::Relaxed);
         }
-        mem.remember(last);
+        mem.remember(first, last);
         true
     }
 
