@@ -288,6 +288,18 @@ impl UnwindCache {
     }
 }
 
+impl UnwindCache {
+    /// Forgets the rules of another table.
+    #[cold]
+    fn clear(&mut self, generation: u64) {
+        if self.filled {
+            self.rules.fill([0; 2]);
+            self.filled = false;
+        }
+        self.generation = generation;
+    }
+}
+
 impl Default for UnwindCache {
     fn default() -> Self {
         Self::new()
@@ -467,33 +479,40 @@ fn finish(pushed: bool, len: usize, end: StackEnd) -> (usize, StackEnd) {
     }
 }
 
+/// The rule for `avma`, from the cache; the fast path stays small enough to
+/// inline into the walk, the FDE parse is out of line.
+#[inline(always)]
 fn cached_rule(cache: &mut UnwindCache, generation: u64, cfi: &Cfi, avma: u64, bias: u64) -> Rule {
     if cache.generation != generation {
-        if cache.filled {
-            cache.rules.fill([0; 2]);
-            cache.filled = false;
-        }
-        cache.generation = generation;
+        cache.clear(generation);
     }
     let key = avma.wrapping_add(1);
     let set = ((avma.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % RULE_SETS) * 2;
-    let ways = &mut cache.rules[set..set + 2];
-    if ways[0][0] == key
-        && let Some(rule) = Rule::unpack(ways[0][1])
-    {
-        return rule;
+    if let Some(ways) = cache.rules.get_mut(set..set + 2) {
+        if ways[0][0] == key
+            && let Some(rule) = Rule::unpack(ways[0][1])
+        {
+            return rule;
+        }
+        if ways[1][0] == key
+            && let Some(rule) = Rule::unpack(ways[1][1])
+        {
+            ways.swap(0, 1);
+            return rule;
+        }
     }
-    if ways[1][0] == key
-        && let Some(rule) = Rule::unpack(ways[1][1])
-    {
-        ways.swap(0, 1);
-        return rule;
-    }
+    fill_rule(cache, cfi, avma, bias, set)
+}
+
+#[cold]
+#[inline(never)]
+fn fill_rule(cache: &mut UnwindCache, cfi: &Cfi, avma: u64, bias: u64, set: usize) -> Rule {
     let rule = cfi.rule(avma - bias, &mut cache.gimli);
-    let ways = &mut cache.rules[set..set + 2];
-    ways[1] = ways[0];
-    ways[0] = [key, rule.pack()];
-    cache.filled = true;
+    if let Some(ways) = cache.rules.get_mut(set..set + 2) {
+        ways[1] = ways[0];
+        ways[0] = [avma.wrapping_add(1), rule.pack()];
+        cache.filled = true;
+    }
     rule
 }
 
