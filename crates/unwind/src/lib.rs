@@ -14,7 +14,8 @@
 //!  registers  current_regs!() at the call site     copied by BPF at the probe
 //!  stack      own stack, bounded by its mapping    a copied window from sp
 //!                     \                                  /
-//!                      framehop walk (no allocation) + FDE coverage check
+//!           walk (no allocation): per address, a cached rule from its FDE;
+//!           rsp/rbp-based CFA rules run here, the rest (expressions) by framehop
 //!                                      │
 //!                 [Frame::Native{module, offset}…, Frame::Python…, Frame::Unknown]
 //!                      + StackEnd (Root = complete; everything else truncated)
