@@ -274,6 +274,24 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetStreamIdEx(CUcontext context, CUstrea
     return cuptiGetStreamId(context, perThreadStream && !stream ? CU_STREAM_PER_THREAD : stream, id);
 }
 
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetGraphNodeId(CUgraphNode node, uint64_t *id) {
+    if (!id || gpusim_graph_node_id(node, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetGraphId(CUgraph graph, uint32_t *id) {
+    if (!id || gpusim_graph_id(graph, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetGraphExecId(CUgraphExec exec, uint32_t *id) {
+    if (!id || gpusim_graph_exec_id(exec, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ activity buffers */
 
 struct buffer {
@@ -862,12 +880,29 @@ static void on_resource(uint32_t cbid, void *context, uint32_t context_id, uint3
     cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
 }
 
+static void on_graph_node(uint32_t cbid, const struct gpusim_graph_event *e) {
+    CUpti_CallbackFunc cb = g_callback;
+    if (!cb || cbid >= GPUSIM_MAX_CBID || !g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid])
+        return;
+    CUpti_GraphData g = {
+        .graph = (CUgraph)e->graph,
+        .originalGraph = (CUgraph)e->original_graph,
+        .node = (CUgraphNode)e->node,
+        .originalNode = (CUgraphNode)e->original_node,
+        .nodeType = (CUgraphNodeType)e->node_type,
+        .graphExec = (CUgraphExec)e->graph_exec,
+    };
+    CUpti_ResourceData r = {.context = (CUcontext)e->context, .resourceDescriptor = &g};
+    cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+}
+
 static const struct gpusim_tool g_tool = {
     .api_enter = on_api_enter,
     .api_exit = on_api_exit,
     .op = on_op,
     .sync = on_sync,
     .resource = on_resource,
+    .graph_node = on_graph_node,
 };
 
 /* A marker for tools: this libcupti simulates, so whatever it records ran on no GPU. */
