@@ -5,8 +5,9 @@
  * callbacks, on the calling thread from inside the call, with the real CUDA 13
  * callback ids and names; activity records with the CUDA 13 layouts
  * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
- * Device5, Context3, API) in client buffers; the timestamp callback and thread id
- * types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
+ * Device5, Context3, API) in client buffers; graph node callbacks
+ * (GRAPHNODE_CREATED, GRAPHNODE_CLONED with a CUpti_GraphData) and the graph,
+ * exec and node ids; the timestamp callback and thread id types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
  * the buffers whose records are all complete, FLUSH_FORCED returns every buffer,
  * its records still in flight with end (and start, if not started) = 0, never
  * delivered again; a worker thread that delivers full, complete buffers, as the

@@ -4,7 +4,8 @@
  * runtime, cudarc and small C programs use: 2 devices, primary and created
  * contexts, streams with CUDA's ordering rules, events, memory, copies that really
  * copy, memsets that really set, modules (PTX entries are parsed for their names),
- * launches, stream capture into graphs and graph launches. The first call that
+ * launches, stream capture into graphs (each node reported to the tool as it is
+ * made, and again as instantiation copies it) and graph launches. The first call that
  * needs the driver does what cuInit does: it loads CUDA_INJECTION64_PATH and calls
  * its InitializeInjection. Every call is reported to the attached tool
  * (libcupti), on the calling thread, from inside the call.

@@ -658,7 +658,10 @@ fn sim_graph_in_process__each_replayed_kernel_charged_to_the_launch_then_the_cap
         err.contains("taken in the program: 13 API calls with in-process stacks ("),
         "{err}"
     );
-    assert!(err.contains(" distinct), 13 complete, 0 truncated\n"), "{err}");
+    assert!(
+        err.contains(" distinct), 13 complete, 0 truncated\n"),
+        "{err}"
+    );
     let launch = "main;run_graph(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
     let captured = |k: &str| {
         format!(
@@ -709,8 +712,16 @@ fn sim_jit_code__stack_ends_in_an_unknown_frame_and_is_counted_truncated() {
     assert_eq!(
         timeline_work(&dir),
         expect(&[
-            ("jitted()", "[unknown];launch_from_jit;launch;cudaLaunchKernel", 20),
-            ("direct()", "main;run_jit;launch_direct;launch;cudaLaunchKernel", 20),
+            (
+                "jitted()",
+                "[unknown];launch_from_jit;launch;cudaLaunchKernel",
+                20
+            ),
+            (
+                "direct()",
+                "main;run_jit;launch_direct;launch;cudaLaunchKernel",
+                20
+            ),
         ])
     );
     // The CPU trace marks the stack truncated, and its reader counts it so.
