@@ -672,7 +672,10 @@ static void on_api_exit(struct gpusim_api *c) {
     if (!atomic_load_explicit(&g_api_kinds, memory_order_relaxed))
         return;
     int kind = c->domain == GPUSIM_DOMAIN_RUNTIME ? CUPTI_ACTIVITY_KIND_RUNTIME : CUPTI_ACTIVITY_KIND_DRIVER;
-    if (!g_kinds[kind])
+    /* A driver call made by a runtime call has no record of its own: CUPTI logs of
+     * real programs with DRIVER records on have none for the runtime's launches
+     * and copies, only for the driver calls the program makes itself. */
+    if (!g_kinds[kind] || (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
         return;
     CUpti_ActivityAPI a = {
         .kind = (CUpti_ActivityKind)kind,

@@ -154,6 +154,8 @@ static int records(const char *real) {
     CHECK(cudaMemsetAsync(d0, 1, 4096, s));
     CHECK(cudaMemcpyPeer(d1, 1, d0, 0, 4096));
     CHECK(cudaStreamSynchronize(s));
+    CUdevice dev; /* a driver call of the program's own */
+    CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     int sim_counts[64], real_counts[64];
     int a = walk(cuptiActivityGetNextRecord, 0, sim_counts), b = walk(real_next, 0, real_counts);
