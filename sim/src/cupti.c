@@ -5,8 +5,9 @@
  * callbacks, on the calling thread from inside the call, with the real CUDA 13
  * callback ids and names; activity records with the CUDA 13 layouts
  * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
- * Device5, Context3, API) in client buffers; the timestamp callback and thread id
- * types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
+ * Device5, Context3, API) in client buffers; graph node callbacks
+ * (GRAPHNODE_CREATED, GRAPHNODE_CLONED with a CUpti_GraphData) and the graph,
+ * exec and node ids; the timestamp callback and thread id types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
  * the buffers whose records are all complete, FLUSH_FORCED returns every buffer,
  * its records still in flight with end (and start, if not started) = 0, never
  * delivered again; a worker thread that delivers full, complete buffers, as the
@@ -272,6 +273,24 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetStreamId(CUcontext context, CUstream 
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetStreamIdEx(CUcontext context, CUstream stream,
                                                       uint8_t perThreadStream, uint32_t *id) {
     return cuptiGetStreamId(context, perThreadStream && !stream ? CU_STREAM_PER_THREAD : stream, id);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetGraphNodeId(CUgraphNode node, uint64_t *id) {
+    if (!id || gpusim_graph_node_id(node, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetGraphId(CUgraph graph, uint32_t *id) {
+    if (!id || gpusim_graph_id(graph, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetGraphExecId(CUgraphExec exec, uint32_t *id) {
+    if (!id || gpusim_graph_exec_id(exec, id))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ activity buffers */
@@ -653,7 +672,10 @@ static void on_api_exit(struct gpusim_api *c) {
     if (!atomic_load_explicit(&g_api_kinds, memory_order_relaxed))
         return;
     int kind = c->domain == GPUSIM_DOMAIN_RUNTIME ? CUPTI_ACTIVITY_KIND_RUNTIME : CUPTI_ACTIVITY_KIND_DRIVER;
-    if (!g_kinds[kind])
+    /* A driver call made by a runtime call has no record of its own: CUPTI logs of
+     * real programs with DRIVER records on have none for the runtime's launches
+     * and copies, only for the driver calls the program makes itself. */
+    if (!g_kinds[kind] || (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
         return;
     CUpti_ActivityAPI a = {
         .kind = (CUpti_ActivityKind)kind,
@@ -862,12 +884,29 @@ static void on_resource(uint32_t cbid, void *context, uint32_t context_id, uint3
     cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
 }
 
+static void on_graph_node(uint32_t cbid, const struct gpusim_graph_event *e) {
+    CUpti_CallbackFunc cb = g_callback;
+    if (!cb || cbid >= GPUSIM_MAX_CBID || !g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid])
+        return;
+    CUpti_GraphData g = {
+        .graph = (CUgraph)e->graph,
+        .originalGraph = (CUgraph)e->original_graph,
+        .node = (CUgraphNode)e->node,
+        .originalNode = (CUgraphNode)e->original_node,
+        .nodeType = (CUgraphNodeType)e->node_type,
+        .graphExec = (CUgraphExec)e->graph_exec,
+    };
+    CUpti_ResourceData r = {.context = (CUcontext)e->context, .resourceDescriptor = &g};
+    cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+}
+
 static const struct gpusim_tool g_tool = {
     .api_enter = on_api_enter,
     .api_exit = on_api_exit,
     .op = on_op,
     .sync = on_sync,
     .resource = on_resource,
+    .graph_node = on_graph_node,
 };
 
 /* A marker for tools: this libcupti simulates, so whatever it records ran on no GPU. */

@@ -4,7 +4,8 @@
  * runtime, cudarc and small C programs use: 2 devices, primary and created
  * contexts, streams with CUDA's ordering rules, events, memory, copies that really
  * copy, memsets that really set, modules (PTX entries are parsed for their names),
- * launches, stream capture into graphs and graph launches. The first call that
+ * launches, stream capture into graphs (each node reported to the tool as it is
+ * made, and again as instantiation copies it) and graph launches. The first call that
  * needs the driver does what cuInit does: it loads CUDA_INJECTION64_PATH and calls
  * its InitializeInjection. Every call is reported to the attached tool
  * (libcupti), on the calling thread, from inside the call.
@@ -107,6 +108,7 @@ static uint64_t memset_cost(uint64_t bytes) { return scaled(MEMSET_BASE_NS + (by
 #define MAGIC_MODULE 0x6d6f646cu
 #define MAGIC_GRAPH 0x67726170u
 #define MAGIC_EXEC 0x67657865u
+#define MAGIC_NODE 0x6e6f6465u
 #define MAGIC_KERNEL 0x6b65726e6c73696dull
 
 struct device;
@@ -173,7 +175,11 @@ struct module {
 
 enum { NODE_KERNEL = 1, NODE_COPY, NODE_MEMSET };
 
+/* A graph node: its handle (CUgraphNode) is its address, stable for the life of
+ * its graph; `id` is what cuptiGetGraphNodeId returns and GPU records carry. */
 struct node {
+    uint32_t magic;
+    uint64_t id;
     int kind;
     struct kernel *k;
     uint32_t grid[3], block[3], shared;
@@ -187,15 +193,16 @@ struct node {
 
 struct graph {
     uint32_t magic, id;
-    struct node *nodes;
+    struct node **nodes;
     size_t n, cap;
 };
 
+/* An instantiated graph holds its own copy of the graph, with the exec's id: the
+ * graph that GPU records of its launches name (graph and exec ids share one
+ * counter, so they never collide). */
 struct graph_exec {
     uint32_t magic, id;
-    struct node *nodes;
-    uint64_t *node_ids;
-    size_t n;
+    struct graph graph;
 };
 
 static struct device g_dev[GPUSIM_DEVICES];
@@ -741,17 +748,70 @@ GPUSIM_EXPORT const char *gpusim_function_name(CUfunction f) {
 
 /* ------------------------------------------------------------------ graphs */
 
-static int graph_add(struct graph *g, const struct node *n) {
+static int node_type(const struct node *n) {
+    return n->kind == NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL
+           : n->kind == NODE_COPY ? CU_GRAPH_NODE_TYPE_MEMCPY
+                                  : CU_GRAPH_NODE_TYPE_MEMSET;
+}
+
+/* Tells the tool that a node was made (GRAPHNODE_CREATED) or copied from
+ * `original` into an instantiated graph (GRAPHNODE_CLONED), on the calling thread,
+ * from inside the call that made it, as CUPTI does. */
+static void report_graph_node(uint32_t cbid, struct graph *g, struct node *n,
+                              struct graph *original_graph, struct node *original,
+                              struct graph_exec *x) {
+    const struct gpusim_tool *t = atomic_load_explicit(&g_tool, memory_order_acquire);
+    if (!t || !t->graph_node)
+        return;
+    struct gpusim_graph_event e = {
+        .context = tls_ctx,
+        .graph = g,
+        .original_graph = original_graph,
+        .node = n,
+        .original_node = original,
+        .node_type = node_type(n),
+        .graph_exec = x,
+    };
+    t->graph_node(cbid, &e);
+}
+
+/* Appends a new node, a copy of `n` with the next node id, to `g`. */
+static struct node *graph_add(struct graph *g, const struct node *n) {
     if (g->n == g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 16;
-        struct node *p = realloc(g->nodes, cap * sizeof *p);
+        struct node **p = realloc(g->nodes, cap * sizeof *p);
         if (!p)
-            return -1;
+            return NULL;
         g->nodes = p;
         g->cap = cap;
     }
-    g->nodes[g->n++] = *n;
-    return 0;
+    struct node *copy = malloc(sizeof *copy);
+    if (!copy)
+        return NULL;
+    *copy = *n;
+    copy->magic = MAGIC_NODE;
+    copy->id = atomic_fetch_add(&g_next_node, 1);
+    g->nodes[g->n++] = copy;
+    return copy;
+}
+
+/* Stream capture: the work becomes a node of the capturing stream's graph. */
+static CUresult capture(struct stream *s, const struct node *n) {
+    struct node *made = graph_add(s->capture, n);
+    if (!made)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, s->capture, made, NULL, NULL, NULL);
+    return CUDA_SUCCESS;
+}
+
+static void graph_free_nodes(struct graph *g) {
+    for (size_t i = 0; i < g->n; i++) {
+        g->nodes[i]->magic = 0;
+        free(g->nodes[i]);
+    }
+    free(g->nodes);
+    g->nodes = NULL;
+    g->n = g->cap = 0;
 }
 
 /* ------------------------------------------------------------------ work */
@@ -881,7 +941,7 @@ static CUresult launch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
     memcpy(n.grid, grid, sizeof n.grid);
     memcpy(n.block, block, sizeof n.block);
     if (s->capture)
-        return graph_add(s->capture, &n) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+        return capture(s, &n);
     run_kernel(s, &n, call, 0, 0);
     return CUDA_SUCCESS;
 }
@@ -911,7 +971,7 @@ static CUresult copy(void *dst, const void *src, size_t bytes, CUstream hs, int 
     else
         n.copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
     if (s->capture)
-        return graph_add(s->capture, &n) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+        return capture(s, &n);
     uint64_t end = run_copy(s, &n, call, 0, 0, async);
     /* Synchronous copies return when done; so do async copies to pageable host
      * memory, as CUDA documents. */
@@ -933,7 +993,7 @@ static CUresult memset_(CUdeviceptr dst, uint32_t value, unsigned elem, size_t c
     struct node n = {.kind = NODE_MEMSET, .dst = (void *)dst, .bytes = count * elem,
                      .value = value, .elem = elem};
     if (s->capture)
-        return graph_add(s->capture, &n) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+        return capture(s, &n);
     uint64_t end = run_memset(s, &n, call, 0, 0, async);
     if (!async)
         sleep_until(end);
@@ -2110,6 +2170,9 @@ DRV(cuStreamIsCapturing, (CUstream hs, CUstreamCaptureStatus *st), (hs, st)) {
     RETURN(CUDA_SUCCESS);
 }
 
+/* Copies every node of `hg` into a new instantiated graph: for each, the copy is
+ * reported made (GRAPHNODE_CREATED), then copied from its original
+ * (GRAPHNODE_CLONED), as CUPTI reports instantiation. */
 static CUresult instantiate(CUgraphExec *pe, CUgraph hg) {
     struct graph *g = (struct graph *)hg;
     if (!pe)
@@ -2121,18 +2184,18 @@ static CUresult instantiate(CUgraphExec *pe, CUgraph hg) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     x->magic = MAGIC_EXEC;
     x->id = atomic_fetch_add(&g_next_graph, 1);
-    x->n = g->n;
-    x->nodes = malloc((g->n ? g->n : 1) * sizeof *x->nodes);
-    x->node_ids = malloc((g->n ? g->n : 1) * sizeof *x->node_ids);
-    if (!x->nodes || !x->node_ids) {
-        free(x->nodes);
-        free(x->node_ids);
-        free(x);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    x->graph.magic = MAGIC_GRAPH;
+    x->graph.id = x->id;
+    for (size_t i = 0; i < g->n; i++) {
+        struct node *copy = graph_add(&x->graph, g->nodes[i]);
+        if (!copy) {
+            graph_free_nodes(&x->graph);
+            free(x);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, &x->graph, copy, NULL, NULL, NULL);
+        report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, &x->graph, copy, g, g->nodes[i], x);
     }
-    memcpy(x->nodes, g->nodes, g->n * sizeof *x->nodes);
-    for (size_t i = 0; i < g->n; i++)
-        x->node_ids[i] = atomic_fetch_add(&g_next_node, 1);
     *pe = (CUgraphExec)x;
     return CUDA_SUCCESS;
 }
@@ -2152,14 +2215,14 @@ DRV(cuGraphLaunch, (CUgraphExec he, CUstream hs), (he, hs)) {
     struct stream *s = resolve_stream(hs);
     if (!s)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
-    for (size_t i = 0; i < x->n; i++) {
-        const struct node *n = &x->nodes[i];
+    for (size_t i = 0; i < x->graph.n; i++) {
+        const struct node *n = x->graph.nodes[i];
         if (n->kind == NODE_KERNEL)
-            run_kernel(s, n, &call_, x->id, x->node_ids[i]);
+            run_kernel(s, n, &call_, x->id, n->id);
         else if (n->kind == NODE_COPY)
-            run_copy(s, n, &call_, x->id, x->node_ids[i], 1);
+            run_copy(s, n, &call_, x->id, n->id, 1);
         else
-            run_memset(s, n, &call_, x->id, x->node_ids[i], 1);
+            run_memset(s, n, &call_, x->id, n->id, 1);
     }
     RETURN(CUDA_SUCCESS);
 }
@@ -2176,8 +2239,8 @@ DRV(cuGraphExecDestroy, (CUgraphExec he), (he)) {
     if (!x || x->magic != MAGIC_EXEC)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
     x->magic = 0;
-    free(x->nodes);
-    free(x->node_ids);
+    x->graph.magic = 0;
+    graph_free_nodes(&x->graph);
     free(x);
     RETURN(CUDA_SUCCESS);
 }
@@ -2188,7 +2251,7 @@ DRV(cuGraphDestroy, (CUgraph hg), (hg)) {
     if (!g || g->magic != MAGIC_GRAPH)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
     g->magic = 0;
-    free(g->nodes);
+    graph_free_nodes(g);
     free(g);
     RETURN(CUDA_SUCCESS);
 }
@@ -2268,6 +2331,30 @@ GPUSIM_EXPORT int gpusim_stream_id(void *ctx, void *h, uint32_t *id) {
     if (!s)
         return -1;
     *id = s->id;
+    return 0;
+}
+
+GPUSIM_EXPORT int gpusim_graph_node_id(void *h, uint64_t *id) {
+    struct node *n = h;
+    if (!n || n->magic != MAGIC_NODE)
+        return -1;
+    *id = n->id;
+    return 0;
+}
+
+GPUSIM_EXPORT int gpusim_graph_id(void *h, uint32_t *id) {
+    struct graph *g = h;
+    if (!g || g->magic != MAGIC_GRAPH)
+        return -1;
+    *id = g->id;
+    return 0;
+}
+
+GPUSIM_EXPORT int gpusim_graph_exec_id(void *h, uint32_t *id) {
+    struct graph_exec *x = h;
+    if (!x || x->magic != MAGIC_EXEC)
+        return -1;
+    *id = x->id;
     return 0;
 }
 

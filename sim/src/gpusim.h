@@ -96,6 +96,19 @@ struct gpusim_device_info {
     unsigned char uuid[16];
 };
 
+/* A graph node made (CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) or copied into an
+ * instantiated graph (CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED): the fields of
+ * CUPTI's CUpti_GraphData that the driver fills. */
+struct gpusim_graph_event {
+    void *context;
+    void *graph;          /* CUgraph holding `node` */
+    void *original_graph; /* clones: the graph `node` was copied from */
+    void *node;           /* CUgraphNode */
+    void *original_node;  /* clones: the node it was copied from */
+    int node_type;        /* CUgraphNodeType */
+    void *graph_exec;     /* clones: the CUgraphExec being made */
+};
+
 /* What libcupti gives the driver. Every hook is called on the thread that made
  * the CUDA call, with no driver lock held. */
 struct gpusim_tool {
@@ -106,6 +119,8 @@ struct gpusim_tool {
     /* CUPTI_CBID_RESOURCE_*: contexts and streams created or being destroyed. */
     void (*resource)(uint32_t cbid, void *context, uint32_t context_id, uint32_t device,
                      void *stream, uint32_t stream_id);
+    /* CUPTI_CBID_RESOURCE_GRAPHNODE_*, inside the call that makes the node. */
+    void (*graph_node)(uint32_t cbid, const struct gpusim_graph_event *event);
 };
 
 /* Exported by libcuda. */
@@ -119,6 +134,11 @@ GPUSIM_EXPORT int gpusim_contexts(uint32_t *ids, uint32_t *devices, uint16_t *nu
 
 GPUSIM_EXPORT int gpusim_context_info(void *context, uint32_t *id, uint32_t *device);
 GPUSIM_EXPORT int gpusim_stream_id(void *context, void *stream, uint32_t *id);
+/* For cuptiGetGraphNodeId, cuptiGetGraphId and cuptiGetGraphExecId: 0, or -1 for
+ * a handle that is not a live node, graph or instantiated graph. */
+GPUSIM_EXPORT int gpusim_graph_node_id(void *node, uint64_t *id);
+GPUSIM_EXPORT int gpusim_graph_id(void *graph, uint32_t *id);
+GPUSIM_EXPORT int gpusim_graph_exec_id(void *graph_exec, uint32_t *id);
 
 /* Runtime-side bookkeeping of API calls (libcudart calls these around each
  * runtime function; driver functions do it themselves). */

@@ -7,6 +7,8 @@
  *   flush          cuptiActivityFlushAll's flag semantics and the worker thread
  *   subscribers    one subscriber at a time
  *   dropped        records without buffer space are counted
+ *   graph          graph node callbacks of stream capture and instantiation, and the
+ *                  graph and node ids of the launched graph's records
  * Prints one result per line; the Rust test compares them. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -152,6 +154,8 @@ static int records(const char *real) {
     CHECK(cudaMemsetAsync(d0, 1, 4096, s));
     CHECK(cudaMemcpyPeer(d1, 1, d0, 0, 4096));
     CHECK(cudaStreamSynchronize(s));
+    CUdevice dev; /* a driver call of the program's own */
+    CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     int sim_counts[64], real_counts[64];
     int a = walk(cuptiActivityGetNextRecord, 0, sim_counts), b = walk(real_next, 0, real_counts);
@@ -292,6 +296,117 @@ static int dropped(void) {
     return 0;
 }
 
+/* Node ids as letters, in order of first sight, so that the output does not
+ * depend on the ids' absolute values. */
+static uint64_t g_node_ids[32];
+static int g_nnodes;
+
+static char node_letter(uint64_t id) {
+    for (int i = 0; i < g_nnodes; i++)
+        if (g_node_ids[i] == id)
+            return (char)('A' + i);
+    if (g_nnodes == 32)
+        return '?';
+    g_node_ids[g_nnodes] = id;
+    return (char)('A' + g_nnodes++);
+}
+
+static __thread const char *tls_runtime_call;
+static struct {
+    int cloned, type, has_context;
+    uint64_t node, original;
+    uint32_t graph, original_graph, exec;
+    const char *call;
+} g_graph_events[32];
+static int g_ngraph_events;
+
+static void CUPTIAPI on_graph_callback(void *ud, CUpti_CallbackDomain d, CUpti_CallbackId id,
+                                       const void *data) {
+    if (d == CUPTI_CB_DOMAIN_RUNTIME_API) {
+        const CUpti_CallbackData *c = data;
+        tls_runtime_call = c->callbackSite == CUPTI_API_ENTER ? c->functionName : NULL;
+        return;
+    }
+    if (d != CUPTI_CB_DOMAIN_RESOURCE || g_ngraph_events == 32)
+        return;
+    const CUpti_ResourceData *r = data;
+    const CUpti_GraphData *g = r->resourceDescriptor;
+    __typeof__(g_graph_events[0]) *e = &g_graph_events[g_ngraph_events++];
+    e->cloned = id == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED;
+    e->type = (int)g->nodeType;
+    e->has_context = r->context != NULL;
+    e->call = tls_runtime_call ? tls_runtime_call : "-";
+    CHECK(cuptiGetGraphNodeId(g->node, &e->node));
+    CHECK(cuptiGetGraphId(g->graph, &e->graph));
+    if (e->cloned) {
+        CHECK(cuptiGetGraphNodeId(g->originalNode, &e->original));
+        CHECK(cuptiGetGraphId(g->originalGraph, &e->original_graph));
+        CHECK(cuptiGetGraphExecId(g->graphExec, &e->exec));
+    }
+}
+
+static int graph(void) {
+    CUpti_SubscriberHandle sub;
+    CHECK(cuptiActivityRegisterCallbacks(requested, completed));
+    CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+    register_kernels();
+    void *d;
+    CHECK(cudaMalloc(&d, 4096));
+    CHECK(cuptiSubscribe(&sub, on_graph_callback, NULL));
+    CHECK(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
+    CHECK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED));
+    CHECK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    launch((const void *)host_stub, 1, 32, s);
+    CHECK(cudaMemsetAsync(d, 0, 4096, s));
+    launch((const void *)host_stub, 2, 32, s);
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    uint32_t gid = 0, xid = 0;
+    CHECK(cuptiGetGraphId(g, &gid));
+    CHECK(cuptiGetGraphExecId(x, &xid));
+    for (int i = 0; i < 2; i++)
+        CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    /* Graphs by what they are: the captured one, or the instantiated one. */
+#define GRAPH_NAME(id) ((id) == gid ? "captured" : (id) == xid ? "exec" : "?")
+    for (int i = 0; i < g_ngraph_events; i++) {
+        __typeof__(g_graph_events[0]) *e = &g_graph_events[i];
+        if (e->cloned)
+            printf("cloned %c from %c type %d graph %s from %s exec %s in %s\n", node_letter(e->node),
+                   node_letter(e->original), e->type, GRAPH_NAME(e->graph), GRAPH_NAME(e->original_graph),
+                   GRAPH_NAME(e->exec), e->call);
+        else
+            printf("created %c type %d graph %s context %s in %s\n", node_letter(e->node), e->type,
+                   GRAPH_NAME(e->graph), e->has_context ? "set" : "NULL", e->call);
+    }
+    for (int i = 0; i < g_nbufs; i++) {
+        CUpti_Activity *r = NULL;
+        while (cuptiActivityGetNextRecord(g_bufs[i].buf, g_bufs[i].valid, &r) == CUPTI_SUCCESS) {
+            if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+                CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)r;
+                printf("kernel grid %d node %c graph %s\n", k->gridX, node_letter(k->graphNodeId),
+                       GRAPH_NAME(k->graphId));
+            } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+                CUpti_ActivityMemset4 *m = (CUpti_ActivityMemset4 *)r;
+                printf("memset node %c graph %s\n", node_letter(m->graphNodeId), GRAPH_NAME(m->graphId));
+            }
+        }
+    }
+    uint64_t none = 0;
+    printf("node id of NULL: %d\n", (int)cuptiGetGraphNodeId(NULL, &none));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cuptiUnsubscribe(sub));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     g_main = pthread_self();
     if (argc < 2)
@@ -309,5 +424,7 @@ int main(int argc, char **argv) {
         return subscribers();
     if (!strcmp(s, "dropped"))
         return dropped();
+    if (!strcmp(s, "graph"))
+        return graph();
     return 2;
 }

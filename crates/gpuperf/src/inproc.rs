@@ -62,7 +62,9 @@ pub fn collect(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Option<Laun
 
 /// Writes `trace` in gpuperf's CPU trace format (one line per launch with its
 /// stack and correlation id). The CPU column is 0: the injection library does not
-/// record it.
+/// record it. A stack that stops before a root frame (code without unwind info,
+/// the depth cap) is written behind `[truncated]`, as the format requires, so
+/// that readers of the file count it truncated too.
 pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
     let f = File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
     let mut w = cpu::Writer::new(BufWriter::new(f))?;
@@ -82,7 +84,8 @@ pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
         } else {
             Some(text.split(';'))
         };
-        w.launch(&line, frames.into_iter().flatten())?;
+        let mark = (frames.is_some() && !stacks::is_complete(text)).then_some(cpu::TRUNCATED_FRAME);
+        w.launch(&line, mark.into_iter().chain(frames.into_iter().flatten()))?;
     }
     w.into_inner()
         .flush()

@@ -481,11 +481,12 @@ fn sim_cupti_records__nvidias_parser_reads_every_simulated_record() {
         return;
     };
     // 3 kernels, 1 copy, 1 memset, 1 peer copy, 1 sync; a device and a context
-    // record per device; the runtime calls and their nested driver calls.
-    let want = "records sim 33 real 33\n\
+    // record per device; the runtime calls, and the program's one driver call
+    // (the driver calls the runtime makes have no record, as in real CUPTI logs).
+    let want = "records sim 24 real 24\n\
                 kind 1 sim 1 real 1\n\
                 kind 2 sim 1 real 1\n\
-                kind 4 sim 10 real 10\n\
+                kind 4 sim 1 real 1\n\
                 kind 5 sim 12 real 12\n\
                 kind 8 sim 2 real 2\n\
                 kind 9 sim 2 real 2\n\
@@ -549,4 +550,193 @@ fn sim_cupti_dropped__records_without_a_buffer_are_counted_once() {
         return;
     };
     assert_eq!(out, "dropped 7 then 0\n");
+}
+
+#[test]
+fn sim_cupti_graph_nodes__created_in_the_capturing_call_cloned_at_instantiation() {
+    let Some(out) = client("graph", false) else {
+        return;
+    };
+    // Node ids as letters in order of first sight; types 0 kernel, 2 memset.
+    assert_eq!(
+        out,
+        "created A type 0 graph captured context set in cudaLaunchKernel\n\
+         created B type 2 graph captured context set in cudaMemsetAsync\n\
+         created C type 0 graph captured context set in cudaLaunchKernel\n\
+         created D type 0 graph exec context set in cudaGraphInstantiate\n\
+         cloned D from A type 0 graph exec from captured exec exec in cudaGraphInstantiate\n\
+         created E type 2 graph exec context set in cudaGraphInstantiate\n\
+         cloned E from B type 2 graph exec from captured exec exec in cudaGraphInstantiate\n\
+         created F type 0 graph exec context set in cudaGraphInstantiate\n\
+         cloned F from C type 0 graph exec from captured exec exec in cudaGraphInstantiate\n\
+         kernel grid 1 node D graph exec\n\
+         memset node E graph exec\n\
+         kernel grid 2 node F graph exec\n\
+         kernel grid 1 node D graph exec\n\
+         memset node E graph exec\n\
+         kernel grid 2 node F graph exec\n\
+         node id of NULL: 1\n"
+    );
+}
+
+// ------------------------------------------------------------------ stacks taken in the program
+
+/// `gpuperf record` of `program args` on the simulation with the stacks the
+/// injection library takes in the program (no eBPF, no root), keeping the raw
+/// traces, the CPU trace and the timeline.
+fn record_in_process(cuda: &Path, name: &str, program: &Path, args: &[&str]) -> (Output, PathBuf) {
+    let dir = work_dir(name);
+    let o = gpuperf(&dir)
+        .args([
+            "record",
+            "--stacks",
+            "inject",
+            "--raw-dir",
+            "raw",
+            "-p",
+            "cpu.txt",
+            "-c",
+            "timeline.json",
+            "-m",
+            "merged.folded",
+            "--cupti",
+        ])
+        .arg(sim(cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    Recording::open(&dir.join("raw")).check_invariants();
+    (o, dir)
+}
+
+/// The GPU work of `timeline.json` counted by (name, CPU stack), each part of a
+/// stack that starts at `_start` cut to start at `main`: a graph kernel's stack
+/// reads `main;…;cudaGraphLaunch;[graph node captured at];main;…`.
+fn timeline_work(dir: &Path) -> BTreeMap<(String, String), usize> {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("timeline.json")).unwrap()).unwrap();
+    let from_main = |part: &str| match part.find(";main;") {
+        Some(i) if part.starts_with("_start;") => part[i + 1..].to_owned(),
+        _ => part.to_owned(),
+    };
+    let mut m = BTreeMap::new();
+    for e in json["traceEvents"].as_array().unwrap() {
+        let cat = e["cat"].as_str().unwrap_or("");
+        if e["ph"] != "X" || !["kernel", "memcpy", "memset"].contains(&cat) {
+            continue;
+        }
+        let stack = e["args"]["stack"].as_str().unwrap_or("(none)");
+        let stack: Vec<String> = stack
+            .split(";[graph node captured at];")
+            .map(from_main)
+            .collect();
+        let key = (
+            e["name"].as_str().unwrap().to_owned(),
+            stack.join(";[graph node captured at];"),
+        );
+        *m.entry(key).or_default() += 1;
+    }
+    m
+}
+
+#[test]
+fn sim_graph_in_process__each_replayed_kernel_charged_to_the_launch_then_the_capturing_call() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let (o, dir) = record_in_process(&cuda, "graph-in-process", &app, &["graph", "10"]);
+    assert_matched(&o, 30);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("30 kernels came from CUDA graph launches"),
+        "{err}"
+    );
+    // Every stack, the captured ones included, is complete.
+    assert!(
+        err.contains("taken in the program: 13 API calls with in-process stacks ("),
+        "{err}"
+    );
+    assert!(
+        err.contains(" distinct), 13 complete, 0 truncated\n"),
+        "{err}"
+    );
+    let launch = "main;run_graph(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
+    let captured = |k: &str| {
+        format!(
+            "{launch};[graph node captured at];main;run_graph(int);\
+             __device_stub__{}(float*, int);cudaLaunchKernel",
+            &k[1..]
+        )
+    };
+    assert_eq!(
+        timeline_work(&dir),
+        expect(&[
+            ("k_bias(float*, int)", &captured(BIAS), 10),
+            ("k_scale(float*, int)", &captured(SCALE), 10),
+            ("k_square(float*, int)", &captured(SQUARE), 10),
+        ])
+    );
+    // The folded stacks and the flamegraph say the same.
+    let folded = std::fs::read_to_string(dir.join("merged.folded")).unwrap();
+    let graph_lines: Vec<&str> = folded
+        .lines()
+        .filter(|l| l.contains("[GPU_Kernel]"))
+        .collect();
+    assert_eq!(graph_lines.len(), 3, "{folded}");
+    for l in graph_lines {
+        assert!(
+            l.contains(";cudaGraphLaunch;[graph node captured at];_start;"),
+            "{l}"
+        );
+    }
+}
+
+#[test]
+fn sim_jit_code__stack_ends_in_an_unknown_frame_and_is_counted_truncated() {
+    let Some(cuda) = cuda13() else { return };
+    let app = common::sim_c_program(&cuda, "jit_app", &["cudart", "cuda"]);
+    let (o, dir) = record_in_process(&cuda, "jit", &app, &["20"]);
+    assert_matched(&o, 40);
+    assert_eq!(text(&o.stdout), "launched 40\n", "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(
+            "taken in the program: 40 API calls with in-process stacks (2 distinct), \
+             20 complete, 20 truncated (20 code without unwind info (JIT))"
+        ),
+        "{err}"
+    );
+    // The unwinder stops at the JIT code's return address: the stack begins there.
+    assert_eq!(
+        timeline_work(&dir),
+        expect(&[
+            (
+                "jitted()",
+                "[unknown];launch_from_jit;launch;cudaLaunchKernel",
+                20
+            ),
+            (
+                "direct()",
+                "main;run_jit;launch_direct;launch;cudaLaunchKernel",
+                20
+            ),
+        ])
+    );
+    // The CPU trace marks the stack truncated, and its reader counts it so.
+    let cpu = gpuperf_merge::cpu::CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    assert_eq!(cpu.launches.len(), 40);
+    assert_eq!(cpu.truncated, 20);
+    let jitted: BTreeSet<&str> = cpu
+        .launches
+        .iter()
+        .map(|l| cpu.stacks.text(l.stack))
+        .filter(|s| !s.starts_with("_start;"))
+        .collect();
+    assert_eq!(
+        jitted,
+        BTreeSet::from(["[truncated];[unknown];launch_from_jit;launch;cudaLaunchKernel"])
+    );
 }

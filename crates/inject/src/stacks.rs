@@ -32,7 +32,8 @@
 //! # CUDA graphs
 //! CUPTI reports each graph node as it is made (`GRAPHNODE_CREATED`, on the
 //! thread that makes it) and each copy made when a graph is instantiated
-//! (`GRAPHNODE_CLONED`). A node made inside a recorded launch (stream capture)
+//! (`GRAPHNODE_CLONED`, and `GRAPHNODE_CREATED` too: a copy keeps its
+//! original's origin whichever comes first). A node made inside a recorded launch (stream capture)
 //! gets that launch's stack; one made by another call (`cudaGraphAddKernelNode`)
 //! gets a stack taken there. A `GRAPH_NODE` record ties the node id that GPU
 //! records carry to that stack.
@@ -327,12 +328,27 @@ impl Stacks {
         };
         let Some(node) = id_of(node) else { return };
         if cbid == GRAPHNODE_CLONED {
-            let Some(orig) = id_of(original) else { return };
-            let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(&(stack, api)) = t.nodes.get(&orig) {
-                t.nodes.insert(node, (stack, api));
-                t.pending_nodes.push((node, stack, api));
+            if let Some(orig) = id_of(original) {
+                self.node_cloned(node, orig);
             }
+        } else {
+            self.node_created(node, open);
+        }
+    }
+
+    /// Graph node `node` was made: inside a recorded call (`open`: its stack,
+    /// domain, cbid), it gets that call's stack; otherwise a stack taken here.
+    /// Instantiation reports each copy it makes as made and as cloned, in an
+    /// order CUPTI does not document: a node already known as a clone keeps its
+    /// original's origin.
+    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>) {
+        if self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .nodes
+            .contains_key(&node)
+        {
             return;
         }
         let (stack, api) = match open.filter(|o| o.0 != 0) {
@@ -342,6 +358,16 @@ impl Stacks {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         t.nodes.insert(node, (stack, api));
         t.pending_nodes.push((node, stack, api));
+    }
+
+    /// Graph node `node` was copied from `original` (graph instantiation or
+    /// cloning): it has the original's origin, when that is known.
+    fn node_cloned(&self, node: u64, original: u64) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(stack, api)) = t.nodes.get(&original) {
+            t.nodes.insert(node, (stack, api));
+            t.pending_nodes.push((node, stack, api));
+        }
     }
 
     /// The records to write since the last call: modules, stacks, graph nodes,
@@ -581,6 +607,43 @@ mod tests {
         assert_eq!(enabled(v("1")), (true, None));
         let (on, warn) = enabled(v("maybe"));
         assert!(on && warn.unwrap().contains("GPUPERF_STACKS=maybe"));
+    }
+
+    /// The GRAPH_NODE records `take_records` writes: (node, stack, API name).
+    fn graph_nodes(s: &Stacks) -> Vec<(u64, u32, Option<String>)> {
+        let mut strings = StringTable::new();
+        let recs = s.take_records(7, &mut strings, &|d, c| Some(format!("api {d}/{c}")));
+        recs.iter()
+            .filter_map(|r| match r {
+                Record::GraphNode(g) => {
+                    Some((g.node_id, g.stack, g.api.map(|a| strings.get(a).to_owned())))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_graph_node_clone_keeps_its_originals_stack_whichever_callback_comes_first() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        let api = Some("api 2/211".to_owned());
+        // Captured inside a recorded launch whose stack is 5.
+        s.node_created(101, Some((5, 2, 211)));
+        // Instantiation: made then cloned, and cloned then made.
+        s.node_created(201, None);
+        s.node_cloned(201, 101);
+        s.node_cloned(301, 101);
+        s.node_created(301, None);
+        // A clone of a node whose origin is unknown stays unknown.
+        s.node_cloned(401, 999);
+        let recs = graph_nodes(&s);
+        // The last record of a node is the one readers keep.
+        let last = |n: u64| recs.iter().rev().find(|r| r.0 == n).cloned();
+        assert_eq!(last(101), Some((101, 5, api.clone())));
+        assert_eq!(last(201), Some((201, 5, api.clone())));
+        assert_eq!(last(301), Some((301, 5, api)));
+        assert_eq!(last(401), None);
+        assert_eq!(recs.iter().filter(|r| r.0 == 301).count(), 1, "{recs:?}");
     }
 
     #[test]
