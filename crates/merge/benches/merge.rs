@@ -6,12 +6,14 @@
 //! distinct stacks, and a GPU trace with N API records and N kernel records. Each
 //! run is a fresh child process (pinned to one core with `taskset` when present)
 //! that reads both files, joins them and writes the folded output to /dev/null; it
-//! reports its time and its peak RSS (VmHWM). The median run is printed.
+//! reports its time and its peak RSS (VmHWM). The median run is printed. The
+//! generated files are kept under cargo's target directory
+//! (`target/tmp/gpuperf-merge-bench-N/`) for later runs; `cargo clean` removes
+//! them.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::BufWriter;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Instant;
 
 use gpuperf_merge::cpu::{self, CpuTrace};
@@ -22,6 +24,7 @@ use gpuperf_merge::join;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
 };
+use gpuperf_test_support::bench::{arg, cached_input, peak_rss_kib, pinned};
 
 const CHILD_ENV: &str = "GPUPERF_MERGE_BENCH_CHILD";
 
@@ -30,20 +33,15 @@ fn main() {
         child(Path::new(&dir));
         return;
     }
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: u64| -> u64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let launches = arg("--launches", 10_000_000);
-    let runs = arg("--runs", 5);
-    let dir = std::env::temp_dir().join(format!("gpuperf-merge-bench-{launches}"));
-    if !dir.join("done").exists() {
-        let t = Instant::now();
-        generate(&dir, launches).expect("generate trace");
+    let launches: u64 = arg("--launches", 10_000_000);
+    let runs: u64 = arg("--runs", 5);
+    let t = Instant::now();
+    let (dir, made) = cached_input(
+        env!("CARGO_TARGET_TMPDIR"),
+        &format!("gpuperf-merge-bench-{launches}"),
+        |dir| generate(dir, launches),
+    );
+    if made {
         eprintln!(
             "generated {launches} launches in {:.1} s under {}",
             t.elapsed().as_secs_f64(),
@@ -53,14 +51,10 @@ fn main() {
     let exe = std::env::current_exe().expect("current exe");
     let mut results: Vec<(f64, u64)> = Vec::new();
     for _ in 0..runs {
-        let mut cmd = if Path::new("/usr/bin/taskset").exists() {
-            let mut c = Command::new("/usr/bin/taskset");
-            c.args(["-c", "0"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let out = cmd.env(CHILD_ENV, &dir).output().expect("run child");
+        let out = pinned(&exe)
+            .env(CHILD_ENV, &dir)
+            .output()
+            .expect("run child");
         assert!(
             out.status.success(),
             "child failed: {}",
@@ -107,17 +101,12 @@ fn child(dir: &Path) {
         .expect("write");
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0);
+    let hwm = peak_rss_kib();
     println!("{secs} {hwm}");
 }
 
-fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
-    fs::create_dir_all(dir)?;
+/// Writes `cpu.txt` and `gpu.trace` of `launches` launches into `dir`.
+fn generate(dir: &Path, launches: u64) -> std::io::Result<()> {
     let pid = 4242;
     let mut strings = StringTable::new();
     let api = strings.intern("cudaLaunchKernel");
@@ -199,6 +188,5 @@ fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
     }
     cpu_w.flush()?;
     gpu_w.flush()?;
-    File::create(dir.join("done"))?;
     Ok(())
 }

@@ -59,7 +59,10 @@ impl Gcc {
         }
         let mut cmd = Command::new("gcc");
         cmd.arg("-o").arg(&self.out).args(&self.args);
-        run_ok(&mut cmd, &format!("gcc -o {} {:?}", self.out.display(), self.args));
+        run_ok(
+            &mut cmd,
+            &format!("gcc -o {} {:?}", self.out.display(), self.args),
+        );
         self.out
     }
 

@@ -41,5 +41,9 @@ pub fn repo() -> PathBuf {
 
 /// `tests/data/<name>` of the crate `krate` (its directory under `crates/`).
 pub fn test_data(krate: &str, name: &str) -> PathBuf {
-    repo().join("crates").join(krate).join("tests/data").join(name)
+    repo()
+        .join("crates")
+        .join(krate)
+        .join("tests/data")
+        .join(name)
 }

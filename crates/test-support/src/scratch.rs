@@ -53,10 +53,10 @@ fn remove_stale(tmp: &Path) {
     };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(rest) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(PREFIX).or_else(|| n.strip_prefix(OLD_PREFIX)))
-        else {
+        let Some(rest) = name.to_str().and_then(|n| {
+            n.strip_prefix(PREFIX)
+                .or_else(|| n.strip_prefix(OLD_PREFIX))
+        }) else {
             continue;
         };
         let pid = rest.split('-').next().unwrap_or("");
