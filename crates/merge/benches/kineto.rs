@@ -18,12 +18,14 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::time::Instant;
 
-use gpuperf_merge::folded::Folder;
 use gpuperf_merge::input::GpuInputs;
-use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
-use gpuperf_test_support::bench::{arg, cached_input, cpu_secs, median, peak_rss_kib, pinned};
+use gpuperf_test_support::bench::{
+    arg, cached_input, child_figures, cpu_secs, median, peak_rss_kib,
+};
 use serde_json::Value;
+
+mod common;
 
 const CHILD_ENV: &str = "GPUPERF_KINETO_BENCH_CHILD";
 /// The scaled trace's file name in its directory.
@@ -59,28 +61,18 @@ fn main() {
     let exe = std::env::current_exe().expect("current exe");
     let mut results: Vec<Run> = Vec::new();
     for _ in 0..runs {
-        let out = pinned(&exe)
-            .env(CHILD_ENV, &file)
-            .output()
-            .expect("run child");
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let f = child_figures(&exe, CHILD_ENV, file.as_os_str());
+        assert_eq!(
+            f.len(),
+            5,
+            "seconds, peak kB, kernels, CPU and read CPU seconds"
         );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut it = text.split_whitespace();
-        let mut next = |what: &str| -> f64 {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("child printed no {what}"))
-        };
         let r = Run {
-            wall: next("seconds"),
-            peak_kb: next("peak kB") as u64,
-            kernels: next("kernels") as u64,
-            cpu: next("CPU seconds"),
-            read_cpu: next("read CPU seconds"),
+            wall: f[0],
+            peak_kb: f[1] as u64,
+            kernels: f[2] as u64,
+            cpu: f[3],
+            read_cpu: f[4],
         };
         eprintln!(
             "  run: {:.3} s wall, {:.3} s on the CPU ({:.3} s reading, {:.3} s joining and folding), peak RSS {:.0} MiB",
@@ -122,24 +114,10 @@ fn child(file: &Path) {
     let mut strings = StringTable::new();
     let gpu = GpuInputs::open(&[file.to_path_buf()], &mut strings).expect("Kineto trace");
     let read_cpu = cpu_secs();
-    let mut folder = Folder::new();
-    let summary = join::merge(
-        None,
-        &gpu,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut folder],
-    )
-    .expect("merge");
-    folder
-        .write(BufWriter::new(
-            File::create("/dev/null").expect("/dev/null"),
-        ))
-        .expect("write");
+    let kernels = common::join_and_fold(None, &gpu, &mut strings);
     let secs = t.elapsed().as_secs_f64();
-    assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
     let hwm = peak_rss_kib();
-    println!("{secs} {hwm} {} {} {read_cpu}", summary.kernels, cpu_secs());
+    println!("{secs} {hwm} {kernels} {} {read_cpu}", cpu_secs());
 }
 
 /// Repeats the V100 trace's events until `kernels` kernels: copy k shifts every

@@ -17,14 +17,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use gpuperf_merge::cpu::{self, CpuTrace};
-use gpuperf_merge::folded::Folder;
 use gpuperf_merge::gputrace;
 use gpuperf_merge::input::GpuInputs;
-use gpuperf_merge::join;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
 };
-use gpuperf_test_support::bench::{arg, cached_input, peak_rss_kib, pinned};
+use gpuperf_test_support::bench::{arg, cached_input, child_figures, peak_rss_kib};
+
+mod common;
 
 const CHILD_ENV: &str = "GPUPERF_MERGE_BENCH_CHILD";
 
@@ -51,19 +51,9 @@ fn main() {
     let exe = std::env::current_exe().expect("current exe");
     let mut results: Vec<(f64, u64)> = Vec::new();
     for _ in 0..runs {
-        let out = pinned(&exe)
-            .env(CHILD_ENV, &dir)
-            .output()
-            .expect("run child");
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut it = text.split_whitespace();
-        let secs: f64 = it.next().and_then(|v| v.parse().ok()).expect("seconds");
-        let hwm: u64 = it.next().and_then(|v| v.parse().ok()).expect("peak kB");
+        let f = child_figures(&exe, CHILD_ENV, dir.as_os_str());
+        assert_eq!(f.len(), 2, "seconds and peak kB");
+        let (secs, hwm) = (f[0], f[1] as u64);
         eprintln!(
             "  run: {secs:.3} s, peak RSS {:.0} MiB",
             hwm as f64 / 1024.0
@@ -85,22 +75,8 @@ fn child(dir: &Path) {
     let mut strings = StringTable::new();
     let mut cpu = CpuTrace::open(&dir.join("cpu.txt")).expect("cpu trace");
     let gpu = GpuInputs::open(&[dir.join("gpu.trace")], &mut strings).expect("gpu trace");
-    let mut folder = Folder::new();
-    let summary = join::merge(
-        Some(&mut cpu),
-        &gpu,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut folder],
-    )
-    .expect("merge");
-    folder
-        .write(BufWriter::new(
-            File::create("/dev/null").expect("/dev/null"),
-        ))
-        .expect("write");
+    common::join_and_fold(Some(&mut cpu), &gpu, &mut strings);
     let secs = t.elapsed().as_secs_f64();
-    assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
     let hwm = peak_rss_kib();
     println!("{secs} {hwm}");
 }

@@ -1,6 +1,7 @@
 //! What the benchmarks share: their arguments, medians, child runs pinned to
 //! one core, the child's CPU time and peak RSS, and large inputs made once.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,6 +35,28 @@ pub fn pinned(exe: &Path) -> Command {
     } else {
         Command::new(exe)
     }
+}
+
+/// Runs `exe` (pinned, see [`pinned`]) with the variable `var` set to `value`,
+/// which makes it do one measured run as a child; panics when it fails. Returns
+/// the numbers it printed on stdout, separated by white space.
+pub fn child_figures(exe: &Path, var: &str, value: &OsStr) -> Vec<f64> {
+    let out = pinned(exe)
+        .env(var, value)
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run `{}`: {e}", exe.display()));
+    assert!(
+        out.status.success(),
+        "child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("child printed `{v}`, not a number: {text}"))
+        })
+        .collect()
 }
 
 /// This process's peak resident set (VmHWM), in KiB; 0 when unknown.

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use gpuperf_merge::cpu::CpuTrace;
-use gpuperf_profiler::{Options, Profiler, Summary};
+use gpuperf_merge::cpu::{CpuLaunch, CpuTrace};
+use gpuperf_profiler::{Options, ProbeSpec, Profiler, Summary};
 use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::run_ok;
 use gpuperf_test_support::test_data;
@@ -79,6 +79,23 @@ pub fn app_shared(name: &str) -> (PathBuf, PathBuf, PathBuf) {
         .args(["-lfakecudart", "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"])
         .build();
     (dir, exe, lib)
+}
+
+/// Options that probe `cudaLaunchKernel` in `path` (an executable or a
+/// library), as the compatibility mode does.
+pub fn launch_probe(path: &Path) -> Options {
+    Options {
+        uprobes: vec![ProbeSpec {
+            path: path.to_owned(),
+            symbol: "cudaLaunchKernel".into(),
+        }],
+        ..Options::default()
+    }
+}
+
+/// The frames of one launch's stack, outermost first.
+pub fn frames<'a>(run: &'a Run, l: &CpuLaunch) -> Vec<&'a str> {
+    run.trace.stacks.text(l.stack).split(';').collect()
 }
 
 /// What a profiled run produced.
