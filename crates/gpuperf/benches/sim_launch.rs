@@ -17,14 +17,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use gpuperf_test_support::bench::{arg, median};
 
 /// One run of the loop; the program prints "... X ns/launch".
 fn run(mut cmd: Command) -> f64 {
@@ -50,14 +43,9 @@ fn run(mut cmd: Command) -> f64 {
 /// Makes the command of one configuration.
 type Make<'a> = Box<dyn Fn() -> Command + 'a>;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let launches = arg("--launches", 1_000_000);
-    let rounds = arg("--rounds", 5).max(1);
+    let launches: usize = arg("--launches", 1_000_000);
+    let rounds: usize = arg("--rounds", 5).max(1);
     let Some(cuda) = common::cuda13() else { return };
     let Some(nvcc) = common::nvcc(&cuda) else {
         return;

@@ -11,24 +11,26 @@
 
 mod common;
 
-use std::ffi::OsStr;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 
 use common::{
-    NOBODY, as_sudo_from_nobody, bpf_available, cc, cuda13, gpuperf, gpuperf_for_anyone, is_root,
-    nvcc, shared_dir, show, sim, sim_app, text, work_dir,
+    NOBODY, as_sudo_from_nobody, bpf_available, cuda13, gpuperf, gpuperf_as, gpuperf_cupti,
+    is_root, nvcc, shared_dir, show, sim, sim_app, text, work_dir,
 };
 use gpuperf_merge::cpu::CpuTrace;
+use gpuperf_test_support::cc::Gcc;
+use gpuperf_test_support::python::{marker_line, pythons};
 
 /// The launch stack of `sim_app chevron`, from `main`.
 const STACK: &str =
     "main;run_chevron(int);__device_stub__Z7k_scalePfi(float*, int);cudaLaunchKernel";
+
+/// eBPF stacks into `cpu.txt`, the raw traces kept in `raw/`.
+const EBPF_RAW: [&str; 6] = ["--stacks", "ebpf", "-p", "cpu.txt", "--raw-dir", "raw"];
 
 /// The simulated runtime's libcupti and `sim_app` (nvcc), or `None` to skip.
 fn sim_programs() -> Option<(PathBuf, PathBuf)> {
@@ -47,20 +49,7 @@ fn record_sim_app__even_the_first_launch_has_its_stack_from_the_api_entry() {
         return;
     };
     let dir = work_dir("first-launch");
-    let o = gpuperf(&dir)
-        .args([
-            "--stacks",
-            "ebpf",
-            "-p",
-            "cpu.txt",
-            "--raw-dir",
-            "raw",
-            "--cupti",
-        ])
-        .arg(&cupti)
-        .arg("--")
-        .arg(&app)
-        .args(["chevron", "3"])
+    let o = gpuperf_cupti(&dir, &EBPF_RAW, &cupti, &app, &["chevron", "3"])
         .output()
         .unwrap();
     let all = show(&o);
@@ -286,32 +275,12 @@ fn record_sigint_to_gpuperf__target_stops_gracefully_and_outputs_are_written() {
 /// where the unprivileged target user can read it (pip may have installed it
 /// under root's home).
 fn real_cudart_app(cuda: &Path) -> PathBuf {
-    static BUILT: Mutex<()> = Mutex::new(());
-    let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let lib = shared_dir("cudart");
-    let exe = shared_dir("bin").join("real_cudart_app");
-    if exe.is_file() {
-        return exe;
+    let copy = lib.join("libcudart.so.13");
+    if !copy.is_file() {
+        fs::copy(cuda.join("lib/libcudart.so.13"), &copy).unwrap();
     }
-    fs::copy(
-        cuda.join("lib/libcudart.so.13"),
-        lib.join("libcudart.so.13"),
-    )
-    .unwrap();
-    cc(&[
-        "-O1".as_ref(),
-        "-g".as_ref(),
-        "-fno-omit-frame-pointer".as_ref(),
-        "-o".as_ref(),
-        exe.as_os_str(),
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../profiler/tests/data/real_cudart.c")
-            .as_os_str(),
-        format!("-L{}", lib.display()).as_ref(),
-        format!("-Wl,-rpath,{}", lib.display()).as_ref(),
-        "-l:libcudart.so.13".as_ref(),
-    ]);
-    exe
+    gpuperf_test_support::cuda::real_cudart_app(&lib, &shared_dir("bin").join("real_cudart_app"))
 }
 
 #[test]
@@ -408,34 +377,15 @@ fn record_ebpf_stacks_as_a_user_without_bpf__the_fix_named_and_stacks_taken_in_p
     };
     let dir = work_dir("unprivileged");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-    // gpuperf itself runs as the other user: from a copy it can read, as
-    // target/ may sit in a checkout that others cannot enter.
-    let mut cmd = Command::new(gpuperf_for_anyone());
-    cmd.current_dir(&dir)
-        .stdin(Stdio::null())
-        .env_remove("SUDO_UID")
-        .env_remove("CUDA_INJECTION64_PATH")
-        // Its scratch space too: the caller's TMPDIR may be private.
-        .env("TMPDIR", &dir)
+    // gpuperf itself runs as the other user.
+    let o = gpuperf_as(&dir, NOBODY)
         .args(["--stacks", "ebpf", "--cupti"])
         .arg(&cupti)
         .arg("--")
         .arg(&app)
-        .args(["chevron", "10", "4"]);
-    // SAFETY: the closure runs in the child before exec and only calls setgroups,
-    // setgid and setuid.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(NOBODY) != 0
-                || libc::setuid(NOBODY) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let o = cmd.output().unwrap();
+        .args(["chevron", "10", "4"])
+        .output()
+        .unwrap();
     let all = show(&o);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(4), "{all}");
@@ -506,75 +456,33 @@ fn record_cpu_only_without_cudart_or_uprobe__error_says_what_to_add() {
 /// The MOCK libcupti (inject/tests/data/mock_cupti.c), built once, where every
 /// user can read it.
 fn mock_cupti(cuda: &Path) -> PathBuf {
-    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = &*built {
-        return p.clone();
-    }
     let out = shared_dir("bin").join("libcupti_mock.so");
-    let include = format!("-I{}", cuda.join("include").display());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../inject/tests/data/mock_cupti.c");
-    cc(&[
-        "-O1".as_ref(),
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        out.as_os_str(),
-        src.as_os_str(),
-        include.as_ref(),
-        "-lpthread".as_ref(),
-    ]);
-    *built = Some(out.clone());
-    out
+    gpuperf_test_support::cuda::mock_cupti(&cuda.join("include"), &out, &[])
 }
 
 /// The in-process test programs, built with `flags` (`-O2`, plus
 /// `-fomit-frame-pointer` or not): a fake `libcudart.so.13`, `liblauncher.so`
 /// and `levels_app`, in a directory every user can read. Returns (dir, app).
 fn inproc_programs(tag: &str, flags: &[&str]) -> (PathBuf, PathBuf) {
-    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = shared_dir(&format!("inproc-{tag}"));
-    let app = dir.join("levels_app");
-    if built.iter().any(|t| t == tag) {
-        return (dir, app);
-    }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let os = |s: &str| s.to_owned();
-    let flags: Vec<String> = flags.iter().map(|f| os(f)).collect();
+    let data = |name: &str| gpuperf_test_support::test_data("gpuperf", name);
     let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let build = |out: &Path, srcs: &[PathBuf], extra: &[String]| {
-        let mut args: Vec<std::ffi::OsString> = flags.iter().map(Into::into).collect();
-        args.extend(["-g".into(), "-o".into(), out.as_os_str().to_owned()]);
-        args.extend(srcs.iter().map(|p| p.as_os_str().to_owned()));
-        args.extend(extra.iter().map(Into::into));
-        let refs: Vec<&OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-        cc(&refs);
-    };
-    let cudart = dir.join("libcudart.so.13");
-    build(
-        &cudart,
-        &[manifest.join("../profiler/tests/data/fake_cudart.c")],
-        &[os("-shared"), os("-fPIC")],
-    );
-    let launcher = dir.join("liblauncher.so");
-    build(
-        &launcher,
-        &[manifest.join("tests/data/launcher.c")],
-        &[
-            os("-shared"),
-            os("-fPIC"),
-            cudart.display().to_string(),
-            rpath.clone(),
-            os("-ldl"),
-        ],
-    );
-    build(
-        &app,
-        &[manifest.join("tests/data/levels_app.c")],
-        &[launcher.display().to_string(), rpath, os("-pthread")],
-    );
-    built.push(tag.to_owned());
+    let gcc = |out: &str, src: PathBuf| Gcc::new(dir.join(out)).args(flags).arg("-g").arg(src);
+    let cudart = gcc(
+        "libcudart.so.13",
+        gpuperf_test_support::test_data("profiler", "fake_cudart.c"),
+    )
+    .args(["-shared", "-fPIC"])
+    .build_once();
+    let launcher = gcc("liblauncher.so", data("launcher.c"))
+        .args(["-shared", "-fPIC"])
+        .arg(&cudart)
+        .args([&rpath, "-ldl"])
+        .build_once();
+    let app = gcc("levels_app", data("levels_app.c"))
+        .arg(&launcher)
+        .args([&rpath, "-pthread"])
+        .build_once();
     (dir, app)
 }
 
@@ -621,30 +529,11 @@ fn record_levels(
     let (_, app) = inproc_programs(tag, flags);
     let dir = work_dir(&format!("{test}-{tag}-{}", uid.unwrap_or(0)));
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-    let mut cmd = gpuperf(&dir);
-    if let Some(uid) = uid {
-        // gpuperf itself runs as the other user: from a copy it can read, with a
-        // scratch directory it can write.
-        cmd = Command::new(gpuperf_for_anyone());
-        cmd.current_dir(&dir)
-            .stdin(Stdio::null())
-            .env_remove("SUDO_UID")
-            .env_remove("CUDA_INJECTION64_PATH")
-            .env("TMPDIR", &dir);
-        // SAFETY: the closure runs in the child before exec and only calls
-        // setgroups, setgid and setuid.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(uid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
+    // gpuperf itself runs as the other user when one is given.
+    let mut cmd = match uid {
+        Some(uid) => gpuperf_as(&dir, uid),
+        None => gpuperf(&dir),
+    };
     cmd.args(["-p", "cpu.txt", "-m", "m.folded", "--cupti"])
         .arg(mock)
         .arg("--")
@@ -747,21 +636,8 @@ fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame
     let dir = work_dir("agree");
     // Both unwinders in one run: eBPF writes cpu.txt, the injection library
     // (GPUPERF_STACKS=1 wins over --stacks ebpf) keeps its stacks in the trace.
-    let o = gpuperf(&dir)
+    let o = gpuperf_cupti(&dir, &EBPF_RAW, &cupti, &app, &["chevron", "10"])
         .env("GPUPERF_STACKS", "1")
-        .args([
-            "--stacks",
-            "ebpf",
-            "-p",
-            "cpu.txt",
-            "--raw-dir",
-            "raw",
-            "--cupti",
-        ])
-        .arg(&cupti)
-        .arg("--")
-        .arg(&app)
-        .args(["chevron", "10"])
         .output()
         .unwrap();
     let all = show(&o);
@@ -850,75 +726,10 @@ fn record_cuda_graph__replayed_kernels_charged_to_the_launch_then_the_node_origi
     );
 }
 
-/// pyenv's CPython 3.10–3.13 and Debian's 3.11. A missing one skips its tests
-/// unless GPUPERF_REQUIRE_PYTHONS requires it (`1` all, or a list such as
-/// `3.10,3.12,debian-3.11`).
-fn pythons() -> Vec<(String, PathBuf)> {
-    let root = Command::new("pyenv")
-        .arg("root")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(text(&o.stdout).trim()));
-    let mut found = Vec::new();
-    let mut missing = Vec::new();
-    for minor in 10..=13 {
-        let name = format!("3.{minor}");
-        let path = root.as_ref().and_then(|r| {
-            let mut v: Vec<PathBuf> = fs::read_dir(r.join("versions"))
-                .ok()?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(&format!("{name}.")))
-                })
-                .map(|p| p.join("bin/python3"))
-                .filter(|p| p.is_file())
-                .collect();
-            v.sort();
-            v.pop()
-        });
-        match path {
-            Some(p) => found.push((format!("pyenv {name}"), p)),
-            None => missing.push(name),
-        }
-    }
-    let debian = PathBuf::from("/usr/bin/python3.11");
-    if debian.is_file() {
-        found.push(("debian 3.11".into(), debian));
-    } else {
-        missing.push("debian-3.11".into());
-    }
-    if !missing.is_empty() {
-        let required = std::env::var("GPUPERF_REQUIRE_PYTHONS").unwrap_or_default();
-        let required: Vec<&str> = required.split(',').map(str::trim).collect();
-        let fail: Vec<&String> = missing
-            .iter()
-            .filter(|m| required.contains(&"1") || required.contains(&m.as_str()))
-            .collect();
-        assert!(
-            fail.is_empty(),
-            "Python interpreters required by GPUPERF_REQUIRE_PYTHONS are missing: {fail:?}"
-        );
-        eprintln!(
-            "skipped for them: Python interpreters missing: {}",
-            missing.join(", ")
-        );
-    }
-    found
-}
-
 /// The line of the `# call:NAME` marker in py_launch.py.
 fn py_line(name: &str) -> usize {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
-    let marker = format!("# call:{name}");
-    fs::read_to_string(script)
-        .unwrap()
-        .lines()
-        .position(|l| l.trim_end().ends_with(&marker))
-        .unwrap_or_else(|| panic!("no {marker}"))
-        + 1
+    marker_line(&script, name)
 }
 
 #[test]

@@ -14,7 +14,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{Recording, bpf_available, cuda13, gpuperf, nvcc, show, sim, sim_app, text, work_dir};
+use common::{
+    Recording, bpf_available, cuda13, gpuperf, gpuperf_cupti, nvcc, show, sim, sim_app, text,
+    work_dir,
+};
 use gpuperf_merge::model::ActivityKind;
 
 struct Setup {
@@ -38,23 +41,18 @@ fn setup() -> Option<Setup> {
 fn record(s: &Setup, name: &str, program: &Path, args: &[&str]) -> (Output, Recording) {
     let dir = work_dir(name);
     let cupti = sim(&s.cuda).join("libcupti.so.13");
-    let o = gpuperf(&dir)
-        .args([
-            "record",
-            "--stacks",
-            "ebpf",
-            "--raw-dir",
-            "raw",
-            "-p",
-            "cpu.txt",
-            "-c",
-            "timeline.json",
-            "--cupti",
-        ])
-        .arg(&cupti)
-        .arg("--")
-        .arg(program)
-        .args(args)
+    let flags = [
+        "record",
+        "--stacks",
+        "ebpf",
+        "--raw-dir",
+        "raw",
+        "-p",
+        "cpu.txt",
+        "-c",
+        "timeline.json",
+    ];
+    let o = gpuperf_cupti(&dir, &flags, &cupti, program, args)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));

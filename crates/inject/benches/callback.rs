@@ -26,6 +26,10 @@ use std::process::Command;
 
 use gpuperf_merge::gputrace;
 use gpuperf_merge::model::{Record, StackFrame, StringTable};
+use gpuperf_test_support::bench::median;
+use gpuperf_test_support::cc::Gcc;
+use gpuperf_test_support::cuda::{self, site_packages};
+use gpuperf_test_support::python::pyenv;
 
 const LAUNCHES: &str = "1000000";
 const STACK_LAUNCHES: &str = "300000";
@@ -34,32 +38,17 @@ const ROUNDS: usize = 7;
 /// start frames, the recorded stack holds 30 frames.
 const DEPTH: &str = "23";
 
-fn nvidia() -> PathBuf {
-    let o = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .expect("python3 runs");
-    PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("nvidia")
-}
-
-fn gcc(out: &Path, src: &str, args: &[String]) {
-    let dir = if src.starts_with("stack_bench") {
-        "bench"
-    } else {
-        "tests/data"
-    };
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let st = Command::new("gcc")
-        .args(["-O2", "-o"])
-        .arg(out)
-        .arg(data.join(src))
+/// `bench/<src>` built with `-O2` and `args` into `out`.
+fn gcc(out: &Path, src: &str, args: &[&str]) -> PathBuf {
+    Gcc::new(out)
+        .arg("-O2")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("bench")
+                .join(src),
+        )
         .args(args)
-        .status()
-        .expect("gcc runs");
-    assert!(st.success(), "gcc {src} failed");
+        .build()
 }
 
 fn ns_per_launch(host: &Path, inject: &str, env: &[(&str, &str)]) -> f64 {
@@ -77,29 +66,6 @@ fn figure(cmd: &mut Command, env: &[(&str, &str)]) -> f64 {
         .find_map(|l| l.split("ns_per_launch ").nth(1))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no figure in {text}"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// pyenv's CPython 3.12, if installed.
-fn python312() -> Option<PathBuf> {
-    let o = Command::new("pyenv").arg("root").output().ok()?;
-    let root = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("versions");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("3.12."))
-        })
-        .map(|p| p.join("bin/python3"))
-        .filter(|p| p.is_file())
-        .collect();
-    v.sort();
-    v.pop()
 }
 
 /// (native, Python) frames of the longest stack in the traces of `dir`.
@@ -136,49 +102,35 @@ fn clear(dir: &Path) {
 }
 
 fn main() {
-    let include = nvidia().join("cu13/include");
+    let include = site_packages()
+        .expect("python3 runs")
+        .join("nvidia/cu13/include");
     assert!(
         include.join("cupti.h").is_file(),
         "CUPTI headers missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let host = tmp.path().join("host");
-    let mock = tmp.path().join("libcupti_mock.so");
-    gcc(
-        &host,
-        "host.c",
-        &["-ldl".into(), "-lpthread".into(), "-rdynamic".into()],
+    let host = cuda::host(&tmp.path().join("host"), &["-O2"]);
+    let mock = cuda::mock_cupti(&include, &tmp.path().join("libcupti_mock.so"), &["-O2"]);
+    let deep = gcc(
+        &tmp.path().join("stack_bench"),
+        "stack_bench.c",
+        &["-fomit-frame-pointer", "-ldl"],
     );
-    gcc(
-        &mock,
-        "mock_cupti.c",
-        &[
-            "-shared".into(),
-            "-fPIC".into(),
-            "-lpthread".into(),
-            format!("-I{}", include.display()),
-        ],
-    );
-    let deep = tmp.path().join("stack_bench");
-    let nofp = ["-fomit-frame-pointer".to_owned(), "-ldl".to_owned()];
-    gcc(&deep, "stack_bench.c", &nofp);
-    let deep_lib = tmp.path().join("libstack_bench.so");
-    gcc(
-        &deep_lib,
+    let deep_lib = gcc(
+        &tmp.path().join("libstack_bench.so"),
         "stack_bench.c",
         &[
-            "-fomit-frame-pointer".into(),
-            "-shared".into(),
-            "-fPIC".into(),
-            "-DBENCH_LIB".into(),
-            "-ldl".into(),
+            "-fomit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            "-DBENCH_LIB",
+            "-ldl",
         ],
     );
     let py_script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/stack_bench.py");
-    let python = python312();
-    let exe = std::env::current_exe().unwrap();
-    let inject = exe.parent().unwrap().join("libgpuperf_inject.so");
-    assert!(inject.is_file(), "{} not built", inject.display());
+    let python = pyenv("3.12");
+    let inject = cuda::inject_lib();
     let inject = inject.to_str().unwrap();
     let trace = tmp.path().join("traces/");
     std::fs::create_dir_all(&trace).unwrap();

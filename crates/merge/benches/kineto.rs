@@ -5,7 +5,9 @@
 //! `cargo bench -p gpuperf-merge --bench kineto [-- --kernels N --runs R]`
 //!
 //! The first run writes the scaled trace (uncompressed JSON, about 4 KB per kernel,
-//! as the original) under `$TMPDIR`. Each run is a fresh child process (pinned to
+//! as the original: 3.3 GB for 1 M kernels) under cargo's target directory
+//! (`target/tmp/gpuperf-kineto-bench-N/`), and later runs reuse it; `cargo clean`
+//! removes it. Each run is a fresh child process (pinned to
 //! one core with `taskset` when present) that streams the JSON, builds the CPU
 //! stacks, joins and writes the folded output to /dev/null; it reports its wall
 //! time, its time on the CPU (in all, and for reading the trace: steadier figures on
@@ -13,38 +15,41 @@
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Instant;
 
-use gpuperf_merge::folded::Folder;
 use gpuperf_merge::input::GpuInputs;
-use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
+use gpuperf_test_support::bench::{
+    arg, cached_input, child_figures, cpu_secs, median, peak_rss_kib,
+};
 use serde_json::Value;
 
+mod common;
+
 const CHILD_ENV: &str = "GPUPERF_KINETO_BENCH_CHILD";
+/// The scaled trace's file name in its directory.
+const TRACE: &str = "scaled.pt.trace.json";
 
 fn main() {
     if let Ok(file) = std::env::var(CHILD_ENV) {
         child(Path::new(&file));
         return;
     }
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: u64| -> u64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let kernels = arg("--kernels", 1_000_000);
-    let runs = arg("--runs", 3);
-    let dir = std::env::temp_dir().join(format!("gpuperf-kineto-bench-{kernels}"));
-    let file = dir.join("scaled.pt.trace.json");
-    if !dir.join("done").exists() {
-        let t = Instant::now();
-        let made = generate(&dir, &file, kernels).expect("generate trace");
+    let kernels: u64 = arg("--kernels", 1_000_000);
+    let runs: u64 = arg("--runs", 3);
+    let t = Instant::now();
+    let mut made = 0;
+    let (dir, _) = cached_input(
+        env!("CARGO_TARGET_TMPDIR"),
+        &format!("gpuperf-kineto-bench-{kernels}"),
+        |dir| {
+            made = generate(&dir.join(TRACE), kernels)?;
+            Ok(())
+        },
+    );
+    let file = dir.join(TRACE);
+    if made > 0 {
         eprintln!(
             "generated {made} kernels ({:.2} GB) in {:.1} s at {}",
             fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e9,
@@ -56,32 +61,18 @@ fn main() {
     let exe = std::env::current_exe().expect("current exe");
     let mut results: Vec<Run> = Vec::new();
     for _ in 0..runs {
-        let mut cmd = if Path::new("/usr/bin/taskset").exists() {
-            let mut c = Command::new("/usr/bin/taskset");
-            c.args(["-c", "0"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let out = cmd.env(CHILD_ENV, &file).output().expect("run child");
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let f = child_figures(&exe, CHILD_ENV, file.as_os_str());
+        assert_eq!(
+            f.len(),
+            5,
+            "seconds, peak kB, kernels, CPU and read CPU seconds"
         );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut it = text.split_whitespace();
-        let mut next = |what: &str| -> f64 {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("child printed no {what}"))
-        };
         let r = Run {
-            wall: next("seconds"),
-            peak_kb: next("peak kB") as u64,
-            kernels: next("kernels") as u64,
-            cpu: next("CPU seconds"),
-            read_cpu: next("read CPU seconds"),
+            wall: f[0],
+            peak_kb: f[1] as u64,
+            kernels: f[2] as u64,
+            cpu: f[3],
+            read_cpu: f[4],
         };
         eprintln!(
             "  run: {:.3} s wall, {:.3} s on the CPU ({:.3} s reading, {:.3} s joining and folding), peak RSS {:.0} MiB",
@@ -93,11 +84,7 @@ fn main() {
         );
         results.push(r);
     }
-    let median = |f: &dyn Fn(&Run) -> f64| {
-        let mut v: Vec<f64> = results.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let median = |f: &dyn Fn(&Run) -> f64| median(results.iter().map(f).collect());
     let secs = median(&|r| r.wall);
     let cpu = median(&|r| r.cpu);
     let read = median(&|r| r.read_cpu);
@@ -122,51 +109,21 @@ struct Run {
     read_cpu: f64,
 }
 
-/// Time on the CPU so far (from the scheduler): steadier than wall time on a busy
-/// machine.
-fn cpu_secs() -> f64 {
-    let ns: u64 = fs::read_to_string("/proc/self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    ns as f64 / 1e9
-}
-
 fn child(file: &Path) {
     let t = Instant::now();
     let mut strings = StringTable::new();
     let gpu = GpuInputs::open(&[file.to_path_buf()], &mut strings).expect("Kineto trace");
     let read_cpu = cpu_secs();
-    let mut folder = Folder::new();
-    let summary = join::merge(
-        None,
-        &gpu,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut folder],
-    )
-    .expect("merge");
-    folder
-        .write(BufWriter::new(
-            File::create("/dev/null").expect("/dev/null"),
-        ))
-        .expect("write");
+    let kernels = common::join_and_fold(None, &gpu, &mut strings);
     let secs = t.elapsed().as_secs_f64();
-    assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    println!("{secs} {hwm} {} {} {read_cpu}", summary.kernels, cpu_secs());
+    let hwm = peak_rss_kib();
+    println!("{secs} {hwm} {kernels} {} {read_cpu}", cpu_secs());
 }
 
 /// Repeats the V100 trace's events until `kernels` kernels: copy k shifts every
 /// timestamp by k × the trace's span and every correlation, flow and external id by
-/// k × its largest. Returns the number of kernels written.
-fn generate(dir: &PathBuf, file: &Path, kernels: u64) -> std::io::Result<u64> {
-    fs::create_dir_all(dir)?;
+/// k × its largest, into `file`. Returns the number of kernels written.
+fn generate(file: &Path, kernels: u64) -> std::io::Result<u64> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../samples/recordings/real/v100_resnet50_kineto2021.pt.trace.json.gz");
     let trace: Value = serde_json::from_reader(flate2::read::GzDecoder::new(File::open(src)?))?;
@@ -217,6 +174,5 @@ fn generate(dir: &PathBuf, file: &Path, kernels: u64) -> std::io::Result<u64> {
     }
     write!(out, "\n]}}\n")?;
     out.flush()?;
-    fs::write(dir.join("done"), b"")?;
     Ok(copies * per_copy)
 }

@@ -6,22 +6,25 @@
 //! distinct stacks, and a GPU trace with N API records and N kernel records. Each
 //! run is a fresh child process (pinned to one core with `taskset` when present)
 //! that reads both files, joins them and writes the folded output to /dev/null; it
-//! reports its time and its peak RSS (VmHWM). The median run is printed.
+//! reports its time and its peak RSS (VmHWM). The median run is printed. The
+//! generated files are kept under cargo's target directory
+//! (`target/tmp/gpuperf-merge-bench-N/`) for later runs; `cargo clean` removes
+//! them.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::BufWriter;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Instant;
 
 use gpuperf_merge::cpu::{self, CpuTrace};
-use gpuperf_merge::folded::Folder;
 use gpuperf_merge::gputrace;
 use gpuperf_merge::input::GpuInputs;
-use gpuperf_merge::join;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
 };
+use gpuperf_test_support::bench::{arg, cached_input, child_figures, peak_rss_kib};
+
+mod common;
 
 const CHILD_ENV: &str = "GPUPERF_MERGE_BENCH_CHILD";
 
@@ -30,20 +33,15 @@ fn main() {
         child(Path::new(&dir));
         return;
     }
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: u64| -> u64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let launches = arg("--launches", 10_000_000);
-    let runs = arg("--runs", 5);
-    let dir = std::env::temp_dir().join(format!("gpuperf-merge-bench-{launches}"));
-    if !dir.join("done").exists() {
-        let t = Instant::now();
-        generate(&dir, launches).expect("generate trace");
+    let launches: u64 = arg("--launches", 10_000_000);
+    let runs: u64 = arg("--runs", 5);
+    let t = Instant::now();
+    let (dir, made) = cached_input(
+        env!("CARGO_TARGET_TMPDIR"),
+        &format!("gpuperf-merge-bench-{launches}"),
+        |dir| generate(dir, launches),
+    );
+    if made {
         eprintln!(
             "generated {launches} launches in {:.1} s under {}",
             t.elapsed().as_secs_f64(),
@@ -53,23 +51,9 @@ fn main() {
     let exe = std::env::current_exe().expect("current exe");
     let mut results: Vec<(f64, u64)> = Vec::new();
     for _ in 0..runs {
-        let mut cmd = if Path::new("/usr/bin/taskset").exists() {
-            let mut c = Command::new("/usr/bin/taskset");
-            c.args(["-c", "0"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let out = cmd.env(CHILD_ENV, &dir).output().expect("run child");
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut it = text.split_whitespace();
-        let secs: f64 = it.next().and_then(|v| v.parse().ok()).expect("seconds");
-        let hwm: u64 = it.next().and_then(|v| v.parse().ok()).expect("peak kB");
+        let f = child_figures(&exe, CHILD_ENV, dir.as_os_str());
+        assert_eq!(f.len(), 2, "seconds and peak kB");
+        let (secs, hwm) = (f[0], f[1] as u64);
         eprintln!(
             "  run: {secs:.3} s, peak RSS {:.0} MiB",
             hwm as f64 / 1024.0
@@ -91,33 +75,14 @@ fn child(dir: &Path) {
     let mut strings = StringTable::new();
     let mut cpu = CpuTrace::open(&dir.join("cpu.txt")).expect("cpu trace");
     let gpu = GpuInputs::open(&[dir.join("gpu.trace")], &mut strings).expect("gpu trace");
-    let mut folder = Folder::new();
-    let summary = join::merge(
-        Some(&mut cpu),
-        &gpu,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut folder],
-    )
-    .expect("merge");
-    folder
-        .write(BufWriter::new(
-            File::create("/dev/null").expect("/dev/null"),
-        ))
-        .expect("write");
+    common::join_and_fold(Some(&mut cpu), &gpu, &mut strings);
     let secs = t.elapsed().as_secs_f64();
-    assert_eq!(summary.kernels_matched, summary.kernels, "{summary}");
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0);
+    let hwm = peak_rss_kib();
     println!("{secs} {hwm}");
 }
 
-fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
-    fs::create_dir_all(dir)?;
+/// Writes `cpu.txt` and `gpu.trace` of `launches` launches into `dir`.
+fn generate(dir: &Path, launches: u64) -> std::io::Result<()> {
     let pid = 4242;
     let mut strings = StringTable::new();
     let api = strings.intern("cudaLaunchKernel");
@@ -199,6 +164,5 @@ fn generate(dir: &PathBuf, launches: u64) -> std::io::Result<()> {
     }
     cpu_w.flush()?;
     gpu_w.flush()?;
-    File::create(dir.join("done"))?;
     Ok(())
 }

@@ -10,6 +10,7 @@
 #![allow(non_snake_case)]
 
 use gpuperf_merge::svg;
+use gpuperf_test_support::require::Need;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,11 +40,7 @@ fn chromium() -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
-        assert!(
-            std::env::var_os("GPUPERF_REQUIRE_CHROMIUM").is_none_or(|v| v != "1"),
-            "chromium not found on PATH, and GPUPERF_REQUIRE_CHROMIUM=1 (Debian: apt-get install chromium)"
-        );
-        eprintln!("skipped: chromium not found (install the `chromium` package to run this test)");
+        Need::Chromium.missing("chromium not found on PATH (Debian: apt-get install chromium)");
     }
     found
 }

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpuperf_profiler::{Options, ProbeSpec, Profiler, Summary};
+use gpuperf_test_support::bench::median;
+use gpuperf_test_support::cc::Gcc;
 
 /// Frames of the probe loop's stack besides its recursion: `_start`,
 /// `__libc_start_main_impl`, `__libc_start_call_main`, `main`, `loop`,
@@ -25,16 +27,7 @@ const FIXED_FRAMES: u32 = 7;
 fn build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let exe = dir.join(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/probe_loop.c");
-    let o = Command::new("gcc")
-        .args(["-O2"])
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(src)
-        .output()
-        .expect("gcc runs");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    exe
+    Gcc::new(exe).arg("-O2").args(flags).arg(src).build()
 }
 
 /// Wall and CPU ns per call, and the profiler's summary.
@@ -68,11 +61,6 @@ fn run(
         s
     });
     (ns.0, ns.1, summary)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 struct Config {
@@ -188,8 +176,8 @@ fn main() {
             last[i] = s;
         }
     }
-    let wall: Vec<f64> = wall.iter_mut().map(|v| median(v)).collect();
-    let cpu: Vec<f64> = cpu.iter_mut().map(|v| median(v)).collect();
+    let wall: Vec<f64> = wall.into_iter().map(median).collect();
+    let cpu: Vec<f64> = cpu.into_iter().map(median).collect();
     println!(
         "{:<44} {:>13} {:>13}   added: wall, CPU   copies, recipe hits, truncated (last round)",
         "", "wall", "thread CPU"

@@ -20,16 +20,14 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
+use gpuperf_test_support::bench::median;
+use gpuperf_test_support::cc::Gcc;
+use gpuperf_test_support::python::pyenv;
 use gpuperf_unwind::{Frame, LocalUnwinder, MAX_FRAMES, Options};
 
 const DEPTH: u32 = 30;
 const ITERS: u32 = 20_000;
 const ROUNDS: usize = 9;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Calls `f` at the bottom of `depth` frames of its own.
 #[inline(never)]
@@ -110,13 +108,10 @@ fn build_libs(n: usize) -> Vec<PathBuf> {
                     format!("int bench_fn{i}(int x) {{ return x * {i} + 1; }}\n"),
                 )
                 .unwrap();
-                let st = Command::new("gcc")
-                    .args(["-O2", "-shared", "-fPIC", "-o"])
-                    .arg(&so)
+                Gcc::new(&so)
+                    .args(["-O2", "-shared", "-fPIC"])
                     .arg(&c)
-                    .status()
-                    .expect("gcc runs");
-                assert!(st.success());
+                    .build();
             }
             so
         })
@@ -228,13 +223,7 @@ fn main() {
 fn python() {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let probe = manifest.join("../../target/release/examples/libunwind_probe.so");
-    let py = Command::new("pyenv")
-        .arg("prefix")
-        .arg("3.12")
-        .output()
-        .ok()
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("bin/python3"));
-    let (Some(py), true) = (py.filter(|p| p.is_file()), probe.is_file()) else {
+    let (Some(py), true) = (pyenv("3.12"), probe.is_file()) else {
         println!("python: skipped (needs pyenv's 3.12 and the release probe, see the header)");
         return;
     };

@@ -1,140 +1,38 @@
 //! Helpers shared by the end-to-end tests: privileges, NVIDIA's wheels, the
 //! simulated CUDA runtime (`sim/`) and the programs built on it, running gpuperf,
 //! and reading what it recorded.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsStr;
 use std::fs;
 use std::io::BufReader;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use gpuperf_merge::cpu::CpuTrace;
 use gpuperf_merge::model::{Activity, ActivityKind, ApiCall, Record, StringTable};
+use gpuperf_test_support::cc::Gcc;
+pub use gpuperf_test_support::cuda::{cuda13, nvcc};
+use gpuperf_test_support::process::{as_user, run_ok};
+pub use gpuperf_test_support::process::{show, text};
+pub use gpuperf_test_support::require::is_root;
+pub use gpuperf_test_support::scratch::{fresh_dir as work_dir, shared_dir};
 
 /// The unprivileged user the tests switch to.
 pub const NOBODY: u32 = 65534;
 
 /// Whether eBPF can be loaded; without it a test skips, unless
 /// `GPUPERF_REQUIRE_BPF=1` (CI) makes that a failure.
+#[track_caller]
 pub fn bpf_available() -> bool {
-    if gpuperf_profiler::preflight::check().is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("GPUPERF_REQUIRE_BPF").is_none_or(|v| v != "1"),
-        "GPUPERF_REQUIRE_BPF=1 but eBPF is unavailable: {:?}",
-        gpuperf_profiler::preflight::check()
-    );
-    eprintln!("skipped: needs root (eBPF)");
-    false
-}
-
-/// Whether the test runs as root (to switch users); says so when it skips.
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("skipped: needs root (to switch users)");
-    }
-    root
-}
-
-fn require_wheels(msg: &str) {
-    assert!(
-        std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
-        "{msg}"
-    );
-    eprintln!("skipped: {msg}");
-}
-
-/// `site-packages/nvidia/cu13` of NVIDIA's CUDA 13 wheels, or `None` (skip)
-/// unless CI requires them.
-pub fn cuda13() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success());
-    let dir =
-        out.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("nvidia/cu13"));
-    if let Some(dir) = dir
-        && dir.join("lib/libcudart.so.13").is_file()
-        && dir.join("include/cupti_callbacks.h").is_file()
-    {
-        return Some(dir);
-    }
-    require_wheels(
-        "NVIDIA CUDA wheels missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-runtime==13.0.96",
-    );
-    None
-}
-
-/// The wheels' `nvcc`, or `None` (skip) unless CI requires the wheels.
-pub fn nvcc(cuda: &Path) -> Option<PathBuf> {
-    let nvcc = cuda.join("bin/nvcc");
-    if nvcc.is_file() && cuda.join("include/cuda_runtime.h").is_file() {
-        return Some(nvcc);
-    }
-    require_wheels(
-        "nvcc missing: pip install nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-crt==13.0.88",
-    );
-    None
-}
-
-/// A directory every user can read, for programs the target user runs: a test
-/// that runs something as another user runs it from here, never from `target/`
-/// or the checkout, which may sit in a home directory others cannot enter.
-pub fn shared_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpuperf-record-tests-{}", std::process::id()));
-    let d = dir.join(name);
-    fs::create_dir_all(&d).unwrap();
-    for p in [&dir, &d] {
-        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    d
-}
-
-/// A fresh working directory for one gpuperf run.
-pub fn work_dir(name: &str) -> PathBuf {
-    let d = shared_dir("runs").join(name);
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
-}
-
-pub fn run_ok(c: &mut Command, what: &str) {
-    let o = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        o.status.success(),
-        "{what} failed:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-pub fn cc(args: &[&OsStr]) {
-    run_ok(Command::new("gcc").args(args), &format!("gcc {args:?}"));
+    gpuperf_test_support::require::bpf(gpuperf_profiler::preflight::check())
 }
 
 /// The gpuperf binary under test, copied where another user can run it.
 pub fn gpuperf_for_anyone() -> PathBuf {
-    static COPY: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut copy = COPY.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = &*copy {
-        return p.clone();
-    }
-    let p = shared_dir("bin").join("gpuperf");
-    fs::copy(env!("CARGO_BIN_EXE_gpuperf"), &p).unwrap();
-    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
-    *copy = Some(p.clone());
-    p
+    gpuperf_test_support::scratch::copy_for_anyone(Path::new(env!("CARGO_BIN_EXE_gpuperf")))
 }
 
 /// `gpuperf` run in `dir`, with no sudo variables and no injection inherited.
@@ -147,6 +45,38 @@ pub fn gpuperf(dir: &Path) -> Command {
     c
 }
 
+/// `gpuperf FLAGS --cupti CUPTI -- PROGRAM ARGS` in `dir`.
+pub fn gpuperf_cupti(
+    dir: &Path,
+    flags: &[&str],
+    cupti: &Path,
+    program: &Path,
+    args: &[&str],
+) -> Command {
+    let mut c = gpuperf(dir);
+    c.args(flags)
+        .arg("--cupti")
+        .arg(cupti)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    c
+}
+
+/// `gpuperf` itself run as `uid`, in `dir` (which that user must be able to
+/// write): from a copy it can read, as target/ may sit in a checkout that
+/// others cannot enter, and with `dir` as its scratch space, as the caller's
+/// TMPDIR may be private.
+pub fn gpuperf_as(dir: &Path, uid: u32) -> Command {
+    let mut c = Command::new(gpuperf_for_anyone());
+    c.current_dir(dir).stdin(Stdio::null()).env("TMPDIR", dir);
+    for v in ["SUDO_UID", "SUDO_GID", "SUDO_USER", "CUDA_INJECTION64_PATH"] {
+        c.env_remove(v);
+    }
+    as_user(&mut c, uid);
+    c
+}
+
 /// As `sudo` run by uid 65534 would: gpuperf stays root, the target drops to it.
 pub fn as_sudo_from_nobody(c: &mut Command) -> &mut Command {
     c.env("SUDO_UID", NOBODY.to_string())
@@ -154,23 +84,10 @@ pub fn as_sudo_from_nobody(c: &mut Command) -> &mut Command {
         .env("SUDO_USER", "nobody")
 }
 
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-pub fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        text(&o.stdout),
-        text(&o.stderr)
-    )
-}
-
 // ------------------------------------------------------------------ the simulation
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    gpuperf_test_support::repo()
 }
 
 /// The simulated CUDA runtime, built once per test binary into a directory every
@@ -229,31 +146,15 @@ pub fn sim_app(cuda: &Path, nvcc: &Path) -> PathBuf {
 
 /// A C program from `sim/tests`, built by gcc against the simulated libraries.
 pub fn sim_c_program(cuda: &Path, name: &str, libs: &[&str]) -> PathBuf {
-    static BUILT: Mutex<()> = Mutex::new(());
-    let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let lib = sim(cuda);
-    let exe = shared_dir("bin").join(name);
-    if exe.is_file() {
-        return exe;
-    }
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "-O1".into(),
-        "-g".into(),
-        "-fno-omit-frame-pointer".into(),
-        "-Wall".into(),
-        "-Werror".into(),
-        format!("-I{}", cuda.join("include").display()).into(),
-        "-o".into(),
-        exe.clone().into(),
-        repo().join(format!("sim/tests/{name}.c")).into(),
-        format!("-L{}", lib.display()).into(),
-        format!("-Wl,-rpath,{}", lib.display()).into(),
-    ];
-    args.extend(libs.iter().map(|l| format!("-l{l}").into()));
-    args.extend(["-ldl".into(), "-lpthread".into()]);
-    let refs: Vec<&OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    cc(&refs);
-    exe
+    Gcc::new(shared_dir("bin").join(name))
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror"])
+        .arg(format!("-I{}", cuda.join("include").display()))
+        .arg(repo().join(format!("sim/tests/{name}.c")))
+        .lib_dir(&lib)
+        .args(libs.iter().map(|l| format!("-l{l}")))
+        .args(["-ldl", "-lpthread"])
+        .build_once()
 }
 
 /// The cudarc sample's PTX (nvcc output), for driver-API programs.

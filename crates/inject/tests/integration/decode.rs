@@ -8,14 +8,14 @@ use gpuperf_inject::Cupti;
 use gpuperf_inject::decode::{Decoded, Place, decode};
 use gpuperf_merge::model::PeerDevices;
 
-use crate::support::{Wheels, gcc, includes12, includes13, wheels};
+use crate::support::{Wheels, gcc, wheels};
 
 /// Builds the filler for one header set, fills a buffer, and decodes every record
 /// that the real libcupti at `lib` walks.
 fn fill_and_decode(w: &Wheels, major: u32) -> Vec<Decoded> {
     let (incs, lib, out) = match major {
-        13 => (includes13(w), w.lib13.join("libcupti.so.13"), "fill13.so"),
-        _ => (includes12(w), w.lib12.join("libcupti.so.12"), "fill12.so"),
+        13 => (w.includes13(), w.lib13.join("libcupti.so.13"), "fill13.so"),
+        _ => (w.includes12(), w.lib12.join("libcupti.so.12"), "fill12.so"),
     };
     let mut args: Vec<&str> = vec!["-shared", "-fPIC"];
     args.extend(incs.iter().map(String::as_str));

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, MemcpyKind, PeerDevices, Record};
 
-use crate::support::{inject_lib, mock, read_logs, read_traces, run_host, wheels};
+use crate::support::{inject_lib, mock, read_logs, read_traces, run_host, run_mock, wheels};
 
 pub fn notes(records: &[Record]) -> Vec<String> {
     records
@@ -260,16 +260,7 @@ pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
 fn mock_cupti_sigkill_keeps_records_older_than_the_flush_period() {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
-        "mock-kill",
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("GPUPERF_FLUSH_MS", Path::new("200")),
-        ],
-    );
+    let (out, dir) = run_mock(&m, "mock-kill", &[("GPUPERF_FLUSH_MS", Path::new("200"))]);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(9));
     let (records, _, _) = read_traces(dir.path());

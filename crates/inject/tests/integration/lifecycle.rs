@@ -11,7 +11,7 @@ use gpuperf_merge::model::{ActivityKind, DropSource, Record};
 
 use crate::host::{field, notes, plumbing};
 use crate::support::{
-    inject_lib, mock, mock_lib, read_logs, read_traces, run_host, run_host_with, wheels,
+    inject_lib, mock, mock_lib, read_logs, read_traces, run_host_with, run_mock, wheels,
 };
 
 /// Kernel records by correlation id: (start, end).
@@ -57,16 +57,7 @@ fn stdout_of(out: &std::process::Output) -> String {
 fn mock_kernel_running_across_flush_periods_keeps_its_end() {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
-        "mock-long",
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("GPUPERF_FLUSH_MS", Path::new("50")),
-        ],
-    );
+    let (out, dir) = run_mock(&m, "mock-long", &[("GPUPERF_FLUSH_MS", Path::new("50"))]);
     let stdout = stdout_of(&out);
     let (records, _, _) = read_traces(dir.path());
     let k = kernels(&records);
@@ -220,15 +211,10 @@ fn mock_libcupti_newer_than_the_driver_is_skipped() {
 fn mock_second_cupti_client_taking_over_is_noted() {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
+    let (out, dir) = run_mock(
+        &m,
         "mock-takeover",
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("GPUPERF_FLUSH_MS", Path::new("50")),
-        ],
+        &[("GPUPERF_FLUSH_MS", Path::new("50"))],
     );
     let stdout = stdout_of(&out);
     // CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, ignored as Kineto does.
@@ -252,13 +238,10 @@ fn mock_second_cupti_client_taking_over_is_noted() {
 fn mock_second_cupti_client_changing_the_clock_is_noted() {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
+    let (out, dir) = run_mock(
+        &m,
         "mock-takeover",
         &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
             ("GPUPERF_FLUSH_MS", Path::new("50")),
             ("HOST_TAKEOVER", Path::new("clock")),
         ],
@@ -340,15 +323,10 @@ fn mock_cupti_lock_stress_teardown_flushes_do_not_deadlock() {
 fn mock_failed_start_leaves_cupti_unsubscribed_and_disabled() {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
+    let (out, dir) = run_mock(
+        &m,
         "mock-probe",
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("MOCK_CUPTI_FAIL_CBID", Path::new("211")),
-        ],
+        &[("MOCK_CUPTI_FAIL_CBID", Path::new("211"))],
     );
     let stdout = stdout_of(&out);
     assert_eq!(
@@ -367,15 +345,7 @@ fn mock_failed_start_leaves_cupti_unsubscribed_and_disabled() {
 fn mock_cupti_fatal_error_is_noted() {
     let Some(w) = wheels() else { return };
     let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
-        "mock-fatal",
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-        ],
-    );
+    let (out, dir) = run_mock(&m, "mock-fatal", &[]);
     stdout_of(&out);
     let (records, _, _) = read_traces(dir.path());
     assert_eq!(kernels(&records).len(), 10);
@@ -395,15 +365,7 @@ fn mock_cupti_fatal_error_is_noted() {
 fn mock_buffers_from_the_reserve_when_memory_runs_out() {
     let Some(w) = wheels() else { return };
     let m = mock_lib(&w, "api26/libcupti_mock.so", &["-DMOCK_VERSION=26"]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_host(
-        Some(&inject_lib()),
-        "mock-oom",
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-        ],
-    );
+    let (out, dir) = run_mock(&m, "mock-oom", &[]);
     let stdout = stdout_of(&out);
     assert!(stdout.contains("oom launches done"), "{stdout}");
     let log = read_logs(dir.path());

@@ -1,149 +1,66 @@
-//! Building the C helpers and finding NVIDIA's CUDA wheels.
+//! Building the C helpers and running the host program; finding NVIDIA's CUDA
+//! wheels is `gpuperf_test_support::cuda`'s.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use gpuperf_merge::gputrace;
 use gpuperf_merge::model::{Record, StringTable};
+use gpuperf_test_support::cc::Gcc;
+pub use gpuperf_test_support::cuda::{Cupti as Wheels, inject_lib};
+use gpuperf_test_support::{cuda, test_data};
+use tempfile::TempDir;
 
-/// Header and library directories of the `nvidia-cuda-cupti` (13) and
-/// `nvidia-cuda-cupti-cu12` wheels, plus the headers CUPTI's headers include.
-pub struct Wheels {
-    pub include13: PathBuf,
-    pub lib13: PathBuf,
-    pub include12: Vec<PathBuf>,
-    pub lib12: PathBuf,
-}
-
-/// The wheels, or `None` (the test then skips) unless CI requires them.
+/// The real libcupti 13 and 12.9 of the wheels, or `None` (the test then
+/// skips) unless CI requires them.
 pub fn wheels() -> Option<Wheels> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .ok();
-    let nv = out
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("nvidia"));
-    let w = nv.map(|nv| Wheels {
-        include13: nv.join("cu13/include"),
-        lib13: nv.join("cu13/lib"),
-        include12: vec![
-            nv.join("cuda_cupti/include"),
-            nv.join("cuda_runtime/include"),
-        ],
-        lib12: nv.join("cuda_cupti/lib"),
-    });
-    let complete = w.as_ref().is_some_and(|w| {
-        w.include13.join("cupti_activity.h").is_file()
-            && w.include13.join("crt/host_defines.h").is_file()
-            && w.lib13.join("libcupti.so.13").is_file()
-            && w.include12[0].join("cupti_activity.h").is_file()
-            && w.include12[1].join("cuda.h").is_file()
-            && w.lib12.join("libcupti.so.12").is_file()
-    });
-    if complete {
-        return w;
-    }
-    let msg = "NVIDIA CUDA wheels missing: pip install nvidia-cuda-cupti==13.0.85 \
-               nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 \
-               nvidia-cuda-cupti-cu12==12.9.79 nvidia-cuda-runtime-cu12==12.9.79";
-    if std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_some_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("skipped: {msg}");
-    None
+    Wheels::find()
 }
 
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+/// Where the helpers are built: this crate's part of cargo's target tmp.
+fn tmp() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("inject")
 }
 
 /// Compiles `src` (in tests/data) with gcc into `out` under the test's temp dir,
 /// once per test process.
 pub fn gcc(src: &str, out: &str, args: &[&str]) -> PathBuf {
-    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("inject");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(out);
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    // Tests run in parallel; a second build of a file another test is executing
-    // would fail with "text file busy".
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if built.contains(&out) {
-        return out;
-    }
-    let o = Command::new("gcc")
-        .args(["-Wall", "-Werror", "-O1", "-o"])
-        .arg(&out)
-        .arg(data(src))
+    Gcc::new(tmp().join(out))
+        .args(["-Wall", "-Werror", "-O1"])
+        .arg(test_data("inject", src))
         .args(args)
-        .output()
-        .expect("gcc runs");
-    assert!(
-        o.status.success(),
-        "gcc {src} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    built.push(out.clone());
-    out
-}
-
-/// Include flags for the CUPTI 13 headers.
-pub fn includes13(w: &Wheels) -> Vec<String> {
-    vec![format!("-I{}", w.include13.display())]
-}
-
-/// Include flags for the CUPTI 12.9 headers. `crt/` only exists in the CUDA 13
-/// wheel, so it is searched last.
-pub fn includes12(w: &Wheels) -> Vec<String> {
-    let mut v: Vec<String> = w
-        .include12
-        .iter()
-        .map(|p| format!("-I{}", p.display()))
-        .collect();
-    v.push(format!("-idirafter{}", w.include13.display()));
-    v
-}
-
-/// The injection cdylib cargo built for this test run.
-pub fn inject_lib() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libgpuperf_inject.so"),
-        deps.parent().unwrap().join("libgpuperf_inject.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libgpuperf_inject.so built next to the test binary")
+        .build_once()
 }
 
 /// The host program (tests/data/host.c). It exports `cuDriverGetVersion`.
 pub fn host() -> PathBuf {
-    gcc("host.c", "host", &["-ldl", "-lpthread", "-rdynamic"])
+    cuda::host(&tmp().join("host"), &[])
 }
 
 /// The MOCK libcupti built with the CUPTI 13 headers, under the file name `out`,
 /// with extra compiler flags (`-D…` switches, a soname).
 pub fn mock_lib(w: &Wheels, out: &str, flags: &[&str]) -> PathBuf {
-    let mut args = vec!["-shared", "-fPIC", "-lpthread"];
-    let incs = includes13(w);
-    args.extend(incs.iter().map(String::as_str));
-    args.extend_from_slice(flags);
-    gcc("mock_cupti.c", out, &args)
+    cuda::mock_cupti(&w.include13, &tmp().join(out), flags)
 }
 
 /// The default MOCK libcupti (CUPTI 13.0).
 pub fn mock(w: &Wheels) -> PathBuf {
     mock_lib(w, "libcupti_mock.so", &[])
+}
+
+/// Runs the host's `mode` with the injection library on the MOCK libcupti
+/// `mock`, recording into a fresh directory, with `extra` variables set too.
+/// Returns the host's output and the directory.
+pub fn run_mock(mock: &Path, mode: &str, extra: &[(&str, &Path)]) -> (Output, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = vec![
+        ("GPUPERF_CUPTI_PATH", mock),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+    ];
+    env.extend_from_slice(extra);
+    (run_host(Some(&inject_lib()), mode, &env), dir)
 }
 
 /// Runs the host; `inject` None runs it without the library.

@@ -16,6 +16,7 @@ use gpuperf_merge::model::StringTable;
 use gpuperf_merge::pprof;
 use gpuperf_merge::report::Reporter;
 use gpuperf_merge::{Error, kineto};
+use gpuperf_test_support::require::Need;
 use serde_json::Value;
 
 use crate::{data, golden};
@@ -664,11 +665,10 @@ fn go_pprof() -> Option<std::process::Command> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        assert!(
-            std::env::var_os("GPUPERF_REQUIRE_GO_PPROF").is_none_or(|v| v != "1"),
-            "GPUPERF_REQUIRE_GO_PPROF=1 but `go` is not on PATH (Debian: apt-get install golang-go)"
+        Need::GoPprof.missing(
+            "`go` is not on PATH, so `go tool pprof` cannot read the profile \
+             (Debian: apt-get install golang-go)",
         );
-        eprintln!("skipped: `go` is not installed, so `go tool pprof` cannot read the profile");
         return None;
     }
     let mut c = std::process::Command::new("go");

@@ -8,6 +8,7 @@ use std::path::Path;
 #[allow(dead_code)] // build.rs uses the rest.
 mod object;
 
+use gpuperf_test_support::require::Need;
 use object::Stamp;
 
 fn flag(name: &str) -> bool {
@@ -26,7 +27,6 @@ fn committed_bpf_object_is_built_from_its_sources() {
     let stamp_path = object::stamp_path(dir, arch);
     let digest = object::digest(dir, arch).unwrap();
     let clang = object::clang_version();
-    let require = flag("GPUPERF_REQUIRE_CLANG");
 
     if flag("GPUPERF_BLESS") {
         let clang = clang.expect("GPUPERF_BLESS=1 rebuilds the BPF object, which needs clang");
@@ -60,22 +60,16 @@ fn committed_bpf_object_is_built_from_its_sources() {
     );
 
     let Some(clang) = clang else {
-        assert!(!require, "GPUPERF_REQUIRE_CLANG=1 but clang does not run");
-        eprintln!("skipped: the byte-for-byte rebuild needs clang");
+        Need::Clang.missing("the byte-for-byte rebuild needs clang, which does not run");
         return;
     };
     if clang != stamp.clang {
         // Other clang versions generate other (equally valid) code.
-        assert!(
-            !require,
-            "GPUPERF_REQUIRE_CLANG=1 but clang is `{clang}`, and {} was built by `{}`",
-            committed.display(),
-            stamp.clang
-        );
-        eprintln!(
-            "skipped: the byte-for-byte rebuild needs `{}`, the clang that built the object; this is `{clang}`",
-            stamp.clang
-        );
+        Need::Clang.missing(format_args!(
+            "the byte-for-byte rebuild needs `{}`, the clang that built {}; this is `{clang}`",
+            stamp.clang,
+            committed.display()
+        ));
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -7,23 +7,9 @@ use gpuperf_merge::cpu::CpuLaunch;
 use gpuperf_profiler::{Options, ProbeSpec};
 
 use crate::support::{
-    Run, app, app_shared, cuda13, inject_lib, mock_cupti, privileged, profile, profile_in,
-    real_cudart_app,
+    Run, app, app_shared, cuda13, frames, inject_lib, launch_probe as compat, mock_cupti,
+    privileged, profile, profile_in, real_cudart_app,
 };
-
-fn compat(exe: &Path) -> Options {
-    Options {
-        uprobes: vec![ProbeSpec {
-            path: exe.to_owned(),
-            symbol: "cudaLaunchKernel".into(),
-        }],
-        ..Options::default()
-    }
-}
-
-fn frames<'a>(run: &'a Run, l: &CpuLaunch) -> Vec<&'a str> {
-    run.trace.stacks.text(l.stack).split(';').collect()
-}
 
 fn assert_suffix(run: &Run, l: &CpuLaunch, suffix: &[&str]) {
     let f = frames(run, l);

@@ -5,27 +5,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use gpuperf_merge::cpu::CpuTrace;
-use gpuperf_profiler::{Options, Profiler, Summary};
+use gpuperf_merge::cpu::{CpuLaunch, CpuTrace};
+use gpuperf_profiler::{Options, ProbeSpec, Profiler, Summary};
+use gpuperf_test_support::cc::Gcc;
+use gpuperf_test_support::process::run_ok;
+use gpuperf_test_support::test_data;
 
-/// Whether this process may load BPF programs; tests skip otherwise.
+pub use gpuperf_test_support::cuda::{cuda13, inject_lib};
+
+/// Whether this process may load BPF programs; tests skip otherwise, unless
+/// `GPUPERF_REQUIRE_BPF=1` (CI) makes that a failure.
+#[track_caller]
 pub fn privileged() -> bool {
-    if gpuperf_profiler::preflight::check().is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("GPUPERF_REQUIRE_BPF").is_none_or(|v| v != "1"),
-        "GPUPERF_REQUIRE_BPF=1 but eBPF is unavailable: {:?}",
-        gpuperf_profiler::preflight::check()
-    );
-    eprintln!("skipped: needs root (eBPF)");
-    false
+    gpuperf_test_support::require::bpf(gpuperf_profiler::preflight::check())
 }
 
 pub fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+    test_data("profiler", name)
 }
 
 pub fn tmp() -> PathBuf {
@@ -34,19 +30,11 @@ pub fn tmp() -> PathBuf {
     dir
 }
 
-fn run(cmd: &mut Command) {
-    let o = cmd.output().expect("compiler runs");
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// Builds `app.c` with the fake cudart linked in statically, once per name.
 /// `cflags` apply to the application code only; the fake cudart always keeps
 /// frame pointers, as libcudart does.
 pub fn app(name: &str, cflags: &[&str]) -> PathBuf {
+    // Tests build the same program in parallel: one at a time, once.
     static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tmp();
@@ -54,52 +42,60 @@ pub fn app(name: &str, cflags: &[&str]) -> PathBuf {
     if built.contains(&exe) {
         return exe;
     }
-    let obj = dir.join(format!("{name}-fake_cudart.o"));
+    let obj = fake_cudart(&dir.join(format!("{name}-fake_cudart.o")), &["-c"]);
     let lib = dir.join(format!("lib{name}-fakecudart.a"));
-    run(Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-c", "-o"])
-        .arg(&obj)
-        .arg(data("fake_cudart.c")));
     let _ = std::fs::remove_file(&lib);
-    run(Command::new("ar").arg("rcs").arg(&lib).arg(&obj));
-    run(Command::new("gcc")
+    run_ok(Command::new("ar").arg("rcs").arg(&lib).arg(&obj), "ar");
+    Gcc::new(&exe)
         .args(["-Wall", "-Werror", "-O1", "-g"])
         .args(cflags)
-        .arg("-o")
-        .arg(&exe)
         .arg(data("app.c"))
         .arg(&lib)
-        .args(["-ldl", "-lpthread"]));
+        .args(["-ldl", "-lpthread"])
+        .build();
     built.push(exe.clone());
     exe
+}
+
+/// The fake cudart built into `out`: always with frame pointers, as libcudart
+/// has them; `how` is `-c` or `-shared -fPIC`.
+fn fake_cudart(out: &Path, how: &[&str]) -> PathBuf {
+    Gcc::new(out)
+        .args(["-O1", "-g", "-fno-omit-frame-pointer"])
+        .args(how)
+        .arg(data("fake_cudart.c"))
+        .build()
 }
 
 /// Builds `app.c` against the fake cudart as a shared library, in a directory
 /// of their own: `(dir, exe, lib)`. The executable finds the library beside it.
 pub fn app_shared(name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let dir = tmp().join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libfakecudart.so");
-    let exe = dir.join(name);
-    run(Command::new("gcc")
-        .args([
-            "-O1",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-shared",
-            "-fPIC",
-            "-o",
-        ])
-        .arg(&lib)
-        .arg(data("fake_cudart.c")));
-    run(Command::new("gcc")
+    let lib = fake_cudart(&dir.join("libfakecudart.so"), &["-shared", "-fPIC"]);
+    let exe = Gcc::new(dir.join(name))
         .args(["-Wall", "-Werror", "-O1", "-g", "-fno-omit-frame-pointer"])
-        .arg("-o")
-        .arg(&exe)
         .arg(data("app.c"))
         .arg(format!("-L{}", dir.display()))
-        .args(["-lfakecudart", "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"]));
+        .args(["-lfakecudart", "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"])
+        .build();
     (dir, exe, lib)
+}
+
+/// Options that probe `cudaLaunchKernel` in `path` (an executable or a
+/// library), as the compatibility mode does.
+pub fn launch_probe(path: &Path) -> Options {
+    Options {
+        uprobes: vec![ProbeSpec {
+            path: path.to_owned(),
+            symbol: "cudaLaunchKernel".into(),
+        }],
+        ..Options::default()
+    }
+}
+
+/// The frames of one launch's stack, outermost first.
+pub fn frames<'a>(run: &'a Run, l: &CpuLaunch) -> Vec<&'a str> {
+    run.trace.stacks.text(l.stack).split(';').collect()
 }
 
 /// What a profiled run produced.
@@ -137,12 +133,13 @@ pub fn profile_in(
     args: &[&str],
     env: &[(&str, &Path)],
 ) -> Run {
-    let out = tmp().join(format!("cpu-{}.txt", std::process::id()));
-    let out = out.with_extension(format!(
-        "{}.txt",
-        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let file = std::fs::File::create(&out).unwrap();
+    // Removed when dropped, at the end of this function or of a failed test.
+    let out = tempfile::Builder::new()
+        .prefix("cpu-")
+        .suffix(".txt")
+        .tempfile_in(tmp())
+        .unwrap();
+    let file = out.reopen().unwrap();
     options.pids.clear();
     let profiler =
         Profiler::start(options, std::io::BufWriter::new(file)).expect("profiler starts");
@@ -168,8 +165,8 @@ pub fn profile_in(
         String::from_utf8_lossy(&o.stderr)
     );
     let summary = profiler.stop().expect("profiler stops");
-    let text = std::fs::read_to_string(&out).unwrap();
-    let trace = CpuTrace::read(text.as_bytes(), &out).expect("the trace parses");
+    let text = std::fs::read_to_string(out.path()).unwrap();
+    let trace = CpuTrace::read(text.as_bytes(), out.path()).expect("the trace parses");
     Run {
         trace,
         text,
@@ -179,85 +176,16 @@ pub fn profile_in(
     }
 }
 
-static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// `site-packages/nvidia/cu13` of NVIDIA's CUDA 13 wheels, or `None` (the test
-/// then skips) unless CI requires them.
-pub fn cuda13() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("nvidia/cu13");
-    if dir.join("lib/libcudart.so.13").is_file() && dir.join("include/cupti_callbacks.h").is_file()
-    {
-        return Some(dir);
-    }
-    let msg = "NVIDIA CUDA wheels missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-runtime==13.0.96";
-    assert!(
-        std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
-        "{msg}"
-    );
-    eprintln!("skipped: {msg}");
-    None
-}
-
 /// The MOCK libcupti of the inject crate's tests, built against the real
 /// CUPTI 13 headers.
 pub fn mock_cupti(cuda: &Path) -> PathBuf {
-    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = &*built {
-        return p.clone();
-    }
     let out = tmp().join("libcupti_mock.so");
-    run(Command::new("gcc")
-        .args(["-O1", "-shared", "-fPIC", "-o"])
-        .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../inject/tests/data/mock_cupti.c"))
-        .arg(format!("-I{}", cuda.join("include").display())));
-    *built = Some(out.clone());
-    out
-}
-
-/// The injection library, built by cargo if this test run did not build it.
-pub fn inject_lib() -> PathBuf {
-    static BUILT: Mutex<()> = Mutex::new(());
-    let _guard = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let lib = profile_dir.join("libgpuperf_inject.so");
-    if !lib.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        run(Command::new(cargo).args(["build", "-p", "gpuperf-inject"]));
-    }
-    assert!(lib.is_file(), "{} missing", lib.display());
-    lib
+    gpuperf_test_support::cuda::mock_cupti(&cuda.join("include"), &out, &[])
 }
 
 /// A C program linked against the real libcudart.so.13 of the wheel.
 pub fn real_cudart_app(cuda: &Path) -> PathBuf {
-    let lib = cuda.join("lib");
-    let exe = tmp().join("real_cudart_app");
-    run(Command::new("gcc")
-        .args([
-            "-Wall",
-            "-Werror",
-            "-O1",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(data("real_cudart.c"))
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-l:libcudart.so.13"));
-    exe
+    gpuperf_test_support::cuda::real_cudart_app(&cuda.join("lib"), &tmp().join("real_cudart_app"))
 }
 
 /// Builds `levels.c` and `liblevels.c` with plain `gcc -O2` (no frame
@@ -271,38 +199,20 @@ pub fn levels() -> (PathBuf, PathBuf) {
         return b.clone();
     }
     let dir = tmp().join("levels");
-    std::fs::create_dir_all(&dir).unwrap();
-    let cudart = dir.join("libfakecudart.so");
-    let lib = dir.join("liblevels.so");
-    let exe = dir.join("levels");
-    run(Command::new("gcc")
-        .args([
-            "-O1",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-shared",
-            "-fPIC",
-            "-o",
-        ])
-        .arg(&cudart)
-        .arg(data("fake_cudart.c")));
-    run(Command::new("gcc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-        .arg(&lib)
+    let cudart = fake_cudart(&dir.join("libfakecudart.so"), &["-shared", "-fPIC"]);
+    let local_libs = [format!("-L{}", dir.display()), "-Wl,-rpath,$ORIGIN".into()];
+    Gcc::new(dir.join("liblevels.so"))
+        .args(["-O2", "-g", "-shared", "-fPIC"])
         .arg(data("liblevels.c"))
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lfakecudart", "-Wl,-rpath,$ORIGIN"]));
-    run(Command::new("gcc")
-        .args(["-Wall", "-Werror", "-O2", "-g", "-o"])
-        .arg(&exe)
+        .args(&local_libs)
+        .arg("-lfakecudart")
+        .build();
+    let exe = Gcc::new(dir.join("levels"))
+        .args(["-Wall", "-Werror", "-O2", "-g"])
         .arg(data("levels.c"))
-        .arg(format!("-L{}", dir.display()))
-        .args([
-            "-llevels",
-            "-lfakecudart",
-            "-Wl,-rpath,$ORIGIN",
-            "-lpthread",
-        ]));
+        .args(&local_libs)
+        .args(["-llevels", "-lfakecudart", "-lpthread"])
+        .build();
     *built = Some((exe.clone(), cudart.clone()));
     (exe, cudart)
 }

@@ -5,12 +5,10 @@
 // Test names put inputs before `__` and the expectation after.
 #![allow(non_snake_case)]
 
-use std::path::Path;
-
 use gpuperf_merge::cpu::{CpuLaunch, TRUNCATED_FRAME};
 use gpuperf_profiler::{Options, ProbeSpec};
 
-use crate::support::{Run, app, levels, privileged, profile};
+use crate::support::{Run, app, frames, launch_probe as probe, levels, privileged, profile};
 
 /// The frames below `launch_all`, down to the launch.
 const LEVELS: [&str; 10] = [
@@ -25,20 +23,6 @@ const LEVELS: [&str; 10] = [
     "lib_level4",
     "cudaLaunchKernel",
 ];
-
-fn probe(lib: &Path) -> Options {
-    Options {
-        uprobes: vec![ProbeSpec {
-            path: lib.to_owned(),
-            symbol: "cudaLaunchKernel".into(),
-        }],
-        ..Options::default()
-    }
-}
-
-fn frames<'a>(run: &'a Run, l: &CpuLaunch) -> Vec<&'a str> {
-    run.trace.stacks.text(l.stack).split(';').collect()
-}
 
 /// Every launch's stack is complete: it starts at the process's or the
 /// thread's first frame and holds every level down to the launch.

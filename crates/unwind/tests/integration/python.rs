@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gpuperf_test_support::python::{marker_line, pythons};
+
 use crate::support::{Stack, assert_in_order, parse, probe, run};
 
 fn script() -> PathBuf {
@@ -11,72 +13,7 @@ fn script() -> PathBuf {
 
 /// The line of the `# call:NAME` marker in the script.
 fn line(name: &str) -> usize {
-    let text = std::fs::read_to_string(script()).unwrap();
-    let marker = format!("# call:{name}");
-    text.lines()
-        .position(|l| l.trim_end().ends_with(&marker))
-        .unwrap_or_else(|| panic!("no {marker}"))
-        + 1
-}
-
-/// The interpreters to test: pyenv's 3.10–3.13 and Debian's 3.11. A missing one
-/// skips its tests, unless GPUPERF_REQUIRE_PYTHONS requires it: `1` requires all,
-/// or a comma-separated list of names (`3.10,3.12,debian-3.11`) requires those.
-pub fn pythons() -> Vec<(String, PathBuf)> {
-    let root = Command::new("pyenv")
-        .arg("root")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    let mut found = Vec::new();
-    let mut missing = Vec::new();
-    for minor in 10..=13 {
-        let name = format!("3.{minor}");
-        let path = root.as_ref().and_then(|r| {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(r.join("versions"))
-                .ok()?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(&format!("{name}.")))
-                })
-                .map(|p| p.join("bin/python3"))
-                .filter(|p| p.is_file())
-                .collect();
-            v.sort();
-            v.pop()
-        });
-        match path {
-            Some(p) => found.push((format!("pyenv {name}"), p)),
-            None => missing.push(name.clone()),
-        }
-    }
-    let debian = PathBuf::from("/usr/bin/python3.11");
-    if debian.is_file() {
-        found.push(("debian 3.11".into(), debian));
-    } else {
-        missing.push("debian-3.11".into());
-    }
-    if !missing.is_empty() {
-        let required = std::env::var("GPUPERF_REQUIRE_PYTHONS").unwrap_or_default();
-        let required: Vec<&str> = required.split(',').map(str::trim).collect();
-        let fail: Vec<&String> = missing
-            .iter()
-            .filter(|m| required.contains(&"1") || required.contains(&m.as_str()))
-            .collect();
-        assert!(
-            fail.is_empty(),
-            "Python interpreters required by GPUPERF_REQUIRE_PYTHONS are missing: {fail:?} \
-             (pyenv's under `pyenv root`/versions/3.1x.*, Debian's /usr/bin/python3.11)"
-        );
-        eprintln!(
-            "skipped for them: Python interpreters missing: {}",
-            missing.join(", ")
-        );
-    }
-    found
+    marker_line(&script(), name)
 }
 
 fn stacks(python: &Path, case: &str) -> Vec<Stack> {

@@ -2,10 +2,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use gpuperf_test_support::cc::Gcc;
+use gpuperf_test_support::process::{run_ok, text};
+use gpuperf_test_support::test_data;
 
 /// The probe library that `cargo test` built from examples/unwind_probe.rs.
 pub fn probe() -> PathBuf {
@@ -24,12 +26,6 @@ pub fn probe() -> PathBuf {
     p
 }
 
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-}
-
 /// The test's scratch directory.
 pub fn tmp() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("unwind");
@@ -40,35 +36,16 @@ pub fn tmp() -> PathBuf {
 /// Compiles `srcs` (in tests/data) with gcc into `out` (in the scratch directory),
 /// once per test process.
 pub fn gcc(out: &str, srcs: &[&str], args: &[&str]) -> PathBuf {
-    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-    let out = tmp().join(out);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if built.contains(&out) {
-        return out;
-    }
-    let st = Command::new("gcc")
-        .args(srcs.iter().map(|s| data(s)))
-        .arg("-o")
-        .arg(&out)
+    Gcc::new(tmp().join(out))
+        .args(srcs.iter().map(|s| test_data("unwind", s)))
         .args(args)
-        .status()
-        .expect("gcc runs");
-    assert!(st.success(), "gcc {srcs:?} {args:?} failed");
-    built.push(out.clone());
-    out
+        .build_once()
 }
 
 /// Runs a command and returns its stdout; panics with stderr on failure.
 pub fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().expect("command starts");
-    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed ({}):\n{stdout}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    stdout
+    let what = format!("{cmd:?}");
+    text(&run_ok(cmd, &what).stdout)
 }
 
 /// One stack as the probe printed it.

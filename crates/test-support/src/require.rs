@@ -1,0 +1,73 @@
+//! What a test needs from the machine, and what it does when that is missing.
+//!
+//! A test that needs `X` skips, with the reason on stderr, when `X` is missing;
+//! with `GPUPERF_REQUIRE_X=1` (CI sets it) it fails instead, so that a machine
+//! that should have `X` cannot pass by skipping.
+
+use std::fmt::Display;
+
+/// Something a test may need that a developer's machine may lack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Loading eBPF programs (root, BTF, uprobes): `GPUPERF_REQUIRE_BPF`.
+    Bpf,
+    /// NVIDIA's CUDA wheels from PyPI (libcupti, libcudart, headers, nvcc):
+    /// `GPUPERF_REQUIRE_CUDA_WHEELS`.
+    CudaWheels,
+    /// The clang that built the committed BPF object: `GPUPERF_REQUIRE_CLANG`.
+    Clang,
+    /// `go tool pprof`: `GPUPERF_REQUIRE_GO_PPROF`.
+    GoPprof,
+    /// A headless Chromium: `GPUPERF_REQUIRE_CHROMIUM`.
+    Chromium,
+}
+
+impl Need {
+    /// The environment variable that makes this need a requirement.
+    pub fn var(self) -> &'static str {
+        match self {
+            Need::Bpf => "GPUPERF_REQUIRE_BPF",
+            Need::CudaWheels => "GPUPERF_REQUIRE_CUDA_WHEELS",
+            Need::Clang => "GPUPERF_REQUIRE_CLANG",
+            Need::GoPprof => "GPUPERF_REQUIRE_GO_PPROF",
+            Need::Chromium => "GPUPERF_REQUIRE_CHROMIUM",
+        }
+    }
+
+    /// Whether the variable is set to `1`: a missing `self` must fail the test.
+    pub fn required(self) -> bool {
+        std::env::var_os(self.var()).is_some_and(|v| v == "1")
+    }
+
+    /// Reports that `self` is missing, saying `why`: panics when it is required,
+    /// otherwise prints `skipped: <why>` on stderr. The caller then returns.
+    #[track_caller]
+    pub fn missing(self, why: impl Display) {
+        assert!(!self.required(), "{}=1 but {why}", self.var());
+        eprintln!("skipped: {why}");
+    }
+}
+
+/// Whether eBPF can be loaded, given the profiler's preflight check (passed in,
+/// so that this crate does not depend on the profiler); says why not otherwise.
+#[track_caller]
+pub fn bpf<E: Display>(preflight: Result<(), E>) -> bool {
+    match preflight {
+        Ok(()) => true,
+        Err(e) => {
+            Need::Bpf.missing(format_args!("eBPF is unavailable (needs root): {e}"));
+            false
+        }
+    }
+}
+
+/// Whether the test runs as root (to switch users); says so when it skips.
+/// No variable requires it: CI runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: needs root (to switch users)");
+    }
+    root
+}
