@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `CUPTI_ACTIVITY_KIND_RUNTIME` | [`Record::Api`] (runtime `cuda*` or driver `cu*` by name) |
 //! | `CUPTI_ACTIVITY_KIND_KERNEL` | [`ActivityKind::Kernel`], demangled name |
-//! | `CUPTI_ACTIVITY_KIND_MEMCPY`, `_MEMSET` | [`ActivityKind::Memcpy`], [`ActivityKind::Memset`] |
+//! | `CUPTI_ACTIVITY_KIND_MEMCPY`, `_MEMSET` | [`ActivityKind::Memcpy`] (a peer-to-peer copy's `srcDeviceId` and `dstDeviceId` as its [`PeerDevices`]), [`ActivityKind::Memset`] |
 //! | `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` | [`ActivityKind::Sync`] |
 //! | `CUDA_CALLCHAINS` | the CPU stack of an API call (its `callchainId`) |
 //! | `NVTX_EVENTS` (push/pop and start/end ranges) | frames above the API call, when they enclose it on its thread |
@@ -43,8 +43,8 @@ use crate::cpu::{CpuLaunch, CpuTrace};
 use crate::error::{Error, Result};
 use crate::input::Imported;
 use crate::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, Process, Record,
-    StringTable, api_base_name, is_launch_api,
+    Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, PeerDevices, Process,
+    Record, StringTable, api_base_name, is_launch_api,
 };
 
 /// Whether the start of a file is an SQLite database.
@@ -164,6 +164,8 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
     }
     let mut calls: Vec<Call> = Vec::new();
     let mut bad_rows = 0u64;
+    // Copies whose source or destination device is missing or not a device.
+    let mut half_peer = 0u64;
     if has(RUNTIME) {
         let chain_col = columns(RUNTIME)?.contains("callchainId");
         let q = format!(
@@ -276,6 +278,12 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
             continue;
         }
         let cols = columns(table)?;
+        // A peer-to-peer copy names both devices (NULL in other copies' rows).
+        let peer = if what == 0 && cols.contains("srcDeviceId") && cols.contains("dstDeviceId") {
+            "srcDeviceId, dstDeviceId"
+        } else {
+            "NULL, NULL"
+        };
         let extra = match what {
             0 => "bytes, copyKind",
             1 => "bytes, value",
@@ -286,13 +294,13 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
         } else {
             common
         };
-        let q = format!("SELECT {common}, {extra} FROM {table} ORDER BY start");
+        let q = format!("SELECT {common}, {extra}, {peer} FROM {table} ORDER BY start");
         let mut stmt = db.prepare(&q).map_err(sql)?;
         let mut rows = stmt.query([]).map_err(sql)?;
         while let Some(r) = rows.next().map_err(sql)? {
             let row = (|| -> rusqlite::Result<_> {
                 let g = |i| r.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0));
-                Ok([
+                let c = [
                     g(0)?,
                     g(1)?,
                     g(2)?,
@@ -302,18 +310,28 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                     g(6)?,
                     g(7)?,
                     g(8)?,
-                ])
+                ];
+                Ok((c, r.get::<_, Option<i64>>(9)?, r.get::<_, Option<i64>>(10)?))
             })();
-            let Ok(c) = row else {
+            let Ok((c, src, dst)) = row else {
                 bad_rows += 1;
                 continue;
             };
             let bytes = u64::try_from(c[7]).unwrap_or(0);
+            let device = |d: Option<i64>| d.and_then(|d| u32::try_from(d).ok());
+            let peer = match (device(src), device(dst)) {
+                _ if src.is_none() && dst.is_none() => None,
+                (Some(src), Some(dst)) => Some(PeerDevices { src, dst }),
+                _ => {
+                    half_peer += 1;
+                    None
+                }
+            };
             let kind = match what {
                 0 => ActivityKind::Memcpy {
                     kind: MemcpyKind::from_u8(u8::try_from(c[8]).unwrap_or(0)),
                     bytes,
-                    peer: None,
+                    peer,
                 },
                 1 => ActivityKind::Memset {
                     bytes,
@@ -473,6 +491,11 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
     } else if without_chain > 0 {
         imp.notes.push(format!(
             "{without_chain} of {stacked} API calls have no backtrace in the export (nsys records them only for some calls): their stack is the API call alone"
+        ));
+    }
+    if half_peer > 0 {
+        imp.notes.push(format!(
+            "{half_peer} copies name only one of their source and destination devices (`srcDeviceId`, `dstDeviceId`), or one that is not a device: read as copies on one device"
         ));
     }
     if bad_rows > 0 {
