@@ -591,6 +591,9 @@ struct Args<'a> {
     to_device: Option<Raw<'a>>,
     #[serde(borrow, default, rename = "inDevice")]
     in_device: Option<Raw<'a>>,
+    /// The context of the device that ran a peer-to-peer copy.
+    #[serde(borrow, default, rename = "inContext")]
+    in_context: Option<Raw<'a>>,
 }
 
 /// The text of a JSON value, as serde_json's `RawValue` gives it (the fast path
@@ -972,6 +975,7 @@ impl<'s> Builder<'s> {
                     );
                 };
                 let mut device = parse_u32(args.device);
+                let mut context = parse_u32(args.context);
                 let mut stream = parse_u32(args.stream).unwrap_or(0);
                 let kind = match kind {
                     What::Kernel => ActivityKind::Kernel {
@@ -991,6 +995,7 @@ impl<'s> Builder<'s> {
                             }
                         };
                         device = device.or(parse_u32(args.in_device));
+                        context = context.or(parse_u32(args.in_context));
                         ActivityKind::Memcpy {
                             // "Memcpy HtoD (Pageable -> Device)"
                             kind: name
@@ -1048,7 +1053,7 @@ impl<'s> Builder<'s> {
                     end_ns: end,
                     correlation_id,
                     device: device.unwrap_or(0),
-                    context: parse_u32(args.context).unwrap_or(0),
+                    context: context.unwrap_or(0),
                     stream,
                     graph_id,
                     graph_node_id,

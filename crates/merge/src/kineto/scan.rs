@@ -281,6 +281,7 @@ impl<'a> Cursor<'a> {
                 "fromDevice" => 15,
                 "toDevice" => 16,
                 "inDevice" => 17,
+                "inContext" => 18,
                 _ => return c.skip(2),
             };
             if seen & 1 << field != 0 {
@@ -305,7 +306,8 @@ impl<'a> Cursor<'a> {
                 14 => a.graph_node_id = c.raw()?,
                 15 => a.from_device = c.raw()?,
                 16 => a.to_device = c.raw()?,
-                _ => a.in_device = c.raw()?,
+                17 => a.in_device = c.raw()?,
+                _ => a.in_context = c.raw()?,
             }
             Some(())
         })?;
@@ -633,7 +635,7 @@ mod tests {
             const ARGS: &[&str] = &[
                 "correlation", "cbid", "device", "context", "stream", "bytes", "grid", "block",
                 "Python id", "Python parent id", "Call stack", "name", "cuda_sync_kind",
-                "graph id", "graph node id", "fromDevice", "toDevice", "inDevice", "x",
+                "graph id", "graph node id", "fromDevice", "toDevice", "inDevice", "inContext", "x",
             ];
             let args = object(ARGS, &args, "{}");
             agrees(&format!("{} ", object(TOP, &top, &args)))?;
