@@ -1166,3 +1166,96 @@ fn small_kineto__graph_kernels_counted_labelled_and_charged_to_the_graph_launch(
         (&Value::from(1), &Value::from(0), &Value::from(1))
     );
 }
+
+/// (correlation id, peer devices) of every copy gpuperf read from an export.
+fn model_copies(path: &Path) -> Vec<(u32, Option<(u32, u32)>)> {
+    use gpuperf_merge::model::{ActivityKind, Record};
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(&[path.to_owned()], &mut strings).unwrap();
+    let mut out = Vec::new();
+    inputs
+        .visit(&mut strings, &mut |rec, _| {
+            if let Record::Activity(a) = rec
+                && let ActivityKind::Memcpy { peer, .. } = a.kind
+            {
+                out.push((a.correlation_id, peer.map(|p| (p.src, p.dst))));
+            }
+        })
+        .unwrap();
+    out.sort();
+    out
+}
+
+/// The same, by an SQL query of the export: a copy names a peer when both its
+/// source and destination device are given.
+fn sqlite_copies(path: &Path) -> Vec<(u32, Option<(u32, u32)>)> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT correlationId, CASE WHEN srcDeviceId IS NOT NULL AND dstDeviceId IS NOT NULL \
+             THEN srcDeviceId END, CASE WHEN srcDeviceId IS NOT NULL AND dstDeviceId IS NOT NULL \
+             THEN dstDeviceId END FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY correlationId",
+        )
+        .unwrap();
+    let mut v: Vec<(u32, Option<(u32, u32)>)> = stmt
+        .query_map([], |r| {
+            let (s, d): (Option<u32>, Option<u32>) = (r.get(1)?, r.get(2)?);
+            Ok((r.get(0)?, s.zip(d)))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    v.sort();
+    v
+}
+
+#[test]
+fn nsys_peer_copies__both_devices_carried_into_the_model_and_the_timeline() {
+    // The real export has 15 copies, none between two devices.
+    let path = real(A100);
+    let want = sqlite_copies(&path);
+    assert_eq!(want.len(), 15);
+    assert!(want.iter().all(|c| c.1.is_none()));
+    assert_eq!(model_copies(&path), want);
+
+    // The same export with one copy made peer-to-peer (device 0 to device 1, as
+    // nsys writes CUPTI's MEMCPY2 records), and one naming only its source.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("peer.sqlite");
+    fs::copy(&path, &p).unwrap();
+    let db = rusqlite::Connection::open(&p).unwrap();
+    db.execute_batch(
+        "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = 10, srcKind = 2, dstKind = 2, \
+           srcDeviceId = 0, srcContextId = 1, dstDeviceId = 1, dstContextId = 2 \
+           WHERE correlationId = (SELECT min(correlationId) FROM CUPTI_ACTIVITY_KIND_MEMCPY);
+         UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET srcDeviceId = 0 \
+           WHERE correlationId = (SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_MEMCPY);",
+    )
+    .unwrap();
+    drop(db);
+    let want = sqlite_copies(&p);
+    let peers: Vec<_> = want.iter().filter(|c| c.1.is_some()).collect();
+    assert_eq!(peers.len(), 1);
+    assert_eq!(model_copies(&p), want);
+
+    let out = run(std::slice::from_ref(&p));
+    let s = out.summary.to_string();
+    assert!(
+        s.contains("1 copies name only one of their source and destination devices"),
+        "{s}"
+    );
+    assert!(out.folded.contains("[GPU_Memcpy PtoP]"), "{}", out.folded);
+    let doc: Value = serde_json::from_str(&out.chrome).unwrap();
+    let slices: Vec<&Value> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "Memcpy PtoP")
+        .collect();
+    assert_eq!(slices.len(), 1);
+    let a = &slices[0]["args"];
+    assert_eq!(
+        (&a["correlation_id"], &a["src_device"], &a["dst_device"]),
+        (&Value::from(peers[0].0), &Value::from(0), &Value::from(1))
+    );
+}
