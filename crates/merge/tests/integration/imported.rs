@@ -783,9 +783,13 @@ const SYNC_KINDS: [(&str, u8, &str); 5] = [
     ("Context Sync", 4, "Context Synchronize"),
 ];
 
+/// (start, end, correlation, device, stream, graph id, graph node id, what) of a
+/// GPU activity.
+type Gpu = (u64, u64, u32, u32, u32, u32, u64, String);
+
 /// Every GPU event of a Kineto trace as the model should hold it, read from the
-/// JSON DOM: (start, end, correlation, device, stream, graph id, graph node id, what).
-fn dom_activities(trace: &Value) -> Vec<(u64, u64, u32, u32, u32, u32, u64, String)> {
+/// JSON DOM.
+fn dom_activities(trace: &Value) -> Vec<Gpu> {
     let base = trace["baseTimeNanoseconds"].as_u64().unwrap_or(0);
     let mut out = Vec::new();
     for e in trace["traceEvents"].as_array().unwrap() {
@@ -837,7 +841,7 @@ fn dom_activities(trace: &Value) -> Vec<(u64, u64, u32, u32, u32, u32, u64, Stri
 }
 
 /// The activities gpuperf read, in the shape of [`dom_activities`].
-fn model_activities(path: &Path) -> Vec<(u64, u64, u32, u32, u32, u32, u64, String)> {
+fn model_activities(path: &Path) -> Vec<Gpu> {
     use gpuperf_merge::model::{ActivityKind, Record};
     let mut strings = StringTable::new();
     let inputs = GpuInputs::open(&[path.to_owned()], &mut strings).unwrap();
@@ -880,10 +884,13 @@ fn kineto_traces__every_gpu_event_read_as_the_json_has_it() {
     }
 }
 
-/// The timeline's slices by track: (process name, thread name) → (name, start ns,
-/// duration ns, correlation id), and the flow arrows' ends by track.
+/// Slices by track: (process name, thread name) → (name, start ns, duration ns,
+/// correlation id).
+type Tracks = BTreeMap<(String, String), Vec<(String, u64, u64, u64)>>;
+
+/// The timeline's slices by track, and the flow arrows' ends by track.
 struct Timeline {
-    slices: BTreeMap<(String, String), Vec<(String, u64, u64, u64)>>,
+    slices: Tracks,
     flow_ends: BTreeMap<(String, String), u64>,
 }
 
@@ -982,7 +989,7 @@ fn a100_kineto_syncs__each_on_its_device_and_stream_with_duration_and_api_call()
                 .to_owned()
         };
         // Where each sync should be, from the JSON.
-        let mut want: BTreeMap<(String, String), Vec<(String, u64, u64, u64)>> = BTreeMap::new();
+        let mut want = Tracks::new();
         let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
         for e in events.iter().filter(|e| e["cat"] == "cuda_sync") {
             let a = &e["args"];
@@ -1019,7 +1026,7 @@ fn a100_kineto_syncs__each_on_its_device_and_stream_with_duration_and_api_call()
 
         let out = run(std::slice::from_ref(&path));
         let t = timeline(&out.chrome);
-        let mut got: BTreeMap<(String, String), Vec<(String, u64, u64, u64)>> = BTreeMap::new();
+        let mut got = Tracks::new();
         let mut sync_flows = 0;
         for (track, slices) in &t.slices {
             let syncs: Vec<_> = slices
