@@ -5,6 +5,10 @@
 //! - GPU work is on one track per (device, stream): a pseudo-process per (process,
 //!   device), numbered `GPU_PID_BASE + device × 2^22 + pid`, with one thread per
 //!   stream (tid = stream id). Metadata events name every process and thread.
+//! - Synchronizations are on a track of their own next to their stream's
+//!   (`stream N sync`, tid = [`SYNC_TID_BIT`] | stream id): a sync spans the GPU
+//!   work it waits for, and slices on one track must nest. Those without a
+//!   stream (context and event syncs) are on the `no stream` track.
 //! - Each activity with a known API call gets a flow arrow from the call to it.
 //! - Timestamps are µs relative to the first record, written from integer ns with
 //!   three decimals, so sub-µs precision survives (absolute epoch µs would not fit
@@ -22,6 +26,9 @@ use crate::model::{Activity, ActivityKind, Clock, Record, UNKNOWN_DEVICE};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
 pub const GPU_PID_BASE: u64 = 1 << 30;
+
+/// Set in the tid of a stream's synchronization track.
+pub const SYNC_TID_BIT: u64 = 1 << 31;
 
 /// Writes a Chrome trace as the join streams records; a [`Sink`].
 pub struct Writer<W: Write> {
@@ -186,11 +193,11 @@ impl<W: Write> Writer<W> {
             format!("GPU {} {dev_name} (pid {})", a.device, a.pid).replace("  ", " ")
         };
         self.name_process(gpid, &pname, GPU_PID_BASE + u64::from(a.device))?;
-        let stream = u64::from(a.stream);
-        let tname = if a.stream == u32::MAX {
-            "no stream".to_owned()
-        } else {
-            format!("stream {}", a.stream)
+        let is_sync = matches!(a.kind, ActivityKind::Sync { .. });
+        let (stream, tname) = match (a.stream, is_sync) {
+            (u32::MAX, _) => (u64::from(a.stream), "no stream".to_owned()),
+            (s, false) => (u64::from(s), format!("stream {s}")),
+            (s, true) => (SYNC_TID_BIT | u64::from(s), format!("stream {s} sync")),
         };
         self.name_thread(gpid, stream, &tname)?;
         let (cat, name) = match a.kind {
@@ -199,7 +206,7 @@ impl<W: Write> Writer<W> {
             }
             ActivityKind::Memcpy { kind, .. } => ("memcpy", format!("Memcpy {kind}")),
             ActivityKind::Memset { .. } => ("memset", "Memset".to_owned()),
-            ActivityKind::Sync { .. } => ("sync", "Synchronize".to_owned()),
+            ActivityKind::Sync { sync_type } => ("sync", sync_name(sync_type).to_owned()),
         };
         let (ts, dur) = (self.ts(a.start_ns), Us(i128::from(a.duration_ns())));
         let name = json(&name);
@@ -344,6 +351,17 @@ impl<W: Write> Sink for Writer<W> {
         )
         .and_then(|()| self.out.flush());
         self.check(r)
+    }
+}
+
+/// A synchronization's slice name, by CUPTI's `CUpti_ActivitySynchronizationType`.
+fn sync_name(sync_type: u8) -> &'static str {
+    match sync_type {
+        1 => "Event Synchronize",
+        2 => "Stream Wait Event",
+        3 => "Stream Synchronize",
+        4 => "Context Synchronize",
+        _ => "Synchronize",
     }
 }
 

@@ -11,6 +11,7 @@
 //! | `kernel` | `Kernel` | [`ActivityKind::Kernel`] |
 //! | `gpu_memcpy` | `Memcpy` | [`ActivityKind::Memcpy`], direction from the name |
 //! | `gpu_memset` | `Memset` | [`ActivityKind::Memset`] |
+//! | `cuda_sync` | — | [`ActivityKind::Sync`], type from `args.cuda_sync_kind` |
 //! | `python_function` | — | a Python frame of the CPU stacks |
 //! | `cpu_op`, `user_annotation` | `Operator` | an operator frame of the CPU stacks |
 //! | `process_name`, `thread_name` metadata | the same | process and thread names |
@@ -19,6 +20,21 @@
 //! API calls and GPU work are joined on `args.correlation`. GPU events carry the
 //! device as their `pid`, so each activity takes the process of the API call with
 //! its correlation id.
+//!
+//! - Kernels, copies and memsets of a replayed CUDA graph carry `args."graph id"`
+//!   and `args."graph node id"` (Kineto with CUDA 12 and later; `0` outside graphs),
+//!   read into [`Activity::graph_id`] and [`Activity::graph_node_id`]. They share
+//!   the `cudaGraphLaunch` call's correlation id, so they are charged to its stack.
+//! - A peer-to-peer copy names its devices `args.fromDevice` and `args.toDevice`,
+//!   and the device that ran it `args.inDevice`: they become the copy's
+//!   [`PeerDevices`] and its device.
+//! - A `cuda_sync` event (CUPTI's synchronization record: `Stream Sync`,
+//!   `Context Sync`, `Event Sync`, `Stream Wait Event`) is placed on its device and
+//!   stream (`args.device`, `args.stream`); context and event syncs have no stream
+//!   (`-1`, or `4294967295` in older traces). Its API call (`cudaStreamSynchronize`,
+//!   …) is the `cuda_runtime` event with the same correlation id. Syncs that
+//!   name no device, whose call is missing, or of an unknown kind are counted in
+//!   the reader's notes.
 //!
 //! # CPU stacks
 //!
@@ -90,8 +106,8 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::input::Imported;
 use crate::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, Process, Record,
-    StringId, StringTable, api_base_name, is_launch_api,
+    Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, PeerDevices, Process,
+    Record, StringId, StringTable, UNKNOWN_DEVICE, api_base_name, is_launch_api,
 };
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
@@ -561,6 +577,23 @@ struct Args<'a> {
     /// Metadata events' value.
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
+    /// A `cuda_sync` event's kind (`Stream Sync`, …), as its name.
+    #[serde(borrow, default)]
+    cuda_sync_kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "graph id")]
+    graph_id: Option<Raw<'a>>,
+    #[serde(borrow, default, rename = "graph node id")]
+    graph_node_id: Option<Raw<'a>>,
+    /// A peer-to-peer copy's devices: from, to, and the one that ran it.
+    #[serde(borrow, default, rename = "fromDevice")]
+    from_device: Option<Raw<'a>>,
+    #[serde(borrow, default, rename = "toDevice")]
+    to_device: Option<Raw<'a>>,
+    #[serde(borrow, default, rename = "inDevice")]
+    in_device: Option<Raw<'a>>,
+    /// The context of the device that ran a peer-to-peer copy.
+    #[serde(borrow, default, rename = "inContext")]
+    in_context: Option<Raw<'a>>,
 }
 
 /// The text of a JSON value, as serde_json's `RawValue` gives it (the fast path
@@ -705,6 +738,19 @@ fn us_to_ns(text: &str) -> Option<u64> {
     value(keep)?.checked_add(u64::from(nth(keep) >= b'5'))
 }
 
+/// CUPTI's `CUpti_ActivitySynchronizationType` of a `cuda_sync` event, from the
+/// name Kineto gives each type.
+fn sync_type(kind: &str) -> Option<u8> {
+    match kind {
+        "Unknown Sync" => Some(0),
+        "Event Sync" => Some(1),
+        "Stream Wait Event" => Some(2),
+        "Stream Sync" => Some(3),
+        "Context Sync" => Some(4),
+        _ => None,
+    }
+}
+
 fn parse_us(raw: Option<Raw<'_>>) -> Option<u64> {
     us_to_ns(number_text(raw?))
 }
@@ -778,6 +824,12 @@ struct Builder<'s> {
     apis: Vec<ApiRef>,
     /// Indices in `records` of activities, whose pid comes from their API call.
     activities: Vec<usize>,
+    /// Indices in `records` of synchronizations.
+    syncs: Vec<usize>,
+    /// `cuda_sync` events of a kind this reader does not know.
+    unknown_sync_kinds: u64,
+    /// `cuda_sync` events that name no device.
+    syncs_without_device: u64,
     spans: Vec<Span>,
     process_names: FxHashMap<u32, String>,
     thread_names: FxHashMap<(u32, u32), String>,
@@ -804,6 +856,9 @@ impl<'s> Builder<'s> {
             records: Vec::new(),
             apis: Vec::new(),
             activities: Vec::new(),
+            syncs: Vec::new(),
+            unknown_sync_kinds: 0,
+            syncs_without_device: 0,
             spans: Vec::new(),
             process_names: FxHashMap::default(),
             thread_names: FxHashMap::default(),
@@ -854,6 +909,7 @@ impl<'s> Builder<'s> {
             ("X", "kernel" | "Kernel") => What::Kernel,
             ("X", "gpu_memcpy" | "Memcpy") => What::Memcpy,
             ("X", "gpu_memset" | "Memset") => What::Memset,
+            ("X", "cuda_sync") => What::Sync,
             ("X", "python_function") => What::Python,
             ("X", "cpu_op" | "Operator" | "user_annotation") => What::Op,
             _ => {
@@ -911,34 +967,84 @@ impl<'s> Builder<'s> {
                     name: name_id,
                 }));
             }
-            What::Kernel | What::Memcpy | What::Memset => {
+            What::Kernel | What::Memcpy | What::Memset | What::Sync => {
                 let Some(correlation_id) = parse_u32(args.correlation) else {
                     return self.bad(
                         at,
                         format!("`{cat}` event without a valid `args.correlation`"),
                     );
                 };
+                let mut device = parse_u32(args.device);
+                let mut context = parse_u32(args.context);
+                let mut stream = parse_u32(args.stream).unwrap_or(0);
                 let kind = match kind {
                     What::Kernel => ActivityKind::Kernel {
                         name: self.strings.intern(name),
                         grid: args.grid.unwrap_or_default(),
                         block: args.block.unwrap_or_default(),
                     },
-                    What::Memcpy => ActivityKind::Memcpy {
-                        // "Memcpy HtoD (Pageable -> Device)"
-                        kind: name
-                            .split_whitespace()
-                            .nth(1)
-                            .and_then(MemcpyKind::from_name)
-                            .unwrap_or(MemcpyKind::Unknown),
-                        bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
-                        // Kineto names one device per copy event.
-                        peer: None,
-                    },
-                    _ => ActivityKind::Memset {
+                    What::Memcpy => {
+                        // A peer-to-peer copy names its devices `fromDevice` and
+                        // `toDevice`, and the one that ran it `inDevice`.
+                        let peer = match (parse_u32(args.from_device), parse_u32(args.to_device)) {
+                            (Some(src), Some(dst)) => Some(PeerDevices { src, dst }),
+                            (None, None) => None,
+                            _ => {
+                                self.bad(at, "peer-to-peer copy naming one device of two: read as a copy on one device".into());
+                                None
+                            }
+                        };
+                        device = device.or(parse_u32(args.in_device));
+                        context = context.or(parse_u32(args.in_context));
+                        ActivityKind::Memcpy {
+                            // "Memcpy HtoD (Pageable -> Device)"
+                            kind: name
+                                .split_whitespace()
+                                .nth(1)
+                                .and_then(MemcpyKind::from_name)
+                                .unwrap_or(MemcpyKind::Unknown),
+                            bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
+                            peer,
+                        }
+                    }
+                    What::Memset => ActivityKind::Memset {
                         bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
                         value: 0,
                     },
+                    _ => {
+                        let kind = args.cuda_sync_kind.as_deref().unwrap_or(name);
+                        let sync_type = sync_type(kind).unwrap_or_else(|| {
+                            self.unknown_sync_kinds += 1;
+                            0
+                        });
+                        // No stream (context and event syncs): `-1`, or CUPTI's
+                        // all-ones in older traces.
+                        stream = parse_int(args.stream)
+                            .and_then(|s| u32::try_from(s).ok())
+                            .unwrap_or(u32::MAX);
+                        if device.is_none() {
+                            self.syncs_without_device += 1;
+                        }
+                        device = device.or(Some(UNKNOWN_DEVICE));
+                        self.syncs.push(self.records.len());
+                        ActivityKind::Sync { sync_type }
+                    }
+                };
+                let (graph_id, graph_node_id) = match (args.graph_id, args.graph_node_id) {
+                    (None, None) => (0, 0),
+                    (g, n) => {
+                        let id = g.map(|g| number_text(g).parse::<u32>().ok());
+                        let node = n.map(|n| number_text(n).parse::<u64>().ok());
+                        if matches!(id, Some(None)) || matches!(node, Some(None)) {
+                            self.bad(
+                                at,
+                                format!("`{cat}` event whose `graph id` or `graph node id` is not a number: read as not from a graph"),
+                            );
+                            (0, 0)
+                        } else {
+                            (id.flatten().unwrap_or(0), node.flatten().unwrap_or(0))
+                        }
+                    }
                 };
                 self.activities.push(self.records.len());
                 self.records.push(Record::Activity(Activity {
@@ -946,11 +1052,11 @@ impl<'s> Builder<'s> {
                     start_ns: start,
                     end_ns: end,
                     correlation_id,
-                    device: parse_u32(args.device).unwrap_or(0),
-                    context: parse_u32(args.context).unwrap_or(0),
-                    stream: parse_u32(args.stream).unwrap_or(0),
-                    graph_id: 0,
-                    graph_node_id: 0,
+                    device: device.unwrap_or(0),
+                    context: context.unwrap_or(0),
+                    stream,
+                    graph_id,
+                    graph_node_id,
                     kind,
                 }));
             }
@@ -1035,6 +1141,34 @@ impl<'s> Builder<'s> {
                 with_work.insert((a.pid, a.correlation_id));
             }
         }
+        let mut notes = Vec::new();
+        let orphan_syncs = self
+            .syncs
+            .iter()
+            .filter(|&&i| {
+                matches!(&self.records[i], Record::Activity(a) if !pid_of.contains_key(&a.correlation_id))
+            })
+            .count();
+        if orphan_syncs > 0 {
+            notes.push(format!(
+                "{orphan_syncs} of {} synchronization events have no API call with their correlation id in the trace: shown in process {main_pid}, on their GPU track only",
+                self.syncs.len()
+            ));
+        }
+        if self.syncs_without_device > 0 {
+            notes.push(format!(
+                "{} of {} synchronization events name no device: shown on the timeline's `GPU ?` track",
+                self.syncs_without_device,
+                self.syncs.len()
+            ));
+        }
+        if self.unknown_sync_kinds > 0 {
+            notes.push(format!(
+                "{} of {} synchronization events are of a kind gpuperf does not know: read as CUPTI's unknown type (0)",
+                self.unknown_sync_kinds,
+                self.syncs.len()
+            ));
+        }
         let mut stacks = self.build_stacks(&with_work);
         for l in &mut stacks.launches {
             l.ts_ns = l.ts_ns.saturating_add(base);
@@ -1100,6 +1234,7 @@ impl<'s> Builder<'s> {
         imp.skipped = self.skipped;
         imp.diagnostics = self.diagnostics;
         imp.truncated_at = self.truncated_at;
+        imp.notes = notes;
         imp
     }
 
@@ -1270,6 +1405,7 @@ enum What {
     Kernel,
     Memcpy,
     Memset,
+    Sync,
     Python,
     Op,
 }

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `CUPTI_ACTIVITY_KIND_RUNTIME` | [`Record::Api`] (runtime `cuda*` or driver `cu*` by name) |
 //! | `CUPTI_ACTIVITY_KIND_KERNEL` | [`ActivityKind::Kernel`], demangled name |
-//! | `CUPTI_ACTIVITY_KIND_MEMCPY`, `_MEMSET` | [`ActivityKind::Memcpy`], [`ActivityKind::Memset`] |
+//! | `CUPTI_ACTIVITY_KIND_MEMCPY`, `_MEMSET` | [`ActivityKind::Memcpy`] (a peer-to-peer copy's `srcDeviceId` and `dstDeviceId` as its [`PeerDevices`]), [`ActivityKind::Memset`] |
 //! | `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` | [`ActivityKind::Sync`] |
 //! | `CUDA_CALLCHAINS` | the CPU stack of an API call (its `callchainId`) |
 //! | `NVTX_EVENTS` (push/pop and start/end ranges) | frames above the API call, when they enclose it on its thread |
@@ -43,8 +43,8 @@ use crate::cpu::{CpuLaunch, CpuTrace};
 use crate::error::{Error, Result};
 use crate::input::Imported;
 use crate::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, Process, Record,
-    StringTable, api_base_name, is_launch_api,
+    Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, PeerDevices, Process,
+    Record, StringTable, api_base_name, is_launch_api,
 };
 
 /// Whether the start of a file is an SQLite database.
@@ -86,7 +86,20 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
         expected: "Nsight Systems SQLite export",
         found,
     };
-    let sql = |e: rusqlite::Error| not_export(format!("SQLite: {e}"));
+    // One line: SQLite may quote a damaged schema, line breaks and all.
+    let sql = |e: rusqlite::Error| {
+        let text = e.to_string();
+        let mut line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if line.len() > 300 {
+            let cut = (0..=300)
+                .rev()
+                .find(|&i| line.is_char_boundary(i))
+                .unwrap_or(0);
+            line.truncate(cut);
+            line.push('…');
+        }
+        not_export(format!("SQLite: {line}"))
+    };
     let db = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -163,7 +176,10 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
         callchain: Option<i64>,
     }
     let mut calls: Vec<Call> = Vec::new();
-    let mut bad_rows = 0u64;
+    // Rows skipped for a missing or malformed column, by table.
+    let mut bad_rows: std::collections::BTreeMap<&str, u64> = Default::default();
+    // Copies whose source or destination device is missing or not a device.
+    let mut half_peer = 0u64;
     if has(RUNTIME) {
         let chain_col = columns(RUNTIME)?.contains("callchainId");
         let q = format!(
@@ -191,7 +207,7 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                 ))
             })();
             let Ok((start, end, gtid, corr, name_id, chain)) = row else {
-                bad_rows += 1;
+                *bad_rows.entry(RUNTIME).or_default() += 1;
                 continue;
             };
             let (pid, corr) = (pid_of(gtid), u32::try_from(corr).unwrap_or(0));
@@ -258,7 +274,7 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                 ))
             })();
             let Ok((c, name_id, grid, block, node)) = row else {
-                bad_rows += 1;
+                *bad_rows.entry(KERNEL).or_default() += 1;
                 continue;
             };
             let kind = ActivityKind::Kernel {
@@ -276,6 +292,12 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
             continue;
         }
         let cols = columns(table)?;
+        // A peer-to-peer copy names both devices (NULL in other copies' rows).
+        let peer = if what == 0 && cols.contains("srcDeviceId") && cols.contains("dstDeviceId") {
+            "srcDeviceId, dstDeviceId"
+        } else {
+            "NULL, NULL"
+        };
         let extra = match what {
             0 => "bytes, copyKind",
             1 => "bytes, value",
@@ -286,13 +308,13 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
         } else {
             common
         };
-        let q = format!("SELECT {common}, {extra} FROM {table} ORDER BY start");
+        let q = format!("SELECT {common}, {extra}, {peer} FROM {table} ORDER BY start");
         let mut stmt = db.prepare(&q).map_err(sql)?;
         let mut rows = stmt.query([]).map_err(sql)?;
         while let Some(r) = rows.next().map_err(sql)? {
             let row = (|| -> rusqlite::Result<_> {
                 let g = |i| r.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0));
-                Ok([
+                let c = [
                     g(0)?,
                     g(1)?,
                     g(2)?,
@@ -302,18 +324,28 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                     g(6)?,
                     g(7)?,
                     g(8)?,
-                ])
+                ];
+                Ok((c, r.get::<_, Option<i64>>(9)?, r.get::<_, Option<i64>>(10)?))
             })();
-            let Ok(c) = row else {
-                bad_rows += 1;
+            let Ok((c, src, dst)) = row else {
+                *bad_rows.entry(table).or_default() += 1;
                 continue;
             };
             let bytes = u64::try_from(c[7]).unwrap_or(0);
+            let device = |d: Option<i64>| d.and_then(|d| u32::try_from(d).ok());
+            let peer = match (device(src), device(dst)) {
+                _ if src.is_none() && dst.is_none() => None,
+                (Some(src), Some(dst)) => Some(PeerDevices { src, dst }),
+                _ => {
+                    half_peer += 1;
+                    None
+                }
+            };
             let kind = match what {
                 0 => ActivityKind::Memcpy {
                     kind: MemcpyKind::from_u8(u8::try_from(c[8]).unwrap_or(0)),
                     bytes,
-                    peer: None,
+                    peer,
                 },
                 1 => ActivityKind::Memset {
                     bytes,
@@ -357,7 +389,7 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                 ))
             })();
             let Ok((id, symbol, module, unresolved)) = row else {
-                bad_rows += 1;
+                *bad_rows.entry("CUDA_CALLCHAINS").or_default() += 1;
                 continue;
             };
             let module = name(module);
@@ -412,7 +444,7 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                 ))
             })();
             let Ok((start, end, gtid, text, text_id)) = row else {
-                bad_rows += 1;
+                *bad_rows.entry("NVTX_EVENTS").or_default() += 1;
                 continue;
             };
             let Some(gtid) = gtid else { continue };
@@ -475,9 +507,14 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
             "{without_chain} of {stacked} API calls have no backtrace in the export (nsys records them only for some calls): their stack is the API call alone"
         ));
     }
-    if bad_rows > 0 {
+    if half_peer > 0 {
         imp.notes.push(format!(
-            "{bad_rows} rows with missing or malformed columns were skipped"
+            "{half_peer} copies name only one of their source and destination devices (`srcDeviceId`, `dstDeviceId`), or one that is not a device: read as copies on one device"
+        ));
+    }
+    for (table, n) in bad_rows {
+        imp.notes.push(format!(
+            "{n} rows of `{table}` with missing or malformed columns were skipped"
         ));
     }
 
@@ -606,4 +643,215 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
         .extend(activities.into_iter().map(Record::Activity));
     imp.launch_stacks = (!stacks.launches.is_empty()).then_some(stacks);
     Ok(imp)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Tables the reader reads.
+    const READ: [&str; 12] = [
+        "StringIds",
+        "ThreadNames",
+        "PROCESSES",
+        "TARGET_INFO_GPU",
+        "TARGET_INFO_SESSION_START_TIME",
+        RUNTIME,
+        KERNEL,
+        MEMCPY,
+        MEMSET,
+        SYNC,
+        "CUDA_CALLCHAINS",
+        "NVTX_EVENTS",
+    ];
+
+    /// The real A100 export with only the tables the reader reads (300 KB): each
+    /// case mutates a copy of it.
+    fn export() -> &'static [u8] {
+        static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+        BYTES.get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("a100.sqlite");
+            std::fs::copy(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../samples/recordings/real/a100_saxpy_mpi_nsys.sqlite"),
+                &p,
+            )
+            .unwrap();
+            let db = Connection::open(&p).unwrap();
+            db.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+            let tables: Vec<String> = db
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            for t in tables.iter().filter(|t| !READ.contains(&t.as_str())) {
+                db.execute_batch(&format!("DROP TABLE \"{t}\"")).unwrap();
+            }
+            db.execute_batch("VACUUM").unwrap();
+            drop(db);
+            std::fs::read(&p).unwrap()
+        })
+    }
+
+    /// Reads `bytes` as an export: it may fail, with one line naming the file, but
+    /// never panics, and what it reads holds together.
+    fn read_never_panics(bytes: &[u8], edit: impl FnOnce(&Path)) -> Result<(), TestCaseError> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fuzz.sqlite");
+        std::fs::write(&p, bytes).unwrap();
+        edit(&p);
+        match read(&p, &mut StringTable::new()) {
+            Ok(imp) => {
+                if let Some(stacks) = &imp.launch_stacks {
+                    for l in &stacks.launches {
+                        prop_assert!(l.stack.index() < stacks.stacks.len());
+                    }
+                }
+                for n in &imp.notes {
+                    prop_assert!(!n.contains('\n'), "{n}");
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.contains("fuzz.sqlite") && !msg.contains('\n'), "{msg}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Values a column may hold in a damaged or foreign export.
+    const VALUES: [&str; 12] = [
+        "NULL",
+        "-1",
+        "0",
+        "4294967296",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "1.5",
+        "'x'",
+        "'a;b\nc'",
+        "x'00ff'",
+        "''",
+        "10",
+    ];
+
+    #[test]
+    fn the_export_without_other_tables_reads_as_the_whole_one() {
+        let whole = read(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../samples/recordings/real/a100_saxpy_mpi_nsys.sqlite"),
+            &mut StringTable::new(),
+        )
+        .unwrap();
+        read_never_panics(export(), |p| {
+            let small = read(p, &mut StringTable::new()).unwrap();
+            assert_eq!(small.records.len(), whole.records.len());
+            assert_eq!(small.notes, whole.notes);
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn malformed_cells_are_counted_by_table_and_named() {
+        read_never_panics(export(), |p| {
+            let db = Connection::open(p).unwrap();
+            db.execute_batch(
+                "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'x' WHERE rowid = 1;
+                 UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET srcDeviceId = -1, dstDeviceId = 1 WHERE rowid = 1;
+                 UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET srcDeviceId = 2, dstDeviceId = 3 WHERE rowid = 2;",
+            )
+            .unwrap();
+            drop(db);
+            let imp = read(p, &mut StringTable::new()).unwrap();
+            assert_eq!(
+                imp.notes,
+                [
+                    "1 copies name only one of their source and destination devices (`srcDeviceId`, `dstDeviceId`), or one that is not a device: read as copies on one device",
+                    "1 rows of `CUPTI_ACTIVITY_KIND_KERNEL` with missing or malformed columns were skipped",
+                ]
+            );
+            let peers: Vec<PeerDevices> = imp
+                .records
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Activity(Activity {
+                        kind: ActivityKind::Memcpy { peer: Some(p), .. },
+                        ..
+                    }) => Some(*p),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(peers, [PeerDevices { src: 2, dst: 3 }]);
+        })
+        .unwrap();
+    }
+
+    proptest! {
+        #[test]
+        fn mutated_cells_never_panic(
+            edits in proptest::collection::vec(
+                (any::<prop::sample::Index>(), any::<prop::sample::Index>(),
+                 any::<prop::sample::Index>(), 0..VALUES.len(), 0u8..8),
+                1..8,
+            )
+        ) {
+            read_never_panics(export(), |p| {
+                let db = Connection::open(p).unwrap();
+                db.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+                for (table, column, row, value, op) in edits {
+                    let t = READ[table.index(READ.len())];
+                    let cols: Vec<String> = db
+                        .prepare(&format!("SELECT name FROM pragma_table_info('{t}')"))
+                        .unwrap()
+                        .query_map([], |r| r.get(0))
+                        .unwrap()
+                        .collect::<rusqlite::Result<_>>()
+                        .unwrap();
+                    if cols.is_empty() {
+                        continue; // dropped by an earlier edit
+                    }
+                    let rows: i64 = db
+                        .query_row(&format!("SELECT count(*) FROM \"{t}\""), [], |r| r.get(0))
+                        .unwrap();
+                    let rows = rows as usize;
+                    let c = &cols[column.index(cols.len())];
+                    let v = VALUES[value];
+                    let sql = match op {
+                        // A row of NULLs, or one row twice.
+                        0 => format!("INSERT INTO \"{t}\" DEFAULT VALUES"),
+                        1 => format!("INSERT INTO \"{t}\" SELECT * FROM \"{t}\" LIMIT 1"),
+                        2 => format!("DROP TABLE \"{t}\""),
+                        _ if rows == 0 => continue,
+                        _ => format!(
+                            "UPDATE \"{t}\" SET \"{c}\" = {v} WHERE rowid = \
+                             (SELECT rowid FROM \"{t}\" LIMIT 1 OFFSET {})",
+                            row.index(rows)
+                        ),
+                    };
+                    // Constraints may refuse an edit; the others still apply.
+                    let _ = db.execute_batch(&sql);
+                }
+            })?;
+        }
+
+        #[test]
+        fn damaged_files_never_panic(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..16)
+        ) {
+            let mut bytes = export().to_vec();
+            for (at, b) in edits {
+                // Past the 100-byte header, which SQLite checks itself.
+                let i = 100 + at.index(bytes.len() - 100);
+                bytes[i] = b;
+            }
+            read_never_panics(&bytes, |_| {})?;
+        }
+    }
 }

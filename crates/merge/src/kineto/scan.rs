@@ -275,6 +275,13 @@ impl<'a> Cursor<'a> {
                 "Python parent id" => 9,
                 "Call stack" => 10,
                 "name" => 11,
+                "cuda_sync_kind" => 12,
+                "graph id" => 13,
+                "graph node id" => 14,
+                "fromDevice" => 15,
+                "toDevice" => 16,
+                "inDevice" => 17,
+                "inContext" => 18,
                 _ => return c.skip(2),
             };
             if seen & 1 << field != 0 {
@@ -293,7 +300,14 @@ impl<'a> Cursor<'a> {
                 8 => a.python_id = c.raw()?,
                 9 => a.python_parent = c.raw()?,
                 10 => a.call_stack = c.string()?,
-                _ => a.name = c.string()?,
+                11 => a.name = c.string()?,
+                12 => a.cuda_sync_kind = c.string()?,
+                13 => a.graph_id = c.raw()?,
+                14 => a.graph_node_id = c.raw()?,
+                15 => a.from_device = c.raw()?,
+                16 => a.to_device = c.raw()?,
+                17 => a.in_device = c.raw()?,
+                _ => a.in_context = c.raw()?,
             }
             Some(())
         })?;
@@ -447,6 +461,8 @@ mod tests {
         for name in [
             "v100_resnet50_kineto2021.pt.trace.json.gz",
             "b200_vllm_gpt_oss.pt.trace.json.gz",
+            "a100_alexnet_kineto_syncs.pt.trace.json.gz",
+            "a100_event_sync_kineto.pt.trace.json.gz",
         ] {
             let events = events_of(&real(name));
             let mut fast = 0;
@@ -560,6 +576,11 @@ mod tests {
         "\"ts\": 1.5, ",
         "\"correlation\": 7, ",
         "\"name\": \"n\", ",
+        "\"cat\": \"cuda_sync\", ",
+        "\"cuda_sync_kind\": \"Stream Sync\", ",
+        "\"graph id\": 3, ",
+        "\"graph node id\": 8589934592, ",
+        "\"fromDevice\": 1, ",
     ];
 
     /// `{"key": value, …}` from pools, where the value `ARGS` stands for `args`.
@@ -613,7 +634,8 @@ mod tests {
             const TOP: &[&str] = &["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "x"];
             const ARGS: &[&str] = &[
                 "correlation", "cbid", "device", "context", "stream", "bytes", "grid", "block",
-                "Python id", "Python parent id", "Call stack", "name", "x",
+                "Python id", "Python parent id", "Call stack", "name", "cuda_sync_kind",
+                "graph id", "graph node id", "fromDevice", "toDevice", "inDevice", "inContext", "x",
             ];
             let args = object(ARGS, &args, "{}");
             agrees(&format!("{} ", object(TOP, &top, &args)))?;
