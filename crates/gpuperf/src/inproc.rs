@@ -13,6 +13,7 @@ use gpuperf_merge::gputrace::{self, FLAG_STACKS};
 use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::model::{Module, StringTable};
 use gpuperf_merge::stacks::{self, LaunchStacks, Symbolize};
+use gpuperf_merge::symbols::{self, Cached, SymbolCache};
 
 /// blazesym, through the profiler crate's symbolizer.
 struct Blazesym(gpuperf_profiler::Symbolizer);
@@ -54,10 +55,27 @@ pub fn any_has_stacks(paths: &[PathBuf]) -> bool {
     })
 }
 
-/// The launch stacks of `gpu`, symbolized, or `None` when it carries none.
-pub fn collect(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Option<LaunchStacks>> {
-    let mut sym = Blazesym(gpuperf_profiler::Symbolizer::new());
-    Ok(stacks::collect(gpu, strings, &mut sym)?)
+/// The launch stacks of `gpu`, symbolized, or `None` when it carries none; and
+/// every name found. Names kept with a recording (`symbols.txt` in the
+/// directories among `paths`) come first; blazesym names the rest.
+pub fn collect(
+    gpu: &GpuInputs,
+    paths: &[PathBuf],
+    strings: &mut StringTable,
+) -> Result<(Option<LaunchStacks>, SymbolCache)> {
+    let mut kept = SymbolCache::new();
+    for f in symbols::files_in(paths) {
+        let c = SymbolCache::read(&f)?;
+        tracing::info!(
+            "{} names kept with the recording in `{}`",
+            c.len(),
+            f.display()
+        );
+        kept.merge(c);
+    }
+    let mut sym = Cached::new(Blazesym(gpuperf_profiler::Symbolizer::new()), kept);
+    let stacks = stacks::collect(gpu, strings, &mut sym)?;
+    Ok((stacks, sym.cache))
 }
 
 /// Writes `trace` in gpuperf's CPU trace format (one line per launch with its

@@ -535,6 +535,21 @@ fn finish(
     let mut inprocess_written = false;
     if gpu_traces > 0 {
         let mut l = Loaded::open(&[raw.to_path_buf()], cpu)?;
+        if a.raw_dir.is_some()
+            && let Some(names) = l.symbols.as_ref().filter(|n| !n.is_empty())
+        {
+            // Named now, while the program's files are where the stacks say: the
+            // kept recording then merges the same after they are rebuilt, moved
+            // or deleted, or on another machine.
+            let path = raw.join(gpuperf_merge::symbols::FILE_NAME);
+            let left_out = names.write(&path)?;
+            if left_out > 0 {
+                report += &format!(
+                    "gpuperf: {left_out} symbol names with tabs or line breaks were not kept in `{}`\n",
+                    path.display()
+                );
+            }
+        }
         let joined = render::write(&mut l, &outs)?;
         report += &kernel_table(&joined.kernels, a.top);
         report += &format!("gpuperf: {}", joined.summary);

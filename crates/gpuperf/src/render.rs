@@ -31,6 +31,8 @@ pub struct Loaded {
     processes: usize,
     /// What the in-process stacks of the GPU traces held.
     pub inprocess: Option<gpuperf_merge::stacks::StackStats>,
+    /// The names of the in-process stacks' frames, to keep with a recording.
+    pub symbols: Option<gpuperf_merge::symbols::SymbolCache>,
 }
 
 impl Loaded {
@@ -85,14 +87,19 @@ impl Loaded {
         // have one).
         let mut gpu = gpu;
         let mut inprocess = None;
+        let mut symbols = None;
         if let Some(g) = gpu
             .as_mut()
             .filter(|_| crate::inproc::any_has_stacks(gpu_paths))
-            && let Some(s) = crate::inproc::collect(g, &mut strings)?
         {
-            info!("in-process stacks: {}", s.stats);
-            inprocess = Some(s.stats);
-            g.add_launch_stacks(s.trace);
+            let (stacks, names) = crate::inproc::collect(g, gpu_paths, &mut strings)?;
+            report_diagnostics("symbols", &names.diagnostics);
+            symbols = Some(names);
+            if let Some(s) = stacks {
+                info!("in-process stacks: {}", s.stats);
+                inprocess = Some(s.stats);
+                g.add_launch_stacks(s.trace);
+            }
         }
         let cpu_pids = cpu.as_ref().map_or(0, |c| {
             let mut pids: Vec<u32> = c.launches.iter().map(|l| l.pid).collect();
@@ -107,6 +114,7 @@ impl Loaded {
             opts: join::Options::default(),
             processes: gpu_files.max(cpu_pids),
             inprocess,
+            symbols,
         })
     }
 
@@ -143,10 +151,7 @@ fn report_diagnostics(side: &str, d: &Diagnostics) {
     if d.is_empty() {
         return;
     }
-    warn!(
-        "skipped {} malformed {side} trace line(s) or record(s):",
-        d.count
-    );
+    warn!("skipped {} malformed {side} line(s) or record(s):", d.count);
     for x in &d.first {
         warn!("  {x}");
     }

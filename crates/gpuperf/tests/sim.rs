@@ -738,3 +738,42 @@ fn sim_jit_code__stack_ends_in_an_unknown_frame_and_is_counted_truncated() {
         BTreeSet::from(["[truncated];[unknown];launch_from_jit;launch;cudaLaunchKernel"])
     );
 }
+
+#[test]
+fn sim_kept_recording__merges_with_the_same_names_after_the_program_is_deleted() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    // A copy of the program of our own, deleted after the recording.
+    let app = work_dir("kept-symbols-bin").join("sim_app_copy");
+    std::fs::copy(sim_app(&cuda, &nvcc), &app).unwrap();
+    let (o, dir) = record_in_process(&cuda, "kept-symbols", &app, &["graph", "3"]);
+    assert_matched(&o, 9);
+    let names = std::fs::read_to_string(dir.join("raw/symbols.txt")).unwrap();
+    assert!(names.contains("\trun_graph(int)"), "{names}");
+    std::fs::remove_file(&app).unwrap();
+    let m = gpuperf(&dir)
+        .args(["merge", "raw", "-m", "again.folded"])
+        .output()
+        .unwrap();
+    assert!(m.status.success(), "{}", show(&m));
+    let first = std::fs::read_to_string(dir.join("merged.folded")).unwrap();
+    let again = std::fs::read_to_string(dir.join("again.folded")).unwrap();
+    assert_eq!(again, first, "{}", show(&m));
+    // The graph kernels' capturing stacks too, not only the launches.
+    assert!(
+        again.contains(";cudaGraphLaunch;[graph node captured at];_start;")
+            && again.contains(";main;run_graph(int);__device_stub__"),
+        "{again}"
+    );
+    // Without the kept names, the deleted program's frames are unnamed: the test
+    // checks what it means to.
+    std::fs::remove_file(dir.join("raw/symbols.txt")).unwrap();
+    let m = gpuperf(&dir)
+        .args(["merge", "raw", "-m", "bare.folded"])
+        .output()
+        .unwrap();
+    assert!(m.status.success(), "{}", show(&m));
+    let bare = std::fs::read_to_string(dir.join("bare.folded")).unwrap();
+    assert!(!bare.contains("run_graph(int)"), "{bare}");
+    assert!(bare.contains("sim_app_copy+0x"), "{bare}");
+}

@@ -51,6 +51,8 @@ pub mod report;
 pub mod stacks;
 #[cfg(feature = "render")]
 pub mod svg;
+#[cfg(feature = "render")]
+pub mod symbols;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use error::{Error, Result};

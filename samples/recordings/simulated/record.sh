@@ -2,10 +2,11 @@
 # Records the samples on the simulated CUDA runtime (sim/; no GPU: kernels do not
 # run, their times come from the simulation's cost model). Writes the raw
 # recordings to samples/recordings/simulated/<sample>/ and the flamegraphs and
-# timelines to flamegraphs/simulated/. Needs root (eBPF) for the CPU stacks, gcc,
-# cargo, and NVIDIA's CUDA 13 wheels for nvcc and the headers (see sim/README.md).
+# timelines to flamegraphs/simulated/. The CPU stacks are taken in process (no
+# root needed). Needs gcc, cargo, and NVIDIA's CUDA 13 wheels for nvcc and the
+# headers (see sim/README.md).
 #
-# usage: sudo -E samples/recordings/simulated/record.sh     (GPUPERF=path/to/gpuperf to pick the binary)
+# usage: samples/recordings/simulated/record.sh     (GPUPERF=path/to/gpuperf to pick the binary)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
 gpuperf=${GPUPERF:-$repo/target/release/gpuperf}
