@@ -1,13 +1,15 @@
 //! Launch overhead on the simulated CUDA runtime (`sim/`, no GPU): a launch-bound
 //! loop of 1 M kernel launches (`sim/tests/sim_app.cu loop`), on 1 and on 4
-//! threads, without gpuperf, under `gpuperf record --gpu-only` (injection only)
-//! and under `gpuperf record` (injection and the eBPF profiler; needs root).
+//! threads, without gpuperf, under `gpuperf record --gpu-only` (injection only),
+//! under `gpuperf record` (injection with in-process stacks, no root) and under
+//! `gpuperf record --stacks ebpf` (the eBPF profiler's stacks; needs root).
 //! Simulated GPU time is switched off (`GPUSIM_TIME_SCALE=0`), so the loop is
 //! bound by the CPU cost of a launch alone. Prints the median ns per launch of
 //! each and what gpuperf adds.
 //!
 //! ```sh
 //! sudo -E cargo bench -p gpuperf --bench sim_launch [-- --launches N --rounds R]
+//! cargo bench -p gpuperf --bench sim_launch       # without root: no eBPF row
 //! ```
 #![allow(missing_docs)]
 
@@ -52,7 +54,7 @@ fn main() {
     };
     let app = common::sim_app(&cuda, &nvcc);
     let cupti = common::sim(&cuda).join("libcupti.so.13");
-    let full = gpuperf_profiler::preflight::check().is_ok();
+    let ebpf = gpuperf_profiler::preflight::check().is_ok();
     let work = common::work_dir("bench");
     let gpuperf = |extra: &[&str], threads: usize| {
         let mut c = common::gpuperf(&work);
@@ -87,9 +89,16 @@ fn main() {
                 "gpuperf record --gpu-only",
                 Box::new(|| gpuperf(&["--gpu-only"], threads)),
             ),
+            (
+                "gpuperf record (in-process stacks)",
+                Box::new(|| gpuperf(&[], threads)),
+            ),
         ];
-        if full {
-            configs.push(("gpuperf record", Box::new(|| gpuperf(&[], threads))));
+        if ebpf {
+            configs.push((
+                "gpuperf record --stacks ebpf",
+                Box::new(|| gpuperf(&["--stacks", "ebpf"], threads)),
+            ));
         }
         let mut base = None;
         for (name, make) in &configs {
@@ -104,10 +113,10 @@ fn main() {
             base.get_or_insert(m);
             println!("{name:<34} {threads:>8} {m:>14.1} {added:>14}");
         }
-        if !full {
+        if !ebpf {
             println!(
                 "{:<34} {threads:>8} {:>14}",
-                "gpuperf record", "skipped: needs root (eBPF)"
+                "gpuperf record --stacks ebpf", "skipped: needs root (eBPF)"
             );
         }
     }

@@ -125,7 +125,7 @@ fn main() {
     let u = LocalUnwinder::new(Options::default());
     let mut frames = [Frame::default(); MAX_FRAMES];
     let (ns, n) = time(&mut || u.capture(0, &mut frames).len);
-    println!("  gpuperf-unwind (framehop)      {ns:7.0} ns  ({n} frames)");
+    println!("  gpuperf-unwind                 {ns:7.0} ns  ({n} frames)");
     match libunwind() {
         Some(lu) => {
             let mut buf = [std::ptr::null_mut::<c_void>(); MAX_FRAMES];
