@@ -279,7 +279,10 @@ fn sim_sync__waits_take_the_simulated_time_and_are_recorded() {
     let out = text(&o.stdout);
     let w: Vec<&str> = out.split_whitespace().collect();
     let (event_ms, wall_ms): (f64, f64) = (w[1].parse().unwrap(), w[3].parse().unwrap());
-    assert!((5.005..5.5).contains(&event_ms), "{out}");
+    // At least the five kernels; more when the host, descheduled on a busy
+    // machine, leaves the stream idle between launches (5.8 ms was seen under
+    // load), but never a second round of them.
+    assert!((5.005..7.5).contains(&event_ms), "{out}");
     // The sync began after the launches were queued and ends with the last kernel.
     assert!(wall_ms > 4.0, "{out}");
     let syncs: Vec<u8> = rec
