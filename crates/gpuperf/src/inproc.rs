@@ -65,13 +65,19 @@ pub fn collect(
 ) -> Result<(Option<LaunchStacks>, SymbolCache)> {
     let mut kept = SymbolCache::new();
     for f in symbols::files_in(paths) {
-        let c = SymbolCache::read(&f)?;
-        tracing::info!(
-            "{} names kept with the recording in `{}`",
-            c.len(),
-            f.display()
-        );
-        kept.merge(c);
+        // Without them the frames are named from the files, as far as they
+        // still exist: worth a warning, not a failed merge.
+        match SymbolCache::read(&f) {
+            Ok(c) => {
+                tracing::info!(
+                    "{} names kept with the recording in `{}`",
+                    c.len(),
+                    f.display()
+                );
+                kept.merge(c);
+            }
+            Err(e) => tracing::warn!("{e}; its names are not used"),
+        }
     }
     let mut sym = Cached::new(Blazesym(gpuperf_profiler::Symbolizer::new()), kept);
     let stacks = stacks::collect(gpu, strings, &mut sym)?;
