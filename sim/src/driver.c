@@ -4,11 +4,12 @@
  * runtime, cudarc and small C programs use: 2 devices, primary and created
  * contexts, streams with CUDA's ordering rules, events, memory, copies that really
  * copy, memsets that really set, modules (PTX entries are parsed for their names),
- * launches, stream capture into graphs (each node reported to the tool as it is
- * made, and again as instantiation copies it) and graph launches. The first call that
- * needs the driver does what cuInit does: it loads CUDA_INJECTION64_PATH and calls
- * its InitializeInjection. Every call is reported to the attached tool
- * (libcupti), on the calling thread, from inside the call.
+ * launches, stream capture into graphs, graphs built from kernel nodes (each node
+ * reported to the tool as it is made, and again as instantiation copies it) and
+ * graph launches. The first call that needs the driver does what cuInit does: it
+ * loads CUDA_INJECTION64_PATH and calls its InitializeInjection. Every call is
+ * reported to the attached tool (libcupti), on the calling thread, from inside
+ * the call.
  *
  * What it does not do: run kernels, model SM occupancy, copy-engine contention or
  * caches, arrays/textures/IPC/virtual memory management, multi-stream graph capture,
@@ -2193,7 +2194,8 @@ DRV(cuGraphAddKernelNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps,
     uint32_t grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
     uint32_t block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
     struct node n;
-    CUresult r = kernel_node(f, grid, block, p->sharedMemBytes, CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR, &n);
+    CUresult r =
+        kernel_node(f, grid, block, p->sharedMemBytes, CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR, &n);
     if (r != CUDA_SUCCESS)
         RETURN(r);
     struct node *made = graph_add(g, &n);

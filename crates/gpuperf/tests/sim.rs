@@ -782,8 +782,7 @@ fn sim_kept_recording__merges_with_the_same_names_after_the_program_is_deleted()
 }
 
 #[test]
-fn sim_graph_added_nodes_in_process__each_replayed_kernel_charged_to_the_launch_then_the_adding_call()
-{
+fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_adding_call() {
     let Some(cuda) = cuda13() else { return };
     let Some(nvcc) = nvcc(&cuda) else { return };
     let app = sim_app(&cuda, &nvcc);
@@ -798,9 +797,7 @@ fn sim_graph_added_nodes_in_process__each_replayed_kernel_charged_to_the_launch_
     // start at `main` too.
     let added_from_main = |stack: &str| match stack.split_once(";[graph node added at];") {
         Some((launch, added)) => {
-            let i = added
-                .find(";main;")
-                .unwrap_or_else(|| panic!("`{stack}`"));
+            let i = added.find(";main;").unwrap_or_else(|| panic!("`{stack}`"));
             assert!(added.starts_with("_start;"), "`{stack}`");
             format!("{launch};[graph node added at];{}", &added[i + 1..])
         }
@@ -813,7 +810,8 @@ fn sim_graph_added_nodes_in_process__each_replayed_kernel_charged_to_the_launch_
     // The node's stack is taken inside the CUPTI callback that
     // cudaGraphAddKernelNode makes; the CUDA libraries' frames are left out,
     // and no API frame is added for a call gpuperf does not record.
-    let launch = "main;run_graph_add(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
+    let launch =
+        "main;run_graph_add(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
     let added = format!(
         "{launch};[graph node added at];main;run_graph_add(int);\
          add_node(CUgraph_st*, void const*, dim3, dim3, CUgraphNode_st* const*)"
