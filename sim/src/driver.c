@@ -4,11 +4,12 @@
  * runtime, cudarc and small C programs use: 2 devices, primary and created
  * contexts, streams with CUDA's ordering rules, events, memory, copies that really
  * copy, memsets that really set, modules (PTX entries are parsed for their names),
- * launches, stream capture into graphs (each node reported to the tool as it is
- * made, and again as instantiation copies it) and graph launches. The first call that
- * needs the driver does what cuInit does: it loads CUDA_INJECTION64_PATH and calls
- * its InitializeInjection. Every call is reported to the attached tool
- * (libcupti), on the calling thread, from inside the call.
+ * launches, stream capture into graphs, graphs built from kernel nodes (each node
+ * reported to the tool as it is made, and again as instantiation copies it) and
+ * graph launches. The first call that needs the driver does what cuInit does: it
+ * loads CUDA_INJECTION64_PATH and calls its InitializeInjection. Every call is
+ * reported to the attached tool (libcupti), on the calling thread, from inside
+ * the call.
  *
  * What it does not do: run kernels, model SM occupancy, copy-engine contention or
  * caches, arrays/textures/IPC/virtual memory management, multi-stream graph capture,
@@ -919,16 +920,12 @@ static uint64_t run_memset(struct stream *s, const struct node *n, const struct 
     return end;
 }
 
-static CUresult launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3],
-                       unsigned shared, CUstream hs, uint8_t launch_type,
-                       const struct gpusim_api *call) {
+/* A kernel launch's work, checked as cuLaunchKernel checks it: for a launch or a
+ * kernel node. */
+static CUresult kernel_node(CUfunction f, const uint32_t grid[3], const uint32_t block[3],
+                            unsigned shared, uint8_t launch_type, struct node *n) {
     struct kernel *k = as_kernel(f);
     if (!k)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!current_ctx())
-        return CUDA_ERROR_INVALID_CONTEXT;
-    struct stream *s = resolve_stream(hs);
-    if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
     for (int i = 0; i < 3; i++)
         if (grid[i] == 0 || block[i] == 0)
@@ -937,9 +934,26 @@ static CUresult launch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
         block[2] > 64 || grid[1] > 65535 || grid[2] > 65535 || grid[0] > 0x7fffffffu ||
         shared > 232448)
         return CUDA_ERROR_INVALID_VALUE;
-    struct node n = {.kind = NODE_KERNEL, .k = k, .shared = shared, .launch_type = launch_type};
-    memcpy(n.grid, grid, sizeof n.grid);
-    memcpy(n.block, block, sizeof n.block);
+    *n = (struct node){.kind = NODE_KERNEL, .k = k, .shared = shared, .launch_type = launch_type};
+    memcpy(n->grid, grid, sizeof n->grid);
+    memcpy(n->block, block, sizeof n->block);
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3],
+                       unsigned shared, CUstream hs, uint8_t launch_type,
+                       const struct gpusim_api *call) {
+    if (!as_kernel(f))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!current_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct stream *s = resolve_stream(hs);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct node n;
+    CUresult r = kernel_node(f, grid, block, shared, launch_type, &n);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (s->capture)
         return capture(s, &n);
     run_kernel(s, &n, call, 0, 0);
@@ -2131,6 +2145,67 @@ DRV(cuLaunchKernelEx, (const CUlaunchConfig *cfg, CUfunction f, void **params, v
 
 /* Graphs ---------------------------------------------------------------------------- */
 
+static struct graph *new_graph(void) {
+    struct graph *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->magic = MAGIC_GRAPH;
+    g->id = atomic_fetch_add(&g_next_graph, 1);
+    return g;
+}
+
+DRV(cuGraphCreate, (CUgraph *pg, unsigned int flags), (pg, flags)) {
+    ENTER(cuGraphCreate, pg, flags);
+    if (!pg || flags)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct graph *g = new_graph();
+    if (!g)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    *pg = (CUgraph)g;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* A user-built kernel node. Dependencies must be nodes of the same graph; since a
+ * node can only depend on nodes made before it, running the nodes in the order
+ * they were added (as every launch here does) honours them. The node is
+ * reported made (GRAPHNODE_CREATED) from inside this call, as CUPTI does. */
+DRV(cuGraphAddKernelNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps,
+                           const CUDA_KERNEL_NODE_PARAMS *p),
+    (pn, hg, deps, ndeps, p)) {
+    ENTER_SYM(cuGraphAddKernelNode, p ? gpusim_function_name(p->func) : NULL, pn, hg, deps, ndeps,
+              p);
+    struct graph *g = (struct graph *)hg;
+    if (!pn || !p || (ndeps && !deps))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!g || g->magic != MAGIC_GRAPH)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!current_ctx())
+        RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    for (size_t i = 0; i < ndeps; i++) {
+        int found = 0;
+        for (size_t j = 0; j < g->n && !found; j++)
+            found = (CUgraphNode)g->nodes[j] == deps[i];
+        if (!found)
+            RETURN(CUDA_ERROR_INVALID_VALUE);
+    }
+    /* A NULL func with a CUkernel: the simulated driver's CUkernel and CUfunction
+     * are the same handle. */
+    CUfunction f = p->func ? p->func : (CUfunction)p->kern;
+    uint32_t grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    uint32_t block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    struct node n;
+    CUresult r =
+        kernel_node(f, grid, block, p->sharedMemBytes, CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR, &n);
+    if (r != CUDA_SUCCESS)
+        RETURN(r);
+    struct node *made = graph_add(g, &n);
+    if (!made)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g, made, NULL, NULL, NULL);
+    *pn = (CUgraphNode)made;
+    RETURN(CUDA_SUCCESS);
+}
+
 DRV(cuStreamBeginCapture, (CUstream hs, CUstreamCaptureMode mode), (hs, mode)) {
     ENTER(cuStreamBeginCapture, hs, mode);
     struct stream *s = resolve_stream(hs);
@@ -2140,11 +2215,9 @@ DRV(cuStreamBeginCapture, (CUstream hs, CUstreamCaptureMode mode), (hs, mode)) {
         RETURN(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     if (s->capture)
         RETURN(CUDA_ERROR_ILLEGAL_STATE);
-    struct graph *g = calloc(1, sizeof *g);
+    struct graph *g = new_graph();
     if (!g)
         RETURN(CUDA_ERROR_OUT_OF_MEMORY);
-    g->magic = MAGIC_GRAPH;
-    g->id = atomic_fetch_add(&g_next_graph, 1);
     s->capture = g;
     RETURN(CUDA_SUCCESS);
 }
@@ -2205,7 +2278,7 @@ DRV(cuGraphInstantiateWithFlags, (CUgraphExec *pe, CUgraph g, unsigned long long
     RETURN(instantiate(pe, g));
 }
 
-/* The nodes run in capture order on the launch stream, each charged to the
+/* The nodes run in the order they were captured or added, on the launch stream, each charged to the
  * graph launch's correlation id. */
 DRV(cuGraphLaunch, (CUgraphExec he, CUstream hs), (he, hs)) {
     ENTER(cuGraphLaunch, he, hs);

@@ -3,14 +3,14 @@
  * What it does: nvcc's registration and launch ABI (nvcc 13 launches through
  * __cudaGetKernel + __cudaLaunchKernel, which tail-jumps to cudaLaunchKernel as in
  * NVIDIA's library), launches, memory, copies, memsets, streams, events, stream
- * capture and graphs, device queries for 2 simulated devices, and the error state.
+ * capture, graphs (captured, or built from kernel nodes), device queries for 2 simulated devices, and the error state.
  * Every runtime function reports a RUNTIME API call, and makes the nested DRIVER
  * call (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy -> cuMemcpyHtoD_v2, ...)
  * through the driver's internal entry points, as NVIDIA's runtime does.
  *
  * What it does not do: run kernels, texture/surface/array APIs, IPC, multi-device
- * cooperative launches, host-function launches, user-built graphs (only stream
- * capture); the runtime always works in the primary context of the thread's
+ * cooperative launches, host-function launches, user-built graphs other than
+ * kernel nodes; the runtime always works in the primary context of the thread's
  * current device. It prints nothing. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -89,6 +89,8 @@ DRIVER_FN(cuLaunchKernelEx)
 DRIVER_FN(cuLaunchCooperativeKernel)
 DRIVER_FN(cuFuncSetAttribute)
 DRIVER_FN(cuFuncGetAttribute)
+DRIVER_FN(cuGraphCreate)
+DRIVER_FN(cuGraphAddKernelNode)
 DRIVER_FN(cuGraphInstantiateWithFlags)
 DRIVER_FN(cuGraphLaunch)
 DRIVER_FN(cuGraphUpload)
@@ -899,6 +901,40 @@ GPUSIM_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 /* ------------------------------------------------------------------ graphs */
+
+GPUSIM_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags) {
+    ENTER(cudaGraphCreate, pGraph, flags);
+    RETURN(rt(DRV(cuGraphCreate)((CUgraph *)pGraph, flags)));
+}
+
+/* The node runs in the current device's primary context; kernel arguments are
+ * not kept (kernels never run). */
+GPUSIM_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *pDependencies,
+                                                 size_t numDependencies,
+                                                 const struct cudaKernelNodeParams *pNodeParams) {
+    CUfunction f = pNodeParams ? gpusim_resolve_function(pNodeParams->func) : NULL;
+    ENTER_SYM(cudaGraphAddKernelNode, gpusim_function_name(f), pGraphNode, graph, pDependencies,
+              numDependencies, pNodeParams);
+    if (!pNodeParams)
+        RETURN(cudaErrorInvalidValue);
+    if (!f)
+        RETURN(cudaErrorInvalidDeviceFunction);
+    CUDA_KERNEL_NODE_PARAMS p = {
+        .func = f,
+        .gridDimX = pNodeParams->gridDim.x,
+        .gridDimY = pNodeParams->gridDim.y,
+        .gridDimZ = pNodeParams->gridDim.z,
+        .blockDimX = pNodeParams->blockDim.x,
+        .blockDimY = pNodeParams->blockDim.y,
+        .blockDimZ = pNodeParams->blockDim.z,
+        .sharedMemBytes = pNodeParams->sharedMemBytes,
+        .kernelParams = pNodeParams->kernelParams,
+        .extra = pNodeParams->extra,
+    };
+    RETURN(rt(DRV(cuGraphAddKernelNode)((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                        (const CUgraphNode *)pDependencies, numDependencies, &p)));
+}
 
 GPUSIM_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                                unsigned long long flags) {

@@ -5,6 +5,8 @@
 //   chevron N [C]  N x (k_scale, k_bias) through <<<>>> on the default stream; exits C
 //   exc N          N x k_scale through cudaLaunchKernelExC (cudaLaunchKernelEx)
 //   graph N        a graph of 3 kernels captured on a stream, launched N times
+//   graph-add N    a graph of 2 kernels added with cudaGraphAddKernelNode (the second
+//                  depending on the first), launched N times
 //   copies         H->D, D->H (async, pinned), D->D copies and two memsets; checks the bytes
 //   sync N         N x 1 ms kernels; prints the event time and the wall time of the sync
 //   devices N      N x k_scale on device 0, then N on device 1
@@ -88,6 +90,38 @@ NOINLINE void run_graph(int n) {
     launch_bias(s);
     launch_square(s);
     CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < n; i++) launch_graph(exec, s);
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+}
+
+static void *node_args[2];
+static int node_n = N_ELEMS;
+
+NOINLINE cudaGraphNode_t add_node(cudaGraph_t g, const void *func, dim3 grid, dim3 block,
+                                  const cudaGraphNode_t *dep) {
+    cudaKernelNodeParams p = {};
+    p.func = const_cast<void *>(func);
+    p.gridDim = grid;
+    p.blockDim = block;
+    node_args[0] = &buf;
+    node_args[1] = &node_n;
+    p.kernelParams = node_args;
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddKernelNode(&node, g, dep, dep ? 1 : 0, &p));
+    return node;
+}
+
+NOINLINE void run_graph_add(int n) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    CHECK(cudaGraphCreate(&graph, 0));
+    cudaGraphNode_t first = add_node(graph, (const void *)k_scale, dim3(256), dim3(256), nullptr);
+    add_node(graph, (const void *)k_bias, dim3(128), dim3(512), &first);
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < n; i++) launch_graph(exec, s);
@@ -235,6 +269,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "chevron") || !strcmp(mode, "fork") || !strcmp(mode, "wait-signal")) run_chevron(n);
     else if (!strcmp(mode, "exc")) run_exc(n);
     else if (!strcmp(mode, "graph")) run_graph(n);
+    else if (!strcmp(mode, "graph-add")) run_graph_add(n);
     else if (!strcmp(mode, "copies")) run_copies();
     else if (!strcmp(mode, "sync")) run_sync(n);
     else if (!strcmp(mode, "devices")) run_devices(n);

@@ -780,3 +780,47 @@ fn sim_kept_recording__merges_with_the_same_names_after_the_program_is_deleted()
     assert!(!bare.contains("run_graph(int)"), "{bare}");
     assert!(bare.contains("sim_app_copy+0x"), "{bare}");
 }
+
+#[test]
+fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_adding_call() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let (o, dir) = record_in_process(&cuda, "graph-add-in-process", &app, &["graph-add", "7"]);
+    assert_matched(&o, 14);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("14 kernels came from CUDA graph launches"),
+        "{err}"
+    );
+    // The part after `[graph node added at]` is a stack of its own: cut it to
+    // start at `main` too.
+    let added_from_main = |stack: &str| match stack.split_once(";[graph node added at];") {
+        Some((launch, added)) => {
+            let i = added.find(";main;").unwrap_or_else(|| panic!("`{stack}`"));
+            assert!(added.starts_with("_start;"), "`{stack}`");
+            format!("{launch};[graph node added at];{}", &added[i + 1..])
+        }
+        None => stack.to_owned(),
+    };
+    let work: BTreeMap<(String, String), usize> = timeline_work(&dir)
+        .into_iter()
+        .map(|((name, stack), n)| ((name, added_from_main(&stack)), n))
+        .collect();
+    // The node's stack is taken inside the CUPTI callback that
+    // cudaGraphAddKernelNode makes; the CUDA libraries' frames are left out,
+    // and no API frame is added for a call gpuperf does not record.
+    let launch =
+        "main;run_graph_add(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
+    let added = format!(
+        "{launch};[graph node added at];main;run_graph_add(int);\
+         add_node(CUgraph_st*, void const*, dim3, dim3, CUgraphNode_st* const*)"
+    );
+    assert_eq!(
+        work,
+        expect(&[
+            ("k_bias(float*, int)", &added, 7),
+            ("k_scale(float*, int)", &added, 7),
+        ])
+    );
+}
