@@ -856,7 +856,7 @@ fn model_activities(path: &Path) -> Vec<Gpu> {
                     peer.map_or(String::new(), |p| format!(" from {} to {}", p.src, p.dst))
                 ),
                 ActivityKind::Memset { bytes, .. } => format!("memset {bytes}"),
-                ActivityKind::Sync { sync_type } => format!("sync {sync_type}"),
+                ActivityKind::Sync { sync_type, .. } => format!("sync {sync_type}"),
             };
             out.push((
                 a.start_ns,
