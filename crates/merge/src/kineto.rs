@@ -1142,7 +1142,9 @@ impl<'s> Builder<'s> {
                 _ => {
                     self.bad(
                         at,
-                        format!("`cuda_sync` event whose `{key}` is not an id (`{}`): read as not known", raw.0),
+                        format!(
+                            "`cuda_sync` event whose `args.{key}` is not an id: read as not known"
+                        ),
                     );
                     None
                 }
@@ -1679,6 +1681,45 @@ mod tests {
         assert_eq!(imp.records.len(), 2, "process and kernel");
         // `[]` reads as an event with no fields, of no kind gpuperf uses.
         assert_eq!((imp.diagnostics.count, imp.skipped), (3, 1));
+    }
+
+    #[test]
+    fn sync_wait_that_is_not_a_number_is_one_diagnostic_and_the_sync_kept() {
+        let sync = r#"{"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "ts": 1, "dur": 1, "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": "seven", "wait_on_cuda_event_record_corr_id": 5, "wait_on_cuda_event_id": -1, "stream": 3, "device": 0, "correlation": 6}}"#;
+        let text = format!(r#"{{"traceEvents": [{sync}]}}"#);
+        let imp = read_str(&text).unwrap();
+        assert_eq!(imp.diagnostics.count, 1);
+        let d = &imp.diagnostics.first[0];
+        assert_eq!(d.location, format!("t.json@{}", text.find(sync).unwrap()));
+        assert_eq!(
+            d.message,
+            "`cuda_sync` event whose `args.wait_on_stream` is not an id: read as not known"
+        );
+        assert!(!d.to_string().contains('\n'));
+        let wait = imp.records.iter().find_map(|r| match r {
+            Record::Activity(Activity {
+                kind: ActivityKind::Sync { sync_type: 2, wait },
+                stream: 3,
+                ..
+            }) => Some(*wait),
+            _ => None,
+        });
+        assert_eq!(
+            wait,
+            Some(Some(SyncWait {
+                stream: None,
+                record_correlation_id: Some(5),
+                event_id: None,
+            }))
+        );
+        // Its recording call is not in the trace: counted.
+        assert!(
+            imp.notes
+                .iter()
+                .any(|n| n.starts_with("1 of 1 waits on a CUDA event name a recording call")),
+            "{:?}",
+            imp.notes
+        );
     }
 
     #[test]
