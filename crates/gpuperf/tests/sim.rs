@@ -289,7 +289,7 @@ fn sim_sync__waits_take_the_simulated_time_and_are_recorded() {
         .activities
         .iter()
         .filter_map(|a| match a.kind {
-            ActivityKind::Sync { sync_type } => Some(sync_type),
+            ActivityKind::Sync { sync_type, .. } => Some(sync_type),
             _ => None,
         })
         .collect();
@@ -298,7 +298,7 @@ fn sim_sync__waits_take_the_simulated_time_and_are_recorded() {
     let ctx_sync = rec
         .activities
         .iter()
-        .find(|a| matches!(a.kind, ActivityKind::Sync { sync_type: 4 }))
+        .find(|a| matches!(a.kind, ActivityKind::Sync { sync_type: 4, .. }))
         .unwrap();
     let last_end = rec.kernels().iter().map(|k| k.end_ns).max().unwrap();
     assert!(ctx_sync.end_ns >= last_end);

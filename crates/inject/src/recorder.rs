@@ -770,6 +770,9 @@ impl State {
                 place,
                 ActivityKind::Sync {
                     sync_type: u8::try_from(sync_type).unwrap_or(u8::MAX),
+                    // CUPTI names the event by its handle, not by the stream or
+                    // the call that recorded it.
+                    wait: None,
                 },
             ),
             Decoded::Overhead {

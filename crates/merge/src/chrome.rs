@@ -10,6 +10,10 @@
 //!   work it waits for, and slices on one track must nest. Those without a
 //!   stream (context and event syncs) are on the `no stream` track.
 //! - Each activity with a known API call gets a flow arrow from the call to it.
+//! - A wait on a CUDA event (an event sync, a stream's wait on an event) is
+//!   named with the stream the event was recorded on, when the input says
+//!   (`Stream Wait Event (stream 7)`), and gets a second arrow, from the
+//!   `cudaEventRecord` call that recorded the event, when that call is known.
 //! - Timestamps are µs relative to the first record, written from integer ns with
 //!   three decimals, so sub-µs precision survives (absolute epoch µs would not fit
 //!   a double's precision). `otherData.time_base_ns` holds the base.
@@ -22,7 +26,7 @@ use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::demangle::Demangler;
 use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
-use crate::model::{Activity, ActivityKind, Clock, Record, UNKNOWN_DEVICE};
+use crate::model::{Activity, ActivityKind, Clock, Record, SyncWait, UNKNOWN_DEVICE};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
 pub const GPU_PID_BASE: u64 = 1 << 30;
@@ -206,7 +210,13 @@ impl<W: Write> Writer<W> {
             }
             ActivityKind::Memcpy { kind, .. } => ("memcpy", format!("Memcpy {kind}")),
             ActivityKind::Memset { .. } => ("memset", "Memset".to_owned()),
-            ActivityKind::Sync { sync_type } => ("sync", sync_name(sync_type).to_owned()),
+            ActivityKind::Sync {
+                sync_type,
+                wait: Some(SyncWait {
+                    stream: Some(s), ..
+                }),
+            } => ("sync", format!("{} (stream {s})", sync_name(sync_type))),
+            ActivityKind::Sync { sync_type, .. } => ("sync", sync_name(sync_type).to_owned()),
         };
         let (ts, dur) = (self.ts(a.start_ns), Us(i128::from(a.duration_ns())));
         let name = json(&name);
@@ -236,7 +246,22 @@ impl<W: Write> Writer<W> {
             ActivityKind::Memcpy { bytes, .. } | ActivityKind::Memset { bytes, .. } => {
                 write!(out, r#","bytes":{bytes}"#)?
             }
-            ActivityKind::Sync { sync_type } => write!(out, r#","sync_type":{sync_type}"#)?,
+            ActivityKind::Sync { sync_type, wait } => {
+                write!(out, r#","sync_type":{sync_type}"#)?;
+                let w = wait.unwrap_or_default();
+                for (key, v) in [
+                    ("wait_on_stream", w.stream),
+                    ("wait_on_event_id", w.event_id),
+                    (
+                        "wait_on_event_record_correlation_id",
+                        w.record_correlation_id,
+                    ),
+                ] {
+                    if let Some(v) = v {
+                        write!(out, r#","{key}":{v}"#)?;
+                    }
+                }
+            }
         }
         if a.graph_id != 0 {
             write!(
@@ -250,13 +275,24 @@ impl<W: Write> Writer<W> {
         }
         out.write_all(b"}}")?;
         if let Some(api) = m.api {
-            self.flow(a, api, gpid, stream)?;
+            self.flow("launch", a, api, gpid, stream)?;
+        }
+        if let Some(record) = m.wait_record {
+            self.flow("event_wait", a, record, gpid, stream)?;
         }
         Ok(())
     }
 
     /// An arrow from the middle of the API call to the start of the activity.
-    fn flow(&mut self, a: &Activity, api: &ApiInfo, gpid: u64, stream: u64) -> std::io::Result<()> {
+    /// Flow ids are unique across kinds: Perfetto joins the ends of a flow by id.
+    fn flow(
+        &mut self,
+        kind: &str,
+        a: &Activity,
+        api: &ApiInfo,
+        gpid: u64,
+        stream: u64,
+    ) -> std::io::Result<()> {
         let id = self.next_flow;
         self.next_flow += 1;
         let from = self.ts(api.start_ns + api.end_ns.saturating_sub(api.start_ns) / 2);
@@ -264,11 +300,11 @@ impl<W: Write> Writer<W> {
         let (pid, tid) = (a.pid, api.tid);
         write!(
             self.event(),
-            r#""ph":"s","cat":"launch","name":"launch","id":{id},"pid":{pid},"tid":{tid},"ts":{from}}}"#
+            r#""ph":"s","cat":"{kind}","name":"{kind}","id":{id},"pid":{pid},"tid":{tid},"ts":{from}}}"#
         )?;
         write!(
             self.event(),
-            r#""ph":"f","bp":"e","cat":"launch","name":"launch","id":{id},"pid":{gpid},"tid":{stream},"ts":{to}}}"#
+            r#""ph":"f","bp":"e","cat":"{kind}","name":"{kind}","id":{id},"pid":{gpid},"tid":{stream},"ts":{to}}}"#
         )
     }
 

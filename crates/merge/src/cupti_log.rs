@@ -421,7 +421,13 @@ impl Parser<'_> {
             Kind::Sync => {
                 let correlation_id = items.required("correlationId", parse_u32)?;
                 let sync_type = items.get("type").map_or(0, sync_type);
-                let mut a = activity(correlation_id, ActivityKind::Sync { sync_type });
+                let mut a = activity(
+                    correlation_id,
+                    ActivityKind::Sync {
+                        sync_type,
+                        wait: None,
+                    },
+                );
                 a.context = items.optional("contextId", parse_u32)?.unwrap_or(0);
                 a.stream = items.optional("streamId", parse_u32)?.unwrap_or(0);
                 // The printer writes no device line for synchronizations; accept one.
@@ -1003,7 +1009,13 @@ mod tests {
         let ctx_sync = activities.iter().find(|a| a.correlation_id == 10).unwrap();
         assert_eq!(
             (ctx_sync.stream, ctx_sync.kind),
-            (u32::MAX, ActivityKind::Sync { sync_type: 4 })
+            (
+                u32::MAX,
+                ActivityKind::Sync {
+                    sync_type: 4,
+                    wait: None
+                }
+            )
         );
         let api = |c: u32| {
             log.records.iter().find_map(|r| match r {

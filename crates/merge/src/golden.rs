@@ -92,7 +92,19 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                     ActivityKind::Memset { bytes, value } => {
                         ("memset", format!("{bytes} bytes value {value}"))
                     }
-                    ActivityKind::Sync { sync_type } => ("sync", format!("type {sync_type}")),
+                    ActivityKind::Sync { sync_type, wait } => {
+                        let mut d = format!("type {sync_type}");
+                        if let Some(w) = wait {
+                            let part = |v: Option<u32>| v.map_or("?".to_owned(), |v| v.to_string());
+                            d += &format!(
+                                " waits on stream {} event {} recorded by corr {}",
+                                part(w.stream),
+                                part(w.event_id),
+                                part(w.record_correlation_id)
+                            );
+                        }
+                        ("sync", d)
+                    }
                 };
                 writeln!(
                     out,

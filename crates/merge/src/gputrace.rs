@@ -365,7 +365,7 @@ impl<W: Write> Writer<W> {
                 self.copy_prefix(kind::MEMSET, a, bytes);
                 self.u32(value).u16(dev).u16(0);
             }
-            ActivityKind::Sync { sync_type } => {
+            ActivityKind::Sync { sync_type, .. } => {
                 self.begin(kind::SYNC);
                 self.u64(a.start_ns)
                     .u64(a.end_ns)
@@ -753,7 +753,10 @@ impl Decoder<'_> {
                     stream,
                     graph_id: 0,
                     graph_node_id: 0,
-                    kind: ActivityKind::Sync { sync_type },
+                    kind: ActivityKind::Sync {
+                        sync_type,
+                        wait: None,
+                    },
                 })
             })()
             .map(Record::Activity),
@@ -1023,7 +1026,10 @@ mod tests {
                 stream: 7,
                 graph_id: 0,
                 graph_node_id: 0,
-                kind: ActivityKind::Sync { sync_type: 3 },
+                kind: ActivityKind::Sync {
+                    sync_type: 3,
+                    wait: None,
+                },
             }),
             // cuCtxSynchronize in a context the recorder never saw: no stream,
             // no device.
@@ -1037,7 +1043,10 @@ mod tests {
                 stream: u32::MAX,
                 graph_id: 0,
                 graph_node_id: 0,
-                kind: ActivityKind::Sync { sync_type: 4 },
+                kind: ActivityKind::Sync {
+                    sync_type: 4,
+                    wait: None,
+                },
             }),
             Record::Dropped(Dropped {
                 pid: 42,

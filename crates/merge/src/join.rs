@@ -37,7 +37,8 @@ use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::error::Result;
 use crate::input::{GpuInputs, GpuReadSummary};
 use crate::model::{
-    Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, is_launch_api,
+    Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, SyncWait,
+    is_launch_api,
 };
 
 /// Join options.
@@ -109,6 +110,9 @@ pub struct Match<'a> {
     /// launch stack followed by the stack that made the node
     /// ([`CpuTrace::graph_stack`]); it ends in the node's API frame already.
     pub graph_stack: Option<StackId>,
+    /// For a wait on a CUDA event, the call that recorded the event
+    /// (`cudaEventRecord`), found by the wait's pid and the call's correlation id.
+    pub wait_record: Option<&'a ApiInfo>,
 }
 
 impl Match<'_> {
@@ -604,6 +608,17 @@ pub fn merge(
                 if let (Some(l), Some(c)) = (m.launch, cpu) {
                     m.graph_stack = c.graph_stack(l, a.graph_node_id);
                 }
+                if let ActivityKind::Sync {
+                    wait:
+                        Some(SyncWait {
+                            record_correlation_id: Some(corr),
+                            ..
+                        }),
+                    ..
+                } = a.kind
+                {
+                    m.wait_record = lookup(a.pid, corr).1;
+                }
                 count_activity(&mut summary, a, &m);
                 m
             }
@@ -656,6 +671,7 @@ fn to_match<'a>(
         launch: launch.and_then(|i| cpu.map(|c| &c.launches[i])),
         api,
         graph_stack: None,
+        wait_record: None,
     }
 }
 

@@ -35,6 +35,12 @@
 //!   …) is the `cuda_runtime` event with the same correlation id. Syncs that
 //!   name no device, whose call is missing, or of an unknown kind are counted in
 //!   the reader's notes.
+//! - An event sync or a stream's wait on an event names the event it waited on:
+//!   `args.wait_on_stream` (the stream the event was recorded on),
+//!   `args.wait_on_cuda_event_record_corr_id` (the correlation id of the
+//!   `cudaEventRecord` call) and `args.wait_on_cuda_event_id`, each `-1` when
+//!   Kineto does not know. They become the sync's [`SyncWait`]. Waits whose
+//!   recording call is not known, or not in the trace, are counted in the notes.
 //!
 //! # CPU stacks
 //!
@@ -107,7 +113,7 @@ use crate::error::{Error, Result};
 use crate::input::Imported;
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, PeerDevices, Process,
-    Record, StringId, StringTable, UNKNOWN_DEVICE, api_base_name, is_launch_api,
+    Record, StringId, StringTable, SyncWait, UNKNOWN_DEVICE, api_base_name, is_launch_api,
 };
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
@@ -580,6 +586,15 @@ struct Args<'a> {
     /// A `cuda_sync` event's kind (`Stream Sync`, …), as its name.
     #[serde(borrow, default)]
     cuda_sync_kind: Option<Cow<'a, str>>,
+    /// An event sync's or stream wait's event: the stream it was recorded on,
+    /// the correlation id of the `cudaEventRecord` call, CUPTI's event id (`-1`
+    /// when Kineto does not know).
+    #[serde(borrow, default)]
+    wait_on_stream: Option<Raw<'a>>,
+    #[serde(borrow, default)]
+    wait_on_cuda_event_record_corr_id: Option<Raw<'a>>,
+    #[serde(borrow, default)]
+    wait_on_cuda_event_id: Option<Raw<'a>>,
     #[serde(borrow, default, rename = "graph id")]
     graph_id: Option<Raw<'a>>,
     #[serde(borrow, default, rename = "graph node id")]
@@ -830,6 +845,8 @@ struct Builder<'s> {
     unknown_sync_kinds: u64,
     /// `cuda_sync` events that name no device.
     syncs_without_device: u64,
+    /// `cuda_sync` events that name the event they waited on.
+    waits: u64,
     spans: Vec<Span>,
     process_names: FxHashMap<u32, String>,
     thread_names: FxHashMap<(u32, u32), String>,
@@ -859,6 +876,7 @@ impl<'s> Builder<'s> {
             syncs: Vec::new(),
             unknown_sync_kinds: 0,
             syncs_without_device: 0,
+            waits: 0,
             spans: Vec::new(),
             process_names: FxHashMap::default(),
             thread_names: FxHashMap::default(),
@@ -1027,7 +1045,8 @@ impl<'s> Builder<'s> {
                         }
                         device = device.or(Some(UNKNOWN_DEVICE));
                         self.syncs.push(self.records.len());
-                        ActivityKind::Sync { sync_type }
+                        let wait = self.sync_wait(args, at);
+                        ActivityKind::Sync { sync_type, wait }
                     }
                 };
                 let (graph_id, graph_node_id) = match (args.graph_id, args.graph_node_id) {
@@ -1100,6 +1119,45 @@ impl<'s> Builder<'s> {
         }
     }
 
+    /// The event a sync waited on (`args.wait_on_…`), when the event names any
+    /// of it. `-1` is Kineto's "not known"; a value that is not an integer is
+    /// reported and read as not known.
+    fn sync_wait(&mut self, args: &Args<'_>, at: u64) -> Option<SyncWait> {
+        let fields = [
+            ("wait_on_stream", args.wait_on_stream),
+            (
+                "wait_on_cuda_event_record_corr_id",
+                args.wait_on_cuda_event_record_corr_id,
+            ),
+            ("wait_on_cuda_event_id", args.wait_on_cuda_event_id),
+        ];
+        if fields.iter().all(|(_, v)| v.is_none()) {
+            return None;
+        }
+        let [stream, record, event] = fields.map(|(key, raw)| {
+            let raw = raw?;
+            match number_text(raw).parse::<i64>() {
+                Ok(-1) => None,
+                Ok(v) if (0..=i64::from(u32::MAX)).contains(&v) => Some(v as u32),
+                _ => {
+                    self.bad(
+                        at,
+                        format!(
+                            "`cuda_sync` event whose `args.{key}` is not an id: read as not known"
+                        ),
+                    );
+                    None
+                }
+            }
+        });
+        self.waits += 1;
+        Some(SyncWait {
+            stream,
+            record_correlation_id: record,
+            event_id: event,
+        })
+    }
+
     fn metadata(&mut self, ev: &Event<'_>) {
         let value = ev.args.as_ref().and_then(|a| a.name.as_deref());
         let (Some(pid), Some(value)) = (parse_u32(ev.pid), value) else {
@@ -1167,6 +1225,35 @@ impl<'s> Builder<'s> {
                 "{} of {} synchronization events are of a kind gpuperf does not know: read as CUPTI's unknown type (0)",
                 self.unknown_sync_kinds,
                 self.syncs.len()
+            ));
+        }
+        // An event wait's recording call is found by the join on the wait's
+        // process and the call's correlation id.
+        let (mut unknown_record, mut missing_record) = (0u64, 0u64);
+        for &i in &self.syncs {
+            if let Record::Activity(Activity {
+                pid,
+                kind: ActivityKind::Sync { wait: Some(w), .. },
+                ..
+            }) = &self.records[i]
+            {
+                match w.record_correlation_id {
+                    None => unknown_record += 1,
+                    Some(c) if pid_of.get(&c) != Some(pid) => missing_record += 1,
+                    Some(_) => {}
+                }
+            }
+        }
+        if unknown_record > 0 {
+            notes.push(format!(
+                "{unknown_record} of {} waits on a CUDA event do not name the call that recorded the event (recorded before tracing began): shown without an arrow from it",
+                self.waits
+            ));
+        }
+        if missing_record > 0 {
+            notes.push(format!(
+                "{missing_record} of {} waits on a CUDA event name a recording call (`cudaEventRecord`) that is not in the trace's process: shown without an arrow from it",
+                self.waits
             ));
         }
         let mut stacks = self.build_stacks(&with_work);
@@ -1594,6 +1681,45 @@ mod tests {
         assert_eq!(imp.records.len(), 2, "process and kernel");
         // `[]` reads as an event with no fields, of no kind gpuperf uses.
         assert_eq!((imp.diagnostics.count, imp.skipped), (3, 1));
+    }
+
+    #[test]
+    fn sync_wait_that_is_not_a_number_is_one_diagnostic_and_the_sync_kept() {
+        let sync = r#"{"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "ts": 1, "dur": 1, "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": "seven", "wait_on_cuda_event_record_corr_id": 5, "wait_on_cuda_event_id": -1, "stream": 3, "device": 0, "correlation": 6}}"#;
+        let text = format!(r#"{{"traceEvents": [{sync}]}}"#);
+        let imp = read_str(&text).unwrap();
+        assert_eq!(imp.diagnostics.count, 1);
+        let d = &imp.diagnostics.first[0];
+        assert_eq!(d.location, format!("t.json@{}", text.find(sync).unwrap()));
+        assert_eq!(
+            d.message,
+            "`cuda_sync` event whose `args.wait_on_stream` is not an id: read as not known"
+        );
+        assert!(!d.to_string().contains('\n'));
+        let wait = imp.records.iter().find_map(|r| match r {
+            Record::Activity(Activity {
+                kind: ActivityKind::Sync { sync_type: 2, wait },
+                stream: 3,
+                ..
+            }) => Some(*wait),
+            _ => None,
+        });
+        assert_eq!(
+            wait,
+            Some(Some(SyncWait {
+                stream: None,
+                record_correlation_id: Some(5),
+                event_id: None,
+            }))
+        );
+        // Its recording call is not in the trace: counted.
+        assert!(
+            imp.notes
+                .iter()
+                .any(|n| n.starts_with("1 of 1 waits on a CUDA event name a recording call")),
+            "{:?}",
+            imp.notes
+        );
     }
 
     #[test]

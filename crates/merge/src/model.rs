@@ -260,7 +260,23 @@ pub enum ActivityKind {
     Sync {
         /// CUPTI's `CUpti_ActivitySynchronizationType`.
         sync_type: u8,
+        /// For an event sync or a stream's wait on an event, the event waited on,
+        /// when the input says (Kineto does; CUPTI's own record names only the
+        /// event's handle).
+        wait: Option<SyncWait>,
     },
+}
+
+/// The CUDA event an event synchronization or a stream wait waited on, as far as
+/// the input tells (each part is `None` when it does not).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncWait {
+    /// The stream the event was recorded on.
+    pub stream: Option<u32>,
+    /// The correlation id of the call that recorded the event (`cudaEventRecord`).
+    pub record_correlation_id: Option<u32>,
+    /// CUPTI's id of the event.
+    pub event_id: Option<u32>,
 }
 
 /// One piece of GPU work (or a synchronization), with the correlation id of the

@@ -353,6 +353,7 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
                 },
                 _ => ActivityKind::Sync {
                     sync_type: u8::try_from(c[8]).unwrap_or(0),
+                    wait: None,
                 },
             };
             activities.push(activity(c[0], c[1], c[2], c[3], c[4], c[5], c[6], kind));

@@ -282,6 +282,9 @@ impl<'a> Cursor<'a> {
                 "toDevice" => 16,
                 "inDevice" => 17,
                 "inContext" => 18,
+                "wait_on_stream" => 19,
+                "wait_on_cuda_event_record_corr_id" => 20,
+                "wait_on_cuda_event_id" => 21,
                 _ => return c.skip(2),
             };
             if seen & 1 << field != 0 {
@@ -307,7 +310,10 @@ impl<'a> Cursor<'a> {
                 15 => a.from_device = c.raw()?,
                 16 => a.to_device = c.raw()?,
                 17 => a.in_device = c.raw()?,
-                _ => a.in_context = c.raw()?,
+                18 => a.in_context = c.raw()?,
+                19 => a.wait_on_stream = c.raw()?,
+                20 => a.wait_on_cuda_event_record_corr_id = c.raw()?,
+                _ => a.wait_on_cuda_event_id = c.raw()?,
             }
             Some(())
         })?;
@@ -581,6 +587,8 @@ mod tests {
         "\"graph id\": 3, ",
         "\"graph node id\": 8589934592, ",
         "\"fromDevice\": 1, ",
+        "\"wait_on_stream\": -1, ",
+        "\"wait_on_cuda_event_record_corr_id\": 5, ",
     ];
 
     /// `{"key": value, …}` from pools, where the value `ARGS` stands for `args`.
@@ -635,7 +643,8 @@ mod tests {
             const ARGS: &[&str] = &[
                 "correlation", "cbid", "device", "context", "stream", "bytes", "grid", "block",
                 "Python id", "Python parent id", "Call stack", "name", "cuda_sync_kind",
-                "graph id", "graph node id", "fromDevice", "toDevice", "inDevice", "inContext", "x",
+                "graph id", "graph node id", "fromDevice", "toDevice", "inDevice", "inContext", "wait_on_stream",
+                "wait_on_cuda_event_record_corr_id", "wait_on_cuda_event_id", "x",
             ];
             let args = object(ARGS, &args, "{}");
             agrees(&format!("{} ", object(TOP, &top, &args)))?;

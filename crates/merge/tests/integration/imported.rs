@@ -783,6 +783,25 @@ const SYNC_KINDS: [(&str, u8, &str); 5] = [
     ("Context Sync", 4, "Context Synchronize"),
 ];
 
+/// A sync's `wait_on_…` args as [`model_activities`] writes a `SyncWait`.
+fn dom_wait(args: &Value) -> String {
+    let keys = [
+        "wait_on_stream",
+        "wait_on_cuda_event_record_corr_id",
+        "wait_on_cuda_event_id",
+    ];
+    if keys.iter().all(|k| args.get(k).is_none()) {
+        return String::new();
+    }
+    let v = |k: &str| args[k].as_i64().unwrap_or(-1);
+    format!(
+        " on stream {} record {} event {}",
+        v(keys[0]),
+        v(keys[1]),
+        v(keys[2])
+    )
+}
+
 /// (start, end, correlation, device, stream, graph id, graph node id, what) of a
 /// GPU activity.
 type Gpu = (u64, u64, u32, u32, u32, u32, u64, String);
@@ -812,7 +831,7 @@ fn dom_activities(trace: &Value) -> Vec<Gpu> {
             "cuda_sync" => {
                 let kind = a["cuda_sync_kind"].as_str().unwrap();
                 let t = SYNC_KINDS.iter().find(|k| k.0 == kind).unwrap().1;
-                format!("sync {t}")
+                format!("sync {t}{}", dom_wait(a))
             }
             _ => continue,
         };
@@ -856,7 +875,18 @@ fn model_activities(path: &Path) -> Vec<Gpu> {
                     peer.map_or(String::new(), |p| format!(" from {} to {}", p.src, p.dst))
                 ),
                 ActivityKind::Memset { bytes, .. } => format!("memset {bytes}"),
-                ActivityKind::Sync { sync_type } => format!("sync {sync_type}"),
+                ActivityKind::Sync { sync_type, wait } => {
+                    let wait = wait.map_or(String::new(), |w| {
+                        let part = |v: Option<u32>| v.map_or(-1, i64::from);
+                        format!(
+                            " on stream {} record {} event {}",
+                            part(w.stream),
+                            part(w.record_correlation_id),
+                            part(w.event_id)
+                        )
+                    });
+                    format!("sync {sync_type}{wait}")
+                }
             };
             out.push((
                 a.start_ns,
@@ -1004,9 +1034,17 @@ fn a100_kineto_syncs__each_on_its_device_and_stream_with_duration_and_api_call()
                 s => format!("stream {s} sync"),
             };
             let process = format!("GPU {device} {} (pid {pid})", gpu_name(device));
-            let slice = SYNC_KINDS.iter().find(|k| k.0 == kind).unwrap().2;
+            let mut slice = SYNC_KINDS
+                .iter()
+                .find(|k| k.0 == kind)
+                .unwrap()
+                .2
+                .to_owned();
+            if let Some(s) = a["wait_on_stream"].as_i64().filter(|&s| s >= 0) {
+                slice += &format!(" (stream {s})");
+            }
             want.entry((process, thread)).or_default().push((
-                slice.to_owned(),
+                slice,
                 exact_ns(&e["ts"]),
                 exact_ns(&e["dur"]),
                 corr as u64,
@@ -1031,7 +1069,11 @@ fn a100_kineto_syncs__each_on_its_device_and_stream_with_duration_and_api_call()
         for (track, slices) in &t.slices {
             let syncs: Vec<_> = slices
                 .iter()
-                .filter(|s| SYNC_KINDS.iter().any(|k| k.2 == s.0))
+                .filter(|s| {
+                    SYNC_KINDS
+                        .iter()
+                        .any(|k| s.0 == k.2 || s.0.starts_with(&format!("{} (stream ", k.2)))
+                })
                 .cloned()
                 .collect();
             if !syncs.is_empty() {
@@ -1047,9 +1089,15 @@ fn a100_kineto_syncs__each_on_its_device_and_stream_with_duration_and_api_call()
             v.sort();
         }
         assert_eq!(got, want, "{name}");
-        // An arrow from each sync's API call, whose slice is on the CPU thread.
+        // An arrow from each sync's API call, whose slice is on the CPU thread,
+        // and one from the recording call of each event waited on (all in the
+        // trace: see `kineto_waits__…`).
         let n_syncs: usize = by_kind.values().sum();
-        assert_eq!(sync_flows as usize, n_syncs, "{name}");
+        let n_waits = events
+            .iter()
+            .filter(|e| e["cat"] == "cuda_sync" && e["args"]["wait_on_stream"].is_i64())
+            .count();
+        assert_eq!(sync_flows as usize, n_syncs + n_waits, "{name}");
         let api_corrs: std::collections::HashSet<u64> = t
             .slices
             .iter()
@@ -1092,6 +1140,215 @@ fn a100_kineto_syncs__each_on_its_device_and_stream_with_duration_and_api_call()
         );
         check_kernel_times(&trace, &out);
     }
+}
+
+/// What [`check_waits`] found: waits on a CUDA event, by the stream waited on;
+/// arrows drawn from their recording calls; waits counted as having none.
+#[derive(Debug, PartialEq)]
+struct Waits {
+    by_stream: BTreeMap<i64, usize>,
+    arrows: usize,
+    unknown_record: usize,
+    missing_record: usize,
+}
+
+/// Checks the waits on CUDA events of a Kineto trace against its JSON, read with
+/// serde_json: each wait's slice is named with the stream waited on, each whose
+/// `cudaEventRecord` call is in the trace (same process) has one arrow from that
+/// call's slice to it, the others are counted in the notes, and flow ids are
+/// unique.
+fn check_waits(path: &Path) -> Waits {
+    let trace = kineto_json(path);
+    let events = trace["traceEvents"].as_array().unwrap();
+    let is_call = |e: &&Value| {
+        e["ph"] == "X"
+            && matches!(
+                e["cat"].as_str(),
+                Some("cuda_runtime" | "cuda_driver" | "Runtime" | "Driver")
+            )
+    };
+    let mut call_pid: HashMap<i64, i64> = HashMap::new();
+    let mut calls_per_pid: BTreeMap<i64, usize> = BTreeMap::new();
+    for e in events.iter().filter(is_call) {
+        let pid = e["pid"].as_i64().unwrap();
+        call_pid
+            .entry(e["args"]["correlation"].as_i64().unwrap())
+            .or_insert(pid);
+        *calls_per_pid.entry(pid).or_default() += 1;
+    }
+    let main_pid = calls_per_pid
+        .iter()
+        .max_by_key(|(p, n)| (**n, std::cmp::Reverse(**p)))
+        .map(|(p, _)| *p)
+        .unwrap();
+
+    let out = run(&[path.to_owned()]);
+    let doc: Value = serde_json::from_str(&out.chrome).unwrap();
+    let chrome = doc["traceEvents"].as_array().unwrap();
+    let base = doc["otherData"]["time_base_ns"].as_u64().unwrap();
+    let at = |e: &Value| base + exact_ns(&e["ts"]);
+    // Flow ids are unique: one start and one end each.
+    let mut ends: HashMap<u64, (Option<&Value>, Option<&Value>)> = HashMap::new();
+    for e in chrome.iter().filter(|e| e["ph"] == "s" || e["ph"] == "f") {
+        let slot = ends.entry(e["id"].as_u64().unwrap()).or_default();
+        let end = if e["ph"] == "s" {
+            &mut slot.0
+        } else {
+            &mut slot.1
+        };
+        assert!(end.replace(e).is_none(), "flow id used twice: {e}");
+    }
+    let mut arrows_to: HashMap<(u64, u64, u64), (&Value, &Value)> = HashMap::new();
+    for (id, (s, f)) in &ends {
+        let (s, f) = (s.unwrap(), f.unwrap());
+        if s["cat"] == "event_wait" {
+            assert_eq!(f["cat"], "event_wait", "flow {id}");
+            let key = (
+                f["pid"].as_u64().unwrap(),
+                f["tid"].as_u64().unwrap(),
+                at(f),
+            );
+            assert!(arrows_to.insert(key, (s, f)).is_none(), "{key:?}");
+        }
+    }
+    let api_slice = |corr: i64| {
+        chrome
+            .iter()
+            .find(|e| e["cat"] == "cuda_api" && e["args"]["correlation_id"] == corr)
+            .unwrap()
+    };
+
+    let mut got = Waits {
+        by_stream: BTreeMap::new(),
+        arrows: 0,
+        unknown_record: 0,
+        missing_record: 0,
+    };
+    for e in events.iter().filter(|e| e["cat"] == "cuda_sync") {
+        let a = &e["args"];
+        let Some(record) = a.get("wait_on_cuda_event_record_corr_id") else {
+            continue;
+        };
+        let (record, stream) = (
+            record.as_i64().unwrap(),
+            a["wait_on_stream"].as_i64().unwrap(),
+        );
+        *got.by_stream.entry(stream).or_default() += 1;
+        let corr = a["correlation"].as_i64().unwrap();
+        let pid = call_pid.get(&corr).copied().unwrap_or(main_pid);
+        // Its slice, named with the stream waited on.
+        let slice = chrome
+            .iter()
+            .find(|s| {
+                s["ph"] == "X"
+                    && s["cat"] == "sync"
+                    && s["args"]["correlation_id"] == corr
+                    && at(s)
+                        == trace["baseTimeNanoseconds"].as_u64().unwrap_or(0) + exact_ns(&e["ts"])
+            })
+            .unwrap_or_else(|| panic!("no slice for {e}"));
+        let kind = a["cuda_sync_kind"].as_str().unwrap();
+        let name = SYNC_KINDS.iter().find(|k| k.0 == kind).unwrap().2;
+        let want = if stream >= 0 {
+            format!("{name} (stream {stream})")
+        } else {
+            name.to_owned()
+        };
+        assert_eq!(slice["name"], want.as_str(), "{e}");
+        let key = (
+            slice["pid"].as_u64().unwrap(),
+            slice["tid"].as_u64().unwrap(),
+            at(slice),
+        );
+        let arrow = arrows_to.remove(&key);
+        if record < 0 {
+            got.unknown_record += 1;
+            assert!(arrow.is_none(), "{e}");
+        } else if call_pid.get(&record) != Some(&pid) {
+            got.missing_record += 1;
+            assert!(arrow.is_none(), "{e}");
+        } else {
+            // From inside the recording call's slice, on its thread.
+            let (s, _) = arrow.unwrap_or_else(|| panic!("no arrow to {e}"));
+            let call = api_slice(record);
+            assert_eq!(call["name"], "cudaEventRecord", "{e}");
+            assert_eq!((&s["pid"], &s["tid"]), (&call["pid"], &call["tid"]), "{e}");
+            let (from, start) = (at(s), at(call));
+            assert!(
+                (start..=start + exact_ns(&call["dur"])).contains(&from),
+                "{e}"
+            );
+            got.arrows += 1;
+        }
+    }
+    assert!(arrows_to.is_empty(), "arrows to no wait: {arrows_to:?}");
+    // Waits without an arrow are counted in the notes.
+    let total: usize = got.by_stream.values().sum();
+    for (n, what) in [
+        (
+            got.unknown_record,
+            "do not name the call that recorded the event",
+        ),
+        (
+            got.missing_record,
+            "name a recording call (`cudaEventRecord`) that is not in the trace",
+        ),
+    ] {
+        let note = out.summary.gpu_read.notes.iter().find(|s| s.contains(what));
+        match n {
+            0 => assert!(note.is_none(), "{note:?}"),
+            n => assert!(
+                note.is_some_and(|s| s.contains(&format!("{n} of {total} waits"))),
+                "{what}: {:?}",
+                out.summary.gpu_read.notes
+            ),
+        }
+    }
+    got
+}
+
+#[test]
+fn kineto_waits__named_with_the_stream_waited_on_and_an_arrow_from_the_event_record() {
+    let streams = |v: &[(i64, usize)]| v.iter().copied().collect::<BTreeMap<_, _>>();
+    assert_eq!(
+        check_waits(&real(ALEXNET)),
+        Waits {
+            by_stream: streams(&[
+                (7, 4),
+                (20, 2),
+                (21, 2),
+                (22, 2),
+                (23, 2),
+                (24, 2),
+                (25, 2),
+                (26, 2),
+                (27, 2)
+            ]),
+            arrows: 20,
+            unknown_record: 0,
+            missing_record: 0,
+        }
+    );
+    assert_eq!(
+        check_waits(&real(EVENT_SYNC)),
+        Waits {
+            by_stream: streams(&[(7, 2)]),
+            arrows: 2,
+            unknown_record: 0,
+            missing_record: 0,
+        }
+    );
+    // One wait of each kind: recorded by a call in the trace, by one before it
+    // began (-1), and by one not in it.
+    assert_eq!(
+        check_waits(&data("kineto/small.pt.trace.json")),
+        Waits {
+            by_stream: streams(&[(7, 2), (8, 1)]),
+            arrows: 1,
+            unknown_record: 1,
+            missing_record: 1,
+        }
+    );
 }
 
 #[test]

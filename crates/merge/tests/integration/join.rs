@@ -477,7 +477,10 @@ fn chrome_trace__peer_copy_and_unknown_device() {
             2,
             UNKNOWN_DEVICE,
             u32::MAX,
-            ActivityKind::Sync { sync_type: 4 },
+            ActivityKind::Sync {
+                sync_type: 4,
+                wait: None,
+            },
         ),
     ] {
         w.write(&r, &strings).unwrap();

@@ -228,7 +228,10 @@ pub fn build() -> Scenario {
         19_000,
         9,
         7,
-        ActivityKind::Sync { sync_type: 3 },
+        ActivityKind::Sync {
+            sync_type: 3,
+            wait: None,
+        },
     )));
     // A launch whose CPU event was lost.
     api(
