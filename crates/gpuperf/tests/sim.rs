@@ -19,6 +19,7 @@ use common::{
     work_dir,
 };
 use gpuperf_merge::model::ActivityKind;
+use gpuperf_merge::stacks::{GRAPH_ADDED, GRAPH_CAPTURED};
 
 struct Setup {
     cuda: PathBuf,
@@ -615,13 +616,22 @@ fn record_in_process(cuda: &Path, name: &str, program: &Path, args: &[&str]) -> 
 
 /// The GPU work of `timeline.json` counted by (name, CPU stack), each part of a
 /// stack that starts at `_start` cut to start at `main`: a graph kernel's stack
-/// reads `main;…;cudaGraphLaunch;[graph node captured at];main;…`.
+/// reads `main;…;cudaGraphLaunch;[graph node captured at];main;…` (or `added at`).
 fn timeline_work(dir: &Path) -> BTreeMap<(String, String), usize> {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("timeline.json")).unwrap()).unwrap();
     let from_main = |part: &str| match part.find(";main;") {
         Some(i) if part.starts_with("_start;") => part[i + 1..].to_owned(),
         _ => part.to_owned(),
+    };
+    let cut = |stack: &str| {
+        for marker in [GRAPH_CAPTURED, GRAPH_ADDED] {
+            let sep = format!(";{marker};");
+            if let Some((launch, node)) = stack.split_once(&sep) {
+                return format!("{}{sep}{}", from_main(launch), from_main(node));
+            }
+        }
+        from_main(stack)
     };
     let mut m = BTreeMap::new();
     for e in json["traceEvents"].as_array().unwrap() {
@@ -630,14 +640,7 @@ fn timeline_work(dir: &Path) -> BTreeMap<(String, String), usize> {
             continue;
         }
         let stack = e["args"]["stack"].as_str().unwrap_or("(none)");
-        let stack: Vec<String> = stack
-            .split(";[graph node captured at];")
-            .map(from_main)
-            .collect();
-        let key = (
-            e["name"].as_str().unwrap().to_owned(),
-            stack.join(";[graph node captured at];"),
-        );
+        let key = (e["name"].as_str().unwrap().to_owned(), cut(stack));
         *m.entry(key).or_default() += 1;
     }
     m
@@ -793,20 +796,6 @@ fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_ad
         err.contains("14 kernels came from CUDA graph launches"),
         "{err}"
     );
-    // The part after `[graph node added at]` is a stack of its own: cut it to
-    // start at `main` too.
-    let added_from_main = |stack: &str| match stack.split_once(";[graph node added at];") {
-        Some((launch, added)) => {
-            let i = added.find(";main;").unwrap_or_else(|| panic!("`{stack}`"));
-            assert!(added.starts_with("_start;"), "`{stack}`");
-            format!("{launch};[graph node added at];{}", &added[i + 1..])
-        }
-        None => stack.to_owned(),
-    };
-    let work: BTreeMap<(String, String), usize> = timeline_work(&dir)
-        .into_iter()
-        .map(|((name, stack), n)| ((name, added_from_main(&stack)), n))
-        .collect();
     // The node's stack is taken inside the CUPTI callback that
     // cudaGraphAddKernelNode makes; the CUDA libraries' frames are left out,
     // and no API frame is added for a call gpuperf does not record.
@@ -817,7 +806,7 @@ fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_ad
          add_node(CUgraph_st*, void const*, dim3, dim3, CUgraphNode_st* const*)"
     );
     assert_eq!(
-        work,
+        timeline_work(&dir),
         expect(&[
             ("k_bias(float*, int)", &added, 7),
             ("k_scale(float*, int)", &added, 7),
