@@ -6,8 +6,13 @@ corrupt: the launch is made while this frame's link to its caller points at
 unmapped memory (restored afterwards), then once more.
 The call lines are marked `# call:NAME` so that the test finds their numbers."""
 import ctypes
+import os
 import sys
 import threading
+
+# The shared helper of gpuperf's Python test scripts.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../test-support/data"))
+from broken_frame_link import with_broken_link  # noqa: E402
 
 lib = ctypes.CDLL(sys.argv[1])
 if lib.launcher_init() != 0:
@@ -27,22 +32,8 @@ def outer():
 
 
 def corrupt():
-    """Points this frame's link to its caller at unmapped memory, launches, then
-    restores the link (the layouts of CPython 3.10 to 3.13)."""
-    frame = sys._getframe()
-    minor = sys.version_info[1]
-    if minor == 10:
-        link = id(frame) + 24  # PyFrameObject.f_back
-    else:
-        iframe = ctypes.c_void_p.from_address(id(frame) + 24).value  # f_frame
-        link = iframe + (48 if minor == 11 else 8)  # _PyInterpreterFrame.previous
-    slot = ctypes.c_void_p.from_address(link)
-    saved = slot.value
-    slot.value = 0x10
-    try:
-        lib.launcher_launch()
-    finally:
-        slot.value = saved
+    """Launches while this frame's link to its caller points at unmapped memory."""
+    with_broken_link(lib.launcher_launch)
     lib.launcher_launch()
 
 

@@ -6,8 +6,13 @@ Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
 import ctypes
+import os
 import sys
 import threading
+
+# The shared helper of gpuperf's Python test scripts.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../test-support/data"))
+from broken_frame_link import with_broken_link  # noqa: E402
 
 probe = ctypes.CDLL(sys.argv[1])
 probe.gpuperf_probe_init()
@@ -43,22 +48,9 @@ def rec(n):
 
 
 def corrupt():
-    """Points this frame's link to its caller at unmapped memory, takes a stack,
-    then restores the link."""
-    frame = sys._getframe()
-    minor = sys.version_info[1]
-    if minor == 10:
-        link = id(frame) + 24  # PyFrameObject.f_back
-    else:
-        iframe = ctypes.c_void_p.from_address(id(frame) + 24).value  # f_frame
-        link = iframe + (48 if minor == 11 else 8)  # _PyInterpreterFrame.previous
-    slot = ctypes.c_void_p.from_address(link)
-    saved = slot.value
-    slot.value = 0x10
-    try:
-        show("corrupt")  # call:corrupt
-    finally:
-        slot.value = saved
+    """Takes a stack while this frame's link to its caller points at unmapped
+    memory."""
+    with_broken_link(lambda: show("corrupt"))  # call:corrupt
     show("after corrupt")
 
 
