@@ -690,6 +690,28 @@ static void on_api_exit(struct gpusim_api *c) {
     append(&a, sizeof a, 0);
 }
 
+/* The fields a same-device copy record (Memcpy6) and a peer copy record
+   (MemcpyPtoP4) share, by name: the two are different structs. */
+#define COPY_FIELDS(m, op, start_, end_)                                   \
+    do {                                                                   \
+        (m).copyKind = (op)->copy_kind;                                    \
+        (m).srcKind = (op)->src_kind;                                      \
+        (m).dstKind = (op)->dst_kind;                                      \
+        (m).flags = (op)->async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;    \
+        (m).bytes = (op)->bytes;                                           \
+        (m).start = (start_);                                              \
+        (m).end = (end_);                                                  \
+        (m).deviceId = (op)->device;                                       \
+        (m).contextId = (op)->context;                                     \
+        (m).streamId = (op)->stream;                                       \
+    } while (0)
+#define COPY_GRAPH_FIELDS(m, op)                                           \
+    do {                                                                   \
+        (m).graphNodeId = (op)->graph_node_id;                             \
+        (m).graphId = (op)->graph_id;                                      \
+        (m).channelType = CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;                 \
+    } while (0)
+
 static void on_op(const struct gpusim_op *op) {
     uint64_t start = to_cupti(op->start_ns), end = to_cupti(op->end_ns);
     switch (op->kind) {
@@ -729,21 +751,10 @@ static void on_op(const struct gpusim_op *op) {
         CUpti_ActivityMemcpy6 m;
         memset(&m, 0, sizeof m);
         m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-        m.copyKind = op->copy_kind;
-        m.srcKind = op->src_kind;
-        m.dstKind = op->dst_kind;
-        m.flags = op->async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
-        m.bytes = op->bytes;
-        m.start = start;
-        m.end = end;
-        m.deviceId = op->device;
-        m.contextId = op->context;
-        m.streamId = op->stream;
+        COPY_FIELDS(m, op, start, end);
         m.correlationId = op->correlation_id;
         m.runtimeCorrelationId = op->runtime_correlation_id;
-        m.graphNodeId = op->graph_node_id;
-        m.graphId = op->graph_id;
-        m.channelType = CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;
+        COPY_GRAPH_FIELDS(m, op);
         m.copyCount = 1;
         append(&m, sizeof m, end);
         return;
@@ -754,24 +765,13 @@ static void on_op(const struct gpusim_op *op) {
         CUpti_ActivityMemcpyPtoP4 m;
         memset(&m, 0, sizeof m);
         m.kind = CUPTI_ACTIVITY_KIND_MEMCPY2;
-        m.copyKind = op->copy_kind;
-        m.srcKind = op->src_kind;
-        m.dstKind = op->dst_kind;
-        m.flags = op->async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
-        m.bytes = op->bytes;
-        m.start = start;
-        m.end = end;
-        m.deviceId = op->device;
-        m.contextId = op->context;
-        m.streamId = op->stream;
+        COPY_FIELDS(m, op, start, end);
         m.srcDeviceId = op->src_device;
         m.srcContextId = op->src_context;
         m.dstDeviceId = op->dst_device;
         m.dstContextId = op->dst_context;
         m.correlationId = op->correlation_id;
-        m.graphNodeId = op->graph_node_id;
-        m.graphId = op->graph_id;
-        m.channelType = CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;
+        COPY_GRAPH_FIELDS(m, op);
         append(&m, sizeof m, end);
         return;
     }
