@@ -210,6 +210,21 @@ impl Symbolizer {
         self.by_build_id.get(build_id).cloned()
     }
 
+    /// Names the frame at file `offset` of `path` (`back` bytes before it for a
+    /// return address) into `out`, as `file+0xoffset` without a symbol.
+    fn push_file_frame(&mut self, out: &mut Vec<String>, path: &Path, offset: u64, back: u64) {
+        let src = Source::Elf(Elf::new(path));
+        let sym = self
+            .inner
+            .symbolize_single(&src, Input::FileOffset(offset.saturating_sub(back)));
+        push_symbolized(
+            out,
+            sym.ok(),
+            || module_offset(path, offset),
+            &mut self.unsymbolized_frames,
+        );
+    }
+
     /// The frame names of a stack, root first. Frames of hidden files are
     /// dropped; a frame without a symbol prints as `file+0xoffset`.
     pub fn frames(&mut self, stack: &Stack) -> Vec<String> {
@@ -229,16 +244,7 @@ impl Symbolizer {
                         out.push(format!("[build-id {}]+{offset:#x}", hex(&build_id[..8])));
                         continue;
                     };
-                    let src = Source::Elf(Elf::new(&path));
-                    let sym = self
-                        .inner
-                        .symbolize_single(&src, Input::FileOffset(offset.saturating_sub(back)));
-                    push_symbolized(
-                        &mut out,
-                        sym.ok(),
-                        || module_offset(&path, *offset),
-                        &mut self.unsymbolized_frames,
-                    );
+                    self.push_file_frame(&mut out, &path, *offset, back);
                 }
                 Frame::Ip(ip) => {
                     if let Some((path, offset)) = self.place(stack.pid, *ip) {
@@ -248,16 +254,7 @@ impl Symbolizer {
                         {
                             continue;
                         }
-                        let src = Source::Elf(Elf::new(&path));
-                        let sym = self
-                            .inner
-                            .symbolize_single(&src, Input::FileOffset(offset.saturating_sub(back)));
-                        push_symbolized(
-                            &mut out,
-                            sym.ok(),
-                            || module_offset(&path, offset),
-                            &mut self.unsymbolized_frames,
-                        );
+                        self.push_file_frame(&mut out, &path, offset, back);
                         continue;
                     }
                     let mut process = Process::new(Pid::from(stack.pid));
