@@ -138,12 +138,7 @@ impl SymbolCache {
     /// Adds the entries and diagnostics of `other` (its entries win).
     pub fn merge(&mut self, other: SymbolCache) {
         self.names.extend(other.names);
-        self.diagnostics.count += other.diagnostics.count;
-        for d in other.diagnostics.first {
-            if self.diagnostics.first.len() < crate::diag::KEPT {
-                self.diagnostics.first.push(d);
-            }
-        }
+        self.diagnostics.extend(other.diagnostics);
     }
 
     fn get(&self, m: &Module, offset: u64) -> Option<&Vec<String>> {
