@@ -76,17 +76,12 @@ impl Cfi {
         let bases = self.bases();
         let mut eh = EhFrame::new(&self.eh_frame, LittleEndian);
         eh.set_address_size(8);
-        let fde = match &self.hdr {
-            Some((hdr, _)) => {
-                let parsed: Option<ParsedEhFrameHdr<_>> =
-                    EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok();
-                match parsed.as_ref().and_then(|p| p.table()) {
-                    Some(table) => {
-                        table.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset)
-                    }
-                    None => eh.fde_for_address(&bases, svma, EhFrame::cie_from_offset),
-                }
-            }
+        let parsed: Option<ParsedEhFrameHdr<_>> = self
+            .hdr
+            .as_ref()
+            .and_then(|(hdr, _)| EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok());
+        let fde = match parsed.as_ref().and_then(|p| p.table()) {
+            Some(table) => table.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset),
             // No index: a linear scan, as rare as modules without .eh_frame_hdr.
             None => eh.fde_for_address(&bases, svma, EhFrame::cie_from_offset),
         };
