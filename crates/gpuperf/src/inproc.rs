@@ -8,12 +8,12 @@ use std::io::{BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use gpuperf_merge::cpu::{self, CpuTrace, LaunchLine};
-use gpuperf_merge::gputrace::{self, FLAG_STACKS};
-use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::join::stacks::{self, LaunchStacks, Symbolize};
 use gpuperf_merge::model::{Module, StringTable};
-use gpuperf_merge::stacks::{self, LaunchStacks, Symbolize};
-use gpuperf_merge::symbols::{self, Cached, SymbolCache};
+use gpuperf_merge::read::cpu::{self, CpuTrace, LaunchLine};
+use gpuperf_merge::read::gputrace::{self, FLAG_STACKS};
+use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::read::symbols::{self, Cached, SymbolCache};
 
 /// blazesym, through the profiler crate's symbolizer.
 struct Blazesym(gpuperf_profiler::Symbolizer);

@@ -12,7 +12,7 @@ use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 
 use anyhow::Result;
-use gpuperf_merge::report;
+use gpuperf_merge::write::report;
 
 use crate::cli::{Cli, Command, InputArgs, MergeArgs, ReportArgs};
 use crate::render::{Loaded, Outputs};

@@ -541,7 +541,7 @@ fn finish(
             // Named now, while the program's files are where the stacks say: the
             // kept recording then merges the same after they are rebuilt, moved
             // or deleted, or on another machine.
-            let path = raw.join(gpuperf_merge::symbols::FILE_NAME);
+            let path = raw.join(gpuperf_merge::read::symbols::FILE_NAME);
             let left_out = names.write(&path)?;
             if left_out > 0 {
                 report += &format!(
@@ -657,7 +657,7 @@ fn command_line(argv: &[OsString]) -> String {
     s
 }
 
-fn kernel_table(rows: &[gpuperf_merge::report::Row], top: u64) -> String {
+fn kernel_table(rows: &[gpuperf_merge::write::report::Row], top: u64) -> String {
     if rows.is_empty() || top == 0 {
         return String::new();
     }
@@ -668,7 +668,7 @@ fn kernel_table(rows: &[gpuperf_merge::report::Row], top: u64) -> String {
             "{:>6.1}% {:>9} {:>11}  {}\n",
             r.percent,
             r.count,
-            gpuperf_merge::report::dur(r.total_ns),
+            gpuperf_merge::write::report::dur(r.total_ns),
             r.name
         );
     }

@@ -7,12 +7,13 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use gpuperf_merge::cpu::CpuTrace;
-use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::Diagnostics;
 use gpuperf_merge::join::{self, Sink, Summary};
 use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
-use gpuperf_merge::report::{Reporter, Row};
-use gpuperf_merge::{Diagnostics, chrome, folded, pprof, svg};
+use gpuperf_merge::read::cpu::CpuTrace;
+use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::write::report::{Reporter, Row};
+use gpuperf_merge::write::{chrome, folded, pprof, svg};
 use tracing::{info, warn};
 
 use crate::cli::InputArgs;
@@ -30,9 +31,9 @@ pub struct Loaded {
     /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
     processes: usize,
     /// What the in-process stacks of the GPU traces held.
-    pub inprocess: Option<gpuperf_merge::stacks::StackStats>,
+    pub inprocess: Option<join::stacks::StackStats>,
     /// The names of the in-process stacks' frames, to keep with a recording.
-    pub symbols: Option<gpuperf_merge::symbols::SymbolCache>,
+    pub symbols: Option<gpuperf_merge::read::symbols::SymbolCache>,
 }
 
 impl Loaded {

@@ -7,10 +7,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use gpuperf_merge::gputrace;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
 };
+use gpuperf_merge::read::gputrace;
 
 /// The kernels of the reference recording, as the report names them.
 const KERNELS: [&str; 5] = [

@@ -21,7 +21,7 @@ use common::{
     NOBODY, as_sudo_from_nobody, bpf_available, cuda13, gpuperf, gpuperf_as, gpuperf_cupti,
     is_root, nvcc, shared_dir, show, sim, sim_app, text, work_dir,
 };
-use gpuperf_merge::cpu::CpuTrace;
+use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::python::{marker_line, pythons};
 

@@ -18,8 +18,8 @@ use common::{
     Recording, bpf_available, cuda13, gpuperf, gpuperf_cupti, nvcc, show, sim, sim_app, text,
     work_dir,
 };
+use gpuperf_merge::join::stacks::{GRAPH_ADDED, GRAPH_CAPTURED};
 use gpuperf_merge::model::ActivityKind;
-use gpuperf_merge::stacks::{GRAPH_ADDED, GRAPH_CAPTURED};
 
 struct Setup {
     cuda: PathBuf,
@@ -730,7 +730,7 @@ fn sim_jit_code__stack_ends_in_an_unknown_frame_and_is_counted_truncated() {
         ])
     );
     // The CPU trace marks the stack truncated, and its reader counts it so.
-    let cpu = gpuperf_merge::cpu::CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    let cpu = gpuperf_merge::read::cpu::CpuTrace::open(&dir.join("cpu.txt")).unwrap();
     assert_eq!(cpu.launches.len(), 40);
     assert_eq!(cpu.truncated, 20);
     let jitted: BTreeSet<&str> = cpu

@@ -18,8 +18,8 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::time::Instant;
 
-use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::model::StringTable;
+use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_test_support::bench::{
     arg, cached_input, child_figures, cpu_secs, median, peak_rss_kib,
 };

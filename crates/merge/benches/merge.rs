@@ -16,12 +16,12 @@ use std::io::BufWriter;
 use std::path::Path;
 use std::time::Instant;
 
-use gpuperf_merge::cpu::{self, CpuTrace};
-use gpuperf_merge::gputrace;
-use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
 };
+use gpuperf_merge::read::cpu::{self, CpuTrace};
+use gpuperf_merge::read::gputrace;
+use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_test_support::bench::{arg, cached_input, child_figures, peak_rss_kib};
 
 mod common;

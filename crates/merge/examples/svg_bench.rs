@@ -1,4 +1,4 @@
-//! Times [`gpuperf_merge::svg::render`] on 100,000 distinct merged stacks.
+//! Times [`gpuperf_merge::write::svg::render`] on 100,000 distinct merged stacks.
 //!
 //! ```text
 //! cargo run --release -p gpuperf-merge --example svg_bench
@@ -11,7 +11,7 @@
 
 #[cfg(feature = "render")]
 fn main() {
-    use gpuperf_merge::svg;
+    use gpuperf_merge::write::svg;
     use std::time::{Duration, Instant};
 
     const STACKS: usize = 100_000;

@@ -19,40 +19,23 @@
 //! `render` feature off, only the model and the GPU trace writer/reader are built,
 //! which is what the injection library links.
 
-pub mod cpu;
 mod diag;
 mod error;
 #[cfg(test)]
 mod golden;
-pub mod gputrace;
 pub mod model;
 
-#[cfg(feature = "render")]
-pub mod chrome;
-#[cfg(feature = "render")]
-pub mod cupti_log;
-#[cfg(feature = "render")]
-mod demangle;
-#[cfg(feature = "render")]
-pub mod folded;
-#[cfg(feature = "render")]
-pub mod input;
+pub mod read;
+
 #[cfg(feature = "render")]
 pub mod join;
 #[cfg(feature = "render")]
-pub mod kineto;
-#[cfg(feature = "render")]
-pub mod nsys;
-#[cfg(feature = "render")]
-pub mod pprof;
-#[cfg(feature = "render")]
-pub mod report;
-#[cfg(feature = "render")]
-pub mod stacks;
-#[cfg(feature = "render")]
-pub mod svg;
-#[cfg(feature = "render")]
-pub mod symbols;
+pub mod write;
+
+// The two formats gpuperf's own recorders write (the injection library's GPU
+// trace, the profiler's CPU stacks) are also reachable from the top: those crates
+// produce them and have no business knowing how the merge reads them.
+pub use read::{cpu, gputrace};
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use error::{Error, Result};

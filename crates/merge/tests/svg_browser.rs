@@ -9,7 +9,7 @@
 // Test names are `<input>__<what is checked>`.
 #![allow(non_snake_case)]
 
-use gpuperf_merge::svg;
+use gpuperf_merge::write::svg;
 use gpuperf_test_support::require::Need;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};

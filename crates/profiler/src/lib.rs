@@ -150,7 +150,7 @@
 //! emulated `push %rbp`, 0.42 µs for the marker's NOP5).
 //!
 //! # Output and loss
-//! Lines go to a [`gpuperf_merge::cpu::Writer`] as they arrive. Launches lost
+//! Lines go to a [`gpuperf_merge::read::cpu::Writer`] as they arrive. Launches lost
 //! to a full ring buffer are written as a `# dropped N` line and counted in the
 //! [`Summary`], as are lost stacks and unsymbolized frames.
 //!

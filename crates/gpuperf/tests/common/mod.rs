@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use gpuperf_merge::cpu::CpuTrace;
 use gpuperf_merge::model::{Activity, ActivityKind, ApiCall, Record, StringTable};
+use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_test_support::cc::Gcc;
 pub use gpuperf_test_support::cuda::{cuda13, nvcc};
 use gpuperf_test_support::process::{as_user, run_ok};
@@ -187,7 +187,7 @@ impl Recording {
         files.sort();
         for f in &files {
             let file = BufReader::new(fs::File::open(f).unwrap());
-            gpuperf_merge::gputrace::read(file, f, &mut strings, &mut |r, _| {
+            gpuperf_merge::read::gputrace::read(file, f, &mut strings, &mut |r, _| {
                 records.push(r.clone())
             })
             .unwrap();

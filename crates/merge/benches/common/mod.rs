@@ -3,11 +3,11 @@
 use std::fs::File;
 use std::io::BufWriter;
 
-use gpuperf_merge::cpu::CpuTrace;
-use gpuperf_merge::folded::Folder;
-use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
+use gpuperf_merge::read::cpu::CpuTrace;
+use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::write::folded::Folder;
 
 /// Joins `gpu` (and `cpu`, when given) and writes the folded stacks to
 /// /dev/null, as `gpuperf merge -m` does; asserts that every kernel was

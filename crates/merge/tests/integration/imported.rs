@@ -8,14 +8,15 @@ use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use gpuperf_merge::chrome;
-use gpuperf_merge::folded::Folder;
-use gpuperf_merge::input::GpuInputs;
+use gpuperf_merge::Error;
 use gpuperf_merge::join::{self, NoStack, Summary};
 use gpuperf_merge::model::StringTable;
-use gpuperf_merge::pprof;
-use gpuperf_merge::report::Reporter;
-use gpuperf_merge::{Error, kineto};
+use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::read::kineto;
+use gpuperf_merge::write::chrome;
+use gpuperf_merge::write::folded::Folder;
+use gpuperf_merge::write::pprof;
+use gpuperf_merge::write::report::Reporter;
 use gpuperf_test_support::require::Need;
 use serde_json::Value;
 

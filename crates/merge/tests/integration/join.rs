@@ -4,13 +4,13 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use gpuperf_merge::chrome;
-use gpuperf_merge::cpu::CpuTrace;
-use gpuperf_merge::folded::Folder;
-use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join::{self, NoStack, Summary};
 use gpuperf_merge::model::{ActivityKind, Record, StringTable};
-use gpuperf_merge::report::Reporter;
+use gpuperf_merge::read::cpu::CpuTrace;
+use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::write::chrome;
+use gpuperf_merge::write::folded::Folder;
+use gpuperf_merge::write::report::Reporter;
 use serde_json::Value;
 
 use crate::scenario::{
@@ -155,8 +155,8 @@ fn own_format__ordered_join_without_ids__same_folded_output() {
 /// 300 launches on one thread, each with its own stack and kernel, CPU side without
 /// correlation ids (the reference's situation).
 fn numbered(drop_cpu: Option<usize>, extra_cpu: Option<usize>) -> (Vec<u8>, Vec<u8>) {
-    use gpuperf_merge::gputrace::Writer;
     use gpuperf_merge::model::{Activity, ApiCall, ApiDomain, Process};
+    use gpuperf_merge::read::gputrace::Writer;
     let mut s = StringTable::new();
     let api = s.intern("cudaLaunchKernel");
     let mut w = Writer::new(Vec::new()).unwrap();
@@ -391,7 +391,7 @@ fn gputrace_reader__golden() {
     }
     let mut strings = StringTable::new();
     let mut records = Vec::new();
-    let stats = gpuperf_merge::gputrace::read(
+    let stats = gpuperf_merge::read::gputrace::read(
         fs::File::open(&path).unwrap(),
         &path,
         &mut strings,
@@ -436,8 +436,8 @@ fn cpu_readers__golden() {
 /// could not tell stays "device unknown" instead of becoming GPU 65535.
 #[test]
 fn chrome_trace__peer_copy_and_unknown_device() {
-    use gpuperf_merge::gputrace;
     use gpuperf_merge::model::{Activity, MemcpyKind, PeerDevices, Process, UNKNOWN_DEVICE};
+    use gpuperf_merge::read::gputrace;
 
     let strings = StringTable::new();
     let mut w = gputrace::Writer::new(Vec::new()).unwrap();

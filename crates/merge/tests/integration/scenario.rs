@@ -2,12 +2,12 @@
 //! two threads, a CUDA graph, copies, a memset, a sync, a failed launch, a lost CPU
 //! event, a lost API record, and drop counts.
 
-use gpuperf_merge::cpu;
-use gpuperf_merge::gputrace;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Process,
     Record, StringTable,
 };
+use gpuperf_merge::read::cpu;
+use gpuperf_merge::read::gputrace;
 
 pub const PID: u32 = 100;
 const T1: u32 = 101;

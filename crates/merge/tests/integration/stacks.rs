@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::fs;
 
-use gpuperf_merge::folded::Folder;
-use gpuperf_merge::gputrace::{self, FLAG_STACKS};
-use gpuperf_merge::input::GpuInputs;
 use gpuperf_merge::join;
+use gpuperf_merge::join::stacks::{self, Symbolize};
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, GraphNode, Module, Process, Record, Stack,
     StackEnd, StackFrame, StringTable,
 };
-use gpuperf_merge::stacks::{self, Symbolize};
+use gpuperf_merge::read::gputrace::{self, FLAG_STACKS};
+use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::write::folded::Folder;
 
 use crate::{data, golden};
 

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use gpuperf_merge::cpu::CpuLaunch;
+use gpuperf_merge::read::cpu::CpuLaunch;
 use gpuperf_profiler::{Options, ProbeSpec};
 
 use crate::support::{

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use gpuperf_merge::cpu::{CpuLaunch, CpuTrace};
+use gpuperf_merge::read::cpu::{CpuLaunch, CpuTrace};
 use gpuperf_profiler::{Options, ProbeSpec, Profiler, Summary};
 use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::run_ok;

@@ -5,7 +5,7 @@
 // Test names put inputs before `__` and the expectation after.
 #![allow(non_snake_case)]
 
-use gpuperf_merge::cpu::{CpuLaunch, TRUNCATED_FRAME};
+use gpuperf_merge::read::cpu::{CpuLaunch, TRUNCATED_FRAME};
 use gpuperf_profiler::{Options, ProbeSpec};
 
 use crate::support::{Run, app, frames, launch_probe as probe, levels, privileged, profile};

@@ -44,13 +44,13 @@ use std::path::Path;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::error::Result;
-use crate::input::GpuInputs;
 use crate::model::{
     ApiCall, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable, api_base_name,
     api_stem,
 };
+use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
+use crate::read::input::GpuInputs;
 
 /// The frame between a graph launch's stack and the stack that captured the node.
 pub const GRAPH_CAPTURED: &str = "[graph node captured at]";
@@ -330,7 +330,7 @@ fn with_api(stack: &str, api: &str) -> String {
     let leaf = stack.rsplit(';').next().unwrap_or(stack);
     if leaf == api {
         stack.to_owned()
-    } else if stack == crate::cpu::NO_STACK_FRAME || stack.is_empty() {
+    } else if stack == crate::read::cpu::NO_STACK_FRAME || stack.is_empty() {
         api.to_owned()
     } else {
         format!("{stack};{api}")

@@ -21,8 +21,8 @@ use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
 use crate::diag::Diagnostics;
+use crate::join::stacks::Symbolize;
 use crate::model::Module;
-use crate::stacks::Symbolize;
 use crate::{Error, Result};
 
 /// The file name in a recording directory.

@@ -20,14 +20,14 @@ use std::fs::{self, File};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::cpu::CpuTrace;
-use crate::cupti_log;
 use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
-use crate::gputrace::{self, ReadStats};
-use crate::kineto;
 use crate::model::{Clock, Record, StringTable};
-use crate::nsys;
+use crate::read::cpu::CpuTrace;
+use crate::read::cupti_log;
+use crate::read::gputrace::{self, ReadStats};
+use crate::read::kineto;
+use crate::read::nsys;
 
 /// How many bytes of a file (decompressed, for gzip) are looked at to find its format.
 const HEAD: usize = 64 * 1024;
@@ -181,7 +181,7 @@ impl GpuInputs {
 
     /// Adds CPU launch stacks found after opening, keyed by (pid, correlation id)
     /// like the importers' ones: the injection library's in-process stacks, once
-    /// symbolized ([`crate::stacks::collect`]).
+    /// symbolized ([`crate::join::stacks::collect`]).
     pub fn add_launch_stacks(&mut self, stacks: CpuTrace) {
         match &mut self.launch_stacks {
             Some(all) => all.append(&stacks),

@@ -22,11 +22,11 @@ use std::io::Write;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::cpu::{CpuLaunch, CpuTrace, StackId};
-use crate::demangle::Demangler;
 use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::{Activity, ActivityKind, Clock, Record, SyncWait, UNKNOWN_DEVICE};
+use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
+use crate::write::demangle::Demangler;
 
 /// First pid of the pseudo-processes that hold GPU tracks.
 pub const GPU_PID_BASE: u64 = 1 << 30;

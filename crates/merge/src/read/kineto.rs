@@ -107,14 +107,14 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
-use crate::input::Imported;
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, PeerDevices, Process,
     Record, StringId, StringTable, SyncWait, UNKNOWN_DEVICE, api_base_name, is_launch_api,
 };
+use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
+use crate::read::input::Imported;
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
 /// JSON objects are traces is known only once `traceEvents` is found.)

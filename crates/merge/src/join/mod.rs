@@ -28,18 +28,20 @@
 //! 28 bytes per CPU launch plus 44 per API call, whatever the number of kernels
 //! (10 M launches peak at 678 MiB in the merge benchmark).
 
+pub mod stacks;
+
 use std::collections::hash_map::Entry;
 use std::fmt;
 
 use rustc_hash::FxHashMap;
 
-use crate::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::error::Result;
-use crate::input::{GpuInputs, GpuReadSummary};
 use crate::model::{
     Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, SyncWait,
     is_launch_api,
 };
+use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
+use crate::read::input::{GpuInputs, GpuReadSummary};
 
 /// Join options.
 #[derive(Clone, Debug)]
@@ -225,7 +227,7 @@ pub struct Summary {
     /// CPU launch stacks that came with the GPU inputs ([`GpuInputs::launch_stacks`]).
     pub gpu_launch_stacks: u64,
     /// CPU launches whose stack stops before a root frame (`_start`, a thread
-    /// start): truncated stacks ([`crate::stacks::is_complete`]).
+    /// start): truncated stacks ([`stacks::is_complete`]).
     pub cpu_truncated: u64,
     /// GPU records lost, by where.
     pub gpu_dropped: FxHashMap<DropSource, u64>,
@@ -508,7 +510,7 @@ pub fn merge(
     // of its stacks ended.)
     if let Some(cpu) = cpu.as_deref() {
         let complete: Vec<bool> = (0..cpu.stacks.len() as u32)
-            .map(|i| crate::stacks::is_complete(cpu.stacks.text(StackId(i))))
+            .map(|i| stacks::is_complete(cpu.stacks.text(StackId(i))))
             .collect();
         summary.cpu_truncated = cpu
             .launches

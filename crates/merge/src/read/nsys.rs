@@ -39,13 +39,13 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::cpu::{CpuLaunch, CpuTrace};
 use crate::error::{Error, Result};
-use crate::input::Imported;
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, PeerDevices, Process,
     Record, StringTable, api_base_name, is_launch_api,
 };
+use crate::read::cpu::{CpuLaunch, CpuTrace};
+use crate::read::input::Imported;
 
 /// Whether the start of a file is an SQLite database.
 pub fn is_sqlite(head: &[u8]) -> bool {

@@ -21,12 +21,12 @@ use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
-use crate::cpu::{CpuLaunch, StackId};
-use crate::demangle::Demangler;
 use crate::error::{Error, Result};
-use crate::folded::{NO_STACK_ROOT, PENDING_FRAME};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::{ActivityKind, MemcpyKind, Record, StringId};
+use crate::read::cpu::{CpuLaunch, StackId};
+use crate::write::demangle::Demangler;
+use crate::write::folded::{NO_STACK_ROOT, PENDING_FRAME};
 
 /// pprof's `profile.proto` messages (the fields gpuperf writes, plus the rest so
 /// that profiles read back in tests keep everything).

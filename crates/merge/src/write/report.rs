@@ -6,11 +6,11 @@ use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
-use crate::cpu::StackId;
-use crate::demangle::Demangler;
 use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink};
 use crate::model::{ActivityKind, Record};
+use crate::read::cpu::StackId;
+use crate::write::demangle::Demangler;
 
 #[derive(Default)]
 struct Stats {

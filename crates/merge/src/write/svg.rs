@@ -19,7 +19,7 @@
 //! | `[no CPU stack]` | slate grey-blue |
 //!
 //! ```
-//! use gpuperf_merge::svg;
+//! use gpuperf_merge::write::svg;
 //!
 //! let lines = ["main;cudaLaunchKernel;[GPU_Kernel]matmul(float*, int) 1234"];
 //! let mut out = Vec::new();

@@ -19,11 +19,11 @@ use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
-use crate::cpu::{CpuLaunch, StackId};
-use crate::demangle::Demangler;
 use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink};
 use crate::model::{ActivityKind, MemcpyKind, Record, StringId};
+use crate::read::cpu::{CpuLaunch, StackId};
+use crate::write::demangle::Demangler;
 
 /// Root frame of activities that have no CPU stack.
 pub const NO_STACK_ROOT: &str = "[no CPU stack]";

@@ -1,0 +1,8 @@
+//! Writers: one module per output.
+
+pub mod chrome;
+mod demangle;
+pub mod folded;
+pub mod pprof;
+pub mod report;
+pub mod svg;
