@@ -114,7 +114,7 @@ use crate::model::{
     Record, StringId, StringTable, SyncWait, UNKNOWN_DEVICE, api_base_name, is_launch_api,
 };
 use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
-use crate::read::input::Imported;
+use crate::read::imported::Imported;
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
 /// JSON objects are traces is known only once `traceEvents` is found.)

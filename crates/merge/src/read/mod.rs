@@ -3,6 +3,8 @@
 
 pub mod cpu;
 pub mod gputrace;
+#[cfg(feature = "render")]
+pub mod imported;
 
 #[cfg(feature = "render")]
 pub mod cupti_log;

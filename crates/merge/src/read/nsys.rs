@@ -45,7 +45,7 @@ use crate::model::{
     Record, StringTable, api_base_name, is_launch_api,
 };
 use crate::read::cpu::{CpuLaunch, CpuTrace};
-use crate::read::input::Imported;
+use crate::read::imported::Imported;
 
 /// Whether the start of a file is an SQLite database.
 pub fn is_sqlite(head: &[u8]) -> bool {
