@@ -616,210 +616,23 @@ impl Decoder<'_> {
     ) {
         let mut f = Fields { p: payload, at: 0 };
         let rec = match kind {
-            kind::STRING => {
-                let Some(id) = f.u32() else {
-                    return self.bad(offset, "short STRING record");
-                };
-                let text = String::from_utf8_lossy(&payload[4..]);
-                let gid = self.strings.intern(&text);
-                let i = id as usize;
-                // Writers number strings 0, 1, 2, …; a far-off id would make the
-                // table grow without bound.
-                if i > self.local.len() + 4096 {
-                    return self.bad(offset, "STRING id out of range");
-                }
-                if self.local.len() <= i {
-                    self.local.resize(i + 1, None);
-                }
-                self.local[i] = Some(gid);
-                return;
-            }
+            kind::STRING => return self.string_def(&mut f, payload, offset),
             kind::PROCESS => self.process(&mut f, offset),
-            kind::DEVICE => (|| {
-                let id = f.u32()?;
-                let name = f.u32()?;
-                let cc = (f.u16()?, f.u16()?);
-                Some((id, name, cc))
-            })()
-            .map(|(id, name, cc)| {
-                let name = self.string(name, offset);
-                Record::Device(Device {
-                    pid: self.pid,
-                    id,
-                    name: self.strings.get(name).to_owned(),
-                    compute_capability: cc,
-                })
-            }),
-            kind::API => (|| {
-                let (start, end, corr, tid, cbid, name) =
-                    (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
-                let domain = if f.u8()? == 1 {
-                    ApiDomain::Driver
-                } else {
-                    ApiDomain::Runtime
-                };
-                Some((start, end, corr, tid, cbid, name, domain))
-            })()
-            .map(
-                |(start_ns, end_ns, correlation_id, tid, cbid, name, domain)| {
-                    let name = self.string(name, offset);
-                    let api = Record::Api(ApiCall {
-                        pid: self.pid,
-                        tid,
-                        start_ns,
-                        end_ns,
-                        correlation_id,
-                        cbid,
-                        domain,
-                        name,
-                    });
-                    // The stack id grew the payload: bytes 36..40 (after 3 zero bytes).
-                    let stack = payload
-                        .get(36..40)
-                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .filter(|&s| s != 0);
-                    if let Some(stack) = stack {
-                        visit(&api, self.strings);
-                        return Record::CallStack(CallStack {
-                            pid: self.pid,
-                            correlation_id,
-                            stack,
-                        });
-                    }
-                    api
-                },
-            ),
+            kind::DEVICE => self.device(&mut f, offset),
+            kind::API => self.api(&mut f, payload, offset, visit),
             kind::KERNEL => self.kernel(&mut f, offset),
-            kind::MEMCPY => (|| {
-                let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
-                let (corr, ctx, stream, graph) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
-                let (dev, k) = (f.u16()?, f.u8()?);
-                let _ = (f.u8()?, f.u32()?);
-                // Older writers end here; readers ignore what newer ones append.
-                let peer = f
-                    .u32()
-                    .zip(f.u32())
-                    .map(|(src, dst)| PeerDevices { src, dst });
-                Some(Activity {
-                    pid: self.pid,
-                    start_ns: start,
-                    end_ns: end,
-                    correlation_id: corr,
-                    device: device(dev),
-                    context: ctx,
-                    stream,
-                    graph_id: graph,
-                    graph_node_id: node,
-                    kind: ActivityKind::Memcpy {
-                        kind: MemcpyKind::from_u8(k),
-                        bytes,
-                        peer,
-                    },
-                })
-            })()
-            .map(Record::Activity),
-            kind::MEMSET => (|| {
-                let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
-                let (corr, ctx, stream, graph, value) =
-                    (f.u32()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
-                let dev = f.u16()?;
-                Some(Activity {
-                    pid: self.pid,
-                    start_ns: start,
-                    end_ns: end,
-                    correlation_id: corr,
-                    device: device(dev),
-                    context: ctx,
-                    stream,
-                    graph_id: graph,
-                    graph_node_id: node,
-                    kind: ActivityKind::Memset { bytes, value },
-                })
-            })()
-            .map(Record::Activity),
-            kind::SYNC => (|| {
-                let (start, end, corr, ctx, stream) =
-                    (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?);
-                let sync_type = f.u8()?;
-                let _ = f.u8()?;
-                let dev = f.u16()?;
-                Some(Activity {
-                    pid: self.pid,
-                    start_ns: start,
-                    end_ns: end,
-                    correlation_id: corr,
-                    device: device(dev),
-                    context: ctx,
-                    stream,
-                    graph_id: 0,
-                    graph_node_id: 0,
-                    kind: ActivityKind::Sync {
-                        sync_type,
-                        wait: None,
-                    },
-                })
-            })()
-            .map(Record::Activity),
-            kind::DROPPED => (|| {
-                let count = f.u64()?;
-                let source = match f.u8()? {
-                    0 => DropSource::CuptiActivity,
-                    1 => DropSource::Writer,
-                    3 => DropSource::Incomplete,
-                    _ => DropSource::RingBuffer,
-                };
-                Some(Record::Dropped(Dropped {
-                    pid: self.pid,
-                    source,
-                    count,
-                }))
-            })(),
-            kind::OVERHEAD => {
-                (|| Some((f.u64()?, f.u64()?, f.u32()?)))().map(|(start_ns, end_ns, k)| {
-                    let kind = self.string(k, offset);
-                    Record::Overhead(Overhead {
-                        pid: self.pid,
-                        kind,
-                        start_ns,
-                        end_ns,
-                    })
-                })
-            }
+            kind::MEMCPY => self.memcpy(&mut f),
+            kind::MEMSET => self.memset(&mut f),
+            kind::SYNC => self.sync(&mut f),
+            kind::DROPPED => self.dropped(&mut f),
+            kind::OVERHEAD => self.overhead(&mut f, offset),
             kind::NOTE => Some(Record::Note(Note {
                 pid: self.pid,
                 text: String::from_utf8_lossy(payload).into_owned(),
             })),
-            kind::MODULE => (|| {
-                let (id, path, bias, start, end) =
-                    (f.u32()?, f.u32()?, f.u64()?, f.u64()?, f.u64()?);
-                let len = usize::from(f.u8()?);
-                let build_id = payload.get(36..36 + len)?.to_vec();
-                Some((id, path, bias, start, end, build_id))
-            })()
-            .map(|(id, path, bias, text_start, text_end, build_id)| {
-                let path = self.string(path, offset);
-                Record::Module(Module {
-                    pid: self.pid,
-                    id,
-                    path: self.strings.get(path).to_owned(),
-                    build_id,
-                    bias,
-                    text_start,
-                    text_end,
-                })
-            }),
+            kind::MODULE => self.module(&mut f, payload, offset),
             kind::STACK => self.stack(&mut f, offset),
-            kind::GRAPH_NODE => {
-                (|| Some((f.u64()?, f.u32()?, f.u32()?)))().map(|(node_id, stack, api)| {
-                    let api = (api != u32::MAX).then(|| self.string(api, offset));
-                    Record::GraphNode(GraphNode {
-                        pid: self.pid,
-                        node_id,
-                        stack,
-                        api,
-                    })
-                })
-            }
+            kind::GRAPH_NODE => self.graph_node(&mut f, offset),
             _ => {
                 self.stats.unknown_kinds += 1;
                 return;
@@ -832,6 +645,201 @@ impl Decoder<'_> {
             }
             None => self.bad(offset, "record shorter than its kind requires"),
         }
+    }
+
+    /// A STRING record: maps the file's string id to the global table.
+    fn string_def(&mut self, f: &mut Fields<'_>, payload: &[u8], offset: u64) {
+        let Some(id) = f.u32() else {
+            return self.bad(offset, "short STRING record");
+        };
+        let text = String::from_utf8_lossy(&payload[4..]);
+        let gid = self.strings.intern(&text);
+        let i = id as usize;
+        // Writers number strings 0, 1, 2, …; a far-off id would make the
+        // table grow without bound.
+        if i > self.local.len() + 4096 {
+            return self.bad(offset, "STRING id out of range");
+        }
+        if self.local.len() <= i {
+            self.local.resize(i + 1, None);
+        }
+        self.local[i] = Some(gid);
+    }
+
+    fn device(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (id, name, cc) = (f.u32()?, f.u32()?, (f.u16()?, f.u16()?));
+        let name = self.string(name, offset);
+        Some(Record::Device(Device {
+            pid: self.pid,
+            id,
+            name: self.strings.get(name).to_owned(),
+            compute_capability: cc,
+        }))
+    }
+
+    /// An API call; one that carries a stack id is delivered to `visit` here and
+    /// followed by the [`CallStack`] record returned.
+    fn api(
+        &mut self,
+        f: &mut Fields<'_>,
+        payload: &[u8],
+        offset: u64,
+        visit: &mut dyn FnMut(&Record, &StringTable),
+    ) -> Option<Record> {
+        let (start_ns, end_ns, correlation_id, tid, cbid, name) =
+            (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        let domain = if f.u8()? == 1 {
+            ApiDomain::Driver
+        } else {
+            ApiDomain::Runtime
+        };
+        let name = self.string(name, offset);
+        let api = Record::Api(ApiCall {
+            pid: self.pid,
+            tid,
+            start_ns,
+            end_ns,
+            correlation_id,
+            cbid,
+            domain,
+            name,
+        });
+        // The stack id grew the payload: bytes 36..40 (after 3 zero bytes).
+        let stack = payload
+            .get(36..40)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .filter(|&s| s != 0);
+        let Some(stack) = stack else {
+            return Some(api);
+        };
+        visit(&api, self.strings);
+        Some(Record::CallStack(CallStack {
+            pid: self.pid,
+            correlation_id,
+            stack,
+        }))
+    }
+
+    fn memcpy(&mut self, f: &mut Fields<'_>) -> Option<Record> {
+        let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
+        let (corr, ctx, stream, graph) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        let (dev, k) = (f.u16()?, f.u8()?);
+        let _ = (f.u8()?, f.u32()?);
+        // Older writers end here; readers ignore what newer ones append.
+        let peer = f
+            .u32()
+            .zip(f.u32())
+            .map(|(src, dst)| PeerDevices { src, dst });
+        Some(Record::Activity(Activity {
+            pid: self.pid,
+            start_ns: start,
+            end_ns: end,
+            correlation_id: corr,
+            device: device(dev),
+            context: ctx,
+            stream,
+            graph_id: graph,
+            graph_node_id: node,
+            kind: ActivityKind::Memcpy {
+                kind: MemcpyKind::from_u8(k),
+                bytes,
+                peer,
+            },
+        }))
+    }
+
+    fn memset(&mut self, f: &mut Fields<'_>) -> Option<Record> {
+        let (start, end, bytes, node) = (f.u64()?, f.u64()?, f.u64()?, f.u64()?);
+        let (corr, ctx, stream, graph, value) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        let dev = f.u16()?;
+        Some(Record::Activity(Activity {
+            pid: self.pid,
+            start_ns: start,
+            end_ns: end,
+            correlation_id: corr,
+            device: device(dev),
+            context: ctx,
+            stream,
+            graph_id: graph,
+            graph_node_id: node,
+            kind: ActivityKind::Memset { bytes, value },
+        }))
+    }
+
+    fn sync(&mut self, f: &mut Fields<'_>) -> Option<Record> {
+        let (start, end, corr, ctx, stream) = (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?);
+        let sync_type = f.u8()?;
+        let _ = f.u8()?;
+        let dev = f.u16()?;
+        Some(Record::Activity(Activity {
+            pid: self.pid,
+            start_ns: start,
+            end_ns: end,
+            correlation_id: corr,
+            device: device(dev),
+            context: ctx,
+            stream,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind: ActivityKind::Sync {
+                sync_type,
+                wait: None,
+            },
+        }))
+    }
+
+    fn dropped(&mut self, f: &mut Fields<'_>) -> Option<Record> {
+        let count = f.u64()?;
+        let source = match f.u8()? {
+            0 => DropSource::CuptiActivity,
+            1 => DropSource::Writer,
+            3 => DropSource::Incomplete,
+            _ => DropSource::RingBuffer,
+        };
+        Some(Record::Dropped(Dropped {
+            pid: self.pid,
+            source,
+            count,
+        }))
+    }
+
+    fn overhead(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (start_ns, end_ns, k) = (f.u64()?, f.u64()?, f.u32()?);
+        let kind = self.string(k, offset);
+        Some(Record::Overhead(Overhead {
+            pid: self.pid,
+            kind,
+            start_ns,
+            end_ns,
+        }))
+    }
+
+    fn module(&mut self, f: &mut Fields<'_>, payload: &[u8], offset: u64) -> Option<Record> {
+        let (id, path, bias, text_start, text_end) =
+            (f.u32()?, f.u32()?, f.u64()?, f.u64()?, f.u64()?);
+        let len = usize::from(f.u8()?);
+        let build_id = payload.get(36..36 + len)?.to_vec();
+        let path = self.string(path, offset);
+        Some(Record::Module(Module {
+            pid: self.pid,
+            id,
+            path: self.strings.get(path).to_owned(),
+            build_id,
+            bias,
+            text_start,
+            text_end,
+        }))
+    }
+
+    fn graph_node(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (node_id, stack, api) = (f.u64()?, f.u32()?, f.u32()?);
+        let api = (api != u32::MAX).then(|| self.string(api, offset));
+        Some(Record::GraphNode(GraphNode {
+            pid: self.pid,
+            node_id,
+            stack,
+            api,
+        }))
     }
 
     fn process(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
