@@ -938,185 +938,231 @@ impl<'s> Builder<'s> {
         let (Some(start), dur) = (parse_us(ev.ts), parse_us(ev.dur)) else {
             return self.bad(at, format!("`{cat}` event without a valid `ts`"));
         };
-        let end = start.saturating_add(dur.unwrap_or(0));
         let empty = Args::default();
-        let args = ev.args.as_deref().unwrap_or(&empty);
-        let name = ev.name.as_deref().unwrap_or("");
+        let x = Slice {
+            ev,
+            args: ev.args.as_deref().unwrap_or(&empty),
+            name: ev.name.as_deref().unwrap_or(""),
+            cat,
+            start,
+            end: start.saturating_add(dur.unwrap_or(0)),
+            at,
+        };
         match kind {
-            What::Api(domain) => {
-                let (Some(pid), Some(tid)) = (parse_u32(ev.pid), self.tid(ev.tid)) else {
-                    return self.bad(at, format!("`{cat}` event without a valid `pid` and `tid`"));
-                };
-                let Some(correlation_id) = parse_u32(args.correlation) else {
-                    return self.bad(
-                        at,
-                        format!("`{name}` call without a valid `args.correlation`"),
-                    );
-                };
-                let (name_id, frame, launch) = match self.api_names.get(name) {
-                    Some(&known) => known,
-                    None => {
-                        let base = api_base_name(name);
-                        let known = (
-                            self.strings.intern(base),
-                            self.frames.intern(&frame_text(base)).0,
-                            is_launch_api(base),
-                        );
-                        self.api_names.insert(name.into(), known);
-                        known
-                    }
-                };
-                self.apis.push(ApiRef {
-                    pid,
-                    tid,
-                    start,
-                    correlation_id,
-                    frame,
-                    launch,
-                });
-                self.records.push(Record::Api(ApiCall {
-                    pid,
-                    tid,
-                    start_ns: start,
-                    end_ns: end,
-                    correlation_id,
-                    cbid: parse_u32(args.cbid).unwrap_or(0),
-                    domain,
-                    name: name_id,
-                }));
-            }
+            What::Api(domain) => self.api_event(&x, domain),
             What::Kernel | What::Memcpy | What::Memset | What::Sync => {
-                let Some(correlation_id) = parse_u32(args.correlation) else {
-                    return self.bad(
-                        at,
-                        format!("`{cat}` event without a valid `args.correlation`"),
-                    );
-                };
-                let mut device = parse_u32(args.device);
-                let mut context = parse_u32(args.context);
-                let mut stream = parse_u32(args.stream).unwrap_or(0);
-                let kind = match kind {
-                    What::Kernel => ActivityKind::Kernel {
-                        name: self.strings.intern(name),
-                        grid: args.grid.unwrap_or_default(),
-                        block: args.block.unwrap_or_default(),
-                    },
-                    What::Memcpy => {
-                        // A peer-to-peer copy names its devices `fromDevice` and
-                        // `toDevice`, and the one that ran it `inDevice`.
-                        let peer = match (parse_u32(args.from_device), parse_u32(args.to_device)) {
-                            (Some(src), Some(dst)) => Some(PeerDevices { src, dst }),
-                            (None, None) => None,
-                            _ => {
-                                self.bad(at, "peer-to-peer copy naming one device of two: read as a copy on one device".into());
-                                None
-                            }
-                        };
-                        device = device.or(parse_u32(args.in_device));
-                        context = context.or(parse_u32(args.in_context));
-                        ActivityKind::Memcpy {
-                            // "Memcpy HtoD (Pageable -> Device)"
-                            kind: name
-                                .split_whitespace()
-                                .nth(1)
-                                .and_then(MemcpyKind::from_name)
-                                .unwrap_or(MemcpyKind::Unknown),
-                            bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
-                            peer,
-                        }
-                    }
-                    What::Memset => ActivityKind::Memset {
-                        bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
-                        value: 0,
-                    },
-                    _ => {
-                        let kind = args.cuda_sync_kind.as_deref().unwrap_or(name);
-                        let sync_type = sync_type(kind).unwrap_or_else(|| {
-                            self.unknown_sync_kinds += 1;
-                            0
-                        });
-                        // No stream (context and event syncs): `-1`, or CUPTI's
-                        // all-ones in older traces.
-                        stream = parse_int(args.stream)
-                            .and_then(|s| u32::try_from(s).ok())
-                            .unwrap_or(u32::MAX);
-                        if device.is_none() {
-                            self.syncs_without_device += 1;
-                        }
-                        device = device.or(Some(UNKNOWN_DEVICE));
-                        self.syncs.push(self.records.len());
-                        let wait = self.sync_wait(args, at);
-                        ActivityKind::Sync { sync_type, wait }
-                    }
-                };
-                let (graph_id, graph_node_id) = match (args.graph_id, args.graph_node_id) {
-                    (None, None) => (0, 0),
-                    (g, n) => {
-                        let id = g.map(|g| number_text(g).parse::<u32>().ok());
-                        let node = n.map(|n| number_text(n).parse::<u64>().ok());
-                        if matches!(id, Some(None)) || matches!(node, Some(None)) {
-                            self.bad(
-                                at,
-                                format!("`{cat}` event whose `graph id` or `graph node id` is not a number: read as not from a graph"),
-                            );
-                            (0, 0)
-                        } else {
-                            (id.flatten().unwrap_or(0), node.flatten().unwrap_or(0))
-                        }
-                    }
-                };
-                self.activities.push(self.records.len());
-                self.records.push(Record::Activity(Activity {
-                    pid: 0,
-                    start_ns: start,
-                    end_ns: end,
-                    correlation_id,
-                    device: device.unwrap_or(0),
-                    context: context.unwrap_or(0),
-                    stream,
-                    graph_id,
-                    graph_node_id,
-                    kind,
-                }));
+                self.activity_event(&x, kind)
             }
-            What::Python | What::Op => {
-                let (Some(pid), Some(tid)) = (parse_u32(ev.pid), self.tid(ev.tid)) else {
-                    return self.bad(at, format!("`{cat}` event without a valid `pid` and `tid`"));
-                };
-                let (python_id, parent) = if let What::Python = kind {
-                    let Some(id) = parse_int(args.python_id) else {
-                        return self.bad(at, "Python frame without `args.\"Python id\"`".into());
-                    };
-                    (
-                        id as u64 & !(1 << 63),
-                        parse_int(args.python_parent).map_or(NO_PARENT, |p| p as u64 & !(1 << 63)),
-                    )
-                } else {
-                    (NO_PARENT, NO_PARENT)
-                };
-                let call_stack = match &args.call_stack {
-                    Some(cs) if !cs.is_empty() => self.call_stacks.intern(cs).0,
-                    _ => NONE,
-                };
-                self.spans.push(Span {
-                    pid,
-                    tid,
-                    start,
-                    end,
-                    frame: match self.span_frames.get(name) {
-                        Some(&f) => f,
-                        None => {
-                            let f = self.frames.intern(&frame_text(name)).0;
-                            self.span_frames.insert(name.into(), f);
-                            f
-                        }
-                    },
-                    python_id,
-                    parent,
-                    call_stack,
-                });
-            }
+            What::Python | What::Op => self.span_event(&x, kind),
         }
+    }
+
+    /// A runtime or driver API call.
+    fn api_event(&mut self, x: &Slice<'_, '_>, domain: ApiDomain) {
+        let (args, name, at) = (x.args, x.name, x.at);
+        let (Some(pid), Some(tid)) = (parse_u32(x.ev.pid), self.tid(x.ev.tid)) else {
+            return self.bad(
+                at,
+                format!("`{}` event without a valid `pid` and `tid`", x.cat),
+            );
+        };
+        let Some(correlation_id) = parse_u32(args.correlation) else {
+            return self.bad(
+                at,
+                format!("`{name}` call without a valid `args.correlation`"),
+            );
+        };
+        let (name_id, frame, launch) = match self.api_names.get(name) {
+            Some(&known) => known,
+            None => {
+                let base = api_base_name(name);
+                let known = (
+                    self.strings.intern(base),
+                    self.frames.intern(&frame_text(base)).0,
+                    is_launch_api(base),
+                );
+                self.api_names.insert(name.into(), known);
+                known
+            }
+        };
+        self.apis.push(ApiRef {
+            pid,
+            tid,
+            start: x.start,
+            correlation_id,
+            frame,
+            launch,
+        });
+        self.records.push(Record::Api(ApiCall {
+            pid,
+            tid,
+            start_ns: x.start,
+            end_ns: x.end,
+            correlation_id,
+            cbid: parse_u32(args.cbid).unwrap_or(0),
+            domain,
+            name: name_id,
+        }));
+    }
+
+    /// A kernel, copy, memset or synchronization on the GPU side.
+    fn activity_event(&mut self, x: &Slice<'_, '_>, what: What) {
+        let (args, name, at) = (x.args, x.name, x.at);
+        let Some(correlation_id) = parse_u32(args.correlation) else {
+            return self.bad(
+                at,
+                format!("`{}` event without a valid `args.correlation`", x.cat),
+            );
+        };
+        let mut device = parse_u32(args.device);
+        let mut context = parse_u32(args.context);
+        let mut stream = parse_u32(args.stream).unwrap_or(0);
+        let kind = match what {
+            What::Kernel => ActivityKind::Kernel {
+                name: self.strings.intern(name),
+                grid: args.grid.unwrap_or_default(),
+                block: args.block.unwrap_or_default(),
+            },
+            What::Memcpy => {
+                device = device.or(parse_u32(args.in_device));
+                context = context.or(parse_u32(args.in_context));
+                self.memcpy_kind(x)
+            }
+            What::Memset => ActivityKind::Memset {
+                bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
+                value: 0,
+            },
+            _ => {
+                // No stream (context and event syncs): `-1`, or CUPTI's
+                // all-ones in older traces.
+                stream = parse_int(args.stream)
+                    .and_then(|s| u32::try_from(s).ok())
+                    .unwrap_or(u32::MAX);
+                if device.is_none() {
+                    self.syncs_without_device += 1;
+                }
+                device = device.or(Some(UNKNOWN_DEVICE));
+                self.sync_kind(x)
+            }
+        };
+        let (graph_id, graph_node_id) = self.graph_ids(x);
+        self.activities.push(self.records.len());
+        self.records.push(Record::Activity(Activity {
+            pid: 0,
+            start_ns: x.start,
+            end_ns: x.end,
+            correlation_id,
+            device: device.unwrap_or(0),
+            context: context.unwrap_or(0),
+            stream,
+            graph_id,
+            graph_node_id,
+            kind,
+        }));
+    }
+
+    fn memcpy_kind(&mut self, x: &Slice<'_, '_>) -> ActivityKind {
+        let args = x.args;
+        // A peer-to-peer copy names its devices `fromDevice` and `toDevice`, and
+        // the one that ran it `inDevice`.
+        let peer = match (parse_u32(args.from_device), parse_u32(args.to_device)) {
+            (Some(src), Some(dst)) => Some(PeerDevices { src, dst }),
+            (None, None) => None,
+            _ => {
+                self.bad(
+                    x.at,
+                    "peer-to-peer copy naming one device of two: read as a copy on one device"
+                        .into(),
+                );
+                None
+            }
+        };
+        ActivityKind::Memcpy {
+            // "Memcpy HtoD (Pageable -> Device)"
+            kind: x
+                .name
+                .split_whitespace()
+                .nth(1)
+                .and_then(MemcpyKind::from_name)
+                .unwrap_or(MemcpyKind::Unknown),
+            bytes: parse_int(args.bytes).map_or(0, |b| b.max(0) as u64),
+            peer,
+        }
+    }
+
+    /// A sync's kind and wait; the record about to be pushed is noted as a sync.
+    fn sync_kind(&mut self, x: &Slice<'_, '_>) -> ActivityKind {
+        let kind = x.args.cuda_sync_kind.as_deref().unwrap_or(x.name);
+        let sync_type = sync_type(kind).unwrap_or_else(|| {
+            self.unknown_sync_kinds += 1;
+            0
+        });
+        self.syncs.push(self.records.len());
+        let wait = self.sync_wait(x.args, x.at);
+        ActivityKind::Sync { sync_type, wait }
+    }
+
+    /// The CUDA graph and node an activity ran from, `(0, 0)` when none.
+    fn graph_ids(&mut self, x: &Slice<'_, '_>) -> (u32, u64) {
+        let (g, n) = (x.args.graph_id, x.args.graph_node_id);
+        if g.is_none() && n.is_none() {
+            return (0, 0);
+        }
+        let id = g.map(|g| number_text(g).parse::<u32>().ok());
+        let node = n.map(|n| number_text(n).parse::<u64>().ok());
+        if matches!(id, Some(None)) || matches!(node, Some(None)) {
+            self.bad(
+                x.at,
+                format!("`{}` event whose `graph id` or `graph node id` is not a number: read as not from a graph", x.cat),
+            );
+            return (0, 0);
+        }
+        (id.flatten().unwrap_or(0), node.flatten().unwrap_or(0))
+    }
+
+    /// A Python function or an operator: a CPU span that launch stacks are built
+    /// from.
+    fn span_event(&mut self, x: &Slice<'_, '_>, what: What) {
+        let (args, name, at) = (x.args, x.name, x.at);
+        let (Some(pid), Some(tid)) = (parse_u32(x.ev.pid), self.tid(x.ev.tid)) else {
+            return self.bad(
+                at,
+                format!("`{}` event without a valid `pid` and `tid`", x.cat),
+            );
+        };
+        let (python_id, parent) = if let What::Python = what {
+            let Some(id) = parse_int(args.python_id) else {
+                return self.bad(at, "Python frame without `args.\"Python id\"`".into());
+            };
+            (
+                id as u64 & !(1 << 63),
+                parse_int(args.python_parent).map_or(NO_PARENT, |p| p as u64 & !(1 << 63)),
+            )
+        } else {
+            (NO_PARENT, NO_PARENT)
+        };
+        let call_stack = match &args.call_stack {
+            Some(cs) if !cs.is_empty() => self.call_stacks.intern(cs).0,
+            _ => NONE,
+        };
+        let frame = match self.span_frames.get(name) {
+            Some(&f) => f,
+            None => {
+                let f = self.frames.intern(&frame_text(name)).0;
+                self.span_frames.insert(name.into(), f);
+                f
+            }
+        };
+        self.spans.push(Span {
+            pid,
+            tid,
+            start: x.start,
+            end: x.end,
+            frame,
+            python_id,
+            parent,
+            call_stack,
+        });
     }
 
     /// The event a sync waited on (`args.wait_on_…`), when the event names any
@@ -1487,6 +1533,19 @@ impl<'s> Builder<'s> {
     }
 }
 
+/// One complete (`"ph": "X"`) event, with what every handler reads of it.
+struct Slice<'e, 'a> {
+    ev: &'e Event<'a>,
+    args: &'e Args<'a>,
+    name: &'e str,
+    cat: &'e str,
+    start: u64,
+    end: u64,
+    /// Where the event is in the file, for messages.
+    at: u64,
+}
+
+#[derive(Clone, Copy)]
 enum What {
     Api(ApiDomain),
     Kernel,
