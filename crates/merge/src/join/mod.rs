@@ -252,6 +252,23 @@ impl Summary {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_matches(f)?;
+        self.fmt_launches(f)?;
+        self.fmt_pairings(f)?;
+        self.fmt_losses(f)?;
+        for n in &self.gpu_read.notes {
+            writeln!(f, "  note: {n}")?;
+        }
+        for n in &self.notes {
+            writeln!(f, "  note from the recorder: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Summary {
+    /// The headline and what kernels were matched or not, and why.
+    fn fmt_matches(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.kernels == 0 {
             write!(f, "no kernels in the GPU trace")?;
         } else {
@@ -291,6 +308,11 @@ impl fmt::Display for Summary {
         for (reason, n) in reasons {
             writeln!(f, "  unmatched kernels: {n} ({})", reason.describe())?;
         }
+        Ok(())
+    }
+
+    /// CPU launches that matched nothing, or were cut or repeated.
+    fn fmt_launches(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.launches_without_gpu > 0 {
             writeln!(
                 f,
@@ -326,6 +348,11 @@ impl fmt::Display for Summary {
                 self.other_activities, self.other_matched
             )?;
         }
+        Ok(())
+    }
+
+    /// How each process's launches were paired.
+    fn fmt_pairings(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for p in &self.pairings {
             if p.exact {
                 writeln!(f, "  pid {}: exact pairing by correlation id", p.pid)?;
@@ -347,6 +374,11 @@ impl fmt::Display for Summary {
                 )?;
             }
         }
+        Ok(())
+    }
+
+    /// Everything dropped, cut off or skipped on the way in.
+    fn fmt_losses(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.cpu_dropped > 0 {
             writeln!(
                 f,
@@ -379,12 +411,6 @@ impl fmt::Display for Summary {
                 "  skipped: {} lines of the GPU log that are not records (the recording tool's own output)",
                 self.gpu_read.other_lines
             )?;
-        }
-        for n in &self.gpu_read.notes {
-            writeln!(f, "  note: {n}")?;
-        }
-        for n in &self.notes {
-            writeln!(f, "  note from the recorder: {n}")?;
         }
         Ok(())
     }
@@ -452,98 +478,15 @@ pub fn merge(
     sinks: &mut [&mut dyn Sink],
 ) -> Result<Summary> {
     let mut summary = Summary::default();
-
-    // Pass 1: index API calls by (pid, correlation id).
-    let mut apis: FxHashMap<u32, PidApis> = FxHashMap::default();
-    {
-        let mut launch_names: Vec<u8> = Vec::new(); // per StringId: 0 unknown, 1 launch, 2 other
-        let mut cur: Option<(u32, PidApis)> = None;
-        summary.gpu_read = gpu.visit(strings, &mut |rec, names| match rec {
-            Record::Api(a) => {
-                let i = a.name.index();
-                if launch_names.len() <= i {
-                    launch_names.resize(i + 1, 0);
-                }
-                if launch_names[i] == 0 {
-                    launch_names[i] = if is_launch_api(names.get(a.name)) {
-                        1
-                    } else {
-                        2
-                    };
-                }
-                let is_launch = launch_names[i] == 1;
-                summary.api_launches += u64::from(is_launch);
-                // Records come in long runs of one pid: keep its table out of the map.
-                if cur.as_ref().is_none_or(|(p, _)| *p != a.pid) {
-                    if let Some((p, t)) = cur.take() {
-                        apis.insert(p, t);
-                    }
-                    cur = Some((a.pid, apis.remove(&a.pid).unwrap_or_default()));
-                }
-                let (_, t) = cur.as_mut().expect("set above");
-                if t.by_corr.insert(a.correlation_id, t.infos.len() as u32) {
-                    t.infos.push(ApiInfo {
-                        start_ns: a.start_ns,
-                        end_ns: a.end_ns,
-                        tid: a.tid,
-                        name: a.name,
-                        is_launch,
-                    });
-                    t.corrs.push(a.correlation_id);
-                }
-            }
-            Record::Dropped(d) => {
-                let n = summary.gpu_dropped.entry(d.source).or_default();
-                *n = n.saturating_add(d.count);
-            }
-            Record::Note(n) => summary.notes.push(format!("pid {}: {}", n.pid, n.text)),
-            _ => {}
-        })?;
-        if let Some((p, t)) = cur {
-            apis.insert(p, t);
-        }
-    }
-
-    // Stacks of the CPU trace that stop before a root frame. (Stacks the GPU
-    // inputs carry are judged by their readers: an importer's Python or operator
-    // stacks never start at `_start`, and the injection library records how each
-    // of its stacks ended.)
+    let apis = index_apis(gpu, strings, &mut summary)?;
     if let Some(cpu) = cpu.as_deref() {
-        let complete: Vec<bool> = (0..cpu.stacks.len() as u32)
-            .map(|i| stacks::is_complete(cpu.stacks.text(StackId(i))))
-            .collect();
-        summary.cpu_truncated = cpu
-            .launches
-            .iter()
-            .filter(|l| !complete[l.stack.index()])
-            .count() as u64;
+        summary.cpu_truncated = count_truncated(cpu);
     }
-
-    // Stacks the GPU inputs carry join the CPU side's launches, after the CPU
-    // trace's own, so that its stack wins a (pid, correlation id) both hold.
     let mut carried: Option<CpuTrace> = None;
     if let Some(stacks) = gpu.launch_stacks() {
         summary.gpu_launch_stacks = stacks.launches.len() as u64;
         match cpu.as_deref_mut() {
-            Some(c) => {
-                // Only calls the CPU trace has no stack for: the others would be
-                // counted as duplicates, and as launches without GPU work.
-                let have: rustc_hash::FxHashSet<(u32, u32)> = c
-                    .launches
-                    .iter()
-                    .filter(|l| l.correlation_id != 0)
-                    .map(|l| (l.pid, l.correlation_id))
-                    .collect();
-                if have.is_empty() {
-                    c.append(stacks);
-                } else {
-                    let mut missing = stacks.clone();
-                    missing
-                        .launches
-                        .retain(|l| !have.contains(&(l.pid, l.correlation_id)));
-                    c.append(&missing);
-                }
-            }
+            Some(c) => add_carried_stacks(c, stacks),
             None => carried = Some(stacks.clone()),
         }
     }
@@ -556,37 +499,195 @@ pub fn merge(
         summary.cpu_launches = cpu.launches.len() as u64;
         summary.cpu_dropped = cpu.dropped;
         pair_by_time(cpu, &apis, opts, &mut offsets, &mut summary.pairings);
-        for (i, l) in cpu
-            .launches
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.correlation_id != 0)
-        {
-            if !cpu_index
-                .entry(l.pid)
-                .or_default()
-                .insert(l.correlation_id, i as u32)
-            {
-                summary.duplicate_cpu_ids += 1;
+        cpu_index = index_cpu(cpu, &mut summary);
+    }
+    let index = Index {
+        apis: &apis,
+        cpu_index: &cpu_index,
+    };
+    let cpu: Option<&CpuTrace> = cpu.map(|c| &*c);
+    let clock = gpu.clock();
+    let matched = stream_records(gpu, strings, cpu, &index, &offsets, &mut summary, sinks)?;
+    let ctx = Context {
+        strings,
+        cpu,
+        clock,
+        offsets: &offsets,
+    };
+    if let Some(c) = cpu {
+        for (l, _) in c.launches.iter().zip(&matched).filter(|(_, m)| !**m) {
+            let api = if l.correlation_id == 0 {
+                None
+            } else {
+                index.lookup(l.pid, l.correlation_id).1
+            };
+            if api.is_some() {
+                summary.launches_without_gpu += 1;
+            } else {
+                summary.launches_without_api += 1;
+            }
+            for s in sinks.iter_mut() {
+                s.pending(&ctx, l, api)?;
             }
         }
     }
-    let cpu: Option<&CpuTrace> = cpu.map(|c| &*c);
-    let clock = gpu.clock();
+    for s in sinks.iter_mut() {
+        s.finish(&ctx, &summary)?;
+    }
+    Ok(summary)
+}
 
-    // (launch index, API call) of a (pid, correlation id).
-    let lookup = |pid: u32, corr: u32| -> (Option<usize>, Option<&ApiInfo>) {
-        let api = apis
+/// Pass 1: indexes API calls by (pid, correlation id), and counts launches,
+/// drops and notes.
+fn index_apis(
+    gpu: &GpuInputs,
+    strings: &mut StringTable,
+    summary: &mut Summary,
+) -> Result<FxHashMap<u32, PidApis>> {
+    let mut apis: FxHashMap<u32, PidApis> = FxHashMap::default();
+    let mut launch_names: Vec<u8> = Vec::new(); // per StringId: 0 unknown, 1 launch, 2 other
+    let mut cur: Option<(u32, PidApis)> = None;
+    let (mut api_launches, mut gpu_dropped, mut notes) = (0, FxHashMap::default(), Vec::new());
+    summary.gpu_read = gpu.visit(strings, &mut |rec, names| match rec {
+        Record::Api(a) => {
+            let i = a.name.index();
+            if launch_names.len() <= i {
+                launch_names.resize(i + 1, 0);
+            }
+            if launch_names[i] == 0 {
+                launch_names[i] = if is_launch_api(names.get(a.name)) {
+                    1
+                } else {
+                    2
+                };
+            }
+            let is_launch = launch_names[i] == 1;
+            api_launches += u64::from(is_launch);
+            // Records come in long runs of one pid: keep its table out of the map.
+            if cur.as_ref().is_none_or(|(p, _)| *p != a.pid) {
+                if let Some((p, t)) = cur.take() {
+                    apis.insert(p, t);
+                }
+                cur = Some((a.pid, apis.remove(&a.pid).unwrap_or_default()));
+            }
+            let (_, t) = cur.as_mut().expect("set above");
+            if t.by_corr.insert(a.correlation_id, t.infos.len() as u32) {
+                t.infos.push(ApiInfo {
+                    start_ns: a.start_ns,
+                    end_ns: a.end_ns,
+                    tid: a.tid,
+                    name: a.name,
+                    is_launch,
+                });
+                t.corrs.push(a.correlation_id);
+            }
+        }
+        Record::Dropped(d) => {
+            let n: &mut u64 = gpu_dropped.entry(d.source).or_default();
+            *n = n.saturating_add(d.count);
+        }
+        Record::Note(n) => notes.push(format!("pid {}: {}", n.pid, n.text)),
+        _ => {}
+    })?;
+    if let Some((p, t)) = cur {
+        apis.insert(p, t);
+    }
+    summary.api_launches += api_launches;
+    summary.gpu_dropped = gpu_dropped;
+    summary.notes.extend(notes);
+    Ok(apis)
+}
+
+/// CPU-trace launches whose stack stops before a root frame. (Stacks the GPU
+/// inputs carry are judged by their readers: an importer's Python or operator
+/// stacks never start at `_start`, and the injection library records how each of
+/// its stacks ended.)
+fn count_truncated(cpu: &CpuTrace) -> u64 {
+    let complete: Vec<bool> = (0..cpu.stacks.len() as u32)
+        .map(|i| stacks::is_complete(cpu.stacks.text(StackId(i))))
+        .collect();
+    cpu.launches
+        .iter()
+        .filter(|l| !complete[l.stack.index()])
+        .count() as u64
+}
+
+/// Stacks the GPU inputs carry join the CPU side's launches, after the CPU
+/// trace's own, so that its stack wins a (pid, correlation id) both hold.
+fn add_carried_stacks(cpu: &mut CpuTrace, stacks: &CpuTrace) {
+    // Only calls the CPU trace has no stack for: the others would be counted as
+    // duplicates, and as launches without GPU work.
+    let have: rustc_hash::FxHashSet<(u32, u32)> = cpu
+        .launches
+        .iter()
+        .filter(|l| l.correlation_id != 0)
+        .map(|l| (l.pid, l.correlation_id))
+        .collect();
+    if have.is_empty() {
+        cpu.append(stacks);
+    } else {
+        let mut missing = stacks.clone();
+        missing
+            .launches
+            .retain(|l| !have.contains(&(l.pid, l.correlation_id)));
+        cpu.append(&missing);
+    }
+}
+
+/// CPU launches by (pid, correlation id); ids seen twice are counted.
+fn index_cpu(cpu: &CpuTrace, summary: &mut Summary) -> FxHashMap<u32, CorrIndex> {
+    let mut cpu_index: FxHashMap<u32, CorrIndex> = FxHashMap::default();
+    for (i, l) in cpu
+        .launches
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.correlation_id != 0)
+    {
+        if !cpu_index
+            .entry(l.pid)
+            .or_default()
+            .insert(l.correlation_id, i as u32)
+        {
+            summary.duplicate_cpu_ids += 1;
+        }
+    }
+    cpu_index
+}
+
+/// The API calls and CPU launches of every process, by correlation id.
+struct Index<'a> {
+    apis: &'a FxHashMap<u32, PidApis>,
+    cpu_index: &'a FxHashMap<u32, CorrIndex>,
+}
+
+impl<'a> Index<'a> {
+    /// (launch index, API call) of a (pid, correlation id).
+    fn lookup(&self, pid: u32, corr: u32) -> (Option<usize>, Option<&'a ApiInfo>) {
+        let api = self
+            .apis
             .get(&pid)
             .and_then(|a| a.by_corr.get(corr).map(|i| &a.infos[i as usize]));
-        let launch = cpu_index
+        let launch = self
+            .cpu_index
             .get(&pid)
             .and_then(|x| x.get(corr))
             .map(|i| i as usize);
         (launch, api)
-    };
+    }
+}
 
-    // Pass 2: stream records to the sinks.
+/// Pass 2: streams records to the sinks with their matches. Returns which CPU
+/// launches some activity matched.
+fn stream_records(
+    gpu: &GpuInputs,
+    strings: &mut StringTable,
+    cpu: Option<&CpuTrace>,
+    index: &Index<'_>,
+    offsets: &FxHashMap<u32, i64>,
+    summary: &mut Summary,
+    sinks: &mut [&mut dyn Sink],
+) -> Result<Vec<bool>> {
+    let clock = gpu.clock();
     let mut matched = vec![false; cpu.map_or(0, |c| c.launches.len())];
     let mut sink_err = None;
     gpu.visit(strings, &mut |rec, names| {
@@ -597,12 +698,12 @@ pub fn merge(
             strings: names,
             cpu,
             clock,
-            offsets: &offsets,
+            offsets,
         };
         let m = match rec {
-            Record::Api(a) => to_match(cpu, lookup(a.pid, a.correlation_id)),
+            Record::Api(a) => to_match(cpu, index.lookup(a.pid, a.correlation_id)),
             Record::Activity(a) => {
-                let found = lookup(a.pid, a.correlation_id);
+                let found = index.lookup(a.pid, a.correlation_id);
                 if let Some(i) = found.0 {
                     matched[i] = true;
                 }
@@ -619,9 +720,9 @@ pub fn merge(
                     ..
                 } = a.kind
                 {
-                    m.wait_record = lookup(a.pid, corr).1;
+                    m.wait_record = index.lookup(a.pid, corr).1;
                 }
-                count_activity(&mut summary, a, &m);
+                count_activity(summary, a, &m);
                 m
             }
             _ => Match::default(),
@@ -633,36 +734,10 @@ pub fn merge(
             }
         }
     })?;
-    if let Some(e) = sink_err {
-        return Err(e);
+    match sink_err {
+        Some(e) => Err(e),
+        None => Ok(matched),
     }
-    let ctx = Context {
-        strings,
-        cpu,
-        clock,
-        offsets: &offsets,
-    };
-    if let Some(c) = cpu {
-        for (l, _) in c.launches.iter().zip(&matched).filter(|(_, m)| !**m) {
-            let api = if l.correlation_id == 0 {
-                None
-            } else {
-                lookup(l.pid, l.correlation_id).1
-            };
-            if api.is_some() {
-                summary.launches_without_gpu += 1;
-            } else {
-                summary.launches_without_api += 1;
-            }
-            for s in sinks.iter_mut() {
-                s.pending(&ctx, l, api)?;
-            }
-        }
-    }
-    for s in sinks.iter_mut() {
-        s.finish(&ctx, &summary)?;
-    }
-    Ok(summary)
 }
 
 fn to_match<'a>(
