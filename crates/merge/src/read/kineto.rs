@@ -1225,7 +1225,37 @@ impl<'s> Builder<'s> {
 
     fn finish(mut self) -> Imported {
         let base = self.base_ns.unwrap_or(0);
-        // Activities take the process of their API call.
+        let owners = self.assign_pids();
+        let notes = self.sync_notes(&owners);
+        let mut stacks = self.build_stacks(&owners.with_work);
+        for l in &mut stacks.launches {
+            l.ts_ns = l.ts_ns.saturating_add(base);
+        }
+        let head = self.head_records(base, &owners);
+        for l in &stacks.launches {
+            let (pid, tid) = (l.pid, l.tid);
+            stacks.comms.entry((pid, tid)).or_insert_with(|| {
+                self.thread_names
+                    .get(&(pid, tid))
+                    .or_else(|| self.process_names.get(&pid))
+                    .cloned()
+                    .unwrap_or_else(|| "python".to_owned())
+            });
+        }
+
+        let mut imp = Imported::new(self.path, "PyTorch profiler trace", Clock::Realtime);
+        imp.records = head;
+        imp.launch_stacks = (!stacks.launches.is_empty()).then_some(stacks);
+        imp.skipped = self.skipped;
+        imp.diagnostics = self.diagnostics;
+        imp.truncated_at = self.truncated_at;
+        imp.notes = notes;
+        imp
+    }
+
+    /// Activities take the process of their API call; those without one go to
+    /// the process that made the most calls.
+    fn assign_pids(&mut self) -> Owners {
         let mut pid_of: FxHashMap<u32, u32> = FxHashMap::default();
         let mut calls: FxHashMap<u32, usize> = FxHashMap::default();
         for a in &self.apis {
@@ -1245,6 +1275,17 @@ impl<'s> Builder<'s> {
                 with_work.insert((a.pid, a.correlation_id));
             }
         }
+        Owners {
+            pid_of,
+            calls,
+            main_pid,
+            with_work,
+        }
+    }
+
+    /// What the user should know about the trace's synchronizations.
+    fn sync_notes(&self, owners: &Owners) -> Vec<String> {
+        let (pid_of, main_pid) = (&owners.pid_of, owners.main_pid);
         let mut notes = Vec::new();
         let orphan_syncs = self
             .syncs
@@ -1302,11 +1343,13 @@ impl<'s> Builder<'s> {
                 self.waits
             ));
         }
-        let mut stacks = self.build_stacks(&with_work);
-        for l in &mut stacks.launches {
-            l.ts_ns = l.ts_ns.saturating_add(base);
-        }
+        notes
+    }
 
+    /// Moves every record to the trace's base time, and returns the processes and
+    /// devices followed by the events in file order.
+    fn head_records(&mut self, base: u64, owners: &Owners) -> Vec<Record> {
+        let main_pid = owners.main_pid;
         // Processes and devices first, then the events in file order.
         let mut first = u64::MAX;
         for r in &mut self.records {
@@ -1325,7 +1368,7 @@ impl<'s> Builder<'s> {
             }
         }
         let first = if first == u64::MAX { base } else { first };
-        let mut pids: Vec<u32> = calls.keys().copied().collect();
+        let mut pids: Vec<u32> = owners.calls.keys().copied().collect();
         if pids.is_empty() && !self.activities.is_empty() {
             pids.push(main_pid);
         }
@@ -1350,25 +1393,7 @@ impl<'s> Builder<'s> {
         }
         head.append(&mut self.records);
 
-        for l in &stacks.launches {
-            let (pid, tid) = (l.pid, l.tid);
-            stacks.comms.entry((pid, tid)).or_insert_with(|| {
-                self.thread_names
-                    .get(&(pid, tid))
-                    .or_else(|| self.process_names.get(&pid))
-                    .cloned()
-                    .unwrap_or_else(|| "python".to_owned())
-            });
-        }
-
-        let mut imp = Imported::new(self.path, "PyTorch profiler trace", Clock::Realtime);
-        imp.records = head;
-        imp.launch_stacks = (!stacks.launches.is_empty()).then_some(stacks);
-        imp.skipped = self.skipped;
-        imp.diagnostics = self.diagnostics;
-        imp.truncated_at = self.truncated_at;
-        imp.notes = notes;
-        imp
+        head
     }
 
     /// The CPU stack of every launch call and of every call that caused GPU work.
@@ -1442,43 +1467,7 @@ impl<'s> Builder<'s> {
             snapshot.clear();
             snapshot.extend(open.iter().copied().filter(|&o| spans[o as usize].end >= t));
 
-            // Python frames: by parent ids from the innermost enclosing one.
-            chain.clear();
-            if let Some(pos) = snapshot
-                .iter()
-                .rposition(|&o| spans[o as usize].is_python())
-            {
-                let mut cur = snapshot[pos];
-                let mut pos = Some(pos);
-                while chain.len() < 4096 {
-                    chain.push(cur);
-                    let parent = spans[cur as usize].parent;
-                    if parent == NO_PARENT {
-                        break;
-                    }
-                    match python_index.get(&parent) {
-                        Some(&p) if p != cur => {
-                            cur = p;
-                            pos = None;
-                        }
-                        _ => {
-                            // Missing parent: the next Python frame enclosing this one.
-                            let at = pos.or_else(|| snapshot.iter().position(|&o| o == cur));
-                            match at.and_then(|at| {
-                                snapshot[..at]
-                                    .iter()
-                                    .rposition(|&o| spans[o as usize].is_python())
-                            }) {
-                                Some(q) => {
-                                    cur = snapshot[q];
-                                    pos = Some(q);
-                                }
-                                None => break,
-                            }
-                        }
-                    }
-                }
-            }
+            python_chain(spans, &snapshot, &python_index, &mut chain);
             frames.clear();
             frames.extend(chain.iter().map(|&p| {
                 let s = &spans[p as usize];
@@ -1491,31 +1480,15 @@ impl<'s> Builder<'s> {
             // Outermost first; a Python frame before an operator starting with it.
             frames.sort_by_key(|&(start, end, py, _)| (start, std::cmp::Reverse(end), !py));
 
-            path.clear();
-            emitted_python.clear();
-            for &(_, _, _, i) in &frames {
-                let s = &spans[i as usize];
-                if s.call_stack != NONE {
-                    let cs = call_stack_frames[s.call_stack as usize].get_or_insert_with(|| {
-                        let text = self.call_stacks.get(StringId(s.call_stack));
-                        let mut f: Vec<u32> = text
-                            .split(';')
-                            .filter(|f| !f.is_empty())
-                            .map(|f| self.frames.intern(&frame_text(f)).0)
-                            .collect();
-                        f.reverse();
-                        f
-                    });
-                    let common = emitted_python
-                        .iter()
-                        .zip(cs.iter())
-                        .take_while(|(a, b)| a == b)
-                        .count();
-                    path.extend_from_slice(&cs[common..]);
-                    emitted_python.clone_from(cs);
-                }
-                path.push(s.frame);
-            }
+            frame_path(
+                spans,
+                &self.call_stacks,
+                &mut self.frames,
+                &frames,
+                &mut call_stack_frames,
+                &mut emitted_python,
+                &mut path,
+            );
             path.push(call.frame);
             let node = trie.node(&path);
             let stack = trie.stack(node, &self.frames, &mut out);
@@ -1531,6 +1504,103 @@ impl<'s> Builder<'s> {
         out.launches.sort_by_key(|l| (l.ts_ns, l.pid, l.tid));
         out
     }
+}
+
+/// The frames of a launch's stack from its enclosing spans (outermost
+/// first): each span's recorded call stack, where it has one, without the
+/// frames the previous one already gave, then the span itself.
+fn frame_path(
+    spans: &[Span],
+    call_stacks: &StringTable,
+    names: &mut StringTable,
+    frames: &[(u64, u64, bool, u32)],
+    call_stack_frames: &mut [Option<Vec<u32>>],
+    emitted_python: &mut Vec<u32>,
+    path: &mut Vec<u32>,
+) {
+    path.clear();
+    emitted_python.clear();
+    for &(_, _, _, i) in frames {
+        let s = &spans[i as usize];
+        if s.call_stack != NONE {
+            let cs = call_stack_frames[s.call_stack as usize].get_or_insert_with(|| {
+                let text = call_stacks.get(StringId(s.call_stack));
+                let mut f: Vec<u32> = text
+                    .split(';')
+                    .filter(|f| !f.is_empty())
+                    .map(|f| names.intern(&frame_text(f)).0)
+                    .collect();
+                f.reverse();
+                f
+            });
+            let common = emitted_python
+                .iter()
+                .zip(cs.iter())
+                .take_while(|(a, b)| a == b)
+                .count();
+            path.extend_from_slice(&cs[common..]);
+            emitted_python.clone_from(cs);
+        }
+        path.push(s.frame);
+    }
+}
+
+/// The Python frames enclosing a call, innermost first: by parent ids from the
+/// innermost Python span open at the call (`snapshot`, outermost first), falling
+/// back to the next enclosing Python span where a parent is missing.
+fn python_chain(
+    spans: &[Span],
+    snapshot: &[u32],
+    python_index: &FxHashMap<u64, u32>,
+    chain: &mut Vec<u32>,
+) {
+    chain.clear();
+    if let Some(pos) = snapshot
+        .iter()
+        .rposition(|&o| spans[o as usize].is_python())
+    {
+        let mut cur = snapshot[pos];
+        let mut pos = Some(pos);
+        while chain.len() < 4096 {
+            chain.push(cur);
+            let parent = spans[cur as usize].parent;
+            if parent == NO_PARENT {
+                break;
+            }
+            match python_index.get(&parent) {
+                Some(&p) if p != cur => {
+                    cur = p;
+                    pos = None;
+                }
+                _ => {
+                    // Missing parent: the next Python frame enclosing this one.
+                    let at = pos.or_else(|| snapshot.iter().position(|&o| o == cur));
+                    match at.and_then(|at| {
+                        snapshot[..at]
+                            .iter()
+                            .rposition(|&o| spans[o as usize].is_python())
+                    }) {
+                        Some(q) => {
+                            cur = snapshot[q];
+                            pos = Some(q);
+                        }
+                        None => break,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Which process each correlation id belongs to, and who made the calls.
+struct Owners {
+    pid_of: FxHashMap<u32, u32>,
+    /// API calls per process.
+    calls: FxHashMap<u32, usize>,
+    /// The process that made the most calls: owner of activities without one.
+    main_pid: u32,
+    /// (pid, correlation id) of calls that caused GPU work.
+    with_work: FxHashSet<(u32, u32)>,
 }
 
 /// One complete (`"ph": "X"`) event, with what every handler reads of it.
