@@ -181,6 +181,61 @@ pub fn collect(
     strings: &mut StringTable,
     sym: &mut dyn Symbolize,
 ) -> Result<Option<LaunchStacks>> {
+    let Gathered {
+        procs,
+        pending,
+        graph_work,
+    } = gather(gpu, strings)?;
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    let mut trace = CpuTrace::new(CpuFormat::Gpuperf);
+    let mut stats = StackStats::default();
+    let mut namer = Namer {
+        sym,
+        texts: FxHashMap::default(),
+        frames: FxHashMap::default(),
+        unsymbolized: 0,
+    };
+    for (pid, p) in &procs {
+        if p.stacks.is_empty() {
+            continue;
+        }
+        stats.stacks += p.stacks.len() as u64;
+        namer.name_frames(*pid, p);
+        let comm = Path::new(&p.exe).file_name().map_or_else(
+            || "process".to_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        trace.comms.insert((*pid, *pid), comm);
+    }
+    let launch_stack = add_launches(
+        &mut trace, &mut stats, &mut namer, &procs, &pending, strings,
+    );
+    add_graph_nodes(
+        &mut trace,
+        &mut stats,
+        &mut namer,
+        &procs,
+        graph_work,
+        &launch_stack,
+        strings,
+    );
+    stats.unsymbolized_frames = namer.unsymbolized;
+    trace.lines = trace.launches.len() as u64;
+    Ok(Some(LaunchStacks { trace, stats }))
+}
+
+/// What one pass over the GPU inputs finds for the stacks.
+struct Gathered {
+    procs: FxHashMap<u32, Proc>,
+    /// Calls with a stack, in file order, with their process.
+    pending: Vec<(u32, Pending)>,
+    /// (pid, correlation id, node) of GPU work from graph nodes.
+    graph_work: FxHashSet<(u32, u32, u64)>,
+}
+
+fn gather(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Gathered> {
     let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();
     let mut pending: Vec<(u32, Pending)> = Vec::new();
     // (pid, correlation id, node) of GPU work from graph nodes.
@@ -227,32 +282,24 @@ pub fn collect(
         }
         _ => {}
     })?;
-    if pending.is_empty() {
-        return Ok(None);
-    }
+    Ok(Gathered {
+        procs,
+        pending,
+        graph_work,
+    })
+}
 
-    let mut trace = CpuTrace::new(CpuFormat::Gpuperf);
-    let mut stats = StackStats::default();
-    let mut namer = Namer {
-        sym,
-        texts: FxHashMap::default(),
-        frames: FxHashMap::default(),
-        unsymbolized: 0,
-    };
-    for (pid, p) in &procs {
-        if p.stacks.is_empty() {
-            continue;
-        }
-        stats.stacks += p.stacks.len() as u64;
-        namer.name_frames(*pid, p);
-        let comm = Path::new(&p.exe).file_name().map_or_else(
-            || "process".to_owned(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        trace.comms.insert((*pid, *pid), comm);
-    }
+/// One CPU launch per call with a stack; returns each launch's stack id.
+fn add_launches(
+    trace: &mut CpuTrace,
+    stats: &mut StackStats,
+    namer: &mut Namer<'_>,
+    procs: &FxHashMap<u32, Proc>,
+    pending: &[(u32, Pending)],
+    strings: &StringTable,
+) -> Vec<StackId> {
     let mut launch_stack: Vec<StackId> = Vec::with_capacity(pending.len());
-    for (pid, l) in &pending {
+    for (pid, l) in pending {
         let p = &procs[pid];
         stats.launches += 1;
         let api = strings.get(l.api.name);
@@ -283,7 +330,19 @@ pub fn collect(
         });
     }
 
-    // Graph nodes: each (launch stack, node stack) pair once.
+    launch_stack
+}
+
+/// Graph nodes: each (launch stack, node stack) pair once.
+fn add_graph_nodes(
+    trace: &mut CpuTrace,
+    stats: &mut StackStats,
+    namer: &mut Namer<'_>,
+    procs: &FxHashMap<u32, Proc>,
+    graph_work: FxHashSet<(u32, u32, u64)>,
+    launch_stack: &[StackId],
+    strings: &StringTable,
+) {
     let mut work: Vec<(u32, u32, u64)> = graph_work.into_iter().collect();
     work.sort_unstable();
     for (pid, corr, node) in work {
@@ -320,9 +379,6 @@ pub fn collect(
         let composed = trace.stacks.intern(text.as_bytes());
         trace.graph_stacks.insert((launch, node_id), composed);
     }
-    stats.unsymbolized_frames = namer.unsymbolized;
-    trace.lines = trace.launches.len() as u64;
-    Ok(Some(LaunchStacks { trace, stats }))
 }
 
 /// `stack` with the API frame as its leaf (added unless already there).

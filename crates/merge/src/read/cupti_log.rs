@@ -340,31 +340,8 @@ impl Parser<'_> {
         };
         let record = match kind {
             Kind::Api(domain) => {
-                let name = items.name()?;
-                let correlation_id = items.required("correlationId", parse_u32)?;
-                let cbid = items.optional("cbid", parse_u32)?.unwrap_or(0);
-                // CUPTI's threadId is a truncated pthread id; keep its low 32 bits.
-                let tid = items.optional("threadId", parse_u64)?.unwrap_or(0) as u32;
-                let pid = items.optional("processId", parse_u32)?;
-                match pid {
-                    Some(pid) => {
-                        self.first_pid.get_or_insert(pid);
-                    }
-                    None => self.api_without_pid.push(index),
-                }
-                let name = self.strings.intern(api_base_name(name));
                 open = Open::Nothing;
-                let pid = pid.unwrap_or(0);
-                Record::Api(ApiCall {
-                    pid,
-                    tid,
-                    start_ns,
-                    end_ns,
-                    correlation_id,
-                    cbid,
-                    domain,
-                    name,
-                })
+                self.api(&items, domain, (start_ns, end_ns), index)?
             }
             Kind::Kernel => {
                 let name = items.name()?;
@@ -390,15 +367,8 @@ impl Parser<'_> {
             Kind::Memcpy => {
                 let bytes = items.required("size", parse_u64)?;
                 let correlation_id = items.required("correlationId", parse_u32)?;
-                let name = h.prefix.trim_matches('"');
-                let kind = match MemcpyKind::from_name(name) {
-                    Some(k) => k,
-                    None if matches!(name, "UNKNOWN" | "<unknown>") => MemcpyKind::Unknown,
-                    None => {
-                        warning = Some(format!("unknown memcpy kind `{}`", clip(name)).into());
-                        MemcpyKind::Unknown
-                    }
-                };
+                let (kind, unknown) = memcpy_kind(h.prefix);
+                warning = unknown;
                 self.trailer = &[GRAPH_NODE_LINE];
                 Record::Activity(activity(
                     correlation_id,
@@ -462,6 +432,39 @@ impl Parser<'_> {
             self.bad(no, msg);
         }
         Ok(open)
+    }
+
+    /// An API call's record; one without a pid is noted, to take the log's.
+    fn api(
+        &mut self,
+        items: &Items<'_>,
+        domain: ApiDomain,
+        (start_ns, end_ns): (u64, u64),
+        index: usize,
+    ) -> Result<Record, Bad> {
+        let name = items.name()?;
+        let correlation_id = items.required("correlationId", parse_u32)?;
+        let cbid = items.optional("cbid", parse_u32)?.unwrap_or(0);
+        // CUPTI's threadId is a truncated pthread id; keep its low 32 bits.
+        let tid = items.optional("threadId", parse_u64)?.unwrap_or(0) as u32;
+        let pid = items.optional("processId", parse_u32)?;
+        match pid {
+            Some(pid) => {
+                self.first_pid.get_or_insert(pid);
+            }
+            None => self.api_without_pid.push(index),
+        }
+        let name = self.strings.intern(api_base_name(name));
+        Ok(Record::Api(ApiCall {
+            pid: pid.unwrap_or(0),
+            tid,
+            start_ns,
+            end_ns,
+            correlation_id,
+            cbid,
+            domain,
+            name,
+        }))
     }
 
     fn continuation(&mut self, no: u64, line: &str) {
@@ -584,6 +587,20 @@ impl Cont {
                 a.graph_node_id = p.graph_node_id;
             }
         }
+    }
+}
+
+/// A copy's kind from the name before its `[`, with a warning when the name is
+/// not one CUPTI prints.
+fn memcpy_kind(prefix: &str) -> (MemcpyKind, Option<Bad>) {
+    let name = prefix.trim_matches('"');
+    match MemcpyKind::from_name(name) {
+        Some(k) => (k, None),
+        None if matches!(name, "UNKNOWN" | "<unknown>") => (MemcpyKind::Unknown, None),
+        None => (
+            MemcpyKind::Unknown,
+            Some(format!("unknown memcpy kind `{}`", clip(name)).into()),
+        ),
     }
 }
 
