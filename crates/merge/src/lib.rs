@@ -1,23 +1,43 @@
 //! gpuperf's trace model, readers, exact CPU↔GPU join and writers.
 //!
+//! The folders follow the data path:
+//!
 //! ```text
-//!  GPU side (input)                CPU side
-//!  gputrace (ours, binary)         cpu (extended folded: reference, or gpuperf's
-//!  cupti_log (reference text)           variant with correlation ids)
-//!  kineto (PyTorch profiler JSON) ─┐    │
-//!  nsys (Nsight Systems SQLite)  ──┴─> launch stacks carried by the GPU side
-//!          \                        /
-//!           `----> join::merge <---'    exact on (pid, correlation id), or ordered
-//!                     |                 per thread with a time check
-//!          Sink: folded | chrome | report | pprof
-//!                     |
-//!                  svg (inferno)
+//!  read/                                       join/                 write/
+//!  gputrace (ours, binary) ─┐                                  ┌──> folded ──> svg (inferno)
+//!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐           ├──> chrome (Perfetto)
+//!  kineto (PyTorch JSON)    │  (format             ├─> merge ──┼──> report
+//!  nsys (Nsight SQLite)  ───┘   detection)         │  (Sink)   └──> pprof
+//!  cpu (folded CPU stacks) ─────────────────────────┤
+//!  symbols (kept frame names) ──> stacks ───────────┘
 //! ```
 //!
-//! The crate owns the trace data model ([`model`]); the injection library writes
-//! [`gputrace`] files and the profiler writes [`cpu`] files. With the default
-//! `render` feature off, only the model and the GPU trace writer/reader are built,
-//! which is what the injection library links.
+//! - **`read/`**: one module per input format, each turning a file into the
+//!   [`model`]'s records. [`read::input`] finds each file's format from its content
+//!   and opens it; the foreign formats are read whole into
+//!   [`read::imported::Imported`], which the readers and the chooser both depend
+//!   on, so that they do not depend on each other. [`read::symbols`] reads and
+//!   writes the frame names kept with a recording. Readers depend on `model`,
+//!   `diag` and `error` only; nothing in `read/` depends on `join/` or `write/`,
+//!   except that `symbols` implements [`join::stacks::Symbolize`].
+//! - **`join/`**: [`join::merge`] pairs every GPU activity with its API call and
+//!   the CPU stack of that call, exactly on (pid, correlation id) or ordered by
+//!   time where the CPU side has no ids; [`join::stacks`] builds those CPU stacks
+//!   from the in-process stacks a gpuperf recording carries. The join hands its
+//!   results to writers through the [`join::Sink`] trait, which lives beside the
+//!   [`join::Context`] and [`join::Match`] it passes: `join/` depends on `read/`,
+//!   never on `write/`.
+//! - **`write/`**: one module per output, each a [`join::Sink`] (folded stacks,
+//!   Chrome trace, report, pprof), plus [`write::svg`], which renders folded stacks
+//!   with inferno. Writers depend on `join/` (what a match holds) and `model`.
+//! - **At the top**: [`model`] (the records every part exchanges), `error`
+//!   (typed errors naming the file and place) and `diag` (counted, capped
+//!   diagnostics for malformed input).
+//!
+//! The crate owns the trace data model; the injection library writes [`gputrace`]
+//! files and the profiler writes [`cpu`] files. With the default `render` feature
+//! off, only the model and those two formats are built, which is what the
+//! injection library links.
 
 mod diag;
 mod error;
