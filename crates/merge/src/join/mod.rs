@@ -37,7 +37,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::Result;
 use crate::model::{
-    Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, SyncWait,
+    Activity, ActivityKind, Clock, DropSource, Record, StringId, StringTable, SyncWait, api_stem,
     is_launch_api,
 };
 use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
@@ -77,6 +77,10 @@ pub struct ApiInfo {
     pub name: StringId,
     /// Whether it is a kernel or graph launch.
     pub is_launch: bool,
+    /// Whether it was made on a thread between `cudaStreamBeginCapture` and
+    /// `cudaStreamEndCapture` (or their driver forms): its work runs when the
+    /// captured graph is launched, not now.
+    pub in_capture: bool,
 }
 
 /// Why a kernel or activity has no CPU stack.
@@ -169,6 +173,17 @@ pub trait Sink {
         Ok(())
     }
 
+    /// Called after all records for each CPU launch made during a stream
+    /// capture: its work runs, and is charged, at each launch of the graph.
+    fn captured(
+        &mut self,
+        _ctx: &Context<'_>,
+        _launch: &CpuLaunch,
+        _api: Option<&ApiInfo>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// Called once at the end.
     fn finish(&mut self, _ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
         Ok(())
@@ -220,6 +235,9 @@ pub struct Summary {
     pub launches_without_gpu: u64,
     /// CPU launches with no API call paired or recorded.
     pub launches_without_api: u64,
+    /// CPU launches made during a stream capture, with no GPU activity of their
+    /// own: the graph's launches account for their work.
+    pub launches_captured: u64,
     /// CPU lines whose correlation id repeats an earlier line's.
     pub duplicate_cpu_ids: u64,
     /// Launches the CPU profiler lost.
@@ -318,6 +336,13 @@ impl Summary {
                 f,
                 "  unmatched CPU launches: {} with no GPU activity (launch failed, or the trace ends first)",
                 self.launches_without_gpu
+            )?;
+        }
+        if self.launches_captured > 0 {
+            writeln!(
+                f,
+                "  CPU launches captured into CUDA graphs: {} (their work runs, and is charged, at each graph launch)",
+                self.launches_captured
             )?;
         }
         if self.launches_without_api > 0 {
@@ -521,6 +546,15 @@ pub fn merge(
             } else {
                 index.lookup(l.pid, l.correlation_id).1
             };
+            let captured = api.is_some_and(|a| a.in_capture)
+                || c.captured.contains(&(l.pid, l.correlation_id));
+            if captured {
+                summary.launches_captured += 1;
+                for s in sinks.iter_mut() {
+                    s.captured(&ctx, l, api)?;
+                }
+                continue;
+            }
             if api.is_some() {
                 summary.launches_without_gpu += 1;
             } else {
@@ -545,7 +579,10 @@ fn index_apis(
     summary: &mut Summary,
 ) -> Result<FxHashMap<u32, PidApis>> {
     let mut apis: FxHashMap<u32, PidApis> = FxHashMap::default();
-    let mut launch_names: Vec<u8> = Vec::new(); // per StringId: 0 unknown, 1 launch, 2 other
+    // Per StringId: 0 unknown, then one of the NAME_* classes.
+    let mut launch_names: Vec<u8> = Vec::new();
+    // (pid, tid, start, end, begins) of stream capture calls.
+    let mut captures: Vec<(u32, u32, u64, u64, bool)> = Vec::new();
     let mut cur: Option<(u32, PidApis)> = None;
     let (mut api_launches, mut gpu_dropped, mut notes) = (0, FxHashMap::default(), Vec::new());
     summary.gpu_read = gpu.visit(strings, &mut |rec, names| match rec {
@@ -555,13 +592,13 @@ fn index_apis(
                 launch_names.resize(i + 1, 0);
             }
             if launch_names[i] == 0 {
-                launch_names[i] = if is_launch_api(names.get(a.name)) {
-                    1
-                } else {
-                    2
-                };
+                launch_names[i] = name_class(names.get(a.name));
             }
-            let is_launch = launch_names[i] == 1;
+            let is_launch = launch_names[i] == NAME_LAUNCH;
+            if matches!(launch_names[i], NAME_BEGIN_CAPTURE | NAME_END_CAPTURE) {
+                let begins = launch_names[i] == NAME_BEGIN_CAPTURE;
+                captures.push((a.pid, a.tid, a.start_ns, a.end_ns, begins));
+            }
             api_launches += u64::from(is_launch);
             // Records come in long runs of one pid: keep its table out of the map.
             if cur.as_ref().is_none_or(|(p, _)| *p != a.pid) {
@@ -578,6 +615,7 @@ fn index_apis(
                     tid: a.tid,
                     name: a.name,
                     is_launch,
+                    in_capture: false,
                 });
                 t.corrs.push(a.correlation_id);
             }
@@ -595,7 +633,69 @@ fn index_apis(
     summary.api_launches += api_launches;
     summary.gpu_dropped = gpu_dropped;
     summary.notes.extend(notes);
+    mark_captured(&mut apis, captures);
     Ok(apis)
+}
+
+const NAME_LAUNCH: u8 = 1;
+const NAME_OTHER: u8 = 2;
+const NAME_BEGIN_CAPTURE: u8 = 3;
+const NAME_END_CAPTURE: u8 = 4;
+
+fn name_class(name: &str) -> u8 {
+    if is_launch_api(name) {
+        return NAME_LAUNCH;
+    }
+    match api_stem(name) {
+        "cudaStreamBeginCapture"
+        | "cuStreamBeginCapture"
+        | "cudaStreamBeginCaptureToGraph"
+        | "cuStreamBeginCaptureToGraph" => NAME_BEGIN_CAPTURE,
+        "cudaStreamEndCapture" | "cuStreamEndCapture" => NAME_END_CAPTURE,
+        _ => NAME_OTHER,
+    }
+}
+
+/// Marks the launch calls each thread made between beginning and ending a stream
+/// capture. (The trace does not say which stream a launch went to; a launch on
+/// the capturing thread to another stream during a capture is rare, and CUDA's
+/// default global capture mode forbids most other work then.)
+fn mark_captured(
+    apis: &mut FxHashMap<u32, PidApis>,
+    mut captures: Vec<(u32, u32, u64, u64, bool)>,
+) {
+    if captures.is_empty() {
+        return;
+    }
+    captures.sort_unstable_by_key(|&(pid, tid, start, _, _)| (pid, tid, start));
+    // (pid, tid) → [begin call's start, end call's end] intervals, in time order.
+    let mut windows: FxHashMap<(u32, u32), Vec<(u64, u64)>> = FxHashMap::default();
+    let mut open: Option<(u32, u32, u64)> = None;
+    for (pid, tid, start, end, begins) in captures {
+        match (begins, open) {
+            (true, _) => open = Some((pid, tid, start)),
+            (false, Some((p, t, from))) if (p, t) == (pid, tid) => {
+                windows.entry((pid, tid)).or_default().push((from, end));
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    // A capture still open when the trace ends covers the rest of it.
+    if let Some((pid, tid, from)) = open {
+        windows
+            .entry((pid, tid))
+            .or_default()
+            .push((from, u64::MAX));
+    }
+    for (&pid, t) in apis.iter_mut() {
+        for info in t.infos.iter_mut().filter(|i| i.is_launch) {
+            if let Some(w) = windows.get(&(pid, info.tid)) {
+                let i = w.partition_point(|&(from, _)| from <= info.start_ns);
+                info.in_capture = i > 0 && info.start_ns <= w[i - 1].1;
+            }
+        }
+    }
 }
 
 /// CPU-trace launches whose stack stops before a root frame. (Stacks the GPU

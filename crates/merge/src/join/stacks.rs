@@ -299,8 +299,20 @@ fn add_launches(
     strings: &StringTable,
 ) -> Vec<StackId> {
     let mut launch_stack: Vec<StackId> = Vec::with_capacity(pending.len());
+    // (pid, stack, API) of the calls that made a captured graph node.
+    let capturing: FxHashSet<(u32, u32, StringId)> = procs
+        .iter()
+        .flat_map(|(&pid, p)| {
+            p.nodes
+                .values()
+                .filter_map(move |&(stack, api)| Some((pid, stack, api?)))
+        })
+        .collect();
     for (pid, l) in pending {
         let p = &procs[pid];
+        if capturing.contains(&(*pid, l.stack, l.api.name)) {
+            trace.captured.insert((*pid, l.api.correlation_id));
+        }
         stats.launches += 1;
         let api = strings.get(l.api.name);
         let (text, end, py_cut) = match p.stacks.get(&l.stack) {

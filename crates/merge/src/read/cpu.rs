@@ -43,7 +43,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
@@ -165,6 +165,9 @@ pub struct CpuTrace {
     /// (graph launch's stack, node's stack) → the stack a replayed node's GPU work
     /// is charged to: `…;cudaGraphLaunch;[graph node captured at];…`.
     pub graph_stacks: FxHashMap<(StackId, StackId), StackId>,
+    /// (pid, correlation id) of launches known to have been captured into a
+    /// graph (in-process stacks: the call made a captured graph node).
+    pub captured: FxHashSet<(u32, u32)>,
 }
 
 impl CpuTrace {
@@ -180,6 +183,7 @@ impl CpuTrace {
             diagnostics: Diagnostics::default(),
             graph_nodes: FxHashMap::default(),
             graph_stacks: FxHashMap::default(),
+            captured: FxHashSet::default(),
         }
     }
 
@@ -222,6 +226,7 @@ impl CpuTrace {
         for (k, v) in &other.comms {
             self.comms.entry(*k).or_insert_with(|| v.clone());
         }
+        self.captured.extend(&other.captured);
         self.dropped = self.dropped.saturating_add(other.dropped);
         self.truncated = self.truncated.saturating_add(other.truncated);
         self.lines += other.lines;

@@ -283,7 +283,9 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// An arrow from the middle of the API call to the start of the activity.
+    /// An arrow from the start of the API call to the start of the activity. (From
+    /// the call's middle, the arrow of a synchronous copy, or of any launch whose
+    /// work starts before the call returns, would run backwards in time.)
     /// Flow ids are unique across kinds: Perfetto joins the ends of a flow by id.
     fn flow(
         &mut self,
@@ -295,7 +297,7 @@ impl<W: Write> Writer<W> {
     ) -> std::io::Result<()> {
         let id = self.next_flow;
         self.next_flow += 1;
-        let from = self.ts(api.start_ns + api.end_ns.saturating_sub(api.start_ns) / 2);
+        let from = self.ts(api.start_ns);
         let to = self.ts(a.start_ns);
         let (pid, tid) = (a.pid, api.tid);
         write!(
@@ -323,7 +325,12 @@ impl<W: Write> Writer<W> {
             .clone()
     }
 
-    fn pending_launch(&mut self, ctx: &Context<'_>, l: &CpuLaunch) -> std::io::Result<()> {
+    fn pending_launch(
+        &mut self,
+        ctx: &Context<'_>,
+        l: &CpuLaunch,
+        name: &str,
+    ) -> std::io::Result<()> {
         self.cpu_process(l.pid)?;
         let ts = self.ts(ctx.launch_ts(l));
         let stack = ctx
@@ -332,7 +339,7 @@ impl<W: Write> Writer<W> {
         let (pid, tid) = (l.pid, l.tid);
         write!(
             self.event(),
-            r#""ph":"i","s":"t","cat":"launch","name":"launch without GPU activity","pid":{pid},"tid":{tid},"ts":{ts},"args":{{"stack":{stack}}}}}"#
+            r#""ph":"i","s":"t","cat":"launch","name":"{name}","pid":{pid},"tid":{tid},"ts":{ts},"args":{{"stack":{stack}}}}}"#
         )
     }
 }
@@ -369,7 +376,17 @@ impl<W: Write> Sink for Writer<W> {
         launch: &CpuLaunch,
         _api: Option<&ApiInfo>,
     ) -> Result<()> {
-        let r = self.pending_launch(ctx, launch);
+        let r = self.pending_launch(ctx, launch, "launch without GPU activity");
+        self.check(r)
+    }
+
+    fn captured(
+        &mut self,
+        ctx: &Context<'_>,
+        launch: &CpuLaunch,
+        _api: Option<&ApiInfo>,
+    ) -> Result<()> {
+        let r = self.pending_launch(ctx, launch, "launch captured into a CUDA graph");
         self.check(r)
     }
 

@@ -9,6 +9,7 @@
 mod golden;
 pub use gpuperf_merge::model;
 
+mod captured;
 mod imported;
 mod join;
 mod scenario;

@@ -1,0 +1,151 @@
+//! `gpuperf merge` on every recording shipped in `samples/recordings`: what holds
+//! for all of them (arrows forward in time, captured launches not pending).
+// Test names are `<what>__<what is checked>`.
+#![allow(non_snake_case)]
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use gpuperf_merge::model::{Record, StringTable, is_launch_api};
+use gpuperf_merge::read::gputrace;
+use serde_json::Value;
+
+fn recordings() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/recordings")
+}
+
+/// Every GPU input of `samples/recordings`: recording directories, trace files,
+/// and the reference CUPTI log (with its CPU stacks).
+fn inputs() -> Vec<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for kind in ["real", "simulated"] {
+        let mut entries: Vec<PathBuf> = fs::read_dir(recordings().join(kind))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.is_dir()
+                    || [".json.gz", ".json", ".sqlite"]
+                        .iter()
+                        .any(|s| p.to_string_lossy().ends_with(s))
+            })
+            .collect();
+        entries.sort();
+        out.extend(entries.into_iter().map(|p| vec![p]));
+    }
+    let reference = recordings().join("reference");
+    out.push(vec![reference.join("cupti.log"), reference.join("cpu.txt")]);
+    out
+}
+
+/// Runs `gpuperf merge` on `input` and returns the timeline and folded stacks.
+fn merge(input: &[PathBuf], dir: &Path) -> (Value, String, String) {
+    let (timeline, folded) = (dir.join("t.json"), dir.join("m.folded"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuperf"));
+    cmd.arg("merge").arg(&input[0]);
+    if let Some(cpu) = input.get(1) {
+        cmd.arg("--cpu").arg(cpu);
+    }
+    let o = cmd
+        .arg("-c")
+        .arg(&timeline)
+        .arg("-m")
+        .arg(&folded)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{input:?}: {stderr}");
+    let t = serde_json::from_slice(&fs::read(&timeline).unwrap()).unwrap();
+    (t, fs::read_to_string(&folded).unwrap(), stderr)
+}
+
+fn micros(v: &Value) -> f64 {
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap()
+}
+
+#[test]
+fn every_recording__no_flow_arrow_runs_backwards_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    for input in inputs() {
+        let (t, _, _) = merge(&input, dir.path());
+        let mut starts: HashMap<u64, f64> = HashMap::new();
+        let mut ends: Vec<(u64, f64)> = Vec::new();
+        for e in t["traceEvents"].as_array().unwrap() {
+            match e["ph"].as_str() {
+                Some("s") => {
+                    starts.insert(e["id"].as_u64().unwrap(), micros(&e["ts"]));
+                }
+                Some("f") => ends.push((e["id"].as_u64().unwrap(), micros(&e["ts"]))),
+                _ => {}
+            }
+        }
+        assert!(!ends.is_empty(), "{input:?}: no arrows");
+        let backwards: Vec<_> = ends
+            .iter()
+            .filter(|(id, to)| starts[id] > *to)
+            .map(|(id, to)| (id, starts[id], to))
+            .collect();
+        assert!(
+            backwards.is_empty(),
+            "{input:?}: {} of {} arrows run backwards, e.g. {:?}",
+            backwards.len(),
+            ends.len(),
+            &backwards[..backwards.len().min(3)]
+        );
+    }
+}
+
+#[test]
+fn cudarc_graph__captured_launches_counted_as_captured_never_pending() {
+    let rec = recordings().join("simulated/cudarc_graph");
+    // From the recording itself: launch calls whose correlation id no GPU
+    // activity carries (the launches made while capturing the graph).
+    let trace = fs::read_dir(&rec)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "gputrace"))
+        .unwrap();
+    let mut strings = StringTable::new();
+    let (mut launches, mut with_work) = (HashSet::new(), HashSet::new());
+    let file = fs::File::open(&trace).unwrap();
+    gputrace::read(file, &trace, &mut strings, &mut |r, names| match r {
+        Record::Api(a) if is_launch_api(names.get(a.name)) => {
+            launches.insert(a.correlation_id);
+        }
+        Record::Activity(a) => {
+            with_work.insert(a.correlation_id);
+        }
+        _ => {}
+    })
+    .unwrap();
+    let without_work = launches.difference(&with_work).count();
+    assert!(
+        without_work > 0,
+        "the sample captures launches into a graph"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (t, folded, stderr) = merge(&[rec], dir.path());
+    assert!(
+        stderr.contains(&format!(
+            "  CPU launches captured into CUDA graphs: {without_work} "
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unmatched CPU launches"), "{stderr}");
+    assert!(!folded.contains("[GPU_Launch_Pending]"), "{folded}");
+    let markers = |name: &str| {
+        t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == name)
+            .count()
+    };
+    assert_eq!(markers("launch captured into a CUDA graph"), without_work);
+    assert_eq!(markers("launch without GPU activity"), 0);
+}
