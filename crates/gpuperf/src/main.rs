@@ -13,6 +13,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use gpuperf_merge::write::report;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::cli::{Cli, Command, InputArgs, MergeArgs, ReportArgs};
 use crate::render::{Loaded, Outputs};
@@ -26,12 +29,25 @@ fn main() -> ExitCode {
         (_, 2) => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,
     };
-    tracing_subscriber::fmt()
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal())
-        .with_max_level(level)
-        .without_time()
-        .with_target(false)
+    // Other libraries' log lines (inferno's, libbpf's) are not written for
+    // users: gpuperf says what matters in its own words. `-vv` shows them.
+    let others = if cli.verbose >= 2 {
+        LevelFilter::from_level(level)
+    } else {
+        LevelFilter::OFF
+    };
+    let filter = Targets::new()
+        .with_default(others)
+        .with_target("gpuperf", level);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(io::stderr)
+                .with_ansi(io::stderr().is_terminal())
+                .without_time()
+                .with_target(false),
+        )
+        .with(filter)
         .init();
     let quiet = cli.quiet;
     let r = match cli.command {

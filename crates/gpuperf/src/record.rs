@@ -535,6 +535,7 @@ fn finish(
     let mut inprocess_written = false;
     if gpu_traces > 0 {
         let mut l = Loaded::open(&[raw.to_path_buf()], cpu)?;
+        l.opts.stacks_off = a.gpu_only;
         if a.raw_dir.is_some()
             && let Some(names) = l.symbols.as_ref().filter(|n| !n.is_empty())
         {

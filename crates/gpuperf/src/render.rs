@@ -27,7 +27,8 @@ pub struct Loaded {
     /// The CPU side, when there is one.
     pub cpu: Option<CpuTrace>,
     gpu: Option<GpuInputs>,
-    opts: join::Options,
+    /// How the join pairs and describes what it finds.
+    pub opts: join::Options,
     /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
     processes: usize,
     /// What the in-process stacks of the GPU traces held.
@@ -258,7 +259,12 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
             .with_context(|| format!("failed to write `{}`", p.display()))?;
         written.push(Written {
             path: p.clone(),
-            how: "folded stacks for inferno or flamegraph.pl",
+            how: if folder.unit() == "ns" {
+                "folded stacks for inferno or flamegraph.pl, weights in ns (all the GPU work \
+                 together lasted under 1 µs)"
+            } else {
+                "folded stacks for inferno or flamegraph.pl"
+            },
         });
     } else if outs.folded.is_some() {
         folder.write(io::stdout().lock())?;
@@ -291,10 +297,14 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         if simulated(&summary) {
             outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
         }
-        render_svg(&outs, "µs", &lines, p, f)?;
+        render_svg(&outs, folder.unit(), &lines, p, f)?;
         written.push(Written {
             path: p.to_path_buf(),
-            how: "open it in a web browser",
+            how: if folder.total() == 0 {
+                "it only says that there was no GPU work to draw"
+            } else {
+                "open it in a web browser"
+            },
         });
     }
     Ok(Joined {

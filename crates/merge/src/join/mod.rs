@@ -53,6 +53,9 @@ pub struct Options {
     /// Offset added to CPU timestamps to put them on the GPU clock. Default is
     /// `None`: 0 when that pairs most events, otherwise estimated per process.
     pub cpu_clock_offset_ns: Option<i64>,
+    /// No CPU stacks were taken (`gpuperf record --gpu-only`): kernels without
+    /// one are said to be so for that reason. Default is `false`.
+    pub stacks_off: bool,
 }
 
 impl Default for Options {
@@ -60,6 +63,7 @@ impl Default for Options {
         Self {
             slack_ns: 50_000,
             cpu_clock_offset_ns: None,
+            stacks_off: false,
         }
     }
 }
@@ -147,6 +151,19 @@ pub struct Context<'a> {
     /// Clock of the GPU timestamps.
     pub clock: Clock,
     offsets: &'a FxHashMap<u32, i64>,
+}
+
+impl<'a> Context<'a> {
+    /// A context without a CPU trace, for writers' unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(strings: &'a StringTable, offsets: &'a FxHashMap<u32, i64>) -> Self {
+        Self {
+            strings,
+            cpu: None,
+            clock: Clock::Monotonic,
+            offsets,
+        }
+    }
 }
 
 impl Context<'_> {
@@ -238,6 +255,8 @@ pub struct Summary {
     /// CPU launches made during a stream capture, with no GPU activity of their
     /// own: the graph's launches account for their work.
     pub launches_captured: u64,
+    /// CPU stacks were not taken ([`Options::stacks_off`]).
+    pub stacks_off: bool,
     /// CPU lines whose correlation id repeats an earlier line's.
     pub duplicate_cpu_ids: u64,
     /// Launches the CPU profiler lost.
@@ -324,7 +343,11 @@ impl Summary {
             .collect();
         reasons.sort();
         for (reason, n) in reasons {
-            writeln!(f, "  unmatched kernels: {n} ({})", reason.describe())?;
+            let why = match reason {
+                NoStack::NoCpuEvent if self.stacks_off => "CPU stacks were off: --gpu-only",
+                _ => reason.describe(),
+            };
+            writeln!(f, "  unmatched kernels: {n} ({why})")?;
         }
         Ok(())
     }
@@ -502,7 +525,10 @@ pub fn merge(
     opts: &Options,
     sinks: &mut [&mut dyn Sink],
 ) -> Result<Summary> {
-    let mut summary = Summary::default();
+    let mut summary = Summary {
+        stacks_off: opts.stacks_off,
+        ..Summary::default()
+    };
     let apis = index_apis(gpu, strings, &mut summary)?;
     if let Some(cpu) = cpu.as_deref() {
         summary.cpu_truncated = count_truncated(cpu);
@@ -1099,6 +1125,25 @@ fn estimate_offset(ts: &[u64], spans: &[(u64, u64)], slack: u64) -> (i64, bool) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_with_stacks_off_says_so_instead_of_blaming_the_profiler() {
+        let mut s = Summary {
+            kernels: 3,
+            ..Summary::default()
+        };
+        s.kernels_unmatched.insert(NoStack::NoCpuEvent, 3);
+        assert!(s.to_string().contains(
+            "  unmatched kernels: 3 (launch seen by CUPTI but not by the CPU profiler)\n"
+        ));
+        s.stacks_off = true;
+        let text = s.to_string();
+        assert!(
+            text.contains("  unmatched kernels: 3 (CPU stacks were off: --gpu-only)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("CPU profiler"), "{text}");
+    }
 
     #[test]
     fn align_pairs_in_order() {

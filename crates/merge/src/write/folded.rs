@@ -1,4 +1,6 @@
 //! Merged folded stacks: `cpu;…;api;[GPU_Kernel]name weight`, weight in µs of GPU time.
+//! When all the GPU work together lasted under half a µs, weights are in ns instead
+//! ([`Folder::unit`]), so that it is not all rounded to nothing.
 //!
 //! - A kernel's frame is `[GPU_Kernel]` + its demangled name; copies and sets are
 //!   `[GPU_Memcpy HtoD]` and `[GPU_Memset]`. Synchronization records are CPU wait
@@ -48,6 +50,8 @@ pub struct Folder {
     per_process: bool,
     // Rendered at `finish`, when the string table is at hand.
     lines: Vec<(String, u64)>,
+    // Weights in ns rather than µs: set when µs would round all GPU work to 0.
+    in_ns: bool,
     demangler: Demangler,
 }
 
@@ -65,9 +69,21 @@ impl Folder {
         }
     }
 
-    /// The folded lines, sorted, with integer µs weights. Valid after the join.
+    /// The folded lines, sorted, with integer weights in [`Folder::unit`]. Valid
+    /// after the join.
     pub fn lines(&self) -> &[(String, u64)] {
         &self.lines
+    }
+
+    /// The unit of the weights: "µs", or "ns" when all the GPU work together lasted
+    /// less than half a µs, which µs would round to nothing.
+    pub fn unit(&self) -> &'static str {
+        if self.in_ns { "ns" } else { "µs" }
+    }
+
+    /// The sum of the weights, in [`Folder::unit`].
+    pub fn total(&self) -> u64 {
+        self.lines.iter().map(|l| l.1).sum()
     }
 
     /// Writes `stack weight` lines.
@@ -189,7 +205,11 @@ impl Sink for Folder {
         let mut lines: Vec<(String, u64, usize)> =
             by_text.into_iter().map(|(t, (ns, g))| (t, ns, g)).collect();
         lines.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let weights = round_per_group(&lines, groups.len());
+        let mut weights = round_per_group(&lines, groups.len());
+        self.in_ns = weights.iter().all(|&w| w == 0) && lines.iter().any(|l| l.1 > 0);
+        if self.in_ns {
+            weights = lines.iter().map(|l| l.1).collect();
+        }
         self.lines = lines
             .into_iter()
             .zip(weights)
@@ -246,5 +266,27 @@ mod tests {
         ];
         let w = round_per_group(&mixed, 2);
         assert_eq!(w, vec![1, 3, 1, 0]);
+    }
+
+    #[test]
+    fn rounding_every_weight_to_zero_gives_weights_in_ns() {
+        let mut f = Folder::new();
+        let mut strings = crate::model::StringTable::new();
+        let k = strings.intern("tiny");
+        f.add(1, None, None, Label::Kernel(k), 120);
+        f.add(1, None, None, Label::Kernel(k), 130);
+        let offsets = FxHashMap::default();
+        let ctx = Context::for_tests(&strings, &offsets);
+        f.finish(&ctx, &crate::join::Summary::default()).unwrap();
+        assert_eq!(f.unit(), "ns");
+        assert_eq!(
+            f.lines(),
+            &[("[no CPU stack];[GPU_Kernel]tiny".to_owned(), 250)]
+        );
+        // One µs of work in all: µs again.
+        let mut f = Folder::new();
+        f.add(1, None, None, Label::Kernel(k), 1_000);
+        f.finish(&ctx, &crate::join::Summary::default()).unwrap();
+        assert_eq!((f.unit(), f.total()), ("µs", 1));
     }
 }

@@ -80,8 +80,9 @@ impl Default for Options {
 /// Renders merged folded lines to an SVG flamegraph written to `out`.
 ///
 /// Lines are in any order; blank lines, lines starting with `# ` and lines without a weight
-/// are skipped (inferno logs how many). Input with no weight at all still gives a valid SVG,
-/// which says that no valid input was provided, and returns `Ok`.
+/// are skipped. Input with no weight at all (no GPU work, or none that lasted a unit) gives
+/// a valid SVG of its own that says so, and returns `Ok`: inferno is not asked to draw
+/// nothing.
 ///
 /// # Errors
 ///
@@ -95,6 +96,9 @@ where
     let lines: Vec<&'a str> = lines.into_iter().collect();
     let mut palette = PaletteMap::default();
     let total = prepare(&lines, &mut palette)?;
+    if total == 0 {
+        return write_empty(opts, &mut out).map_err(write_error);
+    }
 
     let mut inferno_opts = flamegraph::Options::default();
     inferno_opts.title = opts.title.clone();
@@ -108,16 +112,35 @@ where
     // Kernel names are long and their start is what tells them apart.
     inferno_opts.text_truncate_direction = flamegraph::TextTruncateDirection::Right;
 
-    match flamegraph::from_lines(&mut inferno_opts, lines.iter().copied(), &mut out) {
-        Ok(()) => Ok(()),
-        // With nothing to draw inferno writes a complete "ERROR: No valid input provided"
-        // SVG and then returns `InvalidData` ("No stack counts found"). The SVG is the
-        // useful part; only its flush is left to do.
-        Err(e) if total == 0 && e.kind() == io::ErrorKind::InvalidData => {
-            out.flush().map_err(write_error)
-        }
-        Err(e) => Err(write_error(e)),
-    }
+    flamegraph::from_lines(&mut inferno_opts, lines.iter().copied(), &mut out).map_err(write_error)
+}
+
+/// What the SVG of folded stacks without weight says.
+pub const NOTHING_TO_DRAW: &str =
+    "No GPU work to draw: the trace holds no kernel, copy or memset with a duration";
+
+/// A small valid SVG with the title, the subtitle and [`NOTHING_TO_DRAW`].
+fn write_empty(opts: &Options, out: &mut impl Write) -> io::Result<()> {
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    writeln!(
+        out,
+        r#"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="1200" height="110" viewBox="0 0 1200 110" xmlns="http://www.w3.org/2000/svg">
+<rect x="0" y="0" width="100%" height="100%" fill="rgb(238,238,238)"/>
+<text x="600" y="28" text-anchor="middle" font-family="Verdana" font-size="17">{}</text>
+<text x="600" y="52" text-anchor="middle" font-family="Verdana" font-size="12">{}</text>
+<text x="600" y="84" text-anchor="middle" font-family="Verdana" font-size="14">{}</text>
+</svg>"#,
+        esc(&opts.title),
+        esc(opts.subtitle.as_deref().unwrap_or("")),
+        NOTHING_TO_DRAW
+    )?;
+    out.flush()
 }
 
 fn write_error(source: io::Error) -> Error {
@@ -410,7 +433,7 @@ mod tests {
     }
 
     #[test]
-    fn svg_no_weights__error_svg_and_ok() {
+    fn svg_no_weights__says_there_is_no_gpu_work_and_ok() {
         for input in [
             "",
             "\n\n",
@@ -420,7 +443,8 @@ mod tests {
         ] {
             let svg = render_to_string(&golden_opts(), input);
             assert!(svg.starts_with("<?xml"), "{input:?}: {svg}");
-            assert!(svg.contains("No valid input"), "{input:?}: {svg}");
+            assert!(svg.contains(NOTHING_TO_DRAW), "{input:?}: {svg}");
+            assert!(!svg.contains("ERROR"), "{input:?}: {svg}");
             assert!(svg.trim_end().ends_with("</svg>"), "{input:?}: {svg}");
         }
     }
@@ -541,7 +565,7 @@ mod tests {
             render(&golden_opts(), lines.iter().map(String::as_str), &mut out).unwrap();
             let svg = String::from_utf8(out).unwrap();
             prop_assert!(svg.trim_end().ends_with("</svg>"));
-            let drawn = if svg.contains("No valid input") { Vec::new() } else { drawn_frames(&svg) };
+            let drawn = if svg.contains(NOTHING_TO_DRAW) { Vec::new() } else { drawn_frames(&svg) };
             for d in drawn {
                 prop_assert!(is_gpu_family(d.fill) == is_gpu_frame(&d.name), "{:?}", d);
             }
