@@ -11,6 +11,7 @@ pub use gpuperf_merge::model;
 
 mod imported;
 mod join;
+mod nsys;
 mod scenario;
 mod stacks;
 

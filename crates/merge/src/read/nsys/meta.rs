@@ -1,26 +1,36 @@
-//! Metadata: string ids, the session's start time, and the names of processes,
-//! threads and GPUs.
+//! Metadata: string ids, the session's start time, and the names of processes
+//! and threads (GPUs are in `gpus`). A row that cannot be read is counted and
+//! left out.
 
+use rusqlite::Row;
 use rustc_hash::FxHashMap;
 
-use super::schema::Export;
+use super::schema::{Export, Skipped};
 use super::{pid_of, tid_of};
 use crate::error::Result;
 use crate::model::Clock;
 
 /// `StringIds`: the text behind every `*Id` name column.
+#[derive(Default)]
 pub(super) struct Names(FxHashMap<i64, String>);
 
 impl Names {
     /// Reads `StringIds`; without it every name is empty.
-    pub(super) fn read(export: &Export) -> Result<Self> {
-        if !export.has("StringIds") {
-            return Ok(Self(FxHashMap::default()));
+    pub(super) fn read(export: &Export, skipped: &mut Skipped) -> Result<Self> {
+        let mut ids = FxHashMap::default();
+        if export.has("StringIds") {
+            let parse = |r: &Row<'_>| Ok((r.get(0)?, r.get(1)?));
+            export.rows(
+                "SELECT id, value FROM StringIds",
+                "StringIds",
+                skipped,
+                parse,
+                |(id, v)| {
+                    ids.insert(id, v);
+                },
+            )?;
         }
-        let ids = export.all("SELECT id, value FROM StringIds", |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-        Ok(Self(ids.into_iter().collect()))
+        Ok(Self(ids))
     }
 
     /// The text of `id`; empty when there is none.
@@ -30,7 +40,7 @@ impl Names {
 }
 
 /// Turns the export's timestamps (ns since the session started) into the model's.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub(super) struct Time {
     /// The wall-clock time of timestamp 0, when the export has it.
     base: Option<u64>,
@@ -38,18 +48,19 @@ pub(super) struct Time {
 
 impl Time {
     /// Reads `TARGET_INFO_SESSION_START_TIME`.
-    pub(super) fn read(export: &Export) -> Self {
-        let base = if export.has("TARGET_INFO_SESSION_START_TIME") {
-            export
-                .first(
-                    "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1",
-                    |r| r.get::<_, i64>(0),
-                )
-                .and_then(|v| u64::try_from(v).ok())
-        } else {
-            None
-        };
-        Self { base }
+    pub(super) fn read(export: &Export) -> Result<Self> {
+        if !export.has("TARGET_INFO_SESSION_START_TIME") {
+            return Ok(Self::default());
+        }
+        let first = export.all(
+            "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1",
+            |r| r.get::<_, Option<i64>>(0),
+        )?;
+        let base = first
+            .into_iter()
+            .flatten()
+            .find_map(|v| u64::try_from(v).ok());
+        Ok(Self { base })
     }
 
     /// Wall-clock time when the export says when it started, else the monotonic
@@ -74,67 +85,37 @@ impl Time {
 }
 
 /// `PROCESSES`: the executable of each pid.
-pub(super) fn process_names(export: &Export) -> Result<FxHashMap<u32, String>> {
-    if !export.has("PROCESSES") {
-        return Ok(FxHashMap::default());
+pub(super) fn process_names(
+    export: &Export,
+    skipped: &mut Skipped,
+) -> Result<FxHashMap<u32, String>> {
+    let mut names = FxHashMap::default();
+    if export.has("PROCESSES") {
+        let parse = |r: &Row<'_>| Ok((pid_of(r.get::<_, i64>(0)?), r.get::<_, Option<String>>(1)?));
+        let q = "SELECT globalPid, name FROM PROCESSES";
+        export.rows(q, "PROCESSES", skipped, parse, |(pid, name)| {
+            names.extend(name.map(|n| (pid, n)));
+        })?;
     }
-    let rows = export.all("SELECT globalPid, name FROM PROCESSES", |r| {
-        Ok((pid_of(r.get::<_, i64>(0)?), r.get::<_, Option<String>>(1)?))
-    })?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|(p, n)| Some((p, n?)))
-        .collect())
+    Ok(names)
 }
 
 /// `ThreadNames`: the name of each (pid, tid) that has one.
-pub(super) fn thread_names(export: &Export, names: &Names) -> Result<Vec<((u32, u32), String)>> {
-    if !export.has("ThreadNames") {
-        return Ok(Vec::new());
-    }
-    let rows: Vec<(i64, Option<i64>)> = export
-        .all("SELECT globalTid, nameId FROM ThreadNames", |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|(gtid, id)| {
+pub(super) fn thread_names(
+    export: &Export,
+    names: &Names,
+    skipped: &mut Skipped,
+) -> Result<Vec<((u32, u32), String)>> {
+    let mut threads = Vec::new();
+    if export.has("ThreadNames") {
+        let parse = |r: &Row<'_>| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?));
+        let q = "SELECT globalTid, nameId FROM ThreadNames";
+        export.rows(q, "ThreadNames", skipped, parse, |(gtid, id)| {
             let n = names.get(id);
-            (!n.is_empty()).then(|| ((pid_of(gtid), tid_of(gtid)), n.to_owned()))
-        })
-        .collect())
-}
-
-/// A GPU: its CUDA device id, name and compute capability.
-pub(super) type Gpu = (u32, String, (u16, u16));
-
-/// `TARGET_INFO_GPU`: the GPUs.
-pub(super) fn gpus(export: &Export) -> Result<Vec<Gpu>> {
-    if !export.has("TARGET_INFO_GPU") {
-        return Ok(Vec::new());
+            if !n.is_empty() {
+                threads.push(((pid_of(gtid), tid_of(gtid)), n.to_owned()));
+            }
+        })?;
     }
-    let cols = export.columns("TARGET_INFO_GPU")?;
-    let id = if cols.contains("cuDevice") {
-        "cuDevice"
-    } else {
-        "id"
-    };
-    let cc = if cols.contains("computeMajor") {
-        "computeMajor, computeMinor"
-    } else {
-        "0, 0"
-    };
-    export.all(
-        &format!("SELECT {id}, name, {cc} FROM TARGET_INFO_GPU"),
-        |r| {
-            Ok((
-                u32::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-                r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                (
-                    u16::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
-                    u16::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
-                ),
-            ))
-        },
-    )
+    Ok(threads)
 }

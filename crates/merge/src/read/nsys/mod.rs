@@ -11,7 +11,8 @@
 //! | `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` | [`ActivityKind::Sync`] |
 //! | `CUDA_CALLCHAINS` | the CPU stack of an API call (its `callchainId`) |
 //! | `NVTX_EVENTS` (push/pop and start/end ranges) | frames above the API call, when they enclose it on its thread |
-//! | `TARGET_INFO_GPU`, `PROCESSES`, `ThreadNames` | device, process and thread names |
+//! | `TARGET_INFO_GPU`, `TARGET_INFO_CUDA_GPU`, `TARGET_INFO_CUDA_DEVICE` | GPU names, by whichever of them the export has |
+//! | `PROCESSES`, `ThreadNames` | process and thread names |
 //! | `TARGET_INFO_SESSION_START_TIME` | the wall-clock time of timestamp 0 |
 //!
 //! Names are ids into `StringIds`. nsys encodes a process as `globalPid` and a
@@ -38,9 +39,12 @@
 //!
 //! [`read`] opens the export and checks it (`schema`), reads the string ids and
 //! the session's start (`meta`), the API calls (`runtime`), the GPU work table by
-//! table (`gpu`), the call chains (`callchains`) and the NVTX ranges (`nvtx`); it
-//! then builds the launch stacks, and adds the names of processes, threads and
-//! GPUs (`meta`).
+//! table (`gpu`), the call chains (`callchains`) and the NVTX ranges (`nvtx`); then
+//! the names of processes and threads (`meta`) and of GPUs (`gpus`), and
+//! builds the launch stacks. Every column is picked by name from the table's own
+//! columns. The tables of metadata (string ids, session start, names, call chains,
+//! NVTX) never make the reader refuse an export: one it cannot read is left out,
+//! and the notes say which and what that costs.
 //!
 //! [`ActivityKind::Kernel`]: crate::model::ActivityKind::Kernel
 //! [`ActivityKind::Memcpy`]: crate::model::ActivityKind::Memcpy
@@ -50,6 +54,7 @@
 
 mod callchains;
 mod gpu;
+mod gpus;
 mod meta;
 mod nvtx;
 mod runtime;
@@ -61,14 +66,15 @@ use std::path::Path;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{
     Activity, ApiCall, ApiDomain, Device, Process, Record, StringTable, is_launch_api,
 };
 use crate::read::cpu::{CpuLaunch, CpuTrace};
 use crate::read::imported::Imported;
 use callchains::Chains;
-use meta::{Gpu, Names, Time};
+use gpus::Gpus;
+use meta::{Names, Time};
 use nvtx::Ranges;
 use runtime::Call;
 use schema::{Export, Skipped};
@@ -99,13 +105,26 @@ fn frame_text(text: &str) -> String {
 }
 
 /// Reads an export. Fails when the file is not an SQLite database or has none of
-/// the CUPTI tables.
+/// the CUPTI tables, or when a table of GPU work or API calls cannot be read. A
+/// table of metadata (names, NVTX ranges, call chains) that cannot be read is
+/// left out, and a note says so.
 pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
     let export = Export::open(path)?;
-    let names = Names::read(&export)?;
-    let time = Time::read(&export);
-    let mut imp = Imported::new(path, "Nsight Systems export", time.clock());
     let mut skipped = Skipped::default();
+    let mut missing = Vec::new();
+    let names = or_note(
+        &mut missing,
+        "StringIds",
+        "names are empty",
+        Names::read(&export, &mut skipped),
+    );
+    let time = or_note(
+        &mut missing,
+        "TARGET_INFO_SESSION_START_TIME",
+        "times are from the start of the session",
+        Time::read(&export),
+    );
+    let mut imp = Imported::new(path, "Nsight Systems export", time.clock());
 
     let calls = runtime::calls(&export, &names, time, &mut skipped)?;
     let mut activities = Vec::new();
@@ -118,16 +137,50 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
         &mut activities,
     )?;
     gpu::others(&export, time, &mut skipped, &mut activities)?;
-    let chains = callchains::read(&export, &names, &mut skipped)?;
-    let ranges = nvtx::ranges(&export, &names, time, &mut skipped)?;
+    let chains = callchains::read(&export, &names, &mut skipped);
+    let chains_read = chains.is_ok();
+    let chains = or_note(
+        &mut missing,
+        "CUDA_CALLCHAINS",
+        "each stack is the API call alone",
+        chains,
+    );
+    let ranges = or_note(
+        &mut missing,
+        "NVTX_EVENTS",
+        "stacks have no NVTX ranges",
+        nvtx::ranges(&export, &names, time, &mut skipped),
+    );
+    let process_names = or_note(
+        &mut missing,
+        "PROCESSES",
+        "processes are unnamed",
+        meta::process_names(&export, &mut skipped),
+    );
+    let threads = or_note(
+        &mut missing,
+        "ThreadNames",
+        "threads are named after their process",
+        meta::thread_names(&export, &names, &mut skipped),
+    );
+    let gpus = or_note(
+        &mut missing,
+        "TARGET_INFO_GPU",
+        "GPUs are named by number",
+        gpus::read(&export, &mut skipped),
+    );
 
     let (mut stacks, without_chain) = launch_stacks(&calls, &activities, &chains, &ranges);
-    imp.notes
-        .extend(backtrace_note(stacks.launches.len() as u64, without_chain));
+    if chains_read {
+        imp.notes
+            .extend(backtrace_note(stacks.launches.len() as u64, without_chain));
+    }
     imp.notes.extend(skipped.notes());
+    imp.notes.extend(missing);
+    imp.notes.extend(gpus.notes());
+    imp.notes.extend(unnamed_gpus_note(&activities, &gpus));
 
-    let process_names = meta::process_names(&export)?;
-    stacks.comms.extend(meta::thread_names(&export, &names)?);
+    stacks.comms.extend(threads);
     for l in &stacks.launches {
         let name = process_names
             .get(&l.pid)
@@ -135,14 +188,49 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
             .unwrap_or_else(|| "process".to_owned());
         stacks.comms.entry((l.pid, l.tid)).or_insert(name);
     }
-    let gpus = meta::gpus(&export)?;
-
     push_processes(&mut imp, &calls, &activities, &process_names, &gpus, time);
     push_calls(&mut imp, &calls, strings);
     imp.records
         .extend(activities.into_iter().map(Record::Activity));
     imp.launch_stacks = (!stacks.launches.is_empty()).then_some(stacks);
     Ok(imp)
+}
+
+/// The value of a metadata step, or its default and a note saying which `table`
+/// could not be read and what the trace is `without` it.
+fn or_note<T: Default>(notes: &mut Vec<String>, table: &str, without: &str, r: Result<T>) -> T {
+    r.unwrap_or_else(|e| {
+        let cause = match &e {
+            Error::NotATrace { found, .. } => found.clone(),
+            e => e.to_string(),
+        };
+        // SQLite's message quotes the whole query; the table is named already.
+        let cause = cause.split(" in SELECT ").next().unwrap_or_default();
+        notes.push(format!("`{table}` could not be read ({cause}): {without}"));
+        T::default()
+    })
+}
+
+/// What the summary says about CUDA devices with GPU work that the export names
+/// no GPU for: the timeline calls them `GPU N`.
+fn unnamed_gpus_note(activities: &[Activity], gpus: &Gpus) -> Option<String> {
+    let mut unnamed: Vec<u32> = activities
+        .iter()
+        .filter(|a| !gpus.of(a.pid).any(|g| g.id == a.device))
+        .map(|a| a.device)
+        .collect();
+    unnamed.sort_unstable();
+    unnamed.dedup();
+    match unnamed.as_slice() {
+        [] => None,
+        [id] => Some(format!(
+            "the export names no GPU for CUDA device {id}: its tracks are named `GPU {id}`"
+        )),
+        ids => Some(format!(
+            "the export names no GPU for CUDA devices {}: their tracks are named `GPU N`",
+            gpus::join(ids)
+        )),
+    }
 }
 
 /// The stack of each launch call and of each call that caused GPU work: its call
@@ -205,13 +293,14 @@ fn backtrace_note(stacked: u64, without_chain: u64) -> Option<String> {
     }
 }
 
-/// A process record for each process with calls or GPU work, each with every GPU.
+/// A process record for each process with calls or GPU work, each with the GPUs
+/// it sees.
 fn push_processes(
     imp: &mut Imported,
     calls: &[Call],
     activities: &[Activity],
     process_names: &FxHashMap<u32, String>,
-    gpus: &[Gpu],
+    gpus: &Gpus,
     time: Time,
 ) {
     let mut pids: Vec<u32> = calls
@@ -239,12 +328,12 @@ fn push_processes(
                 0
             },
         }));
-        for (id, name, cc) in gpus {
+        for g in gpus.of(pid) {
             imp.records.push(Record::Device(Device {
                 pid,
-                id: *id,
-                name: name.clone(),
-                compute_capability: *cc,
+                id: g.id,
+                name: g.name.clone(),
+                compute_capability: g.compute_capability,
             }));
         }
     }

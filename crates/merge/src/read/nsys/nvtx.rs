@@ -29,13 +29,12 @@ pub(super) fn ranges(
     if !export.has(TABLE) {
         return Ok(ranges);
     }
-    let text_id = if export.columns(TABLE)?.contains("textId") {
-        "textId"
-    } else {
-        "NULL"
-    };
+    let cols = export.columns(TABLE)?;
+    // Older exports have only `text`; newer ones may put it in `StringIds`.
+    let column = |c: &'static str| if cols.contains(c) { c } else { "NULL" };
+    let (text, text_id) = (column("text"), column("textId"));
     let q = format!(
-        "SELECT start, end, globalTid, text, {text_id} FROM {TABLE} \
+        "SELECT start, end, globalTid, {text}, {text_id} FROM {TABLE} \
          WHERE eventType IN ({}, {}) AND end IS NOT NULL ORDER BY start",
         RANGE_TYPES[0], RANGE_TYPES[1]
     );

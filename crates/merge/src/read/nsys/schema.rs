@@ -77,16 +77,6 @@ impl Export {
             .map_err(|e| self.error(&e))
     }
 
-    /// The first row of `query` read by `parse`, or `None` when there is none or
-    /// it cannot be read.
-    pub(super) fn first<T>(
-        &self,
-        query: &str,
-        parse: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
-    ) -> Option<T> {
-        self.db.query_row(query, [], parse).ok()
-    }
-
     /// Hands each row of `query` that `parse` can read to `each`; the others are
     /// counted in `skipped` under `table`. Fails only when the query itself does.
     pub(super) fn rows<T>(
