@@ -137,6 +137,20 @@ fn nsys_gpu_table_without_id_or_name__gpu_named_by_number_and_said() {
         ["the export names no GPU for CUDA device 0: its tracks are named `GPU 0`"]
     );
     assert_eq!(gpu_tracks(&p), ["GPU 0 (pid 4242)"]);
+    // Two devices with work, neither named.
+    let dir = tempfile::tempdir().unwrap();
+    let p = export(
+        dir.path(),
+        "gpu_unnamed",
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL
+           SELECT start + 5000, end + 5000, 1, contextId, streamId, correlationId, globalPid,
+                  demangledName, shortName, gridX, gridY, gridZ, blockX, blockY, blockZ
+           FROM CUPTI_ACTIVITY_KIND_KERNEL;",
+    );
+    assert_eq!(
+        read(&p).notes,
+        ["the export names no GPU for CUDA devices 0, 1: their tracks are named `GPU N`"]
+    );
 }
 
 /// Each metadata table with a column renamed away: the trace is still read, with
