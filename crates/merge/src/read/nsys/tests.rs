@@ -8,6 +8,7 @@ use rusqlite::Connection;
 
 use super::*;
 use crate::model::{Activity, ActivityKind, PeerDevices, Record};
+use crate::read::imported::Imported;
 
 /// Tables the reader reads.
 const READ: [&str; 12] = [
@@ -149,7 +150,133 @@ fn malformed_cells_are_counted_by_table_and_named() {
     .unwrap();
 }
 
+/// The metadata tables, each with the columns any version is known to give it
+/// and one no version has.
+const METADATA: [(&str, &[&str]); 9] = [
+    ("StringIds", &["id", "value", "junk"]),
+    ("ThreadNames", &["nameId", "priority", "globalTid", "junk"]),
+    ("PROCESSES", &["globalPid", "pid", "name", "junk"]),
+    (
+        "TARGET_INFO_SESSION_START_TIME",
+        &["utcEpochNs", "utcTime", "junk"],
+    ),
+    (
+        "TARGET_INFO_GPU",
+        &[
+            "vmId",
+            "id",
+            "name",
+            "cuDevice",
+            "deviceId",
+            "cudaId",
+            "smCount",
+            "computeMajor",
+            "computeMinor",
+            "junk",
+        ],
+    ),
+    (
+        "TARGET_INFO_CUDA_GPU",
+        &[
+            "deviceId",
+            "id",
+            "name",
+            "computeCapabilityMajor",
+            "computeCapabilityMinor",
+            "numMultiprocessors",
+            "junk",
+        ],
+    ),
+    (
+        "TARGET_INFO_CUDA_DEVICE",
+        &["gpuId", "cudaId", "pid", "uuid", "junk"],
+    ),
+    (
+        "NVTX_EVENTS",
+        &[
+            "start",
+            "end",
+            "eventType",
+            "text",
+            "globalTid",
+            "textId",
+            "junk",
+        ],
+    ),
+    (
+        "CUDA_CALLCHAINS",
+        &["id", "symbol", "module", "unresolved", "stackDepth", "junk"],
+    ),
+];
+
+/// GPU work records (API calls and activities) of an import.
+fn work(imp: &Imported) -> usize {
+    imp.records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(_) | Record::Activity(_)))
+        .count()
+}
+
 proptest! {
+    /// Whatever shape a metadata table has, the export is read, and no GPU work
+    /// or API call is lost.
+    #[test]
+    fn metadata_tables_of_any_shape_never_refuse_the_export(
+        tables in proptest::collection::vec(
+            (any::<prop::sample::Index>(), any::<u16>(),
+             proptest::collection::vec((0..VALUES.len(), 0..VALUES.len()), 0..4)),
+            1..4,
+        )
+    ) {
+        let whole = read(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../samples/recordings/real/a100_saxpy_mpi_nsys.sqlite"),
+            &mut StringTable::new(),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("shapes.sqlite");
+        std::fs::write(&p, export()).unwrap();
+        let db = Connection::open(&p).unwrap();
+        db.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+        for (table, subset, rows) in &tables {
+            let (t, known) = METADATA[table.index(METADATA.len())];
+            // A non-empty subset of the known columns, by the bits of `subset`.
+            let mut cols: Vec<&str> = known
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| subset >> (i % 16) & 1 == 1)
+                .map(|(_, c)| *c)
+                .collect();
+            if cols.is_empty() {
+                cols.push(known[usize::from(*subset) % known.len()]);
+            }
+            db.execute_batch(&format!(
+                "DROP TABLE IF EXISTS \"{t}\"; CREATE TABLE \"{t}\" ({})",
+                cols.join(", ")
+            ))
+            .unwrap();
+            for (a, b) in rows {
+                let values: Vec<&str> = (0..cols.len())
+                    .map(|i| VALUES[if i % 2 == 0 { *a } else { *b }])
+                    .collect();
+                db.execute_batch(&format!(
+                    "INSERT INTO \"{t}\" VALUES ({})",
+                    values.join(", ")
+                ))
+                .unwrap();
+            }
+        }
+        drop(db);
+        let imp = read(&p, &mut StringTable::new());
+        prop_assert!(imp.is_ok(), "{}", imp.err().unwrap());
+        let imp = imp.unwrap();
+        prop_assert_eq!(work(&imp), work(&whole));
+        for n in &imp.notes {
+            prop_assert!(!n.contains('\n'), "{}", n);
+        }
+    }
+
     #[test]
     fn mutated_cells_never_panic(
         edits in proptest::collection::vec(
