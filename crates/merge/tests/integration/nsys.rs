@@ -220,3 +220,28 @@ fn nsys_malformed_gpu_row__counted_and_the_others_kept() {
         ["1 rows of `TARGET_INFO_GPU` with missing or malformed columns were skipped"]
     );
 }
+
+/// Newer exports name the NVTX table `NVTX_EVENTS_V2`, `_V3`, …: its ranges are
+/// still read.
+#[test]
+fn a100_nsys_nvtx_table_versioned__ranges_still_in_the_stacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("nvtx_v3.sqlite");
+    fs::copy(crate::imported::real(crate::imported::A100), &p).unwrap();
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .execute_batch("ALTER TABLE NVTX_EVENTS RENAME TO NVTX_EVENTS_V3")
+        .unwrap();
+    let out = run(&[p]);
+    let kernel_stacks: Vec<&str> = out
+        .folded
+        .lines()
+        .filter(|l| l.contains("[GPU_Kernel]"))
+        .collect();
+    assert_eq!(
+        kernel_stacks,
+        [
+            "_start;__libc_start_main;main;saxpy;cudaLaunchKernel;[GPU_Kernel]saxpy(double *, double *, double *, double, int) 88573"
+        ]
+    );
+}

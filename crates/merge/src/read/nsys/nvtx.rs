@@ -1,4 +1,5 @@
-//! `NVTX_EVENTS`: the ranges that enclose API calls.
+//! `NVTX_EVENTS` (`NVTX_EVENTS_V<n>` in newer exports): the ranges that enclose API
+//! calls.
 
 use rustc_hash::FxHashMap;
 
@@ -26,15 +27,15 @@ pub(super) fn ranges(
     skipped: &mut Skipped,
 ) -> Result<Ranges> {
     let mut ranges = Ranges::default();
-    if !export.has(TABLE) {
+    let Some(table) = export.resolve(TABLE) else {
         return Ok(ranges);
-    }
-    let cols = export.columns(TABLE)?;
+    };
+    let cols = export.columns(&table)?;
     // Older exports have only `text`; newer ones may put it in `StringIds`.
     let column = |c: &'static str| if cols.contains(c) { c } else { "NULL" };
     let (text, text_id) = (column("text"), column("textId"));
     let q = format!(
-        "SELECT start, end, globalTid, {text}, {text_id} FROM {TABLE} \
+        "SELECT start, end, globalTid, {text}, {text_id} FROM {table} \
          WHERE eventType IN ({}, {}) AND end IS NOT NULL ORDER BY start",
         RANGE_TYPES[0], RANGE_TYPES[1]
     );

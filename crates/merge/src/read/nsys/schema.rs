@@ -53,6 +53,20 @@ impl Export {
         self.tables.contains(table)
     }
 
+    /// The table `base` as this export names it: `base`, else the newest
+    /// `base_V<n>` (newer exports version the names of some tables).
+    pub(super) fn resolve(&self, base: &str) -> Option<String> {
+        if self.has(base) {
+            return Some(base.to_owned());
+        }
+        let prefix = format!("{base}_V");
+        self.tables
+            .iter()
+            .filter_map(|t| Some((t.strip_prefix(&prefix)?.parse::<u32>().ok()?, t)))
+            .max()
+            .map(|(_, t)| t.clone())
+    }
+
     /// The names of `table`'s columns; none when there is no such table.
     pub(super) fn columns(&self, table: &str) -> Result<FxHashSet<String>> {
         Ok(self
