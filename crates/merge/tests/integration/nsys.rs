@@ -245,3 +245,26 @@ fn a100_nsys_nvtx_table_versioned__ranges_still_in_the_stacks() {
         ]
     );
 }
+
+/// Two adapters claim CUDA device 0 and the table has no column that tells a CUDA
+/// GPU: neither name is guessed.
+#[test]
+fn nsys_two_adapters_one_device_no_compute_capability__named_by_number_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = export(
+        dir.path(),
+        "gpu_unnamed",
+        "DROP TABLE TARGET_INFO_GPU;
+         CREATE TABLE TARGET_INFO_GPU (cuDevice INTEGER, name TEXT);
+         INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA T1000'), (0, 'Intel(R) Iris(R) Xe Graphics');",
+    );
+    let imp = read(&p);
+    assert!(devices(&imp).is_empty());
+    assert_eq!(
+        imp.notes,
+        [
+            "`TARGET_INFO_GPU` names several adapters as CUDA device 0 and cannot tell which is the CUDA GPU: named by number",
+            "the export names no GPU for CUDA device 0: its tracks are named `GPU 0`",
+        ]
+    );
+}

@@ -129,11 +129,11 @@ fn cuda_devices(export: &Export, skipped: &mut Skipped) -> Result<Vec<(i64, i64,
 /// What [`read`] found: the GPUs, and the adapters it left out.
 #[derive(Default)]
 pub(super) struct Gpus {
-    pub(super) gpus: Vec<Gpu>,
+    gpus: Vec<Gpu>,
     /// Names of the rows that are no CUDA device.
-    pub(super) not_cuda: Vec<String>,
+    not_cuda: Vec<String>,
     /// CUDA devices that several rows claim, none of them surely CUDA's.
-    pub(super) ambiguous: Vec<u32>,
+    ambiguous: Vec<u32>,
 }
 
 /// Reads the GPUs from whichever tables the export has.
