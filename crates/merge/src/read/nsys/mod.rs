@@ -112,12 +112,8 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
     let export = Export::open(path)?;
     let mut skipped = Skipped::default();
     let mut missing = Vec::new();
-    let names = or_note(
-        &mut missing,
-        "StringIds",
-        "names are empty",
-        Names::read(&export, &mut skipped),
-    );
+    let names = Names::read(&export, &mut skipped);
+    let names = or_note(&mut missing, "StringIds", "names are empty", names);
     let time = or_note(
         &mut missing,
         "TARGET_INFO_SESSION_START_TIME",
@@ -137,63 +133,87 @@ pub fn read(path: &Path, strings: &mut StringTable) -> Result<Imported> {
         &mut activities,
     )?;
     gpu::others(&export, time, &mut skipped, &mut activities)?;
-    let chains = callchains::read(&export, &names, &mut skipped);
-    let chains_read = chains.is_ok();
-    let chains = or_note(
-        &mut missing,
-        "CUDA_CALLCHAINS",
-        "each stack is the API call alone",
-        chains,
-    );
-    let ranges = or_note(
-        &mut missing,
-        "NVTX_EVENTS",
-        "stacks have no NVTX ranges",
-        nvtx::ranges(&export, &names, time, &mut skipped),
-    );
-    let process_names = or_note(
-        &mut missing,
-        "PROCESSES",
-        "processes are unnamed",
-        meta::process_names(&export, &mut skipped),
-    );
-    let threads = or_note(
-        &mut missing,
-        "ThreadNames",
-        "threads are named after their process",
-        meta::thread_names(&export, &names, &mut skipped),
-    );
-    let gpus = or_note(
-        &mut missing,
-        "TARGET_INFO_GPU",
-        "GPUs are named by number",
-        gpus::read(&export, &mut skipped),
-    );
+    let meta = Metadata::read(&export, &names, time, &mut skipped, &mut missing);
 
-    let (mut stacks, without_chain) = launch_stacks(&calls, &activities, &chains, &ranges);
-    if chains_read {
-        imp.notes
-            .extend(backtrace_note(stacks.launches.len() as u64, without_chain));
+    let (mut stacks, without_chain) =
+        launch_stacks(&calls, &activities, &meta.chains, &meta.ranges);
+    if meta.chains_read {
+        let stacked = stacks.launches.len() as u64;
+        imp.notes.extend(backtrace_note(stacked, without_chain));
     }
     imp.notes.extend(skipped.notes());
     imp.notes.extend(missing);
-    imp.notes.extend(gpus.notes());
-    imp.notes.extend(unnamed_gpus_note(&activities, &gpus));
+    imp.notes.extend(meta.gpus.notes());
+    imp.notes.extend(unnamed_gpus_note(&activities, &meta.gpus));
 
-    stacks.comms.extend(threads);
+    stacks.comms.extend(meta.threads.iter().cloned());
     for l in &stacks.launches {
-        let name = process_names
+        let name = meta
+            .process_names
             .get(&l.pid)
             .map(|n| n.rsplit('/').next().unwrap_or(n).to_owned())
             .unwrap_or_else(|| "process".to_owned());
         stacks.comms.entry((l.pid, l.tid)).or_insert(name);
     }
-    push_processes(&mut imp, &calls, &activities, &process_names, &gpus, time);
+    push_processes(&mut imp, &calls, &activities, &meta, time);
     push_calls(&mut imp, &calls, strings);
     imp.records
         .extend(activities.into_iter().map(Record::Activity));
     imp.launch_stacks = (!stacks.launches.is_empty()).then_some(stacks);
     Ok(imp)
+}
+
+/// The tables that only add to the GPU work and API calls. Each one that cannot
+/// be read is left out, with a note in `missing`.
+struct Metadata {
+    chains: Chains,
+    /// Whether `CUDA_CALLCHAINS` was read (or is absent), so that calls without a
+    /// chain are calls nsys took none for.
+    chains_read: bool,
+    ranges: Ranges,
+    process_names: FxHashMap<u32, String>,
+    threads: Vec<((u32, u32), String)>,
+    gpus: Gpus,
+}
+
+impl Metadata {
+    fn read(
+        export: &Export,
+        names: &Names,
+        time: Time,
+        skipped: &mut Skipped,
+        missing: &mut Vec<String>,
+    ) -> Self {
+        let chains = callchains::read(export, names, skipped);
+        let chains_read = chains.is_ok();
+        let chains = or_note(
+            missing,
+            "CUDA_CALLCHAINS",
+            "each stack is the API call alone",
+            chains,
+        );
+        let ranges = nvtx::ranges(export, names, time, skipped);
+        let ranges = or_note(missing, "NVTX_EVENTS", "stacks have no NVTX ranges", ranges);
+        let process_names = meta::process_names(export, skipped);
+        let process_names = or_note(missing, "PROCESSES", "processes are unnamed", process_names);
+        let threads = meta::thread_names(export, names, skipped);
+        let threads = or_note(
+            missing,
+            "ThreadNames",
+            "threads are named after their process",
+            threads,
+        );
+        let gpus = gpus::read(export, skipped);
+        let gpus = or_note(missing, "TARGET_INFO_GPU", "GPUs are named by number", gpus);
+        Self {
+            chains,
+            chains_read,
+            ranges,
+            process_names,
+            threads,
+            gpus,
+        }
+    }
 }
 
 /// The value of a metadata step, or its default and a note saying which `table`
@@ -299,8 +319,7 @@ fn push_processes(
     imp: &mut Imported,
     calls: &[Call],
     activities: &[Activity],
-    process_names: &FxHashMap<u32, String>,
-    gpus: &Gpus,
+    meta: &Metadata,
     time: Time,
 ) {
     let mut pids: Vec<u32> = calls
@@ -320,7 +339,7 @@ fn push_processes(
         imp.records.push(Record::Process(Process {
             pid,
             ppid: 0,
-            exe: process_names.get(&pid).cloned().unwrap_or_default(),
+            exe: meta.process_names.get(&pid).cloned().unwrap_or_default(),
             start_ns: first,
             start_realtime_ns: if imp.clock == crate::model::Clock::Realtime {
                 first
@@ -328,7 +347,7 @@ fn push_processes(
                 0
             },
         }));
-        for g in gpus.of(pid) {
+        for g in meta.gpus.of(pid) {
             imp.records.push(Record::Device(Device {
                 pid,
                 id: g.id,
