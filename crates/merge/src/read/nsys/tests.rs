@@ -337,3 +337,86 @@ proptest! {
         read_never_panics(&bytes, |_| {})?;
     }
 }
+
+/// An export of `sql` (plus an empty kernel table, so that it opens), for the
+/// steps one at a time.
+fn export_of(sql: &str) -> (tempfile::TempDir, Export) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("steps.sqlite");
+    let db = Connection::open(&p).unwrap();
+    db.execute_batch(&format!(
+        "CREATE TABLE {KERNEL} (start INTEGER, end INTEGER); {sql}"
+    ))
+    .unwrap();
+    drop(db);
+    let export = Export::open(&p).unwrap();
+    (dir, export)
+}
+
+const STRINGS: &str = "CREATE TABLE StringIds (id INTEGER, value TEXT);
+    INSERT INTO StringIds VALUES (1, 'cudaLaunchKernel_v7000'), (2, 'cudaLaunchKernel'),
+      (3, 'main'), (4, '/app/a.out'), (5, 'cuLaunchKernel'),
+      (6, '/usr/lib/x86_64-linux-gnu/libcuda.so.1'), (7, '0x1234'), (8, 'a;b');";
+
+#[test]
+fn runtime_calls_one_per_correlation_id_the_one_with_the_chain() {
+    let (_dir, export) = export_of(&format!(
+        "{STRINGS}
+         CREATE TABLE {RUNTIME} (start INTEGER, end INTEGER, globalTid INTEGER,
+           correlationId INTEGER, nameId INTEGER, callchainId INTEGER);
+         INSERT INTO {RUNTIME} VALUES
+           (10, 20, 7 * 16777216 + 9, 1, 2, NULL), (10, 20, 7 * 16777216 + 9, 1, 1, 5),
+           (30, 40, 7 * 16777216 + 9, 2, 1, NULL), ('x', 40, 7 * 16777216 + 9, 3, 1, NULL);"
+    ));
+    let mut skipped = Skipped::default();
+    let names = Names::read(&export, &mut skipped).unwrap();
+    let calls = runtime::calls(&export, &names, Time::default(), &mut skipped).unwrap();
+    let got: Vec<_> = calls
+        .iter()
+        .map(|c| (c.pid, c.tid, c.corr, c.name.as_str(), c.callchain))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (7, 9, 1, "cudaLaunchKernel", Some(5)),
+            (7, 9, 2, "cudaLaunchKernel", None)
+        ]
+    );
+    assert_eq!(skipped.rows.get(RUNTIME), Some(&1));
+}
+
+#[test]
+fn call_chains_outermost_first_without_cuda_frames_next_to_the_call() {
+    let (_dir, export) = export_of(&format!(
+        "{STRINGS}
+         CREATE TABLE CUDA_CALLCHAINS (id INTEGER, symbol INTEGER, module INTEGER,
+           unresolved INTEGER, stackDepth INTEGER);
+         INSERT INTO CUDA_CALLCHAINS VALUES
+           (5, 5, 6, NULL, 0), (5, 7, 4, 1, 1), (5, 8, 4, NULL, 2), (5, 3, 4, NULL, 3),
+           (6, 3, 4, NULL, 0);"
+    ));
+    let mut skipped = Skipped::default();
+    let names = Names::read(&export, &mut skipped).unwrap();
+    let chains = callchains::read(&export, &names, &mut skipped).unwrap();
+    assert_eq!(chains[&5], ["main", "a:b", "[a.out]+0x1234"]);
+    assert_eq!(chains[&6], ["main"]);
+}
+
+#[test]
+fn nvtx_ranges_only_ranges_with_text_by_thread_in_start_order() {
+    let (_dir, export) = export_of(
+        "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER,
+           text TEXT, globalTid INTEGER);
+         INSERT INTO NVTX_EVENTS VALUES
+           (50, 60, 59, 'inner', 7 * 16777216 + 9), (10, 90, 60, 'outer', 7 * 16777216 + 9),
+           (10, NULL, 59, 'open', 7 * 16777216 + 9), (10, 20, 34, 'mark', 7 * 16777216 + 9),
+           (10, 20, 59, NULL, 7 * 16777216 + 9), (10, 20, 59, 'other', 7 * 16777216 + 8);",
+    );
+    let mut skipped = Skipped::default();
+    let ranges = nvtx::ranges(&export, &Names::default(), Time::default(), &mut skipped).unwrap();
+    assert_eq!(
+        ranges[&(7, 9)],
+        [(10, 90, "outer".to_owned()), (50, 60, "inner".to_owned())]
+    );
+    assert_eq!(ranges[&(7, 8)], [(10, 20, "other".to_owned())]);
+}
