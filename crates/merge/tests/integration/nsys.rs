@@ -104,10 +104,34 @@ fn nsys_windows_adapters_all_cuda_device_0__the_cuda_gpu_wins() {
     assert_eq!(
         imp.notes,
         [
-            "2 adapters in `TARGET_INFO_GPU` are not CUDA devices (no compute capability) and were left out: Intel(R) UHD Graphics 630, Microsoft Basic Render Driver"
+            "2 adapters in `TARGET_INFO_GPU` are not the CUDA GPU of their CUDA device number (they have no compute capability, or another adapter is that GPU) and were left out: Intel(R) UHD Graphics 630, Microsoft Basic Render Driver"
         ]
     );
     assert_eq!(gpu_tracks(&p), ["GPU 0 NVIDIA GeForce RTX 3080 (pid 4242)"]);
+    // A table without compute capabilities: the CUDA GPU table tells which it is.
+    let dir = tempfile::tempdir().unwrap();
+    let p = export(
+        dir.path(),
+        "windows_adapters",
+        "ALTER TABLE TARGET_INFO_GPU DROP COLUMN computeMajor;
+         ALTER TABLE TARGET_INFO_GPU DROP COLUMN computeMinor;
+         ALTER TABLE TARGET_INFO_GPU DROP COLUMN smCount;
+         CREATE TABLE TARGET_INFO_CUDA_GPU (deviceId INTEGER, name TEXT,
+           computeCapabilityMajor INTEGER, computeCapabilityMinor INTEGER);
+         INSERT INTO TARGET_INFO_CUDA_GPU VALUES (0, 'NVIDIA GeForce RTX 3080', 8, 6);",
+    );
+    let imp = read(&p);
+    assert_eq!(
+        devices(&imp),
+        [(4242, 0, "NVIDIA GeForce RTX 3080".to_owned(), (8, 6))]
+    );
+    assert_eq!(imp.notes.len(), 1, "{:?}", imp.notes);
+    assert!(
+        imp.notes[0]
+            .ends_with("left out: Intel(R) UHD Graphics 630, Microsoft Basic Render Driver"),
+        "{:?}",
+        imp.notes
+    );
     // Whichever row comes last.
     for last in [0, 1] {
         let dir = tempfile::tempdir().unwrap();

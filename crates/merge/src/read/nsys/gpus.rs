@@ -130,7 +130,7 @@ fn cuda_devices(export: &Export, skipped: &mut Skipped) -> Result<Vec<(i64, i64,
 #[derive(Default)]
 pub(super) struct Gpus {
     gpus: Vec<Gpu>,
-    /// Names of the rows that are no CUDA device.
+    /// Names of the rows that are not the CUDA GPU of their number.
     not_cuda: Vec<String>,
     /// CUDA devices that several rows claim, none of them surely CUDA's.
     ambiguous: Vec<u32>,
@@ -233,9 +233,15 @@ impl Gpus {
             if let Some(r) = pick {
                 self.push(None, Some(id), r);
             }
+            // Beside the CUDA GPU (which two tables may both name), the other
+            // adapters that claim its number are left out.
+            let picked = pick.map(|r| r.name.as_str());
             self.not_cuda.extend(
                 of_id()
-                    .filter(|r| r.is_cuda == Some(false))
+                    .filter(|r| {
+                        r.is_cuda == Some(false) || (picked.is_some() && r.is_cuda.is_none())
+                    })
+                    .filter(|r| Some(r.name.as_str()) != picked)
                     .map(|r| r.name.clone()),
             );
         }
@@ -245,7 +251,7 @@ impl Gpus {
     pub(super) fn notes(&self) -> impl Iterator<Item = String> + '_ {
         let not_cuda = (!self.not_cuda.is_empty()).then(|| {
             format!(
-                "{} adapters in `{GPU}` are not CUDA devices (no compute capability) and were left out: {}",
+                "{} adapters in `{GPU}` are not the CUDA GPU of their CUDA device number (they have no compute capability, or another adapter is that GPU) and were left out: {}",
                 self.not_cuda.len(),
                 self.not_cuda.join(", ")
             )
