@@ -228,6 +228,9 @@ fn work(imp: &Imported) -> usize {
 }
 
 proptest! {
+    // Each case writes and reads a 300 KB export.
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
     /// Whatever shape a metadata table has, the export is read, and no GPU work
     /// or API call is lost.
     #[test]
@@ -280,7 +283,9 @@ proptest! {
             prop_assert!(!n.contains('\n'), "{}", n);
         }
     }
+}
 
+proptest! {
     #[test]
     fn mutated_cells_never_panic(
         edits in proptest::collection::vec(
