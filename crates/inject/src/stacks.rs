@@ -54,7 +54,7 @@ use gpuperf_merge::model::{
     GraphNode, Module, Note, Record, Stack, StackEnd as End, StackFrame, StringId, StringTable,
 };
 use gpuperf_unwind::python::PythonStatus;
-use gpuperf_unwind::{Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
+use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
 use xxhash_rust::xxh3::xxh3_128;
 
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`.
@@ -102,6 +102,8 @@ pub struct Stacks {
     table: Mutex<Table>,
     graph_node_id: Option<GetGraphNodeId>,
     captures: AtomicU64,
+    /// Captures skipped: the thread had almost no stack left.
+    no_stack: AtomicU64,
     truncated: AtomicU64,
     empty: AtomicU64,
     python_noted: AtomicBool,
@@ -122,9 +124,9 @@ struct Table {
 
 /// Per-thread state: the frame buffer and the stacks this thread has seen.
 struct ThreadStacks {
-    frames: Box<[Frame; MAX_FRAMES]>,
+    frames: Box<[Frame]>,
     /// The stack being hashed, as bytes.
-    words: Box<[u8; HASH_BYTES]>,
+    words: Box<[u8]>,
     /// Keyed by a 128-bit hash already: hashed again by taking its low half.
     seen: HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
 }
@@ -187,6 +189,7 @@ impl Stacks {
             table: Mutex::new(Table::default()),
             graph_node_id,
             captures: AtomicU64::new(0),
+            no_stack: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
             empty: AtomicU64::new(0),
             python_noted: AtomicBool::new(false),
@@ -234,9 +237,11 @@ impl Stacks {
         THREAD
             .try_with(|t| {
                 let mut t = t.borrow_mut();
+                // Built on the heap: `Box::new([…; N])` builds the array on the
+                // (maybe 16 KiB) stack first in unoptimized builds.
                 let t = t.get_or_insert_with(|| ThreadStacks {
-                    frames: Box::new([Frame::default(); MAX_FRAMES]),
-                    words: Box::new([0; HASH_BYTES]),
+                    frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+                    words: vec![0; HASH_BYTES].into_boxed_slice(),
                     seen: HashMap::default(),
                 });
                 self.capture_into(t)
@@ -244,18 +249,51 @@ impl Stacks {
             .unwrap_or(0)
     }
 
+    /// Captures and identifies the stack; everything after reading the
+    /// registers runs on the unwinder's scratch stack.
     #[inline(never)]
     fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
         self.captures.fetch_add(1, Relaxed);
-        let mut c = self.unwinder.capture(0, &mut t.frames[..]);
-        if c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
-            // A library loaded since the table was read: the first launch from it
-            // pays for the refresh, later ones find it in the table.
+        let ThreadStacks {
+            frames,
+            words,
+            seen,
+        } = t;
+        let mut r = self
+            .unwinder
+            .capture_then(0, frames, |f, c| self.identify(f, c, words, seen, true));
+        if r == Ok(None) {
+            // The module table was refreshed for a library loaded since: the
+            // first launch from it pays for that, later ones find it.
+            r = self
+                .unwinder
+                .capture_then(0, frames, |f, c| self.identify(f, c, words, seen, false));
+        }
+        match r {
+            Ok(id) => id.unwrap_or(0),
+            Err(StackEnd::NoStackLeft) => {
+                self.no_stack.fetch_add(1, Relaxed);
+                0
+            }
+            Err(_) => 0,
+        }
+    }
+
+    /// The id of a captured stack; `None` when the module table was stale and
+    /// `may_refresh` let this refresh it (capture again).
+    fn identify(
+        &self,
+        frames: &[Frame],
+        c: Captured,
+        words: &mut [u8],
+        seen: &mut HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
+        may_refresh: bool,
+    ) -> Option<u32> {
+        if may_refresh && c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
             self.unwinder.refresh();
             self.classify();
-            c = self.unwinder.capture(0, &mut t.frames[..]);
+            return None;
         }
-        let frames = &t.frames[..c.len];
         let first = frames
             .iter()
             .position(|f| !self.is_hidden(f))
@@ -267,9 +305,9 @@ impl Stacks {
         if frames.is_empty() {
             self.empty.fetch_add(1, Relaxed);
         }
-        let h = hash(frames, c.end, c.python_truncated, &mut t.words);
-        if let Some(&id) = t.seen.get(&h) {
-            return id;
+        let h = hash(frames, c.end, c.python_truncated, words);
+        if let Some(&id) = seen.get(&h) {
+            return Some(id);
         }
         // First sight on this thread.
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
@@ -281,8 +319,8 @@ impl Stacks {
                 .push((id, c.end, c.python_truncated, frames.into()));
         }
         drop(table);
-        t.seen.insert(h, id);
-        id
+        seen.insert(h, id);
+        Some(id)
     }
 
     /// A resource callback: graph nodes made and cloned. `open` is the
@@ -501,11 +539,12 @@ impl Stacks {
         let s = self.unwinder.stats();
         let distinct = self.table.lock().map_or(0, |t| t.ids.len());
         format!(
-            "stacks: {} taken ({} distinct), {} truncated ({} at code without unwind info, \
-             {} at the depth cap, {} busy), {} with no frame outside CUDA's libraries, \
-             {} with Python frames; Python: {:?}",
+            "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} truncated \
+             ({} at code without unwind info, {} at the depth cap, {} busy), {} with no \
+             frame outside CUDA's libraries, {} with Python frames; Python: {:?}",
             self.captures.load(Relaxed),
             distinct,
+            self.no_stack.load(Relaxed),
             self.truncated.load(Relaxed),
             s.unknown_frames,
             s.depth_limit,
@@ -534,12 +573,7 @@ fn end_of(e: StackEnd) -> End {
 /// that two distinct stacks of one process never share an id in practice.
 /// The stack's identity: XXH3-128 over its frames, end and Python cut, laid out
 /// in `buf` (one fixed buffer per thread, so hashing never allocates).
-fn hash(
-    frames: &[Frame],
-    end: StackEnd,
-    python_truncated: bool,
-    buf: &mut [u8; HASH_BYTES],
-) -> u128 {
+fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8]) -> u128 {
     let mut len = 0;
     let mut put = |w: u64| {
         if let Some(dst) = buf.get_mut(len..len + 8) {

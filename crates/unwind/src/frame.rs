@@ -88,6 +88,9 @@ pub enum StackEnd {
     DepthLimit,
     /// All unwind caches were in use by other threads; nothing was captured.
     Busy,
+    /// The caller had less than [`crate::MIN_STACK_LEFT`] bytes of stack left;
+    /// nothing was captured.
+    NoStackLeft,
 }
 
 impl StackEnd {
@@ -123,6 +126,7 @@ pub(crate) struct Stats {
     pub python_truncated: AtomicU64,
     pub python_unmatched: AtomicU64,
     pub stale_table: AtomicU64,
+    pub no_stack_left: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -151,6 +155,8 @@ pub struct StatsSnapshot {
     /// Captures that found the module table older than the process's loaded
     /// modules (call `refresh`).
     pub stale_table: u64,
+    /// Captures skipped because the caller had almost no stack left.
+    pub no_stack_left: u64,
 }
 
 impl Stats {
@@ -167,6 +173,7 @@ impl Stats {
             python_truncated: l(&self.python_truncated),
             python_unmatched: l(&self.python_unmatched),
             stale_table: l(&self.stale_table),
+            no_stack_left: l(&self.no_stack_left),
         }
     }
 

@@ -52,12 +52,13 @@ mod local;
 mod module;
 pub mod python;
 mod remote;
+mod scratch;
 mod stack;
 mod table;
 
 pub use error::{Error, Result};
 pub use frame::{Captured, CodeId, Frame, ModuleId, StackEnd, StatsSnapshot};
-pub use local::{LocalUnwinder, MAX_FRAMES, Options};
+pub use local::{LocalUnwinder, MAX_FRAMES, MIN_STACK_LEFT, Options};
 pub use module::ModuleInfo;
 pub use remote::{Mapping, RemoteUnwinder, StackCopy, parse_maps};
 pub use table::{Regs, UnwindCache};

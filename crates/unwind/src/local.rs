@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
 use crate::module::{ModuleInfo, build_id_in_notes, union};
 use crate::python::{Python, PythonStatus};
+use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
 use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
 
@@ -44,6 +45,12 @@ impl Default for Options {
         }
     }
 }
+
+/// A capture is skipped ([`StackEnd::NoStackLeft`]) when the caller has less
+/// stack than this left below its stack pointer. The capture itself runs on a
+/// stack of its own, so this only keeps a thread at the edge of its stack from
+/// being interrupted by more work.
+pub const MIN_STACK_LEFT: u64 = 512;
 
 /// The default depth cap: callers size their frame buffer with it.
 pub const MAX_FRAMES: usize = 256;
@@ -68,6 +75,8 @@ pub struct LocalUnwinder {
 struct CacheSlot {
     busy: AtomicBool,
     cache: std::cell::UnsafeCell<UnwindCache>,
+    /// Where the capture runs; `None` if it could not be mapped.
+    scratch: Option<ScratchStack>,
 }
 
 // SAFETY: a slot's cache is only touched by the thread that set `busy`.
@@ -114,6 +123,7 @@ impl LocalUnwinder {
             .map(|_| CacheSlot {
                 busy: AtomicBool::new(false),
                 cache: std::cell::UnsafeCell::new(UnwindCache::new()),
+                scratch: ScratchStack::new(),
             })
             .collect();
         let mut registry = Registry::default();
@@ -211,21 +221,105 @@ impl LocalUnwinder {
         self.capture_from(regs, skip + 1, out)
     }
 
+    /// Like [`LocalUnwinder::capture`], then `then(frames, captured)` (the
+    /// frames written to `out`), both on the unwinder's scratch stack: work the
+    /// caller does with the stack (hashing it, storing it) costs the calling
+    /// thread no stack either. `Err` when `then` was not run: all caches were
+    /// busy ([`StackEnd::Busy`]), the caller had no stack left
+    /// ([`StackEnd::NoStackLeft`]), or it panicked ([`StackEnd::UnwindFailed`]).
+    #[inline(never)]
+    pub fn capture_then<R>(
+        &self,
+        skip: usize,
+        out: &mut [Frame],
+        then: impl FnOnce(&[Frame], Captured) -> R,
+    ) -> Result<R, StackEnd> {
+        let regs = crate::current_regs!();
+        self.capture_from_then(regs, skip + 1, out, then)
+    }
+
     /// Like [`LocalUnwinder::capture`], from registers taken by the caller (on this
     /// thread, in a frame that is still live).
     pub fn capture_from(&self, regs: Regs, skip: usize, out: &mut [Frame]) -> Captured {
+        let mut captured = None;
+        let r = self.capture_from_then(regs, skip, out, |_, c| captured = Some(c));
+        match (r, captured) {
+            (Ok(()), Some(c)) => c,
+            (r, _) => Captured {
+                len: 0,
+                end: r.err().unwrap_or(StackEnd::UnwindFailed),
+                python_frames: 0,
+                python_truncated: false,
+            },
+        }
+    }
+
+    fn capture_from_then<R>(
+        &self,
+        regs: Regs,
+        skip: usize,
+        out: &mut [Frame],
+        then: impl FnOnce(&[Frame], Captured) -> R,
+    ) -> Result<R, StackEnd> {
         Stats::bump(&self.stats.captures);
-        let mut captured = Captured {
-            len: 0,
-            end: StackEnd::Busy,
-            python_frames: 0,
-            python_truncated: false,
-        };
         let Some(slot) = self.acquire_cache() else {
             Stats::bump(&self.stats.busy);
             Stats::bump(&self.stats.truncated);
-            return captured;
+            return Err(StackEnd::Busy);
         };
+        let run = || {
+            let captured = self.capture_in(slot, regs, skip, out);
+            self.count(captured, out);
+            if captured.end == StackEnd::NoStackLeft {
+                return Err(StackEnd::NoStackLeft);
+            }
+            Ok(then(&out[..captured.len], captured))
+        };
+        let r = match &slot.scratch {
+            // SAFETY: the slot, and with it its stack, is this thread's until
+            // `busy` is cleared below.
+            Some(stack) => unsafe { stack.run(run) }.unwrap_or(Err(StackEnd::UnwindFailed)),
+            None => run(),
+        };
+        slot.busy.store(false, Ordering::Release);
+        r
+    }
+
+    fn count(&self, captured: Captured, out: &[Frame]) {
+        let end = captured.end;
+        if end == StackEnd::NoStackLeft {
+            Stats::bump(&self.stats.no_stack_left);
+            return;
+        }
+        if end.is_truncated() {
+            Stats::bump(&self.stats.truncated);
+        }
+        if end == StackEnd::DepthLimit {
+            Stats::bump(&self.stats.depth_limit);
+        }
+        if matches!(out[..captured.len].last(), Some(Frame::Unknown { .. })) {
+            Stats::bump(&self.stats.unknown_frames);
+        }
+    }
+
+    /// The capture proper, on the slot's scratch stack (or the caller's).
+    fn capture_in(&self, slot: &CacheSlot, regs: Regs, skip: usize, out: &mut [Frame]) -> Captured {
+        let mut captured = Captured {
+            len: 0,
+            end: StackEnd::NoStackLeft,
+            python_frames: 0,
+            python_truncated: false,
+        };
+        let (bounds, scanned) = self.stacks.bounds(regs.sp);
+        if scanned {
+            Stats::bump(&self.stats.stack_scans);
+        }
+        let (lo, hi) = bounds.unwrap_or((regs.sp, regs.sp));
+        if bounds.is_some() && regs.sp.saturating_sub(lo) < MIN_STACK_LEFT {
+            // The caller has almost no stack left (a signal handler deep in
+            // a small alternate stack): leave it alone, counted.
+            return captured;
+        }
         let parity = self.epoch.load(Ordering::SeqCst) & 1;
         self.readers[parity].fetch_add(1, Ordering::SeqCst);
         // SAFETY: registered as a reader before loading; refresh frees a snapshot
@@ -240,11 +334,6 @@ impl LocalUnwinder {
             find_object: self.find_object,
             suspect: subs != snap.subs,
         };
-        let (bounds, scanned) = self.stacks.bounds(regs.sp);
-        if scanned {
-            Stats::bump(&self.stats.stack_scans);
-        }
-        let (lo, hi) = bounds.unwrap_or((regs.sp, regs.sp));
         let lo = lo.max(regs.sp.saturating_sub(128));
         let mut read = |addr: u64| -> Result<u64, ()> {
             if addr >= lo && addr.checked_add(8).is_some_and(|end| end <= hi) {
@@ -264,16 +353,6 @@ impl LocalUnwinder {
             py.splice(&snap.table, &self.stats, (lo, hi), out, &mut captured);
         }
         self.readers[parity].fetch_sub(1, Ordering::SeqCst);
-        slot.busy.store(false, Ordering::Release);
-        if end.is_truncated() {
-            Stats::bump(&self.stats.truncated);
-        }
-        if end == StackEnd::DepthLimit {
-            Stats::bump(&self.stats.depth_limit);
-        }
-        if matches!(out[..captured.len].last(), Some(Frame::Unknown { .. })) {
-            Stats::bump(&self.stats.unknown_frames);
-        }
         captured
     }
 

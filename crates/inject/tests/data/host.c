@@ -16,6 +16,11 @@
  *   mock-probe   prints what is subscribed and enabled after initialization
  *   mock-fatal   launches, then CUPTI reports a fatal error
  *   mock-oom     launches while large allocations fail
+ *   mock-small-stacks  threads with 16 KiB stacks launching
+ *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
+ *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
+ *   mock-signal-malloc  a signal handler that launches, landing inside malloc and
+ *                inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
  * The executable exports cuDriverGetVersion, answering MOCK_DRIVER_VERSION. */
 #define _GNU_SOURCE
@@ -27,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -235,6 +241,127 @@ static void long_kernel(void) {
     late_mode = 1;
 }
 
+/* ---- hostile threads: small stacks, signal stacks, cancellation, signals ---- */
+
+static atomic_uint hostile_corr = 100000;
+
+static void *small_stack_launcher(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 10; i++) launch(211, hostile_corr++, "_Z5smallv");
+    return NULL;
+}
+
+/* glibc carves its thread descriptor and static TLS out of these 16 KiB. */
+static int small_stacks(void) {
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    if (pthread_attr_setstacksize(&a, 16 << 10) != 0) return 90;
+    for (int i = 0; i < 8; i++) {
+        pthread_t t;
+        if (pthread_create(&t, &a, small_stack_launcher, NULL) != 0) return 91;
+        pthread_join(t, NULL);
+    }
+    printf("small stack launches %u\n", hostile_corr - 100000);
+    return 3;
+}
+
+static void launch_handler(int sig) {
+    (void)sig;
+    launch(211, hostile_corr++, "_Z7handlerv");
+}
+
+/* 8 KiB of alternate signal stack above a PROT_NONE page, so that overflowing it
+ * faults instead of writing over whatever lies below. */
+static int alt_stack(void) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 8 << 10;
+    char *m = mmap(NULL, page + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, page, PROT_NONE) != 0) return 90;
+    stack_t ss = {.ss_sp = m + page, .ss_size = size, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) return 91;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = launch_handler;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR1, &sa, NULL);
+    for (int i = 0; i < 5; i++) raise(SIGUSR1);
+    printf("altstack launches %u\n", hostile_corr - 100000);
+    return 3;
+}
+
+static void *cancelled_launcher(void *arg) {
+    (void)arg;
+    for (;;) {
+        launch(211, hostile_corr++, "_Z9cancelledv");
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+/* Batches of threads, each cancelled at once: the cancellation is pending when the
+ * thread makes its first launch, so it acts at the first cancellation point. */
+static int cancel_threads(long n) {
+    enum { BATCH = 25 };
+    pthread_t t[BATCH];
+    for (long done = 0; done < n; done += BATCH) {
+        for (int i = 0; i < BATCH; i++)
+            if (pthread_create(&t[i], NULL, cancelled_launcher, NULL) != 0) return 91;
+        for (int i = 0; i < BATCH; i++) pthread_cancel(t[i]);
+        for (int i = 0; i < BATCH; i++) {
+            void *r;
+            pthread_join(t[i], &r);
+            if (r != PTHREAD_CANCELED) return 92;
+        }
+    }
+    printf("cancelled %ld threads\n", n);
+    return 3;
+}
+
+/* The handler launches from one of many call depths, so that most of its stacks
+ * are new to the recorder. */
+static atomic_uint handled;
+static __attribute__((noinline)) void launch_at_depth(int n) {
+    if (n > 0) {
+        launch_at_depth(n - 1);
+        __asm__ volatile("" ::: "memory"); /* not a tail call */
+        return;
+    }
+    launch(211, hostile_corr++, "_Z7handlerv");
+}
+static void depth_handler(int sig) {
+    (void)sig;
+    launch_at_depth((int)(handled++ % 97));
+}
+
+static atomic_int stop_malloc;
+static void *malloc_and_launch(void *arg) {
+    (void)arg;
+    for (unsigned i = 0; !stop_malloc; i++) {
+        /* Past the per-thread caches: these take the arena lock. */
+        void *p = malloc(2048 + (i % 64) * 512);
+        free(p);
+        if (i % 16 == 0) launch(211, hostile_corr++, "_Z6loopedv");
+    }
+    return NULL;
+}
+
+static int signal_in_malloc(long signals) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = depth_handler;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR2, &sa, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, malloc_and_launch, NULL) != 0) return 91;
+    for (long i = 0; i < signals; i++) {
+        pthread_kill(t, SIGUSR2);
+        usleep(200);
+    }
+    stop_malloc = 1;
+    pthread_join(t, NULL);
+    printf("signals handled %u\n", (unsigned)handled);
+    return 3;
+}
+
 #define LOAD(name)                                                    \
     do {                                                              \
         *(void **)&name = dlsym(mock, #name);                         \
@@ -307,6 +434,11 @@ int main(int argc, char **argv) {
             out_of_memory();
             return 3;
         }
+        if (strcmp(argv[2], "mock-small-stacks") == 0) return small_stacks();
+        if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();
+        if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
+        if (strcmp(argv[2], "mock-signal-malloc") == 0)
+            return signal_in_malloc(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-fatal") == 0) {
             for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
             mock_fatal("mock: the device fell off the bus");

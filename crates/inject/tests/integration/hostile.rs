@@ -1,0 +1,79 @@
+//! Programs that are hard on their threads: small stacks, alternate signal
+//! stacks, cancellation, CUDA calls from signal handlers. Each runs to the end
+//! without gpuperf, so it must with it; stress cases are bounded by a timeout
+//! that only detects hangs.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use gpuperf_merge::model::{Record, StringTable};
+use tempfile::TempDir;
+
+use crate::support::{inject_lib, mock, read_logs, read_traces, run_host_with, wheels};
+
+/// Runs `mode` with and without the library; both must exit the same way.
+/// Returns the run with the library and its trace directory.
+fn both(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempDir)> {
+    let w = wheels()?;
+    let m = mock(&w);
+    let without = run_host_with(None, mode, args, &[("GPUPERF_CUPTI_PATH", &m)], limit);
+    assert_eq!(without.status.code(), Some(3), "{mode} without gpuperf");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("GPUPERF_FLUSH_MS", Path::new("50")),
+    ];
+    let with = run_host_with(Some(&inject_lib()), mode, args, &env, limit);
+    assert_eq!(
+        with.status.code(),
+        without.status.code(),
+        "{mode} with gpuperf: {:?}\nstdout:\n{}\nstderr:\n{}\nlog:\n{}",
+        with.status,
+        String::from_utf8_lossy(&with.stdout),
+        String::from_utf8_lossy(&with.stderr),
+        read_logs(dir.path())
+    );
+    Some((with, dir))
+}
+
+/// (launch API records, of them with a stack) named `kernel`… by the host.
+fn launches(records: &[Record], strings: &StringTable) -> (usize, usize) {
+    let calls = records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(a) if strings.get(a.name) == "cudaLaunchKernel"))
+        .count();
+    let stacks = records
+        .iter()
+        .filter(|r| matches!(r, Record::CallStack(_)))
+        .count();
+    (calls, stacks)
+}
+
+#[test]
+fn mock_threads_with_16k_stacks_launch_with_stacks() {
+    let Some((_, dir)) = both("mock-small-stacks", &[], Duration::from_secs(60)) else {
+        return;
+    };
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, stacks) = launches(&records, &strings);
+    assert_eq!(calls, 80, "{}", read_logs(dir.path()));
+    assert_eq!(stacks, 80, "{}", read_logs(dir.path()));
+}
+
+#[test]
+fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
+    let Some((_, dir)) = both("mock-altstack", &[], Duration::from_secs(60)) else {
+        return;
+    };
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, stacks) = launches(&records, &strings);
+    assert_eq!(calls, 5, "{}", read_logs(dir.path()));
+    // With too little stack left the capture is skipped, and the log says so.
+    let log = read_logs(dir.path());
+    assert!(
+        stacks == 5 || log.contains(&format!("{} skipped for lack of stack", 5 - stacks)),
+        "{stacks} stacks; log:\n{log}"
+    );
+}
