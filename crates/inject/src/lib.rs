@@ -100,6 +100,7 @@ mod cupti;
 pub mod decode;
 mod driver;
 mod error;
+mod guard;
 pub mod locate;
 mod log;
 mod recorder;

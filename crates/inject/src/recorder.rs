@@ -41,6 +41,7 @@ use crate::cupti::{Cupti, Subscriber};
 use crate::decode::{self, Decoded, Place};
 use crate::driver;
 use crate::error::{Error, Result};
+use crate::guard::NoCancel;
 use crate::locate;
 use crate::log::Log;
 use crate::stacks::{self, Stacks};
@@ -950,6 +951,7 @@ unsafe fn c_text(p: *const c_char) -> Option<String> {
 }
 
 unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+    let _no_cancel = NoCancel::new();
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if let Some(s) = STATE.get()
             && !s.disabled.load(Relaxed)
@@ -960,6 +962,7 @@ unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: 
 }
 
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {
+    let _no_cancel = NoCancel::new();
     let (p, n) = catch_unwind(|| match STATE.get() {
         Some(s) => s.pool.request(buffers::alloc_buffer),
         None => (buffers::alloc_buffer(), BUFFER_SIZE),
@@ -983,6 +986,7 @@ unsafe extern "C" fn buffer_completed(
     if buf.is_null() {
         return;
     }
+    let _no_cancel = NoCancel::new();
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(s) = STATE.get() else { return };
         let origin = s.pool.origin(buf);

@@ -77,3 +77,15 @@ fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
         "{stacks} stacks; log:\n{log}"
     );
 }
+
+#[test]
+fn mock_2000_launching_threads_each_cancelled_exit_cleanly() {
+    let Some((out, dir)) = both("mock-cancel", &["2000"], Duration::from_secs(120)) else {
+        return;
+    };
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cancelled 2000 threads"),
+        "{}",
+        read_logs(dir.path())
+    );
+}
