@@ -19,8 +19,9 @@
 //!
 //! **Reads.** Every pointer read from the chain is checked before it is used:
 //! memory on the thread's own stack is read directly, other memory only in pages
-//! already proven readable (a fixed cache), after a `process_vm_readv` of this
-//! process that fails cleanly instead of faulting. Type objects are compared with
+//! proven readable in the same capture by a `process_vm_readv` of this process,
+//! which fails cleanly instead of faulting. No page is trusted across captures:
+//! the interpreter (or a bug in an extension) may unmap it in between. Type objects are compared with
 //! the interpreter's (`PyCode_Type`, `PyUnicode_Type`, `PyBytes_Type`). On any
 //! mismatch Python frames are turned off for the process, with a reason
 //! ([`PythonStatus::Disabled`]); the native stack is still taken.
@@ -58,8 +59,6 @@ pub const MAX_PYTHON_FRAMES: usize = 256;
 const CODE_SLOTS: usize = 16384;
 /// Bytes for copied names and line tables.
 const ARENA_BYTES: usize = 4 << 20;
-/// Pages proven readable.
-const PAGE_SLOTS: usize = 4096;
 
 /// Whether Python frames are read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,7 +116,6 @@ pub struct Python {
     codes: Box<[CodeSlot]>,
     arena: Box<[UnsafeCell<u8>]>,
     arena_used: AtomicUsize,
-    pages: Box<[AtomicU64]>,
     overflow: AtomicBool,
 }
 
@@ -163,20 +161,25 @@ mod reason {
 }
 
 /// Memory known readable during one capture: the thread's stack, and the last
-/// page spans found readable (the frames of a thread share a few pages, and so
-/// do the code objects of a module), which spares most page-cache lookups.
+/// page spans found readable in this capture (the frames of a thread share a
+/// few pages, and so do the code objects of a module), which spares most
+/// probes. Nothing is remembered across captures: a page found readable once
+/// may be unmapped before the next.
 struct Known {
     stack: (u64, u64),
     /// `[start, end)` of page-aligned spans; empty when equal.
-    recent: [(u64, u64); 4],
+    recent: [(u64, u64); RECENT],
     next: usize,
 }
+
+/// Spans a capture remembers.
+const RECENT: usize = 8;
 
 impl Known {
     fn new(stack: (u64, u64)) -> Known {
         Known {
             stack,
-            recent: [(0, 0); 4],
+            recent: [(0, 0); RECENT],
             next: 0,
         }
     }
@@ -189,7 +192,7 @@ impl Known {
 
     /// Pages `first..=last` are readable.
     fn remember(&mut self, first: u64, last: u64) {
-        self.recent[self.next % 4] = (first << 12, (last + 1) << 12);
+        self.recent[self.next % RECENT] = (first << 12, (last + 1) << 12);
         self.next = self.next.wrapping_add(1);
     }
 }
@@ -295,7 +298,6 @@ impl Python {
             codes: (0..CODE_SLOTS).map(|_| CodeSlot::default()).collect(),
             arena: (0..ARENA_BYTES).map(|_| UnsafeCell::new(0)).collect(),
             arena_used: AtomicUsize::new(0),
-            pages: (0..PAGE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             overflow: AtomicBool::new(false),
         })
     }
@@ -736,7 +738,8 @@ impl Python {
     }
 
     /// May `[addr, addr+len)` be read directly? The thread's stack may; other
-    /// memory once its pages were read successfully by `process_vm_readv`.
+    /// memory once its pages were read successfully by `process_vm_readv` in
+    /// this capture.
     #[inline(always)]
     fn readable(&self, addr: u64, len: u64, mem: &mut Known) -> bool {
         let Some(end) = addr.checked_add(len) else {
@@ -748,28 +751,15 @@ impl Python {
     #[inline(never)]
     fn readable_pages(&self, addr: u64, end: u64, mem: &mut Known) -> bool {
         let (first, last) = (addr >> 12, (end - 1) >> 12);
-        if (first..=last).all(|p| self.page_known(p)) {
-            mem.remember(first, last);
-            return true;
-        }
         let mut probe = [0u8; 1];
         for p in first..=last {
             let a = (p << 12).max(addr);
             if !self.vm_read(a, &mut probe) {
                 return false;
             }
-            self.pages[Self::page_slot(p)].store(p + 1, Ordering::Relaxed);
         }
         mem.remember(first, last);
         true
-    }
-
-    fn page_slot(page: u64) -> usize {
-        (page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % PAGE_SLOTS
-    }
-
-    fn page_known(&self, page: u64) -> bool {
-        self.pages[Self::page_slot(page)].load(Ordering::Relaxed) == page + 1
     }
 
     /// Reads through `process_vm_readv` (never faults) unless already readable.

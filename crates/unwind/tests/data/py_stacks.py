@@ -1,7 +1,7 @@
 """Takes stacks through ctypes from nested functions, with the test probe.
 
 usage: python3 py_stacks.py PROBE.so CASE
-CASE: main | thread | native_thread | deep | corrupt
+CASE: main | thread | native_thread | deep | corrupt | stale
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -12,7 +12,7 @@ import threading
 
 # The shared helper of gpuperf's Python test scripts.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../test-support/data"))
-from broken_frame_link import with_broken_link  # noqa: E402
+from broken_frame_link import with_broken_link, with_stale_link  # noqa: E402
 
 probe = ctypes.CDLL(sys.argv[1])
 probe.gpuperf_probe_init()
@@ -54,6 +54,13 @@ def corrupt():
     show("after corrupt")
 
 
+def stale():
+    """Takes a stack while this frame links to a copy of its caller's frame in a
+    page that is mapped, then another after that page was unmapped."""
+    with_stale_link(lambda: show("mapped"), lambda: show("unmapped"))  # call:stale
+    show("after stale")
+
+
 case = sys.argv[2]
 if case == "main":
     outer("main")  # call:module
@@ -68,6 +75,8 @@ elif case == "deep":
     rec(300)
 elif case == "corrupt":
     corrupt()
+elif case == "stale":
+    stale()  # call:stale_module
 elif case == "bench":
     # 30 distinct Python functions below the probe (30 code objects, as in a real
     # stack: f29 calls f28 ... f0 captures); medians of 9 rounds of 20000 captures.
