@@ -104,6 +104,8 @@ mod guard;
 pub mod locate;
 mod log;
 mod recorder;
+mod seen;
+mod shard;
 pub mod stacks;
 mod sys;
 

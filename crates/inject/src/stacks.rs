@@ -5,20 +5,23 @@
 //! ```text
 //!  API enter ─▶ capture (gpuperf-unwind: .eh_frame + CPython frames)
 //!              ─▶ drop frames of this library, libcupti, libcuda, libcudart
-//!              ─▶ hash ─▶ thread's table ─hit─▶ stack id on the API record
-//!                                        └miss─▶ global table (lock, allocates):
-//!                                                new id, frames queued
+//!              ─▶ hash ─▶ lock-free table (`seen`) ─hit─▶ stack id on the API record
+//!                                                  └new─▶ frames into its arena,
+//!                                                         next id, published
 //!  flush ─▶ MODULE records (new modules), STACK records (new stacks, Python
 //!           frames resolved to names and lines), GRAPH_NODE records, NOTEs
 //! ```
 //!
 //! # Cost
-//! A launch whose stack this thread has seen before costs one capture (no
-//! allocation, no lock: see `gpuperf_unwind::LocalUnwinder::capture`), a hash and
-//! a look-up in a thread-local table. Only the first sight of a stack on a thread
-//! takes a lock and allocates. The module table is rebuilt after `dlopen` (the
-//! loader's counters say so) by the flush thread, or by the first capture that
-//! finds a frame in a module loaded since.
+//! A launch costs one capture (no allocation, no lock, on the unwinder's
+//! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then`), a hash
+//! and a look-up in a lock-free table shared by all threads. A stack seen for
+//! the first time is copied into that table's preallocated arena, still without
+//! a lock or `malloc`; when the table is full the launch gets no stack id, and
+//! is counted. The module table is rebuilt after `dlopen` (the loader's
+//! counters say so) by the flush thread, or by the first capture that finds a
+//! frame in a module loaded since (which allocates). A thread's first capture
+//! allocates its frame buffer.
 //!
 //! # What a stack holds
 //! Innermost first, the application's call into the CUDA API (frames of the
@@ -43,7 +46,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::offset_of;
 use std::path::Path;
 use std::sync::Mutex;
@@ -56,6 +58,8 @@ use gpuperf_merge::model::{
 use gpuperf_unwind::python::PythonStatus;
 use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
 use xxhash_rust::xxh3::xxh3_128;
+
+use crate::seen::{Miss, Seen};
 
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`.
 pub const GRAPHNODE_CREATED: u32 = 13;
@@ -100,6 +104,12 @@ pub struct Stacks {
     hide_names: Vec<String>,
     own_text: usize,
     table: Mutex<Table>,
+    /// Every distinct stack, added to without locks (callbacks).
+    seen: Seen,
+    /// Stacks with no id: the table was full, or another thread was adding
+    /// the same stack for too long.
+    table_full: AtomicU64,
+    contended: AtomicU64,
     graph_node_id: Option<GetGraphNodeId>,
     captures: AtomicU64,
     /// Captures skipped: the thread had almost no stack left.
@@ -111,10 +121,8 @@ pub struct Stacks {
 
 #[derive(Default)]
 struct Table {
-    /// Hash → stack id.
-    ids: HashMap<u128, u32>,
-    /// Stacks not yet written: (id, end, Python cut, frames).
-    pending: Vec<(u32, StackEnd, bool, Box<[Frame]>)>,
+    /// The last stack id written.
+    written: u32,
     /// Graph nodes not yet written: (node, stack, API (domain, cbid)).
     pending_nodes: Vec<(u64, u32, Option<ApiId>)>,
     /// Every graph node seen: node → (stack, API), for clones.
@@ -122,35 +130,15 @@ struct Table {
     written_modules: Vec<bool>,
 }
 
-/// Per-thread state: the frame buffer and the stacks this thread has seen.
+/// Per-thread scratch: the frame buffer and the stack being hashed.
 struct ThreadStacks {
     frames: Box<[Frame]>,
     /// The stack being hashed, as bytes.
     words: Box<[u8]>,
-    /// Keyed by a 128-bit hash already: hashed again by taking its low half.
-    seen: HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
 }
 
 /// Two words per frame, and one for the end.
 const HASH_BYTES: usize = (2 * MAX_FRAMES + 1) * 8;
-
-/// A `Hasher` for keys that are hashes already.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64;
-    }
-}
 
 thread_local! {
     static THREAD: RefCell<Option<ThreadStacks>> = const { RefCell::new(None) };
@@ -187,6 +175,9 @@ impl Stacks {
             hide_names,
             own_text: Stacks::new as *const () as usize,
             table: Mutex::new(Table::default()),
+            seen: Seen::new(),
+            table_full: AtomicU64::new(0),
+            contended: AtomicU64::new(0),
             graph_node_id,
             captures: AtomicU64::new(0),
             no_stack: AtomicU64::new(0),
@@ -242,7 +233,6 @@ impl Stacks {
                 let t = t.get_or_insert_with(|| ThreadStacks {
                     frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
                     words: vec![0; HASH_BYTES].into_boxed_slice(),
-                    seen: HashMap::default(),
                 });
                 self.capture_into(t)
             })
@@ -254,20 +244,16 @@ impl Stacks {
     #[inline(never)]
     fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
         self.captures.fetch_add(1, Relaxed);
-        let ThreadStacks {
-            frames,
-            words,
-            seen,
-        } = t;
+        let ThreadStacks { frames, words } = t;
         let mut r = self
             .unwinder
-            .capture_then(0, frames, |f, c| self.identify(f, c, words, seen, true));
+            .capture_then(0, frames, |f, c| self.identify(f, c, words, true));
         if r == Ok(None) {
             // The module table was refreshed for a library loaded since: the
             // first launch from it pays for that, later ones find it.
             r = self
                 .unwinder
-                .capture_then(0, frames, |f, c| self.identify(f, c, words, seen, false));
+                .capture_then(0, frames, |f, c| self.identify(f, c, words, false));
         }
         match r {
             Ok(id) => id.unwrap_or(0),
@@ -286,7 +272,6 @@ impl Stacks {
         frames: &[Frame],
         c: Captured,
         words: &mut [u8],
-        seen: &mut HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
         may_refresh: bool,
     ) -> Option<u32> {
         if may_refresh && c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
@@ -306,21 +291,17 @@ impl Stacks {
             self.empty.fetch_add(1, Relaxed);
         }
         let h = hash(frames, c.end, c.python_truncated, words);
-        if let Some(&id) = seen.get(&h) {
-            return Some(id);
+        match self.seen.id(h, frames, c.end, c.python_truncated) {
+            Ok(id) => Some(id),
+            Err(Miss::Full) => {
+                self.table_full.fetch_add(1, Relaxed);
+                Some(0)
+            }
+            Err(Miss::Contended) => {
+                self.contended.fetch_add(1, Relaxed);
+                Some(0)
+            }
         }
-        // First sight on this thread.
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let next = table.ids.len() as u32 + 1;
-        let id = *table.ids.entry(h).or_insert(next);
-        if id == next {
-            table
-                .pending
-                .push((id, c.end, c.python_truncated, frames.into()));
-        }
-        drop(table);
-        seen.insert(h, id);
-        Some(id)
     }
 
     /// A resource callback: graph nodes made and cloned. `open` is the
@@ -422,10 +403,11 @@ impl Stacks {
         }
         let (pending, nodes) = {
             let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-            (
-                std::mem::take(&mut t.pending),
-                std::mem::take(&mut t.pending_nodes),
-            )
+            let mut pending = Vec::new();
+            t.written = self.seen.published_after(t.written, |id, st| {
+                pending.push((id, st.end, st.python_truncated, st.frames));
+            });
+            (pending, std::mem::take(&mut t.pending_nodes))
         };
         let mut out = Vec::new();
         if let Some(note) = self.python_note() {
@@ -537,14 +519,17 @@ impl Stacks {
     /// One line for the log at exit.
     pub fn summary(&self) -> String {
         let s = self.unwinder.stats();
-        let distinct = self.table.lock().map_or(0, |t| t.ids.len());
+        let distinct = self.seen.len();
         format!(
-            "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} truncated \
+            "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} without an \
+             id (stack table full), {} without an id (contended), {} truncated \
              ({} at code without unwind info, {} at the depth cap, {} busy), {} with no \
              frame outside CUDA's libraries, {} with Python frames; Python: {:?}",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
+            self.table_full.load(Relaxed),
+            self.contended.load(Relaxed),
             self.truncated.load(Relaxed),
             s.unknown_frames,
             s.depth_limit,

@@ -19,8 +19,8 @@
  *   mock-small-stacks  threads with 16 KiB stacks launching
  *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
  *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
- *   mock-signal-malloc  a signal handler that launches, landing inside malloc and
- *                inside launches of the interrupted thread
+ *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
+ *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
  * The executable exports cuDriverGetVersion, answering MOCK_DRIVER_VERSION. */
 #define _GNU_SOURCE
@@ -215,7 +215,8 @@ static void out_of_memory(void) {
     for (uint32_t c = 1; c <= 100; c++) launch(211, c, "_Z6beforev");
     usleep(100 * 1000);
     refuse_large = 1;
-    for (uint32_t c = 101; c <= 3100; c++) launch(211, c, "_Z6squeezev");
+    /* More buffers than the library allocates ahead of requests. */
+    for (uint32_t c = 101; c <= 12100; c++) launch(211, c, "_Z6squeezev");
     usleep(100 * 1000);
     refuse_large = 0;
     printf("oom launches done\n");
@@ -317,15 +318,28 @@ static int cancel_threads(long n) {
 }
 
 /* The handler launches from one of many call depths, so that most of its stacks
- * are new to the recorder. */
+ * are new to the recorder. First phase: the interrupted thread blocks the signal
+ * around its own launches, so the handler lands in malloc or free (or the loop)
+ * and makes whole launches, GPU records included. Second phase: the thread
+ * launches unblocked, so the handler also lands inside launches, and makes the
+ * API call only (the MOCK's GPU records take a lock of its own that the
+ * interrupted launch may hold: CUDA is not async-signal-safe either; what is
+ * tested is that gpuperf adds no hang). */
 static atomic_uint handled;
+static atomic_int reentrant_phase;
 static __attribute__((noinline)) void launch_at_depth(int n) {
     if (n > 0) {
         launch_at_depth(n - 1);
         __asm__ volatile("" ::: "memory"); /* not a tail call */
         return;
     }
-    launch(211, hostile_corr++, "_Z7handlerv");
+    uint32_t c = hostile_corr++;
+    if (!reentrant_phase) {
+        launch(211, c, "_Z7handlerv");
+        return;
+    }
+    mock_api(RT, 211, c, 1);
+    mock_api(RT, 211, c, 0);
 }
 static void depth_handler(int sig) {
     (void)sig;
@@ -335,11 +349,19 @@ static void depth_handler(int sig) {
 static atomic_int stop_malloc;
 static void *malloc_and_launch(void *arg) {
     (void)arg;
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
     for (unsigned i = 0; !stop_malloc; i++) {
         /* Past the per-thread caches: these take the arena lock. */
         void *p = malloc(2048 + (i % 64) * 512);
         free(p);
-        if (i % 16 == 0) launch(211, hostile_corr++, "_Z6loopedv");
+        if (i % 16 == 0) {
+            int masked = !reentrant_phase;
+            if (masked) pthread_sigmask(SIG_BLOCK, &usr2, NULL);
+            launch(211, hostile_corr++, "_Z6loopedv");
+            if (masked) pthread_sigmask(SIG_UNBLOCK, &usr2, NULL);
+        }
     }
     return NULL;
 }
@@ -353,12 +375,13 @@ static int signal_in_malloc(long signals) {
     pthread_t t;
     if (pthread_create(&t, NULL, malloc_and_launch, NULL) != 0) return 91;
     for (long i = 0; i < signals; i++) {
+        if (i == signals / 2) reentrant_phase = 1;
         pthread_kill(t, SIGUSR2);
         usleep(200);
     }
     stop_malloc = 1;
     pthread_join(t, NULL);
-    printf("signals handled %u\n", (unsigned)handled);
+    printf("signals handled %u launches %u\n", (unsigned)handled, hostile_corr - 100000);
     return 3;
 }
 

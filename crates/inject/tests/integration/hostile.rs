@@ -89,3 +89,35 @@ fn mock_2000_launching_threads_each_cancelled_exit_cleanly() {
         read_logs(dir.path())
     );
 }
+/// The number after `word ` in `text`.
+fn number_after(text: &str, word: &str) -> Option<u64> {
+    text.split(word)
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn mock_signal_handler_launching_inside_malloc_and_inside_launches_completes() {
+    let Some((out, dir)) = both("mock-signal-malloc", &["2000"], Duration::from_secs(120)) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = read_logs(dir.path());
+    let handled = number_after(&stdout, "signals handled").expect("handled");
+    let made = number_after(&stdout, "launches").expect("launches");
+    assert!(handled > 0, "{stdout}");
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, _) = launches(&records, &strings);
+    // Launches that re-entered the recorder are not recorded, and counted:
+    // every launch is one or the other.
+    let reentered: u64 = log
+        .split(" API calls not recorded because they re-entered")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(calls as u64 + reentered, made, "{stdout}\n{log}");
+}
