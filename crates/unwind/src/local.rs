@@ -91,9 +91,10 @@ struct Snapshot {
 #[derive(Default)]
 struct Registry {
     modules: Vec<ModuleInfo>,
-    /// (bias, address of its program headers) → id: a module reloaded elsewhere or a
-    /// different file at the same place gets a new id.
-    ids: HashMap<(u64, usize), ModuleId>,
+    /// (bias, address of its program headers, path, build id) → id: a module
+    /// reloaded elsewhere gets a new id, and so does a different file loaded
+    /// where an unloaded one was (the loader reuses the address range).
+    ids: HashMap<(u64, usize, PathBuf, Vec<u8>), ModuleId>,
 }
 
 /// glibc's `struct dl_find_object` (2.35+).
@@ -475,14 +476,16 @@ fn build_snapshot(registry: &mut Registry) -> Snapshot {
     let mut entries = Vec::with_capacity(loaded.len());
     for m in loaded {
         let Some(text) = m.text else { continue };
-        let id = *registry.ids.entry((m.bias, m.phdr)).or_insert_with(|| {
+        let path = if m.name.as_os_str().is_empty() {
+            exe.clone()
+        } else {
+            m.name.clone()
+        };
+        let key = (m.bias, m.phdr, path.clone(), m.build_id.clone());
+        let id = *registry.ids.entry(key).or_insert_with(|| {
             let id = ModuleId(registry.modules.len() as u32);
             registry.modules.push(ModuleInfo {
-                path: if m.name.as_os_str().is_empty() {
-                    exe.clone()
-                } else {
-                    m.name.clone()
-                },
+                path,
                 build_id: m.build_id.clone(),
                 bias: m.bias,
                 text: text.clone(),
