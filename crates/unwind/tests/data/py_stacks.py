@@ -1,7 +1,7 @@
 """Takes stacks through ctypes from nested functions, with the test probe.
 
 usage: python3 py_stacks.py PROBE.so CASE
-CASE: main | thread | native_thread | deep | corrupt | stale
+CASE: main | thread | native_thread | deep | corrupt | stale | seccomp
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -61,6 +61,28 @@ def stale():
     show("after stale")
 
 
+def deny_process_vm_readv():
+    """A seccomp filter on this thread that refuses process_vm_readv with EPERM,
+    as container runtimes' default profiles do."""
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8),
+                    ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+
+    insns = (Insn * 4)(
+        Insn(0x20, 0, 0, 0),            # ld [nr]
+        Insn(0x15, 0, 1, 310),          # jeq process_vm_readv (x86-64)
+        Insn(0x06, 0, 0, 0x00050001),   # ret ERRNO(EPERM)
+        Insn(0x06, 0, 0, 0x7fff0000),   # ret ALLOW
+    )
+    prog = Prog(4, insns)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
 case = sys.argv[2]
 if case == "main":
     outer("main")  # call:module
@@ -75,6 +97,9 @@ elif case == "deep":
     rec(300)
 elif case == "corrupt":
     corrupt()
+elif case == "seccomp":
+    deny_process_vm_readv()
+    outer("seccomp")  # call:seccomp_module
 elif case == "stale":
     stale()  # call:stale_module
 elif case == "bench":

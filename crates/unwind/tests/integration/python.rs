@@ -162,3 +162,17 @@ fn python_frame_link_into_memory_unmapped_since_it_was_read__no_crash() {
         assert_eq!(st[1].end_kind(), "Root", "{name}: {}", st[1].end);
     }
 }
+
+#[test]
+fn python_frames_with_process_vm_readv_refused_by_seccomp__still_read() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "seccomp");
+        assert_eq!(st.len(), 1, "{name}");
+        assert!(st[0].end.contains("Active"), "{name}: {}", st[0].end);
+        let module = format!(
+            "py_stacks.<module> (py_stacks.py:{})",
+            line("seccomp_module")
+        );
+        check_nested(&name, &st[0], &[module]);
+    }
+}
