@@ -111,6 +111,8 @@ struct Local {
     /// callback, is never grown inside a callback.
     open: Vec<Open>,
     runtime_depth: u32,
+    /// Graph copies (instantiate, clone, exec-update) running on this thread.
+    graph_copies: u32,
 }
 
 /// Calls a thread may have open at once (CUDA calls nest one or two deep);
@@ -324,21 +326,22 @@ impl State {
                     lock(&self.sink).context_device.insert(id, dev);
                 }
             }
-            // stacks hook: graph nodes made and cloned.
+            // stacks hook: graph nodes made, cloned and destroyed.
             if let Some(st) = &self.stacks {
-                let open = LOCAL
+                let (open, copying) = LOCAL
                     .try_with(|l| {
-                        l.borrow()
+                        let l = l.borrow();
+                        let open = l
                             .open
                             .iter()
                             .rev()
                             .find(|o| !o.nested)
-                            .map(|o| (o.stack, o.domain, o.cbid))
+                            .map(|o| (o.stack, o.domain, o.cbid));
+                        (open, l.graph_copies > 0)
                     })
-                    .ok()
-                    .flatten();
+                    .unwrap_or((None, false));
                 // SAFETY: CUPTI passes a `CUpti_ResourceData` for this domain.
-                unsafe { st.on_resource(cbid, data, open) };
+                unsafe { st.on_resource(cbid, data, open, copying) };
             }
             return;
         }
@@ -370,6 +373,14 @@ impl State {
         }
         let _ = LOCAL.try_with(|l| {
             let mut l = l.borrow_mut();
+            if class == Class::GraphCopy {
+                l.graph_copies = if site == ENTER {
+                    l.graph_copies + 1
+                } else {
+                    l.graph_copies.saturating_sub(1)
+                };
+                return;
+            }
             if site == ENTER {
                 self.enter(&mut l, domain, cbid, correlation_id, class);
             } else {
@@ -1397,11 +1408,26 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         s.log
             .line(&format!("devices of synchronizations may be unknown: {e}"));
     }
-    // stacks hook: where graph nodes come from.
+    // stacks hook: where graph nodes come from, and when they go.
     if s.stacks.is_some() {
-        for cbid in [stacks::GRAPHNODE_CREATED, stacks::GRAPHNODE_CLONED] {
+        for cbid in [
+            stacks::GRAPHNODE_CREATED,
+            stacks::GRAPHNODE_CLONED,
+            stacks::GRAPHNODE_DESTROY_STARTING,
+        ] {
             if let Err(e) = c.enable_callback(sub, RESOURCE, cbid) {
                 s.log.line(&format!("graph node origins unavailable: {e}"));
+            }
+        }
+        // Only to know when a thread is copying a graph (its copies take no
+        // stack); failing that, copies take one each, as before.
+        for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
+            for (cbid, class) in s.classes[d].iter().enumerate() {
+                if *class == Class::GraphCopy
+                    && let Err(e) = c.enable_callback(sub, domain, cbid as u32)
+                {
+                    s.log.line(&format!("graph copies will take stacks: {e}"));
+                }
             }
         }
     }

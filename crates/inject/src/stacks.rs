@@ -65,6 +65,10 @@ use crate::seen::{Miss, Seen};
 pub const GRAPHNODE_CREATED: u32 = 13;
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED`.
 pub const GRAPHNODE_CLONED: u32 = 20;
+/// `CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING`.
+pub const GRAPHNODE_DESTROY_STARTING: u32 = 14;
+/// Graph nodes remembered for their clones; past it, new nodes are not (counted).
+const MAX_NODES: usize = 1 << 20;
 /// Modules the hidden-module table can mark; later ones are never hidden.
 const MODULE_SLOTS: usize = 8192;
 
@@ -110,6 +114,8 @@ pub struct Stacks {
     /// the same stack for too long.
     table_full: AtomicU64,
     contended: AtomicU64,
+    /// Graph nodes not remembered for clones: the map was full.
+    nodes_not_kept: AtomicU64,
     graph_node_id: Option<GetGraphNodeId>,
     captures: AtomicU64,
     /// Captures skipped: the thread had almost no stack left.
@@ -178,6 +184,7 @@ impl Stacks {
             seen: Seen::new(),
             table_full: AtomicU64::new(0),
             contended: AtomicU64::new(0),
+            nodes_not_kept: AtomicU64::new(0),
             graph_node_id,
             captures: AtomicU64::new(0),
             no_stack: AtomicU64::new(0),
@@ -314,11 +321,16 @@ impl Stacks {
         cbid: u32,
         data: *const c_void,
         open: Option<(u32, u32, u32)>,
+        copying: bool,
     ) {
         let Some(node_id) = self.graph_node_id else {
             return;
         };
-        if (cbid != GRAPHNODE_CREATED && cbid != GRAPHNODE_CLONED) || data.is_null() {
+        if !matches!(
+            cbid,
+            GRAPHNODE_CREATED | GRAPHNODE_CLONED | GRAPHNODE_DESTROY_STARTING
+        ) || data.is_null()
+        {
             return;
         }
         let data = data.cast::<u8>();
@@ -346,12 +358,14 @@ impl Stacks {
             (!n.is_null() && unsafe { node_id(n, &mut id) } == 0).then_some(id)
         };
         let Some(node) = id_of(node) else { return };
-        if cbid == GRAPHNODE_CLONED {
-            if let Some(orig) = id_of(original) {
-                self.node_cloned(node, orig);
+        match cbid {
+            GRAPHNODE_CLONED => {
+                if let Some(orig) = id_of(original) {
+                    self.node_cloned(node, orig);
+                }
             }
-        } else {
-            self.node_created(node, open);
+            GRAPHNODE_DESTROY_STARTING => self.node_destroyed(node),
+            _ => self.node_created(node, open, copying),
         }
     }
 
@@ -360,7 +374,13 @@ impl Stacks {
     /// Instantiation reports each copy it makes as made and as cloned, in an
     /// order CUPTI does not document: a node already known as a clone keeps its
     /// original's origin.
-    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>) {
+    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>, copying: bool) {
+        if open.is_none() && copying {
+            // A copy made by instantiate, clone or exec-update: its
+            // GRAPHNODE_CLONED gives it its original's origin; a stack taken
+            // here would be discarded (and cost a capture per node).
+            return;
+        }
         if self
             .table
             .lock()
@@ -375,8 +395,23 @@ impl Stacks {
             None => (self.capture(), None),
         };
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        t.nodes.insert(node, (stack, api));
+        self.remember_node(&mut t, node, (stack, api));
         t.pending_nodes.push((node, stack, api));
+    }
+
+    /// Keeps a node's origin for its clones, within [`MAX_NODES`].
+    fn remember_node(&self, t: &mut Table, node: u64, origin: (u32, Option<ApiId>)) {
+        if t.nodes.len() < MAX_NODES || t.nodes.contains_key(&node) {
+            t.nodes.insert(node, origin);
+        } else {
+            self.nodes_not_kept.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Graph node `node` is being destroyed: its clones are made already.
+    fn node_destroyed(&self, node: u64) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.nodes.remove(&node);
     }
 
     /// Graph node `node` was copied from `original` (graph instantiation or
@@ -384,7 +419,7 @@ impl Stacks {
     fn node_cloned(&self, node: u64, original: u64) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&(stack, api)) = t.nodes.get(&original) {
-            t.nodes.insert(node, (stack, api));
+            self.remember_node(&mut t, node, (stack, api));
             t.pending_nodes.push((node, stack, api));
         }
     }
@@ -524,7 +559,8 @@ impl Stacks {
             "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} without an \
              id (stack table full), {} without an id (contended), {} truncated \
              ({} at code without unwind info, {} at the depth cap, {} busy), {} with no \
-             frame outside CUDA's libraries, {} with Python frames; Python: {:?}",
+             frame outside CUDA's libraries, {} with Python frames; Python: {:?}; \
+             graph nodes held: {} ({} not kept: map full)",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
@@ -536,7 +572,9 @@ impl Stacks {
             s.busy,
             self.empty.load(Relaxed),
             s.python_stacks,
-            self.unwinder.python_status()
+            self.unwinder.python_status(),
+            self.table.lock().map_or(0, |t| t.nodes.len()),
+            self.nodes_not_kept.load(Relaxed),
         )
     }
 }
@@ -647,12 +685,12 @@ mod tests {
         let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
         let api = Some("api 2/211".to_owned());
         // Captured inside a recorded launch whose stack is 5.
-        s.node_created(101, Some((5, 2, 211)));
+        s.node_created(101, Some((5, 2, 211)), false);
         // Instantiation: made then cloned, and cloned then made.
-        s.node_created(201, None);
+        s.node_created(201, None, false);
         s.node_cloned(201, 101);
         s.node_cloned(301, 101);
-        s.node_created(301, None);
+        s.node_created(301, None, false);
         // A clone of a node whose origin is unknown stays unknown.
         s.node_cloned(401, 999);
         let recs = graph_nodes(&s);

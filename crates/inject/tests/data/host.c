@@ -19,6 +19,7 @@
  *   mock-small-stacks  threads with 16 KiB stacks launching
  *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
  *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
+ *   mock-graph-instantiate  N instantiations of a 50-node graph, each destroyed after
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
@@ -385,6 +386,32 @@ static int signal_in_malloc(long signals) {
     return 3;
 }
 
+/* A graph of 50 nodes added outside any recorded call, instantiated N times as
+ * CUPTI reports it (inside cudaGraphInstantiate: each copy made, then cloned
+ * from its original), each instantiated graph destroyed after. */
+static int graph_instantiate(void *mock, long n) {
+    void (*created)(uint64_t) = (void (*)(uint64_t))dlsym(mock, "mock_graph_node_created");
+    void (*cloned)(uint64_t, uint64_t) = (void (*)(uint64_t, uint64_t))dlsym(mock, "mock_graph_node_cloned");
+    void (*destroyed)(uint64_t) = (void (*)(uint64_t))dlsym(mock, "mock_graph_node_destroyed");
+    if (!created || !cloned || !destroyed) return 94;
+    enum { NODES = 50 };
+    for (uint64_t i = 1; i <= NODES; i++) created(i);
+    uint64_t next = 1000;
+    for (long k = 0; k < n; k++) {
+        uint32_t c = hostile_corr++;
+        mock_api(RT, 310, c, 1);
+        for (uint64_t i = 1; i <= NODES; i++) {
+            created(next + i);
+            cloned(next + i, i);
+        }
+        mock_api(RT, 310, c, 0);
+        for (uint64_t i = 1; i <= NODES; i++) destroyed(next + i);
+        next += NODES;
+    }
+    printf("instantiated %ld\n", n);
+    return 3;
+}
+
 #define LOAD(name)                                                    \
     do {                                                              \
         *(void **)&name = dlsym(mock, #name);                         \
@@ -460,6 +487,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[2], "mock-small-stacks") == 0) return small_stacks();
         if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();
         if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
+        if (strcmp(argv[2], "mock-graph-instantiate") == 0)
+            return graph_instantiate(mock, argc > 3 ? atol(argv[3]) : 200);
         if (strcmp(argv[2], "mock-signal-malloc") == 0)
             return signal_in_malloc(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-fatal") == 0) {

@@ -121,3 +121,30 @@ fn mock_signal_handler_launching_inside_malloc_and_inside_launches_completes() {
         .unwrap_or_else(|| panic!("{log}"));
     assert_eq!(calls as u64 + reentered, made, "{stdout}\n{log}");
 }
+
+/// Instantiating a graph copies each node; a copy has its original's stack.
+/// Taking a stack for each copy (which CUPTI reports as made, inside the
+/// instantiate call) and keeping every copy ever made cost time and memory
+/// that grow with each instantiation.
+#[test]
+fn mock_graph_instantiations_take_no_stacks_and_forget_destroyed_nodes() {
+    let Some((out, dir)) = both("mock-graph-instantiate", &["200"], Duration::from_secs(120))
+    else {
+        return;
+    };
+    assert!(String::from_utf8_lossy(&out.stdout).contains("instantiated 200"));
+    let log = read_logs(dir.path());
+    // The 50 nodes added outside a recorded call get a stack each; copies none.
+    let taken = number_after(&log, "stacks:").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(taken, 50, "{log}");
+    // Destroyed copies are forgotten: the 50 originals remain.
+    let held = number_after(&log, "graph nodes held:").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(held, 50, "{log}");
+    // Every copy still names its original's stack.
+    let (records, _, _) = read_traces(dir.path());
+    let copies = records
+        .iter()
+        .filter(|r| matches!(r, Record::GraphNode(g) if g.node_id >= 1000 && g.stack != 0))
+        .count();
+    assert_eq!(copies, 200 * 50);
+}
