@@ -148,6 +148,9 @@ struct Stats {
     launches: AtomicU64,
     /// Calls not recorded: more than `MAX_OPEN` open on one thread.
     too_deep: AtomicU64,
+    /// Recorded API calls made after the trace was closed (static destructors,
+    /// atexit handlers registered before CUDA started).
+    after_close: AtomicU64,
     /// API calls whose callbacks arrived while the thread was inside gpuperf
     /// (a signal handler making CUDA calls): returned at once, not recorded.
     reentered: AtomicU64,
@@ -950,6 +953,23 @@ impl State {
     }
 }
 
+impl State {
+    /// Writes, to the log and as a NOTE, how many API calls came after the
+    /// trace was closed.
+    fn report_after_close(&self) {
+        let n = self.stats.after_close.swap(0, Relaxed);
+        if n == 0 || std::process::id() != self.pid {
+            return;
+        }
+        let text = format!(
+            "{n} API calls came after the trace was closed (static destructors, or atexit \
+             handlers registered before CUDA started); not recorded"
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
+    }
+}
+
 /// Copies a C string out of CUPTI's memory.
 ///
 /// # Safety
@@ -967,29 +987,61 @@ unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: 
     let inside = Inside::enter();
     if inside.reentered() {
         if let Some(s) = STATE.get()
-            && (domain == RUNTIME || domain == DRIVER)
-            && !data.is_null()
-            // SAFETY: for the runtime and driver domains CUPTI passes a
-            // `CUpti_CallbackData`; its site is read as a plain integer.
-            && unsafe {
-                data.cast::<u8>()
-                    .add(offset_of!(CUpti_CallbackData, callbackSite))
-                    .cast::<u32>()
-                    .read_unaligned()
-            } == ENTER
+            // SAFETY: `data` as CUPTI passed it with `domain`.
+            && unsafe { api_enter(domain, data) }
         {
             s.stats.reentered.fetch_add(1, Relaxed);
         }
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Some(s) = STATE.get()
-            && !s.disabled.load(Relaxed)
-        {
+        let Some(s) = STATE.get() else { return };
+        if !s.disabled.load(Relaxed) {
             s.on_api(domain, cbid, data);
+        } else if s.closed.load(Relaxed)
+            && s.class(domain, cbid).recorded()
+            // SAFETY: as above.
+            && unsafe { api_enter(domain, data) }
+        {
+            // A static destructor, or an atexit handler registered before CUDA
+            // started, runs after the trace was closed.
+            s.stats.after_close.fetch_add(1, Relaxed);
         }
     }));
 }
+
+/// Whether a callback is the entry of a runtime or driver API call.
+///
+/// # Safety
+/// `data` must be what CUPTI passed with `domain`.
+unsafe fn api_enter(domain: u32, data: *const c_void) -> bool {
+    (domain == RUNTIME || domain == DRIVER)
+        && !data.is_null()
+        // SAFETY: for these domains CUPTI passes a `CUpti_CallbackData`; its
+        // site is read as a plain integer.
+        && unsafe {
+            data.cast::<u8>()
+                .add(offset_of!(CUpti_CallbackData, callbackSite))
+                .cast::<u32>()
+                .read_unaligned()
+        } == ENTER
+}
+
+/// Runs when the library is unloaded, or at exit after every atexit handler
+/// and static destructor of the program: reports the API calls that came after
+/// the trace was closed. It calls no CUPTI function (libcupti may be gone).
+extern "C" fn at_unload() {
+    let _inside = Inside::enter();
+    let _ = catch_unwind(|| {
+        if let Some(s) = STATE.get() {
+            s.report_after_close();
+        }
+    });
+}
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static AT_UNLOAD: extern "C" fn() = at_unload;
 
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {
     let _no_cancel = NoCancel::new();

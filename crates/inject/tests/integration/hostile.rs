@@ -148,3 +148,35 @@ fn mock_graph_instantiations_take_no_stacks_and_forget_destroyed_nodes() {
         .count();
     assert_eq!(copies, 200 * 50);
 }
+
+/// Launches from an exit handler that runs after gpuperf's (registered before
+/// CUDA started) cannot be recorded; they are counted and reported.
+#[test]
+fn mock_launches_after_the_trace_closed_are_counted_and_noted() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("HOST_LATE_LAUNCHES", Path::new("1")),
+    ];
+    let out = run_host_with(
+        Some(&inject_lib()),
+        "mock",
+        &[],
+        &env,
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let want = "5 API calls came after the trace was closed";
+    let log = read_logs(dir.path());
+    assert!(log.contains(want), "{log}");
+    let (records, _, _) = read_traces(dir.path());
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(r, Record::Note(n) if n.text.starts_with(want))),
+        "{records:?}"
+    );
+}
