@@ -19,7 +19,8 @@
  *   mock-small-stacks  threads with 16 KiB stacks launching
  *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
  *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
- *   mock-graph-instantiate  N instantiations of a 50-node graph, each destroyed after
+ *   mock-graph-instantiate  N instantiations of a graph (HOST_GRAPH_NODES, default 50
+ *                nodes), each destroyed after; prints ns_per_instantiation
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
@@ -397,9 +398,11 @@ static int graph_instantiate(void *mock, long n) {
     void (*cloned)(uint64_t, uint64_t) = (void (*)(uint64_t, uint64_t))dlsym(mock, "mock_graph_node_cloned");
     void (*destroyed)(uint64_t) = (void (*)(uint64_t))dlsym(mock, "mock_graph_node_destroyed");
     if (!created || !cloned || !destroyed) return 94;
-    enum { NODES = 50 };
+    const char *nodes = getenv("HOST_GRAPH_NODES");
+    const uint64_t NODES = nodes ? (uint64_t)atol(nodes) : 50;
     for (uint64_t i = 1; i <= NODES; i++) created(i);
-    uint64_t next = 1000;
+    uint64_t next = 1000000;
+    uint64_t t0 = now();
     for (long k = 0; k < n; k++) {
         uint32_t c = hostile_corr++;
         mock_api(RT, 310, c, 1);
@@ -411,7 +414,7 @@ static int graph_instantiate(void *mock, long n) {
         for (uint64_t i = 1; i <= NODES; i++) destroyed(next + i);
         next += NODES;
     }
-    printf("instantiated %ld\n", n);
+    printf("instantiated %ld ns_per_instantiation %.1f\n", n, (double)(now() - t0) / (double)n);
     return 3;
 }
 

@@ -144,7 +144,7 @@ fn mock_graph_instantiations_take_no_stacks_and_forget_destroyed_nodes() {
     let (records, _, _) = read_traces(dir.path());
     let copies = records
         .iter()
-        .filter(|r| matches!(r, Record::GraphNode(g) if g.node_id >= 1000 && g.stack != 0))
+        .filter(|r| matches!(r, Record::GraphNode(g) if g.node_id >= 1_000_000 && g.stack != 0))
         .count();
     assert_eq!(copies, 200 * 50);
 }
