@@ -558,7 +558,8 @@ impl Stacks {
         format!(
             "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} without an \
              id (stack table full), {} without an id (contended), {} truncated \
-             ({} at code without unwind info, {} at the depth cap, {} busy), {} with no \
+             ({} at code without unwind info, {} at the depth cap, {} busy: every unwind \
+             cache in use; {} waited for one), {} with no \
              frame outside CUDA's libraries, {} with Python frames; Python: {:?}; \
              graph nodes held: {} ({} not kept: map full)",
             self.captures.load(Relaxed),
@@ -570,6 +571,7 @@ impl Stacks {
             s.unknown_frames,
             s.depth_limit,
             s.busy,
+            s.cache_waits,
             self.empty.load(Relaxed),
             s.python_stacks,
             self.unwinder.python_status(),

@@ -127,6 +127,7 @@ pub(crate) struct Stats {
     pub python_unmatched: AtomicU64,
     pub stale_table: AtomicU64,
     pub no_stack_left: AtomicU64,
+    pub cache_waits: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -157,6 +158,8 @@ pub struct StatsSnapshot {
     pub stale_table: u64,
     /// Captures skipped because the caller had almost no stack left.
     pub no_stack_left: u64,
+    /// Captures that found every unwind cache in use and had to wait.
+    pub cache_waits: u64,
 }
 
 impl Stats {
@@ -174,6 +177,7 @@ impl Stats {
             python_unmatched: l(&self.python_unmatched),
             stale_table: l(&self.stale_table),
             no_stack_left: l(&self.no_stack_left),
+            cache_waits: l(&self.cache_waits),
         }
     }
 

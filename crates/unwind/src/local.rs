@@ -30,8 +30,10 @@ use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Options {
-    /// Unwind caches, each usable by one capturing thread at a time; a capture that
-    /// finds all in use returns [`StackEnd::Busy`] (counted). Default is 32.
+    /// Unwind caches, each usable by one capturing thread at a time. A capture
+    /// that finds all in use yields the CPU and tries again, a bounded number
+    /// of times, then returns [`StackEnd::Busy`] (both counted). Default: four
+    /// per online CPU, at least 32.
     pub caches: usize,
     /// Read Python frames when the process runs CPython 3.10–3.13. Default is `true`.
     pub python: bool,
@@ -39,8 +41,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         Options {
-            caches: 32,
+            caches: (4 * cpus).max(32),
             python: true,
         }
     }
@@ -51,6 +55,9 @@ impl Default for Options {
 /// stack of its own, so this only keeps a thread at the edge of its stack from
 /// being interrupted by more work.
 pub const MIN_STACK_LEFT: u64 = 512;
+
+/// Times a capture that finds every cache in use yields before giving up.
+const CACHE_WAIT_YIELDS: usize = 1000;
 
 /// The default depth cap: callers size their frame buffer with it.
 pub const MAX_FRAMES: usize = 256;
@@ -362,10 +369,23 @@ impl LocalUnwinder {
         let me = unsafe { libc::pthread_self() } as usize;
         let n = self.caches.len();
         let start = (me >> 12) % n;
-        (0..n).map(|i| &self.caches[(start + i) % n]).find(|s| {
-            s.busy
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
+        let take = || {
+            (0..n).map(|i| &self.caches[(start + i) % n]).find(|s| {
+                s.busy
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            })
+        };
+        if let Some(s) = take() {
+            return Some(s);
+        }
+        // Every cache is held by a capturing thread, most likely one preempted
+        // mid-capture (more threads than CPUs): give it the CPU.
+        Stats::bump(&self.stats.cache_waits);
+        (0..CACHE_WAIT_YIELDS).find_map(|_| {
+            // SAFETY: sched_yield has no preconditions (a plain system call).
+            unsafe { libc::sched_yield() };
+            take()
         })
     }
 }
@@ -668,6 +688,28 @@ mod tests {
         // SAFETY: `arg` is the `Probe` the test passed, alive for the call.
         let p = unsafe { &mut *arg.cast::<Probe>() };
         p.captured = Some(p.u.capture(0, &mut p.frames));
+    }
+
+    #[test]
+    fn more_capturing_threads_than_caches__each_waits_for_one_none_gets_no_stack() {
+        let u = LocalUnwinder::new(Options {
+            caches: 2,
+            python: false,
+        });
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let mut frames = [Frame::default(); MAX_FRAMES];
+                    for _ in 0..2000 {
+                        let c = u.capture(0, &mut frames);
+                        assert_ne!(c.end, StackEnd::Busy);
+                    }
+                });
+            }
+        });
+        let st = u.stats();
+        assert_eq!(st.busy, 0, "{st:?}");
+        assert_eq!(st.captures, 8 * 2000);
     }
 
     #[test]
