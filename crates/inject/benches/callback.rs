@@ -18,8 +18,8 @@
 //! functions through ctypes (`bench/stack_bench.py`). Warm: each run repeats one
 //! stack, as a training loop does.
 //!
-//! Also: the 30-frame stack case on 8 threads launching at once (wall time over
-//! all their launches), and instantiating a 1000-node graph (each instantiated
+//! Also: the 30-frame stack case on 1 and 8 threads launching at once (wall
+//! time over all their launches), and instantiating a 1000-node graph (each instantiated
 //! graph destroyed after), with stacks off and on.
 //!
 //! Run: `cargo bench -p gpuperf-inject --bench callback` (needs gcc and the CUDA
@@ -291,6 +291,8 @@ fn more_cases(
     let baseline = std::env::var("GPUPERF_BENCH_BASELINE").ok();
     let libs: Vec<&str> = std::iter::once(inject).chain(baseline.as_deref()).collect();
     let mut cases = vec![
+        Case::new("1 thread, no stacks", "ns/launch"),
+        Case::new("1 thread, with stacks", "ns/launch"),
         Case::new(format!("{THREADS} threads, no stacks"), "ns/launch"),
         Case::new(format!("{THREADS} threads, with stacks"), "ns/launch"),
         Case::new(
@@ -309,12 +311,14 @@ fn more_cases(
     for _ in 0..ROUNDS {
         for (i, lib) in libs.iter().enumerate() {
             let mut figures = Vec::new();
-            for env in [off, on] {
-                figures.push(figure(
-                    Command::new(deep).args([lib, DEPTH, THREAD_LAUNCHES, THREADS]),
-                    env,
-                ));
-                clear(trace);
+            for threads in ["1", THREADS] {
+                for env in [off, on] {
+                    figures.push(figure(
+                        Command::new(deep).args([lib, DEPTH, THREAD_LAUNCHES, threads]),
+                        env,
+                    ));
+                    clear(trace);
+                }
             }
             for env in [&goff[..], &gon[..]] {
                 figures.push(figure_named(
@@ -334,8 +338,8 @@ fn more_cases(
         }
     }
     println!(
-        "{THREADS} threads x {THREAD_LAUNCHES} launches (30-frame stacks), and {INSTANTIATIONS} \
-         instantiations of a {GRAPH_NODES}-node graph, medians:"
+        "1 and {THREADS} threads x {THREAD_LAUNCHES} launches (30-frame stacks), and \
+         {INSTANTIATIONS} instantiations of a {GRAPH_NODES}-node graph, medians:"
     );
     if let Some(b) = &baseline {
         println!("  baseline: {b}");
