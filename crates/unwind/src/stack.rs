@@ -8,7 +8,8 @@
 //! capture's scratch stack, once per thread, and cached
 //! in a fixed table keyed by `pthread_self()`. glibc keeps a thread's descriptor at
 //! the top of its stack, so a reused `pthread_t` means the same stack; the cached
-//! range is still checked against the stack pointer on every use.
+//! ranges are still checked against the stack pointer on every use. A thread
+//! keeps several ranges: coroutines and fibers run on stacks of their own.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -16,11 +17,20 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 const SLOTS: usize = 4096;
 /// Linear probing limit.
 const PROBES: usize = 64;
+/// Stack ranges kept per thread: its own stack and the coroutine or fiber
+/// stacks it switches to (ucontext, boost.context), replaced round-robin.
+const RANGES: usize = 4;
+
+struct Range {
+    lo: AtomicU64,
+    hi: AtomicU64,
+}
 
 struct Slot {
     key: AtomicUsize,
-    lo: AtomicU64,
-    hi: AtomicU64,
+    ranges: [Range; RANGES],
+    /// The range the next new one replaces.
+    next: AtomicUsize,
 }
 
 pub(crate) struct StackTable {
@@ -32,8 +42,11 @@ impl StackTable {
         let slots = (0..SLOTS)
             .map(|_| Slot {
                 key: AtomicUsize::new(0),
-                lo: AtomicU64::new(0),
-                hi: AtomicU64::new(0),
+                ranges: std::array::from_fn(|_| Range {
+                    lo: AtomicU64::new(0),
+                    hi: AtomicU64::new(0),
+                }),
+                next: AtomicUsize::new(0),
             })
             .collect();
         StackTable { slots }
@@ -58,19 +71,20 @@ impl StackTable {
                     Err(other) => other,
                 };
                 if key == me {
-                    slot.lo.store(0, Ordering::Relaxed);
-                    slot.hi.store(0, Ordering::Relaxed);
+                    for r in &slot.ranges {
+                        r.lo.store(0, Ordering::Relaxed);
+                        r.hi.store(0, Ordering::Relaxed);
+                    }
                 }
             }
             if key != me {
                 continue;
             }
-            let (lo, hi) = (
-                slot.lo.load(Ordering::Relaxed),
-                slot.hi.load(Ordering::Relaxed),
-            );
-            if lo <= sp && sp < hi {
-                return (Some((lo, hi)), false);
+            for r in &slot.ranges {
+                let (lo, hi) = (r.lo.load(Ordering::Relaxed), r.hi.load(Ordering::Relaxed));
+                if lo <= sp && sp < hi {
+                    return (Some((lo, hi)), false);
+                }
             }
             // Not the thread's stack: a signal handler's alternate stack is
             // tighter than the mapping it lies in (often the heap), and is not
@@ -80,8 +94,9 @@ impl StackTable {
             }
             let found = mapping_containing(sp);
             if let Some((lo, hi)) = found {
-                slot.lo.store(lo, Ordering::Relaxed);
-                slot.hi.store(hi, Ordering::Relaxed);
+                let i = slot.next.fetch_add(1, Ordering::Relaxed) % RANGES;
+                slot.ranges[i].lo.store(lo, Ordering::Relaxed);
+                slot.ranges[i].hi.store(hi, Ordering::Relaxed);
             }
             return (found, true);
         }

@@ -149,3 +149,24 @@ fn code_without_unwind_info__ends_with_unknown_and_is_truncated() {
         .unwrap_or_else(|| panic!("no frame in liblate*: {:?}", s.lines));
     assert!(late_frame.contains("/liblate2.so\t"), "{late_frame}");
 }
+
+/// Coroutines on their own stacks (ucontext, as boost.context and fibers do):
+/// each stack's bounds are looked up once, not on every capture.
+#[test]
+fn coroutine_stacks__bounds_looked_up_once_per_stack() {
+    let exe = gcc("coroutines", &["coroutines.c"], &["-O2", "-ldl"]);
+    let out = run(Command::new(&exe).arg(probe()));
+    let stacks = parse(&out);
+    assert_eq!(stacks.len(), 3, "{out}");
+    for s in &stacks {
+        assert!(!s.lines.is_empty(), "{}: {out}", s.section);
+    }
+    let scans: u64 = out
+        .split("stack_scans: ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    // The main stack and the two coroutine stacks, not 300 captures' worth.
+    assert!(scans <= 3, "{scans} lookups of /proc/self/maps: {out}");
+}
