@@ -31,9 +31,9 @@ use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
 #[non_exhaustive]
 pub struct Options {
     /// Unwind caches, each usable by one capturing thread at a time. A capture
-    /// that finds all in use yields the CPU and tries again, a bounded number
-    /// of times, then returns [`StackEnd::Busy`] (both counted). Default: four
-    /// per online CPU, at least 32.
+    /// that finds all in use yields the CPU and tries again, for at most 10 ms,
+    /// then returns [`StackEnd::Busy`] (both counted). Default: four per online
+    /// CPU, at least 32.
     pub caches: usize,
     /// Read Python frames when the process runs CPython 3.10–3.13. Default is `true`.
     pub python: bool,
@@ -56,8 +56,18 @@ impl Default for Options {
 /// being interrupted by more work.
 pub const MIN_STACK_LEFT: u64 = 512;
 
-/// Times a capture that finds every cache in use yields before giving up.
-const CACHE_WAIT_YIELDS: usize = 1000;
+/// How long a capture that finds every cache in use waits for one.
+const CACHE_WAIT_NS: u64 = 10_000_000;
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC exists (vDSO, no system call).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+}
 
 /// The default depth cap: callers size their frame buffer with it.
 pub const MAX_FRAMES: usize = 256;
@@ -380,13 +390,37 @@ impl LocalUnwinder {
             return Some(s);
         }
         // Every cache is held by a capturing thread, most likely one preempted
-        // mid-capture (more threads than CPUs): give it the CPU.
+        // mid-capture (more threads than CPUs): give it the CPU, first by
+        // yielding, then by sleeping, for at most CACHE_WAIT_NS.
         Stats::bump(&self.stats.cache_waits);
-        (0..CACHE_WAIT_YIELDS).find_map(|_| {
-            // SAFETY: sched_yield has no preconditions (a plain system call).
-            unsafe { libc::sched_yield() };
-            take()
-        })
+        let started = monotonic_ns();
+        for round in 0.. {
+            if round < 64 {
+                // SAFETY: sched_yield has no preconditions (a plain system call).
+                unsafe { libc::sched_yield() };
+            } else {
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000,
+                };
+                // SAFETY: a raw nanosleep (libc's is a cancellation point);
+                // `ts` is valid, no remainder is asked for.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_nanosleep,
+                        &ts,
+                        std::ptr::null_mut::<libc::timespec>(),
+                    )
+                };
+            }
+            if let Some(s) = take() {
+                return Some(s);
+            }
+            if monotonic_ns().saturating_sub(started) > CACHE_WAIT_NS {
+                break;
+            }
+        }
+        None
     }
 }
 
@@ -691,25 +725,25 @@ mod tests {
     }
 
     #[test]
-    fn more_capturing_threads_than_caches__each_waits_for_one_none_gets_no_stack() {
+    fn every_cache_in_use__a_capture_waits_for_one_and_counts_it() {
         let u = LocalUnwinder::new(Options {
-            caches: 2,
+            caches: 1,
             python: false,
         });
-        std::thread::scope(|s| {
-            for _ in 0..8 {
-                s.spawn(|| {
-                    let mut frames = [Frame::default(); MAX_FRAMES];
-                    for _ in 0..2000 {
-                        let c = u.capture(0, &mut frames);
-                        assert_ne!(c.end, StackEnd::Busy);
-                    }
-                });
-            }
+        // Another capture holds the only cache, and gives it back a little later.
+        let held = u.acquire_cache().expect("a free cache");
+        let c = std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let mut frames = [Frame::default(); MAX_FRAMES];
+                u.capture(0, &mut frames)
+            });
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            held.busy.store(false, Ordering::Release);
+            t.join().unwrap()
         });
+        assert_ne!(c.end, StackEnd::Busy, "{c:?}");
         let st = u.stats();
-        assert_eq!(st.busy, 0, "{st:?}");
-        assert_eq!(st.captures, 8 * 2000);
+        assert_eq!((st.busy, st.cache_waits), (0, 1), "{st:?}");
     }
 
     #[test]
