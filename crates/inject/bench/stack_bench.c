@@ -5,9 +5,11 @@
  * shared library (-DBENCH_LIB) that Python calls through ctypes under 30 Python
  * frames.
  *
- * usage: stack_bench INJECT.so|none DEPTH LAUNCHES   (prints ns_per_launch) */
+ * usage: stack_bench INJECT.so|none DEPTH LAUNCHES [THREADS]   (prints ns_per_launch:
+ * wall time over all launches of all threads, which launch at once) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,11 +47,11 @@ int bench_init(const char *inject) {
 __attribute__((noinline)) static double loop(long n) {
     uint64_t t0 = now();
     for (long i = 0; i < n; i++) {
-        corr++;
-        mock_api(2, 211, corr, 1); /* cudaLaunchKernel_v7000 */
-        mock_api(2, 211, corr, 0);
+        uint32_t c = __atomic_add_fetch(&corr, 1, __ATOMIC_RELAXED);
+        mock_api(2, 211, c, 1); /* cudaLaunchKernel_v7000 */
+        mock_api(2, 211, c, 0);
         uint64_t t = mock_now();
-        mock_kernel(corr, t, t + 1000, "_Z6kernelPfi", 0, 0, 7);
+        mock_kernel(c, t, t + 1000, "_Z6kernelPfi", 0, 0, 7);
     }
     return (double)(now() - t0) / (double)n;
 }
@@ -67,6 +69,18 @@ double bench_run(int depth, long n) {
 }
 
 #ifndef BENCH_LIB
+static int depth_arg;
+static long launches_arg;
+static pthread_barrier_t start;
+
+static void *thread_run(void *arg) {
+    (void)arg;
+    nest(depth_arg, launches_arg / 10 + 1);
+    pthread_barrier_wait(&start);
+    nest(depth_arg, launches_arg);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) return 2;
     int rc = bench_init(argv[1]);
@@ -74,7 +88,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "stack_bench: init failed (%d)\n", rc);
         return 1;
     }
-    printf("ns_per_launch %.1f\n", bench_run(atoi(argv[2]), atol(argv[3])));
+    depth_arg = atoi(argv[2]);
+    launches_arg = atol(argv[3]);
+    int threads = argc > 4 ? atoi(argv[4]) : 1;
+    if (threads <= 1) {
+        printf("ns_per_launch %.1f\n", bench_run(depth_arg, launches_arg));
+        return 0;
+    }
+    pthread_t t[64];
+    if (threads > 64) threads = 64;
+    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, thread_run, NULL);
+    pthread_barrier_wait(&start);
+    uint64_t t0 = now();
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    printf("ns_per_launch %.1f\n", (double)(now() - t0) / ((double)launches_arg * threads));
     return 0;
 }
 #endif

@@ -18,8 +18,15 @@
 //! functions through ctypes (`bench/stack_bench.py`). Warm: each run repeats one
 //! stack, as a training loop does.
 //!
+//! Also: the 30-frame stack case on 1 and 8 threads launching at once (wall
+//! time over all their launches), and instantiating a 1000-node graph (each instantiated
+//! graph destroyed after), with stacks off and on.
+//!
 //! Run: `cargo bench -p gpuperf-inject --bench callback` (needs gcc and the CUDA
 //! wheels listed in the README's developer section).
+//! `GPUPERF_BENCH_BASELINE=path/to/libgpuperf_inject.so` (another build, e.g.
+//! of the previous commit) runs every case with that library too, in the same
+//! rounds, and prints its medians beside this build's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,6 +44,12 @@ const ROUNDS: usize = 7;
 /// Levels of `nest` in stack_bench.c: with loop, bench_run, main and glibc's three
 /// start frames, the recorded stack holds 30 frames.
 const DEPTH: &str = "23";
+/// Threads of the multi-threaded case, and launches per thread.
+const THREADS: &str = "8";
+const THREAD_LAUNCHES: &str = "50000";
+/// The graph of the instantiation case, and instantiations per run.
+const GRAPH_NODES: &str = "1000";
+const INSTANTIATIONS: &str = "200";
 
 /// `bench/<src>` built with `-O2` and `args` into `out`.
 fn gcc(out: &Path, src: &str, args: &[&str]) -> PathBuf {
@@ -59,13 +72,54 @@ fn ns_per_launch(host: &Path, inject: &str, env: &[(&str, &str)]) -> f64 {
 }
 
 fn figure(cmd: &mut Command, env: &[(&str, &str)]) -> f64 {
+    figure_named(cmd, env, "ns_per_launch ")
+}
+
+fn figure_named(cmd: &mut Command, env: &[(&str, &str)], key: &str) -> f64 {
     let out = cmd.envs(env.iter().copied()).output().expect("host runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "host failed: {text}");
+    assert!(
+        out.status.success() || out.status.code() == Some(3),
+        "host failed: {text}"
+    );
     text.lines()
-        .find_map(|l| l.split("ns_per_launch ").nth(1))
-        .and_then(|v| v.trim().parse().ok())
+        .find_map(|l| l.split(key).nth(1))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no figure in {text}"))
+}
+
+/// Medians of this build and, when given, of the baseline library.
+struct Case {
+    name: String,
+    unit: &'static str,
+    ours: Vec<f64>,
+    base: Vec<f64>,
+}
+
+impl Case {
+    fn new(name: impl Into<String>, unit: &'static str) -> Case {
+        Case {
+            name: name.into(),
+            unit,
+            ours: Vec::new(),
+            base: Vec::new(),
+        }
+    }
+
+    fn print(self) {
+        let ours = median(self.ours);
+        if self.base.is_empty() {
+            println!("  {:<34} {ours:10.1} {}", self.name, self.unit);
+        } else {
+            let base = median(self.base);
+            println!(
+                "  {:<34} {ours:10.1} {}  (baseline {base:.1}, ratio {:.2})",
+                self.name,
+                self.unit,
+                ours / base
+            );
+        }
+    }
 }
 
 /// (native, Python) frames of the longest stack in the traces of `dir`.
@@ -220,5 +274,77 @@ fn main() {
         );
     } else {
         println!("  (pyenv's CPython 3.12 not found: the Python case was skipped)");
+    }
+    more_cases(&host, &deep, inject, &base_env, &stacks_env, &trace);
+}
+
+/// The 8-thread and graph-instantiation cases, beside a baseline build when
+/// `GPUPERF_BENCH_BASELINE` names one.
+fn more_cases(
+    host: &Path,
+    deep: &Path,
+    inject: &str,
+    off: &[(&str, &str)],
+    on: &[(&str, &str)],
+    trace: &Path,
+) {
+    let baseline = std::env::var("GPUPERF_BENCH_BASELINE").ok();
+    let libs: Vec<&str> = std::iter::once(inject).chain(baseline.as_deref()).collect();
+    let mut cases = vec![
+        Case::new("1 thread, no stacks", "ns/launch"),
+        Case::new("1 thread, with stacks", "ns/launch"),
+        Case::new(format!("{THREADS} threads, no stacks"), "ns/launch"),
+        Case::new(format!("{THREADS} threads, with stacks"), "ns/launch"),
+        Case::new(
+            format!("{GRAPH_NODES}-node graph, no stacks"),
+            "ns/instantiation",
+        ),
+        Case::new(
+            format!("{GRAPH_NODES}-node graph, with stacks"),
+            "ns/instantiation",
+        ),
+    ];
+    let mut goff: Vec<(&str, &str)> = off.to_vec();
+    goff.push(("HOST_GRAPH_NODES", GRAPH_NODES));
+    let mut gon: Vec<(&str, &str)> = on.to_vec();
+    gon.push(("HOST_GRAPH_NODES", GRAPH_NODES));
+    for _ in 0..ROUNDS {
+        for (i, lib) in libs.iter().enumerate() {
+            let mut figures = Vec::new();
+            for threads in ["1", THREADS] {
+                for env in [off, on] {
+                    figures.push(figure(
+                        Command::new(deep).args([lib, DEPTH, THREAD_LAUNCHES, threads]),
+                        env,
+                    ));
+                    clear(trace);
+                }
+            }
+            for env in [&goff[..], &gon[..]] {
+                figures.push(figure_named(
+                    Command::new(host).args([lib, "mock-graph-instantiate", INSTANTIATIONS]),
+                    env,
+                    "ns_per_instantiation ",
+                ));
+                clear(trace);
+            }
+            for (case, f) in cases.iter_mut().zip(figures) {
+                if i == 0 {
+                    case.ours.push(f);
+                } else {
+                    case.base.push(f);
+                }
+            }
+        }
+    }
+    println!(
+        "1 and {THREADS} threads x {THREAD_LAUNCHES} launches (30-frame stacks), and \
+         {INSTANTIATIONS} instantiations of a {GRAPH_NODES}-node graph, medians:"
+    );
+    if let Some(b) = &baseline {
+        println!("  baseline: {b}");
+    }
+    for c in cases {
+        c.print();
     }
 }

@@ -18,6 +18,10 @@ pub enum Class {
     Sync,
     /// `cudaDeviceReset`: destroys the context, so buffers are flushed first.
     Reset,
+    /// Copies a graph's nodes (instantiate, clone, exec-update): not recorded,
+    /// but while one runs the copies it reports take no stack (they have their
+    /// originals').
+    GraphCopy,
 }
 
 impl Class {
@@ -28,7 +32,7 @@ impl Class {
 
     /// Whether an API record is written for the call.
     pub fn recorded(self) -> bool {
-        self != Self::Ignored
+        !matches!(self, Self::Ignored | Self::GraphCopy)
     }
 }
 
@@ -54,6 +58,16 @@ pub fn classify(name: &str) -> Class {
         | "cuEventSynchronize"
         | "cuStreamWaitEvent" => Class::Sync,
         "cudaDeviceReset" | "cudaThreadExit" => Class::Reset,
+        "cudaGraphInstantiate"
+        | "cudaGraphInstantiateWithFlags"
+        | "cudaGraphInstantiateWithParams"
+        | "cudaGraphClone"
+        | "cudaGraphExecUpdate"
+        | "cuGraphInstantiate"
+        | "cuGraphInstantiateWithFlags"
+        | "cuGraphInstantiateWithParams"
+        | "cuGraphClone"
+        | "cuGraphExecUpdate" => Class::GraphCopy,
         _ => Class::Ignored,
     }
 }
@@ -61,6 +75,22 @@ pub fn classify(name: &str) -> Class {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graph_copies_are_known_and_not_recorded() {
+        for n in [
+            "cudaGraphInstantiate_v10000",
+            "cudaGraphInstantiateWithFlags_v11040",
+            "cudaGraphInstantiateWithParams_ptsz_v12000",
+            "cudaGraphClone_v10000",
+            "cudaGraphExecUpdate_v10020",
+            "cuGraphInstantiateWithParams",
+            "cuGraphExecUpdate_v2",
+        ] {
+            assert_eq!(classify(n), Class::GraphCopy, "{n}");
+            assert!(!classify(n).recorded());
+        }
+    }
 
     #[test]
     fn launch_calls_of_both_apis_and_all_variants() {

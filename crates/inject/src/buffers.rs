@@ -5,6 +5,11 @@
 //! a small reserve allocated at start goes instead, and comes back to the reserve
 //! once decoded. When the reserve is in use too, a shared discard buffer goes:
 //! what CUPTI writes there is never read, and the buffer is counted as lost.
+//!
+//! CUPTI may ask for a buffer on the application's thread, inside a CUDA call
+//! made by a signal handler that interrupted `malloc`, where allocating would
+//! deadlock. So a few buffers are allocated ahead, off the application's
+//! threads (at start and by the flush thread), and requests take those first.
 
 use std::alloc::Layout;
 use std::ptr;
@@ -20,6 +25,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 pub const BUFFER_SIZE: usize = 256 << 10;
 /// Buffers kept for when allocation fails.
 const RESERVE: usize = 2;
+/// Buffers allocated ahead of requests.
+const READY: usize = 4;
 
 fn layout() -> Layout {
     Layout::from_size_align(BUFFER_SIZE, 8).expect("constant layout")
@@ -44,6 +51,8 @@ pub enum Origin {
 
 /// The reserve and the discard buffer, allocated once and never freed.
 pub struct Pool {
+    /// Allocated ahead (heap buffers, freed like any other); null when taken.
+    ready: [AtomicPtr<u8>; READY],
     owned: [*mut u8; RESERVE],
     free: [AtomicPtr<u8>; RESERVE],
     discard: *mut u8,
@@ -66,6 +75,7 @@ impl Pool {
     pub fn new(alloc: impl Fn() -> *mut u8) -> Self {
         let owned: [*mut u8; RESERVE] = std::array::from_fn(|_| alloc());
         Self {
+            ready: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             owned,
             free: owned.map(AtomicPtr::new),
             discard: alloc(),
@@ -78,6 +88,12 @@ impl Pool {
     /// the reserve, else the discard buffer. Null only if even the pool could not
     /// be allocated at start.
     pub fn request(&self, alloc: impl FnOnce() -> *mut u8) -> (*mut u8, usize) {
+        for slot in &self.ready {
+            let r = slot.swap(ptr::null_mut(), Relaxed);
+            if !r.is_null() {
+                return (r, BUFFER_SIZE);
+            }
+        }
         let p = alloc();
         if !p.is_null() {
             return (p, BUFFER_SIZE);
@@ -97,6 +113,27 @@ impl Pool {
                 BUFFER_SIZE
             },
         )
+    }
+
+    /// Allocates buffers ahead with `alloc` until every ready slot is full or
+    /// an allocation fails. Call it off the application's threads.
+    pub fn refill(&self, alloc: impl Fn() -> *mut u8) {
+        for slot in &self.ready {
+            if !slot.load(Relaxed).is_null() {
+                continue;
+            }
+            let p = alloc();
+            if p.is_null() {
+                return;
+            }
+            if slot
+                .compare_exchange(ptr::null_mut(), p, Relaxed, Relaxed)
+                .is_err()
+            {
+                // SAFETY: just allocated by `alloc`, as `release` expects.
+                unsafe { self.release(p) };
+            }
+        }
     }
 
     /// Where `p` came from.
@@ -171,6 +208,24 @@ mod tests {
             (pool.reserve_used.load(Relaxed), pool.lost.load(Relaxed)),
             (0, 0)
         );
+    }
+
+    #[test]
+    fn requests_take_buffers_allocated_ahead_first() {
+        let pool = Pool::new(alloc_buffer);
+        pool.refill(alloc_buffer);
+        let taken: Vec<_> = (0..READY).map(|_| pool.request(ptr::null_mut)).collect();
+        for (p, size) in &taken {
+            assert_eq!((pool.origin(*p), *size), (Origin::Heap, BUFFER_SIZE));
+        }
+        assert_eq!(pool.reserve_used.load(Relaxed), 0);
+        // None left ahead, and allocation fails: the reserve.
+        let (r, _) = pool.request(ptr::null_mut);
+        assert!(matches!(pool.origin(r), Origin::Reserve(_)));
+        for (p, _) in taken.into_iter().chain([(r, 0)]) {
+            // SAFETY: from `request`; not used again.
+            unsafe { pool.release(p) };
+        }
     }
 
     #[test]

@@ -41,8 +41,10 @@ use crate::cupti::{Cupti, Subscriber};
 use crate::decode::{self, Decoded, Place};
 use crate::driver;
 use crate::error::{Error, Result};
+use crate::guard::{Inside, NoCancel};
 use crate::locate;
 use crate::log::Log;
+use crate::shard::{Item, RawApi, Shard};
 use crate::stacks::{self, Stacks};
 use crate::sys::{
     self, CUpti_ActivityThreadIdType, CUpti_ApiCallbackSite, CUpti_CallbackData,
@@ -64,8 +66,6 @@ const CONTEXT_DESTROY: u32 =
 const FLUSH_FORCED: u32 = 1;
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
-/// API records a thread may hold between flushes before new ones are dropped.
-const SHARD_CAP: usize = 4 << 20;
 /// Aliases kept per generation; two generations are searched.
 const ALIAS_GENERATION: usize = 1 << 20;
 /// Launches after the last GPU record, at exit, that mean another CUPTI client
@@ -93,31 +93,6 @@ fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
-/// One API call as the callback saw it; names are resolved when written.
-#[derive(Copy, Clone)]
-struct RawApi {
-    start_ns: u64,
-    end_ns: u64,
-    correlation_id: u32,
-    tid: u32,
-    cbid: u32,
-    driver: bool,
-    /// In-process stack id, 0 for none. (stacks hook)
-    stack: u32,
-}
-
-#[derive(Default)]
-struct ShardData {
-    api: Vec<RawApi>,
-    /// (nested driver call's id, enclosing runtime call's id).
-    aliases: Vec<(u32, u32)>,
-    dropped: u64,
-}
-
-/// One thread's pending API records.
-#[derive(Default)]
-struct Shard(Mutex<ShardData>);
-
 struct Open {
     correlation_id: u32,
     start_ns: u64,
@@ -132,9 +107,17 @@ struct Open {
 struct Local {
     shard: Option<Arc<Shard>>,
     tid: u32,
+    /// Calls entered and not yet exited; its capacity, reserved at the first
+    /// callback, is never grown inside a callback.
     open: Vec<Open>,
     runtime_depth: u32,
+    /// Graph copies (instantiate, clone, exec-update) running on this thread.
+    graph_copies: u32,
 }
+
+/// Calls a thread may have open at once (CUDA calls nest one or two deep);
+/// deeper ones are not recorded, and counted.
+const MAX_OPEN: usize = 32;
 
 thread_local! {
     static LOCAL: RefCell<Local> = RefCell::new(Local::default());
@@ -163,6 +146,14 @@ struct Stats {
     foreign_clock: AtomicU64,
     /// Launch API records written.
     launches: AtomicU64,
+    /// Calls not recorded: more than `MAX_OPEN` open on one thread.
+    too_deep: AtomicU64,
+    /// Recorded API calls made after the trace was closed (static destructors,
+    /// atexit handlers registered before CUDA started).
+    after_close: AtomicU64,
+    /// API calls whose callbacks arrived while the thread was inside gpuperf
+    /// (a signal handler making CUDA calls): returned at once, not recorded.
+    reentered: AtomicU64,
     /// `launches` when the last GPU record (or CUPTI drop count) arrived.
     launches_at_last_record: AtomicU64,
 }
@@ -338,21 +329,22 @@ impl State {
                     lock(&self.sink).context_device.insert(id, dev);
                 }
             }
-            // stacks hook: graph nodes made and cloned.
+            // stacks hook: graph nodes made, cloned and destroyed.
             if let Some(st) = &self.stacks {
-                let open = LOCAL
+                let (open, copying) = LOCAL
                     .try_with(|l| {
-                        l.borrow()
+                        let l = l.borrow();
+                        let open = l
                             .open
                             .iter()
                             .rev()
                             .find(|o| !o.nested)
-                            .map(|o| (o.stack, o.domain, o.cbid))
+                            .map(|o| (o.stack, o.domain, o.cbid));
+                        (open, l.graph_copies > 0)
                     })
-                    .ok()
-                    .flatten();
+                    .unwrap_or((None, false));
                 // SAFETY: CUPTI passes a `CUpti_ResourceData` for this domain.
-                unsafe { st.on_resource(cbid, data, open) };
+                unsafe { st.on_resource(cbid, data, open, copying) };
             }
             return;
         }
@@ -384,6 +376,14 @@ impl State {
         }
         let _ = LOCAL.try_with(|l| {
             let mut l = l.borrow_mut();
+            if class == Class::GraphCopy {
+                l.graph_copies = if site == ENTER {
+                    l.graph_copies + 1
+                } else {
+                    l.graph_copies.saturating_sub(1)
+                };
+                return;
+            }
             if site == ENTER {
                 self.enter(&mut l, domain, cbid, correlation_id, class);
             } else {
@@ -431,17 +431,19 @@ impl State {
             // is charged to the runtime call.
             self.stats.nested.fetch_add(1, Relaxed);
             if let Some(outer) = outer.filter(|&o| o != correlation_id) {
-                let shard = self.shard(l);
-                lock(&shard.0).aliases.push((correlation_id, outer));
+                self.shard(l).push(Item::Alias(correlation_id, outer));
             }
-            l.open.push(Open {
-                correlation_id,
-                start_ns: 0,
-                cbid,
-                domain,
-                nested: true,
-                stack: 0,
-            });
+            self.open(
+                l,
+                Open {
+                    correlation_id,
+                    start_ns: 0,
+                    cbid,
+                    domain,
+                    nested: true,
+                    stack: 0,
+                },
+            );
             return;
         }
         if domain == RUNTIME {
@@ -452,14 +454,17 @@ impl State {
             Some(st) if class.fires_marker() => st.capture(),
             _ => 0,
         };
-        l.open.push(Open {
-            correlation_id,
-            start_ns: monotonic_ns(),
-            cbid,
-            domain,
-            nested: false,
-            stack,
-        });
+        self.open(
+            l,
+            Open {
+                correlation_id,
+                start_ns: monotonic_ns(),
+                cbid,
+                domain,
+                nested: false,
+                stack,
+            },
+        );
         // Stack capture hook: an in-process unwinder is called here, for calls
         // where `class.fires_marker()`, on the launching thread before the call
         // does its work, with `correlation_id` as the key its stack is stored
@@ -502,23 +507,28 @@ impl State {
             driver: o.domain == DRIVER,
             stack: o.stack,
         };
-        let shard = self.shard(l);
-        let mut s = lock(&shard.0);
-        if s.api.len() < SHARD_CAP {
-            s.api.push(rec);
+        self.shard(l).push(Item::Api(rec));
+    }
+
+    /// Notes a call as open, without growing the list (which would allocate).
+    fn open(&self, l: &mut Local, o: Open) {
+        if l.open.capacity() == 0 {
+            // The thread's first recorded call: its one allocation of this list.
+            l.open.reserve_exact(MAX_OPEN);
+        }
+        if l.open.len() < l.open.capacity() {
+            l.open.push(o);
         } else {
-            s.dropped += 1;
+            self.stats.too_deep.fetch_add(1, Relaxed);
         }
     }
 
-    fn shard(&self, l: &mut Local) -> Arc<Shard> {
-        l.shard
-            .get_or_insert_with(|| {
-                let s = Arc::new(Shard::default());
-                lock(&self.shards).push(s.clone());
-                s
-            })
-            .clone()
+    fn shard<'l>(&self, l: &'l mut Local) -> &'l Shard {
+        l.shard.get_or_insert_with(|| {
+            let s = Arc::new(Shard::default());
+            lock(&self.shards).push(s.clone());
+            s
+        })
     }
 
     /// Moves every thread's pending API records and aliases into the sink.
@@ -534,10 +544,12 @@ impl State {
         let mut aliases = Vec::new();
         let mut dropped = 0;
         for s in &shards {
-            let mut d = lock(&s.0);
-            api.append(&mut d.api);
-            aliases.append(&mut d.aliases);
-            dropped += std::mem::take(&mut d.dropped);
+            let (taken, d) = s.take();
+            dropped += d;
+            taken.for_each(|it| match *it {
+                Item::Api(a) => api.push(a),
+                Item::Alias(nested, outer) => aliases.push((nested, outer)),
+            });
         }
         // stacks hook: modules, stacks and graph nodes before the API records
         // that name them.
@@ -917,7 +929,9 @@ impl State {
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
              {} records of other kinds, {} too short, {} incomplete (not written), \
              {walk_errors} buffers cut short, {} flushes skipped in callbacks, \
-             {} buffers from the reserve, {lost} lost for lack of memory",
+             {} buffers from the reserve, {lost} lost for lack of memory, \
+             {} API calls not recorded because they re-entered gpuperf (a signal \
+             handler's CUDA calls), {} calls not recorded (more than {MAX_OPEN} open on a thread)",
             s.api.load(Relaxed),
             s.activities.load(Relaxed),
             s.buffers.load(Relaxed),
@@ -929,11 +943,30 @@ impl State {
             s.incomplete.load(Relaxed),
             s.skipped_flushes.load(Relaxed),
             self.pool.reserve_used.load(Relaxed),
+            s.reentered.load(Relaxed),
+            s.too_deep.load(Relaxed),
         ));
         if let Some(st) = &self.stacks {
             self.log.line(&st.summary());
         }
         self.closed.store(true, Relaxed);
+    }
+}
+
+impl State {
+    /// Writes, to the log and as a NOTE, how many API calls came after the
+    /// trace was closed.
+    fn report_after_close(&self) {
+        let n = self.stats.after_close.swap(0, Relaxed);
+        if n == 0 || std::process::id() != self.pid {
+            return;
+        }
+        let text = format!(
+            "{n} API calls came after the trace was closed (static destructors, or atexit \
+             handlers registered before CUDA started); not recorded"
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
     }
 }
 
@@ -950,16 +983,69 @@ unsafe fn c_text(p: *const c_char) -> Option<String> {
 }
 
 unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    let _no_cancel = NoCancel::new();
+    let inside = Inside::enter();
+    if inside.reentered() {
         if let Some(s) = STATE.get()
-            && !s.disabled.load(Relaxed)
+            // SAFETY: `data` as CUPTI passed it with `domain`.
+            && unsafe { api_enter(domain, data) }
         {
+            s.stats.reentered.fetch_add(1, Relaxed);
+        }
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(s) = STATE.get() else { return };
+        if !s.disabled.load(Relaxed) {
             s.on_api(domain, cbid, data);
+        } else if s.closed.load(Relaxed)
+            && s.class(domain, cbid).recorded()
+            // SAFETY: as above.
+            && unsafe { api_enter(domain, data) }
+        {
+            // A static destructor, or an atexit handler registered before CUDA
+            // started, runs after the trace was closed.
+            s.stats.after_close.fetch_add(1, Relaxed);
         }
     }));
 }
 
+/// Whether a callback is the entry of a runtime or driver API call.
+///
+/// # Safety
+/// `data` must be what CUPTI passed with `domain`.
+unsafe fn api_enter(domain: u32, data: *const c_void) -> bool {
+    (domain == RUNTIME || domain == DRIVER)
+        && !data.is_null()
+        // SAFETY: for these domains CUPTI passes a `CUpti_CallbackData`; its
+        // site is read as a plain integer.
+        && unsafe {
+            data.cast::<u8>()
+                .add(offset_of!(CUpti_CallbackData, callbackSite))
+                .cast::<u32>()
+                .read_unaligned()
+        } == ENTER
+}
+
+/// Runs when the library is unloaded, or at exit after every atexit handler
+/// and static destructor of the program: reports the API calls that came after
+/// the trace was closed. It calls no CUPTI function (libcupti may be gone).
+extern "C" fn at_unload() {
+    let _inside = Inside::enter();
+    let _ = catch_unwind(|| {
+        if let Some(s) = STATE.get() {
+            s.report_after_close();
+        }
+    });
+}
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {
+    let _no_cancel = NoCancel::new();
+    let _inside = Inside::enter();
     let (p, n) = catch_unwind(|| match STATE.get() {
         Some(s) => s.pool.request(buffers::alloc_buffer),
         None => (buffers::alloc_buffer(), BUFFER_SIZE),
@@ -983,6 +1069,8 @@ unsafe extern "C" fn buffer_completed(
     if buf.is_null() {
         return;
     }
+    let _no_cancel = NoCancel::new();
+    let _inside = Inside::enter();
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(s) = STATE.get() else { return };
         let origin = s.pool.origin(buf);
@@ -1014,6 +1102,7 @@ unsafe extern "C" fn timestamp() -> u64 {
 }
 
 extern "C" fn at_exit() {
+    let _inside = Inside::enter();
     let _ = catch_unwind(|| {
         if let Some(s) = STATE.get() {
             s.finish();
@@ -1264,6 +1353,7 @@ pub fn initialize() -> bool {
         return true;
     }
     let s = STATE.get().expect("just set");
+    s.pool.refill(buffers::alloc_buffer);
     match enable(s, sub).inspect_err(|_| undo(s, sub)) {
         Ok(n) => {
             s.log.line(&format!(
@@ -1307,6 +1397,18 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
             "CPU profiler at `{}` did not answer ({e}); going on",
             sock.display()
         )),
+    }
+}
+
+/// Blocks every signal on the calling thread (the flush thread): a handler of
+/// the application's that makes CUDA calls must not run there, where the
+/// flush holds the sink and stack-table locks its callbacks would take.
+fn block_signals() {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initializes the set; the mask is this thread's only.
+    unsafe {
+        libc::sigfillset(set.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), ptr::null_mut());
     }
 }
 
@@ -1358,11 +1460,26 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         s.log
             .line(&format!("devices of synchronizations may be unknown: {e}"));
     }
-    // stacks hook: where graph nodes come from.
+    // stacks hook: where graph nodes come from, and when they go.
     if s.stacks.is_some() {
-        for cbid in [stacks::GRAPHNODE_CREATED, stacks::GRAPHNODE_CLONED] {
+        for cbid in [
+            stacks::GRAPHNODE_CREATED,
+            stacks::GRAPHNODE_CLONED,
+            stacks::GRAPHNODE_DESTROY_STARTING,
+        ] {
             if let Err(e) = c.enable_callback(sub, RESOURCE, cbid) {
                 s.log.line(&format!("graph node origins unavailable: {e}"));
+            }
+        }
+        // Only to know when a thread is copying a graph (its copies take no
+        // stack); failing that, copies take one each, as before.
+        for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
+            for (cbid, class) in s.classes[d].iter().enumerate() {
+                if *class == Class::GraphCopy
+                    && let Err(e) = c.enable_callback(sub, domain, cbid as u32)
+                {
+                    s.log.line(&format!("graph copies will take stacks: {e}"));
+                }
             }
         }
     }
@@ -1380,6 +1497,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     let spawned = std::thread::Builder::new()
         .name("gpuperf-flush".into())
         .spawn(move || {
+            block_signals();
             let (m, cv) = &s.stop;
             let mut stopped = lock(m);
             while !*stopped {
@@ -1393,6 +1511,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
                 // Unforced: it returns every buffer whose records are complete,
                 // full or not, and leaves kernels still running for later.
                 s.flush(Flush::Periodic);
+                s.pool.refill(buffers::alloc_buffer);
                 stopped = lock(m);
             }
         });

@@ -5,20 +5,23 @@
 //! ```text
 //!  API enter ─▶ capture (gpuperf-unwind: .eh_frame + CPython frames)
 //!              ─▶ drop frames of this library, libcupti, libcuda, libcudart
-//!              ─▶ hash ─▶ thread's table ─hit─▶ stack id on the API record
-//!                                        └miss─▶ global table (lock, allocates):
-//!                                                new id, frames queued
+//!              ─▶ hash ─▶ lock-free table (`seen`) ─hit─▶ stack id on the API record
+//!                                                  └new─▶ frames into its arena,
+//!                                                         next id, published
 //!  flush ─▶ MODULE records (new modules), STACK records (new stacks, Python
 //!           frames resolved to names and lines), GRAPH_NODE records, NOTEs
 //! ```
 //!
 //! # Cost
-//! A launch whose stack this thread has seen before costs one capture (no
-//! allocation, no lock: see `gpuperf_unwind::LocalUnwinder::capture`), a hash and
-//! a look-up in a thread-local table. Only the first sight of a stack on a thread
-//! takes a lock and allocates. The module table is rebuilt after `dlopen` (the
-//! loader's counters say so) by the flush thread, or by the first capture that
-//! finds a frame in a module loaded since.
+//! A launch costs one capture (no allocation, no lock, on the unwinder's
+//! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then`), a hash
+//! and a look-up in a lock-free table shared by all threads. A stack seen for
+//! the first time is copied into that table's preallocated arena, still without
+//! a lock or `malloc`; when the table is full the launch gets no stack id, and
+//! is counted. The module table is rebuilt after `dlopen` (the loader's
+//! counters say so) by the flush thread, or by the first capture that finds a
+//! frame in a module loaded since (which allocates). A thread's first capture
+//! allocates its frame buffer.
 //!
 //! # What a stack holds
 //! Innermost first, the application's call into the CUDA API (frames of the
@@ -43,7 +46,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::offset_of;
 use std::path::Path;
 use std::sync::Mutex;
@@ -54,13 +56,19 @@ use gpuperf_merge::model::{
     GraphNode, Module, Note, Record, Stack, StackEnd as End, StackFrame, StringId, StringTable,
 };
 use gpuperf_unwind::python::PythonStatus;
-use gpuperf_unwind::{Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
+use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
 use xxhash_rust::xxh3::xxh3_128;
+
+use crate::seen::{Miss, Seen};
 
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`.
 pub const GRAPHNODE_CREATED: u32 = 13;
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED`.
 pub const GRAPHNODE_CLONED: u32 = 20;
+/// `CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING`.
+pub const GRAPHNODE_DESTROY_STARTING: u32 = 14;
+/// Graph nodes remembered for their clones; past it, new nodes are not (counted).
+const MAX_NODES: usize = 1 << 20;
 /// Modules the hidden-module table can mark; later ones are never hidden.
 const MODULE_SLOTS: usize = 8192;
 
@@ -100,8 +108,18 @@ pub struct Stacks {
     hide_names: Vec<String>,
     own_text: usize,
     table: Mutex<Table>,
+    /// Every distinct stack, added to without locks (callbacks).
+    seen: Seen,
+    /// Stacks with no id: the table was full, or another thread was adding
+    /// the same stack for too long.
+    table_full: AtomicU64,
+    contended: AtomicU64,
+    /// Graph nodes not remembered for clones: the map was full.
+    nodes_not_kept: AtomicU64,
     graph_node_id: Option<GetGraphNodeId>,
     captures: AtomicU64,
+    /// Captures skipped: the thread had almost no stack left.
+    no_stack: AtomicU64,
     truncated: AtomicU64,
     empty: AtomicU64,
     python_noted: AtomicBool,
@@ -109,10 +127,8 @@ pub struct Stacks {
 
 #[derive(Default)]
 struct Table {
-    /// Hash → stack id.
-    ids: HashMap<u128, u32>,
-    /// Stacks not yet written: (id, end, Python cut, frames).
-    pending: Vec<(u32, StackEnd, bool, Box<[Frame]>)>,
+    /// The last stack id written.
+    written: u32,
     /// Graph nodes not yet written: (node, stack, API (domain, cbid)).
     pending_nodes: Vec<(u64, u32, Option<ApiId>)>,
     /// Every graph node seen: node → (stack, API), for clones.
@@ -120,35 +136,15 @@ struct Table {
     written_modules: Vec<bool>,
 }
 
-/// Per-thread state: the frame buffer and the stacks this thread has seen.
+/// Per-thread scratch: the frame buffer and the stack being hashed.
 struct ThreadStacks {
-    frames: Box<[Frame; MAX_FRAMES]>,
+    frames: Box<[Frame]>,
     /// The stack being hashed, as bytes.
-    words: Box<[u8; HASH_BYTES]>,
-    /// Keyed by a 128-bit hash already: hashed again by taking its low half.
-    seen: HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
+    words: Box<[u8]>,
 }
 
 /// Two words per frame, and one for the end.
 const HASH_BYTES: usize = (2 * MAX_FRAMES + 1) * 8;
-
-/// A `Hasher` for keys that are hashes already.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64;
-    }
-}
 
 thread_local! {
     static THREAD: RefCell<Option<ThreadStacks>> = const { RefCell::new(None) };
@@ -185,8 +181,13 @@ impl Stacks {
             hide_names,
             own_text: Stacks::new as *const () as usize,
             table: Mutex::new(Table::default()),
+            seen: Seen::new(),
+            table_full: AtomicU64::new(0),
+            contended: AtomicU64::new(0),
+            nodes_not_kept: AtomicU64::new(0),
             graph_node_id,
             captures: AtomicU64::new(0),
+            no_stack: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
             empty: AtomicU64::new(0),
             python_noted: AtomicBool::new(false),
@@ -234,28 +235,57 @@ impl Stacks {
         THREAD
             .try_with(|t| {
                 let mut t = t.borrow_mut();
+                // Built on the heap: `Box::new([…; N])` builds the array on the
+                // (maybe 16 KiB) stack first in unoptimized builds.
                 let t = t.get_or_insert_with(|| ThreadStacks {
-                    frames: Box::new([Frame::default(); MAX_FRAMES]),
-                    words: Box::new([0; HASH_BYTES]),
-                    seen: HashMap::default(),
+                    frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+                    words: vec![0; HASH_BYTES].into_boxed_slice(),
                 });
                 self.capture_into(t)
             })
             .unwrap_or(0)
     }
 
+    /// Captures and identifies the stack; everything after reading the
+    /// registers runs on the unwinder's scratch stack.
     #[inline(never)]
     fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
         self.captures.fetch_add(1, Relaxed);
-        let mut c = self.unwinder.capture(0, &mut t.frames[..]);
-        if c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
-            // A library loaded since the table was read: the first launch from it
-            // pays for the refresh, later ones find it in the table.
+        let ThreadStacks { frames, words } = t;
+        let mut r = self
+            .unwinder
+            .capture_then(0, frames, |f, c| self.identify(f, c, words, true));
+        if r == Ok(None) {
+            // The module table was refreshed for a library loaded since: the
+            // first launch from it pays for that, later ones find it.
+            r = self
+                .unwinder
+                .capture_then(0, frames, |f, c| self.identify(f, c, words, false));
+        }
+        match r {
+            Ok(id) => id.unwrap_or(0),
+            Err(StackEnd::NoStackLeft) => {
+                self.no_stack.fetch_add(1, Relaxed);
+                0
+            }
+            Err(_) => 0,
+        }
+    }
+
+    /// The id of a captured stack; `None` when the module table was stale and
+    /// `may_refresh` let this refresh it (capture again).
+    fn identify(
+        &self,
+        frames: &[Frame],
+        c: Captured,
+        words: &mut [u8],
+        may_refresh: bool,
+    ) -> Option<u32> {
+        if may_refresh && c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
             self.unwinder.refresh();
             self.classify();
-            c = self.unwinder.capture(0, &mut t.frames[..]);
+            return None;
         }
-        let frames = &t.frames[..c.len];
         let first = frames
             .iter()
             .position(|f| !self.is_hidden(f))
@@ -267,22 +297,18 @@ impl Stacks {
         if frames.is_empty() {
             self.empty.fetch_add(1, Relaxed);
         }
-        let h = hash(frames, c.end, c.python_truncated, &mut t.words);
-        if let Some(&id) = t.seen.get(&h) {
-            return id;
+        let h = hash(frames, c.end, c.python_truncated, words);
+        match self.seen.id(h, frames, c.end, c.python_truncated) {
+            Ok(id) => Some(id),
+            Err(Miss::Full) => {
+                self.table_full.fetch_add(1, Relaxed);
+                Some(0)
+            }
+            Err(Miss::Contended) => {
+                self.contended.fetch_add(1, Relaxed);
+                Some(0)
+            }
         }
-        // First sight on this thread.
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let next = table.ids.len() as u32 + 1;
-        let id = *table.ids.entry(h).or_insert(next);
-        if id == next {
-            table
-                .pending
-                .push((id, c.end, c.python_truncated, frames.into()));
-        }
-        drop(table);
-        t.seen.insert(h, id);
-        id
     }
 
     /// A resource callback: graph nodes made and cloned. `open` is the
@@ -295,11 +321,16 @@ impl Stacks {
         cbid: u32,
         data: *const c_void,
         open: Option<(u32, u32, u32)>,
+        copying: bool,
     ) {
         let Some(node_id) = self.graph_node_id else {
             return;
         };
-        if (cbid != GRAPHNODE_CREATED && cbid != GRAPHNODE_CLONED) || data.is_null() {
+        if !matches!(
+            cbid,
+            GRAPHNODE_CREATED | GRAPHNODE_CLONED | GRAPHNODE_DESTROY_STARTING
+        ) || data.is_null()
+        {
             return;
         }
         let data = data.cast::<u8>();
@@ -327,12 +358,14 @@ impl Stacks {
             (!n.is_null() && unsafe { node_id(n, &mut id) } == 0).then_some(id)
         };
         let Some(node) = id_of(node) else { return };
-        if cbid == GRAPHNODE_CLONED {
-            if let Some(orig) = id_of(original) {
-                self.node_cloned(node, orig);
+        match cbid {
+            GRAPHNODE_CLONED => {
+                if let Some(orig) = id_of(original) {
+                    self.node_cloned(node, orig);
+                }
             }
-        } else {
-            self.node_created(node, open);
+            GRAPHNODE_DESTROY_STARTING => self.node_destroyed(node),
+            _ => self.node_created(node, open, copying),
         }
     }
 
@@ -341,7 +374,13 @@ impl Stacks {
     /// Instantiation reports each copy it makes as made and as cloned, in an
     /// order CUPTI does not document: a node already known as a clone keeps its
     /// original's origin.
-    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>) {
+    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>, copying: bool) {
+        if open.is_none() && copying {
+            // A copy made by instantiate, clone or exec-update: its
+            // GRAPHNODE_CLONED gives it its original's origin; a stack taken
+            // here would be discarded (and cost a capture per node).
+            return;
+        }
         if self
             .table
             .lock()
@@ -356,8 +395,23 @@ impl Stacks {
             None => (self.capture(), None),
         };
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        t.nodes.insert(node, (stack, api));
+        self.remember_node(&mut t, node, (stack, api));
         t.pending_nodes.push((node, stack, api));
+    }
+
+    /// Keeps a node's origin for its clones, within [`MAX_NODES`].
+    fn remember_node(&self, t: &mut Table, node: u64, origin: (u32, Option<ApiId>)) {
+        if t.nodes.len() < MAX_NODES || t.nodes.contains_key(&node) {
+            t.nodes.insert(node, origin);
+        } else {
+            self.nodes_not_kept.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Graph node `node` is being destroyed: its clones are made already.
+    fn node_destroyed(&self, node: u64) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.nodes.remove(&node);
     }
 
     /// Graph node `node` was copied from `original` (graph instantiation or
@@ -365,7 +419,7 @@ impl Stacks {
     fn node_cloned(&self, node: u64, original: u64) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&(stack, api)) = t.nodes.get(&original) {
-            t.nodes.insert(node, (stack, api));
+            self.remember_node(&mut t, node, (stack, api));
             t.pending_nodes.push((node, stack, api));
         }
     }
@@ -384,10 +438,11 @@ impl Stacks {
         }
         let (pending, nodes) = {
             let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-            (
-                std::mem::take(&mut t.pending),
-                std::mem::take(&mut t.pending_nodes),
-            )
+            let mut pending = Vec::new();
+            t.written = self.seen.published_after(t.written, |id, st| {
+                pending.push((id, st.end, st.python_truncated, st.frames));
+            });
+            (pending, std::mem::take(&mut t.pending_nodes))
         };
         let mut out = Vec::new();
         if let Some(note) = self.python_note() {
@@ -499,20 +554,29 @@ impl Stacks {
     /// One line for the log at exit.
     pub fn summary(&self) -> String {
         let s = self.unwinder.stats();
-        let distinct = self.table.lock().map_or(0, |t| t.ids.len());
+        let distinct = self.seen.len();
         format!(
-            "stacks: {} taken ({} distinct), {} truncated ({} at code without unwind info, \
-             {} at the depth cap, {} busy), {} with no frame outside CUDA's libraries, \
-             {} with Python frames; Python: {:?}",
+            "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} without an \
+             id (stack table full), {} without an id (contended), {} truncated \
+             ({} at code without unwind info, {} at the depth cap, {} busy: every unwind \
+             cache in use; {} waited for one), {} with no \
+             frame outside CUDA's libraries, {} with Python frames; Python: {:?}; \
+             graph nodes held: {} ({} not kept: map full)",
             self.captures.load(Relaxed),
             distinct,
+            self.no_stack.load(Relaxed),
+            self.table_full.load(Relaxed),
+            self.contended.load(Relaxed),
             self.truncated.load(Relaxed),
             s.unknown_frames,
             s.depth_limit,
             s.busy,
+            s.cache_waits,
             self.empty.load(Relaxed),
             s.python_stacks,
-            self.unwinder.python_status()
+            self.unwinder.python_status(),
+            self.table.lock().map_or(0, |t| t.nodes.len()),
+            self.nodes_not_kept.load(Relaxed),
         )
     }
 }
@@ -534,12 +598,7 @@ fn end_of(e: StackEnd) -> End {
 /// that two distinct stacks of one process never share an id in practice.
 /// The stack's identity: XXH3-128 over its frames, end and Python cut, laid out
 /// in `buf` (one fixed buffer per thread, so hashing never allocates).
-fn hash(
-    frames: &[Frame],
-    end: StackEnd,
-    python_truncated: bool,
-    buf: &mut [u8; HASH_BYTES],
-) -> u128 {
+fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8]) -> u128 {
     let mut len = 0;
     let mut put = |w: u64| {
         if let Some(dst) = buf.get_mut(len..len + 8) {
@@ -628,12 +687,12 @@ mod tests {
         let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
         let api = Some("api 2/211".to_owned());
         // Captured inside a recorded launch whose stack is 5.
-        s.node_created(101, Some((5, 2, 211)));
+        s.node_created(101, Some((5, 2, 211)), false);
         // Instantiation: made then cloned, and cloned then made.
-        s.node_created(201, None);
+        s.node_created(201, None, false);
         s.node_cloned(201, 101);
         s.node_cloned(301, 101);
-        s.node_created(301, None);
+        s.node_created(301, None, false);
         // A clone of a node whose origin is unknown stays unknown.
         s.node_cloned(401, 999);
         let recs = graph_nodes(&s);

@@ -88,6 +88,9 @@ pub enum StackEnd {
     DepthLimit,
     /// All unwind caches were in use by other threads; nothing was captured.
     Busy,
+    /// The caller had less than [`crate::MIN_STACK_LEFT`] bytes of stack left;
+    /// nothing was captured.
+    NoStackLeft,
 }
 
 impl StackEnd {
@@ -123,6 +126,8 @@ pub(crate) struct Stats {
     pub python_truncated: AtomicU64,
     pub python_unmatched: AtomicU64,
     pub stale_table: AtomicU64,
+    pub no_stack_left: AtomicU64,
+    pub cache_waits: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -151,6 +156,10 @@ pub struct StatsSnapshot {
     /// Captures that found the module table older than the process's loaded
     /// modules (call `refresh`).
     pub stale_table: u64,
+    /// Captures skipped because the caller had almost no stack left.
+    pub no_stack_left: u64,
+    /// Captures that found every unwind cache in use and had to wait.
+    pub cache_waits: u64,
 }
 
 impl Stats {
@@ -167,6 +176,8 @@ impl Stats {
             python_truncated: l(&self.python_truncated),
             python_unmatched: l(&self.python_unmatched),
             stale_table: l(&self.stale_table),
+            no_stack_left: l(&self.no_stack_left),
+            cache_waits: l(&self.cache_waits),
         }
     }
 

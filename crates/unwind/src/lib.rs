@@ -40,7 +40,11 @@
 //! # Threading and errors
 //!
 //! [`LocalUnwinder::capture`] may run on any thread at once, inside callbacks of
-//! other libraries: it never allocates, takes no lock of its own and never panics.
+//! other libraries and in signal handlers: it never allocates, takes no lock of
+//! its own, makes no cancellation point and never panics. It runs on a stack of
+//! its unwind cache, not the caller's; when every cache is in use it yields the
+//! CPU a bounded number of times. Memory other than the thread's own stack is
+//! read only after a probe in the same capture.
 //! How a stack ended is data ([`StackEnd`]), and every truncation is counted
 //! ([`StatsSnapshot`]). Building module tables reads files and returns [`Error`].
 
@@ -52,12 +56,13 @@ mod local;
 mod module;
 pub mod python;
 mod remote;
+mod scratch;
 mod stack;
 mod table;
 
 pub use error::{Error, Result};
 pub use frame::{Captured, CodeId, Frame, ModuleId, StackEnd, StatsSnapshot};
-pub use local::{LocalUnwinder, MAX_FRAMES, Options};
+pub use local::{LocalUnwinder, MAX_FRAMES, MIN_STACK_LEFT, Options};
 pub use module::ModuleInfo;
 pub use remote::{Mapping, RemoteUnwinder, StackCopy, parse_maps};
 pub use table::{Regs, UnwindCache};

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
 use crate::module::{ModuleInfo, build_id_in_notes, union};
 use crate::python::{Python, PythonStatus};
+use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
 use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
 
@@ -29,8 +30,10 @@ use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Options {
-    /// Unwind caches, each usable by one capturing thread at a time; a capture that
-    /// finds all in use returns [`StackEnd::Busy`] (counted). Default is 32.
+    /// Unwind caches, each usable by one capturing thread at a time. A capture
+    /// that finds all in use yields the CPU and tries again, for at most 10 ms,
+    /// then returns [`StackEnd::Busy`] (both counted). Default: four per online
+    /// CPU, at least 32.
     pub caches: usize,
     /// Read Python frames when the process runs CPython 3.10–3.13. Default is `true`.
     pub python: bool,
@@ -38,11 +41,32 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         Options {
-            caches: 32,
+            caches: (4 * cpus).max(32),
             python: true,
         }
     }
+}
+
+/// A capture is skipped ([`StackEnd::NoStackLeft`]) when the caller has less
+/// stack than this left below its stack pointer. The capture itself runs on a
+/// stack of its own, so this only keeps a thread at the edge of its stack from
+/// being interrupted by more work.
+pub const MIN_STACK_LEFT: u64 = 512;
+
+/// How long a capture that finds every cache in use waits for one.
+const CACHE_WAIT_NS: u64 = 10_000_000;
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC exists (vDSO, no system call).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
 /// The default depth cap: callers size their frame buffer with it.
@@ -68,6 +92,8 @@ pub struct LocalUnwinder {
 struct CacheSlot {
     busy: AtomicBool,
     cache: std::cell::UnsafeCell<UnwindCache>,
+    /// Where the capture runs; `None` if it could not be mapped.
+    scratch: Option<ScratchStack>,
 }
 
 // SAFETY: a slot's cache is only touched by the thread that set `busy`.
@@ -82,9 +108,10 @@ struct Snapshot {
 #[derive(Default)]
 struct Registry {
     modules: Vec<ModuleInfo>,
-    /// (bias, address of its program headers) → id: a module reloaded elsewhere or a
-    /// different file at the same place gets a new id.
-    ids: HashMap<(u64, usize), ModuleId>,
+    /// (bias, address of its program headers, path, build id) → id: a module
+    /// reloaded elsewhere gets a new id, and so does a different file loaded
+    /// where an unloaded one was (the loader reuses the address range).
+    ids: HashMap<(u64, usize, PathBuf, Vec<u8>), ModuleId>,
 }
 
 /// glibc's `struct dl_find_object` (2.35+).
@@ -114,6 +141,7 @@ impl LocalUnwinder {
             .map(|_| CacheSlot {
                 busy: AtomicBool::new(false),
                 cache: std::cell::UnsafeCell::new(UnwindCache::new()),
+                scratch: ScratchStack::new(),
             })
             .collect();
         let mut registry = Registry::default();
@@ -211,21 +239,105 @@ impl LocalUnwinder {
         self.capture_from(regs, skip + 1, out)
     }
 
+    /// Like [`LocalUnwinder::capture`], then `then(frames, captured)` (the
+    /// frames written to `out`), both on the unwinder's scratch stack: work the
+    /// caller does with the stack (hashing it, storing it) costs the calling
+    /// thread no stack either. `Err` when `then` was not run: all caches were
+    /// busy ([`StackEnd::Busy`]), the caller had no stack left
+    /// ([`StackEnd::NoStackLeft`]), or it panicked ([`StackEnd::UnwindFailed`]).
+    #[inline(never)]
+    pub fn capture_then<R>(
+        &self,
+        skip: usize,
+        out: &mut [Frame],
+        then: impl FnOnce(&[Frame], Captured) -> R,
+    ) -> Result<R, StackEnd> {
+        let regs = crate::current_regs!();
+        self.capture_from_then(regs, skip + 1, out, then)
+    }
+
     /// Like [`LocalUnwinder::capture`], from registers taken by the caller (on this
     /// thread, in a frame that is still live).
     pub fn capture_from(&self, regs: Regs, skip: usize, out: &mut [Frame]) -> Captured {
+        let mut captured = None;
+        let r = self.capture_from_then(regs, skip, out, |_, c| captured = Some(c));
+        match (r, captured) {
+            (Ok(()), Some(c)) => c,
+            (r, _) => Captured {
+                len: 0,
+                end: r.err().unwrap_or(StackEnd::UnwindFailed),
+                python_frames: 0,
+                python_truncated: false,
+            },
+        }
+    }
+
+    fn capture_from_then<R>(
+        &self,
+        regs: Regs,
+        skip: usize,
+        out: &mut [Frame],
+        then: impl FnOnce(&[Frame], Captured) -> R,
+    ) -> Result<R, StackEnd> {
         Stats::bump(&self.stats.captures);
-        let mut captured = Captured {
-            len: 0,
-            end: StackEnd::Busy,
-            python_frames: 0,
-            python_truncated: false,
-        };
         let Some(slot) = self.acquire_cache() else {
             Stats::bump(&self.stats.busy);
             Stats::bump(&self.stats.truncated);
-            return captured;
+            return Err(StackEnd::Busy);
         };
+        let run = || {
+            let captured = self.capture_in(slot, regs, skip, out);
+            self.count(captured, out);
+            if captured.end == StackEnd::NoStackLeft {
+                return Err(StackEnd::NoStackLeft);
+            }
+            Ok(then(&out[..captured.len], captured))
+        };
+        let r = match &slot.scratch {
+            // SAFETY: the slot, and with it its stack, is this thread's until
+            // `busy` is cleared below.
+            Some(stack) => unsafe { stack.run(run) }.unwrap_or(Err(StackEnd::UnwindFailed)),
+            None => run(),
+        };
+        slot.busy.store(false, Ordering::Release);
+        r
+    }
+
+    fn count(&self, captured: Captured, out: &[Frame]) {
+        let end = captured.end;
+        if end == StackEnd::NoStackLeft {
+            Stats::bump(&self.stats.no_stack_left);
+            return;
+        }
+        if end.is_truncated() {
+            Stats::bump(&self.stats.truncated);
+        }
+        if end == StackEnd::DepthLimit {
+            Stats::bump(&self.stats.depth_limit);
+        }
+        if matches!(out[..captured.len].last(), Some(Frame::Unknown { .. })) {
+            Stats::bump(&self.stats.unknown_frames);
+        }
+    }
+
+    /// The capture proper, on the slot's scratch stack (or the caller's).
+    fn capture_in(&self, slot: &CacheSlot, regs: Regs, skip: usize, out: &mut [Frame]) -> Captured {
+        let mut captured = Captured {
+            len: 0,
+            end: StackEnd::NoStackLeft,
+            python_frames: 0,
+            python_truncated: false,
+        };
+        let (bounds, scanned) = self.stacks.bounds(regs.sp);
+        if scanned {
+            Stats::bump(&self.stats.stack_scans);
+        }
+        let (lo, hi) = bounds.unwrap_or((regs.sp, regs.sp));
+        if bounds.is_some() && regs.sp.saturating_sub(lo) < MIN_STACK_LEFT {
+            // The caller has almost no stack left (a signal handler deep in
+            // a small alternate stack): leave it alone, counted.
+            return captured;
+        }
         let parity = self.epoch.load(Ordering::SeqCst) & 1;
         self.readers[parity].fetch_add(1, Ordering::SeqCst);
         // SAFETY: registered as a reader before loading; refresh frees a snapshot
@@ -240,11 +352,6 @@ impl LocalUnwinder {
             find_object: self.find_object,
             suspect: subs != snap.subs,
         };
-        let (bounds, scanned) = self.stacks.bounds(regs.sp);
-        if scanned {
-            Stats::bump(&self.stats.stack_scans);
-        }
-        let (lo, hi) = bounds.unwrap_or((regs.sp, regs.sp));
         let lo = lo.max(regs.sp.saturating_sub(128));
         let mut read = |addr: u64| -> Result<u64, ()> {
             if addr >= lo && addr.checked_add(8).is_some_and(|end| end <= hi) {
@@ -264,16 +371,6 @@ impl LocalUnwinder {
             py.splice(&snap.table, &self.stats, (lo, hi), out, &mut captured);
         }
         self.readers[parity].fetch_sub(1, Ordering::SeqCst);
-        slot.busy.store(false, Ordering::Release);
-        if end.is_truncated() {
-            Stats::bump(&self.stats.truncated);
-        }
-        if end == StackEnd::DepthLimit {
-            Stats::bump(&self.stats.depth_limit);
-        }
-        if matches!(out[..captured.len].last(), Some(Frame::Unknown { .. })) {
-            Stats::bump(&self.stats.unknown_frames);
-        }
         captured
     }
 
@@ -282,11 +379,48 @@ impl LocalUnwinder {
         let me = unsafe { libc::pthread_self() } as usize;
         let n = self.caches.len();
         let start = (me >> 12) % n;
-        (0..n).map(|i| &self.caches[(start + i) % n]).find(|s| {
-            s.busy
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        })
+        let take = || {
+            (0..n).map(|i| &self.caches[(start + i) % n]).find(|s| {
+                s.busy
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            })
+        };
+        if let Some(s) = take() {
+            return Some(s);
+        }
+        // Every cache is held by a capturing thread, most likely one preempted
+        // mid-capture (more threads than CPUs): give it the CPU, first by
+        // yielding, then by sleeping, for at most CACHE_WAIT_NS.
+        Stats::bump(&self.stats.cache_waits);
+        let started = monotonic_ns();
+        for round in 0.. {
+            if round < 64 {
+                // SAFETY: sched_yield has no preconditions (a plain system call).
+                unsafe { libc::sched_yield() };
+            } else {
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000,
+                };
+                // SAFETY: a raw nanosleep (libc's is a cancellation point);
+                // `ts` is valid, no remainder is asked for.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_nanosleep,
+                        &ts,
+                        std::ptr::null_mut::<libc::timespec>(),
+                    )
+                };
+            }
+            if let Some(s) = take() {
+                return Some(s);
+            }
+            if monotonic_ns().saturating_sub(started) > CACHE_WAIT_NS {
+                break;
+            }
+        }
+        None
     }
 }
 
@@ -396,14 +530,16 @@ fn build_snapshot(registry: &mut Registry) -> Snapshot {
     let mut entries = Vec::with_capacity(loaded.len());
     for m in loaded {
         let Some(text) = m.text else { continue };
-        let id = *registry.ids.entry((m.bias, m.phdr)).or_insert_with(|| {
+        let path = if m.name.as_os_str().is_empty() {
+            exe.clone()
+        } else {
+            m.name.clone()
+        };
+        let key = (m.bias, m.phdr, path.clone(), m.build_id.clone());
+        let id = *registry.ids.entry(key).or_insert_with(|| {
             let id = ModuleId(registry.modules.len() as u32);
             registry.modules.push(ModuleInfo {
-                path: if m.name.as_os_str().is_empty() {
-                    exe.clone()
-                } else {
-                    m.name.clone()
-                },
+                path,
                 build_id: m.build_id.clone(),
                 bias: m.bias,
                 text: text.clone(),
@@ -586,6 +722,28 @@ mod tests {
         // SAFETY: `arg` is the `Probe` the test passed, alive for the call.
         let p = unsafe { &mut *arg.cast::<Probe>() };
         p.captured = Some(p.u.capture(0, &mut p.frames));
+    }
+
+    #[test]
+    fn every_cache_in_use__a_capture_waits_for_one_and_counts_it() {
+        let u = LocalUnwinder::new(Options {
+            caches: 1,
+            python: false,
+        });
+        // Another capture holds the only cache, and gives it back a little later.
+        let held = u.acquire_cache().expect("a free cache");
+        let c = std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let mut frames = [Frame::default(); MAX_FRAMES];
+                u.capture(0, &mut frames)
+            });
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            held.busy.store(false, Ordering::Release);
+            t.join().unwrap()
+        });
+        assert_ne!(c.end, StackEnd::Busy, "{c:?}");
+        let st = u.stats();
+        assert_eq!((st.busy, st.cache_waits), (0, 1), "{st:?}");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! `pthread_getattr_np` would be the obvious source, but glibc's allocates (a
 //! `realloc`ed CPU set for every thread, `fopen` of `/proc/self/maps` for the main
 //! thread), which can deadlock inside a malloc replacement that calls CUDA. So the
-//! mapping holding the stack pointer is read from `/proc/self/maps` with plain
-//! `open`/`read` system calls into a buffer on the stack, once per thread, and cached
+//! mapping holding the stack pointer is read from `/proc/self/maps` with raw
+//! `openat`/`read` system calls (no cancellation points) into a buffer on the
+//! capture's scratch stack, once per thread, and cached
 //! in a fixed table keyed by `pthread_self()`. glibc keeps a thread's descriptor at
 //! the top of its stack, so a reused `pthread_t` means the same stack; the cached
-//! range is still checked against the stack pointer on every use.
+//! ranges are still checked against the stack pointer on every use. A thread
+//! keeps several ranges: coroutines and fibers run on stacks of their own.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -15,11 +17,20 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 const SLOTS: usize = 4096;
 /// Linear probing limit.
 const PROBES: usize = 64;
+/// Stack ranges kept per thread: its own stack and the coroutine or fiber
+/// stacks it switches to (ucontext, boost.context), replaced round-robin.
+const RANGES: usize = 4;
+
+struct Range {
+    lo: AtomicU64,
+    hi: AtomicU64,
+}
 
 struct Slot {
     key: AtomicUsize,
-    lo: AtomicU64,
-    hi: AtomicU64,
+    ranges: [Range; RANGES],
+    /// The range the next new one replaces.
+    next: AtomicUsize,
 }
 
 pub(crate) struct StackTable {
@@ -31,8 +42,11 @@ impl StackTable {
         let slots = (0..SLOTS)
             .map(|_| Slot {
                 key: AtomicUsize::new(0),
-                lo: AtomicU64::new(0),
-                hi: AtomicU64::new(0),
+                ranges: std::array::from_fn(|_| Range {
+                    lo: AtomicU64::new(0),
+                    hi: AtomicU64::new(0),
+                }),
+                next: AtomicUsize::new(0),
             })
             .collect();
         StackTable { slots }
@@ -57,24 +71,32 @@ impl StackTable {
                     Err(other) => other,
                 };
                 if key == me {
-                    slot.lo.store(0, Ordering::Relaxed);
-                    slot.hi.store(0, Ordering::Relaxed);
+                    for r in &slot.ranges {
+                        r.lo.store(0, Ordering::Relaxed);
+                        r.hi.store(0, Ordering::Relaxed);
+                    }
                 }
             }
             if key != me {
                 continue;
             }
-            let (lo, hi) = (
-                slot.lo.load(Ordering::Relaxed),
-                slot.hi.load(Ordering::Relaxed),
-            );
-            if lo <= sp && sp < hi {
-                return (Some((lo, hi)), false);
+            for r in &slot.ranges {
+                let (lo, hi) = (r.lo.load(Ordering::Relaxed), r.hi.load(Ordering::Relaxed));
+                if lo <= sp && sp < hi {
+                    return (Some((lo, hi)), false);
+                }
+            }
+            // Not the thread's stack: a signal handler's alternate stack is
+            // tighter than the mapping it lies in (often the heap), and is not
+            // cached (the thread comes back to its own stack).
+            if let Some(alt) = alt_stack_holding(sp) {
+                return (Some(alt), false);
             }
             let found = mapping_containing(sp);
             if let Some((lo, hi)) = found {
-                slot.lo.store(lo, Ordering::Relaxed);
-                slot.hi.store(hi, Ordering::Relaxed);
+                let i = slot.next.fetch_add(1, Ordering::Relaxed) % RANGES;
+                slot.ranges[i].lo.store(lo, Ordering::Relaxed);
+                slot.ranges[i].hi.store(hi, Ordering::Relaxed);
             }
             return (found, true);
         }
@@ -82,15 +104,53 @@ impl StackTable {
     }
 }
 
+/// The alternate signal stack `[lo, hi)`, if the thread is running on it and
+/// it holds `sp`.
+fn alt_stack_holding(sp: u64) -> Option<(u64, u64)> {
+    let mut ss = libc::stack_t {
+        ss_sp: std::ptr::null_mut(),
+        ss_flags: 0,
+        ss_size: 0,
+    };
+    // SAFETY: queries only (no new stack); `ss` is a valid out-pointer.
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) } != 0
+        || ss.ss_flags & libc::SS_ONSTACK == 0
+    {
+        return None;
+    }
+    let lo = ss.ss_sp as u64;
+    let hi = lo.checked_add(ss.ss_size as u64)?;
+    (lo <= sp && sp < hi).then_some((lo, hi))
+}
+
+/// Raw system calls: glibc's `open`, `read` and `close` are cancellation
+/// points, and a thread cancelled inside a capture would unwind through frames
+/// that must not be unwound.
+fn sys_open(path: &std::ffi::CStr) -> i32 {
+    // SAFETY: a NUL-terminated path; openat does not touch other memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        ) as i32
+    }
+}
+
+fn sys_read(fd: i32, buf: &mut [u8]) -> isize {
+    // SAFETY: writes at most `buf.len()` bytes into `buf`.
+    unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) as isize }
+}
+
+fn sys_close(fd: i32) {
+    // SAFETY: closes a descriptor this module opened.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
 /// The `/proc/self/maps` range holding `address`, read with system calls only.
 pub(crate) fn mapping_containing(address: u64) -> Option<(u64, u64)> {
-    // SAFETY: a NUL-terminated path; open is async-signal-safe and does not allocate.
-    let fd = unsafe {
-        libc::open(
-            c"/proc/self/maps".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
+    let fd = sys_open(c"/proc/self/maps");
     if fd < 0 {
         return None;
     }
@@ -98,8 +158,7 @@ pub(crate) fn mapping_containing(address: u64) -> Option<(u64, u64)> {
     let mut filled = 0;
     let mut found = None;
     'read: loop {
-        // SAFETY: the destination is the unfilled tail of `buf`.
-        let n = unsafe { libc::read(fd, buf[filled..].as_mut_ptr().cast(), buf.len() - filled) };
+        let n = sys_read(fd, &mut buf[filled..]);
         if n <= 0 {
             break;
         }
@@ -127,8 +186,7 @@ pub(crate) fn mapping_containing(address: u64) -> Option<(u64, u64)> {
             }
             // Skip to the end of this long line.
             loop {
-                // SAFETY: as above.
-                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                let n = sys_read(fd, &mut buf);
                 if n <= 0 {
                     break 'read;
                 }
@@ -144,8 +202,7 @@ pub(crate) fn mapping_containing(address: u64) -> Option<(u64, u64)> {
         buf.copy_within(line_start..filled, 0);
         filled -= line_start;
     }
-    // SAFETY: fd is ours.
-    unsafe { libc::close(fd) };
+    sys_close(fd);
     found
 }
 

@@ -16,6 +16,13 @@
  *   mock-probe   prints what is subscribed and enabled after initialization
  *   mock-fatal   launches, then CUPTI reports a fatal error
  *   mock-oom     launches while large allocations fail
+ *   mock-small-stacks  threads with 16 KiB stacks launching
+ *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
+ *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
+ *   mock-graph-instantiate  N instantiations of a graph (HOST_GRAPH_NODES, default 50
+ *                nodes), each destroyed after; prints ns_per_instantiation
+ *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
+ *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
  * The executable exports cuDriverGetVersion, answering MOCK_DRIVER_VERSION. */
 #define _GNU_SOURCE
@@ -27,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +100,9 @@ static void late(void) {
     printf("mock events %s\n", mock_events());
     printf("lost ends %zu\n", mock_lost_ends());
     if (late_mode) mock_deliver_late(700);
+    /* GPU work in an exit handler registered before CUDA started. */
+    if (getenv("HOST_LATE_LAUNCHES"))
+        for (uint32_t c = 9001; c <= 9005; c++) launch(211, c, "_Z4latev");
     fflush(stdout);
 }
 
@@ -209,7 +220,8 @@ static void out_of_memory(void) {
     for (uint32_t c = 1; c <= 100; c++) launch(211, c, "_Z6beforev");
     usleep(100 * 1000);
     refuse_large = 1;
-    for (uint32_t c = 101; c <= 3100; c++) launch(211, c, "_Z6squeezev");
+    /* More buffers than the library allocates ahead of requests. */
+    for (uint32_t c = 101; c <= 12100; c++) launch(211, c, "_Z6squeezev");
     usleep(100 * 1000);
     refuse_large = 0;
     printf("oom launches done\n");
@@ -233,6 +245,177 @@ static void long_kernel(void) {
     mock_kernel_begin(600, mock_now(), "_Z7runningv", 7);
     mock_bad_record();
     late_mode = 1;
+}
+
+/* ---- hostile threads: small stacks, signal stacks, cancellation, signals ---- */
+
+static atomic_uint hostile_corr = 100000;
+
+static void *small_stack_launcher(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 10; i++) launch(211, hostile_corr++, "_Z5smallv");
+    return NULL;
+}
+
+/* glibc carves its thread descriptor and static TLS out of these 16 KiB. */
+static int small_stacks(void) {
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    if (pthread_attr_setstacksize(&a, 16 << 10) != 0) return 90;
+    for (int i = 0; i < 8; i++) {
+        pthread_t t;
+        if (pthread_create(&t, &a, small_stack_launcher, NULL) != 0) return 91;
+        pthread_join(t, NULL);
+    }
+    printf("small stack launches %u\n", hostile_corr - 100000);
+    return 3;
+}
+
+static void launch_handler(int sig) {
+    (void)sig;
+    launch(211, hostile_corr++, "_Z7handlerv");
+}
+
+/* 8 KiB of alternate signal stack above a PROT_NONE page, so that overflowing it
+ * faults instead of writing over whatever lies below. */
+static int alt_stack(void) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 8 << 10;
+    char *m = mmap(NULL, page + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, page, PROT_NONE) != 0) return 90;
+    stack_t ss = {.ss_sp = m + page, .ss_size = size, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) return 91;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = launch_handler;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR1, &sa, NULL);
+    for (int i = 0; i < 5; i++) raise(SIGUSR1);
+    printf("altstack launches %u\n", hostile_corr - 100000);
+    return 3;
+}
+
+static void *cancelled_launcher(void *arg) {
+    (void)arg;
+    for (;;) {
+        launch(211, hostile_corr++, "_Z9cancelledv");
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+/* Batches of threads, each cancelled at once: the cancellation is pending when the
+ * thread makes its first launch, so it acts at the first cancellation point. */
+static int cancel_threads(long n) {
+    enum { BATCH = 25 };
+    pthread_t t[BATCH];
+    for (long done = 0; done < n; done += BATCH) {
+        for (int i = 0; i < BATCH; i++)
+            if (pthread_create(&t[i], NULL, cancelled_launcher, NULL) != 0) return 91;
+        for (int i = 0; i < BATCH; i++) pthread_cancel(t[i]);
+        for (int i = 0; i < BATCH; i++) {
+            void *r;
+            pthread_join(t[i], &r);
+            if (r != PTHREAD_CANCELED) return 92;
+        }
+    }
+    printf("cancelled %ld threads\n", n);
+    return 3;
+}
+
+/* The handler launches from one of many call depths, so that most of its stacks
+ * are new to the recorder. First phase: the interrupted thread blocks the signal
+ * around its own launches, so the handler lands in malloc or free (or the loop)
+ * and makes whole launches, GPU records included. Second phase: the thread
+ * launches unblocked, so the handler also lands inside launches, and makes the
+ * API call only (the MOCK's GPU records take a lock of its own that the
+ * interrupted launch may hold: CUDA is not async-signal-safe either; what is
+ * tested is that gpuperf adds no hang). */
+static atomic_uint handled;
+static atomic_int reentrant_phase;
+static __attribute__((noinline)) void launch_at_depth(int n) {
+    if (n > 0) {
+        launch_at_depth(n - 1);
+        __asm__ volatile("" ::: "memory"); /* not a tail call */
+        return;
+    }
+    uint32_t c = hostile_corr++;
+    if (!reentrant_phase) {
+        launch(211, c, "_Z7handlerv");
+        return;
+    }
+    mock_api(RT, 211, c, 1);
+    mock_api(RT, 211, c, 0);
+}
+static void depth_handler(int sig) {
+    (void)sig;
+    launch_at_depth((int)(handled++ % 97));
+}
+
+static atomic_int stop_malloc;
+static void *malloc_and_launch(void *arg) {
+    (void)arg;
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    for (unsigned i = 0; !stop_malloc; i++) {
+        /* Past the per-thread caches: these take the arena lock. */
+        void *p = malloc(2048 + (i % 64) * 512);
+        free(p);
+        if (i % 16 == 0) {
+            int masked = !reentrant_phase;
+            if (masked) pthread_sigmask(SIG_BLOCK, &usr2, NULL);
+            launch(211, hostile_corr++, "_Z6loopedv");
+            if (masked) pthread_sigmask(SIG_UNBLOCK, &usr2, NULL);
+        }
+    }
+    return NULL;
+}
+
+static int signal_in_malloc(long signals) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = depth_handler;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR2, &sa, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, malloc_and_launch, NULL) != 0) return 91;
+    for (long i = 0; i < signals; i++) {
+        if (i == signals / 2) reentrant_phase = 1;
+        pthread_kill(t, SIGUSR2);
+        usleep(200);
+    }
+    stop_malloc = 1;
+    pthread_join(t, NULL);
+    printf("signals handled %u launches %u\n", (unsigned)handled, hostile_corr - 100000);
+    return 3;
+}
+
+/* A graph of 50 nodes added outside any recorded call, instantiated N times as
+ * CUPTI reports it (inside cudaGraphInstantiate: each copy made, then cloned
+ * from its original), each instantiated graph destroyed after. */
+static int graph_instantiate(void *mock, long n) {
+    void (*created)(uint64_t) = (void (*)(uint64_t))dlsym(mock, "mock_graph_node_created");
+    void (*cloned)(uint64_t, uint64_t) = (void (*)(uint64_t, uint64_t))dlsym(mock, "mock_graph_node_cloned");
+    void (*destroyed)(uint64_t) = (void (*)(uint64_t))dlsym(mock, "mock_graph_node_destroyed");
+    if (!created || !cloned || !destroyed) return 94;
+    const char *nodes = getenv("HOST_GRAPH_NODES");
+    const uint64_t NODES = nodes ? (uint64_t)atol(nodes) : 50;
+    for (uint64_t i = 1; i <= NODES; i++) created(i);
+    uint64_t next = 1000000;
+    uint64_t t0 = now();
+    for (long k = 0; k < n; k++) {
+        uint32_t c = hostile_corr++;
+        mock_api(RT, 310, c, 1);
+        for (uint64_t i = 1; i <= NODES; i++) {
+            created(next + i);
+            cloned(next + i, i);
+        }
+        mock_api(RT, 310, c, 0);
+        for (uint64_t i = 1; i <= NODES; i++) destroyed(next + i);
+        next += NODES;
+    }
+    printf("instantiated %ld ns_per_instantiation %.1f\n", n, (double)(now() - t0) / (double)n);
+    return 3;
 }
 
 #define LOAD(name)                                                    \
@@ -307,6 +490,13 @@ int main(int argc, char **argv) {
             out_of_memory();
             return 3;
         }
+        if (strcmp(argv[2], "mock-small-stacks") == 0) return small_stacks();
+        if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();
+        if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
+        if (strcmp(argv[2], "mock-graph-instantiate") == 0)
+            return graph_instantiate(mock, argc > 3 ? atol(argv[3]) : 200);
+        if (strcmp(argv[2], "mock-signal-malloc") == 0)
+            return signal_in_malloc(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-fatal") == 0) {
             for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
             mock_fatal("mock: the device fell off the bus");

@@ -148,6 +148,7 @@ CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t id, const char
         case 165: n = "cudaDeviceSynchronize_v3020"; break;
         case 211: n = "cudaLaunchKernel_v7000"; break;
         case 311: n = "cudaGraphLaunch_v10000"; break;
+        case 310: n = "cudaGraphInstantiate_v10000"; break;
         case 505: n = "__cudaLaunchKernel_v13000"; break;
         }
     } else if (d == CUPTI_CB_DOMAIN_DRIVER_API) {
@@ -591,4 +592,9 @@ void mock_graph_node_created(uint64_t node) {
 /* A node copied from `original` when its graph is instantiated. */
 void mock_graph_node_cloned(uint64_t node, uint64_t original) {
     graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, node, original);
+}
+
+/* A node about to be destroyed (its graph or instantiated graph is). */
+void mock_graph_node_destroyed(uint64_t node) {
+    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING, node, 0);
 }

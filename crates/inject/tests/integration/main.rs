@@ -5,5 +5,6 @@
 
 mod decode;
 mod host;
+mod hostile;
 mod lifecycle;
 mod support;

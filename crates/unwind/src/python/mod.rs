@@ -19,11 +19,13 @@
 //!
 //! **Reads.** Every pointer read from the chain is checked before it is used:
 //! memory on the thread's own stack is read directly, other memory only in pages
-//! already proven readable (a fixed cache), after a `process_vm_readv` of this
-//! process that fails cleanly instead of faulting. Type objects are compared with
-//! the interpreter's (`PyCode_Type`, `PyUnicode_Type`, `PyBytes_Type`). On any
-//! mismatch Python frames are turned off for the process, with a reason
-//! ([`PythonStatus::Disabled`]); the native stack is still taken.
+//! proven readable in the same capture, by a probe that fails cleanly instead of
+//! faulting (`rt_sigprocmask` with an invalid `how`, which reads 8 bytes and
+//! changes nothing; `process_vm_readv` where that is refused). No page is
+//! trusted across captures: the interpreter (or a bug in an extension) may unmap
+//! it in between. The code objects of a chain are probed after the frames, each
+//! page once. When seccomp refuses both probes, Python frames are turned off
+//! with that reason.
 //!
 //! **Depth.** At most [`MAX_PYTHON_FRAMES`] Python frames per stack; deeper chains
 //! are cut at the outer end and counted.
@@ -58,8 +60,6 @@ pub const MAX_PYTHON_FRAMES: usize = 256;
 const CODE_SLOTS: usize = 16384;
 /// Bytes for copied names and line tables.
 const ARENA_BYTES: usize = 4 << 20;
-/// Pages proven readable.
-const PAGE_SLOTS: usize = 4096;
 
 /// Whether Python frames are read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,8 +117,9 @@ pub struct Python {
     codes: Box<[CodeSlot]>,
     arena: Box<[UnsafeCell<u8>]>,
     arena_used: AtomicUsize,
-    pages: Box<[AtomicU64]>,
     overflow: AtomicBool,
+    /// A probe was refused (EPERM, ENOSYS): seccomp.
+    refused: AtomicBool,
 }
 
 // SAFETY: the arena's bytes are written once, by the thread that reserved them
@@ -151,7 +152,9 @@ mod reason {
     pub const LINE_TABLE: &str = "a code object's line table is not `bytes`";
     pub const INSTRUCTION: &str = "a frame's instruction pointer is outside its code object";
     pub const CHAIN: &str = "the thread state's frame chain is unreadable";
-    pub const ALL: [&str; 7] = [
+    pub const REFUSED: &str = "the system calls that read memory without faulting \
+        (rt_sigprocmask, process_vm_readv) are refused, e.g. by a seccomp filter";
+    pub const ALL: [&str; 8] = [
         FRAME_UNREADABLE,
         CODE_UNREADABLE,
         CODE_TYPE,
@@ -159,37 +162,57 @@ mod reason {
         LINE_TABLE,
         INSTRUCTION,
         CHAIN,
+        REFUSED,
     ];
 }
 
 /// Memory known readable during one capture: the thread's stack, and the last
-/// page spans found readable (the frames of a thread share a few pages, and so
-/// do the code objects of a module), which spares most page-cache lookups.
+/// page spans found readable in this capture (the frames of a thread share a
+/// few pages, and so do the code objects of a module), which spares most
+/// probes. Nothing is remembered across captures: a page found readable once
+/// may be unmapped before the next.
 struct Known {
     stack: (u64, u64),
     /// `[start, end)` of page-aligned spans; empty when equal.
-    recent: [(u64, u64); 4],
+    recent: [(u64, u64); RECENT],
     next: usize,
+    /// Pages probed together (the code objects of the chain), unordered.
+    pages: [u64; PAGES],
+    npages: usize,
 }
+
+/// Spans a capture remembers.
+const RECENT: usize = 8;
+/// Pages of code objects a capture probes in one system call.
+const PAGES: usize = 2 * MAX_PYTHON_FRAMES;
 
 impl Known {
     fn new(stack: (u64, u64)) -> Known {
         Known {
             stack,
-            recent: [(0, 0); 4],
+            recent: [(0, 0); RECENT],
             next: 0,
+            pages: [0; PAGES],
+            npages: 0,
         }
+    }
+
+    fn has_page(&self, page: u64) -> bool {
+        self.pages[..self.npages].contains(&page)
     }
 
     #[inline(always)]
     fn covers(&self, addr: u64, end: u64) -> bool {
         (self.stack.0 <= addr && end <= self.stack.1)
             || self.recent.iter().any(|&(lo, hi)| lo <= addr && end <= hi)
+            || (self.npages > 0
+                && end > addr
+                && (addr >> 12..=(end - 1) >> 12).all(|p| self.has_page(p)))
     }
 
     /// Pages `first..=last` are readable.
     fn remember(&mut self, first: u64, last: u64) {
-        self.recent[self.next % 4] = (first << 12, (last + 1) << 12);
+        self.recent[self.next % RECENT] = (first << 12, (last + 1) << 12);
         self.next = self.next.wrapping_add(1);
     }
 }
@@ -295,8 +318,8 @@ impl Python {
             codes: (0..CODE_SLOTS).map(|_| CodeSlot::default()).collect(),
             arena: (0..ARENA_BYTES).map(|_| UnsafeCell::new(0)).collect(),
             arena_used: AtomicUsize::new(0),
-            pages: (0..PAGE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             overflow: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
         })
     }
 
@@ -386,7 +409,10 @@ impl Python {
         let (n, truncated) = match self.read_chain(tstate, &mut Known::new(stack), &mut raw) {
             Ok(r) => r,
             Err(why) => {
-                self.disable(why);
+                // Unreadable because no probe is allowed, not because of a bad
+                // pointer: say so.
+                let refused = self.refused.load(Ordering::Relaxed);
+                self.disable(if refused { reason::REFUSED } else { why });
                 return;
             }
         };
@@ -502,11 +528,16 @@ impl Python {
         }
         let mut n: usize = 0;
         let mut steps = 0;
+        // Code objects, resolved after the chain is read: their pages are
+        // probed together, in one system call.
+        let mut codes = [0u64; MAX_PYTHON_FRAMES];
+        let mut truncated = false;
         while frame != 0 {
             // Bounded: a cycle in a corrupted chain ends at the cap.
             steps += 1;
             if steps > 4 * raw.len() {
-                return Ok((n, true));
+                truncated = true;
+                break;
             }
             if !frame.is_multiple_of(8) || !self.readable(frame, l.frame_size, mem) {
                 return Err(reason::FRAME_UNREADABLE);
@@ -530,11 +561,11 @@ impl Python {
                 frame = previous;
                 continue;
             }
-            if n == raw.len() {
-                return Ok((n, true));
+            if n == raw.len().min(codes.len()) {
+                truncated = true;
+                break;
             }
             let code = rd(frame + l.frame_code);
-            let id = self.code_id(code, mem)?;
             let instruction = match l.frame_kind {
                 FrameKind::Object => {
                     // SAFETY: within the frame just checked.
@@ -554,15 +585,87 @@ impl Python {
                 // SAFETY: within the frame just checked.
                 unsafe { *((frame + o) as *const u8) != 0 }
             });
+            codes[n] = code;
             raw[n].write(Raw {
-                code: id,
+                code: 0,
                 instruction,
                 group_end: l.frame_kind == FrameKind::Object || is_entry,
             });
             n += 1;
             frame = previous;
         }
-        Ok((n, false))
+        self.probe_code_pages(&codes[..n], mem)?;
+        for (r, &code) in raw[..n].iter_mut().zip(&codes) {
+            let id = self.code_id(code, mem)?;
+            // SAFETY: `raw[..n]` is initialized.
+            unsafe { r.assume_init_mut().code = id };
+        }
+        Ok((n, truncated))
+    }
+
+    /// Probes the pages of the code objects `codes` not already known, and
+    /// remembers them for this capture. An unreadable one is left for
+    /// `code_id` to report.
+    fn probe_code_pages(&self, codes: &[u64], mem: &mut Known) -> Result<(), &'static str> {
+        for &code in codes {
+            let Some(end) = code.checked_add(self.code_span) else {
+                return Err(reason::CODE_UNREADABLE);
+            };
+            if mem.covers(code, end) {
+                continue;
+            }
+            for p in code >> 12..=(end - 1) >> 12 {
+                if mem.has_page(p) || !self.page_readable(p) {
+                    continue;
+                }
+                if mem.npages < PAGES {
+                    mem.pages[mem.npages] = p;
+                    mem.npages += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether page `page` can be read now, without faulting.
+    ///
+    /// `rt_sigprocmask` with an invalid `how` copies the 8-byte set from the
+    /// address first (EFAULT if it cannot) and then refuses (EINVAL), changing
+    /// nothing: a probe at the cost of a plain system call. `process_vm_readv`
+    /// says the same at about ten times the cost (pinning the page), and is
+    /// the fallback where a seccomp filter refuses the first.
+    fn page_readable(&self, page: u64) -> bool {
+        const HOW_INVALID: libc::c_long = -1;
+        // SAFETY: the kernel only reads 8 bytes at the address (or fails with
+        // EFAULT), and with an invalid `how` changes no signal mask.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                HOW_INVALID,
+                page << 12,
+                std::ptr::null_mut::<c_void>(),
+                8usize,
+            )
+        };
+        let errno = if r < 0 {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        } else {
+            0
+        };
+        match errno {
+            libc::EINVAL => true,
+            libc::EFAULT => false,
+            _ => {
+                if self.vm_read(page << 12, &mut [0u8; 1]) {
+                    return true;
+                }
+                let e = std::io::Error::last_os_error().raw_os_error();
+                if matches!(e, Some(libc::EPERM | libc::ENOSYS | libc::EACCES)) {
+                    self.refused.store(true, Ordering::Relaxed);
+                }
+                false
+            }
+        }
     }
 
     /// The code table index of a code object, copying it the first time.
@@ -736,7 +839,8 @@ impl Python {
     }
 
     /// May `[addr, addr+len)` be read directly? The thread's stack may; other
-    /// memory once its pages were read successfully by `process_vm_readv`.
+    /// memory once its pages were read successfully by `process_vm_readv` in
+    /// this capture.
     #[inline(always)]
     fn readable(&self, addr: u64, len: u64, mem: &mut Known) -> bool {
         let Some(end) = addr.checked_add(len) else {
@@ -748,28 +852,11 @@ impl Python {
     #[inline(never)]
     fn readable_pages(&self, addr: u64, end: u64, mem: &mut Known) -> bool {
         let (first, last) = (addr >> 12, (end - 1) >> 12);
-        if (first..=last).all(|p| self.page_known(p)) {
-            mem.remember(first, last);
-            return true;
-        }
-        let mut probe = [0u8; 1];
-        for p in first..=last {
-            let a = (p << 12).max(addr);
-            if !self.vm_read(a, &mut probe) {
-                return false;
-            }
-            self.pages[Self::page_slot(p)].store(p + 1, Ordering::Relaxed);
+        if !(first..=last).all(|p| self.page_readable(p)) {
+            return false;
         }
         mem.remember(first, last);
         true
-    }
-
-    fn page_slot(page: u64) -> usize {
-        (page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % PAGE_SLOTS
-    }
-
-    fn page_known(&self, page: u64) -> bool {
-        self.pages[Self::page_slot(page)].load(Ordering::Relaxed) == page + 1
     }
 
     /// Reads through `process_vm_readv` (never faults) unless already readable.

@@ -1,8 +1,10 @@
 /* Stacks through code without unwind info: (1) "JIT" code copied into an
  * anonymous executable mapping, (2) libnocfi.so, built without unwind tables,
  * (3) a library dlopened after the unwinder read the module table, before and
- * after a refresh, and after it is closed again.
- * usage: nounwind PROBE.so LIBNOCFI.so LIBLATE.so */
+ * after a refresh, and after it is closed again; (4) another library
+ * (LIBLATE2.so, same code, another file) loaded where the closed one was.
+ * usage: nounwind PROBE.so LIBNOCFI.so LIBLATE.so [LIBLATE2.so] */
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -50,9 +52,21 @@ int main(int argc, char **argv) {
     printf("refreshed %d\n", refresh());
     printf("== late after refresh\n");
     late_call(leaf);
+    Dl_info first;
+    dladdr((void *)late_call, &first);
     dlclose(late);
     printf("== after dlclose\n");
     leaf();
     printf("refreshed %d\n", refresh());
+    if (argc < 5) return 0;
+    void *again = dlopen(argv[4], RTLD_NOW);
+    if (!again) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    late_call = (int (*)(void (*)(void)))dlsym(again, "late_call");
+    Dl_info second;
+    dladdr((void *)late_call, &second);
+    printf("same address %d\n", first.dli_fbase == second.dli_fbase);
+    printf("refreshed %d\n", refresh());
+    printf("== reused address\n");
+    late_call(leaf);
     return 0;
 }

@@ -1,7 +1,7 @@
 """Takes stacks through ctypes from nested functions, with the test probe.
 
 usage: python3 py_stacks.py PROBE.so CASE
-CASE: main | thread | native_thread | deep | corrupt
+CASE: main | thread | native_thread | deep | corrupt | stale | seccomp
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -12,7 +12,7 @@ import threading
 
 # The shared helper of gpuperf's Python test scripts.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../test-support/data"))
-from broken_frame_link import with_broken_link  # noqa: E402
+from broken_frame_link import with_broken_link, with_stale_link  # noqa: E402
 
 probe = ctypes.CDLL(sys.argv[1])
 probe.gpuperf_probe_init()
@@ -54,6 +54,35 @@ def corrupt():
     show("after corrupt")
 
 
+def stale():
+    """Takes a stack while this frame links to a copy of its caller's frame in a
+    page that is mapped, then another after that page was unmapped."""
+    with_stale_link(lambda: show("mapped"), lambda: show("unmapped"))  # call:stale
+    show("after stale")
+
+
+def deny_process_vm_readv():
+    """A seccomp filter on this thread that refuses process_vm_readv with EPERM,
+    as container runtimes' default profiles do."""
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8),
+                    ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+
+    insns = (Insn * 4)(
+        Insn(0x20, 0, 0, 0),            # ld [nr]
+        Insn(0x15, 0, 1, 310),          # jeq process_vm_readv (x86-64)
+        Insn(0x06, 0, 0, 0x00050001),   # ret ERRNO(EPERM)
+        Insn(0x06, 0, 0, 0x7fff0000),   # ret ALLOW
+    )
+    prog = Prog(4, insns)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
 case = sys.argv[2]
 if case == "main":
     outer("main")  # call:module
@@ -68,6 +97,11 @@ elif case == "deep":
     rec(300)
 elif case == "corrupt":
     corrupt()
+elif case == "seccomp":
+    deny_process_vm_readv()
+    outer("seccomp")  # call:seccomp_module
+elif case == "stale":
+    stale()  # call:stale_module
 elif case == "bench":
     # 30 distinct Python functions below the probe (30 code objects, as in a real
     # stack: f29 calls f28 ... f0 captures); medians of 9 rounds of 20000 captures.

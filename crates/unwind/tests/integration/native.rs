@@ -92,8 +92,14 @@ fn code_without_unwind_info__ends_with_unknown_and_is_truncated() {
         ],
     );
     let late = gcc("liblate.so", &["liblate.c"], &["-shared", "-fPIC", "-O2"]);
+    // The same code in another file (its own soname, so its own build id).
+    let late2 = gcc(
+        "liblate2.so",
+        &["liblate.c"],
+        &["-shared", "-fPIC", "-O2", "-Wl,-soname,liblate2.so"],
+    );
     let exe = gcc("nounwind", &["nounwind.c"], &["-O2", "-ldl"]);
-    let out = run(Command::new(&exe).args([probe(), nocfi, late]));
+    let out = run(Command::new(&exe).args([probe(), nocfi, late, late2]));
     let stacks = parse(&out);
     let by = |name: &str| {
         stacks
@@ -128,4 +134,39 @@ fn code_without_unwind_info__ends_with_unknown_and_is_truncated() {
     let s = by("after dlclose");
     assert_eq!(s.end_kind(), "Root", "{:?}", s.names());
     assert_in_order(&s.names(), &["leaf", "main", "_start"], "after dlclose");
+    // A library loaded where the closed one was is a module of its own: its
+    // frames name its file, not the closed one's.
+    assert!(
+        out.contains("same address 1\n"),
+        "the loader moved it: {out}"
+    );
+    let s = by("reused address");
+    assert_eq!(s.end_kind(), "Root", "{:?}", s.names());
+    let late_frame = s
+        .lines
+        .iter()
+        .find(|l| l.contains("liblate"))
+        .unwrap_or_else(|| panic!("no frame in liblate*: {:?}", s.lines));
+    assert!(late_frame.contains("/liblate2.so\t"), "{late_frame}");
+}
+
+/// Coroutines on their own stacks (ucontext, as boost.context and fibers do):
+/// each stack's bounds are looked up once, not on every capture.
+#[test]
+fn coroutine_stacks__bounds_looked_up_once_per_stack() {
+    let exe = gcc("coroutines", &["coroutines.c"], &["-O2", "-ldl"]);
+    let out = run(Command::new(&exe).arg(probe()));
+    let stacks = parse(&out);
+    assert_eq!(stacks.len(), 3, "{out}");
+    for s in &stacks {
+        assert!(!s.lines.is_empty(), "{}: {out}", s.section);
+    }
+    let scans: u64 = out
+        .split("stack_scans: ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    // The main stack and the two coroutine stacks, not 300 captures' worth.
+    assert!(scans <= 3, "{scans} lookups of /proc/self/maps: {out}");
 }

@@ -143,3 +143,36 @@ fn python_corrupted_frame_link__no_crash_python_frames_off_with_a_reason() {
         }
     }
 }
+
+#[test]
+fn python_frame_link_into_memory_unmapped_since_it_was_read__no_crash() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "stale");
+        assert_eq!(st.len(), 3, "{name}");
+        // While mapped, the copy of the module frame is read like the original.
+        let module = format!("py_stacks.<module> (py_stacks.py:{})", line("stale_module"));
+        let names = st[0].names();
+        assert!(
+            names.contains(&module),
+            "{name} {}: {names:?}",
+            st[0].section
+        );
+        // Unmapped: no fault, and the stack is still complete natively.
+        assert_eq!(st[1].section, "unmapped");
+        assert_eq!(st[1].end_kind(), "Root", "{name}: {}", st[1].end);
+    }
+}
+
+#[test]
+fn python_frames_with_process_vm_readv_refused_by_seccomp__still_read() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "seccomp");
+        assert_eq!(st.len(), 1, "{name}");
+        assert!(st[0].end.contains("Active"), "{name}: {}", st[0].end);
+        let module = format!(
+            "py_stacks.<module> (py_stacks.py:{})",
+            line("seccomp_module")
+        );
+        check_nested(&name, &st[0], &[module]);
+    }
+}

@@ -1,0 +1,182 @@
+//! Programs that are hard on their threads: small stacks, alternate signal
+//! stacks, cancellation, CUDA calls from signal handlers. Each runs to the end
+//! without gpuperf, so it must with it; stress cases are bounded by a timeout
+//! that only detects hangs.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use gpuperf_merge::model::{Record, StringTable};
+use tempfile::TempDir;
+
+use crate::support::{inject_lib, mock, read_logs, read_traces, run_host_with, wheels};
+
+/// Runs `mode` with and without the library; both must exit the same way.
+/// Returns the run with the library and its trace directory.
+fn both(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempDir)> {
+    let w = wheels()?;
+    let m = mock(&w);
+    let without = run_host_with(None, mode, args, &[("GPUPERF_CUPTI_PATH", &m)], limit);
+    assert_eq!(without.status.code(), Some(3), "{mode} without gpuperf");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("GPUPERF_FLUSH_MS", Path::new("50")),
+    ];
+    let with = run_host_with(Some(&inject_lib()), mode, args, &env, limit);
+    assert_eq!(
+        with.status.code(),
+        without.status.code(),
+        "{mode} with gpuperf: {:?}\nstdout:\n{}\nstderr:\n{}\nlog:\n{}",
+        with.status,
+        String::from_utf8_lossy(&with.stdout),
+        String::from_utf8_lossy(&with.stderr),
+        read_logs(dir.path())
+    );
+    Some((with, dir))
+}
+
+/// (launch API records, of them with a stack) named `kernel`… by the host.
+fn launches(records: &[Record], strings: &StringTable) -> (usize, usize) {
+    let calls = records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(a) if strings.get(a.name) == "cudaLaunchKernel"))
+        .count();
+    let stacks = records
+        .iter()
+        .filter(|r| matches!(r, Record::CallStack(_)))
+        .count();
+    (calls, stacks)
+}
+
+#[test]
+fn mock_threads_with_16k_stacks_launch_with_stacks() {
+    let Some((_, dir)) = both("mock-small-stacks", &[], Duration::from_secs(60)) else {
+        return;
+    };
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, stacks) = launches(&records, &strings);
+    assert_eq!(calls, 80, "{}", read_logs(dir.path()));
+    assert_eq!(stacks, 80, "{}", read_logs(dir.path()));
+}
+
+#[test]
+fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
+    let Some((_, dir)) = both("mock-altstack", &[], Duration::from_secs(60)) else {
+        return;
+    };
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, stacks) = launches(&records, &strings);
+    assert_eq!(calls, 5, "{}", read_logs(dir.path()));
+    // With too little stack left the capture is skipped, and the log says so.
+    let log = read_logs(dir.path());
+    assert!(
+        stacks == 5 || log.contains(&format!("{} skipped for lack of stack", 5 - stacks)),
+        "{stacks} stacks; log:\n{log}"
+    );
+}
+
+#[test]
+fn mock_2000_launching_threads_each_cancelled_exit_cleanly() {
+    let Some((out, dir)) = both("mock-cancel", &["2000"], Duration::from_secs(120)) else {
+        return;
+    };
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cancelled 2000 threads"),
+        "{}",
+        read_logs(dir.path())
+    );
+}
+/// The number after `word ` in `text`.
+fn number_after(text: &str, word: &str) -> Option<u64> {
+    text.split(word)
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn mock_signal_handler_launching_inside_malloc_and_inside_launches_completes() {
+    let Some((out, dir)) = both("mock-signal-malloc", &["2000"], Duration::from_secs(120)) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = read_logs(dir.path());
+    let handled = number_after(&stdout, "signals handled").expect("handled");
+    let made = number_after(&stdout, "launches").expect("launches");
+    assert!(handled > 0, "{stdout}");
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, _) = launches(&records, &strings);
+    // Launches that re-entered the recorder are not recorded, and counted:
+    // every launch is one or the other.
+    let reentered: u64 = log
+        .split(" API calls not recorded because they re-entered")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(calls as u64 + reentered, made, "{stdout}\n{log}");
+}
+
+/// Instantiating a graph copies each node; a copy has its original's stack.
+/// Taking a stack for each copy (which CUPTI reports as made, inside the
+/// instantiate call) and keeping every copy ever made cost time and memory
+/// that grow with each instantiation.
+#[test]
+fn mock_graph_instantiations_take_no_stacks_and_forget_destroyed_nodes() {
+    let Some((out, dir)) = both("mock-graph-instantiate", &["200"], Duration::from_secs(120))
+    else {
+        return;
+    };
+    assert!(String::from_utf8_lossy(&out.stdout).contains("instantiated 200"));
+    let log = read_logs(dir.path());
+    // The 50 nodes added outside a recorded call get a stack each; copies none.
+    let taken = number_after(&log, "stacks:").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(taken, 50, "{log}");
+    // Destroyed copies are forgotten: the 50 originals remain.
+    let held = number_after(&log, "graph nodes held:").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(held, 50, "{log}");
+    // Every copy still names its original's stack.
+    let (records, _, _) = read_traces(dir.path());
+    let copies = records
+        .iter()
+        .filter(|r| matches!(r, Record::GraphNode(g) if g.node_id >= 1_000_000 && g.stack != 0))
+        .count();
+    assert_eq!(copies, 200 * 50);
+}
+
+/// Launches from an exit handler that runs after gpuperf's (registered before
+/// CUDA started) cannot be recorded; they are counted and reported.
+#[test]
+fn mock_launches_after_the_trace_closed_are_counted_and_noted() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("HOST_LATE_LAUNCHES", Path::new("1")),
+    ];
+    let out = run_host_with(
+        Some(&inject_lib()),
+        "mock",
+        &[],
+        &env,
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let want = "5 API calls came after the trace was closed";
+    let log = read_logs(dir.path());
+    assert!(log.contains(want), "{log}");
+    let (records, _, _) = read_traces(dir.path());
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(r, Record::Note(n) if n.text.starts_with(want))),
+        "{records:?}"
+    );
+}
