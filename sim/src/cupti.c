@@ -14,7 +14,7 @@
  * periodic flush does; dropped-record counts.
  *
  * What it does not do: PC sampling, metrics, events, profiling ranges, NVTX,
- * external correlation, unified memory counters, per-stream buffers, OVERHEAD
+ * unified memory counters, per-stream buffers, OVERHEAD
  * records; peer copies are reported only as MEMCPY2 (as CUPTI's header says),
  * and activity kinds without a record here are accepted and stay empty. It prints
  * nothing. */
@@ -185,6 +185,8 @@ static uint32_t domain_size(CUpti_CallbackDomain d) {
     case CUPTI_CB_DOMAIN_DRIVER_API: return sizeof gpusim_driver_cbid_names / sizeof(char *);
     case CUPTI_CB_DOMAIN_RESOURCE: return CUPTI_CBID_RESOURCE_SIZE;
     case CUPTI_CB_DOMAIN_SYNCHRONIZE: return CUPTI_CBID_SYNCHRONIZE_SIZE;
+    case CUPTI_CB_DOMAIN_NVTX: return CUPTI_CBID_NVTX_SIZE;
+    case CUPTI_CB_DOMAIN_STATE: return CUPTI_CBID_STATE_SIZE;
     default: return 0;
     }
 }
@@ -209,7 +211,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_Subs
 }
 
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableAllDomains(uint32_t enable, CUpti_SubscriberHandle subscriber) {
-    for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d <= CUPTI_CB_DOMAIN_SYNCHRONIZE; d++) {
+    for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d < CUPTI_CB_DOMAIN_SIZE; d++) {
         CUptiResult r = cuptiEnableDomain(enable, subscriber, (CUpti_CallbackDomain)d);
         if (r != CUPTI_SUCCESS)
             return r;
@@ -324,6 +326,7 @@ static size_t record_size(uint32_t kind) {
     case CUPTI_ACTIVITY_KIND_CONTEXT: return sizeof(CUpti_ActivityContext3);
     case CUPTI_ACTIVITY_KIND_DRIVER:
     case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return sizeof(CUpti_ActivityExternalCorrelation);
     default: return 0;
     }
 }
@@ -604,6 +607,14 @@ static void start_worker(void) {
 
 static void announce_existing(void);
 
+/* Which API calls get RUNTIME and DRIVER records: the activity kind turns all of
+ * a domain's on or off, cuptiActivityEnableRuntimeApi/DriverApi one callback id. */
+static volatile unsigned char g_api_on[2][GPUSIM_MAX_CBID];
+
+static void api_domain(int runtime, int on) {
+    memset((void *)g_api_on[runtime], on, sizeof g_api_on[runtime]);
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
     if ((unsigned)kind == 0 || (unsigned)kind >= CUPTI_ACTIVITY_KIND_COUNT || kind >= NKINDS)
         return fail(CUPTI_ERROR_INVALID_KIND);
@@ -613,8 +624,10 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) 
     if (r != CUPTI_SUCCESS)
         return fail(r);
     g_kinds[kind] = 1;
-    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+        api_domain(kind == CUPTI_ACTIVITY_KIND_RUNTIME, 1);
         atomic_store(&g_api_kinds, 1);
+    }
     if (kind == CUPTI_ACTIVITY_KIND_DEVICE || kind == CUPTI_ACTIVITY_KIND_CONTEXT)
         announce_existing();
     return CUPTI_SUCCESS;
@@ -624,8 +637,83 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
     if ((unsigned)kind == 0 || (unsigned)kind >= CUPTI_ACTIVITY_KIND_COUNT || kind >= NKINDS)
         return fail(CUPTI_ERROR_INVALID_KIND);
     g_kinds[kind] = 0;
-    atomic_store(&g_api_kinds, g_kinds[CUPTI_ACTIVITY_KIND_RUNTIME] || g_kinds[CUPTI_ACTIVITY_KIND_DRIVER]);
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
+        api_domain(kind == CUPTI_ACTIVITY_KIND_RUNTIME, 0);
     return CUPTI_SUCCESS;
+}
+
+static CUptiResult enable_api(int runtime, CUpti_CallbackId cbid, uint8_t enable) {
+    if (cbid >= GPUSIM_MAX_CBID ||
+        cbid >= domain_size(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    pthread_mutex_lock(&g_mu);
+    CUptiResult r = attach();
+    pthread_mutex_unlock(&g_mu);
+    if (r != CUPTI_SUCCESS)
+        return fail(r);
+    g_api_on[runtime][cbid] = enable != 0;
+    if (enable)
+        atomic_store(&g_api_kinds, 1);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
+    return enable_api(1, cbid, enable);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+    return enable_api(0, cbid, enable);
+}
+
+/* Device timestamps for CUDA events: the simulated events already carry the
+ * simulated device time, so there is nothing to switch. */
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnableCudaEventDeviceTimestamps(uint8_t enable) {
+    (void)enable;
+    return CUPTI_SUCCESS;
+}
+
+/* External correlation: a stack of ids per kind and thread; every API call made
+ * while one is pushed gets an EXTERNAL_CORRELATION record naming it. */
+#define EXT_KINDS 8
+#define EXT_DEPTH 64
+static __thread uint64_t tls_ext[EXT_KINDS][EXT_DEPTH];
+static __thread int tls_ext_n[EXT_KINDS];
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                                          uint64_t id) {
+    if ((unsigned)kind == 0 || (unsigned)kind >= EXT_KINDS)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (tls_ext_n[kind] == EXT_DEPTH)
+        return fail(CUPTI_ERROR_OUT_OF_MEMORY);
+    tls_ext[kind][tls_ext_n[kind]++] = id;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                                         uint64_t *lastId) {
+    if ((unsigned)kind == 0 || (unsigned)kind >= EXT_KINDS || tls_ext_n[kind] == 0)
+        return fail(CUPTI_ERROR_QUEUE_EMPTY);
+    uint64_t id = tls_ext[kind][--tls_ext_n[kind]];
+    if (lastId)
+        *lastId = id;
+    return CUPTI_SUCCESS;
+}
+
+static void external_records(const struct gpusim_api *c) {
+    if (!g_kinds[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION] || !c->correlation_id ||
+        (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
+        return;
+    for (int k = 1; k < EXT_KINDS; k++) {
+        if (!tls_ext_n[k])
+            continue;
+        CUpti_ActivityExternalCorrelation e;
+        memset(&e, 0, sizeof e);
+        e.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+        e.externalKind = (CUpti_ExternalCorrelationKind)k;
+        e.externalId = tls_ext[k][tls_ext_n[k] - 1];
+        e.correlationId = c->correlation_id;
+        append(&e, sizeof e, 0);
+    }
 }
 
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
@@ -633,6 +721,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
         flush(1, 1);
     pthread_mutex_lock(&g_mu);
     memset((void *)g_kinds, 0, sizeof g_kinds);
+    memset((void *)g_api_on, 0, sizeof g_api_on);
     atomic_store(&g_api_kinds, 0);
     g_subscribed = 0;
     g_callback = NULL;
@@ -665,7 +754,10 @@ static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
     cb(g_userdata, (CUpti_CallbackDomain)c->domain, (CUpti_CallbackId)c->cbid, &d);
 }
 
-static void on_api_enter(struct gpusim_api *c) { callback(c, CUPTI_API_ENTER); }
+static void on_api_enter(struct gpusim_api *c) {
+    external_records(c);
+    callback(c, CUPTI_API_ENTER);
+}
 
 static void on_api_exit(struct gpusim_api *c) {
     callback(c, CUPTI_API_EXIT);
@@ -675,7 +767,8 @@ static void on_api_exit(struct gpusim_api *c) {
     /* A driver call made by a runtime call has no record of its own: CUPTI logs of
      * real programs with DRIVER records on have none for the runtime's launches
      * and copies, only for the driver calls the program makes itself. */
-    if (!g_kinds[kind] || (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
+    if (c->cbid >= GPUSIM_MAX_CBID || !g_api_on[kind == CUPTI_ACTIVITY_KIND_RUNTIME][c->cbid] ||
+        (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
         return;
     CUpti_ActivityAPI a = {
         .kind = (CUpti_ActivityKind)kind,
