@@ -102,6 +102,30 @@ static uint64_t copy_cost(uint8_t copy_kind, uint8_t host_kind, uint64_t bytes) 
 
 static uint64_t memset_cost(uint64_t bytes) { return scaled(MEMSET_BASE_NS + (bytes + 1999) / 2000); }
 
+/* Math-library kernels (the cuBLAS and cuBLASLt stand-ins) are costed from the
+ * work they do: the longer of FLOPs at the datatype's rate and bytes moved at
+ * the memory's, after a fixed start. FLOPs per ns: 60000 for 32- and 64-bit
+ * types (60 TFLOP/s), 500000 for 16- and 8-bit types on tensor cores. */
+#define MATH_BASE_NS 2000u
+#define MATH_FLOPS_PER_NS 60000.0
+#define MATH_FLOPS_PER_NS_TENSOR 500000.0
+#define MATH_BYTES_PER_NS 3000.0
+
+GPUSIM_EXPORT uint64_t gpusim_math_cost(double flops, double bytes, int tensor_cores) {
+    double f = flops / (tensor_cores ? MATH_FLOPS_PER_NS_TENSOR : MATH_FLOPS_PER_NS);
+    double b = bytes / MATH_BYTES_PER_NS;
+    double t = f > b ? f : b;
+    if (t > 1e15)
+        t = 1e15;
+    return MATH_BASE_NS + (uint64_t)t;
+}
+
+/* A cost for the next kernel this thread launches, set by the math libraries
+ * just before they launch (0: cost from the launch configuration). */
+static __thread uint64_t tls_next_cost;
+
+GPUSIM_EXPORT void gpusim_set_next_kernel_cost(uint64_t ns) { tls_next_cost = ns; }
+
 /* ------------------------------------------------------------------ state */
 
 /* Memory of each simulated device (sim/README.md). */
@@ -198,6 +222,7 @@ struct node {
     uint32_t value, elem;
     CUhostFn host_fn;
     void *host_data;
+    uint64_t cost;                 /* kernels: ns before scaling, 0 for the launch configuration's */
     struct graph *graph;           /* the graph that holds it */
 };
 
@@ -855,6 +880,35 @@ GPUSIM_EXPORT CUfunction gpusim_resolve_function(const void *func) {
     return NULL;
 }
 
+/* A kernel known by its name alone, for the math-library stand-ins: one handle
+ * per name. */
+GPUSIM_EXPORT CUfunction gpusim_named_kernel(const char *name) {
+    static struct kernel **named;
+    static size_t n, cap;
+    if (!name)
+        return NULL;
+    pthread_mutex_lock(&g_kernel_mu);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(named[i]->name, name) == 0) {
+            struct kernel *k = named[i];
+            pthread_mutex_unlock(&g_kernel_mu);
+            return (CUfunction)k;
+        }
+    struct kernel *k = NULL;
+    if (n == cap) {
+        size_t c = cap ? cap * 2 : 64;
+        struct kernel **p = realloc(named, c * sizeof *p);
+        if (p) {
+            named = p;
+            cap = c;
+        }
+    }
+    if (n < cap && (k = new_kernel(name, NULL, NULL)) != NULL)
+        named[n++] = k;
+    pthread_mutex_unlock(&g_kernel_mu);
+    return (CUfunction)k;
+}
+
 GPUSIM_EXPORT const char *gpusim_function_name(CUfunction f) {
     struct kernel *k = as_kernel(f);
     return k ? k->name : NULL;
@@ -941,7 +995,7 @@ static uint64_t threads_of(const uint32_t grid[3], const uint32_t block[3]) {
 static void run_kernel(struct stream *s, const struct node *n, const struct gpusim_api *call,
                        uint32_t graph_id, uint64_t node_id) {
     uint64_t start, end;
-    schedule(s, kernel_cost(threads_of(n->grid, n->block)), &start, &end);
+    schedule(s, n->cost ? scaled(n->cost) : kernel_cost(threads_of(n->grid, n->block)), &start, &end);
     if (!atomic_load_explicit(&g_tool, memory_order_relaxed))
         return;
     struct device *d = s->ctx->dev;
@@ -1157,6 +1211,8 @@ static CUresult launch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
         return CUDA_ERROR_INVALID_HANDLE;
     struct node n;
     CUresult r = kernel_node(f, grid, block, shared, launch_type, &n);
+    n.cost = tls_next_cost;
+    tls_next_cost = 0;
     if (r != CUDA_SUCCESS)
         return r;
     if (s->capture)

@@ -133,6 +133,8 @@ extern int gpusim_runtime_device(int dev);
 extern CUcontext gpusim_runtime_context(int dev);
 extern void *gpusim_static_alloc(size_t bytes);
 extern void *gpusim_driver_symbol(const char *symbol);
+extern CUfunction gpusim_named_kernel(const char *name);
+extern void gpusim_set_next_kernel_cost(uint64_t ns);
 
 /* Functions without parameters, and the internal ones, have no parameter struct
  * in CUPTI's generated header. */
@@ -1279,6 +1281,20 @@ GPUSIM_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, e
                                                           int value, int device) {
     ENTER_NOCTX(cudaKernelSetAttributeForDevice, kernel, attr, value, device);
     RETURN(rt(DRV(cuKernelSetAttribute)((CUfunction_attribute)attr, value, (CUkernel)kernel, device)));
+}
+
+/* For the math-library stand-ins: launches the kernel `name` as their own copy
+ * of the runtime would, through cudaLaunchKernel, costing `cost_ns` (before
+ * GPUSIM_TIME_SCALE). */
+GPUSIM_EXPORT cudaError_t gpusim_launch_named(const char *name, dim3 grid, dim3 block, cudaStream_t stream,
+                                              uint64_t cost_ns) {
+    CUfunction f = gpusim_named_kernel(name);
+    if (!f)
+        return cudaErrorInvalidDeviceFunction;
+    gpusim_set_next_kernel_cost(cost_ns ? cost_ns : 1);
+    cudaError_t e = cudaLaunchKernel((const void *)f, grid, block, NULL, 0, stream);
+    gpusim_set_next_kernel_cost(0);
+    return e;
 }
 
 /* A marker for tools: this libcudart simulates. */
