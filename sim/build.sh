@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Simulated CUDA (no GPU: kernels do not run, nothing reaches a device): builds
-# the stand-ins for libcuda.so.1, libcudart.so.13 and libcupti.so.13 into OUTDIR,
+# the stand-ins for libcuda.so.1, libcudart.so.13, libcupti.so.13 and
+# libnvidia-ml.so.1 into OUTDIR,
 # and for libcublas.so.13 and libcublasLt.so.13 when cuBLAS's headers are found.
 #
 # usage: sim/build.sh OUTDIR
@@ -67,6 +68,8 @@ ln -sf libcudart.so.13 "$out/libcudart.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcupti.so.13 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN' \
     -o "$out/libcupti.so.13" "$here/src/cupti.c" -L"$out" -lcuda -lpthread
 ln -sf libcupti.so.13 "$out/libcupti.so"
+gcc "${cflags[@]}" -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--no-undefined \
+    -o "$out/libnvidia-ml.so.1" "$here/src/nvml.c"
 
 # cuBLAS and cuBLASLt stand-ins. Every function their headers declare and the
 # stand-ins do not implement exists and returns CUBLAS_STATUS_NOT_SUPPORTED

@@ -2883,6 +2883,9 @@ DRV(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t size, const CUmemAlloc
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         BAD_DEVICE(prop->location.id))
         RETURN(CUDA_ERROR_INVALID_DEVICE);
+    /* Fabric handles need an NVLink fabric manager, which no simulated device has. */
+    if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC)
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
     struct device *d = &g_dev[prop->location.id];
     pthread_mutex_lock(&g_mem_mu);
     int fits = size <= d->info.global_memory - d->allocated;
@@ -3429,6 +3432,96 @@ DRV(cuModuleGetLoadingMode, (CUmoduleLoadingMode *mode), (mode)) {
         RETURN(CUDA_ERROR_INVALID_VALUE);
     *mode = CU_MODULE_EAGER_LOADING;
     RETURN(CUDA_SUCCESS);
+}
+
+/* A 32-bit write to device memory in stream order: written at once (the work
+ * before it never runs, so no one can tell). */
+DRV(cuStreamWriteValue32, (CUstream hs, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+    (hs, addr, value, flags)) {
+    ENTER(cuStreamWriteValue32, hs, addr, value, flags);
+    struct stream *s = resolve_stream(hs);
+    if (!s)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    struct alloc a;
+    if (!addr || addr % 4 || !mem_find((const void *)addr, &a) || addr + 4 > a.base + a.size)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    memcpy((void *)addr, &value, 4);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuLogsRegisterCallback, (CUlogsCallback cb, void *data, CUlogsCallbackHandle *out), (cb, data, out)) {
+    ENTER(cuLogsRegisterCallback, cb, data, out);
+    if (!cb)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* The simulated driver logs nothing, so the callback is never called. */
+    if (out)
+        *out = (CUlogsCallbackHandle)(uintptr_t)1;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuLogsUnregisterCallback, (CUlogsCallbackHandle h), (h)) {
+    ENTER(cuLogsUnregisterCallback, h);
+    RETURN(h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+/* Green contexts, multicast objects and tensor maps are not simulated. */
+DRV(cuCtxFromGreenCtx, (CUcontext *c, CUgreenCtx g), (c, g)) {
+    ENTER(cuCtxFromGreenCtx, c, g);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuDevResourceGenerateDesc, (CUdevResourceDesc *d, CUdevResource *r, unsigned int n), (d, r, n)) {
+    ENTER(cuDevResourceGenerateDesc, d, r, n);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuDevSmResourceSplitByCount,
+    (CUdevResource *result, unsigned int *groups, const CUdevResource *input, CUdevResource *remaining,
+     unsigned int flags, unsigned int min),
+    (result, groups, input, remaining, flags, min)) {
+    ENTER(cuDevSmResourceSplitByCount, result, groups, input, remaining, flags, min);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuDeviceGetDevResource, (CUdevice dev, CUdevResource *r, CUdevResourceType t), (dev, r, t)) {
+    ENTER(cuDeviceGetDevResource, dev, r, t);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuGreenCtxCreate, (CUgreenCtx *g, CUdevResourceDesc d, CUdevice dev, unsigned int flags), (g, d, dev, flags)) {
+    ENTER(cuGreenCtxCreate, g, d, dev, flags);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuGreenCtxDestroy, (CUgreenCtx g), (g)) {
+    ENTER(cuGreenCtxDestroy, g);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuGreenCtxStreamCreate, (CUstream *s, CUgreenCtx g, unsigned int flags, int prio), (s, g, flags, prio)) {
+    ENTER(cuGreenCtxStreamCreate, s, g, flags, prio);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastAddDevice, (CUmemGenericAllocationHandle h, CUdevice dev), (h, dev)) {
+    ENTER(cuMulticastAddDevice, h, dev);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastBindMem,
+    (CUmemGenericAllocationHandle mc, size_t mo, CUmemGenericAllocationHandle mem, size_t off, size_t size,
+     unsigned long long flags),
+    (mc, mo, mem, off, size, flags)) {
+    ENTER(cuMulticastBindMem, mc, mo, mem, off, size, flags);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastCreate, (CUmemGenericAllocationHandle *h, const CUmulticastObjectProp *p), (h, p)) {
+    ENTER(cuMulticastCreate, h, p);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastUnbind, (CUmemGenericAllocationHandle h, CUdevice dev, size_t off, size_t size), (h, dev, off, size)) {
+    ENTER(cuMulticastUnbind, h, dev, off, size);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuTensorMapEncodeTiled,
+    (CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *addr, const cuuint64_t *dim,
+     const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *estrides, CUtensorMapInterleave il,
+     CUtensorMapSwizzle sw, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob),
+    (map, type, rank, addr, dim, strides, box, estrides, il, sw, l2, oob)) {
+    ENTER(cuTensorMapEncodeTiled, map, type, rank, addr, dim, strides, box, estrides, il, sw, l2, oob);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
 }
 
 /* The driver function named `symbol`, in the newest version this driver has
