@@ -68,6 +68,9 @@ ln -sf libcudart.so.13 "$out/libcudart.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcupti.so.13 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN' \
     -o "$out/libcupti.so.13" "$here/src/cupti.c" -L"$out" -lcuda -lpthread
 ln -sf libcupti.so.13 "$out/libcupti.so"
+# sim/run.sh puts OUTDIR/python first on PYTHONPATH (PyTorch without cuDNN).
+mkdir -p "$out/python"
+cp "$here/python/sitecustomize.py" "$out/python/sitecustomize.py"
 gcc "${cflags[@]}" -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--no-undefined \
     -o "$out/libnvidia-ml.so.1" "$here/src/nvml.c"
 
