@@ -7,7 +7,9 @@
  * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
  * Device5, Context3, API) in client buffers; graph node callbacks
  * (GRAPHNODE_CREATED, GRAPHNODE_CLONED with a CUpti_GraphData) and the graph,
- * exec and node ids; the timestamp callback and thread id types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
+ * exec and node ids; the timestamp callback (mapped linearly when its clock is
+ * not in ns) and thread id types; external correlation records; per-API
+ * activity switches; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
  * the buffers whose records are all complete, FLUSH_FORCED returns every buffer,
  * its records still in flight with end (and start, if not started) = 0, never
  * delivered again; a worker thread that delivers full, complete buffers, as the
@@ -72,9 +74,14 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version) {
 static _Atomic(CUpti_TimestampCallbackFunc) g_clock;
 /* CUPTI time = CLOCK_MONOTONIC + offset. By default CUPTI's clock reads like
  * CLOCK_REALTIME; with a timestamp callback it is the callback's clock, measured
- * once against CLOCK_MONOTONIC when it is registered. */
+ * against CLOCK_MONOTONIC when it is registered. CUPTI documents the callback's
+ * clock as nanoseconds; one that runs at another rate (Kineto's TSC-based one)
+ * is mapped linearly, as CUPTI interpolates GPU timestamps: then
+ * CUPTI time = g_ref_cupti + (CLOCK_MONOTONIC - g_ref_mono) * g_rate. */
 static _Atomic int64_t g_offset;
 static _Atomic int g_offset_set;
+static double g_rate = 1.0;
+static uint64_t g_ref_mono, g_ref_cupti;
 
 static int64_t realtime_offset(void) {
     struct timespec r, m;
@@ -91,13 +98,18 @@ static int64_t offset(void) {
     return atomic_load_explicit(&g_offset, memory_order_relaxed);
 }
 
-static uint64_t to_cupti(uint64_t mono) { return mono ? (uint64_t)((int64_t)mono + offset()) : 0; }
+static uint64_t to_cupti(uint64_t mono) {
+    if (!mono)
+        return 0;
+    int64_t off = offset();
+    if (g_rate != 1.0)
+        return g_ref_cupti + (uint64_t)((double)((int64_t)mono - (int64_t)g_ref_mono) * g_rate);
+    return (uint64_t)((int64_t)mono + off);
+}
 
-GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
-    if (!f)
-        return fail(CUPTI_ERROR_INVALID_PARAMETER);
-    /* The reading with the narrowest bracket of CLOCK_MONOTONIC wins. */
-    int64_t best = 0;
+/* One reading of the callback, bracketed by CLOCK_MONOTONIC as tightly as 16
+ * tries allow: (monotonic at the middle, callback). */
+static void bracket(CUpti_TimestampCallbackFunc f, uint64_t *mono, uint64_t *cb) {
     uint64_t width = UINT64_MAX;
     for (int i = 0; i < 16; i++) {
         uint64_t a = gpusim_now_ns();
@@ -105,11 +117,31 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_
         uint64_t b = gpusim_now_ns();
         if (b - a < width) {
             width = b - a;
-            best = (int64_t)t - (int64_t)(a + (b - a) / 2);
+            *mono = a + (b - a) / 2;
+            *cb = t;
         }
     }
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+    if (!f)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    uint64_t m0 = 0, c0 = 0, m1 = 0, c1 = 0;
+    bracket(f, &m0, &c0);
+    /* 2 ms apart, to measure the callback's rate. */
+    while (gpusim_now_ns() < m0 + 2000000)
+        ;
+    bracket(f, &m1, &c1);
+    double rate = m1 > m0 ? (double)((int64_t)c1 - (int64_t)c0) / (double)(m1 - m0) : 1.0;
+    /* A nanosecond clock (as documented) maps by its offset alone, so that
+     * simulated durations stay exact. */
+    if (rate > 0.999 && rate < 1.001)
+        rate = 1.0;
+    g_ref_mono = m1;
+    g_ref_cupti = c1;
+    g_rate = rate > 0 ? rate : 1.0;
     atomic_store(&g_clock, f);
-    atomic_store(&g_offset, best);
+    atomic_store(&g_offset, (int64_t)c1 - (int64_t)m1);
     atomic_store_explicit(&g_offset_set, 1, memory_order_release);
     return CUPTI_SUCCESS;
 }

@@ -11,10 +11,16 @@
  * reported to the attached tool (libcupti), on the calling thread, from inside
  * the call.
  *
+ * Also: bounded device memory (16 GiB per device, lazily backed), the virtual
+ * memory API, pointer attributes, occupancy, host functions and stream callbacks
+ * in stream order, user objects, capture across event-joined streams, driver
+ * entry points by name, libraries, memory pools, and the device clock that
+ * makes event times deterministic (sim/README.md#clocks).
+ *
  * What it does not do: run kernels, model SM occupancy, copy-engine contention or
- * caches, arrays/textures/IPC/virtual memory management, multi-stream graph capture,
- * host-function launches; it prints nothing. The cost model is written down once, in
- * sim/README.md, and implemented once, in the "Cost model" section below. */
+ * caches, arrays/textures/IPC, graph dependencies other than node order; it
+ * prints nothing. The cost model is written down once, in sim/README.md, and
+ * implemented once, in the "Cost model" section below. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dlfcn.h>
@@ -157,7 +163,8 @@ struct stream {
     struct ctx *ctx;
     unsigned flags;
     int priority, legacy;
-    uint64_t tail;                 /* simulated end of the last operation */
+    uint64_t tail;                 /* simulated end of the last operation (host clock) */
+    uint64_t vtail;                /* the same on the device clock */
     uint64_t ring[QUEUE_DEPTH];    /* ends of the pending operations */
     unsigned ring_head, ring_len;
     struct graph *capture;         /* the graph this stream captures into, if any */
@@ -191,7 +198,8 @@ struct event {
     uint32_t magic, id;
     unsigned flags;
     int recorded;
-    uint64_t time;
+    uint64_t time;                 /* completion on the host clock */
+    uint64_t vtime;                /* completion on the device clock */
     struct ctx *ctx;
     struct graph *capture;         /* recorded in a capturing stream: waiting on it joins */
 };
@@ -697,26 +705,54 @@ static struct stream *resolve_stream(CUstream h) {
     return s->magic == MAGIC_STREAM && s->ctx->live ? s : NULL;
 }
 
+/* Two clocks place GPU work (sim/README.md#clocks). The device clock is the
+ * simulated GPU's own: work starts there when its stream is ready, and never
+ * before the host could have submitted it, which it knows only at the host's
+ * last wait for the device (g_vhost, plus the launch latency). It depends on
+ * nothing but the work, so durations, event times and the time a wait covers
+ * are the same on every run, however the host is scheduled. Activity records
+ * carry the host clock (CLOCK_MONOTONIC), as CUPTI's do: the same durations,
+ * each piece of work starting no earlier than its API call plus the launch
+ * latency, so that a timeline shows the host's real gaps. */
+static _Atomic uint64_t g_vhost;
+
+static void vhost_reaches(uint64_t t) {
+    uint64_t v = atomic_load(&g_vhost);
+    while (t > v && !atomic_compare_exchange_weak(&g_vhost, &v, t))
+        ;
+}
+
 /* The earliest time new work on `s` may start, from CUDA's ordering rules: a
  * stream is serial; the legacy default stream waits for every blocking stream of
- * its context, and blocking streams wait for it. Called with the device lock. */
-static uint64_t ready_time(struct stream *s) {
-    uint64_t t = s->tail;
+ * its context, and blocking streams wait for it. `device` picks the clock.
+ * Called with the device lock. */
+static uint64_t ready_on(struct stream *s, int device) {
+#define TAIL(x) (device ? (x)->vtail : (x)->tail)
+    uint64_t t = TAIL(s);
     if (s->flags & CU_STREAM_NON_BLOCKING)
         return t;
     if (s->legacy) {
         for (struct stream *x = s->ctx->dev->streams; x; x = x->next)
-            if (x->ctx == s->ctx && !(x->flags & CU_STREAM_NON_BLOCKING) && x->tail > t)
-                t = x->tail;
-    } else if (s->ctx->legacy->tail > t) {
-        t = s->ctx->legacy->tail;
+            if (x->ctx == s->ctx && !(x->flags & CU_STREAM_NON_BLOCKING) && TAIL(x) > t)
+                t = TAIL(x);
+    } else if (TAIL(s->ctx->legacy) > t) {
+        t = TAIL(s->ctx->legacy);
     }
     return t;
+#undef TAIL
 }
 
-/* Places `dur` ns of work on `s`: returns its start and end. A stream with
- * QUEUE_DEPTH unfinished operations makes the caller wait, as a full launch queue
- * does on a GPU. */
+static uint64_t ready_time(struct stream *s) { return ready_on(s, 0); }
+
+/* Where new work on `s` starts on the device clock. Called with the device lock. */
+static uint64_t device_start(struct stream *s) {
+    uint64_t t = atomic_load(&g_vhost) + scaled(LAUNCH_LATENCY_NS), r = ready_on(s, 1);
+    return r > t ? r : t;
+}
+
+/* Places `dur` ns of work on `s`: returns its start and end on the host clock.
+ * A stream with QUEUE_DEPTH unfinished operations makes the caller wait, as a
+ * full launch queue does on a GPU. */
 static void schedule(struct stream *s, uint64_t dur, uint64_t *start, uint64_t *end) {
     struct device *d = s->ctx->dev;
     pthread_mutex_lock(&d->mu);
@@ -736,6 +772,7 @@ static void schedule(struct stream *s, uint64_t dur, uint64_t *start, uint64_t *
             s->ring_len--;
         }
     }
+    s->vtail = device_start(s) + dur;
     uint64_t t = now + scaled(LAUNCH_LATENCY_NS);
     uint64_t r = ready_time(s);
     if (r > t)
@@ -755,6 +792,15 @@ static uint64_t stream_done_time(struct stream *s) {
     return t;
 }
 
+/* The host waited for the work queued on `s`: on the device clock, it is now at
+ * that work's end. */
+static void waited_for_stream(struct stream *s) {
+    pthread_mutex_lock(&s->ctx->dev->mu);
+    uint64_t t = s->vtail;
+    pthread_mutex_unlock(&s->ctx->dev->mu);
+    vhost_reaches(t);
+}
+
 static uint64_t ctx_done_time(struct ctx *c) {
     uint64_t t = 0;
     pthread_mutex_lock(&c->dev->mu);
@@ -763,6 +809,16 @@ static uint64_t ctx_done_time(struct ctx *c) {
             t = x->tail;
     pthread_mutex_unlock(&c->dev->mu);
     return t;
+}
+
+static void waited_for_ctx(struct ctx *c) {
+    uint64_t t = 0;
+    pthread_mutex_lock(&c->dev->mu);
+    for (struct stream *x = c->dev->streams; x; x = x->next)
+        if (x->ctx == c && x->vtail > t)
+            t = x->vtail;
+    pthread_mutex_unlock(&c->dev->mu);
+    vhost_reaches(t);
 }
 
 /* ------------------------------------------------------------------ kernels */
@@ -1251,8 +1307,10 @@ static CUresult copy(void *dst, const void *src, size_t bytes, CUstream hs, int 
     /* Synchronous copies return when done; so do async copies to pageable host
      * memory, as CUDA documents. */
     if (!async || (n.copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH &&
-                   dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE))
+                   dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE)) {
         sleep_until(end);
+        waited_for_stream(s);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1270,8 +1328,10 @@ static CUresult memset_(CUdeviceptr dst, uint32_t value, unsigned elem, size_t c
     if (s->capture)
         return capture(s, &n);
     uint64_t end = run_memset(s, &n, call, 0, 0, async);
-    if (!async)
+    if (!async) {
         sleep_until(end);
+        waited_for_stream(s);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1502,6 +1562,7 @@ DRV(cuDevicePrimaryCtxRetain, (CUcontext *pctx, CUdevice dev), (pctx, dev)) {
 static void ctx_retire(struct ctx *c) {
     report_resource(CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, c, NULL);
     sleep_until(ctx_done_time(c));
+    waited_for_ctx(c);
     pthread_mutex_lock(&g_mu);
     c->live = 0;
     for (struct ctx **p = &g_ctxs; *p; p = &(*p)->next)
@@ -1741,6 +1802,7 @@ static CUresult ctx_sync(struct gpusim_api *call) {
         return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t t0 = now_ns();
     sleep_until(ctx_done_time(c));
+    waited_for_ctx(c);
     wait_host_fns();
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE, t0, call, c, NULL, NULL);
     return CUDA_SUCCESS;
@@ -1814,6 +1876,7 @@ DRV(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s)) {
         RETURN(CUDA_ERROR_INVALID_HANDLE);
     /* The memory must outlive the work queued before the free. */
     sleep_until(stream_done_time(st));
+    waited_for_stream(st);
     RETURN(device_free(p));
 }
 
@@ -1955,8 +2018,10 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream st, int async, struct gp
                                .src_kind = sk, .dst_kind = dk, .async = (uint8_t)async};
         report_op(&op, call);
     }
-    if (!async || (sdev && dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE))
+    if (!async || (sdev && dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE)) {
         sleep_until(end);
+        waited_for_stream(s);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -2029,6 +2094,7 @@ DRV(cuStreamSynchronize, (CUstream h), (h)) {
         RETURN(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     uint64_t t0 = now_ns();
     sleep_until(stream_done_time(s));
+    waited_for_stream(s);
     wait_host_fns();
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, t0, &call_, s->ctx, s, NULL);
     RETURN(CUDA_SUCCESS);
@@ -2122,6 +2188,9 @@ static CUresult event_record(CUevent h, CUstream hs) {
     e->capture = NULL;
     pthread_mutex_lock(&s->ctx->dev->mu);
     uint64_t t = ready_time(s), now = now_ns();
+    /* An event is work of no duration: on the device clock, it completes where
+     * the next work on its stream could start. */
+    e->vtime = device_start(s);
     pthread_mutex_unlock(&s->ctx->dev->mu);
     e->time = t > now ? t : now;
     e->recorded = 1;
@@ -2152,8 +2221,10 @@ DRV(cuEventSynchronize, (CUevent h), (h)) {
     if (!e)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
     uint64_t t0 = now_ns();
-    if (e->recorded)
+    if (e->recorded) {
         sleep_until(e->time);
+        vhost_reaches(e->vtime);
+    }
     wait_host_fns();
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE, t0, &call_, e->ctx, NULL, e);
     RETURN(CUDA_SUCCESS);
@@ -2172,7 +2243,8 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b) {
     uint64_t now = now_ns();
     if (now < x->time || now < y->time)
         return CUDA_ERROR_NOT_READY;
-    *ms = (float)((double)((int64_t)y->time - (int64_t)x->time) / 1e6);
+    /* The device clock's difference: the same on every run. */
+    *ms = (float)((double)((int64_t)y->vtime - (int64_t)x->vtime) / 1e6);
     return CUDA_SUCCESS;
 }
 
@@ -2196,6 +2268,8 @@ DRV(cuStreamWaitEvent, (CUstream hs, CUevent h, unsigned int flags), (hs, h, fla
         pthread_mutex_lock(&s->ctx->dev->mu);
         if (e->time > s->tail)
             s->tail = e->time;
+        if (e->vtime > s->vtail)
+            s->vtail = e->vtime;
         pthread_mutex_unlock(&s->ctx->dev->mu);
     }
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT, t0, &call_, s->ctx, s, e);
@@ -3566,7 +3640,8 @@ static const char *error_name(CUresult r) {
     E(CUDA_ERROR_INVALID_DEVICE) E(CUDA_ERROR_INVALID_IMAGE) E(CUDA_ERROR_INVALID_CONTEXT)
     E(CUDA_ERROR_FILE_NOT_FOUND) E(CUDA_ERROR_INVALID_HANDLE) E(CUDA_ERROR_ILLEGAL_STATE)
     E(CUDA_ERROR_NOT_FOUND) E(CUDA_ERROR_NOT_READY) E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
-    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) E(CUDA_ERROR_NOT_SUPPORTED) E(CUDA_ERROR_UNKNOWN)
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED)
+    E(CUDA_ERROR_NOT_SUPPORTED) E(CUDA_ERROR_UNKNOWN)
 #undef E
     default: return NULL;
     }

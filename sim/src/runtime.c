@@ -8,10 +8,14 @@
  * call (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy -> cuMemcpyHtoD_v2, ...)
  * through the driver's internal entry points, as NVIDIA's runtime does.
  *
+ * Also what PyTorch 2.11-2.14 imports: capture info, pointer attributes,
+ * occupancy, host functions and stream callbacks, memory pools, user objects,
+ * libraries, driver entry points, and refusals (cudaErrorNotSupported) for IPC.
+ *
  * What it does not do: run kernels, texture/surface/array APIs, IPC, multi-device
- * cooperative launches, host-function launches, user-built graphs other than
- * kernel nodes; the runtime always works in the primary context of the thread's
- * current device. It prints nothing. */
+ * cooperative launches, user-built graphs other than kernel nodes; the runtime
+ * always works in the primary context of the thread's current device. It prints
+ * nothing. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -612,6 +616,7 @@ static const struct {
     {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"},
     {cudaErrorInvalidSymbol, "cudaErrorInvalidSymbol", "invalid device symbol"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched", "the capture was not initiated in this stream"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 

@@ -277,15 +277,13 @@ fn sim_sync__waits_take_the_simulated_time_and_are_recorded() {
     for k in rec.kernels() {
         assert_eq!(k.end_ns - k.start_ns, 1_001_000);
     }
+    // The events' times are the simulated device's own clock, which nothing but
+    // the work moves: exactly the five kernels, however the host was scheduled
+    // (a host descheduled between launches leaves no gap on that clock).
     let out = text(&o.stdout);
     let w: Vec<&str> = out.split_whitespace().collect();
-    let (event_ms, wall_ms): (f64, f64) = (w[1].parse().unwrap(), w[3].parse().unwrap());
-    // At least the five kernels; more when the host, descheduled on a busy
-    // machine, leaves the stream idle between launches (5.8 ms was seen under
-    // load), but never a second round of them.
-    assert!((5.005..7.5).contains(&event_ms), "{out}");
-    // The sync began after the launches were queued and ends with the last kernel.
-    assert!(wall_ms > 4.0, "{out}");
+    assert_eq!(w.first(), Some(&"event_ms"), "{out}");
+    assert_eq!(w.get(1), Some(&"5.005"), "{out}");
     let syncs: Vec<u8> = rec
         .activities
         .iter()
