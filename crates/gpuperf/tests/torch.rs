@@ -593,7 +593,10 @@ fn torch_compile__triton_kernels_matched_under_the_compiled_functions_frame() {
         .filter(|k| k.0.starts_with("triton_"))
         .collect();
     // One fused kernel per call of the compiled function.
-    assert!(!triton.is_empty() && triton.len().is_multiple_of(3), "{kernels:#?}");
+    assert!(
+        !triton.is_empty() && triton.len().is_multiple_of(3),
+        "{kernels:#?}"
+    );
     for (name, pid, tid, stack) in triton {
         let frames: Vec<&str> = stack.split(';').collect();
         let (a, b) = (
