@@ -334,6 +334,34 @@ fn sim_gpu_backlog__periodic_flushes_keep_every_kernel_end() {
 }
 
 #[test]
+fn sim_injection_log__simulated_cupti_accepts_every_callback_the_recorder_enables() {
+    // Real CUPTI accepts callbacks in every domain it has (STATE's fatal errors
+    // included); the injection library's log says so when one is refused.
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("injection-log");
+    let o = gpuperf(&dir)
+        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["chevron", "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let logs: Vec<String> = std::fs::read_dir(dir.join("raw"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert_eq!(logs.len(), 1, "{}", show(&o));
+    assert!(logs[0].contains("API callbacks enabled"), "{}", logs[0]);
+    assert!(!logs[0].contains("failed"), "{}", logs[0]);
+}
+
+#[test]
 fn sim_two_devices__kernels_on_each_device_and_context() {
     let Some(s) = setup() else { return };
     let (o, rec) = app_record(&s, "devices", &["devices", "20"]);
