@@ -212,7 +212,7 @@ struct module {
     struct ctx *ctx;
 };
 
-enum { NODE_KERNEL = 1, NODE_COPY, NODE_MEMSET, NODE_HOST };
+enum { NODE_KERNEL = 1, NODE_COPY, NODE_MEMSET, NODE_HOST, NODE_MEM_ALLOC, NODE_MEM_FREE };
 
 /* A graph node: its handle (CUgraphNode) is its address, stable for the life of
  * its graph; `id` is what cuptiGetGraphNodeId returns and GPU records carry. */
@@ -976,6 +976,8 @@ static int node_type(const struct node *n) {
     return n->kind == NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL
            : n->kind == NODE_COPY ? CU_GRAPH_NODE_TYPE_MEMCPY
            : n->kind == NODE_HOST ? CU_GRAPH_NODE_TYPE_HOST
+           : n->kind == NODE_MEM_ALLOC ? CU_GRAPH_NODE_TYPE_MEM_ALLOC
+           : n->kind == NODE_MEM_FREE ? CU_GRAPH_NODE_TYPE_MEM_FREE
                                   : CU_GRAPH_NODE_TYPE_MEMSET;
 }
 
@@ -1074,6 +1076,16 @@ static void run_kernel(struct stream *s, const struct node *n, const struct gpus
     report_op(&op, call);
 }
 
+/* Whether [p, p + bytes) is still inside one allocation, for memory that was
+ * device memory (of `kind`) when a graph node named it; other memory is the
+ * program's to keep alive. */
+static int live_range(const void *p, uint8_t kind, size_t bytes) {
+    struct alloc a;
+    if (!is_device_kind(kind))
+        return 1;
+    return mem_find(p, &a) && (uintptr_t)p + bytes <= a.base + a.size;
+}
+
 /* Places the copy on the stream and copies the bytes now: the host sees them at
  * once, and no kernel runs that could tell the difference. */
 static uint64_t run_copy(struct stream *s, const struct node *n, const struct gpusim_api *call,
@@ -1081,7 +1093,10 @@ static uint64_t run_copy(struct stream *s, const struct node *n, const struct gp
     uint8_t host = n->src_kind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE ? n->dst_kind : n->src_kind;
     uint64_t start, end;
     schedule(s, copy_cost(n->copy_kind, host, n->bytes), &start, &end);
-    if (n->bytes)
+    /* A graph's copy may name device memory freed since it was made (freed by
+     * the program, as CUDA forbids): no bytes move then, rather than a crash. */
+    if (n->bytes && (!graph_id || (live_range(n->src, n->src_kind, n->bytes) &&
+                                   live_range(n->dst, n->dst_kind, n->bytes))))
         memmove(n->dst, n->src, n->bytes);
     if (!atomic_load_explicit(&g_tool, memory_order_relaxed))
         return end;
@@ -1859,9 +1874,16 @@ DRV(cuMemAllocManaged, (CUdeviceptr *p, size_t n, unsigned int flags), (p, n, fl
 
 DRV(cuMemAllocAsync, (CUdeviceptr *p, size_t n, CUstream s), (p, n, s)) {
     ENTER(cuMemAllocAsync, p, n, s);
-    if (!resolve_stream(s))
+    struct stream *st = resolve_stream(s);
+    if (!st)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
-    RETURN(device_alloc(p, n, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE));
+    CUresult r = device_alloc(p, n, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE);
+    /* Captured, it is an allocation node (whose memory lives from now on). */
+    if (r == CUDA_SUCCESS && st->capture) {
+        struct node node = {.kind = NODE_MEM_ALLOC, .dst = (void *)*p, .bytes = n};
+        r = capture(st, &node);
+    }
+    RETURN(r);
 }
 
 DRV(cuMemFree, (CUdeviceptr p), (p)) {
@@ -1874,6 +1896,11 @@ DRV(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s)) {
     struct stream *st = resolve_stream(s);
     if (!st)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
+    /* Captured, it is a free node: the graph's memory is not freed. */
+    if (st->capture) {
+        struct node node = {.kind = NODE_MEM_FREE, .dst = (void *)p};
+        RETURN(capture(st, &node));
+    }
     /* The memory must outlive the work queued before the free. */
     sleep_until(stream_done_time(st));
     waited_for_stream(st);
@@ -2594,6 +2621,142 @@ static CUresult begin_capture(struct stream *s, struct graph *into) {
     return CUDA_SUCCESS;
 }
 
+/* User-built nodes other than kernels: checks the dependencies as for kernel
+ * nodes, appends a copy of `n` and reports it made. */
+static CUresult add_node(CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps,
+                         const struct node *n) {
+    struct graph *g = (struct graph *)hg;
+    if (!pn || (ndeps && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!g || g->magic != MAGIC_GRAPH)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (size_t i = 0; i < ndeps; i++) {
+        int found = 0;
+        for (size_t j = 0; j < g->n && !found; j++)
+            found = (CUgraphNode)g->nodes[j] == deps[i];
+        if (!found)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct node *made = graph_add(g, n);
+    if (!made)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g, made, NULL, NULL, NULL);
+    *pn = (CUgraphNode)made;
+    return CUDA_SUCCESS;
+}
+
+DRV(cuGraphAddHostNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p),
+    (pn, hg, deps, ndeps, p)) {
+    ENTER(cuGraphAddHostNode, pn, hg, deps, ndeps, p);
+    if (!p || !p->fn)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct node n = {.kind = NODE_HOST, .host_fn = p->fn, .host_data = p->userData};
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+/* A copy node; only copies whose bytes are contiguous at both ends (the 1D
+ * form, or rows whose pitch is their width). */
+DRV(cuGraphAddMemcpyNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, const CUDA_MEMCPY3D *p, CUcontext c),
+    (pn, hg, deps, ndeps, p, c)) {
+    ENTER(cuGraphAddMemcpyNode, pn, hg, deps, ndeps, p, c);
+    if (!p)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    size_t h = p->Height ? p->Height : 1, d = p->Depth ? p->Depth : 1;
+    int rows = h * d > 1;
+    if (rows && ((p->srcPitch && p->srcPitch != p->WidthInBytes) || (p->dstPitch && p->dstPitch != p->WidthInBytes)))
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    const char *src = p->srcMemoryType == CU_MEMORYTYPE_HOST ? p->srcHost : (const char *)p->srcDevice;
+    char *dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? p->dstHost : (char *)p->dstDevice;
+    size_t sp = p->srcPitch ? p->srcPitch : p->WidthInBytes, dp = p->dstPitch ? p->dstPitch : p->WidthInBytes;
+    src += p->srcXInBytes + (p->srcY + p->srcZ * (p->srcHeight ? p->srcHeight : h)) * sp;
+    dst += p->dstXInBytes + (p->dstY + p->dstZ * (p->dstHeight ? p->dstHeight : h)) * dp;
+    uint32_t sd = 0, dd = 0;
+    uint8_t sk = mem_kind(src, &sd), dk = mem_kind(dst, &dd);
+    struct node n = {.kind = NODE_COPY, .dst = dst, .src = src, .bytes = p->WidthInBytes * h * d,
+                     .src_kind = sk, .dst_kind = dk};
+    int sdev = is_device_kind(sk), ddev = is_device_kind(dk);
+    n.copy_kind = sdev && ddev ? (sd != dd ? CUPTI_ACTIVITY_MEMCPY_KIND_PTOP : CUPTI_ACTIVITY_MEMCPY_KIND_DTOD)
+                  : sdev       ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
+                  : ddev       ? CUPTI_ACTIVITY_MEMCPY_KIND_HTOD
+                               : CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+DRV(cuGraphAddMemsetNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c),
+    (pn, hg, deps, ndeps, p, c)) {
+    ENTER(cuGraphAddMemsetNode, pn, hg, deps, ndeps, p, c);
+    if (!p || !p->dst || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (p->height > 1 && p->pitch != p->width * p->elementSize)
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    struct node n = {.kind = NODE_MEMSET, .dst = (void *)p->dst,
+                     .bytes = p->width * p->elementSize * (p->height ? p->height : 1),
+                     .value = p->value, .elem = p->elementSize};
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+/* An allocation node: the memory is allocated when the node is made, and lives
+ * until the process ends (the simulation does not reuse graph memory). */
+DRV(cuGraphAddMemAllocNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *p),
+    (pn, hg, deps, ndeps, p)) {
+    ENTER(cuGraphAddMemAllocNode, pn, hg, deps, ndeps, p);
+    if (!p || !p->bytesize || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        BAD_DEVICE(p->poolProps.location.id))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct ctx *saved = tls_ctx;
+    struct device *dev = &g_dev[p->poolProps.location.id];
+    tls_ctx = dev->primary.live ? &dev->primary : tls_ctx;
+    CUdeviceptr m = 0;
+    CUresult r = device_alloc(&m, p->bytesize, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE);
+    tls_ctx = saved;
+    if (r != CUDA_SUCCESS)
+        RETURN(r);
+    struct node n = {.kind = NODE_MEM_ALLOC, .dst = (void *)m, .bytes = p->bytesize};
+    r = add_node(pn, hg, deps, ndeps, &n);
+    if (r != CUDA_SUCCESS) {
+        device_free(m);
+        RETURN(r);
+    }
+    p->dptr = m;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuGraphAddMemFreeNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUdeviceptr dptr),
+    (pn, hg, deps, ndeps, dptr)) {
+    ENTER(cuGraphAddMemFreeNode, pn, hg, deps, ndeps, dptr);
+    struct alloc a;
+    if (!dptr || !mem_find((const void *)dptr, &a) || !is_device_kind(a.kind))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct node n = {.kind = NODE_MEM_FREE, .dst = (void *)dptr};
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+/* A copy of a graph: its nodes copied in order (the dependencies are the order). */
+DRV(cuGraphClone, (CUgraph *pg, CUgraph hg), (pg, hg)) {
+    ENTER(cuGraphClone, pg, hg);
+    struct graph *g = (struct graph *)hg;
+    if (!pg)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!g || g->magic != MAGIC_GRAPH)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    struct graph *c = new_graph();
+    if (!c)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    for (size_t i = 0; i < g->n; i++) {
+        struct node *made = graph_add(c, g->nodes[i]);
+        if (!made) {
+            graph_free_nodes(c);
+            free(c);
+            RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, c, made, NULL, NULL, NULL);
+    }
+    *pg = (CUgraph)c;
+    RETURN(CUDA_SUCCESS);
+}
+
 DRV(cuStreamBeginCapture, (CUstream hs, CUstreamCaptureMode mode), (hs, mode)) {
     ENTER(cuStreamBeginCapture, hs, mode);
     RETURN(begin_capture(resolve_stream(hs), NULL));
@@ -2788,8 +2951,9 @@ DRV(cuGraphLaunch, (CUgraphExec he, CUstream hs), (he, hs)) {
             run_copy(s, n, &call_, x->id, n->id, 1);
         else if (n->kind == NODE_HOST)
             run_host(s, n);
-        else
+        else if (n->kind == NODE_MEMSET)
             run_memset(s, n, &call_, x->id, n->id, 1);
+        /* Memory nodes are no work: the memory lives from the node's making. */
     }
     RETURN(CUDA_SUCCESS);
 }

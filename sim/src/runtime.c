@@ -127,6 +127,12 @@ DRIVER_FN(cuLibraryGetKernel)
 DRIVER_FN(cuLibraryUnload)
 DRIVER_FN(cuKernelSetAttribute)
 DRIVER_FN(cuCtxDisablePeerAccess)
+DRIVER_FN(cuGraphAddHostNode)
+DRIVER_FN(cuGraphAddMemcpyNode)
+DRIVER_FN(cuGraphAddMemsetNode)
+DRIVER_FN(cuGraphAddMemAllocNode)
+DRIVER_FN(cuGraphAddMemFreeNode)
+DRIVER_FN(cuGraphClone)
 
 /* Also the driver's, for the runtime alone. */
 extern CUfunction gpusim_register_function(const void *host_fun, const char *device_name);
@@ -1300,6 +1306,126 @@ GPUSIM_EXPORT cudaError_t gpusim_launch_named(const char *name, dim3 grid, dim3 
     cudaError_t e = cudaLaunchKernel((const void *)f, grid, block, NULL, 0, stream);
     gpusim_set_next_kernel_cost(0);
     return e;
+}
+
+/* ------------------------------------------------------------------ user-built graph nodes */
+
+GPUSIM_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                               const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                               const struct cudaHostNodeParams *pNodeParams) {
+    ENTER(cudaGraphAddHostNode, pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
+    if (!pNodeParams)
+        RETURN(cudaErrorInvalidValue);
+    CUDA_HOST_NODE_PARAMS p = {.fn = (CUhostFn)pNodeParams->fn, .userData = pNodeParams->userData};
+    RETURN(rt(DRV(cuGraphAddHostNode)((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                      (const CUgraphNode *)pDependencies, numDependencies, &p)));
+}
+
+static CUmemorytype memory_type(enum cudaMemcpyKind kind, int src) {
+    switch (kind) {
+    case cudaMemcpyHostToHost: return CU_MEMORYTYPE_HOST;
+    case cudaMemcpyHostToDevice: return src ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    case cudaMemcpyDeviceToHost: return src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    case cudaMemcpyDeviceToDevice: return CU_MEMORYTYPE_DEVICE;
+    default: return CU_MEMORYTYPE_UNIFIED;
+    }
+}
+
+/* The driver's form of a runtime 3D copy of linear memory (arrays are refused). */
+static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *c, CUDA_MEMCPY3D *p) {
+    if (!c)
+        return cudaErrorInvalidValue;
+    if (c->srcArray || c->dstArray)
+        return cudaErrorNotSupported;
+    CUmemorytype st = memory_type(c->kind, 1), dt = memory_type(c->kind, 0);
+    *p = (CUDA_MEMCPY3D){
+        .srcXInBytes = c->srcPos.x, .srcY = c->srcPos.y, .srcZ = c->srcPos.z,
+        .srcMemoryType = st, .srcHost = c->srcPtr.ptr, .srcDevice = (CUdeviceptr)c->srcPtr.ptr,
+        .srcPitch = c->srcPtr.pitch, .srcHeight = c->srcPtr.ysize,
+        .dstXInBytes = c->dstPos.x, .dstY = c->dstPos.y, .dstZ = c->dstPos.z,
+        .dstMemoryType = dt, .dstHost = c->dstPtr.ptr, .dstDevice = (CUdeviceptr)c->dstPtr.ptr,
+        .dstPitch = c->dstPtr.pitch, .dstHeight = c->dstPtr.ysize,
+        .WidthInBytes = c->extent.width, .Height = c->extent.height, .Depth = c->extent.depth,
+    };
+    return cudaSuccess;
+}
+
+GPUSIM_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                                 const struct cudaMemcpy3DParms *pCopyParams) {
+    ENTER(cudaGraphAddMemcpyNode, pGraphNode, graph, pDependencies, numDependencies, pCopyParams);
+    CUDA_MEMCPY3D p;
+    cudaError_t e = memcpy3d(pCopyParams, &p);
+    if (e != cudaSuccess)
+        RETURN(e);
+    RETURN(rt(DRV(cuGraphAddMemcpyNode)((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                        (const CUgraphNode *)pDependencies, numDependencies, &p,
+                                        gpusim_runtime_context(tls_device))));
+}
+
+GPUSIM_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                   const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                                   void *dst, const void *src, size_t count,
+                                                   enum cudaMemcpyKind kind) {
+    ENTER(cudaGraphAddMemcpyNode1D, pGraphNode, graph, pDependencies, numDependencies, dst, src, count, kind);
+    CUDA_MEMCPY3D p = {
+        .srcMemoryType = memory_type(kind, 1), .srcHost = src, .srcDevice = (CUdeviceptr)src,
+        .dstMemoryType = memory_type(kind, 0), .dstHost = dst, .dstDevice = (CUdeviceptr)dst,
+        .WidthInBytes = count, .Height = 1, .Depth = 1,
+    };
+    RETURN(rt(DRV(cuGraphAddMemcpyNode)((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                        (const CUgraphNode *)pDependencies, numDependencies, &p,
+                                        gpusim_runtime_context(tls_device))));
+}
+
+GPUSIM_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                                 const struct cudaMemsetParams *pMemsetParams) {
+    ENTER(cudaGraphAddMemsetNode, pGraphNode, graph, pDependencies, numDependencies, pMemsetParams);
+    if (!pMemsetParams)
+        RETURN(cudaErrorInvalidValue);
+    CUDA_MEMSET_NODE_PARAMS p = {
+        .dst = (CUdeviceptr)pMemsetParams->dst, .pitch = pMemsetParams->pitch, .value = pMemsetParams->value,
+        .elementSize = pMemsetParams->elementSize, .width = pMemsetParams->width, .height = pMemsetParams->height,
+    };
+    RETURN(rt(DRV(cuGraphAddMemsetNode)((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                        (const CUgraphNode *)pDependencies, numDependencies, &p,
+                                        gpusim_runtime_context(tls_device))));
+}
+
+_Static_assert(sizeof(struct cudaMemPoolProps) == sizeof(CUmemPoolProps), "pool property layouts");
+
+GPUSIM_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                   const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                                   struct cudaMemAllocNodeParams *nodeParams) {
+    ENTER(cudaGraphAddMemAllocNode, pGraphNode, graph, pDependencies, numDependencies, nodeParams);
+    if (!nodeParams)
+        RETURN(cudaErrorInvalidValue);
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    /* The runtime's and the driver's pool properties share their layout. */
+    memcpy(&p.poolProps, &nodeParams->poolProps, sizeof p.poolProps);
+    p.accessDescs = (const CUmemAccessDesc *)nodeParams->accessDescs;
+    p.accessDescCount = nodeParams->accessDescCount;
+    p.bytesize = nodeParams->bytesize;
+    cudaError_t e = rt(DRV(cuGraphAddMemAllocNode)((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                                   (const CUgraphNode *)pDependencies, numDependencies, &p));
+    if (e == cudaSuccess)
+        nodeParams->dptr = (void *)p.dptr;
+    RETURN(e);
+}
+
+GPUSIM_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                  const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                                  void *dptr) {
+    ENTER(cudaGraphAddMemFreeNode, pGraphNode, graph, pDependencies, numDependencies, dptr);
+    RETURN(rt(DRV(cuGraphAddMemFreeNode)((CUgraphNode *)pGraphNode, (CUgraph)graph,
+                                         (const CUgraphNode *)pDependencies, numDependencies, (CUdeviceptr)dptr)));
+}
+
+GPUSIM_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph) {
+    ENTER(cudaGraphClone, pGraphClone, originalGraph);
+    RETURN(rt(DRV(cuGraphClone)((CUgraph *)pGraphClone, (CUgraph)originalGraph)));
 }
 
 /* A marker for tools: this libcudart simulates. */
