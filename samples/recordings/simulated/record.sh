@@ -74,9 +74,11 @@ record_torch() { # name [VAR=value...] -- gpt2_small.py's arguments
     rm -rf "${out:?}/$name"
     (cd "$work" && env HOME="$work" TORCHINDUCTOR_CACHE_DIR="$work/inductor" TRITON_CACHE_DIR="$work/triton" \
         "${env[@]}" "$gpuperf" record -q --cupti "$work/sim/libcupti.so.13" --raw-dir "raw-$name" \
-        -o "$name.svg" -c "$name.timeline.json" -- bash "$repo/sim/run.sh" "$work/sim" -- "$py" ./gpt2_small.py "$@")
+        -o "$name.svg" -- bash "$repo/sim/run.sh" "$work/sim" -- "$py" ./gpt2_small.py "$@")
     mv "$work/raw-$name" "$out/$name"
-    mv "$work/$name.svg" "$work/$name.timeline.json" "$flames/"
+    # No timeline: PyTorch's deep stacks make it 15-90 MB; `gpuperf merge
+    # samples/recordings/simulated/NAME -c NAME.timeline.json` writes one.
+    mv "$work/$name.svg" "$flames/"
 }
 py=$(torch_python)
 if [ -n "$py" ] && [ -f "$work/sim/libcublas.so.13" ]; then
