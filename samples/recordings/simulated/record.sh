@@ -74,7 +74,7 @@ record_torch() { # name [VAR=value...] -- gpt2_small.py's arguments
     rm -rf "${out:?}/$name"
     (cd "$work" && env HOME="$work" TORCHINDUCTOR_CACHE_DIR="$work/inductor" TRITON_CACHE_DIR="$work/triton" \
         "${env[@]}" "$gpuperf" record -q --cupti "$work/sim/libcupti.so.13" --raw-dir "raw-$name" \
-        -o "$name.svg" -- bash "$repo/sim/run.sh" "$work/sim" -- "$py" ./gpt2_small.py "$@")
+        -o "$name.svg" -- bash ./run.sh ./sim -- "$py" ./gpt2_small.py "$@")
     mv "$work/raw-$name" "$out/$name"
     # No timeline: PyTorch's deep stacks make it 15-90 MB; `gpuperf merge
     # samples/recordings/simulated/NAME -c NAME.timeline.json` writes one.
@@ -82,7 +82,8 @@ record_torch() { # name [VAR=value...] -- gpt2_small.py's arguments
 }
 py=$(torch_python)
 if [ -n "$py" ] && [ -f "$work/sim/libcublas.so.13" ]; then
-    cp "$repo/samples/pytorch/gpt2_small.py" "$work/"
+    # Run by relative paths, so that the flamegraphs name no directory of this machine.
+    cp "$repo/samples/pytorch/gpt2_small.py" "$repo/sim/run.sh" "$work/"
     steps=(--steps 3 --warmup 1)
     record_torch gpt2_small_eager -- --mode eager "${steps[@]}"
     record_torch gpt2_small_compile -- --mode compile "${steps[@]}"
