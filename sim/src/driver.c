@@ -201,7 +201,7 @@ struct event {
     uint64_t time;                 /* completion on the host clock */
     uint64_t vtime;                /* completion on the device clock */
     struct ctx *ctx;
-    struct graph *capture;         /* recorded in a capturing stream: waiting on it joins */
+    uint64_t capture_id;           /* recorded in a capturing stream: waiting on it joins */
 };
 
 struct module {
@@ -2209,10 +2209,10 @@ static CUresult event_record(CUevent h, CUstream hs) {
     if (s->capture) {
         /* Ordering inside a capture is the node order; a stream that waits on
          * this event joins the capture. */
-        e->capture = s->capture;
+        e->capture_id = s->capture->capture_id;
         return CUDA_SUCCESS;
     }
-    e->capture = NULL;
+    e->capture_id = 0;
     pthread_mutex_lock(&s->ctx->dev->mu);
     uint64_t t = ready_time(s), now = now_ns();
     /* An event is work of no duration: on the device clock, it completes where
@@ -2287,9 +2287,19 @@ DRV(cuStreamWaitEvent, (CUstream hs, CUevent h, unsigned int flags), (hs, h, fla
     if (!s || !e)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
     uint64_t t0 = now_ns();
-    if (e->capture && !s->capture && e->capture->magic == MAGIC_GRAPH && !s->legacy) {
-        s->capture = e->capture;
-        s->capture_origin = 0;
+    /* The capture the event was recorded in, if it is still going on: the
+     * streams capturing into it hold its graph. */
+    if (e->capture_id && !s->capture && !s->legacy) {
+        struct graph *g = NULL;
+        pthread_mutex_lock(&s->ctx->dev->mu);
+        for (struct stream *x = s->ctx->dev->streams; x && !g; x = x->next)
+            if (x->magic == MAGIC_STREAM && x->capture && x->capture->capture_id == e->capture_id)
+                g = x->capture;
+        pthread_mutex_unlock(&s->ctx->dev->mu);
+        if (g) {
+            s->capture = g;
+            s->capture_origin = 0;
+        }
     }
     if (e->recorded && !s->capture) {
         pthread_mutex_lock(&s->ctx->dev->mu);
