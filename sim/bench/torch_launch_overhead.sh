@@ -54,7 +54,7 @@ rm -rf "$work/raw"
 pid=$!
 hwm=0
 while kill -0 "$pid" 2> /dev/null; do
-    k=$(sed -n 's/^VmHWM: *\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2> /dev/null || true)
+    k=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2> /dev/null || true)
     [ -n "$k" ] && hwm=$k
     sleep 0.2
 done
