@@ -362,6 +362,26 @@ fn sim_injection_log__simulated_cupti_accepts_every_callback_the_recorder_enable
 }
 
 #[test]
+fn sim_runtime_apis__host_functions_pointers_memory_capture_and_graph_nodes_as_cuda_documents() {
+    let Some(cuda) = cuda13() else { return };
+    let exe = common::sim_c_program(&cuda, "runtime_apis", &["cudart"]);
+    let o = Command::new(&exe).output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(
+        text(&o.stdout),
+        "host functions: abc\n\
+         pointer: device type 2 device 0 same pointer 1\n\
+         pointer: pinned type 1\n\
+         pointer: unknown type 0\n\
+         memory: total 16 GiB, beyond it: cudaErrorMemoryAllocation\n\
+         ipc: cudaErrorNotSupported\n\
+         capture: active 1 id set 1 joined 1 ended 1 nodes 2\n\
+         graph: 5 nodes cloned, copy gave 7, host function d\n\
+         user object: destroyed u\n"
+    );
+}
+
+#[test]
 fn sim_two_devices__kernels_on_each_device_and_context() {
     let Some(s) = setup() else { return };
     let (o, rec) = app_record(&s, "devices", &["devices", "20"]);
