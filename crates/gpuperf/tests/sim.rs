@@ -381,6 +381,91 @@ fn sim_runtime_apis__host_functions_pointers_memory_capture_and_graph_nodes_as_c
     );
 }
 
+/// The cost of a math-library kernel, as sim/README.md's cost model states it:
+/// 2000 ns + max(FLOPs / rate, bytes / 3000), for m x n x k multiply-adds of
+/// `elem`-byte values, `batch` times.
+fn gemm_cost(m: u64, n: u64, k: u64, batch: u64, elem: u64) -> u64 {
+    let flops = (2 * m * n * k * batch) as f64;
+    let rate = if elem <= 2 { 500_000.0 } else { 60_000.0 };
+    let bytes = (elem * (m * k + k * n + 2 * m * n) * batch) as f64;
+    2000 + (flops / rate).max(bytes / 3000.0) as u64
+}
+
+#[test]
+fn sim_cublas__each_call_one_named_kernel_costed_from_its_flops_unimplemented_not_supported() {
+    let Some(cuda) = cuda13() else { return };
+    let blas = sim(&cuda);
+    if !blas.join("libcublas.so.13").is_file() {
+        // sim/build.sh found no cuBLAS headers (the nvidia-cublas wheel).
+        gpuperf_test_support::require::Need::CudaWheels
+            .missing("cuBLAS headers missing: pip install nvidia-cublas");
+        return;
+    }
+    let headers = ["cublas_api.h", "cublasLt.h"]
+        .iter()
+        .all(|h| cuda.join("include").join(h).is_file());
+    let mut gcc = gpuperf_test_support::cc::Gcc::new(common::shared_dir("bin").join("blas_app"))
+        .args(["-O1", "-g", "-Wall", "-Werror"])
+        .arg(format!("-I{}", cuda.join("include").display()));
+    if !headers {
+        // The headers sim/build.sh used, from the wheel that has them.
+        let inc = std::fs::read_to_string(blas.join("gen/cublas_include")).unwrap();
+        gcc = gcc.arg(format!("-I{}", inc.trim()));
+    }
+    let exe = gcc
+        .arg(gpuperf_test_support::repo().join("sim/tests/blas_app.c"))
+        .lib_dir(&blas)
+        .args(["-lcublasLt", "-lcublas", "-lcudart"])
+        .build_once();
+    let dir = work_dir("cublas");
+    let o = gpuperf(&dir)
+        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
+        .arg(blas.join("libcupti.so.13"))
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(
+        text(&o.stdout),
+        "create CUBLAS_STATUS_SUCCESS\n\
+         set stream CUBLAS_STATUS_SUCCESS\n\
+         sgemm CUBLAS_STATUS_SUCCESS\n\
+         gemmex CUBLAS_STATUS_SUCCESS\n\
+         strided batched CUBLAS_STATUS_SUCCESS\n\
+         heuristic CUBLAS_STATUS_SUCCESS 1\n\
+         lt matmul CUBLAS_STATUS_SUCCESS\n\
+         strsm CUBLAS_STATUS_NOT_SUPPORTED\n\
+         destroy CUBLAS_STATUS_SUCCESS\n"
+    );
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    let got: BTreeMap<String, u64> = rec
+        .kernels()
+        .iter()
+        .map(|k| (rec.label(k), k.end_ns - k.start_ns))
+        .collect();
+    let want = BTreeMap::from([
+        (
+            "simulated_cublas_Sgemm_nt".to_owned(),
+            gemm_cost(1024, 1024, 1024, 1, 4),
+        ),
+        (
+            "simulated_cublas_gemmex_bf16_tn".to_owned(),
+            gemm_cost(512, 256, 128, 1, 2),
+        ),
+        (
+            "simulated_cublas_Sgemm_strided_batched_nn".to_owned(),
+            gemm_cost(64, 64, 64, 8, 4),
+        ),
+        (
+            "simulated_cublasLt_matmul_f32_tn_bias".to_owned(),
+            gemm_cost(128, 64, 256, 1, 4),
+        ),
+    ]);
+    assert_eq!(got, want);
+}
+
 #[test]
 fn sim_two_devices__kernels_on_each_device_and_context() {
     let Some(s) = setup() else { return };
