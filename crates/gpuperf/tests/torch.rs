@@ -617,16 +617,21 @@ fn torch_compile__triton_kernels_matched_under_the_compiled_functions_frame() {
 fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_line() {
     let Some(t) = torch() else { return };
     let (o, rec, cpu, py) = record(&t, "graph", &[]);
-    assert!(text(&o.stdout).contains("replayed 3 times"), "{}", show(&o));
+    assert!(
+        text(&o.stdout).contains("replayed 3 times (64, 64) and trained 2 graphed steps"),
+        "{}",
+        show(&o)
+    );
     all_matched(&o);
     let replay = frame(&py, "replay", "replay");
     let capture = frame(&py, "capture", "capture");
     let captured = frame(&py, "body", "captured");
-    // The kernels of the graph launches: matmul, relu and the multiplication,
-    // three times.
+    let graphed_step = frame(&py, "graphed_step", "graphed_step");
+    // The kernels of the torch.cuda.graph replays: matmul, relu and the
+    // multiplication, three times.
     let replayed: Vec<String> = kernels_with_stacks(&rec, &cpu)
         .into_iter()
-        .filter(|k| k.3.ends_with(";cudaGraphLaunch"))
+        .filter(|k| k.3.ends_with(";cudaGraphLaunch") && k.3.contains(&replay))
         .map(|k| k.0)
         .collect();
     assert!(
@@ -640,12 +645,13 @@ fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_l
     // In the merged stacks each is charged to the replay, then to the line that
     // captured it.
     let folded = fs::read_to_string(py.with_file_name("m.folded")).unwrap();
-    let lines: Vec<&str> = folded
+    let graph_lines: Vec<&str> = folded
         .lines()
         .filter(|l| l.contains(";cudaGraphLaunch;"))
         .collect();
-    assert!(!lines.is_empty(), "{folded}");
-    for l in lines {
+    let ours: Vec<&&str> = graph_lines.iter().filter(|l| l.contains(&replay)).collect();
+    assert!(!ours.is_empty(), "{folded}");
+    for l in ours {
         let frames: Vec<&str> = l.split(';').collect();
         let at = |f: &str| frames.iter().position(|x| *x == f);
         let marker = at(gpuperf_merge::stacks::GRAPH_CAPTURED);
@@ -660,6 +666,25 @@ fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_l
             "`{l}`"
         );
     }
+    // make_graphed_callables: the forward graph replayed under the training
+    // step's line, the backward graph from autograd's thread.
+    let launched_from = |l: &str| -> String {
+        let marker = format!(";{}", gpuperf_merge::stacks::GRAPH_CAPTURED);
+        l.split(&marker).next().unwrap_or("").to_owned()
+    };
+    let forward = graph_lines.iter().any(|l| {
+        let from: Vec<String> = launched_from(l).split(';').map(str::to_owned).collect();
+        let (a, b) = (
+            from.iter().position(|f| *f == graphed_step),
+            from.iter().position(|f| f == "cudaGraphLaunch"),
+        );
+        a.is_some() && a < b
+    });
+    let backward = graph_lines.iter().any(|l| {
+        let from = launched_from(l);
+        from.contains("torch::autograd::Engine::thread_main") && !from.contains("torch_graph.")
+    });
+    assert!(forward && backward, "{folded}");
 }
 
 #[test]
