@@ -7,14 +7,16 @@
  * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
  * Device5, Context3, API) in client buffers; graph node callbacks
  * (GRAPHNODE_CREATED, GRAPHNODE_CLONED with a CUpti_GraphData) and the graph,
- * exec and node ids; the timestamp callback and thread id types; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
+ * exec and node ids; the timestamp callback (mapped linearly when its clock is
+ * not in ns) and thread id types; external correlation records; per-API
+ * activity switches; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
  * the buffers whose records are all complete, FLUSH_FORCED returns every buffer,
  * its records still in flight with end (and start, if not started) = 0, never
  * delivered again; a worker thread that delivers full, complete buffers, as the
  * periodic flush does; dropped-record counts.
  *
  * What it does not do: PC sampling, metrics, events, profiling ranges, NVTX,
- * external correlation, unified memory counters, per-stream buffers, OVERHEAD
+ * unified memory counters, per-stream buffers, OVERHEAD
  * records; peer copies are reported only as MEMCPY2 (as CUPTI's header says),
  * and activity kinds without a record here are accepted and stay empty. It prints
  * nothing. */
@@ -72,9 +74,14 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version) {
 static _Atomic(CUpti_TimestampCallbackFunc) g_clock;
 /* CUPTI time = CLOCK_MONOTONIC + offset. By default CUPTI's clock reads like
  * CLOCK_REALTIME; with a timestamp callback it is the callback's clock, measured
- * once against CLOCK_MONOTONIC when it is registered. */
+ * against CLOCK_MONOTONIC when it is registered. CUPTI documents the callback's
+ * clock as nanoseconds; one that runs at another rate (Kineto's TSC-based one)
+ * is mapped linearly, as CUPTI interpolates GPU timestamps: then
+ * CUPTI time = g_ref_cupti + (CLOCK_MONOTONIC - g_ref_mono) * g_rate. */
 static _Atomic int64_t g_offset;
 static _Atomic int g_offset_set;
+static double g_rate = 1.0;
+static uint64_t g_ref_mono, g_ref_cupti;
 
 static int64_t realtime_offset(void) {
     struct timespec r, m;
@@ -91,13 +98,18 @@ static int64_t offset(void) {
     return atomic_load_explicit(&g_offset, memory_order_relaxed);
 }
 
-static uint64_t to_cupti(uint64_t mono) { return mono ? (uint64_t)((int64_t)mono + offset()) : 0; }
+static uint64_t to_cupti(uint64_t mono) {
+    if (!mono)
+        return 0;
+    int64_t off = offset();
+    if (g_rate != 1.0)
+        return g_ref_cupti + (uint64_t)((double)((int64_t)mono - (int64_t)g_ref_mono) * g_rate);
+    return (uint64_t)((int64_t)mono + off);
+}
 
-GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
-    if (!f)
-        return fail(CUPTI_ERROR_INVALID_PARAMETER);
-    /* The reading with the narrowest bracket of CLOCK_MONOTONIC wins. */
-    int64_t best = 0;
+/* One reading of the callback, bracketed by CLOCK_MONOTONIC as tightly as 16
+ * tries allow: (monotonic at the middle, callback). */
+static void bracket(CUpti_TimestampCallbackFunc f, uint64_t *mono, uint64_t *cb) {
     uint64_t width = UINT64_MAX;
     for (int i = 0; i < 16; i++) {
         uint64_t a = gpusim_now_ns();
@@ -105,11 +117,31 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_
         uint64_t b = gpusim_now_ns();
         if (b - a < width) {
             width = b - a;
-            best = (int64_t)t - (int64_t)(a + (b - a) / 2);
+            *mono = a + (b - a) / 2;
+            *cb = t;
         }
     }
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+    if (!f)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    uint64_t m0 = 0, c0 = 0, m1 = 0, c1 = 0;
+    bracket(f, &m0, &c0);
+    /* 2 ms apart, to measure the callback's rate. */
+    while (gpusim_now_ns() < m0 + 2000000)
+        ;
+    bracket(f, &m1, &c1);
+    double rate = m1 > m0 ? (double)((int64_t)c1 - (int64_t)c0) / (double)(m1 - m0) : 1.0;
+    /* A nanosecond clock (as documented) maps by its offset alone, so that
+     * simulated durations stay exact. */
+    if (rate > 0.999 && rate < 1.001)
+        rate = 1.0;
+    g_ref_mono = m1;
+    g_ref_cupti = c1;
+    g_rate = rate > 0 ? rate : 1.0;
     atomic_store(&g_clock, f);
-    atomic_store(&g_offset, best);
+    atomic_store(&g_offset, (int64_t)c1 - (int64_t)m1);
     atomic_store_explicit(&g_offset_set, 1, memory_order_release);
     return CUPTI_SUCCESS;
 }
@@ -185,6 +217,8 @@ static uint32_t domain_size(CUpti_CallbackDomain d) {
     case CUPTI_CB_DOMAIN_DRIVER_API: return sizeof gpusim_driver_cbid_names / sizeof(char *);
     case CUPTI_CB_DOMAIN_RESOURCE: return CUPTI_CBID_RESOURCE_SIZE;
     case CUPTI_CB_DOMAIN_SYNCHRONIZE: return CUPTI_CBID_SYNCHRONIZE_SIZE;
+    case CUPTI_CB_DOMAIN_NVTX: return CUPTI_CBID_NVTX_SIZE;
+    case CUPTI_CB_DOMAIN_STATE: return CUPTI_CBID_STATE_SIZE;
     default: return 0;
     }
 }
@@ -209,7 +243,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_Subs
 }
 
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableAllDomains(uint32_t enable, CUpti_SubscriberHandle subscriber) {
-    for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d <= CUPTI_CB_DOMAIN_SYNCHRONIZE; d++) {
+    for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d < CUPTI_CB_DOMAIN_SIZE; d++) {
         CUptiResult r = cuptiEnableDomain(enable, subscriber, (CUpti_CallbackDomain)d);
         if (r != CUPTI_SUCCESS)
             return r;
@@ -324,6 +358,7 @@ static size_t record_size(uint32_t kind) {
     case CUPTI_ACTIVITY_KIND_CONTEXT: return sizeof(CUpti_ActivityContext3);
     case CUPTI_ACTIVITY_KIND_DRIVER:
     case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return sizeof(CUpti_ActivityExternalCorrelation);
     default: return 0;
     }
 }
@@ -604,6 +639,14 @@ static void start_worker(void) {
 
 static void announce_existing(void);
 
+/* Which API calls get RUNTIME and DRIVER records: the activity kind turns all of
+ * a domain's on or off, cuptiActivityEnableRuntimeApi/DriverApi one callback id. */
+static volatile unsigned char g_api_on[2][GPUSIM_MAX_CBID];
+
+static void api_domain(int runtime, int on) {
+    memset((void *)g_api_on[runtime], on, sizeof g_api_on[runtime]);
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
     if ((unsigned)kind == 0 || (unsigned)kind >= CUPTI_ACTIVITY_KIND_COUNT || kind >= NKINDS)
         return fail(CUPTI_ERROR_INVALID_KIND);
@@ -613,8 +656,10 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) 
     if (r != CUPTI_SUCCESS)
         return fail(r);
     g_kinds[kind] = 1;
-    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+        api_domain(kind == CUPTI_ACTIVITY_KIND_RUNTIME, 1);
         atomic_store(&g_api_kinds, 1);
+    }
     if (kind == CUPTI_ACTIVITY_KIND_DEVICE || kind == CUPTI_ACTIVITY_KIND_CONTEXT)
         announce_existing();
     return CUPTI_SUCCESS;
@@ -624,8 +669,83 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
     if ((unsigned)kind == 0 || (unsigned)kind >= CUPTI_ACTIVITY_KIND_COUNT || kind >= NKINDS)
         return fail(CUPTI_ERROR_INVALID_KIND);
     g_kinds[kind] = 0;
-    atomic_store(&g_api_kinds, g_kinds[CUPTI_ACTIVITY_KIND_RUNTIME] || g_kinds[CUPTI_ACTIVITY_KIND_DRIVER]);
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
+        api_domain(kind == CUPTI_ACTIVITY_KIND_RUNTIME, 0);
     return CUPTI_SUCCESS;
+}
+
+static CUptiResult enable_api(int runtime, CUpti_CallbackId cbid, uint8_t enable) {
+    if (cbid >= GPUSIM_MAX_CBID ||
+        cbid >= domain_size(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API))
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    pthread_mutex_lock(&g_mu);
+    CUptiResult r = attach();
+    pthread_mutex_unlock(&g_mu);
+    if (r != CUPTI_SUCCESS)
+        return fail(r);
+    g_api_on[runtime][cbid] = enable != 0;
+    if (enable)
+        atomic_store(&g_api_kinds, 1);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
+    return enable_api(1, cbid, enable);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+    return enable_api(0, cbid, enable);
+}
+
+/* Device timestamps for CUDA events: the simulated events already carry the
+ * simulated device time, so there is nothing to switch. */
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityEnableCudaEventDeviceTimestamps(uint8_t enable) {
+    (void)enable;
+    return CUPTI_SUCCESS;
+}
+
+/* External correlation: a stack of ids per kind and thread; every API call made
+ * while one is pushed gets an EXTERNAL_CORRELATION record naming it. */
+#define EXT_KINDS 8
+#define EXT_DEPTH 64
+static __thread uint64_t tls_ext[EXT_KINDS][EXT_DEPTH];
+static __thread int tls_ext_n[EXT_KINDS];
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                                          uint64_t id) {
+    if ((unsigned)kind == 0 || (unsigned)kind >= EXT_KINDS)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (tls_ext_n[kind] == EXT_DEPTH)
+        return fail(CUPTI_ERROR_OUT_OF_MEMORY);
+    tls_ext[kind][tls_ext_n[kind]++] = id;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                                         uint64_t *lastId) {
+    if ((unsigned)kind == 0 || (unsigned)kind >= EXT_KINDS || tls_ext_n[kind] == 0)
+        return fail(CUPTI_ERROR_QUEUE_EMPTY);
+    uint64_t id = tls_ext[kind][--tls_ext_n[kind]];
+    if (lastId)
+        *lastId = id;
+    return CUPTI_SUCCESS;
+}
+
+static void external_records(const struct gpusim_api *c) {
+    if (!g_kinds[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION] || !c->correlation_id ||
+        (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
+        return;
+    for (int k = 1; k < EXT_KINDS; k++) {
+        if (!tls_ext_n[k])
+            continue;
+        CUpti_ActivityExternalCorrelation e;
+        memset(&e, 0, sizeof e);
+        e.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+        e.externalKind = (CUpti_ExternalCorrelationKind)k;
+        e.externalId = tls_ext[k][tls_ext_n[k] - 1];
+        e.correlationId = c->correlation_id;
+        append(&e, sizeof e, 0);
+    }
 }
 
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
@@ -633,6 +753,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
         flush(1, 1);
     pthread_mutex_lock(&g_mu);
     memset((void *)g_kinds, 0, sizeof g_kinds);
+    memset((void *)g_api_on, 0, sizeof g_api_on);
     atomic_store(&g_api_kinds, 0);
     g_subscribed = 0;
     g_callback = NULL;
@@ -665,7 +786,10 @@ static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
     cb(g_userdata, (CUpti_CallbackDomain)c->domain, (CUpti_CallbackId)c->cbid, &d);
 }
 
-static void on_api_enter(struct gpusim_api *c) { callback(c, CUPTI_API_ENTER); }
+static void on_api_enter(struct gpusim_api *c) {
+    external_records(c);
+    callback(c, CUPTI_API_ENTER);
+}
 
 static void on_api_exit(struct gpusim_api *c) {
     callback(c, CUPTI_API_EXIT);
@@ -675,7 +799,8 @@ static void on_api_exit(struct gpusim_api *c) {
     /* A driver call made by a runtime call has no record of its own: CUPTI logs of
      * real programs with DRIVER records on have none for the runtime's launches
      * and copies, only for the driver calls the program makes itself. */
-    if (!g_kinds[kind] || (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
+    if (c->cbid >= GPUSIM_MAX_CBID || !g_api_on[kind == CUPTI_ACTIVITY_KIND_RUNTIME][c->cbid] ||
+        (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
         return;
     CUpti_ActivityAPI a = {
         .kind = (CUpti_ActivityKind)kind,

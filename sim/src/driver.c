@@ -11,10 +11,16 @@
  * reported to the attached tool (libcupti), on the calling thread, from inside
  * the call.
  *
+ * Also: bounded device memory (16 GiB per device, lazily backed), the virtual
+ * memory API, pointer attributes, occupancy, host functions and stream callbacks
+ * in stream order, user objects, capture across event-joined streams, driver
+ * entry points by name, libraries, memory pools, and the device clock that
+ * makes event times deterministic (sim/README.md#clocks).
+ *
  * What it does not do: run kernels, model SM occupancy, copy-engine contention or
- * caches, arrays/textures/IPC/virtual memory management, multi-stream graph capture,
- * host-function launches; it prints nothing. The cost model is written down once, in
- * sim/README.md, and implemented once, in the "Cost model" section below. */
+ * caches, arrays/textures/IPC, graph dependencies other than node order; it
+ * prints nothing. The cost model is written down once, in sim/README.md, and
+ * implemented once, in the "Cost model" section below. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dlfcn.h>
@@ -24,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,7 +108,34 @@ static uint64_t copy_cost(uint8_t copy_kind, uint8_t host_kind, uint64_t bytes) 
 
 static uint64_t memset_cost(uint64_t bytes) { return scaled(MEMSET_BASE_NS + (bytes + 1999) / 2000); }
 
+/* Math-library kernels (the cuBLAS and cuBLASLt stand-ins) are costed from the
+ * work they do: the longer of FLOPs at the datatype's rate and bytes moved at
+ * the memory's, after a fixed start. FLOPs per ns: 60000 for 32- and 64-bit
+ * types (60 TFLOP/s), 500000 for 16- and 8-bit types on tensor cores. */
+#define MATH_BASE_NS 2000u
+#define MATH_FLOPS_PER_NS 60000.0
+#define MATH_FLOPS_PER_NS_TENSOR 500000.0
+#define MATH_BYTES_PER_NS 3000.0
+
+GPUSIM_EXPORT uint64_t gpusim_math_cost(double flops, double bytes, int tensor_cores) {
+    double f = flops / (tensor_cores ? MATH_FLOPS_PER_NS_TENSOR : MATH_FLOPS_PER_NS);
+    double b = bytes / MATH_BYTES_PER_NS;
+    double t = f > b ? f : b;
+    if (t > 1e15)
+        t = 1e15;
+    return MATH_BASE_NS + (uint64_t)t;
+}
+
+/* A cost for the next kernel this thread launches, set by the math libraries
+ * just before they launch (0: cost from the launch configuration). */
+static __thread uint64_t tls_next_cost;
+
+GPUSIM_EXPORT void gpusim_set_next_kernel_cost(uint64_t ns) { tls_next_cost = ns; }
+
 /* ------------------------------------------------------------------ state */
+
+/* Memory of each simulated device (sim/README.md). */
+#define DEVICE_MEMORY (16ull << 30)
 
 #define MAGIC_CTX 0x63747831u
 #define MAGIC_STREAM 0x7374726du
@@ -129,10 +163,12 @@ struct stream {
     struct ctx *ctx;
     unsigned flags;
     int priority, legacy;
-    uint64_t tail;                 /* simulated end of the last operation */
+    uint64_t tail;                 /* simulated end of the last operation (host clock) */
+    uint64_t vtail;                /* the same on the device clock */
     uint64_t ring[QUEUE_DEPTH];    /* ends of the pending operations */
     unsigned ring_head, ring_len;
-    struct graph *capture;
+    struct graph *capture;         /* the graph this stream captures into, if any */
+    int capture_origin;            /* began the capture (others joined it by an event) */
     struct stream *next;           /* the device's streams */
 };
 
@@ -162,8 +198,10 @@ struct event {
     uint32_t magic, id;
     unsigned flags;
     int recorded;
-    uint64_t time;
+    uint64_t time;                 /* completion on the host clock */
+    uint64_t vtime;                /* completion on the device clock */
     struct ctx *ctx;
+    uint64_t capture_id;           /* recorded in a capturing stream: waiting on it joins */
 };
 
 struct module {
@@ -174,7 +212,7 @@ struct module {
     struct ctx *ctx;
 };
 
-enum { NODE_KERNEL = 1, NODE_COPY, NODE_MEMSET };
+enum { NODE_KERNEL = 1, NODE_COPY, NODE_MEMSET, NODE_HOST, NODE_MEM_ALLOC, NODE_MEM_FREE };
 
 /* A graph node: its handle (CUgraphNode) is its address, stable for the life of
  * its graph; `id` is what cuptiGetGraphNodeId returns and GPU records carry. */
@@ -190,12 +228,21 @@ struct node {
     size_t bytes;
     uint8_t copy_kind, src_kind, dst_kind;
     uint32_t value, elem;
+    CUhostFn host_fn;
+    void *host_data;
+    uint64_t cost;                 /* kernels: ns before scaling, 0 for the launch configuration's */
+    struct graph *graph;           /* the graph that holds it */
 };
+
+struct user_object;
 
 struct graph {
     uint32_t magic, id;
     struct node **nodes;
     size_t n, cap;
+    uint64_t capture_id;           /* while captured into: the capture's id */
+    struct user_object *owned[16]; /* user objects it holds references to */
+    unsigned owned_refs[16];
 };
 
 /* An instantiated graph holds its own copy of the graph, with the exec's id: the
@@ -236,7 +283,7 @@ static void setup_devices(void) {
         f->name = d->name;
         f->cc_major = 9;
         f->cc_minor = 0;
-        f->global_memory = 80ull << 30;
+        f->global_memory = DEVICE_MEMORY;
         f->multiprocessors = 132;
         f->l2_cache = 50u << 20;
         f->shared_per_block = 48u << 10;
@@ -475,12 +522,21 @@ static struct ctx *current_ctx(void) {
 
 /* ------------------------------------------------------------------ memory */
 
+/* Device, pinned and managed memory are anonymous mappings made with
+ * MAP_NORESERVE: their pages take host memory only once written (copies and
+ * memsets write them; kernels never run), so no program on the simulation can
+ * take the host down, however much it allocates. Each device has a fixed size
+ * (DEVICE_MEMORY), and an allocation beyond what is free fails as on a GPU. */
+
+enum { BACKING_NONE, BACKING_MMAP, BACKING_VMM };
+
 struct alloc {
     uintptr_t base;
     size_t size;
     uint8_t kind; /* CUPTI_ACTIVITY_MEMORY_KIND_* */
-    uint8_t owned;
+    uint8_t backing; /* BACKING_*: NONE for registered host memory */
     uint32_t device;
+    void *handle;    /* BACKING_VMM: the physical allocation mapped here */
 };
 
 static pthread_mutex_t g_mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -499,24 +555,40 @@ static size_t alloc_index(uintptr_t p) {
     return lo; /* first entry with base > p */
 }
 
-static int mem_add(void *p, size_t size, uint8_t kind, uint32_t device, int owned) {
+/* Device memory that an allocation of `a` takes from its device's total. */
+static size_t counted(const struct alloc *a) {
+    return a->kind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE && a->backing == BACKING_MMAP &&
+                   a->device < GPUSIM_DEVICES
+               ? a->size
+               : 0;
+}
+
+/* Adds an allocation; -1 when out of memory (the table, or the device's free
+ * memory). */
+static int mem_add(void *p, size_t size, uint8_t kind, uint32_t device, int backing) {
+    struct alloc a = {(uintptr_t)p, size, kind, (uint8_t)backing, device, NULL};
     pthread_mutex_lock(&g_mem_mu);
+    size_t take = counted(&a);
+    if (take && take > g_dev[device].info.global_memory - g_dev[device].allocated) {
+        pthread_mutex_unlock(&g_mem_mu);
+        return -1;
+    }
     if (g_nallocs == g_cap_allocs) {
         size_t cap = g_cap_allocs ? g_cap_allocs * 2 : 256;
-        struct alloc *a = realloc(g_allocs, cap * sizeof *a);
-        if (!a) {
+        struct alloc *n = realloc(g_allocs, cap * sizeof *n);
+        if (!n) {
             pthread_mutex_unlock(&g_mem_mu);
             return -1;
         }
-        g_allocs = a;
+        g_allocs = n;
         g_cap_allocs = cap;
     }
     size_t i = alloc_index((uintptr_t)p);
     memmove(&g_allocs[i + 1], &g_allocs[i], (g_nallocs - i) * sizeof *g_allocs);
-    g_allocs[i] = (struct alloc){(uintptr_t)p, size, kind, (uint8_t)owned, device};
+    g_allocs[i] = a;
     g_nallocs++;
-    if (kind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE && device < GPUSIM_DEVICES)
-        g_dev[device].allocated += size;
+    if (take)
+        g_dev[device].allocated += take;
     pthread_mutex_unlock(&g_mem_mu);
     return 0;
 }
@@ -532,32 +604,59 @@ static int mem_remove(void *p, uint8_t kind, struct alloc *out) {
     *out = g_allocs[i - 1];
     memmove(&g_allocs[i - 1], &g_allocs[i], (g_nallocs - i) * sizeof *g_allocs);
     g_nallocs--;
-    if (kind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE && out->device < GPUSIM_DEVICES)
-        g_dev[out->device].allocated -= out->size;
+    size_t take = counted(out);
+    if (take)
+        g_dev[out->device].allocated -= take;
     pthread_mutex_unlock(&g_mem_mu);
     return 1;
 }
 
-/* The memory kind at p (PAGEABLE when it is no allocation of ours). */
-static uint8_t mem_kind(const void *p, uint32_t *device) {
-    uint8_t k = CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+/* The allocation holding p, if any. */
+static int mem_find(const void *p, struct alloc *out) {
+    int found = 0;
     pthread_mutex_lock(&g_mem_mu);
     size_t i = alloc_index((uintptr_t)p);
     if (i > 0 && (uintptr_t)p < g_allocs[i - 1].base + g_allocs[i - 1].size) {
-        k = g_allocs[i - 1].kind;
-        if (device)
-            *device = g_allocs[i - 1].device;
+        *out = g_allocs[i - 1];
+        found = 1;
     }
     pthread_mutex_unlock(&g_mem_mu);
-    return k;
+    return found;
 }
 
-static void *zeroed(size_t size) {
-    void *p = NULL;
-    if (posix_memalign(&p, 256, size ? size : 1) != 0)
-        return NULL;
-    memset(p, 0, size);
-    return p;
+/* The memory kind at p (PAGEABLE when it is no allocation of ours). */
+static uint8_t mem_kind(const void *p, uint32_t *device) {
+    struct alloc a;
+    if (!mem_find(p, &a))
+        return CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+    if (device)
+        *device = a.device;
+    return a.kind;
+}
+
+static size_t page_round(size_t n) {
+    size_t pg = 4096;
+    return n ? (n + pg - 1) / pg * pg : pg;
+}
+
+/* Zeroed memory whose pages are committed only when written. */
+static void *lazy_map(size_t size) {
+    void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void lazy_unmap(void *p, size_t size) { munmap(p, page_round(size)); }
+
+/* Sets n bytes at p to zero; whole pages are handed back instead of written. */
+static void zero_bytes(uint8_t *p, size_t n) {
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (n < (64u << 10) || b <= a || madvise((void *)a, b - a, MADV_DONTNEED) != 0) {
+        memset(p, 0, n);
+        return;
+    }
+    memset(p, 0, a - (uintptr_t)p);
+    memset((void *)b, 0, (uintptr_t)p + n - b);
 }
 
 static int is_device_kind(uint8_t k) {
@@ -606,26 +705,54 @@ static struct stream *resolve_stream(CUstream h) {
     return s->magic == MAGIC_STREAM && s->ctx->live ? s : NULL;
 }
 
+/* Two clocks place GPU work (sim/README.md#clocks). The device clock is the
+ * simulated GPU's own: work starts there when its stream is ready, and never
+ * before the host could have submitted it, which it knows only at the host's
+ * last wait for the device (g_vhost, plus the launch latency). It depends on
+ * nothing but the work, so durations, event times and the time a wait covers
+ * are the same on every run, however the host is scheduled. Activity records
+ * carry the host clock (CLOCK_MONOTONIC), as CUPTI's do: the same durations,
+ * each piece of work starting no earlier than its API call plus the launch
+ * latency, so that a timeline shows the host's real gaps. */
+static _Atomic uint64_t g_vhost;
+
+static void vhost_reaches(uint64_t t) {
+    uint64_t v = atomic_load(&g_vhost);
+    while (t > v && !atomic_compare_exchange_weak(&g_vhost, &v, t))
+        ;
+}
+
 /* The earliest time new work on `s` may start, from CUDA's ordering rules: a
  * stream is serial; the legacy default stream waits for every blocking stream of
- * its context, and blocking streams wait for it. Called with the device lock. */
-static uint64_t ready_time(struct stream *s) {
-    uint64_t t = s->tail;
+ * its context, and blocking streams wait for it. `device` picks the clock.
+ * Called with the device lock. */
+static uint64_t ready_on(struct stream *s, int device) {
+#define TAIL(x) (device ? (x)->vtail : (x)->tail)
+    uint64_t t = TAIL(s);
     if (s->flags & CU_STREAM_NON_BLOCKING)
         return t;
     if (s->legacy) {
         for (struct stream *x = s->ctx->dev->streams; x; x = x->next)
-            if (x->ctx == s->ctx && !(x->flags & CU_STREAM_NON_BLOCKING) && x->tail > t)
-                t = x->tail;
-    } else if (s->ctx->legacy->tail > t) {
-        t = s->ctx->legacy->tail;
+            if (x->ctx == s->ctx && !(x->flags & CU_STREAM_NON_BLOCKING) && TAIL(x) > t)
+                t = TAIL(x);
+    } else if (TAIL(s->ctx->legacy) > t) {
+        t = TAIL(s->ctx->legacy);
     }
     return t;
+#undef TAIL
 }
 
-/* Places `dur` ns of work on `s`: returns its start and end. A stream with
- * QUEUE_DEPTH unfinished operations makes the caller wait, as a full launch queue
- * does on a GPU. */
+static uint64_t ready_time(struct stream *s) { return ready_on(s, 0); }
+
+/* Where new work on `s` starts on the device clock. Called with the device lock. */
+static uint64_t device_start(struct stream *s) {
+    uint64_t t = atomic_load(&g_vhost) + scaled(LAUNCH_LATENCY_NS), r = ready_on(s, 1);
+    return r > t ? r : t;
+}
+
+/* Places `dur` ns of work on `s`: returns its start and end on the host clock.
+ * A stream with QUEUE_DEPTH unfinished operations makes the caller wait, as a
+ * full launch queue does on a GPU. */
 static void schedule(struct stream *s, uint64_t dur, uint64_t *start, uint64_t *end) {
     struct device *d = s->ctx->dev;
     pthread_mutex_lock(&d->mu);
@@ -645,6 +772,7 @@ static void schedule(struct stream *s, uint64_t dur, uint64_t *start, uint64_t *
             s->ring_len--;
         }
     }
+    s->vtail = device_start(s) + dur;
     uint64_t t = now + scaled(LAUNCH_LATENCY_NS);
     uint64_t r = ready_time(s);
     if (r > t)
@@ -664,6 +792,15 @@ static uint64_t stream_done_time(struct stream *s) {
     return t;
 }
 
+/* The host waited for the work queued on `s`: on the device clock, it is now at
+ * that work's end. */
+static void waited_for_stream(struct stream *s) {
+    pthread_mutex_lock(&s->ctx->dev->mu);
+    uint64_t t = s->vtail;
+    pthread_mutex_unlock(&s->ctx->dev->mu);
+    vhost_reaches(t);
+}
+
 static uint64_t ctx_done_time(struct ctx *c) {
     uint64_t t = 0;
     pthread_mutex_lock(&c->dev->mu);
@@ -674,24 +811,51 @@ static uint64_t ctx_done_time(struct ctx *c) {
     return t;
 }
 
+static void waited_for_ctx(struct ctx *c) {
+    uint64_t t = 0;
+    pthread_mutex_lock(&c->dev->mu);
+    for (struct stream *x = c->dev->streams; x; x = x->next)
+        if (x->ctx == c && x->vtail > t)
+            t = x->vtail;
+    pthread_mutex_unlock(&c->dev->mu);
+    vhost_reaches(t);
+}
+
 /* ------------------------------------------------------------------ kernels */
 
-#define MAX_KERNELS 16384
-static struct kernel g_kernels[MAX_KERNELS];
+/* Kernels live in chunks that are never freed or moved (CUPTI records and
+ * handles point into them): up to MAX_KERNELS in all (torch registers about
+ * 23,700 at import). */
+#define KERNEL_CHUNK 16384
+#define KERNEL_CHUNKS 64
+#define MAX_KERNELS (KERNEL_CHUNK * KERNEL_CHUNKS)
+#define HOST_SLOTS (2 * MAX_KERNELS)
+static struct kernel *_Atomic g_kernel_chunks[KERNEL_CHUNKS];
 static _Atomic int g_nkernels;
 static pthread_mutex_t g_kernel_mu = PTHREAD_MUTEX_INITIALIZER;
-/* host stub -> kernel, open addressing; entries are never removed */
-static struct kernel *_Atomic g_by_host[2 * MAX_KERNELS];
+/* host stub -> kernel, open addressing; entries are never removed. The table is
+ * mapped on first use, so that its untouched pages cost nothing. */
+static struct kernel *_Atomic *_Atomic g_by_host;
 
-static size_t host_slot(const void *p) { return ((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull % (2 * MAX_KERNELS); }
+static size_t host_slot(const void *p) { return ((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull % HOST_SLOTS; }
 
+/* Called with g_kernel_mu held. */
 static struct kernel *new_kernel(const char *name, const void *host_fun, void *module) {
     int i = atomic_load(&g_nkernels);
     if (i >= MAX_KERNELS)
         return NULL;
-    struct kernel *k = &g_kernels[i];
+    struct kernel *chunk = atomic_load(&g_kernel_chunks[i / KERNEL_CHUNK]);
+    if (!chunk) {
+        chunk = calloc(KERNEL_CHUNK, sizeof *chunk);
+        if (!chunk)
+            return NULL;
+        atomic_store(&g_kernel_chunks[i / KERNEL_CHUNK], chunk);
+    }
+    struct kernel *k = &chunk[i % KERNEL_CHUNK];
     /* Kernel names live as long as the process: CUPTI records point to them. */
-    k->name = strdup(name);
+    k->name = strdup(name ? name : "");
+    if (!k->name)
+        return NULL;
     k->host_fun = host_fun;
     k->module = module;
     k->id = (uint32_t)i + 1;
@@ -701,29 +865,56 @@ static struct kernel *new_kernel(const char *name, const void *host_fun, void *m
 }
 
 static struct kernel *as_kernel(const void *p) {
-    if ((const char *)p < (const char *)g_kernels || (const char *)p >= (const char *)(g_kernels + MAX_KERNELS))
+    for (int c = 0; c < KERNEL_CHUNKS; c++) {
+        const struct kernel *chunk = atomic_load_explicit(&g_kernel_chunks[c], memory_order_acquire);
+        if (!chunk)
+            return NULL;
+        if ((const char *)p < (const char *)chunk || (const char *)p >= (const char *)(chunk + KERNEL_CHUNK))
+            continue;
+        const struct kernel *k = p;
+        if (((uintptr_t)p - (uintptr_t)chunk) % sizeof *k != 0 || k->magic != MAGIC_KERNEL)
+            return NULL;
+        return (struct kernel *)k;
+    }
+    return NULL;
+}
+
+static struct kernel *_Atomic *host_table(void) {
+    struct kernel *_Atomic *t = atomic_load_explicit(&g_by_host, memory_order_acquire);
+    if (t)
+        return t;
+    void *m = mmap(NULL, HOST_SLOTS * sizeof *t, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
         return NULL;
-    const struct kernel *k = p;
-    if (((uintptr_t)p - (uintptr_t)g_kernels) % sizeof *k != 0 || k->magic != MAGIC_KERNEL)
-        return NULL;
-    return (struct kernel *)k;
+    struct kernel *_Atomic *none = NULL;
+    if (!atomic_compare_exchange_strong(&g_by_host, &none, (struct kernel *_Atomic *)m)) {
+        munmap(m, HOST_SLOTS * sizeof *t);
+        return none;
+    }
+    return m;
 }
 
 /* For nvcc's __cudaRegisterFunction: the host stub names the device function. */
 GPUSIM_EXPORT CUfunction gpusim_register_function(const void *host_fun, const char *device_name) {
     pthread_mutex_lock(&g_kernel_mu);
+    struct kernel *_Atomic *table = host_table();
+    if (!table) {
+        pthread_mutex_unlock(&g_kernel_mu);
+        return NULL;
+    }
     size_t h = host_slot(host_fun);
     struct kernel *k;
-    while ((k = atomic_load(&g_by_host[h])) != NULL) {
+    while ((k = atomic_load(&table[h])) != NULL) {
         if (k->host_fun == host_fun) {
             pthread_mutex_unlock(&g_kernel_mu);
             return (CUfunction)k;
         }
-        h = (h + 1) % (2 * MAX_KERNELS);
+        h = (h + 1) % HOST_SLOTS;
     }
     k = new_kernel(device_name, host_fun, NULL);
     if (k)
-        atomic_store(&g_by_host[h], k);
+        atomic_store(&table[h], k);
     pthread_mutex_unlock(&g_kernel_mu);
     return (CUfunction)k;
 }
@@ -733,13 +924,45 @@ GPUSIM_EXPORT CUfunction gpusim_resolve_function(const void *func) {
     struct kernel *k = as_kernel(func);
     if (k)
         return (CUfunction)k;
+    struct kernel *_Atomic *table = atomic_load_explicit(&g_by_host, memory_order_acquire);
+    if (!table)
+        return NULL;
     size_t h = host_slot(func);
-    while ((k = atomic_load(&g_by_host[h])) != NULL) {
+    while ((k = atomic_load(&table[h])) != NULL) {
         if (k->host_fun == func)
             return (CUfunction)k;
-        h = (h + 1) % (2 * MAX_KERNELS);
+        h = (h + 1) % HOST_SLOTS;
     }
     return NULL;
+}
+
+/* A kernel known by its name alone, for the math-library stand-ins: one handle
+ * per name. */
+GPUSIM_EXPORT CUfunction gpusim_named_kernel(const char *name) {
+    static struct kernel **named;
+    static size_t n, cap;
+    if (!name)
+        return NULL;
+    pthread_mutex_lock(&g_kernel_mu);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(named[i]->name, name) == 0) {
+            struct kernel *k = named[i];
+            pthread_mutex_unlock(&g_kernel_mu);
+            return (CUfunction)k;
+        }
+    struct kernel *k = NULL;
+    if (n == cap) {
+        size_t c = cap ? cap * 2 : 64;
+        struct kernel **p = realloc(named, c * sizeof *p);
+        if (p) {
+            named = p;
+            cap = c;
+        }
+    }
+    if (n < cap && (k = new_kernel(name, NULL, NULL)) != NULL)
+        named[n++] = k;
+    pthread_mutex_unlock(&g_kernel_mu);
+    return (CUfunction)k;
 }
 
 GPUSIM_EXPORT const char *gpusim_function_name(CUfunction f) {
@@ -752,6 +975,9 @@ GPUSIM_EXPORT const char *gpusim_function_name(CUfunction f) {
 static int node_type(const struct node *n) {
     return n->kind == NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL
            : n->kind == NODE_COPY ? CU_GRAPH_NODE_TYPE_MEMCPY
+           : n->kind == NODE_HOST ? CU_GRAPH_NODE_TYPE_HOST
+           : n->kind == NODE_MEM_ALLOC ? CU_GRAPH_NODE_TYPE_MEM_ALLOC
+           : n->kind == NODE_MEM_FREE ? CU_GRAPH_NODE_TYPE_MEM_FREE
                                   : CU_GRAPH_NODE_TYPE_MEMSET;
 }
 
@@ -792,6 +1018,7 @@ static struct node *graph_add(struct graph *g, const struct node *n) {
     *copy = *n;
     copy->magic = MAGIC_NODE;
     copy->id = atomic_fetch_add(&g_next_node, 1);
+    copy->graph = g;
     g->nodes[g->n++] = copy;
     return copy;
 }
@@ -804,6 +1031,8 @@ static CUresult capture(struct stream *s, const struct node *n) {
     report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, s->capture, made, NULL, NULL, NULL);
     return CUDA_SUCCESS;
 }
+
+static void graph_release_objects(struct graph *g);
 
 static void graph_free_nodes(struct graph *g) {
     for (size_t i = 0; i < g->n; i++) {
@@ -824,7 +1053,7 @@ static uint64_t threads_of(const uint32_t grid[3], const uint32_t block[3]) {
 static void run_kernel(struct stream *s, const struct node *n, const struct gpusim_api *call,
                        uint32_t graph_id, uint64_t node_id) {
     uint64_t start, end;
-    schedule(s, kernel_cost(threads_of(n->grid, n->block)), &start, &end);
+    schedule(s, n->cost ? scaled(n->cost) : kernel_cost(threads_of(n->grid, n->block)), &start, &end);
     if (!atomic_load_explicit(&g_tool, memory_order_relaxed))
         return;
     struct device *d = s->ctx->dev;
@@ -847,6 +1076,16 @@ static void run_kernel(struct stream *s, const struct node *n, const struct gpus
     report_op(&op, call);
 }
 
+/* Whether [p, p + bytes) is still inside one allocation, for memory that was
+ * device memory (of `kind`) when a graph node named it; other memory is the
+ * program's to keep alive. */
+static int live_range(const void *p, uint8_t kind, size_t bytes) {
+    struct alloc a;
+    if (!is_device_kind(kind))
+        return 1;
+    return mem_find(p, &a) && (uintptr_t)p + bytes <= a.base + a.size;
+}
+
 /* Places the copy on the stream and copies the bytes now: the host sees them at
  * once, and no kernel runs that could tell the difference. */
 static uint64_t run_copy(struct stream *s, const struct node *n, const struct gpusim_api *call,
@@ -854,7 +1093,10 @@ static uint64_t run_copy(struct stream *s, const struct node *n, const struct gp
     uint8_t host = n->src_kind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE ? n->dst_kind : n->src_kind;
     uint64_t start, end;
     schedule(s, copy_cost(n->copy_kind, host, n->bytes), &start, &end);
-    if (n->bytes)
+    /* A graph's copy may name device memory freed since it was made (freed by
+     * the program, as CUDA forbids): no bytes move then, rather than a crash. */
+    if (n->bytes && (!graph_id || (live_range(n->src, n->src_kind, n->bytes) &&
+                                   live_range(n->dst, n->dst_kind, n->bytes))))
         memmove(n->dst, n->src, n->bytes);
     if (!atomic_load_explicit(&g_tool, memory_order_relaxed))
         return end;
@@ -895,7 +1137,9 @@ static uint64_t run_memset(struct stream *s, const struct node *n, const struct 
     uint64_t start, end;
     schedule(s, memset_cost(n->bytes), &start, &end);
     uint8_t *p = n->dst;
-    if (n->elem == 1)
+    if (n->value == 0)
+        zero_bytes(p, n->bytes);
+    else if (n->elem == 1)
         memset(p, (int)n->value, n->bytes);
     else
         for (size_t i = 0; i < n->bytes; i += n->elem)
@@ -918,6 +1162,92 @@ static uint64_t run_memset(struct stream *s, const struct node *n, const struct 
     };
     report_op(&op, call);
     return end;
+}
+
+/* Host functions (cuLaunchHostFunc, cuStreamAddCallback, graph host nodes) run
+ * in stream order on one worker thread, as CUDA runs them on a thread of its
+ * own: each when the simulated work queued before it on its stream has ended.
+ * Work queued after one is not held back (kernels never run, so nothing could
+ * tell), but every synchronization waits until the queued host functions have
+ * returned. */
+struct host_call {
+    CUhostFn fn;
+    void *data;
+    uint64_t ready;
+    struct host_call *next;
+};
+static pthread_mutex_t g_host_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_host_cv = PTHREAD_COND_INITIALIZER;      /* work queued */
+static pthread_cond_t g_host_idle_cv = PTHREAD_COND_INITIALIZER; /* queue drained */
+static struct host_call *g_host_head, **g_host_tail = &g_host_head;
+static int g_host_pending, g_host_worker;
+static __thread int tls_host_worker;
+
+static void sleep_until(uint64_t t);
+
+static void *host_worker(void *arg) {
+    (void)arg;
+    tls_host_worker = 1;
+    pthread_mutex_lock(&g_host_mu);
+    for (;;) {
+        while (!g_host_head)
+            pthread_cond_wait(&g_host_cv, &g_host_mu);
+        struct host_call *h = g_host_head;
+        g_host_head = h->next;
+        if (!g_host_head)
+            g_host_tail = &g_host_head;
+        pthread_mutex_unlock(&g_host_mu);
+        sleep_until(h->ready);
+        h->fn(h->data);
+        free(h);
+        pthread_mutex_lock(&g_host_mu);
+        if (--g_host_pending == 0)
+            pthread_cond_broadcast(&g_host_idle_cv);
+    }
+    return NULL;
+}
+
+static CUresult queue_host_fn(CUhostFn fn, void *data, uint64_t ready) {
+    struct host_call *h = calloc(1, sizeof *h);
+    if (!h)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *h = (struct host_call){fn, data, ready, NULL};
+    pthread_mutex_lock(&g_host_mu);
+    if (!g_host_worker) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, host_worker, NULL) != 0) {
+            pthread_attr_destroy(&a);
+            pthread_mutex_unlock(&g_host_mu);
+            free(h);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        pthread_attr_destroy(&a);
+        g_host_worker = 1;
+    }
+    *g_host_tail = h;
+    g_host_tail = &h->next;
+    g_host_pending++;
+    pthread_cond_signal(&g_host_cv);
+    pthread_mutex_unlock(&g_host_mu);
+    return CUDA_SUCCESS;
+}
+
+/* Waits until every queued host function has returned (not from one of them). */
+static void wait_host_fns(void) {
+    if (tls_host_worker)
+        return;
+    pthread_mutex_lock(&g_host_mu);
+    while (g_host_pending)
+        pthread_cond_wait(&g_host_idle_cv, &g_host_mu);
+    pthread_mutex_unlock(&g_host_mu);
+}
+
+static void run_host(struct stream *s, const struct node *n) {
+    uint64_t ready = stream_done_time(s);
+    queue_host_fn(n->host_fn, n->host_data, ready);
 }
 
 /* A kernel launch's work, checked as cuLaunchKernel checks it: for a launch or a
@@ -952,6 +1282,8 @@ static CUresult launch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
         return CUDA_ERROR_INVALID_HANDLE;
     struct node n;
     CUresult r = kernel_node(f, grid, block, shared, launch_type, &n);
+    n.cost = tls_next_cost;
+    tls_next_cost = 0;
     if (r != CUDA_SUCCESS)
         return r;
     if (s->capture)
@@ -990,8 +1322,10 @@ static CUresult copy(void *dst, const void *src, size_t bytes, CUstream hs, int 
     /* Synchronous copies return when done; so do async copies to pageable host
      * memory, as CUDA documents. */
     if (!async || (n.copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH &&
-                   dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE))
+                   dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE)) {
         sleep_until(end);
+        waited_for_stream(s);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1009,8 +1343,10 @@ static CUresult memset_(CUdeviceptr dst, uint32_t value, unsigned elem, size_t c
     if (s->capture)
         return capture(s, &n);
     uint64_t end = run_memset(s, &n, call, 0, 0, async);
-    if (!async)
+    if (!async) {
         sleep_until(end);
+        waited_for_stream(s);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1207,9 +1543,9 @@ GPUSIM_EXPORT CUcontext gpusim_runtime_context(int dev) {
 
 /* Storage for __device__ variables: device 0 memory. */
 GPUSIM_EXPORT void *gpusim_static_alloc(size_t bytes) {
-    void *p = zeroed(bytes);
-    if (p && mem_add(p, bytes, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, 0, 1)) {
-        free(p);
+    void *p = lazy_map(bytes);
+    if (p && mem_add(p, bytes, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, 0, BACKING_MMAP)) {
+        lazy_unmap(p, bytes);
         return NULL;
     }
     return p;
@@ -1241,6 +1577,7 @@ DRV(cuDevicePrimaryCtxRetain, (CUcontext *pctx, CUdevice dev), (pctx, dev)) {
 static void ctx_retire(struct ctx *c) {
     report_resource(CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, c, NULL);
     sleep_until(ctx_done_time(c));
+    waited_for_ctx(c);
     pthread_mutex_lock(&g_mu);
     c->live = 0;
     for (struct ctx **p = &g_ctxs; *p; p = &(*p)->next)
@@ -1480,6 +1817,8 @@ static CUresult ctx_sync(struct gpusim_api *call) {
         return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t t0 = now_ns();
     sleep_until(ctx_done_time(c));
+    waited_for_ctx(c);
+    wait_host_fns();
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE, t0, call, c, NULL, NULL);
     return CUDA_SUCCESS;
 }
@@ -1498,11 +1837,13 @@ static CUresult device_alloc(CUdeviceptr *p, size_t n, uint8_t kind) {
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
     uint32_t dev = c->dev->info.ordinal;
-    if (n > c->dev->info.global_memory - c->dev->allocated)
+    if (n > c->dev->info.global_memory)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    void *m = zeroed(n);
-    if (!m || mem_add(m, n, kind, dev, 1)) {
-        free(m);
+    void *m = lazy_map(n);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (mem_add(m, n, kind, dev, BACKING_MMAP)) {
+        lazy_unmap(m, n);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *p = (CUdeviceptr)m;
@@ -1516,7 +1857,8 @@ static CUresult device_free(CUdeviceptr p) {
     if (!mem_remove((void *)p, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, &a) &&
         !mem_remove((void *)p, CUPTI_ACTIVITY_MEMORY_KIND_MANAGED, &a))
         return CUDA_ERROR_INVALID_VALUE;
-    free((void *)p);
+    if (a.backing == BACKING_MMAP)
+        lazy_unmap((void *)p, a.size);
     return CUDA_SUCCESS;
 }
 
@@ -1532,9 +1874,16 @@ DRV(cuMemAllocManaged, (CUdeviceptr *p, size_t n, unsigned int flags), (p, n, fl
 
 DRV(cuMemAllocAsync, (CUdeviceptr *p, size_t n, CUstream s), (p, n, s)) {
     ENTER(cuMemAllocAsync, p, n, s);
-    if (!resolve_stream(s))
+    struct stream *st = resolve_stream(s);
+    if (!st)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
-    RETURN(device_alloc(p, n, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE));
+    CUresult r = device_alloc(p, n, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE);
+    /* Captured, it is an allocation node (whose memory lives from now on). */
+    if (r == CUDA_SUCCESS && st->capture) {
+        struct node node = {.kind = NODE_MEM_ALLOC, .dst = (void *)*p, .bytes = n};
+        r = capture(st, &node);
+    }
+    RETURN(r);
 }
 
 DRV(cuMemFree, (CUdeviceptr p), (p)) {
@@ -1547,18 +1896,26 @@ DRV(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s)) {
     struct stream *st = resolve_stream(s);
     if (!st)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
+    /* Captured, it is a free node: the graph's memory is not freed. */
+    if (st->capture) {
+        struct node node = {.kind = NODE_MEM_FREE, .dst = (void *)p};
+        RETURN(capture(st, &node));
+    }
     /* The memory must outlive the work queued before the free. */
     sleep_until(stream_done_time(st));
+    waited_for_stream(st);
     RETURN(device_free(p));
 }
 
 static CUresult host_alloc(void **p, size_t n) {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
-    void *m = zeroed(n);
+    void *m = lazy_map(n);
     struct ctx *c = current_ctx();
-    if (!m || mem_add(m, n, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, c ? c->dev->info.ordinal : 0, 1)) {
-        free(m);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (mem_add(m, n, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, c ? c->dev->info.ordinal : 0, BACKING_MMAP)) {
+        lazy_unmap(m, n);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *p = m;
@@ -1580,9 +1937,13 @@ DRV(cuMemFreeHost, (void *p), (p)) {
     struct alloc a;
     if (!p)
         RETURN(CUDA_SUCCESS);
-    if (!mem_remove(p, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, &a) || !a.owned)
+    if (!mem_remove(p, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, &a))
         RETURN(CUDA_ERROR_INVALID_VALUE);
-    free(p);
+    if (a.backing != BACKING_MMAP) {
+        mem_add(p, a.size, a.kind, a.device, a.backing); /* registered, not ours to free */
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    }
+    lazy_unmap(p, a.size);
     RETURN(CUDA_SUCCESS);
 }
 
@@ -1590,14 +1951,14 @@ DRV(cuMemHostRegister, (void *p, size_t n, unsigned int flags), (p, n, flags)) {
     ENTER(cuMemHostRegister, p, n, flags);
     if (!p || !n)
         RETURN(CUDA_ERROR_INVALID_VALUE);
-    RETURN(mem_add(p, n, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, 0, 0) ? CUDA_ERROR_OUT_OF_MEMORY
+    RETURN(mem_add(p, n, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, 0, BACKING_NONE) ? CUDA_ERROR_OUT_OF_MEMORY
                                                                    : CUDA_SUCCESS);
 }
 
 DRV(cuMemHostUnregister, (void *p), (p)) {
     ENTER(cuMemHostUnregister, p);
     struct alloc a;
-    RETURN(mem_remove(p, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, &a) && !a.owned
+    RETURN(mem_remove(p, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, &a) && a.backing == BACKING_NONE
                ? CUDA_SUCCESS
                : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 }
@@ -1684,8 +2045,10 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream st, int async, struct gp
                                .src_kind = sk, .dst_kind = dk, .async = (uint8_t)async};
         report_op(&op, call);
     }
-    if (!async || (sdev && dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE))
+    if (!async || (sdev && dk == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE)) {
         sleep_until(end);
+        waited_for_stream(s);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1758,6 +2121,8 @@ DRV(cuStreamSynchronize, (CUstream h), (h)) {
         RETURN(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     uint64_t t0 = now_ns();
     sleep_until(stream_done_time(s));
+    waited_for_stream(s);
+    wait_host_fns();
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, t0, &call_, s->ctx, s, NULL);
     RETURN(CUDA_SUCCESS);
 }
@@ -1841,10 +2206,18 @@ static CUresult event_record(CUevent h, CUstream hs) {
     struct stream *s = resolve_stream(hs);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (s->capture)
-        return CUDA_SUCCESS; /* single-stream capture: ordering is the node order */
+    if (s->capture) {
+        /* Ordering inside a capture is the node order; a stream that waits on
+         * this event joins the capture. */
+        e->capture_id = s->capture->capture_id;
+        return CUDA_SUCCESS;
+    }
+    e->capture_id = 0;
     pthread_mutex_lock(&s->ctx->dev->mu);
     uint64_t t = ready_time(s), now = now_ns();
+    /* An event is work of no duration: on the device clock, it completes where
+     * the next work on its stream could start. */
+    e->vtime = device_start(s);
     pthread_mutex_unlock(&s->ctx->dev->mu);
     e->time = t > now ? t : now;
     e->recorded = 1;
@@ -1875,8 +2248,11 @@ DRV(cuEventSynchronize, (CUevent h), (h)) {
     if (!e)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
     uint64_t t0 = now_ns();
-    if (e->recorded)
+    if (e->recorded) {
         sleep_until(e->time);
+        vhost_reaches(e->vtime);
+    }
+    wait_host_fns();
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE, t0, &call_, e->ctx, NULL, e);
     RETURN(CUDA_SUCCESS);
 }
@@ -1894,7 +2270,8 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b) {
     uint64_t now = now_ns();
     if (now < x->time || now < y->time)
         return CUDA_ERROR_NOT_READY;
-    *ms = (float)((double)((int64_t)y->time - (int64_t)x->time) / 1e6);
+    /* The device clock's difference: the same on every run. */
+    *ms = (float)((double)((int64_t)y->vtime - (int64_t)x->vtime) / 1e6);
     return CUDA_SUCCESS;
 }
 
@@ -1910,10 +2287,26 @@ DRV(cuStreamWaitEvent, (CUstream hs, CUevent h, unsigned int flags), (hs, h, fla
     if (!s || !e)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
     uint64_t t0 = now_ns();
+    /* The capture the event was recorded in, if it is still going on: the
+     * streams capturing into it hold its graph. */
+    if (e->capture_id && !s->capture && !s->legacy) {
+        struct graph *g = NULL;
+        pthread_mutex_lock(&s->ctx->dev->mu);
+        for (struct stream *x = s->ctx->dev->streams; x && !g; x = x->next)
+            if (x->magic == MAGIC_STREAM && x->capture && x->capture->capture_id == e->capture_id)
+                g = x->capture;
+        pthread_mutex_unlock(&s->ctx->dev->mu);
+        if (g) {
+            s->capture = g;
+            s->capture_origin = 0;
+        }
+    }
     if (e->recorded && !s->capture) {
         pthread_mutex_lock(&s->ctx->dev->mu);
         if (e->time > s->tail)
             s->tail = e->time;
+        if (e->vtime > s->vtail)
+            s->vtail = e->vtime;
         pthread_mutex_unlock(&s->ctx->dev->mu);
     }
     report_sync(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT, t0, &call_, s->ctx, s, e);
@@ -1954,12 +2347,10 @@ static int ptx_entries(struct module *m, const char *ptx) {
     return 0;
 }
 
-static CUresult load_module(CUmodule *pm, const void *image) {
+/* A module (or library) from an image; `c` may be NULL for a library. */
+static CUresult load_module_in(CUmodule *pm, const void *image, struct ctx *c) {
     if (!pm || !image)
         return CUDA_ERROR_INVALID_VALUE;
-    struct ctx *c = current_ctx();
-    if (!c)
-        return CUDA_ERROR_INVALID_CONTEXT;
     struct module *m = calloc(1, sizeof *m);
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1978,6 +2369,17 @@ static CUresult load_module(CUmodule *pm, const void *image) {
     }
     *pm = (CUmodule)m;
     return CUDA_SUCCESS;
+}
+
+static CUresult load_module(CUmodule *pm, const void *image) {
+    struct ctx *c = current_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return load_module_in(pm, image, c);
+}
+
+static CUresult load_module_any(CUmodule *pm, const void *image) {
+    return load_module_in(pm, image, current_ctx());
 }
 
 DRV(cuModuleLoadData, (CUmodule *pm, const void *image), (pm, image)) {
@@ -2031,32 +2433,36 @@ DRV(cuModuleUnload, (CUmodule h), (h)) {
     RETURN(CUDA_SUCCESS);
 }
 
-DRV(cuModuleGetFunction, (CUfunction *pf, CUmodule h, const char *name), (pf, h, name)) {
-    ENTER(cuModuleGetFunction, pf, h, name);
+static CUresult module_function(CUfunction *pf, CUmodule h, const char *name) {
     struct module *m = (struct module *)h;
     if (!pf || !name)
-        RETURN(CUDA_ERROR_INVALID_VALUE);
+        return CUDA_ERROR_INVALID_VALUE;
     if (!m || m->magic != MAGIC_MODULE)
-        RETURN(CUDA_ERROR_INVALID_HANDLE);
+        return CUDA_ERROR_INVALID_HANDLE;
     for (int i = 0; i < m->nkernels; i++)
         if (strcmp(m->kernels[i]->name, name) == 0) {
             *pf = (CUfunction)m->kernels[i];
-            RETURN(CUDA_SUCCESS);
+            return CUDA_SUCCESS;
         }
     if (!m->any_name)
-        RETURN(CUDA_ERROR_NOT_FOUND);
+        return CUDA_ERROR_NOT_FOUND;
     struct kernel **ks = realloc(m->kernels, (size_t)(m->nkernels + 1) * sizeof *ks);
     if (!ks)
-        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        return CUDA_ERROR_OUT_OF_MEMORY;
     m->kernels = ks;
     pthread_mutex_lock(&g_kernel_mu);
     struct kernel *k = new_kernel(name, NULL, m);
     pthread_mutex_unlock(&g_kernel_mu);
     if (!k)
-        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        return CUDA_ERROR_OUT_OF_MEMORY;
     m->kernels[m->nkernels++] = k;
     *pf = (CUfunction)k;
-    RETURN(CUDA_SUCCESS);
+    return CUDA_SUCCESS;
+}
+
+DRV(cuModuleGetFunction, (CUfunction *pf, CUmodule h, const char *name), (pf, h, name)) {
+    ENTER(cuModuleGetFunction, pf, h, name);
+    RETURN(module_function(pf, h, name));
 }
 
 DRV(cuModuleGetGlobal, (CUdeviceptr *dp, size_t *bytes, CUmodule h, const char *name), (dp, bytes, h, name)) {
@@ -2206,22 +2612,178 @@ DRV(cuGraphAddKernelNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps,
     RETURN(CUDA_SUCCESS);
 }
 
-DRV(cuStreamBeginCapture, (CUstream hs, CUstreamCaptureMode mode), (hs, mode)) {
-    ENTER(cuStreamBeginCapture, hs, mode);
-    struct stream *s = resolve_stream(hs);
+static _Atomic uint64_t g_next_capture = 1;
+static __thread CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static CUresult begin_capture(struct stream *s, struct graph *into) {
     if (!s)
-        RETURN(CUDA_ERROR_INVALID_HANDLE);
+        return CUDA_ERROR_INVALID_HANDLE;
     if (s->legacy)
-        RETURN(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (s->capture)
-        RETURN(CUDA_ERROR_ILLEGAL_STATE);
-    struct graph *g = new_graph();
+        return CUDA_ERROR_ILLEGAL_STATE;
+    struct graph *g = into ? into : new_graph();
     if (!g)
-        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->capture_id = atomic_fetch_add(&g_next_capture, 1);
     s->capture = g;
+    s->capture_origin = 1;
+    return CUDA_SUCCESS;
+}
+
+/* User-built nodes other than kernels: checks the dependencies as for kernel
+ * nodes, appends a copy of `n` and reports it made. */
+static CUresult add_node(CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps,
+                         const struct node *n) {
+    struct graph *g = (struct graph *)hg;
+    if (!pn || (ndeps && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!g || g->magic != MAGIC_GRAPH)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (size_t i = 0; i < ndeps; i++) {
+        int found = 0;
+        for (size_t j = 0; j < g->n && !found; j++)
+            found = (CUgraphNode)g->nodes[j] == deps[i];
+        if (!found)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct node *made = graph_add(g, n);
+    if (!made)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g, made, NULL, NULL, NULL);
+    *pn = (CUgraphNode)made;
+    return CUDA_SUCCESS;
+}
+
+DRV(cuGraphAddHostNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, const CUDA_HOST_NODE_PARAMS *p),
+    (pn, hg, deps, ndeps, p)) {
+    ENTER(cuGraphAddHostNode, pn, hg, deps, ndeps, p);
+    if (!p || !p->fn)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct node n = {.kind = NODE_HOST, .host_fn = p->fn, .host_data = p->userData};
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+/* A copy node; only copies whose bytes are contiguous at both ends (the 1D
+ * form, or rows whose pitch is their width). */
+DRV(cuGraphAddMemcpyNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, const CUDA_MEMCPY3D *p, CUcontext c),
+    (pn, hg, deps, ndeps, p, c)) {
+    ENTER(cuGraphAddMemcpyNode, pn, hg, deps, ndeps, p, c);
+    if (!p)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    size_t h = p->Height ? p->Height : 1, d = p->Depth ? p->Depth : 1;
+    int rows = h * d > 1;
+    if (rows && ((p->srcPitch && p->srcPitch != p->WidthInBytes) || (p->dstPitch && p->dstPitch != p->WidthInBytes)))
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    const char *src = p->srcMemoryType == CU_MEMORYTYPE_HOST ? p->srcHost : (const char *)p->srcDevice;
+    char *dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? p->dstHost : (char *)p->dstDevice;
+    size_t sp = p->srcPitch ? p->srcPitch : p->WidthInBytes, dp = p->dstPitch ? p->dstPitch : p->WidthInBytes;
+    src += p->srcXInBytes + (p->srcY + p->srcZ * (p->srcHeight ? p->srcHeight : h)) * sp;
+    dst += p->dstXInBytes + (p->dstY + p->dstZ * (p->dstHeight ? p->dstHeight : h)) * dp;
+    uint32_t sd = 0, dd = 0;
+    uint8_t sk = mem_kind(src, &sd), dk = mem_kind(dst, &dd);
+    struct node n = {.kind = NODE_COPY, .dst = dst, .src = src, .bytes = p->WidthInBytes * h * d,
+                     .src_kind = sk, .dst_kind = dk};
+    int sdev = is_device_kind(sk), ddev = is_device_kind(dk);
+    n.copy_kind = sdev && ddev ? (sd != dd ? CUPTI_ACTIVITY_MEMCPY_KIND_PTOP : CUPTI_ACTIVITY_MEMCPY_KIND_DTOD)
+                  : sdev       ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
+                  : ddev       ? CUPTI_ACTIVITY_MEMCPY_KIND_HTOD
+                               : CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+DRV(cuGraphAddMemsetNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c),
+    (pn, hg, deps, ndeps, p, c)) {
+    ENTER(cuGraphAddMemsetNode, pn, hg, deps, ndeps, p, c);
+    if (!p || !p->dst || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (p->height > 1 && p->pitch != p->width * p->elementSize)
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    struct node n = {.kind = NODE_MEMSET, .dst = (void *)p->dst,
+                     .bytes = p->width * p->elementSize * (p->height ? p->height : 1),
+                     .value = p->value, .elem = p->elementSize};
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+/* An allocation node: the memory is allocated when the node is made, and lives
+ * until the process ends (the simulation does not reuse graph memory). */
+DRV(cuGraphAddMemAllocNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *p),
+    (pn, hg, deps, ndeps, p)) {
+    ENTER(cuGraphAddMemAllocNode, pn, hg, deps, ndeps, p);
+    if (!p || !p->bytesize || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        BAD_DEVICE(p->poolProps.location.id))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct ctx *saved = tls_ctx;
+    struct device *dev = &g_dev[p->poolProps.location.id];
+    tls_ctx = dev->primary.live ? &dev->primary : tls_ctx;
+    CUdeviceptr m = 0;
+    CUresult r = device_alloc(&m, p->bytesize, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE);
+    tls_ctx = saved;
+    if (r != CUDA_SUCCESS)
+        RETURN(r);
+    struct node n = {.kind = NODE_MEM_ALLOC, .dst = (void *)m, .bytes = p->bytesize};
+    r = add_node(pn, hg, deps, ndeps, &n);
+    if (r != CUDA_SUCCESS) {
+        device_free(m);
+        RETURN(r);
+    }
+    p->dptr = m;
     RETURN(CUDA_SUCCESS);
 }
 
+DRV(cuGraphAddMemFreeNode, (CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUdeviceptr dptr),
+    (pn, hg, deps, ndeps, dptr)) {
+    ENTER(cuGraphAddMemFreeNode, pn, hg, deps, ndeps, dptr);
+    struct alloc a;
+    if (!dptr || !mem_find((const void *)dptr, &a) || !is_device_kind(a.kind))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct node n = {.kind = NODE_MEM_FREE, .dst = (void *)dptr};
+    RETURN(add_node(pn, hg, deps, ndeps, &n));
+}
+
+/* A copy of a graph: its nodes copied in order (the dependencies are the order). */
+DRV(cuGraphClone, (CUgraph *pg, CUgraph hg), (pg, hg)) {
+    ENTER(cuGraphClone, pg, hg);
+    struct graph *g = (struct graph *)hg;
+    if (!pg)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!g || g->magic != MAGIC_GRAPH)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    struct graph *c = new_graph();
+    if (!c)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    for (size_t i = 0; i < g->n; i++) {
+        struct node *made = graph_add(c, g->nodes[i]);
+        if (!made) {
+            graph_free_nodes(c);
+            free(c);
+            RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, c, made, NULL, NULL, NULL);
+    }
+    *pg = (CUgraph)c;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuStreamBeginCapture, (CUstream hs, CUstreamCaptureMode mode), (hs, mode)) {
+    ENTER(cuStreamBeginCapture, hs, mode);
+    RETURN(begin_capture(resolve_stream(hs), NULL));
+}
+
+DRV(cuStreamBeginCaptureToGraph,
+    (CUstream hs, CUgraph hg, const CUgraphNode *deps, const CUgraphEdgeData *edges, size_t ndeps,
+     CUstreamCaptureMode mode),
+    (hs, hg, deps, edges, ndeps, mode)) {
+    ENTER(cuStreamBeginCaptureToGraph, hs, hg, deps, edges, ndeps, mode);
+    struct graph *g = (struct graph *)hg;
+    if (!g || g->magic != MAGIC_GRAPH)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    RETURN(begin_capture(resolve_stream(hs), g));
+}
+
+/* Ends the capture that `s` began: every stream that joined it leaves it. */
 DRV(cuStreamEndCapture, (CUstream hs, CUgraph *pg), (hs, pg)) {
     ENTER(cuStreamEndCapture, hs, pg);
     struct stream *s = resolve_stream(hs);
@@ -2229,8 +2791,18 @@ DRV(cuStreamEndCapture, (CUstream hs, CUgraph *pg), (hs, pg)) {
         RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!s->capture)
         RETURN(CUDA_ERROR_ILLEGAL_STATE);
-    *pg = (CUgraph)s->capture;
+    if (!s->capture_origin)
+        RETURN(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    struct graph *g = s->capture;
+    struct device *d = s->ctx->dev;
+    pthread_mutex_lock(&d->mu);
+    for (struct stream *x = d->streams; x; x = x->next)
+        if (x->capture == g)
+            x->capture = NULL;
+    pthread_mutex_unlock(&d->mu);
     s->capture = NULL;
+    g->capture_id = 0;
+    *pg = (CUgraph)g;
     RETURN(CUDA_SUCCESS);
 }
 
@@ -2240,6 +2812,99 @@ DRV(cuStreamIsCapturing, (CUstream hs, CUstreamCaptureStatus *st), (hs, st)) {
     if (!s || !st)
         RETURN(CUDA_ERROR_INVALID_VALUE);
     *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* The capture's dependencies are the last captured node: the simulation keeps a
+ * capture as one chain in node order. */
+DRV(cuStreamGetCaptureInfo,
+    (CUstream hs, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+     const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps),
+    (hs, st, id, graph, deps, edges, ndeps)) {
+    ENTER(cuStreamGetCaptureInfo, hs, st, id, graph, deps, edges, ndeps);
+    struct stream *s = resolve_stream(hs);
+    if (!s)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!st)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct graph *g = s->capture;
+    *st = g ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id)
+        *id = g ? g->capture_id : 0;
+    if (graph)
+        *graph = (CUgraph)g;
+    if (deps)
+        *deps = g && g->n ? (const CUgraphNode *)&g->nodes[g->n - 1] : NULL;
+    if (edges)
+        *edges = NULL;
+    if (ndeps)
+        *ndeps = g && g->n ? 1 : 0;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuStreamUpdateCaptureDependencies,
+    (CUstream hs, CUgraphNode *deps, const CUgraphEdgeData *edges, size_t ndeps, unsigned int flags),
+    (hs, deps, edges, ndeps, flags)) {
+    ENTER(cuStreamUpdateCaptureDependencies, hs, deps, edges, ndeps, flags);
+    struct stream *s = resolve_stream(hs);
+    if (!s)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    RETURN(s->capture ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_STATE);
+}
+
+DRV(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *mode), (mode)) {
+    ENTER(cuThreadExchangeStreamCaptureMode, mode);
+    if (!mode)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUstreamCaptureMode old = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = old;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuGraphGetNodes, (CUgraph hg, CUgraphNode *nodes, size_t *n), (hg, nodes, n)) {
+    ENTER(cuGraphGetNodes, hg, nodes, n);
+    struct graph *g = (struct graph *)hg;
+    if (!g || g->magic != MAGIC_GRAPH)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!n)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (nodes) {
+        size_t k = *n < g->n ? *n : g->n;
+        for (size_t i = 0; i < k; i++)
+            nodes[i] = (CUgraphNode)g->nodes[i];
+        for (size_t i = k; i < *n; i++)
+            nodes[i] = NULL;
+        *n = k;
+    } else {
+        *n = g->n;
+    }
+    RETURN(CUDA_SUCCESS);
+}
+
+/* The graph that holds node `h`, and its index there. */
+static struct graph *node_graph(struct node *h, size_t *index);
+
+/* A node depends on the node before it: the simulation keeps one chain. */
+DRV(cuGraphNodeGetDependencies, (CUgraphNode hn, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *n),
+    (hn, deps, edges, n)) {
+    ENTER(cuGraphNodeGetDependencies, hn, deps, edges, n);
+    struct node *node = (struct node *)hn;
+    size_t i = 0;
+    struct graph *g = node && node->magic == MAGIC_NODE ? node_graph(node, &i) : NULL;
+    if (!g || !n)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    size_t have = i > 0 ? 1 : 0;
+    if (deps) {
+        if (*n >= 1 && have) {
+            deps[0] = (CUgraphNode)g->nodes[i - 1];
+            if (edges)
+                memset(&edges[0], 0, sizeof edges[0]);
+        }
+        *n = *n < have ? *n : have;
+    } else {
+        *n = have;
+    }
     RETURN(CUDA_SUCCESS);
 }
 
@@ -2294,8 +2959,11 @@ DRV(cuGraphLaunch, (CUgraphExec he, CUstream hs), (he, hs)) {
             run_kernel(s, n, &call_, x->id, n->id);
         else if (n->kind == NODE_COPY)
             run_copy(s, n, &call_, x->id, n->id, 1);
-        else
+        else if (n->kind == NODE_HOST)
+            run_host(s, n);
+        else if (n->kind == NODE_MEMSET)
             run_memset(s, n, &call_, x->id, n->id, 1);
+        /* Memory nodes are no work: the memory lives from the node's making. */
     }
     RETURN(CUDA_SUCCESS);
 }
@@ -2323,10 +2991,817 @@ DRV(cuGraphDestroy, (CUgraph hg), (hg)) {
     struct graph *g = (struct graph *)hg;
     if (!g || g->magic != MAGIC_GRAPH)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
+    graph_release_objects(g);
     g->magic = 0;
     graph_free_nodes(g);
     free(g);
     RETURN(CUDA_SUCCESS);
+}
+
+/* More of the driver API, for PyTorch, Triton and NVIDIA's samples -------------- */
+
+static struct graph *node_graph(struct node *h, size_t *index) {
+    struct graph *g = h->graph;
+    if (!g || g->magic != MAGIC_GRAPH)
+        return NULL;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->nodes[i] == h) {
+            *index = i;
+            return g;
+        }
+    return NULL;
+}
+
+DRV(cuMemGetAddressRange, (CUdeviceptr *base, size_t *size, CUdeviceptr p), (base, size, p)) {
+    ENTER(cuMemGetAddressRange, base, size, p);
+    struct alloc a;
+    if (!mem_find((const void *)p, &a) || !is_device_kind(a.kind))
+        RETURN(CUDA_ERROR_NOT_FOUND);
+    if (base)
+        *base = (CUdeviceptr)a.base;
+    if (size)
+        *size = a.size;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* One attribute of the memory at p; CUDA_ERROR_INVALID_VALUE for memory CUDA
+ * does not know, as the driver documents. */
+static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p) {
+    struct alloc a;
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!mem_find((const void *)p, &a))
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = is_device_kind(a.kind);
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = a.device < GPUSIM_DEVICES && g_dev[a.device].primary.live
+                                 ? (CUcontext)&g_dev[a.device].primary
+                                 : (CUcontext)current_ctx();
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned *)data = dev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data = (void *)p; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(unsigned *)data = a.kind == CUPTI_ACTIVITY_MEMORY_KIND_MANAGED;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = (int)a.device; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = (CUdeviceptr)a.base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = a.size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned *)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = (unsigned long long)a.base; break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(unsigned *)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(unsigned *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *(unsigned long long *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(void **)data = NULL; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+DRV(cuPointerGetAttribute, (void *data, CUpointer_attribute attr, CUdeviceptr p), (data, attr, p)) {
+    ENTER(cuPointerGetAttribute, data, attr, p);
+    RETURN(pointer_attribute(data, attr, p));
+}
+
+/* As documented: memory CUDA does not know gets zeroes (a NULL context, memory
+ * type 0) and success. */
+DRV(cuPointerGetAttributes, (unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr p),
+    (n, attrs, data, p)) {
+    ENTER(cuPointerGetAttributes, n, attrs, data, p);
+    if (!attrs || !data)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct alloc a;
+    int known = mem_find((const void *)p, &a);
+    for (unsigned i = 0; i < n; i++) {
+        if (!data[i])
+            continue;
+        if (known && pointer_attribute(data[i], attrs[i], p) == CUDA_SUCCESS)
+            continue;
+        switch (attrs[i]) {
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = -2; break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT:
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(void **)data[i] = NULL; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *(unsigned long long *)data[i] = 0; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = 0; break;
+        default: *(unsigned *)data[i] = 0; break;
+        }
+    }
+    RETURN(CUDA_SUCCESS);
+}
+
+/* Virtual memory management (PyTorch's expandable segments): a physical
+ * allocation counts against its device's memory; reserved address ranges are
+ * lazily backed mappings; mapping makes a range device memory of the physical
+ * allocation's device. */
+#define MAGIC_PHYS 0x70687973u
+#define VMM_GRANULARITY (2u << 20)
+
+struct phys {
+    uint32_t magic;
+    int refs;
+    size_t size;
+    uint32_t device;
+    CUmemAllocationProp prop;
+};
+
+DRV(cuMemGetAllocationGranularity, (size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option),
+    (g, prop, option)) {
+    ENTER(cuMemGetAllocationGranularity, g, prop, option);
+    if (!g || !prop)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    *g = VMM_GRANULARITY;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, unsigned long long flags),
+    (h, size, prop, flags)) {
+    ENTER(cuMemCreate, h, size, prop, flags);
+    if (!h || !prop || !size || size % VMM_GRANULARITY)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        BAD_DEVICE(prop->location.id))
+        RETURN(CUDA_ERROR_INVALID_DEVICE);
+    /* Fabric handles need an NVLink fabric manager, which no simulated device has. */
+    if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC)
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    struct device *d = &g_dev[prop->location.id];
+    pthread_mutex_lock(&g_mem_mu);
+    int fits = size <= d->info.global_memory - d->allocated;
+    if (fits)
+        d->allocated += size;
+    pthread_mutex_unlock(&g_mem_mu);
+    if (!fits)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    struct phys *p = calloc(1, sizeof *p);
+    if (!p) {
+        pthread_mutex_lock(&g_mem_mu);
+        d->allocated -= size;
+        pthread_mutex_unlock(&g_mem_mu);
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    *p = (struct phys){MAGIC_PHYS, 1, size, (uint32_t)prop->location.id, *prop};
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    RETURN(CUDA_SUCCESS);
+}
+
+static struct phys *as_phys(CUmemGenericAllocationHandle h) {
+    struct phys *p = (struct phys *)(uintptr_t)h;
+    return p && p->magic == MAGIC_PHYS ? p : NULL;
+}
+
+static void phys_release(struct phys *p) {
+    pthread_mutex_lock(&g_mem_mu);
+    int last = --p->refs == 0;
+    if (last)
+        g_dev[p->device].allocated -= p->size;
+    pthread_mutex_unlock(&g_mem_mu);
+    if (last) {
+        p->magic = 0;
+        free(p);
+    }
+}
+
+DRV(cuMemRelease, (CUmemGenericAllocationHandle h), (h)) {
+    ENTER(cuMemRelease, h);
+    struct phys *p = as_phys(h);
+    if (!p)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    phys_release(p);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemAddressReserve, (CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags),
+    (ptr, size, align, addr, flags)) {
+    ENTER(cuMemAddressReserve, ptr, size, align, addr, flags);
+    if (!ptr || !size || size % VMM_GRANULARITY)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    size_t a = align > VMM_GRANULARITY ? align : VMM_GRANULARITY;
+    /* Over-map to align, then trim both ends. */
+    uint8_t *m = mmap((void *)addr, size + a, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    uintptr_t start = ((uintptr_t)m + a - 1) / a * a;
+    if (start > (uintptr_t)m)
+        munmap(m, start - (uintptr_t)m);
+    uintptr_t end = (uintptr_t)m + size + a;
+    if (end > start + size)
+        munmap((void *)(start + size), end - (start + size));
+    *ptr = (CUdeviceptr)start;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemAddressFree, (CUdeviceptr ptr, size_t size), (ptr, size)) {
+    ENTER(cuMemAddressFree, ptr, size);
+    if (!ptr || !size)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    munmap((void *)ptr, size);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags),
+    (ptr, size, offset, h, flags)) {
+    ENTER(cuMemMap, ptr, size, offset, h, flags);
+    struct phys *p = as_phys(h);
+    if (!p || !ptr || offset + size > p->size || flags)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (mem_add((void *)ptr, size, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, p->device, BACKING_VMM))
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    pthread_mutex_lock(&g_mem_mu);
+    size_t i = alloc_index((uintptr_t)ptr);
+    g_allocs[i - 1].handle = p;
+    p->refs++;
+    pthread_mutex_unlock(&g_mem_mu);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size)) {
+    ENTER(cuMemUnmap, ptr, size);
+    struct alloc a;
+    if (!mem_remove((void *)ptr, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, &a))
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (a.backing != BACKING_VMM) {
+        mem_add((void *)ptr, a.size, a.kind, a.device, a.backing);
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    }
+    /* The pages go back to the host; the range stays reserved. */
+    madvise((void *)ptr, a.size, MADV_DONTNEED);
+    if (a.handle)
+        phys_release(a.handle);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count),
+    (ptr, size, desc, count)) {
+    ENTER(cuMemSetAccess, ptr, size, desc, count);
+    RETURN(ptr && desc && count ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+DRV(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *h, void *addr), (h, addr)) {
+    ENTER(cuMemRetainAllocationHandle, h, addr);
+    struct alloc a;
+    if (!h || !mem_find(addr, &a) || a.backing != BACKING_VMM || !a.handle)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct phys *p = a.handle;
+    pthread_mutex_lock(&g_mem_mu);
+    p->refs++;
+    pthread_mutex_unlock(&g_mem_mu);
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemGetAllocationPropertiesFromHandle, (CUmemAllocationProp *prop, CUmemGenericAllocationHandle h),
+    (prop, h)) {
+    ENTER(cuMemGetAllocationPropertiesFromHandle, prop, h);
+    struct phys *p = as_phys(h);
+    if (!prop || !p)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    *prop = p->prop;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* Sharing memory with other processes cannot be simulated. */
+DRV(cuMemExportToShareableHandle, (void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t, unsigned long long flags),
+    (out, h, t, flags)) {
+    ENTER(cuMemExportToShareableHandle, out, h, t, flags);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+DRV(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *h, void *os, CUmemAllocationHandleType t),
+    (h, os, t)) {
+    ENTER(cuMemImportFromShareableHandle, h, os, t);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+DRV(cuIpcGetMemHandle, (CUipcMemHandle *h, CUdeviceptr p), (h, p)) {
+    ENTER(cuIpcGetMemHandle, h, p);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+DRV(cuIpcOpenMemHandle, (CUdeviceptr *p, CUipcMemHandle h, unsigned int flags), (p, h, flags)) {
+    ENTER(cuIpcOpenMemHandle, p, h, flags);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+DRV(cuIpcCloseMemHandle, (CUdeviceptr p), (p)) {
+    ENTER(cuIpcCloseMemHandle, p);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+DRV(cuIpcGetEventHandle, (CUipcEventHandle *h, CUevent e), (h, e)) {
+    ENTER(cuIpcGetEventHandle, h, e);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+DRV(cuIpcOpenEventHandle, (CUevent *e, CUipcEventHandle h), (e, h)) {
+    ENTER(cuIpcOpenEventHandle, e, h);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+/* Memory pools: one default pool per device, whose attributes read back. */
+struct pool {
+    uint64_t attrs[16];
+};
+static struct pool g_pools[GPUSIM_DEVICES];
+
+DRV(cuDeviceGetDefaultMemPool, (CUmemoryPool *pool, CUdevice dev), (pool, dev)) {
+    ENTER(cuDeviceGetDefaultMemPool, pool, dev);
+    if (!pool)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (BAD_DEVICE(dev))
+        RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *pool = (CUmemoryPool)&g_pools[dev];
+    RETURN(CUDA_SUCCESS);
+}
+
+static struct pool *as_pool(CUmemoryPool p) {
+    for (int i = 0; i < GPUSIM_DEVICES; i++)
+        if ((struct pool *)p == &g_pools[i])
+            return &g_pools[i];
+    return NULL;
+}
+
+DRV(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *v), (pool, attr, v)) {
+    ENTER(cuMemPoolGetAttribute, pool, attr, v);
+    struct pool *p = as_pool(pool);
+    if (!p || !v || (unsigned)attr >= 16)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+        attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+        attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+        *(int *)v = (int)p->attrs[attr];
+    else
+        *(cuuint64_t *)v = p->attrs[attr];
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *v), (pool, attr, v)) {
+    ENTER(cuMemPoolSetAttribute, pool, attr, v);
+    struct pool *p = as_pool(pool);
+    if (!p || !v || (unsigned)attr >= 16)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+        attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+        attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+        p->attrs[attr] = (uint64_t)*(int *)v;
+    else
+        p->attrs[attr] = *(cuuint64_t *)v;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuMemPoolSetAccess, (CUmemoryPool pool, const CUmemAccessDesc *map, size_t count), (pool, map, count)) {
+    ENTER(cuMemPoolSetAccess, pool, map, count);
+    RETURN(as_pool(pool) && (map || !count) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+DRV(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep), (pool, keep)) {
+    ENTER(cuMemPoolTrimTo, pool, keep);
+    RETURN(as_pool(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+DRV(cuDeviceGetGraphMemAttribute, (CUdevice dev, CUgraphMem_attribute attr, void *v), (dev, attr, v)) {
+    ENTER(cuDeviceGetGraphMemAttribute, dev, attr, v);
+    if (BAD_DEVICE(dev))
+        RETURN(CUDA_ERROR_INVALID_DEVICE);
+    if (!v)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    *(cuuint64_t *)v = 0;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuDeviceSetGraphMemAttribute, (CUdevice dev, CUgraphMem_attribute attr, void *v), (dev, attr, v)) {
+    ENTER(cuDeviceSetGraphMemAttribute, dev, attr, v);
+    if (BAD_DEVICE(dev))
+        RETURN(CUDA_ERROR_INVALID_DEVICE);
+    RETURN(v ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+DRV(cuDeviceGetPCIBusId, (char *id, int len, CUdevice dev), (id, len, dev)) {
+    ENTER(cuDeviceGetPCIBusId, id, len, dev);
+    if (!id || len <= 0)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (BAD_DEVICE(dev))
+        RETURN(CUDA_ERROR_INVALID_DEVICE);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", (unsigned)dev + 1);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuDeviceGetP2PAttribute, (int *v, CUdevice_P2PAttribute attr, CUdevice a, CUdevice b), (v, attr, a, b)) {
+    ENTER(cuDeviceGetP2PAttribute, v, attr, a, b);
+    if (!v)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (BAD_DEVICE(a) || BAD_DEVICE(b) || a == b)
+        RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *v = attr == CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK ? 0 : 1;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuCtxDisablePeerAccess, (CUcontext peer), (peer)) {
+    ENTER(cuCtxDisablePeerAccess, peer);
+    RETURN(as_ctx(peer) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT);
+}
+
+/* Occupancy from the block size and shared memory, on the simulated device's
+ * limits: 2048 threads, 32 blocks and 228 KiB of shared memory per SM. */
+static int occupancy(const struct kernel *k, int block, size_t shared) {
+    if (block <= 0 || block > 1024)
+        return 0;
+    int warps = (block + 31) / 32;
+    int n = 64 / warps;
+    if (n > 32)
+        n = 32;
+    (void)k;
+    if (shared) {
+        size_t by_shared = (228u << 10) / shared;
+        if ((size_t)n > by_shared)
+            n = (int)by_shared;
+    }
+    return n;
+}
+
+DRV(cuOccupancyMaxActiveBlocksPerMultiprocessor, (int *n, CUfunction f, int block, size_t shared),
+    (n, f, block, shared)) {
+    ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor, n, f, block, shared);
+    struct kernel *k = as_kernel(f);
+    if (!n)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!k)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    *n = occupancy(k, block, shared);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+    (int *n, CUfunction f, int block, size_t shared, unsigned int flags), (n, f, block, shared, flags)) {
+    ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, n, f, block, shared, flags);
+    struct kernel *k = as_kernel(f);
+    if (!n)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!k)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    *n = occupancy(k, block, shared);
+    RETURN(CUDA_SUCCESS);
+}
+
+GPUSIM_EXPORT int gpusim_occupancy(CUfunction f, int block, size_t shared) {
+    struct kernel *k = as_kernel(f);
+    return k ? occupancy(k, block, shared) : -1;
+}
+
+/* A host function in stream order; captured, it becomes a host node. */
+static CUresult launch_host(CUstream hs, CUhostFn fn, void *data) {
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!current_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct stream *s = resolve_stream(hs);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (s->capture) {
+        struct node n = {.kind = NODE_HOST, .host_fn = fn, .host_data = data};
+        return capture(s, &n);
+    }
+    return queue_host_fn(fn, data, stream_done_time(s));
+}
+
+DRV(cuLaunchHostFunc, (CUstream hs, CUhostFn fn, void *data), (hs, fn, data)) {
+    ENTER(cuLaunchHostFunc, hs, fn, data);
+    RETURN(launch_host(hs, fn, data));
+}
+
+/* A stream callback is a host function that is also told the stream and its
+ * status (always success here). */
+struct stream_callback {
+    CUstreamCallback cb;
+    CUstream stream;
+    void *data;
+};
+
+static void call_stream_callback(void *p) {
+    struct stream_callback *c = p;
+    c->cb(c->stream, CUDA_SUCCESS, c->data);
+    free(c);
+}
+
+DRV(cuStreamAddCallback, (CUstream hs, CUstreamCallback cb, void *data, unsigned int flags),
+    (hs, cb, data, flags)) {
+    ENTER(cuStreamAddCallback, hs, cb, data, flags);
+    if (!cb || flags)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct stream *s = resolve_stream(hs);
+    if (s && s->capture)
+        RETURN(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    struct stream_callback *c = malloc(sizeof *c);
+    if (!c)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    *c = (struct stream_callback){cb, hs, data};
+    CUresult r = launch_host(hs, call_stream_callback, c);
+    if (r != CUDA_SUCCESS)
+        free(c);
+    RETURN(r);
+}
+
+/* User objects: reference counted, destroyed (their destructor called on the
+ * host-function thread, as CUDA does) when the last reference goes. */
+#define MAGIC_UOBJ 0x756f626au
+struct user_object {
+    uint32_t magic;
+    _Atomic int refs;
+    void *ptr;
+    CUhostFn destroy;
+};
+
+DRV(cuUserObjectCreate, (CUuserObject *out, void *ptr, CUhostFn destroy, unsigned int refs, unsigned int flags),
+    (out, ptr, destroy, refs, flags)) {
+    ENTER(cuUserObjectCreate, out, ptr, destroy, refs, flags);
+    if (!out || !destroy || !refs || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    struct user_object *o = calloc(1, sizeof *o);
+    if (!o)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    o->magic = MAGIC_UOBJ;
+    atomic_store(&o->refs, (int)refs);
+    o->ptr = ptr;
+    o->destroy = destroy;
+    *out = (CUuserObject)o;
+    RETURN(CUDA_SUCCESS);
+}
+
+static struct user_object *as_uobj(CUuserObject h) {
+    struct user_object *o = (struct user_object *)h;
+    return o && o->magic == MAGIC_UOBJ ? o : NULL;
+}
+
+static void uobj_release(struct user_object *o, unsigned count) {
+    if (atomic_fetch_sub(&o->refs, (int)count) == (int)count) {
+        o->magic = 0;
+        queue_host_fn(o->destroy, o->ptr, 0);
+        free(o);
+    }
+}
+
+DRV(cuUserObjectRetain, (CUuserObject h, unsigned int count), (h, count)) {
+    ENTER(cuUserObjectRetain, h, count);
+    struct user_object *o = as_uobj(h);
+    if (!o || !count)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    atomic_fetch_add(&o->refs, (int)count);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuUserObjectRelease, (CUuserObject h, unsigned int count), (h, count)) {
+    ENTER(cuUserObjectRelease, h, count);
+    struct user_object *o = as_uobj(h);
+    if (!o || !count)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    uobj_release(o, count);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuGraphRetainUserObject, (CUgraph hg, CUuserObject h, unsigned int count, unsigned int flags),
+    (hg, h, count, flags)) {
+    ENTER(cuGraphRetainUserObject, hg, h, count, flags);
+    struct graph *g = (struct graph *)hg;
+    struct user_object *o = as_uobj(h);
+    if (!g || g->magic != MAGIC_GRAPH || !o || !count)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    int slot = -1;
+    for (int i = 0; i < 16 && slot < 0; i++)
+        if (g->owned[i] == o || !g->owned[i])
+            slot = i;
+    if (slot < 0)
+        RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    g->owned[slot] = o;
+    g->owned_refs[slot] += count;
+    if (!(flags & CU_GRAPH_USER_OBJECT_MOVE))
+        atomic_fetch_add(&o->refs, (int)count);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuGraphReleaseUserObject, (CUgraph hg, CUuserObject h, unsigned int count), (hg, h, count)) {
+    ENTER(cuGraphReleaseUserObject, hg, h, count);
+    struct graph *g = (struct graph *)hg;
+    struct user_object *o = as_uobj(h);
+    if (!g || g->magic != MAGIC_GRAPH || !o || !count)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    for (int i = 0; i < 16; i++)
+        if (g->owned[i] == o && g->owned_refs[i] >= count) {
+            g->owned_refs[i] -= count;
+            if (!g->owned_refs[i])
+                g->owned[i] = NULL;
+            uobj_release(o, count);
+            RETURN(CUDA_SUCCESS);
+        }
+    RETURN(CUDA_ERROR_INVALID_VALUE);
+}
+
+static void graph_release_objects(struct graph *g) {
+    for (int i = 0; i < 16; i++)
+        if (g->owned[i]) {
+            uobj_release(g->owned[i], g->owned_refs[i]);
+            g->owned[i] = NULL;
+            g->owned_refs[i] = 0;
+        }
+}
+
+DRV(cuGraphConditionalHandleCreate, (CUgraphConditionalHandle *h, CUgraph g, CUcontext c, unsigned int v, unsigned int flags),
+    (h, g, c, v, flags)) {
+    ENTER(cuGraphConditionalHandleCreate, h, g, c, v, flags);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+DRV(cuGraphAddNode, (CUgraphNode *pn, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *params),
+    (pn, g, deps, edges, n, params)) {
+    ENTER(cuGraphAddNode, pn, g, deps, edges, n, params);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+/* Libraries (context-independent modules): a library is a module; its kernels
+ * are the simulated driver's kernel handles, which serve as CUkernel and
+ * CUfunction alike. */
+DRV(cuLibraryLoadData,
+    (CUlibrary *lib, const void *code, CUjit_option *jo, void **jv, unsigned int nj, CUlibraryOption *lo, void **lv, unsigned int nl),
+    (lib, code, jo, jv, nj, lo, lv, nl)) {
+    ENTER(cuLibraryLoadData, lib, code, jo, jv, nj, lo, lv, nl);
+    if (!lib || !code)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    RETURN(load_module_any((CUmodule *)lib, code));
+}
+
+DRV(cuLibraryGetKernel, (CUkernel *k, CUlibrary lib, const char *name), (k, lib, name)) {
+    ENTER(cuLibraryGetKernel, k, lib, name);
+    RETURN(module_function((CUfunction *)k, (CUmodule)lib, name));
+}
+
+DRV(cuLibraryUnload, (CUlibrary lib), (lib)) {
+    ENTER(cuLibraryUnload, lib);
+    struct module *m = (struct module *)lib;
+    if (!m || m->magic != MAGIC_MODULE)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    m->magic = 0;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuKernelGetFunction, (CUfunction *f, CUkernel k), (f, k)) {
+    ENTER(cuKernelGetFunction, f, k);
+    if (!f)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!as_kernel(k))
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    *f = (CUfunction)k;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuKernelSetAttribute, (CUfunction_attribute a, int v, CUkernel k, CUdevice dev), (a, v, k, dev)) {
+    ENTER(cuKernelSetAttribute, a, v, k, dev);
+    struct kernel *kk = as_kernel(k);
+    if (!kk)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (BAD_DEVICE(dev))
+        RETURN(CUDA_ERROR_INVALID_DEVICE);
+    if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        kk->max_dynamic_shared = v;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuModuleGetLoadingMode, (CUmoduleLoadingMode *mode), (mode)) {
+    ENTER(cuModuleGetLoadingMode, mode);
+    if (!mode)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    *mode = CU_MODULE_EAGER_LOADING;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* A 32-bit write to device memory in stream order: written at once (the work
+ * before it never runs, so no one can tell). */
+DRV(cuStreamWriteValue32, (CUstream hs, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+    (hs, addr, value, flags)) {
+    ENTER(cuStreamWriteValue32, hs, addr, value, flags);
+    struct stream *s = resolve_stream(hs);
+    if (!s)
+        RETURN(CUDA_ERROR_INVALID_HANDLE);
+    struct alloc a;
+    if (!addr || addr % 4 || !mem_find((const void *)addr, &a) || addr + 4 > a.base + a.size)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    memcpy((void *)addr, &value, 4);
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuLogsRegisterCallback, (CUlogsCallback cb, void *data, CUlogsCallbackHandle *out), (cb, data, out)) {
+    ENTER(cuLogsRegisterCallback, cb, data, out);
+    if (!cb)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* The simulated driver logs nothing, so the callback is never called. */
+    if (out)
+        *out = (CUlogsCallbackHandle)(uintptr_t)1;
+    RETURN(CUDA_SUCCESS);
+}
+
+DRV(cuLogsUnregisterCallback, (CUlogsCallbackHandle h), (h)) {
+    ENTER(cuLogsUnregisterCallback, h);
+    RETURN(h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+/* Green contexts, multicast objects and tensor maps are not simulated. */
+DRV(cuCtxFromGreenCtx, (CUcontext *c, CUgreenCtx g), (c, g)) {
+    ENTER(cuCtxFromGreenCtx, c, g);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuDevResourceGenerateDesc, (CUdevResourceDesc *d, CUdevResource *r, unsigned int n), (d, r, n)) {
+    ENTER(cuDevResourceGenerateDesc, d, r, n);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuDevSmResourceSplitByCount,
+    (CUdevResource *result, unsigned int *groups, const CUdevResource *input, CUdevResource *remaining,
+     unsigned int flags, unsigned int min),
+    (result, groups, input, remaining, flags, min)) {
+    ENTER(cuDevSmResourceSplitByCount, result, groups, input, remaining, flags, min);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuDeviceGetDevResource, (CUdevice dev, CUdevResource *r, CUdevResourceType t), (dev, r, t)) {
+    ENTER(cuDeviceGetDevResource, dev, r, t);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuGreenCtxCreate, (CUgreenCtx *g, CUdevResourceDesc d, CUdevice dev, unsigned int flags), (g, d, dev, flags)) {
+    ENTER(cuGreenCtxCreate, g, d, dev, flags);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuGreenCtxDestroy, (CUgreenCtx g), (g)) {
+    ENTER(cuGreenCtxDestroy, g);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuGreenCtxStreamCreate, (CUstream *s, CUgreenCtx g, unsigned int flags, int prio), (s, g, flags, prio)) {
+    ENTER(cuGreenCtxStreamCreate, s, g, flags, prio);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastAddDevice, (CUmemGenericAllocationHandle h, CUdevice dev), (h, dev)) {
+    ENTER(cuMulticastAddDevice, h, dev);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastBindMem,
+    (CUmemGenericAllocationHandle mc, size_t mo, CUmemGenericAllocationHandle mem, size_t off, size_t size,
+     unsigned long long flags),
+    (mc, mo, mem, off, size, flags)) {
+    ENTER(cuMulticastBindMem, mc, mo, mem, off, size, flags);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastCreate, (CUmemGenericAllocationHandle *h, const CUmulticastObjectProp *p), (h, p)) {
+    ENTER(cuMulticastCreate, h, p);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuMulticastUnbind, (CUmemGenericAllocationHandle h, CUdevice dev, size_t off, size_t size), (h, dev, off, size)) {
+    ENTER(cuMulticastUnbind, h, dev, off, size);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+DRV(cuTensorMapEncodeTiled,
+    (CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *addr, const cuuint64_t *dim,
+     const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *estrides, CUtensorMapInterleave il,
+     CUtensorMapSwizzle sw, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob),
+    (map, type, rank, addr, dim, strides, box, estrides, il, sw, l2, oob)) {
+    ENTER(cuTensorMapEncodeTiled, map, type, rank, addr, dim, strides, box, estrides, il, sw, l2, oob);
+    RETURN(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+/* The driver function named `symbol`, in the newest version this driver has
+ * (cuda.h's versioned names: cuMemAlloc is cuMemAlloc_v2). */
+GPUSIM_EXPORT void *gpusim_driver_symbol(const char *symbol) {
+    static void *self;
+    if (!self) {
+        Dl_info info;
+        if (!dladdr((void *)gpusim_driver_symbol, &info) || !(self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD)))
+            return NULL;
+    }
+    if (!symbol || strncmp(symbol, "cu", 2) != 0 || strlen(symbol) > 200)
+        return NULL;
+    char name[256];
+    for (int v = 4; v >= 2; v--) {
+        snprintf(name, sizeof name, "%s_v%d", symbol, v);
+        void *f = dlsym(self, name);
+        if (f)
+            return f;
+    }
+    return dlsym(self, symbol);
+}
+
+DRV(cuGetProcAddress, (const char *symbol, void **pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult *status),
+    (symbol, pfn, version, flags, status)) {
+    ENTER(cuGetProcAddress, symbol, pfn, version, flags, status);
+    if (!symbol || !pfn)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    *pfn = gpusim_driver_symbol(symbol);
+    if (status)
+        *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    RETURN(*pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND);
 }
 
 /* Errors ------------------------------------------------------------------------------ */
@@ -2339,7 +3814,8 @@ static const char *error_name(CUresult r) {
     E(CUDA_ERROR_INVALID_DEVICE) E(CUDA_ERROR_INVALID_IMAGE) E(CUDA_ERROR_INVALID_CONTEXT)
     E(CUDA_ERROR_FILE_NOT_FOUND) E(CUDA_ERROR_INVALID_HANDLE) E(CUDA_ERROR_ILLEGAL_STATE)
     E(CUDA_ERROR_NOT_FOUND) E(CUDA_ERROR_NOT_READY) E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
-    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) E(CUDA_ERROR_NOT_SUPPORTED) E(CUDA_ERROR_UNKNOWN)
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED)
+    E(CUDA_ERROR_NOT_SUPPORTED) E(CUDA_ERROR_UNKNOWN)
 #undef E
     default: return NULL;
     }

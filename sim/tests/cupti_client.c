@@ -231,8 +231,9 @@ static int flush(void) {
     register_kernels();
     CHECK(cudaFree(0));
     uint64_t t0 = fake_clock();
-    /* 1000 ns + 51.2e9 threads / 256 per ns: 200 ms of simulated GPU time. */
-    launch((const void *)long_stub, 50000000, 1024, 0);
+    /* 1000 ns + 256e9 threads / 256 per ns: 1 s of simulated GPU time, far
+     * longer than the host needs to reach the flushes below even when busy. */
+    launch((const void *)long_stub, 250000000, 1024, 0);
     CHECK(cuptiActivityFlushAll(0));
     printf("flag0 in flight: %d buffers\n", g_nbufs);
     CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
@@ -258,7 +259,10 @@ static int flush(void) {
     for (int i = 0; i < 5; i++)
         launch((const void *)host_stub, 1, 1, 0);
     CHECK(cudaDeviceSynchronize());
-    usleep(300000);
+    /* Wait for the worker's deliveries, however long a busy host makes it (a
+     * minute at most: then the count printed shows what was missing). */
+    for (int i = 0; i < 6000 && __atomic_load_n(&g_nbufs, __ATOMIC_ACQUIRE) - before < 2; i++)
+        usleep(10000);
     int by_worker = 0;
     for (int i = before; i < g_nbufs; i++)
         by_worker += g_bufs[i].worker;

@@ -1,0 +1,719 @@
+//! PyTorch on the simulated CUDA runtime (`sim/`, no GPU): `gpuperf record` of
+//! real PyTorch programs (torch 2.11–2.14, NVIDIA's CUDA 13.0 wheels) run through
+//! `sim/run.sh`, as an unprivileged user, and checked against PyTorch's own
+//! profiler (Kineto on the simulated CUPTI) read by `gpuperf merge`.
+//!
+//! Needs a Python with such a torch (`GPUPERF_TORCH_PYTHON`, else Debian's
+//! `/usr/bin/python3.11`, else `python3`) and NVIDIA's CUDA 13 wheels (for the
+//! simulation's headers); skips without them unless `GPUPERF_REQUIRE_TORCH=1`
+//! (CI sets it). The unprivileged run also needs root, to switch users.
+#![allow(non_snake_case)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+use common::{NOBODY, Recording, cuda13, gpuperf, gpuperf_as, is_root, show, text, work_dir};
+use gpuperf_merge::cpu::CpuTrace;
+use gpuperf_test_support::process::run_ok;
+use gpuperf_test_support::python::marker_line;
+use gpuperf_test_support::scratch::shared_dir;
+
+/// The variable that turns a missing torch into a failure.
+const REQUIRE_VAR: &str = "GPUPERF_REQUIRE_TORCH";
+
+/// Says why the test skips, or fails when [`REQUIRE_VAR`] is `1`.
+#[track_caller]
+fn missing(why: &str) {
+    let required = std::env::var_os(REQUIRE_VAR).is_some_and(|v| v == "1");
+    assert!(!required, "{REQUIRE_VAR}=1 but {why}");
+    eprintln!("skipped: {why}");
+}
+
+/// A Python with torch, and the simulation built for it.
+#[derive(Clone)]
+struct Torch {
+    python: PathBuf,
+    /// The built simulation, with `run.sh` copied in; every user can read it.
+    sim: PathBuf,
+}
+
+impl Torch {
+    fn run_sh(&self) -> PathBuf {
+        self.sim.join("run.sh")
+    }
+
+    fn cupti(&self) -> PathBuf {
+        self.sim.join("libcupti.so.13")
+    }
+
+    /// `bash sim/run.sh SIM -- python ARGS` in `dir`, without gpuperf.
+    fn run(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new("bash");
+        c.arg(self.run_sh())
+            .arg(&self.sim)
+            .arg("--")
+            .arg(&self.python)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null());
+        quiet_python(&mut c, dir);
+        c
+    }
+}
+
+/// Caches and homes in `dir`, which the test's user can write.
+fn quiet_python(c: &mut Command, dir: &Path) {
+    c.env("HOME", dir)
+        .env("TRITON_CACHE_DIR", dir.join("triton-cache"))
+        .env("TORCHINDUCTOR_CACHE_DIR", dir.join("inductor-cache"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("CUDA_INJECTION64_PATH")
+        .env_remove("LD_PRELOAD");
+}
+
+/// torch's version and site-packages, when `python` has a CUDA 13 torch of 2.11–2.14.
+fn probe(python: &Path) -> Option<(String, PathBuf)> {
+    let o = Command::new(python)
+        .args([
+            "-c",
+            "import sysconfig, torch; print(torch.__version__); print(torch.version.cuda); \
+             print(sysconfig.get_paths()['purelib'])",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let out = text(&o.stdout);
+    let mut lines = out.lines();
+    let (version, cuda, purelib) = (lines.next()?, lines.next()?, lines.next()?);
+    let minor: u32 = version
+        .strip_prefix("2.")?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()?;
+    ((11..=14).contains(&minor) && cuda.starts_with("13."))
+        .then(|| (version.to_owned(), PathBuf::from(purelib)))
+}
+
+/// The Python with torch and the simulation, built once per test process; `None`
+/// after [`missing`].
+#[track_caller]
+fn torch() -> Option<Torch> {
+    static FOUND: Mutex<Option<Option<Torch>>> = Mutex::new(None);
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    if found.is_none() {
+        *found = Some(find_torch());
+    }
+    let t = found.clone().flatten();
+    if t.is_none() {
+        missing(
+            "no Python with torch 2.11-2.14 for CUDA 13 (pip install torch==2.14.1; \
+             GPUPERF_TORCH_PYTHON names the interpreter), or no CUDA 13 wheels for the simulation",
+        );
+    }
+    t
+}
+
+fn find_torch() -> Option<Torch> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("GPUPERF_TORCH_PYTHON") {
+        candidates.push(p.into());
+    }
+    candidates.push("/usr/bin/python3.11".into());
+    candidates.push("python3".into());
+    let (python, purelib) = candidates
+        .into_iter()
+        .find_map(|p| probe(&p).map(|(_, lib)| (p, lib)))?;
+    let cuda = cuda13()?;
+    let sim = shared_dir("torch-sim");
+    run_ok(
+        Command::new("bash")
+            .arg(gpuperf_test_support::repo().join("sim/build.sh"))
+            .arg(&sim)
+            .env("CUDA_INCLUDE", cuda.join("include"))
+            .env("CUBLAS_INCLUDE", purelib.join("nvidia/cu13/include")),
+        "sim/build.sh",
+    );
+    fs::copy(
+        gpuperf_test_support::repo().join("sim/run.sh"),
+        sim.join("run.sh"),
+    )
+    .unwrap();
+    readable_by_all(&sim);
+    Some(Torch { python, sim })
+}
+
+fn readable_by_all(dir: &Path) {
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let _ = fs::set_permissions(&p, fs::Permissions::from_mode(0o755));
+        if p.is_dir() {
+            readable_by_all(&p);
+        }
+    }
+}
+
+/// A test script from `tests/data`, copied where every user can read it.
+fn script(dir: &Path, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    let dst = dir.join(name);
+    fs::copy(&src, &dst).unwrap_or_else(|e| panic!("failed to copy `{}`: {e}", src.display()));
+    fs::set_permissions(&dst, fs::Permissions::from_mode(0o644)).unwrap();
+    dst
+}
+
+/// The number N of "matched N of N kernels (100.0%)", which must be there.
+fn all_matched(o: &Output) -> usize {
+    let err = text(&o.stderr);
+    let n = err
+        .split("matched ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("no match summary: {}", show(o)));
+    assert!(
+        err.contains(&format!("matched {n} of {n} kernels (100.0%)")),
+        "{}",
+        show(o)
+    );
+    assert!(err.contains(": simulated GPU: "), "{}", show(o));
+    n
+}
+
+/// Each kernel's name, pid and its launch (thread, stack), from a raw recording
+/// and the CPU trace (`-p`) of the same run.
+fn kernels_with_stacks(rec: &Recording, cpu: &CpuTrace) -> Vec<(String, u32, u32, String)> {
+    let by_corr: BTreeMap<(u32, u32), (u32, &str)> = cpu
+        .launches
+        .iter()
+        .map(|l| ((l.pid, l.correlation_id), (l.tid, cpu.stacks.text(l.stack))))
+        .collect();
+    rec.kernels()
+        .into_iter()
+        .map(|k| {
+            let (tid, stack) = by_corr
+                .get(&(k.pid, k.correlation_id))
+                .copied()
+                .unwrap_or_else(|| panic!("kernel without a launch stack: {k:?}"));
+            (rec.label(k), k.pid, tid, stack.to_owned())
+        })
+        .collect()
+}
+
+/// The frame gpuperf gives a function of the test script at a marked line.
+fn frame(script: &Path, function: &str, marker: &str) -> String {
+    let stem = script.file_stem().unwrap().to_str().unwrap();
+    let file = script.file_name().unwrap().to_str().unwrap();
+    format!("{stem}.{function} ({file}:{})", marker_line(script, marker))
+}
+
+#[test]
+fn torch_train_step_as_a_user__forward_under_the_script_backward_on_autograds_thread_optimizer_under_step()
+ {
+    let Some(t) = torch() else { return };
+    if !is_root() {
+        return;
+    }
+    let dir = work_dir("torch-train-user");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let train = script(&dir, "torch_train.py");
+    let mut c = gpuperf_as(&dir, NOBODY);
+    c.args([
+        "record",
+        "-p",
+        "cpu.txt",
+        "-m",
+        "m.folded",
+        "--raw-dir",
+        "raw",
+    ])
+    .arg("--cupti")
+    .arg(t.cupti())
+    .arg("--")
+    .arg("bash")
+    .arg(t.run_sh())
+    .arg(&t.sim)
+    .arg("--")
+    .arg(&t.python)
+    .arg(&train);
+    quiet_python(&mut c, &dir);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        text(&o.stdout).contains("kernels ran on Simulated GPU 0"),
+        "{}",
+        show(&o)
+    );
+    let matched = all_matched(&o);
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    let kernels = kernels_with_stacks(&rec, &cpu);
+    assert_eq!(kernels.len(), matched, "{}", show(&o));
+
+    let forward = frame(&train, "forward", "forward");
+    let train_forward = frame(&train, "train_step", "train_forward");
+    let step = frame(&train, "train_step", "step");
+    let (mut fwd, mut bwd, mut opt) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, pid, tid, stack) in &kernels {
+        let frames: Vec<&str> = stack.split(';').collect();
+        if frames.contains(&forward.as_str()) {
+            // The script's frames outermost first, then PyTorch's dispatcher.
+            let (a, b) = (
+                frames.iter().position(|f| *f == train_forward),
+                frames.iter().position(|f| *f == forward),
+            );
+            assert!(a.is_some() && a < b, "{name}: `{stack}`");
+            assert!(stack.contains(";at::_ops::"), "{name}: `{stack}`");
+            assert_eq!(tid, pid, "{name}: `{stack}`");
+            fwd.push(name.as_str());
+        }
+        if stack.contains("torch::autograd::Engine::thread_main") {
+            assert_ne!(tid, pid, "backward on the main thread: {name}: `{stack}`");
+            assert!(!stack.contains("torch_train."), "{name}: `{stack}`");
+            bwd.push(name.as_str());
+        }
+        if frames.contains(&step.as_str()) {
+            let at = frames.iter().position(|f| *f == step).unwrap();
+            assert!(
+                frames[at..].iter().any(|f| f.contains(".step (adam")),
+                "{name}: no optimizer step frame under `{step}`: `{stack}`"
+            );
+            opt.push(name.as_str());
+        }
+    }
+    let has = |v: &[&str], part: &str| v.iter().any(|n| n.contains(part));
+    // Linear layers are cuBLASLt matmuls with a bias epilogue, forward; their
+    // weight gradients cuBLAS GEMMs, backward; AdamW is multi-tensor kernels.
+    assert!(has(&fwd, "simulated_cublasLt_matmul_f32"), "{fwd:?}");
+    assert!(has(&bwd, "simulated_cublas"), "{bwd:?}");
+    assert!(has(&opt, "multi_tensor_apply_kernel"), "{opt:?}");
+    let owner = fs::metadata(dir.join("cpu.txt")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&owner), NOBODY);
+}
+
+/// The kernel counts by name of `gpuperf report` on a recording or a trace.
+fn report_counts(dir: &Path, args: &[&str]) -> BTreeMap<String, usize> {
+    let o = gpuperf(dir)
+        .arg("report")
+        .args(args)
+        .args(["--top", "100000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let mut counts = BTreeMap::new();
+    // The kernel table: from its header to the first blank line.
+    for line in text(&o.stdout)
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+    {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // % GPU, count, then six durations of two tokens each, then the name.
+        if cols.len() < 15 || !cols[0].ends_with('%') {
+            continue;
+        }
+        let name = cols[14..].join(" ");
+        if name.starts_with('[') {
+            continue; // copies and memsets
+        }
+        *counts.entry(name).or_default() += cols[1].parse::<usize>().unwrap();
+    }
+    counts
+}
+
+/// A kernel name as c++filt and Kineto (`abi::__cxa_demangle`) spell it, from
+/// gpuperf's spelling: gpuperf's demangler writes integer template arguments as
+/// `(unsigned long)1` where they write `1ul`, and gives a function named inside
+/// a template argument its return type (`<…, void at::f<…>(…)::{lambda()#1}>`)
+/// where they do not. These are the known differences between the two sides
+/// (reported against crates/merge/src/demangle.rs); applied to both sides, so
+/// that any other difference still fails the comparison.
+fn as_cxa_demangles(name: &str) -> String {
+    let mut out = String::new();
+    let mut rest = name;
+    while let Some(i) = rest.find("(unsigned long)") {
+        let after = &rest[i + "(unsigned long)".len()..];
+        let digits = after.chars().take_while(char::is_ascii_digit).count();
+        if digits == 0 {
+            out.push_str(&rest[..i + 1]);
+            rest = &rest[i + 1..];
+            continue;
+        }
+        out.push_str(&rest[..i]);
+        out.push_str(&after[..digits]);
+        out.push_str("ul");
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out.replace(", void ", ", ").replace("<void ", "<")
+}
+
+/// (kernel, the test script's functions on its stack) of every folded line;
+/// `frame_function` names the script's function of a frame, or skips it.
+fn script_chains(
+    folded: &str,
+    file: &str,
+    frame_function: impl Fn(&str) -> Option<String>,
+) -> BTreeSet<(String, String)> {
+    folded
+        .lines()
+        .filter_map(|l| {
+            let (stack, _) = l.rsplit_once(' ')?;
+            let (frames, kernel) = stack.rsplit_once(";[GPU_Kernel]")?;
+            let chain: Vec<String> = frames
+                .split(';')
+                .filter(|f| f.contains(file))
+                .filter_map(&frame_function)
+                .collect();
+            Some((as_cxa_demangles(kernel), chain.join(">")))
+        })
+        .collect()
+}
+
+#[test]
+fn torch_profiler_cross_check__same_kernels_names_and_script_functions_as_gpuperf_record() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-cross-check");
+    let train = script(&dir, "torch_train.py");
+    // gpuperf record of the training steps.
+    let mut c = gpuperf(&dir);
+    c.args(["record", "-m", "m.folded", "--raw-dir", "raw", "--cupti"])
+        .arg(t.cupti())
+        .arg("--")
+        .arg("bash")
+        .arg(t.run_sh())
+        .arg(&t.sim)
+        .arg("--")
+        .arg(&t.python)
+        .arg(&train);
+    quiet_python(&mut c, &dir);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    all_matched(&o);
+    // The same steps under torch.profiler, without gpuperf.
+    let kineto = dir.join("kineto.pt.trace.json");
+    let p = t
+        .run(
+            &dir,
+            &[
+                train.to_str().unwrap(),
+                "--profile",
+                kineto.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(p.status.code(), Some(0), "{}", show(&p));
+    let m = gpuperf(&dir)
+        .args(["merge", "-m", "k.folded", "-g"])
+        .arg(&kineto)
+        .output()
+        .unwrap();
+    assert!(m.status.success(), "{}", show(&m));
+
+    // The same kernels, as many times each, spelled the same.
+    let ours: BTreeMap<String, usize> = report_counts(&dir, &["raw"])
+        .into_iter()
+        .map(|(n, c)| (as_cxa_demangles(&n), c))
+        .collect();
+    let theirs: BTreeMap<String, usize> = report_counts(&dir, &["-g", kineto.to_str().unwrap()])
+        .into_iter()
+        .map(|(n, c)| (as_cxa_demangles(&n), c))
+        .collect();
+    assert!(ours.values().sum::<usize>() > 20, "{ours:#?}");
+    assert_eq!(
+        ours, theirs,
+        "gpuperf record (left) and torch.profiler (right)"
+    );
+
+    // Each kernel under the same functions of the script. gpuperf gives the line
+    // running in each frame (`torch_train.forward (torch_train.py:23)`), Kineto
+    // the line where each function starts (`torch_train.py(22): forward`).
+    let file = "torch_train.py";
+    // The frames above the steps differ by design (the profiled run adds
+    // torch.profiler's context manager); the functions of a step must not.
+    const OUTER: [&str; 3] = ["<module>", "main", "run"];
+    let def_line = |f: &str| {
+        fs::read_to_string(&train)
+            .unwrap()
+            .lines()
+            .position(|l| l.starts_with(&format!("def {f}(")))
+            .map(|i| i + 1)
+    };
+    let ours = script_chains(
+        &fs::read_to_string(dir.join("m.folded")).unwrap(),
+        file,
+        |f| {
+            let (name, rest) = f.split_once(" (torch_train.py:")?;
+            let line: usize = rest.strip_suffix(')')?.parse().ok()?;
+            let function = name.strip_prefix("torch_train.")?.to_owned();
+            if OUTER.contains(&function.as_str()) {
+                return None;
+            }
+            assert!(line > def_line(&function)?, "{f}");
+            Some(function)
+        },
+    );
+    let theirs = script_chains(
+        &fs::read_to_string(dir.join("k.folded")).unwrap(),
+        file,
+        |f| {
+            let (at, function) = f.split_once("): ")?;
+            if OUTER.contains(&function) {
+                return None;
+            }
+            let line: usize = at.rsplit_once('(')?.1.parse().ok()?;
+            assert_eq!(Some(line), def_line(function), "{f}");
+            Some(function.to_owned())
+        },
+    );
+    assert!(
+        ours.iter().any(|(_, chain)| chain == "train_step>forward"),
+        "{ours:#?}"
+    );
+    assert_eq!(
+        ours, theirs,
+        "gpuperf record (left) and torch.profiler (right)"
+    );
+}
+
+#[test]
+fn torch_data_dependent_size_beyond_the_device__out_of_memory_error_and_host_memory_untouched() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-oom");
+    let oom = script(&dir, "torch_oom.py");
+    // 8 GiB of address space: a program that tried to back what it asks for
+    // would fail here with a host error, not a CUDA one.
+    let mut c = Command::new("prlimit");
+    c.arg(format!("--as={}", 8u64 << 30))
+        .arg("bash")
+        .arg(t.run_sh())
+        .arg(&t.sim)
+        .arg("--")
+        .arg(&t.python)
+        .arg(&oom)
+        .current_dir(&dir)
+        .stdin(Stdio::null());
+    quiet_python(&mut c, &dir);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("OutOfMemoryError: asked for 256.00 GiB"),
+        "{out}"
+    );
+    let rss_mib: u64 = out
+        .split("peak RSS MiB ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    // torch itself takes about half a GiB; the 256 GiB asked for took nothing.
+    assert!(rss_mib < 2048, "{out}");
+}
+
+#[test]
+fn torch_cudnn_default_script__runs_unchanged_through_the_runner() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-cudnn");
+    let conv = script(&dir, "torch_conv.py");
+    let o = t.run(&dir, &[conv.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        text(&o.stdout),
+        "conv (2, 8, 30, 30) attention (1, 2, 64, 32) cudnn enabled False\n",
+        "{}",
+        show(&o)
+    );
+}
+
+/// `gpuperf record` (as the test's user) of a test script on the simulation:
+/// the output, the raw recording, the CPU trace and the script's copy; the
+/// merged folded stacks are `m.folded` next to the script.
+fn record(t: &Torch, name: &str, env: &[(&str, &str)]) -> (Output, Recording, CpuTrace, PathBuf) {
+    let dir = work_dir(&format!("torch-{name}"));
+    let py = script(&dir, &format!("torch_{name}.py"));
+    let mut c = gpuperf(&dir);
+    c.args([
+        "record",
+        "-p",
+        "cpu.txt",
+        "-m",
+        "m.folded",
+        "--raw-dir",
+        "raw",
+    ])
+    .arg("--cupti")
+    .arg(t.cupti())
+    .arg("--")
+    .arg("bash")
+    .arg(t.run_sh())
+    .arg(&t.sim)
+    .arg("--")
+    .arg(&t.python)
+    .arg(&py);
+    quiet_python(&mut c, &dir);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    (o, rec, cpu, py)
+}
+
+#[test]
+fn torch_compile__triton_kernels_matched_under_the_compiled_functions_frame() {
+    let Some(t) = torch() else { return };
+    let (o, rec, cpu, py) = record(&t, "compile", &[]);
+    assert!(
+        text(&o.stdout).contains("compiled ran 3 times"),
+        "{}",
+        show(&o)
+    );
+    let matched = all_matched(&o);
+    let kernels = kernels_with_stacks(&rec, &cpu);
+    assert_eq!(kernels.len(), matched);
+    let run = frame(&py, "run_compiled", "run_compiled");
+    let body = frame(&py, "f", "compiled_body");
+    let triton: Vec<&(String, u32, u32, String)> = kernels
+        .iter()
+        .filter(|k| k.0.starts_with("triton_"))
+        .collect();
+    // One fused kernel per call of the compiled function.
+    assert!(
+        !triton.is_empty() && triton.len().is_multiple_of(3),
+        "{kernels:#?}"
+    );
+    for (name, pid, tid, stack) in triton {
+        let frames: Vec<&str> = stack.split(';').collect();
+        let (a, b) = (
+            frames.iter().position(|f| *f == run),
+            frames
+                .iter()
+                .position(|f| f.starts_with(&body[..body.find(':').unwrap()])),
+        );
+        // The caller's line, then the compiled function's own frame (Dynamo runs
+        // its code object), then Triton's launcher and the driver's launch.
+        assert!(a.is_some() && b.is_some() && a < b, "{name}: `{stack}`");
+        assert!(stack.ends_with(";cuLaunchKernel"), "{name}: `{stack}`");
+        assert_eq!(pid, tid);
+    }
+}
+
+#[test]
+fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_line() {
+    let Some(t) = torch() else { return };
+    let (o, rec, cpu, py) = record(&t, "graph", &[]);
+    assert!(
+        text(&o.stdout).contains("replayed 3 times (64, 64) and trained 2 graphed steps"),
+        "{}",
+        show(&o)
+    );
+    all_matched(&o);
+    let replay = frame(&py, "replay", "replay");
+    let capture = frame(&py, "capture", "capture");
+    let captured = frame(&py, "body", "captured");
+    let graphed_step = frame(&py, "graphed_step", "graphed_step");
+    // The kernels of the torch.cuda.graph replays: matmul, relu and the
+    // multiplication, three times.
+    let replayed: Vec<String> = kernels_with_stacks(&rec, &cpu)
+        .into_iter()
+        .filter(|k| k.3.ends_with(";cudaGraphLaunch") && k.3.contains(&replay))
+        .map(|k| k.0)
+        .collect();
+    assert!(
+        !replayed.is_empty() && replayed.len().is_multiple_of(3),
+        "{replayed:#?}"
+    );
+    assert!(
+        replayed.iter().any(|n| n.starts_with("simulated_cublas")),
+        "{replayed:#?}"
+    );
+    // In the merged stacks each is charged to the replay, then to the line that
+    // captured it.
+    let folded = fs::read_to_string(py.with_file_name("m.folded")).unwrap();
+    let graph_lines: Vec<&str> = folded
+        .lines()
+        .filter(|l| l.contains(";cudaGraphLaunch;"))
+        .collect();
+    let ours: Vec<&&str> = graph_lines.iter().filter(|l| l.contains(&replay)).collect();
+    assert!(!ours.is_empty(), "{folded}");
+    for l in ours {
+        let frames: Vec<&str> = l.split(';').collect();
+        let at = |f: &str| frames.iter().position(|x| *x == f);
+        let marker = at(gpuperf_merge::stacks::GRAPH_CAPTURED);
+        assert!(
+            at(&replay).is_some()
+                && at(&replay) < at("cudaGraphLaunch")
+                && at("cudaGraphLaunch") < marker,
+            "`{l}`"
+        );
+        assert!(
+            marker < at(&capture) && at(&capture) < at(&captured),
+            "`{l}`"
+        );
+    }
+    // make_graphed_callables: the forward graph replayed under the training
+    // step's line, the backward graph from autograd's thread.
+    let launched_from = |l: &str| -> String {
+        let marker = format!(";{}", gpuperf_merge::stacks::GRAPH_CAPTURED);
+        l.split(&marker).next().unwrap_or("").to_owned()
+    };
+    let forward = graph_lines.iter().any(|l| {
+        let from: Vec<String> = launched_from(l).split(';').map(str::to_owned).collect();
+        let (a, b) = (
+            from.iter().position(|f| *f == graphed_step),
+            from.iter().position(|f| f == "cudaGraphLaunch"),
+        );
+        a.is_some() && a < b
+    });
+    let backward = graph_lines.iter().any(|l| {
+        let from = launched_from(l);
+        from.contains("torch::autograd::Engine::thread_main") && !from.contains("torch_graph.")
+    });
+    assert!(forward && backward, "{folded}");
+}
+
+#[test]
+fn torch_two_devices_pinned_loader_expandable_segments__kernels_on_both_devices_and_copies() {
+    let Some(t) = torch() else { return };
+    let env = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")];
+    let (o, rec, _, _) = record(&t, "devices", &env);
+    assert!(
+        text(&o.stdout).contains("devices 2 expandable segments True"),
+        "{}",
+        show(&o)
+    );
+    all_matched(&o);
+    let devices: BTreeSet<u32> = rec.kernels().iter().map(|k| k.device).collect();
+    assert_eq!(devices, BTreeSet::from([0, 1]));
+    let copies: Vec<String> = rec
+        .activities
+        .iter()
+        .filter(|a| matches!(a.kind, gpuperf_merge::model::ActivityKind::Memcpy { .. }))
+        .map(|a| rec.label(a))
+        .collect();
+    // The peer copy of 256 x 256 floats, and the four pinned batches of 16 x 32.
+    assert!(
+        copies.iter().any(|c| c == "Memcpy PtoP 262144"),
+        "{copies:?}"
+    );
+    assert_eq!(
+        copies.iter().filter(|c| *c == "Memcpy HtoD 2048").count(),
+        4,
+        "{copies:?}"
+    );
+}

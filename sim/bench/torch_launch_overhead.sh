@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Simulated CUDA (no GPU: kernels do not run) benchmark: the CPU time that
+# `gpuperf record` adds to each launch of a launch-bound PyTorch loop under 30
+# Python frames (crates/inject/bench/launch_loop.py: N in-place adds on a
+# one-element tensor), on the simulated runtime built in OUTDIR. Runs the loop
+# RUNS times without and RUNS times with `gpuperf record` (stacks taken in the
+# program, the default), alternating, and prints the medians of the loop's own
+# per-launch time and their difference. Then one recorded run of 1,000,000
+# launches: gpuperf's peak resident memory and the size of the raw recording.
+#
+# The simulated kernel of a one-element add costs 1001 ns of simulated GPU time,
+# less than the host spends launching it, so the loop measures the host's time
+# per launch. Numbers depend on the machine; run it on an otherwise idle one.
+#
+# usage: bash sim/bench/torch_launch_overhead.sh OUTDIR [RUNS [LAUNCHES]]
+#        (GPUPERF=path/to/gpuperf, PYTHON=a python with torch 2.11-2.14 for CUDA 13)
+set -euo pipefail
+out=${1:?usage: bash sim/bench/torch_launch_overhead.sh OUTDIR [RUNS [LAUNCHES]]}
+runs=${2:-7}
+launches=${3:-200000}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+gpuperf=${GPUPERF:-$repo/target/release/gpuperf}
+python=${PYTHON:-python3}
+[ -x "$gpuperf" ] || { echo "torch_launch_overhead.sh: $gpuperf missing (cargo build --release -p gpuperf, or set GPUPERF)" >&2; exit 2; }
+loop=$repo/crates/inject/bench/launch_loop.py
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+plain() { bash "$repo/sim/run.sh" "$out" -- "$python" "$loop" "$1"; }
+recorded() {
+    (cd "$work" && rm -rf raw && "$gpuperf" record -q --raw-dir raw --cupti "$out/libcupti.so.13" -o "$work/f.svg" \
+        -- bash "$repo/sim/run.sh" "$out" -- "$python" "$loop" "$1")
+}
+per_launch() { sed -n 's/.*per_launch_us \([0-9.]*\).*/\1/p'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+plain 1000 > /dev/null # builds OUTDIR if needed, warms the page cache
+: > "$work/plain" && : > "$work/recorded"
+for i in $(seq "$runs"); do
+    plain "$launches" | per_launch >> "$work/plain"
+    recorded "$launches" | per_launch >> "$work/recorded"
+done
+a=$(median < "$work/plain")
+b=$(median < "$work/recorded")
+echo "launch-bound PyTorch loop, $launches launches under 30 Python frames, $runs runs each (medians):"
+echo "  without gpuperf: $a us per launch ($(tr '\n' ' ' < "$work/plain"))"
+echo "  with gpuperf record: $b us per launch ($(tr '\n' ' ' < "$work/recorded"))"
+awk -v a="$a" -v b="$b" 'BEGIN { printf "  added by gpuperf record: %.3f us per launch\n", b - a }'
+
+# gpuperf's own peak (VmHWM, read until it exits), not its children's.
+rm -rf "$work/raw"
+(cd "$work" && exec "$gpuperf" record -q --raw-dir raw --cupti "$out/libcupti.so.13" -o "$work/f.svg" \
+    -- bash "$repo/sim/run.sh" "$out" -- "$python" "$loop" 1000000 > /dev/null) &
+pid=$!
+hwm=0
+while kill -0 "$pid" 2> /dev/null; do
+    k=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2> /dev/null || true)
+    [ -n "$k" ] && hwm=$k
+    sleep 0.2
+done
+wait "$pid"
+echo "  1,000,000 launches recorded: gpuperf peak RSS $((hwm / 1024)) MiB, raw recording $(du -sm "$work/raw" | cut -f1) MiB"
