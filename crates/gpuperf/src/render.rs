@@ -29,8 +29,6 @@ pub struct Loaded {
     gpu: Option<GpuInputs>,
     /// How the join pairs and describes what it finds.
     pub opts: join::Options,
-    /// Processes seen: GPU trace files, or distinct pids of the CPU trace.
-    processes: usize,
     /// What the in-process stacks of the GPU traces held.
     pub inprocess: Option<join::stacks::StackStats>,
     /// The names of the in-process stacks' frames, to keep with a recording.
@@ -65,7 +63,6 @@ impl Loaded {
     pub fn open(gpu: &[PathBuf], cpu: Option<&Path>) -> Result<Self> {
         let gpu_paths = gpu;
         let mut strings = StringTable::new();
-        let gpu_files: usize = gpu.iter().map(|p| gpu_trace_files(p)).sum();
         let gpu = if gpu.is_empty() {
             None
         } else {
@@ -103,18 +100,11 @@ impl Loaded {
                 g.add_launch_stacks(s.trace);
             }
         }
-        let cpu_pids = cpu.as_ref().map_or(0, |c| {
-            let mut pids: Vec<u32> = c.launches.iter().map(|l| l.pid).collect();
-            pids.sort_unstable();
-            pids.dedup();
-            pids.len()
-        });
         Ok(Self {
             strings,
             cpu,
             gpu,
             opts: join::Options::default(),
-            processes: gpu_files.max(cpu_pids),
             inprocess,
             symbols,
         })
@@ -235,12 +225,8 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         .as_deref()
         .map(|p| -> Result<_> { Ok(chrome::Writer::new(create(p)?)?) })
         .transpose()?;
-    // Several processes stay apart under a frame each.
-    let mut folder = if l.processes > 1 {
-        folded::Folder::per_process()
-    } else {
-        folded::Folder::new()
-    };
+    // Several processes in the data stay apart under a frame each.
+    let mut folder = folded::Folder::new();
     let mut reporter = Reporter::new();
     let summary = {
         let mut sinks: Vec<&mut dyn Sink> = vec![&mut folder, &mut reporter];

@@ -113,3 +113,95 @@ fn kernels_shorter_than_a_microsecond_in_all__weights_in_ns() {
     let svg = fs::read_to_string(dir.path().join("f.svg")).unwrap();
     assert!(svg.contains("[GPU_Kernel]tiny (300 ns"), "{svg}");
 }
+
+/// The records of one process `pid` (executable `/opt/bin/rank`, main thread
+/// named otherwise in no trace) with one launch and its kernel.
+fn process_records(strings: &mut StringTable, pid: u32) -> Vec<Record> {
+    let launch = strings.intern("cudaLaunchKernel");
+    let kernel = strings.intern("k");
+    let t = u64::from(pid) * 1_000_000;
+    vec![
+        Record::Process(Process {
+            pid,
+            ppid: 1,
+            exe: "/opt/bin/rank".into(),
+            start_ns: t,
+            start_realtime_ns: 0,
+        }),
+        Record::Api(ApiCall {
+            pid,
+            tid: pid + 1,
+            start_ns: t + 100,
+            end_ns: t + 5_000,
+            correlation_id: 1,
+            cbid: 0,
+            domain: ApiDomain::Runtime,
+            name: launch,
+        }),
+        Record::Activity(Activity {
+            pid,
+            start_ns: t + 10_000,
+            end_ns: t + 20_000,
+            correlation_id: 1,
+            device: 0,
+            context: 1,
+            stream: 7,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind: ActivityKind::Kernel {
+                name: kernel,
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+            },
+        }),
+    ]
+}
+
+fn write_trace(path: &Path, pids: &[u32]) {
+    let mut strings = StringTable::new();
+    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
+    for &pid in pids {
+        for r in process_records(&mut strings, pid) {
+            w.write(&r, &strings).unwrap();
+        }
+    }
+    fs::write(path, w.into_inner()).unwrap();
+}
+
+fn folded_of(args: &[&std::ffi::OsStr]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .arg("merge")
+        .args(args)
+        .args(["-m", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn ranks_as_directory_files_or_one_file__same_per_process_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = dir.path().join("ranks");
+    fs::create_dir(&ranks).unwrap();
+    let (a, b) = (ranks.join("gpu-42.gputrace"), ranks.join("gpu-43.gputrace"));
+    write_trace(&a, &[42]);
+    write_trace(&b, &[43]);
+    let both = dir.path().join("both.gputrace");
+    write_trace(&both, &[42, 43]);
+
+    let as_dir = folded_of(&[ranks.as_os_str()]);
+    let as_files = folded_of(&["-g".as_ref(), a.as_os_str(), "-g".as_ref(), b.as_os_str()]);
+    let as_one = folded_of(&[both.as_os_str()]);
+    let want = "rank [pid 42];[no CPU stack];cudaLaunchKernel;[GPU_Kernel]k 10\n\
+                rank [pid 43];[no CPU stack];cudaLaunchKernel;[GPU_Kernel]k 10\n";
+    assert_eq!(as_dir, want);
+    assert_eq!(as_files, want);
+    assert_eq!(as_one, want);
+    // One process: no root frame, however it is given.
+    assert_eq!(
+        folded_of(&["-g".as_ref(), a.as_os_str()]),
+        "[no CPU stack];cudaLaunchKernel;[GPU_Kernel]k 10\n"
+    );
+}

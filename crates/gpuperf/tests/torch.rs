@@ -654,7 +654,7 @@ fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_l
     for l in ours {
         let frames: Vec<&str> = l.split(';').collect();
         let at = |f: &str| frames.iter().position(|x| *x == f);
-        let marker = at(gpuperf_merge::stacks::GRAPH_CAPTURED);
+        let marker = at(gpuperf_merge::join::stacks::GRAPH_CAPTURED);
         assert!(
             at(&replay).is_some()
                 && at(&replay) < at("cudaGraphLaunch")
@@ -669,7 +669,7 @@ fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_l
     // make_graphed_callables: the forward graph replayed under the training
     // step's line, the backward graph from autograd's thread.
     let launched_from = |l: &str| -> String {
-        let marker = format!(";{}", gpuperf_merge::stacks::GRAPH_CAPTURED);
+        let marker = format!(";{}", gpuperf_merge::join::stacks::GRAPH_CAPTURED);
         l.split(&marker).next().unwrap_or("").to_owned()
     };
     let forward = graph_lines.iter().any(|l| {

@@ -10,8 +10,10 @@
 //! - Activities without a CPU stack go under `[no CPU stack];api;…`, and CPU
 //!   launches without GPU activity end in `[GPU_Launch_Pending]` with weight 0: they
 //!   cost no GPU time, but they are listed, not dropped.
-//! - With [`Folder::per_process`], each stack starts with a `comm [pid N]` frame,
-//!   so that several processes of one recording stay apart.
+//! - When the data holds more than one process (whatever the number of files it
+//!   came in), each stack starts with a `name [pid N]` frame naming its process
+//!   (its executable, as the trace names it), so that processes stay apart;
+//!   [`Folder::per_process`] asks for that frame even with one process.
 //! - Durations are summed in ns and rounded once per frame label with the
 //!   largest-remainder method, so the µs total of each kernel name is its exact sum
 //!   rounded, within 1 µs. (The reference tooling truncates every kernel to whole
@@ -40,14 +42,16 @@ enum Label {
     Pending,
 }
 
-/// (process when kept apart, CPU stack, API, GPU frame).
-type Key = (Option<u32>, Option<StackId>, Option<StringId>, Label);
+/// (process, CPU stack, API, GPU frame).
+type Key = (u32, Option<StackId>, Option<StringId>, Label);
 
 /// Accumulates GPU time per (CPU stack, API, GPU frame); a [`Sink`].
 #[derive(Default)]
 pub struct Folder {
     acc: FxHashMap<Key, u64>,
     per_process: bool,
+    // Executable names of the processes, from the trace's process records.
+    exes: FxHashMap<u32, String>,
     // Rendered at `finish`, when the string table is at hand.
     lines: Vec<(String, u64)>,
     // Weights in ns rather than µs: set when µs would round all GPU work to 0.
@@ -61,7 +65,8 @@ impl Folder {
         Self::default()
     }
 
-    /// A folder whose stacks start with a frame naming their process.
+    /// A folder whose stacks start with a frame naming their process, even when
+    /// there is only one. (With several, they always do.)
     pub fn per_process() -> Self {
         Self {
             per_process: true,
@@ -106,14 +111,17 @@ impl Folder {
         label: Label,
         ns: u64,
     ) {
-        let pid = self.per_process.then_some(pid);
         let v = self.acc.entry((pid, stack, api, label)).or_default();
         *v = v.saturating_add(ns);
     }
 }
 
-/// The command name the CPU trace gives a process, else "process".
-fn process_name(ctx: &Context<'_>, pid: u32) -> String {
+/// A process's name: its executable's file name from the trace's process record,
+/// else the command name the CPU trace gives it, else "process".
+fn process_name(exes: &FxHashMap<u32, String>, ctx: &Context<'_>, pid: u32) -> String {
+    if let Some(exe) = exes.get(&pid) {
+        return exe.replace(';', "_");
+    }
     ctx.cpu
         .and_then(|cpu| {
             cpu.comms.get(&(pid, pid)).or_else(|| {
@@ -128,6 +136,13 @@ fn process_name(ctx: &Context<'_>, pid: u32) -> String {
 
 impl Sink for Folder {
     fn record(&mut self, _ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        if let Record::Process(p) = rec {
+            let name = p.exe.rsplit('/').next().unwrap_or("").trim();
+            if !name.is_empty() {
+                self.exes.insert(p.pid, name.to_owned());
+            }
+            return Ok(());
+        }
         let Record::Activity(a) = rec else {
             return Ok(());
         };
@@ -168,6 +183,11 @@ impl Sink for Folder {
         let mut by_text: FxHashMap<String, (u64, usize)> = FxHashMap::default();
         let mut groups: Vec<String> = Vec::new();
         let mut group_of: FxHashMap<String, usize> = FxHashMap::default();
+        // Decided by the processes in the data, not by how many files held it.
+        let mut pids: Vec<u32> = self.acc.keys().map(|k| k.0).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let roots = self.per_process || pids.len() > 1;
         for (&(pid, stack, api, label), &ns) in &self.acc {
             let frame = match label {
                 Label::Kernel(name) => {
@@ -177,9 +197,10 @@ impl Sink for Folder {
                 Label::Memset => "[GPU_Memset]".to_owned(),
                 Label::Pending => PENDING_FRAME.to_owned(),
             };
-            let mut text = match pid {
-                Some(pid) => format!("{} [pid {pid}];", process_name(ctx, pid)),
-                None => String::new(),
+            let mut text = if roots {
+                format!("{} [pid {pid}];", process_name(&self.exes, ctx, pid))
+            } else {
+                String::new()
             };
             match (stack, ctx.cpu) {
                 (Some(s), Some(cpu)) => text.push_str(cpu.stacks.text(s)),
