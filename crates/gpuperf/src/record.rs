@@ -58,6 +58,9 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         bail!("--stacks inject takes stacks in the injection library, which --cpu-only turns off");
     }
     let mut in_process = want_gpu && !a.gpu_only && !want_cpu;
+    // Before the program runs: finding a bad output path only afterwards would
+    // cost the user the whole run.
+    check_outputs(&a)?;
 
     // Scratch space: the embedded injection library, and the raw traces unless
     // the user keeps them. The target's user must read and write there.
@@ -197,6 +200,17 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         status,
     ) {
         eprintln!("gpuperf: error: {}", one_line(&e));
+        // Nothing recorded may be lost: keep the raw recording, and say how to
+        // make the outputs from it.
+        if a.raw_dir.is_none() {
+            let kept = scratch.keep();
+            let raw = kept.join("raw");
+            eprintln!(
+                "gpuperf: the recording is kept in `{}`; make the outputs with `gpuperf merge {} -o flamegraph.svg`",
+                raw.display(),
+                raw.display()
+            );
+        }
     }
     if a.raw_dir.is_some() {
         // The user's files, like the outputs.
@@ -205,6 +219,35 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         }
     }
     Ok(code)
+}
+
+/// Fails with one line naming the first output that cannot be written: an
+/// existing file is opened for appending (its contents kept), a new one is
+/// created and removed again.
+fn check_outputs(a: &RecordArgs) -> Result<()> {
+    let outputs = [
+        Some(&a.output),
+        a.folded.as_ref().filter(|p| p.as_os_str() != "-"),
+        a.chrome.as_ref(),
+        a.cpu_trace.as_ref(),
+    ];
+    for path in outputs.into_iter().flatten() {
+        let existed = path.exists();
+        let r = fs::OpenOptions::new()
+            .append(true)
+            .create(!existed)
+            .open(path);
+        if let Err(e) = r {
+            bail!(
+                "cannot write `{}` ({e}); the program was not started",
+                path.display()
+            );
+        }
+        if !existed {
+            let _ = fs::remove_file(path);
+        }
+    }
+    Ok(())
 }
 
 fn one_line(e: &anyhow::Error) -> String {
