@@ -244,7 +244,7 @@ impl Sink for Folder {
 /// Converts ns to µs so that each group's total is its exact total rounded to the
 /// nearest µs: floor every line, then give the missing µs to the lines with the
 /// largest remainders (ties to the earlier line).
-fn round_per_group(lines: &[(String, u64, usize)], groups: usize) -> Vec<u64> {
+pub(crate) fn round_per_group(lines: &[(String, u64, usize)], groups: usize) -> Vec<u64> {
     let mut weights: Vec<u64> = lines.iter().map(|l| l.1 / 1000).collect();
     let mut total = vec![0u128; groups];
     let mut floored = vec![0u64; groups];

@@ -10,6 +10,7 @@ mod golden;
 pub use gpuperf_merge::model;
 
 mod captured;
+mod idle;
 mod imported;
 mod join;
 mod nsys;

@@ -1,0 +1,261 @@
+//! Why the GPU waits: each stream's idle time, charged to the CPU code that made
+//! it wait, as folded stacks (`stack;api;[GPU_Idle: cause] weight`, µs).
+//!
+//! For every (process, device, stream), GPU work items (kernels, copies, memsets)
+//! are taken in start order; a gap is the time between the end of the work done
+//! so far and the start of the next item, within the stream's active span. Each
+//! gap is charged to the stack of the API call that launched the item ending it,
+//! split by cause:
+//!
+//! - `[GPU_Idle: CPU late]`: from the stream going idle to the launch call's
+//!   start, the launching thread was doing something else;
+//! - `[GPU_Idle: host sync]`: the part of that time the launching thread spent in
+//!   a synchronization call (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, …)
+//!   that ended after the stream went idle; charged to the sync call's stack;
+//! - `[GPU_Idle: launch latency]`: from the later of the stream going idle and
+//!   the call's start, to the work's start (launch overhead, or a dependency on
+//!   other work).
+//!
+//! Gaps before a stream's first item and after its last are not idle time of the
+//! stream (the trace's edges). Work with no API call in the trace charges its
+//! whole gap to `[no CPU stack]` as launch latency. The per-stream totals are
+//! exact sums in ns ([`IdleFolder::streams`]); the folded weights are rounded to
+//! µs so that their total is the exact total, rounded.
+
+use std::io::Write;
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Result};
+use crate::join::{Context, Match, Sink, Summary};
+use crate::model::{ActivityKind, Record, StringId};
+use crate::read::cpu::StackId;
+use crate::write::folded::{NO_STACK_ROOT, round_per_group};
+
+/// Why a stream was idle before a piece of work.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cause {
+    /// The launching thread called the launch after the stream went idle.
+    CpuLate,
+    /// The launching thread was waiting in a synchronization call.
+    HostSync,
+    /// The call came in time; the work started late.
+    LaunchLatency,
+}
+
+impl Cause {
+    /// The folded frame naming the cause.
+    pub fn frame(self) -> &'static str {
+        match self {
+            Self::CpuLate => "[GPU_Idle: CPU late]",
+            Self::HostSync => "[GPU_Idle: host sync]",
+            Self::LaunchLatency => "[GPU_Idle: launch latency]",
+        }
+    }
+}
+
+/// One piece of GPU work and the call that launched it.
+#[derive(Copy, Clone, Debug)]
+struct Work {
+    start: u64,
+    end: u64,
+    /// (start, thread) of the launching call.
+    call: Option<(u64, u32)>,
+    stack: Option<StackId>,
+    api: Option<StringId>,
+}
+
+/// A synchronization call on a thread: (start, end, stack, API).
+type SyncCall = (u64, u64, Option<StackId>, Option<StringId>);
+
+/// Idle time of one stream.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamIdle {
+    /// From the first work's start to the last work's end, ns.
+    pub span_ns: u64,
+    /// Time with no work on the stream within the span, ns.
+    pub idle_ns: u64,
+    /// `idle_ns` by cause: CPU late, host sync, launch latency.
+    pub by_cause_ns: [u64; 3],
+}
+
+/// Collects GPU work per stream and charges its gaps; a [`Sink`].
+#[derive(Default)]
+pub struct IdleFolder {
+    work: FxHashMap<(u32, u32, u32), Vec<Work>>,
+    syncs: FxHashMap<(u32, u32), Vec<SyncCall>>,
+    acc: FxHashMap<(Option<StackId>, Option<StringId>, Cause), u64>,
+    streams: Vec<((u32, u32, u32), StreamIdle)>,
+    lines: Vec<(String, u64)>,
+}
+
+impl IdleFolder {
+    /// An empty idle folder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Idle time per (pid, device, stream), sorted. Valid after the join.
+    pub fn streams(&self) -> &[((u32, u32, u32), StreamIdle)] {
+        &self.streams
+    }
+
+    /// The folded lines, sorted, with µs weights. Valid after the join.
+    pub fn lines(&self) -> &[(String, u64)] {
+        &self.lines
+    }
+
+    /// Writes `stack weight` lines.
+    pub fn write<W: Write>(&self, mut out: W) -> Result<()> {
+        let err = |source| Error::Write {
+            what: "idle folded stacks",
+            source,
+        };
+        for (stack, w) in &self.lines {
+            writeln!(out, "{stack} {w}").map_err(err)?;
+        }
+        out.flush().map_err(err)
+    }
+
+    fn charge(&mut self, stack: Option<StackId>, api: Option<StringId>, cause: Cause, ns: u64) {
+        if ns > 0 {
+            *self.acc.entry((stack, api, cause)).or_default() += ns;
+        }
+    }
+
+    /// Charges the gap before `w`, which starts `gap` ns after the stream went
+    /// idle at `idle_from`; returns the split by cause.
+    fn gap(&mut self, w: &Work, idle_from: u64, thread_syncs: Option<&[SyncCall]>) -> [u64; 3] {
+        let gap = w.start - idle_from;
+        let Some((call_start, _)) = w.call else {
+            self.charge(None, None, Cause::LaunchLatency, gap);
+            return [0, 0, gap];
+        };
+        // The call's start, within the gap.
+        let late_until = call_start.clamp(idle_from, w.start);
+        let mut late = late_until - idle_from;
+        let latency = gap - late;
+        let mut sync = 0;
+        // The last sync call on the thread that ended in the late part: the
+        // thread waited there until it ended.
+        if let Some((s_start, s_end, s_stack, s_api)) = thread_syncs.and_then(|s| {
+            let i = s.partition_point(|c| c.1 <= late_until);
+            i.checked_sub(1).map(|i| s[i]).filter(|c| c.1 > idle_from)
+        }) {
+            sync = s_end.min(late_until) - s_start.max(idle_from);
+            late -= sync;
+            self.charge(s_stack, s_api, Cause::HostSync, sync);
+        }
+        self.charge(w.stack, w.api, Cause::CpuLate, late);
+        self.charge(w.stack, w.api, Cause::LaunchLatency, latency);
+        [late, sync, latency]
+    }
+}
+
+impl Sink for IdleFolder {
+    fn record(&mut self, _ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        let Record::Activity(a) = rec else {
+            return Ok(());
+        };
+        if let ActivityKind::Sync { .. } = a.kind {
+            if let Some(api) = m.api {
+                self.syncs.entry((a.pid, api.tid)).or_default().push((
+                    api.start_ns,
+                    api.end_ns,
+                    m.stack(),
+                    Some(api.name),
+                ));
+            }
+            return Ok(());
+        }
+        let api = if m.graph_stack.is_some() {
+            None
+        } else {
+            m.api.map(|a| a.name)
+        };
+        self.work
+            .entry((a.pid, a.device, a.stream))
+            .or_default()
+            .push(Work {
+                start: a.start_ns,
+                end: a.end_ns.max(a.start_ns),
+                call: m.api.map(|c| (c.start_ns, c.tid)),
+                stack: m.stack(),
+                api,
+            });
+        Ok(())
+    }
+
+    fn finish(&mut self, ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
+        for s in self.syncs.values_mut() {
+            // By end, for the search of the last one to end before a launch.
+            s.sort_unstable_by_key(|c| (c.1, c.0));
+        }
+        let syncs = std::mem::take(&mut self.syncs);
+        let mut keys: Vec<(u32, u32, u32)> = self.work.keys().copied().collect();
+        keys.sort_unstable();
+        for key in keys {
+            let mut work = self.work.remove(&key).unwrap_or_default();
+            work.sort_unstable_by_key(|w| (w.start, w.end));
+            let mut idle = StreamIdle::default();
+            let mut busy_until = work[0].end;
+            for w in &work[1..] {
+                if w.start > busy_until {
+                    let thread_syncs = w
+                        .call
+                        .and_then(|(_, tid)| syncs.get(&(key.0, tid)))
+                        .map(Vec::as_slice);
+                    let split = self.gap(w, busy_until, thread_syncs);
+                    for (t, s) in idle.by_cause_ns.iter_mut().zip(split) {
+                        *t += s;
+                    }
+                    idle.idle_ns += w.start - busy_until;
+                }
+                busy_until = busy_until.max(w.end);
+            }
+            idle.span_ns = busy_until - work[0].start;
+            self.streams.push((key, idle));
+        }
+        let mut lines: Vec<(String, u64)> = self
+            .acc
+            .iter()
+            .map(|(&(stack, api, cause), &ns)| {
+                let mut text = match (stack, ctx.cpu) {
+                    (Some(s), Some(cpu)) => cpu.stacks.text(s).to_owned(),
+                    _ => NO_STACK_ROOT.to_owned(),
+                };
+                if let Some(api) = api {
+                    let api = ctx.strings.get(api);
+                    if text.rsplit(';').next() != Some(api) {
+                        text.push(';');
+                        text.push_str(api);
+                    }
+                }
+                text.push(';');
+                text.push_str(cause.frame());
+                (text, ns)
+            })
+            .collect();
+        lines.sort_unstable();
+        // Equal texts (two API ids spelling one name) merge.
+        lines.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 += b.1;
+            }
+            same
+        });
+        // Rounded so that the total is the exact total rounded to the µs.
+        let grouped: Vec<(String, u64, usize)> =
+            lines.into_iter().map(|(t, ns)| (t, ns, 0)).collect();
+        let weights = round_per_group(&grouped, 1);
+        self.lines = grouped
+            .into_iter()
+            .zip(weights)
+            .map(|((t, _, _), w)| (t, w))
+            .filter(|l| l.1 > 0)
+            .collect();
+        self.acc = FxHashMap::default();
+        Ok(())
+    }
+}
