@@ -3,6 +3,7 @@
 pub mod chrome;
 mod demangle;
 pub mod folded;
+pub mod perfetto;
 pub mod pprof;
 pub mod report;
 pub mod svg;
