@@ -391,7 +391,9 @@ impl<W: Write> Writer<W> {
     fn arg(&mut self, name: &str) -> DebugAnnotation {
         let (iid, new) = self.arg_names.get(name);
         if new {
-            self.new_interned.debug_annotation_names.push(entry(iid, name));
+            self.new_interned
+                .debug_annotation_names
+                .push(entry(iid, name));
         }
         DebugAnnotation {
             name_iid: Some(iid),
@@ -766,4 +768,3 @@ fn write_error(source: std::io::Error) -> Error {
         source,
     }
 }
-

@@ -12,6 +12,7 @@ pub use gpuperf_merge::model;
 mod captured;
 mod imported;
 mod join;
+mod perfetto;
 mod scenario;
 mod stacks;
 
