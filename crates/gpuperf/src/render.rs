@@ -307,8 +307,8 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
 /// The timeline writer that the file name asks for: Perfetto's protobuf for
 /// `.pftrace` and `.perfetto-trace`, Chrome JSON otherwise.
 enum Timeline {
-    Chrome(chrome::Writer<BufWriter<File>>),
-    Perfetto(perfetto::Writer<BufWriter<File>>),
+    Chrome(Box<chrome::Writer<BufWriter<File>>>),
+    Perfetto(Box<perfetto::Writer<BufWriter<File>>>),
 }
 
 /// A JSON timeline larger than this gets a hint to write `.pftrace` instead:
@@ -319,16 +319,16 @@ impl Timeline {
     fn create(p: &Path) -> Result<Self> {
         let f = create(p)?;
         Ok(if perfetto::wanted_for(p) {
-            Self::Perfetto(perfetto::Writer::new(f)?)
+            Self::Perfetto(Box::new(perfetto::Writer::new(f)?))
         } else {
-            Self::Chrome(chrome::Writer::new(f)?)
+            Self::Chrome(Box::new(chrome::Writer::new(f)?))
         })
     }
 
     fn sink(&mut self) -> &mut dyn Sink {
         match self {
-            Self::Chrome(w) => w,
-            Self::Perfetto(w) => w,
+            Self::Chrome(w) => &mut **w,
+            Self::Perfetto(w) => &mut **w,
         }
     }
 
