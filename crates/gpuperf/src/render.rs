@@ -339,14 +339,8 @@ impl Timeline {
                 let mut f = w.into_inner();
                 f.flush().with_context(what)?;
                 let bytes = f.get_ref().metadata().map_or(0, |m| m.len());
-                if bytes > LARGE_JSON {
-                    warn!(
-                        "`{}` is {} MiB, more than Perfetto's UI may open: write `-c {}` \
-                         instead for a smaller protobuf timeline",
-                        p.display(),
-                        bytes >> 20,
-                        p.with_extension("pftrace").display()
-                    );
+                if let Some(hint) = large_json_hint(p, bytes) {
+                    warn!("{hint}");
                 }
             }
             Self::Perfetto(w) => {
@@ -362,6 +356,20 @@ impl Timeline {
             how: "open it in https://ui.perfetto.dev or chrome://tracing",
         })
     }
+}
+
+/// One line suggesting `.pftrace` when a JSON timeline of `bytes` is too large
+/// for Perfetto's UI.
+fn large_json_hint(p: &Path, bytes: u64) -> Option<String> {
+    (bytes > LARGE_JSON).then(|| {
+        format!(
+            "`{}` is {} MiB, more than Perfetto's UI may open: write `-c {}` instead for a \
+             smaller protobuf timeline",
+            p.display(),
+            bytes >> 20,
+            p.with_extension("pftrace").display()
+        )
+    })
 }
 
 fn render_svg(
@@ -418,4 +426,18 @@ pub fn write_cpu_only(l: &Loaded, outs: &Outputs) -> Result<Vec<Written>> {
         });
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_json_hint_names_the_pftrace_file() {
+        let p = Path::new("out/timeline.json");
+        assert_eq!(large_json_hint(p, LARGE_JSON), None);
+        let hint = large_json_hint(p, 3 << 30).unwrap();
+        assert!(hint.contains("3072 MiB"), "{hint}");
+        assert!(hint.contains("`-c out/timeline.pftrace`"), "{hint}");
+    }
 }
