@@ -1,6 +1,6 @@
 //! The Perfetto protobuf timeline against the Chrome JSON one on the same input:
-//! the same tracks, slice names per track, flows, instant markers and process
-//! labels. The protobuf is read twice: with the writer's own prost messages, and
+//! the same tracks, slices per track with their names and arguments (values
+//! included, the CPU stack too), flows, instant markers and process labels. The protobuf is read twice: with the writer's own prost messages, and
 //! by `protoc --decode` against Perfetto's published `perfetto_trace.proto`
 //! (`tests/data/perfetto/`), which knows nothing of this crate.
 //!
@@ -87,8 +87,16 @@ fn from_json(text: &str) -> Timeline {
     for e in events {
         let name = e["name"].as_str().unwrap_or_default().to_owned();
         match e["ph"].as_str().unwrap() {
-            "X" => t.slices.entry(track(e)).or_default().push(name),
-            "i" => t.instants.entry(track(e)).or_default().push(name),
+            "X" => t
+                .slices
+                .entry(track(e))
+                .or_default()
+                .push(with_args(name, &e["args"])),
+            "i" => t
+                .instants
+                .entry(track(e))
+                .or_default()
+                .push(with_args(name, &e["args"])),
             "f" => t.flows += 1,
             _ => {}
         }
@@ -101,6 +109,15 @@ fn from_json(text: &str) -> Timeline {
     }
     t.sort();
     t
+}
+
+/// A slice's name and its arguments, `name {"key":value,…}` with the keys in order.
+fn with_args(name: String, args: &Value) -> String {
+    let args: BTreeMap<&String, &Value> = args
+        .as_object()
+        .map(|m| m.iter().filter(|(_, v)| !v.is_null()).collect())
+        .unwrap_or_default();
+    format!("{name} {}", serde_json::to_string(&args).unwrap())
 }
 
 impl Timeline {
@@ -131,8 +148,8 @@ fn from_proto(trace: &proto::Trace) -> Timeline {
     let mut descs: HashMap<u64, Desc> = HashMap::new();
     let mut names: HashMap<u64, String> = HashMap::new();
     let mut cats: HashSet<u64> = HashSet::new();
-    let mut arg_names: HashSet<u64> = HashSet::new();
-    let mut strings: HashSet<u64> = HashSet::new();
+    let mut arg_names: HashMap<u64, String> = HashMap::new();
+    let mut strings: HashMap<u64, String> = HashMap::new();
     let mut cleared = false;
     let mut events = Vec::new();
     for (i, p) in trace.packet.iter().enumerate() {
@@ -149,12 +166,13 @@ fn from_proto(trace: &proto::Trace) -> Timeline {
                 names.insert(e.iid.unwrap(), e.name.clone().unwrap());
             }
             cats.extend(d.event_categories.iter().map(|e| e.iid.unwrap()));
-            arg_names.extend(d.debug_annotation_names.iter().map(|e| e.iid.unwrap()));
-            strings.extend(
-                d.debug_annotation_string_values
-                    .iter()
-                    .map(|e| e.iid.unwrap()),
-            );
+            for e in &d.debug_annotation_names {
+                arg_names.insert(e.iid.unwrap(), e.name.clone().unwrap());
+            }
+            for e in &d.debug_annotation_string_values {
+                let s = String::from_utf8(e.str.clone().unwrap()).unwrap();
+                strings.insert(e.iid.unwrap(), s);
+            }
         }
         if let Some(d) = &p.track_descriptor {
             let uuid = d.uuid.unwrap();
@@ -189,11 +207,14 @@ fn from_proto(trace: &proto::Trace) -> Timeline {
             for a in &e.debug_annotations {
                 let n = a.name_iid.unwrap();
                 assert!(
-                    arg_names.contains(&n),
+                    arg_names.contains_key(&n),
                     "packet {i}: arg name iid {n} undefined"
                 );
                 if let Some(s) = a.string_value_iid {
-                    assert!(strings.contains(&s), "packet {i}: string iid {s} undefined");
+                    assert!(
+                        strings.contains_key(&s),
+                        "packet {i}: string iid {s} undefined"
+                    );
                 }
             }
             events.push((p.timestamp.unwrap(), e.clone()));
@@ -228,7 +249,15 @@ fn from_proto(trace: &proto::Trace) -> Timeline {
     let mut active: HashSet<u64> = HashSet::new();
     for (ts, e) in &events {
         let uuid = e.track_uuid.unwrap();
-        let name = || names[&e.name_iid.unwrap()].clone();
+        let name = || {
+            let args: BTreeMap<&String, Value> = e
+                .debug_annotations
+                .iter()
+                .map(|a| (&arg_names[&a.name_iid.unwrap()], value(a, &strings)))
+                .collect();
+            let name = &names[&e.name_iid.unwrap()];
+            format!("{name} {}", serde_json::to_string(&args).unwrap())
+        };
         match e.r#type.unwrap() {
             proto::TYPE_SLICE_BEGIN => {
                 t.slices.entry(track_name(uuid)).or_default().push(name());
@@ -262,6 +291,19 @@ fn packet_lines(bytes: &[u8]) -> String {
         .iter()
         .map(|p| format!("{p:?}\n"))
         .collect()
+}
+
+/// An argument's value as JSON.
+fn value(a: &proto::DebugAnnotation, strings: &HashMap<u64, String>) -> Value {
+    if let Some(v) = a.uint_value {
+        Value::from(v)
+    } else if let Some(v) = a.int_value {
+        Value::from(v)
+    } else if let Some(s) = a.string_value_iid {
+        Value::from(strings[&s].clone())
+    } else {
+        Value::Array(a.array_values.iter().map(|x| value(x, strings)).collect())
+    }
 }
 
 fn decode(bytes: &[u8]) -> proto::Trace {
