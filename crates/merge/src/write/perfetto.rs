@@ -768,3 +768,32 @@ fn write_error(source: std::io::Error) -> Error {
         source,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_that_ask_for_protobuf() {
+        for p in ["t.pftrace", "a/b.PFTRACE", "t.perfetto-trace"] {
+            assert!(wanted_for(Path::new(p)), "{p}");
+        }
+        for p in ["t.json", "pftrace", "t.pftrace.json", "t.perfetto"] {
+            assert!(!wanted_for(Path::new(p)), "{p}");
+        }
+    }
+
+    #[test]
+    fn flow_ids_differ_by_process_and_call() {
+        assert_ne!(flow_id(1, 2), flow_id(2, 1));
+        assert_ne!(flow_id(0, 1), 0);
+        assert_eq!(flow_id(u32::MAX, u32::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn sync_track_ranks_right_after_its_stream() {
+        assert_eq!(rank(7, 1), rank(7, 0) + 1);
+        assert!(rank(8, 0) > rank(7, 1));
+        assert!(rank(u32::MAX, 1) < i32::MAX);
+    }
+}
