@@ -353,6 +353,7 @@ impl<W: Write> Writer<W> {
     fn descriptor(&mut self, d: TrackDescriptor) -> std::io::Result<()> {
         self.packet(&proto::TracePacket {
             track_descriptor: Some(d),
+            trusted_packet_sequence_id: Some(SEQUENCE),
             ..Default::default()
         })
     }
