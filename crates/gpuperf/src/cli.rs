@@ -89,7 +89,7 @@ pub struct RecordArgs {
         default_value = "flamegraph.svg"
     )]
     pub output: PathBuf,
-    /// Write a Chrome-trace timeline (Perfetto, chrome://tracing) here.
+    /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
     #[arg(short = 'c', long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
     /// Write merged folded stacks (µs of GPU time) here.
@@ -191,7 +191,7 @@ pub struct MergeArgs {
     /// Write merged folded stacks here (`-` for stdout). Default: stdout when no other output is named.
     #[arg(short = 'm', long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
-    /// Write a Chrome-trace timeline (Perfetto, chrome://tracing) here.
+    /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
     #[arg(short = 'c', long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
     /// Write an SVG flamegraph here.

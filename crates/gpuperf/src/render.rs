@@ -13,7 +13,7 @@ use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_merge::write::report::{Reporter, Row};
-use gpuperf_merge::write::{chrome, folded, pprof, svg};
+use gpuperf_merge::write::{chrome, folded, perfetto, pprof, svg};
 use tracing::{info, warn};
 
 use crate::cli::InputArgs;
@@ -220,18 +220,14 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         .as_deref()
         .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
         .transpose()?;
-    let mut chrome = outs
-        .chrome
-        .as_deref()
-        .map(|p| -> Result<_> { Ok(chrome::Writer::new(create(p)?)?) })
-        .transpose()?;
+    let mut chrome = outs.chrome.as_deref().map(Timeline::create).transpose()?;
     // Several processes in the data stay apart under a frame each.
     let mut folder = folded::Folder::new();
     let mut reporter = Reporter::new();
     let summary = {
         let mut sinks: Vec<&mut dyn Sink> = vec![&mut folder, &mut reporter];
         if let Some(c) = chrome.as_mut() {
-            sinks.push(c);
+            sinks.push(c.sink());
         }
         if pprof_file.is_some() {
             sinks.push(&mut profile);
@@ -256,13 +252,7 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         folder.write(io::stdout().lock())?;
     }
     if let (Some(p), Some(c)) = (&outs.chrome, chrome) {
-        c.into_inner()
-            .flush()
-            .with_context(|| format!("failed to write `{}`", p.display()))?;
-        written.push(Written {
-            path: p.clone(),
-            how: "open it in https://ui.perfetto.dev or chrome://tracing",
-        });
+        written.push(c.finish(p)?);
     }
     if let Some((p, f)) = pprof_file {
         profile
@@ -297,6 +287,74 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         summary,
         kernels: reporter.rows(),
         written,
+    })
+}
+
+/// The timeline writer that the file name asks for: Perfetto's protobuf for
+/// `.pftrace` and `.perfetto-trace`, Chrome JSON otherwise.
+enum Timeline {
+    Chrome(Box<chrome::Writer<BufWriter<File>>>),
+    Perfetto(Box<perfetto::Writer<BufWriter<File>>>),
+}
+
+/// A JSON timeline larger than this gets a hint to write `.pftrace` instead:
+/// Perfetto's UI runs out of memory on JSON files of a few hundred MiB.
+const LARGE_JSON: u64 = 256 << 20;
+
+impl Timeline {
+    fn create(p: &Path) -> Result<Self> {
+        let f = create(p)?;
+        Ok(if perfetto::wanted_for(p) {
+            Self::Perfetto(Box::new(perfetto::Writer::new(f)?))
+        } else {
+            Self::Chrome(Box::new(chrome::Writer::new(f)?))
+        })
+    }
+
+    fn sink(&mut self) -> &mut dyn Sink {
+        match self {
+            Self::Chrome(w) => &mut **w,
+            Self::Perfetto(w) => &mut **w,
+        }
+    }
+
+    fn finish(self, p: &Path) -> Result<Written> {
+        let what = || format!("failed to write `{}`", p.display());
+        match self {
+            Self::Chrome(w) => {
+                let mut f = w.into_inner();
+                f.flush().with_context(what)?;
+                let bytes = f.get_ref().metadata().map_or(0, |m| m.len());
+                if let Some(hint) = large_json_hint(p, bytes) {
+                    warn!("{hint}");
+                }
+            }
+            Self::Perfetto(w) => {
+                w.into_inner().flush().with_context(what)?;
+                return Ok(Written {
+                    path: p.to_path_buf(),
+                    how: "open it in https://ui.perfetto.dev",
+                });
+            }
+        }
+        Ok(Written {
+            path: p.to_path_buf(),
+            how: "open it in https://ui.perfetto.dev or chrome://tracing",
+        })
+    }
+}
+
+/// One line suggesting `.pftrace` when a JSON timeline of `bytes` is too large
+/// for Perfetto's UI.
+fn large_json_hint(p: &Path, bytes: u64) -> Option<String> {
+    (bytes > LARGE_JSON).then(|| {
+        format!(
+            "`{}` is {} MiB, more than Perfetto's UI may open: write `-c {}` instead for a \
+             smaller protobuf timeline",
+            p.display(),
+            bytes >> 20,
+            p.with_extension("pftrace").display()
+        )
     })
 }
 
@@ -354,4 +412,18 @@ pub fn write_cpu_only(l: &Loaded, outs: &Outputs) -> Result<Vec<Written>> {
         });
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_json_hint_names_the_pftrace_file() {
+        let p = Path::new("out/timeline.json");
+        assert_eq!(large_json_hint(p, LARGE_JSON), None);
+        let hint = large_json_hint(p, 3 << 30).unwrap();
+        assert!(hint.contains("3072 MiB"), "{hint}");
+        assert!(hint.contains("`-c out/timeline.pftrace`"), "{hint}");
+    }
 }

@@ -589,3 +589,53 @@ fn merge_sqlite_without_cupti_tables__one_error_line() {
         stderr(&o)
     );
 }
+
+#[test]
+fn merge_simulated_recording__pftrace_name_writes_perfetto_protobuf() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../samples/recordings/simulated/transformer");
+    let (json, pb, svg) = (
+        dir.path().join("t.json"),
+        dir.path().join("t.perfetto-trace"),
+        dir.path().join("f.svg"),
+    );
+    let mut sizes = Vec::new();
+    for out in [&json, &pb] {
+        let o = gpuperf([
+            "merge".as_ref(),
+            rec.as_os_str(),
+            "-c".as_ref(),
+            out.as_os_str(),
+            "-o".as_ref(),
+            svg.as_os_str(),
+        ]);
+        assert_success(&o);
+        let err = stderr(&o);
+        assert!(!err.contains("pftrace` instead"), "no size hint: {err}");
+        sizes.push(fs::metadata(out).unwrap().len());
+    }
+    let err = stderr(&gpuperf([
+        "merge".as_ref(),
+        rec.as_os_str(),
+        "-c".as_ref(),
+        pb.as_os_str(),
+        "-o".as_ref(),
+        svg.as_os_str(),
+    ]));
+    assert!(
+        err.contains(&format!(
+            "wrote `{}`: open it in https://ui.perfetto.dev\n",
+            pb.display()
+        )),
+        "{err}"
+    );
+    let bytes = fs::read(&pb).unwrap();
+    // A `Trace` whose first field is a packet, not JSON text.
+    assert_eq!(bytes[0], 0x0a);
+    let has = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
+    // The recorder's note (a process label) and the GPU's stream tracks.
+    assert!(has("simulated GPU"), "no simulated-GPU note");
+    assert!(has("stream "), "no stream track");
+    assert!(sizes[1] * 3 < sizes[0], "{sizes:?}");
+}

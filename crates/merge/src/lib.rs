@@ -5,7 +5,7 @@
 //! ```text
 //!  read/                                       join/                 write/
 //!  gputrace (ours, binary) ─┐                                  ┌──> folded ──> svg (inferno)
-//!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐           ├──> chrome (Perfetto)
+//!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐           ├──> chrome, perfetto (timelines)
 //!  kineto (PyTorch JSON)    │  (format             ├─> merge ──┼──> report
 //!  nsys (Nsight SQLite)  ───┘   detection)         │  (Sink)   └──> pprof
 //!  cpu (folded CPU stacks) ─────────────────────────┤
@@ -28,7 +28,7 @@
 //!   [`join::Context`] and [`join::Match`] it passes: `join/` depends on `read/`,
 //!   never on `write/`.
 //! - **`write/`**: one module per output, each a [`join::Sink`] (folded stacks,
-//!   Chrome trace, report, pprof), plus [`write::svg`], which renders folded stacks
+//!   Chrome trace, Perfetto protobuf trace, report, pprof), plus [`write::svg`], which renders folded stacks
 //!   with inferno. Writers depend on `join/` (what a match holds) and `model`.
 //! - **At the top**: [`model`] (the records every part exchanges), `error`
 //!   (typed errors naming the file and place) and `diag` (counted, capped

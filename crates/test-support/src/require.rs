@@ -20,6 +20,9 @@ pub enum Need {
     GoPprof,
     /// A headless Chromium: `GPUPERF_REQUIRE_CHROMIUM`.
     Chromium,
+    /// `protoc`, to decode Perfetto traces by the published schema:
+    /// `GPUPERF_REQUIRE_PROTOC`.
+    Protoc,
 }
 
 impl Need {
@@ -31,6 +34,7 @@ impl Need {
             Need::Clang => "GPUPERF_REQUIRE_CLANG",
             Need::GoPprof => "GPUPERF_REQUIRE_GO_PPROF",
             Need::Chromium => "GPUPERF_REQUIRE_CHROMIUM",
+            Need::Protoc => "GPUPERF_REQUIRE_PROTOC",
         }
     }
 

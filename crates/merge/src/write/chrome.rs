@@ -408,7 +408,7 @@ impl<W: Write> Sink for Writer<W> {
 }
 
 /// A synchronization's slice name, by CUPTI's `CUpti_ActivitySynchronizationType`.
-fn sync_name(sync_type: u8) -> &'static str {
+pub(crate) fn sync_name(sync_type: u8) -> &'static str {
     match sync_type {
         1 => "Event Synchronize",
         2 => "Stream Wait Event",

@@ -7,7 +7,7 @@ use crate::imported::run;
 
 /// A Kineto trace of one thread that captures two launches into a graph,
 /// replays it twice, and makes one launch that fails (no kernel).
-fn capture_trace() -> Value {
+pub(crate) fn capture_trace() -> Value {
     let api = |name: &str, ts: u64, corr: u64| {
         json!({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 7, "tid": 7,
                "ts": ts, "dur": 2, "args": {"correlation": corr}})

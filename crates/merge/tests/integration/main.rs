@@ -14,6 +14,7 @@ mod idle;
 mod imported;
 mod join;
 mod nsys;
+mod perfetto;
 mod scenario;
 mod stacks;
 
