@@ -95,6 +95,11 @@ pub struct RecordArgs {
     /// Write merged folded stacks (µs of GPU time) here.
     #[arg(short = 'm', long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
+    /// Write idle-time folded stacks here (µs): each stream's gaps between GPU work,
+    /// charged to the CPU stack that made it wait ([GPU_Idle: CPU late], [GPU_Idle: host
+    /// sync], [GPU_Idle: launch latency]).
+    #[arg(long, value_name = "FILE")]
+    pub idle: Option<PathBuf>,
     /// Write the CPU trace (one line per launch with its stack) here.
     #[arg(short = 'p', long = "cpu-trace", value_name = "FILE")]
     pub cpu_trace: Option<PathBuf>,
@@ -191,6 +196,11 @@ pub struct MergeArgs {
     /// Write merged folded stacks here (`-` for stdout). Default: stdout when no other output is named.
     #[arg(short = 'm', long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
+    /// Write idle-time folded stacks here (µs): each stream's gaps between GPU work,
+    /// charged to the CPU stack that made it wait ([GPU_Idle: CPU late], [GPU_Idle: host
+    /// sync], [GPU_Idle: launch latency]).
+    #[arg(long, value_name = "FILE")]
+    pub idle: Option<PathBuf>,
     /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
     #[arg(short = 'c', long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,

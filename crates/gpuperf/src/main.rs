@@ -96,6 +96,7 @@ fn merge(mut a: MergeArgs, quiet: bool) -> Result<()> {
         svg: a.svg.clone(),
         title: a.title.clone(),
         subtitle: None,
+        idle: a.idle.clone(),
     };
     let joined = render::write_with_pprof(&mut l, &outs, a.pprof.as_deref())?;
     if let Some(p) = &a.cpu_trace {

@@ -230,6 +230,7 @@ fn check_outputs(a: &RecordArgs) -> Result<()> {
         a.folded.as_ref().filter(|p| p.as_os_str() != "-"),
         a.chrome.as_ref(),
         a.cpu_trace.as_ref(),
+        a.idle.as_ref(),
     ];
     for path in outputs.into_iter().flatten() {
         let existed = path.exists();
@@ -560,6 +561,7 @@ fn finish(
         svg: Some(a.output.clone()),
         title: a.title.clone(),
         subtitle: Some(command_line(&a.program)),
+        idle: a.idle.clone(),
     };
     let cpu = cpu_summary.is_some().then_some(cpu_path);
     let mut report = String::new();

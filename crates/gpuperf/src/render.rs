@@ -13,7 +13,7 @@ use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_merge::write::report::{Reporter, Row};
-use gpuperf_merge::write::{chrome, folded, perfetto, pprof, svg};
+use gpuperf_merge::write::{chrome, folded, idle, perfetto, pprof, svg};
 use tracing::{info, warn};
 
 use crate::cli::InputArgs;
@@ -174,6 +174,8 @@ pub struct Outputs {
     pub title: String,
     /// Subtitle, e.g. the command line.
     pub subtitle: Option<String>,
+    /// Idle-time folded stacks.
+    pub idle: Option<PathBuf>,
 }
 
 /// A file written, with how to look at it.
@@ -221,6 +223,11 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
         .transpose()?;
     let mut chrome = outs.chrome.as_deref().map(Timeline::create).transpose()?;
+    let mut idle = outs
+        .idle
+        .as_deref()
+        .map(|p| Ok::<_, anyhow::Error>((p, idle::IdleFolder::new(), create(p)?)))
+        .transpose()?;
     // Several processes in the data stay apart under a frame each.
     let mut folder = folded::Folder::new();
     let mut reporter = Reporter::new();
@@ -231,6 +238,9 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         }
         if pprof_file.is_some() {
             sinks.push(&mut profile);
+        }
+        if let Some((_, idler, _)) = idle.as_mut() {
+            sinks.push(idler);
         }
         l.join(&mut sinks)?
     };
@@ -253,6 +263,30 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
     }
     if let (Some(p), Some(c)) = (&outs.chrome, chrome) {
         written.push(c.finish(p)?);
+    }
+    if let Some((p, idler, f)) = idle {
+        idler
+            .write(f)
+            .with_context(|| format!("failed to write `{}`", p.display()))?;
+        let (idle_ns, span_ns) = idler.streams().iter().fold((0u64, 0u64), |(i, s), (_, x)| {
+            (i + x.idle_ns, s + x.span_ns)
+        });
+        written.push(Written {
+            path: p.to_path_buf(),
+            how: if span_ns == 0 {
+                "idle-time folded stacks: no stream had two pieces of work, so no gaps"
+            } else {
+                "idle-time folded stacks (µs): why each stream waited, by CPU stack"
+            },
+        });
+        if span_ns > 0 {
+            tracing::info!(
+                "streams idle {:.1}% of their active time ({} of {} µs)",
+                idle_ns as f64 * 100.0 / span_ns as f64,
+                idle_ns / 1000,
+                span_ns / 1000
+            );
+        }
     }
     if let Some((p, f)) = pprof_file {
         profile

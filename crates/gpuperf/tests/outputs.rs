@@ -205,3 +205,30 @@ fn ranks_as_directory_files_or_one_file__same_per_process_roots() {
         "[no CPU stack];cudaLaunchKernel;[GPU_Kernel]k 10\n"
     );
 }
+
+#[test]
+fn idle__gaps_charged_by_cause_and_summing_to_the_streams_idle_time() {
+    let dir = tempfile::tempdir().unwrap();
+    // Calls every 100 µs, each kernel 10 µs after its call and 100 ns long: the
+    // stream waits 89.9 µs for each next call, then 10 µs for its work.
+    let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .arg("merge")
+        .arg(&gpu)
+        .arg("--idle")
+        .arg(dir.path().join("idle.folded"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("idle.folded`: idle-time folded stacks (µs)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        fs::read_to_string(dir.path().join("idle.folded")).unwrap(),
+        "[no CPU stack];cudaLaunchKernel;[GPU_Idle: CPU late] 180\n\
+         [no CPU stack];cudaLaunchKernel;[GPU_Idle: launch latency] 20\n"
+    );
+}
