@@ -12,6 +12,7 @@ use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 
 use anyhow::Result;
+use gpuperf_merge::write::idle::IdleFolder;
 use gpuperf_merge::write::report;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -120,15 +121,57 @@ fn merge(mut a: MergeArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// The report's idle section: each stream's idle share and causes, then the CPU
+/// stacks that made the GPU wait longest.
+fn write_idle(out: &mut impl io::Write, idle: &IdleFolder, top: usize) -> Result<()> {
+    let streams = idle.streams();
+    if streams.iter().all(|(_, s)| s.span_ns == 0) {
+        return Ok(());
+    }
+    let us = |ns: u64| ns as f64 / 1000.0;
+    writeln!(
+        out,
+        "\nGPU idle time by stream (gaps between its work, within its active span)"
+    )?;
+    writeln!(
+        out,
+        "  {:>8} {:>6} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12}",
+        "pid", "device", "stream", "% idle", "idle µs", "CPU late", "host sync", "latency"
+    )?;
+    for ((pid, device, stream), s) in streams {
+        let share = if s.span_ns == 0 {
+            0.0
+        } else {
+            s.idle_ns as f64 * 100.0 / s.span_ns as f64
+        };
+        writeln!(
+            out,
+            "  {pid:>8} {device:>6} {stream:>6} {share:>5.1}% {:>12.2} {:>12.2} {:>12.2} {:>12.2}",
+            us(s.idle_ns),
+            us(s.by_cause_ns[0]),
+            us(s.by_cause_ns[1]),
+            us(s.by_cause_ns[2])
+        )?;
+    }
+    let mut lines: Vec<&(String, u64)> = idle.lines().iter().collect();
+    lines.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    writeln!(out, "\nCPU stacks that made the GPU wait (µs, by cause)")?;
+    for (stack, w) in lines.into_iter().take(top) {
+        writeln!(out, "  {w:>12}  {stack}")?;
+    }
+    Ok(())
+}
+
 fn run_report(mut a: ReportArgs, quiet: bool) -> Result<()> {
     trace_file_as_gpu_input(&mut a.input);
     let mut l = Loaded::from_args(&a.input)?;
     let mut rep = report::Reporter::new();
-    let summary = l.join(&mut [&mut rep])?;
-    rep.write(
-        io::stdout().lock(),
-        usize::try_from(a.top).unwrap_or(usize::MAX),
-    )?;
+    let mut idle = IdleFolder::new();
+    let summary = l.join(&mut [&mut rep, &mut idle])?;
+    let top = usize::try_from(a.top).unwrap_or(usize::MAX);
+    let mut out = io::stdout().lock();
+    rep.write(&mut out, top)?;
+    write_idle(&mut out, &idle, top)?;
     if (l.cpu.is_some() || summary.gpu_launch_stacks > 0) && !quiet {
         eprint!("gpuperf: {summary}");
     }

@@ -232,3 +232,33 @@ fn idle__gaps_charged_by_cause_and_summing_to_the_streams_idle_time() {
          [no CPU stack];cudaLaunchKernel;[GPU_Idle: launch latency] 20\n"
     );
 }
+
+#[test]
+fn report__idle_share_and_causes_per_stream_and_the_stacks_that_made_it_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .arg("report")
+        .arg(&gpu)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Active from the first kernel's start to the last one's end: 200.1 µs, of
+    // which 199.8 µs idle (2 × 89.9 late, 2 × 10 latency).
+    let row = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("42 "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["42", "0", "7", "99.9%", "199.80", "179.80", "0.00", "20.00"],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("           180  [no CPU stack];cudaLaunchKernel;[GPU_Idle: CPU late]\n"),
+        "{stdout}"
+    );
+}
