@@ -253,7 +253,12 @@ impl Gpus {
             format!(
                 "{} adapters in `{GPU}` are not the CUDA GPU of their CUDA device number (they have no compute capability, or another adapter is that GPU) and were left out: {}",
                 self.not_cuda.len(),
-                self.not_cuda.join(", ")
+                // Names come from the file: a line break must not split the note.
+                self.not_cuda
+                    .iter()
+                    .map(|n| n.escape_debug().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         });
         let ambiguous = (!self.ambiguous.is_empty()).then(|| {
