@@ -376,7 +376,7 @@ impl<W: Write> Sink for Writer<W> {
         launch: &CpuLaunch,
         _api: Option<&ApiInfo>,
     ) -> Result<()> {
-        let r = self.pending_launch(ctx, launch, "launch without GPU activity");
+        let r = self.pending_launch(ctx, launch, crate::write::PENDING_MARKER);
         self.check(r)
     }
 
@@ -386,7 +386,7 @@ impl<W: Write> Sink for Writer<W> {
         launch: &CpuLaunch,
         _api: Option<&ApiInfo>,
     ) -> Result<()> {
-        let r = self.pending_launch(ctx, launch, "launch captured into a CUDA graph");
+        let r = self.pending_launch(ctx, launch, crate::write::CAPTURED_MARKER);
         self.check(r)
     }
 

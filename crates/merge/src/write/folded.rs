@@ -202,18 +202,7 @@ impl Sink for Folder {
             } else {
                 String::new()
             };
-            match (stack, ctx.cpu) {
-                (Some(s), Some(cpu)) => text.push_str(cpu.stacks.text(s)),
-                _ => text.push_str(NO_STACK_ROOT),
-            }
-            if let Some(api) = api {
-                let api = ctx.strings.get(api);
-                let leaf = text.rsplit(';').next().unwrap_or(&text);
-                if leaf != api {
-                    text.push(';');
-                    text.push_str(api);
-                }
-            }
+            push_stack(&mut text, ctx, stack, api);
             text.push(';');
             text.push_str(&frame);
             let g = *group_of.entry(frame).or_insert_with_key(|f| {
@@ -238,6 +227,27 @@ impl Sink for Folder {
             .collect();
         self.acc = FxHashMap::default();
         Ok(())
+    }
+}
+
+/// Appends the CPU stack (or [`NO_STACK_ROOT`]) and the API frame, unless the
+/// stack already ends in it, as stacks taken at the API's entry do.
+pub(crate) fn push_stack(
+    text: &mut String,
+    ctx: &Context<'_>,
+    stack: Option<StackId>,
+    api: Option<StringId>,
+) {
+    match (stack, ctx.cpu) {
+        (Some(s), Some(cpu)) => text.push_str(cpu.stacks.text(s)),
+        _ => text.push_str(NO_STACK_ROOT),
+    }
+    if let Some(api) = api {
+        let api = ctx.strings.get(api);
+        if text.rsplit(';').next() != Some(api) {
+            text.push(';');
+            text.push_str(api);
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
 use crate::model::{ActivityKind, Record, StringId};
 use crate::read::cpu::StackId;
-use crate::write::folded::{NO_STACK_ROOT, round_per_group};
+use crate::write::folded::{push_stack, round_per_group};
 
 /// Why a stream was idle before a piece of work.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -220,17 +220,8 @@ impl Sink for IdleFolder {
             .acc
             .iter()
             .map(|(&(stack, api, cause), &ns)| {
-                let mut text = match (stack, ctx.cpu) {
-                    (Some(s), Some(cpu)) => cpu.stacks.text(s).to_owned(),
-                    _ => NO_STACK_ROOT.to_owned(),
-                };
-                if let Some(api) = api {
-                    let api = ctx.strings.get(api);
-                    if text.rsplit(';').next() != Some(api) {
-                        text.push(';');
-                        text.push_str(api);
-                    }
-                }
+                let mut text = String::new();
+                push_stack(&mut text, ctx, stack, api);
                 text.push(';');
                 text.push_str(cause.frame());
                 (text, ns)

@@ -1,5 +1,10 @@
 //! Writers: one module per output.
 
+/// The timelines' marker for a CPU launch that caused no GPU activity.
+pub const PENDING_MARKER: &str = "launch without GPU activity";
+/// The timelines' marker for a CPU launch captured into a CUDA graph.
+pub const CAPTURED_MARKER: &str = "launch captured into a CUDA graph";
+
 pub mod chrome;
 mod demangle;
 pub mod folded;

@@ -712,7 +712,7 @@ impl<W: Write> Sink for Writer<W> {
         launch: &CpuLaunch,
         _api: Option<&ApiInfo>,
     ) -> Result<()> {
-        self.marker(ctx, launch, "launch without GPU activity")
+        self.marker(ctx, launch, crate::write::PENDING_MARKER)
             .map_err(write_error)
     }
 
@@ -722,7 +722,7 @@ impl<W: Write> Sink for Writer<W> {
         launch: &CpuLaunch,
         _api: Option<&ApiInfo>,
     ) -> Result<()> {
-        self.marker(ctx, launch, "launch captured into a CUDA graph")
+        self.marker(ctx, launch, crate::write::CAPTURED_MARKER)
             .map_err(write_error)
     }
 
