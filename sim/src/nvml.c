@@ -3,7 +3,7 @@
  * What it does: nvmlInit_v2/nvmlShutdown succeed; a device looked up by PCI bus
  * id is found as no handle (NULL), so PyTorch's fabric check answers "no
  * fabric"; nvmlSystemGetCudaDriverVersion(_v2) gives the simulated driver's
- * 13.0. What it does not do: anything else; every other query returns
+ * 13.0; a device lists no running processes. Every other query returns
  * NVML_ERROR_NOT_SUPPORTED. (PyTorch calls nvmlInit_v2 without checking that
  * NVML loaded when expandable segments map memory; without any libnvidia-ml it
  * would call a null pointer.) It prints nothing. */
@@ -39,11 +39,17 @@ EXPORT const char *nvmlErrorString(int result) {
     return result == NVML_SUCCESS ? "Success" : "Not Supported (simulated NVML)";
 }
 
+/* No process is listed, as NVML answers in a container whose PID namespace
+ * hides them: torch 2.11-2.13 assert success here when they word an
+ * out-of-memory error (2.14 tolerates a failure). */
 EXPORT int nvmlDeviceGetComputeRunningProcesses(void *device, unsigned int *count, void *infos) {
-    return NVML_ERROR_NOT_SUPPORTED;
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    return NVML_SUCCESS;
 }
 EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *count, void *infos) {
-    return NVML_ERROR_NOT_SUPPORTED;
+    return nvmlDeviceGetComputeRunningProcesses(device, count, infos);
 }
 EXPORT int nvmlDeviceGetGpuFabricInfoV(void *device, void *info) { return NVML_ERROR_NOT_SUPPORTED; }
 EXPORT int nvmlDeviceGetNvLinkRemoteDeviceType(void *device, unsigned int link, int *type) {

@@ -1163,6 +1163,49 @@ GPUSIM_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *
     RETURN(rt(DRV(cuGraphGetNodes)((CUgraph)graph, (CUgraphNode *)nodes, numNodes)));
 }
 
+/* Writes the graph's nodes and edges as Graphviz DOT, as CUDA does for
+ * debugging (torch's CUDAGraph.debug_dump). The labels are the simulation's
+ * (node index), not CUDA's detailed ones; `flags` only chooses detail. */
+GPUSIM_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags) {
+    ENTER(cudaGraphDebugDotPrint, graph, path, flags);
+    if (!graph || !path)
+        RETURN(cudaErrorInvalidValue);
+    size_t n = 0;
+    cudaError_t e = rt(DRV(cuGraphGetNodes)((CUgraph)graph, NULL, &n));
+    if (e != cudaSuccess)
+        RETURN(e);
+    CUgraphNode *nodes = calloc(n ? n : 1, sizeof *nodes);
+    if (!nodes)
+        RETURN(cudaErrorMemoryAllocation);
+    e = rt(DRV(cuGraphGetNodes)((CUgraph)graph, nodes, &n));
+    FILE *f = e == cudaSuccess ? fopen(path, "w") : NULL;
+    if (e == cudaSuccess && !f)
+        e = cudaErrorInvalidValue;
+    if (f) {
+        fprintf(f, "digraph cudaGraph {\n");
+        for (size_t i = 0; i < n; i++)
+            fprintf(f, "  n%zu [label=\"node %zu\"];\n", i, i);
+        for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+            size_t d = 0;
+            e = rt(DRV(cuGraphNodeGetDependencies)(nodes[i], NULL, NULL, &d));
+            CUgraphNode *deps = e == cudaSuccess ? calloc(d ? d : 1, sizeof *deps) : NULL;
+            if (e == cudaSuccess && !deps)
+                e = cudaErrorMemoryAllocation;
+            if (deps && (e = rt(DRV(cuGraphNodeGetDependencies)(nodes[i], deps, NULL, &d))) == cudaSuccess)
+                for (size_t k = 0; k < d; k++)
+                    for (size_t j = 0; j < n; j++)
+                        if (nodes[j] == deps[k])
+                            fprintf(f, "  n%zu -> n%zu;\n", j, i);
+            free(deps);
+        }
+        fprintf(f, "}\n");
+        if (fclose(f) != 0 && e == cudaSuccess)
+            e = cudaErrorInvalidValue;
+    }
+    free(nodes);
+    RETURN(e);
+}
+
 GPUSIM_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies,
                                                        cudaGraphEdgeData *edgeData, size_t *pNumDependencies) {
     ENTER(cudaGraphNodeGetDependencies, node, pDependencies, edgeData, pNumDependencies);

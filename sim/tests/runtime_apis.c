@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -124,6 +125,25 @@ int main(void) {
     CHECK(cudaStreamSynchronize(s));
     printf("graph: %zu nodes cloned, copy gave %d, host function %.*s\n", in_clone,
            ((unsigned char *)pinned)[63], g_n, g_order);
+
+    /* The hand-built graph as Graphviz DOT: its five nodes and four edges. */
+    char dot[] = "/tmp/runtime_apis_XXXXXX";
+    int fd = mkstemp(dot);
+    if (fd < 0)
+        return 1;
+    close(fd);
+    CHECK(cudaGraphDebugDotPrint(g, dot, 0));
+    FILE *df = fopen(dot, "r");
+    int dot_nodes = 0, dot_edges = 0;
+    char line[256];
+    while (df && fgets(line, sizeof line, df)) {
+        dot_nodes += strstr(line, "[label=") != NULL;
+        dot_edges += strstr(line, "->") != NULL;
+    }
+    if (df)
+        fclose(df);
+    unlink(dot);
+    printf("dot: %d nodes %d edges\n", dot_nodes, dot_edges);
 
     /* A user object's destructor runs when its graph lets it go. */
     cudaUserObject_t obj;

@@ -377,6 +377,7 @@ fn sim_runtime_apis__host_functions_pointers_memory_capture_and_graph_nodes_as_c
          ipc: cudaErrorNotSupported\n\
          capture: active 1 id set 1 joined 1 ended 1 nodes 2\n\
          graph: 5 nodes cloned, copy gave 7, host function d\n\
+         dot: 5 nodes 4 edges\n\
          user object: destroyed u\n"
     );
 }
