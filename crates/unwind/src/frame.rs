@@ -128,6 +128,8 @@ pub(crate) struct Stats {
     pub stale_table: AtomicU64,
     pub no_stack_left: AtomicU64,
     pub cache_waits: AtomicU64,
+    pub python_skipped: AtomicU64,
+    pub python_probes: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -160,6 +162,13 @@ pub struct StatsSnapshot {
     pub no_stack_left: u64,
     /// Captures that found every unwind cache in use and had to wait.
     pub cache_waits: u64,
+    /// Python frame chains that could not be read (a link into unreadable
+    /// memory, an object of the wrong type): that stack keeps its native frames
+    /// only (see [`crate::python::Python::last_skip_reason`]).
+    pub python_skipped: u64,
+    /// System calls made to check memory before reading it (the Python frames
+    /// and code objects that the capture could not prove live otherwise).
+    pub python_probes: u64,
 }
 
 impl Stats {
@@ -178,6 +187,8 @@ impl Stats {
             stale_table: l(&self.stale_table),
             no_stack_left: l(&self.no_stack_left),
             cache_waits: l(&self.cache_waits),
+            python_skipped: l(&self.python_skipped),
+            python_probes: l(&self.python_probes),
         }
     }
 

@@ -47,7 +47,7 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use layout::{FrameKind, Layout, LineTable};
+use layout::{FrameKind, FrameWords, Layout, LineTable};
 
 use crate::frame::{Captured, CodeId, Frame, ModuleId, StackEnd, Stats};
 use crate::module::ModuleInfo;
@@ -55,6 +55,10 @@ use crate::table::Table;
 
 /// Python frames kept per stack; deeper chains are truncated (and counted).
 pub const MAX_PYTHON_FRAMES: usize = 256;
+
+/// Failed captures, with no chain ever read, after which Python frames are
+/// turned off (the layout is probably misread).
+const SKIPS_BEFORE_OFF: u64 = 64;
 
 /// Code objects the table holds; later ones are shown as unresolved frames.
 const CODE_SLOTS: usize = 16384;
@@ -120,6 +124,10 @@ pub struct Python {
     overflow: AtomicBool,
     /// A probe was refused (EPERM, ENOSYS): seccomp.
     refused: AtomicBool,
+    /// Some chain was read: failures since are bad stacks, not a bad layout.
+    read_one: AtomicBool,
+    /// The reason of the last skipped stack (`reason::index`), 0 for none.
+    last_skip: AtomicU8,
 }
 
 // SAFETY: the arena's bytes are written once, by the thread that reserved them
@@ -154,6 +162,10 @@ mod reason {
     pub const CHAIN: &str = "the thread state's frame chain is unreadable";
     pub const REFUSED: &str = "the system calls that read memory without faulting \
         (rt_sigprocmask, process_vm_readv) are refused, e.g. by a seccomp filter";
+    /// `why`'s index in [`ALL`], plus one.
+    pub fn index(why: &str) -> u8 {
+        ALL.iter().position(|r| *r == why).unwrap_or(0) as u8 + 1
+    }
     pub const ALL: [&str; 8] = [
         FRAME_UNREADABLE,
         CODE_UNREADABLE,
@@ -179,6 +191,31 @@ struct Known {
     /// Pages probed together (the code objects of the chain), unordered.
     pages: [u64; PAGES],
     npages: usize,
+    /// System calls made to probe.
+    probes: u64,
+}
+
+/// Data-stack chunks a capture reads without probes; frames in older chunks
+/// are probed.
+const MAX_CHUNKS: usize = 16;
+/// Bytes of a chunk's header (`previous`, `size`, `top`) before its frames.
+const CHUNK_DATA: u64 = 24;
+
+/// The live parts `[lo, hi)` of the thread's data-stack chunks, current chunk
+/// first, and per chunk the last frame proven live (`tile_to`).
+struct Chunks {
+    n: usize,
+    lo: [u64; MAX_CHUNKS],
+    hi: [u64; MAX_CHUNKS],
+    cursor: [u64; MAX_CHUNKS],
+}
+
+impl Chunks {
+    /// The chunk holding `[addr, addr+len)` in its live part.
+    fn find(&self, addr: u64, len: u64) -> Option<usize> {
+        let end = addr.checked_add(len)?;
+        (0..self.n).find(|&k| self.lo[k] <= addr && end <= self.hi[k])
+    }
 }
 
 /// Spans a capture remembers.
@@ -194,6 +231,7 @@ impl Known {
             next: 0,
             pages: [0; PAGES],
             npages: 0,
+            probes: 0,
         }
     }
 
@@ -320,7 +358,14 @@ impl Python {
             arena_used: AtomicUsize::new(0),
             overflow: AtomicBool::new(false),
             refused: AtomicBool::new(false),
+            read_one: AtomicBool::new(false),
+            last_skip: AtomicU8::new(0),
         })
+    }
+
+    /// `true` for a free-threaded build (3.13t).
+    pub fn free_threaded(&self) -> bool {
+        self.layout.free_threaded
     }
 
     /// Whether Python frames are read, and why not.
@@ -337,10 +382,42 @@ impl Python {
     }
 
     fn disable(&self, why: &'static str) {
-        let n = reason::ALL.iter().position(|r| *r == why).unwrap_or(0) as u8 + 1;
-        let _ = self
-            .disabled
-            .compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = self.disabled.compare_exchange(
+            0,
+            reason::index(why),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Counts a stack whose Python frames could not be read; it keeps its
+    /// native frames. Python frames are turned off only when no capture can
+    /// succeed: the probes are refused, or no chain was ever readable after
+    /// [`SKIPS_BEFORE_OFF`] attempts (a layout this crate misreads).
+    #[cold]
+    #[inline(never)]
+    fn skip(&self, stats: &Stats, why: &'static str) -> (usize, bool) {
+        if self.refused.load(Ordering::Relaxed) {
+            // Unreadable because no probe is allowed, not because of a bad
+            // pointer: say so.
+            self.disable(reason::REFUSED);
+            return (0, false);
+        }
+        let n = stats.python_skipped.fetch_add(1, Ordering::Relaxed) + 1;
+        self.last_skip.store(reason::index(why), Ordering::Relaxed);
+        if n >= SKIPS_BEFORE_OFF && !self.read_one.load(Ordering::Relaxed) {
+            self.disable(why);
+        }
+        (0, false)
+    }
+
+    /// Why the last stack counted in [`crate::StatsSnapshot::python_skipped`]
+    /// lost its Python frames.
+    pub fn last_skip_reason(&self) -> Option<&'static str> {
+        match self.last_skip.load(Ordering::Relaxed) {
+            0 => None,
+            n => reason::ALL.get(usize::from(n - 1)).copied(),
+        }
     }
 
     /// `true` if the code table or its arena filled up (later code objects are
@@ -406,15 +483,19 @@ impl Python {
         }
         // Uninitialized: zeroing these two buffers cost more than the walk itself.
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
-        let (n, truncated) = match self.read_chain(tstate, &mut Known::new(stack), &mut raw) {
-            Ok(r) => r,
-            Err(why) => {
-                // Unreadable because no probe is allowed, not because of a bad
-                // pointer: say so.
-                let refused = self.refused.load(Ordering::Relaxed);
-                self.disable(if refused { reason::REFUSED } else { why });
-                return;
+        let mut mem = Known::new(stack);
+        let read = self.read_chain(tstate, &mut mem, &mut raw);
+        if mem.probes > 0 {
+            stats.python_probes.fetch_add(mem.probes, Ordering::Relaxed);
+        }
+        let (n, truncated) = match read {
+            Ok(r) => {
+                if !self.read_one.load(Ordering::Relaxed) {
+                    self.read_one.store(true, Ordering::Relaxed);
+                }
+                r
             }
+            Err(why) => self.skip(stats, why),
         };
         if n == 0 {
             return;
@@ -503,7 +584,106 @@ impl Python {
         }
     }
 
+    /// The live parts of the thread's data-stack chunks (3.11+), current chunk
+    /// first; empty before 3.11.
+    fn data_stack(&self, tstate: u64) -> Chunks {
+        let mut c = Chunks {
+            n: 0,
+            lo: [0; MAX_CHUNKS],
+            hi: [0; MAX_CHUNKS],
+            cursor: [0; MAX_CHUNKS],
+        };
+        let Some(ds) = self.layout.datastack else {
+            return c;
+        };
+        // The thread state and its chunks are the interpreter's own: a chunk is
+        // freed only by its thread, when it returns from the chunk's first call,
+        // which cannot happen while that thread is in this capture.
+        let rd = |a: u64| -> u64 {
+            // SAFETY: inside the live PyThreadState or one of its chunk headers.
+            unsafe { (a as *const u64).read_unaligned() }
+        };
+        let mut chunk = rd(tstate + ds.chunk);
+        let mut end = rd(tstate + ds.top);
+        while c.n < MAX_CHUNKS && chunk != 0 && chunk.is_multiple_of(8) {
+            let (previous, size) = (rd(chunk), rd(chunk + 8));
+            // The thread's first chunk keeps its first word unused.
+            let start = chunk + CHUNK_DATA + if previous == 0 { 8 } else { 0 };
+            if end < start || end > chunk.saturating_add(size) || !end.is_multiple_of(8) {
+                break;
+            }
+            (c.lo[c.n], c.hi[c.n], c.cursor[c.n]) = (start, end, start);
+            c.n += 1;
+            if previous == 0 || !previous.is_multiple_of(8) {
+                break;
+            }
+            end = (previous + CHUNK_DATA).saturating_add(rd(previous + 16).saturating_mul(8));
+            chunk = previous;
+        }
+        c
+    }
+
+    /// Proves that the frame at `target` in chunk `k` is a live frame: the
+    /// chunk's frames, from its first, each as long as its code object says,
+    /// must reach `target` exactly. Every frame passed over is live (the
+    /// interpreter pushed it and has not popped it), so its code object is too
+    /// (a frame holds a strong reference to it) and is read directly. Targets
+    /// come outermost first, so each chunk is walked once.
+    fn tile_to(&self, chunks: &mut Chunks, k: usize, target: u64) -> Result<(), &'static str> {
+        let l = &self.layout;
+        let Some(ds) = l.datastack else {
+            return Err(reason::CHAIN);
+        };
+        let mut s = chunks.cursor[k];
+        while s < target {
+            if s + l.frame_size > chunks.hi[k] {
+                return Err(reason::CHAIN);
+            }
+            // SAFETY: `s` starts a live frame inside the chunk (induction from
+            // the chunk's first frame).
+            let code = unsafe { ((s + l.frame_code) as *const u64).read_unaligned() };
+            let words = self.frame_words(code, ds.frame_words)?;
+            match words.checked_mul(8) {
+                Some(b) if b >= l.frame_size => s += b,
+                _ => return Err(reason::CHAIN),
+            }
+        }
+        if s != target {
+            return Err(reason::CHAIN);
+        }
+        chunks.cursor[k] = target;
+        Ok(())
+    }
+
+    /// The data-stack words of a live frame whose code object is `code`.
+    fn frame_words(&self, code: u64, fw: FrameWords) -> Result<u64, &'static str> {
+        if code == 0 || !code.is_multiple_of(8) {
+            return Err(reason::CODE_TYPE);
+        }
+        // SAFETY: the code object of a live frame is live (see `tile_to`).
+        let rd32 = |o: u64| unsafe { ((code + o) as *const i32).read_unaligned() };
+        // SAFETY: as above; the header comes first.
+        let ty = unsafe { ((code + self.layout.ob_type) as *const u64).read_unaligned() };
+        if ty != self.code_type {
+            return Err(reason::CODE_TYPE);
+        }
+        let words = match fw {
+            FrameWords::Field(o) => i64::from(rd32(o)),
+            FrameWords::Sum {
+                nlocalsplus,
+                stacksize,
+                specials,
+            } => i64::from(rd32(nlocalsplus)) + i64::from(rd32(stacksize)) + specials as i64,
+        };
+        u64::try_from(words).map_err(|_| reason::CHAIN)
+    }
+
     /// The frame chain, innermost first, into `raw`: (frames, truncated).
+    ///
+    /// Frames in the live part of the thread's data stack (3.11+) are read
+    /// directly and proven live by `tile_to`, and so are their code objects;
+    /// other frames (3.10's heap frames, generators' frames) and their code
+    /// objects only after a probe in this capture.
     fn read_chain(
         &self,
         tstate: u64,
@@ -513,7 +693,8 @@ impl Python {
         let l = &self.layout;
         // The thread state is the interpreter's own, live while the thread is.
         let rd = |a: u64| -> u64 {
-            // SAFETY: inside the live PyThreadState / _PyCFrame of this thread.
+            // SAFETY: inside the live PyThreadState / _PyCFrame of this thread,
+            // or a frame checked readable by the caller of `rd`.
             unsafe { (a as *const u64).read_unaligned() }
         };
         let mut frame = rd(tstate + l.tstate_frame);
@@ -526,11 +707,17 @@ impl Python {
             }
             frame = rd(frame + off);
         }
+        if frame == 0 {
+            return Ok((0, false));
+        }
+        let mut chunks = self.data_stack(tstate);
         let mut n: usize = 0;
         let mut steps = 0;
-        // Code objects, resolved after the chain is read: their pages are
-        // probed together, in one system call.
+        // Code objects, resolved after the chain is read: the unproven ones'
+        // pages are probed together.
         let mut codes = [0u64; MAX_PYTHON_FRAMES];
+        // The frame's address when it lies in the data stack, else 0.
+        let mut in_stack = [0u64; MAX_PYTHON_FRAMES];
         let mut truncated = false;
         while frame != 0 {
             // Bounded: a cycle in a corrupted chain ends at the cap.
@@ -539,7 +726,10 @@ impl Python {
                 truncated = true;
                 break;
             }
-            if !frame.is_multiple_of(8) || !self.readable(frame, l.frame_size, mem) {
+            let chunk = chunks.find(frame, l.frame_size);
+            if !frame.is_multiple_of(8)
+                || (chunk.is_none() && !self.readable(frame, l.frame_size, mem))
+            {
                 return Err(reason::FRAME_UNREADABLE);
             }
             let previous = rd(frame + l.frame_previous);
@@ -586,6 +776,7 @@ impl Python {
                 unsafe { *((frame + o) as *const u8) != 0 }
             });
             codes[n] = code;
+            in_stack[n] = if chunk.is_some() { frame } else { 0 };
             raw[n].write(Raw {
                 code: 0,
                 instruction,
@@ -594,9 +785,23 @@ impl Python {
             n += 1;
             frame = previous;
         }
-        self.probe_code_pages(&codes[..n], mem)?;
-        for (r, &code) in raw[..n].iter_mut().zip(&codes) {
-            let id = self.code_id(code, mem)?;
+        // Outermost first: each chunk is tiled once, from its first frame.
+        for &f in in_stack[..n].iter().rev().filter(|&&f| f != 0) {
+            let Some(k) = chunks.find(f, l.frame_size) else {
+                return Err(reason::CHAIN);
+            };
+            self.tile_to(&mut chunks, k, f)?;
+        }
+        let unproven = |i: &usize| in_stack[*i] == 0;
+        let mut pending = [0u64; MAX_PYTHON_FRAMES];
+        let mut np = 0;
+        for i in (0..n).filter(unproven) {
+            pending[np] = codes[i];
+            np += 1;
+        }
+        self.probe_code_pages(&pending[..np], mem)?;
+        for (i, r) in raw[..n].iter_mut().enumerate() {
+            let id = self.code_id(codes[i], mem, in_stack[i] != 0)?;
             // SAFETY: `raw[..n]` is initialized.
             unsafe { r.assume_init_mut().code = id };
         }
@@ -615,7 +820,11 @@ impl Python {
                 continue;
             }
             for p in code >> 12..=(end - 1) >> 12 {
-                if mem.has_page(p) || !self.page_readable(p) {
+                if mem.has_page(p) {
+                    continue;
+                }
+                mem.probes += 1;
+                if !self.page_readable(p) {
                     continue;
                 }
                 if mem.npages < PAGES {
@@ -669,14 +878,16 @@ impl Python {
     }
 
     /// The code table index of a code object, copying it the first time.
-    fn code_id(&self, code: u64, mem: &mut Known) -> Result<u32, &'static str> {
+    /// `live`: the code object of a frame proven live (`tile_to`), read without
+    /// a probe, as are the name, file and line table it holds references to.
+    fn code_id(&self, code: u64, mem: &mut Known, live: bool) -> Result<u32, &'static str> {
         let l = &self.layout;
-        if !code.is_multiple_of(8) || !self.readable(code, self.code_span, mem) {
+        if !code.is_multiple_of(8) || !(live || self.readable(code, self.code_span, mem)) {
             return Err(reason::CODE_UNREADABLE);
         }
-        // SAFETY: inside the code object just checked readable.
+        // SAFETY: inside the code object, live or just checked readable.
         let rd = |a: u64| unsafe { (a as *const u64).read_unaligned() };
-        if rd(code + 8) != self.code_type {
+        if rd(code + l.ob_type) != self.code_type {
             return Err(reason::CODE_TYPE);
         }
         // SAFETY: as above.
@@ -706,9 +917,9 @@ impl Python {
                     .is_ok()
             {
                 slot.state.store(1, Ordering::Relaxed);
-                let qualname = self.copy_str(rd(code + l.code_qualname), mem)?;
-                let file = self.copy_str(rd(code + l.code_filename), mem)?;
-                let table = self.copy_bytes(table_ptr, mem)?;
+                let qualname = self.copy_str(rd(code + l.code_qualname), mem, live)?;
+                let file = self.copy_str(rd(code + l.code_filename), mem, live)?;
+                let table = self.copy_bytes(table_ptr, mem, live)?;
                 slot.first_line.store(first_line, Ordering::Relaxed);
                 slot.line_table_ptr.store(table_ptr, Ordering::Relaxed);
                 slot.qualname.store(qualname, Ordering::Relaxed);
@@ -723,13 +934,13 @@ impl Python {
     }
 
     /// Copies a `str` object's text into the arena as UTF-8.
-    fn copy_str(&self, obj: u64, mem: &mut Known) -> Result<u64, &'static str> {
+    fn copy_str(&self, obj: u64, mem: &mut Known, live: bool) -> Result<u64, &'static str> {
         let l = &self.layout;
         let mut head = [0u8; 128];
         let hlen = l.compact_size as usize;
         if !obj.is_multiple_of(8)
             || hlen > head.len()
-            || !self.safe_read(obj, &mut head[..hlen], mem)
+            || !self.safe_read(obj, &mut head[..hlen], mem, live)
         {
             return Err(reason::STRING);
         }
@@ -740,7 +951,7 @@ impl Python {
             Some(u64::from_le_bytes(v))
         };
         let (Some(ty), Some(len), Some(state)) = (
-            field(8, 8),
+            field(l.ob_type, 8),
             field(l.unicode_length, 8),
             field(l.unicode_state, 4),
         ) else {
@@ -762,7 +973,7 @@ impl Python {
             };
         let mut buf = [0u8; 4096];
         let raw = &mut buf[..len * kind as usize];
-        if !self.safe_read(data, raw, mem) {
+        if !self.safe_read(data, raw, mem, live) {
             return Err(reason::STRING);
         }
         let mut utf8 = [0u8; 4096];
@@ -783,11 +994,14 @@ impl Python {
     }
 
     /// Copies a `bytes` object's contents into the arena.
-    fn copy_bytes(&self, obj: u64, mem: &mut Known) -> Result<u64, &'static str> {
+    fn copy_bytes(&self, obj: u64, mem: &mut Known, live: bool) -> Result<u64, &'static str> {
         let l = &self.layout;
         let mut head = [0u8; 64];
         let n = l.bytes_data as usize;
-        if !obj.is_multiple_of(8) || n > head.len() || !self.safe_read(obj, &mut head[..n], mem) {
+        if !obj.is_multiple_of(8)
+            || n > head.len()
+            || !self.safe_read(obj, &mut head[..n], mem, live)
+        {
             return Err(reason::LINE_TABLE);
         }
         let field = |o: u64| -> Option<u64> {
@@ -795,7 +1009,7 @@ impl Python {
                 head.get(o as usize..o as usize + 8)?.try_into().ok()?,
             ))
         };
-        let (Some(ty), Some(len)) = (field(8), field(l.bytes_size)) else {
+        let (Some(ty), Some(len)) = (field(l.ob_type), field(l.bytes_size)) else {
             return Err(reason::LINE_TABLE);
         };
         if ty != self.bytes_type {
@@ -812,7 +1026,7 @@ impl Python {
         let dst = unsafe {
             std::slice::from_raw_parts_mut(self.arena[start..start + len].as_ptr() as *mut u8, len)
         };
-        if !self.safe_read(obj + l.bytes_data, dst, mem) {
+        if !self.safe_read(obj + l.bytes_data, dst, mem, live) {
             return Err(reason::LINE_TABLE);
         }
         Ok((start as u64) << 32 | len as u64)
@@ -852,20 +1066,24 @@ impl Python {
     #[inline(never)]
     fn readable_pages(&self, addr: u64, end: u64, mem: &mut Known) -> bool {
         let (first, last) = (addr >> 12, (end - 1) >> 12);
-        if !(first..=last).all(|p| self.page_readable(p)) {
+        if !(first..=last).all(|p| {
+            mem.probes += 1;
+            self.page_readable(p)
+        }) {
             return false;
         }
         mem.remember(first, last);
         true
     }
 
-    /// Reads through `process_vm_readv` (never faults) unless already readable.
-    fn safe_read(&self, addr: u64, dst: &mut [u8], mem: &mut Known) -> bool {
+    /// Copies `dst.len()` bytes from `addr` if they are live (`live`: part of
+    /// an object a live code object refers to) or found readable.
+    fn safe_read(&self, addr: u64, dst: &mut [u8], mem: &mut Known, live: bool) -> bool {
         if dst.is_empty() {
             return true;
         }
-        if self.readable(addr, dst.len() as u64, mem) {
-            // SAFETY: checked readable above.
+        if live || self.readable(addr, dst.len() as u64, mem) {
+            // SAFETY: live, or checked readable above.
             unsafe {
                 std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len())
             };

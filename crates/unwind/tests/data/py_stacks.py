@@ -1,7 +1,8 @@
 """Takes stacks through ctypes from nested functions, with the test probe.
 
 usage: python3 py_stacks.py PROBE.so CASE
-CASE: main | thread | native_thread | deep | corrupt | stale | seccomp
+CASE: main | thread | native_thread | deep | corrupt | stale | seccomp | generator
+      | probes
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -52,6 +53,7 @@ def corrupt():
     memory."""
     with_broken_link(lambda: show("corrupt"))  # call:corrupt
     show("after corrupt")
+    print("stats " + stats())
 
 
 def stale():
@@ -83,6 +85,35 @@ def deny_process_vm_readv():
         raise OSError(ctypes.get_errno(), "seccomp")
 
 
+def gen():
+    """A generator's frame lives in the generator object, not in the thread's
+    data stack; the frames it calls do."""
+    inner("generator")  # call:gen
+    yield 1
+
+
+class Init:
+    def __init__(self):
+        """3.13 runs `__init__` above a shim frame in the data stack."""
+        for _ in gen():  # call:init
+            pass
+
+
+def stats():
+    buf = ctypes.create_string_buffer(1 << 16)
+    probe.gpuperf_probe_stats(buf, len(buf))
+    return buf.value.decode().strip()
+
+
+def repeat(n):
+    """Takes `n` stacks under the same frames, with the unwinder's counters
+    before and after."""
+    print("stats " + stats())
+    for _ in range(n):
+        show("repeat")  # call:repeat
+    print("stats " + stats())
+
+
 case = sys.argv[2]
 if case == "main":
     outer("main")  # call:module
@@ -102,6 +133,12 @@ elif case == "seccomp":
     outer("seccomp")  # call:seccomp_module
 elif case == "stale":
     stale()  # call:stale_module
+elif case == "generator":
+    Init()  # call:generator_module
+elif case == "probes":
+    outer("warm")
+    middle_then = lambda: repeat(10)  # noqa: E731
+    middle_then()
 elif case == "bench":
     # 30 distinct Python functions below the probe (30 code objects, as in a real
     # stack: f29 calls f28 ... f0 captures); medians of 9 rounds of 20000 captures.
