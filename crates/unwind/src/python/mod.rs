@@ -360,25 +360,48 @@ impl Python {
             .enumerate()
             .find(|(_, m)| m.text.contains(&eval))?;
         let start = eval - m.bias;
-        Some(Python {
+        let types = [
+            sym(c"PyCode_Type")?,
+            sym(c"PyUnicode_Type")?,
+            sym(c"PyBytes_Type")?,
+        ];
+        // SAFETY: CPython's `PyThreadState *PyGILState_GetThisThreadState(void)`.
+        let this_thread_state = unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(tstate_fn as usize)
+        };
+        Some(Python::with_layout(
             layout,
-            // SAFETY: CPython's `PyThreadState *PyGILState_GetThisThreadState(void)`.
-            this_thread_state: unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(
-                    tstate_fn as usize,
-                )
-            },
-            code_type: sym(c"PyCode_Type")?,
-            unicode_type: sym(c"PyUnicode_Type")?,
-            bytes_type: sym(c"PyBytes_Type")?,
-            eval_module: ModuleId(index as u32),
+            this_thread_state,
+            types,
+            ModuleId(index as u32),
+            start..start + size.max(1),
+        ))
+    }
+
+    /// A reader of `layout`; `types`: the addresses of the `code`, `str` and
+    /// `bytes` type objects.
+    fn with_layout(
+        layout: Layout,
+        this_thread_state: unsafe extern "C" fn() -> *mut c_void,
+        types: [u64; 3],
+        eval_module: ModuleId,
+        eval_range: Range<u64>,
+    ) -> Python {
+        Python {
+            layout,
+            this_thread_state,
+            code_type: types[0],
+            unicode_type: types[1],
+            bytes_type: types[2],
+            eval_module,
             code_span: layout
                 .code_linetable
                 .max(layout.code_firstlineno)
                 .max(layout.code_qualname)
                 .max(layout.code_filename)
+                .max(layout.ob_type)
                 + 8,
-            eval_range: start..start + size.max(1),
+            eval_range,
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
             disabled: AtomicU8::new(0),
@@ -389,7 +412,7 @@ impl Python {
             refused: AtomicBool::new(false),
             read_one: AtomicBool::new(false),
             last_skip: AtomicU8::new(0),
-        })
+        }
     }
 
     /// `true` for a free-threaded build (3.13t).
@@ -1143,5 +1166,184 @@ fn unsafe_zeroed_dl_info() -> libc::Dl_info {
         dli_fbase: std::ptr::null_mut(),
         dli_sname: std::ptr::null(),
         dli_saddr: std::ptr::null_mut(),
+    }
+}
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod tests {
+    //! A synthetic layout test: no free-threaded CPython exists on the machines
+    //! this crate is tested on, so a 3.13t frame chain is built in memory with
+    //! the layout of CPython 3.13's headers compiled with `Py_GIL_DISABLED`
+    //! (`Include/object.h`: a 32-byte object header, `ob_type` at 24, so every
+    //! object field 16 bytes later than in the default build), and read by the
+    //! same walker as a real one.
+
+    use super::*;
+
+    /// `_Py_DebugOffsets` of a 3.13.0 free-threaded build, as u64 words from
+    /// offset 0 (cookie, version, free_threaded, then the structs' offsets).
+    fn debug_offsets_313t() -> Vec<u64> {
+        let mut w = vec![0u64; 584 / 8];
+        w[0] = u64::from_le_bytes(*v3_13::COOKIE);
+        w[1] = 0x030d_00f0;
+        let mut set = |off: usize, v: u64| w[off / 8] = v;
+        set(16, 1); // free_threaded
+        set(184, 72); // thread_state.current_frame
+        set(208, 232); // thread_state.datastack_chunk
+        set(224, 80); // interpreter_frame.size
+        set(232, 8); // .previous
+        set(240, 0); // .executable
+        set(248, 56); // .instr_ptr
+        set(256, 72); // .localsplus
+        set(264, 70); // .owner
+        set(272, 224); // code_object.size
+        set(280, 128); // .filename
+        set(288, 136); // .name
+        set(296, 144); // .qualname
+        set(304, 152); // .linetable
+        set(312, 84); // .firstlineno
+        set(344, 216); // .co_code_adaptive
+        set(352, 32); // pyobject.size
+        set(360, 24); // pyobject.ob_type
+        set(520, 32); // bytes_object.ob_size
+        set(528, 48); // bytes_object.ob_sval
+        set(544, 48); // unicode_object.state
+        set(552, 32); // unicode_object.length
+        set(560, 56); // unicode_object.asciiobject_size
+        w
+    }
+
+    unsafe extern "C" fn no_thread_state() -> *mut c_void {
+        std::ptr::null_mut()
+    }
+
+    /// Memory for the synthetic interpreter: 8-byte words, addressed by byte.
+    struct Heap(Vec<u64>);
+
+    impl Heap {
+        fn addr(&self, off: usize) -> u64 {
+            self.0.as_ptr() as u64 + off as u64
+        }
+        fn put(&mut self, off: usize, v: u64) {
+            self.0[off / 8] = v;
+        }
+        fn put_u32(&mut self, off: usize, v: u32) {
+            let w = &mut self.0[off / 8];
+            let shift = (off % 8) * 8;
+            *w = (*w & !(0xffff_ffffu64 << shift)) | (u64::from(v) << shift);
+        }
+        fn put_bytes(&mut self, off: usize, b: &[u8]) {
+            for (i, &c) in b.iter().enumerate() {
+                let w = &mut self.0[(off + i) / 8];
+                let shift = ((off + i) % 8) * 8;
+                *w = (*w & !(0xffu64 << shift)) | (u64::from(c) << shift);
+            }
+        }
+    }
+
+    /// Builds: a thread state whose data stack holds `outer` then `inner`
+    /// frames, each with its code object, names, file and line table.
+    /// Returns (reader, heap, thread state address).
+    fn synthetic_313t(ob_type_override: Option<u64>) -> (Python, Heap, u64) {
+        let words = debug_offsets_313t();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut layout = v3_13::layout(&bytes[..8], words[1], |off| words[off as usize / 8])
+            .expect("a 3.13 layout");
+        assert!(layout.free_threaded);
+        if let Some(o) = ob_type_override {
+            layout.ob_type = o;
+        }
+        let mut h = Heap(vec![0u64; 4096]);
+        let (code_ty, str_ty, bytes_ty) = (h.addr(0), h.addr(64), h.addr(128));
+        // str objects: compact ASCII (state: kind 1 << 2, compact 1 << 5,
+        // ascii 1 << 6), text after the 56-byte header.
+        let string = |h: &mut Heap, off: usize, text: &str| {
+            h.put(off + 24, str_ty);
+            h.put(off + 32, text.len() as u64);
+            h.put_u32(off + 48, (1 << 2) | (1 << 5) | (1 << 6));
+            h.put_bytes(off + 56, text.as_bytes());
+            h.addr(off)
+        };
+        let file = string(&mut h, 256, "/src/synthetic.py");
+        let q_outer = string(&mut h, 384, "outer");
+        let q_inner = string(&mut h, 512, "inner");
+        // A location table: one code unit, "no column" entry, line + 2.
+        h.put(640 + 24, bytes_ty);
+        h.put(640 + 32, 2);
+        h.put_bytes(640 + 48, &[0x80 | (13 << 3), 2 << 1]);
+        let table = h.addr(640);
+        let code = |h: &mut Heap, off: usize, qualname: u64, first: u32, framesize: u32| {
+            h.put(off + 24, code_ty);
+            h.put_u32(off + 84, first);
+            h.put_u32(off + 92, framesize); // co_framesize, after co_nlocalsplus
+            h.put(off + 128, file);
+            h.put(off + 144, qualname);
+            h.put(off + 152, table);
+            h.addr(off)
+        };
+        let c_outer = code(&mut h, 1024, q_outer, 10, 12);
+        let c_inner = code(&mut h, 1536, q_inner, 40, 11);
+        // The thread's first chunk: header, one unused word, then the frames.
+        let chunk = 8192;
+        h.put(chunk, 0); // previous
+        h.put(chunk + 8, 16384); // size
+        let outer = chunk + 32;
+        let inner = outer + 12 * 8;
+        for (f, c, prev) in [(outer, c_outer, 0), (inner, c_inner, h.addr(outer))] {
+            h.put(f, c); // f_executable
+            h.put(f + 8, prev); // previous
+            h.put(f + 56, c + 216); // instr_ptr: the first code unit
+        }
+        let ts = 24576;
+        h.put(ts + 72, h.addr(inner)); // current_frame
+        h.put(ts + 232, h.addr(chunk)); // datastack_chunk
+        h.put(ts + 240, h.addr(inner + 11 * 8)); // datastack_top
+        let py = Python::with_layout(
+            layout,
+            no_thread_state,
+            [code_ty, str_ty, bytes_ty],
+            ModuleId(0),
+            0..1,
+        );
+        let ts = h.addr(ts);
+        (py, h, ts)
+    }
+
+    #[test]
+    fn synthetic_layout_313t__frame_chain_read_with_the_free_threaded_header() {
+        let (py, _heap, ts) = synthetic_313t(None);
+        let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
+        let mut mem = Known::new((0, 0));
+        let (n, truncated) = py.read_chain(ts, &mut mem, &mut raw).expect("readable");
+        assert_eq!((n, truncated), (2, false));
+        // Everything was proven live through the data stack: no probe.
+        assert_eq!(mem.probes, 0);
+        let got: Vec<String> = raw[..n]
+            .iter()
+            .map(|r| {
+                // SAFETY: read_chain initialized `raw[..n]`.
+                let r = unsafe { r.assume_init() };
+                py.resolve(CodeId(r.code), r.instruction)
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "synthetic.inner (synthetic.py:42)",
+                "synthetic.outer (synthetic.py:12)"
+            ]
+        );
+    }
+
+    #[test]
+    fn synthetic_layout_313t__read_with_the_default_header__rejected_not_misread() {
+        // ob_type at 8 (the default build's header) finds no `code` type.
+        let (py, _heap, ts) = synthetic_313t(Some(8));
+        let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
+        let r = py.read_chain(ts, &mut Known::new((0, 0)), &mut raw);
+        assert_eq!(r.err(), Some(reason::CODE_TYPE));
     }
 }
