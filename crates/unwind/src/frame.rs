@@ -91,6 +91,11 @@ pub enum StackEnd {
     /// The caller had less than [`crate::MIN_STACK_LEFT`] bytes of stack left;
     /// nothing was captured.
     NoStackLeft,
+    /// The native stack is complete, but the Python frames of some outer
+    /// interpreter loop are missing: the thread runs a subinterpreter (its
+    /// frames are read) inside a call from another interpreter (whose frames
+    /// are not); those loops keep their native frame.
+    PythonCut,
 }
 
 impl StackEnd {

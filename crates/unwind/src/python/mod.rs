@@ -578,10 +578,16 @@ impl Python {
             }
         };
         let mut spliced = 0;
+        let mut cut = false;
         'native: for f in native {
             let is_eval = matches!(*f, Frame::Native { module, .. } if module == self.eval_module)
                 && f.lookup_offset()
                     .is_some_and(|o| self.eval_range.contains(&o));
+            if is_eval && p >= raw.len() && !truncated {
+                // An eval loop whose Python frames are not in this chain: the
+                // thread runs a subinterpreter inside another interpreter's call.
+                cut = true;
+            }
             if is_eval && p < raw.len() {
                 while p < raw.len() {
                     let r = raw[p];
@@ -633,6 +639,8 @@ impl Python {
         }
         if full || truncated {
             captured.end = StackEnd::DepthLimit;
+        } else if cut && captured.end == StackEnd::Root {
+            captured.end = StackEnd::PythonCut;
         }
     }
 

@@ -2,7 +2,7 @@
 
 usage: python3 py_stacks.py PROBE.so CASE
 CASE: main | thread | native_thread | deep | corrupt | stale | seccomp | generator
-      | probes
+      | probes | subinterpreter
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -139,6 +139,27 @@ elif case == "probes":
     outer("warm")
     middle_then = lambda: repeat(10)  # noqa: E731
     middle_then()
+elif case == "subinterpreter":
+    try:
+        import _interpreters as interpreters  # 3.13
+    except ImportError:
+        import _xxsubinterpreters as interpreters  # 3.10-3.12
+    if sys.version_info >= (3, 13):
+        sub = interpreters.create("legacy")
+    elif sys.version_info >= (3, 12):
+        sub = interpreters.create(isolated=False)
+    else:
+        sub = interpreters.create()
+    run = "import ctypes, sys\n" \
+        "probe = ctypes.CDLL(%r)\n" \
+        "probe.gpuperf_probe_refresh()\n" \
+        "buf = ctypes.create_string_buffer(1 << 20)\n" \
+        "def in_sub():\n" \
+        "    probe.gpuperf_probe_capture(buf, len(buf))\n" \
+        "    sys.stdout.write('== subinterpreter\\n' + buf.value.decode())\n" \
+        "    sys.stdout.flush()\n" \
+        "in_sub()\n" % sys.argv[1]
+    interpreters.run_string(sub, run)  # call:subinterpreter
 elif case == "bench":
     # 30 distinct Python functions below the probe (30 code objects, as in a real
     # stack: f29 calls f28 ... f0 captures); medians of 9 rounds of 20000 captures.

@@ -252,3 +252,21 @@ fn python_frames_with_process_vm_readv_refused_by_seccomp__still_read() {
         check_nested(&name, &st[0], &[module]);
     }
 }
+
+#[test]
+fn python_subinterpreter_inside_a_main_interpreter_call__stack_marked_python_cut() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "subinterpreter");
+        assert_eq!(st.len(), 1, "{name}");
+        let names = st[0].names();
+        // The main interpreter's loop keeps its native frame, its Python frames
+        // (or, before 3.12, the subinterpreter's) are not in the chain read.
+        assert_eq!(st[0].end_kind(), "PythonCut", "{name}: {names:?}");
+        if !name.contains("3.10") && !name.contains("3.11") {
+            assert!(
+                names.iter().any(|n| n.starts_with("<string>.in_sub (")),
+                "{name}: {names:?}"
+            );
+        }
+    }
+}
