@@ -852,14 +852,8 @@ impl Python {
             };
             self.tile_to(&mut chunks, k, f)?;
         }
-        let unproven = |i: &usize| in_stack[*i] == 0;
-        let mut pending = [0u64; MAX_PYTHON_FRAMES];
-        let mut np = 0;
-        for i in (0..n).filter(unproven) {
-            pending[np] = codes[i];
-            np += 1;
-        }
-        self.probe_code_pages(&pending[..np], mem)?;
+        let unproven = (0..n).filter(|&i| in_stack[i] == 0).map(|i| codes[i]);
+        self.probe_code_pages(unproven, mem)?;
         for (i, r) in raw[..n].iter_mut().enumerate() {
             let id = self.code_id(codes[i], mem, in_stack[i] != 0)?;
             // SAFETY: `raw[..n]` is initialized.
@@ -871,8 +865,12 @@ impl Python {
     /// Probes the pages of the code objects `codes` not already known, and
     /// remembers them for this capture. An unreadable one is left for
     /// `code_id` to report.
-    fn probe_code_pages(&self, codes: &[u64], mem: &mut Known) -> Result<(), &'static str> {
-        for &code in codes {
+    fn probe_code_pages(
+        &self,
+        codes: impl Iterator<Item = u64>,
+        mem: &mut Known,
+    ) -> Result<(), &'static str> {
+        for code in codes {
             let Some(end) = code.checked_add(self.code_span) else {
                 return Err(reason::CODE_UNREADABLE);
             };
