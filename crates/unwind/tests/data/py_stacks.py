@@ -173,6 +173,12 @@ elif case == "bench":
     for i in range(1, 30):
         exec("def f%d():\n    return f%d()\n" % (i, i - 1), names)
     probe.gpuperf_probe_bench.restype = ctypes.c_double
+    def probes():
+        line = stats()
+        return int(line.split("python_probes: ")[1].split(" ")[0].rstrip(","))
+    before = probes()
     native, python, rounds = names["f29"]()
     rounds.sort()
-    print("native %d python %d ns_per_capture %.0f" % (native, python, rounds[len(rounds) // 2]))
+    per = (probes() - before) / (1 + 9 * 20000)
+    print("native %d python %d ns_per_capture %.0f probes_per_capture %.1f"
+          % (native, python, rounds[len(rounds) // 2], per))
