@@ -175,6 +175,8 @@ elif case == "bench":
     probe.gpuperf_probe_bench.restype = ctypes.c_double
     def probes():
         line = stats()
+        if "python_probes: " not in line:  # a probe built before the counter
+            return float("nan")
         return int(line.split("python_probes: ")[1].split(" ")[0].rstrip(","))
     before = probes()
     native, python, rounds = names["f29"]()
