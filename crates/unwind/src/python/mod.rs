@@ -218,7 +218,9 @@ struct Known {
     recent: [(u64, u64); RECENT],
     next: usize,
     /// Pages probed together (the code objects of the chain), unordered.
-    pages: [u64; PAGES],
+    /// `pages[..npages]` are set; the rest is never read (zeroing it cost more
+    /// than a whole walk).
+    pages: [MaybeUninit<u64>; PAGES],
     npages: usize,
     /// System calls made to probe.
     probes: u64,
@@ -258,14 +260,17 @@ impl Known {
             stack,
             recent: [(0, 0); RECENT],
             next: 0,
-            pages: [0; PAGES],
+            pages: [MaybeUninit::uninit(); PAGES],
             npages: 0,
             probes: 0,
         }
     }
 
     fn has_page(&self, page: u64) -> bool {
-        self.pages[..self.npages].contains(&page)
+        self.pages[..self.npages].iter().any(|p| {
+            // SAFETY: `pages[..npages]` were written by `probe_code_pages`.
+            unsafe { p.assume_init() == page }
+        })
     }
 
     #[inline(always)]
@@ -291,6 +296,10 @@ struct Raw {
     instruction: u32,
     /// This frame is the outermost of its eval-loop invocation.
     group_end: bool,
+    /// The code object's address, until `code` is set from it.
+    code_ptr: u64,
+    /// The frame's address when it lies in the data stack, else 0.
+    in_stack: u64,
 }
 
 unsafe extern "C" {
@@ -773,11 +782,6 @@ impl Python {
         let mut chunks = self.data_stack(tstate);
         let mut n: usize = 0;
         let mut steps = 0;
-        // Code objects, resolved after the chain is read: the unproven ones'
-        // pages are probed together.
-        let mut codes = [0u64; MAX_PYTHON_FRAMES];
-        // The frame's address when it lies in the data stack, else 0.
-        let mut in_stack = [0u64; MAX_PYTHON_FRAMES];
         let mut truncated = false;
         while frame != 0 {
             // Bounded: a cycle in a corrupted chain ends at the cap.
@@ -811,7 +815,7 @@ impl Python {
                 frame = previous;
                 continue;
             }
-            if n == raw.len().min(codes.len()) {
+            if n == raw.len() {
                 truncated = true;
                 break;
             }
@@ -835,29 +839,30 @@ impl Python {
                 // SAFETY: within the frame just checked.
                 unsafe { *((frame + o) as *const u8) != 0 }
             });
-            codes[n] = code;
-            in_stack[n] = if chunk.is_some() { frame } else { 0 };
             raw[n].write(Raw {
                 code: 0,
                 instruction,
                 group_end: l.frame_kind == FrameKind::Object || is_entry,
+                code_ptr: code,
+                in_stack: if chunk.is_some() { frame } else { 0 },
             });
             n += 1;
             frame = previous;
         }
         // Outermost first: each chunk is tiled once, from its first frame.
-        for &f in in_stack[..n].iter().rev().filter(|&&f| f != 0) {
+        // SAFETY: `raw[..n]` is initialized; MaybeUninit<Raw> has Raw's layout.
+        let read: &mut [Raw] =
+            unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<Raw>(), n) };
+        for f in read.iter().rev().map(|r| r.in_stack).filter(|&f| f != 0) {
             let Some(k) = chunks.find(f, l.frame_size) else {
                 return Err(reason::CHAIN);
             };
             self.tile_to(&mut chunks, k, f)?;
         }
-        let unproven = (0..n).filter(|&i| in_stack[i] == 0).map(|i| codes[i]);
+        let unproven = read.iter().filter(|r| r.in_stack == 0).map(|r| r.code_ptr);
         self.probe_code_pages(unproven, mem)?;
-        for (i, r) in raw[..n].iter_mut().enumerate() {
-            let id = self.code_id(codes[i], mem, in_stack[i] != 0)?;
-            // SAFETY: `raw[..n]` is initialized.
-            unsafe { r.assume_init_mut().code = id };
+        for r in read.iter_mut() {
+            r.code = self.code_id(r.code_ptr, mem, r.in_stack != 0)?;
         }
         Ok((n, truncated))
     }
@@ -886,7 +891,7 @@ impl Python {
                     continue;
                 }
                 if mem.npages < PAGES {
-                    mem.pages[mem.npages] = p;
+                    mem.pages[mem.npages].write(p);
                     mem.npages += 1;
                 }
             }
