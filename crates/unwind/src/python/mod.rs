@@ -32,7 +32,10 @@
 //!   those lengths must land on every frame the chain links to. A frame so
 //!   reached is live, so is its code object (a frame holds a strong reference
 //!   to it), and so are the name, file and line table the code object holds:
-//!   all are read directly, with their types checked.
+//!   all are read directly, with their types checked. The walk stops at the
+//!   innermost frame the chain links to, so a frame still being pushed (a
+//!   capture from a signal handler) is never read. Frames in chunks older than
+//!   the 16 newest are probed.
 //!
 //! What this trusts is what the interpreter itself uses to pop frames (the
 //! thread state, chunk headers, each live frame's code pointer); it never
@@ -58,6 +61,12 @@
 //!
 //! **Depth.** At most [`MAX_PYTHON_FRAMES`] Python frames per stack; deeper chains
 //! are cut at the outer end and counted.
+//!
+//! **Subinterpreters.** Only the thread state the interpreter registered for
+//! the thread is read. When a subinterpreter runs inside a call from another
+//! interpreter, the other interpreter's frames (3.12+; before 3.12 the
+//! subinterpreter's) are not in it: the stack ends in [`StackEnd::PythonCut`]
+//! instead of counting as complete.
 //!
 //! **Code objects.** The first time a code object is seen, its qualified name, file
 //! name, first line and line table are copied into a fixed arena (allocated at
