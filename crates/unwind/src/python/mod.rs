@@ -1265,7 +1265,9 @@ mod tests {
     /// Builds: a thread state whose data stack holds `outer` then `inner`
     /// frames, each with its code object, names, file and line table.
     /// Returns (reader, heap, thread state address).
-    fn synthetic_313t(ob_type_override: Option<u64>) -> (Python, Heap, u64) {
+    /// `inner_link`: where the inner frame's link to its caller points, as a
+    /// byte offset from the outer frame (0: the outer frame itself).
+    fn synthetic_313t(ob_type_override: Option<u64>, inner_link: usize) -> (Python, Heap, u64) {
         let words = debug_offsets_313t();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let mut layout = v3_13::layout(&bytes[..8], words[1], |off| words[off as usize / 8])
@@ -1310,7 +1312,8 @@ mod tests {
         h.put(chunk + 8, 16384); // size
         let outer = chunk + 32;
         let inner = outer + 12 * 8;
-        for (f, c, prev) in [(outer, c_outer, 0), (inner, c_inner, h.addr(outer))] {
+        let link = h.addr(outer + inner_link);
+        for (f, c, prev) in [(outer, c_outer, 0), (inner, c_inner, link)] {
             h.put(f, c); // f_executable
             h.put(f + 8, prev); // previous
             h.put(f + 56, c + 216); // instr_ptr: the first code unit
@@ -1332,7 +1335,7 @@ mod tests {
 
     #[test]
     fn synthetic_layout_313t__frame_chain_read_with_the_free_threaded_header() {
-        let (py, _heap, ts) = synthetic_313t(None);
+        let (py, _heap, ts) = synthetic_313t(None, 0);
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let mut mem = Known::new((0, 0));
         let (n, truncated) = py.read_chain(ts, &mut mem, &mut raw).expect("readable");
@@ -1361,9 +1364,30 @@ mod tests {
     #[test]
     fn synthetic_layout_313t__read_with_the_default_header__rejected_not_misread() {
         // ob_type at 8 (the default build's header) finds no `code` type.
-        let (py, _heap, ts) = synthetic_313t(Some(8));
+        let (py, _heap, ts) = synthetic_313t(Some(8), 0);
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let r = py.read_chain(ts, &mut Known::new((0, 0)), &mut raw);
         assert_eq!(r.err(), Some(reason::CODE_TYPE));
+    }
+
+    #[test]
+    fn synthetic_link_into_the_data_stack_but_not_to_a_frame__rejected_without_reading_it() {
+        // The link lands 16 bytes into the outer frame: readable memory (the
+        // live data stack), but what it would take for a code pointer is the
+        // outer frame's `f_funcobj` slot, here 0. The tiling walk from the
+        // chunk's first frame steps over it, so the chain is refused before
+        // any code object is read through it.
+        let (py, mut heap, ts) = synthetic_313t(None, 16);
+        // A pointer that must never be dereferenced, where the bogus frame's
+        // code pointer is read from.
+        heap.put(8192 + 32 + 16, 0x10);
+        // ... with an instruction pointer inside that "code object", so that
+        // only the data stack's own layout can tell.
+        heap.put(8192 + 32 + 16 + 56, 0x10 + 216);
+        let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
+        let mut mem = Known::new((0, 0));
+        let r = py.read_chain(ts, &mut mem, &mut raw);
+        assert_eq!(r.err(), Some(reason::CHAIN));
+        assert_eq!(mem.probes, 0);
     }
 }
