@@ -5,7 +5,9 @@
 # one-element tensor), on the simulated runtime built in OUTDIR. Runs the loop
 # RUNS times without and RUNS times with `gpuperf record` (stacks taken in the
 # program, the default), alternating, and prints the medians of the loop's own
-# per-launch time and their difference. Then one recorded run of 1,000,000
+# per-launch time and their difference, in wall time and in the process's CPU
+# time (all its threads; on a busy machine the wall time also counts waiting
+# for a CPU, the CPU time does not). Then one recorded run of 1,000,000
 # launches: gpuperf's peak resident memory and the size of the raw recording.
 #
 # The simulated kernel of a one-element add costs 1001 ns of simulated GPU time,
@@ -31,7 +33,7 @@ recorded() {
     (cd "$work" && rm -rf raw && "$gpuperf" record -q --raw-dir raw --cupti "$out/libcupti.so.13" -o "$work/f.svg" \
         -- bash "$repo/sim/run.sh" "$out" -- "$python" "$loop" "$1")
 }
-per_launch() { sed -n 's/.*per_launch_us \([0-9.]*\).*/\1/p'; }
+per_launch() { sed -n 's/.* per_launch_us \([0-9.]*\) cpu_per_launch_us \([0-9.]*\).*/\1 \2/p'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 plain 1000 > /dev/null # builds OUTDIR if needed, warms the page cache
@@ -40,12 +42,17 @@ for i in $(seq "$runs"); do
     plain "$launches" | per_launch >> "$work/plain"
     recorded "$launches" | per_launch >> "$work/recorded"
 done
-a=$(median < "$work/plain")
-b=$(median < "$work/recorded")
-echo "launch-bound PyTorch loop, $launches launches under 30 Python frames, $runs runs each (medians):"
-echo "  without gpuperf: $a us per launch ($(tr '\n' ' ' < "$work/plain"))"
-echo "  with gpuperf record: $b us per launch ($(tr '\n' ' ' < "$work/recorded"))"
-awk -v a="$a" -v b="$b" 'BEGIN { printf "  added by gpuperf record: %.3f us per launch\n", b - a }'
+echo "launch-bound PyTorch loop, $launches launches under 30 Python frames, $runs runs each (medians; load average $(cut -d' ' -f1-3 /proc/loadavg)):"
+for col in 1 2; do
+    what=$([ $col = 1 ] && echo "wall time" || echo "CPU time")
+    cut -d' ' -f$col "$work/plain" > "$work/p$col"
+    cut -d' ' -f$col "$work/recorded" > "$work/r$col"
+    a=$(median < "$work/p$col")
+    b=$(median < "$work/r$col")
+    echo "  $what without gpuperf: $a us per launch ($(tr '\n' ' ' < "$work/p$col"))"
+    echo "  $what with gpuperf record: $b us per launch ($(tr '\n' ' ' < "$work/r$col"))"
+    awk -v a="$a" -v b="$b" -v w="$what" 'BEGIN { printf "  added by gpuperf record (%s): %.3f us per launch\n", w, b - a }'
+done
 
 # gpuperf's own peak (VmHWM, read until it exits), not its children's.
 rm -rf "$work/raw"

@@ -8,7 +8,10 @@
 //! 2. module-table set-up and a `dlopen` refresh with 50 modules loaded;
 //! 3. the unwinder's resident memory with those modules;
 //! 4. a capture from CPython 3.12 (pyenv) through ctypes under 30 Python frames,
-//!    with the release build of the test probe (`examples/unwind_probe.rs`).
+//!    with the release build of the test probe (`examples/unwind_probe.rs`):
+//!    wall and thread CPU time per capture (on a busy machine the wall time
+//!    also counts waiting for a CPU), and the memory probes (system calls) per
+//!    capture.
 //!
 //! Run: `cargo build --release -p gpuperf-unwind --example unwind_probe &&
 //! cargo bench -p gpuperf-unwind --bench capture` (needs gcc; part 4 needs the

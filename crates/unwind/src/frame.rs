@@ -91,6 +91,11 @@ pub enum StackEnd {
     /// The caller had less than [`crate::MIN_STACK_LEFT`] bytes of stack left;
     /// nothing was captured.
     NoStackLeft,
+    /// The native stack is complete, but the Python frames of some outer
+    /// interpreter loop are missing: the thread runs a subinterpreter (its
+    /// frames are read) inside a call from another interpreter (whose frames
+    /// are not); those loops keep their native frame.
+    PythonCut,
 }
 
 impl StackEnd {
@@ -128,6 +133,8 @@ pub(crate) struct Stats {
     pub stale_table: AtomicU64,
     pub no_stack_left: AtomicU64,
     pub cache_waits: AtomicU64,
+    pub python_skipped: AtomicU64,
+    pub python_probes: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -160,6 +167,13 @@ pub struct StatsSnapshot {
     pub no_stack_left: u64,
     /// Captures that found every unwind cache in use and had to wait.
     pub cache_waits: u64,
+    /// Python frame chains that could not be read (a link into unreadable
+    /// memory, an object of the wrong type): that stack keeps its native frames
+    /// only (see [`crate::python::Python::last_skip_reason`]).
+    pub python_skipped: u64,
+    /// System calls made to check memory before reading it (the Python frames
+    /// and code objects that the capture could not prove live otherwise).
+    pub python_probes: u64,
 }
 
 impl Stats {
@@ -178,6 +192,8 @@ impl Stats {
             stale_table: l(&self.stale_table),
             no_stack_left: l(&self.no_stack_left),
             cache_waits: l(&self.cache_waits),
+            python_skipped: l(&self.python_skipped),
+            python_probes: l(&self.python_probes),
         }
     }
 

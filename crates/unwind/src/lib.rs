@@ -44,7 +44,9 @@
 //! its own, makes no cancellation point and never panics. It runs on a stack of
 //! its unwind cache, not the caller's; when every cache is in use it yields the
 //! CPU a bounded number of times. Memory other than the thread's own stack is
-//! read only after a probe in the same capture.
+//! read only when the same capture proved it live (the thread's Python frames
+//! and what they hold, see [`python`]) or probed it readable; no page is
+//! trusted across captures.
 //! How a stack ended is data ([`StackEnd`]), and every truncation is counted
 //! ([`StatsSnapshot`]). Building module tables reads files and returns [`Error`].
 

@@ -20,10 +20,45 @@ pub(crate) enum LineTable {
     Locations,
 }
 
+/// How many words a frame takes in the thread's data stack (3.11+): the
+/// interpreter pushes exactly this many for each call, so the live frames of a
+/// data-stack chunk tile it from its first frame on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FrameWords {
+    /// `co_framesize`, an `int` at this offset in the code object (3.12+).
+    Field(u64),
+    /// 3.11: `co_nlocalsplus + co_stacksize` (`int`s at these offsets) plus the
+    /// frame's own fields.
+    Sum {
+        nlocalsplus: u64,
+        stacksize: u64,
+        specials: u64,
+    },
+}
+
+/// Where a thread's data stack (3.11+) is found. A chunk starts with
+/// `previous`, `size` (bytes, header included) and `top` (the saved top, in
+/// words from the data, of a chunk that is not the current one); its frames
+/// follow at byte 24, one word later in the thread's first chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DataStack {
+    /// `PyThreadState.datastack_chunk`: the current chunk.
+    pub chunk: u64,
+    /// `PyThreadState.datastack_top`: the first free word of the current chunk.
+    pub top: u64,
+    pub frame_words: FrameWords,
+}
+
 /// Byte offsets into the interpreter's structs, x86-64.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Layout {
     pub minor: u8,
+    /// A free-threaded build (3.13t): a larger object header.
+    pub free_threaded: bool,
+    /// `PyObject.ob_type`: 8, or 24 in a free-threaded build.
+    pub ob_type: u64,
+    /// The thread's data stack, where 3.11+ keeps the frames of running calls.
+    pub datastack: Option<DataStack>,
     /// PyThreadState → the frame chain's head (3.11/3.12: the `_PyCFrame*`).
     pub tstate_frame: u64,
     /// `_PyCFrame.current_frame` (3.11/3.12).

@@ -5,6 +5,9 @@ use super::layout::{FrameKind, Layout, LineTable};
 
 pub(crate) const LAYOUT: Layout = Layout {
     minor: 10,
+    free_threaded: false,
+    ob_type: 8,
+    datastack: None,
     tstate_frame: 24, // PyThreadState.frame
     cframe_current: None,
     frame_kind: FrameKind::Object,

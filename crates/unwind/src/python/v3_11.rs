@@ -2,10 +2,21 @@
 //! `tstate->cframe->current_frame`; one eval-loop C frame runs frames up to and
 //! including one marked `is_entry`. Offsets from the 3.11 headers.
 
-use super::layout::{FrameKind, Layout, LineTable};
+use super::layout::{DataStack, FrameKind, FrameWords, Layout, LineTable};
 
 pub(crate) const LAYOUT: Layout = Layout {
     minor: 11,
+    free_threaded: false,
+    ob_type: 8,
+    datastack: Some(DataStack {
+        chunk: 296, // PyThreadState.datastack_chunk
+        top: 304,   // datastack_top
+        frame_words: FrameWords::Sum {
+            nlocalsplus: 76, // co_nlocalsplus
+            stacksize: 68,   // co_stacksize
+            specials: 9,     // FRAME_SPECIALS_SIZE: the frame's own 72 bytes
+        },
+    }),
     tstate_frame: 56, // PyThreadState.cframe
     cframe_current: Some(8),
     frame_kind: FrameKind::Interpreter { cstack_owner: None },

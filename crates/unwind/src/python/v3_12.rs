@@ -2,10 +2,17 @@
 //! owned by the C stack (`FRAME_OWNED_BY_CSTACK`), which separates the groups.
 //! Offsets from the 3.12 headers.
 
-use super::layout::{FrameKind, Layout, LineTable};
+use super::layout::{DataStack, FrameKind, FrameWords, Layout, LineTable};
 
 pub(crate) const LAYOUT: Layout = Layout {
     minor: 12,
+    free_threaded: false,
+    ob_type: 8,
+    datastack: Some(DataStack {
+        chunk: 232,                         // PyThreadState.datastack_chunk
+        top: 240,                           // datastack_top
+        frame_words: FrameWords::Field(76), // co_framesize
+    }),
     tstate_frame: 56, // PyThreadState.cframe
     cframe_current: Some(0),
     frame_kind: FrameKind::Interpreter {

@@ -1,8 +1,10 @@
 //! CPython 3.13: the interpreter publishes its own layout in `_Py_DebugOffsets`, the
 //! first member of `_PyRuntime`. This module knows only where each offset sits in
-//! that struct (its 3.13 version) and reads the values from the running process.
+//! that struct (its 3.13 version) and reads the values from the running process,
+//! the free-threaded build (3.13t, `free_threaded` set, a 32-byte object header
+//! with `ob_type` at 24) included.
 
-use super::layout::{FrameKind, Layout, LineTable};
+use super::layout::{DataStack, FrameKind, FrameWords, Layout, LineTable};
 
 /// `_Py_DebugOffsets.cookie`.
 pub(crate) const COOKIE: &[u8; 8] = b"xdebugpy";
@@ -13,8 +15,20 @@ pub(crate) fn layout(cookie: &[u8], version: u64, read: impl Fn(u64) -> u64) -> 
     if cookie != COOKIE || version >> 16 != 0x030d {
         return None;
     }
+    let firstlineno = read(312);
+    // PyThreadState keeps datastack_top right after datastack_chunk, and the
+    // code object co_framesize two ints after co_firstlineno (after
+    // co_nlocalsplus), in both builds; neither is published.
+    let chunk = read(208);
     Some(Layout {
         minor: 13,
+        free_threaded: read(16) != 0,
+        ob_type: read(360), // pyobject.ob_type
+        datastack: Some(DataStack {
+            chunk, // thread_state.datastack_chunk
+            top: chunk + 8,
+            frame_words: FrameWords::Field(firstlineno + 8),
+        }),
         tstate_frame: read(184), // thread_state.current_frame
         cframe_current: None,
         frame_kind: FrameKind::Interpreter {
@@ -29,7 +43,7 @@ pub(crate) fn layout(cookie: &[u8], version: u64, read: impl Fn(u64) -> u64) -> 
         code_filename: read(280),
         code_qualname: read(296),
         code_linetable: read(304),
-        code_firstlineno: read(312),
+        code_firstlineno: firstlineno,
         code_adaptive: Some(read(344)),
         line_table: LineTable::Locations,
         unicode_state: read(544),

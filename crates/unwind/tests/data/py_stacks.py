@@ -1,7 +1,8 @@
 """Takes stacks through ctypes from nested functions, with the test probe.
 
 usage: python3 py_stacks.py PROBE.so CASE
-CASE: main | thread | native_thread | deep | corrupt | stale | seccomp
+CASE: main | thread | native_thread | deep | corrupt | stale | seccomp | generator
+      | probes | subinterpreter
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -9,6 +10,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 
 # The shared helper of gpuperf's Python test scripts.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../test-support/data"))
@@ -52,6 +54,7 @@ def corrupt():
     memory."""
     with_broken_link(lambda: show("corrupt"))  # call:corrupt
     show("after corrupt")
+    print("stats " + stats())
 
 
 def stale():
@@ -83,6 +86,35 @@ def deny_process_vm_readv():
         raise OSError(ctypes.get_errno(), "seccomp")
 
 
+def gen():
+    """A generator's frame lives in the generator object, not in the thread's
+    data stack; the frames it calls do."""
+    inner("generator")  # call:gen
+    yield 1
+
+
+class Init:
+    def __init__(self):
+        """3.13 runs `__init__` above a shim frame in the data stack."""
+        for _ in gen():  # call:init
+            pass
+
+
+def stats():
+    buf = ctypes.create_string_buffer(1 << 16)
+    probe.gpuperf_probe_stats(buf, len(buf))
+    return buf.value.decode().strip()
+
+
+def repeat(n):
+    """Takes `n` stacks under the same frames, with the unwinder's counters
+    before and after."""
+    print("stats " + stats())
+    for _ in range(n):
+        show("repeat")  # call:repeat
+    print("stats " + stats())
+
+
 case = sys.argv[2]
 if case == "main":
     outer("main")  # call:module
@@ -102,19 +134,63 @@ elif case == "seccomp":
     outer("seccomp")  # call:seccomp_module
 elif case == "stale":
     stale()  # call:stale_module
+elif case == "generator":
+    Init()  # call:generator_module
+elif case == "probes":
+    outer("warm")
+    middle_then = lambda: repeat(10)  # noqa: E731
+    middle_then()
+elif case == "subinterpreter":
+    try:
+        import _interpreters as interpreters  # 3.13
+    except ImportError:
+        import _xxsubinterpreters as interpreters  # 3.10-3.12
+    if sys.version_info >= (3, 13):
+        sub = interpreters.create("legacy")
+    elif sys.version_info >= (3, 12):
+        sub = interpreters.create(isolated=False)
+    else:
+        sub = interpreters.create()
+    run = "import ctypes, sys\n" \
+        "probe = ctypes.CDLL(%r)\n" \
+        "probe.gpuperf_probe_refresh()\n" \
+        "buf = ctypes.create_string_buffer(1 << 20)\n" \
+        "def in_sub():\n" \
+        "    probe.gpuperf_probe_capture(buf, len(buf))\n" \
+        "    sys.stdout.write('== subinterpreter\\n' + buf.value.decode())\n" \
+        "    sys.stdout.flush()\n" \
+        "in_sub()\n" % sys.argv[1]
+    interpreters.run_string(sub, run)  # call:subinterpreter
 elif case == "bench":
     # 30 distinct Python functions below the probe (30 code objects, as in a real
-    # stack: f29 calls f28 ... f0 captures); medians of 9 rounds of 20000 captures.
+    # stack: f29 calls f28 ... f0 captures); medians of 9 rounds of 20000 captures,
+    # wall and thread CPU time.
     def f0():
         probe.gpuperf_probe_capture(BUF, len(BUF))
         lines = BUF.value.decode().splitlines()
         native = sum(1 for l in lines if l.startswith("N "))
         python = sum(1 for l in lines if l.startswith("P "))
-        return native, python, [probe.gpuperf_probe_bench(20000) for _ in range(9)]
+        rounds = []
+        for _ in range(9):
+            cpu = time.thread_time_ns()
+            wall = probe.gpuperf_probe_bench(20000)
+            rounds.append((wall, (time.thread_time_ns() - cpu) / 20000))
+        return native, python, rounds
     names = {"f0": f0}
     for i in range(1, 30):
         exec("def f%d():\n    return f%d()\n" % (i, i - 1), names)
     probe.gpuperf_probe_bench.restype = ctypes.c_double
+    def probes():
+        line = stats()
+        if "python_probes: " not in line:  # a probe built before the counter
+            return float("nan")
+        return int(line.split("python_probes: ")[1].split(" ")[0].rstrip(","))
+    before = probes()
     native, python, rounds = names["f29"]()
-    rounds.sort()
-    print("native %d python %d ns_per_capture %.0f" % (native, python, rounds[len(rounds) // 2]))
+    wall = sorted(r[0] for r in rounds)[len(rounds) // 2]
+    cpu = sorted(r[1] for r in rounds)[len(rounds) // 2]
+    per = (probes() - before) / (1 + 9 * 20000)
+    # The CPU time is the thread's own: unlike the wall time it does not count
+    # waiting for a CPU on a busy machine.
+    print("native %d python %d ns_per_capture %.0f cpu_ns_per_capture %.0f probes_per_capture %.1f"
+          % (native, python, wall, cpu, per))
