@@ -9,6 +9,7 @@
 //                  depending on the first), launched N times
 //   copies         H->D, D->H (async, pinned), D->D copies and two memsets; checks the bytes
 //   sync N         N x 1 ms kernels; prints the event time and the wall time of the sync
+//   sync-loop N    N x (1 ms kernel, cudaStreamSynchronize), then cudaDeviceSynchronize
 //   devices N      N x k_scale on device 0, then N on device 1
 //   threads T N    T threads, each N x k_scale on its own stream
 //   fork N [C]     a child process does the same N x chevron; the parent exits C
@@ -189,6 +190,19 @@ NOINLINE void run_sync(int n) {
     printf("event_ms %.3f sync_wall_ms %.3f\n", ms, wall);
 }
 
+NOINLINE void wait_stream(cudaStream_t s) { CHECK(cudaStreamSynchronize(s)); }
+
+NOINLINE void wait_device() { CHECK(cudaDeviceSynchronize()); }
+
+NOINLINE void run_sync_loop(int n) {
+    for (int i = 0; i < n; i++) {
+        launch_long(0);
+        wait_stream(0);
+    }
+    wait_device();
+    CHECK(cudaGetLastError());  // keeps wait_device() from being a tail call
+}
+
 NOINLINE void launch_on_device(int dev, int n) {
     CHECK(cudaSetDevice(dev));
     float *x;
@@ -272,6 +286,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "graph-add")) run_graph_add(n);
     else if (!strcmp(mode, "copies")) run_copies();
     else if (!strcmp(mode, "sync")) run_sync(n);
+    else if (!strcmp(mode, "sync-loop")) run_sync_loop(n);
     else if (!strcmp(mode, "devices")) run_devices(n);
     else if (!strcmp(mode, "threads")) run_threads(n, m);
     else if (!strcmp(mode, "loop")) run_loop(n, m > 0 ? m : 1);

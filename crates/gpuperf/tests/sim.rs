@@ -944,3 +944,71 @@ fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_ad
         ])
     );
 }
+
+#[test]
+fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_code() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("sync-in-process");
+    let o = gpuperf(&dir)
+        .args([
+            "record",
+            "--stacks",
+            "inject",
+            "-c",
+            "timeline.json",
+            "--idle",
+            "idle.folded",
+            "-m",
+            "merged.folded",
+            "--cupti",
+        ])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["sync-loop", "4"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    assert_matched(&o, 4);
+    let err = text(&o.stderr);
+    // The five waits carry stacks, and are neither launches nor unmatched ones.
+    assert!(err.contains("; 4 CPU launches, 4 launch API calls\n"), "{err}");
+    assert!(!err.contains("unmatched CPU launches"), "{err}");
+    assert!(
+        err.contains("memcpy/memset/sync records: 5 (5 with a CPU stack)"),
+        "{err}"
+    );
+    let stream_wait = "main;run_sync_loop(int);wait_stream(CUstream_st*);cudaStreamSynchronize";
+    let device_wait = "main;run_sync_loop(int);wait_device();cudaDeviceSynchronize";
+    // The timeline's synchronization slices name the code that waited.
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("timeline.json")).unwrap()).unwrap();
+    let mut sync_stacks: BTreeMap<String, usize> = BTreeMap::new();
+    for e in json["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "X" && e["cat"] == "sync" {
+            let s = e["args"]["stack"].as_str().unwrap_or("(none)");
+            let s = s.find(";main;").map_or(s, |i| &s[i + 1..]);
+            *sync_stacks.entry(s.to_owned()).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        sync_stacks,
+        BTreeMap::from([(stream_wait.to_owned(), 4), (device_wait.to_owned(), 1)])
+    );
+    // The stream's idle time between kernels is charged, as host sync, to the
+    // stream wait's stack.
+    let idle = std::fs::read_to_string(dir.join("idle.folded")).unwrap();
+    let host_sync: Vec<&str> = idle
+        .lines()
+        .filter(|l| l.contains("[GPU_Idle: host sync]"))
+        .collect();
+    assert!(!host_sync.is_empty(), "{idle}");
+    for l in host_sync {
+        assert!(
+            l.contains(&format!(";{stream_wait};[GPU_Idle: host sync] ")),
+            "{l}\n{idle}"
+        );
+    }
+}

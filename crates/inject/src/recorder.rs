@@ -449,9 +449,10 @@ impl State {
         if domain == RUNTIME {
             l.runtime_depth += 1;
         }
-        // stacks hook: the calls that cause GPU work get the caller's stack.
+        // stacks hook: the calls that cause GPU work, and the waits for it, get
+        // the caller's stack.
         let stack = match &self.stacks {
-            Some(st) if class.fires_marker() => st.capture(),
+            Some(st) if class.takes_stack() => st.capture(),
             _ => 0,
         };
         self.open(

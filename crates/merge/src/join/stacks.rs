@@ -47,7 +47,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::error::Result;
 use crate::model::{
     ApiCall, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable, api_base_name,
-    api_stem,
+    api_stem, is_copy_api, is_launch_api, is_memset_api,
 };
 use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::read::input::GpuInputs;
@@ -315,6 +315,10 @@ fn add_launches(
         }
         stats.launches += 1;
         let api = strings.get(l.api.name);
+        if !(is_launch_api(api) || is_copy_api(api) || is_memset_api(api)) {
+            // A synchronization call: its stack charges the wait, not a launch.
+            trace.waits.insert((*pid, l.api.correlation_id));
+        }
         let (text, end, py_cut) = match p.stacks.get(&l.stack) {
             // The leaf is the API function, as in CPU traces.
             Some(s) => (
