@@ -14,6 +14,9 @@
 //   threads T N    T threads, each N x k_scale on its own stream
 //   fork N [C]     a child process does the same N x chevron; the parent exits C
 //   wait-signal N  N x chevron, then "ready", then waits for SIGINT and exits 130
+//   named-threads T N  T threads named "early-I" for their first launch, then
+//                  renamed "worker-I" for N more launches; one thread keeps its name
+//                  "kept" and runs until the process exits
 //   loop N T       N x k_scale on T threads (1 launch per iteration), for the benchmark
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +246,46 @@ NOINLINE void run_threads(int t, int n) {
     for (int i = 0; i < t; i++) pthread_join(th[i], nullptr);
 }
 
+struct named_job {
+    int index, n;
+};
+
+NOINLINE void *named_body(void *arg) {
+    named_job *j = (named_job *)arg;
+    char name[16];
+    snprintf(name, sizeof name, "early-%d", j->index);
+    pthread_setname_np(pthread_self(), name);
+    k_scale<<<1, 32>>>(buf, 32);
+    snprintf(name, sizeof name, "worker-%d", j->index);
+    pthread_setname_np(pthread_self(), name);
+    for (int i = 0; i < j->n; i++) k_scale<<<1, 32>>>(buf, 32);
+    CHECK(cudaDeviceSynchronize());
+    return nullptr;
+}
+
+static volatile int kept_ready;
+
+NOINLINE void *kept_body(void *) {
+    pthread_setname_np(pthread_self(), "kept");
+    k_scale<<<1, 32>>>(buf, 32);
+    CHECK(cudaDeviceSynchronize());
+    kept_ready = 1;
+    for (;;) pause();  // still running at exit
+    return nullptr;
+}
+
+NOINLINE void run_named_threads(int t, int n) {
+    pthread_t th[64], kept;
+    named_job j[64];
+    for (int i = 0; i < t; i++) {
+        j[i] = {i, n};
+        pthread_create(&th[i], nullptr, named_body, &j[i]);
+    }
+    for (int i = 0; i < t; i++) pthread_join(th[i], nullptr);
+    pthread_create(&kept, nullptr, kept_body, nullptr);
+    while (!kept_ready) usleep(1000);
+}
+
 // The benchmark's loop: one launch per iteration, nothing else.
 NOINLINE void *loop_body(void *arg) {
     job *j = (job *)arg;
@@ -289,6 +332,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "sync-loop")) run_sync_loop(n);
     else if (!strcmp(mode, "devices")) run_devices(n);
     else if (!strcmp(mode, "threads")) run_threads(n, m);
+    else if (!strcmp(mode, "named-threads")) run_named_threads(n, m);
     else if (!strcmp(mode, "loop")) run_loop(n, m > 0 ? m : 1);
     else return 2;
     if (!strcmp(mode, "fork") || !strcmp(mode, "chevron") || !strcmp(mode, "wait-signal")) {

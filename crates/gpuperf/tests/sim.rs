@@ -789,13 +789,13 @@ fn sim_graph_in_process__each_replayed_kernel_charged_to_the_launch_then_the_cap
         err.contains("30 kernels came from CUDA graph launches"),
         "{err}"
     );
-    // Every stack, the captured ones included, is complete.
+    // Every stack, the captured ones and the stream wait's included, is complete.
     assert!(
-        err.contains("taken in the program: 13 API calls with in-process stacks ("),
+        err.contains("taken in the program: 14 API calls with in-process stacks ("),
         "{err}"
     );
     assert!(
-        err.contains(" distinct), 13 complete, 0 truncated\n"),
+        err.contains(" distinct), 14 complete, 0 truncated\n"),
         "{err}"
     );
     let launch = "main;run_graph(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
@@ -839,8 +839,8 @@ fn sim_jit_code__stack_ends_in_an_unknown_frame_and_is_counted_truncated() {
     let err = text(&o.stderr);
     assert!(
         err.contains(
-            "taken in the program: 40 API calls with in-process stacks (2 distinct), \
-             20 complete, 20 truncated (20 code without unwind info (JIT))"
+            "taken in the program: 41 API calls with in-process stacks (3 distinct), \
+             21 complete, 20 truncated (20 code without unwind info (JIT))"
         ),
         "{err}"
     );
@@ -974,7 +974,10 @@ fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_co
     assert_matched(&o, 4);
     let err = text(&o.stderr);
     // The five waits carry stacks, and are neither launches nor unmatched ones.
-    assert!(err.contains("; 4 CPU launches, 4 launch API calls\n"), "{err}");
+    assert!(
+        err.contains("; 4 CPU launches, 4 launch API calls\n"),
+        "{err}"
+    );
     assert!(!err.contains("unmatched CPU launches"), "{err}");
     assert!(
         err.contains("memcpy/memset/sync records: 5 (5 with a CPU stack)"),
@@ -1011,4 +1014,32 @@ fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_co
             "{l}\n{idle}"
         );
     }
+}
+
+#[test]
+fn sim_named_threads_in_process__timeline_tracks_carry_each_threads_last_name() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let (o, dir) = record_in_process(&cuda, "named-threads", &app, &["named-threads", "3", "2"]);
+    // 3 threads × (1 + 2) launches, and one by the thread still running at exit.
+    assert_matched(&o, 10);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("timeline.json")).unwrap()).unwrap();
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for e in json["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "M" && e["name"] == "thread_name" {
+            let n = e["args"]["name"].as_str().unwrap();
+            // "name (tid)": the tid differs from run to run.
+            if let Some((name, _)) = n.rsplit_once(" (") {
+                names.insert(name.to_owned());
+            }
+        }
+    }
+    // Renamed after their first launch, the workers carry the later name (read
+    // at thread exit); the thread running at exit carries its name (read then).
+    for want in ["worker-0", "worker-1", "worker-2", "kept"] {
+        assert!(names.contains(want), "{want} not in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("early-")), "{names:?}");
 }

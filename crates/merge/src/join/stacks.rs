@@ -166,6 +166,8 @@ struct Proc {
     by_corr: FxHashMap<u32, usize>,
     /// The last API call, which a following CALL_STACK belongs to.
     last_api: Option<ApiCall>,
+    /// Thread names, the last one recorded for each thread.
+    threads: FxHashMap<u32, String>,
 }
 
 /// A launch before its text is known.
@@ -208,6 +210,10 @@ pub fn collect(
             |n| n.to_string_lossy().into_owned(),
         );
         trace.comms.insert((*pid, *pid), comm);
+        // The main thread keeps the process's name: it also names the process.
+        for (&tid, name) in p.threads.iter().filter(|(t, _)| **t != *pid) {
+            trace.comms.insert((*pid, tid), name.clone());
+        }
     }
     let launch_stack = add_launches(
         &mut trace, &mut stats, &mut namer, &procs, &pending, strings,
@@ -264,6 +270,13 @@ fn gather(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Gathered> {
                 .insert(g.node_id, (g.stack, g.api));
         }
         Record::Api(a) => procs.entry(a.pid).or_default().last_api = Some(*a),
+        Record::Thread(t) => {
+            procs
+                .entry(t.pid)
+                .or_default()
+                .threads
+                .insert(t.tid, t.name.clone());
+        }
         Record::CallStack(c) => {
             let p = procs.entry(c.pid).or_default();
             if let Some(api) = p.last_api.filter(|a| a.correlation_id == c.correlation_id) {
