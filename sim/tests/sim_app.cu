@@ -17,6 +17,8 @@
 //   named-threads T N  T threads named "early-I" for their first launch, then
 //                  renamed "worker-I" for N more launches; one thread keeps its name
 //                  "kept" and runs until the process exits
+//   until-signal   k_scale launches until a signal ends it (no handler); prints the
+//                  count after each launch returned
 //   loop N T       N x k_scale on T threads (1 launch per iteration), for the benchmark
 #include <cstdio>
 #include <cstdlib>
@@ -286,6 +288,14 @@ NOINLINE void run_named_threads(int t, int n) {
     while (!kept_ready) usleep(1000);
 }
 
+NOINLINE void run_until_signal() {
+    for (long i = 1;; i++) {
+        k_scale<<<1, 32>>>(buf, 32);
+        printf("%ld\n", i);
+        fflush(stdout);
+    }
+}
+
 // The benchmark's loop: one launch per iteration, nothing else.
 NOINLINE void *loop_body(void *arg) {
     job *j = (job *)arg;
@@ -333,6 +343,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "devices")) run_devices(n);
     else if (!strcmp(mode, "threads")) run_threads(n, m);
     else if (!strcmp(mode, "named-threads")) run_named_threads(n, m);
+    else if (!strcmp(mode, "until-signal")) run_until_signal();
     else if (!strcmp(mode, "loop")) run_loop(n, m > 0 ? m : 1);
     else return 2;
     if (!strcmp(mode, "fork") || !strcmp(mode, "chevron") || !strcmp(mode, "wait-signal")) {

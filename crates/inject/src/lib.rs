@@ -149,6 +149,7 @@ pub mod decode;
 mod driver;
 mod error;
 mod guard;
+mod interrupt;
 pub mod locate;
 mod log;
 mod recorder;

@@ -1184,6 +1184,19 @@ extern "C" fn at_exit() {
     });
 }
 
+/// The exit path, run by the closing thread when SIGINT or SIGTERM is about to
+/// end the program (see [`crate::interrupt`]).
+fn close_on_signal() {
+    let _inside = Inside::enter();
+    if let Some(s) = STATE.get()
+        && std::process::id() == s.pid
+    {
+        s.log
+            .line("closing the trace: a signal is ending the program");
+        s.finish();
+    }
+}
+
 extern "C" fn in_forked_child() {
     // The child shares the parent's file and CUPTI state; it writes nothing.
     if let Some(s) = STATE.get() {
@@ -1477,7 +1490,7 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
 /// Blocks every signal on the calling thread (the flush thread): a handler of
 /// the application's that makes CUDA calls must not run there, where the
 /// flush holds the sink and stack-table locks its callbacks would take.
-fn block_signals() {
+pub(crate) fn block_signals() {
     let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: sigfillset initializes the set; the mask is this thread's only.
     unsafe {
@@ -1566,6 +1579,17 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(None, None, Some(in_forked_child));
+    }
+    if s.config.flush_on_signal {
+        match crate::interrupt::install(close_on_signal) {
+            Ok(sigs) if !sigs.is_empty() => s.log.line(&format!(
+                "the trace is closed before signals {sigs:?} end the program"
+            )),
+            Ok(_) => s
+                .log
+                .line("SIGINT and SIGTERM are handled by the program: no flush on them"),
+            Err(e) => s.log.line(&format!("no flush on SIGINT/SIGTERM: {e}")),
+        }
     }
     let period = Duration::from_millis(u64::from(s.config.flush_ms));
     let spawned = std::thread::Builder::new()
