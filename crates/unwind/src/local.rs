@@ -76,9 +76,8 @@ pub const MAX_FRAMES: usize = 256;
 /// (`&self` everywhere); it is `Send + Sync`.
 pub struct LocalUnwinder {
     current: AtomicPtr<Snapshot>,
-    /// Readers of the current snapshot, by epoch parity (a two-phase grace period,
-    /// so that a refresh frees the old snapshot only once no capture can use it).
-    readers: [AtomicUsize; 2],
+    /// The grace period's parity: readers count themselves in their cache
+    /// slot's `readers[epoch & 1]`.
     epoch: AtomicUsize,
     refresh_lock: Mutex<Registry>,
     stale: AtomicBool,
@@ -89,8 +88,17 @@ pub struct LocalUnwinder {
     stats: Stats,
 }
 
+/// One unwind cache, on cache lines of its own: the atomics a capture updates
+/// (`busy`, `readers`) are the slot's, so that threads capturing at once on
+/// different slots never write to a shared cache line.
+#[repr(align(64))]
 struct CacheSlot {
     busy: AtomicBool,
+    /// Captures on this slot reading a snapshot, by epoch parity (a two-phase
+    /// grace period, so that a refresh frees the old snapshot only once no
+    /// capture can use it). At most one capture holds a slot; a refresh sums
+    /// nothing, it waits for every slot's count of the old parity to drain.
+    readers: [AtomicUsize; 2],
     cache: std::cell::UnsafeCell<UnwindCache>,
     /// Where the capture runs; `None` if it could not be mapped.
     scratch: Option<ScratchStack>,
@@ -140,6 +148,7 @@ impl LocalUnwinder {
         let caches = (0..options.caches.max(1))
             .map(|_| CacheSlot {
                 busy: AtomicBool::new(false),
+                readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
                 cache: std::cell::UnsafeCell::new(UnwindCache::new()),
                 scratch: ScratchStack::new(),
             })
@@ -153,7 +162,6 @@ impl LocalUnwinder {
         };
         LocalUnwinder {
             current: AtomicPtr::new(Box::into_raw(Box::new(snapshot))),
-            readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
             epoch: AtomicUsize::new(0),
             refresh_lock: Mutex::new(registry),
             stale: AtomicBool::new(false),
@@ -186,8 +194,10 @@ impl LocalUnwinder {
         // left: every capture that could have loaded `old` has then finished.
         for _ in 0..2 {
             let e = self.epoch.fetch_add(1, Ordering::SeqCst);
-            while self.readers[e & 1].load(Ordering::SeqCst) != 0 {
-                std::thread::yield_now();
+            for slot in self.caches.iter() {
+                while slot.readers[e & 1].load(Ordering::SeqCst) != 0 {
+                    std::thread::yield_now();
+                }
             }
         }
         // SAFETY: `old` came from Box::into_raw and no reader holds it any more.
@@ -339,7 +349,7 @@ impl LocalUnwinder {
             return captured;
         }
         let parity = self.epoch.load(Ordering::SeqCst) & 1;
-        self.readers[parity].fetch_add(1, Ordering::SeqCst);
+        slot.readers[parity].fetch_add(1, Ordering::SeqCst);
         // SAFETY: registered as a reader before loading; refresh frees a snapshot
         // only after the readers of both parities drained.
         let snap = unsafe { &*self.current.load(Ordering::SeqCst) };
@@ -370,7 +380,7 @@ impl LocalUnwinder {
         if let Some(py) = &self.python {
             py.splice(&snap.table, &self.stats, (lo, hi), out, &mut captured);
         }
-        self.readers[parity].fetch_sub(1, Ordering::SeqCst);
+        slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
         captured
     }
 
@@ -722,6 +732,36 @@ mod tests {
         // SAFETY: `arg` is the `Probe` the test passed, alive for the call.
         let p = unsafe { &mut *arg.cast::<Probe>() };
         p.captured = Some(p.u.capture(0, &mut p.frames));
+    }
+
+    #[test]
+    fn captures_on_two_slots__update_no_shared_cache_line() {
+        let u = LocalUnwinder::new(Options {
+            caches: 2,
+            ..Options::default()
+        });
+        let line = |p: *const AtomicUsize| p as usize / 64;
+        let (a, b) = (&u.caches[0], &u.caches[1]);
+        // What a capture writes: its slot's busy flag and reader counts.
+        let written = |s: &CacheSlot| {
+            [
+                line((&raw const s.busy).cast()),
+                line(&raw const s.readers[0]),
+                line(&raw const s.readers[1]),
+            ]
+        };
+        for x in written(a) {
+            assert!(!written(b).contains(&x));
+            assert_ne!(x, line((&raw const u.epoch).cast()));
+        }
+        // The grace period still holds with the counts spread over the slots:
+        // a refresh after a capture on either slot frees the old table.
+        let mut frames = [Frame::default(); MAX_FRAMES];
+        assert!(u.capture(0, &mut frames).len > 0);
+        for s in u.caches.iter() {
+            assert_eq!(s.readers[0].load(Ordering::SeqCst), 0);
+            assert_eq!(s.readers[1].load(Ordering::SeqCst), 0);
+        }
     }
 
     #[test]
