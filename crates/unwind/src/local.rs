@@ -84,6 +84,8 @@ pub struct LocalUnwinder {
     caches: Box<[CacheSlot]>,
     stacks: StackTable,
     find_object: Option<FindObject>,
+    /// Where `makecontext` coroutines return to: glibc's `__start_context`.
+    start_context: u64,
     python: Option<Python>,
     stats: Stats,
 }
@@ -168,6 +170,7 @@ impl LocalUnwinder {
             caches,
             stacks: StackTable::new(),
             find_object,
+            start_context: start_context_address(),
             python,
             stats: Stats::default(),
         }
@@ -359,6 +362,7 @@ impl LocalUnwinder {
             Stats::bump(&self.stats.stale_table);
         }
         let loader = LocalLoader {
+            start_context: self.start_context,
             find_object: self.find_object,
             suspect: subs != snap.subs,
         };
@@ -442,6 +446,7 @@ impl Drop for LocalUnwinder {
 }
 
 struct LocalLoader {
+    start_context: u64,
     find_object: Option<FindObject>,
     /// Modules were unloaded since the table was built.
     suspect: bool,
@@ -476,6 +481,38 @@ impl Loader for LocalLoader {
         self.find(address)
             .is_some_and(|r| r.eh_frame as u64 == entry.eh_frame_hdr_avma)
     }
+
+    fn is_root_return(&self, return_address: u64) -> bool {
+        self.start_context != 0 && return_address == self.start_context
+    }
+}
+
+extern "C" fn never_run() {}
+
+/// glibc's `__start_context` (a local symbol): x86-64 `makecontext` stores its
+/// address as the return address at the top of the new context's stack, which
+/// a context made here, and never run, shows. 0 if it cannot be read.
+fn start_context_address() -> u64 {
+    let mut stack = vec![0u64; 1024];
+    // SAFETY: a zeroed ucontext_t is a valid buffer for getcontext to fill.
+    let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `uc` is a valid, writable context.
+    if unsafe { libc::getcontext(&mut uc) } != 0 {
+        return 0;
+    }
+    uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+    uc.uc_stack.ss_size = stack.len() * 8;
+    uc.uc_link = std::ptr::null_mut();
+    // SAFETY: the context's stack is `stack`, alive for this function; the
+    // context is never switched to, makecontext only writes to that stack.
+    unsafe { libc::makecontext(&mut uc, never_run, 0) };
+    let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64;
+    let range = stack.as_ptr() as u64..stack.as_ptr() as u64 + stack.len() as u64 * 8;
+    if !range.contains(&sp) || sp % 8 != 0 {
+        return 0;
+    }
+    // SAFETY: inside `stack`, checked above, and 8-aligned.
+    unsafe { *(sp as *const u64) }
 }
 
 /// glibc's (adds, subs) counters, read through the first `dl_iterate_phdr` entry.
@@ -762,6 +799,40 @@ mod tests {
             assert_eq!(s.readers[0].load(Ordering::SeqCst), 0);
             assert_eq!(s.readers[1].load(Ordering::SeqCst), 0);
         }
+    }
+
+    static UNWINDER: AtomicUsize = AtomicUsize::new(0);
+    static RESULT: Mutex<Option<Captured>> = Mutex::new(None);
+    static mut MAIN_CTX: std::mem::MaybeUninit<libc::ucontext_t> = std::mem::MaybeUninit::zeroed();
+
+    extern "C" fn in_coroutine() {
+        // SAFETY: the test keeps the unwinder alive while the coroutine runs.
+        let u = unsafe { &*(UNWINDER.load(Ordering::SeqCst) as *const LocalUnwinder) };
+        let mut frames = [Frame::default(); MAX_FRAMES];
+        let c = u.capture(0, &mut frames);
+        *RESULT.lock().unwrap() = Some(c);
+    }
+
+    #[test]
+    fn makecontext_coroutine__its_stack_ends_at_start_context_as_a_root() {
+        let u = LocalUnwinder::new(Options::default());
+        assert_ne!(u.start_context, 0);
+        UNWINDER.store(&raw const u as usize, Ordering::SeqCst);
+        let mut stack = vec![0u8; 256 << 10];
+        // SAFETY: zeroed contexts are valid buffers; the coroutine's stack
+        // outlives it, and it returns to MAIN_CTX through uc_link.
+        unsafe {
+            let mut co: libc::ucontext_t = std::mem::zeroed();
+            assert_eq!(libc::getcontext(&mut co), 0);
+            co.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+            co.uc_stack.ss_size = stack.len();
+            co.uc_link = (&raw mut MAIN_CTX).cast();
+            libc::makecontext(&mut co, in_coroutine, 0);
+            assert_eq!(libc::swapcontext((&raw mut MAIN_CTX).cast(), &co), 0);
+        }
+        let c = RESULT.lock().unwrap().take().unwrap();
+        assert_eq!(c.end, StackEnd::Root, "{c:?}");
+        assert!(c.len >= 2, "{c:?}");
     }
 
     #[test]

@@ -58,15 +58,17 @@ pub const GRAPH_CAPTURED: &str = "[graph node captured at]";
 pub const GRAPH_ADDED: &str = "[graph node added at]";
 /// A frame in code without unwind information.
 pub const UNKNOWN_FRAME: &str = "[unknown]";
-/// Frames a complete stack starts with: the process's entry point and the thread
-/// starts (`clone`, `clone3`, glibc's `start_thread`).
-pub const ROOT_FRAMES: [&str; 6] = [
+/// Frames a complete stack starts with: the process's entry point, the thread
+/// starts (`clone`, `clone3`, glibc's `start_thread`) and where a `makecontext`
+/// coroutine starts (glibc's `__start_context`).
+pub const ROOT_FRAMES: [&str; 7] = [
     "_start",
     "clone",
     "clone3",
     "__clone",
     "__clone3",
     "start_thread",
+    "__start_context",
 ];
 
 /// Whether a folded stack (root first) starts at a root frame, i.e. is complete.
@@ -517,5 +519,16 @@ impl Namer<'_> {
         }
         self.texts.insert(key, text.clone());
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_makecontext_coroutine_stack_from_start_context_is_complete() {
+        assert!(super::is_complete(
+            "__start_context;worker;cudaLaunchKernel"
+        ));
+        assert!(!super::is_complete("worker;cudaLaunchKernel"));
     }
 }
