@@ -349,9 +349,13 @@ fn more_cases(
             }
         }
     }
+    let graph_part = if graphs {
+        format!(", and {INSTANTIATIONS} instantiations of a {GRAPH_NODES}-node graph")
+    } else {
+        String::new()
+    };
     println!(
-        "{} threads x {THREAD_LAUNCHES} launches (30-frame stacks), and \
-         {INSTANTIATIONS} instantiations of a {GRAPH_NODES}-node graph, medians:",
+        "{} threads x {THREAD_LAUNCHES} launches (30-frame stacks){graph_part}, medians:",
         threads.join(", ")
     );
     if let Some(b) = &baseline {

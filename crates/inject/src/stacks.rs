@@ -764,6 +764,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(non_snake_case)]
 mod refresh_tests {
     use std::sync::OnceLock;
     use std::sync::atomic::AtomicU32;

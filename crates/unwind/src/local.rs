@@ -508,7 +508,7 @@ fn start_context_address() -> u64 {
     unsafe { libc::makecontext(&mut uc, never_run, 0) };
     let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64;
     let range = stack.as_ptr() as u64..stack.as_ptr() as u64 + stack.len() as u64 * 8;
-    if !range.contains(&sp) || sp % 8 != 0 {
+    if !range.contains(&sp) || !sp.is_multiple_of(8) {
         return 0;
     }
     // SAFETY: inside `stack`, checked above, and 8-aligned.
