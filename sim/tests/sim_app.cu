@@ -9,10 +9,16 @@
 //                  depending on the first), launched N times
 //   copies         H->D, D->H (async, pinned), D->D copies and two memsets; checks the bytes
 //   sync N         N x 1 ms kernels; prints the event time and the wall time of the sync
+//   sync-loop N    N x (1 ms kernel, cudaStreamSynchronize), then cudaDeviceSynchronize
 //   devices N      N x k_scale on device 0, then N on device 1
 //   threads T N    T threads, each N x k_scale on its own stream
 //   fork N [C]     a child process does the same N x chevron; the parent exits C
 //   wait-signal N  N x chevron, then "ready", then waits for SIGINT and exits 130
+//   named-threads T N  T threads named "early-I" for their first launch, then
+//                  renamed "worker-I" for N more launches; one thread keeps its name
+//                  "kept" and runs until the process exits
+//   until-signal   k_scale launches until a signal ends it (no handler); prints the
+//                  count after each launch returned
 //   loop N T       N x k_scale on T threads (1 launch per iteration), for the benchmark
 #include <cstdio>
 #include <cstdlib>
@@ -189,6 +195,19 @@ NOINLINE void run_sync(int n) {
     printf("event_ms %.3f sync_wall_ms %.3f\n", ms, wall);
 }
 
+NOINLINE void wait_stream(cudaStream_t s) { CHECK(cudaStreamSynchronize(s)); }
+
+NOINLINE void wait_device() { CHECK(cudaDeviceSynchronize()); }
+
+NOINLINE void run_sync_loop(int n) {
+    for (int i = 0; i < n; i++) {
+        launch_long(0);
+        wait_stream(0);
+    }
+    wait_device();
+    CHECK(cudaGetLastError());  // keeps wait_device() from being a tail call
+}
+
 NOINLINE void launch_on_device(int dev, int n) {
     CHECK(cudaSetDevice(dev));
     float *x;
@@ -227,6 +246,54 @@ NOINLINE void run_threads(int t, int n) {
     job j = {n};
     for (int i = 0; i < t; i++) pthread_create(&th[i], nullptr, thread_body, &j);
     for (int i = 0; i < t; i++) pthread_join(th[i], nullptr);
+}
+
+struct named_job {
+    int index, n;
+};
+
+NOINLINE void *named_body(void *arg) {
+    named_job *j = (named_job *)arg;
+    char name[16];
+    snprintf(name, sizeof name, "early-%d", j->index);
+    pthread_setname_np(pthread_self(), name);
+    k_scale<<<1, 32>>>(buf, 32);
+    snprintf(name, sizeof name, "worker-%d", j->index);
+    pthread_setname_np(pthread_self(), name);
+    for (int i = 0; i < j->n; i++) k_scale<<<1, 32>>>(buf, 32);
+    CHECK(cudaDeviceSynchronize());
+    return nullptr;
+}
+
+static volatile int kept_ready;
+
+NOINLINE void *kept_body(void *) {
+    pthread_setname_np(pthread_self(), "kept");
+    k_scale<<<1, 32>>>(buf, 32);
+    CHECK(cudaDeviceSynchronize());
+    kept_ready = 1;
+    for (;;) pause();  // still running at exit
+    return nullptr;
+}
+
+NOINLINE void run_named_threads(int t, int n) {
+    pthread_t th[64], kept;
+    named_job j[64];
+    for (int i = 0; i < t; i++) {
+        j[i] = {i, n};
+        pthread_create(&th[i], nullptr, named_body, &j[i]);
+    }
+    for (int i = 0; i < t; i++) pthread_join(th[i], nullptr);
+    pthread_create(&kept, nullptr, kept_body, nullptr);
+    while (!kept_ready) usleep(1000);
+}
+
+NOINLINE void run_until_signal() {
+    for (long i = 1;; i++) {
+        k_scale<<<1, 32>>>(buf, 32);
+        printf("%ld\n", i);
+        fflush(stdout);
+    }
 }
 
 // The benchmark's loop: one launch per iteration, nothing else.
@@ -272,8 +339,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "graph-add")) run_graph_add(n);
     else if (!strcmp(mode, "copies")) run_copies();
     else if (!strcmp(mode, "sync")) run_sync(n);
+    else if (!strcmp(mode, "sync-loop")) run_sync_loop(n);
     else if (!strcmp(mode, "devices")) run_devices(n);
     else if (!strcmp(mode, "threads")) run_threads(n, m);
+    else if (!strcmp(mode, "named-threads")) run_named_threads(n, m);
+    else if (!strcmp(mode, "until-signal")) run_until_signal();
     else if (!strcmp(mode, "loop")) run_loop(n, m > 0 ? m : 1);
     else return 2;
     if (!strcmp(mode, "fork") || !strcmp(mode, "chevron") || !strcmp(mode, "wait-signal")) {

@@ -92,7 +92,8 @@ pub fn collect(
 pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
     let f = File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
     let mut w = cpu::Writer::new(BufWriter::new(f))?;
-    for l in &trace.launches {
+    // Synchronization calls' stacks charge waits; the file holds launches only.
+    for l in trace.launches.iter().filter(|l| !trace.is_wait(l)) {
         let comm = trace.comms.get(&(l.pid, l.pid)).map_or("?", String::as_str);
         let text = trace.stacks.text(l.stack);
         let line = LaunchLine {

@@ -134,6 +134,9 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         let mut dir = raw.clone().into_os_string();
         dir.push("/");
         env.push(("GPUPERF_GPU_TRACE".into(), dir));
+        // A Ctrl-C reaches the program directly: the library closes the trace
+        // before a program without a handler dies of it.
+        env.push(("GPUPERF_FLUSH_ON_SIGNAL".into(), "1".into()));
         if let Some(c) = &a.cupti {
             let c = std::path::absolute(c)
                 .with_context(|| format!("failed to resolve `{}`", c.display()))?;

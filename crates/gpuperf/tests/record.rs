@@ -846,3 +846,67 @@ fn record_python_with_a_corrupted_frame_link__no_crash_a_note_and_native_stacks(
         }
     }
 }
+
+#[test]
+fn record_sigint_to_the_process_group__a_program_without_a_handler_dies_of_it_with_every_launch_recorded()
+ {
+    use std::os::unix::process::CommandExt as _;
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
+    let dir = work_dir("sigint-no-handler");
+    let mut child = gpuperf(&dir)
+        .args([
+            "record",
+            "--stacks",
+            "inject",
+            "--raw-dir",
+            "raw",
+            "--cupti",
+        ])
+        .arg(&cupti)
+        .arg("--")
+        .arg(&app)
+        .arg("until-signal")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // A group of its own, as a shell gives a foreground job: the signal
+        // below reaches gpuperf and the program, as a Ctrl-C at a terminal does.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = 0u64;
+    for line in lines.by_ref() {
+        printed = line.unwrap().parse().unwrap();
+        if printed == 300 {
+            break;
+        }
+    }
+    assert_eq!(printed, 300);
+    // SAFETY: kill has no memory preconditions; the group is our live child's.
+    assert_eq!(unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) }, 0);
+    // The program's own count of the launches that returned before it died.
+    for line in lines {
+        let Ok(line) = line else { break };
+        printed = line.parse().unwrap_or(printed);
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    // Killed by the signal, and reported so, as without gpuperf.
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("was killed by signal 2"), "{err}");
+    let rec = common::Recording::open(&dir.join("raw"));
+    let launches = rec
+        .apis
+        .iter()
+        .filter(|(_, name)| name.contains("LaunchKernel"))
+        .count() as u64;
+    let kernels = rec.kernels().len() as u64;
+    assert!(
+        launches >= printed,
+        "{launches} launches recorded, {printed} printed\n{err}"
+    );
+    // Each recorded launch has its GPU record: CUPTI's buffers were flushed.
+    assert_eq!(kernels, launches, "{err}");
+}

@@ -790,13 +790,13 @@ fn sim_graph_in_process__each_replayed_kernel_charged_to_the_launch_then_the_cap
         err.contains("30 kernels came from CUDA graph launches"),
         "{err}"
     );
-    // Every stack, the captured ones included, is complete.
+    // Every stack, the captured ones and the stream wait's included, is complete.
     assert!(
-        err.contains("taken in the program: 13 API calls with in-process stacks ("),
+        err.contains("taken in the program: 14 API calls with in-process stacks ("),
         "{err}"
     );
     assert!(
-        err.contains(" distinct), 13 complete, 0 truncated\n"),
+        err.contains(" distinct), 14 complete, 0 truncated\n"),
         "{err}"
     );
     let launch = "main;run_graph(int);launch_graph(CUgraphExec_st*, CUstream_st*);cudaGraphLaunch";
@@ -840,8 +840,8 @@ fn sim_jit_code__stack_ends_in_an_unknown_frame_and_is_counted_truncated() {
     let err = text(&o.stderr);
     assert!(
         err.contains(
-            "taken in the program: 40 API calls with in-process stacks (2 distinct), \
-             20 complete, 20 truncated (20 code without unwind info (JIT))"
+            "taken in the program: 41 API calls with in-process stacks (3 distinct), \
+             21 complete, 20 truncated (20 code without unwind info (JIT))"
         ),
         "{err}"
     );
@@ -944,4 +944,103 @@ fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_ad
             ("k_scale(float*, int)", &added, 7),
         ])
     );
+}
+
+#[test]
+fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_code() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("sync-in-process");
+    let o = gpuperf(&dir)
+        .args([
+            "record",
+            "--stacks",
+            "inject",
+            "-c",
+            "timeline.json",
+            "--idle",
+            "idle.folded",
+            "-m",
+            "merged.folded",
+            "--cupti",
+        ])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["sync-loop", "4"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    assert_matched(&o, 4);
+    let err = text(&o.stderr);
+    // The five waits carry stacks, and are neither launches nor unmatched ones.
+    assert!(
+        err.contains("; 4 CPU launches, 4 launch API calls\n"),
+        "{err}"
+    );
+    assert!(!err.contains("unmatched CPU launches"), "{err}");
+    assert!(
+        err.contains("memcpy/memset/sync records: 5 (5 with a CPU stack)"),
+        "{err}"
+    );
+    let stream_wait = "main;run_sync_loop(int);wait_stream(CUstream_st*);cudaStreamSynchronize";
+    let device_wait = "main;run_sync_loop(int);wait_device();cudaDeviceSynchronize";
+    // The timeline's synchronization slices name the code that waited.
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("timeline.json")).unwrap()).unwrap();
+    let mut sync_stacks: BTreeMap<String, usize> = BTreeMap::new();
+    for e in json["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "X" && e["cat"] == "sync" {
+            let s = e["args"]["stack"].as_str().unwrap_or("(none)");
+            let s = s.find(";main;").map_or(s, |i| &s[i + 1..]);
+            *sync_stacks.entry(s.to_owned()).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        sync_stacks,
+        BTreeMap::from([(stream_wait.to_owned(), 4), (device_wait.to_owned(), 1)])
+    );
+    // The stream's idle time between kernels is charged, as host sync, to the
+    // stream wait's stack.
+    let idle = std::fs::read_to_string(dir.join("idle.folded")).unwrap();
+    let host_sync: Vec<&str> = idle
+        .lines()
+        .filter(|l| l.contains("[GPU_Idle: host sync]"))
+        .collect();
+    assert!(!host_sync.is_empty(), "{idle}");
+    for l in host_sync {
+        assert!(
+            l.contains(&format!(";{stream_wait};[GPU_Idle: host sync] ")),
+            "{l}\n{idle}"
+        );
+    }
+}
+
+#[test]
+fn sim_named_threads_in_process__timeline_tracks_carry_each_threads_last_name() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let (o, dir) = record_in_process(&cuda, "named-threads", &app, &["named-threads", "3", "2"]);
+    // 3 threads × (1 + 2) launches, and one by the thread still running at exit.
+    assert_matched(&o, 10);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("timeline.json")).unwrap()).unwrap();
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for e in json["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "M" && e["name"] == "thread_name" {
+            let n = e["args"]["name"].as_str().unwrap();
+            // "name (tid)": the tid differs from run to run.
+            if let Some((name, _)) = n.rsplit_once(" (") {
+                names.insert(name.to_owned());
+            }
+        }
+    }
+    // Renamed after their first launch, the workers carry the later name (read
+    // at thread exit); the thread running at exit carries its name (read then).
+    for want in ["worker-0", "worker-1", "worker-2", "kept"] {
+        assert!(names.contains(want), "{want} not in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("early-")), "{names:?}");
 }

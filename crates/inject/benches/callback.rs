@@ -18,7 +18,7 @@
 //! functions through ctypes (`bench/stack_bench.py`). Warm: each run repeats one
 //! stack, as a training loop does.
 //!
-//! Also: the 30-frame stack case on 1 and 8 threads launching at once (wall
+//! Also: the 30-frame stack case on 1, 8 and 32 threads launching at once (wall
 //! time over all their launches), and instantiating a 1000-node graph (each instantiated
 //! graph destroyed after), with stacks off and on.
 //!
@@ -27,6 +27,7 @@
 //! `GPUPERF_BENCH_BASELINE=path/to/libgpuperf_inject.so` (another build, e.g.
 //! of the previous commit) runs every case with that library too, in the same
 //! rounds, and prints its medians beside this build's.
+//! `GPUPERF_BENCH_ONLY=threads` runs only the 1-, 8- and 32-thread cases.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,8 +45,8 @@ const ROUNDS: usize = 7;
 /// Levels of `nest` in stack_bench.c: with loop, bench_run, main and glibc's three
 /// start frames, the recorded stack holds 30 frames.
 const DEPTH: &str = "23";
-/// Threads of the multi-threaded case, and launches per thread.
-const THREADS: &str = "8";
+/// Threads of the multi-threaded cases, and launches per thread.
+const THREADS: [&str; 2] = ["8", "32"];
 const THREAD_LAUNCHES: &str = "50000";
 /// The graph of the instantiation case, and instantiations per run.
 const GRAPH_NODES: &str = "1000";
@@ -217,6 +218,10 @@ fn main() {
             env,
         )
     };
+    if std::env::var("GPUPERF_BENCH_ONLY").is_ok_and(|v| v == "threads") {
+        more_cases(&host, &deep, inject, &base_env, &stacks_env, &trace, false);
+        return;
+    }
     let (mut none, mut with, mut marker) = (Vec::new(), Vec::new(), Vec::new());
     let (mut deep_none, mut deep_off, mut deep_on) = (Vec::new(), Vec::new(), Vec::new());
     let (mut py_off, mut py_on) = (Vec::new(), Vec::new());
@@ -275,11 +280,11 @@ fn main() {
     } else {
         println!("  (pyenv's CPython 3.12 not found: the Python case was skipped)");
     }
-    more_cases(&host, &deep, inject, &base_env, &stacks_env, &trace);
+    more_cases(&host, &deep, inject, &base_env, &stacks_env, &trace, true);
 }
 
-/// The 8-thread and graph-instantiation cases, beside a baseline build when
-/// `GPUPERF_BENCH_BASELINE` names one.
+/// The multi-threaded cases, and the graph-instantiation ones when `graphs`,
+/// beside a baseline build when `GPUPERF_BENCH_BASELINE` names one.
 fn more_cases(
     host: &Path,
     deep: &Path,
@@ -287,23 +292,30 @@ fn more_cases(
     off: &[(&str, &str)],
     on: &[(&str, &str)],
     trace: &Path,
+    graphs: bool,
 ) {
     let baseline = std::env::var("GPUPERF_BENCH_BASELINE").ok();
     let libs: Vec<&str> = std::iter::once(inject).chain(baseline.as_deref()).collect();
-    let mut cases = vec![
-        Case::new("1 thread, no stacks", "ns/launch"),
-        Case::new("1 thread, with stacks", "ns/launch"),
-        Case::new(format!("{THREADS} threads, no stacks"), "ns/launch"),
-        Case::new(format!("{THREADS} threads, with stacks"), "ns/launch"),
-        Case::new(
+    let threads: Vec<&str> = std::iter::once("1").chain(THREADS).collect();
+    let mut cases = Vec::new();
+    for t in &threads {
+        let s = if *t == "1" { "" } else { "s" };
+        cases.push(Case::new(format!("{t} thread{s}, no stacks"), "ns/launch"));
+        cases.push(Case::new(
+            format!("{t} thread{s}, with stacks"),
+            "ns/launch",
+        ));
+    }
+    if graphs {
+        cases.push(Case::new(
             format!("{GRAPH_NODES}-node graph, no stacks"),
             "ns/instantiation",
-        ),
-        Case::new(
+        ));
+        cases.push(Case::new(
             format!("{GRAPH_NODES}-node graph, with stacks"),
             "ns/instantiation",
-        ),
-    ];
+        ));
+    }
     let mut goff: Vec<(&str, &str)> = off.to_vec();
     goff.push(("HOST_GRAPH_NODES", GRAPH_NODES));
     let mut gon: Vec<(&str, &str)> = on.to_vec();
@@ -311,16 +323,16 @@ fn more_cases(
     for _ in 0..ROUNDS {
         for (i, lib) in libs.iter().enumerate() {
             let mut figures = Vec::new();
-            for threads in ["1", THREADS] {
+            for t in &threads {
                 for env in [off, on] {
                     figures.push(figure(
-                        Command::new(deep).args([lib, DEPTH, THREAD_LAUNCHES, threads]),
+                        Command::new(deep).args([lib, DEPTH, THREAD_LAUNCHES, t]),
                         env,
                     ));
                     clear(trace);
                 }
             }
-            for env in [&goff[..], &gon[..]] {
+            for env in [&goff[..], &gon[..]].into_iter().filter(|_| graphs) {
                 figures.push(figure_named(
                     Command::new(host).args([lib, "mock-graph-instantiate", INSTANTIATIONS]),
                     env,
@@ -337,9 +349,14 @@ fn more_cases(
             }
         }
     }
+    let graph_part = if graphs {
+        format!(", and {INSTANTIATIONS} instantiations of a {GRAPH_NODES}-node graph")
+    } else {
+        String::new()
+    };
     println!(
-        "1 and {THREADS} threads x {THREAD_LAUNCHES} launches (30-frame stacks), and \
-         {INSTANTIATIONS} instantiations of a {GRAPH_NODES}-node graph, medians:"
+        "{} threads x {THREAD_LAUNCHES} launches (30-frame stacks){graph_part}, medians:",
+        threads.join(", ")
     );
     if let Some(b) = &baseline {
         println!("  baseline: {b}");

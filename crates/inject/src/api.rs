@@ -30,6 +30,13 @@ impl Class {
         matches!(self, Self::Launch | Self::Memcpy | Self::Memset)
     }
 
+    /// Whether the call's CPU stack is taken in process: the calls that cause
+    /// GPU work, and the waits for it, so that idle and waiting time is charged
+    /// to the code that waited.
+    pub fn takes_stack(self) -> bool {
+        self.fires_marker() || self == Self::Sync
+    }
+
     /// Whether an API record is written for the call.
     pub fn recorded(self) -> bool {
         !matches!(self, Self::Ignored | Self::GraphCopy)
@@ -144,5 +151,24 @@ mod tests {
         }
         assert!(!Class::Sync.fires_marker());
         assert!(Class::Memcpy.fires_marker());
+    }
+
+    #[test]
+    fn sync_calls_take_a_stack_but_fire_no_marker() {
+        for n in [
+            "cudaDeviceSynchronize_v3020",
+            "cudaStreamSynchronize_ptsz_v7000",
+            "cudaEventSynchronize_v3020",
+            "cuCtxSynchronize",
+            "cuStreamSynchronize",
+            "cuEventSynchronize",
+        ] {
+            let c = classify(n);
+            assert!(c.takes_stack() && !c.fires_marker(), "{n}");
+        }
+        assert!(Class::Launch.takes_stack());
+        for c in [Class::Ignored, Class::Reset, Class::GraphCopy] {
+            assert!(!c.takes_stack(), "{c:?}");
+        }
     }
 }

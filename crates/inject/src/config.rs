@@ -48,6 +48,9 @@ pub struct Config {
     pub marker: MarkerMode,
     /// The CPU profiler's socket to wait at before the first launch.
     pub sync: Option<PathBuf>,
+    /// Close the trace on SIGINT and SIGTERM before the program dies of them
+    /// (`GPUPERF_FLUSH_ON_SIGNAL=1`, set by `gpuperf record`). Default is `false`.
+    pub flush_on_signal: bool,
     /// Settings that were malformed and replaced by defaults, as messages.
     pub warnings: Vec<String>,
 }
@@ -105,6 +108,7 @@ impl Config {
         let sync = var("GPUPERF_SYNC")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
+        let flush_on_signal = var("GPUPERF_FLUSH_ON_SIGNAL").is_some_and(|v| v == "1");
         Self {
             trace,
             cupti,
@@ -112,6 +116,7 @@ impl Config {
             flush_ms,
             marker,
             sync,
+            flush_on_signal,
             warnings,
         }
     }

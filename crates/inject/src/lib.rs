@@ -24,8 +24,14 @@
 //!                 ├─▶ stack (in process, deduped)   │
 //!                 └─▶ gpuperf_launch_marker(corr)   ├─▶ trace writer ─▶ gpu-PID.gputrace
 //!  CUPTI ── activity buffer ──▶ decode ─────────────┘      ▲
-//!  flush thread (every GPUPERF_FLUSH_MS), atexit, cudaDeviceReset, context destroy
+//!  flush thread (every GPUPERF_FLUSH_MS), atexit, cudaDeviceReset, context destroy,
+//!  and SIGINT/SIGTERM with GPUPERF_FLUSH_ON_SIGNAL=1 (see `interrupt`)
 //! ```
+//!
+//! Each thread's name (`PR_GET_NAME`) is recorded at its first recorded call and
+//! again at thread exit; at the end the names of the threads still running are
+//! read from `/proc/self/task`: a thread that renames itself after its first
+//! call is named by its last name.
 //!
 //! # Clock and thread ids
 //! A CUPTI timestamp callback makes every activity timestamp `CLOCK_MONOTONIC`, the
@@ -149,6 +155,7 @@ pub mod decode;
 mod driver;
 mod error;
 mod guard;
+mod interrupt;
 pub mod locate;
 mod log;
 mod recorder;

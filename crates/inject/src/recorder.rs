@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable, api_base_name,
+    Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable, ThreadName,
+    api_base_name,
 };
 
 use crate::api::{Class, classify};
@@ -103,6 +104,16 @@ struct Open {
     stack: u32,
 }
 
+/// The calling thread's name, as `prctl(PR_GET_NAME)` gives it (NUL-padded;
+/// all zero when it cannot be read). A system call: no allocation, no lock, no
+/// cancellation point.
+fn thread_name() -> [u8; 16] {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, to the buffer.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    name
+}
+
 #[derive(Default)]
 struct Local {
     shard: Option<Arc<Shard>>,
@@ -113,6 +124,18 @@ struct Local {
     runtime_depth: u32,
     /// Graph copies (instantiate, clone, exec-update) running on this thread.
     graph_copies: u32,
+}
+
+impl Drop for Local {
+    /// At thread exit: the thread's name once more, as it may have renamed
+    /// itself since its first recorded call.
+    fn drop(&mut self) {
+        if let Some(shard) = &self.shard
+            && self.tid != 0
+        {
+            shard.push(Item::Thread(self.tid, thread_name()));
+        }
+    }
 }
 
 /// Calls a thread may have open at once (CUDA calls nest one or two deep);
@@ -177,6 +200,8 @@ struct Sink {
     api_names: [Vec<Option<StringId>>; 2],
     context_device: HashMap<u32, u32>,
     aliases: [HashMap<u32, u32>; 2],
+    /// The last name written for each thread.
+    thread_names: HashMap<u32, [u8; 16]>,
     write_errors: u64,
     first_error: Option<String>,
 }
@@ -199,6 +224,7 @@ impl Sink {
             api_names: [Vec::new(), Vec::new()],
             context_device: HashMap::new(),
             aliases: [HashMap::new(), HashMap::new()],
+            thread_names: HashMap::new(),
             write_errors: 0,
             first_error: None,
         })
@@ -449,9 +475,10 @@ impl State {
         if domain == RUNTIME {
             l.runtime_depth += 1;
         }
-        // stacks hook: the calls that cause GPU work get the caller's stack.
+        // stacks hook: the calls that cause GPU work, and the waits for it, get
+        // the caller's stack.
         let stack = match &self.stacks {
-            Some(st) if class.fires_marker() => st.capture(),
+            Some(st) if class.takes_stack() => st.capture(),
             _ => 0,
         };
         self.open(
@@ -496,7 +523,10 @@ impl State {
             l.runtime_depth = l.runtime_depth.saturating_sub(1);
         }
         if l.tid == 0 {
+            // The thread's first recorded call: its name as it is now.
             l.tid = gettid();
+            let item = Item::Thread(l.tid, thread_name());
+            self.shard(l).push(item);
         }
         let rec = RawApi {
             start_ns: o.start_ns,
@@ -526,6 +556,7 @@ impl State {
     fn shard<'l>(&self, l: &'l mut Local) -> &'l Shard {
         l.shard.get_or_insert_with(|| {
             let s = Arc::new(Shard::default());
+            s.tid.store(gettid(), Relaxed);
             lock(&self.shards).push(s.clone());
             s
         })
@@ -542,6 +573,7 @@ impl State {
         };
         let mut api = Vec::new();
         let mut aliases = Vec::new();
+        let mut names = Vec::new();
         let mut dropped = 0;
         for s in &shards {
             let (taken, d) = s.take();
@@ -549,8 +581,10 @@ impl State {
             taken.for_each(|it| match *it {
                 Item::Api(a) => api.push(a),
                 Item::Alias(nested, outer) => aliases.push((nested, outer)),
+                Item::Thread(tid, name) => names.push((tid, name)),
             });
         }
+        self.write_thread_names(&names);
         // stacks hook: modules, stacks and graph nodes before the API records
         // that name them.
         if let Some(st) = &self.stacks {
@@ -591,6 +625,45 @@ impl State {
                 count: dropped,
             }));
         }
+    }
+
+    /// Writes each thread's name when it is new or changed (a rename).
+    fn write_thread_names(&self, names: &[(u32, [u8; 16])]) {
+        if names.is_empty() {
+            return;
+        }
+        let mut sink = lock(&self.sink);
+        for &(tid, raw) in names {
+            let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            if len == 0 || sink.thread_names.get(&tid) == Some(&raw) {
+                continue;
+            }
+            sink.thread_names.insert(tid, raw);
+            let name = String::from_utf8_lossy(&raw[..len]).into_owned();
+            let pid = self.pid;
+            sink.write(&Record::Thread(ThreadName { pid, tid, name }));
+        }
+    }
+
+    /// The names of the threads still running, read from `/proc` by the exit
+    /// path: a thread may have renamed itself since its first recorded call.
+    fn refresh_thread_names(&self) {
+        let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
+        let mut names = Vec::new();
+        for s in &shards {
+            let tid = s.tid.load(Relaxed);
+            if tid == 0 {
+                continue;
+            }
+            if let Ok(text) = std::fs::read(format!("/proc/self/task/{tid}/comm")) {
+                let text = text.strip_suffix(b"\n").unwrap_or(&text);
+                let mut raw = [0u8; 16];
+                let n = text.len().min(15);
+                raw[..n].copy_from_slice(&text[..n]);
+                names.push((tid, raw));
+            }
+        }
+        self.write_thread_names(&names);
     }
 
     fn api_record(&self, sink: &mut Sink, a: &RawApi) -> Record {
@@ -871,6 +944,7 @@ impl State {
                 self.log.line(&e.to_string());
             }
         }
+        self.refresh_thread_names();
         self.flush(Flush::Final);
         if self.disabled.swap(true, Relaxed) {
             return;
@@ -1108,6 +1182,19 @@ extern "C" fn at_exit() {
             s.finish();
         }
     });
+}
+
+/// The exit path, run by the closing thread when SIGINT or SIGTERM is about to
+/// end the program (see [`crate::interrupt`]).
+fn close_on_signal() {
+    let _inside = Inside::enter();
+    if let Some(s) = STATE.get()
+        && std::process::id() == s.pid
+    {
+        s.log
+            .line("closing the trace: a signal is ending the program");
+        s.finish();
+    }
 }
 
 extern "C" fn in_forked_child() {
@@ -1403,7 +1490,7 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
 /// Blocks every signal on the calling thread (the flush thread): a handler of
 /// the application's that makes CUDA calls must not run there, where the
 /// flush holds the sink and stack-table locks its callbacks would take.
-fn block_signals() {
+pub(crate) fn block_signals() {
     let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: sigfillset initializes the set; the mask is this thread's only.
     unsafe {
@@ -1492,6 +1579,17 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(None, None, Some(in_forked_child));
+    }
+    if s.config.flush_on_signal {
+        match crate::interrupt::install(close_on_signal) {
+            Ok(sigs) if !sigs.is_empty() => s.log.line(&format!(
+                "the trace is closed before signals {sigs:?} end the program"
+            )),
+            Ok(_) => s
+                .log
+                .line("SIGINT and SIGTERM are handled by the program: no flush on them"),
+            Err(e) => s.log.line(&format!("no flush on SIGINT/SIGTERM: {e}")),
+        }
     }
     let period = Duration::from_millis(u64::from(s.config.flush_ms));
     let spawned = std::thread::Builder::new()

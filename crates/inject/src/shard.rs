@@ -10,6 +10,7 @@
 
 use std::ptr;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU32;
 
 /// One API call as the callback saw it; names are resolved when written.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -31,6 +32,8 @@ pub enum Item {
     Api(RawApi),
     /// (nested driver call's correlation id, enclosing runtime call's id).
     Alias(u32, u32),
+    /// (thread id, its name as `PR_GET_NAME` gives it: NUL-padded).
+    Thread(u32, [u8; 16]),
 }
 
 /// Bytes of one chunk, header included.
@@ -60,23 +63,30 @@ unsafe impl Send for Chunks {}
 
 /// One thread's records. The lock is the thread's own, taken by its callbacks
 /// and, between them, by the flush thread.
-pub struct Shard(Mutex<Chunks>);
+pub struct Shard {
+    chunks: Mutex<Chunks>,
+    /// The owning thread's id, 0 until set.
+    pub tid: AtomicU32,
+}
 
 impl Default for Shard {
     fn default() -> Self {
-        Shard(Mutex::new(Chunks {
-            first: ptr::null_mut(),
-            last: ptr::null_mut(),
-            held: 0,
-            dropped: 0,
-        }))
+        Shard {
+            chunks: Mutex::new(Chunks {
+                first: ptr::null_mut(),
+                last: ptr::null_mut(),
+                held: 0,
+                dropped: 0,
+            }),
+            tid: AtomicU32::new(0),
+        }
     }
 }
 
 impl Shard {
     /// Appends an item; never allocates with `malloc`.
     pub fn push(&self, item: Item) {
-        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: `last` is null or a chunk of this list, under the lock.
         let full = c.last.is_null() || unsafe { (*c.last).len } == CHUNK_ITEMS;
         if full {
@@ -107,7 +117,7 @@ impl Shard {
 
     /// Takes every item and the count of dropped ones.
     pub fn take(&self) -> (Taken, u64) {
-        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
         let taken = Taken(c.first);
         let dropped = std::mem::take(&mut c.dropped);
         c.first = ptr::null_mut();
@@ -203,7 +213,7 @@ mod tests {
             .iter()
             .filter_map(|it| match it {
                 Item::Api(a) => Some(a.correlation_id),
-                Item::Alias(..) => None,
+                Item::Alias(..) | Item::Thread(..) => None,
             })
             .collect();
         assert_eq!(apis, (0..n).collect::<Vec<_>>());

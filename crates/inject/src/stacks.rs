@@ -121,6 +121,12 @@ pub struct Stacks {
     /// Captures skipped: the thread had almost no stack left.
     no_stack: AtomicU64,
     truncated: AtomicU64,
+    /// Of the kept captures (not those a refresh retried): ending at code
+    /// without unwind info, cut at the depth cap, with Python frames. The
+    /// unwinder's own counters also count the retried first attempts.
+    unknown_end: AtomicU64,
+    depth_cut: AtomicU64,
+    with_python: AtomicU64,
     empty: AtomicU64,
     python_noted: AtomicBool,
 }
@@ -189,6 +195,9 @@ impl Stacks {
             captures: AtomicU64::new(0),
             no_stack: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
+            unknown_end: AtomicU64::new(0),
+            depth_cut: AtomicU64::new(0),
+            with_python: AtomicU64::new(0),
             empty: AtomicU64::new(0),
             python_noted: AtomicBool::new(false),
         };
@@ -293,6 +302,15 @@ impl Stacks {
         let frames = &frames[first..];
         if c.end.is_truncated() {
             self.truncated.fetch_add(1, Relaxed);
+        }
+        if matches!(frames.last(), Some(Frame::Unknown { .. })) {
+            self.unknown_end.fetch_add(1, Relaxed);
+        }
+        if c.end == StackEnd::DepthLimit {
+            self.depth_cut.fetch_add(1, Relaxed);
+        }
+        if c.python_frames > 0 {
+            self.with_python.fetch_add(1, Relaxed);
         }
         if frames.is_empty() {
             self.empty.fetch_add(1, Relaxed);
@@ -568,12 +586,12 @@ impl Stacks {
             self.table_full.load(Relaxed),
             self.contended.load(Relaxed),
             self.truncated.load(Relaxed),
-            s.unknown_frames,
-            s.depth_limit,
+            self.unknown_end.load(Relaxed),
+            self.depth_cut.load(Relaxed),
             s.busy,
             s.cache_waits,
             self.empty.load(Relaxed),
-            s.python_stacks,
+            self.with_python.load(Relaxed),
             self.unwinder.python_status(),
             self.table.lock().map_or(0, |t| t.nodes.len()),
             self.nodes_not_kept.load(Relaxed),
@@ -742,5 +760,59 @@ mod tests {
         // Written once.
         assert!(s.take_records(7, &mut strings, &|_, _| None).is_empty());
         assert!(s.summary().starts_with("stacks: 3 taken (1 distinct)"));
+    }
+}
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod refresh_tests {
+    use std::sync::OnceLock;
+    use std::sync::atomic::AtomicU32;
+
+    use gpuperf_test_support::cc::Gcc;
+    use gpuperf_test_support::scratch::fresh_dir;
+
+    use super::*;
+
+    static STACKS: OnceLock<Stacks> = OnceLock::new();
+    static ID: AtomicU32 = AtomicU32::new(0);
+
+    extern "C" fn take() {
+        ID.store(STACKS.get().unwrap().capture(), Relaxed);
+    }
+
+    #[test]
+    fn a_capture_from_a_library_loaded_later__refreshed_retried_and_counted_once() {
+        let dir = fresh_dir("inject-refresh-count");
+        std::fs::write(
+            dir.join("later.c"),
+            "void later_call(void (*f)(void)) { f(); __asm__ volatile(\"\"); }\n",
+        )
+        .unwrap();
+        let lib = Gcc::new(dir.join("liblater.so"))
+            .args(["-O1", "-shared", "-fPIC"])
+            .arg(dir.join("later.c"))
+            .build();
+        let s = STACKS.get_or_init(|| Stacks::new(Path::new("/nonexistent/libcupti.so.13")));
+        // Loaded after the module table was read: the first attempt ends at an
+        // unknown frame in it, the table is refreshed, the second is complete.
+        // SAFETY: a library of ours without constructors.
+        let l = unsafe { libloading::Library::new(&lib).unwrap() };
+        // SAFETY: the symbol has this signature.
+        let call: libloading::Symbol<extern "C" fn(extern "C" fn())> =
+            unsafe { l.get(b"later_call\0").unwrap() };
+        call(take);
+        assert_ne!(ID.load(Relaxed), 0);
+        let summary = s.summary();
+        assert!(
+            summary.starts_with(
+                "stacks: 1 taken (1 distinct), 0 skipped for lack of stack, 0 without an id \
+                 (stack table full), 0 without an id (contended), 0 truncated (0 at code \
+                 without unwind info, 0 at the depth cap,"
+            ),
+            "{summary}"
+        );
+        // The unwinder itself saw both attempts.
+        assert_eq!(s.unwinder.stats().captures, 2, "{summary}");
     }
 }

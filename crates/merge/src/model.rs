@@ -403,6 +403,8 @@ pub enum Record {
     CallStack(CallStack),
     /// Where a CUDA graph node was made (captured or added).
     GraphNode(GraphNode),
+    /// A thread's name as the process set it.
+    Thread(ThreadName),
 }
 
 /// A module (executable, shared library) as the injection library saw it loaded;
@@ -562,6 +564,19 @@ pub struct GraphNode {
     pub stack: u32,
     /// The recorded API call that made the node, if any.
     pub api: Option<StringId>,
+}
+
+/// A thread's name (`pthread_setname_np`, `prctl(PR_SET_NAME)`: at most 15
+/// bytes). A later record for the same thread supersedes an earlier one: the
+/// thread renamed itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadName {
+    /// Process id.
+    pub pid: u32,
+    /// Linux thread id.
+    pub tid: u32,
+    /// The name.
+    pub name: String,
 }
 
 /// Strips CUPTI's version suffix: `cudaLaunchKernel_v7000` → `cudaLaunchKernel`.

@@ -76,21 +76,31 @@ pub const MAX_FRAMES: usize = 256;
 /// (`&self` everywhere); it is `Send + Sync`.
 pub struct LocalUnwinder {
     current: AtomicPtr<Snapshot>,
-    /// Readers of the current snapshot, by epoch parity (a two-phase grace period,
-    /// so that a refresh frees the old snapshot only once no capture can use it).
-    readers: [AtomicUsize; 2],
+    /// The grace period's parity: readers count themselves in their cache
+    /// slot's `readers[epoch & 1]`.
     epoch: AtomicUsize,
     refresh_lock: Mutex<Registry>,
     stale: AtomicBool,
     caches: Box<[CacheSlot]>,
     stacks: StackTable,
     find_object: Option<FindObject>,
+    /// Where `makecontext` coroutines return to: glibc's `__start_context`.
+    start_context: u64,
     python: Option<Python>,
     stats: Stats,
 }
 
+/// One unwind cache, on cache lines of its own: the atomics a capture updates
+/// (`busy`, `readers`) are the slot's, so that threads capturing at once on
+/// different slots never write to a shared cache line.
+#[repr(align(64))]
 struct CacheSlot {
     busy: AtomicBool,
+    /// Captures on this slot reading a snapshot, by epoch parity (a two-phase
+    /// grace period, so that a refresh frees the old snapshot only once no
+    /// capture can use it). At most one capture holds a slot; a refresh sums
+    /// nothing, it waits for every slot's count of the old parity to drain.
+    readers: [AtomicUsize; 2],
     cache: std::cell::UnsafeCell<UnwindCache>,
     /// Where the capture runs; `None` if it could not be mapped.
     scratch: Option<ScratchStack>,
@@ -140,6 +150,7 @@ impl LocalUnwinder {
         let caches = (0..options.caches.max(1))
             .map(|_| CacheSlot {
                 busy: AtomicBool::new(false),
+                readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
                 cache: std::cell::UnsafeCell::new(UnwindCache::new()),
                 scratch: ScratchStack::new(),
             })
@@ -153,13 +164,13 @@ impl LocalUnwinder {
         };
         LocalUnwinder {
             current: AtomicPtr::new(Box::into_raw(Box::new(snapshot))),
-            readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
             epoch: AtomicUsize::new(0),
             refresh_lock: Mutex::new(registry),
             stale: AtomicBool::new(false),
             caches,
             stacks: StackTable::new(),
             find_object,
+            start_context: start_context_address(),
             python,
             stats: Stats::default(),
         }
@@ -186,8 +197,10 @@ impl LocalUnwinder {
         // left: every capture that could have loaded `old` has then finished.
         for _ in 0..2 {
             let e = self.epoch.fetch_add(1, Ordering::SeqCst);
-            while self.readers[e & 1].load(Ordering::SeqCst) != 0 {
-                std::thread::yield_now();
+            for slot in self.caches.iter() {
+                while slot.readers[e & 1].load(Ordering::SeqCst) != 0 {
+                    std::thread::yield_now();
+                }
             }
         }
         // SAFETY: `old` came from Box::into_raw and no reader holds it any more.
@@ -339,7 +352,7 @@ impl LocalUnwinder {
             return captured;
         }
         let parity = self.epoch.load(Ordering::SeqCst) & 1;
-        self.readers[parity].fetch_add(1, Ordering::SeqCst);
+        slot.readers[parity].fetch_add(1, Ordering::SeqCst);
         // SAFETY: registered as a reader before loading; refresh frees a snapshot
         // only after the readers of both parities drained.
         let snap = unsafe { &*self.current.load(Ordering::SeqCst) };
@@ -349,6 +362,7 @@ impl LocalUnwinder {
             Stats::bump(&self.stats.stale_table);
         }
         let loader = LocalLoader {
+            start_context: self.start_context,
             find_object: self.find_object,
             suspect: subs != snap.subs,
         };
@@ -370,7 +384,7 @@ impl LocalUnwinder {
         if let Some(py) = &self.python {
             py.splice(&snap.table, &self.stats, (lo, hi), out, &mut captured);
         }
-        self.readers[parity].fetch_sub(1, Ordering::SeqCst);
+        slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
         captured
     }
 
@@ -432,6 +446,7 @@ impl Drop for LocalUnwinder {
 }
 
 struct LocalLoader {
+    start_context: u64,
     find_object: Option<FindObject>,
     /// Modules were unloaded since the table was built.
     suspect: bool,
@@ -466,6 +481,38 @@ impl Loader for LocalLoader {
         self.find(address)
             .is_some_and(|r| r.eh_frame as u64 == entry.eh_frame_hdr_avma)
     }
+
+    fn is_root_return(&self, return_address: u64) -> bool {
+        self.start_context != 0 && return_address == self.start_context
+    }
+}
+
+extern "C" fn never_run() {}
+
+/// glibc's `__start_context` (a local symbol): x86-64 `makecontext` stores its
+/// address as the return address at the top of the new context's stack, which
+/// a context made here, and never run, shows. 0 if it cannot be read.
+fn start_context_address() -> u64 {
+    let mut stack = vec![0u64; 1024];
+    // SAFETY: a zeroed ucontext_t is a valid buffer for getcontext to fill.
+    let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `uc` is a valid, writable context.
+    if unsafe { libc::getcontext(&mut uc) } != 0 {
+        return 0;
+    }
+    uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+    uc.uc_stack.ss_size = stack.len() * 8;
+    uc.uc_link = std::ptr::null_mut();
+    // SAFETY: the context's stack is `stack`, alive for this function; the
+    // context is never switched to, makecontext only writes to that stack.
+    unsafe { libc::makecontext(&mut uc, never_run, 0) };
+    let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64;
+    let range = stack.as_ptr() as u64..stack.as_ptr() as u64 + stack.len() as u64 * 8;
+    if !range.contains(&sp) || !sp.is_multiple_of(8) {
+        return 0;
+    }
+    // SAFETY: inside `stack`, checked above, and 8-aligned.
+    unsafe { *(sp as *const u64) }
 }
 
 /// glibc's (adds, subs) counters, read through the first `dl_iterate_phdr` entry.
@@ -722,6 +769,70 @@ mod tests {
         // SAFETY: `arg` is the `Probe` the test passed, alive for the call.
         let p = unsafe { &mut *arg.cast::<Probe>() };
         p.captured = Some(p.u.capture(0, &mut p.frames));
+    }
+
+    #[test]
+    fn captures_on_two_slots__update_no_shared_cache_line() {
+        let u = LocalUnwinder::new(Options {
+            caches: 2,
+            ..Options::default()
+        });
+        let line = |p: *const AtomicUsize| p as usize / 64;
+        let (a, b) = (&u.caches[0], &u.caches[1]);
+        // What a capture writes: its slot's busy flag and reader counts.
+        let written = |s: &CacheSlot| {
+            [
+                line((&raw const s.busy).cast()),
+                line(&raw const s.readers[0]),
+                line(&raw const s.readers[1]),
+            ]
+        };
+        for x in written(a) {
+            assert!(!written(b).contains(&x));
+            assert_ne!(x, line((&raw const u.epoch).cast()));
+        }
+        // The grace period still holds with the counts spread over the slots:
+        // a refresh after a capture on either slot frees the old table.
+        let mut frames = [Frame::default(); MAX_FRAMES];
+        assert!(u.capture(0, &mut frames).len > 0);
+        for s in u.caches.iter() {
+            assert_eq!(s.readers[0].load(Ordering::SeqCst), 0);
+            assert_eq!(s.readers[1].load(Ordering::SeqCst), 0);
+        }
+    }
+
+    static UNWINDER: AtomicUsize = AtomicUsize::new(0);
+    static RESULT: Mutex<Option<Captured>> = Mutex::new(None);
+    static mut MAIN_CTX: std::mem::MaybeUninit<libc::ucontext_t> = std::mem::MaybeUninit::zeroed();
+
+    extern "C" fn in_coroutine() {
+        // SAFETY: the test keeps the unwinder alive while the coroutine runs.
+        let u = unsafe { &*(UNWINDER.load(Ordering::SeqCst) as *const LocalUnwinder) };
+        let mut frames = [Frame::default(); MAX_FRAMES];
+        let c = u.capture(0, &mut frames);
+        *RESULT.lock().unwrap() = Some(c);
+    }
+
+    #[test]
+    fn makecontext_coroutine__its_stack_ends_at_start_context_as_a_root() {
+        let u = LocalUnwinder::new(Options::default());
+        assert_ne!(u.start_context, 0);
+        UNWINDER.store(&raw const u as usize, Ordering::SeqCst);
+        let mut stack = vec![0u8; 256 << 10];
+        // SAFETY: zeroed contexts are valid buffers; the coroutine's stack
+        // outlives it, and it returns to MAIN_CTX through uc_link.
+        unsafe {
+            let mut co: libc::ucontext_t = std::mem::zeroed();
+            assert_eq!(libc::getcontext(&mut co), 0);
+            co.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+            co.uc_stack.ss_size = stack.len();
+            co.uc_link = (&raw mut MAIN_CTX).cast();
+            libc::makecontext(&mut co, in_coroutine, 0);
+            assert_eq!(libc::swapcontext((&raw mut MAIN_CTX).cast(), &co), 0);
+        }
+        let c = RESULT.lock().unwrap().take().unwrap();
+        assert_eq!(c.end, StackEnd::Root, "{c:?}");
+        assert!(c.len >= 2, "{c:?}");
     }
 
     #[test]

@@ -372,6 +372,12 @@ pub(crate) trait Loader {
     /// May the entry still be read? (The local unwinder checks modules that may
     /// have been unloaded since the table was built.)
     fn still_loaded(&self, entry: &Entry, address: u64) -> bool;
+    /// Is `return_address` the start of a stack's outermost function, which
+    /// has no caller to unwind to (glibc's `__start_context`, where a
+    /// `makecontext` coroutine starts)? Then the stack is complete there.
+    fn is_root_return(&self, _return_address: u64) -> bool {
+        false
+    }
 }
 
 /// Walks the native stack: one [`Frame`] per frame into `out` (after skipping
@@ -430,6 +436,15 @@ where
         };
         if !loader.still_loaded(entry, lookup) {
             return finish(push(unknown, &mut skip), len, StackEnd::ModuleNotInTable);
+        }
+        if address.is_return_address() && loader.is_root_return(address.address()) {
+            // Named by the function itself, not by the call before it.
+            let root = Frame::Native {
+                module: entry.id,
+                offset: address.address() - entry.bias,
+                return_address: false,
+            };
+            return finish(push(root, &mut skip), len, StackEnd::Root);
         }
         let rule = entry.cfi.as_ref().map_or(Rule::NotCovered, |cfi| {
             cached_rule(cache, table.generation, cfi, lookup, entry.bias)

@@ -547,7 +547,7 @@ pub fn merge(
     let mut offsets: FxHashMap<u32, i64> = FxHashMap::default();
     let mut cpu_index: FxHashMap<u32, CorrIndex> = FxHashMap::default();
     if let Some(cpu) = cpu.as_deref_mut() {
-        summary.cpu_launches = cpu.launches.len() as u64;
+        summary.cpu_launches = cpu.launch_count();
         summary.cpu_dropped = cpu.dropped;
         pair_by_time(cpu, &apis, opts, &mut offsets, &mut summary.pairings);
         cpu_index = index_cpu(cpu, &mut summary);
@@ -567,6 +567,10 @@ pub fn merge(
     };
     if let Some(c) = cpu {
         for (l, _) in c.launches.iter().zip(&matched).filter(|(_, m)| !**m) {
+            if c.is_wait(l) {
+                // A wait with no synchronization record is no missing GPU work.
+                continue;
+            }
             let api = if l.correlation_id == 0 {
                 None
             } else {
@@ -734,7 +738,7 @@ fn count_truncated(cpu: &CpuTrace) -> u64 {
         .collect();
     cpu.launches
         .iter()
-        .filter(|l| !complete[l.stack.index()])
+        .filter(|l| !complete[l.stack.index()] && !cpu.is_wait(l))
         .count() as u64
 }
 

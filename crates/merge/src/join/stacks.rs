@@ -47,7 +47,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::error::Result;
 use crate::model::{
     ApiCall, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable, api_base_name,
-    api_stem,
+    api_stem, is_copy_api, is_launch_api, is_memset_api,
 };
 use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::read::input::GpuInputs;
@@ -58,15 +58,17 @@ pub const GRAPH_CAPTURED: &str = "[graph node captured at]";
 pub const GRAPH_ADDED: &str = "[graph node added at]";
 /// A frame in code without unwind information.
 pub const UNKNOWN_FRAME: &str = "[unknown]";
-/// Frames a complete stack starts with: the process's entry point and the thread
-/// starts (`clone`, `clone3`, glibc's `start_thread`).
-pub const ROOT_FRAMES: [&str; 6] = [
+/// Frames a complete stack starts with: the process's entry point, the thread
+/// starts (`clone`, `clone3`, glibc's `start_thread`) and where a `makecontext`
+/// coroutine starts (glibc's `__start_context`).
+pub const ROOT_FRAMES: [&str; 7] = [
     "_start",
     "clone",
     "clone3",
     "__clone",
     "__clone3",
     "start_thread",
+    "__start_context",
 ];
 
 /// Whether a folded stack (root first) starts at a root frame, i.e. is complete.
@@ -166,6 +168,8 @@ struct Proc {
     by_corr: FxHashMap<u32, usize>,
     /// The last API call, which a following CALL_STACK belongs to.
     last_api: Option<ApiCall>,
+    /// Thread names, the last one recorded for each thread.
+    threads: FxHashMap<u32, String>,
 }
 
 /// A launch before its text is known.
@@ -208,6 +212,10 @@ pub fn collect(
             |n| n.to_string_lossy().into_owned(),
         );
         trace.comms.insert((*pid, *pid), comm);
+        // The main thread keeps the process's name: it also names the process.
+        for (&tid, name) in p.threads.iter().filter(|(t, _)| **t != *pid) {
+            trace.comms.insert((*pid, tid), name.clone());
+        }
     }
     let launch_stack = add_launches(
         &mut trace, &mut stats, &mut namer, &procs, &pending, strings,
@@ -264,6 +272,13 @@ fn gather(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Gathered> {
                 .insert(g.node_id, (g.stack, g.api));
         }
         Record::Api(a) => procs.entry(a.pid).or_default().last_api = Some(*a),
+        Record::Thread(t) => {
+            procs
+                .entry(t.pid)
+                .or_default()
+                .threads
+                .insert(t.tid, t.name.clone());
+        }
         Record::CallStack(c) => {
             let p = procs.entry(c.pid).or_default();
             if let Some(api) = p.last_api.filter(|a| a.correlation_id == c.correlation_id) {
@@ -315,6 +330,10 @@ fn add_launches(
         }
         stats.launches += 1;
         let api = strings.get(l.api.name);
+        if !(is_launch_api(api) || is_copy_api(api) || is_memset_api(api)) {
+            // A synchronization call: its stack charges the wait, not a launch.
+            trace.waits.insert((*pid, l.api.correlation_id));
+        }
         let (text, end, py_cut) = match p.stacks.get(&l.stack) {
             // The leaf is the API function, as in CPU traces.
             Some(s) => (
@@ -500,5 +519,16 @@ impl Namer<'_> {
         }
         self.texts.insert(key, text.clone());
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_makecontext_coroutine_stack_from_start_context_is_complete() {
+        assert!(super::is_complete(
+            "__start_context;worker;cudaLaunchKernel"
+        ));
+        assert!(!super::is_complete("worker;cudaLaunchKernel"));
     }
 }

@@ -168,6 +168,10 @@ pub struct CpuTrace {
     /// (pid, correlation id) of launches known to have been captured into a
     /// graph (in-process stacks: the call made a captured graph node).
     pub captured: FxHashSet<(u32, u32)>,
+    /// (pid, correlation id) of the entries that are synchronization calls, not
+    /// launches (in-process stacks: the code that waited for the GPU). They
+    /// charge waiting and idle time; they are neither launches nor unmatched.
+    pub waits: FxHashSet<(u32, u32)>,
 }
 
 impl CpuTrace {
@@ -184,7 +188,21 @@ impl CpuTrace {
             graph_nodes: FxHashMap::default(),
             graph_stacks: FxHashMap::default(),
             captured: FxHashSet::default(),
+            waits: FxHashSet::default(),
         }
+    }
+
+    /// Whether `l` is a synchronization call's stack rather than a launch's.
+    pub fn is_wait(&self, l: &CpuLaunch) -> bool {
+        !self.waits.is_empty() && self.waits.contains(&(l.pid, l.correlation_id))
+    }
+
+    /// The entries that are launches: all but the synchronization calls.
+    pub fn launch_count(&self) -> u64 {
+        if self.waits.is_empty() {
+            return self.launches.len() as u64;
+        }
+        self.launches.iter().filter(|l| !self.is_wait(l)).count() as u64
     }
 
     /// The stack GPU work of graph node `node`, launched by `launch`, is charged
@@ -227,6 +245,7 @@ impl CpuTrace {
             self.comms.entry(*k).or_insert_with(|| v.clone());
         }
         self.captured.extend(&other.captured);
+        self.waits.extend(&other.waits);
         self.dropped = self.dropped.saturating_add(other.dropped);
         self.truncated = self.truncated.saturating_add(other.truncated);
         self.lines += other.lines;

@@ -37,6 +37,7 @@
 //! | 12 | `MODULE` | id u32, path string u32, bias u64, text start u64, text end u64, build id length u8, 0 u8×3, build id bytes (36 + length) |
 //! | 13 | `STACK` | id u32 (from 1), end u8, flags u8 (bit 0: Python frames cut at the depth cap), frame count u16, frames (8 + 16 × count) |
 //! | 14 | `GRAPH_NODE` | node id u64, stack id u32, API name string u32 (`u32::MAX`: none) (16) |
+//! | 15 | `THREAD` | tid u32, name string u32 (8): the thread's name; a later record for the same thread supersedes it (a rename). Added without a version bump: older readers skip it |
 //!
 //! Devices are u16; 0xffff means unknown. A kernel record is 64 bytes with its
 //! header; an API record 40, or 44 with a stack id.
@@ -77,7 +78,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, CallStack, Device, DropSource, Dropped, GraphNode,
     MemcpyKind, Module, Note, Overhead, PeerDevices, Process, Record, Stack, StackEnd, StackFrame,
-    StringId, StringTable, UNKNOWN_DEVICE,
+    StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -106,6 +107,7 @@ mod kind {
     pub const MODULE: u8 = 12;
     pub const STACK: u8 = 13;
     pub const GRAPH_NODE: u8 = 14;
+    pub const THREAD: u8 = 15;
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
@@ -284,6 +286,11 @@ impl<W: Write> Writer<W> {
                 };
                 self.begin(kind::GRAPH_NODE);
                 self.u64(g.node_id).u32(g.stack).u32(api);
+            }
+            Record::Thread(t) => {
+                let name = self.intern(&t.name)?;
+                self.begin(kind::THREAD);
+                self.u32(t.tid).u32(name);
             }
         }
         self.finish()
@@ -633,6 +640,7 @@ impl Decoder<'_> {
             kind::MODULE => self.module(&mut f, payload, offset),
             kind::STACK => self.stack(&mut f, offset),
             kind::GRAPH_NODE => self.graph_node(&mut f, offset),
+            kind::THREAD => self.thread(&mut f, offset),
             _ => {
                 self.stats.unknown_kinds += 1;
                 return;
@@ -839,6 +847,16 @@ impl Decoder<'_> {
             node_id,
             stack,
             api,
+        }))
+    }
+
+    fn thread(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (tid, name) = (f.u32()?, f.u32()?);
+        let name = self.string(name, offset);
+        Some(Record::Thread(ThreadName {
+            pid: self.pid,
+            tid,
+            name: self.strings.get(name).to_owned(),
         }))
     }
 
@@ -1361,6 +1379,7 @@ mod tests {
                         kind::OVERHEAD => Some(16),
                         kind::MODULE => Some(4),
                         kind::GRAPH_NODE => Some(12),
+                        kind::THREAD => Some(4),
                         _ => None,
                     };
                     if let Some(at) = id_at.filter(|&at| exact && payload.len() >= at + 4) {
@@ -1512,6 +1531,40 @@ mod tests {
             ],
             vec![(call(7, 43), 1), (call(8, 44), 2), (call(9, 43), 0)],
         )
+    }
+
+    #[test]
+    fn thread_names_round_trip_and_a_rename_follows() {
+        let strings = StringTable::new();
+        let proc_rec = Record::Process(Process {
+            pid: 42,
+            ppid: 1,
+            exe: "/opt/app".into(),
+            start_ns: 1,
+            start_realtime_ns: 2,
+        });
+        let name = |tid, n: &str| {
+            Record::Thread(ThreadName {
+                pid: 42,
+                tid,
+                name: n.into(),
+            })
+        };
+        let recs = [
+            proc_rec,
+            name(43, "loader"),
+            name(44, "worker-1"),
+            // A rename: the later record supersedes the first.
+            name(43, "loader-2"),
+        ];
+        let mut w = Writer::new(Vec::new()).unwrap();
+        for r in &recs {
+            w.write(r, &strings).unwrap();
+        }
+        let (back, _, stats) = decode(&w.into_inner());
+        assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+        assert_eq!(stats.unknown_kinds, 0);
+        assert_eq!(back, recs);
     }
 
     #[test]

@@ -701,7 +701,8 @@ impl<W: Write> Sink for Writer<W> {
             | Record::Module(_)
             | Record::Stack(_)
             | Record::CallStack(_)
-            | Record::GraphNode(_) => Ok(()),
+            | Record::GraphNode(_)
+            | Record::Thread(_) => Ok(()),
         };
         r.map_err(write_error)
     }

@@ -1,0 +1,147 @@
+//! Ctrl-C and `kill`: the trace is closed before the program dies of the signal.
+//!
+//! A program with no handler for SIGINT or SIGTERM dies at once, without
+//! `atexit`, so CUPTI's buffers (the GPU records of its last launches) are never
+//! flushed. Under `gpuperf record` (`GPUPERF_FLUSH_ON_SIGNAL=1`) the library
+//! installs a handler for each of the two signals, but only where the
+//! disposition is still the default: a program that handles or ignores the
+//! signal keeps its own behaviour, and one that installs a handler later simply
+//! replaces this one, so it sees every signal exactly once.
+//!
+//! The handler only does what is async-signal-safe: it wakes the closing thread
+//! through a pipe and waits for it, up to [`WAIT_MS`], with `poll`. That thread
+//! (all signals blocked) closes the trace as the exit path does, sets the
+//! disposition back to the default, and answers. The handler then raises the
+//! signal again on its own thread, where it stays blocked until the handler
+//! returns: the program dies of the same signal, with the same status, as it
+//! would have without gpuperf. The thread that took the signal is held while
+//! the trace is closed, so its last launch is in it; other threads run on, and
+//! their calls after the close are not recorded.
+//!
+//! Why in the program and not in gpuperf: a Ctrl-C at the terminal reaches the
+//! whole foreground process group at once, the program included (it must stay
+//! there to keep reading the terminal), so gpuperf cannot act before the
+//! program dies.
+
+use std::io;
+use std::ptr;
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+
+/// How long the signalled thread waits for the trace to close before the
+/// signal takes its course anyway.
+pub const WAIT_MS: i32 = 5000;
+
+const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+/// Read end of the wake-up pipe (the closing thread reads it).
+static WAKE_R: AtomicI32 = AtomicI32::new(-1);
+/// Write end of the wake-up pipe (the handler writes the signal number).
+static WAKE_W: AtomicI32 = AtomicI32::new(-1);
+/// Read end of the done pipe (handlers poll it, never read it).
+static DONE_R: AtomicI32 = AtomicI32::new(-1);
+/// Write end of the done pipe.
+static DONE_W: AtomicI32 = AtomicI32::new(-1);
+/// The process the closing thread runs in: a forked child has none.
+static PID: AtomicI32 = AtomicI32::new(0);
+
+/// Installs the handlers where the disposition is the default, and starts the
+/// closing thread, which calls `close` once, on the first signal. Returns the
+/// signals handled.
+pub fn install(close: fn()) -> io::Result<Vec<libc::c_int>> {
+    let (wake_r, wake_w) = pipe()?;
+    let (done_r, done_w) = pipe()?;
+    WAKE_R.store(wake_r, SeqCst);
+    WAKE_W.store(wake_w, SeqCst);
+    DONE_R.store(done_r, SeqCst);
+    DONE_W.store(done_w, SeqCst);
+    PID.store(std::process::id() as i32, SeqCst);
+    std::thread::Builder::new()
+        .name("gpuperf-signal".into())
+        .spawn(move || closing_thread(close))?;
+    let mut installed = Vec::new();
+    for sig in SIGNALS {
+        // SAFETY: a zeroed sigaction is a valid out-parameter.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reads the current disposition only.
+        if unsafe { libc::sigaction(sig, ptr::null(), &mut old) } != 0
+            || old.sa_sigaction != libc::SIG_DFL
+        {
+            continue;
+        }
+        // SAFETY: as above.
+        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+        new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+        new.sa_flags = libc::SA_RESTART;
+        // SAFETY: `sa_mask` is a valid set to empty.
+        unsafe { libc::sigemptyset(&mut new.sa_mask) };
+        // SAFETY: installs a handler that makes only async-signal-safe calls.
+        if unsafe { libc::sigaction(sig, &new, ptr::null_mut()) } == 0 {
+            installed.push(sig);
+        }
+    }
+    Ok(installed)
+}
+
+fn pipe() -> io::Result<(i32, i32)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+fn closing_thread(close: fn()) {
+    crate::recorder::block_signals();
+    let mut sig = [0u8; 1];
+    loop {
+        // SAFETY: reads one byte into a live buffer.
+        let n = unsafe { libc::read(WAKE_R.load(SeqCst), sig.as_mut_ptr().cast(), 1) };
+        if n == 1 {
+            break;
+        }
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return;
+    }
+    let _ = std::panic::catch_unwind(close);
+    for s in SIGNALS {
+        // SAFETY: back to the default disposition; no memory is involved.
+        unsafe { libc::signal(s, libc::SIG_DFL) };
+    }
+    // SAFETY: writes one byte from a live buffer.
+    unsafe { libc::write(DONE_W.load(SeqCst), b"!".as_ptr().cast(), 1) };
+}
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // SAFETY: `__errno_location` is the thread's errno, kept for the code the
+    // signal interrupted.
+    let errno = unsafe { *libc::__errno_location() };
+    let byte = sig as u8;
+    // SAFETY: getpid is async-signal-safe.
+    let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
+    // A forked child, whose trace is its parent's, wakes nobody.
+    if ours {
+        // SAFETY: write and poll are async-signal-safe, on descriptors that
+        // stay open for the life of the process. A full pipe (a second signal)
+        // is fine: the closing thread is already awake.
+        unsafe {
+            libc::write(WAKE_W.load(SeqCst), (&raw const byte).cast(), 1);
+            let mut p = libc::pollfd {
+                fd: DONE_R.load(SeqCst),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&mut p, 1, WAIT_MS);
+        }
+    }
+    // Whatever happened, the signal now takes its default course: raised on
+    // this thread, where it is blocked until this handler returns.
+    // SAFETY: signal and raise are async-signal-safe.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+        *libc::__errno_location() = errno;
+    }
+}
