@@ -117,7 +117,8 @@ impl Drop for Arena {
     }
 }
 
-const ENDS: [StackEnd; 8] = [
+/// Stored in 4 bits of the packed word (bits 1-4).
+const ENDS: [StackEnd; 9] = [
     StackEnd::Root,
     StackEnd::NoUnwindInfo,
     StackEnd::ModuleNotInTable,
@@ -126,6 +127,7 @@ const ENDS: [StackEnd; 8] = [
     StackEnd::DepthLimit,
     StackEnd::Busy,
     StackEnd::NoStackLeft,
+    StackEnd::PythonCut,
 ];
 
 impl Seen {
@@ -260,7 +262,7 @@ impl Seen {
                 id,
                 Stored {
                     frames,
-                    end: ENDS[((p >> 1) & 7) as usize],
+                    end: ENDS.get(((p >> 1) & 0xf) as usize).copied().unwrap_or(StackEnd::UnwindFailed),
                     python_truncated: p & 1 == 1,
                 },
             );
@@ -310,6 +312,18 @@ mod tests {
             ]
         );
         assert_eq!(s.published_after(2, |_, _| panic!("nothing new")), 2);
+    }
+
+    #[test]
+    fn every_stack_end_reads_back_as_stored() {
+        let s = Seen::new();
+        for (i, &end) in ENDS.iter().enumerate() {
+            let frames = [n(i as u64)];
+            assert!(s.id(i as u128 + 1, &frames, end, false).is_ok());
+        }
+        let mut got = Vec::new();
+        s.published_after(0, |_, st| got.push(st.end));
+        assert_eq!(got, ENDS);
     }
 
     #[test]

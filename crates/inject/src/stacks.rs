@@ -578,8 +578,9 @@ impl Stacks {
              id (stack table full), {} without an id (contended), {} truncated \
              ({} at code without unwind info, {} at the depth cap, {} busy: every unwind \
              cache in use; {} waited for one), {} with no \
-             frame outside CUDA's libraries, {} with Python frames; Python: {:?}; \
-             graph nodes held: {} ({} not kept: map full)",
+             frame outside CUDA's libraries, {} with Python frames; Python: {:?}, \
+             {} stacks without their Python frames (a chain that could not be read \
+             safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full)",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
@@ -593,6 +594,12 @@ impl Stacks {
             self.empty.load(Relaxed),
             self.with_python.load(Relaxed),
             self.unwinder.python_status(),
+            s.python_skipped,
+            self.unwinder
+                .python()
+                .and_then(|p| p.last_skip_reason())
+                .map_or_else(String::new, |r| format!("; the last: {r}")),
+            s.python_probes,
             self.table.lock().map_or(0, |t| t.nodes.len()),
             self.nodes_not_kept.load(Relaxed),
         )
@@ -608,6 +615,7 @@ fn end_of(e: StackEnd) -> End {
         StackEnd::UnwindFailed => End::UnwindFailed,
         StackEnd::DepthLimit => End::DepthLimit,
         StackEnd::Busy => End::Busy,
+        StackEnd::PythonCut => End::PythonCut,
         _ => End::Other(u8::MAX),
     }
 }

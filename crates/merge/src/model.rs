@@ -444,12 +444,15 @@ pub enum StackEnd {
     DepthLimit,
     /// The unwinder was busy on every cache; nothing was captured.
     Busy,
+    /// The native stack is complete but an outer interpreter's Python frames
+    /// are missing (a subinterpreter called from another interpreter).
+    PythonCut,
     /// A reason this build does not know (its code).
     Other(u8),
 }
 
 impl StackEnd {
-    const CODES: [StackEnd; 7] = [
+    const CODES: [StackEnd; 8] = [
         Self::Root,
         Self::NoUnwindInfo,
         Self::ModuleNotInTable,
@@ -457,6 +460,7 @@ impl StackEnd {
         Self::UnwindFailed,
         Self::DepthLimit,
         Self::Busy,
+        Self::PythonCut,
     ];
 
     /// The code stored in the GPU trace.
@@ -490,6 +494,7 @@ impl StackEnd {
             Self::UnwindFailed => "unwind info could not be applied".into(),
             Self::DepthLimit => "deeper than the depth cap".into(),
             Self::Busy => "unwinder busy".into(),
+            Self::PythonCut => "an outer interpreter's Python frames missing".into(),
             Self::Other(c) => format!("reason {c}"),
         }
     }
