@@ -7,7 +7,8 @@ use std::process::Command;
 use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
 use gpuperf_merge::read::input::GpuInputs;
-use gpuperf_merge::write::idle::{IdleFolder, StreamIdle};
+use gpuperf_merge::write::chrome;
+use gpuperf_merge::write::idle::{DeviceIdle, IdleFolder, StreamIdle};
 use serde_json::{Value, json};
 
 use crate::data;
@@ -15,7 +16,7 @@ use crate::imported::real;
 
 /// One thread launching four kernels on stream 7, with a stream sync between
 /// the second and the third. Times in µs, as Kineto writes them.
-fn trace() -> Value {
+pub fn trace() -> Value {
     let op = |name: &str, ts: f64, dur: f64| {
         json!({"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": 7,
                "ts": ts, "dur": dur, "args": {}})
@@ -349,4 +350,134 @@ fn real_nsys_trace__idle_per_stream_equals_an_independent_sql_computation() {
     let ours = gpuperf_idle(&trace);
     let ours: BTreeMap<u32, (u64, u64, u64)> = ours.into_iter().filter(|(_, v)| v.2 > 0).collect();
     assert_eq!(ours, expected);
+}
+
+#[test]
+fn kineto_gaps_of_each_cause__timeline_slices_by_cause_with_the_blamed_frame_and_device_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idle.pt.trace.json");
+    std::fs::write(&path, trace().to_string()).unwrap();
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(&[path], &mut strings).unwrap();
+    let mut json = chrome::Writer::new(Vec::new()).unwrap().with_idle_slices();
+    let mut idle = IdleFolder::new();
+    join::merge(
+        None,
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut json, &mut idle],
+    )
+    .unwrap();
+    // One stream: the device is idle exactly when the stream is.
+    assert_eq!(
+        idle.devices(),
+        &[(
+            (7, 0),
+            DeviceIdle {
+                span_ns: 100_000,
+                idle_ns: 65_000,
+                gaps: 3
+            }
+        )]
+    );
+    let doc: Value = serde_json::from_slice(&json.into_inner()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let k1 = events.iter().find(|e| e["name"] == "k1").unwrap();
+    let base = k1["ts"].as_f64().unwrap() - 20.0;
+    let mut slices: Vec<(String, f64, f64, String, String)> = events
+        .iter()
+        .filter(|e| e["cat"] == "idle")
+        .map(|e| {
+            assert_eq!(e["pid"], k1["pid"], "on the GPU's pseudo-process");
+            let on_stream = e["tid"] == k1["tid"];
+            let name = e["name"].as_str().unwrap();
+            assert_eq!(on_stream, name != "GPU idle (no stream busy)", "{e}");
+            (
+                name.to_owned(),
+                e["ts"].as_f64().unwrap() - base,
+                e["dur"].as_f64().unwrap(),
+                e["args"]["blamed_frame"].as_str().unwrap_or("").to_owned(),
+                e["args"]["api"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    slices.sort_by(|a, b| (a.1, &a.0).partial_cmp(&(b.1, &b.0)).unwrap());
+    let s = |name: &str, ts: f64, dur: f64, leaf: &str, api: &str| {
+        (name.to_owned(), ts, dur, leaf.to_owned(), api.to_owned())
+    };
+    let (late, sync, latency, device) = (
+        "GPU idle: CPU late",
+        "GPU idle: host sync",
+        "GPU idle: launch latency",
+        "GPU idle (no stream busy)",
+    );
+    let launch = "cudaLaunchKernel";
+    assert_eq!(
+        slices,
+        vec![
+            s(device, 30.0, 25.25, "", ""),
+            s(late, 30.0, 20.0, "step_b", launch),
+            s(latency, 50.0, 5.25, "step_b", launch),
+            s(device, 60.25, 29.75, "", ""),
+            s(late, 60.25, 1.75, "step_c", launch),
+            s(sync, 62.0, 18.0, "wait", "cudaStreamSynchronize"),
+            s(late, 80.0, 5.0, "step_c", launch),
+            s(latency, 85.0, 5.0, "step_c", launch),
+            s(device, 100.0, 10.0, "", ""),
+            s(latency, 100.0, 10.0, "step_d", launch),
+        ]
+    );
+}
+
+/// Two streams of one device: the device is idle only when neither is busy.
+#[test]
+fn two_streams__device_idle_only_when_no_stream_is_busy() {
+    let kernel = |name: &str, ts: f64, dur: f64, stream: u32| {
+        json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": format!("stream {stream}"),
+               "ts": ts, "dur": dur, "args": {"correlation": 0, "device": 0, "stream": stream}})
+    };
+    let doc = json!({"traceEvents": [
+        kernel("a1", 0.0, 10.0, 7),
+        kernel("a2", 30.0, 10.0, 7),
+        // Covers stream 7's gap from 10 to 25: the device waits 25 to 30 only.
+        kernel("b1", 5.0, 20.0, 8),
+        kernel("b2", 50.0, 5.0, 8),
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.pt.trace.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(&[path], &mut strings).unwrap();
+    let mut idle = IdleFolder::new().with_slices();
+    join::merge(
+        None,
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut idle],
+    )
+    .unwrap();
+    let idle_of = |stream: u32| {
+        idle.streams()
+            .iter()
+            .find(|s| s.0.2 == stream)
+            .unwrap()
+            .1
+            .idle_ns
+    };
+    assert_eq!((idle_of(7), idle_of(8)), (20_000, 25_000));
+    assert_eq!(idle.devices().len(), 1);
+    assert_eq!(
+        idle.devices()[0].1,
+        DeviceIdle {
+            span_ns: 55_000,
+            idle_ns: 15_000,
+            gaps: 2
+        }
+    );
+    let gaps: Vec<(u64, u64)> = idle.device_gaps().iter().map(|g| (g.1, g.2)).collect();
+    let t0 = gaps[0].0 - 25_000;
+    let rel: Vec<(u64, u64)> = gaps.iter().map(|g| (g.0 - t0, g.1 - t0)).collect();
+    assert_eq!(rel, vec![(25_000, 30_000), (40_000, 50_000)]);
 }
