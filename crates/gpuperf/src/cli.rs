@@ -100,6 +100,9 @@ pub struct RecordArgs {
     /// sync], [GPU_Idle: launch latency]).
     #[arg(long, value_name = "FILE")]
     pub idle: Option<PathBuf>,
+    /// Write a flamegraph of the idle-time stacks (as --idle) here.
+    #[arg(long, value_name = "FILE")]
+    pub idle_svg: Option<PathBuf>,
     /// Write the CPU trace (one line per launch with its stack) here.
     #[arg(short = 'p', long = "cpu-trace", value_name = "FILE")]
     pub cpu_trace: Option<PathBuf>,
@@ -201,6 +204,9 @@ pub struct MergeArgs {
     /// sync], [GPU_Idle: launch latency]).
     #[arg(long, value_name = "FILE")]
     pub idle: Option<PathBuf>,
+    /// Write a flamegraph of the idle-time stacks (as --idle) here.
+    #[arg(long, value_name = "FILE")]
+    pub idle_svg: Option<PathBuf>,
     /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
     #[arg(short = 'c', long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
