@@ -135,7 +135,7 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub top: u64,
     /// Flamegraph title.
-    #[arg(long, default_value = "gpuperf: GPU time by CPU stack")]
+    #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
     /// The program to profile and its arguments.
     #[arg(
@@ -191,6 +191,9 @@ pub struct InputArgs {
     pub slack_us: u64,
 }
 
+/// The flamegraph's title unless `--title` names another.
+pub const DEFAULT_TITLE: &str = "gpuperf: GPU time by CPU stack";
+
 /// `gpuperf merge`.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
@@ -218,7 +221,7 @@ pub struct MergeArgs {
     #[arg(long, value_name = "FILE.pb.gz")]
     pub pprof: Option<PathBuf>,
     /// Flamegraph title.
-    #[arg(long, default_value = "gpuperf: GPU time by CPU stack")]
+    #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
     /// Write the CPU launch stacks the GPU traces carry (taken in process) as a
     /// CPU trace here: one line per launch with its stack and correlation id.

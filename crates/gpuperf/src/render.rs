@@ -271,6 +271,10 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
             .map(|(s, w)| format!("{s} {w}"))
             .collect();
         let mut o = outs.clone();
+        // A title of the user's names the run: it becomes the subtitle.
+        if o.title != crate::cli::DEFAULT_TITLE {
+            o.subtitle = Some(std::mem::take(&mut o.title));
+        }
         o.title = "gpuperf: GPU idle time by the CPU stack that made it wait".to_owned();
         if simulated(&summary) {
             o.title = format!("{} ({SIMULATED_GPU_NOTE})", o.title);

@@ -275,6 +275,7 @@ fn idle_svg_and_timeline__idle_flamegraph_and_idle_slices_on_the_stream_and_devi
         .arg(&svg)
         .arg("-c")
         .arg(&timeline)
+        .args(["--title", "three launches, recorded by hand"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -286,6 +287,8 @@ fn idle_svg_and_timeline__idle_flamegraph_and_idle_slices_on_the_stream_and_devi
     );
     let svg = fs::read_to_string(&svg).unwrap();
     assert!(svg.contains("GPU idle time by the CPU stack that made it wait"));
+    // The run's title is the idle flamegraph's subtitle.
+    assert!(svg.contains("three launches, recorded by hand"), "{svg}");
     // inferno's tooltip: the frame, its µs and share.
     assert!(
         svg.contains("[GPU_Idle: CPU late] (180 µs, 90.00%)"),
