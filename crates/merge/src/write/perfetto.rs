@@ -8,7 +8,7 @@
 //!   refer to it by a small id.
 //! - CPU processes and threads are process and thread tracks; GPU work is on a
 //!   pseudo-process per (process, device), with pid
-//!   [`GPU_PID_BASE`] `+ device × 2^22 + pid`
+//!   [`GPU_PID_BASE`](crate::write::chrome::GPU_PID_BASE) `+ device × 2^22 + pid`
 //!   as in the JSON, holding one named track per stream and a `stream N sync`
 //!   track beside it. A recorder's note ("simulated GPU: …") is a process label.
 //! - A slice is a `SLICE_BEGIN`/`SLICE_END` pair; instant markers are
