@@ -100,6 +100,9 @@ pub struct RecordArgs {
     /// sync], [GPU_Idle: launch latency]).
     #[arg(long, value_name = "FILE")]
     pub idle: Option<PathBuf>,
+    /// Write a flamegraph of the idle-time stacks (as --idle) here.
+    #[arg(long, value_name = "FILE")]
+    pub idle_svg: Option<PathBuf>,
     /// Write the CPU trace (one line per launch with its stack) here.
     #[arg(short = 'p', long = "cpu-trace", value_name = "FILE")]
     pub cpu_trace: Option<PathBuf>,
@@ -132,7 +135,7 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub top: u64,
     /// Flamegraph title.
-    #[arg(long, default_value = "gpuperf: GPU time by CPU stack")]
+    #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
     /// The program to profile and its arguments.
     #[arg(
@@ -188,6 +191,9 @@ pub struct InputArgs {
     pub slack_us: u64,
 }
 
+/// The flamegraph's title unless `--title` names another.
+pub const DEFAULT_TITLE: &str = "gpuperf: GPU time by CPU stack";
+
 /// `gpuperf merge`.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
@@ -201,6 +207,9 @@ pub struct MergeArgs {
     /// sync], [GPU_Idle: launch latency]).
     #[arg(long, value_name = "FILE")]
     pub idle: Option<PathBuf>,
+    /// Write a flamegraph of the idle-time stacks (as --idle) here.
+    #[arg(long, value_name = "FILE")]
+    pub idle_svg: Option<PathBuf>,
     /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
     #[arg(short = 'c', long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
@@ -212,7 +221,7 @@ pub struct MergeArgs {
     #[arg(long, value_name = "FILE.pb.gz")]
     pub pprof: Option<PathBuf>,
     /// Flamegraph title.
-    #[arg(long, default_value = "gpuperf: GPU time by CPU stack")]
+    #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
     /// Write the CPU launch stacks the GPU traces carry (taken in process) as a
     /// CPU trace here: one line per launch with its stack and correlation id.

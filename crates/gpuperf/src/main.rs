@@ -98,6 +98,7 @@ fn merge(mut a: MergeArgs, quiet: bool) -> Result<()> {
         title: a.title.clone(),
         subtitle: None,
         idle: a.idle.clone(),
+        idle_svg: a.idle_svg.clone(),
     };
     let joined = render::write_with_pprof(&mut l, &outs, a.pprof.as_deref())?;
     if let Some(p) = &a.cpu_trace {
@@ -151,6 +152,28 @@ fn write_idle(out: &mut impl io::Write, idle: &IdleFolder, top: usize) -> Result
             us(s.by_cause_ns[0]),
             us(s.by_cause_ns[1]),
             us(s.by_cause_ns[2])
+        )?;
+    }
+    writeln!(
+        out,
+        "\nGPU idle time by device (no stream of the device busy, within its active span)"
+    )?;
+    writeln!(
+        out,
+        "  {:>8} {:>6} {:>6} {:>12} {:>8}",
+        "pid", "device", "% idle", "idle µs", "gaps"
+    )?;
+    for ((pid, device), d) in idle.devices() {
+        let share = if d.span_ns == 0 {
+            0.0
+        } else {
+            d.idle_ns as f64 * 100.0 / d.span_ns as f64
+        };
+        writeln!(
+            out,
+            "  {pid:>8} {device:>6} {share:>5.1}% {:>12.2} {:>8}",
+            us(d.idle_ns),
+            d.gaps
         )?;
     }
     let mut lines: Vec<&(String, u64)> = idle.lines().iter().collect();

@@ -234,6 +234,7 @@ fn check_outputs(a: &RecordArgs) -> Result<()> {
         a.chrome.as_ref(),
         a.cpu_trace.as_ref(),
         a.idle.as_ref(),
+        a.idle_svg.as_ref(),
     ];
     for path in outputs.into_iter().flatten() {
         let existed = path.exists();
@@ -565,6 +566,7 @@ fn finish(
         title: a.title.clone(),
         subtitle: Some(command_line(&a.program)),
         idle: a.idle.clone(),
+        idle_svg: a.idle_svg.clone(),
     };
     let cpu = cpu_summary.is_some().then_some(cpu_path);
     let mut report = String::new();

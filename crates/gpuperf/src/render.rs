@@ -176,6 +176,8 @@ pub struct Outputs {
     pub subtitle: Option<String>,
     /// Idle-time folded stacks.
     pub idle: Option<PathBuf>,
+    /// Idle-time flamegraph.
+    pub idle_svg: Option<PathBuf>,
 }
 
 /// A file written, with how to look at it.
@@ -223,11 +225,9 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
         .transpose()?;
     let mut chrome = outs.chrome.as_deref().map(Timeline::create).transpose()?;
-    let mut idle = outs
-        .idle
-        .as_deref()
-        .map(|p| Ok::<_, anyhow::Error>((p, idle::IdleFolder::new(), create(p)?)))
-        .transpose()?;
+    let idle_file = outs.idle.as_deref().map(create).transpose()?;
+    let idle_svg_file = outs.idle_svg.as_deref().map(create).transpose()?;
+    let mut idle = (idle_file.is_some() || idle_svg_file.is_some()).then(idle::IdleFolder::new);
     // Several processes in the data stay apart under a frame each.
     let mut folder = folded::Folder::new();
     let mut reporter = Reporter::new();
@@ -239,7 +239,7 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         if pprof_file.is_some() {
             sinks.push(&mut profile);
         }
-        if let Some((_, idler, _)) = idle.as_mut() {
+        if let Some(idler) = idle.as_mut() {
             sinks.push(idler);
         }
         l.join(&mut sinks)?
@@ -264,7 +264,32 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
     if let (Some(p), Some(c)) = (&outs.chrome, chrome) {
         written.push(c.finish(p)?);
     }
-    if let Some((p, idler, f)) = idle {
+    if let (Some(p), Some(f), Some(idler)) = (&outs.idle_svg, idle_svg_file, &idle) {
+        let lines: Vec<String> = idler
+            .lines()
+            .iter()
+            .map(|(s, w)| format!("{s} {w}"))
+            .collect();
+        let mut o = outs.clone();
+        // A title of the user's names the run: it becomes the subtitle.
+        if o.title != crate::cli::DEFAULT_TITLE {
+            o.subtitle = Some(std::mem::take(&mut o.title));
+        }
+        o.title = "gpuperf: GPU idle time by the CPU stack that made it wait".to_owned();
+        if simulated(&summary) {
+            o.title = format!("{} ({SIMULATED_GPU_NOTE})", o.title);
+        }
+        render_svg(&o, "µs", &lines, p, f)?;
+        written.push(Written {
+            path: p.clone(),
+            how: if lines.is_empty() {
+                "it only says that no stream had a gap to draw"
+            } else {
+                "open it in a web browser"
+            },
+        });
+    }
+    if let (Some(p), Some(f), Some(idler)) = (&outs.idle, idle_file, &idle) {
         idler
             .write(f)
             .with_context(|| format!("failed to write `{}`", p.display()))?;
@@ -339,9 +364,9 @@ impl Timeline {
     fn create(p: &Path) -> Result<Self> {
         let f = create(p)?;
         Ok(if perfetto::wanted_for(p) {
-            Self::Perfetto(Box::new(perfetto::Writer::new(f)?))
+            Self::Perfetto(Box::new(perfetto::Writer::new(f)?.with_idle_slices()))
         } else {
-            Self::Chrome(Box::new(chrome::Writer::new(f)?))
+            Self::Chrome(Box::new(chrome::Writer::new(f)?.with_idle_slices()))
         })
     }
 

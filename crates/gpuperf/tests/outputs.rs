@@ -262,3 +262,83 @@ fn report__idle_share_and_causes_per_stream_and_the_stacks_that_made_it_wait() {
         "{stdout}"
     );
 }
+
+#[test]
+fn idle_svg_and_timeline__idle_flamegraph_and_idle_slices_on_the_stream_and_device_tracks() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
+    let (svg, timeline) = (dir.path().join("idle.svg"), dir.path().join("t.json"));
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .arg("merge")
+        .arg(&gpu)
+        .arg("--idle-svg")
+        .arg(&svg)
+        .arg("-c")
+        .arg(&timeline)
+        .args(["--title", "three launches, recorded by hand"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("idle.svg`: open it in a web browser"),
+        "{stderr}"
+    );
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("GPU idle time by the CPU stack that made it wait"));
+    // The run's title is the idle flamegraph's subtitle.
+    assert!(svg.contains("three launches, recorded by hand"), "{svg}");
+    // inferno's tooltip: the frame, its µs and share.
+    assert!(
+        svg.contains("[GPU_Idle: CPU late] (180 µs, 90.00%)"),
+        "{svg}"
+    );
+    assert!(svg.contains("[GPU_Idle: launch latency] (20 µs, 10.00%)"));
+    let doc: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&timeline).unwrap()).unwrap();
+    let idle: Vec<(String, f64)> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "idle")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["dur"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let total = |name: &str| -> f64 {
+        idle.iter()
+            .filter(|s| s.0 == name)
+            .map(|s| s.1)
+            .sum::<f64>()
+    };
+    assert_eq!(total("GPU idle: CPU late"), 179.8, "{idle:?}");
+    assert_eq!(total("GPU idle: launch latency"), 20.0, "{idle:?}");
+    assert_eq!(total("GPU idle (no stream busy)"), 199.8, "{idle:?}");
+}
+
+#[test]
+fn report__device_idle_share_and_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .arg("report")
+        .arg(&gpu)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (_, devices) = stdout
+        .split_once("GPU idle time by device")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let row = devices
+        .lines()
+        .find(|l| l.trim_start().starts_with("42 "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells, ["42", "0", "99.9%", "199.80", "2"], "{stdout}");
+}

@@ -2,7 +2,11 @@
 //! 1 M kernels, made by repeating the real V100 trace of
 //! `samples/recordings/real/` with shifted times and ids.
 //!
-//! `cargo bench -p gpuperf-merge --bench kineto [-- --kernels N --runs R]`
+//! `cargo bench -p gpuperf-merge --bench kineto [-- --kernels N --runs R --idle 1]`
+//!
+//! With `--idle 1`, each run is a pair of children, without and with the
+//! idle-time analysis (`gpuperf merge --idle`), and the medians of both and
+//! the share the analysis adds are printed.
 //!
 //! The first run writes the scaled trace (uncompressed JSON, about 4 KB per kernel,
 //! as the original: 3.3 GB for 1 M kernels) under cargo's target directory
@@ -28,16 +32,23 @@ use serde_json::Value;
 mod common;
 
 const CHILD_ENV: &str = "GPUPERF_KINETO_BENCH_CHILD";
+/// A child that also runs the idle-time analysis.
+const IDLE_CHILD_ENV: &str = "GPUPERF_KINETO_BENCH_IDLE_CHILD";
 /// The scaled trace's file name in its directory.
 const TRACE: &str = "scaled.pt.trace.json";
 
 fn main() {
     if let Ok(file) = std::env::var(CHILD_ENV) {
-        child(Path::new(&file));
+        child(Path::new(&file), false);
+        return;
+    }
+    if let Ok(file) = std::env::var(IDLE_CHILD_ENV) {
+        child(Path::new(&file), true);
         return;
     }
     let kernels: u64 = arg("--kernels", 1_000_000);
     let runs: u64 = arg("--runs", 3);
+    let idle = arg("--idle", 0u64) == 1;
     let t = Instant::now();
     let mut made = 0;
     let (dir, _) = cached_input(
@@ -60,7 +71,16 @@ fn main() {
     let size = fs::metadata(&file).map_or(0, |m| m.len());
     let exe = std::env::current_exe().expect("current exe");
     let mut results: Vec<Run> = Vec::new();
+    let mut with_idle: Vec<Run> = Vec::new();
     for _ in 0..runs {
+        if idle {
+            let r = Run::from(child_figures(&exe, IDLE_CHILD_ENV, file.as_os_str()));
+            eprintln!(
+                "  run with idle analysis: {:.3} s wall, {:.3} s on the CPU ({:.3} s reading)",
+                r.wall, r.cpu, r.read_cpu
+            );
+            with_idle.push(r);
+        }
         let f = child_figures(&exe, CHILD_ENV, file.as_os_str());
         assert_eq!(
             f.len(),
@@ -97,6 +117,38 @@ fn main() {
         size as f64 / secs / 1e6,
         peak as f64 / 1024.0
     );
+    if idle {
+        let m = |v: &[Run], f: &dyn Fn(&Run) -> f64| {
+            gpuperf_test_support::bench::median(v.iter().map(f).collect())
+        };
+        let (cpu_i, rest_i) = (
+            m(&with_idle, &|r| r.cpu),
+            m(&with_idle, &|r| r.cpu - r.read_cpu),
+        );
+        println!(
+            "kineto --idle: {cpu_i:.2} s on the CPU with the idle analysis against {cpu:.2} s without ({:+.1} %); joining, folding and idle {rest_i:.2} s against joining and folding {rest:.2} s ({:+.1} %, {:+.1} % of the whole merge) (medians of {runs} pairs)",
+            (cpu_i / cpu - 1.0) * 100.0,
+            (rest_i / rest - 1.0) * 100.0,
+            (rest_i - rest) / cpu * 100.0
+        );
+    }
+}
+
+impl From<Vec<f64>> for Run {
+    fn from(f: Vec<f64>) -> Self {
+        assert_eq!(
+            f.len(),
+            5,
+            "seconds, peak kB, kernels, CPU and read CPU seconds"
+        );
+        Self {
+            wall: f[0],
+            peak_kb: f[1] as u64,
+            kernels: f[2] as u64,
+            cpu: f[3],
+            read_cpu: f[4],
+        }
+    }
 }
 
 /// What one child run reports.
@@ -109,12 +161,12 @@ struct Run {
     read_cpu: f64,
 }
 
-fn child(file: &Path) {
+fn child(file: &Path, idle: bool) {
     let t = Instant::now();
     let mut strings = StringTable::new();
     let gpu = GpuInputs::open(&[file.to_path_buf()], &mut strings).expect("Kineto trace");
     let read_cpu = cpu_secs();
-    let kernels = common::join_and_fold(None, &gpu, &mut strings);
+    let kernels = common::join_and_fold(None, &gpu, &mut strings, idle);
     let secs = t.elapsed().as_secs_f64();
     let hwm = peak_rss_kib();
     println!("{secs} {hwm} {kernels} {} {read_cpu}", cpu_secs());

@@ -75,7 +75,7 @@ fn child(dir: &Path) {
     let mut strings = StringTable::new();
     let mut cpu = CpuTrace::open(&dir.join("cpu.txt")).expect("cpu trace");
     let gpu = GpuInputs::open(&[dir.join("gpu.trace")], &mut strings).expect("gpu trace");
-    common::join_and_fold(Some(&mut cpu), &gpu, &mut strings);
+    common::join_and_fold(Some(&mut cpu), &gpu, &mut strings, false);
     let secs = t.elapsed().as_secs_f64();
     let hwm = peak_rss_kib();
     println!("{secs} {hwm}");

@@ -9,6 +9,10 @@
 //!   (`stream N sync`, tid = [`SYNC_TID_BIT`] | stream id): a sync spans the GPU
 //!   work it waits for, and slices on one track must nest. Those without a
 //!   stream (context and event syncs) are on the `no stream` track.
+//! - With [`Writer::with_idle_slices`], each stream's gaps are slices on its
+//!   track, one per cause (`GPU idle: CPU late`, …, see [`crate::write::idle`]),
+//!   with the blamed CPU frame and API call in `args`; each device's gaps (no
+//!   stream busy) are on a track of their own (tid = [`DEVICE_IDLE_TID`]).
 //! - Each activity with a known API call gets a flow arrow from the call to it.
 //! - A wait on a CUDA event (an event sync, a stream's wait on an event) is
 //!   named with the stream the event was recorded on, when the input says
@@ -27,9 +31,18 @@ use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::{Activity, ActivityKind, Clock, Record, SyncWait, UNKNOWN_DEVICE};
 use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::write::demangle::Demangler;
+use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
 pub const GPU_PID_BASE: u64 = 1 << 30;
+
+/// The tid of a device's idle track.
+pub const DEVICE_IDLE_TID: u64 = 1 << 32;
+
+/// The pid of the pseudo-process holding the tracks of `device` of `pid`.
+pub fn gpu_pid(pid: u32, device: u32) -> u64 {
+    GPU_PID_BASE + (u64::from(device.min(127)) << 22) + u64::from(pid & ((1 << 22) - 1))
+}
 
 /// Set in the tid of a stream's synchronization track.
 pub const SYNC_TID_BIT: u64 = 1 << 31;
@@ -48,6 +61,7 @@ pub struct Writer<W: Write> {
     // JSON-escaped stack texts by StackId: a launch's stack is written on its API
     // slice and on every activity it caused, so escape each stack once.
     stack_json: Vec<Option<std::rc::Rc<str>>>,
+    idle: Option<Box<IdleFolder>>,
     err: Option<std::io::Error>,
 }
 
@@ -70,8 +84,40 @@ impl<W: Write> Writer<W> {
             exes: FxHashMap::default(),
             demangler: Demangler::default(),
             stack_json: Vec::new(),
+            idle: None,
             err: None,
         })
+    }
+
+    /// Also draws the streams' and devices' idle time (see the module docs).
+    pub fn with_idle_slices(mut self) -> Self {
+        self.idle = Some(Box::new(IdleFolder::new().with_slices()));
+        self
+    }
+
+    fn idle_slices(&mut self, ctx: &Context<'_>, idle: &IdleFolder) -> std::io::Result<()> {
+        for s in idle.slices() {
+            let (pid, device, stream) = s.stream;
+            let gpid = gpu_pid(pid, device);
+            let (ts, dur) = (self.ts(s.start_ns), Us(i128::from(s.end_ns - s.start_ns)));
+            let name = s.cause.label();
+            let leaf = json(IdleFolder::leaf(ctx, s.stack, s.api).unwrap_or(""));
+            let api = json(s.api.map_or("", |a| ctx.strings.get(a)));
+            write!(
+                self.event(),
+                r#""ph":"X","cat":"idle","name":"{name}","pid":{gpid},"tid":{stream},"ts":{ts},"dur":{dur},"args":{{"blamed_frame":{leaf},"api":{api}}}}}"#
+            )?;
+        }
+        for &((pid, device), start, end) in idle.device_gaps() {
+            let gpid = gpu_pid(pid, device);
+            self.name_thread(gpid, DEVICE_IDLE_TID, DEVICE_IDLE)?;
+            let (ts, dur) = (self.ts(start), Us(i128::from(end - start)));
+            write!(
+                self.event(),
+                r#""ph":"X","cat":"idle","name":"{DEVICE_IDLE}","pid":{gpid},"tid":{DEVICE_IDLE_TID},"ts":{ts},"dur":{dur},"args":{{}}}}"#
+            )?;
+        }
+        Ok(())
     }
 
     /// Returns the underlying stream (after the join has finished the document).
@@ -183,9 +229,7 @@ impl<W: Write> Writer<W> {
     }
 
     fn activity(&mut self, ctx: &Context<'_>, a: &Activity, m: &Match<'_>) -> std::io::Result<()> {
-        let gpid = GPU_PID_BASE
-            + (u64::from(a.device.min(127)) << 22)
-            + u64::from(a.pid & ((1 << 22) - 1));
+        let gpid = gpu_pid(a.pid, a.device);
         let dev_name = self
             .devices
             .get(&(a.pid, a.device))
@@ -346,6 +390,9 @@ impl<W: Write> Writer<W> {
 
 impl<W: Write> Sink for Writer<W> {
     fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        if let Some(idle) = self.idle.as_mut() {
+            idle.record(ctx, rec, m)?;
+        }
         let r = match rec {
             Record::Process(p) => {
                 self.exes.insert(p.pid, p.exe.clone());
@@ -392,6 +439,11 @@ impl<W: Write> Sink for Writer<W> {
     }
 
     fn finish(&mut self, ctx: &Context<'_>, summary: &Summary) -> Result<()> {
+        if let Some(mut idle) = self.idle.take() {
+            idle.finish(ctx, summary)?;
+            let r = self.idle_slices(ctx, &idle);
+            self.check(r)?;
+        }
         let clock = match ctx.clock {
             Clock::Monotonic => "CLOCK_MONOTONIC",
             Clock::Realtime => "CLOCK_REALTIME",

@@ -8,11 +8,14 @@
 //!   refer to it by a small id.
 //! - CPU processes and threads are process and thread tracks; GPU work is on a
 //!   pseudo-process per (process, device), with pid
-//!   [`GPU_PID_BASE`] `+ device × 2^22 + pid`
+//!   [`GPU_PID_BASE`](crate::write::chrome::GPU_PID_BASE) `+ device × 2^22 + pid`
 //!   as in the JSON, holding one named track per stream and a `stream N sync`
 //!   track beside it. A recorder's note ("simulated GPU: …") is a process label.
 //! - A slice is a `SLICE_BEGIN`/`SLICE_END` pair; instant markers are
 //!   `INSTANT`s. Timestamps are the input's ns, unchanged.
+//! - With [`Writer::with_idle_slices`], the streams' and devices' idle time is
+//!   drawn as in the JSON: slices named by cause on each stream's track, with
+//!   the blamed frame and API call as arguments, and a device track of its gaps.
 //! - Flows use flow ids: an API call's slice starts the flow
 //!   `pid << 32 | correlation id`, and each activity it caused (or that waits on
 //!   the event it recorded) names that id, so the arrow runs from the call to
@@ -32,8 +35,9 @@ use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::{Activity, ActivityKind, Record, SyncWait, UNKNOWN_DEVICE};
 use crate::read::cpu::{CpuLaunch, StackId};
-use crate::write::chrome::{GPU_PID_BASE, SYNC_TID_BIT, sync_name};
+use crate::write::chrome::{DEVICE_IDLE_TID, SYNC_TID_BIT, gpu_pid, sync_name};
 use crate::write::demangle::Demangler;
+use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 /// Whether `path` asks for a Perfetto protobuf trace: it ends in `.pftrace` or
 /// `.perfetto-trace`.
@@ -299,6 +303,7 @@ pub struct Writer<W: Write> {
     /// Interned entries new since the last packet: they go with the next one.
     new_interned: proto::InternedData,
     demangler: Demangler,
+    idle: Option<Box<IdleFolder>>,
     written: u64,
 }
 
@@ -319,6 +324,7 @@ impl<W: Write> Writer<W> {
             stack_iids: Vec::new(),
             new_interned: proto::InternedData::default(),
             demangler: Demangler::default(),
+            idle: None,
             written: 0,
         };
         let first = proto::TracePacket {
@@ -328,6 +334,76 @@ impl<W: Write> Writer<W> {
         };
         w.packet(&first).map_err(write_error)?;
         Ok(w)
+    }
+
+    /// Also draws the streams' and devices' idle time (see the module docs).
+    pub fn with_idle_slices(mut self) -> Self {
+        self.idle = Some(Box::new(IdleFolder::new().with_slices()));
+        self
+    }
+
+    /// A string argument, its value interned (idle slices repeat few values).
+    fn string_arg(&mut self, name: &str, v: &str) -> DebugAnnotation {
+        let (iid, new) = self.strings.get(v);
+        if new {
+            self.new_interned
+                .debug_annotation_string_values
+                .push(proto::InternedString {
+                    iid: Some(iid),
+                    str: Some(v.as_bytes().to_vec()),
+                });
+        }
+        DebugAnnotation {
+            string_value_iid: Some(iid),
+            ..self.arg(name)
+        }
+    }
+
+    fn idle_slices(&mut self, ctx: &Context<'_>, idle: &IdleFolder) -> std::io::Result<()> {
+        for s in idle.slices() {
+            let (pid, device, stream) = s.stream;
+            let track = self.stream_track(pid, device, stream, false)?;
+            let leaf = IdleFolder::leaf(ctx, s.stack, s.api).unwrap_or("");
+            let api = s.api.map_or("", |a| ctx.strings.get(a));
+            let args = vec![
+                self.string_arg("blamed_frame", leaf),
+                self.string_arg("api", api),
+            ];
+            let begin = TrackEvent {
+                category_iids: vec![self.category_iid("idle")],
+                name_iid: Some(self.name_iid(s.cause.label())),
+                r#type: Some(proto::TYPE_SLICE_BEGIN),
+                track_uuid: Some(track),
+                debug_annotations: args,
+                ..Default::default()
+            };
+            self.event(s.start_ns, begin)?;
+            self.event(s.end_ns, end(track))?;
+        }
+        for &((pid, device), start, stop) in idle.device_gaps() {
+            let parent = self.gpu_process(pid, device)?;
+            let gpid = gpu_pid(pid, device);
+            let (track, new) = self.track(TrackKey::Stream(gpid, DEVICE_IDLE_TID));
+            if new {
+                self.descriptor(TrackDescriptor {
+                    uuid: Some(track),
+                    parent_uuid: Some(parent),
+                    name: Some(DEVICE_IDLE.to_owned()),
+                    sibling_order_rank: Some(-1),
+                    ..Default::default()
+                })?;
+            }
+            let begin = TrackEvent {
+                category_iids: vec![self.category_iid("idle")],
+                name_iid: Some(self.name_iid(DEVICE_IDLE)),
+                r#type: Some(proto::TYPE_SLICE_BEGIN),
+                track_uuid: Some(track),
+                ..Default::default()
+            };
+            self.event(start, begin)?;
+            self.event(stop, end(track))?;
+        }
+        Ok(())
     }
 
     /// Returns the underlying stream.
@@ -517,23 +593,33 @@ impl<W: Write> Writer<W> {
 
     /// A (GPU, stream) track, or the stream's sync track, in the GPU's
     /// pseudo-process.
-    fn stream(&mut self, a: &Activity) -> std::io::Result<u64> {
-        let gpid = GPU_PID_BASE
-            + (u64::from(a.device.min(127)) << 22)
-            + u64::from(a.pid & ((1 << 22) - 1));
-        let pname = if a.device == UNKNOWN_DEVICE {
-            format!("GPU ? (device unknown, pid {})", a.pid)
+    /// The GPU pseudo-process of `device` of `pid`.
+    fn gpu_process(&mut self, pid: u32, device: u32) -> std::io::Result<u64> {
+        let pname = if device == UNKNOWN_DEVICE {
+            format!("GPU ? (device unknown, pid {pid})")
         } else {
-            let dev = self
-                .devices
-                .get(&(a.pid, a.device))
-                .map_or("", String::as_str);
-            format!("GPU {} {dev} (pid {})", a.device, a.pid).replace("  ", " ")
+            let dev = self.devices.get(&(pid, device)).map_or("", String::as_str);
+            format!("GPU {device} {dev} (pid {pid})").replace("  ", " ")
         };
-        let parent = self.process(gpid, &pname, None)?;
+        self.process(gpu_pid(pid, device), &pname, None)
+    }
+
+    fn stream(&mut self, a: &Activity) -> std::io::Result<u64> {
         let is_sync = matches!(a.kind, ActivityKind::Sync { .. });
-        let (key, name, rank) = match (a.stream, is_sync) {
-            (u32::MAX, _) => (u64::from(a.stream), "no stream".to_owned(), i32::MAX),
+        self.stream_track(a.pid, a.device, a.stream, is_sync)
+    }
+
+    fn stream_track(
+        &mut self,
+        pid: u32,
+        device: u32,
+        stream: u32,
+        is_sync: bool,
+    ) -> std::io::Result<u64> {
+        let gpid = gpu_pid(pid, device);
+        let parent = self.gpu_process(pid, device)?;
+        let (key, name, rank) = match (stream, is_sync) {
+            (u32::MAX, _) => (u64::from(stream), "no stream".to_owned(), i32::MAX),
             (s, false) => (u64::from(s), format!("stream {s}"), rank(s, 0)),
             (s, true) => (
                 SYNC_TID_BIT | u64::from(s),
@@ -681,6 +767,9 @@ impl<W: Write> Writer<W> {
 
 impl<W: Write> Sink for Writer<W> {
     fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        if let Some(idle) = self.idle.as_mut() {
+            idle.record(ctx, rec, m)?;
+        }
         let r = match rec {
             Record::Process(p) => {
                 self.exes.insert(p.pid, p.exe.clone());
@@ -727,7 +816,11 @@ impl<W: Write> Sink for Writer<W> {
             .map_err(write_error)
     }
 
-    fn finish(&mut self, _ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
+    fn finish(&mut self, ctx: &Context<'_>, summary: &Summary) -> Result<()> {
+        if let Some(mut idle) = self.idle.take() {
+            idle.finish(ctx, summary)?;
+            self.idle_slices(ctx, &idle).map_err(write_error)?;
+        }
         self.out.flush().map_err(write_error)
     }
 }

@@ -645,3 +645,62 @@ fn interned_names__each_written_once() {
     }
     assert!(seen.len() > 10);
 }
+
+/// Both timelines with the idle slices: the same slices on the same tracks.
+fn check_idle(gpu: &[PathBuf]) -> Timeline {
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(gpu, &mut strings).unwrap();
+    let mut json = chrome::Writer::new(Vec::new()).unwrap().with_idle_slices();
+    let mut pb = perfetto::Writer::new(Vec::new())
+        .unwrap()
+        .with_idle_slices();
+    join::merge(
+        None,
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut json, &mut pb],
+    )
+    .unwrap();
+    let json = String::from_utf8(json.into_inner()).unwrap();
+    let pb = pb.into_inner();
+    let expected = from_json(&json);
+    let own = decode(&pb);
+    assert_eq!(from_proto(&own), expected);
+    if let Some(text) = protoc_decode(&pb) {
+        assert_eq!(from_text(&parse_text(&text)), own);
+    }
+    expected
+}
+
+#[test]
+fn idle_slices__perfetto_matches_chrome_on_a_synthetic_and_a_real_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idle.pt.trace.json");
+    std::fs::write(&path, crate::idle::trace().to_string()).unwrap();
+    let t = check_idle(&[path]);
+    let idle: Vec<&String> = t
+        .slices
+        .iter()
+        .flat_map(|(track, v)| v.iter().map(move |s| (track, s)))
+        .filter(|(_, s)| s.starts_with("GPU idle"))
+        .map(|(_, s)| s)
+        .collect();
+    // 7 pieces of the stream's 3 gaps, and the device's 3 gaps.
+    assert_eq!(idle.len(), 10, "{idle:#?}");
+    assert!(
+        t.slices
+            .keys()
+            .any(|(_, track)| track == "GPU idle (no stream busy)"),
+        "{:?}",
+        t.slices.keys()
+    );
+    let real = real("a100_alexnet_kineto_syncs.pt.trace.json.gz");
+    let t = check_idle(&[real]);
+    assert!(
+        t.slices
+            .values()
+            .flatten()
+            .any(|s| s.starts_with("GPU idle: host sync"))
+    );
+}
