@@ -262,7 +262,10 @@ impl Seen {
                 id,
                 Stored {
                     frames,
-                    end: ENDS.get(((p >> 1) & 0xf) as usize).copied().unwrap_or(StackEnd::UnwindFailed),
+                    end: ENDS
+                        .get(((p >> 1) & 0xf) as usize)
+                        .copied()
+                        .unwrap_or(StackEnd::UnwindFailed),
                     python_truncated: p & 1 == 1,
                 },
             );
