@@ -126,6 +126,10 @@ pub struct Stacks {
     /// unwinder's own counters also count the retried first attempts.
     unknown_end: AtomicU64,
     depth_cut: AtomicU64,
+    /// Ending in `PythonCut`: an outer interpreter's Python frames missing.
+    python_cut: AtomicU64,
+    /// Python frames cut at the depth cap (the native stack may be complete).
+    python_depth_cut: AtomicU64,
     with_python: AtomicU64,
     empty: AtomicU64,
     python_noted: AtomicBool,
@@ -197,6 +201,8 @@ impl Stacks {
             truncated: AtomicU64::new(0),
             unknown_end: AtomicU64::new(0),
             depth_cut: AtomicU64::new(0),
+            python_cut: AtomicU64::new(0),
+            python_depth_cut: AtomicU64::new(0),
             with_python: AtomicU64::new(0),
             empty: AtomicU64::new(0),
             python_noted: AtomicBool::new(false),
@@ -308,6 +314,12 @@ impl Stacks {
         }
         if c.end == StackEnd::DepthLimit {
             self.depth_cut.fetch_add(1, Relaxed);
+        }
+        if c.end == StackEnd::PythonCut {
+            self.python_cut.fetch_add(1, Relaxed);
+        }
+        if c.python_truncated {
+            self.python_depth_cut.fetch_add(1, Relaxed);
         }
         if c.python_frames > 0 {
             self.with_python.fetch_add(1, Relaxed);
@@ -576,9 +588,10 @@ impl Stacks {
         format!(
             "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} without an \
              id (stack table full), {} without an id (contended), {} truncated \
-             ({} at code without unwind info, {} at the depth cap, {} busy: every unwind \
-             cache in use; {} waited for one), {} with no \
-             frame outside CUDA's libraries, {} with Python frames; Python: {:?}, \
+             ({} at code without unwind info, {} at the depth cap, {} missing an outer \
+             interpreter's Python frames, {} busy: every unwind cache in use; {} waited \
+             for one), {} with no frame outside CUDA's libraries, {} with Python frames \
+             ({} cut at the depth cap); Python: {:?}, \
              {} stacks without their Python frames (a chain that could not be read \
              safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full)",
             self.captures.load(Relaxed),
@@ -589,10 +602,12 @@ impl Stacks {
             self.truncated.load(Relaxed),
             self.unknown_end.load(Relaxed),
             self.depth_cut.load(Relaxed),
+            self.python_cut.load(Relaxed),
             s.busy,
             s.cache_waits,
             self.empty.load(Relaxed),
             self.with_python.load(Relaxed),
+            self.python_depth_cut.load(Relaxed),
             self.unwinder.python_status(),
             s.python_skipped,
             self.unwinder
