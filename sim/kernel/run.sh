@@ -16,12 +16,14 @@ kver=""
 timeout=600
 cwd=$(pwd)
 envs=""
+# Single-quotes a word for sh.
+quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-k) kver=$2; shift 2 ;;
 	-t) timeout=$2; shift 2 ;;
 	-C) cwd=$2; shift 2 ;;
-	-e) envs="$envs export $(printf '%s' "$2" | sed 's/=\(.*\)/='"'"'\1'"'"'/');"; shift 2 ;;
+	-e) envs="$envs export ${2%%=*}=$(quote "${2#*=}");"; shift 2 ;;
 	--) shift; break ;;
 	*) echo "run.sh: unknown option $1 (usage: run.sh [-k KERNEL] [-t S] [-C DIR] [-e VAR=VALUE] -- COMMAND...)" >&2; exit 125 ;;
 	esac
@@ -47,7 +49,7 @@ run=$(mktemp -d "$cache/runs/run.XXXXXX")
 	echo "$envs"
 	printf 'exec'
 	for a in "$@"; do
-		printf " '%s'" "$(printf '%s' "$a" | sed "s/'/'\\\\''/g")"
+		printf ' %s' "$(quote "$a")"
 	done
 	echo
 } >"$run/cmd.sh"
