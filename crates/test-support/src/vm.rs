@@ -74,9 +74,7 @@ pub fn prepared() -> Vec<String> {
 #[track_caller]
 pub fn kernel(series: &str) -> Option<Guest> {
     let cache = cache_dir();
-    let release = prepared()
-        .into_iter()
-        .find(|r| in_series(r, series));
+    let release = prepared().into_iter().find(|r| in_series(r, series));
     let why = match (&release, which("qemu-system-x86_64")) {
         (None, _) => format!(
             "no Linux {series} kernel VM is prepared in {} (run sim/kernel/ci.sh)",
@@ -87,7 +85,7 @@ pub fn kernel(series: &str) -> Option<Guest> {
             return Some(Guest {
                 release: r.clone(),
                 cache,
-            })
+            });
         }
     };
     assert!(!required(), "{REQUIRE}=1 but {why}");
@@ -108,9 +106,8 @@ pub fn required() -> bool {
 }
 
 fn which(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|d| d.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
 }
 
 impl Guest {
@@ -124,12 +121,7 @@ impl Guest {
     }
 
     /// As [`Guest::run`], in directory `cwd`.
-    pub fn run_in<S: AsRef<OsStr>>(
-        &self,
-        cwd: &Path,
-        argv: &[S],
-        env: &[(&str, &str)],
-    ) -> Output {
+    pub fn run_in<S: AsRef<OsStr>>(&self, cwd: &Path, argv: &[S], env: &[(&str, &str)]) -> Output {
         let script = crate::repo().join("sim/kernel/run.sh");
         let mut cmd = Command::new(script);
         cmd.env("GPUPERF_KERNEL_VM_DIR", &self.cache)
