@@ -3,12 +3,13 @@
  * recorded.
  *
  *   drive [--threads T] [--ioctls N] [--ioctl-us U] [--mmaps N] [--irqs N]
- *         [--xids N] [--jobs N] [--run-us U] [--deps N] [--ring R]
+ *         [--xids N] [--jobs N] [--run-us U] [--deps N] [--dep-us U] [--ring R]
  *
  * Each of T threads opens /dev/nvidia-sim once and makes N ioctls (command
  * _IOWR('F', 0x2a, 16), U µs each), N mmaps, raises N interrupts and fires N
  * Xids (79); then opens /dev/drm-sched-sim and submits N jobs on ring R
- * (U µs each), the first `deps` of them with a 100 µs dependency, and waits
+ * (U µs each), the first `deps` of them with a dependency that signals
+ * --dep-us later (default 100 µs), and waits
  * for them. It prints what it did, one `name count` per line. */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +31,7 @@ struct submit {
 #define NV_IRQ _IO('F', 0xf0)
 #define NV_XID _IO('F', 0xf1)
 
-static long ioctls, ioctl_us, mmaps, irqs, xids, jobs, run_us, deps, ring;
+static long ioctls, ioctl_us, mmaps, irqs, xids, jobs, run_us, deps, dep_us = 100, ring;
 
 static void die(const char *what)
 {
@@ -63,7 +64,7 @@ static void *work(void *arg)
 		if (fd < 0)
 			die("/dev/drm-sched-sim");
 		for (long i = 0; i < jobs; i++) {
-			struct submit s = {.ring = ring, .run_us = run_us, .dep_us = i < deps ? 100 : 0};
+			struct submit s = {.ring = ring, .run_us = run_us, .dep_us = i < deps ? dep_us : 0};
 			if (ioctl(fd, SUBMIT, &s))
 				die("submit");
 		}
@@ -89,6 +90,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--jobs")) jobs = v;
 		else if (!strcmp(a, "--run-us")) run_us = v;
 		else if (!strcmp(a, "--deps")) deps = v;
+		else if (!strcmp(a, "--dep-us")) dep_us = v;
 		else if (!strcmp(a, "--ring")) ring = v;
 		else {
 			fprintf(stderr, "drive: unknown option %s\n", a);

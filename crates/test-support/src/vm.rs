@@ -112,7 +112,8 @@ fn which(program: &str) -> bool {
 
 impl Guest {
     /// Boots the guest, runs `argv` in this process's working directory with
-    /// the variables `env` set (and this process's `PATH`), and returns its
+    /// the variables `env` set (and this process's `PATH` and
+    /// `GPUPERF_REQUIRE_*` but `GPUPERF_REQUIRE_KERNEL_VM`), and returns its
     /// exit status and output (stdout and stderr together, in stdout; the
     /// VM's own complaints in stderr). Exit code [`VM_FAILED`]: the VM failed.
     pub fn run<S: AsRef<OsStr>>(&self, argv: &[S], env: &[(&str, &str)]) -> Output {
@@ -129,7 +130,12 @@ impl Guest {
             .arg(&self.release)
             .arg("-C")
             .arg(cwd);
-        for (k, v) in env {
+        // The guest's tests require what the host's do.
+        let required = std::env::vars()
+            .filter(|(k, _)| k.starts_with("GPUPERF_REQUIRE_") && k != REQUIRE)
+            .collect::<Vec<_>>();
+        let required = required.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in required.chain(env.iter().copied()) {
             cmd.arg("-e").arg(format!("{k}={v}"));
         }
         cmd.arg("--").args(argv);
