@@ -446,6 +446,111 @@ pub fn trace(options: &DriverOptions, sink: &mut impl DriverSink) -> Result<Driv
     })
 }
 
+/// A trace on its own thread, for a recording: started before the target,
+/// told the target's pid once it exists, finished after it exits.
+///
+/// ```no_run
+/// use gpuperf_profiler::driver::{DriverOptions, Recorder};
+///
+/// let rec = Recorder::start(DriverOptions { filter_pids: true, ..Default::default() })?;
+/// for (_, why) in rec.absent() {
+///     eprintln!("gpuperf: {why}");
+/// }
+/// let child = std::process::Command::new("./app").spawn().unwrap();
+/// rec.add_pid(child.id())?;
+/// // … wait for the target …
+/// let (events, summary) = rec.finish()?;
+/// # Ok::<(), gpuperf_profiler::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Recorder {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pids: PidFilter,
+    absent: Vec<(Source, String)>,
+    thread: std::thread::JoinHandle<Result<(Vec<DriverEvent>, DriverSummary)>>,
+}
+
+/// What the trace thread sends once attached: the pid filter, the absent sources.
+type Attached = (PidFilter, Vec<(Source, String)>);
+
+struct Collect {
+    events: Vec<DriverEvent>,
+    ready: Option<std::sync::mpsc::Sender<Attached>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DriverSink for Collect {
+    fn attached(&mut self, pids: PidFilter, absent: &[(Source, String)]) {
+        if let Some(tx) = self.ready.take() {
+            let _ = tx.send((pids, absent.to_vec()));
+        }
+    }
+
+    fn event(&mut self, event: DriverEvent) {
+        self.events.push(event);
+    }
+
+    fn tick(&mut self, _stats: &DriverStats) -> bool {
+        !self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Recorder {
+    /// Loads and attaches (see [`trace`]) and returns once attached.
+    pub fn start(options: DriverOptions) -> Result<Self> {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("gpuperf-driver".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    let mut sink = Collect {
+                        events: Vec::new(),
+                        ready: Some(tx),
+                        stop,
+                    };
+                    let summary = trace(&options, &mut sink)?;
+                    Ok((sink.events, summary))
+                }
+            })
+            .map_err(|e| Error::Kernel(format!("starting the driver trace thread: {e}")))?;
+        match rx.recv() {
+            Ok((pids, absent)) => Ok(Self {
+                stop,
+                pids,
+                absent,
+                thread,
+            }),
+            // The thread ended before attaching: its error says why.
+            Err(_) => match thread.join() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(Error::Kernel(
+                    "the driver trace ended before attaching".into(),
+                )),
+            },
+        }
+    }
+
+    /// The sources not present, one line each.
+    pub fn absent(&self) -> &[(Source, String)] {
+        &self.absent
+    }
+
+    /// Adds a process to the filter.
+    pub fn add_pid(&self, pid: u32) -> Result<()> {
+        self.pids.add(pid)
+    }
+
+    /// Stops the trace and returns every event with the summary.
+    pub fn finish(self) -> Result<(Vec<DriverEvent>, DriverSummary)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::Kernel("the driver trace thread panicked".into())))
+    }
+}
+
 fn load<'obj>(
     storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
     options: &DriverOptions,

