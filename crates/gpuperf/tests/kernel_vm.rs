@@ -146,7 +146,12 @@ impl Monitor {
                 Some((k.to_owned(), v.parse().ok()?))
             })
             .collect();
-        let counts = line("gpuperf monitor: ");
+        let counts = text
+            .lines()
+            .find(|l| l.contains(" events kept, "))
+            .unwrap_or_else(|| panic!("no ` events kept, ` line in:\n{text}"))
+            .trim_start_matches("gpuperf monitor: ")
+            .to_owned();
         let number_before = |what: &str| -> u64 {
             let head = counts
                 .split(what)

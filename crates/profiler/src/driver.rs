@@ -416,8 +416,11 @@ pub fn trace(options: &DriverOptions, sink: &mut impl DriverSink) -> Result<Driv
     sink.attached(PidFilter(pids), &absent);
 
     loop {
-        ring.poll(options.poll)
-            .map_err(bpf("polling the driver ring buffer"))?;
+        match ring.poll(options.poll) {
+            // A signal (Ctrl-C) woke the poll: the sink decides whether to stop.
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+            r => r.map_err(bpf("polling the driver ring buffer"))?,
+        }
         for e in events.borrow_mut().drain(..) {
             sink.event(e);
         }
