@@ -1,6 +1,7 @@
 //! The `gpuperf` command: a thin layer over `gpuperf-merge` and `gpuperf-profiler`.
 
 mod cli;
+mod driver;
 mod inject_lib;
 mod inproc;
 mod monitor;

@@ -83,9 +83,14 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
         ..DriverOptions::default()
     };
     let output = match &args.output {
-        Some(p) => Some(BufWriter::new(
-            File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
+        Some(p) => {
+            let mut out = BufWriter::new(
+                File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            );
+            writeln!(out, "{}", crate::driver::EVENT_HEADER)
+                .with_context(|| format!("writing {}", p.display()))?;
+            Some(out)
+        }
         None => None,
     };
     let mut mon = Monitor::new(&args, stop, output, quiet);
@@ -277,21 +282,7 @@ impl Monitor {
     fn write(&mut self, e: &DriverEvent) {
         if let Some(out) = self.output.as_mut() {
             // Write errors surface at the final flush.
-            let _ = writeln!(
-                out,
-                "{}\t{}\t{}\t{}\t{}\t{}\t{:#x}\t{}\t{}\t{:#x}\t{}",
-                e.ts_ns,
-                e.kind.name(),
-                e.pid,
-                e.tid,
-                e.comm,
-                e.ring,
-                e.arg,
-                e.dur_ns,
-                e.ret,
-                e.id,
-                e.msg
-            );
+            let _ = writeln!(out, "{}", crate::driver::event_line(e));
         }
     }
 
@@ -370,9 +361,7 @@ impl DriverSink for Monitor {
             self.deadline = Some(now + d);
         }
         (self.started, self.last) = (now, now);
-        for (_, why) in absent {
-            eprintln!("gpuperf monitor: not present, skipped: {why}");
-        }
+        crate::driver::say_absent("monitor", absent);
         eprintln!("gpuperf monitor: attached; Ctrl-C stops");
     }
 

@@ -212,7 +212,8 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
         before("xids"),
     );
     let jobs0 = counter("drm_sched_sim", "done");
-    let m = monitor(&["--comm", "drive", "--interval", "0.5"]);
+    let events = "/tmp/driver-events.tsv";
+    let m = monitor(&["--comm", "drive", "--interval", "0.5", "--output", events]);
     let did = run_drive(&[
         "--threads",
         "2",
@@ -279,6 +280,13 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
     assert!(t.contains("ring sim-ring0: "), "{t}");
     assert_eq!(r.sampled_out + r.over_rate, 0, "{t}");
     assert!(t.contains("BPF cost: nv_ioctl ran "), "{t}");
+    // The event file has a header and every kept event, one line each.
+    let file = std::fs::read_to_string(events).unwrap();
+    assert_eq!(file.lines().count() as u64, 1 + r.kept, "{t}");
+    let ioctl_lines = file
+        .lines()
+        .filter(|l| l.split('\t').nth(1) == Some("ioctl"));
+    assert_eq!(ioctl_lines.count() as u64, did["ioctls"], "{t}");
 }
 
 #[test]
