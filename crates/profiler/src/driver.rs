@@ -554,6 +554,56 @@ impl Recorder {
     }
 }
 
+/// The cost of one kept record in BPF, measurable on any kernel that loads
+/// BPF, with or without a GPU driver: runs the Xid program `runs` times
+/// through `BPF_PROG_TEST_RUN` (filter, sampling, ring buffer reserve, fill,
+/// submit, as every event pays) with the kernel's run-time statistics on,
+/// draining the ring buffer as it goes. Returns that program's cost.
+pub fn record_cost(runs: u32) -> Result<ProgramCost> {
+    crate::preflight::check_privileges(
+        &fs::read_to_string("/proc/self/status").unwrap_or_default(),
+    )?;
+    let mut storage = MaybeUninit::uninit();
+    let skel = load(
+        &mut storage,
+        &DriverOptions::default(),
+        &[Source::NvidiaXid],
+    )?;
+    let Some(_stats) = enable_stats() else {
+        return Err(Error::Kernel("the kernel refused BPF_ENABLE_STATS".into()));
+    };
+    let mut builder = RingBufferBuilder::new();
+    builder
+        .add(&skel.maps.driver_events, |_: &[u8]| 0)
+        .map_err(bpf("opening the driver ring buffer"))?;
+    let ring = builder
+        .build()
+        .map_err(bpf("opening the driver ring buffer"))?;
+    // raw_tp arguments: dev, error_code, msg (a null message is read as "").
+    let mut args = [0u64, 79, 0];
+    for i in 0..runs {
+        // SAFETY: args is a plain array of three u64s, viewed as its bytes
+        // for as long as the call borrows them.
+        let ctx = unsafe {
+            std::slice::from_raw_parts_mut(args.as_mut_ptr().cast::<u8>(), size_of_val(&args))
+        };
+        let mut input = libbpf_rs::ProgramInput::default();
+        input.context_in = Some(ctx);
+        skel.progs
+            .nv_xid
+            .test_run(input)
+            .map_err(bpf("running the Xid program"))?;
+        if i % 1024 == 1023 {
+            ring.consume()
+                .map_err(bpf("draining the driver ring buffer"))?;
+        }
+    }
+    costs(&skel, &[Source::NvidiaXid])
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Kernel("no run-time statistics for the Xid program".into()))
+}
+
 fn load<'obj>(
     storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
     options: &DriverOptions,
