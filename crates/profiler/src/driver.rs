@@ -587,8 +587,10 @@ pub fn record_cost(runs: u32) -> Result<ProgramCost> {
         let ctx = unsafe {
             std::slice::from_raw_parts_mut(args.as_mut_ptr().cast::<u8>(), size_of_val(&args))
         };
-        let mut input = libbpf_rs::ProgramInput::default();
-        input.context_in = Some(ctx);
+        let input = libbpf_rs::ProgramInput {
+            context_in: Some(ctx),
+            ..Default::default()
+        };
         skel.progs
             .nv_xid
             .test_run(input)
