@@ -43,6 +43,8 @@ fn on_guest(series: &str, tests: &str) {
             tests.as_ref(),
             "--test-threads=1".as_ref(),
             "--nocapture".as_ref(),
+            // The guest's output is a serial port, a terminal: no colour codes.
+            "--color=never".as_ref(),
         ],
         &[("GPUPERF_DRIVE", &drive)],
     );

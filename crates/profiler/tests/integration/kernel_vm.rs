@@ -34,6 +34,8 @@ fn in_guest(series: &str, skip: &[&str]) {
         "probes::".into(),
         "unwind::".into(),
         "--test-threads=2".into(),
+        // The guest's output is a serial port, a terminal: no colour codes.
+        "--color=never".into(),
     ];
     for s in skip {
         argv.push("--skip".into());
