@@ -17,28 +17,36 @@ fn main() {
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets it");
     println!("cargo:rerun-if-changed=src/bpf");
 
-    let committed = object::object_path(&crate_dir, &arch);
-    let digest = object::digest(&crate_dir, &arch)
-        .unwrap_or_else(|e| panic!("reading the BPF sources in src/bpf: {e}"));
-    let current = committed.is_file()
-        && object::Stamp::read(&object::stamp_path(&crate_dir, &arch))
-            .is_some_and(|s| s.digest == digest);
-    let obj = if current {
-        committed
-    } else {
-        compile(&crate_dir, &arch, &out, &committed)
-    };
-    SkeletonBuilder::new()
-        .obj(&obj)
-        .reference_obj(true)
-        .generate(out.join("launch.skel.rs"))
-        .unwrap_or_else(|e| panic!("generating the skeleton of {}: {e:#}", obj.display()));
+    for prog in object::PROGRAMS {
+        let committed = object::object_path(&crate_dir, prog, &arch);
+        let digest = object::digest(&crate_dir, prog, &arch)
+            .unwrap_or_else(|e| panic!("reading the BPF sources in src/bpf: {e}"));
+        let current = committed.is_file()
+            && object::Stamp::read(&object::stamp_path(&crate_dir, prog, &arch))
+                .is_some_and(|s| s.digest == digest);
+        let obj = if current {
+            committed
+        } else {
+            compile(&crate_dir, prog, &arch, &out, &committed)
+        };
+        SkeletonBuilder::new()
+            .obj(&obj)
+            .reference_obj(true)
+            .generate(out.join(format!("{}.skel.rs", prog.name)))
+            .unwrap_or_else(|e| panic!("generating the skeleton of {}: {e:#}", obj.display()));
+    }
 }
 
 /// Compiles the sources into `OUT_DIR`, for sources newer than the committed
 /// object or an architecture without one.
-fn compile(crate_dir: &Path, arch: &str, out: &Path, committed: &Path) -> PathBuf {
-    let obj = out.join("launch.bpf.o");
+fn compile(
+    crate_dir: &Path,
+    prog: object::Program,
+    arch: &str,
+    out: &Path,
+    committed: &Path,
+) -> PathBuf {
+    let obj = out.join(format!("{}.bpf.o", prog.name));
     let why = if committed.is_file() {
         format!(
             "{} was built from other BPF sources than those in src/bpf",
@@ -47,11 +55,11 @@ fn compile(crate_dir: &Path, arch: &str, out: &Path, committed: &Path) -> PathBu
     } else {
         format!("there is no committed BPF object for {arch}")
     };
-    if let Err(e) = object::compile(crate_dir, arch, &obj) {
+    if let Err(e) = object::compile(crate_dir, prog, arch, &obj) {
         panic!(
             "{why}, and compiling {} failed; it needs clang and the kernel UAPI headers \
              (Debian: apt-get install clang linux-libc-dev): {e}",
-            object::SOURCE
+            prog.source
         );
     }
     if committed.is_file() {

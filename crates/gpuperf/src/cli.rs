@@ -76,6 +76,8 @@ pub enum Command {
     Merge(MergeArgs),
     /// Print the top kernels with their duration and launch-latency statistics.
     Report(ReportArgs),
+    /// Watch GPU driver events system-wide (DRM scheduler jobs, NVIDIA ioctls, interrupts, Xids); needs root.
+    Monitor(crate::monitor::MonitorArgs),
 }
 
 /// `gpuperf record`.

@@ -1,8 +1,10 @@
 //! The `gpuperf` command: a thin layer over `gpuperf-merge` and `gpuperf-profiler`.
 
 mod cli;
+mod driver;
 mod inject_lib;
 mod inproc;
+mod monitor;
 mod record;
 mod render;
 mod sync;
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
         None => record::run(cli.record, quiet).map(ExitCode::from),
         Some(Command::Merge(a)) => merge(a, quiet).map(|()| ExitCode::SUCCESS),
         Some(Command::Report(a)) => run_report(a, quiet).map(|()| ExitCode::SUCCESS),
+        Some(Command::Monitor(a)) => monitor::run(a, quiet).map(ExitCode::from),
     };
     match r {
         Ok(code) => code,

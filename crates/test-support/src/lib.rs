@@ -31,6 +31,7 @@ pub mod process;
 pub mod python;
 pub mod require;
 pub mod scratch;
+pub mod vm;
 
 use std::path::{Path, PathBuf};
 

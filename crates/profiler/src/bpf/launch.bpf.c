@@ -526,9 +526,13 @@ __attribute__((noinline)) int send_copy(__u64 pid_tgid, __u64 ip, __u64 sp, __u6
 	for (int i = 0; i < COPY_BYTES / PAGE_BYTES + 1; i++) {
 		if (len >= want || len >= COPY_BYTES)
 			break;
-		__u32 n = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+		__u64 n = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
 		if (n > want - len)
 			n = want - len;
+		/* Clang knows n <= PAGE_BYTES and would drop the check; Linux
+		 * 6.1's verifier does not learn bounds from comparing two
+		 * registers, so it needs the check against a constant. */
+		asm volatile("" : "+r"(n));
 		if (n > PAGE_BYTES)
 			n = PAGE_BYTES;
 		if (bpf_probe_read_user(&c->e.bytes[len], n, (void *)addr))

@@ -1,8 +1,9 @@
 //! The committed BPF object and how it is rebuilt: shared by `build.rs` and the
 //! `bpf_object` test, and not part of the library.
 //!
-//! `launch.bpf.c` is compiled to a CO-RE object that is committed for x86-64
-//! (`launch.bpf.x86_64.o`), so building the crate needs no clang. Its stamp
+//! Each program (`launch.bpf.c`, `driver.bpf.c`) is compiled to a CO-RE
+//! object that is committed for x86-64 (`launch.bpf.x86_64.o`, …), so building
+//! the crate needs no clang. Its stamp
 //! file records a SHA-256 digest of the BPF sources and the clang arguments it
 //! was built from, and the clang that built it. `build.rs` uses the object
 //! while the digest matches, and compiles the sources with clang otherwise.
@@ -16,22 +17,47 @@ use std::process::Command;
 use libbpf_cargo::SkeletonBuilder;
 use sha2::{Digest, Sha256};
 
-/// The BPF program, relative to the crate.
-pub const SOURCE: &str = "src/bpf/launch.bpf.c";
-/// Every file the object is built from, relative to the crate.
-pub const INPUTS: [&str; 2] = [SOURCE, "src/bpf/launch.h"];
-/// Rewrites the committed object and its stamp from the sources.
+/// One BPF program: its source and the headers it includes, relative to the
+/// crate.
+#[derive(Clone, Copy, Debug)]
+pub struct Program {
+    /// The name of its skeleton and object files (`launch` → `launch.skel.rs`).
+    pub name: &'static str,
+    /// The `.bpf.c` file.
+    pub source: &'static str,
+    /// Every file the object is built from.
+    pub inputs: &'static [&'static str],
+}
+
+/// The launch-stack probes.
+pub const LAUNCH: Program = Program {
+    name: "launch",
+    source: "src/bpf/launch.bpf.c",
+    inputs: &["src/bpf/launch.bpf.c", "src/bpf/launch.h"],
+};
+
+/// The GPU driver events.
+pub const DRIVER: Program = Program {
+    name: "driver",
+    source: "src/bpf/driver.bpf.c",
+    inputs: &["src/bpf/driver.bpf.c", "src/bpf/driver.h"],
+};
+
+/// Every program the crate builds.
+pub const PROGRAMS: [Program; 2] = [LAUNCH, DRIVER];
+
+/// Rewrites the committed objects and their stamps from the sources.
 pub const REGENERATE: &str =
     "GPUPERF_BLESS=1 cargo test -p gpuperf-profiler --test integration bpf_object";
 
-/// The committed object for `arch` (a `CARGO_CFG_TARGET_ARCH` value).
-pub fn object_path(crate_dir: &Path, arch: &str) -> PathBuf {
-    crate_dir.join(format!("src/bpf/launch.bpf.{arch}.o"))
+/// The committed object of `prog` for `arch` (a `CARGO_CFG_TARGET_ARCH` value).
+pub fn object_path(crate_dir: &Path, prog: Program, arch: &str) -> PathBuf {
+    crate_dir.join(format!("src/bpf/{}.bpf.{arch}.o", prog.name))
 }
 
-/// The stamp beside the object for `arch`.
-pub fn stamp_path(crate_dir: &Path, arch: &str) -> PathBuf {
-    crate_dir.join(format!("src/bpf/launch.bpf.{arch}.stamp"))
+/// The stamp beside the object.
+pub fn stamp_path(crate_dir: &Path, prog: Program, arch: &str) -> PathBuf {
+    crate_dir.join(format!("src/bpf/{}.bpf.{arch}.stamp", prog.name))
 }
 
 /// Arguments given to clang besides the ones libbpf-cargo adds (`-g -O2
@@ -50,9 +76,9 @@ pub fn clang_args(arch: &str) -> Vec<String> {
 }
 
 /// SHA-256 over the inputs' names and contents and the clang arguments, in hex.
-pub fn digest(crate_dir: &Path, arch: &str) -> io::Result<String> {
+pub fn digest(crate_dir: &Path, prog: Program, arch: &str) -> io::Result<String> {
     let mut h = Sha256::new();
-    for input in INPUTS {
+    for &input in prog.inputs {
         let text = fs::read(crate_dir.join(input))?;
         h.update(input.as_bytes());
         h.update((text.len() as u64).to_le_bytes());
@@ -120,7 +146,7 @@ pub fn clang_version() -> Option<String> {
 /// Compiles the sources with clang into `object`. Runs in the crate's
 /// directory, as build scripts and tests do, and names the source relative to
 /// it (see [`clang_args`]).
-pub fn compile(crate_dir: &Path, arch: &str, object: &Path) -> Result<(), String> {
+pub fn compile(crate_dir: &Path, prog: Program, arch: &str, object: &Path) -> Result<(), String> {
     let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
     if fs::canonicalize(&cwd).ok() != fs::canonicalize(crate_dir).ok() {
         return Err(format!(
@@ -130,7 +156,7 @@ pub fn compile(crate_dir: &Path, arch: &str, object: &Path) -> Result<(), String
         ));
     }
     SkeletonBuilder::new()
-        .source(SOURCE)
+        .source(prog.source)
         .obj(object)
         .clang_args(clang_args(arch))
         .build()

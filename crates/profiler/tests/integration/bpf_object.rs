@@ -1,4 +1,4 @@
-//! The committed BPF object is the one its sources compile to.
+//! The committed BPF objects are the ones their sources compile to.
 
 use std::env;
 use std::fs;
@@ -21,18 +21,24 @@ fn flag(name: &str) -> bool {
 /// `GPUPERF_REQUIRE_CLANG=1` (CI) fails instead of skipping the rebuild.
 #[test]
 fn committed_bpf_object_is_built_from_its_sources() {
+    for prog in object::PROGRAMS {
+        check(prog);
+    }
+}
+
+fn check(prog: object::Program) {
     let arch = env::consts::ARCH;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let committed = object::object_path(dir, arch);
-    let stamp_path = object::stamp_path(dir, arch);
-    let digest = object::digest(dir, arch).unwrap();
+    let committed = object::object_path(dir, prog, arch);
+    let stamp_path = object::stamp_path(dir, prog, arch);
+    let digest = object::digest(dir, prog, arch).unwrap();
     let clang = object::clang_version();
 
     if flag("GPUPERF_BLESS") {
         let clang = clang.expect("GPUPERF_BLESS=1 rebuilds the BPF object, which needs clang");
         let tmp = tempfile::tempdir().unwrap();
-        let built = tmp.path().join("launch.bpf.o");
-        object::compile(dir, arch, &built).unwrap_or_else(|e| panic!("{e}"));
+        let built = tmp.path().join(format!("{}.bpf.o", prog.name));
+        object::compile(dir, prog, arch, &built).unwrap_or_else(|e| panic!("{e}"));
         fs::copy(&built, &committed).unwrap();
         Stamp { digest, clang }.write(&stamp_path).unwrap();
         eprintln!("rewrote {} and its stamp", committed.display());
@@ -73,11 +79,11 @@ fn committed_bpf_object_is_built_from_its_sources() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let built = tmp.path().join("launch.bpf.o");
-    object::compile(dir, arch, &built).unwrap_or_else(|e| panic!("{e}"));
+    let built = tmp.path().join(format!("{}.bpf.o", prog.name));
+    object::compile(dir, prog, arch, &built).unwrap_or_else(|e| panic!("{e}"));
     let (want, got) = (fs::read(&committed).unwrap(), fs::read(&built).unwrap());
     if want != got {
-        let keep = env::temp_dir().join(format!("launch.bpf.{arch}.rebuilt.o"));
+        let keep = env::temp_dir().join(format!("{}.bpf.{arch}.rebuilt.o", prog.name));
         fs::copy(&built, &keep).unwrap();
         panic!(
             "{} differs from what its sources compile to (kept in {}); rebuild it with `{}`",

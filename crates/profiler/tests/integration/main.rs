@@ -3,6 +3,7 @@
 
 mod bpf_object;
 mod elf;
+mod kernel_vm;
 mod probes;
 mod support;
 mod unwind;

@@ -1,0 +1,325 @@
+//! `gpuperf monitor` on Debian's 6.1 and 6.12 kernels in the kernel VM of
+//! `sim/kernel/`, with the simulated GPU driver modules (no GPU): the counts
+//! it reports equal what a driving program did and what the modules counted.
+//!
+//! The `on_linux_*` tests boot a guest that runs this same binary's
+//! `in_guest_*` tests; those do nothing outside a guest.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+use gpuperf_test_support::cc::Gcc;
+use gpuperf_test_support::process::{show, text};
+use gpuperf_test_support::{repo, vm};
+
+/// The driving program, built on the host where the guest can see it (the
+/// guest's /tmp is its own).
+fn drive() -> &'static Path {
+    static DRIVE: OnceLock<PathBuf> = OnceLock::new();
+    DRIVE.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-vm/drive");
+        Gcc::new(out)
+            .args(["-O2", "-Wall", "-pthread"])
+            .arg(repo().join("sim/kernel/drive.c"))
+            .build_once()
+    })
+}
+
+fn on_guest(series: &str, tests: &str) {
+    if vm::inside().is_some() {
+        return;
+    }
+    let Some(guest) = vm::kernel(series) else {
+        return;
+    };
+    let drive = drive().to_str().expect("a UTF-8 path").to_owned();
+    let exe = std::env::current_exe().unwrap();
+    let out = guest.run(
+        &[
+            exe.as_os_str(),
+            tests.as_ref(),
+            "--test-threads=1".as_ref(),
+            "--nocapture".as_ref(),
+            // The guest's output is a serial port, a terminal: no colour codes.
+            "--color=never".as_ref(),
+        ],
+        &[("GPUPERF_DRIVE", &drive)],
+    );
+    let log = show(&out);
+    assert!(
+        out.status.success(),
+        "in the {} guest:\n{log}",
+        guest.release
+    );
+    // The guest's tests ran, and none of them skipped.
+    assert!(log.contains("test result: ok. 3 passed"), "{log}");
+    assert!(!log.contains("skipped:"), "{log}");
+}
+
+#[test]
+fn on_linux_6_1_monitor_counts_equal_the_simulated_drivers() {
+    on_guest("6.1", "in_guest_");
+}
+
+#[test]
+fn on_linux_6_12_monitor_counts_equal_the_simulated_drivers() {
+    on_guest("6.12", "in_guest_");
+}
+
+/// Loads the simulated modules; `false` outside a guest.
+fn guest_setup() -> bool {
+    if vm::inside().is_none() {
+        return false;
+    }
+    for m in ["nvidia_sim", "drm_sched_sim"] {
+        let o = Command::new("modprobe").arg(m).output().unwrap();
+        assert!(o.status.success(), "modprobe {m}: {}", show(&o));
+    }
+    true
+}
+
+/// A running `gpuperf monitor`, once it said it attached.
+struct Monitor {
+    child: Child,
+    early: String,
+}
+
+fn monitor(args: &[&str]) -> Monitor {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .arg("monitor")
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut early = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "gpuperf monitor ended before attaching:\n{early}"
+        );
+        early.push_str(&line);
+        if line.contains("attached; Ctrl-C stops") {
+            break;
+        }
+    }
+    child.stderr = Some(err.into_inner());
+    Monitor { child, early }
+}
+
+/// The monitor's final report, after Ctrl-C.
+struct Report {
+    text: String,
+    totals: BTreeMap<String, u64>,
+    kept: u64,
+    sampled_out: u64,
+    over_rate: u64,
+}
+
+impl Monitor {
+    fn stop(mut self) -> Report {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let mut rest = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut rest)
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        let text = self.early + &rest;
+        assert!(status.success(), "gpuperf monitor failed:\n{text}");
+        let line = |prefix: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{text}"))
+                .to_owned()
+        };
+        let totals = line("gpuperf monitor: totals: ")
+            .split(", ")
+            .filter_map(|kv| {
+                let (k, v) = kv.rsplit_once(' ')?;
+                Some((k.to_owned(), v.parse().ok()?))
+            })
+            .collect();
+        let counts = text
+            .lines()
+            .find(|l| l.contains(" events kept, "))
+            .unwrap_or_else(|| panic!("no ` events kept, ` line in:\n{text}"))
+            .trim_start_matches("gpuperf monitor: ")
+            .to_owned();
+        let number_before = |what: &str| -> u64 {
+            let head = counts
+                .split(what)
+                .next()
+                .unwrap_or_else(|| panic!("no `{what}` in {counts}"));
+            head.rsplit(' ')
+                .find(|w| !w.is_empty())
+                .and_then(|w| w.parse().ok())
+                .unwrap_or_else(|| panic!("no count before `{what}` in {counts}"))
+        };
+        Report {
+            kept: number_before(" events kept"),
+            sampled_out: number_before(" sampled out"),
+            over_rate: number_before(" over --max-rate"),
+            totals,
+            text,
+        }
+    }
+}
+
+fn run_drive(args: &[&str]) -> BTreeMap<String, u64> {
+    let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
+    let o = Command::new(drive).args(args).output().unwrap();
+    assert!(o.status.success(), "drive: {}", show(&o));
+    text(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// What a simulated module counted, from debugfs.
+fn counter(module: &str, name: &str) -> u64 {
+    let p = format!("/sys/kernel/debug/{module}/{name}");
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn total(r: &Report, kind: &str) -> u64 {
+    r.totals.get(kind).copied().unwrap_or(0)
+}
+
+#[test]
+fn in_guest_every_event_of_the_driving_program_is_counted_once() {
+    if !guard() {
+        return;
+    }
+    let before = |n: &str| counter("nvidia_sim", n);
+    let (opens0, ioctls0, isrs0, xids0) = (
+        before("opens"),
+        before("ioctls"),
+        before("isrs"),
+        before("xids"),
+    );
+    let jobs0 = counter("drm_sched_sim", "done");
+    let events = "/tmp/driver-events.tsv";
+    let m = monitor(&["--comm", "drive", "--interval", "0.5", "--output", events]);
+    let did = run_drive(&[
+        "--threads",
+        "2",
+        "--ioctls",
+        "50",
+        "--ioctl-us",
+        "20",
+        "--mmaps",
+        "3",
+        "--irqs",
+        "5",
+        "--xids",
+        "2",
+        "--jobs",
+        "20",
+        "--run-us",
+        "50",
+        "--deps",
+        "4",
+        "--dep-us",
+        "50000",
+    ]);
+    let r = m.stop();
+    let t = &r.text;
+    // The driving program's own account, the modules' and the monitor's agree.
+    assert_eq!(
+        did["ioctls"],
+        counter("nvidia_sim", "ioctls") - ioctls0,
+        "{t}"
+    );
+    assert_eq!(did["irqs"], counter("nvidia_sim", "isrs") - isrs0, "{t}");
+    assert_eq!(did["jobs"], counter("drm_sched_sim", "done") - jobs0, "{t}");
+    assert_eq!(total(&r, "open"), did["opens"], "{t}");
+    assert_eq!(
+        total(&r, "open"),
+        counter("nvidia_sim", "opens") - opens0,
+        "{t}"
+    );
+    assert_eq!(total(&r, "ioctl"), did["ioctls"], "{t}");
+    assert_eq!(total(&r, "mmap"), did["mmaps"], "{t}");
+    assert_eq!(total(&r, "irq"), did["irqs"], "{t}");
+    assert_eq!(total(&r, "irq_bh"), did["irqs"], "{t}");
+    assert_eq!(total(&r, "xid"), did["xids"], "{t}");
+    assert_eq!(
+        total(&r, "xid"),
+        counter("nvidia_sim", "xids") - xids0,
+        "{t}"
+    );
+    for kind in ["job_queue", "job_run", "job_done"] {
+        assert_eq!(total(&r, kind), did["jobs"], "{kind}: {t}");
+    }
+    assert_eq!(total(&r, "job_wait_dep"), did["deps"], "{t}");
+    // Each job's two scheduler fences and each dependency's fence start in the
+    // submitting thread.
+    assert_eq!(
+        total(&r, "fence_init"),
+        2 * did["jobs"] + did["deps"],
+        "{t}"
+    );
+    assert!(
+        t.contains("Xid 79 ("),
+        "Xids are printed as they happen: {t}"
+    );
+    assert!(t.contains("ring sim-ring0: "), "{t}");
+    assert_eq!(r.sampled_out + r.over_rate, 0, "{t}");
+    assert!(t.contains("BPF cost: nv_ioctl ran "), "{t}");
+    // The event file has a header and every kept event, one line each.
+    let file = std::fs::read_to_string(events).unwrap();
+    assert_eq!(file.lines().count() as u64, 1 + r.kept, "{t}");
+    let ioctl_lines = file
+        .lines()
+        .filter(|l| l.split('\t').nth(1) == Some("ioctl"));
+    assert_eq!(ioctl_lines.count() as u64, did["ioctls"], "{t}");
+}
+
+#[test]
+fn in_guest_sampling_keeps_one_in_n_and_counts_the_rest() {
+    if !guard() {
+        return;
+    }
+    let m = monitor(&["--comm", "drive", "--event", "nvidia", "--sample", "7"]);
+    let did = run_drive(&["--threads", "2", "--ioctls", "100", "--mmaps", "5"]);
+    let r = m.stop();
+    let matched = did["opens"] + did["ioctls"] + did["mmaps"];
+    assert_eq!(r.kept, matched.div_ceil(7), "{}", r.text);
+    assert_eq!(r.kept + r.sampled_out, matched, "{}", r.text);
+    // --event nvidia attaches nothing else.
+    assert_eq!(total(&r, "irq") + total(&r, "job_queue"), 0, "{}", r.text);
+}
+
+#[test]
+fn in_guest_the_rate_limit_counts_what_it_drops() {
+    if !guard() {
+        return;
+    }
+    let m = monitor(&["--comm", "drive", "--event", "nvidia", "--max-rate", "40"]);
+    let did = run_drive(&["--ioctls", "300"]);
+    let r = m.stop();
+    let matched = did["opens"] + did["ioctls"];
+    assert_eq!(r.kept + r.over_rate, matched, "{}", r.text);
+    assert!(r.over_rate > 0, "300 ioctls exceed 40/s: {}", r.text);
+}
+
+fn guard() -> bool {
+    static SETUP: OnceLock<bool> = OnceLock::new();
+    *SETUP.get_or_init(guest_setup)
+}

@@ -1,0 +1,60 @@
+//! `gpuperf monitor` on this machine (the driver events themselves are tested
+//! in the kernel VM, `tests/kernel_vm.rs`).
+
+use std::process::Command;
+
+use gpuperf_profiler::driver::{Source, available};
+use gpuperf_test_support::process::{show, text};
+use gpuperf_test_support::require;
+
+fn gpuperf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+}
+
+#[test]
+fn monitor_rejects_bad_arguments_in_one_line() {
+    for (args, expect) in [
+        (&["--sample", "0"][..], "--sample <N>"),
+        (&["--interval", "0"][..], "not a positive number of seconds"),
+        (&["--duration", "x"][..], "not a positive number of seconds"),
+        (&["--duration", "0"][..], "not a positive number of seconds"),
+        (
+            &["--event", "gpu"][..],
+            "possible values: nvidia, irq, xid, drm_sched, dma_fence",
+        ),
+        (&["--max-rate", "0"][..], "--max-rate <EVENTS/S>"),
+    ] {
+        let o = gpuperf().arg("monitor").args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", show(&o));
+        assert!(text(&o.stderr).contains(expect), "{args:?}: {}", show(&o));
+    }
+}
+
+/// Without the drivers (this host has no kprobes and no DRM), each missing
+/// source is one line, nothing fails, and `--duration` ends the run.
+#[test]
+fn monitor_says_which_sources_are_missing_and_ends_at_its_duration() {
+    if !require::bpf(gpuperf_profiler::preflight::check()) {
+        return;
+    }
+    let o = gpuperf()
+        .args(["monitor", "--duration", "0.5", "--interval", "0.2"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{}", show(&o));
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let (_, absent) = available(&kallsyms, &Source::ALL);
+    for (_, why) in &absent {
+        assert!(
+            err.contains(&format!("gpuperf monitor: not present, skipped: {why}\n")),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        err.matches("not present, skipped").count(),
+        absent.len(),
+        "{err}"
+    );
+    assert!(err.contains(" events kept, "), "{err}");
+}

@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* GPU driver events: the DRM scheduler's job lifecycle, dma_fence, NVIDIA's
+ * driver entry points and Xid errors. One record per event (an ioctl's is
+ * sent at its return, with its duration), filtered by process here so a busy
+ * system costs little. User space attaches only what the kernel has. */
+#include <stdbool.h>
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "driver.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The fields we read, relocated against the kernel's (or gpu-sched.ko's) BTF. */
+struct drm_gpu_scheduler {
+	const char *name;
+} __attribute__((preserve_access_index));
+
+struct drm_sched_fence {
+	struct drm_gpu_scheduler *sched;
+} __attribute__((preserve_access_index));
+
+struct drm_sched_job {
+	struct drm_sched_fence *s_fence;
+	struct drm_gpu_scheduler *sched;
+} __attribute__((preserve_access_index));
+
+struct dma_fence {
+	__u64 context;
+	__u64 seqno;
+} __attribute__((preserve_access_index));
+
+/* Force BTF for the record type. */
+struct driver_event _driver_event = {0};
+
+/* Filters: a process set (filter_pids), a command name, 1 in sample_every. */
+const volatile bool filter_pids = false;
+const volatile bool filter_comm = false;
+const volatile char comm_filter[DRV_NAME_LEN] = {};
+const volatile __u32 sample_every = 1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 1024);
+} pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} driver_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, DSTAT_COUNT);
+} driver_stats SEC(".maps");
+
+/* A job's submitter, kept from drm_sched_job to drm_sched_process_job: the
+ * scheduler runs and retires jobs in its own thread and in interrupts. */
+struct submitter {
+	__u32 pid;
+	__u32 tid;
+	char comm[DRV_NAME_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, struct submitter);
+	__uint(max_entries, 65536);
+} jobs SEC(".maps");
+
+struct ioctl_start {
+	__u64 ts_ns;
+	__u32 cmd;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct ioctl_start);
+	__uint(max_entries, 16384);
+} ioctls SEC(".maps");
+
+__u64 sample_seq = 0;
+
+static __always_inline void count(__u32 index)
+{
+	__u64 *v = bpf_map_lookup_elem(&driver_stats, &index);
+	if (v)
+		*v += 1;
+}
+
+/* Whether the current task is one of the processes asked for. */
+static __always_inline bool wanted(__u64 pid_tgid)
+{
+	if (filter_pids) {
+		__u32 tgid = pid_tgid >> 32;
+		if (!bpf_map_lookup_elem(&pids, &tgid))
+			return false;
+	}
+	if (filter_comm) {
+		char comm[DRV_NAME_LEN];
+		bpf_get_current_comm(comm, sizeof(comm));
+		for (int i = 0; i < DRV_NAME_LEN; i++) {
+			if (comm[i] != comm_filter[i])
+				return false;
+			if (!comm[i])
+				break;
+		}
+	}
+	return true;
+}
+
+/* 1 in sample_every of the events that match, counted. */
+static __always_inline bool sampled(void)
+{
+	if (sample_every <= 1)
+		return true;
+	if (__sync_fetch_and_add(&sample_seq, 1) % sample_every == 0)
+		return true;
+	count(DSTAT_SAMPLED_OUT);
+	return false;
+}
+
+static __always_inline struct driver_event *reserve(__u32 kind)
+{
+	struct driver_event *e = bpf_ringbuf_reserve(&driver_events, sizeof(*e), 0);
+	if (!e) {
+		count(DSTAT_RINGBUF_DROPS);
+		return NULL;
+	}
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	e->ts_ns = bpf_ktime_get_ns();
+	e->dur_ns = 0;
+	e->id = 0;
+	e->ret = 0;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->kind = kind;
+	e->arg = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->ring[0] = 0;
+	e->msg[0] = 0;
+	return e;
+}
+
+static __always_inline void submit(struct driver_event *e)
+{
+	count(DSTAT_KEPT);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* A process-context event from the current task. */
+static __always_inline int task_event(__u32 kind)
+{
+	if (!wanted(bpf_get_current_pid_tgid()) || !sampled())
+		return 0;
+	struct driver_event *e = reserve(kind);
+	if (e)
+		submit(e);
+	return 0;
+}
+
+SEC("kprobe/nvidia_open")
+int BPF_KPROBE(nv_open)
+{
+	return task_event(DRV_OPEN);
+}
+
+SEC("kprobe/nvidia_mmap")
+int BPF_KPROBE(nv_mmap)
+{
+	return task_event(DRV_MMAP);
+}
+
+SEC("kprobe/nvidia_unlocked_ioctl")
+int BPF_KPROBE(nv_ioctl, void *file, unsigned int cmd)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!wanted(pid_tgid))
+		return 0;
+	__u32 tid = (__u32)pid_tgid;
+	struct ioctl_start s = {.ts_ns = bpf_ktime_get_ns(), .cmd = cmd};
+	if (bpf_map_update_elem(&ioctls, &tid, &s, BPF_ANY))
+		count(DSTAT_MAP_FULL);
+	return 0;
+}
+
+SEC("kretprobe/nvidia_unlocked_ioctl")
+int BPF_KRETPROBE(nv_ioctl_ret, long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ioctl_start *s = bpf_map_lookup_elem(&ioctls, &tid);
+	if (!s)
+		return 0;
+	__u64 start = s->ts_ns;
+	__u32 cmd = s->cmd;
+	bpf_map_delete_elem(&ioctls, &tid);
+	if (!sampled())
+		return 0;
+	struct driver_event *e = reserve(DRV_IOCTL);
+	if (!e)
+		return 0;
+	e->dur_ns = e->ts_ns - start;
+	e->ts_ns = start;
+	e->arg = cmd;
+	e->ret = ret;
+	submit(e);
+	return 0;
+}
+
+/* The interrupt and its bottom half belong to the driver, not a process:
+ * kept whatever the process filters. */
+static __always_inline int driver_event(__u32 kind)
+{
+	if (!sampled())
+		return 0;
+	struct driver_event *e = reserve(kind);
+	if (e)
+		submit(e);
+	return 0;
+}
+
+SEC("kprobe/nvidia_isr")
+int BPF_KPROBE(nv_isr)
+{
+	return driver_event(DRV_ISR);
+}
+
+SEC("kprobe/nvidia_isr_kthread_bh")
+int BPF_KPROBE(nv_isr_bh)
+{
+	return driver_event(DRV_ISR_BH);
+}
+
+/* nvidia:nvidia_dev_xid(dev, error_code, msg): NVIDIA passes a pci_dev as
+ * dev, the simulated driver a name; only the code and message are read. */
+SEC("raw_tp/nvidia_dev_xid")
+int BPF_PROG(nv_xid, void *dev, __u32 error_code, const char *msg)
+{
+	if (!sampled())
+		return 0;
+	struct driver_event *e = reserve(DRV_XID);
+	if (!e)
+		return 0;
+	e->arg = error_code;
+	bpf_probe_read_kernel_str(e->msg, sizeof(e->msg), msg);
+	submit(e);
+	return 0;
+}
+
+static __always_inline void ring_name(struct driver_event *e, struct drm_gpu_scheduler *sched)
+{
+	const char *name = BPF_CORE_READ(sched, name);
+	bpf_probe_read_kernel_str(e->ring, sizeof(e->ring), name);
+}
+
+SEC("raw_tp/drm_sched_job")
+int BPF_PROG(sched_job, struct drm_sched_job *job)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!wanted(pid_tgid) || !sampled())
+		return 0;
+	__u64 id = (__u64)BPF_CORE_READ(job, s_fence);
+	struct submitter who = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid};
+	bpf_get_current_comm(who.comm, sizeof(who.comm));
+	if (bpf_map_update_elem(&jobs, &id, &who, BPF_ANY)) {
+		count(DSTAT_MAP_FULL);
+		return 0;
+	}
+	struct driver_event *e = reserve(DRV_JOB_QUEUE);
+	if (!e)
+		return 0;
+	e->id = id;
+	ring_name(e, BPF_CORE_READ(job, sched));
+	submit(e);
+	return 0;
+}
+
+/* A later event of a job that was kept at its queueing, in its submitter's
+ * name. */
+static __always_inline int job_event(__u32 kind, __u64 id, struct drm_gpu_scheduler *sched,
+				     bool last)
+{
+	struct submitter *who = bpf_map_lookup_elem(&jobs, &id);
+	if (!who)
+		return 0;
+	struct driver_event *e = reserve(kind);
+	if (e) {
+		e->id = id;
+		e->pid = who->pid;
+		e->tid = who->tid;
+		__builtin_memcpy(e->comm, who->comm, sizeof(e->comm));
+		ring_name(e, sched);
+		submit(e);
+	}
+	if (last)
+		bpf_map_delete_elem(&jobs, &id);
+	return 0;
+}
+
+SEC("raw_tp/drm_run_job")
+int BPF_PROG(run_job, struct drm_sched_job *job)
+{
+	return job_event(DRV_JOB_RUN, (__u64)BPF_CORE_READ(job, s_fence), BPF_CORE_READ(job, sched),
+			 false);
+}
+
+SEC("raw_tp/drm_sched_job_wait_dep")
+int BPF_PROG(job_wait_dep, struct drm_sched_job *job)
+{
+	return job_event(DRV_JOB_DEP, (__u64)BPF_CORE_READ(job, s_fence),
+			 BPF_CORE_READ(job, sched), false);
+}
+
+SEC("raw_tp/drm_sched_process_job")
+int BPF_PROG(process_job, struct drm_sched_fence *fence)
+{
+	return job_event(DRV_JOB_DONE, (__u64)fence, BPF_CORE_READ(fence, sched), true);
+}
+
+static __always_inline int fence_event(__u32 kind, struct dma_fence *fence)
+{
+	if (!wanted(bpf_get_current_pid_tgid()) || !sampled())
+		return 0;
+	struct driver_event *e = reserve(kind);
+	if (!e)
+		return 0;
+	e->id = BPF_CORE_READ(fence, context) << 32 | (BPF_CORE_READ(fence, seqno) & 0xffffffff);
+	submit(e);
+	return 0;
+}
+
+SEC("raw_tp/dma_fence_init")
+int BPF_PROG(fence_init, struct dma_fence *fence)
+{
+	return fence_event(DRV_FENCE_INIT, fence);
+}
+
+SEC("raw_tp/dma_fence_signaled")
+int BPF_PROG(fence_signaled, struct dma_fence *fence)
+{
+	return fence_event(DRV_FENCE_SIGNALED, fence);
+}

@@ -1,0 +1,158 @@
+//! The kernel VM of `sim/kernel/`: runs a command under one of Debian's
+//! kernels (6.1, 6.12) in QEMU's software emulation, on this machine's root
+//! file system (read-only, under a throw-away overlay), with the simulated GPU
+//! driver modules built for that kernel.
+//!
+//! `sim/kernel/ci.sh` prepares it; until then [`kernel`] says so and the test
+//! skips, unless `GPUPERF_REQUIRE_KERNEL_VM=1` (CI sets it), which makes a
+//! missing VM fail the test. One guest runs at a time (`sim/kernel/run.sh`
+//! holds a lock): a test that boots one waits for the others.
+//!
+//! ```no_run
+//! use gpuperf_test_support::vm;
+//!
+//! if vm::inside().is_some() {
+//!     return; // Already in a guest: run the test itself instead.
+//! }
+//! let Some(guest) = vm::kernel("6.1") else { return };
+//! let out = guest.run(&["uname", "-r"], &[]);
+//! assert!(out.status.success(), "{}", gpuperf_test_support::process::show(&out));
+//! ```
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The variable that makes a missing VM fail the test instead of skipping it.
+pub const REQUIRE: &str = "GPUPERF_REQUIRE_KERNEL_VM";
+
+/// The exit code `run.sh` gives when the guest itself failed (no boot, no
+/// exit code from the command).
+pub const VM_FAILED: i32 = 125;
+
+/// A prepared guest kernel.
+#[derive(Clone, Debug)]
+pub struct Guest {
+    /// Debian's kernel release, e.g. `6.1.0-56-amd64`.
+    pub release: String,
+    cache: PathBuf,
+}
+
+/// Where `sim/kernel/ci.sh` prepares the VM: `$GPUPERF_KERNEL_VM_DIR`, else
+/// `target/kernel-vm` in the checkout.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("GPUPERF_KERNEL_VM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo().join("target/kernel-vm"))
+}
+
+/// The kernel release this process runs under when it runs in the VM.
+pub fn inside() -> Option<String> {
+    std::env::var("GPUPERF_IN_KERNEL_VM").ok()
+}
+
+/// Every prepared kernel release, sorted.
+pub fn prepared() -> Vec<String> {
+    let dir = cache_dir();
+    let mut found: Vec<String> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.path().join(".ready").is_file() && e.path().join("initramfs.cpio.gz").is_file()
+        })
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    found.sort();
+    found
+}
+
+/// The prepared kernel whose release starts with `series` and a dot or dash
+/// (`"6.1"` finds `6.1.0-56-amd64`, not `6.12…`). When there is none, or QEMU
+/// is missing, it says why on stderr and returns `None` (the caller returns),
+/// or panics under `GPUPERF_REQUIRE_KERNEL_VM=1`.
+#[track_caller]
+pub fn kernel(series: &str) -> Option<Guest> {
+    let cache = cache_dir();
+    let release = prepared().into_iter().find(|r| in_series(r, series));
+    let why = match (&release, which("qemu-system-x86_64")) {
+        (None, _) => format!(
+            "no Linux {series} kernel VM is prepared in {} (run sim/kernel/ci.sh)",
+            cache.display()
+        ),
+        (Some(_), false) => "qemu-system-x86_64 is not installed (run sim/kernel/ci.sh)".into(),
+        (Some(r), true) => {
+            return Some(Guest {
+                release: r.clone(),
+                cache,
+            });
+        }
+    };
+    assert!(!required(), "{REQUIRE}=1 but {why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// Whether kernel `release` belongs to `series` (whole version components).
+fn in_series(release: &str, series: &str) -> bool {
+    release
+        .strip_prefix(series)
+        .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+}
+
+/// Whether `GPUPERF_REQUIRE_KERNEL_VM=1`.
+pub fn required() -> bool {
+    std::env::var_os(REQUIRE).is_some_and(|v| v == "1")
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+impl Guest {
+    /// Boots the guest, runs `argv` in this process's working directory with
+    /// the variables `env` set (and this process's `PATH` and
+    /// `GPUPERF_REQUIRE_*` but `GPUPERF_REQUIRE_KERNEL_VM`), and returns its
+    /// exit status and output (stdout and stderr together, in stdout; the
+    /// VM's own complaints in stderr). Exit code [`VM_FAILED`]: the VM failed.
+    pub fn run<S: AsRef<OsStr>>(&self, argv: &[S], env: &[(&str, &str)]) -> Output {
+        let cwd = std::env::current_dir().expect("the working directory exists");
+        self.run_in(&cwd, argv, env)
+    }
+
+    /// As [`Guest::run`], in directory `cwd`.
+    pub fn run_in<S: AsRef<OsStr>>(&self, cwd: &Path, argv: &[S], env: &[(&str, &str)]) -> Output {
+        let script = crate::repo().join("sim/kernel/run.sh");
+        let mut cmd = Command::new(script);
+        cmd.env("GPUPERF_KERNEL_VM_DIR", &self.cache)
+            .arg("-k")
+            .arg(&self.release)
+            .arg("-C")
+            .arg(cwd);
+        // The guest's tests require what the host's do.
+        let required = std::env::vars()
+            .filter(|(k, _)| k.starts_with("GPUPERF_REQUIRE_") && k != REQUIRE)
+            .collect::<Vec<_>>();
+        let required = required.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in required.chain(env.iter().copied()) {
+            cmd.arg("-e").arg(format!("{k}={v}"));
+        }
+        cmd.arg("--").args(argv);
+        cmd.output()
+            .unwrap_or_else(|e| panic!("starting sim/kernel/run.sh: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_series_matches_whole_components() {
+        assert!(in_series("6.1.0-56-amd64", "6.1"));
+        assert!(!in_series("6.12.117+deb12-amd64", "6.1"));
+        assert!(in_series("6.12.117+deb12-amd64", "6.12"));
+        assert!(!in_series("6.1", "6.1"));
+    }
+}

@@ -1,0 +1,126 @@
+#!/bin/sh
+# Prepares the kernel VM the driver-level tests run in (simulated GPU drivers on
+# Debian's own kernels under QEMU's software emulation). Idempotent: a second
+# run only checks what is there. Exports nothing; prints the variables to set.
+#
+#   sim/kernel/ci.sh [CACHE_DIR]
+#
+# CACHE_DIR defaults to $GPUPERF_KERNEL_VM_DIR, else target/kernel-vm in the
+# checkout. Kernels: Debian 12's newest 6.1 and bookworm-security's newest 6.12
+# (override with GPUPERF_VM_KERNELS="6.1.0-56-amd64 6.12.117+deb12-amd64").
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${1:-${GPUPERF_KERNEL_VM_DIR:-$repo/target/kernel-vm}}
+start=$(date +%s)
+
+say() { printf 'kernel-vm: %s\n' "$*" >&2; }
+
+# 1. Host tools, by package name.
+need=""
+for pkg in qemu-system-x86 busybox-static kmod cpio xz-utils zstd gcc make libelf-dev dwarves; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
+		need="$need $pkg"
+done
+if [ -n "$need" ]; then
+	say "installing$need"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
+fi
+
+# 2. The kernels: newest of each series the configured archives offer.
+newest() { apt-cache search --names-only "$1" | cut -d' ' -f1 | sort -V | tail -n1; }
+if [ -z "${GPUPERF_VM_KERNELS:-}" ]; then
+	k61=$(newest '^linux-image-6\.1\.0-[0-9]*-amd64$' | sed 's/^linux-image-//')
+	k612=$(newest '^linux-image-6\.12\.[0-9]*[+]deb12-amd64$' | sed 's/^linux-image-//')
+	GPUPERF_VM_KERNELS="$k61 $k612"
+fi
+mkdir -p "$cache/debs"
+
+for kver in $GPUPERF_VM_KERNELS; do
+	root="$cache/$kver"
+	if [ -f "$root/.ready" ]; then
+		say "$kver: kernel present"
+	else
+		say "$kver: fetching Debian's packages"
+		series=$(echo "$kver" | sed -E 's/^([0-9]+\.[0-9]+)(\.[0-9]+)?[-.].*/\1/')
+		common=$(echo "$kver" | sed 's/-amd64$/-common/')
+		case "$series" in
+		6.1) kbuild=linux-kbuild-6.1 ;;
+		*) kbuild=linux-kbuild-$(echo "$kver" | sed 's/-amd64$//') ;;
+		esac
+		(cd "$cache/debs" && apt-get download -qq "linux-image-$kver" \
+			"linux-headers-$kver" "linux-headers-$common" "$kbuild")
+		rm -rf "$root" && mkdir -p "$root"
+		for deb in "$cache/debs/linux-image-${kver}_"*.deb "$cache/debs/linux-headers-${kver}_"*.deb \
+			"$cache/debs/linux-headers-${common}_"*.deb "$cache/debs/${kbuild}_"*.deb; do
+			dpkg -x "$deb" "$root"
+		done
+		depmod -b "$root" "$kver"
+		touch "$root/.ready"
+	fi
+	# Debian's headers include their common half by absolute path.
+	sed -i "s#^include /usr/src/#include $root/usr/src/#" "$root/usr/src/linux-headers-$kver/Makefile"
+	# 3. The simulated drivers, built out of tree against this kernel.
+	for mod in "$here"/modules/*/; do
+		[ -f "$mod/Makefile" ] || continue
+		name=$(basename "$mod")
+		build="$root/sim-modules/$name"
+		if [ -d "$build" ] && [ -z "$(find "$mod" -newer "$build/.built" 2>/dev/null)" ] &&
+			[ -f "$build/.built" ]; then
+			continue
+		fi
+		say "$kver: building $name"
+		rm -rf "$build" && mkdir -p "$build" && cp -r "$mod"/. "$build"/
+		make -s -C "$root/usr/src/linux-headers-$kver" M="$build" modules >"$build/build.log" 2>&1 || {
+			cat "$build/build.log" >&2
+			exit 1
+		}
+		mkdir -p "$root/lib/modules/$kver/extra"
+		cp "$build"/*.ko "$root/lib/modules/$kver/extra/"
+		depmod -b "$root" "$kver"
+		touch "$build/.built"
+	done
+done
+
+# 4. The initramfs: busybox, the init script, and each kernel's 9p/overlay
+# modules (decompressed: busybox insmod reads plain .ko files).
+for kver in $GPUPERF_VM_KERNELS; do
+	root="$cache/$kver"
+	img="$root/initramfs.cpio.gz"
+	if [ -f "$img" ] && [ "$img" -nt "$here/init" ]; then
+		continue
+	fi
+	say "$kver: building the initramfs"
+	tree=$(mktemp -d)
+	mkdir -p "$tree/bin" "$tree/mods" "$tree/proc" "$tree/sys" "$tree/dev" "$tree/host" \
+		"$tree/rw" "$tree/newroot"
+	cp /bin/busybox "$tree/bin/busybox"
+	for app in sh mount umount mkdir insmod poweroff cat echo chroot sleep ln mknod; do
+		ln -s busybox "$tree/bin/$app"
+	done
+	cp "$here/init" "$tree/init"
+	chmod +x "$tree/init"
+	i=0
+	modprobe -d "$root" -S "$kver" --show-depends -a virtio_pci 9pnet_virtio 9p overlay |
+		awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' | while read -r ko; do
+		i=$((i + 1))
+		dst="$tree/mods/$(printf '%02d' "$i")-$(basename "$ko" | sed -E 's/\.ko(\.xz|\.zst|\.gz)?$//').ko"
+		case "$ko" in
+		*.xz) xz -dc "$ko" >"$dst" ;;
+		*.zst) zstd -qdc "$ko" >"$dst" ;;
+		*.gz) gzip -dc "$ko" >"$dst" ;;
+		*) cp "$ko" "$dst" ;;
+		esac
+	done
+	(cd "$tree" && find . | cpio -o -H newc --quiet | gzip -1) >"$img.tmp"
+	mv "$img.tmp" "$img"
+	rm -rf "$tree"
+done
+
+say "ready in $(($(date +%s) - start)) s: $(du -sh "$cache" | cut -f1) in $cache"
+say "kernels: $GPUPERF_VM_KERNELS"
+echo "GPUPERF_KERNEL_VM_DIR=$cache"
+echo "GPUPERF_VM_KERNELS=\"$GPUPERF_VM_KERNELS\""
+echo "GPUPERF_REQUIRE_KERNEL_VM=1"

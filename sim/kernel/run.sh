@@ -1,0 +1,76 @@
+#!/bin/sh
+# Boots one of the kernel VM's Debian kernels under QEMU's software emulation
+# (TCG), runs one command in it on the host's root (read-only, with a
+# throw-away overlay), prints what it printed and exits with its exit code.
+# One guest at a time: a second caller waits for the first.
+#
+#   sim/kernel/run.sh [-k KERNEL] [-t TIMEOUT_S] [-C DIR] [-e VAR=VALUE]... -- COMMAND [ARG]...
+#
+# KERNEL is a version prepared by sim/kernel/ci.sh (default: the first of
+# GPUPERF_VM_KERNELS, else the first prepared). Exit code 125: the VM failed.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${GPUPERF_KERNEL_VM_DIR:-$(cd "$here/../.." && pwd)/target/kernel-vm}
+kver=""
+timeout=600
+cwd=$(pwd)
+envs=""
+# Single-quotes a word for sh.
+quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-k) kver=$2; shift 2 ;;
+	-t) timeout=$2; shift 2 ;;
+	-C) cwd=$2; shift 2 ;;
+	-e) envs="$envs export ${2%%=*}=$(quote "${2#*=}");"; shift 2 ;;
+	--) shift; break ;;
+	*) echo "run.sh: unknown option $1 (usage: run.sh [-k KERNEL] [-t S] [-C DIR] [-e VAR=VALUE] -- COMMAND...)" >&2; exit 125 ;;
+	esac
+done
+[ $# -gt 0 ] || { echo "run.sh: no command given" >&2; exit 125; }
+if [ -z "$kver" ]; then
+	for k in ${GPUPERF_VM_KERNELS:-} $(ls "$cache" 2>/dev/null); do
+		[ -f "$cache/$k/.ready" ] && { kver=$k; break; }
+	done
+fi
+root=$cache/$kver
+if [ -z "$kver" ] || [ ! -f "$root/.ready" ] || [ ! -f "$root/initramfs.cpio.gz" ]; then
+	echo "run.sh: kernel '${kver:-none}' is not prepared in $cache: run sim/kernel/ci.sh" >&2
+	exit 125
+fi
+
+mkdir -p "$cache/runs"
+run=$(mktemp -d "$cache/runs/run.XXXXXX")
+[ -n "${GPUPERF_VM_KEEP:-}" ] || trap 'rm -rf "$run"' EXIT
+{
+	echo "cd '$cwd' || exit 125"
+	echo "export PATH='$PATH' HOME=/tmp GPUPERF_IN_KERNEL_VM='$kver'"
+	echo "$envs"
+	printf 'exec'
+	for a in "$@"; do
+		printf ' %s' "$(quote "$a")"
+	done
+	echo
+} >"$run/cmd.sh"
+
+exec 9>"$cache/vm.lock"
+flock 9
+status=0
+timeout --foreground -k 5 "$timeout" qemu-system-x86_64 -accel tcg -cpu max \
+	-smp "${GPUPERF_VM_CPUS:-2}" -m "${GPUPERF_VM_MEMORY:-2048}" \
+	-nodefaults -nographic -no-reboot -display none \
+	-kernel "$root/boot/vmlinuz-$kver" -initrd "$root/initramfs.cpio.gz" \
+	-append "console=ttyS0 quiet loglevel=4 panic=-1 oops=panic gpuperf.cmd=$run/cmd.sh gpuperf.modules=$root/lib/modules" \
+	-virtfs "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap" \
+	-serial "file:$run/console" -serial "file:$run/out" </dev/null >"$run/qemu.log" 2>&1 || status=$?
+exec 9>&-
+
+code=$(sed -n 's/^GPUPERF-VM-EXIT \([0-9]*\).*/\1/p' "$run/out" 2>/dev/null | tail -n1)
+grep -av '^GPUPERF-VM-EXIT ' "$run/out" 2>/dev/null | tr -d '\r' || true
+if [ -z "$code" ]; then
+	echo "run.sh: the VM ($kver) ended without the command's exit code (qemu status $status); its console:" >&2
+	tail -n 40 "$run/console" "$run/qemu.log" >&2 2>/dev/null || true
+	exit 125
+fi
+exit "$code"
