@@ -848,7 +848,11 @@ mod tests {
                 let mut frames = [Frame::default(); MAX_FRAMES];
                 u.capture(0, &mut frames)
             });
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            // Released once the other capture is waiting (it counts the wait
+            // before it starts), however late the machine runs that thread.
+            while u.stats().cache_waits == 0 && !t.is_finished() {
+                std::thread::yield_now();
+            }
             held.busy.store(false, Ordering::Release);
             t.join().unwrap()
         });
