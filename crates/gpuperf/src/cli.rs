@@ -76,6 +76,8 @@ pub enum Command {
     Merge(MergeArgs),
     /// Print the top kernels with their duration and launch-latency statistics.
     Report(ReportArgs),
+    /// Compare two runs: a differential flamegraph and the stacks whose GPU time changed most.
+    Diff(DiffArgs),
 }
 
 /// `gpuperf record`.
@@ -237,6 +239,32 @@ pub struct ReportArgs {
     /// Rows to show.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub top: u64,
+}
+
+/// `gpuperf diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first run: a recording directory, a trace file `gpuperf merge` reads, or folded stacks.
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The second run, in any of the same forms.
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+    /// Write the differential flamegraph here (widths from AFTER; red grew, blue shrank).
+    #[arg(short = 'o', long, value_name = "FILE", default_value = "diff.svg")]
+    pub output: PathBuf,
+    /// Compare idle time by the CPU stack that made the GPU wait, instead of GPU time.
+    #[arg(long)]
+    pub idle: bool,
+    /// Match Python frames whatever their line numbers (`file.py:123` as `file.py`).
+    #[arg(long)]
+    pub ignore_lines: bool,
+    /// Stacks to list in the table of changes.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub top: u64,
+    /// Flamegraph title.
+    #[arg(long)]
+    pub title: Option<String>,
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The `gpuperf` command: a thin layer over `gpuperf-merge` and `gpuperf-profiler`.
 
 mod cli;
+mod diff;
 mod inject_lib;
 mod inproc;
 mod record;
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
         None => record::run(cli.record, quiet).map(ExitCode::from),
         Some(Command::Merge(a)) => merge(a, quiet).map(|()| ExitCode::SUCCESS),
         Some(Command::Report(a)) => run_report(a, quiet).map(|()| ExitCode::SUCCESS),
+        Some(Command::Diff(a)) => diff::run(&a, quiet).map(|()| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,
