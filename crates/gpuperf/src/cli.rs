@@ -253,7 +253,8 @@ pub struct DiffArgs {
     /// Write the differential flamegraph here (widths from AFTER; red grew, blue shrank).
     #[arg(short = 'o', long, value_name = "FILE", default_value = "diff.svg")]
     pub output: PathBuf,
-    /// Compare idle time by the CPU stack that made the GPU wait, instead of GPU time.
+    /// Compare idle time by the CPU stack that made the GPU wait, instead of GPU time
+    /// (folded inputs are read as they are: give it `--idle` folded files).
     #[arg(long)]
     pub idle: bool,
     /// Match Python frames whatever their line numbers (`file.py:123` as `file.py`).

@@ -150,13 +150,13 @@ fn load(path: &Path, idle: bool) -> Result<Run> {
         {
             let f =
                 File::open(path).with_context(|| format!("failed to open `{}`", path.display()))?;
-            let lines = diff::read_folded(BufReader::new(f), path).with_context(|| {
-                format!(
-                    "`{}` is not a trace gpuperf reads ({e:#}), nor folded stacks",
-                    path.display()
-                )
-            })?;
-            Ok(Run { lines, unit: "µs" })
+            match diff::read_folded(BufReader::new(f), path) {
+                Ok(lines) => Ok(Run { lines, unit: "µs" }),
+                Err(gpuperf_merge::Error::NotATrace { found, .. }) => {
+                    Err(anyhow::anyhow!("{e:#}, nor folded stacks ({found})"))
+                }
+                Err(other) => Err(other.into()),
+            }
         }
         Err(e) => Err(e),
     }

@@ -283,5 +283,8 @@ fn diff_bad_inputs__one_line_error_naming_the_file() {
             .unwrap()
             .stderr,
     );
-    assert!(err.contains("line 2"), "{err}");
+    assert!(
+        err.contains("nor folded stacks (line 2 is \"not folded at all\", not `stack weight`)"),
+        "{err}"
+    );
 }
