@@ -16,7 +16,7 @@ use gpuperf_profiler::ProbeSpec;
     version,
     about,
     subcommand_negates_reqs = true,
-    override_usage = "gpuperf [OPTIONS] [--] PROGRAM [ARGS]...\n       gpuperf record [OPTIONS] [--] PROGRAM [ARGS]...\n       gpuperf merge|report [OPTIONS] [RECORDING]",
+    override_usage = "gpuperf [OPTIONS] [--] PROGRAM [ARGS]...\n       gpuperf record [OPTIONS] [--] PROGRAM [ARGS]...\n       gpuperf merge|report [OPTIONS] [RECORDING]\n       gpuperf diff [OPTIONS] BEFORE AFTER\n       gpuperf monitor [OPTIONS]",
     after_help = "EXAMPLES:
     sudo gpuperf -c gpu.json -p cpu.txt -m merged.folded -- ./app args
     sudo gpuperf record --raw-dir run1 -- python3 train.py
@@ -24,7 +24,9 @@ use gpuperf_profiler::ProbeSpec;
     gpuperf record --gpu-only -- ./app
     sudo gpuperf record --cpu-only --uprobe /usr/local/cuda/lib64/libcudart.so.13:cudaLaunchKernel -p cpu.txt -- ./app
     gpuperf merge run1 -o flamegraph.svg -c timeline.json
-    gpuperf report run1"
+    gpuperf report run1
+    gpuperf diff run1 run2 -o diff.svg
+    sudo gpuperf monitor --interval 2 --duration 60"
 )]
 pub struct Cli {
     /// More output on stderr (-v info, -vv debug, -vvv trace).
@@ -76,8 +78,13 @@ pub enum Command {
     Merge(MergeArgs),
     /// Print the top kernels with their duration and launch-latency statistics.
     Report(ReportArgs),
+<<<<<<< HEAD
     /// Watch GPU driver events system-wide (DRM scheduler jobs, NVIDIA ioctls, interrupts, Xids); needs root.
     Monitor(crate::monitor::MonitorArgs),
+=======
+    /// Compare two runs: a differential flamegraph and the stacks whose GPU time changed most.
+    Diff(DiffArgs),
+>>>>>>> diff
 }
 
 /// `gpuperf record`.
@@ -239,6 +246,33 @@ pub struct ReportArgs {
     /// Rows to show.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub top: u64,
+}
+
+/// `gpuperf diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first run: a recording directory, a trace file `gpuperf merge` reads, or folded stacks.
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The second run, in any of the same forms.
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+    /// Write the differential flamegraph here (widths from AFTER; red grew, blue shrank).
+    #[arg(short = 'o', long, value_name = "FILE", default_value = "diff.svg")]
+    pub output: PathBuf,
+    /// Compare idle time by the CPU stack that made the GPU wait, instead of GPU time
+    /// (folded inputs are read as they are: give it `--idle` folded files).
+    #[arg(long)]
+    pub idle: bool,
+    /// Match Python frames whatever their line numbers (`file.py:123` as `file.py`).
+    #[arg(long)]
+    pub ignore_lines: bool,
+    /// Stacks to list in the table of changes.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub top: u64,
+    /// Flamegraph title.
+    #[arg(long)]
+    pub title: Option<String>,
 }
 
 #[cfg(test)]

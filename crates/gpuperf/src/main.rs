@@ -1,6 +1,7 @@
 //! The `gpuperf` command: a thin layer over `gpuperf-merge` and `gpuperf-profiler`.
 
 mod cli;
+mod diff;
 mod driver;
 mod inject_lib;
 mod inproc;
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         Some(Command::Merge(a)) => merge(a, quiet).map(|()| ExitCode::SUCCESS),
         Some(Command::Report(a)) => run_report(a, quiet).map(|()| ExitCode::SUCCESS),
         Some(Command::Monitor(a)) => monitor::run(a, quiet).map(ExitCode::from),
+        Some(Command::Diff(a)) => diff::run(&a, quiet).map(|()| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,

@@ -173,7 +173,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
             let code = spawn_failure_code(&e);
             // `gpuperf flamegraph` is a program to run, not a typo'd command.
             let hint = if code == 127 && !a.program[0].as_encoded_bytes().contains(&b'/') {
-                " (gpuperf's own commands are record, merge and report)"
+                " (gpuperf's own commands are record, merge, report, diff and monitor)"
             } else {
                 ""
             };

@@ -429,7 +429,7 @@ fn record_missing_program__exit_127_and_one_line_naming_it() {
     let o = gpuperf(&dir).arg("flamegraph").output().unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", show(&o));
     assert!(
-        text(&o.stderr).contains("commands are record, merge and report"),
+        text(&o.stderr).contains("commands are record, merge, report, diff and monitor"),
         "{}",
         show(&o)
     );
