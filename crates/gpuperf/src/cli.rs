@@ -78,13 +78,10 @@ pub enum Command {
     Merge(MergeArgs),
     /// Print the top kernels with their duration and launch-latency statistics.
     Report(ReportArgs),
-<<<<<<< HEAD
     /// Watch GPU driver events system-wide (DRM scheduler jobs, NVIDIA ioctls, interrupts, Xids); needs root.
     Monitor(crate::monitor::MonitorArgs),
-=======
     /// Compare two runs: a differential flamegraph and the stacks whose GPU time changed most.
     Diff(DiffArgs),
->>>>>>> diff
 }
 
 /// `gpuperf record`.
