@@ -15,7 +15,8 @@
 //! | `python_function` | — | a Python frame of the CPU stacks |
 //! | `cpu_op`, `user_annotation` | `Operator` | an operator frame of the CPU stacks |
 //! | `process_name`, `thread_name` metadata | the same | process and thread names |
-//! | anything else (flows, instants, `ac2g`, `overhead`, …) | | skipped, counted |
+//! | `fwdbwd` flows (`ph` `s`/`f`) | — | links from forward to backward ops |
+//! | anything else (other flows, instants, `ac2g`, `overhead`, …) | | skipped, counted |
 //!
 //! API calls and GPU work are joined on `args.correlation`. GPU events carry the
 //! device as their `pid`, so each activity takes the process of the API call with
@@ -63,6 +64,42 @@
 //!
 //! Stacks are built for launch calls (kernels and graph launches) and for every
 //! call that caused GPU work (copies, memsets).
+//!
+//! # Backward ops charged to their forward line
+//!
+//! Autograd runs backward ops on its own thread, where no Python frame encloses
+//! them. PyTorch links each backward op to the forward op that made it, and with
+//! [`Options::link_backward`] (the default) a call under a linked backward op
+//! gets the forward op's whole stack (its Python frames, enclosing ops and the
+//! op itself), then a `[backward]` frame, then its own stack on the backward
+//! thread from the root down. A flamegraph then shows a model line's forward
+//! and backward GPU time under that line, and nothing of the native backward
+//! stack is lost. The link is found:
+//!
+//! - by `fwdbwd` flow events (`"cat": "fwdbwd"`, a start at the forward op and
+//!   a finish at the backward op with the same `id`; PyTorch ≥ 1.12 or so).
+//!   Among ops that start at a flow's end, the forward op is the innermost one
+//!   with a sequence number, the backward op the outermost one with a
+//!   `Fwd thread id` above 0;
+//! - otherwise by `args."Sequence number"`: a backward op (`args."Fwd thread
+//!   id"` above 0) carries the number of its forward op (`Fwd thread id` 0).
+//!   Several nested forward ops share a number; the one that made the autograd
+//!   node starts last, so the nearest forward op starting before the backward
+//!   op, on another thread of the process, is taken. `Fwd thread id` is
+//!   PyTorch's own small thread index, not an OS thread id, so the trace cannot
+//!   say which thread it names; where several threads run forward passes with
+//!   colliding numbers, the nearest preceding op wins.
+//!
+//! A call is charged through the outermost linked backward op that encloses it.
+//! Kernels under a backward op whose forward op is not in the trace (trimmed
+//! traces, `AccumulateGrad` of a leaf) keep their own stack. Both counts are
+//! one note of the summary.
+//!
+//! gpuperf's own recordings cannot link backward ops yet: the autograd
+//! sequence number and the forward thread index live in libtorch's private
+//! thread-local state (the current `RecordFunction` and autograd node), which
+//! has no stable C interface and no fixed layout to read from another library
+//! without PyTorch's cooperation.
 //!
 //! # Time
 //!
