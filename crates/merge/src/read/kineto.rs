@@ -15,7 +15,8 @@
 //! | `python_function` | — | a Python frame of the CPU stacks |
 //! | `cpu_op`, `user_annotation` | `Operator` | an operator frame of the CPU stacks |
 //! | `process_name`, `thread_name` metadata | the same | process and thread names |
-//! | anything else (flows, instants, `ac2g`, `overhead`, …) | | skipped, counted |
+//! | `fwdbwd` flows (`ph` `s`/`f`) | — | links from forward to backward ops |
+//! | anything else (other flows, instants, `ac2g`, `overhead`, …) | | skipped, counted |
 //!
 //! API calls and GPU work are joined on `args.correlation`. GPU events carry the
 //! device as their `pid`, so each activity takes the process of the API call with
@@ -63,6 +64,42 @@
 //!
 //! Stacks are built for launch calls (kernels and graph launches) and for every
 //! call that caused GPU work (copies, memsets).
+//!
+//! # Backward ops charged to their forward line
+//!
+//! Autograd runs backward ops on its own thread, where no Python frame encloses
+//! them. PyTorch links each backward op to the forward op that made it, and with
+//! [`Options::link_backward`] (the default) a call under a linked backward op
+//! gets the forward op's whole stack (its Python frames, enclosing ops and the
+//! op itself), then a `[backward]` frame, then its own stack on the backward
+//! thread from the root down. A flamegraph then shows a model line's forward
+//! and backward GPU time under that line, and nothing of the native backward
+//! stack is lost. The link is found:
+//!
+//! - by `fwdbwd` flow events (`"cat": "fwdbwd"`, a start at the forward op and
+//!   a finish at the backward op with the same `id`; PyTorch ≥ 1.12 or so).
+//!   Among ops that start at a flow's end, the forward op is the innermost one
+//!   with a sequence number, the backward op the outermost one with a
+//!   `Fwd thread id` above 0;
+//! - otherwise by `args."Sequence number"`: a backward op (`args."Fwd thread
+//!   id"` above 0) carries the number of its forward op (`Fwd thread id` 0).
+//!   Several nested forward ops share a number; the one that made the autograd
+//!   node starts last, so the nearest forward op starting before the backward
+//!   op, on another thread of the process, is taken. `Fwd thread id` is
+//!   PyTorch's own small thread index, not an OS thread id, so the trace cannot
+//!   say which thread it names; where several threads run forward passes with
+//!   colliding numbers, the nearest preceding op wins.
+//!
+//! A call is charged through the outermost linked backward op that encloses it.
+//! Kernels under a backward op whose forward op is not in the trace (trimmed
+//! traces, `AccumulateGrad` of a leaf) keep their own stack. Both counts are
+//! one note of the summary.
+//!
+//! gpuperf's own recordings cannot link backward ops yet: the autograd
+//! sequence number and the forward thread index live in libtorch's private
+//! thread-local state (the current `RecordFunction` and autograd node), which
+//! has no stable C interface and no fixed layout to read from another library
+//! without PyTorch's cooperation.
 //!
 //! # Time
 //!
@@ -132,8 +169,38 @@ pub fn looks_like_kineto(head: &[u8]) -> bool {
 /// `traceEvents`. Malformed events are counted, and a cut-off input keeps what came
 /// before the cut.
 pub fn read<R: Read>(input: R, path: &Path, strings: &mut StringTable) -> Result<Imported> {
+    read_with(input, path, strings, &Options::default())
+}
+
+/// Reader options.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// Charge GPU work launched under a backward op to the stack of the forward
+    /// op that made it: the forward op's stack, then `[backward]`, then the
+    /// backward thread's own stack, so forward and backward of a model line read
+    /// together and no frame is lost. Default is `true`.
+    pub link_backward: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            link_backward: true,
+        }
+    }
+}
+
+/// [`read`] with options.
+pub fn read_with<R: Read>(
+    input: R,
+    path: &Path,
+    strings: &mut StringTable,
+    options: &Options,
+) -> Result<Imported> {
     let mut window = Window::new(input);
     let mut b = Builder::new(path, strings);
+    b.link_backward = options.link_backward;
     let outcome = walk(&mut window, &mut b).map_err(|source| Error::Io {
         action: "read",
         path: path.to_owned(),
@@ -554,6 +621,9 @@ struct Event<'a> {
     // of its size is here.
     #[serde(borrow, default)]
     args: Option<Box<Args<'a>>>,
+    /// A flow event's id (`fwdbwd` flows link a forward op to its backward op).
+    #[serde(borrow, default)]
+    id: Option<Raw<'a>>,
 }
 
 #[derive(Deserialize, Default, Debug, PartialEq)]
@@ -595,6 +665,14 @@ struct Args<'a> {
     wait_on_cuda_event_record_corr_id: Option<Raw<'a>>,
     #[serde(borrow, default)]
     wait_on_cuda_event_id: Option<Raw<'a>>,
+    /// An operator's autograd sequence number: a backward op carries its
+    /// forward op's.
+    #[serde(borrow, default, rename = "Sequence number")]
+    sequence_number: Option<Raw<'a>>,
+    /// An operator's forward thread: `0` for forward ops, a small thread index
+    /// (not an OS tid) for backward ops.
+    #[serde(borrow, default, rename = "Fwd thread id")]
+    fwd_thread_id: Option<Raw<'a>>,
     #[serde(borrow, default, rename = "graph id")]
     graph_id: Option<Raw<'a>>,
     #[serde(borrow, default, rename = "graph node id")]
@@ -804,6 +882,11 @@ struct Span {
     parent: u64,
     /// The 2021 schema's `Call stack` (in `Builder::call_stacks`), `NONE` when absent.
     call_stack: u32,
+    /// `args."Sequence number"`, `-1` when absent.
+    seq: i64,
+    /// `args."Fwd thread id"`: `0` for forward ops, more for backward ops, `-1`
+    /// when absent.
+    fwd_thread: i64,
 }
 
 impl Span {
@@ -848,6 +931,11 @@ struct Builder<'s> {
     /// `cuda_sync` events that name the event they waited on.
     waits: u64,
     spans: Vec<Span>,
+    /// `fwdbwd` flow events: start (at the forward op) or finish (at the
+    /// backward op), pid, tid, time, id.
+    flows: Vec<(bool, u32, u32, u64, u64)>,
+    /// See [`Options::link_backward`].
+    link_backward: bool,
     process_names: FxHashMap<u32, String>,
     thread_names: FxHashMap<(u32, u32), String>,
     text_tids: FxHashMap<String, u32>,
@@ -878,6 +966,8 @@ impl<'s> Builder<'s> {
             syncs_without_device: 0,
             waits: 0,
             spans: Vec::new(),
+            flows: Vec::new(),
+            link_backward: true,
             process_names: FxHashMap::default(),
             thread_names: FxHashMap::default(),
             text_tids: FxHashMap::default(),
@@ -921,6 +1011,9 @@ impl<'s> Builder<'s> {
             return self.metadata(ev);
         }
         let cat = ev.cat.as_deref().unwrap_or("");
+        if let ("s" | "f", "fwdbwd") = (ph, cat) {
+            return self.flow(ev, ph == "s", at);
+        }
         let kind = match (ph, cat) {
             ("X", "cuda_runtime" | "Runtime") => What::Api(ApiDomain::Runtime),
             ("X", "cuda_driver" | "Driver") => What::Api(ApiDomain::Driver),
@@ -1120,6 +1213,23 @@ impl<'s> Builder<'s> {
         (id.flatten().unwrap_or(0), node.flatten().unwrap_or(0))
     }
 
+    /// A `fwdbwd` flow event, which links a forward op (start) to the backward
+    /// op it made (finish).
+    fn flow(&mut self, ev: &Event<'_>, start: bool, at: u64) {
+        let (Some(pid), Some(tid), Some(ts), Some(id)) = (
+            parse_u32(ev.pid),
+            self.tid(ev.tid),
+            parse_us(ev.ts),
+            parse_int(ev.id),
+        ) else {
+            return self.bad(
+                at,
+                "`fwdbwd` flow without a valid `pid`, `tid`, `ts` and `id`".into(),
+            );
+        };
+        self.flows.push((start, pid, tid, ts, id as u64));
+    }
+
     /// A Python function or an operator: a CPU span that launch stacks are built
     /// from.
     fn span_event(&mut self, x: &Slice<'_, '_>, what: What) {
@@ -1162,6 +1272,8 @@ impl<'s> Builder<'s> {
             python_id,
             parent,
             call_stack,
+            seq: parse_int(args.sequence_number).unwrap_or(-1),
+            fwd_thread: parse_int(args.fwd_thread_id).unwrap_or(-1),
         });
     }
 
@@ -1226,8 +1338,16 @@ impl<'s> Builder<'s> {
     fn finish(mut self) -> Imported {
         let base = self.base_ns.unwrap_or(0);
         let owners = self.assign_pids();
-        let notes = self.sync_notes(&owners);
-        let mut stacks = self.build_stacks(&owners.with_work);
+        let mut notes = self.sync_notes(&owners);
+        let (mut stacks, backward) = self.build_stacks(&owners);
+        if backward.linked + backward.unlinked > 0 {
+            notes.push(format!(
+                "{} kernels launched under a backward op: {} charged to their forward op's stack under `[backward]`, {} left on the backward thread's stack (no forward op found)",
+                backward.linked + backward.unlinked,
+                backward.linked,
+                backward.unlinked
+            ));
+        }
         for l in &mut stacks.launches {
             l.ts_ns = l.ts_ns.saturating_add(base);
         }
@@ -1269,10 +1389,14 @@ impl<'s> Builder<'s> {
             .or_else(|| self.process_names.keys().min().copied())
             .unwrap_or(0);
         let mut with_work: FxHashSet<(u32, u32)> = FxHashSet::default();
+        let mut kernels: FxHashMap<(u32, u32), u64> = FxHashMap::default();
         for &i in &self.activities {
             if let Record::Activity(a) = &mut self.records[i] {
                 a.pid = pid_of.get(&a.correlation_id).copied().unwrap_or(main_pid);
                 with_work.insert((a.pid, a.correlation_id));
+                if let ActivityKind::Kernel { .. } = a.kind {
+                    *kernels.entry((a.pid, a.correlation_id)).or_default() += 1;
+                }
             }
         }
         Owners {
@@ -1280,6 +1404,7 @@ impl<'s> Builder<'s> {
             calls,
             main_pid,
             with_work,
+            kernels,
         }
     }
 
@@ -1397,12 +1522,14 @@ impl<'s> Builder<'s> {
     }
 
     /// The CPU stack of every launch call and of every call that caused GPU work.
-    fn build_stacks(&mut self, with_work: &FxHashSet<(u32, u32)>) -> CpuTrace {
+    /// With [`Options::link_backward`], a call under a backward op linked to its
+    /// forward op gets the forward op's stack, then `[backward]`, then its own.
+    fn build_stacks(&mut self, owners: &Owners) -> (CpuTrace, BackwardCounts) {
         let mut out = CpuTrace::with_correlation_ids();
         let mut calls: Vec<u32> = (0..self.apis.len() as u32)
             .filter(|&i| {
                 let a = &self.apis[i as usize];
-                a.launch || with_work.contains(&(a.pid, a.correlation_id))
+                a.launch || owners.with_work.contains(&(a.pid, a.correlation_id))
             })
             .collect();
         calls.sort_by_key(|&i| {
@@ -1414,83 +1541,91 @@ impl<'s> Builder<'s> {
             let s = &self.spans[i as usize];
             (s.pid, s.tid, s.start, std::cmp::Reverse(s.end))
         });
-        let mut python_index: FxHashMap<u64, u32> = FxHashMap::default();
-        for (i, s) in self.spans.iter().enumerate() {
-            if s.is_python() {
-                python_index.entry(s.python_id).or_insert(i as u32);
-            }
-        }
-        let mut call_stack_frames: Vec<Option<Vec<u32>>> = vec![None; self.call_stacks.len()];
+        let mut paths = Paths::new(&self.spans, self.call_stacks.len());
         let mut trie = Trie::default();
+        let links = if self.link_backward {
+            backward_links(&self.spans, &self.flows)
+        } else {
+            FxHashMap::default()
+        };
 
+        // Each call's own stack (a trie node) and the outermost backward op
+        // enclosing it (`NONE` when none).
         let spans = &self.spans;
-        let mut open: Vec<u32> = Vec::new();
-        let mut snapshot: Vec<u32> = Vec::new();
-        let mut chain: Vec<u32> = Vec::new();
-        let mut frames: Vec<(u64, u64, bool, u32)> = Vec::new();
-        let mut emitted_python: Vec<u32> = Vec::new();
-        let mut path: Vec<u32> = Vec::new();
-        let mut k = 0;
-        let mut thread = (u32::MAX, u32::MAX);
-        for &ci in &calls {
+        let apis = &self.apis;
+        let mut own: Vec<(u32, u32)> = Vec::with_capacity(calls.len());
+        sweep(
+            spans,
+            &order,
+            calls.iter().map(|&ci| {
+                let a = &apis[ci as usize];
+                (a.pid, a.tid, a.start)
+            }),
+            |qi, snapshot| {
+                let bwd = snapshot
+                    .iter()
+                    .copied()
+                    .find(|o| links.contains_key(o))
+                    .unwrap_or(NONE);
+                paths.build(spans, &self.call_stacks, &mut self.frames, snapshot);
+                paths.path.push(apis[calls[qi] as usize].frame);
+                own.push((trie.node(NONE, &paths.path), bwd));
+            },
+        );
+
+        // The stack of every forward op a charged call links to, the op itself
+        // its leaf.
+        let mut forward: Vec<u32> = own
+            .iter()
+            .filter_map(|&(_, b)| links.get(&b).copied().flatten())
+            .collect();
+        forward.sort_by_key(|&f| {
+            let s = &spans[f as usize];
+            (s.pid, s.tid, s.start, f)
+        });
+        forward.dedup();
+        let backward = self.frames.intern("[backward]").0;
+        let mut forward_node: FxHashMap<u32, u32> = FxHashMap::default();
+        sweep(
+            spans,
+            &order,
+            forward.iter().map(|&f| {
+                let s = &spans[f as usize];
+                (s.pid, s.tid, s.start)
+            }),
+            |qi, snapshot| {
+                let f = forward[qi];
+                let cut = snapshot
+                    .iter()
+                    .position(|&o| o == f)
+                    .map_or(snapshot.len(), |p| p + 1);
+                paths.build(spans, &self.call_stacks, &mut self.frames, &snapshot[..cut]);
+                if cut == snapshot.len() && snapshot.last() != Some(&f) {
+                    paths.path.push(spans[f as usize].frame);
+                }
+                let node = trie.node(NONE, &paths.path);
+                forward_node.insert(f, trie.node(node, &[backward]));
+            },
+        );
+
+        let mut counts = BackwardCounts::default();
+        for (&ci, &(mut node, bwd)) in calls.iter().zip(&own) {
             let call = &self.apis[ci as usize];
-            let t = call.start;
-            if (call.pid, call.tid) != thread {
-                thread = (call.pid, call.tid);
-                open.clear();
-                // Skip spans of threads before this one.
-                while k < order.len() && {
-                    let s = &spans[order[k] as usize];
-                    (s.pid, s.tid) < thread
-                } {
-                    k += 1;
+            if bwd != NONE {
+                let kernels = owners
+                    .kernels
+                    .get(&(call.pid, call.correlation_id))
+                    .copied()
+                    .unwrap_or(0);
+                match links[&bwd].and_then(|f| forward_node.get(&f)) {
+                    Some(&under) => {
+                        let path = trie.path(node);
+                        node = trie.node(under, &path);
+                        counts.linked += kernels;
+                    }
+                    None => counts.unlinked += kernels,
                 }
             }
-            // Open every span of this thread that starts at or before the call.
-            while k < order.len() {
-                let s = &spans[order[k] as usize];
-                if (s.pid, s.tid) != thread || s.start > t {
-                    break;
-                }
-                while open
-                    .last()
-                    .is_some_and(|&o| spans[o as usize].end < s.start)
-                {
-                    open.pop();
-                }
-                open.push(order[k]);
-                k += 1;
-            }
-            while open.last().is_some_and(|&o| spans[o as usize].end < t) {
-                open.pop();
-            }
-            snapshot.clear();
-            snapshot.extend(open.iter().copied().filter(|&o| spans[o as usize].end >= t));
-
-            python_chain(spans, &snapshot, &python_index, &mut chain);
-            frames.clear();
-            frames.extend(chain.iter().map(|&p| {
-                let s = &spans[p as usize];
-                (s.start, s.end, true, p)
-            }));
-            frames.extend(snapshot.iter().filter_map(|&o| {
-                let s = &spans[o as usize];
-                (!s.is_python()).then_some((s.start, s.end, false, o))
-            }));
-            // Outermost first; a Python frame before an operator starting with it.
-            frames.sort_by_key(|&(start, end, py, _)| (start, std::cmp::Reverse(end), !py));
-
-            frame_path(
-                spans,
-                &self.call_stacks,
-                &mut self.frames,
-                &frames,
-                &mut call_stack_frames,
-                &mut emitted_python,
-                &mut path,
-            );
-            path.push(call.frame);
-            let node = trie.node(&path);
             let stack = trie.stack(node, &self.frames, &mut out);
             out.launches.push(CpuLaunch {
                 ts_ns: call.start,
@@ -1502,7 +1637,211 @@ impl<'s> Builder<'s> {
         }
         // File order of the calls, as a CPU trace would list them.
         out.launches.sort_by_key(|l| (l.ts_ns, l.pid, l.tid));
-        out
+        (out, counts)
+    }
+}
+
+/// Kernels launched under a backward op.
+#[derive(Default, Debug)]
+struct BackwardCounts {
+    /// Charged to their forward op's stack.
+    linked: u64,
+    /// Left on the backward thread's stack: no forward op was found.
+    unlinked: u64,
+}
+
+/// Links each backward op (a span) to the forward op that made it, or to
+/// `None` when the trace names none: by `fwdbwd` flows where the trace has
+/// them, otherwise by sequence number.
+fn backward_links(
+    spans: &[Span],
+    flows: &[(bool, u32, u32, u64, u64)],
+) -> FxHashMap<u32, Option<u32>> {
+    let mut links: FxHashMap<u32, Option<u32>> = FxHashMap::default();
+
+    // Flows: the op where each end lies, found by (pid, tid, start).
+    let ends: FxHashSet<(u32, u32, u64)> =
+        flows.iter().map(|&(_, p, t, ts, _)| (p, t, ts)).collect();
+    let mut at: FxHashMap<(u32, u32, u64), Vec<u32>> = FxHashMap::default();
+    for (i, s) in spans.iter().enumerate() {
+        if !s.is_python() && ends.contains(&(s.pid, s.tid, s.start)) {
+            at.entry((s.pid, s.tid, s.start))
+                .or_default()
+                .push(i as u32);
+        }
+    }
+    // Among ops starting together, the forward end is the innermost op with a
+    // sequence number, the backward end the outermost backward op.
+    let pick = |key: (u32, u32, u64), start: bool| -> Option<u32> {
+        let ops = at.get(&key)?;
+        let dur = |i: &&u32| spans[**i as usize].end - spans[**i as usize].start;
+        if start {
+            let with_seq = ops.iter().filter(|&&i| spans[i as usize].seq >= 0);
+            with_seq
+                .min_by_key(dur)
+                .or_else(|| ops.iter().min_by_key(dur))
+                .copied()
+        } else {
+            let bwd = ops.iter().filter(|&&i| spans[i as usize].fwd_thread > 0);
+            bwd.max_by_key(dur)
+                .or_else(|| ops.iter().max_by_key(dur))
+                .copied()
+        }
+    };
+    // Each flow id's ends (pid, tid, time): start, finish.
+    type Ends = [Option<(u32, u32, u64)>; 2];
+    let mut by_id: FxHashMap<u64, Ends> = FxHashMap::default();
+    for &(start, p, t, ts, id) in flows {
+        by_id.entry(id).or_default()[usize::from(!start)] = Some((p, t, ts));
+    }
+    for ends in by_id.values() {
+        if let [fwd, Some(bwd)] = *ends
+            && let Some(b) = pick(bwd, false)
+        {
+            let f = fwd.and_then(|f| pick(f, true));
+            links.entry(b).or_insert(f);
+        }
+    }
+
+    // Sequence numbers: a backward op (`Fwd thread id` > 0) takes the nearest
+    // preceding forward op of its process with its number, on another thread.
+    let mut forward: FxHashMap<(u32, i64), Vec<u32>> = FxHashMap::default();
+    for (i, s) in spans.iter().enumerate() {
+        if !s.is_python() && s.seq >= 0 && s.fwd_thread <= 0 {
+            forward.entry((s.pid, s.seq)).or_default().push(i as u32);
+        }
+    }
+    for ops in forward.values_mut() {
+        ops.sort_by_key(|&i| (spans[i as usize].start, i));
+    }
+    for (i, b) in spans.iter().enumerate() {
+        if b.is_python() || b.seq < 0 || b.fwd_thread <= 0 {
+            continue;
+        }
+        let found = forward.get(&(b.pid, b.seq)).and_then(|ops| {
+            ops.iter()
+                .rev()
+                .map(|&f| (f, &spans[f as usize]))
+                .find(|(_, f)| f.tid != b.tid && f.start <= b.start)
+                .map(|(f, _)| f)
+        });
+        let link = links.entry(i as u32).or_insert(None);
+        if link.is_none() {
+            *link = found;
+        }
+    }
+    links
+}
+
+/// Walks each thread's spans once, in time order, and calls `visit` with each
+/// query's index and the spans open at its time, outermost first. Queries are
+/// (pid, tid, time), sorted.
+fn sweep(
+    spans: &[Span],
+    order: &[u32],
+    queries: impl Iterator<Item = (u32, u32, u64)>,
+    mut visit: impl FnMut(usize, &[u32]),
+) {
+    let mut open: Vec<u32> = Vec::new();
+    let mut snapshot: Vec<u32> = Vec::new();
+    let mut k = 0;
+    let mut thread = (u32::MAX, u32::MAX);
+    for (qi, (pid, tid, t)) in queries.enumerate() {
+        if (pid, tid) != thread {
+            thread = (pid, tid);
+            open.clear();
+            // Skip spans of threads before this one.
+            while k < order.len() && {
+                let s = &spans[order[k] as usize];
+                (s.pid, s.tid) < thread
+            } {
+                k += 1;
+            }
+        }
+        // Open every span of this thread that starts at or before the query.
+        while k < order.len() {
+            let s = &spans[order[k] as usize];
+            if (s.pid, s.tid) != thread || s.start > t {
+                break;
+            }
+            while open
+                .last()
+                .is_some_and(|&o| spans[o as usize].end < s.start)
+            {
+                open.pop();
+            }
+            open.push(order[k]);
+            k += 1;
+        }
+        while open.last().is_some_and(|&o| spans[o as usize].end < t) {
+            open.pop();
+        }
+        snapshot.clear();
+        snapshot.extend(open.iter().copied().filter(|&o| spans[o as usize].end >= t));
+        visit(qi, &snapshot);
+    }
+}
+
+/// Turns the spans open at a time into stack frames, reusing its buffers.
+struct Paths {
+    python_index: FxHashMap<u64, u32>,
+    call_stack_frames: Vec<Option<Vec<u32>>>,
+    chain: Vec<u32>,
+    frames: Vec<(u64, u64, bool, u32)>,
+    emitted_python: Vec<u32>,
+    /// The last frames built, outermost first.
+    path: Vec<u32>,
+}
+
+impl Paths {
+    fn new(spans: &[Span], call_stacks: usize) -> Self {
+        let mut python_index: FxHashMap<u64, u32> = FxHashMap::default();
+        for (i, s) in spans.iter().enumerate() {
+            if s.is_python() {
+                python_index.entry(s.python_id).or_insert(i as u32);
+            }
+        }
+        Self {
+            python_index,
+            call_stack_frames: vec![None; call_stacks],
+            chain: Vec::new(),
+            frames: Vec::new(),
+            emitted_python: Vec::new(),
+            path: Vec::new(),
+        }
+    }
+
+    /// The frames of the spans open at a time (`snapshot`, outermost first)
+    /// into `self.path`.
+    fn build(
+        &mut self,
+        spans: &[Span],
+        call_stacks: &StringTable,
+        names: &mut StringTable,
+        snapshot: &[u32],
+    ) {
+        python_chain(spans, snapshot, &self.python_index, &mut self.chain);
+        self.frames.clear();
+        self.frames.extend(self.chain.iter().map(|&p| {
+            let s = &spans[p as usize];
+            (s.start, s.end, true, p)
+        }));
+        self.frames.extend(snapshot.iter().filter_map(|&o| {
+            let s = &spans[o as usize];
+            (!s.is_python()).then_some((s.start, s.end, false, o))
+        }));
+        // Outermost first; a Python frame before an operator starting with it.
+        self.frames
+            .sort_by_key(|&(start, end, py, _)| (start, std::cmp::Reverse(end), !py));
+        frame_path(
+            spans,
+            call_stacks,
+            names,
+            &self.frames,
+            &mut self.call_stack_frames,
+            &mut self.emitted_python,
+            &mut self.path,
+        );
     }
 }
 
@@ -1601,6 +1940,8 @@ struct Owners {
     main_pid: u32,
     /// (pid, correlation id) of calls that caused GPU work.
     with_work: FxHashSet<(u32, u32)>,
+    /// Kernels per (pid, correlation id).
+    kernels: FxHashMap<(u32, u32), u64>,
 }
 
 /// One complete (`"ph": "X"`) event, with what every handler reads of it.
@@ -1636,8 +1977,8 @@ struct Trie {
 }
 
 impl Trie {
-    fn node(&mut self, path: &[u32]) -> u32 {
-        let mut node = NONE;
+    /// The node of `path` below `node` (`NONE`: the root).
+    fn node(&mut self, mut node: u32, path: &[u32]) -> u32 {
         for &f in path {
             let next = self.nodes.len() as u32;
             let child = *self.children.entry((node, f)).or_insert(next);
@@ -1647,6 +1988,18 @@ impl Trie {
             node = child;
         }
         node
+    }
+
+    /// The frames from the root to `node`.
+    fn path(&self, mut node: u32) -> Vec<u32> {
+        let mut path = Vec::new();
+        while node != NONE {
+            let (parent, f) = self.nodes[node as usize];
+            path.push(f);
+            node = parent;
+        }
+        path.reverse();
+        path
     }
 
     fn stack(&mut self, node: u32, frames: &StringTable, out: &mut CpuTrace) -> StackId {

@@ -9,6 +9,7 @@
 mod golden;
 pub use gpuperf_merge::model;
 
+mod backward;
 mod captured;
 mod idle;
 mod imported;

@@ -39,6 +39,7 @@ pub(super) fn event(text: &str) -> Option<(Event<'_>, usize)> {
             "ts" => 5,
             "dur" => 6,
             "args" => 7,
+            "id" => 8,
             _ => return c.skip(1),
         };
         // serde refuses a field given twice.
@@ -54,7 +55,8 @@ pub(super) fn event(text: &str) -> Option<(Event<'_>, usize)> {
             4 => ev.tid = c.raw()?,
             5 => ev.ts = c.raw()?,
             6 => ev.dur = c.raw()?,
-            _ => ev.args = c.args()?,
+            7 => ev.args = c.args()?,
+            _ => ev.id = c.raw()?,
         }
         Some(())
     })?;
@@ -285,6 +287,8 @@ impl<'a> Cursor<'a> {
                 "wait_on_stream" => 19,
                 "wait_on_cuda_event_record_corr_id" => 20,
                 "wait_on_cuda_event_id" => 21,
+                "Sequence number" => 22,
+                "Fwd thread id" => 23,
                 _ => return c.skip(2),
             };
             if seen & 1 << field != 0 {
@@ -313,7 +317,9 @@ impl<'a> Cursor<'a> {
                 18 => a.in_context = c.raw()?,
                 19 => a.wait_on_stream = c.raw()?,
                 20 => a.wait_on_cuda_event_record_corr_id = c.raw()?,
-                _ => a.wait_on_cuda_event_id = c.raw()?,
+                21 => a.wait_on_cuda_event_id = c.raw()?,
+                22 => a.sequence_number = c.raw()?,
+                _ => a.fwd_thread_id = c.raw()?,
             }
             Some(())
         })?;
