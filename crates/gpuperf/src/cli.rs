@@ -195,6 +195,10 @@ pub struct InputArgs {
     /// How far outside an API call a CPU event may fall and still pair with it by time, in µs.
     #[arg(long, value_name = "US", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     pub slack_us: u64,
+    /// Keep PyTorch profiler traces' backward kernels on autograd's thread stack,
+    /// instead of charging them to their forward op's stack under `[backward]`.
+    #[arg(long)]
+    pub no_link_backward: bool,
 }
 
 /// The flamegraph's title unless `--title` names another.

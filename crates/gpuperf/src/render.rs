@@ -12,6 +12,7 @@ use gpuperf_merge::join::{self, Sink, Summary};
 use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::read::kineto;
 use gpuperf_merge::write::report::{Reporter, Row};
 use gpuperf_merge::write::{chrome, folded, idle, perfetto, pprof, svg};
 use tracing::{info, warn};
@@ -52,7 +53,9 @@ impl Loaded {
                 cpu = Some(c);
             }
         }
-        let mut l = Self::open(&gpu, cpu.as_deref())?;
+        let mut kineto = kineto::Options::default();
+        kineto.link_backward = !input.no_link_backward;
+        let mut l = Self::open_with(&gpu, cpu.as_deref(), &kineto)?;
         l.opts.slack_ns = input.slack_us * 1000;
         l.opts.cpu_clock_offset_ns = input.cpu_clock_offset_ns;
         Ok(l)
@@ -61,12 +64,21 @@ impl Loaded {
     /// Reads GPU traces (files or directories; none for a CPU-only recording)
     /// and a CPU trace.
     pub fn open(gpu: &[PathBuf], cpu: Option<&Path>) -> Result<Self> {
+        Self::open_with(gpu, cpu, &kineto::Options::default())
+    }
+
+    /// [`Loaded::open`], with the PyTorch profiler reader's options.
+    pub fn open_with(
+        gpu: &[PathBuf],
+        cpu: Option<&Path>,
+        kineto: &kineto::Options,
+    ) -> Result<Self> {
         let gpu_paths = gpu;
         let mut strings = StringTable::new();
         let gpu = if gpu.is_empty() {
             None
         } else {
-            Some(GpuInputs::open(gpu, &mut strings)?)
+            Some(GpuInputs::open_with(gpu, &mut strings, kineto)?)
         };
         let cpu = cpu
             .map(|p| -> Result<CpuTrace> {

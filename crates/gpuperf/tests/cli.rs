@@ -639,3 +639,35 @@ fn merge_simulated_recording__pftrace_name_writes_perfetto_protobuf() {
     assert!(has("stream "), "no stream track");
     assert!(sizes[1] * 3 < sizes[0], "{sizes:?}");
 }
+
+#[test]
+fn merge_kineto_backward__under_the_forward_op_by_default_native_with_no_link_backward() {
+    let trace = real("v100_resnet50_kineto2021.pt.trace.json.gz");
+    let folded = |extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> = vec!["merge".into(), trace.clone().into()];
+        args.extend(["-m", "-"].iter().chain(extra).map(Into::into));
+        let o = gpuperf(args);
+        assert_success(&o);
+        (stdout(&o), stderr(&o))
+    };
+    let (linked, note) = folded(&[]);
+    let (native, quiet) = folded(&["--no-link-backward"]);
+    let backward = |f: &str| f.lines().filter(|l| l.contains(";[backward];")).count();
+    assert!(backward(&linked) > 0, "{linked}");
+    assert!(
+        note.contains("charged to their forward op's stack"),
+        "{note}"
+    );
+    assert_eq!(backward(&native), 0, "{native}");
+    assert!(
+        !quiet.contains("charged to their forward op's stack"),
+        "{quiet}"
+    );
+    // The same GPU time either way: linking moves kernels, it loses none.
+    let total = |f: &str| -> u64 {
+        f.lines()
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!(total(&linked), total(&native));
+}

@@ -66,6 +66,15 @@ pub struct GpuReadSummary {
 impl GpuInputs {
     /// Opens files and directories. A named file in no GPU format is an error.
     pub fn open(paths: &[PathBuf], strings: &mut StringTable) -> Result<Self> {
+        Self::open_with(paths, strings, &kineto::Options::default())
+    }
+
+    /// [`GpuInputs::open`], with the PyTorch profiler reader's options.
+    pub fn open_with(
+        paths: &[PathBuf],
+        strings: &mut StringTable,
+        kineto: &kineto::Options,
+    ) -> Result<Self> {
         let mut sources = Vec::new();
         for path in paths {
             if path.is_dir() {
@@ -93,7 +102,7 @@ impl GpuInputs {
                     };
                     if by_name {
                         // The CPU trace, logs and other files are skipped here.
-                        if let Some(s) = open_source(&f, kind, strings, true)? {
+                        if let Some(s) = open_source(&f, kind, strings, kineto, true)? {
                             sources.push(s);
                         }
                     }
@@ -108,7 +117,7 @@ impl GpuInputs {
                 continue;
             }
             let kind = sniff(path)?;
-            if let Some(s) = open_source(path, kind, strings, false)? {
+            if let Some(s) = open_source(path, kind, strings, kineto, false)? {
                 sources.push(s);
             }
         }
@@ -232,6 +241,7 @@ fn open_source(
     path: &Path,
     kind: Kind,
     strings: &mut StringTable,
+    kineto_options: &kineto::Options,
     lenient: bool,
 ) -> Result<Option<Source>> {
     let open = || {
@@ -260,9 +270,10 @@ fn open_source(
         Kind::Kineto { gzip } => {
             let file = BufReader::with_capacity(1 << 20, open()?);
             let imp = if gzip {
-                kineto::read(flate2::bufread::MultiGzDecoder::new(file), path, strings)?
+                let gz = flate2::bufread::MultiGzDecoder::new(file);
+                kineto::read_with(gz, path, strings, kineto_options)?
             } else {
-                kineto::read(file, path, strings)?
+                kineto::read_with(file, path, strings, kineto_options)?
             };
             Source::Imported(Box::new(imp))
         }
