@@ -5,24 +5,9 @@
  *   steady(): 10 x steady() kernels of 2000 blocks of 256 threads, whatever the arguments;
  *   grown():  COUNT x grown() kernels of GRID blocks of 256 threads;
  *   both on one stream. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <cuda_runtime_api.h>
+#define APP_NAME "diff_app"
+#include "runtime_app.h"
 
-#define CHECK(call)                                                                    \
-    do {                                                                               \
-        cudaError_t e_ = (call);                                                       \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "diff_app: %s: %s\n", #call, cudaGetErrorString(e_));      \
-            exit(3);                                                                   \
-        }                                                                              \
-    } while (0)
-#define NOINLINE __attribute__((noinline))
-
-/* nvcc's registration, done by hand: a host stub names a device function. */
-void **__cudaRegisterFatBinary(void *fatCubin);
-void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
-                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
 static void steady_stub(void) {}
 static void grown_stub(void) {}
 

@@ -4,26 +4,11 @@
  *   N x cudaLaunchKernel called through a stub copied into an anonymous
  *   executable mapping (no module, no unwind info), then N x cudaLaunchKernel
  *   from ordinary code, on one stream. */
-#include <stdio.h>
-#include <stdlib.h>
+#define APP_NAME "jit_app"
+#include "runtime_app.h"
 #include <string.h>
 #include <sys/mman.h>
-#include <cuda_runtime_api.h>
 
-#define CHECK(call)                                                                    \
-    do {                                                                               \
-        cudaError_t e_ = (call);                                                       \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "jit_app: %s: %s\n", #call, cudaGetErrorString(e_));       \
-            exit(3);                                                                   \
-        }                                                                              \
-    } while (0)
-#define NOINLINE __attribute__((noinline))
-
-/* nvcc's registration, done by hand: a host stub names a device function. */
-void **__cudaRegisterFatBinary(void *fatCubin);
-void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
-                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
 static void jitted_stub(void) {}
 static void direct_stub(void) {}
 
