@@ -22,6 +22,9 @@ pub enum Class {
     /// but while one runs the copies it reports take no stack (they have their
     /// originals').
     GraphCopy,
+    /// Destroys a graph, an instantiated graph or a node: not recorded, but
+    /// the node teardowns it reports are applied together at its end.
+    GraphTeardown,
 }
 
 impl Class {
@@ -39,7 +42,7 @@ impl Class {
 
     /// Whether an API record is written for the call.
     pub fn recorded(self) -> bool {
-        !matches!(self, Self::Ignored | Self::GraphCopy)
+        !matches!(self, Self::Ignored | Self::GraphCopy | Self::GraphTeardown)
     }
 }
 
@@ -75,6 +78,12 @@ pub fn classify(name: &str) -> Class {
         | "cuGraphInstantiateWithParams"
         | "cuGraphClone"
         | "cuGraphExecUpdate" => Class::GraphCopy,
+        "cudaGraphDestroy"
+        | "cudaGraphExecDestroy"
+        | "cudaGraphDestroyNode"
+        | "cuGraphDestroy"
+        | "cuGraphExecDestroy"
+        | "cuGraphDestroyNode" => Class::GraphTeardown,
         _ => Class::Ignored,
     }
 }
@@ -95,6 +104,16 @@ mod tests {
             "cuGraphExecUpdate_v2",
         ] {
             assert_eq!(classify(n), Class::GraphCopy, "{n}");
+            assert!(!classify(n).recorded());
+        }
+        for n in [
+            "cudaGraphDestroy_v10000",
+            "cudaGraphExecDestroy_v10000",
+            "cudaGraphDestroyNode_v10000",
+            "cuGraphExecDestroy",
+            "cuGraphDestroy",
+        ] {
+            assert_eq!(classify(n), Class::GraphTeardown, "{n}");
             assert!(!classify(n).recorded());
         }
     }

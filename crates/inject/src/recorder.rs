@@ -122,8 +122,6 @@ struct Local {
     /// callback, is never grown inside a callback.
     open: Vec<Open>,
     runtime_depth: u32,
-    /// Graph copies (instantiate, clone, exec-update) running on this thread.
-    graph_copies: u32,
 }
 
 impl Drop for Local {
@@ -357,20 +355,26 @@ impl State {
             }
             // stacks hook: graph nodes made, cloned and destroyed.
             if let Some(st) = &self.stacks {
-                let (open, copying) = LOCAL
-                    .try_with(|l| {
-                        let l = l.borrow();
-                        let open = l
-                            .open
-                            .iter()
-                            .rev()
-                            .find(|o| !o.nested)
-                            .map(|o| (o.stack, o.domain, o.cbid));
-                        (open, l.graph_copies > 0)
-                    })
-                    .unwrap_or((None, false));
+                // Only a node made outside a copy takes its origin from the
+                // open call.
+                let open = || {
+                    LOCAL
+                        .try_with(|l| {
+                            l.borrow()
+                                .open
+                                .iter()
+                                .rev()
+                                .find(|o| !o.nested)
+                                .map(|o| (o.stack, o.domain, o.cbid))
+                        })
+                        .ok()
+                        .flatten()
+                };
                 // SAFETY: CUPTI passes a `CUpti_ResourceData` for this domain.
-                unsafe { st.on_resource(cbid, data, open, copying) };
+                let wake = unsafe { st.on_resource(cbid, data, &open) };
+                if wake {
+                    self.stop.1.notify_one();
+                }
             }
             return;
         }
@@ -400,16 +404,21 @@ impl State {
         if site == ENTER && class == Class::Reset {
             self.flush(Flush::InCallback);
         }
+        if matches!(class, Class::GraphCopy | Class::GraphTeardown) {
+            if let Some(st) = &self.stacks {
+                let wake = st.graph_call(class == Class::GraphCopy, site == ENTER);
+                if site != ENTER && st.node_backlog() {
+                    // The flush thread is falling behind a burst of copies:
+                    // this thread writes them (skipped if a flush runs).
+                    self.flush(Flush::InCallback);
+                } else if wake {
+                    self.stop.1.notify_one();
+                }
+            }
+            return;
+        }
         let _ = LOCAL.try_with(|l| {
             let mut l = l.borrow_mut();
-            if class == Class::GraphCopy {
-                l.graph_copies = if site == ENTER {
-                    l.graph_copies + 1
-                } else {
-                    l.graph_copies.saturating_sub(1)
-                };
-                return;
-            }
             if site == ENTER {
                 self.enter(&mut l, domain, cbid, correlation_id, class);
             } else {
@@ -1057,6 +1066,23 @@ unsafe fn c_text(p: *const c_char) -> Option<String> {
 }
 
 unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+    if domain == RESOURCE && stacks::is_graph_copy_callback(cbid) {
+        // A graph node copied, or destroyed: thousands per instantiation. This
+        // path reaches no cancellation point (no system call, no capture), so
+        // it skips `NoCancel`'s two calls into libc.
+        let inside = Inside::enter();
+        if inside.reentered() {
+            return;
+        }
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            if let Some(s) = STATE.get()
+                && !s.disabled.load(Relaxed)
+            {
+                s.on_api(domain, cbid, data);
+            }
+        }));
+        return;
+    }
     let _no_cancel = NoCancel::new();
     let inside = Inside::enter();
     if inside.reentered() {
@@ -1559,13 +1585,16 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
             }
         }
         // Only to know when a thread is copying a graph (its copies take no
-        // stack); failing that, copies take one each, as before.
+        // stack) or tearing one down (node updates are applied together at
+        // the call's end); failing that, copies take one each.
         for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
             for (cbid, class) in s.classes[d].iter().enumerate() {
-                if *class == Class::GraphCopy
+                if matches!(class, Class::GraphCopy | Class::GraphTeardown)
                     && let Err(e) = c.enable_callback(sub, domain, cbid as u32)
                 {
-                    s.log.line(&format!("graph copies will take stacks: {e}"));
+                    s.log.line(&format!(
+                        "graph copies will take stacks, or node teardowns be applied one by one: {e}"
+                    ));
                 }
             }
         }

@@ -69,6 +69,83 @@ pub const GRAPHNODE_CLONED: u32 = 20;
 pub const GRAPHNODE_DESTROY_STARTING: u32 = 14;
 /// Graph nodes remembered for their clones; past it, new nodes are not (counted).
 const MAX_NODES: usize = 1 << 20;
+/// Graph nodes waiting for the flush thread: at this many it is woken, so that
+/// a burst of instantiations does not pile up records between flushes.
+const WAKE_NODES: usize = 1 << 14;
+/// Graph nodes waiting when a graph call returns: at this many (the flush
+/// thread falls behind) the calling thread writes them itself.
+const BACKLOG_NODES: usize = 1 << 17;
+/// Graph nodes waiting at most (one call copying a million nodes); past it a
+/// node's record is dropped (counted).
+const MAX_PENDING_NODES: usize = 1 << 20;
+
+/// Whether a resource callback is one of the graph-node callbacks that copies
+/// and teardowns make by the thousand (cloned, destroyed, and made inside an
+/// instantiate, clone or exec-update call): none of them takes a stack.
+pub fn is_graph_copy_callback(cbid: u32) -> bool {
+    cbid == GRAPHNODE_CLONED
+        || cbid == GRAPHNODE_DESTROY_STARTING
+        || (cbid == GRAPHNODE_CREATED
+            && GRAPH_THREAD
+                .try_with(|g| g.borrow().copies > 0)
+                .unwrap_or(false))
+}
+
+/// Hashes graph node ids (small integers CUPTI hands out in sequence) with one
+/// multiplication, instead of SipHash: the node map is updated three times per
+/// node an instantiation copies.
+#[derive(Clone, Copy, Default)]
+struct NodeHash(u64);
+
+impl std::hash::Hasher for NodeHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing; hashbrown takes its top bits for the control byte.
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A graph node callback kept for later: while a thread is inside an
+/// instantiate, clone, exec-update or destroy call, the thousands of node
+/// copies and teardowns it reports are applied in one go (one lock) when the
+/// call returns, or every [`NODE_BATCH`] events. The call's result is not
+/// usable before it returns, so nothing can need them sooner; node ids are
+/// never reused, so a late teardown cannot remove a newer node.
+#[derive(Clone, Copy)]
+enum NodeEvent {
+    /// (node, original).
+    Cloned(u64, u64),
+    Destroyed(u64),
+}
+
+/// Node events a thread batches at most before applying them.
+const NODE_BATCH: usize = 1024;
+
+/// A thread's graph calls, and its batched node events: one thread-local,
+/// as each access costs a `__tls_get_addr` call in a library loaded by
+/// `dlopen`.
+struct GraphThread {
+    /// Instantiate, clone and exec-update calls running.
+    copies: u32,
+    /// Those and destroy calls running: node events are batched meanwhile.
+    calls: u32,
+    events: Vec<NodeEvent>,
+}
+
+thread_local! {
+    static GRAPH_THREAD: RefCell<GraphThread> = const {
+        RefCell::new(GraphThread { copies: 0, calls: 0, events: Vec::new() })
+    };
+}
+
+type NodeMap = HashMap<u64, (u32, Option<ApiId>), std::hash::BuildHasherDefault<NodeHash>>;
 /// Modules the hidden-module table can mark; later ones are never hidden.
 const MODULE_SLOTS: usize = 8192;
 
@@ -116,6 +193,8 @@ pub struct Stacks {
     contended: AtomicU64,
     /// Graph nodes not remembered for clones: the map was full.
     nodes_not_kept: AtomicU64,
+    /// Graph node records dropped: `MAX_PENDING_NODES` were waiting already.
+    nodes_not_written: AtomicU64,
     graph_node_id: Option<GetGraphNodeId>,
     captures: AtomicU64,
     /// Captures skipped: the thread had almost no stack left.
@@ -142,7 +221,7 @@ struct Table {
     /// Graph nodes not yet written: (node, stack, API (domain, cbid)).
     pending_nodes: Vec<(u64, u32, Option<ApiId>)>,
     /// Every graph node seen: node → (stack, API), for clones.
-    nodes: HashMap<u64, (u32, Option<ApiId>)>,
+    nodes: NodeMap,
     written_modules: Vec<bool>,
 }
 
@@ -195,6 +274,7 @@ impl Stacks {
             table_full: AtomicU64::new(0),
             contended: AtomicU64::new(0),
             nodes_not_kept: AtomicU64::new(0),
+            nodes_not_written: AtomicU64::new(0),
             graph_node_id,
             captures: AtomicU64::new(0),
             no_stack: AtomicU64::new(0),
@@ -341,8 +421,10 @@ impl Stacks {
         }
     }
 
-    /// A resource callback: graph nodes made and cloned. `open` is the
-    /// innermost recorded API call open on this thread: (its stack, domain, cbid).
+    /// A resource callback: graph nodes made, cloned and destroyed. `open` is
+    /// called for the innermost recorded API call open on this thread: (its
+    /// stack, domain, cbid). Returns whether the flush thread should be woken
+    /// (graph node records are piling up).
     ///
     /// # Safety
     /// `data` must be the `CUpti_ResourceData` CUPTI passed with `cbid`.
@@ -350,18 +432,29 @@ impl Stacks {
         &self,
         cbid: u32,
         data: *const c_void,
-        open: Option<(u32, u32, u32)>,
-        copying: bool,
-    ) {
+        open: &dyn Fn() -> Option<(u32, u32, u32)>,
+    ) -> bool {
         let Some(node_id) = self.graph_node_id else {
-            return;
+            return false;
         };
         if !matches!(
             cbid,
             GRAPHNODE_CREATED | GRAPHNODE_CLONED | GRAPHNODE_DESTROY_STARTING
         ) || data.is_null()
         {
-            return;
+            return false;
+        }
+        let (copying, batching) = GRAPH_THREAD
+            .try_with(|g| {
+                let g = g.borrow();
+                (g.copies > 0, g.calls > 0)
+            })
+            .unwrap_or((false, false));
+        if cbid == GRAPHNODE_CREATED && copying {
+            // A copy made by instantiate, clone or exec-update: its
+            // GRAPHNODE_CLONED gives it its original's origin; a stack taken
+            // here would be discarded (and cost a capture per node).
+            return false;
         }
         let data = data.cast::<u8>();
         // SAFETY: for graph callbacks CUPTI passes a `CUpti_ResourceData` whose
@@ -374,7 +467,7 @@ impl Stacks {
                 .cast::<*const u8>()
                 .read_unaligned();
             if desc.is_null() {
-                return;
+                return false;
             }
             let at = |off: usize| desc.add(off).cast::<*mut c_void>().read_unaligned();
             (
@@ -387,30 +480,103 @@ impl Stacks {
             // SAFETY: a node handle CUPTI gave us; `id` is a valid out-pointer.
             (!n.is_null() && unsafe { node_id(n, &mut id) } == 0).then_some(id)
         };
-        let Some(node) = id_of(node) else { return };
-        match cbid {
-            GRAPHNODE_CLONED => {
-                if let Some(orig) = id_of(original) {
-                    self.node_cloned(node, orig);
-                }
+        let Some(node) = id_of(node) else {
+            return false;
+        };
+        let event = match cbid {
+            GRAPHNODE_CLONED => match id_of(original) {
+                Some(orig) => NodeEvent::Cloned(node, orig),
+                None => return false,
+            },
+            GRAPHNODE_DESTROY_STARTING => NodeEvent::Destroyed(node),
+            _ => {
+                // Events of this thread first, in order.
+                let wake = self.apply_node_events();
+                return self.node_created(node, open()) || wake;
             }
-            GRAPHNODE_DESTROY_STARTING => self.node_destroyed(node),
-            _ => self.node_created(node, open, copying),
+        };
+        if batching {
+            let full = GRAPH_THREAD.try_with(|g| {
+                let e = &mut g.borrow_mut().events;
+                if e.capacity() == 0 {
+                    e.reserve_exact(NODE_BATCH);
+                }
+                e.push(event);
+                e.len() >= NODE_BATCH
+            });
+            match full {
+                Ok(false) => return false,
+                Ok(true) => return self.apply_node_events(),
+                // The thread is being torn down: applied at once.
+                Err(_) => {}
+            }
+        }
+        let wake = self.apply_node_events();
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        self.apply(&mut t, event) || wake
+    }
+
+    /// Applies the calling thread's batched node events (see [`NodeEvent`]),
+    /// under one lock; returns whether the flush thread should be woken.
+    fn apply_node_events(&self) -> bool {
+        GRAPH_THREAD
+            .try_with(|g| {
+                let e = &mut g.borrow_mut().events;
+                if e.is_empty() {
+                    return false;
+                }
+                let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+                let mut wake = false;
+                for ev in e.drain(..) {
+                    wake |= self.apply(&mut t, ev);
+                }
+                wake
+            })
+            .unwrap_or(false)
+    }
+
+    /// A graph copy (instantiate, clone, exec-update: `copy`) or destroy call
+    /// enters or exits on the calling thread; when the last exits, the node
+    /// events it reported are applied. Returns whether the flush thread should
+    /// be woken.
+    pub fn graph_call(&self, copy: bool, enter: bool) -> bool {
+        let last = GRAPH_THREAD
+            .try_with(|g| {
+                let mut g = g.borrow_mut();
+                let step = |n: u32| if enter { n + 1 } else { n.saturating_sub(1) };
+                if copy {
+                    g.copies = step(g.copies);
+                }
+                g.calls = step(g.calls);
+                g.calls == 0
+            })
+            .unwrap_or(false);
+        last && !enter && self.apply_node_events()
+    }
+
+    /// Whether graph node records have piled up past [`BACKLOG_NODES`].
+    pub fn node_backlog(&self) -> bool {
+        self.table
+            .lock()
+            .is_ok_and(|t| t.pending_nodes.len() >= BACKLOG_NODES)
+    }
+
+    fn apply(&self, t: &mut Table, event: NodeEvent) -> bool {
+        match event {
+            NodeEvent::Cloned(node, original) => self.node_cloned(t, node, original),
+            NodeEvent::Destroyed(node) => {
+                t.nodes.remove(&node);
+                false
+            }
         }
     }
 
-    /// Graph node `node` was made: inside a recorded call (`open`: its stack,
-    /// domain, cbid), it gets that call's stack; otherwise a stack taken here.
-    /// Instantiation reports each copy it makes as made and as cloned, in an
-    /// order CUPTI does not document: a node already known as a clone keeps its
-    /// original's origin.
-    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>, copying: bool) {
-        if open.is_none() && copying {
-            // A copy made by instantiate, clone or exec-update: its
-            // GRAPHNODE_CLONED gives it its original's origin; a stack taken
-            // here would be discarded (and cost a capture per node).
-            return;
-        }
+    /// Graph node `node` was made, outside a graph copy: inside a recorded call
+    /// (`open`: its stack, domain, cbid), it gets that call's stack; otherwise
+    /// a stack taken here. Instantiation reports
+    /// each copy it makes as made and as cloned, in an order CUPTI does not
+    /// document: a node already known as a clone keeps its original's origin.
+    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>) -> bool {
         if self
             .table
             .lock()
@@ -418,7 +584,7 @@ impl Stacks {
             .nodes
             .contains_key(&node)
         {
-            return;
+            return false;
         }
         let (stack, api) = match open.filter(|o| o.0 != 0) {
             Some((stack, domain, cbid)) => (stack, Some((domain, cbid))),
@@ -426,7 +592,7 @@ impl Stacks {
         };
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         self.remember_node(&mut t, node, (stack, api));
-        t.pending_nodes.push((node, stack, api));
+        self.pend_node(&mut t, (node, stack, api))
     }
 
     /// Keeps a node's origin for its clones, within [`MAX_NODES`].
@@ -438,19 +604,26 @@ impl Stacks {
         }
     }
 
-    /// Graph node `node` is being destroyed: its clones are made already.
-    fn node_destroyed(&self, node: u64) {
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        t.nodes.remove(&node);
+    /// Queues a node's record, within [`MAX_PENDING_NODES`]; true when the
+    /// queue has just reached [`WAKE_NODES`].
+    fn pend_node(&self, t: &mut Table, rec: (u64, u32, Option<ApiId>)) -> bool {
+        if t.pending_nodes.len() >= MAX_PENDING_NODES {
+            self.nodes_not_written.fetch_add(1, Relaxed);
+            return false;
+        }
+        t.pending_nodes.push(rec);
+        t.pending_nodes.len() == WAKE_NODES
     }
 
     /// Graph node `node` was copied from `original` (graph instantiation or
     /// cloning): it has the original's origin, when that is known.
-    fn node_cloned(&self, node: u64, original: u64) {
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&(stack, api)) = t.nodes.get(&original) {
-            self.remember_node(&mut t, node, (stack, api));
-            t.pending_nodes.push((node, stack, api));
+    fn node_cloned(&self, t: &mut Table, node: u64, original: u64) -> bool {
+        match t.nodes.get(&original) {
+            Some(&(stack, api)) => {
+                self.remember_node(t, node, (stack, api));
+                self.pend_node(t, (node, stack, api))
+            }
+            None => false,
         }
     }
 
@@ -593,7 +766,8 @@ impl Stacks {
              for one), {} with no frame outside CUDA's libraries, {} with Python frames \
              ({} cut at the depth cap); Python: {:?}, \
              {} stacks without their Python frames (a chain that could not be read \
-             safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full)",
+             safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full; \
+             {} records dropped: too many waiting)",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
@@ -617,6 +791,7 @@ impl Stacks {
             s.python_probes,
             self.table.lock().map_or(0, |t| t.nodes.len()),
             self.nodes_not_kept.load(Relaxed),
+            self.nodes_not_written.load(Relaxed),
         )
     }
 }
@@ -723,19 +898,53 @@ mod tests {
             .collect()
     }
 
+    fn cloned(s: &Stacks, node: u64, original: u64) {
+        let mut t = s.table.lock().unwrap();
+        s.node_cloned(&mut t, node, original);
+    }
+
+    fn held(s: &Stacks) -> usize {
+        s.table.lock().unwrap().nodes.len()
+    }
+
+    /// Inside a graph call, node copies and teardowns wait on the thread and
+    /// are applied in order when the last graph call returns.
+    #[test]
+    fn node_events_inside_graph_calls_are_applied_in_order_at_the_end() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        s.node_created(1, Some((5, 2, 211)));
+        let event = |e: NodeEvent| {
+            GRAPH_THREAD.with(|g| g.borrow_mut().events.push(e));
+        };
+        s.graph_call(true, true);
+        // A nested call (exec-update inside a destroy, say) ends first.
+        s.graph_call(false, true);
+        event(NodeEvent::Cloned(2, 1));
+        s.graph_call(false, false);
+        event(NodeEvent::Cloned(3, 2));
+        event(NodeEvent::Destroyed(2));
+        assert_eq!(held(&s), 1, "applied before the outer call returned");
+        assert!(!s.graph_call(true, false));
+        assert_eq!(held(&s), 2);
+        let recs = graph_nodes(&s);
+        let stack = |n: u64| recs.iter().find(|r| r.0 == n).map(|r| r.1);
+        assert_eq!((stack(2), stack(3)), (Some(5), Some(5)), "{recs:?}");
+        GRAPH_THREAD.with(|g| assert!(g.borrow().events.is_empty()));
+    }
+
     #[test]
     fn a_graph_node_clone_keeps_its_originals_stack_whichever_callback_comes_first() {
         let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
         let api = Some("api 2/211".to_owned());
         // Captured inside a recorded launch whose stack is 5.
-        s.node_created(101, Some((5, 2, 211)), false);
+        s.node_created(101, Some((5, 2, 211)));
         // Instantiation: made then cloned, and cloned then made.
-        s.node_created(201, None, false);
-        s.node_cloned(201, 101);
-        s.node_cloned(301, 101);
-        s.node_created(301, None, false);
+        s.node_created(201, None);
+        cloned(&s, 201, 101);
+        cloned(&s, 301, 101);
+        s.node_created(301, None);
         // A clone of a node whose origin is unknown stays unknown.
-        s.node_cloned(401, 999);
+        cloned(&s, 401, 999);
         let recs = graph_nodes(&s);
         // The last record of a node is the one readers keep.
         let last = |n: u64| recs.iter().rev().find(|r| r.0 == n).cloned();

@@ -20,7 +20,8 @@
  *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
  *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
  *   mock-graph-instantiate  N instantiations of a graph (HOST_GRAPH_NODES, default 50
- *                nodes), each destroyed after; prints ns_per_instantiation
+ *                nodes), each destroyed after; prints ns_per_instantiation and
+ *                the peak resident set (maxrss_kb); address space capped at 2 GiB
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -392,12 +394,16 @@ static int signal_in_malloc(long signals) {
 
 /* A graph of 50 nodes added outside any recorded call, instantiated N times as
  * CUPTI reports it (inside cudaGraphInstantiate: each copy made, then cloned
- * from its original), each instantiated graph destroyed after. */
+ * from its original), each instantiated graph destroyed after (inside
+ * cudaGraphExecDestroy: each copy's teardown). */
 static int graph_instantiate(void *mock, long n) {
     void (*created)(uint64_t) = (void (*)(uint64_t))dlsym(mock, "mock_graph_node_created");
     void (*cloned)(uint64_t, uint64_t) = (void (*)(uint64_t, uint64_t))dlsym(mock, "mock_graph_node_cloned");
     void (*destroyed)(uint64_t) = (void (*)(uint64_t))dlsym(mock, "mock_graph_node_destroyed");
     if (!created || !cloned || !destroyed) return 94;
+    /* Memory that grows with instantiations must fail here, not exhaust the machine. */
+    struct rlimit as = {2UL << 30, 2UL << 30};
+    if (setrlimit(RLIMIT_AS, &as) != 0) return 95;
     const char *nodes = getenv("HOST_GRAPH_NODES");
     const uint64_t NODES = nodes ? (uint64_t)atol(nodes) : 50;
     for (uint64_t i = 1; i <= NODES; i++) created(i);
@@ -411,10 +417,16 @@ static int graph_instantiate(void *mock, long n) {
             cloned(next + i, i);
         }
         mock_api(RT, 310, c, 0);
+        c = hostile_corr++;
+        mock_api(RT, 313, c, 1);
         for (uint64_t i = 1; i <= NODES; i++) destroyed(next + i);
+        mock_api(RT, 313, c, 0);
         next += NODES;
     }
-    printf("instantiated %ld ns_per_instantiation %.1f\n", n, (double)(now() - t0) / (double)n);
+    double ns = (double)(now() - t0) / (double)n;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("instantiated %ld ns_per_instantiation %.1f maxrss_kb %ld\n", n, ns, ru.ru_maxrss);
     return 3;
 }
 

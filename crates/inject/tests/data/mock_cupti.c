@@ -149,6 +149,7 @@ CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t id, const char
         case 211: n = "cudaLaunchKernel_v7000"; break;
         case 311: n = "cudaGraphLaunch_v10000"; break;
         case 310: n = "cudaGraphInstantiate_v10000"; break;
+        case 313: n = "cudaGraphExecDestroy_v10000"; break;
         case 505: n = "__cudaLaunchKernel_v13000"; break;
         }
     } else if (d == CUPTI_CB_DOMAIN_DRIVER_API) {
