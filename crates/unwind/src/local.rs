@@ -11,6 +11,7 @@
 //! refresh()                     after dlopen/dlclose (allocates; not on the hot path)
 //! ```
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_int, c_void};
 use std::ops::Range;
@@ -361,15 +362,20 @@ impl LocalUnwinder {
             self.stale.store(true, Ordering::Relaxed);
             Stats::bump(&self.stats.stale_table);
         }
+        let lo = lo.max(regs.sp.saturating_sub(128));
+        let bounds = Cell::new((lo, hi));
         let loader = LocalLoader {
             start_context: self.start_context,
             find_object: self.find_object,
             suspect: subs != snap.subs,
+            stacks: &self.stacks,
+            bounds: &bounds,
         };
-        let lo = lo.max(regs.sp.saturating_sub(128));
         let mut read = |addr: u64| -> Result<u64, ()> {
+            let (lo, hi) = bounds.get();
             if addr >= lo && addr.checked_add(8).is_some_and(|end| end <= hi) {
-                // SAFETY: inside this thread's own stack mapping, which stays mapped
+                // SAFETY: inside this thread's own stack mapping (or, past a
+                // signal frame, the interrupted code's), which stays mapped
                 // while the thread runs.
                 Ok(unsafe { (addr as *const u64).read_unaligned() })
             } else {
@@ -445,14 +451,23 @@ impl Drop for LocalUnwinder {
     }
 }
 
-struct LocalLoader {
+struct LocalLoader<'a> {
     start_context: u64,
     find_object: Option<FindObject>,
     /// Modules were unloaded since the table was built.
     suspect: bool,
+    /// The thread's stacks, and the range reads are allowed in (the walk moves
+    /// to the interrupted code's stack at a signal frame).
+    stacks: &'a StackTable,
+    bounds: &'a Cell<(u64, u64)>,
 }
 
-impl LocalLoader {
+/// `mov $15, %rax; syscall` (`rt_sigreturn`): the x86-64 signal return
+/// trampoline of glibc (`__restore_rt`) and musl, which the kernel makes a
+/// handler return to.
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+impl LocalLoader<'_> {
     fn find(&self, address: u64) -> Option<DlFindObject> {
         let f = self.find_object?;
         let mut r = DlFindObject {
@@ -469,7 +484,32 @@ impl LocalLoader {
     }
 }
 
-impl Loader for LocalLoader {
+impl Loader for LocalLoader<'_> {
+    fn is_signal_return(&self, entry: &Entry, return_address: u64) -> bool {
+        if !entry.text_readable
+            || return_address
+                .checked_add(SIGRETURN.len() as u64)
+                .is_none_or(|end| end > entry.avma.end)
+        {
+            return false;
+        }
+        // SAFETY: inside the executable, readable segments of a module the
+        // walk just checked is still loaded.
+        let code =
+            unsafe { std::slice::from_raw_parts(return_address as *const u8, SIGRETURN.len()) };
+        code == SIGRETURN
+    }
+
+    fn enter_stack(&self, sp: u64) {
+        // The interrupted code's stack: the thread's own, or a coroutine's,
+        // which stays mapped while its handler runs.
+        if let (Some((lo, hi)), _) = self.stacks.bounds(sp) {
+            self.bounds.set((lo.max(sp.saturating_sub(128)), hi));
+        } else {
+            self.bounds.set((sp, sp));
+        }
+    }
+
     fn loaded_elsewhere(&self, address: u64) -> bool {
         self.find(address).is_some()
     }
@@ -542,6 +582,8 @@ struct Loaded {
     bias: u64,
     phdr: usize,
     text: Option<Range<u64>>,
+    /// Every executable segment is readable too.
+    text_readable: bool,
     build_id: Vec<u8>,
     cfi: Option<(Cfi, u64)>,
 }
@@ -604,6 +646,7 @@ fn build_snapshot(registry: &mut Registry) -> Snapshot {
             bias: m.bias,
             cfi,
             eh_frame_hdr_avma: hdr_avma,
+            text_readable: m.text_readable,
         });
     }
     let names: Vec<String> = registry
@@ -632,6 +675,7 @@ unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
     // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let mut text = None;
+    let mut text_readable = true;
     let mut build_id = Vec::new();
     let mut hdr = None;
     for ph in phdrs {
@@ -639,6 +683,7 @@ unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
         match ph.p_type {
             libc::PT_LOAD if ph.p_flags & libc::PF_X != 0 => {
                 text = Some(union(text, start..start + ph.p_memsz));
+                text_readable &= ph.p_flags & libc::PF_R != 0;
             }
             libc::PT_GNU_EH_FRAME => hdr = Some((ph.p_vaddr, ph.p_memsz)),
             libc::PT_NOTE if build_id.is_empty() => {
@@ -689,6 +734,7 @@ unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
         bias,
         phdr: info.dlpi_phdr as usize,
         text,
+        text_readable,
         build_id,
         cfi,
     })

@@ -91,6 +91,7 @@ impl RemoteUnwinder {
                         bias: info.bias,
                         cfi,
                         eh_frame_hdr_avma: 0,
+                        text_readable: false,
                     });
                     modules.push(info);
                 }

@@ -239,6 +239,9 @@ pub(crate) struct Entry {
     /// For the local unwinder's unload check: the module's `.eh_frame_hdr` address
     /// as `_dl_find_object` reports it (0 if none).
     pub eh_frame_hdr_avma: u64,
+    /// Every executable segment is also readable (`PF_R`): the local unwinder
+    /// may read its code (to recognize a signal return trampoline).
+    pub text_readable: bool,
 }
 
 /// Modules sorted by address, and a framehop unwinder over the same modules.
@@ -378,7 +381,27 @@ pub(crate) trait Loader {
     fn is_root_return(&self, _return_address: u64) -> bool {
         false
     }
+    /// Is `return_address` a signal return trampoline (glibc's `__restore_rt`:
+    /// `mov $15, %rax; syscall`), where a signal handler returns to the kernel?
+    /// Then the kernel's signal frame sits above the handler's frame, holding
+    /// the interrupted code's registers.
+    fn is_signal_return(&self, _entry: &Entry, _return_address: u64) -> bool {
+        false
+    }
+    /// The walk continues in code interrupted by a signal, whose stack pointer
+    /// is `sp`: maybe another stack than the handler's (an alternate signal
+    /// stack, `sigaltstack`), which reads must then accept.
+    fn enter_stack(&self, _sp: u64) {}
 }
+
+/// Offsets in the x86-64 `ucontext_t` that the kernel writes at the top of a
+/// signal frame (the stack pointer a handler returns with points at it):
+/// `uc_flags`, `uc_link`, `uc_stack` (24 bytes), then `uc_mcontext`'s general
+/// registers in glibc's `REG_*` order.
+const UC_GREGS: u64 = 40;
+const REG_RBP: u64 = 10;
+const REG_RSP: u64 = 15;
+const REG_RIP: u64 = 16;
 
 /// Walks the native stack: one [`Frame`] per frame into `out` (after skipping
 /// `skip` frames), stopping at a root frame, code without unwind info, a failed
@@ -436,6 +459,35 @@ where
         };
         if !loader.still_loaded(entry, lookup) {
             return finish(push(unknown, &mut skip), len, StackEnd::ModuleNotInTable);
+        }
+        if address.is_return_address() && loader.is_signal_return(entry, address.address()) {
+            // The trampoline itself, by its own address (the instruction
+            // before it belongs to something else).
+            let frame = Frame::Native {
+                module: entry.id,
+                offset: address.address() - entry.bias,
+                return_address: false,
+            };
+            if !push(frame, &mut skip) {
+                return (len, StackEnd::DepthLimit);
+            }
+            let uc = fh_regs.sp();
+            let mut greg = |r: u64| {
+                uc.checked_add(UC_GREGS + 8 * r)
+                    .ok_or(())
+                    .and_then(&mut *read_stack)
+            };
+            let (Ok(ip), Ok(sp), Ok(bp)) = (greg(REG_RIP), greg(REG_RSP), greg(REG_RBP)) else {
+                return (len, StackEnd::StackReadFailed);
+            };
+            if ip == 0 {
+                return (len, StackEnd::UnwindFailed);
+            }
+            loader.enter_stack(sp);
+            // The interrupted instruction itself, not a return address.
+            fh_regs = UnwindRegsX86_64::new(ip, sp, bp);
+            address = FrameAddress::from_instruction_pointer(ip);
+            continue;
         }
         if address.is_return_address() && loader.is_root_return(address.address()) {
             // Named by the function itself, not by the call before it.

@@ -170,3 +170,52 @@ fn coroutine_stacks__bounds_looked_up_once_per_stack() {
     // The main stack and the two coroutine stacks, not 300 captures' worth.
     assert!(scans <= 3, "{scans} lookups of /proc/self/maps: {out}");
 }
+
+/// A stack taken in a signal handler continues through the kernel's signal
+/// frame (`__restore_rt`) into the interrupted function and on to `main`,
+/// whether the handler runs on the thread's stack or on an alternate one.
+#[test]
+fn signal_handler_stacks__continue_past_the_signal_frame_to_main() {
+    let exe = gcc(
+        "signals",
+        &["signals.c"],
+        &["-O2", "-fomit-frame-pointer", "-ldl"],
+    );
+    let out = run(Command::new(&exe).arg(probe()));
+    let stacks = parse(&out);
+    assert_eq!(stacks.len(), 2, "{out}");
+    for s in &stacks {
+        let names = s.names();
+        assert_eq!(
+            s.end_kind(),
+            "Root",
+            "{}: {}\n  {}",
+            s.section,
+            s.end,
+            names.join("\n  ")
+        );
+        assert_in_order(
+            &names,
+            &[
+                "handler_take",
+                "handler",
+                "interrupted",
+                "outer",
+                "main",
+                "_start",
+            ],
+            &s.section,
+        );
+        // The signal frame itself is one frame: glibc's __restore_rt (named
+        // where libc keeps its symbol table).
+        let h = names.iter().position(|n| n == "handler").unwrap();
+        let i = names.iter().position(|n| n == "interrupted").unwrap();
+        assert_eq!(i, h + 2, "{}: {names:?}", s.section);
+        let restore = &names[h + 1];
+        assert!(
+            restore == "__restore_rt" || restore.contains("libc.so.6+0x"),
+            "{}: {names:?}",
+            s.section
+        );
+    }
+}
