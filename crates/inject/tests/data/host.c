@@ -22,6 +22,8 @@
  *   mock-graph-instantiate  N instantiations of a graph (HOST_GRAPH_NODES, default 50
  *                nodes), each destroyed after; prints ns_per_instantiation and
  *                the peak resident set (maxrss_kb); address space capped at 2 GiB
+ *   mock-signal-stack  a timer signal interrupts a loop in interrupted_spin; its
+ *                handler launches, on the thread's stack, then on a sigaltstack
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
@@ -37,6 +39,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -296,6 +299,39 @@ static int alt_stack(void) {
     return 3;
 }
 
+static volatile sig_atomic_t spin_done;
+volatile unsigned long spin_count;
+
+static void timer_launch_handler(int sig) {
+    (void)sig;
+    launch(211, hostile_corr++, "_Z7handlerv");
+    spin_done = 1;
+}
+
+/* The code the signal interrupts: a loop only the handler ends. */
+__attribute__((noinline)) void interrupted_spin(void) {
+    while (!spin_done) spin_count++;
+}
+
+__attribute__((noinline)) static int signal_stack(void) {
+    static char alt[64 << 10];
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) return 91;
+    for (int on_alt = 0; on_alt < 2; on_alt++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = timer_launch_handler;
+        sa.sa_flags = on_alt ? SA_ONSTACK : 0;
+        sigaction(SIGALRM, &sa, NULL);
+        spin_done = 0;
+        struct itimerval t = {{0, 0}, {0, 2000}};
+        setitimer(ITIMER_REAL, &t, NULL);
+        interrupted_spin();
+    }
+    printf("signal launches %u\n", hostile_corr - 100000);
+    return 3;
+}
+
 static void *cancelled_launcher(void *arg) {
     (void)arg;
     for (;;) {
@@ -504,6 +540,7 @@ int main(int argc, char **argv) {
         }
         if (strcmp(argv[2], "mock-small-stacks") == 0) return small_stacks();
         if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();
+        if (strcmp(argv[2], "mock-signal-stack") == 0) return signal_stack();
         if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-graph-instantiate") == 0)
             return graph_instantiate(mock, argc > 3 ? atol(argv[3]) : 200);

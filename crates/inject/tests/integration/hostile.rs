@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use gpuperf_merge::model::{Record, StringTable};
+use gpuperf_merge::model::{Record, StackEnd, StackFrame, StringTable};
 use tempfile::TempDir;
 
 use crate::support::{inject_lib, mock, read_logs, read_traces, run_host_with, wheels};
@@ -76,6 +76,98 @@ fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
         stacks == 5 || log.contains(&format!("{} skipped for lack of stack", 5 - stacks)),
         "{stacks} stacks; log:\n{log}"
     );
+}
+
+/// `(start, end, name)` of the host's defined functions, by `nm`.
+fn host_functions() -> Vec<(u64, u64, String)> {
+    let out = std::process::Command::new("nm")
+        .args(["-S", "--defined-only"])
+        .arg(crate::support::host())
+        .output()
+        .expect("nm runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let [start, size, _, name] = f[..] else {
+                return None;
+            };
+            let start = u64::from_str_radix(start, 16).ok()?;
+            Some((
+                start,
+                start + u64::from_str_radix(size, 16).ok()?,
+                name.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Launches from a signal handler (on the thread's stack, then on an
+/// alternate one) that interrupted a loop: the stack goes on past the signal
+/// frame into the interrupted function and up to `main`. Before, it ended at
+/// glibc's `__restore_rt`, truncated.
+#[test]
+fn mock_launch_from_a_signal_handler_has_a_stack_continuing_into_the_interrupted_code() {
+    let Some((out, dir)) = both("mock-signal-stack", &[], Duration::from_secs(60)) else {
+        return;
+    };
+    assert!(String::from_utf8_lossy(&out.stdout).contains("signal launches 2"));
+    let (records, strings, _) = read_traces(dir.path());
+    let log = read_logs(dir.path());
+    let (calls, with_stack) = launches(&records, &strings);
+    assert_eq!((calls, with_stack), (2, 2), "{log}");
+    let host = records
+        .iter()
+        .find_map(|r| match r {
+            Record::Module(m) if m.path.ends_with("/host") => Some(m.id),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no module record of the host: {log}"));
+    let functions = host_functions();
+    let name_of = |offset: u64| {
+        functions
+            .iter()
+            .find(|(s, e, _)| (*s..*e).contains(&offset))
+            .map_or("?", |f| f.2.as_str())
+    };
+    let stack_ids: Vec<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::CallStack(c) => Some(c.stack),
+            _ => None,
+        })
+        .collect();
+    for id in stack_ids {
+        let s = records
+            .iter()
+            .find_map(|r| match r {
+                Record::Stack(s) if s.id == id => Some(s),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("stack {id} not written"));
+        let names: Vec<&str> = s
+            .frames
+            .iter()
+            .map(|f| match *f {
+                StackFrame::Native { module, offset } if module == host => name_of(offset),
+                _ => "",
+            })
+            .filter(|n| !n.is_empty())
+            .collect();
+        let want = [
+            "timer_launch_handler",
+            "interrupted_spin",
+            "signal_stack",
+            "main",
+        ];
+        let mut it = names.iter();
+        assert!(
+            want.iter().all(|w| it.any(|n| n == w)),
+            "host frames {names:?}, want {want:?} in order; end {:?}",
+            s.end
+        );
+        assert_eq!(s.end, StackEnd::Root, "{names:?}");
+    }
 }
 
 #[test]
