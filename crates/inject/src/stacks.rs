@@ -195,6 +195,9 @@ pub struct Stacks {
     nodes_not_kept: AtomicU64,
     /// Graph node records dropped: `MAX_PENDING_NODES` were waiting already.
     nodes_not_written: AtomicU64,
+    /// Module tables rebuilt by a capture (modules were unloaded), not by the
+    /// flush thread.
+    app_rebuilds: AtomicU64,
     graph_node_id: Option<GetGraphNodeId>,
     captures: AtomicU64,
     /// Captures skipped: the thread had almost no stack left.
@@ -275,6 +278,7 @@ impl Stacks {
             contended: AtomicU64::new(0),
             nodes_not_kept: AtomicU64::new(0),
             nodes_not_written: AtomicU64::new(0),
+            app_rebuilds: AtomicU64::new(0),
             graph_node_id,
             captures: AtomicU64::new(0),
             no_stack: AtomicU64::new(0),
@@ -294,8 +298,8 @@ impl Stacks {
     /// Marks the modules seen since the last call that are CUDA's or ours.
     fn classify(&self) {
         let mut done = self.classified.lock().unwrap_or_else(|e| e.into_inner());
-        let modules = self.unwinder.modules();
-        for (i, m) in modules.iter().enumerate().skip(*done) {
+        let modules = self.unwinder.modules_from(*done);
+        for (i, m) in modules.iter().enumerate().map(|(i, m)| (i + *done, m)) {
             let name = m
                 .path
                 .file_name()
@@ -311,7 +315,7 @@ impl Stacks {
                 h.store(true, Relaxed);
             }
         }
-        *done = modules.len();
+        *done += modules.len();
     }
 
     fn is_hidden(&self, f: &Frame) -> bool {
@@ -377,7 +381,14 @@ impl Stacks {
         may_refresh: bool,
     ) -> Option<u32> {
         if may_refresh && c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
-            self.unwinder.refresh();
+            // Only the modules loaded since are read; the flush thread folds
+            // them into the table later.
+            let before = self.unwinder.stats().table_rebuilds;
+            self.unwinder.add_loaded();
+            if self.unwinder.stats().table_rebuilds != before {
+                // Modules were unloaded too: the table was rebuilt here.
+                self.app_rebuilds.fetch_add(1, Relaxed);
+            }
             self.classify();
             return None;
         }
@@ -636,7 +647,9 @@ impl Stacks {
         strings: &mut StringTable,
         api_name: &dyn Fn(u32, u32) -> Option<String>,
     ) -> Vec<Record> {
-        if self.unwinder.needs_refresh() && self.unwinder.refresh() {
+        if (self.unwinder.needs_refresh() || self.unwinder.has_added_modules())
+            && self.unwinder.refresh()
+        {
             self.classify();
         }
         let (pending, nodes) = {
@@ -767,7 +780,8 @@ impl Stacks {
              ({} cut at the depth cap); Python: {:?}, \
              {} stacks without their Python frames (a chain that could not be read \
              safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full; \
-             {} records dropped: too many waiting)",
+             {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
+             application thread), {} times modules added beside it",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
@@ -792,6 +806,9 @@ impl Stacks {
             self.table.lock().map_or(0, |t| t.nodes.len()),
             self.nodes_not_kept.load(Relaxed),
             self.nodes_not_written.load(Relaxed),
+            s.table_rebuilds,
+            self.app_rebuilds.load(Relaxed),
+            s.modules_added,
         )
     }
 }

@@ -31,6 +31,13 @@ pub extern "C" fn gpuperf_probe_refresh() -> c_int {
     c_int::from(unwinder().refresh())
 }
 
+/// Adds the modules loaded since the table was built, without rebuilding
+/// it; 1 if it changed.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuperf_probe_add_loaded() -> c_int {
+    c_int::from(unwinder().add_loaded())
+}
+
 /// Captures the caller's stack and writes it as text into `buf`.
 ///
 /// # Safety

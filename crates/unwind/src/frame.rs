@@ -135,6 +135,8 @@ pub(crate) struct Stats {
     pub cache_waits: AtomicU64,
     pub python_skipped: AtomicU64,
     pub python_probes: AtomicU64,
+    pub table_rebuilds: AtomicU64,
+    pub modules_added: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -174,6 +176,11 @@ pub struct StatsSnapshot {
     /// System calls made to check memory before reading it (the Python frames
     /// and code objects that the capture could not prove live otherwise).
     pub python_probes: u64,
+    /// Module tables rebuilt whole (`refresh`, or `add_loaded` after an unload).
+    pub table_rebuilds: u64,
+    /// Times `add_loaded` added new modules beside the table, reading only
+    /// theirs.
+    pub modules_added: u64,
 }
 
 impl Stats {
@@ -194,6 +201,8 @@ impl Stats {
             cache_waits: l(&self.cache_waits),
             python_skipped: l(&self.python_skipped),
             python_probes: l(&self.python_probes),
+            table_rebuilds: l(&self.table_rebuilds),
+            modules_added: l(&self.modules_added),
         }
     }
 

@@ -17,15 +17,15 @@ use std::ffi::{CStr, c_int, c_void};
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
 use crate::module::{ModuleInfo, build_id_in_notes, union};
 use crate::python::{Python, PythonStatus};
 use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
-use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
+use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, Tables, UnwindCache, walk};
 
 /// Options of a [`LocalUnwinder`].
 #[derive(Clone, Debug)]
@@ -111,9 +111,21 @@ struct CacheSlot {
 unsafe impl Sync for CacheSlot {}
 
 struct Snapshot {
-    table: Table,
+    table: Arc<Table>,
+    /// Modules loaded since `table` was built, added without rebuilding it
+    /// ([`LocalUnwinder::add_loaded`]); folded in by the next `refresh`.
+    extra: Option<Table>,
     adds: u64,
     subs: u64,
+}
+
+impl Snapshot {
+    fn tables(&self) -> Tables<'_> {
+        Tables {
+            main: &self.table,
+            extra: self.extra.as_ref(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -182,16 +194,64 @@ impl LocalUnwinder {
     /// Allocates and takes an internal lock that captures never take: call it where
     /// allocating is safe (after `dlopen`, from a background thread, or when
     /// [`LocalUnwinder::needs_refresh`] says so).
+    ///
+    /// It also folds in the modules [`LocalUnwinder::add_loaded`] added: call it
+    /// from a background thread when [`LocalUnwinder::has_added_modules`].
     pub fn refresh(&self) -> bool {
         let mut registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
         let (adds, subs) = loader_counters();
-        // SAFETY: the current snapshot is only freed below, under this lock.
+        // SAFETY: the current snapshot is only freed in `install`, under this lock.
+        let cur = unsafe { &*self.current.load(Ordering::Acquire) };
+        if (adds, subs) == (cur.adds, cur.subs) && cur.extra.is_none() {
+            self.stale.store(false, Ordering::Relaxed);
+            return false;
+        }
+        Stats::bump(&self.stats.table_rebuilds);
+        self.install(build_snapshot(&mut registry));
+        true
+    }
+
+    /// Adds the modules loaded since the table was built (a `dlopen`) without
+    /// rebuilding it: only the new modules' headers are read, the table and
+    /// every unwind cache's rules stay. Meant for the capturing thread, which
+    /// needs a new module's frames now; [`LocalUnwinder::refresh`] later folds
+    /// them in. When modules were also unloaded it rebuilds the table, as
+    /// `refresh` does. Allocates and takes the refresh lock, like `refresh`.
+    /// Returns `true` if the table changed.
+    pub fn add_loaded(&self) -> bool {
+        let mut registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (adds, subs) = loader_counters();
+        // SAFETY: as in `refresh`.
         let cur = unsafe { &*self.current.load(Ordering::Acquire) };
         if (adds, subs) == (cur.adds, cur.subs) {
             self.stale.store(false, Ordering::Relaxed);
             return false;
         }
-        let new = Box::into_raw(Box::new(build_snapshot(&mut registry)));
+        if subs != cur.subs {
+            // An unloaded module's range may be reused: only a rebuild is safe.
+            Stats::bump(&self.stats.table_rebuilds);
+            self.install(build_snapshot(&mut registry));
+        } else {
+            Stats::bump(&self.stats.modules_added);
+            self.install(build_added(&mut registry, cur));
+        }
+        true
+    }
+
+    /// Whether [`LocalUnwinder::add_loaded`] added modules that the next
+    /// [`LocalUnwinder::refresh`] would fold into the table.
+    pub fn has_added_modules(&self) -> bool {
+        let _registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: as in `refresh`: snapshots are freed under this lock.
+        unsafe { &*self.current.load(Ordering::Acquire) }
+            .extra
+            .is_some()
+    }
+
+    /// Publishes `new` and frees the snapshot it replaces once no capture can
+    /// be reading it. Call with the refresh lock held.
+    fn install(&self, new: Snapshot) {
+        let new = Box::into_raw(Box::new(new));
         let old = self.current.swap(new, Ordering::SeqCst);
         self.stale.store(false, Ordering::Relaxed);
         // Two flips of the epoch, each waiting for the readers of the parity it
@@ -206,7 +266,6 @@ impl LocalUnwinder {
         }
         // SAFETY: `old` came from Box::into_raw and no reader holds it any more.
         drop(unsafe { Box::from_raw(old) });
-        true
     }
 
     /// `true` when a capture found modules loaded or unloaded since the last
@@ -217,8 +276,14 @@ impl LocalUnwinder {
 
     /// Every module seen so far, indexed by [`ModuleId`] (unloaded ones stay).
     pub fn modules(&self) -> Vec<ModuleInfo> {
+        self.modules_from(0)
+    }
+
+    /// The modules seen so far from id `first` on (those seen since a caller
+    /// last looked, without copying the others).
+    pub fn modules_from(&self, first: usize) -> Vec<ModuleInfo> {
         let registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
-        registry.modules.clone()
+        registry.modules.get(first..).unwrap_or_default().to_vec()
     }
 
     /// The Python reader, if this process runs a supported CPython.
@@ -384,7 +449,7 @@ impl LocalUnwinder {
         };
         // SAFETY: `slot.busy` is ours (acquire_cache), so is the cache.
         let cache = unsafe { &mut *slot.cache.get() };
-        let (len, end) = walk(&snap.table, regs, cache, &mut read, &loader, skip, out);
+        let (len, end) = walk(snap.tables(), regs, cache, &mut read, &loader, skip, out);
         captured.len = len;
         captured.end = end;
         if let Some(py) = &self.python {
@@ -615,7 +680,97 @@ fn build_snapshot(registry: &mut Registry) -> Snapshot {
         )
     };
     let (loaded, adds, subs) = found;
-    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    let entries = register(registry, loaded);
+    let table = Table::new(entries, |id| module_name(registry, id));
+    Snapshot {
+        table: Arc::new(table),
+        extra: None,
+        adds,
+        subs,
+    }
+}
+
+/// `prev` with the modules loaded since: those whose code `prev`'s main table
+/// does not cover are read (only their headers, in place) into an extra
+/// table that shares the main table's rule-cache generation. Only for loads:
+/// with no module unloaded since `prev`, no new module can lie where the main
+/// table has one.
+fn build_added(registry: &mut Registry, prev: &Snapshot) -> Snapshot {
+    struct Found<'a> {
+        known: &'a Table,
+        loaded: Vec<Loaded>,
+        adds: u64,
+        subs: u64,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid entry and our `Found`; the
+        // loader lock is held, so the module stays mapped while we read it.
+        unsafe {
+            let out = &mut *(data as *mut Found);
+            let info = &*info;
+            out.adds = info.dlpi_adds;
+            out.subs = info.dlpi_subs;
+            let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+            let code = phdrs
+                .iter()
+                .find(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0)
+                .map(|p| info.dlpi_addr.wrapping_add(p.p_vaddr));
+            let known =
+                code.is_some_and(|c| out.known.find(c).is_some_and(|e| e.bias == info.dlpi_addr));
+            if !known && let Some(m) = read_loaded(info) {
+                out.loaded.push(m);
+            }
+        }
+        0
+    }
+    let mut found = Found {
+        known: &prev.table,
+        loaded: Vec::new(),
+        adds: 0,
+        subs: 0,
+    };
+    // SAFETY: the callback matches the declared type and only touches `found`.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut found as *mut Found).cast()) };
+    let Found {
+        loaded, adds, subs, ..
+    } = found;
+    let entries = register(registry, loaded);
+    let extra = (!entries.is_empty()).then(|| {
+        Table::with_generation(
+            entries,
+            |id| module_name(registry, id),
+            prev.table.generation,
+        )
+    });
+    Snapshot {
+        table: Arc::clone(&prev.table),
+        extra,
+        adds,
+        subs,
+    }
+}
+
+fn module_name(registry: &Registry, id: ModuleId) -> String {
+    registry
+        .modules
+        .get(id.0 as usize)
+        .map(|m| m.path.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Gives each loaded module its id (a new one for a module not seen before)
+/// and makes its table entry.
+fn register(registry: &mut Registry, loaded: Vec<Loaded>) -> Vec<Entry> {
+    // Only the main program has no name; it is read once per table.
+    let exe = if loaded.iter().any(|m| m.name.as_os_str().is_empty()) {
+        std::fs::read_link("/proc/self/exe").unwrap_or_default()
+    } else {
+        PathBuf::new()
+    };
     let mut entries = Vec::with_capacity(loaded.len());
     for m in loaded {
         let Some(text) = m.text else { continue };
@@ -649,13 +804,7 @@ fn build_snapshot(registry: &mut Registry) -> Snapshot {
             text_readable: m.text_readable,
         });
     }
-    let names: Vec<String> = registry
-        .modules
-        .iter()
-        .map(|m| m.path.to_string_lossy().into_owned())
-        .collect();
-    let table = Table::new(entries, |id| names[id.0 as usize].clone());
-    Snapshot { table, adds, subs }
+    entries
 }
 
 /// Reads one module's program headers in place.
@@ -942,6 +1091,7 @@ mod tests {
         };
         // SAFETY: no refresh runs in this test, so the snapshot stays alive.
         let snap = unsafe { &*u.current.load(Ordering::SeqCst) };
+        assert!(snap.extra.is_none());
         let lookup = p.frames[at].lookup_offset().unwrap() + modules[module.0 as usize].bias;
         let entry = snap
             .table

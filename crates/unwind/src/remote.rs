@@ -12,7 +12,7 @@ use object::{Object, ObjectSection, ObjectSegment};
 use crate::error::{Error, Result};
 use crate::frame::{Captured, Frame, ModuleId};
 use crate::module::ModuleInfo;
-use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, UnwindCache, walk};
+use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, Tables, UnwindCache, walk};
 
 /// A file mapping of the target process: one executable line of `/proc/PID/maps`,
 /// or the same facts recorded earlier (so that a process can be unwound after it
@@ -141,7 +141,15 @@ impl RemoteUnwinder {
     where
         F: FnMut(u64) -> Result<u64, ()>,
     {
-        let (len, end) = walk(&self.table, regs, cache, read_stack, &NoLoader, 0, out);
+        let (len, end) = walk(
+            Tables::one(&self.table),
+            regs,
+            cache,
+            read_stack,
+            &NoLoader,
+            0,
+            out,
+        );
         Captured {
             len,
             end,

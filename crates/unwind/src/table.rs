@@ -304,8 +304,43 @@ impl Default for UnwindCache {
     }
 }
 
+/// The tables a walk searches: the main one, and the modules added to it
+/// since it was built (a `dlopen`), which share its generation.
+#[derive(Clone, Copy)]
+pub(crate) struct Tables<'a> {
+    pub main: &'a Table,
+    pub extra: Option<&'a Table>,
+}
+
+impl<'a> Tables<'a> {
+    pub fn one(main: &'a Table) -> Self {
+        Tables { main, extra: None }
+    }
+
+    /// The module whose executable range holds `address`, and its table.
+    fn find(&self, address: u64) -> Option<(&'a Entry, &'a Table)> {
+        if let Some(e) = self.main.find(address) {
+            return Some((e, self.main));
+        }
+        let extra = self.extra?;
+        extra.find(address).map(|e| (e, extra))
+    }
+}
+
 impl Table {
-    pub fn new(mut entries: Vec<Entry>, name_of: impl Fn(ModuleId) -> String) -> Table {
+    pub fn new(entries: Vec<Entry>, name_of: impl Fn(ModuleId) -> String) -> Table {
+        static GENERATION: AtomicU64 = AtomicU64::new(1);
+        let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+        Table::with_generation(entries, name_of, generation)
+    }
+
+    /// A table whose rules are cached under `generation`: another table's,
+    /// when this one only adds modules at addresses that one does not cover.
+    pub fn with_generation(
+        mut entries: Vec<Entry>,
+        name_of: impl Fn(ModuleId) -> String,
+        generation: u64,
+    ) -> Table {
         entries.sort_by_key(|e| e.avma.start);
         let mut unwinder = UnwinderX86_64::new();
         for e in &entries {
@@ -338,8 +373,6 @@ impl Table {
                 info,
             ));
         }
-        static GENERATION: AtomicU64 = AtomicU64::new(1);
-        let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
         Table {
             starts: entries.iter().map(|e| e.avma.start).collect(),
             entries,
@@ -408,7 +441,7 @@ const REG_RIP: u64 = 16;
 /// read, or a full `out`. Never allocates.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn walk<F>(
-    table: &Table,
+    tables: Tables<'_>,
     regs: Regs,
     cache: &mut UnwindCache,
     read_stack: &mut F,
@@ -437,7 +470,8 @@ where
         }
     };
     // Consecutive frames are mostly in the same module.
-    let mut last: Option<&Entry> = None;
+    let mut last: Option<(&Entry, &Table)> = None;
+    let generation = tables.main.generation;
     // Bounds the loop even if framehop's progress checks were fooled.
     for _ in 0..4096 {
         let lookup = address.address_for_lookup();
@@ -445,11 +479,11 @@ where
             address: address.address(),
         };
         let found = match last {
-            Some(e) if e.avma.contains(&lookup) => Some(e),
-            _ => table.find(lookup),
+            Some((e, t)) if e.avma.contains(&lookup) => Some((e, t)),
+            _ => tables.find(lookup),
         };
         last = found;
-        let Some(entry) = found else {
+        let Some((entry, table)) = found else {
             let end = if loader.loaded_elsewhere(lookup) {
                 StackEnd::ModuleNotInTable
             } else {
@@ -499,7 +533,7 @@ where
             return finish(push(root, &mut skip), len, StackEnd::Root);
         }
         let rule = entry.cfi.as_ref().map_or(Rule::NotCovered, |cfi| {
-            cached_rule(cache, table.generation, cfi, lookup, entry.bias)
+            cached_rule(cache, generation, cfi, lookup, entry.bias)
         });
         if rule == Rule::NotCovered {
             return finish(push(unknown, &mut skip), len, StackEnd::NoUnwindInfo);

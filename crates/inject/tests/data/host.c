@@ -24,6 +24,8 @@
  *                the peak resident set (maxrss_kb); address space capped at 2 GiB
  *   mock-signal-stack  a timer signal interrupts a loop in interrupted_spin; its
  *                handler launches, on the thread's stack, then on a sigaltstack
+ *   mock-dlopen LIB  a launch, then LIB loaded (late_launch.c) and 3 launches
+ *                called back from its late_call
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
@@ -332,6 +334,21 @@ __attribute__((noinline)) static int signal_stack(void) {
     return 3;
 }
 
+static void late_launch(void) {
+    launch(211, hostile_corr++, "_Z4latev");
+}
+
+static int dlopen_launch(const char *lib) {
+    launch(211, hostile_corr++, "_Z5earlyv");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 92; }
+    void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "late_call");
+    if (!call) return 93;
+    for (int i = 0; i < 3; i++) call(late_launch);
+    printf("dlopen launches %u\n", hostile_corr - 100000);
+    return 3;
+}
+
 static void *cancelled_launcher(void *arg) {
     (void)arg;
     for (;;) {
@@ -541,6 +558,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[2], "mock-small-stacks") == 0) return small_stacks();
         if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();
         if (strcmp(argv[2], "mock-signal-stack") == 0) return signal_stack();
+        if (strcmp(argv[2], "mock-dlopen") == 0) return dlopen_launch(argc > 3 ? argv[3] : NULL);
         if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-graph-instantiate") == 0)
             return graph_instantiate(mock, argc > 3 ? atol(argv[3]) : 200);

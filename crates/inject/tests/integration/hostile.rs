@@ -170,6 +170,72 @@ fn mock_launch_from_a_signal_handler_has_a_stack_continuing_into_the_interrupted
     }
 }
 
+/// A library loaded after CUDA started, launching: the launching thread adds
+/// just the new module (no table rebuild on it), and the stacks are complete
+/// through the new library's frame. Before, the launching thread rebuilt the
+/// whole module table.
+#[test]
+fn mock_launch_from_a_library_loaded_later_adds_only_that_module() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let lib = crate::support::gcc("late_launch.c", "liblate_launch.so", &["-shared", "-fPIC"]);
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        // No periodic flush during the run: only the launching thread can
+        // meet the new module.
+        ("GPUPERF_FLUSH_MS", Path::new("10000")),
+    ];
+    let out = run_host_with(
+        Some(&inject_lib()),
+        "mock-dlopen",
+        &[lib.to_str().unwrap()],
+        &env,
+        Duration::from_secs(60),
+    );
+    let log = read_logs(dir.path());
+    assert_eq!(out.status.code(), Some(3), "{log}");
+    let rebuilt_in_app = number_after(&log, "module table:")
+        .and_then(|_| log.split("rebuilt (").nth(1))
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(rebuilt_in_app, 0, "{log}");
+    let added = log
+        .split("rebuilt (")
+        .nth(1)
+        .and_then(|s| s.split(" on an application thread), ").nth(1))
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(added, 1, "{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(launches(&records, &strings), (4, 4), "{log}");
+    let late = records
+        .iter()
+        .find_map(|r| match r {
+            Record::Module(m) if m.path.ends_with("/liblate_launch.so") => Some(m.id),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no module record of the late library: {log}"));
+    let through_late: Vec<&StackEnd> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s)
+                if s.frames
+                    .iter()
+                    .any(|f| matches!(f, StackFrame::Native { module, .. } if *module == late)) =>
+            {
+                Some(&s.end)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !through_late.is_empty() && through_late.iter().all(|e| **e == StackEnd::Root),
+        "{through_late:?}\n{log}"
+    );
+}
+
 #[test]
 fn mock_2000_launching_threads_each_cancelled_exit_cleanly() {
     let Some((out, dir)) = both("mock-cancel", &["2000"], Duration::from_secs(120)) else {
@@ -251,7 +317,7 @@ fn graph_peak_kib(n: &str) -> u64 {
     let env = [
         ("GPUPERF_CUPTI_PATH", m.as_path()),
         ("GPUPERF_GPU_TRACE", dir.path()),
-        ("GPUPERF_FLUSH_MS", Path::new("600000")),
+        ("GPUPERF_FLUSH_MS", Path::new("10000")),
         ("HOST_GRAPH_NODES", Path::new("1000")),
     ];
     let out = run_host_with(

@@ -219,3 +219,55 @@ fn signal_handler_stacks__continue_past_the_signal_frame_to_main() {
         );
     }
 }
+
+/// A library loaded after the table was built is added beside it (only its
+/// own headers read: no rebuild, the unwind caches' rules kept), and a later
+/// refresh folds it in.
+#[test]
+fn dlopened_libraries__added_without_rebuilding_the_table() {
+    let late = gcc("liblate.so", &["liblate.c"], &["-shared", "-fPIC", "-O2"]);
+    let late2 = gcc(
+        "liblate2.so",
+        &["liblate.c"],
+        &["-shared", "-fPIC", "-O2", "-Wl,-soname,liblate2.so"],
+    );
+    let exe = gcc("added", &["added.c"], &["-O2", "-ldl"]);
+    let out = run(Command::new(&exe).args([probe(), late, late2]));
+    let stacks = parse(&out);
+    let by = |name: &str| {
+        stacks
+            .iter()
+            .find(|s| s.section == name)
+            .unwrap_or_else(|| panic!("no `{name}` stack in\n{out}"))
+    };
+    assert_eq!(by("late before").end_kind(), "ModuleNotInTable", "{out}");
+    for section in ["late added", "late2 added", "late again", "late refreshed"] {
+        let s = by(section);
+        assert_eq!(s.end_kind(), "Root", "{section}: {:?}", s.names());
+        assert_in_order(&s.names(), &["leaf", "late_call", "main"], section);
+    }
+    assert!(
+        by("late2 added")
+            .lines
+            .iter()
+            .any(|l| l.contains("/liblate2.so\t")),
+        "{out}"
+    );
+    assert!(out.contains("added 1\n== late added"), "{out}");
+    assert!(out.contains("added 1\n== late2 added"), "{out}");
+    let counter = |when: &str, name: &str| -> u64 {
+        out.split(&format!("stats {when}: "))
+            .nth(1)
+            .and_then(|s| s.split(&format!("{name}: ")).nth(1))
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {when}: {out}"))
+    };
+    assert_eq!(counter("added", "table_rebuilds"), 0, "{out}");
+    assert_eq!(counter("added", "modules_added"), 2, "{out}");
+    assert!(
+        out.contains("refreshed 1\n"),
+        "the refresh folds them in: {out}"
+    );
+    assert_eq!(counter("refreshed", "table_rebuilds"), 1, "{out}");
+}
