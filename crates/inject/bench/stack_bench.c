@@ -6,7 +6,9 @@
  * frames.
  *
  * usage: stack_bench INJECT.so|none DEPTH LAUNCHES [THREADS]   (prints ns_per_launch:
- * wall time over all launches of all threads, which launch at once) */
+ * wall time over all launches of all threads, which launch at once)
+ * BENCH_COROUTINES=K: the launches come from K ucontext coroutines, each on a
+ * stack of its own (mmap), switched to in turn, one launch per switch. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -14,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 
 static void (*mock_api)(int, int, uint32_t, int);
 static void (*mock_kernel)(uint32_t, uint64_t, uint64_t, const char *, uint32_t, uint64_t,
@@ -81,6 +85,35 @@ static void *thread_run(void *arg) {
     return NULL;
 }
 
+static ucontext_t main_ctx, co_ctx[16];
+
+static void coroutine(int i) {
+    for (;;) {
+        nest(depth_arg, 1);
+        swapcontext(&co_ctx[i], &main_ctx);
+    }
+}
+
+/* ns per launch (and per switch to a coroutine) of `n` launches spread over
+ * `k` coroutines. */
+static double coroutines(int k, long n) {
+    if (k > 16) k = 16;
+    for (int i = 0; i < k; i++) {
+        size_t size = 256 << 10;
+        void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (stack == MAP_FAILED) return -1;
+        getcontext(&co_ctx[i]);
+        co_ctx[i].uc_stack.ss_sp = stack;
+        co_ctx[i].uc_stack.ss_size = size;
+        co_ctx[i].uc_link = &main_ctx;
+        makecontext(&co_ctx[i], (void (*)(void))coroutine, 1, i);
+    }
+    for (long j = 0; j < n / 10 + k; j++) swapcontext(&main_ctx, &co_ctx[j % k]);
+    uint64_t t0 = now();
+    for (long j = 0; j < n; j++) swapcontext(&main_ctx, &co_ctx[j % k]);
+    return (double)(now() - t0) / (double)n;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) return 2;
     int rc = bench_init(argv[1]);
@@ -91,6 +124,11 @@ int main(int argc, char **argv) {
     depth_arg = atoi(argv[2]);
     launches_arg = atol(argv[3]);
     int threads = argc > 4 ? atoi(argv[4]) : 1;
+    const char *k = getenv("BENCH_COROUTINES");
+    if (k) {
+        printf("ns_per_launch %.1f\n", coroutines(atoi(k), launches_arg));
+        return 0;
+    }
     if (threads <= 1) {
         printf("ns_per_launch %.1f\n", bench_run(depth_arg, launches_arg));
         return 0;

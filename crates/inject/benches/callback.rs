@@ -19,8 +19,10 @@
 //! stack, as a training loop does.
 //!
 //! Also: the 30-frame stack case on 1, 8 and 32 threads launching at once (wall
-//! time over all their launches), and instantiating a 1000-node graph (each instantiated
-//! graph destroyed after), with stacks off and on.
+//! time over all their launches), from 4 ucontext coroutines on stacks of their
+//! own (one launch per switch, the switch included), and instantiating a
+//! 1000-node graph (each instantiated graph destroyed after), with stacks off
+//! and on.
 //!
 //! Run: `cargo bench -p gpuperf-inject --bench callback` (needs gcc and the CUDA
 //! wheels listed in the README's developer section).
@@ -48,6 +50,8 @@ const DEPTH: &str = "23";
 /// Threads of the multi-threaded cases, and launches per thread.
 const THREADS: [&str; 2] = ["8", "32"];
 const THREAD_LAUNCHES: &str = "50000";
+/// Coroutines of the coroutine case.
+const COROUTINES: &str = "4";
 /// The graph of the instantiation case, and instantiations per run.
 const GRAPH_NODES: &str = "1000";
 const INSTANTIATIONS: &str = "200";
@@ -306,6 +310,14 @@ fn more_cases(
             "ns/launch",
         ));
     }
+    cases.push(Case::new(
+        format!("{COROUTINES} coroutines, no stacks"),
+        "ns/launch",
+    ));
+    cases.push(Case::new(
+        format!("{COROUTINES} coroutines, with stacks"),
+        "ns/launch",
+    ));
     if graphs {
         cases.push(Case::new(
             format!("{GRAPH_NODES}-node graph, no stacks"),
@@ -316,6 +328,10 @@ fn more_cases(
             "ns/instantiation",
         ));
     }
+    let mut coff: Vec<(&str, &str)> = off.to_vec();
+    coff.push(("BENCH_COROUTINES", COROUTINES));
+    let mut con: Vec<(&str, &str)> = on.to_vec();
+    con.push(("BENCH_COROUTINES", COROUTINES));
     let mut goff: Vec<(&str, &str)> = off.to_vec();
     goff.push(("HOST_GRAPH_NODES", GRAPH_NODES));
     let mut gon: Vec<(&str, &str)> = on.to_vec();
@@ -331,6 +347,13 @@ fn more_cases(
                     ));
                     clear(trace);
                 }
+            }
+            for env in [&coff[..], &con[..]] {
+                figures.push(figure(
+                    Command::new(deep).args([lib, DEPTH, THREAD_LAUNCHES]),
+                    env,
+                ));
+                clear(trace);
             }
             for env in [&goff[..], &gon[..]].into_iter().filter(|_| graphs) {
                 figures.push(figure_named(
@@ -355,7 +378,8 @@ fn more_cases(
         String::new()
     };
     println!(
-        "{} threads x {THREAD_LAUNCHES} launches (30-frame stacks){graph_part}, medians:",
+        "{} threads, and {COROUTINES} coroutines, x {THREAD_LAUNCHES} launches (30-frame \
+         stacks){graph_part}, medians:",
         threads.join(", ")
     );
     if let Some(b) = &baseline {
