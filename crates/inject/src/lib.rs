@@ -125,10 +125,20 @@
 //!   exceptions, each once per thread or per `dlopen`: a thread's first
 //!   callback allocates its state (and glibc allocates the library's TLS block
 //!   on its first access), its first capture allocates its frame buffer, and a
-//!   capture that meets a module loaded since the last refresh rebuilds the
-//!   module table.
-//! - **Graphs.** Nodes copied by instantiate, clone and exec-update take no
-//!   stack (they carry their original's); destroyed nodes are forgotten.
+//!   capture that meets a module loaded since the last refresh adds that
+//!   module to the module table (reading only its headers; the whole table is
+//!   rebuilt on the flush thread, or on the capturing thread only when modules
+//!   were unloaded too). A stack taken in a signal handler continues through
+//!   the signal frame into the interrupted code, up to its root.
+//! - **Graphs.** Graph-node callbacks take a lock shared between threads, and
+//!   are outside the signal guarantee above. Nodes copied by instantiate,
+//!   clone and exec-update take no stack (they carry their original's); node
+//!   copies and teardowns reported inside those calls and the destroy calls
+//!   are buffered on the thread and applied once when the call returns;
+//!   destroyed nodes are forgotten. Memory stays flat however many graphs are
+//!   instantiated: at most 2^20 nodes are remembered, and node records waiting
+//!   for the trace are written early (see [`stacks`]); past those bounds nodes
+//!   are counted, not kept.
 //! - **No silent loss.** What is not recorded is counted, and the log's last
 //!   lines say how many: API calls that re-entered gpuperf, calls nested more
 //!   than 32 deep, records past a thread's 4 Mi cap, calls after the trace

@@ -18,10 +18,13 @@
 //! and a look-up in a lock-free table shared by all threads. A stack seen for
 //! the first time is copied into that table's preallocated arena, still without
 //! a lock or `malloc`; when the table is full the launch gets no stack id, and
-//! is counted. The module table is rebuilt after `dlopen` (the loader's
-//! counters say so) by the flush thread, or by the first capture that finds a
-//! frame in a module loaded since (which allocates). A thread's first capture
-//! allocates its frame buffer.
+//! is counted. After a `dlopen` (the loader's counters say so), the first
+//! capture that finds a frame in a module loaded since adds just the new
+//! modules (reading their headers in place; it allocates), and the flush
+//! thread later folds them into a rebuilt table; a capture rebuilds the table
+//! itself only when modules were unloaded too (counted in the log). A thread's
+//! first capture allocates its frame buffer. A stack taken in a signal handler
+//! goes on through the signal frame into the interrupted code.
 //!
 //! # What a stack holds
 //! Innermost first, the application's call into the CUDA API (frames of the
@@ -40,6 +43,16 @@
 //! gets that launch's stack; one made by another call (`cudaGraphAddKernelNode`)
 //! gets a stack taken there. A `GRAPH_NODE` record ties the node id that GPU
 //! records carry to that stack.
+//!
+//! Copies take no stack. While a thread is inside an instantiate, clone,
+//! exec-update or destroy call (runtime or driver), the node callbacks it
+//! reports (`GRAPHNODE_CLONED`, `GRAPHNODE_DESTROY_STARTING`) are appended to
+//! a per-thread buffer and applied under one lock when the call returns
+//! (`GRAPHNODE_DESTROY_STARTING` removes the node from the map). Memory stays
+//! flat: the node map holds at most 2^20 nodes, and node records waiting for
+//! the flush wake the flush thread at 2^14, are written by the copying thread
+//! at the end of its call past 2^17, and are dropped past 2^20; what is not
+//! kept is counted in the log.
 //!
 //! `GPUPERF_STACKS=0` turns all of this off.
 
