@@ -578,7 +578,7 @@ impl Stacks {
         last && !enter && self.apply_node_events()
     }
 
-    /// Whether graph node records have piled up past [`BACKLOG_NODES`].
+    /// Whether graph node records have piled up (2^17 waiting for the flush).
     pub fn node_backlog(&self) -> bool {
         self.table
             .lock()
