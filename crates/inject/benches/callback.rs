@@ -85,7 +85,9 @@ fn figure_named(cmd: &mut Command, env: &[(&str, &str)], key: &str) -> f64 {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() || out.status.code() == Some(3),
-        "host failed: {text}"
+        "{cmd:?} failed ({}): {text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
     );
     text.lines()
         .find_map(|l| l.split(key).nth(1))

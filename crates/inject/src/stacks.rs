@@ -133,8 +133,14 @@ impl std::hash::Hasher for NodeHash {
 /// never reused, so a late teardown cannot remove a newer node.
 #[derive(Clone, Copy)]
 enum NodeEvent {
-    /// (node, original).
-    Cloned(u64, u64),
+    Cloned {
+        node: u64,
+        original: u64,
+        /// Copied into an instantiated graph (`graphExec` set): a node no
+        /// later copy is made from, so it is written but not remembered
+        /// (CUPTI need not report its teardown).
+        into_exec: bool,
+    },
     Destroyed(u64),
 }
 
@@ -485,7 +491,7 @@ impl Stacks {
         // `resourceDescriptor` points at a `CUpti_GraphData`; fields are read
         // unaligned at the offsets of the CUDA 13 headers' layout (unchanged
         // since CUDA 11).
-        let (node, original) = unsafe {
+        let (node, original, exec) = unsafe {
             let desc = data
                 .add(offset_of!(CUpti_ResourceData, resourceDescriptor))
                 .cast::<*const u8>()
@@ -497,6 +503,7 @@ impl Stacks {
             (
                 at(offset_of!(CUpti_GraphData, node)),
                 at(offset_of!(CUpti_GraphData, originalNode)),
+                at(offset_of!(CUpti_GraphData, graphExec)),
             )
         };
         let id_of = |n: *mut c_void| {
@@ -509,7 +516,11 @@ impl Stacks {
         };
         let event = match cbid {
             GRAPHNODE_CLONED => match id_of(original) {
-                Some(orig) => NodeEvent::Cloned(node, orig),
+                Some(orig) => NodeEvent::Cloned {
+                    node,
+                    original: orig,
+                    into_exec: !exec.is_null(),
+                },
                 None => return false,
             },
             GRAPHNODE_DESTROY_STARTING => NodeEvent::Destroyed(node),
@@ -587,7 +598,11 @@ impl Stacks {
 
     fn apply(&self, t: &mut Table, event: NodeEvent) -> bool {
         match event {
-            NodeEvent::Cloned(node, original) => self.node_cloned(t, node, original),
+            NodeEvent::Cloned {
+                node,
+                original,
+                into_exec,
+            } => self.node_cloned(t, node, original, !into_exec),
             NodeEvent::Destroyed(node) => {
                 t.nodes.remove(&node);
                 false
@@ -640,11 +655,14 @@ impl Stacks {
     }
 
     /// Graph node `node` was copied from `original` (graph instantiation or
-    /// cloning): it has the original's origin, when that is known.
-    fn node_cloned(&self, t: &mut Table, node: u64, original: u64) -> bool {
+    /// cloning): it has the original's origin, when that is known; it is
+    /// remembered for copies of its own when `keep`.
+    fn node_cloned(&self, t: &mut Table, node: u64, original: u64, keep: bool) -> bool {
         match t.nodes.get(&original) {
             Some(&(stack, api)) => {
-                self.remember_node(t, node, (stack, api));
+                if keep {
+                    self.remember_node(t, node, (stack, api));
+                }
                 self.pend_node(t, (node, stack, api))
             }
             None => false,
@@ -930,7 +948,7 @@ mod tests {
 
     fn cloned(s: &Stacks, node: u64, original: u64) {
         let mut t = s.table.lock().unwrap();
-        s.node_cloned(&mut t, node, original);
+        s.node_cloned(&mut t, node, original, true);
     }
 
     fn held(s: &Stacks) -> usize {
@@ -949,16 +967,34 @@ mod tests {
         s.graph_call(true, true);
         // A nested call (exec-update inside a destroy, say) ends first.
         s.graph_call(false, true);
-        event(NodeEvent::Cloned(2, 1));
+        event(NodeEvent::Cloned {
+            node: 2,
+            original: 1,
+            into_exec: false,
+        });
         s.graph_call(false, false);
-        event(NodeEvent::Cloned(3, 2));
+        event(NodeEvent::Cloned {
+            node: 3,
+            original: 2,
+            into_exec: false,
+        });
+        // A copy into an instantiated graph is written, not remembered.
+        event(NodeEvent::Cloned {
+            node: 4,
+            original: 1,
+            into_exec: true,
+        });
         event(NodeEvent::Destroyed(2));
         assert_eq!(held(&s), 1, "applied before the outer call returned");
         assert!(!s.graph_call(true, false));
         assert_eq!(held(&s), 2);
         let recs = graph_nodes(&s);
         let stack = |n: u64| recs.iter().find(|r| r.0 == n).map(|r| r.1);
-        assert_eq!((stack(2), stack(3)), (Some(5), Some(5)), "{recs:?}");
+        assert_eq!(
+            (stack(2), stack(3), stack(4)),
+            (Some(5), Some(5), Some(5)),
+            "{recs:?}"
+        );
         GRAPH_THREAD.with(|g| assert!(g.borrow().events.is_empty()));
     }
 

@@ -572,12 +572,15 @@ CUptiResult cuptiGetGraphNodeId(CUgraphNode node, uint64_t *id) {
     return CUPTI_SUCCESS;
 }
 
-static void graph_resource(CUpti_CallbackIdResource cbid, uint64_t node, uint64_t original) {
+static void graph_resource(CUpti_CallbackIdResource cbid, uint64_t node, uint64_t original,
+                           int into_exec) {
     if (!g_cb || !g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid]) return;
     CUpti_GraphData g;
     memset(&g, 0, sizeof g);
     g.node = (CUgraphNode)(uintptr_t)node;
     g.originalNode = (CUgraphNode)(uintptr_t)original;
+    /* A copy into an instantiated graph names it; a token will do. */
+    if (into_exec) g.graphExec = (CUgraphExec)(uintptr_t)0x1000;
     CUpti_ResourceData r;
     memset(&r, 0, sizeof r);
     r.resourceDescriptor = &g;
@@ -587,15 +590,15 @@ static void graph_resource(CUpti_CallbackIdResource cbid, uint64_t node, uint64_
 /* A node made, on the calling thread (inside a captured launch, or by an explicit
  * cudaGraphAdd*Node call). */
 void mock_graph_node_created(uint64_t node) {
-    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, node, 0);
+    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, node, 0, 0);
 }
 
 /* A node copied from `original` when its graph is instantiated. */
 void mock_graph_node_cloned(uint64_t node, uint64_t original) {
-    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, node, original);
+    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, node, original, 1);
 }
 
 /* A node about to be destroyed (its graph or instantiated graph is). */
 void mock_graph_node_destroyed(uint64_t node) {
-    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING, node, 0);
+    graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING, node, 0, 0);
 }
