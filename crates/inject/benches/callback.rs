@@ -22,7 +22,8 @@
 //! time over all their launches), from 4 ucontext coroutines on stacks of their
 //! own (one launch per switch, the switch included), and instantiating a
 //! 1000-node graph (each instantiated graph destroyed after), with stacks off
-//! and on.
+//! and on: wall time, the instantiating thread's CPU time (the background
+//! flush excluded), and the process's peak resident set.
 //!
 //! Run: `cargo bench -p gpuperf-inject --bench callback` (needs gcc and the CUDA
 //! wheels listed in the README's developer section).
@@ -81,6 +82,11 @@ fn figure(cmd: &mut Command, env: &[(&str, &str)]) -> f64 {
 }
 
 fn figure_named(cmd: &mut Command, env: &[(&str, &str)], key: &str) -> f64 {
+    figures_named(cmd, env, &[key])[0]
+}
+
+/// The numbers after each of `keys` in the output of one run.
+fn figures_named(cmd: &mut Command, env: &[(&str, &str)], keys: &[&str]) -> Vec<f64> {
     let out = cmd.envs(env.iter().copied()).output().expect("host runs");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -89,10 +95,14 @@ fn figure_named(cmd: &mut Command, env: &[(&str, &str)], key: &str) -> f64 {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    text.lines()
-        .find_map(|l| l.split(key).nth(1))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no figure in {text}"))
+    keys.iter()
+        .map(|key| {
+            text.lines()
+                .find_map(|l| l.split(key).nth(1))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {text}"))
+        })
+        .collect()
 }
 
 /// Medians of this build and, when given, of the baseline library.
@@ -321,14 +331,14 @@ fn more_cases(
         "ns/launch",
     ));
     if graphs {
-        cases.push(Case::new(
-            format!("{GRAPH_NODES}-node graph, no stacks"),
-            "ns/instantiation",
-        ));
-        cases.push(Case::new(
-            format!("{GRAPH_NODES}-node graph, with stacks"),
-            "ns/instantiation",
-        ));
+        for stacks in ["no stacks", "with stacks"] {
+            cases.push(Case::new(
+                format!("{GRAPH_NODES}-node graph, {stacks}"),
+                "ns/instantiation",
+            ));
+            cases.push(Case::new("  its thread's CPU time", "ns/instantiation"));
+            cases.push(Case::new("  peak RSS", "KiB"));
+        }
     }
     let mut coff: Vec<(&str, &str)> = off.to_vec();
     coff.push(("BENCH_COROUTINES", COROUTINES));
@@ -358,10 +368,14 @@ fn more_cases(
                 clear(trace);
             }
             for env in [&goff[..], &gon[..]].into_iter().filter(|_| graphs) {
-                figures.push(figure_named(
+                figures.extend(figures_named(
                     Command::new(host).args([lib, "mock-graph-instantiate", INSTANTIATIONS]),
                     env,
-                    "ns_per_instantiation ",
+                    &[
+                        "ns_per_instantiation ",
+                        "cpu_ns_per_instantiation ",
+                        "maxrss_kb ",
+                    ],
                 ));
                 clear(trace);
             }

@@ -474,13 +474,11 @@ impl Stacks {
         {
             return false;
         }
-        let (copying, batching) = GRAPH_THREAD
-            .try_with(|g| {
-                let g = g.borrow();
-                (g.copies > 0, g.calls > 0)
-            })
-            .unwrap_or((false, false));
-        if cbid == GRAPHNODE_CREATED && copying {
+        if cbid == GRAPHNODE_CREATED
+            && GRAPH_THREAD
+                .try_with(|g| g.borrow().copies > 0)
+                .unwrap_or(false)
+        {
             // A copy made by instantiate, clone or exec-update: its
             // GRAPHNODE_CLONED gives it its original's origin; a stack taken
             // here would be discarded (and cost a capture per node).
@@ -530,21 +528,26 @@ impl Stacks {
                 return self.node_created(node, open()) || wake;
             }
         };
-        if batching {
-            let full = GRAPH_THREAD.try_with(|g| {
-                let e = &mut g.borrow_mut().events;
-                if e.capacity() == 0 {
-                    e.reserve_exact(NODE_BATCH);
-                }
-                e.push(event);
-                e.len() >= NODE_BATCH
-            });
-            match full {
-                Ok(false) => return false,
-                Ok(true) => return self.apply_node_events(),
-                // The thread is being torn down: applied at once.
-                Err(_) => {}
+        // One thread-local access: queued while the thread is inside a graph
+        // call.
+        let queued = GRAPH_THREAD.try_with(|g| {
+            let mut g = g.borrow_mut();
+            if g.calls == 0 {
+                return None;
             }
+            let e = &mut g.events;
+            if e.capacity() == 0 {
+                e.reserve_exact(NODE_BATCH);
+            }
+            e.push(event);
+            Some(e.len() >= NODE_BATCH)
+        });
+        match queued {
+            Ok(Some(false)) => return false,
+            Ok(Some(true)) => return self.apply_node_events(),
+            // Outside a graph call, or the thread is being torn down:
+            // applied at once.
+            Ok(None) | Err(_) => {}
         }
         let wake = self.apply_node_events();
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
