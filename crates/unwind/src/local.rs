@@ -558,11 +558,21 @@ impl Loader for LocalLoader<'_> {
         {
             return false;
         }
+        // One load and compare per frame, the ninth byte only on a match.
+        let head = u64::from_le_bytes([
+            SIGRETURN[0],
+            SIGRETURN[1],
+            SIGRETURN[2],
+            SIGRETURN[3],
+            SIGRETURN[4],
+            SIGRETURN[5],
+            SIGRETURN[6],
+            SIGRETURN[7],
+        ]);
+        let at = return_address as *const u8;
         // SAFETY: inside the executable, readable segments of a module the
-        // walk just checked is still loaded.
-        let code =
-            unsafe { std::slice::from_raw_parts(return_address as *const u8, SIGRETURN.len()) };
-        code == SIGRETURN
+        // walk just checked is still loaded (the nine bytes end inside them).
+        unsafe { at.cast::<u64>().read_unaligned() == head && *at.add(8) == SIGRETURN[8] }
     }
 
     fn enter_stack(&self, sp: u64) {
