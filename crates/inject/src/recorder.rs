@@ -603,10 +603,15 @@ impl State {
                     .get(c as usize)
                     .map(|n| api_base_name(n).to_owned())
             };
-            for r in st.take_records(self.pid, &mut sink.strings, &names) {
+            let taken = st.take_records(self.pid, &mut sink.strings);
+            for r in taken.records {
                 if let Record::Note(n) = &r {
                     self.log.line(&n.text);
                 }
+                sink.write(&r);
+            }
+            for n in taken.nodes {
+                let r = Stacks::node_record(self.pid, n, &mut sink.strings, &names);
                 sink.write(&r);
             }
         }

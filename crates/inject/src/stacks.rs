@@ -190,6 +190,18 @@ pub fn enabled(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> (bool, Optio
 /// A recorded API call, by (domain, callback id).
 type ApiId = (u32, u32);
 
+/// A graph node waiting to be written: (node, stack, API).
+pub type PendingNode = (u64, u32, Option<ApiId>);
+
+/// What [`Stacks::take_records`] took: the records to write first, then the
+/// graph nodes.
+pub struct Taken {
+    /// Modules, stacks, NOTEs.
+    pub records: Vec<Record>,
+    /// Graph nodes, for [`Stacks::node_record`].
+    pub nodes: Vec<PendingNode>,
+}
+
 /// `cuptiGetGraphNodeId`.
 type GetGraphNodeId = unsafe extern "C" fn(*mut c_void, *mut u64) -> u32;
 
@@ -241,7 +253,7 @@ struct Table {
     /// The last stack id written.
     written: u32,
     /// Graph nodes not yet written: (node, stack, API (domain, cbid)).
-    pending_nodes: Vec<(u64, u32, Option<ApiId>)>,
+    pending_nodes: Vec<PendingNode>,
     /// Every graph node seen: node → (stack, API), for clones.
     nodes: NodeMap,
     written_modules: Vec<bool>,
@@ -648,7 +660,7 @@ impl Stacks {
 
     /// Queues a node's record, within [`MAX_PENDING_NODES`]; true when the
     /// queue has just reached [`WAKE_NODES`].
-    fn pend_node(&self, t: &mut Table, rec: (u64, u32, Option<ApiId>)) -> bool {
+    fn pend_node(&self, t: &mut Table, rec: PendingNode) -> bool {
         if t.pending_nodes.len() >= MAX_PENDING_NODES {
             self.nodes_not_written.fetch_add(1, Relaxed);
             return false;
@@ -672,15 +684,12 @@ impl Stacks {
         }
     }
 
-    /// The records to write since the last call: modules, stacks, graph nodes,
-    /// and a NOTE when Python frames were turned off. Allocates; runs on the
-    /// flush path. `api_name` names a recorded call by (domain, cbid).
-    pub fn take_records(
-        &self,
-        pid: u32,
-        strings: &mut StringTable,
-        api_name: &dyn Fn(u32, u32) -> Option<String>,
-    ) -> Vec<Record> {
+    /// The records to write since the last call: modules, stacks, and a NOTE
+    /// when Python frames were turned off; then the graph nodes, made into
+    /// records one at a time by [`Stacks::node_record`] as they are written
+    /// (a burst of instantiations leaves hundreds of thousands). Allocates;
+    /// runs on the flush path.
+    pub fn take_records(&self, pid: u32, strings: &mut StringTable) -> Taken {
         if (self.unwinder.needs_refresh() || self.unwinder.has_added_modules())
             && self.unwinder.refresh()
         {
@@ -699,7 +708,10 @@ impl Stacks {
             out.push(Record::Note(Note { pid, text: note }));
         }
         if pending.is_empty() && nodes.is_empty() {
-            return out;
+            return Taken {
+                records: out,
+                nodes,
+            };
         }
         // Modules first: a stack's frames name them.
         let mut used: Vec<u32> = pending
@@ -772,18 +784,29 @@ impl Stacks {
                 frames,
             }));
         }
-        for (node_id, stack, api) in nodes {
-            let api: Option<StringId> = api
-                .and_then(|(d, c)| api_name(d, c))
-                .map(|n| strings.intern(&n));
-            out.push(Record::GraphNode(GraphNode {
-                pid,
-                node_id,
-                stack,
-                api,
-            }));
+        Taken {
+            records: out,
+            nodes,
         }
-        out
+    }
+
+    /// The `GRAPH_NODE` record of a node [`Stacks::take_records`] took;
+    /// `api_name` names a recorded call by (domain, cbid).
+    pub fn node_record(
+        pid: u32,
+        (node_id, stack, api): PendingNode,
+        strings: &mut StringTable,
+        api_name: &dyn Fn(u32, u32) -> Option<String>,
+    ) -> Record {
+        let api: Option<StringId> = api
+            .and_then(|(d, c)| api_name(d, c))
+            .map(|n| strings.intern(&n));
+        Record::GraphNode(GraphNode {
+            pid,
+            node_id,
+            stack,
+            api,
+        })
     }
 
     /// A NOTE, once, when Python frames were turned off.
@@ -938,7 +961,7 @@ mod tests {
     /// The GRAPH_NODE records `take_records` writes: (node, stack, API name).
     fn graph_nodes(s: &Stacks) -> Vec<(u64, u32, Option<String>)> {
         let mut strings = StringTable::new();
-        let recs = s.take_records(7, &mut strings, &|d, c| Some(format!("api {d}/{c}")));
+        let recs = all_records(s, &mut strings, &|d, c| Some(format!("api {d}/{c}")));
         recs.iter()
             .filter_map(|r| match r {
                 Record::GraphNode(g) => {
@@ -947,6 +970,19 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Every record `take_records` gives, graph nodes last, as written.
+    fn all_records(
+        s: &Stacks,
+        strings: &mut StringTable,
+        api_name: &dyn Fn(u32, u32) -> Option<String>,
+    ) -> Vec<Record> {
+        let Taken { mut records, nodes } = s.take_records(7, strings);
+        for n in nodes {
+            records.push(Stacks::node_record(7, n, strings, api_name));
+        }
+        records
     }
 
     fn cloned(s: &Stacks, node: u64, original: u64) {
@@ -1033,7 +1069,7 @@ mod tests {
         let ids: Vec<u32> = (0..3).map(|_| s.capture()).collect();
         assert_eq!(ids, [1, 1, 1]);
         let mut strings = StringTable::new();
-        let recs = s.take_records(7, &mut strings, &|_, _| None);
+        let recs = all_records(&s, &mut strings, &|_, _| None);
         let modules: Vec<&Module> = recs
             .iter()
             .filter_map(|r| match r {
@@ -1059,7 +1095,7 @@ mod tests {
             assert!(m.path.contains("libc.so"), "{}", m.path);
         }
         // Written once.
-        assert!(s.take_records(7, &mut strings, &|_, _| None).is_empty());
+        assert!(all_records(&s, &mut strings, &|_, _| None).is_empty());
         assert!(s.summary().starts_with("stacks: 3 taken (1 distinct)"));
     }
 }

@@ -348,7 +348,8 @@ fn graph_peak_kib(n: &str) -> u64 {
 
 /// Graph node records waiting for the flush are bounded (the flush thread is
 /// woken), so memory stays flat however many graphs are instantiated between
-/// flushes. Before: 14 MB after 200 instantiations, 100 MB after 2000.
+/// flushes. Before: 14 MB after 200 instantiations, 100 MB after 2000
+/// (everything waited for the next flush).
 #[test]
 fn mock_graph_instantiations_between_flushes_keep_memory_flat() {
     if wheels().is_none() {
@@ -356,8 +357,11 @@ fn mock_graph_instantiations_between_flushes_keep_memory_flat() {
     }
     let few = graph_peak_kib("200");
     let many = graph_peak_kib("2000");
+    // The bound holds even when the flush thread is starved (a loaded
+    // machine): at most 2^20 records wait, 24 bytes each, and they are made
+    // into records one at a time as they are written.
     assert!(
-        many < few + 20 * 1024,
+        many < few + 40 * 1024,
         "peak RSS {few} KiB after 200 instantiations, {many} KiB after 2000"
     );
 }
