@@ -147,16 +147,17 @@
 //!   everything CUPTI dropped.
 //!
 //! What it costs (`cargo bench -p gpuperf-inject --bench callback`, MOCK
-//! libcupti, a shared 2-core VM at load 5-8, medians): 0.3-0.4 us per launch
+//! libcupti, a shared 2-core VM at load 4-8, medians): 0.25-0.4 us per launch
 //! without stacks; a 30-frame native stack adds 0.4-0.7 us (8 threads
 //! launching at once: 0.7-1.0 us per launch with stacks); a CPython 3.12 stack
-//! of 31 Python frames adds about 1.3 us; launches from 4 ucontext coroutines,
-//! a switch each, 1.2-1.8 us with stacks against 0.7-1.2 us without.
-//! Instantiating and destroying a 1000-node graph: 3.3 us without stacks; with
-//! them 64 us of the instantiating thread's CPU time (two or three callbacks
-//! per copied node), and a `GRAPH_NODE` record per copy written by the flush
-//! thread. On the simulated runtime (`sim/bench/graph_instantiate.sh`): 35 us
-//! without gpuperf, 58-74 us with stacks off, 182-225 us with stacks on.
+//! of 31 Python frames adds 0.8-1.3 us; launches from 4 ucontext coroutines,
+//! a switch each, 1.1-1.8 us with stacks against 0.7-1.2 us without.
+//! Instantiating and destroying a 1000-node graph: 3.2 us without stacks, 56
+//! us with them (two or three callbacks per copied node, and a `GRAPH_NODE`
+//! record per copy, written by the flush thread). On the simulated runtime
+//! (`sim/bench/graph_instantiate.sh`): 32 us without gpuperf, 50 us with
+//! stacks off, 85 us with stacks on; peak memory 10 MB after 200 or 800
+//! instantiations.
 //! Memory: 256 KiB of address space per unwind cache for its stack, 64 KiB
 //! chunks per thread for records between flushes (unmapped after each), 96 MiB
 //! of address space (resident as used) for distinct stacks, and 4 activity
