@@ -14,8 +14,14 @@
 # less than the host spends launching it, so the loop measures the host's time
 # per launch. Numbers depend on the machine; run it on an otherwise idle one.
 #
+# With BASELINE_INJECT set to another build of the injection library (e.g. of
+# the previous commit), each round also runs `gpuperf record` with that library
+# (GPUPERF_INJECT_LIB), so that old and new are compared in the same rounds.
+#
 # usage: bash sim/bench/torch_launch_overhead.sh OUTDIR [RUNS [LAUNCHES]]
-#        (GPUPERF=path/to/gpuperf, PYTHON=a python with torch 2.11-2.14 for CUDA 13)
+#        (GPUPERF=path/to/gpuperf, PYTHON=a python with torch 2.11-2.14 for CUDA 13,
+#        GPUPERF_INJECT_LIB=the library `gpuperf record` injects, default its own,
+#        BASELINE_INJECT=a library to compare it with)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/torch_launch_overhead.sh OUTDIR [RUNS [LAUNCHES]]}
 runs=${2:-7}
@@ -30,17 +36,23 @@ trap 'rm -rf "$work"' EXIT
 
 plain() { bash "$repo/sim/run.sh" "$out" -- "$python" "$loop" "$1"; }
 recorded() {
-    (cd "$work" && rm -rf raw && "$gpuperf" record -q --raw-dir raw --cupti "$out/libcupti.so.13" -o "$work/f.svg" \
+    (cd "$work" && rm -rf raw && ${lib:+env GPUPERF_INJECT_LIB="$lib"} "$gpuperf" record -q --raw-dir raw --cupti "$out/libcupti.so.13" -o "$work/f.svg" \
         -- bash "$repo/sim/run.sh" "$out" -- "$python" "$loop" "$1")
 }
 per_launch() { sed -n 's/.* per_launch_us \([0-9.]*\) cpu_per_launch_us \([0-9.]*\).*/\1 \2/p'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+baseline=${BASELINE_INJECT:-}
+[ -z "$baseline" ] || [ -f "$baseline" ] || { echo "torch_launch_overhead.sh: BASELINE_INJECT=$baseline is not a file" >&2; exit 2; }
+lib=${GPUPERF_INJECT_LIB:-}
 plain 1000 > /dev/null # builds OUTDIR if needed, warms the page cache
-: > "$work/plain" && : > "$work/recorded"
+: > "$work/plain" && : > "$work/recorded" && : > "$work/baseline"
 for i in $(seq "$runs"); do
     plain "$launches" | per_launch >> "$work/plain"
-    recorded "$launches" | per_launch >> "$work/recorded"
+    lib=${GPUPERF_INJECT_LIB:-} recorded "$launches" | per_launch >> "$work/recorded"
+    if [ -n "$baseline" ]; then
+        lib=$baseline recorded "$launches" | per_launch >> "$work/baseline"
+    fi
 done
 echo "launch-bound PyTorch loop, $launches launches under 30 Python frames, $runs runs each (medians; load average $(cut -d' ' -f1-3 /proc/loadavg)):"
 for col in 1 2; do
@@ -52,6 +64,12 @@ for col in 1 2; do
     echo "  $what without gpuperf: $a us per launch ($(tr '\n' ' ' < "$work/p$col"))"
     echo "  $what with gpuperf record: $b us per launch ($(tr '\n' ' ' < "$work/r$col"))"
     awk -v a="$a" -v b="$b" -v w="$what" 'BEGIN { printf "  added by gpuperf record (%s): %.3f us per launch\n", w, b - a }'
+    if [ -n "$baseline" ]; then
+        cut -d' ' -f$col "$work/baseline" > "$work/b$col"
+        c=$(median < "$work/b$col")
+        echo "  $what with the baseline library: $c us per launch ($(tr '\n' ' ' < "$work/b$col"))"
+        awk -v a="$a" -v c="$c" -v w="$what" 'BEGIN { printf "  added by the baseline library (%s): %.3f us per launch\n", w, c - a }'
+    fi
 done
 
 # gpuperf's own peak (VmHWM, read until it exits), not its children's.

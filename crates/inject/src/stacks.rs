@@ -15,7 +15,10 @@
 //! # Cost
 //! A launch costs one capture (no allocation, no lock, on the unwinder's
 //! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then`), a hash
-//! and a look-up in a lock-free table shared by all threads. A stack seen for
+//! and a look-up in a lock-free table shared by all threads. A stack equal to
+//! the thread's last one (a training loop launches from the same stack again
+//! and again) is known by comparing it with that one, frame by frame, without
+//! the hash or the table. A stack seen for
 //! the first time is copied into that table's preallocated arena, still without
 //! a lock or `malloc`; when the table is full the launch gets no stack id, and
 //! is counted. After a `dlopen` (the loader's counters say so), the first
@@ -259,11 +262,59 @@ struct Table {
     written_modules: Vec<bool>,
 }
 
-/// Per-thread scratch: the frame buffer and the stack being hashed.
+/// Per-thread scratch: the frame buffer, the stack being hashed, and the
+/// thread's last stack with its id.
 struct ThreadStacks {
     frames: Box<[Frame]>,
+    scratch: Scratch,
+}
+
+/// What `identify` keeps between the captures of one thread.
+struct Scratch {
     /// The stack being hashed, as bytes.
     words: Box<[u8]>,
+    /// The last stack identified (its frames after the hidden ones), and its id
+    /// (0: none). A launch loop takes the same stack launch after launch; it is
+    /// then known by comparing, without hashing it or reading the shared table.
+    last: Box<[Frame]>,
+    last_len: usize,
+    last_end: StackEnd,
+    last_python_truncated: bool,
+    last_id: u32,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            words: vec![0; HASH_BYTES].into_boxed_slice(),
+            last: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+            last_len: 0,
+            last_end: StackEnd::Root,
+            last_python_truncated: false,
+            last_id: 0,
+        }
+    }
+
+    /// The id of the last stack, if `frames` (ending as given) is that stack.
+    fn same_as_last(&self, frames: &[Frame], end: StackEnd, python_truncated: bool) -> Option<u32> {
+        (self.last_id != 0
+            && self.last_end == end
+            && self.last_python_truncated == python_truncated
+            && self.last.get(..self.last_len) == Some(frames))
+        .then_some(self.last_id)
+    }
+
+    fn remember(&mut self, frames: &[Frame], end: StackEnd, python_truncated: bool, id: u32) {
+        let Some(dst) = self.last.get_mut(..frames.len()) else {
+            self.last_id = 0;
+            return;
+        };
+        dst.copy_from_slice(frames);
+        self.last_len = frames.len();
+        self.last_end = end;
+        self.last_python_truncated = python_truncated;
+        self.last_id = id;
+    }
 }
 
 /// Two words per frame, and one for the end.
@@ -369,7 +420,7 @@ impl Stacks {
                 // (maybe 16 KiB) stack first in unoptimized builds.
                 let t = t.get_or_insert_with(|| ThreadStacks {
                     frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
-                    words: vec![0; HASH_BYTES].into_boxed_slice(),
+                    scratch: Scratch::new(),
                 });
                 self.capture_into(t)
             })
@@ -381,16 +432,16 @@ impl Stacks {
     #[inline(never)]
     fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
         self.captures.fetch_add(1, Relaxed);
-        let ThreadStacks { frames, words } = t;
+        let ThreadStacks { frames, scratch } = t;
         let mut r = self
             .unwinder
-            .capture_then(0, frames, |f, c| self.identify(f, c, words, true));
+            .capture_then(0, frames, |f, c| self.identify(f, c, scratch, true));
         if r == Ok(None) {
             // The module table was refreshed for a library loaded since: the
             // first launch from it pays for that, later ones find it.
             r = self
                 .unwinder
-                .capture_then(0, frames, |f, c| self.identify(f, c, words, false));
+                .capture_then(0, frames, |f, c| self.identify(f, c, scratch, false));
         }
         match r {
             Ok(id) => id.unwrap_or(0),
@@ -408,7 +459,7 @@ impl Stacks {
         &self,
         frames: &[Frame],
         c: Captured,
-        words: &mut [u8],
+        scratch: &mut Scratch,
         may_refresh: bool,
     ) -> Option<u32> {
         if may_refresh && c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
@@ -449,9 +500,15 @@ impl Stacks {
         if frames.is_empty() {
             self.empty.fetch_add(1, Relaxed);
         }
-        let h = hash(frames, c.end, c.python_truncated, words);
+        if let Some(id) = scratch.same_as_last(frames, c.end, c.python_truncated) {
+            return Some(id);
+        }
+        let h = hash(frames, c.end, c.python_truncated, &mut scratch.words);
         match self.seen.id(h, frames, c.end, c.python_truncated) {
-            Ok(id) => Some(id),
+            Ok(id) => {
+                scratch.remember(frames, c.end, c.python_truncated, id);
+                Some(id)
+            }
             Err(Miss::Full) => {
                 self.table_full.fetch_add(1, Relaxed);
                 Some(0)
@@ -945,6 +1002,54 @@ mod tests {
             hash(&[n(1, 0x10)], StackEnd::Root, false, buf),
             hash(&p, StackEnd::Root, false, buf)
         );
+    }
+
+    #[test]
+    fn a_repeated_stack_keeps_its_id_and_any_change_gets_its_own() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        let mut scratch = Scratch::new();
+        // Modules past the hidden-module table: never hidden.
+        let a = [n(9000, 0x10), n(9001, 0x20), n(9002, 0x30)];
+        let mut inner = a;
+        inner[0] = n(9000, 0x14);
+        let mut outer = a;
+        outer[2] = n(9002, 0x34);
+        let c = |len: usize, end: StackEnd, python_truncated: bool| Captured {
+            len,
+            end,
+            python_frames: 0,
+            python_truncated,
+        };
+        let mut id = |frames: &[Frame], end: StackEnd, python_truncated: bool| {
+            let c = c(frames.len(), end, python_truncated);
+            s.identify(frames, c, &mut scratch, false).unwrap()
+        };
+        let first = id(&a, StackEnd::Root, false);
+        assert_eq!(id(&a, StackEnd::Root, false), first);
+        // Each differs from the last stack in one thing only: the innermost or
+        // outermost frame, the length, how it ended, the Python cut.
+        let others = [
+            id(&inner, StackEnd::Root, false),
+            id(&a, StackEnd::Root, false),
+            id(&outer, StackEnd::Root, false),
+            id(&a[..2], StackEnd::Root, false),
+            id(&a, StackEnd::Root, false),
+            id(&a, StackEnd::DepthLimit, false),
+            id(&a, StackEnd::Root, true),
+            id(&a, StackEnd::Root, false),
+        ];
+        assert_eq!(others[1], first);
+        assert_eq!(others[4], first);
+        assert_eq!(others[7], first);
+        let distinct: std::collections::BTreeSet<u32> = others.iter().copied().collect();
+        assert_eq!(distinct.len(), 6, "{others:?}");
+        assert!(others.iter().all(|&i| i != 0), "{others:?}");
+        // The stacks were each stored once, with the frames they were given.
+        let mut stored = Vec::new();
+        s.seen
+            .published_after(0, |id, st| stored.push((id, st.frames.to_vec(), st.end)));
+        assert_eq!(stored.len(), 6);
+        assert!(stored.contains(&(others[2], outer.to_vec(), StackEnd::Root)));
     }
 
     #[test]

@@ -173,7 +173,10 @@ pub struct Python {
 // read only after an Acquire load of that slot's state.
 unsafe impl Sync for Python {}
 
+/// One cache line: a look-up reads the first 24 bytes (key, state and the
+/// identity checks), which a 48-byte slot split over two lines one time in four.
 #[derive(Default)]
+#[repr(align(64))]
 struct CodeSlot {
     /// Code object address (0 = empty).
     key: AtomicU64,
@@ -309,6 +312,8 @@ struct Raw {
     code_ptr: u64,
     /// The frame's address when it lies in the data stack, else 0.
     in_stack: u64,
+    /// The data-stack chunk it lies in (when `in_stack` is set).
+    chunk: u8,
 }
 
 unsafe extern "C" {
@@ -792,6 +797,8 @@ impl Python {
         let mut n: usize = 0;
         let mut steps = 0;
         let mut truncated = false;
+        // Consecutive frames mostly share a chunk: try the last one first.
+        let mut last_chunk = 0;
         while frame != 0 {
             // Bounded: a cycle in a corrupted chain ends at the cap.
             steps += 1;
@@ -799,7 +806,19 @@ impl Python {
                 truncated = true;
                 break;
             }
-            let chunk = chunks.find(frame, l.frame_size);
+            let chunk = if last_chunk < chunks.n
+                && chunks.lo[last_chunk] <= frame
+                && frame
+                    .checked_add(l.frame_size)
+                    .is_some_and(|end| end <= chunks.hi[last_chunk])
+            {
+                Some(last_chunk)
+            } else {
+                chunks.find(frame, l.frame_size)
+            };
+            if let Some(k) = chunk {
+                last_chunk = k;
+            }
             if !frame.is_multiple_of(8)
                 || (chunk.is_none() && !self.readable(frame, l.frame_size, mem))
             {
@@ -854,6 +873,7 @@ impl Python {
                 group_end: l.frame_kind == FrameKind::Object || is_entry,
                 code_ptr: code,
                 in_stack: if chunk.is_some() { frame } else { 0 },
+                chunk: chunk.unwrap_or(0) as u8,
             });
             n += 1;
             frame = previous;
@@ -862,11 +882,8 @@ impl Python {
         // SAFETY: `raw[..n]` is initialized; MaybeUninit<Raw> has Raw's layout.
         let read: &mut [Raw] =
             unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<Raw>(), n) };
-        for f in read.iter().rev().map(|r| r.in_stack).filter(|&f| f != 0) {
-            let Some(k) = chunks.find(f, l.frame_size) else {
-                return Err(reason::CHAIN);
-            };
-            self.tile_to(&mut chunks, k, f)?;
+        for r in read.iter().rev().filter(|r| r.in_stack != 0) {
+            self.tile_to(&mut chunks, usize::from(r.chunk), r.in_stack)?;
         }
         let unproven = read.iter().filter(|r| r.in_stack == 0).map(|r| r.code_ptr);
         self.probe_code_pages(unproven, mem)?;
