@@ -238,7 +238,8 @@ const MSG_LEN: usize = 64;
 #[derive(Clone, Debug)]
 pub struct DriverOptions {
     /// Only these processes (and the driver's interrupt and kernel threads);
-    /// more can be added while tracing through [`PidFilter`]. Default: every
+    /// more can be added while tracing through [`PidFilter`], and their
+    /// children join the set as they fork. Default: every
     /// process, unless `filter_pids` is set.
     pub pids: Vec<u32>,
     /// Filter by the pid set even when `pids` is empty (for a caller that
@@ -393,7 +394,16 @@ pub fn trace(options: &DriverOptions, sink: &mut impl DriverSink) -> Result<Driv
     } else {
         None
     };
-    let links = attach(&skel, &present)?;
+    let mut links = attach(&skel, &present)?;
+    if options.filter_pids || !options.pids.is_empty() {
+        // The pid set follows forks: a recording's target and its children.
+        links.push(
+            skel.progs
+                .follow_fork
+                .attach_raw_tracepoint("sched_process_fork")
+                .map_err(bpf("attaching the fork follower"))?,
+        );
+    }
 
     let events = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let malformed = std::rc::Rc::new(std::cell::Cell::new(0u64));
@@ -645,6 +655,9 @@ fn load<'obj>(
     progs.process_job.set_autoload(on(Source::DrmSched));
     progs.fence_init.set_autoload(on(Source::DmaFence));
     progs.fence_signaled.set_autoload(on(Source::DmaFence));
+    progs
+        .follow_fork
+        .set_autoload(options.filter_pids || !options.pids.is_empty());
     open.load().map_err(bpf("loading the driver BPF programs"))
 }
 
