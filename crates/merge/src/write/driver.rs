@@ -423,7 +423,9 @@ impl Reporter {
             let tally = match call {
                 Some(i) => {
                     let c = &calls[*i];
+                    // In-process stacks end in the API function already.
                     let key = match &c.stack {
+                        Some(st) if st.ends_with(&format!(";{}", c.name)) => st.clone(),
                         Some(st) => format!("{st};{}", c.name),
                         None => format!("[no CPU stack];{}", c.name),
                     };
