@@ -251,7 +251,8 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
     assert_eq!(r.report_row("cudaMemcpy"), (3, 3));
     assert_eq!(r.report_row("cudaStreamSynchronize"), (2, 2));
     assert!(
-        r.report.contains(&format!("interrupts: {} (", r.isrs)),
+        r.report
+            .contains(&format!("interrupts: {}, bottom halves: {}", r.isrs, r.bhs)),
         "{}",
         r.report
     );

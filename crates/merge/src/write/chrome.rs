@@ -108,13 +108,22 @@ impl<W: Write> Writer<W> {
         self
     }
 
-    fn driver_items(&mut self, trace: &DriverTrace, calls: &[Call]) -> std::io::Result<()> {
+    fn driver_items(
+        &mut self,
+        ctx: &Context<'_>,
+        trace: &DriverTrace,
+        calls: &[Call],
+    ) -> std::io::Result<()> {
         let items = driver::timeline(trace, calls);
         for it in &items {
             let (pid, tid) = match &it.lane {
-                Lane::Thread { pid, tid, comm } => {
+                Lane::Thread { pid, tid, .. } => {
+                    // Named as the API calls' threads are.
                     self.cpu_process(*pid)?;
-                    self.name_thread(u64::from(*pid), u64::from(*tid), &format!("{comm} ({tid})"))?;
+                    let comm = ctx.cpu.and_then(|c| c.comms.get(&(*pid, *tid)));
+                    let tname =
+                        comm.map_or_else(|| format!("thread {tid}"), |c| format!("{c} ({tid})"));
+                    self.name_thread(u64::from(*pid), u64::from(*tid), &tname)?;
                     (u64::from(*pid), u64::from(*tid))
                 }
                 Lane::Driver { order, name } => {
@@ -507,7 +516,7 @@ impl<W: Write> Sink for Writer<W> {
         }
         if let Some(d) = self.driver.take() {
             let (trace, calls) = *d;
-            let r = self.driver_items(&trace, &calls.into_calls());
+            let r = self.driver_items(ctx, &trace, &calls.into_calls());
             self.check(r)?;
         }
         let clock = match ctx.clock {

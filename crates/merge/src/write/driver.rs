@@ -192,7 +192,7 @@ pub enum Lane {
     },
     /// A track of the driver pseudo-process, by its order and name.
     Driver {
-        /// Position among the driver's tracks.
+        /// Position among the driver's tracks, from 1 (the JSON's tid).
         order: u32,
         /// Track name.
         name: String,
@@ -253,7 +253,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             }),
             DriverKind::Irq | DriverKind::IrqBottomHalf => items.push(Item {
                 lane: Lane::Driver {
-                    order: 0,
+                    order: 1,
                     name: "interrupts".to_owned(),
                 },
                 name: if e.kind == DriverKind::Irq {
@@ -267,7 +267,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             }),
             DriverKind::Xid => {
                 let n = devices.len() as u32;
-                let order = 1 + *devices.entry(e.ring.clone()).or_insert(n);
+                let order = 2 + *devices.entry(e.ring.clone()).or_insert(n);
                 let dev = if e.ring.is_empty() { "?" } else { &e.ring };
                 items.push(Item {
                     lane: Lane::Driver {
@@ -522,7 +522,7 @@ impl Reporter {
         let count = |k: DriverKind| t.events.iter().filter(|e| e.kind == k).count();
         let _ = writeln!(
             s,
-            "Driver calls: {} opens, {} ioctls, {} mmaps; interrupts: {} ({} bottom halves)",
+            "Driver calls: {} opens, {} ioctls, {} mmaps; interrupts: {}, bottom halves: {}",
             count(DriverKind::Open),
             count(DriverKind::Ioctl),
             count(DriverKind::Mmap),
