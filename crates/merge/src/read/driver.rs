@@ -3,13 +3,15 @@
 //! lines saying what was attached, what was not present, and what was lost.
 //!
 //! ```text
-//! # ts_ns	kind	pid	tid	comm	ring	arg	dur_ns	ret	id	msg
+//! # ts_ns→kind→pid→tid→comm→ring→arg→dur_ns→ret→id→msg
 //! # attached nvidia
 //! # simulated nvidia_sim
 //! # absent drm_sched: no DRM scheduler (gpu-sched) is loaded
 //! # dropped ring_buffer 0
-//! 1000	ioctl	7	7	app		0xc0104601	2500	0	0x0
+//! 1000→ioctl→7→7→app→→0xc0104601→2500→0→0x0→
 //! ```
+//!
+//! (→ is a tab.)
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};

@@ -5,8 +5,9 @@
 //! [`crate::write::perfetto`]) and as the report's driver section.
 //!
 //! Tracks:
-//! - `open`, `ioctl` and `mmap` are slices on the calling thread's own track,
-//!   inside the CUDA API call's slice, with that call's name in `args.api`.
+//! - An `ioctl` is a slice on the calling thread's own track, inside the CUDA
+//!   API call's slice, with that call's name in `args.api` (`none` outside
+//!   every recorded call); `open` and `mmap` are instants there.
 //! - A pseudo-process `GPU driver` ([`DRIVER_PID`]) holds, per ring, a `queue`
 //!   track (a job's slice from queued to run, a `dependency wait` slice inside
 //!   it from its wait to its run) and a `run` track (run to done); jobs that
