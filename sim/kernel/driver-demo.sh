@@ -1,7 +1,8 @@
 #!/bin/sh
 # `gpuperf record --driver` on the simulated drivers, in the kernel VM: sim_app
-# (the simulated CUDA runtime) copies and syncs while `drive`, a child of the
-# same shell, submits DRM scheduler jobs, raises interrupts and one Xid. Writes
+# (the simulated CUDA runtime) launches and syncs while `drive`, a child of the
+# same shell, makes ioctls, submits DRM scheduler jobs, raises interrupts and
+# one Xid. Writes
 # the timeline (OUT.json) and its picture (OUT.svg). Everything in it is
 # SIMULATED: the modules of this directory, no GPU.
 #
@@ -26,7 +27,7 @@ modprobe nvidia_sim
 modprobe drm_sched_sim
 cd /tmp
 $repo/target/debug/gpuperf record --driver -q -c demo.json --cupti $work/sim/libcupti.so.13 -- \
-    sh -c '$work/drive --ioctls 4 --jobs 8 --run-us 400 --deps 2 --dep-us 600 --irqs 2 --xids 1 >/dev/null & $work/sim_app copies >/dev/null; wait'
+    sh -c '$work/sim_app sync-loop 12 >/dev/null & sleep 0.3; $work/drive --ioctls 4 --jobs 6 --run-us 1500 --deps 2 --dep-us 800 --irqs 2 --xids 1 >/dev/null; wait'
 echo GPUPERF-DEMO-JSON
 cat demo.json
 SH

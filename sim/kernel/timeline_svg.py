@@ -2,7 +2,9 @@
 """Draws a gpuperf Chrome-trace timeline as an SVG picture, one row per track
 (CPU threads, GPU streams, the GPU driver's tracks), for documentation.
 
-usage: timeline_svg.py TIMELINE.json OUT.svg [TITLE]
+usage: timeline_svg.py TIMELINE.json OUT.svg [TITLE [PROCESS]]
+
+With PROCESS, the time axis spans that process's CUDA API calls only.
 
 Slices are boxes coloured by category (CUDA API calls, GPU work, driver),
 instant events are ticks. Standard library only."""
@@ -41,7 +43,9 @@ def main():
             continue
         key = (e["pid"], e["tid"])
         if e["name"] == "process_name":
-            names[(e["pid"], None)] = e["args"]["name"]
+            # A program's name without its directory.
+            name = e["args"]["name"]
+            names[(e["pid"], None)] = name.rsplit("/", 1)[-1] if name.startswith("/") else name
         elif e["name"] == "thread_name":
             names[key] = e["args"]["name"]
         elif e["name"] == "thread_sort_index":
@@ -51,8 +55,18 @@ def main():
         sys.exit(f"{src}: nothing to draw")
     rows = sorted({(e["pid"], e["tid"]) for e in drawn},
                   key=lambda k: (k[0] >= 1 << 30, k[0], sort.get(k, k[1])))
-    t0 = min(e["ts"] for e in drawn)
-    t1 = max(e["ts"] + e.get("dur", 0) for e in drawn)
+    span = drawn
+    if len(sys.argv) > 4:
+        span = [e for e in drawn if e.get("cat") == "cuda_api"
+                and sys.argv[4] in names.get((e["pid"], None), "")]
+        if not span:
+            sys.exit(f"{src}: no CUDA API call of a process named {sys.argv[4]}")
+    t0 = min(e["ts"] for e in span)
+    t1 = max(e["ts"] + e.get("dur", 0) for e in span)
+    pad = (t1 - t0) * 0.02
+    t0, t1 = t0 - pad, t1 + pad
+    drawn = [e for e in drawn if e["ts"] + e.get("dur", 0) >= t0 and e["ts"] <= t1]
+    rows = [k for k in rows if any((e["pid"], e["tid"]) == k for e in drawn)]
     scale = (WIDTH - LABEL - 20) / max(t1 - t0, 1e-3)
     x = lambda ts: LABEL + (ts - t0) * scale
     height = TOP + ROW * len(rows) + 40
@@ -68,7 +82,12 @@ def main():
         y = TOP + i * ROW
         proc = names.get((key[0], None), f"pid {key[0]}")
         thread = names.get(key, f"thread {key[1]}")
-        label = f"{proc[:28]} / {thread}"
+        if proc.startswith("GPU driver"):
+            label = f"driver: {thread}"
+        elif proc.startswith("GPU "):
+            label = f"{' '.join(proc.split()[:2])}: {thread}"
+        else:
+            label = f"{proc}: {thread}"
         if i % 2:
             o.append(f'<rect x="0" y="{y}" width="{WIDTH}" height="{ROW}" fill="#f6f6f6"/>')
         o.append(f'<text x="6" y="{y + 15}">{html.escape(label[:46])}</text>')
@@ -76,8 +95,9 @@ def main():
             if (e["pid"], e["tid"]) != key:
                 continue
             if e["ph"] == "X":
-                w = max(e.get("dur", 0) * scale, 1.0)
-                o.append(f'<rect x="{x(e["ts"]):.1f}" y="{y + 3}" width="{w:.1f}" height="{ROW - 6}" '
+                start, end = max(e["ts"], t0), min(e["ts"] + e.get("dur", 0), t1)
+                w = max((end - start) * scale, 1.0)
+                o.append(f'<rect x="{x(start):.1f}" y="{y + 3}" width="{w:.1f}" height="{ROW - 6}" '
                          f'fill="{colour(e)}" stroke="white" stroke-width="0.3">'
                          f'<title>{html.escape(e["name"])}</title></rect>')
             else:

@@ -269,12 +269,13 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             DriverKind::Xid => {
                 let n = devices.len() as u32;
                 let order = 2 + *devices.entry(e.ring.clone()).or_insert(n);
-                let dev = if e.ring.is_empty() { "?" } else { &e.ring };
+                let name = if e.ring.is_empty() {
+                    "Xid errors".to_owned()
+                } else {
+                    format!("Xid errors {}", e.ring)
+                };
                 items.push(Item {
-                    lane: Lane::Driver {
-                        order,
-                        name: format!("Xid {dev}"),
-                    },
+                    lane: Lane::Driver { order, name },
                     name: format!("Xid {}", e.arg),
                     start_ns: e.ts_ns,
                     dur_ns: None,
