@@ -3,6 +3,7 @@
 //! tab-separated event file.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
@@ -46,11 +47,35 @@ pub fn event_line(e: &DriverEvent) -> String {
     )
 }
 
-/// `gpuperf record --driver`: attaches before the target starts, following
-/// gpuperf's own process tree (the target and its children). `None`, after
-/// one line saying why, when nothing can be recorded; the recording goes on
-/// without driver events.
-pub fn start_for_record() -> Option<Recorder> {
+/// `gpuperf record --driver`: a driver trace for the recording, written to
+/// its directory as the events come.
+pub struct ForRecord {
+    rec: Recorder,
+    file: std::sync::Arc<std::sync::Mutex<EventFile>>,
+}
+
+struct EventFile {
+    out: std::io::BufWriter<std::fs::File>,
+    err: Option<std::io::Error>,
+    counts: [u64; 4],
+    total: u64,
+}
+
+impl EventFile {
+    fn write(&mut self, text: &str) {
+        if self.err.is_none()
+            && let Err(e) = self.out.write_all(text.as_bytes())
+        {
+            self.err = Some(e);
+        }
+    }
+}
+
+/// Attaches before the target starts, following gpuperf's own process tree
+/// (the target and its children), and starts `driver.tsv` in `raw`. `None`,
+/// after one line saying why, when nothing can be recorded; the recording
+/// goes on without driver events.
+pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
     let (present, absent) = gpuperf_profiler::driver::available(&kallsyms, &Source::ALL);
     let why: Vec<&str> = absent.iter().map(|(_, w)| w.as_str()).collect();
@@ -59,70 +84,96 @@ pub fn start_for_record() -> Option<Recorder> {
             "gpuperf record: --driver: no GPU driver events on this machine, skipped: {}",
             why.join("; ")
         );
-        return None;
+        return Ok(None);
     }
+    let path = raw.join(gpuperf_merge::read::driver::FILE_NAME);
+    let f = std::fs::File::create(&path)
+        .with_context(|| format!("failed to create `{}`", path.display()))?;
+    let mut head = format!("{EVENT_HEADER}\n");
+    for s in &present {
+        let _ = writeln!(head, "# attached {}", s.name());
+    }
+    for a in &why {
+        let _ = writeln!(head, "# absent {a}");
+    }
+    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+    for m in SIMULATED_MODULES {
+        if modules.lines().any(|l| l.split(' ').next() == Some(m)) {
+            let _ = writeln!(head, "# simulated {m}");
+        }
+    }
+    let file = std::sync::Arc::new(std::sync::Mutex::new(EventFile {
+        out: std::io::BufWriter::with_capacity(1 << 16, f),
+        err: None,
+        counts: [0; 4],
+        total: 0,
+    }));
+    file.lock().expect("not poisoned").write(&head);
     let options = DriverOptions {
         pids: vec![std::process::id()],
         filter_pids: true,
         sources: present,
         ..DriverOptions::default()
     };
-    match Recorder::start(options) {
-        Ok(r) => {
+    let sink = file.clone();
+    let on_event = Box::new(move |e: DriverEvent| {
+        let mut f = sink.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = match e.kind {
+            DriverKind::Ioctl => Some(0),
+            DriverKind::JobQueued => Some(1),
+            DriverKind::Isr => Some(2),
+            DriverKind::Xid => Some(3),
+            _ => None,
+        };
+        if let Some(i) = slot {
+            f.counts[i] += 1;
+        }
+        f.total += 1;
+        let line = event_line(&e) + "\n";
+        f.write(&line);
+    });
+    match Recorder::start_streaming(options, on_event) {
+        Ok(rec) => {
             if !why.is_empty() {
                 eprintln!("{}", absent_line("record --driver", &why.join("; ")));
             }
-            Some(r)
+            Ok(Some(ForRecord { rec, file }))
         }
         Err(e) => {
+            let _ = std::fs::remove_file(&path);
             eprintln!("gpuperf record: --driver: no GPU driver events, skipped: {e}");
-            None
+            Ok(None)
         }
     }
 }
 
-/// Stops the trace and writes the recording's driver event file into `raw`.
-/// Returns the summary line.
-pub fn finish_for_record(rec: Recorder, raw: &Path) -> Result<String> {
-    let absent: Vec<String> = rec.absent().iter().map(|(_, w)| w.clone()).collect();
-    let (events, summary) = rec.finish().context("the driver trace failed")?;
-    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    let mut text = format!("{EVENT_HEADER}\n");
-    for s in &summary.attached {
-        let _ = writeln!(text, "# attached {}", s.name());
-    }
-    for a in &absent {
-        let _ = writeln!(text, "# absent {a}");
-    }
-    for m in SIMULATED_MODULES {
-        if modules.lines().any(|l| l.split(' ').next() == Some(m)) {
-            let _ = writeln!(text, "# simulated {m}");
+impl ForRecord {
+    /// Stops the trace and finishes the file with what was lost. Returns the
+    /// summary line.
+    pub fn finish(self) -> Result<String> {
+        let (_, summary) = self.rec.finish().context("the driver trace failed")?;
+        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &summary.stats;
+        let mut tail = String::new();
+        for (k, n) in [
+            ("ring_buffer", st.ring_buffer_drops),
+            ("map_full", st.map_full),
+            ("malformed", summary.malformed),
+        ] {
+            let _ = writeln!(tail, "# dropped {k} {n}");
         }
+        f.write(&tail);
+        if let Some(e) = f.err.take() {
+            return Err(e).context("failed to write the driver events");
+        }
+        f.out.flush().context("failed to write the driver events")?;
+        let lost = st.ring_buffer_drops + st.map_full + summary.malformed;
+        let [ioctls, jobs, irqs, xids] = f.counts;
+        Ok(format!(
+            "gpuperf: driver: {} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids), {lost} lost\n",
+            f.total
+        ))
     }
-    let st = &summary.stats;
-    for (k, n) in [
-        ("ring_buffer", st.ring_buffer_drops),
-        ("map_full", st.map_full),
-        ("malformed", summary.malformed),
-    ] {
-        let _ = writeln!(text, "# dropped {k} {n}");
-    }
-    for e in &events {
-        text += &event_line(e);
-        text.push('\n');
-    }
-    let path = raw.join(gpuperf_merge::read::driver::FILE_NAME);
-    std::fs::write(&path, text).with_context(|| format!("failed to write `{}`", path.display()))?;
-    let n = |k: DriverKind| events.iter().filter(|e| e.kind == k).count();
-    let lost = st.ring_buffer_drops + st.map_full + summary.malformed;
-    Ok(format!(
-        "gpuperf: driver: {} events ({} ioctls, {} jobs, {} interrupts, {} Xids), {lost} lost\n",
-        events.len(),
-        n(DriverKind::Ioctl),
-        n(DriverKind::JobQueued),
-        n(DriverKind::Isr),
-        n(DriverKind::Xid)
-    ))
 }
 
 #[cfg(test)]

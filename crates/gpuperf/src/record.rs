@@ -119,7 +119,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
 
     // Attached before the target is forked: the BPF pid set then follows it.
     let driver = if a.driver {
-        crate::driver::start_for_record()
+        crate::driver::start_for_record(&raw)?
     } else {
         None
     };
@@ -201,7 +201,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
     let code = target::exit_code(status);
     signals.phase.store(FINISHING, Ordering::Release);
     let wall = started.elapsed();
-    let driver_line = match driver.map(|d| crate::driver::finish_for_record(d, &raw)) {
+    let driver_line = match driver.map(crate::driver::ForRecord::finish) {
         Some(Ok(line)) => line,
         Some(Err(e)) => {
             eprintln!("gpuperf: error: {}", one_line(&e));

@@ -486,8 +486,13 @@ pub struct Recorder {
 /// What the trace thread sends once attached: the pid filter, the absent sources.
 type Attached = (PidFilter, Vec<(Source, String)>);
 
+/// Where a [`Recorder`]'s events go as they come.
+pub type OnEvent = Box<dyn FnMut(DriverEvent) + Send>;
+
 struct Collect {
     events: Vec<DriverEvent>,
+    /// Set: each event goes there instead of into `events`.
+    on_event: Option<OnEvent>,
     ready: Option<std::sync::mpsc::Sender<Attached>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -500,7 +505,10 @@ impl DriverSink for Collect {
     }
 
     fn event(&mut self, event: DriverEvent) {
-        self.events.push(event);
+        match self.on_event.as_mut() {
+            Some(f) => f(event),
+            None => self.events.push(event),
+        }
     }
 
     fn tick(&mut self, _stats: &DriverStats) -> bool {
@@ -511,6 +519,17 @@ impl DriverSink for Collect {
 impl Recorder {
     /// Loads and attaches (see [`trace`]) and returns once attached.
     pub fn start(options: DriverOptions) -> Result<Self> {
+        Self::start_inner(options, None)
+    }
+
+    /// As [`Recorder::start`], each event handed to `on_event` (on the trace
+    /// thread) as it comes instead of kept: a long recording's events need
+    /// not fit in memory. [`Recorder::finish`] then returns no events.
+    pub fn start_streaming(options: DriverOptions, on_event: OnEvent) -> Result<Self> {
+        Self::start_inner(options, Some(on_event))
+    }
+
+    fn start_inner(options: DriverOptions, on_event: Option<OnEvent>) -> Result<Self> {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -520,6 +539,7 @@ impl Recorder {
                 move || {
                     let mut sink = Collect {
                         events: Vec::new(),
+                        on_event,
                         ready: Some(tx),
                         stop,
                     };
