@@ -51,6 +51,7 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st CUDA_ARRAY3D_DESCRIPTOR_v1;
 typedef struct { int none; } cuCtxSynchronize_params;
 
 #include "gpusim.h"
+#include "nvdev.h"
 
 #define XSTR(x) STR_(x)
 #define STR_(x) #x
@@ -404,6 +405,8 @@ GPUSIM_EXPORT void gpusim_api_begin(struct gpusim_api *c, int domain, uint32_t c
         c->correlation_id = 0;
         if (domain == GPUSIM_DOMAIN_RUNTIME)
             tls_runtime_corr = 0;
+        if (domain == GPUSIM_DOMAIN_DRIVER)
+            nvdev_call(name);
         return;
     }
     if (domain == GPUSIM_DOMAIN_DRIVER && c->outer)
@@ -415,6 +418,9 @@ GPUSIM_EXPORT void gpusim_api_begin(struct gpusim_api *c, int domain, uint32_t c
     c->start_ns = now_ns();
     c->traced = 1;
     t->api_enter(c);
+    /* Simulated ioctls inside the call, after its start (nvdev.h). */
+    if (domain == GPUSIM_DOMAIN_DRIVER)
+        nvdev_call(name);
 }
 
 GPUSIM_EXPORT void gpusim_api_end(struct gpusim_api *c) {

@@ -130,6 +130,11 @@ pub struct RecordArgs {
     /// Stop the program (SIGINT) after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
+    /// Also record the GPU driver's events for the program and its children
+    /// (NVIDIA ioctls, interrupts, Xid errors, DRM scheduler jobs) where the
+    /// kernel has them (eBPF, so root); what is missing is said and skipped.
+    #[arg(long)]
+    pub driver: bool,
     /// Take stacks at this function instead of at the injection library's marker
     /// (compatibility mode; matched to GPU work by time). Repeatable.
     #[arg(long, value_name = "LIB:SYMBOL", conflicts_with = "gpu_only")]

@@ -195,11 +195,21 @@ fn run_report(mut a: ReportArgs, quiet: bool) -> Result<()> {
     let mut l = Loaded::from_args(&a.input)?;
     let mut rep = report::Reporter::new();
     let mut idle = IdleFolder::new();
-    let summary = l.join(&mut [&mut rep, &mut idle])?;
+    let mut driver = l
+        .driver
+        .take()
+        .map(gpuperf_merge::write::driver::Reporter::new);
+    let summary = match driver.as_mut() {
+        Some(d) => l.join(&mut [&mut rep, &mut idle, d])?,
+        None => l.join(&mut [&mut rep, &mut idle])?,
+    };
     let top = usize::try_from(a.top).unwrap_or(usize::MAX);
     let mut out = io::stdout().lock();
     rep.write(&mut out, top)?;
     write_idle(&mut out, &idle, top)?;
+    if let Some(d) = &driver {
+        d.write(&mut out, top)?;
+    }
     if (l.cpu.is_some() || summary.gpu_launch_stacks > 0) && !quiet {
         eprint!("gpuperf: {summary}");
     }

@@ -117,6 +117,13 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         None
     };
 
+    // Attached before the target is forked: the BPF pid set then follows it.
+    let driver = if a.driver {
+        crate::driver::start_for_record(&raw)?
+    } else {
+        None
+    };
+
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     if let Some(lib) = &inject {
         if let Some(old) = std::env::var_os("CUDA_INJECTION64_PATH") {
@@ -170,6 +177,9 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
             if let Some(p) = profiler {
                 let _ = p.stop();
             }
+            if let Some(d) = driver {
+                let _ = d.finish();
+            }
             let code = spawn_failure_code(&e);
             // `gpuperf flamegraph` is a program to run, not a typo'd command.
             let hint = if code == 127 && !a.program[0].as_encoded_bytes().contains(&b'/') {
@@ -191,9 +201,18 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
     let code = target::exit_code(status);
     signals.phase.store(FINISHING, Ordering::Release);
     let wall = started.elapsed();
+    let driver_line = match driver.map(crate::driver::ForRecord::finish) {
+        Some(Ok(line)) => line,
+        Some(Err(e)) => {
+            eprintln!("gpuperf: error: {}", one_line(&e));
+            String::new()
+        }
+        None => String::new(),
+    };
 
     if let Err(e) = finish(
         &a,
+        &driver_line,
         profiler,
         &raw,
         &cpu_path,
@@ -279,7 +298,10 @@ fn clear_old_traces(raw: &Path) -> Result<()> {
     for entry in list.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name == CPU_TRACE || (name.starts_with("gpu-") && name.contains(".gputrace")) {
+        if name == CPU_TRACE
+            || name == gpuperf_merge::read::driver::FILE_NAME
+            || (name.starts_with("gpu-") && name.contains(".gputrace"))
+        {
             fs::remove_file(entry.path()).with_context(|| {
                 format!("failed to remove the old `{}`", entry.path().display())
             })?;
@@ -547,6 +569,7 @@ fn human_bytes(n: u64) -> String {
 #[allow(clippy::too_many_arguments)]
 fn finish(
     a: &RecordArgs,
+    driver_line: &str,
     profiler: Option<Profiler>,
     raw: &Path,
     cpu_path: &Path,
@@ -665,6 +688,7 @@ fn finish(
             );
         }
     }
+    report += driver_line;
     for w in &written {
         target::chown(&w.path, user)?;
         report += &format!("gpuperf: wrote `{}`: {}\n", w.path.display(), w.how);
@@ -758,6 +782,7 @@ mod tests {
             "gpu-1.gputrace",
             "gpu-1.gputrace.log",
             "cpu.txt",
+            "driver.tsv",
             "notes.md",
         ] {
             fs::write(d.path().join(f), "x").unwrap();

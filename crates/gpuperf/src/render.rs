@@ -11,6 +11,7 @@ use gpuperf_merge::Diagnostics;
 use gpuperf_merge::join::{self, Sink, Summary};
 use gpuperf_merge::model::{SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
+use gpuperf_merge::read::driver::{self as driver_file, DriverTrace};
 use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_merge::read::kineto;
 use gpuperf_merge::write::report::{Reporter, Row};
@@ -34,6 +35,8 @@ pub struct Loaded {
     pub inprocess: Option<join::stacks::StackStats>,
     /// The names of the in-process stacks' frames, to keep with a recording.
     pub symbols: Option<gpuperf_merge::read::symbols::SymbolCache>,
+    /// The GPU driver's events, when a recording has them (`record --driver`).
+    pub driver: Option<DriverTrace>,
 }
 
 impl Loaded {
@@ -112,6 +115,7 @@ impl Loaded {
                 g.add_launch_stacks(s.trace);
             }
         }
+        let driver = read_driver(gpu_paths)?;
         Ok(Self {
             strings,
             cpu,
@@ -119,6 +123,7 @@ impl Loaded {
             opts: join::Options::default(),
             inprocess,
             symbols,
+            driver,
         })
     }
 
@@ -136,6 +141,26 @@ impl Loaded {
         report_diagnostics("GPU", &summary.gpu_read.diagnostics);
         Ok(summary)
     }
+}
+
+/// The driver event file of the first recording directory among `paths` that
+/// has one.
+fn read_driver(paths: &[PathBuf]) -> Result<Option<DriverTrace>> {
+    let Some(p) = paths
+        .iter()
+        .map(|d| d.join(driver_file::FILE_NAME))
+        .find(|p| p.is_file())
+    else {
+        return Ok(None);
+    };
+    let t = DriverTrace::open(&p)?;
+    info!(
+        "read {} driver events from `{}`",
+        t.events.len(),
+        p.display()
+    );
+    report_diagnostics("driver", &t.diagnostics);
+    Ok(Some(t))
 }
 
 /// gpuperf GPU traces at `path`: 1 for a file, those inside a directory.
@@ -236,7 +261,11 @@ pub fn write_with_pprof(l: &mut Loaded, outs: &Outputs, pprof: Option<&Path>) ->
         .as_deref()
         .map(|p| Ok::<_, anyhow::Error>((p, create(p)?)))
         .transpose()?;
-    let mut chrome = outs.chrome.as_deref().map(Timeline::create).transpose()?;
+    let mut chrome = outs
+        .chrome
+        .as_deref()
+        .map(|p| Timeline::create(p, l.driver.clone()))
+        .transpose()?;
     let idle_file = outs.idle.as_deref().map(create).transpose()?;
     let idle_svg_file = outs.idle_svg.as_deref().map(create).transpose()?;
     let mut idle = (idle_file.is_some() || idle_svg_file.is_some()).then(idle::IdleFolder::new);
@@ -373,12 +402,20 @@ enum Timeline {
 const LARGE_JSON: u64 = 256 << 20;
 
 impl Timeline {
-    fn create(p: &Path) -> Result<Self> {
+    fn create(p: &Path, driver: Option<DriverTrace>) -> Result<Self> {
         let f = create(p)?;
         Ok(if perfetto::wanted_for(p) {
-            Self::Perfetto(Box::new(perfetto::Writer::new(f)?.with_idle_slices()))
+            let mut w = perfetto::Writer::new(f)?.with_idle_slices();
+            if let Some(d) = driver {
+                w = w.with_driver(d);
+            }
+            Self::Perfetto(Box::new(w))
         } else {
-            Self::Chrome(Box::new(chrome::Writer::new(f)?.with_idle_slices()))
+            let mut w = chrome::Writer::new(f)?.with_idle_slices();
+            if let Some(d) = driver {
+                w = w.with_driver(d);
+            }
+            Self::Chrome(Box::new(w))
         })
     }
 

@@ -913,3 +913,85 @@ fn record_sigint_to_the_process_group__a_program_without_a_handler_dies_of_it_wi
     // Each recorded launch has its GPU record: CUPTI's buffers were flushed.
     assert_eq!(kernels, launches, "{err}");
 }
+
+/// `--driver` on a machine without GPU driver events (this one: no kprobes,
+/// no DRM scheduler, no NVIDIA driver): one line says what is missing, and
+/// everything else — exit code, the program's output, the merged stacks, the
+/// raw files — is what the same recording without `--driver` gives, with eBPF
+/// stacks, with stacks taken in the program and with `--gpu-only`.
+#[test]
+fn record_driver_without_driver_events__one_line_and_the_recording_unchanged() {
+    if !bpf_available() {
+        return;
+    }
+    let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap();
+    let (present, absent) =
+        gpuperf_profiler::driver::available(&kallsyms, &gpuperf_profiler::driver::Source::ALL);
+    if !present.is_empty() {
+        eprintln!("skipped: this machine has GPU driver events: {present:?}");
+        return;
+    }
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
+    for (tag, flags) in [
+        ("ebpf", &["--stacks", "ebpf"][..]),
+        ("inject", &["--stacks", "inject"][..]),
+        ("gpu-only", &["--gpu-only"][..]),
+    ] {
+        let mut runs = Vec::new();
+        for driver in [false, true] {
+            let dir = work_dir(&format!("driver-absent-{tag}-{driver}"));
+            let mut args = flags.to_vec();
+            args.extend(["-m", "merged.folded", "--raw-dir", "raw"]);
+            if driver {
+                args.push("--driver");
+            }
+            let o = gpuperf_cupti(&dir, &args, &cupti, &app, &["chevron", "3"])
+                .output()
+                .unwrap();
+            let all = show(&o);
+            assert_eq!(o.status.code(), Some(0), "{tag}: {all}");
+            let err = text(&o.stderr);
+            let lines: Vec<&str> = err.lines().filter(|l| l.contains("--driver")).collect();
+            if driver {
+                assert_eq!(lines.len(), 1, "{tag}: {all}");
+                assert!(
+                    lines[0].starts_with(
+                        "gpuperf record: --driver: no GPU driver events on this machine, skipped: "
+                    ),
+                    "{tag}: {all}"
+                );
+                for (_, why) in &absent {
+                    assert!(lines[0].contains(why.as_str()), "{tag}: {all}");
+                }
+            } else {
+                assert!(lines.is_empty(), "{tag}: {all}");
+            }
+            let mut raw: Vec<String> = fs::read_dir(dir.join("raw"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .map(|n| {
+                    // The trace files are named by the target's pid.
+                    n.split('-').next().unwrap_or_default().to_owned() + "…"
+                })
+                .collect();
+            raw.sort();
+            let folded = fs::read_to_string(dir.join("merged.folded")).unwrap();
+            // The stacks, not their weights: GPU time is measured, and varies.
+            let mut stacks: Vec<String> = folded
+                .lines()
+                .map(|l| l.rsplit_once(' ').unwrap().0.to_owned())
+                .collect();
+            stacks.sort();
+            // The program prints its pid first.
+            let out: Vec<String> = text(&o.stdout)
+                .lines()
+                .map(|l| l.split_whitespace().skip(2).collect::<Vec<_>>().join(" "))
+                .collect();
+            runs.push((out, raw, stacks));
+        }
+        assert_eq!(runs[0], runs[1], "{tag}: with and without --driver");
+        assert!(!runs[1].2.is_empty(), "{tag}: no stacks merged");
+    }
+}

@@ -690,3 +690,100 @@ mod tests {
         assert_eq!(t.len(), 2);
     }
 }
+
+/// What a GPU driver event records (`gpuperf record --driver`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DriverKind {
+    /// NVIDIA's `open` entry point.
+    Open,
+    /// NVIDIA's `ioctl` entry point, entry to return.
+    Ioctl,
+    /// NVIDIA's `mmap` entry point.
+    Mmap,
+    /// NVIDIA's interrupt handler.
+    Irq,
+    /// NVIDIA's interrupt bottom half, on its kernel thread.
+    IrqBottomHalf,
+    /// An Xid error (`nvidia:nvidia_dev_xid`).
+    Xid,
+    /// A job queued on a DRM scheduler ring.
+    JobQueued,
+    /// A job handed to the hardware.
+    JobRun,
+    /// A job finished by the hardware.
+    JobDone,
+    /// A job waiting on a dependency.
+    JobWaitDep,
+    /// A `dma_fence` made.
+    FenceInit,
+    /// A `dma_fence` signalled.
+    FenceSignaled,
+}
+
+impl DriverKind {
+    /// Every kind.
+    pub const ALL: [DriverKind; 12] = [
+        Self::Open,
+        Self::Ioctl,
+        Self::Mmap,
+        Self::Irq,
+        Self::IrqBottomHalf,
+        Self::Xid,
+        Self::JobQueued,
+        Self::JobRun,
+        Self::JobDone,
+        Self::JobWaitDep,
+        Self::FenceInit,
+        Self::FenceSignaled,
+    ];
+
+    /// Its name in the driver event file (as `gpuperf monitor --event` spells events).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Ioctl => "ioctl",
+            Self::Mmap => "mmap",
+            Self::Irq => "irq",
+            Self::IrqBottomHalf => "irq_bh",
+            Self::Xid => "xid",
+            Self::JobQueued => "job_queue",
+            Self::JobRun => "job_run",
+            Self::JobDone => "job_done",
+            Self::JobWaitDep => "job_wait_dep",
+            Self::FenceInit => "fence_init",
+            Self::FenceSignaled => "fence_signaled",
+        }
+    }
+
+    /// The kind named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// One GPU driver event, on `CLOCK_MONOTONIC` like gpuperf's GPU traces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverEvent {
+    /// When (an ioctl's entry).
+    pub ts_ns: u64,
+    /// An ioctl's duration; otherwise 0.
+    pub dur_ns: u64,
+    /// A job's id (the same on all its events), a fence's; otherwise 0.
+    pub id: u64,
+    /// An ioctl's return value.
+    pub ret: i64,
+    /// The process (a job's submitter for all its events).
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// What happened.
+    pub kind: DriverKind,
+    /// An ioctl's command, an Xid's number; otherwise 0.
+    pub arg: u32,
+    /// The thread's command name (a kernel thread's for interrupts).
+    pub comm: String,
+    /// A job's ring.
+    pub ring: String,
+    /// An Xid's message.
+    pub msg: String,
+}

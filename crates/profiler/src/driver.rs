@@ -238,7 +238,8 @@ const MSG_LEN: usize = 64;
 #[derive(Clone, Debug)]
 pub struct DriverOptions {
     /// Only these processes (and the driver's interrupt and kernel threads);
-    /// more can be added while tracing through [`PidFilter`]. Default: every
+    /// more can be added while tracing through [`PidFilter`], and their
+    /// children join the set as they fork. Default: every
     /// process, unless `filter_pids` is set.
     pub pids: Vec<u32>,
     /// Filter by the pid set even when `pids` is empty (for a caller that
@@ -393,7 +394,16 @@ pub fn trace(options: &DriverOptions, sink: &mut impl DriverSink) -> Result<Driv
     } else {
         None
     };
-    let links = attach(&skel, &present)?;
+    let mut links = attach(&skel, &present)?;
+    if options.filter_pids || !options.pids.is_empty() {
+        // The pid set follows forks: a recording's target and its children.
+        links.push(
+            skel.progs
+                .follow_fork
+                .attach_raw_tracepoint("sched_process_fork")
+                .map_err(bpf("attaching the fork follower"))?,
+        );
+    }
 
     let events = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let malformed = std::rc::Rc::new(std::cell::Cell::new(0u64));
@@ -476,8 +486,13 @@ pub struct Recorder {
 /// What the trace thread sends once attached: the pid filter, the absent sources.
 type Attached = (PidFilter, Vec<(Source, String)>);
 
+/// Where a [`Recorder`]'s events go as they come.
+pub type OnEvent = Box<dyn FnMut(DriverEvent) + Send>;
+
 struct Collect {
     events: Vec<DriverEvent>,
+    /// Set: each event goes there instead of into `events`.
+    on_event: Option<OnEvent>,
     ready: Option<std::sync::mpsc::Sender<Attached>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -490,7 +505,10 @@ impl DriverSink for Collect {
     }
 
     fn event(&mut self, event: DriverEvent) {
-        self.events.push(event);
+        match self.on_event.as_mut() {
+            Some(f) => f(event),
+            None => self.events.push(event),
+        }
     }
 
     fn tick(&mut self, _stats: &DriverStats) -> bool {
@@ -501,6 +519,17 @@ impl DriverSink for Collect {
 impl Recorder {
     /// Loads and attaches (see [`trace`]) and returns once attached.
     pub fn start(options: DriverOptions) -> Result<Self> {
+        Self::start_inner(options, None)
+    }
+
+    /// As [`Recorder::start`], each event handed to `on_event` (on the trace
+    /// thread) as it comes instead of kept: a long recording's events need
+    /// not fit in memory. [`Recorder::finish`] then returns no events.
+    pub fn start_streaming(options: DriverOptions, on_event: OnEvent) -> Result<Self> {
+        Self::start_inner(options, Some(on_event))
+    }
+
+    fn start_inner(options: DriverOptions, on_event: Option<OnEvent>) -> Result<Self> {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -510,6 +539,7 @@ impl Recorder {
                 move || {
                     let mut sink = Collect {
                         events: Vec::new(),
+                        on_event,
                         ready: Some(tx),
                         stop,
                     };
@@ -645,6 +675,9 @@ fn load<'obj>(
     progs.process_job.set_autoload(on(Source::DrmSched));
     progs.fence_init.set_autoload(on(Source::DmaFence));
     progs.fence_signaled.set_autoload(on(Source::DmaFence));
+    progs
+        .follow_fork
+        .set_autoload(options.filter_pids || !options.pids.is_empty());
     open.load().map_err(bpf("loading the driver BPF programs"))
 }
 

@@ -2,6 +2,7 @@
 //! format and opens it.
 
 pub mod cpu;
+pub mod driver;
 pub mod gputrace;
 #[cfg(feature = "render")]
 pub mod imported;

@@ -18,6 +18,9 @@
 //!   named with the stream the event was recorded on, when the input says
 //!   (`Stream Wait Event (stream 7)`), and gets a second arrow, from the
 //!   `cudaEventRecord` call that recorded the event, when that call is known.
+//! - With [`Writer::with_driver`], a recording's GPU driver events: ioctls
+//!   inside the CUDA API call that made them, and a `GPU driver` pseudo-process
+//!   with its rings, interrupts and Xid errors ([`crate::write::driver`]).
 //! - Timestamps are µs relative to the first record, written from integer ns with
 //!   three decimals, so sub-µs precision survives (absolute epoch µs would not fit
 //!   a double's precision). `otherData.time_base_ns` holds the base.
@@ -30,7 +33,9 @@ use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::{Activity, ActivityKind, Clock, Record, SyncWait, UNKNOWN_DEVICE};
 use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
+use crate::read::driver::DriverTrace;
 use crate::write::demangle::Demangler;
+use crate::write::driver::{self, Call, Calls, DRIVER_PID, Lane};
 use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
@@ -62,6 +67,7 @@ pub struct Writer<W: Write> {
     // slice and on every activity it caused, so escape each stack once.
     stack_json: Vec<Option<std::rc::Rc<str>>>,
     idle: Option<Box<IdleFolder>>,
+    driver: Option<Box<(DriverTrace, Calls)>>,
     err: Option<std::io::Error>,
 }
 
@@ -85,6 +91,7 @@ impl<W: Write> Writer<W> {
             demangler: Demangler::default(),
             stack_json: Vec::new(),
             idle: None,
+            driver: None,
             err: None,
         })
     }
@@ -93,6 +100,66 @@ impl<W: Write> Writer<W> {
     pub fn with_idle_slices(mut self) -> Self {
         self.idle = Some(Box::new(IdleFolder::new().with_slices()));
         self
+    }
+
+    /// Also draws a recording's GPU driver events (see [`crate::write::driver`]).
+    pub fn with_driver(mut self, trace: DriverTrace) -> Self {
+        self.driver = Some(Box::new((trace, Calls::default())));
+        self
+    }
+
+    fn driver_items(
+        &mut self,
+        ctx: &Context<'_>,
+        trace: &DriverTrace,
+        calls: &[Call],
+    ) -> std::io::Result<()> {
+        let items = driver::timeline(trace, calls);
+        for it in &items {
+            let (pid, tid) = match &it.lane {
+                Lane::Thread { pid, tid, .. } => {
+                    // Named as the API calls' threads are.
+                    self.cpu_process(*pid)?;
+                    let comm = ctx.cpu.and_then(|c| c.comms.get(&(*pid, *tid)));
+                    let tname =
+                        comm.map_or_else(|| format!("thread {tid}"), |c| format!("{c} ({tid})"));
+                    self.name_thread(u64::from(*pid), u64::from(*tid), &tname)?;
+                    (u64::from(*pid), u64::from(*tid))
+                }
+                Lane::Driver { order, name } => {
+                    let tid = u64::from(*order);
+                    self.name_process(DRIVER_PID, &driver::process_name(trace), DRIVER_PID)?;
+                    if !self.named_threads.contains(&(DRIVER_PID, tid)) {
+                        self.name_thread(DRIVER_PID, tid, name)?;
+                        write!(
+                            self.event(),
+                            r#""ph":"M","name":"thread_sort_index","pid":{DRIVER_PID},"tid":{tid},"args":{{"sort_index":{tid}}}}}"#
+                        )?;
+                    }
+                    (DRIVER_PID, tid)
+                }
+            };
+            let name = json(&it.name);
+            let ts = self.ts(it.start_ns);
+            let mut args = String::new();
+            for (i, (k, v)) in it.args.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "," };
+                args += &format!("{sep}\"{k}\":{}", json(v));
+            }
+            let out = self.event();
+            match it.dur_ns {
+                Some(d) => write!(
+                    out,
+                    r#""ph":"X","cat":"driver","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{},"args":{{{args}}}}}"#,
+                    Us(i128::from(d))
+                )?,
+                None => write!(
+                    out,
+                    r#""ph":"i","s":"t","cat":"driver","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"args":{{{args}}}}}"#
+                )?,
+            }
+        }
+        Ok(())
     }
 
     fn idle_slices(&mut self, ctx: &Context<'_>, idle: &IdleFolder) -> std::io::Result<()> {
@@ -393,6 +460,9 @@ impl<W: Write> Sink for Writer<W> {
         if let Some(idle) = self.idle.as_mut() {
             idle.record(ctx, rec, m)?;
         }
+        if let Some(d) = self.driver.as_mut() {
+            d.1.take(ctx, rec, m);
+        }
         let r = match rec {
             Record::Process(p) => {
                 self.exes.insert(p.pid, p.exe.clone());
@@ -442,6 +512,11 @@ impl<W: Write> Sink for Writer<W> {
         if let Some(mut idle) = self.idle.take() {
             idle.finish(ctx, summary)?;
             let r = self.idle_slices(ctx, &idle);
+            self.check(r)?;
+        }
+        if let Some(d) = self.driver.take() {
+            let (trace, calls) = *d;
+            let r = self.driver_items(ctx, &trace, &calls.into_calls());
             self.check(r)?;
         }
         let clock = match ctx.clock {

@@ -8,6 +8,7 @@ pub const CAPTURED_MARKER: &str = "launch captured into a CUDA graph";
 pub mod chrome;
 mod demangle;
 pub mod diff;
+pub mod driver;
 pub mod folded;
 pub mod idle;
 pub mod perfetto;

@@ -16,6 +16,8 @@
 //! - With [`Writer::with_idle_slices`], the streams' and devices' idle time is
 //!   drawn as in the JSON: slices named by cause on each stream's track, with
 //!   the blamed frame and API call as arguments, and a device track of its gaps.
+//! - With [`Writer::with_driver`], a recording's GPU driver events on the
+//!   same tracks as in the JSON ([`crate::write::driver`]).
 //! - Flows use flow ids: an API call's slice starts the flow
 //!   `pid << 32 | correlation id`, and each activity it caused (or that waits on
 //!   the event it recorded) names that id, so the arrow runs from the call to
@@ -35,8 +37,10 @@ use crate::error::{Error, Result};
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::{Activity, ActivityKind, Record, SyncWait, UNKNOWN_DEVICE};
 use crate::read::cpu::{CpuLaunch, StackId};
+use crate::read::driver::DriverTrace;
 use crate::write::chrome::{DEVICE_IDLE_TID, SYNC_TID_BIT, gpu_pid, sync_name};
 use crate::write::demangle::Demangler;
+use crate::write::driver::{self, Call, Calls, DRIVER_PID, Lane};
 use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 /// Whether `path` asks for a Perfetto protobuf trace: it ends in `.pftrace` or
@@ -261,6 +265,7 @@ enum TrackKey {
     Process(u64),
     Thread(u32, u32),
     Stream(u64, u64),
+    Driver(u32),
 }
 
 /// Strings to small ids, each id written once in the sequence's interned data.
@@ -304,6 +309,7 @@ pub struct Writer<W: Write> {
     new_interned: proto::InternedData,
     demangler: Demangler,
     idle: Option<Box<IdleFolder>>,
+    driver: Option<Box<(DriverTrace, Calls)>>,
     written: u64,
 }
 
@@ -325,6 +331,7 @@ impl<W: Write> Writer<W> {
             new_interned: proto::InternedData::default(),
             demangler: Demangler::default(),
             idle: None,
+            driver: None,
             written: 0,
         };
         let first = proto::TracePacket {
@@ -340,6 +347,84 @@ impl<W: Write> Writer<W> {
     pub fn with_idle_slices(mut self) -> Self {
         self.idle = Some(Box::new(IdleFolder::new().with_slices()));
         self
+    }
+
+    /// Also draws a recording's GPU driver events, as the JSON does.
+    pub fn with_driver(mut self, trace: DriverTrace) -> Self {
+        self.driver = Some(Box::new((trace, Calls::default())));
+        self
+    }
+
+    fn driver_track(
+        &mut self,
+        ctx: &Context<'_>,
+        trace: &DriverTrace,
+        lane: &Lane,
+    ) -> std::io::Result<u64> {
+        match lane {
+            Lane::Thread { pid, tid, .. } => self.thread(ctx, *pid, *tid),
+            Lane::Driver { order, name } => {
+                let parent = self.process(DRIVER_PID, &driver::process_name(trace), None)?;
+                let (uuid, new) = self.track(TrackKey::Driver(*order));
+                if new {
+                    self.descriptor(TrackDescriptor {
+                        uuid: Some(uuid),
+                        parent_uuid: Some(parent),
+                        name: Some(name.clone()),
+                        sibling_order_rank: Some(*order as i32),
+                        ..Default::default()
+                    })?;
+                }
+                Ok(uuid)
+            }
+        }
+    }
+
+    /// Slices are written per track in time order, each ended before the next
+    /// one that does not nest in it begins.
+    fn driver_items(
+        &mut self,
+        ctx: &Context<'_>,
+        trace: &DriverTrace,
+        calls: &[Call],
+    ) -> std::io::Result<()> {
+        let items = driver::timeline(trace, calls);
+        let mut open: Vec<(u64, u64)> = Vec::new();
+        let mut lane: Option<&Lane> = None;
+        for it in &items {
+            let track = self.driver_track(ctx, trace, &it.lane)?;
+            if lane != Some(&it.lane) {
+                while let Some((t, at)) = open.pop() {
+                    self.event(at, end(t))?;
+                }
+                lane = Some(&it.lane);
+            }
+            while let Some(&(t, at)) = open.last().filter(|(_, at)| *at <= it.start_ns) {
+                open.pop();
+                self.event(at, end(t))?;
+            }
+            let args = it.args.iter().map(|(k, v)| self.string_arg(k, v)).collect();
+            let e = TrackEvent {
+                category_iids: vec![self.category_iid("driver")],
+                name_iid: Some(self.name_iid(&it.name)),
+                r#type: Some(if it.dur_ns.is_some() {
+                    proto::TYPE_SLICE_BEGIN
+                } else {
+                    proto::TYPE_INSTANT
+                }),
+                track_uuid: Some(track),
+                debug_annotations: args,
+                ..Default::default()
+            };
+            self.event(it.start_ns, e)?;
+            if let Some(d) = it.dur_ns {
+                open.push((track, it.start_ns + d));
+            }
+        }
+        while let Some((t, at)) = open.pop() {
+            self.event(at, end(t))?;
+        }
+        Ok(())
     }
 
     /// A string argument, its value interned (idle slices repeat few values).
@@ -770,6 +855,9 @@ impl<W: Write> Sink for Writer<W> {
         if let Some(idle) = self.idle.as_mut() {
             idle.record(ctx, rec, m)?;
         }
+        if let Some(d) = self.driver.as_mut() {
+            d.1.take(ctx, rec, m);
+        }
         let r = match rec {
             Record::Process(p) => {
                 self.exes.insert(p.pid, p.exe.clone());
@@ -820,6 +908,11 @@ impl<W: Write> Sink for Writer<W> {
         if let Some(mut idle) = self.idle.take() {
             idle.finish(ctx, summary)?;
             self.idle_slices(ctx, &idle).map_err(write_error)?;
+        }
+        if let Some(d) = self.driver.take() {
+            let (trace, calls) = *d;
+            self.driver_items(ctx, &trace, &calls.into_calls())
+                .map_err(write_error)?;
         }
         self.out.flush().map_err(write_error)
     }

@@ -189,7 +189,7 @@ impl Sink for Reporter {
 }
 
 /// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], p: u64) -> Option<u64> {
+pub(crate) fn percentile(sorted: &[u64], p: u64) -> Option<u64> {
     if sorted.is_empty() {
         return None;
     }

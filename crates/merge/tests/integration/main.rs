@@ -11,6 +11,7 @@ pub use gpuperf_merge::model;
 
 mod backward;
 mod captured;
+mod driver;
 mod idle;
 mod imported;
 mod join;

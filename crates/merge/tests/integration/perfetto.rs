@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
 use gpuperf_merge::read::cpu::CpuTrace;
+use gpuperf_merge::read::driver::DriverTrace;
 use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_merge::write::chrome;
 use gpuperf_merge::write::perfetto::{self, proto};
@@ -41,11 +42,24 @@ struct Timeline {
 
 /// Runs the join once with both timeline writers.
 fn run(gpu: &[PathBuf], cpu: Option<&Path>) -> (String, Vec<u8>) {
+    run_with(gpu, cpu, None)
+}
+
+/// [`run`], the writers also drawing `driver`'s events.
+fn run_with(
+    gpu: &[PathBuf],
+    cpu: Option<&Path>,
+    driver: Option<&DriverTrace>,
+) -> (String, Vec<u8>) {
     let mut strings = StringTable::new();
     let inputs = GpuInputs::open(gpu, &mut strings).unwrap();
     let mut cpu = cpu.map(|p| CpuTrace::open(p).unwrap());
     let mut json = chrome::Writer::new(Vec::new()).unwrap();
     let mut pb = perfetto::Writer::new(Vec::new()).unwrap();
+    if let Some(d) = driver {
+        json = json.with_driver(d.clone());
+        pb = pb.with_driver(d.clone());
+    }
     join::merge(
         cpu.as_mut(),
         &inputs,
@@ -574,7 +588,16 @@ fn from_text(fields: &[(String, Field)]) -> proto::Trace {
 
 /// Checks one input: both decodings agree with each other and with the JSON.
 fn check(gpu: &[PathBuf], cpu: Option<&Path>) -> (String, Vec<u8>) {
-    let (json, pb) = run(gpu, cpu);
+    check_with(gpu, cpu, None)
+}
+
+/// [`check`], with a recording's driver events on both timelines.
+pub fn check_with(
+    gpu: &[PathBuf],
+    cpu: Option<&Path>,
+    driver: Option<&DriverTrace>,
+) -> (String, Vec<u8>) {
+    let (json, pb) = run_with(gpu, cpu, driver);
     let own = decode(&pb);
     let expected = from_json(&json);
     assert!(!expected.slices.is_empty(), "the input has slices");

@@ -27,6 +27,10 @@ struct drm_sched_job {
 	struct drm_gpu_scheduler *sched;
 } __attribute__((preserve_access_index));
 
+struct task_struct {
+	int tgid;
+} __attribute__((preserve_access_index));
+
 struct dma_fence {
 	__u64 context;
 	__u64 seqno;
@@ -347,4 +351,20 @@ SEC("raw_tp/dma_fence_signaled")
 int BPF_PROG(fence_signaled, struct dma_fence *fence)
 {
 	return fence_event(DRV_FENCE_SIGNALED, fence);
+}
+
+/* A recording's process tree: a child of a traced process is traced from its
+ * fork on, before it can open the driver. */
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (!filter_pids)
+		return 0;
+	__u32 tgid = BPF_CORE_READ(parent, tgid);
+	if (!bpf_map_lookup_elem(&pids, &tgid))
+		return 0;
+	__u32 child_tgid = BPF_CORE_READ(child, tgid);
+	__u8 one = 1;
+	bpf_map_update_elem(&pids, &child_tgid, &one, BPF_ANY);
+	return 0;
 }

@@ -1,0 +1,171 @@
+//! The driver event file of a recording (`driver.tsv`, written by
+//! `gpuperf record --driver`): one tab-separated line per event, and comment
+//! lines saying what was attached, what was not present, and what was lost.
+//!
+//! ```text
+//! # ts_ns→kind→pid→tid→comm→ring→arg→dur_ns→ret→id→msg
+//! # attached nvidia
+//! # simulated nvidia_sim
+//! # absent drm_sched: no DRM scheduler (gpu-sched) is loaded
+//! # dropped ring_buffer 0
+//! 1000→ioctl→7→7→app→→0xc0104601→2500→0→0x0→
+//! ```
+//!
+//! (→ is a tab.)
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use crate::diag::Diagnostics;
+use crate::error::{Error, Result};
+use crate::model::{DriverEvent, DriverKind};
+
+/// The file's name inside a recording directory.
+pub const FILE_NAME: &str = "driver.tsv";
+
+/// The first line of the file: its columns.
+pub const HEADER: &str = "# ts_ns\tkind\tpid\ttid\tcomm\tring\targ\tdur_ns\tret\tid\tmsg";
+
+/// A driver event file, read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverTrace {
+    /// The events, by time.
+    pub events: Vec<DriverEvent>,
+    /// The sources that were attached (`nvidia`, `irq`, `xid`, `drm_sched`, `dma_fence`).
+    pub attached: Vec<String>,
+    /// The sources that were not present, one line each.
+    pub absent: Vec<String>,
+    /// The simulated test modules that stood in for a driver (`nvidia_sim`, `drm_sched_sim`).
+    pub simulated: Vec<String>,
+    /// Events lost while recording, by cause.
+    pub dropped: Vec<(String, u64)>,
+    /// Malformed lines.
+    pub diagnostics: Diagnostics,
+}
+
+impl DriverTrace {
+    /// Reads `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let f = File::open(path).map_err(|source| Error::Io {
+            action: "open",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(BufReader::new(f), &path.display().to_string()).map_err(|source| Error::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Reads a driver event file from `r`; `name` places its diagnostics.
+    pub fn parse(r: impl BufRead, name: &str) -> std::io::Result<Self> {
+        let mut t = Self::default();
+        for (i, line) in r.lines().enumerate() {
+            let line = line?;
+            let at = || format!("{name}:{}", i + 1);
+            if let Some(c) = line.strip_prefix('#') {
+                let c = c.trim_start();
+                if let Some(s) = c.strip_prefix("attached ") {
+                    t.attached.push(s.to_owned());
+                } else if let Some(s) = c.strip_prefix("absent ") {
+                    t.absent.push(s.to_owned());
+                } else if let Some(s) = c.strip_prefix("simulated ") {
+                    t.simulated.push(s.to_owned());
+                } else if let Some(s) = c.strip_prefix("dropped ") {
+                    match s.split_once(' ').map(|(k, n)| (k, n.parse::<u64>())) {
+                        Some((k, Ok(n))) => t.dropped.push((k.to_owned(), n)),
+                        _ => t.diagnostics.push(at, || format!("bad drop count `{s}`")),
+                    }
+                }
+                continue;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            match parse_event(&line) {
+                Ok(e) => t.events.push(e),
+                Err(why) => t.diagnostics.push(at, || why),
+            }
+        }
+        t.events.sort_by_key(|e| e.ts_ns);
+        Ok(t)
+    }
+
+    /// Events lost while recording, all causes together.
+    pub fn total_dropped(&self) -> u64 {
+        self.dropped.iter().map(|(_, n)| n).sum()
+    }
+}
+
+fn parse_event(line: &str) -> std::result::Result<DriverEvent, String> {
+    let cols: Vec<&str> = line.split('\t').collect();
+    if cols.len() != 11 {
+        return Err(format!("{} columns, expected 11", cols.len()));
+    }
+    let dec = |i: usize, what: &str| {
+        cols[i]
+            .parse::<u64>()
+            .map_err(|_| format!("bad {what} `{}`", cols[i]))
+    };
+    let hex = |i: usize, what: &str| {
+        cols[i]
+            .strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .ok_or_else(|| format!("bad {what} `{}`", cols[i]))
+    };
+    let small = |v: u64, what: &str| u32::try_from(v).map_err(|_| format!("{what} {v} too large"));
+    Ok(DriverEvent {
+        ts_ns: dec(0, "timestamp")?,
+        kind: DriverKind::from_name(cols[1])
+            .ok_or_else(|| format!("unknown kind `{}`", cols[1]))?,
+        pid: small(dec(2, "pid")?, "pid")?,
+        tid: small(dec(3, "tid")?, "tid")?,
+        comm: cols[4].to_owned(),
+        ring: cols[5].to_owned(),
+        arg: small(hex(6, "argument")?, "argument")?,
+        dur_ns: dec(7, "duration")?,
+        ret: cols[8]
+            .parse()
+            .map_err(|_| format!("bad return value `{}`", cols[8]))?,
+        id: hex(9, "id")?,
+        msg: cols[10].to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_events_sources_and_drops_and_counts_bad_lines() {
+        let text = format!(
+            "{HEADER}\n# attached nvidia\n# absent drm_sched: no DRM scheduler (gpu-sched) is loaded\n\
+             # dropped ring_buffer 3\n\
+             2000\tirq\t0\t0\tirq/5\t\t0x0\t0\t0\t0x0\t\n\
+             1000\tioctl\t7\t8\tapp\t\t0xc0104601\t2500\t-22\t0x0\t\n\
+             1\tbogus\t0\t0\t\t\t0x0\t0\t0\t0x0\t\n\
+             1\tioctl\t0\n"
+        );
+        let t = DriverTrace::parse(text.as_bytes(), "d.tsv").unwrap();
+        assert_eq!(t.events.len(), 2);
+        let e = &t.events[0];
+        assert_eq!(
+            (e.kind, e.ts_ns, e.arg, e.dur_ns, e.ret),
+            (DriverKind::Ioctl, 1000, 0xc010_4601, 2500, -22)
+        );
+        assert_eq!(t.attached, ["nvidia"]);
+        assert_eq!(t.absent.len(), 1);
+        assert_eq!(t.total_dropped(), 3);
+        assert_eq!(t.diagnostics.count, 2);
+        assert_eq!(
+            t.diagnostics.first[0].to_string(),
+            "d.tsv:7: unknown kind `bogus`"
+        );
+        assert_eq!(
+            t.diagnostics.first[1].to_string(),
+            "d.tsv:8: 3 columns, expected 11"
+        );
+    }
+}

@@ -1,0 +1,574 @@
+//! GPU driver events (`gpuperf record --driver`) joined with the CUDA API
+//! calls: each ioctl nested under the call running on its thread at the time,
+//! each DRM scheduler job put together from its events, and the result laid
+//! out as timeline tracks (for [`crate::write::chrome`] and
+//! [`crate::write::perfetto`]) and as the report's driver section.
+//!
+//! Tracks:
+//! - An `ioctl` is a slice on the calling thread's own track, inside the CUDA
+//!   API call's slice, with that call's name in `args.api` (`none` outside
+//!   every recorded call); `open` and `mmap` are instants there.
+//! - A pseudo-process `GPU driver` ([`DRIVER_PID`]) holds, per ring, a `queue`
+//!   track (a job's slice from queued to run, a `dependency wait` slice inside
+//!   it from its wait to its run) and a `run` track (run to done); jobs that
+//!   overlap go to a second lane (`run #2`, …) so that slices on a track nest.
+//!   Interrupts and bottom halves are instants on an `interrupts` track, Xid
+//!   errors instants on a track per device.
+//! - Drivers the recording saw as simulated (the test modules of
+//!   `sim/kernel/`) name the pseudo-process `GPU driver (simulated: …)`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Result};
+use crate::join::{Context, Match, Sink, Summary};
+use crate::model::{DriverEvent, DriverKind, Record};
+use crate::read::driver::DriverTrace;
+use crate::write::report::{dur, percentile};
+
+/// The pid of the timeline's driver pseudo-process.
+pub const DRIVER_PID: u64 = (1 << 30) - 1;
+
+/// One CUDA API call, as the nesting needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// Start.
+    pub start_ns: u64,
+    /// End.
+    pub end_ns: u64,
+    /// Its function.
+    pub name: String,
+    /// Its CPU stack's text, when the join has one.
+    pub stack: Option<String>,
+}
+
+/// Collects the API calls the join streams; a [`Sink`].
+#[derive(Default)]
+pub struct Calls {
+    calls: Vec<Call>,
+}
+
+impl Calls {
+    /// Takes one record (the writers call it from their own [`Sink::record`]).
+    pub fn take(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) {
+        if let Record::Api(a) = rec {
+            let stack = match (m.stack(), ctx.cpu) {
+                (Some(s), Some(cpu)) => Some(cpu.stacks.text(s).to_owned()),
+                _ => None,
+            };
+            self.calls.push(Call {
+                pid: a.pid,
+                tid: a.tid,
+                start_ns: a.start_ns,
+                end_ns: a.end_ns.max(a.start_ns),
+                name: ctx.strings.get(a.name).to_owned(),
+                stack,
+            });
+        }
+    }
+
+    /// The calls collected.
+    pub fn into_calls(self) -> Vec<Call> {
+        self.calls
+    }
+}
+
+/// How far back on a thread the nesting looks for a call that encloses an
+/// ioctl: calls nest (a runtime call around its driver call) but few deep.
+const NEST_LOOKBACK: usize = 64;
+
+/// For each event of `events`, the index in `calls` of the innermost call on
+/// its thread that encloses it (`None` for events outside every call and for
+/// events that are not process calls into the driver).
+pub fn nest(events: &[DriverEvent], calls: &[Call]) -> Vec<Option<usize>> {
+    let mut by_thread: FxHashMap<(u32, u32), Vec<usize>> = FxHashMap::default();
+    for (i, c) in calls.iter().enumerate() {
+        by_thread.entry((c.pid, c.tid)).or_default().push(i);
+    }
+    for v in by_thread.values_mut() {
+        v.sort_by_key(|&i| (calls[i].start_ns, std::cmp::Reverse(calls[i].end_ns)));
+    }
+    events
+        .iter()
+        .map(|e| {
+            if !matches!(
+                e.kind,
+                DriverKind::Open | DriverKind::Ioctl | DriverKind::Mmap
+            ) {
+                return None;
+            }
+            let list = by_thread.get(&(e.pid, e.tid))?;
+            let end = e.ts_ns.saturating_add(e.dur_ns);
+            let upto = list.partition_point(|&i| calls[i].start_ns <= e.ts_ns);
+            list[..upto]
+                .iter()
+                .rev()
+                .take(NEST_LOOKBACK)
+                .copied()
+                .find(|&i| calls[i].end_ns >= end)
+        })
+        .collect()
+}
+
+/// A DRM scheduler job, put together from its events.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Job {
+    /// Its ring.
+    pub ring: String,
+    /// Its id.
+    pub id: u64,
+    /// Its submitter.
+    pub pid: u32,
+    /// The submitting thread.
+    pub tid: u32,
+    /// Queued.
+    pub queued_ns: Option<u64>,
+    /// Its first dependency wait.
+    pub dep_wait_ns: Option<u64>,
+    /// Handed to the hardware.
+    pub run_ns: Option<u64>,
+    /// Finished.
+    pub done_ns: Option<u64>,
+}
+
+/// The jobs of `events`, in the order they were queued (or first seen).
+pub fn jobs(events: &[DriverEvent]) -> Vec<Job> {
+    let mut out: Vec<Job> = Vec::new();
+    // A job's id (its fence's address) is reused once it is done.
+    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
+    for e in events {
+        let slot = match e.kind {
+            DriverKind::JobQueued => {
+                out.push(Job::default());
+                open.insert(e.id, out.len() - 1);
+                out.len() - 1
+            }
+            DriverKind::JobRun | DriverKind::JobDone | DriverKind::JobWaitDep => {
+                match open.get(&e.id) {
+                    Some(&i) => i,
+                    None => {
+                        out.push(Job::default());
+                        open.insert(e.id, out.len() - 1);
+                        out.len() - 1
+                    }
+                }
+            }
+            _ => continue,
+        };
+        let j = &mut out[slot];
+        j.ring.clone_from(&e.ring);
+        (j.id, j.pid, j.tid) = (e.id, e.pid, e.tid);
+        match e.kind {
+            DriverKind::JobQueued => j.queued_ns = Some(e.ts_ns),
+            DriverKind::JobWaitDep => {
+                j.dep_wait_ns.get_or_insert(e.ts_ns);
+            }
+            DriverKind::JobRun => j.run_ns = Some(e.ts_ns),
+            _ => {
+                j.done_ns = Some(e.ts_ns);
+                open.remove(&e.id);
+            }
+        }
+    }
+    out
+}
+
+/// Where a timeline item goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lane {
+    /// A CPU thread's own track.
+    Thread {
+        /// Process.
+        pid: u32,
+        /// Thread.
+        tid: u32,
+        /// Its command name.
+        comm: String,
+    },
+    /// A track of the driver pseudo-process, by its order and name.
+    Driver {
+        /// Position among the driver's tracks, from 1 (the JSON's tid).
+        order: u32,
+        /// Track name.
+        name: String,
+    },
+}
+
+/// One slice or instant of the driver's timeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Its track.
+    pub lane: Lane,
+    /// Its name.
+    pub name: String,
+    /// Start.
+    pub start_ns: u64,
+    /// Duration; `None` for an instant.
+    pub dur_ns: Option<u64>,
+    /// Arguments, in order.
+    pub args: Vec<(&'static str, String)>,
+}
+
+/// The driver pseudo-process's name.
+pub fn process_name(t: &DriverTrace) -> String {
+    if t.simulated.is_empty() {
+        "GPU driver".to_owned()
+    } else {
+        format!("GPU driver (simulated: {})", t.simulated.join(", "))
+    }
+}
+
+/// Every timeline item of `t`, with ioctls nested under `calls`, sorted by
+/// lane and time.
+pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
+    let nested = nest(&t.events, calls);
+    let mut items = Vec::new();
+    let mut devices: BTreeMap<String, u32> = BTreeMap::new();
+    for (e, call) in t.events.iter().zip(&nested) {
+        let thread = || Lane::Thread {
+            pid: e.pid,
+            tid: e.tid,
+            comm: e.comm.clone(),
+        };
+        let api = || call.map_or_else(|| "none".to_owned(), |i| calls[i].name.clone());
+        match e.kind {
+            DriverKind::Ioctl => items.push(Item {
+                lane: thread(),
+                name: format!("ioctl {:#x}", e.arg),
+                start_ns: e.ts_ns,
+                dur_ns: Some(e.dur_ns),
+                args: vec![("api", api()), ("ret", e.ret.to_string())],
+            }),
+            DriverKind::Open | DriverKind::Mmap => items.push(Item {
+                lane: thread(),
+                name: format!("driver {}", e.kind.name()),
+                start_ns: e.ts_ns,
+                dur_ns: None,
+                args: vec![("api", api())],
+            }),
+            DriverKind::Irq | DriverKind::IrqBottomHalf => items.push(Item {
+                lane: Lane::Driver {
+                    order: 1,
+                    name: "interrupts".to_owned(),
+                },
+                name: if e.kind == DriverKind::Irq {
+                    "irq".to_owned()
+                } else {
+                    "irq bottom half".to_owned()
+                },
+                start_ns: e.ts_ns,
+                dur_ns: None,
+                args: vec![("thread", format!("{} ({})", e.comm, e.tid))],
+            }),
+            DriverKind::Xid => {
+                let n = devices.len() as u32;
+                let order = 2 + *devices.entry(e.ring.clone()).or_insert(n);
+                let name = if e.ring.is_empty() {
+                    "Xid errors".to_owned()
+                } else {
+                    format!("Xid errors {}", e.ring)
+                };
+                items.push(Item {
+                    lane: Lane::Driver { order, name },
+                    name: format!("Xid {}", e.arg),
+                    start_ns: e.ts_ns,
+                    dur_ns: None,
+                    args: vec![("xid", e.arg.to_string()), ("message", e.msg.clone())],
+                });
+            }
+            _ => {}
+        }
+    }
+    let mut rings: BTreeMap<String, Vec<Job>> = BTreeMap::new();
+    for j in jobs(&t.events) {
+        rings.entry(j.ring.clone()).or_default().push(j);
+    }
+    for (r, (ring, jobs)) in rings.iter().enumerate() {
+        let base = 1000 + 100 * r as u32;
+        let mut queue = Lanes::default();
+        let mut run = Lanes::default();
+        for j in jobs {
+            let args = vec![
+                ("job", format!("{:#x}", j.id)),
+                ("submitter", format!("{} ({})", j.pid, j.tid)),
+            ];
+            if let (Some(q), Some(x)) = (j.queued_ns, j.run_ns) {
+                let lane = queue.place(q, x);
+                let name = lane_name(ring, "queue", lane);
+                let order = base + lane;
+                items.push(Item {
+                    lane: Lane::Driver {
+                        order,
+                        name: name.clone(),
+                    },
+                    name: "queued".to_owned(),
+                    start_ns: q,
+                    dur_ns: Some(x.saturating_sub(q)),
+                    args: args.clone(),
+                });
+                if let Some(d) = j.dep_wait_ns.filter(|&d| d >= q && d <= x) {
+                    items.push(Item {
+                        lane: Lane::Driver { order, name },
+                        name: "dependency wait".to_owned(),
+                        start_ns: d,
+                        dur_ns: Some(x - d),
+                        args: args.clone(),
+                    });
+                }
+            }
+            if let (Some(x), Some(d)) = (j.run_ns, j.done_ns) {
+                let lane = run.place(x, d);
+                items.push(Item {
+                    lane: Lane::Driver {
+                        order: base + 50 + lane,
+                        name: lane_name(ring, "run", lane),
+                    },
+                    name: "job".to_owned(),
+                    start_ns: x,
+                    dur_ns: Some(d.saturating_sub(x)),
+                    args,
+                });
+            }
+        }
+    }
+    items.sort_by(|a, b| {
+        (&a.lane, a.start_ns, std::cmp::Reverse(a.dur_ns)).cmp(&(
+            &b.lane,
+            b.start_ns,
+            std::cmp::Reverse(b.dur_ns),
+        ))
+    });
+    items
+}
+
+fn lane_name(ring: &str, what: &str, lane: u32) -> String {
+    let ring = if ring.is_empty() { "ring ?" } else { ring };
+    match lane {
+        0 => format!("{ring} {what}"),
+        n => format!("{ring} {what} #{}", n + 1),
+    }
+}
+
+/// Lanes of slices that must not overlap: each slice goes to the first lane
+/// free at its start.
+#[derive(Default)]
+struct Lanes(Vec<u64>);
+
+impl Lanes {
+    fn place(&mut self, start: u64, end: u64) -> u32 {
+        let lane = match self.0.iter().position(|&free| free <= start) {
+            Some(i) => i,
+            None => {
+                self.0.push(0);
+                self.0.len() - 1
+            }
+        };
+        self.0[lane] = end.max(start);
+        lane as u32
+    }
+}
+
+/// The report's driver section; a [`Sink`] that collects the API calls.
+pub struct Reporter {
+    trace: DriverTrace,
+    calls: Calls,
+}
+
+#[derive(Default)]
+struct Tally {
+    calls: std::collections::BTreeSet<usize>,
+    ioctls: u64,
+    ns: u64,
+}
+
+impl Reporter {
+    /// A report of `trace`.
+    pub fn new(trace: DriverTrace) -> Self {
+        Self {
+            trace,
+            calls: Calls::default(),
+        }
+    }
+
+    /// Writes the section.
+    pub fn write(&self, mut out: impl Write, top: usize) -> Result<()> {
+        let s = self.text(top);
+        out.write_all(s.as_bytes()).map_err(|source| Error::Write {
+            what: "report",
+            source,
+        })
+    }
+
+    /// The section's text.
+    pub fn text(&self, top: usize) -> String {
+        use std::fmt::Write as _;
+        let t = &self.trace;
+        let calls = &self.calls.calls;
+        let nested = nest(&t.events, calls);
+        let mut s = format!("\n{}\n", process_name(t));
+        for a in &t.absent {
+            let _ = writeln!(s, "  not present: {a}");
+        }
+        let mut by_api: BTreeMap<&str, Tally> = BTreeMap::new();
+        let mut by_stack: BTreeMap<String, Tally> = BTreeMap::new();
+        let mut outside = Tally::default();
+        for (e, call) in t.events.iter().zip(&nested) {
+            if e.kind != DriverKind::Ioctl {
+                continue;
+            }
+            let tally = match call {
+                Some(i) => {
+                    let c = &calls[*i];
+                    // In-process stacks end in the API function already.
+                    let key = match &c.stack {
+                        Some(st) if st.ends_with(&format!(";{}", c.name)) => st.clone(),
+                        Some(st) => format!("{st};{}", c.name),
+                        None => format!("[no CPU stack];{}", c.name),
+                    };
+                    let st = by_stack.entry(key).or_default();
+                    st.calls.insert(*i);
+                    st.ioctls += 1;
+                    st.ns += e.dur_ns;
+                    by_api.entry(&c.name).or_default()
+                }
+                None => &mut outside,
+            };
+            if let Some(i) = call {
+                tally.calls.insert(*i);
+            }
+            tally.ioctls += 1;
+            tally.ns += e.dur_ns;
+        }
+        let _ = writeln!(s, "Driver ioctls by CUDA API function");
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>8} {:>11} {:>11}  function",
+            "calls", "ioctls", "total", "per call"
+        );
+        let mut rows: Vec<(&str, &Tally)> = by_api.iter().map(|(k, v)| (*k, v)).collect();
+        rows.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(b.0)));
+        for (name, v) in &rows {
+            let n = v.calls.len() as u64;
+            let _ = writeln!(
+                s,
+                "  {:>8} {:>8} {:>11} {:>11}  {name}",
+                n,
+                v.ioctls,
+                dur(v.ns),
+                dur(v.ns / n.max(1))
+            );
+        }
+        if outside.ioctls > 0 {
+            let _ = writeln!(
+                s,
+                "  {:>8} {:>8} {:>11} {:>11}  [outside any CUDA API call]",
+                "-",
+                outside.ioctls,
+                dur(outside.ns),
+                "-"
+            );
+        }
+        if !by_stack.is_empty() {
+            let _ = writeln!(s, "Driver ioctls by CPU stack (ioctls, total)");
+            let mut rows: Vec<(&String, &Tally)> = by_stack.iter().collect();
+            rows.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(b.0)));
+            for (stack, v) in rows.into_iter().take(top) {
+                let _ = writeln!(s, "  {:>8} {:>11}  {stack}", v.ioctls, dur(v.ns));
+            }
+        }
+        let jobs = jobs(&t.events);
+        if !jobs.is_empty() {
+            let _ = writeln!(s, "DRM scheduler jobs by ring");
+            let _ = writeln!(
+                s,
+                "  {:>8} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  ring",
+                "jobs", "queue p50", "queue p99", "run p50", "run p99", "dep waits", "unfinished"
+            );
+            let mut rings: BTreeMap<&str, Vec<&Job>> = BTreeMap::new();
+            for j in &jobs {
+                rings.entry(&j.ring).or_default().push(j);
+            }
+            for (ring, js) in rings {
+                let mut queue: Vec<u64> = js
+                    .iter()
+                    .filter_map(|j| Some(j.run_ns?.saturating_sub(j.queued_ns?)))
+                    .collect();
+                let mut run: Vec<u64> = js
+                    .iter()
+                    .filter_map(|j| Some(j.done_ns?.saturating_sub(j.run_ns?)))
+                    .collect();
+                queue.sort_unstable();
+                run.sort_unstable();
+                let p = |v: &[u64], q| percentile(v, q).map_or_else(|| "-".to_owned(), dur);
+                let deps = js.iter().filter(|j| j.dep_wait_ns.is_some()).count();
+                let unfinished = js.iter().filter(|j| j.done_ns.is_none()).count();
+                let _ = writeln!(
+                    s,
+                    "  {:>8} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  {ring}",
+                    js.len(),
+                    p(&queue, 50),
+                    p(&queue, 99),
+                    p(&run, 50),
+                    p(&run, 99),
+                    deps,
+                    unfinished
+                );
+            }
+        }
+        let count = |k: DriverKind| t.events.iter().filter(|e| e.kind == k).count();
+        let _ = writeln!(
+            s,
+            "Driver calls: {} opens, {} ioctls, {} mmaps; interrupts: {}, bottom halves: {}",
+            count(DriverKind::Open),
+            count(DriverKind::Ioctl),
+            count(DriverKind::Mmap),
+            count(DriverKind::Irq),
+            count(DriverKind::IrqBottomHalf)
+        );
+        let xids: Vec<&DriverEvent> = t
+            .events
+            .iter()
+            .filter(|e| e.kind == DriverKind::Xid)
+            .collect();
+        let _ = writeln!(s, "Xid errors: {}", xids.len());
+        let first = t.events.first().map_or(0, |e| e.ts_ns);
+        for e in xids {
+            let dev = if e.ring.is_empty() { "?" } else { &e.ring };
+            let _ = writeln!(
+                s,
+                "  +{} Xid {} on {dev}: {}",
+                dur(e.ts_ns - first),
+                e.arg,
+                e.msg
+            );
+        }
+        let dropped = t.total_dropped();
+        if dropped > 0 {
+            let parts: Vec<String> = t
+                .dropped
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            let _ = writeln!(s, "Driver events lost: {dropped} ({})", parts.join(", "));
+        }
+        s
+    }
+}
+
+impl Sink for Reporter {
+    fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        self.calls.take(ctx, rec, m);
+        Ok(())
+    }
+
+    fn finish(&mut self, _ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
+        Ok(())
+    }
+}

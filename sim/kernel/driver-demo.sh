@@ -1,0 +1,38 @@
+#!/bin/sh
+# `gpuperf record --driver` on the simulated drivers, in the kernel VM: sim_app
+# (the simulated CUDA runtime) launches and syncs while `drive`, a child of the
+# same shell, makes ioctls, submits DRM scheduler jobs, raises interrupts and
+# one Xid. Writes
+# the timeline (OUT.json) and its picture (OUT.svg). Everything in it is
+# SIMULATED: the modules of this directory, no GPU.
+#
+# usage: sim/kernel/driver-demo.sh KERNEL OUT      (after sim/kernel/ci.sh and
+#        cargo build -p gpuperf; needs the CUDA 13 wheels that sim/build.sh names)
+set -eu
+kver=${1:?usage: driver-demo.sh KERNEL OUT}
+out=${2:?usage: driver-demo.sh KERNEL OUT}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+work=$repo/target/driver-demo
+mkdir -p "$work"
+cuda=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13
+CUDA_INCLUDE=$cuda/include bash "$repo/sim/build.sh" "$work/sim" >/dev/null
+"$cuda/bin/nvcc" -O2 -g -arch=sm_90 -cudart shared -L"$work/sim" -L"$cuda/lib" \
+    -Xcompiler -fno-omit-frame-pointer -Xlinker -rpath -Xlinker "$work/sim" \
+    -o "$work/sim_app" "$repo/sim/tests/sim_app.cu"
+gcc -O2 -pthread -o "$work/drive" "$here/drive.c"
+cat > "$work/guest.sh" <<SH
+set -e
+modprobe nvidia_sim
+modprobe drm_sched_sim
+cd /tmp
+$repo/target/debug/gpuperf record --driver -q -c demo.json --cupti $work/sim/libcupti.so.13 -- \
+    sh -c '$work/sim_app sync-loop 12 >/dev/null & sleep 0.3; $work/drive --ioctls 4 --jobs 6 --run-us 1500 --deps 2 --dep-us 800 --irqs 2 --xids 1 >/dev/null; wait'
+echo GPUPERF-DEMO-JSON
+cat demo.json
+SH
+"$here/run.sh" -k "$kver" -- sh "$work/guest.sh" > "$work/guest.out"
+sed -n '/^GPUPERF-DEMO-JSON/,$p' "$work/guest.out" | tail -n +2 | tr -d '\r' > "$out.json"
+python3 "$here/timeline_svg.py" "$out.json" "$out.svg" \
+    "gpuperf record --driver on SIMULATED drivers (nvidia_sim, drm_sched_sim; kernel VM, no GPU)"
+echo "wrote $out.json and $out.svg"
