@@ -55,9 +55,7 @@ pub fn install(close: fn()) -> io::Result<Vec<libc::c_int>> {
     DONE_R.store(done_r, SeqCst);
     DONE_W.store(done_w, SeqCst);
     PID.store(std::process::id() as i32, SeqCst);
-    std::thread::Builder::new()
-        .name("gpuperf-signal".into())
-        .spawn(move || closing_thread(close))?;
+    crate::threads::spawn_blocked("gpuperf-signal", move || closing_thread(close))?;
     let mut installed = Vec::new();
     for sig in SIGNALS {
         // SAFETY: a zeroed sigaction is a valid out-parameter.
@@ -92,7 +90,6 @@ fn pipe() -> io::Result<(i32, i32)> {
 }
 
 fn closing_thread(close: fn()) {
-    crate::recorder::block_signals();
     let mut sig = [0u8; 1];
     loop {
         // SAFETY: reads one byte into a live buffer.

@@ -179,6 +179,7 @@ mod seen;
 mod shard;
 pub mod stacks;
 mod sys;
+mod threads;
 
 use std::panic::catch_unwind;
 use std::sync::atomic::AtomicU16;
@@ -196,7 +197,10 @@ pub const TRACE_FORMAT_VERSION: u16 = gpuperf_merge::gputrace::FORMAT_VERSION;
 /// behaviour the driver guarantees for 1.
 #[unsafe(no_mangle)]
 pub extern "C" fn InitializeInjection() -> i32 {
-    let _ = catch_unwind(recorder::initialize);
+    // Every thread started during set-up (the flush thread, CUPTI's workers)
+    // inherits a full signal mask: the application's process-directed signals
+    // must reach the application's threads only.
+    let _ = threads::with_signals_blocked(|| catch_unwind(recorder::initialize));
     1
 }
 

@@ -1518,18 +1518,6 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
     }
 }
 
-/// Blocks every signal on the calling thread (the flush thread): a handler of
-/// the application's that makes CUDA calls must not run there, where the
-/// flush holds the sink and stack-table locks its callbacks would take.
-pub(crate) fn block_signals() {
-    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigfillset initializes the set; the mask is this thread's only.
-    unsafe {
-        libc::sigfillset(set.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), ptr::null_mut());
-    }
-}
-
 /// Disables the kinds [`enable`] turned on and drops the subscription (with it
 /// every callback). The buffer and clock callbacks stay registered: CUPTI has
 /// no call to remove them, and with no kind enabled they are never called.
@@ -1626,27 +1614,27 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         }
     }
     let period = Duration::from_millis(u64::from(s.config.flush_ms));
-    let spawned = std::thread::Builder::new()
-        .name("gpuperf-flush".into())
-        .spawn(move || {
-            block_signals();
-            let (m, cv) = &s.stop;
-            let mut stopped = lock(m);
-            while !*stopped {
-                stopped = cv
-                    .wait_timeout(stopped, period)
-                    .map_or_else(|e| e.into_inner().0, |r| r.0);
-                if *stopped {
-                    break;
-                }
-                drop(stopped);
-                // Unforced: it returns every buffer whose records are complete,
-                // full or not, and leaves kernels still running for later.
-                s.flush(Flush::Periodic);
-                s.pool.refill(buffers::alloc_buffer);
-                stopped = lock(m);
+    // Signals blocked from birth: a handler of the application's that makes
+    // CUDA calls must not run here, where the flush holds the sink and
+    // stack-table locks its callbacks would take.
+    let spawned = crate::threads::spawn_blocked("gpuperf-flush", move || {
+        let (m, cv) = &s.stop;
+        let mut stopped = lock(m);
+        while !*stopped {
+            stopped = cv
+                .wait_timeout(stopped, period)
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
+            if *stopped {
+                break;
             }
-        });
+            drop(stopped);
+            // Unforced: it returns every buffer whose records are complete,
+            // full or not, and leaves kernels still running for later.
+            s.flush(Flush::Periodic);
+            s.pool.refill(buffers::alloc_buffer);
+            stopped = lock(m);
+        }
+    });
     if let Err(e) = spawned {
         // CUPTI's own periodic flush and the exit flush still run.
         s.log.line(&format!("no flush thread: {e}"));
