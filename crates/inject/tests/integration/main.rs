@@ -7,4 +7,5 @@ mod decode;
 mod host;
 mod hostile;
 mod lifecycle;
+mod python;
 mod support;

@@ -84,9 +84,15 @@ pub fn run_host_with(
     for (k, v) in env {
         c.env(k, v);
     }
+    run_within(c, &format!("host {mode}"), limit)
+}
+
+/// Runs `c` (`what` in messages), killing it and failing the test when it does
+/// not finish within `limit`. The injection library logs to its trace directory.
+pub fn run_within(mut c: Command, what: &str, limit: Duration) -> Output {
     c.env_remove("GPUPERF_INJECT_LOG");
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = c.spawn().expect("host runs");
+    let mut child = c.spawn().unwrap_or_else(|e| panic!("{what} runs: {e}"));
     let pipe = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut v = Vec::new();
@@ -100,7 +106,7 @@ pub fn run_host_with(
     let err = pipe(child.stderr.take().map(|p| Box::new(p) as _));
     let started = Instant::now();
     let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for host") {
+        if let Some(st) = child.try_wait().expect("wait for the child") {
             break st;
         }
         if started.elapsed() > limit {
@@ -108,7 +114,7 @@ pub fn run_host_with(
             let _ = child.wait();
             let stdout = out.join().unwrap_or_default();
             panic!(
-                "host {mode} did not finish within {limit:?} (deadlock?); stdout so far:\n{}",
+                "{what} did not finish within {limit:?} (deadlock?); stdout so far:\n{}",
                 String::from_utf8_lossy(&stdout)
             );
         }

@@ -5,6 +5,7 @@
 // Test names put the inputs before `__`, as the other crates' tests do.
 #![allow(non_snake_case)]
 
+mod caches;
 mod native;
 mod python;
 mod remote;
