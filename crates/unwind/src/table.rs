@@ -558,7 +558,9 @@ where
         }
     };
     // Consecutive frames are mostly in the same module.
-    let mut last: Option<Found<'_>> = None;
+    // Its index only: copying a whole `Found` here stalled each frame on a
+    // store-to-load forward (perf annotate).
+    let mut last: Option<u32> = None;
     let generation = tables.main.generation;
     if cache.memo_tables != tables.ids() {
         cache.clear_memo(tables.ids());
@@ -576,12 +578,13 @@ where
             .copied()
             .filter(|m| m.key == key)
             .and_then(|m| Some((m, tables.get(m.entry)?)));
-        let found = match (memo, last) {
-            (Some((_, f)), _) => Some(f),
-            (None, Some(f)) if f.entry.avma.contains(&lookup) => Some(f),
-            (None, _) => tables.find(lookup),
+        let found = match memo {
+            Some((_, f)) => Some(f),
+            None => last
+                .and_then(|i| tables.get(i))
+                .filter(|f| f.entry.avma.contains(&lookup))
+                .or_else(|| tables.find(lookup)),
         };
-        last = found;
         let Some(Found {
             entry,
             table,
@@ -595,6 +598,7 @@ where
             };
             return finish(push(unknown, &mut skip), len, end);
         };
+        last = Some(index);
         if !loader.still_loaded(entry, lookup) {
             return finish(push(unknown, &mut skip), len, StackEnd::ModuleNotInTable);
         }
