@@ -16,6 +16,12 @@
 //! Run: `cargo build --release -p gpuperf-unwind --example unwind_probe &&
 //! cargo bench -p gpuperf-unwind --bench capture` (needs gcc; part 4 needs the
 //! probe and pyenv's 3.12, and is skipped without them).
+//!
+//! `cargo bench -p gpuperf-unwind --bench capture -- capture-only` runs only
+//! this crate's line of part 1: for a count of instructions per capture that
+//! does not depend on the machine's load, run that binary under
+//! `valgrind --tool=callgrind --toggle-collect='gpuperf_unwind::local::LocalUnwinder::capture'`
+//! and divide by the captures it prints.
 
 use std::ffi::{c_int, c_void};
 use std::hint::black_box;
@@ -129,6 +135,12 @@ fn main() {
     let mut frames = [Frame::default(); MAX_FRAMES];
     let (ns, n) = time(&mut || u.capture(0, &mut frames).len);
     println!("  gpuperf-unwind                 {ns:7.0} ns  ({n} frames)");
+    if std::env::args().any(|a| a == "capture-only") {
+        // `time` captures once more per round, to warm up.
+        let captures = ROUNDS as u64 * (u64::from(ITERS) + 1);
+        println!("  ({captures} captures)");
+        return;
+    }
     match libunwind() {
         Some(lu) => {
             let mut buf = [std::ptr::null_mut::<c_void>(); MAX_FRAMES];

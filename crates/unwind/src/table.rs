@@ -251,6 +251,9 @@ pub(crate) struct Table {
     starts: Vec<u64>,
     /// Unique per table: keys the coverage cache, shared by tables over time.
     pub generation: u64,
+    /// Unique per table, unlike `generation` (which an extra table shares with
+    /// its main one): keys the walk's per-depth memo, which holds entry indices.
+    id: u64,
     pub unwinder: UnwinderX86_64<Bytes, MustNotAllocateDuringUnwind>,
 }
 
@@ -266,11 +269,44 @@ pub struct UnwindCache {
     generation: u64,
     /// Any rule stored since the last clear.
     filled: bool,
+    /// What the last walks found at each frame depth: a thread that captures
+    /// from the same call sites again (a launch loop) finds each frame's module
+    /// and rule here, in order, instead of searching the module table and the
+    /// rule sets (both cache misses in a large process).
+    memo: Box<[Memo]>,
+    /// The tables the memo's entry indices point into: `Table::id` of the main
+    /// table and of the extra one (0 for none).
+    memo_tables: (u64, u64),
     gimli: Box<GimliContext>,
 }
 
 /// 2048 rules, 32 KiB.
 const RULE_SETS: usize = 1024;
+
+/// Frame depths the memo covers (3 KiB).
+const MEMO_DEPTH: usize = 128;
+
+/// One frame depth's memo: valid only while the walk's tables are those of
+/// `UnwindCache::memo_tables`; the unload and root checks still run on a hit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Memo {
+    /// [`memo_key`] of the frame's address (0: empty).
+    key: u64,
+    /// The packed rule (0: not looked up: the frame is a signal trampoline).
+    rule: u64,
+    /// The module's index in [`Tables`] (main table first, then the extra one).
+    entry: u32,
+    /// The address is a signal return trampoline. Code does not change while
+    /// its module stays loaded, which the walk checks on every frame.
+    signal: bool,
+}
+
+/// A frame's address and whether it is a return address, as one word: the
+/// same lookup address means a different frame for an instruction pointer
+/// (no signal check, `return_address: false`).
+fn memo_key(address: FrameAddress) -> u64 {
+    (address.address() << 1 | u64::from(address.is_return_address())).wrapping_add(1)
+}
 
 impl UnwindCache {
     /// A new cache (about 60 KiB, resident as used).
@@ -281,6 +317,8 @@ impl UnwindCache {
             rules: vec![[0u64; 2]; RULE_SETS * 2].into_boxed_slice(),
             generation: 0,
             filled: false,
+            memo: vec![Memo::default(); MEMO_DEPTH].into_boxed_slice(),
+            memo_tables: (0, 0),
             gimli: Box::new(GimliContext::new_in()),
         }
     }
@@ -295,6 +333,13 @@ impl UnwindCache {
             self.filled = false;
         }
         self.generation = generation;
+    }
+
+    /// Forgets the memo of other tables.
+    #[cold]
+    fn clear_memo(&mut self, tables: (u64, u64)) {
+        self.memo.fill(Memo::default());
+        self.memo_tables = tables;
     }
 }
 
@@ -317,21 +362,56 @@ impl<'a> Tables<'a> {
         Tables { main, extra: None }
     }
 
-    /// The module whose executable range holds `address`, and its table.
-    fn find(&self, address: u64) -> Option<(&'a Entry, &'a Table)> {
-        if let Some(e) = self.main.find(address) {
-            return Some((e, self.main));
+    /// The module whose executable range holds `address`.
+    fn find(&self, address: u64) -> Option<Found<'a>> {
+        if let Some(i) = self.main.find_index(address) {
+            return self.get(i as u32);
         }
         let extra = self.extra?;
-        extra.find(address).map(|e| (e, extra))
+        let i = extra.find_index(address)?;
+        self.get(u32::try_from(self.main.entries.len() + i).ok()?)
     }
+
+    /// The module at `index` (main table first, then the extra one).
+    fn get(&self, index: u32) -> Option<Found<'a>> {
+        let i = index as usize;
+        let (entry, table) = match self.main.entries.get(i) {
+            Some(e) => (e, self.main),
+            None => {
+                let extra = self.extra?;
+                (extra.entries.get(i - self.main.entries.len())?, extra)
+            }
+        };
+        Some(Found {
+            entry,
+            table,
+            index,
+        })
+    }
+
+    /// What identifies these tables for the memo.
+    fn ids(&self) -> (u64, u64) {
+        (self.main.id, self.extra.map_or(0, |t| t.id))
+    }
+}
+
+/// A module the walk found, with its table and its index in [`Tables`].
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    entry: &'a Entry,
+    table: &'a Table,
+    index: u32,
+}
+
+/// A number no table had before (never 0).
+fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Table {
     pub fn new(entries: Vec<Entry>, name_of: impl Fn(ModuleId) -> String) -> Table {
-        static GENERATION: AtomicU64 = AtomicU64::new(1);
-        let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
-        Table::with_generation(entries, name_of, generation)
+        Table::with_generation(entries, name_of, unique())
     }
 
     /// A table whose rules are cached under `generation`: another table's,
@@ -377,15 +457,23 @@ impl Table {
             starts: entries.iter().map(|e| e.avma.start).collect(),
             entries,
             generation,
+            id: unique(),
             unwinder,
         }
     }
 
     /// The module whose executable range holds `address`.
     pub fn find(&self, address: u64) -> Option<&Entry> {
-        let i = self.starts.partition_point(|&s| s <= address);
-        let e = self.entries.get(i.checked_sub(1)?)?;
-        (address < e.avma.end).then_some(e)
+        self.entries.get(self.find_index(address)?)
+    }
+
+    /// The index in `entries` of the module whose executable range holds `address`.
+    fn find_index(&self, address: u64) -> Option<usize> {
+        let i = self
+            .starts
+            .partition_point(|&s| s <= address)
+            .checked_sub(1)?;
+        (address < self.entries.get(i)?.avma.end).then_some(i)
     }
 }
 
@@ -470,20 +558,39 @@ where
         }
     };
     // Consecutive frames are mostly in the same module.
-    let mut last: Option<(&Entry, &Table)> = None;
+    // Its index only: copying a whole `Found` here stalled each frame on a
+    // store-to-load forward (perf annotate).
+    let mut last: Option<u32> = None;
     let generation = tables.main.generation;
+    if cache.memo_tables != tables.ids() {
+        cache.clear_memo(tables.ids());
+    }
     // Bounds the loop even if framehop's progress checks were fooled.
-    for _ in 0..4096 {
+    for depth in 0..4096 {
         let lookup = address.address_for_lookup();
         let unknown = Frame::Unknown {
             address: address.address(),
         };
-        let found = match last {
-            Some((e, t)) if e.avma.contains(&lookup) => Some((e, t)),
-            _ => tables.find(lookup),
+        let key = memo_key(address);
+        let memo = cache
+            .memo
+            .get(depth)
+            .copied()
+            .filter(|m| m.key == key)
+            .and_then(|m| Some((m, tables.get(m.entry)?)));
+        let found = match memo {
+            Some((_, f)) => Some(f),
+            None => last
+                .and_then(|i| tables.get(i))
+                .filter(|f| f.entry.avma.contains(&lookup))
+                .or_else(|| tables.find(lookup)),
         };
-        last = found;
-        let Some((entry, table)) = found else {
+        let Some(Found {
+            entry,
+            table,
+            index,
+        }) = found
+        else {
             let end = if loader.loaded_elsewhere(lookup) {
                 StackEnd::ModuleNotInTable
             } else {
@@ -491,10 +598,27 @@ where
             };
             return finish(push(unknown, &mut skip), len, end);
         };
+        last = Some(index);
         if !loader.still_loaded(entry, lookup) {
             return finish(push(unknown, &mut skip), len, StackEnd::ModuleNotInTable);
         }
-        if address.is_return_address() && loader.is_signal_return(entry, address.address()) {
+        let signal = match memo {
+            Some((m, _)) => m.signal,
+            None => {
+                address.is_return_address() && loader.is_signal_return(entry, address.address())
+            }
+        };
+        if memo.is_none()
+            && let Some(m) = cache.memo.get_mut(depth)
+        {
+            *m = Memo {
+                key,
+                rule: 0,
+                entry: index,
+                signal,
+            };
+        }
+        if signal {
             // The trampoline itself, by its own address (the instruction
             // before it belongs to something else).
             let frame = Frame::Native {
@@ -532,9 +656,18 @@ where
             };
             return finish(push(root, &mut skip), len, StackEnd::Root);
         }
-        let rule = entry.cfi.as_ref().map_or(Rule::NotCovered, |cfi| {
-            cached_rule(cache, generation, cfi, lookup, entry.bias)
-        });
+        let memo_rule = memo.and_then(|(m, _)| Rule::unpack(m.rule));
+        let rule = match (memo_rule, &entry.cfi) {
+            (Some(rule), _) => rule,
+            (None, None) => Rule::NotCovered,
+            (None, Some(cfi)) => {
+                let rule = cached_rule(cache, generation, cfi, lookup, entry.bias);
+                if let Some(m) = cache.memo.get_mut(depth) {
+                    m.rule = rule.pack();
+                }
+                rule
+            }
+        };
         if rule == Rule::NotCovered {
             return finish(push(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
         }
@@ -685,5 +818,300 @@ mod tests {
             .step(&mut regs, &mut read),
             Err(FhError::CouldNotReadStack(0x2000))
         ));
+    }
+
+    /// `.eh_frame` bytes: a CIE (CFA = rsp + 8, return address at CFA - 8,
+    /// addresses as absolute 8-byte pointers), then per `(start, len, cfa)` an
+    /// FDE with CFA = rsp + cfa.
+    fn eh_frame(fdes: &[(u64, u64, u8)]) -> Vec<u8> {
+        // Id 0, version 1, no augmentation, code alignment 1, data alignment
+        // -8, return address r16; DW_CFA_def_cfa rsp 8; DW_CFA_offset r16 at
+        // CFA - 8; two DW_CFA_nop.
+        let cie = [0, 0, 0, 0, 1, 0, 1, 0x78, 16, 0x0c, 7, 8, 0x90, 1, 0, 0];
+        let mut b = (cie.len() as u32).to_le_bytes().to_vec();
+        b.extend_from_slice(&cie);
+        for &(start, len, cfa) in fdes {
+            // The CIE pointer: from itself back to the CIE at 0.
+            let mut fde = (b.len() as u32 + 4).to_le_bytes().to_vec();
+            fde.extend_from_slice(&start.to_le_bytes());
+            fde.extend_from_slice(&len.to_le_bytes());
+            // DW_CFA_def_cfa_offset cfa; two DW_CFA_nop.
+            fde.extend_from_slice(&[0x0e, cfa, 0, 0]);
+            b.extend_from_slice(&(fde.len() as u32).to_le_bytes());
+            b.extend_from_slice(&fde);
+        }
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b
+    }
+
+    /// A module `id` at `avma` (bias 0) with the FDEs of [`eh_frame`].
+    fn module(id: u32, avma: Range<u64>, fdes: &[(u64, u64, u8)]) -> Entry {
+        let bytes = eh_frame(fdes);
+        let mut map = memmap2::MmapOptions::new()
+            .len(bytes.len())
+            .map_anon()
+            .unwrap();
+        map.copy_from_slice(&bytes);
+        let map = Arc::new(map.make_read_only().unwrap());
+        Entry {
+            id: ModuleId(id),
+            avma,
+            bias: 0,
+            cfi: Some(Cfi {
+                eh_frame: Bytes::File {
+                    map,
+                    range: 0..bytes.len(),
+                },
+                eh_frame_svma: 0,
+                hdr: None,
+                text_svma: 0,
+            }),
+            eh_frame_hdr_avma: 0,
+            text_readable: true,
+        }
+    }
+
+    /// Module 0 at 0x1000..0x2000: CFA = rsp + 8 below 0x1800, rsp + 16 above.
+    fn table_a() -> Table {
+        let a = module(
+            0,
+            0x1000..0x2000,
+            &[(0x1000, 0x800, 8), (0x1800, 0x800, 16)],
+        );
+        Table::new(vec![a], |_| String::new())
+    }
+
+    #[derive(Default)]
+    struct FakeLoader {
+        unloaded: Option<ModuleId>,
+        /// A signal return trampoline's address.
+        signal_return: Option<u64>,
+    }
+
+    impl Loader for FakeLoader {
+        fn loaded_elsewhere(&self, _address: u64) -> bool {
+            false
+        }
+        fn still_loaded(&self, entry: &Entry, _address: u64) -> bool {
+            Some(entry.id) != self.unloaded
+        }
+        fn is_signal_return(&self, _entry: &Entry, return_address: u64) -> bool {
+            Some(return_address) == self.signal_return
+        }
+    }
+
+    /// A stack at 0x8000 (words at the given addresses), from ip 0x1100.
+    struct Stack(Vec<(u64, u64)>);
+
+    impl Stack {
+        fn walk(
+            &self,
+            tables: Tables<'_>,
+            cache: &mut UnwindCache,
+            loader: &FakeLoader,
+        ) -> (Vec<Frame>, StackEnd) {
+            let mut read = |a: u64| {
+                let word = self.0.iter().find(|&&(at, _)| at == a);
+                word.map(|&(_, v)| v).ok_or(())
+            };
+            let regs = Regs {
+                ip: 0x1100,
+                sp: 0x8000,
+                bp: 0,
+            };
+            let mut out = [Frame::default(); 16];
+            let (n, end) = walk(tables, regs, cache, &mut read, loader, 0, &mut out);
+            (out[..n].to_vec(), end)
+        }
+
+        /// The walk with `cache`, checked against one with a new cache.
+        fn walk_as_cold(
+            &self,
+            tables: Tables<'_>,
+            cache: &mut UnwindCache,
+            loader: &FakeLoader,
+        ) -> (Vec<Frame>, StackEnd) {
+            let cold = self.walk(tables, &mut UnwindCache::new(), loader);
+            let warm = self.walk(tables, cache, loader);
+            assert_eq!(warm, cold, "a warm cache walks as a new one");
+            warm
+        }
+    }
+
+    fn native(module: u32, offset: u64, return_address: bool) -> Frame {
+        Frame::Native {
+            module: ModuleId(module),
+            offset,
+            return_address,
+        }
+    }
+
+    // Depth 1 at 0x1105 (CFA = rsp + 8): its caller's return address is 0.
+    fn stack_1() -> Stack {
+        Stack(vec![(0x8000, 0x1105), (0x8008, 0)])
+    }
+
+    // Depth 1 at 0x1805 (CFA = rsp + 16): the return address is at 0x8010;
+    // 0x8008 holds what a reused rule for 0x1105 would take for one.
+    fn stack_2() -> Stack {
+        Stack(vec![(0x8000, 0x1805), (0x8008, 0x1105), (0x8010, 0)])
+    }
+
+    // Depth 1 is a signal return trampoline at 0x1905: the signal frame at
+    // 0x8008 holds the interrupted code's rip 0x1200 and rsp 0x9000.
+    fn stack_3() -> Stack {
+        let gregs = 0x8008 + UC_GREGS;
+        Stack(vec![
+            (0x8000, 0x1905),
+            (0x8008, 0x1105),
+            (gregs + 8 * REG_RIP, 0x1200),
+            (gregs + 8 * REG_RSP, 0x9000),
+            (gregs + 8 * REG_RBP, 0),
+            (0x9000, 0),
+        ])
+    }
+
+    #[test]
+    fn per_depth_memo__is_what_a_repeated_walk_uses() {
+        let a = table_a();
+        let tables = Tables::one(&a);
+        let loader = FakeLoader::default();
+        let mut cache = UnwindCache::new();
+        let (frames, end) = stack_2().walk_as_cold(tables, &mut cache, &loader);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![native(0, 0x1100, false), native(0, 0x1805, true)],
+                StackEnd::Root
+            )
+        );
+        // A memo that said CFA = rsp + 8 at depth 1 would be followed (so that
+        // the tests below, which check it is not reused wrongly, test a memo
+        // that is in use).
+        let plain = Rule::Cfa {
+            from_bp: false,
+            cfa: 8,
+            bp: 0,
+        };
+        assert_eq!(
+            Rule::unpack(cache.memo[1].rule),
+            Some(Rule::Cfa {
+                from_bp: false,
+                cfa: 16,
+                bp: 0
+            })
+        );
+        cache.memo[1].rule = plain.pack();
+        assert_eq!(stack_2().walk(tables, &mut cache, &loader).0.len(), 3);
+    }
+
+    #[test]
+    fn per_depth_memo__another_address_at_a_depth_is_looked_up_again() {
+        let a = table_a();
+        let tables = Tables::one(&a);
+        let loader = FakeLoader {
+            signal_return: Some(0x1905),
+            ..FakeLoader::default()
+        };
+        let mut cache = UnwindCache::new();
+        let one = stack_1().walk_as_cold(tables, &mut cache, &loader);
+        assert_eq!(
+            one,
+            (
+                vec![native(0, 0x1100, false), native(0, 0x1105, true)],
+                StackEnd::Root
+            )
+        );
+        let two = stack_2().walk_as_cold(tables, &mut cache, &loader);
+        assert_eq!(two.0.len(), 2, "{two:?}");
+        let three = stack_3().walk_as_cold(tables, &mut cache, &loader);
+        assert_eq!(
+            three,
+            (
+                vec![
+                    native(0, 0x1100, false),
+                    native(0, 0x1905, false),
+                    native(0, 0x1200, false)
+                ],
+                StackEnd::Root
+            )
+        );
+        // In every order, and again (memo hits, the trampoline's included).
+        for stack in [
+            stack_1(),
+            stack_3(),
+            stack_3(),
+            stack_2(),
+            stack_1(),
+            stack_1(),
+        ] {
+            stack.walk_as_cold(tables, &mut cache, &loader);
+        }
+    }
+
+    #[test]
+    fn per_depth_memo__another_table_is_looked_up_again() {
+        let a = table_a();
+        let loader = FakeLoader::default();
+        let mut cache = UnwindCache::new();
+        stack_1().walk_as_cold(Tables::one(&a), &mut cache, &loader);
+        // A rebuilt table: another module where 0x1100 is, with another rule,
+        // and another module at the index module 0 had.
+        let b = Table::new(
+            vec![
+                module(5, 0x800..0x1000, &[(0x800, 0x800, 8)]),
+                module(6, 0x1000..0x2000, &[(0x1000, 0x1000, 16)]),
+            ],
+            |_| String::new(),
+        );
+        let (frames, end) = stack_1().walk_as_cold(Tables::one(&b), &mut cache, &loader);
+        assert_eq!(
+            (frames, end),
+            (vec![native(6, 0x1100, false)], StackEnd::Root)
+        );
+        // Modules added in an extra table (same rule generation): a second
+        // one puts a module before the first, which moves its index.
+        let m = || module(9, 0x3000..0x4000, &[(0x3000, 0x1000, 8)]);
+        let e1 = Table::with_generation(vec![m()], |_| String::new(), a.generation);
+        let e2 = Table::with_generation(
+            vec![module(10, 0x2000..0x3000, &[(0x2000, 0x1000, 8)]), m()],
+            |_| String::new(),
+            a.generation,
+        );
+        let stack_4 = || Stack(vec![(0x8000, 0x3105), (0x8008, 0)]);
+        for extra in [&e1, &e2] {
+            let tables = Tables {
+                main: &a,
+                extra: Some(extra),
+            };
+            let (frames, end) = stack_4().walk_as_cold(tables, &mut cache, &loader);
+            assert_eq!(
+                (frames, end),
+                (
+                    vec![native(0, 0x1100, false), native(9, 0x3105, true)],
+                    StackEnd::Root
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn per_depth_memo__an_unloaded_module_ends_the_stack() {
+        let a = table_a();
+        let tables = Tables::one(&a);
+        let mut cache = UnwindCache::new();
+        stack_1().walk_as_cold(tables, &mut cache, &FakeLoader::default());
+        let unloaded = FakeLoader {
+            unloaded: Some(ModuleId(0)),
+            ..FakeLoader::default()
+        };
+        let (frames, end) = stack_1().walk_as_cold(tables, &mut cache, &unloaded);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![Frame::Unknown { address: 0x1100 }],
+                StackEnd::ModuleNotInTable
+            )
+        );
     }
 }
