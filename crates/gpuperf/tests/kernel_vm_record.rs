@@ -82,10 +82,9 @@ fn counter(name: &str) -> u64 {
         .unwrap()
 }
 
-/// The ioctls the simulated driver makes (`sim/src/nvdev.h`) in the first
-/// CUDA call, a `cudaMalloc`: the injection library loads during it, so no
-/// API record has it, and its ioctls are outside every recorded call.
-const FIRST_CALL_IOCTLS: u64 = 2;
+/// The ioctls the simulated driver makes (`sim/src/nvdev.h`) in an
+/// allocation (`NV_ESC_RM_ALLOC`, `NV_ESC_RM_MAP_MEMORY`).
+const ALLOC_IOCTLS: u64 = 2;
 
 /// One recording in the guest, with what the module counted during it.
 struct Recording {
@@ -233,21 +232,23 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
     assert!(o.status.success(), "modprobe: {}", show(&o));
 
     // Copies: allocations, blocking copies and stream syncs (sim_app.cu's
-    // run_copies), each making its ioctls inside its call. The injection
-    // library records no allocation calls (cudaMallocHost, 2 cudaMalloc):
-    // their ioctls are outside every recorded call, before the first one.
+    // main and run_copies), each making its ioctls inside its call: the
+    // first call (a cudaMalloc) included, and none outside every call.
     let r = record("record-driver-copies", &["copies"]);
     r.check_counts();
     let want = [
+        ("cudaMalloc", 3 * ALLOC_IOCTLS),
+        ("cudaMallocHost", ALLOC_IOCTLS),
         ("cudaMemcpy", 3),
         ("cudaStreamSynchronize", 2),
-        ("none", FIRST_CALL_IOCTLS + 2 + 4),
     ];
     assert_eq!(r.nested(), map(&want), "{}", r.all);
     assert_eq!(
         r.count(DriverKind::Ioctl),
         want.iter().map(|w| w.1).sum::<u64>()
     );
+    assert_eq!(r.report_row("cudaMalloc"), (3, 3 * ALLOC_IOCTLS));
+    assert_eq!(r.report_row("cudaMallocHost"), (1, ALLOC_IOCTLS));
     assert_eq!(r.report_row("cudaMemcpy"), (3, 3));
     assert_eq!(r.report_row("cudaStreamSynchronize"), (2, 2));
     assert!(
@@ -274,7 +275,7 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
         r.nested(),
         map(&[
             ("cudaDeviceSynchronize", 2),
-            ("none", 2 * FIRST_CALL_IOCTLS)
+            ("cudaMalloc", 2 * ALLOC_IOCTLS)
         ]),
         "{}",
         r.all
@@ -289,4 +290,5 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
     assert_eq!(pids.len(), 2, "both processes of the fork: {}", r.all);
     assert_eq!(r.count(DriverKind::Open), 2, "{}", r.all);
     assert_eq!(r.report_row("cudaDeviceSynchronize"), (2, 2));
+    assert_eq!(r.report_row("cudaMalloc"), (2, 2 * ALLOC_IOCTLS));
 }
