@@ -11,7 +11,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Command;
 
 use common::{cuda13, nvcc, show, sim, sim_app, text, work_dir};
@@ -35,10 +34,6 @@ fn on_guest(series: &str) {
     let app = sim_app(&cuda, &nvcc);
     let cupti = sim(&cuda).join("libcupti.so.13");
     let exe = std::env::current_exe().unwrap();
-    // The guest's scratch directories elsewhere than the host's: the guest
-    // would clear the host's as left by processes it does not have.
-    let guest_tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-vm/guest-tmp");
-    std::fs::create_dir_all(&guest_tmp).unwrap();
     let out = guest.run(
         &[
             exe.as_os_str(),
@@ -50,7 +45,6 @@ fn on_guest(series: &str) {
         &[
             ("GPUPERF_SIM_APP", app.to_str().unwrap()),
             ("GPUPERF_SIM_CUPTI", cupti.to_str().unwrap()),
-            ("TMPDIR", guest_tmp.to_str().unwrap()),
         ],
     );
     let log = show(&out);
