@@ -272,7 +272,11 @@ mod tests {
             assert!(c.recorded() && !c.takes_stack() && !c.fires_marker(), "{n}");
         }
         // Queries about memory are no allocations.
-        for n in ["cudaMemGetInfo_v3020", "cuMemGetInfo_v2", "cuMemGetAddressRange_v2"] {
+        for n in [
+            "cudaMemGetInfo_v3020",
+            "cuMemGetInfo_v2",
+            "cuMemGetAddressRange_v2",
+        ] {
             assert_eq!(classify(n), Class::Ignored, "{n}");
         }
     }
