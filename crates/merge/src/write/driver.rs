@@ -354,45 +354,48 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
 /// lanes): a slice from a fence's init to its signal, an instant for a fence
 /// with only one of them in the recording.
 fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
-    // Fence id → (init, signal, maker).
-    let mut fences: BTreeMap<u64, (Option<u64>, Option<u64>, (u32, u32))> = BTreeMap::new();
+    /// One fence's events.
+    struct Fence {
+        id: u64,
+        init: Option<u64>,
+        signal: Option<u64>,
+        maker: (u32, u32),
+    }
+    let mut fences: BTreeMap<u64, Fence> = BTreeMap::new();
     let fence_events = events
         .iter()
         .filter(|e| matches!(e.kind, DriverKind::FenceInit | DriverKind::FenceSignaled));
     for e in fence_events {
-        let f = fences.entry(e.id).or_insert((None, None, (e.pid, e.tid)));
-        match e.kind {
-            DriverKind::FenceInit => {
-                f.0.get_or_insert(e.ts_ns);
-                f.2 = (e.pid, e.tid);
-            }
-            DriverKind::FenceSignaled => {
-                f.1.get_or_insert(e.ts_ns);
-            }
-            _ => {}
+        let f = fences.entry(e.id).or_insert(Fence {
+            id: e.id,
+            init: None,
+            signal: None,
+            maker: (e.pid, e.tid),
+        });
+        if e.kind == DriverKind::FenceInit {
+            f.init.get_or_insert(e.ts_ns);
+            f.maker = (e.pid, e.tid);
+        } else {
+            f.signal.get_or_insert(e.ts_ns);
         }
     }
-    let mut contexts: BTreeMap<u32, Lanes> = BTreeMap::new();
-    let mut by_start: Vec<(u64, u64, Option<u64>, Option<u64>, (u32, u32))> = fences
-        .into_iter()
-        .filter(|(_, f)| f.0.is_some() || f.1.is_some())
-        .map(|(id, (init, signal, maker))| {
-            (init.or(signal).unwrap_or(0), id, init, signal, maker)
-        })
-        .collect();
-    by_start.sort_unstable();
+    let start = |f: &Fence| f.init.or(f.signal).unwrap_or(0);
+    let mut by_start: Vec<Fence> = fences.into_values().collect();
+    by_start.sort_unstable_by_key(|f| (start(f), f.id));
     let bases: BTreeMap<u32, u32> = by_start
         .iter()
-        .map(|f| (f.1 >> 32) as u32)
+        .map(|f| (f.id >> 32) as u32)
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .enumerate()
         .map(|(i, c)| (c, 5000 + 100 * i as u32))
         .collect();
-    for (start, id, init, signal, (pid, tid)) in by_start {
-        let context = (id >> 32) as u32;
-        let seqno = id & 0xffff_ffff;
-        let (name, dur_ns) = match (init, signal) {
+    let mut contexts: BTreeMap<u32, Lanes> = BTreeMap::new();
+    for f in by_start {
+        let context = (f.id >> 32) as u32;
+        let seqno = f.id & 0xffff_ffff;
+        let start = start(&f);
+        let (name, dur_ns) = match (f.init, f.signal) {
             (Some(i), Some(s)) if s >= i => (format!("fence {seqno}"), Some(s - i)),
             (Some(_), _) => (format!("fence {seqno} made"), None),
             _ => (format!("fence {seqno} signalled"), None),
@@ -416,7 +419,7 @@ fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             args: vec![
                 ("context", context.to_string()),
                 ("seqno", seqno.to_string()),
-                ("made by", format!("{pid} ({tid})")),
+                ("made by", format!("{} ({})", f.maker.0, f.maker.1)),
             ],
         });
     }
@@ -668,6 +671,9 @@ mod tests {
         }
     }
 
+    /// Track order, track, name, start, duration, maker.
+    type Row<'a> = (u32, &'a str, &'a str, u64, Option<u64>, &'a str);
+
     #[test]
     fn fences_are_slices_per_context_overlaps_on_lanes_halves_instants() {
         use DriverKind::{FenceInit as I, FenceSignaled as S, Ioctl};
@@ -687,7 +693,7 @@ mod tests {
         ];
         let mut items = Vec::new();
         fence_items(&events, &mut items);
-        let got: Vec<(u32, &str, &str, u64, Option<u64>, &str)> = items
+        let got: Vec<Row> = items
             .iter()
             .map(|i| {
                 let Lane::Driver { order, name } = &i.lane else {
@@ -706,11 +712,39 @@ mod tests {
         assert_eq!(
             got,
             [
-                (5000, "fence context 3", "fence 1", 100, Some(100), "10 (11)"),
+                (
+                    5000,
+                    "fence context 3",
+                    "fence 1",
+                    100,
+                    Some(100),
+                    "10 (11)"
+                ),
                 (5100, "fence context 9", "fence 1", 120, Some(60), "11 (12)"),
-                (5001, "fence context 3 #2", "fence 2", 150, Some(150), "10 (11)"),
-                (5000, "fence context 3", "fence 3 made", 400, None, "10 (11)"),
-                (5100, "fence context 9", "fence 2 signalled", 500, None, "11 (12)"),
+                (
+                    5001,
+                    "fence context 3 #2",
+                    "fence 2",
+                    150,
+                    Some(150),
+                    "10 (11)"
+                ),
+                (
+                    5000,
+                    "fence context 3",
+                    "fence 3 made",
+                    400,
+                    None,
+                    "10 (11)"
+                ),
+                (
+                    5100,
+                    "fence context 9",
+                    "fence 2 signalled",
+                    500,
+                    None,
+                    "11 (12)"
+                ),
             ]
         );
     }
