@@ -16,6 +16,7 @@ COLOURS = {
     "cuda_api": "#4e79a7",
     "driver": "#f28e2b",
     "job": "#b07aa1",
+    "fence": "#76b7b2",
     "gpu": "#59a14f",
     "idle": "#dddddd",
 }
@@ -26,6 +27,8 @@ def colour(e):
     cat = e.get("cat", "")
     if cat == "driver" and e.get("name") in ("queued", "job", "dependency wait"):
         return COLOURS["job"]
+    if cat == "driver" and e.get("name", "").startswith("fence"):
+        return COLOURS["fence"]
     if cat == "driver" and e.get("name", "").startswith("ioctl"):
         return COLOURS["driver"]
     if cat in COLOURS:
@@ -76,7 +79,8 @@ def main():
          f'<text x="10" y="22" font-size="15" font-weight="bold">{html.escape(title)}</text>',
          f'<text x="10" y="42" fill="#555">{(t1 - t0) / 1000:.2f} ms; '
          'blue: CUDA API calls, orange: NVIDIA driver ioctls (inside the call that made them), '
-         'purple: DRM scheduler jobs (queued, dependency wait, run), green: GPU work, '
+         'purple: DRM scheduler jobs (queued, dependency wait, run), teal: dma_fences, '
+         'green: GPU work, '
          'ticks: interrupts, Xid</text>']
     for i, key in enumerate(rows):
         y = TOP + i * ROW

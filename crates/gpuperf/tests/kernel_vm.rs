@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
+use gpuperf_merge::model::DriverKind;
+use gpuperf_merge::read::driver::DriverTrace;
 use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::{show, text};
 use gpuperf_test_support::{repo, vm};
@@ -55,7 +57,7 @@ fn on_guest(series: &str, tests: &str) {
         guest.release
     );
     // The guest's tests ran, and none of them skipped.
-    assert!(log.contains("test result: ok. 3 passed"), "{log}");
+    assert!(log.contains("test result: ok. 4 passed"), "{log}");
     assert!(!log.contains("skipped:"), "{log}");
 }
 
@@ -269,12 +271,14 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
     }
     assert_eq!(total(&r, "job_wait_dep"), did["deps"], "{t}");
     // Each job's two scheduler fences and each dependency's fence start in the
-    // submitting thread.
+    // submitting thread; each is signalled elsewhere (the scheduler's thread,
+    // a timer) and kept as the submitter's.
     assert_eq!(
         total(&r, "fence_init"),
         2 * did["jobs"] + did["deps"],
         "{t}"
     );
+    assert_eq!(total(&r, "fence_signaled"), total(&r, "fence_init"), "{t}");
     assert!(
         t.contains("Xid 79 ("),
         "Xids are printed as they happen: {t}"
@@ -317,6 +321,55 @@ fn in_guest_the_rate_limit_counts_what_it_drops() {
     let matched = did["opens"] + did["ioctls"];
     assert_eq!(r.kept + r.over_rate, matched, "{}", r.text);
     assert!(r.over_rate > 0, "300 ioctls exceed 40/s: {}", r.text);
+}
+
+#[test]
+fn in_guest_record_keeps_the_fences_it_made_signalled_in_a_timer() {
+    if !guard() {
+        return;
+    }
+    let o = Command::new("modprobe").arg("vgem").output().unwrap();
+    assert!(o.status.success(), "modprobe vgem: {}", show(&o));
+    let dir = Path::new("/tmp/record-vgem");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
+    // Three fences signalled by the program's ioctls, one by vgem's timer
+    // (10 s later, in a timer interrupt, while the program sleeps in poll).
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .current_dir(dir)
+        .args(["record", "--driver", "--raw-dir", "raw", "--"])
+        .args([&drive, "--vgem-fences", "3", "--vgem-timeouts", "1"])
+        .output()
+        .unwrap();
+    let all = show(&o);
+    assert!(o.status.success(), "{all}");
+    let pid: u32 = text(&o.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .unwrap_or_else(|| panic!("no pid in {all}"))
+        .parse()
+        .unwrap();
+    let t = DriverTrace::open(&dir.join("raw/driver.tsv")).unwrap();
+    assert!(t.diagnostics.is_empty(), "{:?}", t.diagnostics);
+    assert_eq!(t.total_dropped(), 0, "{all}");
+    let fences = |k: DriverKind| {
+        let ids: Vec<u64> = t
+            .events
+            .iter()
+            .filter(|e| e.kind == k)
+            .inspect(|e| assert_eq!(e.pid, pid, "{e:?} not in the program's name"))
+            .map(|e| e.id)
+            .collect();
+        ids
+    };
+    let made = fences(DriverKind::FenceInit);
+    let mut signalled = fences(DriverKind::FenceSignaled);
+    assert_eq!(made.len(), 4, "{all}\n{:?}", t.events);
+    signalled.sort_unstable();
+    let mut want = made.clone();
+    want.sort_unstable();
+    assert_eq!(signalled, want, "each fence signalled once: {:?}", t.events);
 }
 
 fn guard() -> bool {

@@ -11,7 +11,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Command;
 
 use common::{cuda13, nvcc, show, sim, sim_app, text, work_dir};
@@ -35,10 +34,6 @@ fn on_guest(series: &str) {
     let app = sim_app(&cuda, &nvcc);
     let cupti = sim(&cuda).join("libcupti.so.13");
     let exe = std::env::current_exe().unwrap();
-    // The guest's scratch directories elsewhere than the host's: the guest
-    // would clear the host's as left by processes it does not have.
-    let guest_tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-vm/guest-tmp");
-    std::fs::create_dir_all(&guest_tmp).unwrap();
     let out = guest.run(
         &[
             exe.as_os_str(),
@@ -50,7 +45,6 @@ fn on_guest(series: &str) {
         &[
             ("GPUPERF_SIM_APP", app.to_str().unwrap()),
             ("GPUPERF_SIM_CUPTI", cupti.to_str().unwrap()),
-            ("TMPDIR", guest_tmp.to_str().unwrap()),
         ],
     );
     let log = show(&out);
@@ -82,10 +76,9 @@ fn counter(name: &str) -> u64 {
         .unwrap()
 }
 
-/// The ioctls the simulated driver makes (`sim/src/nvdev.h`) in the first
-/// CUDA call, a `cudaMalloc`: the injection library loads during it, so no
-/// API record has it, and its ioctls are outside every recorded call.
-const FIRST_CALL_IOCTLS: u64 = 2;
+/// The ioctls the simulated driver makes (`sim/src/nvdev.h`) in an
+/// allocation (`NV_ESC_RM_ALLOC`, `NV_ESC_RM_MAP_MEMORY`).
+const ALLOC_IOCTLS: u64 = 2;
 
 /// One recording in the guest, with what the module counted during it.
 struct Recording {
@@ -233,21 +226,23 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
     assert!(o.status.success(), "modprobe: {}", show(&o));
 
     // Copies: allocations, blocking copies and stream syncs (sim_app.cu's
-    // run_copies), each making its ioctls inside its call. The injection
-    // library records no allocation calls (cudaMallocHost, 2 cudaMalloc):
-    // their ioctls are outside every recorded call, before the first one.
+    // main and run_copies), each making its ioctls inside its call: the
+    // first call (a cudaMalloc) included, and none outside every call.
     let r = record("record-driver-copies", &["copies"]);
     r.check_counts();
     let want = [
+        ("cudaMalloc", 3 * ALLOC_IOCTLS),
+        ("cudaMallocHost", ALLOC_IOCTLS),
         ("cudaMemcpy", 3),
         ("cudaStreamSynchronize", 2),
-        ("none", FIRST_CALL_IOCTLS + 2 + 4),
     ];
     assert_eq!(r.nested(), map(&want), "{}", r.all);
     assert_eq!(
         r.count(DriverKind::Ioctl),
         want.iter().map(|w| w.1).sum::<u64>()
     );
+    assert_eq!(r.report_row("cudaMalloc"), (3, 3 * ALLOC_IOCTLS));
+    assert_eq!(r.report_row("cudaMallocHost"), (1, ALLOC_IOCTLS));
     assert_eq!(r.report_row("cudaMemcpy"), (3, 3));
     assert_eq!(r.report_row("cudaStreamSynchronize"), (2, 2));
     assert!(
@@ -274,7 +269,7 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
         r.nested(),
         map(&[
             ("cudaDeviceSynchronize", 2),
-            ("none", 2 * FIRST_CALL_IOCTLS)
+            ("cudaMalloc", 2 * ALLOC_IOCTLS)
         ]),
         "{}",
         r.all
@@ -289,4 +284,5 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
     assert_eq!(pids.len(), 2, "both processes of the fork: {}", r.all);
     assert_eq!(r.count(DriverKind::Open), 2, "{}", r.all);
     assert_eq!(r.report_row("cudaDeviceSynchronize"), (2, 2));
+    assert_eq!(r.report_row("cudaMalloc"), (2, 2 * ALLOC_IOCTLS));
 }

@@ -16,6 +16,11 @@ pub enum Class {
     Memset,
     /// Waits for the GPU.
     Sync,
+    /// Allocates or frees memory (`cudaMalloc`, `cuMemFree`, ...): recorded
+    /// so that the driver time they take (they map and unmap memory through
+    /// the kernel driver) lies in a CUDA call, but no stack is taken (see
+    /// [`Class::takes_stack`]).
+    Alloc,
     /// `cudaDeviceReset`: destroys the context, so buffers are flushed first.
     Reset,
     /// Copies a graph's nodes (instantiate, clone, exec-update): not recorded,
@@ -36,6 +41,11 @@ impl Class {
     /// Whether the call's CPU stack is taken in process: the calls that cause
     /// GPU work, and the waits for it, so that idle and waiting time is charged
     /// to the code that waited.
+    ///
+    /// Allocations take none: the join reads a stacked call that is no launch,
+    /// copy or memset as a wait for the GPU, which `cudaMalloc` is not, and an
+    /// unwind per allocation would be added to calls that programs with their
+    /// own allocator (PyTorch's) make in bursts.
     pub fn takes_stack(self) -> bool {
         self.fires_marker() || self == Self::Sync
     }
@@ -68,6 +78,7 @@ pub fn classify(name: &str) -> Class {
         | "cuEventSynchronize"
         | "cuStreamWaitEvent" => Class::Sync,
         "cudaDeviceReset" | "cudaThreadExit" => Class::Reset,
+        name if is_alloc_api(name) => Class::Alloc,
         "cudaGraphInstantiate"
         | "cudaGraphInstantiateWithFlags"
         | "cudaGraphInstantiateWithParams"
@@ -86,6 +97,54 @@ pub fn classify(name: &str) -> Class {
         | "cuGraphDestroyNode" => Class::GraphTeardown,
         _ => Class::Ignored,
     }
+}
+
+/// Whether a call (its stem) allocates, frees, pins or maps memory.
+fn is_alloc_api(stem: &str) -> bool {
+    matches!(
+        stem,
+        // Runtime API.
+        "cudaMalloc"
+            | "cudaFree"
+            | "cudaMallocHost"
+            | "cudaFreeHost"
+            | "cudaHostAlloc"
+            | "cudaMallocManaged"
+            | "cudaMallocAsync"
+            | "cudaMallocFromPoolAsync"
+            | "cudaFreeAsync"
+            | "cudaMallocPitch"
+            | "cudaMalloc3D"
+            | "cudaMallocArray"
+            | "cudaMalloc3DArray"
+            | "cudaMallocMipmappedArray"
+            | "cudaFreeArray"
+            | "cudaFreeMipmappedArray"
+            | "cudaHostRegister"
+            | "cudaHostUnregister"
+            // Driver API.
+            | "cuMemAlloc"
+            | "cuMemAllocPitch"
+            | "cuMemAllocHost"
+            | "cuMemHostAlloc"
+            | "cuMemAllocManaged"
+            | "cuMemAllocAsync"
+            | "cuMemAllocFromPoolAsync"
+            | "cuMemFree"
+            | "cuMemFreeHost"
+            | "cuMemFreeAsync"
+            | "cuMemHostRegister"
+            | "cuMemHostUnregister"
+            | "cuArrayCreate"
+            | "cuArray3DCreate"
+            | "cuArrayDestroy"
+            | "cuMipmappedArrayCreate"
+            | "cuMipmappedArrayDestroy"
+            | "cuMemCreate"
+            | "cuMemRelease"
+            | "cuMemMap"
+            | "cuMemUnmap"
+    )
 }
 
 #[cfg(test)]
@@ -159,7 +218,8 @@ mod tests {
             "cudaLaunchHostFunc_v10000",
             "cudaLaunchHostFunc_ptsz_v10000",
             "cuLaunchHostFunc",
-            "cudaMalloc_v3020",
+            "cudaMallocHostFunc_v3020",
+            "cuMemAllocator",
             "cudaGetLastError_v3020",
             "cudaGetDevice_v3020",
             "cuCtxGetCurrent",
@@ -170,6 +230,55 @@ mod tests {
         }
         assert!(!Class::Sync.fires_marker());
         assert!(Class::Memcpy.fires_marker());
+    }
+
+    #[test]
+    fn allocations_of_both_apis_are_recorded_without_a_stack() {
+        for n in [
+            "cudaMalloc_v3020",
+            "cudaFree_v3020",
+            "cudaMallocHost_v3020",
+            "cudaFreeHost_v3020",
+            "cudaHostAlloc_v3020",
+            "cudaMallocManaged_v6000",
+            "cudaMallocAsync_v11020",
+            "cudaMallocAsync_ptsz_v11020",
+            "cudaFreeAsync_v11020",
+            "cudaMallocFromPoolAsync_v11020",
+            "cudaMallocPitch_v3020",
+            "cudaMalloc3D_v3020",
+            "cudaMallocArray_v3020",
+            "cudaFreeArray_v3020",
+            "cudaHostRegister_v4000",
+            "cuMemAlloc",
+            "cuMemAlloc_v2",
+            "cuMemAllocPitch_v2",
+            "cuMemAllocHost_v2",
+            "cuMemHostAlloc",
+            "cuMemAllocManaged",
+            "cuMemAllocAsync",
+            "cuMemAllocAsync_ptsz",
+            "cuMemAllocFromPoolAsync",
+            "cuMemFree_v2",
+            "cuMemFreeHost",
+            "cuMemFreeAsync_ptsz",
+            "cuMemHostRegister_v2",
+            "cuArrayCreate_v2",
+            "cuMemCreate",
+            "cuMemMap",
+        ] {
+            let c = classify(n);
+            assert_eq!(c, Class::Alloc, "{n}");
+            assert!(c.recorded() && !c.takes_stack() && !c.fires_marker(), "{n}");
+        }
+        // Queries about memory are no allocations.
+        for n in [
+            "cudaMemGetInfo_v3020",
+            "cuMemGetInfo_v2",
+            "cuMemGetAddressRange_v2",
+        ] {
+            assert_eq!(classify(n), Class::Ignored, "{n}");
+        }
     }
 
     #[test]

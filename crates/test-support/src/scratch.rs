@@ -2,10 +2,14 @@
 //!
 //! A test that runs something as another user (uid 65534) runs it from here:
 //! `target/` and the checkout may sit in a home directory that others cannot
-//! enter. The directory is `$TMPDIR/gpuperf-tests-<pid>-XXXXXX`, mode 0755, one
-//! per test process; it is removed when the process exits, whether its tests
-//! passed or failed. A process killed before that leaves it behind, so the next
-//! test process removes the directories of processes that no longer run.
+//! enter. The directory is `$TMPDIR/gpuperf-tests-b<boot id>-<pid>-XXXXXX`,
+//! mode 0755, one per test process; it is removed when the process exits,
+//! whether its tests passed or failed. A process killed before that leaves it
+//! behind, so the next test process removes the directories of processes that
+//! no longer run. Only those of its own kernel's boot: a test run in a kernel
+//! VM sees the host's `/tmp`, whose directories belong to the host's processes,
+//! which the guest does not have, and which may be using them (the guest's
+//! test runs programs from them).
 
 use std::collections::HashMap;
 use std::fs;
@@ -25,9 +29,10 @@ static ROOT: OnceLock<PathBuf> = OnceLock::new();
 pub fn root() -> &'static Path {
     ROOT.get_or_init(|| {
         let tmp = std::env::temp_dir();
-        remove_stale(&tmp);
+        let boot = boot_id();
+        remove_stale(&tmp, &boot);
         let dir = tempfile::Builder::new()
-            .prefix(&format!("{PREFIX}{}-", std::process::id()))
+            .prefix(&format!("{PREFIX}b{boot}-{}-", std::process::id()))
             .tempdir_in(&tmp)
             .unwrap_or_else(|e| panic!("failed to create a directory in `{}`: {e}", tmp.display()))
             .keep();
@@ -46,8 +51,20 @@ extern "C" fn remove_root() {
     }
 }
 
-/// Removes the scratch directories in `tmp` of processes that are gone.
-fn remove_stale(tmp: &Path) {
+/// This kernel's boot id, as hex digits without dashes (`0` if the kernel does
+/// not say: every directory then counts as this boot's, as before boot ids).
+fn boot_id() -> String {
+    let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: String = id.chars().filter(char::is_ascii_hexdigit).collect();
+    if hex.is_empty() { "0".to_owned() } else { hex }
+}
+
+/// Removes the scratch directories in `tmp` of processes of the boot `boot`
+/// that are gone. Those of another boot are left: their processes may run in
+/// another kernel that shares `tmp` (a VM's host), and this one cannot tell.
+/// Directories named without a boot id (made before boot ids were added) count
+/// as this boot's.
+fn remove_stale(tmp: &Path, boot: &str) {
     let Ok(entries) = fs::read_dir(tmp) else {
         return;
     };
@@ -59,7 +76,14 @@ fn remove_stale(tmp: &Path) {
         }) else {
             continue;
         };
-        let pid = rest.split('-').next().unwrap_or("");
+        let mut fields = rest.split('-');
+        let mut pid = fields.next().unwrap_or("");
+        if let Some(dir_boot) = pid.strip_prefix('b') {
+            if dir_boot != boot {
+                continue;
+            }
+            pid = fields.next().unwrap_or("");
+        }
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
             // Another user's directory may not be ours to remove: leave it.
             let _ = fs::remove_dir_all(e.path());
@@ -149,21 +173,39 @@ mod tests {
     }
 
     #[test]
-    fn stale_directories_of_dead_processes_are_removed_live_ones_kept() {
+    fn stale_directories_of_dead_processes_of_this_boot_are_removed_others_kept() {
         let tmp = tempfile::tempdir().unwrap();
+        let boot = boot_id();
+        let other_boot = if boot == "1" { "2" } else { "1" };
         // A pid above the kernel's maximum (4194304) never runs.
-        let dead = tmp.path().join(format!("{PREFIX}4294967290-abc"));
+        let dead = tmp.path().join(format!("{PREFIX}b{boot}-4294967290-abc"));
+        let unnamed_boot = tmp.path().join(format!("{PREFIX}4294967290-abc"));
         let old = tmp.path().join(format!("{OLD_PREFIX}4294967291"));
         let live = tmp
             .path()
-            .join(format!("{PREFIX}{}-abc", std::process::id()));
+            .join(format!("{PREFIX}b{boot}-{}-abc", std::process::id()));
+        // A process of another kernel (the host of this VM, or a guest of
+        // this host) that this kernel does not run: not this one's to judge.
+        let elsewhere = tmp
+            .path()
+            .join(format!("{PREFIX}b{other_boot}-4294967290-abc"));
         let other = tmp.path().join("gpuperf-tests-notapid");
-        for d in [&dead, &old, &live, &other] {
+        for d in [&dead, &unnamed_boot, &old, &live, &elsewhere, &other] {
             fs::create_dir_all(d.join("bin")).unwrap();
         }
-        remove_stale(tmp.path());
-        assert!(!dead.exists() && !old.exists());
+        remove_stale(tmp.path(), &boot);
+        assert!(!dead.exists() && !unnamed_boot.exists() && !old.exists());
         assert!(live.exists() && other.exists());
+        assert!(elsewhere.exists(), "another boot's directory was removed");
+    }
+
+    #[test]
+    fn the_directory_is_named_by_this_boot_and_process() {
+        let boot = boot_id();
+        assert!(boot.bytes().all(|b| b.is_ascii_hexdigit()), "{boot}");
+        let name = root().file_name().unwrap().to_str().unwrap().to_owned();
+        let want = format!("{PREFIX}b{boot}-{}-", std::process::id());
+        assert!(name.starts_with(&want), "{name}");
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //!   it from its wait to its run) and a `run` track (run to done); jobs that
 //!   overlap go to a second lane (`run #2`, …) so that slices on a track nest.
 //!   Interrupts and bottom halves are instants on an `interrupts` track, Xid
-//!   errors instants on a track per device.
+//!   errors instants on a track per device, and `dma_fence`s slices from
+//!   init to signal on a `fence context N` track per fence context (a fence
+//!   with only one of the two in the recording is an instant).
 //! - Drivers the recording saw as simulated (the test modules of
 //!   `sim/kernel/`) name the pseudo-process `GPU driver (simulated: …)`.
 
@@ -337,6 +339,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             }
         }
     }
+    fence_items(&t.events, &mut items);
     items.sort_by(|a, b| {
         (&a.lane, a.start_ns, std::cmp::Reverse(a.dur_ns)).cmp(&(
             &b.lane,
@@ -345,6 +348,81 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
         ))
     });
     items
+}
+
+/// `dma_fence`s, one track per fence context (overlapping fences on further
+/// lanes): a slice from a fence's init to its signal, an instant for a fence
+/// with only one of them in the recording.
+fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
+    /// One fence's events.
+    struct Fence {
+        id: u64,
+        init: Option<u64>,
+        signal: Option<u64>,
+        maker: (u32, u32),
+    }
+    let mut fences: BTreeMap<u64, Fence> = BTreeMap::new();
+    let fence_events = events
+        .iter()
+        .filter(|e| matches!(e.kind, DriverKind::FenceInit | DriverKind::FenceSignaled));
+    for e in fence_events {
+        let f = fences.entry(e.id).or_insert(Fence {
+            id: e.id,
+            init: None,
+            signal: None,
+            maker: (e.pid, e.tid),
+        });
+        if e.kind == DriverKind::FenceInit {
+            f.init.get_or_insert(e.ts_ns);
+            f.maker = (e.pid, e.tid);
+        } else {
+            f.signal.get_or_insert(e.ts_ns);
+        }
+    }
+    let start = |f: &Fence| f.init.or(f.signal).unwrap_or(0);
+    let mut by_start: Vec<Fence> = fences.into_values().collect();
+    by_start.sort_unstable_by_key(|f| (start(f), f.id));
+    let bases: BTreeMap<u32, u32> = by_start
+        .iter()
+        .map(|f| (f.id >> 32) as u32)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c, 5000 + 100 * i as u32))
+        .collect();
+    let mut contexts: BTreeMap<u32, Lanes> = BTreeMap::new();
+    for f in by_start {
+        let context = (f.id >> 32) as u32;
+        let seqno = f.id & 0xffff_ffff;
+        let start = start(&f);
+        let (name, dur_ns) = match (f.init, f.signal) {
+            (Some(i), Some(s)) if s >= i => (format!("fence {seqno}"), Some(s - i)),
+            (Some(_), _) => (format!("fence {seqno} made"), None),
+            _ => (format!("fence {seqno} signalled"), None),
+        };
+        let lane = match dur_ns {
+            Some(d) => contexts.entry(context).or_default().place(start, start + d),
+            None => 0,
+        };
+        let track = format!("fence context {context}");
+        items.push(Item {
+            lane: Lane::Driver {
+                order: bases[&context] + lane,
+                name: match lane {
+                    0 => track,
+                    n => format!("{track} #{}", n + 1),
+                },
+            },
+            name,
+            start_ns: start,
+            dur_ns,
+            args: vec![
+                ("context", context.to_string()),
+                ("seqno", seqno.to_string()),
+                ("made by", format!("{} ({})", f.maker.0, f.maker.1)),
+            ],
+        });
+    }
 }
 
 fn lane_name(ring: &str, what: &str, lane: u32) -> String {
@@ -570,5 +648,104 @@ impl Sink for Reporter {
 
     fn finish(&mut self, _ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fence(kind: DriverKind, ts_ns: u64, context: u64, seqno: u64, pid: u32) -> DriverEvent {
+        DriverEvent {
+            ts_ns,
+            dur_ns: 0,
+            id: context << 32 | seqno,
+            ret: 0,
+            pid,
+            tid: pid + 1,
+            kind,
+            arg: 0,
+            comm: "app".to_owned(),
+            ring: String::new(),
+            msg: String::new(),
+        }
+    }
+
+    /// Track order, track, name, start, duration, maker.
+    type Row<'a> = (u32, &'a str, &'a str, u64, Option<u64>, &'a str);
+
+    #[test]
+    fn fences_are_slices_per_context_overlaps_on_lanes_halves_instants() {
+        use DriverKind::{FenceInit as I, FenceSignaled as S, Ioctl};
+        let mut ioctl = fence(Ioctl, 5, 0, 0, 7);
+        ioctl.id = 3 << 32 | 1; // Not a fence, though its id looks like one.
+        let events = vec![
+            fence(I, 100, 3, 1, 10),
+            fence(I, 150, 3, 2, 10),
+            // Signalled in an interrupt, in its maker's name (as BPF sends it).
+            fence(S, 200, 3, 1, 10),
+            fence(S, 300, 3, 2, 10),
+            fence(I, 400, 3, 3, 10),
+            fence(I, 120, 9, 1, 11),
+            fence(S, 180, 9, 1, 11),
+            fence(S, 500, 9, 2, 11),
+            ioctl,
+        ];
+        let mut items = Vec::new();
+        fence_items(&events, &mut items);
+        let got: Vec<Row> = items
+            .iter()
+            .map(|i| {
+                let Lane::Driver { order, name } = &i.lane else {
+                    panic!("{i:?}")
+                };
+                (
+                    *order,
+                    name.as_str(),
+                    i.name.as_str(),
+                    i.start_ns,
+                    i.dur_ns,
+                    i.args[2].1.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    5000,
+                    "fence context 3",
+                    "fence 1",
+                    100,
+                    Some(100),
+                    "10 (11)"
+                ),
+                (5100, "fence context 9", "fence 1", 120, Some(60), "11 (12)"),
+                (
+                    5001,
+                    "fence context 3 #2",
+                    "fence 2",
+                    150,
+                    Some(150),
+                    "10 (11)"
+                ),
+                (
+                    5000,
+                    "fence context 3",
+                    "fence 3 made",
+                    400,
+                    None,
+                    "10 (11)"
+                ),
+                (
+                    5100,
+                    "fence context 9",
+                    "fence 2 signalled",
+                    500,
+                    None,
+                    "11 (12)"
+                ),
+            ]
+        );
     }
 }

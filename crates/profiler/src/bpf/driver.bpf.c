@@ -329,28 +329,70 @@ int BPF_PROG(process_job, struct drm_sched_fence *fence)
 	return job_event(DRV_JOB_DONE, (__u64)fence, BPF_CORE_READ(fence, sched), true);
 }
 
-static __always_inline int fence_event(__u32 kind, struct dma_fence *fence)
+/* The fences a wanted process made, kept from dma_fence_init to
+ * dma_fence_signaled: a fence is often signalled in an interrupt or another
+ * thread, which the process filter would drop. LRU: a fence destroyed without
+ * being signalled is forgotten in time. Only filled when filtering. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u64);
+	__type(value, struct submitter);
+	__uint(max_entries, 65536);
+} fences SEC(".maps");
+
+static __always_inline __u64 fence_id(struct dma_fence *fence)
 {
-	if (!wanted(bpf_get_current_pid_tgid()) || !sampled())
-		return 0;
-	struct driver_event *e = reserve(kind);
-	if (!e)
-		return 0;
-	e->id = BPF_CORE_READ(fence, context) << 32 | (BPF_CORE_READ(fence, seqno) & 0xffffffff);
-	submit(e);
-	return 0;
+	return BPF_CORE_READ(fence, context) << 32 | (BPF_CORE_READ(fence, seqno) & 0xffffffff);
 }
 
 SEC("raw_tp/dma_fence_init")
 int BPF_PROG(fence_init, struct dma_fence *fence)
 {
-	return fence_event(DRV_FENCE_INIT, fence);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!wanted(pid_tgid) || !sampled())
+		return 0;
+	__u64 id = fence_id(fence);
+	if (filter_pids || filter_comm) {
+		struct submitter who = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid};
+		bpf_get_current_comm(who.comm, sizeof(who.comm));
+		if (bpf_map_update_elem(&fences, &id, &who, BPF_ANY))
+			count(DSTAT_MAP_FULL);
+	}
+	struct driver_event *e = reserve(DRV_FENCE_INIT);
+	if (!e)
+		return 0;
+	e->id = id;
+	submit(e);
+	return 0;
 }
 
+/* Kept if the signalling task is wanted, or if the fence was made by a
+ * wanted process (then in that process's name, wherever it is signalled). */
 SEC("raw_tp/dma_fence_signaled")
 int BPF_PROG(fence_signaled, struct dma_fence *fence)
 {
-	return fence_event(DRV_FENCE_SIGNALED, fence);
+	__u64 id = fence_id(fence);
+	struct submitter *who = NULL;
+	if (filter_pids || filter_comm)
+		who = bpf_map_lookup_elem(&fences, &id);
+	if (!who && !wanted(bpf_get_current_pid_tgid()))
+		return 0;
+	/* A fence kept at its init is kept at its signal (init was sampled). */
+	if (!who && !sampled())
+		return 0;
+	struct driver_event *e = reserve(DRV_FENCE_SIGNALED);
+	if (e) {
+		e->id = id;
+		if (who) {
+			e->pid = who->pid;
+			e->tid = who->tid;
+			__builtin_memcpy(e->comm, who->comm, sizeof(e->comm));
+		}
+		submit(e);
+	}
+	if (who)
+		bpf_map_delete_elem(&fences, &id);
+	return 0;
 }
 
 /* A recording's process tree: a child of a traced process is traced from its
