@@ -18,11 +18,21 @@
 //! the trace is closed, so its last launch is in it; other threads run on, and
 //! their calls after the close are not recorded.
 //!
+//! A thread inside a CUDA call may hold the runtime's or CUPTI's locks (an
+//! activity buffer's, say) that closing the trace takes too: waiting there
+//! would hold the close up for the whole [`WAIT_MS`] and lose the trace. So a
+//! handler that lands inside a CUDA call only wakes the closing thread and
+//! returns; the thread waits (and the signal is raised again) when that call
+//! returns, at its API exit callback, with those locks released. A call that
+//! never returns (a sync on a hung kernel) does not keep the program alive:
+//! once the trace is closed, the closing thread raises the signal itself.
+//!
 //! Why in the program and not in gpuperf: a Ctrl-C at the terminal reaches the
 //! whole foreground process group at once, the program included (it must stay
 //! there to keep reading the terminal), so gpuperf cannot act before the
 //! program dies.
 
+use std::cell::Cell;
 use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
@@ -43,6 +53,40 @@ static DONE_R: AtomicI32 = AtomicI32::new(-1);
 static DONE_W: AtomicI32 = AtomicI32::new(-1);
 /// The process the closing thread runs in: a forked child has none.
 static PID: AtomicI32 = AtomicI32::new(0);
+/// A signal whose handler returned at once (it landed inside a CUDA call):
+/// the closing thread raises it once the trace is closed.
+static DEFERRED: AtomicI32 = AtomicI32::new(0);
+
+thread_local! {
+    // `const`, without destructors: read from a signal handler, where a lazily
+    // initialized thread-local could allocate.
+    /// CUDA calls this thread is inside: API entries seen, exits not yet.
+    static IN_CALL: Cell<u32> = const { Cell::new(0) };
+    /// A signal that landed inside this thread's CUDA call, taken at its exit.
+    static PENDING: Cell<i32> = const { Cell::new(0) };
+}
+
+/// Notes that the calling thread entered a CUDA call (an API entry callback).
+pub fn call_entered() {
+    IN_CALL.with(|c| c.set(c.get().saturating_add(1)));
+}
+
+/// Notes that the calling thread left a CUDA call (an API exit callback, at its
+/// very end). Leaving the outermost one with a signal pending waits for the
+/// trace to close and raises that signal, as the handler would have.
+pub fn call_exited() {
+    let depth = IN_CALL.with(|c| {
+        let d = c.get().saturating_sub(1);
+        c.set(d);
+        d
+    });
+    if depth == 0 {
+        let sig = PENDING.with(|p| p.replace(0));
+        if sig != 0 {
+            wait_then_raise(sig);
+        }
+    }
+}
 
 /// Installs the handlers where the disposition is the default, and starts the
 /// closing thread, which calls `close` once, on the first signal. Returns the
@@ -109,6 +153,13 @@ fn closing_thread(close: fn()) {
     }
     // SAFETY: writes one byte from a live buffer.
     unsafe { libc::write(DONE_W.load(SeqCst), b"!".as_ptr().cast(), 1) };
+    let deferred = DEFERRED.load(SeqCst);
+    if deferred != 0 {
+        // The thread it landed in may never leave its CUDA call; with the
+        // default disposition back, the signal ends the program now.
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(libc::getpid(), deferred) };
+    }
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
@@ -120,25 +171,46 @@ extern "C" fn on_signal(sig: libc::c_int) {
     let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
     // A forked child, whose trace is its parent's, wakes nobody.
     if ours {
-        // SAFETY: write and poll are async-signal-safe, on descriptors that
-        // stay open for the life of the process. A full pipe (a second signal)
-        // is fine: the closing thread is already awake.
-        unsafe {
-            libc::write(WAKE_W.load(SeqCst), (&raw const byte).cast(), 1);
-            let mut p = libc::pollfd {
-                fd: DONE_R.load(SeqCst),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            libc::poll(&mut p, 1, WAIT_MS);
+        // SAFETY: write is async-signal-safe, on a descriptor that stays open
+        // for the life of the process. A full pipe (a second signal) is fine:
+        // the closing thread is already awake.
+        unsafe { libc::write(WAKE_W.load(SeqCst), (&raw const byte).cast(), 1) };
+        if IN_CALL.with(Cell::get) > 0 {
+            // Inside a CUDA call, maybe holding locks the close needs: taken
+            // at the call's exit (or by the closing thread), not here.
+            PENDING.with(|p| p.set(sig));
+            DEFERRED.store(sig, SeqCst);
+            // SAFETY: as above.
+            unsafe { *libc::__errno_location() = errno };
+            return;
         }
     }
+    wait_then_raise_from(sig, ours);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Waits for the trace to close, at most [`WAIT_MS`], then gives the signal its
+/// default course on this thread.
+fn wait_then_raise(sig: libc::c_int) {
+    wait_then_raise_from(sig, true);
+}
+
+fn wait_then_raise_from(sig: libc::c_int, wait: bool) {
+    if wait {
+        let mut p = libc::pollfd {
+            fd: DONE_R.load(SeqCst),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll is async-signal-safe; `p` is a live pollfd.
+        unsafe { libc::poll(&mut p, 1, WAIT_MS) };
+    }
     // Whatever happened, the signal now takes its default course: raised on
-    // this thread, where it is blocked until this handler returns.
+    // this thread (in a handler, blocked there until the handler returns).
     // SAFETY: signal and raise are async-signal-safe.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
-        *libc::__errno_location() = errno;
     }
 }

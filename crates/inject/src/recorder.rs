@@ -56,6 +56,7 @@ const RUNTIME: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API as u32;
 const DRIVER: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API as u32;
 const RESOURCE: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE as u32;
 const ENTER: u32 = CUpti_ApiCallbackSite::CUPTI_API_ENTER as u32;
+const EXIT: u32 = CUpti_ApiCallbackSite::CUPTI_API_EXIT as u32;
 const STATE_DOMAIN: u32 = CUpti_CallbackDomain::CUPTI_CB_DOMAIN_STATE as u32;
 const FATAL_ERROR: u32 = CUpti_CallbackIdState::CUPTI_CBID_STATE_FATAL_ERROR as u32;
 const CONTEXT_CREATED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED as u32;
@@ -1070,7 +1071,22 @@ unsafe fn c_text(p: *const c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+unsafe extern "C" fn api_callback(u: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+    // Which CUDA calls the thread is inside, for the SIGINT/SIGTERM handler: a
+    // signal landing inside one is taken at its exit (see `interrupt`).
+    // SAFETY: `data` as CUPTI passed it with `domain`.
+    let site = unsafe { api_site(domain, data) };
+    if site == Some(ENTER) {
+        crate::interrupt::call_entered();
+    }
+    // SAFETY: the arguments as CUPTI passed them.
+    unsafe { on_callback(u, domain, cbid, data) };
+    if site == Some(EXIT) {
+        crate::interrupt::call_exited();
+    }
+}
+
+unsafe fn on_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
     if domain == RESOURCE && stacks::is_graph_copy_callback(cbid) {
         // A graph node copied, or destroyed: thousands per instantiation. This
         // path reaches no cancellation point (no system call, no capture), so
@@ -1120,16 +1136,27 @@ unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: u32, data: 
 /// # Safety
 /// `data` must be what CUPTI passed with `domain`.
 unsafe fn api_enter(domain: u32, data: *const c_void) -> bool {
-    (domain == RUNTIME || domain == DRIVER)
-        && !data.is_null()
-        // SAFETY: for these domains CUPTI passes a `CUpti_CallbackData`; its
-        // site is read as a plain integer.
-        && unsafe {
-            data.cast::<u8>()
-                .add(offset_of!(CUpti_CallbackData, callbackSite))
-                .cast::<u32>()
-                .read_unaligned()
-        } == ENTER
+    // SAFETY: as this function's contract.
+    (unsafe { api_site(domain, data) }) == Some(ENTER)
+}
+
+/// The site (entry or exit) of a runtime or driver API callback; `None` for
+/// other domains.
+///
+/// # Safety
+/// `data` must be what CUPTI passed with `domain`.
+unsafe fn api_site(domain: u32, data: *const c_void) -> Option<u32> {
+    if !(domain == RUNTIME || domain == DRIVER) || data.is_null() {
+        return None;
+    }
+    // SAFETY: for these domains CUPTI passes a `CUpti_CallbackData`; its site
+    // is read as a plain integer.
+    Some(unsafe {
+        data.cast::<u8>()
+            .add(offset_of!(CUpti_CallbackData, callbackSite))
+            .cast::<u32>()
+            .read_unaligned()
+    })
 }
 
 /// Runs when the library is unloaded, or at exit after every atexit handler

@@ -27,6 +27,9 @@
  *                handler launches, on the thread's stack, then on a sigaltstack
  *   mock-dlopen LIB  a launch, then LIB loaded (late_launch.c) and 3 launches
  *                called back from its late_call
+ *   mock-sigint-in-call  10 launches, then SIGINT raised inside an 11th, while
+ *                the mock holds the lock its flush takes; survives only if
+ *                SIGINT is ignored
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
  * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
@@ -446,6 +449,22 @@ static int signal_in_malloc(long signals) {
     return 3;
 }
 
+/* SIGINT lands inside a launch, while CUPTI (the mock) holds its buffer lock. */
+static int sigint_in_call(void *mock) {
+    void (*hold)(int) = (void (*)(int))dlsym(mock, "mock_hold_lock");
+    if (!hold) return 94;
+    for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
+    printf("launched 10\n");
+    fflush(stdout);
+    mock_api(RT, 211, 11, 1);
+    hold(1);
+    raise(SIGINT);
+    hold(0);
+    mock_api(RT, 211, 11, 0);
+    printf("survived\n");
+    return 3;
+}
+
 /* A graph of 50 nodes added outside any recorded call, instantiated N times as
  * CUPTI reports it (inside cudaGraphInstantiate: each copy made, then cloned
  * from its original), each instantiated graph destroyed after (inside
@@ -568,6 +587,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-graph-instantiate") == 0)
             return graph_instantiate(mock, argc > 3 ? atol(argv[3]) : 200);
+        if (strcmp(argv[2], "mock-sigint-in-call") == 0) return sigint_in_call(mock);
         if (strcmp(argv[2], "mock-signal-malloc") == 0)
             return signal_in_malloc(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-fatal") == 0) {

@@ -378,6 +378,13 @@ int mock_callbacks_enabled(void) {
     return n;
 }
 
+/* Takes (1) or releases (0) the lock cuptiActivityFlushAll takes, as CUPTI's
+ * activity code holds its buffer lock while it appends a record. */
+void mock_hold_lock(int on) {
+    if (on) lock();
+    else unlock();
+}
+
 void mock_api(int domain, int cbid, uint32_t corr, int enter) {
     if (!g_cb || !g_enabled[domain][cbid]) return;
     CUpti_CallbackData d;

@@ -397,3 +397,47 @@ fn mock_launches_after_the_trace_closed_are_counted_and_noted() {
         "{records:?}"
     );
 }
+
+/// SIGINT lands inside a launch while CUPTI (the mock) holds the lock its
+/// flush takes, as a Ctrl-C can land inside CUPTI's activity code. The handler
+/// must not wait there for the trace to close: it returns, and the launch's
+/// exit waits instead, with the lock released. The program dies of SIGINT as
+/// without gpuperf, and the trace is closed with every launch. Before, the
+/// handler waited out its 5 s while the close waited for the lock, and the
+/// program died with the trace unclosed.
+#[test]
+fn mock_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the_trace_closed() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some(w) = wheels() else {
+        return;
+    };
+    let m = mock(&w);
+    let limit = Duration::from_secs(60);
+    let mode = "mock-sigint-in-call";
+    let without = run_host_with(None, mode, &[], &[("GPUPERF_CUPTI_PATH", &m)], limit);
+    assert_eq!(without.status.signal(), Some(libc::SIGINT), "{without:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("GPUPERF_FLUSH_ON_SIGNAL", Path::new("1")),
+    ];
+    let with = run_host_with(Some(&inject_lib()), mode, &[], &env, limit);
+    let log = read_logs(dir.path());
+    assert_eq!(with.status.signal(), Some(libc::SIGINT), "{with:?}\n{log}");
+    let out = String::from_utf8_lossy(&with.stdout);
+    assert!(
+        out.contains("launched 10") && !out.contains("survived"),
+        "{out}"
+    );
+    assert!(log.contains("a signal is ending the program"), "{log}");
+    assert!(log.contains("done: "), "the trace was not closed:\n{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, _) = launches(&records, &strings);
+    let kernels = records
+        .iter()
+        .filter(|r| matches!(r, Record::Activity(_)))
+        .count();
+    assert!(calls >= 10, "{calls} launches recorded\n{log}");
+    assert_eq!(kernels, 10, "{log}");
+}
