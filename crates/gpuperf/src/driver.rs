@@ -121,7 +121,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
         let slot = match e.kind {
             DriverKind::Ioctl => Some(0),
             DriverKind::JobQueued => Some(1),
-            DriverKind::Isr => Some(2),
+            DriverKind::Irq => Some(2),
             DriverKind::Xid => Some(3),
             _ => None,
         };

@@ -259,7 +259,7 @@ impl Monitor {
                     _ => r.dep_waits += 1,
                 }
             }
-            DriverKind::Isr | DriverKind::IsrBottomHalf => {
+            DriverKind::Irq | DriverKind::IrqBottomHalf => {
                 *self.other.entry(e.kind).or_default() += 1;
             }
             _ => {

@@ -27,72 +27,26 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBufferBuilder};
 
 use crate::driver_skel::{DriverSkel, DriverSkelBuilder, types};
 use crate::error::{Error, Result, bpf};
+/// The event types are the trace model's: what BPF records is what merge reads.
+pub use gpuperf_merge::model::{DriverEvent, DriverKind};
 
-/// What a [`DriverEvent`] records (`enum driver_kind` in `driver.h`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DriverKind {
-    /// `nvidia_open`.
-    Open,
-    /// `nvidia_unlocked_ioctl`, from entry to return.
-    Ioctl,
-    /// `nvidia_mmap`.
-    Mmap,
-    /// `nvidia_isr`, in interrupt context.
-    Isr,
-    /// `nvidia_isr_kthread_bh`, on the driver's kernel thread.
-    IsrBottomHalf,
-    /// `nvidia:nvidia_dev_xid`.
-    Xid,
-    /// `gpu_scheduler:drm_sched_job`: a job queued on a ring.
-    JobQueued,
-    /// `gpu_scheduler:drm_run_job`: the scheduler hands it to the hardware.
-    JobRun,
-    /// `gpu_scheduler:drm_sched_process_job`: the hardware finished it.
-    JobDone,
-    /// `gpu_scheduler:drm_sched_job_wait_dep`: it waits on a dependency.
-    JobWaitDep,
-    /// `dma_fence:dma_fence_init`.
-    FenceInit,
-    /// `dma_fence:dma_fence_signaled`.
-    FenceSignaled,
-}
-
-impl DriverKind {
-    fn from_raw(v: u32) -> Option<Self> {
-        Some(match v {
-            1 => Self::Open,
-            2 => Self::Ioctl,
-            3 => Self::Mmap,
-            4 => Self::Isr,
-            5 => Self::IsrBottomHalf,
-            6 => Self::Xid,
-            7 => Self::JobQueued,
-            8 => Self::JobRun,
-            9 => Self::JobDone,
-            10 => Self::JobWaitDep,
-            11 => Self::FenceInit,
-            12 => Self::FenceSignaled,
-            _ => return None,
-        })
-    }
-
-    /// The short name used by `--event` and in summaries.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Ioctl => "ioctl",
-            Self::Mmap => "mmap",
-            Self::Isr => "irq",
-            Self::IsrBottomHalf => "irq_bh",
-            Self::Xid => "xid",
-            Self::JobQueued => "job_queue",
-            Self::JobRun => "job_run",
-            Self::JobDone => "job_done",
-            Self::JobWaitDep => "job_wait_dep",
-            Self::FenceInit => "fence_init",
-            Self::FenceSignaled => "fence_signaled",
-        }
-    }
+/// The event kind of `enum driver_kind` in `driver.h`.
+fn kind_from_raw(v: u32) -> Option<DriverKind> {
+    Some(match v {
+        1 => DriverKind::Open,
+        2 => DriverKind::Ioctl,
+        3 => DriverKind::Mmap,
+        4 => DriverKind::Irq,
+        5 => DriverKind::IrqBottomHalf,
+        6 => DriverKind::Xid,
+        7 => DriverKind::JobQueued,
+        8 => DriverKind::JobRun,
+        9 => DriverKind::JobDone,
+        10 => DriverKind::JobWaitDep,
+        11 => DriverKind::FenceInit,
+        12 => DriverKind::FenceSignaled,
+        _ => return None,
+    })
 }
 
 /// A group of events attached together: the unit of `--event` and of the
@@ -172,63 +126,32 @@ impl Source {
     }
 }
 
-/// One driver event, as recorded in BPF.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DriverEvent {
-    /// `CLOCK_MONOTONIC` nanoseconds (an ioctl's entry).
-    pub ts_ns: u64,
-    /// An ioctl's duration, entry to return; otherwise 0.
-    pub dur_ns: u64,
-    /// A job's id (its scheduler fence's address, the same on all its
-    /// events), or a fence's `context << 32 | seqno`; otherwise 0.
-    pub id: u64,
-    /// An ioctl's return value.
-    pub ret: i64,
-    /// The process; for a job's run, done and dependency events, its
-    /// submitter's.
-    pub pid: u32,
-    /// The thread (as `pid`).
-    pub tid: u32,
-    /// What happened.
-    pub kind: DriverKind,
-    /// An ioctl's command; an Xid's number; otherwise 0.
-    pub arg: u32,
-    /// The command name of `pid`'s thread (the kernel thread's for interrupts).
-    pub comm: String,
-    /// A job's ring (its scheduler's name).
-    pub ring: String,
-    /// An Xid's message.
-    pub msg: String,
-}
-
-impl DriverEvent {
-    /// Parses a record from the ring buffer; `None` when it is malformed.
-    pub fn parse(b: &[u8]) -> Option<Self> {
-        type E = types::driver_event;
-        if b.len() < size_of::<E>() {
-            return None;
-        }
-        let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let str_at = |o: usize, n: usize| {
-            let s = &b[o..o + n];
-            let end = s.iter().position(|&c| c == 0).unwrap_or(n);
-            String::from_utf8_lossy(&s[..end]).into_owned()
-        };
-        Some(Self {
-            ts_ns: u64_at(offset_of!(E, ts_ns)),
-            dur_ns: u64_at(offset_of!(E, dur_ns)),
-            id: u64_at(offset_of!(E, id)),
-            ret: u64_at(offset_of!(E, ret)) as i64,
-            pid: u32_at(offset_of!(E, pid)),
-            tid: u32_at(offset_of!(E, tid)),
-            kind: DriverKind::from_raw(u32_at(offset_of!(E, kind)))?,
-            arg: u32_at(offset_of!(E, arg)),
-            comm: str_at(offset_of!(E, comm), NAME_LEN),
-            ring: str_at(offset_of!(E, ring), NAME_LEN),
-            msg: str_at(offset_of!(E, msg), MSG_LEN),
-        })
+/// Parses a record from the ring buffer; `None` when it is malformed.
+pub fn parse_event(b: &[u8]) -> Option<DriverEvent> {
+    type E = types::driver_event;
+    if b.len() < size_of::<E>() {
+        return None;
     }
+    let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    let str_at = |o: usize, n: usize| {
+        let s = &b[o..o + n];
+        let end = s.iter().position(|&c| c == 0).unwrap_or(n);
+        String::from_utf8_lossy(&s[..end]).into_owned()
+    };
+    Some(DriverEvent {
+        ts_ns: u64_at(offset_of!(E, ts_ns)),
+        dur_ns: u64_at(offset_of!(E, dur_ns)),
+        id: u64_at(offset_of!(E, id)),
+        ret: u64_at(offset_of!(E, ret)) as i64,
+        pid: u32_at(offset_of!(E, pid)),
+        tid: u32_at(offset_of!(E, tid)),
+        kind: kind_from_raw(u32_at(offset_of!(E, kind)))?,
+        arg: u32_at(offset_of!(E, arg)),
+        comm: str_at(offset_of!(E, comm), NAME_LEN),
+        ring: str_at(offset_of!(E, ring), NAME_LEN),
+        msg: str_at(offset_of!(E, msg), MSG_LEN),
+    })
 }
 
 const NAME_LEN: usize = 16;
@@ -412,7 +335,7 @@ pub fn trace(options: &DriverOptions, sink: &mut impl DriverSink) -> Result<Driv
         let (events, malformed) = (events.clone(), malformed.clone());
         builder
             .add(&skel.maps.driver_events, move |data: &[u8]| {
-                match DriverEvent::parse(data) {
+                match parse_event(data) {
                     Some(e) => events.borrow_mut().push(e),
                     None => malformed.set(malformed.get() + 1),
                 }
@@ -840,14 +763,14 @@ ffffffffc0002010 D __tracepoint_dma_fence_signaled
 
     #[test]
     fn a_short_record_is_malformed() {
-        assert_eq!(DriverEvent::parse(&[0; 8]), None);
+        assert_eq!(parse_event(&[0; 8]), None);
         let mut b = vec![0u8; size_of::<types::driver_event>()];
-        assert_eq!(DriverEvent::parse(&b), None, "kind 0 is no event");
+        assert_eq!(parse_event(&b), None, "kind 0 is no event");
         let kind = offset_of!(types::driver_event, kind);
         b[kind..kind + 4].copy_from_slice(&2u32.to_ne_bytes());
         let comm = offset_of!(types::driver_event, comm);
         b[comm..comm + 3].copy_from_slice(b"app");
-        let e = DriverEvent::parse(&b).unwrap();
+        let e = parse_event(&b).unwrap();
         assert_eq!((e.kind, e.comm.as_str()), (DriverKind::Ioctl, "app"));
     }
 }
