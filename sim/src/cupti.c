@@ -787,6 +787,9 @@ static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
 }
 
 static void on_api_enter(struct gpusim_api *c) {
+    /* Only an API activity record needs the call's start. */
+    if (atomic_load_explicit(&g_api_kinds, memory_order_relaxed))
+        c->start_ns = gpusim_now_ns();
     external_records(c);
     callback(c, CUPTI_API_ENTER);
 }
@@ -799,8 +802,9 @@ static void on_api_exit(struct gpusim_api *c) {
     /* A driver call made by a runtime call has no record of its own: CUPTI logs of
      * real programs with DRIVER records on have none for the runtime's launches
      * and copies, only for the driver calls the program makes itself. */
+    /* start_ns == 0: the kind was enabled during the call. */
     if (c->cbid >= GPUSIM_MAX_CBID || !g_api_on[kind == CUPTI_ACTIVITY_KIND_RUNTIME][c->cbid] ||
-        (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
+        (c->domain == GPUSIM_DOMAIN_DRIVER && c->outer) || c->start_ns == 0)
         return;
     CUpti_ActivityAPI a = {
         .kind = (CUpti_ActivityKind)kind,

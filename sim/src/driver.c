@@ -415,7 +415,9 @@ GPUSIM_EXPORT void gpusim_api_begin(struct gpusim_api *c, int domain, uint32_t c
         c->correlation_id = atomic_fetch_add_explicit(&g_next_corr, 1, memory_order_relaxed);
     if (domain == GPUSIM_DOMAIN_RUNTIME)
         tls_runtime_corr = c->correlation_id;
-    c->start_ns = now_ns();
+    /* Timestamped by the tool only for an API activity record (CUPTI's callback
+       data carries no time). */
+    c->start_ns = 0;
     c->traced = 1;
     t->api_enter(c);
     /* Simulated ioctls inside the call, after its start (nvdev.h). */

@@ -40,7 +40,7 @@ struct gpusim_api {
     uint32_t context_id;
     uint32_t correlation_id;
     uint64_t correlation_data; /* CUPTI's per-call scratch word */
-    uint64_t start_ns;     /* CLOCK_MONOTONIC at enter */
+    uint64_t start_ns;     /* CLOCK_MONOTONIC at enter, set by the tool when it needs it, else 0 */
     uint32_t outer;        /* correlation id of the enclosing runtime call (runtime calls) */
     int traced;            /* enter was reported, so exit is */
 };

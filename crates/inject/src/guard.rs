@@ -16,9 +16,13 @@
 //! trace flush) would start a forced unwind through the library's frames and
 //! through CUPTI's callback dispatch, which glibc aborts ("exception not
 //! rethrown"). glibc's own `/proc` readers and the sanitizer runtimes do the
-//! same as this guard: cancellation is disabled for the callback's body and
+//! same as this guard: cancellation is disabled around every part of a
+//! callback that may reach a cancellation point (a stack capture, a flush, a
+//! log write, any callback outside the runtime and driver API domains) and
 //! restored after it, so a pending cancellation acts at the application's next
-//! cancellation point, as it would without gpuperf.
+//! cancellation point, as it would without gpuperf. The rest of a launch's
+//! callbacks (recording the call in the thread's shard) makes no system call
+//! that is one, and skips the guard's two calls into libc.
 
 use std::cell::Cell;
 use std::ffi::c_int;

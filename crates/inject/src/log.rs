@@ -28,6 +28,8 @@ impl Log {
 
     /// Writes one line.
     pub fn line(&self, msg: &str) {
+        // A write is a cancellation point; lines are written from callbacks too.
+        let _no_cancel = crate::guard::NoCancel::new();
         let mut g = self.out.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = g.as_mut() {
             let _ = writeln!(w, "gpuperf-inject[{}]: {msg}", self.pid);

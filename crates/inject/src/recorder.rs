@@ -201,6 +201,8 @@ struct Sink {
     aliases: [HashMap<u32, u32>; 2],
     /// The last name written for each thread.
     thread_names: HashMap<u32, [u8; 16]>,
+    /// The last kernel name interned: runs of one kernel are the rule.
+    last_kernel: Option<StringId>,
     write_errors: u64,
     first_error: Option<String>,
 }
@@ -224,6 +226,7 @@ impl Sink {
             context_device: HashMap::new(),
             aliases: [HashMap::new(), HashMap::new()],
             thread_names: HashMap::new(),
+            last_kernel: None,
             write_errors: 0,
             first_error: None,
         })
@@ -255,6 +258,31 @@ impl Sink {
             self.first_error.get_or_insert_with(|| e.to_string());
             self.writer = None;
         }
+    }
+
+    /// The id of a kernel name as CUPTI's record holds it, without copying it
+    /// when it is the last one's (compared, not assumed: record storage is
+    /// reused).
+    ///
+    /// # Safety
+    /// `p` is null or a NUL-terminated string valid for the call.
+    unsafe fn kernel_name(&mut self, p: *const c_char) -> StringId {
+        if p.is_null() {
+            return self.strings.intern("<unnamed kernel>");
+        }
+        // SAFETY: as this function's contract.
+        let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+        if let Some(id) = self.last_kernel
+            && self.strings.get(id).as_bytes() == bytes
+        {
+            return id;
+        }
+        let id = match std::str::from_utf8(bytes) {
+            Ok(text) => self.strings.intern(text),
+            Err(_) => self.strings.intern(&String::from_utf8_lossy(bytes)),
+        };
+        self.last_kernel = Some(id);
+        id
     }
 
     fn flush(&mut self) {
@@ -488,7 +516,11 @@ impl State {
         // stacks hook: the calls that cause GPU work, and the waits for it, get
         // the caller's stack.
         let stack = match &self.stacks {
-            Some(st) if class.takes_stack() => st.capture(),
+            Some(st) if class.takes_stack() => {
+                // The first capture in a new module reads files.
+                let _no_cancel = NoCancel::new();
+                st.capture()
+            }
             _ => 0,
         };
         self.open(
@@ -517,7 +549,6 @@ impl State {
     }
 
     fn exit(&self, l: &mut Local, correlation_id: u32) {
-        let end_ns = monotonic_ns();
         let Some(i) = l
             .open
             .iter()
@@ -529,6 +560,7 @@ impl State {
         if o.nested {
             return;
         }
+        let end_ns = monotonic_ns();
         if o.domain == RUNTIME {
             l.runtime_depth = l.runtime_depth.saturating_sub(1);
         }
@@ -837,10 +869,7 @@ impl State {
             } => {
                 // SAFETY: the name points into CUPTI's record storage, valid while
                 // the buffer callback runs, which is now.
-                let text = unsafe { c_text(name) };
-                let name = sink
-                    .strings
-                    .intern(text.as_deref().unwrap_or("<unnamed kernel>"));
+                let name = unsafe { sink.kernel_name(name) };
                 sink.context_device
                     .entry(place.context)
                     .or_insert(place.device);
@@ -918,6 +947,8 @@ impl State {
         if self.disabled.load(Relaxed) {
             return;
         }
+        // Writes files: cancellation points, reached from callbacks too.
+        let _no_cancel = NoCancel::new();
         let _g = match how {
             // A callback may run under CUPTI's internal lock, which a flush in
             // progress on another thread waits for inside cuptiActivityFlushAll:
@@ -1104,7 +1135,11 @@ unsafe fn on_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_voi
         }));
         return;
     }
-    let _no_cancel = NoCancel::new();
+    // Entries and exits of runtime and driver calls reach a cancellation point
+    // only in a stack capture (a new module's table is read from files), a
+    // flush or a log write, which take their own guard: they skip
+    // `NoCancel`'s two calls into libc, four per launch otherwise.
+    let _no_cancel = (domain != RUNTIME && domain != DRIVER).then(NoCancel::new);
     let inside = Inside::enter();
     if inside.reentered() {
         if let Some(s) = STATE.get()
@@ -1667,4 +1702,36 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         s.log.line(&format!("no flush thread: {e}"));
     }
     Ok(enabled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_are_compared_not_taken_from_the_pointer() {
+        let dir = std::env::temp_dir().join(format!("gpuperf-sink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut sink = Sink::create(&dir.join("t.gputrace"), 0).unwrap();
+        fn name(sink: &mut Sink, p: *const u8) -> StringId {
+            // SAFETY: every caller passes null or a NUL-terminated buffer it owns.
+            unsafe { sink.kernel_name(p.cast()) }
+        }
+        // One buffer, as CUPTI's record storage reused for another name.
+        let mut storage = *b"_Z5firstv\0";
+        let first = name(&mut sink, storage.as_ptr());
+        assert_eq!(name(&mut sink, storage.as_ptr()), first);
+        storage[..9].copy_from_slice(b"_Z5otherv");
+        let other = name(&mut sink, storage.as_ptr());
+        assert_ne!(other, first);
+        assert_eq!(sink.strings.get(other), "_Z5otherv");
+        // Another pointer with an earlier name's text.
+        assert_eq!(name(&mut sink, c"_Z5firstv".as_ptr().cast()), first);
+        assert_eq!(sink.strings.get(first), "_Z5firstv");
+        let lossy = name(&mut sink, [0x66u8, 0xff, 0].as_ptr());
+        assert_eq!(sink.strings.get(lossy), "f\u{fffd}");
+        let unnamed = name(&mut sink, ptr::null());
+        assert_eq!(sink.strings.get(unnamed), "<unnamed kernel>");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
