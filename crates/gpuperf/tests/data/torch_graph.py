@@ -4,6 +4,8 @@ torch.cuda.make_graphed_callables and trained two steps (its forward and
 backward graphs replayed). The lines marked `# call:NAME` are the ones the tests
 expect in the stacks."""
 
+import threading
+
 import torch
 
 
@@ -41,6 +43,22 @@ def graphed_training():
         graphed_step(graphed, x)
 
 
+def settle_autograd():
+    # PyTorch's exit race (pytorch/pytorch#38228): autograd's CUDA worker drops
+    # its last backward task after that backward returned, and the task's
+    # thread-local state holds a Python object; if the interpreter is already
+    # finalizing then, taking the GIL ends the worker with pthread_exit through
+    # a noexcept destructor: "terminate called without an active exception".
+    # One more backward, from a new thread whose state holds no Python object,
+    # runs on that worker only after it dropped the last one.
+    def tiny_backward():
+        (torch.ones(1, device="cuda", requires_grad=True) * 2).sum().backward()
+
+    t = threading.Thread(target=tiny_backward)
+    t.start()
+    t.join()
+
+
 def main():
     x = torch.randn(64, 64, device="cuda")
     w = torch.randn(64, 64, device="cuda")
@@ -50,6 +68,7 @@ def main():
     graphed_training()
     torch.cuda.synchronize()
     print("replayed 3 times", tuple(out.shape), "and trained 2 graphed steps")
+    settle_autograd()
 
 
 if __name__ == "__main__":
