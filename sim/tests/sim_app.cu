@@ -20,6 +20,8 @@
 //   until-signal   k_scale launches until a signal ends it (no handler); prints the
 //                  count after each launch returned
 //   loop N T       N x k_scale on T threads (1 launch per iteration), for the benchmark
+//   exit-early N C N x chevron, a device sync, "synced" printed, then _exit(C): no
+//                  exit handler runs (as a process ended by a signal would not)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -345,7 +347,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "named-threads")) run_named_threads(n, m);
     else if (!strcmp(mode, "until-signal")) run_until_signal();
     else if (!strcmp(mode, "loop")) run_loop(n, m > 0 ? m : 1);
-    else return 2;
+    else if (!strcmp(mode, "exit-early")) {
+        run_chevron(n);
+        CHECK(cudaDeviceSynchronize());
+        printf("synced %d\n", 2 * n);
+        fflush(stdout);
+        _exit(m);
+    } else return 2;
     if (!strcmp(mode, "fork") || !strcmp(mode, "chevron") || !strcmp(mode, "wait-signal")) {
         printf("pid %d uid %d gid %d launched %d\n", getpid(), getuid(), getgid(), 2 * n);
         fflush(stdout);

@@ -914,6 +914,46 @@ fn record_sigint_to_the_process_group__a_program_without_a_handler_dies_of_it_wi
     assert_eq!(kernels, launches, "{err}");
 }
 
+/// A program that ends with `_exit` runs no exit handler, so the injection
+/// library's exit flush never runs: the recording is reported as not closed
+/// (what came after the last periodic flush is missing), and the program's exit
+/// code and output are its own. The same launches ending with a return from
+/// `main` are closed, and not reported.
+#[test]
+fn record_program_ending_with__exit__reported_not_closed_with_its_exit_code() {
+    let Some((cupti, app)) = sim_programs() else {
+        return;
+    };
+    for (mode, closed) in [("exit-early", false), ("chevron", true)] {
+        let dir = work_dir(&format!("unclosed-{mode}"));
+        let o = gpuperf(&dir)
+            .args([
+                "record",
+                "--stacks",
+                "inject",
+                "--raw-dir",
+                "raw",
+                "--cupti",
+            ])
+            .arg(&cupti)
+            .arg("--")
+            .arg(&app)
+            .args([mode, "5", "3"])
+            .output()
+            .unwrap();
+        let (all, err) = (show(&o), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(3), "{all}");
+        let reported = err
+            .lines()
+            .filter(|l| l.contains("not closed:") && l.contains("_exit"))
+            .count();
+        assert_eq!(reported, usize::from(!closed), "{mode}: {all}");
+        if !closed {
+            assert!(text(&o.stdout).contains("synced 10"), "{all}");
+        }
+    }
+}
+
 /// `--driver` on a machine without GPU driver events (this one: no kprobes,
 /// no DRM scheduler, no NVIDIA driver): one line says what is missing, and
 /// everything else — exit code, the program's output, the merged stacks, the

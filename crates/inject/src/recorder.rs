@@ -1043,6 +1043,13 @@ impl State {
                 self.config.trace.display()
             ));
         }
+        // The recording is complete: a file without this was cut short.
+        if let Some(w) = sink.writer.as_mut()
+            && let Err(e) = w.write_closed(monotonic_ns())
+        {
+            sink.write_errors += 1;
+            sink.first_error.get_or_insert_with(|| e.to_string());
+        }
         sink.flush();
         self.log.line(&format!(
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
@@ -1453,11 +1460,12 @@ pub fn initialize() -> bool {
     if let Some(w) = stacks_warning {
         log.line(&w);
     }
-    let flags = if want_stacks {
-        gpuperf_merge::gputrace::FLAG_STACKS
-    } else {
-        0
-    };
+    let flags = gpuperf_merge::gputrace::FLAG_CLOSES
+        | if want_stacks {
+            gpuperf_merge::gputrace::FLAG_STACKS
+        } else {
+            0
+        };
     let mut sink = match Sink::create(&config.trace, flags) {
         Ok(s) => s,
         Err(e) => {

@@ -446,6 +446,14 @@ impl Summary {
                 path.display()
             )?;
         }
+        for path in &self.gpu_read.unclosed {
+            writeln!(
+                f,
+                "  not closed: `{}`: the process ended without gpuperf's exit flush (killed, or \
+                 ended by _exit); what it did after its last periodic flush is missing",
+                path.display()
+            )?;
+        }
         if self.gpu_read.skipped > 0 {
             writeln!(
                 f,

@@ -38,6 +38,11 @@
 //! | 13 | `STACK` | id u32 (from 1), end u8, flags u8 (bit 0: Python frames cut at the depth cap), frame count u16, frames (8 + 16 × count) |
 //! | 14 | `GRAPH_NODE` | node id u64, stack id u32, API name string u32 (`u32::MAX`: none) (16) |
 //! | 15 | `THREAD` | tid u32, name string u32 (8): the thread's name; a later record for the same thread supersedes it (a rename). Added without a version bump: older readers skip it |
+//! | 16 | `CLOSED` | at u64 (8): the recording was closed by the process's exit flush, at this time; records after it are notes on what came later. Written when the header has [`FLAG_CLOSES`]; added without a version bump |
+//!
+//! A file whose header has [`FLAG_CLOSES`] and no `CLOSED` record was not closed:
+//! the process ended without its exit flush (killed, or by `_exit`), and what it
+//! did after its last periodic flush is missing ([`ReadStats::unclosed`]).
 //!
 //! Devices are u16; 0xffff means unknown. A kernel record is 64 bytes with its
 //! header; an API record 40, or 44 with a stack id.
@@ -87,6 +92,9 @@ pub const MAGIC: [u8; 8] = *b"GPUPERF\0";
 pub const FORMAT_VERSION: u16 = 1;
 /// Header flag: the trace holds in-process stacks (`STACK` records).
 pub const FLAG_STACKS: u32 = 1;
+/// Header flag: the writer ends a complete recording with a `CLOSED` record, so
+/// that a file without one is known to be cut short.
+pub const FLAG_CLOSES: u32 = 2;
 /// Frames one `STACK` record can hold.
 pub const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
 const HEADER_LEN: usize = 16;
@@ -108,6 +116,7 @@ mod kind {
     pub const STACK: u8 = 13;
     pub const GRAPH_NODE: u8 = 14;
     pub const THREAD: u8 = 15;
+    pub const CLOSED: u8 = 16;
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
@@ -181,6 +190,14 @@ impl<W: Write> Writer<W> {
         }
         self.local[i] = l + 1;
         Ok(l)
+    }
+
+    /// Appends the `CLOSED` record: the recording is complete as of `at_ns`
+    /// (for a header with [`FLAG_CLOSES`]).
+    pub fn write_closed(&mut self, at_ns: u64) -> io::Result<()> {
+        self.begin(kind::CLOSED);
+        self.u64(at_ns);
+        self.finish()
     }
 
     /// Appends an API record carrying the id of its call's stack, if any.
@@ -462,10 +479,20 @@ pub struct ReadStats {
     pub truncated_at: Option<u64>,
     /// Records of kinds this build does not know, skipped.
     pub unknown_kinds: u64,
-    /// The header's flags ([`FLAG_STACKS`]).
+    /// The header's flags ([`FLAG_STACKS`], [`FLAG_CLOSES`]).
     pub flags: u32,
+    /// When the recording was closed (`CLOSED`), if it was.
+    pub closed_at: Option<u64>,
     /// Malformed records, with the first few places.
     pub diagnostics: Diagnostics,
+}
+
+impl ReadStats {
+    /// A recording that says it is closed when complete ([`FLAG_CLOSES`]) and
+    /// was not: its process ended without the exit flush.
+    pub fn unclosed(&self) -> bool {
+        self.flags & FLAG_CLOSES != 0 && self.closed_at.is_none()
+    }
 }
 
 /// Reads a GPU trace from `input`, calling `visit` for every record (with the
@@ -624,6 +651,14 @@ impl Decoder<'_> {
         let mut f = Fields { p: payload, at: 0 };
         let rec = match kind {
             kind::STRING => return self.string_def(&mut f, payload, offset),
+            kind::CLOSED => {
+                match f.u64() {
+                    // Not a record of the model: counted in no total.
+                    Some(at) => self.stats.closed_at = Some(at),
+                    None => self.bad(offset, "record shorter than its kind requires"),
+                }
+                return;
+            }
             kind::PROCESS => self.process(&mut f, offset),
             kind::DEVICE => self.device(&mut f, offset),
             kind::API => self.api(&mut f, payload, offset, visit),
@@ -1113,6 +1148,42 @@ mod tests {
         })
         .unwrap();
         (out, strings, stats)
+    }
+
+    #[test]
+    fn a_recording_that_closes_is_unclosed_until_its_closed_record() {
+        let strings = StringTable::new();
+        let note = Record::Note(Note {
+            pid: 7,
+            text: "after".into(),
+        });
+        // Old writers set no FLAG_CLOSES: never reported as unclosed.
+        let old = Writer::new(Vec::new()).unwrap().into_inner();
+        assert!(!decode(&old).2.unclosed());
+        // Killed before the exit flush.
+        let mut w = Writer::with_flags(Vec::new(), FLAG_CLOSES | FLAG_STACKS).unwrap();
+        w.write(&note, &strings).unwrap();
+        let cut = w.into_inner();
+        let (recs, _, stats) = decode(&cut);
+        assert_eq!((recs.len(), stats.closed_at), (1, None));
+        assert!(stats.unclosed());
+        // Closed, then a note on what came after: closed, and nothing lost.
+        let mut w = Writer::with_flags(Vec::new(), FLAG_CLOSES).unwrap();
+        w.write_closed(1234).unwrap();
+        w.write(&note, &strings).unwrap();
+        let (recs, _, stats) = decode(&w.into_inner());
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!(stats.closed_at, Some(1234));
+        assert_eq!(stats.records, 1);
+        assert!(!stats.unclosed());
+        // A CLOSED record too short for its time is malformed, not a close.
+        let mut bad = Writer::with_flags(Vec::new(), FLAG_CLOSES)
+            .unwrap()
+            .into_inner();
+        bad.extend_from_slice(&[kind::CLOSED, 0, 4, 0, 1, 2, 3, 4]);
+        let (_, _, stats) = decode(&bad);
+        assert!(stats.unclosed());
+        assert_eq!(stats.diagnostics.count, 1, "{:?}", stats.diagnostics);
     }
 
     fn names(recs: &[Record], strings: &StringTable) -> Vec<String> {

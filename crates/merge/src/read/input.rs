@@ -52,6 +52,9 @@ pub struct GpuReadSummary {
     pub records: u64,
     /// Files that were cut off, with the offset of their incomplete record.
     pub truncated: Vec<(PathBuf, u64)>,
+    /// Recordings not closed by their process's exit flush (it was killed, or
+    /// ended with `_exit`): the end of what the process did is missing.
+    pub unclosed: Vec<PathBuf>,
     /// Unknown record kinds skipped (binary) or record kinds not used (text logs,
     /// Kineto events).
     pub skipped: u64,
@@ -185,18 +188,22 @@ impl GpuInputs {
                         path: path.clone(),
                         source,
                     })?;
+                    let stats = gputrace::read(
+                        BufReader::with_capacity(1 << 20, file),
+                        path,
+                        strings,
+                        visit,
+                    )?;
+                    if stats.unclosed() {
+                        summary.unclosed.push(path.clone());
+                    }
                     let ReadStats {
                         records,
                         truncated_at,
                         unknown_kinds,
                         diagnostics,
                         ..
-                    } = gputrace::read(
-                        BufReader::with_capacity(1 << 20, file),
-                        path,
-                        strings,
-                        visit,
-                    )?;
+                    } = stats;
                     summary.records += records;
                     summary.skipped += unknown_kinds;
                     summary.diagnostics.extend(diagnostics);
