@@ -5,10 +5,14 @@
 // Test names put inputs before `__` and the expectation after.
 #![allow(non_snake_case)]
 
+use std::path::PathBuf;
+use std::process::Command;
+
 use gpuperf_merge::read::cpu::{CpuLaunch, TRUNCATED_FRAME};
 use gpuperf_profiler::{Options, ProbeSpec};
+use gpuperf_test_support::process::show;
 
-use crate::support::{Run, app, frames, launch_probe as probe, levels, privileged, profile};
+use crate::support::{Run, app, frames, launch_probe as probe, levels, privileged, profile, tmp};
 
 /// The frames below `launch_all`, down to the launch.
 const LEVELS: [&str; 10] = [
@@ -165,4 +169,54 @@ fn frame_pointer_code_gets_the_same_frames_as_its_frame_pointer_walk_and_reaches
     // glibc here keeps no frame pointers: the walk stops in it.
     assert_eq!(walked.summary.truncated_stacks, 100);
     assert_eq!(unwound.summary.truncated_stacks, 0);
+}
+
+/// Set, to the `levels` executable, in the chroot that
+/// `in_a_chroot__...` runs itself in.
+const IN_CHROOT: &str = "GPUPERF_TEST_LEVELS_IN_CHROOT";
+
+#[test]
+fn in_a_chroot__the_files_the_target_maps_are_found_and_every_stack_reaches_start() {
+    if !privileged() {
+        return;
+    }
+    if let Some(exe) = std::env::var_os(IN_CHROOT) {
+        // The profiler and its target both run in the chroot: the paths BPF
+        // sends must be the chroot's, as /proc/PID/maps shows them (they were
+        // the mount namespace's, and no file was found by them).
+        let exe = PathBuf::from(exe);
+        let cudart = exe.with_file_name("libfakecudart.so");
+        let run = profile(probe(&cudart), &exe, &["200", "0"], &[]);
+        assert_eq!(run.trace.launches.len(), 200, "{:?}", run.summary);
+        assert_complete(&run, "main");
+        return;
+    }
+    // Built here, outside: the test in the chroot must not rebuild files
+    // that other tests run.
+    let (exe, _) = levels();
+    // The whole tree again under a directory, in a mount namespace of its own
+    // (the mounts go with it), and this test run again chrooted there.
+    let root = tmp().join("chroot");
+    std::fs::create_dir_all(&root).unwrap();
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --rbind / "$1" && exec chroot "$@""#)
+        .arg("sh")
+        .arg(&root)
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "unwind::in_a_chroot__the_files_the_target_maps_are_found_and_every_stack_reaches_start",
+            "--nocapture",
+            "--color=never",
+        ])
+        .env(IN_CHROOT, &exe)
+        .output()
+        .expect("unshare (util-linux) runs");
+    let log = show(&out);
+    assert!(out.status.success(), "in the chroot:\n{log}");
+    assert!(
+        log.contains("1 passed"),
+        "the test did not run in the chroot:\n{log}"
+    );
 }
