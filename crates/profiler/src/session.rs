@@ -189,6 +189,13 @@ pub struct Summary {
     /// Distinct call paths whose unwind depends on more stack words than a
     /// recipe holds: each launch there sends a copy.
     pub uncacheable_stacks: u64,
+    /// Files of traced processes that the unwinder could not read, each
+    /// once, with why (one line each): copied stacks stop at their code
+    /// (counted in `truncated_stacks`). Files are read by the paths the
+    /// traced process sees (as in its `/proc/PID/maps`), so a process in
+    /// another root directory or mount namespace than the profiler's (a
+    /// chroot, a container) can name files the profiler does not have.
+    pub unreadable_files: Vec<String>,
 }
 
 /// Counters readable while the profiler runs.
@@ -828,6 +835,7 @@ impl<W: Write> Sink<W> {
         self.writer.flush().map_err(Error::Output)?;
         self.summary.unsymbolized_frames = self.symbolizer.unsymbolized_frames;
         self.summary.uncacheable_stacks = self.unwinding.counts.uncacheable;
+        self.summary.unreadable_files = std::mem::take(&mut self.unwinding.unreadable);
         Ok(self.summary)
     }
 }
