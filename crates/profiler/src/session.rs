@@ -192,9 +192,10 @@ pub struct Summary {
     /// Files of traced processes that the unwinder could not read, each
     /// once, with why (one line each): copied stacks stop at their code
     /// (counted in `truncated_stacks`). Files are read by the paths the
-    /// traced process sees (as in its `/proc/PID/maps`), so a process in
-    /// another root directory or mount namespace than the profiler's (a
-    /// chroot, a container) can name files the profiler does not have.
+    /// traced process sees (as in its `/proc/PID/maps`), under its root
+    /// directory when that is another (a chroot), so a process in another
+    /// mount namespace (a container) can name files the profiler does not
+    /// have.
     pub unreadable_files: Vec<String>,
 }
 
