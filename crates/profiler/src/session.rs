@@ -189,6 +189,14 @@ pub struct Summary {
     /// Distinct call paths whose unwind depends on more stack words than a
     /// recipe holds: each launch there sends a copy.
     pub uncacheable_stacks: u64,
+    /// Files of traced processes that the unwinder could not read, each
+    /// once, with why (one line each): copied stacks stop at their code
+    /// (counted in `truncated_stacks`). Files are read by the paths the
+    /// traced process sees (as in its `/proc/PID/maps`), under its root
+    /// directory when that is another (a chroot), so a process in another
+    /// mount namespace (a container) can name files the profiler does not
+    /// have.
+    pub unreadable_files: Vec<String>,
 }
 
 /// Counters readable while the profiler runs.
@@ -404,6 +412,7 @@ fn run<W: Write>(
         seen_pids: HashSet::new(),
         discover: options.discover && !options.marker_libraries.is_empty(),
         deferred: options.defer_symbolization.then(Vec::new),
+        roots: HashMap::new(),
         summary: Summary::default(),
     };
     // Ready: the caller may start or release its target now.
@@ -416,8 +425,8 @@ fn run<W: Write>(
         // not an error.
         let _ = ring.poll(Duration::from_millis(POLL_MS));
         let _ = ring.consume();
-        let events = std::mem::take(&mut *queue.borrow_mut());
-        sink.prepare(&events);
+        let mut events = std::mem::take(&mut *queue.borrow_mut());
+        sink.prepare(&mut events);
         sink.handle(events, &mut attach)?;
         while let Ok((pid, done)) = requests.try_recv() {
             attach.discover(pid);
@@ -434,8 +443,8 @@ fn run<W: Write>(
     }
     // Everything the probes submitted before `stop` is in the buffer now.
     let _ = ring.consume();
-    let events = std::mem::take(&mut *queue.borrow_mut());
-    sink.prepare(&events);
+    let mut events = std::mem::take(&mut *queue.borrow_mut());
+    sink.prepare(&mut events);
     sink.handle(events, &mut attach)?;
 
     let stats = read_stats(&skel);
@@ -658,6 +667,9 @@ struct Sink<W: Write> {
     discover: bool,
     /// Events held until the end when symbolization is deferred.
     deferred: Option<Vec<Option<Event>>>,
+    /// The root directory of each process whose file paths were seen, as
+    /// [`root_seen_from_here`] found it.
+    roots: HashMap<u32, Option<PathBuf>>,
     summary: Summary,
 }
 
@@ -666,16 +678,38 @@ impl<W: Write> Sink<W> {
     /// arrival order and before the batch is symbolized (which can take long):
     /// until a recipe arrives, each launch from its call site sends a copy.
     /// Runs on every batch, also when symbolization is deferred.
-    fn prepare(&mut self, events: &[Option<Event>]) {
-        for e in events.iter().flatten() {
+    fn prepare(&mut self, events: &mut [Option<Event>]) {
+        for e in events.iter_mut().flatten() {
             match e {
-                Event::File(f) => self.unwind_file(f),
+                Event::Exec(x) => {
+                    self.roots.remove(&x.pid);
+                }
+                Event::File(f) => {
+                    self.place_in_our_root(f);
+                    self.unwind_file(f);
+                }
                 Event::Stack(s) if s.stack_id < COPY_ID_BASE => {
                     self.fp_frames.insert(s.stack_id, s.frames.len());
                 }
                 Event::Copy(c) => self.unwind_copy(c),
                 _ => {}
             }
+        }
+    }
+
+    /// Makes the path of a file a process mapped, which is the process's own
+    /// (from its root directory), one that this process can open: under
+    /// the process's root as seen from here, when that is not ours (a
+    /// process in a chroot) and is found. Paths of processes already gone,
+    /// or whose root is not reachable from here (another mount namespace),
+    /// stay as they are.
+    fn place_in_our_root(&mut self, f: &mut FileMapped) {
+        let root = self
+            .roots
+            .entry(f.pid)
+            .or_insert_with(|| root_seen_from_here(f.pid));
+        if let Some(root) = root {
+            f.path = root.join(f.path.strip_prefix("/").unwrap_or(&f.path));
         }
     }
 
@@ -828,8 +862,26 @@ impl<W: Write> Sink<W> {
         self.writer.flush().map_err(Error::Output)?;
         self.summary.unsymbolized_frames = self.symbolizer.unsymbolized_frames;
         self.summary.uncacheable_stacks = self.unwinding.counts.uncacheable;
+        self.summary.unreadable_files = std::mem::take(&mut self.unwinding.unreadable);
         Ok(self.summary)
     }
+}
+
+/// Where the root directory of process `pid` is as this process sees it,
+/// when it is another directory than ours; `None` when it is ours, or cannot
+/// be told (the process is gone, or its root is not reachable from here).
+fn root_seen_from_here(pid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: fs::Metadata| (m.dev(), m.ino());
+    let link = PathBuf::from(format!("/proc/{pid}/root"));
+    let theirs = id(fs::metadata(&link).ok()?);
+    if id(fs::metadata("/").ok()?) == theirs {
+        return None;
+    }
+    // The link's text is the directory's path from our root; it is theirs
+    // only if it leads to the same directory.
+    let path = fs::read_link(&link).ok()?;
+    (path.is_absolute() && fs::metadata(&path).ok().map(id) == Some(theirs)).then_some(path)
 }
 
 /// A symbolized stack (root first), behind [`TRUNCATED_FRAME`] when it does not

@@ -203,6 +203,9 @@ pub(crate) struct Unwinding {
     cache: UnwindCache,
     out: Vec<UFrame>,
     pub counts: Counts,
+    /// Module files that could not be read, each once with why: stacks
+    /// through their code stop there.
+    pub unreadable: Vec<String>,
 }
 
 /// One unwind of a copy.
@@ -239,6 +242,7 @@ impl Default for Unwinding {
             cache: UnwindCache::new(),
             out: vec![UFrame::default(); MAX_FRAMES],
             counts: Counts::default(),
+            unreadable: Vec::new(),
         }
     }
 }
@@ -535,10 +539,24 @@ impl Unwinding {
                 effective.push(m.clone());
             }
         }
-        let (unwinder, _unreadable) = RemoteUnwinder::from_mappings(&effective);
+        let (unwinder, unreadable) = RemoteUnwinder::from_mappings(&effective);
         p.table = Some((unwinder, effective));
         p.dirty = false;
+        self.note_unreadable(unreadable);
         true
+    }
+
+    /// Keeps the first report of each file that could not be read.
+    fn note_unreadable(&mut self, errors: Vec<gpuperf_unwind::Error>) {
+        for e in errors {
+            let mut line = e.to_string();
+            if let Some(cause) = std::error::Error::source(&e) {
+                line = format!("{line}: {cause}");
+            }
+            if !self.unreadable.contains(&line) {
+                self.unreadable.push(line);
+            }
+        }
     }
 
     /// Reads the table of a process without recorded mappings from
@@ -556,10 +574,11 @@ impl Unwinding {
         else {
             return false;
         };
-        let Ok((unwinder, _unreadable)) = RemoteUnwinder::from_pid(pid) else {
+        let Ok((unwinder, unreadable)) = RemoteUnwinder::from_pid(pid) else {
             return false;
         };
         p.table = Some((unwinder, mappings));
+        self.note_unreadable(unreadable);
         true
     }
 }
@@ -702,6 +721,33 @@ mod tests {
         let with_fp = Recipe { fp_id: 4, ..r };
         assert!(!with_fp.holds(&c));
         assert!(with_fp.holds(&Copy { fp_id: 4, ..c }));
+    }
+
+    #[test]
+    fn a_mapped_file_that_cannot_be_read_is_reported_once_with_why() {
+        let mut u = Unwinding::default();
+        let gone = PathBuf::from("/nonexistent/gpuperf-test/libgone.so");
+        for start in [0x40_0000, 0x50_0000] {
+            u.mapped(&FileMapped {
+                pid: 1,
+                path: gone.clone(),
+                place: Place::Mapping {
+                    start,
+                    end: start + 0x1000,
+                    offset: 0,
+                },
+            });
+            let r = u.resolve(&copy(&[0x40_1234]), Some(5));
+            assert_eq!(r.stack_id, 3, "the frame-pointer stack is kept");
+        }
+        assert_eq!(u.counts.unwound, 2);
+        assert_eq!(
+            u.unreadable,
+            [format!(
+                "failed to read `{}`: No such file or directory (os error 2)",
+                gone.display()
+            )]
+        );
     }
 
     #[test]

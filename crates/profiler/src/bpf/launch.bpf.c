@@ -31,13 +31,6 @@ struct mm_struct {
 	unsigned long start_stack;
 } __attribute__((preserve_access_index));
 
-struct task_struct {
-	int pid;
-	int tgid;
-	struct files_struct *files;
-	struct mm_struct *mm;
-} __attribute__((preserve_access_index));
-
 struct qstr {
 	__u32 len;
 	const unsigned char *name;
@@ -52,16 +45,28 @@ struct vfsmount {
 	struct dentry *mnt_root;
 } __attribute__((preserve_access_index));
 
+struct path {
+	struct vfsmount *mnt;
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
+struct fs_struct {
+	struct path root;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	int tgid;
+	struct fs_struct *fs;
+	struct files_struct *files;
+	struct mm_struct *mm;
+} __attribute__((preserve_access_index));
+
 /* The kernel's private mount tree node around each vfsmount. */
 struct mount {
 	struct mount *mnt_parent;
 	struct dentry *mnt_mountpoint;
 	struct vfsmount mnt;
-} __attribute__((preserve_access_index));
-
-struct path {
-	struct vfsmount *mnt;
-	struct dentry *dentry;
 } __attribute__((preserve_access_index));
 
 struct file {
@@ -732,11 +737,12 @@ struct {
 
 /* Sends the path of a file that a traced process maps as code (or execs), so
  * that user space can find the file by the build ids in its frames after the
- * process is gone. The path is the one in the process's mount namespace,
- * from its root: the dentry names up to each mount's root, then across to
+ * process is gone. The path is the one the process sees, from its root
+ * directory (a chroot's, if it runs in one) or else from its mount
+ * namespace's root: the dentry names up to each mount's root, then across to
  * the mount point, as d_path does (bpf_d_path is not allowed in these
- * programs). A path deeper than PATH_DEPTH or longer than FILE_PATH_LEN is
- * not sent. */
+ * programs), so it is the path /proc/PID/maps shows. A path deeper than
+ * PATH_DEPTH or longer than FILE_PATH_LEN is not sent. */
 static __always_inline void send_file(struct file *file, __u32 tgid, __u32 place, __u64 start,
 				      __u64 end, __u64 offset)
 {
@@ -748,12 +754,21 @@ static __always_inline void send_file(struct file *file, __u32 tgid, __u32 place
 	struct dentry *dentry = BPF_CORE_READ(file, f_path.dentry);
 	struct vfsmount *vfsmnt = BPF_CORE_READ(file, f_path.mnt);
 	struct mount *mnt = (void *)vfsmnt - mnt_off;
+	/* The process's root directory: inside a chroot, the path above it is
+	 * not the process's (nor that of a profiler in the same chroot). */
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct dentry *task_root = BPF_CORE_READ(task, fs, root.dentry);
+	struct vfsmount *task_root_mnt = BPF_CORE_READ(task, fs, root.mnt);
 	/* The path ends at buf[last], its NUL, and starts at buf[s->off]. */
 	__u32 last = FILE_PATH_LEN - 1;
 	bool root = false;
 	s->off = last;
 	s->buf[last] = 0;
 	for (int i = 0; i < PATH_DEPTH; i++) {
+		if (dentry == task_root && vfsmnt == task_root_mnt) {
+			root = true;
+			break;
+		}
 		struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
 		struct dentry *mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
 		if (dentry == mnt_root || dentry == parent) {

@@ -3,9 +3,10 @@
  *   main|worker -> run -> exe_level1..exe_level4 -> lib_level1..lib_level4
  *     -> cudaLaunchKernel (libfakecudart.so, push %rbp first)
  * usage: levels LAUNCHES THREADS [DEEP]
- * Each launching thread prints "tid N", launches once, pauses 300 ms (time
- * for the profiler to answer its first stack copy), then launches the rest
- * from the same call site.
+ * Each launching thread prints "tid N", launches once, waits at a gate
+ * until a line (or the end) comes on stdin, then launches the rest from the
+ * same call site. The test writes that line once the profiler has answered
+ * every first launch's stack copy, so the rest find its recipe.
  * With DEEP > 0 each launch is made DEEP recursions of 2 KiB frames further
  * down, deeper than a stack copy reaches. */
 #define _GNU_SOURCE
@@ -18,6 +19,26 @@ unsigned lib_level1(unsigned x);
 
 static int launches, deep;
 static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The gate: launchers threads launch; firsts of them made their first. */
+static int launchers, firsts, gate_open;
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_opened = PTHREAD_COND_INITIALIZER;
+
+/* The last thread to make its first launch reads the line; all wait for it. */
+static void gate(void) {
+    pthread_mutex_lock(&gate_lock);
+    if (++firsts == launchers) {
+        char line[16];
+        char *got = fgets(line, sizeof line, stdin);
+        (void)got; /* the end of stdin opens the gate too */
+        gate_open = 1;
+        pthread_cond_broadcast(&gate_opened);
+    }
+    while (!gate_open)
+        pthread_cond_wait(&gate_opened, &gate_lock);
+    pthread_mutex_unlock(&gate_lock);
+}
 volatile unsigned sink;
 
 /* Each level keeps values live across its call (so gcc spends callee-saved
@@ -55,12 +76,12 @@ __attribute__((noinline)) static unsigned recurse(int depth, unsigned x) {
 }
 
 /* One call site for every launch of a thread, so that all of them share one
- * stack (and one recipe); the first is followed by a pause. */
+ * stack (and one recipe); the first is followed by the gate. */
 __attribute__((noinline)) static void run(int n) {
     for (int i = 0; i < n; i++) {
         sink += deep > 0 ? recurse(deep, (unsigned)i) : exe_level1((unsigned)i);
         if (i == 0)
-            usleep(300 * 1000);
+            gate();
     }
 }
 
@@ -84,6 +105,7 @@ int main(int argc, char **argv) {
     launches = atoi(argv[1]);
     int threads = atoi(argv[2]);
     deep = argc > 3 ? atoi(argv[3]) : 0;
+    launchers = threads > 0 ? threads : 1;
     if (threads == 0) {
         launch_all();
     } else {

@@ -4,6 +4,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use gpuperf_merge::read::cpu::{CpuLaunch, CpuTrace};
 use gpuperf_profiler::{Options, ProbeSpec, Profiler, Summary};
@@ -121,17 +123,37 @@ impl Run {
 /// set before it execs, so nothing it does is missed. Waits for it to exit
 /// and for the profiler to drain.
 pub fn profile(options: Options, exe: &Path, args: &[&str], env: &[(&str, &Path)]) -> Run {
-    profile_in(options, Path::new("."), exe, args, env)
+    run_profiled(options, Path::new("."), exe, args, env, None)
 }
 
 /// [`profile`] with `exe` run from the directory `cwd` (`exe` may be relative
 /// to it).
 pub fn profile_in(
+    options: Options,
+    cwd: &Path,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> Run {
+    run_profiled(options, cwd, exe, args, env, None)
+}
+
+/// [`profile`] of a program that waits for a line on stdin after its first
+/// launches (`levels`' gate): the line is written once the profiler has
+/// written `firsts` launch lines, that is, unwound their stack copies and
+/// stored the recipes. What comes after then finds a recipe however slow
+/// the machine is.
+pub fn profile_gated(options: Options, exe: &Path, args: &[&str], firsts: u64) -> Run {
+    run_profiled(options, Path::new("."), exe, args, &[], Some(firsts))
+}
+
+fn run_profiled(
     mut options: Options,
     cwd: &Path,
     exe: &Path,
     args: &[&str],
     env: &[(&str, &Path)],
+    firsts: Option<u64>,
 ) -> Run {
     // Removed when dropped, at the end of this function or of a failed test.
     let out = tempfile::Builder::new()
@@ -157,7 +179,21 @@ pub fn profile_in(
         .unwrap();
     let pid = child.id();
     profiler.add_pid(pid).unwrap();
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    if let Some(n) = firsts {
+        // Not a time limit on the profiler: a guard against a hang.
+        let start = Instant::now();
+        while profiler.progress().launches.load(Ordering::Relaxed) < n {
+            if start.elapsed() > Duration::from_secs(600) || child.try_wait().unwrap().is_some() {
+                let _ = child.kill();
+                panic!("{exe:?}: the profiler did not write {n} launch lines");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stdin.write_all(b"\n").unwrap();
+    }
+    drop(stdin);
     let o = child.wait_with_output().unwrap();
     assert!(
         o.status.success(),
