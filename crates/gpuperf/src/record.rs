@@ -655,24 +655,7 @@ fn finish(
         }
     }
     if let Some(s) = &cpu_summary {
-        report += &format!(
-            "gpuperf: CPU side: {} launch stacks ({} taken at the API entry, {} inside NVIDIA code), \
-             {} dropped, {} stacks lost, {} truncated (stop before _start or a thread start), \
-             {} frames without symbols\n",
-            s.launches,
-            s.entry_stacks,
-            s.marker_stacks,
-            s.dropped_launches,
-            s.lost_stacks,
-            s.truncated_stacks,
-            s.unsymbolized_frames
-        );
-        if !s.slow_functions_skipped.is_empty() {
-            report += &format!(
-                "gpuperf: not probed (a probe there would cost ~10 µs a call): {}\n",
-                s.slow_functions_skipped.join(", ")
-            );
-        }
+        report += &cpu_side(s);
     }
     if let Some(p) = &a.cpu_trace {
         if cpu.is_some() {
@@ -756,9 +739,74 @@ fn kernel_table(rows: &[gpuperf_merge::write::report::Row], top: u64) -> String 
     s
 }
 
+/// What the eBPF profiler's summary tells the user, a line each.
+fn cpu_side(s: &gpuperf_profiler::Summary) -> String {
+    let mut report = String::new();
+    report += &format!(
+        "gpuperf: CPU side: {} launch stacks ({} taken at the API entry, {} inside NVIDIA code), \
+         {} dropped, {} stacks lost, {} truncated (stop before _start or a thread start), \
+         {} frames without symbols\n",
+        s.launches,
+        s.entry_stacks,
+        s.marker_stacks,
+        s.dropped_launches,
+        s.lost_stacks,
+        s.truncated_stacks,
+        s.unsymbolized_frames
+    );
+    if !s.unreadable_files.is_empty() {
+        // Each once, with why; a long list is cut, with its length said.
+        const SHOWN: usize = 5;
+        let n = s.unreadable_files.len();
+        report += &format!(
+            "gpuperf: {n} file{} the program maps could not be read; stacks through \
+             their code stop there (counted truncated):\n",
+            if n == 1 { "" } else { "s" }
+        );
+        for line in s.unreadable_files.iter().take(SHOWN) {
+            report += &format!("  {line}\n");
+        }
+        if n > SHOWN {
+            report += &format!("  and {} more\n", n - SHOWN);
+        }
+    }
+    if !s.slow_functions_skipped.is_empty() {
+        report += &format!(
+            "gpuperf: not probed (a probe there would cost ~10 µs a call): {}\n",
+            s.slow_functions_skipped.join(", ")
+        );
+    }
+    report
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unreadable_files_are_listed_each_with_why_and_a_long_list_cut() {
+        let mut s = gpuperf_profiler::Summary {
+            launches: 9,
+            truncated_stacks: 4,
+            ..Default::default()
+        };
+        assert!(!cpu_side(&s).contains("could not be read"));
+        s.unreadable_files = vec!["`/lib/a.so`: cannot open: No such file or directory".into()];
+        let one = cpu_side(&s);
+        assert!(
+            one.contains("gpuperf: 1 file the program maps could not be read")
+                && one.contains("\n  `/lib/a.so`: cannot open: No such file or directory\n"),
+            "{one}"
+        );
+        s.unreadable_files = (0..7).map(|i| format!("`/lib/{i}.so`: denied")).collect();
+        let seven = cpu_side(&s);
+        assert!(seven.contains("gpuperf: 7 files"), "{seven}");
+        assert!(
+            seven.contains("`/lib/4.so`") && !seven.contains("`/lib/5.so`"),
+            "{seven}"
+        );
+        assert!(seven.ends_with("  and 2 more\n"), "{seven}");
+    }
 
     #[test]
     fn sizes_read_well() {
