@@ -12,8 +12,9 @@ use gpuperf_profiler::driver::{DriverEvent, DriverKind, DriverOptions, Recorder,
 /// The first line of an event file: its columns (the file `gpuperf merge` reads).
 pub const EVENT_HEADER: &str = gpuperf_merge::read::driver::HEADER;
 
-/// The test modules of `sim/kernel/` that stand in for GPU drivers.
-const SIMULATED_MODULES: [&str; 2] = ["nvidia_sim", "drm_sched_sim"];
+/// The test modules of `sim/kernel/` that stand in for GPU drivers, and
+/// `vkms`, the kernel's virtual display (its vblanks come from a timer).
+const SIMULATED_MODULES: [&str; 3] = ["nvidia_sim", "drm_sched_sim", "vkms"];
 
 /// The line that says a source is missing and skipped.
 pub fn absent_line(tool: &str, why: &str) -> String {
