@@ -313,7 +313,8 @@ impl Monitor {
         let rings = std::mem::take(&mut self.ring_stats);
         let other = std::mem::take(&mut self.other);
         let vblanks = std::mem::take(&mut self.vblanks);
-        let nothing = procs.is_empty() && rings.is_empty() && other.is_empty() && vblanks.is_empty();
+        let nothing =
+            procs.is_empty() && rings.is_empty() && other.is_empty() && vblanks.is_empty();
         if self.quiet || (nothing && !last) {
             return;
         }

@@ -917,6 +917,33 @@ mod tests {
         }
     }
 
+    fn vblank_event(kind: DriverKind, ts_ns: u64, file: u64, seq: u32) -> DriverEvent {
+        DriverEvent {
+            arg: seq,
+            ring: "crtc 0".to_owned(),
+            ..fence(kind, ts_ns, 0, file, 7)
+        }
+    }
+
+    #[test]
+    fn a_delivery_ends_the_oldest_event_asked_for_at_or_before_its_vblank() {
+        use DriverKind::{VblankDelivered as D, VblankQueued as Q};
+        let mut p = VblankPairer::default();
+        p.queued(&vblank_event(Q, 1, 5, 10), "a");
+        p.queued(&vblank_event(Q, 2, 5, 8), "b");
+        // Another file's event is another's.
+        p.queued(&vblank_event(Q, 3, 6, 8), "c");
+        assert_eq!(p.delivered(&vblank_event(D, 4, 5, 8)), Some("b"));
+        assert_eq!(p.delivered(&vblank_event(D, 5, 5, 9)), None);
+        assert_eq!(p.delivered(&vblank_event(D, 6, 5, 11)), Some("a"));
+        // Sequence numbers wrap: 8 is after 1, u32::MAX before it.
+        p.queued(&vblank_event(Q, 7, 6, u32::MAX), "d");
+        assert_eq!(p.delivered(&vblank_event(D, 8, 6, 1)), Some("d"));
+        assert_eq!(p.delivered(&vblank_event(D, 9, 6, 1)), None);
+        assert_eq!(p.delivered(&vblank_event(D, 10, 6, 8)), Some("c"));
+        assert!(p.pending.is_empty());
+    }
+
     /// Track order, track, name, start, duration, maker.
     type Row<'a> = (u32, &'a str, &'a str, u64, Option<u64>, &'a str);
 
