@@ -58,7 +58,7 @@ pub struct ForRecord {
 struct EventFile {
     out: std::io::BufWriter<std::fs::File>,
     err: Option<std::io::Error>,
-    counts: [u64; 4],
+    counts: [u64; 5],
     total: u64,
 }
 
@@ -106,7 +106,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
     let file = std::sync::Arc::new(std::sync::Mutex::new(EventFile {
         out: std::io::BufWriter::with_capacity(1 << 16, f),
         err: None,
-        counts: [0; 4],
+        counts: [0; 5],
         total: 0,
     }));
     file.lock().expect("not poisoned").write(&head);
@@ -124,6 +124,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
             DriverKind::JobQueued => Some(1),
             DriverKind::Irq => Some(2),
             DriverKind::Xid => Some(3),
+            DriverKind::Vblank => Some(4),
             _ => None,
         };
         if let Some(i) = slot {
@@ -169,9 +170,9 @@ impl ForRecord {
         }
         f.out.flush().context("failed to write the driver events")?;
         let lost = st.ring_buffer_drops + st.map_full + summary.malformed;
-        let [ioctls, jobs, irqs, xids] = f.counts;
+        let [ioctls, jobs, irqs, xids, vblanks] = f.counts;
         Ok(format!(
-            "gpuperf: driver: {} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids), {lost} lost\n",
+            "gpuperf: driver: {} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids, {vblanks} vblanks), {lost} lost\n",
             f.total
         ))
     }
