@@ -19,7 +19,11 @@
  * the main thread lights vkms's CRTC 0 with a dumb buffer (mode set by
  * hand-made DRM ioctls) and asks V times for an event at the next vblank
  * (DRM_IOCTL_WAIT_VBLANK with _DRM_VBLANK_EVENT), reading each before asking
- * again. It prints what it did, one `name count` per line. */
+ * again. With --sw-sync-fences S (sw_sync, built by ci.sh: `modprobe
+ * sw_sync`), it makes a sw_sync timeline, S fences on it at values 1..S,
+ * then advances the timeline by one S times, each signalling one fence, and
+ * checks each fence's state. It prints what it did, one `name count` per
+ * line. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,7 +47,7 @@ struct submit {
 #define NV_XID _IO('F', 0xf1)
 
 static long ioctls, ioctl_us, mmaps, irqs, xids, jobs, run_us, deps, dep_us = 100, ring;
-static long vgem_fences, vgem_timeouts, vblank_events;
+static long vgem_fences, vgem_timeouts, vblank_events, sw_sync_fences;
 
 /* DRM and vgem UAPI (include/uapi/drm/{drm,drm_mode,vgem_drm}.h), declared
  * here so that no libdrm headers are needed. */
@@ -120,6 +124,15 @@ _Static_assert(sizeof(struct drm_event_vblank) == 32, "drm_event_vblank");
 #define DRM_VBLANK_RELATIVE 0x1
 #define DRM_VBLANK_EVENT 0x4000000
 #define DRM_EVENT_VBLANK 0x01
+
+/* sw_sync's UAPI (drivers/dma-buf/sw_sync.c; not in the UAPI headers). */
+struct sw_sync_create_fence_data {
+	uint32_t value;
+	char name[32];
+	int32_t fence;
+};
+#define SW_SYNC_CREATE_FENCE _IOWR('W', 0, struct sw_sync_create_fence_data)
+#define SW_SYNC_INC _IOW('W', 1, uint32_t)
 #define DRM_PRIME_HANDLE_TO_FD _IOWR('d', 0x2d, struct drm_prime_handle)
 #define DRM_CREATE_DUMB _IOWR('d', 0xb2, struct drm_mode_create_dumb)
 #define VGEM_FENCE_ATTACH _IOWR('d', 0x41, struct vgem_fence_attach)
@@ -309,6 +322,44 @@ static void vblanks(void)
 	       (unsigned long long)end);
 }
 
+/* S fences on a new sw_sync timeline, each signalled by one step of it. */
+static void sw_sync(void)
+{
+	int tl = open("/sys/kernel/debug/sync/sw_sync", O_RDWR | O_CLOEXEC);
+	if (tl < 0)
+		die("/sys/kernel/debug/sync/sw_sync (modprobe sw_sync)");
+	int *fences = calloc(sw_sync_fences, sizeof(int));
+	if (!fences)
+		die("calloc");
+	uint64_t start = now_ns();
+	for (long i = 0; i < sw_sync_fences; i++) {
+		struct sw_sync_create_fence_data d = {.value = i + 1};
+		snprintf(d.name, sizeof(d.name), "drive %ld", i + 1);
+		if (ioctl(tl, SW_SYNC_CREATE_FENCE, &d))
+			die("sw_sync: create fence");
+		fences[i] = d.fence;
+	}
+	long signalled = 0;
+	for (long i = 0; i < sw_sync_fences; i++) {
+		struct pollfd p = {.fd = fences[i], .events = POLLIN};
+		if (poll(&p, 1, 0) != 0) {
+			errno = EPROTO;
+			die("sw_sync: a fence signalled before its step");
+		}
+		uint32_t one = 1;
+		if (ioctl(tl, SW_SYNC_INC, &one))
+			die("sw_sync: step the timeline");
+		signalled += poll(&p, 1, 0) == 1;
+		close(fences[i]);
+	}
+	uint64_t end = now_ns();
+	free(fences);
+	close(tl);
+	printf("sw_sync_fences %ld\nsw_sync_signalled %ld\nsw_sync_start_ns %llu\n"
+	       "sw_sync_end_ns %llu\n",
+	       sw_sync_fences, signalled, (unsigned long long)start, (unsigned long long)end);
+}
+
 int main(int argc, char **argv)
 {
 	long threads = 1;
@@ -329,6 +380,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--vgem-fences")) vgem_fences = v;
 		else if (!strcmp(a, "--vgem-timeouts")) vgem_timeouts = v;
 		else if (!strcmp(a, "--vblank-events")) vblank_events = v;
+		else if (!strcmp(a, "--sw-sync-fences")) sw_sync_fences = v;
 		else {
 			fprintf(stderr, "drive: unknown option %s\n", a);
 			return 2;
@@ -341,6 +393,8 @@ int main(int argc, char **argv)
 		vgem();
 	if (vblank_events)
 		vblanks();
+	if (sw_sync_fences)
+		sw_sync();
 	for (long i = 0; i < threads; i++)
 		pthread_create(&t[i], NULL, work, NULL);
 	for (long i = 0; i < threads; i++)

@@ -2,7 +2,8 @@
 //! `sim/kernel/`, with the simulated GPU driver modules (no GPU): the counts
 //! it reports equal what a driving program did and what the modules counted.
 //! On 6.1 also vblanks and vblank events of `vkms`, the kernel's virtual
-//! display (built from 6.1's sources, which do not build against 6.12).
+//! display, and the fences of `sw_sync`, a software fence timeline (both
+//! built from 6.1's sources, which do not build against 6.12).
 //!
 //! The `on_linux_*` tests boot a guest that runs this same binary's
 //! `in_guest_*` tests; those do nothing outside a guest.
@@ -71,7 +72,7 @@ fn on_guest(series: &str, filters: &[&str], passed: usize) {
 
 #[test]
 fn on_linux_6_1_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.1", &["in_guest_", "in_vkms_guest_"], 6);
+    on_guest("6.1", &["in_guest_", "in_61_guest_"], 7);
 }
 
 #[test]
@@ -391,13 +392,15 @@ fn guard() -> bool {
     *SETUP.get_or_init(guest_setup)
 }
 
-/// `vkms` loaded once (built by `sim/kernel/ci.sh` for 6.1 only).
+/// Loads `module` (built by `sim/kernel/ci.sh` for 6.1 only).
+fn modprobe(module: &str) {
+    let o = Command::new("modprobe").arg(module).output().unwrap();
+    assert!(o.status.success(), "modprobe {module}: {}", show(&o));
+}
+
 fn vkms() {
     static VKMS: OnceLock<()> = OnceLock::new();
-    VKMS.get_or_init(|| {
-        let o = Command::new("modprobe").arg("vkms").output().unwrap();
-        assert!(o.status.success(), "modprobe vkms: {}", show(&o));
-    });
+    VKMS.get_or_init(|| modprobe("vkms"));
 }
 
 /// An event file's lines of `kind`, split into their columns.
@@ -413,7 +416,7 @@ fn lines_of<'a>(file: &'a str, kind: &str) -> Vec<Vec<&'a str>> {
 /// inside `drive`'s run on its own clock; each was delivered at a vblank
 /// that the monitor saw.
 #[test]
-fn in_vkms_guest_monitor_counts_each_vblank_event_of_the_driving_program() {
+fn in_61_guest_monitor_counts_each_vblank_event_of_the_driving_program() {
     if !guard() {
         return;
     }
@@ -474,7 +477,7 @@ fn in_vkms_guest_monitor_counts_each_vblank_event_of_the_driving_program() {
 /// `record --driver` of `drive`: its vblank events in its name, exactly as
 /// many as it asked for, vblanks present, the recording labelled simulated.
 #[test]
-fn in_vkms_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
+fn in_61_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
     if !guard() {
         return;
     }
@@ -520,5 +523,55 @@ fn in_vkms_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
     for v in &pairs {
         let (q, d) = (v.queued_ns.unwrap(), v.delivered_ns.unwrap());
         assert!(q <= d && v.asked_seq <= v.seq, "{v:?}");
+    }
+}
+
+/// sw_sync: each of the fences `drive` made on a software timeline is made
+/// and signalled once, by `drive`'s own ioctls, all on one fence context with
+/// sequence numbers 1..N, inside its run.
+#[test]
+fn in_61_guest_sw_sync_fences_are_made_and_signalled_once_each() {
+    if !guard() {
+        return;
+    }
+    modprobe("sw_sync");
+    let events = "/tmp/sw-sync-events.tsv";
+    let m = monitor(&[
+        "--comm",
+        "drive",
+        "--event",
+        "dma_fence",
+        "--output",
+        events,
+    ]);
+    let did = run_drive(&["--sw-sync-fences", "25"]);
+    let r = m.stop();
+    let t = &r.text;
+    assert_eq!(did["sw_sync_signalled"], 25, "{t}");
+    assert_eq!(total(&r, "fence_init"), 25, "{t}");
+    assert_eq!(total(&r, "fence_signaled"), 25, "{t}");
+    let file = std::fs::read_to_string(events).unwrap();
+    let (start, end) = (did["sw_sync_start_ns"], did["sw_sync_end_ns"]);
+    for kind in ["fence_init", "fence_signaled"] {
+        let lines = lines_of(&file, kind);
+        let ids: Vec<u64> = lines
+            .iter()
+            .map(|c| {
+                assert_eq!(c[2], did["pid"].to_string(), "{c:?}");
+                let ts: u64 = c[0].parse().unwrap();
+                assert!(
+                    (start..=end).contains(&ts),
+                    "{kind} outside drive's run: {c:?}"
+                );
+                u64::from_str_radix(c[9].trim_start_matches("0x"), 16).unwrap()
+            })
+            .collect();
+        let context = ids[0] >> 32;
+        let seqnos: Vec<u64> = ids
+            .iter()
+            .inspect(|id| assert_eq!(*id >> 32, context, "{kind}: {file}"))
+            .map(|id| id & 0xffff_ffff)
+            .collect();
+        assert_eq!(seqnos, (1..=25).collect::<Vec<u64>>(), "{kind}: {file}");
     }
 }
