@@ -12,9 +12,10 @@ use gpuperf_profiler::driver::{DriverEvent, DriverKind, DriverOptions, Recorder,
 /// The first line of an event file: its columns (the file `gpuperf merge` reads).
 pub const EVENT_HEADER: &str = gpuperf_merge::read::driver::HEADER;
 
-/// The test modules of `sim/kernel/` that stand in for GPU drivers, and
-/// `vkms`, the kernel's virtual display (its vblanks come from a timer).
-const SIMULATED_MODULES: [&str; 3] = ["nvidia_sim", "drm_sched_sim", "vkms"];
+/// The test modules of `sim/kernel/` that stand in for GPU drivers, `vkms`,
+/// the kernel's virtual display (its vblanks come from a timer), and
+/// `sw_sync`, its software fence timeline.
+const SIMULATED_MODULES: [&str; 4] = ["nvidia_sim", "drm_sched_sim", "vkms", "sw_sync"];
 
 /// The line that says a source is missing and skipped.
 pub fn absent_line(tool: &str, why: &str) -> String {
