@@ -800,6 +800,14 @@ ffffffffc0002010 D __tracepoint_dma_fence_signaled
     }
 
     #[test]
+    fn each_kind_of_driver_h_is_one_model_kind() {
+        let kinds: HashSet<DriverKind> = (1..=15).filter_map(kind_from_raw).collect();
+        assert_eq!(kinds.len(), DriverKind::ALL.len());
+        assert_eq!(kind_from_raw(16), None);
+        assert_eq!(kind_from_raw(13), Some(DriverKind::Vblank));
+    }
+
+    #[test]
     fn a_short_record_is_malformed() {
         assert_eq!(parse_event(&[0; 8]), None);
         let mut b = vec![0u8; size_of::<types::driver_event>()];
