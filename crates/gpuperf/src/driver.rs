@@ -12,8 +12,10 @@ use gpuperf_profiler::driver::{DriverEvent, DriverKind, DriverOptions, Recorder,
 /// The first line of an event file: its columns (the file `gpuperf merge` reads).
 pub const EVENT_HEADER: &str = gpuperf_merge::read::driver::HEADER;
 
-/// The test modules of `sim/kernel/` that stand in for GPU drivers.
-const SIMULATED_MODULES: [&str; 2] = ["nvidia_sim", "drm_sched_sim"];
+/// The test modules of `sim/kernel/` that stand in for GPU drivers, `vkms`,
+/// the kernel's virtual display (its vblanks come from a timer), and
+/// `sw_sync`, its software fence timeline.
+const SIMULATED_MODULES: [&str; 4] = ["nvidia_sim", "drm_sched_sim", "vkms", "sw_sync"];
 
 /// The line that says a source is missing and skipped.
 pub fn absent_line(tool: &str, why: &str) -> String {
@@ -57,7 +59,7 @@ pub struct ForRecord {
 struct EventFile {
     out: std::io::BufWriter<std::fs::File>,
     err: Option<std::io::Error>,
-    counts: [u64; 4],
+    counts: [u64; 5],
     total: u64,
 }
 
@@ -105,7 +107,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
     let file = std::sync::Arc::new(std::sync::Mutex::new(EventFile {
         out: std::io::BufWriter::with_capacity(1 << 16, f),
         err: None,
-        counts: [0; 4],
+        counts: [0; 5],
         total: 0,
     }));
     file.lock().expect("not poisoned").write(&head);
@@ -123,6 +125,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
             DriverKind::JobQueued => Some(1),
             DriverKind::Irq => Some(2),
             DriverKind::Xid => Some(3),
+            DriverKind::Vblank => Some(4),
             _ => None,
         };
         if let Some(i) = slot {
@@ -168,9 +171,9 @@ impl ForRecord {
         }
         f.out.flush().context("failed to write the driver events")?;
         let lost = st.ring_buffer_drops + st.map_full + summary.malformed;
-        let [ioctls, jobs, irqs, xids] = f.counts;
+        let [ioctls, jobs, irqs, xids, vblanks] = f.counts;
         Ok(format!(
-            "gpuperf: driver: {} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids), {lost} lost\n",
+            "gpuperf: driver: {} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids, {vblanks} vblanks), {lost} lost\n",
             f.total
         ))
     }

@@ -1,5 +1,6 @@
 //! `gpuperf monitor`: GPU driver events system-wide, without a target
-//! program. Statistics per process and per ring each `--interval` on stderr,
+//! program. Statistics per process, per ring and per display CRTC each
+//! `--interval` on stderr,
 //! Xid errors as they happen, optionally every kept event to a file; filters,
 //! sampling and a rate limit, with what each left out counted.
 
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use gpuperf_merge::write::driver::VblankPairer;
 use gpuperf_profiler::driver::{
     self, DriverEvent, DriverKind, DriverOptions, DriverSink, DriverStats, PidFilter, Source,
 };
@@ -40,8 +42,8 @@ pub struct MonitorArgs {
     /// Only jobs on these rings (repeatable); other events are unaffected.
     #[arg(long, value_name = "NAME")]
     pub ring: Vec<String>,
-    /// Only these event sources (repeatable): nvidia, irq, xid, drm_sched, dma_fence.
-    #[arg(long, value_name = "SOURCE", value_parser = ["nvidia", "irq", "xid", "drm_sched", "dma_fence"])]
+    /// Only these event sources (repeatable): nvidia, irq, xid, drm_sched, dma_fence, vblank.
+    #[arg(long, value_name = "SOURCE", value_parser = ["nvidia", "irq", "xid", "drm_sched", "dma_fence", "vblank"])]
     pub event: Vec<String>,
     /// Keep one in N matching events (whole jobs), in BPF.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -148,6 +150,8 @@ struct ProcStats {
     comm: String,
     ioctls: BTreeMap<u32, Vec<u64>>,
     counts: BTreeMap<DriverKind, u64>,
+    /// Vblank events' queueing to delivery.
+    vblank_ns: Vec<u64>,
 }
 
 /// Per-interval figures of one ring.
@@ -179,8 +183,12 @@ struct Monitor {
     procs: BTreeMap<u32, ProcStats>,
     ring_stats: BTreeMap<String, RingStats>,
     other: BTreeMap<DriverKind, u64>,
+    /// Vblanks per CRTC.
+    vblanks: BTreeMap<String, u64>,
     /// A job's queue and run times, by id, until it is done.
     jobs: HashMap<u64, (u64, Option<u64>)>,
+    /// Vblank events' queue times until they are delivered.
+    vblank_events: VblankPairer<u64>,
 }
 
 impl Monitor {
@@ -210,7 +218,9 @@ impl Monitor {
             procs: BTreeMap::new(),
             ring_stats: BTreeMap::new(),
             other: BTreeMap::new(),
+            vblanks: BTreeMap::new(),
             jobs: HashMap::new(),
+            vblank_events: VblankPairer::default(),
         }
     }
 
@@ -262,12 +272,20 @@ impl Monitor {
             DriverKind::Irq | DriverKind::IrqBottomHalf => {
                 *self.other.entry(e.kind).or_default() += 1;
             }
+            DriverKind::Vblank => *self.vblanks.entry(e.ring.clone()).or_default() += 1,
             _ => {
                 let p = self.procs.entry(e.pid).or_default();
                 p.comm.clone_from(&e.comm);
                 *p.counts.entry(e.kind).or_default() += 1;
-                if e.kind == DriverKind::Ioctl {
-                    p.ioctls.entry(e.arg).or_default().push(e.dur_ns);
+                match e.kind {
+                    DriverKind::Ioctl => p.ioctls.entry(e.arg).or_default().push(e.dur_ns),
+                    DriverKind::VblankQueued => self.vblank_events.queued(e, e.ts_ns),
+                    DriverKind::VblankDelivered => {
+                        if let Some(q) = self.vblank_events.delivered(e) {
+                            p.vblank_ns.push(e.ts_ns.saturating_sub(q));
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
@@ -294,7 +312,10 @@ impl Monitor {
         let procs = std::mem::take(&mut self.procs);
         let rings = std::mem::take(&mut self.ring_stats);
         let other = std::mem::take(&mut self.other);
-        if self.quiet || (procs.is_empty() && rings.is_empty() && other.is_empty() && !last) {
+        let vblanks = std::mem::take(&mut self.vblanks);
+        let nothing =
+            procs.is_empty() && rings.is_empty() && other.is_empty() && vblanks.is_empty();
+        if self.quiet || (nothing && !last) {
             return;
         }
         eprintln!("--- {at:.1} s");
@@ -315,6 +336,15 @@ impl Monitor {
                     micros(pct(&d, 99))
                 ));
             }
+            if !p.vblank_ns.is_empty() {
+                let mut d = p.vblank_ns.clone();
+                d.sort_unstable();
+                parts.push(format!(
+                    "vblank event latency p50 {} p99 {}",
+                    micros(pct(&d, 50)),
+                    micros(pct(&d, 99))
+                ));
+            }
             eprintln!("pid {pid} ({}): {}", p.comm, parts.join("; "));
         }
         for (name, mut r) in rings {
@@ -330,6 +360,9 @@ impl Monitor {
                 micros(pct(&r.run_ns, 99)),
                 r.dep_waits
             );
+        }
+        for (crtc, n) in &vblanks {
+            eprintln!("vblank {crtc}: {n} vblanks, {:.1}/s", *n as f64 / secs);
         }
         if !other.is_empty() {
             eprintln!("driver: {}", totals(&other));

@@ -1,6 +1,9 @@
 //! `gpuperf monitor` on Debian's 6.1 and 6.12 kernels in the kernel VM of
 //! `sim/kernel/`, with the simulated GPU driver modules (no GPU): the counts
 //! it reports equal what a driving program did and what the modules counted.
+//! On 6.1 also vblanks and vblank events of `vkms`, the kernel's virtual
+//! display, and the fences of `sw_sync`, a software fence timeline (both
+//! built from 6.1's sources, which do not build against 6.12).
 //!
 //! The `on_linux_*` tests boot a guest that runs this same binary's
 //! `in_guest_*` tests; those do nothing outside a guest.
@@ -30,7 +33,9 @@ fn drive() -> &'static Path {
     })
 }
 
-fn on_guest(series: &str, tests: &str) {
+/// Runs this binary's tests matching any of `filters` in a guest; `passed`
+/// of them must pass.
+fn on_guest(series: &str, filters: &[&str], passed: usize) {
     if vm::inside().is_some() {
         return;
     }
@@ -39,17 +44,18 @@ fn on_guest(series: &str, tests: &str) {
     };
     let drive = drive().to_str().expect("a UTF-8 path").to_owned();
     let exe = std::env::current_exe().unwrap();
-    let out = guest.run(
-        &[
-            exe.as_os_str(),
-            tests.as_ref(),
-            "--test-threads=1".as_ref(),
-            "--nocapture".as_ref(),
+    let mut argv: Vec<&std::ffi::OsStr> = vec![exe.as_os_str()];
+    argv.extend(filters.iter().map(std::ffi::OsStr::new));
+    argv.extend(
+        [
+            "--test-threads=1",
+            "--nocapture",
             // The guest's output is a serial port, a terminal: no colour codes.
-            "--color=never".as_ref(),
-        ],
-        &[("GPUPERF_DRIVE", &drive)],
+            "--color=never",
+        ]
+        .map(std::ffi::OsStr::new),
     );
+    let out = guest.run(&argv, &[("GPUPERF_DRIVE", &drive)]);
     let log = show(&out);
     assert!(
         out.status.success(),
@@ -57,18 +63,21 @@ fn on_guest(series: &str, tests: &str) {
         guest.release
     );
     // The guest's tests ran, and none of them skipped.
-    assert!(log.contains("test result: ok. 4 passed"), "{log}");
+    assert!(
+        log.contains(&format!("test result: ok. {passed} passed")),
+        "{log}"
+    );
     assert!(!log.contains("skipped:"), "{log}");
 }
 
 #[test]
 fn on_linux_6_1_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.1", "in_guest_");
+    on_guest("6.1", &["in_guest_", "in_61_guest_"], 7);
 }
 
 #[test]
 fn on_linux_6_12_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.12", "in_guest_");
+    on_guest("6.12", &["in_guest_"], 4);
 }
 
 /// Loads the simulated modules; `false` outside a guest.
@@ -381,4 +390,188 @@ fn in_guest_record_keeps_the_fences_it_made_signalled_in_a_timer() {
 fn guard() -> bool {
     static SETUP: OnceLock<bool> = OnceLock::new();
     *SETUP.get_or_init(guest_setup)
+}
+
+/// Loads `module` (built by `sim/kernel/ci.sh` for 6.1 only).
+fn modprobe(module: &str) {
+    let o = Command::new("modprobe").arg(module).output().unwrap();
+    assert!(o.status.success(), "modprobe {module}: {}", show(&o));
+}
+
+fn vkms() {
+    static VKMS: OnceLock<()> = OnceLock::new();
+    VKMS.get_or_init(|| modprobe("vkms"));
+}
+
+/// An event file's lines of `kind`, split into their columns.
+fn lines_of<'a>(file: &'a str, kind: &str) -> Vec<Vec<&'a str>> {
+    file.lines()
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|c| c.get(1) == Some(&kind))
+        .collect()
+}
+
+/// Every vblank event `drive` asked for is counted once, queued and
+/// delivered, in its name though delivered in the vblank's timer interrupt,
+/// inside `drive`'s run on its own clock; each was delivered at a vblank
+/// that the monitor saw.
+#[test]
+fn in_61_guest_monitor_counts_each_vblank_event_of_the_driving_program() {
+    if !guard() {
+        return;
+    }
+    vkms();
+    let events = "/tmp/vblank-events.tsv";
+    let m = monitor(&["--comm", "drive", "--interval", "0.5", "--output", events]);
+    let did = run_drive(&["--vblank-events", "30"]);
+    let r = m.stop();
+    let t = &r.text;
+    assert_eq!(did["vblank_delivered"], 30, "{t}");
+    assert_eq!(total(&r, "vblank_queued"), 30, "{t}");
+    assert_eq!(total(&r, "vblank_delivered"), 30, "{t}");
+    assert!(total(&r, "vblank") >= 30, "{t}");
+    assert!(t.contains("vblank crtc 0: "), "{t}");
+    assert!(t.contains("vblank event latency p50 "), "{t}");
+    let file = std::fs::read_to_string(events).unwrap();
+    let (start, end) = (did["vblank_start_ns"], did["vblank_end_ns"]);
+    let ts = |c: &[&str]| c[0].parse::<u64>().unwrap();
+    let seq = |c: &[&str]| u64::from_str_radix(c[6].trim_start_matches("0x"), 16).unwrap();
+    let mut delivered = Vec::new();
+    for kind in ["vblank_queued", "vblank_delivered"] {
+        let lines = lines_of(&file, kind);
+        assert_eq!(lines.len(), 30, "{kind}: {file}");
+        for c in &lines {
+            assert_eq!(c[2], did["pid"].to_string(), "{kind} not drive's: {c:?}");
+            assert_eq!((c[4], c[5]), ("drive", "crtc 0"), "{c:?}");
+            assert!(
+                (start..=end).contains(&ts(c)),
+                "{kind} outside drive's run: {c:?}"
+            );
+        }
+        if kind == "vblank_delivered" {
+            delivered = lines.iter().map(|c| seq(c)).collect();
+        }
+    }
+    assert_eq!(
+        (delivered[0], delivered[29]),
+        (did["vblank_first_seq"], did["vblank_last_seq"]),
+        "{file}"
+    );
+    // The vblank each event was delivered at, with its own timestamp inside
+    // the run too (the DRM core's clock is CLOCK_MONOTONIC).
+    let vblanks: BTreeMap<u64, Vec<&str>> = lines_of(&file, "vblank")
+        .into_iter()
+        .filter(|c| c[5] == "crtc 0")
+        .map(|c| (seq(&c), c))
+        .collect();
+    for s in &delivered {
+        let v = vblanks
+            .get(s)
+            .unwrap_or_else(|| panic!("no vblank {s}: {file}"));
+        let own: u64 = v[8].parse().unwrap();
+        assert!((start..=end).contains(&own), "{v:?}");
+        assert!((start..=end).contains(&ts(v)), "{v:?}");
+    }
+}
+
+/// `record --driver` of `drive`: its vblank events in its name, exactly as
+/// many as it asked for, vblanks present, the recording labelled simulated.
+#[test]
+fn in_61_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
+    if !guard() {
+        return;
+    }
+    vkms();
+    let dir = Path::new("/tmp/record-vkms");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+        .current_dir(dir)
+        .args(["record", "--driver", "--raw-dir", "raw", "--"])
+        .args([&drive, "--vblank-events", "12"])
+        .output()
+        .unwrap();
+    let all = show(&o);
+    assert!(o.status.success(), "{all}");
+    let did: BTreeMap<String, u64> = text(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect();
+    let t = DriverTrace::open(&dir.join("raw/driver.tsv")).unwrap();
+    assert!(t.diagnostics.is_empty(), "{:?}", t.diagnostics);
+    assert_eq!(t.total_dropped(), 0, "{all}");
+    assert!(t.attached.iter().any(|a| a == "vblank"), "{:?}", t.attached);
+    assert!(t.simulated.iter().any(|a| a == "vkms"), "{:?}", t.simulated);
+    let (start, end) = (did["vblank_start_ns"], did["vblank_end_ns"]);
+    for k in [DriverKind::VblankQueued, DriverKind::VblankDelivered] {
+        let es: Vec<_> = t.events.iter().filter(|e| e.kind == k).collect();
+        assert_eq!(es.len(), 12, "{k:?}: {all}\n{:?}", t.events);
+        for e in es {
+            assert_eq!(e.pid as u64, did["pid"], "{e:?}");
+            assert!((start..=end).contains(&e.ts_ns), "{e:?}");
+        }
+    }
+    let vblanks = t.events.iter().filter(|e| e.kind == DriverKind::Vblank);
+    assert!(vblanks.count() >= 12, "{:?}", t.events);
+    // Each event delivered after it was queued, at or after the vblank asked for.
+    let pairs = gpuperf_merge::write::driver::vblank_events(&t.events);
+    assert_eq!(pairs.len(), 12, "{pairs:?}");
+    for v in &pairs {
+        let (q, d) = (v.queued_ns.unwrap(), v.delivered_ns.unwrap());
+        assert!(q <= d && v.asked_seq <= v.seq, "{v:?}");
+    }
+}
+
+/// sw_sync: each of the fences `drive` made on a software timeline is made
+/// and signalled once, by `drive`'s own ioctls, all on one fence context with
+/// sequence numbers 1..N, inside its run.
+#[test]
+fn in_61_guest_sw_sync_fences_are_made_and_signalled_once_each() {
+    if !guard() {
+        return;
+    }
+    modprobe("sw_sync");
+    let events = "/tmp/sw-sync-events.tsv";
+    let m = monitor(&[
+        "--comm",
+        "drive",
+        "--event",
+        "dma_fence",
+        "--output",
+        events,
+    ]);
+    let did = run_drive(&["--sw-sync-fences", "25"]);
+    let r = m.stop();
+    let t = &r.text;
+    assert_eq!(did["sw_sync_signalled"], 25, "{t}");
+    assert_eq!(total(&r, "fence_init"), 25, "{t}");
+    assert_eq!(total(&r, "fence_signaled"), 25, "{t}");
+    let file = std::fs::read_to_string(events).unwrap();
+    let (start, end) = (did["sw_sync_start_ns"], did["sw_sync_end_ns"]);
+    for kind in ["fence_init", "fence_signaled"] {
+        let lines = lines_of(&file, kind);
+        let ids: Vec<u64> = lines
+            .iter()
+            .map(|c| {
+                assert_eq!(c[2], did["pid"].to_string(), "{c:?}");
+                let ts: u64 = c[0].parse().unwrap();
+                assert!(
+                    (start..=end).contains(&ts),
+                    "{kind} outside drive's run: {c:?}"
+                );
+                u64::from_str_radix(c[9].trim_start_matches("0x"), 16).unwrap()
+            })
+            .collect();
+        let context = ids[0] >> 32;
+        let seqnos: Vec<u64> = ids
+            .iter()
+            .inspect(|id| assert_eq!(*id >> 32, context, "{kind}: {file}"))
+            .map(|id| id & 0xffff_ffff)
+            .collect();
+        assert_eq!(seqnos, (1..=25).collect::<Vec<u64>>(), "{kind}: {file}");
+    }
 }

@@ -20,7 +20,7 @@ fn monitor_rejects_bad_arguments_in_one_line() {
         (&["--duration", "0"][..], "not a positive number of seconds"),
         (
             &["--event", "gpu"][..],
-            "possible values: nvidia, irq, xid, drm_sched, dma_fence",
+            "possible values: nvidia, irq, xid, drm_sched, dma_fence, vblank",
         ),
         (&["--max-rate", "0"][..], "--max-rate <EVENTS/S>"),
     ] {

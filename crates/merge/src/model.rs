@@ -718,11 +718,19 @@ pub enum DriverKind {
     FenceInit,
     /// A `dma_fence` signalled.
     FenceSignaled,
+    /// A vertical blank of a display CRTC (`drm:drm_vblank_event`), in an
+    /// interrupt or timer.
+    Vblank,
+    /// A process asked for an event at a vblank (`drm:drm_vblank_event_queued`).
+    VblankQueued,
+    /// A vblank event sent to the process that asked for it
+    /// (`drm:drm_vblank_event_delivered`).
+    VblankDelivered,
 }
 
 impl DriverKind {
     /// Every kind.
-    pub const ALL: [DriverKind; 12] = [
+    pub const ALL: [DriverKind; 15] = [
         Self::Open,
         Self::Ioctl,
         Self::Mmap,
@@ -735,6 +743,9 @@ impl DriverKind {
         Self::JobWaitDep,
         Self::FenceInit,
         Self::FenceSignaled,
+        Self::Vblank,
+        Self::VblankQueued,
+        Self::VblankDelivered,
     ];
 
     /// Its name in the driver event file (as `gpuperf monitor --event` spells events).
@@ -752,6 +763,9 @@ impl DriverKind {
             Self::JobWaitDep => "job_wait_dep",
             Self::FenceInit => "fence_init",
             Self::FenceSignaled => "fence_signaled",
+            Self::Vblank => "vblank",
+            Self::VblankQueued => "vblank_queued",
+            Self::VblankDelivered => "vblank_delivered",
         }
     }
 
@@ -768,9 +782,11 @@ pub struct DriverEvent {
     pub ts_ns: u64,
     /// An ioctl's duration; otherwise 0.
     pub dur_ns: u64,
-    /// A job's id (the same on all its events), a fence's; otherwise 0.
+    /// A job's id (the same on all its events), a fence's, a vblank event's
+    /// DRM file (the same on an event's queueing and delivery); otherwise 0.
     pub id: u64,
-    /// An ioctl's return value.
+    /// An ioctl's return value; a vblank's own timestamp (`CLOCK_MONOTONIC`,
+    /// as the DRM core computed it).
     pub ret: i64,
     /// The process (a job's submitter for all its events).
     pub pid: u32,
@@ -778,12 +794,14 @@ pub struct DriverEvent {
     pub tid: u32,
     /// What happened.
     pub kind: DriverKind,
-    /// An ioctl's command, an Xid's number; otherwise 0.
+    /// An ioctl's command, an Xid's number, a vblank's sequence number (for
+    /// a queued event the one asked for); otherwise 0.
     pub arg: u32,
     /// The thread's command name (a kernel thread's for interrupts).
     pub comm: String,
-    /// A job's ring.
+    /// A job's ring, an Xid's device, a vblank's CRTC (`crtc N`: an index on
+    /// its device, which the tracepoints do not name).
     pub ring: String,
-    /// An Xid's message.
+    /// An Xid's message; `high_prec` for a vblank whose timestamp is.
     pub msg: String,
 }

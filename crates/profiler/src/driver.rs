@@ -1,8 +1,10 @@
 //! GPU driver events from the kernel: the DRM scheduler's job lifecycle
 //! (`gpu_scheduler` tracepoints), `dma_fence`, NVIDIA's driver entry points
 //! (kprobes on `nvidia_open`, `nvidia_unlocked_ioctl`, `nvidia_mmap`,
-//! `nvidia_isr`, `nvidia_isr_kthread_bh`) and its Xid errors
-//! (`nvidia:nvidia_dev_xid`).
+//! `nvidia_isr`, `nvidia_isr_kthread_bh`), its Xid errors
+//! (`nvidia:nvidia_dev_xid`) and the DRM core's vblanks and vblank events
+//! (`drm:drm_vblank_event`, `drm_vblank_event_queued`,
+//! `drm_vblank_event_delivered`).
 //!
 //! ```text
 //! DriverOptions ──► trace() ── attach what the kernel has ──► DriverSink::event (each record)
@@ -11,9 +13,11 @@
 //! ```
 //!
 //! Filters run in BPF: by process (a pid set that can grow while tracing, see
-//! [`PidFilter`]) and command name; the driver's interrupt and bottom half are
-//! kept whatever the filter, and a job's later events follow the decision
-//! made when it was queued, in its submitter's name. `--sample N` keeps one in
+//! [`PidFilter`]) and command name; the driver's interrupt and bottom half and
+//! vblanks are kept whatever the filter, and a job's later events follow the
+//! decision made when it was queued, in its submitter's name, as a vblank
+//! event's delivery (in the vblank's interrupt) follows its DRM file's
+//! queueing. `--sample N` keeps one in
 //! N matching events (whole jobs); what is left out is counted.
 
 use std::collections::HashSet;
@@ -45,6 +49,9 @@ fn kind_from_raw(v: u32) -> Option<DriverKind> {
         10 => DriverKind::JobWaitDep,
         11 => DriverKind::FenceInit,
         12 => DriverKind::FenceSignaled,
+        13 => DriverKind::Vblank,
+        14 => DriverKind::VblankQueued,
+        15 => DriverKind::VblankDelivered,
         _ => return None,
     })
 }
@@ -63,19 +70,23 @@ pub enum Source {
     DrmSched,
     /// `dma_fence` init and signal.
     DmaFence,
+    /// The DRM core's vblanks and vblank events (`drm:drm_vblank_event*`).
+    Vblank,
 }
 
 impl Source {
     /// Every source.
-    pub const ALL: [Source; 5] = [
+    pub const ALL: [Source; 6] = [
         Source::NvidiaCalls,
         Source::NvidiaIrq,
         Source::NvidiaXid,
         Source::DrmSched,
         Source::DmaFence,
+        Source::Vblank,
     ];
 
-    /// Its name for `--event` (`nvidia`, `irq`, `xid`, `drm_sched`, `dma_fence`).
+    /// Its name for `--event` (`nvidia`, `irq`, `xid`, `drm_sched`,
+    /// `dma_fence`, `vblank`).
     pub fn name(self) -> &'static str {
         match self {
             Source::NvidiaCalls => "nvidia",
@@ -83,6 +94,7 @@ impl Source {
             Source::NvidiaXid => "xid",
             Source::DrmSched => "drm_sched",
             Source::DmaFence => "dma_fence",
+            Source::Vblank => "vblank",
         }
     }
 
@@ -107,6 +119,11 @@ impl Source {
                 "__tracepoint_dma_fence_init",
                 "__tracepoint_dma_fence_signaled",
             ],
+            Source::Vblank => &[
+                "__tracepoint_drm_vblank_event",
+                "__tracepoint_drm_vblank_event_queued",
+                "__tracepoint_drm_vblank_event_delivered",
+            ],
         }
     }
 
@@ -122,6 +139,7 @@ impl Source {
             }
             Source::DrmSched => "no DRM scheduler (gpu-sched) is loaded",
             Source::DmaFence => "the kernel has no dma_fence tracepoints",
+            Source::Vblank => "no DRM driver (drm) is loaded",
         }
     }
 }
@@ -598,6 +616,9 @@ fn load<'obj>(
     progs.process_job.set_autoload(on(Source::DrmSched));
     progs.fence_init.set_autoload(on(Source::DmaFence));
     progs.fence_signaled.set_autoload(on(Source::DmaFence));
+    progs.vblank.set_autoload(on(Source::Vblank));
+    progs.vblank_queued.set_autoload(on(Source::Vblank));
+    progs.vblank_delivered.set_autoload(on(Source::Vblank));
     progs
         .follow_fork
         .set_autoload(options.filter_pids || !options.pids.is_empty());
@@ -633,6 +654,17 @@ fn attach(skel: &DriverSkel<'_>, present: &[Source]) -> Result<Vec<Link>> {
             Source::DmaFence => {
                 links.push(p.fence_init.attach_raw_tracepoint("dma_fence_init"));
                 links.push(p.fence_signaled.attach_raw_tracepoint("dma_fence_signaled"));
+            }
+            Source::Vblank => {
+                links.push(p.vblank.attach_raw_tracepoint("drm_vblank_event"));
+                links.push(
+                    p.vblank_queued
+                        .attach_raw_tracepoint("drm_vblank_event_queued"),
+                );
+                links.push(
+                    p.vblank_delivered
+                        .attach_raw_tracepoint("drm_vblank_event_delivered"),
+                );
             }
         }
         if let Some(Err(e)) = links.iter().find(|l| l.is_err()) {
@@ -704,6 +736,11 @@ fn costs(skel: &DriverSkel<'_>, present: &[Source]) -> Vec<ProgramCost> {
                 ("fence_init", p.fence_init.as_fd()),
                 ("fence_signaled", p.fence_signaled.as_fd()),
             ]),
+            Source::Vblank => progs.extend([
+                ("vblank", p.vblank.as_fd()),
+                ("vblank_queued", p.vblank_queued.as_fd()),
+                ("vblank_delivered", p.vblank_delivered.as_fd()),
+            ]),
         }
     }
     let mut out = Vec::new();
@@ -750,6 +787,7 @@ ffffffffc0002010 D __tracepoint_dma_fence_signaled
                 "irq: no NVIDIA driver is loaded (no nvidia_isr)",
                 "xid: no NVIDIA driver is loaded (no __tracepoint_nvidia_dev_xid)",
                 "drm_sched: no DRM scheduler (gpu-sched) is loaded (no __tracepoint_drm_sched_job)",
+                "vblank: no DRM driver (drm) is loaded (no __tracepoint_drm_vblank_event)",
             ]
         );
         let no_kprobes = KALLSYMS.replace("register_kprobe", "other");
@@ -759,6 +797,14 @@ ffffffffc0002010 D __tracepoint_dma_fence_signaled
             absent[0].1,
             "nvidia: the kernel has no kprobes (CONFIG_KPROBES is off)"
         );
+    }
+
+    #[test]
+    fn each_kind_of_driver_h_is_one_model_kind() {
+        let kinds: HashSet<DriverKind> = (1..=15).filter_map(kind_from_raw).collect();
+        assert_eq!(kinds.len(), DriverKind::ALL.len());
+        assert_eq!(kind_from_raw(16), None);
+        assert_eq!(kind_from_raw(13), Some(DriverKind::Vblank));
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::model::{Activity, ActivityKind, Clock, Record, SyncWait, UNKNOWN_DEVI
 use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::read::driver::DriverTrace;
 use crate::write::demangle::Demangler;
-use crate::write::driver::{self, Call, Calls, DRIVER_PID, Lane};
+use crate::write::driver::{self, Call, Calls, DRIVER_PID, Lane, PROCESS_TRACK_TID};
 use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
@@ -137,6 +137,18 @@ impl<W: Write> Writer<W> {
                         )?;
                     }
                     (DRIVER_PID, tid)
+                }
+                Lane::Process { pid, order, name } => {
+                    self.cpu_process(*pid)?;
+                    let (pid, tid) = (u64::from(*pid), PROCESS_TRACK_TID + u64::from(*order));
+                    if !self.named_threads.contains(&(pid, tid)) {
+                        self.name_thread(pid, tid, name)?;
+                        write!(
+                            self.event(),
+                            r#""ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}"#
+                        )?;
+                    }
+                    (pid, tid)
                 }
             };
             let name = json(&it.name);

@@ -16,10 +16,16 @@
 //!   errors instants on a track per device, and `dma_fence`s slices from
 //!   init to signal on a `fence context N` track per fence context (a fence
 //!   with only one of the two in the recording is an instant).
+//! - Vblanks are instants on a `vblank crtc N` track per CRTC of the driver
+//!   pseudo-process (the tracepoints give a CRTC's index on its device, not
+//!   the device). A vblank event a process asked for is a slice from its
+//!   queueing to its delivery on a `vblank events crtc N` track of that
+//!   process ([`Lane::Process`]); one with only one of the two in the
+//!   recording is an instant there.
 //! - Drivers the recording saw as simulated (the test modules of
 //!   `sim/kernel/`) name the pseudo-process `GPU driver (simulated: …)`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 
 use rustc_hash::FxHashMap;
@@ -181,6 +187,104 @@ pub fn jobs(events: &[DriverEvent]) -> Vec<Job> {
     out
 }
 
+/// A vblank event a process asked for, from its queueing and its delivery.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VblankEvent {
+    /// The asking process.
+    pub pid: u32,
+    /// The asking thread.
+    pub tid: u32,
+    /// Its command name.
+    pub comm: String,
+    /// The CRTC (`crtc N`).
+    pub crtc: String,
+    /// The DRM file it was asked on.
+    pub file: u64,
+    /// The vblank asked for.
+    pub asked_seq: Option<u32>,
+    /// The vblank it was delivered at.
+    pub seq: Option<u32>,
+    /// Queued.
+    pub queued_ns: Option<u64>,
+    /// Delivered.
+    pub delivered_ns: Option<u64>,
+}
+
+/// How many undelivered vblank events [`VblankPairer`] keeps per DRM file
+/// and CRTC: a file closed with events pending never delivers them.
+const PENDING_PER_FILE: usize = 4096;
+
+/// Pairs each delivered vblank event with its queueing, as the events come:
+/// the oldest event queued on the same DRM file and CRTC for a vblank at or
+/// before the delivered one (the kernel delivers every event whose vblank
+/// has passed).
+#[derive(Debug, Default)]
+pub struct VblankPairer<T> {
+    pending: FxHashMap<(u64, String), VecDeque<(u32, T)>>,
+}
+
+impl<T> VblankPairer<T> {
+    /// A queued event (`VblankQueued`), with what to give back at its delivery.
+    pub fn queued(&mut self, e: &DriverEvent, what: T) {
+        let q = self.pending.entry((e.id, e.ring.clone())).or_default();
+        if q.len() == PENDING_PER_FILE {
+            q.pop_front();
+        }
+        q.push_back((e.arg, what));
+    }
+
+    /// For a delivered event (`VblankDelivered`), what its queueing gave.
+    pub fn delivered(&mut self, e: &DriverEvent) -> Option<T> {
+        let q = self.pending.get_mut(&(e.id, e.ring.clone()))?;
+        // Sequence numbers wrap: `asked` is at or before `e.arg`.
+        let i = q
+            .iter()
+            .position(|(asked, _)| e.arg.wrapping_sub(*asked) as i32 >= 0)?;
+        let (_, what) = q.remove(i)?;
+        if q.is_empty() {
+            self.pending.remove(&(e.id, e.ring.clone()));
+        }
+        Some(what)
+    }
+}
+
+/// The vblank events of `events`, in the order they were queued (or
+/// delivered, for those queued before the recording).
+pub fn vblank_events(events: &[DriverEvent]) -> Vec<VblankEvent> {
+    let mut out: Vec<VblankEvent> = Vec::new();
+    let mut pairer = VblankPairer::default();
+    for e in events {
+        let v = VblankEvent {
+            pid: e.pid,
+            tid: e.tid,
+            comm: e.comm.clone(),
+            crtc: e.ring.clone(),
+            file: e.id,
+            ..VblankEvent::default()
+        };
+        match e.kind {
+            DriverKind::VblankQueued => {
+                pairer.queued(e, out.len());
+                out.push(VblankEvent {
+                    asked_seq: Some(e.arg),
+                    queued_ns: Some(e.ts_ns),
+                    ..v
+                });
+            }
+            DriverKind::VblankDelivered => {
+                let i = pairer.delivered(e).unwrap_or_else(|| {
+                    out.push(v);
+                    out.len() - 1
+                });
+                out[i].seq = Some(e.arg);
+                out[i].delivered_ns = Some(e.ts_ns);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Where a timeline item goes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lane {
@@ -200,7 +304,20 @@ pub enum Lane {
         /// Track name.
         name: String,
     },
+    /// A track of a process that is none of its threads (its vblank events).
+    Process {
+        /// Process.
+        pid: u32,
+        /// Position among the process's driver tracks, from 1.
+        order: u32,
+        /// Track name.
+        name: String,
+    },
 }
+
+/// The JSON's tid of a [`Lane::Process`] track: above every Linux tid
+/// (`pid_max` is at most 2^22).
+pub const PROCESS_TRACK_TID: u64 = 1 << 29;
 
 /// One slice or instant of the driver's timeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -340,6 +457,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
         }
     }
     fence_items(&t.events, &mut items);
+    vblank_items(&t.events, &mut items);
     items.sort_by(|a, b| {
         (&a.lane, a.start_ns, std::cmp::Reverse(a.dur_ns)).cmp(&(
             &b.lane,
@@ -421,6 +539,84 @@ fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
                 ("seqno", seqno.to_string()),
                 ("made by", format!("{} ({})", f.maker.0, f.maker.1)),
             ],
+        });
+    }
+}
+
+/// Vblanks, one track per CRTC in the driver pseudo-process, and vblank
+/// events, slices from queued to delivered on their process's track per CRTC
+/// (overlapping ones on further lanes).
+fn vblank_items(events: &[DriverEvent], items: &mut Vec<Item>) {
+    let crtcs: BTreeMap<&str, u32> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                DriverKind::Vblank | DriverKind::VblankQueued | DriverKind::VblankDelivered
+            )
+        })
+        .map(|e| e.ring.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c, i as u32))
+        .collect();
+    let crtc_name = |c: &str| if c.is_empty() { "crtc ?" } else { c }.to_owned();
+    for e in events.iter().filter(|e| e.kind == DriverKind::Vblank) {
+        let mut args = vec![
+            ("seq", e.arg.to_string()),
+            ("timestamp", e.ret.to_string()),
+            ("thread", format!("{} ({})", e.comm, e.tid)),
+        ];
+        if e.msg == "high_prec" {
+            args.push(("high precision", "yes".to_owned()));
+        }
+        items.push(Item {
+            lane: Lane::Driver {
+                order: 6000 + crtcs[e.ring.as_str()],
+                name: format!("vblank {}", crtc_name(&e.ring)),
+            },
+            name: "vblank".to_owned(),
+            start_ns: e.ts_ns,
+            dur_ns: None,
+            args,
+        });
+    }
+    let mut lanes: BTreeMap<(u32, u32), Lanes> = BTreeMap::new();
+    for v in vblank_events(events) {
+        let rank = crtcs[v.crtc.as_str()];
+        let seq = |s: Option<u32>| s.map_or_else(|| "-".to_owned(), |s| s.to_string());
+        let args = vec![
+            ("asked for vblank", seq(v.asked_seq)),
+            ("delivered at vblank", seq(v.seq)),
+            ("thread", format!("{} ({})", v.comm, v.tid)),
+        ];
+        let (name, start_ns, dur_ns) = match (v.queued_ns, v.delivered_ns) {
+            (Some(q), Some(d)) if d >= q => ("vblank event", q, Some(d - q)),
+            (Some(q), _) => ("vblank event queued", q, None),
+            (None, d) => ("vblank event delivered", d.unwrap_or(0), None),
+        };
+        let lane = match dur_ns {
+            Some(d) => lanes
+                .entry((v.pid, rank))
+                .or_default()
+                .place(start_ns, start_ns + d),
+            None => 0,
+        };
+        let track = format!("vblank events {}", crtc_name(&v.crtc));
+        items.push(Item {
+            lane: Lane::Process {
+                pid: v.pid,
+                order: 1 + 100 * rank + lane,
+                name: match lane {
+                    0 => track,
+                    n => format!("{track} #{}", n + 1),
+                },
+            },
+            name: name.to_owned(),
+            start_ns,
+            dur_ns,
+            args,
         });
     }
 }
@@ -599,6 +795,7 @@ impl Reporter {
                 );
             }
         }
+        vblank_section(&mut s, &t.events);
         let count = |k: DriverKind| t.events.iter().filter(|e| e.kind == k).count();
         let _ = writeln!(
             s,
@@ -640,6 +837,55 @@ impl Reporter {
     }
 }
 
+/// Vblanks and vblank events per CRTC: how many, and the latency from an
+/// event's queueing to its delivery.
+fn vblank_section(s: &mut String, events: &[DriverEvent]) {
+    use std::fmt::Write as _;
+    #[derive(Default)]
+    struct Crtc {
+        vblanks: u64,
+        queued: u64,
+        delivered: u64,
+        latency: Vec<u64>,
+    }
+    let mut crtcs: BTreeMap<&str, Crtc> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.kind == DriverKind::Vblank) {
+        crtcs.entry(&e.ring).or_default().vblanks += 1;
+    }
+    let vs = vblank_events(events);
+    for v in &vs {
+        let c = crtcs.entry(&v.crtc).or_default();
+        c.queued += u64::from(v.queued_ns.is_some());
+        c.delivered += u64::from(v.delivered_ns.is_some());
+        if let (Some(q), Some(d)) = (v.queued_ns, v.delivered_ns) {
+            c.latency.push(d.saturating_sub(q));
+        }
+    }
+    if crtcs.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "Display vblanks and vblank events by CRTC");
+    let _ = writeln!(
+        s,
+        "  {:>8} {:>8} {:>9} {:>11} {:>11}  crtc",
+        "vblanks", "queued", "delivered", "latency p50", "latency p99"
+    );
+    for (crtc, mut c) in crtcs {
+        c.latency.sort_unstable();
+        let p = |q| percentile(&c.latency, q).map_or_else(|| "-".to_owned(), dur);
+        let crtc = if crtc.is_empty() { "?" } else { crtc };
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>8} {:>9} {:>11} {:>11}  {crtc}",
+            c.vblanks,
+            c.queued,
+            c.delivered,
+            p(50),
+            p(99)
+        );
+    }
+}
+
 impl Sink for Reporter {
     fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
         self.calls.take(ctx, rec, m);
@@ -669,6 +915,33 @@ mod tests {
             ring: String::new(),
             msg: String::new(),
         }
+    }
+
+    fn vblank_event(kind: DriverKind, ts_ns: u64, file: u64, seq: u32) -> DriverEvent {
+        DriverEvent {
+            arg: seq,
+            ring: "crtc 0".to_owned(),
+            ..fence(kind, ts_ns, 0, file, 7)
+        }
+    }
+
+    #[test]
+    fn a_delivery_ends_the_oldest_event_asked_for_at_or_before_its_vblank() {
+        use DriverKind::{VblankDelivered as D, VblankQueued as Q};
+        let mut p = VblankPairer::default();
+        p.queued(&vblank_event(Q, 1, 5, 10), "a");
+        p.queued(&vblank_event(Q, 2, 5, 8), "b");
+        // Another file's event is another's.
+        p.queued(&vblank_event(Q, 3, 6, 8), "c");
+        assert_eq!(p.delivered(&vblank_event(D, 4, 5, 8)), Some("b"));
+        assert_eq!(p.delivered(&vblank_event(D, 5, 5, 9)), None);
+        assert_eq!(p.delivered(&vblank_event(D, 6, 5, 11)), Some("a"));
+        // Sequence numbers wrap: 8 is after 1, u32::MAX before it.
+        p.queued(&vblank_event(Q, 7, 6, u32::MAX), "d");
+        assert_eq!(p.delivered(&vblank_event(D, 8, 6, 1)), Some("d"));
+        assert_eq!(p.delivered(&vblank_event(D, 9, 6, 1)), None);
+        assert_eq!(p.delivered(&vblank_event(D, 10, 6, 8)), Some("c"));
+        assert!(p.pending.is_empty());
     }
 
     /// Track order, track, name, start, duration, maker.

@@ -266,6 +266,7 @@ enum TrackKey {
     Thread(u32, u32),
     Stream(u64, u64),
     Driver(u32),
+    ProcessDriver(u32, u32),
 }
 
 /// Strings to small ids, each id written once in the sequence's interned data.
@@ -366,6 +367,20 @@ impl<W: Write> Writer<W> {
             Lane::Driver { order, name } => {
                 let parent = self.process(DRIVER_PID, &driver::process_name(trace), None)?;
                 let (uuid, new) = self.track(TrackKey::Driver(*order));
+                if new {
+                    self.descriptor(TrackDescriptor {
+                        uuid: Some(uuid),
+                        parent_uuid: Some(parent),
+                        name: Some(name.clone()),
+                        sibling_order_rank: Some(*order as i32),
+                        ..Default::default()
+                    })?;
+                }
+                Ok(uuid)
+            }
+            Lane::Process { pid, order, name } => {
+                let parent = self.cpu_process(*pid)?;
+                let (uuid, new) = self.track(TrackKey::ProcessDriver(*pid, *order));
                 if new {
                     self.descriptor(TrackDescriptor {
                         uuid: Some(uuid),

@@ -97,3 +97,89 @@ fn driver_small__report_section_golden() {
     // Job queue latencies on sim-ring0: 2, 10 and 1 µs; run: 7, 8 and 25 µs.
     assert!(text.contains("sim-ring0"), "{text}");
 }
+
+fn vblank() -> DriverTrace {
+    let t = DriverTrace::open(&data("driver/vblank.tsv")).unwrap();
+    assert!(t.diagnostics.is_empty(), "{:?}", t.diagnostics);
+    t
+}
+
+/// Vblanks on two CRTCs; vblank events of two threads of one process: one
+/// delivered at the vblank asked for, two asked for at once (overlapping,
+/// the later-asked delivered first), one never delivered, one delivered
+/// without being queued (a page flip's).
+#[test]
+fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gpu, cpu) = inputs(dir.path());
+    let (json, _) = perfetto::check_with(&[gpu], Some(&cpu), Some(&vblank()));
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let driver: Vec<&Value> = events.iter().filter(|e| e["cat"] == "driver").collect();
+    let vblanks = |pid: u64| {
+        driver
+            .iter()
+            .filter(|e| e["name"] == "vblank" && e["pid"] == pid)
+            .count()
+    };
+    assert_eq!(vblanks(1_073_741_823), 7);
+    // Each event queued and delivered is a slice from one to the other, in
+    // the asking process.
+    let slices: Vec<(f64, f64, &str)> = driver
+        .iter()
+        .filter(|e| e["name"] == "vblank event")
+        .map(|e| {
+            assert_eq!(e["pid"], 100);
+            (
+                e["ts"].as_f64().unwrap(),
+                e["dur"].as_f64().unwrap(),
+                e["args"]["delivered at vblank"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        slices,
+        [
+            (1005.0, 11.1, "101"),
+            (1017.0, 31.1, "103"),
+            (1018.0, 14.1, "102")
+        ]
+    );
+    let pretty: Vec<String> = driver
+        .iter()
+        .copied()
+        .chain(events.iter().filter(|e| {
+            // The driver's tracks, and the process's own vblank event tracks.
+            e["ph"] == "M"
+                && (e["pid"] == 1_073_741_823
+                    || (e["pid"] == 100 && e["tid"].as_u64() > Some(1 << 29)))
+        }))
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    golden::check(
+        &data("driver/vblank.expected.chrome.txt"),
+        &(pretty.join("\n") + "\n"),
+    );
+}
+
+#[test]
+fn driver_vblank__report_section_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gpu, cpu) = inputs(dir.path());
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(&[gpu], &mut strings).unwrap();
+    let mut cpu = CpuTrace::open(&cpu).unwrap();
+    let mut rep = Reporter::new(vblank());
+    join::merge(
+        Some(&mut cpu),
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut rep],
+    )
+    .unwrap();
+    let text = rep.text(10);
+    golden::check(&data("driver/vblank.expected.report.txt"), &text);
+    // crtc 0: latencies 11.1, 14.1 and 31.1 µs (nearest rank).
+    assert!(text.contains("14.10 µs    31.10 µs  crtc 0"), "{text}");
+}

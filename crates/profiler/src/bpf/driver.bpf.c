@@ -410,3 +410,102 @@ int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
 	bpf_map_update_elem(&pids, &child_tgid, &one, BPF_ANY);
 	return 0;
 }
+
+/* drm:drm_vblank_event* (the DRM core's vblank handling, any KMS driver).
+ * Their CRTC is an index on its device; the tracepoints name no device. */
+static __always_inline void crtc_name(struct driver_event *e, int crtc)
+{
+	/* "crtc N", N < 1000 (a device has at most 32 CRTCs). */
+	__builtin_memcpy(e->ring, "crtc ", 5);
+	unsigned int n = crtc < 0 ? 0 : (unsigned int)crtc % 1000, i = 5;
+	if (n >= 100)
+		e->ring[i++] = '0' + n / 100;
+	if (n >= 10)
+		e->ring[i++] = '0' + n / 10 % 10;
+	e->ring[i++] = '0' + n % 10;
+	e->ring[i & (DRV_NAME_LEN - 1)] = 0;
+}
+
+/* A vblank happens in an interrupt or a timer, for no process: kept like the
+ * driver's interrupts, whatever the process filters. */
+SEC("raw_tp/drm_vblank_event")
+int BPF_PROG(vblank, int crtc, unsigned int seq, __s64 time, bool high_prec)
+{
+	if (!sampled())
+		return 0;
+	struct driver_event *e = reserve(DRV_VBLANK);
+	if (!e)
+		return 0;
+	e->arg = seq;
+	e->ret = time;
+	crtc_name(e, crtc);
+	if (high_prec)
+		__builtin_memcpy(e->msg, "high_prec", 10);
+	submit(e);
+	return 0;
+}
+
+/* The asker of each DRM file's vblank events, kept from its queueing to
+ * their delivery (in the vblank's interrupt, or at once in the asking
+ * thread). LRU: a closed file is forgotten in time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u64);
+	__type(value, struct submitter);
+	__uint(max_entries, 4096);
+} vblank_files SEC(".maps");
+
+SEC("raw_tp/drm_vblank_event_queued")
+int BPF_PROG(vblank_queued, void *file, int crtc, unsigned int seq)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 key = (__u64)file;
+	if (!wanted(pid_tgid)) {
+		/* A file address reused by a process not asked for. */
+		bpf_map_delete_elem(&vblank_files, &key);
+		return 0;
+	}
+	struct submitter who = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid};
+	bpf_get_current_comm(who.comm, sizeof(who.comm));
+	if (bpf_map_update_elem(&vblank_files, &key, &who, BPF_ANY))
+		count(DSTAT_MAP_FULL);
+	if (!sampled())
+		return 0;
+	struct driver_event *e = reserve(DRV_VBLANK_QUEUED);
+	if (!e)
+		return 0;
+	e->id = key;
+	e->arg = seq;
+	crtc_name(e, crtc);
+	submit(e);
+	return 0;
+}
+
+/* Kept in the asker's name when its file queued a vblank event, else if the
+ * delivering task is wanted (a page-flip event delivered in its own thread).
+ * The kernel's own commit events (no file) belong to nobody: not sent. */
+SEC("raw_tp/drm_vblank_event_delivered")
+int BPF_PROG(vblank_delivered, void *file, int crtc, unsigned int seq)
+{
+	__u64 key = (__u64)file;
+	if (!key)
+		return 0;
+	struct submitter *who = bpf_map_lookup_elem(&vblank_files, &key);
+	if (!who && !wanted(bpf_get_current_pid_tgid()))
+		return 0;
+	if (!sampled())
+		return 0;
+	struct driver_event *e = reserve(DRV_VBLANK_DELIVERED);
+	if (!e)
+		return 0;
+	e->id = key;
+	e->arg = seq;
+	crtc_name(e, crtc);
+	if (who) {
+		e->pid = who->pid;
+		e->tid = who->tid;
+		__builtin_memcpy(e->comm, who->comm, sizeof(e->comm));
+	}
+	submit(e);
+	return 0;
+}

@@ -17,6 +17,9 @@ enum driver_kind {
 	DRV_JOB_DEP = 10,  /* gpu_scheduler:drm_sched_job_wait_dep */
 	DRV_FENCE_INIT = 11,     /* dma_fence:dma_fence_init */
 	DRV_FENCE_SIGNALED = 12, /* dma_fence:dma_fence_signaled */
+	DRV_VBLANK = 13,         /* drm:drm_vblank_event (interrupt or timer context) */
+	DRV_VBLANK_QUEUED = 14,  /* drm:drm_vblank_event_queued */
+	DRV_VBLANK_DELIVERED = 15, /* drm:drm_vblank_event_delivered */
 };
 
 /* Counters in the stats array. */
@@ -35,15 +38,19 @@ struct driver_event {
 	__u64 ts_ns;  /* bpf_ktime_get_ns (CLOCK_MONOTONIC); an ioctl's entry */
 	__u64 dur_ns; /* an ioctl's entry to return */
 	__u64 id;     /* a job's scheduler fence address (the same on its four
-		       * events); a fence's context << 32 | seqno */
-	__s64 ret;    /* an ioctl's return value */
+		       * events); a fence's context << 32 | seqno; a vblank
+		       * event's DRM file address */
+	__s64 ret;    /* an ioctl's return value; a vblank's own timestamp */
 	__u32 pid;    /* for job events after the queue: the submitter's */
 	__u32 tid;
 	__u32 kind;   /* enum driver_kind */
-	__u32 arg;    /* ioctl: the command; Xid: its number */
+	__u32 arg;    /* ioctl: the command; Xid: its number; vblank events:
+		       * the sequence number (queued: the one asked for) */
 	char comm[DRV_NAME_LEN];
-	char ring[DRV_NAME_LEN]; /* job events: the scheduler's name; Xid: the device */
-	char msg[DRV_MSG_LEN];   /* Xid: the message */
+	char ring[DRV_NAME_LEN]; /* job events: the scheduler's name; Xid: the
+				  * device; vblank events: "crtc N" */
+	char msg[DRV_MSG_LEN];   /* Xid: the message; a vblank: "high_prec" when
+				  * its timestamp is */
 };
 
 #endif
