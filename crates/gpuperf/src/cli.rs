@@ -78,7 +78,7 @@ pub enum Command {
     Merge(MergeArgs),
     /// Print the top kernels with their duration and launch-latency statistics.
     Report(ReportArgs),
-    /// Watch GPU driver events system-wide (DRM scheduler jobs, NVIDIA ioctls, interrupts, Xids); needs root.
+    /// Watch GPU driver events system-wide (DRM scheduler jobs, dma_fences, vblanks, NVIDIA ioctls, interrupts, Xids); needs root.
     Monitor(crate::monitor::MonitorArgs),
     /// Compare two runs: a differential flamegraph and the stacks whose GPU time changed most.
     Diff(DiffArgs),
@@ -131,7 +131,8 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
     /// Also record the GPU driver's events for the program and its children
-    /// (NVIDIA ioctls, interrupts, Xid errors, DRM scheduler jobs) where the
+    /// (NVIDIA ioctls, interrupts, Xid errors, DRM scheduler jobs, dma_fences,
+    /// vblanks and the vblank events it asked for) where the
     /// kernel has them (eBPF, so root); what is missing is said and skipped.
     #[arg(long)]
     pub driver: bool,
