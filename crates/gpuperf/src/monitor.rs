@@ -290,8 +290,13 @@ impl Monitor {
             }
         }
         if e.kind == DriverKind::Xid && !self.quiet {
+            let on = if e.ring.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", e.ring)
+            };
             eprintln!(
-                "gpuperf monitor: Xid {} (pid {} {}): {}",
+                "gpuperf monitor: Xid {}{on} (pid {} {}): {}",
                 e.arg, e.pid, e.comm, e.msg
             );
         }

@@ -294,9 +294,10 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
         total(&r, "fence_signaled") >= total(&r, "fence_init"),
         "{t}"
     );
+    // Named as NVIDIA's tracepoint names the device: pci_name() of its pci_dev.
     assert!(
-        t.contains("Xid 79 ("),
-        "Xids are printed as they happen: {t}"
+        t.contains("Xid 79 on 0000:00:00.0 ("),
+        "Xids are printed as they happen, with their device: {t}"
     );
     assert!(t.contains("ring sim-ring0: "), "{t}");
     assert_eq!(r.sampled_out + r.over_rate, 0, "{t}");
@@ -308,6 +309,13 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
         .lines()
         .filter(|l| l.split('\t').nth(1) == Some("ioctl"));
     assert_eq!(ioctl_lines.count() as u64, did["ioctls"], "{t}");
+    let xid_devices: Vec<&str> = file
+        .lines()
+        .filter(|l| l.split('\t').nth(1) == Some("xid"))
+        .filter_map(|l| l.split('\t').nth(5))
+        .collect();
+    assert_eq!(xid_devices.len() as u64, did["xids"], "{file}");
+    assert!(xid_devices.iter().all(|d| *d == "0000:00:00.0"), "{file}");
 }
 
 #[test]

@@ -31,6 +31,20 @@ struct task_struct {
 	int tgid;
 } __attribute__((preserve_access_index));
 
+/* pci_name(): dev_name() of the device inside the pci_dev. */
+struct kobject {
+	const char *name;
+} __attribute__((preserve_access_index));
+
+struct device {
+	const char *init_name;
+	struct kobject kobj;
+} __attribute__((preserve_access_index));
+
+struct pci_dev {
+	struct device dev;
+} __attribute__((preserve_access_index));
+
 struct dma_fence {
 	__u64 context;
 	__u64 seqno;
@@ -243,10 +257,10 @@ int BPF_KPROBE(nv_isr_bh)
 	return driver_event(DRV_ISR_BH);
 }
 
-/* nvidia:nvidia_dev_xid(dev, error_code, msg): NVIDIA passes a pci_dev as
- * dev, the simulated driver a name; only the code and message are read. */
+/* nvidia:nvidia_dev_xid(pdev, error_code, msg): the device is named as the
+ * tracepoint names it, pci_name(pdev) ("0000:3b:00.0"). */
 SEC("raw_tp/nvidia_dev_xid")
-int BPF_PROG(nv_xid, void *dev, __u32 error_code, const char *msg)
+int BPF_PROG(nv_xid, struct pci_dev *pdev, __u32 error_code, const char *msg)
 {
 	if (!sampled())
 		return 0;
@@ -254,6 +268,12 @@ int BPF_PROG(nv_xid, void *dev, __u32 error_code, const char *msg)
 	if (!e)
 		return 0;
 	e->arg = error_code;
+	/* dev_name(): the name given before registration, else the kobject's. */
+	const char *dev = BPF_CORE_READ(pdev, dev.init_name);
+	if (!dev)
+		dev = BPF_CORE_READ(pdev, dev.kobj.name);
+	if (dev)
+		bpf_probe_read_kernel_str(e->ring, sizeof(e->ring), dev);
 	bpf_probe_read_kernel_str(e->msg, sizeof(e->msg), msg);
 	submit(e);
 	return 0;

@@ -26,13 +26,17 @@
 #include <linux/kthread.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
+#include <linux/pci.h>
 
 #define CREATE_TRACE_POINTS
 #include "nvidia_sim_trace.h"
 
 #define NV_SIM_NR_IRQ 0xf0
 #define NV_SIM_NR_XID 0xf1
-#define NV_SIM_DEV "0000:00:00.0-simulated"
+/* The simulated GPU's PCI name; a pci_dev that is only a name, as the
+ * tracepoint reads nothing else (a real device's name is its kobject's). */
+#define NV_SIM_DEV "0000:00:00.0"
+static struct pci_dev nv_sim_pdev;
 
 static atomic_t opens, ioctls, mmaps, isrs, bhs, xids;
 static struct dentry *dir;
@@ -99,7 +103,7 @@ noinline long nvidia_unlocked_ioctl(struct file *file, unsigned int cmd, unsigne
 		return 0;
 	case NV_SIM_NR_XID:
 		atomic_inc(&xids);
-		trace_nvidia_dev_xid(NV_SIM_DEV, (u32)arg, "simulated Xid from nvidia_sim");
+		trace_nvidia_dev_xid(&nv_sim_pdev, (u32)arg, "simulated Xid from nvidia_sim");
 		return 0;
 	default:
 		if (arg > 1000000)
@@ -138,12 +142,19 @@ static int __init nv_sim_init(void)
 	init_irq_work(&irq.work, irq_fn);
 	kthread_init_work(&irq.bh, bh_fn);
 	init_completion(&irq.done);
+	/* Named as the driver core names a registered device: its kobject. */
+	err = dev_set_name(&nv_sim_pdev.dev, NV_SIM_DEV);
+	if (err)
+		return err;
 	bh_worker = kthread_create_worker(0, "nv_queue");
-	if (IS_ERR(bh_worker))
+	if (IS_ERR(bh_worker)) {
+		kfree_const(nv_sim_pdev.dev.kobj.name);
 		return PTR_ERR(bh_worker);
+	}
 	err = misc_register(&nv_misc);
 	if (err) {
 		kthread_destroy_worker(bh_worker);
+		kfree_const(nv_sim_pdev.dev.kobj.name);
 		return err;
 	}
 	dir = debugfs_create_dir("nvidia_sim", NULL);
@@ -163,6 +174,7 @@ static void __exit nv_sim_exit(void)
 	misc_deregister(&nv_misc);
 	irq_work_sync(&irq.work);
 	kthread_destroy_worker(bh_worker);
+	kfree_const(nv_sim_pdev.dev.kobj.name);
 }
 
 module_init(nv_sim_init);
