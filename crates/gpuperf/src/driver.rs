@@ -73,6 +73,38 @@ impl EventFile {
     }
 }
 
+/// The head of a driver event file: its columns, the sources attached, those
+/// absent (why, a line each) and the simulated test modules loaded.
+pub fn file_header(present: &[Source], absent: &[&str]) -> String {
+    let mut head = format!("{EVENT_HEADER}\n");
+    for s in present {
+        let _ = writeln!(head, "# attached {}", s.name());
+    }
+    for a in absent {
+        let _ = writeln!(head, "# absent {a}");
+    }
+    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+    for m in SIMULATED_MODULES {
+        if modules.lines().any(|l| l.split(' ').next() == Some(m)) {
+            let _ = writeln!(head, "# simulated {m}");
+        }
+    }
+    head
+}
+
+/// The lines that end a driver event file: what was lost, by cause.
+pub fn file_tail(stats: &gpuperf_profiler::driver::DriverStats, malformed: u64) -> String {
+    let mut tail = String::new();
+    for (k, n) in [
+        ("ring_buffer", stats.ring_buffer_drops),
+        ("map_full", stats.map_full),
+        ("malformed", malformed),
+    ] {
+        let _ = writeln!(tail, "# dropped {k} {n}");
+    }
+    tail
+}
+
 /// Attaches before the target starts, following gpuperf's own process tree
 /// (the target and its children), and starts `driver.tsv` in `raw`. `None`,
 /// after one line saying why, when nothing can be recorded; the recording
@@ -91,19 +123,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
     let path = raw.join(gpuperf_merge::read::driver::FILE_NAME);
     let f = std::fs::File::create(&path)
         .with_context(|| format!("failed to create `{}`", path.display()))?;
-    let mut head = format!("{EVENT_HEADER}\n");
-    for s in &present {
-        let _ = writeln!(head, "# attached {}", s.name());
-    }
-    for a in &why {
-        let _ = writeln!(head, "# absent {a}");
-    }
-    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    for m in SIMULATED_MODULES {
-        if modules.lines().any(|l| l.split(' ').next() == Some(m)) {
-            let _ = writeln!(head, "# simulated {m}");
-        }
-    }
+    let head = file_header(&present, &why);
     let file = std::sync::Arc::new(std::sync::Mutex::new(EventFile {
         out: std::io::BufWriter::with_capacity(1 << 16, f),
         err: None,
@@ -157,15 +177,7 @@ impl ForRecord {
         let (_, summary) = self.rec.finish().context("the driver trace failed")?;
         let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let st = &summary.stats;
-        let mut tail = String::new();
-        for (k, n) in [
-            ("ring_buffer", st.ring_buffer_drops),
-            ("map_full", st.map_full),
-            ("malformed", summary.malformed),
-        ] {
-            let _ = writeln!(tail, "# dropped {k} {n}");
-        }
-        f.write(&tail);
+        f.write(&file_tail(st, summary.malformed));
         if let Some(e) = f.err.take() {
             return Err(e).context("failed to write the driver events");
         }

@@ -6,14 +6,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::{BufWriter, Write as _};
-use std::path::PathBuf;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use flate2::write::GzEncoder;
+use gpuperf_merge::read::driver::DriverTrace;
 use gpuperf_merge::write::driver::VblankPairer;
 use gpuperf_profiler::driver::{
     self, DriverEvent, DriverKind, DriverOptions, DriverSink, DriverStats, PidFilter, Source,
@@ -25,7 +27,8 @@ use gpuperf_profiler::driver::{
     sudo gpuperf monitor
     sudo gpuperf monitor --pid 1234 --interval 5
     sudo gpuperf monitor --event drm_sched --ring gfx --duration 60
-    sudo gpuperf monitor --sample 10 --max-rate 5000 --output events.tsv")]
+    sudo gpuperf monitor --sample 10 --max-rate 5000 --output events.tsv
+    sudo gpuperf monitor --duration 10 --output events.tsv.gz --timeline driver.json")]
 pub struct MonitorArgs {
     /// Print statistics every this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_secs)]
@@ -51,9 +54,58 @@ pub struct MonitorArgs {
     /// Keep at most this many events per second (of event time); the rest are counted.
     #[arg(long, value_name = "EVENTS/S", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rate: Option<u64>,
-    /// Write every kept event here, one tab-separated line each.
+    /// Write every kept event here, one tab-separated line each; gzip-compressed
+    /// when FILE ends in `.gz` (about a tenth of the size).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// At the end, write the kept events as a timeline: Chrome JSON, or
+    /// Perfetto's protobuf for a `.pftrace` name.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+}
+
+/// Where kept events go: a file as written, or gzip-compressed.
+enum EventFile {
+    Plain(BufWriter<File>),
+    Gz(Box<GzEncoder<BufWriter<File>>>),
+}
+
+impl EventFile {
+    fn create(p: &Path) -> Result<Self> {
+        let f = BufWriter::with_capacity(
+            1 << 16,
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        );
+        Ok(if p.extension().is_some_and(|e| e == "gz") {
+            Self::Gz(Box::new(GzEncoder::new(f, flate2::Compression::fast())))
+        } else {
+            Self::Plain(f)
+        })
+    }
+
+    /// Flushes, and ends a gzip stream.
+    fn finish(self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(mut f) => f.flush(),
+            Self::Gz(g) => g.finish()?.flush(),
+        }
+    }
+}
+
+impl Write for EventFile {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(f) => f.write(b),
+            Self::Gz(g) => g.write(b),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(f) => f.flush(),
+            Self::Gz(g) => g.flush(),
+        }
+    }
 }
 
 fn positive_secs(s: &str) -> Result<f64, String> {
@@ -84,12 +136,26 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
         sources,
         ..DriverOptions::default()
     };
-    let output = match &args.output {
+    // A timeline is drawn from the event file at the end: without --output
+    // the events are kept in a temporary one (memory stays flat however long
+    // the run).
+    let spool = match (&args.output, &args.timeline) {
+        (None, Some(_)) => {
+            Some(tempfile::NamedTempFile::new().context("creating a temporary file")?)
+        }
+        _ => None,
+    };
+    let events_path = args
+        .output
+        .clone()
+        .or_else(|| spool.as_ref().map(|f| f.path().to_path_buf()));
+    let output = match &events_path {
         Some(p) => {
-            let mut out = BufWriter::new(
-                File::create(p).with_context(|| format!("creating {}", p.display()))?,
-            );
-            writeln!(out, "{}", crate::driver::EVENT_HEADER)
+            let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+            let (present, absent) = driver::available(&kallsyms, &options.sources);
+            let why: Vec<&str> = absent.iter().map(|(_, w)| w.as_str()).collect();
+            let mut out = EventFile::create(p)?;
+            out.write_all(crate::driver::file_header(&present, &why).as_bytes())
                 .with_context(|| format!("writing {}", p.display()))?;
             Some(out)
         }
@@ -98,8 +164,11 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
     let mut mon = Monitor::new(&args, stop, output, quiet);
     let summary = driver::trace(&options, &mut mon)?;
     mon.flush_interval(true);
-    if let Some(out) = mon.output.as_mut() {
-        out.flush().context("writing the event file")?;
+    if let Some(mut out) = mon.output.take() {
+        let tail = crate::driver::file_tail(&summary.stats, summary.malformed);
+        out.write_all(tail.as_bytes())
+            .and_then(|()| out.finish())
+            .context("writing the event file")?;
     }
     let s = &summary.stats;
     eprintln!(
@@ -130,6 +199,11 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
             mon.kept,
             p.display()
         );
+    }
+    if let (Some(t), Some(events)) = (&args.timeline, &events_path) {
+        let trace = DriverTrace::open(events)?;
+        let w = crate::render::driver_timeline(trace, t)?;
+        eprintln!("gpuperf monitor: wrote `{}`: {}", w.path.display(), w.how);
     }
     Ok(0)
 }
@@ -175,7 +249,7 @@ struct Monitor {
     rings: Vec<String>,
     max_rate: Option<u64>,
     rate_window: (u64, u64),
-    output: Option<BufWriter<File>>,
+    output: Option<EventFile>,
     kept: u64,
     over_rate: u64,
     off_ring: u64,
@@ -195,7 +269,7 @@ impl Monitor {
     fn new(
         args: &MonitorArgs,
         stop: Arc<AtomicBool>,
-        output: Option<BufWriter<File>>,
+        output: Option<EventFile>,
         quiet: bool,
     ) -> Self {
         let now = Instant::now();
@@ -461,6 +535,63 @@ mod tests {
         }
     }
 
+    /// The events of merge's hand-made driver file, and its head and tail.
+    fn sample_file() -> String {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../merge/tests/data/driver/small.tsv");
+        std::fs::read_to_string(p).unwrap()
+    }
+
+    #[test]
+    fn a_gz_event_file_reads_back_as_the_plain_one_and_is_smaller() {
+        let dir = tempfile::tempdir().unwrap();
+        // Enough lines for compression to show.
+        let text = sample_file().repeat(50);
+        let mut sizes = Vec::new();
+        let mut traces = Vec::new();
+        for name in ["events.tsv", "events.tsv.gz"] {
+            let p = dir.path().join(name);
+            let mut f = EventFile::create(&p).unwrap();
+            f.write_all(text.as_bytes()).unwrap();
+            f.finish().unwrap();
+            sizes.push(std::fs::metadata(&p).unwrap().len());
+            traces.push(DriverTrace::open(&p).unwrap());
+        }
+        assert!(traces[0].events.len() > 50, "{:?}", traces[0]);
+        assert_eq!(traces[0], traces[1]);
+        assert!(sizes[1] * 5 < sizes[0], "{sizes:?}");
+    }
+
+    #[test]
+    fn a_timeline_of_driver_events_alone_has_the_driver_tracks() {
+        let dir = tempfile::tempdir().unwrap();
+        let events = dir.path().join("events.tsv");
+        std::fs::write(&events, sample_file()).unwrap();
+        let trace = DriverTrace::open(&events).unwrap();
+        let jobs = trace
+            .events
+            .iter()
+            .filter(|e| e.kind == DriverKind::JobQueued)
+            .count();
+        assert!(jobs > 0);
+        let out = dir.path().join("t.json");
+        crate::render::driver_timeline(trace, &out).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let evs = json["traceEvents"].as_array().unwrap();
+        let named = |n: &str| {
+            evs.iter().any(|e| {
+                e["name"] == "process_name"
+                    && e["args"]["name"].as_str().is_some_and(|s| s.starts_with(n))
+            })
+        };
+        assert!(named("GPU driver"), "{json}");
+        let driver_slices = evs
+            .iter()
+            .filter(|e| e["cat"] == "driver" && e["ph"] == "X")
+            .count();
+        assert!(driver_slices >= jobs, "{json}");
+    }
+
     #[test]
     fn max_rate_keeps_that_many_per_second_of_event_time() {
         let args = MonitorArgs {
@@ -473,6 +604,7 @@ mod tests {
             sample: 1,
             max_rate: Some(3),
             output: None,
+            timeline: None,
         };
         let mut m = Monitor::new(&args, Arc::default(), None, true);
         // Five events in second 1, two in second 2.

@@ -452,6 +452,23 @@ impl Timeline {
     }
 }
 
+/// A timeline of GPU driver events alone, without a GPU trace (`gpuperf
+/// monitor --timeline`): the driver's tracks, and each process's vblank
+/// events; Chrome JSON, or Perfetto's protobuf for a `.pftrace` path.
+pub fn driver_timeline(trace: DriverTrace, p: &Path) -> Result<Written> {
+    let mut strings = StringTable::new();
+    let none = GpuInputs::open(&[], &mut strings)?;
+    let mut timeline = Timeline::create(p, Some(trace))?;
+    join::merge(
+        None,
+        &none,
+        &mut strings,
+        &join::Options::default(),
+        &mut [timeline.sink()],
+    )?;
+    timeline.finish(p)
+}
+
 /// One line suggesting `.pftrace` when a JSON timeline of `bytes` is too large
 /// for Perfetto's UI.
 fn large_json_hint(p: &Path, bytes: u64) -> Option<String> {

@@ -72,12 +72,12 @@ fn on_guest(series: &str, filters: &[&str], passed: usize) {
 
 #[test]
 fn on_linux_6_1_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.1", &["in_guest_", "in_61_guest_"], 7);
+    on_guest("6.1", &["in_guest_", "in_61_guest_"], 8);
 }
 
 #[test]
 fn on_linux_6_12_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.12", &["in_guest_"], 4);
+    on_guest("6.12", &["in_guest_"], 5);
 }
 
 /// Loads the simulated modules; `false` outside a guest.
@@ -302,9 +302,15 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
     assert!(t.contains("ring sim-ring0: "), "{t}");
     assert_eq!(r.sampled_out + r.over_rate, 0, "{t}");
     assert!(t.contains("BPF cost: nv_ioctl ran "), "{t}");
-    // The event file has a header and every kept event, one line each.
+    // The event file has a header (columns, sources, simulated modules), every
+    // kept event, one line each, and what was lost.
     let file = std::fs::read_to_string(events).unwrap();
-    assert_eq!(file.lines().count() as u64, 1 + r.kept, "{t}");
+    assert!(file.starts_with("# ts_ns\t"), "{file}");
+    assert!(file.contains("\n# attached nvidia\n"), "{file}");
+    assert!(file.contains("\n# simulated nvidia_sim\n"), "{file}");
+    assert!(file.ends_with("# dropped malformed 0\n"), "{file}");
+    let lines = file.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(lines as u64, r.kept, "{t}");
     let ioctl_lines = file
         .lines()
         .filter(|l| l.split('\t').nth(1) == Some("ioctl"));
@@ -316,6 +322,59 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
         .collect();
     assert_eq!(xid_devices.len() as u64, did["xids"], "{file}");
     assert!(xid_devices.iter().all(|d| *d == "0000:00:00.0"), "{file}");
+}
+
+/// `--output FILE.gz` writes the kept events gzip-compressed, every one of
+/// them; `--timeline` draws them at the end: each of drive's jobs queued and
+/// run on its ring, each ioctl, in the driver's (simulated) tracks.
+#[test]
+fn in_guest_monitor_writes_a_compressed_event_file_and_a_timeline() {
+    if !guard() {
+        return;
+    }
+    let (events, timeline) = ("/tmp/driver-events.tsv.gz", "/tmp/driver-timeline.json");
+    let m = monitor(&[
+        "--comm",
+        "drive",
+        "--output",
+        events,
+        "--timeline",
+        timeline,
+    ]);
+    let did = run_drive(&["--ioctls", "12", "--jobs", "7", "--run-us", "50"]);
+    let r = m.stop();
+    let t = &r.text;
+    assert!(t.contains(&format!("wrote `{timeline}`")), "{t}");
+    let raw = std::fs::read(events).unwrap();
+    assert_eq!(raw[..2], [0x1f, 0x8b], "not gzip: {t}");
+    let trace = DriverTrace::open(Path::new(events)).unwrap();
+    assert_eq!(trace.events.len() as u64, r.kept, "{t}");
+    assert!(
+        trace.simulated.iter().any(|m| m == "nvidia_sim"),
+        "{trace:?}"
+    );
+    assert!(trace.dropped.iter().all(|(_, n)| *n == 0), "{trace:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(timeline).unwrap()).unwrap();
+    let evs = json["traceEvents"].as_array().unwrap();
+    let slices = |name: &str| {
+        evs.iter()
+            .filter(|e| {
+                e["cat"] == "driver"
+                    && e["ph"] == "X"
+                    && e["name"].as_str().is_some_and(|n| n.starts_with(name))
+            })
+            .count() as u64
+    };
+    assert!(
+        evs.iter().any(|e| e["name"] == "process_name"
+            && e["args"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("GPU driver (simulated"))),
+        "{json}"
+    );
+    assert_eq!(slices("ioctl"), did["ioctls"], "{json}");
+    assert!(did["jobs"] == 7 && slices("job") >= did["jobs"], "{json}");
 }
 
 #[test]

@@ -45,18 +45,28 @@ pub struct DriverTrace {
 }
 
 impl DriverTrace {
-    /// Reads `path`.
+    /// Reads `path`, plain or gzip-compressed (as `gpuperf monitor --output
+    /// FILE.gz` writes it; with the `render` feature).
     pub fn open(path: &Path) -> Result<Self> {
-        let f = File::open(path).map_err(|source| Error::Io {
-            action: "open",
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(BufReader::new(f), &path.display().to_string()).map_err(|source| Error::Io {
-            action: "read",
-            path: path.to_path_buf(),
-            source,
-        })
+        let io = |action: &'static str| {
+            move |source| Error::Io {
+                action,
+                path: path.to_path_buf(),
+                source,
+            }
+        };
+        let r = BufReader::new(File::open(path).map_err(io("open"))?);
+        let name = path.display().to_string();
+        #[cfg(feature = "render")]
+        let r = {
+            let mut r = r;
+            if r.fill_buf().map_err(io("read"))?.starts_with(&[0x1f, 0x8b]) {
+                let gz = BufReader::new(flate2::bufread::MultiGzDecoder::new(r));
+                return Self::parse(gz, &name).map_err(io("read"));
+            }
+            r
+        };
+        Self::parse(r, &name).map_err(io("read"))
     }
 
     /// Reads a driver event file from `r`; `name` places its diagnostics.
