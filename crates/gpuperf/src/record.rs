@@ -606,6 +606,19 @@ fn finish(
                    CUDA driver (libcuda.so.1) and GPU on this machine.\n";
     }
     let mut inprocess_written = false;
+    // No GPU trace, but driver events (a program driving a DRM device, or one
+    // whose CUDA calls never reached the library): their timeline alone.
+    let driver_only = match (&a.chrome, gpu_traces) {
+        (Some(c), 0) => {
+            let p = raw.join(gpuperf_merge::read::driver::FILE_NAME);
+            match p.is_file() {
+                true => Some((c, gpuperf_merge::read::driver::DriverTrace::open(&p)?))
+                    .filter(|(_, t)| !t.events.is_empty()),
+                false => None,
+            }
+        }
+        _ => None,
+    };
     if gpu_traces > 0 {
         let mut l = Loaded::open(&[raw.to_path_buf()], cpu)?;
         l.opts.stacks_off = a.gpu_only;
@@ -648,11 +661,14 @@ fn finish(
             report += &format!(
                 "gpuperf: {n} CPU launch stacks and no GPU trace: the flamegraph counts launches\n"
             );
-            if outs.chrome.is_some() {
+            if outs.chrome.is_some() && driver_only.is_none() {
                 report += "gpuperf: no timeline written: it needs a GPU trace\n";
             }
             written = render::write_cpu_only(&l, &outs)?;
         }
+    }
+    if let Some((c, trace)) = driver_only {
+        written.push(render::driver_timeline(trace, c)?);
     }
     if let Some(s) = &cpu_summary {
         report += &cpu_side(s);

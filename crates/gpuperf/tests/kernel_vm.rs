@@ -555,7 +555,15 @@ fn in_61_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
     let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
     let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
         .current_dir(dir)
-        .args(["record", "--driver", "--raw-dir", "raw", "--"])
+        .args([
+            "record",
+            "--driver",
+            "--raw-dir",
+            "raw",
+            "-c",
+            "t.json",
+            "--",
+        ])
         .args([&drive, "--vblank-events", "12"])
         .output()
         .unwrap();
@@ -587,6 +595,19 @@ fn in_61_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
     // Each event delivered after it was queued, at or after the vblank asked for.
     let pairs = gpuperf_merge::write::driver::vblank_events(&t.events);
     assert_eq!(pairs.len(), 12, "{pairs:?}");
+    // No CUDA call, so no GPU trace: the timeline is the driver events' alone,
+    // each event a slice from queued to delivered under drive's process.
+    assert!(text(&o.stderr).contains("wrote `t.json`"), "{all}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).unwrap()).unwrap();
+    let slices: Vec<&serde_json::Value> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "vblank event" && e["ph"] == "X")
+        .collect();
+    assert_eq!(slices.len(), 12, "{json}");
+    assert!(slices.iter().all(|e| e["pid"] == did["pid"]), "{json}");
     for v in &pairs {
         let (q, d) = (v.queued_ns.unwrap(), v.delivered_ns.unwrap());
         assert!(q <= d && v.asked_seq <= v.seq, "{v:?}");
