@@ -5,6 +5,7 @@ backward graphs replayed). The lines marked `# call:NAME` are the ones the tests
 expect in the stacks."""
 
 import threading
+import time
 
 import torch
 
@@ -49,14 +50,16 @@ def settle_autograd():
     # thread-local state holds a Python object; if the interpreter is already
     # finalizing then, taking the GIL ends the worker with pthread_exit through
     # a noexcept destructor: "terminate called without an active exception".
-    # One more backward, from a new thread whose state holds no Python object,
-    # runs on that worker only after it dropped the last one.
+    # One more backward, from a new thread, runs on that worker only after it
+    # dropped the last one; then the GIL is left free for a while, so that the
+    # worker can drop this one too (it waits for the GIL to do so).
     def tiny_backward():
         (torch.ones(1, device="cuda", requires_grad=True) * 2).sum().backward()
 
     t = threading.Thread(target=tiny_backward)
     t.start()
     t.join()
+    time.sleep(0.5)
 
 
 def main():
