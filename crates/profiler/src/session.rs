@@ -24,7 +24,7 @@ use crate::elf::{self, ProbePoint};
 use crate::error::{Error, Result, bpf};
 use crate::event::{
     COPY_ID_BASE, Copy, Event, FULL_ID_BASE, FileMapped, INLINE_STACK_ID_BASE, Launch, Origin,
-    Stack,
+    Place, Stack,
 };
 use crate::preflight;
 use crate::skel::{LaunchSkel, LaunchSkelBuilder};
@@ -191,11 +191,13 @@ pub struct Summary {
     pub uncacheable_stacks: u64,
     /// Files of traced processes that the unwinder could not read, each
     /// once, with why (one line each): copied stacks stop at their code
-    /// (counted in `truncated_stacks`). Files are read by the paths the
-    /// traced process sees (as in its `/proc/PID/maps`), under its root
-    /// directory when that is another (a chroot), so a process in another
-    /// mount namespace (a container) can name files the profiler does not
-    /// have.
+    /// (counted in `truncated_stacks`). Each file is looked for as its
+    /// process sees it (its mapping, or its path in the process's mount
+    /// namespace and root directory: a container, a chroot) while the
+    /// process lives, and used only if it is the very file mapped (same
+    /// inode number and size); a process gone before its files were looked
+    /// for, or a path naming another file (a library replaced since), is
+    /// reported here.
     pub unreadable_files: Vec<String>,
 }
 
@@ -684,10 +686,7 @@ impl<W: Write> Sink<W> {
                 Event::Exec(x) => {
                     self.roots.remove(&x.pid);
                 }
-                Event::File(f) => {
-                    self.place_in_our_root(f);
-                    self.unwind_file(f);
-                }
+                Event::File(f) => self.find_file(f),
                 Event::Stack(s) if s.stack_id < COPY_ID_BASE => {
                     self.fp_frames.insert(s.stack_id, s.frames.len());
                 }
@@ -697,24 +696,31 @@ impl<W: Write> Sink<W> {
         }
     }
 
-    /// Makes the path of a file a process mapped, which is the process's own
-    /// (from its root directory), one that this process can open: under
-    /// the process's root as seen from here, when that is not ours (a
-    /// process in a chroot) and is found. Paths of processes already gone,
-    /// or whose root is not reachable from here (another mount namespace),
-    /// stay as they are.
-    fn place_in_our_root(&mut self, f: &mut FileMapped) {
+    /// Finds the file a process mapped, whose path is the process's own
+    /// (from its root directory, in its mount namespace), and makes `f`'s
+    /// path one from which this process reads that very file
+    /// ([`ModuleFiles`](crate::unwinding::ModuleFiles)). A file not found,
+    /// or only another one by its path, is reported and neither unwound
+    /// through nor placed for the symbolizer.
+    fn find_file(&mut self, f: &mut FileMapped) {
         let root = self
             .roots
             .entry(f.pid)
-            .or_insert_with(|| root_seen_from_here(f.pid));
-        if let Some(root) = root {
-            f.path = root.join(f.path.strip_prefix("/").unwrap_or(&f.path));
+            .or_insert_with(|| root_seen_from_here(f.pid))
+            .clone();
+        let found = self.unwinding.files.find(f, root.as_deref());
+        let keys = self.unwinding.mapped(
+            f,
+            found.as_ref().map(PathBuf::as_path).map_err(Clone::clone),
+        );
+        match found {
+            Ok(here) => {
+                self.symbolizer.name_file(&here, &f.path);
+                f.path = here;
+            }
+            Err(_) => f.place = Place::Unknown,
         }
-    }
-
-    fn unwind_file(&mut self, f: &FileMapped) {
-        for key in self.unwinding.mapped(f) {
+        for key in keys {
             if let Some(map) = &self.recipes {
                 let _ = map.delete(&key.to_bytes());
             }

@@ -10,10 +10,11 @@ use std::process::Command;
 
 use gpuperf_merge::read::cpu::{CpuLaunch, TRUNCATED_FRAME};
 use gpuperf_profiler::{Options, ProbeSpec};
+use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::show;
 
 use crate::support::{
-    Run, app, frames, launch_probe as probe, levels, privileged, profile, profile_gated, tmp,
+    Run, app, data, frames, launch_probe as probe, levels, privileged, profile, profile_gated, tmp,
 };
 
 /// The frames below `launch_all`, down to the launch.
@@ -268,6 +269,47 @@ fn a_target_in_a_chroot_profiled_from_outside__its_files_are_read_under_the_chro
         &[root.to_str().unwrap(), "/levels/levels", "200", "0"],
         // No /proc in the chroot, which `$ORIGIN` in the run path needs.
         &[("LD_LIBRARY_PATH", std::path::Path::new("/levels"))],
+    );
+    assert_eq!(run.trace.launches.len(), 200, "{:?}", run.summary);
+    assert_complete(&run, "main");
+}
+
+#[test]
+fn in_a_mount_namespace_with_another_build_at_a_librarys_path__the_mapped_file_is_read() {
+    if !privileged() {
+        return;
+    }
+    let (levels_exe, _) = levels();
+    // The program in a directory of its own, where this process sees another
+    // build of liblevels.so than the one the target maps: its mount namespace
+    // has the first build bound over that path.
+    let dir = tmp().join("levels-ns");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["levels", "libfakecudart.so"] {
+        std::fs::copy(levels_exe.with_file_name(name), dir.join(name)).unwrap();
+    }
+    let mapped = levels_exe.with_file_name("liblevels.so");
+    let seen_here = Gcc::new(dir.join("liblevels.so"))
+        .args(["-O2", "-g", "-shared", "-fPIC", "-DANOTHER_BUILD"])
+        .arg(data("liblevels.c"))
+        .build();
+    let run = profile(
+        probe(&dir.join("libfakecudart.so")),
+        std::path::Path::new("unshare"),
+        &[
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            r#"mount --bind "$1" "$2" && exec "$3" 200 0"#,
+            "sh",
+            mapped.to_str().unwrap(),
+            seen_here.to_str().unwrap(),
+            dir.join("levels").to_str().unwrap(),
+        ],
+        &[],
     );
     assert_eq!(run.trace.launches.len(), 200, "{:?}", run.summary);
     assert_complete(&run, "main");
