@@ -199,6 +199,12 @@ pub struct Summary {
     /// for, or a path naming another file (a library replaced since), is
     /// reported here.
     pub unreadable_files: Vec<String>,
+    /// Launches in a signal handler whose copied stack the unwind follows
+    /// into the signal frame but that ends there: the copy holds neither the
+    /// interrupted code's registers nor its stack (the handler ran on an
+    /// alternate signal stack, or the signal frame and the handler's frames
+    /// fill the copy). They are counted in `truncated_stacks` too.
+    pub signal_stacks_cut: u64,
 }
 
 /// Counters readable while the profiler runs.
@@ -409,6 +415,7 @@ fn run<W: Write>(
         aliases: HashMap::new(),
         unwound: HashMap::new(),
         fp_frames: HashMap::new(),
+        signal_cut: HashSet::new(),
         stacks: HashMap::new(),
         waiting: Vec::new(),
         seen_pids: HashSet::new(),
@@ -659,6 +666,8 @@ struct Sink<W: Write> {
     aliases: HashMap<i32, i32>,
     /// Stacks unwound here and not yet symbolized, with whether complete.
     unwound: HashMap<i32, (Stack, bool)>,
+    /// Stacks that end at a signal frame for want of stack.
+    signal_cut: HashSet<i32>,
     /// Frames in each frame-pointer stack.
     fp_frames: HashMap<i32, usize>,
     /// Symbolized stacks by id, root first, starting with [`TRUNCATED_FRAME`]
@@ -741,6 +750,9 @@ impl<W: Write> Sink<W> {
         }
         if let Some((stack, complete)) = r.new_stack {
             self.unwound.insert(stack.stack_id, (stack, complete));
+        }
+        if r.signal_cut {
+            self.signal_cut.insert(r.stack_id);
         }
         self.aliases.insert(c.copy_id, r.stack_id);
     }
@@ -836,6 +848,9 @@ impl<W: Write> Sink<W> {
             self.summary.launches_without_stack += 1;
         } else if frames.as_ref().is_some_and(|f| f[0] == TRUNCATED_FRAME) {
             self.summary.truncated_stacks += 1;
+            if self.signal_cut.contains(&id) {
+                self.summary.signal_stacks_cut += 1;
+            }
         }
         let line = LaunchLine {
             ts_ns: l.ts,

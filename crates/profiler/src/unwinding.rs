@@ -38,6 +38,14 @@
 //! When a copy cannot be unwound to a root frame and the frame-pointer walk found
 //! more frames, the frame-pointer stack is kept instead (and the recipe then also
 //! requires that frame-pointer stack). Either way the stack is counted truncated.
+//!
+//! A launch in a signal handler is unwound through the signal frame: the
+//! copy starts at the handler's stack pointer, and above the handler's frames
+//! it holds the kernel's `rt_sigframe`, whose `ucontext_t` has the
+//! interrupted code's registers. Where the copy ends before them, or the
+//! handler ran on an alternate signal stack (the interrupted code's stack is
+//! then not in the copy), the stack stops there and is counted
+//! ([`Counts::signal_cut`]).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -298,6 +306,9 @@ pub(crate) struct Resolved {
     /// The recipe to store in BPF, unless the result cannot be cached (more
     /// words to check than a recipe holds).
     pub recipe: Option<(RecipeKey, Recipe)>,
+    /// The stack passed a signal frame and ends there for want of stack
+    /// (see [`Counts::signal_cut`]).
+    pub signal_cut: bool,
 }
 
 /// Counts for the summary.
@@ -312,6 +323,10 @@ pub(crate) struct Counts {
     pub uncacheable: u64,
     /// Copies of processes whose modules could not be read.
     pub no_modules: u64,
+    /// Copies unwound through a signal frame (a launch in a signal handler)
+    /// that end at it: the copy holds neither the interrupted code's
+    /// registers nor its stack.
+    pub signal_cut: u64,
 }
 
 /// One process's modules.
@@ -466,6 +481,7 @@ impl Unwinding {
                 stack_id: r.stack_id,
                 new_stack: None,
                 recipe: None,
+                signal_cut: false,
             };
         }
         let fp_usable = (0..INLINE_STACK_ID_BASE).contains(&c.fp_id);
@@ -475,6 +491,7 @@ impl Unwinding {
                 stack_id: c.fp_id,
                 new_stack: None,
                 recipe: None,
+                signal_cut: false,
             };
         }
         let mut base = self.run(c, c.bp, &HashMap::new());
@@ -483,6 +500,10 @@ impl Unwinding {
             base = self.run(c, c.bp, &HashMap::new());
         }
         self.counts.unwound += 1;
+        let signal_cut = self.cut_at_signal_frame(c.pid, &base);
+        if signal_cut {
+            self.counts.signal_cut += 1;
+        }
         let complete = base.end == StackEnd::Root;
         let (recipe_checks, flags) = self.dependencies(c, &base);
 
@@ -552,6 +573,7 @@ impl Unwinding {
             stack_id,
             new_stack,
             recipe,
+            signal_cut,
         }
     }
 
@@ -657,6 +679,22 @@ impl Unwinding {
         }
     }
 
+    /// Whether an unwind that passed a signal frame stopped at it for want
+    /// of stack: the copy ends before the `ucontext_t` above the handler's
+    /// frame (the trampoline is the last frame), or the interrupted code's
+    /// stack is not in the copy (its first frame is the last: the handler ran
+    /// on an alternate signal stack, or the copy ends there).
+    fn cut_at_signal_frame(&self, pid: u32, run: &Run) -> bool {
+        let Some((unwinder, _)) = self.processes.get(&pid).and_then(|p| p.table.as_ref()) else {
+            return false;
+        };
+        run.end == StackEnd::StackReadFailed
+            && run.frames.iter().rev().take(2).any(|f| match *f {
+                UFrame::Native { module, offset, .. } => unwinder.is_signal_return(module, offset),
+                _ => false,
+            })
+    }
+
     /// The unwound frames as the symbolizer takes them: (build id, file
     /// offset) where the module has a build id, absolute addresses otherwise.
     fn frames(&self, pid: u32, frames: &[UFrame]) -> Vec<Frame> {
@@ -666,10 +704,20 @@ impl Unwinding {
         };
         frames
             .iter()
-            .filter_map(|f| match *f {
-                UFrame::Native { module, offset, .. } => {
+            .enumerate()
+            .filter_map(|(depth, f)| match *f {
+                UFrame::Native {
+                    module,
+                    offset,
+                    return_address,
+                } => {
                     let m = unwinder.modules().get(module.0 as usize)?;
-                    let abs = offset.wrapping_add(m.bias);
+                    // The symbolizer looks up a caller's frame a byte before
+                    // it, as a return address; past a signal frame the
+                    // interrupted instruction (and the trampoline) are no
+                    // return addresses, so it looks them up exactly.
+                    let exact = u64::from(depth > 0 && !return_address);
+                    let abs = offset.wrapping_add(m.bias).wrapping_add(exact);
                     let mapping = mappings.iter().find(|x| x.avma == m.text);
                     Some(match mapping {
                         Some(x) if !m.build_id.is_empty() => Frame::BuildId {

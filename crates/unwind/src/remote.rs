@@ -31,7 +31,36 @@ pub struct Mapping {
 pub struct RemoteUnwinder {
     table: Table,
     modules: Vec<ModuleInfo>,
+    /// Each module's executable segment in its file, by [`ModuleId`]: where
+    /// signal return trampolines are recognized.
+    texts: Vec<Option<Text>>,
 }
+
+/// The file bytes of a module's executable segment.
+struct Text {
+    map: Arc<memmap2::Mmap>,
+    /// The segment's ELF virtual addresses.
+    svma: Range<u64>,
+    /// The file offset of `svma.start`.
+    file_offset: u64,
+}
+
+impl Text {
+    /// The file's bytes at ELF virtual address `svma`, `n` of them.
+    fn bytes(&self, svma: u64, n: u64) -> Option<&[u8]> {
+        if svma < self.svma.start || svma.checked_add(n)? > self.svma.end {
+            return None;
+        }
+        let off = usize::try_from(self.file_offset + (svma - self.svma.start)).ok()?;
+        self.map
+            .get(off..off.checked_add(usize::try_from(n).ok()?)?)
+    }
+}
+
+/// `mov $15, %rax; syscall` (`rt_sigreturn`): the x86-64 signal return
+/// trampoline of glibc (`__restore_rt`) and musl, which the kernel makes a
+/// handler return to (as the in-process unwinder recognizes it in memory).
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 
 /// A copy of the top of a thread's stack.
 #[derive(Clone, Copy, Debug)]
@@ -75,6 +104,7 @@ impl RemoteUnwinder {
     fn from_mappings_in(mappings: &[Mapping], root: Option<&Path>) -> (RemoteUnwinder, Vec<Error>) {
         let mut modules = Vec::new();
         let mut entries = Vec::new();
+        let mut texts = Vec::new();
         let mut errors = Vec::new();
         for m in mappings {
             let file = match root {
@@ -82,7 +112,7 @@ impl RemoteUnwinder {
                 None => m.path.clone(),
             };
             match read_module(&file, m) {
-                Ok((mut info, cfi)) => {
+                Ok((mut info, cfi, text)) => {
                     info.path = m.path.clone();
                     let id = ModuleId(modules.len() as u32);
                     entries.push(Entry {
@@ -94,6 +124,7 @@ impl RemoteUnwinder {
                         text_readable: false,
                     });
                     modules.push(info);
+                    texts.push(text);
                 }
                 Err(e) => errors.push(e),
             }
@@ -103,7 +134,29 @@ impl RemoteUnwinder {
             .map(|m: &ModuleInfo| m.path.to_string_lossy().into_owned())
             .collect();
         let table = Table::new(entries, |id| names[id.0 as usize].clone());
-        (RemoteUnwinder { table, modules }, errors)
+        (
+            RemoteUnwinder {
+                table,
+                modules,
+                texts,
+            },
+            errors,
+        )
+    }
+
+    /// Whether `offset` (an ELF virtual address) of module `module` is a
+    /// signal return trampoline (`__restore_rt`), which the unwind passes
+    /// through into the code the signal interrupted, reading its registers
+    /// from the signal frame's `ucontext_t` above the handler's frame: a
+    /// stack that ends right after one ([`crate::StackEnd::StackReadFailed`])
+    /// was cut before the interrupted code (the copy ends before the signal
+    /// frame, or the handler ran on an alternate signal stack).
+    pub fn is_signal_return(&self, module: ModuleId, offset: u64) -> bool {
+        self.texts
+            .get(module.0 as usize)
+            .and_then(Option::as_ref)
+            .and_then(|t| t.bytes(offset, SIGRETURN.len() as u64))
+            == Some(&SIGRETURN[..])
     }
 
     /// The modules, indexed by [`ModuleId`].
@@ -141,12 +194,13 @@ impl RemoteUnwinder {
     where
         F: FnMut(u64) -> Result<u64, ()>,
     {
+        let loader = RemoteLoader { unwinder: self };
         let (len, end) = walk(
             Tables::one(&self.table),
             regs,
             cache,
             read_stack,
-            &NoLoader,
+            &loader,
             0,
             out,
         );
@@ -159,14 +213,21 @@ impl RemoteUnwinder {
     }
 }
 
-struct NoLoader;
+/// The module table is fixed; code is read from the module files.
+struct RemoteLoader<'a> {
+    unwinder: &'a RemoteUnwinder,
+}
 
-impl Loader for NoLoader {
+impl Loader for RemoteLoader<'_> {
     fn loaded_elsewhere(&self, _address: u64) -> bool {
         false
     }
     fn still_loaded(&self, _entry: &Entry, _address: u64) -> bool {
         true
+    }
+    fn is_signal_return(&self, entry: &Entry, return_address: u64) -> bool {
+        self.unwinder
+            .is_signal_return(entry.id, return_address.wrapping_sub(entry.bias))
     }
 }
 
@@ -201,7 +262,7 @@ pub fn parse_maps(text: &str, path: &Path) -> Result<Vec<Mapping>> {
     Ok(out)
 }
 
-fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>)> {
+fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>, Option<Text>)> {
     let io = |source| Error::Io {
         path: file.to_path_buf(),
         source,
@@ -250,6 +311,12 @@ fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>)> {
         hdr: section(".eh_frame_hdr"),
         text_svma: obj.section_by_name(".text").map_or(0, |s| s.address()),
     });
+    let (seg_offset, seg_size) = seg.file_range();
+    let text = Some(Text {
+        map: map.clone(),
+        svma: seg.address()..seg.address().saturating_add(seg_size),
+        file_offset: seg_offset,
+    });
     let build_id = obj
         .build_id()
         .ok()
@@ -265,6 +332,7 @@ fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>)> {
             has_unwind_info: cfi.is_some(),
         },
         cfi,
+        text,
     ))
 }
 

@@ -322,3 +322,90 @@ fn in_a_mount_namespace_with_another_build_at_a_librarys_path__the_mapped_file_i
         run.summary
     );
 }
+
+/// `signal_levels.c`, built -O2 without frame pointers beside `levels`' libraries.
+fn signal_levels() -> (PathBuf, PathBuf) {
+    let (levels, cudart) = levels();
+    let dir = levels.parent().unwrap();
+    let exe = Gcc::new(dir.join("signal_levels"))
+        .args(["-Wall", "-Werror", "-O2", "-g", "-fomit-frame-pointer"])
+        .arg(data("signal_levels.c"))
+        .arg(format!("-L{}", dir.display()))
+        .args(["-Wl,-rpath,$ORIGIN", "-llevels", "-lfakecudart"])
+        .build();
+    (exe, cudart)
+}
+
+#[test]
+fn launches_in_a_signal_handler__every_stack_continues_through_the_signal_frame_to_start() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = signal_levels();
+    let run = profile(probe(&cudart), &exe, &["20", "0"], &[]);
+    assert_eq!(run.trace.launches.len(), 20, "{:?}", run.summary);
+    for l in &run.trace.launches {
+        let f = frames(&run, l);
+        assert_eq!(f[0], "_start", "{f:?}");
+        // glibc's start frames are named by its version.
+        let f = &f[f.iter().position(|&x| x == "main").expect("main")..];
+        let outside = ["main", "outer", "interrupted"];
+        let inside = [
+            "handler",
+            "lib_level1",
+            "lib_level2",
+            "lib_level3",
+            "lib_level4",
+            "cudaLaunchKernel",
+        ];
+        // Between them, one frame: the signal return trampoline (glibc's
+        // __restore_rt, named where libc keeps its symbol table).
+        assert!(
+            f.len() == outside.len() + 1 + inside.len()
+                && f.starts_with(&outside)
+                && f.ends_with(&inside),
+            "{f:?}\n{}",
+            run.text
+        );
+        let restore = f[outside.len()];
+        assert!(
+            restore == "__restore_rt" || restore.starts_with("libc.so.6+0x"),
+            "{f:?}"
+        );
+    }
+    assert_eq!(run.summary.truncated_stacks, 0, "{:?}", run.summary);
+    assert_eq!(run.summary.signal_stacks_cut, 0, "{:?}", run.summary);
+}
+
+#[test]
+fn launches_in_a_signal_handler_on_an_alternate_stack__stop_at_the_signal_frame_and_are_counted() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = signal_levels();
+    let run = profile(probe(&cudart), &exe, &["20", "1"], &[]);
+    assert_eq!(run.trace.launches.len(), 20, "{:?}", run.summary);
+    for l in &run.trace.launches {
+        let f = frames(&run, l);
+        // The interrupted function is found (from the signal frame's
+        // registers); its stack is not in the copy.
+        assert_eq!(
+            f,
+            [
+                TRUNCATED_FRAME,
+                "interrupted",
+                f[2],
+                "handler",
+                "lib_level1",
+                "lib_level2",
+                "lib_level3",
+                "lib_level4",
+                "cudaLaunchKernel"
+            ],
+            "{}",
+            run.text
+        );
+    }
+    assert_eq!(run.summary.truncated_stacks, 20, "{:?}", run.summary);
+    assert_eq!(run.summary.signal_stacks_cut, 20, "{:?}", run.summary);
+}
