@@ -549,8 +549,9 @@ fn read_stats(skel: &LaunchSkel<'_>) -> [u64; Stat::Count as usize] {
 struct Attach<'a, 'obj> {
     skel: &'a LaunchSkel<'obj>,
     links: Vec<Link>,
-    attached: HashSet<(PathBuf, u64)>,
-    examined: HashSet<PathBuf>,
+    /// Probed places: (file, offset in it).
+    attached: HashSet<(FileKey, u64)>,
+    examined: HashSet<FileKey>,
     slow: Vec<String>,
     api_files: Vec<PathBuf>,
 }
@@ -589,8 +590,7 @@ impl Attach<'_, '_> {
     /// Entry probes on every CUDA API function `file` defines; a file defining
     /// none is fine (the discovery path offers every mapped file).
     fn api_file(&mut self, file: &Path) -> Result<usize> {
-        let key = fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
-        if !self.examined.insert(key) {
+        if !self.examined.insert(FileKey::of(file)) {
             return Ok(0);
         }
         let points = elf::api_functions(file)?;
@@ -613,11 +613,7 @@ impl Attach<'_, '_> {
             self.slow.push(format!("{}:{}", p.path.display(), p.symbol));
             return Ok(false);
         }
-        let key = (
-            fs::canonicalize(&p.path).unwrap_or_else(|_| p.path.clone()),
-            p.file_offset,
-        );
-        if !self.attached.insert(key) {
+        if !self.attached.insert((FileKey::of(&p.path), p.file_offset)) {
             return Ok(false);
         }
         let opts = UprobeOpts {
@@ -639,9 +635,14 @@ impl Attach<'_, '_> {
     }
 
     /// Entry probes for the CUDA libraries `pid` maps (libcudart, libcuda, or
-    /// an executable with cudart linked in).
+    /// an executable with cudart linked in). The paths in its maps are its
+    /// own: they are opened under `/proc/PID/root`, where they name its files
+    /// also when it runs in another mount namespace (a container) or a
+    /// chroot, in which this process may see another file by that path, or
+    /// none.
     fn discover(&mut self, pid: u32) {
         let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
         for f in executable_files(&format!("/proc/{pid}/maps")) {
             let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
             // Only libraries that can define the API, and the executable.
@@ -649,8 +650,34 @@ impl Attach<'_, '_> {
                 || name.starts_with("libcuda.")
                 || exe.as_deref() == Some(f.as_path());
             if candidate {
-                let _ = self.api_file(&f);
+                // Named by its own path when that is the same file here.
+                let theirs = root.join(f.strip_prefix("/").unwrap_or(&f));
+                let key = FileKey::of(&theirs);
+                let _ = if matches!(key, FileKey::Inode(..)) && FileKey::of(&f) == key {
+                    self.api_file(&f)
+                } else {
+                    self.api_file(&theirs)
+                };
             }
+        }
+    }
+}
+
+/// A file as probes see it: its device and inode (the same file by any
+/// path, another file at the same path in another mount namespace), or its
+/// path when it cannot be read (attaching then fails with the reason).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum FileKey {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+impl FileKey {
+    fn of(path: &Path) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        match fs::metadata(path) {
+            Ok(m) => Self::Inode(m.dev(), m.ino()),
+            Err(_) => Self::Path(path.to_owned()),
         }
     }
 }
