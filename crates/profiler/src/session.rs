@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
 use std::mem::MaybeUninit;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::str::FromStr;
@@ -28,7 +29,7 @@ use crate::event::{
 };
 use crate::preflight;
 use crate::skel::{LaunchSkel, LaunchSkelBuilder};
-use crate::symbolize::{Symbolizer, executable_files};
+use crate::symbolize::Symbolizer;
 use crate::unwinding::Unwinding;
 
 /// The marker function and its semaphore, as `gpuperf-inject` exports them.
@@ -592,6 +593,11 @@ impl Attach<'_, '_> {
     /// Entry probes on every CUDA API function `file` defines; a file defining
     /// none is fine (the discovery path offers every mapped file).
     fn api_file(&mut self, file: &Path) -> Result<usize> {
+        self.api_file_named(file, file)
+    }
+
+    /// [`Attach::api_file`] of a file that a process names `shown`.
+    fn api_file_named(&mut self, file: &Path, shown: &Path) -> Result<usize> {
         if !self.examined.insert(FileKey::of(file)) {
             return Ok(0);
         }
@@ -603,7 +609,7 @@ impl Attach<'_, '_> {
             }
         }
         if n > 0 {
-            self.api_files.push(file.to_owned());
+            self.api_files.push(shown.to_owned());
         }
         Ok(n)
     }
@@ -637,31 +643,73 @@ impl Attach<'_, '_> {
     }
 
     /// Entry probes for the CUDA libraries `pid` maps (libcudart, libcuda, or
-    /// an executable with cudart linked in). The paths in its maps are its
-    /// own: they are opened under `/proc/PID/root`, where they name its files
-    /// also when it runs in another mount namespace (a container) or a
-    /// chroot, in which this process may see another file by that path, or
-    /// none.
+    /// an executable with cudart linked in). Each is probed through the
+    /// file it maps: `/proc/PID/map_files` (which needs `CAP_SYS_ADMIN`),
+    /// else its path here or under `/proc/PID/root` if that file has the
+    /// mapping's inode number. Its path alone may name another file here, or
+    /// none: the path `/proc/PID/maps` shows a file of another mount
+    /// namespace (a container) by is the one it has there.
     fn discover(&mut self, pid: u32) {
-        let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let exe_link = fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let exe_ino = fs::metadata(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|m| m.ino());
         let root = PathBuf::from(format!("/proc/{pid}/root"));
-        for f in executable_files(&format!("/proc/{pid}/maps")) {
-            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return;
+        };
+        let mut seen = HashSet::new();
+        for m in maps.lines().filter_map(MapsLine::parse) {
+            if !seen.insert(m.path) {
+                continue;
+            }
+            let path = Path::new(m.path);
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             // Only libraries that can define the API, and the executable.
             let candidate = name.starts_with("libcudart")
                 || name.starts_with("libcuda.")
-                || exe.as_deref() == Some(f.as_path());
-            if candidate {
-                // Named by its own path when that is the same file here.
-                let theirs = root.join(f.strip_prefix("/").unwrap_or(&f));
-                let key = FileKey::of(&theirs);
-                let _ = if matches!(key, FileKey::Inode(..)) && FileKey::of(&f) == key {
-                    self.api_file(&f)
-                } else {
-                    self.api_file(&theirs)
-                };
+                || exe_link.as_deref() == Some(path)
+                || exe_ino == Some(m.ino);
+            if !candidate {
+                continue;
+            }
+            let own = PathBuf::from(format!("/proc/{pid}/map_files/{}", m.range));
+            let file = [
+                own,
+                path.to_owned(),
+                root.join(path.strip_prefix("/").unwrap_or(path)),
+            ]
+            .into_iter()
+            .find(|p| fs::metadata(p).is_ok_and(|x| x.ino() == m.ino));
+            if let Some(file) = file {
+                let _ = self.api_file_named(&file, path);
             }
         }
+    }
+}
+
+/// An executable file mapping of a `/proc/PID/maps` line.
+struct MapsLine<'a> {
+    /// `START-END`, as `/proc/PID/map_files` names it.
+    range: &'a str,
+    /// The inode number of the mapped file.
+    ino: u64,
+    path: &'a str,
+}
+
+impl<'a> MapsLine<'a> {
+    fn parse(line: &'a str) -> Option<Self> {
+        // addr perms offset dev inode path
+        let mut f = line.split_ascii_whitespace();
+        let range = f.next()?;
+        let perms = f.next()?;
+        let ino = f.nth(2)?.parse().ok()?;
+        let path = f.next()?;
+        (perms.contains('x') && path.starts_with('/') && f.next().is_none()).then_some(Self {
+            range,
+            ino,
+            path,
+        })
     }
 }
 
@@ -676,7 +724,6 @@ enum FileKey {
 
 impl FileKey {
     fn of(path: &Path) -> Self {
-        use std::os::unix::fs::MetadataExt;
         match fs::metadata(path) {
             Ok(m) => Self::Inode(m.dev(), m.ino()),
             Err(_) => Self::Path(path.to_owned()),
@@ -921,7 +968,6 @@ impl<W: Write> Sink<W> {
 /// when it is another directory than ours; `None` when it is ours, or cannot
 /// be told (the process is gone, or its root is not reachable from here).
 fn root_seen_from_here(pid: u32) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
     let id = |m: fs::Metadata| (m.dev(), m.ino());
     let link = PathBuf::from(format!("/proc/{pid}/root"));
     let theirs = id(fs::metadata(&link).ok()?);

@@ -323,17 +323,23 @@ fn in_a_mount_namespace_with_another_build_at_a_librarys_path__the_mapped_file_i
     );
 }
 
-/// `signal_levels.c`, built -O2 without frame pointers beside `levels`' libraries.
+/// `signal_levels.c`, built -O2 without frame pointers beside `levels`' libraries,
+/// once: two tests run it at the same time.
 fn signal_levels() -> (PathBuf, PathBuf) {
-    let (levels, cudart) = levels();
-    let dir = levels.parent().unwrap();
-    let exe = Gcc::new(dir.join("signal_levels"))
-        .args(["-Wall", "-Werror", "-O2", "-g", "-fomit-frame-pointer"])
-        .arg(data("signal_levels.c"))
-        .arg(format!("-L{}", dir.display()))
-        .args(["-Wl,-rpath,$ORIGIN", "-llevels", "-lfakecudart"])
-        .build();
-    (exe, cudart)
+    static BUILT: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let (levels, cudart) = levels();
+            let dir = levels.parent().unwrap();
+            let exe = Gcc::new(dir.join("signal_levels"))
+                .args(["-Wall", "-Werror", "-O2", "-g", "-fomit-frame-pointer"])
+                .arg(data("signal_levels.c"))
+                .arg(format!("-L{}", dir.display()))
+                .args(["-Wl,-rpath,$ORIGIN", "-llevels", "-lfakecudart"])
+                .build();
+            (exe, cudart)
+        })
+        .clone()
 }
 
 #[test]
