@@ -186,12 +186,16 @@ fn candidates(f: &FileMapped, our_root: Option<&Path>) -> Vec<PathBuf> {
     let relative = f.path.strip_prefix("/").unwrap_or(&f.path);
     let mut out = Vec::with_capacity(3);
     match f.place {
-        Place::Mapping { start, .. } => {
-            // The entry is named by the mapping's range, whose end is
-            // rounded up to a page: found by its start.
+        Place::Mapping { start, end, .. } => {
+            // The entry is named by the mapping's range, whose end is the
+            // mmap's length rounded up to a page; where that is not 4 KiB
+            // (or the mapping was split since), it is found by its start.
             let dir = PathBuf::from(format!("/proc/{pid}/map_files"));
-            let prefix = format!("{start:x}-");
-            if let Ok(entries) = std::fs::read_dir(&dir) {
+            let direct = dir.join(format!("{start:x}-{:x}", end.next_multiple_of(4096)));
+            if direct.symlink_metadata().is_ok() {
+                out.push(direct);
+            } else if let Ok(entries) = std::fs::read_dir(&dir) {
+                let prefix = format!("{start:x}-");
                 out.extend(
                     entries
                         .flatten()
