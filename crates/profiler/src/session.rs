@@ -167,9 +167,10 @@ pub struct Summary {
     /// API functions not probed because their first instruction would need
     /// the slow single-step path.
     pub slow_functions_skipped: Vec<String>,
-    /// Files given entry probes. A file found in a process that sees
-    /// another file by its path than this process does (a container) is
-    /// named under that process's `/proc/PID/root`.
+    /// Files given entry probes. One found in a traced process is named by
+    /// the path its `/proc/PID/maps` shows, which for a process in another
+    /// mount namespace (a container) may name another file here: it was
+    /// probed through the file the process maps.
     pub api_files: Vec<PathBuf>,
     /// Records of files mapped as code lost because the ring buffer was
     /// full: if their process exits early, the frames in that file may stay
