@@ -2,8 +2,10 @@
 //! registers (what the eBPF profiler takes at a probe), with unwind info read from
 //! the module files.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -84,6 +86,13 @@ impl RemoteUnwinder {
     /// Reads `/proc/PID/maps` and the ELF files of its executable mappings. Modules
     /// that cannot be read are skipped (their frames end stacks as
     /// [`crate::StackEnd::NoUnwindInfo`]); the second value lists them with the reason.
+    ///
+    /// Each file is read through its mapping, `/proc/PID/map_files/START-END`
+    /// (which needs `CAP_SYS_ADMIN`), else by its path here or under
+    /// `/proc/PID/root` if that file has the mapping's inode number: the path
+    /// `/proc/PID/maps` shows is the reader's (from its root) where the file is
+    /// reachable, and the process's own in another mount namespace, where the
+    /// same path may name another file.
     pub fn from_pid(pid: u32) -> Result<(RemoteUnwinder, Vec<Error>)> {
         let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
         let text = std::fs::read_to_string(&maps_path).map_err(|source| Error::Io {
@@ -91,26 +100,40 @@ impl RemoteUnwinder {
             source,
         })?;
         let mappings = parse_maps(&text, &maps_path)?;
+        let inodes: HashMap<u64, u64> = text.lines().filter_map(start_and_inode).collect();
         let root = PathBuf::from(format!("/proc/{pid}/root"));
-        Ok(Self::from_mappings_in(&mappings, Some(&root)))
+        Ok(Self::from_mappings_at(&mappings, |m| {
+            let relative = m.path.strip_prefix("/").unwrap_or(&m.path);
+            let own = PathBuf::from(format!(
+                "/proc/{pid}/map_files/{:x}-{:x}",
+                m.avma.start, m.avma.end
+            ));
+            let ino = inodes.get(&m.avma.start).copied();
+            let under_root = root.join(relative);
+            [own, m.path.clone(), under_root.clone()]
+                .into_iter()
+                .find(|p| std::fs::metadata(p).is_ok_and(|x| Some(x.ino()) == ino))
+                .unwrap_or(under_root)
+        }))
     }
 
     /// Builds the table from mappings (for instance a module table recorded while
     /// the process ran). Unreadable files are skipped and returned as errors.
     pub fn from_mappings(mappings: &[Mapping]) -> (RemoteUnwinder, Vec<Error>) {
-        Self::from_mappings_in(mappings, None)
+        Self::from_mappings_at(mappings, |m| m.path.clone())
     }
 
-    fn from_mappings_in(mappings: &[Mapping], root: Option<&Path>) -> (RemoteUnwinder, Vec<Error>) {
+    /// [`RemoteUnwinder::from_mappings`], each file read from `file(mapping)`.
+    fn from_mappings_at(
+        mappings: &[Mapping],
+        file: impl Fn(&Mapping) -> PathBuf,
+    ) -> (RemoteUnwinder, Vec<Error>) {
         let mut modules = Vec::new();
         let mut entries = Vec::new();
         let mut texts = Vec::new();
         let mut errors = Vec::new();
         for m in mappings {
-            let file = match root {
-                Some(r) => r.join(m.path.strip_prefix("/").unwrap_or(&m.path)),
-                None => m.path.clone(),
-            };
+            let file = file(m);
             match read_module(&file, m) {
                 Ok((mut info, cfi, text)) => {
                     info.path = m.path.clone();
@@ -229,6 +252,14 @@ impl Loader for RemoteLoader<'_> {
         self.unwinder
             .is_signal_return(entry.id, return_address.wrapping_sub(entry.bias))
     }
+}
+
+/// The start address and inode number of a `/proc/PID/maps` line.
+fn start_and_inode(line: &str) -> Option<(u64, u64)> {
+    let mut f = line.split_ascii_whitespace();
+    let start = f.next()?.split_once('-')?.0;
+    let ino = f.nth(3)?.parse().ok()?;
+    Some((u64::from_str_radix(start, 16).ok()?, ino))
 }
 
 /// The executable file mappings of a `/proc/PID/maps` text.
@@ -354,6 +385,10 @@ mod tests {
         assert_eq!(m[0].avma, 0x55d0d000..0x55d0e000);
         assert_eq!(m[0].file_offset, 0x1000);
         assert_eq!(m[1].path, PathBuf::from("/tmp/my lib.so"));
+        assert_eq!(
+            start_and_inode(text.lines().nth(1).unwrap()),
+            Some((0x55d0d000, 123))
+        );
         let e = parse_maps("zz-1 r-xp 0 0 0 /x\n", Path::new("maps")).unwrap_err();
         assert_eq!(e.to_string(), "`maps` line 1: bad hex number");
     }
