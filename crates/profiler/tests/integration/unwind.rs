@@ -14,7 +14,8 @@ use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::show;
 
 use crate::support::{
-    Run, app, data, frames, launch_probe as probe, levels, privileged, profile, profile_gated, tmp,
+    Run, app, data, frames, launch_probe as probe, levels, privileged, profile, profile_gated,
+    profile_gated_env, tmp,
 };
 
 /// The frames below `launch_all`, down to the launch.
@@ -263,12 +264,15 @@ fn a_target_in_a_chroot_profiled_from_outside__its_files_are_read_under_the_chro
         std::fs::copy(f, &to).unwrap();
     }
     let cudart = root.join("levels/libfakecudart.so");
-    let run = profile(
+    // Gated: its files are looked for while it lives (a process gone by
+    // then, in a chroot, has paths that name no file here).
+    let run = profile_gated_env(
         probe(&cudart),
         std::path::Path::new("chroot"),
         &[root.to_str().unwrap(), "/levels/levels", "200", "0"],
         // No /proc in the chroot, which `$ORIGIN` in the run path needs.
         &[("LD_LIBRARY_PATH", std::path::Path::new("/levels"))],
+        1,
     );
     assert_eq!(run.trace.launches.len(), 200, "{:?}", run.summary);
     assert_complete(&run, "main");
