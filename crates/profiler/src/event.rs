@@ -17,7 +17,7 @@ const COPY_BYTES_AT: usize = 64;
 /// `COPY_BYTES`.
 pub(crate) const COPY_BYTES: usize = 16 << 10;
 /// `offsetof(struct file_event, path)`.
-const FILE_PATH_AT: usize = 40;
+const FILE_PATH_AT: usize = 56;
 /// `enum file_place`.
 const PLACE_MAPPING: u32 = 1;
 const PLACE_EXEC: u32 = 2;
@@ -107,6 +107,16 @@ pub struct FileMapped {
     pub pid: u32,
     pub path: PathBuf,
     pub place: Place,
+    /// Which file it is: a file found by `path` is this one only if it has
+    /// the same inode number and size.
+    pub identity: FileIdentity,
+}
+
+/// The inode number and size of a mapped file, as the kernel has them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    pub ino: u64,
+    pub size: u64,
 }
 
 /// Where a mapped file sits in its process.
@@ -228,6 +238,10 @@ impl Event {
                     pid: u32_at(b, 4)?,
                     path: PathBuf::from(OsStr::from_bytes(path)),
                     place,
+                    identity: FileIdentity {
+                        ino: u64_at(b, 40)?,
+                        size: u64_at(b, 48)?,
+                    },
                 }))
             }
             _ => None,
@@ -350,14 +364,25 @@ mod tests {
         for v in [EVENT_FILE, 42, path.len() as u32, PLACE_MAPPING] {
             b.extend(v.to_ne_bytes());
         }
-        for v in [0x7f00_0000_1000_u64, 0x7f00_0000_3000, 0x1000] {
+        for v in [0x7f00_0000_1000_u64, 0x7f00_0000_3000, 0x1000, 77, 9000] {
             b.extend(v.to_ne_bytes());
         }
         b.extend(path);
         let Some(Event::File(f)) = Event::parse(&b) else {
             panic!()
         };
+        assert_eq!(
+            FILE_PATH_AT,
+            std::mem::offset_of!(crate::skel::types::file_event, path)
+        );
         assert_eq!(f.pid, 42);
+        assert_eq!(
+            f.identity,
+            FileIdentity {
+                ino: 77,
+                size: 9000
+            }
+        );
         assert_eq!(f.path.as_os_str().as_bytes(), b"/opt/app/bin/\xffapp");
         assert_eq!(
             f.place,

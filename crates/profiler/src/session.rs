@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
 use std::mem::MaybeUninit;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::str::FromStr;
@@ -24,11 +25,11 @@ use crate::elf::{self, ProbePoint};
 use crate::error::{Error, Result, bpf};
 use crate::event::{
     COPY_ID_BASE, Copy, Event, FULL_ID_BASE, FileMapped, INLINE_STACK_ID_BASE, Launch, Origin,
-    Stack,
+    Place, Stack,
 };
 use crate::preflight;
 use crate::skel::{LaunchSkel, LaunchSkelBuilder};
-use crate::symbolize::{Symbolizer, executable_files};
+use crate::symbolize::Symbolizer;
 use crate::unwinding::Unwinding;
 
 /// The marker function and its semaphore, as `gpuperf-inject` exports them.
@@ -166,7 +167,10 @@ pub struct Summary {
     /// API functions not probed because their first instruction would need
     /// the slow single-step path.
     pub slow_functions_skipped: Vec<String>,
-    /// Files given entry probes.
+    /// Files given entry probes. One found in a traced process is named by
+    /// the path its `/proc/PID/maps` shows, which for a process in another
+    /// mount namespace (a container) may name another file here: it was
+    /// probed through the file the process maps.
     pub api_files: Vec<PathBuf>,
     /// Records of files mapped as code lost because the ring buffer was
     /// full: if their process exits early, the frames in that file may stay
@@ -191,12 +195,20 @@ pub struct Summary {
     pub uncacheable_stacks: u64,
     /// Files of traced processes that the unwinder could not read, each
     /// once, with why (one line each): copied stacks stop at their code
-    /// (counted in `truncated_stacks`). Files are read by the paths the
-    /// traced process sees (as in its `/proc/PID/maps`), under its root
-    /// directory when that is another (a chroot), so a process in another
-    /// mount namespace (a container) can name files the profiler does not
-    /// have.
+    /// (counted in `truncated_stacks`). Each file is looked for as its
+    /// process sees it (its mapping, or its path in the process's mount
+    /// namespace and root directory: a container, a chroot) while the
+    /// process lives, and used only if it is the very file mapped (same
+    /// inode number and size); a process gone before its files were looked
+    /// for, or a path naming another file (a library replaced since), is
+    /// reported here.
     pub unreadable_files: Vec<String>,
+    /// Launches in a signal handler whose copied stack the unwind follows
+    /// into the signal frame but that ends there: the copy holds neither the
+    /// interrupted code's registers nor its stack (the handler ran on an
+    /// alternate signal stack, or the signal frame and the handler's frames
+    /// fill the copy). They are counted in `truncated_stacks` too.
+    pub signal_stacks_cut: u64,
 }
 
 /// Counters readable while the profiler runs.
@@ -407,6 +419,7 @@ fn run<W: Write>(
         aliases: HashMap::new(),
         unwound: HashMap::new(),
         fp_frames: HashMap::new(),
+        signal_cut: HashSet::new(),
         stacks: HashMap::new(),
         waiting: Vec::new(),
         seen_pids: HashSet::new(),
@@ -540,8 +553,9 @@ fn read_stats(skel: &LaunchSkel<'_>) -> [u64; Stat::Count as usize] {
 struct Attach<'a, 'obj> {
     skel: &'a LaunchSkel<'obj>,
     links: Vec<Link>,
-    attached: HashSet<(PathBuf, u64)>,
-    examined: HashSet<PathBuf>,
+    /// Probed places: (file, offset in it).
+    attached: HashSet<(FileKey, u64)>,
+    examined: HashSet<FileKey>,
     slow: Vec<String>,
     api_files: Vec<PathBuf>,
 }
@@ -580,8 +594,12 @@ impl Attach<'_, '_> {
     /// Entry probes on every CUDA API function `file` defines; a file defining
     /// none is fine (the discovery path offers every mapped file).
     fn api_file(&mut self, file: &Path) -> Result<usize> {
-        let key = fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
-        if !self.examined.insert(key) {
+        self.api_file_named(file, file)
+    }
+
+    /// [`Attach::api_file`] of a file that a process names `shown`.
+    fn api_file_named(&mut self, file: &Path, shown: &Path) -> Result<usize> {
+        if !self.examined.insert(FileKey::of(file)) {
             return Ok(0);
         }
         let points = elf::api_functions(file)?;
@@ -592,7 +610,7 @@ impl Attach<'_, '_> {
             }
         }
         if n > 0 {
-            self.api_files.push(file.to_owned());
+            self.api_files.push(shown.to_owned());
         }
         Ok(n)
     }
@@ -604,11 +622,7 @@ impl Attach<'_, '_> {
             self.slow.push(format!("{}:{}", p.path.display(), p.symbol));
             return Ok(false);
         }
-        let key = (
-            fs::canonicalize(&p.path).unwrap_or_else(|_| p.path.clone()),
-            p.file_offset,
-        );
-        if !self.attached.insert(key) {
+        if !self.attached.insert((FileKey::of(&p.path), p.file_offset)) {
             return Ok(false);
         }
         let opts = UprobeOpts {
@@ -630,18 +644,90 @@ impl Attach<'_, '_> {
     }
 
     /// Entry probes for the CUDA libraries `pid` maps (libcudart, libcuda, or
-    /// an executable with cudart linked in).
+    /// an executable with cudart linked in). Each is probed through the
+    /// file it maps: `/proc/PID/map_files` (which needs `CAP_SYS_ADMIN`),
+    /// else its path here or under `/proc/PID/root` if that file has the
+    /// mapping's inode number. Its path alone may name another file here, or
+    /// none: the path `/proc/PID/maps` shows a file of another mount
+    /// namespace (a container) by is the one it has there.
     fn discover(&mut self, pid: u32) {
-        let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
-        for f in executable_files(&format!("/proc/{pid}/maps")) {
-            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let exe_link = fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let exe_ino = fs::metadata(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|m| m.ino());
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return;
+        };
+        let mut seen = HashSet::new();
+        for m in maps.lines().filter_map(MapsLine::parse) {
+            if !seen.insert(m.path) {
+                continue;
+            }
+            let path = Path::new(m.path);
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             // Only libraries that can define the API, and the executable.
             let candidate = name.starts_with("libcudart")
                 || name.starts_with("libcuda.")
-                || exe.as_deref() == Some(f.as_path());
-            if candidate {
-                let _ = self.api_file(&f);
+                || exe_link.as_deref() == Some(path)
+                || exe_ino == Some(m.ino);
+            if !candidate {
+                continue;
             }
+            let own = PathBuf::from(format!("/proc/{pid}/map_files/{}", m.range));
+            let file = [
+                own,
+                path.to_owned(),
+                root.join(path.strip_prefix("/").unwrap_or(path)),
+            ]
+            .into_iter()
+            .find(|p| fs::metadata(p).is_ok_and(|x| x.ino() == m.ino));
+            if let Some(file) = file {
+                let _ = self.api_file_named(&file, path);
+            }
+        }
+    }
+}
+
+/// An executable file mapping of a `/proc/PID/maps` line.
+struct MapsLine<'a> {
+    /// `START-END`, as `/proc/PID/map_files` names it.
+    range: &'a str,
+    /// The inode number of the mapped file.
+    ino: u64,
+    path: &'a str,
+}
+
+impl<'a> MapsLine<'a> {
+    fn parse(line: &'a str) -> Option<Self> {
+        // addr perms offset dev inode path
+        let mut f = line.split_ascii_whitespace();
+        let range = f.next()?;
+        let perms = f.next()?;
+        let ino = f.nth(2)?.parse().ok()?;
+        let path = f.next()?;
+        (perms.contains('x') && path.starts_with('/') && f.next().is_none()).then_some(Self {
+            range,
+            ino,
+            path,
+        })
+    }
+}
+
+/// A file as probes see it: its device and inode (the same file by any
+/// path, another file at the same path in another mount namespace), or its
+/// path when it cannot be read (attaching then fails with the reason).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum FileKey {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+impl FileKey {
+    fn of(path: &Path) -> Self {
+        match fs::metadata(path) {
+            Ok(m) => Self::Inode(m.dev(), m.ino()),
+            Err(_) => Self::Path(path.to_owned()),
         }
     }
 }
@@ -657,6 +743,8 @@ struct Sink<W: Write> {
     aliases: HashMap<i32, i32>,
     /// Stacks unwound here and not yet symbolized, with whether complete.
     unwound: HashMap<i32, (Stack, bool)>,
+    /// Stacks that end at a signal frame for want of stack.
+    signal_cut: HashSet<i32>,
     /// Frames in each frame-pointer stack.
     fp_frames: HashMap<i32, usize>,
     /// Symbolized stacks by id, root first, starting with [`TRUNCATED_FRAME`]
@@ -684,10 +772,7 @@ impl<W: Write> Sink<W> {
                 Event::Exec(x) => {
                     self.roots.remove(&x.pid);
                 }
-                Event::File(f) => {
-                    self.place_in_our_root(f);
-                    self.unwind_file(f);
-                }
+                Event::File(f) => self.find_file(f),
                 Event::Stack(s) if s.stack_id < COPY_ID_BASE => {
                     self.fp_frames.insert(s.stack_id, s.frames.len());
                 }
@@ -697,24 +782,31 @@ impl<W: Write> Sink<W> {
         }
     }
 
-    /// Makes the path of a file a process mapped, which is the process's own
-    /// (from its root directory), one that this process can open: under
-    /// the process's root as seen from here, when that is not ours (a
-    /// process in a chroot) and is found. Paths of processes already gone,
-    /// or whose root is not reachable from here (another mount namespace),
-    /// stay as they are.
-    fn place_in_our_root(&mut self, f: &mut FileMapped) {
+    /// Finds the file a process mapped, whose path is the process's own
+    /// (from its root directory, in its mount namespace), and makes `f`'s
+    /// path one from which this process reads that very file
+    /// ([`ModuleFiles`](crate::unwinding::ModuleFiles)). A file not found,
+    /// or only another one by its path, is reported and neither unwound
+    /// through nor placed for the symbolizer.
+    fn find_file(&mut self, f: &mut FileMapped) {
         let root = self
             .roots
             .entry(f.pid)
-            .or_insert_with(|| root_seen_from_here(f.pid));
-        if let Some(root) = root {
-            f.path = root.join(f.path.strip_prefix("/").unwrap_or(&f.path));
+            .or_insert_with(|| root_seen_from_here(f.pid))
+            .clone();
+        let found = self.unwinding.files.find(f, root.as_deref());
+        let keys = self.unwinding.mapped(
+            f,
+            found.as_ref().map(PathBuf::as_path).map_err(Clone::clone),
+        );
+        match found {
+            Ok(here) => {
+                self.symbolizer.name_file(&here, &f.path);
+                f.path = here;
+            }
+            Err(_) => f.place = Place::Unknown,
         }
-    }
-
-    fn unwind_file(&mut self, f: &FileMapped) {
-        for key in self.unwinding.mapped(f) {
+        for key in keys {
             if let Some(map) = &self.recipes {
                 let _ = map.delete(&key.to_bytes());
             }
@@ -735,6 +827,9 @@ impl<W: Write> Sink<W> {
         }
         if let Some((stack, complete)) = r.new_stack {
             self.unwound.insert(stack.stack_id, (stack, complete));
+        }
+        if r.signal_cut {
+            self.signal_cut.insert(r.stack_id);
         }
         self.aliases.insert(c.copy_id, r.stack_id);
     }
@@ -830,6 +925,9 @@ impl<W: Write> Sink<W> {
             self.summary.launches_without_stack += 1;
         } else if frames.as_ref().is_some_and(|f| f[0] == TRUNCATED_FRAME) {
             self.summary.truncated_stacks += 1;
+            if self.signal_cut.contains(&id) {
+                self.summary.signal_stacks_cut += 1;
+            }
         }
         let line = LaunchLine {
             ts_ns: l.ts,
@@ -871,7 +969,6 @@ impl<W: Write> Sink<W> {
 /// when it is another directory than ours; `None` when it is ours, or cannot
 /// be told (the process is gone, or its root is not reachable from here).
 fn root_seen_from_here(pid: u32) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
     let id = |m: fs::Metadata| (m.dev(), m.ino());
     let link = PathBuf::from(format!("/proc/{pid}/root"));
     let theirs = id(fs::metadata(&link).ok()?);

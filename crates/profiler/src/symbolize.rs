@@ -53,6 +53,10 @@ pub struct Symbolizer {
     mappings: HashMap<u32, Vec<Mapping>>,
     /// Every path ever put in `mapped`.
     mapped_seen: HashSet<PathBuf>,
+    /// The paths traced processes named files by, for the paths they are
+    /// read from here (`/proc/self/fd/N`): frames without a symbol name
+    /// their file by the former.
+    shown: HashMap<PathBuf, PathBuf>,
     /// Files whose frames are left out of stacks (our own marker library).
     hidden: HashSet<Vec<u8>>,
     /// Frames printed without a function name.
@@ -82,6 +86,7 @@ impl Symbolizer {
             mapped: Vec::new(),
             mappings: HashMap::new(),
             mapped_seen: HashSet::new(),
+            shown: HashMap::new(),
             hidden: HashSet::new(),
             unsymbolized_frames: 0,
             unknown_files: 0,
@@ -135,10 +140,17 @@ impl Symbolizer {
         }
     }
 
+    /// The file read from `here` is the one a traced process named `shown`.
+    pub fn name_file(&mut self, here: &Path, shown: &Path) {
+        self.shown.insert(here.to_owned(), shown.to_owned());
+    }
+
     /// A traced process exec'd or mapped a file as code: frames in it may
     /// come when the process is gone.
     pub fn mapped(&mut self, f: FileMapped) {
-        let FileMapped { pid, path, place } = f;
+        let FileMapped {
+            pid, path, place, ..
+        } = f;
         match place {
             Place::Mapping { start, end, offset } => {
                 self.mappings.entry(pid).or_default().push(Mapping {
@@ -217,10 +229,11 @@ impl Symbolizer {
         let sym = self
             .inner
             .symbolize_single(&src, Input::FileOffset(offset.saturating_sub(back)));
+        let shown = self.shown.get(path).map_or(path, PathBuf::as_path);
         push_symbolized(
             out,
             sym.ok(),
-            || module_offset(path, offset),
+            || module_offset(shown, offset),
             &mut self.unsymbolized_frames,
         );
     }
@@ -434,6 +447,7 @@ mod tests {
             pid: GONE,
             path,
             place: Place::Mapping { start, end, offset },
+            identity: Default::default(),
         });
         assert_eq!(s.frames(&stack()), vec!["gpuperf_symbolize_test_target"]);
         assert_eq!(s.unsymbolized_frames, 1, "only the first try");
@@ -456,6 +470,7 @@ mod tests {
             pid: GONE,
             path: std::env::current_exe().unwrap(),
             place: Place::Exec { start_code },
+            identity: Default::default(),
         });
         assert_eq!(s.frames(&stack()), vec!["gpuperf_symbolize_test_target"]);
         // A new program in the same process forgets the old one's places.
@@ -465,6 +480,7 @@ mod tests {
             place: Place::Exec {
                 start_code: 1 << 40,
             },
+            identity: Default::default(),
         });
         assert_eq!(s.frames(&stack()), vec![format!("{:#x}", target_ip())]);
     }

@@ -38,9 +38,20 @@
 //! When a copy cannot be unwound to a root frame and the frame-pointer walk found
 //! more frames, the frame-pointer stack is kept instead (and the recipe then also
 //! requires that frame-pointer stack). Either way the stack is counted truncated.
+//!
+//! A launch in a signal handler is unwound through the signal frame: the
+//! copy starts at the handler's stack pointer, and above the handler's frames
+//! it holds the kernel's `rt_sigframe`, whose `ucontext_t` has the
+//! interrupted code's registers. Where the copy ends before them, or the
+//! handler ran on an alternate signal stack (the interrupted code's stack is
+//! then not in the copy), the stack stops there and is counted
+//! ([`Counts::signal_cut`]).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gpuperf_unwind::{
@@ -48,7 +59,9 @@ use gpuperf_unwind::{
 };
 
 use crate::elf;
-use crate::event::{Copy, FULL_ID_BASE, FileMapped, Frame, INLINE_STACK_ID_BASE, Place, Stack};
+use crate::event::{
+    Copy, FULL_ID_BASE, FileIdentity, FileMapped, Frame, INLINE_STACK_ID_BASE, Place, Stack,
+};
 
 /// Frames kept of an unwound stack (as many as the kernel's walk keeps).
 const MAX_FRAMES: usize = crate::event::MAX_STACK_DEPTH;
@@ -63,6 +76,141 @@ const POISON: [u64; 2] = [0x18, 0x30];
 /// How often a module table read from `/proc/PID/maps` may be read again when a
 /// stack runs into code it does not know (a library loaded since).
 const PROC_REFRESH: Duration = Duration::from_millis(100);
+
+/// Files held open beyond which a file found is used by the path it was
+/// found at (for a process's own view, valid only while the process lives).
+const MAX_HELD_FILES: usize = 512;
+
+/// The files traced processes map, found as each process sees them and held
+/// open, so that the unwinder and the symbolizer read the very file a
+/// process mapped even when this process sees another file (or none) at its
+/// path: a process in another mount namespace (a container) or a chroot, a
+/// library replaced since.
+///
+/// A file is looked for when its mapping is reported, while the process
+/// most likely lives, in this order: `/proc/PID/map_files/START-END`, the
+/// mapping itself (`/proc/PID/exe` for the executable); the path under
+/// `/proc/PID/root`, the process's root in its own mount namespace; the path
+/// from here (under the process's root as seen from here, when that is
+/// another directory). The first whose inode number and size are those the
+/// kernel reported for the mapped file is held open and named by
+/// `/proc/self/fd/N`, which keeps working after the process exits (the
+/// table is often built later, at its first stack copy, and symbolization
+/// can be deferred to the end). A mapping that has changed since (the
+/// process unmapped it or exec'd, a race the event cannot prevent) or a path
+/// naming another file fails the identity check: nothing is read then, and
+/// the reason is reported. The device is not compared: btrfs subvolumes and
+/// overlayfs report another device to `stat` than the one the kernel's
+/// inode has.
+#[derive(Default)]
+pub(crate) struct ModuleFiles {
+    /// Open files by (device, inode) as seen from here, with the path that
+    /// names each.
+    held: HashMap<(u64, u64), (File, PathBuf)>,
+    /// For each path that names a held file, the path the process mapped it
+    /// by, for messages.
+    names: HashMap<PathBuf, PathBuf>,
+}
+
+impl ModuleFiles {
+    /// A path from which this process reads the file `f` reports, or why
+    /// there is none. `our_root` is the process's root as seen from here
+    /// when that is another directory than ours.
+    pub fn find(&mut self, f: &FileMapped, our_root: Option<&Path>) -> Result<PathBuf, String> {
+        let mut why = None;
+        let mut mismatch = None;
+        for path in candidates(f, our_root) {
+            let found = File::open(&path).and_then(|file| Ok((file.metadata()?, file)));
+            let (meta, file) = match found {
+                Ok(x) => x,
+                Err(e) => {
+                    why.get_or_insert_with(|| e.to_string());
+                    continue;
+                }
+            };
+            let seen = FileIdentity {
+                ino: meta.ino(),
+                size: meta.len(),
+            };
+            if seen != f.identity {
+                mismatch = Some((path, seen));
+                continue;
+            }
+            let key = (meta.dev(), meta.ino());
+            if let Some((_, here)) = self.held.get(&key) {
+                return Ok(here.clone());
+            }
+            if self.held.len() >= MAX_HELD_FILES {
+                return Ok(path);
+            }
+            let here = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+            self.names.insert(here.clone(), f.path.clone());
+            self.held.insert(key, (file, here.clone()));
+            return Ok(here);
+        }
+        let what = format!("failed to read `{}` of pid {}", f.path.display(), f.pid);
+        Err(match mismatch {
+            Some((path, seen)) => format!(
+                "{what}: `{}` is another file (inode {}, {} bytes) than the one mapped (inode {}, \
+                 {} bytes)",
+                path.display(),
+                seen.ino,
+                seen.size,
+                f.identity.ino,
+                f.identity.size
+            ),
+            None => format!(
+                "{what}: {}",
+                why.unwrap_or_else(|| "no place to look".into())
+            ),
+        })
+    }
+
+    /// `line` with each path that names a held file replaced by the path it
+    /// was mapped by.
+    pub fn describe(&self, line: &str) -> String {
+        let mut line = line.to_owned();
+        for (here, name) in &self.names {
+            let (here, name) = (here.to_string_lossy(), name.to_string_lossy());
+            if line.contains(&*here) {
+                line = line.replace(&format!("`{here}`"), &format!("`{name}`"));
+            }
+        }
+        line
+    }
+}
+
+/// Where the file of `f` may be found, most exact first: see [`ModuleFiles`].
+fn candidates(f: &FileMapped, our_root: Option<&Path>) -> Vec<PathBuf> {
+    let pid = f.pid;
+    let relative = f.path.strip_prefix("/").unwrap_or(&f.path);
+    let mut out = Vec::with_capacity(3);
+    match f.place {
+        Place::Mapping { start, end, .. } => {
+            // The entry is named by the mapping's range, whose end is the
+            // mmap's length rounded up to a page; where that is not 4 KiB
+            // (or the mapping was split since), it is found by its start.
+            let dir = PathBuf::from(format!("/proc/{pid}/map_files"));
+            let direct = dir.join(format!("{start:x}-{:x}", end.next_multiple_of(4096)));
+            if direct.symlink_metadata().is_ok() {
+                out.push(direct);
+            } else if let Ok(entries) = std::fs::read_dir(&dir) {
+                let prefix = format!("{start:x}-");
+                out.extend(
+                    entries
+                        .flatten()
+                        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        Place::Exec { .. } => out.push(PathBuf::from(format!("/proc/{pid}/exe"))),
+        Place::Unknown => {}
+    }
+    out.push(PathBuf::from(format!("/proc/{pid}/root")).join(relative));
+    out.push(our_root.map_or_else(|| f.path.clone(), |r| r.join(relative)));
+    out
+}
 
 /// Where a recipe applies: `struct recipe_key`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -162,6 +310,9 @@ pub(crate) struct Resolved {
     /// The recipe to store in BPF, unless the result cannot be cached (more
     /// words to check than a recipe holds).
     pub recipe: Option<(RecipeKey, Recipe)>,
+    /// The stack passed a signal frame and ends there for want of stack
+    /// (see [`Counts::signal_cut`]).
+    pub signal_cut: bool,
 }
 
 /// Counts for the summary.
@@ -176,6 +327,10 @@ pub(crate) struct Counts {
     pub uncacheable: u64,
     /// Copies of processes whose modules could not be read.
     pub no_modules: u64,
+    /// Copies unwound through a signal frame (a launch in a signal handler)
+    /// that end at it: the copy holds neither the interrupted code's
+    /// registers nor its stack.
+    pub signal_cut: u64,
 }
 
 /// One process's modules.
@@ -185,6 +340,11 @@ struct Process {
     recorded: Vec<Mapping>,
     /// The table and the mappings it was built from.
     table: Option<(RemoteUnwinder, Vec<Mapping>)>,
+    /// Why the file of a recorded mapping (by its start) or of the
+    /// executable (`None`) was not found: reported once a table is built
+    /// that needs it, so the files of a program replaced by its exec before
+    /// they were looked for (a shell that execs) are not.
+    unfound: HashMap<Option<u64>, String>,
     /// `recorded` changed since the table was built.
     dirty: bool,
     /// When the table was read from `/proc/PID/maps` (no recorded mappings).
@@ -206,6 +366,8 @@ pub(crate) struct Unwinding {
     /// Module files that could not be read, each once with why: stacks
     /// through their code stop there.
     pub unreadable: Vec<String>,
+    /// Where the module files are read from.
+    pub files: ModuleFiles,
 }
 
 /// One unwind of a copy.
@@ -243,24 +405,47 @@ impl Default for Unwinding {
             out: vec![UFrame::default(); MAX_FRAMES],
             counts: Counts::default(),
             unreadable: Vec::new(),
+            files: ModuleFiles::default(),
         }
     }
 }
 
 impl Unwinding {
-    /// A traced process mapped or exec'd a file as code. Returns the recipes
-    /// of that process that no longer hold (its modules changed).
-    pub fn mapped(&mut self, f: &FileMapped) -> Vec<RecipeKey> {
+    /// A traced process mapped or exec'd a file as code, which is read from
+    /// `file` (see [`ModuleFiles::find`]); `Err` says why it cannot be, and
+    /// the code there is then known to have no unwind information. Returns
+    /// the recipes of that process that no longer hold (its modules
+    /// changed).
+    pub fn mapped(&mut self, f: &FileMapped, file: Result<&Path, String>) -> Vec<RecipeKey> {
         let p = self.processes.entry(f.pid).or_default();
+        if let Place::Exec { .. } = f.place {
+            p.unfound.clear();
+        }
+        let file = match file {
+            Ok(file) => file.to_owned(),
+            Err(why) => {
+                let at = match f.place {
+                    Place::Mapping { start, .. } => Some(start),
+                    _ => None,
+                };
+                p.unfound.insert(at, why);
+                // An empty path: it hides older mappings there, and is not read.
+                PathBuf::new()
+            }
+        };
         match f.place {
             Place::Mapping { start, end, offset } => p.recorded.push(Mapping {
                 avma: start..end,
                 file_offset: offset,
-                path: f.path.clone(),
+                path: file,
             }),
             Place::Exec { start_code } => {
                 p.recorded.clear();
-                let segments = elf::code_segments(&f.path).unwrap_or_default();
+                let segments = if file.as_os_str().is_empty() {
+                    Vec::new()
+                } else {
+                    elf::code_segments(&file).unwrap_or_default()
+                };
                 if let Some(lowest) = segments.iter().map(|s| s.vaddr).min() {
                     let bias = start_code.wrapping_sub(lowest);
                     p.recorded.extend(segments.iter().map(|s| {
@@ -268,7 +453,7 @@ impl Unwinding {
                         Mapping {
                             avma: start..start.saturating_add(s.size),
                             file_offset: s.offset,
-                            path: f.path.clone(),
+                            path: file.clone(),
                         }
                     }));
                 }
@@ -300,6 +485,7 @@ impl Unwinding {
                 stack_id: r.stack_id,
                 new_stack: None,
                 recipe: None,
+                signal_cut: false,
             };
         }
         let fp_usable = (0..INLINE_STACK_ID_BASE).contains(&c.fp_id);
@@ -309,6 +495,7 @@ impl Unwinding {
                 stack_id: c.fp_id,
                 new_stack: None,
                 recipe: None,
+                signal_cut: false,
             };
         }
         let mut base = self.run(c, c.bp, &HashMap::new());
@@ -317,6 +504,10 @@ impl Unwinding {
             base = self.run(c, c.bp, &HashMap::new());
         }
         self.counts.unwound += 1;
+        let signal_cut = self.cut_at_signal_frame(c.pid, &base);
+        if signal_cut {
+            self.counts.signal_cut += 1;
+        }
         let complete = base.end == StackEnd::Root;
         let (recipe_checks, flags) = self.dependencies(c, &base);
 
@@ -386,6 +577,7 @@ impl Unwinding {
             stack_id,
             new_stack,
             recipe,
+            signal_cut,
         }
     }
 
@@ -491,6 +683,22 @@ impl Unwinding {
         }
     }
 
+    /// Whether an unwind that passed a signal frame stopped at it for want
+    /// of stack: the copy ends before the `ucontext_t` above the handler's
+    /// frame (the trampoline is the last frame), or the interrupted code's
+    /// stack is not in the copy (its first frame is the last: the handler ran
+    /// on an alternate signal stack, or the copy ends there).
+    fn cut_at_signal_frame(&self, pid: u32, run: &Run) -> bool {
+        let Some((unwinder, _)) = self.processes.get(&pid).and_then(|p| p.table.as_ref()) else {
+            return false;
+        };
+        run.end == StackEnd::StackReadFailed
+            && run.frames.iter().rev().take(2).any(|f| match *f {
+                UFrame::Native { module, offset, .. } => unwinder.is_signal_return(module, offset),
+                _ => false,
+            })
+    }
+
     /// The unwound frames as the symbolizer takes them: (build id, file
     /// offset) where the module has a build id, absolute addresses otherwise.
     fn frames(&self, pid: u32, frames: &[UFrame]) -> Vec<Frame> {
@@ -500,10 +708,20 @@ impl Unwinding {
         };
         frames
             .iter()
-            .filter_map(|f| match *f {
-                UFrame::Native { module, offset, .. } => {
+            .enumerate()
+            .filter_map(|(depth, f)| match *f {
+                UFrame::Native {
+                    module,
+                    offset,
+                    return_address,
+                } => {
                     let m = unwinder.modules().get(module.0 as usize)?;
-                    let abs = offset.wrapping_add(m.bias);
+                    // The symbolizer looks up a caller's frame a byte before
+                    // it, as a return address; past a signal frame the
+                    // interrupted instruction (and the trampoline) are no
+                    // return addresses, so it looks them up exactly.
+                    let exact = u64::from(depth > 0 && !return_address);
+                    let abs = offset.wrapping_add(m.bias).wrapping_add(exact);
                     let mapping = mappings.iter().find(|x| x.avma == m.text);
                     Some(match mapping {
                         Some(x) if !m.build_id.is_empty() => Frame::BuildId {
@@ -539,9 +757,20 @@ impl Unwinding {
                 effective.push(m.clone());
             }
         }
+        let mut unfound: Vec<String> = p.unfound.get(&None).cloned().into_iter().collect();
+        effective.retain(|m| {
+            let found = !m.path.as_os_str().is_empty();
+            if !found {
+                unfound.extend(p.unfound.get(&Some(m.avma.start)).cloned());
+            }
+            found
+        });
         let (unwinder, unreadable) = RemoteUnwinder::from_mappings(&effective);
         p.table = Some((unwinder, effective));
         p.dirty = false;
+        for why in unfound {
+            self.note(why);
+        }
         self.note_unreadable(unreadable);
         true
     }
@@ -553,9 +782,14 @@ impl Unwinding {
             if let Some(cause) = std::error::Error::source(&e) {
                 line = format!("{line}: {cause}");
             }
-            if !self.unreadable.contains(&line) {
-                self.unreadable.push(line);
-            }
+            self.note(self.files.describe(&line));
+        }
+    }
+
+    /// Keeps `line` unless it was reported already.
+    fn note(&mut self, line: String) {
+        if !self.unreadable.contains(&line) {
+            self.unreadable.push(line);
         }
     }
 
@@ -728,7 +962,7 @@ mod tests {
         let mut u = Unwinding::default();
         let gone = PathBuf::from("/nonexistent/gpuperf-test/libgone.so");
         for start in [0x40_0000, 0x50_0000] {
-            u.mapped(&FileMapped {
+            let f = FileMapped {
                 pid: 1,
                 path: gone.clone(),
                 place: Place::Mapping {
@@ -736,7 +970,9 @@ mod tests {
                     end: start + 0x1000,
                     offset: 0,
                 },
-            });
+                identity: FileIdentity::default(),
+            };
+            u.mapped(&f, Ok(&gone));
             let r = u.resolve(&copy(&[0x40_1234]), Some(5));
             assert_eq!(r.stack_id, 3, "the frame-pointer stack is kept");
         }
@@ -748,6 +984,101 @@ mod tests {
                 gone.display()
             )]
         );
+    }
+
+    /// No process has this pid (above `pid_max`'s limit).
+    const GONE: u32 = u32::MAX;
+
+    fn mapped_file(path: &Path, identity: FileIdentity) -> FileMapped {
+        FileMapped {
+            pid: GONE,
+            path: path.to_owned(),
+            place: Place::Mapping {
+                start: 0x40_0000,
+                end: 0x40_1000,
+                offset: 0,
+            },
+            identity,
+        }
+    }
+
+    fn identity(path: &Path) -> FileIdentity {
+        let m = std::fs::metadata(path).unwrap();
+        FileIdentity {
+            ino: m.ino(),
+            size: m.len(),
+        }
+    }
+
+    #[test]
+    fn a_file_is_held_open_only_when_it_is_the_one_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("liba.so"), dir.path().join("libb.so"));
+        std::fs::write(&a, b"one build").unwrap();
+        std::fs::write(&b, b"another build").unwrap();
+        let mut files = ModuleFiles::default();
+        let here = files.find(&mapped_file(&a, identity(&a)), None).unwrap();
+        assert!(here.starts_with("/proc/self/fd"), "{here:?}");
+        // It stays the same file whatever happens to the path.
+        std::fs::rename(&b, &a).unwrap();
+        assert_eq!(std::fs::read(&here).unwrap(), b"one build");
+        assert_eq!(
+            files.describe(&format!("failed to read `{}`: x", here.display())),
+            format!("failed to read `{}`: x", a.display())
+        );
+        // Now the path names another file: never used for the first.
+        let old = identity(&here);
+        let err = files.find(&mapped_file(&a, old), None).unwrap_err();
+        let new = identity(&a);
+        assert_eq!(
+            err,
+            format!(
+                "failed to read `{0}` of pid {GONE}: `{0}` is another file (inode {1}, 13 \
+                 bytes) than the one mapped (inode {2}, 9 bytes)",
+                a.display(),
+                new.ino,
+                old.ino
+            )
+        );
+        // Found again, the same file is held once.
+        let again = files.find(&mapped_file(&a, new), None).unwrap();
+        assert_eq!(files.find(&mapped_file(&a, new), None).unwrap(), again);
+        assert_eq!(files.held.len(), 2);
+        let missing = dir.path().join("libc.so");
+        let err = files
+            .find(&mapped_file(&missing, old), Some(dir.path()))
+            .unwrap_err();
+        assert!(
+            err.ends_with("No such file or directory (os error 2)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_the_one_mapped_is_reported_and_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("libother.so");
+        std::fs::write(&other, b"not the mapped file").unwrap();
+        let mut u = Unwinding::default();
+        let f = mapped_file(&other, FileIdentity { ino: 1, size: 2 });
+        let found = u.files.find(&f, None);
+        assert!(found.is_err());
+        u.mapped(
+            &f,
+            found.as_ref().map(PathBuf::as_path).map_err(Clone::clone),
+        );
+        let mut c = copy(&[0x40_1234]);
+        c.pid = GONE;
+        let r = u.resolve(&c, Some(5));
+        assert_eq!(r.stack_id, 3, "the frame-pointer stack is kept");
+        assert_eq!(u.unreadable.len(), 1, "{:?}", u.unreadable);
+        assert!(
+            u.unreadable[0].contains("is another file"),
+            "{:?}",
+            u.unreadable
+        );
+        let (unwinder, effective) = u.processes[&GONE].table.as_ref().unwrap();
+        assert!(unwinder.modules().is_empty() && effective.is_empty());
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! registers (what the eBPF profiler takes at a probe), with unwind info read from
 //! the module files.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,7 +33,36 @@ pub struct Mapping {
 pub struct RemoteUnwinder {
     table: Table,
     modules: Vec<ModuleInfo>,
+    /// Each module's executable segment in its file, by [`ModuleId`]: where
+    /// signal return trampolines are recognized.
+    texts: Vec<Option<Text>>,
 }
+
+/// The file bytes of a module's executable segment.
+struct Text {
+    map: Arc<memmap2::Mmap>,
+    /// The segment's ELF virtual addresses.
+    svma: Range<u64>,
+    /// The file offset of `svma.start`.
+    file_offset: u64,
+}
+
+impl Text {
+    /// The file's bytes at ELF virtual address `svma`, `n` of them.
+    fn bytes(&self, svma: u64, n: u64) -> Option<&[u8]> {
+        if svma < self.svma.start || svma.checked_add(n)? > self.svma.end {
+            return None;
+        }
+        let off = usize::try_from(self.file_offset + (svma - self.svma.start)).ok()?;
+        self.map
+            .get(off..off.checked_add(usize::try_from(n).ok()?)?)
+    }
+}
+
+/// `mov $15, %rax; syscall` (`rt_sigreturn`): the x86-64 signal return
+/// trampoline of glibc (`__restore_rt`) and musl, which the kernel makes a
+/// handler return to (as the in-process unwinder recognizes it in memory).
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 
 /// A copy of the top of a thread's stack.
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +86,13 @@ impl RemoteUnwinder {
     /// Reads `/proc/PID/maps` and the ELF files of its executable mappings. Modules
     /// that cannot be read are skipped (their frames end stacks as
     /// [`crate::StackEnd::NoUnwindInfo`]); the second value lists them with the reason.
+    ///
+    /// Each file is read through its mapping, `/proc/PID/map_files/START-END`
+    /// (which needs `CAP_SYS_ADMIN`), else by its path here or under
+    /// `/proc/PID/root` if that file has the mapping's inode number: the path
+    /// `/proc/PID/maps` shows is the reader's (from its root) where the file is
+    /// reachable, and the process's own in another mount namespace, where the
+    /// same path may name another file.
     pub fn from_pid(pid: u32) -> Result<(RemoteUnwinder, Vec<Error>)> {
         let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
         let text = std::fs::read_to_string(&maps_path).map_err(|source| Error::Io {
@@ -62,27 +100,42 @@ impl RemoteUnwinder {
             source,
         })?;
         let mappings = parse_maps(&text, &maps_path)?;
+        let inodes: HashMap<u64, u64> = text.lines().filter_map(start_and_inode).collect();
         let root = PathBuf::from(format!("/proc/{pid}/root"));
-        Ok(Self::from_mappings_in(&mappings, Some(&root)))
+        Ok(Self::from_mappings_at(&mappings, |m| {
+            let relative = m.path.strip_prefix("/").unwrap_or(&m.path);
+            let own = PathBuf::from(format!(
+                "/proc/{pid}/map_files/{:x}-{:x}",
+                m.avma.start, m.avma.end
+            ));
+            let ino = inodes.get(&m.avma.start).copied();
+            let under_root = root.join(relative);
+            [own, m.path.clone(), under_root.clone()]
+                .into_iter()
+                .find(|p| std::fs::metadata(p).is_ok_and(|x| Some(x.ino()) == ino))
+                .unwrap_or(under_root)
+        }))
     }
 
     /// Builds the table from mappings (for instance a module table recorded while
     /// the process ran). Unreadable files are skipped and returned as errors.
     pub fn from_mappings(mappings: &[Mapping]) -> (RemoteUnwinder, Vec<Error>) {
-        Self::from_mappings_in(mappings, None)
+        Self::from_mappings_at(mappings, |m| m.path.clone())
     }
 
-    fn from_mappings_in(mappings: &[Mapping], root: Option<&Path>) -> (RemoteUnwinder, Vec<Error>) {
+    /// [`RemoteUnwinder::from_mappings`], each file read from `file(mapping)`.
+    fn from_mappings_at(
+        mappings: &[Mapping],
+        file: impl Fn(&Mapping) -> PathBuf,
+    ) -> (RemoteUnwinder, Vec<Error>) {
         let mut modules = Vec::new();
         let mut entries = Vec::new();
+        let mut texts = Vec::new();
         let mut errors = Vec::new();
         for m in mappings {
-            let file = match root {
-                Some(r) => r.join(m.path.strip_prefix("/").unwrap_or(&m.path)),
-                None => m.path.clone(),
-            };
+            let file = file(m);
             match read_module(&file, m) {
-                Ok((mut info, cfi)) => {
+                Ok((mut info, cfi, text)) => {
                     info.path = m.path.clone();
                     let id = ModuleId(modules.len() as u32);
                     entries.push(Entry {
@@ -94,6 +147,7 @@ impl RemoteUnwinder {
                         text_readable: false,
                     });
                     modules.push(info);
+                    texts.push(text);
                 }
                 Err(e) => errors.push(e),
             }
@@ -103,7 +157,29 @@ impl RemoteUnwinder {
             .map(|m: &ModuleInfo| m.path.to_string_lossy().into_owned())
             .collect();
         let table = Table::new(entries, |id| names[id.0 as usize].clone());
-        (RemoteUnwinder { table, modules }, errors)
+        (
+            RemoteUnwinder {
+                table,
+                modules,
+                texts,
+            },
+            errors,
+        )
+    }
+
+    /// Whether `offset` (an ELF virtual address) of module `module` is a
+    /// signal return trampoline (`__restore_rt`), which the unwind passes
+    /// through into the code the signal interrupted, reading its registers
+    /// from the signal frame's `ucontext_t` above the handler's frame: a
+    /// stack that ends right after one ([`crate::StackEnd::StackReadFailed`])
+    /// was cut before the interrupted code (the copy ends before the signal
+    /// frame, or the handler ran on an alternate signal stack).
+    pub fn is_signal_return(&self, module: ModuleId, offset: u64) -> bool {
+        self.texts
+            .get(module.0 as usize)
+            .and_then(Option::as_ref)
+            .and_then(|t| t.bytes(offset, SIGRETURN.len() as u64))
+            == Some(&SIGRETURN[..])
     }
 
     /// The modules, indexed by [`ModuleId`].
@@ -141,12 +217,13 @@ impl RemoteUnwinder {
     where
         F: FnMut(u64) -> Result<u64, ()>,
     {
+        let loader = RemoteLoader { unwinder: self };
         let (len, end) = walk(
             Tables::one(&self.table),
             regs,
             cache,
             read_stack,
-            &NoLoader,
+            &loader,
             0,
             out,
         );
@@ -159,15 +236,30 @@ impl RemoteUnwinder {
     }
 }
 
-struct NoLoader;
+/// The module table is fixed; code is read from the module files.
+struct RemoteLoader<'a> {
+    unwinder: &'a RemoteUnwinder,
+}
 
-impl Loader for NoLoader {
+impl Loader for RemoteLoader<'_> {
     fn loaded_elsewhere(&self, _address: u64) -> bool {
         false
     }
     fn still_loaded(&self, _entry: &Entry, _address: u64) -> bool {
         true
     }
+    fn is_signal_return(&self, entry: &Entry, return_address: u64) -> bool {
+        self.unwinder
+            .is_signal_return(entry.id, return_address.wrapping_sub(entry.bias))
+    }
+}
+
+/// The start address and inode number of a `/proc/PID/maps` line.
+fn start_and_inode(line: &str) -> Option<(u64, u64)> {
+    let mut f = line.split_ascii_whitespace();
+    let start = f.next()?.split_once('-')?.0;
+    let ino = f.nth(3)?.parse().ok()?;
+    Some((u64::from_str_radix(start, 16).ok()?, ino))
 }
 
 /// The executable file mappings of a `/proc/PID/maps` text.
@@ -201,7 +293,7 @@ pub fn parse_maps(text: &str, path: &Path) -> Result<Vec<Mapping>> {
     Ok(out)
 }
 
-fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>)> {
+fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>, Option<Text>)> {
     let io = |source| Error::Io {
         path: file.to_path_buf(),
         source,
@@ -250,6 +342,12 @@ fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>)> {
         hdr: section(".eh_frame_hdr"),
         text_svma: obj.section_by_name(".text").map_or(0, |s| s.address()),
     });
+    let (seg_offset, seg_size) = seg.file_range();
+    let text = Some(Text {
+        map: map.clone(),
+        svma: seg.address()..seg.address().saturating_add(seg_size),
+        file_offset: seg_offset,
+    });
     let build_id = obj
         .build_id()
         .ok()
@@ -265,6 +363,7 @@ fn read_module(file: &Path, m: &Mapping) -> Result<(ModuleInfo, Option<Cfi>)> {
             has_unwind_info: cfi.is_some(),
         },
         cfi,
+        text,
     ))
 }
 
@@ -286,6 +385,10 @@ mod tests {
         assert_eq!(m[0].avma, 0x55d0d000..0x55d0e000);
         assert_eq!(m[0].file_offset, 0x1000);
         assert_eq!(m[1].path, PathBuf::from("/tmp/my lib.so"));
+        assert_eq!(
+            start_and_inode(text.lines().nth(1).unwrap()),
+            Some((0x55d0d000, 123))
+        );
         let e = parse_maps("zz-1 r-xp 0 0 0 /x\n", Path::new("maps")).unwrap_err();
         assert_eq!(e.to_string(), "`maps` line 1: bad hex number");
     }

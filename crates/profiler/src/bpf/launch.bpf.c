@@ -69,8 +69,14 @@ struct mount {
 	struct vfsmount mnt;
 } __attribute__((preserve_access_index));
 
+struct inode {
+	unsigned long i_ino;
+	long long i_size;
+} __attribute__((preserve_access_index));
+
 struct file {
 	struct path f_path;
+	struct inode *f_inode;
 } __attribute__((preserve_access_index));
 
 struct linux_binprm {
@@ -810,6 +816,9 @@ static __always_inline void send_file(struct file *file, __u32 tgid, __u32 place
 	s->e.start = start;
 	s->e.end = end;
 	s->e.offset = offset;
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	s->e.ino = BPF_CORE_READ(inode, i_ino);
+	s->e.size = BPF_CORE_READ(inode, i_size);
 	if (bpf_ringbuf_output(&events, &s->e, offsetof(struct file_event, path) + n,
 			       wakeup_flag()))
 		count(STAT_FILE_DROPS);

@@ -71,7 +71,9 @@ enum file_place {
 
 /* A traced process execs or maps a file as code. Sent with its full path
  * (path_len bytes, the NUL included) and its place, so the file and the
- * frames in it can be found after the process exits. */
+ * frames in it can be found after the process exits, and with its inode
+ * number and size, so that a file found by that path (in another mount
+ * namespace, or replaced since) is used only if it is the same one. */
 struct file_event {
 	__u32 kind;
 	__u32 pid;
@@ -80,6 +82,8 @@ struct file_event {
 	__u64 start;
 	__u64 end;
 	__u64 offset;
+	__u64 ino;
+	__u64 size;
 	char path[FILE_PATH_LEN];
 };
 

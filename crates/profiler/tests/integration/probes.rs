@@ -8,7 +8,7 @@ use gpuperf_profiler::{Options, ProbeSpec};
 
 use crate::support::{
     Run, app, app_shared, cuda13, frames, inject_lib, launch_probe as compat, mock_cupti,
-    privileged, profile, profile_in, real_cudart_app,
+    privileged, profile, profile_in, real_cudart_app, tmp,
 };
 
 fn assert_suffix(run: &Run, l: &CpuLaunch, suffix: &[&str]) {
@@ -299,4 +299,52 @@ fn the_real_libcudart_launch_entry_fires() {
     for l in &run.trace.launches {
         assert_suffix(&run, l, &["main", "enqueue", "cudaLaunchKernel"]);
     }
+}
+
+#[test]
+fn injection_mode_in_a_mount_namespace_with_another_file_at_the_executables_path_probes_its_own() {
+    if !privileged() {
+        return;
+    }
+    let Some(cuda) = cuda13() else { return };
+    let mock = mock_cupti(&cuda);
+    let inject = inject_lib();
+    let exe = app("app-fp", &["-fno-omit-frame-pointer"]);
+    // Where the target runs `exe`, bound there in its mount namespace, this
+    // process sees another build (its cudaLaunchKernel elsewhere, another
+    // inode): probes on that file would never fire in the target.
+    let other = app("app-fp-O0", &["-fno-omit-frame-pointer", "-O0"]);
+    let dir = tmp().join("app-ns");
+    std::fs::create_dir_all(&dir).unwrap();
+    let seen_here = dir.join("app");
+    std::fs::copy(&other, &seen_here).unwrap();
+    let trace_dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        marker_libraries: vec![inject.clone()],
+        ..Options::default()
+    };
+    let run = profile(
+        options,
+        Path::new("unshare"),
+        &[
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            r#"mount --bind "$1" "$2" && exec "$2" 2000 0 "$3""#,
+            "sh",
+            exe.to_str().unwrap(),
+            seen_here.to_str().unwrap(),
+            inject.to_str().unwrap(),
+        ],
+        &[
+            ("GPUPERF_CUPTI_PATH", mock.as_path()),
+            ("GPUPERF_GPU_TRACE", trace_dir.path()),
+            ("APP_PAUSE_MS", Path::new("500")),
+        ],
+    );
+    assert_eq!(run.trace.launches.len(), 2001, "{:?}", run.summary);
+    assert!(run.summary.entry_stacks >= 1999 - 1, "{:?}", run.summary);
+    assert_eq!(run.summary.entry_stacks + run.summary.marker_stacks, 2001);
 }

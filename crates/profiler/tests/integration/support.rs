@@ -147,6 +147,17 @@ pub fn profile_gated(options: Options, exe: &Path, args: &[&str], firsts: u64) -
     run_profiled(options, Path::new("."), exe, args, &[], Some(firsts))
 }
 
+/// [`profile_gated`] with more variables in the program's environment.
+pub fn profile_gated_env(
+    options: Options,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    firsts: u64,
+) -> Run {
+    run_profiled(options, Path::new("."), exe, args, env, Some(firsts))
+}
+
 fn run_profiled(
     mut options: Options,
     cwd: &Path,

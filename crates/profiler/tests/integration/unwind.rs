@@ -10,10 +10,12 @@ use std::process::Command;
 
 use gpuperf_merge::read::cpu::{CpuLaunch, TRUNCATED_FRAME};
 use gpuperf_profiler::{Options, ProbeSpec};
+use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::show;
 
 use crate::support::{
-    Run, app, frames, launch_probe as probe, levels, privileged, profile, profile_gated, tmp,
+    Run, app, data, frames, launch_probe as probe, levels, privileged, profile, profile_gated,
+    profile_gated_env, tmp,
 };
 
 /// The frames below `launch_all`, down to the launch.
@@ -262,13 +264,158 @@ fn a_target_in_a_chroot_profiled_from_outside__its_files_are_read_under_the_chro
         std::fs::copy(f, &to).unwrap();
     }
     let cudart = root.join("levels/libfakecudart.so");
-    let run = profile(
+    // Gated: its files are looked for while it lives (a process gone by
+    // then, in a chroot, has paths that name no file here).
+    let run = profile_gated_env(
         probe(&cudart),
         std::path::Path::new("chroot"),
         &[root.to_str().unwrap(), "/levels/levels", "200", "0"],
         // No /proc in the chroot, which `$ORIGIN` in the run path needs.
         &[("LD_LIBRARY_PATH", std::path::Path::new("/levels"))],
+        1,
     );
     assert_eq!(run.trace.launches.len(), 200, "{:?}", run.summary);
     assert_complete(&run, "main");
+}
+
+#[test]
+fn in_a_mount_namespace_with_another_build_at_a_librarys_path__the_mapped_file_is_read() {
+    if !privileged() {
+        return;
+    }
+    let (levels_exe, _) = levels();
+    // The program in a directory of its own, where this process sees another
+    // build of liblevels.so than the one the target maps: its mount namespace
+    // has the first build bound over that path.
+    let dir = tmp().join("levels-ns");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["levels", "libfakecudart.so"] {
+        std::fs::copy(levels_exe.with_file_name(name), dir.join(name)).unwrap();
+    }
+    let mapped = levels_exe.with_file_name("liblevels.so");
+    let seen_here = Gcc::new(dir.join("liblevels.so"))
+        .args(["-O2", "-g", "-shared", "-fPIC", "-DANOTHER_BUILD"])
+        .arg(data("liblevels.c"))
+        .build();
+    // Gated: the files are looked for while the process lives, which a
+    // process that exits first does not wait for.
+    let run = profile_gated(
+        probe(&dir.join("libfakecudart.so")),
+        std::path::Path::new("unshare"),
+        &[
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            r#"mount --bind "$1" "$2" && exec "$3" 2000 0"#,
+            "sh",
+            mapped.to_str().unwrap(),
+            seen_here.to_str().unwrap(),
+            dir.join("levels").to_str().unwrap(),
+        ],
+        1,
+    );
+    assert_eq!(run.trace.launches.len(), 2000, "{:?}", run.summary);
+    assert_complete(&run, "main");
+    assert_eq!(
+        (run.summary.stack_copies, run.summary.recipe_hits),
+        (1, 1999),
+        "{:?}",
+        run.summary
+    );
+}
+
+/// `signal_levels.c`, built -O2 without frame pointers beside `levels`' libraries,
+/// once: two tests run it at the same time.
+fn signal_levels() -> (PathBuf, PathBuf) {
+    static BUILT: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let (levels, cudart) = levels();
+            let dir = levels.parent().unwrap();
+            let exe = Gcc::new(dir.join("signal_levels"))
+                .args(["-Wall", "-Werror", "-O2", "-g", "-fomit-frame-pointer"])
+                .arg(data("signal_levels.c"))
+                .arg(format!("-L{}", dir.display()))
+                .args(["-Wl,-rpath,$ORIGIN", "-llevels", "-lfakecudart"])
+                .build();
+            (exe, cudart)
+        })
+        .clone()
+}
+
+#[test]
+fn launches_in_a_signal_handler__every_stack_continues_through_the_signal_frame_to_start() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = signal_levels();
+    let run = profile(probe(&cudart), &exe, &["20", "0"], &[]);
+    assert_eq!(run.trace.launches.len(), 20, "{:?}", run.summary);
+    for l in &run.trace.launches {
+        let f = frames(&run, l);
+        assert_eq!(f[0], "_start", "{f:?}");
+        // glibc's start frames are named by its version.
+        let f = &f[f.iter().position(|&x| x == "main").expect("main")..];
+        let outside = ["main", "outer", "interrupted"];
+        let inside = [
+            "handler",
+            "lib_level1",
+            "lib_level2",
+            "lib_level3",
+            "lib_level4",
+            "cudaLaunchKernel",
+        ];
+        // Between them, one frame: the signal return trampoline (glibc's
+        // __restore_rt, named where libc keeps its symbol table).
+        assert!(
+            f.len() == outside.len() + 1 + inside.len()
+                && f.starts_with(&outside)
+                && f.ends_with(&inside),
+            "{f:?}\n{}",
+            run.text
+        );
+        let restore = f[outside.len()];
+        assert!(
+            restore == "__restore_rt" || restore.starts_with("libc.so.6+0x"),
+            "{f:?}"
+        );
+    }
+    assert_eq!(run.summary.truncated_stacks, 0, "{:?}", run.summary);
+    assert_eq!(run.summary.signal_stacks_cut, 0, "{:?}", run.summary);
+}
+
+#[test]
+fn launches_in_a_signal_handler_on_an_alternate_stack__stop_at_the_signal_frame_and_are_counted() {
+    if !privileged() {
+        return;
+    }
+    let (exe, cudart) = signal_levels();
+    let run = profile(probe(&cudart), &exe, &["20", "1"], &[]);
+    assert_eq!(run.trace.launches.len(), 20, "{:?}", run.summary);
+    for l in &run.trace.launches {
+        let f = frames(&run, l);
+        // The interrupted function is found (from the signal frame's
+        // registers); its stack is not in the copy.
+        assert_eq!(
+            f,
+            [
+                TRUNCATED_FRAME,
+                "interrupted",
+                f[2],
+                "handler",
+                "lib_level1",
+                "lib_level2",
+                "lib_level3",
+                "lib_level4",
+                "cudaLaunchKernel"
+            ],
+            "{}",
+            run.text
+        );
+    }
+    assert_eq!(run.summary.truncated_stacks, 20, "{:?}", run.summary);
+    assert_eq!(run.summary.signal_stacks_cut, 20, "{:?}", run.summary);
 }
