@@ -770,6 +770,14 @@ fn cpu_side(s: &gpuperf_profiler::Summary) -> String {
         s.truncated_stacks,
         s.unsymbolized_frames
     );
+    if s.signal_stacks_cut > 0 {
+        report += &format!(
+            "gpuperf: {} of the truncated stacks stop at a signal handler's frame: the copied \
+             stack does not reach the interrupted code (an alternate signal stack, or a signal \
+             frame too large for the copy)\n",
+            s.signal_stacks_cut
+        );
+    }
     if !s.unreadable_files.is_empty() {
         // Each once, with why; a long list is cut, with its length said.
         const SHOWN: usize = 5;
@@ -800,13 +808,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unreadable_files_are_listed_each_with_why_and_a_long_list_cut() {
+    fn unreadable_files_and_signal_cut_stacks_are_reported_a_long_list_cut() {
         let mut s = gpuperf_profiler::Summary {
             launches: 9,
             truncated_stacks: 4,
             ..Default::default()
         };
         assert!(!cpu_side(&s).contains("could not be read"));
+        assert!(!cpu_side(&s).contains("signal handler"));
+        s.signal_stacks_cut = 3;
+        assert!(
+            cpu_side(&s)
+                .contains("gpuperf: 3 of the truncated stacks stop at a signal handler's frame"),
+            "{}",
+            cpu_side(&s)
+        );
         s.unreadable_files = vec!["`/lib/a.so`: cannot open: No such file or directory".into()];
         let one = cpu_side(&s);
         assert!(
