@@ -155,6 +155,8 @@ fn c_string(b: &[u8]) -> String {
 /// `BPF_STACK_BUILD_ID_VALID` / `_IP`.
 const BUILD_ID_VALID: u32 = 1;
 const BUILD_ID_IP: u32 = 2;
+/// launch.h's `FRAME_CALLER_AT_SP`.
+const CALLER_AT_SP: u32 = 0x100;
 
 impl Event {
     /// Decodes one ring-buffer record; `None` when it is short or unknown.
@@ -190,6 +192,15 @@ impl Event {
                         BUILD_ID_IP => frames.push(Frame::Ip(addr)),
                         _ => {} // empty slot
                     }
+                }
+                // The caller a kernel's walk left out, in the last slot.
+                let last = 16 + (MAX_STACK_DEPTH - 1) * FRAME_SIZE;
+                if n < MAX_STACK_DEPTH
+                    && !frames.is_empty()
+                    && let Some(f) = b.get(last..last + FRAME_SIZE)
+                    && u32_at(f, 0)? == CALLER_AT_SP
+                {
+                    frames.insert(1, Frame::Ip(u64_at(f, 24)?));
                 }
                 Some(Self::Stack(Stack {
                     stack_id: u32_at(b, 4)? as i32,
@@ -319,6 +330,24 @@ mod tests {
                 Frame::Ip(0x7f00_0000_1000),
             ]
         );
+        // A caller the kernel's walk left out, in the last slot of a whole
+        // record, goes second; the slot of a full stack is a frame.
+        let mut whole = b.clone();
+        whole.resize(16 + (MAX_STACK_DEPTH - 1) * FRAME_SIZE, 0);
+        whole.extend(frame(CALLER_AT_SP, 0, 0x5000));
+        whole[12..16].copy_from_slice(&(2 * FRAME_SIZE as u32).to_ne_bytes());
+        let Some(Event::Stack(r)) = Event::parse(&whole) else {
+            panic!()
+        };
+        assert_eq!(r.frames.len(), 3, "{:?}", r.frames);
+        assert_eq!(r.frames[1], Frame::Ip(0x5000), "{:?}", r.frames);
+        let mut unmarked = whole.clone();
+        let at = 16 + (MAX_STACK_DEPTH - 1) * FRAME_SIZE;
+        unmarked[at..at + 4].copy_from_slice(&0u32.to_ne_bytes());
+        let Some(Event::Stack(u)) = Event::parse(&unmarked) else {
+            panic!()
+        };
+        assert_eq!(u.frames.len(), 2, "{:?}", u.frames);
         // A size beyond the record makes it unreadable.
         let mut short = b.clone();
         short[12..16].copy_from_slice(&(10 * FRAME_SIZE as u32).to_ne_bytes());

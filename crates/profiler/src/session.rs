@@ -532,6 +532,8 @@ enum Stat {
     RecipeHits,
     #[allow(dead_code)]
     RecipeMisses,
+    #[allow(dead_code)]
+    CallerRestored,
     Count,
 }
 

@@ -224,7 +224,7 @@ static __always_inline bool traced(__u64 pid_tgid)
 /* Sends the (build id, offset) frames of the current user stack. They come
  * from the kernel's own walk, which follows the same rules as walk_stack, so
  * they are the frames that were hashed. */
-static __always_inline bool send_stack(void *ctx, __s32 id, __u32 pid, __u32 nr)
+static __always_inline bool send_stack(void *ctx, __s32 id, __u32 pid, __u32 nr, __u64 caller)
 {
 	struct stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -237,7 +237,25 @@ static __always_inline bool send_stack(void *ctx, __s32 id, __u32 pid, __u32 nr)
 	long n = bpf_get_stack(ctx, e->frames, sizeof(e->frames),
 			       BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	e->size = n > 0 ? n : 0;
-	if (e->size / sizeof(e->frames[0]) != nr)
+	/* Kernels whose perf_callchain_user predates reading the return address
+	 * at [sp] for a uprobe at a function's entry (5.15) leave out the
+	 * caller, which the walk read. It is sent in the last slot, which a
+	 * stack one frame short leaves free (a constant index: 5.15's verifier
+	 * cannot bound a computed one here), marked; user space puts it back in
+	 * second place. The slot is always written when free: the ring buffer's
+	 * memory holds older records. */
+	__u32 k = e->size / sizeof(e->frames[0]);
+	if (k < MAX_STACK_DEPTH) {
+		struct bpf_stack_build_id *last = &e->frames[MAX_STACK_DEPTH - 1];
+		bool restore = caller && k >= 1 && k + 1 == nr;
+		last->status = restore ? FRAME_CALLER_AT_SP : 0;
+		last->ip = caller;
+		if (restore) {
+			count(STAT_CALLER_RESTORED);
+			k = nr;
+		}
+	}
+	if (k != nr)
 		count(STAT_WALK_MISMATCH);
 	bpf_ringbuf_submit(e, wakeup_flag());
 	return true;
@@ -370,11 +388,11 @@ static __always_inline bool same_stack(const struct user_stack *a, const struct 
 }
 
 /* A one-shot id for a stack that cannot be kept: its frames go with it. */
-static __always_inline __s32 send_inline(void *ctx, __u32 tgid, __u32 nr)
+static __always_inline __s32 send_inline(void *ctx, __u32 tgid, __u32 nr, __u64 caller)
 {
 	__s32 id = INLINE_STACK_ID_BASE +
 		   (__sync_fetch_and_add(&next_inline_id, 1) & 0x3fffffff);
-	return send_stack(ctx, id, tgid, nr) ? id : -1;
+	return send_stack(ctx, id, tgid, nr, caller) ? id : -1;
 }
 
 /* The user stack's id; its frames are sent the first time it is seen. With
@@ -399,23 +417,23 @@ static __always_inline __s32 take_stack(void *ctx, __u32 tgid, bool caller_at_sp
 		if (err == 0) {
 			/* On a full ring buffer forget the stack: the next
 			 * launch with it sends it again. */
-			if (!send_stack(ctx, s->id, tgid, s->nr))
+			if (!send_stack(ctx, s->id, tgid, s->nr, *ret_at_sp))
 				bpf_map_delete_elem(&stack_ids, &key);
 			return s->id;
 		}
 		if (err != -EEXIST) {
 			count(STAT_STACK_MAP_FULL);
-			return send_inline(ctx, tgid, s->nr);
+			return send_inline(ctx, tgid, s->nr, *ret_at_sp);
 		}
 		/* Another CPU inserted it meanwhile; it sends the frames. */
 		known = bpf_map_lookup_elem(&stack_ids, &key);
 		if (!known)
-			return send_inline(ctx, tgid, s->nr);
+			return send_inline(ctx, tgid, s->nr, *ret_at_sp);
 	}
 	if (same_stack(known, s))
 		return known->id;
 	count(STAT_STACK_COLLISIONS);
-	return send_inline(ctx, tgid, s->nr);
+	return send_inline(ctx, tgid, s->nr, *ret_at_sp);
 }
 
 /* Where the calling thread's stack ends: the main thread's at its mm's

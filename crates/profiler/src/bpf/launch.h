@@ -104,8 +104,14 @@ enum stat_index {
 	STAT_COPY_DROPS,
 	STAT_RECIPE_HITS,
 	STAT_RECIPE_MISSES,
+	STAT_CALLER_RESTORED, /* the kernel's walk left out the caller at [sp] */
 	STAT_COUNT,
 };
+
+/* A stack_event frame's status, past the kernel's BPF_STACK_BUILD_ID_*: the
+ * caller at [sp] that the kernel's walk left out (its address in ip). It is
+ * in the last slot, past `size`, and belongs in second place. */
+#define FRAME_CALLER_AT_SP 0x100
 
 /* What a launch record's stack_id names, by range:
  *   [0, COPY_ID_BASE)                    a frame-pointer stack (stack_event)
