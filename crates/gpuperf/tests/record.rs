@@ -926,19 +926,8 @@ fn record_program_ending_with__exit__reported_not_closed_with_its_exit_code() {
     };
     for (mode, closed) in [("exit-early", false), ("chevron", true)] {
         let dir = work_dir(&format!("unclosed-{mode}"));
-        let o = gpuperf(&dir)
-            .args([
-                "record",
-                "--stacks",
-                "inject",
-                "--raw-dir",
-                "raw",
-                "--cupti",
-            ])
-            .arg(&cupti)
-            .arg("--")
-            .arg(&app)
-            .args([mode, "5", "3"])
+        let flags = ["record", "--stacks", "inject", "--raw-dir", "raw"];
+        let o = gpuperf_cupti(&dir, &flags, &cupti, &app, &[mode, "5", "3"])
             .output()
             .unwrap();
         let (all, err) = (show(&o), text(&o.stderr));
