@@ -23,9 +23,11 @@
 //! would hold the close up for the whole [`WAIT_MS`] and lose the trace. So a
 //! handler that lands inside a CUDA call only wakes the closing thread and
 //! returns; the thread waits (and the signal is raised again) when that call
-//! returns, at its API exit callback, with those locks released. A call that
-//! never returns (a sync on a hung kernel) does not keep the program alive:
-//! once the trace is closed, the closing thread raises the signal itself.
+//! returns, at its API exit callback, with those locks released. The closing
+//! thread waits for such calls to return, up to [`CALLS_WAIT_MS`], so that
+//! the interrupted call is in the trace with its GPU work. A call that never
+//! returns (a sync on a hung kernel) does not keep the program alive: once the
+//! trace is closed, the closing thread raises the signal itself.
 //!
 //! Why in the program and not in gpuperf: a Ctrl-C at the terminal reaches the
 //! whole foreground process group at once, the program included (it must stay
@@ -40,6 +42,10 @@ use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 /// How long the signalled thread waits for the trace to close before the
 /// signal takes its course anyway.
 pub const WAIT_MS: i32 = 5000;
+
+/// How long the closing thread waits for the calls a signal landed in to
+/// return before it closes the trace without them.
+pub const CALLS_WAIT_MS: u64 = 1000;
 
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
@@ -56,6 +62,8 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// A signal whose handler returned at once (it landed inside a CUDA call):
 /// the closing thread raises it once the trace is closed.
 static DEFERRED: AtomicI32 = AtomicI32::new(0);
+/// Threads with a signal pending in a CUDA call that has not returned yet.
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
 
 thread_local! {
     // `const`, without destructors: read from a signal handler, where a lazily
@@ -83,6 +91,8 @@ pub fn call_exited() {
     if depth == 0 {
         let sig = PENDING.with(|p| p.replace(0));
         if sig != 0 {
+            // The call's API record is in its shard: the close may go on.
+            INTERRUPTED.fetch_sub(1, SeqCst);
             wait_then_raise(sig);
         }
     }
@@ -146,6 +156,11 @@ fn closing_thread(close: fn()) {
         }
         return;
     }
+    // The calls a signal landed in record their exit first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(CALLS_WAIT_MS);
+    while INTERRUPTED.load(SeqCst) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let _ = std::panic::catch_unwind(close);
     for s in SIGNALS {
         // SAFETY: back to the default disposition; no memory is involved.
@@ -171,15 +186,21 @@ extern "C" fn on_signal(sig: libc::c_int) {
     let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
     // A forked child, whose trace is its parent's, wakes nobody.
     if ours {
+        // Inside a CUDA call, maybe holding locks the close needs: taken at
+        // the call's exit (or by the closing thread), not here. Counted
+        // before the closing thread is woken, which waits for such calls.
+        let in_call = IN_CALL.with(Cell::get) > 0;
+        if in_call {
+            if PENDING.with(|p| p.replace(sig)) == 0 {
+                INTERRUPTED.fetch_add(1, SeqCst);
+            }
+            DEFERRED.store(sig, SeqCst);
+        }
         // SAFETY: write is async-signal-safe, on a descriptor that stays open
         // for the life of the process. A full pipe (a second signal) is fine:
         // the closing thread is already awake.
         unsafe { libc::write(WAKE_W.load(SeqCst), (&raw const byte).cast(), 1) };
-        if IN_CALL.with(Cell::get) > 0 {
-            // Inside a CUDA call, maybe holding locks the close needs: taken
-            // at the call's exit (or by the closing thread), not here.
-            PENDING.with(|p| p.set(sig));
-            DEFERRED.store(sig, SeqCst);
+        if in_call {
             // SAFETY: as above.
             unsafe { *libc::__errno_location() = errno };
             return;

@@ -28,7 +28,8 @@
  *   mock-dlopen LIB  a launch, then LIB loaded (late_launch.c) and 3 launches
  *                called back from its late_call
  *   mock-sigint-in-call  10 launches, then SIGINT raised inside an 11th, while
- *                the mock holds the lock its flush takes; survives only if
+ *                the mock holds the lock its flush takes; the 11th's kernel
+ *                runs and the call returns 200 ms later; survives only if
  *                SIGINT is ignored
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
@@ -460,6 +461,11 @@ static int sigint_in_call(void *mock) {
     hold(1);
     raise(SIGINT);
     hold(0);
+    /* The launch's kernel goes on the GPU, and the call returns a while
+     * later: the trace must wait for it. */
+    uint64_t t = mock_now();
+    mock_kernel(11, t, t + 1000, "_Z6duringv", 0, 0, 7);
+    usleep(200000);
     mock_api(RT, 211, 11, 0);
     printf("survived\n");
     return 3;

@@ -402,9 +402,13 @@ fn mock_launches_after_the_trace_closed_are_counted_and_noted() {
 /// flush takes, as a Ctrl-C can land inside CUPTI's activity code. The handler
 /// must not wait there for the trace to close: it returns, and the launch's
 /// exit waits instead, with the lock released. The program dies of SIGINT as
-/// without gpuperf, and the trace is closed with every launch. Before, the
-/// handler waited out its 5 s while the close waited for the lock, and the
-/// program died with the trace unclosed.
+/// without gpuperf, and the trace is closed with every launch, the
+/// interrupted one included: its kernel runs and the call returns 200 ms
+/// later, and the close waits for that. Before, the handler waited out its
+/// 5 s while the close waited for the lock, and the program died with the
+/// trace unclosed; then the close went on without the interrupted call (its
+/// kernel in the trace, its API record not: seen once in CI as 1213 kernels
+/// for 1212 launches in the `record` SIGINT test).
 #[test]
 fn mock_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the_trace_closed() {
     use std::os::unix::process::ExitStatusExt as _;
@@ -438,6 +442,7 @@ fn mock_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_th
         .iter()
         .filter(|r| matches!(r, Record::Activity(_)))
         .count();
-    assert!(calls >= 10, "{calls} launches recorded\n{log}");
-    assert_eq!(kernels, 10, "{log}");
+    // The interrupted launch too: the close waited for its call to return.
+    assert_eq!(calls, 11, "{calls} launches recorded\n{log}");
+    assert_eq!(kernels, 11, "{log}");
 }
