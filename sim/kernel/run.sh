@@ -54,16 +54,31 @@ run=$(mktemp -d "$cache/runs/run.XXXXXX")
 	echo
 } >"$run/cmd.sh"
 
+# A kernel that dies while booting, before any module is loaded (so before
+# init ran the command), is a flake of the emulation (seen once: a panic in
+# sched_clock_cpu from an initcall); it is booted once more.
+boot_crash() {
+	grep -q 'Kernel panic' "$run/console" 2>/dev/null &&
+		grep -q 'Modules linked in:[[:space:]]*$' "$run/console" &&
+		! [ -s "$run/out" ]
+}
+
 exec 9>"$cache/vm.lock"
 flock 9
-status=0
-timeout --foreground -k 5 "$timeout" qemu-system-x86_64 -accel tcg -cpu max \
-	-smp "${GPUPERF_VM_CPUS:-2}" -m "${GPUPERF_VM_MEMORY:-2048}" \
-	-nodefaults -nographic -no-reboot -display none \
-	-kernel "$root/boot/vmlinuz-$kver" -initrd "$root/initramfs.cpio.gz" \
-	-append "console=ttyS0 quiet loglevel=4 panic=-1 oops=panic gpuperf.cmd=$run/cmd.sh gpuperf.modules=$root/lib/modules" \
-	-virtfs "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap" \
-	-serial "file:$run/console" -serial "file:$run/out" </dev/null >"$run/qemu.log" 2>&1 || status=$?
+for attempt in 1 2; do
+	status=0
+	timeout --foreground -k 5 "$timeout" qemu-system-x86_64 -accel tcg -cpu max \
+		-smp "${GPUPERF_VM_CPUS:-2}" -m "${GPUPERF_VM_MEMORY:-2048}" \
+		-nodefaults -nographic -no-reboot -display none \
+		-kernel "$root/boot/vmlinuz-$kver" -initrd "$root/initramfs.cpio.gz" \
+		-append "console=ttyS0 quiet loglevel=4 panic=-1 oops=panic gpuperf.cmd=$run/cmd.sh gpuperf.modules=$root/lib/modules" \
+		-virtfs "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap" \
+		-serial "file:$run/console" -serial "file:$run/out" </dev/null >"$run/qemu.log" 2>&1 || status=$?
+	[ "$attempt" = 1 ] && boot_crash || break
+	echo "run.sh: the VM ($kver) crashed while booting, before the command; booting it again:" >&2
+	grep -a -m1 -A1 'RIP:' "$run/console" >&2 || true
+	: >"$run/console"
+done
 exec 9>&-
 
 code=$(sed -n 's/^GPUPERF-VM-EXIT \([0-9]*\).*/\1/p' "$run/out" 2>/dev/null | tail -n1)
