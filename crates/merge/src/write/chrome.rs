@@ -127,28 +127,13 @@ impl<W: Write> Writer<W> {
                     (u64::from(*pid), u64::from(*tid))
                 }
                 Lane::Driver { order, name } => {
-                    let tid = u64::from(*order);
                     self.name_process(DRIVER_PID, &driver::process_name(trace), DRIVER_PID)?;
-                    if !self.named_threads.contains(&(DRIVER_PID, tid)) {
-                        self.name_thread(DRIVER_PID, tid, name)?;
-                        write!(
-                            self.event(),
-                            r#""ph":"M","name":"thread_sort_index","pid":{DRIVER_PID},"tid":{tid},"args":{{"sort_index":{tid}}}}}"#
-                        )?;
-                    }
-                    (DRIVER_PID, tid)
+                    self.sorted_thread(DRIVER_PID, u64::from(*order), name)?
                 }
                 Lane::Process { pid, order, name } => {
                     self.cpu_process(*pid)?;
-                    let (pid, tid) = (u64::from(*pid), PROCESS_TRACK_TID + u64::from(*order));
-                    if !self.named_threads.contains(&(pid, tid)) {
-                        self.name_thread(pid, tid, name)?;
-                        write!(
-                            self.event(),
-                            r#""ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}"#
-                        )?;
-                    }
-                    (pid, tid)
+                    let tid = PROCESS_TRACK_TID + u64::from(*order);
+                    self.sorted_thread(u64::from(*pid), tid, name)?
                 }
             };
             let name = json(&it.name);
@@ -172,6 +157,18 @@ impl<W: Write> Writer<W> {
             }
         }
         Ok(())
+    }
+
+    /// A driver track: a thread named once, sorted by its tid.
+    fn sorted_thread(&mut self, pid: u64, tid: u64, name: &str) -> std::io::Result<(u64, u64)> {
+        if !self.named_threads.contains(&(pid, tid)) {
+            self.name_thread(pid, tid, name)?;
+            write!(
+                self.event(),
+                r#""ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}"#
+            )?;
+        }
+        Ok((pid, tid))
     }
 
     fn idle_slices(&mut self, ctx: &Context<'_>, idle: &IdleFolder) -> std::io::Result<()> {

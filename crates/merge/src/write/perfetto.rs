@@ -366,33 +366,34 @@ impl<W: Write> Writer<W> {
             Lane::Thread { pid, tid, .. } => self.thread(ctx, *pid, *tid),
             Lane::Driver { order, name } => {
                 let parent = self.process(DRIVER_PID, &driver::process_name(trace), None)?;
-                let (uuid, new) = self.track(TrackKey::Driver(*order));
-                if new {
-                    self.descriptor(TrackDescriptor {
-                        uuid: Some(uuid),
-                        parent_uuid: Some(parent),
-                        name: Some(name.clone()),
-                        sibling_order_rank: Some(*order as i32),
-                        ..Default::default()
-                    })?;
-                }
-                Ok(uuid)
+                self.sorted_track(TrackKey::Driver(*order), parent, name, *order)
             }
             Lane::Process { pid, order, name } => {
                 let parent = self.cpu_process(*pid)?;
-                let (uuid, new) = self.track(TrackKey::ProcessDriver(*pid, *order));
-                if new {
-                    self.descriptor(TrackDescriptor {
-                        uuid: Some(uuid),
-                        parent_uuid: Some(parent),
-                        name: Some(name.clone()),
-                        sibling_order_rank: Some(*order as i32),
-                        ..Default::default()
-                    })?;
-                }
-                Ok(uuid)
+                self.sorted_track(TrackKey::ProcessDriver(*pid, *order), parent, name, *order)
             }
         }
+    }
+
+    /// A driver track under `parent`: described once, sorted by `order`.
+    fn sorted_track(
+        &mut self,
+        key: TrackKey,
+        parent: u64,
+        name: &str,
+        order: u32,
+    ) -> std::io::Result<u64> {
+        let (uuid, new) = self.track(key);
+        if new {
+            self.descriptor(TrackDescriptor {
+                uuid: Some(uuid),
+                parent_uuid: Some(parent),
+                name: Some(name.to_owned()),
+                sibling_order_rank: Some(order as i32),
+                ..Default::default()
+            })?;
+        }
+        Ok(uuid)
     }
 
     /// Slices are written per track in time order, each ended before the next
