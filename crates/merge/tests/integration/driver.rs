@@ -76,14 +76,14 @@ fn driver_small__timelines_agree_and_goldens() {
     );
 }
 
-#[test]
-fn driver_small__report_section_golden() {
+/// The report's driver section of `trace`, joined with the sample recording.
+fn report(trace: DriverTrace) -> String {
     let dir = tempfile::tempdir().unwrap();
     let (gpu, cpu) = inputs(dir.path());
     let mut strings = StringTable::new();
     let inputs = GpuInputs::open(&[gpu], &mut strings).unwrap();
     let mut cpu = CpuTrace::open(&cpu).unwrap();
-    let mut rep = Reporter::new(small());
+    let mut rep = Reporter::new(trace);
     join::merge(
         Some(&mut cpu),
         &inputs,
@@ -92,7 +92,12 @@ fn driver_small__report_section_golden() {
         &mut [&mut rep],
     )
     .unwrap();
-    let text = rep.text(10);
+    rep.text(10)
+}
+
+#[test]
+fn driver_small__report_section_golden() {
+    let text = report(small());
     golden::check(&data("driver/small.expected.report.txt"), &text);
     // Job queue latencies on sim-ring0: 2, 10 and 1 µs; run: 7, 8 and 25 µs.
     assert!(text.contains("sim-ring0"), "{text}");
@@ -164,21 +169,7 @@ fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
 
 #[test]
 fn driver_vblank__report_section_golden() {
-    let dir = tempfile::tempdir().unwrap();
-    let (gpu, cpu) = inputs(dir.path());
-    let mut strings = StringTable::new();
-    let inputs = GpuInputs::open(&[gpu], &mut strings).unwrap();
-    let mut cpu = CpuTrace::open(&cpu).unwrap();
-    let mut rep = Reporter::new(vblank());
-    join::merge(
-        Some(&mut cpu),
-        &inputs,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut rep],
-    )
-    .unwrap();
-    let text = rep.text(10);
+    let text = report(vblank());
     golden::check(&data("driver/vblank.expected.report.txt"), &text);
     // crtc 0: latencies 11.1, 14.1 and 31.1 µs (nearest rank).
     assert!(text.contains("14.10 µs    31.10 µs  crtc 0"), "{text}");
