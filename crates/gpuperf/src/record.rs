@@ -609,14 +609,9 @@ fn finish(
     // No GPU trace, but driver events (a program driving a DRM device, or one
     // whose CUDA calls never reached the library): their timeline alone.
     let driver_only = match (&a.chrome, gpu_traces) {
-        (Some(c), 0) => {
-            let p = raw.join(gpuperf_merge::read::driver::FILE_NAME);
-            match p.is_file() {
-                true => Some((c, gpuperf_merge::read::driver::DriverTrace::open(&p)?))
-                    .filter(|(_, t)| !t.events.is_empty()),
-                false => None,
-            }
-        }
+        (Some(c), 0) => render::read_driver(&[raw.to_path_buf()])?
+            .filter(|t| !t.events.is_empty())
+            .map(|t| (c, t)),
         _ => None,
     };
     if gpu_traces > 0 {

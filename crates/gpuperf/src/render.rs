@@ -145,7 +145,7 @@ impl Loaded {
 
 /// The driver event file of the first recording directory among `paths` that
 /// has one.
-fn read_driver(paths: &[PathBuf]) -> Result<Option<DriverTrace>> {
+pub fn read_driver(paths: &[PathBuf]) -> Result<Option<DriverTrace>> {
     let Some(p) = paths
         .iter()
         .map(|d| d.join(driver_file::FILE_NAME))
