@@ -765,6 +765,20 @@ fn cpu_side(s: &gpuperf_profiler::Summary) -> String {
         s.truncated_stacks,
         s.unsymbolized_frames
     );
+    if let Some(dir) = &s.tracefs_mounted {
+        report += &format!(
+            "gpuperf: mounted tracefs at `{}` (nothing was mounted there): the mmap syscall \
+             tracepoints need it\n",
+            dir.display()
+        );
+    }
+    if let Some(why) = &s.files_not_followed {
+        report += &format!(
+            "gpuperf: libraries the program maps are not followed ({why}): they are read from \
+             /proc while the process lives, so stacks of a process that exits first may stop \
+             at the first frame without a frame pointer\n"
+        );
+    }
     if s.signal_stacks_cut > 0 {
         report += &format!(
             "gpuperf: {} of the truncated stacks stop at a signal handler's frame: the copied \
@@ -833,6 +847,24 @@ mod tests {
             "{seven}"
         );
         assert!(seven.ends_with("  and 2 more\n"), "{seven}");
+    }
+
+    #[test]
+    fn mmap_tracepoints_refused_and_tracefs_mounted_are_said() {
+        let mut s = gpuperf_profiler::Summary::default();
+        assert!(!cpu_side(&s).contains("not followed"));
+        assert!(!cpu_side(&s).contains("mounted tracefs"));
+        s.files_not_followed = Some("attaching to the mmap syscall tracepoints: -ENOENT".into());
+        s.tracefs_mounted = Some("/sys/kernel/tracing".into());
+        let text = cpu_side(&s);
+        assert!(
+            text.contains("libraries the program maps are not followed (attaching to the mmap"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mounted tracefs at `/sys/kernel/tracing`"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -87,6 +87,36 @@ pub(crate) fn check_uprobe_pmu(pmu: &Path, tracefs: &Path, debugfs: &Path) -> Re
     ))
 }
 
+/// Where the syscall tracepoints' ids are read (libbpf looks here, then under debugfs).
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Mounts tracefs at `dir` when nothing is mounted there yet, as root may:
+/// without it the mmap syscall tracepoints cannot attach, and the libraries a
+/// short-lived program maps are never read (its stacks then stop at the first
+/// frame without a frame pointer). Minimal VMs and containers often boot
+/// without it. Returns whether it mounted it; a mount that fails is left to the
+/// attach, which says what is missing.
+pub(crate) fn mount_tracefs(dir: &Path) -> bool {
+    if dir.join("events").exists() || !dir.is_dir() {
+        return false;
+    }
+    let Ok(target) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call;
+    // a null `data` is allowed for tracefs, which takes no options.
+    let r = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    r == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +143,32 @@ mod tests {
         let e = check_kernel("5.10.0-21-amd64").unwrap_err();
         assert!(e.to_string().contains("5.15"), "{e}");
         assert!(check_kernel("").is_ok());
+    }
+
+    #[test]
+    fn tracefs_is_mounted_where_none_is_and_left_alone_where_one_is() {
+        let dir = tempfile::tempdir().unwrap();
+        if !mount_tracefs(dir.path()) {
+            // Only root may mount; nothing may have been mounted then.
+            assert!(!dir.path().join("events").exists());
+            eprintln!(
+                "SKIPPED tracefs_is_mounted_where_none_is_and_left_alone_where_one_is: not root"
+            );
+            return;
+        }
+        assert!(dir.path().join("events/syscalls").exists());
+        assert!(!mount_tracefs(dir.path()), "mounted twice");
+        // SAFETY: a NUL-terminated path that outlives the call.
+        let r = unsafe {
+            libc::umount2(
+                std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes())
+                    .unwrap()
+                    .as_ptr(),
+                0,
+            )
+        };
+        assert_eq!(r, 0);
+        assert!(!mount_tracefs(&dir.path().join("absent")));
     }
 
     #[test]

@@ -180,6 +180,9 @@ pub struct Summary {
     /// kernel refused that probe: frames in a library of a process that exits
     /// before its stacks are symbolized may then stay unnamed.
     pub files_not_followed: Option<String>,
+    /// Where the profiler mounted tracefs because nothing was mounted there
+    /// (the mmap syscall tracepoints need it).
+    pub tracefs_mounted: Option<PathBuf>,
     /// Launch lines whose stack stops before a root frame (`_start`, `clone`,
     /// a thread start); they start with [`TRUNCATED_FRAME`].
     pub truncated_stacks: u64,
@@ -369,6 +372,8 @@ fn run<W: Write>(
     }
     // Without the syscall tracepoints (a kernel without CONFIG_FTRACE_SYSCALLS)
     // libraries are found in /proc while their process lives.
+    let tracefs = Path::new(preflight::TRACEFS);
+    let tracefs_mounted = preflight::mount_tracefs(tracefs).then(|| tracefs.to_path_buf());
     let mut files_not_followed = None;
     for prog in [&skel.progs.on_mmap_enter, &skel.progs.on_mmap_exit] {
         match prog.attach() {
@@ -473,6 +478,7 @@ fn run<W: Write>(
     summary.lost_stacks = stats[Stat::StackErrors as usize] + stats[Stat::StackDrops as usize];
     summary.dropped_file_events = stats[Stat::FileDrops as usize];
     summary.files_not_followed = files_not_followed;
+    summary.tracefs_mounted = tracefs_mounted;
     summary.stack_copies = stats[Stat::Copies as usize];
     summary.lost_copies = stats[Stat::CopyDrops as usize];
     summary.recipe_hits = stats[Stat::RecipeHits as usize];
