@@ -14,7 +14,8 @@ Python frames in a CPU profile say which part of a step launched a kernel.
 
 --profile-kineto OUT.json runs the timed steps under torch.profiler (CPU and
 CUDA activities) and writes a summary of the GPU work, for comparing with
-gpuperf's own per-kernel totals:
+gpuperf's own per-kernel totals (--profile-trace OUT.pt.trace.json also writes
+the profiler's own trace):
 
     {
       "format": "gpuperf-kineto-summary/1",
@@ -238,6 +239,9 @@ def run_mode(mode, model, opt, batch, args):
           f"{dt * 1e3:.1f} ms ({dt * 1e3 / args.steps:.2f} ms/step, {tokens / dt:,.0f} tokens/s)")
     if args.profile_kineto:
         write_kineto_summary(args.profile_kineto, prof, args, mode)
+        if args.profile_trace:
+            prof.export_chrome_trace(args.profile_trace)
+            print(f"wrote {args.profile_trace}: the profiler's own trace", file=sys.stderr)
 
 
 def make_batch(cfg, args, device):
@@ -271,7 +275,12 @@ def parse_args(argv=None):
     p.add_argument("--profile-kineto", metavar="OUT.json",
                    help="profile the timed steps with torch.profiler and write a kernel summary "
                    "(format in this script's docstring); needs --mode eager or compile")
+    p.add_argument("--profile-trace", metavar="OUT.pt.trace.json",
+                   help="with --profile-kineto, also write the profiler's trace (Chrome JSON, "
+                   "as torch.profiler exports it; `gpuperf merge` reads it)")
     args = p.parse_args(argv)
+    if args.profile_trace and not args.profile_kineto:
+        p.error("--profile-trace needs --profile-kineto")
     if args.steps < 1 or args.batch < 1 or args.warmup < 0:
         p.error("--steps and --batch must be at least 1, --warmup at least 0")
     if not 1 <= args.seq <= GPTConfig.block_size:

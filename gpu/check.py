@@ -1,0 +1,979 @@
+#!/usr/bin/env python3
+"""gpuperf's one-shot check on a machine with a GPU (or, with --sim, on the
+simulated CUDA runtime). Run it through gpu/check.sh; gpu/README.md says what
+each item checks and how to run it on a GPU machine.
+
+Every item ends as one of:
+  holds          checked, and it is as it should be
+  falls short    checked, and it is not (the reason and the figure say how far)
+  could not run  something the item needs is missing here (the reason says what)
+  needs a GPU    (--sim only) the simulation cannot show this item
+
+Writes OUT/summary.json, OUT/summary.md and OUT/check.tar.gz (the recordings,
+flamegraphs and timelines, at most 16 MiB). Each step has its own time limit,
+and the whole check a budget, so one step that hangs never costs the rest.
+Exits 0 when nothing fell short, 1 otherwise.
+"""
+import argparse
+import glob
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOLDS, SHORT, NOT_RUN, NEEDS_GPU = "holds", "falls short", "could not run", "needs a GPU"
+GROUPS = ["env", "native", "pytorch", "overhead", "driver"]
+NOBODY = 65534
+TAR_LIMIT = 16 * 1024 * 1024
+# Kernel time against the program's own CUDA events: "within a few percent".
+EVENT_TOLERANCE = 0.05
+
+
+class Result:
+    """One finished command: exit status, output, time, and whether it was cut."""
+
+    def __init__(self, rc, out, err, seconds, timed_out):
+        self.rc, self.out, self.err, self.seconds, self.timed_out = rc, out, err, seconds, timed_out
+
+    def tail(self, n=600):
+        text = (self.err or "") + (self.out or "")
+        return text[-n:].strip()
+
+
+def run(cmd, timeout, cwd=None, env=None, user=None, peak_of_pid=False):
+    """Runs cmd in its own process group, killed with the group at `timeout`.
+    With peak_of_pid, also follows the peak RSS (VmHWM) of the process itself."""
+    t0 = time.monotonic()
+    kw = {}
+    if user is not None:
+        kw.update(user=user, group=user, extra_groups=[])
+    try:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, errors="replace", start_new_session=True, **kw)
+    except OSError as e:
+        return Result(None, "", f"failed to start `{cmd[0]}`: {e}", 0.0, False)
+    peak = [0]
+    if peak_of_pid:
+        def follow():
+            while p.poll() is None:
+                try:
+                    with open(f"/proc/{p.pid}/status") as f:
+                        for line in f:
+                            if line.startswith("VmHWM:"):
+                                peak[0] = max(peak[0], int(line.split()[1]))
+                except OSError:
+                    return
+                time.sleep(0.02)
+        threading.Thread(target=follow, daemon=True).start()
+    timed_out = False
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.wait(timeout=3)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = p.communicate()
+    r = Result(p.returncode, out, err, time.monotonic() - t0, timed_out)
+    r.peak_kib = peak[0]
+    return r
+
+
+class Timeline:
+    """The parts of a Chrome-trace timeline written by `gpuperf record -c` that
+    the check reads: GPU work with its stack, API calls, and thread names."""
+
+    def __init__(self, path):
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        self.gpu = [e for e in events if e.get("cat") in ("kernel", "memcpy", "memset")]
+        self.api = {}
+        self.threads = {}
+        for e in events:
+            if e.get("cat") == "cuda_api":
+                self.api[e["args"].get("correlation_id")] = e
+            elif e.get("ph") == "M" and e.get("name") == "thread_name":
+                self.threads[(e["pid"], e["tid"])] = e["args"]["name"]
+
+    def kernels(self):
+        return [e for e in self.gpu if e["cat"] == "kernel"]
+
+    def count(self, cat):
+        return sum(1 for e in self.gpu if e["cat"] == cat)
+
+    @staticmethod
+    def stack(e):
+        s = e.get("args", {}).get("stack")
+        return s if isinstance(s, str) else None
+
+
+class Check:
+    def __init__(self, args):
+        self.out = os.path.abspath(args.out)
+        self.sim = args.sim
+        self.only = set(args.only.split(",")) if args.only else set(GROUPS)
+        self.budget = args.budget
+        self.t0 = time.monotonic()
+        self.items = []
+        self.root = os.geteuid() == 0
+        os.makedirs(self.out, exist_ok=True)
+        self.work = tempfile.mkdtemp(prefix="gpuperf-check-")
+        os.chmod(self.work, 0o755)
+        self.runs = os.path.join(self.work, "runs")
+        os.makedirs(self.runs)
+        os.chmod(self.runs, 0o777)
+        self.fault = os.environ.get("GPUPERF_CHECK_FAULT")
+        self.gpuperf = None
+        self.cupti = None
+        self.progs = {}
+        self.simdir = None
+        self.torch_python = None
+        self.facts = {}
+
+    # ---- bookkeeping ----
+    def left(self):
+        return self.budget - (time.monotonic() - self.t0)
+
+    def item(self, group, name, status, detail, figure=None):
+        self.items.append({"group": group, "item": name, "status": status, "detail": detail,
+                           "figure": figure})
+        mark = {HOLDS: "ok", SHORT: "SHORT", NOT_RUN: "not run", NEEDS_GPU: "needs GPU"}[status]
+        print(f"check: [{mark}] {group}/{name}: {detail}", file=sys.stderr, flush=True)
+
+    def limit(self, seconds):
+        """A step's time limit, never past the check's budget."""
+        return max(1.0, min(seconds, self.left() - 5))
+
+    def out_of_time(self, group, names):
+        if self.left() > 15:
+            return False
+        for n in names:
+            self.item(group, n, NOT_RUN, f"the check's time budget ({self.budget} s) ran out before it")
+        return True
+
+    # ---- set-up ----
+    def find_gpuperf(self):
+        cands = [os.environ.get("GPUPERF"), os.path.join(REPO, "gpu/stage/bin/gpuperf"),
+                 os.path.join(REPO, "target/release/gpuperf"), os.path.join(REPO, "target/debug/gpuperf")]
+        for c in cands:
+            if c and os.path.isfile(c) and os.access(c, os.X_OK):
+                # A copy every user can run; staged libraries beside it, where
+                # its rpath ($ORIGIN/../lib) finds them.
+                dst = os.path.join(self.work, "bin", "gpuperf")
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                shutil.copy(c, dst)
+                os.chmod(dst, 0o755)
+                os.chmod(os.path.dirname(dst), 0o755)
+                libs = os.path.join(os.path.dirname(os.path.dirname(c)), "lib")
+                if os.path.isdir(libs) and os.path.basename(os.path.dirname(os.path.dirname(c))) == "stage":
+                    shutil.copytree(libs, os.path.join(self.work, "lib"))
+                    os.chmod(os.path.join(self.work, "lib"), 0o755)
+                self.facts["gpuperf"] = os.path.relpath(c, REPO)
+                return dst
+        return None
+
+    def purelib(self, python="python3"):
+        r = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], 30)
+        return r.out.strip() if r.rc == 0 else None
+
+    def wheel_dirs(self):
+        dirs = []
+        for py in [self.torch_python, "python3"]:
+            if py:
+                p = self.purelib(py)
+                if p:
+                    dirs += [os.path.join(p, "nvidia", "cu13"), os.path.join(p, "nvidia", "cuda_cupti"),
+                             os.path.join(p, "nvidia", "cuda_runtime")]
+        return dirs
+
+    def find_nvcc(self):
+        if os.environ.get("NVCC"):
+            return os.environ["NVCC"]
+        for c in [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"] + \
+                [os.path.join(d, "bin", "nvcc") for d in self.wheel_dirs()]:
+            if c and os.path.isfile(c):
+                return c
+        return None
+
+    def find_lib(self, name, extra=()):
+        roots = list(extra) + [os.path.join(d, "lib") for d in self.wheel_dirs()] + \
+            ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+             "/usr/local/cuda/extras/CUPTI/lib64", "/usr/lib/x86_64-linux-gnu"]
+        for r in roots:
+            p = os.path.join(r, name)
+            if os.path.isfile(p):
+                return p
+        return None
+
+    def find_torch_python(self):
+        for py in [os.environ.get("GPUPERF_TORCH_PYTHON"), "python3", "/usr/bin/python3.11"]:
+            if py and run([py, "-c", "import torch"], 120).rc == 0:
+                return py
+        return None
+
+    def setup(self):
+        self.gpuperf = self.find_gpuperf()
+        self.torch_python = self.find_torch_python() if "pytorch" in self.only or "overhead" in self.only else None
+        if self.sim:
+            inc = os.environ.get("CUDA_INCLUDE")
+            env = dict(os.environ)
+            if inc:
+                env["CUDA_INCLUDE"] = inc
+            self.simdir = os.path.join(self.work, "sim")
+            r = run(["bash", os.path.join(REPO, "sim/build.sh"), self.simdir], 300, env=env)
+            if r.rc != 0:
+                self.simdir = None
+                self.facts["sim_error"] = r.tail()
+            else:
+                for f in os.listdir(self.simdir):
+                    os.chmod(os.path.join(self.simdir, f), 0o755)
+                self.cupti = os.path.join(self.simdir, "libcupti.so.13")
+
+    def wrap(self, cmd):
+        """A torch command as it runs here: under sim/run.sh on the simulation."""
+        if self.sim and self.simdir:
+            return ["bash", os.path.join(REPO, "sim/run.sh"), self.simdir, "--"] + cmd
+        return cmd
+
+    # ---- recording ----
+    def record(self, name, cmd, flags=(), user=None, env=None, timeout=60, cupti=True, timeline=True):
+        """`gpuperf record` of cmd into its own run directory; returns (Result, Timeline or None, dir)."""
+        d = os.path.join(self.runs, name)
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o777)
+        argv = [self.gpuperf, "record", "--raw-dir", "raw", "-o", "flame.svg", "-m", "merged.folded"]
+        if timeline:
+            argv += ["-c", "timeline.json"]
+        if cupti and self.cupti:
+            argv += ["--cupti", self.cupti]
+        argv += list(flags) + ["--"] + cmd
+        e = dict(os.environ)
+        if user is not None:
+            home = os.path.join(d, "home")
+            os.makedirs(home, exist_ok=True)
+            os.chmod(home, 0o777)
+            e["HOME"] = home
+        e.update(env or {})
+        r = run(argv, self.limit(timeout), cwd=d, env=e, user=user, peak_of_pid=True)
+        with open(os.path.join(d, "stdout.txt"), "w") as f:
+            f.write(r.out or "")
+        with open(os.path.join(d, "stderr.txt"), "w") as f:
+            f.write(r.err or "")
+        tl = None
+        path = os.path.join(d, "timeline.json")
+        if os.path.isfile(path):
+            try:
+                tl = Timeline(path)
+            except (ValueError, KeyError) as e2:
+                r.err += f"\ncheck: timeline.json unreadable: {e2}"
+        return r, tl, d
+
+    @staticmethod
+    def matched(r):
+        """(matched, kernels) from record's summary line, or None."""
+        m = re.search(r"matched (\d+) of (\d+) kernels", r.err or "")
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    @staticmethod
+    def app_counts(r):
+        m = re.search(r"check_app: kernels (\d+) copies (\d+) memsets (\d+) graph_launches (\d+)", r.out or "")
+        return tuple(int(x) for x in m.groups()) if m else None
+
+    def recording_faults(self, r, tl, rc_expected=0):
+        """What is wrong with a recording whatever the program did: the reasons, or []."""
+        bad = []
+        if r.timed_out:
+            bad.append(f"cut at its time limit ({r.seconds:.0f} s)")
+        if r.rc != rc_expected and not r.timed_out:
+            bad.append(f"exit status {r.rc}, expected {rc_expected}")
+        if "not closed" in (r.err or ""):
+            bad.append("the recording was not closed")
+        m = self.matched(r)
+        if m is None and "no kernels in the GPU trace" in (r.err or ""):
+            pass  # a program of copies and memsets only
+        elif m is None:
+            bad.append("no match summary on stderr")
+        elif m[0] != m[1]:
+            bad.append(f"matched {m[0]} of {m[1]} kernels")
+        if tl is None:
+            bad.append("no readable timeline")
+        else:
+            nostack = [e for e in tl.gpu if tl.stack(e) is None]
+            if nostack:
+                bad.append(f"{len(nostack)} of {len(tl.gpu)} GPU records without a CPU stack "
+                           f"(first: {nostack[0]['name'][:80]})")
+        return bad
+
+    # ---- env ----
+    def check_env(self):
+        g = "env"
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            r = run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], 30)
+            if r.rc == 0 and r.out.strip():
+                self.item(g, "gpu", HOLDS, r.out.strip().splitlines()[0])
+            else:
+                self.item(g, "gpu", NOT_RUN, f"nvidia-smi failed: {r.tail(200)}")
+            r = run([smi], 30)
+            m = re.search(r"CUDA Version:\s*([\d.]+)", r.out or "")
+            self.item(g, "cuda", HOLDS if m else NOT_RUN, f"driver's CUDA {m.group(1)}" if m else "nvidia-smi names no CUDA version")
+        elif self.sim:
+            self.item(g, "gpu", NEEDS_GPU, "simulated runtime: no GPU, no driver")
+        else:
+            self.item(g, "gpu", NOT_RUN, "nvidia-smi not found")
+        try:
+            with open("/proc/driver/nvidia/version") as f:
+                self.item(g, "driver", HOLDS, f.readline().strip()[:160])
+        except OSError:
+            self.item(g, "driver", NEEDS_GPU if self.sim else NOT_RUN, "/proc/driver/nvidia/version absent")
+        self.item(g, "kernel", HOLDS, f"{platform.release()} ({platform.machine()}), "
+                  f"{os.cpu_count()} CPUs, {'root' if self.root else 'uid ' + str(os.geteuid())}")
+        try:
+            with open("/proc/sys/kernel/perf_event_paranoid") as f:
+                self.item(g, "perf_event_paranoid", HOLDS, f.read().strip())
+        except OSError as e:
+            self.item(g, "perf_event_paranoid", NOT_RUN, str(e))
+        try:
+            with open("/proc/driver/nvidia/params") as f:
+                params = f.read()
+            m = re.search(r"RmProfilingAdminOnly:\s*(\d+)", params)
+            self.item(g, "RestrictProfilingToAdminUsers", HOLDS if m else NOT_RUN,
+                      f"RmProfilingAdminOnly: {m.group(1)}" if m else "not in /proc/driver/nvidia/params")
+        except OSError:
+            self.item(g, "RestrictProfilingToAdminUsers", NEEDS_GPU if self.sim else NOT_RUN,
+                      "/proc/driver/nvidia/params absent")
+        btf = os.path.exists("/sys/kernel/btf/vmlinux")
+        kprobes = os.path.exists("/sys/bus/event_source/devices/kprobe")
+        self.item(g, "kprobes", HOLDS if kprobes else NOT_RUN,
+                  "the kprobe PMU exists" if kprobes else "no kprobe PMU (/sys/bus/event_source/devices/kprobe): "
+                  "kernel built without CONFIG_KPROBES; driver entry points cannot be probed")
+        self.facts["btf"] = btf
+        self.facts["kprobes"] = kprobes
+        cupti = self.cupti if self.sim else (os.environ.get("GPUPERF_CUPTI") or self.find_lib("libcupti.so.13"))
+        if not self.sim:
+            self.cupti = cupti
+        self.item(g, "libcupti", HOLDS if cupti else NOT_RUN,
+                  f"using {cupti}" if cupti else "no libcupti.so.13 in the CUDA or wheel directories")
+        # How much of the driver's code the unwinder can cross with .eh_frame alone.
+        cov = os.path.join(REPO, "gpu/stage/bin/unwind-coverage")
+        libcuda = os.path.join(self.simdir, "libcuda.so.1") if self.sim and self.simdir else self.find_lib("libcuda.so.1")
+        if not os.path.isfile(cov):
+            self.item(g, "libcuda_unwind_coverage", NOT_RUN, "no unwind-coverage tool staged (gpu/stage.sh builds it)")
+        elif not libcuda:
+            self.item(g, "libcuda_unwind_coverage", NOT_RUN, "libcuda.so.1 not found")
+        else:
+            r = run([cov, libcuda], 60)
+            self.item(g, "libcuda_unwind_coverage", HOLDS if r.rc == 0 else NOT_RUN,
+                      f"{libcuda}: {r.out.strip() or r.tail(200)}")
+
+    # ---- native ----
+    def build_programs(self):
+        nvcc = self.find_nvcc()
+        if not nvcc:
+            return "no nvcc (PATH, /usr/local/cuda, or NVIDIA's wheels)"
+        if self.sim:
+            if not self.simdir:
+                return f"sim/build.sh failed: {self.facts.get('sim_error', '')}"
+            libdir = self.simdir
+        else:
+            rt = self.find_lib("libcudart.so.13")
+            if not rt:
+                return "no libcudart.so.13 to link against"
+            libdir = os.path.join(self.work, "cudart")
+            os.makedirs(libdir, exist_ok=True)
+            os.chmod(libdir, 0o755)
+            for n in ("libcudart.so", "libcudart.so.13"):
+                if not os.path.exists(os.path.join(libdir, n)):
+                    os.symlink(rt, os.path.join(libdir, n))
+        self.facts["nvcc"] = nvcc
+        devrt = [f"-L{os.path.join(os.path.dirname(os.path.dirname(nvcc)), 'lib')}",
+                 f"-L{os.path.join(os.path.dirname(os.path.dirname(nvcc)), 'lib64')}"]
+        base = [nvcc, "-O2", "-g", "-arch=sm_90", "-cudart", "shared", f"-L{libdir}"] + devrt + \
+            ["-Xlinker", "-rpath", "-Xlinker", libdir]
+        progs = {
+            # No frame pointers: stacks must reach main through .eh_frame.
+            "check_app": ("gpu/progs/check_app.cu", ["-Xcompiler", "-fomit-frame-pointer"]),
+            "sim_app": ("sim/tests/sim_app.cu", ["-Xcompiler", "-fno-omit-frame-pointer"]),
+            "mock_llm": ("samples/mock_llm/mock_llm.cu", ["-Xcompiler", "-fno-omit-frame-pointer"]),
+            "transformer": ("samples/transformer/transformer.cu", ["-Xcompiler", "-fno-omit-frame-pointer"]),
+        }
+        bindir = os.path.join(self.work, "progs")
+        os.makedirs(bindir, exist_ok=True)
+        os.chmod(bindir, 0o755)
+        procs, errors = {}, []
+        for name, (src, extra) in progs.items():
+            exe = os.path.join(bindir, name)
+            procs[name] = (exe, subprocess.Popen(base + extra + ["-o", exe, os.path.join(REPO, src)],
+                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        deadline = time.monotonic() + self.limit(240)
+        for name, (exe, p) in procs.items():
+            try:
+                out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out = "nvcc timed out"
+            if p.returncode == 0:
+                self.progs[name] = exe
+            else:
+                errors.append(f"{name}: {out.strip()[-300:]}")
+        return "; ".join(errors) if errors else None
+
+    def check_native(self):
+        g = "native"
+        names = ["build", "cupti_search", "timed_root", "gpu_time_vs_events", "stacks_reach_main",
+                 "timed_rootless", "copies", "graph", "two_processes", "ebpf_stacks", "exit_from_thread",
+                 "sigint", "never_synchronizes", "samples"]
+        if not self.gpuperf:
+            for n in names:
+                self.item(g, n, NOT_RUN, "no gpuperf binary (gpu/stage.sh, or cargo build --release)")
+            return
+        err = self.build_programs()
+        if "check_app" not in self.progs:
+            for n in names:
+                self.item(g, n, NOT_RUN, f"programs not built: {err}")
+            return
+        self.item(g, "build", SHORT if err else HOLDS, err or f"built {', '.join(sorted(self.progs))} (sm_90, -O2)")
+        app = self.progs["check_app"]
+
+        # gpuperf's own search for libcupti, as a user without --cupti gets it.
+        if self.sim:
+            self.item(g, "cupti_search", NEEDS_GPU, "the simulation's libcupti is always named")
+        else:
+            r, tl, d = self.record("cupti_search", [app, "timed", "2"], cupti=False, timeout=60)
+            bad = self.recording_faults(r, tl)
+            found = ""
+            for log in glob.glob(os.path.join(d, "raw", "*.log")):
+                with open(log, errors="replace") as f:
+                    found = next((ln.strip() for ln in f if "libcupti" in ln), found)
+            self.item(g, "cupti_search", SHORT if bad else HOLDS,
+                      "; ".join(bad + [found]) if bad else f"found a libcupti by itself: {found}")
+
+        n = 20
+        r, tl, _ = self.record("timed_root", [app, "timed", str(n)], timeout=60)
+        self.judge_counts(g, "timed_root", r, tl, expect_kernels=2 * n)
+        if tl and not r.timed_out:
+            self.judge_event_times(g, r, tl)
+            self.judge_main(g, "stacks_reach_main", tl, "-O2 without frame pointers")
+        else:
+            self.item(g, "gpu_time_vs_events", NOT_RUN, "the timed recording failed")
+            self.item(g, "stacks_reach_main", NOT_RUN, "the timed recording failed")
+
+        if self.root:
+            r, tl, _ = self.record("timed_rootless", [app, "timed", str(n)], user=NOBODY, timeout=60)
+            self.judge_counts(g, "timed_rootless", r, tl, expect_kernels=2 * n, note="as uid 65534")
+        else:
+            r, tl, _ = self.record("timed_rootless", [app, "timed", str(n)], timeout=60)
+            self.judge_counts(g, "timed_rootless", r, tl, expect_kernels=2 * n, note=f"as uid {os.geteuid()}")
+
+        r, tl, _ = self.record("copies", [app, "copies", "5"], timeout=60)
+        self.judge_counts(g, "copies", r, tl, expect_kernels=0)
+
+        r, tl, _ = self.record("graph", [app, "graph", "10"], timeout=60)
+        self.judge_counts(g, "graph", r, tl, expect_kernels=30, graph=True)
+
+        sh = f"'{app}' timed 5 & '{app}' timed 5; wait"
+        r, tl, d = self.record("two_processes", ["sh", "-c", sh], timeout=60)
+        bad = self.recording_faults(r, tl)
+        traces = glob.glob(os.path.join(d, "raw", "*.gputrace"))
+        k = len(tl.kernels()) if tl else 0
+        if len(traces) != 2:
+            bad.append(f"{len(traces)} GPU traces, expected 2")
+        if k != 20:
+            bad.append(f"{k} kernels, expected 20")
+        self.item(g, "two_processes", SHORT if bad else HOLDS, "; ".join(bad) or "2 processes, 20 of 20 kernels matched")
+
+        self.check_ebpf(g, app)
+        self.check_exit_thread(g, app)
+        self.check_sigint(g)
+        r, tl, _ = self.record("never_synchronizes", [app, "nosync", "50"], timeout=60)
+        self.judge_counts(g, "never_synchronizes", r, tl, expect_kernels=50)
+
+        done, bad = [], []
+        for s, args in (("mock_llm", []), ("transformer", ["--steps", "8"])):
+            if s not in self.progs:
+                bad.append(f"{s} not built")
+                continue
+            r, tl, _ = self.record(s, [self.progs[s]] + args, timeout=90)
+            b = self.recording_faults(r, tl)
+            bad += [f"{s}: {x}" for x in b]
+            if not b:
+                done.append(f"{s}: {len(tl.kernels())} kernels matched")
+        self.item(g, "samples", SHORT if bad else HOLDS, "; ".join(bad) or "; ".join(done))
+
+    def judge_counts(self, g, name, r, tl, expect_kernels, graph=False, note=""):
+        bad = self.recording_faults(r, tl)
+        counts = self.app_counts(r)
+        if counts is None:
+            bad.append("the program printed no counts")
+        elif tl is not None:
+            k, c, m, _ = counts
+            got = (len(tl.kernels()), tl.count("memcpy"), tl.count("memset"))
+            if got != (k, c, m):
+                bad.append(f"recorded kernels/copies/memsets {got[0]}/{got[1]}/{got[2]}, "
+                           f"the program made {k}/{c}/{m}")
+            if k != expect_kernels:
+                bad.append(f"the program reports {k} kernels, the check expected {expect_kernels}")
+        if graph and tl is not None:
+            for e in tl.kernels():
+                s = tl.stack(e) or ""
+                want = ["replay_graph", "cudaGraphLaunch", "[graph node captured at]", "capture_graph"]
+                miss = [w for w in want if w not in s]
+                if miss:
+                    bad.append(f"a graph kernel's stack lacks {', '.join(miss)}: {s[-200:]}")
+                    break
+        fig = None
+        if counts:
+            fig = {"kernels": counts[0], "copies": counts[1], "memsets": counts[2]}
+        detail = "; ".join(bad) if bad else (
+            f"{counts[0]} kernels, {counts[1]} copies, {counts[2]} memsets: every one recorded, "
+            f"matched and with a CPU stack" + (" (replay and capture stacks)" if graph else "") +
+            (f", {note}" if note else ""))
+        self.item(g, name, SHORT if bad else HOLDS, detail, fig)
+
+    def judge_event_times(self, g, r, tl):
+        ev = {m.group(1): float(m.group(2)) for m in
+              re.finditer(r"check_app: event (\w+) count \d+ total_us ([\d.]+)", r.out or "")}
+        gpu = {}
+        for e in tl.kernels():
+            name = e["name"].split("(")[0].split()[-1]
+            gpu[name] = gpu.get(name, 0.0) + float(e["dur"])
+        if not ev:
+            self.item(g, "gpu_time_vs_events", SHORT, "the program printed no event times")
+            return
+        worst, parts, fig = 0.0, [], {}
+        for k, us in ev.items():
+            got = gpu.get(k, 0.0)
+            rel = abs(got - us) / us if us else float("inf")
+            worst = max(worst, rel)
+            parts.append(f"{k}: gpuperf {got:.1f} us, CUDA events {us:.1f} us ({rel * 100:+.2f}%)")
+            fig[k] = {"gpuperf_us": round(got, 3), "events_us": us, "rel": round(rel, 5)}
+        self.item(g, "gpu_time_vs_events", HOLDS if worst <= EVENT_TOLERANCE else SHORT,
+                  "; ".join(parts) + f" (tolerance {EVENT_TOLERANCE * 100:.0f}%)" +
+                  (" [simulated times]" if self.sim else ""), fig)
+
+    def judge_main(self, g, name, tl, what):
+        ks = tl.kernels()
+        reach = [e for e in ks if re.search(r"(^|;)main(;|$)", tl.stack(e) or "")]
+        fig = {"kernels": len(ks), "reach_main": len(reach)}
+        ok = ks and len(reach) == len(ks)
+        first_bad = next((tl.stack(e) for e in ks if e not in reach), None)
+        self.item(g, name, HOLDS if ok else SHORT,
+                  f"{len(reach)} of {len(ks)} kernel stacks reach main ({what})" +
+                  ("" if ok else f"; first that does not: {(first_bad or 'none')[-240:]}"), fig)
+
+    def check_ebpf(self, g, app):
+        if not self.root:
+            self.item(g, "ebpf_stacks", NOT_RUN, "not root: eBPF needs root")
+            return
+        r, tl, _ = self.record("ebpf_stacks", [app, "timed", "10"], flags=["--stacks", "ebpf"], timeout=90)
+        if r.rc != 0 and re.search(r"(?i)bpf|permission|btf|attach", r.err or ""):
+            self.item(g, "ebpf_stacks", NOT_RUN, f"eBPF did not load: {r.tail(300)}")
+            return
+        bad = self.recording_faults(r, tl)
+        if tl is not None:
+            ks = tl.kernels()
+            reach = [e for e in ks if re.search(r"(^|;)main(;|$)", tl.stack(e) or "")]
+            if len(ks) != 20:
+                bad.append(f"{len(ks)} kernels, expected 20")
+            if len(reach) != len(ks):
+                bad.append(f"{len(reach)} of {len(ks)} stacks reach main")
+        self.item(g, "ebpf_stacks", SHORT if bad else HOLDS,
+                  "; ".join(bad) or "20 of 20 kernels matched with eBPF stacks that reach main")
+
+    def check_exit_thread(self, g, app):
+        plain = run([app, "exit-thread", "20"], self.limit(30))
+        r, tl, _ = self.record("exit_from_thread", [app, "exit-thread", "20"], timeout=60)
+        bad = []
+        if plain.rc != 7:
+            bad.append(f"without gpuperf the program exited {plain.rc}, expected 7")
+        bad += self.recording_faults(r, tl, rc_expected=7)
+        counts = self.app_counts(r)
+        if tl is not None and counts and len(tl.kernels()) < counts[0]:
+            bad.append(f"{len(tl.kernels())} kernels recorded, the program synchronized {counts[0]} before exit")
+        self.item(g, "exit_from_thread", SHORT if bad else HOLDS, "; ".join(bad) or
+                  f"exit status 7 kept; {len(tl.kernels())} kernels recorded and matched "
+                  f"({counts[0]} before the exit thread started, the rest while it ran)")
+
+    def check_sigint(self, g):
+        app = self.progs.get("sim_app")
+        if not app:
+            self.item(g, "sigint", NOT_RUN, "sim_app not built")
+            return
+        r, tl, _ = self.record("sigint", [app, "until-signal"], flags=["--duration", "1"], timeout=60)
+        bad = self.recording_faults(r, tl, rc_expected=130)
+        printed = [int(x) for x in re.findall(r"(\d+)", r.out or "")]
+        n = max(printed) if printed else 0
+        k = len(tl.kernels()) if tl else 0
+        if tl is not None and k < n:
+            bad.append(f"{k} kernels recorded, the program saw {n} launches return")
+        self.item(g, "sigint", SHORT if bad else HOLDS, "; ".join(bad) or
+                  f"stopped by SIGINT (status 130 as without gpuperf); {k} kernels recorded and matched, "
+                  f"the program saw {n} launches return", {"kernels": k, "launches_returned": n})
+
+    # ---- PyTorch ----
+    def check_pytorch(self):
+        g = "pytorch"
+        names = ["eager", "train", "compile", "cudagraphs", "torch_profiler"]
+        if not self.gpuperf:
+            for n in names:
+                self.item(g, n, NOT_RUN, "no gpuperf binary")
+            return
+        if not self.torch_python:
+            for n in names:
+                self.item(g, n, NOT_RUN, "no Python with PyTorch (GPUPERF_TORCH_PYTHON, python3)")
+            return
+        if self.sim and not self.simdir:
+            for n in names:
+                self.item(g, n, NOT_RUN, "the simulation did not build")
+            return
+        script = os.path.join(self.work, "gpt2_small.py")
+        shutil.copy(os.path.join(REPO, "samples/pytorch/gpt2_small.py"), script)
+        os.chmod(script, 0o644)
+        small = ["--steps", "2", "--warmup", "1", "--batch", "2", "--seq", "128"]
+        user = NOBODY if self.root else None
+        py = self.torch_python
+
+        def rec(name, extra, env=None, timeout=150):
+            d = os.path.join(self.runs, name)
+            cache = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(d, "inductor"), "TRITON_CACHE_DIR": os.path.join(d, "triton")}
+            cache.update(env or {})
+            return self.record(name, self.wrap([py, script] + small + extra), user=user, env=cache,
+                               timeout=timeout, timeline=True)
+
+        for name, extra, env in (("eager", ["--mode", "eager"], None),
+                                 ("train", ["--mode", "eager", "--train"], None),
+                                 ("compile", ["--mode", "compile"], None),
+                                 ("cudagraphs", ["--mode", "compile"], {"TORCHINDUCTOR_CUDAGRAPHS": "1"})):
+            if self.out_of_time(g, [name]):
+                continue
+            r, tl, _ = rec(name, extra, env, timeout=240 if name in ("compile", "cudagraphs") else 150)
+            bad = self.recording_faults(r, tl)
+            fig, detail = None, ""
+            if tl is not None:
+                ks = tl.kernels()
+                under = [e for e in ks if "gpt2_small.py" in (tl.stack(e) or "")]
+                fig = {"kernels": len(ks), "under_script": len(under)}
+                detail = f"{len(ks)} kernels, {len(under)} under the script's lines"
+                rest = [e for e in ks if e not in under]
+                if name == "train":
+                    auto = [e for e in rest if "autograd" in self.thread_of(tl, e)]
+                    fig["autograd_thread"] = len(auto)
+                    detail += f", {len(auto)} on autograd's thread"
+                    if len(under) + len(auto) != len(ks):
+                        bad.append(f"{len(ks) - len(under) - len(auto)} kernels neither under the script "
+                                   f"nor on autograd's thread")
+                elif rest:
+                    bad.append(f"{len(rest)} kernels not under the script's lines (first: {rest[0]['name'][:80]})")
+                if name == "compile":
+                    tri = [e for e in ks if e["name"].startswith("triton")]
+                    detail += f", {len(tri)} Triton kernels"
+                    if not tri:
+                        bad.append("no Triton kernel recorded")
+                if name == "cudagraphs":
+                    replay = [e for e in ks if "cudaGraphLaunch" in (tl.stack(e) or "")]
+                    detail += f", {len(replay)} replayed from CUDA graphs"
+                    if not replay:
+                        bad.append("no kernel charged to a CUDA graph launch")
+            self.item(g, name, SHORT if bad else HOLDS, "; ".join(bad) or detail + ", all matched (rootless)", fig)
+        if not self.out_of_time(g, ["torch_profiler"]):
+            self.check_torch_profiler(g, py, script, small, user)
+
+    @staticmethod
+    def thread_of(tl, e):
+        """The name of the thread whose API call launched GPU record e (one process)."""
+        api = tl.api.get(e.get("args", {}).get("correlation_id"))
+        return tl.threads.get((api["pid"], api["tid"]), "") if api else ""
+
+    def check_torch_profiler(self, g, py, script, small, user):
+        d = os.path.join(self.runs, "torch_profiler")
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o777)
+        trace = os.path.join(d, "kineto.pt.trace.json")
+        args = small[:]
+        args[args.index("--warmup") + 1] = "0"
+        r = run(self.wrap([py, script, "--mode", "eager"] + args +
+                          ["--profile-kineto", os.path.join(d, "kineto.json"), "--profile-trace", trace]),
+                self.limit(150), cwd=d)
+        if r.rc != 0 or not os.path.isfile(trace):
+            self.item(g, "torch_profiler", SHORT, f"the script under torch.profiler failed: {r.tail(300)}")
+            return
+        m = run([self.gpuperf, "merge", trace, "-c", os.path.join(d, "kineto.timeline.json"),
+                 "-o", os.path.join(d, "kineto.svg")], self.limit(60), cwd=d)
+        r2, tl2, _ = self.record("torch_profiler_gpuperf", self.wrap([py, script, "--mode", "eager"] + args),
+                                 user=user, timeout=150)
+        bad = []
+        if m.rc != 0:
+            bad.append(f"gpuperf merge of the profiler's trace failed: {m.tail(300)}")
+        bad += self.recording_faults(r2, tl2)
+        if not bad:
+            tk = Timeline(os.path.join(d, "kineto.timeline.json"))
+            a = sorted(e["name"] for e in tk.kernels())
+            b = sorted(e["name"] for e in tl2.kernels())
+            if len(a) != len(b):
+                bad.append(f"torch.profiler saw {len(a)} kernels, gpuperf {len(b)}")
+            elif a != b:
+                diff = sorted(set(a) ^ set(b))
+                bad.append(f"names differ: {len(diff)} names only on one side (first: {diff[0][:100]})")
+        self.item(g, "torch_profiler", SHORT if bad else HOLDS, "; ".join(bad) or
+                  f"torch.profiler's trace read by gpuperf merge: the same {len(tl2.kernels())} kernels, "
+                  f"same names, as gpuperf's own recording")
+
+    # ---- overhead ----
+    def check_overhead(self):
+        g = "overhead"
+        label = " [simulated runtime: not a GPU figure]" if self.sim else ""
+        status_ok = NEEDS_GPU if self.sim else HOLDS
+        inject = next((p for p in (os.environ.get("GPUPERF_INJECT_LIB"),
+                                   os.path.join(REPO, "gpu/stage/lib/libgpuperf_inject.so"),
+                                   os.path.join(REPO, "target/release/libgpuperf_inject.so"),
+                                   os.path.join(REPO, "target/debug/libgpuperf_inject.so"))
+                       if p and os.path.isfile(p)), "libgpuperf_inject.so")
+        loop = self.progs.get("launch_loop")
+        if not loop and self.find_nvcc():
+            loop = self.build_launch_loop()
+        bench = os.path.join(REPO, "crates/inject/bench/launch-overhead.sh")
+        env = dict(os.environ, INJECT=inject)
+        if self.cupti:
+            env["GPUPERF_CUPTI_PATH"] = self.cupti
+        if self.sim and self.simdir:
+            env["LD_LIBRARY_PATH"] = self.simdir
+        n, rounds = ("20000", "3") if self.sim else ("200000", "5")
+        if not os.path.isfile(inject):
+            self.item(g, "launch_native", NOT_RUN, "no libgpuperf_inject.so staged")
+        elif not loop:
+            self.item(g, "launch_native", NOT_RUN, "launch_loop not built")
+        else:
+            r = run(["bash", bench, n, rounds], self.limit(120), env=dict(env, LAUNCH_LOOP=loop))
+            self.overhead_item(g, "launch_native", r, label, status_ok)
+        if not self.torch_python:
+            self.item(g, "launch_python", NOT_RUN, "no Python with PyTorch")
+        elif os.path.isfile(inject):
+            py_env = dict(env, PYTHON=self.torch_python)
+            cmd = ["bash", bench, "20000" if self.sim else "100000", rounds]
+            if self.sim:
+                cmd = self.wrap(cmd)
+                py_env.pop("LD_LIBRARY_PATH", None)
+            r = run(cmd, self.limit(180), env=py_env)
+            self.overhead_item(g, "launch_python", r, label, status_ok)
+        self.check_decode(g, label, status_ok)
+        self.check_memory(g, label, status_ok)
+
+    def build_launch_loop(self):
+        nvcc = self.find_nvcc()
+        libdir = self.simdir if self.sim else os.path.join(self.work, "cudart")
+        if not libdir or not os.path.isdir(libdir):
+            return None
+        exe = os.path.join(self.work, "progs", "launch_loop")
+        r = run([nvcc, "-O2", "-arch=sm_90", "-cudart", "shared", f"-L{libdir}",
+                 f"-L{os.path.join(os.path.dirname(os.path.dirname(nvcc)), 'lib')}",
+                 "-Xlinker", "-rpath", "-Xlinker", libdir, "-o", exe,
+                 os.path.join(REPO, "crates/inject/bench/launch_loop.cu")], self.limit(120))
+        return exe if r.rc == 0 else None
+
+    def overhead_item(self, g, name, r, label, status_ok):
+        ratios = dict(re.findall(r"^(injection(?: and stacks)?|stacks alone): ratio ([\d.]+)", r.out or "", re.M))
+        per = dict(re.findall(r"^(injection(?: and stacks)?|stacks alone): ratio [\d.]+, ([+-]?\d+) ns per launch", r.out or "", re.M))
+        if r.rc != 0 or not ratios:
+            self.item(g, name, NOT_RUN, f"launch-overhead.sh failed: {r.tail(300)}")
+            return
+        fig = {k: {"ratio": float(v), "ns_per_launch": int(per.get(k, 0))} for k, v in ratios.items()}
+        text = ", ".join(f"{k} x{v} ({per.get(k, '?')} ns/launch)" for k, v in ratios.items())
+        self.item(g, name, status_ok, text + label, fig)
+
+    def check_decode(self, g, label, status_ok):
+        if not self.torch_python:
+            self.item(g, "decode_tokens_per_s", NOT_RUN, "no Python with PyTorch")
+            return
+        script = os.path.join(REPO, "gpu/decode_loop.py")
+        tokens = "20" if self.sim else "200"
+        runs = {"without": [], "gpu_only": [], "stacks": []}
+        for rnd in range(3):
+            for mode in runs:
+                if self.left() < 30:
+                    break
+                cmd = self.wrap([self.torch_python, script, tokens])
+                if mode == "without":
+                    r = run(cmd, self.limit(120))
+                else:
+                    flags = ["--gpu-only"] if mode == "gpu_only" else []
+                    r, _, _ = self.record(f"decode_{mode}_{rnd}", cmd, flags=flags, timeout=120, timeline=False)
+                m = re.search(r"tokens_per_s ([\d.]+)", r.out or "")
+                if m:
+                    runs[mode].append(float(m.group(1)))
+        if not all(runs.values()):
+            self.item(g, "decode_tokens_per_s", NOT_RUN, f"decode loop failed: {runs}")
+            return
+        med = {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
+        lost = {k: 1 - med[k] / med["without"] for k in ("gpu_only", "stacks")}
+        self.item(g, "decode_tokens_per_s", status_ok,
+                  f"median tokens/s without {med['without']:.1f}, --gpu-only {med['gpu_only']:.1f} "
+                  f"({lost['gpu_only'] * 100:+.1f}% lost), stacks {med['stacks']:.1f} ({lost['stacks'] * 100:+.1f}% lost), "
+                  f"{len(runs['without'])} rounds alternated" + label, {"median": med, "runs": runs})
+
+    def check_memory(self, g, label, status_ok):
+        app = self.progs.get("sim_app")
+        if not app or not self.gpuperf:
+            self.item(g, "memory_and_bytes_per_launch", NOT_RUN, "sim_app or gpuperf missing")
+            return
+        n = 100000 if self.sim else 500000
+        r, _, d = self.record("memory", [app, "loop", str(n), "1"], timeout=180, timeline=False)
+        raw = sum(os.path.getsize(p) for p in glob.glob(os.path.join(d, "raw", "*")) if os.path.isfile(p))
+        if r.rc != 0:
+            self.item(g, "memory_and_bytes_per_launch", NOT_RUN, f"record failed: {r.tail(300)}")
+            return
+        self.item(g, "memory_and_bytes_per_launch", status_ok,
+                  f"{n} launches: gpuperf's peak RSS {r.peak_kib / 1024:.1f} MiB, raw recording "
+                  f"{raw / 1e6:.1f} MB ({raw / n:.1f} bytes per launch)" + label,
+                  {"launches": n, "peak_rss_kib": r.peak_kib, "raw_bytes": raw})
+
+    # ---- driver events ----
+    def check_driver(self):
+        g = "driver"
+        if self.sim:
+            for n in ("record_driver", "monitor"):
+                self.item(g, n, NEEDS_GPU, "needs the real nvidia.ko (the kernel VM tests cover the simulated drivers)")
+            return
+        if not self.root:
+            for n in ("record_driver", "monitor"):
+                self.item(g, n, NOT_RUN, "not root")
+            return
+        app = self.progs.get("check_app")
+        if app and self.gpuperf:
+            r, tl, d = self.record("record_driver", [app, "timed", "5"], flags=["--driver"], timeout=60)
+            drv = os.path.join(d, "raw", "driver.tsv")
+            lines = sum(1 for _ in open(drv)) if os.path.isfile(drv) else 0
+            bad = self.recording_faults(r, tl)
+            what = re.findall(r"(?m)^.*driver.*$", r.err or "")[:4]
+            self.item(g, "record_driver", SHORT if bad or not lines else HOLDS,
+                      "; ".join(bad) or f"{lines} lines of driver events; " + " | ".join(w.strip() for w in what),
+                      {"driver_tsv_lines": lines})
+        else:
+            self.item(g, "record_driver", NOT_RUN, "check_app or gpuperf missing")
+        if self.gpuperf:
+            d = os.path.join(self.runs, "monitor")
+            os.makedirs(d, exist_ok=True)
+            r = run([self.gpuperf, "monitor", "--interval", "1", "--duration", "3",
+                     "--timeline", os.path.join(d, "monitor.json")], self.limit(30), cwd=d)
+            with open(os.path.join(d, "stdout.txt"), "w") as f:
+                f.write((r.out or "") + (r.err or ""))
+            self.item(g, "monitor", HOLDS if r.rc == 0 else SHORT,
+                      f"exit {r.rc}: " + " | ".join((r.out + r.err).strip().splitlines()[-4:])[:500])
+
+    # ---- outputs ----
+    def write(self):
+        summary = {
+            "format": "gpuperf-gpu-check/1",
+            "mode": "simulated" if self.sim else "gpu",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.monotonic() - self.t0, 1),
+            "facts": self.facts,
+            "counts": {s: sum(1 for i in self.items if i["status"] == s) for s in (HOLDS, SHORT, NOT_RUN, NEEDS_GPU)},
+            "items": self.items,
+        }
+        left_out = self.tarball()
+        summary["tarball_left_out"] = left_out
+        with open(os.path.join(self.out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(self.out, "summary.md"), "w") as f:
+            f.write(f"# gpuperf GPU check ({summary['mode']}), {summary['date']}\n\n")
+            f.write(", ".join(f"{v} {k}" for k, v in summary["counts"].items()) +
+                    f"; {summary['seconds']} s\n\n| group | item | status | detail |\n|---|---|---|---|\n")
+            for i in self.items:
+                detail = i["detail"].replace("|", "\\|").replace("\n", " ")
+                f.write(f"| {i['group']} | {i['item']} | {i['status']} | {detail} |\n")
+            if left_out:
+                f.write(f"\nLeft out of check.tar.gz (16 MiB limit): {', '.join(left_out)}\n")
+        return summary
+
+    def tarball(self):
+        """The runs' files, smallest kinds first, up to the size limit; what did
+        not fit is listed, never dropped silently."""
+        files = []
+        for root, _, names in os.walk(self.runs):
+            for n in names:
+                p = os.path.join(root, n)
+                rel = os.path.relpath(p, self.runs)
+                if "/inductor/" in p or "/triton/" in p or "/home/" in p or os.path.islink(p):
+                    continue
+                files.append((0 if n.endswith((".txt", ".svg", ".log", ".folded")) else 1, os.path.getsize(p), rel, p))
+        files.sort()
+        path = os.path.join(self.out, "check.tar.gz")
+        left_out, budget = [], TAR_LIMIT - 64 * 1024
+        with tarfile.open(path, "w:gz") as tar:
+            for _, size, rel, p in files:
+                # Compressed sizes are not known in advance: count a file at a
+                # third of its size (text and traces compress better than that).
+                cost = size // 3 if size > 4096 else size
+                if cost > budget:
+                    left_out.append(rel)
+                    continue
+                budget -= cost
+                tar.add(p, arcname=os.path.join("runs", rel))
+        while os.path.getsize(path) > TAR_LIMIT and files:
+            # Estimate was wrong: drop the largest timelines until it fits.
+            os.remove(path)
+            keep = [f for f in files if f[2] not in left_out]
+            biggest = max(keep, key=lambda f: f[1])
+            left_out.append(biggest[2])
+            with tarfile.open(path, "w:gz") as tar:
+                for _, _, rel, p in keep:
+                    if rel not in left_out:
+                        tar.add(p, arcname=os.path.join("runs", rel))
+        return left_out
+
+    def main(self):
+        self.setup()
+        steps = [("env", self.check_env), ("native", self.check_native), ("pytorch", self.check_pytorch),
+                 ("overhead", self.check_overhead), ("driver", self.check_driver)]
+        for name, fn in steps:
+            if name not in self.only:
+                continue
+            if name != "env" and self.out_of_time(name, ["(all)"]):
+                continue
+            if name != "env" and not self.progs and name in ("overhead", "driver") and "native" not in self.only:
+                self.build_programs()
+            try:
+                fn()
+            except Exception as e:  # one broken step never costs the rest
+                self.item(name, "(step)", SHORT, f"the check itself failed: {type(e).__name__}: {e}")
+        s = self.write()
+        print(f"check: {', '.join(f'{v} {k}' for k, v in s['counts'].items())}; "
+              f"wrote {self.out}/summary.md, summary.json, check.tar.gz", file=sys.stderr)
+        if os.environ.get("GPUPERF_CHECK_KEEP") != "1":
+            shutil.rmtree(self.work, ignore_errors=True)
+        return 1 if s["counts"][SHORT] else 0
+
+
+def parse():
+    p = argparse.ArgumentParser(description="gpuperf's check on a GPU machine (or --sim: the simulated runtime)")
+    p.add_argument("out", help="directory for summary.md, summary.json and check.tar.gz")
+    p.add_argument("--sim", action="store_true", help="run on the simulated CUDA runtime, built here")
+    p.add_argument("--only", help=f"comma-separated groups ({','.join(GROUPS)}); default all")
+    p.add_argument("--budget", type=int, default=420, help="seconds for the whole check (default 420)")
+    a = p.parse_args()
+    if a.only:
+        unknown = set(a.only.split(",")) - set(GROUPS)
+        if unknown:
+            p.error(f"unknown group(s): {', '.join(sorted(unknown))}")
+    return a
+
+
+if __name__ == "__main__":
+    sys.exit(Check(parse()).main())
