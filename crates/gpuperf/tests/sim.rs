@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{
-    Recording, bpf_available, cuda13, gpuperf, gpuperf_cupti, nvcc, show, sim, sim_app, text,
-    work_dir,
+    Recording, bpf_available, cuda13, gpuperf, gpuperf_cupti, gpuperf_for_anyone, nvcc, show, sim,
+    sim_app, text, work_dir,
 };
 use gpuperf_merge::join::stacks::{GRAPH_ADDED, GRAPH_CAPTURED};
 use gpuperf_merge::model::ActivityKind;
@@ -1043,4 +1043,54 @@ fn sim_named_threads_in_process__timeline_tracks_carry_each_threads_last_name() 
         assert!(names.contains(want), "{want} not in {names:?}");
     }
     assert!(!names.iter().any(|n| n.starts_with("early-")), "{names:?}");
+}
+
+/// The GPU check (`gpu/check.sh`) can fail: with its program launching one
+/// kernel more than it reports, every item that compares the recording with the
+/// program's own count falls short, and the check exits 1. (CI runs the whole
+/// check on the simulation without the fault, where every item must hold.)
+#[test]
+fn gpu_check__a_kernel_count_off_by_one_falls_short() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let dir = work_dir("gpu_check_fault");
+    let out = dir.join("out");
+    let o = Command::new("bash")
+        .arg(gpuperf_test_support::repo().join("gpu/check.sh"))
+        .args(["--sim", "--only", "native", "--budget", "900"])
+        .arg(&out)
+        .env("GPUPERF", gpuperf_for_anyone())
+        .env("GPUPERF_CHECK_FAULT", "extra-kernel")
+        .env("CUDA_INCLUDE", cuda.join("include"))
+        .env("NVCC", &nvcc)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let status = |item: &str| {
+        summary["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["group"] == "native" && i["item"] == item)
+            .map(|i| {
+                (
+                    i["status"].as_str().unwrap().to_owned(),
+                    i["detail"].to_string(),
+                )
+            })
+            .unwrap_or_else(|| panic!("no item native/{item}: {summary}"))
+    };
+    let (s, detail) = status("timed_root");
+    assert_eq!(s, "falls short", "{detail}");
+    assert!(
+        detail.contains("recorded kernels/copies/memsets 41/0/0, the program made 40/0/0"),
+        "{detail}"
+    );
+    assert_eq!(status("never_synchronizes").0, "falls short");
+    // What the fault does not touch still holds.
+    assert_eq!(status("build").0, "holds");
+    assert_eq!(status("samples").0, "holds", "{}", status("samples").1);
+    assert!(out.join("summary.md").is_file() && out.join("check.tar.gz").is_file());
 }
