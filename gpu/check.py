@@ -129,6 +129,7 @@ class Check:
         self.sim = args.sim
         self.only = set(args.only.split(",")) if args.only else set(GROUPS)
         self.budget = args.budget
+        self.strict = args.strict
         self.t0 = time.monotonic()
         self.items = []
         self.root = os.geteuid() == 0
@@ -739,7 +740,7 @@ class Check:
         g = "overhead"
         label = " [simulated runtime: not a GPU figure]" if self.sim else ""
         status_ok = NEEDS_GPU if self.sim else HOLDS
-        inject = next((p for p in (os.environ.get("GPUPERF_INJECT_LIB"),
+        inject = next((p for p in (os.environ.get("GPUPERF_CHECK_INJECT"),
                                    os.path.join(REPO, "gpu/stage/lib/libgpuperf_inject.so"),
                                    os.path.join(REPO, "target/release/libgpuperf_inject.so"),
                                    os.path.join(REPO, "target/debug/libgpuperf_inject.so"))
@@ -754,8 +755,10 @@ class Check:
         if self.sim and self.simdir:
             env["LD_LIBRARY_PATH"] = self.simdir
         n, rounds = ("20000", "3") if self.sim else ("200000", "5")
+        no_inject = ("no libgpuperf_inject.so (gpu/stage.sh stages it; or cargo build -p gpuperf-inject, "
+                     "or GPUPERF_CHECK_INJECT)")
         if not os.path.isfile(inject):
-            self.item(g, "launch_native", NOT_RUN, "no libgpuperf_inject.so staged")
+            self.item(g, "launch_native", NOT_RUN, no_inject)
         elif not loop:
             self.item(g, "launch_native", NOT_RUN, "launch_loop not built")
         else:
@@ -763,7 +766,9 @@ class Check:
             self.overhead_item(g, "launch_native", r, label, status_ok)
         if not self.torch_python:
             self.item(g, "launch_python", NOT_RUN, "no Python with PyTorch")
-        elif os.path.isfile(inject):
+        elif not os.path.isfile(inject):
+            self.item(g, "launch_python", NOT_RUN, no_inject)
+        else:
             py_env = dict(env, PYTHON=self.torch_python)
             cmd = ["bash", bench, "20000" if self.sim else "100000", rounds]
             if self.sim:
@@ -820,10 +825,10 @@ class Check:
             self.item(g, "decode_tokens_per_s", NOT_RUN, f"decode loop failed: {runs}")
             return
         med = {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
-        lost = {k: 1 - med[k] / med["without"] for k in ("gpu_only", "stacks")}
+        change = {k: med[k] / med["without"] - 1 for k in ("gpu_only", "stacks")}
         self.item(g, "decode_tokens_per_s", status_ok,
-                  f"median tokens/s without {med['without']:.1f}, --gpu-only {med['gpu_only']:.1f} "
-                  f"({lost['gpu_only'] * 100:+.1f}% lost), stacks {med['stacks']:.1f} ({lost['stacks'] * 100:+.1f}% lost), "
+                  f"median tokens/s without gpuperf {med['without']:.1f}, with --gpu-only {med['gpu_only']:.1f} "
+                  f"({change['gpu_only'] * 100:+.1f}%), with stacks {med['stacks']:.1f} ({change['stacks'] * 100:+.1f}%), "
                   f"{len(runs['without'])} rounds alternated" + label, {"median": med, "runs": runs})
 
     def check_memory(self, g, label, status_ok):
@@ -958,6 +963,11 @@ class Check:
               f"wrote {self.out}/summary.md, summary.json, check.tar.gz", file=sys.stderr)
         if os.environ.get("GPUPERF_CHECK_KEEP") != "1":
             shutil.rmtree(self.work, ignore_errors=True)
+        unrun = [i for i in self.items if i["status"] == NOT_RUN and i["group"] not in ("env", "driver")]
+        if self.strict and unrun:
+            print(f"check: --strict: {len(unrun)} item(s) could not run: "
+                  + "; ".join(f"{i['group']}/{i['item']}" for i in unrun), file=sys.stderr)
+            return 1
         return 1 if s["counts"][SHORT] else 0
 
 
@@ -966,6 +976,8 @@ def parse():
     p.add_argument("out", help="directory for summary.md, summary.json and check.tar.gz")
     p.add_argument("--sim", action="store_true", help="run on the simulated CUDA runtime, built here")
     p.add_argument("--only", help=f"comma-separated groups ({','.join(GROUPS)}); default all")
+    p.add_argument("--strict", action="store_true",
+                   help="an item of the native, pytorch or overhead groups that could not run fails the check too")
     p.add_argument("--budget", type=int, default=420, help="seconds for the whole check (default 420)")
     a = p.parse_args()
     if a.only:

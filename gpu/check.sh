@@ -6,11 +6,13 @@
 # (sim/build.sh): every item the simulation can show must hold, the rest say
 # "needs a GPU". gpu/README.md says how to stage and run it on a GPU machine.
 #
-# usage: gpu/check.sh [--sim] [--only GROUP[,GROUP]] [--budget SECONDS] OUT
+# usage: gpu/check.sh [--sim] [--strict] [--only GROUP[,GROUP]] [--budget SECONDS] OUT
 #   groups: env, native, pytorch, overhead, driver (default: all)
 # env:   GPUPERF               the gpuperf binary (default: gpu/stage/bin, else target/release, target/debug)
 #        GPUPERF_TORCH_PYTHON  a Python with PyTorch (default: python3, else /usr/bin/python3.11)
 #        NVCC                  nvcc (default: PATH, /usr/local/cuda/bin, NVIDIA's wheels)
+#        GPUPERF_CHECK_INJECT  the injection library alone, for the overhead benchmark
+#                              (default: gpu/stage/lib, else target/release, target/debug)
 #        GPUPERF_CHECK_KEEP=1  keep the scratch directory
 # Exit status: 0 when no item fell short, 1 when one did, 2 on a usage error.
 set -uo pipefail
