@@ -52,6 +52,7 @@
 
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
+mod coverage;
 mod error;
 mod frame;
 mod local;
@@ -62,6 +63,7 @@ mod scratch;
 mod stack;
 mod table;
 
+pub use coverage::{Coverage, coverage};
 pub use error::{Error, Result};
 pub use frame::{Captured, CodeId, Frame, ModuleId, StackEnd, StatsSnapshot};
 pub use local::{LocalUnwinder, MAX_FRAMES, MIN_STACK_LEFT, Options};
