@@ -803,12 +803,15 @@ where
     F: FnMut(u64) -> Result<u64, ()>,
 {
     let (sp, bp) = (regs.sp(), regs.bp());
-    // A return address: after a call, in a known module.
-    let returns_to = |ra: u64| {
-        ra.checked_sub(1)
-            .and_then(|lookup| tables.find(lookup))
-            .is_some_and(|f| loader.call_before(f.entry, ra))
+    // Returns into a known module (still loaded: its code is read), right
+    // after a call.
+    let after_call = |ra: u64| {
+        let lookup = ra.checked_sub(1)?;
+        tables
+            .find(lookup)
+            .filter(|f| loader.still_loaded(f.entry, lookup) && loader.call_before(f.entry, ra))
     };
+    let returns_to = |ra: u64| after_call(ra).is_some();
     // A frame pointer at `w`: `[w + 8]` is a return address.
     let frame_at = |w: u64, read: &mut F| {
         w.is_multiple_of(8)
@@ -824,11 +827,7 @@ where
         let Ok(ra) = read_stack(slot) else { break };
         let here = slot;
         slot += 8;
-        let Some(found) = ra
-            .checked_sub(1)
-            .and_then(|lookup| tables.find(lookup))
-            .filter(|f| loader.call_before(f.entry, ra))
-        else {
+        let Some(found) = after_call(ra) else {
             continue;
         };
         let Some(cfi) = &found.entry.cfi else {
@@ -1384,6 +1383,24 @@ mod tests {
                 vec![Frame::Unknown { address: 0x3100 }],
                 StackEnd::NoUnwindInfo,
                 0
+            )
+        );
+    }
+
+    #[test]
+    fn scan__reads_no_code_of_a_module_unloaded_since_the_table_was_built() {
+        let stack = Stack(vec![(0x8000, 0x1205), (0x8008, 0)]);
+        let loader = FakeLoader {
+            unloaded: Some(ModuleId(0)),
+            calls: vec![0x1205],
+            ..FakeLoader::default()
+        };
+        let (frames, end, _) = from_uncovered(&stack, 0, &loader);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![Frame::Unknown { address: 0x3100 }],
+                StackEnd::NoUnwindInfo
             )
         );
     }
