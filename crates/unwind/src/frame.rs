@@ -74,8 +74,10 @@ pub enum StackEnd {
     /// The outermost frame's unwind info marks it as the root (glibc's `_start`,
     /// `clone` and `clone3` mark their return address undefined).
     Root,
-    /// An address in no known module, or in one without unwind info for it; the
-    /// stack ends with a [`Frame::Unknown`].
+    /// An address in no known module, or in a module's code without unwind
+    /// info for it where neither a frame-pointer step nor a stack scan found
+    /// its caller (see [`Captured::recovered`]); the stack ends with a
+    /// [`Frame::Unknown`].
     NoUnwindInfo,
     /// An address in a module loaded after the module table was last refreshed;
     /// the stack ends with a [`Frame::Unknown`].

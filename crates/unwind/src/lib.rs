@@ -15,7 +15,8 @@
 //!  stack      own stack, bounded by its mapping    a copied window from sp
 //!                     \                                  /
 //!           walk (no allocation): per address, a cached rule from its FDE;
-//!           rsp/rbp-based CFA rules run here, the rest (expressions) by framehop
+//!           rsp/rbp-based CFA rules run here, the rest (expressions) by framehop;
+//!           a module's code without an FDE: frame-pointer step or bounded scan
 //!                                      │
 //!                 [Frame::Native{module, offset}…, Frame::Python…, Frame::Unknown]
 //!                      + StackEnd (Root = complete; everything else truncated)
