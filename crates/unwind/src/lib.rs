@@ -60,6 +60,7 @@ mod local;
 mod module;
 pub mod python;
 mod remote;
+mod scan;
 mod scratch;
 mod stack;
 mod table;

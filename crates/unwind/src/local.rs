@@ -595,7 +595,7 @@ impl Loader for LocalLoader<'_> {
         // SAFETY: `from..return_address` lies inside the executable, readable
         // segments of a module that the walk checked is still loaded.
         unsafe { std::ptr::copy_nonoverlapping(from as *const u8, code.as_mut_ptr(), n) };
-        crate::table::ends_with_call(&code[..n])
+        crate::scan::ends_with_call(&code[..n])
     }
 
     fn enter_stack(&self, sp: u64) {
