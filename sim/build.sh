@@ -58,15 +58,29 @@ mv "$gen/runtime_cbids.h.tmp" "$gen/runtime_cbids.h"
 cflags=(-std=gnu11 -O2 -g -fPIC -fno-omit-frame-pointer -fno-optimize-sibling-calls -fvisibility=hidden
         -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
         -I"$inc" -I"$out/gen" -I"$here/src")
+# The code between an API call and the CUPTI subscriber's callback (the driver's
+# call into the tool, the tool's call of the callback) is built without unwind
+# tables and without frame pointers, as stretches of NVIDIA's libcuda and libcupti
+# are: a stack taken in the callback must cross frames that no .eh_frame entry
+# covers. Each library links one such object; the check below proves it has none.
+nounwind=(-fno-asynchronous-unwind-tables -fno-unwind-tables -fomit-frame-pointer)
+gcc "${cflags[@]}" "${nounwind[@]}" -c -o "$gen/driver_dispatch.o" "$here/src/driver_dispatch.c"
+gcc "${cflags[@]}" "${nounwind[@]}" -c -o "$gen/cupti_dispatch.o" "$here/src/cupti_dispatch.c"
+for o in driver_dispatch cupti_dispatch; do
+    if readelf -S "$gen/$o.o" | grep -q '\.eh_frame'; then
+        echo "sim/build.sh: $o.o has unwind tables; it must have none" >&2
+        exit 1
+    fi
+done
 gcc "${cflags[@]}" -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
-    -o "$out/libcuda.so.1" "$here/src/driver.c" -lpthread -ldl
+    -o "$out/libcuda.so.1" "$here/src/driver.c" "$gen/driver_dispatch.o" -lpthread -ldl
 ln -sf libcuda.so.1 "$out/libcuda.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcudart.so.13 -Wl,--no-undefined \
     -Wl,--version-script="$here/src/cudart.map" -Wl,-rpath,'$ORIGIN' \
     -o "$out/libcudart.so.13" "$here/src/runtime.c" -L"$out" -lcuda -lpthread
 ln -sf libcudart.so.13 "$out/libcudart.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcupti.so.13 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN' \
-    -o "$out/libcupti.so.13" "$here/src/cupti.c" -L"$out" -lcuda -lpthread
+    -o "$out/libcupti.so.13" "$here/src/cupti.c" "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
 ln -sf libcupti.so.13 "$out/libcupti.so"
 # sim/run.sh puts OUTDIR/python first on PYTHONPATH (PyTorch without cuDNN).
 mkdir -p "$out/python"

@@ -768,22 +768,15 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
 
 /* ------------------------------------------------------------------ the driver's hooks */
 
+/* In cupti_dispatch.c, which has no unwind tables and no frame pointer. */
+void gpusim_cupti_deliver(CUpti_CallbackFunc cb, void *userdata, const struct gpusim_api *c,
+                          CUpti_ApiCallbackSite site);
+
 static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
     CUpti_CallbackFunc cb = g_callback;
     if (!cb || c->domain >= NDOMAINS || c->cbid >= GPUSIM_MAX_CBID || !g_enabled[c->domain][c->cbid])
         return;
-    CUpti_CallbackData d = {
-        .callbackSite = site,
-        .functionName = c->name,
-        .functionParams = c->params,
-        .functionReturnValue = c->ret,
-        .symbolName = c->symbol,
-        .context = (CUcontext)c->context,
-        .contextUid = c->context_id,
-        .correlationData = &c->correlation_data,
-        .correlationId = c->correlation_id,
-    };
-    cb(g_userdata, (CUpti_CallbackDomain)c->domain, (CUpti_CallbackId)c->cbid, &d);
+    gpusim_cupti_deliver(cb, g_userdata, c, site);
 }
 
 static void on_api_enter(struct gpusim_api *c) {

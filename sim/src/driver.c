@@ -383,6 +383,9 @@ GPUSIM_EXPORT int gpusim_contexts(uint32_t *ids, uint32_t *devices, uint16_t *nu
     return n;
 }
 
+/* In driver_dispatch.c, which has no unwind tables and no frame pointer. */
+void gpusim_dispatch_api(void (*hook)(struct gpusim_api *), struct gpusim_api *c);
+
 /* Correlation ids: every API call gets one; a driver call made by a runtime call
  * shares the runtime call's id, as in CUPTI logs of real programs (consecutive
  * runtime calls have consecutive ids, and their copies carry the runtime id). */
@@ -419,7 +422,7 @@ GPUSIM_EXPORT void gpusim_api_begin(struct gpusim_api *c, int domain, uint32_t c
        data carries no time). */
     c->start_ns = 0;
     c->traced = 1;
-    t->api_enter(c);
+    gpusim_dispatch_api(t->api_enter, c);
     /* Simulated ioctls inside the call, after its start (nvdev.h). */
     if (domain == GPUSIM_DOMAIN_DRIVER)
         nvdev_call(name);
@@ -435,7 +438,7 @@ GPUSIM_EXPORT void gpusim_api_end(struct gpusim_api *c) {
         /* The context may have changed during the call (cuCtxSetCurrent). */
         c->context = tls_ctx;
         c->context_id = tls_ctx ? tls_ctx->id : 0;
-        t->api_exit(c);
+        gpusim_dispatch_api(t->api_exit, c);
     }
 }
 

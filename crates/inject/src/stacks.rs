@@ -895,7 +895,8 @@ impl Stacks {
              {} stacks without their Python frames (a chain that could not be read \
              safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full; \
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
-             application thread), {} times modules added beside it",
+             application thread), {} times modules added beside it; {} stacks crossed \
+             code without unwind info (by frame pointer or stack scan)",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
@@ -923,6 +924,7 @@ impl Stacks {
             s.table_rebuilds,
             self.app_rebuilds.load(Relaxed),
             s.modules_added,
+            s.recovered_stacks,
         )
     }
 }
@@ -1019,6 +1021,7 @@ mod tests {
             end,
             python_frames: 0,
             python_truncated,
+            recovered: 0,
         };
         let mut id = |frames: &[Frame], end: StackEnd, python_truncated: bool| {
             let c = c(frames.len(), end, python_truncated);

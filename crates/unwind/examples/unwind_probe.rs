@@ -75,11 +75,12 @@ pub unsafe extern "C" fn gpuperf_probe_capture(buf: *mut c_char, len: usize) -> 
     }
     let _ = writeln!(
         text,
-        "end {:?} python {} truncated {} status {:?}",
+        "end {:?} python {} truncated {} status {:?} recovered {}",
         captured.end,
         captured.python_frames,
         captured.python_truncated,
-        u.python_status()
+        u.python_status(),
+        captured.recovered
     );
     if text.len() + 1 > len {
         return -1;

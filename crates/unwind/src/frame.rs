@@ -74,8 +74,10 @@ pub enum StackEnd {
     /// The outermost frame's unwind info marks it as the root (glibc's `_start`,
     /// `clone` and `clone3` mark their return address undefined).
     Root,
-    /// An address in no known module, or in one without unwind info for it; the
-    /// stack ends with a [`Frame::Unknown`].
+    /// An address in no known module, or in a module's code without unwind
+    /// info for it where neither a frame-pointer step nor a stack scan found
+    /// its caller (see [`Captured::recovered`]); the stack ends with a
+    /// [`Frame::Unknown`].
     NoUnwindInfo,
     /// An address in a module loaded after the module table was last refreshed;
     /// the stack ends with a [`Frame::Unknown`].
@@ -116,6 +118,13 @@ pub struct Captured {
     pub python_frames: usize,
     /// `true` when the Python frame chain was deeper than the depth cap.
     pub python_truncated: bool,
+    /// Frames found past code without unwind info: a frame in a module's code
+    /// that no `.eh_frame` entry covers is kept, and its caller is found by a
+    /// frame-pointer step or a bounded stack scan (a heuristic, where the
+    /// tables give certainty), after which the tables take over again. Every
+    /// frame outward of the first such frame depends on it. 0 when every frame
+    /// came from unwind tables.
+    pub recovered: u32,
 }
 
 /// Counters kept by an unwinder, read with [`Stats::snapshot`].
@@ -137,6 +146,7 @@ pub(crate) struct Stats {
     pub python_probes: AtomicU64,
     pub table_rebuilds: AtomicU64,
     pub modules_added: AtomicU64,
+    pub recovered_stacks: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -181,6 +191,9 @@ pub struct StatsSnapshot {
     /// Times `add_loaded` added new modules beside the table, reading only
     /// theirs.
     pub modules_added: u64,
+    /// Stacks that crossed code without unwind info by a frame-pointer step
+    /// or a stack scan ([`Captured::recovered`]).
+    pub recovered_stacks: u64,
 }
 
 impl Stats {
@@ -203,6 +216,7 @@ impl Stats {
             python_probes: l(&self.python_probes),
             table_rebuilds: l(&self.table_rebuilds),
             modules_added: l(&self.modules_added),
+            recovered_stacks: l(&self.recovered_stacks),
         }
     }
 

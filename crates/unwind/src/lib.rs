@@ -15,7 +15,8 @@
 //!  stack      own stack, bounded by its mapping    a copied window from sp
 //!                     \                                  /
 //!           walk (no allocation): per address, a cached rule from its FDE;
-//!           rsp/rbp-based CFA rules run here, the rest (expressions) by framehop
+//!           rsp/rbp-based CFA rules run here, the rest (expressions) by framehop;
+//!           a module's code without an FDE: frame-pointer step or bounded scan
 //!                                      │
 //!                 [Frame::Native{module, offset}…, Frame::Python…, Frame::Unknown]
 //!                      + StackEnd (Root = complete; everything else truncated)
@@ -52,16 +53,19 @@
 
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
+mod coverage;
 mod error;
 mod frame;
 mod local;
 mod module;
 pub mod python;
 mod remote;
+mod scan;
 mod scratch;
 mod stack;
 mod table;
 
+pub use coverage::{Coverage, coverage};
 pub use error::{Error, Result};
 pub use frame::{Captured, CodeId, Frame, ModuleId, StackEnd, StatsSnapshot};
 pub use local::{LocalUnwinder, MAX_FRAMES, MIN_STACK_LEFT, Options};

@@ -351,6 +351,7 @@ impl LocalUnwinder {
                 end: r.err().unwrap_or(StackEnd::UnwindFailed),
                 python_frames: 0,
                 python_truncated: false,
+                recovered: 0,
             },
         }
     }
@@ -398,6 +399,9 @@ impl LocalUnwinder {
         if end == StackEnd::DepthLimit {
             Stats::bump(&self.stats.depth_limit);
         }
+        if captured.recovered > 0 {
+            Stats::bump(&self.stats.recovered_stacks);
+        }
         if matches!(out[..captured.len].last(), Some(Frame::Unknown { .. })) {
             Stats::bump(&self.stats.unknown_frames);
         }
@@ -410,6 +414,7 @@ impl LocalUnwinder {
             end: StackEnd::NoStackLeft,
             python_frames: 0,
             python_truncated: false,
+            recovered: 0,
         };
         let (bounds, scanned) = self.stacks.bounds(regs.sp);
         if scanned {
@@ -456,6 +461,7 @@ impl LocalUnwinder {
         let (len, end) = walk(snap.tables(), regs, cache, &mut read, &loader, skip, out);
         captured.len = len;
         captured.end = end;
+        captured.recovered = cache.recovered;
         if let Some(py) = &self.python {
             py.splice(&snap.table, &self.stats, (lo, hi), out, &mut captured);
         }
@@ -577,6 +583,19 @@ impl Loader for LocalLoader<'_> {
         // SAFETY: inside the executable, readable segments of a module the
         // walk just checked is still loaded (the nine bytes end inside them).
         unsafe { at.cast::<u64>().read_unaligned() == head && *at.add(8) == SIGRETURN[8] }
+    }
+
+    fn call_before(&self, entry: &Entry, return_address: u64) -> bool {
+        if !entry.text_readable || !entry.avma.contains(&return_address.wrapping_sub(1)) {
+            return false;
+        }
+        let from = return_address.saturating_sub(8).max(entry.avma.start);
+        let mut code = [0u8; 8];
+        let n = (return_address - from) as usize;
+        // SAFETY: `from..return_address` lies inside the executable, readable
+        // segments of a module that the walk checked is still loaded.
+        unsafe { std::ptr::copy_nonoverlapping(from as *const u8, code.as_mut_ptr(), n) };
+        crate::scan::ends_with_call(&code[..n])
     }
 
     fn enter_stack(&self, sp: u64) {

@@ -232,6 +232,7 @@ impl RemoteUnwinder {
             end,
             python_frames: 0,
             python_truncated: false,
+            recovered: cache.recovered,
         }
     }
 }

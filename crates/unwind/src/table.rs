@@ -15,6 +15,9 @@ use gimli::{
 };
 
 use crate::frame::{Frame, ModuleId, StackEnd};
+#[cfg(test)]
+use crate::scan::SCAN_WORDS;
+use crate::scan::{MAX_RECOVERIES, recover};
 
 /// Bytes of an unwind section: in place in this process's memory (a loaded module),
 /// or in a mapped file (out-of-process mode).
@@ -117,7 +120,7 @@ type GimliContext = gimli::UnwindContext<
 /// a CFA at rbp + N other than 16 (libffi's `ffi_call_unix64`, under every ctypes
 /// and cffi call), which it reparses every time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Rule {
+pub(crate) enum Rule {
     /// No FDE covers it: the walk stops with an unknown frame.
     #[default]
     NotCovered,
@@ -191,7 +194,7 @@ impl Rule {
 
     /// One step, with framehop's contract: the caller's return address, or
     /// `None` at the end of the stack; the stack must move up.
-    fn step<F>(
+    pub(crate) fn step<F>(
         self,
         regs: &mut UnwindRegsX86_64,
         read_stack: &mut F,
@@ -277,6 +280,9 @@ pub struct UnwindCache {
     /// The tables the memo's entry indices point into: `Table::id` of the main
     /// table and of the extra one (0 for none).
     memo_tables: (u64, u64),
+    /// Frames the last walk found past code without unwind info (by a
+    /// frame-pointer step or a stack scan).
+    pub(crate) recovered: u32,
     gimli: Box<GimliContext>,
 }
 
@@ -319,6 +325,7 @@ impl UnwindCache {
             filled: false,
             memo: vec![Memo::default(); MEMO_DEPTH].into_boxed_slice(),
             memo_tables: (0, 0),
+            recovered: 0,
             gimli: Box::new(GimliContext::new_in()),
         }
     }
@@ -363,7 +370,7 @@ impl<'a> Tables<'a> {
     }
 
     /// The module whose executable range holds `address`.
-    fn find(&self, address: u64) -> Option<Found<'a>> {
+    pub(crate) fn find(&self, address: u64) -> Option<Found<'a>> {
         if let Some(i) = self.main.find_index(address) {
             return self.get(i as u32);
         }
@@ -397,9 +404,9 @@ impl<'a> Tables<'a> {
 
 /// A module the walk found, with its table and its index in [`Tables`].
 #[derive(Clone, Copy)]
-struct Found<'a> {
-    entry: &'a Entry,
-    table: &'a Table,
+pub(crate) struct Found<'a> {
+    pub entry: &'a Entry,
+    pub table: &'a Table,
     index: u32,
 }
 
@@ -513,6 +520,12 @@ pub(crate) trait Loader {
     /// is `sp`: maybe another stack than the handler's (an alternate signal
     /// stack, `sigaltstack`), which reads must then accept.
     fn enter_stack(&self, _sp: u64) {}
+    /// Is the instruction that ends at `return_address` (inside `entry`'s
+    /// code) a call? Only a loader that can read the code says yes; the
+    /// default turns the crossing of code without unwind info off.
+    fn call_before(&self, _entry: &Entry, _return_address: u64) -> bool {
+        false
+    }
 }
 
 /// Offsets in the x86-64 `ucontext_t` that the kernel writes at the top of a
@@ -565,6 +578,7 @@ where
     if cache.memo_tables != tables.ids() {
         cache.clear_memo(tables.ids());
     }
+    cache.recovered = 0;
     // Bounds the loop even if framehop's progress checks were fooled.
     for depth in 0..4096 {
         let lookup = address.address_for_lookup();
@@ -669,7 +683,29 @@ where
             }
         };
         if rule == Rule::NotCovered {
-            return finish(push(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
+            // Code of a known module that no FDE covers (a library built
+            // without unwind tables, as stretches of NVIDIA's driver are):
+            // the frame is real, its caller is found by a frame-pointer step
+            // or a bounded stack scan, and the tables take over again there.
+            // Without a caller the stack ends as before, in an unknown frame.
+            let caller = (cache.recovered < MAX_RECOVERIES)
+                .then(|| recover(tables, generation, &mut fh_regs, cache, read_stack, loader))
+                .flatten()
+                .and_then(FrameAddress::from_return_address);
+            let Some(caller) = caller else {
+                return finish(push(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
+            };
+            let frame = Frame::Native {
+                module: entry.id,
+                offset: address.address() - entry.bias,
+                return_address: address.is_return_address(),
+            };
+            if !push(frame, &mut skip) {
+                return (len, StackEnd::DepthLimit);
+            }
+            cache.recovered += 1;
+            address = caller;
+            continue;
         }
         let frame = Frame::Native {
             module: entry.id,
@@ -711,7 +747,13 @@ fn finish(pushed: bool, len: usize, end: StackEnd) -> (usize, StackEnd) {
 /// The rule for `avma`, from the cache; the fast path stays small enough to
 /// inline into the walk, the FDE parse is out of line.
 #[inline(always)]
-fn cached_rule(cache: &mut UnwindCache, generation: u64, cfi: &Cfi, avma: u64, bias: u64) -> Rule {
+pub(crate) fn cached_rule(
+    cache: &mut UnwindCache,
+    generation: u64,
+    cfi: &Cfi,
+    avma: u64,
+    bias: u64,
+) -> Rule {
     if cache.generation != generation {
         cache.clear(generation);
     }
@@ -820,9 +862,13 @@ mod tests {
         ));
     }
 
+    /// An FDE's `cfa` that means a frame-pointer frame: CFA = rbp + 16, the
+    /// caller's rbp saved at CFA - 16.
+    const RBP_FRAME: u8 = 0xff;
+
     /// `.eh_frame` bytes: a CIE (CFA = rsp + 8, return address at CFA - 8,
     /// addresses as absolute 8-byte pointers), then per `(start, len, cfa)` an
-    /// FDE with CFA = rsp + cfa.
+    /// FDE with CFA = rsp + cfa (or [`RBP_FRAME`]).
     fn eh_frame(fdes: &[(u64, u64, u8)]) -> Vec<u8> {
         // Id 0, version 1, no augmentation, code alignment 1, data alignment
         // -8, return address r16; DW_CFA_def_cfa rsp 8; DW_CFA_offset r16 at
@@ -835,8 +881,13 @@ mod tests {
             let mut fde = (b.len() as u32 + 4).to_le_bytes().to_vec();
             fde.extend_from_slice(&start.to_le_bytes());
             fde.extend_from_slice(&len.to_le_bytes());
-            // DW_CFA_def_cfa_offset cfa; two DW_CFA_nop.
-            fde.extend_from_slice(&[0x0e, cfa, 0, 0]);
+            if cfa == RBP_FRAME {
+                // DW_CFA_def_cfa rbp 16; DW_CFA_offset rbp at CFA - 16; nops.
+                fde.extend_from_slice(&[0x0c, 6, 16, 0x86, 2, 0, 0, 0]);
+            } else {
+                // DW_CFA_def_cfa_offset cfa; two DW_CFA_nop.
+                fde.extend_from_slice(&[0x0e, cfa, 0, 0]);
+            }
             b.extend_from_slice(&(fde.len() as u32).to_le_bytes());
             b.extend_from_slice(&fde);
         }
@@ -886,6 +937,8 @@ mod tests {
         unloaded: Option<ModuleId>,
         /// A signal return trampoline's address.
         signal_return: Option<u64>,
+        /// Return addresses with a call instruction before them.
+        calls: Vec<u64>,
     }
 
     impl Loader for FakeLoader {
@@ -897,6 +950,9 @@ mod tests {
         }
         fn is_signal_return(&self, _entry: &Entry, return_address: u64) -> bool {
             Some(return_address) == self.signal_return
+        }
+        fn call_before(&self, _entry: &Entry, return_address: u64) -> bool {
+            self.calls.contains(&return_address)
         }
     }
 
@@ -910,15 +966,23 @@ mod tests {
             cache: &mut UnwindCache,
             loader: &FakeLoader,
         ) -> (Vec<Frame>, StackEnd) {
-            let mut read = |a: u64| {
-                let word = self.0.iter().find(|&&(at, _)| at == a);
-                word.map(|&(_, v)| v).ok_or(())
-            };
             let regs = Regs {
                 ip: 0x1100,
                 sp: 0x8000,
                 bp: 0,
             };
+            self.walk_from(regs, tables, cache, loader)
+        }
+
+        fn walk_from(
+            &self,
+            regs: Regs,
+            tables: Tables<'_>,
+            cache: &mut UnwindCache,
+            loader: &FakeLoader,
+        ) -> (Vec<Frame>, StackEnd) {
+            let words: std::collections::HashMap<u64, u64> = self.0.iter().copied().collect();
+            let mut read = |a: u64| words.get(&a).copied().ok_or(());
             let mut out = [Frame::default(); 16];
             let (n, end) = walk(tables, regs, cache, &mut read, loader, 0, &mut out);
             (out[..n].to_vec(), end)
@@ -1113,5 +1177,190 @@ mod tests {
                 StackEnd::ModuleNotInTable
             )
         );
+    }
+
+    /// Module 0 as in [`table_a`]; module 1 at 0x3000..0x4000 with no FDE;
+    /// module 2 at 0x5000..0x6000, frame-pointer frames.
+    fn table_scan() -> Table {
+        Table::new(
+            vec![
+                module(
+                    0,
+                    0x1000..0x2000,
+                    &[(0x1000, 0x800, 8), (0x1800, 0x800, 16)],
+                ),
+                module(1, 0x3000..0x4000, &[]),
+                module(2, 0x5000..0x6000, &[(0x5000, 0x1000, RBP_FRAME)]),
+            ],
+            |_| String::new(),
+        )
+    }
+
+    /// From ip 0x3100 (no unwind info), sp 0x8000, rbp `bp`.
+    fn from_uncovered(stack: &Stack, bp: u64, loader: &FakeLoader) -> (Vec<Frame>, StackEnd, u32) {
+        let t = table_scan();
+        let mut cache = UnwindCache::new();
+        let regs = Regs {
+            ip: 0x3100,
+            sp: 0x8000,
+            bp,
+        };
+        let (frames, end) = stack.walk_from(regs, Tables::one(&t), &mut cache, loader);
+        (frames, end, cache.recovered)
+    }
+
+    fn loader_with_calls(calls: &[u64]) -> FakeLoader {
+        FakeLoader {
+            calls: calls.to_vec(),
+            ..FakeLoader::default()
+        }
+    }
+
+    #[test]
+    fn scan__skips_a_covered_address_not_after_a_call() {
+        // 0x1105 would unwind to 0x1205 and a root: only the missing call
+        // before it rules it out.
+        let stack = Stack(vec![(0x8000, 0x1105), (0x8008, 0x1205), (0x8010, 0)]);
+        let (frames, end, recovered) = from_uncovered(&stack, 0, &loader_with_calls(&[0x1205]));
+        assert_eq!(
+            (frames, end, recovered),
+            (
+                vec![native(1, 0x3100, false), native(0, 0x1205, true)],
+                StackEnd::Root,
+                1
+            )
+        );
+        // The same candidate after a call is taken (the scan goes by it).
+        let (frames, ..) = from_uncovered(&stack, 0, &loader_with_calls(&[0x1105, 0x1205]));
+        assert_eq!(frames[1], native(0, 0x1105, true));
+        // A loader that cannot read code (the remote one) crosses nothing:
+        // the stack ends as before, in an unknown frame.
+        let (frames, end, recovered) = from_uncovered(&stack, 0, &FakeLoader::default());
+        assert_eq!(
+            (frames, end, recovered),
+            (
+                vec![Frame::Unknown { address: 0x3100 }],
+                StackEnd::NoUnwindInfo,
+                0
+            )
+        );
+    }
+
+    #[test]
+    fn scan__reads_no_code_of_a_module_unloaded_since_the_table_was_built() {
+        let stack = Stack(vec![(0x8000, 0x1205), (0x8008, 0)]);
+        let loader = FakeLoader {
+            unloaded: Some(ModuleId(0)),
+            calls: vec![0x1205],
+            ..FakeLoader::default()
+        };
+        let (frames, end, _) = from_uncovered(&stack, 0, &loader);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![Frame::Unknown { address: 0x3100 }],
+                StackEnd::NoUnwindInfo
+            )
+        );
+    }
+
+    #[test]
+    fn scan__skips_a_stale_return_address_whose_own_step_leads_nowhere() {
+        // 0x1805 (CFA = rsp + 16) would take [0x8010] = data for its caller.
+        let stack = Stack(vec![
+            (0x8000, 0x1805),
+            (0x8008, 0x7777),
+            (0x8010, 0xdead),
+            (0x8018, 0x1205),
+            (0x8020, 0),
+        ]);
+        let (frames, end, _) = from_uncovered(&stack, 0, &loader_with_calls(&[0x1805, 0x1205]));
+        assert_eq!(
+            (frames, end),
+            (
+                vec![native(1, 0x3100, false), native(0, 0x1205, true)],
+                StackEnd::Root
+            )
+        );
+    }
+
+    #[test]
+    fn frame_pointer_step__when_no_word_below_rbp_passes_and_rbp_is_restored() {
+        // rbp = 0x8010 is a frame: saved rbp 0x9000, return address 0x3205
+        // (again without unwind info); 0x9000 is the next frame.
+        let stack = Stack(vec![
+            (0x8000, 0x5555),
+            (0x8008, 0x6666),
+            (0x8010, 0x9000),
+            (0x8018, 0x3205),
+            (0x9000, 0),
+            (0x9008, 0x1105),
+            (0x9010, 0),
+        ]);
+        let (frames, end, recovered) =
+            from_uncovered(&stack, 0x8010, &loader_with_calls(&[0x3205, 0x1105]));
+        assert_eq!(
+            (frames, end, recovered),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(1, 0x3205, true),
+                    native(0, 0x1105, true)
+                ],
+                StackEnd::Root,
+                2
+            )
+        );
+    }
+
+    #[test]
+    fn scan__finds_the_callers_rbp_where_code_that_used_rbp_saved_it() {
+        // The code without unwind info keeps data in rbp (0x8000) and saved
+        // the caller's frame pointer 0x8040 at 0x8008; the caller 0x5105
+        // unwinds by rbp. With rbp as it was, only 0x1105 (the caller's
+        // caller) would pass, and the caller's frame would be lost.
+        let stack = Stack(vec![
+            (0x8000, 0x4242),
+            (0x8008, 0x8040),
+            (0x8010, 0x5105),
+            (0x8040, 0),
+            (0x8048, 0x1105),
+            (0x8050, 0),
+        ]);
+        let (frames, end, _) =
+            from_uncovered(&stack, 0x8000, &loader_with_calls(&[0x5105, 0x1105]));
+        assert_eq!(
+            (frames, end),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(2, 0x5105, true),
+                    native(0, 0x1105, true)
+                ],
+                StackEnd::Root
+            )
+        );
+    }
+
+    #[test]
+    fn scan__is_bounded_a_return_address_beyond_it_is_not_found() {
+        let mut words: Vec<(u64, u64)> = (0..SCAN_WORDS).map(|i| (0x8000 + 8 * i, 0x42)).collect();
+        let past = 0x8000 + 8 * SCAN_WORDS;
+        words.extend([(past, 0x1205), (past + 8, 0)]);
+        let loader = loader_with_calls(&[0x1205]);
+        let (frames, end, _) = from_uncovered(&Stack(words.clone()), 0, &loader);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![Frame::Unknown { address: 0x3100 }],
+                StackEnd::NoUnwindInfo
+            )
+        );
+        // One word nearer, it is.
+        words[SCAN_WORDS as usize - 1].1 = 0x1205;
+        words.last_mut().unwrap().1 = 0x1205;
+        words.push((past + 16, 0));
+        let (frames, end, _) = from_uncovered(&Stack(words), 0, &loader);
+        assert_eq!(frames.get(1), Some(&native(0, 0x1205, true)), "{end:?}");
     }
 }

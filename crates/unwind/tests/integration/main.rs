@@ -9,4 +9,5 @@ mod caches;
 mod native;
 mod python;
 mod remote;
+mod sim;
 mod support;

@@ -1,0 +1,197 @@
+//! Crossing code without unwind info: a frame in a module's code that no FDE
+//! covers (a library built without unwind tables, as stretches of NVIDIA's
+//! driver are) is kept, and its caller is found by a bounded stack scan or a
+//! frame-pointer step; the walk in [`crate::table`] goes on from there with
+//! the tables. Runs only at such frames: a walk that meets none never calls it.
+
+use framehop::x86_64::UnwindRegsX86_64;
+use framehop::{FrameAddress, Unwinder as _};
+
+use crate::table::{Loader, Rule, Tables, UnwindCache, cached_rule};
+
+/// Whether an instruction that ends at the end of `code` (the bytes before a
+/// return address, at most 8) is a call: `call rel32` (`e8`) or `call r/m64`
+/// (`ff /2`, with any ModRM, SIB and displacement; a REX prefix before it
+/// changes nothing).
+pub(crate) fn ends_with_call(code: &[u8]) -> bool {
+    let n = code.len();
+    if n >= 5 && code[n - 5] == 0xe8 {
+        return true;
+    }
+    (2..=7.min(n)).any(|len| {
+        let (op, modrm) = (code[n - len], code[n - len + 1]);
+        if op != 0xff || (modrm >> 3) & 7 != 2 {
+            return false;
+        }
+        let (md, rm) = (modrm >> 6, modrm & 7);
+        let sib_base = (rm == 4 && md != 3).then(|| code.get(n - len + 2).map(|b| b & 7));
+        let want = match (md, rm) {
+            (3, _) => 2,
+            (0, 5) => 6,
+            (0, 4) => match sib_base {
+                Some(Some(5)) => 7,
+                Some(Some(_)) => 3,
+                _ => return false,
+            },
+            (0, _) => 2,
+            (1, 4) => 4,
+            (1, _) => 3,
+            (2, 4) => 7,
+            _ => 6,
+        };
+        want == len
+    })
+}
+
+/// Stack words a scan looks at, from the stack pointer up, to cross one
+/// stretch of code without unwind info (8 KiB).
+pub(crate) const SCAN_WORDS: u64 = 1024;
+
+/// Crossings of code without unwind info per walk.
+pub(crate) const MAX_RECOVERIES: u32 = 16;
+
+/// A caller for a frame in code without unwind info, at `regs`: sets `regs`
+/// to the caller's and returns its return address, or `None` if none is found.
+///
+/// Candidates are stack words from the stack pointer up (at most
+/// [`SCAN_WORDS`]) that are return addresses into code with unwind info
+/// (covered by an FDE, right after a call instruction), taken only if one
+/// step of that code's own rule from there leads to another return address
+/// (or to the root): a stale return address left in a dead part of the stack
+/// seldom passes both. The scan stops at rbp's return address slot when rbp
+/// is a frame pointer (it points at a saved rbp with a return address above
+/// it); if no word below passes, that is a frame-pointer step. The caller's
+/// rbp: rbp itself when it is a frame pointer above the found slot (code
+/// without frame pointers leaves it alone), else the nearest word below the
+/// slot that is one (where code that uses rbp as a register saved it), else
+/// rbp. Reads only through `read_stack`.
+#[cold]
+#[inline(never)]
+pub(crate) fn recover<F>(
+    tables: Tables<'_>,
+    generation: u64,
+    regs: &mut UnwindRegsX86_64,
+    cache: &mut UnwindCache,
+    read_stack: &mut F,
+    loader: &impl Loader,
+) -> Option<u64>
+where
+    F: FnMut(u64) -> Result<u64, ()>,
+{
+    let (sp, bp) = (regs.sp(), regs.bp());
+    // Returns into a known module (still loaded: its code is read), right
+    // after a call.
+    let after_call = |ra: u64| {
+        let lookup = ra.checked_sub(1)?;
+        tables
+            .find(lookup)
+            .filter(|f| loader.still_loaded(f.entry, lookup) && loader.call_before(f.entry, ra))
+    };
+    let returns_to = |ra: u64| after_call(ra).is_some();
+    // A frame pointer at `w`: `[w + 8]` is a return address.
+    let frame_at = |w: u64, read: &mut F| {
+        w.is_multiple_of(8)
+            && w.checked_add(8)
+                .and_then(|at| read(at).ok())
+                .is_some_and(returns_to)
+    };
+    let bp_frame = bp >= sp && frame_at(bp, read_stack);
+    let end = sp.saturating_add(SCAN_WORDS * 8);
+    let end = if bp_frame { end.min(bp + 8) } else { end };
+    let mut slot = sp;
+    while slot < end {
+        let Ok(ra) = read_stack(slot) else { break };
+        let here = slot;
+        slot += 8;
+        let Some(found) = after_call(ra) else {
+            continue;
+        };
+        let Some(cfi) = &found.entry.cfi else {
+            continue;
+        };
+        let rule = cached_rule(cache, generation, cfi, ra - 1, found.entry.bias);
+        if rule == Rule::NotCovered {
+            continue;
+        }
+        let new_sp = here + 8;
+        let mut new_bp = bp;
+        if !(bp_frame && bp >= new_sp) {
+            let mut at = here;
+            while at > sp {
+                at -= 8;
+                if let Ok(w) = read_stack(at)
+                    && w >= new_sp
+                    && frame_at(w, read_stack)
+                {
+                    new_bp = w;
+                    break;
+                }
+            }
+        }
+        // One step of the candidate's own rule, on a copy.
+        let mut next = UnwindRegsX86_64::new(ra, new_sp, new_bp);
+        let address = FrameAddress::from_return_address(ra)?;
+        let step = match rule {
+            Rule::Framehop => found.table.unwinder.unwind_frame(
+                address,
+                &mut next,
+                &mut cache.framehop,
+                read_stack,
+            ),
+            rule => rule.step(&mut next, read_stack),
+        };
+        let leads_on = match step {
+            Ok(None) => true,
+            Ok(Some(up)) => returns_to(up),
+            Err(_) => false,
+        };
+        if leads_on {
+            *regs = UnwindRegsX86_64::new(ra, new_sp, new_bp);
+            return Some(ra);
+        }
+    }
+    if bp_frame {
+        let ra = read_stack(bp + 8).ok()?;
+        let caller_bp = read_stack(bp).ok()?;
+        *regs = UnwindRegsX86_64::new(ra, bp + 16, caller_bp);
+        return Some(ra);
+    }
+    None
+}
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ends_with_call__call_forms_and_others() {
+        let calls: [&[u8]; 9] = [
+            &[0xe8, 1, 2, 3, 4],             // call rel32
+            &[0xff, 0xd0],                   // call rax
+            &[0x41, 0xff, 0xd3],             // call r11
+            &[0xff, 0x15, 1, 2, 3, 4],       // call [rip + disp32]
+            &[0xff, 0x50, 0x08],             // call [rax + 8]
+            &[0xff, 0x14, 0x24],             // call [rsp]
+            &[0xff, 0x94, 0x24, 1, 2, 3, 4], // call [rsp + disp32]
+            &[0x41, 0xff, 0x54, 0x24, 0x10], // call [r12 + 16]
+            &[0xff, 0x14, 0x25, 1, 2, 3, 4], // call [disp32]
+        ];
+        for c in calls {
+            let mut code = vec![0x90; 8 - c.len()];
+            code.extend_from_slice(c);
+            assert!(ends_with_call(&code), "{c:x?}");
+            assert!(ends_with_call(c), "{c:x?} alone");
+        }
+        let others: [&[u8]; 5] = [
+            &[0x90, 0x90, 0x90],       // nops
+            &[0xff, 0xe0],             // jmp rax
+            &[0xff, 0x50],             // a call cut short
+            &[0x48, 0x89, 0xc7],       // mov rdi, rax
+            &[0xe8, 1, 2, 3, 4, 0x90], // a call, then a nop
+        ];
+        for c in others {
+            assert!(!ends_with_call(c), "{c:x?}");
+        }
+    }
+}
