@@ -372,7 +372,9 @@ class Check:
         self.item(g, "libcupti", HOLDS if cupti else NOT_RUN,
                   f"using {cupti}" if cupti else "no libcupti.so.13 in the CUDA or wheel directories")
         # How much of the driver's code the unwinder can cross with .eh_frame alone.
-        cov = os.path.join(REPO, "gpu/stage/bin/unwind-coverage")
+        cov = next((p for p in (os.path.join(REPO, "gpu/stage/bin/unwind-coverage"),
+                                os.path.join(REPO, "target/release/examples/coverage"),
+                                os.path.join(REPO, "target/debug/examples/coverage")) if os.path.isfile(p)), "")
         libcuda = os.path.join(self.simdir, "libcuda.so.1") if self.sim and self.simdir else self.find_lib("libcuda.so.1")
         if not os.path.isfile(cov):
             self.item(g, "libcuda_unwind_coverage", NOT_RUN, "no unwind-coverage tool staged (gpu/stage.sh builds it)")
