@@ -364,6 +364,9 @@ class Check:
         self.item(g, "kprobes", HOLDS if kprobes else NOT_RUN,
                   "the kprobe PMU exists" if kprobes else "no kprobe PMU (/sys/bus/event_source/devices/kprobe): "
                   "kernel built without CONFIG_KPROBES; driver entry points cannot be probed")
+        self.item(g, "ebpf_prerequisites", HOLDS if btf and self.root else NOT_RUN,
+                  f"BTF {'present' if btf else 'absent (/sys/kernel/btf/vmlinux)'}, "
+                  f"{'root' if self.root else 'not root'}; whether the probes load: native/ebpf_stacks")
         self.facts["btf"] = btf
         self.facts["kprobes"] = kprobes
         cupti = self.cupti if self.sim else (os.environ.get("GPUPERF_CUPTI") or self.find_lib("libcupti.so.13"))
@@ -696,6 +699,8 @@ class Check:
             self.item(g, name, SHORT if bad else HOLDS, "; ".join(bad) or detail + ", all matched (rootless)", fig)
         if not self.out_of_time(g, ["torch_profiler"]):
             self.check_torch_profiler(g, py, script, small, user)
+        if not self.out_of_time(g, ["torch_profiler_inside_record"]):
+            self.check_profiler_inside_record(g, py, script, small, user)
 
     @staticmethod
     def thread_of(tl, e):
@@ -736,6 +741,33 @@ class Check:
         self.item(g, "torch_profiler", SHORT if bad else HOLDS, "; ".join(bad) or
                   f"torch.profiler's trace read by gpuperf merge: the same {len(tl2.kernels())} kernels, "
                   f"same names, as gpuperf's own recording")
+
+    def check_profiler_inside_record(self, g, py, script, small, user):
+        """A script with a torch.profiler window, recorded by gpuperf: two CUPTI
+        clients in one process. Both must keep their records, or gpuperf must say
+        what was lost and from when."""
+        name = "torch_profiler_inside_record"
+        kj = os.path.join(self.runs, name, "kineto.json")
+        r, tl, _ = self.record(name, self.wrap([py, script, "--mode", "eager"] + small +
+                                               ["--profile-kineto", kj]), user=user, timeout=150)
+        m = re.search(r"wrote \S+: (\d+) kernels, (\d+) launches", r.err or "")
+        kineto = int(m.group(2)) if m else None
+        bad = self.recording_faults(r, tl)
+        k = len(tl.kernels()) if tl else 0
+        said = re.search(r"(?im)^.*(torch\.profiler|another CUPTI|second CUPTI|took over).*$", r.err or "")
+        if kineto is None:
+            bad.append("the script wrote no torch.profiler summary")
+        elif kineto == 0 and not said:
+            bad.append("torch.profiler saw no kernel inside gpuperf record, and gpuperf said nothing of it")
+        fig = {"gpuperf_kernels": k, "torch_profiler_launches": kineto}
+        detail = (f"gpuperf recorded {k} kernels; torch.profiler's window saw {kineto} launches"
+                  + (f"; gpuperf said: {said.group(0).strip()[:200]}" if said else ""))
+        if self.sim:
+            # The simulated CUPTI does not model a second client's activity
+            # calls as the real one does: only a GPU shows what happens.
+            self.item(g, name, NEEDS_GPU, detail + ("; " + "; ".join(bad) if bad else ""), fig)
+        else:
+            self.item(g, name, SHORT if bad else HOLDS, "; ".join(bad + [detail]) if bad else detail, fig)
 
     # ---- overhead ----
     def check_overhead(self):
