@@ -955,6 +955,31 @@ fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_ad
 }
 
 #[test]
+fn sim_stream_wait_in_process__neither_a_host_sync_nor_its_driver_call_recorded_as_the_programs() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let (o, dir) = record_in_process(&cuda, "stream-wait", &app, &["stream-wait", "3"]);
+    assert_matched(&o, 6);
+    let rec = Recording::open(&dir.join("raw"));
+    // cudaStreamWaitEvent returns at once: no wait with a stack. The
+    // cuStreamWaitEvent it makes inside is nested in it, not a call of the
+    // program's own.
+    let waits: Vec<&str> = rec
+        .apis
+        .iter()
+        .map(|(_, n)| n.as_str())
+        .filter(|n| n.contains("StreamWaitEvent"))
+        .collect();
+    assert_eq!(waits, Vec::<&str>::new(), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("; 6 CPU launches, 6 launch API calls\n"),
+        "{err}"
+    );
+}
+
+#[test]
 fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_code() {
     let Some(cuda) = cuda13() else { return };
     let Some(nvcc) = nvcc(&cuda) else { return };

@@ -490,6 +490,23 @@ impl State {
             .rev()
             .find(|o| !o.nested)
             .map(|o| o.correlation_id);
+        if class == Class::Scope {
+            // A runtime call not recorded: only the driver calls inside it
+            // need to know that they are nested.
+            let opened = self.open(
+                l,
+                Open {
+                    correlation_id,
+                    start_ns: 0,
+                    cbid,
+                    domain,
+                    nested: true,
+                    stack: 0,
+                },
+            );
+            l.runtime_depth += u32::from(opened);
+            return;
+        }
         if domain == DRIVER && l.runtime_depth > 0 {
             // A driver call made by a runtime call we already record: its GPU work
             // is charged to the runtime call.
@@ -510,9 +527,6 @@ impl State {
             );
             return;
         }
-        if domain == RUNTIME {
-            l.runtime_depth += 1;
-        }
         // stacks hook: the calls that cause GPU work, and the waits for it, get
         // the caller's stack.
         let stack = match &self.stacks {
@@ -523,7 +537,7 @@ impl State {
             }
             _ => 0,
         };
-        self.open(
+        let opened = self.open(
             l,
             Open {
                 correlation_id,
@@ -534,6 +548,8 @@ impl State {
                 stack,
             },
         );
+        // Counted only when open, as the exit that undoes it finds it.
+        l.runtime_depth += u32::from(opened && domain == RUNTIME);
         // Stack capture hook: an in-process unwinder is called here, for calls
         // where `class.fires_marker()`, on the launching thread before the call
         // does its work, with `correlation_id` as the key its stack is stored
@@ -557,13 +573,13 @@ impl State {
             return;
         };
         let o = l.open.remove(i);
+        if o.domain == RUNTIME {
+            l.runtime_depth = l.runtime_depth.saturating_sub(1);
+        }
         if o.nested {
             return;
         }
         let end_ns = monotonic_ns();
-        if o.domain == RUNTIME {
-            l.runtime_depth = l.runtime_depth.saturating_sub(1);
-        }
         if l.tid == 0 {
             // The thread's first recorded call: its name as it is now.
             l.tid = gettid();
@@ -582,16 +598,19 @@ impl State {
         self.shard(l).push(Item::Api(rec));
     }
 
-    /// Notes a call as open, without growing the list (which would allocate).
-    fn open(&self, l: &mut Local, o: Open) {
+    /// Notes a call as open, without growing the list (which would allocate);
+    /// false when the list is full.
+    fn open(&self, l: &mut Local, o: Open) -> bool {
         if l.open.capacity() == 0 {
             // The thread's first recorded call: its one allocation of this list.
             l.open.reserve_exact(MAX_OPEN);
         }
         if l.open.len() < l.open.capacity() {
             l.open.push(o);
+            true
         } else {
             self.stats.too_deep.fetch_add(1, Relaxed);
+            false
         }
     }
 
@@ -1621,7 +1640,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     let mut enabled = 0;
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
         for (cbid, class) in s.classes[d].iter().enumerate() {
-            if class.recorded() {
+            if class.recorded() || *class == Class::Scope {
                 c.enable_callback(sub, domain, cbid as u32)?;
                 enabled += 1;
             }
