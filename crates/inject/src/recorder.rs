@@ -70,6 +70,9 @@ const FLUSH_FORCED: u32 = 1;
 const MAX_CBID: u32 = 2048;
 /// Aliases kept per generation; two generations are searched.
 const ALIAS_GENERATION: usize = 1 << 20;
+/// CUPTI's API version from which OVERHEAD records are `Overhead3`, with a
+/// correlation id (v22, CUDA 12.4, by `cupti_version.h`).
+const OVERHEAD3_VERSION: u32 = 22;
 /// Launches after the last GPU record, at exit, that mean another CUPTI client
 /// took the activity buffers or disabled the kinds. A few failed launches at the
 /// end of a program must not look like that.
@@ -317,6 +320,8 @@ impl Sink {
 
 struct State {
     cupti: Cupti,
+    /// `cuptiGetVersion`.
+    version: u32,
     config: Config,
     log: Log,
     pid: u32,
@@ -925,13 +930,20 @@ impl State {
             ),
             Decoded::Overhead {
                 kind,
+                correlation_id,
                 start_ns,
                 end_ns,
             } => {
                 let kind = sink.strings.intern(decode::overhead_name(kind));
+                let correlation_id = if self.version >= OVERHEAD3_VERSION {
+                    sink.resolve(correlation_id).unwrap_or(correlation_id)
+                } else {
+                    0
+                };
                 Record::Overhead(Overhead {
                     pid,
                     kind,
+                    correlation_id,
                     start_ns,
                     end_ns,
                 })
@@ -1538,6 +1550,7 @@ pub fn initialize() -> bool {
     let state = State {
         stacks,
         cupti,
+        version,
         log,
         pid,
         classes,
