@@ -349,7 +349,11 @@ mod tests {
         }
         assert!(Class::Launch.takes_stack());
         // A stream's wait for an event is queued; the host goes on at once.
-        for n in ["cudaStreamWaitEvent_v3020", "cudaStreamWaitEvent_ptsz_v7000", "cuStreamWaitEvent"] {
+        for n in [
+            "cudaStreamWaitEvent_v3020",
+            "cudaStreamWaitEvent_ptsz_v7000",
+            "cuStreamWaitEvent",
+        ] {
             let c = classify(n);
             assert!(c != Class::Sync && !c.takes_stack(), "{n}");
         }

@@ -267,7 +267,10 @@ impl<W: Write> Writer<W> {
             Record::Overhead(o) => {
                 let k = self.intern_id(o.kind, strings)?;
                 self.begin(kind::OVERHEAD);
-                self.u64(o.start_ns).u64(o.end_ns).u32(k).u32(o.correlation_id);
+                self.u64(o.start_ns)
+                    .u64(o.end_ns)
+                    .u32(k)
+                    .u32(o.correlation_id);
             }
             Record::Note(n) => {
                 self.begin(kind::NOTE);
