@@ -7,7 +7,11 @@
  * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
  * Device5, Context3, API) in client buffers; graph node callbacks
  * (GRAPHNODE_CREATED, GRAPHNODE_CLONED with a CUpti_GraphData) and the graph,
- * exec and node ids; the timestamp callback (mapped linearly when its clock is
+ * exec and node ids; correlation ids as CUPTI documents them: every API call
+ * its own, the driver calls a runtime call makes included; a kernel carries the
+ * launching runtime call's id, a copy the driver call's with the runtime call's
+ * as runtimeCorrelationId, a memset, a peer copy and a synchronization only the
+ * driver call's; the timestamp callback (mapped linearly when its clock is
  * not in ns) and thread id types; external correlation records; per-API
  * activity switches; cuptiActivityFlushAll with the documented flag semantics: flag 0 returns
  * the buffers whose records are all complete, FLUSH_FORCED returns every buffer,
@@ -857,7 +861,9 @@ static void on_op(const struct gpusim_op *op) {
         k.staticSharedMemory = op->static_shared;
         k.dynamicSharedMemory = op->dynamic_shared;
         k.registersPerThread = op->registers;
-        k.correlationId = op->correlation_id;
+        /* "the driver or runtime API activity record that launched the
+           kernel": the runtime call's, when a runtime call made the launch. */
+        k.correlationId = op->runtime_correlation_id ? op->runtime_correlation_id : op->correlation_id;
         k.gridId = op->grid_id;
         k.name = op->name;
         k.launchType = op->launch_type;

@@ -386,9 +386,11 @@ GPUSIM_EXPORT int gpusim_contexts(uint32_t *ids, uint32_t *devices, uint16_t *nu
 /* In driver_dispatch.c, which has no unwind tables and no frame pointer. */
 void gpusim_dispatch_api(void (*hook)(struct gpusim_api *), struct gpusim_api *c);
 
-/* Correlation ids: every API call gets one; a driver call made by a runtime call
- * shares the runtime call's id, as in CUPTI logs of real programs (consecutive
- * runtime calls have consecutive ids, and their copies carry the runtime id). */
+/* Correlation ids: every API call gets its own, the driver calls a runtime call
+ * makes included, as CUPTI documents (CUpti_CallbackData::correlationId; the
+ * correlationId and runtimeCorrelationId of CUpti_ActivityMemcpy6). The GPU work
+ * is reported with the id of the call that issued it and the id of the runtime
+ * call around that one; libcupti chooses which a record carries. */
 GPUSIM_EXPORT void gpusim_api_begin(struct gpusim_api *c, int domain, uint32_t cbid,
                                     const char *name, const void *params, void *ret,
                                     const char *symbol) {
@@ -412,10 +414,7 @@ GPUSIM_EXPORT void gpusim_api_begin(struct gpusim_api *c, int domain, uint32_t c
             nvdev_call(name);
         return;
     }
-    if (domain == GPUSIM_DOMAIN_DRIVER && c->outer)
-        c->correlation_id = c->outer;
-    else
-        c->correlation_id = atomic_fetch_add_explicit(&g_next_corr, 1, memory_order_relaxed);
+    c->correlation_id = atomic_fetch_add_explicit(&g_next_corr, 1, memory_order_relaxed);
     if (domain == GPUSIM_DOMAIN_RUNTIME)
         tls_runtime_corr = c->correlation_id;
     /* Timestamped by the tool only for an API activity record (CUPTI's callback

@@ -3,7 +3,8 @@
  * usage: cupti_client SCENARIO [REAL_LIBCUPTI]
  *   names REAL     every runtime and driver callback name, compared with the real library's
  *   records REAL   a workload's activity buffers, walked by the real library's parser
- *   nesting        the callback order and correlation ids of runtime and driver calls
+ *   nesting        the callback order and correlation ids of runtime and driver calls,
+ *                  and which call's id each kernel, copy and memset record carries
  *   flush          cuptiActivityFlushAll's flag semantics and the worker thread
  *   subscribers    one subscriber at a time
  *   dropped        records without buffer space are counted
@@ -166,7 +167,7 @@ static int records(const char *real) {
     return 0;
 }
 
-#define MAX_EVENTS 64
+#define MAX_EVENTS 128
 static struct {
     int site, domain;
     uint32_t cbid, corr;
@@ -184,23 +185,72 @@ static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callbac
     }
 }
 
+/* The API call (by callback name) whose enter carried `corr`, or "none". */
+static const char *call_of(uint32_t corr) {
+    for (int i = 0; i < g_nevents; i++)
+        if (g_events[i].site == CUPTI_API_ENTER && g_events[i].corr == corr) {
+            const char *name = "?";
+            cuptiGetCallbackName(g_events[i].domain, g_events[i].cbid, &name);
+            return name;
+        }
+    return corr ? "unknown" : "none";
+}
+
 static int nesting(void) {
     CUpti_SubscriberHandle sub;
     register_kernels();
-    CHECK(cudaFree(0)); /* initializes, before the callbacks are on */
+    void *d0, *d1, *h0 = calloc(1, 4096);
+    CHECK(cudaSetDevice(1));
+    CHECK(cudaMalloc(&d1, 4096));
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMalloc(&d0, 4096)); /* initializes, before the callbacks are on */
     CHECK(cuptiSubscribe(&sub, on_callback, NULL));
     CHECK(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
     CHECK(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API));
+    CHECK(cuptiActivityRegisterCallbacks(requested, completed));
+    CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                  CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        CHECK(cuptiActivityEnable(kinds[i]));
     launch((const void *)host_stub, 1, 1, 0);
     CUdevice dev;
     CHECK(cuDeviceGet(&dev, 0));
+    int first_record_call = g_nevents;
+    CHECK(cudaMemcpy(d0, h0, 4096, cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(d0, 1, 4096));
+    CHECK(cudaMemcpyPeer(d1, 1, d0, 0, 4096));
+    CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     CHECK(cuptiUnsubscribe(sub));
-    for (int i = 0; i < g_nevents; i++) {
+    for (int i = 0; i < first_record_call; i++) {
         const char *name = "?";
         cuptiGetCallbackName(g_events[i].domain, g_events[i].cbid, &name);
         printf("%s %s %s corr %u\n", g_events[i].site == CUPTI_API_ENTER ? "enter" : "exit",
                g_events[i].domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "runtime" : "driver", name,
                g_events[i].corr - g_events[0].corr);
+    }
+    /* Which call each GPU record names. */
+    for (int i = 0; i < g_nbufs; i++) {
+        CUpti_Activity *r = NULL;
+        while (cuptiActivityGetNextRecord(g_bufs[i].buf, g_bufs[i].valid, &r) == CUPTI_SUCCESS) {
+            switch (r->kind) {
+            case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+                printf("kernel corr %s\n", call_of(((CUpti_ActivityKernel10 *)r)->correlationId));
+                break;
+            case CUPTI_ACTIVITY_KIND_MEMCPY: {
+                CUpti_ActivityMemcpy6 *m = (CUpti_ActivityMemcpy6 *)r;
+                printf("memcpy corr %s runtime corr %s\n", call_of(m->correlationId),
+                       call_of(m->runtimeCorrelationId));
+                break;
+            }
+            case CUPTI_ACTIVITY_KIND_MEMCPY2:
+                printf("peer copy corr %s\n", call_of(((CUpti_ActivityMemcpyPtoP4 *)r)->correlationId));
+                break;
+            case CUPTI_ACTIVITY_KIND_MEMSET:
+                printf("memset corr %s\n", call_of(((CUpti_ActivityMemset4 *)r)->correlationId));
+                break;
+            default: break;
+            }
+        }
     }
     return 0;
 }

@@ -87,6 +87,25 @@ NOINLINE void run_exc(int n) {
     CHECK(cudaStreamSynchronize(s));
 }
 
+NOINLINE void wait_event(cudaStream_t s, cudaEvent_t e) { CHECK(cudaStreamWaitEvent(s, e, 0)); }
+
+/* Stream b waits on the GPU for each kernel of stream a; the host never waits
+   until the end. */
+NOINLINE void run_stream_wait(int n) {
+    cudaStream_t a, b;
+    CHECK(cudaStreamCreate(&a));
+    CHECK(cudaStreamCreate(&b));
+    cudaEvent_t e;
+    CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (int i = 0; i < n; i++) {
+        launch_scale(a);
+        CHECK(cudaEventRecord(e, a));
+        wait_event(b, e);
+        launch_bias(b);
+    }
+    CHECK(cudaDeviceSynchronize());
+}
+
 NOINLINE void launch_graph(cudaGraphExec_t g, cudaStream_t s) { CHECK(cudaGraphLaunch(g, s)); }
 
 NOINLINE void run_graph(int n) {
@@ -341,6 +360,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "graph-add")) run_graph_add(n);
     else if (!strcmp(mode, "copies")) run_copies();
     else if (!strcmp(mode, "sync")) run_sync(n);
+    else if (!strcmp(mode, "stream-wait")) run_stream_wait(n);
     else if (!strcmp(mode, "sync-loop")) run_sync_loop(n);
     else if (!strcmp(mode, "devices")) run_devices(n);
     else if (!strcmp(mode, "threads")) run_threads(n, m);

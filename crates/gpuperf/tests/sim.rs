@@ -631,18 +631,26 @@ fn sim_cupti_records__nvidias_parser_reads_every_simulated_record() {
 }
 
 #[test]
-fn sim_cupti_nesting__runtime_launch_wraps_its_driver_call_with_one_correlation_id() {
+fn sim_cupti_nesting__every_call_its_own_correlation_id_and_gpu_records_as_cupti_documents() {
     let Some(out) = client("nesting", false) else {
         return;
     };
+    // CUPTI gives the driver call a runtime call makes an id of its own; a kernel
+    // carries the launching runtime call's, a copy the driver call's with the
+    // runtime call's beside it, a memset and a peer copy the driver call's only
+    // (cupti_activity.h, CUpti_ActivityKernel10, Memcpy6, Memset4, MemcpyPtoP4).
     assert_eq!(
         out,
         "enter runtime cudaLaunchKernel_v7000 corr 0\n\
-         enter driver cuLaunchKernel corr 0\n\
-         exit driver cuLaunchKernel corr 0\n\
+         enter driver cuLaunchKernel corr 1\n\
+         exit driver cuLaunchKernel corr 1\n\
          exit runtime cudaLaunchKernel_v7000 corr 0\n\
-         enter driver cuDeviceGet corr 1\n\
-         exit driver cuDeviceGet corr 1\n"
+         enter driver cuDeviceGet corr 2\n\
+         exit driver cuDeviceGet corr 2\n\
+         kernel corr cudaLaunchKernel_v7000\n\
+         memcpy corr cuMemcpyHtoD_v2 runtime corr cudaMemcpy_v3020\n\
+         memset corr cuMemsetD8_v2\n\
+         peer copy corr cuMemcpyPeer\n"
     );
 }
 
@@ -943,6 +951,31 @@ fn sim_graph_added_nodes__each_replayed_kernel_charged_to_the_launch_then_the_ad
             ("k_bias(float*, int)", &added, 7),
             ("k_scale(float*, int)", &added, 7),
         ])
+    );
+}
+
+#[test]
+fn sim_stream_wait_in_process__neither_a_host_sync_nor_its_driver_call_recorded_as_the_programs() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let (o, dir) = record_in_process(&cuda, "stream-wait", &app, &["stream-wait", "3"]);
+    assert_matched(&o, 6);
+    let rec = Recording::open(&dir.join("raw"));
+    // cudaStreamWaitEvent returns at once: no wait with a stack. The
+    // cuStreamWaitEvent it makes inside is nested in it, not a call of the
+    // program's own.
+    let waits: Vec<&str> = rec
+        .apis
+        .iter()
+        .map(|(_, n)| n.as_str())
+        .filter(|n| n.contains("StreamWaitEvent"))
+        .collect();
+    assert_eq!(waits, Vec::<&str>::new(), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("; 6 CPU launches, 6 launch API calls\n"),
+        "{err}"
     );
 }
 

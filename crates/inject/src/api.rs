@@ -30,6 +30,14 @@ pub enum Class {
     /// Destroys a graph, an instantiated graph or a node: not recorded, but
     /// the node teardowns it reports are applied together at its end.
     GraphTeardown,
+    /// Makes a stream wait for an event on the GPU (`cuStreamWaitEvent`):
+    /// recorded without a stack. The host does not wait: the call returns at
+    /// once, so it is no [`Class::Sync`].
+    StreamWait,
+    /// A runtime call gpuperf does not record. Its callbacks are enabled all
+    /// the same, so that the driver calls it makes are known to be nested in
+    /// it and are not recorded as calls of the program's own.
+    Scope,
 }
 
 impl Class {
@@ -52,8 +60,44 @@ impl Class {
 
     /// Whether an API record is written for the call.
     pub fn recorded(self) -> bool {
-        !matches!(self, Self::Ignored | Self::GraphCopy | Self::GraphTeardown)
+        !matches!(
+            self,
+            Self::Ignored | Self::GraphCopy | Self::GraphTeardown | Self::Scope
+        )
     }
+}
+
+/// Runtime calls that are neither recorded nor enabled as a [`Class::Scope`]:
+/// queries that programs make around every launch (PyTorch checks the last
+/// error and the device each time), whose callbacks would double the cost of a
+/// launch, and that make no driver call gpuperf records.
+fn is_hot_query(stem: &str) -> bool {
+    matches!(
+        stem,
+        "cudaGetLastError"
+            | "cudaPeekAtLastError"
+            | "cudaGetDevice"
+            | "cudaSetDevice"
+            | "cudaGetDeviceCount"
+            | "cudaGetDeviceProperties"
+            | "cudaDeviceGetAttribute"
+            | "cudaDriverGetVersion"
+            | "cudaRuntimeGetVersion"
+            | "cudaStreamQuery"
+            | "cudaEventQuery"
+            | "cudaEventRecord"
+            | "cudaEventRecordWithFlags"
+            | "cudaStreamIsCapturing"
+            | "cudaStreamGetCaptureInfo"
+            | "cudaThreadExchangeStreamCaptureMode"
+            | "cudaStreamGetPriority"
+            | "cudaStreamGetFlags"
+            | "cudaStreamGetDevice"
+            | "cudaPointerGetAttributes"
+            | "cudaFuncGetAttributes"
+            | "cudaGetFuncBySymbol"
+            | "cudaDeviceCanAccessPeer"
+    )
 }
 
 /// Classifies a CUPTI callback name such as `cudaLaunchKernel_ptsz_v7000`.
@@ -72,11 +116,10 @@ pub fn classify(name: &str) -> Class {
         | "cudaStreamSynchronize"
         | "cudaEventSynchronize"
         | "cudaThreadSynchronize"
-        | "cudaStreamWaitEvent"
         | "cuCtxSynchronize"
         | "cuStreamSynchronize"
-        | "cuEventSynchronize"
-        | "cuStreamWaitEvent" => Class::Sync,
+        | "cuEventSynchronize" => Class::Sync,
+        "cuStreamWaitEvent" => Class::StreamWait,
         "cudaDeviceReset" | "cudaThreadExit" => Class::Reset,
         name if is_alloc_api(name) => Class::Alloc,
         "cudaGraphInstantiate"
@@ -95,6 +138,7 @@ pub fn classify(name: &str) -> Class {
         | "cuGraphDestroy"
         | "cuGraphExecDestroy"
         | "cuGraphDestroyNode" => Class::GraphTeardown,
+        stem if stem.starts_with("cuda") && !is_hot_query(stem) => Class::Scope,
         _ => Class::Ignored,
     }
 }
@@ -215,18 +259,27 @@ mod tests {
     #[test]
     fn everything_else_is_left_alone() {
         for n in [
-            "cudaLaunchHostFunc_v10000",
-            "cudaLaunchHostFunc_ptsz_v10000",
             "cuLaunchHostFunc",
-            "cudaMallocHostFunc_v3020",
             "cuMemAllocator",
             "cudaGetLastError_v3020",
             "cudaGetDevice_v3020",
+            "cudaEventRecord_ptsz_v3020",
             "cuCtxGetCurrent",
-            "cudaMemGetInfo_v3020",
             "",
         ] {
             assert_eq!(classify(n), Class::Ignored, "{n}");
+        }
+        // Other runtime calls are not recorded, but their driver calls are
+        // known as nested.
+        for n in [
+            "cudaLaunchHostFunc_v10000",
+            "cudaLaunchHostFunc_ptsz_v10000",
+            "cudaMallocHostFunc_v3020",
+            "cudaMemGetInfo_v3020",
+            "cudaStreamCreate_v3020",
+        ] {
+            assert_eq!(classify(n), Class::Scope, "{n}");
+            assert!(!Class::Scope.recorded() && !Class::Scope.takes_stack());
         }
         assert!(!Class::Sync.fires_marker());
         assert!(Class::Memcpy.fires_marker());
@@ -277,7 +330,7 @@ mod tests {
             "cuMemGetInfo_v2",
             "cuMemGetAddressRange_v2",
         ] {
-            assert_eq!(classify(n), Class::Ignored, "{n}");
+            assert!(!classify(n).recorded(), "{n}");
         }
     }
 
@@ -295,6 +348,15 @@ mod tests {
             assert!(c.takes_stack() && !c.fires_marker(), "{n}");
         }
         assert!(Class::Launch.takes_stack());
+        // A stream's wait for an event is queued; the host goes on at once.
+        for n in [
+            "cudaStreamWaitEvent_v3020",
+            "cudaStreamWaitEvent_ptsz_v7000",
+            "cuStreamWaitEvent",
+        ] {
+            let c = classify(n);
+            assert!(c != Class::Sync && !c.takes_stack(), "{n}");
+        }
         for c in [Class::Ignored, Class::Reset, Class::GraphCopy] {
             assert!(!c.takes_stack(), "{c:?}");
         }

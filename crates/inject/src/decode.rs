@@ -86,6 +86,10 @@ pub enum Decoded {
     Overhead {
         /// `CUpti_ActivityOverheadKind`.
         kind: u32,
+        /// The API call the overhead delayed (a lazily loaded kernel's first
+        /// launch), 0 for none. Only `Overhead3` (CUDA 12.4 on) has the field:
+        /// callers zero it for older CUPTIs, whose record ends before it.
+        correlation_id: u32,
         /// Start.
         start_ns: u64,
         /// End.
@@ -270,6 +274,7 @@ pub fn decode(rec: &[u8]) -> Option<Decoded> {
         },
         k if k == K::CUPTI_ACTIVITY_KIND_OVERHEAD as u32 => Decoded::Overhead {
             kind: u32_at(rec, offset_of!(Overhead, overheadKind))?,
+            correlation_id: u32_at(rec, offset_of!(Overhead, correlationId)).unwrap_or(0),
             start_ns: u64_at(rec, offset_of!(Overhead, start))?,
             end_ns: u64_at(rec, offset_of!(Overhead, end))?,
         },

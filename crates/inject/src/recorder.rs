@@ -70,6 +70,9 @@ const FLUSH_FORCED: u32 = 1;
 const MAX_CBID: u32 = 2048;
 /// Aliases kept per generation; two generations are searched.
 const ALIAS_GENERATION: usize = 1 << 20;
+/// CUPTI's API version from which OVERHEAD records are `Overhead3`, with a
+/// correlation id (v22, CUDA 12.4, by `cupti_version.h`).
+const OVERHEAD3_VERSION: u32 = 22;
 /// Launches after the last GPU record, at exit, that mean another CUPTI client
 /// took the activity buffers or disabled the kinds. A few failed launches at the
 /// end of a program must not look like that.
@@ -317,6 +320,8 @@ impl Sink {
 
 struct State {
     cupti: Cupti,
+    /// `cuptiGetVersion`.
+    version: u32,
     config: Config,
     log: Log,
     pid: u32,
@@ -490,6 +495,23 @@ impl State {
             .rev()
             .find(|o| !o.nested)
             .map(|o| o.correlation_id);
+        if class == Class::Scope {
+            // A runtime call not recorded: only the driver calls inside it
+            // need to know that they are nested.
+            let opened = self.open(
+                l,
+                Open {
+                    correlation_id,
+                    start_ns: 0,
+                    cbid,
+                    domain,
+                    nested: true,
+                    stack: 0,
+                },
+            );
+            l.runtime_depth += u32::from(opened);
+            return;
+        }
         if domain == DRIVER && l.runtime_depth > 0 {
             // A driver call made by a runtime call we already record: its GPU work
             // is charged to the runtime call.
@@ -510,9 +532,6 @@ impl State {
             );
             return;
         }
-        if domain == RUNTIME {
-            l.runtime_depth += 1;
-        }
         // stacks hook: the calls that cause GPU work, and the waits for it, get
         // the caller's stack.
         let stack = match &self.stacks {
@@ -523,7 +542,7 @@ impl State {
             }
             _ => 0,
         };
-        self.open(
+        let opened = self.open(
             l,
             Open {
                 correlation_id,
@@ -534,6 +553,8 @@ impl State {
                 stack,
             },
         );
+        // Counted only when open, as the exit that undoes it finds it.
+        l.runtime_depth += u32::from(opened && domain == RUNTIME);
         // Stack capture hook: an in-process unwinder is called here, for calls
         // where `class.fires_marker()`, on the launching thread before the call
         // does its work, with `correlation_id` as the key its stack is stored
@@ -557,13 +578,13 @@ impl State {
             return;
         };
         let o = l.open.remove(i);
+        if o.domain == RUNTIME {
+            l.runtime_depth = l.runtime_depth.saturating_sub(1);
+        }
         if o.nested {
             return;
         }
         let end_ns = monotonic_ns();
-        if o.domain == RUNTIME {
-            l.runtime_depth = l.runtime_depth.saturating_sub(1);
-        }
         if l.tid == 0 {
             // The thread's first recorded call: its name as it is now.
             l.tid = gettid();
@@ -582,16 +603,19 @@ impl State {
         self.shard(l).push(Item::Api(rec));
     }
 
-    /// Notes a call as open, without growing the list (which would allocate).
-    fn open(&self, l: &mut Local, o: Open) {
+    /// Notes a call as open, without growing the list (which would allocate);
+    /// false when the list is full.
+    fn open(&self, l: &mut Local, o: Open) -> bool {
         if l.open.capacity() == 0 {
             // The thread's first recorded call: its one allocation of this list.
             l.open.reserve_exact(MAX_OPEN);
         }
         if l.open.len() < l.open.capacity() {
             l.open.push(o);
+            true
         } else {
             self.stats.too_deep.fetch_add(1, Relaxed);
+            false
         }
     }
 
@@ -906,13 +930,20 @@ impl State {
             ),
             Decoded::Overhead {
                 kind,
+                correlation_id,
                 start_ns,
                 end_ns,
             } => {
                 let kind = sink.strings.intern(decode::overhead_name(kind));
+                let correlation_id = if self.version >= OVERHEAD3_VERSION {
+                    sink.resolve(correlation_id).unwrap_or(correlation_id)
+                } else {
+                    0
+                };
                 Record::Overhead(Overhead {
                     pid,
                     kind,
+                    correlation_id,
                     start_ns,
                     end_ns,
                 })
@@ -1519,6 +1550,7 @@ pub fn initialize() -> bool {
     let state = State {
         stacks,
         cupti,
+        version,
         log,
         pid,
         classes,
@@ -1621,7 +1653,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     let mut enabled = 0;
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
         for (cbid, class) in s.classes[d].iter().enumerate() {
-            if class.recorded() {
+            if class.recorded() || *class == Class::Scope {
                 c.enable_callback(sub, domain, cbid as u32)?;
                 enabled += 1;
             }

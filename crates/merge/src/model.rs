@@ -358,6 +358,9 @@ pub struct Overhead {
     pub pid: u32,
     /// What kind of overhead, e.g. `CUPTI_INSTRUMENTATION`.
     pub kind: StringId,
+    /// The API call it delayed (CUPTI 12.4 on: a kernel's slow first launch
+    /// under lazy loading is its `LAZY_FUNCTION_LOADING`), 0 for none.
+    pub correlation_id: u32,
     /// Start time.
     pub start_ns: u64,
     /// End time.

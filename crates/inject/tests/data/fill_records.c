@@ -55,7 +55,7 @@ size_t gp_fill(uint8_t *buf, size_t cap) {
     PUT(CUpti_ActivityOverhead3, {
         r.kind = CUPTI_ACTIVITY_KIND_OVERHEAD;
         r.overheadKind = CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH;
-        r.start = 10000; r.end = 10250;
+        r.start = 10000; r.end = 10250; r.correlationId = 48;
     });
     PUT(CUpti_ActivityDevice5, {
         r.kind = CUPTI_ACTIVITY_KIND_DEVICE;

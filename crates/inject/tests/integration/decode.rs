@@ -133,6 +133,7 @@ fn check(decoded: &[Decoded]) {
             decoded[4],
             Decoded::Overhead {
                 kind: 0x10000,
+                correlation_id: 48,
                 start_ns: 10000,
                 end_ns: 10250
             }

@@ -421,6 +421,7 @@ impl Parser<'_> {
                 Record::Overhead(Overhead {
                     pid: 0,
                     kind: self.strings.intern(kind),
+                    correlation_id: 0,
                     start_ns,
                     end_ns,
                 })

@@ -32,7 +32,7 @@
 //! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
 //! | 8 | `SYNC` | start u64, end u64, corr u32, context u32, stream u32, sync type u8, 0 u8, device u16 (32) |
 //! | 9 | `DROPPED` | count u64, source u8 (0 CUPTI, 1 writer, 2 ring buffer, 3 incomplete GPU record), 0 u8×7 (16) |
-//! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, 0 u32 (24) |
+//! | 10 | `OVERHEAD` | start u64, end u64, kind string u32, corr u32 (24; 0 = none, and in files written before the field was) |
 //! | 11 | `NOTE` | UTF-8 text: why the trace is empty or partial |
 //! | 12 | `MODULE` | id u32, path string u32, bias u64, text start u64, text end u64, build id length u8, 0 u8×3, build id bytes (36 + length) |
 //! | 13 | `STACK` | id u32 (from 1), end u8, flags u8 (bit 0: Python frames cut at the depth cap), frame count u16, frames (8 + 16 × count) |
@@ -267,7 +267,10 @@ impl<W: Write> Writer<W> {
             Record::Overhead(o) => {
                 let k = self.intern_id(o.kind, strings)?;
                 self.begin(kind::OVERHEAD);
-                self.u64(o.start_ns).u64(o.end_ns).u32(k).u32(0);
+                self.u64(o.start_ns)
+                    .u64(o.end_ns)
+                    .u32(k)
+                    .u32(o.correlation_id);
             }
             Record::Note(n) => {
                 self.begin(kind::NOTE);
@@ -848,10 +851,12 @@ impl Decoder<'_> {
 
     fn overhead(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
         let (start_ns, end_ns, k) = (f.u64()?, f.u64()?, f.u32()?);
+        let correlation_id = f.u32().unwrap_or(0);
         let kind = self.string(k, offset);
         Some(Record::Overhead(Overhead {
             pid: self.pid,
             kind,
+            correlation_id,
             start_ns,
             end_ns,
         }))
@@ -1122,6 +1127,7 @@ mod tests {
             Record::Overhead(Overhead {
                 pid: 42,
                 kind: ovh,
+                correlation_id: 77,
                 start_ns: 1,
                 end_ns: 2,
             }),
