@@ -3,9 +3,10 @@
 use std::io;
 use std::path::PathBuf;
 
-/// A failed CUPTI call.
+/// A failed CUPTI call. Codes that say the machine itself is out of CUPTI's
+/// reach carry a plain sentence after CUPTI's name for them.
 #[derive(Debug, thiserror::Error)]
-#[error("{call} failed: {message}")]
+#[error("{call} failed: {message}{}", plain(*status).map(|p| format!(" ({p})")).unwrap_or_default())]
 pub struct CuptiError {
     /// The function called.
     pub call: &'static str,
@@ -67,6 +68,21 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// What a status means for the user, where CUPTI's name alone does not say it.
+pub fn plain(status: u32) -> Option<&'static str> {
+    match status {
+        crate::sys::VIRTUALIZED_DEVICE => Some(
+            "CUPTI does not support this virtualized GPU (vGPU or passthrough without \
+             profiling enabled): GPU activity cannot be recorded here",
+        ),
+        crate::sys::CONFIDENTIAL_COMPUTING => Some(
+            "CUPTI is unavailable while confidential computing is on: GPU activity \
+             cannot be recorded here",
+        ),
+        _ => None,
+    }
 }
 
 /// Result with this crate's [`Error`].

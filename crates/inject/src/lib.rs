@@ -76,9 +76,12 @@
 //!
 //! - **Which libcupti.** The candidates of [`locate`] are tried in turn: one whose
 //!   CUDA major is newer than the driver (`cuDriverGetVersion`) is skipped before
-//!   it is loaded, and one whose `cuptiSubscribe` fails with
-//!   `CUPTI_ERROR_NOT_INITIALIZED` or `CUPTI_ERROR_UNKNOWN` (what libcupti 12.9
-//!   and 13.0 answer without a driver they can use) gives way to the next. The log names every
+//!   it is loaded, and one that cannot be loaded, is of a release this build
+//!   does not know, or whose `cuptiSubscribe` fails with any code but
+//!   `CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED` (libcupti 12.9 and 13.0
+//!   answer `CUPTI_ERROR_NOT_INITIALIZED` or `CUPTI_ERROR_UNKNOWN` without a
+//!   driver they can use) gives way to the next. CUPTI's refusals of virtualized
+//!   devices and of confidential computing are spelled out in plain words. The log names every
 //!   candidate rejected and why; when all are, the NOTE does. `GPUPERF_CUPTI_PATH`
 //!   is tried alone.
 //! - **Another CUPTI client started later** (torch.profiler, Kineto) shares the

@@ -15,8 +15,15 @@
 //! After the mapped one, libraries of the major of the CUDA runtime mapped in the
 //! process come first (libcupti 12.9 has no callback ids for CUDA 13's
 //! `__cudaLaunchKernel`), then the order above; within one directory the newest
-//! major comes first. A major newer than the driver (`cuDriverGetVersion`) is
+//! version comes first. A major newer than the driver (`cuDriverGetVersion`) is
 //! rejected before it is loaded: its `cuptiSubscribe` would fail.
+//!
+//! File names are compared by their whole version (`libcupti.so.13.1.115` over
+//! `libcupti.so.13.0.85`, and within one driver's reach first: a 13.1 library
+//! after a 13.0 one on a CUDA 13.0 driver). The CUDA toolkit's own files carry
+//! CUPTI's release number instead (`libcupti.so.2025.3.1` behind the soname
+//! `libcupti.so.13`): that is no CUDA major, so such a file is judged by its
+//! `cuptiGetVersion` once loaded, never rejected or ranked by its name.
 
 use std::ffi::OsString;
 use std::fs;
@@ -101,7 +108,7 @@ pub fn plan(inp: &Inputs<'_>) -> Plan {
         dirs.extend(libs);
     }
     for d in dedup(dirs) {
-        found.extend(cupti_files(&d, prefer));
+        found.extend(cupti_files(&d, prefer, inp.driver));
     }
     found.extend(
         ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
@@ -126,15 +133,35 @@ pub fn plan(inp: &Inputs<'_>) -> Plan {
     plan
 }
 
-/// The major in a `libcupti.so.N…` file name.
-fn name_major(p: &Path) -> Option<u32> {
-    p.file_name()?
-        .to_str()?
-        .strip_prefix("libcupti.so.")?
+/// The CUDA version in a `libcupti.so.N[.M[.P]]` file name, as many parts as
+/// it has; `None` when it has none, or when it is CUPTI's own release number
+/// (`libcupti.so.2025.3.1`, a year, which says nothing of the CUDA major).
+fn name_version(p: &Path) -> Option<Vec<u32>> {
+    let rest = p.file_name()?.to_str()?.strip_prefix("libcupti.so.")?;
+    let v: Vec<u32> = rest
         .split('.')
-        .next()?
-        .parse()
-        .ok()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    v.first()
+        .is_some_and(|&m| m < FIRST_RELEASE_YEAR)
+        .then_some(v)
+}
+
+/// CUPTI's release numbers start at this year; CUDA majors stay far below it.
+const FIRST_RELEASE_YEAR: u32 = 2000;
+
+/// The CUDA major in a `libcupti.so.N…` file name; see [`name_version`].
+fn name_major(p: &Path) -> Option<u32> {
+    name_version(p)?.first().copied()
+}
+
+/// Whether a file's `major.minor` is newer than the driver's, when both are
+/// known (a bare major is never newer than the driver's own major).
+fn newer_minor(v: &[u32], driver: Option<u32>) -> bool {
+    match (v, driver) {
+        ([major, minor, ..], Some(d)) => (*major, *minor) > (d / 1000, d % 1000 / 10),
+        _ => false,
+    }
 }
 
 /// libcupti files mapped in the process.
@@ -176,26 +203,26 @@ fn read_dir(d: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// `libcupti.so*` files in `dir`, best first.
-fn cupti_files(dir: &Path, prefer: Option<u32>) -> Vec<PathBuf> {
-    let mut found: Vec<(i64, PathBuf)> = read_dir(dir)
+/// `libcupti.so*` files in `dir`, best first: the runtime's major, then the
+/// newest whole version the driver reaches, then the newest beyond it; among
+/// equals the shortest name (the soname link).
+fn cupti_files(dir: &Path, prefer: Option<u32>, driver: Option<u32>) -> Vec<PathBuf> {
+    let mut found: Vec<((bool, bool, Vec<u32>), PathBuf)> = read_dir(dir)
         .into_iter()
         .filter_map(|p| {
-            let name = p.file_name()?.to_str()?.to_owned();
-            let rest = name.strip_prefix("libcupti.so")?;
-            let major = rest
-                .strip_prefix('.')
-                .and_then(|r| r.split('.').next())
-                .and_then(|m| m.parse::<u32>().ok());
-            let rank = match (major, prefer) {
-                (Some(m), Some(p)) if m == p => 1_000,
-                (Some(m), _) => i64::from(m),
-                (None, _) => -1,
-            };
+            let name = p.file_name()?.to_str()?;
+            name.starts_with("libcupti.so").then_some(())?;
+            let mut v = name_version(&p).unwrap_or_default();
+            let preferred = prefer.is_some() && v.first().copied() == prefer;
+            let reach = !newer_minor(&v, driver);
+            if v.len() == 1 {
+                // A soname link points at the newest file of its major.
+                v.push(u32::MAX);
+            }
+            let rank = (preferred, reach, v);
             p.is_file().then_some((rank, p))
         })
         .collect();
-    // Best rank first; among equal ranks the shortest name (the soname link).
     found.sort_by(|a, b| {
         b.0.cmp(&a.0)
             .then(a.1.as_os_str().len().cmp(&b.1.as_os_str().len()))
@@ -478,6 +505,57 @@ mod tests {
         assert_eq!(got[4], d.join("libcupti.so"));
         let got = run(&[], "", Some(&d), &[]);
         assert_eq!(got[0], d.join("libcupti.so.13"));
+    }
+
+    #[test]
+    fn whole_versions_rank_files_and_release_numbers_are_no_majors() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("lib64");
+        for n in [
+            "libcupti.so.13.0.85",
+            "libcupti.so.13.1.115",
+            "libcupti.so.12.9.79",
+        ] {
+            touch(&d.join(n));
+        }
+        // The newest whole version first, not the shortest name of one major.
+        let got = run(&[], "", Some(&d), &[]);
+        assert_eq!(
+            got[..3],
+            [
+                d.join("libcupti.so.13.1.115"),
+                d.join("libcupti.so.13.0.85"),
+                d.join("libcupti.so.12.9.79")
+            ]
+        );
+        // A CUDA 13.0 driver: the 13.1 library is tried after those it runs.
+        let p = plan_with(&[], "", Some(&d), &[], Some(13000));
+        assert_eq!(
+            p.candidates[..3],
+            [
+                d.join("libcupti.so.13.0.85"),
+                d.join("libcupti.so.12.9.79"),
+                d.join("libcupti.so.13.1.115")
+            ]
+        );
+        assert!(p.rejected.is_empty(), "{p:?}");
+        // The toolkit's real file is named by CUPTI's release (a year): it is
+        // judged once loaded, not rejected as "CUDA 2025".
+        let k = t.path().join("cuda-12.8/extras/CUPTI/lib64");
+        for n in ["libcupti.so.12", "libcupti.so.2025.1.0"] {
+            touch(&k.join(n));
+        }
+        let p = plan_with(&[], "", None, &[&t.path().join("cuda-12.8")], Some(12080));
+        assert!(
+            p.rejected
+                .iter()
+                .all(|(p, _)| !p.ends_with("libcupti.so.2025.1.0")),
+            "{p:?}"
+        );
+        assert_eq!(
+            p.candidates[..2],
+            [k.join("libcupti.so.12"), k.join("libcupti.so.2025.1.0")]
+        );
     }
 
     #[test]

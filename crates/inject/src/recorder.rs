@@ -1441,16 +1441,13 @@ fn try_cupti(path: &Path, driver: Option<u32>) -> Result<(Cupti, u32, Subscriber
     Ok((c, version, sub))
 }
 
-/// Whether another libcupti may do better. Not when CUPTI is held by another
-/// tool: a second CUPTI in the process would fight it.
+/// Whether another libcupti may do better: after any refusal of its own (an
+/// unexpected `cuptiSubscribe` code included; another release may support
+/// this device), but not when CUPTI is held by another tool: a second CUPTI in
+/// the process would fight it.
 fn worth_the_next(e: &Error) -> bool {
     match e {
-        Error::CuptiLoad { .. } | Error::UnsupportedVersion { .. } => true,
-        Error::Cupti(c) => {
-            c.call == "cuptiGetVersion"
-                || (c.call == "cuptiSubscribe"
-                    && (c.status == sys::NOT_INITIALIZED || c.status == sys::UNKNOWN))
-        }
+        Error::CuptiLoad { .. } | Error::UnsupportedVersion { .. } | Error::Cupti(_) => true,
         _ => false,
     }
 }

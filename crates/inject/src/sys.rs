@@ -23,10 +23,12 @@ pub const SUCCESS: Status = CUptiResult::CUPTI_SUCCESS as Status;
 /// Another subscriber (Nsight Systems, torch.profiler, ...) holds CUPTI.
 pub const MULTIPLE_SUBSCRIBERS: Status =
     CUptiResult::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED as Status;
-/// CUPTI could not initialize (libcupti 12 without a usable driver).
-pub const NOT_INITIALIZED: Status = CUptiResult::CUPTI_ERROR_NOT_INITIALIZED as Status;
-/// CUPTI's catch-all (libcupti 13 without a usable driver).
-pub const UNKNOWN: Status = CUptiResult::CUPTI_ERROR_UNKNOWN as Status;
+/// `CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED`.
+pub const VIRTUALIZED_DEVICE: Status =
+    CUptiResult::CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED as Status;
+/// `CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED`.
+pub const CONFIDENTIAL_COMPUTING: Status =
+    CUptiResult::CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED as Status;
 /// `cuptiActivityGetNextRecord` reached the end of the buffer.
 pub const MAX_LIMIT_REACHED: Status = CUptiResult::CUPTI_ERROR_MAX_LIMIT_REACHED as Status;
 

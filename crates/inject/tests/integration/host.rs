@@ -51,6 +51,22 @@ fn real_libcupti13_without_driver_leaves_the_app_unchanged() {
     graceful(&[("GPUPERF_CUPTI_PATH", &lib)], "cuptiSubscribe failed");
 }
 
+/// Confidential computing: CUPTI refuses, and the trace says so in plain words.
+#[test]
+fn mock_libcupti_refusing_confidential_computing_is_said_plainly() {
+    let Some(w) = wheels() else { return };
+    let lib = crate::support::mock_lib(
+        &w,
+        "cc/libcupti.so.13",
+        &["-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED"],
+    );
+    graceful(
+        &[("GPUPERF_CUPTI_PATH", &lib)],
+        "CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED (CUPTI is unavailable while \
+         confidential computing is on",
+    );
+}
+
 #[test]
 fn real_libcupti12_found_on_the_loader_path() {
     let Some(w) = wheels() else { return };

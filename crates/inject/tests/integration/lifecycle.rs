@@ -167,6 +167,50 @@ fn mock_libcupti_failing_to_subscribe_gives_way_to_the_next() {
     );
 }
 
+/// A libcupti whose subscribe refuses with a code gpuperf did not expect (here
+/// CUPTI's code for a virtualized device) gives way to the next one, and the
+/// log says in plain words what the code means.
+#[test]
+fn mock_libcupti_refusing_with_another_code_gives_way_to_the_next() {
+    let Some(w) = wheels() else { return };
+    let bad = mock_lib(
+        &w,
+        "refusal/lib64/libcupti.so.13",
+        &[
+            "-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED",
+            "-Wl,-soname,libcupti.so.13",
+        ],
+    );
+    let good = mock_lib(
+        &w,
+        "refusal/lib64/libcupti.so.12",
+        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
+    );
+    let root = bad.parent().unwrap().parent().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    plumbing(
+        dir.path(),
+        &[
+            ("CUDA_HOME", root),
+            ("MOCK_CUPTI_CONTROL", &good),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+        ],
+    );
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains(&format!(
+            "`{}` rejected: cuptiSubscribe failed: CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED \
+             (CUPTI does not support this virtualized GPU",
+            bad.display()
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("CUPTI API version 28 from `{}`", good.display())),
+        "{log}"
+    );
+}
+
 /// A CUDA 12.8 driver: a libcupti 13 is skipped before it is loaded, and the
 /// libcupti 12 beside it records.
 #[test]
