@@ -170,6 +170,14 @@ impl Cupti {
         self.check("cuptiActivityRegisterTimestampCallback", st)
     }
 
+    /// `cuptiGetTimestamp`: now, on the clock CUPTI stamps records with.
+    pub fn timestamp(&self) -> Result<u64, CuptiError> {
+        let mut t = 0u64;
+        // SAFETY: `t` is a valid out-pointer.
+        let st = unsafe { (self.f.get_timestamp)(&mut t) };
+        self.check("cuptiGetTimestamp", st).map(|()| t)
+    }
+
     /// `cuptiSetThreadIdType`.
     pub fn set_thread_id_type(&self, kind: u32) -> Result<(), CuptiError> {
         // SAFETY: plain value argument.

@@ -41,6 +41,34 @@ pub struct Place {
     pub graph_node_id: u64,
 }
 
+impl Decoded {
+    /// Moves every known time by `by` ns: records on CUPTI's default clock
+    /// onto CLOCK_MONOTONIC. An end of 0 (work still running) stays 0.
+    pub fn shift(&mut self, by: i64) {
+        let mv = |t: &mut u64| {
+            if *t != 0 {
+                *t = t.saturating_add_signed(by);
+            }
+        };
+        match self {
+            Decoded::Kernel { place, .. }
+            | Decoded::Memcpy { place, .. }
+            | Decoded::Memset { place, .. }
+            | Decoded::Sync { place, .. } => {
+                mv(&mut place.start_ns);
+                mv(&mut place.end_ns);
+            }
+            Decoded::Overhead {
+                start_ns, end_ns, ..
+            } => {
+                mv(start_ns);
+                mv(end_ns);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// One decoded activity record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decoded {

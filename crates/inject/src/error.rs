@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// A failed CUPTI call. Codes that say the machine itself is out of CUPTI's
 /// reach carry a plain sentence after CUPTI's name for them.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("{call} failed: {message}{}", plain(*status).map(|p| format!(" ({p})")).unwrap_or_default())]
 pub struct CuptiError {
     /// The function called.

@@ -36,6 +36,9 @@
 //! # Clock and thread ids
 //! A CUPTI timestamp callback makes every activity timestamp `CLOCK_MONOTONIC`, the
 //! clock of `bpf_ktime_get_ns()`, and API records are stamped with the same clock.
+//! Where CUPTI refuses that callback it keeps its default clock; one pair of
+//! readings (`cuptiGetTimestamp` and CLOCK_MONOTONIC at one instant, in the log)
+//! then converts every GPU time, so the recording goes on.
 //! Thread ids are Linux TIDs (`CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM`).
 //!
 //! # The marker contract, for CPU profilers

@@ -207,7 +207,9 @@ fn read_dir(d: &Path) -> Vec<PathBuf> {
 /// newest whole version the driver reaches, then the newest beyond it; among
 /// equals the shortest name (the soname link).
 fn cupti_files(dir: &Path, prefer: Option<u32>, driver: Option<u32>) -> Vec<PathBuf> {
-    let mut found: Vec<((bool, bool, Vec<u32>), PathBuf)> = read_dir(dir)
+    // (the runtime's major, within the driver's reach, whole version)
+    type Rank = (bool, bool, Vec<u32>);
+    let mut found: Vec<(Rank, PathBuf)> = read_dir(dir)
         .into_iter()
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?;

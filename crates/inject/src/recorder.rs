@@ -320,6 +320,9 @@ impl Sink {
 
 struct State {
     cupti: Cupti,
+    /// CLOCK_MONOTONIC minus CUPTI's clock, added to every GPU time when CUPTI
+    /// refused our timestamp callback and kept its default clock; else 0.
+    clock_shift: std::sync::atomic::AtomicI64,
     /// `cuptiGetVersion`.
     version: u32,
     config: Config,
@@ -777,10 +780,17 @@ impl State {
         // Our timestamp callback makes every GPU time CLOCK_MONOTONIC; a time
         // outside this window comes from a clock another CUPTI client registered.
         let ours = self.started_ns.saturating_sub(CLOCK_SLACK_NS)..=monotonic_ns() + CLOCK_SLACK_NS;
+        let shift = self.clock_shift.load(Relaxed);
         let mut records = self.cupti.records(buf, valid);
         for rec in records.by_ref() {
             n += 1;
-            match decode::decode(rec) {
+            let decoded = decode::decode(rec).map(|mut d| {
+                if shift != 0 {
+                    d.shift(shift);
+                }
+                d
+            });
+            match decoded {
                 Some(d) if d.incomplete() => incomplete += 1,
                 Some(d)
                     if d.span()
@@ -1446,10 +1456,10 @@ fn try_cupti(path: &Path, driver: Option<u32>) -> Result<(Cupti, u32, Subscriber
 /// this device), but not when CUPTI is held by another tool: a second CUPTI in
 /// the process would fight it.
 fn worth_the_next(e: &Error) -> bool {
-    match e {
-        Error::CuptiLoad { .. } | Error::UnsupportedVersion { .. } | Error::Cupti(_) => true,
-        _ => false,
-    }
+    matches!(
+        e,
+        Error::CuptiLoad { .. } | Error::UnsupportedVersion { .. } | Error::Cupti(_)
+    )
 }
 
 fn supported(version: u32) -> bool {
@@ -1546,6 +1556,7 @@ pub fn initialize() -> bool {
     let stacks = want_stacks.then(|| Stacks::new(cupti.path()));
     let state = State {
         stacks,
+        clock_shift: std::sync::atomic::AtomicI64::new(0),
         cupti,
         version,
         log,
@@ -1631,13 +1642,38 @@ fn undo(s: &State, sub: Subscriber) {
     }
 }
 
+/// CUPTI's clock and CLOCK_MONOTONIC at one instant: CUPTI's reading between
+/// two of ours, the midpoint of the closest of a few tries.
+fn clock_pair(c: &Cupti) -> Result<(u64, u64), crate::CuptiError> {
+    let mut best: Option<(u64, u64, u64)> = None;
+    for _ in 0..5 {
+        let a = monotonic_ns();
+        let t = c.timestamp()?;
+        let b = monotonic_ns();
+        if best.is_none_or(|(w, _, _)| b - a < w) {
+            best = Some((b - a, t, a + (b - a) / 2));
+        }
+    }
+    let (_, t, m) = best.expect("five tries");
+    Ok((t, m))
+}
+
 /// Everything after `cuptiSubscribe`; returns the number of API callbacks
 /// enabled. On failure the caller runs [`undo`], so that the application does not
 /// carry CUPTI's overhead and another tool can subscribe.
 fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     let c = &s.cupti;
-    // The clock must be in place before any activity is enabled.
-    c.register_timestamp(timestamp)?;
+    // The clock must be in place before any activity is enabled. Refused, CUPTI
+    // keeps its default clock: one pair of readings converts its records.
+    if let Err(e) = c.register_timestamp(timestamp) {
+        let (cupti_ns, mono_ns) = clock_pair(c).map_err(|_| e.clone())?;
+        s.clock_shift
+            .store(mono_ns as i64 - cupti_ns as i64, Relaxed);
+        s.log.line(&format!(
+            "{e}; GPU times converted from CUPTI's own clock: {cupti_ns} ns there is \
+             {mono_ns} ns CLOCK_MONOTONIC"
+        ));
+    }
     c.set_thread_id_type(CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM as u32)?;
     c.register_buffers(buffer_requested, buffer_completed)?;
     for (kind, name) in decode::ENABLED_KINDS {

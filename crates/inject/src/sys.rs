@@ -68,6 +68,8 @@ pub struct Functions {
         unsafe extern "C" fn(BufferRequested, BufferCompleted) -> Status,
     /// `cuptiActivityRegisterTimestampCallback`.
     pub activity_register_timestamp_callback: unsafe extern "C" fn(Timestamp) -> Status,
+    /// `cuptiGetTimestamp`.
+    pub get_timestamp: unsafe extern "C" fn(*mut u64) -> Status,
     /// `cuptiSetThreadIdType`.
     pub set_thread_id_type: unsafe extern "C" fn(u32) -> Status,
     /// `cuptiActivityFlushAll`.
@@ -118,6 +120,7 @@ impl Functions {
             activity_disable: sym!("cuptiActivityDisable"),
             activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks"),
             activity_register_timestamp_callback: sym!("cuptiActivityRegisterTimestampCallback"),
+            get_timestamp: sym!("cuptiGetTimestamp"),
             set_thread_id_type: sym!("cuptiSetThreadIdType"),
             activity_flush_all: sym!("cuptiActivityFlushAll"),
             activity_flush_period: sym!("cuptiActivityFlushPeriod"),

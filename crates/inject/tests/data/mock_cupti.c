@@ -22,6 +22,8 @@
  * MOCK_SUBSCRIBE_STATUS (a CUptiResult cuptiSubscribe always returns).
  * Run-time switches: MOCK_CUPTI_BUSY (another tool holds CUPTI),
  * MOCK_CUPTI_FAIL_CBID (cuptiEnableCallback refuses that runtime callback id),
+ * MOCK_TIMESTAMP_REFUSED (cuptiActivityRegisterTimestampCallback refuses, and
+ * records keep CUPTI's default clock, CLOCK_REALTIME),
  * MOCK_WORKER_US (the worker's period, default 1000) and MOCK_WORKER_FLUSH (the
  * worker also hands over partly filled buffers, as CUPTI's periodic flush does).
  *
@@ -32,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <cupti.h>
 
@@ -233,7 +236,20 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
     return CUPTI_SUCCESS;
 }
 
+/* CUPTI's default clock, used while no timestamp callback is registered. */
+static uint64_t default_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+CUptiResult cuptiGetTimestamp(uint64_t *t) {
+    *t = g_clock ? g_clock() : default_clock();
+    return CUPTI_SUCCESS;
+}
+
 CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+    if (getenv("MOCK_TIMESTAMP_REFUSED")) return CUPTI_ERROR_NOT_SUPPORTED;
     g_clock = f;
     return CUPTI_SUCCESS;
 }
@@ -364,7 +380,10 @@ static uint8_t *put(const void *rec, size_t len, Buf **where) {
     return at;
 }
 
-uint64_t mock_now(void) { return g_clock ? g_clock() : 0; }
+uint64_t mock_now(void) {
+    if (g_clock) return g_clock();
+    return getenv("MOCK_TIMESTAMP_REFUSED") ? default_clock() : 0;
+}
 int mock_thread_id_type(void) { return g_thread_id_type; }
 int mock_enabled(int domain, int cbid) { return g_enabled[domain][cbid]; }
 int mock_kind_enabled(int kind) { return kind_on((uint32_t)kind); }

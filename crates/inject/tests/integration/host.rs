@@ -119,6 +119,29 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
     );
 }
 
+/// CUPTI refuses the timestamp callback: records keep its default clock
+/// (CLOCK_REALTIME), and the pair of readings taken at start converts them, so
+/// that everything is recorded, on CLOCK_MONOTONIC.
+#[test]
+fn mock_cupti_refusing_the_timestamp_callback_records_on_its_default_clock() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let dir = tempfile::tempdir().unwrap();
+    plumbing(
+        dir.path(),
+        &[
+            ("GPUPERF_CUPTI_PATH", &m),
+            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("MOCK_TIMESTAMP_REFUSED", Path::new("1")),
+        ],
+    );
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains("GPU times converted from CUPTI's own clock"),
+        "{log}"
+    );
+}
+
 /// A second `InitializeInjection` (NVIDIA's sample guards against it) must leave
 /// the live trace alone.
 #[test]
