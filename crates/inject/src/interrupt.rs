@@ -21,10 +21,10 @@
 //! the trace as the exit path does, sets the disposition back to the default
 //! and sends the signal again to the process: the program dies of the same
 //! signal, with the same status, as it would have without gpuperf. Until then
-//! (the close takes milliseconds) the program's threads run on: a thread that
-//! was sleeping wakes early, and calls made after the close are counted, not
-//! recorded. A thread that calls `exit` meanwhile waits for the close and then
-//! dies of the signal.
+//! (the close takes milliseconds) the program's threads run on, but none
+//! starts a CUDA call: a thread that tries waits for the close and dies of the
+//! signal there, as does one that calls `exit`. A thread that was sleeping
+//! wakes early.
 //!
 //! A handler that lands inside a CUDA call notes that too, and the thread
 //! waits (and the signal is raised again) when that call returns, at its API
@@ -94,8 +94,16 @@ thread_local! {
 }
 
 /// Notes that the calling thread entered a CUDA call (an API entry callback).
+/// A thread that starts a call while a signal is being handled waits for the
+/// close and dies of the signal, as it would have at once without gpuperf.
 pub fn call_entered() {
     SLOT.with(|s| {
+        if s.in_call.load(Relaxed) == 0 {
+            let sig = deferred();
+            if sig != 0 {
+                wait_then_raise(sig);
+            }
+        }
         if KEY_SET.load(SeqCst) {
             let key = KEY.load(SeqCst);
             // SAFETY: `key` was created by `install`; the value is the address
@@ -136,10 +144,10 @@ pub fn call_exited() {
 
 /// The signal whose handler ran and that has not ended the program yet, or 0.
 pub fn deferred() -> libc::c_int {
-    if PID.load(SeqCst) == std::process::id() as i32 {
-        DEFERRED.load(SeqCst)
-    } else {
-        0
+    match DEFERRED.load(Relaxed) {
+        // SAFETY: getpid has no preconditions.
+        sig if sig != 0 && PID.load(Relaxed) == unsafe { libc::getpid() } => sig,
+        _ => 0,
     }
 }
 
