@@ -1784,6 +1784,10 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     // CUDA calls must not run here, where the flush holds the sink and
     // stack-table locks its callbacks would take.
     let spawned = crate::threads::spawn_blocked("gpuperf-flush", move || {
+        // Inside gpuperf for good: a CUDA call that the program's allocator
+        // makes when this thread allocates (holding the sink or shard-list
+        // lock) returns at once, counted, instead of taking them again.
+        let _inside = Inside::enter();
         let (m, cv) = &s.stop;
         let mut stopped = lock(m);
         while !*stopped {

@@ -19,6 +19,10 @@
  *   dlopen-reuse A B  dlopen A, 6 launches called back from its late_call,
  *                   dlclose A, dlopen B (which the loader puts where A was:
  *                   printed "same address 1"), 6 launches from it
+ *   malloc-launches  the program's malloc (this file's, as a preloaded
+ *                   allocator's would be) launches when gpuperf's flush
+ *                   thread calls it (at most 50 times); 5 launches, a wait of
+ *                   4 flush periods, exit
  * Exits with 3 (or dies of the signal). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -29,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +61,25 @@ static void launch(uint32_t corr, const char *name) {
     uint64_t t = mock_now();
     if (t == 0) t = now(); /* no injection: no timestamp callback registered */
     mock_kernel(corr, t, t + 1000, name, 0, 0, 7);
+}
+
+/* ---- malloc-launches: an allocator that calls CUDA ---- */
+extern void *__libc_malloc(size_t);
+static atomic_int launch_in_malloc;
+static atomic_int malloc_launches;
+static __thread int in_malloc;
+void *malloc(size_t n) {
+    if (launch_in_malloc && !in_malloc && malloc_launches < 50) {
+        char name[16] = {0};
+        prctl(PR_GET_NAME, name);
+        if (strcmp(name, "gpuperf-flush") == 0) {
+            in_malloc = 1;
+            malloc_launches++;
+            launch(30000 + (uint32_t)malloc_launches, "_Z6mallocv");
+            in_malloc = 0;
+        }
+    }
+    return __libc_malloc(n);
 }
 
 /* ---- sigterm-malloc ---- */
@@ -202,6 +226,14 @@ int main(int argc, char **argv) {
         if (pthread_create(&racer, NULL, race, NULL) != 0) return 91;
         while (made < 200) usleep(100);
         exit(3);
+    }
+    if (strcmp(mode, "malloc-launches") == 0) {
+        launch_in_malloc = 1;
+        for (uint32_t c = 1; c <= 5; c++) launch(c, "_Z6beforev");
+        const char *ms = getenv("GPUPERF_FLUSH_MS");
+        usleep((useconds_t)(ms ? atoi(ms) : 500) * 4000);
+        printf("flush thread launches %d\n", (int)malloc_launches);
+        return 3;
     }
     if (strcmp(mode, "dlopen-reuse") == 0)
         return dlopen_reuse(argc > 3 ? argv[3] : NULL, argc > 4 ? argv[4] : NULL);

@@ -308,3 +308,32 @@ fn mock_library_loaded_where_an_unloaded_one_was_is_its_own_module() {
         .collect();
     assert_eq!(through, want, "{log}");
 }
+
+/// Issue 39, item 6: an allocator that calls CUDA (preloaded, or the
+/// program's own) runs its CUDA calls on gpuperf's flush thread whenever that
+/// thread allocates, there while it holds the recorder's locks: the calls'
+/// callbacks took those locks again (a deadlock at the first flush). The
+/// flush thread is inside gpuperf: such calls return at once, counted.
+#[test]
+fn mock_allocator_calling_cuda_on_the_flush_thread_does_not_deadlock() {
+    let Some(w) = wheels() else { return };
+    let (out, dir) = recorded(&mock(&w), "malloc-launches", &[("GPUPERF_FLUSH_MS", "50")]);
+    let log = read_logs(dir.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+    let made: u64 = stdout
+        .split("flush thread launches ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(made > 0, "the flush thread never allocated: {stdout}");
+    let (records, _, _) = read_traces(dir.path());
+    let (api, _) = launches(&records);
+    assert_eq!(in_range(&api, 1, 5), 5, "{api:?}");
+    let reentered: u64 = log
+        .split(" API calls not recorded because they re-entered")
+        .next()
+        .and_then(|s| s.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(reentered >= made, "{made} made, {reentered} counted\n{log}");
+}
