@@ -155,8 +155,8 @@ fn numbered(path: &Path, n: u32) -> PathBuf {
 }
 
 /// Creates a new file at `path`, or at the first free numbered name beside it
-/// ([`numbered`]) when that is taken; never opens an existing file. Returns
-/// the file and the path it was created at.
+/// (`.1`, `.2`, … before the extension) when that is taken; never opens an
+/// existing file. Returns the file and the path it was created at.
 pub fn create_new(path: &Path) -> io::Result<(File, PathBuf)> {
     let mut last = None;
     for n in 0..1000 {

@@ -462,7 +462,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut strings = StringTable::new();
         let name = strings.intern("cudaLaunchKernel");
-        for (file, exe) in [("gpu-42.1.gputrace", "second"), ("gpu-42.gputrace", "first")] {
+        for (file, exe) in [
+            ("gpu-42.1.gputrace", "second"),
+            ("gpu-42.gputrace", "first"),
+        ] {
             let mut w = gputrace::Writer::new(Vec::new()).unwrap();
             for r in [
                 Record::Process(Process {
