@@ -115,10 +115,11 @@
 //!   registering its own buffers and clock, and it disables the kinds when it
 //!   stops. gpuperf cannot prevent that and does not fight it; it notices (GPU
 //!   timestamps that are not CLOCK_MONOTONIC, which are then dropped and counted;
-//!   or, at exit, launches with no GPU record after the forced flush) and writes
-//!   the NOTE "GPU activity stopped after N launches: another CUPTI client (e.g.
-//!   torch.profiler) took over", which `gpuperf` prints in its summary. API
-//!   records keep coming; their GPU side is missing after that point.
+//!   or, at exit, launches, copies or memsets with no GPU record after the
+//!   forced flush) and writes the NOTE "GPU activity stopped after N launches,
+//!   copies and memsets: another CUPTI client (e.g. torch.profiler) took over",
+//!   which `gpuperf` prints in its summary. API records keep coming; their GPU
+//!   side is missing after that point.
 //! - **Set-up failing half-way.** When a step after `cuptiSubscribe` fails (CUPTI
 //!   refuses a callback id or an activity kind), every step already taken is
 //!   undone: the activity kinds gpuperf enabled are disabled and the subscription

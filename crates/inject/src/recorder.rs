@@ -166,7 +166,8 @@ struct Stats {
     skipped_flushes: AtomicU64,
     /// Records whose timestamps are not CLOCK_MONOTONIC, not written.
     foreign_clock: AtomicU64,
-    /// Launch API records written.
+    /// API records written of calls that make GPU work (launches, copies,
+    /// memsets): each has a GPU record while our kinds are enabled.
     launches: AtomicU64,
     /// Calls not recorded: more than `MAX_OPEN` open on one thread.
     too_deep: AtomicU64,
@@ -724,7 +725,9 @@ impl State {
             let rec = self.api_record(&mut sink, a);
             sink.write_api(&rec, a.stack);
             let domain = if a.driver { DRIVER } else { RUNTIME };
-            launches += u64::from(self.class(domain, a.cbid) == Class::Launch);
+            // Copies and memsets too: a program whose later work is only
+            // those must not hide that another client took over.
+            launches += u64::from(self.class(domain, a.cbid).fires_marker());
         }
         self.stats.api.fetch_add(api.len() as u64, Relaxed);
         self.stats.launches.fetch_add(launches, Relaxed);
@@ -893,7 +896,8 @@ impl State {
         }
         let n = self.stats.launches_at_last_record.load(Relaxed);
         let text = format!(
-            "GPU activity stopped after {n} launches: another CUPTI client (e.g. torch.profiler) took over"
+            "GPU activity stopped after {n} launches, copies and memsets: another CUPTI client \
+             (e.g. torch.profiler) took over"
         );
         self.log.line(&text);
         sink.note(text);

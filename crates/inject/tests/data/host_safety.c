@@ -19,6 +19,9 @@
  *   dlopen-reuse A B  dlopen A, 6 launches called back from its late_call,
  *                   dlclose A, dlopen B (which the loader puts where A was:
  *                   printed "same address 1"), 6 launches from it
+ *   takeover-copies  20 launches, then a second CUPTI client registers its
+ *                   buffers and disables the activity kinds (as Kineto does when
+ *                   it stops), then 40 copies (9 ms apart)
  *   malloc-launches  the program's malloc (this file's, as a preloaded
  *                   allocator's would be) launches when gpuperf's flush
  *                   thread calls it (at most 50 times); 5 launches, a wait of
@@ -61,6 +64,37 @@ static void launch(uint32_t corr, const char *name) {
     uint64_t t = mock_now();
     if (t == 0) t = now(); /* no injection: no timestamp callback registered */
     mock_kernel(corr, t, t + 1000, name, 0, 0, 7);
+}
+
+/* ---- takeover-copies: a second CUPTI client, then copies and memsets ---- */
+static void second_request(uint8_t **b, size_t *size, size_t *max) {
+    *b = aligned_alloc(8, 1 << 16);
+    *size = 1 << 16;
+    *max = 0;
+}
+static void second_complete(void *ctx, uint32_t s, uint8_t *b, size_t size, size_t valid) {
+    (void)ctx; (void)s; (void)size; (void)valid;
+    free(b);
+}
+static int takeover_copies(void *mock) {
+    int (*reg)(void *, void *) = (int (*)(void *, void *))dlsym(mock, "cuptiActivityRegisterCallbacks");
+    int (*disable)(int) = (int (*)(int))dlsym(mock, "cuptiActivityDisable");
+    void (*memcpy_rec)(uint32_t, uint32_t, uint64_t, uint64_t, uint64_t) =
+        (void (*)(uint32_t, uint32_t, uint64_t, uint64_t, uint64_t))dlsym(mock, "mock_memcpy");
+    if (!reg || !disable || !memcpy_rec) return 94;
+    for (uint32_t c = 1; c <= 20; c++) launch(c, "_Z6beforev");
+    usleep(300000);
+    reg((void *)second_request, (void *)second_complete);
+    int kinds[] = {10, 1, 2, 38}; /* kernel, memcpy, memset, sync */
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) disable(kinds[i]);
+    for (uint32_t c = 101; c <= 140; c++) {
+        mock_api(RT, 31, c, 1); /* cudaMemcpy */
+        uint64_t t = mock_now();
+        memcpy_rec(c, c, t, t + 100, 4096);
+        mock_api(RT, 31, c, 0);
+        usleep(9000);
+    }
+    return 3;
 }
 
 /* ---- malloc-launches: an allocator that calls CUDA ---- */
@@ -227,6 +261,7 @@ int main(int argc, char **argv) {
         while (made < 200) usleep(100);
         exit(3);
     }
+    if (strcmp(mode, "takeover-copies") == 0) return takeover_copies(mock);
     if (strcmp(mode, "malloc-launches") == 0) {
         launch_in_malloc = 1;
         for (uint32_t c = 1; c <= 5; c++) launch(c, "_Z6beforev");

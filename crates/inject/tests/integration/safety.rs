@@ -337,3 +337,31 @@ fn mock_allocator_calling_cuda_on_the_flush_thread_does_not_deadlock() {
         .unwrap_or_else(|| panic!("{log}"));
     assert!(reentered >= made, "{made} made, {reentered} counted\n{log}");
 }
+
+/// Issue 39, item 4 (its last part): a second CUPTI client took over, and the
+/// program's later GPU work was only copies: the check counted kernel
+/// launches only, so the trace said nothing of the 40 copies without GPU
+/// records.
+#[test]
+fn mock_second_client_taking_over_before_copies_only_is_noted() {
+    let Some(w) = wheels() else { return };
+    let (out, dir) = recorded(&mock(&w), "takeover-copies", &[("GPUPERF_FLUSH_MS", "50")]);
+    let log = read_logs(dir.path());
+    assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+    let (records, _, _) = read_traces(dir.path());
+    let notes: Vec<&str> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Note(n) => Some(n.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "GPU activity stopped after 20 launches, copies and memsets: another CUPTI client \
+             (e.g. torch.profiler) took over"
+        ],
+        "{log}"
+    );
+}
