@@ -638,6 +638,13 @@ impl State {
             driver: o.domain == DRIVER,
             stack: o.stack,
         };
+        if self.closed.load(Relaxed) {
+            // Nothing will drain it: counted now, holding no memory. (Calls
+            // that came between the final flush and this are counted from
+            // their shards at unload.)
+            self.stats.after_close.fetch_add(1, Relaxed);
+            return;
+        }
         self.shard(l).push(Item::Api(rec));
     }
 
