@@ -291,8 +291,18 @@ fn wait_then_raise(sig: libc::c_int) {
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: `p` is a live pollfd.
-    unsafe { libc::poll(&mut p, 1, WAIT_MS) };
+    let deadline = crate::recorder::monotonic_ns() + WAIT_MS as u64 * 1_000_000;
+    loop {
+        let left_ms = deadline.saturating_sub(crate::recorder::monotonic_ns()) / 1_000_000;
+        // SAFETY: `p` is a live pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, left_ms as i32) };
+        // A second signal (`gpuperf` passes a Ctrl-C on to the program that
+        // the terminal already sent it) interrupts the wait, not the close.
+        if n >= 0 || left_ms == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted
+        {
+            break;
+        }
+    }
     // SAFETY: signal and raise have no memory preconditions.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
