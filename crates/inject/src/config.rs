@@ -9,8 +9,16 @@
 //! | `GPUPERF_MARKER` | `auto`: call the launch marker while a profiler holds its semaphore; `always`; `off` | `auto` |
 //! | `GPUPERF_STACKS` | `1`: take each launch's CPU stack in process ([`crate::stacks`]); `0`: don't | `1` |
 //! | `GPUPERF_SYNC` | a Unix socket of the CPU profiler (`gpuperf record` sets it): before the first launch, wait there until the profiler has probed this process's CUDA libraries | unset |
+//!
+//! Files are created exclusively, never truncated: when the name is taken (a
+//! process that execs itself keeps its pid, and so does one whose pid was
+//! reused during a long recording), `.1`, `.2`, … goes before the extension
+//! (`gpu-42.1.gputrace`), and the default log follows the trace's name. Readers
+//! of a trace directory take every `*.gputrace` in it.
 
 use std::ffi::OsString;
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// Whether the launch marker is called.
@@ -68,11 +76,7 @@ impl Config {
         let log = match var("GPUPERF_INJECT_LOG") {
             Some(v) if v == "stderr" => LogTarget::Stderr,
             Some(v) if !v.is_empty() => LogTarget::File(expand(Path::new(&v), pid)),
-            _ => {
-                let mut p = trace.clone().into_os_string();
-                p.push(".log");
-                LogTarget::File(p.into())
-            }
+            _ => LogTarget::File(log_beside(&trace)),
         };
         let flush_ms = match var("GPUPERF_FLUSH_MS") {
             None => 500,
@@ -120,6 +124,54 @@ impl Config {
             warnings,
         }
     }
+}
+
+impl Config {
+    /// The trace was created as `actual` (its name was taken): the default
+    /// log goes beside it.
+    pub fn trace_created_as(&mut self, actual: PathBuf) {
+        if self.log == LogTarget::File(log_beside(&self.trace)) {
+            self.log = LogTarget::File(log_beside(&actual));
+        }
+        self.trace = actual;
+    }
+}
+
+/// The default log of a trace: its path plus `.log`.
+fn log_beside(trace: &Path) -> PathBuf {
+    let mut p = trace.to_owned().into_os_string();
+    p.push(".log");
+    p.into()
+}
+
+/// `path` with `.n` before its extension (`gpu-42.gputrace` → `gpu-42.1.gputrace`).
+fn numbered(path: &Path, n: u32) -> PathBuf {
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{n}"),
+    };
+    path.with_file_name(name)
+}
+
+/// Creates a new file at `path`, or at the first free numbered name beside it
+/// (`.1`, `.2`, … before the extension) when that is taken; never opens an
+/// existing file. Returns the file and the path it was created at.
+pub fn create_new(path: &Path) -> io::Result<(File, PathBuf)> {
+    let mut last = None;
+    for n in 0..1000 {
+        let p = if n == 0 {
+            path.to_owned()
+        } else {
+            numbered(path, n)
+        };
+        match File::options().write(true).create_new(true).open(&p) {
+            Ok(f) => return Ok((f, p)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
 }
 
 fn expand(pattern: &Path, pid: u32) -> PathBuf {
@@ -196,6 +248,32 @@ mod tests {
             cfg(&[("GPUPERF_GPU_TRACE", d)]).trace,
             dir.path().join("gpu-42.gputrace")
         );
+    }
+
+    #[test]
+    fn files_are_created_new_and_a_taken_name_gets_a_number_with_the_log_beside() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let mut c = cfg(&[("GPUPERF_GPU_TRACE", d)]);
+        let (_, first) = create_new(&c.trace).unwrap();
+        assert_eq!(first, dir.path().join("gpu-42.gputrace"));
+        std::fs::write(&first, b"kept").unwrap();
+        let (_, second) = create_new(&c.trace).unwrap();
+        assert_eq!(second, dir.path().join("gpu-42.1.gputrace"));
+        assert_eq!(std::fs::read(&first).unwrap(), b"kept");
+        assert_eq!(
+            create_new(&c.trace).unwrap().1,
+            dir.path().join("gpu-42.2.gputrace")
+        );
+        c.trace_created_as(second);
+        assert_eq!(
+            c.log,
+            LogTarget::File(dir.path().join("gpu-42.1.gputrace.log"))
+        );
+        // A log named by the user stays where it was asked for.
+        let mut c = cfg(&[("GPUPERF_GPU_TRACE", d), ("GPUPERF_INJECT_LOG", "/l/x.log")]);
+        c.trace_created_as(dir.path().join("gpu-42.1.gputrace"));
+        assert_eq!(c.log, LogTarget::File("/l/x.log".into()));
     }
 
     #[test]

@@ -8,39 +8,44 @@
 //! signal keeps its own behaviour, and one that installs a handler later simply
 //! replaces this one, so it sees every signal exactly once.
 //!
-//! The handler only does what is async-signal-safe: it wakes the closing thread
-//! through a pipe and waits for it, up to [`WAIT_MS`], with `poll`. That thread
-//! (all signals blocked) closes the trace as the exit path does, sets the
-//! disposition back to the default, and answers. The handler then raises the
-//! signal again on its own thread, where it stays blocked until the handler
-//! returns: the program dies of the same signal, with the same status, as it
-//! would have without gpuperf. The thread that took the signal is held while
-//! the trace is closed, so its last launch is in it; other threads run on, and
-//! their calls after the close are not recorded.
+//! The handler only does what is async-signal-safe, and never waits: it notes
+//! the signal, wakes the closing thread through a pipe and returns. It reads
+//! no thread-local storage: this library's TLS is allocated by glibc, with
+//! `malloc`, at a thread's first access, and a thread that never made a CUDA
+//! call may take the signal inside `malloc`, where that would deadlock on the
+//! allocator's lock. It finds the thread's state through a pthread key set at
+//! the thread's first CUDA call instead (`pthread_getspecific` never
+//! allocates). Waiting in the handler is out for the same reason: the
+//! interrupted code may hold locks (the allocator's, CUDA's, CUPTI's) that
+//! closing the trace needs. The closing thread (all signals blocked) closes
+//! the trace as the exit path does, sets the disposition back to the default
+//! and sends the signal again to the process: the program dies of the same
+//! signal, with the same status, as it would have without gpuperf. Until then
+//! (the close takes milliseconds) the program's threads run on, but none
+//! starts a CUDA call: a thread that tries waits for the close and dies of the
+//! signal there, as does one that calls `exit`. A thread that was sleeping
+//! wakes early.
 //!
-//! A thread inside a CUDA call may hold the runtime's or CUPTI's locks (an
-//! activity buffer's, say) that closing the trace takes too: waiting there
-//! would hold the close up for the whole [`WAIT_MS`] and lose the trace. So a
-//! handler that lands inside a CUDA call only wakes the closing thread and
-//! returns; the thread waits (and the signal is raised again) when that call
-//! returns, at its API exit callback, with those locks released. The closing
-//! thread waits for such calls to return, up to [`CALLS_WAIT_MS`], so that
-//! the interrupted call is in the trace with its GPU work. A call that never
-//! returns (a sync on a hung kernel) does not keep the program alive: once the
-//! trace is closed, the closing thread raises the signal itself.
+//! A handler that lands inside a CUDA call notes that too, and the thread
+//! waits (and the signal is raised again) when that call returns, at its API
+//! exit callback, with the runtime's and CUPTI's locks released: outside the
+//! handler. The closing thread waits for such calls to return, up to
+//! [`CALLS_WAIT_MS`], so that the interrupted call is in the trace with its
+//! GPU work. A call that never returns (a sync on a hung kernel) does not keep
+//! the program alive: once the trace is closed, the closing thread raises the
+//! signal itself.
 //!
 //! Why in the program and not in gpuperf: a Ctrl-C at the terminal reaches the
 //! whole foreground process group at once, the program included (it must stay
 //! there to keep reading the terminal), so gpuperf cannot act before the
 //! program dies.
 
-use std::cell::Cell;
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering::Relaxed, Ordering::SeqCst};
 
-/// How long the signalled thread waits for the trace to close before the
-/// signal takes its course anyway.
+/// How long a thread whose CUDA call a signal landed in waits, at the call's
+/// exit, for the trace to close before the signal takes its course anyway.
 pub const WAIT_MS: i32 = 5000;
 
 /// How long the closing thread waits for the calls a signal landed in to
@@ -53,49 +58,104 @@ const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 static WAKE_R: AtomicI32 = AtomicI32::new(-1);
 /// Write end of the wake-up pipe (the handler writes the signal number).
 static WAKE_W: AtomicI32 = AtomicI32::new(-1);
-/// Read end of the done pipe (handlers poll it, never read it).
+/// Read end of the done pipe (waiting threads poll it, never read it).
 static DONE_R: AtomicI32 = AtomicI32::new(-1);
 /// Write end of the done pipe.
 static DONE_W: AtomicI32 = AtomicI32::new(-1);
 /// The process the closing thread runs in: a forked child has none.
 static PID: AtomicI32 = AtomicI32::new(0);
-/// A signal whose handler returned at once (it landed inside a CUDA call):
-/// the closing thread raises it once the trace is closed.
+/// The signal being handled: the closing thread raises it once the trace is
+/// closed.
 static DEFERRED: AtomicI32 = AtomicI32::new(0);
 /// Threads with a signal pending in a CUDA call that has not returned yet.
 static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
+/// The pthread key under which each thread that made a CUDA call keeps the
+/// address of its [`Slot`], once [`KEY_SET`] is true.
+static KEY: AtomicU32 = AtomicU32::new(0);
+static KEY_SET: AtomicBool = AtomicBool::new(false);
+
+/// A thread's signal state. It lives in the thread's TLS (`const`, without
+/// destructor, so it stays valid until the thread is gone), and the handler
+/// reaches it only through the pthread key, never through TLS.
+struct Slot {
+    /// CUDA calls this thread is inside: API entries seen, exits not yet.
+    in_call: AtomicU32,
+    /// A signal that landed inside this thread's CUDA call, taken at its exit.
+    pending: AtomicI32,
+}
 
 thread_local! {
-    // `const`, without destructors: read from a signal handler, where a lazily
-    // initialized thread-local could allocate.
-    /// CUDA calls this thread is inside: API entries seen, exits not yet.
-    static IN_CALL: Cell<u32> = const { Cell::new(0) };
-    /// A signal that landed inside this thread's CUDA call, taken at its exit.
-    static PENDING: Cell<i32> = const { Cell::new(0) };
+    static SLOT: Slot = const {
+        Slot {
+            in_call: AtomicU32::new(0),
+            pending: AtomicI32::new(0),
+        }
+    };
 }
 
 /// Notes that the calling thread entered a CUDA call (an API entry callback).
+/// A thread that starts a call while a signal is being handled waits for the
+/// close and dies of the signal, as it would have at once without gpuperf.
 pub fn call_entered() {
-    IN_CALL.with(|c| c.set(c.get().saturating_add(1)));
+    SLOT.with(|s| {
+        if s.in_call.load(Relaxed) == 0 {
+            let sig = deferred();
+            if sig != 0 {
+                wait_then_raise(sig);
+            }
+        }
+        if KEY_SET.load(SeqCst) {
+            let key = KEY.load(SeqCst);
+            // SAFETY: `key` was created by `install`; the value is the address
+            // of this thread's slot, valid as long as the thread runs. Set
+            // before the count is raised, so that a handler that sees the
+            // count also finds the slot. (Set again after glibc cleared it at
+            // thread exit, for calls made by later destructors.)
+            unsafe {
+                if libc::pthread_getspecific(key).is_null() {
+                    libc::pthread_setspecific(key, ptr::from_ref(s).cast());
+                }
+            }
+        }
+        // Only this thread writes the count; its handler only reads it.
+        s.in_call.store(s.in_call.load(Relaxed) + 1, Relaxed);
+    });
 }
 
 /// Notes that the calling thread left a CUDA call (an API exit callback, at its
 /// very end). Leaving the outermost one with a signal pending waits for the
 /// trace to close and raises that signal, as the handler would have.
 pub fn call_exited() {
-    let depth = IN_CALL.with(|c| {
-        let d = c.get().saturating_sub(1);
-        c.set(d);
-        d
-    });
-    if depth == 0 {
-        let sig = PENDING.with(|p| p.replace(0));
-        if sig != 0 {
-            // The call's API record is in its shard: the close may go on.
-            INTERRUPTED.fetch_sub(1, SeqCst);
-            wait_then_raise(sig);
+    let sig = SLOT.with(|s| {
+        let d = s.in_call.load(Relaxed).saturating_sub(1);
+        s.in_call.store(d, Relaxed);
+        if d == 0 {
+            s.pending.swap(0, Relaxed)
+        } else {
+            0
         }
+    });
+    if sig != 0 {
+        // The call's API record is in its shard: the close may go on.
+        INTERRUPTED.fetch_sub(1, SeqCst);
+        wait_then_raise(sig);
     }
+}
+
+/// The signal whose handler ran and that has not ended the program yet, or 0.
+pub fn deferred() -> libc::c_int {
+    match DEFERRED.load(Relaxed) {
+        // SAFETY: getpid has no preconditions.
+        sig if sig != 0 && PID.load(Relaxed) == unsafe { libc::getpid() } => sig,
+        _ => 0,
+    }
+}
+
+/// For the exit path when a signal is being handled: waits for the closing
+/// thread to close the trace (at most [`WAIT_MS`]), then gives the signal its
+/// default course, so that the program dies of it and not of `exit`.
+pub fn die_of(sig: libc::c_int) {
+    wait_then_raise(sig);
 }
 
 /// Installs the handlers where the disposition is the default, and starts the
@@ -109,6 +169,14 @@ pub fn install(close: fn()) -> io::Result<Vec<libc::c_int>> {
     DONE_R.store(done_r, SeqCst);
     DONE_W.store(done_w, SeqCst);
     PID.store(std::process::id() as i32, SeqCst);
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is a valid out-parameter; no destructor: the slots are
+    // TLS, freed with their thread.
+    if unsafe { libc::pthread_key_create(&mut key, None) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    KEY.store(key, SeqCst);
+    KEY_SET.store(true, SeqCst);
     crate::threads::spawn_blocked("gpuperf-signal", move || closing_thread(close))?;
     let mut installed = Vec::new();
     for sig in SIGNALS {
@@ -170,8 +238,8 @@ fn closing_thread(close: fn()) {
     unsafe { libc::write(DONE_W.load(SeqCst), b"!".as_ptr().cast(), 1) };
     let deferred = DEFERRED.load(SeqCst);
     if deferred != 0 {
-        // The thread it landed in may never leave its CUDA call; with the
-        // default disposition back, the signal ends the program now.
+        // With the default disposition back, the signal ends the program
+        // now, wherever its threads are (one may never leave a CUDA call).
         // SAFETY: kill has no memory preconditions.
         unsafe { libc::kill(libc::getpid(), deferred) };
     }
@@ -184,52 +252,58 @@ extern "C" fn on_signal(sig: libc::c_int) {
     let byte = sig as u8;
     // SAFETY: getpid is async-signal-safe.
     let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
-    // A forked child, whose trace is its parent's, wakes nobody.
-    if ours {
-        // Inside a CUDA call, maybe holding locks the close needs: taken at
-        // the call's exit (or by the closing thread), not here. Counted
-        // before the closing thread is woken, which waits for such calls.
-        let in_call = IN_CALL.with(Cell::get) > 0;
-        if in_call {
-            if PENDING.with(|p| p.replace(sig)) == 0 {
+    if !ours {
+        // A forked child, whose trace is its parent's: the signal's default.
+        // SAFETY: signal and raise are async-signal-safe.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    } else {
+        // SAFETY: pthread_getspecific reads the thread's key table without
+        // allocating or locking; the value is null or this thread's slot,
+        // which lives as long as the thread.
+        let slot = unsafe { libc::pthread_getspecific(KEY.load(SeqCst)) }.cast::<Slot>();
+        // SAFETY: as above.
+        if let Some(slot) = unsafe { slot.as_ref() }.filter(|s| s.in_call.load(Relaxed) > 0) {
+            // Inside a CUDA call, maybe holding locks the close needs: taken
+            // at the call's exit. Counted before the closing thread is woken,
+            // which waits for such calls.
+            if slot.pending.swap(sig, Relaxed) == 0 {
                 INTERRUPTED.fetch_add(1, SeqCst);
             }
-            DEFERRED.store(sig, SeqCst);
         }
+        DEFERRED.store(sig, SeqCst);
         // SAFETY: write is async-signal-safe, on a descriptor that stays open
         // for the life of the process. A full pipe (a second signal) is fine:
         // the closing thread is already awake.
         unsafe { libc::write(WAKE_W.load(SeqCst), (&raw const byte).cast(), 1) };
-        if in_call {
-            // SAFETY: as above.
-            unsafe { *libc::__errno_location() = errno };
-            return;
-        }
     }
-    wait_then_raise_from(sig, ours);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Waits for the trace to close, at most [`WAIT_MS`], then gives the signal its
-/// default course on this thread.
+/// Waits for the trace to close, at most [`WAIT_MS`], then gives the signal
+/// its default course on this thread. Never called in a signal handler.
 fn wait_then_raise(sig: libc::c_int) {
-    wait_then_raise_from(sig, true);
-}
-
-fn wait_then_raise_from(sig: libc::c_int, wait: bool) {
-    if wait {
-        let mut p = libc::pollfd {
-            fd: DONE_R.load(SeqCst),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll is async-signal-safe; `p` is a live pollfd.
-        unsafe { libc::poll(&mut p, 1, WAIT_MS) };
+    let mut p = libc::pollfd {
+        fd: DONE_R.load(SeqCst),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let deadline = crate::recorder::monotonic_ns() + WAIT_MS as u64 * 1_000_000;
+    loop {
+        let left_ms = deadline.saturating_sub(crate::recorder::monotonic_ns()) / 1_000_000;
+        // SAFETY: `p` is a live pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, left_ms as i32) };
+        // A second signal (`gpuperf` passes a Ctrl-C on to the program that
+        // the terminal already sent it) interrupts the wait, not the close.
+        if n >= 0 || left_ms == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted
+        {
+            break;
+        }
     }
-    // Whatever happened, the signal now takes its default course: raised on
-    // this thread (in a handler, blocked there until the handler returns).
-    // SAFETY: signal and raise are async-signal-safe.
+    // SAFETY: signal and raise have no memory preconditions.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);

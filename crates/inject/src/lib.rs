@@ -60,7 +60,9 @@
 //!
 //! # Files
 //! One trace per process, `gpuperf-PID.gputrace` by default, and a log of
-//! diagnostics beside it; see [`config`] for the variables. Every
+//! diagnostics beside it; see [`config`] for the variables. Both are created
+//! exclusively and never truncated: a name already taken gets `.1`, `.2`, …
+//! before its extension. Every
 //! `GPUPERF_FLUSH_MS` (500 ms) an unforced CUPTI flush hands over every buffer whose
 //! records are complete, so a process killed by SIGKILL keeps everything older than
 //! that, except records that share a 256 KiB CUPTI buffer with a kernel still
@@ -70,6 +72,33 @@
 //! Child processes that inherit `CUDA_INJECTION64_PATH` write their own file; a
 //! child forked without `exec` writes nothing. A second `InitializeInjection` in
 //! one process is ignored.
+//!
+//! # Guarantees at signals, exit and exec
+//! - **SIGINT and SIGTERM** (handled only under `GPUPERF_FLUSH_ON_SIGNAL=1`,
+//!   and only where the program left the default): the handler is
+//!   async-signal-safe on any thread, one that never made a CUDA call and is
+//!   inside `malloc` included. It reads no thread-local storage (glibc
+//!   allocates this library's on a thread's first access) and never waits:
+//!   gpuperf's closing thread closes the trace, then the signal is sent again
+//!   with its default action, and the program dies of it with the status it
+//!   would have had. Meanwhile no CUDA call starts (a thread that tries waits
+//!   for the close and dies of the signal, as does one that calls `exit`); a
+//!   call the signal landed in is waited for, up to 1 s, and recorded.
+//! - **Exit.** The trace is closed once, by the first of `exit`'s handler and
+//!   a signal's close; the other waits. Calls made after a thread's
+//!   thread-local state was destroyed (atexit handlers registered after CUDA
+//!   started, which `exit` runs after destroying the main thread's; destructors
+//!   of thread-specific data at thread exit) are recorded, through a state kept
+//!   by thread id, and counted in the log. Calls made after the final flush
+//!   (other threads while `exit` runs, static destructors, atexit handlers
+//!   registered before CUDA started) are counted, and a NOTE says how many.
+//!   Nothing but notes follows the `CLOSED` record.
+//! - **Exec.** An image that a process execs writes its own trace (its name
+//!   numbered, as its pid is the same); what the old image recorded up to its
+//!   last periodic flush stays in the first file, which is not closed. Readers
+//!   of a directory read both, the later image as a process of its own.
+//! - **`_exit`, SIGKILL:** no close; the file keeps what the last periodic
+//!   flush wrote, and readers report it as not closed.
 //!
 //! # Failure contract
 //! Nothing here prints to stdout, calls `exit`, or lets a panic cross into the
@@ -92,10 +121,11 @@
 //!   registering its own buffers and clock, and it disables the kinds when it
 //!   stops. gpuperf cannot prevent that and does not fight it; it notices (GPU
 //!   timestamps that are not CLOCK_MONOTONIC, which are then dropped and counted;
-//!   or, at exit, launches with no GPU record after the forced flush) and writes
-//!   the NOTE "GPU activity stopped after N launches: another CUPTI client (e.g.
-//!   torch.profiler) took over", which `gpuperf` prints in its summary. API
-//!   records keep coming; their GPU side is missing after that point.
+//!   or, at exit, launches, copies or memsets with no GPU record after the
+//!   forced flush) and writes the NOTE "GPU activity stopped after N launches,
+//!   copies and memsets: another CUPTI client (e.g. torch.profiler) took over",
+//!   which `gpuperf` prints in its summary. API records keep coming; their GPU
+//!   side is missing after that point.
 //! - **Set-up failing half-way.** When a step after `cuptiSubscribe` fails (CUPTI
 //!   refuses a callback id or an activity kind), every step already taken is
 //!   undone: the activity kinds gpuperf enabled are disabled and the subscription
@@ -127,7 +157,9 @@
 //!   other threads' callbacks, and allocates with `mmap` only (per-thread record
 //!   chunks, a lock-free table of distinct stacks, activity buffers allocated
 //!   ahead by the flush thread). A callback that re-enters gpuperf on the same
-//!   thread returns at once. The flush thread blocks all signals. Known
+//!   thread returns at once; so do CUDA calls on the flush thread (made by an
+//!   allocator that calls CUDA, when that thread allocates). The flush thread
+//!   blocks all signals. Known
 //!   exceptions, each once per thread or per `dlopen`: a thread's first
 //!   callback allocates its state (and glibc allocates the library's TLS block
 //!   on its first access), its first capture allocates its frame buffer, and a
@@ -135,7 +167,9 @@
 //!   module to the module table (reading only its headers; the whole table is
 //!   rebuilt on the flush thread, or on the capturing thread only when modules
 //!   were unloaded too). A stack taken in a signal handler continues through
-//!   the signal frame into the interrupted code, up to its root.
+//!   the signal frame into the interrupted code, up to its root. The module
+//!   table is re-read after a `dlclose` before a stack is identified: a
+//!   library loaded where an unloaded one was is a module of its own.
 //! - **Graphs.** Graph-node callbacks take a lock shared between threads, and
 //!   are outside the signal guarantee above. Nodes copied by instantiate,
 //!   clone and exec-update take no stack (they carry their original's); node
@@ -148,7 +182,8 @@
 //! - **No silent loss.** What is not recorded is counted, and the log's last
 //!   lines say how many: API calls that re-entered gpuperf, calls nested more
 //!   than 32 deep, records past a thread's 4 Mi cap, calls after the trace
-//!   closed (also a NOTE in the trace), stacks skipped for lack of stack or
+//!   closed (also a NOTE in the trace), calls recorded without their
+//!   thread's state (at exit), stacks skipped for lack of stack or
 //!   without an id (table full, contended), graph nodes not kept, and
 //!   everything CUPTI dropped.
 //!

@@ -1,11 +1,10 @@
 //! Diagnostics of the injection library. The profiled program owns the terminal,
 //! so messages go to a file unless `GPUPERF_INJECT_LOG=stderr` asks otherwise.
 
-use std::fs::File;
 use std::io::{self, Write};
 use std::sync::Mutex;
 
-use crate::config::LogTarget;
+use crate::config::{LogTarget, create_new};
 
 /// A diagnostics sink; writing never fails loudly.
 pub struct Log {
@@ -14,11 +13,13 @@ pub struct Log {
 }
 
 impl Log {
-    /// Opens the target; a file that cannot be created leaves the log silent.
+    /// Opens the target, a new file (never truncating one: see
+    /// [`crate::config::create_new`]); a file that cannot be created leaves
+    /// the log silent.
     pub fn open(target: &LogTarget, pid: u32) -> Self {
         let out: Option<Box<dyn Write + Send>> = match target {
             LogTarget::Stderr => Some(Box::new(io::stderr())),
-            LogTarget::File(p) => File::create(p).ok().map(|f| Box::new(f) as _),
+            LogTarget::File(p) => create_new(p).ok().map(|(f, _)| Box::new(f) as _),
         };
         Self {
             out: Mutex::new(out),

@@ -169,13 +169,19 @@ struct Stats {
     skipped_flushes: AtomicU64,
     /// Records whose timestamps are not CLOCK_MONOTONIC, not written.
     foreign_clock: AtomicU64,
-    /// Launch API records written.
+    /// API records written of calls that make GPU work (launches, copies,
+    /// memsets): each has a GPU record while our kinds are enabled.
     launches: AtomicU64,
     /// Calls not recorded: more than `MAX_OPEN` open on one thread.
     too_deep: AtomicU64,
     /// Recorded API calls made after the trace was closed (static destructors,
-    /// atexit handlers registered before CUDA started).
+    /// atexit handlers registered before CUDA started, other threads while
+    /// `exit` runs), counted from the shards they were left in.
     after_close: AtomicU64,
+    /// API calls recorded without the thread's state, which was destroyed
+    /// (atexit handlers after `exit` destroyed the main thread's, destructors
+    /// of thread-specific data).
+    stateless: AtomicU64,
     /// API calls whose callbacks arrived while the thread was inside gpuperf
     /// (a signal handler making CUDA calls): returned at once, not recorded.
     reentered: AtomicU64,
@@ -208,20 +214,28 @@ struct Sink {
     last_kernel: Option<StringId>,
     write_errors: u64,
     first_error: Option<String>,
+    /// The `CLOSED` record is written: only notes may follow.
+    closed: bool,
+    /// Records refused because they came after `CLOSED` (a flush that raced
+    /// with the exit path).
+    refused: u64,
 }
 
 impl Sink {
-    fn create(path: &Path, flags: u32) -> Result<Self> {
-        let file = File::create(path).map_err(|source| Error::Output {
+    /// Creates the trace at `path`, or at a free name beside it (see
+    /// [`crate::config::create_new`]); returns it and where it is.
+    fn create(path: &Path, flags: u32) -> Result<(Self, PathBuf)> {
+        let (file, path) = crate::config::create_new(path).map_err(|source| Error::Output {
             path: path.to_owned(),
             source,
         })?;
+        let path = path.as_path();
         let out = BufWriter::with_capacity(1 << 20, file);
         let writer = Writer::with_flags(out, flags).map_err(|source| Error::Output {
             path: path.to_owned(),
             source,
         })?;
-        Ok(Self {
+        let sink = Self {
             writer: Some(writer),
             strings: StringTable::new(),
             pid: std::process::id(),
@@ -232,10 +246,17 @@ impl Sink {
             last_kernel: None,
             write_errors: 0,
             first_error: None,
-        })
+            closed: false,
+            refused: 0,
+        };
+        Ok((sink, path.to_owned()))
     }
 
     fn write(&mut self, rec: &Record) {
+        if self.closed && !matches!(rec, Record::Note(_)) {
+            self.refused += 1;
+            return;
+        }
         let Some(w) = self.writer.as_mut() else {
             self.write_errors += 1;
             return;
@@ -253,7 +274,7 @@ impl Sink {
         let (Record::Api(a), Some(w)) = (rec, self.writer.as_mut()) else {
             return self.write(rec);
         };
-        if stack == 0 {
+        if stack == 0 || self.closed {
             return self.write(rec);
         }
         if let Err(e) = w.write_api(a, Some(stack), &self.strings) {
@@ -337,6 +358,15 @@ struct State {
     disabled: AtomicBool,
     /// Set once the exit path has written its last record.
     closed: AtomicBool,
+    /// Set when the exit path starts its final flush: calls from then on are
+    /// kept in their shards only to be counted (see `report_after_close`).
+    closing: AtomicBool,
+    /// Whether the exit path ran (or runs): a second one, a signal's close
+    /// during `exit`, waits for it and does nothing.
+    finished: Mutex<bool>,
+    /// The recorder state of threads whose own was destroyed (calls from
+    /// destructors at exit), by thread id, while they have calls open.
+    stateless: Mutex<Vec<(u32, Local)>>,
     /// The activity kinds enabled, to disable at exit.
     kinds: Mutex<Vec<u32>>,
     first_walk_error: Mutex<Option<String>>,
@@ -454,14 +484,42 @@ impl State {
             }
             return;
         }
-        let _ = LOCAL.try_with(|l| {
-            let mut l = l.borrow_mut();
+        let call = |l: &mut Local| {
             if site == ENTER {
-                self.enter(&mut l, domain, cbid, correlation_id, class);
+                self.enter(l, domain, cbid, correlation_id, class);
             } else {
-                self.exit(&mut l, correlation_id);
+                self.exit(l, correlation_id);
             }
-        });
+        };
+        if LOCAL.try_with(|l| call(&mut l.borrow_mut())).is_err() {
+            self.without_state(call, site == ENTER);
+        }
+    }
+
+    /// A call on a thread whose recorder state was destroyed: `exit` destroys
+    /// the main thread's before the atexit handlers registered after CUDA
+    /// started run, and a thread's before its thread-specific data's
+    /// destructors run. Such calls are recorded through a state kept here,
+    /// by thread id, while the thread has calls open; the shard it writes to
+    /// is drained as the others are.
+    fn without_state(&self, call: impl FnOnce(&mut Local), enter: bool) {
+        let tid = gettid();
+        let mut all = lock(&self.stateless);
+        let i = match all.iter().position(|(t, _)| *t == tid) {
+            Some(i) => i,
+            None => {
+                all.push((tid, Local::default()));
+                all.len() - 1
+            }
+        };
+        call(&mut all[i].1);
+        if enter {
+            self.stats.stateless.fetch_add(1, Relaxed);
+        }
+        if all[i].1.open.is_empty() {
+            // Its drop names the thread in its shard, as at a thread's exit.
+            all.swap_remove(i);
+        }
     }
 
     /// CUPTI reports an error it cannot recover from and stops itself.
@@ -538,7 +596,8 @@ impl State {
         // stacks hook: the calls that cause GPU work, and the waits for it, get
         // the caller's stack.
         let stack = match &self.stacks {
-            Some(st) if class.takes_stack() => {
+            // After the final flush the call is only counted.
+            Some(st) if class.takes_stack() && !self.closing.load(Relaxed) => {
                 // The first capture in a new module reads files.
                 let _no_cancel = NoCancel::new();
                 st.capture()
@@ -603,6 +662,13 @@ impl State {
             driver: o.domain == DRIVER,
             stack: o.stack,
         };
+        if self.closed.load(Relaxed) {
+            // Nothing will drain it: counted now, holding no memory. (Calls
+            // that came between the final flush and this are counted from
+            // their shards at unload.)
+            self.stats.after_close.fetch_add(1, Relaxed);
+            return;
+        }
         self.shard(l).push(Item::Api(rec));
     }
 
@@ -679,6 +745,12 @@ impl State {
             return;
         }
         let mut sink = lock(&self.sink);
+        if sink.closed {
+            // A flush that raced with the exit path: too late to write.
+            let n = api.len() as u64 + dropped;
+            self.stats.after_close.fetch_add(n, Relaxed);
+            return;
+        }
         for (nested, outer) in aliases {
             sink.add_alias(nested, outer);
         }
@@ -687,7 +759,9 @@ impl State {
             let rec = self.api_record(&mut sink, a);
             sink.write_api(&rec, a.stack);
             let domain = if a.driver { DRIVER } else { RUNTIME };
-            launches += u64::from(self.class(domain, a.cbid) == Class::Launch);
+            // Copies and memsets too: a program whose later work is only
+            // those must not hide that another client took over.
+            launches += u64::from(self.class(domain, a.cbid).fires_marker());
         }
         self.stats.api.fetch_add(api.len() as u64, Relaxed);
         self.stats.launches.fetch_add(launches, Relaxed);
@@ -863,7 +937,8 @@ impl State {
         }
         let n = self.stats.launches_at_last_record.load(Relaxed);
         let text = format!(
-            "GPU activity stopped after {n} launches: another CUPTI client (e.g. torch.profiler) took over"
+            "GPU activity stopped after {n} launches, copies and memsets: another CUPTI client \
+             (e.g. torch.profiler) took over"
         );
         self.log.line(&text);
         sink.note(text);
@@ -1021,7 +1096,9 @@ impl State {
             *lock(m) = true;
             cv.notify_all();
         }
-        if self.disabled.load(Relaxed) {
+        // One close: a signal's during `exit` waits here for the other.
+        let mut finished = lock(&self.finished);
+        if std::mem::replace(&mut *finished, true) || self.disabled.load(Relaxed) {
             return;
         }
         // Disabled first, so that the forced flush returns a final set: records
@@ -1032,6 +1109,7 @@ impl State {
             }
         }
         self.refresh_thread_names();
+        self.closing.store(true, Relaxed);
         self.flush(Flush::Final);
         if self.disabled.swap(true, Relaxed) {
             return;
@@ -1091,6 +1169,7 @@ impl State {
             sink.write_errors += 1;
             sink.first_error.get_or_insert_with(|| e.to_string());
         }
+        sink.closed = true;
         sink.flush();
         self.log.line(&format!(
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
@@ -1099,7 +1178,9 @@ impl State {
              {walk_errors} buffers cut short, {} flushes skipped in callbacks, \
              {} buffers from the reserve, {lost} lost for lack of memory, \
              {} API calls not recorded because they re-entered gpuperf (a signal \
-             handler's CUDA calls), {} calls not recorded (more than {MAX_OPEN} open on a thread)",
+             handler's CUDA calls), {} calls not recorded (more than {MAX_OPEN} open on a thread), \
+             {} calls recorded after their thread's state was destroyed (exit, thread-specific \
+             data destructors)",
             s.api.load(Relaxed),
             s.activities.load(Relaxed),
             s.buffers.load(Relaxed),
@@ -1113,6 +1194,7 @@ impl State {
             self.pool.reserve_used.load(Relaxed),
             s.reentered.load(Relaxed),
             s.too_deep.load(Relaxed),
+            s.stateless.load(Relaxed),
         ));
         if let Some(st) = &self.stacks {
             self.log.line(&st.summary());
@@ -1125,13 +1207,32 @@ impl State {
     /// Writes, to the log and as a NOTE, how many API calls came after the
     /// trace was closed.
     fn report_after_close(&self) {
-        let n = self.stats.after_close.swap(0, Relaxed);
-        if n == 0 || std::process::id() != self.pid {
+        if std::process::id() != self.pid || !self.closed.load(Relaxed) {
+            return;
+        }
+        // The calls made after the final flush are in their threads' shards.
+        let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
+        let mut left = 0;
+        for s in &shards {
+            let (taken, dropped) = s.take();
+            left += dropped;
+            taken.for_each(|it| left += u64::from(matches!(it, Item::Api(_))));
+        }
+        let n = self.stats.after_close.swap(0, Relaxed) + left;
+        let refused = std::mem::take(&mut lock(&self.sink).refused);
+        if refused > 0 {
+            self.log.line(&format!(
+                "{refused} records came after the trace was closed (a flush racing with the \
+                 exit path); not written"
+            ));
+        }
+        if n == 0 {
             return;
         }
         let text = format!(
-            "{n} API calls came after the trace was closed (static destructors, or atexit \
-             handlers registered before CUDA started); not recorded"
+            "{n} API calls came after the trace was closed (static destructors, atexit \
+             handlers registered before CUDA started, or other threads while the program \
+             exits); not recorded"
         );
         self.log.line(&text);
         lock(&self.sink).note(text);
@@ -1200,16 +1301,11 @@ unsafe fn on_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_voi
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(s) = STATE.get() else { return };
-        if !s.disabled.load(Relaxed) {
+        // After the exit path's final flush (static destructors, atexit
+        // handlers registered before CUDA started, other threads), calls go on
+        // into their shards, never written: counted at unload.
+        if !s.disabled.load(Relaxed) || s.closing.load(Relaxed) {
             s.on_api(domain, cbid, data);
-        } else if s.closed.load(Relaxed)
-            && s.class(domain, cbid).recorded()
-            // SAFETY: as above.
-            && unsafe { api_enter(domain, data) }
-        {
-            // A static destructor, or an atexit handler registered before CUDA
-            // started, runs after the trace was closed.
-            s.stats.after_close.fetch_add(1, Relaxed);
         }
     }));
 }
@@ -1323,6 +1419,12 @@ extern "C" fn at_exit() {
             s.finish();
         }
     });
+    // A SIGINT or SIGTERM is being handled: the program dies of it, not of
+    // `exit`, once the trace is closed, as it would have without gpuperf.
+    let sig = crate::interrupt::deferred();
+    if sig != 0 {
+        crate::interrupt::die_of(sig);
+    }
 }
 
 /// The exit path, run by the closing thread when SIGINT or SIGTERM is about to
@@ -1489,23 +1591,25 @@ pub fn initialize() -> bool {
         }
     }));
     let pid = std::process::id();
-    let config = Config::from_env(|k| std::env::var_os(k), pid);
-    let log = Log::open(&config.log, pid);
-    for w in &config.warnings {
-        log.line(w);
-    }
+    let mut config = Config::from_env(|k| std::env::var_os(k), pid);
     let (want_stacks, stacks_warning) = stacks::enabled(|k| std::env::var_os(k));
-    if let Some(w) = stacks_warning {
-        log.line(&w);
-    }
     let flags = gpuperf_merge::gputrace::FLAG_CLOSES
         | if want_stacks {
             gpuperf_merge::gputrace::FLAG_STACKS
         } else {
             0
         };
-    let mut sink = match Sink::create(&config.trace, flags) {
-        Ok(s) => s,
+    // The trace first: its name decides the default log's.
+    let created = Sink::create(&config.trace, flags);
+    if let Ok((_, actual)) = &created {
+        config.trace_created_as(actual.clone());
+    }
+    let log = Log::open(&config.log, pid);
+    for w in config.warnings.iter().chain(&stacks_warning) {
+        log.line(w);
+    }
+    let mut sink = match created {
+        Ok((s, _)) => s,
         Err(e) => {
             log.line(&format!("not recording: {e}"));
             return false;
@@ -1569,6 +1673,9 @@ pub fn initialize() -> bool {
         stop: (Mutex::new(false), Condvar::new()),
         disabled: AtomicBool::new(false),
         closed: AtomicBool::new(false),
+        closing: AtomicBool::new(false),
+        finished: Mutex::new(false),
+        stateless: Mutex::new(Vec::new()),
         kinds: Mutex::new(Vec::new()),
         first_walk_error: Mutex::new(None),
         pool: Pool::new(buffers::alloc_buffer),
@@ -1753,6 +1860,10 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     // CUDA calls must not run here, where the flush holds the sink and
     // stack-table locks its callbacks would take.
     let spawned = crate::threads::spawn_blocked("gpuperf-flush", move || {
+        // Inside gpuperf for good: a CUDA call that the program's allocator
+        // makes when this thread allocates (holding the sink or shard-list
+        // lock) returns at once, counted, instead of taking them again.
+        let _inside = Inside::enter();
         let (m, cv) = &s.stop;
         let mut stopped = lock(m);
         while !*stopped {
@@ -1785,7 +1896,7 @@ mod tests {
     fn kernel_names_are_compared_not_taken_from_the_pointer() {
         let dir = std::env::temp_dir().join(format!("gpuperf-sink-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut sink = Sink::create(&dir.join("t.gputrace"), 0).unwrap();
+        let (mut sink, _) = Sink::create(&dir.join("t.gputrace"), 0).unwrap();
         fn name(sink: &mut Sink, p: *const u8) -> StringId {
             // SAFETY: every caller passes null or a NUL-terminated buffer it owns.
             unsafe { sink.kernel_name(p.cast()) }

@@ -22,10 +22,12 @@
 //! the first time is copied into that table's preallocated arena, still without
 //! a lock or `malloc`; when the table is full the launch gets no stack id, and
 //! is counted. After a `dlopen` (the loader's counters say so), the first
-//! capture that finds a frame in a module loaded since adds just the new
-//! modules (reading their headers in place; it allocates), and the flush
-//! thread later folds them into a rebuilt table; a capture rebuilds the table
-//! itself only when modules were unloaded too (counted in the log). A thread's
+//! capture adds just the new modules (reading their headers in place; it
+//! allocates), and the flush thread later folds them into a rebuilt table;
+//! after a `dlclose` the first capture rebuilds the table itself (counted in
+//! the log), since a library loaded later may lie where the unloaded one was:
+//! a module is known by its address, path and build id, never by its address
+//! alone. A thread's
 //! first capture allocates its frame buffer. A stack taken in a signal handler
 //! goes on through the signal frame into the interrupted code.
 //!
@@ -410,21 +412,21 @@ impl Stacks {
         }
     }
 
-    /// Takes the calling thread's stack and returns its id (0 when the thread
-    /// is being torn down). Called inside the API-enter callback.
+    /// Takes the calling thread's stack and returns its id. Called inside the
+    /// API-enter callback.
     pub fn capture(&self) -> u32 {
+        // Built on the heap: `Box::new([…; N])` builds the array on the
+        // (maybe 16 KiB) stack first in unoptimized builds.
+        let fresh = || ThreadStacks {
+            frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+            scratch: Scratch::new(),
+        };
         THREAD
-            .try_with(|t| {
-                let mut t = t.borrow_mut();
-                // Built on the heap: `Box::new([…; N])` builds the array on the
-                // (maybe 16 KiB) stack first in unoptimized builds.
-                let t = t.get_or_insert_with(|| ThreadStacks {
-                    frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
-                    scratch: Scratch::new(),
-                });
-                self.capture_into(t)
-            })
-            .unwrap_or(0)
+            .try_with(|t| self.capture_into(t.borrow_mut().get_or_insert_with(fresh)))
+            // The thread's state is destroyed (a call from a destructor at
+            // thread exit, or from an atexit handler after `exit` began):
+            // buffers for this capture only.
+            .unwrap_or_else(|_| self.capture_into(&mut fresh()))
     }
 
     /// Captures and identifies the stack; everything after reading the
@@ -462,9 +464,16 @@ impl Stacks {
         scratch: &mut Scratch,
         may_refresh: bool,
     ) -> Option<u32> {
-        if may_refresh && c.end == StackEnd::ModuleNotInTable && self.unwinder.needs_refresh() {
-            // Only the modules loaded since are read; the flush thread folds
-            // them into the table later.
+        // Stale: modules were loaded or unloaded since the table was read.
+        // A frame in a new module ends the walk; but after an unload, a
+        // library loaded where the unloaded one was (the loader reuses the
+        // range) has frames the stale table places in the old one: so any
+        // stale capture refreshes and walks again, and the new file gets a
+        // module id of its own (modules are known by address, path and build
+        // id). Once per `dlopen` or `dlclose`.
+        if may_refresh && self.unwinder.needs_refresh() {
+            // Only the modules loaded since are read (the whole table after
+            // an unload); the flush thread folds them into the table later.
             let before = self.unwinder.stats().table_rebuilds;
             self.unwinder.add_loaded();
             if self.unwinder.stats().table_rebuilds != before {

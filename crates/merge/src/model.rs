@@ -410,6 +410,26 @@ pub enum Record {
     Thread(ThreadName),
 }
 
+impl Record {
+    /// The process the record belongs to.
+    pub fn pid_mut(&mut self) -> &mut u32 {
+        match self {
+            Record::Process(r) => &mut r.pid,
+            Record::Device(r) => &mut r.pid,
+            Record::Api(r) => &mut r.pid,
+            Record::Activity(r) => &mut r.pid,
+            Record::Dropped(r) => &mut r.pid,
+            Record::Overhead(r) => &mut r.pid,
+            Record::Note(r) => &mut r.pid,
+            Record::Module(r) => &mut r.pid,
+            Record::Stack(r) => &mut r.pid,
+            Record::CallStack(r) => &mut r.pid,
+            Record::GraphNode(r) => &mut r.pid,
+            Record::Thread(r) => &mut r.pid,
+        }
+    }
+}
+
 /// A module (executable, shared library) as the injection library saw it loaded;
 /// native frames of [`Stack`]s refer to it by [`Module::id`].
 #[derive(Clone, Debug, PartialEq, Eq)]

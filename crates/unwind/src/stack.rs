@@ -10,6 +10,14 @@
 //! the top of its stack, so a reused `pthread_t` means the same stack; the cached
 //! ranges are still checked against the stack pointer on every use. A thread
 //! keeps several ranges: coroutines and fibers run on stacks of their own.
+//!
+//! Threads that exit are never told to the table, so a program that keeps
+//! making threads would fill it, and every capture of its later threads would
+//! read `/proc/self/maps`. So a thread that finds its probe window full takes
+//! over one slot of it, round-robin: the slot's key is swapped first and its
+//! ranges cleared after, and a reader re-checks the key after reading a range
+//! (a seqlock), so that it never uses a range the new owner wrote. An evicted
+//! thread still alive reads the maps once more and takes a slot again.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -35,6 +43,8 @@ struct Slot {
 
 pub(crate) struct StackTable {
     slots: Box<[Slot]>,
+    /// Evictions so far, which picks the next victim in a full window.
+    evictions: AtomicUsize,
 }
 
 impl StackTable {
@@ -49,7 +59,10 @@ impl StackTable {
                 next: AtomicUsize::new(0),
             })
             .collect();
-        StackTable { slots }
+        StackTable {
+            slots,
+            evictions: AtomicUsize::new(0),
+        }
     }
 
     /// The calling thread's stack mapping `[lo, hi)` holding `sp`. The second value
@@ -57,50 +70,97 @@ impl StackTable {
     pub fn bounds(&self, sp: u64) -> (Option<(u64, u64)>, bool) {
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() } as usize;
+        self.bounds_of(me, sp, mapping_containing)
+    }
+
+    /// [`StackTable::bounds`] for the thread `me`, with `lookup` reading the
+    /// maps.
+    fn bounds_of(
+        &self,
+        me: usize,
+        sp: u64,
+        lookup: impl Fn(u64) -> Option<(u64, u64)>,
+    ) -> (Option<(u64, u64)>, bool) {
         let start = (me >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) % SLOTS;
+        let mut mine = None;
         for i in 0..PROBES {
             let slot = &self.slots[(start + i) % SLOTS];
             let mut key = slot.key.load(Ordering::Acquire);
             if key == 0 {
-                // Only this thread ever writes a slot keyed by its own pthread_t.
                 key = match slot
                     .key
                     .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
                 {
-                    Ok(_) => me,
+                    Ok(_) => {
+                        clear(slot);
+                        me
+                    }
                     Err(other) => other,
                 };
-                if key == me {
-                    for r in &slot.ranges {
-                        r.lo.store(0, Ordering::Relaxed);
-                        r.hi.store(0, Ordering::Relaxed);
-                    }
-                }
             }
-            if key != me {
-                continue;
+            if key == me {
+                mine = Some(slot);
+                break;
             }
-            for r in &slot.ranges {
-                let (lo, hi) = (r.lo.load(Ordering::Relaxed), r.hi.load(Ordering::Relaxed));
-                if lo <= sp && sp < hi {
-                    return (Some((lo, hi)), false);
-                }
-            }
-            // Not the thread's stack: a signal handler's alternate stack is
-            // tighter than the mapping it lies in (often the heap), and is not
-            // cached (the thread comes back to its own stack).
-            if let Some(alt) = alt_stack_holding(sp) {
-                return (Some(alt), false);
-            }
-            let found = mapping_containing(sp);
-            if let Some((lo, hi)) = found {
-                let i = slot.next.fetch_add(1, Ordering::Relaxed) % RANGES;
-                slot.ranges[i].lo.store(lo, Ordering::Relaxed);
-                slot.ranges[i].hi.store(hi, Ordering::Relaxed);
-            }
-            return (found, true);
         }
-        (mapping_containing(sp), true)
+        let slot = match mine {
+            Some(slot) => slot,
+            None => {
+                // The window is full of other threads, most of them gone:
+                // take one slot over.
+                let k = self.evictions.fetch_add(1, Ordering::Relaxed) % PROBES;
+                let slot = &self.slots[(start + k) % SLOTS];
+                let old = slot.key.load(Ordering::Acquire);
+                if slot
+                    .key
+                    .compare_exchange(old, me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    // Another thread took it meanwhile: look up without caching.
+                    return (lookup(sp), true);
+                }
+                // The key first, then the ranges: an old owner reading them
+                // meanwhile sees the key change and drops what it read.
+                std::sync::atomic::fence(Ordering::Release);
+                clear(slot);
+                slot
+            }
+        };
+        for r in &slot.ranges {
+            let (lo, hi) = (r.lo.load(Ordering::Relaxed), r.hi.load(Ordering::Relaxed));
+            std::sync::atomic::fence(Ordering::Acquire);
+            if slot.key.load(Ordering::Relaxed) != me {
+                // Taken over while reading: this range may be the new owner's.
+                return (lookup(sp), true);
+            }
+            if lo <= sp && sp < hi {
+                return (Some((lo, hi)), false);
+            }
+        }
+        // Not the thread's stack: a signal handler's alternate stack is
+        // tighter than the mapping it lies in (often the heap), and is not
+        // cached (the thread comes back to its own stack).
+        if let Some(alt) = alt_stack_holding(sp) {
+            return (Some(alt), false);
+        }
+        let found = lookup(sp);
+        // Stored even if the slot was just taken over: a range of this
+        // thread's stack mapping holds no other live thread's stack
+        // pointer, so its new owner never uses it.
+        if let Some((lo, hi)) = found {
+            let i = slot.next.fetch_add(1, Ordering::Relaxed) % RANGES;
+            slot.ranges[i].lo.store(lo, Ordering::Relaxed);
+            slot.ranges[i].hi.store(hi, Ordering::Relaxed);
+        }
+        (found, true)
+    }
+}
+
+/// Empties a slot's ranges (its key was just taken).
+fn clear(slot: &Slot) {
+    for r in &slot.ranges {
+        r.lo.store(0, Ordering::Relaxed);
+        r.hi.store(0, Ordering::Relaxed);
     }
 }
 
@@ -239,6 +299,32 @@ mod tests {
         assert!(scanned);
         assert_eq!(t.bounds(a), (Some((lo, hi)), false));
         std::hint::black_box(x);
+    }
+
+    /// Issue 39, item 6: threads that exit are never removed, so a program
+    /// that keeps making threads filled the table and every capture of its
+    /// later threads read `/proc/self/maps`. A later thread takes over a slot.
+    #[test]
+    fn a_table_full_of_gone_threads_still_caches_new_ones() {
+        let t = StackTable::new();
+        let maps = std::cell::Cell::new(0u32);
+        let lookup = |sp: u64| {
+            maps.set(maps.get() + 1);
+            Some((sp & !0xfff, (sp & !0xfff) + 0x1000))
+        };
+        // Threads with distinct descriptors, each capturing twice and gone.
+        let n = SLOTS * 3;
+        for k in 1..=n {
+            let me = k << 21;
+            let sp = (k as u64) << 24;
+            assert!(t.bounds_of(me, sp, lookup).1);
+            assert!(!t.bounds_of(me, sp + 8, lookup).1, "thread {k}");
+        }
+        assert_eq!(maps.get() as usize, n);
+        // The first thread, evicted long ago and still alive, reads the maps
+        // once more, and is cached again.
+        assert!(t.bounds_of(1 << 21, 1 << 24, lookup).1);
+        assert!(!t.bounds_of(1 << 21, 1 << 24, lookup).1);
     }
 
     #[test]

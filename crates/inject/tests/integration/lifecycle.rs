@@ -271,7 +271,7 @@ fn mock_second_cupti_client_taking_over_is_noted() {
     assert_eq!(
         notes(&records),
         [
-            "GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"
+            "GPU activity stopped after 100 launches, copies and memsets: another CUPTI client (e.g. torch.profiler) took over"
         ]
     );
 }
@@ -299,7 +299,7 @@ fn mock_second_cupti_client_changing_the_clock_is_noted() {
     assert_eq!(
         notes(&records),
         [
-            "GPU activity stopped after 100 launches: another CUPTI client (e.g. torch.profiler) took over"
+            "GPU activity stopped after 100 launches, copies and memsets: another CUPTI client (e.g. torch.profiler) took over"
         ]
     );
     let log = read_logs(dir.path());

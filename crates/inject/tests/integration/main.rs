@@ -8,4 +8,5 @@ mod host;
 mod hostile;
 mod lifecycle;
 mod python;
+mod safety;
 mod support;

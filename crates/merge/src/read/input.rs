@@ -16,6 +16,7 @@
 //! and operator stacks, nsys's call chains) are gathered in
 //! [`GpuInputs::launch_stacks`], which the join uses like a CPU trace.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -90,7 +91,7 @@ impl GpuInputs {
                     .map_err(io_err)?
                     .filter_map(|e| e.ok().map(|e| e.path()))
                     .collect();
-                files.sort();
+                files.sort_by_key(|f| recording_order(f));
                 let before = sources.len();
                 for f in files.into_iter().filter(|f| f.is_file()) {
                     let kind = sniff(&f)?;
@@ -180,6 +181,9 @@ impl GpuInputs {
         visit: &mut dyn FnMut(&Record, &StringTable),
     ) -> Result<GpuReadSummary> {
         let mut summary = GpuReadSummary::default();
+        // Recordings per pid so far: a process that execs itself keeps its pid
+        // and writes one file per image (see `image_pid`).
+        let mut images: HashMap<u32, u32> = HashMap::new();
         for source in &self.sources {
             match source {
                 Source::Binary(path) => {
@@ -188,12 +192,37 @@ impl GpuInputs {
                         path: path.clone(),
                         source,
                     })?;
+                    // The pid this file's records are given: its own, or an
+                    // image's (set at the file's PROCESS record).
+                    let mut pid_as: Option<(u32, u32)> = None;
+                    let mut renamed = |r: &Record, st: &StringTable| {
+                        if let Record::Process(p) = r {
+                            let n = images.entry(p.pid).or_insert(0);
+                            pid_as = (*n > 0).then(|| (p.pid, image_pid(p.pid, *n)));
+                            *n += 1;
+                        }
+                        match pid_as {
+                            Some((_, as_pid)) => {
+                                let mut r = r.clone();
+                                *r.pid_mut() = as_pid;
+                                visit(&r, st);
+                            }
+                            None => visit(r, st),
+                        }
+                    };
                     let stats = gputrace::read(
                         BufReader::with_capacity(1 << 20, file),
                         path,
                         strings,
-                        visit,
+                        &mut renamed,
                     )?;
+                    if let Some((pid, as_pid)) = pid_as {
+                        summary.notes.push(format!(
+                            "`{}`: pid {pid} again (a process that executed itself, or a \
+                             reused pid): shown as process {as_pid}",
+                            path.display()
+                        ));
+                    }
                     if stats.unclosed() {
                         summary.unclosed.push(path.clone());
                     }
@@ -232,6 +261,31 @@ impl GpuInputs {
         }
         Ok(summary)
     }
+}
+
+/// The pid given to the `n`th (from 1) further recording of process `pid`:
+/// above Linux's largest pid (2^22), so that it names no other process.
+pub fn image_pid(pid: u32, n: u32) -> u32 {
+    pid.wrapping_add(n << 22)
+}
+
+/// The order files of a directory are read in: by name, except that the
+/// injection library's numbered names for a taken one (`gpu-42.1.gputrace`,
+/// a process that executed itself) come after the first (`gpu-42.gputrace`).
+fn recording_order(path: &Path) -> (String, u32, String) {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(stem) = name.strip_suffix(".gputrace") {
+        if let Some((base, n)) = stem.rsplit_once('.')
+            && let Ok(n) = n.parse::<u32>()
+        {
+            return (format!("{base}.gputrace"), n, name);
+        }
+        return (name.clone(), 0, name);
+    }
+    (name.clone(), 0, name)
 }
 
 fn has_suffix(path: &Path, suffixes: &[&str]) -> bool {
@@ -396,5 +450,71 @@ mod tests {
         );
         assert!(matches!(sniff_bytes(b"hello\n"), Kind::Other(_)));
         assert!(matches!(sniff_bytes(b""), Kind::Other(m) if m == "it is empty"));
+    }
+
+    /// Issue 39, item 3: a process that executes itself writes one trace per
+    /// image under one pid (`gpu-42.gputrace`, then `gpu-42.1.gputrace`), with
+    /// correlation ids starting again. Both are read, the later image as a
+    /// process of its own, so that neither's calls meet the other's GPU work.
+    #[test]
+    fn two_recordings_of_one_pid_are_both_read_as_two_processes() {
+        use crate::model::{ApiCall, ApiDomain, Process};
+        let dir = tempfile::tempdir().unwrap();
+        let mut strings = StringTable::new();
+        let name = strings.intern("cudaLaunchKernel");
+        for (file, exe) in [
+            ("gpu-42.1.gputrace", "second"),
+            ("gpu-42.gputrace", "first"),
+        ] {
+            let mut w = gputrace::Writer::new(Vec::new()).unwrap();
+            for r in [
+                Record::Process(Process {
+                    pid: 42,
+                    ppid: 1,
+                    exe: exe.into(),
+                    start_ns: 1,
+                    start_realtime_ns: 0,
+                }),
+                Record::Api(ApiCall {
+                    pid: 42,
+                    tid: 42,
+                    start_ns: 2,
+                    end_ns: 3,
+                    correlation_id: 1,
+                    cbid: 211,
+                    domain: ApiDomain::Runtime,
+                    name,
+                }),
+            ] {
+                w.write(&r, &strings).unwrap();
+            }
+            fs::write(dir.path().join(file), w.into_inner()).unwrap();
+        }
+        let mut strings = StringTable::new();
+        let inputs = GpuInputs::open(&[dir.path().to_owned()], &mut strings).unwrap();
+        let mut seen = Vec::new();
+        let summary = inputs
+            .visit(&mut strings, &mut |r, _| match r {
+                Record::Process(p) => seen.push((p.exe.clone(), p.pid)),
+                Record::Api(a) => seen.push(("api".into(), a.pid)),
+                _ => {}
+            })
+            .unwrap();
+        let again = image_pid(42, 1);
+        assert_eq!(
+            seen,
+            [
+                ("first".into(), 42),
+                ("api".into(), 42),
+                ("second".into(), again),
+                ("api".into(), again),
+            ]
+        );
+        assert_eq!(summary.notes.len(), 1, "{:?}", summary.notes);
+        assert!(
+            summary.notes[0].contains(&format!("shown as process {again}")),
+            "{:?}",
+            summary.notes
+        );
     }
 }
