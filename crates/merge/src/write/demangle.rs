@@ -213,13 +213,14 @@ mod libiberty {
             if out.is_null() {
                 return None;
             }
-            // SAFETY: on success `out` is a NUL-terminated string that the caller
-            // owns; it is copied before it is freed, once, with `free`.
-            let s = unsafe {
-                let s = (status == 0).then(|| CStr::from_ptr(out).to_string_lossy().into_owned());
-                libc::free(out.cast());
-                s
-            };
+            let s = (status == 0).then(|| {
+                // SAFETY: a non-null result is a NUL-terminated string that the
+                // caller owns until it frees it, below.
+                let text = unsafe { CStr::from_ptr(out) };
+                text.to_string_lossy().into_owned()
+            });
+            // SAFETY: `out` was allocated with `malloc` and is freed once, here.
+            unsafe { libc::free(out.cast()) };
             s
         }
     }
