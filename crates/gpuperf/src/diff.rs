@@ -6,7 +6,7 @@ use std::io::{self, BufReader, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use gpuperf_merge::write::diff::{self, Change, Options, Profile};
+use gpuperf_merge::write::diff::{self, Change, KernelOverlap, Options, Profile};
 use gpuperf_merge::write::{folded, idle, svg};
 
 use crate::cli::DiffArgs;
@@ -42,6 +42,12 @@ pub fn run(a: &DiffArgs, quiet: bool) -> Result<()> {
         "ns"
     };
     let rows = diff::changes(&b, &f);
+    // Stacks are matched by name: two runs whose kernels are named apart
+    // (another tool's spelling, another program) would show every stack as
+    // changed, and nothing else would say why.
+    if let Some(w) = KernelOverlap::of(&b, &f).warning() {
+        tracing::warn!("{w}");
+    }
 
     let what = if a.idle { "idle time" } else { "GPU time" };
     let mut out = io::stdout().lock();

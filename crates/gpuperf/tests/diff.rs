@@ -288,3 +288,57 @@ fn diff_bad_inputs__one_line_error_naming_the_file() {
         "{err}"
     );
 }
+
+#[test]
+fn diff_runs_with_few_kernel_names_in_common__one_warning_line_naming_the_cause() {
+    let dir = work_dir("diff-names");
+    // One program's kernels, as gpuperf once spelled them and as PyTorch's
+    // profiler spells them: only the cheap kernel has the same name.
+    fs::write(
+        dir.join("ours.folded"),
+        "main;step;cudaLaunchKernel;[GPU_Kernel]void at::native::vectorized_elementwise_kernel<4, \
+         at::native::FillFunctor<int>, std::array<char*, (unsigned long)1>, false>(int, \
+         at::native::FillFunctor<int>, std::array<char*, (unsigned long)1>) 80\n\
+         main;step;cudaLaunchKernel;[GPU_Kernel]gemm(float*) 20\n",
+    )
+    .unwrap();
+    fs::write(
+        dir.join("torch.folded"),
+        "main;step;cudaLaunchKernel;[GPU_Kernel]void at::native::vectorized_elementwise_kernel<4, \
+         at::native::FillFunctor<int>, std::array<char*, 1ul>, false>(int, \
+         at::native::FillFunctor<int>, std::array<char*, 1ul>) 80\n\
+         main;step;cudaLaunchKernel;[GPU_Kernel]gemm(float*) 20\n",
+    )
+    .unwrap();
+    let o = diff(&dir, &["ours.folded".as_ref(), "torch.folded".as_ref()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let warnings: Vec<String> = text(&o.stderr)
+        .lines()
+        .filter(|l| l.contains("WARN"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", show(&o));
+    for part in [
+        "share few kernel names: 20% of BEFORE's kernel time and 20% of AFTER's",
+        "spell kernel names differently",
+        "or ran different programs",
+        "(heaviest only in BEFORE: `…, std::array<char*, (unsigned long)1>, false>(int, at::nativ…`; \
+         only in AFTER: `…, std::array<char*, 1ul>, false>(int, at::native::FillFuncto…`)",
+    ] {
+        assert!(
+            warnings[0].contains(part),
+            "`{part}` not in: {}",
+            warnings[0]
+        );
+    }
+    // The table still compares them: both stacks changed.
+    assert!(
+        text(&o.stdout).contains("2 of 3 stacks changed"),
+        "{}",
+        show(&o)
+    );
+    // A run against itself: no warning.
+    let o = diff(&dir, &["ours.folded".as_ref(), "ours.folded".as_ref()]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(!text(&o.stderr).contains("WARN"), "{}", show(&o));
+}

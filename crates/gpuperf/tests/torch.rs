@@ -331,33 +331,6 @@ fn report_counts(dir: &Path, args: &[&str]) -> BTreeMap<String, usize> {
     counts
 }
 
-/// A kernel name as c++filt and Kineto (`abi::__cxa_demangle`) spell it, from
-/// gpuperf's spelling: gpuperf's demangler writes integer template arguments as
-/// `(unsigned long)1` where they write `1ul`, and gives a function named inside
-/// a template argument its return type (`<…, void at::f<…>(…)::{lambda()#1}>`)
-/// where they do not. These are the known differences between the two sides
-/// (reported against crates/merge/src/demangle.rs); applied to both sides, so
-/// that any other difference still fails the comparison.
-fn as_cxa_demangles(name: &str) -> String {
-    let mut out = String::new();
-    let mut rest = name;
-    while let Some(i) = rest.find("(unsigned long)") {
-        let after = &rest[i + "(unsigned long)".len()..];
-        let digits = after.chars().take_while(char::is_ascii_digit).count();
-        if digits == 0 {
-            out.push_str(&rest[..i + 1]);
-            rest = &rest[i + 1..];
-            continue;
-        }
-        out.push_str(&rest[..i]);
-        out.push_str(&after[..digits]);
-        out.push_str("ul");
-        rest = &after[digits..];
-    }
-    out.push_str(rest);
-    out.replace(", void ", ", ").replace("<void ", "<")
-}
-
 /// (kernel, the test script's functions on its stack) of every folded line;
 /// `frame_function` names the script's function of a frame, or skips it.
 fn script_chains(
@@ -375,7 +348,7 @@ fn script_chains(
                 .filter(|f| f.contains(file))
                 .filter_map(&frame_function)
                 .collect();
-            Some((as_cxa_demangles(kernel), chain.join(">")))
+            Some((kernel.to_owned(), chain.join(">")))
         })
         .collect()
 }
@@ -423,15 +396,10 @@ fn torch_profiler_cross_check__same_kernels_names_and_script_functions_as_gpuper
         .unwrap();
     assert!(m.status.success(), "{}", show(&m));
 
-    // The same kernels, as many times each, spelled the same.
-    let ours: BTreeMap<String, usize> = report_counts(&dir, &["raw"])
-        .into_iter()
-        .map(|(n, c)| (as_cxa_demangles(&n), c))
-        .collect();
-    let theirs: BTreeMap<String, usize> = report_counts(&dir, &["-g", kineto.to_str().unwrap()])
-        .into_iter()
-        .map(|(n, c)| (as_cxa_demangles(&n), c))
-        .collect();
+    // The same kernels, as many times each, spelled the same: gpuperf demangles
+    // the names CUPTI gives, Kineto recorded them demangled.
+    let ours = report_counts(&dir, &["raw"]);
+    let theirs = report_counts(&dir, &["-g", kineto.to_str().unwrap()]);
     assert!(ours.values().sum::<usize>() > 20, "{ours:#?}");
     assert_eq!(
         ours, theirs,

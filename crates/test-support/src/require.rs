@@ -23,6 +23,9 @@ pub enum Need {
     /// `protoc`, to decode Perfetto traces by the published schema:
     /// `GPUPERF_REQUIRE_PROTOC`.
     Protoc,
+    /// binutils' `c++filt`, the spelling kernel names are checked against:
+    /// `GPUPERF_REQUIRE_CXXFILT`.
+    CxxFilt,
 }
 
 impl Need {
@@ -35,6 +38,7 @@ impl Need {
             Need::GoPprof => "GPUPERF_REQUIRE_GO_PPROF",
             Need::Chromium => "GPUPERF_REQUIRE_CHROMIUM",
             Need::Protoc => "GPUPERF_REQUIRE_PROTOC",
+            Need::CxxFilt => "GPUPERF_REQUIRE_CXXFILT",
         }
     }
 

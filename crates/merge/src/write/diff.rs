@@ -177,6 +177,18 @@ impl Profile {
         &self.stacks
     }
 
+    /// The weight under each kernel name (the stacks' `[GPU_Kernel]` frames).
+    fn kernel_weights(&self) -> BTreeMap<&str, u64> {
+        let mut out = BTreeMap::new();
+        for (s, w) in &self.stacks {
+            if let Some(k) = s.rsplit(';').find_map(|f| f.strip_prefix(KERNEL_FRAME)) {
+                let v: &mut u64 = out.entry(k).or_default();
+                *v = v.saturating_add(*w);
+            }
+        }
+        out
+    }
+
     /// Writes `stack weight` lines, for inferno's differential reader.
     fn folded(&self) -> Vec<u8> {
         let mut out = Vec::new();
@@ -237,6 +249,112 @@ pub fn changes(before: &Profile, after: &Profile) -> Vec<Change> {
             .then_with(|| a.stack.cmp(&b.stack))
     });
     rows
+}
+
+/// The folded frame that names a kernel: `[GPU_Kernel]` and its name.
+const KERNEL_FRAME: &str = "[GPU_Kernel]";
+
+/// How much of each run's kernel time is under kernel names that the other run
+/// has too: two runs of one program share nearly all of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelOverlap {
+    /// Kernel time (weight of stacks ending in a kernel) of the first run.
+    pub before_total: u64,
+    /// The part of it under kernel names that the second run has.
+    pub before_shared: u64,
+    /// Kernel time of the second run.
+    pub after_total: u64,
+    /// The part of it under kernel names that the first run has.
+    pub after_shared: u64,
+    /// The first run's heaviest kernel name that the second run lacks.
+    pub before_only: Option<String>,
+    /// The second run's heaviest kernel name that the first run lacks.
+    pub after_only: Option<String>,
+}
+
+impl KernelOverlap {
+    /// Compares the kernel names of two runs, by weight.
+    pub fn of(before: &Profile, after: &Profile) -> Self {
+        let (b, a) = (before.kernel_weights(), after.kernel_weights());
+        let side = |this: &BTreeMap<&str, u64>, other: &BTreeMap<&str, u64>| {
+            let total = this.values().fold(0u64, |t, w| t.saturating_add(*w));
+            let shared = this
+                .iter()
+                .filter(|(k, _)| other.contains_key(*k))
+                .fold(0u64, |t, (_, w)| t.saturating_add(*w));
+            let only = this
+                .iter()
+                .filter(|(k, _)| !other.contains_key(*k))
+                .max_by(|x, y| x.1.cmp(y.1).then_with(|| y.0.cmp(x.0)))
+                .map(|(k, _)| (*k).to_owned());
+            (total, shared, only)
+        };
+        let (before_total, before_shared, before_only) = side(&b, &a);
+        let (after_total, after_shared, after_only) = side(&a, &b);
+        Self {
+            before_total,
+            before_shared,
+            after_total,
+            after_shared,
+            before_only,
+            after_only,
+        }
+    }
+
+    /// Whether less than half of either run's kernel time is under names the
+    /// other run has (runs without kernels are not compared).
+    pub fn is_low(&self) -> bool {
+        let low = |shared: u64, total: u64| total > 0 && u128::from(shared) * 2 < u128::from(total);
+        self.before_total > 0
+            && self.after_total > 0
+            && (low(self.before_shared, self.before_total)
+                || low(self.after_shared, self.after_total))
+    }
+
+    /// One line saying that the runs share few kernel names and why that may
+    /// be, when [`KernelOverlap::is_low`].
+    pub fn warning(&self) -> Option<String> {
+        if !self.is_low() {
+            return None;
+        }
+        let pct = |shared: u64, total: u64| shared as f64 * 100.0 / total as f64;
+        let (b, a) = (
+            self.before_only.as_deref().unwrap_or(""),
+            self.after_only.as_deref().unwrap_or(""),
+        );
+        // Show each name from a little before where the two first differ.
+        let same = b
+            .char_indices()
+            .zip(a.chars())
+            .find(|((_, x), y)| x != y)
+            .map_or(b.len().min(a.len()), |((i, _), _)| i);
+        let excerpt = |n: &str| {
+            let from = n[..same.min(n.len())]
+                .char_indices()
+                .rev()
+                .nth(19)
+                .map_or(0, |(i, _)| i);
+            let mut e: String = n[from..].chars().take(60).collect();
+            if from > 0 {
+                e.insert(0, '…');
+            }
+            if n[from..].chars().count() > 60 {
+                e.push('…');
+            }
+            e
+        };
+        Some(format!(
+            "BEFORE and AFTER share few kernel names: {:.0}% of BEFORE's kernel time and {:.0}% of AFTER's \
+             is under names the other has, so stacks differ by kernel name alone; the two runs spell \
+             kernel names differently (another demangler or profiler) or ran different programs \
+             (heaviest only in BEFORE: `{}`; only in AFTER: `{}`)",
+            pct(self.before_shared, self.before_total),
+            pct(self.after_shared, self.after_total),
+            excerpt(b),
+            excerpt(a),
+        ))
+    }
 }
 
 /// The lines of a differential flamegraph, `stack before after`, as inferno's
@@ -375,6 +493,73 @@ mod tests {
             "`x.folded` is not a folded stacks file (line 2 is \"main;b x\", not `stack weight`)"
         );
         assert!(read_folded("1234\n".as_bytes(), Path::new("y")).is_err());
+    }
+
+    #[test]
+    fn kernel_overlap__low_when_either_run_has_most_time_under_names_the_other_lacks() {
+        let o = Options::default();
+        let before = Profile::from_lines(
+            [
+                ("main;a;[GPU_Kernel]std::array<char*, 3ul>", 60),
+                ("main;b;[GPU_Kernel]k(int)", 40),
+                ("main;c;[GPU_Idle: CPU late]", 500),
+            ],
+            &o,
+        );
+        // The same program, another spelling of its heaviest kernel.
+        let after = Profile::from_lines(
+            [
+                ("main;a;[GPU_Kernel]std::array<char*, (unsigned long)3>", 60),
+                ("main;b;[GPU_Kernel]k(int)", 40),
+            ],
+            &o,
+        );
+        let k = KernelOverlap::of(&before, &after);
+        assert_eq!(
+            (
+                k.before_total,
+                k.before_shared,
+                k.after_total,
+                k.after_shared
+            ),
+            (100, 40, 100, 40)
+        );
+        assert_eq!(k.before_only.as_deref(), Some("std::array<char*, 3ul>"));
+        let w = k.warning().unwrap();
+        assert!(!w.contains('\n'), "{w}");
+        assert!(
+            w.starts_with("BEFORE and AFTER share few kernel names: 40% of BEFORE's kernel time and 40% of AFTER's"),
+            "{w}"
+        );
+        assert!(w.contains("spell kernel names differently"), "{w}");
+        assert!(
+            w.ends_with(
+                "(heaviest only in BEFORE: `std::array<char*, 3ul>`; \
+                 only in AFTER: `std::array<char*, (unsigned long)3>`)"
+            ),
+            "{w}"
+        );
+        // Half or more shared on both sides: no warning; nor without kernels.
+        let after = Profile::from_lines(
+            [
+                ("main;a;[GPU_Kernel]std::array<char*, 3ul>", 50),
+                ("main;d;[GPU_Kernel]new()", 50),
+            ],
+            &o,
+        );
+        assert_eq!(KernelOverlap::of(&before, &after).warning(), None);
+        let idle = Profile::from_lines([("main;c;[GPU_Idle: CPU late]", 5)], &o);
+        assert_eq!(KernelOverlap::of(&idle, &idle).warning(), None);
+        assert_eq!(KernelOverlap::of(&before, &idle).warning(), None);
+        // One side's time mostly elsewhere is enough.
+        let after = Profile::from_lines(
+            [
+                ("main;a;[GPU_Kernel]std::array<char*, 3ul>", 10),
+                ("main;d;[GPU_Kernel]new()", 90),
+            ],
+            &o,
+        );
+        assert!(KernelOverlap::of(&before, &after).is_low());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub const CAPTURED_MARKER: &str = "launch captured into a CUDA graph";
 
 pub mod chrome;
 mod demangle;
+pub use demangle::demangle;
 pub mod diff;
 pub mod driver;
 pub mod folded;

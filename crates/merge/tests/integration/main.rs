@@ -15,6 +15,7 @@ mod driver;
 mod idle;
 mod imported;
 mod join;
+mod names;
 mod nsys;
 mod perfetto;
 mod scenario;
