@@ -369,6 +369,43 @@ fn sim_teardown_at_exit__contexts_destroyed_before_the_recorders_exit_handler_ev
 }
 
 #[test]
+fn sim_per_thread_buffers__requested_inside_each_threads_launches_every_kernel_kept() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("per-thread-buffers");
+    // 12 threads, each filling more than one 4 MiB buffer of its own (about
+    // 19 000 kernel records): more buffers requested at once, on the launching
+    // threads, than the recorder allocates ahead.
+    let (threads, per_thread) = (12, 25_000);
+    let o = gpuperf(&dir)
+        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["threads", &threads.to_string(), &per_thread.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    assert_eq!(rec.kernels().len(), threads * per_thread, "{}", show(&o));
+    let log: String = std::fs::read_dir(dir.join("raw"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    let buffers: usize = log
+        .split(" buffers, ")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(buffers >= 2 * threads, "{buffers} buffers: {log}");
+}
+
+#[test]
 fn sim_injection_log__simulated_cupti_accepts_every_callback_the_recorder_enables() {
     // Real CUPTI accepts callbacks in every domain it has (STATE's fatal errors
     // included); the injection library's log says so when one is refused.
