@@ -1615,6 +1615,30 @@ static void ctx_retire(struct ctx *c) {
         tls_ctx = NULL;
 }
 
+static atomic_int g_torn_down;
+
+GPUSIM_EXPORT void gpusim_teardown_contexts(void) {
+    for (;;) {
+        pthread_mutex_lock(&g_mu);
+        struct ctx *c = g_ctxs;
+        while (c && !c->live)
+            c = c->next;
+        pthread_mutex_unlock(&g_mu);
+        if (!c)
+            break;
+        /* CONTEXT_DESTROY_STARTING, the context's work waited for, then gone. */
+        ctx_retire(c);
+        if (c->primary) {
+            pthread_mutex_lock(&g_mu);
+            c->dev->primary_refs = 0;
+            pthread_mutex_unlock(&g_mu);
+        }
+    }
+    atomic_store(&g_torn_down, 1);
+}
+
+GPUSIM_EXPORT int gpusim_torn_down(void) { return atomic_load(&g_torn_down); }
+
 DRV(cuDevicePrimaryCtxRelease, (CUdevice dev), (dev)) {
     ENTER(cuDevicePrimaryCtxRelease, dev);
     if (BAD_DEVICE(dev))

@@ -149,5 +149,9 @@ GPUSIM_EXPORT void gpusim_api_end(struct gpusim_api *call);
 /* Runs cuInit's work once: the CUDA_INJECTION64_PATH library is loaded here. */
 GPUSIM_EXPORT int gpusim_init(void);
 GPUSIM_EXPORT int gpusim_initialized(void);
+/* Simulated: the runtime's teardown at exit (GPUSIM_TEARDOWN_AT_EXIT=1): destroys
+ * every live context as cuCtxDestroy does; gpusim_torn_down() is 1 afterwards. */
+GPUSIM_EXPORT void gpusim_teardown_contexts(void);
+GPUSIM_EXPORT int gpusim_torn_down(void);
 
 #endif

@@ -164,6 +164,27 @@ typedef struct { cudaKernel_t *kernelPtr; const void *entryFuncAddr; } __cudaGet
 static __thread int tls_device;
 static __thread cudaError_t tls_last_error;
 
+/* Simulated: with GPUSIM_TEARDOWN_AT_EXIT=1 the runtime destroys its contexts at
+ * process exit, in an atexit handler registered once the driver is initialized,
+ * so after the one a CUPTI tool registers from InitializeInjection: it runs
+ * first (atexit handlers run in reverse order), as a real runtime's teardown
+ * may. The tool sees CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING for each
+ * context, then its exit handler runs with no context left. */
+static void teardown_at_exit(void) { gpusim_teardown_contexts(); }
+
+static void register_teardown(void) {
+    const char *e = getenv("GPUSIM_TEARDOWN_AT_EXIT");
+    if (e && strcmp(e, "1") == 0)
+        atexit(teardown_at_exit);
+}
+
+static void rt_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    gpusim_init();
+    if (gpusim_initialized())
+        pthread_once(&once, register_teardown);
+}
+
 #define ENTER_(name, sym, ...)                                                         \
     cudaError_t ret_ = cudaSuccess;                                                    \
     CAT(RT_PARAMS_, name) params_ = {__VA_ARGS__};                                     \
@@ -173,7 +194,7 @@ static __thread cudaError_t tls_last_error;
 /* Initializes the driver (cuInit's work, injection included) and makes the
  * primary context of the thread's device current, then reports the call. */
 #define ENTER_SYM(name, sym, ...)                                                      \
-    gpusim_init();                                                                     \
+    rt_init();                                                                         \
     int ctx_ok_ = gpusim_runtime_device(tls_device) == 0;                              \
     ENTER_(name, sym, __VA_ARGS__);                                                    \
     if (!ctx_ok_)                                                                      \
@@ -181,7 +202,7 @@ static __thread cudaError_t tls_last_error;
 #define ENTER(name, ...) ENTER_SYM(name, NULL, __VA_ARGS__)
 /* For calls that need no device. */
 #define ENTER_NOCTX(name, ...)                                                         \
-    gpusim_init();                                                                     \
+    rt_init();                                                                         \
     ENTER_(name, NULL, __VA_ARGS__)
 #define RETURN(e)                                                                      \
     do {                                                                               \

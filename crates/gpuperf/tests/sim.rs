@@ -334,6 +334,78 @@ fn sim_gpu_backlog__periodic_flushes_keep_every_kernel_end() {
 }
 
 #[test]
+fn sim_teardown_at_exit__contexts_destroyed_before_the_recorders_exit_handler_every_kernel_kept() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("teardown-at-exit");
+    // The program's 40 kernels are done but unflushed when it returns from
+    // main (no periodic flush in a minute); the simulated runtime then destroys
+    // its context in an atexit handler that runs before the recorder's, whose
+    // exit handler finds no context. A flush there hangs on the simulation, as
+    // CUPTI tools have hung on real drivers: the time limit catches it.
+    let o = Command::new("timeout")
+        .args(["-k", "5", "45"])
+        .arg(env!("CARGO_BIN_EXE_gpuperf"))
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .env_remove("CUDA_INJECTION64_PATH")
+        .env("GPUSIM_TEARDOWN_AT_EXIT", "1")
+        .env("GPUPERF_FLUSH_MS", "60000")
+        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["chevron", "20", "3"])
+        .output()
+        .unwrap();
+    // The program's own exit code, passed on by gpuperf; 124 or a signal: the
+    // time limit ended it.
+    assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    assert!(text(&o.stdout).contains("launched 40"), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    assert_eq!(rec.kernels().len(), 40, "{}", show(&o));
+}
+
+#[test]
+fn sim_per_thread_buffers__requested_inside_each_threads_launches_every_kernel_kept() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let dir = work_dir("per-thread-buffers");
+    // 12 threads, each filling more than one 4 MiB buffer of its own (about
+    // 19 000 kernel records): more buffers requested at once, on the launching
+    // threads, than the recorder allocates ahead.
+    let (threads, per_thread) = (12, 25_000);
+    let o = gpuperf(&dir)
+        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
+        .arg(sim(&cuda).join("libcupti.so.13"))
+        .arg("--")
+        .arg(&app)
+        .args(["threads", &threads.to_string(), &per_thread.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    rec.check_invariants();
+    assert_eq!(rec.kernels().len(), threads * per_thread, "{}", show(&o));
+    let log: String = std::fs::read_dir(dir.join("raw"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    let buffers: usize = log
+        .split(" buffers, ")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(buffers >= 2 * threads, "{buffers} buffers: {log}");
+}
+
+#[test]
 fn sim_injection_log__simulated_cupti_accepts_every_callback_the_recorder_enables() {
     // Real CUPTI accepts callbacks in every domain it has (STATE's fatal errors
     // included); the injection library's log says so when one is refused.

@@ -15,14 +15,17 @@ use std::alloc::Layout;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 
-/// Size of each activity buffer. A periodic (unforced) flush only returns
-/// buffers whose records are all complete, so one long kernel holds back every
-/// record that shares its buffer: 256 KiB holds about 1200 kernel records (216
-/// bytes each in CUDA 13), which bounds that delay. At a launch-bound 500 000
-/// launches/s a buffer fills every ~2.5 ms, i.e. ~400 buffers per second, each
-/// one allocation and one decoding pass. CUDA 13 keeps a buffer per launching
-/// thread, so 2 MiB buffers would also cost a 64-thread process 128 MiB.
-pub const BUFFER_SIZE: usize = 256 << 10;
+/// Size of each activity buffer: 4 MiB, within the 1-10 MB CUPTI advises, and
+/// Kineto's size. Smaller buffers mean more requests, and CUDA 13 keeps a buffer
+/// per launching thread, requested on that thread inside a launch. The cost is
+/// memory: each thread that launches holds up to one buffer in CUPTI, so a
+/// process with 64 launching threads may hold 256 MiB of buffers (resident as
+/// CUPTI writes them), and the buffers allocated ahead and in reserve take 24
+/// MiB of address space. A periodic (unforced) flush only returns buffers whose
+/// records are all complete, so one long kernel holds back every record that
+/// shares its buffer, up to about 19 000 kernel records (216 bytes each in CUDA
+/// 13), until it ends; a forced flush at exit still returns them.
+pub const BUFFER_SIZE: usize = 4 << 20;
 /// Buffers kept for when allocation fails.
 const RESERVE: usize = 2;
 /// Buffers allocated ahead of requests.

@@ -65,10 +65,13 @@
 //! before its extension. Every
 //! `GPUPERF_FLUSH_MS` (500 ms) an unforced CUPTI flush hands over every buffer whose
 //! records are complete, so a process killed by SIGKILL keeps everything older than
-//! that, except records that share a 256 KiB CUPTI buffer with a kernel still
-//! running: they wait for it. The one forced flush comes at exit, after the
-//! activity kinds are disabled; GPU work still running then comes back without an
-//! end and is counted as dropped (`incomplete`), never written with a wrong end.
+//! that, except records that share a 4 MiB CUPTI buffer with a kernel still
+//! running: they wait for it. A forced flush comes at exit, before the activity
+//! kinds are disabled, or earlier, while the last context is being destroyed (a
+//! CUDA runtime may destroy its contexts at exit before gpuperf's handler runs,
+//! and no flush is made once no context is left: CUPTI tools have hung there);
+//! GPU work still running then comes back without an end and is counted as
+//! dropped (`incomplete`), never written with a wrong end.
 //! Child processes that inherit `CUDA_INJECTION64_PATH` write their own file; a
 //! child forked without `exec` writes nothing. A second `InitializeInjection` in
 //! one process is ignored.
@@ -201,8 +204,9 @@
 //! instantiations.
 //! Memory: 256 KiB of address space per unwind cache for its stack, 64 KiB
 //! chunks per thread for records between flushes (unmapped after each), 96 MiB
-//! of address space (resident as used) for distinct stacks, and 4 activity
-//! buffers of 256 KiB allocated ahead.
+//! of address space (resident as used) for distinct stacks, 4 activity buffers
+//! of 4 MiB allocated ahead and 2 in reserve, and up to one 4 MiB buffer in
+//! CUPTI per thread that launches (see `buffers::BUFFER_SIZE`).
 
 mod api;
 mod buffers;

@@ -24,7 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -64,7 +64,8 @@ const CONTEXT_DESTROY: u32 =
     CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32;
 /// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: also returns buffers holding records of
 /// work still running, which are then delivered with `end = 0` and never again.
-/// Used once, at exit, after the kinds are disabled.
+/// Used at exit, before the kinds are disabled, and when the last context is
+/// destroyed.
 const FLUSH_FORCED: u32 = 1;
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
@@ -197,6 +198,9 @@ enum Flush {
     /// `cudaDeviceReset` or context teardown, inside a CUPTI callback: unforced,
     /// and skipped when another flush is running.
     InCallback,
+    /// The last live context is being destroyed, inside its callback: forced
+    /// (no flush may follow without a context), skipped like `InCallback`.
+    LastContext,
     /// The exit path: forced.
     Final,
 }
@@ -356,6 +360,13 @@ struct State {
     flush_lock: Mutex<()>,
     stop: (Mutex<bool>, Condvar),
     disabled: AtomicBool,
+    /// Contexts created and not yet being destroyed.
+    live_contexts: AtomicU32,
+    /// Every context is gone and CUPTI's buffers were force-flushed while the
+    /// last one lived: no flush is made until a context is created again. A
+    /// CUDA runtime may destroy its contexts at exit before our handler runs,
+    /// and CUPTI tools have hung flushing with no context left.
+    torn_down: AtomicBool,
     /// Set once the exit path has written its last record.
     closed: AtomicBool,
     /// Set when the exit path starts its final flush: calls from then on are
@@ -409,8 +420,22 @@ impl State {
     fn on_api(&self, domain: u32, cbid: u32, data: *const c_void) {
         if domain == RESOURCE {
             if cbid == CONTEXT_DESTROY {
-                self.flush(Flush::InCallback);
-            } else if cbid == CONTEXT_CREATED && !data.is_null() {
+                // The context still lives: the last one's destruction is the
+                // last chance to flush everything (see `torn_down`).
+                let before = self
+                    .live_contexts
+                    .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)))
+                    .unwrap_or(0);
+                self.flush(if before == 1 {
+                    Flush::LastContext
+                } else {
+                    Flush::InCallback
+                });
+            } else if cbid == CONTEXT_CREATED {
+                self.live_contexts.fetch_add(1, Relaxed);
+                self.torn_down.store(false, Relaxed);
+            }
+            if cbid == CONTEXT_CREATED && !data.is_null() {
                 // SAFETY: for resource callbacks CUPTI passes a
                 // `CUpti_ResourceData`, whose first field is the context.
                 let context = unsafe { data.cast::<*mut c_void>().read_unaligned() };
@@ -1070,7 +1095,7 @@ impl State {
             // progress on another thread waits for inside cuptiActivityFlushAll:
             // waiting for that flush here would deadlock. It is skipped instead;
             // the flush in progress hands over what is complete.
-            Flush::InCallback => match self.flush_lock.try_lock() {
+            Flush::InCallback | Flush::LastContext => match self.flush_lock.try_lock() {
                 Ok(g) => g,
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(TryLockError::WouldBlock) => {
@@ -1080,9 +1105,13 @@ impl State {
             },
             Flush::Periodic | Flush::Final => lock(&self.flush_lock),
         };
-        let flag = if how == Flush::Final { FLUSH_FORCED } else { 0 };
-        if let Err(e) = self.cupti.flush_all(flag) {
+        let forced = matches!(how, Flush::Final | Flush::LastContext);
+        if self.torn_down.load(Relaxed) {
+            // Nothing is left in CUPTI, and no context to flush with.
+        } else if let Err(e) = self.cupti.flush_all(if forced { FLUSH_FORCED } else { 0 }) {
             self.log.line(&e.to_string());
+        } else if how == Flush::LastContext {
+            self.torn_down.store(true, Relaxed);
         }
         self.drain_shards();
         lock(&self.sink).flush();
@@ -1101,16 +1130,18 @@ impl State {
         if std::mem::replace(&mut *finished, true) || self.disabled.load(Relaxed) {
             return;
         }
-        // Disabled first, so that the forced flush returns a final set: records
-        // of work still running come back incomplete and are counted.
+        self.refresh_thread_names();
+        // Flushed first, then disabled (whether disabling a kind gives up the
+        // records of work still running is undocumented): records of work
+        // still running come back incomplete and are counted. Records made
+        // between the two arrive late, if ever, and are counted then.
+        self.closing.store(true, Relaxed);
+        self.flush(Flush::Final);
         for kind in lock(&self.kinds).drain(..) {
             if let Err(e) = self.cupti.activity_disable(kind) {
                 self.log.line(&e.to_string());
             }
         }
-        self.refresh_thread_names();
-        self.closing.store(true, Relaxed);
-        self.flush(Flush::Final);
         if self.disabled.swap(true, Relaxed) {
             return;
         }
@@ -1672,6 +1703,8 @@ pub fn initialize() -> bool {
         flush_lock: Mutex::new(()),
         stop: (Mutex::new(false), Condvar::new()),
         disabled: AtomicBool::new(false),
+        live_contexts: AtomicU32::new(0),
+        torn_down: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         closing: AtomicBool::new(false),
         finished: Mutex::new(false),

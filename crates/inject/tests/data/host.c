@@ -190,6 +190,8 @@ static void *stress_teardown(void *arg) {
     (void)arg;
     while (!stop_stress) {
         mock_context_destroy();
+        /* Launches need a context: CUDA makes one again (CONTEXT_CREATED). */
+        mock_context_create(1, 0);
         usleep(teardown_us);
     }
     return NULL;
@@ -232,8 +234,9 @@ static void out_of_memory(void) {
     for (uint32_t c = 1; c <= 100; c++) launch(211, c, "_Z6beforev");
     usleep(100 * 1000);
     refuse_large = 1;
-    /* More buffers than the library allocates ahead of requests. */
-    for (uint32_t c = 101; c <= 12100; c++) launch(211, c, "_Z6squeezev");
+    /* More buffers than the library allocates ahead of requests (4 MiB each,
+     * about 19 000 kernel records). */
+    for (uint32_t c = 101; c <= 200100; c++) launch(211, c, "_Z6squeezev");
     usleep(100 * 1000);
     refuse_large = 0;
     printf("oom launches done\n");
