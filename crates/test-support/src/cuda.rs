@@ -14,6 +14,31 @@ use crate::process::run_ok;
 use crate::require::Need;
 use crate::test_data;
 
+/// The simulated CUDA runtime (`sim/build.sh`), built once per test process
+/// into a directory every user can read: `libcuda.so.1`, `libcudart.so.13`,
+/// `libcupti.so.13` and the rest `sim/build.sh` makes.
+pub fn sim(cuda: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = &*built {
+        return d.clone();
+    }
+    let dir = crate::scratch::shared_dir("sim");
+    run_ok(
+        Command::new("bash")
+            .arg(crate::repo().join("sim/build.sh"))
+            .arg(&dir)
+            .env("CUDA_INCLUDE", cuda.join("include")),
+        "sim/build.sh",
+    );
+    for f in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let _ = std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o755));
+    }
+    *built = Some(dir.clone());
+    dir
+}
+
 /// Python's `site-packages` (sysconfig's `purelib`), where pip puts the wheels.
 pub fn site_packages() -> Option<PathBuf> {
     let o = Command::new("python3")

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use gpuperf_merge::model::{Activity, ActivityKind, ApiCall, Record, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_test_support::cc::Gcc;
-pub use gpuperf_test_support::cuda::{cuda13, nvcc};
+pub use gpuperf_test_support::cuda::{cuda13, nvcc, sim};
 use gpuperf_test_support::process::{as_user, run_ok};
 pub use gpuperf_test_support::process::{show, text};
 pub use gpuperf_test_support::require::is_root;
@@ -88,29 +88,6 @@ pub fn as_sudo_from_nobody(c: &mut Command) -> &mut Command {
 
 fn repo() -> PathBuf {
     gpuperf_test_support::repo()
-}
-
-/// The simulated CUDA runtime, built once per test binary into a directory every
-/// user can read: `libcuda.so.1`, `libcudart.so.13`, `libcupti.so.13`.
-pub fn sim(cuda: &Path) -> PathBuf {
-    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(d) = &*built {
-        return d.clone();
-    }
-    let dir = shared_dir("sim");
-    run_ok(
-        Command::new("bash")
-            .arg(repo().join("sim/build.sh"))
-            .arg(&dir)
-            .env("CUDA_INCLUDE", cuda.join("include")),
-        "sim/build.sh",
-    );
-    for f in fs::read_dir(&dir).unwrap().flatten() {
-        let _ = fs::set_permissions(f.path(), fs::Permissions::from_mode(0o755));
-    }
-    *built = Some(dir.clone());
-    dir
 }
 
 /// `sim/tests/sim_app.cu`, built by nvcc against the simulated runtime.

@@ -4,34 +4,12 @@
 //! Needs NVIDIA's CUDA 13 wheels (headers); skips without them unless
 //! `GPUPERF_REQUIRE_CUDA_WHEELS=1`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::Mutex;
 
-use gpuperf_test_support::cuda::cuda13;
-use gpuperf_test_support::process::run_ok;
-use gpuperf_test_support::repo;
+use gpuperf_test_support::cuda::{cuda13, sim};
 
-use crate::support::{assert_in_order, gcc, parse, probe, run, tmp};
-
-/// The simulated runtime, built once per test process.
-fn sim(cuda: &Path) -> PathBuf {
-    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(d) = &*built {
-        return d.clone();
-    }
-    let dir = tmp().join("sim");
-    run_ok(
-        Command::new("bash")
-            .arg(repo().join("sim/build.sh"))
-            .arg(&dir)
-            .env("CUDA_INCLUDE", cuda.join("include")),
-        "sim/build.sh",
-    );
-    *built = Some(dir.clone());
-    dir
-}
+use crate::support::{assert_in_order, gcc, parse, probe, run};
 
 /// The dispatch between the driver call and the subscriber has no unwind info
 /// (the stack crosses a frame in libcupti and one in libcuda that no FDE
