@@ -584,17 +584,7 @@ impl State {
         if class == Class::Scope {
             // A runtime call not recorded: only the driver calls inside it
             // need to know that they are nested.
-            let opened = self.open(
-                l,
-                Open {
-                    correlation_id,
-                    start_ns: 0,
-                    cbid,
-                    domain,
-                    nested: true,
-                    stack: 0,
-                },
-            );
+            let opened = self.open_nested(l, correlation_id, cbid, domain);
             l.runtime_depth += u32::from(opened);
             return;
         }
@@ -605,17 +595,7 @@ impl State {
             if let Some(outer) = outer.filter(|&o| o != correlation_id) {
                 self.shard(l).push(Item::Alias(correlation_id, outer));
             }
-            self.open(
-                l,
-                Open {
-                    correlation_id,
-                    start_ns: 0,
-                    cbid,
-                    domain,
-                    nested: true,
-                    stack: 0,
-                },
-            );
+            self.open_nested(l, correlation_id, cbid, domain);
             return;
         }
         // stacks hook: the calls that cause GPU work, and the waits for it, get
@@ -699,6 +679,22 @@ impl State {
 
     /// Notes a call as open, without growing the list (which would allocate);
     /// false when the list is full.
+    /// Opens a call that writes no API record of its own: its exit only
+    /// closes it.
+    fn open_nested(&self, l: &mut Local, correlation_id: u32, cbid: u32, domain: u32) -> bool {
+        self.open(
+            l,
+            Open {
+                correlation_id,
+                start_ns: 0,
+                cbid,
+                domain,
+                nested: true,
+                stack: 0,
+            },
+        )
+    }
+
     fn open(&self, l: &mut Local, o: Open) -> bool {
         if l.open.capacity() == 0 {
             // The thread's first recorded call: its one allocation of this list.
