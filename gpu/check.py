@@ -122,6 +122,10 @@ class Timeline:
         s = e.get("args", {}).get("stack")
         return s if isinstance(s, str) else None
 
+    @staticmethod
+    def reaches_main(e):
+        return re.search(r"(^|;)main(;|$)", Timeline.stack(e) or "") is not None
+
 
 class Check:
     def __init__(self, args):
@@ -143,6 +147,7 @@ class Check:
         self.gpuperf = None
         self.cupti = None
         self.progs = {}
+        self.nvcc_base = None
         self.simdir = None
         self.torch_python = None
         self.facts = {}
@@ -253,11 +258,16 @@ class Check:
         return cmd
 
     # ---- recording ----
-    def record(self, name, cmd, flags=(), user=None, env=None, timeout=60, cupti=True, timeline=True):
-        """`gpuperf record` of cmd into its own run directory; returns (Result, Timeline or None, dir)."""
+    def run_dir(self, name):
+        """A run's own directory, writable by the user it may run as."""
         d = os.path.join(self.runs, name)
         os.makedirs(d, exist_ok=True)
         os.chmod(d, 0o777)
+        return d
+
+    def record(self, name, cmd, flags=(), user=None, env=None, timeout=60, cupti=True, timeline=True):
+        """`gpuperf record` of cmd into its own run directory; returns (Result, Timeline or None, dir)."""
+        d = self.run_dir(name)
         argv = [self.gpuperf, "record", "--raw-dir", "raw", "-o", "flame.svg", "-m", "merged.folded"]
         if timeline:
             argv += ["-c", "timeline.json"]
@@ -412,6 +422,7 @@ class Check:
                  f"-L{os.path.join(os.path.dirname(os.path.dirname(nvcc)), 'lib64')}"]
         base = [nvcc, "-O2", "-g", "-arch=sm_90", "-cudart", "shared", f"-L{libdir}"] + devrt + \
             ["-Xlinker", "-rpath", "-Xlinker", libdir]
+        self.nvcc_base = base
         progs = {
             # No frame pointers: stacks must reach main through .eh_frame.
             "check_app": ("gpu/progs/check_app.cu", ["-Xcompiler", "-fomit-frame-pointer"]),
@@ -575,7 +586,7 @@ class Check:
 
     def judge_main(self, g, name, tl, what):
         ks = tl.kernels()
-        reach = [e for e in ks if re.search(r"(^|;)main(;|$)", tl.stack(e) or "")]
+        reach = [e for e in ks if tl.reaches_main(e)]
         fig = {"kernels": len(ks), "reach_main": len(reach)}
         ok = ks and len(reach) == len(ks)
         first_bad = next((tl.stack(e) for e in ks if e not in reach), None)
@@ -594,7 +605,7 @@ class Check:
         bad = self.recording_faults(r, tl)
         if tl is not None:
             ks = tl.kernels()
-            reach = [e for e in ks if re.search(r"(^|;)main(;|$)", tl.stack(e) or "")]
+            reach = [e for e in ks if tl.reaches_main(e)]
             if len(ks) != 20:
                 bad.append(f"{len(ks)} kernels, expected 20")
             if len(reach) != len(ks):
@@ -709,9 +720,7 @@ class Check:
         return tl.threads.get((api["pid"], api["tid"]), "") if api else ""
 
     def check_torch_profiler(self, g, py, script, small, user):
-        d = os.path.join(self.runs, "torch_profiler")
-        os.makedirs(d, exist_ok=True)
-        os.chmod(d, 0o777)
+        d = self.run_dir("torch_profiler")
         trace = os.path.join(d, "kineto.pt.trace.json")
         args = small[:]
         args[args.index("--warmup") + 1] = "0"
@@ -814,15 +823,11 @@ class Check:
         self.check_memory(g, label, status_ok)
 
     def build_launch_loop(self):
-        nvcc = self.find_nvcc()
-        libdir = self.simdir if self.sim else os.path.join(self.work, "cudart")
-        if not libdir or not os.path.isdir(libdir):
+        if not self.nvcc_base:  # set by build_programs, which runs first
             return None
         exe = os.path.join(self.work, "progs", "launch_loop")
-        r = run([nvcc, "-O2", "-arch=sm_90", "-cudart", "shared", f"-L{libdir}",
-                 f"-L{os.path.join(os.path.dirname(os.path.dirname(nvcc)), 'lib')}",
-                 "-Xlinker", "-rpath", "-Xlinker", libdir, "-o", exe,
-                 os.path.join(REPO, "crates/inject/bench/launch_loop.cu")], self.limit(120))
+        r = run(self.nvcc_base + ["-o", exe, os.path.join(REPO, "crates/inject/bench/launch_loop.cu")],
+                self.limit(120))
         return exe if r.rc == 0 else None
 
     def overhead_item(self, g, name, r, label, status_ok):
@@ -905,8 +910,7 @@ class Check:
         else:
             self.item(g, "record_driver", NOT_RUN, "check_app or gpuperf missing")
         if self.gpuperf:
-            d = os.path.join(self.runs, "monitor")
-            os.makedirs(d, exist_ok=True)
+            d = self.run_dir("monitor")
             r = run([self.gpuperf, "monitor", "--interval", "1", "--duration", "3",
                      "--timeline", os.path.join(d, "monitor.json")], self.limit(30), cwd=d)
             with open(os.path.join(d, "stdout.txt"), "w") as f:
