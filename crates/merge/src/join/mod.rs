@@ -516,11 +516,71 @@ impl CorrIndex {
     }
 }
 
+/// A correlation id made 64-bit: CUPTI's counter is 32-bit and wraps after
+/// 2^32 calls (a day of a busy process), after which the join would give new
+/// GPU work an old call's stack. The high half counts wraps (and may go below
+/// zero for records older than a stream's first); 0 stays "no id".
+type Corr = i64;
+
+/// Unwraps each process's stream of correlation ids: every id is read as the
+/// 64-bit id nearest the stream's previous one, as serial numbers are (RFC
+/// 1982), so a stream may run out of order by up to 2^31 ids. Each stream (a
+/// process's API calls, its GPU records, its CPU launches) has its own.
+#[derive(Debug, Default)]
+struct Unwrap {
+    last: FxHashMap<u32, Corr>,
+}
+
+impl Unwrap {
+    fn next(&mut self, pid: u32, id: u32) -> Corr {
+        if id == 0 {
+            return 0;
+        }
+        let last = self.last.entry(pid).or_insert(Corr::from(id));
+        *last = near(*last, id);
+        *last
+    }
+}
+
+/// The 64-bit id with low half `id` nearest `anchor`.
+fn near(anchor: Corr, id: u32) -> Corr {
+    anchor + Corr::from(id.wrapping_sub(anchor as u32) as i32)
+}
+
+/// A [`CorrIndex`] per wrap of the 32-bit counter (one, unless the recording
+/// is a day long).
+#[derive(Debug, Default)]
+struct WrapIndex {
+    wraps: Vec<(i32, CorrIndex)>,
+}
+
+impl WrapIndex {
+    fn insert(&mut self, corr: Corr, idx: u32) -> bool {
+        let wrap = (corr >> 32) as i32;
+        let i = match self.wraps.iter().position(|(w, _)| *w == wrap) {
+            Some(i) => i,
+            None => {
+                self.wraps.push((wrap, CorrIndex::default()));
+                self.wraps.len() - 1
+            }
+        };
+        self.wraps[i].1.insert(corr as u32, idx)
+    }
+
+    fn get(&self, corr: Corr) -> Option<u32> {
+        let wrap = (corr >> 32) as i32;
+        self.wraps
+            .iter()
+            .find(|(w, _)| *w == wrap)
+            .and_then(|(_, c)| c.get(corr as u32))
+    }
+}
+
 #[derive(Default)]
 struct PidApis {
     infos: Vec<ApiInfo>,
     corrs: Vec<u32>,
-    by_corr: CorrIndex,
+    by_corr: WrapIndex,
 }
 
 /// Joins `cpu` (optional) with the GPU inputs and feeds every record to `sinks`.
@@ -553,7 +613,7 @@ pub fn merge(
 
     // Pairing: exact where CPU lines carry ids, ordered by time elsewhere.
     let mut offsets: FxHashMap<u32, i64> = FxHashMap::default();
-    let mut cpu_index: FxHashMap<u32, CorrIndex> = FxHashMap::default();
+    let mut cpu_index = CpuIndex::default();
     if let Some(cpu) = cpu.as_deref_mut() {
         summary.cpu_launches = cpu.launch_count();
         summary.cpu_dropped = cpu.dropped;
@@ -562,7 +622,7 @@ pub fn merge(
     }
     let index = Index {
         apis: &apis,
-        cpu_index: &cpu_index,
+        cpu: &cpu_index,
     };
     let cpu: Option<&CpuTrace> = cpu.map(|c| &*c);
     let clock = gpu.clock();
@@ -574,7 +634,8 @@ pub fn merge(
         offsets: &offsets,
     };
     if let Some(c) = cpu {
-        for (l, _) in c.launches.iter().zip(&matched).filter(|(_, m)| !**m) {
+        let unmatched = c.launches.iter().enumerate().zip(&matched);
+        for ((i, l), _) in unmatched.filter(|(_, m)| !**m) {
             if c.is_wait(l) {
                 // A wait with no synchronization record is no missing GPU work.
                 continue;
@@ -582,7 +643,7 @@ pub fn merge(
             let api = if l.correlation_id == 0 {
                 None
             } else {
-                index.lookup(l.pid, l.correlation_id).1
+                index.lookup(l.pid, cpu_index.corrs[i]).1
             };
             let captured = api.is_some_and(|a| a.in_capture)
                 || c.captured.contains(&(l.pid, l.correlation_id));
@@ -622,6 +683,7 @@ fn index_apis(
     // (pid, tid, start, end, begins) of stream capture calls.
     let mut captures: Vec<(u32, u32, u64, u64, bool)> = Vec::new();
     let mut cur: Option<(u32, PidApis)> = None;
+    let mut ids = Unwrap::default();
     let (mut api_launches, mut gpu_dropped, mut notes) = (0, FxHashMap::default(), Vec::new());
     summary.gpu_read = gpu.visit(strings, &mut |rec, names| match rec {
         Record::Api(a) => {
@@ -646,7 +708,8 @@ fn index_apis(
                 cur = Some((a.pid, apis.remove(&a.pid).unwrap_or_default()));
             }
             let (_, t) = cur.as_mut().expect("set above");
-            if t.by_corr.insert(a.correlation_id, t.infos.len() as u32) {
+            let corr = ids.next(a.pid, a.correlation_id);
+            if t.by_corr.insert(corr, t.infos.len() as u32) {
                 t.infos.push(ApiInfo {
                     start_ns: a.start_ns,
                     end_ns: a.end_ns,
@@ -772,41 +835,49 @@ fn add_carried_stacks(cpu: &mut CpuTrace, stacks: &CpuTrace) {
     }
 }
 
-/// CPU launches by (pid, correlation id); ids seen twice are counted.
-fn index_cpu(cpu: &CpuTrace, summary: &mut Summary) -> FxHashMap<u32, CorrIndex> {
-    let mut cpu_index: FxHashMap<u32, CorrIndex> = FxHashMap::default();
-    for (i, l) in cpu
-        .launches
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.correlation_id != 0)
-    {
-        if !cpu_index
-            .entry(l.pid)
-            .or_default()
-            .insert(l.correlation_id, i as u32)
+/// CPU launches by (pid, correlation id), and each launch's unwrapped id.
+#[derive(Default)]
+struct CpuIndex {
+    by_pid: FxHashMap<u32, WrapIndex>,
+    corrs: Vec<Corr>,
+}
+
+/// Indexes the CPU launches; ids seen twice are counted.
+fn index_cpu(cpu: &CpuTrace, summary: &mut Summary) -> CpuIndex {
+    let mut index = CpuIndex::default();
+    let mut ids = Unwrap::default();
+    for (i, l) in cpu.launches.iter().enumerate() {
+        let corr = ids.next(l.pid, l.correlation_id);
+        index.corrs.push(corr);
+        if corr != 0
+            && !index
+                .by_pid
+                .entry(l.pid)
+                .or_default()
+                .insert(corr, i as u32)
         {
             summary.duplicate_cpu_ids += 1;
         }
     }
-    cpu_index
+    index
 }
 
 /// The API calls and CPU launches of every process, by correlation id.
 struct Index<'a> {
     apis: &'a FxHashMap<u32, PidApis>,
-    cpu_index: &'a FxHashMap<u32, CorrIndex>,
+    cpu: &'a CpuIndex,
 }
 
 impl<'a> Index<'a> {
     /// (launch index, API call) of a (pid, correlation id).
-    fn lookup(&self, pid: u32, corr: u32) -> (Option<usize>, Option<&'a ApiInfo>) {
+    fn lookup(&self, pid: u32, corr: Corr) -> (Option<usize>, Option<&'a ApiInfo>) {
         let api = self
             .apis
             .get(&pid)
             .and_then(|a| a.by_corr.get(corr).map(|i| &a.infos[i as usize]));
         let launch = self
-            .cpu_index
+            .cpu
+            .by_pid
             .get(&pid)
             .and_then(|x| x.get(corr))
             .map(|i| i as usize);
@@ -828,6 +899,8 @@ fn stream_records(
     let clock = gpu.clock();
     let mut matched = vec![false; cpu.map_or(0, |c| c.launches.len())];
     let mut sink_err = None;
+    // The same unwrapping of API ids as in pass 1, and one for GPU records.
+    let (mut api_ids, mut gpu_ids) = (Unwrap::default(), Unwrap::default());
     gpu.visit(strings, &mut |rec, names| {
         if sink_err.is_some() {
             return;
@@ -839,9 +912,13 @@ fn stream_records(
             offsets,
         };
         let m = match rec {
-            Record::Api(a) => to_match(cpu, index.lookup(a.pid, a.correlation_id)),
+            Record::Api(a) => to_match(
+                cpu,
+                index.lookup(a.pid, api_ids.next(a.pid, a.correlation_id)),
+            ),
             Record::Activity(a) => {
-                let found = index.lookup(a.pid, a.correlation_id);
+                let corr = gpu_ids.next(a.pid, a.correlation_id);
+                let found = index.lookup(a.pid, corr);
                 if let Some(i) = found.0 {
                     matched[i] = true;
                 }
@@ -852,13 +929,19 @@ fn stream_records(
                 if let ActivityKind::Sync {
                     wait:
                         Some(SyncWait {
-                            record_correlation_id: Some(corr),
+                            record_correlation_id: Some(wait_corr),
                             ..
                         }),
                     ..
                 } = a.kind
                 {
-                    m.wait_record = index.lookup(a.pid, corr).1;
+                    // The event's record is the call nearest this one's id.
+                    let record = if corr == 0 {
+                        Corr::from(wait_corr)
+                    } else {
+                        near(corr, wait_corr)
+                    };
+                    m.wait_record = index.lookup(a.pid, record).1;
                 }
                 count_activity(summary, a, &m);
                 m

@@ -506,3 +506,95 @@ fn chrome_trace__peer_copy_and_unknown_device() {
     );
     assert!(!names.iter().any(|n| n.contains("65535")), "{names:?}");
 }
+
+/// A recording whose 32-bit correlation ids wrap: ids advance in steps under
+/// 2^31 (calls the recording skipped) past 2^32 and begin again at 1. GPU
+/// records arrive slightly out of order, one of them across the wrap.
+fn wrapping() -> (Vec<u8>, Vec<u8>) {
+    use gpuperf_merge::model::{Activity, ApiCall, ApiDomain, Process};
+    use gpuperf_merge::read::gputrace::Writer;
+    let ids: [u32; 9] = [
+        1,
+        2,
+        0x4000_0000,
+        0x8000_0000,
+        0xC000_0000,
+        0xFFFF_FFFF,
+        1,
+        2,
+        3,
+    ];
+    let mut s = StringTable::new();
+    let api = s.intern("cudaLaunchKernel");
+    let mut w = Writer::new(Vec::new()).unwrap();
+    let p = Process {
+        pid: 7,
+        ppid: 1,
+        exe: "a".into(),
+        start_ns: 0,
+        start_realtime_ns: 0,
+    };
+    w.write(&Record::Process(p), &s).unwrap();
+    let mut cpu = String::from("# gpuperf-cpu v1\n");
+    let mut kernels = Vec::new();
+    for (i, &corr) in ids.iter().enumerate() {
+        let start = 1_000_000 + i as u64 * 10_000;
+        let a = ApiCall {
+            pid: 7,
+            tid: 8,
+            start_ns: start,
+            end_ns: start + 2_500,
+            correlation_id: corr,
+            cbid: 211,
+            domain: ApiDomain::Runtime,
+            name: api,
+        };
+        w.write(&Record::Api(a), &s).unwrap();
+        cpu.push_str(&format!(
+            "{} app 7 8 0 {corr} main;step_{i};cudaLaunchKernel\n",
+            start + 100
+        ));
+        let name = s.intern(&format!("kernel_{i}"));
+        kernels.push(Activity {
+            pid: 7,
+            start_ns: start + 40_000,
+            end_ns: start + 41_000,
+            correlation_id: corr,
+            device: 0,
+            context: 1,
+            stream: 7,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind: ActivityKind::Kernel {
+                name,
+                grid: [1; 3],
+                block: [1; 3],
+            },
+        });
+    }
+    for i in [1, 0, 2, 3, 4, 6, 5, 8, 7] {
+        w.write(&Record::Activity(kernels[i]), &s).unwrap();
+    }
+    (w.into_inner(), cpu.into_bytes())
+}
+
+#[test]
+fn exact_join__correlation_ids_that_wrap_past_2_32__each_kernel_keeps_its_own_stack() {
+    let (gpu, cpu) = wrapping();
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        &[write_tmp(dir.path(), "g", &gpu)],
+        Some(&write_tmp(dir.path(), "c", &cpu)),
+    );
+    assert_eq!(out.summary.duplicate_cpu_ids, 0, "{}", out.summary);
+    assert_eq!(out.summary.kernels_matched, 9, "{}", out.summary);
+    let f = folded_map(&out.folded);
+    for i in 0..9 {
+        assert_eq!(
+            f.get(&format!("main;step_{i};cudaLaunchKernel;[GPU_Kernel]kernel_{i}")),
+            Some(&1),
+            "kernel {i} charged to another call's stack:\n{}",
+            out.folded
+        );
+    }
+}
