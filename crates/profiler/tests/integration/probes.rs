@@ -8,7 +8,7 @@ use gpuperf_profiler::{Options, ProbeSpec};
 
 use crate::support::{
     Run, app, app_shared, cuda13, frames, inject_lib, launch_probe as compat, mock_cupti,
-    privileged, profile, profile_in, real_cudart_app, tmp,
+    privileged, profile, profile_gated_env, profile_in, real_cudart_app, tmp,
 };
 
 fn assert_suffix(run: &Run, l: &CpuLaunch, suffix: &[&str]) {
@@ -134,7 +134,7 @@ fn a_process_that_lives_milliseconds_keeps_its_executables_symbols_relative_exe_
 /// Injection mode on a mock CUPTI: the real gpuperf-inject calls its marker
 /// with the correlation id; the stack comes from the entry probe.
 fn injected(threads: &str, launches: &str, discover: bool) -> Option<Run> {
-    injected_env(threads, launches, discover, &[])
+    injected_env(threads, launches, discover, &[], None)
 }
 
 fn injected_env(
@@ -142,6 +142,7 @@ fn injected_env(
     launches: &str,
     discover: bool,
     env: &[(&str, &Path)],
+    firsts: Option<u64>,
 ) -> Option<Run> {
     if !privileged() {
         return None;
@@ -157,19 +158,19 @@ fn injected_env(
     };
     let trace_dir = tempfile::tempdir().unwrap();
     let inject_arg = inject.to_str().unwrap();
-    Some(profile(
-        options,
-        &exe,
-        &[launches, threads, inject_arg],
+    let env = [
         &[
-            &[
-                ("GPUPERF_CUPTI_PATH", mock.as_path()),
-                ("GPUPERF_GPU_TRACE", trace_dir.path()),
-            ],
-            env,
-        ]
-        .concat(),
-    ))
+            ("GPUPERF_CUPTI_PATH", mock.as_path()),
+            ("GPUPERF_GPU_TRACE", trace_dir.path()),
+        ],
+        env,
+    ]
+    .concat();
+    let args = [launches, threads, inject_arg];
+    Some(match firsts {
+        Some(n) => profile_gated_env(options, &exe, &args, &env, n),
+        None => profile(options, &exe, &args, &env),
+    })
 }
 
 #[test]
@@ -255,10 +256,11 @@ fn injection_mode_keeps_threads_apart() {
 
 #[test]
 fn injection_mode_discovers_the_launch_api_in_the_target() {
-    // The first launch is seen at the marker; the pause after it leaves the
-    // profiler time to find cudart in the executable and probe its entry.
-    let pause = [("APP_PAUSE_MS", Path::new("500"))];
-    let Some(run) = injected_env("0", "2000", true, &pause) else {
+    // The first launch is seen at the marker; the program waits after it
+    // until the profiler has handled it, and so found cudart in the
+    // executable and probed its entry.
+    let gate = [("APP_GATE", Path::new("1"))];
+    let Some(run) = injected_env("0", "2000", true, &gate, Some(1)) else {
         return;
     };
     assert_eq!(run.trace.launches.len(), 2001);
@@ -323,7 +325,7 @@ fn injection_mode_in_a_mount_namespace_with_another_file_at_the_executables_path
         marker_libraries: vec![inject.clone()],
         ..Options::default()
     };
-    let run = profile(
+    let run = profile_gated_env(
         options,
         Path::new("unshare"),
         &[
@@ -341,8 +343,9 @@ fn injection_mode_in_a_mount_namespace_with_another_file_at_the_executables_path
         &[
             ("GPUPERF_CUPTI_PATH", mock.as_path()),
             ("GPUPERF_GPU_TRACE", trace_dir.path()),
-            ("APP_PAUSE_MS", Path::new("500")),
+            ("APP_GATE", Path::new("1")),
         ],
+        1,
     );
     assert_eq!(run.trace.launches.len(), 2001, "{:?}", run.summary);
     assert!(run.summary.entry_stacks >= 1999 - 1, "{:?}", run.summary);
