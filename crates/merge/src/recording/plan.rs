@@ -405,10 +405,12 @@ fn render_svg(
     path: &Path,
     out: BufWriter<File>,
 ) -> Result<()> {
-    let mut opts = svg::Options::default();
-    opts.title = outs.title.clone();
-    opts.subtitle = outs.subtitle.clone();
-    opts.count_name = count_name.to_owned();
+    let opts = svg::Options {
+        title: outs.title.clone(),
+        subtitle: outs.subtitle.clone(),
+        count_name: count_name.to_owned(),
+        ..svg::Options::default()
+    };
     writing(
         path,
         svg::render(&opts, lines.iter().map(String::as_str), out),
