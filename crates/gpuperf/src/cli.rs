@@ -7,6 +7,7 @@ use clap::parser::ValueSource;
 use clap::{
     ArgAction, ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
 };
+use gpuperf_merge::recording::{DEFAULT_TITLE, Inputs, Outputs};
 use gpuperf_profiler::ProbeSpec;
 
 /// gpuperf: which line of CPU code caused which GPU work, and what it cost.
@@ -79,7 +80,7 @@ pub enum Command {
     /// Print the top kernels with their duration and launch-latency statistics.
     Report(ReportArgs),
     /// Watch GPU driver events system-wide (DRM scheduler jobs, dma_fences, vblanks, NVIDIA ioctls, interrupts, Xids); needs root.
-    Monitor(crate::monitor::MonitorArgs),
+    Monitor(MonitorArgs),
     /// Compare two runs: a differential flamegraph and the stacks whose GPU time changed most.
     Diff(DiffArgs),
 }
@@ -207,8 +208,19 @@ pub struct InputArgs {
     pub no_link_backward: bool,
 }
 
-/// The flamegraph's title unless `--title` names another.
-pub const DEFAULT_TITLE: &str = "gpuperf: GPU time by CPU stack";
+impl InputArgs {
+    /// What to read, for the library.
+    pub fn to_inputs(&self) -> Inputs {
+        let mut i = Inputs::default();
+        i.recording.clone_from(&self.recording);
+        i.gpu.clone_from(&self.gpu);
+        i.cpu.clone_from(&self.cpu);
+        i.kineto.link_backward = !self.no_link_backward;
+        i.join.slack_ns = self.slack_us * 1000;
+        i.join.cpu_clock_offset_ns = self.cpu_clock_offset_ns;
+        i
+    }
+}
 
 /// `gpuperf merge`.
 #[derive(Debug, Args)]
@@ -243,6 +255,24 @@ pub struct MergeArgs {
     /// CPU trace here: one line per launch with its stack and correlation id.
     #[arg(short = 'p', long = "cpu-trace", value_name = "FILE")]
     pub cpu_trace: Option<PathBuf>,
+}
+
+impl MergeArgs {
+    /// The outputs asked for. Folded stacks go to stdout when no file output is named.
+    pub fn outputs(&self) -> Outputs {
+        let mut o = Outputs::default();
+        o.folded = self.folded.clone().or_else(|| {
+            (self.chrome.is_none() && self.svg.is_none() && self.pprof.is_none())
+                .then(|| "-".into())
+        });
+        o.chrome.clone_from(&self.chrome);
+        o.svg.clone_from(&self.svg);
+        o.pprof.clone_from(&self.pprof);
+        o.title.clone_from(&self.title);
+        o.idle.clone_from(&self.idle);
+        o.idle_svg.clone_from(&self.idle_svg);
+        o
+    }
 }
 
 /// `gpuperf report`.
@@ -280,6 +310,56 @@ pub struct DiffArgs {
     /// Flamegraph title.
     #[arg(long)]
     pub title: Option<String>,
+}
+
+/// `gpuperf monitor`.
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+    sudo gpuperf monitor
+    sudo gpuperf monitor --pid 1234 --interval 5
+    sudo gpuperf monitor --event drm_sched --ring gfx --duration 60
+    sudo gpuperf monitor --sample 10 --max-rate 5000 --output events.tsv
+    sudo gpuperf monitor --duration 10 --output events.tsv.gz --timeline driver.json")]
+pub struct MonitorArgs {
+    /// Print statistics every this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_secs)]
+    pub interval: f64,
+    /// Stop after this many seconds (default: at Ctrl-C).
+    #[arg(long, value_name = "SECONDS", value_parser = positive_secs)]
+    pub duration: Option<f64>,
+    /// Only these processes (repeatable); the driver's interrupts and kernel threads are kept.
+    #[arg(long, value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Only threads with this command name (the first 15 bytes count).
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+    /// Only jobs on these rings (repeatable); other events are unaffected.
+    #[arg(long, value_name = "NAME")]
+    pub ring: Vec<String>,
+    /// Only these event sources (repeatable): nvidia, irq, xid, drm_sched, dma_fence, vblank.
+    #[arg(long, value_name = "SOURCE", value_parser = ["nvidia", "irq", "xid", "drm_sched", "dma_fence", "vblank"])]
+    pub event: Vec<String>,
+    /// Keep one in N matching events (whole jobs), in BPF.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sample: u32,
+    /// Keep at most this many events per second (of event time); the rest are counted.
+    #[arg(long, value_name = "EVENTS/S", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rate: Option<u64>,
+    /// Write every kept event here, one tab-separated line each; gzip-compressed
+    /// when FILE ends in `.gz` (about a tenth of the size).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// At the end, write the kept events as a timeline: Chrome JSON, or
+    /// Perfetto's protobuf for a `.pftrace` name.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number of seconds")),
+    }
 }
 
 #[cfg(test)]

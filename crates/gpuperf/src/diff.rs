@@ -3,14 +3,15 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, Result};
+use gpuperf_merge::recording::{Inputs, Recording};
 use gpuperf_merge::write::diff::{self, Change, KernelOverlap, Options, Profile};
 use gpuperf_merge::write::{folded, idle, svg};
+use gpuperf_profiler::Symbolizer;
 
 use crate::cli::DiffArgs;
-use crate::render::{CPU_TRACE, Loaded};
 
 /// One run's folded stacks.
 struct Run {
@@ -133,17 +134,17 @@ fn write_table(out: &mut impl io::Write, rows: &[Change], unit: &str, top: usize
 /// Reads one run: a recording directory or a trace file, joined as `gpuperf merge`
 /// joins it, or a folded stacks file.
 fn load(path: &Path, idle: bool) -> Result<Run> {
-    if path.is_dir() {
-        let cpu = path.join(CPU_TRACE);
-        let cpu = cpu.is_file().then_some(cpu);
-        return join(&[path.to_owned()], cpu.as_deref(), idle);
-    }
     anyhow::ensure!(
-        path.is_file(),
+        path.is_dir() || path.is_file(),
         "`{}` is neither a recording directory nor a file",
         path.display()
     );
-    match join(&[path.to_owned()], None, idle) {
+    let mut inputs = Inputs::default();
+    inputs.recording = Some(path.to_owned());
+    if path.is_dir() {
+        return join(&inputs, idle);
+    }
+    match join(&inputs, idle) {
         Ok(r) => Ok(r),
         // Not a trace: folded stacks, or a file gpuperf cannot read.
         Err(e)
@@ -168,9 +169,9 @@ fn load(path: &Path, idle: bool) -> Result<Run> {
     }
 }
 
-/// Joins GPU traces (and a CPU trace) into folded stacks, GPU or idle time.
-fn join(gpu: &[PathBuf], cpu: Option<&Path>, idle: bool) -> Result<Run> {
-    let mut l = Loaded::open(gpu, cpu)?;
+/// Joins a recording into folded stacks, GPU or idle time.
+fn join(inputs: &Inputs, idle: bool) -> Result<Run> {
+    let mut l = Recording::open(inputs, Symbolizer::new)?;
     let mut folder = folded::Folder::new();
     let mut idler = idle::IdleFolder::new();
     if idle {

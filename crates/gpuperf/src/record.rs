@@ -21,16 +21,18 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use gpuperf_profiler::{Options, ProbeSpec, Profiler};
+use gpuperf_profiler::{Options, ProbeSpec, Profiler, Symbolizer};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::{Cause, Origin};
 use tracing::{debug, info, warn};
 
+use gpuperf_merge::recording::report::KernelTable;
+use gpuperf_merge::recording::{self, Inputs, Outputs, Recording, Written, env as rec_env};
+
 use crate::cli::{RecordArgs, StacksFrom};
 use crate::inject_lib;
-use crate::render::{self, CPU_TRACE, Loaded, Outputs, Written};
 use crate::sync;
 use crate::target::{self, User};
 
@@ -98,7 +100,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         None
     };
 
-    let cpu_path = raw.join(CPU_TRACE);
+    let cpu_path = raw.join(recording::CPU_TRACE);
     let profiler = if want_cpu {
         match start_profiler(&a, exe.as_deref(), inject.as_deref(), &cpu_path) {
             Ok(p) => Some(p),
@@ -126,39 +128,34 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
 
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     if let Some(lib) = &inject {
-        if let Some(old) = std::env::var_os("CUDA_INJECTION64_PATH") {
+        if let Some(old) = std::env::var_os(rec_env::INJECTION_PATH) {
             warn!(
-                "CUDA_INJECTION64_PATH was `{}`; gpuperf replaces it",
+                "{} was `{}`; gpuperf replaces it",
+                rec_env::INJECTION_PATH,
                 old.to_string_lossy()
             );
         }
-        env.push(("CUDA_INJECTION64_PATH".into(), lib.into()));
+        let mut asked = rec_env::Injection::new(lib.clone(), raw.clone());
         // The user's own setting wins (e.g. both kinds of stacks, to compare them).
-        if std::env::var_os("GPUPERF_STACKS").is_none() {
-            let on = if in_process { "1" } else { "0" };
-            env.push(("GPUPERF_STACKS".into(), on.into()));
+        if std::env::var_os(rec_env::STACKS).is_none() {
+            asked.stacks = Some(in_process);
         }
-        let mut dir = raw.clone().into_os_string();
-        dir.push("/");
-        env.push(("GPUPERF_GPU_TRACE".into(), dir));
-        // A Ctrl-C reaches the program directly: the library closes the trace
-        // before a program without a handler dies of it.
-        env.push(("GPUPERF_FLUSH_ON_SIGNAL".into(), "1".into()));
         if let Some(c) = &a.cupti {
             let c = std::path::absolute(c)
                 .with_context(|| format!("failed to resolve `{}`", c.display()))?;
-            env.push(("GPUPERF_CUPTI_PATH".into(), c.into()));
+            asked.cupti = Some(c);
         }
-    }
-    // Each CUDA process waits in cuInit until its libraries are probed, so
-    // even its first launch has its stack taken at the API entry.
-    if let (Some(p), Some(_)) = (&profiler, &inject)
-        && a.uprobe.is_empty()
-    {
-        match sync::serve(scratch.path(), p.discoverer()) {
-            Ok(sock) => env.push(("GPUPERF_SYNC".into(), sock.into())),
-            Err(e) => warn!("{e:#}; the first launches of each process may lack full stacks"),
+        // Each CUDA process waits in cuInit until its libraries are probed, so
+        // even its first launch has its stack taken at the API entry.
+        if let Some(p) = &profiler
+            && a.uprobe.is_empty()
+        {
+            match sync::serve(scratch.path(), p.discoverer()) {
+                Ok(sock) => asked.sync = Some(sock),
+                Err(e) => warn!("{e:#}; the first launches of each process may lack full stacks"),
+            }
         }
+        env = asked.vars();
     }
     // CPython 3.12+ then writes /tmp/perf-PID.map, which names Python
     // functions in the stacks; older interpreters ignore it.
@@ -296,12 +293,7 @@ fn geteuid() -> u32 {
 fn clear_old_traces(raw: &Path) -> Result<()> {
     let list = fs::read_dir(raw).with_context(|| format!("failed to list `{}`", raw.display()))?;
     for entry in list.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name == CPU_TRACE
-            || name == gpuperf_merge::read::driver::FILE_NAME
-            || (name.starts_with("gpu-") && name.contains(".gputrace"))
-        {
+        if recording::is_recorded_file(&entry.file_name().to_string_lossy()) {
             fs::remove_file(entry.path()).with_context(|| {
                 format!("failed to remove the old `{}`", entry.path().display())
             })?;
@@ -547,12 +539,8 @@ impl Progress {
 }
 
 fn gpu_trace_bytes(raw: &Path) -> u64 {
-    fs::read_dir(raw)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".gputrace"))
-        .filter_map(|e| e.metadata().ok())
+    recording::gpu_traces(raw)
+        .filter_map(|p| p.metadata().ok())
         .map(|m| m.len())
         .sum()
 }
@@ -581,16 +569,15 @@ fn finish(
     let cpu_summary = profiler
         .map(|p| p.stop().context("the eBPF profiler failed"))
         .transpose()?;
-    let gpu_traces = render::gpu_trace_files(raw);
-    let outs = Outputs {
-        folded: a.folded.clone(),
-        chrome: a.chrome.clone(),
-        svg: Some(a.output.clone()),
-        title: a.title.clone(),
-        subtitle: Some(command_line(&a.program)),
-        idle: a.idle.clone(),
-        idle_svg: a.idle_svg.clone(),
-    };
+    let gpu_traces = recording::gpu_trace_count(raw);
+    let mut outs = Outputs::default();
+    outs.folded.clone_from(&a.folded);
+    outs.chrome.clone_from(&a.chrome);
+    outs.svg = Some(a.output.clone());
+    outs.title.clone_from(&a.title);
+    outs.subtitle = Some(command_line(&a.program));
+    outs.idle.clone_from(&a.idle);
+    outs.idle_svg.clone_from(&a.idle_svg);
     let cpu = cpu_summary.is_some().then_some(cpu_path);
     let mut report = String::new();
     report += &format!(
@@ -609,21 +596,24 @@ fn finish(
     // No GPU trace, but driver events (a program driving a DRM device, or one
     // whose CUDA calls never reached the library): their timeline alone.
     let driver_only = match (&a.chrome, gpu_traces) {
-        (Some(c), 0) => render::read_driver(&[raw.to_path_buf()])?
+        (Some(c), 0) => recording::read_driver(&[raw.to_path_buf()])?
             .filter(|t| !t.events.is_empty())
             .map(|t| (c, t)),
         _ => None,
     };
     if gpu_traces > 0 {
-        let mut l = Loaded::open(&[raw.to_path_buf()], cpu)?;
-        l.opts.stacks_off = a.gpu_only;
+        let mut inputs = Inputs::default();
+        inputs.gpu = vec![raw.to_path_buf()];
+        inputs.cpu = cpu.map(Path::to_path_buf);
+        inputs.join.stacks_off = a.gpu_only;
+        let mut l = Recording::open(&inputs, Symbolizer::new)?;
         if a.raw_dir.is_some()
             && let Some(names) = l.symbols.as_ref().filter(|n| !n.is_empty())
         {
             // Named now, while the program's files are where the stacks say: the
             // kept recording then merges the same after they are rebuilt, moved
             // or deleted, or on another machine.
-            let path = raw.join(gpuperf_merge::read::symbols::FILE_NAME);
+            let path = raw.join(recording::SYMBOLS);
             let left_out = names.write(&path)?;
             if left_out > 0 {
                 report += &format!(
@@ -632,14 +622,18 @@ fn finish(
                 );
             }
         }
-        let joined = render::write(&mut l, &outs)?;
-        report += &kernel_table(&joined.kernels, a.top);
+        let joined = l.write(&outs, &mut io::stdout().lock())?;
+        let kernels = KernelTable {
+            rows: &joined.kernels,
+            top: a.top,
+        };
+        report += &kernels.to_string();
         report += &format!("gpuperf: {}", joined.summary);
         written = joined.written;
         if let (Some(stats), Some(trace)) = (&l.inprocess, l.launch_stacks()) {
             report += &format!("gpuperf: CPU side, taken in the program: {stats}\n");
             if let Some(p) = a.cpu_trace.as_ref().filter(|_| cpu.is_none()) {
-                crate::inproc::write_cpu_trace(trace, p)?;
+                recording::write_cpu_trace(trace, p)?;
                 inprocess_written = true;
                 written.push(Written {
                     path: p.clone(),
@@ -648,7 +642,9 @@ fn finish(
             }
         }
     } else if let Some(cpu) = cpu {
-        let l = Loaded::open(&[], Some(cpu))?;
+        let mut inputs = Inputs::default();
+        inputs.cpu = Some(cpu.to_path_buf());
+        let l = Recording::open(&inputs, Symbolizer::new)?;
         let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
         if n == 0 {
             report += "gpuperf: no launch was recorded; no outputs written\n";
@@ -659,14 +655,14 @@ fn finish(
             if outs.chrome.is_some() && driver_only.is_none() {
                 report += "gpuperf: no timeline written: it needs a GPU trace\n";
             }
-            written = render::write_cpu_only(&l, &outs)?;
+            written = l.write_cpu_only(&outs, &mut io::stdout().lock())?;
         }
     }
     if let Some((c, trace)) = driver_only {
-        written.push(render::driver_timeline(trace, c)?);
+        written.push(recording::driver_timeline(trace, c)?);
     }
     if let Some(s) = &cpu_summary {
-        report += &cpu_side(s);
+        report += &s.to_string();
     }
     if let Some(p) = &a.cpu_trace {
         if cpu.is_some() {
@@ -685,7 +681,8 @@ fn finish(
     report += driver_line;
     for w in &written {
         target::chown(&w.path, user)?;
-        report += &format!("gpuperf: wrote `{}`: {}\n", w.path.display(), w.how);
+        report += &w.line();
+        report.push('\n');
     }
     if let Some(d) = &a.raw_dir {
         report += &format!(
@@ -726,146 +723,9 @@ fn command_line(argv: &[OsString]) -> String {
     s
 }
 
-fn kernel_table(rows: &[gpuperf_merge::write::report::Row], top: u64) -> String {
-    if rows.is_empty() || top == 0 {
-        return String::new();
-    }
-    let mut s = String::from("gpuperf: top kernels by GPU time\n");
-    s += &format!("{:>7} {:>9} {:>11}  name\n", "% GPU", "count", "total");
-    for r in rows.iter().take(usize::try_from(top).unwrap_or(usize::MAX)) {
-        s += &format!(
-            "{:>6.1}% {:>9} {:>11}  {}\n",
-            r.percent,
-            r.count,
-            gpuperf_merge::write::report::dur(r.total_ns),
-            r.name
-        );
-    }
-    if rows.len() as u64 > top {
-        s += &format!(
-            "  ({} more; `gpuperf report` lists all)\n",
-            rows.len() as u64 - top
-        );
-    }
-    s
-}
-
-/// What the eBPF profiler's summary tells the user, a line each.
-fn cpu_side(s: &gpuperf_profiler::Summary) -> String {
-    let mut report = String::new();
-    report += &format!(
-        "gpuperf: CPU side: {} launch stacks ({} taken at the API entry, {} inside NVIDIA code), \
-         {} dropped, {} stacks lost, {} truncated (stop before _start or a thread start), \
-         {} frames without symbols\n",
-        s.launches,
-        s.entry_stacks,
-        s.marker_stacks,
-        s.dropped_launches,
-        s.lost_stacks,
-        s.truncated_stacks,
-        s.unsymbolized_frames
-    );
-    if let Some(dir) = &s.tracefs_mounted {
-        report += &format!(
-            "gpuperf: mounted tracefs at `{}` (nothing was mounted there): the mmap syscall \
-             tracepoints need it\n",
-            dir.display()
-        );
-    }
-    if let Some(why) = &s.files_not_followed {
-        report += &format!(
-            "gpuperf: libraries the program maps are not followed ({why}): they are read from \
-             /proc while the process lives, so stacks of a process that exits first may stop \
-             at the first frame without a frame pointer\n"
-        );
-    }
-    if s.signal_stacks_cut > 0 {
-        report += &format!(
-            "gpuperf: {} of the truncated stacks stop at a signal handler's frame: the copied \
-             stack does not reach the interrupted code (an alternate signal stack, or a signal \
-             frame too large for the copy)\n",
-            s.signal_stacks_cut
-        );
-    }
-    if !s.unreadable_files.is_empty() {
-        // Each once, with why; a long list is cut, with its length said.
-        const SHOWN: usize = 5;
-        let n = s.unreadable_files.len();
-        report += &format!(
-            "gpuperf: {n} file{} the program maps could not be read; stacks through \
-             their code stop there (counted truncated):\n",
-            if n == 1 { "" } else { "s" }
-        );
-        for line in s.unreadable_files.iter().take(SHOWN) {
-            report += &format!("  {line}\n");
-        }
-        if n > SHOWN {
-            report += &format!("  and {} more\n", n - SHOWN);
-        }
-    }
-    if !s.slow_functions_skipped.is_empty() {
-        report += &format!(
-            "gpuperf: not probed (a probe there would cost ~10 µs a call): {}\n",
-            s.slow_functions_skipped.join(", ")
-        );
-    }
-    report
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unreadable_files_and_signal_cut_stacks_are_reported_a_long_list_cut() {
-        let mut s = gpuperf_profiler::Summary {
-            launches: 9,
-            truncated_stacks: 4,
-            ..Default::default()
-        };
-        assert!(!cpu_side(&s).contains("could not be read"));
-        assert!(!cpu_side(&s).contains("signal handler"));
-        s.signal_stacks_cut = 3;
-        assert!(
-            cpu_side(&s)
-                .contains("gpuperf: 3 of the truncated stacks stop at a signal handler's frame"),
-            "{}",
-            cpu_side(&s)
-        );
-        s.unreadable_files = vec!["`/lib/a.so`: cannot open: No such file or directory".into()];
-        let one = cpu_side(&s);
-        assert!(
-            one.contains("gpuperf: 1 file the program maps could not be read")
-                && one.contains("\n  `/lib/a.so`: cannot open: No such file or directory\n"),
-            "{one}"
-        );
-        s.unreadable_files = (0..7).map(|i| format!("`/lib/{i}.so`: denied")).collect();
-        let seven = cpu_side(&s);
-        assert!(seven.contains("gpuperf: 7 files"), "{seven}");
-        assert!(
-            seven.contains("`/lib/4.so`") && !seven.contains("`/lib/5.so`"),
-            "{seven}"
-        );
-        assert!(seven.ends_with("  and 2 more\n"), "{seven}");
-    }
-
-    #[test]
-    fn mmap_tracepoints_refused_and_tracefs_mounted_are_said() {
-        let mut s = gpuperf_profiler::Summary::default();
-        assert!(!cpu_side(&s).contains("not followed"));
-        assert!(!cpu_side(&s).contains("mounted tracefs"));
-        s.files_not_followed = Some("attaching to the mmap syscall tracepoints: -ENOENT".into());
-        s.tracefs_mounted = Some("/sys/kernel/tracing".into());
-        let text = cpu_side(&s);
-        assert!(
-            text.contains("libraries the program maps are not followed (attaching to the mmap"),
-            "{text}"
-        );
-        assert!(
-            text.contains("mounted tracefs at `/sys/kernel/tracing`"),
-            "{text}"
-        );
-    }
 
     #[test]
     fn sizes_read_well() {

@@ -1,4 +1,6 @@
-//! Settings read from the environment of the profiled process.
+//! Settings read from the environment of the profiled process. The names and
+//! formats are [`gpuperf_merge::recording::env`]'s, which `gpuperf record` sets
+//! them by.
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
@@ -20,6 +22,8 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+
+use gpuperf_merge::recording::{self, env};
 
 /// Whether the launch marker is called.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -64,34 +68,35 @@ pub struct Config {
 }
 
 /// Default trace file name pattern.
-pub const DEFAULT_TRACE: &str = "gpuperf-%p.gputrace";
+pub const DEFAULT_TRACE: &str = env::DEFAULT_GPU_TRACE;
 /// File name pattern inside a trace directory.
-pub const DIR_TRACE: &str = "gpu-%p.gputrace";
+pub const DIR_TRACE: &str = recording::GPU_TRACE_IN_DIR;
 
 impl Config {
     /// Reads the settings through `var` (normally `std::env::var_os`) for process `pid`.
     pub fn from_env(var: impl Fn(&str) -> Option<OsString>, pid: u32) -> Self {
         let mut warnings = Vec::new();
-        let trace = trace_path(var("GPUPERF_GPU_TRACE").as_deref(), pid);
-        let log = match var("GPUPERF_INJECT_LOG") {
+        let trace = trace_path(var(env::GPU_TRACE).as_deref(), pid);
+        let log = match var(env::INJECT_LOG) {
             Some(v) if v == "stderr" => LogTarget::Stderr,
             Some(v) if !v.is_empty() => LogTarget::File(expand(Path::new(&v), pid)),
             _ => LogTarget::File(log_beside(&trace)),
         };
-        let flush_ms = match var("GPUPERF_FLUSH_MS") {
+        let flush_ms = match var(env::FLUSH_MS) {
             None => 500,
             Some(v) => match v.to_str().and_then(|s| s.parse::<u32>().ok()) {
                 Some(ms) if (50..=10_000).contains(&ms) => ms,
                 _ => {
                     warnings.push(format!(
-                        "GPUPERF_FLUSH_MS={}: expected milliseconds from 50 to 10000; using 500",
+                        "{}={}: expected milliseconds from 50 to 10000; using 500",
+                        env::FLUSH_MS,
                         v.to_string_lossy()
                     ));
                     500
                 }
             },
         };
-        let marker = match var("GPUPERF_MARKER") {
+        let marker = match var(env::MARKER) {
             None => MarkerMode::Auto,
             Some(v) => match v.to_str() {
                 Some("auto") => MarkerMode::Auto,
@@ -99,20 +104,20 @@ impl Config {
                 Some("off") => MarkerMode::Off,
                 _ => {
                     warnings.push(format!(
-                        "GPUPERF_MARKER={}: expected auto, always or off; using auto",
+                        "{}={}: expected auto, always or off; using auto",
+                        env::MARKER,
                         v.to_string_lossy()
                     ));
                     MarkerMode::Auto
                 }
             },
         };
-        let cupti = var("GPUPERF_CUPTI_PATH")
+        let cupti = var(env::CUPTI_PATH)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
-        let sync = var("GPUPERF_SYNC")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        let flush_on_signal = var("GPUPERF_FLUSH_ON_SIGNAL").is_some_and(|v| v == "1");
+        let sync = var(env::SYNC).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let flush_on_signal =
+            var(env::FLUSH_ON_SIGNAL).is_some_and(|v| env::parse_flag(&v) == Some(true));
         Self {
             trace,
             cupti,
@@ -140,7 +145,7 @@ impl Config {
 /// The default log of a trace: its path plus `.log`.
 fn log_beside(trace: &Path) -> PathBuf {
     let mut p = trace.to_owned().into_os_string();
-    p.push(".log");
+    p.push(recording::LOG_SUFFIX);
     p.into()
 }
 
@@ -291,6 +296,32 @@ mod tests {
         assert_eq!(
             cfg(&[("GPUPERF_INJECT_LOG", "/l/%p.log")]).log,
             LogTarget::File("/l/42.log".into())
+        );
+    }
+
+    #[test]
+    fn what_gpuperf_record_sets_is_read_back_as_it_meant() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = dir.path().join("raw");
+        let mut asked = env::Injection::new("/l/libgpuperf_inject.so".into(), raw.clone());
+        asked.stacks = Some(false);
+        asked.cupti = Some("/c/libcupti.so.13".into());
+        asked.sync = Some("/s/sync.sock".into());
+        let vars: HashMap<String, OsString> = asked
+            .vars()
+            .into_iter()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v))
+            .collect();
+        let c = Config::from_env(|k| vars.get(k).cloned(), 42);
+        // A directory not made yet is still taken for one.
+        assert_eq!(c.trace, raw.join("gpu-42.gputrace"));
+        assert_eq!(c.cupti, asked.cupti);
+        assert_eq!(c.sync, asked.sync);
+        assert!(c.flush_on_signal);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(
+            crate::stacks::enabled(|k| vars.get(k).cloned()),
+            (false, None)
         );
     }
 

@@ -29,6 +29,8 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use gpuperf_merge::recording::env;
+
 /// What the search may look at, so tests can stage it.
 pub struct Inputs<'a> {
     /// Environment lookup.
@@ -79,7 +81,7 @@ pub fn too_new(major: u32, driver: Option<u32>) -> Option<String> {
 pub fn plan(inp: &Inputs<'_>) -> Plan {
     let prefer = loaded_cudart_major(inp.maps);
     let mut plan = Plan::default();
-    if let Some(p) = (inp.var)("GPUPERF_CUPTI_PATH").filter(|v| !v.is_empty()) {
+    if let Some(p) = (inp.var)(env::CUPTI_PATH).filter(|v| !v.is_empty()) {
         plan.candidates.push(PathBuf::from(p));
     }
     let mapped = mapped_cupti(inp.maps);
@@ -182,7 +184,7 @@ fn mapped_cupti(maps: &str) -> Vec<PathBuf> {
 
 /// Where the search looked, for the "not found" message.
 pub fn describe(inp: &Inputs<'_>) -> Vec<String> {
-    let mut v = vec!["GPUPERF_CUPTI_PATH".to_owned()];
+    let mut v = vec![env::CUPTI_PATH.to_owned()];
     if let Some(d) = &inp.self_dir {
         v.push(d.display().to_string());
     }

@@ -73,6 +73,7 @@ use cudarc::cupti::sys::{CUpti_GraphData, CUpti_ResourceData};
 use gpuperf_merge::model::{
     GraphNode, Module, Note, Record, Stack, StackEnd as End, StackFrame, StringId, StringTable,
 };
+use gpuperf_merge::recording::env;
 use gpuperf_unwind::python::PythonStatus;
 use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
 use xxhash_rust::xxh3::xxh3_128;
@@ -176,15 +177,16 @@ const MODULE_SLOTS: usize = 8192;
 /// Whether stacks are taken: `GPUPERF_STACKS` unset, `1` or `on`; `0` or `off`
 /// turn them off. Anything else is reported and taken as on.
 pub fn enabled(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> (bool, Option<String>) {
-    match var("GPUPERF_STACKS") {
+    match var(env::STACKS) {
         None => (true, None),
-        Some(v) => match v.to_str() {
-            Some("1" | "on" | "") => (true, None),
-            Some("0" | "off") => (false, None),
-            _ => (
+        Some(v) if v.is_empty() => (true, None),
+        Some(v) => match env::parse_flag(&v) {
+            Some(on) => (on, None),
+            None => (
                 true,
                 Some(format!(
-                    "GPUPERF_STACKS={}: expected 1 or 0; taking stacks",
+                    "{}={}: expected 1 or 0; taking stacks",
+                    env::STACKS,
                     v.to_string_lossy()
                 )),
             ),

@@ -37,6 +37,24 @@ pub enum Error {
         /// Newest version this build reads.
         supported: u16,
     },
+    /// A recording directory named is not one.
+    #[error("`{}` is not a recording directory (gpuperf record --raw-dir writes one)", .path.display())]
+    NotARecording {
+        /// What was named.
+        path: PathBuf,
+    },
+    /// A join was asked for without a GPU trace.
+    #[error("no GPU trace to join")]
+    NoGpuTrace,
+    /// Writing an output file failed.
+    #[error("failed to write `{}`", .path.display())]
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<Error>,
+    },
     /// Writing an output failed.
     #[error("failed to write {what}")]
     Write {

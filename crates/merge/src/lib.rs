@@ -46,6 +46,7 @@ mod golden;
 pub mod model;
 
 pub mod read;
+pub mod recording;
 
 #[cfg(feature = "render")]
 pub mod join;

@@ -71,6 +71,23 @@ impl Default for Symbolizer {
     }
 }
 
+/// Names the native frames of the stacks the injection library took in
+/// process (`gpuperf merge` of a recording that has them).
+impl gpuperf_merge::join::stacks::Symbolize for Symbolizer {
+    fn symbolize(
+        &mut self,
+        module: &gpuperf_merge::model::Module,
+        offsets: &[u64],
+    ) -> Vec<Vec<String>> {
+        self.module_frames(
+            module.pid,
+            Path::new(&module.path),
+            &module.build_id,
+            offsets,
+        )
+    }
+}
+
 impl Symbolizer {
     /// A symbolizer that knows the files mapped into this process.
     pub fn new() -> Self {

@@ -11,10 +11,10 @@
 //! 1000→ioctl→7→7→app→→0xc0104601→2500→0→0x0→
 //! ```
 //!
-//! (→ is a tab.)
+//! (→ is a tab.) [`Writer`] writes it; [`DriverTrace`] reads it.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
 
 use crate::diag::Diagnostics;
@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::model::{DriverEvent, DriverKind};
 
 /// The file's name inside a recording directory.
-pub const FILE_NAME: &str = "driver.tsv";
+pub const FILE_NAME: &str = crate::recording::DRIVER_EVENTS;
 
 /// The first line of the file: its columns.
 pub const HEADER: &str = "# ts_ns\tkind\tpid\ttid\tcomm\tring\targ\tdur_ns\tret\tid\tmsg";
@@ -70,7 +70,7 @@ impl DriverTrace {
     }
 
     /// Reads a driver event file from `r`; `name` places its diagnostics.
-    pub fn parse(r: impl BufRead, name: &str) -> std::io::Result<Self> {
+    pub fn parse(r: impl BufRead, name: &str) -> io::Result<Self> {
         let mut t = Self::default();
         for (i, line) in r.lines().enumerate() {
             let line = line?;
@@ -106,6 +106,66 @@ impl DriverTrace {
     /// Events lost while recording, all causes together.
     pub fn total_dropped(&self) -> u64 {
         self.dropped.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// Writes a driver event file: the head, one line per event, and the tail
+/// that says what was lost.
+pub struct Writer<W: Write> {
+    out: W,
+}
+
+impl<W: Write> Writer<W> {
+    /// Writes the head: [`HEADER`], the sources `attached`, those `absent`
+    /// (why, a line each) and the `simulated` test modules loaded.
+    pub fn new(
+        mut out: W,
+        attached: &[&str],
+        absent: &[&str],
+        simulated: &[&str],
+    ) -> io::Result<Self> {
+        let mut head = format!("{HEADER}\n");
+        for (what, names) in [
+            ("attached", attached),
+            ("absent", absent),
+            ("simulated", simulated),
+        ] {
+            for n in names {
+                head += &format!("# {what} {n}\n");
+            }
+        }
+        out.write_all(head.as_bytes())?;
+        Ok(Self { out })
+    }
+
+    /// Writes one event, a line. Tabs and newlines in names and messages
+    /// become spaces, so each event is one line.
+    pub fn event(&mut self, e: &DriverEvent) -> io::Result<()> {
+        let clean = |s: &str| s.replace(['\t', '\n'], " ");
+        writeln!(
+            self.out,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{:#x}\t{}\t{}\t{:#x}\t{}",
+            e.ts_ns,
+            e.kind.name(),
+            e.pid,
+            e.tid,
+            clean(&e.comm),
+            clean(&e.ring),
+            e.arg,
+            e.dur_ns,
+            e.ret,
+            e.id,
+            clean(&e.msg)
+        )
+    }
+
+    /// Ends the file with the events lost while recording, by cause
+    /// (`ring_buffer`, `map_full`, `malformed`), and returns the writer.
+    pub fn finish(mut self, dropped: &[(&str, u64)]) -> io::Result<W> {
+        for (cause, n) in dropped {
+            writeln!(self.out, "# dropped {cause} {n}")?;
+        }
+        Ok(self.out)
     }
 }
 
@@ -147,6 +207,86 @@ fn parse_event(line: &str) -> std::result::Result<DriverEvent, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_writer_writes_reads_back_the_same() {
+        let events = [
+            DriverEvent {
+                ts_ns: 1000,
+                dur_ns: 250,
+                id: 0,
+                ret: -1,
+                pid: 7,
+                tid: 8,
+                kind: DriverKind::Ioctl,
+                arg: 0xc020_462a,
+                comm: "app".into(),
+                ring: String::new(),
+                msg: String::new(),
+            },
+            DriverEvent {
+                ts_ns: 5000,
+                dur_ns: 0,
+                id: 0x10,
+                ret: 0,
+                pid: 1,
+                tid: 2,
+                kind: DriverKind::Xid,
+                arg: 79,
+                comm: "irq/5".into(),
+                ring: "0000:01:00.0".into(),
+                msg: "fell off the bus".into(),
+            },
+        ];
+        let mut w = Writer::new(
+            Vec::new(),
+            &["nvidia", "xid"],
+            &["drm_sched: no DRM scheduler (gpu-sched) is loaded"],
+            &["nvidia_sim"],
+        )
+        .unwrap();
+        for e in &events {
+            w.event(e).unwrap();
+        }
+        let bytes = w.finish(&[("ring_buffer", 3), ("map_full", 0)]).unwrap();
+        let t = DriverTrace::parse(bytes.as_slice(), "t").unwrap();
+        assert!(t.diagnostics.is_empty(), "{:?}", t.diagnostics);
+        assert_eq!(t.events, events);
+        assert_eq!(t.attached, ["nvidia", "xid"]);
+        assert_eq!(
+            t.absent,
+            ["drm_sched: no DRM scheduler (gpu-sched) is loaded"]
+        );
+        assert_eq!(t.simulated, ["nvidia_sim"]);
+        assert_eq!(
+            t.dropped,
+            [("ring_buffer".to_owned(), 3), ("map_full".to_owned(), 0)]
+        );
+    }
+
+    #[test]
+    fn tabs_and_newlines_in_names_do_not_split_an_event() {
+        let e = DriverEvent {
+            ts_ns: 5,
+            dur_ns: 7,
+            id: 0x10,
+            ret: -22,
+            pid: 1,
+            tid: 2,
+            kind: DriverKind::Xid,
+            arg: 79,
+            comm: "a\tb".into(),
+            ring: String::new(),
+            msg: "bad\nthing".into(),
+        };
+        let mut w = Writer::new(Vec::new(), &[], &[], &[]).unwrap();
+        w.event(&e).unwrap();
+        let text = String::from_utf8(w.finish(&[]).unwrap()).unwrap();
+        assert_eq!(
+            text,
+            format!("{HEADER}\n5\txid\t1\t2\ta b\t\t0x4f\t7\t-22\t0x10\tbad thing\n")
+        );
+    }
 
     #[test]
     fn reads_events_sources_and_drops_and_counts_bad_lines() {

@@ -97,7 +97,8 @@ pub const FLAG_STACKS: u32 = 1;
 pub const FLAG_CLOSES: u32 = 2;
 /// Frames one `STACK` record can hold.
 pub const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
-const HEADER_LEN: usize = 16;
+/// The length of the file header that [`header_flags`] decodes.
+pub const HEADER_LEN: usize = 16;
 const RECORD_HEADER_LEN: usize = 4;
 
 mod kind {
@@ -122,6 +123,13 @@ mod kind {
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
 pub fn is_gpu_trace(bytes: &[u8]) -> bool {
     bytes.starts_with(&MAGIC)
+}
+
+/// The header flags ([`FLAG_STACKS`], [`FLAG_CLOSES`]) of a GPU trace that
+/// starts with `bytes`; `None` when they are not a whole GPU trace header.
+pub fn header_flags(bytes: &[u8]) -> Option<u32> {
+    let h = bytes.get(..HEADER_LEN).filter(|h| is_gpu_trace(h))?;
+    Some(u32::from_le_bytes([h[12], h[13], h[14], h[15]]))
 }
 
 /// Writes a GPU trace. Names are interned on first use; each call appends one
@@ -537,7 +545,7 @@ pub fn read<R: Read>(
             supported: FORMAT_VERSION,
         });
     }
-    stats.flags = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+    stats.flags = header_flags(&header).unwrap_or_default();
     // A header shorter than the fixed part is malformed; the fixed part is always there.
     let header_len = usize::from(u16::from_le_bytes([header[10], header[11]])).max(HEADER_LEN);
     let mut skip = vec![0u8; header_len.saturating_sub(HEADER_LEN)];
@@ -1659,6 +1667,9 @@ mod tests {
         let (back, bstrings, stats) = decode(&bytes);
         assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
         assert_eq!(stats.flags, FLAG_STACKS);
+        assert_eq!(header_flags(&bytes), Some(FLAG_STACKS));
+        assert_eq!(header_flags(&bytes[..HEADER_LEN - 1]), None);
+        assert_eq!(header_flags(b"GPUPERX\0\x01\0\x10\0\x01\0\0\0"), None);
         assert_eq!(back.len(), recs.len() + 5, "{back:?}");
         // Stacks, with names resolved through the reader's table.
         let Record::Stack(st) = &back[2] else {

@@ -26,7 +26,7 @@ use crate::model::Module;
 use crate::{Error, Result};
 
 /// The file name in a recording directory.
-pub const FILE_NAME: &str = "symbols.txt";
+pub const FILE_NAME: &str = crate::recording::SYMBOLS;
 
 const HEADER: &str =
     "# gpuperf symbols 1: build id (- if none), offset, file, frames (innermost first)";

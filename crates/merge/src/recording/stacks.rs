@@ -1,54 +1,31 @@
 //! CPU stacks the injection library took in process: found in the GPU traces,
-//! symbolized with blazesym (through the profiler's symbolizer, which finds a
-//! module's file by build id when its path no longer matches), and written as a
-//! CPU trace on request.
+//! symbolized (names kept with a recording first), and written as a CPU trace
+//! on request.
 
 use std::fs::File;
 use std::io::{BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
-use gpuperf_merge::join::stacks::{self, LaunchStacks, Symbolize};
-use gpuperf_merge::model::{Module, StringTable};
-use gpuperf_merge::read::cpu::{self, CpuTrace, LaunchLine};
-use gpuperf_merge::read::gputrace::{self, FLAG_STACKS};
-use gpuperf_merge::read::input::GpuInputs;
-use gpuperf_merge::read::symbols::{self, Cached, SymbolCache};
-
-/// blazesym, through the profiler crate's symbolizer.
-struct Blazesym(gpuperf_profiler::Symbolizer);
-
-impl Symbolize for Blazesym {
-    fn symbolize(&mut self, module: &Module, offsets: &[u64]) -> Vec<Vec<String>> {
-        self.0.module_frames(
-            module.pid,
-            Path::new(&module.path),
-            &module.build_id,
-            offsets,
-        )
-    }
-}
+use crate::error::{Error, Result};
+use crate::join::stacks::{self, LaunchStacks, Symbolize};
+use crate::model::StringTable;
+use crate::read::cpu::{self, CpuTrace, LaunchLine};
+use crate::read::gputrace::{self, FLAG_STACKS};
+use crate::read::input::GpuInputs;
+use crate::read::symbols::{self, Cached, SymbolCache};
 
 /// Whether any gpuperf GPU trace among `paths` (files, or directories of
 /// `*.gputrace`) says it holds in-process stacks. Reads only their headers.
 pub fn any_has_stacks(paths: &[PathBuf]) -> bool {
     let flagged = |p: &Path| {
-        let mut h = [0u8; 16];
+        let mut h = [0u8; gputrace::HEADER_LEN];
         File::open(p)
             .and_then(|mut f| f.read_exact(&mut h))
-            .is_ok_and(|()| {
-                gputrace::is_gpu_trace(&h)
-                    && u32::from_le_bytes([h[12], h[13], h[14], h[15]]) & FLAG_STACKS != 0
-            })
+            .is_ok_and(|()| gputrace::header_flags(&h).is_some_and(|f| f & FLAG_STACKS != 0))
     };
     paths.iter().any(|p| {
         if p.is_dir() {
-            std::fs::read_dir(p)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".gputrace"))
-                .any(|e| flagged(&e.path()))
+            super::gpu_traces(p).any(|t| flagged(&t))
         } else {
             flagged(p)
         }
@@ -57,11 +34,12 @@ pub fn any_has_stacks(paths: &[PathBuf]) -> bool {
 
 /// The launch stacks of `gpu`, symbolized, or `None` when it carries none; and
 /// every name found. Names kept with a recording (`symbols.txt` in the
-/// directories among `paths`) come first; blazesym names the rest.
-pub fn collect(
+/// directories among `paths`) come first; `symbolizer`'s names the rest.
+pub(super) fn collect<S: Symbolize>(
     gpu: &GpuInputs,
     paths: &[PathBuf],
     strings: &mut StringTable,
+    symbolizer: impl FnOnce() -> S,
 ) -> Result<(Option<LaunchStacks>, SymbolCache)> {
     let mut kept = SymbolCache::new();
     for f in symbols::files_in(paths) {
@@ -79,7 +57,7 @@ pub fn collect(
             Err(e) => tracing::warn!("{e}; its names are not used"),
         }
     }
-    let mut sym = Cached::new(Blazesym(gpuperf_profiler::Symbolizer::new()), kept);
+    let mut sym = Cached::new(symbolizer(), kept);
     let stacks = stacks::collect(gpu, strings, &mut sym)?;
     Ok((stacks, sym.cache))
 }
@@ -90,8 +68,15 @@ pub fn collect(
 /// the depth cap) is written behind `[truncated]`, as the format requires, so
 /// that readers of the file count it truncated too.
 pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
-    let f = File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
-    let mut w = cpu::Writer::new(BufWriter::new(f))?;
+    let io = |action| {
+        move |source| Error::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    let f = File::create(path).map_err(io("create"))?;
+    let mut w = cpu::Writer::new(BufWriter::new(f)).map_err(io("write"))?;
     // Synchronization calls' stacks charge waits; the file holds launches only.
     for l in trace.launches.iter().filter(|l| !trace.is_wait(l)) {
         let comm = trace.comms.get(&(l.pid, l.pid)).map_or("?", String::as_str);
@@ -110,9 +95,8 @@ pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
             Some(text.split(';'))
         };
         let mark = (frames.is_some() && !stacks::is_complete(text)).then_some(cpu::TRUNCATED_FRAME);
-        w.launch(&line, mark.into_iter().chain(frames.into_iter().flatten()))?;
+        w.launch(&line, mark.into_iter().chain(frames.into_iter().flatten()))
+            .map_err(io("write"))?;
     }
-    w.into_inner()
-        .flush()
-        .with_context(|| format!("failed to write `{}`", path.display()))
+    w.into_inner().flush().map_err(io("write"))
 }

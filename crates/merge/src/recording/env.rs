@@ -1,0 +1,135 @@
+//! The environment contract between `gpuperf record` and the injection
+//! library: each variable's name, and the format of its value, defined once.
+//! `gpuperf record` builds the variables with [`Injection::vars`]; the
+//! injection library reads them by the same names (its `config` module says
+//! what each does and its default).
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+
+/// The CUDA driver loads the library this names into each process, during `cuInit`.
+pub const INJECTION_PATH: &str = "CUDA_INJECTION64_PATH";
+/// Where the GPU trace goes: a file pattern (`%p` is the pid), or a directory
+/// ([`trace_dir_value`]) that gets [`super::GPU_TRACE_IN_DIR`] inside it.
+pub const GPU_TRACE: &str = "GPUPERF_GPU_TRACE";
+/// The libcupti to use instead of searching for one.
+pub const CUPTI_PATH: &str = "GPUPERF_CUPTI_PATH";
+/// `stderr`, or the file for the library's diagnostics.
+pub const INJECT_LOG: &str = "GPUPERF_INJECT_LOG";
+/// How often buffered records reach the file, in milliseconds.
+pub const FLUSH_MS: &str = "GPUPERF_FLUSH_MS";
+/// `auto`, `always` or `off`: when the launch marker is called.
+pub const MARKER: &str = "GPUPERF_MARKER";
+/// A [`flag`]: whether the library takes each launch's CPU stack in process.
+pub const STACKS: &str = "GPUPERF_STACKS";
+/// The CPU profiler's Unix socket to wait at before the first launch.
+pub const SYNC: &str = "GPUPERF_SYNC";
+/// A [`flag`]: close the trace on SIGINT and SIGTERM before the program dies of them.
+pub const FLUSH_ON_SIGNAL: &str = "GPUPERF_FLUSH_ON_SIGNAL";
+
+/// The trace pattern when [`GPU_TRACE`] is not set.
+pub const DEFAULT_GPU_TRACE: &str = "gpuperf-%p.gputrace";
+
+/// The value of a yes/no variable.
+pub fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
+/// Reads a yes/no variable: `1` or `on`, `0` or `off`; `None` for anything else.
+pub fn parse_flag(v: &OsStr) -> Option<bool> {
+    match v.to_str() {
+        Some("1" | "on") => Some(true),
+        Some("0" | "off") => Some(false),
+        _ => None,
+    }
+}
+
+/// [`GPU_TRACE`]'s value for a directory: its path and a `/`, so that it is
+/// taken for a directory even before it exists.
+pub fn trace_dir_value(dir: &std::path::Path) -> OsString {
+    let mut v = dir.as_os_str().to_owned();
+    v.push("/");
+    v
+}
+
+/// What `gpuperf record` asks of the injection library: plain data, turned
+/// into the target's environment by [`Injection::vars`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Injection {
+    /// The injection library.
+    pub library: PathBuf,
+    /// The recording directory its traces go to.
+    pub trace_dir: PathBuf,
+    /// Whether it takes launch stacks; `None` leaves the variable alone (the
+    /// user's own setting).
+    pub stacks: Option<bool>,
+    /// Whether it closes the trace on a fatal signal. Default is `true`: a
+    /// Ctrl-C reaches the program directly, and one without a handler dies of it.
+    pub flush_on_signal: bool,
+    /// The libcupti to use (an absolute path).
+    pub cupti: Option<PathBuf>,
+    /// The CPU profiler's socket to wait at.
+    pub sync: Option<PathBuf>,
+}
+
+impl Injection {
+    /// The library `library`, writing its traces into `trace_dir`; nothing else set.
+    pub fn new(library: PathBuf, trace_dir: PathBuf) -> Self {
+        Self {
+            library,
+            trace_dir,
+            stacks: None,
+            flush_on_signal: true,
+            cupti: None,
+            sync: None,
+        }
+    }
+
+    /// The variables to set in the target's environment.
+    pub fn vars(&self) -> Vec<(OsString, OsString)> {
+        let mut env: Vec<(OsString, OsString)> =
+            vec![(INJECTION_PATH.into(), self.library.clone().into())];
+        if let Some(on) = self.stacks {
+            env.push((STACKS.into(), flag(on).into()));
+        }
+        env.push((GPU_TRACE.into(), trace_dir_value(&self.trace_dir)));
+        if self.flush_on_signal {
+            env.push((FLUSH_ON_SIGNAL.into(), flag(true).into()));
+        }
+        if let Some(c) = &self.cupti {
+            env.push((CUPTI_PATH.into(), c.clone().into()));
+        }
+        if let Some(s) = &self.sync {
+            env.push((SYNC.into(), s.clone().into()));
+        }
+        env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variables_say_what_was_asked() {
+        let mut i = Injection::new("/l/inject.so".into(), "/r/raw".into());
+        i.stacks = Some(false);
+        i.sync = Some("/s/sync.sock".into());
+        let vars = i.vars();
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get(INJECTION_PATH).as_deref(), Some("/l/inject.so"));
+        assert_eq!(get(GPU_TRACE).as_deref(), Some("/r/raw/"));
+        assert_eq!(get(STACKS).as_deref(), Some("0"));
+        assert_eq!(get(FLUSH_ON_SIGNAL).as_deref(), Some("1"));
+        assert_eq!(get(SYNC).as_deref(), Some("/s/sync.sock"));
+        assert_eq!(get(CUPTI_PATH), None);
+        assert_eq!(parse_flag(OsStr::new(flag(true))), Some(true));
+        assert_eq!(parse_flag(OsStr::new(flag(false))), Some(false));
+        assert_eq!(parse_flag(OsStr::new("yes")), None);
+    }
+}
