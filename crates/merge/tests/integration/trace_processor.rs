@@ -395,7 +395,10 @@ fn simulated_recordings__perfetto_reads_every_gpu_slice_flow_and_name() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_dir())
-        .map(|p| Input::gpu(&p.file_name().unwrap().to_string_lossy().into_owned(), p))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            Input::gpu(&name, p)
+        })
         .collect();
     inputs.sort_by(|a, b| a.name.cmp(&b.name));
     assert!(inputs.len() >= 6, "{root:?}");
