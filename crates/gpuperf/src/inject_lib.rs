@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn the_embedded_copy_is_an_elf_shared_object() {
         let Some(bytes) = EMBEDDED else {
-            eprintln!("skipped: built without the embedded library");
+            gpuperf_test_support::require::skipped("built without the embedded library");
             return;
         };
         let dir = tempfile::tempdir().unwrap();

@@ -957,7 +957,9 @@ fn record_driver_without_driver_events__one_line_and_the_recording_unchanged() {
     let (present, absent) =
         gpuperf_profiler::driver::available(&kallsyms, &gpuperf_profiler::driver::Source::ALL);
     if !present.is_empty() {
-        eprintln!("skipped: this machine has GPU driver events: {present:?}");
+        gpuperf_test_support::require::skipped(format_args!(
+            "this machine has GPU driver events: {present:?}"
+        ));
         return;
     }
     let Some((cupti, app)) = sim_programs() else {

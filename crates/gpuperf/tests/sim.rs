@@ -601,7 +601,7 @@ fn sim_cudarc_sample__driver_launches_and_a_graph() {
             std::env::var_os("GPUPERF_REQUIRE_CUDA_WHEELS").is_none_or(|v| v != "1"),
             "{msg}"
         );
-        eprintln!("skipped: {msg}");
+        gpuperf_test_support::require::skipped(msg);
         return;
     }
     // cudarc opens libcuda.so itself.

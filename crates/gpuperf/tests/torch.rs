@@ -32,7 +32,7 @@ const REQUIRE_VAR: &str = "GPUPERF_REQUIRE_TORCH";
 fn missing(why: &str) {
     let required = std::env::var_os(REQUIRE_VAR).is_some_and(|v| v == "1");
     assert!(!required, "{REQUIRE_VAR}=1 but {why}");
-    eprintln!("skipped: {why}");
+    gpuperf_test_support::require::skipped(why);
 }
 
 /// A Python with torch, and the simulation built for it.

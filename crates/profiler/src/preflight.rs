@@ -151,9 +151,7 @@ mod tests {
         if !mount_tracefs(dir.path()) {
             // Only root may mount; nothing may have been mounted then.
             assert!(!dir.path().join("events").exists());
-            eprintln!(
-                "SKIPPED tracefs_is_mounted_where_none_is_and_left_alone_where_one_is: not root"
-            );
+            gpuperf_test_support::require::skipped("not root (only root may mount tracefs)");
             return;
         }
         assert!(dir.path().join("events/syscalls").exists());

@@ -6,6 +6,7 @@
 //! scratch   a world-readable directory per test process, removed at exit
 //! cc        gcc builds, once per process and output
 //! cuda      NVIDIA's CUDA wheels, the MOCK libcupti, the C host programs
+//! perfetto  Perfetto's trace processor (WebAssembly, run by Node.js)
 //! python    the CPython interpreters the Python tests run on
 //! process   running commands and showing what they printed
 //! bench     medians, arguments, peak RSS and cached inputs of the benchmarks
@@ -27,6 +28,7 @@
 pub mod bench;
 pub mod cc;
 pub mod cuda;
+pub mod perfetto;
 pub mod process;
 pub mod python;
 pub mod require;

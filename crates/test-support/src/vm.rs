@@ -89,7 +89,7 @@ pub fn kernel(series: &str) -> Option<Guest> {
         }
     };
     assert!(!required(), "{REQUIRE}=1 but {why}");
-    eprintln!("skipped: {why}");
+    crate::require::skipped(why);
     None
 }
 

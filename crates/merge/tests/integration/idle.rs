@@ -159,7 +159,7 @@ fn hta_idle(trace: &Path, round: bool) -> Option<BTreeMap<u32, (u64, u64)>> {
             Path::new(&python).display()
         );
         assert!(!required, "GPUPERF_REQUIRE_HTA=1 but {why}");
-        eprintln!("skipped: {why}");
+        gpuperf_test_support::require::skipped(why);
         return None;
     }
     let mut cmd = Command::new(&python);

@@ -20,6 +20,7 @@ mod nsys;
 mod perfetto;
 mod scenario;
 mod stacks;
+mod trace_processor;
 
 use std::path::{Path, PathBuf};
 

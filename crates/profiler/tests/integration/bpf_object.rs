@@ -52,7 +52,9 @@ fn check(prog: object::Program) {
             committed.display(),
             object::REGENERATE
         );
-        eprintln!("skipped: no committed BPF object for {arch} (the build compiles it with clang)");
+        gpuperf_test_support::require::skipped(format_args!(
+            "no committed BPF object for {arch} (the build compiles it with clang)"
+        ));
         return;
     }
     let stamp = Stamp::read(&stamp_path)
