@@ -163,6 +163,49 @@ impl Cupti {
         self.check("cuptiActivityRegisterCallbacks", st)
     }
 
+    /// `cuptiActivityRegisterCallbacks` on another client's behalf: its status
+    /// goes back to that client as CUPTI gave it.
+    pub fn register_buffers_for_another(
+        &self,
+        requested: sys::BufferRequested,
+        completed: sys::BufferCompleted,
+    ) -> Status {
+        // SAFETY: the caller's functions, which it passed to CUPTI's signature.
+        unsafe { (self.f.activity_register_callbacks)(requested, completed) }
+    }
+
+    /// `cuptiFinalize` on another client's behalf, with CUPTI's status.
+    pub fn finalize_for_another(&self) -> Status {
+        // SAFETY: no arguments; the other client asked for it.
+        unsafe { (self.f.finalize)() }
+    }
+
+    /// `cuptiSubscribe` on another client's behalf, with CUPTI's status.
+    ///
+    /// # Safety
+    /// The arguments are the other client's, as CUPTI's signature takes them:
+    /// `handle` a valid out-pointer.
+    pub unsafe fn subscribe_for_another(
+        &self,
+        handle: *mut *mut c_void,
+        callback: sys::ApiCallback,
+        userdata: *mut c_void,
+    ) -> Status {
+        // SAFETY: the caller vouches for the arguments (see above).
+        unsafe { (self.f.subscribe)(handle, callback, userdata) }
+    }
+
+    /// The addresses of CUPTI's `cuptiSubscribe`,
+    /// `cuptiActivityRegisterCallbacks` and `cuptiFinalize`, as other
+    /// objects' GOT slots hold them.
+    pub fn takeover_entry_points(&self) -> [usize; 3] {
+        [
+            self.f.subscribe as *const () as usize,
+            self.f.activity_register_callbacks as *const () as usize,
+            self.f.finalize as *const () as usize,
+        ]
+    }
+
     /// `cuptiActivityRegisterTimestampCallback`.
     pub fn register_timestamp(&self, clock: sys::Timestamp) -> Result<(), CuptiError> {
         // SAFETY: `clock` takes nothing and returns u64, as CUPTI expects.

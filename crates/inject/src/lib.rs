@@ -122,13 +122,22 @@
 //! - **Another CUPTI client started later** (torch.profiler, Kineto) shares the
 //!   process-wide activity state: its failed subscribe does not stop it from
 //!   registering its own buffers and clock, and it disables the kinds when it
-//!   stops. gpuperf cannot prevent that and does not fight it; it notices (GPU
-//!   timestamps that are not CLOCK_MONOTONIC, which are then dropped and counted;
-//!   or, at exit, launches, copies or memsets with no GPU record after the
-//!   forced flush) and writes the NOTE "GPU activity stopped after N launches,
-//!   copies and memsets: another CUPTI client (e.g. torch.profiler) took over",
-//!   which `gpuperf` prints in its summary. API records keep coming; their GPU
-//!   side is missing after that point.
+//!   stops. gpuperf does not fight it: the program and its profiler get what
+//!   they would without gpuperf. Where that client calls CUPTI through its GOT
+//!   (a library linked against the same libcupti, as Kineto is inside
+//!   libtorch), gpuperf sees its `cuptiActivityRegisterCallbacks` and
+//!   `cuptiFinalize` first (see `hook`): everything recorded until then is
+//!   flushed to gpuperf (otherwise CUPTI would hand gpuperf's unflushed
+//!   buffers to the other client), gpuperf no longer flushes or disables what
+//!   is now that client's, and NOTEs say from when (seconds into the run, and
+//!   after how many launches, copies and memsets) the GPU side, and after a
+//!   `cuptiFinalize` the API side too, stopped, and how many calls after that
+//!   have no GPU record. A client that calls CUPTI through `dlsym` is noticed
+//!   later instead (GPU timestamps that are not CLOCK_MONOTONIC, dropped and
+//!   counted; or, at exit, launches, copies or memsets with no GPU record
+//!   after the forced flush), with the NOTE "GPU activity stopped after N
+//!   launches, copies and memsets: another CUPTI client (e.g. torch.profiler)
+//!   took over"; the records CUPTI handed to it are lost to gpuperf.
 //! - **Set-up failing half-way.** When a step after `cuptiSubscribe` fails (CUPTI
 //!   refuses a callback id or an activity kind), every step already taken is
 //!   undone: the activity kinds gpuperf enabled are disabled and the subscription
@@ -216,6 +225,7 @@ pub mod decode;
 mod driver;
 mod error;
 mod guard;
+mod hook;
 mod interrupt;
 pub mod locate;
 mod log;

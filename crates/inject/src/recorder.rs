@@ -43,6 +43,7 @@ use crate::decode::{self, Decoded, Place};
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::guard::{Inside, NoCancel};
+use crate::hook;
 use crate::locate;
 use crate::log::Log;
 use crate::shard::{Item, RawApi, Shard};
@@ -387,6 +388,18 @@ struct State {
     started_ns: u64,
     /// Whether the NOTE about another CUPTI client is written.
     takeover_noted: AtomicBool,
+    /// Another client is registering its buffer callbacks (`hook`); set once.
+    yielding: AtomicBool,
+    /// CUPTI's buffers and kinds are another client's: gpuperf no longer
+    /// flushes or disables them.
+    yielded: AtomicBool,
+    /// Launches, copies and memsets made when the buffers were yielded.
+    launches_at_yield: AtomicU64,
+    /// Another client's `cuptiSubscribe` was refused, and the trace says so.
+    refusal_noted: AtomicBool,
+    /// Another client called `cuptiFinalize`: no CUPTI call of ours may follow
+    /// (it would start CUPTI afresh under that client).
+    finalized: AtomicBool,
     stats: Stats,
     /// In-process stacks, unless `GPUPERF_STACKS=0`. (stacks hook)
     stacks: Option<Stacks>,
@@ -965,6 +978,78 @@ impl State {
         sink.note(text);
     }
 
+    /// Seconds from the process's start to now, for notes.
+    fn run_seconds(&self) -> f64 {
+        monotonic_ns().saturating_sub(self.started_ns) as f64 / 1e9
+    }
+
+    /// Another client is about to register its activity buffer callbacks
+    /// (seen by `hook`): after that CUPTI gives it every buffer, ours with
+    /// unflushed records included. Everything recorded so far is flushed to
+    /// gpuperf first, and the trace says from when the GPU side stops.
+    fn before_another_client_registers(&self) {
+        if self.disabled.load(Relaxed) || self.yielding.swap(true, Relaxed) {
+            return;
+        }
+        self.flush(Flush::Final);
+        let n = self.stats.launches.load(Relaxed);
+        self.launches_at_yield.store(n, Relaxed);
+        self.yielded.store(true, Relaxed);
+        self.takeover_noted.store(true, Relaxed);
+        let text = format!(
+            "GPU activity recorded until {:.3} s into the run, after {n} launches, copies and \
+             memsets: another CUPTI client (e.g. torch.profiler) registered its own activity \
+             buffers, and CUPTI gives it every later record",
+            self.run_seconds()
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
+    }
+
+    /// Another client's `cuptiSubscribe` was refused because gpuperf holds the
+    /// one subscription CUPTI allows: that client (torch.profiler's Kineto
+    /// gives up its CUDA activities then) records no GPU work. Said once.
+    fn another_client_refused(&self) {
+        if self.refusal_noted.swap(true, Relaxed) {
+            return;
+        }
+        let text = format!(
+            "another CUPTI client (e.g. torch.profiler) asked for CUPTI {:.3} s into the run and \
+             was refused: CUPTI allows one subscriber and gpuperf holds it, so that client's own \
+             trace has no CUDA activity (profile without `gpuperf record` for it)",
+            self.run_seconds()
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
+    }
+
+    /// Another client is about to call `cuptiFinalize`, which ends every
+    /// client's recording: what CUPTI holds of ours is flushed first, and the
+    /// trace says from when API calls stop too.
+    fn before_another_client_finalizes(&self) {
+        if self.disabled.load(Relaxed) || self.finalized.swap(true, Relaxed) {
+            return;
+        }
+        // Also writes the calls made since the buffers were yielded.
+        let first = !self.yielding.swap(true, Relaxed);
+        self.flush(Flush::Final);
+        if first {
+            let n = self.stats.launches.load(Relaxed);
+            self.launches_at_yield.store(n, Relaxed);
+        }
+        self.yielded.store(true, Relaxed);
+        self.takeover_noted.store(true, Relaxed);
+        let text = format!(
+            "API calls and GPU activity recorded until {:.3} s into the run, after {} launches, \
+             copies and memsets: another CUPTI client (e.g. torch.profiler) called \
+             cuptiFinalize, which ends every client's recording",
+            self.run_seconds(),
+            self.stats.launches.load(Relaxed)
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
+    }
+
     fn write_decoded(&self, sink: &mut Sink, d: Decoded) {
         let pid = self.pid;
         let activity = |sink: &mut Sink, mut place: Place, kind: ActivityKind| {
@@ -1104,6 +1189,9 @@ impl State {
         let forced = matches!(how, Flush::Final | Flush::LastContext);
         if self.torn_down.load(Relaxed) {
             // Nothing is left in CUPTI, and no context to flush with.
+        } else if self.yielded.load(Relaxed) {
+            // What CUPTI holds is another client's: flushing would hand it
+            // its buffers early, and after its cuptiFinalize restart CUPTI.
         } else if let Err(e) = self.cupti.flush_all(if forced { FLUSH_FORCED } else { 0 }) {
             self.log.line(&e.to_string());
         } else if how == Flush::LastContext {
@@ -1133,9 +1221,14 @@ impl State {
         // between the two arrive late, if ever, and are counted then.
         self.closing.store(true, Relaxed);
         self.flush(Flush::Final);
-        for kind in lock(&self.kinds).drain(..) {
-            if let Err(e) = self.cupti.activity_disable(kind) {
-                self.log.line(&e.to_string());
+        // Kinds are process-wide: once another client took CUPTI they are its
+        // own, and disabling them would end its recording.
+        let kinds: Vec<u32> = lock(&self.kinds).drain(..).collect();
+        if !self.yielded.load(Relaxed) {
+            for kind in kinds {
+                if let Err(e) = self.cupti.activity_disable(kind) {
+                    self.log.line(&e.to_string());
+                }
             }
         }
         if self.disabled.swap(true, Relaxed) {
@@ -1151,7 +1244,15 @@ impl State {
             s.launches.load(Relaxed),
             s.launches_at_last_record.load(Relaxed),
         );
-        if launches >= seen + MIN_SILENT_LAUNCHES {
+        if self.yielded.load(Relaxed) {
+            let after = launches.saturating_sub(self.launches_at_yield.load(Relaxed));
+            if after > 0 {
+                sink.note(format!(
+                    "{after} launches, copies and memsets after that have no GPU record here: \
+                     CUPTI gave their records to the other client"
+                ));
+            }
+        } else if launches >= seen + MIN_SILENT_LAUNCHES {
             self.note_takeover(&mut sink);
         }
         let foreign = s.foreign_clock.load(Relaxed);
@@ -1710,6 +1811,11 @@ pub fn initialize() -> bool {
         pool: Pool::new(buffers::alloc_buffer),
         started_ns,
         takeover_noted: AtomicBool::new(false),
+        yielding: AtomicBool::new(false),
+        yielded: AtomicBool::new(false),
+        launches_at_yield: AtomicU64::new(0),
+        finalized: AtomicBool::new(false),
+        refusal_noted: AtomicBool::new(false),
         stats: Stats::default(),
         config,
     };
@@ -1720,6 +1826,7 @@ pub fn initialize() -> bool {
     s.pool.refill(buffers::alloc_buffer);
     match enable(s, sub).inspect_err(|_| undo(s, sub)) {
         Ok(n) => {
+            watch_other_clients(s);
             s.log.line(&format!(
                 "recording to `{}`: {n} API callbacks enabled",
                 s.config.trace.display()
@@ -1735,6 +1842,94 @@ pub fn initialize() -> bool {
             lock(&s.sink).note(format!("not recorded: {e}"));
             false
         }
+    }
+}
+
+/// `cuptiActivityRegisterCallbacks` as another client's code calls it (its
+/// GOT slot points here; see `hook`).
+unsafe extern "C" fn another_client_registers(
+    requested: sys::BufferRequested,
+    completed: sys::BufferCompleted,
+) -> sys::Status {
+    let Some(s) = STATE.get() else {
+        return UNKNOWN;
+    };
+    // Never unwinds into the caller: a panic is logged by the hook and the
+    // call still goes to CUPTI.
+    let _ = catch_unwind(AssertUnwindSafe(|| s.before_another_client_registers()));
+    s.cupti.register_buffers_for_another(requested, completed)
+}
+
+/// `cuptiSubscribe` as another client's code calls it; see above.
+unsafe extern "C" fn another_client_subscribes(
+    handle: *mut *mut c_void,
+    callback: sys::ApiCallback,
+    userdata: *mut c_void,
+) -> sys::Status {
+    let Some(s) = STATE.get() else {
+        return UNKNOWN;
+    };
+    // SAFETY: the other client's arguments, passed on as it gave them.
+    let status = unsafe { s.cupti.subscribe_for_another(handle, callback, userdata) };
+    if status == sys::MULTIPLE_SUBSCRIBERS {
+        let _ = catch_unwind(AssertUnwindSafe(|| s.another_client_refused()));
+    }
+    status
+}
+
+/// `cuptiFinalize` as another client's code calls it; see above.
+unsafe extern "C" fn another_client_finalizes() -> sys::Status {
+    let Some(s) = STATE.get() else {
+        return UNKNOWN;
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| s.before_another_client_finalizes()));
+    s.cupti.finalize_for_another()
+}
+
+/// `CUPTI_ERROR_UNKNOWN`, for a call that cannot reach CUPTI.
+const UNKNOWN: sys::Status = 999;
+
+/// Points other code's calls of the CUPTI functions through which another
+/// client takes CUPTI at gpuperf's wrappers; again when libraries were loaded
+/// since the last look.
+fn watch_other_clients(s: &State) {
+    static LOADS: AtomicU64 = AtomicU64::new(u64::MAX);
+    let loads = hook::loads();
+    if LOADS.swap(loads, Relaxed) == loads || s.finalized.load(Relaxed) {
+        return;
+    }
+    let [subscribe, register, finalize] = s.cupti.takeover_entry_points();
+    let hooks = [
+        hook::Hook {
+            name: c"cuptiSubscribe",
+            real: subscribe,
+            wrapper: another_client_subscribes as *const () as usize,
+        },
+        hook::Hook {
+            name: c"cuptiActivityRegisterCallbacks",
+            real: register,
+            wrapper: another_client_registers as *const () as usize,
+        },
+        hook::Hook {
+            name: c"cuptiFinalize",
+            real: finalize,
+            wrapper: another_client_finalizes as *const () as usize,
+        },
+    ];
+    let cupti_base = hook::base_of(register).unwrap_or(0);
+    let own_base = hook::base_of(watch_other_clients as *const () as usize).unwrap_or(0);
+    let soname = s
+        .cupti
+        .path()
+        .file_name()
+        .map_or(&[][..], |n| n.as_encoded_bytes());
+    let found = hook::install(&hooks, cupti_base, own_base, soname);
+    if found.slots > 0 || found.foreign > 0 {
+        s.log.line(&format!(
+            "watching {} call sites of cuptiSubscribe, cuptiActivityRegisterCallbacks and \
+             cuptiFinalize in other code ({} bound to another libcupti, not watched)",
+            found.slots, found.foreign
+        ));
     }
 }
 
@@ -1907,6 +2102,8 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
             // full or not, and leaves kernels still running for later.
             s.flush(Flush::Periodic);
             s.pool.refill(buffers::alloc_buffer);
+            // Libraries loaded since may call CUPTI too.
+            watch_other_clients(s);
             stopped = lock(m);
         }
     });

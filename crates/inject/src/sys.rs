@@ -81,6 +81,8 @@ pub struct Functions {
     /// `cuptiActivityGetNumDroppedRecords`.
     pub activity_get_num_dropped_records:
         unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> Status,
+    /// `cuptiFinalize`; only ever called on another client's behalf (see `hook`).
+    pub finalize: unsafe extern "C" fn() -> Status,
     /// The library exports `gpusim_cupti`: it is gpuperf's simulated CUPTI, so
     /// no GPU ran what it records.
     pub simulated: bool,
@@ -126,6 +128,7 @@ impl Functions {
             activity_flush_period: sym!("cuptiActivityFlushPeriod"),
             activity_get_next_record: sym!("cuptiActivityGetNextRecord"),
             activity_get_num_dropped_records: sym!("cuptiActivityGetNumDroppedRecords"),
+            finalize: sym!("cuptiFinalize"),
             // SAFETY: only the symbol's presence is used, never its value.
             simulated: unsafe { lib.get::<*const u8>(b"gpusim_cupti\0") }.is_ok(),
             _lib: std::mem::ManuallyDrop::new(lib),

@@ -344,6 +344,24 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     return CUPTI_SUCCESS;
 }
 
+/* cuptiFinalize, as documented: everything recorded goes to the registered
+ * buffer callback, then every client's subscription, callbacks and kinds are
+ * gone (a later CUPTI call starts afresh). */
+CUptiResult cuptiFinalize(void) {
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    lock();
+    g_subscribed = 0;
+    g_cb = NULL;
+    memset(g_enabled, 0, sizeof g_enabled);
+    g_kinds = 0;
+    g_clock = NULL;
+    g_request = NULL;
+    g_complete = NULL;
+    event("Z", 0);
+    unlock();
+    return CUPTI_SUCCESS;
+}
+
 /* ---- recording: records go into the client's buffer as they happen ---- */
 
 static int kind_on(uint32_t kind) { return (int)((g_kinds >> kind) & 1); }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use gpuperf_merge::model::Record;
 use tempfile::TempDir;
 
-use crate::support::{gcc, inject_lib, mock, read_logs, read_traces, run_within, wheels};
+use crate::support::{Wheels, gcc, inject_lib, mock, read_logs, read_traces, run_within, wheels};
 
 fn host_safety() -> PathBuf {
     gcc(
@@ -364,4 +364,131 @@ fn mock_second_client_taking_over_before_copies_only_is_noted() {
         ],
         "{log}"
     );
+}
+
+/// tests/data/second_client.c built against the MOCK libcupti `mock` (its
+/// DT_NEEDED), its GOT bound lazily or at load (`-z now`, which also puts
+/// the GOT under RELRO).
+fn second_client(w: &Wheels, mock: &Path, now: bool) -> PathBuf {
+    let dir = mock.parent().unwrap();
+    let name = mock.file_name().unwrap().to_str().unwrap();
+    let out = if now {
+        "second_client_now"
+    } else {
+        "second_client_lazy"
+    };
+    gcc(
+        "second_client.c",
+        out,
+        &[
+            &format!("-I{}", w.include13.display()),
+            &format!("-L{}", dir.display()),
+            &format!("-l:{name}"),
+            &format!("-Wl,-rpath,{}", dir.display()),
+            if now {
+                "-Wl,-z,now,-z,relro"
+            } else {
+                "-Wl,-z,lazy"
+            },
+            "-ldl",
+            "-rdynamic",
+        ],
+    )
+}
+
+fn run_second_client(exe: &Path, mock: &Path, dir: Option<&Path>) -> Output {
+    let mut c = Command::new(exe);
+    c.env("GPUPERF_CUPTI_PATH", mock);
+    match dir {
+        Some(d) => c
+            .arg(inject_lib())
+            .env("GPUPERF_GPU_TRACE", d)
+            // No periodic flush during the run (it takes well under 10 s):
+            // what the trace holds of the first launches came from the flush
+            // before the other client.
+            .env("GPUPERF_FLUSH_MS", "10000"),
+        None => c.arg("none"),
+    };
+    run_within(c, "second_client", Duration::from_secs(60))
+}
+
+/// Issue 39, item 4: a second CUPTI client in the program (torch.profiler's
+/// window). Its registration of buffers used to hand it gpuperf's unflushed
+/// buffer: the kernels before the window were lost to gpuperf, and the
+/// program's own client counted them as its own (50 kernels where it made
+/// 30). Now gpuperf flushes before the registration, says from when its GPU
+/// side stops, and, once the client calls cuptiFinalize, that API calls stop;
+/// and it says that the client's own subscription was refused.
+#[test]
+fn mock_second_client_in_the_program_gets_only_its_own_records_and_the_trace_keeps_ours() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    for now in [false, true] {
+        let exe = second_client(&w, &m, now);
+        let plain = run_second_client(&exe, &m, None);
+        assert_eq!(plain.status.code(), Some(3), "{plain:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            "second client: 30 kernels\n"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_second_client(&exe, &m, Some(dir.path()));
+        let log = read_logs(dir.path());
+        assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "bind now: {now}\n{log}"
+        );
+        let (records, _, _) = read_traces(dir.path());
+        let (api, kernels) = launches(&records);
+        assert_eq!(
+            api,
+            (1..=50).collect::<Vec<u32>>(),
+            "bind now: {now}\n{log}"
+        );
+        assert_eq!(
+            kernels,
+            (1..=20).collect::<Vec<u32>>(),
+            "bind now: {now}\n{log}"
+        );
+        let notes: Vec<&str> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Note(n) => Some(n.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes.len(), 4, "{notes:?}\n{log}");
+        assert!(
+            notes[0].starts_with("another CUPTI client (e.g. torch.profiler) asked for CUPTI ")
+                && notes[0].ends_with(
+                    " s into the run and was refused: CUPTI allows one subscriber and gpuperf \
+                     holds it, so that client's own trace has no CUDA activity (profile without \
+                     `gpuperf record` for it)"
+                ),
+            "{notes:?}"
+        );
+        let notes = &notes[1..];
+        assert!(
+            notes[0].starts_with("GPU activity recorded until ")
+                && notes[0].contains(
+                    " s into the run, after 20 launches, copies and memsets: \
+                                      another CUPTI client (e.g. torch.profiler) registered"
+                ),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].contains(
+                "after 50 launches, copies and memsets: another CUPTI client \
+                               (e.g. torch.profiler) called cuptiFinalize"
+            ),
+            "{notes:?}"
+        );
+        assert_eq!(
+            notes[2],
+            "30 launches, copies and memsets after that have no GPU record here: CUPTI gave \
+             their records to the other client"
+        );
+    }
 }
