@@ -774,8 +774,9 @@ class Check:
         detail = (f"gpuperf recorded {k} kernels; torch.profiler's window saw {kineto} launches"
                   + (f"; gpuperf said: {said.group(0).strip()[:200]}" if said else ""))
         if self.sim:
-            # The simulated CUPTI does not model a second client's activity
-            # calls as the real one does: only a GPU shows what happens.
+            # The simulated CUPTI refuses the second subscriber as CUPTI 13.0
+            # documents; what a real libcupti and driver do with Kineto's
+            # later activity calls only a GPU shows.
             self.item(g, name, NEEDS_GPU, detail + ("; " + "; ".join(bad) if bad else ""), fig)
         else:
             self.item(g, name, SHORT if bad else HOLDS, "; ".join(bad + [detail]) if bad else detail, fig)

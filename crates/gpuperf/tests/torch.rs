@@ -457,6 +457,56 @@ fn torch_profiler_cross_check__same_kernels_names_and_script_functions_as_gpuper
     );
 }
 
+/// torch.profiler inside `gpuperf record` (a script with a profiler window):
+/// two CUPTI clients in one process. Kineto's own subscription is refused
+/// while gpuperf holds CUPTI (CUPTI 13.0 allows one subscriber), and it then
+/// records no CUDA activity; gpuperf records every kernel through the window
+/// and says, in its summary, that the script's profiler was refused and what
+/// that costs it. Issue 32.
+#[test]
+fn torch_profiler_inside_gpuperf_record__every_kernel_recorded_and_the_refused_profiler_named() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-profiler-inside");
+    let train = script(&dir, "torch_train.py");
+    let kineto = dir.join("kineto.pt.trace.json");
+    let mut c = gpuperf(&dir);
+    c.args(["record", "-m", "m.folded", "--raw-dir", "raw", "--cupti"])
+        .arg(t.cupti())
+        .arg("--")
+        .arg("bash")
+        .arg(t.run_sh())
+        .arg(&t.sim)
+        .arg("--")
+        .arg(&t.python)
+        .arg(&train)
+        .arg("--profile")
+        .arg(&kineto);
+    quiet_python(&mut c, &dir);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(all_matched(&o) > 20, "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("another CUPTI client (e.g. torch.profiler) asked for CUPTI")
+            && err.contains("so that client's own trace has no CUDA activity"),
+        "{}",
+        show(&o)
+    );
+    // What the note says of the profiler's trace is what it holds.
+    let trace: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&kineto).unwrap()).unwrap();
+    let kernels = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "kernel")
+        .count();
+    assert_eq!(
+        kernels, 0,
+        "the note said torch.profiler recorded no kernel"
+    );
+}
+
 #[test]
 fn torch_data_dependent_size_beyond_the_device__out_of_memory_error_and_host_memory_untouched() {
     let Some(t) = torch() else { return };
