@@ -12,14 +12,17 @@
 //! pass, unless `GPUPERF_REQUIRE_PROTOC=1`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use gpuperf_merge::join::stacks::{self, Symbolize};
 use gpuperf_merge::join::{self, Context, Match, Sink};
-use gpuperf_merge::model::{ActivityKind, Record, StringTable};
+use gpuperf_merge::model::{ActivityKind, Module, Record, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::driver::DriverTrace;
 use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::read::symbols::{Cached, SymbolCache};
 use gpuperf_merge::write::folded::Folder;
 use gpuperf_merge::write::perfetto::{self, proto};
 use gpuperf_merge::write::{chrome, pprof};
@@ -700,6 +703,141 @@ fn idle_slices__in_both_formats_on_a_synthetic_and_a_real_trace() {
                 .any(|s| s.name.starts_with("GPU idle: host sync"))
         );
     }
+}
+
+/// Names no frame: the recording's `symbols.txt` names them.
+struct NoNames;
+
+impl Symbolize for NoNames {
+    fn symbolize(&mut self, _: &Module, offsets: &[u64]) -> Vec<Vec<String>> {
+        vec![Vec::new(); offsets.len()]
+    }
+}
+
+/// A key of the totals: the CPU stack and API frame the time is charged to.
+fn charged(stack: Option<&str>, api: Option<&str>) -> String {
+    let mut s = stack.unwrap_or("[no CPU stack]").to_owned();
+    if let Some(api) = api.filter(|a| s.rsplit(';').next() != Some(*a)) {
+        s.push(';');
+        s.push_str(api);
+    }
+    s
+}
+
+/// GPU time per charged stack in a timeline: a slice's own `stack`, else its
+/// call's stack and API frame.
+fn timeline_totals(r: &Read) -> BTreeMap<String, u64> {
+    let mut call: HashMap<usize, usize> = HashMap::new();
+    for (_, from, to) in &r.flows {
+        if r.slices[*from].cat == "cuda_api" && r.slices[*to].cat != "sync" {
+            call.insert(*to, *from);
+        }
+    }
+    let mut t = BTreeMap::new();
+    for (i, s) in r.slices.iter().enumerate() {
+        if !matches!(s.cat.as_str(), "kernel" | "memcpy" | "memset") {
+            continue;
+        }
+        let key = match (s.args.get("stack"), call.get(&i)) {
+            (Some(own), _) => own.as_str().unwrap().to_owned(),
+            (None, Some(&c)) => {
+                let a = &r.slices[c];
+                charged(a.args.get("stack").and_then(Value::as_str), Some(&a.name))
+            }
+            (None, None) => charged(None, None),
+        };
+        *t.entry(key).or_default() += s.dur;
+    }
+    t
+}
+
+/// One recording with CUDA graphs: folded stacks, pprof and both timelines
+/// charge each CPU stack the same GPU time. (pprof charged a replayed graph's
+/// kernels to the launch's stack, the others to the node's capture stack.)
+#[test]
+fn graph_recording__folded_pprof_and_timelines_charge_each_stack_alike() {
+    let dir = recording("simulated/gpt2_small_cudagraphs");
+    let mut strings = StringTable::new();
+    let mut inputs = GpuInputs::open(std::slice::from_ref(&dir), &mut strings).unwrap();
+    let kept = SymbolCache::read(&dir.join("symbols.txt")).unwrap();
+    let st = stacks::collect(&inputs, &mut strings, &mut Cached::new(NoNames, kept))
+        .unwrap()
+        .expect("the recording carries stacks");
+    assert!(st.stats.graph_nodes > 0, "graph nodes with a known origin");
+    inputs.add_launch_stacks(st.trace);
+    let mut folder = Folder::new();
+    let mut profile = pprof::Builder::new();
+    let run = run_on(
+        inputs,
+        &mut strings,
+        None,
+        None,
+        Some((&mut folder, &mut profile)),
+    );
+    let (json, pb) = check_run(&run);
+    // Folded: µs, each line rounded once.
+    let mut f = Vec::new();
+    folder.write(&mut f).unwrap();
+    let mut folded: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for l in String::from_utf8(f).unwrap().lines() {
+        let (stack, w) = l.rsplit_once(' ').unwrap();
+        let (stack, leaf) = stack.rsplit_once(';').unwrap();
+        if leaf.starts_with("[GPU_") && !leaf.starts_with("[GPU_Idle") {
+            let e = folded.entry(stack.to_owned()).or_default();
+            e.0 += w.parse::<u64>().unwrap();
+            e.1 += 1;
+        }
+    }
+    // pprof: ns.
+    let mut gz = Vec::new();
+    profile.write(&mut gz).unwrap();
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    let p = pprof::proto::Profile::decode(&raw[..]).unwrap();
+    let frame = |loc: u64| -> String {
+        let l = &p.location[loc as usize - 1];
+        let f = &p.function[l.line[0].function_id as usize - 1];
+        let name = &p.string_table[f.name as usize];
+        match p.string_table[f.filename as usize].as_str() {
+            "" => name.clone(),
+            file => format!("{file}({}): {name}", l.line[0].line),
+        }
+    };
+    let mut prof: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &p.sample {
+        let frames: Vec<String> = s.location_id.iter().rev().map(|&l| frame(l)).collect();
+        let (leaf, stack) = frames.split_last().unwrap();
+        if leaf.starts_with("[GPU_") && s.value[0] > 0 {
+            *prof.entry(stack.join(";")).or_default() += s.value[0] as u64;
+        }
+    }
+    prof.retain(|_, v| *v > 0);
+    assert_eq!(
+        timeline_totals(&pb),
+        prof,
+        "protobuf timeline against pprof"
+    );
+    assert_eq!(timeline_totals(&json), prof, "JSON timeline against pprof");
+    assert_eq!(
+        folded.keys().collect::<Vec<_>>(),
+        prof.keys().collect::<Vec<_>>(),
+        "folded stacks against pprof's"
+    );
+    for (k, (us, lines)) in &folded {
+        let ns = prof[k];
+        assert!(
+            (us * 1000).abs_diff(ns) <= 1000 * lines,
+            "{k}: {us} µs folded, {ns} ns in pprof"
+        );
+    }
+    assert!(
+        pb.slices
+            .iter()
+            .any(|s| s.cat == "kernel" && s.args.contains_key("stack")),
+        "graph kernels charged to their nodes' stacks"
+    );
 }
 
 /// One line per packet, so golden diffs point at one event.
