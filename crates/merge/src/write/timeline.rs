@@ -451,10 +451,10 @@ impl Builder {
         // Written only where the work is charged to another stack than its
         // call's: the call's slice holds the call's stack.
         let charged = m.charge().stack;
-        if charged.is_some() && charged != m.launch.map(|l| l.stack) {
-            if let Some(s) = charged.and_then(|s| self.stack(ctx, s)) {
-                args.push(("stack", Arg::Stack(s)));
-            }
+        if charged != m.launch.map(|l| l.stack)
+            && let Some(s) = charged.and_then(|s| self.stack(ctx, s))
+        {
+            args.push(("stack", Arg::Stack(s)));
         }
         let id = self.push(Event {
             track,
