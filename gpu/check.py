@@ -117,14 +117,17 @@ class Timeline:
     def count(self, cat):
         return sum(1 for e in self.gpu if e["cat"] == cat)
 
-    @staticmethod
-    def stack(e):
+    def stack(self, e):
+        """A GPU record's CPU stack: its own (a replayed graph node's), else
+        the one on its call's API slice (gpuperf writes a launch's stack once)."""
         s = e.get("args", {}).get("stack")
+        if s is None:
+            call = self.api.get(e.get("args", {}).get("correlation_id"))
+            s = call.get("args", {}).get("stack") if call else None
         return s if isinstance(s, str) else None
 
-    @staticmethod
-    def reaches_main(e):
-        return re.search(r"(^|;)main(;|$)", Timeline.stack(e) or "") is not None
+    def reaches_main(self, e):
+        return re.search(r"(^|;)main(;|$)", self.stack(e) or "") is not None
 
 
 class Check:

@@ -826,6 +826,29 @@ fn record_in_process(cuda: &Path, name: &str, program: &Path, args: &[&str]) -> 
     (o, dir)
 }
 
+/// The API slices of a timeline by correlation id (one process).
+fn call_slices(json: &serde_json::Value) -> BTreeMap<u64, &serde_json::Value> {
+    json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "cuda_api")
+        .filter_map(|e| Some((e["args"]["correlation_id"].as_u64()?, e)))
+        .collect()
+}
+
+/// A GPU slice's CPU stack: its own (a replayed graph node's), else its call's
+/// (the timeline writes a launch's stack once, on the API slice).
+fn stack_of<'a>(
+    calls: &BTreeMap<u64, &'a serde_json::Value>,
+    e: &'a serde_json::Value,
+) -> Option<&'a str> {
+    e["args"]["stack"].as_str().or_else(|| {
+        let call = calls.get(&e["args"]["correlation_id"].as_u64()?)?;
+        call["args"]["stack"].as_str()
+    })
+}
+
 /// The GPU work of `timeline.json` counted by (name, CPU stack), each part of a
 /// stack that starts at `_start` cut to start at `main`: a graph kernel's stack
 /// reads `main;…;cudaGraphLaunch;[graph node captured at];main;…` (or `added at`).
@@ -845,13 +868,14 @@ fn timeline_work(dir: &Path) -> BTreeMap<(String, String), usize> {
         }
         from_main(stack)
     };
+    let calls = call_slices(&json);
     let mut m = BTreeMap::new();
     for e in json["traceEvents"].as_array().unwrap() {
         let cat = e["cat"].as_str().unwrap_or("");
         if e["ph"] != "X" || !["kernel", "memcpy", "memset"].contains(&cat) {
             continue;
         }
-        let stack = e["args"]["stack"].as_str().unwrap_or("(none)");
+        let stack = stack_of(&calls, e).unwrap_or("(none)");
         let key = (e["name"].as_str().unwrap().to_owned(), cut(stack));
         *m.entry(key).or_default() += 1;
     }
@@ -1094,10 +1118,11 @@ fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_co
     // The timeline's synchronization slices name the code that waited.
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("timeline.json")).unwrap()).unwrap();
+    let calls = call_slices(&json);
     let mut sync_stacks: BTreeMap<String, usize> = BTreeMap::new();
     for e in json["traceEvents"].as_array().unwrap() {
         if e["ph"] == "X" && e["cat"] == "sync" {
-            let s = e["args"]["stack"].as_str().unwrap_or("(none)");
+            let s = stack_of(&calls, e).unwrap_or("(none)");
             let s = s.find(";main;").map_or(s, |i| &s[i + 1..]);
             *sync_stacks.entry(s.to_owned()).or_default() += 1;
         }

@@ -131,6 +131,24 @@ impl Match<'_> {
         self.graph_stack.or(self.launch.map(|l| l.stack))
     }
 
+    /// Where the record's GPU time is charged: the one rule every writer uses
+    /// (folded, pprof, the flamegraph, the idle blame, both timelines). Work of
+    /// a replayed CUDA graph node whose origin is known is charged to the stack
+    /// that made the node, which ends in the node's own API frame; other work to
+    /// its launch's stack and API call.
+    pub fn charge(&self) -> Charge {
+        match self.graph_stack {
+            Some(s) => Charge {
+                stack: Some(s),
+                api: None,
+            },
+            None => Charge {
+                stack: self.launch.map(|l| l.stack),
+                api: self.api.map(|a| a.name),
+            },
+        }
+    }
+
     /// Why an activity has no CPU stack, or `None` when it has one.
     pub fn no_stack(&self) -> Option<NoStack> {
         match (self.launch, self.api) {
@@ -140,6 +158,16 @@ impl Match<'_> {
             (None, None) => Some(NoStack::NoApiRecord),
         }
     }
+}
+
+/// The CPU stack and API frame a record's GPU time is charged to ([`Match::charge`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Charge {
+    /// The CPU stack, when one is known.
+    pub stack: Option<StackId>,
+    /// The API frame to add below the stack (unless the stack ends in it);
+    /// `None` where the stack holds it already or no call is known.
+    pub api: Option<StringId>,
 }
 
 /// Shared state the sinks read.

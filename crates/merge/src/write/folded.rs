@@ -152,13 +152,8 @@ impl Sink for Folder {
             ActivityKind::Memset { .. } => Label::Memset,
             ActivityKind::Sync { .. } => return Ok(()),
         };
-        // A graph node's stack ends in the node's own API frame.
-        let api = if m.graph_stack.is_some() {
-            None
-        } else {
-            m.api.map(|a| a.name)
-        };
-        self.add(a.pid, m.stack(), api, label, a.duration_ns());
+        let c = m.charge();
+        self.add(a.pid, c.stack, c.api, label, a.duration_ns());
         Ok(())
     }
 

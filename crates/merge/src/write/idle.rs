@@ -349,11 +349,7 @@ impl Sink for IdleFolder {
             }
             return Ok(());
         }
-        let api = if m.graph_stack.is_some() {
-            None
-        } else {
-            m.api.map(|a| a.name)
-        };
+        let c = m.charge();
         self.work
             .entry((a.pid, a.device, a.stream))
             .or_default()
@@ -361,8 +357,8 @@ impl Sink for IdleFolder {
                 start: a.start_ns,
                 end: a.end_ns.max(a.start_ns),
                 call: m.api.map(|c| (c.start_ns, c.tid)),
-                stack: m.stack(),
-                api,
+                stack: c.stack,
+                api: c.api,
             });
         Ok(())
     }

@@ -16,3 +16,4 @@ pub mod perfetto;
 pub mod pprof;
 pub mod report;
 pub mod svg;
+pub(crate) mod timeline;

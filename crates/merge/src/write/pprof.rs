@@ -354,16 +354,8 @@ impl Sink for Builder {
         };
         self.first_ns = self.first_ns.min(a.start_ns);
         self.last_ns = self.last_ns.max(a.end_ns);
-        self.add(
-            (
-                a.pid,
-                m.launch.map(|l| l.stack),
-                m.api.map(|a| a.name),
-                label,
-            ),
-            a.duration_ns(),
-            1,
-        );
+        let c = m.charge();
+        self.add((a.pid, c.stack, c.api, label), a.duration_ns(), 1);
         Ok(())
     }
 

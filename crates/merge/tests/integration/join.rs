@@ -378,7 +378,13 @@ fn chrome_trace__structure_loads_in_viewers() {
         .find(|e| e["name"] == "softmax(float*, int)" && e["args"]["correlation_id"] == 4)
         .unwrap();
     assert_eq!(softmax["dur"].as_f64(), Some(0.8));
-    assert_eq!(softmax["args"]["stack"], STACK_SOFTMAX);
+    // The stack is on the launch's API slice, not repeated on its kernel.
+    assert_eq!(softmax["args"]["stack"], Value::Null);
+    let call = events
+        .iter()
+        .find(|e| e["cat"] == "cuda_api" && e["args"]["correlation_id"] == 4)
+        .unwrap();
+    assert_eq!(call["args"]["stack"], STACK_SOFTMAX);
 }
 
 #[test]
