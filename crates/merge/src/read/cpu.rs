@@ -172,6 +172,23 @@ pub struct CpuTrace {
     /// launches (in-process stacks: the code that waited for the GPU). They
     /// charge waiting and idle time; they are neither launches nor unmatched.
     pub waits: FxHashSet<(u32, u32)>,
+    /// The PyTorch profiler's steps (`ProfilerStep#N` ranges) the trace marks,
+    /// in file order; empty when it marks none.
+    pub steps: Vec<ProfilerStep>,
+}
+
+/// One `ProfilerStep#N` range of a PyTorch profiler trace: a training or
+/// inference iteration as the program marked it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ProfilerStep {
+    /// Process id.
+    pub pid: u32,
+    /// The step's number, `N`.
+    pub number: u64,
+    /// Start, ns (the clock of the trace's API calls).
+    pub start_ns: u64,
+    /// End, ns.
+    pub end_ns: u64,
 }
 
 impl CpuTrace {
@@ -189,6 +206,7 @@ impl CpuTrace {
             graph_stacks: FxHashMap::default(),
             captured: FxHashSet::default(),
             waits: FxHashSet::default(),
+            steps: Vec::new(),
         }
     }
 
@@ -246,6 +264,7 @@ impl CpuTrace {
         }
         self.captured.extend(&other.captured);
         self.waits.extend(&other.waits);
+        self.steps.extend_from_slice(&other.steps);
         self.dropped = self.dropped.saturating_add(other.dropped);
         self.truncated = self.truncated.saturating_add(other.truncated);
         self.lines += other.lines;

@@ -150,7 +150,7 @@ use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Clock, Device, MemcpyKind, PeerDevices, Process,
     Record, StringId, StringTable, SyncWait, UNKNOWN_DEVICE, api_base_name, is_launch_api,
 };
-use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
+use crate::read::cpu::{CpuLaunch, CpuTrace, ProfilerStep, StackId};
 use crate::read::imported::Imported;
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
@@ -931,6 +931,8 @@ struct Builder<'s> {
     /// `cuda_sync` events that name the event they waited on.
     waits: u64,
     spans: Vec<Span>,
+    /// `ProfilerStep#N` ranges, times from the trace's base.
+    steps: Vec<ProfilerStep>,
     /// `fwdbwd` flow events: start (at the forward op) or finish (at the
     /// backward op), pid, tid, time, id.
     flows: Vec<(bool, u32, u32, u64, u64)>,
@@ -966,6 +968,7 @@ impl<'s> Builder<'s> {
             syncs_without_device: 0,
             waits: 0,
             spans: Vec::new(),
+            steps: Vec::new(),
             flows: Vec::new(),
             link_backward: true,
             process_names: FxHashMap::default(),
@@ -1263,6 +1266,17 @@ impl<'s> Builder<'s> {
                 f
             }
         };
+        if let Some(number) = name
+            .strip_prefix("ProfilerStep#")
+            .and_then(|n| n.parse().ok())
+        {
+            self.steps.push(ProfilerStep {
+                pid,
+                number,
+                start_ns: x.start,
+                end_ns: x.end,
+            });
+        }
         self.spans.push(Span {
             pid,
             tid,
@@ -1350,6 +1364,11 @@ impl<'s> Builder<'s> {
         }
         for l in &mut stacks.launches {
             l.ts_ns = l.ts_ns.saturating_add(base);
+        }
+        stacks.steps = std::mem::take(&mut self.steps);
+        for s in &mut stacks.steps {
+            s.start_ns = s.start_ns.saturating_add(base);
+            s.end_ns = s.end_ns.saturating_add(base);
         }
         let head = self.head_records(base, &owners);
         for l in &stacks.launches {

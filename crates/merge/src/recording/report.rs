@@ -69,25 +69,48 @@ impl fmt::Display for IdleTable<'_> {
             return Ok(());
         }
         let us = |ns: u64| ns as f64 / 1000.0;
+        let windows = self.idle.step_windows();
         writeln!(
             out,
             "\nGPU idle time by stream (gaps between its work, within its active span)"
         )?;
-        writeln!(
-            out,
-            "  {:>8} {:>6} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12}",
-            "pid", "device", "stream", "% idle", "idle µs", "CPU late", "host sync", "latency"
-        )?;
-        for ((pid, device, stream), s) in streams {
+        for (pid, w) in windows {
             writeln!(
                 out,
-                "  {pid:>8} {device:>6} {stream:>6} {:>5.1}% {:>12.2} {:>12.2} {:>12.2} {:>12.2}",
+                "  pid {pid}: within its {} complete profiler steps (work launched from ProfilerStep#{} until ProfilerStep#{} began, as HTA counts); \"whole µs\" is the whole trace's",
+                w.complete, w.first, w.last
+            )?;
+        }
+        writeln!(
+            out,
+            "  {:>8} {:>6} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "pid",
+            "device",
+            "stream",
+            "% idle",
+            "idle µs",
+            "whole µs",
+            "CPU late",
+            "host sync",
+            "latency",
+            "stream wait",
+            "collective",
+            "other"
+        )?;
+        for (((pid, device, stream), s), (_, whole)) in
+            streams.iter().zip(self.idle.streams_whole())
+        {
+            write!(
+                out,
+                "  {pid:>8} {device:>6} {stream:>6} {:>5.1}% {:>12.2} {:>12.2}",
                 share(s.idle_ns, s.span_ns),
                 us(s.idle_ns),
-                us(s.by_cause_ns[0]),
-                us(s.by_cause_ns[1]),
-                us(s.by_cause_ns[2])
+                us(whole.idle_ns),
             )?;
+            for ns in s.by_cause_ns {
+                write!(out, " {:>12.2}", us(ns))?;
+            }
+            writeln!(out)?;
         }
         writeln!(
             out,

@@ -12,15 +12,35 @@
 //! - `[GPU_Idle: host sync]`: the part of that time the launching thread spent in
 //!   a synchronization call (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, …)
 //!   that ended after the stream went idle; charged to the sync call's stack;
-//! - `[GPU_Idle: launch latency]`: from the later of the stream going idle and
-//!   the call's start, to the work's start (launch overhead, or a dependency on
-//!   other work).
+//! - then, from the later of the stream going idle and the call's start, to the
+//!   work's start:
+//!   - `[GPU_Idle: launch latency]` when that is under [`LAUNCH_LATENCY_MAX_NS`]
+//!     (30 µs) with nothing in the way;
+//!   - when it is longer and work on another stream of the device ended within
+//!     30 µs before the start (the last such work: what a `cudaStreamWaitEvent`
+//!     or a CUDA graph's dependency waits for), `[GPU_Idle: stream wait]` until
+//!     that work's end, followed by a frame naming it, `[waited for stream N:
+//!     kernel]`, and launch latency after it; `[GPU_Idle: collective wait]`
+//!     instead when that work is an NCCL kernel: the collective was waiting for
+//!     the other ranks;
+//!   - otherwise `[GPU_Idle: collective wait]` for an NCCL kernel that started
+//!     late, and `[GPU_Idle: other wait]` for the rest: the trace does not show
+//!     what the work waited for.
 //!
 //! Gaps before a stream's first item and after its last are not idle time of the
-//! stream (the trace's edges). Work with no API call in the trace charges its
-//! whole gap to `[no CPU stack]` as launch latency. The per-stream totals are
-//! exact sums in ns ([`IdleFolder::streams`]); the folded weights are rounded to
-//! µs so that their total is the exact total, rounded.
+//! stream (the trace's edges). Work with no API call in the trace has no CPU
+//! part (`[no CPU stack]`). The per-stream totals are exact sums in ns
+//! ([`IdleFolder::streams`]); the folded weights are rounded to µs so that their
+//! total is the exact total, rounded.
+//!
+//! # Profiler steps
+//!
+//! Where a PyTorch profiler trace marks two or more `ProfilerStep#N` of a
+//! process, the process's idle time ([`IdleFolder::streams`], the folded
+//! stacks, `gpuperf report`) counts only the work launched before the last step
+//! began, as HTA does by default: the complete steps (the last may be cut off).
+//! [`IdleFolder::streams_whole`] counts the whole trace; the timeline shows
+//! every gap.
 //!
 //! # Compared with Holistic Trace Analysis
 //!
@@ -29,20 +49,19 @@
 //!
 //! | | HTA | gpuperf |
 //! |---|---|---|
-//! | work | kernels, copies, memsets launched by a CPU event of the trace | kernels, copies, memsets; work with no launch in the trace counts too (its gap is charged to `[no CPU stack]`) |
+//! | work | kernels, copies, memsets launched by a CPU event of the trace; with two or more profiler steps, only those launched before the last step began | the same with steps; without, work with no launch in the trace counts too |
 //! | streams | keyed by stream id only | keyed by (process, device, stream) |
 //! | a gap | `start − end` of the previous item in start order; an overlap of consecutive items counts negative | `start −` the latest end of the items before it; time with any work on the stream is not idle |
 //! | times | rounds fractional-µs timestamps: start up, end down to the µs (unless `HTA_DISABLE_NS_ROUNDING=1`), each gap grows by up to 2 µs | the trace's times, in ns |
-//! | host wait | the whole gap, when the launch call started after the previous item's end | the same gaps' total: [`StreamIdle::host_wait_ns`]; within it, the CPU-late and host-sync parts, and the launch latency after the call |
+//! | host wait | the whole gap, when the launch call started after the previous item's end | the same gaps' total: [`StreamIdle::host_wait_ns`]; within it, the CPU-late and host-sync parts, and what came after the call |
 //! | kernel wait | the other gaps shorter than `consecutive_kernel_delay` (default 30, in the trace's µs) | launch latency |
-//! | other | the remaining gaps | launch latency |
+//! | other | the remaining gaps | stream wait, collective wait, other wait (and the launch latency after a stream wait) |
 //!
 //! So, with HTA's rounding disabled and on a stream where every item has its
 //! launch in the trace, gpuperf's idle time is HTA's total plus the overlaps of
 //! consecutive items, and its host wait is HTA's. The tests check this on every
-//! real PyTorch trace the repository ships (consecutive items of the vLLM B200
-//! trace overlap by 69 µs in all; the others not at all), and check the Nsight
-//! Systems trace against a SQL computation of the same definition.
+//! real PyTorch trace the repository has, and that each gap's causes agree with
+//! HTA's category for it (`tests/integration/idle_hta.rs`).
 
 use std::io::Write;
 
@@ -52,7 +71,15 @@ use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
 use crate::model::{ActivityKind, Record, StringId};
 use crate::read::cpu::StackId;
+use crate::write::demangle::Demangler;
 use crate::write::folded::{push_stack, round_per_group};
+
+/// The longest time from the stream going idle (or from the launch call, when
+/// it came later) to the work's start that counts as launch latency when
+/// nothing is seen in the way: 30 µs, HTA's `consecutive_kernel_delay`. A
+/// longer wait is a wait on something: another stream's work, the other ranks
+/// of a collective, or something the trace does not show.
+pub const LAUNCH_LATENCY_MAX_NS: u64 = 30_000;
 
 /// Why a stream was idle before a piece of work.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -61,17 +88,44 @@ pub enum Cause {
     CpuLate,
     /// The launching thread was waiting in a synchronization call.
     HostSync,
-    /// The call came in time; the work started late.
+    /// The call came in time, and the work started within
+    /// [`LAUNCH_LATENCY_MAX_NS`] with nothing in the way (or, after a wait on
+    /// another stream, the time from that work's end to this work's start).
     LaunchLatency,
+    /// The call came in time; the work waited for work on another stream of
+    /// the device (`cudaStreamWaitEvent`, a CUDA graph's dependency), named
+    /// by [`WaitedFor`].
+    StreamWait,
+    /// The call came in time; the work waited for a collective (an NCCL
+    /// kernel) on another stream, or is a collective that started late: a
+    /// wait on the other ranks.
+    Collective,
+    /// The call came in time, and the work started more than
+    /// [`LAUNCH_LATENCY_MAX_NS`] after it with nothing in the trace in the way
+    /// (HTA's "other").
+    Other,
 }
 
 impl Cause {
+    /// Every cause, in the order of [`StreamIdle::by_cause_ns`].
+    pub const ALL: [Cause; 6] = [
+        Self::CpuLate,
+        Self::HostSync,
+        Self::LaunchLatency,
+        Self::StreamWait,
+        Self::Collective,
+        Self::Other,
+    ];
+
     /// The folded frame naming the cause.
     pub fn frame(self) -> &'static str {
         match self {
             Self::CpuLate => "[GPU_Idle: CPU late]",
             Self::HostSync => "[GPU_Idle: host sync]",
             Self::LaunchLatency => "[GPU_Idle: launch latency]",
+            Self::StreamWait => "[GPU_Idle: stream wait]",
+            Self::Collective => "[GPU_Idle: collective wait]",
+            Self::Other => "[GPU_Idle: other wait]",
         }
     }
 
@@ -81,12 +135,31 @@ impl Cause {
             Self::CpuLate => "GPU idle: CPU late",
             Self::HostSync => "GPU idle: host sync",
             Self::LaunchLatency => "GPU idle: launch latency",
+            Self::StreamWait => "GPU idle: stream wait",
+            Self::Collective => "GPU idle: collective wait",
+            Self::Other => "GPU idle: other wait",
         }
+    }
+
+    /// Its index in [`StreamIdle::by_cause_ns`].
+    pub fn index(self) -> usize {
+        self as usize
     }
 }
 
 /// The timelines' name of a device's gaps, and of their track.
 pub const DEVICE_IDLE: &str = "GPU idle (no stream busy)";
+
+/// The work on another stream that a stream waited for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaitedFor {
+    /// Its stream.
+    pub stream: u32,
+    /// The kernel's name as the input spells it; `None` for a copy or memset.
+    pub kernel: Option<StringId>,
+    /// Its end, ns: where the wait ended.
+    pub end_ns: u64,
+}
 
 /// One piece of GPU work and the call that launched it.
 #[derive(Copy, Clone, Debug)]
@@ -97,7 +170,22 @@ struct Work {
     call: Option<(u64, u32)>,
     stack: Option<StackId>,
     api: Option<StringId>,
+    kernel: Option<StringId>,
+    collective: bool,
 }
+
+/// Work of a device by end, for finding what a stream waited for:
+/// (end, stream, kernel, collective).
+type Ends = Vec<(u64, u32, Option<StringId>, bool)>;
+
+/// What a piece of idle time is charged to: (stack, API, cause, the stream
+/// and kernel waited for).
+type Charge = (
+    Option<StackId>,
+    Option<StringId>,
+    Cause,
+    Option<(u32, Option<StringId>)>,
+);
 
 /// A synchronization call on a thread: (start, end, stack, API).
 type SyncCall = (u64, u64, Option<StackId>, Option<StringId>);
@@ -109,14 +197,15 @@ pub struct StreamIdle {
     pub span_ns: u64,
     /// Time with no work on the stream within the span, ns.
     pub idle_ns: u64,
-    /// `idle_ns` by cause: CPU late, host sync, launch latency.
-    pub by_cause_ns: [u64; 3],
+    /// `idle_ns` by cause, in the order of [`Cause::ALL`]: CPU late, host
+    /// sync, launch latency, stream wait, collective wait, other wait.
+    pub by_cause_ns: [u64; 6],
     /// Number of gaps.
     pub gaps: u64,
     /// The whole of the gaps whose launch call started after the stream went
-    /// idle (their CPU-late and host-sync parts and the latency after the
-    /// call): HTA's "host wait". The rest of `idle_ns` is HTA's "kernel wait"
-    /// and "other".
+    /// idle (their CPU-late and host-sync parts and the time after the call):
+    /// HTA's "host wait". The rest of `idle_ns` is HTA's "kernel wait"
+    /// (gaps under [`LAUNCH_LATENCY_MAX_NS`]) and "other".
     pub host_wait_ns: u64,
 }
 
@@ -130,6 +219,19 @@ pub struct DeviceIdle {
     pub idle_ns: u64,
     /// Number of gaps.
     pub gaps: u64,
+}
+
+/// The profiler steps a process's idle time is counted within.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StepWindow {
+    /// The complete steps: all the process's `ProfilerStep#N` but the last.
+    pub complete: u64,
+    /// The first step's number.
+    pub first: u64,
+    /// The last step's number: work launched from its start on is not counted.
+    pub last: u64,
+    /// The last step's start, ns.
+    pub until_ns: u64,
 }
 
 /// One piece of a stream's gap with one cause, for the timeline.
@@ -147,15 +249,32 @@ pub struct IdleSlice {
     pub stack: Option<StackId>,
     /// The blamed API call's name.
     pub api: Option<StringId>,
+    /// For a stream or collective wait, the work waited for.
+    pub waited_for: Option<WaitedFor>,
+}
+
+/// What a stream's computation is for: the folded stacks, the timeline, or both.
+#[derive(Copy, Clone)]
+struct Out {
+    charge: bool,
+    slices: bool,
 }
 
 /// Collects GPU work per stream and charges its gaps; a [`Sink`].
+///
+/// Where a process's trace marks two or more PyTorch profiler steps
+/// (`ProfilerStep#N`), its idle time ([`IdleFolder::streams`], the folded
+/// stacks) counts, as HTA does by default, only work launched before the last
+/// step began: the last step may be incomplete. [`IdleFolder::streams_whole`]
+/// counts all of it, and the timeline shows every gap.
 #[derive(Default)]
 pub struct IdleFolder {
     work: FxHashMap<(u32, u32, u32), Vec<Work>>,
     syncs: FxHashMap<(u32, u32), Vec<SyncCall>>,
-    acc: FxHashMap<(Option<StackId>, Option<StringId>, Cause), u64>,
+    acc: FxHashMap<Charge, u64>,
     streams: Vec<((u32, u32, u32), StreamIdle)>,
+    whole: Vec<((u32, u32, u32), StreamIdle)>,
+    windows: Vec<(u32, StepWindow)>,
     devices: Vec<((u32, u32), DeviceIdle)>,
     lines: Vec<(String, u64)>,
     keep_slices: bool,
@@ -176,8 +295,9 @@ impl IdleFolder {
         self
     }
 
-    /// The pieces of every stream's gaps, by stream and time, when
-    /// [`IdleFolder::with_slices`] asked for them. Valid after the join.
+    /// The pieces of every stream's gaps over the whole trace, by stream and
+    /// time, when [`IdleFolder::with_slices`] asked for them. Valid after the
+    /// join.
     pub fn slices(&self) -> &[IdleSlice] {
         &self.slices
     }
@@ -188,7 +308,8 @@ impl IdleFolder {
         &self.device_gaps
     }
 
-    /// Idle time per (pid, device), sorted. Valid after the join.
+    /// Idle time per (pid, device) over the whole trace, sorted. Valid after
+    /// the join.
     pub fn devices(&self) -> &[((u32, u32), DeviceIdle)] {
         &self.devices
     }
@@ -210,9 +331,24 @@ impl IdleFolder {
         }
     }
 
-    /// Idle time per (pid, device, stream), sorted. Valid after the join.
+    /// Idle time per (pid, device, stream), sorted: within the complete
+    /// profiler steps of the processes that mark steps
+    /// ([`IdleFolder::step_windows`]), over the whole trace otherwise. Valid
+    /// after the join.
     pub fn streams(&self) -> &[((u32, u32, u32), StreamIdle)] {
         &self.streams
+    }
+
+    /// Idle time per (pid, device, stream) over the whole trace, steps or not,
+    /// sorted like [`IdleFolder::streams`]. Valid after the join.
+    pub fn streams_whole(&self) -> &[((u32, u32, u32), StreamIdle)] {
+        &self.whole
+    }
+
+    /// The processes whose idle time is counted within profiler steps, and
+    /// those steps, by pid. Valid after the join.
+    pub fn step_windows(&self) -> &[(u32, StepWindow)] {
+        &self.windows
     }
 
     /// The folded lines, sorted, with µs weights. Valid after the join.
@@ -232,24 +368,27 @@ impl IdleFolder {
         out.flush().map_err(err)
     }
 
-    fn charge(&mut self, stack: Option<StackId>, api: Option<StringId>, cause: Cause, ns: u64) {
-        if ns > 0 {
-            *self.acc.entry((stack, api, cause)).or_default() += ns;
-        }
-    }
-
-    /// Charges `ns` to `cause`, and keeps the piece `[from, to)` for the
-    /// timeline when asked to.
+    /// Charges `[from, to)` to `cause` (for the folded stacks) and keeps it as
+    /// a slice (for the timeline), as `out` asks.
+    #[allow(clippy::too_many_arguments)]
     fn piece(
         &mut self,
+        out: Out,
         key: (u32, u32, u32),
         (from, to): (u64, u64),
         stack: Option<StackId>,
         api: Option<StringId>,
         cause: Cause,
+        waited_for: Option<WaitedFor>,
     ) {
-        self.charge(stack, api, cause, to - from);
-        if self.keep_slices && to > from {
+        if to <= from {
+            return;
+        }
+        if out.charge {
+            let detail = waited_for.map(|w| (w.stream, w.kernel));
+            *self.acc.entry((stack, api, cause, detail)).or_default() += to - from;
+        }
+        if out.slices && self.keep_slices {
             self.slices.push(IdleSlice {
                 stream: key,
                 start_ns: from,
@@ -257,6 +396,7 @@ impl IdleFolder {
                 cause,
                 stack,
                 api,
+                waited_for,
             });
         }
     }
@@ -265,41 +405,148 @@ impl IdleFolder {
     /// idle at `idle_from`; returns the split by cause.
     fn gap(
         &mut self,
+        out: Out,
         key: (u32, u32, u32),
         w: &Work,
         idle_from: u64,
         thread_syncs: Option<&[SyncCall]>,
-    ) -> [u64; 3] {
-        let gap = w.start - idle_from;
-        let Some((call_start, _)) = w.call else {
-            self.piece(key, (idle_from, w.start), None, None, Cause::LaunchLatency);
-            return [0, 0, gap];
-        };
-        // The call's start, within the gap.
-        let late_until = call_start.clamp(idle_from, w.start);
-        // The last sync call on the thread that ended in the late part: the
-        // thread waited there until it ended.
-        let sync = thread_syncs.and_then(|s| {
-            let i = s.partition_point(|c| c.1 <= late_until);
-            i.checked_sub(1).map(|i| s[i]).filter(|c| c.1 > idle_from)
-        });
-        let (sync_from, sync_to) = sync.map_or((late_until, late_until), |c| {
-            (c.0.max(idle_from), c.1.min(late_until))
-        });
-        self.piece(key, (idle_from, sync_from), w.stack, w.api, Cause::CpuLate);
-        if let Some((_, _, s_stack, s_api)) = sync {
-            self.piece(key, (sync_from, sync_to), s_stack, s_api, Cause::HostSync);
+        ends: &Ends,
+    ) -> [u64; 6] {
+        let mut split = [0; 6];
+        // The call's start, within the gap; the gap's start without a call.
+        let late_until = w.call.map_or(idle_from, |c| c.0.clamp(idle_from, w.start));
+        if w.call.is_some() {
+            // The last sync call on the thread that ended in the late part: the
+            // thread waited there until it ended.
+            let sync = thread_syncs.and_then(|s| {
+                let i = s.partition_point(|c| c.1 <= late_until);
+                i.checked_sub(1).map(|i| s[i]).filter(|c| c.1 > idle_from)
+            });
+            let (sync_from, sync_to) = sync.map_or((late_until, late_until), |c| {
+                (c.0.max(idle_from), c.1.min(late_until))
+            });
+            let (stack, api) = (w.stack, w.api);
+            self.piece(
+                out,
+                key,
+                (idle_from, sync_from),
+                stack,
+                api,
+                Cause::CpuLate,
+                None,
+            );
+            if let Some((_, _, s_stack, s_api)) = sync {
+                let span = (sync_from, sync_to);
+                self.piece(out, key, span, s_stack, s_api, Cause::HostSync, None);
+            }
+            self.piece(
+                out,
+                key,
+                (sync_to, late_until),
+                stack,
+                api,
+                Cause::CpuLate,
+                None,
+            );
+            split[Cause::HostSync.index()] = sync_to - sync_from;
+            split[Cause::CpuLate.index()] = late_until - idle_from - (sync_to - sync_from);
         }
-        self.piece(key, (sync_to, late_until), w.stack, w.api, Cause::CpuLate);
-        self.piece(
-            key,
-            (late_until, w.start),
-            w.stack,
-            w.api,
-            Cause::LaunchLatency,
-        );
-        let sync = sync_to - sync_from;
-        [late_until - idle_from - sync, sync, w.start - late_until]
+        // From the call (or the stream going idle) to the work's start. Only a
+        // wait too long for launch latency looks for what was in the way, so
+        // that another stream's work ending by chance within a short gap is
+        // not taken for a dependency.
+        let waited = w.start - late_until;
+        let (stack, api) = (w.stack, w.api);
+        if waited < LAUNCH_LATENCY_MAX_NS {
+            self.piece(
+                out,
+                key,
+                (late_until, w.start),
+                stack,
+                api,
+                Cause::LaunchLatency,
+                None,
+            );
+            split[Cause::LaunchLatency.index()] += waited;
+        } else if let Some(&(end, stream, kernel, collective)) =
+            depends_on(ends, key.2, late_until, w.start)
+        {
+            let cause = if collective {
+                Cause::Collective
+            } else {
+                Cause::StreamWait
+            };
+            let waited_for = WaitedFor {
+                stream,
+                kernel,
+                end_ns: end,
+            };
+            self.piece(
+                out,
+                key,
+                (late_until, end),
+                stack,
+                api,
+                cause,
+                Some(waited_for),
+            );
+            self.piece(
+                out,
+                key,
+                (end, w.start),
+                stack,
+                api,
+                Cause::LaunchLatency,
+                None,
+            );
+            split[cause.index()] += end - late_until;
+            split[Cause::LaunchLatency.index()] += w.start - end;
+        } else {
+            let cause = if w.collective {
+                Cause::Collective
+            } else {
+                Cause::Other
+            };
+            self.piece(out, key, (late_until, w.start), stack, api, cause, None);
+            split[cause.index()] += waited;
+        }
+        split
+    }
+
+    /// The idle time of one stream's `work` (sorted by start).
+    fn stream(
+        &mut self,
+        out: Out,
+        key: (u32, u32, u32),
+        work: &[Work],
+        syncs: &FxHashMap<(u32, u32), Vec<SyncCall>>,
+        ends: &Ends,
+    ) -> StreamIdle {
+        let mut idle = StreamIdle::default();
+        let Some(first) = work.first() else {
+            return idle;
+        };
+        let mut busy_until = first.end;
+        for w in &work[1..] {
+            if w.start > busy_until {
+                let thread_syncs = w
+                    .call
+                    .and_then(|(_, tid)| syncs.get(&(key.0, tid)))
+                    .map(Vec::as_slice);
+                let split = self.gap(out, key, w, busy_until, thread_syncs, ends);
+                for (t, s) in idle.by_cause_ns.iter_mut().zip(split) {
+                    *t += s;
+                }
+                idle.idle_ns += w.start - busy_until;
+                idle.gaps += 1;
+                if split[Cause::CpuLate.index()] + split[Cause::HostSync.index()] > 0 {
+                    idle.host_wait_ns += w.start - busy_until;
+                }
+            }
+            busy_until = busy_until.max(w.end);
+        }
+        idle.span_ns = busy_until - first.start;
+        idle
     }
 
     /// Each device's gaps: time with no work on any of its streams.
@@ -331,24 +578,74 @@ impl IdleFolder {
             self.devices.push((key, idle));
         }
     }
+
+    /// The steps each process's idle time is counted within: where it marks
+    /// two or more, all but the last (HTA's default).
+    fn step_windows_of(ctx: &Context<'_>) -> Vec<(u32, StepWindow)> {
+        let mut by_pid: FxHashMap<u32, Vec<(u64, u64)>> = FxHashMap::default();
+        for s in ctx.cpu.map_or(&[][..], |c| &c.steps) {
+            by_pid
+                .entry(s.pid)
+                .or_default()
+                .push((s.start_ns, s.number));
+        }
+        let mut windows: Vec<(u32, StepWindow)> = by_pid
+            .into_iter()
+            .filter(|(_, s)| s.len() >= 2)
+            .map(|(pid, mut s)| {
+                s.sort_unstable();
+                let last = s[s.len() - 1];
+                let window = StepWindow {
+                    complete: s.len() as u64 - 1,
+                    first: s[0].1,
+                    last: last.1,
+                    until_ns: last.0,
+                };
+                (pid, window)
+            })
+            .collect();
+        windows.sort_unstable_by_key(|w| w.0);
+        windows
+    }
+}
+
+/// The work on another stream than `stream` that the work starting at `start`
+/// waited for: the one that ended last in `(from, start]`, when it ended within
+/// [`LAUNCH_LATENCY_MAX_NS`] of `start`.
+fn depends_on(
+    ends: &Ends,
+    stream: u32,
+    from: u64,
+    start: u64,
+) -> Option<&(u64, u32, Option<StringId>, bool)> {
+    let i = ends.partition_point(|e| e.0 <= start);
+    ends[..i]
+        .iter()
+        .rev()
+        .take_while(|e| e.0 > from && start - e.0 <= LAUNCH_LATENCY_MAX_NS)
+        .find(|e| e.1 != stream)
 }
 
 impl Sink for IdleFolder {
-    fn record(&mut self, _ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+    fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
         let Record::Activity(a) = rec else {
             return Ok(());
         };
-        if let ActivityKind::Sync { .. } = a.kind {
-            if let Some(api) = m.api {
-                self.syncs.entry((a.pid, api.tid)).or_default().push((
-                    api.start_ns,
-                    api.end_ns,
-                    m.stack(),
-                    Some(api.name),
-                ));
+        let kernel = match a.kind {
+            ActivityKind::Sync { .. } => {
+                if let Some(api) = m.api {
+                    self.syncs.entry((a.pid, api.tid)).or_default().push((
+                        api.start_ns,
+                        api.end_ns,
+                        m.stack(),
+                        Some(api.name),
+                    ));
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+            ActivityKind::Kernel { name, .. } => Some(name),
+            _ => None,
+        };
         let c = m.charge();
         self.work
             .entry((a.pid, a.device, a.stream))
@@ -359,6 +656,9 @@ impl Sink for IdleFolder {
                 call: m.api.map(|c| (c.start_ns, c.tid)),
                 stack: c.stack,
                 api: c.api,
+                kernel,
+                // NCCL's (and RCCL's) kernels: `ncclKernel_…`, `ncclDevKernel_…`.
+                collective: kernel.is_some_and(|k| ctx.strings.get(k).contains("nccl")),
             });
         Ok(())
     }
@@ -370,42 +670,66 @@ impl Sink for IdleFolder {
         }
         let syncs = std::mem::take(&mut self.syncs);
         self.device_idle();
+        self.windows = Self::step_windows_of(ctx);
+        let mut ends: FxHashMap<(u32, u32), Ends> = FxHashMap::default();
+        for (&(pid, device, stream), work) in &self.work {
+            ends.entry((pid, device))
+                .or_default()
+                .extend(work.iter().map(|w| (w.end, stream, w.kernel, w.collective)));
+        }
+        for e in ends.values_mut() {
+            e.sort_unstable_by_key(|e| (e.0, e.1));
+        }
         let mut keys: Vec<(u32, u32, u32)> = self.work.keys().copied().collect();
         keys.sort_unstable();
+        let no_ends = Ends::new();
         for key in keys {
             let mut work = self.work.remove(&key).unwrap_or_default();
             work.sort_unstable_by_key(|w| (w.start, w.end));
-            let mut idle = StreamIdle::default();
-            let mut busy_until = work[0].end;
-            for w in &work[1..] {
-                if w.start > busy_until {
-                    let thread_syncs = w
-                        .call
-                        .and_then(|(_, tid)| syncs.get(&(key.0, tid)))
-                        .map(Vec::as_slice);
-                    let split = self.gap(key, w, busy_until, thread_syncs);
-                    for (t, s) in idle.by_cause_ns.iter_mut().zip(split) {
-                        *t += s;
-                    }
-                    idle.idle_ns += w.start - busy_until;
-                    idle.gaps += 1;
-                    if split[0] + split[1] > 0 {
-                        idle.host_wait_ns += w.start - busy_until;
-                    }
+            let ends = ends.get(&(key.0, key.1)).unwrap_or(&no_ends);
+            let window = self
+                .windows
+                .binary_search_by_key(&key.0, |w| w.0)
+                .ok()
+                .map(|i| self.windows[i].1.until_ns);
+            let out = Out {
+                charge: window.is_none(),
+                slices: true,
+            };
+            let whole = self.stream(out, key, &work, &syncs, ends);
+            let counted = match window {
+                None => whole,
+                Some(until) => {
+                    // As HTA: the work whose launch call started before the
+                    // last step did; work with no call in the trace is not counted.
+                    let kept: Vec<Work> = work
+                        .iter()
+                        .filter(|w| w.call.is_some_and(|c| c.0 < until))
+                        .copied()
+                        .collect();
+                    let out = Out {
+                        charge: true,
+                        slices: false,
+                    };
+                    self.stream(out, key, &kept, &syncs, ends)
                 }
-                busy_until = busy_until.max(w.end);
-            }
-            idle.span_ns = busy_until - work[0].start;
-            self.streams.push((key, idle));
+            };
+            self.streams.push((key, counted));
+            self.whole.push((key, whole));
         }
+        let mut demangler = Demangler::default();
         let mut lines: Vec<(String, u64)> = self
             .acc
             .iter()
-            .map(|(&(stack, api, cause), &ns)| {
+            .map(|(&(stack, api, cause, detail), &ns)| {
                 let mut text = String::new();
                 push_stack(&mut text, ctx, stack, api);
                 text.push(';');
                 text.push_str(cause.frame());
+                if let Some((stream, kernel)) = detail {
+                    let what = kernel.map_or("copy or memset", |k| demangler.get(k, ctx.strings));
+                    text.push_str(&format!(";[waited for stream {stream}: {what}]"));
+                }
                 (text, ns)
             })
             .collect();

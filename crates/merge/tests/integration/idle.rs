@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
@@ -11,7 +10,7 @@ use gpuperf_merge::write::chrome;
 use gpuperf_merge::write::idle::{DeviceIdle, IdleFolder, StreamIdle};
 use serde_json::{Value, json};
 
-use crate::data;
+use crate::idle_hta::{hta_python, run_hta};
 use crate::imported::real;
 
 /// One thread launching four kernels on stream 7, with a stream sync between
@@ -78,7 +77,7 @@ fn kineto_gaps_of_each_cause__exact_to_the_ns_and_charged_to_their_stacks() {
             span_ns: 100_000,
             idle_ns: 65_000,
             // CPU late 20 + 6.75, host sync 18, launch latency 5.25 + 5 + 10.
-            by_cause_ns: [26_750, 18_000, 20_250],
+            by_cause_ns: [26_750, 18_000, 20_250, 0, 0, 0],
             gaps: 3,
             // The gaps before k2 and k3: the calls came after the stream went idle.
             host_wait_ns: 25_250 + 29_750,
@@ -119,8 +118,9 @@ fn kineto_gaps_of_each_cause__exact_to_the_ns_and_charged_to_their_stacks() {
     assert!((11..=12).contains(&c), "{folded}");
 }
 
-/// gpuperf's idle time of one trace: per stream (all devices and processes of
-/// the trace together, as HTA keys streams), (idle, HTA's host wait, gaps), ns.
+/// gpuperf's idle time of one trace over the whole trace (steps or not): per
+/// stream (all devices and processes of the trace together, as HTA keys
+/// streams), (idle, HTA's host wait, gaps), ns.
 fn gpuperf_idle(trace: &Path) -> BTreeMap<u32, (u64, u64, u64)> {
     let mut strings = StringTable::new();
     let inputs = GpuInputs::open(&[trace.to_path_buf()], &mut strings).unwrap();
@@ -134,7 +134,7 @@ fn gpuperf_idle(trace: &Path) -> BTreeMap<u32, (u64, u64, u64)> {
     )
     .unwrap();
     let mut per = BTreeMap::new();
-    for ((_, _, stream), s) in idle.streams() {
+    for ((_, _, stream), s) in idle.streams_whole() {
         let e: &mut (u64, u64, u64) = per.entry(*stream).or_default();
         e.0 += s.idle_ns;
         e.1 += s.host_wait_ns;
@@ -143,38 +143,18 @@ fn gpuperf_idle(trace: &Path) -> BTreeMap<u32, (u64, u64, u64)> {
     per
 }
 
-/// HTA's idle time breakdown of one trace, by `tests/data/idle/hta_idle.py`:
-/// per stream, (host wait, kernel wait + other), ns. `None` when HTA is not
-/// installed (the test then skips, unless `GPUPERF_REQUIRE_HTA=1`).
+/// HTA's idle time breakdown of one trace, by `tests/data/idle/hta_idle.py`,
+/// counting every step: per stream, (host wait, kernel wait + other), ns.
+/// Without `round`, HTA's rounding to the µs is disabled. `None` when HTA is
+/// not installed (the test then skips, unless `GPUPERF_REQUIRE_HTA=1`).
 fn hta_idle(trace: &Path, round: bool) -> Option<BTreeMap<u32, (u64, u64)>> {
-    let python = std::env::var_os("GPUPERF_HTA_PYTHON").unwrap_or_else(|| "python3".into());
-    let required = std::env::var_os("GPUPERF_REQUIRE_HTA").is_some_and(|v| v == "1");
-    let have = Command::new(&python)
-        .args(["-c", "import hta.trace_analysis"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        let why = format!(
-            "HolisticTraceAnalysis is not importable by {} (pip install HolisticTraceAnalysis)",
-            Path::new(&python).display()
-        );
-        assert!(!required, "GPUPERF_REQUIRE_HTA=1 but {why}");
-        gpuperf_test_support::require::skipped(why);
-        return None;
-    }
-    let mut cmd = Command::new(&python);
-    cmd.arg(data("idle/hta_idle.py")).arg(trace);
-    if round {
-        cmd.arg("--round");
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "HTA failed on {}: {}",
-        trace.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let python = hta_python()?;
+    let flags: &[&str] = if round {
+        &["--all-steps"]
+    } else {
+        &["--all-steps", "--exact"]
+    };
+    let v = run_hta(&python, trace, flags);
     let mut per = BTreeMap::new();
     for (stream, cats) in v["streams"].as_object().unwrap() {
         let get = |c: &str| cats.get(c).and_then(Value::as_u64).unwrap_or(0);

@@ -597,7 +597,9 @@ fn exact_join__correlation_ids_that_wrap_past_2_32__each_kernel_keeps_its_own_st
     let f = folded_map(&out.folded);
     for i in 0..9 {
         assert_eq!(
-            f.get(&format!("main;step_{i};cudaLaunchKernel;[GPU_Kernel]kernel_{i}")),
+            f.get(&format!(
+                "main;step_{i};cudaLaunchKernel;[GPU_Kernel]kernel_{i}"
+            )),
             Some(&1),
             "kernel {i} charged to another call's stack:\n{}",
             out.folded

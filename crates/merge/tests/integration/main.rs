@@ -13,6 +13,7 @@ mod backward;
 mod captured;
 mod driver;
 mod idle;
+mod idle_hta;
 mod imported;
 mod join;
 mod names;
