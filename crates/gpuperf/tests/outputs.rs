@@ -246,7 +246,9 @@ fn report__idle_share_and_causes_per_stream_and_the_stacks_that_made_it_wait() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Active from the first kernel's start to the last one's end: 200.1 µs, of
-    // which 199.8 µs idle (2 × 89.9 late, 2 × 10 latency).
+    // which 199.8 µs idle (2 × 89.9 late, 2 × 10 latency); no profiler steps,
+    // so the whole trace's figure is the same; no wait on another stream, no
+    // collective, nothing else.
     let row = stdout
         .lines()
         .find(|l| l.trim_start().starts_with("42 "))
@@ -254,7 +256,10 @@ fn report__idle_share_and_causes_per_stream_and_the_stacks_that_made_it_wait() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(
         cells,
-        ["42", "0", "7", "99.9%", "199.80", "179.80", "0.00", "20.00"],
+        [
+            "42", "0", "7", "99.9%", "199.80", "199.80", "179.80", "0.00", "20.00", "0.00", "0.00",
+            "0.00"
+        ],
         "{stdout}"
     );
     assert!(
