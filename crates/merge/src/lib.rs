@@ -53,6 +53,42 @@
 //! feature off, only the model, the readers and writers of those two formats and
 //! of `driver.tsv`, and [`recording`]'s names and environment contract are
 //! built, which is what the injection library links.
+//!
+//! # Example
+//!
+//! Charge the GPU time of a PyTorch profiler trace to its CPU stacks, as
+//! `gpuperf merge TRACE -m -` does:
+//!
+//! ```
+//! # fn main() -> gpuperf_merge::Result<()> {
+//! use gpuperf_merge::join::stacks::Symbolize;
+//! use gpuperf_merge::model::Module;
+//! use gpuperf_merge::recording::{Inputs, Outputs, Recording};
+//!
+//! /// Names native frames; a PyTorch profiler trace has none to name.
+//! struct NoSymbols;
+//! impl Symbolize for NoSymbols {
+//!     fn symbolize(&mut self, _: &Module, offsets: &[u64]) -> Vec<Vec<String>> {
+//!         vec![Vec::new(); offsets.len()]
+//!     }
+//! }
+//!
+//! let mut inputs = Inputs::default();
+//! inputs.recording =
+//!     Some("../../samples/recordings/real/v100_resnet50_kineto2021.pt.trace.json.gz".into());
+//! let mut recording = Recording::open(&inputs, || NoSymbols)?;
+//!
+//! let mut outputs = Outputs::default();
+//! outputs.folded = Some("-".into()); // `-`: to the writer given below
+//! let mut folded = Vec::new();
+//! let joined = recording.write(&outputs, &mut folded)?;
+//!
+//! assert_eq!(joined.summary.kernels_matched, joined.summary.kernels);
+//! let folded = String::from_utf8(folded).unwrap();
+//! assert!(folded.lines().any(|l| l.contains("[GPU_Kernel]")));
+//! # Ok(())
+//! # }
+//! ```
 
 mod diag;
 mod error;
