@@ -26,7 +26,7 @@
 //! flush excluded), and the process's peak resident set.
 //!
 //! Run: `cargo bench -p gpuperf-inject --bench callback` (needs gcc and the CUDA
-//! wheels listed in the README's developer section).
+//! wheels listed in CONTRIBUTING.md).
 //! `GPUPERF_BENCH_BASELINE=path/to/libgpuperf_inject.so` (another build, e.g.
 //! of the previous commit) runs every case with that library too, in the same
 //! rounds, and prints its medians beside this build's.

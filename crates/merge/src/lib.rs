@@ -1,15 +1,19 @@
-//! gpuperf's trace model, readers, exact CPU↔GPU join and writers.
+//! gpuperf's trace model, readers, exact CPU↔GPU join and writers, and the
+//! recording that ties them together.
 //!
 //! The folders follow the data path:
 //!
 //! ```text
 //!  read/                                       join/                 write/
-//!  gputrace (ours, binary) ─┐                                  ┌──> folded ──> svg (inferno)
+//!  gputrace (ours, binary) ─┐                                  ┌──> folded ──> svg (inferno), diff
 //!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐           ├──> chrome, perfetto (timelines)
-//!  kineto (PyTorch JSON)    │  (format             ├─> merge ──┼──> report
-//!  nsys (Nsight SQLite)  ───┘   detection)         │  (Sink)   └──> pprof
-//!  cpu (folded CPU stacks) ─────────────────────────┤
-//!  symbols (kept frame names) ──> stacks ───────────┘
+//!  kineto (PyTorch JSON)    │  (format             ├─> merge ──┼──> idle (why the GPU waits)
+//!  nsys (Nsight SQLite)  ───┘   detection)         │  (Sink)   ├──> report
+//!  cpu (folded CPU stacks) ─────────────────────────┤           ├──> pprof
+//!  symbols (kept frame names) ──> stacks ───────────┘           └──> driver (with read::driver:
+//!  driver (driver.tsv: GPU driver events) ─────────────────────────    ioctls, jobs, fences)
+//!
+//!  recording/: the directory `gpuperf record` leaves (env, load, plan, stacks, report)
 //! ```
 //!
 //! - **`read/`**: one module per input format, each turning a file into the
@@ -17,9 +21,11 @@
 //!   and opens it; the foreign formats are read whole into
 //!   [`read::imported::Imported`], which the readers and the chooser both depend
 //!   on, so that they do not depend on each other. [`read::symbols`] reads and
-//!   writes the frame names kept with a recording. Readers depend on `model`,
-//!   `diag` and `error` only; nothing in `read/` depends on `join/` or `write/`,
-//!   except that `symbols` implements [`join::stacks::Symbolize`].
+//!   writes the frame names kept with a recording, and [`read::driver`] the GPU
+//!   driver events of `gpuperf record --driver`. Readers depend on `model`,
+//!   `diag` and `error`, and take their file names from [`recording`]; nothing
+//!   in `read/` depends on `join/` or `write/`, except that `symbols` implements
+//!   [`join::stacks::Symbolize`].
 //! - **`join/`**: [`join::merge`] pairs every GPU activity with its API call and
 //!   the CPU stack of that call, exactly on (pid, correlation id) or ordered by
 //!   time where the CPU side has no ids; [`join::stacks`] builds those CPU stacks
@@ -28,16 +34,61 @@
 //!   [`join::Context`] and [`join::Match`] it passes: `join/` depends on `read/`,
 //!   never on `write/`.
 //! - **`write/`**: one module per output, each a [`join::Sink`] (folded stacks,
-//!   Chrome trace, Perfetto protobuf trace, report, pprof), plus [`write::svg`], which renders folded stacks
-//!   with inferno. Writers depend on `join/` (what a match holds) and `model`.
+//!   idle-time stacks, Chrome trace, Perfetto protobuf trace, report, pprof,
+//!   the driver events' tracks and report), plus [`write::svg`], which renders
+//!   folded stacks with inferno, and [`write::diff`], which compares two runs'
+//!   folded stacks. Writers depend on `join/` (what a match holds) and `model`.
+//! - **[`recording`]**: the directory `gpuperf record` leaves and the
+//!   environment contract with the injection library ([`recording::env`]);
+//!   with the `render` feature, loading a recording or trace files
+//!   ([`recording::Recording`]), the plan of outputs written from one join
+//!   ([`recording::Outputs`]) and the text tables the CLI prints
+//!   ([`recording::report`]). It uses all three folders above.
 //! - **At the top**: [`model`] (the records every part exchanges), `error`
 //!   (typed errors naming the file and place) and `diag` (counted, capped
 //!   diagnostics for malformed input).
 //!
 //! The crate owns the trace data model; the injection library writes [`gputrace`]
-//! files and the profiler writes [`cpu`] files. With the default `render` feature
-//! off, only the model and those two formats are built, which is what the
-//! injection library links.
+//! files and the eBPF profiler writes [`cpu`] files. With the default `render`
+//! feature off, only the model, the readers and writers of those two formats and
+//! of `driver.tsv`, and [`recording`]'s names and environment contract are
+//! built, which is what the injection library links.
+//!
+//! # Example
+//!
+//! Charge the GPU time of a PyTorch profiler trace to its CPU stacks, as
+//! `gpuperf merge TRACE -m -` does:
+//!
+//! ```
+//! # fn main() -> gpuperf_merge::Result<()> {
+//! use gpuperf_merge::join::stacks::Symbolize;
+//! use gpuperf_merge::model::Module;
+//! use gpuperf_merge::recording::{Inputs, Outputs, Recording};
+//!
+//! /// Names native frames; a PyTorch profiler trace has none to name.
+//! struct NoSymbols;
+//! impl Symbolize for NoSymbols {
+//!     fn symbolize(&mut self, _: &Module, offsets: &[u64]) -> Vec<Vec<String>> {
+//!         vec![Vec::new(); offsets.len()]
+//!     }
+//! }
+//!
+//! let mut inputs = Inputs::default();
+//! inputs.recording =
+//!     Some("../../samples/recordings/real/v100_resnet50_kineto2021.pt.trace.json.gz".into());
+//! let mut recording = Recording::open(&inputs, || NoSymbols)?;
+//!
+//! let mut outputs = Outputs::default();
+//! outputs.folded = Some("-".into()); // `-`: to the writer given below
+//! let mut folded = Vec::new();
+//! let joined = recording.write(&outputs, &mut folded)?;
+//!
+//! assert_eq!(joined.summary.kernels_matched, joined.summary.kernels);
+//! let folded = String::from_utf8(folded).unwrap();
+//! assert!(folded.lines().any(|l| l.contains("[GPU_Kernel]")));
+//! # Ok(())
+//! # }
+//! ```
 
 mod diag;
 mod error;

@@ -11,7 +11,7 @@
 //!   symbols.txt           names of the in-process stacks' frames, kept with the recording
 //! ```
 //!
-//! - [`env`]: the environment contract between `gpuperf record` and the
+//! - [`env`](mod@env): the environment contract between `gpuperf record` and the
 //!   injection library; both sides take every variable's name and format from it.
 //! - `load`: [`Recording`], the traces of a directory or of named files, read
 //!   and ready to join.

@@ -420,7 +420,7 @@ mod tests {
     use serde_json::value::RawValue;
 
     use super::*;
-    use crate::read::kineto::{Step, parse_one_str};
+    use crate::read::kineto::stream::{Step, parse_one_str};
 
     /// The fast path agrees with serde_json on `text`: where it gives an event,
     /// serde_json gives the same one, ending at the same byte. Returns whether the
