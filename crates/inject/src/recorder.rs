@@ -988,20 +988,35 @@ impl State {
     /// unflushed records included. Everything recorded so far is flushed to
     /// gpuperf first, and the trace says from when the GPU side stops.
     fn before_another_client_registers(&self) {
-        if self.disabled.load(Relaxed) || self.yielding.swap(true, Relaxed) {
+        if self.disabled.load(Relaxed) || !self.yield_buffers() {
             return;
         }
-        self.flush(Flush::Final);
-        let n = self.stats.launches.load(Relaxed);
-        self.launches_at_yield.store(n, Relaxed);
-        self.yielded.store(true, Relaxed);
-        self.takeover_noted.store(true, Relaxed);
-        let text = format!(
+        let n = self.launches_at_yield.load(Relaxed);
+        self.say(format!(
             "GPU activity recorded until {:.3} s into the run, after {n} launches, copies and \
              memsets: another CUPTI client (e.g. torch.profiler) registered its own activity \
              buffers, and CUPTI gives it every later record",
             self.run_seconds()
-        );
+        ));
+    }
+
+    /// Hands CUPTI's buffers and kinds over to another client: what CUPTI
+    /// holds of gpuperf's is flushed first (and, on later calls, the calls
+    /// recorded since). Returns whether this was the first hand-over.
+    fn yield_buffers(&self) -> bool {
+        let first = !self.yielding.swap(true, Relaxed);
+        self.flush(Flush::Final);
+        if first {
+            let n = self.stats.launches.load(Relaxed);
+            self.launches_at_yield.store(n, Relaxed);
+        }
+        self.yielded.store(true, Relaxed);
+        self.takeover_noted.store(true, Relaxed);
+        first
+    }
+
+    /// A NOTE in the trace, and the same line in the log.
+    fn say(&self, text: String) {
         self.log.line(&text);
         lock(&self.sink).note(text);
     }
@@ -1013,14 +1028,12 @@ impl State {
         if self.refusal_noted.swap(true, Relaxed) {
             return;
         }
-        let text = format!(
+        self.say(format!(
             "another CUPTI client (e.g. torch.profiler) asked for CUPTI {:.3} s into the run and \
              was refused: CUPTI allows one subscriber and gpuperf holds it, so that client's own \
              trace has no CUDA activity (profile without `gpuperf record` for it)",
             self.run_seconds()
-        );
-        self.log.line(&text);
-        lock(&self.sink).note(text);
+        ));
     }
 
     /// Another client is about to call `cuptiFinalize`, which ends every
@@ -1031,23 +1044,14 @@ impl State {
             return;
         }
         // Also writes the calls made since the buffers were yielded.
-        let first = !self.yielding.swap(true, Relaxed);
-        self.flush(Flush::Final);
-        if first {
-            let n = self.stats.launches.load(Relaxed);
-            self.launches_at_yield.store(n, Relaxed);
-        }
-        self.yielded.store(true, Relaxed);
-        self.takeover_noted.store(true, Relaxed);
-        let text = format!(
+        self.yield_buffers();
+        self.say(format!(
             "API calls and GPU activity recorded until {:.3} s into the run, after {} launches, \
              copies and memsets: another CUPTI client (e.g. torch.profiler) called \
              cuptiFinalize, which ends every client's recording",
             self.run_seconds(),
             self.stats.launches.load(Relaxed)
-        );
-        self.log.line(&text);
-        lock(&self.sink).note(text);
+        ));
     }
 
     fn write_decoded(&self, sink: &mut Sink, d: Decoded) {

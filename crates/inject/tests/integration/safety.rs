@@ -71,6 +71,17 @@ fn launches(records: &[Record]) -> (Vec<u32>, Vec<u32>) {
     (api, kernels)
 }
 
+/// The NOTE records' texts, in order.
+fn notes(records: &[Record]) -> Vec<&str> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Note(n) => Some(n.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn in_range(ids: &[u32], lo: u32, hi: u32) -> usize {
     ids.iter().filter(|&&c| (lo..=hi).contains(&c)).count()
 }
@@ -349,13 +360,7 @@ fn mock_second_client_taking_over_before_copies_only_is_noted() {
     let log = read_logs(dir.path());
     assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
     let (records, _, _) = read_traces(dir.path());
-    let notes: Vec<&str> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Note(n) => Some(n.text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let notes = notes(&records);
     assert_eq!(
         notes,
         [
@@ -452,13 +457,7 @@ fn mock_second_client_in_the_program_gets_only_its_own_records_and_the_trace_kee
             (1..=20).collect::<Vec<u32>>(),
             "bind now: {now}\n{log}"
         );
-        let notes: Vec<&str> = records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Note(n) => Some(n.text.as_str()),
-                _ => None,
-            })
-            .collect();
+        let notes = notes(&records);
         assert_eq!(notes.len(), 4, "{notes:?}\n{log}");
         assert!(
             notes[0].starts_with("another CUPTI client (e.g. torch.profiler) asked for CUPTI ")
