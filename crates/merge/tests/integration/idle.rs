@@ -10,7 +10,7 @@ use gpuperf_merge::write::chrome;
 use gpuperf_merge::write::idle::{DeviceIdle, IdleFolder, StreamIdle};
 use serde_json::{Value, json};
 
-use crate::idle_hta::{hta_python, run_hta};
+use crate::idle_hta::{hta_python, idle_of, run_hta};
 use crate::imported::real;
 
 /// One thread launching four kernels on stream 7, with a stream sync between
@@ -427,17 +427,7 @@ fn two_streams__device_idle_only_when_no_stream_is_busy() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("two.pt.trace.json");
     std::fs::write(&path, doc.to_string()).unwrap();
-    let mut strings = StringTable::new();
-    let inputs = GpuInputs::open(&[path], &mut strings).unwrap();
-    let mut idle = IdleFolder::new().with_slices();
-    join::merge(
-        None,
-        &inputs,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut idle],
-    )
-    .unwrap();
+    let idle = idle_of(&path);
     let idle_of = |stream: u32| {
         idle.streams()
             .iter()

@@ -116,17 +116,7 @@ fn check(trace: &Path) {
     let hta_exact = run_hta(&python, trace, &["--exact", "--all-steps"]);
     let base = base_ns(trace);
 
-    let mut strings = StringTable::new();
-    let inputs = GpuInputs::open(&[trace.to_path_buf()], &mut strings).unwrap();
-    let mut idle = IdleFolder::new().with_slices();
-    join::merge(
-        None,
-        &inputs,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut idle],
-    )
-    .unwrap();
+    let idle = idle_of(trace);
 
     // HTA filters by steps when the trace has two or more.
     let hta_steps = hta["steps"].as_u64().unwrap();
@@ -311,4 +301,20 @@ fn real_b200_vllm__idle_per_stream_and_causes_agree_with_hta() {
 #[test]
 fn real_v100_resnet50_with_profiler_steps__idle_per_stream_and_causes_agree_with_hta() {
     check(&real("v100_resnet50_kineto2021.pt.trace.json.gz"));
+}
+
+/// gpuperf's idle analysis of `trace`, with its slices.
+pub fn idle_of(trace: &Path) -> IdleFolder {
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(&[trace.to_path_buf()], &mut strings).unwrap();
+    let mut idle = IdleFolder::new().with_slices();
+    join::merge(
+        None,
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut idle],
+    )
+    .unwrap();
+    idle
 }
