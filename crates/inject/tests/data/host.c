@@ -624,36 +624,46 @@ int main(int argc, char **argv) {
             uint64_t t = mock_now();
             mock_kernel(2000, t, t + 500, "_Z10graph_stepv", 7, node, 9);
         }
+        /* Each record's times come from one clock reading: C leaves the order in
+         * which a call's arguments are evaluated open. */
+        uint64_t t;
         /* A runtime launch whose driver call CUPTI also reports. */
         mock_api(RT, 211, 3000, 1);
         mock_api(DRV, 307, 3001, 1);
         mock_api(DRV, 307, 3001, 0);
         mock_api(RT, 211, 3000, 0);
-        mock_kernel(3001, mock_now(), mock_now() + 100, "_Z6nestedv", 0, 0, 7);
+        t = mock_now();
+        mock_kernel(3001, t, t + 100, "_Z6nestedv", 0, 0, 7);
         /* A plain driver-API launch. */
         mock_api(DRV, 307, 3500, 1);
         mock_api(DRV, 307, 3500, 0);
-        mock_kernel(3500, mock_now(), mock_now() + 100, "_Z6driverv", 0, 0, 7);
+        t = mock_now();
+        mock_kernel(3500, t, t + 100, "_Z6driverv", 0, 0, 7);
         /* A copy: the runtime call's id differs from the driver's. */
         mock_api(RT, 31, 4000, 1);
-        mock_memcpy(4001, 4000, mock_now(), mock_now() + 2000, 1 << 20);
+        t = mock_now();
+        mock_memcpy(4001, 4000, t, t + 2000, 1 << 20);
         mock_api(RT, 31, 4000, 0);
         /* A peer-to-peer copy from device 0 to device 1. */
         mock_api(RT, 160, 4500, 1);
-        mock_peer_copy(4500, mock_now(), mock_now() + 3000, 4096, 0, 1);
+        t = mock_now();
+        mock_peer_copy(4500, t, t + 3000, 4096, 0, 1);
         mock_api(RT, 160, 4500, 0);
         /* Syncs: a stream of device 2, a whole context of device 2 (no stream),
          * and a context CUPTI never announced. */
         mock_context_create(5, 2);
         mock_api(RT, 131, 4600, 1);
         mock_api(RT, 131, 4600, 0);
-        mock_sync(4600, 5, 9, mock_now(), mock_now() + 100);
+        t = mock_now();
+        mock_sync(4600, 5, 9, t, t + 100);
         mock_api(RT, 165, 4700, 1);
         mock_api(RT, 165, 4700, 0);
-        mock_sync(4700, 5, NO_STREAM, mock_now(), mock_now() + 100);
+        t = mock_now();
+        mock_sync(4700, 5, NO_STREAM, t, t + 100);
         mock_api(RT, 165, 4800, 1);
         mock_api(RT, 165, 4800, 0);
-        mock_sync(4800, 9, 3, mock_now(), mock_now() + 100);
+        t = mock_now();
+        mock_sync(4800, 9, 3, t, t + 100);
         /* Not recorded: never enabled. */
         mock_api(RT, 3, 5000, 1);
         mock_api(RT, 3, 5000, 0);
