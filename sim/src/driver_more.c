@@ -863,8 +863,19 @@ GPUSIM_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult r, const char **s) {
     return CUDA_SUCCESS;
 }
 
-GPUSIM_EXPORT CUresult CUDAAPI cuProfilerStart(void) { return CUDA_SUCCESS; }
-GPUSIM_EXPORT CUresult CUDAAPI cuProfilerStop(void) { return CUDA_SUCCESS; }
+/* The profiler API: no profiler runs here, so the calls only report their
+ * driver API callbacks (CUPTI_DRIVER_TRACE_CBID_cuProfilerStart/Stop), which
+ * is how CUPTI clients learn of them; cuda.h gives them no parameters. */
+typedef struct { int none; } cuProfilerStart_params;
+typedef struct { int none; } cuProfilerStop_params;
+DRV(cuProfilerStart, (void), ()) {
+    ENTER(cuProfilerStart, 0);
+    RETURN(CUDA_SUCCESS);
+}
+DRV(cuProfilerStop, (void), ()) {
+    ENTER(cuProfilerStop, 0);
+    RETURN(CUDA_SUCCESS);
+}
 
 /* For cuptiGetContextId, cuptiGetDeviceId and cuptiGetStreamId. */
 GPUSIM_EXPORT int gpusim_context_info(void *h, uint32_t *id, uint32_t *device) {

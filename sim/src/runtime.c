@@ -43,6 +43,9 @@ DRIVER_FN(cuDeviceGetName)
 DRIVER_FN(cuDeviceCanAccessPeer)
 DRIVER_FN(cuDevicePrimaryCtxReset)
 DRIVER_FN(cuCtxSynchronize)
+/* cuda.h does not declare these (NVIDIA's cudaProfiler.h, absent from the wheels, does). */
+extern CUresult CUDAAPI gpusim_cuProfilerStart(void);
+extern CUresult CUDAAPI gpusim_cuProfilerStop(void);
 DRIVER_FN(cuCtxGetLimit)
 DRIVER_FN(cuCtxSetLimit)
 DRIVER_FN(cuMemAlloc)
@@ -1034,14 +1037,15 @@ GPUSIM_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
 
 /* ------------------------------------------------------------------ for PyTorch and NVIDIA's samples */
 
+/* As NVIDIA's runtime, each calls the driver's, inside its own callbacks. */
 GPUSIM_EXPORT cudaError_t cudaProfilerStart(void) {
     ENTER_NOCTX(cudaProfilerStart, 0);
-    RETURN(cudaSuccess);
+    RETURN(rt(DRV(cuProfilerStart)()));
 }
 
 GPUSIM_EXPORT cudaError_t cudaProfilerStop(void) {
     ENTER_NOCTX(cudaProfilerStop, 0);
-    RETURN(cudaSuccess);
+    RETURN(rt(DRV(cuProfilerStop)()));
 }
 
 /* The driver's functions by name, as NVIDIA's runtime hands them out: the

@@ -23,6 +23,7 @@ use gpuperf_profiler::ProbeSpec;
     sudo gpuperf record --raw-dir run1 -- python3 train.py
     gpuperf record -- python3 train.py
     gpuperf record --gpu-only -- ./app
+    gpuperf record --capture-range cudaProfilerApi -- python3 train.py
     sudo gpuperf record --cpu-only --uprobe /usr/local/cuda/lib64/libcudart.so.13:cudaLaunchKernel -p cpu.txt -- ./app
     gpuperf merge run1 -o flamegraph.svg -c timeline.json
     gpuperf report run1
@@ -128,6 +129,16 @@ pub struct RecordArgs {
     /// the injection library runs, else with eBPF (--cpu-only, --uprobe).
     #[arg(long, value_enum, value_name = "FROM", default_value_t = StacksFrom::Auto)]
     pub stacks: StacksFrom,
+    /// Record nothing until this many seconds after each process started (as
+    /// Nsight Systems' --delay); with --capture-range, the range counts after it.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration, conflicts_with = "cpu_only")]
+    pub delay: Option<f64>,
+    /// Record only inside a window, as Nsight Systems does: `cudaProfilerApi`
+    /// between cudaProfilerStart and cudaProfilerStop (torch.cuda.profiler.start()
+    /// and stop()), or `nvtx:NAME` inside the NVTX ranges named NAME
+    /// (torch.cuda.nvtx.range("NAME")). Calls and GPU work outside it are not written.
+    #[arg(long, value_name = "RANGE", value_parser = parse_capture_range, conflicts_with = "cpu_only")]
+    pub capture_range: Option<String>,
     /// Stop the program (SIGINT) after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -151,11 +162,13 @@ pub struct RecordArgs {
     #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
     /// The program to profile and its arguments.
+    // No `allow_hyphen_values`: an unknown option before the program is a typo
+    // that clap refuses with a suggestion, not a program to run. Everything
+    // from the program's name on, and everything after `--`, is the program's.
     #[arg(
         value_name = "PROGRAM",
         required = true,
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         num_args = 1..
     )]
     pub program: Vec<OsString>,
@@ -170,6 +183,17 @@ pub enum StacksFrom {
     Inject,
     /// With the eBPF profiler (root, or CAP_BPF + CAP_PERFMON).
     Ebpf,
+}
+
+fn parse_capture_range(s: &str) -> Result<String, String> {
+    use gpuperf_merge::recording::env::{CAPTURE_NVTX_PREFIX, CAPTURE_PROFILER_API};
+    match s.strip_prefix(CAPTURE_NVTX_PREFIX) {
+        _ if s == CAPTURE_PROFILER_API => Ok(s.to_owned()),
+        Some(name) if !name.is_empty() => Ok(s.to_owned()),
+        _ => Err(format!(
+            "`{s}` is not a capture range: give {CAPTURE_PROFILER_API} or {CAPTURE_NVTX_PREFIX}NAME"
+        )),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<f64, String> {
@@ -518,6 +542,107 @@ mod tests {
             e.to_string().contains("`output` is a recording option"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn unknown_options_are_refused_with_a_suggestion_not_run() {
+        // Before the program (with or without `--` after), an option gpuperf does not
+        // know is a typo, not the program to run.
+        let cases: &[&[&str]] = &[
+            &[
+                "gpuperf",
+                "record",
+                "--captur-range",
+                "x",
+                "--",
+                "python",
+                "x.py",
+            ],
+            &["gpuperf", "record", "--raw-dri", "d", "--", "./app"],
+            &["gpuperf", "--raw-dri", "d", "--", "./app"],
+            &["gpuperf", "--raw-dri", "d", "./app"],
+            &["gpuperf", "record", "--gpu-onyl", "./app"],
+            &["gpuperf", "merge", "--gpuu", "g"],
+            &["gpuperf", "report", "run1", "--topp", "3"],
+            &["gpuperf", "diff", "a", "b", "--idel"],
+            &["gpuperf", "monitor", "--intervall", "2"],
+        ];
+        for args in cases {
+            let e = Cli::try_parse_checked(*args).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{args:?}: {e}"
+            );
+            assert!(
+                e.to_string().contains("tip: a similar argument exists"),
+                "{args:?}: {e}"
+            );
+        }
+        let e = Cli::try_parse_checked(["gpuperf", "record", "--zzz", "--", "./app"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{e}");
+    }
+
+    #[test]
+    fn capture_windows_parse_as_nsight_systems_spells_them() {
+        let cli = Cli::try_parse_checked([
+            "gpuperf",
+            "record",
+            "--capture-range",
+            "cudaProfilerApi",
+            "--delay",
+            "2.5",
+            "--",
+            "./app",
+        ])
+        .unwrap();
+        let Some(Command::Record(r)) = cli.command else {
+            panic!("not record")
+        };
+        assert_eq!(r.capture_range.as_deref(), Some("cudaProfilerApi"));
+        assert_eq!(r.delay, Some(2.5));
+        let cli =
+            Cli::try_parse_checked(["gpuperf", "--capture-range", "nvtx:train step", "./app"])
+                .unwrap();
+        assert_eq!(cli.record.capture_range.as_deref(), Some("nvtx:train step"));
+        for bad in ["nvtx:", "nvtx", "cudaprofilerapi", ""] {
+            assert!(
+                Cli::try_parse_checked(["gpuperf", "--capture-range", bad, "./app"]).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(
+            Cli::try_parse_checked(["gpuperf", "--cpu-only", "--delay", "1", "./app"]).is_err()
+        );
+    }
+
+    #[test]
+    fn the_programs_own_options_pass_through() {
+        for args in [
+            &["gpuperf", "record", "./app", "--foo", "-x", "--", "y"][..],
+            &["gpuperf", "record", "--", "./app", "--foo", "-x", "--", "y"],
+            &["gpuperf", "./app", "--foo", "-x", "--", "y"],
+            &["gpuperf", "--", "./app", "--foo", "-x", "--", "y"],
+        ] {
+            let cli = Cli::try_parse_checked(args).unwrap();
+            let r = match cli.command {
+                Some(Command::Record(r)) => r,
+                None => cli.record,
+                _ => panic!("not record"),
+            };
+            assert_eq!(
+                r.program,
+                os(&["./app", "--foo", "-x", "--", "y"]),
+                "{args:?}"
+            );
+        }
+        // After `--`, even a program whose name starts with `-` is the program.
+        let cli = Cli::try_parse_checked(["gpuperf", "record", "--", "-app", "-o"]).unwrap();
+        let Some(Command::Record(r)) = cli.command else {
+            panic!("not record")
+        };
+        assert_eq!(r.program, os(&["-app", "-o"]));
+        assert_eq!(r.output, PathBuf::from("flamegraph.svg"));
     }
 
     #[test]

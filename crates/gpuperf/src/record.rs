@@ -155,6 +155,21 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
                 Err(e) => warn!("{e:#}; the first launches of each process may lack full stacks"),
             }
         }
+        asked.capture_range.clone_from(&a.capture_range);
+        // Whole milliseconds, at least 1: a delay asked for is never none.
+        asked.delay_ms = a.delay.map(|s| ((s * 1000.0).round() as u64).max(1));
+        if asked
+            .capture_range
+            .as_deref()
+            .is_some_and(|r| r.starts_with(rec_env::CAPTURE_NVTX_PREFIX))
+            && let Some(old) = std::env::var_os(rec_env::NVTX_INJECTION_PATH)
+        {
+            warn!(
+                "{} was `{}`; gpuperf replaces it for --capture-range nvtx:",
+                rec_env::NVTX_INJECTION_PATH,
+                old.to_string_lossy()
+            );
+        }
         env = asked.vars();
     }
     // CPython 3.12+ then writes /tmp/perf-PID.map, which names Python

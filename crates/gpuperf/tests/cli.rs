@@ -484,6 +484,27 @@ fn bad_arguments__usage_error_code_2() {
     }
 }
 
+#[test]
+fn record_mistyped_option_before_the_program__refused_with_a_suggestion_not_run() {
+    for (bad, args) in [
+        (
+            "--captur-range",
+            &["record", "--captur-range", "cudaProfilerApi", "--", "true"][..],
+        ),
+        ("--raw-dri", &["--raw-dri", "run1", "true"]),
+    ] {
+        let out = gpuperf(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("error: unexpected argument '{bad}'")),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("tip: a similar argument exists"), "{err}");
+        assert!(!err.contains("failed to start"), "{err}");
+    }
+}
+
 fn real(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../samples/recordings/real")

@@ -34,6 +34,11 @@ pub enum Class {
     /// recorded without a stack. The host does not wait: the call returns at
     /// once, so it is no [`Class::Sync`].
     StreamWait,
+    /// `cudaProfilerStart`/`cuProfilerStart`: opens a `cudaProfilerApi`
+    /// capture window (`capture`). Not recorded; enabled only for that window.
+    ProfilerStart,
+    /// `cudaProfilerStop`/`cuProfilerStop`: closes it.
+    ProfilerStop,
     /// A runtime call gpuperf does not record. Its callbacks are enabled all
     /// the same, so that the driver calls it makes are known to be nested in
     /// it and are not recorded as calls of the program's own.
@@ -62,7 +67,12 @@ impl Class {
     pub fn recorded(self) -> bool {
         !matches!(
             self,
-            Self::Ignored | Self::GraphCopy | Self::GraphTeardown | Self::Scope
+            Self::Ignored
+                | Self::GraphCopy
+                | Self::GraphTeardown
+                | Self::Scope
+                | Self::ProfilerStart
+                | Self::ProfilerStop
         )
     }
 }
@@ -120,6 +130,8 @@ pub fn classify(name: &str) -> Class {
         | "cuStreamSynchronize"
         | "cuEventSynchronize" => Class::Sync,
         "cuStreamWaitEvent" => Class::StreamWait,
+        "cudaProfilerStart" | "cuProfilerStart" => Class::ProfilerStart,
+        "cudaProfilerStop" | "cuProfilerStop" => Class::ProfilerStop,
         "cudaDeviceReset" | "cudaThreadExit" => Class::Reset,
         name if is_alloc_api(name) => Class::Alloc,
         "cudaGraphInstantiate"
@@ -194,6 +206,19 @@ fn is_alloc_api(stem: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn profiler_api_calls_of_both_apis_open_and_close_windows_unrecorded() {
+        for (n, c) in [
+            ("cudaProfilerStart_v4000", Class::ProfilerStart),
+            ("cuProfilerStart", Class::ProfilerStart),
+            ("cudaProfilerStop_v4000", Class::ProfilerStop),
+            ("cuProfilerStop", Class::ProfilerStop),
+        ] {
+            assert_eq!(classify(n), c, "{n}");
+            assert!(!c.recorded() && !c.takes_stack());
+        }
+    }
 
     #[test]
     fn graph_copies_are_known_and_not_recorded() {

@@ -10,6 +10,8 @@
 //! | `GPUPERF_FLUSH_MS` | how often buffered records reach the file, 50 to 10000 | 500 |
 //! | `GPUPERF_MARKER` | `auto`: call the launch marker while a profiler holds its semaphore; `always`; `off` | `auto` |
 //! | `GPUPERF_STACKS` | `1`: take each launch's CPU stack in process ([`crate::stacks`]); `0`: don't | `1` |
+//! | `GPUPERF_CAPTURE_RANGE` | `cudaProfilerApi`: record only between `cudaProfilerStart` and `cudaProfilerStop`; `nvtx:NAME`: only inside NVTX ranges NAME (needs `NVTX_INJECTION64_PATH` naming this library); see [`crate::capture`] | the whole run |
+//! | `GPUPERF_CAPTURE_DELAY_MS` | record nothing until this many milliseconds after the process started | 0 |
 //! | `GPUPERF_SYNC` | a Unix socket of the CPU profiler (`gpuperf record` sets it): before the first launch, wait there until the profiler has probed this process's CUDA libraries | unset |
 //!
 //! Files are created exclusively, never truncated: when the name is taken (a
@@ -24,6 +26,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use gpuperf_merge::recording::{self, env};
+
+use crate::capture::{Range, Window};
 
 /// Whether the launch marker is called.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -63,8 +67,20 @@ pub struct Config {
     /// Close the trace on SIGINT and SIGTERM before the program dies of them
     /// (`GPUPERF_FLUSH_ON_SIGNAL=1`, set by `gpuperf record`). Default is `false`.
     pub flush_on_signal: bool,
+    /// The capture window. Default: the whole run.
+    pub window: Window,
     /// Settings that were malformed and replaced by defaults, as messages.
     pub warnings: Vec<String>,
+}
+
+/// Reads [`env::CAPTURE_RANGE`]'s value.
+pub fn parse_range(v: &str) -> Option<Range> {
+    if v == env::CAPTURE_PROFILER_API {
+        return Some(Range::ProfilerApi);
+    }
+    v.strip_prefix(env::CAPTURE_NVTX_PREFIX)
+        .filter(|n| !n.is_empty())
+        .map(|n| Range::Nvtx(n.to_owned()))
 }
 
 /// Default trace file name pattern.
@@ -118,6 +134,34 @@ impl Config {
         let sync = var(env::SYNC).filter(|v| !v.is_empty()).map(PathBuf::from);
         let flush_on_signal =
             var(env::FLUSH_ON_SIGNAL).is_some_and(|v| env::parse_flag(&v) == Some(true));
+        let range = match var(env::CAPTURE_RANGE).filter(|v| !v.is_empty()) {
+            None => Range::None,
+            Some(v) => v.to_str().and_then(parse_range).unwrap_or_else(|| {
+                warnings.push(format!(
+                    "{}={}: expected {} or {}NAME; recording the whole run",
+                    env::CAPTURE_RANGE,
+                    v.to_string_lossy(),
+                    env::CAPTURE_PROFILER_API,
+                    env::CAPTURE_NVTX_PREFIX,
+                ));
+                Range::None
+            }),
+        };
+        let delay_ns = match var(env::CAPTURE_DELAY_MS) {
+            None => 0,
+            Some(v) => match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
+                Some(ms) => ms.saturating_mul(1_000_000),
+                None => {
+                    warnings.push(format!(
+                        "{}={}: expected milliseconds; no delay",
+                        env::CAPTURE_DELAY_MS,
+                        v.to_string_lossy()
+                    ));
+                    0
+                }
+            },
+        };
+        let window = Window { delay_ns, range };
         Self {
             trace,
             cupti,
@@ -126,6 +170,7 @@ impl Config {
             marker,
             sync,
             flush_on_signal,
+            window,
             warnings,
         }
     }

@@ -161,6 +161,19 @@ impl Decoded {
         }
     }
 
+    /// The API call the work came from: `Some(0)` for work of no call (an
+    /// overhead with none), `None` for records that describe no work.
+    pub fn correlation_id(&self) -> Option<u32> {
+        match self {
+            Self::Kernel { place, .. }
+            | Self::Memcpy { place, .. }
+            | Self::Memset { place, .. }
+            | Self::Sync { place, .. } => Some(place.correlation_id),
+            Self::Overhead { correlation_id, .. } => Some(*correlation_id),
+            Self::Device { .. } | Self::Context { .. } | Self::Other { .. } => None,
+        }
+    }
+
     /// Whether a timed record lacks a valid start or end: CUPTI returns a record
     /// whose work has not finished with `end = 0` from a forced flush, and never
     /// again afterwards.

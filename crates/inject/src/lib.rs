@@ -219,6 +219,7 @@
 
 mod api;
 mod buffers;
+pub mod capture;
 pub mod config;
 mod cupti;
 pub mod decode;
@@ -229,6 +230,7 @@ mod hook;
 mod interrupt;
 pub mod locate;
 mod log;
+mod nvtx;
 mod recorder;
 mod seen;
 mod shard;

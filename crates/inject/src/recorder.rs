@@ -37,6 +37,7 @@ use gpuperf_merge::model::{
 
 use crate::api::{Class, classify};
 use crate::buffers::{self, BUFFER_SIZE, Origin, Pool};
+use crate::capture;
 use crate::config::{Config, MarkerMode};
 use crate::cupti::{Cupti, Subscriber};
 use crate::decode::{self, Decoded, Place};
@@ -522,6 +523,16 @@ impl State {
             }
             return;
         }
+        // capture hook: outside the window an entry returns here.
+        if matches!(class, Class::ProfilerStart | Class::ProfilerStop) {
+            if site == ENTER {
+                capture::profiler_api(class == Class::ProfilerStart);
+            }
+            return;
+        }
+        if site == ENTER && !capture::recording() {
+            return;
+        }
         let call = |l: &mut Local| {
             if site == ENTER {
                 self.enter(l, domain, cbid, correlation_id, class);
@@ -588,6 +599,7 @@ impl State {
     }
 
     fn enter(&self, l: &mut Local, domain: u32, cbid: u32, correlation_id: u32, class: Class) {
+        capture::entered(correlation_id);
         let outer = l
             .open
             .iter()
@@ -1055,6 +1067,12 @@ impl State {
     }
 
     fn write_decoded(&self, sink: &mut Sink, d: Decoded) {
+        // capture hook: the work of calls outside the window is not written.
+        if let Some(id) = d.correlation_id()
+            && !capture::keeps(sink.resolve(id).unwrap_or(id))
+        {
+            return;
+        }
         let pid = self.pid;
         let activity = |sink: &mut Sink, mut place: Place, kind: ActivityKind| {
             if let Some(outer) = sink.resolve(place.correlation_id) {
@@ -1293,6 +1311,10 @@ impl State {
                 "{count} records not written to `{}`: {msg}",
                 self.config.trace.display()
             ));
+        }
+        if let Some(note) = capture::summary(&self.config.window, self.started_ns) {
+            self.log.line(&note);
+            sink.note(note);
         }
         // The recording is complete: a file without this was cut short.
         if let Some(w) = sink.writer.as_mut()
@@ -2018,10 +2040,13 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
             Err(e) => s.log.line(&format!("{name} records unavailable: {e}")),
         }
     }
+    capture::configure(&s.config.window);
+    let profiler_api = s.config.window.range == capture::Range::ProfilerApi;
     let mut enabled = 0;
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
         for (cbid, class) in s.classes[d].iter().enumerate() {
-            if class.recorded() || *class == Class::Scope {
+            let window = matches!(class, Class::ProfilerStart | Class::ProfilerStop);
+            if class.recorded() || *class == Class::Scope || (window && profiler_api) {
                 c.enable_callback(sub, domain, cbid as u32)?;
                 enabled += 1;
             }
@@ -2081,6 +2106,22 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
                 .log
                 .line("SIGINT and SIGTERM are handled by the program: no flush on them"),
             Err(e) => s.log.line(&format!("no flush on SIGINT/SIGTERM: {e}")),
+        }
+    }
+    if s.config.window.delay_ns > 0 {
+        let at = s.started_ns.saturating_add(s.config.window.delay_ns);
+        let timer = crate::threads::spawn_blocked("gpuperf-delay", move || {
+            let now = monotonic_ns();
+            if at > now {
+                std::thread::sleep(Duration::from_nanos(at - now));
+            }
+            capture::delay_done();
+        });
+        if let Err(e) = timer {
+            // Recording the whole run beats recording nothing.
+            s.log
+                .line(&format!("no delay timer ({e}): recording from now"));
+            capture::delay_done();
         }
     }
     let period = Duration::from_millis(u64::from(s.config.flush_ms));

@@ -27,6 +27,20 @@ pub const SYNC: &str = "GPUPERF_SYNC";
 /// A [`flag`]: close the trace on SIGINT and SIGTERM before the program dies of them.
 pub const FLUSH_ON_SIGNAL: &str = "GPUPERF_FLUSH_ON_SIGNAL";
 
+/// What opens the capture window: `cudaProfilerApi` (between
+/// `cudaProfilerStart` and `cudaProfilerStop`) or `nvtx:NAME` (inside NVTX
+/// ranges NAME). Unset: the whole run.
+pub const CAPTURE_RANGE: &str = "GPUPERF_CAPTURE_RANGE";
+/// Nothing is recorded until this many milliseconds after the process started.
+pub const CAPTURE_DELAY_MS: &str = "GPUPERF_CAPTURE_DELAY_MS";
+/// NVTX v3 loads the library this names at its first call, and calls its
+/// `InitializeInjectionNvtx2`.
+pub const NVTX_INJECTION_PATH: &str = "NVTX_INJECTION64_PATH";
+/// [`CAPTURE_RANGE`]'s value for the CUDA profiler API.
+pub const CAPTURE_PROFILER_API: &str = "cudaProfilerApi";
+/// [`CAPTURE_RANGE`]'s prefix for an NVTX range name.
+pub const CAPTURE_NVTX_PREFIX: &str = "nvtx:";
+
 /// The trace pattern when [`GPU_TRACE`] is not set.
 pub const DEFAULT_GPU_TRACE: &str = "gpuperf-%p.gputrace";
 
@@ -71,6 +85,10 @@ pub struct Injection {
     pub cupti: Option<PathBuf>,
     /// The CPU profiler's socket to wait at.
     pub sync: Option<PathBuf>,
+    /// [`CAPTURE_RANGE`]'s value: `cudaProfilerApi` or `nvtx:NAME`.
+    pub capture_range: Option<String>,
+    /// [`CAPTURE_DELAY_MS`]: recording starts this long after the process.
+    pub delay_ms: Option<u64>,
 }
 
 impl Injection {
@@ -83,6 +101,8 @@ impl Injection {
             flush_on_signal: true,
             cupti: None,
             sync: None,
+            capture_range: None,
+            delay_ms: None,
         }
     }
 
@@ -102,6 +122,16 @@ impl Injection {
         }
         if let Some(s) = &self.sync {
             env.push((SYNC.into(), s.clone().into()));
+        }
+        if let Some(r) = &self.capture_range {
+            env.push((CAPTURE_RANGE.into(), r.into()));
+            if r.starts_with(CAPTURE_NVTX_PREFIX) {
+                // NVTX calls reach the library only through its own hook.
+                env.push((NVTX_INJECTION_PATH.into(), self.library.clone().into()));
+            }
+        }
+        if let Some(ms) = self.delay_ms {
+            env.push((CAPTURE_DELAY_MS.into(), ms.to_string().into()));
         }
         env
     }
@@ -128,6 +158,19 @@ mod tests {
         assert_eq!(get(FLUSH_ON_SIGNAL).as_deref(), Some("1"));
         assert_eq!(get(SYNC).as_deref(), Some("/s/sync.sock"));
         assert_eq!(get(CUPTI_PATH), None);
+        assert_eq!(get(CAPTURE_RANGE), None);
+        assert_eq!(get(NVTX_INJECTION_PATH), None);
+        i.capture_range = Some("nvtx:step".into());
+        i.delay_ms = Some(1500);
+        let vars = i.vars();
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get(CAPTURE_RANGE).as_deref(), Some("nvtx:step"));
+        assert_eq!(get(NVTX_INJECTION_PATH).as_deref(), Some("/l/inject.so"));
+        assert_eq!(get(CAPTURE_DELAY_MS).as_deref(), Some("1500"));
         assert_eq!(parse_flag(OsStr::new(flag(true))), Some(true));
         assert_eq!(parse_flag(OsStr::new(flag(false))), Some(false));
         assert_eq!(parse_flag(OsStr::new("yes")), None);
