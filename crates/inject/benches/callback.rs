@@ -30,7 +30,10 @@
 //! `GPUPERF_BENCH_BASELINE=path/to/libgpuperf_inject.so` (another build, e.g.
 //! of the previous commit) runs every case with that library too, in the same
 //! rounds, and prints its medians beside this build's.
-//! `GPUPERF_BENCH_ONLY=threads` runs only the 1-, 8- and 32-thread cases.
+//! `GPUPERF_BENCH_ONLY=threads` runs only the 1-, 8- and 32-thread cases;
+//! `GPUPERF_BENCH_ONLY=window` only the launches without injection, with it,
+//! and outside a capture window (`GPUPERF_CAPTURE_RANGE=cudaProfilerApi`, never
+//! opened).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -234,6 +237,31 @@ fn main() {
             env,
         )
     };
+    // Outside a capture window (one that never opens): stacks would be taken
+    // inside it, so all that is left is the gate.
+    let mut outside_env = stacks_env.clone();
+    outside_env.push(("GPUPERF_CAPTURE_RANGE", "cudaProfilerApi"));
+    if std::env::var("GPUPERF_BENCH_ONLY").is_ok_and(|v| v == "window") {
+        let (mut none, mut with, mut outside) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            none.push(ns_per_launch(&host, "none", &base_env));
+            with.push(ns_per_launch(&host, inject, &base_env));
+            outside.push(ns_per_launch(&host, inject, &outside_env));
+            clear(&trace);
+        }
+        let (n, w, o) = (median(none), median(with), median(outside));
+        println!("launches per run: {LAUNCHES}, rounds: {ROUNDS}, medians:");
+        println!("  without injection         {n:8.1} ns/launch");
+        println!(
+            "  with injection            {w:8.1} ns/launch  (+{:.1} ns)",
+            w - n
+        );
+        println!(
+            "  outside a capture window  {o:8.1} ns/launch  (+{:.1} ns)",
+            o - n
+        );
+        return;
+    }
     if std::env::var("GPUPERF_BENCH_ONLY").is_ok_and(|v| v == "threads") {
         more_cases(&host, &deep, inject, &base_env, &stacks_env, &trace, false);
         return;

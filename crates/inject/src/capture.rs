@@ -8,14 +8,16 @@
 //!                                                                        ─▶ GPU record filter
 //! ```
 //!
-//! While the window is closed an API entry costs the callback's prologue and
-//! one relaxed load ([`recording`]): no record, no stack, no marker. Calls
+//! While the window is closed an API entry or exit costs a class look-up and
+//! one relaxed load ([`skip_outside`]), before the recorder's re-entry guard:
+//! no record, no stack, no marker. Calls
 //! entered while it is open get their correlation ids noted as a span
 //! (lowest, highest); CUPTI's ids grow with every call in the process, so GPU
 //! work is written when its id falls in a span, and counted as outside the
 //! window otherwise. A call whose id was handed out before a window closed and
 //! whose entry came after is left out with its work.
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -133,6 +135,31 @@ pub fn configure(w: &Window) {
 #[inline]
 pub fn recording() -> bool {
     OPEN.load(Relaxed)
+}
+
+thread_local! {
+    /// Calls this thread has open in the recorder: an exit outside the window
+    /// needs the recorder only when one is (a call entered inside it).
+    static OPEN_HERE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The recorder opened a call on this thread (`true`) or closed one.
+#[inline]
+pub fn opened_here(open: bool) {
+    let _ = OPEN_HERE.try_with(|c| {
+        c.set(if open {
+            c.get().saturating_add(1)
+        } else {
+            c.get().saturating_sub(1)
+        })
+    });
+}
+
+/// Whether an API callback outside the window can return before the
+/// recorder: any entry, and an exit on a thread with no call open.
+#[inline]
+pub fn skip_outside(enter: bool) -> bool {
+    !recording() && (enter || OPEN_HERE.try_with(Cell::get).unwrap_or(1) == 0)
 }
 
 /// Notes an API call entered while the window is open.

@@ -190,6 +190,8 @@ struct Stats {
     reentered: AtomicU64,
     /// `launches` when the last GPU record (or CUPTI drop count) arrived.
     launches_at_last_record: AtomicU64,
+    /// Calls that take a stack and got none (the stacks module says why).
+    stackless: AtomicU64,
 }
 
 /// Who asks for a flush, which decides its flag and whether it may wait.
@@ -630,7 +632,11 @@ impl State {
             Some(st) if class.takes_stack() && !self.closing.load(Relaxed) => {
                 // The first capture in a new module reads files.
                 let _no_cancel = NoCancel::new();
-                st.capture()
+                let id = st.capture();
+                if id == 0 {
+                    self.stats.stackless.fetch_add(1, Relaxed);
+                }
+                id
             }
             _ => 0,
         };
@@ -670,6 +676,7 @@ impl State {
             return;
         };
         let o = l.open.remove(i);
+        capture::opened_here(false);
         if o.domain == RUNTIME {
             l.runtime_depth = l.runtime_depth.saturating_sub(1);
         }
@@ -727,6 +734,7 @@ impl State {
         }
         if l.open.len() < l.open.capacity() {
             l.open.push(o);
+            capture::opened_here(true);
             true
         } else {
             self.stats.too_deep.fetch_add(1, Relaxed);
@@ -1312,6 +1320,17 @@ impl State {
                 self.config.trace.display()
             ));
         }
+        // The reason a launch has no stack is the recorder's to give: the
+        // merge's summary points at this note.
+        let stackless = s.stackless.load(Relaxed);
+        if stackless > 0
+            && let Some(st) = &self.stacks
+        {
+            sink.note(format!(
+                "{stackless} calls that take a CPU stack have none; {}",
+                st.summary()
+            ));
+        }
         if let Some(note) = capture::summary(&self.config.window, self.started_ns) {
             self.log.line(&note);
             sink.note(note);
@@ -1436,6 +1455,23 @@ unsafe fn on_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_voi
                 s.on_api(domain, cbid, data);
             }
         }));
+        return;
+    }
+    // capture hook: outside the window, calls that only record return here.
+    if (domain == RUNTIME || domain == DRIVER)
+        && !capture::recording()
+        && let Some(s) = STATE.get()
+        && !matches!(
+            s.class(domain, cbid),
+            Class::ProfilerStart
+                | Class::ProfilerStop
+                | Class::GraphCopy
+                | Class::GraphTeardown
+                | Class::Reset
+        )
+        // SAFETY: `data` as CUPTI passed it with `domain`.
+        && capture::skip_outside(unsafe { api_enter(domain, data) })
+    {
         return;
     }
     // Entries and exits of runtime and driver calls reach a cancellation point

@@ -70,12 +70,29 @@ fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
     let (records, strings, _) = read_traces(dir.path());
     let (calls, stacks) = launches(&records, &strings);
     assert_eq!(calls, 5, "{}", read_logs(dir.path()));
-    // With too little stack left the capture is skipped, and the log says so.
+    // With too little stack left the capture is skipped, and the log says so,
+    // and so does the trace, for the summary to give the recorder's reason.
     let log = read_logs(dir.path());
     assert!(
         stacks == 5 || log.contains(&format!("{} skipped for lack of stack", 5 - stacks)),
         "{stacks} stacks; log:\n{log}"
     );
+    let note = records.iter().find_map(|r| match r {
+        Record::Note(n) if n.text.contains("calls that take a CPU stack have none") => {
+            Some(n.text.clone())
+        }
+        _ => None,
+    });
+    match note {
+        None => assert_eq!(stacks, 5, "no note for the stackless calls; log:\n{log}"),
+        Some(n) => assert!(
+            n.starts_with(&format!(
+                "{} calls that take a CPU stack have none; stacks:",
+                5 - stacks
+            )) && n.contains("skipped for lack of stack"),
+            "{n}"
+        ),
+    }
 }
 
 /// `(start, end, name)` of the host's defined functions, by `nm`.

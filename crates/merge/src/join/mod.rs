@@ -373,6 +373,11 @@ impl Summary {
         for (reason, n) in reasons {
             let why = match reason {
                 NoStack::NoCpuEvent if self.stacks_off => "CPU stacks were off: --gpu-only",
+                // Stacks taken in the program: the recorder knows why it took
+                // none, and its note (below) says so.
+                NoStack::NoCpuEvent if self.gpu_launch_stacks > 0 => {
+                    "launch recorded in the program without its stack: see the recorder's note"
+                }
                 _ => reason.describe(),
             };
             writeln!(f, "  unmatched kernels: {n} ({why})")?;
@@ -1266,6 +1271,31 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("CPU profiler"), "{text}");
+    }
+
+    #[test]
+    fn summary_with_stacks_taken_in_the_program_points_at_the_recorders_reason() {
+        let mut s = Summary {
+            kernels: 5,
+            gpu_launch_stacks: 40,
+            ..Summary::default()
+        };
+        s.kernels_unmatched.insert(NoStack::NoCpuEvent, 5);
+        s.notes
+            .push("pid 7: 5 calls that take a CPU stack have none; stacks: …".into());
+        let text = s.to_string();
+        assert!(
+            text.contains(
+                "  unmatched kernels: 5 (launch recorded in the program without its stack: \
+                 see the recorder's note)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("CPU profiler"), "{text}");
+        assert!(
+            text.contains("note from the recorder: pid 7: 5 calls"),
+            "{text}"
+        );
     }
 
     #[test]
