@@ -4,24 +4,96 @@
 # libnvidia-ml.so.1 into OUTDIR,
 # and for libcublas.so.13 and libcublasLt.so.13 when cuBLAS's headers are found.
 #
-# usage: sim/build.sh OUTDIR
+# usage: sim/build.sh [--python PYTHON [--install]] OUTDIR
 #
-# Needs gcc and the CUDA 13 headers (cuda.h, cuda_runtime_api.h, cupti*.h): from
-# $CUDA_INCLUDE, else from NVIDIA's Python wheels (pip install
-# nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88).
-# cuBLAS's headers (cublas_api.h, cublasLt.h) come from $CUBLAS_INCLUDE, else the
-# same directory, else the wheels of python3 or Debian's /usr/bin/python3.11
-# (nvidia-cublas, which PyTorch's wheel installs); without them the two cuBLAS
-# stand-ins are not built, and this says so.
+#   --python PYTHON  take every header from the NVIDIA wheels of that Python (the
+#                    venv that has torch: its purelib's nvidia/cu13/include), and
+#                    build the cuBLAS stand-ins too, which sim/run.sh needs.
+#   --install        install the wheels that Python lacks (PYTHON -m pip install,
+#                    exactly those); without it they are named and nothing is built.
+#
+# Needs gcc and the CUDA 13 headers: from $CUDA_INCLUDE, else from the wheels of
+# --python, else of the first python3 on PATH. The wheels:
+#   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88
+#   nvidia-cuda-cccl==13.0.85, and nvidia-cublas for the cuBLAS stand-ins
+# (PyTorch's wheel installs runtime, cupti and cublas, not crt and cccl).
+# Every header the build includes is checked before anything is compiled.
+# Without --python, cuBLAS's headers (cublas_api.h, cublasLt.h) come from
+# $CUBLAS_INCLUDE, else the same directory, else the wheels of python3 or Debian's
+# /usr/bin/python3.11; without them the two cuBLAS stand-ins are not built, and
+# this says so.
 set -euo pipefail
-out=${1:?usage: sim/build.sh OUTDIR}
+usage() { echo "usage: sim/build.sh [--python PYTHON [--install]] OUTDIR (see the top of sim/build.sh)"; }
+py="" install=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --python) py=${2:?sim/build.sh: --python needs a path}; shift 2 ;;
+    --python=*) py=${1#--python=}; shift ;;
+    --install) install=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) echo "sim/build.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *) break ;;
+    esac
+done
+[ $# -eq 1 ] || { usage >&2; exit 2; }
+out=$1
 here=$(cd "$(dirname "$0")" && pwd)
+[ "$install" = 0 ] || [ -n "$py" ] || { echo "sim/build.sh: --install needs --python" >&2; exit 2; }
+purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 inc=${CUDA_INCLUDE:-}
-if [ -z "$inc" ]; then
-    inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include
+if [ -z "$inc" ] && [ -n "$py" ]; then
+    site=$(purelib "$py") || { echo "sim/build.sh: \`$py\` does not run as a Python" >&2; exit 2; }
+    inc=$site/nvidia/cu13/include
+    CUBLAS_INCLUDE=${CUBLAS_INCLUDE:-$inc}
 fi
-for h in cuda.h cuda_runtime_api.h cupti.h cupti_runtime_cbid.h cupti_driver_cbid.h; do
-    [ -f "$inc/$h" ] || { echo "sim/build.sh: $inc/$h missing: set CUDA_INCLUDE or install the wheels named at the top of this script" >&2; exit 2; }
+if [ -z "$inc" ]; then
+    inc=$(purelib python3)/nvidia/cu13/include
+fi
+
+# Every header the build includes (and the two that cuda_runtime_api.h and
+# cublas_api.h pull in from other wheels), with the wheel that ships it.
+headers="cuda.h:nvidia-cuda-runtime==13.0.96 cuda_runtime_api.h:nvidia-cuda-runtime==13.0.96
+generated_cuda_runtime_api_meta.h:nvidia-cuda-runtime==13.0.96
+crt/host_defines.h:nvidia-cuda-crt==13.0.88 nv/target:nvidia-cuda-cccl==13.0.85
+cupti.h:nvidia-cuda-cupti==13.0.85 cupti_callbacks.h:nvidia-cuda-cupti==13.0.85
+cupti_activity.h:nvidia-cuda-cupti==13.0.85 cupti_runtime_cbid.h:nvidia-cuda-cupti==13.0.85
+cupti_driver_cbid.h:nvidia-cuda-cupti==13.0.85 cupti_result.h:nvidia-cuda-cupti==13.0.85
+generated_cuda_meta.h:nvidia-cuda-cupti==13.0.85"
+# With --python the cuBLAS stand-ins are required: sim/run.sh preloads them.
+[ -z "$py" ] || headers="$headers cublas_v2.h:nvidia-cublas cublas_api.h:nvidia-cublas cublasLt.h:nvidia-cublas"
+missing_wheels() {
+    local w="" h
+    for h in $headers; do
+        [ -e "$inc/${h%%:*}" ] || case " $w " in *" ${h#*:} "*) ;; *) w="$w ${h#*:}" ;; esac
+    done
+    echo "${w# }"
+}
+wheels=$(missing_wheels)
+if [ -n "$wheels" ] && [ "$install" = 1 ]; then
+    echo "sim/build.sh: installing for $py: $wheels" >&2
+    # shellcheck disable=SC2086
+    "$py" -m pip install $wheels >&2
+    wheels=$(missing_wheels)
+fi
+if [ -n "$wheels" ]; then
+    echo "sim/build.sh: headers missing in $inc; they come with the wheels: $wheels" >&2
+    if [ -n "$py" ]; then
+        echo "sim/build.sh: install them with: $py -m pip install $wheels   (or rerun with --install)" >&2
+    else
+        echo "sim/build.sh: set CUDA_INCLUDE, or build for the Python that has them: sim/build.sh --python PATH OUTDIR" >&2
+    fi
+    exit 2
+fi
+# Each header as gcc will read it: a header of another wheel that it includes
+# is named here, not in a compiler error halfway through the build.
+for h in $headers; do
+    case "${h%%:*}" in */*) continue ;; esac
+    if ! err=$(printf '#include <%s>\n' "${h%%:*}" | gcc -E -I"$inc" -x c - -o /dev/null 2>&1); then
+        echo "sim/build.sh: ${h%%:*} in $inc does not preprocess:" >&2
+        echo "$err" | grep -m1 'error' >&2
+        exit 2
+    fi
 done
 mkdir -p "$out/gen"
 out=$(cd "$out" && pwd)
