@@ -66,7 +66,10 @@ fn assert_refused_before_compiling(o: &Output, out: &Path) {
     assert_eq!(o.status.code(), Some(2), "{}", show(o));
     let err = text(&o.stderr);
     // Named by the script, not found by gcc halfway through.
-    assert!(!err.contains("fatal error") && !err.contains("No such file"), "{err}");
+    assert!(
+        !err.contains("fatal error") && !err.contains("No such file"),
+        "{err}"
+    );
     assert!(!out.join("libcuda.so.1").exists(), "something was built");
 }
 
@@ -129,6 +132,10 @@ fn sim_build_unknown_option__usage_and_nothing_built() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
-    assert!(text(&o.stderr).contains("unknown option --pyhton"), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("unknown option --pyhton"),
+        "{}",
+        show(&o)
+    );
     assert!(!dir.join("out").exists());
 }

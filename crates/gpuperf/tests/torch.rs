@@ -737,3 +737,67 @@ fn torch_two_devices_pinned_loader_expandable_segments__kernels_on_both_devices_
         "{copies:?}"
     );
 }
+
+/// `gpuperf record FLAGS` of `torch_capture.py` on the simulation: the output,
+/// the raw recording and the CPU trace.
+fn record_capture(t: &Torch, name: &str, flags: &[&str]) -> (Output, Recording, CpuTrace) {
+    let dir = work_dir(&format!("torch-capture-{name}"));
+    let py = script(&dir, "torch_capture.py");
+    let mut c = gpuperf(&dir);
+    c.args(["record", "-p", "cpu.txt", "--raw-dir", "raw"])
+        .args(flags)
+        .arg("--cupti")
+        .arg(t.cupti())
+        .arg("--")
+        .arg("bash")
+        .arg(t.run_sh())
+        .arg(&t.sim)
+        .arg("--")
+        .arg(&t.python)
+        .arg(&py);
+    quiet_python(&mut c, &dir);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        text(&o.stdout).contains("capture script done"),
+        "{}",
+        show(&o)
+    );
+    let rec = Recording::open(&dir.join("raw"));
+    let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    (o, rec, cpu)
+}
+
+#[test]
+fn torch_capture_windows__profiler_api_and_nvtx_leave_out_model_construction_and_the_first_step() {
+    let Some(t) = torch() else { return };
+    for (name, flags, window) in [
+        (
+            "profiler-api",
+            ["--capture-range", "cudaProfilerApi"],
+            "capture window between cudaProfilerStart and cudaProfilerStop: 1 window recorded",
+        ),
+        (
+            "nvtx",
+            ["--capture-range", "nvtx:train_step"],
+            "capture window inside NVTX ranges `train_step`: 3 windows recorded",
+        ),
+    ] {
+        let (o, rec, cpu) = record_capture(&t, name, &flags);
+        assert_eq!(all_matched(&o), rec.kernels().len(), "{name}");
+        assert!(text(&o.stderr).contains(window), "{name}: {}", show(&o));
+        let kernels = kernels_with_stacks(&rec, &cpu);
+        // Forward and optimizer kernels run under the window's steps; backward
+        // ones on autograd's thread, with no line of the script.
+        let in_window = kernels
+            .iter()
+            .filter(|k| k.3.contains(".window_step ("))
+            .count();
+        assert!(in_window > 0, "{name}: {kernels:#?}");
+        for (kernel, _, _, stack) in &kernels {
+            for outside in [".build (", ".first_step (", ".after_step ("] {
+                assert!(!stack.contains(outside), "{name}: {kernel}: `{stack}`");
+            }
+        }
+    }
+}
