@@ -387,10 +387,9 @@ fn torch_profiler_cross_check__same_kernels_names_and_script_functions_as_gpuper
         .output()
         .unwrap();
     assert_eq!(p.status.code(), Some(0), "{}", show(&p));
-    // gpuperf's own recordings cannot link backward kernels to their forward
-    // op (README): compare them with the trace's unlinked stacks.
+    // Both link backward kernels to their forward op's line (README).
     let m = gpuperf(&dir)
-        .args(["merge", "--no-link-backward", "-m", "k.folded", "-g"])
+        .args(["merge", "-m", "k.folded", "-g"])
         .arg(&kineto)
         .output()
         .unwrap();
@@ -455,6 +454,201 @@ fn torch_profiler_cross_check__same_kernels_names_and_script_functions_as_gpuper
         ours, theirs,
         "gpuperf record (left) and torch.profiler (right)"
     );
+}
+
+/// Folded lines (stack, value) of a merge's output.
+fn folded_lines(path: &Path) -> Vec<(String, u64)> {
+    fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (stack, v) = l.rsplit_once(' ')?;
+            Some((stack.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// (kernel, the script's functions on the forward side) of every backward
+/// kernel charged under `[backward]`, as `script_chains` spells them.
+fn backward_chains(
+    lines: &[(String, u64)],
+    file: &str,
+    function: impl Fn(&str) -> Option<String>,
+) -> BTreeSet<(String, String)> {
+    lines
+        .iter()
+        .filter_map(|(stack, _)| {
+            let (forward, own) = stack.split_once(";[backward];")?;
+            let kernel = own.rsplit_once(";[GPU_Kernel]")?.1;
+            let chain: Vec<String> = forward
+                .split(';')
+                .filter(|f| f.contains(file))
+                .filter_map(&function)
+                .collect();
+            Some((kernel.to_owned(), chain.join(">")))
+        })
+        .collect()
+}
+
+/// `gpuperf record` of a training script puts its backward kernels under the
+/// forward Python line that made their autograd node, as the PyTorch profiler's
+/// own forward-backward links do on the same script (issue 34, item 3).
+#[test]
+fn torch_backward_under_its_forward_line__in_gpuperfs_own_recording_as_the_profiler_links_it() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-backward");
+    let train = script(&dir, "torch_train.py");
+    let mut c = gpuperf(&dir);
+    c.args(["record", "-m", "m.folded", "--raw-dir", "raw", "--cupti"])
+        .arg(t.cupti())
+        .arg("--")
+        .arg("bash")
+        .arg(t.run_sh())
+        .arg(&t.sim)
+        .arg("--")
+        .arg(&t.python)
+        .arg(&train);
+    quiet_python(&mut c, &dir);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    all_matched(&o);
+    let ours = folded_lines(&dir.join("m.folded"));
+
+    // Backward work: launched on autograd's thread. At least 95 % of its GPU
+    // time sits under a line of the script, then `[backward]`.
+    let file = "torch_train.py";
+    let backward: Vec<&(String, u64)> = ours
+        .iter()
+        .filter(|(s, _)| s.contains("torch::autograd::Engine::thread_main"))
+        .collect();
+    let total: u64 = backward.iter().map(|(_, v)| v).sum();
+    let under: u64 = backward
+        .iter()
+        .filter(|(s, _)| {
+            s.split_once(";[backward];")
+                .is_some_and(|(fwd, _)| fwd.contains(&format!("({file}:")))
+        })
+        .map(|(_, v)| v)
+        .sum();
+    assert!(total > 0, "no backward kernels: {}", show(&o));
+    assert!(
+        under * 100 >= total * 95,
+        "{under} of {total} backward GPU µs under a forward line of the script: {}\n{backward:#?}",
+        show(&o)
+    );
+    assert!(
+        text(&o.stderr).contains("backward launches under their forward line"),
+        "{}",
+        show(&o)
+    );
+
+    // The same script under torch.profiler, read with its own links.
+    let kineto = dir.join("kineto.pt.trace.json");
+    let p = t
+        .run(
+            &dir,
+            &[
+                train.to_str().unwrap(),
+                "--profile",
+                kineto.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(p.status.code(), Some(0), "{}", show(&p));
+    let m = gpuperf(&dir)
+        .args(["merge", "-m", "k.folded", "-g"])
+        .arg(&kineto)
+        .output()
+        .unwrap();
+    assert!(m.status.success(), "{}", show(&m));
+    let theirs = folded_lines(&dir.join("k.folded"));
+    // Each backward kernel under the same functions of the script, forward
+    // side (gpuperf names the running line, Kineto the function's first).
+    let ours = backward_chains(&ours, file, |f| {
+        let name = f.split_once(&format!(" ({file}:"))?.0;
+        Some(name.strip_prefix("torch_train.")?.to_owned())
+    });
+    let theirs = backward_chains(&theirs, file, |f| {
+        Some(f.split_once("): ")?.1.to_owned())
+    });
+    assert!(
+        ours.iter().any(|(_, chain)| chain.ends_with("train_step>forward")),
+        "{ours:#?}"
+    );
+    // Every kernel the profiler links, gpuperf links to the same functions.
+    // gpuperf also links the backward of `tiny_backward`, which runs on a
+    // thread the script starts; the profiler leaves that one unlinked.
+    let linked: BTreeSet<&String> = theirs.iter().map(|(k, _)| k).collect();
+    let (same, more): (BTreeSet<_>, BTreeSet<_>) =
+        ours.into_iter().partition(|(k, _)| linked.contains(k));
+    assert_eq!(
+        same, theirs,
+        "backward kernels' forward functions: gpuperf record (left) and torch.profiler (right)"
+    );
+    assert!(
+        more.iter().all(|(_, chain)| chain.ends_with("tiny_backward")),
+        "linked by gpuperf only: {more:#?}"
+    );
+}
+
+/// The lines of a folded file, values left out, sorted.
+fn stacks_only(path: &Path) -> Vec<String> {
+    let mut v: Vec<String> = folded_lines(path).into_iter().map(|(s, _)| s).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// A wrong Node layout (as for a torch whose layout this build gets wrong)
+/// is caught by the checks as the program runs: the reading turns itself
+/// off, the summary says so, and the recording is the one made without it.
+#[test]
+fn torch_backward_with_a_wrong_node_layout__turned_off_with_a_note_and_nothing_else_changes() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-backward-layout");
+    let train = script(&dir, "torch_train.py");
+    let run = |value: &str, out: &str| {
+        let mut c = gpuperf(&dir);
+        c.args(["record", "-m", out, "--raw-dir", &format!("raw-{out}"), "--cupti"])
+            .arg(t.cupti())
+            .arg("--")
+            .arg("bash")
+            .arg(t.run_sh())
+            .arg(&t.sim)
+            .arg("--")
+            .arg(&t.python)
+            .arg(&train);
+        quiet_python(&mut c, &dir);
+        c.env("GPUPERF_AUTOGRAD", value);
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        all_matched(&o);
+        o
+    };
+    // Every field one place early, as if the node's base class were 8 bytes
+    // smaller: the reference counts read as its number, the two flags as
+    // its thread.
+    let wrong = run("8,32", "wrong.folded");
+    let off = run("0", "off.folded");
+    let err = text(&wrong.stderr);
+    assert!(
+        err.contains("autograd ids not recorded:") && err.contains("disagree"),
+        "{}",
+        show(&wrong)
+    );
+    assert!(!text(&off.stderr).contains("autograd ids"), "{}", show(&off));
+    assert_eq!(text(&wrong.stdout), text(&off.stdout));
+    let (a, b) = (
+        stacks_only(&dir.join("wrong.folded")),
+        stacks_only(&dir.join("off.folded")),
+    );
+    assert!(a.iter().all(|s| !s.contains("[backward]")), "{a:#?}");
+    assert!(
+        a.iter().any(|s| s.contains("torch::autograd::Engine::thread_main")),
+        "{a:#?}"
+    );
+    assert_eq!(a, b, "stacks with a wrong layout (left) and with the reading off (right)");
 }
 
 /// torch.profiler inside `gpuperf record` (a script with a profiler window):
