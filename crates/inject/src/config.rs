@@ -10,6 +10,7 @@
 //! | `GPUPERF_FLUSH_MS` | how often buffered records reach the file, 50 to 10000 | 500 |
 //! | `GPUPERF_MARKER` | `auto`: call the launch marker while a profiler holds its semaphore; `always`; `off` | `auto` |
 //! | `GPUPERF_STACKS` | `1`: take each launch's CPU stack in process ([`crate::stacks`]); `0`: don't | `1` |
+//! | `GPUPERF_AUTOGRAD` | `1`: with stacks, read PyTorch autograd's ids at each launch ([`crate::autograd`]); `0`: don't; `SEQ,TID`: the Node field offsets for a torch this build does not know | `1` |
 //! | `GPUPERF_SYNC` | a Unix socket of the CPU profiler (`gpuperf record` sets it): before the first launch, wait there until the profiler has probed this process's CUDA libraries | unset |
 //!
 //! Files are created exclusively, never truncated: when the name is taken (a

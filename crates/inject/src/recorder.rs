@@ -811,7 +811,11 @@ impl State {
             let rec = self.api_record(&mut sink, a);
             sink.write_api(&rec, a.stack);
             if a.autograd.kind != 0 {
-                sink.write(&crate::autograd::record(self.pid, a.correlation_id, a.autograd));
+                sink.write(&crate::autograd::record(
+                    self.pid,
+                    a.correlation_id,
+                    a.autograd,
+                ));
             }
             let domain = if a.driver { DRIVER } else { RUNTIME };
             // Copies and memsets too: a program whose later work is only

@@ -18,10 +18,18 @@
 //! `T`. The node's fields are private state: their offsets are known per torch
 //! version ([`layout_for`]) and checked as the program runs (a backward node's
 //! thread must be one seen launching forward work, its number below that
-//! thread's next one); when too many reads disagree, or torch is unknown, the
+//! thread's next one, and no two nodes may carry the same ids); when too many
+//! reads disagree, or torch is unknown, the
 //! feature turns itself off and says so in the log and in a NOTE
 //! ([`AUTOGRAD_OFF_NOTE`]), which makes the merge ignore every tag of the
 //! process. Nothing else of the recording changes.
+//!
+//! The checks catch a layout that reads the wrong kind of value (a reference
+//! count as a number, flags as a thread) but not every plausible one: in a
+//! short training script, offsets one field late (`topological_nr_`, small
+//! and repeating, and a word of the node's mutex, which reads 1, the main
+//! thread's id, while the engine holds it, at addresses the allocator hands
+//! back step after step) pass them. The version table is the guard there.
 //!
 //! `GPUPERF_AUTOGRAD=0` turns it off; `GPUPERF_AUTOGRAD=SEQ,TID` gives the
 //! byte offsets of `Node::sequence_nr_` and `Node::thread_id_` for a torch
@@ -48,8 +56,11 @@ const OFF: u8 = 2;
 
 /// Forward threads remembered for the checks; more are not checked.
 const THREADS: usize = 64;
+/// Backward nodes remembered for the uniqueness check (direct-mapped).
+const NODES: usize = 256;
 /// Disagreeing backward reads that turn the feature off, once they are also
-/// more than a quarter of all.
+/// more than a quarter of all (two nodes read with one node's ids turn it off
+/// at once).
 const MAX_DISAGREEING: u64 = 8;
 
 /// A launch's autograd ids; `kind` 0 none, 1 forward, 2 backward, as the
@@ -110,7 +121,10 @@ pub fn layout_for(version: &str, forced: Option<Layout>) -> Result<Layout, Strin
     let minor = version.split(['+', 'a']).next().unwrap_or(version);
     let mut parts = minor.split('.');
     match (parts.next(), parts.next()) {
-        (Some("2"), Some("14")) => Ok(Layout { seq: 16, thread: 40 }),
+        (Some("2"), Some("14")) => Ok(Layout {
+            seq: 16,
+            thread: 40,
+        }),
         _ => Err(format!(
             "torch {version}: the layout of its autograd nodes is not known to this build \
              ({VAR}=SEQ,TID names one)"
@@ -129,8 +143,7 @@ pub fn from_env(value: Option<OsString>) -> (Option<Option<Layout>>, Option<Stri
         "0" => (None, None),
         "" | "1" => (Some(None), None),
         s => {
-            let offsets: Option<Vec<usize>> =
-                s.split(',').map(|n| n.trim().parse().ok()).collect();
+            let offsets: Option<Vec<usize>> = s.split(',').map(|n| n.trim().parse().ok()).collect();
             match offsets.as_deref() {
                 Some(&[seq, thread])
                     if [seq, thread]
@@ -169,9 +182,14 @@ pub struct Autograd {
     fns: OnceLock<Fns>,
     /// (RecordFunction thread id, the highest next sequence number seen).
     threads: [(AtomicU64, AtomicU64); THREADS],
+    /// Recent backward nodes: a hash of (thread, seq) in the high half, the
+    /// low half of the node's address in the low half (see `unique`).
+    nodes: [AtomicU64; NODES],
     forward: AtomicU64,
     backward: AtomicU64,
     disagreeing: AtomicU64,
+    /// Of those, nodes read with the ids of another node.
+    repeated: AtomicU64,
     /// Launches made while libtorch was not yet looked at.
     before_ready: AtomicU64,
     /// Set when the checks turned the feature off; cleared by [`Autograd::take_off_note`].
@@ -187,9 +205,11 @@ impl Autograd {
             forced,
             fns: OnceLock::new(),
             threads: std::array::from_fn(|_| (AtomicU64::new(0), AtomicU64::new(0))),
+            nodes: std::array::from_fn(|_| AtomicU64::new(0)),
             forward: AtomicU64::new(0),
             backward: AtomicU64::new(0),
             disagreeing: AtomicU64::new(0),
+            repeated: AtomicU64::new(0),
             before_ready: AtomicU64::new(0),
             off_note: AtomicU8::new(0),
         }
@@ -227,7 +247,7 @@ impl Autograd {
                     (*node.add(f.layout.thread).cast::<AtomicU64>()).load(Relaxed),
                 )
             };
-            if self.agrees(thread, seq) {
+            if self.agrees(thread, seq) && self.unique(thread, seq, node as usize) {
                 self.backward.fetch_add(1, Relaxed);
                 return Tag {
                     kind: 2,
@@ -298,12 +318,39 @@ impl Autograd {
         if full {
             return true;
         }
+        self.disagree(false);
+        false
+    }
+
+    /// Whether no other node was read with the same ids: autograd numbers
+    /// each node it makes on a thread once, so two nodes with one (thread,
+    /// seq) mean the fields read are not those (a wrong layout reading, say,
+    /// `topological_nr_`, which repeats from step to step).
+    fn unique(&self, thread: u64, seq: u64, node: usize) -> bool {
+        if seq == u64::MAX {
+            return true;
+        }
+        let h = (thread ^ seq.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let key = (h >> 32) << 32;
+        let entry = key | (node as u64 & 0xffff_ffff);
+        // The high bits: those of a product depend on every input bit.
+        let slot = &self.nodes[(h >> 56) as usize % NODES];
+        let old = slot.swap(entry, Relaxed);
+        if old == 0 || old >> 32 != key >> 32 || old == entry {
+            return true;
+        }
+        // Proof rather than doubt: two of them turn the reading off.
+        let repeated = self.repeated.fetch_add(1, Relaxed) + 1;
+        self.disagree(repeated >= 2);
+        false
+    }
+
+    fn disagree(&self, proven: bool) {
         let bad = self.disagreeing.fetch_add(1, Relaxed) + 1;
-        if bad >= MAX_DISAGREEING && bad * 4 > bad + self.backward.load(Relaxed) {
+        if proven || (bad >= MAX_DISAGREEING && bad * 4 > bad + self.backward.load(Relaxed)) {
             self.state.store(OFF, Release);
             self.off_note.store(1, Relaxed);
         }
-        false
     }
 
     /// The NOTE to write once the checks turned the feature off.
@@ -311,10 +358,11 @@ impl Autograd {
         (self.off_note.swap(0, Relaxed) == 1).then(|| {
             format!(
                 "{AUTOGRAD_OFF_NOTE}: {} of {} backward nodes read disagree with the forward \
-                 launches seen (wrong Node layout for this torch?); backward kernels stay on \
-                 autograd's thread",
+                 launches seen ({} carry another node's ids; wrong Node layout for this \
+                 torch?); backward kernels stay on autograd's thread",
                 self.disagreeing.load(Relaxed),
                 self.disagreeing.load(Relaxed) + self.backward.load(Relaxed),
+                self.repeated.load(Relaxed),
             )
         })
     }
@@ -410,7 +458,19 @@ impl Autograd {
             node_slot,
             layout,
         });
-        Ok((format!("{version} (.symtab read in {symtab_us} µs)"), layout))
+        Ok((
+            format!("{version} (.symtab read in {symtab_us} µs)"),
+            layout,
+        ))
+    }
+
+    /// The calling thread's slot of the node being evaluated, once found: for
+    /// the benchmark, which plays a backward node by writing it there.
+    #[doc(hidden)]
+    pub fn evaluating_node_slot(&self) -> Option<*mut *const u8> {
+        let f = self.fns.get()?;
+        // SAFETY: see `tag`.
+        Some(unsafe { (f.node_slot)() }.cast_mut())
     }
 
     /// One line for the log at exit.
@@ -422,10 +482,12 @@ impl Autograd {
         };
         format!(
             "autograd ({state}): {} forward and {} backward launches tagged, {} backward \
-             nodes read that disagreed, {} launches before libtorch was looked at",
+             nodes read that disagreed ({} with another node's ids), {} launches before \
+             libtorch was looked at",
             self.forward.load(Relaxed),
             self.backward.load(Relaxed),
             self.disagreeing.load(Relaxed),
+            self.repeated.load(Relaxed),
             self.before_ready.load(Relaxed),
         )
     }
@@ -441,7 +503,11 @@ struct Libtorch {
 }
 
 fn find_libtorch() -> Option<Libtorch> {
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: the loader passes a valid `dl_phdr_info` while it holds its
         // lock; `data` is the `Option<Libtorch>` of `find_libtorch`.
         let (info, out) = unsafe { (&*info, &mut *data.cast::<Option<Libtorch>>()) };
@@ -512,16 +578,25 @@ mod tests {
     fn only_known_torch_versions_have_a_layout_and_a_forced_one_wins() {
         assert_eq!(
             layout_for("2.14.1+cu130", None),
-            Ok(Layout { seq: 16, thread: 40 })
+            Ok(Layout {
+                seq: 16,
+                thread: 40
+            })
         );
         assert_eq!(
             layout_for("2.14.0a0+git123", None),
-            Ok(Layout { seq: 16, thread: 40 })
+            Ok(Layout {
+                seq: 16,
+                thread: 40
+            })
         );
         let e = layout_for("2.11.0+cu130", None).unwrap_err();
         assert!(e.contains("torch 2.11.0+cu130") && e.contains(VAR), "{e}");
         assert!(layout_for("3.0.0", None).is_err());
-        let forced = Layout { seq: 24, thread: 48 };
+        let forced = Layout {
+            seq: 24,
+            thread: 48,
+        };
         assert_eq!(layout_for("2.11.0", Some(forced)), Ok(forced));
     }
 
@@ -532,7 +607,13 @@ mod tests {
         assert_eq!(v("0"), (None, None));
         assert_eq!(
             v("24,48"),
-            (Some(Some(Layout { seq: 24, thread: 48 })), None)
+            (
+                Some(Some(Layout {
+                    seq: 24,
+                    thread: 48
+                })),
+                None
+            )
         );
         for bad in ["20,40", "0,40", "16,4096", "16", "x"] {
             let (on, warn) = v(bad);
@@ -560,5 +641,31 @@ mod tests {
         assert!(note.contains("8 of 10"), "{note}");
         assert_eq!(a.take_off_note(), None);
         assert_eq!(a.tag(), Tag::default());
+    }
+
+    #[test]
+    fn two_nodes_with_the_same_ids_disagree_one_node_read_again_does_not() {
+        let a = Autograd::new(None);
+        assert!(a.unique(1, 5, 0x1000));
+        // The same node, another launch of it (or a second backward pass).
+        assert!(a.unique(1, 5, 0x1000));
+        assert!(a.unique(1, 6, 0x2000));
+        assert!(a.unique(2, 5, 0x3000));
+        assert_eq!(a.disagreeing.load(Relaxed), 0);
+        // Another node with ids already read: once is doubt, twice proof.
+        a.state.store(ON, Relaxed);
+        assert!(!a.unique(1, 5, 0x4000));
+        assert_eq!(a.disagreeing.load(Relaxed), 1);
+        assert_eq!(a.state.load(Relaxed), ON);
+        assert!(!a.unique(1, 6, 0x7000));
+        assert_eq!(a.state.load(Relaxed), OFF);
+        assert!(
+            a.take_off_note()
+                .unwrap()
+                .contains("2 carry another node's ids")
+        );
+        // Nodes without a forward op all share one number.
+        assert!(a.unique(1, u64::MAX, 0x5000));
+        assert!(a.unique(1, u64::MAX, 0x6000));
     }
 }

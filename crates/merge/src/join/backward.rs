@@ -106,9 +106,13 @@ pub struct Launch {
     pub tag: Option<AutogradTag>,
 }
 
+/// A backward launch's index and the forward launch's it is charged to, or
+/// why none.
+pub type Link = (usize, Result<usize, Unlinked>);
+
 /// For each backward launch, the index of the forward launch it is charged
 /// to, or why none.
-pub fn link(launches: &[Launch], off: &FxHashSet<u32>) -> (Vec<(usize, Result<usize, Unlinked>)>, BackwardStats) {
+pub fn link(launches: &[Launch], off: &FxHashSet<u32>) -> (Vec<Link>, BackwardStats) {
     // (pid, thread, next seq) → the first forward launch that read it.
     let mut first: FxHashMap<(u32, u64, u64), usize> = FxHashMap::default();
     for (i, l) in launches.iter().enumerate() {
@@ -171,14 +175,14 @@ mod tests {
     #[test]
     fn a_backward_node_goes_to_the_first_launch_after_its_forward_node_on_its_thread() {
         let launches = [
-            fwd(10, 1, 5),  // 0: node 4's op
-            fwd(12, 1, 5),  // 1: its second kernel
-            fwd(14, 2, 5),  // 2: another thread, same number
-            fwd(20, 1, 6),  // 3: node 5's op
-            bwd(30, 1, 5),  // 4 → 3
-            bwd(31, 1, 4),  // 5 → 0
-            bwd(32, 2, 4),  // 6 → 2
-            bwd(33, 1, 9),  // 7: no forward launch
+            fwd(10, 1, 5),        // 0: node 4's op
+            fwd(12, 1, 5),        // 1: its second kernel
+            fwd(14, 2, 5),        // 2: another thread, same number
+            fwd(20, 1, 6),        // 3: node 5's op
+            bwd(30, 1, 5),        // 4 → 3
+            bwd(31, 1, 4),        // 5 → 0
+            bwd(32, 2, 4),        // 6 → 2
+            bwd(33, 1, 9),        // 7: no forward launch
             bwd(34, 1, u64::MAX), // 8: AccumulateGrad
             Launch {
                 pid: 1,
@@ -199,8 +203,14 @@ mod tests {
         );
         assert_eq!(stats.linked, 3);
         let text = stats.to_string();
-        assert!(text.contains("3 backward launches under their forward line"), "{text}");
-        assert!(text.contains("1 made by a node without a forward op"), "{text}");
+        assert!(
+            text.contains("3 backward launches under their forward line"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 made by a node without a forward op"),
+            "{text}"
+        );
         // Turned off in the process: nothing links.
         let (links, stats) = link(&launches, &[1].into_iter().collect());
         assert!(links.iter().all(|(_, l)| *l == Err(Unlinked::Off)));

@@ -47,8 +47,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::error::Result;
 use crate::join::backward::{self, AUTOGRAD_OFF_NOTE, BackwardStats};
 use crate::model::{
-    ApiCall, AutogradTag, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable, api_base_name,
-    api_stem, is_copy_api, is_launch_api, is_memset_api,
+    ApiCall, AutogradTag, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable,
+    api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api,
 };
 use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::read::input::GpuInputs;

@@ -82,9 +82,9 @@ use std::path::Path;
 use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
-    Activity, ActivityKind, ApiCall, Autograd, AutogradTag, ApiDomain, CallStack, Device, DropSource, Dropped, GraphNode,
-    MemcpyKind, Module, Note, Overhead, PeerDevices, Process, Record, Stack, StackEnd, StackFrame,
-    StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
+    Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
+    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, Overhead, PeerDevices, Process,
+    Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -1695,11 +1695,13 @@ mod tests {
     #[test]
     fn autograd_tags_round_trip_and_an_unknown_kind_is_skipped() {
         let strings = StringTable::new();
-        let tag = |correlation_id, tag| Record::Autograd(Autograd {
-            pid: 42,
-            correlation_id,
-            tag,
-        });
+        let tag = |correlation_id, tag| {
+            Record::Autograd(Autograd {
+                pid: 42,
+                correlation_id,
+                tag,
+            })
+        };
         let recs = [
             Record::Process(Process {
                 pid: 42,
@@ -1708,14 +1710,20 @@ mod tests {
                 start_ns: 1,
                 start_realtime_ns: 2,
             }),
-            tag(7, AutogradTag::Forward {
-                thread: 1,
-                next_seq: 12,
-            }),
-            tag(9, AutogradTag::Backward {
-                thread: 1,
-                seq: u64::MAX,
-            }),
+            tag(
+                7,
+                AutogradTag::Forward {
+                    thread: 1,
+                    next_seq: 12,
+                },
+            ),
+            tag(
+                9,
+                AutogradTag::Backward {
+                    thread: 1,
+                    seq: u64::MAX,
+                },
+            ),
         ];
         let mut w = Writer::new(Vec::new()).unwrap();
         for r in &recs {
