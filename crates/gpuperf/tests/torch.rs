@@ -266,7 +266,7 @@ fn torch_train_step_as_a_user__forward_under_the_script_backward_on_autograds_th
     let (mut fwd, mut bwd, mut opt) = (Vec::new(), Vec::new(), Vec::new());
     for (name, pid, tid, stack) in &kernels {
         let frames: Vec<&str> = stack.split(';').collect();
-        if frames.contains(&forward.as_str()) {
+        if frames.contains(&forward.as_str()) && !frames.contains(&"[backward]") {
             // The script's frames outermost first, then PyTorch's dispatcher.
             let (a, b) = (
                 frames.iter().position(|f| *f == train_forward),
@@ -279,7 +279,10 @@ fn torch_train_step_as_a_user__forward_under_the_script_backward_on_autograds_th
         }
         if stack.contains("torch::autograd::Engine::thread_main") {
             assert_ne!(tid, pid, "backward on the main thread: {name}: `{stack}`");
-            assert!(!stack.contains("torch_train."), "{name}: `{stack}`");
+            // The script's lines only on the forward side, under `[backward]`.
+            let (forward, own) = stack.split_once(";[backward];").unwrap_or(("", stack));
+            assert!(!own.contains("torch_train."), "{name}: `{stack}`");
+            assert!(forward.contains("torch_train."), "{name}: `{stack}`");
             bwd.push(name.as_str());
         }
         if frames.contains(&step.as_str()) {
@@ -900,7 +903,8 @@ fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_l
         );
     }
     // make_graphed_callables: the forward graph replayed under the training
-    // step's line, the backward graph from autograd's thread.
+    // step's line, the backward graph from autograd's thread, under the
+    // forward line that made its node.
     let launched_from = |l: &str| -> String {
         let marker = format!(";{}", gpuperf_merge::join::stacks::GRAPH_CAPTURED);
         l.split(&marker).next().unwrap_or("").to_owned()
@@ -915,7 +919,10 @@ fn torch_cuda_graph__replayed_kernels_charged_to_the_replay_then_the_capturing_l
     });
     let backward = graph_lines.iter().any(|l| {
         let from = launched_from(l);
-        from.contains("torch::autograd::Engine::thread_main") && !from.contains("torch_graph.")
+        let (forward, own) = from.split_once(";[backward];").unwrap_or(("", &from));
+        own.contains("torch::autograd::Engine::thread_main")
+            && !own.contains("torch_graph.")
+            && forward.contains(&graphed_step)
     });
     assert!(forward && backward, "{folded}");
 }

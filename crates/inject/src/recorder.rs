@@ -1367,12 +1367,12 @@ impl State {
     /// Looks for libtorch until it is found (autograd hook); on the flush
     /// thread, so that its symbol table is never read on a launch.
     fn discover_autograd(&self) {
-        let Some((line, off)) = self.autograd.as_ref().and_then(|a| a.discover()) else {
-            return;
-        };
-        self.log.line(&line);
-        if off {
-            lock(&self.sink).note(line);
+        let Some(a) = &self.autograd else { return };
+        for (line, off) in a.discover() {
+            self.log.line(&line);
+            if off {
+                lock(&self.sink).note(line);
+            }
         }
     }
 
@@ -1880,6 +1880,14 @@ pub fn initialize() -> bool {
     }
     let s = STATE.get().expect("just set");
     s.pool.refill(buffers::alloc_buffer);
+    // autograd hook: forward launches from the first on (no symbol table
+    // read here; the flush thread reads it).
+    if let Some((line, off)) = s.autograd.as_ref().and_then(|a| a.discover_exports()) {
+        s.log.line(&line);
+        if off {
+            lock(&s.sink).note(line);
+        }
+    }
     match enable(s, sub).inspect_err(|_| undo(s, sub)) {
         Ok(n) => {
             watch_other_clients(s);

@@ -4,8 +4,9 @@
 //! user's script.
 //!
 //! ```text
-//!  flush thread: libtorch_cpu.so loaded? ─▶ torch version → Node layout,
-//!                dlsym(peek, currentThreadId), .symtab → the TLS accessor
+//!  init, then flush thread: libtorch_cpu.so loaded? ─▶ torch version → Node
+//!                layout, dlsym(peek, currentThreadId)
+//!  flush thread: libtorch's .symtab → the evaluated node's TLS accessor
 //!  launch (API enter, on the app thread):
 //!    node = *tls_current_evaluating_node()   (no refcount touched)
 //!    node ≠ null ─▶ Backward { node.thread_id_, node.sequence_nr_ }
@@ -39,9 +40,9 @@ mod symtab;
 
 use std::ffi::{CStr, OsString, c_int, c_void};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU8, AtomicU64};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 pub use gpuperf_merge::model::AUTOGRAD_OFF_NOTE;
@@ -171,7 +172,6 @@ type SlotFn = unsafe extern "C" fn() -> *const *const u8;
 struct Fns {
     peek: U64Fn,
     thread_id: U64Fn,
-    node_slot: SlotFn,
     layout: Layout,
 }
 
@@ -180,6 +180,10 @@ pub struct Autograd {
     state: AtomicU8,
     forced: Option<Layout>,
     fns: OnceLock<Fns>,
+    /// libtorch's accessor of the evaluated node (a [`SlotFn`]), 0 until found.
+    node_slot: AtomicUsize,
+    /// libtorch, between finding its exports and its accessor.
+    lib: Mutex<Option<Libtorch>>,
     /// (RecordFunction thread id, the highest next sequence number seen).
     threads: [(AtomicU64, AtomicU64); THREADS],
     /// Recent backward nodes: a hash of (thread, seq) in the high half, the
@@ -204,6 +208,8 @@ impl Autograd {
             state: AtomicU8::new(SEARCHING),
             forced,
             fns: OnceLock::new(),
+            node_slot: AtomicUsize::new(0),
+            lib: Mutex::new(None),
             threads: std::array::from_fn(|_| (AtomicU64::new(0), AtomicU64::new(0))),
             nodes: std::array::from_fn(|_| AtomicU64::new(0)),
             forward: AtomicU64::new(0),
@@ -230,12 +236,18 @@ impl Autograd {
         let Some(f) = self.fns.get() else {
             return Tag::default();
         };
-        // SAFETY: `node_slot` is libtorch's accessor of its thread-local
-        // `intrusive_ptr<Node>` of the node being evaluated (checked to lie in
-        // libtorch's code when found); it returns the slot's address and, on
-        // a thread's first call, registers the slot's destructor. It takes no
+        let slot = self.node_slot.load(Acquire);
+        // SAFETY: a non-zero `node_slot` is libtorch's accessor of its
+        // thread-local `intrusive_ptr<Node>` of the node being evaluated
+        // (checked to lie in libtorch's code when found), of type
+        // `intrusive_ptr<Node>& ()`; it returns the slot's address and, on a
+        // thread's first call, registers the slot's destructor. It takes no
         // lock and touches no refcount.
-        let node = unsafe { *(f.node_slot)() };
+        let node = if slot == 0 {
+            std::ptr::null()
+        } else {
+            unsafe { *std::mem::transmute::<usize, SlotFn>(slot)() }
+        };
         if !node.is_null() {
             // SAFETY: a non-null slot holds a reference to the node the
             // engine evaluates on this thread, alive while its function (our
@@ -367,44 +379,77 @@ impl Autograd {
         })
     }
 
-    /// Looks for libtorch once it is loaded; from the flush thread, never on a
-    /// launch. Returns the log line and whether it turned the feature off
-    /// (then the line is also the NOTE to write).
-    pub fn discover(&self) -> Option<(String, bool)> {
+    /// Finds libtorch's exported functions, once it is loaded: all that
+    /// forward launches need. Cheap (no symbol table read): the recorder calls
+    /// it at initialization, so that no forward launch goes untagged, and
+    /// from the flush thread until found. Returns the log line and whether it
+    /// turned the feature off (then the line is also the NOTE to write).
+    pub fn discover_exports(&self) -> Option<(String, bool)> {
         if self.state.load(Acquire) != SEARCHING {
             return None;
         }
         let t0 = Instant::now();
         let lib = find_libtorch()?;
-        match self.resolve(&lib) {
-            Ok((version, layout)) => {
-                self.state.store(ON, Release);
-                Some((
+        let result = self.exports(&lib);
+        let line = match &result {
+            Ok((version, layout)) => format!(
+                "autograd: torch {version} in `{}`: launches tagged with autograd's ids \
+                 (Node: sequence_nr at {}, thread_id at {}); exports found in {} µs",
+                lib.path.display(),
+                layout.seq,
+                layout.thread,
+                t0.elapsed().as_micros()
+            ),
+            Err(why) => {
+                format!("{AUTOGRAD_OFF_NOTE}: {why}; backward kernels stay on autograd's thread")
+            }
+        };
+        let off = result.is_err();
+        if off {
+            self.state.store(OFF, Release);
+        } else {
+            *self.lib.lock().unwrap_or_else(|e| e.into_inner()) = Some(lib);
+            self.state.store(ON, Release);
+        }
+        Some((line, off))
+    }
+
+    /// Finds libtorch, then (the costly part: libtorch's `.symtab`) the
+    /// accessor of the node being evaluated, which backward launches need;
+    /// from the flush thread, never on a launch. Returns the log lines as
+    /// [`Autograd::discover_exports`] does, the last one's flag.
+    pub fn discover(&self) -> Vec<(String, bool)> {
+        let mut lines: Vec<(String, bool)> = self.discover_exports().into_iter().collect();
+        let Some(lib) = self.lib.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return lines;
+        };
+        let t0 = Instant::now();
+        match node_accessor(&lib) {
+            Ok(f) => {
+                self.node_slot.store(f, Release);
+                lines.push((
                     format!(
-                        "autograd: torch {version} in `{}`: backward launches tagged with their \
-                         node (sequence_nr at {}, thread_id at {}); found in {} µs on the flush \
-                         thread",
-                        lib.path.display(),
-                        layout.seq,
-                        layout.thread,
+                        "autograd: the evaluated node's accessor found in libtorch's .symtab \
+                         in {} µs on the flush thread: backward launches tagged from now on",
                         t0.elapsed().as_micros()
                     ),
                     false,
-                ))
+                ));
             }
             Err(why) => {
                 self.state.store(OFF, Release);
-                Some((
+                lines.push((
                     format!(
                         "{AUTOGRAD_OFF_NOTE}: {why}; backward kernels stay on autograd's thread"
                     ),
                     true,
-                ))
+                ));
             }
         }
+        lines
     }
 
-    fn resolve(&self, lib: &Libtorch) -> Result<(String, Layout), String> {
+    fn exports(&self, lib: &Libtorch) -> Result<(String, Layout), String> {
         let version = torch_version(&lib.path)?;
         let layout = layout_for(&version, self.forced)?;
         // SAFETY: the library is loaded (RTLD_NOLOAD opens no other); its
@@ -430,47 +475,21 @@ impl Autograd {
         };
         // The handle only counted a reference: the library stays loaded.
         drop(handle);
-        let t0 = Instant::now();
-        let at = symtab::local_object(
-            &lib.path,
-            b"_ZN5torch8autogradL27tls_current_evaluating_nodeE",
-            8,
-        )?;
-        let addr = lib.bias.wrapping_add(at as usize);
-        if !lib.data.iter().any(|&(s, e)| addr >= s && addr + 8 <= e) {
-            return Err("the accessor of the evaluated node is outside libtorch's data".into());
-        }
-        // SAFETY: `addr` lies in a loaded segment of libtorch (checked above);
-        // the pointer there was relocated when the library loaded.
-        let f = unsafe { (addr as *const usize).read() };
-        if !lib.text.iter().any(|&(s, e)| f >= s && f < e) {
-            return Err(format!(
-                "the accessor of the evaluated node points outside libtorch's code ({f:#x})"
-            ));
-        }
-        let symtab_us = t0.elapsed().as_micros();
-        // SAFETY: an address in libtorch's code, the lambda's function
-        // pointer of type `intrusive_ptr<Node>& ()`.
-        let node_slot: SlotFn = unsafe { std::mem::transmute::<usize, SlotFn>(f) };
         let _ = self.fns.set(Fns {
             peek,
             thread_id,
-            node_slot,
             layout,
         });
-        Ok((
-            format!("{version} (.symtab read in {symtab_us} µs)"),
-            layout,
-        ))
+        Ok((version, layout))
     }
 
     /// The calling thread's slot of the node being evaluated, once found: for
     /// the benchmark, which plays a backward node by writing it there.
     #[doc(hidden)]
     pub fn evaluating_node_slot(&self) -> Option<*mut *const u8> {
-        let f = self.fns.get()?;
+        let slot = self.node_slot.load(Acquire);
         // SAFETY: see `tag`.
-        Some(unsafe { (f.node_slot)() }.cast_mut())
+        (slot != 0).then(|| unsafe { std::mem::transmute::<usize, SlotFn>(slot)() }.cast_mut())
     }
 
     /// One line for the log at exit.
@@ -491,6 +510,29 @@ impl Autograd {
             self.before_ready.load(Relaxed),
         )
     }
+}
+
+/// The address of libtorch's accessor of its thread-local evaluated node, a
+/// local symbol found in its `.symtab`, checked to point into its code.
+fn node_accessor(lib: &Libtorch) -> Result<usize, String> {
+    let at = symtab::local_object(
+        &lib.path,
+        b"_ZN5torch8autogradL27tls_current_evaluating_nodeE",
+        8,
+    )?;
+    let addr = lib.bias.wrapping_add(at as usize);
+    if !lib.data.iter().any(|&(s, e)| addr >= s && addr + 8 <= e) {
+        return Err("the accessor of the evaluated node is outside libtorch's data".into());
+    }
+    // SAFETY: `addr` lies in a loaded segment of libtorch (checked above);
+    // the pointer there was relocated when the library loaded.
+    let f = unsafe { (addr as *const usize).read() };
+    if !lib.text.iter().any(|&(s, e)| f >= s && f < e) {
+        return Err(format!(
+            "the accessor of the evaluated node points outside libtorch's code ({f:#x})"
+        ));
+    }
+    Ok(f)
 }
 
 /// libtorch_cpu as loaded in this process.
