@@ -237,15 +237,15 @@ impl Autograd {
             return Tag::default();
         };
         let slot = self.node_slot.load(Acquire);
-        // SAFETY: a non-zero `node_slot` is libtorch's accessor of its
-        // thread-local `intrusive_ptr<Node>` of the node being evaluated
-        // (checked to lie in libtorch's code when found), of type
-        // `intrusive_ptr<Node>& ()`; it returns the slot's address and, on a
-        // thread's first call, registers the slot's destructor. It takes no
-        // lock and touches no refcount.
         let node = if slot == 0 {
             std::ptr::null()
         } else {
+            // SAFETY: a non-zero `node_slot` is libtorch's accessor of its
+            // thread-local `intrusive_ptr<Node>` of the node being evaluated
+            // (checked to lie in libtorch's code when found), of type
+            // `intrusive_ptr<Node>& ()`; it returns the slot's address and, on
+            // a thread's first call, registers the slot's destructor. It takes
+            // no lock and touches no refcount.
             unsafe { *std::mem::transmute::<usize, SlotFn>(slot)() }
         };
         if !node.is_null() {
