@@ -218,6 +218,7 @@
 //! CUPTI per thread that launches (see `buffers::BUFFER_SIZE`).
 
 mod api;
+pub mod autograd;
 mod buffers;
 pub mod capture;
 pub mod config;

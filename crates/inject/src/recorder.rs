@@ -109,6 +109,8 @@ struct Open {
     nested: bool,
     /// In-process stack id, 0 for none. (stacks hook)
     stack: u32,
+    /// PyTorch autograd ids. (autograd hook)
+    autograd: crate::autograd::Tag,
 }
 
 /// The calling thread's name, as `prctl(PR_GET_NAME)` gives it (NUL-padded;
@@ -406,6 +408,9 @@ struct State {
     stats: Stats,
     /// In-process stacks, unless `GPUPERF_STACKS=0`. (stacks hook)
     stacks: Option<Stacks>,
+    /// PyTorch autograd ids of launches, with stacks, unless
+    /// `GPUPERF_AUTOGRAD=0`. (autograd hook)
+    autograd: Option<crate::autograd::Autograd>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -640,6 +645,11 @@ impl State {
             }
             _ => 0,
         };
+        // autograd hook: whether this launch is forward or backward work.
+        let autograd = match &self.autograd {
+            Some(a) if stack != 0 && class.fires_marker() => a.tag(),
+            _ => Default::default(),
+        };
         let opened = self.open(
             l,
             Open {
@@ -649,6 +659,7 @@ impl State {
                 domain,
                 nested: false,
                 stack,
+                autograd,
             },
         );
         // Counted only when open, as the exit that undoes it finds it.
@@ -698,6 +709,7 @@ impl State {
             cbid: o.cbid,
             driver: o.domain == DRIVER,
             stack: o.stack,
+            autograd: o.autograd,
         };
         if self.closed.load(Relaxed) {
             // Nothing will drain it: counted now, holding no memory. (Calls
@@ -723,6 +735,7 @@ impl State {
                 domain,
                 nested: true,
                 stack: 0,
+                autograd: Default::default(),
             },
         )
     }
@@ -795,6 +808,11 @@ impl State {
                 sink.write(&r);
             }
         }
+        // autograd hook: the checks turned the reading off.
+        if let Some(note) = self.autograd.as_ref().and_then(|a| a.take_off_note()) {
+            self.log.line(&note);
+            lock(&self.sink).note(note);
+        }
         if api.is_empty() && aliases.is_empty() && dropped == 0 {
             return;
         }
@@ -812,6 +830,13 @@ impl State {
         for a in &api {
             let rec = self.api_record(&mut sink, a);
             sink.write_api(&rec, a.stack);
+            if a.autograd.kind != 0 {
+                sink.write(&crate::autograd::record(
+                    self.pid,
+                    a.correlation_id,
+                    a.autograd,
+                ));
+            }
             let domain = if a.driver { DRIVER } else { RUNTIME };
             // Copies and memsets too: a program whose later work is only
             // those must not hide that another client took over.
@@ -1372,11 +1397,26 @@ impl State {
         if let Some(st) = &self.stacks {
             self.log.line(&st.summary());
         }
+        if let Some(a) = &self.autograd {
+            self.log.line(&a.summary());
+        }
         self.closed.store(true, Relaxed);
     }
 }
 
 impl State {
+    /// Looks for libtorch until it is found (autograd hook); on the flush
+    /// thread, so that its symbol table is never read on a launch.
+    fn discover_autograd(&self) {
+        let Some(a) = &self.autograd else { return };
+        for (line, off) in a.discover() {
+            self.log.line(&line);
+            if off {
+                lock(&self.sink).note(line);
+            }
+        }
+    }
+
     /// Writes, to the log and as a NOTE, how many API calls came after the
     /// trace was closed.
     fn report_after_close(&self) {
@@ -1783,6 +1823,8 @@ pub fn initialize() -> bool {
     let pid = std::process::id();
     let mut config = Config::from_env(|k| std::env::var_os(k), pid);
     let (want_stacks, stacks_warning) = stacks::enabled(|k| std::env::var_os(k));
+    let (want_autograd, autograd_warning) =
+        crate::autograd::from_env(std::env::var_os(crate::autograd::VAR));
     let flags = gpuperf_merge::gputrace::FLAG_CLOSES
         | if want_stacks {
             gpuperf_merge::gputrace::FLAG_STACKS
@@ -1795,7 +1837,12 @@ pub fn initialize() -> bool {
         config.trace_created_as(actual.clone());
     }
     let log = Log::open(&config.log, pid);
-    for w in config.warnings.iter().chain(&stacks_warning) {
+    for w in config
+        .warnings
+        .iter()
+        .chain(&stacks_warning)
+        .chain(&autograd_warning)
+    {
         log.line(w);
     }
     let mut sink = match created {
@@ -1848,8 +1895,13 @@ pub fn initialize() -> bool {
         }
     }
     let stacks = want_stacks.then(|| Stacks::new(cupti.path()));
+    // Backward launches are charged through their stacks: none, no tags.
+    let autograd = want_autograd
+        .filter(|_| stacks.is_some())
+        .map(crate::autograd::Autograd::new);
     let state = State {
         stacks,
+        autograd,
         clock_shift: std::sync::atomic::AtomicI64::new(0),
         cupti,
         version,
@@ -1886,6 +1938,14 @@ pub fn initialize() -> bool {
     }
     let s = STATE.get().expect("just set");
     s.pool.refill(buffers::alloc_buffer);
+    // autograd hook: forward launches from the first on (no symbol table
+    // read here; the flush thread reads it).
+    if let Some((line, off)) = s.autograd.as_ref().and_then(|a| a.discover_exports()) {
+        s.log.line(&line);
+        if off {
+            lock(&s.sink).note(line);
+        }
+    }
     match enable(s, sub).inspect_err(|_| undo(s, sub)) {
         Ok(n) => {
             watch_other_clients(s);
@@ -2169,6 +2229,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         // makes when this thread allocates (holding the sink or shard-list
         // lock) returns at once, counted, instead of taking them again.
         let _inside = Inside::enter();
+        s.discover_autograd();
         let (m, cv) = &s.stop;
         let mut stopped = lock(m);
         while !*stopped {
@@ -2185,6 +2246,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
             s.pool.refill(buffers::alloc_buffer);
             // Libraries loaded since may call CUPTI too.
             watch_other_clients(s);
+            s.discover_autograd();
             stopped = lock(m);
         }
     });

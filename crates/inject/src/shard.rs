@@ -24,6 +24,8 @@ pub struct RawApi {
     pub driver: bool,
     /// In-process stack id, 0 for none.
     pub stack: u32,
+    /// PyTorch autograd ids (kind 0: none).
+    pub autograd: crate::autograd::Tag,
 }
 
 /// What a callback leaves for the flush thread.
@@ -214,6 +216,7 @@ mod tests {
             cbid: 211,
             driver: false,
             stack: 0,
+            autograd: Default::default(),
         })
     }
 

@@ -412,6 +412,8 @@ pub enum Record {
     GraphNode(GraphNode),
     /// A thread's name as the process set it.
     Thread(ThreadName),
+    /// Where a launch stands in PyTorch's autograd: forward or backward.
+    Autograd(Autograd),
 }
 
 impl Record {
@@ -430,6 +432,7 @@ impl Record {
             Record::CallStack(r) => &mut r.pid,
             Record::GraphNode(r) => &mut r.pid,
             Record::Thread(r) => &mut r.pid,
+            Record::Autograd(r) => &mut r.pid,
         }
     }
 }
@@ -609,6 +612,47 @@ pub struct ThreadName {
     pub tid: u32,
     /// The name.
     pub name: String,
+}
+
+/// The start of the NOTE the injection library writes when it turned its
+/// autograd reading off: the merge then links no backward launch of that
+/// process.
+pub const AUTOGRAD_OFF_NOTE: &str = "autograd ids not recorded";
+
+/// Where an API call stands in PyTorch's autograd, as the injection library
+/// read it from libtorch on the calling thread (see `join::backward`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Autograd {
+    /// Process id.
+    pub pid: u32,
+    /// The API call's correlation id.
+    pub correlation_id: u32,
+    /// Forward or backward, with the ids that link the two.
+    pub tag: AutogradTag,
+}
+
+/// The autograd ids of one call. A backward node `(thread, seq)` was made by the
+/// forward op whose calls read `Forward { thread, next_seq: seq + 1 }`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AutogradTag {
+    /// A call made outside any backward node, on a thread that made autograd
+    /// nodes: RecordFunction's thread id and the thread's next sequence number
+    /// (`at::sequence_number::peek()`).
+    Forward {
+        /// `at::RecordFunction::currentThreadId()`.
+        thread: u64,
+        /// `at::sequence_number::peek()`.
+        next_seq: u64,
+    },
+    /// A call made while autograd evaluates a node: the node's forward thread
+    /// id and sequence number (`u64::MAX` for nodes without a forward op, such
+    /// as `AccumulateGrad`).
+    Backward {
+        /// The node's `thread_id()`.
+        thread: u64,
+        /// The node's `sequence_nr()`.
+        seq: u64,
+    },
 }
 
 /// Strips CUPTI's version suffix: `cudaLaunchKernel_v7000` → `cudaLaunchKernel`.

@@ -28,6 +28,7 @@
 //! 28 bytes per CPU launch plus 44 per API call, whatever the number of kernels
 //! (10 M launches peak at 678 MiB in the merge benchmark).
 
+pub mod backward;
 pub mod stacks;
 
 use std::collections::hash_map::Entry;

@@ -45,9 +45,10 @@ use std::path::Path;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::error::Result;
+use crate::join::backward::{self, AUTOGRAD_OFF_NOTE, BackwardStats};
 use crate::model::{
-    ApiCall, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable, api_base_name,
-    api_stem, is_copy_api, is_launch_api, is_memset_api,
+    ApiCall, AutogradTag, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable,
+    api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api,
 };
 use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::read::input::GpuInputs;
@@ -103,6 +104,8 @@ pub struct StackStats {
     pub unsymbolized_frames: u64,
     /// Graph nodes whose origin is known.
     pub graph_nodes: u64,
+    /// Launches made by autograd's backward nodes, and how they were charged.
+    pub backward: BackwardStats,
 }
 
 impl StackStats {
@@ -143,6 +146,9 @@ impl fmt::Display for StackStats {
         if self.unsymbolized_frames > 0 {
             write!(f, "; {} frames without symbols", self.unsymbolized_frames)?;
         }
+        if !self.backward.is_empty() {
+            write!(f, "; {}", self.backward)?;
+        }
         Ok(())
     }
 }
@@ -170,6 +176,10 @@ struct Proc {
     last_api: Option<ApiCall>,
     /// Thread names, the last one recorded for each thread.
     threads: FxHashMap<u32, String>,
+    /// correlation id → autograd ids.
+    autograd: FxHashMap<u32, AutogradTag>,
+    /// The recorder turned its autograd reading off.
+    autograd_off: bool,
 }
 
 /// A launch before its text is known.
@@ -217,8 +227,16 @@ pub fn collect(
             trace.comms.insert((*pid, tid), name.clone());
         }
     }
-    let launch_stack = add_launches(
+    let mut launch_stack = add_launches(
         &mut trace, &mut stats, &mut namer, &procs, &pending, strings,
+    );
+    stats.backward = charge_backward(
+        &mut trace,
+        &mut launch_stack,
+        &mut namer,
+        &procs,
+        &pending,
+        strings,
     );
     add_graph_nodes(
         &mut trace,
@@ -292,6 +310,16 @@ fn gather(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Gathered> {
                 ));
             }
         }
+        Record::Autograd(a) => {
+            procs
+                .entry(a.pid)
+                .or_default()
+                .autograd
+                .insert(a.correlation_id, a.tag);
+        }
+        Record::Note(n) if n.text.starts_with(AUTOGRAD_OFF_NOTE) => {
+            procs.entry(n.pid).or_default().autograd_off = true;
+        }
         Record::Activity(a) if a.graph_node_id != 0 => {
             graph_work.insert((a.pid, a.correlation_id, a.graph_node_id));
         }
@@ -364,6 +392,48 @@ fn add_launches(
     launch_stack
 }
 
+/// Backward launches under the forward launch that made their node
+/// ([`backward`]): its stack to its innermost Python frame, `[backward]`, then
+/// their own.
+fn charge_backward(
+    trace: &mut CpuTrace,
+    launch_stack: &mut [StackId],
+    namer: &mut Namer<'_>,
+    procs: &FxHashMap<u32, Proc>,
+    pending: &[(u32, Pending)],
+    strings: &StringTable,
+) -> BackwardStats {
+    let launches: Vec<backward::Launch> = pending
+        .iter()
+        .map(|(pid, l)| backward::Launch {
+            pid: *pid,
+            start_ns: l.api.start_ns,
+            tag: procs[pid].autograd.get(&l.api.correlation_id).copied(),
+        })
+        .collect();
+    let off: FxHashSet<u32> = procs
+        .iter()
+        .filter(|(_, p)| p.autograd_off)
+        .map(|(&pid, _)| pid)
+        .collect();
+    let (links, stats) = backward::link(&launches, &off);
+    for (b, f) in links {
+        let Ok(f) = f else { continue };
+        let (pid, fwd) = (pending[f].0, &pending[f].1);
+        let Some(s) = procs[&pid].stacks.get(&fwd.stack) else {
+            continue;
+        };
+        let forward = namer.python_prefix(pid, s, strings);
+        let own = trace.stacks.text(launch_stack[b]).to_owned();
+        let id = trace
+            .stacks
+            .intern(backward::under_forward(&forward, &own).as_bytes());
+        launch_stack[b] = id;
+        trace.launches[b].stack = id;
+    }
+    stats
+}
+
 /// Graph nodes: each (launch stack, node stack) pair once.
 fn add_graph_nodes(
     trace: &mut CpuTrace,
@@ -424,6 +494,10 @@ fn with_api(stack: &str, api: &str) -> String {
     }
 }
 
+/// The key under which [`Namer`] keeps a stack's Python prefix: no API name
+/// looks like it.
+const BACKWARD_KEY: &str = "[python prefix]";
+
 struct Namer<'s> {
     sym: &'s mut dyn Symbolize,
     /// (pid, stack id, API name) → text.
@@ -470,6 +544,23 @@ impl Namer<'_> {
         }
     }
 
+    /// The folded text of a stack from its root to its innermost Python
+    /// frame; the whole stack when it has none.
+    fn python_prefix(&mut self, pid: u32, s: &Stack, strings: &StringTable) -> String {
+        let key = (pid, s.id, Some(BACKWARD_KEY.to_owned()));
+        if let Some(t) = self.texts.get(&key) {
+            return t.clone();
+        }
+        let innermost = s
+            .frames
+            .iter()
+            .position(|f| matches!(f, StackFrame::Python { .. }))
+            .unwrap_or(0);
+        let text = self.folded(pid, &s.frames[innermost..], None, strings);
+        self.texts.insert(key, text.clone());
+        text
+    }
+
     /// The folded text (root first) of a stack, ending at the API frame `api`
     /// when the stack holds it.
     fn text(&mut self, pid: u32, s: &Stack, api: Option<&str>, strings: &StringTable) -> String {
@@ -477,9 +568,22 @@ impl Namer<'_> {
         if let Some(t) = self.texts.get(&key) {
             return t.clone();
         }
+        let text = self.folded(pid, &s.frames, api, strings);
+        self.texts.insert(key, text.clone());
+        text
+    }
+
+    /// `frames` (innermost first) as folded text, root first.
+    fn folded(
+        &mut self,
+        pid: u32,
+        frames: &[StackFrame],
+        api: Option<&str>,
+        strings: &StringTable,
+    ) -> String {
         // Leaf first.
-        let mut names: Vec<String> = Vec::with_capacity(s.frames.len());
-        for f in &s.frames {
+        let mut names: Vec<String> = Vec::with_capacity(frames.len());
+        for f in frames {
             match *f {
                 StackFrame::Native { module, offset } => {
                     if let Some(n) = self.frames.get(&(pid, module, offset)) {
@@ -517,7 +621,6 @@ impl Namer<'_> {
                 c => c,
             }));
         }
-        self.texts.insert(key, text.clone());
         text
     }
 }

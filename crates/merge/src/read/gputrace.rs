@@ -38,6 +38,7 @@
 //! | 13 | `STACK` | id u32 (from 1), end u8, flags u8 (bit 0: Python frames cut at the depth cap), frame count u16, frames (8 + 16 × count) |
 //! | 14 | `GRAPH_NODE` | node id u64, stack id u32, API name string u32 (`u32::MAX`: none) (16) |
 //! | 15 | `THREAD` | tid u32, name string u32 (8): the thread's name; a later record for the same thread supersedes it (a rename). Added without a version bump: older readers skip it |
+//! | 17 | `AUTOGRAD` | corr u32, kind u8 (1 forward, 2 backward), 0 u8×3, thread u64, seq u64 (24): PyTorch autograd's ids for the API record with this correlation id, written after it; forward: RecordFunction thread id and `sequence_number::peek()`, backward: the evaluated node's thread id and sequence number. Added without a version bump: older readers skip it |
 //! | 16 | `CLOSED` | at u64 (8): the recording was closed by the process's exit flush, at this time; records after it are notes on what came later. Written when the header has [`FLAG_CLOSES`]; added without a version bump |
 //!
 //! A file whose header has [`FLAG_CLOSES`] and no `CLOSED` record was not closed:
@@ -81,9 +82,9 @@ use std::path::Path;
 use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, CallStack, Device, DropSource, Dropped, GraphNode,
-    MemcpyKind, Module, Note, Overhead, PeerDevices, Process, Record, Stack, StackEnd, StackFrame,
-    StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
+    Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
+    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, Overhead, PeerDevices, Process,
+    Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -118,6 +119,7 @@ mod kind {
     pub const GRAPH_NODE: u8 = 14;
     pub const THREAD: u8 = 15;
     pub const CLOSED: u8 = 16;
+    pub const AUTOGRAD: u8 = 17;
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
@@ -319,6 +321,15 @@ impl<W: Write> Writer<W> {
                 let name = self.intern(&t.name)?;
                 self.begin(kind::THREAD);
                 self.u32(t.tid).u32(name);
+            }
+            Record::Autograd(a) => {
+                let (k, thread, seq) = match a.tag {
+                    AutogradTag::Forward { thread, next_seq } => (1, thread, next_seq),
+                    AutogradTag::Backward { thread, seq } => (2, thread, seq),
+                };
+                self.begin(kind::AUTOGRAD);
+                self.u32(a.correlation_id).u8(k).u8(0).u16(0);
+                self.u64(thread).u64(seq);
             }
         }
         self.finish()
@@ -687,6 +698,15 @@ impl Decoder<'_> {
             kind::STACK => self.stack(&mut f, offset),
             kind::GRAPH_NODE => self.graph_node(&mut f, offset),
             kind::THREAD => self.thread(&mut f, offset),
+            kind::AUTOGRAD => match self.autograd(&mut f) {
+                Some(Ok(r)) => Some(r),
+                // A kind this build does not know: skipped like an unknown record.
+                Some(Err(())) => {
+                    self.stats.unknown_kinds += 1;
+                    return;
+                }
+                None => None,
+            },
             _ => {
                 self.stats.unknown_kinds += 1;
                 return;
@@ -906,6 +926,26 @@ impl Decoder<'_> {
             tid,
             name: self.strings.get(name).to_owned(),
         }))
+    }
+
+    /// `None` when short; `Some(Err(()))` for an autograd kind this build
+    /// does not know.
+    fn autograd(&mut self, f: &mut Fields<'_>) -> Option<Result<Record, ()>> {
+        let (correlation_id, k, _, _) = (f.u32()?, f.u8()?, f.u8()?, f.u16()?);
+        let (thread, seq) = (f.u64()?, f.u64()?);
+        let tag = match k {
+            1 => AutogradTag::Forward {
+                thread,
+                next_seq: seq,
+            },
+            2 => AutogradTag::Backward { thread, seq },
+            _ => return Some(Err(())),
+        };
+        Some(Ok(Record::Autograd(Autograd {
+            pid: self.pid,
+            correlation_id,
+            tag,
+        })))
     }
 
     fn process(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
@@ -1650,6 +1690,55 @@ mod tests {
         assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
         assert_eq!(stats.unknown_kinds, 0);
         assert_eq!(back, recs);
+    }
+
+    #[test]
+    fn autograd_tags_round_trip_and_an_unknown_kind_is_skipped() {
+        let strings = StringTable::new();
+        let tag = |correlation_id, tag| {
+            Record::Autograd(Autograd {
+                pid: 42,
+                correlation_id,
+                tag,
+            })
+        };
+        let recs = [
+            Record::Process(Process {
+                pid: 42,
+                ppid: 1,
+                exe: "/opt/app".into(),
+                start_ns: 1,
+                start_realtime_ns: 2,
+            }),
+            tag(
+                7,
+                AutogradTag::Forward {
+                    thread: 1,
+                    next_seq: 12,
+                },
+            ),
+            tag(
+                9,
+                AutogradTag::Backward {
+                    thread: 1,
+                    seq: u64::MAX,
+                },
+            ),
+        ];
+        let mut w = Writer::new(Vec::new()).unwrap();
+        for r in &recs {
+            w.write(r, &strings).unwrap();
+        }
+        let mut bytes = w.into_inner();
+        let (back, _, stats) = decode(&bytes);
+        assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+        assert_eq!(back, recs);
+        // A third kind of tag, from a newer writer: skipped, not misread.
+        let at = bytes.len() - 24 + 4;
+        bytes[at] = 3;
+        let (back, _, stats) = decode(&bytes);
+        assert_eq!(back, recs[..2]);
+        assert_eq!(stats.unknown_kinds, 1);
     }
 
     #[test]

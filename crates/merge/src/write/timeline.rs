@@ -829,7 +829,8 @@ impl Sink for Builder {
             | Record::Stack(_)
             | Record::CallStack(_)
             | Record::GraphNode(_)
-            | Record::Thread(_) => {}
+            | Record::Thread(_)
+            | Record::Autograd(_) => {}
         }
         Ok(())
     }

@@ -95,11 +95,9 @@
 //! traces, `AccumulateGrad` of a leaf) keep their own stack. Both counts are
 //! one note of the summary.
 //!
-//! gpuperf's own recordings cannot link backward ops yet: the autograd
-//! sequence number and the forward thread index live in libtorch's private
-//! thread-local state (the current `RecordFunction` and autograd node), which
-//! has no stable C interface and no fixed layout to read from another library
-//! without PyTorch's cooperation.
+//! gpuperf's own recordings link backward launches to the same shape from the
+//! autograd ids the injection library reads in process
+//! ([`crate::join::backward`], which owns the `[backward]` frame).
 //!
 //! # Time
 //!

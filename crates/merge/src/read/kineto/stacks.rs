@@ -4,6 +4,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::join::backward::BACKWARD_FRAME;
 use crate::model::{StringId, StringTable};
 use crate::read::cpu::{CpuLaunch, CpuTrace, ProfilerStep, StackId};
 
@@ -132,7 +133,7 @@ impl Builder<'_> {
             (s.pid, s.tid, s.start, f)
         });
         forward.dedup();
-        let backward = self.frames.intern("[backward]").0;
+        let backward = self.frames.intern(BACKWARD_FRAME).0;
         let mut forward_node: FxHashMap<u32, u32> = FxHashMap::default();
         sweep(
             spans,
