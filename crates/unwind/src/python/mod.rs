@@ -77,6 +77,7 @@
 //! set-up), so frames can be resolved later, off the hot path.
 
 mod code;
+pub(crate) use code::CodeMemo;
 mod detect;
 mod layout;
 mod linetable;
