@@ -62,12 +62,13 @@ run() {
         bash "$repo/sim/run.sh" "$out" -- "$python" "$script" "$2" "$3" "$4" |
         sed -n 's/.* cpu_per_launch_us \([0-9.]*\) .*/\1/p'
     if [ -n "$lib" ] && [ "$stacks" = 1 ]; then
-        grep -m1 '^stacks:' "$work/log" > "$work/stacks.$1" || true
+        # The log's lines start with the library's name and the pid.
+        grep -m1 ' stacks: [0-9]* taken' "$work/log" | sed 's/.* stacks: /stacks: /' > "$work/stacks.$1" || true
     fi
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # The stacks line's "N frames per capture" and "N reused part of the last capture".
-depth() { sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/stacks.$1" 2> /dev/null; }
+depth() { sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/stacks.$1" 2> /dev/null | grep . || echo "n/a"; }
 reused() {
     local t r
     t=$(sed -n 's/^stacks: \([0-9]*\) taken.*/\1/p' "$work/stacks.$1" 2> /dev/null)
