@@ -14,7 +14,12 @@
 //!
 //! # Cost
 //! A launch costs one capture (no allocation, no lock, on the unwinder's
-//! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then`), a hash
+//! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then_reusing`).
+//! Each thread keeps its last native walk (`gpuperf_unwind::Trail`): where the
+//! new walk reaches a frame in the same state as one of the last walk, and
+//! every stack word the last walk read from there outward is unchanged (each
+//! is read again), the rest is taken from it; the log counts the captures that
+//! did. Then a hash
 //! and a look-up in a lock-free table shared by all threads. A stack equal to
 //! the thread's last one (a training loop launches from the same stack again
 //! and again) is known by comparing it with that one, frame by frame, without
@@ -75,7 +80,7 @@ use gpuperf_merge::model::{
 };
 use gpuperf_merge::recording::env;
 use gpuperf_unwind::python::PythonStatus;
-use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd};
+use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd, Trail};
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::seen::{Miss, Seen};
@@ -252,6 +257,10 @@ pub struct Stacks {
     python_depth_cut: AtomicU64,
     with_python: AtomicU64,
     empty: AtomicU64,
+    /// Of the kept captures: frames kept (after the hidden ones), and those
+    /// that took native frames from the thread's last capture.
+    kept_frames: AtomicU64,
+    reused: AtomicU64,
     python_noted: AtomicBool,
 }
 
@@ -271,6 +280,9 @@ struct Table {
 struct ThreadStacks {
     frames: Box<[Frame]>,
     scratch: Scratch,
+    /// The thread's last native walk: the next capture takes the outer frames
+    /// from it where they provably did not change.
+    trail: Trail,
 }
 
 /// What `identify` keeps between the captures of one thread.
@@ -375,6 +387,8 @@ impl Stacks {
             python_depth_cut: AtomicU64::new(0),
             with_python: AtomicU64::new(0),
             empty: AtomicU64::new(0),
+            kept_frames: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
             python_noted: AtomicBool::new(false),
         };
         s.classify();
@@ -422,6 +436,7 @@ impl Stacks {
         let fresh = || ThreadStacks {
             frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
             scratch: Scratch::new(),
+            trail: Trail::new(MAX_FRAMES),
         };
         THREAD
             .try_with(|t| self.capture_into(t.borrow_mut().get_or_insert_with(fresh)))
@@ -436,16 +451,20 @@ impl Stacks {
     #[inline(never)]
     fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
         self.captures.fetch_add(1, Relaxed);
-        let ThreadStacks { frames, scratch } = t;
+        let ThreadStacks {
+            frames,
+            scratch,
+            trail,
+        } = t;
         let mut r = self
             .unwinder
-            .capture_then(0, frames, |f, c| self.identify(f, c, scratch, true));
+            .capture_then_reusing(0, frames, trail, |f, c| self.identify(f, c, scratch, true));
         if r == Ok(None) {
             // The module table was refreshed for a library loaded since: the
             // first launch from it pays for that, later ones find it.
             r = self
                 .unwinder
-                .capture_then(0, frames, |f, c| self.identify(f, c, scratch, false));
+                .capture_then_reusing(0, frames, trail, |f, c| self.identify(f, c, scratch, false));
         }
         match r {
             Ok(id) => id.unwrap_or(0),
@@ -510,6 +529,10 @@ impl Stacks {
         }
         if frames.is_empty() {
             self.empty.fetch_add(1, Relaxed);
+        }
+        self.kept_frames.fetch_add(frames.len() as u64, Relaxed);
+        if c.reused > 0 {
+            self.reused.fetch_add(1, Relaxed);
         }
         if let Some(id) = scratch.same_as_last(frames, c.end, c.python_truncated) {
             return Some(id);
@@ -907,7 +930,8 @@ impl Stacks {
              safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full; \
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
              application thread), {} times modules added beside it; {} stacks crossed \
-             code without unwind info (by frame pointer or stack scan)",
+             code without unwind info (by frame pointer or stack scan); {:.1} frames per \
+             capture, {} reused part of the last capture (native frames proven unchanged)",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
@@ -936,6 +960,11 @@ impl Stacks {
             self.app_rebuilds.load(Relaxed),
             s.modules_added,
             s.recovered_stacks,
+            {
+                let kept = self.captures.load(Relaxed) - self.no_stack.load(Relaxed);
+                self.kept_frames.load(Relaxed) as f64 / kept.max(1) as f64
+            },
+            self.reused.load(Relaxed),
         )
     }
 }
@@ -1033,6 +1062,7 @@ mod tests {
             python_frames: 0,
             python_truncated,
             recovered: 0,
+            reused: 0,
         };
         let mut id = |frames: &[Frame], end: StackEnd, python_truncated: bool| {
             let c = c(frames.len(), end, python_truncated);
@@ -1216,6 +1246,13 @@ mod tests {
         // Written once.
         assert!(all_records(&s, &mut strings, &|_, _| None).is_empty());
         assert!(s.summary().starts_with("stacks: 3 taken (1 distinct)"));
+        // The second and third took the native frames from the thread's last.
+        assert!(
+            s.summary()
+                .ends_with(", 2 reused part of the last capture (native frames proven unchanged)"),
+            "{}",
+            s.summary()
+        );
     }
 }
 

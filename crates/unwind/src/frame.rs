@@ -125,6 +125,10 @@ pub struct Captured {
     /// frame outward of the first such frame depends on it. 0 when every frame
     /// came from unwind tables.
     pub recovered: u32,
+    /// Native frames taken from the thread's last capture instead of being
+    /// unwound again, because every stack word they depend on was found
+    /// unchanged ([`crate::Trail`]). 0 without a trail.
+    pub reused: u32,
 }
 
 /// Counters kept by an unwinder, read with [`Stats::snapshot`].

@@ -64,6 +64,7 @@ mod scan;
 mod scratch;
 mod stack;
 mod table;
+mod trail;
 
 pub use coverage::{Coverage, coverage};
 pub use error::{Error, Result};
@@ -72,3 +73,4 @@ pub use local::{LocalUnwinder, MAX_FRAMES, MIN_STACK_LEFT, Options};
 pub use module::ModuleInfo;
 pub use remote::{Mapping, RemoteUnwinder, StackCopy, parse_maps};
 pub use table::{Regs, UnwindCache};
+pub use trail::Trail;

@@ -5,6 +5,8 @@
 //!        │
 //! capture(skip, &mut frames)    registers here → loader counters → thread's stack
 //!        │                      bounds → framehop walk over .eh_frame read in place
+//!        │                      (with the thread's Trail: the outer frames that
+//!        │                      provably did not change, from its last walk)
 //!        │                      → Python frames spliced in (if any) → frames
 //!        │                      (no allocation, no lock, no I/O once warm)
 //!        ▼
@@ -26,6 +28,7 @@ use crate::python::{Python, PythonStatus};
 use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
 use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, Tables, UnwindCache, walk};
+use crate::trail::Trail;
 
 /// Options of a [`LocalUnwinder`].
 #[derive(Clone, Debug)]
@@ -336,14 +339,31 @@ impl LocalUnwinder {
         then: impl FnOnce(&[Frame], Captured) -> R,
     ) -> Result<R, StackEnd> {
         let regs = crate::current_regs!();
-        self.capture_from_then(regs, skip + 1, out, then)
+        self.capture_from_then(regs, skip + 1, out, None, then)
+    }
+
+    /// Like [`LocalUnwinder::capture_then`], with the calling thread's
+    /// [`Trail`]: the native walk stops where the rest of the stack is
+    /// provably that of the thread's last capture with this trail, and takes
+    /// it from there ([`Captured::reused`]). Pass each thread its own trail,
+    /// sized like `out`.
+    #[inline(never)]
+    pub fn capture_then_reusing<R>(
+        &self,
+        skip: usize,
+        out: &mut [Frame],
+        trail: &mut Trail,
+        then: impl FnOnce(&[Frame], Captured) -> R,
+    ) -> Result<R, StackEnd> {
+        let regs = crate::current_regs!();
+        self.capture_from_then(regs, skip + 1, out, Some(trail), then)
     }
 
     /// Like [`LocalUnwinder::capture`], from registers taken by the caller (on this
     /// thread, in a frame that is still live).
     pub fn capture_from(&self, regs: Regs, skip: usize, out: &mut [Frame]) -> Captured {
         let mut captured = None;
-        let r = self.capture_from_then(regs, skip, out, |_, c| captured = Some(c));
+        let r = self.capture_from_then(regs, skip, out, None, |_, c| captured = Some(c));
         match (r, captured) {
             (Ok(()), Some(c)) => c,
             (r, _) => Captured {
@@ -352,6 +372,7 @@ impl LocalUnwinder {
                 python_frames: 0,
                 python_truncated: false,
                 recovered: 0,
+                reused: 0,
             },
         }
     }
@@ -361,6 +382,7 @@ impl LocalUnwinder {
         regs: Regs,
         skip: usize,
         out: &mut [Frame],
+        trail: Option<&mut Trail>,
         then: impl FnOnce(&[Frame], Captured) -> R,
     ) -> Result<R, StackEnd> {
         Stats::bump(&self.stats.captures);
@@ -370,7 +392,7 @@ impl LocalUnwinder {
             return Err(StackEnd::Busy);
         };
         let run = || {
-            let captured = self.capture_in(slot, regs, skip, out);
+            let captured = self.capture_in(slot, regs, skip, out, trail);
             self.count(captured, out);
             if captured.end == StackEnd::NoStackLeft {
                 return Err(StackEnd::NoStackLeft);
@@ -408,13 +430,21 @@ impl LocalUnwinder {
     }
 
     /// The capture proper, on the slot's scratch stack (or the caller's).
-    fn capture_in(&self, slot: &CacheSlot, regs: Regs, skip: usize, out: &mut [Frame]) -> Captured {
+    fn capture_in(
+        &self,
+        slot: &CacheSlot,
+        regs: Regs,
+        skip: usize,
+        out: &mut [Frame],
+        mut trail: Option<&mut Trail>,
+    ) -> Captured {
         let mut captured = Captured {
             len: 0,
             end: StackEnd::NoStackLeft,
             python_frames: 0,
             python_truncated: false,
             recovered: 0,
+            reused: 0,
         };
         let (bounds, scanned) = self.stacks.bounds(regs.sp);
         if scanned {
@@ -458,12 +488,38 @@ impl LocalUnwinder {
         };
         // SAFETY: `slot.busy` is ours (acquire_cache), so is the cache.
         let cache = unsafe { &mut *slot.cache.get() };
-        let (len, end) = walk(snap.tables(), regs, cache, &mut read, &loader, skip, out);
+        if loader.suspect
+            && let Some(t) = trail.as_deref_mut()
+        {
+            // Modules were unloaded: whether a module is still loaded is
+            // checked frame by frame, which a trail would skip.
+            t.clear();
+            trail = None;
+        }
+        let (len, end) = walk(
+            snap.tables(),
+            regs,
+            cache,
+            &mut read,
+            &loader,
+            skip,
+            out,
+            trail.as_deref_mut(),
+        );
         captured.len = len;
         captured.end = end;
         captured.recovered = cache.recovered;
+        captured.reused = cache.reused;
         if let Some(py) = &self.python {
-            py.splice(&snap.table, &self.stats, (lo, hi), out, &mut captured);
+            let codes = trail.map(|t| &mut t.codes);
+            py.splice(
+                &snap.table,
+                &self.stats,
+                (lo, hi),
+                out,
+                &mut captured,
+                codes,
+            );
         }
         slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
         captured
@@ -997,6 +1053,249 @@ mod tests {
         // SAFETY: `arg` is the `Probe` the test passed, alive for the call.
         let p = unsafe { &mut *arg.cast::<Probe>() };
         p.captured = Some(p.u.capture(0, &mut p.frames));
+    }
+
+    // Frames whose layout the trail tests control: `mid(f, arg)` calls
+    // `f(arg)`; `a` and `b` (distinct functions of the same shape) call `mid`;
+    // `sites(f, arg, which)` calls `a` from one of two call sites. Each keeps
+    // the stack 16-byte aligned, so that a call through `a` and one through
+    // `b` (or through either site) puts every inner frame at the same address.
+    core::arch::global_asm!(
+        ".text",
+        ".globl gpuperf_test_trail_mid",
+        ".type gpuperf_test_trail_mid, @function",
+        "gpuperf_test_trail_mid:",
+        ".cfi_startproc",
+        "sub $8, %rsp",
+        ".cfi_def_cfa_offset 16",
+        "mov %rdi, %rax",
+        "mov %rsi, %rdi",
+        "call *%rax",
+        "add $8, %rsp",
+        ".cfi_def_cfa_offset 8",
+        "ret",
+        ".cfi_endproc",
+        ".size gpuperf_test_trail_mid, . - gpuperf_test_trail_mid",
+        ".globl gpuperf_test_trail_a",
+        ".type gpuperf_test_trail_a, @function",
+        "gpuperf_test_trail_a:",
+        ".cfi_startproc",
+        "sub $8, %rsp",
+        ".cfi_def_cfa_offset 16",
+        "call gpuperf_test_trail_mid",
+        "add $8, %rsp",
+        ".cfi_def_cfa_offset 8",
+        "ret",
+        ".cfi_endproc",
+        ".globl gpuperf_test_trail_a_end",
+        "gpuperf_test_trail_a_end:",
+        ".size gpuperf_test_trail_a, . - gpuperf_test_trail_a",
+        ".globl gpuperf_test_trail_b",
+        ".type gpuperf_test_trail_b, @function",
+        "gpuperf_test_trail_b:",
+        ".cfi_startproc",
+        "sub $8, %rsp",
+        ".cfi_def_cfa_offset 16",
+        "call gpuperf_test_trail_mid",
+        "add $8, %rsp",
+        ".cfi_def_cfa_offset 8",
+        "ret",
+        ".cfi_endproc",
+        ".globl gpuperf_test_trail_b_end",
+        "gpuperf_test_trail_b_end:",
+        ".size gpuperf_test_trail_b, . - gpuperf_test_trail_b",
+        ".globl gpuperf_test_trail_sites",
+        ".type gpuperf_test_trail_sites, @function",
+        "gpuperf_test_trail_sites:",
+        ".cfi_startproc",
+        "sub $8, %rsp",
+        ".cfi_def_cfa_offset 16",
+        "test %rdx, %rdx",
+        "jnz 1f",
+        "call gpuperf_test_trail_a",
+        "jmp 2f",
+        "1:",
+        "call gpuperf_test_trail_a",
+        "2:",
+        "add $8, %rsp",
+        ".cfi_def_cfa_offset 8",
+        "ret",
+        ".cfi_endproc",
+        ".size gpuperf_test_trail_sites, . - gpuperf_test_trail_sites",
+        options(att_syntax)
+    );
+
+    type Callback = extern "C" fn(*mut c_void);
+
+    unsafe extern "C" {
+        fn gpuperf_test_trail_a(f: Callback, arg: *mut c_void);
+        fn gpuperf_test_trail_a_end();
+        fn gpuperf_test_trail_b(f: Callback, arg: *mut c_void);
+        fn gpuperf_test_trail_b_end();
+        fn gpuperf_test_trail_sites(f: Callback, arg: *mut c_void, which: u64);
+    }
+
+    /// A capture with the thread's trail, from inside the test's frames.
+    struct TrailProbe<'a> {
+        u: &'a LocalUnwinder,
+        trail: Trail,
+        frames: Vec<Frame>,
+        captured: Option<Captured>,
+        reusing: bool,
+    }
+
+    /// Takes the capture, with the trail when `p.reusing`, else plain (what
+    /// the trail must agree with): one function, so that both have the same
+    /// frames outward of this one.
+    extern "C" fn take_reusing(arg: *mut c_void) {
+        // SAFETY: `arg` is the `TrailProbe` the test passed, alive for the call.
+        let p = unsafe { &mut *arg.cast::<TrailProbe>() };
+        let mut frames = [Frame::default(); MAX_FRAMES];
+        let c = if p.reusing {
+            let r =
+                p.u.capture_then_reusing(0, &mut frames, &mut p.trail, |_, c| c);
+            r.expect("captured")
+        } else {
+            p.u.capture(0, &mut frames)
+        };
+        p.frames = frames[..c.len].to_vec();
+        p.captured = Some(c);
+    }
+
+    /// Absolute addresses of the native frames (their lookup addresses).
+    fn addresses(u: &LocalUnwinder, frames: &[Frame]) -> Vec<u64> {
+        let modules = u.modules();
+        frames
+            .iter()
+            .filter_map(|f| match *f {
+                Frame::Native { module, .. } => {
+                    Some(f.lookup_offset()? + modules[module.0 as usize].bias)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn range(
+        start: unsafe extern "C" fn(Callback, *mut c_void),
+        end: unsafe extern "C" fn(),
+    ) -> Range<u64> {
+        start as usize as u64..end as usize as u64
+    }
+
+    /// Runs `call` (which calls its callback from the test's frames) with a
+    /// capture that reuses the trail, then with a plain one; both from the
+    /// same call site, so that the two agree frame for frame unless the
+    /// trail is wrongly reused.
+    fn both(p: &mut TrailProbe, call: &dyn Fn(Callback, *mut c_void)) -> (Vec<Frame>, Captured) {
+        let mut plain = Vec::new();
+        // One call site for both.
+        for reusing in [false, true] {
+            p.reusing = reusing;
+            call(take_reusing, (&raw mut *p).cast());
+            if !reusing {
+                plain = std::mem::take(&mut p.frames);
+            }
+        }
+        let c = p.captured.expect("captured");
+        assert_eq!(c.end, StackEnd::Root, "{c:?}");
+        // Frame 0 is the callback's call into the unwinder, which differs.
+        assert_eq!(
+            p.frames[1..],
+            plain[1..],
+            "the trail's capture and a fresh walk differ"
+        );
+        (p.frames.clone(), c)
+    }
+
+    #[test]
+    fn trail__another_function_called_into_the_same_slot_deep_in_the_stack__gets_its_frames() {
+        let u = LocalUnwinder::new(Options {
+            python: false,
+            ..Options::default()
+        });
+        let mut p = TrailProbe {
+            u: &u,
+            trail: Trail::new(MAX_FRAMES),
+            frames: Vec::new(),
+            captured: None,
+            reusing: true,
+        };
+        let (a, b) = (
+            range(gpuperf_test_trail_a, gpuperf_test_trail_a_end),
+            range(gpuperf_test_trail_b, gpuperf_test_trail_b_end),
+        );
+        // One call site for both: `a` and `b` lie at the same stack address,
+        // and so do `mid` and the callback; only the return address in
+        // `mid`'s frame tells them apart.
+        let through = |which: u64| {
+            move |f: Callback, arg: *mut c_void| {
+                let g: unsafe extern "C" fn(Callback, *mut c_void) =
+                    if std::hint::black_box(which) == 0 {
+                        gpuperf_test_trail_a
+                    } else {
+                        gpuperf_test_trail_b
+                    };
+                // SAFETY: the assembly above calls `f(arg)` and returns.
+                unsafe { g(f, arg) }
+            }
+        };
+        let mut seen = Vec::new();
+        for which in [0, 0, 1, 1, 0] {
+            let (frames, c) = both(&mut p, &through(which));
+            let at = addresses(&u, &frames);
+            let (in_a, in_b) = (
+                at.iter().any(|x| a.contains(x)),
+                at.iter().any(|x| b.contains(x)),
+            );
+            assert_eq!(
+                (in_a, in_b),
+                (which == 0, which == 1),
+                "call {}: {at:x?}",
+                seen.len()
+            );
+            seen.push(c.reused);
+        }
+        // After the first capture, each reused the frames outward of the
+        // test's call, at least.
+        assert!(seen[1..].iter().all(|&r| r > 2), "{seen:?}");
+    }
+
+    #[test]
+    fn trail__the_same_function_from_another_call_site__gets_that_call_site() {
+        let u = LocalUnwinder::new(Options {
+            python: false,
+            ..Options::default()
+        });
+        let mut p = TrailProbe {
+            u: &u,
+            trail: Trail::new(MAX_FRAMES),
+            frames: Vec::new(),
+            captured: None,
+            reusing: true,
+        };
+        let sites: unsafe extern "C" fn(Callback, *mut c_void, u64) = gpuperf_test_trail_sites;
+        let mut offsets = Vec::new();
+        let mut reused = Vec::new();
+        for which in [0, 0, 1, 1, 0] {
+            let (frames, c) = both(&mut p, &|f, arg| {
+                // SAFETY: the assembly above calls `a(f, arg)` and returns.
+                unsafe { sites(f, arg, std::hint::black_box(which)) }
+            });
+            // The frame in `sites`: the call site `a` returns to.
+            let s = sites as usize as u64;
+            let site = addresses(&u, &frames)
+                .into_iter()
+                .find(|x| (s..s + 32).contains(x))
+                .expect("a frame in `sites`");
+            offsets.push(site - s);
+            reused.push(c.reused);
+        }
+        assert_eq!(offsets[0], offsets[1]);
+        assert_eq!(offsets[2], offsets[3]);
+        assert_eq!(offsets[4], offsets[0]);
+        assert_ne!(offsets[0], offsets[2], "{offsets:?}");
+        assert!(reused[1..].iter().all(|&r| r > 2), "{reused:?}");
     }
 
     #[test]

@@ -226,6 +226,7 @@ impl RemoteUnwinder {
             &loader,
             0,
             out,
+            None,
         );
         Captured {
             len,
@@ -233,6 +234,7 @@ impl RemoteUnwinder {
             python_frames: 0,
             python_truncated: false,
             recovered: cache.recovered,
+            reused: 0,
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::frame::{Frame, ModuleId, StackEnd};
 #[cfg(test)]
 use crate::scan::SCAN_WORDS;
 use crate::scan::{MAX_RECOVERIES, recover};
+use crate::trail::{Recording, Step, Trail};
 
 /// Bytes of an unwind section: in place in this process's memory (a loaded module),
 /// or in a mapped file (out-of-process mode).
@@ -252,6 +253,8 @@ pub(crate) struct Table {
     pub entries: Vec<Entry>,
     /// `entries[i].avma.start`, searched apart: eight per cache line.
     starts: Vec<u64>,
+    /// The end of the highest module's executable range.
+    end: u64,
     /// Unique per table: keys the coverage cache, shared by tables over time.
     pub generation: u64,
     /// Unique per table, unlike `generation` (which an extra table shares with
@@ -283,6 +286,8 @@ pub struct UnwindCache {
     /// Frames the last walk found past code without unwind info (by a
     /// frame-pointer step or a stack scan).
     pub(crate) recovered: u32,
+    /// Frames the last walk took from its trail.
+    pub(crate) reused: u32,
     gimli: Box<GimliContext>,
 }
 
@@ -326,6 +331,7 @@ impl UnwindCache {
             memo: vec![Memo::default(); MEMO_DEPTH].into_boxed_slice(),
             memo_tables: (0, 0),
             recovered: 0,
+            reused: 0,
             gimli: Box::new(GimliContext::new_in()),
         }
     }
@@ -462,6 +468,7 @@ impl Table {
         }
         Table {
             starts: entries.iter().map(|e| e.avma.start).collect(),
+            end: entries.iter().map(|e| e.avma.end).max().unwrap_or(0),
             entries,
             generation,
             id: unique(),
@@ -476,6 +483,11 @@ impl Table {
 
     /// The index in `entries` of the module whose executable range holds `address`.
     fn find_index(&self, address: u64) -> Option<usize> {
+        // Most words a stack scan tries are no code address at all (stack
+        // and heap pointers, counters): outside every module, said at once.
+        if address < *self.starts.first()? || address >= self.end {
+            return None;
+        }
         let i = self
             .starts
             .partition_point(|&s| s <= address)
@@ -540,6 +552,10 @@ const REG_RIP: u64 = 16;
 /// Walks the native stack: one [`Frame`] per frame into `out` (after skipping
 /// `skip` frames), stopping at a root frame, code without unwind info, a failed
 /// read, or a full `out`. Never allocates.
+///
+/// With a `trail` (the calling thread's last walk, see [`Trail`]), the walk
+/// ends early where the rest of the stack is provably the trail's, takes the
+/// rest from it (counted in `cache.reused`), and leaves its own steps there.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn walk<F>(
     tables: Tables<'_>,
@@ -547,8 +563,61 @@ pub(crate) fn walk<F>(
     cache: &mut UnwindCache,
     read_stack: &mut F,
     loader: &impl Loader,
+    skip: usize,
+    out: &mut [Frame],
+    trail: Option<&mut Trail>,
+) -> (usize, StackEnd)
+where
+    F: FnMut(u64) -> Result<u64, ()>,
+{
+    let (main, extra) = tables.ids();
+    let ids = (main, extra, tables.main.generation);
+    cache.reused = 0;
+    let mut rec = trail.map(|t| Recording::new(t, ids));
+    let r = walk_steps(
+        tables,
+        regs,
+        cache,
+        read_stack,
+        loader,
+        skip,
+        out,
+        rec.as_mut(),
+    );
+    if let Some(rec) = rec {
+        rec.finish(ids, r.1, cache.recovered);
+    }
+    r
+}
+
+/// Writes `frame` at `out[*len]`, or skips it while `skip` is not 0; `false`
+/// when `out` is full.
+#[inline(always)]
+fn push(out: &mut [Frame], len: &mut usize, frame: Frame, skip: &mut usize) -> bool {
+    if *skip > 0 {
+        *skip -= 1;
+        return true;
+    }
+    match out.get_mut(*len) {
+        Some(slot) => {
+            *slot = frame;
+            *len += 1;
+            true
+        }
+        None => false,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_steps<F>(
+    tables: Tables<'_>,
+    regs: Regs,
+    cache: &mut UnwindCache,
+    read_stack: &mut F,
+    loader: &impl Loader,
     mut skip: usize,
     out: &mut [Frame],
+    mut rec: Option<&mut Recording<'_>>,
 ) -> (usize, StackEnd)
 where
     F: FnMut(u64) -> Result<u64, ()>,
@@ -556,20 +625,19 @@ where
     let mut fh_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     let mut len = 0;
-    let mut push = |frame: Frame, skip: &mut usize| -> bool {
-        if *skip > 0 {
-            *skip -= 1;
-            return true;
-        }
-        match out.get_mut(len) {
-            Some(slot) => {
-                *slot = frame;
-                len += 1;
-                true
+    macro_rules! push {
+        ($frame:expr, $skip:expr) => {
+            push(out, &mut len, $frame, $skip)
+        };
+    }
+    // Records a step of a frame just pushed (not skipped).
+    macro_rules! record {
+        ($recorded:expr, $step:expr) => {
+            if $recorded && let Some(r) = rec.as_deref_mut() {
+                r.record($step);
             }
-            None => false,
-        }
-    };
+        };
+    }
     // Consecutive frames are mostly in the same module.
     // Its index only: copying a whole `Found` here stalled each frame on a
     // store-to-load forward (perf annotate).
@@ -586,6 +654,38 @@ where
             address: address.address(),
         };
         let key = memo_key(address);
+        let recorded = skip == 0;
+        if recorded
+            && let Some(r) = rec.as_deref_mut()
+            && let Some(j) = r.candidate(
+                key,
+                (fh_regs.sp(), fh_regs.bp(), cache.recovered),
+                read_stack,
+                &mut |s: &Step, after: &Step, read: &mut F| {
+                    // The scan again, from the kept state: the same caller?
+                    let mut regs = UnwindRegsX86_64::new(0, s.sp, s.bp);
+                    recover(tables, generation, &mut regs, cache, read, loader)
+                        .and_then(FrameAddress::from_return_address)
+                        .is_some_and(|a| {
+                            memo_key(a) == after.key
+                                && regs.sp() == after.sp
+                                && (!after.bp_matters || regs.bp() == after.bp)
+                        })
+                },
+            )
+            && let Some(n) = r.reuse(j, out, len)
+        {
+            cache.reused = (n - len) as u32;
+            cache.recovered = r.trail.recovered;
+            return (n, StackEnd::Root);
+        }
+        let state = Step {
+            key,
+            sp: fh_regs.sp(),
+            bp: fh_regs.bp(),
+            recovered: cache.recovered,
+            ..Step::default()
+        };
         let memo = cache
             .memo
             .get(depth)
@@ -610,11 +710,11 @@ where
             } else {
                 StackEnd::NoUnwindInfo
             };
-            return finish(push(unknown, &mut skip), len, end);
+            return finish(push!(unknown, &mut skip), len, end);
         };
         last = Some(index);
         if !loader.still_loaded(entry, lookup) {
-            return finish(push(unknown, &mut skip), len, StackEnd::ModuleNotInTable);
+            return finish(push!(unknown, &mut skip), len, StackEnd::ModuleNotInTable);
         }
         let signal = match memo {
             Some((m, _)) => m.signal,
@@ -640,9 +740,17 @@ where
                 offset: address.address() - entry.bias,
                 return_address: false,
             };
-            if !push(frame, &mut skip) {
+            if !push!(frame, &mut skip) {
                 return (len, StackEnd::DepthLimit);
             }
+            record!(
+                recorded,
+                Step {
+                    frame,
+                    uses_bp: true,
+                    ..state
+                }
+            );
             let uc = fh_regs.sp();
             let mut greg = |r: u64| {
                 uc.checked_add(UC_GREGS + 8 * r)
@@ -668,7 +776,16 @@ where
                 offset: address.address() - entry.bias,
                 return_address: false,
             };
-            return finish(push(root, &mut skip), len, StackEnd::Root);
+            let pushed = push!(root, &mut skip);
+            record!(
+                recorded && pushed,
+                Step {
+                    frame: root,
+                    plain: true,
+                    ..state
+                }
+            );
+            return finish(pushed, len, StackEnd::Root);
         }
         let memo_rule = memo.and_then(|(m, _)| Rule::unpack(m.rule));
         let rule = match (memo_rule, &entry.cfi) {
@@ -693,16 +810,26 @@ where
                 .flatten()
                 .and_then(FrameAddress::from_return_address);
             let Some(caller) = caller else {
-                return finish(push(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
+                return finish(push!(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
             };
             let frame = Frame::Native {
                 module: entry.id,
                 offset: address.address() - entry.bias,
                 return_address: address.is_return_address(),
             };
-            if !push(frame, &mut skip) {
+            if !push!(frame, &mut skip) {
                 return (len, StackEnd::DepthLimit);
             }
+            record!(
+                recorded,
+                Step {
+                    frame,
+                    plain: true,
+                    scanned: true,
+                    uses_bp: true,
+                    ..state
+                }
+            );
             cache.recovered += 1;
             address = caller;
             continue;
@@ -712,17 +839,44 @@ where
             offset: address.address() - entry.bias,
             return_address: address.is_return_address(),
         };
-        if !push(frame, &mut skip) {
+        if !push!(frame, &mut skip) {
             return (len, StackEnd::DepthLimit);
         }
+        let (uses_bp, sets_bp) = match rule {
+            Rule::Cfa { from_bp, bp, .. } => (from_bp, bp != 0),
+            Rule::End => (false, false),
+            _ => (true, false),
+        };
+        let mut step_rec = Step {
+            frame,
+            uses_bp,
+            sets_bp,
+            ..state
+        };
         let step = match rule {
             Rule::Framehop => {
                 table
                     .unwinder
                     .unwind_frame(address, &mut fh_regs, &mut cache.framehop, read_stack)
             }
+            rule if rec.is_some() && recorded => {
+                // What the step reads is what the next walk checks again.
+                let mut n = 0usize;
+                let r = rule.step(&mut fh_regs, &mut |a| {
+                    let v = read_stack(a)?;
+                    if let Some(slot) = step_rec.reads.get_mut(n) {
+                        *slot = (a, v);
+                    }
+                    n += 1;
+                    Ok(v)
+                });
+                step_rec.nreads = n.min(2) as u8;
+                step_rec.plain = n <= 2;
+                r
+            }
             rule => rule.step(&mut fh_regs, read_stack),
         };
+        record!(recorded, step_rec);
         match step {
             Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                 Some(a) => address = a,
@@ -984,8 +1138,33 @@ mod tests {
             let words: std::collections::HashMap<u64, u64> = self.0.iter().copied().collect();
             let mut read = |a: u64| words.get(&a).copied().ok_or(());
             let mut out = [Frame::default(); 16];
-            let (n, end) = walk(tables, regs, cache, &mut read, loader, 0, &mut out);
+            let (n, end) = walk(tables, regs, cache, &mut read, loader, 0, &mut out, None);
             (out[..n].to_vec(), end)
+        }
+
+        /// The walk from `regs` with `trail`: (frames, end, frames reused).
+        fn walk_trail(
+            &self,
+            regs: Regs,
+            tables: Tables<'_>,
+            loader: &FakeLoader,
+            trail: &mut Trail,
+        ) -> (Vec<Frame>, StackEnd, u32) {
+            let words: std::collections::HashMap<u64, u64> = self.0.iter().copied().collect();
+            let mut read = |a: u64| words.get(&a).copied().ok_or(());
+            let mut out = [Frame::default(); 16];
+            let mut cache = UnwindCache::new();
+            let (n, end) = walk(
+                tables,
+                regs,
+                &mut cache,
+                &mut read,
+                loader,
+                0,
+                &mut out,
+                Some(trail),
+            );
+            (out[..n].to_vec(), end, cache.reused)
         }
 
         /// The walk with `cache`, checked against one with a new cache.
@@ -1213,6 +1392,86 @@ mod tests {
         FakeLoader {
             calls: calls.to_vec(),
             ..FakeLoader::default()
+        }
+    }
+
+    #[test]
+    fn trail__a_scan_that_would_find_another_caller_now__is_walked_again() {
+        let t = table_scan();
+        let tables = Tables::one(&t);
+        // 0x1105 is not after a call, 0x1305 is: the scan from 0x3100 skips
+        // the first and takes the second, which unwinds to 0x1205.
+        let loader = loader_with_calls(&[0x1205, 0x1305]);
+        let regs = Regs {
+            ip: 0x3100,
+            sp: 0x8000,
+            bp: 0,
+        };
+        let stale = Stack(vec![(0x8000, 0x1105), (0x8008, 0x1205), (0x8010, 0)]);
+        let live = Stack(vec![(0x8000, 0x1305), (0x8008, 0x1205), (0x8010, 0)]);
+        let mut trail = Trail::new(16);
+        let first = stale.walk_trail(regs, tables, &loader, &mut trail);
+        assert_eq!(
+            first,
+            (
+                vec![native(1, 0x3100, false), native(0, 0x1205, true)],
+                StackEnd::Root,
+                0
+            )
+        );
+        // The same again: taken from the trail, the scan made again.
+        assert_eq!(
+            stale.walk_trail(regs, tables, &loader, &mut trail),
+            (first.0.clone(), StackEnd::Root, 2)
+        );
+        // Every word the trail's plain steps read is the same (the outer
+        // frame's return address slot), and the walk starts in the same
+        // state; only the scan, made again, finds the new caller.
+        let (frames, end, reused) = live.walk_trail(regs, tables, &loader, &mut trail);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(0, 0x1305, true),
+                    native(0, 0x1205, true)
+                ],
+                StackEnd::Root
+            )
+        );
+        assert_eq!(reused, 1, "the outer frame, proven the same");
+    }
+
+    #[test]
+    fn trail__rbp_is_checked_where_an_outer_frame_depends_on_it() {
+        // Module 2's frames take their CFA from rbp: two walks from the same
+        // ip and sp but another rbp find other callers.
+        let t = table_scan();
+        let tables = Tables::one(&t);
+        let loader = FakeLoader::default();
+        let regs = |bp| Regs {
+            ip: 0x5100,
+            sp: 0x8000,
+            bp,
+        };
+        // rbp 0x8010: saved rbp 0 at 0x8010, return address 0x1205 at 0x8018;
+        // rbp 0x8020: return address 0x1105 at 0x8028.
+        let stack = Stack(vec![
+            (0x8010, 0),
+            (0x8018, 0x1205),
+            (0x8020, 0),
+            (0x8028, 0x1105),
+            (0x8030, 0),
+        ]);
+        let mut trail = Trail::new(16);
+        let mut fresh = UnwindCache::new();
+        for bp in [0x8010, 0x8010, 0x8020, 0x8010] {
+            let (frames, end, _) = stack.walk_trail(regs(bp), tables, &loader, &mut trail);
+            assert_eq!(
+                (frames, end),
+                stack.walk_from(regs(bp), tables, &mut fresh, &loader),
+                "rbp {bp:#x}"
+            );
         }
     }
 

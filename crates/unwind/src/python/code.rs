@@ -76,6 +76,44 @@ impl Python {
         let first_line =
             unsafe { ((code + l.code_firstlineno) as *const i32).read_unaligned() } as u32;
         let table_ptr = rd(code + l.code_linetable);
+        // The thread's own memo first: the shared table's slot is a cache
+        // line other threads write, and one more line per frame. The memo
+        // checks what the table checks (the type above, the first line and
+        // the line table's address), so it answers as the table would.
+        let m = CodeMemo::index(code);
+        if let Some(e) = mem.codes.as_deref().map(|c| c.entries[m])
+            && e.code == code
+            && e.first_line == first_line
+            && e.line_table == table_ptr
+        {
+            return Ok(e.id);
+        }
+        let id = self.code_slot(code, first_line, table_ptr, mem, live)?;
+        if let Some(c) = mem.codes.as_deref_mut()
+            && id != u32::MAX
+        {
+            c.entries[m] = MemoEntry {
+                code,
+                line_table: table_ptr,
+                first_line,
+                id,
+            };
+        }
+        Ok(id)
+    }
+
+    /// The shared table's slot of a code object (see [`Python::code_id`]).
+    fn code_slot(
+        &self,
+        code: u64,
+        first_line: u32,
+        table_ptr: u64,
+        mem: &mut Known,
+        live: bool,
+    ) -> Result<u32, &'static str> {
+        let l = &self.layout;
+        // SAFETY: the caller read the code object's header the same way.
+        let rd = |a: u64| unsafe { (a as *const u64).read_unaligned() };
         let start = ((code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % CODE_SLOTS;
         for i in 0..32 {
             let idx = (start + i) % CODE_SLOTS;
@@ -242,5 +280,41 @@ impl Python {
             unsafe { *cell.get() = *b };
         }
         (start as u64) << 32 | bytes.len() as u64
+    }
+}
+
+/// Code objects one thread saw last, by address: what the shared code table
+/// answered for them, with what identified them there.
+pub(crate) struct CodeMemo {
+    entries: Box<[MemoEntry]>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct MemoEntry {
+    code: u64,
+    line_table: u64,
+    first_line: u32,
+    id: u32,
+}
+
+/// Entries of a [`CodeMemo`] (6 KiB).
+const MEMO_CODES: usize = 256;
+
+impl CodeMemo {
+    /// An empty memo.
+    pub(crate) fn new() -> CodeMemo {
+        CodeMemo {
+            entries: vec![MemoEntry::default(); MEMO_CODES].into_boxed_slice(),
+        }
+    }
+
+    fn index(code: u64) -> usize {
+        ((code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % MEMO_CODES
+    }
+}
+
+impl Default for CodeMemo {
+    fn default() -> Self {
+        CodeMemo::new()
     }
 }

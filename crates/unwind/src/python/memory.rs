@@ -6,6 +6,7 @@ use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
+use super::code::CodeMemo;
 use super::{MAX_PYTHON_FRAMES, Python, reason};
 
 /// Memory known readable during one capture: the thread's stack, and the last
@@ -13,8 +14,10 @@ use super::{MAX_PYTHON_FRAMES, Python, reason};
 /// few pages, and so do the code objects of a module), which spares most
 /// probes. Nothing is remembered across captures: a page found readable once
 /// may be unmapped before the next.
-pub(super) struct Known {
+pub(super) struct Known<'m> {
     pub(super) stack: (u64, u64),
+    /// The capturing thread's code memo, if it keeps one.
+    pub(super) codes: Option<&'m mut CodeMemo>,
     /// `[start, end)` of page-aligned spans; empty when equal.
     pub(super) recent: [(u64, u64); RECENT],
     pub(super) next: usize,
@@ -32,10 +35,16 @@ pub(super) const RECENT: usize = 8;
 /// Pages of code objects a capture probes in one system call.
 pub(super) const PAGES: usize = 2 * MAX_PYTHON_FRAMES;
 
-impl Known {
-    pub(super) fn new(stack: (u64, u64)) -> Known {
+impl<'m> Known<'m> {
+    #[cfg(test)]
+    pub(super) fn new(stack: (u64, u64)) -> Known<'m> {
+        Known::with_codes(stack, None)
+    }
+
+    pub(super) fn with_codes(stack: (u64, u64), codes: Option<&'m mut CodeMemo>) -> Known<'m> {
         Known {
             stack,
+            codes,
             recent: [(0, 0); RECENT],
             next: 0,
             pages: [MaybeUninit::uninit(); PAGES],

@@ -77,6 +77,7 @@
 //! set-up), so frames can be resolved later, off the hot path.
 
 mod code;
+pub(crate) use code::CodeMemo;
 mod detect;
 mod layout;
 mod linetable;
@@ -455,6 +456,54 @@ mod tests {
             got,
             [
                 "synthetic.inner (synthetic.py:42)",
+                "synthetic.outer (synthetic.py:12)"
+            ]
+        );
+    }
+
+    /// The chain read with a thread's code memo, resolved innermost first.
+    fn read_with_memo(py: &Python, ts: u64, memo: &mut CodeMemo) -> Vec<String> {
+        let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
+        let mut mem = Known::with_codes((0, 0), Some(memo));
+        let (n, _) = py.read_chain(ts, &mut mem, &mut raw).expect("readable");
+        raw[..n]
+            .iter()
+            .map(|r| {
+                // SAFETY: read_chain initialized `raw[..n]`.
+                let r = unsafe { r.assume_init() };
+                py.resolve(CodeId(r.code), r.instruction)
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn synthetic_313t__a_new_code_object_where_a_freed_one_was__gets_its_own_id_from_the_thread_memo()
+     {
+        let (py, mut heap, ts) = synthetic_313t(None, 0);
+        let mut memo = CodeMemo::new();
+        let before = [
+            "synthetic.inner (synthetic.py:42)",
+            "synthetic.outer (synthetic.py:12)",
+        ];
+        assert_eq!(read_with_memo(&py, ts, &mut memo), before);
+        assert_eq!(read_with_memo(&py, ts, &mut memo), before);
+        // The inner function's code object freed and another one made at its
+        // address (a function made by `exec` again, say): another name and
+        // first line, the same address.
+        let str_ty = heap.addr(64);
+        heap.put(800 + 24, str_ty);
+        heap.put(800 + 32, 5);
+        heap.put_u32(800 + 48, (1 << 2) | (1 << 5) | (1 << 6));
+        heap.put_bytes(800 + 56, b"other");
+        let other = heap.addr(800);
+        heap.put(1536 + 144, other);
+        heap.put_u32(1536 + 84, 60);
+        assert_eq!(
+            read_with_memo(&py, ts, &mut memo),
+            [
+                "synthetic.other (synthetic.py:62)",
                 "synthetic.outer (synthetic.py:12)"
             ]
         );

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::layout::{FrameKind, FrameWords};
 use super::memory::Known;
-use super::{MAX_PYTHON_FRAMES, Python, reason};
+use super::{CodeMemo, MAX_PYTHON_FRAMES, Python, reason};
 
 use crate::frame::{Captured, CodeId, Frame, StackEnd, Stats};
 use crate::table::Table;
@@ -61,6 +61,7 @@ impl Python {
         stack: (u64, u64),
         out: &mut [Frame],
         captured: &mut Captured,
+        codes: Option<&mut CodeMemo>,
     ) {
         if self.disabled.load(Ordering::Relaxed) != 0 {
             return;
@@ -72,7 +73,7 @@ impl Python {
         }
         // Uninitialized: zeroing these two buffers cost more than the walk itself.
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
-        let mut mem = Known::new(stack);
+        let mut mem = Known::with_codes(stack, codes);
         let read = self.read_chain(tstate, &mut mem, &mut raw);
         if mem.probes > 0 {
             stats.python_probes.fetch_add(mem.probes, Ordering::Relaxed);

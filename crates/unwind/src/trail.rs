@@ -1,0 +1,272 @@
+//! What one thread's last native walk read, so that its next walk can take the
+//! outer part of the stack from it instead of unwinding it again.
+//!
+//! The walk is a pure function of its state at a frame (the frame's address,
+//! the stack pointer, the frame pointer, the crossings of code without unwind
+//! info made so far), the module tables, and the stack words it reads from
+//! there on. A trail keeps, per frame of the last walk, that state, the frame
+//! found, and the words (address, value) its step read. When the next walk
+//! reaches a frame in the same state as a frame of the trail, with the same
+//! tables, and every word the trail's steps read from that frame outward holds
+//! the same value now (each is read again), the rest of the walk is the
+//! trail's rest, frame for frame: nothing is assumed from the stack pointer or
+//! a return address alone. A frame replaced at the same address, or a function
+//! that returned and another one called into the same slot, changes a word the
+//! trail read, and the walk goes on by itself.
+//!
+//! A crossing of code without unwind info (a stack scan, which reads many
+//! words, some of them the callee's changing locals) is checked by running the
+//! scan again from the kept state: it must find the caller the trail found.
+//! Signal frames, framehop's own rules and truncated stacks are not kept for
+//! reuse: a walk that meets them walks on by itself.
+//!
+//! rbp is part of the state only where some later step depends on it: code
+//! without frame pointers uses it as an ordinary register, whose value changes
+//! from one launch to the next, while the frames outward of a frame that
+//! restores it from the stack cannot depend on it.
+
+use crate::frame::{Frame, StackEnd};
+use crate::python::CodeMemo;
+
+/// One frame of a walk: the state the walk reached it in, what it found, and
+/// what its step read.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Step {
+    /// `memo_key` of the frame's address (the address and whether it is a
+    /// return address).
+    pub key: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Crossings of code without unwind info before this frame (the walk
+    /// makes a bounded number).
+    pub recovered: u32,
+    pub frame: Frame,
+    /// Stack words the step read, `(address, value)`; `reads[..nreads]`.
+    pub reads: [(u64, u64); 2],
+    pub nreads: u8,
+    /// The caller was found by a stack scan: checked by scanning again.
+    pub scanned: bool,
+    /// The step uses rbp (a CFA rule from rbp, a stack scan), and sets it
+    /// from the stack (a rule with an rbp save slot).
+    pub uses_bp: bool,
+    pub sets_bp: bool,
+    /// The walk from this frame on depends on rbp's value here: some step
+    /// uses it before any step sets it.
+    pub bp_matters: bool,
+    /// The walk from this frame on depends only on the state, the reads and
+    /// the tables: a CFA rule, a stack scan, or the end at a root.
+    pub plain: bool,
+}
+
+/// The last native walk of one thread (see the module docs). Keep one per
+/// thread and pass it to every capture of that thread
+/// ([`crate::LocalUnwinder::capture_then_reusing`]); it is never shared.
+/// About 60 KiB for 256 frames (steps and a memo of code objects),
+/// allocated once by [`Trail::new`].
+pub struct Trail {
+    /// Two buffers: the last walk's steps, and the running walk's.
+    pub(crate) bufs: [Box<[Step]>; 2],
+    /// The buffer holding the last walk.
+    pub(crate) cur: usize,
+    /// Steps of the last walk.
+    pub(crate) len: usize,
+    /// Steps `from..len` are plain and the last walk reached the root: a new
+    /// walk may continue with any of them.
+    pub(crate) from: usize,
+    /// The tables (their ids and rule generation) the last walk used; `None`
+    /// when it is not to be reused.
+    pub(crate) tables: Option<(u64, u64, u64)>,
+    pub(crate) end: StackEnd,
+    /// Crossings of code without unwind info the last walk made in all.
+    pub(crate) recovered: u32,
+    /// The code objects of the thread's last Python frames.
+    pub(crate) codes: CodeMemo,
+}
+
+impl Trail {
+    /// An empty trail for walks of up to `frames` frames.
+    pub fn new(frames: usize) -> Trail {
+        Trail {
+            bufs: [
+                vec![Step::default(); frames].into_boxed_slice(),
+                vec![Step::default(); frames].into_boxed_slice(),
+            ],
+            cur: 0,
+            len: 0,
+            from: 0,
+            tables: None,
+            end: StackEnd::Root,
+            recovered: 0,
+            codes: CodeMemo::new(),
+        }
+    }
+
+    /// Forgets the last walk: the next one walks every frame.
+    pub fn clear(&mut self) {
+        self.tables = None;
+        self.len = 0;
+        self.from = 0;
+    }
+}
+
+/// A walk's use of a trail: the candidates it may continue with, and the
+/// steps it records for the next walk.
+pub(crate) struct Recording<'t> {
+    pub trail: &'t mut Trail,
+    /// Steps recorded by this walk (in the other buffer); `usize::MAX` once
+    /// the walk ended with the trail's rest.
+    pub n: usize,
+    /// The last walk may be reused at all (same tables, reached the root).
+    pub usable: bool,
+    /// The next candidate step of the last walk (its frames are in order of
+    /// growing stack pointer).
+    pub next: usize,
+    /// Steps `verified..len` of the last walk were checked in this walk.
+    pub verified: usize,
+    /// The last step recorded that is not plain, plus one.
+    pub unplain: usize,
+    /// The recording overflowed: the next walk reuses nothing.
+    pub overflow: bool,
+}
+
+impl<'t> Recording<'t> {
+    pub(crate) fn new(trail: &'t mut Trail, tables: (u64, u64, u64)) -> Recording<'t> {
+        let usable = trail.tables == Some(tables) && trail.end == StackEnd::Root;
+        let (next, verified) = (trail.from, trail.len);
+        Recording {
+            trail,
+            n: 0,
+            usable,
+            next,
+            verified,
+            unplain: 0,
+            overflow: false,
+        }
+    }
+
+    /// Records a step of the running walk.
+    #[inline(always)]
+    pub(crate) fn record(&mut self, step: Step) {
+        let buf = &mut self.trail.bufs[1 - self.trail.cur];
+        match buf.get_mut(self.n) {
+            Some(s) => {
+                *s = step;
+                self.n += 1;
+                if !step.plain {
+                    self.unplain = self.n;
+                }
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    /// Whether the walk, in state `(sp, bp, recovered)` at a frame of key
+    /// `key`, may end with the last walk's steps from there: the index of
+    /// that step, once every word those steps read was read again (`read`)
+    /// and found unchanged, and every scan they made, made again (`rescan`:
+    /// the scan from a step's state, which must lead to the state of the
+    /// step after it), found the same caller. A change found rules out every
+    /// candidate at or inside its frame, for the rest of this walk.
+    #[inline(always)]
+    pub(crate) fn candidate<F>(
+        &mut self,
+        key: u64,
+        (sp, bp, recovered): (u64, u64, u32),
+        read: &mut F,
+        rescan: &mut dyn FnMut(&Step, &Step, &mut F) -> bool,
+    ) -> Option<usize>
+    where
+        F: FnMut(u64) -> Result<u64, ()>,
+    {
+        if !self.usable {
+            return None;
+        }
+        let old = &self.trail.bufs[self.trail.cur][..self.trail.len];
+        while self.next < old.len() && old[self.next].sp < sp {
+            self.next += 1;
+        }
+        let j = self.next;
+        let s = old.get(j)?;
+        if s.sp != sp || s.key != key || (s.bp_matters && s.bp != bp) || s.recovered != recovered {
+            return None;
+        }
+        // Outermost first: a change found at a frame leaves the frames outward
+        // of it checked, for a later candidate.
+        while self.verified > j {
+            let m = self.verified - 1;
+            let s = &old[m];
+            let same = s.reads[..usize::from(s.nreads)]
+                .iter()
+                .all(|&(a, v)| read(a) == Ok(v))
+                && (!s.scanned || old.get(m + 1).is_some_and(|after| rescan(s, after, read)));
+            if !same {
+                self.next = self.verified;
+                return None;
+            }
+            self.verified = m;
+        }
+        Some(j)
+    }
+
+    /// Ends the walk with the last walk's frames from step `j` on (see
+    /// [`Recording::candidate`]), written to `out` from `len`: the new length,
+    /// or `None` when they do not fit.
+    pub(crate) fn reuse(&mut self, j: usize, out: &mut [Frame], len: usize) -> Option<usize> {
+        let t = &mut *self.trail;
+        let rest = t.len - j;
+        if out.len() < len + rest || t.bufs[0].len() < self.n + rest {
+            return None;
+        }
+        let [a, b] = &mut t.bufs;
+        let (old, new) = if t.cur == 0 { (a, b) } else { (b, a) };
+        for (d, s) in out[len..len + rest].iter_mut().zip(&old[j..t.len]) {
+            *d = s.frame;
+        }
+        if self.n == j {
+            // The same depth: the old steps lie where the next walk wants
+            // them; only the new inner ones move.
+            old[..j].copy_from_slice(&new[..j]);
+        } else {
+            new[self.n..self.n + rest].copy_from_slice(&old[j..t.len]);
+            t.cur = 1 - t.cur;
+        }
+        t.len = self.n + rest;
+        let steps = &mut t.bufs[t.cur][..t.len];
+        let after = steps[self.n].bp_matters;
+        bp_matters(&mut steps[..self.n], after);
+        // The reused steps are plain: only the new inner ones can move `from`.
+        t.from = self.unplain;
+        // `tables`, `end` and `recovered` stay those of the last walk, which
+        // this one had: the steps from `j` on made the same crossings.
+        self.n = usize::MAX;
+        Some(len + rest)
+    }
+
+    /// Ends a walk that reused nothing: its steps become the trail.
+    pub(crate) fn finish(self, tables: (u64, u64, u64), end: StackEnd, recovered: u32) {
+        if self.n == usize::MAX {
+            return;
+        }
+        let t = self.trail;
+        t.cur = 1 - t.cur;
+        t.len = self.n;
+        bp_matters(&mut t.bufs[t.cur][..self.n], false);
+        t.end = end;
+        t.recovered = recovered;
+        t.from = if end == StackEnd::Root {
+            self.unplain
+        } else {
+            self.n
+        };
+        t.tables = (!self.overflow).then_some(tables);
+    }
+}
+
+/// Sets each step's `bp_matters`, from the outermost in: `after` is the value
+/// of the step that follows the last of `steps`.
+fn bp_matters(steps: &mut [Step], mut after: bool) {
+    for s in steps.iter_mut().rev() {
+        after = s.uses_bp || (!s.sets_bp && after);
+        s.bp_matters = after;
+    }
+}

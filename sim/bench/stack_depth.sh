@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Simulated CUDA (no GPU: kernels do not run) benchmark: the CPU time that the
+# injection library adds to each launch of a launch-bound loop, by stack depth
+# (sim/bench/stack_depth.py: empty-kernel launches through ctypes at the bottom
+# of nested Python functions, some of them calling the next through a C
+# builtin, so that native interpreter frames lie between the Python frames as in
+# a PyTorch model). For each case it runs, alternating, RUNS times each: no
+# injection; the injection library with stacks off (what `gpuperf record
+# --gpu-only` injects); with stacks on (what `gpuperf record` injects); and,
+# with BASELINE_INJECT set to another build of the library (e.g. of main), that
+# library with stacks on. It prints the medians of the process's CPU time per
+# launch (all its threads; unlike the wall time it does not count waiting for a
+# CPU on a busy machine), what stacks add, the depth of the recorded stack
+# (frames kept per capture, from the library's log) and the share of captures
+# that reused part of the thread's last one. Then, unless MEMORY=0, one run of
+# 1,000,000 launches at the Hugging Face shape: the process's peak resident set
+# without injection and with stacks, and the size of the trace.
+#
+# Cases are PYFRAMES:HOP (see stack_depth.py). The default: the shape of a small
+# Hugging Face model's training loop (30 Python frames over about 44 native ones
+# on CPython 3.11, every second Python call made through C), then about 30, 60,
+# 90 and 150 frames with a C hop every third Python frame. The depths are
+# measured (frames kept per capture, from the library's log) and printed.
+#
+# With IR=1 it also counts, for each case and variant, the instructions each
+# launch executes in the process (valgrind's callgrind, runs of IR_LAUNCHES and
+# 3 x IR_LAUNCHES launches, the difference divided by the launches between): a
+# figure that, unlike CPU time, does not move with the load of a shared machine.
+#
+# usage: bash sim/bench/stack_depth.sh OUTDIR [RUNS [LAUNCHES]]
+#        (INJECT=the injection library, default target/release/libgpuperf_inject.so;
+#        BASELINE_INJECT=a library to compare it with; PYTHON=a CPython 3.10-3.13,
+#        default python3; CASES="30:3 10:3 ..." to choose the cases; IR=1,
+#        IR_LAUNCHES=2000; MEMORY=0 skips the 1 M launch run)
+set -euo pipefail
+out=${1:?usage: bash sim/bench/stack_depth.sh OUTDIR [RUNS [LAUNCHES]]}
+runs=${2:-5}
+launches=${3:-200000}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+inject=${INJECT:-$repo/target/release/libgpuperf_inject.so}
+baseline=${BASELINE_INJECT:-}
+python=${PYTHON:-python3}
+cases=${CASES:-30:2 8:3 26:3 44:3 80:3}
+script=$repo/sim/bench/stack_depth.py
+[ -f "$inject" ] || { echo "stack_depth.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }
+[ -z "$baseline" ] || [ -f "$baseline" ] || { echo "stack_depth.sh: BASELINE_INJECT=$baseline is not a file" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# run VARIANT PYFRAMES HOP LAUNCHES: one run; prints the CPU us per launch.
+# Variants: plain, gpuonly, stacks, baseline.
+run() {
+    local lib=$inject stacks=1
+    case $1 in
+        plain) lib= ;;
+        gpuonly) stacks=0 ;;
+        baseline) lib=$baseline ;;
+    esac
+    rm -f "$work"/trace* "$work/log"
+    ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
+        GPUPERF_GPU_TRACE="$work/trace.gputrace" GPUPERF_INJECT_LOG="$work/log" GPUPERF_STACKS=$stacks} \
+        bash "$repo/sim/run.sh" "$out" -- "$python" "$script" "$2" "$3" "$4" |
+        sed -n 's/.* cpu_per_launch_us \([0-9.]*\) .*/\1/p'
+    if [ -n "$lib" ] && [ "$stacks" = 1 ]; then
+        # The log's lines start with the library's name and the pid.
+        grep -m1 ' stacks: [0-9]* taken' "$work/log" | sed 's/.* stacks: /stacks: /' > "$work/stacks.$1" || true
+    fi
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# The stacks line's "N frames per capture" and "N reused part of the last capture".
+depth() { sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/stacks.$1" 2> /dev/null | grep . || echo "n/a"; }
+reused() {
+    local t r
+    t=$(sed -n 's/^stacks: \([0-9]*\) taken.*/\1/p' "$work/stacks.$1" 2> /dev/null)
+    r=$(sed -n 's/.* \([0-9]*\) reused part of the last capture.*/\1/p' "$work/stacks.$1" 2> /dev/null)
+    [ -n "$t" ] && [ -n "$r" ] && awk -v t="$t" -v r="$r" 'BEGIN { printf "%.1f %%", 100 * r / t }' || echo "n/a"
+}
+
+# ir VARIANT PYFRAMES HOP LAUNCHES: the instructions the process executes.
+ir() {
+    local lib=$inject stacks=1 exe
+    case $1 in
+        plain) lib= ;;
+        gpuonly) stacks=0 ;;
+        baseline) lib=$baseline ;;
+    esac
+    # The interpreter itself, not a launcher script (pyenv's shims are).
+    exe=$("$python" -c 'import sys; print(sys.executable)')
+    rm -f "$work"/trace* "$work/log" "$work"/cg.*
+    ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
+        GPUPERF_GPU_TRACE="$work/trace.gputrace" GPUPERF_INJECT_LOG="$work/log" GPUPERF_STACKS=$stacks} \
+        bash "$repo/sim/run.sh" "$out" -- valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
+        "$exe" "$script" "$2" "$3" "$4" 2>&1 | sed -n 's/.*I *refs: *//p' | tr -d ,
+}
+
+variants="plain gpuonly stacks${baseline:+ baseline}"
+run plain 3 0 1000 > /dev/null # builds OUTDIR if needed, warms the page cache
+echo "launch-bound loop on the simulated runtime, $launches launches per run, $runs runs of each variant alternating (medians of the process's CPU time per launch; $("$python" -c 'import platform; print("CPython", platform.python_version())'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
+for c in $cases; do
+    py=${c%%:*}
+    hop=${c##*:}
+    for v in $variants; do : > "$work/$v"; done
+    for _ in $(seq "$runs"); do
+        for v in $variants; do run "$v" "$py" "$hop" "$launches" >> "$work/$v"; done
+    done
+    p=$(median < "$work/plain")
+    line="  $py Python frames (hop $hop), $(depth stacks) frames per stack:"
+    for v in $variants; do
+        m=$(median < "$work/$v")
+        line="$line $v $m us"
+        [ "$v" = plain ] || line="$line (+$(awk -v a="$p" -v b="$m" 'BEGIN { printf "%.0f", (b - a) * 1000 }') ns)"
+    done
+    echo "$line; reused part of the last capture: $(reused stacks)${baseline:+ (baseline: $(reused baseline))}"
+    echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
+    if [ "${IR:-0}" = 1 ]; then
+        n=${IR_LAUNCHES:-2000}
+        line="    instructions per launch (callgrind):"
+        for v in $variants; do
+            a=$(ir "$v" "$py" "$hop" "$n")
+            b=$(ir "$v" "$py" "$hop" $((3 * n)))
+            i=$(((b - a) / (2 * n)))
+            [ "$v" = plain ] && base=$i
+            line="$line $v $i"
+            [ "$v" = plain ] || line="$line (+$((i - base)))"
+        done
+        echo "$line"
+    fi
+done
+echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
+
+[ "${MEMORY:-1}" = 0 ] && exit 0
+# Peak resident set of 1 M launches at the first case's shape, without and with
+# stacks (VmHWM, polled until the process exits).
+c=${cases%% *}
+hwm() {
+    local lib=${1:-} hwm=0 k pid
+    rm -f "$work"/trace* "$work/log"
+    ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
+        GPUPERF_GPU_TRACE="$work/trace.gputrace" GPUPERF_INJECT_LOG="$work/log" GPUPERF_STACKS=1} \
+        bash "$repo/sim/run.sh" "$out" -- "$python" "$script" "${c%%:*}" "${c##*:}" 1000000 > /dev/null &
+    pid=$!
+    while kill -0 "$pid" 2> /dev/null; do
+        for p in $(pgrep -P "$pid") "$pid"; do
+            k=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$p/status" 2> /dev/null || true)
+            [ -n "$k" ] && [ "$k" -gt "$hwm" ] && hwm=$k
+        done
+        sleep 0.2
+    done
+    wait "$pid"
+    echo "$((hwm / 1024))"
+}
+a=$(hwm)
+b=$(hwm "$inject")
+echo "  1,000,000 launches (case $c): peak RSS $a MiB without injection, $b MiB with stacks; trace $(du -cm "$work"/trace* | tail -1 | cut -f1) MiB"
