@@ -164,7 +164,9 @@ impl Sink for Reporter {
             return Ok(());
         };
         let name = match a.kind {
-            ActivityKind::Kernel { name, .. } => self.demangler.get(name, ctx.strings).to_owned(),
+            ActivityKind::Kernel { name, .. } => {
+                self.demangler.label(name, ctx.strings, ctx.view).to_owned()
+            }
             ActivityKind::Memcpy { kind, .. } => format!("[Memcpy {kind}]"),
             ActivityKind::Memset { .. } => "[Memset]".to_owned(),
             ActivityKind::Sync { .. } => return Ok(()),
