@@ -430,6 +430,106 @@ pub fn elide_middle(s: &str, max: usize) -> String {
     format!("{start}…{end}")
 }
 
+/// Whether a frame is a Python line: `module.fn (file.py:12)` as gpuperf's
+/// recordings name them, or `file.py(12): fn` as PyTorch's profiler does.
+pub fn is_python_frame(frame: &str) -> bool {
+    frame.contains(".py:") || frame.contains(".py(")
+}
+
+/// The innermost Python frame of a folded stack (root first), if any.
+pub fn innermost_python(folded: &str) -> Option<&str> {
+    folded.rsplit(';').find(|f| is_python_frame(f))
+}
+
+/// Separates frames in [`fit_stack`]'s text, read "called from".
+pub const CALLED_FROM: &str = " ← ";
+
+/// A folded stack (root first) in at most `width` characters, for a terminal:
+/// the leaf first (with its caller when the leaf is a CUDA API call), then the
+/// innermost Python line, then the outer Python lines while they fit; native
+/// frames between them, and PyTorch's `Module._call_impl` wrappers, are
+/// elided (`…`). A stack without Python frames shows
+/// its frames from the leaf outwards while they fit.
+///
+/// ```
+/// use gpuperf_merge::view::fit_stack;
+///
+/// let s = "_start;main (t.py:9);step (t.py:3);at::mm;at::native::gemm;cudaLaunchKernel";
+/// assert_eq!(
+///     fit_stack(s, 200),
+///     "at::native::gemm;cudaLaunchKernel ← … ← step (t.py:3) ← main (t.py:9) ← …"
+/// );
+/// ```
+pub fn fit_stack(folded: &str, width: usize) -> String {
+    let frames: Vec<&str> = folded.split(';').collect();
+    let n = frames.len();
+    let api_leaf = n >= 2 && is_api_name(frames[n - 1]);
+    let leaf_start = if api_leaf { n - 2 } else { n - 1 };
+    // Leaf frames are capped so that the Python line still fits beside them.
+    let leaf = frames[leaf_start..]
+        .iter()
+        .map(|f| elide_middle(f, width / 3))
+        .collect::<Vec<_>>()
+        .join(";");
+    let mut parts: Vec<String> = vec![leaf];
+    let outer = &frames[..leaf_start];
+    let python: Vec<usize> = (0..outer.len())
+        .rev()
+        .filter(|&i| is_python_frame(outer[i]) && !is_call_wrapper(outer[i]))
+        .collect();
+    let mut shown_to = leaf_start; // frames at and after this index are shown
+    if python.is_empty() {
+        for i in (0..outer.len()).rev() {
+            parts.push(elide_middle(outer[i], width / 3));
+            shown_to = i;
+        }
+    } else {
+        for &i in &python {
+            if i + 1 < shown_to {
+                parts.push("…".to_owned());
+            }
+            parts.push(elide_middle(outer[i], width / 2));
+            shown_to = i;
+        }
+    }
+    if shown_to > 0 {
+        parts.push("…".to_owned());
+    }
+    // Drop outer parts until the text fits, keeping the leaf and one Python line.
+    let fits = |p: &[String]| p.join(CALLED_FROM).chars().count() <= width;
+    while !fits(&parts) && parts.len() > 2 {
+        parts.pop();
+        if parts.last().is_some_and(|p| p == "…") {
+            parts.pop();
+        }
+        parts.push("…".to_owned());
+        if fits(&parts) {
+            break;
+        }
+        parts.pop();
+    }
+    elide_middle(&parts.join(CALLED_FROM), width)
+}
+
+/// PyTorch's `nn.Module.__call__` wrappers: one pair above every module's
+/// `forward`, they tell stacks apart no better than `…` and take the room of
+/// the lines that do.
+fn is_call_wrapper(frame: &str) -> bool {
+    ["Module._call_impl (", "Module._wrapped_call_impl ("]
+        .iter()
+        .any(|w| frame.contains(w))
+}
+
+/// Whether a frame is a CUDA API call (`cudaLaunchKernel`, `cuLaunchKernel`).
+fn is_api_name(frame: &str) -> bool {
+    (frame.starts_with("cuda") || frame.starts_with("cu"))
+        && frame.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && frame
+            .chars()
+            .nth(2)
+            .is_some_and(|c| c.is_ascii_uppercase() || frame.starts_with("cuda"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,6 +655,36 @@ mod tests {
             View::concise().name("__device_stub__plain"),
             "__device_stub__plain"
         );
+    }
+
+    #[test]
+    fn fitted_stacks_show_the_leaf_and_the_python_line_first() {
+        let deep = format!(
+            "_start;{}outer (a.py:1);{}inner (b.py:2);{}at::native::kernel_impl;cudaLaunchKernel",
+            "native_root;".repeat(50),
+            "x::y;".repeat(40),
+            "c10::Dispatcher::call;".repeat(40)
+        );
+        let s = fit_stack(&deep, 120);
+        assert!(s.chars().count() <= 120, "{s}");
+        assert!(
+            s.starts_with("at::native::kernel_impl;cudaLaunchKernel ← … ← inner (b.py:2) ← "),
+            "{s}"
+        );
+        // Two stacks that differ only in their Python line read apart.
+        let other = deep.replace("inner (b.py:2)", "inner (b.py:7)");
+        assert_ne!(fit_stack(&other, 120), s);
+        let no_python = "_start;main;run;gemm;cudaLaunchKernel";
+        assert_eq!(
+            fit_stack(no_python, 200),
+            "gemm;cudaLaunchKernel ← run ← main ← _start"
+        );
+        assert_eq!(
+            fit_stack("[GPU_Idle: host sync]", 200),
+            "[GPU_Idle: host sync]"
+        );
+        let long_leaf = format!("f (a.py:1);{}", "k".repeat(500));
+        assert!(fit_stack(&long_leaf, 200).chars().count() <= 200);
     }
 
     #[test]
