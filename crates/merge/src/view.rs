@@ -9,7 +9,8 @@
 //!   default view shows each Python frame in their place: the native frames of
 //!   extensions and libraries (PyTorch's dispatcher, cuBLAS) stay where they are
 //!   called, and the root frames (`_start`, a thread start) stay, so that a
-//!   complete stack still reads complete.
+//!   complete stack still reads complete; glibc's start-up frames between
+//!   `_start` and the interpreter's hidden `main` go too.
 //! - **Names** ([`Names`]). C++ names lose their return type, template arguments
 //!   (`<…>`) and parameter lists, as Nsight Systems shortens kernel names; the
 //!   full names stay available to the SVG's tooltips and the timeline's args.
@@ -112,10 +113,11 @@ impl View {
             return folded.to_owned();
         }
         let mut out = String::with_capacity(folded.len());
+        let python = self.frames == Frames::Python && folded.split(';').any(is_python_frame);
         for f in folded.split(';') {
             if self.frames == Frames::Python
                 && !ROOT_FRAMES.contains(&f)
-                && (in_interpreter(f) || is_interpreter_name(f))
+                && (in_interpreter(f) || is_interpreter_name(f) || (python && C_START.contains(&f)))
             {
                 continue;
             }
@@ -217,6 +219,15 @@ pub fn is_interpreter_module(path: &str) -> bool {
     rest.chars()
         .all(|c| c.is_ascii_digit() || c == '.' || c == 't' || c == 'd' || c == 'm')
 }
+
+/// glibc's start-up frames between `_start` and a program's `main`: with the
+/// interpreter's `main` hidden, a stack with Python frames goes from `_start`
+/// straight to its first Python frame.
+const C_START: [&str; 3] = [
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+];
 
 /// Name prefixes of CPython's evaluation loop and call machinery, exported or
 /// static, as symbol tables name them.
@@ -591,7 +602,15 @@ mod tests {
         let in_module = |f: &str| f == "static_helper" || f == "main";
         assert_eq!(
             v.stack(raw, &in_module),
-            "_start;__libc_start_main;<module> (t.py:1);f (t.py:2);THPVariable_mm;at::mm;cudaLaunchKernel"
+            "_start;<module> (t.py:1);f (t.py:2);THPVariable_mm;at::mm;cudaLaunchKernel"
+        );
+        // Without Python frames, glibc's start-up frames stay.
+        assert_eq!(
+            v.stack(
+                "_start;__libc_start_main;main;run;cudaLaunchKernel",
+                &in_module
+            ),
+            "_start;__libc_start_main;run;cudaLaunchKernel"
         );
     }
 
