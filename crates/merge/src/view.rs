@@ -280,10 +280,11 @@ const INTERPRETER_NAMES: [&str; 6] = [
 /// and call machinery (`_PyEval_EvalFrameDefault`, `PyObject_Call`, …, with
 /// compiler suffixes such as `.cold` or `.lto_priv.0`).
 pub fn is_interpreter_name(frame: &str) -> bool {
-    if let Some((file, off)) = frame.rsplit_once("+0x") {
-        if !off.is_empty() && off.chars().all(|c| c.is_ascii_hexdigit()) {
-            return is_interpreter_module(file);
-        }
+    if let Some((file, off)) = frame.rsplit_once("+0x")
+        && !off.is_empty()
+        && off.chars().all(|c| c.is_ascii_hexdigit())
+    {
+        return is_interpreter_module(file);
     }
     let base = frame.split('.').next().unwrap_or(frame);
     INTERPRETER_PREFIXES.iter().any(|p| base.starts_with(p)) || INTERPRETER_NAMES.contains(&base)
