@@ -8,6 +8,7 @@ use clap::{
     ArgAction, ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
 };
 use gpuperf_merge::recording::{DEFAULT_TITLE, Inputs, Outputs};
+use gpuperf_merge::view::{Frames, Names, View};
 use gpuperf_profiler::ProbeSpec;
 
 /// gpuperf: which line of CPU code caused which GPU work, and what it cost.
@@ -111,6 +112,12 @@ pub struct RecordArgs {
     /// Write a flamegraph of the idle-time stacks (as --idle) here.
     #[arg(long, value_name = "FILE")]
     pub idle_svg: Option<PathBuf>,
+    /// Write a gzipped pprof profile (GPU time and launches by stack) here, for Pyroscope,
+    /// Parca, Grafana or `go tool pprof`.
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
+    #[command(flatten)]
+    pub view: ViewArgs,
     /// Write the CPU trace (one line per launch with its stack) here.
     #[arg(short = 'p', long = "cpu-trace", value_name = "FILE")]
     pub cpu_trace: Option<PathBuf>,
@@ -230,6 +237,37 @@ pub struct InputArgs {
     /// instead of charging them to their forward op's stack under `[backward]`.
     #[arg(long)]
     pub no_link_backward: bool,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+/// What the outputs show of stacks and names; every command that writes stacks takes it.
+#[derive(Copy, Clone, Debug, Default, Args)]
+pub struct ViewArgs {
+    /// Keep the Python interpreter's own C frames (`_PyEval_EvalFrameDefault`,
+    /// `PyObject_Call`, `python3.11+0x…`) between Python frames. Default: each Python
+    /// frame stands in their place, as in py-spy; the recording keeps every frame.
+    #[arg(long)]
+    pub keep_interpreter_frames: bool,
+    /// Spell C++ names in full, as c++filt does. Default: without return types, template
+    /// arguments and parameter lists, as Nsight Systems shortens them; the full names are
+    /// in the flamegraph's tooltips and the timeline's args.
+    #[arg(long)]
+    pub full_names: bool,
+}
+
+impl ViewArgs {
+    /// The view asked for.
+    pub fn view(&self) -> View {
+        let mut v = View::concise();
+        if self.keep_interpreter_frames {
+            v.frames = Frames::All;
+        }
+        if self.full_names {
+            v.names = Names::Full;
+        }
+        v
+    }
 }
 
 impl InputArgs {
@@ -242,6 +280,7 @@ impl InputArgs {
         i.kineto.link_backward = !self.no_link_backward;
         i.join.slack_ns = self.slack_us * 1000;
         i.join.cpu_clock_offset_ns = self.cpu_clock_offset_ns;
+        i.join.view = self.view.view();
         i
     }
 }
@@ -285,10 +324,13 @@ impl MergeArgs {
     /// The outputs asked for. Folded stacks go to stdout when no file output is named.
     pub fn outputs(&self) -> Outputs {
         let mut o = Outputs::default();
-        o.folded = self.folded.clone().or_else(|| {
-            (self.chrome.is_none() && self.svg.is_none() && self.pprof.is_none())
-                .then(|| "-".into())
-        });
+        let no_file = self.chrome.is_none()
+            && self.svg.is_none()
+            && self.pprof.is_none()
+            && self.idle.is_none()
+            && self.idle_svg.is_none()
+            && self.cpu_trace.is_none();
+        o.folded = self.folded.clone().or_else(|| no_file.then(|| "-".into()));
         o.chrome.clone_from(&self.chrome);
         o.svg.clone_from(&self.svg);
         o.pprof.clone_from(&self.pprof);
@@ -307,6 +349,9 @@ pub struct ReportArgs {
     /// Rows to show.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub top: u64,
+    /// Print the report as JSON instead of text.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 }
 
 /// `gpuperf diff`.
@@ -334,6 +379,31 @@ pub struct DiffArgs {
     /// Flamegraph title.
     #[arg(long)]
     pub title: Option<String>,
+    /// Print the table of changes as JSON instead of text.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Exit with status 3 when a stack grew by more than PCT percent of BEFORE's total
+    /// (a regression check for CI).
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub fail_above: Option<f64>,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+/// How `report` and `diff` print their tables.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Text for a terminal, lines of at most 200 characters.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage of 0 or more")),
+    }
 }
 
 /// `gpuperf monitor`.

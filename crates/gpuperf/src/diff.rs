@@ -7,11 +7,13 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use gpuperf_merge::recording::{Inputs, Recording};
+use gpuperf_merge::view::{View, fit_stack};
 use gpuperf_merge::write::diff::{self, Change, KernelOverlap, Options, Profile};
+use gpuperf_merge::write::report::LINE_WIDTH;
 use gpuperf_merge::write::{folded, idle, svg};
 use gpuperf_profiler::Symbolizer;
 
-use crate::cli::DiffArgs;
+use crate::cli::{DiffArgs, Format};
 
 /// One run's folded stacks.
 struct Run {
@@ -20,9 +22,11 @@ struct Run {
     unit: &'static str,
 }
 
-pub fn run(a: &DiffArgs, quiet: bool) -> Result<()> {
-    let before = load(&a.before, a.idle).with_context(|| "BEFORE not read")?;
-    let after = load(&a.after, a.idle).with_context(|| "AFTER not read")?;
+/// Compares the two runs; `Ok(false)` when `--fail-above` found a regression.
+pub fn run(a: &DiffArgs, quiet: bool) -> Result<bool> {
+    let view = a.view.view();
+    let before = load(&a.before, a.idle, view).with_context(|| "BEFORE not read")?;
+    let after = load(&a.after, a.idle, view).with_context(|| "AFTER not read")?;
     let opts = {
         let mut o = Options::default();
         o.ignore_lines = a.ignore_lines;
@@ -51,7 +55,34 @@ pub fn run(a: &DiffArgs, quiet: bool) -> Result<()> {
     }
 
     let what = if a.idle { "idle time" } else { "GPU time" };
+    let regressed = a
+        .fail_above
+        .and_then(|pct| diff::regression(&b, &f, &rows, pct));
     let mut out = io::stdout().lock();
+    if a.format == Format::Json {
+        let top = usize::try_from(a.top).unwrap_or(usize::MAX);
+        let doc = diff::changes_json(what, unit, &b, &f, &rows, top, regressed.as_deref());
+        writeln!(out, "{doc}")?;
+    } else {
+        write_summary(&mut out, a, what, unit, &b, &f, &rows)?;
+        if let Some(r) = &regressed {
+            writeln!(out, "regression: {r}")?;
+        }
+    }
+    out.flush()?;
+    write_svg(a, what, unit, &b, &f, quiet)?;
+    Ok(regressed.is_none())
+}
+
+fn write_summary(
+    out: &mut impl io::Write,
+    a: &DiffArgs,
+    what: &str,
+    unit: &str,
+    b: &Profile,
+    f: &Profile,
+    rows: &[Change],
+) -> Result<()> {
     writeln!(
         out,
         "{what} by CPU stack: {} {unit} in `{}`, {} {unit} in `{}` ({:+} {unit}); {} of {} stacks changed",
@@ -61,19 +92,31 @@ pub fn run(a: &DiffArgs, quiet: bool) -> Result<()> {
         a.after.display(),
         i128::from(f.total()) - i128::from(b.total()),
         rows.len(),
-        stacks_in_either(&b, &f),
+        stacks_in_either(b, f),
     )?;
-    write_table(&mut out, &rows, unit, a.top as usize)?;
-    out.flush()?;
+    write_table(out, rows, unit, a.top as usize)
+}
 
-    let lines = diff::differential_lines(&b, &f)?;
+fn write_svg(
+    a: &DiffArgs,
+    what: &str,
+    unit: &str,
+    b: &Profile,
+    f: &Profile,
+    quiet: bool,
+) -> Result<()> {
+    let lines = diff::differential_lines(b, f)?;
     let file = File::create(&a.output)
         .with_context(|| format!("failed to create `{}`", a.output.display()))?;
     let mut o = svg::Options::default();
     o.title = a.title.clone().unwrap_or_else(|| {
         format!("gpuperf diff: {what} by CPU stack (red: more in AFTER, blue: less)")
     });
-    o.subtitle = Some(format!("{} → {}", a.before.display(), a.after.display()));
+    o.subtitle = Some(format!(
+        "{} → {}",
+        file_name(&a.before),
+        file_name(&a.after)
+    ));
     o.count_name = unit.to_owned();
     svg::render(&o, lines.iter().map(String::as_str), BufWriter::new(file))
         .with_context(|| format!("failed to write `{}`", a.output.display()))?;
@@ -84,6 +127,15 @@ pub fn run(a: &DiffArgs, quiet: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A path's last component, for the subtitle: directories tell a reader of the
+/// SVG nothing.
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 fn stacks_in_either(b: &Profile, f: &Profile) -> usize {
@@ -118,7 +170,7 @@ fn write_table(out: &mut impl io::Write, rows: &[Change], unit: &str, top: usize
             c.after,
             c.delta(),
             pct,
-            c.stack
+            fit_stack(&c.stack, LINE_WIDTH - 50)
         )?;
     }
     if rows.len() > top {
@@ -133,7 +185,7 @@ fn write_table(out: &mut impl io::Write, rows: &[Change], unit: &str, top: usize
 
 /// Reads one run: a recording directory or a trace file, joined as `gpuperf merge`
 /// joins it, or a folded stacks file.
-fn load(path: &Path, idle: bool) -> Result<Run> {
+fn load(path: &Path, idle: bool, view: View) -> Result<Run> {
     anyhow::ensure!(
         path.is_dir() || path.is_file(),
         "`{}` is neither a recording directory nor a file",
@@ -141,6 +193,7 @@ fn load(path: &Path, idle: bool) -> Result<Run> {
     );
     let mut inputs = Inputs::default();
     inputs.recording = Some(path.to_owned());
+    inputs.join.view = view;
     if path.is_dir() {
         return join(&inputs, idle);
     }

@@ -13,7 +13,7 @@ use std::io::{self, IsTerminal, Write as _};
 use std::process::ExitCode;
 
 use anyhow::Result;
-use gpuperf_merge::recording::report::IdleTable;
+use gpuperf_merge::recording::report::{IdleTable, PythonLineTable, PythonLines, report_json};
 use gpuperf_merge::recording::{self, Recording};
 use gpuperf_merge::write::idle::IdleFolder;
 use gpuperf_merge::write::report;
@@ -22,7 +22,7 @@ use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use crate::cli::{Cli, Command, MergeArgs, ReportArgs};
+use crate::cli::{Cli, Command, Format, MergeArgs, ReportArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit());
@@ -60,7 +60,14 @@ fn main() -> ExitCode {
         Some(Command::Merge(a)) => merge(a, quiet).map(|()| ExitCode::SUCCESS),
         Some(Command::Report(a)) => run_report(a, quiet).map(|()| ExitCode::SUCCESS),
         Some(Command::Monitor(a)) => monitor::run(a, quiet).map(ExitCode::from),
-        Some(Command::Diff(a)) => diff::run(&a, quiet).map(|()| ExitCode::SUCCESS),
+        // 3: `--fail-above` found a regression (1 is an error, 2 clap's usage error).
+        Some(Command::Diff(a)) => diff::run(&a, quiet).map(|ok| {
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            }
+        }),
     };
     match r {
         Ok(code) => code,
@@ -119,11 +126,17 @@ fn run_report(a: ReportArgs, quiet: bool) -> Result<()> {
         None => l.join(&mut [&mut rep, &mut idle])?,
     };
     let top = usize::try_from(a.top).unwrap_or(usize::MAX);
+    let lines = PythonLines::of(&rep, &idle);
     let mut out = io::stdout().lock();
-    rep.write(&mut out, top)?;
-    write!(out, "{}", IdleTable { idle: &idle, top })?;
-    if let Some(d) = &driver {
-        d.write(&mut out, top)?;
+    if a.format == Format::Json {
+        writeln!(out, "{}", report_json(&mut rep, &idle, &lines, top))?;
+    } else {
+        rep.write(&mut out, top)?;
+        write!(out, "{}", PythonLineTable { lines: &lines, top })?;
+        write!(out, "{}", IdleTable { idle: &idle, top })?;
+        if let Some(d) = &driver {
+            d.write(&mut out, top)?;
+        }
     }
     if (l.cpu.is_some() || summary.gpu_launch_stacks > 0) && !quiet {
         eprint!("gpuperf: {summary}");

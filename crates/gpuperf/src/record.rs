@@ -593,6 +593,7 @@ fn finish(
     outs.subtitle = Some(command_line(&a.program));
     outs.idle.clone_from(&a.idle);
     outs.idle_svg.clone_from(&a.idle_svg);
+    outs.pprof.clone_from(&a.pprof);
     let cpu = cpu_summary.is_some().then_some(cpu_path);
     let mut report = String::new();
     report += &format!(
@@ -621,6 +622,7 @@ fn finish(
         inputs.gpu = vec![raw.to_path_buf()];
         inputs.cpu = cpu.map(Path::to_path_buf);
         inputs.join.stacks_off = a.gpu_only;
+        inputs.join.view = a.view.view();
         let mut l = Recording::open(&inputs, Symbolizer::new)?;
         if a.raw_dir.is_some()
             && let Some(names) = l.symbols.as_ref().filter(|n| !n.is_empty())
@@ -659,6 +661,7 @@ fn finish(
     } else if let Some(cpu) = cpu {
         let mut inputs = Inputs::default();
         inputs.cpu = Some(cpu.to_path_buf());
+        inputs.join.view = a.view.view();
         let l = Recording::open(&inputs, Symbolizer::new)?;
         let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
         if n == 0 {
@@ -721,10 +724,18 @@ fn describe_status(s: std::process::ExitStatus) -> String {
     }
 }
 
+/// The flamegraph's subtitle: the command, absolute paths shown by their file
+/// names (the machine's directories tell a reader of the SVG nothing).
 fn command_line(argv: &[OsString]) -> String {
     let s: Vec<String> = argv
         .iter()
-        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| {
+            let p = Path::new(a);
+            match p.file_name() {
+                Some(n) if p.is_absolute() => n.to_string_lossy().into_owned(),
+                _ => a.to_string_lossy().into_owned(),
+            }
+        })
         .collect();
     let mut s = s.join(" ");
     if s.len() > 200 {
@@ -747,6 +758,14 @@ mod tests {
         assert_eq!(human_bytes(10), "10 B");
         assert_eq!(human_bytes(2048), "2.0 KiB");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+
+    #[test]
+    fn the_subtitle_names_files_not_their_directories() {
+        let argv: Vec<OsString> = ["/usr/bin/python3.11", "/tmp/x/train.py", "--out", "a/b.txt"]
+            .map(OsString::from)
+            .to_vec();
+        assert_eq!(command_line(&argv), "python3.11 train.py --out a/b.txt");
     }
 
     #[test]

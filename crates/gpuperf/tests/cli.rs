@@ -99,6 +99,8 @@ fn merge_reference__folded_chrome_svg_files() {
     );
     let out = gpuperf([
         "merge".as_ref(),
+        // The c++filt spellings, not the default short names.
+        "--full-names".as_ref(),
         "--gpu".as_ref(),
         reference("cupti.log").as_os_str(),
         "--cpu".as_ref(),
@@ -133,6 +135,8 @@ fn merge_reference__folded_chrome_svg_files() {
 fn merge_reference__no_outputs_named__folded_on_stdout() {
     let out = gpuperf([
         "merge".as_ref(),
+        // The c++filt spellings, not the default short names.
+        "--full-names".as_ref(),
         "--gpu".as_ref(),
         reference("cupti.log").as_os_str(),
         "--cpu".as_ref(),
@@ -187,6 +191,8 @@ fn merge_reference__quiet__no_summary() {
 fn report_reference__table_on_stdout() {
     let out = gpuperf([
         "report".as_ref(),
+        // The c++filt spellings, not the default short names.
+        "--full-names".as_ref(),
         "--gpu".as_ref(),
         reference("cupti.log").as_os_str(),
         "--cpu".as_ref(),
@@ -208,6 +214,8 @@ fn report_reference__table_on_stdout() {
 fn report_reference__top_2__limits_rows() {
     let out = gpuperf([
         "report".as_ref(),
+        // The c++filt spellings, not the default short names.
+        "--full-names".as_ref(),
         "--gpu".as_ref(),
         reference("cupti.log").as_os_str(),
         "--top".as_ref(),
@@ -300,6 +308,8 @@ fn merge_own_format_dir__exact_join() {
     fs::write(&cpu_path, cpu).unwrap();
     let out = gpuperf([
         "merge".as_ref(),
+        // The c++filt spellings, not the default short names.
+        "--full-names".as_ref(),
         "--gpu".as_ref(),
         traces.as_os_str(),
         "--cpu".as_ref(),
@@ -326,6 +336,8 @@ fn merge_own_format_cut_mid_record__reads_the_rest() {
     fs::write(&cpu_path, cpu).unwrap();
     let out = gpuperf([
         "merge".as_ref(),
+        // The c++filt spellings, not the default short names.
+        "--full-names".as_ref(),
         "--gpu".as_ref(),
         gpu_path.as_os_str(),
         "--cpu".as_ref(),
@@ -563,6 +575,8 @@ fn merge_pytorch_trace_file__format_from_content_every_output_and_pprof() {
 fn report_nsys_export__kernel_table_stacks_and_summary() {
     let o = gpuperf([
         "report".as_ref(),
+        // The c++filt spellings, not the default short names.
+        "--full-names".as_ref(),
         real("a100_saxpy_mpi_nsys.sqlite").as_os_str(),
     ]);
     assert_success(&o);
@@ -571,8 +585,8 @@ fn report_nsys_export__kernel_table_stacks_and_summary() {
         out.contains("saxpy(double *, double *, double *, double, int)"),
         "{out}"
     );
-    assert!(out.contains("top launch stacks by GPU time:"), "{out}");
-    assert!(out.contains("main;saxpy;cudaLaunchKernel"), "{out}");
+    assert!(out.contains("top launch stacks by GPU time ("), "{out}");
+    assert!(out.contains("saxpy;cudaLaunchKernel ← main"), "{out}");
     assert!(
         stderr(&o).contains("matched 5 of 5 kernels"),
         "{}",

@@ -78,6 +78,7 @@ fn diff_sim_recordings__grown_function_top_change_with_the_cost_models_delta() {
             after.as_os_str(),
             "-o".as_ref(),
             "d.svg".as_ref(),
+            "--full-names".as_ref(),
         ],
     );
     assert!(o.status.success(), "{}", show(&o));
@@ -111,7 +112,8 @@ fn diff_sim_recordings__grown_function_top_change_with_the_cost_models_delta() {
     );
     assert_eq!(pct, "+275.0%", "{out}");
     assert!(
-        stack.ends_with(";main;grown;launch;cudaLaunchKernel;[GPU_Kernel]grown()"),
+        // Leaf first (as in `report`), names as c++filt spells them (--full-names).
+        stack.starts_with("[GPU_Kernel]grown() ← cudaLaunchKernel ← launch ← grown ← main ← "),
         "{out}"
     );
     // The flamegraph: a whole SVG that draws the grown kernel's stack.
@@ -149,7 +151,7 @@ fn diff_sim_recordings__grown_function_top_change_with_the_cost_models_delta() {
     let m = gpuperf(&dir)
         .arg("merge")
         .arg(&before)
-        .args(["-m", "before.folded"])
+        .args(["--full-names", "-m", "before.folded"])
         .output()
         .unwrap();
     assert!(m.status.success(), "{}", show(&m));
@@ -160,6 +162,7 @@ fn diff_sim_recordings__grown_function_top_change_with_the_cost_models_delta() {
             after.as_os_str(),
             "-o".as_ref(),
             "f.svg".as_ref(),
+            "--full-names".as_ref(),
         ],
     );
     assert!(f.status.success(), "{}", show(&f));
@@ -234,7 +237,7 @@ fn diff_folded_files__lines_and_addresses_matched_with_ignore_lines() {
             10,
             -30,
             "-75.0%".to_owned(),
-            "main;step;model.fwd (m.py);cudaLaunchKernel;[GPU_Kernel]k".to_owned()
+            "[GPU_Kernel]k ← cudaLaunchKernel ← model.fwd (m.py) ← step ← main".to_owned()
         )],
         "{}",
         show(&o)

@@ -263,7 +263,9 @@ fn report__idle_share_and_causes_per_stream_and_the_stacks_that_made_it_wait() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("           180  [no CPU stack];cudaLaunchKernel;[GPU_Idle: CPU late]\n"),
+        // Leaf first, as every stack of the report reads.
+        stdout
+            .contains("           180  [GPU_Idle: CPU late] ← cudaLaunchKernel ← [no CPU stack]\n"),
         "{stdout}"
     );
 }

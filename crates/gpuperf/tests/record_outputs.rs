@@ -97,3 +97,29 @@ fn sim_outputs_unwritable_at_the_end__recording_kept_and_merge_command_given() {
     assert!(dir.join("flamegraph.svg").exists());
     let _ = fs::remove_dir_all(std::path::Path::new(kept).parent().unwrap());
 }
+
+#[test]
+fn record_pprof_on_the_simulated_runtime__profile_written_and_stubs_demangled() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let cupti = sim(&cuda).join("libcupti.so.13");
+    let dir = work_dir("record_outputs_pprof");
+    let o = gpuperf(&dir)
+        .args([
+            "record", "--stacks", "inject", "--pprof", "p.pb.gz", "-m", "m.folded",
+        ])
+        .arg("--cupti")
+        .arg(&cupti)
+        .arg("--")
+        .arg(&app)
+        .args(["chevron", "5"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let pprof = fs::read(dir.join("p.pb.gz")).unwrap();
+    assert_eq!(&pprof[..2], [0x1f, 0x8b], "not gzip");
+    let folded = fs::read_to_string(dir.join("m.folded")).unwrap();
+    assert!(folded.contains("__device_stub__"), "{folded}");
+    assert!(!folded.contains("__device_stub__Z"), "{folded}");
+}

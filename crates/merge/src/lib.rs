@@ -102,6 +102,8 @@ pub mod recording;
 #[cfg(feature = "render")]
 pub mod join;
 #[cfg(feature = "render")]
+pub mod view;
+#[cfg(feature = "render")]
 pub mod write;
 
 // The two formats gpuperf's own recorders write (the injection library's GPU

@@ -43,6 +43,7 @@ use crate::model::{
 };
 use crate::read::cpu::{CpuLaunch, CpuTrace, StackId};
 use crate::read::input::{GpuInputs, GpuReadSummary};
+use crate::view::View;
 
 /// Join options.
 #[derive(Clone, Debug)]
@@ -57,6 +58,10 @@ pub struct Options {
     /// No CPU stacks were taken (`gpuperf record --gpu-only`): kernels without
     /// one are said to be so for that reason. Default is `false`.
     pub stacks_off: bool,
+    /// What the writers show of stacks and names ([`crate::view`]). The join
+    /// itself passes it on in the [`Context`]; [`crate::recording::Recording`]
+    /// applies it to the stacks. Default is [`View::complete`].
+    pub view: View,
 }
 
 impl Default for Options {
@@ -65,6 +70,7 @@ impl Default for Options {
             slack_ns: 50_000,
             cpu_clock_offset_ns: None,
             stacks_off: false,
+            view: View::complete(),
         }
     }
 }
@@ -179,6 +185,8 @@ pub struct Context<'a> {
     pub cpu: Option<&'a CpuTrace>,
     /// Clock of the GPU timestamps.
     pub clock: Clock,
+    /// What the writers show of names ([`Options::view`]).
+    pub view: View,
     offsets: &'a FxHashMap<u32, i64>,
 }
 
@@ -190,6 +198,7 @@ impl<'a> Context<'a> {
             strings,
             cpu: None,
             clock: Clock::Monotonic,
+            view: View::complete(),
             offsets,
         }
     }
@@ -657,6 +666,7 @@ pub fn merge(
     let index = Index {
         apis: &apis,
         cpu: &cpu_index,
+        view: opts.view,
     };
     let cpu: Option<&CpuTrace> = cpu.map(|c| &*c);
     let clock = gpu.clock();
@@ -665,6 +675,7 @@ pub fn merge(
         strings,
         cpu,
         clock,
+        view: opts.view,
         offsets: &offsets,
     };
     if let Some(c) = cpu {
@@ -900,6 +911,8 @@ fn index_cpu(cpu: &CpuTrace, summary: &mut Summary) -> CpuIndex {
 struct Index<'a> {
     apis: &'a FxHashMap<u32, PidApis>,
     cpu: &'a CpuIndex,
+    /// Passed on to the sinks in each [`Context`].
+    view: View,
 }
 
 impl<'a> Index<'a> {
@@ -943,6 +956,7 @@ fn stream_records(
             strings: names,
             cpu,
             clock,
+            view: index.view,
             offsets,
         };
         let m = match rec {

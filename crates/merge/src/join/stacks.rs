@@ -210,6 +210,7 @@ pub fn collect(
         texts: FxHashMap::default(),
         frames: FxHashMap::default(),
         unsymbolized: 0,
+        interpreter: FxHashSet::default(),
     };
     for (pid, p) in &procs {
         if p.stacks.is_empty() {
@@ -248,6 +249,7 @@ pub fn collect(
         strings,
     );
     stats.unsymbolized_frames = namer.unsymbolized;
+    trace.interpreter_frames = namer.interpreter;
     trace.lines = trace.launches.len() as u64;
     Ok(Some(LaunchStacks { trace, stats }))
 }
@@ -505,6 +507,8 @@ struct Namer<'s> {
     /// (pid, module, offset) → names, innermost first.
     frames: FxHashMap<(u32, u32, u64), Vec<String>>,
     unsymbolized: u64,
+    /// Names of frames in the interpreter's own module ([`crate::view`]).
+    interpreter: FxHashSet<Box<str>>,
 }
 
 impl Namer<'_> {
@@ -533,11 +537,19 @@ impl Namer<'_> {
                         .map_or_else(|| m.path.clone(), |n| n.to_string_lossy().into_owned())
                 },
             );
+            let interpreter = p
+                .modules
+                .get(&module)
+                .is_some_and(|m| crate::view::is_interpreter_module(&m.path));
             for (i, off) in offsets.into_iter().enumerate() {
                 let mut n = names.get(i).cloned().unwrap_or_default();
                 if n.is_empty() {
                     self.unsymbolized += 1;
                     n.push(format!("{file}+{off:#x}"));
+                }
+                if interpreter {
+                    self.interpreter
+                        .extend(n.iter().map(|x| x.replace(';', ":").into_boxed_str()));
                 }
                 self.frames.insert((pid, module, off), n);
             }

@@ -175,6 +175,10 @@ pub struct CpuTrace {
     /// The PyTorch profiler's steps (`ProfilerStep#N` ranges) the trace marks,
     /// in file order; empty when it marks none.
     pub steps: Vec<ProfilerStep>,
+    /// Names of frames found in the Python interpreter's own module (the
+    /// `python` executable or `libpython`), where the stacks were taken in
+    /// process and their modules are known: what [`crate::view`] hides.
+    pub interpreter_frames: FxHashSet<Box<str>>,
 }
 
 /// One `ProfilerStep#N` range of a PyTorch profiler trace: a training or
@@ -207,7 +211,30 @@ impl CpuTrace {
             captured: FxHashSet::default(),
             waits: FxHashSet::default(),
             steps: Vec::new(),
+            interpreter_frames: FxHashSet::default(),
         }
+    }
+
+    /// Rewrites every stack's text with `f`, stacks that become equal merging
+    /// into one; launches, graph nodes and graph stacks follow.
+    pub fn map_stacks(&mut self, mut f: impl FnMut(&str) -> String) {
+        let old = std::mem::take(&mut self.stacks);
+        let ids: Vec<StackId> = (0..old.len())
+            .map(|i| {
+                let text = f(old.text(StackId(i as u32)));
+                self.stacks.intern(text.as_bytes())
+            })
+            .collect();
+        for l in &mut self.launches {
+            l.stack = ids[l.stack.index()];
+        }
+        for v in self.graph_nodes.values_mut() {
+            *v = ids[v.index()];
+        }
+        self.graph_stacks = std::mem::take(&mut self.graph_stacks)
+            .into_iter()
+            .map(|((l, n), v)| ((ids[l.index()], ids[n.index()]), ids[v.index()]))
+            .collect();
     }
 
     /// Whether `l` is a synchronization call's stack rather than a launch's.
@@ -265,6 +292,8 @@ impl CpuTrace {
         self.captured.extend(&other.captured);
         self.waits.extend(&other.waits);
         self.steps.extend_from_slice(&other.steps);
+        self.interpreter_frames
+            .extend(other.interpreter_frames.iter().cloned());
         self.dropped = self.dropped.saturating_add(other.dropped);
         self.truncated = self.truncated.saturating_add(other.truncated);
         self.lines += other.lines;

@@ -149,6 +149,11 @@ impl GpuInputs {
         self.launch_stacks.as_ref()
     }
 
+    /// The CPU launch stacks the inputs carry, to rewrite them for a view.
+    pub fn launch_stacks_mut(&mut self) -> Option<&mut CpuTrace> {
+        self.launch_stacks.as_mut()
+    }
+
     /// Adds CPU launch stacks found after opening, keyed by (pid, correlation id)
     /// like the importers' ones: the injection library's in-process stacks, once
     /// symbolized ([`crate::join::stacks::collect`]).

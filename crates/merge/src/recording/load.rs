@@ -14,6 +14,7 @@ use crate::read::driver::{self as driver_file, DriverTrace};
 use crate::read::input::GpuInputs;
 use crate::read::kineto;
 use crate::read::symbols::SymbolCache;
+use crate::view::{FullNames, View};
 
 /// What to read: plain data, built from the command line.
 #[derive(Clone, Debug, Default)]
@@ -47,6 +48,13 @@ pub struct Recording {
     pub symbols: Option<SymbolCache>,
     /// The GPU driver's events, when a recording has them (`record --driver`).
     pub driver: Option<DriverTrace>,
+    /// The full names of the stack frames the view shortened, once joined.
+    pub full_names: FullNames,
+    /// The view the stacks were rewritten for, once they are.
+    viewed: Option<View>,
+    /// The launch stacks the GPU traces carry, as recorded, once the view
+    /// rewrote the join's copy.
+    raw_launch_stacks: Option<CpuTrace>,
 }
 
 impl Recording {
@@ -125,6 +133,9 @@ impl Recording {
             inprocess,
             symbols,
             driver,
+            full_names: FullNames::default(),
+            viewed: None,
+            raw_launch_stacks: None,
         })
     }
 
@@ -133,19 +144,66 @@ impl Recording {
         self.gpu.is_some()
     }
 
-    /// The CPU launch stacks the GPU traces carry (in-process or imported).
+    /// The CPU launch stacks the GPU traces carry (in-process or imported),
+    /// complete whatever the view.
     pub fn launch_stacks(&self) -> Option<&CpuTrace> {
-        self.gpu.as_ref().and_then(GpuInputs::launch_stacks)
+        self.raw_launch_stacks
+            .as_ref()
+            .or_else(|| self.gpu.as_ref().and_then(GpuInputs::launch_stacks))
     }
 
-    /// Runs the join into `sinks`.
+    /// Runs the join into `sinks`, the stacks shown as [`join::Options::view`]
+    /// says.
     pub fn join(&mut self, sinks: &mut [&mut dyn Sink]) -> Result<Summary> {
+        if self.gpu.is_none() {
+            return Err(Error::NoGpuTrace);
+        }
+        self.apply_view();
         let Some(gpu) = &self.gpu else {
             return Err(Error::NoGpuTrace);
         };
         let summary = join::merge(self.cpu.as_mut(), gpu, &mut self.strings, &self.opts, sinks)?;
         report_diagnostics("GPU", &summary.gpu_read.diagnostics);
         Ok(summary)
+    }
+}
+
+impl Recording {
+    /// Rewrites the CPU stacks (the CPU trace's and those the GPU traces carry)
+    /// as the view shows them, once; notes the full names of shortened frames.
+    fn apply_view(&mut self) {
+        let view = self.opts.view;
+        // Stacks are rewritten once: `opts.view` is set before the first join.
+        if self.viewed.is_some() || view.is_complete() {
+            return;
+        }
+        self.viewed = Some(view);
+        self.raw_launch_stacks = self
+            .gpu
+            .as_ref()
+            .and_then(GpuInputs::launch_stacks)
+            .cloned();
+        let full = &mut self.full_names;
+        let traces = self
+            .cpu
+            .iter_mut()
+            .chain(self.gpu.as_mut().and_then(GpuInputs::launch_stacks_mut));
+        for t in traces {
+            let interp = std::mem::take(&mut t.interpreter_frames);
+            t.map_stacks(|s| {
+                full.note_stack(&view, s);
+                view.stack(s, &|f| interp.contains(f))
+            });
+            t.interpreter_frames = interp;
+        }
+    }
+
+    /// The CPU stack text `s` as the view shows it (for outputs written
+    /// without a join).
+    pub fn view_stack(&self, s: &str) -> String {
+        let empty = rustc_hash::FxHashSet::default();
+        let interp = self.cpu.as_ref().map_or(&empty, |c| &c.interpreter_frames);
+        self.opts.view.stack(s, &|f| interp.contains(f))
     }
 }
 

@@ -12,8 +12,10 @@ use super::Recording;
 use crate::error::{Error, Result};
 use crate::join::{self, Sink, Summary};
 use crate::model::{SIMULATED_GPU_NOTE, StringTable};
+use crate::read::cpu::StackId;
 use crate::read::driver::DriverTrace;
 use crate::read::input::GpuInputs;
+use crate::view::FullNames;
 use crate::write::report::{Reporter, Row};
 use crate::write::{chrome, folded, idle, perfetto, pprof, svg};
 
@@ -156,7 +158,7 @@ impl Recording {
             written.push(c.finish(p)?);
         }
         if let (Some(p), Some(f), Some(idler)) = (&outs.idle_svg, idle_svg_file, &idle) {
-            written.push(idle_svg(outs, &summary, idler, p, f)?);
+            written.push(idle_svg(outs, &self.full_names, &summary, idler, p, f)?);
         }
         if let (Some(p), Some(f), Some(idler)) = (&outs.idle, idle_file, &idle) {
             written.push(idle_folded(idler, p, f)?);
@@ -178,7 +180,14 @@ impl Recording {
             if simulated(&summary) {
                 outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
             }
-            render_svg(&outs, folder.unit(), &lines, p, f)?;
+            let mut titles = self.full_names.clone();
+            for (label, full) in folder.full_names().pairs() {
+                titles.note(
+                    &format!("{}{label}", folded::KERNEL_PREFIX),
+                    &format!("{}{full}", folded::KERNEL_PREFIX),
+                );
+            }
+            render_svg(&outs, folder.unit(), &lines, &titles, p, f)?;
             written.push(Written {
                 path: p.to_path_buf(),
                 how: if folder.total() == 0 {
@@ -201,9 +210,16 @@ impl Recording {
         let Some(cpu) = &self.cpu else {
             return Ok(Vec::new());
         };
-        let mut counts: HashMap<&str, u64> = HashMap::new();
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        let mut titles = FullNames::default();
+        let mut viewed: HashMap<StackId, String> = HashMap::new();
         for launch in &cpu.launches {
-            *counts.entry(cpu.stacks.text(launch.stack)).or_default() += 1;
+            let text = viewed.entry(launch.stack).or_insert_with(|| {
+                let raw = cpu.stacks.text(launch.stack);
+                titles.note_stack(&self.opts.view, raw);
+                self.view_stack(raw)
+            });
+            *counts.entry(text.clone()).or_default() += 1;
         }
         let mut lines: Vec<String> = counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
         lines.sort_unstable();
@@ -236,7 +252,7 @@ impl Recording {
             }
         }
         if let Some(p) = &outs.svg {
-            render_svg(outs, "launches", &lines, p, create(p)?)?;
+            render_svg(outs, "launches", &lines, &titles, p, create(p)?)?;
             written.push(Written {
                 path: p.clone(),
                 how: "open it in a web browser",
@@ -248,6 +264,7 @@ impl Recording {
 
 fn idle_svg(
     outs: &Outputs,
+    titles: &FullNames,
     summary: &Summary,
     idler: &idle::IdleFolder,
     p: &Path,
@@ -267,7 +284,7 @@ fn idle_svg(
     if simulated(summary) {
         o.title = format!("{} ({SIMULATED_GPU_NOTE})", o.title);
     }
-    render_svg(&o, "µs", &lines, p, f)?;
+    render_svg(&o, "µs", &lines, titles, p, f)?;
     Ok(Written {
         path: p.to_path_buf(),
         how: if lines.is_empty() {
@@ -402,6 +419,7 @@ fn render_svg(
     outs: &Outputs,
     count_name: &str,
     lines: &[String],
+    titles: &FullNames,
     path: &Path,
     out: BufWriter<File>,
 ) -> Result<()> {
@@ -409,6 +427,11 @@ fn render_svg(
         title: outs.title.clone(),
         subtitle: outs.subtitle.clone(),
         count_name: count_name.to_owned(),
+        titles: titles
+            .pairs()
+            .into_iter()
+            .map(|(l, f)| (l.to_owned(), f.to_owned()))
+            .collect(),
         ..svg::Options::default()
     };
     writing(

@@ -3,8 +3,12 @@
 
 use std::fmt;
 
+use std::collections::BTreeMap;
+
+use crate::view::fit_stack;
+use crate::view::{elide_middle, innermost_python};
 use crate::write::idle::IdleFolder;
-use crate::write::report::{Row, dur};
+use crate::write::report::{LINE_WIDTH, Reporter, Row, dur};
 
 /// The top `top` kernels by GPU time, each line starting `gpuperf: `'s
 /// summary; nothing when there are none or `top` is 0.
@@ -132,12 +136,165 @@ impl fmt::Display for IdleTable<'_> {
         }
         let mut lines: Vec<&(String, u64)> = self.idle.lines().iter().collect();
         lines.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        writeln!(out, "\nCPU stacks that made the GPU wait (µs, by cause)")?;
+        writeln!(
+            out,
+            "\nCPU stacks that made the GPU wait (µs, by cause; leaf first, ← its callers)"
+        )?;
         for (stack, w) in lines.into_iter().take(self.top) {
-            writeln!(out, "  {w:>12}  {stack}")?;
+            writeln!(out, "  {w:>12}  {}", fit_stack(stack, LINE_WIDTH - 16))?;
         }
         Ok(())
     }
+}
+
+/// Where stacks have no Python frame, the row of [`PythonLines`] they fall in.
+pub const NO_PYTHON_LINE: &str = "[no Python line]";
+
+/// GPU time and GPU idle time by source line: the innermost Python frame of
+/// each launch stack and of each stack that made the GPU wait.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PythonLines {
+    /// (line, GPU ns, launches, idle ns), by GPU and idle time together, largest first.
+    pub rows: Vec<(String, u64, u64, u64)>,
+    /// All GPU time, ns.
+    pub gpu_total_ns: u64,
+}
+
+impl PythonLines {
+    /// The table of a join's report and idle stacks; empty when no stack has
+    /// a Python frame.
+    pub fn of(rep: &Reporter, idle: &IdleFolder) -> Self {
+        let mut by: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+        let mut any = false;
+        for (stack, ns, n) in rep.stacks() {
+            let line = innermost_python(stack);
+            any |= line.is_some();
+            let e = by.entry(line.unwrap_or(NO_PYTHON_LINE)).or_default();
+            e.0 += ns;
+            e.1 += n;
+        }
+        for (stack, us) in idle.lines() {
+            let line = innermost_python(stack);
+            any |= line.is_some();
+            by.entry(line.unwrap_or(NO_PYTHON_LINE)).or_default().2 += us * 1000;
+        }
+        if !any {
+            return Self::default();
+        }
+        let mut rows: Vec<(String, u64, u64, u64)> = by
+            .into_iter()
+            .map(|(l, (g, n, i))| (l.to_owned(), g, n, i))
+            .collect();
+        rows.sort_by(|a, b| (b.1 + b.3).cmp(&(a.1 + a.3)).then_with(|| a.0.cmp(&b.0)));
+        Self {
+            rows,
+            gpu_total_ns: rep.total_ns(),
+        }
+    }
+}
+
+/// [`PythonLines`] as text, the `top` rows.
+pub struct PythonLineTable<'a> {
+    /// The table.
+    pub lines: &'a PythonLines,
+    /// Rows to show.
+    pub top: usize,
+}
+
+impl fmt::Display for PythonLineTable<'_> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rows = &self.lines.rows;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "\nGPU time and GPU idle time by Python line (innermost Python frame)"
+        )?;
+        writeln!(
+            out,
+            "{:>7} {:>11} {:>9} {:>11}  line",
+            "% GPU", "GPU", "launches", "idle"
+        )?;
+        for (line, gpu, n, idle) in rows.iter().take(self.top) {
+            writeln!(
+                out,
+                "{:>6.1}% {:>11} {:>9} {:>11}  {}",
+                100.0 * *gpu as f64 / self.lines.gpu_total_ns.max(1) as f64,
+                dur(*gpu),
+                n,
+                dur(*idle),
+                elide_middle(line, LINE_WIDTH - 45)
+            )?;
+        }
+        if rows.len() > self.top {
+            writeln!(
+                out,
+                "({} more lines; raise --top to see them)",
+                rows.len() - self.top
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `gpuperf report --format json`: the tables of the text report, with whole
+/// stacks and names (`top` rows each).
+pub fn report_json(
+    rep: &mut Reporter,
+    idle: &IdleFolder,
+    lines: &PythonLines,
+    top: usize,
+) -> String {
+    use serde_json::json;
+    let kernels: Vec<_> = rep
+        .rows()
+        .iter()
+        .take(top)
+        .map(|r| {
+            json!({
+                "name": r.name, "count": r.count, "total_ns": r.total_ns, "mean_ns": r.mean_ns,
+                "p50_ns": r.p50_ns, "p99_ns": r.p99_ns, "percent": r.percent,
+                "launch_p50_ns": r.latency_p50_ns, "launch_p99_ns": r.latency_p99_ns,
+            })
+        })
+        .collect();
+    let stacks: Vec<_> = rep
+        .stacks()
+        .into_iter()
+        .take(top)
+        .map(|(s, ns, n)| json!({ "stack": s, "gpu_ns": ns, "launches": n }))
+        .collect();
+    let python_lines: Vec<_> = lines
+        .rows
+        .iter()
+        .take(top)
+        .map(|(l, g, n, i)| json!({ "line": l, "gpu_ns": g, "launches": n, "idle_ns": i }))
+        .collect();
+    let streams: Vec<_> = idle
+        .streams()
+        .iter()
+        .map(|((pid, device, stream), s)| {
+            json!({ "pid": pid, "device": device, "stream": stream, "span_ns": s.span_ns,
+                    "idle_ns": s.idle_ns, "idle_by_cause_ns": s.by_cause_ns, "gaps": s.gaps })
+        })
+        .collect();
+    let mut waits: Vec<&(String, u64)> = idle.lines().iter().collect();
+    waits.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let idle_stacks: Vec<_> = waits
+        .into_iter()
+        .take(top)
+        .map(|(s, us)| json!({ "stack": s, "idle_us": us }))
+        .collect();
+    let doc = json!({
+        "gpu_total_ns": rep.total_ns(),
+        "kernels": kernels,
+        "stacks": stacks,
+        "python_lines": python_lines,
+        "idle_streams": streams,
+        "idle_stacks": idle_stacks,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
 #[cfg(test)]

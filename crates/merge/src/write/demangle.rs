@@ -22,6 +22,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::OnceLock;
 
 use crate::model::{StringId, StringTable};
+use crate::view::{FullNames, View};
 
 /// Demangles C++ (Itanium) and Rust symbol names; other names pass through.
 ///
@@ -226,10 +227,13 @@ mod libiberty {
     }
 }
 
-/// Caches demangled names by [`StringId`], so each distinct name is demangled once.
+/// Caches demangled names by [`StringId`], so each distinct name is demangled once,
+/// and their labels in a [`View`].
 #[derive(Default)]
 pub(crate) struct Demangler {
     cache: Vec<Option<Box<str>>>,
+    labels: Vec<Option<Box<str>>>,
+    full_names: FullNames,
 }
 
 impl Demangler {
@@ -241,6 +245,34 @@ impl Demangler {
         }
         self.cache[i]
             .get_or_insert_with(|| demangle(strings.get(id)).replace(';', ":").into_boxed_str())
+    }
+
+    /// The demangled form of `id` as `view` shows it (one view per demangler).
+    pub(crate) fn label<'s>(
+        &'s mut self,
+        id: StringId,
+        strings: &StringTable,
+        view: View,
+    ) -> &'s str {
+        if view.is_complete() {
+            return self.get(id, strings);
+        }
+        let i = id.index();
+        if self.labels.len() <= i {
+            self.labels.resize(i + 1, None);
+        }
+        if self.labels[i].is_none() {
+            let full = self.get(id, strings).to_owned();
+            let label = view.name(&full).into_owned();
+            self.full_names.note(&label, &full);
+            self.labels[i] = Some(label.into_boxed_str());
+        }
+        self.labels[i].as_deref().expect("set above")
+    }
+
+    /// The full names of the labels [`Demangler::label`] shortened.
+    pub(crate) fn full_names(&self) -> &FullNames {
+        &self.full_names
     }
 }
 

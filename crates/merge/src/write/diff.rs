@@ -223,6 +223,61 @@ impl Change {
     }
 }
 
+/// `gpuperf diff --format json`: the totals, the `top` largest changes with
+/// their whole stacks, and the regression found, if any.
+pub fn changes_json(
+    what: &str,
+    unit: &str,
+    before: &Profile,
+    after: &Profile,
+    rows: &[Change],
+    top: usize,
+    regression: Option<&str>,
+) -> String {
+    let changes: Vec<serde_json::Value> = rows
+        .iter()
+        .take(top)
+        .map(|c| {
+            serde_json::json!({
+                "stack": c.stack, "before": c.before, "after": c.after,
+                "delta": i64::try_from(c.delta()).unwrap_or(i64::MAX),
+                "percent": c.percent(),
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "what": what, "unit": unit,
+        "before_total": before.total(), "after_total": after.total(),
+        "stacks_changed": rows.len(), "changes": changes, "regression": regression,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// Why the second run regressed by more than `pct` percent of the first run's
+/// total: its total grew by more, or one stack did (the largest such stack is
+/// named). `None` when neither did.
+pub fn regression(before: &Profile, after: &Profile, rows: &[Change], pct: f64) -> Option<String> {
+    let base = before.total().max(1) as f64;
+    let share = |d: i128| d as f64 * 100.0 / base;
+    let total = i128::from(after.total()) - i128::from(before.total());
+    if share(total) > pct {
+        return Some(format!(
+            "the total grew by {:.1}% of BEFORE's total, more than {pct}%",
+            share(total)
+        ));
+    }
+    rows.iter()
+        .filter(|c| share(c.delta()) > pct)
+        .max_by_key(|c| c.delta())
+        .map(|c| {
+            format!(
+                "a stack grew by {:.1}% of BEFORE's total, more than {pct}%: {}",
+                share(c.delta()),
+                crate::view::fit_stack(&c.stack, 120)
+            )
+        })
+}
+
 /// Every stack of either run whose weight changed, largest change first (by
 /// absolute value; ties by stack).
 pub fn changes(before: &Profile, after: &Profile) -> Vec<Change> {

@@ -31,6 +31,8 @@ use crate::write::demangle::Demangler;
 
 /// Root frame of activities that have no CPU stack.
 pub const NO_STACK_ROOT: &str = "[no CPU stack]";
+/// Prefix of a kernel's frame.
+pub const KERNEL_PREFIX: &str = "[GPU_Kernel]";
 /// Leaf frame of CPU launches that caused no GPU activity.
 pub const PENDING_FRAME: &str = "[GPU_Launch_Pending]";
 
@@ -89,6 +91,11 @@ impl Folder {
     /// The sum of the weights, in [`Folder::unit`].
     pub fn total(&self) -> u64 {
         self.lines.iter().map(|l| l.1).sum()
+    }
+
+    /// The full names of the kernel labels the view shortened.
+    pub fn full_names(&self) -> &crate::view::FullNames {
+        self.demangler.full_names()
     }
 
     /// Writes `stack weight` lines.
@@ -186,7 +193,10 @@ impl Sink for Folder {
         for (&(pid, stack, api, label), &ns) in &self.acc {
             let frame = match label {
                 Label::Kernel(name) => {
-                    format!("[GPU_Kernel]{}", self.demangler.get(name, ctx.strings))
+                    format!(
+                        "[GPU_Kernel]{}",
+                        self.demangler.label(name, ctx.strings, ctx.view)
+                    )
                 }
                 Label::Memcpy(kind) => format!("[GPU_Memcpy {kind}]"),
                 Label::Memset => "[GPU_Memset]".to_owned(),

@@ -727,7 +727,9 @@ impl Sink for IdleFolder {
                 text.push(';');
                 text.push_str(cause.frame());
                 if let Some((stream, kernel)) = detail {
-                    let what = kernel.map_or("copy or memset", |k| demangler.get(k, ctx.strings));
+                    let what = kernel.map_or("copy or memset", |k| {
+                        demangler.label(k, ctx.strings, ctx.view)
+                    });
                     text.push_str(&format!(";[waited for stream {stream}: {what}]"));
                 }
                 (text, ns)

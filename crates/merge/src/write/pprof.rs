@@ -404,7 +404,10 @@ impl Sink for Builder {
             }
             frames.push(match label {
                 Label::Kernel(name) => {
-                    format!("[GPU_Kernel]{}", self.demangler.get(name, ctx.strings))
+                    format!(
+                        "[GPU_Kernel]{}",
+                        self.demangler.label(name, ctx.strings, ctx.view)
+                    )
                 }
                 Label::Memcpy(kind) => format!("[GPU_Memcpy {kind}]"),
                 Label::Memset => "[GPU_Memset]".to_owned(),

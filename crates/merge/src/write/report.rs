@@ -10,7 +10,11 @@ use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink};
 use crate::model::{ActivityKind, Record};
 use crate::read::cpu::StackId;
+use crate::view::{elide_middle, fit_stack};
 use crate::write::demangle::Demangler;
+
+/// The widest line the text report writes, in characters.
+pub const LINE_WIDTH: usize = 200;
 
 #[derive(Default)]
 struct Stats {
@@ -90,6 +94,22 @@ impl Reporter {
         rows
     }
 
+    /// GPU time (ns) and launches by CPU stack, largest first.
+    pub fn stacks(&self) -> Vec<(&str, u64, u64)> {
+        let mut stacks: Vec<(&str, u64, u64)> = self
+            .by_stack
+            .iter()
+            .map(|(id, (ns, n))| (self.stack_texts[id].as_str(), *ns, *n))
+            .collect();
+        stacks.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        stacks
+    }
+
+    /// Total GPU time, ns.
+    pub fn total_ns(&self) -> u64 {
+        self.total_ns
+    }
+
     /// Writes the kernel table and, when stacks are known, the top launch stacks.
     pub fn write<W: Write>(&mut self, mut out: W, top: usize) -> Result<()> {
         let rows = self.rows();
@@ -112,7 +132,7 @@ impl Reporter {
                 dur(r.p99_ns),
                 lat(r.latency_p50_ns),
                 lat(r.latency_p99_ns),
-                r.name
+                elide_middle(&r.name, LINE_WIDTH - 90)
             );
         }
         if rows.len() > top {
@@ -127,25 +147,18 @@ impl Reporter {
             "launch = time from the launch API call's start to the GPU work's start"
         );
         if !self.by_stack.is_empty() {
-            let mut stacks: Vec<_> = self.by_stack.iter().collect();
-            stacks.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(b.0)));
-            let _ = writeln!(s, "\ntop launch stacks by GPU time:");
-            for (id, (ns, n)) in stacks.into_iter().take(top) {
-                let text = &self.stack_texts[id];
-                let tail: Vec<&str> = text.rsplit(';').take(4).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                let more = if text.matches(';').count() >= 4 {
-                    "…;"
-                } else {
-                    ""
-                };
+            let _ = writeln!(
+                s,
+                "\ntop launch stacks by GPU time (leaf first, ← its callers):"
+            );
+            for (text, ns, n) in self.stacks().into_iter().take(top) {
                 let _ = writeln!(
                     s,
-                    "{:>6.1}% {:>9} {:>11}  {more}{}",
-                    100.0 * *ns as f64 / self.total_ns.max(1) as f64,
+                    "{:>6.1}% {:>9} {:>11}  {}",
+                    100.0 * ns as f64 / self.total_ns.max(1) as f64,
                     n,
-                    dur(*ns),
-                    tail.join(";")
+                    dur(ns),
+                    fit_stack(text, LINE_WIDTH - 31)
                 );
             }
         }
@@ -164,7 +177,9 @@ impl Sink for Reporter {
             return Ok(());
         };
         let name = match a.kind {
-            ActivityKind::Kernel { name, .. } => self.demangler.get(name, ctx.strings).to_owned(),
+            ActivityKind::Kernel { name, .. } => {
+                self.demangler.label(name, ctx.strings, ctx.view).to_owned()
+            }
             ActivityKind::Memcpy { kind, .. } => format!("[Memcpy {kind}]"),
             ActivityKind::Memset { .. } => "[Memset]".to_owned(),
             ActivityKind::Sync { .. } => return Ok(()),

@@ -30,7 +30,7 @@
 
 use crate::{Error, Result};
 use inferno::flamegraph::{
-    self,
+    self, FuncFrameAttrsMap,
     color::{Color, PaletteMap},
 };
 use rustc_hash::FxHashSet;
@@ -63,6 +63,10 @@ pub struct Options {
     pub no_javascript: bool,
     /// What the weights count, shown in tooltips. Default is "µs" (of GPU time).
     pub count_name: String,
+    /// (frame label, tooltip) pairs: the full names of labels that a
+    /// [`crate::view::View`] shortened, shown instead of inferno's own tooltip.
+    /// Default is empty.
+    pub titles: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -73,6 +77,7 @@ impl Default for Options {
             deterministic: false,
             no_javascript: false,
             count_name: COUNT_NAME.to_owned(),
+            titles: Vec::new(),
         }
     }
 }
@@ -109,10 +114,25 @@ where
     inferno_opts.pretty_xml = opts.deterministic;
     inferno_opts.no_javascript = opts.no_javascript;
     inferno_opts.palette_map = Some(&mut palette);
+    inferno_opts.func_frameattrs = frame_titles(&opts.titles);
     // Kernel names are long and their start is what tells them apart.
     inferno_opts.text_truncate_direction = flamegraph::TextTruncateDirection::Right;
 
     flamegraph::from_lines(&mut inferno_opts, lines.iter().copied(), &mut out).map_err(write_error)
+}
+
+/// inferno's per-frame attributes giving each label in `titles` its tooltip.
+fn frame_titles(titles: &[(String, String)]) -> FuncFrameAttrsMap {
+    let mut text = String::new();
+    for (label, title) in titles {
+        // inferno reads `name<TAB>title=value` lines.
+        let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
+        text.push_str(&clean(label));
+        text.push_str("\ttitle=");
+        text.push_str(&clean(title));
+        text.push('\n');
+    }
+    FuncFrameAttrsMap::from_reader(text.as_bytes()).unwrap_or_default()
 }
 
 /// What the SVG of folded stacks without weight says.

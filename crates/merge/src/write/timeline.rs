@@ -385,7 +385,7 @@ impl Builder {
                 let n = match self.kernel_names.get(&name) {
                     Some(n) => n.clone(),
                     None => {
-                        let n: Rc<str> = self.demangler.get(name, ctx.strings).into();
+                        let n: Rc<str> = self.demangler.label(name, ctx.strings, ctx.view).into();
                         self.kernel_names.insert(name, n.clone());
                         n
                     }
@@ -411,9 +411,17 @@ impl Builder {
             ("context", Arg::Uint(u64::from(a.context))),
         ];
         match a.kind {
-            ActivityKind::Kernel { grid, block, .. } => {
+            ActivityKind::Kernel {
+                grid, block, name, ..
+            } => {
                 args.push(("grid", Arg::Dim(grid)));
                 args.push(("block", Arg::Dim(block)));
+                // The slice shows the view's short name; the args keep the whole.
+                let full = self.demangler.get(name, ctx.strings);
+                if !ctx.view.is_complete() && *full != *self.kernel_names[&name] {
+                    let full = full.to_owned();
+                    args.push(("full_name", Arg::Str(self.name(&full))));
+                }
             }
             ActivityKind::Memcpy {
                 bytes,
