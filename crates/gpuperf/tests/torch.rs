@@ -502,15 +502,25 @@ fn torch_backward_under_its_forward_line__in_gpuperfs_own_recording_as_the_profi
     let dir = work_dir("torch-backward");
     let train = script(&dir, "torch_train.py");
     let mut c = gpuperf(&dir);
-    c.args(["record", "-m", "m.folded", "--raw-dir", "raw", "--cupti"])
-        .arg(t.cupti())
-        .arg("--")
-        .arg("bash")
-        .arg(t.run_sh())
-        .arg(&t.sim)
-        .arg("--")
-        .arg(&t.python)
-        .arg(&train);
+    // Full names on both sides: short ones would make every elementwise
+    // kernel one, and the comparison below is per kernel.
+    c.args([
+        "record",
+        "-m",
+        "m.folded",
+        "--full-names",
+        "--raw-dir",
+        "raw",
+        "--cupti",
+    ])
+    .arg(t.cupti())
+    .arg("--")
+    .arg("bash")
+    .arg(t.run_sh())
+    .arg(&t.sim)
+    .arg("--")
+    .arg(&t.python)
+    .arg(&train);
     quiet_python(&mut c, &dir);
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -560,7 +570,7 @@ fn torch_backward_under_its_forward_line__in_gpuperfs_own_recording_as_the_profi
         .unwrap();
     assert_eq!(p.status.code(), Some(0), "{}", show(&p));
     let m = gpuperf(&dir)
-        .args(["merge", "-m", "k.folded", "-g"])
+        .args(["merge", "--full-names", "-m", "k.folded", "-g"])
         .arg(&kineto)
         .output()
         .unwrap();
