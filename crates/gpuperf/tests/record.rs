@@ -87,7 +87,14 @@ fn record_sim_app_with_a_child_process__every_output_as_the_sudo_user() {
             "-m",
             "merged.folded",
         ])
-        .args(["-o", "flame.svg", "--raw-dir", "raw", "--cupti"])
+        .args([
+            "-o",
+            "flame.svg",
+            "--full-names",
+            "--raw-dir",
+            "raw",
+            "--cupti",
+        ])
         .arg(&cupti)
         .arg("--")
         .arg(&app)
@@ -205,7 +212,7 @@ fn record_sim_app_with_a_child_process__every_output_as_the_sudo_user() {
         assert_eq!((m.uid(), m.gid()), (NOBODY, NOBODY), "{f}");
     }
     let again = gpuperf(&dir)
-        .args(["merge", "raw", "-m", "again.folded"])
+        .args(["merge", "raw", "--full-names", "-m", "again.folded"])
         .output()
         .unwrap();
     assert!(again.status.success(), "{}", show(&again));
@@ -534,7 +541,8 @@ fn record_levels(
         Some(uid) => gpuperf_as(&dir, uid),
         None => gpuperf(&dir),
     };
-    cmd.args(["-p", "cpu.txt", "-m", "m.folded", "--cupti"])
+    // The tests read the stacks as c++filt spells them.
+    cmd.args(["-p", "cpu.txt", "-m", "m.folded", "--full-names", "--cupti"])
         .arg(mock)
         .arg("--")
         .arg(&app)

@@ -813,6 +813,9 @@ fn record_in_process(cuda: &Path, name: &str, program: &Path, args: &[&str]) -> 
             "timeline.json",
             "-m",
             "merged.folded",
+            // These tests read the recorded stacks as c++filt spells them.
+            "--full-names",
+            "--keep-interpreter-frames",
             "--cupti",
         ])
         .arg(sim(cuda).join("libcupti.so.13"))
@@ -994,7 +997,14 @@ fn sim_kept_recording__merges_with_the_same_names_after_the_program_is_deleted()
     assert!(names.contains("\trun_graph(int)"), "{names}");
     std::fs::remove_file(&app).unwrap();
     let m = gpuperf(&dir)
-        .args(["merge", "raw", "-m", "again.folded"])
+        .args([
+            "merge",
+            "raw",
+            "--full-names",
+            "--keep-interpreter-frames",
+            "-m",
+            "again.folded",
+        ])
         .output()
         .unwrap();
     assert!(m.status.success(), "{}", show(&m));
@@ -1092,6 +1102,7 @@ fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_co
             "idle.folded",
             "-m",
             "merged.folded",
+            "--full-names",
             "--cupti",
         ])
         .arg(sim(&cuda).join("libcupti.so.13"))
