@@ -221,6 +221,7 @@ fn torch_train_step_as_a_user__forward_under_the_script_backward_on_autograds_th
  {
     let Some(t) = torch() else { return };
     if !is_root() {
+        gpuperf_test_support::require::skipped("needs root, to run the program as uid 65534");
         return;
     }
     let dir = work_dir("torch-train-user");
@@ -1074,10 +1075,11 @@ fn svg_height(path: &Path) -> u64 {
 fn torch_hf_gpt2_as_a_user__depth_and_height_near_the_profilers_short_labels_report_fits() {
     let Some(t) = torch() else { return };
     if !is_root() {
+        gpuperf_test_support::require::skipped("needs root, to run the program as uid 65534");
         return;
     }
     if !has_transformers(&t.python) {
-        // Its own variable: CI's second run, on the oldest torch, goes without.
+        // Its own variable: a torch install may come without transformers.
         let required = std::env::var_os("GPUPERF_REQUIRE_TRANSFORMERS").is_some_and(|v| v == "1");
         assert!(
             !required,

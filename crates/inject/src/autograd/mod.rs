@@ -115,6 +115,12 @@ const MAX_OFFSET: usize = 96;
 /// c10::intrusive_ptr_target` (a vtable pointer, then one 8-byte
 /// `combined_refcount_`), then `sequence_nr_` (16), `topological_nr_` (24),
 /// two bools (32, 33) and `thread_id_` (40).
+///
+/// torch 2.11 (`torch/csrc/autograd/function.h`): `struct Node :
+/// std::enable_shared_from_this<Node>` (a vtable pointer, then a 16-byte
+/// `weak_ptr`), then `sequence_nr_` (24), `topological_nr_` (32), one bool
+/// (40) and `thread_id_` (48). The evaluated node's thread-local there is a
+/// `shared_ptr<Node>`, whose first word is the node as well.
 pub fn layout_for(version: &str, forced: Option<Layout>) -> Result<Layout, String> {
     if let Some(l) = forced {
         return Ok(l);
@@ -125,6 +131,10 @@ pub fn layout_for(version: &str, forced: Option<Layout>) -> Result<Layout, Strin
         (Some("2"), Some("14")) => Ok(Layout {
             seq: 16,
             thread: 40,
+        }),
+        (Some("2"), Some("11")) => Ok(Layout {
+            seq: 24,
+            thread: 48,
         }),
         _ => Err(format!(
             "torch {version}: the layout of its autograd nodes is not known to this build \
@@ -632,8 +642,16 @@ mod tests {
                 thread: 40
             })
         );
-        let e = layout_for("2.11.0+cu130", None).unwrap_err();
-        assert!(e.contains("torch 2.11.0+cu130") && e.contains(VAR), "{e}");
+        assert_eq!(
+            layout_for("2.11.0+cu130", None),
+            Ok(Layout {
+                seq: 24,
+                thread: 48
+            })
+        );
+        // 2.12 and 2.13 were never checked: off, with the reason.
+        let e = layout_for("2.12.0+cu130", None).unwrap_err();
+        assert!(e.contains("torch 2.12.0+cu130") && e.contains(VAR), "{e}");
         assert!(layout_for("3.0.0", None).is_err());
         let forced = Layout {
             seq: 24,
