@@ -1144,6 +1144,19 @@ mod tests {
         reusing: bool,
     }
 
+    impl<'a> TrailProbe<'a> {
+        /// A probe that reuses the trail, nothing taken yet.
+        fn new(u: &'a LocalUnwinder) -> Self {
+            TrailProbe {
+                u,
+                trail: Trail::new(MAX_FRAMES),
+                frames: Vec::new(),
+                captured: None,
+                reusing: true,
+            }
+        }
+    }
+
     /// Takes the capture, with the trail when `p.reusing`, else plain (what
     /// the trail must agree with): one function, so that both have the same
     /// frames outward of this one.
@@ -1214,13 +1227,7 @@ mod tests {
             python: false,
             ..Options::default()
         });
-        let mut p = TrailProbe {
-            u: &u,
-            trail: Trail::new(MAX_FRAMES),
-            frames: Vec::new(),
-            captured: None,
-            reusing: true,
-        };
+        let mut p = TrailProbe::new(&u);
         let (a, b) = (
             range(gpuperf_test_trail_a, gpuperf_test_trail_a_end),
             range(gpuperf_test_trail_b, gpuperf_test_trail_b_end),
@@ -1267,13 +1274,7 @@ mod tests {
             python: false,
             ..Options::default()
         });
-        let mut p = TrailProbe {
-            u: &u,
-            trail: Trail::new(MAX_FRAMES),
-            frames: Vec::new(),
-            captured: None,
-            reusing: true,
-        };
+        let mut p = TrailProbe::new(&u);
         let sites: unsafe extern "C" fn(Callback, *mut c_void, u64) = gpuperf_test_trail_sites;
         let mut offsets = Vec::new();
         let mut reused = Vec::new();
