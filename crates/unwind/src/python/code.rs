@@ -114,7 +114,7 @@ impl Python {
         let l = &self.layout;
         // SAFETY: the caller read the code object's header the same way.
         let rd = |a: u64| unsafe { (a as *const u64).read_unaligned() };
-        let start = ((code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % CODE_SLOTS;
+        let start = (code_hash(code) >> 40) as usize % CODE_SLOTS;
         for i in 0..32 {
             let idx = (start + i) % CODE_SLOTS;
             let slot = &self.codes[idx];
@@ -283,6 +283,12 @@ impl Python {
     }
 }
 
+/// A code object's address mixed for the shared table and the memos (objects
+/// are 16-aligned: the low bits carry nothing).
+fn code_hash(code: u64) -> u64 {
+    (code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// Code objects one thread saw last, by address: what the shared code table
 /// answered for them, with what identified them there.
 pub(crate) struct CodeMemo {
@@ -309,7 +315,7 @@ impl CodeMemo {
     }
 
     fn index(code: u64) -> usize {
-        ((code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % MEMO_CODES
+        (code_hash(code) >> 56) as usize % MEMO_CODES
     }
 }
 
