@@ -18,27 +18,21 @@ use std::process::{Command, Output};
 
 use common::{Recording, cuda13, gpuperf_cupti, show, sim, text, work_dir};
 use gpuperf_merge::model::ActivityKind;
-use gpuperf_test_support::cc::Gcc;
 
 /// `sim/tests/capture_app.c` built against the simulation, with NVTX when
 /// `nvtx` names the directory holding `nvtx3/`.
 fn capture_app(cuda: &Path, nvtx: Option<&Path>) -> PathBuf {
-    let lib = sim(cuda);
-    let name = if nvtx.is_some() {
-        "capture_app_nvtx"
-    } else {
-        "capture_app"
-    };
-    let mut g = Gcc::new(common::shared_dir("bin").join(name))
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror"])
-        .arg(format!("-I{}", cuda.join("include").display()));
-    if let Some(n) = nvtx {
-        g = g.arg("-DHAVE_NVTX").arg("-idirafter").arg(n);
+    let libs = ["cudart", "cuda"];
+    match nvtx {
+        Some(n) => common::sim_c_program_as(
+            cuda,
+            "capture_app",
+            "capture_app_nvtx",
+            &["-DHAVE_NVTX".as_ref(), "-idirafter".as_ref(), n.as_os_str()],
+            &libs,
+        ),
+        None => common::sim_c_program(cuda, "capture_app", &libs),
     }
-    g.arg(gpuperf_test_support::repo().join("sim/tests/capture_app.c"))
-        .lib_dir(&lib)
-        .args(["-lcudart", "-lcuda", "-ldl", "-lpthread"])
-        .build_once()
 }
 
 /// The directory holding NVTX v3's `nvtx3/` headers: in the CUDA wheels'

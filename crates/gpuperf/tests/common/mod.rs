@@ -123,11 +123,23 @@ pub fn sim_app(cuda: &Path, nvcc: &Path) -> PathBuf {
 
 /// A C program from `sim/tests`, built by gcc against the simulated libraries.
 pub fn sim_c_program(cuda: &Path, name: &str, libs: &[&str]) -> PathBuf {
+    sim_c_program_as(cuda, name, name, &[], libs)
+}
+
+/// `sim/tests/{source}.c` built as `bin/{out}`, with `flags` before the source.
+pub fn sim_c_program_as(
+    cuda: &Path,
+    source: &str,
+    out: &str,
+    flags: &[&std::ffi::OsStr],
+    libs: &[&str],
+) -> PathBuf {
     let lib = sim(cuda);
-    Gcc::new(shared_dir("bin").join(name))
+    Gcc::new(shared_dir("bin").join(out))
         .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror"])
         .arg(format!("-I{}", cuda.join("include").display()))
-        .arg(repo().join(format!("sim/tests/{name}.c")))
+        .args(flags)
+        .arg(repo().join(format!("sim/tests/{source}.c")))
         .lib_dir(&lib)
         .args(libs.iter().map(|l| format!("-l{l}")))
         .args(["-ldl", "-lpthread"])
