@@ -347,14 +347,19 @@ fn script_chains(
         .filter_map(|l| {
             let (stack, _) = l.rsplit_once(' ')?;
             let (frames, kernel) = stack.rsplit_once(";[GPU_Kernel]")?;
-            let chain: Vec<String> = frames
-                .split(';')
-                .filter(|f| f.contains(file))
-                .filter_map(&frame_function)
-                .collect();
-            Some((kernel.to_owned(), chain.join(">")))
+            Some((kernel.to_owned(), chain(frames, file, &frame_function)))
         })
         .collect()
+}
+
+/// The functions of `file` among a stack's frames, outermost first, joined by `>`.
+fn chain(frames: &str, file: &str, frame_function: impl Fn(&str) -> Option<String>) -> String {
+    let names: Vec<String> = frames
+        .split(';')
+        .filter(|f| f.contains(file))
+        .filter_map(frame_function)
+        .collect();
+    names.join(">")
 }
 
 #[test]
@@ -484,12 +489,7 @@ fn backward_chains(
         .filter_map(|(stack, _)| {
             let (forward, own) = stack.split_once(";[backward];")?;
             let kernel = own.rsplit_once(";[GPU_Kernel]")?.1;
-            let chain: Vec<String> = forward
-                .split(';')
-                .filter(|f| f.contains(file))
-                .filter_map(&function)
-                .collect();
-            Some((kernel.to_owned(), chain.join(">")))
+            Some((kernel.to_owned(), chain(forward, file, &function)))
         })
         .collect()
 }
