@@ -463,6 +463,16 @@ impl<'s> Builder<'s> {
         let base = self.base_ns.unwrap_or(0);
         let owners = self.assign_pids();
         let mut notes = self.sync_notes(&owners);
+        if let Some(d) = self.devices.iter().find_map(|d| {
+            d.name
+                .as_deref()
+                .filter(|n| n.contains(crate::model::SIMULATED_DEVICE_MARK))
+        }) {
+            notes.push(format!(
+                "{}: the trace's device `{d}` is gpuperf's simulated CUDA runtime; no GPU ran this trace",
+                crate::model::SIMULATED_GPU_NOTE
+            ));
+        }
         let (mut stacks, backward) = self.build_stacks(&owners);
         if backward.linked + backward.unlinked > 0 {
             notes.push(format!(

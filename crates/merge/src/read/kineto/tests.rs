@@ -326,3 +326,29 @@ proptest! {
         prop_assert_eq!(us_to_ns(&shifted), Some(ns));
     }
 }
+
+#[test]
+fn a_trace_whose_device_is_the_simulated_runtimes_says_so_in_a_note() {
+    let trace = |name: &str| {
+        format!(
+            r#"{{"deviceProperties": [{{"id": 0, "name": "{name}", "computeMajor": 9}}], "traceEvents": []}}"#
+        )
+    };
+    let sim = read_str(&trace("Simulated GPU 0 (gpusim, not a real GPU)")).unwrap();
+    let notes: Vec<_> = sim
+        .notes
+        .iter()
+        .filter(|n| n.starts_with(crate::model::SIMULATED_GPU_NOTE))
+        .collect();
+    assert_eq!(notes.len(), 1, "{:?}", sim.notes);
+    assert!(notes[0].contains("Simulated GPU 0"), "{notes:?}");
+    let real = read_str(&trace("NVIDIA H200")).unwrap();
+    assert!(
+        !real
+            .notes
+            .iter()
+            .any(|n| n.starts_with(crate::model::SIMULATED_GPU_NOTE)),
+        "{:?}",
+        real.notes
+    );
+}
