@@ -148,6 +148,85 @@ impl Guest {
 mod tests {
     use super::*;
 
+    /// `run.sh` with a MOCK `qemu-system-x86_64` first on PATH: each boot
+    /// appends a line to `boots` in the run directory's parent and writes
+    /// the console and output that `script` (sh, with `$console`, `$out` and
+    /// `$boot`, the boot's number) gives it.
+    fn run_with_mock_qemu(script: &str) -> (Output, usize) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("vm");
+        let kver = "6.1.0-mock";
+        std::fs::create_dir_all(cache.join(kver)).unwrap();
+        std::fs::write(cache.join(kver).join(".ready"), "").unwrap();
+        std::fs::write(cache.join(kver).join("initramfs.cpio.gz"), "").unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let qemu = bin.join("qemu-system-x86_64");
+        let boots = dir.path().join("boots");
+        std::fs::write(
+            &qemu,
+            format!(
+                "#!/bin/sh\n\
+                 for a; do case $a in file:*/console) console=${{a#file:}};; file:*/out) out=${{a#file:}};; esac; done\n\
+                 echo boot >>'{}'\n\
+                 boot=$(wc -l <'{}')\n\
+                 {script}\n",
+                boots.display(),
+                boots.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new(crate::repo().join("sim/kernel/run.sh"))
+            .env("GPUPERF_KERNEL_VM_DIR", &cache)
+            .env("PATH", path)
+            .args(["-k", kver, "-t", "60", "--", "true"])
+            .output()
+            .unwrap();
+        let n = std::fs::read_to_string(&boots)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        (out, n)
+    }
+
+    #[test]
+    fn a_guest_kernel_that_locks_up_is_booted_once_more_and_said_so() {
+        let (out, boots) = run_with_mock_qemu(
+            r#"if [ "$boot" = 1 ]; then
+                 printf 'watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [bash:293]\nRIP: here\n' >"$console"
+                 printf 'test a ... ok\n' >"$out"
+                 exit 1
+               fi
+               printf 'done\nGPUPERF-VM-EXIT 0\n' >"$out""#,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(boots, 2, "{err}");
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("locked up (soft lockup)"), "{err}");
+        assert!(err.contains("[bash:293]"), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    }
+
+    #[test]
+    fn a_guest_that_locks_up_twice_fails_and_one_that_fails_otherwise_is_not_repeated() {
+        let (out, boots) = run_with_mock_qemu(
+            r#"printf 'watchdog: BUG: soft lockup - CPU#1 stuck for 26s!\n' >"$console"; exit 1"#,
+        );
+        assert_eq!(boots, 2);
+        assert_eq!(out.status.code(), Some(VM_FAILED));
+        let (out, boots) = run_with_mock_qemu(r#"printf 'it failed\nGPUPERF-VM-EXIT 3\n' >"$out""#);
+        assert_eq!(boots, 1);
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "it failed\n");
+    }
+
     #[test]
     fn kernel_series_matches_whole_components() {
         assert!(in_series("6.1.0-56-amd64", "6.1"));
