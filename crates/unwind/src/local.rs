@@ -451,9 +451,14 @@ impl LocalUnwinder {
             Stats::bump(&self.stats.stack_scans);
         }
         let (lo, hi) = bounds.unwrap_or((regs.sp, regs.sp));
-        if bounds.is_some() && regs.sp.saturating_sub(lo) < MIN_STACK_LEFT {
+        if bounds.is_some()
+            && regs.sp.saturating_sub(lo) < MIN_STACK_LEFT
+            && !crate::stack::grows_down(hi)
+        {
             // The caller has almost no stack left (a signal handler deep in
-            // a small alternate stack): leave it alone, counted.
+            // a small alternate stack): leave it alone, counted. Not the main
+            // thread's stack, whose mapping ends just below its deepest frame
+            // so far and grows on.
             return captured;
         }
         let parity = self.epoch.load(Ordering::SeqCst) & 1;

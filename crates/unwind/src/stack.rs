@@ -208,6 +208,24 @@ fn sys_close(fd: i32) {
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
+/// The top of the main thread's stack mapping (`[stack]` in the maps), once
+/// a lookup has met it; 0 before.
+static MAIN_STACK_TOP: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the stack mapping ending at `hi` is the main thread's, which the
+/// kernel grows as it is touched: its low end is only where the deepest frame
+/// so far reached, not how far the stack may grow (that is `RLIMIT_STACK`).
+pub(crate) fn grows_down(hi: u64) -> bool {
+    hi == MAIN_STACK_TOP.load(Ordering::Relaxed)
+}
+
+/// Notes `line`'s range as the main thread's stack if the maps name it so.
+fn note_main_stack(line: &[u8], hi: u64) {
+    if line.trim_ascii_end().ends_with(b"[stack]") {
+        MAIN_STACK_TOP.store(hi, Ordering::Relaxed);
+    }
+}
+
 /// The `/proc/self/maps` range holding `address`, read with system calls only.
 pub(crate) fn mapping_containing(address: u64) -> Option<(u64, u64)> {
     let fd = sys_open(c"/proc/self/maps");
@@ -225,10 +243,12 @@ pub(crate) fn mapping_containing(address: u64) -> Option<(u64, u64)> {
         filled += n as usize;
         let mut line_start = 0;
         while let Some(nl) = buf[line_start..filled].iter().position(|&b| b == b'\n') {
-            if let Some((lo, hi)) = parse_range(&buf[line_start..line_start + nl])
+            let line = &buf[line_start..line_start + nl];
+            if let Some((lo, hi)) = parse_range(line)
                 && lo <= address
                 && address < hi
             {
+                note_main_stack(line, hi);
                 found = Some((lo, hi));
                 break 'read;
             }
@@ -298,6 +318,21 @@ mod tests {
         assert_eq!(b, Some((lo, hi)));
         assert!(scanned);
         assert_eq!(t.bounds(a), (Some((lo, hi)), false));
+        std::hint::black_box(x);
+    }
+
+    #[test]
+    fn only_the_main_threads_stack_mapping_grows_down() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps.lines().find(|l| l.ends_with("[stack]")).unwrap();
+        let (lo, hi) = parse_range(line.as_bytes()).unwrap();
+        assert_eq!(mapping_containing(lo), Some((lo, hi)));
+        assert!(grows_down(hi));
+        // A test runs on a thread of its own, in a mapping of fixed size.
+        let x = 5u64;
+        let (_, own_hi) = mapping_containing(&x as *const u64 as u64).unwrap();
+        assert_ne!(own_hi, hi);
+        assert!(!grows_down(own_hi));
         std::hint::black_box(x);
     }
 

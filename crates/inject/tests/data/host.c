@@ -18,6 +18,10 @@
  *   mock-oom     launches while large allocations fail
  *   mock-small-stacks  threads with 16 KiB stacks launching
  *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
+ *   mock-main-stack-growth  the main thread launches from ever deeper frames,
+ *                500 KiB down, past the 128 KiB the kernel maps at exec
+ *                (steps of 712 bytes: every offset within a page), each one
+ *                deeper than the stack had ever been
  *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
  *   mock-graph-instantiate  N instantiations of a graph (HOST_GRAPH_NODES, default 50
  *                nodes), each destroyed after; prints ns_per_instantiation (wall),
@@ -284,6 +288,18 @@ static int small_stacks(void) {
     }
     printf("small stack launches %u\n", hostile_corr - 100000);
     return 3;
+}
+
+/* The kernel grows the main thread's stack mapping page by page, as it is
+ * touched: a launch from a frame deeper than any before finds the mapping's
+ * low end just below it, though the stack may grow far beyond. */
+static unsigned main_stack_growth(unsigned level) {
+    volatile char pad[712];
+    pad[0] = (char)level;
+    launch(211, hostile_corr++, "_Z6growthv");
+    unsigned n = 1;
+    if (level < 640) n += main_stack_growth(level + 1);
+    return n + (unsigned)pad[0] * 0;
 }
 
 static void launch_handler(int sig) {
@@ -594,6 +610,10 @@ int main(int argc, char **argv) {
         }
         if (strcmp(argv[2], "mock-small-stacks") == 0) return small_stacks();
         if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();
+        if (strcmp(argv[2], "mock-main-stack-growth") == 0) {
+            printf("main stack launches %u\n", main_stack_growth(0));
+            return 3;
+        }
         if (strcmp(argv[2], "mock-signal-stack") == 0) return signal_stack();
         if (strcmp(argv[2], "mock-dlopen") == 0) return dlopen_launch(argc > 3 ? argv[3] : NULL);
         if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
