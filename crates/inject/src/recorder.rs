@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable, ThreadName,
+    NvtxKind, NvtxRange, Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable,
+    ThreadName,
     api_base_name,
 };
 
@@ -768,6 +769,38 @@ impl State {
         })
     }
 
+    /// nvtx hook: writes the NVTX ranges that ended since the last flush
+    /// (with `close_ns`, the ones still open too, ended then).
+    fn write_nvtx(&self, close_ns: Option<u64>) {
+        let ranges = crate::nvtx::take_ended(close_ns);
+        if ranges.is_empty() {
+            return;
+        }
+        let mut sink = lock(&self.sink);
+        if sink.closed {
+            return;
+        }
+        for r in ranges {
+            let name = sink.strings.intern(&r.name);
+            let domain = r.domain.map(|d| sink.strings.intern(d));
+            let rec = Record::Nvtx(NvtxRange {
+                pid: self.pid,
+                tid: r.tid,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                name,
+                domain,
+                kind: if r.start_end {
+                    NvtxKind::StartEnd
+                } else {
+                    NvtxKind::PushPop
+                },
+                unclosed: r.unclosed,
+            });
+            sink.write(&rec);
+        }
+    }
+
     /// Moves every thread's pending API records and aliases into the sink.
     fn drain_shards(&self) {
         let shards: Vec<Arc<Shard>> = {
@@ -817,6 +850,7 @@ impl State {
             self.log.line(&note);
             lock(&self.sink).note(note);
         }
+        self.write_nvtx(None);
         if api.is_empty() && aliases.is_empty() && dropped == 0 {
             return;
         }
@@ -1279,6 +1313,12 @@ impl State {
         // still running come back incomplete and are counted. Records made
         // between the two arrive late, if ever, and are counted then.
         self.closing.store(true, Relaxed);
+        // nvtx hook: ranges still open end at the close, marked so.
+        self.write_nvtx(Some(monotonic_ns()));
+        if let Some(note) = crate::nvtx::problems() {
+            self.log.line(&note);
+            lock(&self.sink).note(note);
+        }
         self.flush(Flush::Final);
         // Kinds are process-wide: once another client took CUPTI they are its
         // own, and disabling them would end its recording.
