@@ -22,7 +22,10 @@ use gpuperf_test_support::perfetto::TraceProcessor;
 
 /// Records `nvtx_app` with `flags`; returns the output, the kernels' NVTX
 /// frames (by kernel, one list per launch), the CPU trace and the directory.
-fn record(name: &str, flags: &[&str]) -> Option<(Output, common::Recording, CpuTrace, std::path::PathBuf)> {
+fn record(
+    name: &str,
+    flags: &[&str],
+) -> Option<(Output, common::Recording, CpuTrace, std::path::PathBuf)> {
     let cuda = cuda13()?;
     let nvtx = nvtx_include(&cuda)?;
     let app = common::sim_c_program_as(
@@ -35,12 +38,26 @@ fn record(name: &str, flags: &[&str]) -> Option<(Output, common::Recording, CpuT
     let dir = work_dir(name);
     let cupti = sim(&cuda).join("libcupti.so.13");
     let mut all = vec![
-        "record", "--stacks", "inject", "--raw-dir", "raw", "-p", "cpu.txt", "-c", "tl.json",
+        "record",
+        "--stacks",
+        "inject",
+        "--raw-dir",
+        "raw",
+        "-p",
+        "cpu.txt",
+        "-c",
+        "tl.json",
     ];
     all.extend_from_slice(flags);
-    let o = gpuperf_cupti(&dir, &all, &cupti, &app, &[]).output().unwrap();
+    let o = gpuperf_cupti(&dir, &all, &cupti, &app, &[])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", show(&o));
-    assert!(text(&o.stdout).contains("nvtx_app: 8 kernels"), "{}", show(&o));
+    assert!(
+        text(&o.stdout).contains("nvtx_app: 8 kernels"),
+        "{}",
+        show(&o)
+    );
     let rec = common::Recording::open(&dir.join("raw"));
     let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
     Some((o, rec, cpu, dir))
@@ -58,7 +75,9 @@ fn stacks_by_kernel(rec: &common::Recording, cpu: &CpuTrace) -> BTreeMap<String,
         let stack = by_corr[&(k.pid, k.correlation_id)];
         let frames: Vec<String> = stack.split(';').map(str::to_owned).collect();
         let from = frames.iter().position(|f| f == "main").unwrap_or(0);
-        out.entry(rec.label(k)).or_default().push(frames[from..].to_vec());
+        out.entry(rec.label(k))
+            .or_default()
+            .push(frames[from..].to_vec());
     }
     out
 }
@@ -113,7 +132,9 @@ fn record_nvtx_ranges__frames_of_the_launches_inside_and_nested_slices_on_the_ti
         return;
     };
     let errors = tp
-        .query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
+        .query(
+            "select name, value from stats where severity in ('error', 'data_loss') and value > 0",
+        )
         .unwrap();
     assert!(errors.rows.is_empty(), "{:?}", errors.rows);
     let q = |sql: &str| tp.query(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -150,12 +171,25 @@ fn record_nvtx_ranges__frames_of_the_launches_inside_and_nested_slices_on_the_ti
     let async_track = &ranges.rows[2][ranges.col("track")];
     assert_eq!(async_track.as_str(), Some("NVTX ranges (start/end)"));
     // Each launch's API slice inside its innermost range.
-    let parents = q("select p.name from slice s join slice p on p.id = s.parent_id \
-                     where s.name like 'cudaLaunchKernel%' order by s.ts");
-    let parents: Vec<&str> = parents.rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    let parents = q(
+        "select p.name from slice s join slice p on p.id = s.parent_id \
+                     where s.name like 'cudaLaunchKernel%' order by s.ts",
+    );
+    let parents: Vec<&str> = parents
+        .rows
+        .iter()
+        .map(|r| r[0].as_str().unwrap())
+        .collect();
     assert_eq!(
         parents,
-        ["outer", "inner", "inner", "dom_range", "deep", "never_closed"],
+        [
+            "outer",
+            "inner",
+            "inner",
+            "dom_range",
+            "deep",
+            "never_closed"
+        ],
         "{}",
         show(&o)
     );
@@ -171,7 +205,15 @@ fn record_no_nvtx__no_frames_no_slices() {
             assert!(nvtx_frames(&s).is_empty(), "{kernel}: {s:?}\n{}", show(&o));
         }
     }
-    assert!(!rec.notes.iter().any(|n| n.contains("NVTX")), "{:?}", rec.notes);
+    assert!(
+        !rec.notes.iter().any(|n| n.contains("NVTX")),
+        "{:?}",
+        rec.notes
+    );
     let json = std::fs::read_to_string(dir.join("tl.json")).unwrap();
-    assert!(!json.contains("\"nvtx\""), "an NVTX slice in {}", Path::new("tl.json").display());
+    assert!(
+        !json.contains("\"nvtx\""),
+        "an NVTX slice in {}",
+        Path::new("tl.json").display()
+    );
 }

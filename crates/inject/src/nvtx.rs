@@ -232,10 +232,22 @@ fn ended(tid: u32, o: Open, end_ns: u64, start_end: bool, unclosed: bool) -> End
 /// when there were none.
 pub(crate) fn problems() -> Option<String> {
     let parts: Vec<String> = [
-        (UNBALANCED_POPS.load(Relaxed), "pops without a push on their thread ignored"),
-        (UNKNOWN_ENDS.load(Relaxed), "ends of ranges never started ignored"),
-        (UNCLOSED.load(Relaxed), "ranges still open at exit (ended at the close)"),
-        (TOO_DEEP.load(Relaxed), "pushes deeper than 64 on their thread not recorded"),
+        (
+            UNBALANCED_POPS.load(Relaxed),
+            "pops without a push on their thread ignored",
+        ),
+        (
+            UNKNOWN_ENDS.load(Relaxed),
+            "ends of ranges never started ignored",
+        ),
+        (
+            UNCLOSED.load(Relaxed),
+            "ranges still open at exit (ended at the close)",
+        ),
+        (
+            TOO_DEEP.load(Relaxed),
+            "pushes deeper than 64 on their thread not recorded",
+        ),
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)
@@ -301,13 +313,31 @@ unsafe fn install(get: Option<GetExportTable>) -> bool {
         return false;
     };
     let core: [(usize, FnPtr); 8] = [
-        (RANGE_START_EX, slot!(range_start_ex, unsafe extern "C" fn(*const c_void) -> u64)),
-        (RANGE_START_A, slot!(range_start_a, unsafe extern "C" fn(*const c_char) -> u64)),
-        (RANGE_START_W, slot!(range_start_w, unsafe extern "C" fn(*const u32) -> u64)),
+        (
+            RANGE_START_EX,
+            slot!(range_start_ex, unsafe extern "C" fn(*const c_void) -> u64),
+        ),
+        (
+            RANGE_START_A,
+            slot!(range_start_a, unsafe extern "C" fn(*const c_char) -> u64),
+        ),
+        (
+            RANGE_START_W,
+            slot!(range_start_w, unsafe extern "C" fn(*const u32) -> u64),
+        ),
         (RANGE_END, slot!(range_end, extern "C" fn(u64))),
-        (RANGE_PUSH_EX, slot!(range_push_ex, unsafe extern "C" fn(*const c_void) -> c_int)),
-        (RANGE_PUSH_A, slot!(range_push_a, unsafe extern "C" fn(*const c_char) -> c_int)),
-        (RANGE_PUSH_W, slot!(range_push_w, unsafe extern "C" fn(*const u32) -> c_int)),
+        (
+            RANGE_PUSH_EX,
+            slot!(range_push_ex, unsafe extern "C" fn(*const c_void) -> c_int),
+        ),
+        (
+            RANGE_PUSH_A,
+            slot!(range_push_a, unsafe extern "C" fn(*const c_char) -> c_int),
+        ),
+        (
+            RANGE_PUSH_W,
+            slot!(range_push_w, unsafe extern "C" fn(*const u32) -> c_int),
+        ),
         (RANGE_POP, slot!(range_pop, extern "C" fn() -> c_int)),
     ];
     // SAFETY: `get_table` is NVTX's, as read above.
@@ -318,14 +348,26 @@ unsafe fn install(get: Option<GetExportTable>) -> bool {
     let core2: [(usize, FnPtr); 6] = [
         (
             DOMAIN_RANGE_START_EX,
-            slot!(domain_range_start_ex, unsafe extern "C" fn(*const c_void, *const c_void) -> u64),
+            slot!(
+                domain_range_start_ex,
+                unsafe extern "C" fn(*const c_void, *const c_void) -> u64
+            ),
         ),
-        (DOMAIN_RANGE_END, slot!(domain_range_end, extern "C" fn(*const c_void, u64))),
+        (
+            DOMAIN_RANGE_END,
+            slot!(domain_range_end, extern "C" fn(*const c_void, u64)),
+        ),
         (
             DOMAIN_RANGE_PUSH_EX,
-            slot!(domain_range_push_ex, unsafe extern "C" fn(*const c_void, *const c_void) -> c_int),
+            slot!(
+                domain_range_push_ex,
+                unsafe extern "C" fn(*const c_void, *const c_void) -> c_int
+            ),
         ),
-        (DOMAIN_RANGE_POP, slot!(domain_range_pop, extern "C" fn(*const c_void) -> c_int)),
+        (
+            DOMAIN_RANGE_POP,
+            slot!(domain_range_pop, extern "C" fn(*const c_void) -> c_int),
+        ),
         (
             DOMAIN_REGISTER_STRING_A,
             slot!(
@@ -335,7 +377,10 @@ unsafe fn install(get: Option<GetExportTable>) -> bool {
         ),
         (
             DOMAIN_CREATE_A,
-            slot!(domain_create_a, unsafe extern "C" fn(*const c_char) -> *const c_char),
+            slot!(
+                domain_create_a,
+                unsafe extern "C" fn(*const c_char) -> *const c_char
+            ),
         ),
     ];
     // SAFETY: as above.
@@ -378,7 +423,8 @@ unsafe fn fill(get_table: GetModuleFunctionTable, module: c_int, ours: &[(usize,
 /// `p` is null or a NUL-terminated string that lives for the call.
 unsafe fn ascii(p: *const c_char) -> Option<String> {
     // SAFETY: as this function's contract.
-    (!p.is_null()).then(|| String::from_utf8_lossy(unsafe { CStr::from_ptr(p) }.to_bytes()).into_owned())
+    (!p.is_null())
+        .then(|| String::from_utf8_lossy(unsafe { CStr::from_ptr(p) }.to_bytes()).into_owned())
 }
 
 /// A wide (UTF-32 on Linux) message.
@@ -453,7 +499,9 @@ fn push(name: Option<String>, domain: Option<&'static str>) -> c_int {
             p.len() - 1
         })
         .ok();
-    if recording() && let Some(d) = depth {
+    if recording()
+        && let Some(d) = depth
+    {
         if d < MAX_DEPTH {
             let start_ns = crate::recorder::monotonic_ns();
             let open = Open {
@@ -576,8 +624,12 @@ unsafe extern "C" fn range_start_ex(attr: *const c_void) -> u64 {
 
 unsafe extern "C" fn domain_range_push_ex(domain: *const c_void, attr: *const c_void) -> c_int {
     // SAFETY: NVTX passes the caller's domain handle (ours) and attributes.
-    catch_unwind(|| push(unsafe { attr_message(attr) }, unsafe { domain_name(domain) }))
-        .unwrap_or(-1)
+    catch_unwind(|| {
+        push(unsafe { attr_message(attr) }, unsafe {
+            domain_name(domain)
+        })
+    })
+    .unwrap_or(-1)
 }
 
 /// Domains share their thread's push/pop stack: programs nest them.
@@ -587,8 +639,12 @@ extern "C" fn domain_range_pop(_domain: *const c_void) -> c_int {
 
 unsafe extern "C" fn domain_range_start_ex(domain: *const c_void, attr: *const c_void) -> u64 {
     // SAFETY: NVTX passes the caller's domain handle (ours) and attributes.
-    catch_unwind(|| start(unsafe { attr_message(attr) }, unsafe { domain_name(domain) }))
-        .unwrap_or(0)
+    catch_unwind(|| {
+        start(unsafe { attr_message(attr) }, unsafe {
+            domain_name(domain)
+        })
+    })
+    .unwrap_or(0)
 }
 
 extern "C" fn domain_range_end(_domain: *const c_void, id: u64) {
@@ -598,8 +654,10 @@ extern "C" fn domain_range_end(_domain: *const c_void, id: u64) {
 /// `nvtxDomainCreateA`: the handle is the interned name.
 unsafe extern "C" fn domain_create_a(name: *const c_char) -> *const c_char {
     // SAFETY: NVTX passes the caller's NUL-terminated name.
-    catch_unwind(|| unsafe { ascii(name) }.map_or(std::ptr::null(), |n| intern(n.as_bytes()).as_ptr()))
-        .unwrap_or(std::ptr::null())
+    catch_unwind(|| {
+        unsafe { ascii(name) }.map_or(std::ptr::null(), |n| intern(n.as_bytes()).as_ptr())
+    })
+    .unwrap_or(std::ptr::null())
 }
 
 /// `nvtxDomainRegisterStringA`: the handle is the interned string.
@@ -608,6 +666,8 @@ unsafe extern "C" fn domain_register_string_a(
     text: *const c_char,
 ) -> *const c_char {
     // SAFETY: NVTX passes the caller's NUL-terminated string.
-    catch_unwind(|| unsafe { ascii(text) }.map_or(std::ptr::null(), |t| intern(t.as_bytes()).as_ptr()))
-        .unwrap_or(std::ptr::null())
+    catch_unwind(|| {
+        unsafe { ascii(text) }.map_or(std::ptr::null(), |t| intern(t.as_bytes()).as_ptr())
+    })
+    .unwrap_or(std::ptr::null())
 }

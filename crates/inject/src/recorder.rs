@@ -32,8 +32,7 @@ use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
     NvtxKind, NvtxRange, Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable,
-    ThreadName,
-    api_base_name,
+    ThreadName, api_base_name,
 };
 
 use crate::api::{Class, classify};

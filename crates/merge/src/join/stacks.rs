@@ -48,8 +48,7 @@ use crate::error::Result;
 use crate::join::backward::{self, AUTOGRAD_OFF_NOTE, BackwardStats};
 use crate::model::{
     ApiCall, AutogradTag, Module, NvtxKind, Record, Stack, StackEnd, StackFrame, StringId,
-    StringTable,
-    api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api,
+    StringTable, api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api,
 };
 use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::read::input::GpuInputs;
@@ -787,5 +786,26 @@ mod tests {
             "__start_context;worker;cudaLaunchKernel"
         ));
         assert!(!super::is_complete("worker;cudaLaunchKernel"));
+    }
+
+    #[test]
+    fn nvtx_frames_go_below_the_python_prefix_else_above_the_api_frame() {
+        use super::{nvtx_frame, with_nvtx};
+        let frames = [nvtx_frame("step", None), nvtx_frame("a;b", Some("lib"))].join(";");
+        assert_eq!(frames, "[nvtx] step;[nvtx lib] a,b");
+        let py = "_start;main;m.train (t.py:3)";
+        assert_eq!(
+            with_nvtx(&format!("{py};at::mm;cudaLaunchKernel"), Some(py), &frames),
+            format!("{py};[nvtx] step;[nvtx lib] a,b;at::mm;cudaLaunchKernel")
+        );
+        // A stack that does not start with the prefix: at the leaf end.
+        assert_eq!(
+            with_nvtx("_start;main;launch;cudaLaunchKernel", Some(py), "[nvtx] x"),
+            "_start;main;launch;[nvtx] x;cudaLaunchKernel"
+        );
+        assert_eq!(
+            with_nvtx("cudaLaunchKernel", None, "[nvtx] x"),
+            "[nvtx] x;cudaLaunchKernel"
+        );
     }
 }

@@ -85,8 +85,8 @@ use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
     DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Overhead,
-    PeerDevices, Process,
-    Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
+    PeerDevices, Process, Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName,
+    UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
