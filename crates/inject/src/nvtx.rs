@@ -87,6 +87,9 @@ const DOMAIN_CREATE_A: usize = 12;
 /// Push/pop ranges recorded per thread; deeper pushes are counted, not
 /// recorded (their pops still match).
 pub const MAX_DEPTH: usize = 64;
+/// Ended ranges kept per thread (and for start/end ranges) between flushes:
+/// a process that uses NVTX but never starts CUDA is never flushed.
+const MAX_PENDING: usize = 1 << 16;
 
 /// Whether ranges are recorded (`GPUPERF_NVTX` is not `0`), read once.
 fn recording() -> bool {
@@ -135,6 +138,16 @@ static UNBALANCED_POPS: AtomicU64 = AtomicU64::new(0);
 static UNKNOWN_ENDS: AtomicU64 = AtomicU64::new(0);
 static TOO_DEEP: AtomicU64 = AtomicU64::new(0);
 static UNCLOSED: AtomicU64 = AtomicU64::new(0);
+static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
+
+/// Keeps an ended range for the next flush, or counts it when too many wait.
+fn keep(list: &mut Vec<Ended>, e: Ended) {
+    if list.len() < MAX_PENDING {
+        list.push(e);
+    } else {
+        OVERFLOWED.fetch_add(1, Relaxed);
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -537,7 +550,7 @@ fn pop() -> c_int {
         with_mine(|t| {
             if let Some(o) = t.open.pop() {
                 let tid = t.tid;
-                t.ended.push(ended(tid, o, end_ns, false, false));
+                keep(&mut t.ended, ended(tid, o, end_ns, false, false));
             }
         });
     }
@@ -573,7 +586,7 @@ fn end(id: u64) {
         let end_ns = crate::recorder::monotonic_ns();
         let open = lock(&STARTED).as_mut().and_then(|m| m.remove(&id));
         match open {
-            Some((tid, o)) => lock(&ENDED).push(ended(tid, o, end_ns, true, false)),
+            Some((tid, o)) => keep(&mut lock(&ENDED), ended(tid, o, end_ns, true, false)),
             None => {
                 UNKNOWN_ENDS.fetch_add(1, Relaxed);
             }
@@ -623,11 +636,10 @@ unsafe extern "C" fn range_start_ex(attr: *const c_void) -> u64 {
 }
 
 unsafe extern "C" fn domain_range_push_ex(domain: *const c_void, attr: *const c_void) -> c_int {
-    // SAFETY: NVTX passes the caller's domain handle (ours) and attributes.
     catch_unwind(|| {
-        push(unsafe { attr_message(attr) }, unsafe {
-            domain_name(domain)
-        })
+        // SAFETY: NVTX passes the caller's attributes and domain handle (ours).
+        let (message, domain) = unsafe { (attr_message(attr), domain_name(domain)) };
+        push(message, domain)
     })
     .unwrap_or(-1)
 }
@@ -638,11 +650,10 @@ extern "C" fn domain_range_pop(_domain: *const c_void) -> c_int {
 }
 
 unsafe extern "C" fn domain_range_start_ex(domain: *const c_void, attr: *const c_void) -> u64 {
-    // SAFETY: NVTX passes the caller's domain handle (ours) and attributes.
     catch_unwind(|| {
-        start(unsafe { attr_message(attr) }, unsafe {
-            domain_name(domain)
-        })
+        // SAFETY: NVTX passes the caller's attributes and domain handle (ours).
+        let (message, domain) = unsafe { (attr_message(attr), domain_name(domain)) };
+        start(message, domain)
     })
     .unwrap_or(0)
 }
@@ -653,9 +664,10 @@ extern "C" fn domain_range_end(_domain: *const c_void, id: u64) {
 
 /// `nvtxDomainCreateA`: the handle is the interned name.
 unsafe extern "C" fn domain_create_a(name: *const c_char) -> *const c_char {
-    // SAFETY: NVTX passes the caller's NUL-terminated name.
     catch_unwind(|| {
-        unsafe { ascii(name) }.map_or(std::ptr::null(), |n| intern(n.as_bytes()).as_ptr())
+        // SAFETY: NVTX passes the caller's NUL-terminated name.
+        let name = unsafe { ascii(name) };
+        name.map_or(std::ptr::null(), |n| intern(n.as_bytes()).as_ptr())
     })
     .unwrap_or(std::ptr::null())
 }
@@ -665,9 +677,10 @@ unsafe extern "C" fn domain_register_string_a(
     _domain: *const c_void,
     text: *const c_char,
 ) -> *const c_char {
-    // SAFETY: NVTX passes the caller's NUL-terminated string.
     catch_unwind(|| {
-        unsafe { ascii(text) }.map_or(std::ptr::null(), |t| intern(t.as_bytes()).as_ptr())
+        // SAFETY: NVTX passes the caller's NUL-terminated string.
+        let text = unsafe { ascii(text) };
+        text.map_or(std::ptr::null(), |t| intern(t.as_bytes()).as_ptr())
     })
     .unwrap_or(std::ptr::null())
 }
