@@ -146,6 +146,12 @@ pub struct RecordArgs {
     /// (torch.cuda.nvtx.range("NAME")). Calls and GPU work outside it are not written.
     #[arg(long, value_name = "RANGE", value_parser = parse_capture_range, conflicts_with = "cpu_only")]
     pub capture_range: Option<String>,
+    /// Record no NVTX ranges. By default each range (torch.cuda.nvtx.range,
+    /// emit_nvtx, nvtxRangePush/Pop, nvtxRangeStart/End) is a slice on the
+    /// timeline, and push/pop ranges are `[nvtx] NAME` frames of the launches
+    /// made inside them.
+    #[arg(long, conflicts_with = "cpu_only")]
+    pub no_nvtx: bool,
     /// Stop the program (SIGINT) after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,

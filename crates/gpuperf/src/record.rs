@@ -158,14 +158,12 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         asked.capture_range.clone_from(&a.capture_range);
         // Whole milliseconds, at least 1: a delay asked for is never none.
         asked.delay_ms = a.delay.map(|s| ((s * 1000.0).round() as u64).max(1));
-        if asked
-            .capture_range
-            .as_deref()
-            .is_some_and(|r| r.starts_with(rec_env::CAPTURE_NVTX_PREFIX))
+        asked.nvtx = !a.no_nvtx;
+        if asked.nvtx_hook()
             && let Some(old) = std::env::var_os(rec_env::NVTX_INJECTION_PATH)
         {
             warn!(
-                "{} was `{}`; gpuperf replaces it for --capture-range nvtx:",
+                "{} was `{}`; gpuperf replaces it to record NVTX ranges (--no-nvtx leaves it)",
                 rec_env::NVTX_INJECTION_PATH,
                 old.to_string_lossy()
             );

@@ -1193,3 +1193,105 @@ fn torch_hf_gpt2_as_a_user__depth_and_height_near_the_profilers_short_labels_rep
         "{report}"
     );
 }
+
+/// `torch.cuda.nvtx.range` ranges (`torch_nvtx.py`): the kernels launched
+/// inside them carry them as `[nvtx]` frames just below their innermost Python
+/// frame, those outside none, and the timeline nests the ranges' slices as
+/// the script does, as Perfetto's trace processor reads them.
+#[test]
+fn torch_nvtx_ranges__frames_below_the_python_line_and_nested_slices() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-nvtx");
+    let py = script(&dir, "torch_nvtx.py");
+    let mut c = gpuperf(&dir);
+    c.args([
+        "record",
+        "-p",
+        "cpu.txt",
+        "--raw-dir",
+        "raw",
+        "-c",
+        "tl.json",
+    ])
+    .arg("--cupti")
+    .arg(t.cupti())
+    .arg("--")
+    .arg("bash")
+    .arg(t.run_sh())
+    .arg(&t.sim)
+    .arg("--")
+    .arg(&t.python)
+    .arg(&py);
+    quiet_python(&mut c, &dir);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(text(&o.stdout).contains("nvtx script done"), "{}", show(&o));
+    let rec = Recording::open(&dir.join("raw"));
+    let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
+    let kernels = kernels_with_stacks(&rec, &cpu);
+    let (mut forward, mut in_step) = (0, 0);
+    for (kernel, _, _, stack) in &kernels {
+        let frames: Vec<&str> = stack.split(';').collect();
+        let nvtx: Vec<&str> = frames
+            .iter()
+            .copied()
+            .filter(|f| f.starts_with("[nvtx"))
+            .collect();
+        let is_python = |f: &&str| f.contains(".py:");
+        if stack.contains("[backward]") {
+            // Autograd's thread, charged under its forward line: the main
+            // thread's ranges do not enclose its launches.
+            assert!(nvtx.is_empty(), "{kernel}: {stack}");
+        } else if stack.contains("torch_nvtx.forward (") {
+            assert_eq!(
+                nvtx,
+                ["[nvtx] train_step", "[nvtx] forward"],
+                "{kernel}: {stack}"
+            );
+            forward += 1;
+        } else if stack.contains("torch_nvtx.train (") {
+            // The optimizer's, or the main thread's part of the backward call.
+            assert!(
+                nvtx == ["[nvtx] train_step"] || nvtx == ["[nvtx] train_step", "[nvtx] backward"],
+                "{kernel}: {stack}"
+            );
+            in_step += 1;
+        } else {
+            assert!(nvtx.is_empty(), "outside every range: {kernel}: {stack}");
+        }
+        if let Some(at) = frames.iter().position(|f| f.starts_with("[nvtx")) {
+            // Just below the innermost Python frame.
+            assert!(is_python(&frames[at - 1]), "{kernel}: {stack}");
+            assert!(!frames[at..].iter().any(is_python), "{kernel}: {stack}");
+        }
+    }
+    assert!(forward > 0 && in_step > 0, "{kernels:#?}");
+    let Some(tp) =
+        gpuperf_test_support::perfetto::TraceProcessor::load(&dir.join("tl.json")).unwrap()
+    else {
+        return;
+    };
+    let ranges = tp
+        .query(
+            "select s.name, s.depth, coalesce(p.name, '-') from slice s \
+             left join slice p on p.id = s.parent_id where s.category = 'nvtx' order by s.ts",
+        )
+        .unwrap();
+    let got: Vec<(String, i64, String)> = ranges
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_owned(),
+                r[1].as_i64().unwrap(),
+                r[2].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let step = [
+        ("train_step".to_owned(), 0, "-".to_owned()),
+        ("forward".to_owned(), 1, "train_step".to_owned()),
+        ("backward".to_owned(), 1, "train_step".to_owned()),
+    ];
+    assert_eq!(got, [step.clone(), step].concat(), "{}", show(&o));
+}

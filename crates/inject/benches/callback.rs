@@ -33,7 +33,7 @@
 //! `GPUPERF_BENCH_ONLY=threads` runs only the 1-, 8- and 32-thread cases;
 //! `GPUPERF_BENCH_ONLY=window` only the launches without injection, with it,
 //! and outside a capture window (`GPUPERF_CAPTURE_RANGE=cudaProfilerApi`, never
-//! opened).
+//! opened), with the baseline's two cases beside them when one is given.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,6 +48,8 @@ use gpuperf_test_support::python::pyenv;
 const LAUNCHES: &str = "1000000";
 const STACK_LAUNCHES: &str = "300000";
 const ROUNDS: usize = 7;
+/// Rounds of the window case (`GPUPERF_BENCH_ONLY=window`).
+const WINDOW_ROUNDS: usize = 9;
 /// Levels of `nest` in stack_bench.c: with loop, bench_run, main and glibc's three
 /// start frames, the recorded stack holds 30 frames.
 const DEPTH: &str = "23";
@@ -242,15 +244,22 @@ fn main() {
     let mut outside_env = stacks_env.clone();
     outside_env.push(("GPUPERF_CAPTURE_RANGE", "cudaProfilerApi"));
     if std::env::var("GPUPERF_BENCH_ONLY").is_ok_and(|v| v == "window") {
+        // With a baseline library, its two cases run in the same rounds.
+        let baseline = std::env::var("GPUPERF_BENCH_BASELINE").ok();
         let (mut none, mut with, mut outside) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
+        let (mut base_with, mut base_outside) = (Vec::new(), Vec::new());
+        for _ in 0..WINDOW_ROUNDS {
             none.push(ns_per_launch(&host, "none", &base_env));
             with.push(ns_per_launch(&host, inject, &base_env));
             outside.push(ns_per_launch(&host, inject, &outside_env));
+            if let Some(b) = &baseline {
+                base_with.push(ns_per_launch(&host, b, &base_env));
+                base_outside.push(ns_per_launch(&host, b, &outside_env));
+            }
             clear(&trace);
         }
         let (n, w, o) = (median(none), median(with), median(outside));
-        println!("launches per run: {LAUNCHES}, rounds: {ROUNDS}, medians:");
+        println!("launches per run: {LAUNCHES}, rounds: {WINDOW_ROUNDS}, medians:");
         println!("  without injection         {n:8.1} ns/launch");
         println!(
             "  with injection            {w:8.1} ns/launch  (+{:.1} ns)",
@@ -260,6 +269,18 @@ fn main() {
             "  outside a capture window  {o:8.1} ns/launch  (+{:.1} ns)",
             o - n
         );
+        if let Some(b) = &baseline {
+            let (bw, bo) = (median(base_with), median(base_outside));
+            println!("  baseline: {b}");
+            println!(
+                "  with injection            {bw:8.1} ns/launch  (+{:.1} ns)",
+                bw - n
+            );
+            println!(
+                "  outside a capture window  {bo:8.1} ns/launch  (+{:.1} ns)",
+                bo - n
+            );
+        }
         return;
     }
     if std::env::var("GPUPERF_BENCH_ONLY").is_ok_and(|v| v == "threads") {

@@ -10,7 +10,8 @@
 //!
 //! While the window is closed an API entry or exit costs a class look-up and
 //! one relaxed load ([`skip_outside`]), before the recorder's re-entry guard:
-//! no record, no stack, no marker. Calls
+//! no record, no stack, no marker; and CUPTI's activity kinds are off
+//! (`recorder::window_changed`), so it makes no GPU record either. Calls
 //! entered while it is open get their correlation ids noted as a span
 //! (lowest, highest); CUPTI's ids grow with every call in the process, so GPU
 //! work is written when its id falls in a span, and counted as outside the
@@ -129,6 +130,8 @@ pub fn configure(w: &Window) {
         OUTSIDE.store(0, Relaxed);
     }
     update(&mut s, crate::recorder::monotonic_ns());
+    drop(s);
+    crate::recorder::window_changed();
 }
 
 /// Whether API calls are recorded now.
@@ -179,12 +182,14 @@ pub fn entered(correlation_id: u32) {
 pub fn delay_done() {
     DELAY_DONE.store(true, Relaxed);
     update(&mut lock(), crate::recorder::monotonic_ns());
+    crate::recorder::window_changed();
 }
 
 /// `cudaProfilerStart` (`start`) or `cudaProfilerStop` was entered.
 pub fn profiler_api(start: bool) {
     RANGE_OPEN.store(start, Relaxed);
     update(&mut lock(), crate::recorder::monotonic_ns());
+    crate::recorder::window_changed();
 }
 
 /// An NVTX range of the capture name opened (`open`) or closed: the window
@@ -198,6 +203,8 @@ pub fn nvtx_range(open: bool) {
     };
     RANGE_OPEN.store(s.ranges_open > 0, Relaxed);
     update(&mut s, crate::recorder::monotonic_ns());
+    drop(s);
+    crate::recorder::window_changed();
 }
 
 /// Opens or closes the window after one of its conditions changed.

@@ -11,6 +11,7 @@
 //! | `GPUPERF_MARKER` | `auto`: call the launch marker while a profiler holds its semaphore; `always`; `off` | `auto` |
 //! | `GPUPERF_STACKS` | `1`: take each launch's CPU stack in process ([`crate::stacks`]); `0`: don't | `1` |
 //! | `GPUPERF_CAPTURE_RANGE` | `cudaProfilerApi`: record only between `cudaProfilerStart` and `cudaProfilerStop`; `nvtx:NAME`: only inside NVTX ranges NAME (needs `NVTX_INJECTION64_PATH` naming this library); see [`crate::capture`] | the whole run |
+//! | `GPUPERF_NVTX` | `0`: record no NVTX ranges (a capture range's are still watched); else, with `NVTX_INJECTION64_PATH` naming this library, record every range (the `nvtx` module) | recorded |
 //! | `GPUPERF_CAPTURE_DELAY_MS` | record nothing until this many milliseconds after the process started | 0 |
 //! | `GPUPERF_AUTOGRAD` | `1`: with stacks, read PyTorch autograd's ids at each launch ([`crate::autograd`]); `0`: don't; `SEQ,TID`: the Node field offsets for a torch this build does not know | `1` |
 //! | `GPUPERF_SYNC` | a Unix socket of the CPU profiler (`gpuperf record` sets it): before the first launch, wait there until the profiler has probed this process's CUDA libraries | unset |

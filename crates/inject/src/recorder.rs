@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, Note,
-    Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable, ThreadName,
-    api_base_name,
+    NvtxKind, NvtxRange, Overhead, Process, Record, SIMULATED_GPU_NOTE, StringId, StringTable,
+    ThreadName, api_base_name,
 };
 
 use crate::api::{Class, classify};
@@ -384,8 +384,12 @@ struct State {
     /// The recorder state of threads whose own was destroyed (calls from
     /// destructors at exit), by thread id, while they have calls open.
     stateless: Mutex<Vec<(u32, Local)>>,
-    /// The activity kinds enabled, to disable at exit.
+    /// The activity kinds enabled, to disable at exit. Its lock also orders
+    /// the capture window's turning them off and on ([`window_changed`]).
     kinds: Mutex<Vec<u32>>,
+    /// Whether `kinds` are on in CUPTI now (written under `kinds`' lock):
+    /// off while a capture window is closed.
+    kinds_on: AtomicBool,
     first_walk_error: Mutex<Option<String>>,
     /// The reserve for when buffers cannot be allocated.
     pool: Pool,
@@ -764,6 +768,38 @@ impl State {
         })
     }
 
+    /// nvtx hook: writes the NVTX ranges that ended since the last flush
+    /// (with `close_ns`, the ones still open too, ended then).
+    fn write_nvtx(&self, close_ns: Option<u64>) {
+        let ranges = crate::nvtx::take_ended(close_ns);
+        if ranges.is_empty() {
+            return;
+        }
+        let mut sink = lock(&self.sink);
+        if sink.closed {
+            return;
+        }
+        for r in ranges {
+            let name = sink.strings.intern(&r.name);
+            let domain = r.domain.map(|d| sink.strings.intern(d));
+            let rec = Record::Nvtx(NvtxRange {
+                pid: self.pid,
+                tid: r.tid,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                name,
+                domain,
+                kind: if r.start_end {
+                    NvtxKind::StartEnd
+                } else {
+                    NvtxKind::PushPop
+                },
+                unclosed: r.unclosed,
+            });
+            sink.write(&rec);
+        }
+    }
+
     /// Moves every thread's pending API records and aliases into the sink.
     fn drain_shards(&self) {
         let shards: Vec<Arc<Shard>> = {
@@ -813,6 +849,7 @@ impl State {
             self.log.line(&note);
             lock(&self.sink).note(note);
         }
+        self.write_nvtx(None);
         if api.is_empty() && aliases.is_empty() && dropped == 0 {
             return;
         }
@@ -1275,6 +1312,12 @@ impl State {
         // still running come back incomplete and are counted. Records made
         // between the two arrive late, if ever, and are counted then.
         self.closing.store(true, Relaxed);
+        // nvtx hook: ranges still open end at the close, marked so.
+        self.write_nvtx(Some(monotonic_ns()));
+        if let Some(note) = crate::nvtx::problems() {
+            self.log.line(&note);
+            lock(&self.sink).note(note);
+        }
         self.flush(Flush::Final);
         // Kinds are process-wide: once another client took CUPTI they are its
         // own, and disabling them would end its recording.
@@ -1930,6 +1973,7 @@ pub fn initialize() -> bool {
         launches_at_yield: AtomicU64::new(0),
         finalized: AtomicBool::new(false),
         refusal_noted: AtomicBool::new(false),
+        kinds_on: AtomicBool::new(false),
         stats: Stats::default(),
         config,
     };
@@ -2081,6 +2125,45 @@ fn wait_for_profiler(sock: &Path, log: &Log) {
     }
 }
 
+/// capture hook: CUPTI makes activity records only while the capture window
+/// is open, so that a launch outside it costs CUPTI no record and gpuperf no
+/// decoding. Called after the window opened or closed, outside the window's
+/// lock (CUPTI may hand buffers over inside these calls, and the buffer
+/// handler reads the window). The kinds' lock orders concurrent changes: each
+/// call makes CUPTI agree with the window as it is when the call holds the
+/// lock, so the last change wins.
+///
+/// CUPTI decides whether to make a record when the activity is issued (the
+/// launch, the copy's call): work issued inside a window and still running
+/// when it closes keeps its record. Records already in CUPTI's buffers stay
+/// there for the next flush; disabling a kind does not discard them.
+pub(crate) fn window_changed() {
+    let Some(s) = STATE.get() else { return };
+    let kinds = lock(&s.kinds);
+    let open = capture::recording();
+    // Once the exit path took the kinds (drained), or another client owns
+    // them, they are left alone.
+    if s.kinds_on.load(Relaxed) == open
+        || kinds.is_empty()
+        || s.yielded.load(Relaxed)
+        || s.finalized.load(Relaxed)
+        || s.closing.load(Relaxed)
+    {
+        return;
+    }
+    for &kind in kinds.iter() {
+        let r = if open {
+            s.cupti.activity_enable(kind)
+        } else {
+            s.cupti.activity_disable(kind)
+        };
+        if let Err(e) = r {
+            s.log.line(&format!("capture window: {e}"));
+        }
+    }
+    s.kinds_on.store(open, Relaxed);
+}
+
 /// Disables the kinds [`enable`] turned on and drops the subscription (with it
 /// every callback). The buffer and clock callbacks stay registered: CUPTI has
 /// no call to remove them, and with no kind enabled they are never called.
@@ -2136,6 +2219,8 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
             Err(e) => s.log.line(&format!("{name} records unavailable: {e}")),
         }
     }
+    s.kinds_on.store(true, Relaxed);
+    // Turns the kinds off again when the window starts closed.
     capture::configure(&s.config.window);
     let profiler_api = s.config.window.range == capture::Range::ProfilerApi;
     let mut enabled = 0;

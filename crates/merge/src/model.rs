@@ -419,6 +419,8 @@ pub enum Record {
     Thread(ThreadName),
     /// Where a launch stands in PyTorch's autograd: forward or backward.
     Autograd(Autograd),
+    /// An NVTX range the program opened and closed.
+    Nvtx(NvtxRange),
 }
 
 impl Record {
@@ -438,6 +440,7 @@ impl Record {
             Record::GraphNode(r) => &mut r.pid,
             Record::Thread(r) => &mut r.pid,
             Record::Autograd(r) => &mut r.pid,
+            Record::Nvtx(r) => &mut r.pid,
         }
     }
 }
@@ -617,6 +620,39 @@ pub struct ThreadName {
     pub tid: u32,
     /// The name.
     pub name: String,
+}
+
+/// An NVTX range (`nvtxRangePush`/`nvtxRangePop`, `nvtxRangeStart`/
+/// `nvtxRangeEnd`, and their domain forms), as the injection library saw it
+/// through NVTX's injection hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvtxRange {
+    /// Process id.
+    pub pid: u32,
+    /// The thread that pushed (or started) it.
+    pub tid: u32,
+    /// When it was pushed or started (the trace's clock).
+    pub start_ns: u64,
+    /// When it was popped or ended; for a range still open when the trace
+    /// closed, the close.
+    pub end_ns: u64,
+    /// Its message.
+    pub name: StringId,
+    /// Its NVTX domain; `None` for the default one.
+    pub domain: Option<StringId>,
+    /// Push/pop: nested on its thread; start/end: may cross threads and overlap.
+    pub kind: NvtxKind,
+    /// Still open when the trace closed.
+    pub unclosed: bool,
+}
+
+/// How an NVTX range was opened.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NvtxKind {
+    /// `nvtxRangePush*` and `nvtxRangePop`: per thread, strictly nested.
+    PushPop,
+    /// `nvtxRangeStart*` and `nvtxRangeEnd`: known by id, may overlap.
+    StartEnd,
 }
 
 /// The start of the NOTE the injection library writes when it turned its

@@ -146,6 +146,29 @@ pub fn sim_c_program_as(
         .build_once()
 }
 
+/// The directory holding NVTX v3's `nvtx3/` headers: in the CUDA wheels'
+/// include directory, or in the nvidia-nvtx wheel of Debian's Python (PyTorch's).
+pub fn nvtx_include(cuda: &Path) -> Option<PathBuf> {
+    let mut dirs = vec![cuda.join("include")];
+    if let Ok(o) = Command::new("/usr/bin/python3.11")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+    {
+        dirs.push(PathBuf::from(text(&o.stdout).trim()).join("nvidia/cu13/include"));
+    }
+    let found = dirs
+        .into_iter()
+        .find(|d| d.join("nvtx3/nvToolsExt.h").is_file());
+    if found.is_none() {
+        gpuperf_test_support::require::Need::CudaWheels
+            .missing("no NVTX v3 headers (pip install nvidia-nvtx)");
+    }
+    found
+}
+
 /// The cudarc sample's PTX (nvcc output), for driver-API programs.
 pub fn sample_ptx() -> PathBuf {
     repo().join("samples/cudarc_graph/kernels.ptx")

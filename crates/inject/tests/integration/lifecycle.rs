@@ -428,3 +428,24 @@ fn mock_buffers_from_the_reserve_when_memory_runs_out() {
         assert!(k.contains_key(&c), "kernel {c} missing");
     }
 }
+
+/// While a capture window is closed CUPTI makes no activity records: the
+/// kinds are off (a launch outside the window costs CUPTI no record and
+/// gpuperf no decoding). The window here never opens.
+#[test]
+fn mock_closed_capture_window_turns_the_activity_kinds_off() {
+    let Some(w) = wheels() else { return };
+    let m = mock(&w);
+    let (out, _dir) = run_mock(&m, "mock-probe", &[]);
+    let stdout = stdout_of(&out);
+    let open = field(&stdout, "subscribed");
+    assert!(!open.contains("kinds 0 "), "no window: kinds on: {open}");
+    let (out, _dir) = run_mock(
+        &m,
+        "mock-probe",
+        &[("GPUPERF_CAPTURE_RANGE", Path::new("cudaProfilerApi"))],
+    );
+    let stdout = stdout_of(&out);
+    let closed = field(&stdout, "subscribed");
+    assert!(closed.starts_with("1 kinds 0 "), "window closed: {closed}");
+}

@@ -47,8 +47,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::error::Result;
 use crate::join::backward::{self, AUTOGRAD_OFF_NOTE, BackwardStats};
 use crate::model::{
-    ApiCall, AutogradTag, Module, Record, Stack, StackEnd, StackFrame, StringId, StringTable,
-    api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api,
+    ApiCall, AutogradTag, Module, NvtxKind, Record, Stack, StackEnd, StackFrame, StringId,
+    StringTable, api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api,
 };
 use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::read::input::GpuInputs;
@@ -57,6 +57,8 @@ use crate::read::input::GpuInputs;
 pub const GRAPH_CAPTURED: &str = "[graph node captured at]";
 /// The frame between a graph launch's stack and the stack that added the node.
 pub const GRAPH_ADDED: &str = "[graph node added at]";
+/// What an NVTX range's frame starts with ([`nvtx_frame`]).
+pub const NVTX_FRAME: &str = "[nvtx]";
 /// A frame in code without unwind information.
 pub const UNKNOWN_FRAME: &str = "[unknown]";
 /// Frames a complete stack starts with: the process's entry point, the thread
@@ -106,6 +108,9 @@ pub struct StackStats {
     pub graph_nodes: u64,
     /// Launches made by autograd's backward nodes, and how they were charged.
     pub backward: BackwardStats,
+    /// API calls with a stack made inside NVTX push/pop ranges, which show as
+    /// frames of their stacks ([`NVTX_FRAME`]).
+    pub nvtx_launches: u64,
 }
 
 impl StackStats {
@@ -149,6 +154,9 @@ impl fmt::Display for StackStats {
         if !self.backward.is_empty() {
             write!(f, "; {}", self.backward)?;
         }
+        if self.nvtx_launches > 0 {
+            write!(f, "; {} inside NVTX ranges", self.nvtx_launches)?;
+        }
         Ok(())
     }
 }
@@ -180,6 +188,8 @@ struct Proc {
     autograd: FxHashMap<u32, AutogradTag>,
     /// The recorder turned its autograd reading off.
     autograd_off: bool,
+    /// tid → NVTX push/pop ranges: (start, end, frame text).
+    nvtx: FxHashMap<u32, Vec<(u64, u64, String)>>,
 }
 
 /// A launch before its text is known.
@@ -196,7 +206,7 @@ pub fn collect(
     sym: &mut dyn Symbolize,
 ) -> Result<Option<LaunchStacks>> {
     let Gathered {
-        procs,
+        mut procs,
         pending,
         graph_work,
     } = gather(gpu, strings)?;
@@ -230,6 +240,14 @@ pub fn collect(
     }
     let mut launch_stack = add_launches(
         &mut trace, &mut stats, &mut namer, &procs, &pending, strings,
+    );
+    stats.nvtx_launches = add_nvtx_frames(
+        &mut trace,
+        &mut launch_stack,
+        &mut namer,
+        &mut procs,
+        &pending,
+        strings,
     );
     stats.backward = charge_backward(
         &mut trace,
@@ -268,7 +286,7 @@ fn gather(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Gathered> {
     let mut pending: Vec<(u32, Pending)> = Vec::new();
     // (pid, correlation id, node) of GPU work from graph nodes.
     let mut graph_work: FxHashSet<(u32, u32, u64)> = FxHashSet::default();
-    gpu.visit(strings, &mut |rec, _| match rec {
+    gpu.visit(strings, &mut |rec, names| match rec {
         Record::Process(p) => procs.entry(p.pid).or_default().exe = p.exe.clone(),
         Record::Module(m) => {
             procs
@@ -318,6 +336,16 @@ fn gather(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Gathered> {
                 .or_default()
                 .autograd
                 .insert(a.correlation_id, a.tag);
+        }
+        Record::Nvtx(r) if r.kind == NvtxKind::PushPop => {
+            let frame = nvtx_frame(names.get(r.name), r.domain.map(|d| names.get(d)));
+            procs
+                .entry(r.pid)
+                .or_default()
+                .nvtx
+                .entry(r.tid)
+                .or_default()
+                .push((r.start_ns, r.end_ns, frame));
         }
         Record::Note(n) if n.text.starts_with(AUTOGRAD_OFF_NOTE) => {
             procs.entry(n.pid).or_default().autograd_off = true;
@@ -392,6 +420,119 @@ fn add_launches(
     }
 
     launch_stack
+}
+
+/// A frame for an NVTX range: `[nvtx] NAME`, or `[nvtx DOMAIN] NAME` outside
+/// the default domain. A `;` in a name would split the frame: it reads `,`.
+pub fn nvtx_frame(name: &str, domain: Option<&str>) -> String {
+    let clean = |s: &str| s.replace(';', ",").replace(['\n', '\r'], " ");
+    match domain {
+        Some(d) => format!("[nvtx {}] {}", clean(d), clean(name)),
+        None => format!("{NVTX_FRAME} {}", clean(name)),
+    }
+}
+
+/// Each launch made inside NVTX push/pop ranges on its thread gets the
+/// ranges as frames, outermost first, just below its innermost Python frame,
+/// or, without Python frames, just above the API frame:
+///
+/// ```text
+/// …;train.py:step (train.py:12);[nvtx] forward;[nvtx] aten::linear;…native…;cudaLaunchKernel
+/// _start;…;main;step;[nvtx] steps;cudaLaunchKernel
+/// ```
+///
+/// A range is opened by the code that the innermost Python frame runs
+/// (`with torch.cuda.nvtx.range(…)`, or the op dispatch `emit_nvtx` wraps),
+/// and it encloses everything called from there: the frames below it are
+/// the range's callees, as Nsight Systems draws an NVTX row above the CUDA
+/// API calls made inside it, and as Kineto nests a `user_annotation` above
+/// the ops it encloses. The Python line stays the root of the range, so
+/// one line's work is not split by the ranges it opened. A native program's
+/// stack does not say which frame pushed the range, so the range goes where
+/// it is known to hold: around the call.
+///
+/// A launch is inside a range when its API call started between the push and
+/// the pop on the same thread (one clock, one thread: no pairing needed).
+/// Returns the launches that got frames.
+fn add_nvtx_frames(
+    trace: &mut CpuTrace,
+    launch_stack: &mut [StackId],
+    namer: &mut Namer<'_>,
+    procs: &mut FxHashMap<u32, Proc>,
+    pending: &[(u32, Pending)],
+    strings: &StringTable,
+) -> u64 {
+    let mut by_thread: FxHashMap<(u32, u32), Vec<usize>> = FxHashMap::default();
+    for (i, (pid, l)) in pending.iter().enumerate() {
+        if procs[pid].nvtx.contains_key(&l.api.tid) {
+            by_thread.entry((*pid, l.api.tid)).or_default().push(i);
+        }
+    }
+    let mut threads: Vec<((u32, u32), Vec<usize>)> = by_thread.into_iter().collect();
+    threads.sort_unstable_by_key(|(k, _)| *k);
+    let mut inside = 0;
+    for ((pid, tid), mut launches) in threads {
+        let Some(mut ranges) = procs.get_mut(&pid).and_then(|p| p.nvtx.remove(&tid)) else {
+            continue;
+        };
+        // Outer before inner: by start, the longer first.
+        ranges.sort_unstable_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
+        launches.sort_unstable_by_key(|&i| (pending[i].1.api.start_ns, i));
+        let mut open: Vec<usize> = Vec::new();
+        let mut next = 0;
+        for i in launches {
+            let t = pending[i].1.api.start_ns;
+            while let Some(r) = ranges.get(next).filter(|r| r.0 <= t) {
+                while open.last().is_some_and(|&o| ranges[o].1 < r.0) {
+                    open.pop();
+                }
+                open.push(next);
+                next += 1;
+            }
+            while open.last().is_some_and(|&o| ranges[o].1 < t) {
+                open.pop();
+            }
+            let frames: Vec<&str> = open
+                .iter()
+                .filter(|&&o| ranges[o].1 >= t)
+                .map(|&o| ranges[o].2.as_str())
+                .collect();
+            if frames.is_empty() {
+                continue;
+            }
+            let own = trace.stacks.text(launch_stack[i]).to_owned();
+            let python = procs[&pid]
+                .stacks
+                .get(&pending[i].1.stack)
+                .filter(|s| {
+                    s.frames
+                        .iter()
+                        .any(|f| matches!(f, StackFrame::Python { .. }))
+                })
+                .map(|s| namer.python_prefix(pid, s, strings));
+            let text = with_nvtx(&own, python.as_deref(), &frames.join(";"));
+            let id = trace.stacks.intern(text.as_bytes());
+            launch_stack[i] = id;
+            trace.launches[i].stack = id;
+            inside += 1;
+        }
+    }
+    inside
+}
+
+/// `own` with `frames` after its Python prefix `python` when it starts with
+/// it, else before its leaf (the API frame).
+fn with_nvtx(own: &str, python: Option<&str>, frames: &str) -> String {
+    if let Some(p) = python.filter(|p| !p.is_empty())
+        && let Some(rest) = own.strip_prefix(p).and_then(|r| r.strip_prefix(';'))
+    {
+        return format!("{p};{frames};{rest}");
+    }
+    match own.rsplit_once(';') {
+        Some((head, leaf)) => format!("{head};{frames};{leaf}"),
+        None if own.is_empty() => frames.to_owned(),
+        None => format!("{frames};{own}"),
+    }
 }
 
 /// Backward launches under the forward launch that made their node
@@ -645,5 +786,26 @@ mod tests {
             "__start_context;worker;cudaLaunchKernel"
         ));
         assert!(!super::is_complete("worker;cudaLaunchKernel"));
+    }
+
+    #[test]
+    fn nvtx_frames_go_below_the_python_prefix_else_above_the_api_frame() {
+        use super::{nvtx_frame, with_nvtx};
+        let frames = [nvtx_frame("step", None), nvtx_frame("a;b", Some("lib"))].join(";");
+        assert_eq!(frames, "[nvtx] step;[nvtx lib] a,b");
+        let py = "_start;main;m.train (t.py:3)";
+        assert_eq!(
+            with_nvtx(&format!("{py};at::mm;cudaLaunchKernel"), Some(py), &frames),
+            format!("{py};[nvtx] step;[nvtx lib] a,b;at::mm;cudaLaunchKernel")
+        );
+        // A stack that does not start with the prefix: at the leaf end.
+        assert_eq!(
+            with_nvtx("_start;main;launch;cudaLaunchKernel", Some(py), "[nvtx] x"),
+            "_start;main;launch;[nvtx] x;cudaLaunchKernel"
+        );
+        assert_eq!(
+            with_nvtx("cudaLaunchKernel", None, "[nvtx] x"),
+            "[nvtx] x;cudaLaunchKernel"
+        );
     }
 }

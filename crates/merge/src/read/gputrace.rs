@@ -39,6 +39,7 @@
 //! | 14 | `GRAPH_NODE` | node id u64, stack id u32, API name string u32 (`u32::MAX`: none) (16) |
 //! | 15 | `THREAD` | tid u32, name string u32 (8): the thread's name; a later record for the same thread supersedes it (a rename). Added without a version bump: older readers skip it |
 //! | 17 | `AUTOGRAD` | corr u32, kind u8 (1 forward, 2 backward), 0 u8×3, thread u64, seq u64 (24): PyTorch autograd's ids for the API record with this correlation id, written after it; forward: RecordFunction thread id and `sequence_number::peek()`, backward: the evaluated node's thread id and sequence number. Added without a version bump: older readers skip it |
+//! | 18 | `NVTX` | start u64, end u64, tid u32, name string u32, domain string u32 (`u32::MAX`: the default domain), kind u8 (1 push/pop, 2 start/end), flags u8 (bit 0: still open when the trace closed; `end` is the close), 0 u16 (32): an NVTX range, written when it ends (or at the close). Added without a version bump: older readers skip it |
 //! | 16 | `CLOSED` | at u64 (8): the recording was closed by the process's exit flush, at this time; records after it are notes on what came later. Written when the header has [`FLAG_CLOSES`]; added without a version bump |
 //!
 //! A file whose header has [`FLAG_CLOSES`] and no `CLOSED` record was not closed:
@@ -83,8 +84,9 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
-    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, Overhead, PeerDevices, Process,
-    Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
+    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Overhead,
+    PeerDevices, Process, Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName,
+    UNKNOWN_DEVICE,
 };
 
 /// The magic bytes a GPU trace starts with.
@@ -120,6 +122,7 @@ mod kind {
     pub const THREAD: u8 = 15;
     pub const CLOSED: u8 = 16;
     pub const AUTOGRAD: u8 = 17;
+    pub const NVTX: u8 = 18;
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
@@ -330,6 +333,20 @@ impl<W: Write> Writer<W> {
                 self.begin(kind::AUTOGRAD);
                 self.u32(a.correlation_id).u8(k).u8(0).u16(0);
                 self.u64(thread).u64(seq);
+            }
+            Record::Nvtx(r) => {
+                let name = self.intern_id(r.name, strings)?;
+                let domain = match r.domain {
+                    Some(d) => self.intern_id(d, strings)?,
+                    None => u32::MAX,
+                };
+                let k = match r.kind {
+                    NvtxKind::PushPop => 1,
+                    NvtxKind::StartEnd => 2,
+                };
+                self.begin(kind::NVTX);
+                self.u64(r.start_ns).u64(r.end_ns).u32(r.tid).u32(name);
+                self.u32(domain).u8(k).u8(u8::from(r.unclosed)).u16(0);
             }
         }
         self.finish()
@@ -698,6 +715,15 @@ impl Decoder<'_> {
             kind::STACK => self.stack(&mut f, offset),
             kind::GRAPH_NODE => self.graph_node(&mut f, offset),
             kind::THREAD => self.thread(&mut f, offset),
+            kind::NVTX => match self.nvtx(&mut f, offset) {
+                Some(Ok(r)) => Some(r),
+                // A kind of range this build does not know: skipped.
+                Some(Err(())) => {
+                    self.stats.unknown_kinds += 1;
+                    return;
+                }
+                None => None,
+            },
             kind::AUTOGRAD => match self.autograd(&mut f) {
                 Some(Ok(r)) => Some(r),
                 // A kind this build does not know: skipped like an unknown record.
@@ -945,6 +971,31 @@ impl Decoder<'_> {
             pid: self.pid,
             correlation_id,
             tag,
+        })))
+    }
+
+    /// `None` when short; `Some(Err(()))` for a range kind this build does
+    /// not know.
+    fn nvtx(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Result<Record, ()>> {
+        let (start_ns, end_ns, tid, name, domain) =
+            (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u32()?);
+        let (k, flags) = (f.u8()?, f.u8()?);
+        let kind = match k {
+            1 => NvtxKind::PushPop,
+            2 => NvtxKind::StartEnd,
+            _ => return Some(Err(())),
+        };
+        let name = self.string(name, offset);
+        let domain = (domain != u32::MAX).then(|| self.string(domain, offset));
+        Some(Ok(Record::Nvtx(NvtxRange {
+            pid: self.pid,
+            tid,
+            start_ns,
+            end_ns,
+            name,
+            domain,
+            kind,
+            unclosed: flags & 1 != 0,
         })))
     }
 
@@ -1739,6 +1790,56 @@ mod tests {
         let (back, _, stats) = decode(&bytes);
         assert_eq!(back, recs[..2]);
         assert_eq!(stats.unknown_kinds, 1);
+    }
+
+    #[test]
+    fn nvtx_ranges_round_trip() {
+        let mut strings = StringTable::new();
+        let range = |name, domain, kind, unclosed| {
+            Record::Nvtx(NvtxRange {
+                pid: 42,
+                tid: 43,
+                start_ns: 100,
+                end_ns: 250,
+                name,
+                domain,
+                kind,
+                unclosed,
+            })
+        };
+        let (step, fwd, dom) = (
+            strings.intern("step"),
+            strings.intern("forward"),
+            strings.intern("mylib"),
+        );
+        let recs = [
+            Record::Process(Process {
+                pid: 42,
+                ppid: 1,
+                exe: "/opt/app".into(),
+                start_ns: 1,
+                start_realtime_ns: 2,
+            }),
+            range(step, None, NvtxKind::PushPop, false),
+            range(fwd, Some(dom), NvtxKind::StartEnd, true),
+        ];
+        let mut w = Writer::new(Vec::new()).unwrap();
+        for r in &recs {
+            w.write(r, &strings).unwrap();
+        }
+        let (back, bstrings, stats) = decode(&w.into_inner());
+        assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+        let Record::Nvtx(r) = &back[2] else {
+            panic!("{back:?}")
+        };
+        assert_eq!(bstrings.get(r.name), "forward");
+        assert_eq!(r.domain.map(|d| bstrings.get(d)), Some("mylib"));
+        assert_eq!((r.kind, r.unclosed, r.tid), (NvtxKind::StartEnd, true, 43));
+        let Record::Nvtx(r) = &back[1] else {
+            panic!("{back:?}")
+        };
+        assert_eq!((bstrings.get(r.name), r.domain), ("step", None));
+        assert_eq!((r.start_ns, r.end_ns), (100, 250));
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub const FLUSH_ON_SIGNAL: &str = "GPUPERF_FLUSH_ON_SIGNAL";
 /// `cudaProfilerStart` and `cudaProfilerStop`) or `nvtx:NAME` (inside NVTX
 /// ranges NAME). Unset: the whole run.
 pub const CAPTURE_RANGE: &str = "GPUPERF_CAPTURE_RANGE";
+/// `0`: the injection library records no NVTX ranges (it still watches a
+/// capture range's); unset or anything else: it does, through
+/// [`NVTX_INJECTION_PATH`].
+pub const NVTX: &str = "GPUPERF_NVTX";
 /// Nothing is recorded until this many milliseconds after the process started.
 pub const CAPTURE_DELAY_MS: &str = "GPUPERF_CAPTURE_DELAY_MS";
 /// NVTX v3 loads the library this names at its first call, and calls its
@@ -89,6 +93,8 @@ pub struct Injection {
     pub capture_range: Option<String>,
     /// [`CAPTURE_DELAY_MS`]: recording starts this long after the process.
     pub delay_ms: Option<u64>,
+    /// Whether NVTX ranges are recorded ([`NVTX`]). Default is `true`.
+    pub nvtx: bool,
 }
 
 impl Injection {
@@ -103,7 +109,18 @@ impl Injection {
             sync: None,
             capture_range: None,
             delay_ms: None,
+            nvtx: true,
         }
+    }
+
+    /// Whether the library is NVTX's injection too ([`NVTX_INJECTION_PATH`]):
+    /// to record ranges, or for an NVTX capture range.
+    pub fn nvtx_hook(&self) -> bool {
+        self.nvtx
+            || self
+                .capture_range
+                .as_deref()
+                .is_some_and(|r| r.starts_with(CAPTURE_NVTX_PREFIX))
     }
 
     /// The variables to set in the target's environment.
@@ -125,10 +142,13 @@ impl Injection {
         }
         if let Some(r) = &self.capture_range {
             env.push((CAPTURE_RANGE.into(), r.into()));
-            if r.starts_with(CAPTURE_NVTX_PREFIX) {
-                // NVTX calls reach the library only through its own hook.
-                env.push((NVTX_INJECTION_PATH.into(), self.library.clone().into()));
-            }
+        }
+        if self.nvtx_hook() {
+            // NVTX calls reach the library only through its own hook.
+            env.push((NVTX_INJECTION_PATH.into(), self.library.clone().into()));
+        }
+        if !self.nvtx {
+            env.push((NVTX.into(), flag(false).into()));
         }
         if let Some(ms) = self.delay_ms {
             env.push((CAPTURE_DELAY_MS.into(), ms.to_string().into()));
@@ -159,7 +179,18 @@ mod tests {
         assert_eq!(get(SYNC).as_deref(), Some("/s/sync.sock"));
         assert_eq!(get(CUPTI_PATH), None);
         assert_eq!(get(CAPTURE_RANGE), None);
+        // NVTX ranges are recorded unless turned off.
+        assert_eq!(get(NVTX_INJECTION_PATH).as_deref(), Some("/l/inject.so"));
+        assert_eq!(get(NVTX), None);
+        i.nvtx = false;
+        let vars = i.vars();
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
         assert_eq!(get(NVTX_INJECTION_PATH), None);
+        assert_eq!(get(NVTX).as_deref(), Some("0"));
         i.capture_range = Some("nvtx:step".into());
         i.delay_ms = Some(1500);
         let vars = i.vars();

@@ -9,6 +9,8 @@
 //! records ──▶ Builder (a Sink) ──finish──▶ Timeline ──▶ chrome / perfetto encoder
 //! ```
 //!
+//! - NVTX push/pop ranges are slices on their thread's track, around the API
+//!   calls made inside them; start/end ranges on a track of their process.
 //! - CPU API calls are slices on their process's thread tracks; a launch's CPU
 //!   stack is an argument of its API slice only (and of the markers of launches
 //!   without GPU work). GPU work carries a `stack` argument only where it is
@@ -40,7 +42,9 @@ use rustc_hash::FxHashMap;
 use crate::error::Result;
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::UNKNOWN_DEVICE;
-use crate::model::{Activity, ActivityKind, ApiCall, Clock, Record, StringId, SyncWait};
+use crate::model::{
+    Activity, ActivityKind, ApiCall, Clock, NvtxKind, NvtxRange, Record, StringId, SyncWait,
+};
 use crate::read::cpu::{CpuLaunch, StackId};
 use crate::read::driver::DriverTrace;
 use crate::write::demangle::Demangler;
@@ -54,6 +58,9 @@ pub const GPU_PID_BASE: u64 = 1 << 30;
 pub fn gpu_pid(pid: u32, device: u32) -> u64 {
     GPU_PID_BASE + (u64::from(device.min(127)) << 22) + u64::from(pid & ((1 << 22) - 1))
 }
+
+/// The track of a process's NVTX start/end ranges.
+pub const NVTX_START_END_TRACK: &str = "NVTX ranges (start/end)";
 
 /// Set in the tid of a stream's synchronization track.
 pub const SYNC_TID_BIT: u64 = 1 << 31;
@@ -161,6 +168,8 @@ enum TrackKey {
     DeviceIdle(u64),
     Driver(u32),
     ProcessDriver(u32, u32),
+    /// A process's NVTX start/end ranges.
+    NvtxStartEnd(u32),
     Lane(TrackId, usize),
 }
 
@@ -480,6 +489,49 @@ impl Builder {
             self.pending_flows
                 .push((id, "event_wait", call_key(a.pid, record)));
         }
+    }
+
+    /// An NVTX range: push/pop ranges on their thread's track, around the
+    /// calls made inside them (as Nsight Systems and Kineto show them);
+    /// start/end ranges, which may cross threads and overlap, on a track of
+    /// their process.
+    fn nvtx(&mut self, ctx: &Context<'_>, r: &NvtxRange) {
+        let track = match r.kind {
+            NvtxKind::PushPop => self.thread(ctx, r.pid, r.tid),
+            NvtxKind::StartEnd => {
+                self.process(u64::from(r.pid), u64::from(r.pid));
+                let t = self.track(TrackKey::NvtxStartEnd(r.pid), || {
+                    let t = Track {
+                        pid: u64::from(r.pid),
+                        tid: 0,
+                        name: NVTX_START_END_TRACK.to_owned(),
+                        rank: None,
+                        thread: false,
+                    };
+                    (t, Packing::Nest)
+                });
+                if !self.extra.contains(&t) {
+                    self.extra.push(t);
+                }
+                t
+            }
+        };
+        let mut args = vec![("tid", Arg::Uint(u64::from(r.tid)))];
+        if let Some(d) = r.domain {
+            args.push(("domain", Arg::Str(self.name(ctx.strings.get(d)))));
+        }
+        if r.unclosed {
+            args.push(("unclosed", Arg::Uint(1)));
+        }
+        let name = self.name(ctx.strings.get(r.name));
+        self.push(Event {
+            track,
+            start_ns: r.start_ns,
+            dur_ns: Some(r.end_ns.saturating_sub(r.start_ns)),
+            cat: "nvtx",
+            name,
+            args,
+        });
     }
 
     fn marker(&mut self, ctx: &Context<'_>, l: &CpuLaunch, name: &str) {
@@ -831,6 +883,7 @@ impl Sink for Builder {
                     self.processes[p].labels.push(n.text.clone());
                 }
             }
+            Record::Nvtx(r) => self.nvtx(ctx, r),
             Record::Dropped(_)
             | Record::Overhead(_)
             | Record::Module(_)
