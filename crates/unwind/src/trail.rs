@@ -26,7 +26,7 @@
 //! restores it from the stack cannot depend on it.
 
 use crate::frame::{Frame, StackEnd};
-use crate::python::CodeMemo;
+use crate::python::{CodeMemo, FrameTrail};
 
 /// One frame of a walk: the state the walk reached it in, what it found, and
 /// what its step read.
@@ -81,6 +81,8 @@ pub struct Trail {
     pub(crate) recovered: u32,
     /// The code objects of the thread's last Python frames.
     pub(crate) codes: CodeMemo,
+    /// The thread's last Python frame chain.
+    pub(crate) python: FrameTrail,
 }
 
 impl Trail {
@@ -98,6 +100,7 @@ impl Trail {
             end: StackEnd::Root,
             recovered: 0,
             codes: CodeMemo::new(),
+            python: FrameTrail::new(),
         }
     }
 
