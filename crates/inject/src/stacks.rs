@@ -927,7 +927,7 @@ impl Stacks {
              for one), {} with no frame outside CUDA's libraries, {} with Python frames \
              ({} cut at the depth cap); Python: {:?}, \
              {} stacks without their Python frames (a chain that could not be read \
-             safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full; \
+             safely{}), {} memory probes, {} reused their outer Python frames from the last capture; graph nodes held: {} ({} not kept: map full; \
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
              application thread), {} times modules added beside it; {} stacks crossed \
              code without unwind info (by frame pointer or stack scan); {:.1} frames per \
@@ -953,6 +953,7 @@ impl Stacks {
                 .and_then(|p| p.last_skip_reason())
                 .map_or_else(String::new, |r| format!("; the last: {r}")),
             s.python_probes,
+            s.python_reused,
             self.table.lock().map_or(0, |t| t.nodes.len()),
             self.nodes_not_kept.load(Relaxed),
             self.nodes_not_written.load(Relaxed),
