@@ -61,7 +61,8 @@ pub(crate) struct Step {
 /// The last native walk of one thread (see the module docs). Keep one per
 /// thread and pass it to every capture of that thread
 /// ([`crate::LocalUnwinder::capture_then_reusing`]); it is never shared.
-/// About 60 KiB for 256 frames (steps and a memo of code objects),
+/// About 125 KiB for 256 frames (steps, a memo of code objects and the
+/// last Python frame chain),
 /// allocated once by [`Trail::new`].
 pub struct Trail {
     /// Two buffers: the last walk's steps, and the running walk's.

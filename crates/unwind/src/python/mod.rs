@@ -10,7 +10,7 @@
 //! resolve()  code table (copied at first sight) → `module.function (file:line)`
 //! ```
 //!
-//! Each step has its file: `detect.rs`, `splice.rs` and `code.rs` (resolve);
+//! Each step has its file: `detect.rs`, `splice.rs` (with `reuse.rs`) and `code.rs` (resolve);
 //! `memory.rs` holds what the reads below may trust and the probes, and this
 //! file the reader's state.
 //!
@@ -71,6 +71,11 @@
 //! interpreter, the other interpreter's frames (3.12+; before 3.12 the
 //! subinterpreter's) are not in it: the stack ends in [`StackEnd::PythonCut`](crate::StackEnd::PythonCut)
 //! instead of counting as complete.
+//!
+//! **Reuse.** With a thread's [`crate::Trail`], the outer part of the chain is
+//! taken from the thread's last read where every word that read took there is
+//! read again, outermost first and proven live as above, and found unchanged
+//! (`reuse.rs`); counted in [`crate::StatsSnapshot::python_reused`].
 //!
 //! **Code objects.** The first time a code object is seen, its qualified name, file
 //! name, first line and line table are copied into a fixed arena (allocated at
@@ -396,7 +401,10 @@ mod tests {
         // + 2, then + 3.
         h.put(640 + 24, bytes_ty);
         h.put(640 + 32, 4);
-        h.put_bytes(640 + 48, &[0x80 | (13 << 3), 2 << 1, 0x80 | (13 << 3), 3 << 1]);
+        h.put_bytes(
+            640 + 48,
+            &[0x80 | (13 << 3), 2 << 1, 0x80 | (13 << 3), 3 << 1],
+        );
         let table = h.addr(640);
         let code = |h: &mut Heap, off: usize, qualname: u64, first: u32, framesize: u32| {
             h.put(off + 24, code_ty);
@@ -441,7 +449,9 @@ mod tests {
         let (py, _heap, ts) = synthetic_313t(None, 0);
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let mut mem = Known::new((0, 0));
-        let (n, truncated) = py.read_chain(ts, &mut mem, &mut raw, None).expect("readable");
+        let (n, truncated) = py
+            .read_chain(ts, &mut mem, &mut raw, None)
+            .expect("readable");
         assert_eq!((n, truncated), (2, false));
         // Everything was proven live through the data stack: no probe.
         assert_eq!(mem.probes, 0);
@@ -468,7 +478,9 @@ mod tests {
     fn read_with_memo(py: &Python, ts: u64, memo: &mut CodeMemo) -> Vec<String> {
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let mut mem = Known::with_codes((0, 0), Some(memo));
-        let (n, _) = py.read_chain(ts, &mut mem, &mut raw, None).expect("readable");
+        let (n, _) = py
+            .read_chain(ts, &mut mem, &mut raw, None)
+            .expect("readable");
         raw[..n]
             .iter()
             .map(|r| {
@@ -548,8 +560,14 @@ mod tests {
             "synthetic.inner (synthetic.py:42)",
             "synthetic.outer (synthetic.py:12)",
         ];
-        assert_eq!(read_with_trail(&py, ts, &mut memo, &mut trail), (before.map(String::from).to_vec(), 0));
-        assert_eq!(read_with_trail(&py, ts, &mut memo, &mut trail), (before.map(String::from).to_vec(), 2));
+        assert_eq!(
+            read_with_trail(&py, ts, &mut memo, &mut trail),
+            (before.map(String::from).to_vec(), 0)
+        );
+        assert_eq!(
+            read_with_trail(&py, ts, &mut memo, &mut trail),
+            (before.map(String::from).to_vec(), 2)
+        );
         change(&mut heap);
         read_with_trail(&py, ts, &mut memo, &mut trail)
     }

@@ -119,11 +119,12 @@ impl FrameTrail {
         (d < limit && self.links[d].addr == addr && !self.links[d].shim).then_some(d)
     }
 
-    /// The frames of `links[..=depth]`, innermost first, into `out`.
+    /// The frames of `links[..=depth]`, innermost first, into `out`, which
+    /// has room for them (`links[depth].frames`).
     pub(super) fn frames_into(&self, depth: usize, out: &mut [std::mem::MaybeUninit<Raw>]) {
-        let mut w = 0;
-        for l in self.links[..=depth].iter().rev().filter(|l| !l.shim) {
-            out[w].write(Raw {
+        let links = self.links[..=depth].iter().rev().filter(|l| !l.shim);
+        for (d, l) in out.iter_mut().zip(links) {
+            d.write(Raw {
                 code: l.id,
                 instruction: l.instruction,
                 group_end: l.group_end,
@@ -131,7 +132,6 @@ impl FrameTrail {
                 in_stack: 0,
                 chunk: 0,
             });
-            w += 1;
         }
     }
 
@@ -144,9 +144,7 @@ impl FrameTrail {
             self.clear();
             return;
         }
-        let mut frames = keep
-            .checked_sub(1)
-            .map_or(0, |d| self.links[d].frames);
+        let mut frames = keep.checked_sub(1).map_or(0, |d| self.links[d].frames);
         // The kept links were all reusable (only those are taken).
         let mut reusable = keep;
         let mut cheap_run = true;
@@ -226,7 +224,10 @@ impl Python {
                     return Err(d);
                 }
                 // The code object of a live frame is live: its type and size.
-                match self.frame_words(code, ds.frame_words).map(|w| w.checked_mul(8)) {
+                match self
+                    .frame_words(code, ds.frame_words)
+                    .map(|w| w.checked_mul(8))
+                {
                     Ok(Some(b)) if b >= fs => next = a + b,
                     _ => return Err(d),
                 }

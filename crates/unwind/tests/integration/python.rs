@@ -341,7 +341,10 @@ fn python_trail__a_generator_resumed_from_another_frame__gets_that_frame() {
         "reuse_generator",
         &[resume("resume_a"), resume("resume_a"), resume("resume_b")],
         &[
-            format!("py_stacks.reuse_generator (py_stacks.py:{})", line("resume")),
+            format!(
+                "py_stacks.reuse_generator (py_stacks.py:{})",
+                line("resume")
+            ),
             format!(
                 "py_stacks.<module> (py_stacks.py:{})",
                 line("reuse_generator_module")
