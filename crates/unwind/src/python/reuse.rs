@@ -72,7 +72,7 @@ pub(crate) struct FrameTrail {
     pub(super) fresh: Box<[Link]>,
     /// `depth + 1` of a link by its address's slot (0: none). A stale or
     /// colliding entry only loses a candidate: the address is compared.
-    pub(super) index: Box<[u16; INDEX]>,
+    pub(super) index: Box<[u16]>,
     /// Frames the last read took from the read before it.
     pub(super) reused: u32,
 }
@@ -84,7 +84,9 @@ impl FrameTrail {
             len: 0,
             reusable: 0,
             fresh: vec![Link::default(); LINKS].into_boxed_slice(),
-            index: Box::new([0; INDEX]),
+            // On the heap from the start: `Box::new([..])` builds the array on
+            // the (maybe 8 KiB signal) stack first in unoptimized builds.
+            index: vec![0; INDEX].into_boxed_slice(),
             reused: 0,
         }
     }
