@@ -12,7 +12,8 @@
 # launch (all its threads; unlike the wall time it does not count waiting for a
 # CPU on a busy machine), what stacks add, the depth of the recorded stack
 # (frames kept per capture, from the library's log) and the share of captures
-# that reused part of the thread's last one. Then, unless MEMORY=0, one run of
+# that reused part of the thread's last one (native frames; Python frames where
+# the library counts them). Then, unless MEMORY=0, one run of
 # 1,000,000 launches at the Hugging Face shape: the process's peak resident set
 # without injection and with stacks, and the size of the trace.
 #
@@ -69,11 +70,16 @@ run() {
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # The stacks line's "N frames per capture" and "N reused part of the last capture".
 depth() { sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/stacks.$1" 2> /dev/null | grep . || echo "n/a"; }
+# The share of captures that reused native frames, and (from libraries that
+# count it) Python frames, of the thread's last capture.
 reused() {
-    local t r
+    local t r p
     t=$(sed -n 's/^stacks: \([0-9]*\) taken.*/\1/p' "$work/stacks.$1" 2> /dev/null)
     r=$(sed -n 's/.* \([0-9]*\) reused part of the last capture.*/\1/p' "$work/stacks.$1" 2> /dev/null)
-    [ -n "$t" ] && [ -n "$r" ] && awk -v t="$t" -v r="$r" 'BEGIN { printf "%.1f %%", 100 * r / t }' || echo "n/a"
+    p=$(sed -n 's/.* \([0-9]*\) reused their outer Python frames.*/\1/p' "$work/stacks.$1" 2> /dev/null)
+    [ -n "$t" ] && [ -n "$r" ] && awk -v t="$t" -v r="$r" -v p="$p" 'BEGIN {
+        printf "%.1f %% native", 100 * r / t
+        if (p != "") printf ", %.1f %% Python", 100 * p / t }' || echo "n/a"
 }
 
 # ir VARIANT PYFRAMES HOP LAUNCHES: the instructions the process executes.

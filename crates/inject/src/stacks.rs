@@ -289,10 +289,11 @@ struct ThreadStacks {
 struct Scratch {
     /// The stack being hashed, as bytes.
     words: Box<[u8]>,
-    /// The last stack identified (its frames after the hidden ones), and its id
-    /// (0: none). A launch loop takes the same stack launch after launch; it is
-    /// then known by comparing, without hashing it or reading the shared table.
-    last: Box<[Frame]>,
+    /// The last stack identified (its frames after the hidden ones, as
+    /// [`frame_words`]), and its id (0: none). A launch loop takes the same
+    /// stack launch after launch; it is then known by comparing, without
+    /// hashing it or reading the shared table.
+    last: Box<[[u64; 2]]>,
     last_len: usize,
     last_end: StackEnd,
     last_python_truncated: bool,
@@ -303,7 +304,7 @@ impl Scratch {
     fn new() -> Scratch {
         Scratch {
             words: vec![0; HASH_BYTES].into_boxed_slice(),
-            last: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+            last: vec![[0; 2]; MAX_FRAMES].into_boxed_slice(),
             last_len: 0,
             last_end: StackEnd::Root,
             last_python_truncated: false,
@@ -313,10 +314,19 @@ impl Scratch {
 
     /// The id of the last stack, if `frames` (ending as given) is that stack.
     fn same_as_last(&self, frames: &[Frame], end: StackEnd, python_truncated: bool) -> Option<u32> {
+        // Every frame is compared, without a branch per frame: the stacks
+        // of a launch loop are equal, and all their frames are read anyway.
+        let differ = |last: &[[u64; 2]]| {
+            last.iter().zip(frames).fold(0, |d, (w, f)| {
+                let x = frame_words(f);
+                d | (w[0] ^ x[0]) | (w[1] ^ x[1])
+            }) != 0
+        };
         (self.last_id != 0
             && self.last_end == end
             && self.last_python_truncated == python_truncated
-            && self.last.get(..self.last_len) == Some(frames))
+            && self.last_len == frames.len()
+            && self.last.get(..frames.len()).is_some_and(|l| !differ(l)))
         .then_some(self.last_id)
     }
 
@@ -325,11 +335,30 @@ impl Scratch {
             self.last_id = 0;
             return;
         };
-        dst.copy_from_slice(frames);
+        for (w, f) in dst.iter_mut().zip(frames) {
+            *w = frame_words(f);
+        }
         self.last_len = frames.len();
         self.last_end = end;
         self.last_python_truncated = python_truncated;
         self.last_id = id;
+    }
+}
+
+/// Two words that tell frames apart: the kind and every field.
+#[inline(always)]
+fn frame_words(f: &Frame) -> [u64; 2] {
+    match *f {
+        Frame::Native {
+            module,
+            offset,
+            return_address,
+        } => [
+            u64::from(module.0) << 2 | u64::from(return_address) << 34,
+            offset,
+        ],
+        Frame::Python { code, instruction } => [u64::from(code.0) << 2 | 1, u64::from(instruction)],
+        Frame::Unknown { address } => [2, address],
     }
 }
 
@@ -927,7 +956,7 @@ impl Stacks {
              for one), {} with no frame outside CUDA's libraries, {} with Python frames \
              ({} cut at the depth cap); Python: {:?}, \
              {} stacks without their Python frames (a chain that could not be read \
-             safely{}), {} memory probes; graph nodes held: {} ({} not kept: map full; \
+             safely{}), {} memory probes, {} reused their outer Python frames from the last capture; graph nodes held: {} ({} not kept: map full; \
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
              application thread), {} times modules added beside it; {} stacks crossed \
              code without unwind info (by frame pointer or stack scan); {:.1} frames per \
@@ -953,6 +982,7 @@ impl Stacks {
                 .and_then(|p| p.last_skip_reason())
                 .map_or_else(String::new, |r| format!("; the last: {r}")),
             s.python_probes,
+            s.python_reused,
             self.table.lock().map_or(0, |t| t.nodes.len()),
             self.nodes_not_kept.load(Relaxed),
             self.nodes_not_written.load(Relaxed),
@@ -1044,6 +1074,40 @@ mod tests {
             hash(&[n(1, 0x10)], StackEnd::Root, false, buf),
             hash(&p, StackEnd::Root, false, buf)
         );
+    }
+
+    #[test]
+    fn the_last_stack_is_known_again_only_with_every_field_of_every_frame() {
+        let mut scratch = Scratch::new();
+        let a = [n(1, 0x10), n(2, 0x20), n(3, 0x30)];
+        scratch.remember(&a, StackEnd::Root, false, 7);
+        assert_eq!(scratch.same_as_last(&a, StackEnd::Root, false), Some(7));
+        let python = Frame::Python {
+            code: gpuperf_unwind::CodeId(2),
+            instruction: 0x20,
+        };
+        let not_return = Frame::Native {
+            module: ModuleId(2),
+            offset: 0x20,
+            return_address: false,
+        };
+        let others = [
+            python,
+            not_return,
+            Frame::Unknown { address: 0x20 },
+            n(2, 0x21),
+            n(0x4_0002, 0x20),
+        ];
+        for f in others {
+            let mut b = a;
+            b[1] = f;
+            assert_eq!(
+                scratch.same_as_last(&b, StackEnd::Root, false),
+                None,
+                "{f:?}"
+            );
+        }
+        assert_eq!(scratch.same_as_last(&a[..2], StackEnd::Root, false), None);
     }
 
     #[test]

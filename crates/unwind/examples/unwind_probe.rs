@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int};
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use gpuperf_unwind::{Frame, LocalUnwinder, MAX_FRAMES, Options};
+use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, Trail};
 
 fn unwinder() -> &'static LocalUnwinder {
     static U: OnceLock<LocalUnwinder> = OnceLock::new();
@@ -47,9 +47,42 @@ pub unsafe extern "C" fn gpuperf_probe_capture(buf: *mut c_char, len: usize) -> 
     let u = unwinder();
     let mut frames = [Frame::default(); MAX_FRAMES];
     let captured = u.capture(0, &mut frames);
+    // SAFETY: as this function's.
+    unsafe { write_stack(&frames[..captured.len], captured, buf, len) }
+}
+
+thread_local! {
+    static TRAIL: std::cell::RefCell<Trail> = std::cell::RefCell::new(Trail::new(MAX_FRAMES));
+}
+
+/// As [`gpuperf_probe_capture`], with the calling thread's [`Trail`] (what
+/// the injection library does): the stack may reuse part of the thread's
+/// last capture taken this way.
+///
+/// # Safety
+/// As [`gpuperf_probe_capture`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpuperf_probe_capture_reusing(buf: *mut c_char, len: usize) -> c_int {
+    let u = unwinder();
+    let mut frames = [Frame::default(); MAX_FRAMES];
+    TRAIL.with_borrow_mut(|trail| {
+        match u.capture_then_reusing(0, &mut frames, trail, |f, c| (f.len(), c)) {
+            // SAFETY: as this function's.
+            Ok((n, c)) => unsafe { write_stack(&frames[..n], c, buf, len) },
+            Err(_) => -1,
+        }
+    })
+}
+
+/// Writes a stack as text into `buf` (see the module docs).
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes.
+unsafe fn write_stack(frames: &[Frame], captured: Captured, buf: *mut c_char, len: usize) -> c_int {
+    let u = unwinder();
     let modules = u.modules();
     let mut text = String::new();
-    for f in &frames[..captured.len] {
+    for f in frames {
         match *f {
             Frame::Native { module, offset, .. } => {
                 let m = &modules[module.0 as usize];

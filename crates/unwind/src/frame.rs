@@ -148,6 +148,7 @@ pub(crate) struct Stats {
     pub cache_waits: AtomicU64,
     pub python_skipped: AtomicU64,
     pub python_probes: AtomicU64,
+    pub python_reused: AtomicU64,
     pub table_rebuilds: AtomicU64,
     pub modules_added: AtomicU64,
     pub recovered_stacks: AtomicU64,
@@ -190,6 +191,9 @@ pub struct StatsSnapshot {
     /// System calls made to check memory before reading it (the Python frames
     /// and code objects that the capture could not prove live otherwise).
     pub python_probes: u64,
+    /// Stacks whose outer Python frames were taken from the thread's last
+    /// capture, proven unchanged (a [`crate::Trail`]'s Python part).
+    pub python_reused: u64,
     /// Module tables rebuilt whole (`refresh`, or `add_loaded` after an unload).
     pub table_rebuilds: u64,
     /// Times `add_loaded` added new modules beside the table, reading only
@@ -218,6 +222,7 @@ impl Stats {
             cache_waits: l(&self.cache_waits),
             python_skipped: l(&self.python_skipped),
             python_probes: l(&self.python_probes),
+            python_reused: l(&self.python_reused),
             table_rebuilds: l(&self.table_rebuilds),
             modules_added: l(&self.modules_added),
             recovered_stacks: l(&self.recovered_stacks),

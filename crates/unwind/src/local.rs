@@ -516,7 +516,7 @@ impl LocalUnwinder {
         captured.recovered = cache.recovered;
         captured.reused = cache.reused;
         if let Some(py) = &self.python {
-            let codes = trail.map(|t| &mut t.codes);
+            let codes = trail.map(|t| (&mut t.codes, &mut t.python));
             py.splice(
                 &snap.table,
                 &self.stats,

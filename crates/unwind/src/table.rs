@@ -255,6 +255,12 @@ pub(crate) struct Table {
     starts: Vec<u64>,
     /// The end of the highest module's executable range.
     end: u64,
+    /// The module of each hashed region (`1 << shift` bytes) of the address
+    /// space: 0 for none, index + 1 for the only module whose executable
+    /// range touches the regions hashed there, `u32::MAX` for several.
+    slots: Box<[u32]>,
+    /// Log2 of the region size of `slots`.
+    shift: u32,
     /// Unique per table: keys the coverage cache, shared by tables over time.
     pub generation: u64,
     /// Unique per table, unlike `generation` (which an extra table shares with
@@ -466,7 +472,10 @@ impl Table {
                 info,
             ));
         }
+        let (slots, shift) = slots_of(&entries);
         Table {
+            slots,
+            shift,
             starts: entries.iter().map(|e| e.avma.start).collect(),
             end: entries.iter().map(|e| e.avma.end).max().unwrap_or(0),
             entries,
@@ -488,12 +497,61 @@ impl Table {
         if address < *self.starts.first()? || address >= self.end {
             return None;
         }
-        let i = self
-            .starts
-            .partition_point(|&s| s <= address)
-            .checked_sub(1)?;
-        (address < self.entries.get(i)?.avma.end).then_some(i)
+        // Most lookups end at the one module their region may hold: no search.
+        let i = match self.slots.get(slot_of(address, self.shift)) {
+            Some(&u32::MAX) => self
+                .starts
+                .partition_point(|&s| s <= address)
+                .checked_sub(1)?,
+            Some(&i) => (i as usize).checked_sub(1)?,
+            None => return None,
+        };
+        self.entries.get(i)?.avma.contains(&address).then_some(i)
     }
+}
+
+/// Log2 of the slots in [`Table`]'s region index (8192 slots: 32 KiB).
+const SLOT_BITS: u32 = 13;
+
+/// The slot of the region (`1 << shift` bytes) that holds `address`: a
+/// multiplicative hash of the region's number, so that neighbours spread.
+fn slot_of(address: u64, shift: u32) -> usize {
+    ((address >> shift).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
+}
+
+/// The region index of `entries` (sorted, not overlapping) and its region
+/// size: the smallest, from a page up, at which the modules touch at most
+/// half as many regions as there are slots. Each slot holds the module
+/// whose range touches a region hashed there, or says there are several.
+fn slots_of(entries: &[Entry]) -> (Box<[u32]>, u32) {
+    let ranges = || entries.iter().map(|e| &e.avma).filter(|r| r.start < r.end);
+    let regions = |shift: u32| -> u64 {
+        ranges()
+            .map(|r| ((r.end - 1) >> shift) - (r.start >> shift) + 1)
+            .sum()
+    };
+    let shift = (12..63)
+        .find(|&shift| regions(shift) <= 1 << (SLOT_BITS - 1))
+        .unwrap_or(63);
+    // On the heap directly: `Box::new` of an array builds it on the stack
+    // first in unoptimized builds, and a table may be built on a sigaltstack.
+    let mut slots = vec![0u32; 1 << SLOT_BITS].into_boxed_slice();
+    for (i, e) in entries.iter().enumerate() {
+        let r = &e.avma;
+        if r.start >= r.end {
+            continue;
+        }
+        let here = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        for region in (r.start >> shift)..=((r.end - 1) >> shift) {
+            let slot = &mut slots[slot_of(region << shift, shift)];
+            *slot = if *slot == 0 || *slot == here {
+                here
+            } else {
+                u32::MAX
+            };
+        }
+    }
+    (slots, shift)
 }
 
 /// The x86-64 registers unwinding starts from.
@@ -1621,5 +1679,44 @@ mod tests {
         words.push((past + 16, 0));
         let (frames, end, _) = from_uncovered(&Stack(words), 0, &loader);
         assert_eq!(frames.get(1), Some(&native(0, 0x1205, true)), "{end:?}");
+    }
+
+    #[test]
+    fn find__every_address_of_modules_over_many_regions_is_found() {
+        // An executable and libraries as a process has them: one module over
+        // many regions, heap between them, and small modules that share
+        // pages (several modules in one region, so in one slot).
+        let mut ranges = vec![
+            0x5555_5555_4000..0x5555_5560_0000,
+            0x7f12_3400_1000..0x7f12_3530_0000,
+            0x7f12_3530_4000..0x7f12_3531_0000,
+            0x7f12_3600_1000..0x7f12_3600_2000,
+        ];
+        ranges.extend((0..16).map(|k| {
+            let start = 0x7f12_3700_0000 + k * 0x800;
+            start..start + 0x700
+        }));
+        let entries: Vec<Entry> = (0..)
+            .zip(&ranges)
+            .map(|(id, r)| module(id, r.clone(), &[]))
+            .collect();
+        let t = Table::new(entries, |_| String::new());
+        let expected = |a: u64| {
+            (0..)
+                .zip(&ranges)
+                .find(|(_, r)| r.contains(&a))
+                .map(|(id, _)| ModuleId(id))
+        };
+        let mut probes = Vec::new();
+        for r in &ranges {
+            probes.extend([r.start - 1, r.start, r.end - 1, r.end]);
+            probes.extend((r.start..r.end).step_by(0x1_0000));
+        }
+        probes.extend((0x5555_5560_0000..0x5555_5580_0000).step_by(0x1000));
+        probes.extend((0x7f12_3000_0000..0x7f12_3800_0000).step_by(0x8_0000));
+        probes.extend((0x7f12_36ff_f000..0x7f12_3701_0000).step_by(0x80));
+        for a in probes {
+            assert_eq!(t.find(a).map(|e| e.id), expected(a), "{a:#x}");
+        }
     }
 }

@@ -26,7 +26,7 @@
 //! restores it from the stack cannot depend on it.
 
 use crate::frame::{Frame, StackEnd};
-use crate::python::CodeMemo;
+use crate::python::{CodeMemo, FrameTrail};
 
 /// One frame of a walk: the state the walk reached it in, what it found, and
 /// what its step read.
@@ -61,7 +61,8 @@ pub(crate) struct Step {
 /// The last native walk of one thread (see the module docs). Keep one per
 /// thread and pass it to every capture of that thread
 /// ([`crate::LocalUnwinder::capture_then_reusing`]); it is never shared.
-/// About 60 KiB for 256 frames (steps and a memo of code objects),
+/// About 125 KiB for 256 frames (steps, a memo of code objects and the
+/// last Python frame chain),
 /// allocated once by [`Trail::new`].
 pub struct Trail {
     /// Two buffers: the last walk's steps, and the running walk's.
@@ -81,6 +82,8 @@ pub struct Trail {
     pub(crate) recovered: u32,
     /// The code objects of the thread's last Python frames.
     pub(crate) codes: CodeMemo,
+    /// The thread's last Python frame chain.
+    pub(crate) python: FrameTrail,
 }
 
 impl Trail {
@@ -98,6 +101,7 @@ impl Trail {
             end: StackEnd::Root,
             recovered: 0,
             codes: CodeMemo::new(),
+            python: FrameTrail::new(),
         }
     }
 

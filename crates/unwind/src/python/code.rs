@@ -54,15 +54,17 @@ impl Python {
         unsafe { std::slice::from_raw_parts(cells.as_ptr().cast::<u8>(), len) }
     }
 
-    /// The code table index of a code object, copying it the first time.
-    /// `live`: the code object of a frame proven live (`tile_to`), read without
-    /// a probe, as are the name, file and line table it holds references to.
+    /// The code table index of a code object, copying it the first time,
+    /// with what identifies the object (its first line and line table's
+    /// address). `live`: the code object of a frame proven live (`tile_to`),
+    /// read without a probe, as are the name, file and line table it holds
+    /// references to.
     pub(super) fn code_id(
         &self,
         code: u64,
         mem: &mut Known,
         live: bool,
-    ) -> Result<u32, &'static str> {
+    ) -> Result<(u32, u32, u64), &'static str> {
         let l = &self.layout;
         if !code.is_multiple_of(8) || !(live || self.readable(code, self.code_span, mem)) {
             return Err(reason::CODE_UNREADABLE);
@@ -86,7 +88,7 @@ impl Python {
             && e.first_line == first_line
             && e.line_table == table_ptr
         {
-            return Ok(e.id);
+            return Ok((e.id, first_line, table_ptr));
         }
         let id = self.code_slot(code, first_line, table_ptr, mem, live)?;
         if let Some(c) = mem.codes.as_deref_mut()
@@ -99,7 +101,7 @@ impl Python {
                 id,
             };
         }
-        Ok(id)
+        Ok((id, first_line, table_ptr))
     }
 
     /// The shared table's slot of a code object (see [`Python::code_id`]).

@@ -10,7 +10,7 @@
 //! resolve()  code table (copied at first sight) → `module.function (file:line)`
 //! ```
 //!
-//! Each step has its file: `detect.rs`, `splice.rs` and `code.rs` (resolve);
+//! Each step has its file: `detect.rs`, `splice.rs` (with `reuse.rs`) and `code.rs` (resolve);
 //! `memory.rs` holds what the reads below may trust and the probes, and this
 //! file the reader's state.
 //!
@@ -72,6 +72,11 @@
 //! subinterpreter's) are not in it: the stack ends in [`StackEnd::PythonCut`](crate::StackEnd::PythonCut)
 //! instead of counting as complete.
 //!
+//! **Reuse.** With a thread's [`crate::Trail`], the outer part of the chain is
+//! taken from the thread's last read where every word that read took there is
+//! read again, outermost first and proven live as above, and found unchanged
+//! (`reuse.rs`); counted in [`crate::StatsSnapshot::python_reused`].
+//!
 //! **Code objects.** The first time a code object is seen, its qualified name, file
 //! name, first line and line table are copied into a fixed arena (allocated at
 //! set-up), so frames can be resolved later, off the hot path.
@@ -82,6 +87,8 @@ mod detect;
 mod layout;
 mod linetable;
 mod memory;
+mod reuse;
+pub(crate) use reuse::FrameTrail;
 mod splice;
 mod v3_10;
 mod v3_11;
@@ -390,10 +397,14 @@ mod tests {
         let file = string(&mut h, 256, "/src/synthetic.py");
         let q_outer = string(&mut h, 384, "outer");
         let q_inner = string(&mut h, 512, "inner");
-        // A location table: one code unit, "no column" entry, line + 2.
+        // A location table: "no column" entries of one code unit each, line
+        // + 2, then + 3.
         h.put(640 + 24, bytes_ty);
-        h.put(640 + 32, 2);
-        h.put_bytes(640 + 48, &[0x80 | (13 << 3), 2 << 1]);
+        h.put(640 + 32, 4);
+        h.put_bytes(
+            640 + 48,
+            &[0x80 | (13 << 3), 2 << 1, 0x80 | (13 << 3), 3 << 1],
+        );
         let table = h.addr(640);
         let code = |h: &mut Heap, off: usize, qualname: u64, first: u32, framesize: u32| {
             h.put(off + 24, code_ty);
@@ -438,7 +449,9 @@ mod tests {
         let (py, _heap, ts) = synthetic_313t(None, 0);
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let mut mem = Known::new((0, 0));
-        let (n, truncated) = py.read_chain(ts, &mut mem, &mut raw).expect("readable");
+        let (n, truncated) = py
+            .read_chain(ts, &mut mem, &mut raw, None)
+            .expect("readable");
         assert_eq!((n, truncated), (2, false));
         // Everything was proven live through the data stack: no probe.
         assert_eq!(mem.probes, 0);
@@ -465,7 +478,9 @@ mod tests {
     fn read_with_memo(py: &Python, ts: u64, memo: &mut CodeMemo) -> Vec<String> {
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let mut mem = Known::with_codes((0, 0), Some(memo));
-        let (n, _) = py.read_chain(ts, &mut mem, &mut raw).expect("readable");
+        let (n, _) = py
+            .read_chain(ts, &mut mem, &mut raw, None)
+            .expect("readable");
         raw[..n]
             .iter()
             .map(|r| {
@@ -509,12 +524,153 @@ mod tests {
         );
     }
 
+    /// The chain read with a thread's code memo and frame trail, resolved
+    /// innermost first, and the frames taken from the trail.
+    fn read_with_trail(
+        py: &Python,
+        ts: u64,
+        memo: &mut CodeMemo,
+        trail: &mut FrameTrail,
+    ) -> (Vec<String>, u32) {
+        let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
+        let mut mem = Known::with_codes((0, 0), Some(memo));
+        let (n, _) = py
+            .read_chain(ts, &mut mem, &mut raw, Some(&mut *trail))
+            .expect("readable");
+        let names = raw[..n]
+            .iter()
+            .map(|r| {
+                // SAFETY: read_chain initialized `raw[..n]`.
+                let r = unsafe { r.assume_init() };
+                py.resolve(CodeId(r.code), r.instruction)
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        (names, trail.reused)
+    }
+
+    /// Reads the synthetic chain twice with a trail (the second read takes
+    /// both frames from the first), changes it with `change`, and returns
+    /// the third read and the frames it reused.
+    fn trail_after(change: impl FnOnce(&mut Heap)) -> (Vec<String>, u32) {
+        let (py, mut heap, ts) = synthetic_313t(None, 0);
+        let (mut memo, mut trail) = (CodeMemo::new(), FrameTrail::new());
+        let before = [
+            "synthetic.inner (synthetic.py:42)",
+            "synthetic.outer (synthetic.py:12)",
+        ];
+        assert_eq!(
+            read_with_trail(&py, ts, &mut memo, &mut trail),
+            (before.map(String::from).to_vec(), 0)
+        );
+        assert_eq!(
+            read_with_trail(&py, ts, &mut memo, &mut trail),
+            (before.map(String::from).to_vec(), 2)
+        );
+        change(&mut heap);
+        read_with_trail(&py, ts, &mut memo, &mut trail)
+    }
+
+    #[test]
+    fn synthetic_313t_trail__the_outer_frame_at_another_instruction__gets_its_new_line() {
+        // The outer function called the inner one again from its next line:
+        // the same frames at the same addresses, one instruction word changed.
+        let (names, reused) = trail_after(|h| {
+            let code = h.addr(1024);
+            h.put(8192 + 32 + 56, code + 216 + 2);
+        });
+        assert_eq!(
+            names,
+            [
+                "synthetic.inner (synthetic.py:42)",
+                "synthetic.outer (synthetic.py:15)"
+            ]
+        );
+        assert_eq!(reused, 0);
+    }
+
+    #[test]
+    fn synthetic_313t_trail__another_function_in_the_outer_frame_slot__gets_its_frame() {
+        // The outer function returned and another one, of the same frame
+        // size, first line and line table, was called into its slot (and
+        // called the inner one again): only the frame's code object and
+        // instruction pointer tell.
+        let (names, reused) = trail_after(|h| {
+            let (code_ty, str_ty) = (h.addr(0), h.addr(64));
+            h.put(2304 + 24, str_ty);
+            h.put(2304 + 32, 7);
+            h.put_u32(2304 + 48, (1 << 2) | (1 << 5) | (1 << 6));
+            h.put_bytes(2304 + 56, b"another");
+            let (file, table) = (h.0[(1024 + 128) / 8], h.0[(1024 + 152) / 8]);
+            let c = 2560;
+            h.put(c + 24, code_ty);
+            h.put_u32(c + 84, 10);
+            h.put_u32(c + 92, 12);
+            h.put(c + 128, file);
+            h.put(c + 144, h.addr(2304));
+            h.put(c + 152, table);
+            let code = h.addr(c);
+            h.put(8192 + 32, code);
+            h.put(8192 + 32 + 56, code + 216);
+        });
+        assert_eq!(
+            names,
+            [
+                "synthetic.inner (synthetic.py:42)",
+                "synthetic.another (synthetic.py:12)"
+            ]
+        );
+        assert_eq!(reused, 0);
+    }
+
+    #[test]
+    fn synthetic_313t_trail__a_new_code_object_where_the_outer_one_was__gets_its_name() {
+        // The outer frame's code object freed and another made at its address,
+        // its frame again in the same slot at the same instruction.
+        let (names, reused) = trail_after(|h| {
+            let str_ty = h.addr(64);
+            h.put(2304 + 24, str_ty);
+            h.put(2304 + 32, 5);
+            h.put_u32(2304 + 48, (1 << 2) | (1 << 5) | (1 << 6));
+            h.put_bytes(2304 + 56, b"other");
+            h.put(1024 + 144, h.addr(2304));
+            h.put_u32(1024 + 84, 60);
+        });
+        assert_eq!(
+            names,
+            [
+                "synthetic.inner (synthetic.py:42)",
+                "synthetic.other (synthetic.py:62)"
+            ]
+        );
+        assert_eq!(reused, 0);
+    }
+
+    #[test]
+    fn synthetic_313t_trail__the_inner_frame_changed__outer_frame_reused() {
+        // Only the innermost frame moved on: it is read again, the outer one
+        // proven and taken from the trail.
+        let (names, reused) = trail_after(|h| {
+            let code = h.addr(1536);
+            h.put(8192 + 32 + 96 + 56, code + 216 + 2);
+        });
+        assert_eq!(
+            names,
+            [
+                "synthetic.inner (synthetic.py:45)",
+                "synthetic.outer (synthetic.py:12)"
+            ]
+        );
+        assert_eq!(reused, 1);
+    }
+
     #[test]
     fn synthetic_layout_313t__read_with_the_default_header__rejected_not_misread() {
         // ob_type at 8 (the default build's header) finds no `code` type.
         let (py, _heap, ts) = synthetic_313t(Some(8), 0);
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
-        let r = py.read_chain(ts, &mut Known::new((0, 0)), &mut raw);
+        let r = py.read_chain(ts, &mut Known::new((0, 0)), &mut raw, None);
         assert_eq!(r.err(), Some(reason::CODE_TYPE));
     }
 
@@ -534,7 +690,7 @@ mod tests {
         heap.put(8192 + 32 + 16 + 56, 0x10 + 216);
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
         let mut mem = Known::new((0, 0));
-        let r = py.read_chain(ts, &mut mem, &mut raw);
+        let r = py.read_chain(ts, &mut mem, &mut raw, None);
         assert_eq!(r.err(), Some(reason::CHAIN));
         assert_eq!(mem.probes, 0);
     }

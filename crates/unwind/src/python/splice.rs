@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::layout::{FrameKind, FrameWords};
 use super::memory::Known;
+use super::reuse::{FrameTrail, Link};
 use super::{CodeMemo, MAX_PYTHON_FRAMES, Python, reason};
 
 use crate::frame::{Captured, CodeId, Frame, StackEnd, Stats};
@@ -61,7 +62,7 @@ impl Python {
         stack: (u64, u64),
         out: &mut [Frame],
         captured: &mut Captured,
-        codes: Option<&mut CodeMemo>,
+        trail: Option<(&mut CodeMemo, &mut FrameTrail)>,
     ) {
         if self.disabled.load(Ordering::Relaxed) != 0 {
             return;
@@ -73,8 +74,12 @@ impl Python {
         }
         // Uninitialized: zeroing these two buffers cost more than the walk itself.
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
+        let (codes, mut frames) = trail.unzip();
         let mut mem = Known::with_codes(stack, codes);
-        let read = self.read_chain(tstate, &mut mem, &mut raw);
+        let read = self.read_chain(tstate, &mut mem, &mut raw, frames.as_deref_mut());
+        if frames.is_some_and(|t| t.reused > 0) {
+            Stats::bump(&stats.python_reused);
+        }
         if mem.probes > 0 {
             stats.python_probes.fetch_add(mem.probes, Ordering::Relaxed);
         }
@@ -93,6 +98,25 @@ impl Python {
         Stats::bump(&stats.python_stacks);
         // SAFETY: read_chain initialized `raw[..n]`; MaybeUninit<Raw> has Raw's layout.
         let raw: &[Raw] = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<Raw>(), n) };
+        if let Some((w, spliced, cut, unmatched)) =
+            self.merge_with_room(raw, truncated, out, captured.len)
+        {
+            if unmatched > 0 {
+                stats
+                    .python_unmatched
+                    .fetch_add(unmatched as u64, Ordering::Relaxed);
+            }
+            captured.len = w;
+            captured.python_frames = spliced;
+            captured.python_truncated = truncated;
+            if truncated {
+                Stats::bump(&stats.python_truncated);
+                captured.end = StackEnd::DepthLimit;
+            } else if cut && captured.end == StackEnd::Root {
+                captured.end = StackEnd::PythonCut;
+            }
+            return;
+        }
         // Merge: each native eval-loop frame becomes its group of Python frames.
         let mut native = [const { MaybeUninit::<Frame>::uninit() }; crate::MAX_FRAMES];
         let native_len = captured.len.min(native.len()).min(out.len());
@@ -182,6 +206,85 @@ impl Python {
         }
     }
 
+    /// `splice`'s merge where `out` has room for every frame and every Python
+    /// frame has its eval-loop frame (the usual case): the native frames
+    /// before the first eval-loop frame stay in place, the rest move as
+    /// copied. `(frames, Python frames, cut, Python frames unmatched)`, or
+    /// `None` (nothing written) for the general merge.
+    #[inline(always)]
+    fn merge_with_room(
+        &self,
+        raw: &[Raw],
+        truncated: bool,
+        out: &mut [Frame],
+        native_len: usize,
+    ) -> Option<(usize, usize, bool, usize)> {
+        let total = native_len.checked_add(raw.len())?;
+        if native_len > crate::MAX_FRAMES || total > out.len() {
+            return None;
+        }
+        let (em, er) = (self.eval_module, &self.eval_range);
+        let is_eval = |f: &Frame| match *f {
+            Frame::Native {
+                module,
+                offset,
+                return_address,
+            } => module == em && er.contains(&offset.saturating_sub(u64::from(return_address))),
+            _ => false,
+        };
+        let first = out[..native_len].iter().position(is_eval)?;
+        // Groups: one per eval-loop frame, each ending at a group end.
+        let mut tail = [const { MaybeUninit::<Frame>::uninit() }; crate::MAX_FRAMES];
+        let tail_len = native_len - first;
+        // SAFETY: `out[first..native_len]` are initialized Frames and `tail`
+        // has room for them (native_len <= MAX_FRAMES); the two do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                out.as_ptr().add(first),
+                tail.as_mut_ptr().cast::<Frame>(),
+                tail_len,
+            );
+        }
+        // SAFETY: `tail[..tail_len]` was written just above.
+        let tail: &[Frame] =
+            unsafe { std::slice::from_raw_parts(tail.as_ptr().cast::<Frame>(), tail_len) };
+        let (mut w, mut p, mut cut) = (first, 0, false);
+        for f in tail {
+            if is_eval(f) {
+                if p < raw.len() {
+                    for r in &raw[p..] {
+                        out[w] = Frame::Python {
+                            code: CodeId(r.code),
+                            instruction: r.instruction,
+                        };
+                        w += 1;
+                        p += 1;
+                        if r.group_end {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                // An eval loop whose Python frames are not in this chain: the
+                // thread runs a subinterpreter inside another interpreter's call.
+                cut |= !truncated;
+            }
+            out[w] = *f;
+            w += 1;
+        }
+        // Python frames no native eval frame accounts for: kept at the outer
+        // end, as the general merge does.
+        let unmatched = raw.len() - p;
+        for r in &raw[p..] {
+            out[w] = Frame::Python {
+                code: CodeId(r.code),
+                instruction: r.instruction,
+            };
+            w += 1;
+        }
+        Some((w, raw.len(), cut, unmatched))
+    }
+
     /// The live parts of the thread's data-stack chunks (3.11+), current chunk
     /// first; empty before 3.11.
     pub(super) fn data_stack(&self, tstate: u64) -> Chunks {
@@ -259,6 +362,7 @@ impl Python {
     }
 
     /// The data-stack words of a live frame whose code object is `code`.
+    #[inline]
     pub(super) fn frame_words(&self, code: u64, fw: FrameWords) -> Result<u64, &'static str> {
         if code == 0 || !code.is_multiple_of(8) {
             return Err(reason::CODE_TYPE);
@@ -286,12 +390,34 @@ impl Python {
     /// Frames in the live part of the thread's data stack (3.11+) are read
     /// directly and proven live by `tile_to`, and so are their code objects;
     /// other frames (3.10's heap frames, generators' frames) and their code
-    /// objects only after a probe in this capture.
+    /// objects only after a probe in this capture. With the thread's
+    /// [`FrameTrail`], the outer part of the chain is taken from the last read
+    /// where it is proven unchanged (see `reuse.rs`).
     pub(super) fn read_chain(
         &self,
         tstate: u64,
         mem: &mut Known,
         raw: &mut [MaybeUninit<Raw>],
+        mut trail: Option<&mut FrameTrail>,
+    ) -> Result<(usize, bool), &'static str> {
+        if let Some(t) = trail.as_deref_mut() {
+            t.reused = 0;
+        }
+        let r = self.read_chain_in(tstate, mem, raw, trail.as_deref_mut());
+        if r.is_err()
+            && let Some(t) = trail
+        {
+            t.clear();
+        }
+        r
+    }
+
+    fn read_chain_in(
+        &self,
+        tstate: u64,
+        mem: &mut Known,
+        raw: &mut [MaybeUninit<Raw>],
+        mut trail: Option<&mut FrameTrail>,
     ) -> Result<(usize, bool), &'static str> {
         let l = &self.layout;
         // The thread state is the interpreter's own, live while the thread is.
@@ -311,6 +437,9 @@ impl Python {
             frame = rd(frame + off);
         }
         if frame == 0 {
+            if let Some(t) = trail {
+                t.commit(0, 0, true);
+            }
             return Ok((0, false));
         }
         let mut chunks = self.data_stack(tstate);
@@ -319,6 +448,12 @@ impl Python {
         let mut truncated = false;
         // Consecutive frames mostly share a chunk: try the last one first.
         let mut last_chunk = 0;
+        // The trail: candidates lie below `limit`; `links[..verified]` were
+        // proven in this read, `links[..tiled]` tiled; the read's own links,
+        // innermost first, in `fresh[..nfresh]`.
+        let mut limit = trail.as_deref().map_or(0, |t| t.reusable);
+        let (mut verified, mut tiled, mut nfresh) = (0, 0, 0);
+        let mut keep = None;
         while frame != 0 {
             // Bounded: a cycle in a corrupted chain ends at the cap.
             steps += 1;
@@ -344,21 +479,55 @@ impl Python {
             {
                 return Err(reason::FRAME_UNREADABLE);
             }
-            let previous = rd(frame + l.frame_previous);
-            let owner = l.frame_owner.map(|o| {
-                // SAFETY: within the frame just checked.
-                unsafe { *((frame + o) as *const u8) }
-            });
-            if let FrameKind::Interpreter {
-                cstack_owner: Some(cs),
-            } = l.frame_kind
-                && owner == Some(cs)
+            if chunk.is_some()
+                && let Some(t) = trail.as_deref_mut()
+                && let Some(d) = t.find(frame, limit)
             {
+                if d >= verified {
+                    match self.prove(t, (verified, d), &mut chunks, mem, &mut tiled) {
+                        Ok(()) => verified = d + 1,
+                        Err(e) => (verified, limit) = (e, e),
+                    }
+                }
+                let m = usize::from(t.links[d].frames);
+                if d < verified && n + m <= raw.len() {
+                    if tiled != d + 1 {
+                        self.rewind(t, d + 1, &mut chunks);
+                    }
+                    t.frames_into(d, &mut raw[n..]);
+                    t.reused = m as u32;
+                    keep = Some((d + 1, m));
+                    break;
+                }
+                if d < verified {
+                    // Too deep to add to: read on, without the trail.
+                    limit = 0;
+                }
+            }
+            let previous = rd(frame + l.frame_previous);
+            let owner = self.frame_byte(frame, l.frame_owner);
+            let entry = self.frame_byte(frame, l.frame_is_entry);
+            let shim = matches!(l.frame_kind, FrameKind::Interpreter { cstack_owner: Some(cs) }
+                if l.frame_owner.is_some() && owner == cs);
+            let mut link = Link {
+                addr: frame,
+                previous,
+                owner,
+                entry,
+                shim,
+                cheap: chunk.is_some()
+                    || (mem.stack.0 <= frame && frame + l.frame_size <= mem.stack.1),
+                ..Link::default()
+            };
+            if shim {
                 // The shim frame of an eval-loop invocation: the frames before it
                 // (inner) were that invocation's.
                 if let Some(last) = n.checked_sub(1) {
                     // SAFETY: `raw[..n]` is initialized.
                     unsafe { raw[last].assume_init_mut().group_end = true };
+                }
+                if let Some(t) = trail.as_deref_mut() {
+                    nfresh = t.record(nfresh, link);
                 }
                 frame = previous;
                 continue;
@@ -368,37 +537,37 @@ impl Python {
                 break;
             }
             let code = rd(frame + l.frame_code);
+            let word = self.instr_word(frame);
             let instruction = match l.frame_kind {
-                FrameKind::Object => {
-                    // SAFETY: within the frame just checked.
-                    let lasti = unsafe { ((frame + l.frame_instr) as *const i32).read_unaligned() };
-                    lasti.max(0) as u32
-                }
+                FrameKind::Object => (word as u32 as i32).max(0) as u32,
                 FrameKind::Interpreter { .. } => {
-                    let ptr = rd(frame + l.frame_instr);
                     let base = code + l.code_adaptive.unwrap_or(0);
-                    if ptr < base || ptr - base > (64 << 20) {
+                    if word < base || word - base > (64 << 20) {
                         return Err(reason::INSTRUCTION);
                     }
-                    ((ptr - base) / 2) as u32
+                    ((word - base) / 2) as u32
                 }
             };
-            let is_entry = l.frame_is_entry.is_some_and(|o| {
-                // SAFETY: within the frame just checked.
-                unsafe { *((frame + o) as *const u8) != 0 }
-            });
             raw[n].write(Raw {
                 code: 0,
                 instruction,
-                group_end: l.frame_kind == FrameKind::Object || is_entry,
+                group_end: l.frame_kind == FrameKind::Object || entry != 0,
                 code_ptr: code,
                 in_stack: if chunk.is_some() { frame } else { 0 },
                 chunk: chunk.unwrap_or(0) as u8,
             });
+            if let Some(t) = trail.as_deref_mut() {
+                (link.code, link.instr) = (code, word);
+                nfresh = t.record(nfresh, link);
+            }
             n += 1;
             frame = previous;
         }
-        // Outermost first: each chunk is tiled once, from its first frame.
+        // Outermost first: each chunk is tiled once, from its first frame (or
+        // from the last frame taken from the trail).
+        if keep.is_none() && tiled > 0 {
+            chunks.cursor = chunks.lo;
+        }
         // SAFETY: `raw[..n]` is initialized; MaybeUninit<Raw> has Raw's layout.
         let read: &mut [Raw] =
             unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<Raw>(), n) };
@@ -407,8 +576,25 @@ impl Python {
         }
         let unproven = read.iter().filter(|r| r.in_stack == 0).map(|r| r.code_ptr);
         self.probe_code_pages(unproven, mem)?;
+        let mut links = trail
+            .as_deref_mut()
+            .map(|t| t.fresh.iter_mut().take(nfresh).filter(|l| !l.shim));
         for r in read.iter_mut() {
-            r.code = self.code_id(r.code_ptr, mem, r.in_stack != 0)?;
+            let (id, first_line, table) = self.code_id(r.code_ptr, mem, r.in_stack != 0)?;
+            r.code = id;
+            if let Some(link) = links.as_mut().and_then(|i| i.next()) {
+                (link.id, link.instruction, link.group_end) = (id, r.instruction, r.group_end);
+                (link.first_line, link.table) = (first_line, table);
+            }
+        }
+        if let Some(t) = trail {
+            let (kept, m) = keep.unwrap_or((0, 0));
+            if nfresh > t.fresh.len() {
+                t.clear();
+            } else {
+                t.commit(kept, nfresh, !truncated);
+            }
+            return Ok((n + m, truncated));
         }
         Ok((n, truncated))
     }

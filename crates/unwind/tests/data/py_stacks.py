@@ -2,7 +2,7 @@
 
 usage: python3 py_stacks.py PROBE.so CASE
 CASE: main | thread | native_thread | deep | corrupt | stale | seccomp | generator
-      | probes | subinterpreter
+      | probes | subinterpreter | reuse_lines | reuse_slot | reuse_generator
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -100,6 +100,67 @@ class Init:
             pass
 
 
+def leaf(name):
+    """Takes the stack with the thread's trail, as the injection library does."""
+    show(name, probe.gpuperf_probe_capture_reusing)  # call:leaf
+
+
+def mid(name):
+    leaf(name)  # call:mid
+
+
+def reuse_lines():
+    """The same frames twice over, then only a frame deep in the stack at
+    another line: the same function called from another line of the same
+    frame."""
+    for name in ("line a", "line a again"):
+        mid(name)  # call:line_a
+    mid("line b")  # call:line_b
+    print("stats " + stats())
+
+
+def via_a(name):
+    mid(name)  # call:via_a
+
+
+def via_b(name):
+    mid(name)  # call:via_b
+
+
+def reuse_slot():
+    """A function returns and another, of the same frame size, is called into
+    its slot deep in the stack: every frame above lies where it lay before."""
+    for f, name in ((via_a, "slot a"), (via_a, "slot a again"), (via_b, "slot b")):
+        f(name)  # call:slot
+    print("stats " + stats())
+
+
+def gen_body():
+    name = yield
+    while True:
+        mid(name)  # call:gen_body
+        name = yield
+
+
+def resume_a(g, name):
+    g.send(name)  # call:resume_a
+
+
+def resume_b(g, name):
+    g.send(name)  # call:resume_b
+
+
+def reuse_generator():
+    """A generator resumed from one frame, then from another one in the same
+    slot: the generator's frame, outside the data stack, links to another
+    caller."""
+    g = gen_body()
+    next(g)
+    for f, name in ((resume_a, "gen a"), (resume_a, "gen a again"), (resume_b, "gen b")):
+        f(g, name)  # call:resume
+    print("stats " + stats())
+
+
 def stats():
     buf = ctypes.create_string_buffer(1 << 16)
     probe.gpuperf_probe_stats(buf, len(buf))
@@ -161,6 +222,12 @@ elif case == "subinterpreter":
         "    sys.stdout.flush()\n" \
         "in_sub()\n" % sys.argv[1]
     interpreters.run_string(sub, run)  # call:subinterpreter
+elif case == "reuse_lines":
+    reuse_lines()  # call:reuse_lines_module
+elif case == "reuse_slot":
+    reuse_slot()  # call:reuse_slot_module
+elif case == "reuse_generator":
+    reuse_generator()  # call:reuse_generator_module
 elif case == "bench":
     # 30 distinct Python functions below the probe (30 code objects, as in a real
     # stack: f29 calls f28 ... f0 captures); medians of 9 rounds of 20000 captures,

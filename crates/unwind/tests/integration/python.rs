@@ -270,3 +270,85 @@ fn python_subinterpreter_inside_a_main_interpreter_call__stack_marked_python_cut
         }
     }
 }
+
+/// The stacks of a `reuse_*` case, each checked to hold, in order, the frames
+/// every one of them shares above `differs` (its own, per stack), then those
+/// below; and the count of captures that reused Python frames of the last.
+fn check_reuse(case: &str, differs: &[String], below: &[String]) {
+    for (name, py) in pythons() {
+        let out = run(Command::new(&py).arg(script()).arg(probe()).arg(case));
+        let st = parse(&out);
+        assert_eq!(st.len(), differs.len(), "{name}: {out}");
+        for (s, d) in st.iter().zip(differs) {
+            assert_eq!(s.end_kind(), "Root", "{name} {}: {}", s.section, s.end);
+            let want: Vec<String> = [
+                format!("py_stacks.show (py_stacks.py:{})", line("show")),
+                format!("py_stacks.leaf (py_stacks.py:{})", line("leaf")),
+                format!("py_stacks.mid (py_stacks.py:{})", line("mid")),
+            ]
+            .into_iter()
+            .chain([d.clone()])
+            .chain(below.iter().cloned())
+            .collect();
+            let want: Vec<&str> = want.iter().map(String::as_str).collect();
+            assert_in_order(&s.names(), &want, &format!("{name} {case} {}", s.section));
+        }
+        let reused = counter(&out, 0, "python_reused");
+        if name.contains("3.10") {
+            // 3.10's frames are heap objects: read in full every time.
+            assert_eq!(reused, 0, "{name}");
+        } else {
+            // The second capture repeats the first; the third shares the
+            // frames outward of the change, which it reuses.
+            assert_eq!(reused, 2, "{name}: {out}");
+        }
+    }
+}
+
+#[test]
+fn python_trail__the_same_function_called_from_another_line_deep_in_the_stack__gets_that_line() {
+    let at = |m: &str| format!("py_stacks.reuse_lines (py_stacks.py:{})", line(m));
+    check_reuse(
+        "reuse_lines",
+        &[at("line_a"), at("line_a"), at("line_b")],
+        &[format!(
+            "py_stacks.<module> (py_stacks.py:{})",
+            line("reuse_lines_module")
+        )],
+    );
+}
+
+#[test]
+fn python_trail__another_function_called_into_the_same_slot_deep_in_the_stack__gets_its_frame() {
+    let via = |f: &str| format!("py_stacks.{f} (py_stacks.py:{})", line(f));
+    check_reuse(
+        "reuse_slot",
+        &[via("via_a"), via("via_a"), via("via_b")],
+        &[
+            format!("py_stacks.reuse_slot (py_stacks.py:{})", line("slot")),
+            format!(
+                "py_stacks.<module> (py_stacks.py:{})",
+                line("reuse_slot_module")
+            ),
+        ],
+    );
+}
+
+#[test]
+fn python_trail__a_generator_resumed_from_another_frame__gets_that_frame() {
+    let resume = |f: &str| format!("py_stacks.{f} (py_stacks.py:{})", line(f));
+    check_reuse(
+        "reuse_generator",
+        &[resume("resume_a"), resume("resume_a"), resume("resume_b")],
+        &[
+            format!(
+                "py_stacks.reuse_generator (py_stacks.py:{})",
+                line("resume")
+            ),
+            format!(
+                "py_stacks.<module> (py_stacks.py:{})",
+                line("reuse_generator_module")
+            ),
+        ],
+    );
+}

@@ -1,0 +1,297 @@
+//! What one thread's last Python frame chain read, so that its next read can
+//! take the outer part of the chain from it instead of reading it again.
+//!
+//! A chain's output is a function of the words the read takes from memory:
+//! per link (a frame, or a 3.12+ shim frame on the C stack) its link to its
+//! caller, owner and entry flags, code object and instruction pointer, and per
+//! code object its type, frame size, first line and line table's address (what
+//! the code memo identifies it by). The trail keeps, per link of the last
+//! read, those words and the frame produced. When the next read reaches, from
+//! its innermost frame outward, a frame at the address of a frame of the
+//! trail, the trail's part from there to the root is proven again, outermost
+//! first, exactly as a fresh read proves it: each data-stack frame by tiling
+//! its chunk from the chunk's first frame (so that it is live, and with it its
+//! code object), then every word the last read took there read again and
+//! compared. Only when all are unchanged is that part of the last chain taken:
+//! nothing is assumed from an address alone. A frame replaced at the same
+//! address by another function, the same function called from another line,
+//! or a generator resumed from another frame changes a word, and the read
+//! goes on by itself.
+//!
+//! Only the outer run of links in the data stack or on the thread's own stack
+//! is kept for reuse: frames elsewhere (3.10's heap frames, a generator's
+//! frame) are read in full every time.
+
+use super::layout::FrameKind;
+use super::memory::Known;
+use super::splice::{Chunks, Raw};
+use super::{MAX_PYTHON_FRAMES, Python};
+
+/// Links a trail holds: each Python frame, and a shim frame per eval loop.
+pub(super) const LINKS: usize = 2 * MAX_PYTHON_FRAMES;
+/// Slots of the address index.
+const INDEX: usize = 256;
+
+/// One link of a chain: where it is, the words read there, the frame made.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Link {
+    pub addr: u64,
+    pub previous: u64,
+    /// The code object; 0 for a shim frame.
+    pub code: u64,
+    /// The instruction word as read (a pointer, or 3.10's index).
+    pub instr: u64,
+    /// The code object's line table address and first line.
+    pub table: u64,
+    pub first_line: u32,
+    /// The frame made (code id, instruction offset).
+    pub id: u32,
+    pub instruction: u32,
+    /// Frames (not shims) in the chain from the root to this link, this
+    /// one included.
+    pub frames: u16,
+    pub owner: u8,
+    pub entry: u8,
+    pub group_end: bool,
+    pub shim: bool,
+    /// In the data stack (the chunk) or on the thread's stack: provable
+    /// without a probe.
+    pub cheap: bool,
+}
+
+/// The last Python chain of one thread (see the module docs); part of its
+/// [`crate::Trail`].
+pub(crate) struct FrameTrail {
+    /// The last chain's links, outermost first: `links[..len]`.
+    pub(super) links: Box<[Link]>,
+    pub(super) len: usize,
+    /// `links[..reusable]` may be reused: cheap, and the chain reached its
+    /// root.
+    pub(super) reusable: usize,
+    /// The running read's links, innermost first.
+    pub(super) fresh: Box<[Link]>,
+    /// `depth + 1` of a link by its address's slot (0: none). A stale or
+    /// colliding entry only loses a candidate: the address is compared.
+    pub(super) index: Box<[u16]>,
+    /// Frames the last read took from the read before it.
+    pub(super) reused: u32,
+}
+
+impl FrameTrail {
+    pub(crate) fn new() -> FrameTrail {
+        FrameTrail {
+            links: vec![Link::default(); LINKS].into_boxed_slice(),
+            len: 0,
+            reusable: 0,
+            fresh: vec![Link::default(); LINKS].into_boxed_slice(),
+            // On the heap from the start: `Box::new([..])` builds the array on
+            // the (maybe 8 KiB signal) stack first in unoptimized builds.
+            index: vec![0; INDEX].into_boxed_slice(),
+            reused: 0,
+        }
+    }
+
+    /// Records a link of the running read as `fresh[n]`: the new count (one
+    /// past the buffer's length once it overflowed).
+    #[inline(always)]
+    pub(super) fn record(&mut self, n: usize, link: Link) -> usize {
+        if let Some(s) = self.fresh.get_mut(n) {
+            *s = link;
+            n + 1
+        } else {
+            self.fresh.len() + 1
+        }
+    }
+
+    /// Forgets the last chain.
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+        self.reusable = 0;
+    }
+
+    #[inline(always)]
+    pub(super) fn slot(addr: u64) -> usize {
+        (((addr >> 3) ^ (addr >> 11)) as usize) % INDEX
+    }
+
+    /// The depth of the link at `addr` among the first `limit`, if any.
+    #[inline(always)]
+    pub(super) fn find(&self, addr: u64, limit: usize) -> Option<usize> {
+        let d = usize::from(self.index[Self::slot(addr)]).checked_sub(1)?;
+        (d < limit && self.links[d].addr == addr && !self.links[d].shim).then_some(d)
+    }
+
+    /// The frames of `links[..=depth]`, innermost first, into `out`, which
+    /// has room for them (`links[depth].frames`).
+    pub(super) fn frames_into(&self, depth: usize, out: &mut [std::mem::MaybeUninit<Raw>]) {
+        let links = self.links[..=depth].iter().rev().filter(|l| !l.shim);
+        for (d, l) in out.iter_mut().zip(links) {
+            d.write(Raw {
+                code: l.id,
+                instruction: l.instruction,
+                group_end: l.group_end,
+                code_ptr: l.code,
+                in_stack: 0,
+                chunk: 0,
+            });
+        }
+    }
+
+    /// Makes the trail `links[..keep]` followed by the running read's
+    /// `fresh[..nfresh]` (innermost first), reusable up to its first link
+    /// that is not cheap, if `complete` (the chain reached its root).
+    pub(super) fn commit(&mut self, keep: usize, nfresh: usize, complete: bool) {
+        let total = keep + nfresh;
+        if total > self.links.len() {
+            self.clear();
+            return;
+        }
+        let mut frames = keep.checked_sub(1).map_or(0, |d| self.links[d].frames);
+        // The kept links were all reusable (only those are taken).
+        let mut reusable = keep;
+        let mut cheap_run = true;
+        for (i, f) in self.fresh[..nfresh].iter().rev().enumerate() {
+            let d = keep + i;
+            let mut l = *f;
+            frames += u16::from(!l.shim);
+            l.frames = frames;
+            self.links[d] = l;
+            self.index[Self::slot(l.addr)] = (d + 1) as u16;
+            cheap_run &= l.cheap;
+            if cheap_run {
+                reusable = d + 1;
+            }
+        }
+        self.len = total;
+        self.reusable = if complete { reusable } else { 0 };
+    }
+}
+
+impl Default for FrameTrail {
+    fn default() -> Self {
+        FrameTrail::new()
+    }
+}
+
+impl Python {
+    /// Proves `links[from..=depth]` of the trail again, outermost first (see
+    /// the module docs): `Err` with the depth of the first link found changed.
+    /// `tiled` becomes the depth past the last frame tiled in `chunks`.
+    pub(super) fn prove(
+        &self,
+        t: &FrameTrail,
+        (from, depth): (usize, usize),
+        chunks: &mut Chunks,
+        mem: &Known,
+        tiled: &mut usize,
+    ) -> Result<(), usize> {
+        let l = &self.layout;
+        let Some(ds) = l.datastack else {
+            return Err(from);
+        };
+        let fs = l.frame_size;
+        // The chunk of the last frame proven here, and where the frame after
+        // it starts (`tile_to`'s step, made as each frame is proven).
+        let (mut k, mut next) = (usize::MAX, 0);
+        for (d, link) in t.links[from..=depth].iter().enumerate() {
+            let d = from + d;
+            let a = link.addr;
+            let Some(end) = a.checked_add(fs) else {
+                return Err(d);
+            };
+            if link.shim {
+                // On the thread's own stack, or in the live data stack: mapped.
+                let on_stack = mem.stack.0 <= a && end <= mem.stack.1;
+                if !on_stack && chunks.find(a, fs).is_none() {
+                    return Err(d);
+                }
+            } else {
+                if k < chunks.n && a == next && end <= chunks.hi[k] {
+                    // The frame after one proven live, below the chunk's top:
+                    // live (see `tile_to`).
+                    chunks.cursor[k] = a;
+                } else {
+                    // Live only if the chunk's frames, from its first, reach it.
+                    let Some(c) = chunks.find(a, fs) else {
+                        return Err(d);
+                    };
+                    if self.tile_to(chunks, c, a).is_err() {
+                        return Err(d);
+                    }
+                    k = c;
+                }
+                *tiled = d + 1;
+                let code = self.frame_word(a, l.frame_code);
+                if code != link.code {
+                    return Err(d);
+                }
+                // The code object of a live frame is live: its type and size.
+                match self
+                    .frame_words(code, ds.frame_words)
+                    .map(|w| w.checked_mul(8))
+                {
+                    Ok(Some(b)) if b >= fs => next = a + b,
+                    _ => return Err(d),
+                }
+                // SAFETY: as above, inside the live code object.
+                let (first_line, table) = unsafe {
+                    (
+                        ((code + l.code_firstlineno) as *const i32).read_unaligned() as u32,
+                        ((code + l.code_linetable) as *const u64).read_unaligned(),
+                    )
+                };
+                if self.instr_word(a) != link.instr
+                    || first_line != link.first_line
+                    || table != link.table
+                {
+                    return Err(d);
+                }
+            }
+            if self.frame_word(a, l.frame_previous) != link.previous
+                || self.frame_byte(a, l.frame_owner) != link.owner
+                || self.frame_byte(a, l.frame_is_entry) != link.entry
+            {
+                return Err(d);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the chunks' tiling cursors to where tiling `links[..keep]` leaves
+    /// them (each frame there was tiled in this read).
+    pub(super) fn rewind(&self, t: &FrameTrail, keep: usize, chunks: &mut Chunks) {
+        chunks.cursor = chunks.lo;
+        for link in t.links[..keep].iter().filter(|l| !l.shim) {
+            if let Some(k) = chunks.find(link.addr, self.layout.frame_size) {
+                chunks.cursor[k] = link.addr;
+            }
+        }
+    }
+
+    /// A word of the frame at `frame`.
+    #[inline(always)]
+    pub(super) fn frame_word(&self, frame: u64, off: u64) -> u64 {
+        // SAFETY: callers pass a frame checked readable (live data stack, the
+        // thread's stack, or probed in this capture).
+        unsafe { ((frame + off) as *const u64).read_unaligned() }
+    }
+
+    /// A byte of the frame at `frame` (0 for a field this version lacks).
+    #[inline(always)]
+    pub(super) fn frame_byte(&self, frame: u64, off: Option<u64>) -> u8 {
+        // SAFETY: as in `frame_word`.
+        off.map_or(0, |o| unsafe { *((frame + o) as *const u8) })
+    }
+
+    /// The frame's instruction word: 3.10's index, or the pointer (3.11+).
+    #[inline(always)]
+    pub(super) fn instr_word(&self, frame: u64) -> u64 {
+        match self.layout.frame_kind {
+            // SAFETY: as in `frame_word`.
+            FrameKind::Object => u64::from(unsafe {
+                ((frame + self.layout.frame_instr) as *const i32).read_unaligned()
+            } as u32),
+            FrameKind::Interpreter { .. } => self.frame_word(frame, self.layout.frame_instr),
+        }
+    }
+}
