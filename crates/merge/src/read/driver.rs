@@ -169,6 +169,64 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// The test modules of `sim/kernel/` that stand in for GPU drivers, `vkms`,
+/// the kernel's virtual display (its vblanks come from a timer), and
+/// `sw_sync`, its software fence timeline: a file's `# simulated` lines.
+pub const SIMULATED_MODULES: [&str; 4] = ["nvidia_sim", "drm_sched_sim", "vkms", "sw_sync"];
+
+/// The [`SIMULATED_MODULES`] loaded, read from `/proc/modules`' text.
+pub fn simulated_modules(proc_modules: &str) -> Vec<&'static str> {
+    SIMULATED_MODULES
+        .into_iter()
+        .filter(|m| {
+            proc_modules
+                .lines()
+                .any(|l| l.split(' ').next() == Some(*m))
+        })
+        .collect()
+}
+
+/// Events written to a driver event file, counted by kind for its summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Ioctls, jobs queued, interrupts, Xids and vblanks, in that order.
+    counts: [u64; 5],
+    /// Every event.
+    total: u64,
+    /// Events lost while recording, all causes together.
+    pub lost: u64,
+}
+
+impl Tally {
+    /// Counts one event of kind `k`.
+    pub fn add(&mut self, k: DriverKind) {
+        let slot = match k {
+            DriverKind::Ioctl => Some(0),
+            DriverKind::JobQueued => Some(1),
+            DriverKind::Irq => Some(2),
+            DriverKind::Xid => Some(3),
+            DriverKind::Vblank => Some(4),
+            _ => None,
+        };
+        if let Some(i) = slot {
+            self.counts[i] += 1;
+        }
+        self.total += 1;
+    }
+}
+
+impl std::fmt::Display for Tally {
+    /// `N events (… ioctls, … jobs, … interrupts, … Xids, … vblanks), L lost`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [ioctls, jobs, irqs, xids, vblanks] = self.counts;
+        write!(
+            f,
+            "{} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids, {vblanks} vblanks), {} lost",
+            self.total, self.lost
+        )
+    }
+}
+
 fn parse_event(line: &str) -> std::result::Result<DriverEvent, String> {
     let cols: Vec<&str> = line.split('\t').collect();
     if cols.len() != 11 {
@@ -207,6 +265,27 @@ fn parse_event(line: &str) -> std::result::Result<DriverEvent, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simulated_modules_are_found_by_name_and_counts_said() {
+        let modules =
+            "vkms 16384 0 - Live 0x0\nnvidia_simx 1 0 - Live 0x0\nsw_sync 1 0 - Live 0x0\n";
+        assert_eq!(simulated_modules(modules), ["vkms", "sw_sync"]);
+        let mut t = Tally::default();
+        for k in [
+            DriverKind::Ioctl,
+            DriverKind::Ioctl,
+            DriverKind::Xid,
+            DriverKind::JobRun,
+        ] {
+            t.add(k);
+        }
+        t.lost = 3;
+        assert_eq!(
+            t.to_string(),
+            "4 events (2 ioctls, 0 jobs, 0 interrupts, 1 Xids, 0 vblanks), 3 lost"
+        );
+    }
 
     #[test]
     fn what_the_writer_writes_reads_back_the_same() {
