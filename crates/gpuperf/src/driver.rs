@@ -30,9 +30,7 @@ pub fn start_file<W: Write>(
     absent: &[&str],
 ) -> Result<driver::Writer<W>> {
     let attached: Vec<&str> = present.iter().map(|s| s.name()).collect();
-    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    driver::Writer::new(out, &attached, absent, &driver::simulated_modules(&modules))
-        .context("failed to write the driver events")
+    driver::Writer::start(out, &attached, absent).context("failed to write the driver events")
 }
 
 /// Ends a driver event file with what was lost, by cause.
@@ -41,11 +39,7 @@ pub fn finish_file<W: Write>(
     stats: &DriverStats,
     malformed: u64,
 ) -> std::io::Result<W> {
-    w.finish(&[
-        ("ring_buffer", stats.ring_buffer_drops),
-        ("map_full", stats.map_full),
-        ("malformed", malformed),
-    ])
+    w.finish_lost(stats.ring_buffer_drops, stats.map_full, malformed)
 }
 
 /// `gpuperf record --driver`: a driver trace for the recording, written to

@@ -138,6 +138,13 @@ impl<W: Write> Writer<W> {
         Ok(Self { out })
     }
 
+    /// [`Writer::new`] for events recorded on this machine now: the simulated
+    /// modules are those of [`SIMULATED_MODULES`] that `/proc/modules` lists.
+    pub fn start(out: W, attached: &[&str], absent: &[&str]) -> io::Result<Self> {
+        let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+        Self::new(out, attached, absent, &simulated_modules(&modules))
+    }
+
     /// Writes one event, a line. Tabs and newlines in names and messages
     /// become spaces, so each event is one line.
     pub fn event(&mut self, e: &DriverEvent) -> io::Result<()> {
@@ -224,6 +231,69 @@ impl std::fmt::Display for Tally {
             "{} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids, {vblanks} vblanks), {} lost",
             self.total, self.lost
         )
+    }
+}
+
+/// Where `gpuperf monitor --output` keeps events: a file as written, or
+/// gzip-compressed when its name ends in `.gz` ([`DriverTrace::open`] reads both).
+#[cfg(feature = "render")]
+pub enum EventFile {
+    /// Plain text.
+    Plain(io::BufWriter<File>),
+    /// gzip-compressed.
+    Gz(Box<flate2::write::GzEncoder<io::BufWriter<File>>>),
+}
+
+#[cfg(feature = "render")]
+impl EventFile {
+    /// Creates `p`, compressed when its extension is `gz`.
+    pub fn create(p: &Path) -> io::Result<Self> {
+        let f = io::BufWriter::with_capacity(1 << 16, File::create(p)?);
+        Ok(if p.extension().is_some_and(|e| e == "gz") {
+            Self::Gz(Box::new(flate2::write::GzEncoder::new(
+                f,
+                flate2::Compression::fast(),
+            )))
+        } else {
+            Self::Plain(f)
+        })
+    }
+
+    /// Flushes, and ends a gzip stream.
+    pub fn finish(self) -> io::Result<()> {
+        match self {
+            Self::Plain(mut f) => f.flush(),
+            Self::Gz(g) => g.finish()?.flush(),
+        }
+    }
+}
+
+#[cfg(feature = "render")]
+impl Write for EventFile {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Plain(f) => f.write(b),
+            Self::Gz(g) => g.write(b),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Self::Plain(f) => f.flush(),
+            Self::Gz(g) => g.flush(),
+        }
+    }
+}
+
+impl<W: Write> Writer<W> {
+    /// [`Writer::finish`] with the eBPF recorder's causes of loss: its ring
+    /// buffer full, its map of started events full, and malformed events.
+    pub fn finish_lost(self, ring_buffer: u64, map_full: u64, malformed: u64) -> io::Result<W> {
+        self.finish(&[
+            ("ring_buffer", ring_buffer),
+            ("map_full", map_full),
+            ("malformed", malformed),
+        ])
     }
 }
 

@@ -27,9 +27,9 @@
 
 use std::path::{Path, PathBuf};
 
-pub mod env;
 #[cfg(feature = "render")]
 mod diff;
+pub mod env;
 #[cfg(feature = "render")]
 mod finish;
 #[cfg(feature = "render")]
