@@ -82,7 +82,7 @@ fn record(
     let o = Record::bare(&dir)
         .flags(&all)
         .cupti(&cupti)
-        .program(app, &[window])
+        .program(app, [window])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));

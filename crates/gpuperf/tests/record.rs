@@ -50,9 +50,9 @@ fn record_sim_app__even_the_first_launch_has_its_stack_from_the_api_entry() {
     };
     let dir = work_dir("first-launch");
     let o = Record::bare(&dir)
-        .flags(&EBPF_RAW)
+        .flags(EBPF_RAW)
         .cupti(&cupti)
-        .program(&app, &["chevron", "3"])
+        .program(&app, ["chevron", "3"])
         .output()
         .unwrap();
     let all = show(&o);
@@ -636,9 +636,9 @@ fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame
     // Both unwinders in one run: eBPF writes cpu.txt, the injection library
     // (GPUPERF_STACKS=1 wins over --stacks ebpf) keeps its stacks in the trace.
     let o = Record::bare(&dir)
-        .flags(&EBPF_RAW)
+        .flags(EBPF_RAW)
         .cupti(&cupti)
-        .program(&app, &["chevron", "10"])
+        .program(&app, ["chevron", "10"])
         .env("GPUPERF_STACKS", "1")
         .output()
         .unwrap();
@@ -919,9 +919,9 @@ fn record_program_ending_with__exit__reported_not_closed_with_its_exit_code() {
         let dir = work_dir(&format!("unclosed-{mode}"));
         let flags = ["record", "--stacks", "inject", "--raw-dir", "raw"];
         let o = Record::bare(&dir)
-            .flags(&flags)
+            .flags(flags)
             .cupti(&cupti)
-            .program(&app, &[mode, "5", "3"])
+            .program(&app, [mode, "5", "3"])
             .output()
             .unwrap();
         let (all, err) = (show(&o), text(&o.stderr));
@@ -975,7 +975,7 @@ fn record_driver_without_driver_events__one_line_and_the_recording_unchanged() {
             let o = Record::bare(&dir)
                 .flags(&args)
                 .cupti(&cupti)
-                .program(&app, &["chevron", "3"])
+                .program(&app, ["chevron", "3"])
                 .output()
                 .unwrap();
             let all = show(&o);

@@ -54,7 +54,7 @@ fn record(s: &Setup, name: &str, program: &Path, args: &[&str]) -> (Output, Reco
         "timeline.json",
     ];
     let o = Record::bare(&dir)
-        .flags(&flags)
+        .flags(flags)
         .cupti(&cupti)
         .program(program, args)
         .output()

@@ -138,15 +138,17 @@ impl Comparison {
             path: path.to_owned(),
             source,
         })?;
-        let mut o = svg::Options::default();
-        o.title = title.unwrap_or_else(|| {
-            format!(
-                "gpuperf diff: {} by CPU stack (red: more in AFTER, blue: less)",
-                self.what
-            )
-        });
-        o.subtitle = Some(format!("{} → {}", file_name(before), file_name(after)));
-        o.count_name = self.unit.to_owned();
+        let o = svg::Options {
+            title: title.unwrap_or_else(|| {
+                format!(
+                    "gpuperf diff: {} by CPU stack (red: more in AFTER, blue: less)",
+                    self.what
+                )
+            }),
+            subtitle: Some(format!("{} → {}", file_name(before), file_name(after))),
+            count_name: self.unit.to_owned(),
+            ..svg::Options::default()
+        };
         svg::render(&o, lines.iter().map(String::as_str), BufWriter::new(file)).map_err(|e| {
             Error::Output {
                 path: PathBuf::from(path),

@@ -111,9 +111,11 @@ impl Finish {
             _ => None,
         };
         if gpu_traces > 0 {
-            let mut inputs = Inputs::default();
-            inputs.gpu = vec![self.dir.clone()];
-            inputs.cpu = cpu.map(Path::to_path_buf);
+            let mut inputs = Inputs {
+                gpu: vec![self.dir.clone()],
+                cpu: cpu.map(Path::to_path_buf),
+                ..Inputs::default()
+            };
             inputs.join.stacks_off = self.gpu_only;
             inputs.join.view = self.view;
             let mut l = Recording::open(&inputs, symbolizer)?;
@@ -152,8 +154,10 @@ impl Finish {
                 }
             }
         } else if let Some(cpu) = cpu {
-            let mut inputs = Inputs::default();
-            inputs.cpu = Some(cpu.to_path_buf());
+            let mut inputs = Inputs {
+                cpu: Some(cpu.to_path_buf()),
+                ..Inputs::default()
+            };
             inputs.join.view = self.view;
             let l = Recording::open(&inputs, symbolizer)?;
             let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
