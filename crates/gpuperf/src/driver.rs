@@ -8,14 +8,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 use gpuperf_merge::read::driver;
 use gpuperf_merge::recording;
-use gpuperf_profiler::driver::{
-    DriverEvent, DriverKind, DriverOptions, DriverStats, Recorder, Source,
-};
-
-/// The test modules of `sim/kernel/` that stand in for GPU drivers, `vkms`,
-/// the kernel's virtual display (its vblanks come from a timer), and
-/// `sw_sync`, its software fence timeline.
-const SIMULATED_MODULES: [&str; 4] = ["nvidia_sim", "drm_sched_sim", "vkms", "sw_sync"];
+use gpuperf_profiler::driver::{DriverEvent, DriverOptions, DriverStats, Recorder, Source};
 
 /// The line that says a source is missing and skipped.
 pub fn absent_line(tool: &str, why: &str) -> String {
@@ -37,13 +30,7 @@ pub fn start_file<W: Write>(
     absent: &[&str],
 ) -> Result<driver::Writer<W>> {
     let attached: Vec<&str> = present.iter().map(|s| s.name()).collect();
-    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    let simulated: Vec<&str> = SIMULATED_MODULES
-        .into_iter()
-        .filter(|m| modules.lines().any(|l| l.split(' ').next() == Some(*m)))
-        .collect();
-    driver::Writer::new(out, &attached, absent, &simulated)
-        .context("failed to write the driver events")
+    driver::Writer::start(out, &attached, absent).context("failed to write the driver events")
 }
 
 /// Ends a driver event file with what was lost, by cause.
@@ -52,11 +39,7 @@ pub fn finish_file<W: Write>(
     stats: &DriverStats,
     malformed: u64,
 ) -> std::io::Result<W> {
-    w.finish(&[
-        ("ring_buffer", stats.ring_buffer_drops),
-        ("map_full", stats.map_full),
-        ("malformed", malformed),
-    ])
+    w.finish_lost(stats.ring_buffer_drops, stats.map_full, malformed)
 }
 
 /// `gpuperf record --driver`: a driver trace for the recording, written to
@@ -69,8 +52,7 @@ pub struct ForRecord {
 struct EventFile {
     out: Option<driver::Writer<std::io::BufWriter<std::fs::File>>>,
     err: Option<std::io::Error>,
-    counts: [u64; 5],
-    total: u64,
+    tally: driver::Tally,
 }
 
 /// Attaches before the target starts, following gpuperf's own process tree
@@ -99,8 +81,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
     let file = std::sync::Arc::new(std::sync::Mutex::new(EventFile {
         out: Some(out),
         err: None,
-        counts: [0; 5],
-        total: 0,
+        tally: driver::Tally::default(),
     }));
     let options = DriverOptions {
         pids: vec![std::process::id()],
@@ -111,18 +92,7 @@ pub fn start_for_record(raw: &Path) -> Result<Option<ForRecord>> {
     let sink = file.clone();
     let on_event = Box::new(move |e: DriverEvent| {
         let mut f = sink.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = match e.kind {
-            DriverKind::Ioctl => Some(0),
-            DriverKind::JobQueued => Some(1),
-            DriverKind::Irq => Some(2),
-            DriverKind::Xid => Some(3),
-            DriverKind::Vblank => Some(4),
-            _ => None,
-        };
-        if let Some(i) = slot {
-            f.counts[i] += 1;
-        }
-        f.total += 1;
+        f.tally.add(e.kind);
         let f = &mut *f;
         if f.err.is_none()
             && let Some(Err(e)) = f.out.as_mut().map(|w| w.event(&e))
@@ -160,11 +130,7 @@ impl ForRecord {
             out.and_then(|mut o| o.flush())
                 .context("failed to write the driver events")?;
         }
-        let lost = st.ring_buffer_drops + st.map_full + summary.malformed;
-        let [ioctls, jobs, irqs, xids, vblanks] = f.counts;
-        Ok(format!(
-            "gpuperf: driver: {} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids, {vblanks} vblanks), {lost} lost\n",
-            f.total
-        ))
+        f.tally.lost = st.ring_buffer_drops + st.map_full + summary.malformed;
+        Ok(format!("gpuperf: driver: {}\n", f.tally))
     }
 }

@@ -4,16 +4,12 @@
 //! Xid errors as they happen, optionally every kept event to a file; filters,
 //! sampling and a rate limit, with what each left out counted.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use flate2::write::GzEncoder;
-use gpuperf_merge::read::driver::{self as driver_file, DriverTrace};
+use gpuperf_merge::read::driver::{self as driver_file, DriverTrace, EventFile};
 use gpuperf_merge::recording;
 use gpuperf_profiler::driver::{
     self, DriverEvent, DriverKind, DriverOptions, DriverSink, DriverStats, PidFilter, Source,
@@ -21,50 +17,6 @@ use gpuperf_profiler::driver::{
 use gpuperf_profiler::monitor_stats::{Stats, totals};
 
 use crate::cli::MonitorArgs;
-
-/// Where kept events go: a file as written, or gzip-compressed.
-enum EventFile {
-    Plain(BufWriter<File>),
-    Gz(Box<GzEncoder<BufWriter<File>>>),
-}
-
-impl EventFile {
-    fn create(p: &Path) -> Result<Self> {
-        let f = BufWriter::with_capacity(
-            1 << 16,
-            File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        );
-        Ok(if p.extension().is_some_and(|e| e == "gz") {
-            Self::Gz(Box::new(GzEncoder::new(f, flate2::Compression::fast())))
-        } else {
-            Self::Plain(f)
-        })
-    }
-
-    /// Flushes, and ends a gzip stream.
-    fn finish(self) -> std::io::Result<()> {
-        match self {
-            Self::Plain(mut f) => f.flush(),
-            Self::Gz(g) => g.finish()?.flush(),
-        }
-    }
-}
-
-impl Write for EventFile {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Self::Plain(f) => f.write(b),
-            Self::Gz(g) => g.write(b),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Self::Plain(f) => f.flush(),
-            Self::Gz(g) => g.flush(),
-        }
-    }
-}
 
 /// Runs the monitor until `--duration` or Ctrl-C; the exit code.
 pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
@@ -105,7 +57,7 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
             let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
             let (present, absent) = driver::available(&kallsyms, &options.sources);
             let why: Vec<&str> = absent.iter().map(|(_, w)| w.as_str()).collect();
-            let out = EventFile::create(p)?;
+            let out = EventFile::create(p).with_context(|| format!("creating {}", p.display()))?;
             Some(
                 crate::driver::start_file(out, &present, &why)
                     .with_context(|| format!("writing {}", p.display()))?,
@@ -299,6 +251,9 @@ impl DriverSink for Monitor {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+    use std::path::Path;
+
     use super::*;
 
     fn event(ts_ns: u64) -> DriverEvent {

@@ -28,8 +28,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::{Cause, Origin};
 use tracing::{debug, info, warn};
 
-use gpuperf_merge::recording::report::KernelTable;
-use gpuperf_merge::recording::{self, Inputs, Outputs, Recording, Written, env as rec_env};
+use gpuperf_merge::recording::{self, Finish, Finished, Outputs, env as rec_env};
 
 use crate::cli::{RecordArgs, StacksFrom};
 use crate::inject_lib;
@@ -85,7 +84,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
             d
         }
     };
-    clear_old_traces(&raw)?;
+    recording::clear_old_files(&raw)?;
 
     let signals = Signals::start()?;
     let exe = target::resolve(&a.program[0], std::env::var_os("PATH").as_deref());
@@ -220,17 +219,17 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         None => String::new(),
     };
 
-    if let Err(e) = finish(
-        &a,
-        &driver_line,
-        profiler,
-        &raw,
-        &cpu_path,
-        user.as_ref(),
-        quiet,
-        wall,
-        status,
-    ) {
+    if let Err(e) =
+        finish(&a, driver_line, profiler, &raw, &cpu_path, wall, status).and_then(|done| {
+            for w in &done.written {
+                target::chown(&w.path, user.as_ref())?;
+            }
+            if !quiet {
+                eprint!("{done}");
+            }
+            Ok(())
+        })
+    {
         eprintln!("gpuperf: error: {}", one_line(&e));
         // Nothing recorded may be lost: keep the raw recording, and say how to
         // make the outputs from it.
@@ -253,9 +252,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
     Ok(code)
 }
 
-/// Fails with one line naming the first output that cannot be written: an
-/// existing file is opened for appending (its contents kept), a new one is
-/// created and removed again.
+/// Fails with one line naming the first output that cannot be written.
 fn check_outputs(a: &RecordArgs) -> Result<()> {
     let outputs = [
         Some(&a.output),
@@ -266,19 +263,11 @@ fn check_outputs(a: &RecordArgs) -> Result<()> {
         a.idle_svg.as_ref(),
     ];
     for path in outputs.into_iter().flatten() {
-        let existed = path.exists();
-        let r = fs::OpenOptions::new()
-            .append(true)
-            .create(!existed)
-            .open(path);
-        if let Err(e) = r {
+        if let Err(e) = recording::check_writable(path) {
             bail!(
                 "cannot write `{}` ({e}); the program was not started",
                 path.display()
             );
-        }
-        if !existed {
-            let _ = fs::remove_file(path);
         }
     }
     Ok(())
@@ -299,20 +288,6 @@ fn spawn_failure_code(e: &anyhow::Error) -> u8 {
 fn geteuid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
-}
-
-/// A kept raw directory may hold an earlier run; its traces would be merged
-/// into this one.
-fn clear_old_traces(raw: &Path) -> Result<()> {
-    let list = fs::read_dir(raw).with_context(|| format!("failed to list `{}`", raw.display()))?;
-    for entry in list.flatten() {
-        if recording::is_recorded_file(&entry.file_name().to_string_lossy()) {
-            fs::remove_file(entry.path()).with_context(|| {
-                format!("failed to remove the old `{}`", entry.path().display())
-            })?;
-        }
-    }
-    Ok(())
 }
 
 fn start_profiler(
@@ -533,7 +508,10 @@ impl Progress {
             let dropped = p.progress().dropped.load(Ordering::Relaxed);
             line += &format!(", {launches} launches, {dropped} dropped");
         } else {
-            line += &format!(", {} of GPU trace", human_bytes(gpu_trace_bytes(raw)));
+            line += &format!(
+                ", {} of GPU trace",
+                human_bytes(recording::gpu_trace_bytes(raw))
+            );
         }
         if self.tty {
             eprint!("\r{line}\x1b[K");
@@ -551,13 +529,6 @@ impl Progress {
     }
 }
 
-fn gpu_trace_bytes(raw: &Path) -> u64 {
-    recording::gpu_traces(raw)
-        .filter_map(|p| p.metadata().ok())
-        .map(|m| m.len())
-        .sum()
-}
-
 fn human_bytes(n: u64) -> String {
     match n {
         0..1024 => format!("{n} B"),
@@ -566,185 +537,40 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// Stops the profiler, joins, writes the outputs and prints the summary.
-#[allow(clippy::too_many_arguments)]
+/// Stops the profiler, then reads, joins and writes the recording.
 fn finish(
     a: &RecordArgs,
-    driver_line: &str,
+    driver: String,
     profiler: Option<Profiler>,
     raw: &Path,
     cpu_path: &Path,
-    user: Option<&User>,
-    quiet: bool,
     wall: Duration,
     status: std::process::ExitStatus,
-) -> Result<()> {
-    let cpu_summary = profiler
+) -> Result<Finished> {
+    let cpu_stats = profiler
         .map(|p| p.stop().context("the eBPF profiler failed"))
         .transpose()?;
-    let gpu_traces = recording::gpu_trace_count(raw);
     let mut outs = Outputs::default();
     outs.folded.clone_from(&a.folded);
     outs.chrome.clone_from(&a.chrome);
     outs.svg = Some(a.output.clone());
     outs.title.clone_from(&a.title);
-    outs.subtitle = Some(command_line(&a.program));
+    outs.subtitle = Some(recording::command_line(&a.program));
     outs.idle.clone_from(&a.idle);
     outs.idle_svg.clone_from(&a.idle_svg);
     outs.pprof.clone_from(&a.pprof);
-    let cpu = cpu_summary.is_some().then_some(cpu_path);
-    let mut report = String::new();
-    report += &format!(
-        "gpuperf: `{}` {} after {:.2} s\n",
-        a.program[0].to_string_lossy(),
-        describe_status(status),
-        wall.as_secs_f64()
-    );
-    let mut written: Vec<Written> = Vec::new();
-    if !a.cpu_only && gpu_traces == 0 {
-        report += "gpuperf: no CUDA process was recorded: the CUDA driver never loaded the \
-                   injection library. Either the program made no CUDA call, or there is no \
-                   CUDA driver (libcuda.so.1) and GPU on this machine.\n";
-    }
-    let mut inprocess_written = false;
-    // No GPU trace, but driver events (a program driving a DRM device, or one
-    // whose CUDA calls never reached the library): their timeline alone.
-    let driver_only = match (&a.chrome, gpu_traces) {
-        (Some(c), 0) => recording::read_driver(&[raw.to_path_buf()])?
-            .filter(|t| !t.events.is_empty())
-            .map(|t| (c, t)),
-        _ => None,
-    };
-    if gpu_traces > 0 {
-        let mut inputs = Inputs::default();
-        inputs.gpu = vec![raw.to_path_buf()];
-        inputs.cpu = cpu.map(Path::to_path_buf);
-        inputs.join.stacks_off = a.gpu_only;
-        inputs.join.view = a.view.view();
-        let mut l = Recording::open(&inputs, Symbolizer::new)?;
-        if a.raw_dir.is_some()
-            && let Some(names) = l.symbols.as_ref().filter(|n| !n.is_empty())
-        {
-            // Named now, while the program's files are where the stacks say: the
-            // kept recording then merges the same after they are rebuilt, moved
-            // or deleted, or on another machine.
-            let path = raw.join(recording::SYMBOLS);
-            let left_out = names.write(&path)?;
-            if left_out > 0 {
-                report += &format!(
-                    "gpuperf: {left_out} symbol names with tabs or line breaks were not kept in `{}`\n",
-                    path.display()
-                );
-            }
-        }
-        let joined = l.write(&outs, &mut io::stdout().lock())?;
-        let kernels = KernelTable {
-            rows: &joined.kernels,
-            top: a.top,
-        };
-        report += &kernels.to_string();
-        report += &format!("gpuperf: {}", joined.summary);
-        written = joined.written;
-        if let (Some(stats), Some(trace)) = (&l.inprocess, l.launch_stacks()) {
-            report += &format!("gpuperf: CPU side, taken in the program: {stats}\n");
-            if let Some(p) = a.cpu_trace.as_ref().filter(|_| cpu.is_none()) {
-                recording::write_cpu_trace(trace, p)?;
-                inprocess_written = true;
-                written.push(Written {
-                    path: p.clone(),
-                    how: "the CPU trace: one line per launch with its stack",
-                });
-            }
-        }
-    } else if let Some(cpu) = cpu {
-        let mut inputs = Inputs::default();
-        inputs.cpu = Some(cpu.to_path_buf());
-        inputs.join.view = a.view.view();
-        let l = Recording::open(&inputs, Symbolizer::new)?;
-        let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
-        if n == 0 {
-            report += "gpuperf: no launch was recorded; no outputs written\n";
-        } else {
-            report += &format!(
-                "gpuperf: {n} CPU launch stacks and no GPU trace: the flamegraph counts launches\n"
-            );
-            if outs.chrome.is_some() && driver_only.is_none() {
-                report += "gpuperf: no timeline written: it needs a GPU trace\n";
-            }
-            written = l.write_cpu_only(&outs, &mut io::stdout().lock())?;
-        }
-    }
-    if let Some((c, trace)) = driver_only {
-        written.push(recording::driver_timeline(trace, c)?);
-    }
-    if let Some(s) = &cpu_summary {
-        report += &s.to_string();
-    }
-    if let Some(p) = &a.cpu_trace {
-        if cpu.is_some() {
-            fs::copy(cpu_path, p).with_context(|| format!("failed to write `{}`", p.display()))?;
-            written.push(Written {
-                path: p.clone(),
-                how: "the CPU trace: one line per launch with its stack",
-            });
-        } else if !inprocess_written {
-            report += &format!(
-                "gpuperf: `{}` not written: no CPU stacks were recorded\n",
-                p.display()
-            );
-        }
-    }
-    report += driver_line;
-    for w in &written {
-        target::chown(&w.path, user)?;
-        report += &w.line();
-        report.push('\n');
-    }
-    if let Some(d) = &a.raw_dir {
-        report += &format!(
-            "gpuperf: raw traces kept in `{}`; rerun the join with `gpuperf merge {}`\n",
-            d.display(),
-            d.display()
-        );
-    }
-    if !quiet {
-        eprint!("{report}");
-    }
-    Ok(())
-}
-
-fn describe_status(s: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt as _;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => format!("exited with code {c}"),
-        (None, Some(sig)) => format!("was killed by signal {sig}"),
-        _ => "ended".to_owned(),
-    }
-}
-
-/// The flamegraph's subtitle: the command, absolute paths shown by their file
-/// names (the machine's directories tell a reader of the SVG nothing).
-fn command_line(argv: &[OsString]) -> String {
-    let s: Vec<String> = argv
-        .iter()
-        .map(|a| {
-            let p = Path::new(a);
-            match p.file_name() {
-                Some(n) if p.is_absolute() => n.to_string_lossy().into_owned(),
-                _ => a.to_string_lossy().into_owned(),
-            }
-        })
-        .collect();
-    let mut s = s.join(" ");
-    if s.len() > 200 {
-        let cut = (0..=200)
-            .rev()
-            .find(|&i| s.is_char_boundary(i))
-            .unwrap_or(0);
-        s.truncate(cut);
-        s.push('…');
-    }
-    s
+    let program = a.program[0].to_string_lossy().into_owned();
+    let mut f = Finish::new(raw.to_path_buf(), outs, program, status, wall);
+    f.cpu = cpu_stats.is_some().then(|| cpu_path.to_path_buf());
+    f.cpu_stats = cpu_stats.map(|s| s.to_string());
+    f.view = a.view.view();
+    f.gpu_only = a.gpu_only;
+    f.cpu_only = a.cpu_only;
+    f.keep = a.raw_dir.is_some();
+    f.cpu_trace.clone_from(&a.cpu_trace);
+    f.top = a.top;
+    f.driver = driver;
+    Ok(f.run(Symbolizer::new, &mut io::stdout().lock())?)
 }
 
 #[cfg(test)]
@@ -756,42 +582,5 @@ mod tests {
         assert_eq!(human_bytes(10), "10 B");
         assert_eq!(human_bytes(2048), "2.0 KiB");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
-    }
-
-    #[test]
-    fn the_subtitle_names_files_not_their_directories() {
-        let argv: Vec<OsString> = ["/usr/bin/python3.11", "/tmp/x/train.py", "--out", "a/b.txt"]
-            .map(OsString::from)
-            .to_vec();
-        assert_eq!(command_line(&argv), "python3.11 train.py --out a/b.txt");
-    }
-
-    #[test]
-    fn long_command_lines_are_cut_on_a_char_boundary() {
-        let argv = vec![OsString::from("é".repeat(150))];
-        let s = command_line(&argv);
-        assert!(s.ends_with('…'));
-        assert!(s.len() <= 204);
-    }
-
-    #[test]
-    fn old_traces_in_a_kept_directory_are_removed_and_others_kept() {
-        let d = tempfile::tempdir().unwrap();
-        for f in [
-            "gpu-1.gputrace",
-            "gpu-1.gputrace.log",
-            "cpu.txt",
-            "driver.tsv",
-            "notes.md",
-        ] {
-            fs::write(d.path().join(f), "x").unwrap();
-        }
-        clear_old_traces(d.path()).unwrap();
-        let mut left: Vec<String> = fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["notes.md"]);
     }
 }

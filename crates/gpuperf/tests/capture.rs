@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{Recording, cuda13, gpuperf_cupti, nvtx_include, show, sim, text, work_dir};
+use common::{Record, Recording, cuda13, nvtx_include, show, sim, text, work_dir};
 use gpuperf_merge::model::ActivityKind;
 
 /// `sim/tests/capture_app.c` built against the simulation, with NVTX when
@@ -56,7 +56,10 @@ fn record(
         "cpu.txt",
     ];
     all.extend_from_slice(flags);
-    let o = gpuperf_cupti(&dir, &all, &cupti, app, &[window])
+    let o = Record::bare(&dir)
+        .flags(&all)
+        .cupti(&cupti)
+        .program(app, [window])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));

@@ -3,9 +3,11 @@
 // Test names are `<command>_<input>__<what is checked>`.
 #![allow(non_snake_case)]
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
@@ -33,9 +35,8 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    common::gpuperf_cmd()
         .args(args)
-        .stdin(Stdio::null())
         .output()
         .expect("failed to run gpuperf")
 }

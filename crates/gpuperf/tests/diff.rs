@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{cuda13, gpuperf, show, sim, text, work_dir};
+use common::{Record, cuda13, gpuperf, show, sim, text, work_dir};
 
 /// A kernel's simulated duration in ns, from the cost model in `sim/README.md`.
 fn kernel_ns(grid: u64, block: u64) -> u64 {
@@ -21,19 +21,10 @@ fn kernel_ns(grid: u64, block: u64) -> u64 {
 fn record(cuda: &Path, name: &str, grid: u64, count: u64) -> PathBuf {
     let app = common::sim_c_program(cuda, "diff_app", &["cudart"]);
     let dir = work_dir(name);
-    let o = gpuperf(&dir)
-        .args([
-            "record",
-            "--stacks",
-            "inject",
-            "--raw-dir",
-            "raw",
-            "--cupti",
-        ])
-        .arg(sim(cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(&app)
-        .args([grid.to_string(), count.to_string()])
+    let o = Record::new(&dir)
+        .flags(["--stacks", "inject", "--raw-dir", "raw"])
+        .cupti(&sim(cuda).join("libcupti.so.13"))
+        .program(&app, [grid.to_string(), count.to_string()])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));

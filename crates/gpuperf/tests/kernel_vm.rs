@@ -8,12 +8,15 @@
 //! The `on_linux_*` tests boot a guest that runs this same binary's
 //! `in_guest_*` tests; those do nothing outside a guest.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
+use common::Record;
 use gpuperf_merge::model::DriverKind;
 use gpuperf_merge::read::driver::DriverTrace;
 use gpuperf_test_support::cc::Gcc;
@@ -99,7 +102,7 @@ struct Monitor {
 }
 
 fn monitor(args: &[&str]) -> Monitor {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    let mut child = common::gpuperf_cmd()
         .arg("monitor")
         .args(args)
         .stderr(Stdio::piped())
@@ -418,10 +421,9 @@ fn in_guest_record_keeps_the_fences_it_made_signalled_in_a_timer() {
     let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
     // Three fences signalled by the program's ioctls, one by vgem's timer
     // (10 s later, in a timer interrupt, while the program sleeps in poll).
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
-        .current_dir(dir)
-        .args(["record", "--driver", "--raw-dir", "raw", "--"])
-        .args([&drive, "--vgem-fences", "3", "--vgem-timeouts", "1"])
+    let o = Record::new(dir)
+        .flags(["--driver", "--raw-dir", "raw"])
+        .program(&drive, ["--vgem-fences", "3", "--vgem-timeouts", "1"])
         .output()
         .unwrap();
     let all = show(&o);
@@ -553,18 +555,9 @@ fn in_61_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
     let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
-        .current_dir(dir)
-        .args([
-            "record",
-            "--driver",
-            "--raw-dir",
-            "raw",
-            "-c",
-            "t.json",
-            "--",
-        ])
-        .args([&drive, "--vblank-events", "12"])
+    let o = Record::new(dir)
+        .flags(["--driver", "--raw-dir", "raw", "-c", "t.json"])
+        .program(&drive, ["--vblank-events", "12"])
         .output()
         .unwrap();
     let all = show(&o);

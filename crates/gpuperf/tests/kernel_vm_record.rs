@@ -13,7 +13,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-use common::{cuda13, nvcc, show, sim, sim_app, text, work_dir};
+use common::{Record, cuda13, gpuperf, nvcc, show, sim, sim_app, text, work_dir};
 use gpuperf_merge::model::DriverKind;
 use gpuperf_merge::read::driver::DriverTrace;
 use gpuperf_test_support::vm;
@@ -97,20 +97,10 @@ fn record(tag: &str, args: &[&str]) -> Recording {
     let cupti = std::env::var("GPUPERF_SIM_CUPTI").expect("the host passes GPUPERF_SIM_CUPTI");
     let before = ["ioctls", "opens", "isrs", "bhs"].map(counter);
     let dir = work_dir(tag);
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
-        .current_dir(&dir)
-        .args([
-            "--driver",
-            "--raw-dir",
-            "raw",
-            "-c",
-            "t.json",
-            "--cupti",
-            &cupti,
-        ])
-        .arg("--")
-        .arg(&app)
-        .args(args)
+    let o = Record::bare(&dir)
+        .flags(["--driver", "--raw-dir", "raw", "-c", "t.json"])
+        .cupti(std::path::Path::new(&cupti))
+        .program(&app, args)
         .output()
         .unwrap();
     let all = show(&o);
@@ -128,7 +118,7 @@ fn record(tag: &str, args: &[&str]) -> Recording {
     assert_eq!(trace.total_dropped(), 0, "{all}");
     assert_eq!(trace.simulated, ["nvidia_sim"], "{all}");
     let json = serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).unwrap()).unwrap();
-    let r = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    let r = gpuperf(&dir)
         .arg("report")
         .arg(dir.join("raw"))
         .output()

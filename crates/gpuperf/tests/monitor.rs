@@ -1,6 +1,8 @@
 //! `gpuperf monitor` on this machine (the driver events themselves are tested
 //! in the kernel VM, `tests/kernel_vm.rs`).
 
+mod common;
+
 use std::process::Command;
 
 use gpuperf_profiler::driver::{Source, available};
@@ -8,7 +10,7 @@ use gpuperf_test_support::process::{show, text};
 use gpuperf_test_support::require;
 
 fn gpuperf() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    common::gpuperf_cmd()
 }
 
 #[test]

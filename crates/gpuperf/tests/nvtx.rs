@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Output;
 
-use common::{cuda13, gpuperf_cupti, nvtx_include, show, sim, text, work_dir};
+use common::{Record, cuda13, nvtx_include, show, sim, text, work_dir};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_test_support::perfetto::TraceProcessor;
 
@@ -49,7 +49,10 @@ fn record(
         "tl.json",
     ];
     all.extend_from_slice(flags);
-    let o = gpuperf_cupti(&dir, &all, &cupti, &app, &[])
+    let o = Record::bare(&dir)
+        .flags(&all)
+        .cupti(&cupti)
+        .program(&app, [] as [&str; 0])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));

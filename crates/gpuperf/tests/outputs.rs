@@ -2,9 +2,11 @@
 // Test names are `<input>__<what is checked>`.
 #![allow(non_snake_case)]
 
+mod common;
+
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
@@ -65,7 +67,7 @@ fn trace(dir: &Path, calls: &[&str], kernel_ns: Option<u64>) -> std::path::PathB
 }
 
 fn merge(dir: &Path, gpu: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    common::gpuperf_cmd()
         .arg("merge")
         .arg(gpu)
         .arg("-o")
@@ -169,7 +171,7 @@ fn write_trace(path: &Path, pids: &[u32]) {
 }
 
 fn folded_of(args: &[&std::ffi::OsStr]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    let o = common::gpuperf_cmd()
         .arg("merge")
         .args(args)
         .args(["-m", "-"])
@@ -212,7 +214,7 @@ fn idle__gaps_charged_by_cause_and_summing_to_the_streams_idle_time() {
     // Calls every 100 µs, each kernel 10 µs after its call and 100 ns long: the
     // stream waits 89.9 µs for each next call, then 10 µs for its work.
     let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    let o = common::gpuperf_cmd()
         .arg("merge")
         .arg(&gpu)
         .arg("--idle")
@@ -237,7 +239,7 @@ fn idle__gaps_charged_by_cause_and_summing_to_the_streams_idle_time() {
 fn report__idle_share_and_causes_per_stream_and_the_stacks_that_made_it_wait() {
     let dir = tempfile::tempdir().unwrap();
     let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    let o = common::gpuperf_cmd()
         .arg("report")
         .arg(&gpu)
         .stdin(Stdio::null())
@@ -275,7 +277,7 @@ fn idle_svg_and_timeline__idle_flamegraph_and_idle_slices_on_the_stream_and_devi
     let dir = tempfile::tempdir().unwrap();
     let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
     let (svg, timeline) = (dir.path().join("idle.svg"), dir.path().join("t.json"));
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    let o = common::gpuperf_cmd()
         .arg("merge")
         .arg(&gpu)
         .arg("--idle-svg")
@@ -331,7 +333,7 @@ fn idle_svg_and_timeline__idle_flamegraph_and_idle_slices_on_the_stream_and_devi
 fn report__device_idle_share_and_gaps() {
     let dir = tempfile::tempdir().unwrap();
     let gpu = trace(dir.path(), &["cudaLaunchKernel"; 3], Some(100));
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
+    let o = common::gpuperf_cmd()
         .arg("report")
         .arg(&gpu)
         .stdin(Stdio::null())

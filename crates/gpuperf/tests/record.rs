@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use common::{
-    NOBODY, as_sudo_from_nobody, bpf_available, cuda13, gpuperf, gpuperf_as, gpuperf_cupti,
-    is_root, nvcc, shared_dir, show, sim, sim_app, text, work_dir,
+    NO_ARGS, NOBODY, Record, bpf_available, cuda13, gpuperf, gpuperf_as, is_root, nvcc, shared_dir,
+    show, sim, sim_app, text, work_dir,
 };
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_test_support::cc::Gcc;
@@ -49,7 +49,10 @@ fn record_sim_app__even_the_first_launch_has_its_stack_from_the_api_entry() {
         return;
     };
     let dir = work_dir("first-launch");
-    let o = gpuperf_cupti(&dir, &EBPF_RAW, &cupti, &app, &["chevron", "3"])
+    let o = Record::bare(&dir)
+        .flags(EBPF_RAW)
+        .cupti(&cupti)
+        .program(&app, ["chevron", "3"])
         .output()
         .unwrap();
     let all = show(&o);
@@ -76,8 +79,9 @@ fn record_sim_app_with_a_child_process__every_output_as_the_sudo_user() {
         return;
     };
     let dir = work_dir("full");
-    let o = as_sudo_from_nobody(&mut gpuperf(&dir))
-        .args([
+    let o = Record::bare(&dir)
+        .sudo_from_nobody()
+        .flags([
             "--stacks",
             "ebpf",
             "-c",
@@ -87,17 +91,9 @@ fn record_sim_app_with_a_child_process__every_output_as_the_sudo_user() {
             "-m",
             "merged.folded",
         ])
-        .args([
-            "-o",
-            "flame.svg",
-            "--full-names",
-            "--raw-dir",
-            "raw",
-            "--cupti",
-        ])
-        .arg(&cupti)
-        .arg("--")
-        .arg(&app)
+        .flags(["-o", "flame.svg", "--full-names", "--raw-dir", "raw"])
+        .cupti(&cupti)
+        .program(&app, NO_ARGS)
         .args(["fork", "100", "7"])
         .output()
         .unwrap();
@@ -241,11 +237,9 @@ fn record_sigint_to_gpuperf__target_stops_gracefully_and_outputs_are_written() {
         return;
     };
     let dir = work_dir("sigint");
-    let mut child = gpuperf(&dir)
-        .arg("--cupti")
-        .arg(&cupti)
-        .arg("--")
-        .arg(&app)
+    let mut child = Record::bare(&dir)
+        .cupti(&cupti)
+        .program(&app, NO_ARGS)
         .args(["wait-signal", "25"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -302,9 +296,9 @@ fn record_real_libcudart__cpu_only_uprobe_stacks_and_outputs() {
         "{}:cudaLaunchKernel",
         shared_dir("cudart").join("libcudart.so.13").display()
     );
-    let o = as_sudo_from_nobody(&mut gpuperf(&dir))
-        .args([
-            "record",
+    let o = Record::new(&dir)
+        .sudo_from_nobody()
+        .flags([
             "--cpu-only",
             "--uprobe",
             &probe,
@@ -313,8 +307,7 @@ fn record_real_libcudart__cpu_only_uprobe_stacks_and_outputs() {
             "-m",
             "m.folded",
         ])
-        .arg("--")
-        .arg(&app)
+        .program(&app, NO_ARGS)
         .arg("30")
         .output()
         .unwrap();
@@ -385,11 +378,10 @@ fn record_ebpf_stacks_as_a_user_without_bpf__the_fix_named_and_stacks_taken_in_p
     let dir = work_dir("unprivileged");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     // gpuperf itself runs as the other user.
-    let o = gpuperf_as(&dir, NOBODY)
-        .args(["--stacks", "ebpf", "--cupti"])
-        .arg(&cupti)
-        .arg("--")
-        .arg(&app)
+    let o = Record::from(gpuperf_as(&dir, NOBODY))
+        .flags(["--stacks", "ebpf"])
+        .cupti(&cupti)
+        .program(&app, NO_ARGS)
         .args(["chevron", "10", "4"])
         .output()
         .unwrap();
@@ -537,16 +529,15 @@ fn record_levels(
     let dir = work_dir(&format!("{test}-{tag}-{}", uid.unwrap_or(0)));
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     // gpuperf itself runs as the other user when one is given.
-    let mut cmd = match uid {
-        Some(uid) => gpuperf_as(&dir, uid),
-        None => gpuperf(&dir),
+    let rec = match uid {
+        Some(uid) => Record::from(gpuperf_as(&dir, uid)),
+        None => Record::bare(&dir),
     };
     // The tests read the stacks as c++filt spells them.
-    cmd.args(["-p", "cpu.txt", "-m", "m.folded", "--full-names", "--cupti"])
-        .arg(mock)
-        .arg("--")
-        .arg(&app)
-        .args(["10", mode]);
+    let mut cmd = rec
+        .flags(["-p", "cpu.txt", "-m", "m.folded", "--full-names"])
+        .cupti(mock)
+        .program(&app, ["10", mode]);
     (cmd.output().unwrap(), dir)
 }
 
@@ -644,7 +635,10 @@ fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame
     let dir = work_dir("agree");
     // Both unwinders in one run: eBPF writes cpu.txt, the injection library
     // (GPUPERF_STACKS=1 wins over --stacks ebpf) keeps its stacks in the trace.
-    let o = gpuperf_cupti(&dir, &EBPF_RAW, &cupti, &app, &["chevron", "10"])
+    let o = Record::bare(&dir)
+        .flags(EBPF_RAW)
+        .cupti(&cupti)
+        .program(&app, ["chevron", "10"])
         .env("GPUPERF_STACKS", "1")
         .output()
         .unwrap();
@@ -769,11 +763,10 @@ fn record_python_through_ctypes__python_frames_outermost_first_with_lines() {
     };
     for (name, py) in pythons() {
         let dir = work_dir(&format!("python-{}", name.replace(' ', "-")));
-        let o = gpuperf(&dir)
-            .args(["-p", "cpu.txt", "-m", "m.folded", "--cupti"])
-            .arg(&mock)
-            .arg("--")
-            .arg(&py)
+        let o = Record::bare(&dir)
+            .flags(["-p", "cpu.txt", "-m", "m.folded"])
+            .cupti(&mock)
+            .program(&py, NO_ARGS)
             .arg(&script)
             .arg(bin.join("liblauncher.so"))
             .output()
@@ -825,11 +818,10 @@ fn record_python_with_a_corrupted_frame_link__no_crash_that_stack_native_only_th
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
     for (name, py) in pythons() {
         let dir = work_dir(&format!("python-corrupt-{}", name.replace(' ', "-")));
-        let o = gpuperf(&dir)
-            .args(["-p", "cpu.txt", "--cupti"])
-            .arg(&mock)
-            .arg("--")
-            .arg(&py)
+        let o = Record::bare(&dir)
+            .flags(["-p", "cpu.txt"])
+            .cupti(&mock)
+            .program(&py, NO_ARGS)
             .arg(&script)
             .arg(bin.join("liblauncher.so"))
             .arg("corrupt")
@@ -866,19 +858,10 @@ fn record_sigint_to_the_process_group__a_program_without_a_handler_dies_of_it_wi
         return;
     };
     let dir = work_dir("sigint-no-handler");
-    let mut child = gpuperf(&dir)
-        .args([
-            "record",
-            "--stacks",
-            "inject",
-            "--raw-dir",
-            "raw",
-            "--cupti",
-        ])
-        .arg(&cupti)
-        .arg("--")
-        .arg(&app)
-        .arg("until-signal")
+    let mut child = Record::new(&dir)
+        .flags(["--stacks", "inject", "--raw-dir", "raw"])
+        .cupti(&cupti)
+        .program(&app, ["until-signal"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // A group of its own, as a shell gives a foreground job: the signal
@@ -935,7 +918,10 @@ fn record_program_ending_with__exit__reported_not_closed_with_its_exit_code() {
     for (mode, closed) in [("exit-early", false), ("chevron", true)] {
         let dir = work_dir(&format!("unclosed-{mode}"));
         let flags = ["record", "--stacks", "inject", "--raw-dir", "raw"];
-        let o = gpuperf_cupti(&dir, &flags, &cupti, &app, &[mode, "5", "3"])
+        let o = Record::bare(&dir)
+            .flags(flags)
+            .cupti(&cupti)
+            .program(&app, [mode, "5", "3"])
             .output()
             .unwrap();
         let (all, err) = (show(&o), text(&o.stderr));
@@ -986,7 +972,10 @@ fn record_driver_without_driver_events__one_line_and_the_recording_unchanged() {
             if driver {
                 args.push("--driver");
             }
-            let o = gpuperf_cupti(&dir, &args, &cupti, &app, &["chevron", "3"])
+            let o = Record::bare(&dir)
+                .flags(&args)
+                .cupti(&cupti)
+                .program(&app, ["chevron", "3"])
                 .output()
                 .unwrap();
             let all = show(&o);

@@ -6,17 +6,19 @@
 mod common;
 
 use std::fs;
-use std::process::Command;
 
-use common::{cuda13, gpuperf, nvcc, show, sim, sim_app, work_dir};
+use common::{NO_ARGS, Record, cuda13, gpuperf, nvcc, show, sim, sim_app, work_dir};
 
 #[test]
 fn record_into_a_missing_directory__refused_before_the_program_starts() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("ran");
-    let o = gpuperf(dir.path())
-        .args(["record", "-m", "no/such/dir/m.folded", "--", "sh", "-c"])
-        .arg(format!("touch {}", marker.display()))
+    let o = Record::new(dir.path())
+        .flags(["-m", "no/such/dir/m.folded"])
+        .program(
+            "sh",
+            ["-c".to_owned(), format!("touch {}", marker.display())],
+        )
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -37,16 +39,9 @@ fn record_existing_output__checked_without_touching_its_contents() {
     fs::write(dir.path().join("old.folded"), "kept\n").unwrap();
     // The flamegraph's directory is missing: refused, and the existing folded
     // file checked on the way is left as it was.
-    let o = gpuperf(dir.path())
-        .args([
-            "record",
-            "-m",
-            "old.folded",
-            "-o",
-            "gone/f.svg",
-            "--",
-            "true",
-        ])
+    let o = Record::new(dir.path())
+        .flags(["-m", "old.folded", "-o", "gone/f.svg"])
+        .program("true", NO_ARGS)
         .output()
         .unwrap();
     assert!(!o.status.success(), "{}", show(&o));
@@ -65,10 +60,10 @@ fn sim_outputs_unwritable_at_the_end__recording_kept_and_merge_command_given() {
     let dir = work_dir("record_outputs_unwritable");
     fs::create_dir_all(dir.join("out")).unwrap();
     // The program removes the output directory as it ends.
-    let o = gpuperf(&dir)
-        .args(["record", "--stacks", "inject", "-o", "out/f.svg", "--cupti"])
-        .arg(&cupti)
-        .args(["--", "sh", "-c"])
+    let o = Record::new(&dir)
+        .flags(["--stacks", "inject", "-o", "out/f.svg"])
+        .cupti(&cupti)
+        .program("sh", ["-c"])
         .arg(format!("{} chevron 5 && rm -rf out", app.display()))
         .output()
         .unwrap();
@@ -83,8 +78,7 @@ fn sim_outputs_unwritable_at_the_end__recording_kept_and_merge_command_given() {
     let command = line.split('`').nth(3).unwrap();
     assert!(command.starts_with("gpuperf merge "), "{line}");
     // The command given makes the outputs from the kept recording.
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuperf"))
-        .current_dir(&dir)
+    let o = gpuperf(&dir)
         .args(command.split(' ').skip(1))
         .output()
         .unwrap();
@@ -105,14 +99,10 @@ fn record_pprof_on_the_simulated_runtime__profile_written_and_stubs_demangled() 
     let app = sim_app(&cuda, &nvcc);
     let cupti = sim(&cuda).join("libcupti.so.13");
     let dir = work_dir("record_outputs_pprof");
-    let o = gpuperf(&dir)
-        .args([
-            "record", "--stacks", "inject", "--pprof", "p.pb.gz", "-m", "m.folded",
-        ])
-        .arg("--cupti")
-        .arg(&cupti)
-        .arg("--")
-        .arg(&app)
+    let o = Record::new(&dir)
+        .flags(["--stacks", "inject", "--pprof", "p.pb.gz", "-m", "m.folded"])
+        .cupti(&cupti)
+        .program(&app, NO_ARGS)
         .args(["chevron", "5"])
         .output()
         .unwrap();

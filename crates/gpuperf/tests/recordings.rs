@@ -3,10 +3,12 @@
 // Test names are `<what>__<what is checked>`.
 #![allow(non_snake_case)]
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use gpuperf_merge::model::{Record, StringTable, is_launch_api};
 use gpuperf_merge::read::gputrace;
@@ -42,7 +44,7 @@ fn inputs() -> Vec<Vec<PathBuf>> {
 /// Runs `gpuperf merge` on `input` and returns the timeline and folded stacks.
 fn merge(input: &[PathBuf], dir: &Path) -> (Value, String, String) {
     let (timeline, folded) = (dir.join("t.json"), dir.join("m.folded"));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuperf"));
+    let mut cmd = common::gpuperf_cmd();
     cmd.arg("merge").arg(&input[0]);
     if let Some(cpu) = input.get(1) {
         cmd.arg("--cpu").arg(cpu);

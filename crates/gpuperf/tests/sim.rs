@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{
-    Recording, bpf_available, cuda13, gpuperf, gpuperf_cupti, gpuperf_for_anyone, nvcc, show, sim,
-    sim_app, text, work_dir,
+    NO_ARGS, Record, Recording, bpf_available, cuda13, gpuperf, gpuperf_for_anyone, nvcc, show,
+    sim, sim_app, text, work_dir,
 };
 use gpuperf_merge::join::stacks::{GRAPH_ADDED, GRAPH_CAPTURED};
 use gpuperf_merge::model::ActivityKind;
@@ -53,7 +53,10 @@ fn record(s: &Setup, name: &str, program: &Path, args: &[&str]) -> (Output, Reco
         "-c",
         "timeline.json",
     ];
-    let o = gpuperf_cupti(&dir, &flags, &cupti, program, args)
+    let o = Record::bare(&dir)
+        .flags(flags)
+        .cupti(&cupti)
+        .program(program, args)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -312,13 +315,11 @@ fn sim_gpu_backlog__periodic_flushes_keep_every_kernel_end() {
     let dir = work_dir("backlog");
     // 300 kernels of 1 ms queue far ahead of the host, and the recorder flushes
     // every 50 ms while most of them are still running.
-    let o = gpuperf(&dir)
+    let o = Record::new(&dir)
         .env("GPUPERF_FLUSH_MS", "50")
-        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
-        .arg(sim(&cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(&app)
-        .args(["sync", "300"])
+        .flags(["--gpu-only", "--raw-dir", "raw"])
+        .cupti(&sim(&cuda).join("libcupti.so.13"))
+        .program(&app, ["sync", "300"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -378,12 +379,13 @@ fn sim_per_thread_buffers__requested_inside_each_threads_launches_every_kernel_k
     // 19 000 kernel records): more buffers requested at once, on the launching
     // threads, than the recorder allocates ahead.
     let (threads, per_thread) = (12, 25_000);
-    let o = gpuperf(&dir)
-        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
-        .arg(sim(&cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(&app)
-        .args(["threads", &threads.to_string(), &per_thread.to_string()])
+    let o = Record::new(&dir)
+        .flags(["--gpu-only", "--raw-dir", "raw"])
+        .cupti(&sim(&cuda).join("libcupti.so.13"))
+        .program(
+            &app,
+            ["threads", &threads.to_string(), &per_thread.to_string()],
+        )
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -413,12 +415,10 @@ fn sim_injection_log__simulated_cupti_accepts_every_callback_the_recorder_enable
     let Some(nvcc) = nvcc(&cuda) else { return };
     let app = sim_app(&cuda, &nvcc);
     let dir = work_dir("injection-log");
-    let o = gpuperf(&dir)
-        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
-        .arg(sim(&cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(&app)
-        .args(["chevron", "3"])
+    let o = Record::new(&dir)
+        .flags(["--gpu-only", "--raw-dir", "raw"])
+        .cupti(&sim(&cuda).join("libcupti.so.13"))
+        .program(&app, ["chevron", "3"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -491,11 +491,10 @@ fn sim_cublas__each_call_one_named_kernel_costed_from_its_flops_unimplemented_no
         .args(["-lcublasLt", "-lcublas", "-lcudart"])
         .build_once();
     let dir = work_dir("cublas");
-    let o = gpuperf(&dir)
-        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
-        .arg(blas.join("libcupti.so.13"))
-        .arg("--")
-        .arg(&exe)
+    let o = Record::new(&dir)
+        .flags(["--gpu-only", "--raw-dir", "raw"])
+        .cupti(&blas.join("libcupti.so.13"))
+        .program(&exe, NO_ARGS)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -606,22 +605,11 @@ fn sim_cudarc_sample__driver_launches_and_a_graph() {
     }
     // cudarc opens libcuda.so itself.
     let dir = work_dir("cudarc");
-    let o = gpuperf(&dir)
+    let o = Record::new(&dir)
         .env("LD_LIBRARY_PATH", sim(&s.cuda))
-        .args([
-            "record",
-            "--stacks",
-            "ebpf",
-            "--raw-dir",
-            "raw",
-            "-p",
-            "cpu.txt",
-            "--cupti",
-        ])
-        .arg(sim(&s.cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(&exe)
-        .arg("4")
+        .flags(["--stacks", "ebpf", "--raw-dir", "raw", "-p", "cpu.txt"])
+        .cupti(&sim(&s.cuda).join("libcupti.so.13"))
+        .program(&exe, ["4"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -800,28 +788,13 @@ fn sim_cupti_graph_nodes__created_in_the_capturing_call_cloned_at_instantiation(
 /// traces, the CPU trace and the timeline.
 fn record_in_process(cuda: &Path, name: &str, program: &Path, args: &[&str]) -> (Output, PathBuf) {
     let dir = work_dir(name);
-    let o = gpuperf(&dir)
-        .args([
-            "record",
-            "--stacks",
-            "inject",
-            "--raw-dir",
-            "raw",
-            "-p",
-            "cpu.txt",
-            "-c",
-            "timeline.json",
-            "-m",
-            "merged.folded",
-            // These tests read the recorded stacks as c++filt spells them.
-            "--full-names",
-            "--keep-interpreter-frames",
-            "--cupti",
-        ])
-        .arg(sim(cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(program)
-        .args(args)
+    let o = Record::new(&dir)
+        .flags(["--stacks", "inject", "--raw-dir", "raw", "-p", "cpu.txt"])
+        .flags(["-c", "timeline.json", "-m", "merged.folded"])
+        // These tests read the recorded stacks as c++filt spells them.
+        .flags(["--full-names", "--keep-interpreter-frames"])
+        .cupti(&sim(cuda).join("libcupti.so.13"))
+        .program(program, args)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -1091,9 +1064,8 @@ fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_co
     let Some(nvcc) = nvcc(&cuda) else { return };
     let app = sim_app(&cuda, &nvcc);
     let dir = work_dir("sync-in-process");
-    let o = gpuperf(&dir)
-        .args([
-            "record",
+    let o = Record::new(&dir)
+        .flags([
             "--stacks",
             "inject",
             "-c",
@@ -1103,12 +1075,9 @@ fn sim_sync_in_process__host_sync_idle_and_sync_slices_charged_to_the_waiting_co
             "-m",
             "merged.folded",
             "--full-names",
-            "--cupti",
         ])
-        .arg(sim(&cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(&app)
-        .args(["sync-loop", "4"])
+        .cupti(&sim(&cuda).join("libcupti.so.13"))
+        .program(&app, ["sync-loop", "4"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));

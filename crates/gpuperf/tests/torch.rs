@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 
-use common::{NOBODY, Recording, cuda13, gpuperf, gpuperf_as, is_root, show, text, work_dir};
+use common::{NOBODY, Record, Recording, cuda13, gpuperf, is_root, show, text, work_dir};
 use gpuperf_merge::cpu::CpuTrace;
 use gpuperf_test_support::process::run_ok;
 use gpuperf_test_support::python::marker_line;
@@ -50,6 +50,23 @@ impl Torch {
 
     fn cupti(&self) -> PathBuf {
         self.sim.join("libcupti.so.13")
+    }
+
+    /// `rec` (gpuperf record and its flags) `--cupti CUPTI -- bash sim/run.sh
+    /// SIM -- python SCRIPT`, with caches and homes in `dir`.
+    fn record(&self, rec: Record, dir: &Path, script: &Path) -> Command {
+        let mut c = rec.cupti(&self.cupti()).program(
+            "bash",
+            [
+                self.run_sh().as_os_str(),
+                self.sim.as_os_str(),
+                "--".as_ref(),
+                self.python.as_os_str(),
+                script.as_os_str(),
+            ],
+        );
+        quiet_python(&mut c, dir);
+        c
     }
 
     /// `bash sim/run.sh SIM -- python ARGS` in `dir`, without gpuperf.
@@ -227,26 +244,18 @@ fn torch_train_step_as_a_user__forward_under_the_script_backward_on_autograds_th
     let dir = work_dir("torch-train-user");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     let train = script(&dir, "torch_train.py");
-    let mut c = gpuperf_as(&dir, NOBODY);
-    c.args([
-        "record",
-        "-p",
-        "cpu.txt",
-        "-m",
-        "m.folded",
-        "--raw-dir",
-        "raw",
-    ])
-    .arg("--cupti")
-    .arg(t.cupti())
-    .arg("--")
-    .arg("bash")
-    .arg(t.run_sh())
-    .arg(&t.sim)
-    .arg("--")
-    .arg(&t.python)
-    .arg(&train);
-    quiet_python(&mut c, &dir);
+    let mut c = t.record(
+        Record::as_user(&dir, NOBODY).flags([
+            "-p",
+            "cpu.txt",
+            "-m",
+            "m.folded",
+            "--raw-dir",
+            "raw",
+        ]),
+        &dir,
+        &train,
+    );
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(
@@ -368,17 +377,11 @@ fn torch_profiler_cross_check__same_kernels_names_and_script_functions_as_gpuper
     let dir = work_dir("torch-cross-check");
     let train = script(&dir, "torch_train.py");
     // gpuperf record of the training steps.
-    let mut c = gpuperf(&dir);
-    c.args(["record", "-m", "m.folded", "--raw-dir", "raw", "--cupti"])
-        .arg(t.cupti())
-        .arg("--")
-        .arg("bash")
-        .arg(t.run_sh())
-        .arg(&t.sim)
-        .arg("--")
-        .arg(&t.python)
-        .arg(&train);
-    quiet_python(&mut c, &dir);
+    let mut c = t.record(
+        Record::new(&dir).flags(["-m", "m.folded", "--raw-dir", "raw"]),
+        &dir,
+        &train,
+    );
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     all_matched(&o);
@@ -502,27 +505,13 @@ fn torch_backward_under_its_forward_line__in_gpuperfs_own_recording_as_the_profi
     let Some(t) = torch() else { return };
     let dir = work_dir("torch-backward");
     let train = script(&dir, "torch_train.py");
-    let mut c = gpuperf(&dir);
     // Full names on both sides: short ones would make every elementwise
     // kernel one, and the comparison below is per kernel.
-    c.args([
-        "record",
-        "-m",
-        "m.folded",
-        "--full-names",
-        "--raw-dir",
-        "raw",
-        "--cupti",
-    ])
-    .arg(t.cupti())
-    .arg("--")
-    .arg("bash")
-    .arg(t.run_sh())
-    .arg(&t.sim)
-    .arg("--")
-    .arg(&t.python)
-    .arg(&train);
-    quiet_python(&mut c, &dir);
+    let mut c = t.record(
+        Record::new(&dir).flags(["-m", "m.folded", "--full-names", "--raw-dir", "raw"]),
+        &dir,
+        &train,
+    );
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     all_matched(&o);
@@ -623,24 +612,11 @@ fn torch_backward_with_a_wrong_node_layout__turned_off_with_a_note_and_nothing_e
     let dir = work_dir("torch-backward-layout");
     let train = script(&dir, "torch_train.py");
     let run = |value: &str, out: &str| {
-        let mut c = gpuperf(&dir);
-        c.args([
-            "record",
-            "-m",
-            out,
-            "--raw-dir",
-            &format!("raw-{out}"),
-            "--cupti",
-        ])
-        .arg(t.cupti())
-        .arg("--")
-        .arg("bash")
-        .arg(t.run_sh())
-        .arg(&t.sim)
-        .arg("--")
-        .arg(&t.python)
-        .arg(&train);
-        quiet_python(&mut c, &dir);
+        let mut c = t.record(
+            Record::new(&dir).flags(["-m", out, "--raw-dir", &format!("raw-{out}")]),
+            &dir,
+            &train,
+        );
         c.env("GPUPERF_AUTOGRAD", value);
         let o = c.output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -696,19 +672,12 @@ fn torch_profiler_inside_gpuperf_record__every_kernel_recorded_and_the_refused_p
     let dir = work_dir("torch-profiler-inside");
     let train = script(&dir, "torch_train.py");
     let kineto = dir.join("kineto.pt.trace.json");
-    let mut c = gpuperf(&dir);
-    c.args(["record", "-m", "m.folded", "--raw-dir", "raw", "--cupti"])
-        .arg(t.cupti())
-        .arg("--")
-        .arg("bash")
-        .arg(t.run_sh())
-        .arg(&t.sim)
-        .arg("--")
-        .arg(&t.python)
-        .arg(&train)
-        .arg("--profile")
-        .arg(&kineto);
-    quiet_python(&mut c, &dir);
+    let mut c = t.record(
+        Record::new(&dir).flags(["-m", "m.folded", "--raw-dir", "raw"]),
+        &dir,
+        &train,
+    );
+    c.arg("--profile").arg(&kineto);
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(all_matched(&o) > 20, "{}", show(&o));
@@ -790,26 +759,11 @@ fn torch_cudnn_default_script__runs_unchanged_through_the_runner() {
 fn record(t: &Torch, name: &str, env: &[(&str, &str)]) -> (Output, Recording, CpuTrace, PathBuf) {
     let dir = work_dir(&format!("torch-{name}"));
     let py = script(&dir, &format!("torch_{name}.py"));
-    let mut c = gpuperf(&dir);
-    c.args([
-        "record",
-        "-p",
-        "cpu.txt",
-        "-m",
-        "m.folded",
-        "--raw-dir",
-        "raw",
-    ])
-    .arg("--cupti")
-    .arg(t.cupti())
-    .arg("--")
-    .arg("bash")
-    .arg(t.run_sh())
-    .arg(&t.sim)
-    .arg("--")
-    .arg(&t.python)
-    .arg(&py);
-    quiet_python(&mut c, &dir);
+    let mut c = t.record(
+        Record::new(&dir).flags(["-p", "cpu.txt", "-m", "m.folded", "--raw-dir", "raw"]),
+        &dir,
+        &py,
+    );
     for (k, v) in env {
         c.env(k, v);
     }
@@ -974,19 +928,13 @@ fn torch_two_devices_pinned_loader_expandable_segments__kernels_on_both_devices_
 fn record_capture(t: &Torch, name: &str, flags: &[&str]) -> (Output, Recording, CpuTrace) {
     let dir = work_dir(&format!("torch-capture-{name}"));
     let py = script(&dir, "torch_capture.py");
-    let mut c = gpuperf(&dir);
-    c.args(["record", "-p", "cpu.txt", "--raw-dir", "raw"])
-        .args(flags)
-        .arg("--cupti")
-        .arg(t.cupti())
-        .arg("--")
-        .arg("bash")
-        .arg(t.run_sh())
-        .arg(&t.sim)
-        .arg("--")
-        .arg(&t.python)
-        .arg(&py);
-    quiet_python(&mut c, &dir);
+    let mut c = t.record(
+        Record::new(&dir)
+            .flags(["-p", "cpu.txt", "--raw-dir", "raw"])
+            .flags(flags),
+        &dir,
+        &py,
+    );
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(
@@ -1093,26 +1041,11 @@ fn torch_hf_gpt2_as_a_user__depth_and_height_near_the_profilers_short_labels_rep
     let dir = work_dir("torch-hf-view");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     let hf = script(&dir, "torch_hf.py");
-    let mut c = gpuperf_as(&dir, NOBODY);
-    c.args([
-        "record",
-        "-m",
-        "m.folded",
-        "-o",
-        "m.svg",
-        "--raw-dir",
-        "raw",
-        "--cupti",
-    ])
-    .arg(t.cupti())
-    .arg("--")
-    .arg("bash")
-    .arg(t.run_sh())
-    .arg(&t.sim)
-    .arg("--")
-    .arg(&t.python)
-    .arg(&hf);
-    quiet_python(&mut c, &dir);
+    let mut c = t.record(
+        Record::as_user(&dir, NOBODY).flags(["-m", "m.folded", "-o", "m.svg", "--raw-dir", "raw"]),
+        &dir,
+        &hf,
+    );
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     // Not `all_matched`: a few clip_grad_norm_ kernels may lack a stack
@@ -1203,27 +1136,14 @@ fn torch_nvtx_ranges__frames_below_the_python_line_and_nested_slices() {
     let Some(t) = torch() else { return };
     let dir = work_dir("torch-nvtx");
     let py = script(&dir, "torch_nvtx.py");
-    let mut c = gpuperf(&dir);
-    c.args([
-        "record",
-        "-p",
-        "cpu.txt",
-        "--raw-dir",
-        "raw",
-        "-c",
-        "tl.json",
-    ])
-    .arg("--cupti")
-    .arg(t.cupti())
-    .arg("--")
-    .arg("bash")
-    .arg(t.run_sh())
-    .arg(&t.sim)
-    .arg("--")
-    .arg(&t.python)
-    .arg(&py);
-    quiet_python(&mut c, &dir);
-    let o = c.output().unwrap();
+    let o = t
+        .record(
+            Record::new(&dir).flags(["-p", "cpu.txt", "--raw-dir", "raw", "-c", "tl.json"]),
+            &dir,
+            &py,
+        )
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(text(&o.stdout).contains("nvtx script done"), "{}", show(&o));
     let rec = Recording::open(&dir.join("raw"));

@@ -6,14 +6,15 @@
 //! ```text
 //!  read/                                       join/                 write/
 //!  gputrace (ours, binary) ─┐                                  ┌──> folded ──> svg (inferno), diff
-//!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐           ├──> chrome, perfetto (timelines)
-//!  kineto (PyTorch JSON)    │  (format             ├─> merge ──┼──> idle (why the GPU waits)
-//!  nsys (Nsight SQLite)  ───┘   detection)         │  (Sink)   ├──> report
-//!  cpu (folded CPU stacks) ─────────────────────────┤           ├──> pprof
+//!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐           ├──> timeline ──> chrome, perfetto
+//!  kineto (PyTorch JSON)    │  (format  (imported: ├─> merge ──┼──> idle (why the GPU waits)
+//!  nsys (Nsight SQLite)  ───┘  detection) foreign) │  (Sink,   ├──> report
+//!  cpu (folded CPU stacks) ─────────────────────────┤  backward)├──> pprof
 //!  symbols (kept frame names) ──> stacks ───────────┘           └──> driver (with read::driver:
 //!  driver (driver.tsv: GPU driver events) ─────────────────────────    ioctls, jobs, fences)
+//!                                   view (how stacks and names are shown), demangle: every writer
 //!
-//!  recording/: the directory `gpuperf record` leaves (env, load, plan, stacks, report)
+//!  recording/: the directory `gpuperf record` leaves (env, load, plan, stacks, report, finish)
 //! ```
 //!
 //! - **`read/`**: one module per input format, each turning a file into the
@@ -29,7 +30,9 @@
 //! - **`join/`**: [`join::merge`] pairs every GPU activity with its API call and
 //!   the CPU stack of that call, exactly on (pid, correlation id) or ordered by
 //!   time where the CPU side has no ids; [`join::stacks`] builds those CPU stacks
-//!   from the in-process stacks a gpuperf recording carries. The join hands its
+//!   from the in-process stacks a gpuperf recording carries, and
+//!   [`join::backward`] charges a backward launch to the forward launch its
+//!   autograd node came from. The join hands its
 //!   results to writers through the [`join::Sink`] trait, which lives beside the
 //!   [`join::Context`] and [`join::Match`] it passes: `join/` depends on `read/`,
 //!   never on `write/`.
@@ -37,16 +40,22 @@
 //!   idle-time stacks, Chrome trace, Perfetto protobuf trace, report, pprof,
 //!   the driver events' tracks and report), plus [`write::svg`], which renders
 //!   folded stacks with inferno, and [`write::diff`], which compares two runs'
-//!   folded stacks. Writers depend on `join/` (what a match holds) and `model`.
+//!   folded stacks. The two timeline encoders (Chrome JSON, Perfetto protobuf)
+//!   share one timeline model, `write/timeline.rs`, and every writer names
+//!   kernels through [`write::demangle`]. Writers depend on `join/` (what a
+//!   match holds), [`view`] (how stacks are shown) and `model`.
 //! - **[`recording`]**: the directory `gpuperf record` leaves and the
 //!   environment contract with the injection library ([`recording::env`]);
 //!   with the `render` feature, loading a recording or trace files
 //!   ([`recording::Recording`]), the plan of outputs written from one join
-//!   ([`recording::Outputs`]) and the text tables the CLI prints
+//!   ([`recording::Outputs`]), the end of a `gpuperf record` run
+//!   ([`recording::Finish`]) and the text tables the CLI prints
 //!   ([`recording::report`]). It uses all three folders above.
-//! - **At the top**: [`model`] (the records every part exchanges), `error`
-//!   (typed errors naming the file and place) and `diag` (counted, capped
-//!   diagnostics for malformed input).
+//! - **At the top**: [`model`] (the records every part exchanges), [`view`]
+//!   (Python frames in place of the interpreter's, short or full names),
+//!   `error` (typed errors naming the file and place), `diag` (counted, capped
+//!   diagnostics for malformed input) and, in tests only, `golden` (the
+//!   golden-file helper).
 //!
 //! The crate owns the trace data model; the injection library writes [`gputrace`]
 //! files and the eBPF profiler writes [`cpu`] files. With the default `render`

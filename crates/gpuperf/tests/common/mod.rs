@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use gpuperf_merge::model::{Activity, ActivityKind, ApiCall, Record, StringTable};
+use gpuperf_merge::model::{self, Activity, ActivityKind, ApiCall, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_test_support::cc::Gcc;
 pub use gpuperf_test_support::cuda::{cuda13, nvcc, sim};
@@ -35,32 +35,103 @@ pub fn gpuperf_for_anyone() -> PathBuf {
     gpuperf_test_support::scratch::copy_for_anyone(Path::new(env!("CARGO_BIN_EXE_gpuperf")))
 }
 
-/// `gpuperf` run in `dir`, with no sudo variables and no injection inherited.
-pub fn gpuperf(dir: &Path) -> Command {
+/// The gpuperf binary under test, with no input, no sudo variables and no
+/// injection inherited: every test's gpuperf command starts here.
+pub fn gpuperf_cmd() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuperf"));
-    c.current_dir(dir).stdin(Stdio::null());
+    c.stdin(Stdio::null());
     for v in ["SUDO_UID", "SUDO_GID", "SUDO_USER", "CUDA_INJECTION64_PATH"] {
         c.env_remove(v);
     }
     c
 }
 
-/// `gpuperf FLAGS --cupti CUPTI -- PROGRAM ARGS` in `dir`.
-pub fn gpuperf_cupti(
-    dir: &Path,
-    flags: &[&str],
-    cupti: &Path,
-    program: &Path,
-    args: &[&str],
-) -> Command {
-    let mut c = gpuperf(dir);
-    c.args(flags)
-        .arg("--cupti")
-        .arg(cupti)
-        .arg("--")
-        .arg(program)
-        .args(args);
+/// [`gpuperf_cmd`] run in `dir`.
+pub fn gpuperf(dir: &Path) -> Command {
+    let mut c = gpuperf_cmd();
+    c.current_dir(dir);
     c
+}
+
+/// No arguments after the program, for [`Record::program`].
+pub const NO_ARGS: [&str; 0] = [];
+
+/// One `gpuperf record` run, as every test builds it: who runs gpuperf, its
+/// flags, the CUPTI to use, then `-- PROGRAM ARGS`.
+///
+/// ```ignore
+/// let o = Record::new(&dir).flags(["--raw-dir", "raw"]).cupti(&cupti).program(&app, ["chevron", "3"]).output();
+/// ```
+pub struct Record {
+    cmd: Command,
+}
+
+impl From<Command> for Record {
+    /// Record with `cmd` (a [`gpuperf`] or [`gpuperf_as`] command, perhaps
+    /// with its own environment); the flags follow what it already has.
+    fn from(cmd: Command) -> Self {
+        Self { cmd }
+    }
+}
+
+impl Record {
+    /// `gpuperf record` in `dir`, run by the test's user.
+    pub fn new(dir: &Path) -> Self {
+        let mut cmd = gpuperf(dir);
+        cmd.arg("record");
+        Self { cmd }
+    }
+
+    /// `gpuperf` in `dir` with no command word (record is the default); the
+    /// flags may start with one.
+    pub fn bare(dir: &Path) -> Self {
+        Self { cmd: gpuperf(dir) }
+    }
+
+    /// As `sudo` run by uid 65534 would ([`as_sudo_from_nobody`]).
+    pub fn sudo_from_nobody(mut self) -> Self {
+        as_sudo_from_nobody(&mut self.cmd);
+        self
+    }
+
+    /// `gpuperf record` in `dir`, gpuperf itself run as `uid` ([`gpuperf_as`]).
+    pub fn as_user(dir: &Path, uid: u32) -> Self {
+        let mut cmd = gpuperf_as(dir, uid);
+        cmd.arg("record");
+        Self { cmd }
+    }
+
+    /// Adds gpuperf's own flags.
+    pub fn flags<I, S>(mut self, flags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        self.cmd.args(flags);
+        self
+    }
+
+    /// `--cupti CUPTI`: the CUPTI library the injection library loads.
+    pub fn cupti(mut self, cupti: &Path) -> Self {
+        self.cmd.arg("--cupti").arg(cupti);
+        self
+    }
+
+    /// Sets a variable in gpuperf's environment (and so the program's).
+    pub fn env(mut self, k: impl AsRef<std::ffi::OsStr>, v: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.cmd.env(k, v);
+        self
+    }
+
+    /// Ends the command line with `-- PROGRAM ARGS`: the command to run.
+    pub fn program<I, S>(mut self, program: impl AsRef<std::ffi::OsStr>, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        self.cmd.arg("--").arg(program).args(args);
+        self.cmd
+    }
 }
 
 /// `gpuperf` itself run as `uid`, in `dir` (which that user must be able to
@@ -213,12 +284,12 @@ impl Recording {
         };
         for rec in records {
             match rec {
-                Record::Activity(a) => r.activities.push(a),
-                Record::Api(a) => {
+                model::Record::Activity(a) => r.activities.push(a),
+                model::Record::Api(a) => {
                     let name = r.strings.get(a.name).to_owned();
                     r.apis.push((a, name));
                 }
-                Record::Note(n) => r.notes.push(n.text),
+                model::Record::Note(n) => r.notes.push(n.text),
                 _ => {}
             }
         }

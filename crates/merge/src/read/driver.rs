@@ -138,6 +138,13 @@ impl<W: Write> Writer<W> {
         Ok(Self { out })
     }
 
+    /// [`Writer::new`] for events recorded on this machine now: the simulated
+    /// modules are those of [`SIMULATED_MODULES`] that `/proc/modules` lists.
+    pub fn start(out: W, attached: &[&str], absent: &[&str]) -> io::Result<Self> {
+        let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+        Self::new(out, attached, absent, &simulated_modules(&modules))
+    }
+
     /// Writes one event, a line. Tabs and newlines in names and messages
     /// become spaces, so each event is one line.
     pub fn event(&mut self, e: &DriverEvent) -> io::Result<()> {
@@ -166,6 +173,127 @@ impl<W: Write> Writer<W> {
             writeln!(self.out, "# dropped {cause} {n}")?;
         }
         Ok(self.out)
+    }
+}
+
+/// The test modules of `sim/kernel/` that stand in for GPU drivers, `vkms`,
+/// the kernel's virtual display (its vblanks come from a timer), and
+/// `sw_sync`, its software fence timeline: a file's `# simulated` lines.
+pub const SIMULATED_MODULES: [&str; 4] = ["nvidia_sim", "drm_sched_sim", "vkms", "sw_sync"];
+
+/// The [`SIMULATED_MODULES`] loaded, read from `/proc/modules`' text.
+pub fn simulated_modules(proc_modules: &str) -> Vec<&'static str> {
+    SIMULATED_MODULES
+        .into_iter()
+        .filter(|m| {
+            proc_modules
+                .lines()
+                .any(|l| l.split(' ').next() == Some(*m))
+        })
+        .collect()
+}
+
+/// Events written to a driver event file, counted by kind for its summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Ioctls, jobs queued, interrupts, Xids and vblanks, in that order.
+    counts: [u64; 5],
+    /// Every event.
+    total: u64,
+    /// Events lost while recording, all causes together.
+    pub lost: u64,
+}
+
+impl Tally {
+    /// Counts one event of kind `k`.
+    pub fn add(&mut self, k: DriverKind) {
+        let slot = match k {
+            DriverKind::Ioctl => Some(0),
+            DriverKind::JobQueued => Some(1),
+            DriverKind::Irq => Some(2),
+            DriverKind::Xid => Some(3),
+            DriverKind::Vblank => Some(4),
+            _ => None,
+        };
+        if let Some(i) = slot {
+            self.counts[i] += 1;
+        }
+        self.total += 1;
+    }
+}
+
+impl std::fmt::Display for Tally {
+    /// `N events (… ioctls, … jobs, … interrupts, … Xids, … vblanks), L lost`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [ioctls, jobs, irqs, xids, vblanks] = self.counts;
+        write!(
+            f,
+            "{} events ({ioctls} ioctls, {jobs} jobs, {irqs} interrupts, {xids} Xids, {vblanks} vblanks), {} lost",
+            self.total, self.lost
+        )
+    }
+}
+
+/// Where `gpuperf monitor --output` keeps events: a file as written, or
+/// gzip-compressed when its name ends in `.gz` ([`DriverTrace::open`] reads both).
+#[cfg(feature = "render")]
+pub enum EventFile {
+    /// Plain text.
+    Plain(io::BufWriter<File>),
+    /// gzip-compressed.
+    Gz(Box<flate2::write::GzEncoder<io::BufWriter<File>>>),
+}
+
+#[cfg(feature = "render")]
+impl EventFile {
+    /// Creates `p`, compressed when its extension is `gz`.
+    pub fn create(p: &Path) -> io::Result<Self> {
+        let f = io::BufWriter::with_capacity(1 << 16, File::create(p)?);
+        Ok(if p.extension().is_some_and(|e| e == "gz") {
+            Self::Gz(Box::new(flate2::write::GzEncoder::new(
+                f,
+                flate2::Compression::fast(),
+            )))
+        } else {
+            Self::Plain(f)
+        })
+    }
+
+    /// Flushes, and ends a gzip stream.
+    pub fn finish(self) -> io::Result<()> {
+        match self {
+            Self::Plain(mut f) => f.flush(),
+            Self::Gz(g) => g.finish()?.flush(),
+        }
+    }
+}
+
+#[cfg(feature = "render")]
+impl Write for EventFile {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Plain(f) => f.write(b),
+            Self::Gz(g) => g.write(b),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Self::Plain(f) => f.flush(),
+            Self::Gz(g) => g.flush(),
+        }
+    }
+}
+
+impl<W: Write> Writer<W> {
+    /// [`Writer::finish`] with the eBPF recorder's causes of loss: its ring
+    /// buffer full, its map of started events full, and malformed events.
+    pub fn finish_lost(self, ring_buffer: u64, map_full: u64, malformed: u64) -> io::Result<W> {
+        self.finish(&[
+            ("ring_buffer", ring_buffer),
+            ("map_full", map_full),
+            ("malformed", malformed),
+        ])
     }
 }
 
@@ -207,6 +335,27 @@ fn parse_event(line: &str) -> std::result::Result<DriverEvent, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simulated_modules_are_found_by_name_and_counts_said() {
+        let modules =
+            "vkms 16384 0 - Live 0x0\nnvidia_simx 1 0 - Live 0x0\nsw_sync 1 0 - Live 0x0\n";
+        assert_eq!(simulated_modules(modules), ["vkms", "sw_sync"]);
+        let mut t = Tally::default();
+        for k in [
+            DriverKind::Ioctl,
+            DriverKind::Ioctl,
+            DriverKind::Xid,
+            DriverKind::JobRun,
+        ] {
+            t.add(k);
+        }
+        t.lost = 3;
+        assert_eq!(
+            t.to_string(),
+            "4 events (2 ioctls, 0 jobs, 0 interrupts, 1 Xids, 0 vblanks), 3 lost"
+        );
+    }
 
     #[test]
     fn what_the_writer_writes_reads_back_the_same() {

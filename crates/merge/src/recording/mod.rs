@@ -20,10 +20,18 @@
 //! - `stacks`: the CPU launch stacks taken in the program, found in the GPU
 //!   traces, and written as a CPU trace.
 //! - `report`: the text tables the CLI prints (top kernels, idle time).
+//! - `diff`: [`Comparison`], two runs' folded stacks compared, as `gpuperf
+//!   diff` prints and draws them.
+//! - `finish`: [`Finish`], the end of `gpuperf record`: the recording read,
+//!   joined and written out, and the summary it prints.
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "render")]
+mod diff;
 pub mod env;
+#[cfg(feature = "render")]
+mod finish;
 #[cfg(feature = "render")]
 mod load;
 #[cfg(feature = "render")]
@@ -33,6 +41,10 @@ pub mod report;
 #[cfg(feature = "render")]
 mod stacks;
 
+#[cfg(feature = "render")]
+pub use diff::{Comparison, Run, Table};
+#[cfg(feature = "render")]
+pub use finish::{Finish, Finished, command_line, describe_status};
 #[cfg(feature = "render")]
 pub use load::{Inputs, Recording, read_driver};
 #[cfg(feature = "render")]
@@ -81,6 +93,49 @@ pub fn gpu_traces(dir: &Path) -> impl Iterator<Item = PathBuf> {
         .map(|e| e.path())
 }
 
+/// The bytes of the GPU traces inside directory `dir`, so far.
+pub fn gpu_trace_bytes(dir: &Path) -> u64 {
+    gpu_traces(dir)
+        .filter_map(|p| p.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Removes the files an earlier run left in the kept directory `dir`
+/// ([`is_recorded_file`]); their traces would be merged into this one's.
+pub fn clear_old_files(dir: &Path) -> crate::Result<()> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| crate::Error::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let list = std::fs::read_dir(dir).map_err(io("list", dir))?;
+    for entry in list.flatten() {
+        if is_recorded_file(&entry.file_name().to_string_lossy()) {
+            std::fs::remove_file(entry.path()).map_err(io("remove the old", &entry.path()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` can be written, found before a run rather than after it:
+/// an existing file is opened for appending (its contents kept), a new one
+/// is created and removed again.
+pub fn check_writable(path: &Path) -> std::io::Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(!existed)
+        .open(path)?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
 /// gpuperf GPU traces at `path`: 1 for a file, those inside a directory.
 pub fn gpu_trace_count(path: &Path) -> usize {
     if path.is_dir() {
@@ -117,5 +172,27 @@ mod tests {
         }
         assert_eq!(gpu_trace_count(d.path()), 2);
         assert_eq!(gpu_trace_count(&d.path().join("cpu.txt")), 1);
+        assert_eq!(gpu_trace_bytes(d.path()), 2);
+    }
+
+    #[test]
+    fn old_traces_in_a_kept_directory_are_removed_and_others_kept() {
+        let d = tempfile::tempdir().unwrap();
+        for f in [
+            "gpu-1.gputrace",
+            "gpu-1.gputrace.log",
+            "cpu.txt",
+            "driver.tsv",
+            "notes.md",
+        ] {
+            std::fs::write(d.path().join(f), "x").unwrap();
+        }
+        clear_old_files(d.path()).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["notes.md"]);
     }
 }

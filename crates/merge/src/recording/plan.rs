@@ -60,6 +60,9 @@ impl Written {
     }
 }
 
+/// How to look at a CPU trace written (`--cpu-trace`).
+pub(crate) const CPU_TRACE_HOW: &str = "the CPU trace: one line per launch with its stack";
+
 /// What a join produced besides the files.
 pub struct Joined {
     /// The match summary.
