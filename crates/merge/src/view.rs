@@ -322,6 +322,9 @@ const QUALIFIERS: [&str; 5] = ["const", "volatile", "noexcept", "&&", "&"];
 /// suffixes go. Names that are not C++ (Python frames, `file+0x…`, markers in
 /// brackets) pass through; a result longer than [`MAX_LABEL`] loses its middle.
 pub fn short_name(name: &str) -> Cow<'_, str> {
+    if let Some(op) = emit_nvtx_op(name) {
+        return Cow::Owned(op.to_owned());
+    }
     if !looks_like_cpp(name) {
         return cap(Cow::Borrowed(name));
     }
@@ -387,6 +390,22 @@ pub fn short_name(name: &str) -> Cow<'_, str> {
 /// Whether `name` reads as a demangled C++ name: a scope (`::`), template
 /// arguments or a parameter list, and not a Python frame, an unsymbolised
 /// frame or a bracketed marker.
+/// An NVTX frame of PyTorch's `emit_nvtx` without the ids it adds to each
+/// op's range (`[nvtx] aten::addmm, seq = 3, op_id = 12, sizes = […]` reads
+/// `[nvtx] aten::addmm`): unique per call, they kept the same op from ever
+/// merging in a flamegraph.
+fn emit_nvtx_op(name: &str) -> Option<&str> {
+    if !name.starts_with("[nvtx") {
+        return None;
+    }
+    let label = name.find("] ")? + 2;
+    let end = [", seq = ", ", op_id = "]
+        .iter()
+        .filter_map(|tail| name[label..].find(tail))
+        .min()?;
+    Some(&name[..label + end])
+}
+
 fn looks_like_cpp(name: &str) -> bool {
     if name.starts_with('[') || name.contains(".py") || name.contains("+0x") {
         return false;
@@ -613,6 +632,29 @@ mod tests {
             ),
             "_start;__libc_start_main;run;cudaLaunchKernel"
         );
+    }
+
+    #[test]
+    fn emit_nvtx_ranges_read_as_their_op_without_its_ids() {
+        for (full, short) in [
+            (
+                "[nvtx] aten::addmm, seq = 3, op_id = 12, sizes = [[8, 4], [4, 4]]",
+                "[nvtx] aten::addmm",
+            ),
+            (
+                "[nvtx] MmBackward0, seq = 0, op_id = 20",
+                "[nvtx] MmBackward0",
+            ),
+            ("[nvtx] aten::fill_, op_id = 11", "[nvtx] aten::fill_"),
+            ("[nvtx lib] step, op_id = 1", "[nvtx lib] step"),
+        ] {
+            assert_eq!(short_name(full), short, "{full}");
+            assert_eq!(View::concise().name(full), short, "{full}");
+            assert_eq!(View::complete().name(full), full, "{full}");
+        }
+        // A range of the user's own, and the full names, stay as written.
+        assert_eq!(short_name("[nvtx] train_step"), "[nvtx] train_step");
+        assert!(matches!(short_name("[nvtx] train_step"), Cow::Borrowed(_)));
     }
 
     #[test]
