@@ -367,6 +367,33 @@ mod tests {
                 *w = (*w & !(0xffu64 << shift)) | (u64::from(c) << shift);
             }
         }
+        /// A str object at `off` (the str type is at 64): compact ASCII
+        /// (state: kind 1 << 2, compact 1 << 5, ascii 1 << 6), text after
+        /// the 56-byte header. Returns its address.
+        fn put_str(&mut self, off: usize, text: &str) -> u64 {
+            self.put(off + 24, self.addr(64));
+            self.put(off + 32, text.len() as u64);
+            self.put_u32(off + 48, (1 << 2) | (1 << 5) | (1 << 6));
+            self.put_bytes(off + 56, text.as_bytes());
+            self.addr(off)
+        }
+        /// A 3.13 code object at `off` (the code type is at 0) named
+        /// `qualname`, in `file`, with line table `table`. Returns its address.
+        fn put_code(
+            &mut self,
+            off: usize,
+            (qualname, file, table): (u64, u64, u64),
+            first: u32,
+            framesize: u32,
+        ) -> u64 {
+            self.put(off + 24, self.addr(0));
+            self.put_u32(off + 84, first);
+            self.put_u32(off + 92, framesize); // co_framesize, after co_nlocalsplus
+            self.put(off + 128, file);
+            self.put(off + 144, qualname);
+            self.put(off + 152, table);
+            self.addr(off)
+        }
     }
 
     /// Builds: a thread state whose data stack holds `outer` then `inner`
@@ -384,19 +411,10 @@ mod tests {
             layout.ob_type = o;
         }
         let mut h = Heap(vec![0u64; 4096]);
-        let (code_ty, str_ty, bytes_ty) = (h.addr(0), h.addr(64), h.addr(128));
-        // str objects: compact ASCII (state: kind 1 << 2, compact 1 << 5,
-        // ascii 1 << 6), text after the 56-byte header.
-        let string = |h: &mut Heap, off: usize, text: &str| {
-            h.put(off + 24, str_ty);
-            h.put(off + 32, text.len() as u64);
-            h.put_u32(off + 48, (1 << 2) | (1 << 5) | (1 << 6));
-            h.put_bytes(off + 56, text.as_bytes());
-            h.addr(off)
-        };
-        let file = string(&mut h, 256, "/src/synthetic.py");
-        let q_outer = string(&mut h, 384, "outer");
-        let q_inner = string(&mut h, 512, "inner");
+        let bytes_ty = h.addr(128);
+        let file = h.put_str(256, "/src/synthetic.py");
+        let q_outer = h.put_str(384, "outer");
+        let q_inner = h.put_str(512, "inner");
         // A location table: "no column" entries of one code unit each, line
         // + 2, then + 3.
         h.put(640 + 24, bytes_ty);
@@ -406,17 +424,8 @@ mod tests {
             &[0x80 | (13 << 3), 2 << 1, 0x80 | (13 << 3), 3 << 1],
         );
         let table = h.addr(640);
-        let code = |h: &mut Heap, off: usize, qualname: u64, first: u32, framesize: u32| {
-            h.put(off + 24, code_ty);
-            h.put_u32(off + 84, first);
-            h.put_u32(off + 92, framesize); // co_framesize, after co_nlocalsplus
-            h.put(off + 128, file);
-            h.put(off + 144, qualname);
-            h.put(off + 152, table);
-            h.addr(off)
-        };
-        let c_outer = code(&mut h, 1024, q_outer, 10, 12);
-        let c_inner = code(&mut h, 1536, q_inner, 40, 11);
+        let c_outer = h.put_code(1024, (q_outer, file, table), 10, 12);
+        let c_inner = h.put_code(1536, (q_inner, file, table), 40, 11);
         // The thread's first chunk: header, one unused word, then the frames.
         let chunk = 8192;
         h.put(chunk, 0); // previous
@@ -436,7 +445,7 @@ mod tests {
         let py = Python::with_layout(
             layout,
             no_thread_state,
-            [code_ty, str_ty, bytes_ty],
+            [h.addr(0), h.addr(64), bytes_ty],
             ModuleId(0),
             0..1,
         );
@@ -507,12 +516,7 @@ mod tests {
         // The inner function's code object freed and another one made at its
         // address (a function made by `exec` again, say): another name and
         // first line, the same address.
-        let str_ty = heap.addr(64);
-        heap.put(800 + 24, str_ty);
-        heap.put(800 + 32, 5);
-        heap.put_u32(800 + 48, (1 << 2) | (1 << 5) | (1 << 6));
-        heap.put_bytes(800 + 56, b"other");
-        let other = heap.addr(800);
+        let other = heap.put_str(800, "other");
         heap.put(1536 + 144, other);
         heap.put_u32(1536 + 84, 60);
         assert_eq!(
@@ -597,20 +601,9 @@ mod tests {
         // called the inner one again): only the frame's code object and
         // instruction pointer tell.
         let (names, reused) = trail_after(|h| {
-            let (code_ty, str_ty) = (h.addr(0), h.addr(64));
-            h.put(2304 + 24, str_ty);
-            h.put(2304 + 32, 7);
-            h.put_u32(2304 + 48, (1 << 2) | (1 << 5) | (1 << 6));
-            h.put_bytes(2304 + 56, b"another");
+            let another = h.put_str(2304, "another");
             let (file, table) = (h.0[(1024 + 128) / 8], h.0[(1024 + 152) / 8]);
-            let c = 2560;
-            h.put(c + 24, code_ty);
-            h.put_u32(c + 84, 10);
-            h.put_u32(c + 92, 12);
-            h.put(c + 128, file);
-            h.put(c + 144, h.addr(2304));
-            h.put(c + 152, table);
-            let code = h.addr(c);
+            let code = h.put_code(2560, (another, file, table), 10, 12);
             h.put(8192 + 32, code);
             h.put(8192 + 32 + 56, code + 216);
         });
@@ -629,12 +622,8 @@ mod tests {
         // The outer frame's code object freed and another made at its address,
         // its frame again in the same slot at the same instruction.
         let (names, reused) = trail_after(|h| {
-            let str_ty = h.addr(64);
-            h.put(2304 + 24, str_ty);
-            h.put(2304 + 32, 5);
-            h.put_u32(2304 + 48, (1 << 2) | (1 << 5) | (1 << 6));
-            h.put_bytes(2304 + 56, b"other");
-            h.put(1024 + 144, h.addr(2304));
+            let other = h.put_str(2304, "other");
+            h.put(1024 + 144, other);
             h.put_u32(1024 + 84, 60);
         });
         assert_eq!(
