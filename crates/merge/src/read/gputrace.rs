@@ -1733,11 +1733,7 @@ mod tests {
             // A rename: the later record supersedes the first.
             name(43, "loader-2"),
         ];
-        let mut w = Writer::new(Vec::new()).unwrap();
-        for r in &recs {
-            w.write(r, &strings).unwrap();
-        }
-        let (back, _, stats) = decode(&w.into_inner());
+        let (back, _, stats) = decode(&encode(&recs, &strings));
         assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
         assert_eq!(stats.unknown_kinds, 0);
         assert_eq!(back, recs);
@@ -1776,11 +1772,7 @@ mod tests {
                 },
             ),
         ];
-        let mut w = Writer::new(Vec::new()).unwrap();
-        for r in &recs {
-            w.write(r, &strings).unwrap();
-        }
-        let mut bytes = w.into_inner();
+        let mut bytes = encode(&recs, &strings);
         let (back, _, stats) = decode(&bytes);
         assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
         assert_eq!(back, recs);
@@ -1823,11 +1815,7 @@ mod tests {
             range(step, None, NvtxKind::PushPop, false),
             range(fwd, Some(dom), NvtxKind::StartEnd, true),
         ];
-        let mut w = Writer::new(Vec::new()).unwrap();
-        for r in &recs {
-            w.write(r, &strings).unwrap();
-        }
-        let (back, bstrings, stats) = decode(&w.into_inner());
+        let (back, bstrings, stats) = decode(&encode(&recs, &strings));
         assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
         let Record::Nvtx(r) = &back[2] else {
             panic!("{back:?}")
