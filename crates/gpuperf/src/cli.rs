@@ -187,6 +187,28 @@ pub struct RecordArgs {
     pub program: Vec<OsString>,
 }
 
+impl RecordArgs {
+    /// Every file and directory name the user gave, for their `%` patterns
+    /// ([`gpuperf_merge::recording::expand_names`]); `-` (stdout) is not a name.
+    pub fn names_mut(&mut self) -> Vec<&mut PathBuf> {
+        let mut names = vec![&mut self.output];
+        names.extend(
+            [
+                self.chrome.as_mut(),
+                self.folded.as_mut().filter(|p| p.as_os_str() != "-"),
+                self.idle.as_mut(),
+                self.idle_svg.as_mut(),
+                self.pprof.as_mut(),
+                self.cpu_trace.as_mut(),
+                self.raw_dir.as_mut(),
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        names
+    }
+}
+
 /// Where `gpuperf record` takes launch stacks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum StacksFrom {
@@ -327,6 +349,22 @@ pub struct MergeArgs {
 }
 
 impl MergeArgs {
+    /// Every output name the user gave, for their `%` patterns; `-` is stdout.
+    pub fn names_mut(&mut self) -> Vec<&mut PathBuf> {
+        [
+            self.folded.as_mut().filter(|p| p.as_os_str() != "-"),
+            self.idle.as_mut(),
+            self.idle_svg.as_mut(),
+            self.chrome.as_mut(),
+            self.svg.as_mut(),
+            self.pprof.as_mut(),
+            self.cpu_trace.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// The outputs asked for. Folded stacks go to stdout when no file output is named.
     pub fn outputs(&self) -> Outputs {
         let mut o = Outputs::default();

@@ -261,6 +261,7 @@ fn check_outputs(a: &RecordArgs) -> Result<()> {
         a.cpu_trace.as_ref(),
         a.idle.as_ref(),
         a.idle_svg.as_ref(),
+        a.pprof.as_ref(),
     ];
     for path in outputs.into_iter().flatten() {
         if let Err(e) = recording::check_writable(path) {

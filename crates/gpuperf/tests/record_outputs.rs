@@ -113,3 +113,97 @@ fn record_pprof_on_the_simulated_runtime__profile_written_and_stubs_demangled() 
     assert!(folded.contains("__device_stub__"), "{folded}");
     assert!(!folded.contains("__device_stub__Z"), "{folded}");
 }
+
+/// The host name, as `%h` spells it.
+fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim_end()
+        .to_owned()
+}
+
+#[test]
+fn record_two_ranks__each_writes_its_own_outputs_named_by_rank_host_and_number() {
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let cupti = sim(&cuda).join("libcupti.so.13");
+    let dir = work_dir("record_per_rank_names");
+    let host = host_name();
+    for (rank, launches) in [("0", "2"), ("1", "3")] {
+        let o = Record::new(&dir)
+            .flags([
+                "--stacks",
+                "inject",
+                "-o",
+                "gpu.%q{RANK}.svg",
+                "-m",
+                "gpu.%q{RANK}.folded",
+                "-c",
+                "timeline.%n.json",
+                "--raw-dir",
+                "raw.%h.%q{RANK}",
+            ])
+            .env("RANK", rank)
+            .cupti(&cupti)
+            .program(&app, ["chevron", launches])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    }
+    for (rank, launches, number) in [(0, 2, 1), (1, 3, 2)] {
+        assert!(dir.join(format!("gpu.{rank}.svg")).is_file());
+        // Each rank's folded stacks are its own run's: `chevron N` launches N times.
+        let folded = fs::read_to_string(dir.join(format!("gpu.{rank}.folded"))).unwrap();
+        assert!(folded.contains("k_scale"), "{folded}");
+        assert!(dir.join(format!("timeline.{number}.json")).is_file());
+        let raw = dir.join(format!("raw.{host}.{rank}"));
+        let traces = fs::read_dir(&raw)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".gputrace")
+            })
+            .count();
+        assert_eq!(
+            traces,
+            1,
+            "rank {rank} ({launches} launches): {}",
+            raw.display()
+        );
+    }
+    // Each raw directory holds its own rank's run: `chevron 2` and `chevron 3`.
+    let kernels = |rank: u32| {
+        common::Recording::open(&dir.join(format!("raw.{host}.{rank}")))
+            .kernels()
+            .len()
+    };
+    let (k0, k1) = (kernels(0), kernels(1));
+    assert!(k0 > 0 && k0 * 3 == k1 * 2, "{k0} and {k1} kernels");
+    assert!(!dir.join("timeline.3.json").exists());
+}
+
+#[test]
+fn record_output_naming_an_unset_variable__refused_before_the_program_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let o = Record::new(dir.path())
+        .flags(["-o", "gpu.%q{GPUPERF_TEST_UNSET_RANK}.svg"])
+        .program(
+            "sh",
+            ["-c".to_owned(), format!("touch {}", marker.display())],
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{}", show(&o));
+    assert!(!marker.exists(), "the program ran: {}", show(&o));
+    assert_eq!(
+        stderr.trim_end(),
+        "gpuperf: error: `gpu.%q{GPUPERF_TEST_UNSET_RANK}.svg`: the environment variable \
+         GPUPERF_TEST_UNSET_RANK (%q{GPUPERF_TEST_UNSET_RANK}) is not set"
+    );
+}

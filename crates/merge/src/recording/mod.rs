@@ -22,6 +22,8 @@
 //! - `report`: the text tables the CLI prints (top kernels, idle time).
 //! - `diff`: [`Comparison`], two runs' folded stacks compared, as `gpuperf
 //!   diff` prints and draws them.
+//! - `names`: [`expand_names`], the `%p`, `%h`, `%q{VAR}` and `%n` patterns of
+//!   output names, for one recording per rank.
 //! - `finish`: [`Finish`], the end of `gpuperf record`: the recording read,
 //!   joined and written out, and the summary it prints.
 
@@ -34,6 +36,7 @@ pub mod env;
 mod finish;
 #[cfg(feature = "render")]
 mod load;
+mod names;
 #[cfg(feature = "render")]
 mod plan;
 #[cfg(feature = "render")]
@@ -47,6 +50,7 @@ pub use diff::{Comparison, Run, Table};
 pub use finish::{Finish, Finished, command_line, describe_status};
 #[cfg(feature = "render")]
 pub use load::{Inputs, Recording, read_driver};
+pub use names::{NameError, NameValues, expand_names};
 #[cfg(feature = "render")]
 pub use plan::{DEFAULT_TITLE, Joined, Outputs, Written, driver_timeline, simulated};
 #[cfg(feature = "render")]
