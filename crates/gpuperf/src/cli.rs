@@ -116,6 +116,10 @@ pub struct RecordArgs {
     /// Parca, Grafana or `go tool pprof`.
     #[arg(long, value_name = "FILE.pb.gz")]
     pub pprof: Option<PathBuf>,
+    /// Write the recording as Parquet tables into this directory (events.parquet,
+    /// stacks.parquet), for DuckDB, pandas, Spark or ClickHouse.
+    #[arg(long, value_name = "DIR")]
+    pub parquet: Option<PathBuf>,
     #[command(flatten)]
     pub view: ViewArgs,
     /// Write the CPU trace (one line per launch with its stack) here.
@@ -199,6 +203,7 @@ impl RecordArgs {
                 self.idle.as_mut(),
                 self.idle_svg.as_mut(),
                 self.pprof.as_mut(),
+                self.parquet.as_mut(),
                 self.cpu_trace.as_mut(),
                 self.raw_dir.as_mut(),
             ]
@@ -339,6 +344,10 @@ pub struct MergeArgs {
     /// Parca, Grafana or `go tool pprof`.
     #[arg(long, value_name = "FILE.pb.gz")]
     pub pprof: Option<PathBuf>,
+    /// Write the recording as Parquet tables into this directory (events.parquet,
+    /// stacks.parquet), for DuckDB, pandas, Spark or ClickHouse.
+    #[arg(long, value_name = "DIR")]
+    pub parquet: Option<PathBuf>,
     /// Flamegraph title.
     #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
@@ -358,6 +367,7 @@ impl MergeArgs {
             self.chrome.as_mut(),
             self.svg.as_mut(),
             self.pprof.as_mut(),
+            self.parquet.as_mut(),
             self.cpu_trace.as_mut(),
         ]
         .into_iter()
@@ -371,6 +381,7 @@ impl MergeArgs {
         let no_file = self.chrome.is_none()
             && self.svg.is_none()
             && self.pprof.is_none()
+            && self.parquet.is_none()
             && self.idle.is_none()
             && self.idle_svg.is_none()
             && self.cpu_trace.is_none();
@@ -378,6 +389,7 @@ impl MergeArgs {
         o.chrome.clone_from(&self.chrome);
         o.svg.clone_from(&self.svg);
         o.pprof.clone_from(&self.pprof);
+        o.parquet.clone_from(&self.parquet);
         o.title.clone_from(&self.title);
         o.idle.clone_from(&self.idle);
         o.idle_svg.clone_from(&self.idle_svg);

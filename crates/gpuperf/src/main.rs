@@ -117,7 +117,7 @@ fn expand_names(mut names: Vec<&mut std::path::PathBuf>) -> Result<()> {
 }
 
 /// The machine's host name, as `hostname` prints it.
-fn host_name() -> std::ffi::OsString {
+pub(crate) fn host_name() -> std::ffi::OsString {
     use std::os::unix::ffi::OsStringExt as _;
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is writable for its whole length, which is passed;

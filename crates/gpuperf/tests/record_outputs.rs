@@ -143,6 +143,8 @@ fn record_two_ranks__each_writes_its_own_outputs_named_by_rank_host_and_number()
                 "timeline.%n.json",
                 "--raw-dir",
                 "raw.%h.%q{RANK}",
+                "--parquet",
+                "pq.%q{RANK}",
             ])
             .env("RANK", rank)
             .cupti(&cupti)
@@ -184,6 +186,20 @@ fn record_two_ranks__each_writes_its_own_outputs_named_by_rank_host_and_number()
     let (k0, k1) = (kernels(0), kernels(1));
     assert!(k0 > 0 && k0 * 3 == k1 * 2, "{k0} and {k1} kernels");
     assert!(!dir.join("timeline.3.json").exists());
+    // Each rank's Parquet tables say which host and rank they are, and hold its kernels.
+    for (rank, kernels) in [(0, k0), (1, k1)] {
+        let events = dir.join(format!("pq.{rank}/events.parquet"));
+        let Some(rows) = gpuperf_test_support::duckdb::query(&format!(
+            "select distinct host, rank, count(*) over () from '{}' where kind = 'kernel'",
+            events.display()
+        )) else {
+            return;
+        };
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0][0].as_str(), Some(host.as_str()));
+        assert_eq!(rows[0][1].as_i64(), Some(rank));
+        assert_eq!(rows[0][2].as_u64(), Some(kernels as u64));
+    }
 }
 
 #[test]

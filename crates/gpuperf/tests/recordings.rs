@@ -151,3 +151,104 @@ fn cudarc_graph__captured_launches_counted_as_captured_never_pending() {
     assert_eq!(markers("launch captured into a CUDA graph"), without_work);
     assert_eq!(markers("launch without GPU activity"), 0);
 }
+
+/// Runs `gpuperf` with `args` and returns its stdout; fails on a non-zero exit.
+fn gpuperf_stdout(args: &[&std::ffi::OsStr]) -> String {
+    let o = common::gpuperf_cmd()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", common::show(&o));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn merge_parquet__duckdb_reads_the_per_kernel_totals_that_report_prints() {
+    let rec = recordings().join("simulated/gpt2_small_eager");
+    let dir = tempfile::tempdir().unwrap();
+    let pq = dir.path().join("pq");
+    gpuperf_stdout(&[
+        "merge".as_ref(),
+        rec.as_os_str(),
+        "--parquet".as_ref(),
+        pq.as_os_str(),
+    ]);
+    let report: Value = serde_json::from_str(&gpuperf_stdout(&[
+        "report".as_ref(),
+        rec.as_os_str(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--top".as_ref(),
+        "100000".as_ref(),
+    ]))
+    .unwrap();
+    let events = pq.join("events.parquet");
+    let stacks = pq.join("stacks.parquet");
+    let Some(rows) = gpuperf_test_support::duckdb::query(&format!(
+        "select name, count(*), sum(duration_ns)::bigint from '{}' \
+         where kind in ('kernel', 'memcpy', 'memset') group by name",
+        events.display()
+    )) else {
+        return;
+    };
+    let from_duckdb: HashMap<String, (i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            let n = r[0].as_str().unwrap().to_owned();
+            (n, (r[1].as_i64().unwrap(), r[2].as_i64().unwrap()))
+        })
+        .collect();
+    let from_report: HashMap<String, (i64, i64)> = report["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            let n = k["name"].as_str().unwrap().to_owned();
+            (
+                n,
+                (
+                    k["count"].as_i64().unwrap(),
+                    k["total_ns"].as_i64().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    assert!(from_report.len() >= 5, "{from_report:?}");
+    assert_eq!(from_duckdb, from_report);
+
+    // Every kernel's stack is in the stacks table, and reaches the script.
+    let Some(rows) = gpuperf_test_support::duckdb::query(&format!(
+        "select count(*) filter (where e.stack_id is not null and s.stack_id is null), \
+                count(*) filter (where e.stack_id is null), \
+                count(*) filter (where len(list_filter(s.frames, lambda f: f like 'gpt2_small.%')) = 0) \
+         from '{}' e left join '{}' s using (stack_id) where e.kind = 'kernel'",
+        events.display(),
+        stacks.display()
+    )) else {
+        return;
+    };
+    assert_eq!(
+        rows[0][0].as_i64(),
+        Some(0),
+        "stack ids missing from stacks.parquet"
+    );
+    assert_eq!(rows[0][1].as_i64(), Some(0), "kernels without a stack");
+    assert_eq!(
+        rows[0][2].as_i64(),
+        Some(0),
+        "kernels whose stack misses the script"
+    );
+
+    // The schema's version is in the file, and API calls are rows of their own.
+    let Some(rows) = gpuperf_test_support::duckdb::query(&format!(
+        "select (select value from parquet_kv_metadata('{0}') \
+                 where decode(key) = 'gpuperf.schema_version')::varchar, \
+                (select count(*) from '{0}' where kind = 'api' and name = 'cudaLaunchKernel')",
+        events.display()
+    )) else {
+        return;
+    };
+    assert_eq!(rows[0][0].as_str(), Some("1"), "{rows:?}");
+    assert!(rows[0][1].as_i64().unwrap() > 0, "{rows:?}");
+}

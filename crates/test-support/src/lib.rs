@@ -7,6 +7,7 @@
 //! cc        gcc builds, once per process and output
 //! cuda      NVIDIA's CUDA wheels, the MOCK libcupti, the C host programs
 //! perfetto  Perfetto's trace processor (WebAssembly, run by Node.js)
+//! duckdb    DuckDB, reading the Parquet tables
 //! python    the CPython interpreters the Python tests run on
 //! process   running commands and showing what they printed
 //! bench     medians, arguments, peak RSS and cached inputs of the benchmarks
@@ -28,6 +29,7 @@
 pub mod bench;
 pub mod cc;
 pub mod cuda;
+pub mod duckdb;
 pub mod perfetto;
 pub mod process;
 pub mod python;

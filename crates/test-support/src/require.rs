@@ -67,6 +67,9 @@ pub enum Need {
     /// Holistic Trace Analysis, in the venv `hta/install.sh` makes (or the
     /// Python named by `GPUPERF_HTA_PYTHON`): `GPUPERF_REQUIRE_HTA`.
     Hta,
+    /// DuckDB's Python package, in the venv `duckdb/install.sh` makes (or the
+    /// Python named by `GPUPERF_DUCKDB_PYTHON`): `GPUPERF_REQUIRE_DUCKDB`.
+    DuckDb,
 }
 
 impl Need {
@@ -82,6 +85,7 @@ impl Need {
             Need::CxxFilt => "GPUPERF_REQUIRE_CXXFILT",
             Need::TraceProcessor => "GPUPERF_REQUIRE_TRACE_PROCESSOR",
             Need::Hta => "GPUPERF_REQUIRE_HTA",
+            Need::DuckDb => "GPUPERF_REQUIRE_DUCKDB",
         }
     }
 

@@ -67,6 +67,23 @@ pub enum NameError {
     },
 }
 
+/// The variables that launchers set to a process's distributed rank, in the
+/// order they are believed: torchrun, Slurm, Open MPI, MPICH and PMIx.
+pub const RANK_VARIABLES: [&str; 5] = [
+    "RANK",
+    "SLURM_PROCID",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+];
+
+/// The distributed rank the environment gives, if any.
+pub fn rank_from_env(env: &dyn Fn(&str) -> Option<OsString>) -> Option<i32> {
+    RANK_VARIABLES
+        .iter()
+        .find_map(|v| env(v)?.to_str()?.trim().parse().ok())
+}
+
 /// The highest `%n` tried before giving up.
 const MAX_NUMBER: u32 = 100_000;
 
@@ -202,6 +219,15 @@ mod tests {
         let mut refs: Vec<&mut PathBuf> = paths.iter_mut().collect();
         expand_names(&mut refs, &values())?;
         Ok(paths)
+    }
+
+    #[test]
+    fn the_rank_comes_from_the_first_launcher_variable_set() {
+        assert_eq!(rank_from_env(&env), Some(3));
+        let slurm = |v: &str| (v == "SLURM_PROCID").then(|| OsString::from("12"));
+        assert_eq!(rank_from_env(&slurm), Some(12));
+        let junk = |v: &str| (v == "RANK").then(|| OsString::from("x"));
+        assert_eq!(rank_from_env(&junk), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::read::cpu::StackId;
 use crate::read::driver::DriverTrace;
 use crate::read::input::GpuInputs;
 use crate::view::FullNames;
+use crate::write::parquet::{Origin, ParquetWriter};
 use crate::write::report::{Reporter, Row};
 use crate::write::{chrome, folded, idle, perfetto, pprof, svg};
 
@@ -42,6 +43,10 @@ pub struct Outputs {
     pub idle: Option<PathBuf>,
     /// Idle-time flamegraph.
     pub idle_svg: Option<PathBuf>,
+    /// A directory for the Parquet tables ([`crate::write::parquet`]).
+    pub parquet: Option<PathBuf>,
+    /// Where the recording was made, for the exports that say so.
+    pub origin: Origin,
 }
 
 /// A file written, with how to look at it.
@@ -131,6 +136,11 @@ impl Recording {
         let idle_file = outs.idle.as_deref().map(create).transpose()?;
         let idle_svg_file = outs.idle_svg.as_deref().map(create).transpose()?;
         let mut idle = (idle_file.is_some() || idle_svg_file.is_some()).then(idle::IdleFolder::new);
+        let mut parquet = outs
+            .parquet
+            .as_deref()
+            .map(|d| ParquetWriter::create(d, outs.origin.clone()))
+            .transpose()?;
         // Several processes in the data stay apart under a frame each.
         let mut folder = folded::Folder::new();
         let mut reporter = Reporter::new();
@@ -144,6 +154,9 @@ impl Recording {
             }
             if let Some(idler) = idle.as_mut() {
                 sinks.push(idler);
+            }
+            if let Some(p) = parquet.as_mut() {
+                sinks.push(p);
             }
             self.join(&mut sinks)?
         };
@@ -176,6 +189,12 @@ impl Recording {
             written.push(Written {
                 path: p.to_path_buf(),
                 how: "pprof profile for Pyroscope, Parca, Grafana or `go tool pprof`",
+            });
+        }
+        if let Some(d) = &outs.parquet {
+            written.push(Written {
+                path: d.clone(),
+                how: "Parquet tables (events.parquet, stacks.parquet) for DuckDB, pandas or Spark",
             });
         }
         if let Some((p, f)) = svg_file {

@@ -12,6 +12,7 @@ pub mod diff;
 pub mod driver;
 pub mod folded;
 pub mod idle;
+pub mod parquet;
 pub mod perfetto;
 pub mod pprof;
 pub mod report;
