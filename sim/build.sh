@@ -145,7 +145,7 @@ for o in driver_dispatch cupti_dispatch; do
     fi
 done
 gcc "${cflags[@]}" -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
-    -o "$out/libcuda.so.1" "$here"/src/driver{,_sim,_work,_graphs,_more}.c "$gen/driver_dispatch.o" -lpthread -ldl
+    -o "$out/libcuda.so.1" "$here"/src/driver{,_sim,_work,_memory,_streams,_graphs,_more}.c "$gen/driver_dispatch.o" -lpthread -ldl
 ln -sf libcuda.so.1 "$out/libcuda.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcudart.so.13 -Wl,--no-undefined \
     -Wl,--version-script="$here/src/cudart.map" -Wl,-rpath,'$ORIGIN' \
