@@ -149,7 +149,7 @@ gcc "${cflags[@]}" -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
 ln -sf libcuda.so.1 "$out/libcuda.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcudart.so.13 -Wl,--no-undefined \
     -Wl,--version-script="$here/src/cudart.map" -Wl,-rpath,'$ORIGIN' \
-    -o "$out/libcudart.so.13" "$here/src/runtime.c" -L"$out" -lcuda -lpthread
+    -o "$out/libcudart.so.13" "$here"/src/runtime{,_memory,_streams,_more}.c -L"$out" -lcuda -lpthread
 ln -sf libcudart.so.13 "$out/libcudart.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcupti.so.13 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN' \
     -o "$out/libcupti.so.13" "$here/src/cupti.c" "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
