@@ -152,7 +152,7 @@ gcc "${cflags[@]}" -shared -Wl,-soname,libcudart.so.13 -Wl,--no-undefined \
     -o "$out/libcudart.so.13" "$here"/src/runtime{,_memory,_streams,_more}.c -L"$out" -lcuda -lpthread
 ln -sf libcudart.so.13 "$out/libcudart.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcupti.so.13 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN' \
-    -o "$out/libcupti.so.13" "$here/src/cupti.c" "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
+    -o "$out/libcupti.so.13" "$here"/src/cupti{,_buffers}.c "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
 ln -sf libcupti.so.13 "$out/libcupti.so"
 # sim/run.sh puts OUTDIR/python first on PYTHONPATH (PyTorch without cuDNN).
 mkdir -p "$out/python"
