@@ -134,6 +134,14 @@ impl State {
         }
         sink.closed = true;
         sink.flush();
+        self.log_summary(walk_errors, lost);
+        self.closed.store(true, Relaxed);
+    }
+
+    /// The exit path's last log lines: every counter, and the stacks' and
+    /// autograd's summaries.
+    fn log_summary(&self, walk_errors: u64, lost: u64) {
+        let s = &self.stats;
         self.log.line(&format!(
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
@@ -165,7 +173,6 @@ impl State {
         if let Some(a) = &self.autograd {
             self.log.line(&a.summary());
         }
-        self.closed.store(true, Relaxed);
     }
 
     /// Writes, to the log and as a NOTE, how many API calls came after the

@@ -242,33 +242,8 @@ pub fn initialize() -> bool {
             return false;
         }
     };
-    log.line(&format!(
-        "CUPTI API version {version} from `{}`",
-        cupti.path().display()
-    ));
-    if cupti.simulated() {
-        // Every trace made on the simulation says so, in the trace itself.
-        sink.note(format!(
-            "{SIMULATED_GPU_NOTE}: `{}` is gpuperf's simulated CUPTI; no GPU ran this \
-             work, and its times come from the simulation's cost model",
-            cupti.path().display()
-        ));
-    }
-    let mut classes = [Vec::new(), Vec::new()];
-    let mut names = [Vec::new(), Vec::new()];
-    for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
-        for cbid in 0..MAX_CBID {
-            let name = cupti.callback_name(domain, cbid).unwrap_or_default();
-            let class = classify(&name);
-            classes[d].push(class);
-            // Names are only looked up for the calls that get API records.
-            names[d].push(if class.recorded() {
-                name
-            } else {
-                String::new()
-            });
-        }
-    }
+    announce_cupti(&cupti, version, &log, &mut sink);
+    let (classes, names) = callback_tables(&cupti);
     let stacks = want_stacks.then(|| Stacks::new(cupti.path()));
     // Backward launches are charged through their stacks: none, no tags.
     let autograd = want_autograd
@@ -312,7 +287,50 @@ pub fn initialize() -> bool {
     if STATE.set(state).is_err() {
         return true;
     }
-    let s = STATE.get().expect("just set");
+    start(STATE.get().expect("just set"), sub)
+}
+
+/// Says in the log which libcupti recording uses, and in the trace too when it
+/// is the simulation's.
+fn announce_cupti(cupti: &Cupti, version: u32, log: &Log, sink: &mut Sink) {
+    log.line(&format!(
+        "CUPTI API version {version} from `{}`",
+        cupti.path().display()
+    ));
+    if cupti.simulated() {
+        // Every trace made on the simulation says so, in the trace itself.
+        sink.note(format!(
+            "{SIMULATED_GPU_NOTE}: `{}` is gpuperf's simulated CUPTI; no GPU ran this \
+             work, and its times come from the simulation's cost model",
+            cupti.path().display()
+        ));
+    }
+}
+
+/// The class and, for the calls that get API records, the name of every
+/// runtime and driver callback id, by domain.
+fn callback_tables(cupti: &Cupti) -> ([Vec<Class>; 2], [Vec<String>; 2]) {
+    let mut classes = [Vec::new(), Vec::new()];
+    let mut names = [Vec::new(), Vec::new()];
+    for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
+        for cbid in 0..MAX_CBID {
+            let name = cupti.callback_name(domain, cbid).unwrap_or_default();
+            let class = classify(&name);
+            classes[d].push(class);
+            // Names are only looked up for the calls that get API records.
+            names[d].push(if class.recorded() {
+                name
+            } else {
+                String::new()
+            });
+        }
+    }
+    (classes, names)
+}
+
+/// What `initialize` does once the state is set: turns recording on (see
+/// [`enable`]), or says in the log and the trace why not.
+fn start(s: &'static State, sub: Subscriber) -> bool {
     s.pool.refill(buffers::alloc_buffer);
     // autograd hook: forward launches from the first on (no symbol table
     // read here; the flush thread reads it).
@@ -466,6 +484,53 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     s.kinds_on.store(true, Relaxed);
     // Turns the kinds off again when the window starts closed.
     capture::configure(&s.config.window);
+    let enabled = enable_callbacks(s, sub)?;
+    if let Err(e) = c.flush_period(s.config.flush_ms) {
+        s.log
+            .line(&format!("periodic CUPTI flush unavailable: {e}"));
+    }
+    // SAFETY: both handlers are `extern "C"` functions of this library, which the
+    // driver never unloads once initialization succeeded.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_forked_child));
+    }
+    if s.config.flush_on_signal {
+        match crate::interrupt::install(close_on_signal) {
+            Ok(sigs) if !sigs.is_empty() => s.log.line(&format!(
+                "the trace is closed before signals {sigs:?} end the program"
+            )),
+            Ok(_) => s
+                .log
+                .line("SIGINT and SIGTERM are handled by the program: no flush on them"),
+            Err(e) => s.log.line(&format!("no flush on SIGINT/SIGTERM: {e}")),
+        }
+    }
+    if s.config.window.delay_ns > 0 {
+        let at = s.started_ns.saturating_add(s.config.window.delay_ns);
+        let timer = crate::threads::spawn_blocked("gpuperf-delay", move || {
+            let now = monotonic_ns();
+            if at > now {
+                std::thread::sleep(Duration::from_nanos(at - now));
+            }
+            capture::delay_done();
+        });
+        if let Err(e) = timer {
+            // Recording the whole run beats recording nothing.
+            s.log
+                .line(&format!("no delay timer ({e}): recording from now"));
+            capture::delay_done();
+        }
+    }
+    spawn_flush_thread(s);
+    Ok(enabled)
+}
+
+/// Enables the runtime and driver callbacks of the calls recorded (and of the
+/// profiler API when it is the window), and the resource and state callbacks;
+/// returns the number of API callbacks enabled.
+fn enable_callbacks(s: &State, sub: Subscriber) -> Result<usize> {
+    let c = &s.cupti;
     let profiler_api = s.config.window.range == capture::Range::ProfilerApi;
     let mut enabled = 0;
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
@@ -512,43 +577,12 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
             }
         }
     }
-    if let Err(e) = c.flush_period(s.config.flush_ms) {
-        s.log
-            .line(&format!("periodic CUPTI flush unavailable: {e}"));
-    }
-    // SAFETY: both handlers are `extern "C"` functions of this library, which the
-    // driver never unloads once initialization succeeded.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(in_forked_child));
-    }
-    if s.config.flush_on_signal {
-        match crate::interrupt::install(close_on_signal) {
-            Ok(sigs) if !sigs.is_empty() => s.log.line(&format!(
-                "the trace is closed before signals {sigs:?} end the program"
-            )),
-            Ok(_) => s
-                .log
-                .line("SIGINT and SIGTERM are handled by the program: no flush on them"),
-            Err(e) => s.log.line(&format!("no flush on SIGINT/SIGTERM: {e}")),
-        }
-    }
-    if s.config.window.delay_ns > 0 {
-        let at = s.started_ns.saturating_add(s.config.window.delay_ns);
-        let timer = crate::threads::spawn_blocked("gpuperf-delay", move || {
-            let now = monotonic_ns();
-            if at > now {
-                std::thread::sleep(Duration::from_nanos(at - now));
-            }
-            capture::delay_done();
-        });
-        if let Err(e) = timer {
-            // Recording the whole run beats recording nothing.
-            s.log
-                .line(&format!("no delay timer ({e}): recording from now"));
-            capture::delay_done();
-        }
-    }
+    Ok(enabled)
+}
+
+/// The flush thread: every `flush_ms` it flushes, refills the buffer reserve
+/// and looks again for other CUPTI clients and for libtorch.
+fn spawn_flush_thread(s: &'static State) {
     let period = Duration::from_millis(u64::from(s.config.flush_ms));
     // Signals blocked from birth: a handler of the application's that makes
     // CUDA calls must not run here, where the flush holds the sink and
@@ -583,5 +617,4 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
         // CUPTI's own periodic flush and the exit flush still run.
         s.log.line(&format!("no flush thread: {e}"));
     }
-    Ok(enabled)
 }
