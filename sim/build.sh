@@ -145,14 +145,14 @@ for o in driver_dispatch cupti_dispatch; do
     fi
 done
 gcc "${cflags[@]}" -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
-    -o "$out/libcuda.so.1" "$here"/src/driver{,_sim,_work,_graphs,_more}.c "$gen/driver_dispatch.o" -lpthread -ldl
+    -o "$out/libcuda.so.1" "$here"/src/driver{,_sim,_work,_memory,_streams,_graphs,_more}.c "$gen/driver_dispatch.o" -lpthread -ldl
 ln -sf libcuda.so.1 "$out/libcuda.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcudart.so.13 -Wl,--no-undefined \
     -Wl,--version-script="$here/src/cudart.map" -Wl,-rpath,'$ORIGIN' \
-    -o "$out/libcudart.so.13" "$here/src/runtime.c" -L"$out" -lcuda -lpthread
+    -o "$out/libcudart.so.13" "$here"/src/runtime{,_memory,_streams,_more}.c -L"$out" -lcuda -lpthread
 ln -sf libcudart.so.13 "$out/libcudart.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcupti.so.13 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN' \
-    -o "$out/libcupti.so.13" "$here/src/cupti.c" "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
+    -o "$out/libcupti.so.13" "$here"/src/cupti{,_buffers}.c "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
 ln -sf libcupti.so.13 "$out/libcupti.so"
 # sim/run.sh puts OUTDIR/python first on PYTHONPATH (PyTorch without cuDNN).
 mkdir -p "$out/python"

@@ -1,10 +1,11 @@
 /* Simulated CUDA driver, libcuda.so.1 (no GPU): what its source files share. The
  * driver is built from driver_sim.c (clock, state, initialization, the tool
  * interface, contexts, memory), driver_work.c (the cost model, streams, kernels,
- * graphs and the simulated GPU work), driver.c (the driver API: devices,
- * contexts, memory, copies, streams, events), driver_graphs.c (modules, launches,
- * graphs) and driver_more.c (the rest of the API, memory pools, errors). Not a
- * public header: the symbols below are hidden inside libcuda.so.1. */
+ * graphs and the simulated GPU work), and the driver API in driver.c (devices,
+ * contexts), driver_memory.c (memory, copies, memsets), driver_streams.c
+ * (streams, events), driver_graphs.c (modules, launches, graphs) and
+ * driver_more.c (the rest of the API, memory pools, errors). Not a public
+ * header: the symbols below are hidden inside libcuda.so.1. */
 #ifndef GPUSIM_DRIVER_INTERNAL_H
 #define GPUSIM_DRIVER_INTERNAL_H
 

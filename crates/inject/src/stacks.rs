@@ -46,38 +46,17 @@
 //! stacks as truncated.
 //!
 //! # CUDA graphs
-//! CUPTI reports each graph node as it is made (`GRAPHNODE_CREATED`, on the
-//! thread that makes it) and each copy made when a graph is instantiated
-//! (`GRAPHNODE_CLONED`, and `GRAPHNODE_CREATED` too: a copy keeps its
-//! original's origin whichever comes first). A node made inside a recorded launch (stream capture)
-//! gets that launch's stack; one made by another call (`cudaGraphAddKernelNode`)
-//! gets a stack taken there. A `GRAPH_NODE` record ties the node id that GPU
-//! records carry to that stack.
-//!
-//! Copies take no stack. While a thread is inside an instantiate, clone,
-//! exec-update or destroy call (runtime or driver), the node callbacks it
-//! reports (`GRAPHNODE_CLONED`, `GRAPHNODE_DESTROY_STARTING`) are appended to
-//! a per-thread buffer and applied under one lock when the call returns
-//! (`GRAPHNODE_DESTROY_STARTING` removes the node from the map). Memory stays
-//! flat: the node map holds at most 2^20 nodes, and node records waiting for
-//! the flush wake the flush thread at 2^14, are written by the copying thread
-//! at the end of its call past 2^17, and are dropped past 2^20; what is not
-//! kept is counted in the log.
+//! Graph nodes get the stack of the call that made them (`graphs`).
 //!
 //! `GPUPERF_STACKS=0` turns all of this off.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::mem::offset_of;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use cudarc::cupti::sys::{CUpti_GraphData, CUpti_ResourceData};
-use gpuperf_merge::model::{
-    GraphNode, Module, Note, Record, Stack, StackEnd as End, StackFrame, StringId, StringTable,
-};
+use gpuperf_merge::model::{Module, Note, Record, Stack, StackEnd as End, StackFrame, StringTable};
 use gpuperf_merge::recording::env;
 use gpuperf_unwind::python::PythonStatus;
 use gpuperf_unwind::{Captured, Frame, LocalUnwinder, MAX_FRAMES, Options, StackEnd, Trail};
@@ -85,97 +64,13 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::seen::{Miss, Seen};
 
-/// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`.
-pub const GRAPHNODE_CREATED: u32 = 13;
-/// `CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED`.
-pub const GRAPHNODE_CLONED: u32 = 20;
-/// `CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING`.
-pub const GRAPHNODE_DESTROY_STARTING: u32 = 14;
-/// Graph nodes remembered for their clones; past it, new nodes are not (counted).
-const MAX_NODES: usize = 1 << 20;
-/// Graph nodes waiting for the flush thread: at this many it is woken, so that
-/// a burst of instantiations does not pile up records between flushes.
-const WAKE_NODES: usize = 1 << 14;
-/// Graph nodes waiting when a graph call returns: at this many (the flush
-/// thread falls behind) the calling thread writes them itself.
-const BACKLOG_NODES: usize = 1 << 17;
-/// Graph nodes waiting at most (one call copying a million nodes); past it a
-/// node's record is dropped (counted).
-const MAX_PENDING_NODES: usize = 1 << 20;
+mod graphs;
 
-/// Whether a resource callback is one of the graph-node callbacks that copies
-/// and teardowns make by the thousand (cloned, destroyed, and made inside an
-/// instantiate, clone or exec-update call): none of them takes a stack.
-pub fn is_graph_copy_callback(cbid: u32) -> bool {
-    cbid == GRAPHNODE_CLONED
-        || cbid == GRAPHNODE_DESTROY_STARTING
-        || (cbid == GRAPHNODE_CREATED
-            && GRAPH_THREAD
-                .try_with(|g| g.borrow().copies > 0)
-                .unwrap_or(false))
-}
+use graphs::NodeMap;
+pub use graphs::{
+    GRAPHNODE_CLONED, GRAPHNODE_CREATED, GRAPHNODE_DESTROY_STARTING, is_graph_copy_callback,
+};
 
-/// Hashes graph node ids (small integers CUPTI hands out in sequence) with one
-/// multiplication, instead of SipHash: the node map is updated three times per
-/// node an instantiation copies.
-#[derive(Clone, Copy, Default)]
-struct NodeHash(u64);
-
-impl std::hash::Hasher for NodeHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        // Fibonacci hashing; hashbrown takes its top bits for the control byte.
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// A graph node callback kept for later: while a thread is inside an
-/// instantiate, clone, exec-update or destroy call, the thousands of node
-/// copies and teardowns it reports are applied in one go (one lock) when the
-/// call returns, or every [`NODE_BATCH`] events. The call's result is not
-/// usable before it returns, so nothing can need them sooner; node ids are
-/// never reused, so a late teardown cannot remove a newer node.
-#[derive(Clone, Copy)]
-enum NodeEvent {
-    Cloned {
-        node: u64,
-        original: u64,
-        /// Copied into an instantiated graph (`graphExec` set): a node no
-        /// later copy is made from, so it is written but not remembered
-        /// (CUPTI need not report its teardown).
-        into_exec: bool,
-    },
-    Destroyed(u64),
-}
-
-/// Node events a thread batches at most before applying them.
-const NODE_BATCH: usize = 1024;
-
-/// A thread's graph calls, and its batched node events: one thread-local,
-/// as each access costs a `__tls_get_addr` call in a library loaded by
-/// `dlopen`.
-struct GraphThread {
-    /// Instantiate, clone and exec-update calls running.
-    copies: u32,
-    /// Those and destroy calls running: node events are batched meanwhile.
-    calls: u32,
-    events: Vec<NodeEvent>,
-}
-
-thread_local! {
-    static GRAPH_THREAD: RefCell<GraphThread> = const {
-        RefCell::new(GraphThread { copies: 0, calls: 0, events: Vec::new() })
-    };
-}
-
-type NodeMap = HashMap<u64, (u32, Option<ApiId>), std::hash::BuildHasherDefault<NodeHash>>;
 /// Modules the hidden-module table can mark; later ones are never hidden.
 const MODULE_SLOTS: usize = 8192;
 
@@ -583,227 +478,6 @@ impl Stacks {
         }
     }
 
-    /// A resource callback: graph nodes made, cloned and destroyed. `open` is
-    /// called for the innermost recorded API call open on this thread: (its
-    /// stack, domain, cbid). Returns whether the flush thread should be woken
-    /// (graph node records are piling up).
-    ///
-    /// # Safety
-    /// `data` must be the `CUpti_ResourceData` CUPTI passed with `cbid`.
-    pub unsafe fn on_resource(
-        &self,
-        cbid: u32,
-        data: *const c_void,
-        open: &dyn Fn() -> Option<(u32, u32, u32)>,
-    ) -> bool {
-        let Some(node_id) = self.graph_node_id else {
-            return false;
-        };
-        if !matches!(
-            cbid,
-            GRAPHNODE_CREATED | GRAPHNODE_CLONED | GRAPHNODE_DESTROY_STARTING
-        ) || data.is_null()
-        {
-            return false;
-        }
-        if cbid == GRAPHNODE_CREATED
-            && GRAPH_THREAD
-                .try_with(|g| g.borrow().copies > 0)
-                .unwrap_or(false)
-        {
-            // A copy made by instantiate, clone or exec-update: its
-            // GRAPHNODE_CLONED gives it its original's origin; a stack taken
-            // here would be discarded (and cost a capture per node).
-            return false;
-        }
-        let data = data.cast::<u8>();
-        // SAFETY: for graph callbacks CUPTI passes a `CUpti_ResourceData` whose
-        // `resourceDescriptor` points at a `CUpti_GraphData`; fields are read
-        // unaligned at the offsets of the CUDA 13 headers' layout (unchanged
-        // since CUDA 11).
-        let (node, original, exec) = unsafe {
-            let desc = data
-                .add(offset_of!(CUpti_ResourceData, resourceDescriptor))
-                .cast::<*const u8>()
-                .read_unaligned();
-            if desc.is_null() {
-                return false;
-            }
-            let at = |off: usize| desc.add(off).cast::<*mut c_void>().read_unaligned();
-            (
-                at(offset_of!(CUpti_GraphData, node)),
-                at(offset_of!(CUpti_GraphData, originalNode)),
-                at(offset_of!(CUpti_GraphData, graphExec)),
-            )
-        };
-        let id_of = |n: *mut c_void| {
-            let mut id = 0u64;
-            // SAFETY: a node handle CUPTI gave us; `id` is a valid out-pointer.
-            (!n.is_null() && unsafe { node_id(n, &mut id) } == 0).then_some(id)
-        };
-        let Some(node) = id_of(node) else {
-            return false;
-        };
-        let event = match cbid {
-            GRAPHNODE_CLONED => match id_of(original) {
-                Some(orig) => NodeEvent::Cloned {
-                    node,
-                    original: orig,
-                    into_exec: !exec.is_null(),
-                },
-                None => return false,
-            },
-            GRAPHNODE_DESTROY_STARTING => NodeEvent::Destroyed(node),
-            _ => {
-                // Events of this thread first, in order.
-                let wake = self.apply_node_events();
-                return self.node_created(node, open()) || wake;
-            }
-        };
-        // One thread-local access: queued while the thread is inside a graph
-        // call.
-        let queued = GRAPH_THREAD.try_with(|g| {
-            let mut g = g.borrow_mut();
-            if g.calls == 0 {
-                return None;
-            }
-            let e = &mut g.events;
-            if e.capacity() == 0 {
-                e.reserve_exact(NODE_BATCH);
-            }
-            e.push(event);
-            Some(e.len() >= NODE_BATCH)
-        });
-        match queued {
-            Ok(Some(false)) => return false,
-            Ok(Some(true)) => return self.apply_node_events(),
-            // Outside a graph call, or the thread is being torn down:
-            // applied at once.
-            Ok(None) | Err(_) => {}
-        }
-        let wake = self.apply_node_events();
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        self.apply(&mut t, event) || wake
-    }
-
-    /// Applies the calling thread's batched node events (see [`NodeEvent`]),
-    /// under one lock; returns whether the flush thread should be woken.
-    fn apply_node_events(&self) -> bool {
-        GRAPH_THREAD
-            .try_with(|g| {
-                let e = &mut g.borrow_mut().events;
-                if e.is_empty() {
-                    return false;
-                }
-                let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-                let mut wake = false;
-                for ev in e.drain(..) {
-                    wake |= self.apply(&mut t, ev);
-                }
-                wake
-            })
-            .unwrap_or(false)
-    }
-
-    /// A graph copy (instantiate, clone, exec-update: `copy`) or destroy call
-    /// enters or exits on the calling thread; when the last exits, the node
-    /// events it reported are applied. Returns whether the flush thread should
-    /// be woken.
-    pub fn graph_call(&self, copy: bool, enter: bool) -> bool {
-        let last = GRAPH_THREAD
-            .try_with(|g| {
-                let mut g = g.borrow_mut();
-                let step = |n: u32| if enter { n + 1 } else { n.saturating_sub(1) };
-                if copy {
-                    g.copies = step(g.copies);
-                }
-                g.calls = step(g.calls);
-                g.calls == 0
-            })
-            .unwrap_or(false);
-        last && !enter && self.apply_node_events()
-    }
-
-    /// Whether graph node records have piled up (2^17 waiting for the flush).
-    pub fn node_backlog(&self) -> bool {
-        self.table
-            .lock()
-            .is_ok_and(|t| t.pending_nodes.len() >= BACKLOG_NODES)
-    }
-
-    fn apply(&self, t: &mut Table, event: NodeEvent) -> bool {
-        match event {
-            NodeEvent::Cloned {
-                node,
-                original,
-                into_exec,
-            } => self.node_cloned(t, node, original, !into_exec),
-            NodeEvent::Destroyed(node) => {
-                t.nodes.remove(&node);
-                false
-            }
-        }
-    }
-
-    /// Graph node `node` was made, outside a graph copy: inside a recorded call
-    /// (`open`: its stack, domain, cbid), it gets that call's stack; otherwise
-    /// a stack taken here. Instantiation reports
-    /// each copy it makes as made and as cloned, in an order CUPTI does not
-    /// document: a node already known as a clone keeps its original's origin.
-    fn node_created(&self, node: u64, open: Option<(u32, u32, u32)>) -> bool {
-        if self
-            .table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .nodes
-            .contains_key(&node)
-        {
-            return false;
-        }
-        let (stack, api) = match open.filter(|o| o.0 != 0) {
-            Some((stack, domain, cbid)) => (stack, Some((domain, cbid))),
-            None => (self.capture(), None),
-        };
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        self.remember_node(&mut t, node, (stack, api));
-        self.pend_node(&mut t, (node, stack, api))
-    }
-
-    /// Keeps a node's origin for its clones, within [`MAX_NODES`].
-    fn remember_node(&self, t: &mut Table, node: u64, origin: (u32, Option<ApiId>)) {
-        if t.nodes.len() < MAX_NODES || t.nodes.contains_key(&node) {
-            t.nodes.insert(node, origin);
-        } else {
-            self.nodes_not_kept.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Queues a node's record, within [`MAX_PENDING_NODES`]; true when the
-    /// queue has just reached [`WAKE_NODES`].
-    fn pend_node(&self, t: &mut Table, rec: PendingNode) -> bool {
-        if t.pending_nodes.len() >= MAX_PENDING_NODES {
-            self.nodes_not_written.fetch_add(1, Relaxed);
-            return false;
-        }
-        t.pending_nodes.push(rec);
-        t.pending_nodes.len() == WAKE_NODES
-    }
-
-    /// Graph node `node` was copied from `original` (graph instantiation or
-    /// cloning): it has the original's origin, when that is known; it is
-    /// remembered for copies of its own when `keep`.
-    fn node_cloned(&self, t: &mut Table, node: u64, original: u64, keep: bool) -> bool {
-        match t.nodes.get(&original) {
-            Some(&(stack, api)) => {
-                if keep {
-                    self.remember_node(t, node, (stack, api));
-                }
-                self.pend_node(t, (node, stack, api))
-            }
-            None => false,
-        }
-    }
-
     /// The records to write since the last call: modules, stacks, and a NOTE
     /// when Python frames were turned off; then the graph nodes, made into
     /// records one at a time by [`Stacks::node_record`] as they are written
@@ -908,25 +582,6 @@ impl Stacks {
             records: out,
             nodes,
         }
-    }
-
-    /// The `GRAPH_NODE` record of a node [`Stacks::take_records`] took;
-    /// `api_name` names a recorded call by (domain, cbid).
-    pub fn node_record(
-        pid: u32,
-        (node_id, stack, api): PendingNode,
-        strings: &mut StringTable,
-        api_name: &dyn Fn(u32, u32) -> Option<String>,
-    ) -> Record {
-        let api: Option<StringId> = api
-            .and_then(|(d, c)| api_name(d, c))
-            .map(|n| strings.intern(&n));
-        Record::GraphNode(GraphNode {
-            pid,
-            node_id,
-            stack,
-            api,
-        })
     }
 
     /// A NOTE, once, when Python frames were turned off.
@@ -1044,6 +699,7 @@ fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8])
 mod tests {
     use gpuperf_unwind::ModuleId;
 
+    use super::graphs::{GRAPH_THREAD, NodeEvent};
     use super::*;
 
     fn n(module: u32, offset: u64) -> Frame {

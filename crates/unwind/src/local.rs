@@ -15,20 +15,22 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::ffi::{CStr, c_int, c_void};
-use std::ops::Range;
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
-use crate::module::{ModuleInfo, build_id_in_notes, union};
+use crate::module::ModuleInfo;
 use crate::python::{Python, PythonStatus};
 use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
-use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, Tables, UnwindCache, walk};
+use crate::table::{Entry, Loader, Regs, Table, Tables, UnwindCache, walk};
 use crate::trail::Trail;
+
+mod loaded;
+
+use loaded::{build_added, build_snapshot, loader_counters};
 
 /// Options of a [`LocalUnwinder`].
 #[derive(Clone, Debug)]
@@ -714,275 +716,6 @@ fn start_context_address() -> u64 {
     unsafe { *(sp as *const u64) }
 }
 
-/// glibc's (adds, subs) counters, read through the first `dl_iterate_phdr` entry.
-fn loader_counters() -> (u64, u64) {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: called by dl_iterate_phdr with a valid entry; `data` is the
-        // (u64, u64) passed below.
-        unsafe {
-            let out = &mut *(data as *mut (u64, u64));
-            *out = ((*info).dlpi_adds, (*info).dlpi_subs);
-        }
-        1
-    }
-    let mut out = (0u64, 0u64);
-    // SAFETY: the callback matches the declared type and only writes `out`.
-    unsafe { libc::dl_iterate_phdr(Some(first), (&mut out as *mut (u64, u64)).cast()) };
-    out
-}
-
-/// One loaded module as `dl_iterate_phdr` describes it.
-struct Loaded {
-    name: PathBuf,
-    bias: u64,
-    phdr: usize,
-    text: Option<Range<u64>>,
-    /// Every executable segment is readable too.
-    text_readable: bool,
-    build_id: Vec<u8>,
-    cfi: Option<(Cfi, u64)>,
-}
-
-fn build_snapshot(registry: &mut Registry) -> Snapshot {
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid entry and our Vec; the loader lock
-        // is held, so the module's segments stay mapped while we read them.
-        unsafe {
-            let out = &mut *(data as *mut (Vec<Loaded>, u64, u64));
-            out.1 = (*info).dlpi_adds;
-            out.2 = (*info).dlpi_subs;
-            if let Some(m) = read_loaded(&*info) {
-                out.0.push(m);
-            }
-        }
-        0
-    }
-    let mut found: (Vec<Loaded>, u64, u64) = (Vec::new(), 0, 0);
-    // SAFETY: the callback matches the declared type and only touches `found`.
-    unsafe {
-        libc::dl_iterate_phdr(
-            Some(each),
-            (&mut found as *mut (Vec<Loaded>, u64, u64)).cast(),
-        )
-    };
-    let (loaded, adds, subs) = found;
-    let entries = register(registry, loaded);
-    let table = Table::new(entries, |id| module_name(registry, id));
-    Snapshot {
-        table: Arc::new(table),
-        extra: None,
-        adds,
-        subs,
-    }
-}
-
-/// `prev` with the modules loaded since: those whose code `prev`'s main table
-/// does not cover are read (only their headers, in place) into an extra
-/// table that shares the main table's rule-cache generation. Only for loads:
-/// with no module unloaded since `prev`, no new module can lie where the main
-/// table has one.
-fn build_added(registry: &mut Registry, prev: &Snapshot) -> Snapshot {
-    struct Found<'a> {
-        known: &'a Table,
-        loaded: Vec<Loaded>,
-        adds: u64,
-        subs: u64,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid entry and our `Found`; the
-        // loader lock is held, so the module stays mapped while we read it.
-        unsafe {
-            let out = &mut *(data as *mut Found);
-            let info = &*info;
-            out.adds = info.dlpi_adds;
-            out.subs = info.dlpi_subs;
-            let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-            let code = phdrs
-                .iter()
-                .find(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0)
-                .map(|p| info.dlpi_addr.wrapping_add(p.p_vaddr));
-            let known =
-                code.is_some_and(|c| out.known.find(c).is_some_and(|e| e.bias == info.dlpi_addr));
-            if !known && let Some(m) = read_loaded(info) {
-                out.loaded.push(m);
-            }
-        }
-        0
-    }
-    let mut found = Found {
-        known: &prev.table,
-        loaded: Vec::new(),
-        adds: 0,
-        subs: 0,
-    };
-    // SAFETY: the callback matches the declared type and only touches `found`.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut found as *mut Found).cast()) };
-    let Found {
-        loaded, adds, subs, ..
-    } = found;
-    let entries = register(registry, loaded);
-    let extra = (!entries.is_empty()).then(|| {
-        Table::with_generation(
-            entries,
-            |id| module_name(registry, id),
-            prev.table.generation,
-        )
-    });
-    Snapshot {
-        table: Arc::clone(&prev.table),
-        extra,
-        adds,
-        subs,
-    }
-}
-
-fn module_name(registry: &Registry, id: ModuleId) -> String {
-    registry
-        .modules
-        .get(id.0 as usize)
-        .map(|m| m.path.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-/// Gives each loaded module its id (a new one for a module not seen before)
-/// and makes its table entry.
-fn register(registry: &mut Registry, loaded: Vec<Loaded>) -> Vec<Entry> {
-    // Only the main program has no name; it is read once per table.
-    let exe = if loaded.iter().any(|m| m.name.as_os_str().is_empty()) {
-        std::fs::read_link("/proc/self/exe").unwrap_or_default()
-    } else {
-        PathBuf::new()
-    };
-    let mut entries = Vec::with_capacity(loaded.len());
-    for m in loaded {
-        let Some(text) = m.text else { continue };
-        let path = if m.name.as_os_str().is_empty() {
-            exe.clone()
-        } else {
-            m.name.clone()
-        };
-        let key = (m.bias, m.phdr, path.clone(), m.build_id.clone());
-        let id = *registry.ids.entry(key).or_insert_with(|| {
-            let id = ModuleId(registry.modules.len() as u32);
-            registry.modules.push(ModuleInfo {
-                path,
-                build_id: m.build_id.clone(),
-                bias: m.bias,
-                text: text.clone(),
-                has_unwind_info: m.cfi.is_some(),
-            });
-            id
-        });
-        let (cfi, hdr_avma) = match m.cfi {
-            Some((cfi, hdr)) => (Some(cfi), hdr),
-            None => (None, 0),
-        };
-        entries.push(Entry {
-            id,
-            avma: text,
-            bias: m.bias,
-            cfi,
-            eh_frame_hdr_avma: hdr_avma,
-            text_readable: m.text_readable,
-        });
-    }
-    entries
-}
-
-/// Reads one module's program headers in place.
-///
-/// # Safety
-/// `info` must come from `dl_iterate_phdr`, inside its callback.
-unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
-    let bias = info.dlpi_addr;
-    let name = if info.dlpi_name.is_null() {
-        PathBuf::new()
-    } else {
-        // SAFETY: the loader's NUL-terminated name.
-        PathBuf::from(std::ffi::OsStr::from_bytes(unsafe {
-            CStr::from_ptr(info.dlpi_name).to_bytes()
-        }))
-    };
-    // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
-    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let mut text = None;
-    let mut text_readable = true;
-    let mut build_id = Vec::new();
-    let mut hdr = None;
-    for ph in phdrs {
-        let start = bias.wrapping_add(ph.p_vaddr);
-        match ph.p_type {
-            libc::PT_LOAD if ph.p_flags & libc::PF_X != 0 => {
-                text = Some(union(text, start..start + ph.p_memsz));
-                text_readable &= ph.p_flags & libc::PF_R != 0;
-            }
-            libc::PT_GNU_EH_FRAME => hdr = Some((ph.p_vaddr, ph.p_memsz)),
-            libc::PT_NOTE if build_id.is_empty() => {
-                // SAFETY: a note segment of a loaded module is mapped readable.
-                let notes =
-                    unsafe { std::slice::from_raw_parts(start as *const u8, ph.p_filesz as usize) };
-                build_id = build_id_in_notes(notes)
-                    .map(<[u8]>::to_vec)
-                    .unwrap_or_default();
-            }
-            _ => {}
-        }
-    }
-    let cfi = hdr.and_then(|(hdr_svma, hdr_len)| {
-        let hdr_bytes = Bytes::InPlace {
-            ptr: bias.wrapping_add(hdr_svma) as *const u8,
-            len: hdr_len as usize,
-        };
-        let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr_svma);
-        let parsed = gimli::EhFrameHdr::new(&hdr_bytes, gimli::LittleEndian)
-            .parse(&bases, 8)
-            .ok()?;
-        let gimli::Pointer::Direct(eh_svma) = parsed.eh_frame_ptr() else {
-            return None;
-        };
-        // .eh_frame's length is not in the header: bound it by its segment's end.
-        let seg_end = phdrs
-            .iter()
-            .filter(|p| p.p_type == libc::PT_LOAD)
-            .find(|p| p.p_vaddr <= eh_svma && eh_svma < p.p_vaddr + p.p_memsz)
-            .map(|p| p.p_vaddr + p.p_memsz)?;
-        let text_svma = text.as_ref().map_or(0, |t| t.start.wrapping_sub(bias));
-        Some((
-            Cfi {
-                eh_frame: Bytes::InPlace {
-                    ptr: bias.wrapping_add(eh_svma) as *const u8,
-                    len: (seg_end - eh_svma) as usize,
-                },
-                eh_frame_svma: eh_svma,
-                hdr: Some((hdr_bytes, hdr_svma)),
-                text_svma,
-            },
-            bias.wrapping_add(hdr_svma),
-        ))
-    });
-    Some(Loaded {
-        name,
-        bias,
-        phdr: info.dlpi_phdr as usize,
-        text,
-        text_readable,
-        build_id,
-        cfi,
-    })
-}
-
 /// The registers at the point where this macro expands: rip, rsp, rbp read in one
 /// asm block so that they agree with the unwind info at that instruction.
 #[macro_export]
@@ -1009,6 +742,7 @@ macro_rules! current_regs {
 #[allow(non_snake_case)]
 mod tests {
     use std::ffi::c_void;
+    use std::ops::Range;
 
     use super::*;
     use crate::frame::Frame;

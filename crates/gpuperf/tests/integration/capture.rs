@@ -9,7 +9,7 @@
 //! (the nvidia-nvtx wheel, which PyTorch's wheel installs).
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -3,7 +3,7 @@
 //! the end is kept, with the command that makes them from it.
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 

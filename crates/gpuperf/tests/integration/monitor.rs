@@ -1,7 +1,7 @@
 //! `gpuperf monitor` on this machine (the driver events themselves are tested
 //! in the kernel VM, `tests/kernel_vm.rs`).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! more and bigger kernels; folded inputs; bad inputs.
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

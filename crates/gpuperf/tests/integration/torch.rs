@@ -9,7 +9,7 @@
 //! (CI sets it). The unprivileged run also needs root, to switch users.
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -3,7 +3,7 @@
 // Test names are `<what>__<what is checked>`.
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::fs;

@@ -1,7 +1,7 @@
 //! End-to-end tests of `gpuperf record`: the real binary, the real injection
 //! library and the real eBPF profiler on programs built by nvcc against the
 //! simulated CUDA runtime (`sim/`, no GPU), and on the real `libcudart.so.13` of
-//! NVIDIA's wheel; privilege drop, signals and exit codes. `tests/sim.rs` checks
+//! NVIDIA's wheel; privilege drop, signals and exit codes. `sim.rs` checks
 //! each CUDA path on the simulation.
 //!
 //! Tests that load BPF need root and skip without it, unless
@@ -9,7 +9,7 @@
 //! runs are copied to a world-readable temporary directory first.
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io::{BufRead, BufReader};

@@ -2,7 +2,7 @@
 // Test names are `<input>__<what is checked>`.
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

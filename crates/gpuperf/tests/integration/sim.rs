@@ -8,7 +8,7 @@
 //! skip without them unless `GPUPERF_REQUIRE_CUDA_WHEELS=1`.
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

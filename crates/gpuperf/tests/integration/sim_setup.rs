@@ -10,7 +10,7 @@
 //! `GPUPERF_REQUIRE_CUDA_WHEELS=1`).
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt as _, symlink};

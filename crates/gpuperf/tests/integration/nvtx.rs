@@ -10,7 +10,7 @@
 //! check also needs the trace processor (see `crates/test-support/perfetto`).
 #![allow(non_snake_case)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

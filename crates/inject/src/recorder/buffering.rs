@@ -1,0 +1,521 @@
+//! Buffering: moving what the callbacks left in the thread shards and what
+//! CUPTI hands over in its activity buffers into the sink, and the flushes
+//! that do it.
+
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, TryLockError};
+
+use gpuperf_merge::model::{
+    Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, NvtxKind,
+    NvtxRange, Overhead, Record, ThreadName, api_base_name,
+};
+
+use crate::buffers::{self, BUFFER_SIZE, Origin};
+use crate::capture;
+use crate::decode::{self, Decoded, Place};
+use crate::guard::{Inside, NoCancel};
+use crate::shard::{Item, RawApi, Shard};
+use crate::stacks::Stacks;
+
+use super::sink::Sink;
+use super::{
+    CLOCK_SLACK_NS, DRIVER, FLUSH_FORCED, Flush, OVERHEAD3_VERSION, RUNTIME, STATE, State, c_text,
+    domain_index, lock, monotonic_ns,
+};
+
+impl State {
+    /// nvtx hook: writes the NVTX ranges that ended since the last flush
+    /// (with `close_ns`, the ones still open too, ended then).
+    pub(super) fn write_nvtx(&self, close_ns: Option<u64>) {
+        let ranges = crate::nvtx::take_ended(close_ns);
+        if ranges.is_empty() {
+            return;
+        }
+        let mut sink = lock(&self.sink);
+        if sink.closed {
+            return;
+        }
+        for r in ranges {
+            let name = sink.strings.intern(&r.name);
+            let domain = r.domain.map(|d| sink.strings.intern(d));
+            let rec = Record::Nvtx(NvtxRange {
+                pid: self.pid,
+                tid: r.tid,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                name,
+                domain,
+                kind: if r.start_end {
+                    NvtxKind::StartEnd
+                } else {
+                    NvtxKind::PushPop
+                },
+                unclosed: r.unclosed,
+            });
+            sink.write(&rec);
+        }
+    }
+
+    /// Moves every thread's pending API records and aliases into the sink.
+    fn drain_shards(&self) {
+        let shards: Vec<Arc<Shard>> = {
+            let mut all = lock(&self.shards);
+            // A shard only this list holds belongs to a thread that has exited.
+            let live = all.clone();
+            all.retain(|s| Arc::strong_count(s) > 2);
+            live
+        };
+        let mut api = Vec::new();
+        let mut aliases = Vec::new();
+        let mut names = Vec::new();
+        let mut dropped = 0;
+        for s in &shards {
+            let (taken, d) = s.take();
+            dropped += d;
+            taken.for_each(|it| match *it {
+                Item::Api(a) => api.push(a),
+                Item::Alias(nested, outer) => aliases.push((nested, outer)),
+                Item::Thread(tid, name) => names.push((tid, name)),
+            });
+        }
+        self.write_thread_names(&names);
+        // stacks hook: modules, stacks and graph nodes before the API records
+        // that name them.
+        if let Some(st) = &self.stacks {
+            let mut sink = lock(&self.sink);
+            let names = |d: u32, c: u32| {
+                self.names[domain_index(d)]
+                    .get(c as usize)
+                    .map(|n| api_base_name(n).to_owned())
+            };
+            let taken = st.take_records(self.pid, &mut sink.strings);
+            for r in taken.records {
+                if let Record::Note(n) = &r {
+                    self.log.line(&n.text);
+                }
+                sink.write(&r);
+            }
+            for n in taken.nodes {
+                let r = Stacks::node_record(self.pid, n, &mut sink.strings, &names);
+                sink.write(&r);
+            }
+        }
+        // autograd hook: the checks turned the reading off.
+        if let Some(note) = self.autograd.as_ref().and_then(|a| a.take_off_note()) {
+            self.log.line(&note);
+            lock(&self.sink).note(note);
+        }
+        self.write_nvtx(None);
+        if api.is_empty() && aliases.is_empty() && dropped == 0 {
+            return;
+        }
+        let mut sink = lock(&self.sink);
+        if sink.closed {
+            // A flush that raced with the exit path: too late to write.
+            let n = api.len() as u64 + dropped;
+            self.stats.after_close.fetch_add(n, Relaxed);
+            return;
+        }
+        for (nested, outer) in aliases {
+            sink.add_alias(nested, outer);
+        }
+        let mut launches = 0;
+        for a in &api {
+            let rec = self.api_record(&mut sink, a);
+            sink.write_api(&rec, a.stack);
+            if a.autograd.kind != 0 {
+                sink.write(&crate::autograd::record(
+                    self.pid,
+                    a.correlation_id,
+                    a.autograd,
+                ));
+            }
+            let domain = if a.driver { DRIVER } else { RUNTIME };
+            // Copies and memsets too: a program whose later work is only
+            // those must not hide that another client took over.
+            launches += u64::from(self.class(domain, a.cbid).fires_marker());
+        }
+        self.stats.api.fetch_add(api.len() as u64, Relaxed);
+        self.stats.launches.fetch_add(launches, Relaxed);
+        if dropped > 0 {
+            let pid = self.pid;
+            sink.write(&Record::Dropped(Dropped {
+                pid,
+                source: DropSource::Writer,
+                count: dropped,
+            }));
+        }
+    }
+
+    /// Writes each thread's name when it is new or changed (a rename).
+    fn write_thread_names(&self, names: &[(u32, [u8; 16])]) {
+        if names.is_empty() {
+            return;
+        }
+        let mut sink = lock(&self.sink);
+        for &(tid, raw) in names {
+            let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            if len == 0 || sink.thread_names.get(&tid) == Some(&raw) {
+                continue;
+            }
+            sink.thread_names.insert(tid, raw);
+            let name = String::from_utf8_lossy(&raw[..len]).into_owned();
+            let pid = self.pid;
+            sink.write(&Record::Thread(ThreadName { pid, tid, name }));
+        }
+    }
+
+    /// The names of the threads still running, read from `/proc` by the exit
+    /// path: a thread may have renamed itself since its first recorded call.
+    pub(super) fn refresh_thread_names(&self) {
+        let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
+        let mut names = Vec::new();
+        for s in &shards {
+            let tid = s.tid.load(Relaxed);
+            if tid == 0 {
+                continue;
+            }
+            if let Ok(text) = std::fs::read(format!("/proc/self/task/{tid}/comm")) {
+                let text = text.strip_suffix(b"\n").unwrap_or(&text);
+                let mut raw = [0u8; 16];
+                let n = text.len().min(15);
+                raw[..n].copy_from_slice(&text[..n]);
+                names.push((tid, raw));
+            }
+        }
+        self.write_thread_names(&names);
+    }
+
+    fn api_record(&self, sink: &mut Sink, a: &RawApi) -> Record {
+        let d = usize::from(a.driver);
+        let i = a.cbid as usize;
+        if sink.api_names[d].len() <= i {
+            sink.api_names[d].resize(i + 1, None);
+        }
+        let name = match sink.api_names[d][i] {
+            Some(id) => id,
+            None => {
+                let full = self.names[d].get(i).map_or("unknown", String::as_str);
+                let id = sink.strings.intern(api_base_name(full));
+                sink.api_names[d][i] = Some(id);
+                id
+            }
+        };
+        Record::Api(ApiCall {
+            pid: self.pid,
+            tid: a.tid,
+            start_ns: a.start_ns,
+            end_ns: a.end_ns,
+            correlation_id: a.correlation_id,
+            cbid: a.cbid,
+            domain: if a.driver {
+                ApiDomain::Driver
+            } else {
+                ApiDomain::Runtime
+            },
+            name,
+        })
+    }
+
+    /// Decodes one completed buffer into the sink.
+    fn consume(&self, context: *mut c_void, stream: u32, buf: &mut [u8], valid: usize) {
+        self.drain_shards();
+        self.stats.buffers.fetch_add(1, Relaxed);
+        let mut sink = lock(&self.sink);
+        let (mut n, mut incomplete, mut foreign, mut timed) = (0u64, 0u64, 0u64, 0u64);
+        // Our timestamp callback makes every GPU time CLOCK_MONOTONIC; a time
+        // outside this window comes from a clock another CUPTI client registered.
+        let ours = self.started_ns.saturating_sub(CLOCK_SLACK_NS)..=monotonic_ns() + CLOCK_SLACK_NS;
+        let shift = self.clock_shift.load(Relaxed);
+        let mut records = self.cupti.records(buf, valid);
+        for rec in records.by_ref() {
+            n += 1;
+            let decoded = decode::decode(rec).map(|mut d| {
+                if shift != 0 {
+                    d.shift(shift);
+                }
+                d
+            });
+            match decoded {
+                Some(d) if d.incomplete() => incomplete += 1,
+                Some(d)
+                    if d.span()
+                        .is_some_and(|(s, e)| !ours.contains(&s) || !ours.contains(&e)) =>
+                {
+                    foreign += 1
+                }
+                Some(d) => {
+                    timed += u64::from(d.span().is_some());
+                    self.write_decoded(&mut sink, d)
+                }
+                None => {
+                    self.stats.short_records.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        if timed > 0 {
+            let launches = self.stats.launches.load(Relaxed);
+            self.stats.launches_at_last_record.store(launches, Relaxed);
+        }
+        if foreign > 0 {
+            self.stats.foreign_clock.fetch_add(foreign, Relaxed);
+            self.note_takeover(&mut sink);
+        }
+        if let Some(e) = records.error() {
+            // The records after the one CUPTI could not walk past are lost.
+            let k = self.stats.walk_errors.fetch_add(1, Relaxed);
+            let msg = format!("{}: {} after {n} records", e.call, e.message);
+            if k < 10 {
+                self.log
+                    .line(&format!("{msg}; the rest of that buffer is lost"));
+            }
+            lock(&self.first_walk_error).get_or_insert(msg);
+        }
+        self.stats.activities.fetch_add(n, Relaxed);
+        if incomplete > 0 {
+            self.stats.incomplete.fetch_add(incomplete, Relaxed);
+            let pid = self.pid;
+            sink.write(&Record::Dropped(Dropped {
+                pid,
+                source: DropSource::Incomplete,
+                count: incomplete,
+            }));
+        }
+        drop(sink);
+        // Never under the sink lock: this call takes CUPTI's internal lock, which
+        // CUPTI holds while its own thread delivers a buffer that waits for the
+        // sink (the ABBA deadlock Kineto fixed in its PR #1347).
+        // SAFETY: `context` is the one CUPTI passed with this buffer.
+        let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
+        if dropped > 0 {
+            // Records CUPTI dropped explain launches without GPU records.
+            let launches = self.stats.launches.load(Relaxed);
+            self.stats.launches_at_last_record.store(launches, Relaxed);
+            self.stats.cupti_dropped.fetch_add(dropped, Relaxed);
+            let pid = self.pid;
+            lock(&self.sink).write(&Record::Dropped(Dropped {
+                pid,
+                source: DropSource::CuptiActivity,
+                count: dropped,
+            }));
+        }
+    }
+
+    fn write_decoded(&self, sink: &mut Sink, d: Decoded) {
+        // capture hook: the work of calls outside the window is not written.
+        if let Some(id) = d.correlation_id()
+            && !capture::keeps(sink.resolve(id).unwrap_or(id))
+        {
+            return;
+        }
+        let pid = self.pid;
+        let activity = |sink: &mut Sink, mut place: Place, kind: ActivityKind| {
+            if let Some(outer) = sink.resolve(place.correlation_id) {
+                self.stats.aliased.fetch_add(1, Relaxed);
+                place.correlation_id = outer;
+            }
+            if place.device == u32::MAX
+                && let Some(&dev) = sink.context_device.get(&place.context)
+            {
+                place.device = dev;
+            }
+            Record::Activity(Activity {
+                pid,
+                start_ns: place.start_ns,
+                end_ns: place.end_ns,
+                correlation_id: place.correlation_id,
+                device: place.device,
+                context: place.context,
+                stream: place.stream,
+                graph_id: place.graph_id,
+                graph_node_id: place.graph_node_id,
+                kind,
+            })
+        };
+        let rec = match d {
+            Decoded::Kernel {
+                place,
+                grid,
+                block,
+                name,
+            } => {
+                // SAFETY: the name points into CUPTI's record storage, valid while
+                // the buffer callback runs, which is now.
+                let name = unsafe { sink.kernel_name(name) };
+                sink.context_device
+                    .entry(place.context)
+                    .or_insert(place.device);
+                activity(sink, place, ActivityKind::Kernel { name, grid, block })
+            }
+            Decoded::Memcpy {
+                place,
+                copy_kind,
+                bytes,
+                peer,
+            } => activity(
+                sink,
+                place,
+                ActivityKind::Memcpy {
+                    kind: MemcpyKind::from_u8(copy_kind),
+                    bytes,
+                    peer,
+                },
+            ),
+            Decoded::Memset {
+                place,
+                value,
+                bytes,
+            } => activity(sink, place, ActivityKind::Memset { bytes, value }),
+            Decoded::Sync { place, sync_type } => activity(
+                sink,
+                place,
+                ActivityKind::Sync {
+                    sync_type: u8::try_from(sync_type).unwrap_or(u8::MAX),
+                    // CUPTI names the event by its handle, not by the stream or
+                    // the call that recorded it.
+                    wait: None,
+                },
+            ),
+            Decoded::Overhead {
+                kind,
+                correlation_id,
+                start_ns,
+                end_ns,
+            } => {
+                let kind = sink.strings.intern(decode::overhead_name(kind));
+                let correlation_id = if self.version >= OVERHEAD3_VERSION {
+                    sink.resolve(correlation_id).unwrap_or(correlation_id)
+                } else {
+                    0
+                };
+                Record::Overhead(Overhead {
+                    pid,
+                    kind,
+                    correlation_id,
+                    start_ns,
+                    end_ns,
+                })
+            }
+            Decoded::Device { id, cc, name } => {
+                // SAFETY: as for kernel names.
+                let name = unsafe { c_text(name) }.unwrap_or_default();
+                Record::Device(Device {
+                    pid,
+                    id,
+                    name,
+                    compute_capability: (
+                        u16::try_from(cc.0).unwrap_or(u16::MAX),
+                        u16::try_from(cc.1).unwrap_or(u16::MAX),
+                    ),
+                })
+            }
+            Decoded::Context { context, device } => {
+                sink.context_device.insert(context, device);
+                return;
+            }
+            Decoded::Other { .. } => {
+                self.stats.unknown_kinds.fetch_add(1, Relaxed);
+                return;
+            }
+        };
+        sink.write(&rec);
+    }
+
+    /// Flushes CUPTI's buffers and the thread shards to the file.
+    pub(super) fn flush(&self, how: Flush) {
+        if self.disabled.load(Relaxed) {
+            return;
+        }
+        // Writes files: cancellation points, reached from callbacks too.
+        let _no_cancel = NoCancel::new();
+        let _g = match how {
+            // A callback may run under CUPTI's internal lock, which a flush in
+            // progress on another thread waits for inside cuptiActivityFlushAll:
+            // waiting for that flush here would deadlock. It is skipped instead;
+            // the flush in progress hands over what is complete.
+            Flush::InCallback | Flush::LastContext => match self.flush_lock.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    self.stats.skipped_flushes.fetch_add(1, Relaxed);
+                    return;
+                }
+            },
+            Flush::Periodic | Flush::Final => lock(&self.flush_lock),
+        };
+        let forced = matches!(how, Flush::Final | Flush::LastContext);
+        if self.torn_down.load(Relaxed) {
+            // Nothing is left in CUPTI, and no context to flush with.
+        } else if self.yielded.load(Relaxed) {
+            // What CUPTI holds is another client's: flushing would hand it
+            // its buffers early, and after its cuptiFinalize restart CUPTI.
+        } else if let Err(e) = self.cupti.flush_all(if forced { FLUSH_FORCED } else { 0 }) {
+            self.log.line(&e.to_string());
+        } else if how == Flush::LastContext {
+            self.torn_down.store(true, Relaxed);
+        }
+        self.drain_shards();
+        lock(&self.sink).flush();
+    }
+}
+
+pub(super) unsafe extern "C" fn buffer_requested(
+    buf: *mut *mut u8,
+    size: *mut usize,
+    max: *mut usize,
+) {
+    let _no_cancel = NoCancel::new();
+    let _inside = Inside::enter();
+    let (p, n) = catch_unwind(|| match STATE.get() {
+        Some(s) => s.pool.request(buffers::alloc_buffer),
+        None => (buffers::alloc_buffer(), BUFFER_SIZE),
+    })
+    .unwrap_or((ptr::null_mut(), 0));
+    // SAFETY: CUPTI passes valid out-pointers.
+    unsafe {
+        *buf = p;
+        *size = if p.is_null() { 0 } else { n };
+        *max = 0;
+    }
+}
+
+pub(super) unsafe extern "C" fn buffer_completed(
+    context: *mut c_void,
+    stream: u32,
+    buf: *mut u8,
+    size: usize,
+    valid: usize,
+) {
+    if buf.is_null() {
+        return;
+    }
+    let _no_cancel = NoCancel::new();
+    let _inside = Inside::enter();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(s) = STATE.get() else { return };
+        let origin = s.pool.origin(buf);
+        // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
+        let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
+        if origin == Origin::Discard {
+            // Shared by requests made while memory was short: never read.
+        } else if !s.disabled.load(Relaxed) {
+            s.consume(context, stream, slice, valid);
+        } else if s.closed.load(Relaxed) && std::process::id() == s.pid {
+            // After the final flush: nothing may be written any more, but the
+            // loss is still counted.
+            let n = s.cupti.records(slice, valid).count() as u64;
+            s.stats.late.fetch_add(n, Relaxed);
+            s.log.line(&format!(
+                "{n} activity records arrived after the trace was closed; not written"
+            ));
+        }
+        if size == BUFFER_SIZE {
+            // SAFETY: a buffer of this size came from `buffer_requested`, and
+            // CUPTI is done with it.
+            unsafe { s.pool.release(buf) };
+        }
+    }));
+}

@@ -1,0 +1,510 @@
+//! The callbacks: CUPTI's API, resource and state callbacks on the
+//! application's threads, and the per-thread state of the calls they have open.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void};
+use std::mem::offset_of;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::api::Class;
+use crate::capture;
+use crate::guard::{Inside, NoCancel};
+use crate::shard::{Item, RawApi, Shard};
+use crate::stacks;
+use crate::sys::{CUpti_CallbackData, CUpti_StateNotification};
+
+use super::{
+    CONTEXT_CREATED, CONTEXT_DESTROY, DRIVER, ENTER, EXIT, FATAL_ERROR, Flush, RESOURCE, RUNTIME,
+    STATE, STATE_DOMAIN, State, c_text, gettid, lock, monotonic_ns,
+};
+
+struct Open {
+    correlation_id: u32,
+    start_ns: u64,
+    cbid: u32,
+    domain: u32,
+    nested: bool,
+    /// In-process stack id, 0 for none. (stacks hook)
+    stack: u32,
+    /// PyTorch autograd ids. (autograd hook)
+    autograd: crate::autograd::Tag,
+}
+
+/// The calling thread's name, as `prctl(PR_GET_NAME)` gives it (NUL-padded;
+/// all zero when it cannot be read). A system call: no allocation, no lock, no
+/// cancellation point.
+fn thread_name() -> [u8; 16] {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, to the buffer.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    name
+}
+
+#[derive(Default)]
+pub(super) struct Local {
+    shard: Option<Arc<Shard>>,
+    tid: u32,
+    /// Calls entered and not yet exited; its capacity, reserved at the first
+    /// callback, is never grown inside a callback.
+    open: Vec<Open>,
+    runtime_depth: u32,
+}
+
+impl Drop for Local {
+    /// At thread exit: the thread's name once more, as it may have renamed
+    /// itself since its first recorded call.
+    fn drop(&mut self) {
+        if let Some(shard) = &self.shard
+            && self.tid != 0
+        {
+            shard.push(Item::Thread(self.tid, thread_name()));
+        }
+    }
+}
+
+/// Calls a thread may have open at once (CUDA calls nest one or two deep);
+/// deeper ones are not recorded, and counted.
+pub(super) const MAX_OPEN: usize = 32;
+
+thread_local! {
+    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
+}
+
+impl State {
+    fn on_api(&self, domain: u32, cbid: u32, data: *const c_void) {
+        if domain == RESOURCE {
+            if cbid == CONTEXT_DESTROY {
+                // The context still lives: the last one's destruction is the
+                // last chance to flush everything (see `torn_down`).
+                let before = self
+                    .live_contexts
+                    .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)))
+                    .unwrap_or(0);
+                self.flush(if before == 1 {
+                    Flush::LastContext
+                } else {
+                    Flush::InCallback
+                });
+            } else if cbid == CONTEXT_CREATED {
+                self.live_contexts.fetch_add(1, Relaxed);
+                self.torn_down.store(false, Relaxed);
+            }
+            if cbid == CONTEXT_CREATED && !data.is_null() {
+                // SAFETY: for resource callbacks CUPTI passes a
+                // `CUpti_ResourceData`, whose first field is the context.
+                let context = unsafe { data.cast::<*mut c_void>().read_unaligned() };
+                // SAFETY: the context is being created, so it is alive.
+                if let Some((id, dev)) = unsafe { self.cupti.context_device(context) } {
+                    // Synchronization records name only their context.
+                    lock(&self.sink).context_device.insert(id, dev);
+                }
+            }
+            // stacks hook: graph nodes made, cloned and destroyed.
+            if let Some(st) = &self.stacks {
+                // Only a node made outside a copy takes its origin from the
+                // open call.
+                let open = || {
+                    LOCAL
+                        .try_with(|l| {
+                            l.borrow()
+                                .open
+                                .iter()
+                                .rev()
+                                .find(|o| !o.nested)
+                                .map(|o| (o.stack, o.domain, o.cbid))
+                        })
+                        .ok()
+                        .flatten()
+                };
+                // SAFETY: CUPTI passes a `CUpti_ResourceData` for this domain.
+                let wake = unsafe { st.on_resource(cbid, data, &open) };
+                if wake {
+                    self.stop.1.notify_one();
+                }
+            }
+            return;
+        }
+        if domain == STATE_DOMAIN {
+            if cbid == FATAL_ERROR && !data.is_null() {
+                self.on_fatal_error(data);
+            }
+            return;
+        }
+        if (domain != RUNTIME && domain != DRIVER) || data.is_null() {
+            return;
+        }
+        let data = data.cast::<u8>();
+        // SAFETY: for the runtime and driver domains CUPTI passes a valid
+        // `CUpti_CallbackData`; the fields are read unaligned as plain integers.
+        let (site, correlation_id) = unsafe {
+            (
+                data.add(offset_of!(CUpti_CallbackData, callbackSite))
+                    .cast::<u32>()
+                    .read_unaligned(),
+                data.add(offset_of!(CUpti_CallbackData, correlationId))
+                    .cast::<u32>()
+                    .read_unaligned(),
+            )
+        };
+        let class = self.class(domain, cbid);
+        if site == ENTER && class == Class::Reset {
+            self.flush(Flush::InCallback);
+        }
+        if matches!(class, Class::GraphCopy | Class::GraphTeardown) {
+            if let Some(st) = &self.stacks {
+                let wake = st.graph_call(class == Class::GraphCopy, site == ENTER);
+                if site != ENTER && st.node_backlog() {
+                    // The flush thread is falling behind a burst of copies:
+                    // this thread writes them (skipped if a flush runs).
+                    self.flush(Flush::InCallback);
+                } else if wake {
+                    self.stop.1.notify_one();
+                }
+            }
+            return;
+        }
+        // capture hook: outside the window an entry returns here.
+        if matches!(class, Class::ProfilerStart | Class::ProfilerStop) {
+            if site == ENTER {
+                capture::profiler_api(class == Class::ProfilerStart);
+            }
+            return;
+        }
+        if site == ENTER && !capture::recording() {
+            return;
+        }
+        let call = |l: &mut Local| {
+            if site == ENTER {
+                self.enter(l, domain, cbid, correlation_id, class);
+            } else {
+                self.exit(l, correlation_id);
+            }
+        };
+        if LOCAL.try_with(|l| call(&mut l.borrow_mut())).is_err() {
+            self.without_state(call, site == ENTER);
+        }
+    }
+
+    /// A call on a thread whose recorder state was destroyed: `exit` destroys
+    /// the main thread's before the atexit handlers registered after CUDA
+    /// started run, and a thread's before its thread-specific data's
+    /// destructors run. Such calls are recorded through a state kept here,
+    /// by thread id, while the thread has calls open; the shard it writes to
+    /// is drained as the others are.
+    fn without_state(&self, call: impl FnOnce(&mut Local), enter: bool) {
+        let tid = gettid();
+        let mut all = lock(&self.stateless);
+        let i = match all.iter().position(|(t, _)| *t == tid) {
+            Some(i) => i,
+            None => {
+                all.push((tid, Local::default()));
+                all.len() - 1
+            }
+        };
+        call(&mut all[i].1);
+        if enter {
+            self.stats.stateless.fetch_add(1, Relaxed);
+        }
+        if all[i].1.open.is_empty() {
+            // Its drop names the thread in its shard, as at a thread's exit.
+            all.swap_remove(i);
+        }
+    }
+
+    /// CUPTI reports an error it cannot recover from and stops itself.
+    fn on_fatal_error(&self, data: *const c_void) {
+        let data = data.cast::<u8>();
+        // SAFETY: for CUPTI_CBID_STATE_FATAL_ERROR CUPTI passes a
+        // `CUpti_StateData` whose `notification` member (at offset 0) holds the
+        // status and a message that lives for the call.
+        let (status, message) = unsafe {
+            (
+                data.add(offset_of!(CUpti_StateNotification, result))
+                    .cast::<u32>()
+                    .read_unaligned(),
+                c_text(
+                    data.add(offset_of!(CUpti_StateNotification, message))
+                        .cast::<*const c_char>()
+                        .read_unaligned(),
+                ),
+            )
+        };
+        let text = format!(
+            "CUPTI stopped itself after a fatal error ({}): {}; GPU activity after it is missing",
+            self.cupti.status_text(status),
+            message.as_deref().unwrap_or("no message"),
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
+    }
+
+    fn enter(&self, l: &mut Local, domain: u32, cbid: u32, correlation_id: u32, class: Class) {
+        capture::entered(correlation_id);
+        let outer = l
+            .open
+            .iter()
+            .rev()
+            .find(|o| !o.nested)
+            .map(|o| o.correlation_id);
+        if class == Class::Scope {
+            // A runtime call not recorded: only the driver calls inside it
+            // need to know that they are nested.
+            let opened = self.open_nested(l, correlation_id, cbid, domain);
+            l.runtime_depth += u32::from(opened);
+            return;
+        }
+        if domain == DRIVER && l.runtime_depth > 0 {
+            // A driver call made by a runtime call we already record: its GPU work
+            // is charged to the runtime call.
+            self.stats.nested.fetch_add(1, Relaxed);
+            if let Some(outer) = outer.filter(|&o| o != correlation_id) {
+                self.shard(l).push(Item::Alias(correlation_id, outer));
+            }
+            self.open_nested(l, correlation_id, cbid, domain);
+            return;
+        }
+        // stacks hook: the calls that cause GPU work, and the waits for it, get
+        // the caller's stack.
+        let stack = match &self.stacks {
+            // After the final flush the call is only counted.
+            Some(st) if class.takes_stack() && !self.closing.load(Relaxed) => {
+                // The first capture in a new module reads files.
+                let _no_cancel = NoCancel::new();
+                let id = st.capture();
+                if id == 0 {
+                    self.stats.stackless.fetch_add(1, Relaxed);
+                }
+                id
+            }
+            _ => 0,
+        };
+        // autograd hook: whether this launch is forward or backward work.
+        let autograd = match &self.autograd {
+            Some(a) if stack != 0 && class.fires_marker() => a.tag(),
+            _ => Default::default(),
+        };
+        let opened = self.open(
+            l,
+            Open {
+                correlation_id,
+                start_ns: monotonic_ns(),
+                cbid,
+                domain,
+                nested: false,
+                stack,
+                autograd,
+            },
+        );
+        // Counted only when open, as the exit that undoes it finds it.
+        l.runtime_depth += u32::from(opened && domain == RUNTIME);
+        // Stack capture hook: an in-process unwinder is called here, for calls
+        // where `class.fires_marker()`, on the launching thread before the call
+        // does its work, with `correlation_id` as the key its stack is stored
+        // under in the thread's shard. This runs inside CUPTI's API callback,
+        // possibly under CUPTI's lock: it must not take the sink or flush lock,
+        // call into CUPTI, or block.
+        if class.fires_marker() && self.marker_on() {
+            crate::gpuperf_launch_marker(
+                u64::from(correlation_id),
+                (u64::from(domain) << 32) | u64::from(cbid),
+            );
+        }
+    }
+
+    fn exit(&self, l: &mut Local, correlation_id: u32) {
+        let Some(i) = l
+            .open
+            .iter()
+            .rposition(|o| o.correlation_id == correlation_id)
+        else {
+            return;
+        };
+        let o = l.open.remove(i);
+        capture::opened_here(false);
+        if o.domain == RUNTIME {
+            l.runtime_depth = l.runtime_depth.saturating_sub(1);
+        }
+        if o.nested {
+            return;
+        }
+        let end_ns = monotonic_ns();
+        if l.tid == 0 {
+            // The thread's first recorded call: its name as it is now.
+            l.tid = gettid();
+            let item = Item::Thread(l.tid, thread_name());
+            self.shard(l).push(item);
+        }
+        let rec = RawApi {
+            start_ns: o.start_ns,
+            end_ns,
+            correlation_id,
+            tid: l.tid,
+            cbid: o.cbid,
+            driver: o.domain == DRIVER,
+            stack: o.stack,
+            autograd: o.autograd,
+        };
+        if self.closed.load(Relaxed) {
+            // Nothing will drain it: counted now, holding no memory. (Calls
+            // that came between the final flush and this are counted from
+            // their shards at unload.)
+            self.stats.after_close.fetch_add(1, Relaxed);
+            return;
+        }
+        self.shard(l).push(Item::Api(rec));
+    }
+
+    /// Notes a call as open, without growing the list (which would allocate);
+    /// false when the list is full.
+    /// Opens a call that writes no API record of its own: its exit only
+    /// closes it.
+    fn open_nested(&self, l: &mut Local, correlation_id: u32, cbid: u32, domain: u32) -> bool {
+        self.open(
+            l,
+            Open {
+                correlation_id,
+                start_ns: 0,
+                cbid,
+                domain,
+                nested: true,
+                stack: 0,
+                autograd: Default::default(),
+            },
+        )
+    }
+
+    fn open(&self, l: &mut Local, o: Open) -> bool {
+        if l.open.capacity() == 0 {
+            // The thread's first recorded call: its one allocation of this list.
+            l.open.reserve_exact(MAX_OPEN);
+        }
+        if l.open.len() < l.open.capacity() {
+            l.open.push(o);
+            capture::opened_here(true);
+            true
+        } else {
+            self.stats.too_deep.fetch_add(1, Relaxed);
+            false
+        }
+    }
+
+    fn shard<'l>(&self, l: &'l mut Local) -> &'l Shard {
+        l.shard.get_or_insert_with(|| {
+            let s = Arc::new(Shard::default());
+            s.tid.store(gettid(), Relaxed);
+            lock(&self.shards).push(s.clone());
+            s
+        })
+    }
+}
+
+pub(super) unsafe extern "C" fn api_callback(
+    u: *mut c_void,
+    domain: u32,
+    cbid: u32,
+    data: *const c_void,
+) {
+    // Which CUDA calls the thread is inside, for the SIGINT/SIGTERM handler: a
+    // signal landing inside one is taken at its exit (see `interrupt`).
+    // SAFETY: `data` as CUPTI passed it with `domain`.
+    let site = unsafe { api_site(domain, data) };
+    if site == Some(ENTER) {
+        crate::interrupt::call_entered();
+    }
+    // SAFETY: the arguments as CUPTI passed them.
+    unsafe { on_callback(u, domain, cbid, data) };
+    if site == Some(EXIT) {
+        crate::interrupt::call_exited();
+    }
+}
+
+unsafe fn on_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+    if domain == RESOURCE && stacks::is_graph_copy_callback(cbid) {
+        // A graph node copied, or destroyed: thousands per instantiation. This
+        // path reaches no cancellation point (no system call, no capture), so
+        // it skips `NoCancel`'s two calls into libc.
+        let inside = Inside::enter();
+        if inside.reentered() {
+            return;
+        }
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            if let Some(s) = STATE.get()
+                && !s.disabled.load(Relaxed)
+            {
+                s.on_api(domain, cbid, data);
+            }
+        }));
+        return;
+    }
+    // capture hook: outside the window, calls that only record return here.
+    if (domain == RUNTIME || domain == DRIVER)
+        && !capture::recording()
+        && let Some(s) = STATE.get()
+        && !matches!(
+            s.class(domain, cbid),
+            Class::ProfilerStart
+                | Class::ProfilerStop
+                | Class::GraphCopy
+                | Class::GraphTeardown
+                | Class::Reset
+        )
+        // SAFETY: `data` as CUPTI passed it with `domain`.
+        && capture::skip_outside(unsafe { api_enter(domain, data) })
+    {
+        return;
+    }
+    // Entries and exits of runtime and driver calls reach a cancellation point
+    // only in a stack capture (a new module's table is read from files), a
+    // flush or a log write, which take their own guard: they skip
+    // `NoCancel`'s two calls into libc, four per launch otherwise.
+    let _no_cancel = (domain != RUNTIME && domain != DRIVER).then(NoCancel::new);
+    let inside = Inside::enter();
+    if inside.reentered() {
+        if let Some(s) = STATE.get()
+            // SAFETY: `data` as CUPTI passed it with `domain`.
+            && unsafe { api_enter(domain, data) }
+        {
+            s.stats.reentered.fetch_add(1, Relaxed);
+        }
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(s) = STATE.get() else { return };
+        // After the exit path's final flush (static destructors, atexit
+        // handlers registered before CUDA started, other threads), calls go on
+        // into their shards, never written: counted at unload.
+        if !s.disabled.load(Relaxed) || s.closing.load(Relaxed) {
+            s.on_api(domain, cbid, data);
+        }
+    }));
+}
+
+/// Whether a callback is the entry of a runtime or driver API call.
+///
+/// # Safety
+/// `data` must be what CUPTI passed with `domain`.
+unsafe fn api_enter(domain: u32, data: *const c_void) -> bool {
+    // SAFETY: as this function's contract.
+    (unsafe { api_site(domain, data) }) == Some(ENTER)
+}
+
+/// The site (entry or exit) of a runtime or driver API callback; `None` for
+/// other domains.
+///
+/// # Safety
+/// `data` must be what CUPTI passed with `domain`.
+unsafe fn api_site(domain: u32, data: *const c_void) -> Option<u32> {
+    if !(domain == RUNTIME || domain == DRIVER) || data.is_null() {
+        return None;
+    }
+    // SAFETY: for these domains CUPTI passes a `CUpti_CallbackData`; its site
+    // is read as a plain integer.
+    Some(unsafe {
+        data.cast::<u8>()
+            .add(offset_of!(CUpti_CallbackData, callbackSite))
+            .cast::<u32>()
+            .read_unaligned()
+    })
+}

@@ -1,0 +1,262 @@
+//! The exit path: the final flush, the counters, the `CLOSED` record, and what
+//! comes after it (calls at unload, a forked child, a signal).
+
+use std::panic::catch_unwind;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use gpuperf_merge::model::{DropSource, Dropped, Record};
+
+use crate::capture;
+use crate::guard::Inside;
+use crate::shard::{Item, Shard};
+
+use super::callbacks::MAX_OPEN;
+use super::{Flush, MIN_SILENT_LAUNCHES, STATE, State, lock, monotonic_ns};
+
+impl State {
+    /// The exit path: no new records, one forced flush, counters, and no writes
+    /// afterwards.
+    fn finish(&self) {
+        {
+            let (m, cv) = &self.stop;
+            *lock(m) = true;
+            cv.notify_all();
+        }
+        // One close: a signal's during `exit` waits here for the other.
+        let mut finished = lock(&self.finished);
+        if std::mem::replace(&mut *finished, true) || self.disabled.load(Relaxed) {
+            return;
+        }
+        self.refresh_thread_names();
+        // Flushed first, then disabled (whether disabling a kind gives up the
+        // records of work still running is undocumented): records of work
+        // still running come back incomplete and are counted. Records made
+        // between the two arrive late, if ever, and are counted then.
+        self.closing.store(true, Relaxed);
+        // nvtx hook: ranges still open end at the close, marked so.
+        self.write_nvtx(Some(monotonic_ns()));
+        if let Some(note) = crate::nvtx::problems() {
+            self.log.line(&note);
+            lock(&self.sink).note(note);
+        }
+        self.flush(Flush::Final);
+        // Kinds are process-wide: once another client took CUPTI they are its
+        // own, and disabling them would end its recording.
+        let kinds: Vec<u32> = lock(&self.kinds).drain(..).collect();
+        if !self.yielded.load(Relaxed) {
+            for kind in kinds {
+                if let Err(e) = self.cupti.activity_disable(kind) {
+                    self.log.line(&e.to_string());
+                }
+            }
+        }
+        if self.disabled.swap(true, Relaxed) {
+            return;
+        }
+        let s = &self.stats;
+        let walk_errors = s.walk_errors.load(Relaxed);
+        let mut sink = lock(&self.sink);
+        // With our buffers and kinds in place, the forced flush returns a record
+        // for every launch, complete or not. Launches without any mean another
+        // client took the buffer callbacks or disabled the kinds.
+        let (launches, seen) = (
+            s.launches.load(Relaxed),
+            s.launches_at_last_record.load(Relaxed),
+        );
+        if self.yielded.load(Relaxed) {
+            let after = launches.saturating_sub(self.launches_at_yield.load(Relaxed));
+            if after > 0 {
+                sink.note(format!(
+                    "{after} launches, copies and memsets after that have no GPU record here: \
+                     CUPTI gave their records to the other client"
+                ));
+            }
+        } else if launches >= seen + MIN_SILENT_LAUNCHES {
+            self.note_takeover(&mut sink);
+        }
+        let foreign = s.foreign_clock.load(Relaxed);
+        if foreign > 0 {
+            self.log.line(&format!(
+                "{foreign} activity records not on CLOCK_MONOTONIC (another CUPTI client \
+                 changed the clock); not written"
+            ));
+        }
+        let lost = self.pool.lost.load(Relaxed);
+        if lost > 0 {
+            sink.note(format!(
+                "{lost} activity buffers were lost for lack of memory; their records are missing"
+            ));
+        }
+        if walk_errors > 0 {
+            let first = lock(&self.first_walk_error).clone().unwrap_or_default();
+            sink.note(format!(
+                "{walk_errors} activity buffers were cut short by CUPTI (first: {first}); \
+                 the records after the error are lost"
+            ));
+        }
+        if sink.write_errors > 0 {
+            let pid = self.pid;
+            let count = sink.write_errors;
+            let msg = sink.first_error.clone().unwrap_or_default();
+            // The file may be unwritable; the log still tells.
+            sink.write(&Record::Dropped(Dropped {
+                pid,
+                source: DropSource::Writer,
+                count,
+            }));
+            self.log.line(&format!(
+                "{count} records not written to `{}`: {msg}",
+                self.config.trace.display()
+            ));
+        }
+        // The reason a launch has no stack is the recorder's to give: the
+        // merge's summary points at this note.
+        let stackless = s.stackless.load(Relaxed);
+        if stackless > 0
+            && let Some(st) = &self.stacks
+        {
+            sink.note(format!(
+                "{stackless} calls that take a CPU stack have none; {}",
+                st.summary()
+            ));
+        }
+        if let Some(note) = capture::summary(&self.config.window, self.started_ns) {
+            self.log.line(&note);
+            sink.note(note);
+        }
+        // The recording is complete: a file without this was cut short.
+        if let Some(w) = sink.writer.as_mut()
+            && let Err(e) = w.write_closed(monotonic_ns())
+        {
+            sink.write_errors += 1;
+            sink.first_error.get_or_insert_with(|| e.to_string());
+        }
+        sink.closed = true;
+        sink.flush();
+        self.log_summary(walk_errors, lost);
+        self.closed.store(true, Relaxed);
+    }
+
+    /// The exit path's last log lines: every counter, and the stacks' and
+    /// autograd's summaries.
+    fn log_summary(&self, walk_errors: u64, lost: u64) {
+        let s = &self.stats;
+        self.log.line(&format!(
+            "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
+             {} nested driver calls ({} activities charged to the enclosing runtime call), \
+             {} records of other kinds, {} too short, {} incomplete (not written), \
+             {walk_errors} buffers cut short, {} flushes skipped in callbacks, \
+             {} buffers from the reserve, {lost} lost for lack of memory, \
+             {} API calls not recorded because they re-entered gpuperf (a signal \
+             handler's CUDA calls), {} calls not recorded (more than {MAX_OPEN} open on a thread), \
+             {} calls recorded after their thread's state was destroyed (exit, thread-specific \
+             data destructors)",
+            s.api.load(Relaxed),
+            s.activities.load(Relaxed),
+            s.buffers.load(Relaxed),
+            s.cupti_dropped.load(Relaxed),
+            s.nested.load(Relaxed),
+            s.aliased.load(Relaxed),
+            s.unknown_kinds.load(Relaxed),
+            s.short_records.load(Relaxed),
+            s.incomplete.load(Relaxed),
+            s.skipped_flushes.load(Relaxed),
+            self.pool.reserve_used.load(Relaxed),
+            s.reentered.load(Relaxed),
+            s.too_deep.load(Relaxed),
+            s.stateless.load(Relaxed),
+        ));
+        if let Some(st) = &self.stacks {
+            self.log.line(&st.summary());
+        }
+        if let Some(a) = &self.autograd {
+            self.log.line(&a.summary());
+        }
+    }
+
+    /// Writes, to the log and as a NOTE, how many API calls came after the
+    /// trace was closed.
+    fn report_after_close(&self) {
+        if std::process::id() != self.pid || !self.closed.load(Relaxed) {
+            return;
+        }
+        // The calls made after the final flush are in their threads' shards.
+        let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
+        let mut left = 0;
+        for s in &shards {
+            let (taken, dropped) = s.take();
+            left += dropped;
+            taken.for_each(|it| left += u64::from(matches!(it, Item::Api(_))));
+        }
+        let n = self.stats.after_close.swap(0, Relaxed) + left;
+        let refused = std::mem::take(&mut lock(&self.sink).refused);
+        if refused > 0 {
+            self.log.line(&format!(
+                "{refused} records came after the trace was closed (a flush racing with the \
+                 exit path); not written"
+            ));
+        }
+        if n == 0 {
+            return;
+        }
+        let text = format!(
+            "{n} API calls came after the trace was closed (static destructors, atexit \
+             handlers registered before CUDA started, or other threads while the program \
+             exits); not recorded"
+        );
+        self.log.line(&text);
+        lock(&self.sink).note(text);
+    }
+}
+
+/// Runs when the library is unloaded, or at exit after every atexit handler
+/// and static destructor of the program: reports the API calls that came after
+/// the trace was closed. It calls no CUPTI function (libcupti may be gone).
+extern "C" fn at_unload() {
+    let _inside = Inside::enter();
+    let _ = catch_unwind(|| {
+        if let Some(s) = STATE.get() {
+            s.report_after_close();
+        }
+    });
+}
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
+pub(super) extern "C" fn at_exit() {
+    let _inside = Inside::enter();
+    let _ = catch_unwind(|| {
+        if let Some(s) = STATE.get() {
+            s.finish();
+        }
+    });
+    // A SIGINT or SIGTERM is being handled: the program dies of it, not of
+    // `exit`, once the trace is closed, as it would have without gpuperf.
+    let sig = crate::interrupt::deferred();
+    if sig != 0 {
+        crate::interrupt::die_of(sig);
+    }
+}
+
+/// The exit path, run by the closing thread when SIGINT or SIGTERM is about to
+/// end the program (see [`crate::interrupt`]).
+pub(super) fn close_on_signal() {
+    let _inside = Inside::enter();
+    if let Some(s) = STATE.get()
+        && std::process::id() == s.pid
+    {
+        s.log
+            .line("closing the trace: a signal is ending the program");
+        s.finish();
+    }
+}
+
+pub(super) extern "C" fn in_forked_child() {
+    // The child shares the parent's file and CUPTI state; it writes nothing.
+    if let Some(s) = STATE.get() {
+        s.disabled.store(true, Relaxed);
+    }
+}

@@ -1,0 +1,342 @@
+/* Simulated CUPTI, libcupti.so.13 (no GPU): the client's activity buffers,
+ * requested and filled per thread, their delivery (flushes, and the worker thread
+ * that delivers full buffers, as the periodic flush does) and dropped-record
+ * counts. See cupti_internal.h for the other files. */
+#include "cupti_internal.h"
+
+/* ------------------------------------------------------------------ activity buffers */
+
+struct buffer {
+    uint8_t *base;
+    size_t size, used, records;
+    uint64_t last_end;     /* latest end (CUPTI time) of its records */
+    pthread_t owner;       /* the thread whose records it takes */
+    struct buffer *next;
+};
+
+static CUpti_BuffersCallbackRequestFunc g_request;
+CUpti_BuffersCallbackCompleteFunc g_complete;
+static pthread_mutex_t g_buf_mu = PTHREAD_MUTEX_INITIALIZER;     /* the lists below */
+static pthread_mutex_t g_deliver_mu = PTHREAD_MUTEX_INITIALIZER; /* one delivery at a time */
+/* Per-thread buffers, CUDA 13's default (CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER):
+ * each thread's records go to a buffer of its own, requested on that thread,
+ * inside the call that made the record (a launch, say). */
+static struct buffer *g_currents;
+static struct buffer *g_full, **g_full_tail = &g_full;
+static size_t g_max_records;
+static size_t g_dropped;
+static __thread int tls_delivering;
+
+static size_t record_size(uint32_t kind) {
+    switch (kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: return sizeof(CUpti_ActivityMemcpyPtoP4);
+    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
+    case CUPTI_ACTIVITY_KIND_DEVICE: return sizeof(CUpti_ActivityDevice5);
+    case CUPTI_ACTIVITY_KIND_CONTEXT: return sizeof(CUpti_ActivityContext3);
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+    case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return sizeof(CUpti_ActivityExternalCorrelation);
+    default: return 0;
+    }
+}
+
+static void queue_full(struct buffer *b) {
+    b->next = NULL;
+    *g_full_tail = b;
+    g_full_tail = &b->next;
+}
+
+static pthread_cond_t g_worker_cv;
+static void start_worker(void);
+
+/* Appends one record; its end (CUPTI time) says when it is complete. Records
+ * that find no buffer space are counted as dropped. */
+void append(const void *rec, size_t size, uint64_t end) {
+    pthread_mutex_lock(&g_buf_mu);
+    pthread_t self = pthread_self();
+    struct buffer **slot = &g_currents;
+    while (*slot && !pthread_equal((*slot)->owner, self))
+        slot = &(*slot)->next;
+    struct buffer *b = *slot;
+    if (b && (b->used + size > b->size || (g_max_records && b->records >= g_max_records))) {
+        *slot = b->next;
+        if (b->records) {
+            queue_full(b);
+            pthread_cond_signal(&g_worker_cv);
+        } else {
+            free(b); /* too small for any record: never handed back, as CUPTI does */
+        }
+        b = NULL;
+    }
+    if (!b) {
+        uint8_t *base = NULL;
+        size_t sz = 0, max = 0;
+        if (g_request)
+            g_request(&base, &sz, &max);
+        if (!base || sz < size || !(b = calloc(1, sizeof *b))) {
+            g_dropped++;
+            pthread_mutex_unlock(&g_buf_mu);
+            return;
+        }
+        b->base = base;
+        b->size = sz;
+        b->owner = self;
+        g_max_records = max;
+        b->next = g_currents;
+        g_currents = b;
+    }
+    memcpy(b->base + b->used, rec, size);
+    b->used += size;
+    b->records++;
+    if (end > b->last_end)
+        b->last_end = end;
+    pthread_mutex_unlock(&g_buf_mu);
+}
+
+/* Hands `b` to the client. A forced flush hands back records still in flight:
+ * their unknown timestamps are 0 (CUPTI_TIMESTAMP_UNKNOWN). */
+static void deliver(struct buffer *b, uint64_t now) {
+    for (size_t off = 0; off < b->used;) {
+        CUpti_Activity *r = (CUpti_Activity *)(b->base + off);
+        uint64_t *start = NULL, *end = NULL, *completed = NULL;
+        switch (r->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+            CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)r;
+            start = &k->start, end = &k->end, completed = &k->completed;
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY:
+            start = &((CUpti_ActivityMemcpy6 *)r)->start, end = &((CUpti_ActivityMemcpy6 *)r)->end;
+            break;
+        case CUPTI_ACTIVITY_KIND_MEMCPY2:
+            start = &((CUpti_ActivityMemcpyPtoP4 *)r)->start, end = &((CUpti_ActivityMemcpyPtoP4 *)r)->end;
+            break;
+        case CUPTI_ACTIVITY_KIND_MEMSET:
+            start = &((CUpti_ActivityMemset4 *)r)->start, end = &((CUpti_ActivityMemset4 *)r)->end;
+            break;
+        default: break;
+        }
+        if (end && *end > now) {
+            *end = 0;
+            if (completed)
+                *completed = 0;
+            if (*start > now)
+                *start = 0;
+        }
+        off += record_size(r->kind);
+    }
+    tls_delivering = 1;
+    g_complete(NULL, 0, b->base, b->size, b->used);
+    tls_delivering = 0;
+    free(b);
+}
+
+/* Delivers the full buffers that are complete (and, with `partial`, the current
+ * one too); `forced` delivers them all. */
+void flush(int forced, int partial) {
+    pthread_mutex_lock(&g_deliver_mu);
+    pthread_mutex_lock(&g_buf_mu);
+    uint64_t now = to_cupti(gpusim_now_ns());
+    struct buffer *ready = NULL, **tail = &ready;
+    for (struct buffer **p = &g_full; *p;) {
+        struct buffer *b = *p;
+        if (forced || b->last_end <= now) {
+            *p = b->next;
+            b->next = NULL;
+            *tail = b;
+            tail = &b->next;
+        } else {
+            p = &b->next;
+        }
+    }
+    g_full_tail = &g_full;
+    while (*g_full_tail)
+        g_full_tail = &(*g_full_tail)->next;
+    for (struct buffer **p = &g_currents; partial && *p;) {
+        struct buffer *b = *p;
+        if (b->records && (forced || b->last_end <= now)) {
+            *p = b->next;
+            b->next = NULL;
+            *tail = b;
+            tail = &b->next;
+        } else {
+            p = &b->next;
+        }
+    }
+    pthread_mutex_unlock(&g_buf_mu);
+    while (ready) {
+        struct buffer *next = ready->next;
+        deliver(ready, now);
+        ready = next;
+    }
+    pthread_mutex_unlock(&g_deliver_mu);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
+                                                                  CUpti_BuffersCallbackCompleteFunc complete) {
+    if (!request || !complete)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    pthread_mutex_lock(&g_buf_mu);
+    g_request = request;
+    g_complete = complete;
+    pthread_mutex_unlock(&g_buf_mu);
+    start_worker();
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
+    if (!g_complete)
+        return fail(CUPTI_ERROR_INVALID_OPERATION);
+    if (tls_delivering)
+        return fail(CUPTI_ERROR_INVALID_OPERATION);
+    if (gpusim_torn_down()) {
+        /* Simulated hazard, not documented behaviour: CUPTI says nothing of a
+         * flush once the runtime's exit teardown destroyed every context, and
+         * CUPTI tools have hung in that flush on real drivers. The simulation
+         * hangs too (for a minute, then fails), so that a tool that still
+         * flushes there is caught by a test's time limit. */
+        struct timespec t = {.tv_sec = 60};
+        while (nanosleep(&t, &t) != 0)
+            ;
+        return fail(CUPTI_ERROR_UNKNOWN);
+    }
+    flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlush(CUcontext context, uint32_t streamId, uint32_t flag) {
+    return cuptiActivityFlushAll(flag);
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid,
+                                                              CUpti_Activity **record) {
+    if (!buffer || !record)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    uint8_t *next = *record ? (uint8_t *)*record + record_size((*record)->kind) : buffer;
+    if (next < buffer || next + sizeof(uint32_t) > buffer + valid)
+        return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    size_t size = record_size(((CUpti_Activity *)next)->kind);
+    if (size == 0 || next + size > buffer + valid)
+        return fail(CUPTI_ERROR_INVALID_KIND);
+    *record = (CUpti_Activity *)next;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t streamId,
+                                                                     size_t *dropped) {
+    if (!dropped)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    *dropped = 0;
+    if (context)
+        return CUPTI_SUCCESS; /* every record goes to the global buffers */
+    pthread_mutex_lock(&g_buf_mu);
+    *dropped = g_dropped;
+    g_dropped = 0;
+    pthread_mutex_unlock(&g_buf_mu);
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetAttribute(CUpti_ActivityAttribute attr, size_t *size,
+                                                             void *value) {
+    if (!size || !value)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (*size >= sizeof(size_t))
+        *(size_t *)value = 0;
+    return CUPTI_SUCCESS;
+}
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *size,
+                                                             void *value) {
+    if (!size || !value)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    return CUPTI_SUCCESS; /* device-side buffer sizes mean nothing here */
+}
+
+/* ------------------------------------------------------------------ worker thread */
+
+static uint32_t g_period_ms;
+static int g_worker_started;
+static pthread_mutex_t g_worker_mu = PTHREAD_MUTEX_INITIALIZER;
+
+GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushPeriod(uint32_t ms) {
+    g_period_ms = ms;
+    pthread_cond_signal(&g_worker_cv);
+    return CUPTI_SUCCESS;
+}
+
+/* CUPTI's worker: delivers full buffers once their records are complete (the
+ * periodic flush never returns a partial or incomplete buffer). It wakes when a
+ * buffer fills, when the earliest full one completes, and every flush period
+ * (100 ms when none is set). */
+static void *worker(void *arg) {
+    pthread_mutex_lock(&g_worker_mu);
+    for (;;) {
+        uint64_t now = gpusim_now_ns();
+        uint64_t period = (g_period_ms ? g_period_ms : 100) * 1000000ull;
+        uint64_t wake = now + period;
+        pthread_mutex_lock(&g_buf_mu);
+        int64_t off = offset();
+        for (struct buffer *b = g_full; b; b = b->next) {
+            uint64_t done = (uint64_t)((int64_t)b->last_end - off);
+            if (done < wake)
+                wake = done > now ? done : now;
+        }
+        int ready = g_full && g_full->last_end <= to_cupti(now);
+        pthread_mutex_unlock(&g_buf_mu);
+        if (!ready) {
+            struct timespec ts = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
+            pthread_cond_timedwait(&g_worker_cv, &g_worker_mu, &ts);
+        }
+        pthread_mutex_unlock(&g_worker_mu);
+        if (g_complete)
+            flush(0, 0);
+        pthread_mutex_lock(&g_worker_mu);
+    }
+    return arg;
+}
+
+static void before_fork(void) {
+    pthread_mutex_lock(&g_deliver_mu);
+    pthread_mutex_lock(&g_buf_mu);
+}
+
+static void after_fork_parent(void) {
+    pthread_mutex_unlock(&g_buf_mu);
+    pthread_mutex_unlock(&g_deliver_mu);
+}
+
+static void after_fork_child(void) {
+    pthread_mutex_unlock(&g_buf_mu);
+    pthread_mutex_unlock(&g_deliver_mu);
+    g_worker_started = 0; /* the worker did not survive the fork */
+}
+
+static void start_worker(void) {
+    pthread_mutex_lock(&g_mu);
+    if (!g_worker_started) {
+        static int once;
+        if (!once) {
+            pthread_condattr_t a;
+            pthread_condattr_init(&a);
+            pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+            pthread_cond_init(&g_worker_cv, &a);
+            pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+            once = 1;
+        }
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, worker, NULL) == 0) {
+            pthread_setname_np(t, "cupti-sim");
+            g_worker_started = 1;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&g_mu);
+}

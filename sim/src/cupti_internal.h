@@ -1,0 +1,44 @@
+/* Simulated CUPTI, libcupti.so.13 (no GPU): what its source files share. It is
+ * built from cupti.c (errors, the clock, the subscriber, activity kinds, the
+ * driver's hooks that make the records), cupti_buffers.c (the client's activity
+ * buffers, flushes and the worker thread that delivers them) and
+ * cupti_dispatch.c. Not a public header: the symbols below are hidden inside
+ * libcupti.so.13. */
+#ifndef GPUSIM_CUPTI_INTERNAL_H
+#define GPUSIM_CUPTI_INTERNAL_H
+
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cupti.h>
+
+#include "cupti_names.h"
+#include "gpusim.h"
+
+#define NDOMAINS 8
+#define NKINDS 128
+
+/* cupti.c */
+/* Sets the thread's last error and returns it. */
+CUptiResult fail(CUptiResult r);
+/* CUPTI's clock minus CLOCK_MONOTONIC, for the default clock. */
+int64_t offset(void);
+/* A CLOCK_MONOTONIC time in CUPTI's clock (0 stays 0). */
+uint64_t to_cupti(uint64_t mono);
+/* The subscriber's state. */
+extern pthread_mutex_t g_mu;
+
+/* cupti_buffers.c */
+/* The client's buffer-completed callback; NULL until it registers one. */
+extern CUpti_BuffersCallbackCompleteFunc g_complete;
+/* Appends one record; its end (CUPTI time) says when it is complete. */
+void append(const void *rec, size_t size, uint64_t end);
+/* Delivers the complete buffers (with `partial`, the current one too; `forced`, all). */
+void flush(int forced, int partial);
+
+#endif
