@@ -71,7 +71,8 @@
 //!   module table was read, 3 a stack read out of bounds, 4 unusable unwind info,
 //!   5 the depth cap, 6 the unwinder busy. Every value but 0 is a truncated stack.
 //! - an `API` record carries the id of its call's stack; readers that know it
-//!   deliver a [`Record::CallStack`] right after the [`Record::Api`].
+//!   deliver a [`Record::CallStack`](crate::model::Record::CallStack) right after
+//!   the [`Record::Api`](crate::model::Record::Api).
 //! - `GRAPH_NODE` ties a CUDA graph node id (as kernel and copy records carry it)
 //!   to the stack that made the node, so that the kernels of a replayed graph can
 //!   be charged to the `cudaGraphLaunch` stack and then to the capturing stack.

@@ -29,7 +29,7 @@ pub struct ReadStats {
     pub truncated_at: Option<u64>,
     /// Records of kinds this build does not know, skipped.
     pub unknown_kinds: u64,
-    /// The header's flags ([`FLAG_STACKS`], [`FLAG_CLOSES`]).
+    /// The header's flags ([`FLAG_STACKS`](super::FLAG_STACKS), [`FLAG_CLOSES`]).
     pub flags: u32,
     /// When the recording was closed (`CLOSED`), if it was.
     pub closed_at: Option<u64>,

@@ -28,7 +28,7 @@ impl<W: Write> Writer<W> {
         Self::with_flags(out, 0)
     }
 
-    /// Writes the file header with `flags` ([`FLAG_STACKS`]).
+    /// Writes the file header with `flags` ([`FLAG_STACKS`](super::FLAG_STACKS)).
     pub fn with_flags(mut out: W, flags: u32) -> io::Result<Self> {
         let mut h = [0u8; HEADER_LEN];
         h[..8].copy_from_slice(&MAGIC);
@@ -79,7 +79,7 @@ impl<W: Write> Writer<W> {
     }
 
     /// Appends the `CLOSED` record: the recording is complete as of `at_ns`
-    /// (for a header with [`FLAG_CLOSES`]).
+    /// (for a header with [`FLAG_CLOSES`](super::FLAG_CLOSES)).
     pub fn write_closed(&mut self, at_ns: u64) -> io::Result<()> {
         self.begin(kind::CLOSED);
         self.u64(at_ns);
