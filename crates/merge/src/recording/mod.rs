@@ -104,18 +104,11 @@ pub fn gpu_trace_bytes(dir: &Path) -> u64 {
 /// Removes the files an earlier run left in the kept directory `dir`
 /// ([`is_recorded_file`]); their traces would be merged into this one's.
 pub fn clear_old_files(dir: &Path) -> crate::Result<()> {
-    let io = |action: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| crate::Error::Io {
-            action,
-            path,
-            source,
-        }
-    };
-    let list = std::fs::read_dir(dir).map_err(io("list", dir))?;
+    let list = std::fs::read_dir(dir).map_err(crate::Error::io("list", dir))?;
     for entry in list.flatten() {
         if is_recorded_file(&entry.file_name().to_string_lossy()) {
-            std::fs::remove_file(entry.path()).map_err(io("remove the old", &entry.path()))?;
+            std::fs::remove_file(entry.path())
+                .map_err(crate::Error::io("remove the old", &entry.path()))?;
         }
     }
     Ok(())

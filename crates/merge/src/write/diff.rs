@@ -113,11 +113,7 @@ pub fn normalize_stack(stack: &str, opts: &Options) -> String {
 pub fn read_folded<R: BufRead>(r: R, path: &Path) -> Result<Vec<(String, u64)>> {
     let mut lines = Vec::new();
     for (n, line) in r.lines().enumerate() {
-        let line = line.map_err(|source| Error::Io {
-            action: "read",
-            path: path.to_owned(),
-            source,
-        })?;
+        let line = line.map_err(Error::io("read", path))?;
         let line = line.trim();
         if line.is_empty() || line.starts_with("# ") {
             continue;
