@@ -385,6 +385,13 @@ pub struct Note {
     pub text: String,
 }
 
+/// `pid N: text`, as summaries and the Chrome trace's metadata show it.
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {}: {}", self.pid, self.text)
+    }
+}
+
 /// One record of a GPU trace, as every GPU-side reader yields it.
 ///
 /// The trace format promises new record kinds (a reader skips a kind it does not

@@ -176,7 +176,7 @@ pub(super) fn index_apis(
             let n: &mut u64 = gpu_dropped.entry(d.source).or_default();
             *n = n.saturating_add(d.count);
         }
-        Record::Note(n) => notes.push(format!("pid {}: {}", n.pid, n.text)),
+        Record::Note(n) => notes.push(n.clone()),
         _ => {}
     })?;
     if let Some((p, t)) = cur {

@@ -5,7 +5,7 @@ use std::fmt;
 use rustc_hash::FxHashMap;
 
 use super::NoStack;
-use crate::model::DropSource;
+use crate::model::{DropSource, Note};
 use crate::read::input::GpuReadSummary;
 
 /// How one process's CPU launches were paired.
@@ -69,8 +69,8 @@ pub struct Summary {
     pub cpu_truncated: u64,
     /// GPU records lost, by where.
     pub gpu_dropped: FxHashMap<DropSource, u64>,
-    /// Notes left by the recorder.
-    pub notes: Vec<String>,
+    /// Notes left by the recorder, with the process each came from.
+    pub notes: Vec<Note>,
     /// Per-process pairing.
     pub pairings: Vec<Pairing>,
     /// What reading the GPU inputs saw.
@@ -309,8 +309,10 @@ mod tests {
             ..Summary::default()
         };
         s.kernels_unmatched.insert(NoStack::NoCpuEvent, 5);
-        s.notes
-            .push("pid 7: 5 calls that take a CPU stack have none; stacks: …".into());
+        s.notes.push(Note {
+            pid: 7,
+            text: "5 calls that take a CPU stack have none; stacks: …".into(),
+        });
         let text = s.to_string();
         assert!(
             text.contains(

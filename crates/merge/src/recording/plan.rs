@@ -89,15 +89,15 @@ fn writing<T>(path: &Path, r: Result<T>) -> Result<T> {
 /// Whether a recorder said its trace was made on the simulated CUDA runtime,
 /// or a trace another tool recorded names the simulated runtime's devices.
 pub fn simulated(summary: &Summary) -> bool {
-    // Recorder notes read "pid N: text"; a reader's notes are the text.
-    summary.notes.iter().any(|n| {
-        n.split_once(": ")
-            .is_some_and(|(_, t)| t.starts_with(SIMULATED_GPU_NOTE))
-    }) || summary
-        .gpu_read
+    summary
         .notes
         .iter()
-        .any(|n| n.starts_with(SIMULATED_GPU_NOTE))
+        .any(|n| n.text.starts_with(SIMULATED_GPU_NOTE))
+        || summary
+            .gpu_read
+            .notes
+            .iter()
+            .any(|n| n.starts_with(SIMULATED_GPU_NOTE))
 }
 
 impl Recording {

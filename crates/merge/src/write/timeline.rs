@@ -853,7 +853,7 @@ impl Builder {
             clock: ctx.clock,
             kernels: summary.kernels,
             kernels_matched: summary.kernels_matched,
-            notes: summary.notes.clone(),
+            notes: summary.notes.iter().map(ToString::to_string).collect(),
         }
     }
 }
