@@ -266,7 +266,7 @@ impl GpuInputs {
 
 /// The pid given to the `n`th (from 1) further recording of process `pid`:
 /// above Linux's largest pid (2^22), so that it names no other process.
-pub fn image_pid(pid: u32, n: u32) -> u32 {
+pub(crate) fn image_pid(pid: u32, n: u32) -> u32 {
     pid.wrapping_add(n << 22)
 }
 

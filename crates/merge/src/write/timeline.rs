@@ -60,7 +60,7 @@ pub fn gpu_pid(pid: u32, device: u32) -> u64 {
 }
 
 /// The track of a process's NVTX start/end ranges.
-pub const NVTX_START_END_TRACK: &str = "NVTX ranges (start/end)";
+pub(crate) const NVTX_START_END_TRACK: &str = "NVTX ranges (start/end)";
 
 /// Set in the tid of a stream's synchronization track.
 pub const SYNC_TID_BIT: u64 = 1 << 31;
