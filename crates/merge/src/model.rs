@@ -106,6 +106,7 @@ pub struct Device {
 
 /// The CUPTI callback domain of an API call.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ApiDomain {
     /// CUDA runtime API (`cuda*`).
     Runtime,
@@ -137,6 +138,7 @@ pub struct ApiCall {
 /// Direction of a memory copy, as CUPTI's `CUpti_ActivityMemcpyKind` numbers it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum MemcpyKind {
     /// Unknown direction.
     Unknown = 0,
@@ -228,6 +230,7 @@ pub struct PeerDevices {
 
 /// What a GPU activity record describes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ActivityKind {
     /// A kernel execution (CUPTI `CONCURRENT_KERNEL`).
     Kernel {
@@ -316,6 +319,7 @@ impl Activity {
 
 /// Where dropped records were dropped.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DropSource {
     /// CUPTI ran out of activity buffer space.
     CuptiActivity,
@@ -547,6 +551,7 @@ impl StackEnd {
 
 /// One frame of a [`Stack`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum StackFrame {
     /// Native code: a module and the ELF virtual address to symbolize (for a
     /// return address, already moved back into the call instruction).
@@ -655,6 +660,7 @@ pub struct NvtxRange {
 
 /// How an NVTX range was opened.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum NvtxKind {
     /// `nvtxRangePush*` and `nvtxRangePop`: per thread, strictly nested.
     PushPop,
@@ -682,6 +688,7 @@ pub struct Autograd {
 /// The autograd ids of one call. A backward node `(thread, seq)` was made by the
 /// forward op whose calls read `Forward { thread, next_seq: seq + 1 }`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AutogradTag {
     /// A call made outside any backward node, on a thread that made autograd
     /// nodes: RecordFunction's thread id and the thread's next sequence number
