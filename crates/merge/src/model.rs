@@ -297,12 +297,15 @@ pub struct Activity {
     pub correlation_id: u32,
     /// CUDA device ordinal; [`UNKNOWN_DEVICE`] when the recorder could not tell
     /// (a synchronization in a context it never saw created).
+    /// [`Activity::device_ordinal`] reads it as an `Option`.
     pub device: u32,
     /// CUDA context id.
     pub context: u32,
-    /// CUDA stream id (`u32::MAX` when not on a stream).
+    /// CUDA stream id as the file holds it (`u32::MAX` when not on a stream);
+    /// [`Activity::stream_id`] reads it as an `Option`.
     pub stream: u32,
-    /// CUDA graph id, 0 when not from a graph.
+    /// CUDA graph id as the file holds it, 0 when not from a graph;
+    /// [`Activity::graph`] reads it as an `Option`.
     pub graph_id: u32,
     /// CUDA graph node id, 0 when not from a graph.
     pub graph_node_id: u64,
@@ -314,6 +317,23 @@ impl Activity {
     /// `end_ns - start_ns`, saturating at 0 for malformed records.
     pub fn duration_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns)
+    }
+
+    /// The CUDA device ordinal, `None` when the recorder could not tell
+    /// ([`UNKNOWN_DEVICE`]).
+    pub fn device_ordinal(&self) -> Option<u32> {
+        (self.device != UNKNOWN_DEVICE).then_some(self.device)
+    }
+
+    /// The CUDA stream id, `None` when the work was not on a stream.
+    pub fn stream_id(&self) -> Option<u32> {
+        (self.stream != u32::MAX).then_some(self.stream)
+    }
+
+    /// The CUDA graph id and graph node id, `None` when the work did not come
+    /// from a graph.
+    pub fn graph(&self) -> Option<(u32, u64)> {
+        (self.graph_id != 0).then_some((self.graph_id, self.graph_node_id))
     }
 }
 
@@ -363,12 +383,20 @@ pub struct Overhead {
     /// What kind of overhead, e.g. `CUPTI_INSTRUMENTATION`.
     pub kind: StringId,
     /// The API call it delayed (CUPTI 12.4 on: a kernel's slow first launch
-    /// under lazy loading is its `LAZY_FUNCTION_LOADING`), 0 for none.
+    /// under lazy loading is its `LAZY_FUNCTION_LOADING`), 0 for none;
+    /// [`Overhead::delayed_call`] reads it as an `Option`.
     pub correlation_id: u32,
     /// Start time.
     pub start_ns: u64,
     /// End time.
     pub end_ns: u64,
+}
+
+impl Overhead {
+    /// The correlation id of the API call the overhead delayed, if any.
+    pub fn delayed_call(&self) -> Option<u32> {
+        (self.correlation_id != 0).then_some(self.correlation_id)
+    }
 }
 
 /// How a [`Note`] starts when the trace was recorded on gpuperf's simulated CUDA

@@ -192,7 +192,7 @@ fn count_activity(summary: &mut Summary, a: &Activity, m: &Match<'_>) {
     match a.kind {
         ActivityKind::Kernel { .. } => {
             summary.kernels += 1;
-            summary.graph_kernels += u64::from(a.graph_id != 0);
+            summary.graph_kernels += u64::from(a.graph().is_some());
             match m.no_stack() {
                 None => summary.kernels_matched += 1,
                 Some(r) => *summary.kernels_unmatched.entry(r).or_default() += 1,

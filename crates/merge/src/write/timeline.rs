@@ -461,9 +461,9 @@ impl Builder {
                 }
             }
         }
-        if a.graph_id != 0 {
-            args.push(("graph_id", Arg::Uint(u64::from(a.graph_id))));
-            args.push(("graph_node_id", Arg::Uint(a.graph_node_id)));
+        if let Some((graph, node)) = a.graph() {
+            args.push(("graph_id", Arg::Uint(u64::from(graph))));
+            args.push(("graph_node_id", Arg::Uint(node)));
         }
         // Written only where the work is charged to another stack than its
         // call's: the call's slice holds the call's stack.
