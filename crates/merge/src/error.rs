@@ -1,5 +1,5 @@
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Errors of the merge crate. Malformed lines and records are not errors: they are
 /// counted in [`crate::Diagnostics`]. These are the failures that stop a read.
@@ -64,6 +64,18 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+impl Error {
+    /// For `map_err`: doing `action` ("read", "write", "create") on `path` failed.
+    pub(crate) fn io(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Self + use<> {
+        let path = path.to_path_buf();
+        move |source| Self::Io {
+            action,
+            path,
+            source,
+        }
+    }
 }
 
 /// Describes the start of a file for [`Error::NotATrace`].

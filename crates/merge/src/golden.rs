@@ -105,6 +105,10 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                         }
                         ("sync", d)
                     }
+                    // Kinds a newer format adds (the enum is non-exhaustive
+                    // outside this crate, where the integration tests use this).
+                    #[allow(unreachable_patterns)]
+                    other => ("other", format!("{other:?}")),
                 };
                 writeln!(
                     out,
@@ -142,6 +146,8 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                             line,
                         } => format!("{} ({}:{line})", strings.get(function), strings.get(file)),
                         StackFrame::Unknown { address } => format!("?{address:#x}"),
+                        #[allow(unreachable_patterns)]
+                        other => format!("{other:?}"),
                     })
                     .collect();
                 writeln!(

@@ -106,6 +106,7 @@ pub struct Device {
 
 /// The CUPTI callback domain of an API call.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ApiDomain {
     /// CUDA runtime API (`cuda*`).
     Runtime,
@@ -137,6 +138,7 @@ pub struct ApiCall {
 /// Direction of a memory copy, as CUPTI's `CUpti_ActivityMemcpyKind` numbers it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum MemcpyKind {
     /// Unknown direction.
     Unknown = 0,
@@ -228,6 +230,7 @@ pub struct PeerDevices {
 
 /// What a GPU activity record describes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ActivityKind {
     /// A kernel execution (CUPTI `CONCURRENT_KERNEL`).
     Kernel {
@@ -294,12 +297,15 @@ pub struct Activity {
     pub correlation_id: u32,
     /// CUDA device ordinal; [`UNKNOWN_DEVICE`] when the recorder could not tell
     /// (a synchronization in a context it never saw created).
+    /// [`Activity::device_ordinal`] reads it as an `Option`.
     pub device: u32,
     /// CUDA context id.
     pub context: u32,
-    /// CUDA stream id (`u32::MAX` when not on a stream).
+    /// CUDA stream id as the file holds it (`u32::MAX` when not on a stream);
+    /// [`Activity::stream_id`] reads it as an `Option`.
     pub stream: u32,
-    /// CUDA graph id, 0 when not from a graph.
+    /// CUDA graph id as the file holds it, 0 when not from a graph;
+    /// [`Activity::graph`] reads it as an `Option`.
     pub graph_id: u32,
     /// CUDA graph node id, 0 when not from a graph.
     pub graph_node_id: u64,
@@ -312,10 +318,28 @@ impl Activity {
     pub fn duration_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns)
     }
+
+    /// The CUDA device ordinal, `None` when the recorder could not tell
+    /// ([`UNKNOWN_DEVICE`]).
+    pub fn device_ordinal(&self) -> Option<u32> {
+        (self.device != UNKNOWN_DEVICE).then_some(self.device)
+    }
+
+    /// The CUDA stream id, `None` when the work was not on a stream.
+    pub fn stream_id(&self) -> Option<u32> {
+        (self.stream != u32::MAX).then_some(self.stream)
+    }
+
+    /// The CUDA graph id and graph node id, `None` when the work did not come
+    /// from a graph.
+    pub fn graph(&self) -> Option<(u32, u64)> {
+        (self.graph_id != 0).then_some((self.graph_id, self.graph_node_id))
+    }
 }
 
 /// Where dropped records were dropped.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DropSource {
     /// CUPTI ran out of activity buffer space.
     CuptiActivity,
@@ -359,12 +383,20 @@ pub struct Overhead {
     /// What kind of overhead, e.g. `CUPTI_INSTRUMENTATION`.
     pub kind: StringId,
     /// The API call it delayed (CUPTI 12.4 on: a kernel's slow first launch
-    /// under lazy loading is its `LAZY_FUNCTION_LOADING`), 0 for none.
+    /// under lazy loading is its `LAZY_FUNCTION_LOADING`), 0 for none;
+    /// [`Overhead::delayed_call`] reads it as an `Option`.
     pub correlation_id: u32,
     /// Start time.
     pub start_ns: u64,
     /// End time.
     pub end_ns: u64,
+}
+
+impl Overhead {
+    /// The correlation id of the API call the overhead delayed, if any.
+    pub fn delayed_call(&self) -> Option<u32> {
+        (self.correlation_id != 0).then_some(self.correlation_id)
+    }
 }
 
 /// How a [`Note`] starts when the trace was recorded on gpuperf's simulated CUDA
@@ -383,6 +415,13 @@ pub struct Note {
     pub pid: u32,
     /// The message.
     pub text: String,
+}
+
+/// `pid N: text`, as summaries and the Chrome trace's metadata show it.
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {}: {}", self.pid, self.text)
+    }
 }
 
 /// One record of a GPU trace, as every GPU-side reader yields it.
@@ -540,6 +579,7 @@ impl StackEnd {
 
 /// One frame of a [`Stack`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum StackFrame {
     /// Native code: a module and the ELF virtual address to symbolize (for a
     /// return address, already moved back into the call instruction).
@@ -648,6 +688,7 @@ pub struct NvtxRange {
 
 /// How an NVTX range was opened.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum NvtxKind {
     /// `nvtxRangePush*` and `nvtxRangePop`: per thread, strictly nested.
     PushPop,
@@ -675,6 +716,7 @@ pub struct Autograd {
 /// The autograd ids of one call. A backward node `(thread, seq)` was made by the
 /// forward op whose calls read `Forward { thread, next_seq: seq + 1 }`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AutogradTag {
     /// A call made outside any backward node, on a thread that made autograd
     /// nodes: RecordFunction's thread id and the thread's next sequence number

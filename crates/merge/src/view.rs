@@ -21,7 +21,7 @@
 //! process (the Python executable or a `libpython` library: see
 //! [`is_interpreter_module`]), and otherwise by its text: an unsymbolised frame
 //! of such a module (`python3.11+0x584b23`), or a name of CPython's evaluation
-//! loop and call machinery ([`is_interpreter_name`]).
+//! loop and call machinery (`is_interpreter_name`).
 //!
 //! ```
 //! use gpuperf_merge::view::View;
@@ -81,7 +81,7 @@ pub struct View {
 
 /// A label longer than this (after shortening) keeps its start and end and
 /// loses its middle, so that no frame fills a screen.
-pub const MAX_LABEL: usize = 240;
+pub(crate) const MAX_LABEL: usize = 240;
 
 impl View {
     /// Every frame, full names: the recorded data.
@@ -279,7 +279,7 @@ const INTERPRETER_NAMES: [&str; 6] = [
 /// `libpython3.12.so.1.0+0x1f00`) or a function of CPython's evaluation loop
 /// and call machinery (`_PyEval_EvalFrameDefault`, `PyObject_Call`, …, with
 /// compiler suffixes such as `.cold` or `.lto_priv.0`).
-pub fn is_interpreter_name(frame: &str) -> bool {
+pub(crate) fn is_interpreter_name(frame: &str) -> bool {
     if let Some((file, off)) = frame.rsplit_once("+0x")
         && !off.is_empty()
         && off.chars().all(|c| c.is_ascii_hexdigit())
@@ -294,7 +294,7 @@ pub fn is_interpreter_name(frame: &str) -> bool {
 /// kernel, whose name holds the kernel's mangled name without its leading `_`:
 /// that name demangled, `__device_stub__matvec(float const*, …)`. Other names
 /// pass through.
-pub fn demangle_stub(name: &str) -> Cow<'_, str> {
+pub(crate) fn demangle_stub(name: &str) -> Cow<'_, str> {
     const STUB: &str = "__device_stub__";
     let Some(rest) = name.strip_prefix(STUB) else {
         return Cow::Borrowed(name);
@@ -321,7 +321,7 @@ const QUALIFIERS: [&str; 5] = ["const", "volatile", "noexcept", "&&", "&"];
 /// (`{lambda#1}`), `(anonymous namespace)` stays, and `[clone .isra.0]`
 /// suffixes go. Names that are not C++ (Python frames, `file+0x…`, markers in
 /// brackets) pass through; a result longer than [`MAX_LABEL`] loses its middle.
-pub fn short_name(name: &str) -> Cow<'_, str> {
+pub(crate) fn short_name(name: &str) -> Cow<'_, str> {
     if let Some(op) = emit_nvtx_op(name) {
         return Cow::Owned(op.to_owned());
     }
@@ -463,7 +463,7 @@ pub fn elide_middle(s: &str, max: usize) -> String {
 
 /// Whether a frame is a Python line: `module.fn (file.py:12)` as gpuperf's
 /// recordings name them, or `file.py(12): fn` as PyTorch's profiler does.
-pub fn is_python_frame(frame: &str) -> bool {
+pub(crate) fn is_python_frame(frame: &str) -> bool {
     frame.contains(".py:") || frame.contains(".py(")
 }
 
@@ -473,7 +473,7 @@ pub fn innermost_python(folded: &str) -> Option<&str> {
 }
 
 /// Separates frames in [`fit_stack`]'s text, read "called from".
-pub const CALLED_FROM: &str = " ← ";
+pub(crate) const CALLED_FROM: &str = " ← ";
 
 /// A folded stack (root first) in at most `width` characters, for a terminal:
 /// the leaf first (with its caller when the leaf is a CUDA API call), then the

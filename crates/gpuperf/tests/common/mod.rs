@@ -303,6 +303,7 @@ impl Recording {
             ActivityKind::Memcpy { kind, bytes, .. } => format!("Memcpy {} {bytes}", kind.name()),
             ActivityKind::Memset { bytes, .. } => format!("Memset {bytes}"),
             ActivityKind::Sync { .. } => "Sync".to_owned(),
+            other => format!("{other:?}"),
         }
     }
 

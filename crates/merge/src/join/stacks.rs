@@ -58,9 +58,9 @@ pub const GRAPH_CAPTURED: &str = "[graph node captured at]";
 /// The frame between a graph launch's stack and the stack that added the node.
 pub const GRAPH_ADDED: &str = "[graph node added at]";
 /// What an NVTX range's frame starts with ([`nvtx_frame`]).
-pub const NVTX_FRAME: &str = "[nvtx]";
+pub(crate) const NVTX_FRAME: &str = "[nvtx]";
 /// A frame in code without unwind information.
-pub const UNKNOWN_FRAME: &str = "[unknown]";
+pub(crate) const UNKNOWN_FRAME: &str = "[unknown]";
 /// Frames a complete stack starts with: the process's entry point, the thread
 /// starts (`clone`, `clone3`, glibc's `start_thread`) and where a `makecontext`
 /// coroutine starts (glibc's `__start_context`).
@@ -109,7 +109,7 @@ pub struct StackStats {
     /// Launches made by autograd's backward nodes, and how they were charged.
     pub backward: BackwardStats,
     /// API calls with a stack made inside NVTX push/pop ranges, which show as
-    /// frames of their stacks ([`NVTX_FRAME`]).
+    /// frames of their stacks (`NVTX_FRAME`).
     pub nvtx_launches: u64,
 }
 
@@ -424,7 +424,7 @@ fn add_launches(
 
 /// A frame for an NVTX range: `[nvtx] NAME`, or `[nvtx DOMAIN] NAME` outside
 /// the default domain. A `;` in a name would split the frame: it reads `,`.
-pub fn nvtx_frame(name: &str, domain: Option<&str>) -> String {
+pub(crate) fn nvtx_frame(name: &str, domain: Option<&str>) -> String {
     let clean = |s: &str| s.replace(';', ",").replace(['\n', '\r'], " ");
     match domain {
         Some(d) => format!("[nvtx {}] {}", clean(d), clean(name)),

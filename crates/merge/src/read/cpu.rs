@@ -302,11 +302,7 @@ impl CpuTrace {
 
     /// Reads a CPU trace file in either format.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|source| Error::Io {
-            action: "open",
-            path: path.to_owned(),
-            source,
-        })?;
+        let file = File::open(path).map_err(Error::io("open", path))?;
         Self::read(file, path)
     }
 
@@ -344,11 +340,7 @@ impl CpuTrace {
             }
             true
         })
-        .map_err(|source| Error::Io {
-            action: "read",
-            path: path.to_owned(),
-            source,
-        })?;
+        .map_err(Error::io("read", path))?;
         if let Some(found) = not_a_trace {
             return Err(Error::NotATrace {
                 path: path.to_owned(),

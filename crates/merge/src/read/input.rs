@@ -192,11 +192,7 @@ impl GpuInputs {
         for source in &self.sources {
             match source {
                 Source::Binary(path) => {
-                    let file = File::open(path).map_err(|source| Error::Io {
-                        action: "open",
-                        path: path.clone(),
-                        source,
-                    })?;
+                    let file = File::open(path).map_err(Error::io("open", path))?;
                     // The pid this file's records are given: its own, or an
                     // image's (set at the file's PROCESS record).
                     let mut pid_as: Option<(u32, u32)> = None;
@@ -270,7 +266,7 @@ impl GpuInputs {
 
 /// The pid given to the `n`th (from 1) further recording of process `pid`:
 /// above Linux's largest pid (2^22), so that it names no other process.
-pub fn image_pid(pid: u32, n: u32) -> u32 {
+pub(crate) fn image_pid(pid: u32, n: u32) -> u32 {
     pid.wrapping_add(n << 22)
 }
 
@@ -310,21 +306,11 @@ fn open_source(
     kineto_options: &kineto::Options,
     lenient: bool,
 ) -> Result<Option<Source>> {
-    let open = || {
-        File::open(path).map_err(|source| Error::Io {
-            action: "open",
-            path: path.to_owned(),
-            source,
-        })
-    };
+    let open = || File::open(path).map_err(Error::io("open", path));
     Ok(Some(match kind {
         Kind::Binary => Source::Binary(path.to_owned()),
         Kind::CuptiLog => {
-            let text = fs::read(path).map_err(|source| Error::Io {
-                action: "read",
-                path: path.to_owned(),
-                source,
-            })?;
+            let text = fs::read(path).map_err(Error::io("read", path))?;
             let log = cupti_log::parse(&text, path, strings);
             let mut imp = Imported::new(path, "CUPTI text log", Clock::Realtime);
             imp.records = log.records;

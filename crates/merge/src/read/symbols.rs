@@ -76,11 +76,7 @@ impl SymbolCache {
 
     /// Reads `path`; bad lines are counted in [`SymbolCache::diagnostics`].
     pub fn read(path: &Path) -> Result<SymbolCache> {
-        let bytes = fs::read(path).map_err(|source| Error::Io {
-            action: "read",
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = fs::read(path).map_err(Error::io("read", path))?;
         let text = String::from_utf8_lossy(&bytes);
         let mut cache = SymbolCache::new();
         let shown = path.display().to_string();

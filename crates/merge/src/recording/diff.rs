@@ -133,11 +133,7 @@ impl Comparison {
         after: &Path,
     ) -> Result<()> {
         let lines = diff::differential_lines(&self.before, &self.after)?;
-        let file = File::create(path).map_err(|source| Error::Io {
-            action: "create",
-            path: path.to_owned(),
-            source,
-        })?;
+        let file = File::create(path).map_err(Error::io("create", path))?;
         let o = svg::Options {
             title: title.unwrap_or_else(|| {
                 format!(

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// The CUDA driver loads the library this names into each process, during `cuInit`.
 pub const INJECTION_PATH: &str = "CUDA_INJECTION64_PATH";
 /// Where the GPU trace goes: a file pattern (`%p` is the pid), or a directory
-/// ([`trace_dir_value`]) that gets [`super::GPU_TRACE_IN_DIR`] inside it.
+/// (`trace_dir_value`) that gets [`super::GPU_TRACE_IN_DIR`] inside it.
 pub const GPU_TRACE: &str = "GPUPERF_GPU_TRACE";
 /// The libcupti to use instead of searching for one.
 pub const CUPTI_PATH: &str = "GPUPERF_CUPTI_PATH";
@@ -64,7 +64,7 @@ pub fn parse_flag(v: &OsStr) -> Option<bool> {
 
 /// [`GPU_TRACE`]'s value for a directory: its path and a `/`, so that it is
 /// taken for a directory even before it exists.
-pub fn trace_dir_value(dir: &std::path::Path) -> OsString {
+pub(crate) fn trace_dir_value(dir: &std::path::Path) -> OsString {
     let mut v = dir.as_os_str().to_owned();
     v.push("/");
     v

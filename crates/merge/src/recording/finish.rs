@@ -181,11 +181,7 @@ impl Finish {
         }
         if let Some(p) = &self.cpu_trace {
             if let Some(cpu) = cpu {
-                std::fs::copy(cpu, p).map_err(|source| Error::Io {
-                    action: "write",
-                    path: p.clone(),
-                    source,
-                })?;
+                std::fs::copy(cpu, p).map_err(Error::io("write", p))?;
                 written.push(Written {
                     path: p.clone(),
                     how: CPU_TRACE_HOW,

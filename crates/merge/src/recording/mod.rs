@@ -63,7 +63,7 @@ pub const DRIVER_EVENTS: &str = "driver.tsv";
 /// The kept frame names' file inside a recording directory.
 pub const SYMBOLS: &str = "symbols.txt";
 /// What every GPU trace's name ends with.
-pub const GPU_TRACE_SUFFIX: &str = ".gputrace";
+pub(crate) const GPU_TRACE_SUFFIX: &str = ".gputrace";
 /// The injection library's name for a process's GPU trace inside a recording
 /// directory: `%p` becomes the pid.
 pub const GPU_TRACE_IN_DIR: &str = "gpu-%p.gputrace";
@@ -73,14 +73,14 @@ const GPU_TRACE_PREFIX: &str = "gpu-";
 pub const LOG_SUFFIX: &str = ".log";
 
 /// Whether `name` is a GPU trace's file name.
-pub fn is_gpu_trace_name(name: &str) -> bool {
+pub(crate) fn is_gpu_trace_name(name: &str) -> bool {
     name.ends_with(GPU_TRACE_SUFFIX)
 }
 
 /// Whether `name` is a file a recording writes into its directory, which an
 /// earlier run left and a new run into the same directory must remove (its
 /// traces would be merged into the new ones). Kept frame names are not.
-pub fn is_recorded_file(name: &str) -> bool {
+pub(crate) fn is_recorded_file(name: &str) -> bool {
     name == CPU_TRACE
         || name == DRIVER_EVENTS
         || (name.starts_with(GPU_TRACE_PREFIX) && name.contains(GPU_TRACE_SUFFIX))
@@ -106,20 +106,13 @@ pub fn gpu_trace_bytes(dir: &Path) -> u64 {
 }
 
 /// Removes the files an earlier run left in the kept directory `dir`
-/// ([`is_recorded_file`]); their traces would be merged into this one's.
+/// (`is_recorded_file`); their traces would be merged into this one's.
 pub fn clear_old_files(dir: &Path) -> crate::Result<()> {
-    let io = |action: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| crate::Error::Io {
-            action,
-            path,
-            source,
-        }
-    };
-    let list = std::fs::read_dir(dir).map_err(io("list", dir))?;
+    let list = std::fs::read_dir(dir).map_err(crate::Error::io("list", dir))?;
     for entry in list.flatten() {
         if is_recorded_file(&entry.file_name().to_string_lossy()) {
-            std::fs::remove_file(entry.path()).map_err(io("remove the old", &entry.path()))?;
+            std::fs::remove_file(entry.path())
+                .map_err(crate::Error::io("remove the old", &entry.path()))?;
         }
     }
     Ok(())

@@ -79,11 +79,7 @@ pub struct Joined {
 }
 
 fn create(path: &Path) -> Result<BufWriter<File>> {
-    let f = File::create(path).map_err(|source| Error::Io {
-        action: "create",
-        path: path.to_owned(),
-        source,
-    })?;
+    let f = File::create(path).map_err(Error::io("create", path))?;
     Ok(BufWriter::with_capacity(1 << 20, f))
 }
 
@@ -98,15 +94,15 @@ fn writing<T>(path: &Path, r: Result<T>) -> Result<T> {
 /// Whether a recorder said its trace was made on the simulated CUDA runtime,
 /// or a trace another tool recorded names the simulated runtime's devices.
 pub fn simulated(summary: &Summary) -> bool {
-    // Recorder notes read "pid N: text"; a reader's notes are the text.
-    summary.notes.iter().any(|n| {
-        n.split_once(": ")
-            .is_some_and(|(_, t)| t.starts_with(SIMULATED_GPU_NOTE))
-    }) || summary
-        .gpu_read
+    summary
         .notes
         .iter()
-        .any(|n| n.starts_with(SIMULATED_GPU_NOTE))
+        .any(|n| n.text.starts_with(SIMULATED_GPU_NOTE))
+        || summary
+            .gpu_read
+            .notes
+            .iter()
+            .any(|n| n.starts_with(SIMULATED_GPU_NOTE))
 }
 
 impl Recording {
@@ -267,11 +263,7 @@ impl Recording {
                 let mut f = create(p)?;
                 f.write_all(text.as_bytes())
                     .and_then(|()| f.flush())
-                    .map_err(|source| Error::Io {
-                        action: "write",
-                        path: p.clone(),
-                        source,
-                    })?;
+                    .map_err(Error::io("write", p))?;
                 written.push(Written {
                     path: p.clone(),
                     how: "folded stacks (launch counts) for inferno or flamegraph.pl",
@@ -382,22 +374,17 @@ impl Timeline {
     }
 
     fn finish(self, p: &Path) -> Result<Written> {
-        let failed = |source| Error::Io {
-            action: "write",
-            path: p.to_owned(),
-            source,
-        };
         match self {
             Self::Chrome(w) => {
                 let mut f = w.into_inner();
-                f.flush().map_err(failed)?;
+                f.flush().map_err(Error::io("write", p))?;
                 let bytes = f.get_ref().metadata().map_or(0, |m| m.len());
                 if let Some(hint) = large_json_hint(p, bytes) {
                     warn!("{hint}");
                 }
             }
             Self::Perfetto(w) => {
-                w.into_inner().flush().map_err(failed)?;
+                w.into_inner().flush().map_err(Error::io("write", p))?;
                 return Ok(Written {
                     path: p.to_path_buf(),
                     how: "open it in https://ui.perfetto.dev",

@@ -148,7 +148,7 @@ impl fmt::Display for IdleTable<'_> {
 }
 
 /// Where stacks have no Python frame, the row of [`PythonLines`] they fall in.
-pub const NO_PYTHON_LINE: &str = "[no Python line]";
+pub(crate) const NO_PYTHON_LINE: &str = "[no Python line]";
 
 /// GPU time and GPU idle time by source line: the innermost Python frame of
 /// each launch stack and of each stack that made the GPU wait.

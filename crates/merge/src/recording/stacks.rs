@@ -68,15 +68,8 @@ pub(super) fn collect<S: Symbolize>(
 /// the depth cap) is written behind `[truncated]`, as the format requires, so
 /// that readers of the file count it truncated too.
 pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
-    let io = |action| {
-        move |source| Error::Io {
-            action,
-            path: path.to_owned(),
-            source,
-        }
-    };
-    let f = File::create(path).map_err(io("create"))?;
-    let mut w = cpu::Writer::new(BufWriter::new(f)).map_err(io("write"))?;
+    let f = File::create(path).map_err(Error::io("create", path))?;
+    let mut w = cpu::Writer::new(BufWriter::new(f)).map_err(Error::io("write", path))?;
     // Synchronization calls' stacks charge waits; the file holds launches only.
     for l in trace.launches.iter().filter(|l| !trace.is_wait(l)) {
         let comm = trace.comms.get(&(l.pid, l.pid)).map_or("?", String::as_str);
@@ -96,7 +89,7 @@ pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
         };
         let mark = (frames.is_some() && !stacks::is_complete(text)).then_some(cpu::TRUNCATED_FRAME);
         w.launch(&line, mark.into_iter().chain(frames.into_iter().flatten()))
-            .map_err(io("write"))?;
+            .map_err(Error::io("write", path))?;
     }
-    w.into_inner().flush().map_err(io("write"))
+    w.into_inner().flush().map_err(Error::io("write", path))
 }

@@ -36,7 +36,7 @@ pub struct Options {
 
 /// One frame with its address parts removed (and its Python line number, when
 /// `opts` says so).
-pub fn normalize_frame<'a>(frame: &'a str, opts: &Options) -> Cow<'a, str> {
+pub(crate) fn normalize_frame<'a>(frame: &'a str, opts: &Options) -> Cow<'a, str> {
     if is_address(frame) {
         return Cow::Borrowed("[unknown]");
     }
@@ -92,7 +92,7 @@ fn strip_py_lines(frame: &str) -> String {
 }
 
 /// A whole stack (`;`-separated frames), each frame normalised.
-pub fn normalize_stack(stack: &str, opts: &Options) -> String {
+pub(crate) fn normalize_stack(stack: &str, opts: &Options) -> String {
     let mut out = String::with_capacity(stack.len());
     for (i, frame) in stack.split(';').enumerate() {
         if i > 0 {
@@ -113,11 +113,7 @@ pub fn normalize_stack(stack: &str, opts: &Options) -> String {
 pub fn read_folded<R: BufRead>(r: R, path: &Path) -> Result<Vec<(String, u64)>> {
     let mut lines = Vec::new();
     for (n, line) in r.lines().enumerate() {
-        let line = line.map_err(|source| Error::Io {
-            action: "read",
-            path: path.to_owned(),
-            source,
-        })?;
+        let line = line.map_err(Error::io("read", path))?;
         let line = line.trim();
         if line.is_empty() || line.starts_with("# ") {
             continue;

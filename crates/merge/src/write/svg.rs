@@ -136,7 +136,7 @@ fn frame_titles(titles: &[(String, String)]) -> FuncFrameAttrsMap {
 }
 
 /// What the SVG of folded stacks without weight says.
-pub const NOTHING_TO_DRAW: &str =
+pub(crate) const NOTHING_TO_DRAW: &str =
     "No GPU work to draw: the trace holds no kernel, copy or memset with a duration";
 
 /// A small valid SVG with the title, the subtitle and [`NOTHING_TO_DRAW`].

@@ -60,7 +60,7 @@ pub fn gpu_pid(pid: u32, device: u32) -> u64 {
 }
 
 /// The track of a process's NVTX start/end ranges.
-pub const NVTX_START_END_TRACK: &str = "NVTX ranges (start/end)";
+pub(crate) const NVTX_START_END_TRACK: &str = "NVTX ranges (start/end)";
 
 /// Set in the tid of a stream's synchronization track.
 pub const SYNC_TID_BIT: u64 = 1 << 31;
@@ -461,9 +461,9 @@ impl Builder {
                 }
             }
         }
-        if a.graph_id != 0 {
-            args.push(("graph_id", Arg::Uint(u64::from(a.graph_id))));
-            args.push(("graph_node_id", Arg::Uint(a.graph_node_id)));
+        if let Some((graph, node)) = a.graph() {
+            args.push(("graph_id", Arg::Uint(u64::from(graph))));
+            args.push(("graph_node_id", Arg::Uint(node)));
         }
         // Written only where the work is charged to another stack than its
         // call's: the call's slice holds the call's stack.
@@ -853,7 +853,7 @@ impl Builder {
             clock: ctx.clock,
             kernels: summary.kernels,
             kernels_matched: summary.kernels_matched,
-            notes: summary.notes.clone(),
+            notes: summary.notes.iter().map(ToString::to_string).collect(),
         }
     }
 }

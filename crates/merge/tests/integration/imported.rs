@@ -891,6 +891,7 @@ fn model_activities(path: &Path) -> Vec<Gpu> {
                     });
                     format!("sync {sync_type}{wait}")
                 }
+                other => format!("{other:?}"),
             };
             out.push((
                 a.start_ns,

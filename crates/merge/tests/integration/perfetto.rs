@@ -78,6 +78,7 @@ impl Sink for Work {
                 ActivityKind::Memcpy { .. } => "memcpy",
                 ActivityKind::Memset { .. } => "memset",
                 ActivityKind::Sync { .. } => "sync",
+                _ => "other",
             };
             self.0.push((cat.to_owned(), a.start_ns, a.duration_ns()));
         }

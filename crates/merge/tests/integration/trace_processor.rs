@@ -67,6 +67,7 @@ impl Sink for Expected {
                     ActivityKind::Memcpy { .. } => "memcpy",
                     ActivityKind::Memset { .. } => "memset",
                     ActivityKind::Sync { .. } => "sync",
+                    _ => "other",
                 },
                 gpid: chrome::gpu_pid(a.pid, a.device),
                 corr: a.correlation_id,

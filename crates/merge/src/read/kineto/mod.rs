@@ -207,11 +207,7 @@ pub fn read_with<R: Read>(
     let mut window = Window::new(input);
     let mut b = Builder::new(path, strings);
     b.link_backward = options.link_backward;
-    let outcome = walk(&mut window, &mut b).map_err(|source| Error::Io {
-        action: "read",
-        path: path.to_owned(),
-        source,
-    })?;
+    let outcome = walk(&mut window, &mut b).map_err(Error::io("read", path))?;
     match &outcome {
         Walk::Done => {}
         Walk::Cut(at) => b.truncated_at = Some(*at),
