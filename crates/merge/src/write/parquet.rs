@@ -47,7 +47,7 @@ use rustc_hash::FxHashSet;
 
 use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
-use crate::model::{ActivityKind, Clock, Record, UNKNOWN_DEVICE};
+use crate::model::{ActivityKind, Clock, Record};
 use crate::read::cpu::StackId;
 use crate::write::demangle::Demangler;
 
@@ -201,11 +201,7 @@ impl EventColumns {
 impl ParquetWriter {
     /// Creates `dir` (and the events file in it) for a recording made at `origin`.
     pub fn create(dir: &Path, origin: Origin) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            action: "create",
-            path: dir.to_owned(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(Error::io("create", dir))?;
         Ok(Self {
             dir: dir.to_owned(),
             origin,
@@ -226,11 +222,7 @@ impl ParquetWriter {
 
     fn open(&self, file: &str, schema: SchemaRef, clock: Clock) -> Result<ArrowWriter<File>> {
         let path = self.dir.join(file);
-        let f = File::create(&path).map_err(|source| Error::Io {
-            action: "create",
-            path: path.clone(),
-            source,
-        })?;
+        let f = File::create(&path).map_err(Error::io("create", &path))?;
         let clock = match clock {
             Clock::Monotonic => "monotonic",
             Clock::Realtime => "realtime",
@@ -323,8 +315,8 @@ impl Sink for ParquetWriter {
                 let e = Event {
                     pid: a.pid,
                     tid: m.api.map(|api| api.tid),
-                    device: (a.device != UNKNOWN_DEVICE).then_some(a.device),
-                    stream: (a.stream != u32::MAX).then_some(a.stream),
+                    device: a.device_ordinal(),
+                    stream: a.stream_id(),
                     kind,
                     name: &name,
                     symbol,
@@ -333,7 +325,7 @@ impl Sink for ParquetWriter {
                     bytes,
                     correlation_id: a.correlation_id,
                     stack: m.charge().stack,
-                    graph: (a.graph_id != 0).then_some((a.graph_id, a.graph_node_id)),
+                    graph: a.graph(),
                 };
                 self.push(ctx, &e)
             }
