@@ -23,8 +23,8 @@ use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::{show, text};
 use gpuperf_test_support::{repo, vm};
 
-/// The driving program, built on the host where the guest can see it (the
-/// guest's /tmp is its own).
+/// The driving program, built on the host where the guest can see it (what
+/// the guest writes, in `/tmp` too, vanishes at its power-off).
 fn drive() -> &'static Path {
     static DRIVE: OnceLock<PathBuf> = OnceLock::new();
     DRIVE.get_or_init(|| {
@@ -75,12 +75,12 @@ fn on_guest(series: &str, filters: &[&str], passed: usize) {
 
 #[test]
 fn on_linux_6_1_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.1", &["in_guest_", "in_61_guest_"], 8);
+    on_guest("6.1", &["in_guest_", "in_61_guest_"], 9);
 }
 
 #[test]
 fn on_linux_6_12_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.12", &["in_guest_"], 5);
+    on_guest("6.12", &["in_guest_"], 6);
 }
 
 /// Loads the simulated modules; `false` outside a guest.
@@ -454,6 +454,72 @@ fn in_guest_record_keeps_the_fences_it_made_signalled_in_a_timer() {
     let mut want = made.clone();
     want.sort_unstable();
     assert_eq!(signalled, want, "each fence signalled once: {:?}", t.events);
+}
+
+/// A recording of driver events alone (`drive` never loads CUDA) past a
+/// handful of jobs: `gpuperf merge` writes its timeline, where the ring's run
+/// track holds every job (not scattered over other tracks' names), and
+/// `gpuperf report` reports its jobs, ioctls and Xids.
+#[test]
+fn in_guest_a_driver_only_recording_is_merged_and_reported() {
+    if !guard() {
+        return;
+    }
+    let dir = Path::new("/tmp/record-driver-only");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
+    let o = Record::new(dir)
+        .flags(["--driver", "--raw-dir", "raw"])
+        .program(
+            &drive,
+            [
+                "--ioctls", "7", "--xids", "1", "--jobs", "120", "--run-us", "300",
+            ],
+        )
+        .output()
+        .unwrap();
+    let all = show(&o);
+    assert!(o.status.success(), "{all}");
+    let o = common::gpuperf(dir)
+        .args(["merge", "raw", "-c", "t.json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "merge: {}", show(&o));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
+    let on = |track: &str| {
+        doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "b" && e["name"] == track)
+            .count()
+    };
+    assert_eq!(
+        (on("sim-ring0 queue"), on("sim-ring0 run")),
+        (120, 120),
+        "{all}"
+    );
+    let o = common::gpuperf(dir)
+        .args(["report", "raw"])
+        .output()
+        .unwrap();
+    let report = show(&o);
+    assert!(o.status.success(), "report: {report}");
+    let jobs = text(&o.stdout)
+        .lines()
+        .find(|l| l.trim_end().ends_with("sim-ring0"))
+        .unwrap_or_else(|| panic!("no ring in {report}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert_eq!(jobs, 120, "{report}");
+    assert!(text(&o.stdout).contains("Xid errors: 1"), "{report}");
+    // The 7 ioctls of `drive`'s first phase, and one per job and per Xid.
+    assert!(text(&o.stdout).contains(" ioctls, "), "{report}");
 }
 
 fn guard() -> bool {
