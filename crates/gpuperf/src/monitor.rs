@@ -122,6 +122,9 @@ struct Monitor {
     rings: Vec<String>,
     max_rate: Option<u64>,
     rate_window: (u64, u64),
+    /// Jobs the rate limit let in, or left out, at their queueing, until done.
+    rated_jobs: std::collections::HashSet<u64>,
+    rated_out: std::collections::HashSet<u64>,
     output: Option<driver_file::Writer<EventFile>>,
     kept: u64,
     over_rate: u64,
@@ -148,11 +151,13 @@ impl Monitor {
             rings: args.ring.clone(),
             max_rate: args.max_rate,
             rate_window: (u64::MAX, 0),
+            rated_jobs: Default::default(),
+            rated_out: Default::default(),
             output,
             kept: 0,
             over_rate: 0,
             off_ring: 0,
-            stats: Stats::default(),
+            stats: Stats::default().sampled(args.sample),
         }
     }
 
@@ -232,7 +237,39 @@ impl DriverSink for Monitor {
             self.off_ring += 1;
             return;
         }
-        if !self.within_rate(&e) {
+        // Xid errors are never rate-limited; a job's later events follow
+        // the decision made at its queueing (whole jobs kept or left out).
+        let admitted = match e.kind {
+            DriverKind::Xid => true,
+            DriverKind::JobRun | DriverKind::JobDone | DriverKind::JobWaitDep
+                if self.rated_jobs.contains(&e.id) =>
+            {
+                if e.kind == DriverKind::JobDone {
+                    self.rated_jobs.remove(&e.id);
+                }
+                true
+            }
+            DriverKind::JobRun | DriverKind::JobDone | DriverKind::JobWaitDep
+                if self.rated_out.contains(&e.id) =>
+            {
+                if e.kind == DriverKind::JobDone {
+                    self.rated_out.remove(&e.id);
+                }
+                false
+            }
+            _ => {
+                let ok = self.within_rate(&e);
+                if e.kind == DriverKind::JobQueued && self.max_rate.is_some() {
+                    if ok {
+                        self.rated_jobs.insert(e.id);
+                    } else {
+                        self.rated_out.insert(e.id);
+                    }
+                }
+                ok
+            }
+        };
+        if !admitted {
             self.over_rate += 1;
             return;
         }
@@ -324,7 +361,7 @@ mod tests {
         assert!(named("GPU driver"), "{json}");
         let driver_slices = evs
             .iter()
-            .filter(|e| e["cat"] == "driver" && e["ph"] == "X")
+            .filter(|e| e["cat"] == "driver" && (e["ph"] == "X" || e["ph"] == "b"))
             .count();
         assert!(driver_slices >= jobs, "{json}");
     }
