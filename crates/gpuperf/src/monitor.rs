@@ -66,7 +66,13 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
         None => None,
     };
     let mut mon = Monitor::new(&args, stop, output, quiet);
+    mon.sources = options.sources.len();
     let summary = driver::trace(&options, &mut mon)?;
+    if mon.nothing {
+        anyhow::bail!(
+            "nothing can be watched: none of the sources asked for is present (each said why above)"
+        );
+    }
     mon.flush_interval(true);
     if let Some(out) = mon.output.take() {
         crate::driver::finish_file(out, &summary.stats, summary.malformed)
@@ -130,6 +136,9 @@ struct Monitor {
     over_rate: u64,
     off_ring: u64,
     stats: Stats,
+    /// How many sources were asked for; `nothing` when none is present.
+    sources: usize,
+    nothing: bool,
 }
 
 impl Monitor {
@@ -158,6 +167,8 @@ impl Monitor {
             over_rate: 0,
             off_ring: 0,
             stats: Stats::default().sampled(args.sample),
+            sources: 0,
+            nothing: false,
         }
     }
 
@@ -222,6 +233,12 @@ impl DriverSink for Monitor {
         }
         (self.started, self.last) = (now, now);
         crate::driver::say_absent("monitor", absent);
+        if absent.len() >= self.sources {
+            // Stops at the first tick: there is nothing to wait for.
+            self.nothing = true;
+            self.stop.store(true, Ordering::Relaxed);
+            return;
+        }
         eprintln!("gpuperf monitor: attached; Ctrl-C stops");
     }
 
