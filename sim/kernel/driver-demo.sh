@@ -1,13 +1,14 @@
 #!/bin/sh
-# `gpuperf record --driver` on the simulated drivers, in the kernel VM: sim_app
-# (the simulated CUDA runtime) launches and syncs while `drive`, a child of the
-# same shell, makes ioctls, submits DRM scheduler jobs, raises interrupts and
-# one Xid. Writes
-# the timeline (OUT.json) and its picture (OUT.svg). Everything in it is
-# SIMULATED: the modules of this directory, no GPU.
+# `gpuperf record --driver` on the simulated drivers, in the kernel VM: `drive`
+# (making ioctls, submitting DRM scheduler jobs, raising interrupts and one
+# Xid) and sim_app (the simulated CUDA runtime, launching and syncing) are
+# started together by one shell, so their events interleave as far as the
+# guest's speed lets them. Writes the timeline (OUT.json) and its picture
+# (OUT.svg). Everything in it is SIMULATED: the modules of this directory, no GPU.
 #
-# usage: sim/kernel/driver-demo.sh KERNEL OUT      (after sim/kernel/ci.sh and
-#        cargo build -p gpuperf; needs the CUDA 13 wheels that sim/build.sh names)
+# usage: sim/kernel/driver-demo.sh KERNEL OUT      (after sim/kernel/ci.sh; needs
+#        the CUDA 13 wheels that sim/build.sh names)
+# gpuperf: $GPUPERF, else `gpuperf` on PATH, else built here with cargo.
 set -eu
 kver=${1:?usage: driver-demo.sh KERNEL OUT}
 out=${2:?usage: driver-demo.sh KERNEL OUT}
@@ -21,13 +22,19 @@ CUDA_INCLUDE=$cuda/include bash "$repo/sim/build.sh" "$work/sim" >/dev/null
     -Xcompiler -fno-omit-frame-pointer -Xlinker -rpath -Xlinker "$work/sim" \
     -o "$work/sim_app" "$repo/sim/tests/sim_app.cu"
 gcc -O2 -pthread -o "$work/drive" "$here/drive.c"
+gpuperf=${GPUPERF:-$(command -v gpuperf || true)}
+if [ -z "$gpuperf" ]; then
+    gpuperf=$(cd "$repo" && cargo build -q -p gpuperf --message-format=json-render-diagnostics |
+        sed -n 's/.*"executable":"\([^"]*\/gpuperf\)".*/\1/p' | tail -n 1)
+fi
+[ -x "$gpuperf" ] || { echo "driver-demo.sh: no gpuperf binary (set GPUPERF)" >&2; exit 1; }
 cat > "$work/guest.sh" <<SH
 set -e
 modprobe nvidia_sim
 modprobe drm_sched_sim
 cd /tmp
-$repo/target/debug/gpuperf record --driver -q -c demo.json --cupti $work/sim/libcupti.so.13 -- \
-    sh -c '$work/sim_app sync-loop 12 >/dev/null & sleep 0.3; $work/drive --ioctls 4 --jobs 6 --run-us 1500 --deps 2 --dep-us 800 --irqs 2 --xids 1 >/dev/null; wait'
+$gpuperf record --driver -q -c demo.json --cupti $work/sim/libcupti.so.13 -- \
+    sh -c '$work/drive --ioctls 4 --jobs 6 --run-us 1500 --deps 2 --dep-us 800 --irqs 2 --xids 1 >/dev/null & $work/sim_app sync-loop 12 >/dev/null; wait'
 echo GPUPERF-DEMO-JSON
 cat demo.json
 SH

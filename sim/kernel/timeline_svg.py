@@ -36,10 +36,41 @@ def colour(e):
     return COLOURS["gpu"]
 
 
+def flatten_async(events):
+    """The async events of the driver's tracks as complete (X) and instant (i)
+    events on one row per track name (its lanes, one id each, drawn together),
+    named by their own name (args.event)."""
+    out, started, rows = [], {}, {}
+    for e in events:
+        ph = e.get("ph")
+        if ph not in ("b", "e", "n"):
+            out.append(e)
+            continue
+        key = (e["pid"], e["name"])
+        if key not in rows:
+            # Negative tids: no thread has one.
+            rows[key] = -1 - len(rows)
+            out.append({"ph": "M", "name": "thread_name", "pid": e["pid"], "tid": rows[key],
+                        "args": {"name": e["name"]}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": e["pid"],
+                        "tid": rows[key], "args": {"sort_index": len(rows)}})
+        lane = (e["pid"], str(e.get("id2", e.get("id"))))
+        if ph == "e":
+            b = started[lane].pop()
+            b["dur"] = e["ts"] - b["ts"]
+            continue
+        flat = dict(e, tid=rows[key], name=e.get("args", {}).get("event", e["name"]))
+        flat["ph"] = "X" if ph == "b" else "i"
+        if ph == "b":
+            started.setdefault(lane, []).append(flat)
+        out.append(flat)
+    return out
+
+
 def main():
     src, out = sys.argv[1], sys.argv[2]
     title = sys.argv[3] if len(sys.argv) > 3 else "gpuperf timeline"
-    events = json.load(open(src))["traceEvents"]
+    events = flatten_async(json.load(open(src))["traceEvents"])
     names, sort = {}, {}
     for e in events:
         if e.get("ph") != "M":

@@ -483,16 +483,19 @@ pub struct MonitorArgs {
     /// Only threads with this command name (the first 15 bytes count).
     #[arg(long, value_name = "NAME")]
     pub comm: Option<String>,
-    /// Only jobs on these rings (repeatable); other events are unaffected.
+    /// Only jobs on these rings (repeatable), filtered in user space after
+    /// sampling (the kernel still sends the others); other events are unaffected.
     #[arg(long, value_name = "NAME")]
     pub ring: Vec<String>,
     /// Only these event sources (repeatable): nvidia, irq, xid, drm_sched, dma_fence, vblank.
     #[arg(long, value_name = "SOURCE", value_parser = ["nvidia", "irq", "xid", "drm_sched", "dma_fence", "vblank"])]
     pub event: Vec<String>,
-    /// Keep one in N matching events (whole jobs), in BPF.
+    /// Keep one in N matching events of each kind (whole jobs; every Xid), in
+    /// BPF; printed rates are scaled by N and say so.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub sample: u32,
-    /// Keep at most this many events per second (of event time); the rest are counted.
+    /// Keep at most this many events per second (of event time), in user space
+    /// (whole jobs; every Xid); the rest are counted.
     #[arg(long, value_name = "EVENTS/S", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rate: Option<u64>,
     /// Write every kept event here, one tab-separated line each; gzip-compressed

@@ -133,6 +133,21 @@ pub(crate) fn host_name() -> std::ffi::OsString {
 fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     let mut l = Recording::open(&a.input.to_inputs(), Symbolizer::new)?;
     let outs = a.outputs();
+    if let Some(trace) = driver_only(&mut l) {
+        // Driver events alone (`record --driver` of a program that never
+        // loaded CUDA): their timeline; the report has their tables.
+        let Some(c) = &outs.chrome else {
+            anyhow::bail!(
+                "the recording holds GPU driver events only: write their timeline with \
+                 `-c timeline.pftrace`, or read them with `gpuperf report`"
+            );
+        };
+        let w = recording::driver_timeline(trace, c)?;
+        if !quiet {
+            eprintln!("{}", w.line());
+        }
+        return Ok(());
+    }
     let joined = l.write(&outs, &mut io::stdout().lock())?;
     if let Some(p) = &a.cpu_trace {
         let (Some(_), Some(trace)) = (&l.inprocess, l.launch_stacks()) else {
@@ -155,8 +170,27 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// The driver events of a recording that holds nothing else to join.
+fn driver_only(l: &mut Recording) -> Option<gpuperf_merge::read::driver::DriverTrace> {
+    if l.has_gpu() || l.cpu.is_some() {
+        return None;
+    }
+    l.driver.take()
+}
+
 fn run_report(a: ReportArgs, quiet: bool) -> Result<()> {
     let mut l = Recording::open(&a.input.to_inputs(), Symbolizer::new)?;
+    if let Some(trace) = driver_only(&mut l) {
+        let top = usize::try_from(a.top).unwrap_or(usize::MAX);
+        let d = gpuperf_merge::write::driver::Reporter::new(trace);
+        if a.format == Format::Json {
+            anyhow::bail!(
+                "the recording holds GPU driver events only, which `--format text` reports"
+            );
+        }
+        d.write(io::stdout().lock(), top)?;
+        return Ok(());
+    }
     let mut rep = report::Reporter::new();
     let mut idle = IdleFolder::new();
     let mut driver = l

@@ -66,7 +66,13 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
         None => None,
     };
     let mut mon = Monitor::new(&args, stop, output, quiet);
+    mon.sources = options.sources.len();
     let summary = driver::trace(&options, &mut mon)?;
+    if mon.nothing {
+        anyhow::bail!(
+            "nothing can be watched: none of the sources asked for is present (each said why above)"
+        );
+    }
     mon.flush_interval(true);
     if let Some(out) = mon.output.take() {
         crate::driver::finish_file(out, &summary.stats, summary.malformed)
@@ -122,11 +128,17 @@ struct Monitor {
     rings: Vec<String>,
     max_rate: Option<u64>,
     rate_window: (u64, u64),
+    /// Jobs the rate limit let in, or left out, at their queueing, until done.
+    rated_jobs: std::collections::HashSet<u64>,
+    rated_out: std::collections::HashSet<u64>,
     output: Option<driver_file::Writer<EventFile>>,
     kept: u64,
     over_rate: u64,
     off_ring: u64,
     stats: Stats,
+    /// How many sources were asked for; `nothing` when none is present.
+    sources: usize,
+    nothing: bool,
 }
 
 impl Monitor {
@@ -148,11 +160,15 @@ impl Monitor {
             rings: args.ring.clone(),
             max_rate: args.max_rate,
             rate_window: (u64::MAX, 0),
+            rated_jobs: Default::default(),
+            rated_out: Default::default(),
             output,
             kept: 0,
             over_rate: 0,
             off_ring: 0,
-            stats: Stats::default(),
+            stats: Stats::default().sampled(args.sample),
+            sources: 0,
+            nothing: false,
         }
     }
 
@@ -217,6 +233,12 @@ impl DriverSink for Monitor {
         }
         (self.started, self.last) = (now, now);
         crate::driver::say_absent("monitor", absent);
+        if absent.len() >= self.sources {
+            // Stops at the first tick: there is nothing to wait for.
+            self.nothing = true;
+            self.stop.store(true, Ordering::Relaxed);
+            return;
+        }
         eprintln!("gpuperf monitor: attached; Ctrl-C stops");
     }
 
@@ -232,7 +254,39 @@ impl DriverSink for Monitor {
             self.off_ring += 1;
             return;
         }
-        if !self.within_rate(&e) {
+        // Xid errors are never rate-limited; a job's later events follow
+        // the decision made at its queueing (whole jobs kept or left out).
+        let admitted = match e.kind {
+            DriverKind::Xid => true,
+            DriverKind::JobRun | DriverKind::JobDone | DriverKind::JobWaitDep
+                if self.rated_jobs.contains(&e.id) =>
+            {
+                if e.kind == DriverKind::JobDone {
+                    self.rated_jobs.remove(&e.id);
+                }
+                true
+            }
+            DriverKind::JobRun | DriverKind::JobDone | DriverKind::JobWaitDep
+                if self.rated_out.contains(&e.id) =>
+            {
+                if e.kind == DriverKind::JobDone {
+                    self.rated_out.remove(&e.id);
+                }
+                false
+            }
+            _ => {
+                let ok = self.within_rate(&e);
+                if e.kind == DriverKind::JobQueued && self.max_rate.is_some() {
+                    if ok {
+                        self.rated_jobs.insert(e.id);
+                    } else {
+                        self.rated_out.insert(e.id);
+                    }
+                }
+                ok
+            }
+        };
+        if !admitted {
             self.over_rate += 1;
             return;
         }
@@ -324,7 +378,7 @@ mod tests {
         assert!(named("GPU driver"), "{json}");
         let driver_slices = evs
             .iter()
-            .filter(|e| e["cat"] == "driver" && e["ph"] == "X")
+            .filter(|e| e["cat"] == "driver" && (e["ph"] == "X" || e["ph"] == "b"))
             .count();
         assert!(driver_slices >= jobs, "{json}");
     }

@@ -23,8 +23,8 @@ use gpuperf_test_support::cc::Gcc;
 use gpuperf_test_support::process::{show, text};
 use gpuperf_test_support::{repo, vm};
 
-/// The driving program, built on the host where the guest can see it (the
-/// guest's /tmp is its own).
+/// The driving program, built on the host where the guest can see it (what
+/// the guest writes, in `/tmp` too, vanishes at its power-off).
 fn drive() -> &'static Path {
     static DRIVE: OnceLock<PathBuf> = OnceLock::new();
     DRIVE.get_or_init(|| {
@@ -75,12 +75,12 @@ fn on_guest(series: &str, filters: &[&str], passed: usize) {
 
 #[test]
 fn on_linux_6_1_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.1", &["in_guest_", "in_61_guest_"], 8);
+    on_guest("6.1", &["in_guest_", "in_61_guest_"], 11);
 }
 
 #[test]
 fn on_linux_6_12_monitor_counts_equal_the_simulated_drivers() {
-    on_guest("6.12", &["in_guest_"], 5);
+    on_guest("6.12", &["in_guest_"], 8);
 }
 
 /// Loads the simulated modules; `false` outside a guest.
@@ -360,12 +360,19 @@ fn in_guest_monitor_writes_a_compressed_event_file_and_a_timeline() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(timeline).unwrap()).unwrap();
     let evs = json["traceEvents"].as_array().unwrap();
+    // A slice on a thread's track (`X`), or on an async track (`b`, its own
+    // name in `args.event`).
     let slices = |name: &str| {
         evs.iter()
             .filter(|e| {
+                let own = if e["ph"] == "b" {
+                    &e["args"]["event"]
+                } else {
+                    &e["name"]
+                };
                 e["cat"] == "driver"
-                    && e["ph"] == "X"
-                    && e["name"].as_str().is_some_and(|n| n.starts_with(name))
+                    && (e["ph"] == "X" || e["ph"] == "b")
+                    && own.as_str().is_some_and(|n| n.starts_with(name))
             })
             .count() as u64
     };
@@ -389,10 +396,75 @@ fn in_guest_sampling_keeps_one_in_n_and_counts_the_rest() {
     let did = run_drive(&["--threads", "2", "--ioctls", "100", "--mmaps", "5"]);
     let r = m.stop();
     let matched = did["opens"] + did["ioctls"] + did["mmaps"];
-    assert_eq!(r.kept, matched.div_ceil(7), "{}", r.text);
+    // One in 7 of each kind, the first of each kept.
+    let kept = did["opens"].div_ceil(7) + did["ioctls"].div_ceil(7) + did["mmaps"].div_ceil(7);
+    assert_eq!(r.kept, kept, "{}", r.text);
     assert_eq!(r.kept + r.sampled_out, matched, "{}", r.text);
     // --event nvidia attaches nothing else.
     assert_eq!(total(&r, "irq") + total(&r, "job_queue"), 0, "{}", r.text);
+}
+
+/// `--sample 3` with jobs and their fences: one in three jobs, each whole
+/// (a sequence shared by every kind kept 59 of 60 jobs, or 11), a third of
+/// the fences, and every Xid.
+#[test]
+fn in_guest_sampling_keeps_whole_jobs_per_kind_and_every_xid() {
+    if !guard() {
+        return;
+    }
+    let m = monitor(&[
+        "--comm",
+        "drive",
+        "--event",
+        "drm_sched",
+        "--event",
+        "dma_fence",
+        "--event",
+        "xid",
+        "--sample",
+        "3",
+    ]);
+    let did = run_drive(&["--xids", "2", "--jobs", "60", "--run-us", "100"]);
+    let r = m.stop();
+    assert_eq!(did["jobs"], 60, "{}", r.text);
+    let jobs = [
+        total(&r, "job_queue"),
+        total(&r, "job_run"),
+        total(&r, "job_done"),
+    ];
+    assert_eq!(jobs, [20, 20, 20], "{}", r.text);
+    assert_eq!(total(&r, "xid"), 2, "{}", r.text);
+    assert!(
+        r.text.contains("(sampled: 1 in 3 of each kind"),
+        "{}",
+        r.text
+    );
+}
+
+/// `--max-rate` keeps whole jobs and every Xid.
+#[test]
+fn in_guest_the_rate_limit_keeps_whole_jobs_and_every_xid() {
+    if !guard() {
+        return;
+    }
+    let m = monitor(&[
+        "--comm",
+        "drive",
+        "--event",
+        "drm_sched",
+        "--event",
+        "xid",
+        "--max-rate",
+        "10",
+    ]);
+    let did = run_drive(&["--xids", "3", "--jobs", "60", "--run-us", "100"]);
+    let r = m.stop();
+    assert_eq!(did["jobs"], 60, "{}", r.text);
+    let queued = total(&r, "job_queue");
+    assert!(queued > 0 && queued < 60, "{}", r.text);
+    assert_eq!(total(&r, "job_done"), queued, "{}", r.text);
+    assert_eq!(total(&r, "job_run"), queued, "{}", r.text);
+    assert_eq!(total(&r, "xid"), 3, "{}", r.text);
 }
 
 #[test]
@@ -454,6 +526,72 @@ fn in_guest_record_keeps_the_fences_it_made_signalled_in_a_timer() {
     let mut want = made.clone();
     want.sort_unstable();
     assert_eq!(signalled, want, "each fence signalled once: {:?}", t.events);
+}
+
+/// A recording of driver events alone (`drive` never loads CUDA) past a
+/// handful of jobs: `gpuperf merge` writes its timeline, where the ring's run
+/// track holds every job (not scattered over other tracks' names), and
+/// `gpuperf report` reports its jobs, ioctls and Xids.
+#[test]
+fn in_guest_a_driver_only_recording_is_merged_and_reported() {
+    if !guard() {
+        return;
+    }
+    let dir = Path::new("/tmp/record-driver-only");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let drive = std::env::var("GPUPERF_DRIVE").expect("the host passes GPUPERF_DRIVE");
+    let o = Record::new(dir)
+        .flags(["--driver", "--raw-dir", "raw"])
+        .program(
+            &drive,
+            [
+                "--ioctls", "7", "--xids", "1", "--jobs", "120", "--run-us", "300",
+            ],
+        )
+        .output()
+        .unwrap();
+    let all = show(&o);
+    assert!(o.status.success(), "{all}");
+    let o = common::gpuperf(dir)
+        .args(["merge", "raw", "-c", "t.json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "merge: {}", show(&o));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
+    let on = |track: &str| {
+        doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "b" && e["name"] == track)
+            .count()
+    };
+    assert_eq!(
+        (on("sim-ring0 queue"), on("sim-ring0 run")),
+        (120, 120),
+        "{all}"
+    );
+    let o = common::gpuperf(dir)
+        .args(["report", "raw"])
+        .output()
+        .unwrap();
+    let report = show(&o);
+    assert!(o.status.success(), "report: {report}");
+    let jobs = text(&o.stdout)
+        .lines()
+        .find(|l| l.trim_end().ends_with("sim-ring0"))
+        .unwrap_or_else(|| panic!("no ring in {report}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert_eq!(jobs, 120, "{report}");
+    assert!(text(&o.stdout).contains("Xid errors: 1"), "{report}");
+    // The 7 ioctls of `drive`'s first phase, and one per job and per Xid.
+    assert!(text(&o.stdout).contains(" ioctls, "), "{report}");
 }
 
 fn guard() -> bool {

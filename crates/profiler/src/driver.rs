@@ -17,8 +17,9 @@
 //! vblanks are kept whatever the filter, and a job's later events follow the
 //! decision made when it was queued, in its submitter's name, as a vblank
 //! event's delivery (in the vblank's interrupt) follows its DRM file's
-//! queueing. `--sample N` keeps one in
-//! N matching events (whole jobs); what is left out is counted.
+//! queueing. `--sample N` keeps one in N matching events of each kind (a
+//! sequence per kind: one shared by all aliased with the kinds' mix), whole
+//! jobs (decided at the queueing), and every Xid; what is left out is counted.
 
 use std::collections::HashSet;
 use std::fs;

@@ -52,11 +52,15 @@ pub struct Stats {
     jobs: HashMap<u64, (u64, Option<u64>)>,
     /// Vblank events' queue times until they are delivered.
     vblank_events: VblankPairer<u64>,
+    /// `--sample N`: one in N events kept (Xids all), rates scaled by N.
+    sample_every: u32,
 }
 
 /// One interval's statistics, to print.
 pub struct Interval {
     secs: f64,
+    /// One in this many events was kept (`--sample`): rates are scaled by it.
+    sample_every: u32,
     procs: BTreeMap<u32, ProcStats>,
     rings: BTreeMap<String, RingStats>,
     other: BTreeMap<DriverKind, u64>,
@@ -120,10 +124,18 @@ impl Stats {
         }
     }
 
+    /// Statistics of events sampled one in `every` (`--sample`): the rates
+    /// printed are scaled by `every` and say so.
+    pub fn sampled(mut self, every: u32) -> Self {
+        self.sample_every = every;
+        self
+    }
+
     /// Ends an interval of `secs` seconds: its statistics, reset here.
     pub fn take_interval(&mut self, secs: f64) -> Interval {
         Interval {
             secs,
+            sample_every: self.sample_every.max(1),
             procs: std::mem::take(&mut self.procs),
             rings: std::mem::take(&mut self.ring_stats)
                 .into_iter()
@@ -152,6 +164,15 @@ impl Interval {
 /// A line per process, ring, CRTC, and one for the driver's interrupts.
 impl fmt::Display for Interval {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Rates of what happened: sampled counts scaled back up.
+        let rate = |n: usize| n as f64 * f64::from(self.sample_every) / self.secs;
+        if self.sample_every > 1 && !self.is_empty() {
+            writeln!(
+                f,
+                "(sampled: 1 in {} of each kind, every Xid; rates scaled by {0}, counts as kept)",
+                self.sample_every
+            )?;
+        }
         for (pid, p) in &self.procs {
             let mut parts: Vec<String> = p
                 .counts
@@ -164,7 +185,7 @@ impl fmt::Display for Interval {
                 d.sort_unstable();
                 parts.push(format!(
                     "ioctl {cmd:#x}: {:.1}/s, p50 {} p99 {}",
-                    d.len() as f64 / self.secs,
+                    rate(d.len()),
                     micros(pct(&d, 50)),
                     micros(pct(&d, 99))
                 ));
@@ -184,7 +205,7 @@ impl fmt::Display for Interval {
             writeln!(
                 f,
                 "ring {name}: {:.1} jobs/s queued, {} done, queue p50 {} p99 {}, run p50 {} p99 {}, {} dependency waits",
-                r.queued as f64 / self.secs,
+                rate(r.queued as usize),
                 r.done,
                 micros(pct(&r.queue_ns, 50)),
                 micros(pct(&r.queue_ns, 99)),
@@ -194,11 +215,7 @@ impl fmt::Display for Interval {
             )?;
         }
         for (crtc, n) in &self.vblanks {
-            writeln!(
-                f,
-                "vblank {crtc}: {n} vblanks, {:.1}/s",
-                *n as f64 / self.secs
-            )?;
+            writeln!(f, "vblank {crtc}: {n} vblanks, {:.1}/s", rate(*n as usize))?;
         }
         if !self.other.is_empty() {
             writeln!(f, "driver: {}", totals(&self.other))?;
@@ -262,5 +279,30 @@ mod tests {
         );
         assert!(s.take_interval(1.0).is_empty());
         assert_eq!(totals(s.totals()), "ioctl 1, irq 1");
+    }
+
+    #[test]
+    fn sampled_rates_are_scaled_and_say_so() {
+        let mut s = Stats::default().sampled(4);
+        let e = DriverEvent {
+            ts_ns: 1_000,
+            dur_ns: 2_000,
+            id: 9,
+            ret: 0,
+            pid: 7,
+            tid: 7,
+            kind: DriverKind::Ioctl,
+            arg: 0x46,
+            comm: "app".into(),
+            ring: String::new(),
+            msg: String::new(),
+        };
+        s.record(&e);
+        let text = s.take_interval(2.0).to_string();
+        assert_eq!(
+            text,
+            "(sampled: 1 in 4 of each kind, every Xid; rates scaled by 4, counts as kept)\n\
+             pid 7 (app): ioctl 0x46: 2.0/s, p50 2.0 µs p99 2.0 µs\n"
+        );
     }
 }

@@ -34,6 +34,29 @@ fn monitor_rejects_bad_arguments_in_one_line() {
 
 /// Without the drivers (this host has no kprobes and no DRM), each missing
 /// source is one line, nothing fails, and `--duration` ends the run.
+/// With none of the sources asked for present, the monitor says nothing can
+/// be watched and fails (it used to say "attached; Ctrl-C stops" and wait).
+#[test]
+fn monitor_with_no_source_present_says_so_and_fails() {
+    if !require::bpf(gpuperf_profiler::preflight::check()) {
+        return;
+    }
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let (present, _) = available(&kallsyms, &[Source::NvidiaCalls]);
+    if !present.is_empty() {
+        eprintln!("skipped: NVIDIA's driver is loaded here");
+        return;
+    }
+    let o = gpuperf()
+        .args(["monitor", "--event", "nvidia", "--duration", "30"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "{}", show(&o));
+    assert!(err.contains("nothing can be watched"), "{err}");
+    assert!(!err.contains("attached; Ctrl-C stops"), "{err}");
+}
+
 #[test]
 fn monitor_says_which_sources_are_missing_and_ends_at_its_duration() {
     if !require::bpf(gpuperf_profiler::preflight::check()) {
@@ -44,9 +67,11 @@ fn monitor_says_which_sources_are_missing_and_ends_at_its_duration() {
         .output()
         .unwrap();
     let err = text(&o.stderr);
-    assert!(o.status.success(), "{}", show(&o));
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
     let (_, absent) = available(&kallsyms, &Source::ALL);
+    // With none present there is nothing to watch: it says so and fails.
+    let nothing = absent.len() == Source::ALL.len();
+    assert_eq!(o.status.success(), !nothing, "{}", show(&o));
     for (_, why) in &absent {
         assert!(
             err.contains(&format!("gpuperf monitor: not present, skipped: {why}\n")),
@@ -58,5 +83,9 @@ fn monitor_says_which_sources_are_missing_and_ends_at_its_duration() {
         absent.len(),
         "{err}"
     );
-    assert!(err.contains(" events kept, "), "{err}");
+    if nothing {
+        assert!(err.contains("nothing can be watched"), "{err}");
+    } else {
+        assert!(err.contains(" events kept, "), "{err}");
+    }
 }

@@ -69,6 +69,13 @@ impl Recording {
                 if !dir.is_dir() {
                     return Err(Error::NotARecording { path: dir.clone() });
                 }
+                if driver_only(dir) {
+                    // `record --driver` of a program that never loaded CUDA.
+                    let mut l = Self::read(&gpu, cpu.as_deref(), &inputs.kineto, symbolizer)?;
+                    l.driver = read_driver(std::slice::from_ref(dir))?;
+                    l.opts = inputs.join.clone();
+                    return Ok(l);
+                }
                 gpu.push(dir.clone());
                 let c = dir.join(super::CPU_TRACE);
                 if cpu.is_none() && c.is_file() {
@@ -205,6 +212,22 @@ impl Recording {
         let interp = self.cpu.as_ref().map_or(&empty, |c| &c.interpreter_frames);
         self.opts.view.stack(s, &|f| interp.contains(f))
     }
+}
+
+/// Whether recording directory `dir` holds driver events and nothing else to
+/// join: no GPU trace, no CPU trace, no file but what a recording writes.
+fn driver_only(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.iter().any(|n| n == driver_file::FILE_NAME)
+        && names.iter().all(|n| {
+            n == driver_file::FILE_NAME || n == super::SYMBOLS || n.ends_with(super::LOG_SUFFIX)
+        })
 }
 
 /// The driver event file of the first recording directory among `paths` that

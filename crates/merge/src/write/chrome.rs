@@ -3,9 +3,12 @@
 //! what is drawn where).
 //!
 //! - Slices are `X` events, markers `i` events, flows `s`/`f` pairs (the `f`
-//!   bound to the slice that encloses its timestamp). Metadata events name every
-//!   process and thread and give their order; a recorder's note is a process
-//!   label.
+//!   bound to the slice that encloses its timestamp). Metadata events name
+//!   every process and thread and give their order; a recorder's note is a
+//!   process label.
+//! - On an async track (the driver's) slices are `b`/`e` pairs and markers
+//!   `n` events, named by their track (Perfetto names an async track by its
+//!   events), an id per lane of it, their own name in `args.event`.
 //! - A launch's CPU stack is in `args.stack` of its API slice only; GPU work
 //!   points at it by its flow (work charged to another stack, as a replayed
 //!   graph node's, carries that stack itself).
@@ -121,7 +124,7 @@ fn encode<W: Write>(t: &Timeline, out: &mut W) -> std::io::Result<()> {
                     e.flow_end(f, false)?;
                 }
             }
-            Step::End(_) => {}
+            Step::End(i) => e.async_end(&t.events[i])?,
         }
     }
     let clock = match t.clock {
@@ -178,7 +181,8 @@ impl<W: Write> Encoder<'_, W> {
                 )?;
             }
         }
-        for tr in &t.tracks {
+        // Async tracks are named by their events.
+        for tr in t.tracks.iter().filter(|tr| !tr.is_async) {
             let (pid, tid, name) = (tr.pid, tr.tid, json(&tr.name));
             write!(
                 self.open()?,
@@ -208,6 +212,17 @@ impl<W: Write> Encoder<'_, W> {
             };
             args += &format!("{sep}\"{k}\":{v}");
         }
+        if tr.is_async {
+            // Perfetto names an async track by its events' name and stacks
+            // the tracks of one name; the event's own name is an argument.
+            let ph = if e.dur_ns.is_some() { "b" } else { "n" };
+            let (track, id) = (json(&tr.name), e.track);
+            let sep = if args.is_empty() { "" } else { "," };
+            return write!(
+                self.open()?,
+                r#""ph":"{ph}","cat":"{cat}","name":{track},"id2":{{"local":"{id:#x}"}},"pid":{pid},"tid":0,"ts":{ts},"args":{{"event":{name}{sep}{args}}}}}"#
+            );
+        }
         let out = self.open()?;
         match e.dur_ns {
             Some(d) => write!(
@@ -220,6 +235,20 @@ impl<W: Write> Encoder<'_, W> {
                 r#""ph":"i","s":"t","cat":"{cat}","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"args":{{{args}}}}}"#
             ),
         }
+    }
+
+    /// The end of a slice on an async track (the others are complete events).
+    fn async_end(&mut self, e: &Event) -> std::io::Result<()> {
+        let tr = &self.t.tracks[e.track];
+        if !tr.is_async {
+            return Ok(());
+        }
+        let (pid, cat, track, id) = (tr.pid, e.cat, json(&tr.name), e.track);
+        let ts = self.ts(e.start_ns + e.dur_ns.unwrap_or(0));
+        write!(
+            self.open()?,
+            r#""ph":"e","cat":"{cat}","name":{track},"id2":{{"local":"{id:#x}"}},"pid":{pid},"tid":0,"ts":{ts}}}"#
+        )
     }
 
     /// One end of a flow: its start at the start of the call's slice, its end

@@ -10,8 +10,11 @@
 //!   every recorded call); `open` and `mmap` are instants there.
 //! - A pseudo-process `GPU driver` ([`DRIVER_PID`]) holds, per ring, a `queue`
 //!   track (a job's slice from queued to run, a `dependency wait` slice inside
-//!   it from its wait to its run) and a `run` track (run to done); jobs that
-//!   overlap go to a second lane (`run #2`, …) so that slices on a track nest.
+//!   it from its wait to its run) and a `run` track (run to done). Driver
+//!   tracks are async tracks, known by their names (derived from the events,
+//!   never from numbers that could meet): slices that overlap on one stay on
+//!   it, and the writers stack them (the timeline model puts them on lanes
+//!   of the same name, which Perfetto shows as one track).
 //!   Interrupts and bottom halves are instants on an `interrupts` track, Xid
 //!   errors instants on a track per device, and `dma_fence`s slices from
 //!   init to signal on a `fence context N` track per fence context (a fence
@@ -19,7 +22,7 @@
 //! - Vblanks are instants on a `vblank crtc N` track per CRTC of the driver
 //!   pseudo-process (the tracepoints give a CRTC's index on its device, not
 //!   the device). A vblank event a process asked for is a slice from its
-//!   queueing to its delivery on a `vblank events crtc N` track of that
+//!   queueing to its delivery on a `vblank events crtc N` async track of that
 //!   process ([`Lane::Process`]); one with only one of the two in the
 //!   recording is an instant there.
 //! - Drivers the recording saw as simulated (the test modules of
@@ -297,27 +300,38 @@ pub enum Lane {
         /// Its command name.
         comm: String,
     },
-    /// A track of the driver pseudo-process, by its order and name.
+    /// An async track of the driver pseudo-process: one per name, whatever
+    /// the number of slices open at once (the timeline writers stack them).
     Driver {
-        /// Position among the driver's tracks, from 1 (the JSON's tid).
-        order: u32,
-        /// Track name.
+        /// Which kind of track, for the order of the tracks.
+        group: Group,
+        /// Track name, derived from the events (its identity).
         name: String,
     },
-    /// A track of a process that is none of its threads (its vblank events).
+    /// An async track of a process that is none of its threads (its vblank
+    /// events).
     Process {
         /// Process.
         pid: u32,
-        /// Position among the process's driver tracks, from 1.
-        order: u32,
-        /// Track name.
+        /// Track name, derived from the events (its identity in the process).
         name: String,
     },
 }
 
-/// The JSON's tid of a [`Lane::Process`] track: above every Linux tid
-/// (`pid_max` is at most 2^22).
-pub const PROCESS_TRACK_TID: u64 = 1 << 29;
+/// The kinds of the driver pseudo-process's tracks, in their order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Group {
+    /// Interrupts and bottom halves.
+    Interrupts,
+    /// Xid errors, a track per device.
+    Xid,
+    /// DRM scheduler jobs, a queue and a run track per ring.
+    Ring,
+    /// `dma_fence`s, a track per fence context.
+    Fence,
+    /// Vblanks, a track per CRTC.
+    Vblank,
+}
 
 /// One slice or instant of the driver's timeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -348,7 +362,6 @@ pub fn process_name(t: &DriverTrace) -> String {
 pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
     let nested = nest(&t.events, calls);
     let mut items = Vec::new();
-    let mut devices: BTreeMap<String, u32> = BTreeMap::new();
     for (e, call) in t.events.iter().zip(&nested) {
         let thread = || Lane::Thread {
             pid: e.pid,
@@ -373,7 +386,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             }),
             DriverKind::Irq | DriverKind::IrqBottomHalf => items.push(Item {
                 lane: Lane::Driver {
-                    order: 1,
+                    group: Group::Interrupts,
                     name: "interrupts".to_owned(),
                 },
                 name: if e.kind == DriverKind::Irq {
@@ -386,15 +399,16 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                 args: vec![("thread", format!("{} ({})", e.comm, e.tid))],
             }),
             DriverKind::Xid => {
-                let n = devices.len() as u32;
-                let order = 2 + *devices.entry(e.ring.clone()).or_insert(n);
                 let name = if e.ring.is_empty() {
                     "Xid errors".to_owned()
                 } else {
                     format!("Xid errors {}", e.ring)
                 };
                 items.push(Item {
-                    lane: Lane::Driver { order, name },
+                    lane: Lane::Driver {
+                        group: Group::Xid,
+                        name,
+                    },
                     name: format!("Xid {}", e.arg),
                     start_ns: e.ts_ns,
                     dur_ns: None,
@@ -408,24 +422,20 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
     for j in jobs(&t.events) {
         rings.entry(j.ring.clone()).or_default().push(j);
     }
-    for (r, (ring, jobs)) in rings.iter().enumerate() {
-        let base = 1000 + 100 * r as u32;
-        let mut queue = Lanes::default();
-        let mut run = Lanes::default();
+    for (ring, jobs) in &rings {
+        let ring = if ring.is_empty() { "ring ?" } else { ring };
+        let lane = |what: &str| Lane::Driver {
+            group: Group::Ring,
+            name: format!("{ring} {what}"),
+        };
         for j in jobs {
             let args = vec![
                 ("job", format!("{:#x}", j.id)),
                 ("submitter", format!("{} ({})", j.pid, j.tid)),
             ];
             if let (Some(q), Some(x)) = (j.queued_ns, j.run_ns) {
-                let lane = queue.place(q, x);
-                let name = lane_name(ring, "queue", lane);
-                let order = base + lane;
                 items.push(Item {
-                    lane: Lane::Driver {
-                        order,
-                        name: name.clone(),
-                    },
+                    lane: lane("queue"),
                     name: "queued".to_owned(),
                     start_ns: q,
                     dur_ns: Some(x.saturating_sub(q)),
@@ -433,7 +443,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                 });
                 if let Some(d) = j.dep_wait_ns.filter(|&d| d >= q && d <= x) {
                     items.push(Item {
-                        lane: Lane::Driver { order, name },
+                        lane: lane("queue"),
                         name: "dependency wait".to_owned(),
                         start_ns: d,
                         dur_ns: Some(x - d),
@@ -442,12 +452,8 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                 }
             }
             if let (Some(x), Some(d)) = (j.run_ns, j.done_ns) {
-                let lane = run.place(x, d);
                 items.push(Item {
-                    lane: Lane::Driver {
-                        order: base + 50 + lane,
-                        name: lane_name(ring, "run", lane),
-                    },
+                    lane: lane("run"),
                     name: "job".to_owned(),
                     start_ns: x,
                     dur_ns: Some(d.saturating_sub(x)),
@@ -468,8 +474,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
     items
 }
 
-/// `dma_fence`s, one track per fence context (overlapping fences on further
-/// lanes): a slice from a fence's init to its signal, an instant for a fence
+/// `dma_fence`s, one async track per fence context: a slice from a fence's init to its signal, an instant for a fence
 /// with only one of them in the recording.
 fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
     /// One fence's events.
@@ -500,15 +505,6 @@ fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
     let start = |f: &Fence| f.init.or(f.signal).unwrap_or(0);
     let mut by_start: Vec<Fence> = fences.into_values().collect();
     by_start.sort_unstable_by_key(|f| (start(f), f.id));
-    let bases: BTreeMap<u32, u32> = by_start
-        .iter()
-        .map(|f| (f.id >> 32) as u32)
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| (c, 5000 + 100 * i as u32))
-        .collect();
-    let mut contexts: BTreeMap<u32, Lanes> = BTreeMap::new();
     for f in by_start {
         let context = (f.id >> 32) as u32;
         let seqno = f.id & 0xffff_ffff;
@@ -518,18 +514,10 @@ fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             (Some(_), _) => (format!("fence {seqno} made"), None),
             _ => (format!("fence {seqno} signalled"), None),
         };
-        let lane = match dur_ns {
-            Some(d) => contexts.entry(context).or_default().place(start, start + d),
-            None => 0,
-        };
-        let track = format!("fence context {context}");
         items.push(Item {
             lane: Lane::Driver {
-                order: bases[&context] + lane,
-                name: match lane {
-                    0 => track,
-                    n => format!("{track} #{}", n + 1),
-                },
+                group: Group::Fence,
+                name: format!("fence context {context}"),
             },
             name,
             start_ns: start,
@@ -544,23 +532,9 @@ fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
 }
 
 /// Vblanks, one track per CRTC in the driver pseudo-process, and vblank
-/// events, slices from queued to delivered on their process's track per CRTC
-/// (overlapping ones on further lanes).
+/// events, slices from queued to delivered on their process's async track
+/// per CRTC.
 fn vblank_items(events: &[DriverEvent], items: &mut Vec<Item>) {
-    let crtcs: BTreeMap<&str, u32> = events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.kind,
-                DriverKind::Vblank | DriverKind::VblankQueued | DriverKind::VblankDelivered
-            )
-        })
-        .map(|e| e.ring.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| (c, i as u32))
-        .collect();
     let crtc_name = |c: &str| if c.is_empty() { "crtc ?" } else { c }.to_owned();
     for e in events.iter().filter(|e| e.kind == DriverKind::Vblank) {
         let mut args = vec![
@@ -573,7 +547,7 @@ fn vblank_items(events: &[DriverEvent], items: &mut Vec<Item>) {
         }
         items.push(Item {
             lane: Lane::Driver {
-                order: 6000 + crtcs[e.ring.as_str()],
+                group: Group::Vblank,
                 name: format!("vblank {}", crtc_name(&e.ring)),
             },
             name: "vblank".to_owned(),
@@ -582,9 +556,7 @@ fn vblank_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             args,
         });
     }
-    let mut lanes: BTreeMap<(u32, u32), Lanes> = BTreeMap::new();
     for v in vblank_events(events) {
-        let rank = crtcs[v.crtc.as_str()];
         let seq = |s: Option<u32>| s.map_or_else(|| "-".to_owned(), |s| s.to_string());
         let args = vec![
             ("asked for vblank", seq(v.asked_seq)),
@@ -596,55 +568,16 @@ fn vblank_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             (Some(q), _) => ("vblank event queued", q, None),
             (None, d) => ("vblank event delivered", d.unwrap_or(0), None),
         };
-        let lane = match dur_ns {
-            Some(d) => lanes
-                .entry((v.pid, rank))
-                .or_default()
-                .place(start_ns, start_ns + d),
-            None => 0,
-        };
-        let track = format!("vblank events {}", crtc_name(&v.crtc));
         items.push(Item {
             lane: Lane::Process {
                 pid: v.pid,
-                order: 1 + 100 * rank + lane,
-                name: match lane {
-                    0 => track,
-                    n => format!("{track} #{}", n + 1),
-                },
+                name: format!("vblank events {}", crtc_name(&v.crtc)),
             },
             name: name.to_owned(),
             start_ns,
             dur_ns,
             args,
         });
-    }
-}
-
-fn lane_name(ring: &str, what: &str, lane: u32) -> String {
-    let ring = if ring.is_empty() { "ring ?" } else { ring };
-    match lane {
-        0 => format!("{ring} {what}"),
-        n => format!("{ring} {what} #{}", n + 1),
-    }
-}
-
-/// Lanes of slices that must not overlap: each slice goes to the first lane
-/// free at its start.
-#[derive(Default)]
-struct Lanes(Vec<u64>);
-
-impl Lanes {
-    fn place(&mut self, start: u64, end: u64) -> u32 {
-        let lane = match self.0.iter().position(|&free| free <= start) {
-            Some(i) => i,
-            None => {
-                self.0.push(0);
-                self.0.len() - 1
-            }
-        };
-        self.0[lane] = end.max(start);
-        lane as u32
     }
 }
 
@@ -683,157 +616,175 @@ impl Reporter {
     pub fn text(&self, top: usize) -> String {
         use std::fmt::Write as _;
         let t = &self.trace;
-        let calls = &self.calls.calls;
-        let nested = nest(&t.events, calls);
         let mut s = format!("\n{}\n", process_name(t));
         for a in &t.absent {
             let _ = writeln!(s, "  not present: {a}");
         }
-        let mut by_api: BTreeMap<&str, Tally> = BTreeMap::new();
-        let mut by_stack: BTreeMap<String, Tally> = BTreeMap::new();
-        let mut outside = Tally::default();
-        for (e, call) in t.events.iter().zip(&nested) {
-            if e.kind != DriverKind::Ioctl {
-                continue;
-            }
-            let tally = match call {
-                Some(i) => {
-                    let c = &calls[*i];
-                    // In-process stacks end in the API function already.
-                    let key = match &c.stack {
-                        Some(st) if st.ends_with(&format!(";{}", c.name)) => st.clone(),
-                        Some(st) => format!("{st};{}", c.name),
-                        None => format!("[no CPU stack];{}", c.name),
-                    };
-                    let st = by_stack.entry(key).or_default();
-                    st.calls.insert(*i);
-                    st.ioctls += 1;
-                    st.ns += e.dur_ns;
-                    by_api.entry(&c.name).or_default()
-                }
-                None => &mut outside,
-            };
-            if let Some(i) = call {
-                tally.calls.insert(*i);
-            }
-            tally.ioctls += 1;
-            tally.ns += e.dur_ns;
-        }
-        let _ = writeln!(s, "Driver ioctls by CUDA API function");
-        let _ = writeln!(
-            s,
-            "  {:>8} {:>8} {:>11} {:>11}  function",
-            "calls", "ioctls", "total", "per call"
-        );
-        let mut rows: Vec<(&str, &Tally)> = by_api.iter().map(|(k, v)| (*k, v)).collect();
-        rows.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(b.0)));
-        for (name, v) in &rows {
-            let n = v.calls.len() as u64;
-            let _ = writeln!(
-                s,
-                "  {:>8} {:>8} {:>11} {:>11}  {name}",
-                n,
-                v.ioctls,
-                dur(v.ns),
-                dur(v.ns / n.max(1))
-            );
-        }
-        if outside.ioctls > 0 {
-            let _ = writeln!(
-                s,
-                "  {:>8} {:>8} {:>11} {:>11}  [outside any CUDA API call]",
-                "-",
-                outside.ioctls,
-                dur(outside.ns),
-                "-"
-            );
-        }
-        if !by_stack.is_empty() {
-            let _ = writeln!(s, "Driver ioctls by CPU stack (ioctls, total)");
-            let mut rows: Vec<(&String, &Tally)> = by_stack.iter().collect();
-            rows.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(b.0)));
-            for (stack, v) in rows.into_iter().take(top) {
-                let _ = writeln!(s, "  {:>8} {:>11}  {stack}", v.ioctls, dur(v.ns));
-            }
-        }
-        let jobs = jobs(&t.events);
-        if !jobs.is_empty() {
-            let _ = writeln!(s, "DRM scheduler jobs by ring");
-            let _ = writeln!(
-                s,
-                "  {:>8} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  ring",
-                "jobs", "queue p50", "queue p99", "run p50", "run p99", "dep waits", "unfinished"
-            );
-            let mut rings: BTreeMap<&str, Vec<&Job>> = BTreeMap::new();
-            for j in &jobs {
-                rings.entry(&j.ring).or_default().push(j);
-            }
-            for (ring, js) in rings {
-                let mut queue: Vec<u64> = js
-                    .iter()
-                    .filter_map(|j| Some(j.run_ns?.saturating_sub(j.queued_ns?)))
-                    .collect();
-                let mut run: Vec<u64> = js
-                    .iter()
-                    .filter_map(|j| Some(j.done_ns?.saturating_sub(j.run_ns?)))
-                    .collect();
-                queue.sort_unstable();
-                run.sort_unstable();
-                let p = |v: &[u64], q| percentile(v, q).map_or_else(|| "-".to_owned(), dur);
-                let deps = js.iter().filter(|j| j.dep_wait_ns.is_some()).count();
-                let unfinished = js.iter().filter(|j| j.done_ns.is_none()).count();
-                let _ = writeln!(
-                    s,
-                    "  {:>8} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  {ring}",
-                    js.len(),
-                    p(&queue, 50),
-                    p(&queue, 99),
-                    p(&run, 50),
-                    p(&run, 99),
-                    deps,
-                    unfinished
-                );
-            }
-        }
+        ioctl_section(&mut s, &t.events, &self.calls.calls, top);
+        job_section(&mut s, &t.events);
         vblank_section(&mut s, &t.events);
-        let count = |k: DriverKind| t.events.iter().filter(|e| e.kind == k).count();
+        count_section(&mut s, t);
+        s
+    }
+}
+
+/// Ioctls by the CUDA API function and by the CPU stack they were made in.
+fn ioctl_section(s: &mut String, events: &[DriverEvent], calls: &[Call], top: usize) {
+    use std::fmt::Write as _;
+    let nested = nest(events, calls);
+    let mut by_api: BTreeMap<&str, Tally> = BTreeMap::new();
+    let mut by_stack: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut outside = Tally::default();
+    for (e, call) in events.iter().zip(&nested) {
+        if e.kind != DriverKind::Ioctl {
+            continue;
+        }
+        let tally = match call {
+            Some(i) => {
+                let c = &calls[*i];
+                // In-process stacks end in the API function already.
+                let key = match &c.stack {
+                    Some(st) if st.ends_with(&format!(";{}", c.name)) => st.clone(),
+                    Some(st) => format!("{st};{}", c.name),
+                    None => format!("[no CPU stack];{}", c.name),
+                };
+                let st = by_stack.entry(key).or_default();
+                st.calls.insert(*i);
+                st.ioctls += 1;
+                st.ns += e.dur_ns;
+                by_api.entry(&c.name).or_default()
+            }
+            None => &mut outside,
+        };
+        if let Some(i) = call {
+            tally.calls.insert(*i);
+        }
+        tally.ioctls += 1;
+        tally.ns += e.dur_ns;
+    }
+    let _ = writeln!(s, "Driver ioctls by CUDA API function");
+    let _ = writeln!(
+        s,
+        "  {:>8} {:>8} {:>11} {:>11}  function",
+        "calls", "ioctls", "total", "per call"
+    );
+    let mut rows: Vec<(&str, &Tally)> = by_api.iter().map(|(k, v)| (*k, v)).collect();
+    rows.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(b.0)));
+    for (name, v) in &rows {
+        let n = v.calls.len() as u64;
         let _ = writeln!(
             s,
-            "Driver calls: {} opens, {} ioctls, {} mmaps; interrupts: {}, bottom halves: {}",
-            count(DriverKind::Open),
-            count(DriverKind::Ioctl),
-            count(DriverKind::Mmap),
-            count(DriverKind::Irq),
-            count(DriverKind::IrqBottomHalf)
+            "  {:>8} {:>8} {:>11} {:>11}  {name}",
+            n,
+            v.ioctls,
+            dur(v.ns),
+            dur(v.ns / n.max(1))
         );
-        let xids: Vec<&DriverEvent> = t
-            .events
+    }
+    if outside.ioctls > 0 {
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>8} {:>11} {:>11}  [outside any CUDA API call]",
+            "-",
+            outside.ioctls,
+            dur(outside.ns),
+            "-"
+        );
+    }
+    if !by_stack.is_empty() {
+        let _ = writeln!(s, "Driver ioctls by CPU stack (ioctls, total)");
+        let mut rows: Vec<(&String, &Tally)> = by_stack.iter().collect();
+        rows.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(b.0)));
+        for (stack, v) in rows.into_iter().take(top) {
+            let _ = writeln!(s, "  {:>8} {:>11}  {stack}", v.ioctls, dur(v.ns));
+        }
+    }
+}
+
+/// DRM scheduler jobs per ring: how many, queue and run latencies.
+fn job_section(s: &mut String, events: &[DriverEvent]) {
+    use std::fmt::Write as _;
+    let jobs = jobs(events);
+    if jobs.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "DRM scheduler jobs by ring");
+    let _ = writeln!(
+        s,
+        "  {:>8} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  ring",
+        "jobs", "queue p50", "queue p99", "run p50", "run p99", "dep waits", "unfinished"
+    );
+    let mut rings: BTreeMap<&str, Vec<&Job>> = BTreeMap::new();
+    for j in &jobs {
+        rings.entry(&j.ring).or_default().push(j);
+    }
+    for (ring, js) in rings {
+        let mut queue: Vec<u64> = js
             .iter()
-            .filter(|e| e.kind == DriverKind::Xid)
+            .filter_map(|j| Some(j.run_ns?.saturating_sub(j.queued_ns?)))
             .collect();
-        let _ = writeln!(s, "Xid errors: {}", xids.len());
-        let first = t.events.first().map_or(0, |e| e.ts_ns);
-        for e in xids {
-            let dev = if e.ring.is_empty() { "?" } else { &e.ring };
-            let _ = writeln!(
-                s,
-                "  +{} Xid {} on {dev}: {}",
-                dur(e.ts_ns - first),
-                e.arg,
-                e.msg
-            );
-        }
-        let dropped = t.total_dropped();
-        if dropped > 0 {
-            let parts: Vec<String> = t
-                .dropped
-                .iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|(k, n)| format!("{n} {k}"))
-                .collect();
-            let _ = writeln!(s, "Driver events lost: {dropped} ({})", parts.join(", "));
-        }
-        s
+        let mut run: Vec<u64> = js
+            .iter()
+            .filter_map(|j| Some(j.done_ns?.saturating_sub(j.run_ns?)))
+            .collect();
+        queue.sort_unstable();
+        run.sort_unstable();
+        let p = |v: &[u64], q| percentile(v, q).map_or_else(|| "-".to_owned(), dur);
+        let deps = js.iter().filter(|j| j.dep_wait_ns.is_some()).count();
+        let unfinished = js.iter().filter(|j| j.done_ns.is_none()).count();
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  {ring}",
+            js.len(),
+            p(&queue, 50),
+            p(&queue, 99),
+            p(&run, 50),
+            p(&run, 99),
+            deps,
+            unfinished
+        );
+    }
+}
+
+/// Driver calls and interrupts counted, each Xid, and what was lost.
+fn count_section(s: &mut String, t: &DriverTrace) {
+    use std::fmt::Write as _;
+    let count = |k: DriverKind| t.events.iter().filter(|e| e.kind == k).count();
+    let _ = writeln!(
+        s,
+        "Driver calls: {} opens, {} ioctls, {} mmaps; interrupts: {}, bottom halves: {}",
+        count(DriverKind::Open),
+        count(DriverKind::Ioctl),
+        count(DriverKind::Mmap),
+        count(DriverKind::Irq),
+        count(DriverKind::IrqBottomHalf)
+    );
+    let xids: Vec<&DriverEvent> = t
+        .events
+        .iter()
+        .filter(|e| e.kind == DriverKind::Xid)
+        .collect();
+    let _ = writeln!(s, "Xid errors: {}", xids.len());
+    let first = t.events.first().map_or(0, |e| e.ts_ns);
+    for e in xids {
+        let dev = if e.ring.is_empty() { "?" } else { &e.ring };
+        let _ = writeln!(
+            s,
+            "  +{} Xid {} on {dev}: {}",
+            dur(e.ts_ns - first),
+            e.arg,
+            e.msg
+        );
+    }
+    let dropped = t.total_dropped();
+    if dropped > 0 {
+        let parts: Vec<String> = t
+            .dropped
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let _ = writeln!(s, "Driver events lost: {dropped} ({})", parts.join(", "));
     }
 }
 
@@ -944,11 +895,11 @@ mod tests {
         assert!(p.pending.is_empty());
     }
 
-    /// Track order, track, name, start, duration, maker.
-    type Row<'a> = (u32, &'a str, &'a str, u64, Option<u64>, &'a str);
+    /// Track, name, start, duration, maker.
+    type Row<'a> = (&'a str, &'a str, u64, Option<u64>, &'a str);
 
     #[test]
-    fn fences_are_slices_per_context_overlaps_on_lanes_halves_instants() {
+    fn fences_are_slices_on_one_track_per_context_halves_instants() {
         use DriverKind::{FenceInit as I, FenceSignaled as S, Ioctl};
         let mut ioctl = fence(Ioctl, 5, 0, 0, 7);
         ioctl.id = 3 << 32 | 1; // Not a fence, though its id looks like one.
@@ -969,11 +920,14 @@ mod tests {
         let got: Vec<Row> = items
             .iter()
             .map(|i| {
-                let Lane::Driver { order, name } = &i.lane else {
+                let Lane::Driver {
+                    group: Group::Fence,
+                    name,
+                } = &i.lane
+                else {
                     panic!("{i:?}")
                 };
                 (
-                    *order,
                     name.as_str(),
                     i.name.as_str(),
                     i.start_ns,
@@ -982,42 +936,16 @@ mod tests {
                 )
             })
             .collect();
+        // Overlapping fences share their context's track (the writers stack
+        // them), however many contexts there are.
         assert_eq!(
             got,
             [
-                (
-                    5000,
-                    "fence context 3",
-                    "fence 1",
-                    100,
-                    Some(100),
-                    "10 (11)"
-                ),
-                (5100, "fence context 9", "fence 1", 120, Some(60), "11 (12)"),
-                (
-                    5001,
-                    "fence context 3 #2",
-                    "fence 2",
-                    150,
-                    Some(150),
-                    "10 (11)"
-                ),
-                (
-                    5000,
-                    "fence context 3",
-                    "fence 3 made",
-                    400,
-                    None,
-                    "10 (11)"
-                ),
-                (
-                    5100,
-                    "fence context 9",
-                    "fence 2 signalled",
-                    500,
-                    None,
-                    "11 (12)"
-                ),
+                ("fence context 3", "fence 1", 100, Some(100), "10 (11)"),
+                ("fence context 9", "fence 1", 120, Some(60), "11 (12)"),
+                ("fence context 3", "fence 2", 150, Some(150), "10 (11)"),
+                ("fence context 3", "fence 3 made", 400, None, "10 (11)"),
+                ("fence context 9", "fence 2 signalled", 500, None, "11 (12)"),
             ]
         );
     }

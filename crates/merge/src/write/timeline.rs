@@ -48,7 +48,7 @@ use crate::model::{
 use crate::read::cpu::{CpuLaunch, StackId};
 use crate::read::driver::DriverTrace;
 use crate::write::demangle::Demangler;
-use crate::write::driver::{self, Calls, DRIVER_PID, Lane, PROCESS_TRACK_TID};
+use crate::write::driver::{self, Calls, DRIVER_PID, Lane};
 use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 /// First pid of the pseudo-processes that hold GPU tracks.
@@ -93,6 +93,10 @@ pub(crate) struct Track {
     pub rank: Option<i32>,
     /// A real thread of a CPU process (else a track the process holds).
     pub thread: bool,
+    /// An async track (the driver's): known by its name, its overlapping
+    /// slices on lanes of the same name, which readers stack as one track
+    /// (the JSON writes its slices as async events named by the track).
+    pub is_async: bool,
 }
 
 /// An argument's value.
@@ -166,8 +170,8 @@ enum TrackKey {
     Thread(u32, u32),
     Gpu(u64, u64),
     DeviceIdle(u64),
-    Driver(u32),
-    ProcessDriver(u32, u32),
+    /// An async track: its process and its index among them.
+    Async(u64, usize),
     /// A process's NVTX start/end ranges.
     NvtxStartEnd(u32),
     Lane(TrackId, usize),
@@ -303,6 +307,7 @@ impl Builder {
                 name,
                 rank: None,
                 thread: true,
+                is_async: false,
             };
             (t, Packing::Nest)
         })
@@ -341,6 +346,7 @@ impl Builder {
                 name,
                 rank: Some(rank),
                 thread: false,
+                is_async: false,
             };
             (t, packing)
         })
@@ -507,6 +513,7 @@ impl Builder {
                         name: NVTX_START_END_TRACK.to_owned(),
                         rank: None,
                         thread: false,
+                        is_async: false,
                     };
                     (t, Packing::Nest)
                 });
@@ -581,6 +588,7 @@ impl Builder {
                     name: DEVICE_IDLE.to_owned(),
                     rank: Some(-1),
                     thread: false,
+                    is_async: false,
                 };
                 (t, Packing::Nest)
             });
@@ -600,52 +608,62 @@ impl Builder {
     }
 
     fn driver_items(&mut self, ctx: &Context<'_>, trace: &DriverTrace, calls: &[driver::Call]) {
+        // Async tracks by process and name, in the items' order (by lane).
+        let mut named: FxHashMap<(u64, String), usize> = FxHashMap::default();
         for it in driver::timeline(trace, calls) {
-            let track = match &it.lane {
-                Lane::Thread { pid, tid, .. } => self.thread(ctx, *pid, *tid),
-                Lane::Driver { order, name } => {
+            let (pid, name) = match &it.lane {
+                Lane::Thread { pid, tid, .. } => {
+                    let track = self.thread(ctx, *pid, *tid);
+                    self.driver_event(track, &it);
+                    continue;
+                }
+                Lane::Driver { name, .. } => {
                     let p = self.process(DRIVER_PID, DRIVER_PID);
                     self.processes[p].name = driver::process_name(trace);
-                    self.track(TrackKey::Driver(*order), || {
-                        let t = Track {
-                            pid: DRIVER_PID,
-                            tid: u64::from(*order),
-                            name: name.clone(),
-                            rank: Some(*order as i32),
-                            thread: false,
-                        };
-                        (t, Packing::Nest)
-                    })
+                    (DRIVER_PID, name)
                 }
-                Lane::Process { pid, order, name } => {
-                    self.process(u64::from(*pid), u64::from(*pid));
-                    self.track(TrackKey::ProcessDriver(*pid, *order), || {
-                        let t = Track {
-                            pid: u64::from(*pid),
-                            tid: PROCESS_TRACK_TID + u64::from(*order),
-                            name: name.clone(),
-                            rank: Some(*order as i32),
-                            thread: false,
-                        };
-                        (t, Packing::Nest)
-                    })
+                Lane::Process { pid, name } => {
+                    let pid = u64::from(*pid);
+                    self.process(pid, pid);
+                    (pid, name)
                 }
             };
-            let args = it
-                .args
-                .iter()
-                .map(|(k, v)| (*k, Arg::Str(self.name(v))))
-                .collect();
-            let name = self.name(&it.name);
-            self.push(Event {
-                track,
-                start_ns: it.start_ns,
-                dur_ns: it.dur_ns,
-                cat: "driver",
-                name,
-                args,
+            let n = named.len();
+            let i = *named.entry((pid, name.clone())).or_insert(n);
+            let track = self.track(TrackKey::Async(pid, i), || {
+                let t = Track {
+                    pid,
+                    tid: 0,
+                    name: name.clone(),
+                    rank: Some(i32::try_from(i).unwrap_or(i32::MAX)),
+                    thread: false,
+                    is_async: true,
+                };
+                (t, Packing::Nest)
             });
+            if i == n {
+                // Its tid, unused by the JSON's async events, is given last.
+                self.extra.push(track);
+            }
+            self.driver_event(track, &it);
         }
+    }
+
+    fn driver_event(&mut self, track: TrackId, it: &driver::Item) {
+        let args = it
+            .args
+            .iter()
+            .map(|(k, v)| (*k, Arg::Str(self.name(v))))
+            .collect();
+        let name = self.name(&it.name);
+        self.push(Event {
+            track,
+            start_ns: it.start_ns,
+            dur_ns: it.dur_ns,
+            cat: "driver",
+            name,
+            args,
+        });
     }
 
     /// Names every process, once all records are in.
@@ -729,12 +747,23 @@ impl Builder {
                     let base = self.tracks[track].clone();
                     let p = self.packing[track];
                     let t = self.track(TrackKey::Lane(track, lane), || {
+                        // An async track's lanes keep its name: readers
+                        // stack them as one track.
+                        let (name, rank) = if base.is_async {
+                            (base.name.clone(), base.rank)
+                        } else {
+                            (
+                                format!("{} (overlap {lane})", base.name),
+                                base.rank.map(|r| r.saturating_add(lane.min(254) as i32)),
+                            )
+                        };
                         let t = Track {
                             pid: base.pid,
                             tid: 0,
-                            name: format!("{} (overlap {lane})", base.name),
-                            rank: base.rank.map(|r| r.saturating_add(lane.min(254) as i32)),
+                            name,
+                            rank,
                             thread: false,
+                            is_async: base.is_async,
                         };
                         (t, p)
                     });
@@ -764,7 +793,7 @@ impl Builder {
                 continue;
             }
             used.insert((t.pid, t.tid));
-            if t.tid < PROCESS_TRACK_TID {
+            if t.tid < SYNC_TID_BIT {
                 let n = next.entry(t.pid).or_insert(1);
                 *n = (*n).max(t.tid + 1);
             }

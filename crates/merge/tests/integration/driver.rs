@@ -121,8 +121,9 @@ fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
     let doc: Value = serde_json::from_str(&json).unwrap();
     let events = doc["traceEvents"].as_array().unwrap();
     let driver: Vec<&Value> = events.iter().filter(|e| e["cat"] == "driver").collect();
+    let slices = async_slices(&driver);
     let vblanks = |pid: u64| {
-        driver
+        slices
             .iter()
             .filter(|e| e["name"] == "vblank" && e["pid"] == pid)
             .count()
@@ -130,7 +131,7 @@ fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
     assert_eq!(vblanks(1_073_741_823), 7);
     // Each event queued and delivered is a slice from one to the other, in
     // the asking process.
-    let slices: Vec<(f64, f64, &str)> = driver
+    let slices: Vec<(f64, f64, &str)> = slices
         .iter()
         .filter(|e| e["name"] == "vblank event")
         .map(|e| {
@@ -153,12 +154,11 @@ fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
     let pretty: Vec<String> = driver
         .iter()
         .copied()
-        .chain(events.iter().filter(|e| {
-            // The driver's tracks, and the process's own vblank event tracks.
-            e["ph"] == "M"
-                && (e["pid"] == 1_073_741_823
-                    || (e["pid"] == 100 && e["tid"].as_u64() > Some(1 << 29)))
-        }))
+        .chain(
+            events
+                .iter()
+                .filter(|e| e["ph"] == "M" && e["pid"] == 1_073_741_823),
+        )
         .map(|e| serde_json::to_string(e).unwrap())
         .collect();
     golden::check(
@@ -173,4 +173,158 @@ fn driver_vblank__report_section_golden() {
     golden::check(&data("driver/vblank.expected.report.txt"), &text);
     // crtc 0: latencies 11.1, 14.1 and 31.1 µs (nearest rank).
     assert!(text.contains("14.10 µs    31.10 µs  crtc 0"), "{text}");
+}
+
+/// The driver's slices and instants of a JSON timeline as the reader sees
+/// them: an async track's `b`/`e` pair (by process and id) as one slice
+/// with a `dur`, its events' own name as `name`, and its track as `track`.
+fn async_slices(events: &[&Value]) -> Vec<Value> {
+    let mut open: std::collections::HashMap<(i64, String), Vec<Value>> = Default::default();
+    let mut out = Vec::new();
+    for e in events {
+        let key = || (e["pid"].as_i64().unwrap(), e["id2"]["local"].to_string());
+        let named = || {
+            let mut v = (*e).clone();
+            v["track"] = e["name"].clone();
+            v["name"] = e["args"]["event"].clone();
+            v
+        };
+        match e["ph"].as_str().unwrap() {
+            "b" => open.entry(key()).or_default().push(named()),
+            "n" => out.push(named()),
+            "e" => {
+                let mut b = open.get_mut(&key()).unwrap().pop().unwrap();
+                let dur = e["ts"].as_f64().unwrap() - b["ts"].as_f64().unwrap();
+                b["dur"] = serde_json::json!((dur * 1000.0).round() / 1000.0);
+                out.push(b);
+            }
+            _ => out.push((*e).clone()),
+        }
+    }
+    assert!(open.values().all(Vec::is_empty), "async slices left open");
+    out.sort_by(|a, b| {
+        a["ts"]
+            .as_f64()
+            .unwrap()
+            .total_cmp(&b["ts"].as_f64().unwrap())
+    });
+    out
+}
+
+/// A driver event file past a handful of jobs: 120 jobs on one ring (queued
+/// all at once, three running at a time), 12 fence contexts of 5 fences
+/// each (all overlapping), 40 vblanks, and an Xid long before the program's
+/// first CUDA call.
+fn many() -> DriverTrace {
+    let mut s = String::from(gpuperf_merge::read::driver::HEADER);
+    s.push('\n');
+    let mut line = |ts: u64, kind: &str, ring: &str, arg: u32, id: u64, msg: &str| {
+        s += &format!("{ts}\t{kind}\t100\t102\ttrain\t{ring}\t{arg:#x}\t0\t0\t{id:#x}\t{msg}\n");
+    };
+    line(500_000, "xid", "0000:00:00.0", 79, 0, "fell off the bus");
+    let t0 = 2_000_000;
+    for j in 0..120u64 {
+        let id = 0xffff_8880_0000_0000 + 64 * j;
+        line(t0 + j, "job_queue", "sim-ring0", 0, id, "");
+        let run = t0 + 1_000 + 100 * j;
+        line(run, "job_run", "sim-ring0", 0, id, "");
+        line(run + 250, "job_done", "sim-ring0", 0, id, "");
+    }
+    for c in 0..12u64 {
+        for n in 1..=5u64 {
+            let id = (100 + c) << 32 | n;
+            line(t0 + 10 * c + n, "fence_init", "", 0, id, "");
+            line(t0 + 5_000 + 10 * c + n, "fence_signaled", "", 0, id, "");
+        }
+    }
+    for v in 0..40u32 {
+        line(t0 + 300 * u64::from(v), "vblank", "crtc 0", v, 0, "");
+    }
+    let t = DriverTrace::parse(s.as_bytes(), "many.tsv").unwrap();
+    assert!(t.diagnostics.is_empty(), "{:?}", t.diagnostics);
+    t
+}
+
+/// What Perfetto's trace processor reads from a driver timeline: every
+/// error or data-loss stat, and per track name the slices on all tracks of
+/// that name (the UI stacks async tracks of one name as one).
+fn perfetto_read(
+    tp: &gpuperf_test_support::perfetto::TraceProcessor,
+) -> (Vec<String>, std::collections::BTreeMap<String, i64>) {
+    let stats = tp
+        .query(
+            "select name, value from stats \
+             where (severity = 'error' or severity = 'data_loss') and value > 0",
+        )
+        .unwrap();
+    let stats = stats
+        .rows
+        .iter()
+        .map(|r| format!("{} = {}", r[0], r[1]))
+        .collect();
+    let per_track = tp
+        .query(
+            "select coalesce(th.name, t.name), count(*) from slice s \
+             join track t on t.id = s.track_id \
+             left join thread_track tt on tt.id = s.track_id \
+             left join thread th using (utid) \
+             where s.category = 'driver' group by 1",
+        )
+        .unwrap();
+    let per_track = per_track
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap_or("").to_owned(),
+                r[1].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    (stats, per_track)
+}
+
+/// Past a handful of jobs no slice lands on another track's name and
+/// Perfetto drops nothing: the ring's run track holds its 120 jobs, each
+/// fence context its 5 fences, the CRTC its 40 vblanks; the Xid before the
+/// first CUDA call stays on the timeline (the JSON's time base is the
+/// earliest event of any kind).
+#[test]
+fn driver_many__perfetto_reads_every_slice_on_its_named_track() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gpu, cpu) = inputs(dir.path());
+    let (json, pb) = perfetto::check_with(&[gpu], Some(&cpu), Some(&many()));
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    let negative = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ts"].as_f64().is_some_and(|t| t < 0.0))
+        .count();
+    assert_eq!(negative, 0, "JSON events before the time base");
+    assert_eq!(doc["otherData"]["time_base_ns"], 500_000);
+    for (file, bytes) in [("many.json", json.as_bytes()), ("many.pftrace", &pb[..])] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, bytes).unwrap();
+        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
+            return;
+        };
+        let (stats, per_track) = perfetto_read(&tp);
+        assert_eq!(stats, Vec::<String>::new(), "{file}");
+        let n = |name: &str| per_track.get(name).copied().unwrap_or(0);
+        let mut expected = vec![
+            ("sim-ring0 run".to_owned(), 120),
+            // Each job queued, no dependency waits.
+            ("sim-ring0 queue".to_owned(), 120),
+            ("vblank crtc 0".to_owned(), 40),
+            ("Xid errors 0000:00:00.0".to_owned(), 1),
+        ];
+        for c in 100..112 {
+            expected.push((format!("fence context {c}"), 5));
+        }
+        let got: Vec<(String, i64)> = expected.iter().map(|(k, _)| (k.clone(), n(k))).collect();
+        assert_eq!(got, expected, "{file}: slices per track name {per_track:?}");
+        let total: i64 = per_track.values().sum();
+        assert_eq!(total, 120 + 120 + 40 + 1 + 60, "{file}: {per_track:?}");
+    }
 }

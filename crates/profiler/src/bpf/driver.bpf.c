@@ -105,7 +105,9 @@ struct {
 	__uint(max_entries, 16384);
 } ioctls SEC(".maps");
 
-__u64 sample_seq = 0;
+/* One sampling sequence per event kind: a shared one aliased (with --sample 3
+ * and a job's three events, every job kept or none). */
+__u64 sample_seq[16] = {};
 
 static __always_inline void count(__u32 index)
 {
@@ -135,12 +137,12 @@ static __always_inline bool wanted(__u64 pid_tgid)
 	return true;
 }
 
-/* 1 in sample_every of the events that match, counted. */
-static __always_inline bool sampled(void)
+/* 1 in sample_every of the events of `kind` that match, counted. */
+static __always_inline bool sampled(__u32 kind)
 {
 	if (sample_every <= 1)
 		return true;
-	if (__sync_fetch_and_add(&sample_seq, 1) % sample_every == 0)
+	if (__sync_fetch_and_add(&sample_seq[kind & 15], 1) % sample_every == 0)
 		return true;
 	count(DSTAT_SAMPLED_OUT);
 	return false;
@@ -177,7 +179,7 @@ static __always_inline void submit(struct driver_event *e)
 /* A process-context event from the current task. */
 static __always_inline int task_event(__u32 kind)
 {
-	if (!wanted(bpf_get_current_pid_tgid()) || !sampled())
+	if (!wanted(bpf_get_current_pid_tgid()) || !sampled(kind))
 		return 0;
 	struct driver_event *e = reserve(kind);
 	if (e)
@@ -220,7 +222,7 @@ int BPF_KRETPROBE(nv_ioctl_ret, long ret)
 	__u64 start = s->ts_ns;
 	__u32 cmd = s->cmd;
 	bpf_map_delete_elem(&ioctls, &tid);
-	if (!sampled())
+	if (!sampled(DRV_IOCTL))
 		return 0;
 	struct driver_event *e = reserve(DRV_IOCTL);
 	if (!e)
@@ -237,7 +239,7 @@ int BPF_KRETPROBE(nv_ioctl_ret, long ret)
  * kept whatever the process filters. */
 static __always_inline int driver_event(__u32 kind)
 {
-	if (!sampled())
+	if (!sampled(kind))
 		return 0;
 	struct driver_event *e = reserve(kind);
 	if (e)
@@ -262,8 +264,7 @@ int BPF_KPROBE(nv_isr_bh)
 SEC("raw_tp/nvidia_dev_xid")
 int BPF_PROG(nv_xid, struct pci_dev *pdev, __u32 error_code, const char *msg)
 {
-	if (!sampled())
-		return 0;
+	/* Errors are never sampled out. */
 	struct driver_event *e = reserve(DRV_XID);
 	if (!e)
 		return 0;
@@ -289,7 +290,8 @@ SEC("raw_tp/drm_sched_job")
 int BPF_PROG(sched_job, struct drm_sched_job *job)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!wanted(pid_tgid) || !sampled())
+	/* Whole jobs: the later events follow this decision (the jobs map). */
+	if (!wanted(pid_tgid) || !sampled(DRV_JOB_QUEUE))
 		return 0;
 	__u64 id = (__u64)BPF_CORE_READ(job, s_fence);
 	struct submitter who = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid};
@@ -369,7 +371,7 @@ SEC("raw_tp/dma_fence_init")
 int BPF_PROG(fence_init, struct dma_fence *fence)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!wanted(pid_tgid) || !sampled())
+	if (!wanted(pid_tgid) || !sampled(DRV_FENCE_INIT))
 		return 0;
 	__u64 id = fence_id(fence);
 	if (filter_pids || filter_comm) {
@@ -398,7 +400,7 @@ int BPF_PROG(fence_signaled, struct dma_fence *fence)
 	if (!who && !wanted(bpf_get_current_pid_tgid()))
 		return 0;
 	/* A fence kept at its init is kept at its signal (init was sampled). */
-	if (!who && !sampled())
+	if (!who && !sampled(DRV_FENCE_SIGNALED))
 		return 0;
 	struct driver_event *e = reserve(DRV_FENCE_SIGNALED);
 	if (e) {
@@ -451,7 +453,7 @@ static __always_inline void crtc_name(struct driver_event *e, int crtc)
 SEC("raw_tp/drm_vblank_event")
 int BPF_PROG(vblank, int crtc, unsigned int seq, __s64 time, bool high_prec)
 {
-	if (!sampled())
+	if (!sampled(DRV_VBLANK))
 		return 0;
 	struct driver_event *e = reserve(DRV_VBLANK);
 	if (!e)
@@ -489,7 +491,7 @@ int BPF_PROG(vblank_queued, void *file, int crtc, unsigned int seq)
 	bpf_get_current_comm(who.comm, sizeof(who.comm));
 	if (bpf_map_update_elem(&vblank_files, &key, &who, BPF_ANY))
 		count(DSTAT_MAP_FULL);
-	if (!sampled())
+	if (!sampled(DRV_VBLANK_QUEUED))
 		return 0;
 	struct driver_event *e = reserve(DRV_VBLANK_QUEUED);
 	if (!e)
@@ -513,7 +515,7 @@ int BPF_PROG(vblank_delivered, void *file, int crtc, unsigned int seq)
 	struct submitter *who = bpf_map_lookup_elem(&vblank_files, &key);
 	if (!who && !wanted(bpf_get_current_pid_tgid()))
 		return 0;
-	if (!sampled())
+	if (!sampled(DRV_VBLANK_DELIVERED))
 		return 0;
 	struct driver_event *e = reserve(DRV_VBLANK_DELIVERED);
 	if (!e)
