@@ -103,7 +103,9 @@ def summarize(path, rank=None):
         "kernels": sum(k["count"] for k in kernels),
         "collective_ns": sum(k["total_ns"] for k in kernels if "nccl" in k["name"].lower()),
         "idle_ns": sum(s["idle_ns"] for s in streams),
-        "step_ns": int(statistics.median(steps)) if steps else max((s["span_ns"] for s in streams), default=0),
+        "step_ns": (
+            int(statistics.median(steps)) if steps else max((s["span_ns"] for s in streams), default=0)
+        ),
         "steps": len(steps),
         "step_from": "ProfilerStep" if steps else "span",
     }
@@ -122,7 +124,13 @@ def outliers(rows, k=OUTLIER_K):
         for r in rows:
             if abs(r[metric] - med) > k * 1.4826 * mad:
                 found.append(
-                    {"rank": r["rank"], "metric": metric, "value": r[metric], "median": med, "mad": mad}
+                    {
+                        "rank": r["rank"],
+                        "metric": metric,
+                        "value": r[metric],
+                        "median": med,
+                        "mad": mad,
+                    }
                 )
     return found
 
@@ -149,7 +157,8 @@ def report(paths, client=None, ranks=None, k=OUTLIER_K, workers=None):
         if workers is not None:
             held = client.who_has(futures)
             workers.extend(sorted({w for f in futures for w in held.get(f.key, ())}))
-    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["path"]))
+    # Rank order; rows of no known rank last, by path.
+    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["path"]))
     return {"ranks": rows, "outliers": outliers(rows, k), "k": k}
 
 
@@ -160,12 +169,14 @@ def _ms(ns):
 def table(result):
     """The report as text: one line per rank, then the ranks that stand out."""
     lines = [
-        f"{'rank':>5} {'kernels ms':>12} {'collective ms':>14} {'idle ms':>10} {'step ms':>10} {'step from':>12}  path"
+        f"{'rank':>5} {'kernels ms':>12} {'collective ms':>14} {'idle ms':>10}"
+        f" {'step ms':>10} {'step from':>12}  path"
     ]
     for r in result["ranks"]:
         rank = "?" if r["rank"] is None else r["rank"]
         lines.append(
-            f"{rank:>5} {_ms(r['kernel_ns']):>12} {_ms(r['collective_ns']):>14} {_ms(r['idle_ns']):>10}"
+            f"{rank:>5} {_ms(r['kernel_ns']):>12} {_ms(r['collective_ns']):>14}"
+            f" {_ms(r['idle_ns']):>10}"
             f" {_ms(r['step_ns']):>10} {r['step_from']:>12}  {r['path']}"
         )
     if result["outliers"]:
@@ -188,11 +199,21 @@ def main(argv=None):
     )
     p.add_argument("paths", nargs="+", help="one recording or trace per rank")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", metavar="ADDR", help="a running Dask scheduler, e.g. tcp://host:8786")
     where.add_argument(
-        "--workers", type=int, metavar="N", help="start a Dask cluster of N worker processes on this machine (loopback only)"
+        "--scheduler", metavar="ADDR", help="a running Dask scheduler, e.g. tcp://host:8786"
     )
-    p.add_argument("-k", type=float, default=OUTLIER_K, help=f"outlier band, in robust standard deviations (default {OUTLIER_K:g})")
+    where.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="start a Dask cluster of N worker processes on this machine (loopback only)",
+    )
+    p.add_argument(
+        "-k",
+        type=float,
+        default=OUTLIER_K,
+        help=f"outlier band, in robust standard deviations (default {OUTLIER_K:g})",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
 
@@ -201,8 +222,11 @@ def main(argv=None):
 
         if args.workers:
             cluster = LocalCluster(
-                n_workers=args.workers, threads_per_worker=1, processes=True,
-                host="127.0.0.1", dashboard_address=None,
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",  # loopback only
+                dashboard_address=None,
             )
         else:
             cluster = None
@@ -211,7 +235,8 @@ def main(argv=None):
                 ran_on = []
                 result = report(args.paths, client=client, k=args.k, workers=ran_on)
                 print(
-                    f"gpuperf.ranks: {len(args.paths)} tasks ran on {len(ran_on)} Dask workers: {' '.join(ran_on)}",
+                    f"gpuperf.ranks: {len(args.paths)} tasks ran on {len(ran_on)} Dask workers:",
+                    *ran_on,
                     file=sys.stderr,
                 )
         finally:

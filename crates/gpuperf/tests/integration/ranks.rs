@@ -85,6 +85,18 @@ fn dask_two_workers__cross_rank_report_equals_the_single_process_one_and_report_
         "{stderr}"
     );
     assert_eq!(fanned, alone);
+    // The cluster stopped with the command: its workers no longer listen.
+    let workers: Vec<&str> = stderr
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("tcp://"))
+        .collect();
+    assert!(!workers.is_empty(), "{stderr}");
+    for w in workers {
+        assert!(
+            std::net::TcpStream::connect(w).is_err(),
+            "worker {w} still listens"
+        );
+    }
 
     let rows = alone["ranks"].as_array().unwrap();
     assert_eq!(rows.len(), traces.len());
