@@ -2,7 +2,7 @@
 
 The `gpuperf` command installed with this package does the work; this module
 runs it. For many ranks, run `read` or `report` once per rank recording, for
-example as one Dask task each (see the README).
+example as one Dask task each: `gpuperf.ranks` does that (see the README).
 """
 
 import json
@@ -16,7 +16,11 @@ __all__ = ["command", "read", "report"]
 
 
 def command():
-    """The path of the `gpuperf` command installed with this package."""
+    """The path of the `gpuperf` command: `GPUPERF_COMMAND` when set, else the
+    one installed with this package, else the first on PATH."""
+    given = os.environ.get("GPUPERF_COMMAND")
+    if given:
+        return given
     here = os.path.join(sysconfig.get_path("scripts"), "gpuperf")
     if os.access(here, os.X_OK):
         return here

@@ -8,6 +8,7 @@
 //! cuda      NVIDIA's CUDA wheels, the MOCK libcupti, the C host programs
 //! perfetto  Perfetto's trace processor (WebAssembly, run by Node.js)
 //! duckdb    DuckDB, reading the Parquet tables
+//! dask      Dask's distributed scheduler, for the cross-rank report
 //! python    the CPython interpreters the Python tests run on
 //! process   running commands and showing what they printed
 //! bench     medians, arguments, peak RSS and cached inputs of the benchmarks
@@ -29,6 +30,7 @@
 pub mod bench;
 pub mod cc;
 pub mod cuda;
+pub mod dask;
 pub mod duckdb;
 pub mod perfetto;
 pub mod process;

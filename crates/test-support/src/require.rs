@@ -70,6 +70,9 @@ pub enum Need {
     /// DuckDB's Python package, in the venv `duckdb/install.sh` makes (or the
     /// Python named by `GPUPERF_DUCKDB_PYTHON`): `GPUPERF_REQUIRE_DUCKDB`.
     DuckDb,
+    /// Dask's distributed scheduler, in the venv `dask/install.sh` makes (or
+    /// the Python named by `GPUPERF_DASK_PYTHON`): `GPUPERF_REQUIRE_DASK`.
+    Dask,
 }
 
 impl Need {
@@ -86,6 +89,7 @@ impl Need {
             Need::TraceProcessor => "GPUPERF_REQUIRE_TRACE_PROCESSOR",
             Need::Hta => "GPUPERF_REQUIRE_HTA",
             Need::DuckDb => "GPUPERF_REQUIRE_DUCKDB",
+            Need::Dask => "GPUPERF_REQUIRE_DASK",
         }
     }
 

@@ -14,6 +14,7 @@ mod diff;
 mod monitor;
 mod nvtx;
 mod outputs;
+mod ranks;
 mod record;
 mod record_outputs;
 mod recordings;
