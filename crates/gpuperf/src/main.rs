@@ -55,16 +55,19 @@ fn main() -> ExitCode {
         .init();
     let quiet = cli.quiet;
     let r = match cli.command {
-        Some(Command::Record(mut a)) => expand_names(a.names_mut())
+        Some(Command::Record(mut a)) => recording::expand_names_here(a.names_mut())
+            .map_err(anyhow::Error::from)
             .and_then(|()| record::run(a, quiet))
             .map(ExitCode::from),
         None => {
             let mut a = cli.record;
-            expand_names(a.names_mut())
+            recording::expand_names_here(a.names_mut())
+                .map_err(anyhow::Error::from)
                 .and_then(|()| record::run(a, quiet))
                 .map(ExitCode::from)
         }
-        Some(Command::Merge(mut a)) => expand_names(a.names_mut())
+        Some(Command::Merge(mut a)) => recording::expand_names_here(a.names_mut())
+            .map_err(anyhow::Error::from)
             .and_then(|()| merge(a, quiet))
             .map(|()| ExitCode::SUCCESS),
         Some(Command::Report(a)) => run_report(a, quiet).map(|()| ExitCode::SUCCESS),
@@ -95,39 +98,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Expands the `%p`, `%h`, `%q{VAR}`, `%n` and `%%` of output names, before
-/// anything runs: one recording per rank under srun, mpirun or torchrun.
-fn expand_names(mut names: Vec<&mut std::path::PathBuf>) -> Result<()> {
-    if !names
-        .iter()
-        .any(|n| n.as_os_str().as_encoded_bytes().contains(&b'%'))
-    {
-        return Ok(());
-    }
-    let host = host_name();
-    let values = recording::NameValues {
-        pid: std::process::id(),
-        host: &host,
-        env: &|v| std::env::var_os(v),
-    };
-    recording::expand_names(&mut names, &values)?;
-    Ok(())
-}
-
-/// The machine's host name, as `hostname` prints it.
-pub(crate) fn host_name() -> std::ffi::OsString {
-    use std::os::unix::ffi::OsStringExt as _;
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is writable for its whole length, which is passed;
-    // the kernel's names are at most 64 bytes, so it ends with a NUL.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    if rc != 0 || len == 0 {
-        return "localhost".into();
-    }
-    std::ffi::OsString::from_vec(buf[..len].to_vec())
 }
 
 fn merge(a: MergeArgs, quiet: bool) -> Result<()> {

@@ -563,7 +563,7 @@ fn finish(
     outs.pprof.clone_from(&a.pprof);
     outs.parquet.clone_from(&a.parquet);
     outs.origin = RecordedAt {
-        host: Some(crate::host_name().to_string_lossy().into_owned()),
+        host: Some(recording::host_name().to_string_lossy().into_owned()),
         rank: recording::rank_from_env(&|v| std::env::var_os(v)),
     };
     let program = a.program[0].to_string_lossy().into_owned();

@@ -50,7 +50,10 @@ pub use diff::{Comparison, Run, Table};
 pub use finish::{Finish, Finished, command_line, describe_status};
 #[cfg(feature = "render")]
 pub use load::{Inputs, Recording, read_driver};
-pub use names::{NameError, NameValues, RANK_VARIABLES, expand_names, rank_from_env};
+pub use names::{
+    NameError, NameValues, RANK_VARIABLES, expand_names, expand_names_here, host_name,
+    rank_from_env,
+};
 #[cfg(feature = "render")]
 pub use plan::{DEFAULT_TITLE, Joined, Outputs, Written, driver_timeline, simulated};
 #[cfg(feature = "render")]

@@ -67,6 +67,38 @@ pub enum NameError {
     },
 }
 
+/// Expands `names` as [`expand_names`] does, with this process's id, this
+/// machine's host name and this process's environment; names without `%` are
+/// left alone without looking anything up.
+pub fn expand_names_here(mut names: Vec<&mut PathBuf>) -> Result<(), NameError> {
+    if !names
+        .iter()
+        .any(|n| n.as_os_str().as_bytes().contains(&b'%'))
+    {
+        return Ok(());
+    }
+    let host = host_name();
+    let values = NameValues {
+        pid: std::process::id(),
+        host: &host,
+        env: &|v| std::env::var_os(v),
+    };
+    expand_names(&mut names, &values)
+}
+
+/// The machine's host name, as `hostname` prints it (`localhost` when the
+/// kernel does not say).
+pub fn host_name() -> OsString {
+    std::fs::read("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|mut b| {
+            b.truncate(b.trim_ascii_end().len());
+            b
+        })
+        .filter(|b| !b.is_empty())
+        .map_or_else(|| "localhost".into(), OsString::from_vec)
+}
+
 /// The variables that launchers set to a process's distributed rank, in the
 /// order they are believed: torchrun, Slurm, Open MPI, MPICH and PMIx.
 pub const RANK_VARIABLES: [&str; 5] = [
@@ -219,6 +251,16 @@ mod tests {
         let mut refs: Vec<&mut PathBuf> = paths.iter_mut().collect();
         expand_names(&mut refs, &values())?;
         Ok(paths)
+    }
+
+    #[test]
+    fn the_host_name_is_the_kernels() {
+        let uname = std::process::Command::new("uname")
+            .arg("-n")
+            .output()
+            .unwrap();
+        let want = String::from_utf8(uname.stdout).unwrap();
+        assert_eq!(host_name(), OsStr::new(want.trim_end()));
     }
 
     #[test]
