@@ -735,7 +735,9 @@ fn in_61_guest_record_driver_keeps_the_vblank_events_it_asked_for() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["name"] == "vblank event" && e["ph"] == "X")
+        // Each an async slice (`b`) on its process's vblank-events track, its own
+        // name in `args.event`.
+        .filter(|e| e["args"]["event"] == "vblank event" && e["ph"] == "b")
         .collect();
     assert_eq!(slices.len(), 12, "{json}");
     assert!(slices.iter().all(|e| e["pid"] == did["pid"]), "{json}");
