@@ -248,7 +248,11 @@ fn in_vm_record_driver_nests_ioctls_and_follows_forks() {
         "the driver's tracks are labelled simulated"
     );
     assert_eq!(
-        events.iter().filter(|e| e["name"] == "irq").count() as u64,
+        // Instants on the interrupts track (`n`), their own name in `args.event`.
+        events
+            .iter()
+            .filter(|e| e["ph"] == "n" && e["args"]["event"] == "irq")
+            .count() as u64,
         r.isrs
     );
 
