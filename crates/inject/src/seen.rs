@@ -338,8 +338,19 @@ mod tests {
                     sc.spawn(|| {
                         (0..200u64)
                             .map(|i| {
-                                s.id(u128::from(i) * 0x1_0001, &[n(i)], StackEnd::Root, false)
-                                    .unwrap()
+                                // A thread that finds the stack being added by
+                                // a descheduled claimer gets `Contended` (by
+                                // design, the launch path never waits long):
+                                // asking again later must give the same id.
+                                for _ in 0..1_000_000 {
+                                    let h = u128::from(i) * 0x1_0001;
+                                    match s.id(h, &[n(i)], StackEnd::Root, false) {
+                                        Ok(id) => return id,
+                                        Err(Miss::Contended) => std::thread::yield_now(),
+                                        Err(Miss::Full) => panic!("table full at {i}"),
+                                    }
+                                }
+                                panic!("stack {i} was never published")
                             })
                             .collect::<Vec<_>>()
                     })
