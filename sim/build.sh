@@ -59,7 +59,8 @@ crt/host_defines.h:nvidia-cuda-crt==13.0.88 nv/target:nvidia-cuda-cccl==13.0.85
 cupti.h:nvidia-cuda-cupti==13.0.85 cupti_callbacks.h:nvidia-cuda-cupti==13.0.85
 cupti_activity.h:nvidia-cuda-cupti==13.0.85 cupti_runtime_cbid.h:nvidia-cuda-cupti==13.0.85
 cupti_driver_cbid.h:nvidia-cuda-cupti==13.0.85 cupti_result.h:nvidia-cuda-cupti==13.0.85
-generated_cuda_meta.h:nvidia-cuda-cupti==13.0.85"
+generated_cuda_meta.h:nvidia-cuda-cupti==13.0.85
+cupti_pcsampling.h:nvidia-cuda-cupti==13.0.85"
 # With --python the cuBLAS stand-ins are required: sim/run.sh preloads them.
 [ -z "$py" ] || headers="$headers cublas_v2.h:nvidia-cublas cublas_api.h:nvidia-cublas cublasLt.h:nvidia-cublas"
 missing_wheels() {
@@ -152,7 +153,7 @@ gcc "${cflags[@]}" -shared -Wl,-soname,libcudart.so.13 -Wl,--no-undefined \
     -o "$out/libcudart.so.13" "$here"/src/runtime{,_memory,_streams,_more}.c -L"$out" -lcuda -lpthread
 ln -sf libcudart.so.13 "$out/libcudart.so"
 gcc "${cflags[@]}" -shared -Wl,-soname,libcupti.so.13 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN' \
-    -o "$out/libcupti.so.13" "$here"/src/cupti{,_buffers}.c "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
+    -o "$out/libcupti.so.13" "$here"/src/cupti{,_buffers,_pcsampling}.c "$gen/cupti_dispatch.o" -L"$out" -lcuda -lpthread
 ln -sf libcupti.so.13 "$out/libcupti.so"
 # sim/run.sh puts OUTDIR/python first on PYTHONPATH (PyTorch without cuDNN).
 mkdir -p "$out/python"

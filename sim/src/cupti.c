@@ -21,7 +21,9 @@
  * runtime's exit teardown (GPUSIM_TEARDOWN_AT_EXIT=1) hangs for a minute, as
  * CUPTI tools have hung there on real drivers (see cuptiActivityFlushAll).
  *
- * What it does not do: PC sampling, metrics, events, profiling ranges, NVTX,
+ * The PC Sampling API is in cupti_pcsampling.c.
+ *
+ * What it does not do: metrics, events, profiling ranges, NVTX,
  * unified memory counters, per-stream buffers (buffers are per thread, CUDA 13's
  * default, whatever the attribute says), OVERHEAD
  * records; peer copies are reported only as MEMCPY2 (as CUPTI's header says),
@@ -473,6 +475,8 @@ static void on_api_enter(struct gpusim_api *c) {
         c->start_ns = gpusim_now_ns();
     external_records(c);
     callback(c, CUPTI_API_ENTER);
+    if (c->symbol)
+        pcs_launch(c->context, c->context_id, c->symbol);
 }
 
 static void on_api_exit(struct gpusim_api *c) {
@@ -526,6 +530,7 @@ static void on_op(const struct gpusim_op *op) {
     uint64_t start = to_cupti(op->start_ns), end = to_cupti(op->end_ns);
     switch (op->kind) {
     case GPUSIM_OP_KERNEL: {
+        pcs_kernel(op);
         int kind = g_kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] ? CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
                    : g_kinds[CUPTI_ACTIVITY_KIND_KERNEL]          ? CUPTI_ACTIVITY_KIND_KERNEL
                                                                   : 0;
@@ -693,6 +698,18 @@ static void on_resource(uint32_t cbid, void *context, uint32_t context_id, uint3
         return;
     CUpti_ResourceData r = {.context = (CUcontext)context};
     r.resourceHandle.stream = (CUstream)stream;
+    cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+}
+
+int resource_enabled(uint32_t cbid) {
+    return g_callback && cbid < GPUSIM_MAX_CBID && g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid];
+}
+
+void deliver_resource(uint32_t cbid, void *context, void *descriptor) {
+    CUpti_CallbackFunc cb = g_callback;
+    if (!cb || cbid >= GPUSIM_MAX_CBID || !g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid])
+        return;
+    CUpti_ResourceData r = {.context = (CUcontext)context, .resourceDescriptor = descriptor};
     cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
 }
 

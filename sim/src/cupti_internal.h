@@ -1,8 +1,8 @@
 /* Simulated CUPTI, libcupti.so.13 (no GPU): what its source files share. It is
  * built from cupti.c (errors, the clock, the subscriber, activity kinds, the
  * driver's hooks that make the records), cupti_buffers.c (the client's activity
- * buffers, flushes and the worker thread that delivers them) and
- * cupti_dispatch.c. Not a public header: the symbols below are hidden inside
+ * buffers, flushes and the worker thread that delivers them), cupti_pcsampling.c
+ * (the PC Sampling API) and cupti_dispatch.c. Not a public header: the symbols below are hidden inside
  * libcupti.so.13. */
 #ifndef GPUSIM_CUPTI_INTERNAL_H
 #define GPUSIM_CUPTI_INTERNAL_H
@@ -32,6 +32,18 @@ int64_t offset(void);
 uint64_t to_cupti(uint64_t mono);
 /* The subscriber's state. */
 extern pthread_mutex_t g_mu;
+
+/* Delivers a resource callback (`descriptor` as its resourceDescriptor) if the
+ * subscriber enabled it. */
+void deliver_resource(uint32_t cbid, void *context, void *descriptor);
+/* Whether the subscriber enabled that resource callback. */
+int resource_enabled(uint32_t cbid);
+
+/* cupti_pcsampling.c */
+/* A launch of `kernel` in a context: its module loads (MODULE_LOADED) at the first. */
+void pcs_launch(void *context, uint32_t context_id, const char *kernel);
+/* A kernel's simulated run: its PC samples, in a context that samples. */
+void pcs_kernel(const struct gpusim_op *op);
 
 /* cupti_buffers.c */
 /* The client's buffer-completed callback; NULL until it registers one. */

@@ -14,6 +14,7 @@ mod diff;
 mod monitor;
 mod nvtx;
 mod outputs;
+mod pc_sampling;
 mod ranks;
 mod record;
 mod record_outputs;

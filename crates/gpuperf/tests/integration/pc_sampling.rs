@@ -1,0 +1,154 @@
+//! The simulated CUPTI's PC Sampling API (`sim/src/cupti_pcsampling.c`), driven by
+//! `sim/tests/pc_sampling.c`, a client of `cupti_pcsampling.h` inside the program.
+//! The sample counts follow the simulation's documented model (sim/README.md):
+//! a launch of 2 blocks of 64 threads runs 1001 ns = 1981 cycles at 1.98 GHz,
+//! 61 samples per busy sub-partition at period 5 (2^5 cycles), 4 warps busy:
+//! 244 samples, spread 1:6:3 over the hot kernel's lines by largest remainder.
+//! Needs NVIDIA's CUDA 13 wheels (headers), and skips without them unless
+//! `GPUPERF_REQUIRE_CUDA_WHEELS=1`.
+#![allow(non_snake_case)]
+
+use std::process::Command;
+
+use crate::common::{self, cuda13, show, text};
+
+/// The hot kernel's PC table: three lines of `/src/app/hot.cu`, weights 1:6:3.
+const HOT: &str = "_Z3hotPf@/src/app/hot.cu=0x10:12:math_pipe_throttle:1,\
+                   0x40:14:long_scoreboard:6,0x80:15:selected:3";
+
+/// Runs `pc_sampling SCENARIO` with the hot kernel's table and `env`.
+fn client(scenario: &str, env: &[(&str, &str)]) -> Option<String> {
+    let cuda = cuda13()?;
+    let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
+    let mut c = Command::new(exe);
+    c.arg(scenario)
+        .env_remove("CUDA_INJECTION64_PATH")
+        .env_remove("GPUSIM_PC_SAMPLING_PRIVILEGE")
+        .env("GPUSIM_PC_SAMPLES", HOT);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    Some(text(&o.stdout))
+}
+
+#[test]
+fn sim_pc_sampling_reasons__table_with_cupti_names_and_documented_defaults() {
+    let Some(out) = client("reasons", &[]) else {
+        return;
+    };
+    // Defaults from cupti_pcsampling.h: continuous mode, 1 MB scratch, 512 MB hardware buffer.
+    assert_eq!(
+        out,
+        "stall reasons 18\n\
+         reason 8 smsp__pcsamp_warps_issue_stalled_long_scoreboard\n\
+         reason 14 smsp__pcsamp_warps_issue_stalled_not_selected\n\
+         reason 15 smsp__pcsamp_warps_issue_stalled_selected\n\
+         defaults mode 1 scratch 1048576 hw 536870912\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_serialized__each_launch_its_correlation_id_lines_and_stall_reasons() {
+    let Some(out) = client("serialized", &[]) else {
+        return;
+    };
+    // Launches 0 and 2 are the hot kernel, 1 the cold one (no table: one PC,
+    // "selected", and a module without line information). GetData after
+    // Disable is an invalid operation (7).
+    assert_eq!(
+        out,
+        "total samples 549 dropped 0 pcs 7 remaining 0 range 0 modules 2\n\
+         launch 0 _Z3hotPf+0x10 /src/app/hot.cu:12 math_pipe_throttle=25\n\
+         launch 0 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=146\n\
+         launch 0 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=73\n\
+         launch 1 _Z4coldv+0x0 no line info selected=61\n\
+         launch 2 _Z3hotPf+0x10 /src/app/hot.cu:12 math_pipe_throttle=25\n\
+         launch 2 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=146\n\
+         launch 2 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=73\n\
+         after disable: 7\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_continuous__one_record_per_pc_without_correlation_id() {
+    let Some(out) = client("continuous", &[]) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "total samples 549 dropped 0 pcs 4 remaining 0 range 0 modules 2\n\
+         launch -1 _Z3hotPf+0x10 /src/app/hot.cu:12 math_pipe_throttle=50\n\
+         launch -1 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=292\n\
+         launch -1 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=146\n\
+         launch -1 _Z4coldv+0x0 no line info selected=61\n\
+         after disable: 7\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_buffers__data_in_pieces_and_a_full_hardware_buffer_out_of_memory() {
+    let Some(out) = client("buffers", &[]) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "get: pcs 2 remaining 5\n\
+         get: pcs 2 remaining 3\n\
+         get: pcs 2 remaining 1\n\
+         get: pcs 1 remaining 0\n\
+         small hardware buffer: CUPTI_ERROR_OUT_OF_MEMORY full 1 pcs 0 dropped 244\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_ranges__start_stop_control_one_range_id_per_buffer() {
+    let Some(out) = client("ranges", &[]) else {
+        return;
+    };
+    // Start/Stop without the control attribute, and a second Stop, are invalid
+    // operations (7); the launch before the first range is not sampled.
+    assert_eq!(
+        out,
+        "start without control: 7\n\
+         stop twice: 7\n\
+         range 0 pcs 3 samples 244\n\
+         launch 1 _Z3hotPf+0x10 /src/app/hot.cu:12 math_pipe_throttle=25\n\
+         launch 1 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=146\n\
+         launch 1 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=73\n\
+         range 1 pcs 1 samples 61\n\
+         launch 2 _Z4coldv+0x0 no line info selected=61\n\
+         range 2 pcs 0 samples 0\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_config__statuses_per_attribute_and_selected_reasons_only() {
+    let Some(out) = client("config", &[]) else {
+        return;
+    };
+    // Period 4 (below 5) and stall reason index 3 (not in the table) are
+    // refused (7, INVALID_OPERATION), an unknown attribute is INVALID_PARAMETER (1).
+    assert_eq!(
+        out,
+        "before enable: 7\n\
+         enable twice: 7\n\
+         set: 7 statuses 7 7 0 1\n\
+         selected only: total samples 549 pcs 1\n\
+         launch -1 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=292\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_privilege__enable_refused_and_the_program_goes_on() {
+    let Some(out) = client("privilege", &[("GPUSIM_PC_SAMPLING_PRIVILEGE", "0")]) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "enable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES\n\
+         get data: CUPTI_ERROR_INVALID_OPERATION\n\
+         launch after refusal: 0\n"
+    );
+}
