@@ -460,6 +460,8 @@ pub enum Record {
     Autograd(Autograd),
     /// An NVTX range the program opened and closed.
     Nvtx(NvtxRange),
+    /// GPU PC samples of one instruction and one stall reason (CUPTI PC sampling).
+    PcSample(PcSample),
 }
 
 impl Record {
@@ -480,6 +482,7 @@ impl Record {
             Record::Thread(r) => &mut r.pid,
             Record::Autograd(r) => &mut r.pid,
             Record::Nvtx(r) => &mut r.pid,
+            Record::PcSample(r) => &mut r.pid,
         }
     }
 }
@@ -684,6 +687,33 @@ pub struct NvtxRange {
     pub kind: NvtxKind,
     /// Still open when the trace closed.
     pub unclosed: bool,
+}
+
+/// GPU PC samples (CUPTI's PC Sampling API): how often warps were found at
+/// one SASS instruction with one stall reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PcSample {
+    /// Process id.
+    pub pid: u32,
+    /// The launch's correlation id (the kernel record's), in kernel-serialized
+    /// mode; 0 when the samples cannot be charged to one launch (continuous mode).
+    pub correlation_id: u32,
+    /// The CUPTI context id the kernel ran in.
+    pub context: u32,
+    /// The kernel function, as CUPTI names it (mangled).
+    pub function: StringId,
+    /// The instruction's offset in the function.
+    pub pc_offset: u64,
+    /// CUPTI's CRC of the module (cubin) holding the function.
+    pub cubin_crc: u64,
+    /// The stall reason's index in CUPTI's table for the device.
+    pub stall_reason_index: u32,
+    /// The stall reason's name (`smsp__pcsamp_warps_issue_stalled_*`).
+    pub stall_reason: StringId,
+    /// Samples of this instruction with this stall reason.
+    pub samples: u32,
+    /// The CUDA source file and line, when the module has line information.
+    pub source: Option<(StringId, u32)>,
 }
 
 /// How an NVTX range was opened.

@@ -27,6 +27,11 @@ pub const SYNC: &str = "GPUPERF_SYNC";
 /// A [`flag`]: close the trace on SIGINT and SIGTERM before the program dies of them.
 pub const FLUSH_ON_SIGNAL: &str = "GPUPERF_FLUSH_ON_SIGNAL";
 
+/// GPU PC sampling (CUPTI's PC Sampling API, kernel-serialized): unset, `0` or
+/// `off`: off; `1` or `on`: on at CUPTI's default period; a number from 5 to
+/// 31: on, sampling every 2^N cycles.
+pub const PC_SAMPLING: &str = "GPUPERF_PC_SAMPLING";
+
 /// What opens the capture window: `cudaProfilerApi` (between
 /// `cudaProfilerStart` and `cudaProfilerStop`) or `nvtx:NAME` (inside NVTX
 /// ranges NAME). Unset: the whole run.

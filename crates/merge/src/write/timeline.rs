@@ -920,7 +920,8 @@ impl Sink for Builder {
             | Record::CallStack(_)
             | Record::GraphNode(_)
             | Record::Thread(_)
-            | Record::Autograd(_) => {}
+            | Record::Autograd(_)
+            | Record::PcSample(_) => {}
         }
         Ok(())
     }

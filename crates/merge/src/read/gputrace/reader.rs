@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
     DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Overhead,
+    PcSample,
     PeerDevices, Process, Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName,
     UNKNOWN_DEVICE,
 };
@@ -235,6 +236,7 @@ impl Decoder<'_> {
                 }
                 None => None,
             },
+            kind::PC_SAMPLE => self.pc_sample(&mut f, offset),
             kind::AUTOGRAD => match self.autograd(&mut f) {
                 Some(Ok(r)) => Some(r),
                 // A kind this build does not know: skipped like an unknown record.
@@ -508,6 +510,28 @@ impl Decoder<'_> {
             kind,
             unclosed: flags & 1 != 0,
         })))
+    }
+
+    fn pc_sample(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (correlation_id, context, function, stall_reason_index) =
+            (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        let (pc_offset, cubin_crc) = (f.u64()?, f.u64()?);
+        let (reason, samples, file, line) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        let function = self.string(function, offset);
+        let stall_reason = self.string(reason, offset);
+        let source = (file != u32::MAX).then(|| (self.string(file, offset), line));
+        Some(Record::PcSample(PcSample {
+            pid: self.pid,
+            correlation_id,
+            context,
+            function,
+            pc_offset,
+            cubin_crc,
+            stall_reason_index,
+            stall_reason,
+            samples,
+            source,
+        }))
     }
 
     fn process(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {

@@ -221,6 +221,18 @@ impl<W: Write> Writer<W> {
                 self.u64(r.start_ns).u64(r.end_ns).u32(r.tid).u32(name);
                 self.u32(domain).u8(k).u8(u8::from(r.unclosed)).u16(0);
             }
+            Record::PcSample(p) => {
+                let function = self.intern_id(p.function, strings)?;
+                let reason = self.intern_id(p.stall_reason, strings)?;
+                let (file, line) = match p.source {
+                    Some((f, l)) => (self.intern_id(f, strings)?, l),
+                    None => (u32::MAX, 0),
+                };
+                self.begin(kind::PC_SAMPLE);
+                self.u32(p.correlation_id).u32(p.context).u32(function);
+                self.u32(p.stall_reason_index).u64(p.pc_offset).u64(p.cubin_crc);
+                self.u32(reason).u32(p.samples).u32(file).u32(line);
+            }
         }
         self.finish()
     }
