@@ -78,12 +78,18 @@ def summarize(path, rank=None):
     `path`, `kernel_ns`, `kernels` (launches), `collective_ns`, `idle_ns`,
     `step_ns`, `steps` and `step_from` (`ProfilerStep` or `span`).
 
-    The rank is `rank` when given, else the trace's `distributedInfo.rank`
-    (Kineto), else the number after `rank` in the file name, else its last number.
+    The rank is `rank` when given, else the one its processes recorded (the
+    launcher's `RANK`, `SLURM_PROCID`…, or a PyTorch trace's
+    `distributedInfo.rank`) when they agree on one, else the number after
+    `rank` in the file name, else its last number.
     """
     rep = _report(path, top=_ALL_ROWS)
     kernels = [k for k in rep["kernels"] if not _NOT_KERNEL.match(k["name"])]
     doc = _kineto(path)
+    if rank is None:
+        recorded = {p["rank"] for p in rep.get("processes", []) if p.get("rank") is not None}
+        if len(recorded) == 1:
+            rank = recorded.pop()
     if rank is None and doc is not None:
         rank = (doc.get("distributedInfo") or {}).get("rank")
     if rank is None:

@@ -29,7 +29,6 @@ use signal_hook::low_level::siginfo::{Cause, Origin};
 use tracing::{debug, info, warn};
 
 use gpuperf_merge::recording::{self, Finish, Finished, Outputs, env as rec_env};
-use gpuperf_merge::write::parquet::Origin as RecordedAt;
 
 use crate::cli::{RecordArgs, StacksFrom};
 use crate::inject_lib;
@@ -562,10 +561,7 @@ fn finish(
     outs.idle_svg.clone_from(&a.idle_svg);
     outs.pprof.clone_from(&a.pprof);
     outs.parquet.clone_from(&a.parquet);
-    outs.origin = RecordedAt {
-        host: Some(recording::host_name().to_string_lossy().into_owned()),
-        rank: recording::rank_from_env(&|v| std::env::var_os(v)),
-    };
+    outs.origin = recording::origin_from_env(&|v| std::env::var_os(v));
     let program = a.program[0].to_string_lossy().into_owned();
     let mut f = Finish::new(raw.to_path_buf(), outs, program, status, wall);
     f.cpu = cpu_stats.is_some().then(|| cpu_path.to_path_buf());

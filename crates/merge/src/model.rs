@@ -91,6 +91,36 @@ pub struct Process {
     pub start_realtime_ns: u64,
 }
 
+/// Where a process ran: its machine and its place in a distributed job, as the
+/// launcher's environment (`RANK`, `SLURM_PROCID`, …) or the trace told it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// Host name.
+    pub host: Option<String>,
+    /// Global rank.
+    pub rank: Option<u32>,
+    /// Rank among the job's processes on this host.
+    pub local_rank: Option<u32>,
+    /// Processes in the job.
+    pub world_size: Option<u32>,
+}
+
+impl Origin {
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A traced process's [`Origin`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessOrigin {
+    /// Process id.
+    pub pid: u32,
+    /// Where it ran.
+    pub origin: Origin,
+}
+
 /// A GPU seen by a traced process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Device {
@@ -433,6 +463,9 @@ impl fmt::Display for Note {
 pub enum Record {
     /// Process description; later records of the same file belong to it.
     Process(Process),
+    /// Where the process ran (host, rank, world size); follows its
+    /// [`Record::Process`].
+    Origin(ProcessOrigin),
     /// A device.
     Device(Device),
     /// A CUDA API call.
@@ -469,6 +502,7 @@ impl Record {
     pub fn pid_mut(&mut self) -> &mut u32 {
         match self {
             Record::Process(r) => &mut r.pid,
+            Record::Origin(r) => &mut r.pid,
             Record::Device(r) => &mut r.pid,
             Record::Api(r) => &mut r.pid,
             Record::Activity(r) => &mut r.pid,

@@ -123,6 +123,12 @@ impl Record {
         self
     }
 
+    /// Removes a variable from gpuperf's environment (and so the program's).
+    pub fn env_remove(mut self, k: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.cmd.env_remove(k);
+        self
+    }
+
     /// Ends the command line with `-- PROGRAM ARGS`: the command to run.
     pub fn program<I, S>(mut self, program: impl AsRef<std::ffi::OsStr>, args: I) -> Command
     where

@@ -222,3 +222,96 @@ fn summarize__rank_is_the_trace_s_own_and_step_time_the_median_profiler_step() {
     assert_eq!(row["steps"], 2);
     assert_eq!(row["step_ns"], (steps[0] + steps[1]) / 2, "{row}");
 }
+
+/// A gpuperf raw recording of one process that ran as `rank` of `world`, with
+/// one launch of a 5 µs kernel.
+fn raw_recording(dir: &Path, rank: u32, world: u32) {
+    use gpuperf_merge::model::{
+        Activity, ActivityKind, ApiCall, ApiDomain, Origin, Process, ProcessOrigin, Record,
+        StringTable,
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    let mut strings = StringTable::new();
+    let pid = 100 + rank;
+    let recs = [
+        Record::Process(Process {
+            pid,
+            ppid: 1,
+            exe: "/usr/bin/python3".into(),
+            start_ns: 1_000,
+            start_realtime_ns: 0,
+        }),
+        Record::Origin(ProcessOrigin {
+            pid,
+            origin: Origin {
+                host: Some("node-a".into()),
+                rank: Some(rank),
+                local_rank: Some(rank % 8),
+                world_size: Some(world),
+            },
+        }),
+        Record::Api(ApiCall {
+            pid,
+            tid: pid,
+            start_ns: 10_000,
+            end_ns: 12_000,
+            correlation_id: 1,
+            cbid: 0,
+            domain: ApiDomain::Runtime,
+            name: strings.intern("cudaLaunchKernel"),
+        }),
+        Record::Activity(Activity {
+            pid,
+            start_ns: 20_000,
+            end_ns: 25_000,
+            correlation_id: 1,
+            device: 0,
+            context: 1,
+            stream: 7,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind: ActivityKind::Kernel {
+                name: strings.intern("step"),
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+            },
+        }),
+    ];
+    let mut w = gpuperf_merge::read::gputrace::Writer::new(Vec::new()).unwrap();
+    for r in &recs {
+        w.write(r, &strings).unwrap();
+    }
+    std::fs::write(dir.join(format!("gpu-{pid}.gputrace")), w.into_inner()).unwrap();
+}
+
+#[test]
+fn summarize__a_gpuperf_recording_s_rank_is_the_one_its_process_recorded() {
+    // Names that say nothing of the rank (srun's `run.%h.%p`): the ranks are
+    // those the processes recorded from their launcher's variables.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        dir.path().join("run.node-a.100"),
+        dir.path().join("run.node-a.9"),
+    );
+    raw_recording(&a, 12, 16);
+    raw_recording(&b, 3, 16);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (path, rank) in [(&a, 12), (&b, 3)] {
+        let o = Command::new("python3")
+            .args([
+                "-c",
+                "import json, sys, gpuperf.ranks as r\n\
+                 print(json.dumps(r.summarize(sys.argv[1])))",
+            ])
+            .arg(path)
+            .env("PYTHONPATH", repo.join("python"))
+            .env("GPUPERF_COMMAND", env!("CARGO_BIN_EXE_gpuperf"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", common::show(&o));
+        let row: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(row["rank"], rank, "{row}");
+        assert_eq!(row["kernel_ns"], 5_000, "{row}");
+    }
+}

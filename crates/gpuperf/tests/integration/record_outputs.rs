@@ -7,6 +7,8 @@ use crate::common;
 
 use std::fs;
 
+use gpuperf_test_support::perfetto::TraceProcessor;
+
 use common::{NO_ARGS, Record, cuda13, gpuperf, nvcc, show, sim, sim_app, work_dir};
 
 #[test]
@@ -199,6 +201,84 @@ fn record_two_ranks__each_writes_its_own_outputs_named_by_rank_host_and_number()
         assert_eq!(rows[0][0].as_str(), Some(host.as_str()));
         assert_eq!(rows[0][1].as_i64(), Some(rank));
         assert_eq!(rows[0][2].as_u64(), Some(kernels as u64));
+    }
+}
+
+#[test]
+fn record_one_launcher_of_two_ranks__each_process_keeps_its_own_rank_in_parquet_and_timeline() {
+    // As under torchrun: one `gpuperf record` over a launcher whose children
+    // are the ranks, each with its own RANK, LOCAL_RANK and WORLD_SIZE, and
+    // gpuperf itself with none of them.
+    let Some(cuda) = cuda13() else { return };
+    let Some(nvcc) = nvcc(&cuda) else { return };
+    let app = sim_app(&cuda, &nvcc);
+    let cupti = sim(&cuda).join("libcupti.so.13");
+    let dir = work_dir("record_launcher_ranks");
+    let app = app.display();
+    let script = format!(
+        "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 {app} chevron 2 & \
+         RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 {app} chevron 3; wait"
+    );
+    let o = Record::new(&dir)
+        .flags([
+            "--stacks",
+            "inject",
+            "-c",
+            "timeline.json",
+            "--raw-dir",
+            "raw",
+            "--parquet",
+            "pq",
+        ])
+        .env_remove("RANK")
+        .env_remove("LOCAL_RANK")
+        .env_remove("WORLD_SIZE")
+        .cupti(&cupti)
+        .program("sh", ["-c".to_owned(), script])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let rec = common::Recording::open(&dir.join("raw"));
+    let kernels_of = |pid: u32| rec.kernels().iter().filter(|k| k.pid == pid).count() as i64;
+    let events = dir.join("pq/events.parquet");
+    let Some(rows) = gpuperf_test_support::duckdb::query(&format!(
+        "select pid, host, rank, local_rank, world_size, count(*) from '{}' \
+         where kind = 'kernel' group by all order by rank",
+        events.display()
+    )) else {
+        return;
+    };
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let mut pids = Vec::new();
+    for (row, rank) in rows.iter().zip([0i64, 1]) {
+        let pid = row[0].as_u64().unwrap() as u32;
+        pids.push(pid);
+        assert_eq!(row[1].as_str(), Some(host_name().as_str()), "{row:?}");
+        assert_eq!(row[2].as_i64(), Some(rank), "{row:?}");
+        assert_eq!(row[3].as_i64(), Some(rank), "{row:?}");
+        assert_eq!(row[4].as_i64(), Some(2), "{row:?}");
+        assert_eq!(row[5].as_i64(), Some(kernels_of(pid)), "{row:?}");
+    }
+    // `chevron 2` and `chevron 3`: rank 1 launched half as much again as rank 0.
+    assert_eq!(kernels_of(pids[0]) * 3, kernels_of(pids[1]) * 2, "{rows:?}");
+    // The timeline names each rank's process and GPU by its rank, as
+    // Perfetto's trace processor reads it.
+    let Some(tp) = TraceProcessor::load(&dir.join("timeline.json")).unwrap() else {
+        return;
+    };
+    let names = tp
+        .query("select pid, name from process where name is not null order by name")
+        .unwrap();
+    let host = host_name();
+    for (pid, rank) in pids.iter().zip(0..) {
+        let named = |part: &str| {
+            names.rows.iter().any(|r| {
+                let n = r[1].as_str().unwrap_or("");
+                n.contains(part) && n.ends_with(&format!("(pid {pid}, rank {rank} of 2 on {host})"))
+            })
+        };
+        assert!(named("/sim_app (pid"), "process {pid}: {:?}", names.rows);
+        assert!(named("GPU 0 "), "GPU of process {pid}: {:?}", names.rows);
     }
 }
 

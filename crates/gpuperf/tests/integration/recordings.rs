@@ -252,3 +252,44 @@ fn merge_parquet__duckdb_reads_the_per_kernel_totals_that_report_prints() {
     assert_eq!(rows[0][0].as_str(), Some("1"), "{rows:?}");
     assert!(rows[0][1].as_i64().unwrap() > 0, "{rows:?}");
 }
+
+#[test]
+fn merge_kineto_rank_traces__their_distributed_info_names_the_rank_in_parquet_and_timeline() {
+    // Ranks 0 and 1 of a 128-rank job (HTA's test traces): the rank is the
+    // trace's own `distributedInfo`, which gpuperf's environment cannot know.
+    for rank in [0i64, 1] {
+        let trace = recordings().join(format!("ranks/sampled_rank-{rank}.json.gz"));
+        let dir = tempfile::tempdir().unwrap();
+        let (pq, timeline) = (dir.path().join("pq"), dir.path().join("t.json"));
+        gpuperf_stdout(&[
+            "merge".as_ref(),
+            trace.as_os_str(),
+            "--parquet".as_ref(),
+            pq.as_os_str(),
+            "-c".as_ref(),
+            timeline.as_os_str(),
+        ]);
+        let Some(rows) = gpuperf_test_support::duckdb::query(&format!(
+            "select rank, world_size, local_rank, count(*) from '{}' group by all",
+            pq.join("events.parquet").display()
+        )) else {
+            return;
+        };
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0][0].as_i64(), Some(rank), "{rows:?}");
+        assert_eq!(rows[0][1].as_i64(), Some(128), "{rows:?}");
+        assert!(rows[0][2].is_null(), "{rows:?}");
+        assert!(rows[0][3].as_i64().unwrap() > 1000, "{rows:?}");
+        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&timeline).unwrap()
+        else {
+            return;
+        };
+        let named = tp
+            .query(&format!(
+                "select count(*) as n from process where name like '%(pid %, rank {rank} of 128)'"
+            ))
+            .unwrap();
+        // The CPU process and its GPU.
+        assert_eq!(named.rows[0][0].as_i64(), Some(2), "{:?}", named.rows);
+    }
+}

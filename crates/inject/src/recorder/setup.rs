@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use gpuperf_merge::model::{Process, Record, SIMULATED_GPU_NOTE};
+use gpuperf_merge::model::{Process, ProcessOrigin, Record, SIMULATED_GPU_NOTE};
+use gpuperf_merge::recording;
 
 use crate::api::{Class, classify};
 use crate::buffers::{self, Pool};
@@ -233,6 +234,10 @@ pub fn initialize() -> bool {
         _ => monotonic_ns(),
     };
     sink.write(&process);
+    sink.write(&Record::Origin(ProcessOrigin {
+        pid,
+        origin: recording::origin_from_env(&|v| std::env::var_os(v)),
+    }));
     sink.flush();
     let (cupti, version, sub) = match open_cupti(&config, &log) {
         Ok(c) => c,

@@ -51,8 +51,8 @@ pub use finish::{Finish, Finished, command_line, describe_status};
 #[cfg(feature = "render")]
 pub use load::{Inputs, Recording, read_driver};
 pub use names::{
-    NameError, NameValues, RANK_VARIABLES, expand_names, expand_names_here, host_name,
-    rank_from_env,
+    LOCAL_RANK_VARIABLES, NameError, NameValues, RANK_VARIABLES, WORLD_SIZE_VARIABLES,
+    expand_names, expand_names_here, host_name, origin_from_env, rank_from_env,
 };
 #[cfg(feature = "render")]
 pub use plan::{DEFAULT_TITLE, Joined, Outputs, Written, driver_timeline, simulated};

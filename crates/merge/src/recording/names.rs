@@ -13,6 +13,7 @@
 //! Every name given to one command takes the same `%n`, so a run's outputs
 //! keep the same number. A name without `%` is left as it is.
 
+use crate::model::Origin;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::{Path, PathBuf};
@@ -109,11 +110,45 @@ pub const RANK_VARIABLES: [&str; 5] = [
     "PMIX_RANK",
 ];
 
-/// The distributed rank the environment gives, if any.
-pub fn rank_from_env(env: &dyn Fn(&str) -> Option<OsString>) -> Option<i32> {
-    RANK_VARIABLES
-        .iter()
+/// The variables that launchers set to a process's rank on its host, in the
+/// same order.
+pub const LOCAL_RANK_VARIABLES: [&str; 5] = [
+    "LOCAL_RANK",
+    "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "PMIX_LOCAL_RANK",
+];
+
+/// The variables that launchers set to the number of processes in the job, in
+/// the same order.
+pub const WORLD_SIZE_VARIABLES: [&str; 5] = [
+    "WORLD_SIZE",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMIX_SIZE",
+];
+
+/// The first of `vars` that the environment sets to a number.
+fn number_from_env(vars: &[&str], env: &dyn Fn(&str) -> Option<OsString>) -> Option<u32> {
+    vars.iter()
         .find_map(|v| env(v)?.to_str()?.trim().parse().ok())
+}
+
+/// The distributed rank the environment gives, if any.
+pub fn rank_from_env(env: &dyn Fn(&str) -> Option<OsString>) -> Option<u32> {
+    number_from_env(&RANK_VARIABLES, env)
+}
+
+/// This machine's name and the ranks the environment gives.
+pub fn origin_from_env(env: &dyn Fn(&str) -> Option<OsString>) -> Origin {
+    Origin {
+        host: Some(host_name().to_string_lossy().into_owned()),
+        rank: rank_from_env(env),
+        local_rank: number_from_env(&LOCAL_RANK_VARIABLES, env),
+        world_size: number_from_env(&WORLD_SIZE_VARIABLES, env),
+    }
 }
 
 /// The highest `%n` tried before giving up.
@@ -270,6 +305,44 @@ mod tests {
         assert_eq!(rank_from_env(&slurm), Some(12));
         let junk = |v: &str| (v == "RANK").then(|| OsString::from("x"));
         assert_eq!(rank_from_env(&junk), None);
+    }
+
+    #[test]
+    fn the_origin_takes_each_number_from_its_own_launcher_family() {
+        let torchrun = |v: &str| {
+            let x = match v {
+                "RANK" => "5",
+                "LOCAL_RANK" => "1",
+                "WORLD_SIZE" => "8",
+                _ => return None,
+            };
+            Some(OsString::from(x))
+        };
+        let o = origin_from_env(&torchrun);
+        assert_eq!(
+            (o.rank, o.local_rank, o.world_size),
+            (Some(5), Some(1), Some(8))
+        );
+        assert_eq!(
+            o.host.as_deref().map(OsStr::new),
+            Some(host_name().as_os_str())
+        );
+        let slurm = |v: &str| match v {
+            "SLURM_PROCID" => Some(OsString::from("17")),
+            "SLURM_LOCALID" => Some(OsString::from("3")),
+            "SLURM_NTASKS" => Some(OsString::from(" 32 ")),
+            _ => None,
+        };
+        let o = origin_from_env(&slurm);
+        assert_eq!(
+            (o.rank, o.local_rank, o.world_size),
+            (Some(17), Some(3), Some(32))
+        );
+        let none = origin_from_env(&|_: &str| None);
+        assert_eq!(
+            (none.rank, none.local_rank, none.world_size),
+            (None, None, None)
+        );
     }
 
     #[test]

@@ -11,12 +11,13 @@ use tracing::warn;
 use super::Recording;
 use crate::error::{Error, Result};
 use crate::join::{self, Sink, Summary};
+use crate::model::Origin;
 use crate::model::{SIMULATED_GPU_NOTE, StringTable};
 use crate::read::cpu::StackId;
 use crate::read::driver::DriverTrace;
 use crate::read::input::GpuInputs;
 use crate::view::FullNames;
-use crate::write::parquet::{Origin, ParquetWriter};
+use crate::write::parquet::ParquetWriter;
 use crate::write::report::{Reporter, Row};
 use crate::write::{chrome, folded, idle, perfetto, pprof, svg};
 

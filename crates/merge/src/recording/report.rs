@@ -286,8 +286,17 @@ pub fn report_json(
         .take(top)
         .map(|(s, us)| json!({ "stack": s, "idle_us": us }))
         .collect();
+    let processes: Vec<_> = rep
+        .processes()
+        .iter()
+        .map(|(pid, (exe, o))| {
+            json!({ "pid": pid, "exe": exe, "host": o.host, "rank": o.rank,
+                    "local_rank": o.local_rank, "world_size": o.world_size })
+        })
+        .collect();
     let doc = json!({
         "gpu_total_ns": rep.total_ns(),
+        "processes": processes,
         "kernels": kernels,
         "stacks": stacks,
         "python_lines": python_lines,

@@ -11,8 +11,10 @@
 //!
 //! | column | type | meaning |
 //! |---|---|---|
-//! | `host` | string, null | the machine recorded on, when known |
-//! | `rank` | int32, null | the distributed rank, when known |
+//! | `host` | string, null | the machine the process ran on, when known |
+//! | `rank` | int32, null | the process's distributed rank, when known |
+//! | `local_rank` | int32, null | its rank on its host, when known |
+//! | `world_size` | int32, null | the job's number of ranks, when known |
 //! | `pid` | uint32 | process id |
 //! | `tid` | uint32, null | the thread of the API call (for GPU work: of the call that launched it) |
 //! | `device` | uint32, null | CUDA device ordinal (null for API calls, and when unknown) |
@@ -26,6 +28,12 @@
 //! | `correlation_id` | uint32 | CUPTI's id joining an API call to its GPU work, unique per process |
 //! | `stack_id` | uint32, null | the CPU stack charged ([`crate::join::Match::charge`]), a row of `stacks.parquet` |
 //! | `graph_id`, `graph_node_id` | uint32, uint64, null | the CUDA graph and node of replayed graph work |
+//!
+//! A process's host and ranks are those its trace recorded (the injection
+//! library reads the launcher's `RANK`, `LOCAL_RANK`, `WORLD_SIZE` or their
+//! Slurm, Open MPI and PMI equivalents; a Kineto trace gives its
+//! `distributedInfo`); what a trace does not say comes from the recording's own
+//! [`Origin`] (the environment `gpuperf record` ran in).
 //!
 //! `stacks.parquet`: `stack_id` (uint32) and `frames` (list of strings, the
 //! root first, as the folded output spells them).
@@ -43,11 +51,11 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
-use crate::model::{ActivityKind, Clock, Record};
+use crate::model::{ActivityKind, Clock, Origin, Record};
 use crate::read::cpu::StackId;
 use crate::write::demangle::Demangler;
 
@@ -60,19 +68,12 @@ pub const STACKS: &str = "stacks.parquet";
 /// Rows buffered before they are written as one row group.
 const BATCH_ROWS: usize = 64 * 1024;
 
-/// Where a recording was made, for the `host` and `rank` columns.
-#[derive(Clone, Debug, Default)]
-pub struct Origin {
-    /// Host name.
-    pub host: Option<String>,
-    /// Distributed rank.
-    pub rank: Option<i32>,
-}
-
 /// Writes the two tables into a directory as the join runs; a [`Sink`].
 pub struct ParquetWriter {
     dir: std::path::PathBuf,
     origin: Origin,
+    /// Each process's origin, as its trace recorded it, completed by `origin`.
+    origins: FxHashMap<u32, Origin>,
     events: Option<ArrowWriter<File>>,
     rows: EventColumns,
     stacks: FxHashSet<StackId>,
@@ -85,6 +86,8 @@ struct EventColumns {
     len: usize,
     host: StringBuilder,
     rank: Int32Builder,
+    local_rank: Int32Builder,
+    world_size: Int32Builder,
     pid: UInt32Builder,
     tid: UInt32Builder,
     device: UInt32Builder,
@@ -123,6 +126,8 @@ fn events_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         f("host", DataType::Utf8, true),
         f("rank", DataType::Int32, true),
+        f("local_rank", DataType::Int32, true),
+        f("world_size", DataType::Int32, true),
         f("pid", DataType::UInt32, false),
         f("tid", DataType::UInt32, true),
         f("device", DataType::UInt32, true),
@@ -155,8 +160,11 @@ fn to_i64(ns: u64) -> i64 {
 impl EventColumns {
     fn push(&mut self, origin: &Origin, e: &Event<'_>) {
         self.len += 1;
+        let int = |v: Option<u32>| v.and_then(|v| i32::try_from(v).ok());
         self.host.append_option(origin.host.as_deref());
-        self.rank.append_option(origin.rank);
+        self.rank.append_option(int(origin.rank));
+        self.local_rank.append_option(int(origin.local_rank));
+        self.world_size.append_option(int(origin.world_size));
         self.pid.append_value(e.pid);
         self.tid.append_option(e.tid);
         self.device.append_option(e.device);
@@ -179,6 +187,8 @@ impl EventColumns {
         let columns: Vec<ArrayRef> = vec![
             Arc::new(self.host.finish()),
             Arc::new(self.rank.finish()),
+            Arc::new(self.local_rank.finish()),
+            Arc::new(self.world_size.finish()),
             Arc::new(self.pid.finish()),
             Arc::new(self.tid.finish()),
             Arc::new(self.device.finish()),
@@ -205,6 +215,7 @@ impl ParquetWriter {
         Ok(Self {
             dir: dir.to_owned(),
             origin,
+            origins: FxHashMap::default(),
             events: None,
             rows: EventColumns::default(),
             stacks: FxHashSet::default(),
@@ -258,7 +269,8 @@ impl ParquetWriter {
         if let Some(s) = e.stack {
             self.stacks.insert(s);
         }
-        self.rows.push(&self.origin, e);
+        let origin = self.origins.get(&e.pid).unwrap_or(&self.origin);
+        self.rows.push(origin, e);
         if self.rows.len >= BATCH_ROWS {
             self.flush(ctx.clock)?;
         }
@@ -346,6 +358,17 @@ impl Sink for ParquetWriter {
                     graph: None,
                 };
                 self.push(ctx, &e)
+            }
+            Record::Origin(o) => {
+                let (mine, fallback) = (&o.origin, &self.origin);
+                let merged = Origin {
+                    host: mine.host.clone().or_else(|| fallback.host.clone()),
+                    rank: mine.rank.or(fallback.rank),
+                    local_rank: mine.local_rank.or(fallback.local_rank),
+                    world_size: mine.world_size.or(fallback.world_size),
+                };
+                self.origins.insert(o.pid, merged);
+                Ok(())
             }
             _ => Ok(()),
         }

@@ -4,11 +4,13 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
+use std::collections::BTreeMap;
+
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink};
-use crate::model::{ActivityKind, Record};
+use crate::model::{ActivityKind, Origin, Record};
 use crate::read::cpu::StackId;
 use crate::view::{elide_middle, fit_stack};
 use crate::write::demangle::Demangler;
@@ -31,6 +33,8 @@ pub struct Reporter {
     stack_texts: FxHashMap<StackId, String>,
     total_ns: u64,
     demangler: Demangler,
+    /// Each process's executable and origin (host, ranks).
+    processes: BTreeMap<u32, (String, Origin)>,
 }
 
 /// One row of the kernel table.
@@ -57,6 +61,11 @@ pub struct Row {
 }
 
 impl Reporter {
+    /// The traced processes by pid: executable and where each ran.
+    pub fn processes(&self) -> &BTreeMap<u32, (String, Origin)> {
+        &self.processes
+    }
+
     /// An empty reporter.
     pub fn new() -> Self {
         Self::default()
@@ -173,8 +182,21 @@ impl Reporter {
 
 impl Sink for Reporter {
     fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
-        let Record::Activity(a) = rec else {
-            return Ok(());
+        let a = match rec {
+            Record::Activity(a) => a,
+            Record::Process(p) => {
+                self.processes
+                    .entry(p.pid)
+                    .or_default()
+                    .0
+                    .clone_from(&p.exe);
+                return Ok(());
+            }
+            Record::Origin(o) => {
+                self.processes.entry(o.pid).or_default().1 = o.origin.clone();
+                return Ok(());
+            }
+            _ => return Ok(()),
         };
         let name = match a.kind {
             ActivityKind::Kernel { name, .. } => {

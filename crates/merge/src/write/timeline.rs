@@ -43,7 +43,7 @@ use crate::error::Result;
 use crate::join::{ApiInfo, Context, Match, Sink, Summary};
 use crate::model::UNKNOWN_DEVICE;
 use crate::model::{
-    Activity, ActivityKind, ApiCall, Clock, NvtxKind, NvtxRange, Record, StringId, SyncWait,
+    Activity, ActivityKind, ApiCall, Clock, NvtxKind, NvtxRange, Origin, Record, StringId, SyncWait,
 };
 use crate::read::cpu::{CpuLaunch, StackId};
 use crate::read::driver::DriverTrace;
@@ -202,6 +202,8 @@ pub(crate) struct Builder {
     /// (to, category, the call).
     pending_flows: Vec<(EventId, &'static str, CallKey)>,
     exes: FxHashMap<u32, String>,
+    /// Each process's rank and host, where it ran in a distributed job.
+    origins: FxHashMap<u32, String>,
     devices: FxHashMap<(u32, u32), String>,
     gpus: Vec<(u32, u32)>,
     stacks: Vec<String>,
@@ -228,6 +230,7 @@ impl Builder {
             api_events: FxHashMap::default(),
             pending_flows: Vec::new(),
             exes: FxHashMap::default(),
+            origins: FxHashMap::default(),
             devices: FxHashMap::default(),
             gpus: Vec::new(),
             stacks: Vec::new(),
@@ -670,7 +673,8 @@ impl Builder {
     fn name_processes(&mut self, ctx: &Context<'_>) {
         for p in &mut self.processes {
             if p.pid < GPU_PID_BASE && p.pid != DRIVER_PID {
-                p.name = cpu_process_name(ctx, &self.exes, p.pid as u32);
+                let pid = p.pid as u32;
+                p.name = cpu_process_name(ctx, &self.exes, pid, self.origins.get(&pid));
             }
         }
         for &(pid, device) in &self.gpus {
@@ -678,7 +682,11 @@ impl Builder {
                 format!("GPU ? (device unknown, pid {pid})")
             } else {
                 let dev = self.devices.get(&(pid, device)).map_or("", String::as_str);
-                format!("GPU {device} {dev} (pid {pid})").replace("  ", " ")
+                let place = match self.origins.get(&pid) {
+                    Some(o) => format!("pid {pid}, {o}"),
+                    None => format!("pid {pid}"),
+                };
+                format!("GPU {device} {dev} ({place})").replace("  ", " ")
             };
             let i = self.process_index[&gpu_pid(pid, device)];
             self.processes[i].name = name;
@@ -887,6 +895,20 @@ impl Builder {
     }
 }
 
+/// A process's place in a distributed job, for its name: `rank 3 of 8 on n1`;
+/// none for a process outside one.
+fn origin_text(o: &Origin) -> Option<String> {
+    let rank = match (o.rank, o.world_size) {
+        (Some(r), Some(w)) => format!("rank {r} of {w}"),
+        (Some(r), None) => format!("rank {r}"),
+        _ => return None,
+    };
+    Some(match &o.host {
+        Some(h) => format!("{rank} on {h}"),
+        None => rank,
+    })
+}
+
 impl Sink for Builder {
     fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
         if let Some(idle) = self.idle.as_mut() {
@@ -913,6 +935,11 @@ impl Sink for Builder {
                 }
             }
             Record::Nvtx(r) => self.nvtx(ctx, r),
+            Record::Origin(o) => {
+                if let Some(t) = origin_text(&o.origin) {
+                    self.origins.insert(o.pid, t);
+                }
+            }
             Record::Dropped(_)
             | Record::Overhead(_)
             | Record::Module(_)
@@ -969,8 +996,13 @@ fn call_key(pid: u32, api: &ApiInfo) -> CallKey {
 }
 
 /// A CPU process's name: its executable, else its main thread's command name,
-/// with its pid; or its pid alone.
-fn cpu_process_name(ctx: &Context<'_>, exes: &FxHashMap<u32, String>, pid: u32) -> String {
+/// with its pid (and its rank); or its pid alone.
+fn cpu_process_name(
+    ctx: &Context<'_>,
+    exes: &FxHashMap<u32, String>,
+    pid: u32,
+    origin: Option<&String>,
+) -> String {
     let exe = exes.get(&pid).map(|e| e.trim()).filter(|e| !e.is_empty());
     let comm = || {
         ctx.cpu
@@ -978,9 +1010,13 @@ fn cpu_process_name(ctx: &Context<'_>, exes: &FxHashMap<u32, String>, pid: u32) 
             .map(|c| c.trim())
             .filter(|c| !c.is_empty())
     };
-    match exe.or_else(comm) {
-        Some(name) => format!("{name} (pid {pid})"),
+    let place = match origin {
+        Some(o) => format!("pid {pid}, {o}"),
         None => format!("pid {pid}"),
+    };
+    match exe.or_else(comm) {
+        Some(name) => format!("{name} ({place})"),
+        None => place,
     }
 }
 

@@ -40,7 +40,8 @@
 //! | 15 | `THREAD` | tid u32, name string u32 (8): the thread's name; a later record for the same thread supersedes it (a rename). Added without a version bump: older readers skip it |
 //! | 17 | `AUTOGRAD` | corr u32, kind u8 (1 forward, 2 backward), 0 u8×3, thread u64, seq u64 (24): PyTorch autograd's ids for the API record with this correlation id, written after it; forward: RecordFunction thread id and `sequence_number::peek()`, backward: the evaluated node's thread id and sequence number. Added without a version bump: older readers skip it |
 //! | 18 | `NVTX` | start u64, end u64, tid u32, name string u32, domain string u32 (`u32::MAX`: the default domain), kind u8 (1 push/pop, 2 start/end), flags u8 (bit 0: still open when the trace closed; `end` is the close), 0 u16 (32): an NVTX range, written when it ends (or at the close). Added without a version bump: older readers skip it |
-//! | 19 | `PC_SAMPLE` | corr u32 (0: not one launch's), context u32, function string u32, stall reason index u32, pc offset u64, cubin crc u64, stall reason string u32, samples u32, file string u32 (`u32::MAX`: no line information), line u32 (48): GPU PC samples of one instruction and one stall reason (CUPTI PC sampling). Added without a version bump: older readers skip it |
+//! | 19 | `ORIGIN` | host string u32, rank u32, local rank u32, world size u32 (16; `u32::MAX`: unknown): where the process ran, from its launcher's variables (`RANK`, `LOCAL_RANK`, `WORLD_SIZE` and the Slurm, Open MPI and PMI equivalents); follows the `PROCESS` record. Added without a version bump: older readers skip it |
+//! | 20 | `PC_SAMPLE` | corr u32 (0: not one launch's), context u32, function string u32, stall reason index u32, pc offset u64, cubin crc u64, stall reason string u32, samples u32, file string u32 (`u32::MAX`: no line information), line u32 (48): GPU PC samples of one instruction and one stall reason (CUPTI PC sampling). Added without a version bump: older readers skip it |
 //! | 16 | `CLOSED` | at u64 (8): the recording was closed by the process's exit flush, at this time; records after it are notes on what came later. Written when the header has [`FLAG_CLOSES`]; added without a version bump |
 //!
 //! A file whose header has [`FLAG_CLOSES`] and no `CLOSED` record was not closed:
@@ -122,7 +123,8 @@ mod kind {
     pub const CLOSED: u8 = 16;
     pub const AUTOGRAD: u8 = 17;
     pub const NVTX: u8 = 18;
-    pub const PC_SAMPLE: u8 = 19;
+    pub const ORIGIN: u8 = 19;
+    pub const PC_SAMPLE: u8 = 20;
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.

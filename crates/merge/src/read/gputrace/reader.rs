@@ -7,10 +7,9 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
-    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Overhead,
-    PcSample,
-    PeerDevices, Process, Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName,
-    UNKNOWN_DEVICE,
+    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Origin,
+    Overhead, PcSample, PeerDevices, Process, ProcessOrigin, Record, Stack, StackEnd, StackFrame,
+    StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
 };
 
 use super::{
@@ -211,6 +210,7 @@ impl Decoder<'_> {
                 return;
             }
             kind::PROCESS => self.process(&mut f, offset),
+            kind::ORIGIN => self.origin(&mut f, offset),
             kind::DEVICE => self.device(&mut f, offset),
             kind::API => self.api(&mut f, payload, offset, visit),
             kind::KERNEL => self.kernel(&mut f, offset),
@@ -545,6 +545,24 @@ impl Decoder<'_> {
             exe: self.strings.get(exe).to_owned(),
             start_ns,
             start_realtime_ns,
+        }))
+    }
+
+    fn origin(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
+        let (host, rank, local_rank, world_size) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        let host = (host != u32::MAX).then(|| {
+            let id = self.string(host, offset);
+            self.strings.get(id).to_owned()
+        });
+        let known = |v: u32| (v != u32::MAX).then_some(v);
+        Some(Record::Origin(ProcessOrigin {
+            pid: self.pid,
+            origin: Origin {
+                host,
+                rank: known(rank),
+                local_rank: known(local_rank),
+                world_size: known(world_size),
+            },
         }))
     }
 

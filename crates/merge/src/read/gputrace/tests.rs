@@ -9,9 +9,9 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
-    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Overhead,
-    PeerDevices, Process, Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName,
-    UNKNOWN_DEVICE,
+    DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Origin,
+    Overhead, PeerDevices, Process, ProcessOrigin, Record, Stack, StackEnd, StackFrame, StringId,
+    StringTable, ThreadName, UNKNOWN_DEVICE,
 };
 
 pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
@@ -445,7 +445,7 @@ fn encoded_sample() -> Vec<u8> {
 /// One framed record: kind, and a payload whose length is often the one the
 /// kind needs, give or take a few bytes.
 fn framed_record() -> impl Strategy<Value = Vec<u8>> {
-    (0u8..17, any::<bool>(), -4i32..4, 0usize..80, any::<u32>()).prop_flat_map(
+    (0u8..20, any::<bool>(), -4i32..4, 0usize..80, any::<u32>()).prop_flat_map(
         |(kind, exact, delta, any_len, small_id)| {
             let want: i32 = match kind {
                 kind::STRING => 12,
@@ -458,7 +458,7 @@ fn framed_record() -> impl Strategy<Value = Vec<u8>> {
                 kind::DROPPED => 16,
                 kind::MODULE => 56,
                 kind::STACK => 8 + 16 * (small_id % 4) as i32,
-                kind::GRAPH_NODE => 16,
+                kind::GRAPH_NODE | kind::ORIGIN => 16,
                 _ => 8,
             };
             let n = if exact {
@@ -479,6 +479,7 @@ fn framed_record() -> impl Strategy<Value = Vec<u8>> {
                     kind::MODULE => Some(4),
                     kind::GRAPH_NODE => Some(12),
                     kind::THREAD => Some(4),
+                    kind::ORIGIN => Some(0),
                     _ => None,
                 };
                 if let Some(at) = id_at.filter(|&at| exact && payload.len() >= at + 4) {
@@ -660,6 +661,49 @@ fn thread_names_round_trip_and_a_rename_follows() {
     assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
     assert_eq!(stats.unknown_kinds, 0);
     assert_eq!(back, recs);
+}
+
+#[test]
+fn origins_round_trip_with_unknown_fields_and_belong_to_their_process() {
+    let strings = StringTable::new();
+    let process = |pid| {
+        Record::Process(Process {
+            pid,
+            ppid: 1,
+            exe: "/usr/bin/python3".into(),
+            start_ns: 1,
+            start_realtime_ns: 2,
+        })
+    };
+    let origin = |pid, host: Option<&str>, rank, world_size| {
+        Record::Origin(ProcessOrigin {
+            pid,
+            origin: Origin {
+                host: host.map(str::to_owned),
+                rank,
+                local_rank: rank.map(|r| r % 8),
+                world_size,
+            },
+        })
+    };
+    let recs = [
+        process(42),
+        origin(42, Some("node-3"), Some(13), Some(64)),
+        process(43),
+        origin(43, None, None, None),
+    ];
+    let bytes = encode(&recs, &strings);
+    let (back, _, stats) = decode(&bytes);
+    assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+    assert_eq!(stats.unknown_kinds, 0);
+    assert_eq!(back, recs);
+    // The layout: host string, rank, local rank, world size; u32::MAX unknown.
+    let at = bytes
+        .windows(4)
+        .rposition(|w| w == [kind::ORIGIN, 0, 16, 0])
+        .unwrap();
+    assert_eq!(&bytes[at + 8..at + 20], &[0xff; 12]);
+    assert_eq!(&bytes[at + 4..at + 8], &[0xff; 4]);
 }
 
 #[test]

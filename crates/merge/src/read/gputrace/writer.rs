@@ -130,6 +130,19 @@ impl<W: Write> Writer<W> {
                     .u32(exe)
                     .u32(0);
             }
+            Record::Origin(o) => {
+                let o = &o.origin;
+                let host = match &o.host {
+                    Some(h) => self.intern(h)?,
+                    None => u32::MAX,
+                };
+                let n = |v: Option<u32>| v.unwrap_or(u32::MAX);
+                self.begin(kind::ORIGIN);
+                self.u32(host)
+                    .u32(n(o.rank))
+                    .u32(n(o.local_rank))
+                    .u32(n(o.world_size));
+            }
             Record::Device(d) => {
                 let name = self.intern(&d.name)?;
                 self.begin(kind::DEVICE);

@@ -105,6 +105,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
     }
 }
 
+/// The trace's `distributedInfo`: the rank of the process that wrote it.
+#[derive(Deserialize, Default)]
+pub(super) struct DistributedInfo {
+    #[serde(default)]
+    pub(super) rank: Option<u32>,
+    #[serde(default)]
+    pub(super) world_size: Option<u32>,
+}
+
 #[derive(Deserialize)]
 pub(super) struct DeviceProp {
     #[serde(default)]

@@ -156,7 +156,9 @@ use crate::error::{Error, Result};
 use crate::model::{ApiDomain, Clock, Record, StringId, StringTable};
 use crate::read::cpu::ProfilerStep;
 use crate::read::imported::Imported;
-use event::{Args, DeviceProp, Event, Raw, number_text, parse_int, parse_u32, parse_us};
+use event::{
+    Args, DeviceProp, DistributedInfo, Event, Raw, number_text, parse_int, parse_u32, parse_us,
+};
 use stream::{Walk, Window, walk};
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
@@ -308,6 +310,7 @@ struct Builder<'s> {
     thread_names: FxHashMap<(u32, u32), String>,
     text_tids: FxHashMap<String, u32>,
     devices: Vec<DeviceProp>,
+    distributed: Option<DistributedInfo>,
     base_ns: Option<u64>,
     saw_events: bool,
     /// Events parsed (used or not).
@@ -341,6 +344,7 @@ impl<'s> Builder<'s> {
             thread_names: FxHashMap::default(),
             text_tids: FxHashMap::default(),
             devices: Vec::new(),
+            distributed: None,
             base_ns: None,
             saw_events: false,
             events: 0,

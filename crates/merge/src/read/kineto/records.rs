@@ -5,8 +5,8 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, Device, MemcpyKind, PeerDevices, Process, Record,
-    SyncWait, UNKNOWN_DEVICE, api_base_name, is_launch_api,
+    Activity, ActivityKind, ApiCall, ApiDomain, Device, MemcpyKind, Origin, PeerDevices, Process,
+    ProcessOrigin, Record, SyncWait, UNKNOWN_DEVICE, api_base_name, is_launch_api,
 };
 
 use super::event::{Args, frame_text, number_text, parse_int, parse_u32, sync_type};
@@ -349,6 +349,16 @@ impl Builder<'_> {
                 start_ns: first,
                 start_realtime_ns: first,
             }));
+            if let Some(d) = &self.distributed {
+                head.push(Record::Origin(ProcessOrigin {
+                    pid,
+                    origin: Origin {
+                        rank: d.rank,
+                        world_size: d.world_size,
+                        ..Origin::default()
+                    },
+                }));
+            }
             for (i, d) in self.devices.iter().enumerate() {
                 head.push(Record::Device(Device {
                     pid,

@@ -284,6 +284,13 @@ pub(super) fn walk<R: Read>(w: &mut Window<R>, b: &mut Builder<'_>) -> io::Resul
                             b.devices = d.unwrap_or_default();
                         }))
                     }
+                    "distributedInfo" => {
+                        // A field of another type is ignored, not an error: the
+                        // trace's events are what matter.
+                        next!(w.value::<Box<RawValue>, _>(|v| {
+                            b.distributed = serde_json::from_str(v.get()).ok();
+                        }))
+                    }
                     "baseTimeNanoseconds" => {
                         next!(w.value::<Box<RawValue>, _>(|v| {
                             b.base_ns = parse_ns_int(v.get());
