@@ -120,6 +120,13 @@ pub struct RecordArgs {
     /// stacks.parquet), for DuckDB, pandas, Spark or ClickHouse.
     #[arg(long, value_name = "DIR")]
     pub parquet: Option<PathBuf>,
+    /// Write the GPU PC samples as folded stacks here (weight: samples): CPU
+    /// stack, kernel, SASS instruction, CUDA line, stall reason.
+    #[arg(long, value_name = "FILE")]
+    pub pc_folded: Option<PathBuf>,
+    /// Write a flamegraph of the GPU PC samples (as --pc-folded) here.
+    #[arg(long, value_name = "FILE")]
+    pub pc_svg: Option<PathBuf>,
     #[command(flatten)]
     pub view: ViewArgs,
     /// Write the CPU trace (one line per launch with its stack) here.
@@ -204,6 +211,8 @@ impl RecordArgs {
                 self.idle_svg.as_mut(),
                 self.pprof.as_mut(),
                 self.parquet.as_mut(),
+                self.pc_folded.as_mut(),
+                self.pc_svg.as_mut(),
                 self.cpu_trace.as_mut(),
                 self.raw_dir.as_mut(),
             ]
@@ -348,6 +357,13 @@ pub struct MergeArgs {
     /// stacks.parquet), for DuckDB, pandas, Spark or ClickHouse.
     #[arg(long, value_name = "DIR")]
     pub parquet: Option<PathBuf>,
+    /// Write the GPU PC samples as folded stacks here (weight: samples): CPU
+    /// stack, kernel, SASS instruction, CUDA line, stall reason.
+    #[arg(long, value_name = "FILE")]
+    pub pc_folded: Option<PathBuf>,
+    /// Write a flamegraph of the GPU PC samples (as --pc-folded) here.
+    #[arg(long, value_name = "FILE")]
+    pub pc_svg: Option<PathBuf>,
     /// Flamegraph title.
     #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
@@ -368,6 +384,8 @@ impl MergeArgs {
             self.svg.as_mut(),
             self.pprof.as_mut(),
             self.parquet.as_mut(),
+            self.pc_folded.as_mut(),
+            self.pc_svg.as_mut(),
             self.cpu_trace.as_mut(),
         ]
         .into_iter()
@@ -382,6 +400,8 @@ impl MergeArgs {
             && self.svg.is_none()
             && self.pprof.is_none()
             && self.parquet.is_none()
+            && self.pc_folded.is_none()
+            && self.pc_svg.is_none()
             && self.idle.is_none()
             && self.idle_svg.is_none()
             && self.cpu_trace.is_none();
@@ -390,6 +410,8 @@ impl MergeArgs {
         o.svg.clone_from(&self.svg);
         o.pprof.clone_from(&self.pprof);
         o.parquet.clone_from(&self.parquet);
+        o.pc_folded.clone_from(&self.pc_folded);
+        o.pc_svg.clone_from(&self.pc_svg);
         o.title.clone_from(&self.title);
         o.idle.clone_from(&self.idle);
         o.idle_svg.clone_from(&self.idle_svg);

@@ -130,6 +130,9 @@ fn merge(a: MergeArgs, quiet: bool) -> Result<()> {
     }
     if !quiet {
         eprint!("gpuperf: {}", joined.summary);
+        if let Some(pc) = joined.pc {
+            eprintln!("gpuperf: {pc}");
+        }
         if let Some(s) = &l.inprocess {
             eprintln!("gpuperf: CPU side, taken in the program: {s}");
         }

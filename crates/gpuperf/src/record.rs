@@ -262,6 +262,8 @@ fn check_outputs(a: &RecordArgs) -> Result<()> {
         a.idle.as_ref(),
         a.idle_svg.as_ref(),
         a.pprof.as_ref(),
+        a.pc_folded.as_ref(),
+        a.pc_svg.as_ref(),
     ];
     for path in outputs.into_iter().flatten() {
         if let Err(e) = recording::check_writable(path) {
@@ -561,6 +563,8 @@ fn finish(
     outs.idle_svg.clone_from(&a.idle_svg);
     outs.pprof.clone_from(&a.pprof);
     outs.parquet.clone_from(&a.parquet);
+    outs.pc_folded.clone_from(&a.pc_folded);
+    outs.pc_svg.clone_from(&a.pc_svg);
     outs.origin = recording::origin_from_env(&|v| std::env::var_os(v));
     let program = a.program[0].to_string_lossy().into_owned();
     let mut f = Finish::new(raw.to_path_buf(), outs, program, status, wall);

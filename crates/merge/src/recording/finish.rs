@@ -141,6 +141,9 @@ impl Finish {
             };
             report += &kernels.to_string();
             report += &format!("gpuperf: {}", joined.summary);
+            if let Some(pc) = joined.pc {
+                report += &format!("gpuperf: {pc}\n");
+            }
             written = joined.written;
             if let (Some(stats), Some(trace)) = (&l.inprocess, l.launch_stacks()) {
                 report += &format!("gpuperf: CPU side, taken in the program: {stats}\n");

@@ -19,7 +19,7 @@ use crate::read::input::GpuInputs;
 use crate::view::FullNames;
 use crate::write::parquet::ParquetWriter;
 use crate::write::report::{Reporter, Row};
-use crate::write::{chrome, folded, idle, perfetto, pprof, svg};
+use crate::write::{chrome, folded, idle, pc, perfetto, pprof, svg};
 
 /// The flamegraph's title unless the user names another.
 pub const DEFAULT_TITLE: &str = "gpuperf: GPU time by CPU stack";
@@ -46,6 +46,10 @@ pub struct Outputs {
     pub idle_svg: Option<PathBuf>,
     /// A directory for the Parquet tables ([`crate::write::parquet`]).
     pub parquet: Option<PathBuf>,
+    /// GPU PC samples as folded stacks ([`crate::write::pc`]).
+    pub pc_folded: Option<PathBuf>,
+    /// Their flamegraph.
+    pub pc_svg: Option<PathBuf>,
     /// Where the recording was made, for the exports that say so.
     pub origin: Origin,
 }
@@ -77,6 +81,8 @@ pub struct Joined {
     pub kernels: Vec<Row>,
     /// Files written.
     pub written: Vec<Written>,
+    /// Where the GPU PC samples went, when a PC-sample output was asked for.
+    pub pc: Option<pc::PcStats>,
 }
 
 fn create(path: &Path) -> Result<BufWriter<File>> {
@@ -138,6 +144,9 @@ impl Recording {
             .as_deref()
             .map(|d| ParquetWriter::create(d, outs.origin.clone()))
             .transpose()?;
+        let pc_folded_file = outs.pc_folded.as_deref().map(create).transpose()?;
+        let pc_svg_file = outs.pc_svg.as_deref().map(create).transpose()?;
+        let mut pc = (pc_folded_file.is_some() || pc_svg_file.is_some()).then(pc::PcFolder::new);
         // Several processes in the data stay apart under a frame each.
         let mut folder = folded::Folder::new();
         let mut reporter = Reporter::new();
@@ -153,6 +162,9 @@ impl Recording {
                 sinks.push(idler);
             }
             if let Some(p) = parquet.as_mut() {
+                sinks.push(p);
+            }
+            if let Some(p) = pc.as_mut() {
                 sinks.push(p);
             }
             self.join(&mut sinks)?
@@ -187,6 +199,9 @@ impl Recording {
                 path: p.to_path_buf(),
                 how: "pprof profile for Pyroscope, Parca, Grafana or `go tool pprof`",
             });
+        }
+        if let Some(pc) = &pc {
+            written.extend(pc_outputs(outs, &summary, pc, pc_folded_file, pc_svg_file)?);
         }
         if let Some(d) = &outs.parquet {
             written.push(Written {
@@ -225,6 +240,7 @@ impl Recording {
             summary,
             kernels: reporter.rows(),
             written,
+            pc: pc.as_ref().map(pc::PcFolder::stats),
         })
     }
 
@@ -280,6 +296,47 @@ impl Recording {
         }
         Ok(written)
     }
+}
+
+/// The PC-sample folded stacks and flamegraph, as asked.
+fn pc_outputs(
+    outs: &Outputs,
+    summary: &Summary,
+    pc: &pc::PcFolder,
+    folded_file: Option<BufWriter<File>>,
+    svg_file: Option<BufWriter<File>>,
+) -> Result<Vec<Written>> {
+    let mut written = Vec::new();
+    let empty = pc.stats().samples == 0;
+    if let (Some(p), Some(f)) = (&outs.pc_folded, folded_file) {
+        writing(p, pc.write(f))?;
+        written.push(Written {
+            path: p.clone(),
+            how: if empty {
+                "empty: the recording holds no PC samples (record with --pc-sampling)"
+            } else {
+                "PC-sample folded stacks (weights: samples) for inferno or flamegraph.pl"
+            },
+        });
+    }
+    if let (Some(p), Some(f)) = (&outs.pc_svg, svg_file) {
+        let lines: Vec<String> = pc.lines().iter().map(|(s, w)| format!("{s} {w}")).collect();
+        let mut o = outs.clone();
+        o.title = "gpuperf: GPU PC samples by CPU stack, kernel, line and stall reason".to_owned();
+        if simulated(summary) {
+            o.title = format!("{} ({SIMULATED_GPU_NOTE})", o.title);
+        }
+        render_svg(&o, "samples", &lines, &FullNames::default(), p, f)?;
+        written.push(Written {
+            path: p.clone(),
+            how: if empty {
+                "it only says that there were no PC samples to draw (record with --pc-sampling)"
+            } else {
+                "open it in a web browser"
+            },
+        });
+    }
+    Ok(written)
 }
 
 fn idle_svg(

@@ -125,7 +125,7 @@ impl Folder {
 
 /// A process's name: its executable's file name from the trace's process record,
 /// else the command name the CPU trace gives it, else "process".
-fn process_name(exes: &FxHashMap<u32, String>, ctx: &Context<'_>, pid: u32) -> String {
+pub(crate) fn process_name(exes: &FxHashMap<u32, String>, ctx: &Context<'_>, pid: u32) -> String {
     if let Some(exe) = exes.get(&pid) {
         return exe.replace(';', "_");
     }

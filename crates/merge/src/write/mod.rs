@@ -13,6 +13,7 @@ pub mod driver;
 pub mod folded;
 pub mod idle;
 pub mod parquet;
+pub mod pc;
 pub mod perfetto;
 pub mod pprof;
 pub mod report;

@@ -18,6 +18,7 @@ mod imported;
 mod join;
 mod names;
 mod nsys;
+mod pc;
 mod perfetto;
 mod scenario;
 mod stacks;

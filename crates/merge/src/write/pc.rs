@@ -1,0 +1,290 @@
+//! GPU PC samples (CUPTI's PC Sampling API) as folded stacks, weight = samples:
+//!
+//! ```text
+//! cpu;…;cudaLaunchKernel;[GPU_Kernel]k;[GPU_PC]k+0x1f0;[CUDA]k.cu:42;[Stall]long_scoreboard 120
+//! ```
+//!
+//! - Each sample goes under the CPU stack and API call of the launch whose
+//!   correlation id it carries (kernel-serialized mode), then the kernel as the
+//!   time flamegraph names it, the SASS instruction (function + offset), the
+//!   CUDA source line when the module has line information, and the stall
+//!   reason as the leaf (CUPTI's `smsp__pcsamp_warps_issue_stalled_` dropped).
+//! - Samples that name no launch (continuous mode, correlation id 0) go under
+//!   `[no CPU stack]` and their function: they are counted apart
+//!   ([`PcStats::unattributed`]), as are samples whose launch has no kernel
+//!   record in the trace ([`PcStats::unmatched`]); none is dropped.
+//! - With several processes each stack starts with a process frame, as in the
+//!   folded GPU-time output.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Result};
+use crate::join::{Context, Match, Sink, Summary};
+use crate::model::{ActivityKind, PcSample, Record, StringId};
+use crate::read::cpu::StackId;
+use crate::write::demangle::Demangler;
+use crate::write::folded::{KERNEL_PREFIX, NO_STACK_ROOT, process_name, push_stack};
+
+/// Prefix of a SASS instruction's frame.
+pub const PC_PREFIX: &str = "[GPU_PC]";
+/// Prefix of a CUDA source line's frame.
+pub const SOURCE_PREFIX: &str = "[CUDA]";
+/// Prefix of the stall reason, the leaf.
+pub const STALL_PREFIX: &str = "[Stall]";
+/// The frame of an instruction whose module has no line information.
+pub const NO_LINE: &str = "[CUDA]? (no line information: build with -lineinfo)";
+
+/// What the samples were charged to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcStats {
+    /// All samples.
+    pub samples: u64,
+    /// Samples charged to their launch's CPU stack.
+    pub attributed: u64,
+    /// Samples that name no launch (continuous mode): charged to their function only.
+    pub unattributed: u64,
+    /// Samples whose launch has no kernel record in the trace.
+    pub unmatched: u64,
+    /// Samples without a source line (no line information in the module).
+    pub without_line: u64,
+}
+
+/// `N GPU PC samples: …`, each share said.
+impl std::fmt::Display for PcStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} GPU PC samples", self.samples)?;
+        if self.samples == 0 {
+            return Ok(());
+        }
+        write!(
+            f,
+            ": {} charged to their launch's CPU stack",
+            self.attributed
+        )?;
+        if self.unattributed > 0 {
+            write!(
+                f,
+                ", {} naming no launch (continuous mode) charged to their kernel only",
+                self.unattributed
+            )?;
+        }
+        if self.unmatched > 0 {
+            write!(
+                f,
+                ", {} whose launch has no kernel record in the trace",
+                self.unmatched
+            )?;
+        }
+        if self.without_line > 0 {
+            write!(
+                f,
+                "; {} without a source line (build with -lineinfo)",
+                self.without_line
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The launch a correlation id names: its CPU stack, API call and kernel.
+#[derive(Clone, Copy)]
+struct Launch {
+    stack: Option<StackId>,
+    api: Option<StringId>,
+    kernel: StringId,
+}
+
+/// One kernel's samples for the report: by source line and by stall reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelSamples {
+    /// All its samples.
+    pub samples: u64,
+    /// By `file:line` (or [`NO_LINE`]'s text without the prefix).
+    pub lines: BTreeMap<String, u64>,
+    /// By stall reason.
+    pub stalls: BTreeMap<String, u64>,
+}
+
+/// Accumulates PC samples per (stack, kernel, instruction, line, stall); a [`Sink`].
+#[derive(Default)]
+pub struct PcFolder {
+    launches: FxHashMap<(u32, u32), Launch>,
+    samples: Vec<PcSample>,
+    exes: FxHashMap<u32, String>,
+    lines: Vec<(String, u64)>,
+    kernels: BTreeMap<String, KernelSamples>,
+    stats: PcStats,
+    demangler: Demangler,
+}
+
+/// A stall reason as people say it: CUPTI's metric name without its common
+/// prefix (`smsp__pcsamp_warps_issue_stalled_long_scoreboard` → `long_scoreboard`).
+pub fn stall_name(reason: &str) -> &str {
+    reason
+        .strip_prefix("smsp__pcsamp_warps_issue_stalled_")
+        .or_else(|| reason.strip_prefix("smsp__pcsamp_warps_issue_"))
+        .unwrap_or(reason)
+}
+
+impl PcFolder {
+    /// An empty folder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The folded lines, sorted, weights in samples. Valid after the join.
+    pub fn lines(&self) -> &[(String, u64)] {
+        &self.lines
+    }
+
+    /// Where the samples went. Valid after the join.
+    pub fn stats(&self) -> PcStats {
+        self.stats
+    }
+
+    /// Each kernel's samples by line and by stall reason, by the kernel's
+    /// label. Valid after the join.
+    pub fn kernels(&self) -> &BTreeMap<String, KernelSamples> {
+        &self.kernels
+    }
+
+    /// Writes `stack weight` lines.
+    pub fn write<W: Write>(&self, mut out: W) -> Result<()> {
+        let err = |source| Error::Write {
+            what: "PC-sample folded stacks",
+            source,
+        };
+        for (stack, w) in &self.lines {
+            writeln!(out, "{stack} {w}").map_err(err)?;
+        }
+        out.flush().map_err(err)
+    }
+
+    /// The folded text of one sample, and its kernel's label.
+    fn text(&mut self, ctx: &Context<'_>, s: &PcSample, roots: bool) -> (String, String) {
+        let launch = (s.correlation_id != 0)
+            .then(|| self.launches.get(&(s.pid, s.correlation_id)).copied())
+            .flatten();
+        match (s.correlation_id, launch) {
+            (0, _) => self.stats.unattributed += u64::from(s.samples),
+            (_, None) => self.stats.unmatched += u64::from(s.samples),
+            (_, Some(_)) => self.stats.attributed += u64::from(s.samples),
+        }
+        let mut text = if roots {
+            format!("{} [pid {}];", process_name(&self.exes, ctx, s.pid), s.pid)
+        } else {
+            String::new()
+        };
+        match launch {
+            Some(l) => push_stack(&mut text, ctx, l.stack, l.api),
+            None => text.push_str(NO_STACK_ROOT),
+        }
+        let kernel = self
+            .demangler
+            .label(
+                launch.map_or(s.function, |l| l.kernel),
+                ctx.strings,
+                ctx.view,
+            )
+            .replace(';', ":");
+        let function = self
+            .demangler
+            .label(s.function, ctx.strings, ctx.view)
+            .replace(';', ":");
+        text.push(';');
+        text.push_str(KERNEL_PREFIX);
+        text.push_str(&kernel);
+        text.push_str(&format!(";{PC_PREFIX}{function}+{:#x};", s.pc_offset));
+        match s.source {
+            Some((file, line)) => {
+                let file = ctx.strings.get(file).replace(';', ":");
+                text.push_str(&format!("{SOURCE_PREFIX}{file}:{line}"));
+            }
+            None => {
+                self.stats.without_line += u64::from(s.samples);
+                text.push_str(NO_LINE);
+            }
+        }
+        text.push(';');
+        text.push_str(STALL_PREFIX);
+        text.push_str(stall_name(ctx.strings.get(s.stall_reason)));
+        (text, kernel)
+    }
+}
+
+impl Sink for PcFolder {
+    fn record(&mut self, _ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
+        match rec {
+            Record::Process(p) => {
+                let name = p.exe.rsplit('/').next().unwrap_or("").trim();
+                if !name.is_empty() {
+                    self.exes.insert(p.pid, name.to_owned());
+                }
+            }
+            Record::Activity(a) => {
+                if let ActivityKind::Kernel { name, .. } = a.kind {
+                    let c = m.charge();
+                    self.launches.insert(
+                        (a.pid, a.correlation_id),
+                        Launch {
+                            stack: c.stack,
+                            api: c.api,
+                            kernel: name,
+                        },
+                    );
+                }
+            }
+            Record::PcSample(s) => {
+                self.stats.samples += u64::from(s.samples);
+                self.samples.push(s.clone());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
+        let samples = std::mem::take(&mut self.samples);
+        let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let roots = pids.len() > 1;
+        let mut by_text: FxHashMap<String, u64> = FxHashMap::default();
+        for s in &samples {
+            let (text, kernel) = self.text(ctx, s, roots);
+            let n = u64::from(s.samples);
+            *by_text.entry(text).or_default() += n;
+            let k = self.kernels.entry(kernel).or_default();
+            k.samples += n;
+            let line = match s.source {
+                Some((file, line)) => format!("{}:{line}", ctx.strings.get(file)),
+                None => NO_LINE[SOURCE_PREFIX.len()..].to_owned(),
+            };
+            *k.lines.entry(line).or_default() += n;
+            let stall = stall_name(ctx.strings.get(s.stall_reason)).to_owned();
+            *k.stalls.entry(stall).or_default() += n;
+        }
+        self.lines = by_text.into_iter().collect();
+        self.lines.sort_unstable();
+        self.launches = FxHashMap::default();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stall_names_lose_cupti_s_prefix_only() {
+        assert_eq!(
+            stall_name("smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
+            "long_scoreboard"
+        );
+        assert_eq!(stall_name("smsp__pcsamp_warps_issue_selected"), "selected");
+        assert_eq!(stall_name("branch_resolving"), "branch_resolving");
+    }
+}

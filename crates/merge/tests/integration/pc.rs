@@ -1,0 +1,153 @@
+//! GPU PC samples folded under the CPU stack of the launch they came from.
+
+use std::fs;
+
+use gpuperf_merge::join;
+use gpuperf_merge::model::{
+    Activity, ActivityKind, ApiCall, ApiDomain, PcSample, Process, Record, StringTable,
+};
+use gpuperf_merge::read::cpu::CpuTrace;
+use gpuperf_merge::read::gputrace;
+use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::write::pc::{PcFolder, PcStats};
+
+/// Two launches of `_Z4gemmPfi` (correlation ids 1 and 2) from two CPU stacks,
+/// and samples of each, one without line information, one that names no
+/// launch (continuous mode) and one whose launch is missing.
+#[test]
+fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stall() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut strings = StringTable::new();
+    let gemm = strings.intern("_Z4gemmPfi");
+    let launch = strings.intern("cudaLaunchKernel");
+    let file = strings.intern("gemm.cu");
+    let (long_sb, branch) = (
+        strings.intern("smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
+        strings.intern("smsp__pcsamp_warps_issue_stalled_branch_resolving"),
+    );
+    let mut recs = vec![Record::Process(Process {
+        pid: 7,
+        ppid: 1,
+        exe: "/usr/bin/trainer".into(),
+        start_ns: 0,
+        start_realtime_ns: 0,
+    })];
+    for corr in [1u32, 2] {
+        let t = u64::from(corr) * 10_000;
+        recs.push(Record::Api(ApiCall {
+            pid: 7,
+            tid: 8,
+            start_ns: t,
+            end_ns: t + 1_000,
+            correlation_id: corr,
+            cbid: 211,
+            domain: ApiDomain::Runtime,
+            name: launch,
+        }));
+        recs.push(Record::Activity(Activity {
+            pid: 7,
+            start_ns: t + 2_000,
+            end_ns: t + 7_000,
+            correlation_id: corr,
+            device: 0,
+            context: 1,
+            stream: 7,
+            graph_id: 0,
+            graph_node_id: 0,
+            kind: ActivityKind::Kernel {
+                name: gemm,
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+            },
+        }));
+    }
+    let sample = |corr, pc_offset, line: Option<u32>, stall, samples| {
+        Record::PcSample(PcSample {
+            pid: 7,
+            correlation_id: corr,
+            context: 1,
+            function: gemm,
+            pc_offset,
+            cubin_crc: 0xabcd,
+            stall_reason_index: 0,
+            stall_reason: stall,
+            samples,
+            source: line.map(|l| (file, l)),
+        })
+    };
+    recs.extend([
+        sample(1, 0x1f0, Some(42), long_sb, 30),
+        sample(1, 0x200, Some(42), long_sb, 5),
+        sample(2, 0x1f0, Some(42), long_sb, 7),
+        sample(2, 0x80, Some(17), branch, 3),
+        sample(2, 0x90, None, branch, 2),
+        sample(0, 0x1f0, Some(42), long_sb, 11),
+        sample(9, 0x1f0, Some(42), long_sb, 4),
+    ]);
+    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
+    for r in &recs {
+        w.write(r, &strings).unwrap();
+    }
+    let gpu = dir.path().join("gpu-7.gputrace");
+    fs::write(&gpu, w.into_inner()).unwrap();
+    let cpu = dir.path().join("cpu.txt");
+    fs::write(
+        &cpu,
+        "# gpuperf-cpu v1\n\
+         10000 trainer 7 8 2 1 _start;main;train;cudaLaunchKernel\n\
+         20000 trainer 7 8 2 2 _start;main;evaluate;cudaLaunchKernel\n",
+    )
+    .unwrap();
+
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(&[gpu], &mut strings).unwrap();
+    let mut cpu = CpuTrace::open(&cpu).unwrap();
+    let mut pc = PcFolder::new();
+    join::merge(
+        Some(&mut cpu),
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut pc],
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    pc.write(&mut out).unwrap();
+    let got = String::from_utf8(out).unwrap();
+    let k = "[GPU_Kernel]gemm(float*, int);[GPU_PC]gemm(float*, int)+";
+    let want = [
+        format!("[no CPU stack];{k}0x1f0;[CUDA]gemm.cu:42;[Stall]long_scoreboard 15"),
+        format!(
+            "_start;main;evaluate;cudaLaunchKernel;{k}0x1f0;[CUDA]gemm.cu:42;[Stall]long_scoreboard 7"
+        ),
+        format!(
+            "_start;main;evaluate;cudaLaunchKernel;{k}0x80;[CUDA]gemm.cu:17;[Stall]branch_resolving 3"
+        ),
+        format!(
+            "_start;main;evaluate;cudaLaunchKernel;{k}0x90;[CUDA]? (no line information: build with -lineinfo);[Stall]branch_resolving 2"
+        ),
+        format!(
+            "_start;main;train;cudaLaunchKernel;{k}0x1f0;[CUDA]gemm.cu:42;[Stall]long_scoreboard 30"
+        ),
+        format!(
+            "_start;main;train;cudaLaunchKernel;{k}0x200;[CUDA]gemm.cu:42;[Stall]long_scoreboard 5"
+        ),
+    ];
+    let mut want: Vec<String> = want.into_iter().collect();
+    want.sort();
+    assert_eq!(got.lines().collect::<Vec<_>>(), want, "{got}");
+    assert_eq!(
+        pc.stats(),
+        PcStats {
+            samples: 62,
+            attributed: 47,
+            unattributed: 11,
+            unmatched: 4,
+            without_line: 2,
+        }
+    );
+    let gemm = &pc.kernels()["gemm(float*, int)"];
+    assert_eq!(gemm.samples, 62);
+    assert_eq!(gemm.lines["gemm.cu:42"], 57);
+    assert_eq!(gemm.stalls["branch_resolving"], 5);
+}
