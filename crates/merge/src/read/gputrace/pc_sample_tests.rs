@@ -66,9 +66,19 @@ fn pc_samples_round_trip_with_and_without_a_source_line() {
         bstrings.get(p.stall_reason),
         "smsp__pcsamp_warps_issue_stalled_long_scoreboard"
     );
-    assert_eq!(p.source.map(|(f, l)| (bstrings.get(f), l)), Some(("/src/app/hot.cu", 14)));
     assert_eq!(
-        (p.correlation_id, p.context, p.pc_offset, p.cubin_crc, p.stall_reason_index, p.samples),
+        p.source.map(|(f, l)| (bstrings.get(f), l)),
+        Some(("/src/app/hot.cu", 14))
+    );
+    assert_eq!(
+        (
+            p.correlation_id,
+            p.context,
+            p.pc_offset,
+            p.cubin_crc,
+            p.stall_reason_index,
+            p.samples
+        ),
         (7, 1, 0x40, 0x1234_5678_9abc_def0, 8, 146)
     );
     let Record::PcSample(p) = &back[2] else {

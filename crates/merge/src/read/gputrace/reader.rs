@@ -8,9 +8,8 @@ use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
     DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Overhead,
-    PcSample,
-    PeerDevices, Process, Record, Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName,
-    UNKNOWN_DEVICE,
+    PcSample, PeerDevices, Process, Record, Stack, StackEnd, StackFrame, StringId, StringTable,
+    ThreadName, UNKNOWN_DEVICE,
 };
 
 use super::{

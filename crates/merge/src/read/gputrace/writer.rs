@@ -230,7 +230,9 @@ impl<W: Write> Writer<W> {
                 };
                 self.begin(kind::PC_SAMPLE);
                 self.u32(p.correlation_id).u32(p.context).u32(function);
-                self.u32(p.stall_reason_index).u64(p.pc_offset).u64(p.cubin_crc);
+                self.u32(p.stall_reason_index)
+                    .u64(p.pc_offset)
+                    .u64(p.cubin_crc);
                 self.u32(reason).u32(p.samples).u32(file).u32(line);
             }
         }
