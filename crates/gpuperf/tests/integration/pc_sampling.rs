@@ -155,6 +155,10 @@ fn sim_pc_sampling_privilege__enable_refused_and_the_program_goes_on() {
 
 // ------------------------------------------------------------------ recorded by gpuperf
 
+/// One PC sample as the test compares it: launch, function, offset, stall
+/// reason, samples, source line.
+type Line = (String, String, u64, String, u32, Option<(String, u32)>);
+
 /// `gpuperf record` of `pc_sampling app` (two launches of the hot kernel around
 /// one of the cold one) with `GPUPERF_PC_SAMPLING=5` and `env`, with the
 /// stacks taken in process (no root); the raw traces are kept.
@@ -187,7 +191,7 @@ fn record_pc_sampling__each_launchs_samples_carry_its_correlation_id_line_and_st
         .map(|k| (k.correlation_id, rec.label(k)))
         .collect();
     assert_eq!(kernels.len(), 3, "{kernels:?}");
-    let mut got: Vec<(String, String, u64, String, u32, Option<(String, u32)>)> = rec
+    let mut got: Vec<Line> = rec
         .pc_samples
         .iter()
         .map(|p| {
