@@ -10,6 +10,7 @@
  *   ranges       start/stop control and range ids
  *   privilege    cuptiPCSamplingEnable without the rights
  *   config       configuration attribute statuses
+ *   app          no CUPTI client of its own: the workload alone, for a recorder
  * Prints one result per line; the Rust test compares them. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -345,8 +346,12 @@ int main(int argc, char **argv) {
     void **h = __cudaRegisterFatBinary(&image);
     __cudaRegisterFunction(h, (const char *)hot_stub, "_Z3hotPf", "hot", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)cold_stub, "_Z4coldv", "cold", -1, 0, 0, 0, 0, 0);
-    subscribe();
     const char *s = argv[1];
+    if (!strcmp(s, "app")) {
+        workload();
+        return 0;
+    }
+    subscribe();
     if (!strcmp(s, "reasons"))
         reasons();
     else if (!strcmp(s, "serialized"))

@@ -232,6 +232,7 @@ mod interrupt;
 pub mod locate;
 mod log;
 mod nvtx;
+pub mod pcsampling;
 mod recorder;
 mod seen;
 mod shard;

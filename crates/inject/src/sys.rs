@@ -135,3 +135,104 @@ impl Functions {
         })
     }
 }
+
+/// `CUpti_PCSamplingConfigurationInfo`, with the attribute type and status as
+/// plain integers (cudarc's are Rust enums, and CUPTI writes the status).
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct PcSamplingConfigurationInfo {
+    /// `CUpti_PCSamplingConfigurationAttributeType`.
+    pub attribute_type: u32,
+    /// The `CUptiResult` CUPTI writes for this attribute.
+    pub attribute_status: Status,
+    /// The attribute's value: the union's largest member is three u64s.
+    pub data: [u64; 3],
+}
+
+const _: () = assert!(
+    size_of::<PcSamplingConfigurationInfo>()
+        == size_of::<cudarc::cupti::sys::CUpti_PCSamplingConfigurationInfo>()
+);
+
+pub use cudarc::cupti::sys::{
+    CUpti_GetCubinCrcParams, CUpti_GetSassToSourceCorrelationParams, CUpti_ModuleResourceData,
+    CUpti_PCSamplingData, CUpti_PCSamplingDisableParams, CUpti_PCSamplingEnableParams,
+    CUpti_PCSamplingGetDataParams, CUpti_PCSamplingGetNumStallReasonsParams,
+    CUpti_PCSamplingGetStallReasonsParams, CUpti_PCSamplingPCData, CUpti_PCSamplingStallReason,
+};
+
+/// `CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`.
+pub const INSUFFICIENT_PRIVILEGES: Status =
+    CUptiResult::CUPTI_ERROR_INSUFFICIENT_PRIVILEGES as Status;
+/// `CUpti_PCSamplingConfigurationInfoParams`'s fields after `size`: `pPriv`,
+/// `ctx`, `numAttributes`, `pPCSamplingConfigurationInfo`.
+#[repr(C)]
+pub struct PcSamplingConfigurationInfoParams {
+    /// The struct's size.
+    pub size: usize,
+    /// Null.
+    pub p_priv: *mut c_void,
+    /// The `CUcontext`.
+    pub ctx: *mut c_void,
+    /// Entries in `info`.
+    pub num_attributes: usize,
+    /// The attributes.
+    pub info: *mut PcSamplingConfigurationInfo,
+}
+
+/// The PC Sampling API (`cupti_pcsampling.h`), resolved from the same libcupti;
+/// every function takes a pointer to its params struct.
+pub struct PcSamplingFunctions {
+    /// `cuptiPCSamplingGetNumStallReasons`.
+    pub get_num_stall_reasons:
+        unsafe extern "C" fn(*mut CUpti_PCSamplingGetNumStallReasonsParams) -> Status,
+    /// `cuptiPCSamplingGetStallReasons`.
+    pub get_stall_reasons:
+        unsafe extern "C" fn(*mut CUpti_PCSamplingGetStallReasonsParams) -> Status,
+    /// `cuptiPCSamplingSetConfigurationAttribute`.
+    pub set_configuration_attribute:
+        unsafe extern "C" fn(*mut PcSamplingConfigurationInfoParams) -> Status,
+    /// `cuptiPCSamplingEnable`.
+    pub enable: unsafe extern "C" fn(*mut CUpti_PCSamplingEnableParams) -> Status,
+    /// `cuptiPCSamplingDisable`.
+    pub disable: unsafe extern "C" fn(*mut CUpti_PCSamplingDisableParams) -> Status,
+    /// `cuptiPCSamplingGetData`.
+    pub get_data: unsafe extern "C" fn(*mut CUpti_PCSamplingGetDataParams) -> Status,
+    /// `cuptiGetCubinCrc`.
+    pub get_cubin_crc: unsafe extern "C" fn(*mut CUpti_GetCubinCrcParams) -> Status,
+    /// `cuptiGetSassToSourceCorrelation`.
+    pub get_sass_to_source:
+        unsafe extern "C" fn(*mut CUpti_GetSassToSourceCorrelationParams) -> Status,
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
+}
+
+impl PcSamplingFunctions {
+    /// Resolves the PC Sampling API from `path`, or names the first function missing.
+    ///
+    /// # Safety
+    /// As [`Functions::load`].
+    pub unsafe fn load(path: &Path) -> Result<Self, String> {
+        // SAFETY: the caller vouches that this is libcupti (already loaded:
+        // this only takes another reference to it).
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+        macro_rules! sym {
+            ($name:literal) => {
+                // SAFETY: the caller vouches for the symbol's signature; the library
+                // outlives the pointer because both live in the returned struct.
+                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|_| format!("{} does not export {}", path.display(), $name))?
+            };
+        }
+        Ok(Self {
+            get_num_stall_reasons: sym!("cuptiPCSamplingGetNumStallReasons"),
+            get_stall_reasons: sym!("cuptiPCSamplingGetStallReasons"),
+            set_configuration_attribute: sym!("cuptiPCSamplingSetConfigurationAttribute"),
+            enable: sym!("cuptiPCSamplingEnable"),
+            disable: sym!("cuptiPCSamplingDisable"),
+            get_data: sym!("cuptiPCSamplingGetData"),
+            get_cubin_crc: sym!("cuptiGetCubinCrc"),
+            get_sass_to_source: sym!("cuptiGetSassToSourceCorrelation"),
+            _lib: std::mem::ManuallyDrop::new(lib),
+        })
+    }
+}

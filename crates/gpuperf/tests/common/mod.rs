@@ -259,6 +259,7 @@ pub struct Recording {
     pub activities: Vec<Activity>,
     pub apis: Vec<(ApiCall, String)>,
     pub notes: Vec<String>,
+    pub pc_samples: Vec<model::PcSample>,
     pub strings: StringTable,
     pub cpu: Option<CpuTrace>,
 }
@@ -285,6 +286,7 @@ impl Recording {
             activities: Vec::new(),
             apis: Vec::new(),
             notes: Vec::new(),
+            pc_samples: Vec::new(),
             strings,
             cpu: CpuTrace::open(&raw.join("cpu.txt")).ok(),
         };
@@ -296,6 +298,7 @@ impl Recording {
                     r.apis.push((a, name));
                 }
                 model::Record::Note(n) => r.notes.push(n.text),
+                model::Record::PcSample(p) => r.pc_samples.push(p),
                 _ => {}
             }
         }

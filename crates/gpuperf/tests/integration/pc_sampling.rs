@@ -10,7 +10,7 @@
 
 use std::process::Command;
 
-use crate::common::{self, cuda13, show, text};
+use crate::common::{self, Record, Recording, cuda13, show, sim, text, work_dir};
 
 /// The hot kernel's PC table: three lines of `/src/app/hot.cu`, weights 1:6:3.
 const HOT: &str = "_Z3hotPf@/src/app/hot.cu=0x10:12:math_pipe_throttle:1,\
@@ -150,5 +150,127 @@ fn sim_pc_sampling_privilege__enable_refused_and_the_program_goes_on() {
         "enable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES\n\
          get data: CUPTI_ERROR_INVALID_OPERATION\n\
          launch after refusal: 0\n"
+    );
+}
+
+// ------------------------------------------------------------------ recorded by gpuperf
+
+/// One PC sample as the test compares it: launch, function, offset, stall
+/// reason, samples, source line.
+type Line = (String, String, u64, String, u32, Option<(String, u32)>);
+
+/// `gpuperf record` of `pc_sampling app` (two launches of the hot kernel around
+/// one of the cold one) with `GPUPERF_PC_SAMPLING=5` and `env`, with the
+/// stacks taken in process (no root); the raw traces are kept.
+fn record_app(name: &str, env: &[(&str, &str)]) -> Option<(std::process::Output, Recording)> {
+    let cuda = cuda13()?;
+    let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
+    let dir = work_dir(name);
+    let mut r = Record::new(&dir)
+        .flags(["--stacks", "inject", "--raw-dir", "raw"])
+        .cupti(&sim(&cuda).join("libcupti.so.13"))
+        .env("GPUPERF_PC_SAMPLING", "5")
+        .env("GPUSIM_PC_SAMPLES", HOT);
+    for (k, v) in env {
+        r = r.env(k, v);
+    }
+    let o = r.program(&exe, ["app"]).output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    Some((o, Recording::open(&dir.join("raw"))))
+}
+
+#[test]
+fn record_pc_sampling__each_launchs_samples_carry_its_correlation_id_line_and_stall_reason() {
+    let Some((o, rec)) = record_app("pc-sampling-record", &[]) else {
+        return;
+    };
+    rec.check_invariants();
+    let kernels: Vec<(u32, String)> = rec
+        .kernels()
+        .iter()
+        .map(|k| (k.correlation_id, rec.label(k)))
+        .collect();
+    assert_eq!(kernels.len(), 3, "{kernels:?}");
+    let mut got: Vec<Line> = rec
+        .pc_samples
+        .iter()
+        .map(|p| {
+            let launch = kernels
+                .iter()
+                .position(|(c, _)| *c == p.correlation_id)
+                .map_or("no launch".to_owned(), |i| format!("launch {i}"));
+            let reason = rec.strings.get(p.stall_reason);
+            (
+                launch,
+                rec.strings.get(p.function).to_owned(),
+                p.pc_offset,
+                reason
+                    .trim_start_matches("smsp__pcsamp_warps_issue_stalled_")
+                    .to_owned(),
+                p.samples,
+                p.source.map(|(f, l)| (rec.strings.get(f).to_owned(), l)),
+            )
+        })
+        .collect();
+    got.sort();
+    let hot = |launch: &str| {
+        let line = |off, reason: &str, n, l| {
+            (
+                launch.to_owned(),
+                "_Z3hotPf".to_owned(),
+                off,
+                reason.to_owned(),
+                n,
+                Some(("/src/app/hot.cu".to_owned(), l)),
+            )
+        };
+        [
+            line(0x10, "math_pipe_throttle", 25, 12),
+            line(0x40, "long_scoreboard", 146, 14),
+            line(0x80, "selected", 73, 15),
+        ]
+    };
+    let mut want: Vec<_> = hot("launch 0").into_iter().chain(hot("launch 2")).collect();
+    want.push((
+        "launch 1".to_owned(),
+        "_Z4coldv".to_owned(),
+        0,
+        "selected".to_owned(),
+        61,
+        None,
+    ));
+    want.sort();
+    assert_eq!(got, want, "{}", show(&o));
+    assert_eq!(kernels[1].1, "_Z4coldv");
+    // The stall reason's index is CUPTI's (the simulation's table), not a position.
+    assert!(rec.pc_samples.iter().any(|p| p.stall_reason_index == 8));
+}
+
+#[test]
+fn record_pc_sampling_refused__one_line_says_what_to_do_and_the_rest_is_recorded() {
+    let Some((o, rec)) = record_app(
+        "pc-sampling-refused",
+        &[("GPUSIM_PC_SAMPLING_PRIVILEGE", "0")],
+    ) else {
+        return;
+    };
+    let err = text(&o.stderr);
+    assert_eq!(
+        err.matches("NVreg_RestrictProfilingToAdminUsers=0").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"), "{err}");
+    assert!(rec.pc_samples.is_empty());
+    assert_eq!(rec.kernels().len(), 3);
+    // The trace says so once, beside the simulation's note.
+    assert_eq!(rec.notes.len(), 2, "{:?}", rec.notes);
+    assert!(rec.notes[0].starts_with("simulated GPU"), "{:?}", rec.notes);
+    assert!(
+        rec.notes[1].starts_with("PC sampling refused (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)")
+            && rec.notes[1].contains("run as root")
+            && rec.notes[1].contains("NVreg_RestrictProfilingToAdminUsers=0"),
+        "{:?}",
+        rec.notes
     );
 }

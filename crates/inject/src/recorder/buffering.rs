@@ -10,7 +10,7 @@ use std::sync::{Arc, TryLockError};
 
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, NvtxKind,
-    NvtxRange, Overhead, Record, ThreadName, api_base_name,
+    NvtxRange, Overhead, PcSample, Record, ThreadName, api_base_name,
 };
 
 use crate::buffers::{self, BUFFER_SIZE, Origin};
@@ -457,8 +457,43 @@ impl State {
         } else if how == Flush::LastContext {
             self.torn_down.store(true, Relaxed);
         }
+        self.write_pc_samples(how == Flush::Final);
         self.drain_shards();
         lock(&self.sink).flush();
+    }
+
+    /// pcsampling hook: reads the PC samples CUPTI holds (with `last`,
+    /// disabling sampling) and writes them, and the sampler's notes.
+    fn write_pc_samples(&self, last: bool) {
+        let Some(pc) = &self.pc else {
+            return;
+        };
+        let samples = pc.take(last);
+        let notes = pc.take_notes(last);
+        let mut sink = lock(&self.sink);
+        for n in notes {
+            self.log.line(&n);
+            sink.note(n);
+        }
+        for s in samples {
+            let function = sink.strings.intern(&s.function);
+            let stall_reason = sink.strings.intern(&s.reason);
+            let source = s.source.map(|(f, l)| (sink.strings.intern(&f), l));
+            let correlation_id = sink.resolve(s.correlation_id).unwrap_or(s.correlation_id);
+            let rec = Record::PcSample(PcSample {
+                pid: self.pid,
+                correlation_id,
+                context: s.context,
+                function,
+                pc_offset: s.pc_offset,
+                cubin_crc: s.cubin_crc,
+                stall_reason_index: s.reason_index,
+                stall_reason,
+                samples: s.samples,
+                source,
+            });
+            sink.write(&rec);
+        }
     }
 }
 

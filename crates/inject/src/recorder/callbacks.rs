@@ -16,8 +16,8 @@ use crate::stacks;
 use crate::sys::{CUpti_CallbackData, CUpti_StateNotification};
 
 use super::{
-    CONTEXT_CREATED, CONTEXT_DESTROY, DRIVER, ENTER, EXIT, FATAL_ERROR, Flush, RESOURCE, RUNTIME,
-    STATE, STATE_DOMAIN, State, c_text, gettid, lock, monotonic_ns,
+    CONTEXT_CREATED, CONTEXT_DESTROY, DRIVER, ENTER, EXIT, FATAL_ERROR, Flush, MODULE_LOADED,
+    RESOURCE, RUNTIME, STATE, STATE_DOMAIN, State, c_text, gettid, lock, monotonic_ns,
 };
 
 struct Open {
@@ -75,6 +75,12 @@ thread_local! {
 impl State {
     fn on_api(&self, domain: u32, cbid: u32, data: *const c_void) {
         if domain == RESOURCE {
+            // pcsampling hook: contexts and modules, before the flush below.
+            if let Some(pc) = &self.pc
+                && !data.is_null()
+            {
+                self.pc_resource(pc, cbid, data);
+            }
             if cbid == CONTEXT_DESTROY {
                 // The context still lives: the last one's destruction is the
                 // last chance to flush everything (see `torn_down`).
@@ -184,6 +190,37 @@ impl State {
         };
         if LOCAL.try_with(|l| call(&mut l.borrow_mut())).is_err() {
             self.without_state(call, site == ENTER);
+        }
+    }
+
+    /// PC sampling's part of a resource callback: enable in a new context,
+    /// keep a loaded module, read and disable in a context being destroyed.
+    fn pc_resource(&self, pc: &crate::pcsampling::Sampler, cbid: u32, data: *const c_void) {
+        // SAFETY: for resource callbacks CUPTI passes a `CUpti_ResourceData`:
+        // the context, a handle union of one pointer, then the descriptor.
+        let (context, descriptor) = unsafe {
+            (
+                data.cast::<*mut c_void>().read_unaligned(),
+                data.cast::<*const c_void>().add(2).read_unaligned(),
+            )
+        };
+        match cbid {
+            CONTEXT_CREATED => {
+                // SAFETY: the context is being created, so it is alive.
+                let Some((id, _)) = (unsafe { self.cupti.context_device(context) }) else {
+                    return;
+                };
+                let text = |st| self.cupti.status_text(st);
+                // SAFETY: as above.
+                unsafe { pc.context_created(context, id, &text) };
+            }
+            // SAFETY: the module callback's descriptor is a `CUpti_ModuleResourceData`.
+            MODULE_LOADED if !descriptor.is_null() => unsafe {
+                pc.module_loaded(descriptor.cast());
+            },
+            // SAFETY: the context lives until its destruction's callback returns.
+            CONTEXT_DESTROY => unsafe { pc.context_destroyed(context) },
+            _ => {}
         }
     }
 

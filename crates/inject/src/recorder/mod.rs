@@ -59,6 +59,7 @@ const FATAL_ERROR: u32 = CUpti_CallbackIdState::CUPTI_CBID_STATE_FATAL_ERROR as 
 const CONTEXT_CREATED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED as u32;
 const CONTEXT_DESTROY: u32 =
     CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32;
+const MODULE_LOADED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32;
 /// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: also returns buffers holding records of
 /// work still running, which are then delivered with `end = 0` and never again.
 /// Used at exit, before the kinds are disabled, and when the last context is
@@ -220,6 +221,8 @@ struct State {
     /// PyTorch autograd ids of launches, with stacks, unless
     /// `GPUPERF_AUTOGRAD=0`. (autograd hook)
     autograd: Option<crate::autograd::Autograd>,
+    /// GPU PC sampling, with `GPUPERF_PC_SAMPLING`. (pcsampling hook)
+    pc: Option<crate::pcsampling::Sampler>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

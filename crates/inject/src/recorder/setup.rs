@@ -31,8 +31,8 @@ use super::closing::{at_exit, close_on_signal, in_forked_child};
 use super::other_clients::watch_other_clients;
 use super::sink::Sink;
 use super::{
-    CONTEXT_CREATED, CONTEXT_DESTROY, DRIVER, FATAL_ERROR, Flush, MAX_CBID, RESOURCE, RUNTIME,
-    STATE, STATE_DOMAIN, State, Stats, lock, monotonic_ns,
+    CONTEXT_CREATED, CONTEXT_DESTROY, DRIVER, FATAL_ERROR, Flush, MAX_CBID, MODULE_LOADED,
+    RESOURCE, RUNTIME, STATE, STATE_DOMAIN, State, Stats, lock, monotonic_ns,
 };
 
 impl State {
@@ -201,6 +201,8 @@ pub fn initialize() -> bool {
     let (want_stacks, stacks_warning) = stacks::enabled(|k| std::env::var_os(k));
     let (want_autograd, autograd_warning) =
         crate::autograd::from_env(std::env::var_os(crate::autograd::VAR));
+    let (want_pc, pc_warning) =
+        crate::pcsampling::from_env(std::env::var_os(crate::pcsampling::VAR).as_deref());
     let flags = gpuperf_merge::gputrace::FLAG_CLOSES
         | if want_stacks {
             gpuperf_merge::gputrace::FLAG_STACKS
@@ -218,6 +220,7 @@ pub fn initialize() -> bool {
         .iter()
         .chain(&stacks_warning)
         .chain(&autograd_warning)
+        .chain(&pc_warning)
     {
         log.line(w);
     }
@@ -254,9 +257,20 @@ pub fn initialize() -> bool {
     let autograd = want_autograd
         .filter(|_| stacks.is_some())
         .map(crate::autograd::Autograd::new);
+    let pc = want_pc.and_then(|settings| {
+        match crate::pcsampling::Sampler::new(cupti.path(), settings) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log.line(&format!("PC sampling unavailable: {e}"));
+                sink.note(format!("PC sampling unavailable: {e}"));
+                None
+            }
+        }
+    });
     let state = State {
         stacks,
         autograd,
+        pc,
         clock_shift: std::sync::atomic::AtomicI64::new(0),
         cupti,
         version,
@@ -555,6 +569,13 @@ fn enable_callbacks(s: &State, sub: Subscriber) -> Result<usize> {
     if let Err(e) = c.enable_callback(sub, RESOURCE, CONTEXT_CREATED) {
         s.log
             .line(&format!("devices of synchronizations may be unknown: {e}"));
+    }
+    // pcsampling hook: the modules' cubins, for source lines.
+    if s.pc.is_some()
+        && let Err(e) = c.enable_callback(sub, RESOURCE, MODULE_LOADED)
+    {
+        s.log
+            .line(&format!("PC samples will have no source lines: {e}"));
     }
     // stacks hook: where graph nodes come from, and when they go.
     if s.stacks.is_some() {
