@@ -18,3 +18,5 @@ pub mod pprof;
 pub mod report;
 pub mod svg;
 pub(crate) mod timeline;
+mod timeline_writer;
+pub use timeline_writer::TimelineWriter;
