@@ -68,6 +68,7 @@ impl StringTable {
 
 /// Which clock a trace's timestamps are on.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Clock {
     /// `CLOCK_MONOTONIC`, as `bpf_ktime_get_ns()` reads it. gpuperf's own traces.
     #[default]
@@ -543,6 +544,7 @@ pub struct Module {
 
 /// Why a stack taken in process ended. Only [`StackEnd::Root`] is a complete stack.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum StackEnd {
     /// The outermost frame is a root (`_start`, `clone`, `clone3`).
     Root,
@@ -911,6 +913,7 @@ mod tests {
 
 /// What a GPU driver event records (`gpuperf record --driver`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum DriverKind {
     /// NVIDIA's `open` entry point.
     Open,

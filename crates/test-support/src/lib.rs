@@ -12,6 +12,7 @@
 //! python    the CPython interpreters the Python tests run on
 //! process   running commands and showing what they printed
 //! bench     medians, arguments, peak RSS and cached inputs of the benchmarks
+//! traces    hand-made gpuperf GPU traces (processes, API calls, kernels)
 //! ```
 //!
 //! A test that needs something the machine may lack asks for it and returns
@@ -37,6 +38,7 @@ pub mod process;
 pub mod python;
 pub mod require;
 pub mod scratch;
+pub mod traces;
 pub mod vm;
 
 use std::path::{Path, PathBuf};

@@ -39,11 +39,16 @@ pub fn gpuperf_for_anyone() -> PathBuf {
 /// injection inherited: every test's gpuperf command starts here.
 pub fn gpuperf_cmd() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuperf"));
+    not_inherited(&mut c);
+    c
+}
+
+/// No input, and none of the sudo or injection variables the test runner may have.
+fn not_inherited(c: &mut Command) {
     c.stdin(Stdio::null());
     for v in ["SUDO_UID", "SUDO_GID", "SUDO_USER", "CUDA_INJECTION64_PATH"] {
         c.env_remove(v);
     }
-    c
 }
 
 /// [`gpuperf_cmd`] run in `dir`.
@@ -79,6 +84,18 @@ impl Record {
     pub fn new(dir: &Path) -> Self {
         let mut cmd = gpuperf(dir);
         cmd.arg("record");
+        Self { cmd }
+    }
+
+    /// `gpuperf record` in `dir` under `timeout -k 5 SECS`, for a run that
+    /// could hang: a hang ends with exit code 124 or a signal.
+    pub fn time_limited(dir: &Path, secs: u32) -> Self {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["-k", "5", &secs.to_string()])
+            .arg(env!("CARGO_BIN_EXE_gpuperf"))
+            .arg("record")
+            .current_dir(dir);
+        not_inherited(&mut cmd);
         Self { cmd }
     }
 
@@ -146,10 +163,8 @@ impl Record {
 /// TMPDIR may be private.
 pub fn gpuperf_as(dir: &Path, uid: u32) -> Command {
     let mut c = Command::new(gpuperf_for_anyone());
-    c.current_dir(dir).stdin(Stdio::null()).env("TMPDIR", dir);
-    for v in ["SUDO_UID", "SUDO_GID", "SUDO_USER", "CUDA_INJECTION64_PATH"] {
-        c.env_remove(v);
-    }
+    c.current_dir(dir).env("TMPDIR", dir);
+    not_inherited(&mut c);
     as_user(&mut c, uid);
     c
 }

@@ -46,17 +46,9 @@ fn record(
 ) -> (Output, Recording, Vec<u8>) {
     let dir = work_dir(name);
     let cupti = sim(cuda).join("libcupti.so.13");
-    let mut all = vec![
-        "record",
-        "--stacks",
-        "inject",
-        "--raw-dir",
-        "raw",
-        "-p",
-        "cpu.txt",
-    ];
+    let mut all = vec!["--stacks", "inject", "--raw-dir", "raw", "-p", "cpu.txt"];
     all.extend_from_slice(flags);
-    let o = Record::bare(&dir)
+    let o = Record::new(&dir)
         .flags(&all)
         .cupti(&cupti)
         .program(app, [window])

@@ -9,10 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use gpuperf_merge::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
-};
-use gpuperf_merge::read::gputrace;
+use gpuperf_test_support::traces::Trace;
 
 /// The kernels of the reference recording, as the report names them.
 const KERNELS: [&str; 5] = [
@@ -248,53 +245,19 @@ fn report_reference__quiet__no_summary() {
 /// A gpuperf GPU trace of one process with two kernel launches (correlation ids
 /// 1 and 2), and the matching gpuperf CPU trace.
 fn own_format_traces() -> (Vec<u8>, String) {
-    let mut strings = StringTable::new();
-    let kernel = strings.intern("_Z6matmulPfS_S_i");
-    let launch = strings.intern("cudaLaunchKernel");
-    let mut recs = vec![Record::Process(Process {
-        pid: 42,
-        ppid: 1,
-        exe: "/bin/app".into(),
-        start_ns: 1_000,
-        start_realtime_ns: 0,
-    })];
+    let mut t = Trace::new();
+    // Interned in the order the trace always had them.
+    t.strings.intern("_Z6matmulPfS_S_i");
+    t.process(42, "/bin/app", 1_000);
     for corr in 1..=2u32 {
-        let t = u64::from(corr) * 100_000;
-        recs.push(Record::Api(ApiCall {
-            pid: 42,
-            tid: 43,
-            start_ns: t,
-            end_ns: t + 5_000,
-            correlation_id: corr,
-            cbid: 211,
-            domain: ApiDomain::Runtime,
-            name: launch,
-        }));
-        recs.push(Record::Activity(Activity {
-            pid: 42,
-            start_ns: t + 10_000,
-            end_ns: t + 60_000,
-            correlation_id: corr,
-            device: 0,
-            context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
-            kind: ActivityKind::Kernel {
-                name: kernel,
-                grid: [1, 1, 1],
-                block: [32, 1, 1],
-            },
-        }));
-    }
-    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
-    for r in &recs {
-        w.write(r, &strings).unwrap();
+        let at = u64::from(corr) * 100_000;
+        t.api(42, 43, corr, (at, at + 5_000), "cudaLaunchKernel", 211)
+            .kernel(42, corr, (at + 10_000, at + 60_000), 7, "_Z6matmulPfS_S_i");
     }
     let cpu = "# gpuperf-cpu v1\n\
                100001 app 42 43 0 1 _start;main;step;cudaLaunchKernel\n\
                200001 app 42 43 0 2 _start;main;step;cudaLaunchKernel\n";
-    (w.into_inner(), cpu.to_owned())
+    (t.gputrace(), cpu.to_owned())
 }
 
 #[test]
@@ -437,7 +400,7 @@ fn merge_gpu_empty__one_error_line() {
 fn merge_cpu_is_gpu_binary_trace__one_error_line() {
     let dir = tempfile::tempdir().unwrap();
     let cpu = dir.path().join("gpu.trace");
-    let header = gputrace::Writer::new(Vec::new()).unwrap().into_inner();
+    let header = Trace::new().gputrace();
     assert!(header.starts_with(b"GPUPERF\0"));
     fs::write(&cpu, header).unwrap();
     let out = gpuperf([

@@ -38,7 +38,6 @@ fn record(
     let dir = work_dir(name);
     let cupti = sim(&cuda).join("libcupti.so.13");
     let mut all = vec![
-        "record",
         "--stacks",
         "inject",
         "--raw-dir",
@@ -49,7 +48,7 @@ fn record(
         "tl.json",
     ];
     all.extend_from_slice(flags);
-    let o = Record::bare(&dir)
+    let o = Record::new(&dir)
         .flags(&all)
         .cupti(&cupti)
         .program(&app, [] as [&str; 0])

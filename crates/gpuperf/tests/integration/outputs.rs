@@ -8,61 +8,24 @@ use std::fs;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use gpuperf_merge::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable,
-};
-use gpuperf_merge::read::gputrace;
+use gpuperf_test_support::traces::Trace;
 
 /// A gpuperf GPU trace of one process: `calls` API calls by name, each followed
 /// by a kernel of `kernel_ns` when that is given.
 fn trace(dir: &Path, calls: &[&str], kernel_ns: Option<u64>) -> std::path::PathBuf {
-    let mut strings = StringTable::new();
-    let kernel = strings.intern("tiny");
-    let mut recs = vec![Record::Process(Process {
-        pid: 42,
-        ppid: 1,
-        exe: "/bin/app".into(),
-        start_ns: 1_000,
-        start_realtime_ns: 0,
-    })];
+    let mut t = Trace::new();
+    t.strings.intern("tiny");
+    t.process(42, "/bin/app", 1_000);
     for (i, name) in calls.iter().enumerate() {
         let corr = i as u32 + 1;
-        let t = u64::from(corr) * 100_000;
-        recs.push(Record::Api(ApiCall {
-            pid: 42,
-            tid: 42,
-            start_ns: t,
-            end_ns: t + 5_000,
-            correlation_id: corr,
-            cbid: 0,
-            domain: ApiDomain::Runtime,
-            name: strings.intern(name),
-        }));
+        let at = u64::from(corr) * 100_000;
+        t.api(42, 42, corr, (at, at + 5_000), name, 0);
         if let Some(ns) = kernel_ns {
-            recs.push(Record::Activity(Activity {
-                pid: 42,
-                start_ns: t + 10_000,
-                end_ns: t + 10_000 + ns,
-                correlation_id: corr,
-                device: 0,
-                context: 1,
-                stream: 7,
-                graph_id: 0,
-                graph_node_id: 0,
-                kind: ActivityKind::Kernel {
-                    name: kernel,
-                    grid: [1, 1, 1],
-                    block: [32, 1, 1],
-                },
-            }));
+            t.kernel(42, corr, (at + 10_000, at + 10_000 + ns), 7, "tiny");
         }
     }
-    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
-    for r in &recs {
-        w.write(r, &strings).unwrap();
-    }
     let path = dir.join("gpu-42.gputrace");
-    fs::write(&path, w.into_inner()).unwrap();
+    fs::write(&path, t.gputrace()).unwrap();
     path
 }
 
@@ -116,58 +79,28 @@ fn kernels_shorter_than_a_microsecond_in_all__weights_in_ns() {
     assert!(svg.contains("[GPU_Kernel]tiny (300 ns"), "{svg}");
 }
 
-/// The records of one process `pid` (executable `/opt/bin/rank`, main thread
-/// named otherwise in no trace) with one launch and its kernel.
-fn process_records(strings: &mut StringTable, pid: u32) -> Vec<Record> {
-    let launch = strings.intern("cudaLaunchKernel");
-    let kernel = strings.intern("k");
-    let t = u64::from(pid) * 1_000_000;
-    vec![
-        Record::Process(Process {
+/// Process `pid` (executable `/opt/bin/rank`, main thread named otherwise in
+/// no trace) with one launch and its kernel.
+fn add_process(t: &mut Trace, pid: u32) {
+    let at = u64::from(pid) * 1_000_000;
+    t.process(pid, "/opt/bin/rank", at)
+        .api(
             pid,
-            ppid: 1,
-            exe: "/opt/bin/rank".into(),
-            start_ns: t,
-            start_realtime_ns: 0,
-        }),
-        Record::Api(ApiCall {
-            pid,
-            tid: pid + 1,
-            start_ns: t + 100,
-            end_ns: t + 5_000,
-            correlation_id: 1,
-            cbid: 0,
-            domain: ApiDomain::Runtime,
-            name: launch,
-        }),
-        Record::Activity(Activity {
-            pid,
-            start_ns: t + 10_000,
-            end_ns: t + 20_000,
-            correlation_id: 1,
-            device: 0,
-            context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
-            kind: ActivityKind::Kernel {
-                name: kernel,
-                grid: [1, 1, 1],
-                block: [32, 1, 1],
-            },
-        }),
-    ]
+            pid + 1,
+            1,
+            (at + 100, at + 5_000),
+            "cudaLaunchKernel",
+            0,
+        )
+        .kernel(pid, 1, (at + 10_000, at + 20_000), 7, "k");
 }
 
 fn write_trace(path: &Path, pids: &[u32]) {
-    let mut strings = StringTable::new();
-    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
+    let mut t = Trace::new();
     for &pid in pids {
-        for r in process_records(&mut strings, pid) {
-            w.write(&r, &strings).unwrap();
-        }
+        add_process(&mut t, pid);
     }
-    fs::write(path, w.into_inner()).unwrap();
+    fs::write(path, t.gputrace()).unwrap();
 }
 
 fn folded_of(args: &[&std::ffi::OsStr]) -> String {

@@ -357,7 +357,7 @@ fn record_real_libcudart_without_a_driver__program_unchanged_and_the_reason_give
     let app = real_cudart_app(&cuda);
     let dir = work_dir("no-driver");
     let plain = Command::new(&app).arg("3").output().unwrap();
-    let o = gpuperf(&dir).arg("--").arg(&app).arg("3").output().unwrap();
+    let o = Record::bare(&dir).program(&app, ["3"]).output().unwrap();
     assert_eq!(o.status.code(), plain.status.code(), "{}", show(&o));
     assert_eq!(o.stdout, plain.stdout);
     assert!(
@@ -399,14 +399,9 @@ fn record_ebpf_stacks_as_a_user_without_bpf__the_fix_named_and_stacks_taken_in_p
 #[test]
 fn record_gpu_only__output_and_exit_code_are_the_programs() {
     let dir = work_dir("gpu-only");
-    let o = gpuperf(&dir)
-        .args([
-            "--gpu-only",
-            "--",
-            "sh",
-            "-c",
-            "echo out; echo err >&2; exit 5",
-        ])
+    let o = Record::bare(&dir)
+        .flags(["--gpu-only"])
+        .program("sh", ["-c", "echo out; echo err >&2; exit 5"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(5), "{}", show(&o));
@@ -417,8 +412,9 @@ fn record_gpu_only__output_and_exit_code_are_the_programs() {
 #[test]
 fn record_missing_program__exit_127_and_one_line_naming_it() {
     let dir = work_dir("missing");
-    let o = gpuperf(&dir)
-        .args(["--gpu-only", "--", "/nonexistent/app"])
+    let o = Record::bare(&dir)
+        .flags(["--gpu-only"])
+        .program("/nonexistent/app", NO_ARGS)
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", show(&o));
@@ -440,8 +436,9 @@ fn record_cpu_only_without_cudart_or_uprobe__error_says_what_to_add() {
         return;
     }
     let dir = work_dir("cpu-only-bad");
-    let o = gpuperf(&dir)
-        .args(["--cpu-only", "--", "/bin/true"])
+    let o = Record::bare(&dir)
+        .flags(["--cpu-only"])
+        .program("/bin/true", NO_ARGS)
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
@@ -917,8 +914,8 @@ fn record_program_ending_with__exit__reported_not_closed_with_its_exit_code() {
     };
     for (mode, closed) in [("exit-early", false), ("chevron", true)] {
         let dir = work_dir(&format!("unclosed-{mode}"));
-        let flags = ["record", "--stacks", "inject", "--raw-dir", "raw"];
-        let o = Record::bare(&dir)
+        let flags = ["--stacks", "inject", "--raw-dir", "raw"];
+        let o = Record::new(&dir)
             .flags(flags)
             .cupti(&cupti)
             .program(&app, [mode, "5", "3"])

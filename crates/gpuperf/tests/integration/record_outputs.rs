@@ -13,19 +13,7 @@ use common::{NO_ARGS, Record, cuda13, gpuperf, nvcc, show, sim, sim_app, work_di
 
 #[test]
 fn record_into_a_missing_directory__refused_before_the_program_starts() {
-    let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("ran");
-    let o = Record::new(dir.path())
-        .flags(["-m", "no/such/dir/m.folded"])
-        .program(
-            "sh",
-            ["-c".to_owned(), format!("touch {}", marker.display())],
-        )
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{}", show(&o));
-    assert!(!marker.exists(), "the program ran: {}", show(&o));
+    let stderr = refused_before_start(&["-m", "no/such/dir/m.folded"]);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
@@ -284,22 +272,28 @@ fn record_one_launcher_of_two_ranks__each_process_keeps_its_own_rank_in_parquet_
 
 #[test]
 fn record_output_naming_an_unset_variable__refused_before_the_program_starts() {
+    let stderr = refused_before_start(&["-o", "gpu.%q{GPUPERF_TEST_UNSET_RANK}.svg"]);
+    assert_eq!(
+        stderr.trim_end(),
+        "gpuperf: error: `gpu.%q{GPUPERF_TEST_UNSET_RANK}.svg`: the environment variable \
+         GPUPERF_TEST_UNSET_RANK (%q{GPUPERF_TEST_UNSET_RANK}) is not set"
+    );
+}
+
+/// Runs `gpuperf record FLAGS -- sh -c 'touch MARKER'`, checks that gpuperf
+/// failed without starting the program (no marker), and returns its stderr.
+fn refused_before_start(flags: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("ran");
     let o = Record::new(dir.path())
-        .flags(["-o", "gpu.%q{GPUPERF_TEST_UNSET_RANK}.svg"])
+        .flags(flags)
         .program(
             "sh",
             ["-c".to_owned(), format!("touch {}", marker.display())],
         )
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{}", show(&o));
     assert!(!marker.exists(), "the program ran: {}", show(&o));
-    assert_eq!(
-        stderr.trim_end(),
-        "gpuperf: error: `gpu.%q{GPUPERF_TEST_UNSET_RANK}.svg`: the environment variable \
-         GPUPERF_TEST_UNSET_RANK (%q{GPUPERF_TEST_UNSET_RANK}) is not set"
-    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }

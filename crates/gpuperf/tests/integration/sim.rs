@@ -43,7 +43,6 @@ fn record(s: &Setup, name: &str, program: &Path, args: &[&str]) -> (Output, Reco
     let dir = work_dir(name);
     let cupti = sim(&s.cuda).join("libcupti.so.13");
     let flags = [
-        "record",
         "--stacks",
         "ebpf",
         "--raw-dir",
@@ -53,7 +52,7 @@ fn record(s: &Setup, name: &str, program: &Path, args: &[&str]) -> (Output, Reco
         "-c",
         "timeline.json",
     ];
-    let o = Record::bare(&dir)
+    let o = Record::new(&dir)
         .flags(flags)
         .cupti(&cupti)
         .program(program, args)
@@ -345,19 +344,12 @@ fn sim_teardown_at_exit__contexts_destroyed_before_the_recorders_exit_handler_ev
     // its context in an atexit handler that runs before the recorder's, whose
     // exit handler finds no context. A flush there hangs on the simulation, as
     // CUPTI tools have hung on real drivers: the time limit catches it.
-    let o = Command::new("timeout")
-        .args(["-k", "5", "45"])
-        .arg(env!("CARGO_BIN_EXE_gpuperf"))
-        .current_dir(&dir)
-        .stdin(std::process::Stdio::null())
-        .env_remove("CUDA_INJECTION64_PATH")
+    let o = Record::time_limited(&dir, 45)
         .env("GPUSIM_TEARDOWN_AT_EXIT", "1")
         .env("GPUPERF_FLUSH_MS", "60000")
-        .args(["record", "--gpu-only", "--raw-dir", "raw", "--cupti"])
-        .arg(sim(&cuda).join("libcupti.so.13"))
-        .arg("--")
-        .arg(&app)
-        .args(["chevron", "20", "3"])
+        .flags(["--gpu-only", "--raw-dir", "raw"])
+        .cupti(&sim(&cuda).join("libcupti.so.13"))
+        .program(&app, ["chevron", "20", "3"])
         .output()
         .unwrap();
     // The program's own exit code, passed on by gpuperf; 124 or a signal: the

@@ -20,85 +20,28 @@
 use std::io::Write;
 
 use crate::error::{Error, Result};
-use crate::join::{ApiInfo, Context, Match, Sink, Summary};
-use crate::model::{Clock, Record};
-use crate::read::cpu::CpuLaunch;
-use crate::read::driver::DriverTrace;
-use crate::write::timeline::{Arg, Builder, Event, Step, Timeline};
+use crate::model::Clock;
+use crate::write::timeline::{Arg, Event, Step, Timeline};
 pub use crate::write::timeline::{GPU_PID_BASE, SYNC_TID_BIT, gpu_pid};
+use crate::write::timeline_writer::TimelineWriter;
 
-/// Writes a Chrome trace of what the join streams; a [`Sink`]. The document is
+/// Writes a Chrome trace of what the join streams; a [`Sink`](crate::join::Sink). The document is
 /// written when the join finishes.
-pub struct Writer<W: Write> {
-    out: W,
-    model: Builder,
-}
+pub type Writer<W> = TimelineWriter<W, Json>;
 
-impl<W: Write> Writer<W> {
+/// What the errors call this output.
+const WHAT: &str = "Chrome trace";
+
+/// The Chrome trace's format, for [`TimelineWriter`].
+#[derive(Debug)]
+pub enum Json {}
+
+impl<W: Write> TimelineWriter<W, Json> {
     /// Starts the JSON document.
     pub fn new(mut out: W) -> Result<Self> {
         out.write_all(b"{\"traceEvents\":[\n")
-            .map_err(write_error)?;
-        Ok(Self {
-            out,
-            model: Builder::new(),
-        })
-    }
-
-    /// Also draws the streams' and devices' idle time.
-    pub fn with_idle_slices(mut self) -> Self {
-        self.model = self.model.with_idle_slices();
-        self
-    }
-
-    /// Also draws a recording's GPU driver events (see [`crate::write::driver`]).
-    pub fn with_driver(mut self, trace: DriverTrace) -> Self {
-        self.model = self.model.with_driver(trace);
-        self
-    }
-
-    /// Returns the underlying stream (after the join has finished the document).
-    pub fn into_inner(self) -> W {
-        self.out
-    }
-}
-
-impl<W: Write> Sink for Writer<W> {
-    fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
-        self.model.record(ctx, rec, m)
-    }
-
-    fn pending(
-        &mut self,
-        ctx: &Context<'_>,
-        launch: &CpuLaunch,
-        api: Option<&ApiInfo>,
-    ) -> Result<()> {
-        self.model.pending(ctx, launch, api)
-    }
-
-    fn captured(
-        &mut self,
-        ctx: &Context<'_>,
-        launch: &CpuLaunch,
-        api: Option<&ApiInfo>,
-    ) -> Result<()> {
-        self.model.captured(ctx, launch, api)
-    }
-
-    fn finish(&mut self, ctx: &Context<'_>, summary: &Summary) -> Result<()> {
-        self.model.finish(ctx, summary)?;
-        if let Some(t) = self.model.take() {
-            encode(&t, &mut self.out).map_err(write_error)?;
-        }
-        Ok(())
-    }
-}
-
-fn write_error(source: std::io::Error) -> Error {
-    Error::Write {
-        what: "Chrome trace",
-        source,
+            .map_err(|source| Error::Write { what: WHAT, source })?;
+        Ok(Self::with_encoder(out, WHAT, |t, out, _| encode(t, out)))
     }
 }
 

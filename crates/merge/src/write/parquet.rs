@@ -57,6 +57,7 @@ use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
 use crate::model::{ActivityKind, Clock, Origin, Record};
 use crate::read::cpu::StackId;
+use crate::write::activity_label;
 use crate::write::demangle::Demangler;
 
 /// The schema version written in each file's metadata.
@@ -315,14 +316,12 @@ impl Sink for ParquetWriter {
                     ActivityKind::Memset { bytes, .. } => ("memset", Some(bytes)),
                     ActivityKind::Sync { .. } => ("sync", None),
                 };
-                let (name, symbol) = match a.kind {
-                    ActivityKind::Kernel { name, .. } => (
-                        self.demangler.label(name, ctx.strings, ctx.view).to_owned(),
-                        Some(ctx.strings.get(name)),
-                    ),
-                    ActivityKind::Memcpy { kind, .. } => (format!("[Memcpy {kind}]"), None),
-                    ActivityKind::Memset { .. } => ("[Memset]".to_owned(), None),
-                    ActivityKind::Sync { .. } => ("[Sync]".to_owned(), None),
+                let name = activity_label(a.kind, |name| {
+                    self.demangler.label(name, ctx.strings, ctx.view).to_owned()
+                });
+                let symbol = match a.kind {
+                    ActivityKind::Kernel { name, .. } => Some(ctx.strings.get(name)),
+                    _ => None,
                 };
                 let e = Event {
                     pid: a.pid,

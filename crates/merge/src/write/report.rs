@@ -13,6 +13,7 @@ use crate::join::{Context, Match, Sink};
 use crate::model::{ActivityKind, Origin, Record};
 use crate::read::cpu::StackId;
 use crate::view::{elide_middle, fit_stack};
+use crate::write::activity_label;
 use crate::write::demangle::Demangler;
 
 /// The widest line the text report writes, in characters.
@@ -198,14 +199,12 @@ impl Sink for Reporter {
             }
             _ => return Ok(()),
         };
-        let name = match a.kind {
-            ActivityKind::Kernel { name, .. } => {
-                self.demangler.label(name, ctx.strings, ctx.view).to_owned()
-            }
-            ActivityKind::Memcpy { kind, .. } => format!("[Memcpy {kind}]"),
-            ActivityKind::Memset { .. } => "[Memset]".to_owned(),
-            ActivityKind::Sync { .. } => return Ok(()),
-        };
+        if let ActivityKind::Sync { .. } = a.kind {
+            return Ok(());
+        }
+        let name = activity_label(a.kind, |name| {
+            self.demangler.label(name, ctx.strings, ctx.view).to_owned()
+        });
         let d = a.duration_ns();
         self.total_ns = self.total_ns.saturating_add(d);
         let s = self.by_name.entry(name).or_default();

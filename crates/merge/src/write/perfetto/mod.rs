@@ -26,12 +26,9 @@ use std::path::Path;
 use prost::Message as _;
 use rustc_hash::FxHashMap;
 
-use crate::error::{Error, Result};
-use crate::join::{ApiInfo, Context, Match, Sink, Summary};
-use crate::model::Record;
-use crate::read::cpu::CpuLaunch;
-use crate::read::driver::DriverTrace;
-use crate::write::timeline::{Arg, Builder, Step, Timeline};
+use crate::error::Result;
+use crate::write::timeline::{Arg, Step, Timeline};
+use crate::write::timeline_writer::TimelineWriter;
 
 /// Whether `path` asks for a Perfetto protobuf trace: it ends in `.pftrace` or
 /// `.perfetto-trace`.
@@ -69,89 +66,41 @@ impl Interner {
     }
 }
 
-/// Writes a Perfetto protobuf trace of what the join streams; a [`Sink`]. The
-/// events are written when the join finishes.
-pub struct Writer<W: Write> {
-    out: W,
-    model: Builder,
-    written: u64,
-}
+/// Writes a Perfetto protobuf trace of what the join streams; a
+/// [`Sink`](crate::join::Sink). The events are written when the join finishes.
+pub type Writer<W> = TimelineWriter<W, Protobuf>;
 
-impl<W: Write> Writer<W> {
+/// Perfetto's protobuf format, for [`TimelineWriter`].
+#[derive(Debug)]
+pub enum Protobuf {}
+
+impl<W: Write> TimelineWriter<W, Protobuf> {
     /// Starts the trace.
     pub fn new(out: W) -> Result<Self> {
-        Ok(Self {
-            out,
-            model: Builder::new(),
-            written: 0,
-        })
-    }
-
-    /// Also draws the streams' and devices' idle time.
-    pub fn with_idle_slices(mut self) -> Self {
-        self.model = self.model.with_idle_slices();
-        self
-    }
-
-    /// Also draws a recording's GPU driver events, as the JSON does.
-    pub fn with_driver(mut self, trace: DriverTrace) -> Self {
-        self.model = self.model.with_driver(trace);
-        self
-    }
-
-    /// Returns the underlying stream.
-    pub fn into_inner(self) -> W {
-        self.out
+        Ok(Self::with_encoder(out, "Perfetto trace", encode))
     }
 
     /// Bytes written so far.
     pub fn bytes_written(&self) -> u64 {
-        self.written
+        self.written()
     }
 }
 
-impl<W: Write> Sink for Writer<W> {
-    fn record(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) -> Result<()> {
-        self.model.record(ctx, rec, m)
-    }
-
-    fn pending(
-        &mut self,
-        ctx: &Context<'_>,
-        launch: &CpuLaunch,
-        api: Option<&ApiInfo>,
-    ) -> Result<()> {
-        self.model.pending(ctx, launch, api)
-    }
-
-    fn captured(
-        &mut self,
-        ctx: &Context<'_>,
-        launch: &CpuLaunch,
-        api: Option<&ApiInfo>,
-    ) -> Result<()> {
-        self.model.captured(ctx, launch, api)
-    }
-
-    fn finish(&mut self, ctx: &Context<'_>, summary: &Summary) -> Result<()> {
-        self.model.finish(ctx, summary)?;
-        let Some(t) = self.model.take() else {
-            return Ok(());
-        };
-        let mut e = Encoder {
-            out: &mut self.out,
-            buf: Vec::new(),
-            written: 0,
-            names: Interner::default(),
-            categories: Interner::default(),
-            arg_names: Interner::default(),
-            strings: Interner::default(),
-            new_interned: proto::InternedData::default(),
-        };
-        let r = e.encode(&t);
-        self.written += e.written;
-        r.and_then(|()| self.out.flush()).map_err(write_error)
-    }
+/// Writes the packets of `t` and flushes `out`, counting the bytes in `written`.
+fn encode<W: Write>(t: &Timeline, out: &mut W, written: &mut u64) -> std::io::Result<()> {
+    let mut e = Encoder {
+        out,
+        buf: Vec::new(),
+        written: 0,
+        names: Interner::default(),
+        categories: Interner::default(),
+        arg_names: Interner::default(),
+        strings: Interner::default(),
+        new_interned: proto::InternedData::default(),
+    };
+    let r = e.encode(t);
+    *written += e.written;
+    r.and_then(|()| e.out.flush())
 }
 
 struct Encoder<'a, W: Write> {
@@ -362,13 +311,6 @@ fn entry(iid: u64, name: &str) -> proto::NameEntry {
     proto::NameEntry {
         iid: Some(iid),
         name: Some(name.to_owned()),
-    }
-}
-
-fn write_error(source: std::io::Error) -> Error {
-    Error::Write {
-        what: "Perfetto trace",
-        source,
     }
 }
 
