@@ -1,9 +1,11 @@
 //! `gpuperf monitor`: GPU driver events system-wide, without a target
 //! program. Statistics per process, per ring and per display CRTC each
-//! `--interval` on stderr,
-//! Xid errors as they happen, optionally every kept event to a file; filters,
-//! sampling and a rate limit, with what each left out counted.
+//! `--interval` and over the whole run at its end (Ctrl-C too), on stdout;
+//! Xid errors as they happen and what was left out, on stderr; optionally
+//! every kept event to a file. The filters, sampling and rate limit are
+//! the profiler library's ([`gpuperf_profiler::monitor_filter`]).
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use gpuperf_merge::recording;
 use gpuperf_profiler::driver::{
     self, DriverEvent, DriverKind, DriverOptions, DriverSink, DriverStats, PidFilter, Source,
 };
+use gpuperf_profiler::monitor_filter::Filter;
 use gpuperf_profiler::monitor_stats::{Stats, totals};
 
 use crate::cli::MonitorArgs;
@@ -74,6 +77,7 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
         );
     }
     mon.flush_interval(true);
+    mon.whole_run();
     if let Some(out) = mon.output.take() {
         crate::driver::finish_file(out, &summary.stats, summary.malformed)
             .and_then(EventFile::finish)
@@ -85,22 +89,19 @@ pub fn run(args: MonitorArgs, quiet: bool) -> Result<u8> {
          {} not on --ring, {} lost (ring buffer full), {} starts not kept (map full), {} malformed",
         mon.kept,
         s.sampled_out,
-        mon.over_rate,
-        mon.off_ring,
+        mon.filter.over_rate,
+        mon.filter.off_ring,
         s.ring_buffer_drops,
         s.map_full,
         summary.malformed
     );
-    eprintln!("gpuperf monitor: totals: {}", totals(mon.stats.totals()));
     for c in &summary.costs {
-        if c.runs > 0 {
-            eprintln!(
-                "gpuperf monitor: BPF cost: {} ran {} times, {:.3} µs each",
-                c.program,
-                c.runs,
-                c.run_time_ns as f64 / c.runs as f64 / 1000.0
-            );
-        }
+        let each = c.run_time_ns as f64 / c.runs.max(1) as f64 / 1000.0;
+        tracing::info!(
+            "BPF cost: {} ran {} times, {each:.3} µs each",
+            c.program,
+            c.runs
+        );
     }
     if let Some(p) = &args.output {
         eprintln!(
@@ -125,16 +126,9 @@ struct Monitor {
     last: Instant,
     stop: Arc<AtomicBool>,
     quiet: bool,
-    rings: Vec<String>,
-    max_rate: Option<u64>,
-    rate_window: (u64, u64),
-    /// Jobs the rate limit let in, or left out, at their queueing, until done.
-    rated_jobs: std::collections::HashSet<u64>,
-    rated_out: std::collections::HashSet<u64>,
+    filter: Filter,
     output: Option<driver_file::Writer<EventFile>>,
     kept: u64,
-    over_rate: u64,
-    off_ring: u64,
     stats: Stats,
     /// How many sources were asked for; `nothing` when none is present.
     sources: usize,
@@ -157,36 +151,13 @@ impl Monitor {
             last: now,
             stop,
             quiet,
-            rings: args.ring.clone(),
-            max_rate: args.max_rate,
-            rate_window: (u64::MAX, 0),
-            rated_jobs: Default::default(),
-            rated_out: Default::default(),
+            filter: Filter::new(args.ring.clone(), args.max_rate),
             output,
             kept: 0,
-            over_rate: 0,
-            off_ring: 0,
             stats: Stats::default().sampled(args.sample),
             sources: 0,
             nothing: false,
         }
-    }
-
-    /// Whether the rate limit lets `e` through: at most `max_rate` events in
-    /// each second of event time.
-    fn within_rate(&mut self, e: &DriverEvent) -> bool {
-        let Some(max) = self.max_rate else {
-            return true;
-        };
-        let second = e.ts_ns / 1_000_000_000;
-        if self.rate_window.0 != second {
-            self.rate_window = (second, 0);
-        }
-        if self.rate_window.1 >= max {
-            return false;
-        }
-        self.rate_window.1 += 1;
-        true
     }
 
     fn record(&mut self, e: &DriverEvent) {
@@ -197,10 +168,11 @@ impl Monitor {
             } else {
                 format!(" on {}", e.ring)
             };
-            eprintln!(
-                "gpuperf monitor: Xid {}{on} (pid {} {}): {}",
-                e.arg, e.pid, e.comm, e.msg
-            );
+            let who = match gpuperf_merge::write::driver::xid_process(e) {
+                Some((pid, comm)) => format!("{comm} (pid {pid})"),
+                None => "process unknown (interrupt context)".to_owned(),
+            };
+            eprintln!("gpuperf monitor: Xid {}{on}, {who}: {}", e.arg, e.msg);
         }
     }
 
@@ -211,16 +183,32 @@ impl Monitor {
         }
     }
 
-    /// Prints the interval's statistics (and resets them); `last` at the end.
+    /// Prints the interval's statistics (and resets them), an empty one as
+    /// such; `last` at the end, where an empty tail is not worth a line.
     fn flush_interval(&mut self, last: bool) {
         let secs = self.last.elapsed().as_secs_f64().max(1e-9);
         let at = self.started.elapsed().as_secs_f64();
         self.last = Instant::now();
         let interval = self.stats.take_interval(secs);
-        if self.quiet || (interval.is_empty() && !last) {
+        if self.quiet || (interval.is_empty() && last) {
             return;
         }
-        eprint!("--- {at:.1} s\n{interval}");
+        // Stdout gone (a closed pipe) is no reason to stop watching.
+        let _ = write!(std::io::stdout().lock(), "--- {at:.1} s\n{interval}");
+    }
+
+    /// Prints the whole run's statistics, with histograms.
+    fn whole_run(&self) {
+        if self.quiet {
+            return;
+        }
+        let secs = self.started.elapsed().as_secs_f64().max(1e-9);
+        let _ = write!(
+            std::io::stdout().lock(),
+            "=== whole run, {secs:.1} s\n{}totals: {}\n",
+            self.stats.run(secs),
+            totals(self.stats.totals())
+        );
     }
 }
 
@@ -243,51 +231,7 @@ impl DriverSink for Monitor {
     }
 
     fn event(&mut self, e: DriverEvent) {
-        let is_job = matches!(
-            e.kind,
-            DriverKind::JobQueued
-                | DriverKind::JobRun
-                | DriverKind::JobDone
-                | DriverKind::JobWaitDep
-        );
-        if is_job && !self.rings.is_empty() && !self.rings.contains(&e.ring) {
-            self.off_ring += 1;
-            return;
-        }
-        // Xid errors are never rate-limited; a job's later events follow
-        // the decision made at its queueing (whole jobs kept or left out).
-        let admitted = match e.kind {
-            DriverKind::Xid => true,
-            DriverKind::JobRun | DriverKind::JobDone | DriverKind::JobWaitDep
-                if self.rated_jobs.contains(&e.id) =>
-            {
-                if e.kind == DriverKind::JobDone {
-                    self.rated_jobs.remove(&e.id);
-                }
-                true
-            }
-            DriverKind::JobRun | DriverKind::JobDone | DriverKind::JobWaitDep
-                if self.rated_out.contains(&e.id) =>
-            {
-                if e.kind == DriverKind::JobDone {
-                    self.rated_out.remove(&e.id);
-                }
-                false
-            }
-            _ => {
-                let ok = self.within_rate(&e);
-                if e.kind == DriverKind::JobQueued && self.max_rate.is_some() {
-                    if ok {
-                        self.rated_jobs.insert(e.id);
-                    } else {
-                        self.rated_out.insert(e.id);
-                    }
-                }
-                ok
-            }
-        };
-        if !admitted {
-            self.over_rate += 1;
+        if !self.filter.admit(&e) {
             return;
         }
         self.kept += 1;
@@ -309,22 +253,6 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-
-    fn event(ts_ns: u64) -> DriverEvent {
-        DriverEvent {
-            ts_ns,
-            dur_ns: 0,
-            id: 0,
-            ret: 0,
-            pid: 1,
-            tid: 1,
-            kind: DriverKind::Ioctl,
-            arg: 0,
-            comm: "app".into(),
-            ring: String::new(),
-            msg: String::new(),
-        }
-    }
 
     /// The events of merge's hand-made driver file, and its head and tail.
     fn sample_file() -> String {
@@ -381,27 +309,5 @@ mod tests {
             .filter(|e| e["cat"] == "driver" && (e["ph"] == "X" || e["ph"] == "b"))
             .count();
         assert!(driver_slices >= jobs, "{json}");
-    }
-
-    #[test]
-    fn max_rate_keeps_that_many_per_second_of_event_time() {
-        let args = MonitorArgs {
-            interval: 1.0,
-            duration: None,
-            pid: vec![],
-            comm: None,
-            ring: vec![],
-            event: vec![],
-            sample: 1,
-            max_rate: Some(3),
-            output: None,
-            timeline: None,
-        };
-        let mut m = Monitor::new(&args, Arc::default(), None, true);
-        // Five events in second 1, two in second 2.
-        for ts in [1_000, 1_100, 1_200, 1_300, 1_400, 2_000, 2_100] {
-            m.event(event(ts * 1_000_000));
-        }
-        assert_eq!((m.kept, m.over_rate), (5, 2));
     }
 }

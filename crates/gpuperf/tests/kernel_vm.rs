@@ -95,10 +95,12 @@ fn guest_setup() -> bool {
     true
 }
 
-/// A running `gpuperf monitor`, once it said it attached.
+/// A running `gpuperf monitor`, once it said it attached; its statistics
+/// (stdout) read as they come.
 struct Monitor {
     child: Child,
     early: String,
+    stdout: std::thread::JoinHandle<String>,
 }
 
 fn monitor(args: &[&str]) -> Monitor {
@@ -106,9 +108,15 @@ fn monitor(args: &[&str]) -> Monitor {
         .arg("monitor")
         .args(args)
         .stderr(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut early = String::new();
     loop {
@@ -123,7 +131,11 @@ fn monitor(args: &[&str]) -> Monitor {
         }
     }
     child.stderr = Some(err.into_inner());
-    Monitor { child, early }
+    Monitor {
+        child,
+        early,
+        stdout,
+    }
 }
 
 /// The monitor's final report, after Ctrl-C.
@@ -147,7 +159,7 @@ impl Monitor {
             .read_to_string(&mut rest)
             .unwrap();
         let status = self.child.wait().unwrap();
-        let text = self.early + &rest;
+        let text = self.early + &rest + &self.stdout.join().unwrap();
         assert!(status.success(), "gpuperf monitor failed:\n{text}");
         let line = |prefix: &str| {
             text.lines()
@@ -155,7 +167,7 @@ impl Monitor {
                 .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{text}"))
                 .to_owned()
         };
-        let totals = line("gpuperf monitor: totals: ")
+        let totals = line("totals: ")
             .split(", ")
             .filter_map(|kv| {
                 let (k, v) = kv.rsplit_once(' ')?;
@@ -211,8 +223,10 @@ fn counter(module: &str, name: &str) -> u64 {
         .unwrap()
 }
 
+/// The total of `kind` (as the event file names it), printed in words.
 fn total(r: &Report, kind: &str) -> u64 {
-    r.totals.get(kind).copied().unwrap_or(0)
+    let label = DriverKind::from_name(kind).expect("a kind").label();
+    r.totals.get(label).copied().unwrap_or(0)
 }
 
 #[test]
@@ -229,7 +243,15 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
     );
     let jobs0 = counter("drm_sched_sim", "done");
     let events = "/tmp/driver-events.tsv";
-    let m = monitor(&["--comm", "drive", "--interval", "0.5", "--output", events]);
+    let m = monitor(&[
+        "-v",
+        "--comm",
+        "drive",
+        "--interval",
+        "0.5",
+        "--output",
+        events,
+    ]);
     let did = run_drive(&[
         "--threads",
         "2",
@@ -299,10 +321,34 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
     );
     // Named as NVIDIA's tracepoint names the device: pci_name() of its pci_dev.
     assert!(
-        t.contains("Xid 79 on 0000:00:00.0 ("),
-        "Xids are printed as they happen, with their device: {t}"
+        t.contains("Xid 79 on 0000:00:00.0, drive (pid "),
+        "Xids are printed as they happen, with their device and process: {t}"
     );
     assert!(t.contains("ring sim-ring0: "), "{t}");
+    // The submitter's own job statistics, and the whole run's at the end.
+    let run = t
+        .split("=== whole run, ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no whole-run summary: {t}"));
+    let own = run
+        .lines()
+        .find(|l| l.starts_with("drive (pid "))
+        .unwrap_or_else(|| panic!("no line of drive's own: {run}"));
+    assert!(
+        own.contains(&format!("jobs {} queued (", did["jobs"])),
+        "{run}"
+    );
+    assert!(run.contains("  run time:\n    ["), "{run}");
+    // The queue depth the tracepoints give: a job runs with itself at least
+    // on the hardware.
+    let hw: u64 = run
+        .lines()
+        .find(|l| l.starts_with("ring sim-ring0: "))
+        .and_then(|l| l.split("queued (job_count), ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no queue depth: {run}"));
+    assert!(hw >= 1, "{run}");
     assert_eq!(r.sampled_out + r.over_rate, 0, "{t}");
     assert!(t.contains("BPF cost: nv_ioctl ran "), "{t}");
     // The event file has a header (columns, sources, simulated modules), every
@@ -526,6 +572,15 @@ fn in_guest_record_keeps_the_fences_it_made_signalled_in_a_timer() {
     let mut want = made.clone();
     want.sort_unstable();
     assert_eq!(signalled, want, "each fence signalled once: {:?}", t.events);
+    // The timer's signal is marked as made in interrupt context (its task
+    // was merely the one interrupted); the ioctls' are not.
+    let in_irq = t
+        .events
+        .iter()
+        .filter(|e| e.kind == DriverKind::FenceSignaled)
+        .filter(|e| gpuperf_merge::write::driver::in_irq(e))
+        .count();
+    assert_eq!(in_irq, 1, "{:?}", t.events);
 }
 
 /// A recording of driver events alone (`drive` never loads CUDA) past a
@@ -573,6 +628,38 @@ fn in_guest_a_driver_only_recording_is_merged_and_reported() {
         (120, 120),
         "{all}"
     );
+    // drive made no CUDA call: it is named by its command; its jobs are
+    // known by their finished fence (context:seqno), whose context's track
+    // the scheduler's names name; no kernel address is written.
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert!(
+        events.iter().any(|e| e["name"] == "process_name"
+            && e["args"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("drive (pid "))),
+        "{all}"
+    );
+    let job_ids: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "sim-ring0 run" && e["ph"] == "b")
+        .filter_map(|e| e["args"]["job"].as_str())
+        .collect();
+    assert_eq!(job_ids.len(), 120, "{all}");
+    assert!(
+        job_ids.iter().all(|j| j
+            .split_once(':')
+            .is_some_and(|(c, s)| { c.parse::<u64>().is_ok() && s.parse::<u64>().is_ok() })),
+        "{job_ids:?}"
+    );
+    let finished = events.iter().any(|e| {
+        e["ph"] == "b"
+            && e["name"].as_str().is_some_and(|n| {
+                n.starts_with("fence context ") && n.ends_with(": drm_sched sim-ring0 finished")
+            })
+    });
+    assert!(finished, "{all}");
+    let json = std::fs::read_to_string(dir.join("t.json")).unwrap();
+    assert!(!json.contains("0xffff"), "a kernel address in the timeline");
     let o = common::gpuperf(dir)
         .args(["report", "raw"])
         .output()
@@ -590,6 +677,16 @@ fn in_guest_a_driver_only_recording_is_merged_and_reported() {
         .unwrap();
     assert_eq!(jobs, 120, "{report}");
     assert!(text(&o.stdout).contains("Xid errors: 1"), "{report}");
+    assert!(
+        text(&o.stdout).contains(", process drive (pid "),
+        "{report}"
+    );
+    assert!(
+        text(&o.stdout)
+            .lines()
+            .any(|l| l.trim_start().starts_with("120 ") && l.contains("drive (pid ")),
+        "jobs by submitting process: {report}"
+    );
     // The 7 ioctls of `drive`'s first phase, and one per job and per Xid.
     assert!(text(&o.stdout).contains(" ioctls, "), "{report}");
 }

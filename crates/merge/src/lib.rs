@@ -103,6 +103,7 @@ mod diag;
 mod error;
 #[cfg(test)]
 mod golden;
+pub mod ioctl;
 pub mod model;
 
 pub mod read;

@@ -990,6 +990,27 @@ impl DriverKind {
         }
     }
 
+    /// Its name in words, plural, as summaries count it (`jobs queued`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Open => "opens",
+            Self::Ioctl => "ioctls",
+            Self::Mmap => "mmaps",
+            Self::Irq => "interrupts",
+            Self::IrqBottomHalf => "interrupt bottom halves",
+            Self::Xid => "Xid errors",
+            Self::JobQueued => "jobs queued",
+            Self::JobRun => "jobs run",
+            Self::JobDone => "jobs done",
+            Self::JobWaitDep => "dependency waits",
+            Self::FenceInit => "fences made",
+            Self::FenceSignaled => "fences signalled",
+            Self::Vblank => "vblanks",
+            Self::VblankQueued => "vblank events queued",
+            Self::VblankDelivered => "vblank events delivered",
+        }
+    }
+
     /// The kind named `name`.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.name() == name)
@@ -1003,11 +1024,15 @@ pub struct DriverEvent {
     pub ts_ns: u64,
     /// An ioctl's duration; otherwise 0.
     pub dur_ns: u64,
-    /// A job's id (the same on all its events), a fence's, a vblank event's
-    /// DRM file (the same on an event's queueing and delivery); otherwise 0.
+    /// A job's id, its finished fence's `context << 32 | seqno` (the same
+    /// on all its events; older recordings hold a kernel address), a
+    /// fence's, a vblank event's DRM file (the same on an event's queueing
+    /// and delivery); otherwise 0.
     pub id: u64,
     /// An ioctl's return value; a vblank's own timestamp (`CLOCK_MONOTONIC`,
-    /// as the DRM core computed it).
+    /// as the DRM core computed it); a job queued or run: the hardware's jobs
+    /// in flight (`hw_job_count`); an Xid or a fence signal: 1 when made in
+    /// interrupt context (its task is then merely the one interrupted).
     pub ret: i64,
     /// The process (a job's submitter for all its events).
     pub pid: u32,
@@ -1016,7 +1041,8 @@ pub struct DriverEvent {
     /// What happened.
     pub kind: DriverKind,
     /// An ioctl's command, an Xid's number, a vblank's sequence number (for
-    /// a queued event the one asked for); otherwise 0.
+    /// a queued event the one asked for); a job queued or run: its entity's
+    /// queued jobs (`job_count`); otherwise 0.
     pub arg: u32,
     /// The thread's command name (a kernel thread's for interrupts).
     pub comm: String,

@@ -162,6 +162,7 @@ pub mod driver;
 mod elf;
 mod error;
 mod event;
+pub mod monitor_filter;
 pub mod monitor_stats;
 pub mod preflight;
 mod report;

@@ -87,5 +87,46 @@ fn monitor_says_which_sources_are_missing_and_ends_at_its_duration() {
         assert!(err.contains("nothing can be watched"), "{err}");
     } else {
         assert!(err.contains(" events kept, "), "{err}");
+        assert!(!err.contains("BPF cost"), "only with -v: {err}");
     }
+}
+
+/// The statistics go to stdout, each interval under its time (an interval
+/// with no events says so), then the whole run's; the BPF programs' cost is
+/// said with `-v` (on stderr). They went to stderr, an empty interval was
+/// not printed, and the cost always was.
+#[test]
+fn monitor_prints_each_interval_and_the_whole_run_on_stdout() {
+    if !require::bpf(gpuperf_profiler::preflight::check()) {
+        return;
+    }
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let (_, absent) = available(&kallsyms, &Source::ALL);
+    if absent.len() == Source::ALL.len() {
+        eprintln!("skipped: no source of driver events here");
+        return;
+    }
+    let (present, _) = available(&kallsyms, &Source::ALL);
+    let o = gpuperf()
+        .args([
+            "-v",
+            "monitor",
+            "--event",
+            present[0].name(),
+            "--duration",
+            "1.2",
+        ])
+        .args(["--interval", "0.3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let out = text(&o.stdout);
+    let intervals = out.matches("--- ").count();
+    assert!(intervals >= 2, "{}", show(&o));
+    if text(&o.stderr).contains("gpuperf monitor: 0 events kept") {
+        assert_eq!(out.matches(" s\nno events\n").count(), intervals, "{out}");
+    }
+    assert!(out.contains("=== whole run, "), "{out}");
+    assert!(!text(&o.stderr).contains("--- "), "{}", show(&o));
+    assert!(text(&o.stderr).contains("BPF cost: "), "{}", show(&o));
 }

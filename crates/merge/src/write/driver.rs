@@ -34,6 +34,7 @@ use std::io::Write;
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
+use crate::ioctl::Ioctl;
 use crate::join::{Context, Match, Sink, Summary};
 use crate::model::{DriverEvent, DriverKind, Record};
 use crate::read::driver::DriverTrace;
@@ -138,6 +139,8 @@ pub struct Job {
     pub pid: u32,
     /// The submitting thread.
     pub tid: u32,
+    /// The submitting thread's command name.
+    pub comm: String,
     /// Queued.
     pub queued_ns: Option<u64>,
     /// Its first dependency wait.
@@ -174,6 +177,7 @@ pub fn jobs(events: &[DriverEvent]) -> Vec<Job> {
         };
         let j = &mut out[slot];
         j.ring.clone_from(&e.ring);
+        j.comm.clone_from(&e.comm);
         (j.id, j.pid, j.tid) = (e.id, e.pid, e.tid);
         match e.kind {
             DriverKind::JobQueued => j.queued_ns = Some(e.ts_ns),
@@ -288,6 +292,150 @@ pub fn vblank_events(events: &[DriverEvent]) -> Vec<VblankEvent> {
     out
 }
 
+/// A job's id as users see it: its finished fence, `context:seqno`, which
+/// names the fence on its context's track. `None` for the scheduler fence's
+/// kernel address that older recordings hold (not to be spread further).
+pub fn job_fence(id: u64) -> Option<String> {
+    (id >> 47 != 0x1ffff).then(|| format!("{}:{}", id >> 32, id & 0xffff_ffff))
+}
+
+/// The fence contexts the DRM scheduler's jobs show, named as its
+/// `dma_fence` tracepoints name them (driver `drm_sched`, timeline the
+/// ring): a job's finished fence is on its entity's second context, the
+/// scheduled fence on the first.
+fn fence_timelines(events: &[DriverEvent]) -> FxHashMap<u64, String> {
+    let mut out = FxHashMap::default();
+    for e in events {
+        let job = matches!(
+            e.kind,
+            DriverKind::JobQueued | DriverKind::JobRun | DriverKind::JobDone
+        );
+        if !job || job_fence(e.id).is_none() || e.ring.is_empty() {
+            continue;
+        }
+        let finished = e.id >> 32;
+        out.entry(finished)
+            .or_insert_with(|| format!("drm_sched {} finished", e.ring));
+        if let Some(scheduled) = finished.checked_sub(1) {
+            out.entry(scheduled)
+                .or_insert_with(|| format!("drm_sched {} scheduled", e.ring));
+        }
+    }
+    out
+}
+
+/// Whether an Xid or a fence signal was made in interrupt context (BPF sets
+/// `ret` so), where its task is merely the one interrupted.
+pub fn in_irq(e: &DriverEvent) -> bool {
+    matches!(e.kind, DriverKind::Xid | DriverKind::FenceSignaled) && e.ret & 1 == 1
+}
+
+/// A thread as the timeline's arguments name it: `drive (pid 131, tid 132)`.
+fn thread_text(comm: &str, pid: u32, tid: u32) -> String {
+    if comm.is_empty() {
+        format!("pid {pid}, tid {tid}")
+    } else {
+        format!("{comm} (pid {pid}, tid {tid})")
+    }
+}
+
+/// The kinds whose pid is the process the event is about, made in its own
+/// context (a job's later events and a fence's signal carry their maker's,
+/// as BPF keeps it); interrupts, vblanks and Xids happen in whatever task
+/// was running.
+fn names_its_process(k: DriverKind) -> bool {
+    matches!(
+        k,
+        DriverKind::Open
+            | DriverKind::Ioctl
+            | DriverKind::Mmap
+            | DriverKind::JobQueued
+            | DriverKind::FenceInit
+            | DriverKind::VblankQueued
+    )
+}
+
+/// The command name of each process and thread that the events name in
+/// their own context ([`names_its_process`]): a process's is its main
+/// thread's, else its first-seen thread's. For processes that made no CUDA
+/// call, whose names the GPU trace does not give.
+#[derive(Clone, Debug, Default)]
+pub struct Comms {
+    /// By (pid, tid).
+    pub threads: FxHashMap<(u32, u32), String>,
+    /// By pid.
+    pub processes: FxHashMap<u32, String>,
+}
+
+impl Comms {
+    /// The names in `events`.
+    pub fn of(events: &[DriverEvent]) -> Self {
+        let mut c = Self::default();
+        for e in events {
+            if !names_its_process(e.kind) || e.pid == 0 || e.comm.is_empty() {
+                continue;
+            }
+            c.threads
+                .entry((e.pid, e.tid))
+                .or_insert_with(|| e.comm.clone());
+            if e.pid == e.tid {
+                c.processes.insert(e.pid, e.comm.clone());
+            } else {
+                c.processes.entry(e.pid).or_insert_with(|| e.comm.clone());
+            }
+        }
+        c
+    }
+}
+
+/// The processes a recording followed: those with CUDA calls and those
+/// named by events made in their own context.
+fn recorded_processes(events: &[DriverEvent], calls: &[Call]) -> std::collections::BTreeSet<u32> {
+    let mut out: std::collections::BTreeSet<u32> = calls.iter().map(|c| c.pid).collect();
+    out.extend(
+        events
+            .iter()
+            .filter(|e| names_its_process(e.kind) && e.pid != 0)
+            .map(|e| e.pid),
+    );
+    out
+}
+
+/// The process an Xid is about: the one its message names (NVIDIA's Xid
+/// messages say `pid=1234, name=python3`), else the task it was raised in,
+/// unless that was none (pid 0: an interrupt on an idle CPU).
+pub fn xid_process(e: &DriverEvent) -> Option<(u32, String)> {
+    let field = |key: &str| {
+        let at = e.msg.find(key)? + key.len();
+        let v = e.msg[at..].split([',', ' ', ';']).next()?;
+        Some(v.trim_matches(['\'', '"']).to_owned())
+    };
+    if let Some(pid) = field("pid=").and_then(|p| p.parse::<u32>().ok()) {
+        return Some((pid, field("name=").unwrap_or_default()));
+    }
+    (e.pid != 0 && !in_irq(e)).then(|| (e.pid, e.comm.clone()))
+}
+
+/// An Xid's process in words, said to be another process than those
+/// recorded when it is.
+fn xid_process_text(e: &DriverEvent, ours: &std::collections::BTreeSet<u32>) -> String {
+    match xid_process(e) {
+        None => "unknown (raised in interrupt context)".to_owned(),
+        Some((pid, comm)) => {
+            let who = if comm.is_empty() {
+                format!("pid {pid}")
+            } else {
+                format!("{comm} (pid {pid})")
+            };
+            if ours.contains(&pid) {
+                who
+            } else {
+                format!("{who}, another process than those recorded")
+            }
+        }
+    }
+}
+
 /// Where a timeline item goes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lane {
@@ -361,6 +509,7 @@ pub fn process_name(t: &DriverTrace) -> String {
 /// lane and time.
 pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
     let nested = nest(&t.events, calls);
+    let ours = recorded_processes(&t.events, calls);
     let mut items = Vec::new();
     for (e, call) in t.events.iter().zip(&nested) {
         let thread = || Lane::Thread {
@@ -372,10 +521,14 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
         match e.kind {
             DriverKind::Ioctl => items.push(Item {
                 lane: thread(),
-                name: format!("ioctl {:#x}", e.arg),
+                name: format!("ioctl {}", Ioctl::from_cmd(e.arg).name()),
                 start_ns: e.ts_ns,
                 dur_ns: Some(e.dur_ns),
-                args: vec![("api", api()), ("ret", e.ret.to_string())],
+                args: vec![
+                    ("api", api()),
+                    ("cmd", format!("{:#x}", e.arg)),
+                    ("ret", e.ret.to_string()),
+                ],
             }),
             DriverKind::Open | DriverKind::Mmap => items.push(Item {
                 lane: thread(),
@@ -412,7 +565,11 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                     name: format!("Xid {}", e.arg),
                     start_ns: e.ts_ns,
                     dur_ns: None,
-                    args: vec![("xid", e.arg.to_string()), ("message", e.msg.clone())],
+                    args: vec![
+                        ("xid", e.arg.to_string()),
+                        ("message", e.msg.clone()),
+                        ("process", xid_process_text(e, &ours)),
+                    ],
                 });
             }
             _ => {}
@@ -429,10 +586,10 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             name: format!("{ring} {what}"),
         };
         for j in jobs {
-            let args = vec![
-                ("job", format!("{:#x}", j.id)),
-                ("submitter", format!("{} ({})", j.pid, j.tid)),
-            ];
+            let mut args = vec![("submitter", thread_text(&j.comm, j.pid, j.tid))];
+            if let Some(f) = job_fence(j.id) {
+                args.insert(0, ("job", f));
+            }
             if let (Some(q), Some(x)) = (j.queued_ns, j.run_ns) {
                 items.push(Item {
                     lane: lane("queue"),
@@ -462,7 +619,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             }
         }
     }
-    fence_items(&t.events, &mut items);
+    fence_items(&t.events, &fence_timelines(&t.events), &mut items);
     vblank_items(&t.events, &mut items);
     items.sort_by(|a, b| {
         (&a.lane, a.start_ns, std::cmp::Reverse(a.dur_ns)).cmp(&(
@@ -476,13 +633,15 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
 
 /// `dma_fence`s, one async track per fence context: a slice from a fence's init to its signal, an instant for a fence
 /// with only one of them in the recording.
-fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
+fn fence_items(events: &[DriverEvent], timelines: &FxHashMap<u64, String>, items: &mut Vec<Item>) {
     /// One fence's events.
     struct Fence {
         id: u64,
         init: Option<u64>,
         signal: Option<u64>,
+        signal_irq: bool,
         maker: (u32, u32),
+        comm: String,
     }
     let mut fences: BTreeMap<u64, Fence> = BTreeMap::new();
     let fence_events = events
@@ -493,13 +652,17 @@ fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             id: e.id,
             init: None,
             signal: None,
+            signal_irq: false,
             maker: (e.pid, e.tid),
+            comm: e.comm.clone(),
         });
         if e.kind == DriverKind::FenceInit {
             f.init.get_or_insert(e.ts_ns);
             f.maker = (e.pid, e.tid);
-        } else {
-            f.signal.get_or_insert(e.ts_ns);
+            f.comm.clone_from(&e.comm);
+        } else if f.signal.is_none() {
+            f.signal = Some(e.ts_ns);
+            f.signal_irq = in_irq(e);
         }
     }
     let start = |f: &Fence| f.init.or(f.signal).unwrap_or(0);
@@ -514,19 +677,29 @@ fn fence_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             (Some(_), _) => (format!("fence {seqno} made"), None),
             _ => (format!("fence {seqno} signalled"), None),
         };
+        let mut args = vec![
+            ("context", context.to_string()),
+            ("seqno", seqno.to_string()),
+        ];
+        if f.init.is_some() || f.maker.0 != 0 {
+            args.push(("made by", thread_text(&f.comm, f.maker.0, f.maker.1)));
+        }
+        if f.signal.is_some() {
+            let ctx = if f.signal_irq { "interrupt" } else { "process" };
+            args.push(("signalled in", ctx.to_owned()));
+        }
         items.push(Item {
             lane: Lane::Driver {
                 group: Group::Fence,
-                name: format!("fence context {context}"),
+                name: match timelines.get(&u64::from(context)) {
+                    Some(t) => format!("fence context {context}: {t}"),
+                    None => format!("fence context {context}"),
+                },
             },
             name,
             start_ns: start,
             dur_ns,
-            args: vec![
-                ("context", context.to_string()),
-                ("seqno", seqno.to_string()),
-                ("made by", format!("{} ({})", f.maker.0, f.maker.1)),
-            ],
+            args,
         });
     }
 }
@@ -623,7 +796,7 @@ impl Reporter {
         ioctl_section(&mut s, &t.events, &self.calls.calls, top);
         job_section(&mut s, &t.events);
         vblank_section(&mut s, &t.events);
-        count_section(&mut s, t);
+        count_section(&mut s, t, &recorded_processes(&t.events, &self.calls.calls));
         s
     }
 }
@@ -719,16 +892,7 @@ fn job_section(s: &mut String, events: &[DriverEvent]) {
         rings.entry(&j.ring).or_default().push(j);
     }
     for (ring, js) in rings {
-        let mut queue: Vec<u64> = js
-            .iter()
-            .filter_map(|j| Some(j.run_ns?.saturating_sub(j.queued_ns?)))
-            .collect();
-        let mut run: Vec<u64> = js
-            .iter()
-            .filter_map(|j| Some(j.done_ns?.saturating_sub(j.run_ns?)))
-            .collect();
-        queue.sort_unstable();
-        run.sort_unstable();
+        let (queue, run) = latencies(&js);
         let p = |v: &[u64], q| percentile(v, q).map_or_else(|| "-".to_owned(), dur);
         let deps = js.iter().filter(|j| j.dep_wait_ns.is_some()).count();
         let unfinished = js.iter().filter(|j| j.done_ns.is_none()).count();
@@ -744,10 +908,53 @@ fn job_section(s: &mut String, events: &[DriverEvent]) {
             unfinished
         );
     }
+    let mut procs: BTreeMap<u32, Vec<&Job>> = BTreeMap::new();
+    for j in &jobs {
+        procs.entry(j.pid).or_default().push(j);
+    }
+    let comms = Comms::of(events);
+    let _ = writeln!(s, "DRM scheduler jobs by submitting process");
+    let _ = writeln!(
+        s,
+        "  {:>8} {:>11} {:>11} {:>11} {:>11}  process",
+        "jobs", "queue p50", "queue p99", "run p50", "run p99"
+    );
+    for (pid, js) in procs {
+        let (queue, run) = latencies(&js);
+        let p = |v: &[u64], q| percentile(v, q).map_or_else(|| "-".to_owned(), dur);
+        let name = comms
+            .processes
+            .get(&pid)
+            .map_or_else(|| format!("pid {pid}"), |c| format!("{c} (pid {pid})"));
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>11} {:>11} {:>11} {:>11}  {name}",
+            js.len(),
+            p(&queue, 50),
+            p(&queue, 99),
+            p(&run, 50),
+            p(&run, 99),
+        );
+    }
+}
+
+/// The queue (queued to run) and run (run to done) latencies of `jobs`, sorted.
+fn latencies(jobs: &[&Job]) -> (Vec<u64>, Vec<u64>) {
+    let mut queue: Vec<u64> = jobs
+        .iter()
+        .filter_map(|j| Some(j.run_ns?.saturating_sub(j.queued_ns?)))
+        .collect();
+    let mut run: Vec<u64> = jobs
+        .iter()
+        .filter_map(|j| Some(j.done_ns?.saturating_sub(j.run_ns?)))
+        .collect();
+    queue.sort_unstable();
+    run.sort_unstable();
+    (queue, run)
 }
 
 /// Driver calls and interrupts counted, each Xid, and what was lost.
-fn count_section(s: &mut String, t: &DriverTrace) {
+fn count_section(s: &mut String, t: &DriverTrace, ours: &std::collections::BTreeSet<u32>) {
     use std::fmt::Write as _;
     let count = |k: DriverKind| t.events.iter().filter(|e| e.kind == k).count();
     let _ = writeln!(
@@ -770,9 +977,10 @@ fn count_section(s: &mut String, t: &DriverTrace) {
         let dev = if e.ring.is_empty() { "?" } else { &e.ring };
         let _ = writeln!(
             s,
-            "  +{} Xid {} on {dev}: {}",
+            "  +{} Xid {} on {dev}, process {}: {}",
             dur(e.ts_ns - first),
             e.arg,
+            xid_process_text(e, ours),
             e.msg
         );
     }
@@ -895,6 +1103,81 @@ mod tests {
         assert!(p.pending.is_empty());
     }
 
+    #[test]
+    fn jobs_are_named_by_their_finished_fence_whose_context_names_its_ring() {
+        use DriverKind::{
+            FenceInit as I, FenceSignaled as S, JobDone as D, JobQueued as Q, JobRun as R,
+        };
+        let job = |kind, ts_ns, id| DriverEvent {
+            id,
+            ring: "sim-ring0".to_owned(),
+            ..fence(kind, ts_ns, 0, 0, 10)
+        };
+        let id = 7 << 32 | 3;
+        // Signalled in an interrupt, in nobody's name (as BPF sends it).
+        let mut signal = fence(S, 300, 7, 3, 0);
+        (signal.ret, signal.tid, signal.comm) = (1, 0, "[interrupt]".to_owned());
+        // An older recording's job, known by a kernel address.
+        let old = 0xffff_8880_0000_0040;
+        let t = DriverTrace {
+            events: vec![
+                job(Q, 100, id),
+                fence(I, 100, 7, 3, 10),
+                job(R, 150, id),
+                job(D, 250, id),
+                signal,
+                job(Q, 400, old),
+                job(R, 410, old),
+                job(D, 420, old),
+            ],
+            ..DriverTrace::default()
+        };
+        let items = timeline(&t, &[]);
+        let jobs: Vec<&Vec<(&str, String)>> = items
+            .iter()
+            .filter(|i| i.name == "job")
+            .map(|i| &i.args)
+            .collect();
+        assert_eq!(jobs[0][0], ("job", "7:3".to_owned()));
+        assert!(jobs[1].iter().all(|(k, _)| *k != "job"), "{:?}", jobs[1]);
+        let fence = items.iter().find(|i| i.name == "fence 3").unwrap();
+        assert_eq!(
+            fence.lane,
+            Lane::Driver {
+                group: Group::Fence,
+                name: "fence context 7: drm_sched sim-ring0 finished".to_owned()
+            }
+        );
+        assert!(
+            fence
+                .args
+                .contains(&("signalled in", "interrupt".to_owned())),
+            "{fence:?}"
+        );
+        assert!(
+            fence
+                .args
+                .contains(&("made by", "app (pid 10, tid 11)".to_owned())),
+            "{fence:?}"
+        );
+        assert!(
+            items
+                .iter()
+                .all(|i| i.args.iter().all(|(_, v)| !v.contains("ffff")))
+        );
+    }
+
+    #[test]
+    fn an_xid_in_interrupt_context_names_no_task_unless_its_message_does() {
+        let mut e = fence(DriverKind::Xid, 1, 0, 0, 777);
+        e.comm = "sim_app".to_owned();
+        assert_eq!(xid_process(&e), Some((777, "sim_app".to_owned())));
+        e.ret = 1;
+        assert_eq!(xid_process(&e), None);
+        e.msg = "pid=555, name=other_app, Ch 00000010".to_owned();
+        assert_eq!(xid_process(&e), Some((555, "other_app".to_owned())));
+    }
+
     /// Track, name, start, duration, maker.
     type Row<'a> = (&'a str, &'a str, u64, Option<u64>, &'a str);
 
@@ -916,7 +1199,7 @@ mod tests {
             ioctl,
         ];
         let mut items = Vec::new();
-        fence_items(&events, &mut items);
+        fence_items(&events, &FxHashMap::default(), &mut items);
         let got: Vec<Row> = items
             .iter()
             .map(|i| {
@@ -941,11 +1224,41 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("fence context 3", "fence 1", 100, Some(100), "10 (11)"),
-                ("fence context 9", "fence 1", 120, Some(60), "11 (12)"),
-                ("fence context 3", "fence 2", 150, Some(150), "10 (11)"),
-                ("fence context 3", "fence 3 made", 400, None, "10 (11)"),
-                ("fence context 9", "fence 2 signalled", 500, None, "11 (12)"),
+                (
+                    "fence context 3",
+                    "fence 1",
+                    100,
+                    Some(100),
+                    "app (pid 10, tid 11)"
+                ),
+                (
+                    "fence context 9",
+                    "fence 1",
+                    120,
+                    Some(60),
+                    "app (pid 11, tid 12)"
+                ),
+                (
+                    "fence context 3",
+                    "fence 2",
+                    150,
+                    Some(150),
+                    "app (pid 10, tid 11)"
+                ),
+                (
+                    "fence context 3",
+                    "fence 3 made",
+                    400,
+                    None,
+                    "app (pid 10, tid 11)"
+                ),
+                (
+                    "fence context 9",
+                    "fence 2 signalled",
+                    500,
+                    None,
+                    "app (pid 11, tid 12)"
+                ),
             ]
         );
     }

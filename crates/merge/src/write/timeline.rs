@@ -214,6 +214,9 @@ pub(crate) struct Builder {
     first_ns: Option<u64>,
     idle: Option<Box<IdleFolder>>,
     driver: Option<Box<(DriverTrace, Calls)>>,
+    /// Command names from the driver events, for processes and threads the
+    /// GPU and CPU traces do not name.
+    driver_comms: driver::Comms,
     done: Option<Timeline>,
 }
 
@@ -241,6 +244,7 @@ impl Builder {
             first_ns: None,
             idle: None,
             driver: None,
+            driver_comms: driver::Comms::default(),
             done: None,
         }
     }
@@ -253,6 +257,7 @@ impl Builder {
 
     /// Also draws a recording's GPU driver events ([`crate::write::driver`]).
     pub fn with_driver(mut self, trace: DriverTrace) -> Self {
+        self.driver_comms = driver::Comms::of(&trace.events);
         self.driver = Some(Box::new((trace, Calls::default())));
         self
     }
@@ -301,9 +306,12 @@ impl Builder {
 
     fn thread(&mut self, ctx: &Context<'_>, pid: u32, tid: u32) -> TrackId {
         self.process(u64::from(pid), u64::from(pid));
+        let comm = ctx
+            .cpu
+            .and_then(|c| c.comms.get(&(pid, tid)))
+            .or_else(|| self.driver_comms.threads.get(&(pid, tid)));
+        let name = comm.map_or_else(|| format!("thread {tid}"), |c| format!("{c} ({tid})"));
         self.track(TrackKey::Thread(pid, tid), || {
-            let comm = ctx.cpu.and_then(|c| c.comms.get(&(pid, tid)));
-            let name = comm.map_or_else(|| format!("thread {tid}"), |c| format!("{c} ({tid})"));
             let t = Track {
                 pid: u64::from(pid),
                 tid: u64::from(tid),
@@ -674,7 +682,13 @@ impl Builder {
         for p in &mut self.processes {
             if p.pid < GPU_PID_BASE && p.pid != DRIVER_PID {
                 let pid = p.pid as u32;
-                p.name = cpu_process_name(ctx, &self.exes, pid, self.origins.get(&pid));
+                p.name = cpu_process_name(
+                    ctx,
+                    &self.exes,
+                    &self.driver_comms,
+                    pid,
+                    self.origins.get(&pid),
+                );
             }
         }
         for &(pid, device) in &self.gpus {
@@ -995,11 +1009,13 @@ fn call_key(pid: u32, api: &ApiInfo) -> CallKey {
     (pid, api.tid, api.start_ns, api.end_ns, api.name)
 }
 
-/// A CPU process's name: its executable, else its main thread's command name,
-/// with its pid (and its rank); or its pid alone.
+/// A CPU process's name: its executable, else its main thread's command name
+/// (from the CPU trace, else from the driver events), with its pid (and its
+/// rank); or its pid alone.
 fn cpu_process_name(
     ctx: &Context<'_>,
     exes: &FxHashMap<u32, String>,
+    driver_comms: &driver::Comms,
     pid: u32,
     origin: Option<&String>,
 ) -> String {
@@ -1007,6 +1023,7 @@ fn cpu_process_name(
     let comm = || {
         ctx.cpu
             .and_then(|c| c.comms.get(&(pid, pid)))
+            .or_else(|| driver_comms.processes.get(&pid))
             .map(|c| c.trim())
             .filter(|c| !c.is_empty())
     };

@@ -53,10 +53,10 @@ fn driver_small__timelines_agree_and_goldens() {
     assert_eq!(
         apis,
         [
-            ("ioctl 0xc000462b", "cudaMalloc"),
-            ("ioctl 0xc000464e", "cudaMalloc"),
-            ("ioctl 0xc00046f0", "cudaMemcpy"),
-            ("ioctl 0xc000462a", "none"),
+            ("ioctl NV_ESC_RM_ALLOC", "cudaMalloc"),
+            ("ioctl NV_ESC_RM_MAP_MEMORY", "cudaMalloc"),
+            ("ioctl 'F' 0xf0", "cudaMemcpy"),
+            ("ioctl NV_ESC_RM_CONTROL", "none"),
         ]
     );
     let pretty: Vec<String> = driver
@@ -327,4 +327,157 @@ fn driver_many__perfetto_reads_every_slice_on_its_named_track() {
         let total: i64 = per_track.values().sum();
         assert_eq!(total, 120 + 120 + 40 + 1 + 60, "{file}: {per_track:?}");
     }
+}
+
+fn attribution() -> DriverTrace {
+    let t = DriverTrace::open(&data("driver/attribution.tsv")).unwrap();
+    assert!(t.diagnostics.is_empty(), "{:?}", t.diagnostics);
+    t
+}
+
+/// The names Perfetto's trace processor gives processes and threads of
+/// `pids`, as `pid name` and `tid name` lines.
+fn perfetto_names(tp: &gpuperf_test_support::perfetto::TraceProcessor, pids: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for sql in [
+        format!("select pid, name from process where pid in ({pids}) order by pid"),
+        format!(
+            "select tid, thread.name from thread join process using (upid) \
+             where process.pid in ({pids}) order by tid"
+        ),
+    ] {
+        let t = tp.query(&sql).unwrap();
+        out.extend(
+            t.rows
+                .iter()
+                .map(|r| format!("{} {}", r[0], r[1].as_str().unwrap_or("-"))),
+        );
+    }
+    out
+}
+
+/// A process that made no CUDA call (the compositor, pid 300) is named by
+/// the command names its driver events carry, in both timelines as
+/// Perfetto reads them, where it was `pid 300` and `thread 301`; its ioctls
+/// are named by type and number (`0xc00046f0` and `0x46f0` are one ioctl)
+/// or by NVIDIA's escape name; its jobs name it as their submitter.
+#[test]
+fn driver_attribution__processes_without_cuda_calls_named_by_command_and_ioctls_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gpu, cpu) = inputs(dir.path());
+    let (json, pb) = perfetto::check_with(&[gpu], Some(&cpu), Some(&attribution()));
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let meta = |what: &str, pid: u64| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == what && e["pid"] == pid)
+            .map(|e| e["args"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(meta("process_name", 300), ["compositor (pid 300)"]);
+    let mut threads = meta("thread_name", 300);
+    threads.sort();
+    assert_eq!(threads, ["comp-io (301)", "compositor (300)"]);
+    let ioctls: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["cat"] == "driver" && e["name"].as_str().unwrap().starts_with("ioctl "))
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["args"]["cmd"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ioctls,
+        [
+            ("ioctl 'F' 0xf0", "0xc00046f0"),
+            ("ioctl 'F' 0xf0", "0x46f0"),
+            ("ioctl NV_ESC_RM_CONTROL", "0xc020462a"),
+        ]
+    );
+    let driver: Vec<&Value> = events.iter().filter(|e| e["cat"] == "driver").collect();
+    let slices = async_slices(&driver);
+    let submitters: Vec<&str> = slices
+        .iter()
+        .filter(|e| e["name"] == "job")
+        .map(|e| e["args"]["submitter"].as_str().unwrap())
+        .collect();
+    assert_eq!(submitters, ["comp-io (pid 300, tid 301)"]);
+    for (file, bytes) in [("a.json", json.as_bytes()), ("a.pftrace", &pb[..])] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, bytes).unwrap();
+        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
+            return;
+        };
+        let (stats, _) = perfetto_read(&tp);
+        assert_eq!(stats, Vec::<String>::new(), "{file}");
+        assert_eq!(
+            perfetto_names(&tp, "300"),
+            [
+                "300 compositor (pid 300)",
+                "300 compositor (300)",
+                "301 comp-io (301)"
+            ],
+            "{file}"
+        );
+    }
+}
+
+/// Each Xid names its process: the task it was raised in when that is a
+/// recorded process, the process its message names (marked as another
+/// process than those recorded), or none when raised in an interrupt on an
+/// idle CPU; the report says the same, and has the compositor's jobs under
+/// its name.
+#[test]
+fn driver_attribution__xids_name_their_process_and_mark_other_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gpu, cpu) = inputs(dir.path());
+    let (json, _) = perfetto::check_with(&[gpu], Some(&cpu), Some(&attribution()));
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    let driver: Vec<&Value> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "driver")
+        .collect();
+    let slices = async_slices(&driver);
+    let xids: Vec<(&str, &str)> = slices
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("Xid ")))
+        .map(|e| {
+            (
+                e["args"]["xid"].as_str().unwrap(),
+                e["args"]["process"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        xids,
+        [
+            ("79", "comp-io (pid 300)"),
+            ("31", "unknown (raised in interrupt context)"),
+            (
+                "43",
+                "other_app (pid 555), another process than those recorded"
+            ),
+        ]
+    );
+    let text = report(attribution());
+    assert!(
+        text.contains("Xid 43 on 0000:00:00.0, process other_app (pid 555), another process than those recorded"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Xid 79 on 0000:00:00.0, process comp-io (pid 300):"),
+        "{text}"
+    );
+    let by_process = text
+        .split("DRM scheduler jobs by submitting process\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    let row = by_process.lines().nth(1).unwrap();
+    assert!(row.ends_with("  compositor (pid 300)"), "{text}");
+    assert!(row.trim_start().starts_with("1 "), "{text}");
 }

@@ -14,11 +14,23 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* The fields we read, relocated against the kernel's (or gpu-sched.ko's) BTF. */
+typedef struct {
+	int counter;
+} atomic_t;
+
 struct drm_gpu_scheduler {
 	const char *name;
+	atomic_t hw_rq_count;  /* up to 6.7 */
+	atomic_t credit_count; /* 6.8 on */
+} __attribute__((preserve_access_index));
+
+struct dma_fence {
+	__u64 context;
+	__u64 seqno;
 } __attribute__((preserve_access_index));
 
 struct drm_sched_fence {
+	struct dma_fence finished;
 	struct drm_gpu_scheduler *sched;
 } __attribute__((preserve_access_index));
 
@@ -26,6 +38,40 @@ struct drm_sched_job {
 	struct drm_sched_fence *s_fence;
 	struct drm_gpu_scheduler *sched;
 } __attribute__((preserve_access_index));
+
+struct spsc_queue {
+	atomic_t job_count;
+} __attribute__((preserve_access_index));
+
+struct drm_sched_entity {
+	struct spsc_queue job_queue;
+} __attribute__((preserve_access_index));
+
+/* The preempt count says whether this CPU serves an interrupt: a per-CPU
+ * variable of its own up to 6.1 and again from 6.15, in pcpu_hot between. */
+struct pcpu_hot {
+	int preempt_count;
+} __attribute__((preserve_access_index));
+
+extern const int __preempt_count __ksym __weak;
+extern const struct pcpu_hot pcpu_hot __ksym __weak;
+
+#define HARDIRQ_MASK 0x000f0000
+#define NMI_MASK 0x00f00000
+#define SOFTIRQ_OFFSET 0x00000100
+
+/* In a hard or soft interrupt (not merely with them disabled). */
+static __always_inline bool in_irq_context(void)
+{
+	int pc = 0;
+	if (bpf_ksym_exists(&pcpu_hot)) {
+		struct pcpu_hot *h = bpf_this_cpu_ptr(&pcpu_hot);
+		pc = h->preempt_count;
+	} else if (bpf_ksym_exists(&__preempt_count)) {
+		pc = *(int *)bpf_this_cpu_ptr(&__preempt_count);
+	}
+	return pc & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET);
+}
 
 struct task_struct {
 	int tgid;
@@ -43,11 +89,6 @@ struct device {
 
 struct pci_dev {
 	struct device dev;
-} __attribute__((preserve_access_index));
-
-struct dma_fence {
-	__u64 context;
-	__u64 seqno;
 } __attribute__((preserve_access_index));
 
 /* Force BTF for the record type. */
@@ -276,6 +317,8 @@ int BPF_PROG(nv_xid, struct pci_dev *pdev, __u32 error_code, const char *msg)
 	if (dev)
 		bpf_probe_read_kernel_str(e->ring, sizeof(e->ring), dev);
 	bpf_probe_read_kernel_str(e->msg, sizeof(e->msg), msg);
+	if (in_irq_context())
+		e->ret = IN_IRQ;
 	submit(e);
 	return 0;
 }
@@ -286,8 +329,29 @@ static __always_inline void ring_name(struct driver_event *e, struct drm_gpu_sch
 	bpf_probe_read_kernel_str(e->ring, sizeof(e->ring), name);
 }
 
+/* A job's id for users: its finished fence, context << 32 | seqno (the
+ * scheduler fence's address, the key of the jobs map, is a kernel address). */
+static __always_inline __u64 job_fence_id(struct drm_sched_fence *f)
+{
+	return BPF_CORE_READ(f, finished.context) << 32 |
+	       (BPF_CORE_READ(f, finished.seqno) & 0xffffffff);
+}
+
+/* The queue depth the gpu_scheduler tracepoints print: the entity's queued
+ * jobs (job_count) and the hardware's in flight (hw_job_count). */
+static __always_inline void queue_depth(struct driver_event *e, struct drm_sched_entity *entity,
+					struct drm_gpu_scheduler *sched)
+{
+	if (entity)
+		e->arg = BPF_CORE_READ(entity, job_queue.job_count.counter);
+	if (bpf_core_field_exists(sched->credit_count))
+		e->ret = BPF_CORE_READ(sched, credit_count.counter);
+	else
+		e->ret = BPF_CORE_READ(sched, hw_rq_count.counter);
+}
+
 SEC("raw_tp/drm_sched_job")
-int BPF_PROG(sched_job, struct drm_sched_job *job)
+int BPF_PROG(sched_job, struct drm_sched_job *job, struct drm_sched_entity *entity)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	/* Whole jobs: the later events follow this decision (the jobs map). */
@@ -303,27 +367,33 @@ int BPF_PROG(sched_job, struct drm_sched_job *job)
 	struct driver_event *e = reserve(DRV_JOB_QUEUE);
 	if (!e)
 		return 0;
-	e->id = id;
-	ring_name(e, BPF_CORE_READ(job, sched));
+	struct drm_gpu_scheduler *sched = BPF_CORE_READ(job, sched);
+	e->id = job_fence_id(BPF_CORE_READ(job, s_fence));
+	ring_name(e, sched);
+	queue_depth(e, entity, sched);
 	submit(e);
 	return 0;
 }
 
 /* A later event of a job that was kept at its queueing, in its submitter's
  * name. */
-static __always_inline int job_event(__u32 kind, __u64 id, struct drm_gpu_scheduler *sched,
+static __always_inline int job_event(__u32 kind, struct drm_sched_fence *fence,
+				     struct drm_gpu_scheduler *sched, struct drm_sched_entity *entity,
 				     bool last)
 {
+	__u64 id = (__u64)fence;
 	struct submitter *who = bpf_map_lookup_elem(&jobs, &id);
 	if (!who)
 		return 0;
 	struct driver_event *e = reserve(kind);
 	if (e) {
-		e->id = id;
+		e->id = job_fence_id(fence);
 		e->pid = who->pid;
 		e->tid = who->tid;
 		__builtin_memcpy(e->comm, who->comm, sizeof(e->comm));
 		ring_name(e, sched);
+		if (kind == DRV_JOB_RUN)
+			queue_depth(e, entity, sched);
 		submit(e);
 	}
 	if (last)
@@ -332,23 +402,23 @@ static __always_inline int job_event(__u32 kind, __u64 id, struct drm_gpu_schedu
 }
 
 SEC("raw_tp/drm_run_job")
-int BPF_PROG(run_job, struct drm_sched_job *job)
+int BPF_PROG(run_job, struct drm_sched_job *job, struct drm_sched_entity *entity)
 {
-	return job_event(DRV_JOB_RUN, (__u64)BPF_CORE_READ(job, s_fence), BPF_CORE_READ(job, sched),
+	return job_event(DRV_JOB_RUN, BPF_CORE_READ(job, s_fence), BPF_CORE_READ(job, sched), entity,
 			 false);
 }
 
 SEC("raw_tp/drm_sched_job_wait_dep")
 int BPF_PROG(job_wait_dep, struct drm_sched_job *job)
 {
-	return job_event(DRV_JOB_DEP, (__u64)BPF_CORE_READ(job, s_fence),
-			 BPF_CORE_READ(job, sched), false);
+	return job_event(DRV_JOB_DEP, BPF_CORE_READ(job, s_fence), BPF_CORE_READ(job, sched), NULL,
+			 false);
 }
 
 SEC("raw_tp/drm_sched_process_job")
 int BPF_PROG(process_job, struct drm_sched_fence *fence)
 {
-	return job_event(DRV_JOB_DONE, (__u64)fence, BPF_CORE_READ(fence, sched), true);
+	return job_event(DRV_JOB_DONE, fence, BPF_CORE_READ(fence, sched), NULL, true);
 }
 
 /* The fences a wanted process made, kept from dma_fence_init to
@@ -388,8 +458,9 @@ int BPF_PROG(fence_init, struct dma_fence *fence)
 	return 0;
 }
 
-/* Kept if the signalling task is wanted, or if the fence was made by a
- * wanted process (then in that process's name, wherever it is signalled). */
+/* Kept if the fence was made by a wanted process (then in that process's
+ * name, wherever it is signalled), or if the signalling task is wanted and
+ * not merely interrupted. In an interrupt it is in nobody's name (pid 0). */
 SEC("raw_tp/dma_fence_signaled")
 int BPF_PROG(fence_signaled, struct dma_fence *fence)
 {
@@ -397,7 +468,8 @@ int BPF_PROG(fence_signaled, struct dma_fence *fence)
 	struct submitter *who = NULL;
 	if (filter_pids || filter_comm)
 		who = bpf_map_lookup_elem(&fences, &id);
-	if (!who && !wanted(bpf_get_current_pid_tgid()))
+	bool irq = in_irq_context();
+	if (!who && ((irq && (filter_pids || filter_comm)) || !wanted(bpf_get_current_pid_tgid())))
 		return 0;
 	/* A fence kept at its init is kept at its signal (init was sampled). */
 	if (!who && !sampled(DRV_FENCE_SIGNALED))
@@ -409,7 +481,13 @@ int BPF_PROG(fence_signaled, struct dma_fence *fence)
 			e->pid = who->pid;
 			e->tid = who->tid;
 			__builtin_memcpy(e->comm, who->comm, sizeof(e->comm));
+		} else if (irq) {
+			e->pid = 0;
+			e->tid = 0;
+			__builtin_memcpy(e->comm, "[interrupt]", 12);
 		}
+		if (irq)
+			e->ret = IN_IRQ;
 		submit(e);
 	}
 	if (who)

@@ -31,21 +31,29 @@ enum driver_stat {
 	DSTAT_COUNT,
 };
 
+/* `ret` of an Xid or a fence signal made in an interrupt (hard or soft):
+ * its task is whichever one the interrupt came upon. */
+#define IN_IRQ 1
+
 #define DRV_NAME_LEN 16
 #define DRV_MSG_LEN 64
 
 struct driver_event {
 	__u64 ts_ns;  /* bpf_ktime_get_ns (CLOCK_MONOTONIC); an ioctl's entry */
 	__u64 dur_ns; /* an ioctl's entry to return */
-	__u64 id;     /* a job's scheduler fence address (the same on its four
-		       * events); a fence's context << 32 | seqno; a vblank
-		       * event's DRM file address */
-	__s64 ret;    /* an ioctl's return value; a vblank's own timestamp */
+	__u64 id;     /* a job's finished fence, context << 32 | seqno (the
+		       * same on its four events); a fence's context << 32 |
+		       * seqno; a vblank event's DRM file address */
+	__s64 ret;    /* an ioctl's return value; a vblank's own timestamp;
+		       * a job queued or run: the hardware's jobs in flight
+		       * (hw_job_count); an Xid or a fence signal: IN_IRQ when
+		       * in interrupt context */
 	__u32 pid;    /* for job events after the queue: the submitter's */
 	__u32 tid;
 	__u32 kind;   /* enum driver_kind */
 	__u32 arg;    /* ioctl: the command; Xid: its number; vblank events:
-		       * the sequence number (queued: the one asked for) */
+		       * the sequence number (queued: the one asked for); a job
+		       * queued or run: its entity's queued jobs (job_count) */
 	char comm[DRV_NAME_LEN];
 	char ring[DRV_NAME_LEN]; /* job events: the scheduler's name; Xid: the
 				  * device; vblank events: "crtc N" */
