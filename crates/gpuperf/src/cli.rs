@@ -163,6 +163,21 @@ pub struct RecordArgs {
     /// made inside them.
     #[arg(long, conflicts_with = "cpu_only")]
     pub no_nvtx: bool,
+    /// Sample the GPU's program counters with CUPTI's PC Sampling API, with
+    /// each stall reason (kernel-serialized: kernels run one at a time, so the
+    /// time flamegraph is of a serialized run). PERIOD: sample every 2^PERIOD
+    /// cycles, 5 to 31 (default: CUPTI's). Needs root unless the driver allows
+    /// profiling to all users. Draw them with --pc-svg / --pc-folded.
+    #[arg(
+        long,
+        value_name = "PERIOD",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "default",
+        value_parser = parse_pc_period,
+        conflicts_with = "cpu_only"
+    )]
+    pub pc_sampling: Option<PcPeriod>,
     /// Stop the program (SIGINT) after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -819,5 +834,21 @@ mod tests {
         let cli = Cli::try_parse_from(["gpuperf", "report", "run1", "--top", "3"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Report(_))));
         assert!(Cli::try_parse_from(["gpuperf", "report"]).is_err());
+    }
+}
+
+/// `--pc-sampling`'s value: CUPTI's default period, or 2^N cycles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcPeriod(pub Option<u8>);
+
+fn parse_pc_period(s: &str) -> Result<PcPeriod, String> {
+    if s == "default" {
+        return Ok(PcPeriod(None));
+    }
+    match s.parse::<u8>() {
+        Ok(n @ 5..=31) => Ok(PcPeriod(Some(n))),
+        _ => Err(format!(
+            "`{s}` is not a sampling period: give N from 5 to 31 (every 2^N cycles)"
+        )),
     }
 }

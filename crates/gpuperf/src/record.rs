@@ -158,6 +158,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         // Whole milliseconds, at least 1: a delay asked for is never none.
         asked.delay_ms = a.delay.map(|s| ((s * 1000.0).round() as u64).max(1));
         asked.nvtx = !a.no_nvtx;
+        asked.pc_sampling = a.pc_sampling.map(|p| p.0);
         if asked.nvtx_hook()
             && let Some(old) = std::env::var_os(rec_env::NVTX_INJECTION_PATH)
         {

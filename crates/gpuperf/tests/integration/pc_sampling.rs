@@ -159,29 +159,42 @@ fn sim_pc_sampling_privilege__enable_refused_and_the_program_goes_on() {
 /// reason, samples, source line.
 type Line = (String, String, u64, String, u32, Option<(String, u32)>);
 
-/// `gpuperf record` of `pc_sampling app` (two launches of the hot kernel around
-/// one of the cold one) with `GPUPERF_PC_SAMPLING=5` and `env`, with the
-/// stacks taken in process (no root); the raw traces are kept.
-fn record_app(name: &str, env: &[(&str, &str)]) -> Option<(std::process::Output, Recording)> {
+/// `gpuperf record --pc-sampling=5` of `pc_sampling app` (two launches of the
+/// hot kernel around one of the cold one) with `env`, with the stacks taken in
+/// process (no root); the raw traces are kept, and the PC samples drawn as
+/// `pc.folded` and `pc.svg` in the directory returned.
+fn record_app(
+    name: &str,
+    env: &[(&str, &str)],
+) -> Option<(std::process::Output, Recording, std::path::PathBuf)> {
     let cuda = cuda13()?;
     let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
     let dir = work_dir(name);
     let mut r = Record::new(&dir)
-        .flags(["--stacks", "inject", "--raw-dir", "raw"])
+        .flags([
+            "--stacks",
+            "inject",
+            "--raw-dir",
+            "raw",
+            "--pc-sampling=5",
+            "--pc-folded",
+            "pc.folded",
+            "--pc-svg",
+            "pc.svg",
+        ])
         .cupti(&sim(&cuda).join("libcupti.so.13"))
-        .env("GPUPERF_PC_SAMPLING", "5")
         .env("GPUSIM_PC_SAMPLES", HOT);
     for (k, v) in env {
         r = r.env(k, v);
     }
     let o = r.program(&exe, ["app"]).output().unwrap();
     assert!(o.status.success(), "{}", show(&o));
-    Some((o, Recording::open(&dir.join("raw"))))
+    Some((o, Recording::open(&dir.join("raw")), dir))
 }
 
 #[test]
 fn record_pc_sampling__each_launchs_samples_carry_its_correlation_id_line_and_stall_reason() {
-    let Some((o, rec)) = record_app("pc-sampling-record", &[]) else {
+    let Some((o, rec, dir)) = record_app("pc-sampling-record", &[]) else {
         return;
     };
     rec.check_invariants();
@@ -244,11 +257,68 @@ fn record_pc_sampling__each_launchs_samples_carry_its_correlation_id_line_and_st
     assert_eq!(kernels[1].1, "_Z4coldv");
     // The stall reason's index is CUPTI's (the simulation's table), not a position.
     assert!(rec.pc_samples.iter().any(|p| p.stall_reason_index == 8));
+
+    // The flamegraph's stacks: the program's call into CUDA, then the kernel,
+    // the instruction, its line and the stall reason; both hot launches come
+    // from one call site, so their samples add up.
+    let folded = std::fs::read_to_string(dir.join("pc.folded")).unwrap();
+    let lines: Vec<(&str, u64)> = folded
+        .lines()
+        .map(|l| {
+            let (s, w) = l.rsplit_once(' ').unwrap();
+            (s, w.parse().unwrap())
+        })
+        .collect();
+    let tail = |s: &str| {
+        s.split(';')
+            .skip_while(|f| !f.starts_with("[GPU_Kernel]"))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    let weight = |want: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|(s, _)| tail(s) == want)
+            .map(|l| l.1)
+            .sum()
+    };
+    assert_eq!(
+        weight("[GPU_Kernel]hot;[GPU_PC]hot+0x40;[CUDA]/src/app/hot.cu:14;[Stall]long_scoreboard"),
+        2 * 146,
+        "{folded}"
+    );
+    assert_eq!(
+        weight(
+            "[GPU_Kernel]cold;[GPU_PC]cold+0x0;[CUDA]? (no line information: build with -lineinfo);[Stall]selected"
+        ),
+        61,
+        "{folded}"
+    );
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    assert_eq!(
+        total,
+        got.iter().map(|l| u64::from(l.4)).sum::<u64>(),
+        "{folded}"
+    );
+    // Every sample is under the program's own frames (the `app` mode's function).
+    assert!(lines.iter().all(|(s, _)| s.contains("main")), "{folded}");
+    let svg = std::fs::read_to_string(dir.join("pc.svg")).unwrap();
+    assert!(
+        svg.contains("long_scoreboard"),
+        "pc.svg has no stall reason"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{total} GPU PC samples: {total} charged to their launch's CPU stack"
+        )),
+        "{err}"
+    );
 }
 
 #[test]
 fn record_pc_sampling_refused__one_line_says_what_to_do_and_the_rest_is_recorded() {
-    let Some((o, rec)) = record_app(
+    let Some((o, rec, _)) = record_app(
         "pc-sampling-refused",
         &[("GPUSIM_PC_SAMPLING_PRIVILEGE", "0")],
     ) else {

@@ -100,6 +100,9 @@ pub struct Injection {
     pub delay_ms: Option<u64>,
     /// Whether NVTX ranges are recorded ([`NVTX`]). Default is `true`.
     pub nvtx: bool,
+    /// GPU PC sampling ([`PC_SAMPLING`]): `Some(None)` on at CUPTI's default
+    /// period, `Some(Some(n))` every 2^n cycles; `None` off.
+    pub pc_sampling: Option<Option<u8>>,
 }
 
 impl Injection {
@@ -115,6 +118,7 @@ impl Injection {
             capture_range: None,
             delay_ms: None,
             nvtx: true,
+            pc_sampling: None,
         }
     }
 
@@ -157,6 +161,11 @@ impl Injection {
         }
         if let Some(ms) = self.delay_ms {
             env.push((CAPTURE_DELAY_MS.into(), ms.to_string().into()));
+        }
+        match self.pc_sampling {
+            Some(Some(period)) => env.push((PC_SAMPLING.into(), period.to_string().into())),
+            Some(None) => env.push((PC_SAMPLING.into(), "on".into())),
+            None => {}
         }
         env
     }
