@@ -356,7 +356,7 @@ fn names_its_process(k: DriverKind) -> bool {
 }
 
 /// The command name of each process and thread that the events name in
-/// their own context ([`names_its_process`]): a process's is its main
+/// their own context (`names_its_process`): a process's is its main
 /// thread's, else its first-seen thread's. For processes that made no CUDA
 /// call, whose names the GPU trace does not give.
 #[derive(Clone, Debug, Default)]
