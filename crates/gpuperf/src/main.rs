@@ -13,7 +13,9 @@ use std::io::{self, IsTerminal, Write as _};
 use std::process::ExitCode;
 
 use anyhow::Result;
-use gpuperf_merge::recording::report::{IdleTable, PythonLineTable, PythonLines, report_json};
+use gpuperf_merge::recording::report::{
+    IdleTable, PcTable, PythonLineTable, PythonLines, report_json,
+};
 use gpuperf_merge::recording::{self, Recording};
 use gpuperf_merge::write::idle::IdleFolder;
 use gpuperf_merge::write::report;
@@ -166,23 +168,25 @@ fn run_report(a: ReportArgs, quiet: bool) -> Result<()> {
     }
     let mut rep = report::Reporter::new();
     let mut idle = IdleFolder::new();
+    let mut pc = gpuperf_merge::write::pc::PcFolder::new();
     let mut driver = l
         .driver
         .take()
         .map(gpuperf_merge::write::driver::Reporter::new);
     let summary = match driver.as_mut() {
-        Some(d) => l.join(&mut [&mut rep, &mut idle, d])?,
-        None => l.join(&mut [&mut rep, &mut idle])?,
+        Some(d) => l.join(&mut [&mut rep, &mut idle, &mut pc, d])?,
+        None => l.join(&mut [&mut rep, &mut idle, &mut pc])?,
     };
     let top = usize::try_from(a.top).unwrap_or(usize::MAX);
     let lines = PythonLines::of(&rep, &idle);
     let mut out = io::stdout().lock();
     if a.format == Format::Json {
-        writeln!(out, "{}", report_json(&mut rep, &idle, &lines, top))?;
+        writeln!(out, "{}", report_json(&mut rep, &idle, &lines, &pc, top))?;
     } else {
         rep.write(&mut out, top)?;
         write!(out, "{}", PythonLineTable { lines: &lines, top })?;
         write!(out, "{}", IdleTable { idle: &idle, top })?;
+        write!(out, "{}", PcTable { pc: &pc, top })?;
         if let Some(d) = &driver {
             d.write(&mut out, top)?;
         }

@@ -529,7 +529,7 @@ fn merge_pytorch_trace_file__format_from_content_every_output_and_pprof() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["args"]["name"] == "GPU 0 NVIDIA B200 (pid 6583)")
+            .any(|e| e["args"]["name"] == "GPU 0 NVIDIA B200 (pid 6583, rank 0 of 8)")
     );
     assert!(fs::read_to_string(&svg).unwrap().contains("gpt_oss.py"));
     assert_eq!(&fs::read(&prof).unwrap()[..2], &[0x1f, 0x8b], "gzipped");

@@ -314,6 +314,42 @@ fn record_pc_sampling__each_launchs_samples_carry_its_correlation_id_line_and_st
         )),
         "{err}"
     );
+
+    // `gpuperf report` of the kept recording: per kernel, its lines and stall
+    // reasons, hottest first, in the JSON and in the text.
+    let report = |format: &str| {
+        let o = common::gpuperf_cmd()
+            .arg("report")
+            .arg(dir.join("raw"))
+            .args(["--format", format])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        text(&o.stdout)
+    };
+    let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
+    let pc = &json["pc_samples"];
+    assert_eq!(pc["samples"], total, "{pc}");
+    assert_eq!(pc["attributed"], total, "{pc}");
+    assert_eq!(pc["kernels"][0]["kernel"], "hot", "{pc}");
+    assert_eq!(pc["kernels"][0]["samples"], 2 * (25 + 146 + 73), "{pc}");
+    assert_eq!(
+        pc["kernels"][0]["lines"][0]["line"], "/src/app/hot.cu:14",
+        "{pc}"
+    );
+    assert_eq!(pc["kernels"][0]["lines"][0]["samples"], 2 * 146, "{pc}");
+    assert_eq!(
+        pc["kernels"][0]["stalls"][0]["reason"], "long_scoreboard",
+        "{pc}"
+    );
+    assert_eq!(pc["kernels"][1]["kernel"], "cold", "{pc}");
+    let text_report = report("text");
+    assert!(
+        text_report.contains("GPU PC samples by kernel")
+            && text_report.contains("line   /src/app/hot.cu:14")
+            && text_report.contains("stall  long_scoreboard"),
+        "{text_report}"
+    );
 }
 
 #[test]

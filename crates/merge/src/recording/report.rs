@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::view::fit_stack;
 use crate::view::{elide_middle, innermost_python};
 use crate::write::idle::IdleFolder;
+use crate::write::pc::{KernelSamples, PcFolder};
 use crate::write::report::{LINE_WIDTH, Reporter, Row, dur};
 
 /// The top `top` kernels by GPU time, each line starting `gpuperf: `'s
@@ -238,12 +239,82 @@ impl fmt::Display for PythonLineTable<'_> {
     }
 }
 
+/// The report's PC-sample section: per kernel (most samples first), its
+/// hottest source lines and stall reasons, `top` of each. Nothing without
+/// samples.
+pub struct PcTable<'a> {
+    /// The samples, after the join.
+    pub pc: &'a PcFolder,
+    /// Kernels, and lines and reasons per kernel, to list.
+    pub top: usize,
+}
+
+/// `(name, samples)` largest first, ties by name.
+fn by_samples(m: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
+    let mut v: Vec<(&str, u64)> = m.iter().map(|(k, &n)| (k.as_str(), n)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    v
+}
+
+/// Kernels by samples, largest first, ties by name.
+fn kernels_by_samples(pc: &PcFolder) -> Vec<(&str, &KernelSamples)> {
+    let mut v: Vec<(&str, &KernelSamples)> =
+        pc.kernels().iter().map(|(k, s)| (k.as_str(), s)).collect();
+    v.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then_with(|| a.0.cmp(b.0)));
+    v
+}
+
+impl fmt::Display for PcTable<'_> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stats = self.pc.stats();
+        if stats.samples == 0 {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "\nGPU PC samples by kernel: source lines and stall reasons"
+        )?;
+        writeln!(out, "({stats})")?;
+        let pct = |n: u64, of: u64| n as f64 * 100.0 / of.max(1) as f64;
+        let kernels = kernels_by_samples(self.pc);
+        for (name, k) in kernels.iter().take(self.top) {
+            writeln!(
+                out,
+                "{:>9} {:>5.1}%  {}",
+                k.samples,
+                pct(k.samples, stats.samples),
+                elide_middle(name, LINE_WIDTH - 18)
+            )?;
+            for (line, n) in by_samples(&k.lines).into_iter().take(self.top) {
+                writeln!(out, "{:>9} {:>5.1}%    line   {line}", n, pct(n, k.samples))?;
+            }
+            for (reason, n) in by_samples(&k.stalls).into_iter().take(self.top) {
+                writeln!(
+                    out,
+                    "{:>9} {:>5.1}%    stall  {reason}",
+                    n,
+                    pct(n, k.samples)
+                )?;
+            }
+        }
+        if kernels.len() > self.top {
+            writeln!(
+                out,
+                "({} more kernels; raise --top to see them)",
+                kernels.len() - self.top
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// `gpuperf report --format json`: the tables of the text report, with whole
 /// stacks and names (`top` rows each).
 pub fn report_json(
     rep: &mut Reporter,
     idle: &IdleFolder,
     lines: &PythonLines,
+    pc: &PcFolder,
     top: usize,
 ) -> String {
     use serde_json::json;
@@ -294,8 +365,27 @@ pub fn report_json(
                     "local_rank": o.local_rank, "world_size": o.world_size })
         })
         .collect();
+    let pc_kernels: Vec<_> = kernels_by_samples(pc)
+        .into_iter()
+        .take(top)
+        .map(|(name, k)| {
+            let list = |m: &BTreeMap<String, u64>, key: &str| -> Vec<serde_json::Value> {
+                by_samples(m)
+                    .into_iter()
+                    .take(top)
+                    .map(|(x, n)| json!({ key: x, "samples": n }))
+                    .collect()
+            };
+            json!({ "kernel": name, "samples": k.samples,
+                    "lines": list(&k.lines, "line"), "stalls": list(&k.stalls, "reason") })
+        })
+        .collect();
+    let stats = pc.stats();
     let doc = json!({
         "gpu_total_ns": rep.total_ns(),
+        "pc_samples": { "samples": stats.samples, "attributed": stats.attributed,
+                        "unattributed": stats.unattributed, "unmatched": stats.unmatched,
+                        "without_line": stats.without_line, "kernels": pc_kernels },
         "processes": processes,
         "kernels": kernels,
         "stacks": stacks,

@@ -910,8 +910,13 @@ impl Builder {
 }
 
 /// A process's place in a distributed job, for its name: `rank 3 of 8 on n1`;
-/// none for a process outside one.
+/// none for a process outside one, or alone in its job (PyTorch's profiler
+/// writes `rank 0` of `world_size 1` for any process that set up
+/// torch.distributed).
 fn origin_text(o: &Origin) -> Option<String> {
+    if o.world_size == Some(1) {
+        return None;
+    }
     let rank = match (o.rank, o.world_size) {
         (Some(r), Some(w)) => format!("rank {r} of {w}"),
         (Some(r), None) => format!("rank {r}"),
