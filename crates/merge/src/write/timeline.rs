@@ -910,11 +910,15 @@ impl Builder {
 }
 
 /// A process's place in a distributed job, for its name: `rank 3 of 8 on n1`;
-/// none for a process outside one, or alone in its job (PyTorch's profiler
-/// writes `rank 0` of `world_size 1` for any process that set up
-/// torch.distributed).
+/// none for a process outside one: alone in its job, or rank 0 of a job of
+/// unknown size (PyTorch's profiler writes a `distributedInfo` for any process
+/// that set up torch.distributed).
 fn origin_text(o: &Origin) -> Option<String> {
-    if o.world_size == Some(1) {
+    let distributed = match o.world_size {
+        Some(w) => w > 1,
+        None => o.rank.is_some_and(|r| r > 0),
+    };
+    if !distributed {
         return None;
     }
     let rank = match (o.rank, o.world_size) {

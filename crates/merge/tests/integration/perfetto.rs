@@ -649,8 +649,12 @@ fn b200__stacks_only_on_api_slices() {
         .filter(|e| e["name"] == "process_name")
         .map(|e| e["args"]["name"].as_str().unwrap())
         .collect();
-    // The trace names no executable: the main thread's name stands in.
-    assert!(names.contains(&"python (pid 6583)"), "{names:?}");
+    // The trace names no executable: the main thread's name stands in, with
+    // the rank its distributedInfo gives (rank 0 of an 8-rank job).
+    assert!(
+        names.contains(&"python (pid 6583, rank 0 of 8)"),
+        "{names:?}"
+    );
 }
 
 #[test]
