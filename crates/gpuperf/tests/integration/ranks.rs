@@ -168,34 +168,37 @@ fn outliers__a_rank_beyond_median_plus_k_mads_stands_out_and_the_others_do_not()
     assert_eq!(found, [(5, "collective_ns"), (5, "step_ns")]);
 }
 
+/// `gpuperf.ranks.summarize(path, rank)` in Python, with the module of this
+/// checkout and the gpuperf under test; `rank` "" passes none.
+fn summarize(path: &Path, rank: &str) -> Value {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let o = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, gpuperf.ranks as r\n\
+             rank = int(sys.argv[2]) if sys.argv[2] else None\n\
+             print(json.dumps(r.summarize(sys.argv[1], rank)))",
+        ])
+        .arg(path)
+        .arg(rank)
+        .env("PYTHONPATH", repo.join("python"))
+        .env("GPUPERF_COMMAND", env!("CARGO_BIN_EXE_gpuperf"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", common::show(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 #[test]
 fn summarize__rank_is_the_trace_s_own_and_step_time_the_median_profiler_step() {
     let dir = tempfile::tempdir().unwrap();
     // A name that says another rank: the trace's distributedInfo wins.
     let trace = dir.path().join("job.rank-7.json.gz");
     std::fs::copy(&rank_traces()[1], &trace).unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let summarize = |rank: &str| -> Value {
-        let o = Command::new("python3")
-            .args([
-                "-c",
-                "import json, sys, gpuperf.ranks as r\n\
-                 rank = int(sys.argv[2]) if sys.argv[2] else None\n\
-                 print(json.dumps(r.summarize(sys.argv[1], rank)))",
-            ])
-            .arg(&trace)
-            .arg(rank)
-            .env("PYTHONPATH", repo.join("python"))
-            .env("GPUPERF_COMMAND", env!("CARGO_BIN_EXE_gpuperf"))
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", common::show(&o));
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
-    let row = summarize("");
+    let row = summarize(&trace, "");
     assert_eq!(row["rank"], 1, "{row}");
-    assert_eq!(summarize("3")["rank"], 3);
+    assert_eq!(summarize(&trace, "3")["rank"], 3);
 
     // The ProfilerStep# spans, read from the JSON here.
     let o = Command::new("gzip")
@@ -226,22 +229,12 @@ fn summarize__rank_is_the_trace_s_own_and_step_time_the_median_profiler_step() {
 /// A gpuperf raw recording of one process that ran as `rank` of `world`, with
 /// one launch of a 5 µs kernel.
 fn raw_recording(dir: &Path, rank: u32, world: u32) {
-    use gpuperf_merge::model::{
-        Activity, ActivityKind, ApiCall, ApiDomain, Origin, Process, ProcessOrigin, Record,
-        StringTable,
-    };
+    use gpuperf_merge::model::{Origin, ProcessOrigin, Record};
     std::fs::create_dir_all(dir).unwrap();
-    let mut strings = StringTable::new();
     let pid = 100 + rank;
-    let recs = [
-        Record::Process(Process {
-            pid,
-            ppid: 1,
-            exe: "/usr/bin/python3".into(),
-            start_ns: 1_000,
-            start_realtime_ns: 0,
-        }),
-        Record::Origin(ProcessOrigin {
+    let mut t = gpuperf_test_support::traces::Trace::new();
+    t.process(pid, "/usr/bin/python3", 1_000)
+        .push(Record::Origin(ProcessOrigin {
             pid,
             origin: Origin {
                 host: Some("node-a".into()),
@@ -249,39 +242,10 @@ fn raw_recording(dir: &Path, rank: u32, world: u32) {
                 local_rank: Some(rank % 8),
                 world_size: Some(world),
             },
-        }),
-        Record::Api(ApiCall {
-            pid,
-            tid: pid,
-            start_ns: 10_000,
-            end_ns: 12_000,
-            correlation_id: 1,
-            cbid: 0,
-            domain: ApiDomain::Runtime,
-            name: strings.intern("cudaLaunchKernel"),
-        }),
-        Record::Activity(Activity {
-            pid,
-            start_ns: 20_000,
-            end_ns: 25_000,
-            correlation_id: 1,
-            device: 0,
-            context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
-            kind: ActivityKind::Kernel {
-                name: strings.intern("step"),
-                grid: [1, 1, 1],
-                block: [32, 1, 1],
-            },
-        }),
-    ];
-    let mut w = gpuperf_merge::read::gputrace::Writer::new(Vec::new()).unwrap();
-    for r in &recs {
-        w.write(r, &strings).unwrap();
-    }
-    std::fs::write(dir.join(format!("gpu-{pid}.gputrace")), w.into_inner()).unwrap();
+        }))
+        .api(pid, pid, 1, (10_000, 12_000), "cudaLaunchKernel", 0)
+        .kernel(pid, 1, (20_000, 25_000), 7, "step");
+    std::fs::write(dir.join(format!("gpu-{pid}.gputrace")), t.gputrace()).unwrap();
 }
 
 #[test]
@@ -295,22 +259,8 @@ fn summarize__a_gpuperf_recording_s_rank_is_the_one_its_process_recorded() {
     );
     raw_recording(&a, 12, 16);
     raw_recording(&b, 3, 16);
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     for (path, rank) in [(&a, 12), (&b, 3)] {
-        let o = Command::new("python3")
-            .args([
-                "-c",
-                "import json, sys, gpuperf.ranks as r\n\
-                 print(json.dumps(r.summarize(sys.argv[1])))",
-            ])
-            .arg(path)
-            .env("PYTHONPATH", repo.join("python"))
-            .env("GPUPERF_COMMAND", env!("CARGO_BIN_EXE_gpuperf"))
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", common::show(&o));
-        let row: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let row = summarize(path, "");
         assert_eq!(row["rank"], rank, "{row}");
         assert_eq!(row["kernel_ns"], 5_000, "{row}");
     }
