@@ -3,8 +3,11 @@
 # (making ioctls, submitting DRM scheduler jobs, raising interrupts and one
 # Xid) and sim_app (the simulated CUDA runtime, launching and syncing) are
 # started together by one shell, so their events interleave as far as the
-# guest's speed lets them. Writes the timeline (OUT.json) and its picture
-# (OUT.svg). Everything in it is SIMULATED: the modules of this directory, no GPU.
+# guest's speed lets them. `drive` submits a hundred jobs (ten of them waiting
+# on a dependency) to the simulated DRM scheduler. Writes the timeline
+# (OUT.json), its picture (OUT.svg) and one of sim_app's CUDA calls alone
+# (OUT-zoom.svg). Everything in it is SIMULATED: the modules of this directory,
+# no GPU.
 #
 # usage: sim/kernel/driver-demo.sh KERNEL OUT      (after sim/kernel/ci.sh; needs
 #        the CUDA 13 wheels that sim/build.sh names)
@@ -34,12 +37,13 @@ modprobe nvidia_sim
 modprobe drm_sched_sim
 cd /tmp
 $gpuperf record --driver -q -c demo.json --cupti $work/sim/libcupti.so.13 -- \
-    sh -c '$work/drive --ioctls 4 --jobs 6 --run-us 1500 --deps 2 --dep-us 800 --irqs 2 --xids 1 >/dev/null & $work/sim_app sync-loop 12 >/dev/null; wait'
+    sh -c '$work/drive --ioctls 4 --jobs 100 --run-us 300 --deps 10 --dep-us 800 --irqs 2 --xids 1 >/dev/null & $work/sim_app sync-loop 12 >/dev/null; wait'
 echo GPUPERF-DEMO-JSON
 cat demo.json
 SH
 "$here/run.sh" -k "$kver" -- sh "$work/guest.sh" > "$work/guest.out"
 sed -n '/^GPUPERF-DEMO-JSON/,$p' "$work/guest.out" | tail -n +2 | tr -d '\r' > "$out.json"
-python3 "$here/timeline_svg.py" "$out.json" "$out.svg" \
-    "gpuperf record --driver on SIMULATED drivers (nvidia_sim, drm_sched_sim; kernel VM, no GPU)"
-echo "wrote $out.json and $out.svg"
+title="gpuperf record --driver on SIMULATED drivers (nvidia_sim, drm_sched_sim; kernel VM, no GPU)"
+python3 "$here/timeline_svg.py" "$out.json" "$out.svg" "$title"
+python3 "$here/timeline_svg.py" "$out.json" "$out-zoom.svg" "$title: sim_app's CUDA calls" sim_app
+echo "wrote $out.json, $out.svg and $out-zoom.svg"

@@ -339,6 +339,21 @@ fn in_guest_every_event_of_the_driving_program_is_counted_once() {
         "{run}"
     );
     assert!(run.contains("  run time:\n    ["), "{run}");
+    // How long jobs waited on their dependencies, and each fence context's
+    // made-to-signalled latency, the scheduler's named by their ring.
+    assert!(
+        own.contains(&format!("{} dependency waits, waited p50 ", did["deps"])),
+        "{run}"
+    );
+    assert!(run.contains("  dependency wait:\n    ["), "{run}");
+    assert!(
+        run.lines().any(|l| l.starts_with("fence context ")
+            && l.contains(" (drm_sched sim-ring")
+            && l.contains(" finished): ")
+            && l.contains("; made to signalled p50 ")),
+        "{run}"
+    );
+    assert!(run.contains("  made to signalled:\n    ["), "{run}");
     // The queue depth the tracepoints give: a job runs with itself at least
     // on the hardware.
     let hw: u64 = run
@@ -868,6 +883,17 @@ fn in_61_guest_sw_sync_fences_are_made_and_signalled_once_each() {
     assert_eq!(did["sw_sync_signalled"], 25, "{t}");
     assert_eq!(total(&r, "fence_init"), 25, "{t}");
     assert_eq!(total(&r, "fence_signaled"), 25, "{t}");
+    // One software timeline: its 25 fences, each made to signalled.
+    let run = t.split("=== whole run, ").nth(1).unwrap_or_default();
+    let fences: Vec<&str> = run
+        .lines()
+        .filter(|l| l.starts_with("fence context "))
+        .collect();
+    assert_eq!(fences.len(), 1, "{t}");
+    assert!(
+        fences[0].contains(": 25 made, 25 signalled; made to signalled p50 "),
+        "{t}"
+    );
     let file = std::fs::read_to_string(events).unwrap();
     let (start, end) = (did["sw_sync_start_ns"], did["sw_sync_end_ns"]);
     for kind in ["fence_init", "fence_signaled"] {

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use gpuperf_merge::ioctl::Ioctl;
-use gpuperf_merge::write::driver::VblankPairer;
+use gpuperf_merge::write::driver::{VblankPairer, job_fence_contexts};
 
 use crate::driver::{DriverEvent, DriverKind};
 
@@ -146,6 +146,8 @@ struct JobStats {
     dep_waits: u64,
     queue: Series,
     run: Series,
+    /// A job's first dependency wait to its run.
+    dep_wait: Series,
 }
 
 impl JobStats {
@@ -156,6 +158,7 @@ impl JobStats {
             dep_waits: 0,
             queue: Series::new(exact),
             run: Series::new(exact),
+            dep_wait: Series::new(exact),
         }
     }
 
@@ -175,6 +178,14 @@ struct RingStats {
     max_hw_job_count: u64,
 }
 
+/// Fences of one context: made, signalled, and made to signalled.
+#[derive(Clone, Debug)]
+struct FenceStats {
+    made: u64,
+    signalled: u64,
+    latency: Series,
+}
+
 /// The figures of an interval or of the whole run.
 #[derive(Clone, Debug)]
 struct Figures {
@@ -184,6 +195,8 @@ struct Figures {
     other: BTreeMap<DriverKind, u64>,
     /// Vblanks per CRTC.
     vblanks: BTreeMap<String, u64>,
+    /// Fences per context.
+    fences: BTreeMap<u64, FenceStats>,
 }
 
 impl Figures {
@@ -194,7 +207,17 @@ impl Figures {
             rings: BTreeMap::new(),
             other: BTreeMap::new(),
             vblanks: BTreeMap::new(),
+            fences: BTreeMap::new(),
         }
+    }
+
+    fn fence(&mut self, context: u64) -> &mut FenceStats {
+        let exact = self.exact;
+        self.fences.entry(context).or_insert_with(|| FenceStats {
+            made: 0,
+            signalled: 0,
+            latency: Series::new(exact),
+        })
     }
 
     fn proc(&mut self, e: &DriverEvent) -> &mut ProcStats {
@@ -229,22 +252,30 @@ impl Figures {
             && self.rings.is_empty()
             && self.other.is_empty()
             && self.vblanks.is_empty()
+            && self.fences.is_empty()
     }
 }
 
 /// What a job event tells: its kind and, for a run or done, its latency.
 enum JobStep {
     Queued,
-    Ran(Option<u64>),
+    /// Its queue latency and, after a dependency wait, how long it waited.
+    Ran(Option<u64>, Option<u64>),
     Done(Option<u64>),
     DepWait,
 }
 
 /// A job between its queueing and its end.
 struct OpenJob {
-    queued_ns: u64,
+    queued_ns: Option<u64>,
+    wait_ns: Option<u64>,
     run_ns: Option<u64>,
 }
+
+/// Jobs and fences followed at once, at most: past it, new ones are not
+/// followed (their latencies are not known, their counts still are), so a
+/// source that never ends what it starts cannot grow the monitor's memory.
+const MAX_OPEN: usize = 1 << 16;
 
 /// Statistics of the events seen, by interval and over the run.
 pub struct Stats {
@@ -255,6 +286,10 @@ pub struct Stats {
     jobs: HashMap<u64, OpenJob>,
     /// Vblank events' queue times until they are delivered.
     vblank_events: VblankPairer<u64>,
+    /// Fences by id (context and seqno), made until signalled.
+    fences: HashMap<u64, u64>,
+    /// Fence contexts named by the jobs seen (`drm_sched RING finished`).
+    contexts: HashMap<u64, String>,
     /// `--sample N`: one in N events kept (Xids all), rates scaled by N.
     sample_every: u32,
 }
@@ -267,6 +302,8 @@ impl Default for Stats {
             run: Figures::new(false),
             jobs: HashMap::new(),
             vblank_events: VblankPairer::default(),
+            fences: HashMap::new(),
+            contexts: HashMap::new(),
             sample_every: 1,
         }
     }
@@ -278,6 +315,7 @@ pub struct Interval {
     /// One in this many events was kept (`--sample`): rates are scaled by it.
     sample_every: u32,
     figures: Figures,
+    contexts: HashMap<u64, String>,
 }
 
 impl Stats {
@@ -294,6 +332,11 @@ impl Stats {
             | DriverKind::JobRun
             | DriverKind::JobDone
             | DriverKind::JobWaitDep => {
+                for (context, name) in job_fence_contexts(e) {
+                    if self.contexts.len() < MAX_OPEN {
+                        self.contexts.entry(context).or_insert(name);
+                    }
+                }
                 let step = self.job_step(e);
                 let depth = matches!(e.kind, DriverKind::JobQueued | DriverKind::JobRun)
                     .then(|| (u64::from(e.arg), u64::try_from(e.ret).unwrap_or(0)));
@@ -317,6 +360,7 @@ impl Stats {
                     *f.vblanks.entry(e.ring.clone()).or_default() += 1;
                 }
             }
+            DriverKind::FenceInit | DriverKind::FenceSignaled => self.fence_step(e),
             _ => {
                 let latency = match e.kind {
                     DriverKind::VblankQueued => {
@@ -351,21 +395,25 @@ impl Stats {
     fn job_step(&mut self, e: &DriverEvent) -> JobStep {
         match e.kind {
             DriverKind::JobQueued => {
-                self.jobs.insert(
-                    e.id,
-                    OpenJob {
-                        queued_ns: e.ts_ns,
-                        run_ns: None,
-                    },
-                );
+                if self.jobs.len() < MAX_OPEN {
+                    self.jobs.insert(
+                        e.id,
+                        OpenJob {
+                            queued_ns: Some(e.ts_ns),
+                            wait_ns: None,
+                            run_ns: None,
+                        },
+                    );
+                }
                 JobStep::Queued
             }
             DriverKind::JobRun => {
                 let Some(j) = self.jobs.get_mut(&e.id) else {
-                    return JobStep::Ran(None);
+                    return JobStep::Ran(None, None);
                 };
                 j.run_ns = Some(e.ts_ns);
-                JobStep::Ran(Some(e.ts_ns.saturating_sub(j.queued_ns)))
+                let since = |t: Option<u64>| t.map(|t| e.ts_ns.saturating_sub(t));
+                JobStep::Ran(since(j.queued_ns), since(j.wait_ns))
             }
             DriverKind::JobDone => match self.jobs.remove(&e.id) {
                 Some(OpenJob {
@@ -373,7 +421,50 @@ impl Stats {
                 }) => JobStep::Done(Some(e.ts_ns.saturating_sub(run))),
                 _ => JobStep::Done(None),
             },
-            _ => JobStep::DepWait,
+            _ => {
+                // A job's first wait; one queued before the monitor started
+                // is followed from here.
+                if let Some(j) = self.jobs.get_mut(&e.id) {
+                    j.wait_ns.get_or_insert(e.ts_ns);
+                } else if self.jobs.len() < MAX_OPEN {
+                    self.jobs.insert(
+                        e.id,
+                        OpenJob {
+                            queued_ns: None,
+                            wait_ns: Some(e.ts_ns),
+                            run_ns: None,
+                        },
+                    );
+                }
+                JobStep::DepWait
+            }
+        }
+    }
+
+    /// Follows a fence from its making to its signal, by context.
+    fn fence_step(&mut self, e: &DriverEvent) {
+        let context = e.id >> 32;
+        let latency = if e.kind == DriverKind::FenceInit {
+            if self.fences.len() < MAX_OPEN {
+                self.fences.insert(e.id, e.ts_ns);
+            }
+            None
+        } else {
+            self.fences
+                .remove(&e.id)
+                .map(|made| e.ts_ns.saturating_sub(made))
+        };
+        for f in [&mut self.interval, &mut self.run] {
+            *f.proc(e).counts.entry(e.kind).or_default() += 1;
+            let s = f.fence(context);
+            if e.kind == DriverKind::FenceInit {
+                s.made += 1;
+            } else {
+                s.signalled += 1;
+            }
+            if let Some(l) = latency {
+                s.latency.push(l);
+            }
         }
     }
 
@@ -390,6 +481,7 @@ impl Stats {
             secs,
             sample_every: self.sample_every.max(1),
             figures: std::mem::replace(&mut self.interval, Figures::new(true)),
+            contexts: self.contexts.clone(),
         }
     }
 
@@ -399,6 +491,7 @@ impl Stats {
             secs,
             sample_every: self.sample_every.max(1),
             figures: self.run.clone(),
+            contexts: self.contexts.clone(),
         }
     }
 }
@@ -406,9 +499,12 @@ impl Stats {
 fn add_job(j: &mut JobStats, step: &JobStep) {
     match *step {
         JobStep::Queued => j.queued += 1,
-        JobStep::Ran(l) => {
-            if let Some(l) = l {
+        JobStep::Ran(queue, wait) => {
+            if let Some(l) = queue {
                 j.queue.push(l);
+            }
+            if let Some(l) = wait {
+                j.dep_wait.push(l);
             }
         }
         JobStep::Done(l) => {
@@ -439,6 +535,9 @@ impl Interval {
         );
         if j.dep_waits > 0 {
             s += &format!("; {} dependency waits", j.dep_waits);
+            if !j.dep_wait.is_empty() {
+                s += &format!(", waited {}", j.dep_wait.summary());
+            }
         }
         s
     }
@@ -508,7 +607,20 @@ impl fmt::Display for Interval {
                 r.max_hw_job_count
             )?;
             self.histograms(f, "queue latency", &r.jobs.queue)?;
+            self.histograms(f, "dependency wait", &r.jobs.dep_wait)?;
             self.histograms(f, "run time", &r.jobs.run)?;
+        }
+        for (context, s) in &fig.fences {
+            let name = match self.contexts.get(context) {
+                Some(n) => format!("fence context {context} ({n})"),
+                None => format!("fence context {context}"),
+            };
+            let mut line = format!("{name}: {} made, {} signalled", s.made, s.signalled);
+            if !s.latency.is_empty() {
+                line += &format!("; made to signalled {}", s.latency.summary());
+            }
+            writeln!(f, "{line}")?;
+            self.histograms(f, "made to signalled", &s.latency)?;
         }
         for (crtc, n) in &fig.vblanks {
             writeln!(f, "vblank {crtc}: {n} vblanks, {:.1}/s", rate(*n))?;
@@ -693,5 +805,47 @@ mod tests {
         assert_eq!(counts.iter().sum::<u64>(), 3, "{run}");
         assert_eq!(counts.first(), Some(&1), "{run}");
         assert_eq!(counts.last(), Some(&1), "{run}");
+    }
+
+    /// A job that waits on a dependency: how long it waited before it ran,
+    /// per process and ring; fences by context, made to signalled, the
+    /// scheduler's contexts named by the jobs on them; a fence signalled that
+    /// was made before the monitor started is counted without a latency.
+    #[test]
+    fn dependency_waits_and_fences_have_their_latencies() {
+        use DriverKind::{
+            FenceInit as I, FenceSignaled as S, JobDone as D, JobQueued as Q, JobRun as R,
+            JobWaitDep as W,
+        };
+        let mut s = Stats::default();
+        // Job 9:1 (finished fence context 9, seqno 1) waits 40 µs on a
+        // dependency; fences: 9:1 made at queueing, signalled at done; a
+        // sw_sync fence 5:7 made and signalled 3 µs apart; 5:6 signalled only.
+        let job = (9 << 32) | 1;
+        let seq = [
+            (Q, 0, job),
+            (I, 0, job),
+            (W, 2_000, job),
+            (R, 42_000, job),
+            (D, 50_000, job),
+            (S, 50_000, job),
+            (I, 60_000, (5 << 32) | 7),
+            (S, 63_000, (5 << 32) | 7),
+            (S, 64_000, (5 << 32) | 6),
+        ];
+        for (k, ts, id) in seq {
+            s.record(&event(k, ts, 7, id));
+        }
+        let text = s.take_interval(1.0).to_string();
+        assert_eq!(
+            text,
+            "app7 (pid 7): fences made 2; fences signalled 3; jobs 1 queued (1.0/s), 1 done; queue p50 42.0 µs p99 42.0 µs max 42.0 µs; run p50 8.0 µs p99 8.0 µs max 8.0 µs; 1 dependency waits, waited p50 40.0 µs p99 40.0 µs max 40.0 µs\n\
+             ring ring0: jobs 1 queued (1.0/s), 1 done; queue p50 42.0 µs p99 42.0 µs max 42.0 µs; run p50 8.0 µs p99 8.0 µs max 8.0 µs; 1 dependency waits, waited p50 40.0 µs p99 40.0 µs max 40.0 µs; queue depth max 0 queued (job_count), 0 on the hardware (hw_job_count)\n\
+             fence context 5: 1 made, 2 signalled; made to signalled p50 3.0 µs p99 3.0 µs max 3.0 µs\n\
+             fence context 9 (drm_sched ring0 finished): 1 made, 1 signalled; made to signalled p50 50.0 µs p99 50.0 µs max 50.0 µs\n"
+        );
+        let run = s.run(1.0).to_string();
+        assert!(run.contains("\n  dependency wait:\n    ["), "{run}");
+        assert!(run.contains("\n  made to signalled:\n    ["), "{run}");
     }
 }

@@ -3,7 +3,9 @@
 //! what is drawn where).
 //!
 //! - Slices are `X` events, markers `i` events, flows `s`/`f` pairs (the `f`
-//!   bound to the slice that encloses its timestamp). Metadata events name
+//!   bound to the slice that encloses its timestamp); a flow to or from an
+//!   async track, whose slices those events cannot bind to, is a `bind_id`
+//!   on its two slices with `flow_out` and `flow_in` (Perfetto's flow v2). Metadata events name
 //!   every process and thread and give their order; a recorder's note is a
 //!   process label.
 //! - On an async track (the driver's) slices are `b`/`e` pairs and markers
@@ -57,14 +59,18 @@ fn encode<W: Write>(t: &Timeline, out: &mut W) -> std::io::Result<()> {
     for &step in &t.steps {
         match step {
             Step::Begin(i) | Step::Instant(i) => {
-                e.event(&t.events[i])?;
+                e.event(i)?;
                 // Right after the slice: at one instant the reader binds a
                 // flow's end to the slice that is open on top of its thread.
                 for &f in t.flows_out.get(&i).into_iter().flatten() {
-                    e.flow_end(f, true)?;
+                    if !bound(t, f) {
+                        e.flow_end(f, true)?;
+                    }
                 }
                 for &f in t.flows_in.get(&i).into_iter().flatten() {
-                    e.flow_end(f, false)?;
+                    if !bound(t, f) {
+                        e.flow_end(f, false)?;
+                    }
                 }
             }
             Step::End(i) => e.async_end(&t.events[i])?,
@@ -81,6 +87,14 @@ fn encode<W: Write>(t: &Timeline, out: &mut W) -> std::io::Result<()> {
         t.base_ns, t.kernels, t.kernels_matched
     )?;
     e.out.flush()
+}
+
+/// Whether flow `f` is written as bind ids on its slices (Perfetto's flow
+/// v2) rather than as `s`/`f` events: the importer binds those to thread
+/// slices only, and this flow ends on an async track.
+fn bound(t: &Timeline, f: usize) -> bool {
+    let f = &t.flows[f];
+    t.tracks[t.events[f.from].track].is_async || t.tracks[t.events[f.to].track].is_async
 }
 
 struct Encoder<'a, W: Write> {
@@ -141,7 +155,29 @@ impl<W: Write> Encoder<'_, W> {
         Ok(())
     }
 
-    fn event(&mut self, e: &Event) -> std::io::Result<()> {
+    /// `,"bind_id":…,"flow_out":true` (or `flow_in`) for the bound flow
+    /// event `i` starts or ends, if any (a slice binds one).
+    fn bind(&self, i: usize) -> String {
+        let t = self.t;
+        let find = |m: &rustc_hash::FxHashMap<usize, Vec<usize>>| {
+            m.get(&i)
+                .into_iter()
+                .flatten()
+                .copied()
+                .find(|&f| bound(t, f))
+        };
+        if let Some(f) = find(&t.flows_out) {
+            format!(r#","bind_id":"{:#x}","flow_out":true"#, t.flows[f].id)
+        } else if let Some(f) = find(&t.flows_in) {
+            format!(r#","bind_id":"{:#x}","flow_in":true"#, t.flows[f].id)
+        } else {
+            String::new()
+        }
+    }
+
+    fn event(&mut self, i: usize) -> std::io::Result<()> {
+        let e = &self.t.events[i];
+        let bind = self.bind(i);
         let tr = &self.t.tracks[e.track];
         let (pid, tid, cat, name, ts) = (tr.pid, tr.tid, e.cat, json(&e.name), self.ts(e.start_ns));
         let mut args = String::new();
@@ -163,14 +199,14 @@ impl<W: Write> Encoder<'_, W> {
             let sep = if args.is_empty() { "" } else { "," };
             return write!(
                 self.open()?,
-                r#""ph":"{ph}","cat":"{cat}","name":{track},"id2":{{"local":"{id:#x}"}},"pid":{pid},"tid":0,"ts":{ts},"args":{{"event":{name}{sep}{args}}}}}"#
+                r#""ph":"{ph}","cat":"{cat}","name":{track},"id2":{{"local":"{id:#x}"}},"pid":{pid},"tid":0,"ts":{ts}{bind},"args":{{"event":{name}{sep}{args}}}}}"#
             );
         }
         let out = self.open()?;
         match e.dur_ns {
             Some(d) => write!(
                 out,
-                r#""ph":"X","cat":"{cat}","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{},"args":{{{args}}}}}"#,
+                r#""ph":"X","cat":"{cat}","name":{name},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{}{bind},"args":{{{args}}}}}"#,
                 Us(i128::from(d))
             ),
             None => write!(

@@ -300,26 +300,33 @@ pub fn job_fence(id: u64) -> Option<String> {
 }
 
 /// The fence contexts the DRM scheduler's jobs show, named as its
-/// `dma_fence` tracepoints name them (driver `drm_sched`, timeline the
-/// ring): a job's finished fence is on its entity's second context, the
-/// scheduled fence on the first.
+/// `dma_fence` tracepoints name them: [`job_fence_contexts`] of each job event.
 fn fence_timelines(events: &[DriverEvent]) -> FxHashMap<u64, String> {
     let mut out = FxHashMap::default();
     for e in events {
-        let job = matches!(
-            e.kind,
-            DriverKind::JobQueued | DriverKind::JobRun | DriverKind::JobDone
-        );
-        if !job || job_fence(e.id).is_none() || e.ring.is_empty() {
-            continue;
+        for (context, name) in job_fence_contexts(e) {
+            out.entry(context).or_insert(name);
         }
-        let finished = e.id >> 32;
-        out.entry(finished)
-            .or_insert_with(|| format!("drm_sched {} finished", e.ring));
-        if let Some(scheduled) = finished.checked_sub(1) {
-            out.entry(scheduled)
-                .or_insert_with(|| format!("drm_sched {} scheduled", e.ring));
-        }
+    }
+    out
+}
+
+/// The fence contexts a DRM scheduler job's event names, as its `dma_fence`
+/// tracepoints name them (driver `drm_sched`, timeline the ring): a job's
+/// finished fence (its id) is on its entity's second context, the scheduled
+/// fence on the first. Empty for any other event.
+pub fn job_fence_contexts(e: &DriverEvent) -> Vec<(u64, String)> {
+    let job = matches!(
+        e.kind,
+        DriverKind::JobQueued | DriverKind::JobRun | DriverKind::JobDone
+    );
+    if !job || job_fence(e.id).is_none() || e.ring.is_empty() {
+        return Vec::new();
+    }
+    let finished = e.id >> 32;
+    let mut out = vec![(finished, format!("drm_sched {} finished", e.ring))];
+    if let Some(scheduled) = finished.checked_sub(1) {
+        out.push((scheduled, format!("drm_sched {} scheduled", e.ring)));
     }
     out
 }
@@ -481,9 +488,24 @@ pub enum Group {
     Vblank,
 }
 
+/// A flow between two items of the driver's timeline, by a key of its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Link {
+    /// No flow.
+    #[default]
+    None,
+    /// The flow of this key starts here.
+    From(u64),
+    /// The flow of this key ends here.
+    To(u64),
+}
+
 /// One slice or instant of the driver's timeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Item {
+    /// A flow it starts or ends: from a job's `submit` on its submitting
+    /// thread to the job's queue slice.
+    pub link: Link,
     /// Its track.
     pub lane: Lane,
     /// Its name.
@@ -520,6 +542,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
         let api = || call.map_or_else(|| "none".to_owned(), |i| calls[i].name.clone());
         match e.kind {
             DriverKind::Ioctl => items.push(Item {
+                link: Link::None,
                 lane: thread(),
                 name: format!("ioctl {}", Ioctl::from_cmd(e.arg).name()),
                 start_ns: e.ts_ns,
@@ -531,6 +554,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                 ],
             }),
             DriverKind::Open | DriverKind::Mmap => items.push(Item {
+                link: Link::None,
                 lane: thread(),
                 name: format!("driver {}", e.kind.name()),
                 start_ns: e.ts_ns,
@@ -538,6 +562,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                 args: vec![("api", api())],
             }),
             DriverKind::Irq | DriverKind::IrqBottomHalf => items.push(Item {
+                link: Link::None,
                 lane: Lane::Driver {
                     group: Group::Interrupts,
                     name: "interrupts".to_owned(),
@@ -558,6 +583,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                     format!("Xid errors {}", e.ring)
                 };
                 items.push(Item {
+                    link: Link::None,
                     lane: Lane::Driver {
                         group: Group::Xid,
                         name,
@@ -590,8 +616,39 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             if let Some(f) = job_fence(j.id) {
                 args.insert(0, ("job", f));
             }
+            // The submitting thread's moment of queueing, linked to the
+            // job's queue slice by a flow (none to a job never seen run).
+            let key = items.len() as u64;
+            let queue_slice = j.queued_ns.is_some() && j.run_ns.is_some();
+            if let (Some(q), true) = (j.queued_ns, j.pid != 0) {
+                let mut submit = vec![("ring", ring.to_owned())];
+                if let Some(f) = job_fence(j.id) {
+                    submit.insert(0, ("job", f));
+                }
+                items.push(Item {
+                    link: if queue_slice {
+                        Link::From(key)
+                    } else {
+                        Link::None
+                    },
+                    lane: Lane::Thread {
+                        pid: j.pid,
+                        tid: j.tid,
+                        comm: j.comm.clone(),
+                    },
+                    name: "submit job".to_owned(),
+                    start_ns: q,
+                    dur_ns: Some(0),
+                    args: submit,
+                });
+            }
             if let (Some(q), Some(x)) = (j.queued_ns, j.run_ns) {
                 items.push(Item {
+                    link: if j.pid != 0 {
+                        Link::To(key)
+                    } else {
+                        Link::None
+                    },
                     lane: lane("queue"),
                     name: "queued".to_owned(),
                     start_ns: q,
@@ -600,6 +657,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
                 });
                 if let Some(d) = j.dep_wait_ns.filter(|&d| d >= q && d <= x) {
                     items.push(Item {
+                        link: Link::None,
                         lane: lane("queue"),
                         name: "dependency wait".to_owned(),
                         start_ns: d,
@@ -610,6 +668,7 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             }
             if let (Some(x), Some(d)) = (j.run_ns, j.done_ns) {
                 items.push(Item {
+                    link: Link::None,
                     lane: lane("run"),
                     name: "job".to_owned(),
                     start_ns: x,
@@ -689,6 +748,7 @@ fn fence_items(events: &[DriverEvent], timelines: &FxHashMap<u64, String>, items
             args.push(("signalled in", ctx.to_owned()));
         }
         items.push(Item {
+            link: Link::None,
             lane: Lane::Driver {
                 group: Group::Fence,
                 name: match timelines.get(&u64::from(context)) {
@@ -719,6 +779,7 @@ fn vblank_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             args.push(("high precision", "yes".to_owned()));
         }
         items.push(Item {
+            link: Link::None,
             lane: Lane::Driver {
                 group: Group::Vblank,
                 name: format!("vblank {}", crtc_name(&e.ring)),
@@ -742,6 +803,7 @@ fn vblank_items(events: &[DriverEvent], items: &mut Vec<Item>) {
             (None, d) => ("vblank event delivered", d.unwrap_or(0), None),
         };
         items.push(Item {
+            link: Link::None,
             lane: Lane::Process {
                 pid: v.pid,
                 name: format!("vblank events {}", crtc_name(&v.crtc)),

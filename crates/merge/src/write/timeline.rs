@@ -28,7 +28,9 @@
 //!   track, one per cause ([`crate::write::idle`]), and each device's gaps are
 //!   on a track of their own.
 //! - Each activity with a known API call gets a flow from the call's slice to
-//!   its slice; a wait on a CUDA event gets one from the `cudaEventRecord` call.
+//!   its slice; a wait on a CUDA event gets one from the `cudaEventRecord` call;
+//!   a DRM scheduler job gets one from its `submit job` (a slice of no duration
+//!   on the submitting thread) to its queue slice.
 //! - [`Timeline::steps`] is the order in which the events are written: by
 //!   time, and on each track the ends of slices before the begins at the same
 //!   instant, innermost first, so that a reader that closes the innermost open
@@ -201,6 +203,8 @@ pub(crate) struct Builder {
     api_events: FxHashMap<CallKey, EventId>,
     /// (to, category, the call).
     pending_flows: Vec<(EventId, &'static str, CallKey)>,
+    /// Flows between driver items: a job's submit to its queue slice.
+    driver_flows: Vec<(EventId, EventId)>,
     exes: FxHashMap<u32, String>,
     /// Each process's rank and host, where it ran in a distributed job.
     origins: FxHashMap<u32, String>,
@@ -232,6 +236,7 @@ impl Builder {
             events: Vec::new(),
             api_events: FxHashMap::default(),
             pending_flows: Vec::new(),
+            driver_flows: Vec::new(),
             exes: FxHashMap::default(),
             origins: FxHashMap::default(),
             devices: FxHashMap::default(),
@@ -621,11 +626,19 @@ impl Builder {
     fn driver_items(&mut self, ctx: &Context<'_>, trace: &DriverTrace, calls: &[driver::Call]) {
         // Async tracks by process and name, in the items' order (by lane).
         let mut named: FxHashMap<(u64, String), usize> = FxHashMap::default();
+        // Each flow's two ends, by its key.
+        let mut links: FxHashMap<u64, (Option<EventId>, Option<EventId>)> = FxHashMap::default();
+        let mut link = |it: &driver::Item, id: EventId| match it.link {
+            driver::Link::From(k) => links.entry(k).or_default().0 = Some(id),
+            driver::Link::To(k) => links.entry(k).or_default().1 = Some(id),
+            driver::Link::None => {}
+        };
         for it in driver::timeline(trace, calls) {
             let (pid, name) = match &it.lane {
                 Lane::Thread { pid, tid, .. } => {
                     let track = self.thread(ctx, *pid, *tid);
-                    self.driver_event(track, &it);
+                    let id = self.driver_event(track, &it);
+                    link(&it, id);
                     continue;
                 }
                 Lane::Driver { name, .. } => {
@@ -656,11 +669,18 @@ impl Builder {
                 // Its tid, unused by the JSON's async events, is given last.
                 self.extra.push(track);
             }
-            self.driver_event(track, &it);
+            let id = self.driver_event(track, &it);
+            link(&it, id);
         }
+        let mut flows: Vec<(EventId, EventId)> = links
+            .into_values()
+            .filter_map(|(from, to)| Some((from?, to?)))
+            .collect();
+        flows.sort_unstable();
+        self.driver_flows = flows;
     }
 
-    fn driver_event(&mut self, track: TrackId, it: &driver::Item) {
+    fn driver_event(&mut self, track: TrackId, it: &driver::Item) -> EventId {
         let args = it
             .args
             .iter()
@@ -674,7 +694,7 @@ impl Builder {
             cat: "driver",
             name,
             args,
-        });
+        })
     }
 
     /// Names every process, once all records are in.
@@ -887,6 +907,16 @@ impl Builder {
             flows.push(Flow {
                 id: flows.len() as u64 + 1,
                 cat,
+                from,
+                to,
+            });
+        }
+        for &(from, to) in &self.driver_flows {
+            flows_out.entry(from).or_default().push(flows.len());
+            flows_in.entry(to).or_default().push(flows.len());
+            flows.push(Flow {
+                id: flows.len() as u64 + 1,
+                cat: "submit",
                 from,
                 to,
             });

@@ -286,6 +286,7 @@ fn perfetto_read(
 
 /// Past a handful of jobs no slice lands on another track's name and
 /// Perfetto drops nothing: the ring's run track holds its 120 jobs, each
+/// linked to its submit mark by a flow, each
 /// fence context its 5 fences, the CRTC its 40 vblanks; the Xid before the
 /// first CUDA call stays on the timeline (the JSON's time base is the
 /// earliest event of any kind).
@@ -318,6 +319,8 @@ fn driver_many__perfetto_reads_every_slice_on_its_named_track() {
             ("sim-ring0 queue".to_owned(), 120),
             ("vblank crtc 0".to_owned(), 40),
             ("Xid errors 0000:00:00.0".to_owned(), 1),
+            // Each job's submit mark, on the thread that queued it.
+            ("train (102)".to_owned(), 120),
         ];
         for c in 100..112 {
             expected.push((format!("fence context {c}"), 5));
@@ -325,7 +328,16 @@ fn driver_many__perfetto_reads_every_slice_on_its_named_track() {
         let got: Vec<(String, i64)> = expected.iter().map(|(k, _)| (k.clone(), n(k))).collect();
         assert_eq!(got, expected, "{file}: slices per track name {per_track:?}");
         let total: i64 = per_track.values().sum();
-        assert_eq!(total, 120 + 120 + 40 + 1 + 60, "{file}: {per_track:?}");
+        assert_eq!(total, 120 + 120 + 40 + 1 + 60 + 120, "{file}: {per_track:?}");
+        // Each submit mark's flow ends at its own job's queue slice.
+        let flows = tp
+            .query(
+                "select count(*) from flow f join slice so on so.id = f.slice_out \
+                 join slice si on si.id = f.slice_in \
+                 where so.name = 'submit job' and si.ts = so.ts",
+            )
+            .unwrap();
+        assert_eq!(flows.rows[0][0].as_i64(), Some(120), "{file}");
     }
 }
 
@@ -480,4 +492,50 @@ fn driver_attribution__xids_name_their_process_and_mark_other_processes() {
     let row = by_process.lines().nth(1).unwrap();
     assert!(row.ends_with("  compositor (pid 300)"), "{text}");
     assert!(row.trim_start().starts_with("1 "), "{text}");
+}
+
+/// A DRM job's link to the thread that submitted it: a `submit job` slice
+/// of no duration on the submitting thread, at the job's queueing, and a flow
+/// from it to the job's queue slice, read by Perfetto's trace processor from
+/// both timeline formats (the JSON's async slices bind it as flow v2).
+#[test]
+fn driver_jobs__a_flow_runs_from_the_submitting_thread_to_each_jobs_queue_slice() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gpu, cpu) = inputs(dir.path());
+    let (json, pb) = perfetto::check_with(&[gpu], Some(&cpu), Some(&attribution()));
+    for (file, bytes) in [("a.json", json.as_bytes()), ("a.pftrace", &pb[..])] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, bytes).unwrap();
+        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
+            return;
+        };
+        let (stats, _) = perfetto_read(&tp);
+        assert_eq!(stats, Vec::<String>::new(), "{file}");
+        let flows = tp
+            .query(
+                "select th.tid, so.name, so.dur, si.ts - so.ts, ti.name from flow f \
+                 join slice so on so.id = f.slice_out \
+                 join slice si on si.id = f.slice_in \
+                 join thread_track tt on tt.id = so.track_id \
+                 join thread th using (utid) \
+                 join track ti on ti.id = si.track_id \
+                 where so.name = 'submit job'",
+            )
+            .unwrap();
+        let got: Vec<String> = flows
+            .rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {} {} {}",
+                    r[0],
+                    r[1].as_str().unwrap(),
+                    r[2],
+                    r[3],
+                    r[4].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(got, ["301 submit job 0 0 sim-ring0 queue"], "{file}");
+    }
 }

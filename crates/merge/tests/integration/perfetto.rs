@@ -448,6 +448,13 @@ fn check_flows(what: &str, r: &Read) {
     );
     for (_, from, to) in &r.flows {
         let (a, b) = (&r.slices[*from], &r.slices[*to]);
+        if a.cat == "driver" && a.name == "submit job" {
+            // A DRM job's flow, from its submitting thread to its queue slice.
+            assert_eq!(a.dur, 0, "{what}: {a:?}");
+            assert!(b.cat == "driver" && b.track.ends_with(" queue"), "{what}: {a:?} to {b:?}");
+            assert_eq!(a.start, b.start, "{what}: {a:?} to {b:?}");
+            continue;
+        }
         if b.cat == "sync"
             && b.args.contains_key("wait_on_event_record_correlation_id")
             && a.args.get("correlation_id") == b.args.get("wait_on_event_record_correlation_id")
