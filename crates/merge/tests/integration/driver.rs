@@ -328,7 +328,11 @@ fn driver_many__perfetto_reads_every_slice_on_its_named_track() {
         let got: Vec<(String, i64)> = expected.iter().map(|(k, _)| (k.clone(), n(k))).collect();
         assert_eq!(got, expected, "{file}: slices per track name {per_track:?}");
         let total: i64 = per_track.values().sum();
-        assert_eq!(total, 120 + 120 + 40 + 1 + 60 + 120, "{file}: {per_track:?}");
+        assert_eq!(
+            total,
+            120 + 120 + 40 + 1 + 60 + 120,
+            "{file}: {per_track:?}"
+        );
         // Each submit mark's flow ends at its own job's queue slice.
         let flows = tp
             .query(

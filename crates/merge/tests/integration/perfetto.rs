@@ -451,7 +451,10 @@ fn check_flows(what: &str, r: &Read) {
         if a.cat == "driver" && a.name == "submit job" {
             // A DRM job's flow, from its submitting thread to its queue slice.
             assert_eq!(a.dur, 0, "{what}: {a:?}");
-            assert!(b.cat == "driver" && b.track.ends_with(" queue"), "{what}: {a:?} to {b:?}");
+            assert!(
+                b.cat == "driver" && b.track.ends_with(" queue"),
+                "{what}: {a:?} to {b:?}"
+            );
             assert_eq!(a.start, b.start, "{what}: {a:?} to {b:?}");
             continue;
         }
