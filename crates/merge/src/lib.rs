@@ -12,7 +12,7 @@
 //!  cpu (folded CPU stacks) ─────────────────────────┤  backward)├──> pprof
 //!  symbols (kept frame names) ──> stacks ───────────┘           └──> driver (with read::driver:
 //!  driver (driver.tsv: GPU driver events) ─────────────────────────    ioctls, jobs, fences)
-//!                                   view (how stacks and names are shown), demangle: every writer
+//!                view (how stacks and names are shown, C++ names demangled): every writer
 //!
 //!  recording/: the directory `gpuperf record` leaves (env, load, plan, stacks, report, finish)
 //! ```
@@ -24,9 +24,8 @@
 //!   on, so that they do not depend on each other. [`read::symbols`] reads and
 //!   writes the frame names kept with a recording, and [`read::driver`] the GPU
 //!   driver events of `gpuperf record --driver`. Readers depend on `model`,
-//!   `diag` and `error`, and take their file names from [`recording`]; nothing
-//!   in `read/` depends on `join/` or `write/`, except that `symbols` implements
-//!   [`join::stacks::Symbolize`].
+//!   `diag` and `error` only: nothing in `read/` depends on `join/`, `write/`
+//!   or [`recording`] (which names the files inside a recording directory).
 //! - **`join/`**: [`join::merge`] pairs every GPU activity with its API call and
 //!   the CPU stack of that call, exactly on (pid, correlation id) or ordered by
 //!   time where the CPU side has no ids; [`join::stacks`] builds those CPU stacks
@@ -42,7 +41,7 @@
 //!   folded stacks with inferno, and [`write::diff`], which compares two runs'
 //!   folded stacks. The two timeline encoders (Chrome JSON, Perfetto protobuf)
 //!   share one timeline model, `write/timeline.rs`, and every writer names
-//!   kernels through [`write::demangle`]. Writers depend on `join/` (what a
+//!   kernels through [`view::demangle`]. Writers depend on `join/` (what a
 //!   match holds), [`view`] (how stacks are shown) and `model`.
 //! - **[`recording`]**: the directory `gpuperf record` leaves and the
 //!   environment contract with the injection library ([`recording::env`]);
@@ -51,11 +50,17 @@
 //!   ([`recording::Outputs`]), the end of a `gpuperf record` run
 //!   ([`recording::Finish`]) and the text tables the CLI prints
 //!   ([`recording::report`]). It uses all three folders above.
-//! - **At the top**: [`model`] (the records every part exchanges), [`view`]
-//!   (Python frames in place of the interpreter's, short or full names),
-//!   `error` (typed errors naming the file and place), `diag` (counted, capped
-//!   diagnostics for malformed input) and, in tests only, `golden` (the
-//!   golden-file helper).
+//! - **At the top**: [`model`] (the records every part exchanges, and the
+//!   [`model::Symbolize`] trait through which the caller names native frames),
+//!   [`view`] (Python frames in place of the interpreter's, short or full
+//!   names, C++ names demangled), `error` (typed errors naming the file and
+//!   place), `diag` (counted, capped diagnostics for malformed input) and, in
+//!   tests only, `golden` (the golden-file helper).
+//!
+//! No module imports one that imports it back, directly or through others
+//! (`tools/import-cycles.py` checks it): `read/` < `join/` < `write/` <
+//! `recording/`, with `view` below `join/` and `model`, `diag`, `error` below
+//! everything.
 //!
 //! The crate owns the trace data model; the injection library writes [`gputrace`]
 //! files and the eBPF profiler writes [`cpu`] files. With the default `render`
@@ -70,8 +75,7 @@
 //!
 //! ```
 //! # fn main() -> gpuperf_merge::Result<()> {
-//! use gpuperf_merge::join::stacks::Symbolize;
-//! use gpuperf_merge::model::Module;
+//! use gpuperf_merge::model::{Module, Symbolize};
 //! use gpuperf_merge::recording::{Inputs, Outputs, Recording};
 //!
 //! /// Names native frames; a PyTorch profiler trace has none to name.

@@ -542,6 +542,27 @@ pub struct Module {
     pub text_end: u64,
 }
 
+/// Names native frames.
+pub trait Symbolize {
+    /// Names each of `offsets` (ELF virtual addresses in `module`'s file): the
+    /// function, and the functions inlined at that address, innermost first. An
+    /// empty list means unknown; the frame is then shown as `file+0xoffset`.
+    fn symbolize(&mut self, module: &Module, offsets: &[u64]) -> Vec<Vec<String>>;
+}
+
+/// Frames a complete stack starts with: the process's entry point, the thread
+/// starts (`clone`, `clone3`, glibc's `start_thread`) and where a `makecontext`
+/// coroutine starts (glibc's `__start_context`).
+pub const ROOT_FRAMES: [&str; 7] = [
+    "_start",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "start_thread",
+    "__start_context",
+];
+
 /// Why a stack taken in process ended. Only [`StackEnd::Root`] is a complete stack.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -766,6 +787,10 @@ pub enum NvtxKind {
 /// autograd reading off: the merge then links no backward launch of that
 /// process.
 pub const AUTOGRAD_OFF_NOTE: &str = "autograd ids not recorded";
+
+/// The frame between a forward op's stack and the backward work it caused
+/// (`join::backward`; the PyTorch profiler reader makes the same shape).
+pub const BACKWARD_FRAME: &str = "[backward]";
 
 /// Where an API call stands in PyTorch's autograd, as the injection library
 /// read it from libtorch on the calling thread (see `join::backward`).

@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpuperf_merge::join::stacks::ROOT_FRAMES;
+use gpuperf_merge::model::ROOT_FRAMES;
 use gpuperf_merge::read::cpu::{LaunchLine, TRUNCATED_FRAME, Writer};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBufferBuilder, UprobeOpts};

@@ -73,7 +73,7 @@ impl Default for Symbolizer {
 
 /// Names the native frames of the stacks the injection library took in
 /// process (`gpuperf merge` of a recording that has them).
-impl gpuperf_merge::join::stacks::Symbolize for Symbolizer {
+impl gpuperf_merge::model::Symbolize for Symbolizer {
     fn symbolize(
         &mut self,
         module: &gpuperf_merge::model::Module,

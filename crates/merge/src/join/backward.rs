@@ -23,10 +23,7 @@ use std::fmt;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::model::AutogradTag;
-
-/// The frame between a forward op's stack and the backward work it caused.
-pub const BACKWARD_FRAME: &str = "[backward]";
+use crate::model::{AutogradTag, BACKWARD_FRAME};
 
 pub use crate::model::AUTOGRAD_OFF_NOTE;
 

@@ -47,8 +47,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::error::Result;
 use crate::join::backward::{self, AUTOGRAD_OFF_NOTE, BackwardStats};
 use crate::model::{
-    ApiCall, AutogradTag, Module, NvtxKind, Record, Stack, StackEnd, StackFrame, StringId,
-    StringTable, api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api,
+    ApiCall, AutogradTag, Module, NvtxKind, ROOT_FRAMES, Record, Stack, StackEnd, StackFrame,
+    StringId, StringTable, Symbolize, api_base_name, api_stem, is_copy_api, is_launch_api,
+    is_memset_api,
 };
 use crate::read::cpu::{CpuFormat, CpuLaunch, CpuTrace, StackId};
 use crate::read::input::GpuInputs;
@@ -61,32 +62,11 @@ pub const GRAPH_ADDED: &str = "[graph node added at]";
 pub(crate) const NVTX_FRAME: &str = "[nvtx]";
 /// A frame in code without unwind information.
 pub(crate) const UNKNOWN_FRAME: &str = "[unknown]";
-/// Frames a complete stack starts with: the process's entry point, the thread
-/// starts (`clone`, `clone3`, glibc's `start_thread`) and where a `makecontext`
-/// coroutine starts (glibc's `__start_context`).
-pub const ROOT_FRAMES: [&str; 7] = [
-    "_start",
-    "clone",
-    "clone3",
-    "__clone",
-    "__clone3",
-    "start_thread",
-    "__start_context",
-];
-
 /// Whether a folded stack (root first) starts at a root frame, i.e. is complete.
 /// A stack that stops earlier is truncated, whoever took it.
 pub fn is_complete(folded: &str) -> bool {
     let root = folded.split(';').next().unwrap_or("");
     ROOT_FRAMES.contains(&root)
-}
-
-/// Names native frames.
-pub trait Symbolize {
-    /// Names each of `offsets` (ELF virtual addresses in `module`'s file): the
-    /// function, and the functions inlined at that address, innermost first. An
-    /// empty list means unknown; the frame is then shown as `file+0xoffset`.
-    fn symbolize(&mut self, module: &Module, offsets: &[u64]) -> Vec<Vec<String>>;
 }
 
 /// What the collected stacks hold.

@@ -21,9 +21,6 @@ use crate::diag::Diagnostics;
 use crate::error::{Error, Result};
 use crate::model::{DriverEvent, DriverKind};
 
-/// The file's name inside a recording directory.
-pub const FILE_NAME: &str = crate::recording::DRIVER_EVENTS;
-
 /// The first line of the file: its columns.
 pub const HEADER: &str = "# ts_ns\tkind\tpid\ttid\tcomm\tring\targ\tdur_ns\tret\tid\tmsg";
 

@@ -18,15 +18,12 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::{BufWriter, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::diag::Diagnostics;
-use crate::join::stacks::Symbolize;
 use crate::model::Module;
+use crate::model::Symbolize;
 use crate::{Error, Result};
-
-/// The file name in a recording directory.
-pub const FILE_NAME: &str = crate::recording::SYMBOLS;
 
 const HEADER: &str =
     "# gpuperf symbols 1: build id (- if none), offset, file, frames (innermost first)";
@@ -219,20 +216,11 @@ impl<S: Symbolize> Symbolize for Cached<S> {
     }
 }
 
-/// The symbol files of recording directories among `paths`.
-pub fn files_in(paths: &[PathBuf]) -> Vec<PathBuf> {
-    paths
-        .iter()
-        .filter(|p| p.is_dir())
-        .map(|d| d.join(FILE_NAME))
-        .filter(|f| f.is_file())
-        .collect()
-}
-
 #[cfg(test)]
 #[allow(non_snake_case)]
 mod tests {
     use super::*;
+    use crate::recording::SYMBOLS as FILE_NAME;
 
     fn module(path: &str, build_id: &[u8]) -> Module {
         Module {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::plan::CPU_TRACE_HOW;
 use super::{Inputs, Outputs, Recording, SYMBOLS, Written};
 use crate::error::{Error, Result};
-use crate::join::stacks::Symbolize;
+use crate::model::Symbolize;
 use crate::view::View;
 
 /// What a finished `gpuperf record` run asks of its recording.

@@ -6,11 +6,11 @@ use tracing::{info, warn};
 
 use crate::Diagnostics;
 use crate::error::{Error, Result};
-use crate::join::stacks::{StackStats, Symbolize};
+use crate::join::stacks::StackStats;
 use crate::join::{self, Sink, Summary};
-use crate::model::StringTable;
+use crate::model::{StringTable, Symbolize};
 use crate::read::cpu::CpuTrace;
-use crate::read::driver::{self as driver_file, DriverTrace};
+use crate::read::driver::DriverTrace;
 use crate::read::input::GpuInputs;
 use crate::read::kineto;
 use crate::read::symbols::SymbolCache;
@@ -224,9 +224,9 @@ fn driver_only(dir: &Path) -> bool {
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    names.iter().any(|n| n == driver_file::FILE_NAME)
+    names.iter().any(|n| n == super::DRIVER_EVENTS)
         && names.iter().all(|n| {
-            n == driver_file::FILE_NAME || n == super::SYMBOLS || n.ends_with(super::LOG_SUFFIX)
+            n == super::DRIVER_EVENTS || n == super::SYMBOLS || n.ends_with(super::LOG_SUFFIX)
         })
 }
 
@@ -235,7 +235,7 @@ fn driver_only(dir: &Path) -> bool {
 pub fn read_driver(paths: &[PathBuf]) -> Result<Option<DriverTrace>> {
     let Some(p) = paths
         .iter()
-        .map(|d| d.join(driver_file::FILE_NAME))
+        .map(|d| d.join(super::DRIVER_EVENTS))
         .find(|p| p.is_file())
     else {
         return Ok(None);

@@ -7,12 +7,12 @@ use std::io::{BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::join::stacks::{self, LaunchStacks, Symbolize};
-use crate::model::StringTable;
+use crate::join::stacks::{self, LaunchStacks};
+use crate::model::{StringTable, Symbolize};
 use crate::read::cpu::{self, CpuTrace, LaunchLine};
 use crate::read::gputrace::{self, FLAG_STACKS};
 use crate::read::input::GpuInputs;
-use crate::read::symbols::{self, Cached, SymbolCache};
+use crate::read::symbols::{Cached, SymbolCache};
 
 /// Whether any gpuperf GPU trace among `paths` (files, or directories of
 /// `*.gputrace`) says it holds in-process stacks. Reads only their headers.
@@ -32,6 +32,16 @@ pub fn any_has_stacks(paths: &[PathBuf]) -> bool {
     })
 }
 
+/// The symbol files of recording directories among `paths`.
+fn symbol_files_in(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter(|p| p.is_dir())
+        .map(|d| d.join(super::SYMBOLS))
+        .filter(|f| f.is_file())
+        .collect()
+}
+
 /// The launch stacks of `gpu`, symbolized, or `None` when it carries none; and
 /// every name found. Names kept with a recording (`symbols.txt` in the
 /// directories among `paths`) come first; `symbolizer`'s names the rest.
@@ -42,7 +52,7 @@ pub(super) fn collect<S: Symbolize>(
     symbolizer: impl FnOnce() -> S,
 ) -> Result<(Option<LaunchStacks>, SymbolCache)> {
     let mut kept = SymbolCache::new();
-    for f in symbols::files_in(paths) {
+    for f in symbol_files_in(paths) {
         // Without them the frames are named from the files, as far as they
         // still exist: worth a warning, not a failed merge.
         match SymbolCache::read(&f) {

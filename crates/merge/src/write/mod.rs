@@ -24,7 +24,6 @@ pub(crate) fn activity_label(
 
 pub mod chrome;
 mod demangle;
-pub use demangle::demangle;
 pub mod diff;
 pub mod driver;
 pub mod folded;

@@ -11,6 +11,7 @@ use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_merge::write::chrome;
 use gpuperf_merge::write::folded::Folder;
 use gpuperf_merge::write::report::Reporter;
+use gpuperf_test_support::traces::Trace;
 use serde_json::Value;
 
 use crate::scenario::{
@@ -155,52 +156,20 @@ fn own_format__ordered_join_without_ids__same_folded_output() {
 /// 300 launches on one thread, each with its own stack and kernel, CPU side without
 /// correlation ids (the reference's situation).
 fn numbered(drop_cpu: Option<usize>, extra_cpu: Option<usize>) -> (Vec<u8>, Vec<u8>) {
-    use gpuperf_merge::model::{Activity, ApiCall, ApiDomain, Process};
-    use gpuperf_merge::read::gputrace::Writer;
-    let mut s = StringTable::new();
-    let api = s.intern("cudaLaunchKernel");
-    let mut w = Writer::new(Vec::new()).unwrap();
-    let p = Process {
-        pid: 7,
-        ppid: 1,
-        exe: "a".into(),
-        start_ns: 0,
-        start_realtime_ns: 0,
-    };
-    w.write(&Record::Process(p), &s).unwrap();
+    let mut t = Trace::new();
+    t.process(7, "a", 0);
     let mut cpu = String::new();
     for i in 0..300u32 {
         // Irregular gaps, some shorter than the slack, as in launch-bound loops.
         let start = 1_000_000 + u64::from(i) * 9_000 + u64::from(i * 7919 % 13) * 500;
-        let a = ApiCall {
-            pid: 7,
-            tid: 8,
-            start_ns: start,
-            end_ns: start + 2_500,
-            correlation_id: i + 1,
-            cbid: 211,
-            domain: ApiDomain::Runtime,
-            name: api,
-        };
-        w.write(&Record::Api(a), &s).unwrap();
-        let name = s.intern(&format!("kernel_{i}"));
-        let k = Activity {
-            pid: 7,
-            start_ns: start + 40_000,
-            end_ns: start + 41_000,
-            correlation_id: i + 1,
-            device: 0,
-            context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
-            kind: ActivityKind::Kernel {
-                name,
-                grid: [1; 3],
-                block: [1; 3],
-            },
-        };
-        w.write(&Record::Activity(k), &s).unwrap();
+        t.api(7, 8, i + 1, (start, start + 2_500), "cudaLaunchKernel", 211)
+            .kernel(
+                7,
+                i + 1,
+                (start + 40_000, start + 41_000),
+                7,
+                &format!("kernel_{i}"),
+            );
         if Some(i as usize) == extra_cpu {
             cpu.push_str(&format!(
                 "{} app 7 8 0 main;spurious;cudaLaunchKernel\n",
@@ -214,7 +183,7 @@ fn numbered(drop_cpu: Option<usize>, extra_cpu: Option<usize>) -> (Vec<u8>, Vec<
             ));
         }
     }
-    (w.into_inner(), cpu.into_bytes())
+    (t.gputrace(), cpu.into_bytes())
 }
 
 fn check_numbered(out: &Out, unmatched: &[usize]) {
@@ -517,8 +486,6 @@ fn chrome_trace__peer_copy_and_unknown_device() {
 /// 2^31 (calls the recording skipped) past 2^32 and begin again at 1. GPU
 /// records arrive slightly out of order, one of them across the wrap.
 fn wrapping() -> (Vec<u8>, Vec<u8>) {
-    use gpuperf_merge::model::{Activity, ApiCall, ApiDomain, Process};
-    use gpuperf_merge::read::gputrace::Writer;
     let ids: [u32; 9] = [
         1,
         2,
@@ -530,58 +497,29 @@ fn wrapping() -> (Vec<u8>, Vec<u8>) {
         2,
         3,
     ];
-    let mut s = StringTable::new();
-    let api = s.intern("cudaLaunchKernel");
-    let mut w = Writer::new(Vec::new()).unwrap();
-    let p = Process {
-        pid: 7,
-        ppid: 1,
-        exe: "a".into(),
-        start_ns: 0,
-        start_realtime_ns: 0,
-    };
-    w.write(&Record::Process(p), &s).unwrap();
+    let start = |i: usize| 1_000_000 + i as u64 * 10_000;
+    let mut t = Trace::new();
+    t.process(7, "a", 0);
     let mut cpu = String::from("# gpuperf-cpu v1\n");
-    let mut kernels = Vec::new();
     for (i, &corr) in ids.iter().enumerate() {
-        let start = 1_000_000 + i as u64 * 10_000;
-        let a = ApiCall {
-            pid: 7,
-            tid: 8,
-            start_ns: start,
-            end_ns: start + 2_500,
-            correlation_id: corr,
-            cbid: 211,
-            domain: ApiDomain::Runtime,
-            name: api,
-        };
-        w.write(&Record::Api(a), &s).unwrap();
+        t.api(
+            7,
+            8,
+            corr,
+            (start(i), start(i) + 2_500),
+            "cudaLaunchKernel",
+            211,
+        );
         cpu.push_str(&format!(
             "{} app 7 8 0 {corr} main;step_{i};cudaLaunchKernel\n",
-            start + 100
+            start(i) + 100
         ));
-        let name = s.intern(&format!("kernel_{i}"));
-        kernels.push(Activity {
-            pid: 7,
-            start_ns: start + 40_000,
-            end_ns: start + 41_000,
-            correlation_id: corr,
-            device: 0,
-            context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
-            kind: ActivityKind::Kernel {
-                name,
-                grid: [1; 3],
-                block: [1; 3],
-            },
-        });
     }
     for i in [1, 0, 2, 3, 4, 6, 5, 8, 7] {
-        w.write(&Record::Activity(kernels[i]), &s).unwrap();
+        let at = start(i) + 40_000;
+        t.kernel(7, ids[i], (at, at + 1_000), 7, &format!("kernel_{i}"));
     }
-    (w.into_inner(), cpu.into_bytes())
+    (t.gputrace(), cpu.into_bytes())
 }
 
 #[test]

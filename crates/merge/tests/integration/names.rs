@@ -9,7 +9,7 @@ use std::process::Command;
 
 use gpuperf_merge::model::{ActivityKind, Record, StringTable};
 use gpuperf_merge::read::input::GpuInputs;
-use gpuperf_merge::write::demangle;
+use gpuperf_merge::view::demangle;
 use gpuperf_test_support::require::Need;
 
 /// The repository's root.

@@ -16,8 +16,9 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use gpuperf_merge::join::stacks::{self, Symbolize};
+use gpuperf_merge::join::stacks;
 use gpuperf_merge::join::{self, Context, Match, Sink};
+use gpuperf_merge::model::Symbolize;
 use gpuperf_merge::model::{ActivityKind, Module, Record, StringTable};
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::driver::DriverTrace;

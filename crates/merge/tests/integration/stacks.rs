@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::fs;
 
 use gpuperf_merge::join;
-use gpuperf_merge::join::stacks::{self, Symbolize};
+use gpuperf_merge::join::stacks;
+use gpuperf_merge::model::Symbolize;
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, GraphNode, Module, Process, Record, Stack,
     StackEnd, StackFrame, StringTable,

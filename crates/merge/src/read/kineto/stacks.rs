@@ -4,8 +4,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::join::backward::BACKWARD_FRAME;
-use crate::model::{StringId, StringTable};
+use crate::model::{BACKWARD_FRAME, StringId, StringTable};
 use crate::read::cpu::{CpuLaunch, CpuTrace, ProfilerStep, StackId};
 
 use super::event::{frame_text, parse_int, parse_u32};

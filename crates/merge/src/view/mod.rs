@@ -41,8 +41,10 @@ use std::borrow::Cow;
 
 use rustc_hash::FxHashMap;
 
-use crate::join::stacks::ROOT_FRAMES;
-use crate::write::demangle;
+use crate::model::ROOT_FRAMES;
+
+mod demangle;
+pub use demangle::demangle;
 
 /// Which frames a stack shows.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
