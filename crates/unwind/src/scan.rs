@@ -7,7 +7,9 @@
 use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder as _};
 
-use crate::table::{Loader, Rule, Tables, UnwindCache, cached_rule};
+use crate::rule::{Rule, UnwindCache, cached_rule};
+use crate::table::Tables;
+use crate::walk::Loader;
 
 /// Whether an instruction that ends at the end of `code` (the bytes before a
 /// return address, at most 8) is a call: `call rel32` (`e8`) or `call r/m64`
