@@ -625,6 +625,12 @@ impl LocalLoader<'_> {
 }
 
 impl Loader for LocalLoader<'_> {
+    fn stable(&self) -> bool {
+        // No module was unloaded since the table was built: every module in
+        // it is loaded, with the code it had.
+        !self.suspect
+    }
+
     fn is_signal_return(&self, entry: &Entry, return_address: u64) -> bool {
         if !entry.text_readable
             || return_address

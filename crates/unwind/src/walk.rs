@@ -7,7 +7,7 @@ use crate::frame::{Frame, StackEnd};
 use crate::rule::{Memo, Rule, UnwindCache, cached_rule, memo_key};
 use crate::scan::{MAX_RECOVERIES, recover};
 use crate::table::{Entry, Found, Tables};
-use crate::trail::{Recording, Step, Trail};
+use crate::trail::{Recording, ScanReads, Step, Trail};
 
 /// The x86-64 registers unwinding starts from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,6 +51,12 @@ pub(crate) trait Loader {
     fn call_before(&self, _entry: &Entry, _return_address: u64) -> bool {
         false
     }
+    /// Is every module of the tables still loaded, as when they were built
+    /// (then `still_loaded` is always true), and the code of each the same?
+    /// Only then may a walk take a scan's result from its unchanged words.
+    fn stable(&self) -> bool {
+        false
+    }
 }
 
 /// Offsets in the x86-64 `ucontext_t` that the kernel writes at the top of a
@@ -86,7 +92,7 @@ where
     let (main, extra) = tables.ids();
     let ids = (main, extra, tables.main.generation);
     cache.reused = 0;
-    let mut rec = trail.map(|t| Recording::new(t, ids));
+    let mut rec = trail.map(|t| Recording::new(t, ids, loader.stable()));
     let r = walk_steps(
         tables,
         regs,
@@ -174,10 +180,11 @@ where
                 key,
                 (fh_regs.sp(), fh_regs.bp(), cache.recovered),
                 read_stack,
-                &mut |s: &Step, after: &Step, read: &mut F| {
+                &mut |s: &Step, after: &Step, read: &mut F, kept: &mut ScanReads| {
                     // The scan again, from the kept state: the same caller?
                     let mut regs = UnwindRegsX86_64::new(0, s.sp, s.bp);
-                    recover(tables, generation, &mut regs, cache, read, loader)
+                    let mut read = |a| kept.read(read, a);
+                    recover(tables, generation, &mut regs, cache, &mut read, loader)
                         .and_then(FrameAddress::from_return_address)
                         .is_some_and(|a| {
                             memo_key(a) == after.key
@@ -318,9 +325,20 @@ where
             // the frame is real, its caller is found by a frame-pointer step
             // or a bounded stack scan, and the tables take over again there.
             // Without a caller the stack ends as before, in an unknown frame.
-            let caller = (cache.recovered < MAX_RECOVERIES)
-                .then(|| recover(tables, generation, &mut fh_regs, cache, read_stack, loader))
-                .flatten()
+            // A recorded frame's scan keeps its reads, for the next walk.
+            let kept = rec
+                .as_deref_mut()
+                .filter(|_| recorded)
+                .and_then(|r| r.trail.scans.get_mut(cache.recovered as usize));
+            let caller = match kept {
+                _ if cache.recovered >= MAX_RECOVERIES => None,
+                Some(kept) => {
+                    kept.start(loader.stable());
+                    let mut read = |a| kept.read(read_stack, a);
+                    recover(tables, generation, &mut fh_regs, cache, &mut read, loader)
+                }
+                None => recover(tables, generation, &mut fh_regs, cache, read_stack, loader),
+            }
                 .and_then(FrameAddress::from_return_address);
             let Some(caller) = caller else {
                 return finish(push!(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
@@ -437,6 +455,10 @@ mod tests {
         signal_return: Option<u64>,
         /// Return addresses with a call instruction before them.
         calls: Vec<u64>,
+        /// What `stable` says.
+        stable: bool,
+        /// The code reads made (`call_before`: one per scan candidate).
+        code_reads: std::cell::Cell<u32>,
     }
 
     impl Loader for FakeLoader {
@@ -450,7 +472,11 @@ mod tests {
             Some(return_address) == self.signal_return
         }
         fn call_before(&self, _entry: &Entry, return_address: u64) -> bool {
+            self.code_reads.set(self.code_reads.get() + 1);
             self.calls.contains(&return_address)
+        }
+        fn stable(&self) -> bool {
+            self.stable
         }
     }
 
@@ -784,6 +810,60 @@ mod tests {
             )
         );
         assert_eq!(reused, 1, "the outer frame, proven the same");
+    }
+
+    #[test]
+    fn trail__a_kept_scan_is_taken_only_while_every_word_it_read_is_the_same() {
+        let t = table_scan();
+        let tables = Tables::one(&t);
+        // As above: the scan from 0x3100 skips 0x1105 (not after a call)
+        // and takes 0x1305 where the stack holds it.
+        let mut loader = loader_with_calls(&[0x1205, 0x1305]);
+        loader.stable = true;
+        let regs = Regs {
+            ip: 0x3100,
+            sp: 0x8000,
+            bp: 0,
+        };
+        let stale = Stack(vec![(0x8000, 0x1105), (0x8008, 0x1205), (0x8010, 0)]);
+        let live = Stack(vec![(0x8000, 0x1305), (0x8008, 0x1205), (0x8010, 0)]);
+        let mut trail = Trail::new(16);
+        let first = stale.walk_trail(regs, tables, &loader, &mut trail);
+        assert_eq!(first.0.len(), 2);
+        // The same words: the kept scan is the scan, not made again (no code
+        // read).
+        loader.code_reads.set(0);
+        assert_eq!(
+            stale.walk_trail(regs, tables, &loader, &mut trail),
+            (first.0.clone(), StackEnd::Root, 2)
+        );
+        assert_eq!(loader.code_reads.get(), 0, "no scan");
+        // One word the scan read changed (the slot it skipped), every word the
+        // plain steps read is the same: the scan is made again and finds the
+        // new caller.
+        let (frames, end, reused) = live.walk_trail(regs, tables, &loader, &mut trail);
+        assert_eq!(
+            (frames, end, reused),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(0, 0x1305, true),
+                    native(0, 0x1205, true)
+                ],
+                StackEnd::Root,
+                1
+            )
+        );
+        // And back: the trail's scan is now the live stack's, which reads
+        // another word at 0x8000 than the stale one.
+        let (frames, _, _) = stale.walk_trail(regs, tables, &loader, &mut trail);
+        assert_eq!(frames, first.0);
+        // Unstable (a module was unloaded since): scanned again, even with
+        // the same words.
+        loader.stable = false;
+        loader.code_reads.set(0);
+        assert_eq!(stale.walk_trail(regs, tables, &loader, &mut trail).0, first.0);
+        assert!(loader.code_reads.get() > 0, "scanned again");
     }
 
     #[test]
