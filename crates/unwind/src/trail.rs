@@ -31,7 +31,7 @@
 
 use crate::frame::{Frame, StackEnd};
 use crate::python::{CodeMemo, FrameTrail};
-use crate::scan::MAX_RECOVERIES;
+use crate::scan::{MAX_RECOVERIES, Role};
 
 /// Reads a kept scan may have made; a scan that reads more is made again.
 const SCAN_READS: usize = 32;
@@ -47,6 +47,10 @@ const SCAN_READS: usize = 32;
 pub(crate) struct ScanReads {
     /// `(address, value)`; a failed read has its bit in `failed`.
     reads: [(u64, u64); SCAN_READS],
+    /// Per read, what the scan did with its value: 0 compared whole, 1 tried
+    /// as a return address that was none ([`Role::NotCode`]), else below
+    /// this limit ([`Role::Below`]).
+    roles: [u64; SCAN_READS],
     failed: u32,
     n: u8,
     /// Every read fitted, and the loader was stable during the scan.
@@ -57,6 +61,7 @@ impl Default for ScanReads {
     fn default() -> Self {
         ScanReads {
             reads: [(0, 0); SCAN_READS],
+            roles: [0; SCAN_READS],
             failed: 0,
             n: 0,
             whole: false,
@@ -83,6 +88,7 @@ impl ScanReads {
         match self.reads.get_mut(i) {
             Some(slot) => {
                 *slot = (address, r.unwrap_or(0));
+                self.roles[i] = 0;
                 if r.is_err() {
                     self.failed |= 1 << i;
                 }
@@ -93,18 +99,44 @@ impl ScanReads {
         r
     }
 
-    /// Whether every word the scan read reads the same now (and failed reads
-    /// still fail).
-    fn unchanged<F>(&self, read: &mut F) -> bool
+    /// What the scan did with the value of its last read (if kept).
+    pub(crate) fn note(&mut self, role: Role) {
+        let Some(i) = usize::from(self.n).checked_sub(1) else {
+            return;
+        };
+        if self.whole && self.failed & (1 << i) == 0 {
+            self.roles[i] = match role {
+                Role::NotCode => 1,
+                // A limit is a stack address above the scan's start, never 0 or 1.
+                Role::Below(limit) if limit > 1 => limit,
+                Role::Below(_) => 0,
+            };
+        }
+    }
+
+    /// Whether every word the scan read leads it to the same now: the same
+    /// value, or another that its role treats alike (a return address that
+    /// is still none, by `after_call`; a word still below the limit); and
+    /// failed reads still fail.
+    fn unchanged<F>(&self, read: &mut F, after_call: &mut dyn FnMut(u64) -> bool) -> bool
     where
         F: FnMut(u64) -> Result<u64, ()>,
     {
         self.whole
             && self.reads[..usize::from(self.n)]
                 .iter()
+                .zip(&self.roles)
                 .enumerate()
-                .all(|(i, &(a, v))| match read(a) {
-                    Ok(x) => self.failed & (1 << i) == 0 && x == v,
+                .all(|(i, (&(a, v), &role))| match read(a) {
+                    Ok(x) if self.failed & (1 << i) == 0 => {
+                        x == v
+                            || match role {
+                                0 => false,
+                                1 => !after_call(x),
+                                limit => x < limit,
+                            }
+                    }
+                    Ok(_) => false,
                     Err(()) => self.failed & (1 << i) != 0,
                 })
     }
@@ -272,6 +304,7 @@ impl<'t> Recording<'t> {
         (sp, bp, recovered): (u64, u64, u32),
         read: &mut F,
         rescan: &mut dyn FnMut(&Step, &Step, &mut F, &mut ScanReads) -> bool,
+        after_call: &mut dyn FnMut(u64) -> bool,
     ) -> Option<usize>
     where
         F: FnMut(u64) -> Result<u64, ()>,
@@ -302,7 +335,7 @@ impl<'t> Recording<'t> {
                         let Some(kept) = t.scans.get_mut(s.recovered as usize) else {
                             return false;
                         };
-                        (self.stable && kept.unchanged(read)) || {
+                        (self.stable && kept.unchanged(read, after_call)) || {
                             kept.start(self.stable);
                             rescan(s, after, read, kept)
                         }

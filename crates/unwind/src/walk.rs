@@ -5,7 +5,7 @@ use framehop::{Error as FhError, FrameAddress, Unwinder as _};
 
 use crate::frame::{Frame, StackEnd};
 use crate::rule::{Memo, Rule, UnwindCache, cached_rule, memo_key};
-use crate::scan::{MAX_RECOVERIES, recover};
+use crate::scan::{MAX_RECOVERIES, after_call, recover};
 use crate::table::{Entry, Found, Tables};
 use crate::trail::{Recording, ScanReads, Step, Trail};
 
@@ -183,15 +183,22 @@ where
                 &mut |s: &Step, after: &Step, read: &mut F, kept: &mut ScanReads| {
                     // The scan again, from the kept state: the same caller?
                     let mut regs = UnwindRegsX86_64::new(0, s.sp, s.bp);
-                    let mut read = |a| kept.read(read, a);
-                    recover(tables, generation, &mut regs, cache, &mut read, loader)
-                        .and_then(FrameAddress::from_return_address)
-                        .is_some_and(|a| {
-                            memo_key(a) == after.key
-                                && regs.sp() == after.sp
-                                && (!after.bp_matters || regs.bp() == after.bp)
-                        })
+                    // Read and noted in turn, never one inside the other:
+                    // the borrows do not overlap.
+                    let kept = std::cell::RefCell::new(kept);
+                    let mut read = |a| kept.borrow_mut().read(read, a);
+                    let mut note = |role| kept.borrow_mut().note(role);
+                    recover(
+                        tables, generation, &mut regs, cache, &mut read, loader, &mut note,
+                    )
+                    .and_then(FrameAddress::from_return_address)
+                    .is_some_and(|a| {
+                        memo_key(a) == after.key
+                            && regs.sp() == after.sp
+                            && (!after.bp_matters || regs.bp() == after.bp)
+                    })
                 },
+                &mut |ra| after_call(tables, loader, ra).is_some(),
             )
             && let Some(n) = r.reuse(j, out, len)
         {
@@ -334,12 +341,30 @@ where
                 _ if cache.recovered >= MAX_RECOVERIES => None,
                 Some(kept) => {
                     kept.start(loader.stable());
-                    let mut read = |a| kept.read(read_stack, a);
-                    recover(tables, generation, &mut fh_regs, cache, &mut read, loader)
+                    let kept = std::cell::RefCell::new(kept);
+                    let mut read = |a| kept.borrow_mut().read(read_stack, a);
+                    let mut note = |role| kept.borrow_mut().note(role);
+                    recover(
+                        tables,
+                        generation,
+                        &mut fh_regs,
+                        cache,
+                        &mut read,
+                        loader,
+                        &mut note,
+                    )
                 }
-                None => recover(tables, generation, &mut fh_regs, cache, read_stack, loader),
+                None => recover(
+                    tables,
+                    generation,
+                    &mut fh_regs,
+                    cache,
+                    read_stack,
+                    loader,
+                    &mut |_| {},
+                ),
             }
-                .and_then(FrameAddress::from_return_address);
+            .and_then(FrameAddress::from_return_address);
             let Some(caller) = caller else {
                 return finish(push!(unknown, &mut skip), len, StackEnd::NoUnwindInfo);
             };
@@ -862,8 +887,66 @@ mod tests {
         // the same words.
         loader.stable = false;
         loader.code_reads.set(0);
-        assert_eq!(stale.walk_trail(regs, tables, &loader, &mut trail).0, first.0);
+        assert_eq!(
+            stale.walk_trail(regs, tables, &loader, &mut trail).0,
+            first.0
+        );
         assert!(loader.code_reads.get() > 0, "scanned again");
+    }
+
+    #[test]
+    fn trail__a_kept_scan_takes_a_changed_word_only_where_the_scan_would_treat_it_alike() {
+        let t = table_scan();
+        let tables = Tables::one(&t);
+        // From 0x3100 (no unwind info), sp 0x8000, rbp 0: the scan tries the
+        // word at 0x8000 as a return address, then 0x5105 (module 2, whose
+        // frames take their CFA from rbp) with the nearest frame pointer below
+        // it as rbp. With a small number at 0x8000 there is none, 0x5105 leads
+        // nowhere, and the scan takes 0x1205; with a frame pointer there
+        // (0x9000: a saved rbp, then a return address), it takes 0x5105.
+        let mut loader = loader_with_calls(&[0x1205, 0x5105]);
+        loader.stable = true;
+        let regs = Regs {
+            ip: 0x3100,
+            sp: 0x8000,
+            bp: 0,
+        };
+        let stack = |w: u64| {
+            Stack(vec![
+                (0x8000, w),
+                (0x8008, 0x5105),
+                (0x8010, 0x1205),
+                (0x8018, 0),
+                (0x9000, 0),
+                (0x9008, 0x1205),
+                (0x9010, 0),
+            ])
+        };
+        let short = vec![native(1, 0x3100, false), native(0, 0x1205, true)];
+        let mut trail = Trail::new(16);
+        assert_eq!(stack(0x42).walk_trail(regs, tables, &loader, &mut trail).0, short);
+        // Another small number: no return address, below any frame pointer
+        // the scan looked for; the kept scan stands, not made again.
+        loader.code_reads.set(0);
+        assert_eq!(
+            stack(0x43).walk_trail(regs, tables, &loader, &mut trail),
+            (short.clone(), StackEnd::Root, 2)
+        );
+        assert_eq!(loader.code_reads.get(), 0, "no scan");
+        // A frame pointer there: no return address either, but no longer
+        // below the limit: scanned again, with the new caller.
+        let (frames, end, _) = stack(0x9000).walk_trail(regs, tables, &loader, &mut trail);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(2, 0x5105, true),
+                    native(0, 0x1205, true)
+                ],
+                StackEnd::Root
+            )
+        );
     }
 
     #[test]
