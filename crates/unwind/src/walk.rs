@@ -924,7 +924,10 @@ mod tests {
         };
         let short = vec![native(1, 0x3100, false), native(0, 0x1205, true)];
         let mut trail = Trail::new(16);
-        assert_eq!(stack(0x42).walk_trail(regs, tables, &loader, &mut trail).0, short);
+        assert_eq!(
+            stack(0x42).walk_trail(regs, tables, &loader, &mut trail).0,
+            short
+        );
         // Another small number: no return address, below any frame pointer
         // the scan looked for; the kept scan stands, not made again.
         loader.code_reads.set(0);
