@@ -1,7 +1,7 @@
 //! Crossing code without unwind info: a frame in a module's code that no FDE
 //! covers (a library built without unwind tables, as stretches of NVIDIA's
 //! driver are) is kept, and its caller is found by a bounded stack scan or a
-//! frame-pointer step; the walk in [`crate::table`] goes on from there with
+//! frame-pointer step; the walk in [`crate::walk`] goes on from there with
 //! the tables. Runs only at such frames: a walk that meets none never calls it.
 
 use framehop::x86_64::UnwindRegsX86_64;
