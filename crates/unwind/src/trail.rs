@@ -70,6 +70,28 @@ impl Default for ScanReads {
 }
 
 impl ScanReads {
+    /// `n` empty records, zeroed on the heap: never built on the stack first
+    /// (unoptimized builds do that with `vec!` of a value, and a trail may
+    /// be made on an 8 KiB signal stack).
+    fn none(n: usize) -> Box<[ScanReads]> {
+        use std::alloc::{Layout, alloc_zeroed, handle_alloc_error};
+        let n = n.max(1);
+        let Ok(layout) = Layout::array::<ScanReads>(n) else {
+            return Box::default();
+        };
+        // SAFETY: `layout` has a non-zero size (n >= 1, and a record is not
+        // empty).
+        let p = unsafe { alloc_zeroed(layout) }.cast::<ScanReads>();
+        if p.is_null() {
+            handle_alloc_error(layout);
+        }
+        // SAFETY: `p` is a fresh allocation of `layout`, as the global
+        // allocator gives a `Box<[ScanReads]>` of `n`, and all zeros is a
+        // valid `ScanReads` (integers, and `whole` false: an empty record
+        // that no walk takes).
+        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) }
+    }
+
     /// Starts a new record, usable only if the loader is `stable`.
     pub(crate) fn start(&mut self, stable: bool) {
         self.n = 0;
@@ -218,7 +240,7 @@ impl Trail {
             recovered: 0,
             codes: CodeMemo::new(),
             python: FrameTrail::new(),
-            scans: vec![ScanReads::default(); MAX_RECOVERIES as usize].into_boxed_slice(),
+            scans: ScanReads::none(MAX_RECOVERIES as usize),
         }
     }
 
