@@ -18,8 +18,9 @@
 //! Each thread keeps its last native walk (`gpuperf_unwind::Trail`): where the
 //! new walk reaches a frame in the same state as one of the last walk, and
 //! every stack word the last walk read from there outward is unchanged (each
-//! is read again), the rest is taken from it; the log counts the captures that
-//! did. Then a hash
+//! is read again; a stack scan across code without unwind info is made again
+//! unless each word it read is the same, or another the scan treats alike),
+//! the rest is taken from it; the log counts the captures that did. Then a hash
 //! and a look-up in a lock-free table shared by all threads. A stack equal to
 //! the thread's last one (a training loop launches from the same stack again
 //! and again) is known by comparing it with that one, frame by frame, without

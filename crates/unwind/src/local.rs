@@ -23,10 +23,12 @@ use std::sync::{Arc, Mutex};
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
 use crate::module::ModuleInfo;
 use crate::python::{Python, PythonStatus};
+use crate::rule::UnwindCache;
 use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
-use crate::table::{Entry, Loader, Regs, Table, Tables, UnwindCache, walk};
+use crate::table::{Entry, Table, Tables};
 use crate::trail::Trail;
+use crate::walk::{Loader, Regs, walk};
 
 mod loaded;
 
@@ -623,6 +625,12 @@ impl LocalLoader<'_> {
 }
 
 impl Loader for LocalLoader<'_> {
+    fn stable(&self) -> bool {
+        // No module was unloaded since the table was built: every module in
+        // it is loaded, with the code it had.
+        !self.suspect
+    }
+
     fn is_signal_return(&self, entry: &Entry, return_address: u64) -> bool {
         if !entry.text_readable
             || return_address
@@ -1175,7 +1183,7 @@ mod tests {
         let cfi = entry.cfi.as_ref().expect("with .eh_frame");
         let mut cache = UnwindCache::new();
         assert_eq!(
-            crate::table::rule_of(&mut cache, cfi, lookup - entry.bias),
+            crate::rule::rule_of(&mut cache, cfi, lookup - entry.bias),
             "Cfa { from_bp: true, cfa: 32, bp: -16 }"
         );
         let take: extern "C" fn(*mut c_void) = take;
@@ -1187,7 +1195,7 @@ mod tests {
             .expect("the test binary is in the table");
         let cfi = entry.cfi.as_ref().expect("with .eh_frame");
         assert_eq!(
-            crate::table::rule_of(&mut cache, cfi, plain - entry.bias),
+            crate::rule::rule_of(&mut cache, cfi, plain - entry.bias),
             "Cfa { from_bp: false, cfa: 8, bp: 0 }"
         );
     }

@@ -14,7 +14,9 @@ use object::{Object, ObjectSection, ObjectSegment};
 use crate::error::{Error, Result};
 use crate::frame::{Captured, Frame, ModuleId};
 use crate::module::ModuleInfo;
-use crate::table::{Bytes, Cfi, Entry, Loader, Regs, Table, Tables, UnwindCache, walk};
+use crate::rule::UnwindCache;
+use crate::table::{Bytes, Cfi, Entry, Table, Tables};
+use crate::walk::{Loader, Regs, walk};
 
 /// A file mapping of the target process: one executable line of `/proc/PID/maps`,
 /// or the same facts recorded earlier (so that a process can be unwound after it

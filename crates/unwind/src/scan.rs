@@ -1,13 +1,40 @@
 //! Crossing code without unwind info: a frame in a module's code that no FDE
 //! covers (a library built without unwind tables, as stretches of NVIDIA's
 //! driver are) is kept, and its caller is found by a bounded stack scan or a
-//! frame-pointer step; the walk in [`crate::table`] goes on from there with
+//! frame-pointer step; the walk in [`crate::walk`] goes on from there with
 //! the tables. Runs only at such frames: a walk that meets none never calls it.
 
 use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder as _};
 
-use crate::table::{Loader, Rule, Tables, UnwindCache, cached_rule};
+use crate::rule::{Rule, UnwindCache, cached_rule};
+use crate::table::{Found, Tables};
+use crate::walk::Loader;
+
+/// What a scan did with the stack word it read last, where that is all it
+/// did with it: then another value that leads to the same (see
+/// [`crate::trail::ScanReads`]) makes the same scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Tried as a return address, and it was none ([`after_call`]).
+    NotCode,
+    /// Tried as a saved frame pointer, and it was below this address.
+    Below(u64),
+}
+
+/// The module `ra` returns into, if it is a return address there: into a
+/// module still loaded (its code is read), right after a call.
+#[inline]
+pub(crate) fn after_call<'a>(
+    tables: Tables<'a>,
+    loader: &impl Loader,
+    ra: u64,
+) -> Option<Found<'a>> {
+    let lookup = ra.checked_sub(1)?;
+    tables
+        .find(lookup)
+        .filter(|f| loader.still_loaded(f.entry, lookup) && loader.call_before(f.entry, ra))
+}
 
 /// Whether an instruction that ends at the end of `code` (the bytes before a
 /// return address, at most 8) is a call: `call rel32` (`e8`) or `call r/m64`
@@ -64,7 +91,8 @@ pub(crate) const MAX_RECOVERIES: u32 = 16;
 /// rbp: rbp itself when it is a frame pointer above the found slot (code
 /// without frame pointers leaves it alone), else the nearest word below the
 /// slot that is one (where code that uses rbp as a register saved it), else
-/// rbp. Reads only through `read_stack`.
+/// rbp. Reads only through `read_stack`; after a read whose value it used
+/// only as a [`Role`] says, it tells `note`.
 #[cold]
 #[inline(never)]
 pub(crate) fn recover<F>(
@@ -74,19 +102,13 @@ pub(crate) fn recover<F>(
     cache: &mut UnwindCache,
     read_stack: &mut F,
     loader: &impl Loader,
+    note: &mut dyn FnMut(Role),
 ) -> Option<u64>
 where
     F: FnMut(u64) -> Result<u64, ()>,
 {
     let (sp, bp) = (regs.sp(), regs.bp());
-    // Returns into a known module (still loaded: its code is read), right
-    // after a call.
-    let after_call = |ra: u64| {
-        let lookup = ra.checked_sub(1)?;
-        tables
-            .find(lookup)
-            .filter(|f| loader.still_loaded(f.entry, lookup) && loader.call_before(f.entry, ra))
-    };
+    let after_call = |ra: u64| after_call(tables, loader, ra);
     let returns_to = |ra: u64| after_call(ra).is_some();
     // A frame pointer at `w`: `[w + 8]` is a return address.
     let frame_at = |w: u64, read: &mut F| {
@@ -104,6 +126,7 @@ where
         let here = slot;
         slot += 8;
         let Some(found) = after_call(ra) else {
+            note(Role::NotCode);
             continue;
         };
         let Some(cfi) = &found.entry.cfi else {
@@ -119,10 +142,10 @@ where
             let mut at = here;
             while at > sp {
                 at -= 8;
-                if let Ok(w) = read_stack(at)
-                    && w >= new_sp
-                    && frame_at(w, read_stack)
-                {
+                let Ok(w) = read_stack(at) else { continue };
+                if w < new_sp {
+                    note(Role::Below(new_sp));
+                } else if frame_at(w, read_stack) {
                     new_bp = w;
                     break;
                 }

@@ -18,7 +18,11 @@
 //! words, some of them the callee's changing locals) is checked by running the
 //! scan again from the kept state: it must find the caller the trail found.
 //! Signal frames, framehop's own rules and truncated stacks are not kept for
-//! reuse: a walk that meets them walks on by itself.
+//! reuse: a walk that meets them walks on by itself. Each scan's reads are
+//! kept too (see [`ScanReads`]): when every word it read holds the same value
+//! now, and no module was unloaded since the tables were built (the loader is
+//! `stable`, then and now), the scan would find the same caller, and is not
+//! made again.
 //!
 //! rbp is part of the state only where some later step depends on it: code
 //! without frame pointers uses it as an ordinary register, whose value changes
@@ -27,6 +31,138 @@
 
 use crate::frame::{Frame, StackEnd};
 use crate::python::{CodeMemo, FrameTrail};
+use crate::scan::{MAX_RECOVERIES, Role};
+
+/// Reads a kept scan may have made; a scan that reads more is made again.
+const SCAN_READS: usize = 32;
+
+/// The stack words one crossing of code without unwind info read, in order:
+/// the scan is a function of its start state, the tables, the code of their
+/// modules and these words (its only other input, whether a module is still
+/// loaded, cannot change while the loader is `stable`). Kept per crossing
+/// number: the steps of a trail keep the crossing numbers they were walked
+/// with, and a walk overwrites only the numbers of its own crossings, made
+/// before any step it takes from the trail.
+#[derive(Clone, Copy)]
+pub(crate) struct ScanReads {
+    /// `(address, value)`; a failed read has its bit in `failed`.
+    reads: [(u64, u64); SCAN_READS],
+    /// Per read, what the scan did with its value: 0 compared whole, 1 tried
+    /// as a return address that was none ([`Role::NotCode`]), else below
+    /// this limit ([`Role::Below`]).
+    roles: [u64; SCAN_READS],
+    failed: u32,
+    n: u8,
+    /// Every read fitted, and the loader was stable during the scan.
+    whole: bool,
+}
+
+impl Default for ScanReads {
+    fn default() -> Self {
+        ScanReads {
+            reads: [(0, 0); SCAN_READS],
+            roles: [0; SCAN_READS],
+            failed: 0,
+            n: 0,
+            whole: false,
+        }
+    }
+}
+
+impl ScanReads {
+    /// `n` empty records, zeroed on the heap: never built on the stack first
+    /// (unoptimized builds do that with `vec!` of a value, and a trail may
+    /// be made on an 8 KiB signal stack).
+    fn none(n: usize) -> Box<[ScanReads]> {
+        use std::alloc::{Layout, alloc_zeroed, handle_alloc_error};
+        let n = n.max(1);
+        let Ok(layout) = Layout::array::<ScanReads>(n) else {
+            return Box::default();
+        };
+        // SAFETY: `layout` has a non-zero size (n >= 1, and a record is not
+        // empty).
+        let p = unsafe { alloc_zeroed(layout) }.cast::<ScanReads>();
+        if p.is_null() {
+            handle_alloc_error(layout);
+        }
+        // SAFETY: `p` is a fresh allocation of `layout`, as the global
+        // allocator gives a `Box<[ScanReads]>` of `n`, and all zeros is a
+        // valid `ScanReads` (integers, and `whole` false: an empty record
+        // that no walk takes).
+        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) }
+    }
+
+    /// Starts a new record, usable only if the loader is `stable`.
+    pub(crate) fn start(&mut self, stable: bool) {
+        self.n = 0;
+        self.failed = 0;
+        self.whole = stable;
+    }
+
+    /// Reads `address` through `read` and records it.
+    #[inline(always)]
+    pub(crate) fn read<F>(&mut self, read: &mut F, address: u64) -> Result<u64, ()>
+    where
+        F: FnMut(u64) -> Result<u64, ()>,
+    {
+        let r = read(address);
+        let i = usize::from(self.n);
+        match self.reads.get_mut(i) {
+            Some(slot) => {
+                *slot = (address, r.unwrap_or(0));
+                self.roles[i] = 0;
+                if r.is_err() {
+                    self.failed |= 1 << i;
+                }
+                self.n += 1;
+            }
+            None => self.whole = false,
+        }
+        r
+    }
+
+    /// What the scan did with the value of its last read (if kept).
+    pub(crate) fn note(&mut self, role: Role) {
+        let Some(i) = usize::from(self.n).checked_sub(1) else {
+            return;
+        };
+        if self.whole && self.failed & (1 << i) == 0 {
+            self.roles[i] = match role {
+                Role::NotCode => 1,
+                // A limit is a stack address above the scan's start, never 0 or 1.
+                Role::Below(limit) if limit > 1 => limit,
+                Role::Below(_) => 0,
+            };
+        }
+    }
+
+    /// Whether every word the scan read leads it to the same now: the same
+    /// value, or another that its role treats alike (a return address that
+    /// is still none, by `after_call`; a word still below the limit); and
+    /// failed reads still fail.
+    fn unchanged<F>(&self, read: &mut F, after_call: &mut dyn FnMut(u64) -> bool) -> bool
+    where
+        F: FnMut(u64) -> Result<u64, ()>,
+    {
+        self.whole
+            && self.reads[..usize::from(self.n)]
+                .iter()
+                .zip(&self.roles)
+                .enumerate()
+                .all(|(i, (&(a, v), &role))| match read(a) {
+                    Ok(x) if self.failed & (1 << i) == 0 => {
+                        x == v
+                            || match role {
+                                0 => false,
+                                1 => !after_call(x),
+                                limit => x < limit,
+                            }
+                    }
+                    Ok(_) => false,
+                    Err(()) => self.failed & (1 << i) != 0,
+                })
+    }
+}
 
 /// One frame of a walk: the state the walk reached it in, what it found, and
 /// what its step read.
@@ -84,6 +220,8 @@ pub struct Trail {
     pub(crate) codes: CodeMemo,
     /// The thread's last Python frame chain.
     pub(crate) python: FrameTrail,
+    /// What each crossing of code without unwind info read, by crossing number.
+    pub(crate) scans: Box<[ScanReads]>,
 }
 
 impl Trail {
@@ -102,6 +240,7 @@ impl Trail {
             recovered: 0,
             codes: CodeMemo::new(),
             python: FrameTrail::new(),
+            scans: ScanReads::none(MAX_RECOVERIES as usize),
         }
     }
 
@@ -131,10 +270,17 @@ pub(crate) struct Recording<'t> {
     pub unplain: usize,
     /// The recording overflowed: the next walk reuses nothing.
     pub overflow: bool,
+    /// The loader is `stable`: a kept scan whose words are unchanged needs
+    /// no new scan.
+    pub stable: bool,
 }
 
 impl<'t> Recording<'t> {
-    pub(crate) fn new(trail: &'t mut Trail, tables: (u64, u64, u64)) -> Recording<'t> {
+    pub(crate) fn new(
+        trail: &'t mut Trail,
+        tables: (u64, u64, u64),
+        stable: bool,
+    ) -> Recording<'t> {
         let usable = trail.tables == Some(tables) && trail.end == StackEnd::Root;
         let (next, verified) = (trail.from, trail.len);
         Recording {
@@ -145,6 +291,7 @@ impl<'t> Recording<'t> {
             verified,
             unplain: 0,
             overflow: false,
+            stable,
         }
     }
 
@@ -169,7 +316,8 @@ impl<'t> Recording<'t> {
     /// that step, once every word those steps read was read again (`read`)
     /// and found unchanged, and every scan they made, made again (`rescan`:
     /// the scan from a step's state, which must lead to the state of the
-    /// step after it), found the same caller. A change found rules out every
+    /// step after it, recording its reads) unless its words are unchanged,
+    /// found the same caller. A change found rules out every
     /// candidate at or inside its frame, for the rest of this walk.
     #[inline(always)]
     pub(crate) fn candidate<F>(
@@ -177,7 +325,8 @@ impl<'t> Recording<'t> {
         key: u64,
         (sp, bp, recovered): (u64, u64, u32),
         read: &mut F,
-        rescan: &mut dyn FnMut(&Step, &Step, &mut F) -> bool,
+        rescan: &mut dyn FnMut(&Step, &Step, &mut F, &mut ScanReads) -> bool,
+        after_call: &mut dyn FnMut(u64) -> bool,
     ) -> Option<usize>
     where
         F: FnMut(u64) -> Result<u64, ()>,
@@ -185,7 +334,8 @@ impl<'t> Recording<'t> {
         if !self.usable {
             return None;
         }
-        let old = &self.trail.bufs[self.trail.cur][..self.trail.len];
+        let t = &mut *self.trail;
+        let old = &t.bufs[t.cur][..t.len];
         while self.next < old.len() && old[self.next].sp < sp {
             self.next += 1;
         }
@@ -202,7 +352,16 @@ impl<'t> Recording<'t> {
             let same = s.reads[..usize::from(s.nreads)]
                 .iter()
                 .all(|&(a, v)| read(a) == Ok(v))
-                && (!s.scanned || old.get(m + 1).is_some_and(|after| rescan(s, after, read)));
+                && (!s.scanned
+                    || old.get(m + 1).is_some_and(|after| {
+                        let Some(kept) = t.scans.get_mut(s.recovered as usize) else {
+                            return false;
+                        };
+                        (self.stable && kept.unchanged(read, after_call)) || {
+                            kept.start(self.stable);
+                            rescan(s, after, read, kept)
+                        }
+                    }));
             if !same {
                 self.next = self.verified;
                 return None;
