@@ -569,9 +569,26 @@ static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d) {
     return full ? CUPTI_ERROR_OUT_OF_MEMORY : CUPTI_SUCCESS;
 }
 
+/* A call on a context that is destroyed, or was destroyed during the call:
+ * with real CUPTI, a use of freed state. The simulation says so on stderr
+ * (tests look for the line) and refuses the call. */
+static int dead_context(CUcontext ctx, const char *call) {
+    if (!gpusim_context_info(ctx, NULL, NULL))
+        return 0;
+    fprintf(stderr, "gpusim: %s on a destroyed context (simulated CUPTI)\n", call);
+    return 1;
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetData(CUpti_PCSamplingGetDataParams *p) {
     if (!PARAMS_OK(p, CUpti_PCSamplingGetDataParams) || !p->pcSamplingData)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    /* Test knob (simulated): each call takes this long, so that a test can
+       destroy the context while another thread is inside one. */
+    const char *delay = getenv("GPUSIM_PC_GETDATA_DELAY_MS");
+    if (delay && *delay)
+        usleep((useconds_t)strtoul(delay, NULL, 10) * 1000);
+    if (dead_context(p->ctx, "cuptiPCSamplingGetData"))
+        return fail(CUPTI_ERROR_INVALID_CONTEXT);
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find(p->ctx);
     CUptiResult r = s ? copy_out(s, p->pcSamplingData) : CUPTI_ERROR_INVALID_OPERATION;
@@ -582,6 +599,8 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetData(CUpti_PCSamplingGetDat
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingDisable(CUpti_PCSamplingDisableParams *p) {
     if (!PARAMS_OK(p, CUpti_PCSamplingDisableParams))
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (dead_context(p->ctx, "cuptiPCSamplingDisable"))
+        return fail(CUPTI_ERROR_INVALID_CONTEXT);
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find(p->ctx);
     if (!s) {
