@@ -688,7 +688,9 @@ static uint64_t kernel_samples(const struct pcs *s, const struct gpusim_op *op) 
 static struct pc_record *record_for(struct pcs *s, uint32_t corr, uint64_t crc, const char *fn, uint64_t off) {
     for (size_t i = s->nrecs; i-- > 0;) {
         struct pc_record *r = &s->recs[i];
-        if (r->range != s->range)
+        /* Kernel-serialized: one launch's records are the last ones made, so
+           the scan ends at another launch's (no cost that grows with the run). */
+        if (r->range != s->range || (corr && r->correlation != corr))
             break;
         if (r->correlation == corr && r->crc == crc && r->offset == off && r->function == fn)
             return r;
@@ -746,6 +748,7 @@ void pcs_kernel(const struct gpusim_op *op) {
         share[best]++;
         rem[best] = 0;
     }
+    size_t before_launch = s->nrecs;
     uint32_t corr = s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED
                         ? (op->runtime_correlation_id ? op->runtime_correlation_id : op->correlation_id)
                         : 0;
@@ -767,9 +770,10 @@ void pcs_kernel(const struct gpusim_op *op) {
             s->scratch_used += grow;
         }
     }
-    /* A PC whose selected stall reasons have no samples gives no record. */
-    size_t kept = 0;
-    for (size_t i = 0; i < s->nrecs; i++)
+    /* A PC whose selected stall reasons have no samples gives no record; only
+       a record made by this launch can be one (older ones had samples). */
+    size_t kept = before_launch;
+    for (size_t i = before_launch; i < s->nrecs; i++)
         if (reasons_in(s, &s->recs[i]))
             s->recs[kept++] = s->recs[i];
     s->nrecs = kept;

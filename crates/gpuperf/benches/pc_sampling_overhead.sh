@@ -13,7 +13,8 @@
 # env:   GPUPERF    the gpuperf binary (default target/release/gpuperf, else target/debug)
 #        SIM        the simulated runtime's build directory (sim/build.sh DIR);
 #                   unset: the real CUDA libraries
-#        LAUNCH_LOOP a prebuilt launch_loop (else built with $NVCC, -cudart shared)
+#        LAUNCH_LOOP a prebuilt launch_loop (else built with $NVCC, -cudart shared,
+#                   and -L$CUDA_LIB, the wheels' lib directory, when set)
 #        PC_WINDOW  --pc-sampling-window's value (default: gpuperf's)
 set -euo pipefail
 n=${1:-20000}
@@ -27,7 +28,8 @@ trap 'rm -rf "$work"' EXIT
 bin=${LAUNCH_LOOP:-}
 if [ -z "$bin" ]; then
     bin=$work/launch_loop
-    "${NVCC:-nvcc}" -O2 -cudart shared ${SIM:+-L"$SIM"} -o "$bin" "$root/crates/inject/bench/launch_loop.cu"
+    "${NVCC:-nvcc}" -O2 -arch=sm_90 -cudart shared ${SIM:+-L"$SIM"} ${CUDA_LIB:+-L"$CUDA_LIB"} \
+        -o "$bin" "$root/crates/inject/bench/launch_loop.cu"
 fi
 label="GPU"
 record=("$gpuperf" record -q --stacks inject)
