@@ -569,9 +569,26 @@ static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d) {
     return full ? CUPTI_ERROR_OUT_OF_MEMORY : CUPTI_SUCCESS;
 }
 
+/* A call on a context that is destroyed, or was destroyed during the call:
+ * with real CUPTI, a use of freed state. The simulation says so on stderr
+ * (tests look for the line) and refuses the call. */
+static int dead_context(CUcontext ctx, const char *call) {
+    if (!gpusim_context_info(ctx, NULL, NULL))
+        return 0;
+    fprintf(stderr, "gpusim: %s on a destroyed context (simulated CUPTI)\n", call);
+    return 1;
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetData(CUpti_PCSamplingGetDataParams *p) {
     if (!PARAMS_OK(p, CUpti_PCSamplingGetDataParams) || !p->pcSamplingData)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    /* Test knob (simulated): each call takes this long, so that a test can
+       destroy the context while another thread is inside one. */
+    const char *delay = getenv("GPUSIM_PC_GETDATA_DELAY_MS");
+    if (delay && *delay)
+        usleep((useconds_t)strtoul(delay, NULL, 10) * 1000);
+    if (dead_context(p->ctx, "cuptiPCSamplingGetData"))
+        return fail(CUPTI_ERROR_INVALID_CONTEXT);
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find(p->ctx);
     CUptiResult r = s ? copy_out(s, p->pcSamplingData) : CUPTI_ERROR_INVALID_OPERATION;
@@ -582,6 +599,8 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetData(CUpti_PCSamplingGetDat
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingDisable(CUpti_PCSamplingDisableParams *p) {
     if (!PARAMS_OK(p, CUpti_PCSamplingDisableParams))
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    if (dead_context(p->ctx, "cuptiPCSamplingDisable"))
+        return fail(CUPTI_ERROR_INVALID_CONTEXT);
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find(p->ctx);
     if (!s) {
@@ -669,7 +688,9 @@ static uint64_t kernel_samples(const struct pcs *s, const struct gpusim_op *op) 
 static struct pc_record *record_for(struct pcs *s, uint32_t corr, uint64_t crc, const char *fn, uint64_t off) {
     for (size_t i = s->nrecs; i-- > 0;) {
         struct pc_record *r = &s->recs[i];
-        if (r->range != s->range)
+        /* Kernel-serialized: one launch's records are the last ones made, so
+           the scan ends at another launch's (no cost that grows with the run). */
+        if (r->range != s->range || (corr && r->correlation != corr))
             break;
         if (r->correlation == corr && r->crc == crc && r->offset == off && r->function == fn)
             return r;
@@ -727,6 +748,7 @@ void pcs_kernel(const struct gpusim_op *op) {
         share[best]++;
         rem[best] = 0;
     }
+    size_t before_launch = s->nrecs;
     uint32_t corr = s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED
                         ? (op->runtime_correlation_id ? op->runtime_correlation_id : op->correlation_id)
                         : 0;
@@ -748,9 +770,10 @@ void pcs_kernel(const struct gpusim_op *op) {
             s->scratch_used += grow;
         }
     }
-    /* A PC whose selected stall reasons have no samples gives no record. */
-    size_t kept = 0;
-    for (size_t i = 0; i < s->nrecs; i++)
+    /* A PC whose selected stall reasons have no samples gives no record; only
+       a record made by this launch can be one (older ones had samples). */
+    size_t kept = before_launch;
+    for (size_t i = before_launch; i < s->nrecs; i++)
         if (reasons_in(s, &s->recs[i]))
             s->recs[kept++] = s->recs[i];
     s->nrecs = kept;

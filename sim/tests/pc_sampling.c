@@ -10,12 +10,16 @@
  *   ranges       start/stop control and range ids
  *   privilege    cuptiPCSamplingEnable without the rights
  *   config       configuration attribute statuses
- *   app          no CUPTI client of its own: the workload alone, for a recorder
+ *   app [ROUNDS] no CUPTI client of its own: the workload alone (ROUNDS times,
+ *                default 1), for a recorder
+ *   app-reset    the workload, 100 ms idle, then cudaDeviceReset (the context is
+ *                destroyed while a recorder may be reading its samples)
  * Prints one result per line; the Rust test compares them. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -338,7 +342,7 @@ static void config(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
+    if (argc != 2 && !(argc == 3 && !strcmp(argv[1], "app"))) {
         fprintf(stderr, "usage: pc_sampling SCENARIO\n");
         return 2;
     }
@@ -348,7 +352,16 @@ int main(int argc, char **argv) {
     __cudaRegisterFunction(h, (const char *)cold_stub, "_Z4coldv", "cold", -1, 0, 0, 0, 0, 0);
     const char *s = argv[1];
     if (!strcmp(s, "app")) {
+        long rounds = argc == 3 ? strtol(argv[2], NULL, 10) : 1;
+        for (long i = 0; i < rounds; i++)
+            workload();
+        return 0;
+    }
+    if (!strcmp(s, "app-reset")) {
         workload();
+        usleep(100 * 1000);
+        CHECK(cudaDeviceReset());
+        printf("reset\n");
         return 0;
     }
     subscribe();

@@ -7,6 +7,7 @@ use clap::parser::ValueSource;
 use clap::{
     ArgAction, ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
 };
+use gpuperf_merge::recording::env::{PcMode, PcWindow};
 use gpuperf_merge::recording::{DEFAULT_TITLE, Inputs, Outputs};
 use gpuperf_merge::view::{Frames, Names, View};
 use gpuperf_profiler::ProbeSpec;
@@ -164,10 +165,11 @@ pub struct RecordArgs {
     #[arg(long, conflicts_with = "cpu_only")]
     pub no_nvtx: bool,
     /// Sample the GPU's program counters with CUPTI's PC Sampling API, with
-    /// each stall reason (kernel-serialized: kernels run one at a time, so the
-    /// time flamegraph is of a serialized run). PERIOD: sample every 2^PERIOD
-    /// cycles, 5 to 31 (default: CUPTI's). Needs root unless the driver allows
-    /// profiling to all users. Draw them with --pc-svg / --pc-folded.
+    /// each stall reason (kernel-serialized by default: sampled kernels run
+    /// one at a time, so the time flamegraph and timeline are of a serialized
+    /// run, and say so). PERIOD: sample every 2^PERIOD cycles, 5 to 31
+    /// (default: CUPTI's). Needs root unless the driver allows profiling to
+    /// all users. Draw them with --pc-svg / --pc-folded.
     #[arg(
         long,
         value_name = "PERIOD",
@@ -178,6 +180,20 @@ pub struct RecordArgs {
         conflicts_with = "cpu_only"
     )]
     pub pc_sampling: Option<PcPeriod>,
+    /// With --pc-sampling: which launches are sampled, `all` or N/M: N
+    /// consecutive launches in every M (the first N, then a window at a
+    /// varying place in each stretch of M). Default: 100/1000, so a short run
+    /// is sampled whole and a long one pays for serialized kernels on a tenth
+    /// of its launches. The summary counts the launches left out; nothing is
+    /// scaled up for them.
+    #[arg(long, value_name = "N/M", requires = "pc_sampling", value_parser = parse_pc_window)]
+    pub pc_sampling_window: Option<PcWindow>,
+    /// With --pc-sampling: `serialized` (default: each sample is charged to
+    /// its launch's CPU stack) or `continuous` (kernels keep running
+    /// concurrently; samples name no launch and are charged to their kernel
+    /// only, under no CPU stack).
+    #[arg(long, value_name = "MODE", requires = "pc_sampling", value_parser = parse_pc_mode)]
+    pub pc_sampling_mode: Option<PcMode>,
     /// Stop the program (SIGINT) after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -851,4 +867,12 @@ fn parse_pc_period(s: &str) -> Result<PcPeriod, String> {
             "`{s}` is not a sampling period: give N from 5 to 31 (every 2^N cycles)"
         )),
     }
+}
+
+fn parse_pc_window(s: &str) -> Result<PcWindow, String> {
+    PcWindow::parse(s)
+}
+
+fn parse_pc_mode(s: &str) -> Result<PcMode, String> {
+    PcMode::parse(s).ok_or_else(|| format!("`{s}` is not a mode: give serialized or continuous"))
 }

@@ -23,7 +23,7 @@ pub fn run(a: &DiffArgs, quiet: bool) -> Result<bool> {
         o.ignore_lines = a.ignore_lines;
         o
     };
-    let c = Comparison::new(&before, &after, a.idle, &opts);
+    let c = Comparison::new(&before, &after, a.idle, &opts)?;
     if let Some(w) = c.overlap_warning() {
         tracing::warn!("{w}");
     }
@@ -77,7 +77,8 @@ fn load(path: &Path, idle: bool, view: View) -> Result<Run> {
             let f =
                 File::open(path).with_context(|| format!("failed to open `{}`", path.display()))?;
             match diff::read_folded(BufReader::new(f), path) {
-                Ok(lines) => Ok(Run { lines, unit: "µs" }),
+                // GPU time in µs, or PC samples (`--pc-folded`), by its stacks.
+                Ok(lines) => Ok(Run::from_folded(lines)),
                 Err(gpuperf_merge::Error::NotATrace { found, .. }) => {
                     Err(anyhow::anyhow!("{e:#}, nor folded stacks ({found})"))
                 }

@@ -159,6 +159,8 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         asked.delay_ms = a.delay.map(|s| ((s * 1000.0).round() as u64).max(1));
         asked.nvtx = !a.no_nvtx;
         asked.pc_sampling = a.pc_sampling.map(|p| p.0);
+        asked.pc_mode = a.pc_sampling_mode.unwrap_or_default();
+        asked.pc_window = a.pc_sampling_window;
         if asked.nvtx_hook()
             && let Some(old) = std::env::var_os(rec_env::NVTX_INJECTION_PATH)
         {

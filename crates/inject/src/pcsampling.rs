@@ -3,26 +3,41 @@
 //! warps were at, and why they stalled.
 //!
 //! ```text
-//! CONTEXT_CREATED   → stall-reason table, Enable, configure (kernel-serialized,
-//!                     period, data buffer)
+//! CONTEXT_CREATED   → stall-reason table, Enable, configure (mode, period,
+//!                     data buffer; start/stop control when windowed)
 //! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines
+//! launch (API enter) → counted; at a window's edge, Start or Stop in its context
 //! flush (periodic,  → GetData until nothing remains: one Sample per PC and
 //!   final)            stall reason, with the launch's correlation id
 //! CONTEXT_DESTROY   → GetData, Disable (the context is still alive)
 //! exit              → GetData, Disable for every context left
 //! ```
 //!
-//! Threads and locks: `inner` is held only to move contexts and samples in and
-//! out, never across a CUPTI call, since CUPTI may hold its own lock while it
-//! runs the resource callbacks that come here. Without admin rights CUPTI
-//! refuses `Enable` (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`): [`Sampler::take_notes`]
-//! says so once, with what to do, and everything else is recorded as usual.
+//! Windows ([`PcWindow`], `GPUPERF_PC_SAMPLING_WINDOW`): with start/stop
+//! control, CUPTI samples (and, kernel-serialized, serializes) only between
+//! `cuptiPCSamplingStart` and `cuptiPCSamplingStop`; the launch callback
+//! opens and closes the windows by the process's launch count, and counts the
+//! launches in and out of them for the trace's note.
+//!
+//! Threads and locks: `contexts` is held across every PC sampling call on a
+//! context (GetData, Disable, Start, Stop), and by the context's destruction
+//! callback while it takes the context out of the list: a flush thread's
+//! GetData and a context's destruction never overlap, and no call is made on
+//! a context after its destruction's callback returns. `inner` (modules,
+//! notes, counts) is taken after `contexts`, never before, and never across
+//! a CUPTI call. Without admin rights CUPTI refuses `Enable`
+//! (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`): [`Sampler::take_notes`] says so
+//! once, with what to do, and everything else is recorded as usual.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::path::Path;
 use std::ptr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches};
+pub use gpuperf_merge::recording::env::{PcMode, PcWindow};
 
 use crate::sys::{
     self, CUpti_GetCubinCrcParams, CUpti_GetSassToSourceCorrelationParams,
@@ -35,12 +50,63 @@ use crate::sys::{
 
 /// `GPUPERF_PC_SAMPLING`'s variable name.
 pub const VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING;
+/// `GPUPERF_PC_SAMPLING_MODE`'s variable name.
+pub const MODE_VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING_MODE;
+/// `GPUPERF_PC_SAMPLING_WINDOW`'s variable name.
+pub const WINDOW_VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING_WINDOW;
 
-/// What `GPUPERF_PC_SAMPLING` asks for.
+/// What `GPUPERF_PC_SAMPLING` and its mode and window variables ask for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// The sampling period, 2^period cycles (5 to 31); `None`: CUPTI's default.
     pub period: Option<u32>,
+    /// The collection mode. Default is kernel-serialized.
+    pub mode: PcMode,
+    /// The launches sampled. Default is [`PcWindow::DEFAULT`].
+    pub window: PcWindow,
+}
+
+impl Settings {
+    /// On at `period`, kernel-serialized, in the default windows.
+    pub fn new(period: Option<u32>) -> Self {
+        Self {
+            period,
+            mode: PcMode::Serialized,
+            window: PcWindow::DEFAULT,
+        }
+    }
+
+    /// Applies `GPUPERF_PC_SAMPLING_MODE` and `GPUPERF_PC_SAMPLING_WINDOW`;
+    /// a value not understood leaves the default, with a warning.
+    pub fn with_env(
+        mut self,
+        mode: Option<&std::ffi::OsStr>,
+        window: Option<&std::ffi::OsStr>,
+    ) -> (Self, Vec<String>) {
+        let mut warnings = Vec::new();
+        if let Some(v) = mode {
+            match v.to_str().and_then(PcMode::parse) {
+                Some(m) => self.mode = m,
+                None => warnings.push(format!(
+                    "{MODE_VAR}={}: expected serialized or continuous; kernel-serialized",
+                    v.to_string_lossy()
+                )),
+            }
+        }
+        if let Some(v) = window {
+            match v.to_str().map(PcWindow::parse) {
+                Some(Ok(w)) => self.window = w,
+                Some(Err(e)) => {
+                    warnings.push(format!("{WINDOW_VAR}: {e}; sampling {}", PcWindow::DEFAULT))
+                }
+                None => warnings.push(format!(
+                    "{WINDOW_VAR} is not UTF-8; sampling {}",
+                    PcWindow::DEFAULT
+                )),
+            }
+        }
+        (self, warnings)
+    }
 }
 
 /// Reads `GPUPERF_PC_SAMPLING`: unset, `0` or `off`: off; `1` or `on`: on at
@@ -52,9 +118,9 @@ pub fn from_env(v: Option<&std::ffi::OsStr>) -> (Option<Settings>, Option<String
     };
     match v.to_str() {
         Some("" | "0" | "off") => (None, None),
-        Some("1" | "on") => (Some(Settings { period: None }), None),
+        Some("1" | "on") => (Some(Settings::new(None)), None),
         Some(s) => match s.parse::<u32>() {
-            Ok(p) if (5..=31).contains(&p) => (Some(Settings { period: Some(p) }), None),
+            Ok(p) if (5..=31).contains(&p) => (Some(Settings::new(Some(p))), None),
             _ => (
                 None,
                 Some(format!(
@@ -74,6 +140,8 @@ const PCS_PER_CALL: usize = 1024;
 /// `cuptiPCSamplingGetData` calls per context and flush, at most: a bound, so
 /// that a CUPTI that keeps answering "more" cannot hold a flush forever.
 const MAX_CALLS: usize = 4096;
+/// `CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS`.
+const CONTINUOUS: u64 = 1;
 /// `CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED`.
 const KERNEL_SERIALIZED: u64 = 2;
 /// `CUPTI_PC_SAMPLING_OUTPUT_DATA_FORMAT_PARSED`.
@@ -159,6 +227,8 @@ struct Context {
     id: u32,
     reasons: HashMap<u32, String>,
     buffer: Buffer,
+    /// Between `cuptiPCSamplingStart` and `cuptiPCSamplingStop` (windowed).
+    started: bool,
 }
 
 // SAFETY: the buffer's raw pointers point into memory the Context owns (its
@@ -168,9 +238,8 @@ unsafe impl Send for Context {}
 
 #[derive(Default)]
 struct Inner {
-    contexts: Vec<Context>,
-    /// Contexts destroyed while a flush had them out.
-    gone: Vec<usize>,
+    /// Whether sampling was ever enabled in a context.
+    enabled_once: bool,
     modules: HashMap<u64, Vec<u8>>,
     lines: HashMap<(u64, String, u64), Option<(String, u32)>>,
     pending: Vec<Sample>,
@@ -184,10 +253,15 @@ struct Inner {
 pub struct Sampler {
     f: PcSamplingFunctions,
     settings: Settings,
+    /// The contexts sampling is enabled in; held across every call on one.
+    contexts: Mutex<Vec<Context>>,
     inner: Mutex<Inner>,
+    /// Launches seen (the window's clock), and those sampled.
+    launches: AtomicU64,
+    sampled: AtomicU64,
 }
 
-fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -199,12 +273,15 @@ impl Sampler {
         Ok(Self {
             f,
             settings,
+            contexts: Mutex::new(Vec::new()),
             inner: Mutex::new(Inner::default()),
+            launches: AtomicU64::new(0),
+            sampled: AtomicU64::new(0),
         })
     }
 
     /// `CONTEXT_CREATED`: reads the stall-reason table, enables and configures
-    /// PC sampling in `ctx` (kernel-serialized). A refusal is kept as a note.
+    /// PC sampling in `ctx`. A refusal is kept as a note.
     ///
     /// # Safety
     /// `ctx` must be the live `CUcontext` of the callback.
@@ -219,7 +296,14 @@ impl Sampler {
         }
         // SAFETY: as this function's contract.
         match unsafe { self.enable(ctx, id) } {
-            Ok(c) => lock(&self.inner).contexts.push(c),
+            Ok(c) => {
+                lock(&self.contexts).push(c);
+                let mut inner = lock(&self.inner);
+                if !std::mem::replace(&mut inner.enabled_once, true) {
+                    let note = self.mode_note();
+                    inner.notes.push(note);
+                }
+            }
             Err((call, st)) => {
                 let mut inner = lock(&self.inner);
                 if st == sys::INSUFFICIENT_PRIVILEGES {
@@ -294,15 +378,21 @@ impl Sampler {
             id,
             reasons,
             buffer: Buffer::new(n),
+            started: false,
         };
         let attr = |t, v: u64| PcSamplingConfigurationInfo {
             attribute_type: t,
             attribute_status: 0,
             data: [v, 0, 0],
         };
+        let mode = match self.settings.mode {
+            PcMode::Continuous => CONTINUOUS,
+            _ => KERNEL_SERIALIZED,
+        };
+        let windowed = !self.settings.window.is_all();
         let mut attrs = vec![
-            attr(ATTR_COLLECTION_MODE, KERNEL_SERIALIZED),
-            attr(ATTR_START_STOP, 0),
+            attr(ATTR_COLLECTION_MODE, mode),
+            attr(ATTR_START_STOP, u64::from(windowed)),
             attr(ATTR_OUTPUT_FORMAT, PARSED),
             attr(
                 ATTR_DATA_BUFFER,
@@ -360,46 +450,97 @@ impl Sampler {
     /// # Safety
     /// `ctx` must be the live `CUcontext` of the callback.
     pub unsafe fn context_destroyed(&self, ctx: *mut c_void) {
-        let c = {
-            let mut inner = lock(&self.inner);
-            match inner.contexts.iter().position(|c| c.ctx == ctx as usize) {
-                Some(i) => inner.contexts.swap_remove(i),
-                None => {
-                    inner.gone.push(ctx as usize);
-                    return;
-                }
-            }
+        // Waits for a flush reading this context to finish; once out of the
+        // list, no other thread calls CUPTI on it.
+        let mut contexts = lock(&self.contexts);
+        let Some(i) = contexts.iter().position(|c| c.ctx == ctx as usize) else {
+            return;
         };
-        let mut c = c;
+        let mut c = contexts.swap_remove(i);
         // SAFETY: the context is alive during its destruction's callback.
         let mut got = unsafe { self.read(&mut c) };
         // SAFETY: as above.
         got.append(&mut unsafe { self.disable(&mut c) });
+        drop(contexts);
         lock(&self.inner).pending.extend(got);
+    }
+
+    /// A launch's API-enter callback (the outermost call only): counts it,
+    /// and with windows, starts or stops sampling in its context as the
+    /// window it falls in says.
+    ///
+    /// # Safety
+    /// `ctx` must be the launching call's live `CUcontext` (or null).
+    pub unsafe fn launch(&self, ctx: *mut c_void) {
+        let i = self.launches.fetch_add(1, Relaxed);
+        let want = self.settings.window.contains(i);
+        let mut contexts = lock(&self.contexts);
+        let Some(c) = contexts.iter_mut().find(|c| c.ctx == ctx as usize) else {
+            return;
+        };
+        if !self.settings.window.is_all() && c.started != want {
+            let st = if want {
+                let mut p = sys::CUpti_PCSamplingStartParams {
+                    size: size_of::<sys::CUpti_PCSamplingStartParams>(),
+                    pPriv: ptr::null_mut(),
+                    ctx: ctx.cast(),
+                };
+                // SAFETY: a valid params struct; the caller vouches for the context.
+                unsafe { (self.f.start)(&mut p) }
+            } else {
+                let mut p = sys::CUpti_PCSamplingStopParams {
+                    size: size_of::<sys::CUpti_PCSamplingStopParams>(),
+                    pPriv: ptr::null_mut(),
+                    ctx: ctx.cast(),
+                };
+                // SAFETY: as above.
+                unsafe { (self.f.stop)(&mut p) }
+            };
+            if st == sys::SUCCESS {
+                c.started = want;
+            }
+        }
+        if want && (c.started || self.settings.window.is_all()) {
+            self.sampled.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The note that says how the samples were taken.
+    fn mode_note(&self) -> String {
+        match self.settings.mode {
+            PcMode::Continuous => format!(
+                "{PC_CONTINUOUS_NOTE}: kernels ran concurrently, and the samples name no \
+                 launch: they are charged to their kernel's function only, under no CPU stack"
+            ),
+            _ => format!(
+                "{PC_SERIALIZED_NOTE} (CUPTI's kernel-serialized mode, window {}): the sampled \
+                 kernels ran one at a time, so kernel times and overlaps are those of a \
+                 serialized run",
+                self.settings.window
+            ),
+        }
     }
 
     /// Reads every enabled context's samples (a flush); with `last`, disables
     /// sampling in each afterwards (the exit path). Returns them, with those
     /// of contexts destroyed since the last call.
     pub fn take(&self, last: bool) -> Vec<Sample> {
-        let mut contexts = std::mem::take(&mut lock(&self.inner).contexts);
+        let mut contexts = lock(&self.contexts);
         let mut got = Vec::new();
-        for c in &mut contexts {
+        for c in contexts.iter_mut() {
             // SAFETY: a context in the list is live: its destruction's callback
-            // takes it out first (or, while it is out here, marks it gone).
+            // takes it out first, under this lock.
             got.extend(unsafe { self.read(c) });
             if last {
                 // SAFETY: as above.
                 got.append(&mut unsafe { self.disable(c) });
             }
         }
-        let mut inner = lock(&self.inner);
-        let gone = std::mem::take(&mut inner.gone);
-        if !last {
-            inner
-                .contexts
-                .extend(contexts.into_iter().filter(|c| !gone.contains(&c.ctx)));
+        if last {
+            contexts.clear();
         }
+        drop(contexts);
+        let mut inner = lock(&self.inner);
         let mut all = std::mem::take(&mut inner.pending);
         all.append(&mut got);
         all
@@ -409,6 +550,15 @@ impl Sampler {
     pub fn take_notes(&self, closing: bool) -> Vec<String> {
         let mut inner = lock(&self.inner);
         let mut notes = std::mem::take(&mut inner.notes);
+        if closing && inner.enabled_once {
+            let launches = self.launches.load(Relaxed);
+            let sampled = self.sampled.load(Relaxed).min(launches);
+            let counts = PcLaunches {
+                sampled,
+                unsampled: launches - sampled,
+            };
+            notes.push(counts.note(&self.settings.window.to_string()));
+        }
         if closing && (inner.dropped > 0 || inner.buffer_full > 0) {
             notes.push(format!(
                 "PC sampling: {} samples dropped by CUPTI, its hardware buffer full {} times",
@@ -468,8 +618,11 @@ impl Sampler {
             if st != sys::SUCCESS {
                 break;
             }
+            let got = c.buffer.data.totalNumPcs;
             out.append(&mut self.parse(c));
-            if c.buffer.data.remainingNumPcs == 0 {
+            // One call returns one range's PCs (start/stop control makes a
+            // range per window): the next range may follow.
+            if got == 0 && c.buffer.data.remainingNumPcs == 0 {
                 break;
             }
         }
@@ -581,12 +734,21 @@ mod tests {
         assert_eq!(from_env(Some(OsStr::new("0"))), (None, None));
         assert_eq!(
             from_env(Some(OsStr::new("on"))).0,
-            Some(Settings { period: None })
+            Some(Settings::new(None))
         );
         assert_eq!(
             from_env(Some(OsStr::new("12"))).0,
-            Some(Settings { period: Some(12) })
+            Some(Settings::new(Some(12)))
         );
+        let s = Settings::new(None);
+        assert_eq!(s.window, PcWindow::DEFAULT);
+        let (s2, w) = s.with_env(Some(OsStr::new("continuous")), Some(OsStr::new("5/20")));
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(s2.mode, PcMode::Continuous);
+        assert_eq!(s2.window, PcWindow::parse("5/20").unwrap());
+        let (s3, w) = s.with_env(Some(OsStr::new("fast")), Some(OsStr::new("0/3")));
+        assert_eq!(s3, s);
+        assert_eq!(w.len(), 2, "{w:?}");
         for bad in ["4", "32", "fast", "-1"] {
             let (s, w) = from_env(Some(OsStr::new(bad)));
             assert_eq!(s, None, "{bad}");

@@ -159,6 +159,7 @@ pub use cudarc::cupti::sys::{
     CUpti_PCSamplingData, CUpti_PCSamplingDisableParams, CUpti_PCSamplingEnableParams,
     CUpti_PCSamplingGetDataParams, CUpti_PCSamplingGetNumStallReasonsParams,
     CUpti_PCSamplingGetStallReasonsParams, CUpti_PCSamplingPCData, CUpti_PCSamplingStallReason,
+    CUpti_PCSamplingStartParams, CUpti_PCSamplingStopParams,
 };
 
 /// `CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`.
@@ -198,6 +199,10 @@ pub struct PcSamplingFunctions {
     pub disable: unsafe extern "C" fn(*mut CUpti_PCSamplingDisableParams) -> Status,
     /// `cuptiPCSamplingGetData`.
     pub get_data: unsafe extern "C" fn(*mut CUpti_PCSamplingGetDataParams) -> Status,
+    /// `cuptiPCSamplingStart`.
+    pub start: unsafe extern "C" fn(*mut CUpti_PCSamplingStartParams) -> Status,
+    /// `cuptiPCSamplingStop`.
+    pub stop: unsafe extern "C" fn(*mut CUpti_PCSamplingStopParams) -> Status,
     /// `cuptiGetCubinCrc`.
     pub get_cubin_crc: unsafe extern "C" fn(*mut CUpti_GetCubinCrcParams) -> Status,
     /// `cuptiGetSassToSourceCorrelation`.
@@ -230,6 +235,8 @@ impl PcSamplingFunctions {
             enable: sym!("cuptiPCSamplingEnable"),
             disable: sym!("cuptiPCSamplingDisable"),
             get_data: sym!("cuptiPCSamplingGetData"),
+            start: sym!("cuptiPCSamplingStart"),
+            stop: sym!("cuptiPCSamplingStop"),
             get_cubin_crc: sym!("cuptiGetCubinCrc"),
             get_sass_to_source: sym!("cuptiGetSassToSourceCorrelation"),
             _lib: std::mem::ManuallyDrop::new(lib),

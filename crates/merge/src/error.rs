@@ -55,6 +55,9 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// `diff` was given two profiles of different kinds (PC samples and time).
+    #[error("{0}")]
+    UnlikeProfiles(&'static str),
     /// Writing an output failed.
     #[error("failed to write {what}")]
     Write {

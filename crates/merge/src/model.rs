@@ -773,6 +773,53 @@ pub struct PcSample {
     pub source: Option<(StringId, u32)>,
 }
 
+/// The start of the NOTE the injection library writes when PC sampling ran in
+/// kernel-serialized mode: sampled kernels ran one at a time, so kernel times
+/// and overlaps in the trace are those of a serialized run.
+pub const PC_SERIALIZED_NOTE: &str = "kernels serialized for PC sampling";
+
+/// The start of the NOTE the injection library writes when PC sampling ran in
+/// continuous mode: samples name no launch.
+pub const PC_CONTINUOUS_NOTE: &str = "PC sampling in continuous mode";
+
+/// The start of the NOTE that counts the launches PC sampling covered.
+pub const PC_LAUNCHES_NOTE: &str = "PC sampling windows:";
+
+/// Launches inside and outside PC sampling's windows, as the injection library
+/// counted them; its NOTE ([`PC_LAUNCHES_NOTE`]) is [`PcLaunches::note`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcLaunches {
+    /// Launches made while sampling was on in their context.
+    pub sampled: u64,
+    /// The others: outside a window, or in a context without sampling.
+    pub unsampled: u64,
+}
+
+impl PcLaunches {
+    /// The note's text; `window` says which launches were asked for.
+    pub fn note(&self, window: &str) -> String {
+        format!(
+            "{PC_LAUNCHES_NOTE} {} of {} launches sampled (window {window}); the {} others \
+             have no PC samples, and no count is scaled up for them",
+            self.sampled,
+            self.sampled + self.unsampled,
+            self.unsampled
+        )
+    }
+
+    /// Reads a note [`PcLaunches::note`] wrote.
+    pub fn parse(text: &str) -> Option<Self> {
+        let rest = text.strip_prefix(PC_LAUNCHES_NOTE)?.trim_start();
+        let (sampled, rest) = rest.split_once(" of ")?;
+        let (total, _) = rest.split_once(' ')?;
+        let (sampled, total): (u64, u64) = (sampled.parse().ok()?, total.parse().ok()?);
+        Some(Self {
+            sampled,
+            unsampled: total.checked_sub(sampled)?,
+        })
+    }
+}
+
 /// How an NVTX range was opened.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

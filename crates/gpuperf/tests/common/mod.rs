@@ -386,8 +386,14 @@ impl Recording {
     /// simulated; GPU work ends after it starts, starts after its API call did,
     /// and never overlaps other work of its stream.
     pub fn check_invariants(&self) {
+        // Besides the simulation's, only PC sampling's notes (how it sampled).
         assert!(
-            !self.notes.is_empty() && self.notes.iter().all(|n| n.starts_with("simulated GPU")),
+            !self.notes.is_empty()
+                && self.notes.iter().all(|n| {
+                    n.starts_with("simulated GPU")
+                        || n.starts_with(model::PC_SERIALIZED_NOTE)
+                        || n.starts_with(model::PC_LAUNCHES_NOTE)
+                }),
             "notes: {:?}",
             self.notes
         );

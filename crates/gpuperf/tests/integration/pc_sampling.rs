@@ -380,3 +380,256 @@ fn record_pc_sampling_refused__one_line_says_what_to_do_and_the_rest_is_recorded
         rec.notes
     );
 }
+
+/// `gpuperf record --pc-sampling=5 FLAGS` of `pc_sampling ARGS` with `env`, with
+/// in-process stacks, the raw traces kept, and the time and PC-sample
+/// flamegraphs, the timeline and `pc.folded` written in the directory returned.
+fn record_with(
+    name: &str,
+    flags: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Option<(std::process::Output, Recording, std::path::PathBuf)> {
+    let cuda = cuda13()?;
+    let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
+    let dir = work_dir(name);
+    let mut r = Record::new(&dir)
+        .flags([
+            "--stacks",
+            "inject",
+            "--raw-dir",
+            "raw",
+            "--pc-sampling=5",
+            "--pc-folded",
+            "pc.folded",
+            "-o",
+            "time.svg",
+            "-c",
+            "gpu.json",
+        ])
+        .flags(flags)
+        .cupti(&sim(&cuda).join("libcupti.so.13"))
+        .env("GPUSIM_PC_SAMPLES", HOT);
+    for (k, v) in env {
+        r = r.env(k, v);
+    }
+    let o = r.program(&exe, args).output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    Some((o, Recording::open(&dir.join("raw")), dir))
+}
+
+/// The JSON report of the recording kept in `dir/raw`.
+fn report_json(dir: &std::path::Path) -> serde_json::Value {
+    let o = common::gpuperf_cmd()
+        .arg("report")
+        .arg(dir.join("raw"))
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    serde_json::from_str(&text(&o.stdout)).unwrap()
+}
+
+#[test]
+fn record_pc_sampling_window_2_of_6__only_the_windows_launches_have_samples_and_the_rest_are_counted()
+ {
+    // 10 rounds of (hot, cold, hot): 30 launches, 2 sampled in each stretch of 6.
+    let Some((o, rec, dir)) = record_with(
+        "pc-sampling-window",
+        &["--pc-sampling-window=2/6"],
+        &["app", "10"],
+        &[],
+    ) else {
+        return;
+    };
+    rec.check_invariants();
+    let mut launches: Vec<u32> = rec.kernels().iter().map(|k| k.correlation_id).collect();
+    launches.sort_unstable();
+    assert_eq!(launches.len(), 30);
+    let window = gpuperf_merge::recording::env::PcWindow::parse("2/6").unwrap();
+    let want: std::collections::BTreeSet<u32> = launches
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| window.contains(*i as u64))
+        .map(|(_, c)| *c)
+        .collect();
+    assert_eq!(want.len(), 10);
+    let got: std::collections::BTreeSet<u32> =
+        rec.pc_samples.iter().map(|p| p.correlation_id).collect();
+    assert_eq!(got, want, "{}", show(&o));
+    let note = rec
+        .notes
+        .iter()
+        .find(|n| n.starts_with("PC sampling windows:"))
+        .unwrap_or_else(|| panic!("{:?}", rec.notes));
+    assert!(
+        note.starts_with("PC sampling windows: 10 of 30 launches sampled (window 2/6)"),
+        "{note}"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("; from 10 of 30 launches (the 20 outside the sampling windows have none; nothing is scaled up)"),
+        "{err}"
+    );
+    let pc = &report_json(&dir)["pc_samples"];
+    assert_eq!(pc["launches_sampled"], 10, "{pc}");
+    assert_eq!(pc["launches_unsampled"], 20, "{pc}");
+    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
+    assert_eq!(pc["samples"], total, "{pc}");
+}
+
+#[test]
+fn record_pc_sampling_continuous__samples_charged_to_their_kernel_only_and_the_summary_says_so() {
+    let Some((o, rec, dir)) = record_with(
+        "pc-sampling-continuous",
+        &["--pc-sampling-mode=continuous"],
+        &["app"],
+        &[],
+    ) else {
+        return;
+    };
+    assert!(!rec.pc_samples.is_empty());
+    assert!(rec.pc_samples.iter().all(|p| p.correlation_id == 0));
+    // Two hot launches and one cold one, summed per PC (244 + 244 + 61).
+    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
+    assert_eq!(total, 549);
+    assert!(
+        rec.notes
+            .iter()
+            .any(|n| n.starts_with("PC sampling in continuous mode")),
+        "{:?}",
+        rec.notes
+    );
+    assert!(
+        !rec.notes
+            .iter()
+            .any(|n| n.starts_with("kernels serialized")),
+        "{:?}",
+        rec.notes
+    );
+    let folded = std::fs::read_to_string(dir.join("pc.folded")).unwrap();
+    assert!(
+        folded
+            .lines()
+            .all(|l| l.starts_with("[no CPU stack];[GPU_Kernel]")),
+        "{folded}"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("549 naming no launch (continuous mode) charged to their kernel only")
+            && err.contains("continuous mode: samples name no launch"),
+        "{err}"
+    );
+    assert_eq!(report_json(&dir)["pc_samples"]["continuous"], true);
+}
+
+#[test]
+fn record_pc_sampling__the_time_flamegraph_timeline_and_summary_say_kernels_were_serialized() {
+    let Some((o, rec, dir)) = record_with("pc-sampling-serialized", &[], &["app"], &[]) else {
+        return;
+    };
+    assert!(
+        rec.notes
+            .iter()
+            .any(|n| n.starts_with("kernels serialized for PC sampling")),
+        "{:?}",
+        rec.notes
+    );
+    let svg = std::fs::read_to_string(dir.join("time.svg")).unwrap();
+    assert!(
+        svg.contains("kernels serialized for PC sampling"),
+        "time.svg's title does not say so"
+    );
+    let timeline: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("gpu.json")).unwrap()).unwrap();
+    let notes = timeline["otherData"]["notes"].to_string();
+    assert!(
+        notes.contains("kernels serialized for PC sampling"),
+        "{notes}"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("kernels serialized for PC sampling")
+            && err.contains("kernels serialized while sampled"),
+        "{err}"
+    );
+    // The default window covers a run this short whole: 3 of 3 launches.
+    assert!(err.contains("from 3 of 3 launches"), "{err}");
+}
+
+#[test]
+fn record_pc_sampling_context_reset_during_a_read__no_call_on_the_dying_context_and_no_sample_lost()
+{
+    // Each GetData takes 400 ms (simulated) and the flush thread reads every
+    // 50 ms, so when the program resets its device 100 ms after its launches
+    // the flush thread is almost always inside a GetData on that context.
+    let Some((o, rec, _)) = record_with(
+        "pc-sampling-reset",
+        &[],
+        &["app-reset"],
+        &[
+            ("GPUSIM_PC_GETDATA_DELAY_MS", "400"),
+            ("GPUPERF_FLUSH_MS", "50"),
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!(text(&o.stdout), "reset\n");
+    let err = text(&o.stderr);
+    assert!(!err.contains("on a destroyed context"), "{err}");
+    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
+    assert_eq!(total, 549, "{}", show(&o));
+}
+
+#[test]
+fn diff_pc_folded_files__weights_are_samples_not_microseconds() {
+    let dir = work_dir("pc-sampling-diff");
+    let stack = "main;cudaLaunchKernel;[GPU_Kernel]hot;[GPU_PC]hot+0x40;[CUDA]/src/app/hot.cu:14";
+    std::fs::write(
+        dir.join("before.folded"),
+        format!("{stack};[Stall]long_scoreboard 100\n{stack};[Stall]selected 50\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("after.folded"),
+        format!("{stack};[Stall]long_scoreboard 300\n{stack};[Stall]selected 50\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("time.folded"),
+        "main;cudaLaunchKernel;[GPU_Kernel]hot 40\n",
+    )
+    .unwrap();
+    let diff = |args: &[&str]| {
+        common::gpuperf_cmd()
+            .current_dir(&dir)
+            .arg("diff")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = diff(&["before.folded", "after.folded"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let out = text(&o.stdout);
+    let head = out.lines().next().unwrap_or_default();
+    assert!(
+        head.starts_with(
+            "GPU PC samples by CPU stack: 150 samples in `before.folded`, 350 samples in `after.folded` (+200 samples)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("µs"), "{out}");
+    let svg = std::fs::read_to_string(dir.join("diff.svg")).unwrap();
+    assert!(
+        svg.contains("samples") && !svg.contains("µs"),
+        "diff.svg says µs"
+    );
+    let o = diff(&["before.folded", "after.folded", "--format", "json"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let json: serde_json::Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+    assert_eq!(json["unit"], "samples", "{json}");
+    // PC samples and GPU time do not compare.
+    let o = diff(&["before.folded", "time.folded"]);
+    assert!(!o.status.success(), "{}", show(&o));
+    assert!(text(&o.stderr).contains("GPU PC samples"), "{}", show(&o));
+}

@@ -181,7 +181,25 @@ impl State {
         if site == ENTER && !capture::recording() {
             return;
         }
+        // pcsampling hook: a launch opens or closes a sampling window.
+        let pc_launch = match &self.pc {
+            Some(pc) if site == ENTER && class == Class::Launch => {
+                // SAFETY: as above; `context` is a pointer-sized field.
+                Some((pc, unsafe {
+                    data.add(offset_of!(CUpti_CallbackData, context))
+                        .cast::<*mut c_void>()
+                        .read_unaligned()
+                }))
+            }
+            _ => None,
+        };
         let call = |l: &mut Local| {
+            if let Some((pc, context)) = pc_launch
+                && !(domain == DRIVER && l.runtime_depth > 0)
+            {
+                // SAFETY: the launching call's context, live during the call.
+                unsafe { pc.launch(context) };
+            }
             if site == ENTER {
                 self.enter(l, domain, cbid, correlation_id, class);
             } else {

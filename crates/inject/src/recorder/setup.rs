@@ -201,8 +201,17 @@ pub fn initialize() -> bool {
     let (want_stacks, stacks_warning) = stacks::enabled(|k| std::env::var_os(k));
     let (want_autograd, autograd_warning) =
         crate::autograd::from_env(std::env::var_os(crate::autograd::VAR));
-    let (want_pc, pc_warning) =
+    let (want_pc, mut pc_warning) =
         crate::pcsampling::from_env(std::env::var_os(crate::pcsampling::VAR).as_deref());
+    let mut pc_warnings: Vec<String> = pc_warning.take().into_iter().collect();
+    let want_pc = want_pc.map(|s| {
+        let (s, w) = s.with_env(
+            std::env::var_os(crate::pcsampling::MODE_VAR).as_deref(),
+            std::env::var_os(crate::pcsampling::WINDOW_VAR).as_deref(),
+        );
+        pc_warnings.extend(w);
+        s
+    });
     let flags = gpuperf_merge::gputrace::FLAG_CLOSES
         | if want_stacks {
             gpuperf_merge::gputrace::FLAG_STACKS
@@ -220,7 +229,7 @@ pub fn initialize() -> bool {
         .iter()
         .chain(&stacks_warning)
         .chain(&autograd_warning)
-        .chain(&pc_warning)
+        .chain(&pc_warnings)
     {
         log.line(w);
     }

@@ -18,8 +18,22 @@ use crate::write::{folded, idle, svg};
 pub struct Run {
     /// The stacks and their weights.
     pub lines: Vec<(String, u64)>,
-    /// "µs", or "ns" when merge wrote ns (all its GPU work lasted under 1 µs).
+    /// "µs", or "ns" when merge wrote ns (all its GPU work lasted under 1 µs),
+    /// or "samples" for GPU PC samples ([`crate::write::pc::UNIT`]).
     pub unit: &'static str,
+}
+
+impl Run {
+    /// Folded stacks read from a file: PC samples when they are
+    /// ([`crate::write::pc::is_pc_folded`]), else GPU time in µs.
+    pub fn from_folded(lines: Vec<(String, u64)>) -> Self {
+        let unit = if crate::write::pc::is_pc_folded(&lines) {
+            crate::write::pc::UNIT
+        } else {
+            "µs"
+        };
+        Self { lines, unit }
+    }
 }
 
 impl Recording {
@@ -60,8 +74,17 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Compares `before` and `after`, of idle time when `idle`.
-    pub fn new(before: &Run, after: &Run, idle: bool, opts: &Options) -> Self {
+    /// Compares `before` and `after`, of idle time when `idle`. PC samples
+    /// compare only with PC samples.
+    pub fn new(before: &Run, after: &Run, idle: bool, opts: &Options) -> Result<Self> {
+        let samples = crate::write::pc::UNIT;
+        if (before.unit == samples) != (after.unit == samples) {
+            return Err(Error::UnlikeProfiles(
+                "one run is GPU PC samples (folded stacks ending in stall reasons) and the \
+                 other GPU time: they do not compare; diff two --pc-folded files, or two \
+                 time profiles",
+            ));
+        }
         let profile =
             |r: &Run| Profile::from_lines(r.lines.iter().map(|(s, w)| (s.as_str(), *w)), opts);
         let (mut b, mut f) = (profile(before), profile(after));
@@ -77,13 +100,19 @@ impl Comparison {
             "ns"
         };
         let rows = diff::changes(&b, &f);
-        Self {
-            what: if idle { "idle time" } else { "GPU time" },
+        Ok(Self {
+            what: if unit == samples {
+                "GPU PC samples"
+            } else if idle {
+                "idle time"
+            } else {
+                "GPU time"
+            },
             unit,
             before: b,
             after: f,
             rows,
-        }
+        })
     }
 
     /// Stacks are matched by name: two runs whose kernels are named apart

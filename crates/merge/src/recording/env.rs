@@ -31,6 +31,137 @@ pub const FLUSH_ON_SIGNAL: &str = "GPUPERF_FLUSH_ON_SIGNAL";
 /// `off`: off; `1` or `on`: on at CUPTI's default period; a number from 5 to
 /// 31: on, sampling every 2^N cycles.
 pub const PC_SAMPLING: &str = "GPUPERF_PC_SAMPLING";
+/// With [`PC_SAMPLING`] on: `serialized` (the default: each sample names its
+/// launch) or `continuous` (kernels keep running concurrently; samples name
+/// their kernel's function only). See [`PcMode`].
+pub const PC_SAMPLING_MODE: &str = "GPUPERF_PC_SAMPLING_MODE";
+/// With [`PC_SAMPLING`] on: which launches are sampled, `all` or `N/M` (see
+/// [`PcWindow`]). Unset: [`PcWindow::DEFAULT`].
+pub const PC_SAMPLING_WINDOW: &str = "GPUPERF_PC_SAMPLING_WINDOW";
+
+/// CUPTI's PC sampling collection mode ([`PC_SAMPLING_MODE`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PcMode {
+    /// `CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED`: sampled kernels
+    /// run one at a time, and each sample carries its launch's correlation id.
+    #[default]
+    Serialized,
+    /// `CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS`: kernels run as usual;
+    /// samples carry no correlation id, so they are charged to their kernel's
+    /// function only, under no CPU stack.
+    Continuous,
+}
+
+impl PcMode {
+    /// The variable's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PcMode::Serialized => "serialized",
+            PcMode::Continuous => "continuous",
+        }
+    }
+
+    /// Reads the variable's value.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "serialized" => Some(PcMode::Serialized),
+            "continuous" => Some(PcMode::Continuous),
+            _ => None,
+        }
+    }
+}
+
+/// Which launches PC sampling covers ([`PC_SAMPLING_WINDOW`]): windows of
+/// `sampled` consecutive launches, one in each stretch of `every` launches
+/// of the process. The first window opens at the first launch, so a short
+/// run is sampled whole; the later ones start at a place in their stretch
+/// that varies from stretch to stretch (a fixed hash of the stretch's
+/// number), so a loop of `every` launches is not always sampled at the same
+/// kernels, and a run is sampled the same way each time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PcWindow {
+    /// Launches per window (1 or more).
+    pub sampled: u32,
+    /// Launches per stretch (`sampled` or more; equal: every launch).
+    pub every: u32,
+}
+
+impl PcWindow {
+    /// Every launch.
+    pub const ALL: PcWindow = PcWindow {
+        sampled: 1,
+        every: 1,
+    };
+    /// The default: 100 launches in every 1000 (10 %). A run of up to 100
+    /// launches is sampled whole; a long one pays for serialized kernels on
+    /// a tenth of its launches, spread over the whole run.
+    pub const DEFAULT: PcWindow = PcWindow {
+        sampled: 100,
+        every: 1000,
+    };
+
+    /// Reads `all` or `N/M` (1 <= N <= M).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            return Ok(Self::ALL);
+        }
+        let bad = || {
+            format!(
+                "`{s}` is not a sampling window: give `all`, or N/M to sample N consecutive \
+                 launches in every M (1 <= N <= M)"
+            )
+        };
+        let (n, m) = s.split_once('/').ok_or_else(bad)?;
+        let (sampled, every) = (
+            n.trim().parse::<u32>().map_err(|_| bad())?,
+            m.trim().parse::<u32>().map_err(|_| bad())?,
+        );
+        if sampled == 0 || sampled > every {
+            return Err(bad());
+        }
+        Ok(Self { sampled, every })
+    }
+
+    /// Whether every launch is sampled.
+    pub fn is_all(self) -> bool {
+        self.sampled >= self.every
+    }
+
+    /// Whether the process's launch number `i` (from 0) is in a window.
+    pub fn contains(self, i: u64) -> bool {
+        if self.is_all() {
+            return true;
+        }
+        let (every, sampled) = (u64::from(self.every), u64::from(self.sampled));
+        let stretch = i / every;
+        let offset = if stretch == 0 {
+            0
+        } else {
+            splitmix64(stretch) % (every - sampled + 1)
+        };
+        (offset..offset + sampled).contains(&(i % every))
+    }
+}
+
+/// `all` or `N/M`, as [`PcWindow::parse`] reads it.
+impl std::fmt::Display for PcWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_all() {
+            f.write_str("all")
+        } else {
+            write!(f, "{}/{}", self.sampled, self.every)
+        }
+    }
+}
+
+/// A fixed 64-bit mix (SplitMix64's finalizer): where each window starts.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
 
 /// What opens the capture window: `cudaProfilerApi` (between
 /// `cudaProfilerStart` and `cudaProfilerStop`) or `nvtx:NAME` (inside NVTX
@@ -103,6 +234,12 @@ pub struct Injection {
     /// GPU PC sampling ([`PC_SAMPLING`]): `Some(None)` on at CUPTI's default
     /// period, `Some(Some(n))` every 2^n cycles; `None` off.
     pub pc_sampling: Option<Option<u8>>,
+    /// With PC sampling: the collection mode ([`PC_SAMPLING_MODE`]). Default
+    /// is [`PcMode::Serialized`].
+    pub pc_mode: PcMode,
+    /// With PC sampling: the launches sampled ([`PC_SAMPLING_WINDOW`]);
+    /// `None` leaves the library's default, [`PcWindow::DEFAULT`].
+    pub pc_window: Option<PcWindow>,
 }
 
 impl Injection {
@@ -119,6 +256,8 @@ impl Injection {
             delay_ms: None,
             nvtx: true,
             pc_sampling: None,
+            pc_mode: PcMode::Serialized,
+            pc_window: None,
         }
     }
 
@@ -166,6 +305,14 @@ impl Injection {
             Some(Some(period)) => env.push((PC_SAMPLING.into(), period.to_string().into())),
             Some(None) => env.push((PC_SAMPLING.into(), "on".into())),
             None => {}
+        }
+        if self.pc_sampling.is_some() {
+            if self.pc_mode != PcMode::Serialized {
+                env.push((PC_SAMPLING_MODE.into(), self.pc_mode.as_str().into()));
+            }
+            if let Some(w) = self.pc_window {
+                env.push((PC_SAMPLING_WINDOW.into(), w.to_string().into()));
+            }
         }
         env
     }
@@ -219,5 +366,52 @@ mod tests {
         assert_eq!(parse_flag(OsStr::new(flag(true))), Some(true));
         assert_eq!(parse_flag(OsStr::new(flag(false))), Some(false));
         assert_eq!(parse_flag(OsStr::new("yes")), None);
+    }
+
+    #[test]
+    fn pc_windows_read_back_and_sample_their_share_of_launches() {
+        for s in ["all", "1/1", "5/20", "100/1000"] {
+            let w = PcWindow::parse(s).unwrap();
+            assert_eq!(PcWindow::parse(&w.to_string()), Ok(w), "{s}");
+        }
+        assert_eq!(PcWindow::parse("1/1").unwrap().to_string(), "all");
+        for bad in ["0/10", "11/10", "10", "a/b", "-1/3", ""] {
+            assert!(PcWindow::parse(bad).is_err(), "{bad}");
+        }
+        let w = PcWindow::parse("5/20").unwrap();
+        // The first window opens at the first launch.
+        assert!((0..5).all(|i| w.contains(i)));
+        assert!((5..20).all(|i| !w.contains(i)));
+        // Exactly 5 in each stretch of 20, not always at the same place.
+        let starts: std::collections::BTreeSet<u64> = (1..50u64)
+            .map(|k| {
+                let n = (k * 20..k * 20 + 20).filter(|&i| w.contains(i)).count();
+                assert_eq!(n, 5, "stretch {k}");
+                (k * 20..).find(|&i| w.contains(i)).unwrap() % 20
+            })
+            .collect();
+        assert!(starts.len() > 3, "{starts:?}");
+        assert!((0..1000).all(|i| PcWindow::ALL.contains(i)));
+        assert_eq!(PcMode::parse("continuous"), Some(PcMode::Continuous));
+        assert_eq!(
+            PcMode::parse(PcMode::Serialized.as_str()),
+            Some(PcMode::Serialized)
+        );
+        assert_eq!(PcMode::parse("fast"), None);
+        let mut i = Injection::new("/l/inject.so".into(), "/r/raw".into());
+        i.pc_mode = PcMode::Continuous;
+        i.pc_window = Some(w);
+        // Without PC sampling, its mode and window are not passed.
+        assert!(!i.vars().iter().any(|(k, _)| k == PC_SAMPLING_WINDOW));
+        i.pc_sampling = Some(None);
+        let vars = i.vars();
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get(PC_SAMPLING).as_deref(), Some("on"));
+        assert_eq!(get(PC_SAMPLING_MODE).as_deref(), Some("continuous"));
+        assert_eq!(get(PC_SAMPLING_WINDOW).as_deref(), Some("5/20"));
     }
 }

@@ -12,7 +12,7 @@ use super::Recording;
 use crate::error::{Error, Result};
 use crate::join::{self, Sink, Summary};
 use crate::model::Origin;
-use crate::model::{SIMULATED_GPU_NOTE, StringTable};
+use crate::model::{PC_SERIALIZED_NOTE, SIMULATED_GPU_NOTE, StringTable};
 use crate::read::cpu::StackId;
 use crate::read::driver::DriverTrace;
 use crate::read::input::GpuInputs;
@@ -111,6 +111,18 @@ pub fn simulated(summary: &Summary) -> bool {
             .iter()
             .any(|n| n.starts_with(SIMULATED_GPU_NOTE))
 }
+
+/// Whether a recorder serialized kernels for PC sampling: the GPU times are
+/// those of a serialized run.
+pub fn serialized(summary: &Summary) -> bool {
+    summary
+        .notes
+        .iter()
+        .any(|n| n.text.starts_with(PC_SERIALIZED_NOTE))
+}
+
+/// What the time flamegraphs add to their title when [`serialized`].
+pub const SERIALIZED_TITLE: &str = "kernels serialized for PC sampling";
 
 impl Recording {
     /// Joins and writes every output `outs` names; folded stacks for `-` go to
@@ -218,6 +230,9 @@ impl Recording {
             let mut outs = outs.clone();
             if simulated(&summary) {
                 outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
+            }
+            if serialized(&summary) {
+                outs.title = format!("{}, {SERIALIZED_TITLE}", outs.title);
             }
             let mut titles = self.full_names.clone();
             for (label, full) in folder.full_names().pairs() {
@@ -360,6 +375,9 @@ fn idle_svg(
     o.title = "gpuperf: GPU idle time by the CPU stack that made it wait".to_owned();
     if simulated(summary) {
         o.title = format!("{} ({SIMULATED_GPU_NOTE})", o.title);
+    }
+    if serialized(summary) {
+        o.title = format!("{}, {SERIALIZED_TITLE}", o.title);
     }
     render_svg(&o, "µs", &lines, titles, p, f)?;
     Ok(Written {

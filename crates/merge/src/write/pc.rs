@@ -15,6 +15,9 @@
 //!   record in the trace ([`PcStats::unmatched`]); none is dropped.
 //! - With several processes each stack starts with a process frame, as in the
 //!   folded GPU-time output.
+//! - The recorder's notes say how the samples were taken: kernel-serialized
+//!   or continuous, and how many launches the sampling windows covered
+//!   ([`PcLaunches`]); [`PcStats`] carries them to the summary and report.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -23,7 +26,9 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
-use crate::model::{ActivityKind, PcSample, Record, StringId};
+use crate::model::{
+    ActivityKind, PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches, PcSample, Record, StringId,
+};
 use crate::read::cpu::StackId;
 use crate::write::demangle::Demangler;
 use crate::write::folded::{KERNEL_PREFIX, NO_STACK_ROOT, process_name, push_stack};
@@ -50,20 +55,26 @@ pub struct PcStats {
     pub unmatched: u64,
     /// Samples without a source line (no line information in the module).
     pub without_line: u64,
+    /// Launches inside and outside the sampling windows, when the recorder
+    /// counted them.
+    pub launches: Option<PcLaunches>,
+    /// A recorder sampled in kernel-serialized mode (kernels ran one at a time).
+    pub serialized: bool,
+    /// A recorder sampled in continuous mode (samples name no launch).
+    pub continuous: bool,
 }
 
 /// `N GPU PC samples: …`, each share said.
 impl std::fmt::Display for PcStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} GPU PC samples", self.samples)?;
-        if self.samples == 0 {
-            return Ok(());
+        if self.samples > 0 {
+            write!(
+                f,
+                ": {} charged to their launch's CPU stack",
+                self.attributed
+            )?;
         }
-        write!(
-            f,
-            ": {} charged to their launch's CPU stack",
-            self.attributed
-        )?;
         if self.unattributed > 0 {
             write!(
                 f,
@@ -84,6 +95,22 @@ impl std::fmt::Display for PcStats {
                 "; {} without a source line (build with -lineinfo)",
                 self.without_line
             )?;
+        }
+        if let Some(l) = self.launches {
+            write!(
+                f,
+                "; from {} of {} launches (the {} outside the sampling windows have none; \
+                 nothing is scaled up)",
+                l.sampled,
+                l.sampled + l.unsampled,
+                l.unsampled
+            )?;
+        }
+        if self.serialized {
+            f.write_str("; kernels serialized while sampled")?;
+        }
+        if self.continuous {
+            f.write_str("; continuous mode: samples name no launch")?;
         }
         Ok(())
     }
@@ -118,6 +145,21 @@ pub struct PcFolder {
     kernels: BTreeMap<String, KernelSamples>,
     stats: PcStats,
     demangler: Demangler,
+}
+
+/// The unit of PC-sample folded stacks, as `diff` and the flamegraphs name it.
+pub const UNIT: &str = "samples";
+
+/// Whether folded stacks are PC samples (this module's output): every stack
+/// ends with a stall reason. `gpuperf diff` reads a folded file's unit so.
+pub fn is_pc_folded(lines: &[(String, u64)]) -> bool {
+    !lines.is_empty()
+        && lines.iter().all(|(stack, _)| {
+            stack
+                .rsplit(';')
+                .next()
+                .is_some_and(|leaf| leaf.starts_with(STALL_PREFIX))
+        })
 }
 
 /// A stall reason as people say it: CUPTI's metric name without its common
@@ -241,6 +283,15 @@ impl Sink for PcFolder {
                 self.stats.samples += u64::from(s.samples);
                 self.samples.push(s.clone());
             }
+            Record::Note(n) => {
+                if let Some(l) = PcLaunches::parse(&n.text) {
+                    let all = self.stats.launches.get_or_insert_default();
+                    all.sampled += l.sampled;
+                    all.unsampled += l.unsampled;
+                }
+                self.stats.serialized |= n.text.starts_with(PC_SERIALIZED_NOTE);
+                self.stats.continuous |= n.text.starts_with(PC_CONTINUOUS_NOTE);
+            }
             _ => {}
         }
         Ok(())
@@ -286,5 +337,43 @@ mod tests {
         );
         assert_eq!(stall_name("smsp__pcsamp_warps_issue_selected"), "selected");
         assert_eq!(stall_name("branch_resolving"), "branch_resolving");
+    }
+
+    #[test]
+    fn pc_folded_stacks_are_known_by_their_stall_leaves() {
+        let line = |s: &str| (s.to_owned(), 3);
+        assert!(is_pc_folded(&[line(
+            "main;[GPU_Kernel]k;[GPU_PC]k+0x10;[CUDA]k.cu:3;[Stall]selected"
+        )]));
+        assert!(!is_pc_folded(&[
+            line("main;[GPU_Kernel]k;[GPU_PC]k+0x10;[CUDA]k.cu:3;[Stall]selected"),
+            line("main;cudaLaunchKernel;[GPU_Kernel]k"),
+        ]));
+        assert!(!is_pc_folded(&[]));
+    }
+
+    #[test]
+    fn the_launch_count_note_reads_back_and_the_summary_says_it() {
+        let l = PcLaunches {
+            sampled: 10,
+            unsampled: 20,
+        };
+        let text = l.note("2/6");
+        assert!(text.starts_with(crate::model::PC_LAUNCHES_NOTE), "{text}");
+        assert_eq!(PcLaunches::parse(&text), Some(l));
+        assert_eq!(PcLaunches::parse("PC sampling windows: many"), None);
+        let stats = PcStats {
+            samples: 7,
+            attributed: 7,
+            launches: Some(l),
+            serialized: true,
+            ..PcStats::default()
+        };
+        let said = stats.to_string();
+        assert!(
+            said.starts_with("7 GPU PC samples: 7 charged to their launch's CPU stack; from 10 of 30 launches (the 20 outside")
+                && said.ends_with("; kernels serialized while sampled"),
+            "{said}"
+        );
     }
 }

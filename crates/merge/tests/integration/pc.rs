@@ -144,6 +144,7 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
             unattributed: 11,
             unmatched: 4,
             without_line: 2,
+            ..PcStats::default()
         }
     );
     let gemm = &pc.kernels()["gemm(float*, int)"];
