@@ -160,36 +160,13 @@ fn sim_pc_sampling_privilege__enable_refused_and_the_program_goes_on() {
 type Line = (String, String, u64, String, u32, Option<(String, u32)>);
 
 /// `gpuperf record --pc-sampling=5` of `pc_sampling app` (two launches of the
-/// hot kernel around one of the cold one) with `env`, with the stacks taken in
-/// process (no root); the raw traces are kept, and the PC samples drawn as
-/// `pc.folded` and `pc.svg` in the directory returned.
+/// hot kernel around one of the cold one) with `env`: [`record_with`], the PC
+/// samples also drawn as `pc.svg`.
 fn record_app(
     name: &str,
     env: &[(&str, &str)],
 ) -> Option<(std::process::Output, Recording, std::path::PathBuf)> {
-    let cuda = cuda13()?;
-    let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
-    let dir = work_dir(name);
-    let mut r = Record::new(&dir)
-        .flags([
-            "--stacks",
-            "inject",
-            "--raw-dir",
-            "raw",
-            "--pc-sampling=5",
-            "--pc-folded",
-            "pc.folded",
-            "--pc-svg",
-            "pc.svg",
-        ])
-        .cupti(&sim(&cuda).join("libcupti.so.13"))
-        .env("GPUSIM_PC_SAMPLES", HOT);
-    for (k, v) in env {
-        r = r.env(k, v);
-    }
-    let o = r.program(&exe, ["app"]).output().unwrap();
-    assert!(o.status.success(), "{}", show(&o));
-    Some((o, Recording::open(&dir.join("raw")), dir))
+    record_with(name, &["--pc-svg", "pc.svg"], &["app"], env)
 }
 
 #[test]
