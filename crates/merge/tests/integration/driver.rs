@@ -112,12 +112,37 @@ fn vblank() -> DriverTrace {
 /// Vblanks on two CRTCs; vblank events of two threads of one process: one
 /// delivered at the vblank asked for, two asked for at once (overlapping,
 /// the later-asked delivered first), one never delivered, one delivered
-/// without being queued (a page flip's).
+/// without being queued (a page flip's). Perfetto's trace processor reads
+/// both formats with nothing lost.
 #[test]
 fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
     let dir = tempfile::tempdir().unwrap();
     let (gpu, cpu) = inputs(dir.path());
-    let (json, _) = perfetto::check_with(&[gpu], Some(&cpu), Some(&vblank()));
+    let (json, pb) = perfetto::check_with(&[gpu], Some(&cpu), Some(&vblank()));
+    // Perfetto's own reader: nothing lost, 7 vblanks on the CRTCs' tracks,
+    // the 5 vblank events on the process's tracks (3 queued and delivered,
+    // one never delivered, one delivered unqueued).
+    for (file, bytes) in [("v.json", json.as_bytes()), ("v.pftrace", &pb[..])] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, bytes).unwrap();
+        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
+            break;
+        };
+        let (stats, per_track) = perfetto_read(&tp);
+        assert_eq!(stats, Vec::<String>::new(), "{file}");
+        let crtcs: i64 = per_track
+            .iter()
+            .filter(|(k, _)| k.starts_with("vblank crtc "))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(crtcs, 7, "{file}: {per_track:?}");
+        let asked: i64 = per_track
+            .iter()
+            .filter(|(k, _)| k.starts_with("vblank events crtc "))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(asked, 5, "{file}: {per_track:?}");
+    }
     let doc: Value = serde_json::from_str(&json).unwrap();
     let events = doc["traceEvents"].as_array().unwrap();
     let driver: Vec<&Value> = events.iter().filter(|e| e["cat"] == "driver").collect();
