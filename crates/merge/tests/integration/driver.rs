@@ -122,14 +122,7 @@ fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
     // Perfetto's own reader: nothing lost, 7 vblanks on the CRTCs' tracks,
     // the 5 vblank events on the process's tracks (3 queued and delivered,
     // one never delivered, one delivered unqueued).
-    for (file, bytes) in [("v.json", json.as_bytes()), ("v.pftrace", &pb[..])] {
-        let path = dir.path().join(file);
-        std::fs::write(&path, bytes).unwrap();
-        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
-            break;
-        };
-        let (stats, per_track) = perfetto_read(&tp);
-        assert_eq!(stats, Vec::<String>::new(), "{file}");
+    for (file, _, per_track) in perfetto_reads(dir.path(), "v", &json, &pb) {
         let crtcs: i64 = per_track
             .iter()
             .filter(|(k, _)| k.starts_with("vblank crtc "))
@@ -309,6 +302,36 @@ fn perfetto_read(
     (stats, per_track)
 }
 
+/// Both timelines, `STEM.json` and `STEM.pftrace` written in `dir`, as
+/// Perfetto's trace processor reads them, each checked to have no error or
+/// data-loss stat: (file name, the reader, slices per track name as
+/// [`perfetto_read`] counts them). Empty where there is no trace processor
+/// (the tests skip what they would read).
+fn perfetto_reads(
+    dir: &std::path::Path,
+    stem: &str,
+    json: &str,
+    pb: &[u8],
+) -> Vec<(
+    String,
+    gpuperf_test_support::perfetto::TraceProcessor,
+    std::collections::BTreeMap<String, i64>,
+)> {
+    let mut out = Vec::new();
+    for (ext, bytes) in [("json", json.as_bytes()), ("pftrace", pb)] {
+        let file = format!("{stem}.{ext}");
+        let path = dir.join(&file);
+        std::fs::write(&path, bytes).unwrap();
+        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
+            return Vec::new();
+        };
+        let (stats, per_track) = perfetto_read(&tp);
+        assert_eq!(stats, Vec::<String>::new(), "{file}");
+        out.push((file, tp, per_track));
+    }
+    out
+}
+
 /// Past a handful of jobs no slice lands on another track's name and
 /// Perfetto drops nothing: the ring's run track holds its 120 jobs, each
 /// linked to its submit mark by a flow, each
@@ -329,14 +352,7 @@ fn driver_many__perfetto_reads_every_slice_on_its_named_track() {
         .count();
     assert_eq!(negative, 0, "JSON events before the time base");
     assert_eq!(doc["otherData"]["time_base_ns"], 500_000);
-    for (file, bytes) in [("many.json", json.as_bytes()), ("many.pftrace", &pb[..])] {
-        let path = dir.path().join(file);
-        std::fs::write(&path, bytes).unwrap();
-        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
-            return;
-        };
-        let (stats, per_track) = perfetto_read(&tp);
-        assert_eq!(stats, Vec::<String>::new(), "{file}");
+    for (file, tp, per_track) in perfetto_reads(dir.path(), "many", &json, &pb) {
         let n = |name: &str| per_track.get(name).copied().unwrap_or(0);
         let mut expected = vec![
             ("sim-ring0 run".to_owned(), 120),
@@ -446,14 +462,7 @@ fn driver_attribution__processes_without_cuda_calls_named_by_command_and_ioctls_
         .map(|e| e["args"]["submitter"].as_str().unwrap())
         .collect();
     assert_eq!(submitters, ["comp-io (pid 300, tid 301)"]);
-    for (file, bytes) in [("a.json", json.as_bytes()), ("a.pftrace", &pb[..])] {
-        let path = dir.path().join(file);
-        std::fs::write(&path, bytes).unwrap();
-        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
-            return;
-        };
-        let (stats, _) = perfetto_read(&tp);
-        assert_eq!(stats, Vec::<String>::new(), "{file}");
+    for (file, tp, _) in perfetto_reads(dir.path(), "a", &json, &pb) {
         assert_eq!(
             perfetto_names(&tp, "300"),
             [
@@ -532,14 +541,7 @@ fn driver_jobs__a_flow_runs_from_the_submitting_thread_to_each_jobs_queue_slice(
     let dir = tempfile::tempdir().unwrap();
     let (gpu, cpu) = inputs(dir.path());
     let (json, pb) = perfetto::check_with(&[gpu], Some(&cpu), Some(&attribution()));
-    for (file, bytes) in [("a.json", json.as_bytes()), ("a.pftrace", &pb[..])] {
-        let path = dir.path().join(file);
-        std::fs::write(&path, bytes).unwrap();
-        let Some(tp) = gpuperf_test_support::perfetto::TraceProcessor::load(&path).unwrap() else {
-            return;
-        };
-        let (stats, _) = perfetto_read(&tp);
-        assert_eq!(stats, Vec::<String>::new(), "{file}");
+    for (file, tp, _) in perfetto_reads(dir.path(), "a", &json, &pb) {
         let flows = tp
             .query(
                 "select th.tid, so.name, so.dur, si.ts - so.ts, ti.name from flow f \
