@@ -23,21 +23,28 @@ fn rank_traces() -> Vec<PathBuf> {
 /// gpuperf under test, bounded in time: a cluster that does not stop fails
 /// the test rather than hanging it.
 fn ranks(python: &Path, args: &[&OsStr]) -> (Value, String) {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let o = Command::new("timeout")
+    let o = with_module("timeout")
         .args(["-k", "10", "300"])
         .arg(python)
         .args(["-m", "gpuperf.ranks", "--json"])
         .args(args)
-        .env("PYTHONPATH", repo.join("python"))
-        .env("GPUPERF_COMMAND", env!("CARGO_BIN_EXE_gpuperf"))
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", common::show(&o));
     let json =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::show(&o)));
     (json, common::text(&o.stderr))
+}
+
+/// `program` (Python, or a command that runs it) with the `gpuperf` module
+/// of this checkout and the gpuperf under test; stdin closed.
+fn with_module(program: &str) -> Command {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut c = Command::new(program);
+    c.env("PYTHONPATH", repo.join("python"))
+        .env("GPUPERF_COMMAND", env!("CARGO_BIN_EXE_gpuperf"))
+        .stdin(Stdio::null());
+    c
 }
 
 /// Per kernel name, (launches, ns) as `gpuperf report --format json` gives them.
@@ -145,16 +152,13 @@ fn outliers__a_rank_beyond_median_plus_k_mads_stands_out_and_the_others_do_not()
             })
         })
         .collect();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let o = Command::new("python3")
+    let o = with_module("python3")
         .args([
             "-c",
             "import json, sys, gpuperf.ranks as r\n\
              print(json.dumps(r.outliers(json.loads(sys.argv[1]))))",
             &Value::from(rows).to_string(),
         ])
-        .env("PYTHONPATH", repo.join("python"))
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", common::show(&o));
@@ -171,8 +175,7 @@ fn outliers__a_rank_beyond_median_plus_k_mads_stands_out_and_the_others_do_not()
 /// `gpuperf.ranks.summarize(path, rank)` in Python, with the module of this
 /// checkout and the gpuperf under test; `rank` "" passes none.
 fn summarize(path: &Path, rank: &str) -> Value {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let o = Command::new("python3")
+    let o = with_module("python3")
         .args([
             "-c",
             "import json, sys, gpuperf.ranks as r\n\
@@ -181,9 +184,6 @@ fn summarize(path: &Path, rank: &str) -> Value {
         ])
         .arg(path)
         .arg(rank)
-        .env("PYTHONPATH", repo.join("python"))
-        .env("GPUPERF_COMMAND", env!("CARGO_BIN_EXE_gpuperf"))
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", common::show(&o));
