@@ -322,47 +322,43 @@ impl Injection {
 mod tests {
     use super::*;
 
+    /// The value `i` gives variable `k`, if it sets it.
+    fn var(i: &Injection, k: &str) -> Option<String> {
+        i.vars()
+            .into_iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+    }
+
     #[test]
     fn the_variables_say_what_was_asked() {
         let mut i = Injection::new("/l/inject.so".into(), "/r/raw".into());
         i.stacks = Some(false);
         i.sync = Some("/s/sync.sock".into());
-        let vars = i.vars();
-        let get = |k: &str| {
-            vars.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.to_string_lossy().into_owned())
-        };
-        assert_eq!(get(INJECTION_PATH).as_deref(), Some("/l/inject.so"));
-        assert_eq!(get(GPU_TRACE).as_deref(), Some("/r/raw/"));
-        assert_eq!(get(STACKS).as_deref(), Some("0"));
-        assert_eq!(get(FLUSH_ON_SIGNAL).as_deref(), Some("1"));
-        assert_eq!(get(SYNC).as_deref(), Some("/s/sync.sock"));
-        assert_eq!(get(CUPTI_PATH), None);
-        assert_eq!(get(CAPTURE_RANGE), None);
+        assert_eq!(var(&i, INJECTION_PATH).as_deref(), Some("/l/inject.so"));
+        assert_eq!(var(&i, GPU_TRACE).as_deref(), Some("/r/raw/"));
+        assert_eq!(var(&i, STACKS).as_deref(), Some("0"));
+        assert_eq!(var(&i, FLUSH_ON_SIGNAL).as_deref(), Some("1"));
+        assert_eq!(var(&i, SYNC).as_deref(), Some("/s/sync.sock"));
+        assert_eq!(var(&i, CUPTI_PATH), None);
+        assert_eq!(var(&i, CAPTURE_RANGE), None);
         // NVTX ranges are recorded unless turned off.
-        assert_eq!(get(NVTX_INJECTION_PATH).as_deref(), Some("/l/inject.so"));
-        assert_eq!(get(NVTX), None);
+        assert_eq!(
+            var(&i, NVTX_INJECTION_PATH).as_deref(),
+            Some("/l/inject.so")
+        );
+        assert_eq!(var(&i, NVTX), None);
         i.nvtx = false;
-        let vars = i.vars();
-        let get = |k: &str| {
-            vars.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.to_string_lossy().into_owned())
-        };
-        assert_eq!(get(NVTX_INJECTION_PATH), None);
-        assert_eq!(get(NVTX).as_deref(), Some("0"));
+        assert_eq!(var(&i, NVTX_INJECTION_PATH), None);
+        assert_eq!(var(&i, NVTX).as_deref(), Some("0"));
         i.capture_range = Some("nvtx:step".into());
         i.delay_ms = Some(1500);
-        let vars = i.vars();
-        let get = |k: &str| {
-            vars.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.to_string_lossy().into_owned())
-        };
-        assert_eq!(get(CAPTURE_RANGE).as_deref(), Some("nvtx:step"));
-        assert_eq!(get(NVTX_INJECTION_PATH).as_deref(), Some("/l/inject.so"));
-        assert_eq!(get(CAPTURE_DELAY_MS).as_deref(), Some("1500"));
+        assert_eq!(var(&i, CAPTURE_RANGE).as_deref(), Some("nvtx:step"));
+        assert_eq!(
+            var(&i, NVTX_INJECTION_PATH).as_deref(),
+            Some("/l/inject.so")
+        );
+        assert_eq!(var(&i, CAPTURE_DELAY_MS).as_deref(), Some("1500"));
         assert_eq!(parse_flag(OsStr::new(flag(true))), Some(true));
         assert_eq!(parse_flag(OsStr::new(flag(false))), Some(false));
         assert_eq!(parse_flag(OsStr::new("yes")), None);
@@ -404,14 +400,8 @@ mod tests {
         // Without PC sampling, its mode and window are not passed.
         assert!(!i.vars().iter().any(|(k, _)| k == PC_SAMPLING_WINDOW));
         i.pc_sampling = Some(None);
-        let vars = i.vars();
-        let get = |k: &str| {
-            vars.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.to_string_lossy().into_owned())
-        };
-        assert_eq!(get(PC_SAMPLING).as_deref(), Some("on"));
-        assert_eq!(get(PC_SAMPLING_MODE).as_deref(), Some("continuous"));
-        assert_eq!(get(PC_SAMPLING_WINDOW).as_deref(), Some("5/20"));
+        assert_eq!(var(&i, PC_SAMPLING).as_deref(), Some("on"));
+        assert_eq!(var(&i, PC_SAMPLING_MODE).as_deref(), Some("continuous"));
+        assert_eq!(var(&i, PC_SAMPLING_WINDOW).as_deref(), Some("5/20"));
     }
 }
