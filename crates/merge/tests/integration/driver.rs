@@ -123,18 +123,16 @@ fn driver_vblank__tracks_per_crtc_events_under_their_process_goldens() {
     // the 5 vblank events on the process's tracks (3 queued and delivered,
     // one never delivered, one delivered unqueued).
     for (file, _, per_track) in perfetto_reads(dir.path(), "v", &json, &pb) {
-        let crtcs: i64 = per_track
-            .iter()
-            .filter(|(k, _)| k.starts_with("vblank crtc "))
-            .map(|(_, n)| n)
-            .sum();
-        assert_eq!(crtcs, 7, "{file}: {per_track:?}");
-        let asked: i64 = per_track
-            .iter()
-            .filter(|(k, _)| k.starts_with("vblank events crtc "))
-            .map(|(_, n)| n)
-            .sum();
-        assert_eq!(asked, 5, "{file}: {per_track:?}");
+        // Slices on the tracks whose names start so.
+        let on = |prefix: &str| -> i64 {
+            per_track
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .map(|(_, n)| n)
+                .sum()
+        };
+        assert_eq!(on("vblank crtc "), 7, "{file}: {per_track:?}");
+        assert_eq!(on("vblank events crtc "), 5, "{file}: {per_track:?}");
     }
     let doc: Value = serde_json::from_str(&json).unwrap();
     let events = doc["traceEvents"].as_array().unwrap();
