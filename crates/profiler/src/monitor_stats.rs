@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use gpuperf_merge::ioctl::Ioctl;
-use gpuperf_merge::write::driver::{VblankPairer, job_fence_contexts};
+use gpuperf_merge::write::driver::{VblankPairer, name_job_fence_contexts};
 
 use crate::driver::{DriverEvent, DriverKind};
 
@@ -332,10 +332,8 @@ impl Stats {
             | DriverKind::JobRun
             | DriverKind::JobDone
             | DriverKind::JobWaitDep => {
-                for (context, name) in job_fence_contexts(e) {
-                    if self.contexts.len() < MAX_OPEN {
-                        self.contexts.entry(context).or_insert(name);
-                    }
+                if self.contexts.len() < MAX_OPEN {
+                    name_job_fence_contexts(e, &mut self.contexts);
                 }
                 let step = self.job_step(e);
                 let depth = matches!(e.kind, DriverKind::JobQueued | DriverKind::JobRun)
@@ -477,21 +475,27 @@ impl Stats {
 
     /// Ends an interval of `secs` seconds: its statistics, reset here.
     pub fn take_interval(&mut self, secs: f64) -> Interval {
-        Interval {
-            secs,
-            sample_every: self.sample_every.max(1),
-            figures: std::mem::replace(&mut self.interval, Figures::new(true)),
-            contexts: self.contexts.clone(),
-        }
+        let figures = std::mem::replace(&mut self.interval, Figures::new(true));
+        self.interval_of(secs, figures)
     }
 
     /// The whole run's statistics, of `secs` seconds.
     pub fn run(&self, secs: f64) -> Interval {
+        self.interval_of(secs, self.run.clone())
+    }
+
+    /// `figures` to print, with the names of the fence contexts they hold.
+    fn interval_of(&self, secs: f64, figures: Figures) -> Interval {
+        let contexts = figures
+            .fences
+            .keys()
+            .filter_map(|c| Some((*c, self.contexts.get(c)?.clone())))
+            .collect();
         Interval {
             secs,
             sample_every: self.sample_every.max(1),
-            figures: self.run.clone(),
-            contexts: self.contexts.clone(),
+            figures,
+            contexts,
         }
     }
 }

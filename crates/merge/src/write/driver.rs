@@ -300,35 +300,43 @@ pub fn job_fence(id: u64) -> Option<String> {
 }
 
 /// The fence contexts the DRM scheduler's jobs show, named as its
-/// `dma_fence` tracepoints name them: [`job_fence_contexts`] of each job event.
+/// `dma_fence` tracepoints name them: [`name_job_fence_contexts`] of each job
+/// event.
 fn fence_timelines(events: &[DriverEvent]) -> FxHashMap<u64, String> {
     let mut out = FxHashMap::default();
     for e in events {
-        for (context, name) in job_fence_contexts(e) {
-            out.entry(context).or_insert(name);
-        }
+        name_job_fence_contexts(e, &mut out);
     }
     out
 }
 
-/// The fence contexts a DRM scheduler job's event names, as its `dma_fence`
-/// tracepoints name them (driver `drm_sched`, timeline the ring): a job's
-/// finished fence (its id) is on its entity's second context, the scheduled
-/// fence on the first. Empty for any other event.
-pub fn job_fence_contexts(e: &DriverEvent) -> Vec<(u64, String)> {
+/// Names in `names` the fence contexts a DRM scheduler job's event shows and
+/// `names` does not hold yet, as its `dma_fence` tracepoints name them
+/// (driver `drm_sched`, timeline the ring): a job's finished fence (its id)
+/// is on its entity's second context, the scheduled fence on the first. Any
+/// other event names none. A name is made only for a context not yet named,
+/// so each job event of a known ring costs one lookup.
+pub fn name_job_fence_contexts<S: std::hash::BuildHasher>(
+    e: &DriverEvent,
+    names: &mut std::collections::HashMap<u64, String, S>,
+) {
     let job = matches!(
         e.kind,
         DriverKind::JobQueued | DriverKind::JobRun | DriverKind::JobDone
     );
     if !job || job_fence(e.id).is_none() || e.ring.is_empty() {
-        return Vec::new();
+        return;
     }
     let finished = e.id >> 32;
-    let mut out = vec![(finished, format!("drm_sched {} finished", e.ring))];
-    if let Some(scheduled) = finished.checked_sub(1) {
-        out.push((scheduled, format!("drm_sched {} scheduled", e.ring)));
+    if names.contains_key(&finished) {
+        return;
     }
-    out
+    names.insert(finished, format!("drm_sched {} finished", e.ring));
+    if let Some(scheduled) = finished.checked_sub(1) {
+        names
+            .entry(scheduled)
+            .or_insert_with(|| format!("drm_sched {} scheduled", e.ring));
+    }
 }
 
 /// Whether an Xid or a fence signal was made in interrupt context (BPF sets
