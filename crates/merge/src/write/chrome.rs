@@ -59,18 +59,16 @@ fn encode<W: Write>(t: &Timeline, out: &mut W) -> std::io::Result<()> {
     for &step in &t.steps {
         match step {
             Step::Begin(i) | Step::Instant(i) => {
-                e.event(i)?;
+                let outs = t.flows_out.get(&i).map_or(&[][..], Vec::as_slice);
+                let ins = t.flows_in.get(&i).map_or(&[][..], Vec::as_slice);
+                e.event(&t.events[i], &bind(t, outs, ins))?;
                 // Right after the slice: at one instant the reader binds a
                 // flow's end to the slice that is open on top of its thread.
-                for &f in t.flows_out.get(&i).into_iter().flatten() {
-                    if !bound(t, f) {
-                        e.flow_end(f, true)?;
-                    }
+                for &f in outs.iter().filter(|&&f| !bound(t, f)) {
+                    e.flow_end(f, true)?;
                 }
-                for &f in t.flows_in.get(&i).into_iter().flatten() {
-                    if !bound(t, f) {
-                        e.flow_end(f, false)?;
-                    }
+                for &f in ins.iter().filter(|&&f| !bound(t, f)) {
+                    e.flow_end(f, false)?;
                 }
             }
             Step::End(i) => e.async_end(&t.events[i])?,
@@ -95,6 +93,20 @@ fn encode<W: Write>(t: &Timeline, out: &mut W) -> std::io::Result<()> {
 fn bound(t: &Timeline, f: usize) -> bool {
     let f = &t.flows[f];
     t.tracks[t.events[f.from].track].is_async || t.tracks[t.events[f.to].track].is_async
+}
+
+/// `,"bind_id":…,"flow_out":true` (or `flow_in`) for the bound flow that an
+/// event starting flows `outs` and ending flows `ins` starts or ends, if any
+/// (a slice binds one); else nothing.
+fn bind(t: &Timeline, outs: &[usize], ins: &[usize]) -> String {
+    let find = |fs: &[usize]| fs.iter().copied().find(|&f| bound(t, f));
+    if let Some(f) = find(outs) {
+        format!(r#","bind_id":"{:#x}","flow_out":true"#, t.flows[f].id)
+    } else if let Some(f) = find(ins) {
+        format!(r#","bind_id":"{:#x}","flow_in":true"#, t.flows[f].id)
+    } else {
+        String::new()
+    }
 }
 
 struct Encoder<'a, W: Write> {
@@ -155,29 +167,8 @@ impl<W: Write> Encoder<'_, W> {
         Ok(())
     }
 
-    /// `,"bind_id":…,"flow_out":true` (or `flow_in`) for the bound flow
-    /// event `i` starts or ends, if any (a slice binds one).
-    fn bind(&self, i: usize) -> String {
-        let t = self.t;
-        let find = |m: &rustc_hash::FxHashMap<usize, Vec<usize>>| {
-            m.get(&i)
-                .into_iter()
-                .flatten()
-                .copied()
-                .find(|&f| bound(t, f))
-        };
-        if let Some(f) = find(&t.flows_out) {
-            format!(r#","bind_id":"{:#x}","flow_out":true"#, t.flows[f].id)
-        } else if let Some(f) = find(&t.flows_in) {
-            format!(r#","bind_id":"{:#x}","flow_in":true"#, t.flows[f].id)
-        } else {
-            String::new()
-        }
-    }
-
-    fn event(&mut self, i: usize) -> std::io::Result<()> {
-        let e = &self.t.events[i];
-        let bind = self.bind(i);
+    /// An event, with `bind` (from [`bind`]) among its fields.
+    fn event(&mut self, e: &Event, bind: &str) -> std::io::Result<()> {
         let tr = &self.t.tracks[e.track];
         let (pid, tid, cat, name, ts) = (tr.pid, tr.tid, e.cat, json(&e.name), self.ts(e.start_ns));
         let mut args = String::new();
