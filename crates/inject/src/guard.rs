@@ -85,6 +85,12 @@ impl Drop for NoCancel {
     }
 }
 
+/// Locks `m`, poisoned or not: a panic caught at the FFI boundary must not
+/// stop later callbacks and flushes from taking the lock.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

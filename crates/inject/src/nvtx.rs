@@ -30,9 +30,10 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::capture;
+use crate::guard::lock;
 
 /// `NvtxGetExportTableFunc_t`.
 type GetExportTable = unsafe extern "C" fn(export_table_id: u32) -> *const c_void;
@@ -147,10 +148,6 @@ fn keep(list: &mut Vec<Ended>, e: Ended) {
     } else {
         OVERFLOWED.fetch_add(1, Relaxed);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 thread_local! {

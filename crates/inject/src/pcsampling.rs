@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches};
 pub use gpuperf_merge::recording::env::{PcMode, PcWindow};
 
+use crate::guard::lock;
 use crate::sys::{
     self, CUpti_GetCubinCrcParams, CUpti_GetSassToSourceCorrelationParams,
     CUpti_ModuleResourceData, CUpti_PCSamplingData, CUpti_PCSamplingDisableParams,
@@ -259,10 +260,6 @@ pub struct Sampler {
     /// Launches seen (the window's clock), and those sampled.
     launches: AtomicU64,
     sampled: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Sampler {

@@ -23,7 +23,7 @@
 
 use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 mod buffering;
 mod callbacks;
@@ -42,6 +42,7 @@ use crate::api::Class;
 use crate::buffers::Pool;
 use crate::config::{Config, MarkerMode};
 use crate::cupti::Cupti;
+use crate::guard::lock;
 use crate::log::Log;
 use crate::shard::Shard;
 use crate::stacks::Stacks;
@@ -223,11 +224,6 @@ struct State {
     autograd: Option<crate::autograd::Autograd>,
     /// GPU PC sampling, with `GPUPERF_PC_SAMPLING`. (pcsampling hook)
     pc: Option<crate::pcsampling::Sampler>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic caught at the FFI boundary must not stop later flushes.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn domain_index(domain: u32) -> usize {
