@@ -11,7 +11,7 @@
 //! While the window is closed an API entry or exit costs a class look-up and
 //! one relaxed load ([`skip_outside`]), before the recorder's re-entry guard:
 //! no record, no stack, no marker; and CUPTI's activity kinds are off
-//! (`recorder::window_changed`), so it makes no GPU record either. Calls
+//! (the `on_change` hook of [`configure`]), so it makes no GPU record either. Calls
 //! entered while it is open get their correlation ids noted as a span
 //! (lowest, highest); CUPTI's ids grow with every call in the process, so GPU
 //! work is written when its id falls in a span, and counted as outside the
@@ -19,54 +19,10 @@
 //! whose entry came after is left out with its work.
 
 use std::cell::Cell;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
-/// What opens and closes the window, besides the delay.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Range {
-    /// No range: the window opens after the delay and stays open.
-    None,
-    /// Between `cudaProfilerStart` and `cudaProfilerStop` (or the driver's
-    /// `cuProfilerStart`/`cuProfilerStop`).
-    ProfilerApi,
-    /// Inside NVTX ranges (push/pop or start/end) with this message.
-    Nvtx(String),
-}
-
-/// The window asked for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Window {
-    /// Nothing is recorded until this long after the process started.
-    pub delay_ns: u64,
-    /// What opens and closes the window after the delay.
-    pub range: Range,
-}
-
-impl Window {
-    /// Whether the whole run is recorded (no delay, no range).
-    pub fn whole_run(&self) -> bool {
-        self.delay_ns == 0 && self.range == Range::None
-    }
-
-    /// In words, for the trace's note.
-    pub fn describe(&self) -> String {
-        let range = match &self.range {
-            Range::None => None,
-            Range::ProfilerApi => Some("between cudaProfilerStart and cudaProfilerStop".into()),
-            Range::Nvtx(n) => Some(format!("inside NVTX ranges `{n}`")),
-        };
-        match (self.delay_ns, range) {
-            (0, Some(r)) => r,
-            (d, Some(r)) => format!("{r}, after a delay of {}", secs(d)),
-            (d, None) => format!("after a delay of {}", secs(d)),
-        }
-    }
-}
-
-fn secs(ns: u64) -> String {
-    format!("{:.3} s", ns as f64 / 1e9)
-}
+use crate::config::{Range, Window, secs};
 
 /// Whether API calls are recorded now: the only check on the hot path.
 static OPEN: AtomicBool = AtomicBool::new(true);
@@ -105,9 +61,21 @@ fn lock() -> std::sync::MutexGuard<'static, Spans> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Called after the window opened or closed, outside its lock: the recorder
+/// turns CUPTI's activity kinds off and on. Handed in by `configure`, so this
+/// module needs nothing of the recorder's.
+static ON_CHANGE: OnceLock<fn()> = OnceLock::new();
+
+fn changed() {
+    if let Some(f) = ON_CHANGE.get() {
+        f();
+    }
+}
+
 /// Sets the window up before any callback is enabled: closed until the delay
-/// passes and the range opens.
-pub fn configure(w: &Window) {
+/// passes and the range opens. `on_change` is called after each change.
+pub fn configure(w: &Window, on_change: fn()) {
+    let _ = ON_CHANGE.set(on_change);
     let mut s = lock();
     s.active = !w.whole_run();
     ACTIVE.store(s.active, Relaxed);
@@ -129,9 +97,9 @@ pub fn configure(w: &Window) {
         SPAN_HI.store(0, Relaxed);
         OUTSIDE.store(0, Relaxed);
     }
-    update(&mut s, crate::recorder::monotonic_ns());
+    update(&mut s, crate::clock::monotonic_ns());
     drop(s);
-    crate::recorder::window_changed();
+    changed();
 }
 
 /// Whether API calls are recorded now.
@@ -181,15 +149,15 @@ pub fn entered(correlation_id: u32) {
 /// The delay has passed.
 pub fn delay_done() {
     DELAY_DONE.store(true, Relaxed);
-    update(&mut lock(), crate::recorder::monotonic_ns());
-    crate::recorder::window_changed();
+    update(&mut lock(), crate::clock::monotonic_ns());
+    changed();
 }
 
 /// `cudaProfilerStart` (`start`) or `cudaProfilerStop` was entered.
 pub fn profiler_api(start: bool) {
     RANGE_OPEN.store(start, Relaxed);
-    update(&mut lock(), crate::recorder::monotonic_ns());
-    crate::recorder::window_changed();
+    update(&mut lock(), crate::clock::monotonic_ns());
+    changed();
 }
 
 /// An NVTX range of the capture name opened (`open`) or closed: the window
@@ -202,9 +170,9 @@ pub fn nvtx_range(open: bool) {
         s.ranges_open.saturating_sub(1)
     };
     RANGE_OPEN.store(s.ranges_open > 0, Relaxed);
-    update(&mut s, crate::recorder::monotonic_ns());
+    update(&mut s, crate::clock::monotonic_ns());
     drop(s);
-    crate::recorder::window_changed();
+    changed();
 }
 
 /// Opens or closes the window after one of its conditions changed.
@@ -298,7 +266,7 @@ mod tests {
             delay_ns: 0,
             range: Range::ProfilerApi,
         };
-        configure(&w);
+        configure(&w, || {});
         assert!(!recording());
         profiler_api(true);
         assert!(recording());
@@ -317,10 +285,13 @@ mod tests {
         assert!(note.contains("between cudaProfilerStart"), "{note}");
         assert!(note.contains("4 GPU records"), "{note}");
         // NVTX: open while any range of the name is.
-        configure(&Window {
-            delay_ns: 0,
-            range: Range::Nvtx("step".into()),
-        });
+        configure(
+            &Window {
+                delay_ns: 0,
+                range: Range::Nvtx("step".into()),
+            },
+            || {},
+        );
         assert!(!recording());
         nvtx_range(true);
         nvtx_range(true);
@@ -333,7 +304,7 @@ mod tests {
             delay_ns: 0,
             range: Range::None,
         };
-        configure(&all);
+        configure(&all, || {});
         assert!(recording() && keeps(1) && summary(&all, 0).is_none());
     }
 }

@@ -29,7 +29,52 @@ use std::path::{Path, PathBuf};
 
 use gpuperf_merge::recording::{self, env};
 
-use crate::capture::{Range, Window};
+/// What opens and closes the window, besides the delay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Range {
+    /// No range: the window opens after the delay and stays open.
+    None,
+    /// Between `cudaProfilerStart` and `cudaProfilerStop` (or the driver's
+    /// `cuProfilerStart`/`cuProfilerStop`).
+    ProfilerApi,
+    /// Inside NVTX ranges (push/pop or start/end) with this message.
+    Nvtx(String),
+}
+
+/// The window asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Nothing is recorded until this long after the process started.
+    pub delay_ns: u64,
+    /// What opens and closes the window after the delay.
+    pub range: Range,
+}
+
+impl Window {
+    /// Whether the whole run is recorded (no delay, no range).
+    pub fn whole_run(&self) -> bool {
+        self.delay_ns == 0 && self.range == Range::None
+    }
+
+    /// In words, for the trace's note.
+    pub fn describe(&self) -> String {
+        let range = match &self.range {
+            Range::None => None,
+            Range::ProfilerApi => Some("between cudaProfilerStart and cudaProfilerStop".into()),
+            Range::Nvtx(n) => Some(format!("inside NVTX ranges `{n}`")),
+        };
+        match (self.delay_ns, range) {
+            (0, Some(r)) => r,
+            (d, Some(r)) => format!("{r}, after a delay of {}", secs(d)),
+            (d, None) => format!("after a delay of {}", secs(d)),
+        }
+    }
+}
+
+/// Nanoseconds as seconds, for the notes.
+pub(crate) fn secs(ns: u64) -> String {
+    format!("{:.3} s", ns as f64 / 1e9)
+}
 
 /// Whether the launch marker is called.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -291,9 +291,9 @@ fn wait_then_raise(sig: libc::c_int) {
         events: libc::POLLIN,
         revents: 0,
     };
-    let deadline = crate::recorder::monotonic_ns() + WAIT_MS as u64 * 1_000_000;
+    let deadline = crate::clock::monotonic_ns() + WAIT_MS as u64 * 1_000_000;
     loop {
-        let left_ms = deadline.saturating_sub(crate::recorder::monotonic_ns()) / 1_000_000;
+        let left_ms = deadline.saturating_sub(crate::clock::monotonic_ns()) / 1_000_000;
         // SAFETY: `p` is a live pollfd.
         let n = unsafe { libc::poll(&mut p, 1, left_ms as i32) };
         // A second signal (`gpuperf` passes a Ctrl-C on to the program that

@@ -221,6 +221,7 @@ mod api;
 pub mod autograd;
 mod buffers;
 pub mod capture;
+mod clock;
 pub mod config;
 mod cupti;
 pub mod decode;
@@ -301,5 +302,5 @@ pub extern "C" fn gpuperf_launch_marker(correlation_id: u64, callback: u64) {
 #[doc(hidden)]
 pub mod testing {
     pub use crate::api::{Class, classify};
-    pub use crate::recorder::monotonic_ns;
+    pub use crate::clock::monotonic_ns;
 }

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::capture;
+use crate::clock::{gettid, monotonic_ns};
 use crate::guard::lock;
 
 /// `NvtxGetExportTableFunc_t`.
@@ -158,11 +159,6 @@ thread_local! {
     static MINE: RefCell<Option<Arc<Mutex<Thread>>>> = const { RefCell::new(None) };
 }
 
-fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u32 }
-}
-
 /// Runs `f` on this thread's recorded ranges.
 fn with_mine<R>(f: impl FnOnce(&mut Thread) -> R) -> Option<R> {
     MINE.try_with(|m| {
@@ -272,7 +268,7 @@ fn capture_name() -> Option<&'static str> {
     NAME.get_or_init(|| {
         let v = std::env::var_os(gpuperf_merge::recording::env::CAPTURE_RANGE)?;
         match crate::config::parse_range(v.to_str()?) {
-            Some(capture::Range::Nvtx(n)) => Some(n),
+            Some(crate::config::Range::Nvtx(n)) => Some(n),
             _ => None,
         }
     })
@@ -513,7 +509,7 @@ fn push(name: Option<String>, domain: Option<&'static str>) -> c_int {
         && let Some(d) = depth
     {
         if d < MAX_DEPTH {
-            let start_ns = crate::recorder::monotonic_ns();
+            let start_ns = monotonic_ns();
             let open = Open {
                 name: name.unwrap_or_default().into_boxed_str(),
                 domain,
@@ -543,7 +539,7 @@ fn pop() -> c_int {
         return -1;
     };
     if recording() && depth < MAX_DEPTH {
-        let end_ns = crate::recorder::monotonic_ns();
+        let end_ns = monotonic_ns();
         with_mine(|t| {
             if let Some(o) = t.open.pop() {
                 let tid = t.tid;
@@ -566,7 +562,7 @@ fn start(name: Option<String>, domain: Option<&'static str>) -> u64 {
         let open = Open {
             name: name.unwrap_or_default().into_boxed_str(),
             domain,
-            start_ns: crate::recorder::monotonic_ns(),
+            start_ns: monotonic_ns(),
         };
         lock(&STARTED)
             .get_or_insert_with(HashMap::new)
@@ -580,7 +576,7 @@ fn start(name: Option<String>, domain: Option<&'static str>) -> u64 {
 
 fn end(id: u64) {
     if recording() {
-        let end_ns = crate::recorder::monotonic_ns();
+        let end_ns = monotonic_ns();
         let open = lock(&STARTED).as_mut().and_then(|m| m.remove(&id));
         match open {
             Some((tid, o)) => keep(&mut lock(&ENDED), ended(tid, o, end_ns, true, false)),

@@ -23,8 +23,9 @@ use crate::stacks::Stacks;
 use super::sink::Sink;
 use super::{
     CLOCK_SLACK_NS, DRIVER, FLUSH_FORCED, Flush, OVERHEAD3_VERSION, RUNTIME, STATE, State, c_text,
-    domain_index, lock, monotonic_ns,
+    domain_index, lock,
 };
+use crate::clock::monotonic_ns;
 
 impl State {
     /// nvtx hook: writes the NVTX ranges that ended since the last flush

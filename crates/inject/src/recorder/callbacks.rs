@@ -17,8 +17,9 @@ use crate::sys::{CUpti_CallbackData, CUpti_StateNotification};
 
 use super::{
     CONTEXT_CREATED, CONTEXT_DESTROY, DRIVER, ENTER, EXIT, FATAL_ERROR, Flush, MODULE_LOADED,
-    RESOURCE, RUNTIME, STATE, STATE_DOMAIN, State, c_text, gettid, lock, monotonic_ns,
+    RESOURCE, RUNTIME, STATE, STATE_DOMAIN, State, c_text, lock,
 };
+use crate::clock::{gettid, monotonic_ns};
 
 struct Open {
     correlation_id: u32,

@@ -12,7 +12,8 @@ use crate::guard::Inside;
 use crate::shard::{Item, Shard};
 
 use super::callbacks::MAX_OPEN;
-use super::{Flush, MIN_SILENT_LAUNCHES, STATE, State, lock, monotonic_ns};
+use super::{Flush, MIN_SILENT_LAUNCHES, STATE, State, lock};
+use crate::clock::monotonic_ns;
 
 impl State {
     /// The exit path: no new records, one forced flush, counters, and no writes

@@ -33,7 +33,6 @@ mod setup;
 mod sink;
 
 pub use setup::initialize;
-pub(crate) use setup::window_changed;
 
 use callbacks::Local;
 use sink::Sink;
@@ -81,22 +80,6 @@ const MIN_SILENT_LAUNCHES: u64 = 8;
 const CLOCK_SLACK_NS: u64 = 1_000_000_000;
 
 static STATE: OnceLock<State> = OnceLock::new();
-
-/// CLOCK_MONOTONIC in ns, the clock of `bpf_ktime_get_ns()`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
-}
-
-fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u32 }
-}
 
 /// Counters reported at exit.
 #[derive(Default)]
@@ -192,7 +175,7 @@ struct State {
     /// destructors at exit), by thread id, while they have calls open.
     stateless: Mutex<Vec<(u32, Local)>>,
     /// The activity kinds enabled, to disable at exit. Its lock also orders
-    /// the capture window's turning them off and on ([`window_changed`]).
+    /// the capture window's turning them off and on ([`setup::window_changed`]).
     kinds: Mutex<Vec<u32>>,
     /// Whether `kinds` are on in CUPTI now (written under `kinds`' lock):
     /// off while a capture window is closed.

@@ -9,7 +9,8 @@ use crate::hook;
 use crate::sys;
 
 use super::sink::Sink;
-use super::{Flush, STATE, State, lock, monotonic_ns};
+use super::{Flush, STATE, State, lock};
+use crate::clock::monotonic_ns;
 
 impl State {
     /// Writes, once, that another CUPTI client took the process-wide activity

@@ -32,8 +32,9 @@ use super::other_clients::watch_other_clients;
 use super::sink::Sink;
 use super::{
     CONTEXT_CREATED, CONTEXT_DESTROY, DRIVER, FATAL_ERROR, Flush, MAX_CBID, MODULE_LOADED,
-    RESOURCE, RUNTIME, STATE, STATE_DOMAIN, State, Stats, lock, monotonic_ns,
+    RESOURCE, RUNTIME, STATE, STATE_DOMAIN, State, Stats, lock,
 };
+use crate::clock::monotonic_ns;
 
 impl State {
     /// Looks for libtorch until it is found (autograd hook); on the flush
@@ -511,7 +512,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     }
     s.kinds_on.store(true, Relaxed);
     // Turns the kinds off again when the window starts closed.
-    capture::configure(&s.config.window);
+    capture::configure(&s.config.window, window_changed);
     let enabled = enable_callbacks(s, sub)?;
     if let Err(e) = c.flush_period(s.config.flush_ms) {
         s.log
@@ -559,7 +560,7 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
 /// returns the number of API callbacks enabled.
 fn enable_callbacks(s: &State, sub: Subscriber) -> Result<usize> {
     let c = &s.cupti;
-    let profiler_api = s.config.window.range == capture::Range::ProfilerApi;
+    let profiler_api = s.config.window.range == crate::config::Range::ProfilerApi;
     let mut enabled = 0;
     for (d, domain) in [RUNTIME, DRIVER].into_iter().enumerate() {
         for (cbid, class) in s.classes[d].iter().enumerate() {
