@@ -128,7 +128,10 @@ static void deliver(struct buffer *b, uint64_t now) {
             if (*start > now)
                 *start = 0;
         }
-        off += record_size(r->kind);
+        size_t n = record_size(r->kind);
+        if (n == 0)
+            break; /* a simulated corrupt record (GPUSIM_CUPTI_INVALID_RECORD) ends the walk */
+        off += n;
     }
     tls_delivering = 1;
     g_complete(NULL, 0, b->base, b->size, b->used);
@@ -255,6 +258,30 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivitySetAttribute(CUpti_ActivityAttri
     if (!size || !value)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
     return CUPTI_SUCCESS; /* device-side buffer sizes mean nothing here */
+}
+
+/* Simulated hazard (GPUSIM_CUPTI_LATE_BUFFER=1): at process exit, once every
+ * atexit handler has run (the client's final flush among them), the worker hands
+ * back one more buffer holding one complete kernel record, as a worker racing
+ * the exit can. Runs as libcupti's destructor. */
+__attribute__((destructor)) static void late_buffer(void) {
+    if (sim_fault_number("GPUSIM_CUPTI_LATE_BUFFER", 0) != 1 || !g_request || !g_complete)
+        return;
+    uint8_t *base = NULL;
+    size_t size = 0, max = 0;
+    g_request(&base, &size, &max);
+    if (!base || size < sizeof(CUpti_ActivityKernel10))
+        return;
+    CUpti_ActivityKernel10 k;
+    memset(&k, 0, sizeof k);
+    k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    k.start = to_cupti(gpusim_now_ns());
+    k.end = k.completed = k.start + 1000;
+    k.correlationId = 0x7fffffff;
+    k.name = "_Z4latev";
+    k.gridX = k.gridY = k.gridZ = k.blockX = k.blockY = k.blockZ = 1;
+    memcpy(base, &k, sizeof k);
+    g_complete(NULL, 0, base, size, sizeof k);
 }
 
 /* ------------------------------------------------------------------ worker thread */

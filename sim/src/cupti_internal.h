@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,8 @@ CUptiResult fail(CUptiResult r);
 int64_t offset(void);
 /* A CLOCK_MONOTONIC time in CUPTI's clock (0 stays 0). */
 uint64_t to_cupti(uint64_t mono);
+/* The number in the environment variable `var` (a simulated fault), or `none`. */
+long sim_fault_number(const char *var, long none);
 /* The subscriber's state. */
 extern pthread_mutex_t g_mu;
 
