@@ -1,7 +1,9 @@
 //! The recorder against CUPTI behaviour that a real driver shows and a naive
-//! client gets wrong, each played by the MOCK libcupti: flush semantics with
-//! kernels in flight, libcupti selection and fallback, another CUPTI client in
-//! the same process, CUPTI's internal lock, failed start-up, fatal errors.
+//! client gets wrong, played by the simulated CUPTI's faults (failed start-up,
+//! fatal errors, corrupt records, late buffers, capture windows) or still by the
+//! MOCK libcupti (flush semantics with kernels in flight, libcupti selection
+//! and fallback, another CUPTI client in the same process, CUPTI's internal
+//! lock).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,7 +13,8 @@ use gpuperf_merge::model::{ActivityKind, DropSource, Record};
 
 use crate::host::{field, notes, plumbing};
 use crate::support::{
-    inject_lib, mock, mock_lib, read_logs, read_traces, run_host_with, run_mock, wheels,
+    Sim, inject_lib, mock, mock_lib, notes_beside_simulated, read_logs, read_traces, run_host_with,
+    run_mock, wheels,
 };
 
 /// Kernel records by correlation id: (start, end).
@@ -366,13 +369,12 @@ fn mock_cupti_lock_stress_teardown_flushes_do_not_deadlock() {
 /// A start that fails after cuptiSubscribe (here: one callback id refused)
 /// leaves no subscriber and no enabled kind, so other tools can use CUPTI.
 #[test]
-fn mock_failed_start_leaves_cupti_unsubscribed_and_disabled() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(
-        &m,
-        "mock-probe",
-        &[("MOCK_CUPTI_FAIL_CBID", Path::new("211"))],
+fn sim_failed_start_leaves_cupti_unsubscribed_and_disabled() {
+    let Some(sim) = Sim::find() else { return };
+    // The runtime domain's cudaLaunchKernel_v7000.
+    let (out, dir) = sim.run(
+        "probe",
+        &[("GPUSIM_CUPTI_REFUSE_CALLBACK", Path::new("2:211"))],
     );
     let stdout = stdout_of(&out);
     assert_eq!(
@@ -381,25 +383,73 @@ fn mock_failed_start_leaves_cupti_unsubscribed_and_disabled() {
         "{stdout}"
     );
     let (records, _, _) = read_traces(dir.path());
-    let n = notes(&records);
+    let n = notes_beside_simulated(&records);
     assert_eq!(n.len(), 1, "{n:?}");
     assert!(n[0].contains("cuptiEnableCallback failed"), "{n:?}");
 }
 
-/// CUPTI reports a fatal error and stops itself: the trace says so.
+/// CUPTI reports a fatal error and stops itself (it finalizes, as documented):
+/// the trace says so, and keeps what was recorded before.
 #[test]
-fn mock_cupti_fatal_error_is_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(&m, "mock-fatal", &[]);
+fn sim_cupti_fatal_error_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("fatal", &[("GPUSIM_CUPTI_FATAL_AFTER", Path::new("10"))]);
+    stdout_of(&out);
+    let (records, strings, _) = read_traces(dir.path());
+    let names: Vec<&str> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Activity(a) => match a.kind {
+                ActivityKind::Kernel { name, .. } => Some(strings.get(name)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, ["_Z6kernelPfi"; 10]);
+    assert_eq!(
+        notes_beside_simulated(&records),
+        [
+            "CUPTI stopped itself after a fatal error (CUPTI_ERROR_UNKNOWN): simulated fatal error; GPU activity after it is missing"
+        ]
+    );
+}
+
+/// A record CUPTI cannot parse (cuptiActivityGetNextRecord fails with
+/// CUPTI_ERROR_INVALID_KIND) ends its buffer's walk: what came before is kept,
+/// and the loss is noted.
+#[test]
+fn sim_corrupt_record_cuts_its_buffer_short_and_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("plain", &[("GPUSIM_CUPTI_INVALID_RECORD", Path::new("10"))]);
+    stdout_of(&out);
+    let (records, _, _) = read_traces(dir.path());
+    assert_eq!(kernels(&records).len(), 9);
+    let n = notes_beside_simulated(&records);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(
+        n[0].starts_with(
+            "1 activity buffers were cut short by CUPTI (first: cuptiActivityGetNextRecord: \
+             CUPTI_ERROR_INVALID_KIND after "
+        ),
+        "{n:?}"
+    );
+}
+
+/// A buffer CUPTI hands back after the final flush (its worker racing the
+/// exit) is counted, never written into the closed trace.
+#[test]
+fn sim_buffer_after_the_final_flush_is_counted_not_written() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("plain", &[("GPUSIM_CUPTI_LATE_BUFFER", Path::new("1"))]);
     stdout_of(&out);
     let (records, _, _) = read_traces(dir.path());
     assert_eq!(kernels(&records).len(), 10);
-    assert_eq!(
-        notes(&records),
-        [
-            "CUPTI stopped itself after a fatal error (CUPTI_ERROR_UNKNOWN): mock: the device fell off the bus; GPU activity after it is missing"
-        ]
+    assert!(!kernels(&records).contains_key(&0x7fff_ffff));
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains("1 activity records arrived after the trace was closed"),
+        "{log}"
     );
 }
 
@@ -433,16 +483,17 @@ fn mock_buffers_from_the_reserve_when_memory_runs_out() {
 /// kinds are off (a launch outside the window costs CUPTI no record and
 /// gpuperf no decoding). The window here never opens.
 #[test]
-fn mock_closed_capture_window_turns_the_activity_kinds_off() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, _dir) = run_mock(&m, "mock-probe", &[]);
+fn sim_closed_capture_window_turns_the_activity_kinds_off() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, _dir) = sim.run("probe", &[]);
     let stdout = stdout_of(&out);
     let open = field(&stdout, "subscribed");
-    assert!(!open.contains("kinds 0 "), "no window: kinds on: {open}");
-    let (out, _dir) = run_mock(
-        &m,
-        "mock-probe",
+    assert!(
+        open.starts_with("1 ") && !open.contains("kinds 0 "),
+        "no window: kinds on: {open}"
+    );
+    let (out, _dir) = sim.run(
+        "probe",
         &[("GPUPERF_CAPTURE_RANGE", Path::new("cudaProfilerApi"))],
     );
     let stdout = stdout_of(&out);

@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use gpuperf_merge::gputrace;
-use gpuperf_merge::model::{Record, StringTable};
+use gpuperf_merge::model::{Record, SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_test_support::cc::Gcc;
 pub use gpuperf_test_support::cuda::{Cupti as Wheels, inject_lib};
 use gpuperf_test_support::{cuda, test_data};
@@ -61,6 +61,64 @@ pub fn run_mock(mock: &Path, mode: &str, extra: &[(&str, &Path)]) -> (Output, Te
     ];
     env.extend_from_slice(extra);
     (run_host(Some(&inject_lib()), mode, &env), dir)
+}
+
+/// The simulated CUDA runtime (`sim/build.sh`, built once) and its host
+/// program, or `None` (the test then skips) unless CI requires the wheels.
+pub struct Sim {
+    /// The directory holding `libcupti.so.13` and the rest.
+    pub dir: PathBuf,
+    /// `tests/data/sim_host.c`, built against it.
+    pub host: PathBuf,
+}
+
+impl Sim {
+    /// Builds (once) the simulation and its host program.
+    pub fn find() -> Option<Sim> {
+        let cuda = cuda::cuda13()?;
+        let dir = cuda::sim(&cuda);
+        let host = cuda::sim_host(&dir, &cuda.join("include"), &tmp().join("sim_host"));
+        Some(Sim { dir, host })
+    }
+
+    /// The simulated libcupti.
+    pub fn cupti(&self) -> PathBuf {
+        self.dir.join("libcupti.so.13")
+    }
+
+    /// Runs the sim host's `mode` with the injection library (`inject` None:
+    /// without it) on the simulated CUPTI, with `env` set too.
+    pub fn run_host(&self, inject: Option<&Path>, mode: &str, env: &[(&str, &Path)]) -> Output {
+        let mut c = Command::new(&self.host);
+        c.arg(inject.map_or(Path::new("none"), |p| p))
+            .arg(mode)
+            .env("GPUPERF_CUPTI_PATH", self.cupti());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run_within(c, &format!("sim host {mode}"), Duration::from_secs(120))
+    }
+
+    /// Runs the sim host's `mode` with the injection library, recording into a
+    /// fresh directory, with `env` set too. Returns the output and the directory.
+    pub fn run(&self, mode: &str, env: &[(&str, &Path)]) -> (Output, TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = env.to_vec();
+        env.push(("GPUPERF_GPU_TRACE", dir.path()));
+        (self.run_host(Some(&inject_lib()), mode, &env), dir)
+    }
+}
+
+/// The notes of `records` other than the one every trace made on the
+/// simulation carries.
+pub fn notes_beside_simulated(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Note(n) if !n.text.starts_with(SIMULATED_GPU_NOTE) => Some(n.text.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Runs the host; `inject` None runs it without the library.
