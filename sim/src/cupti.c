@@ -50,6 +50,8 @@
  *                                    handler (the client's final flush), the
  *                                    worker hands back one more buffer, as a
  *                                    worker racing the exit can
+ * A value "VALUE@FILE" applies only to the copy of libcupti whose file is named
+ * FILE, so that one CUDA install can hold a failing and a working CUPTI.
  * gpusim_cupti_state() tells a test program what a client left subscribed and
  * enabled.
  *
@@ -94,8 +96,29 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, cons
 
 /* ------------------------------------------------------------------ simulated faults */
 
-long sim_fault_number(const char *var, long none) {
+/* The value of the simulated fault `var` for this copy of libcupti: "VALUE"
+ * applies to every copy, "VALUE@FILE" only to the copy whose file is named FILE
+ * (a CUDA install holding two, say libcupti.so.13 and libcupti.so.12). NULL when
+ * unset or meant for another copy. Copied into `buf`. */
+static const char *sim_fault_value(const char *var, char *buf, size_t size) {
     const char *v = getenv(var);
+    if (!v || !*v || strlen(v) >= size)
+        return NULL;
+    strcpy(buf, v);
+    char *at = strchr(buf, '@');
+    if (!at)
+        return buf;
+    *at = 0;
+    Dl_info self;
+    if (!dladdr((void *)sim_fault_value, &self) || !self.dli_fname)
+        return NULL;
+    const char *slash = strrchr(self.dli_fname, '/');
+    return strcmp(slash ? slash + 1 : self.dli_fname, at + 1) == 0 ? buf : NULL;
+}
+
+long sim_fault_number(const char *var, long none) {
+    char buf[256];
+    const char *v = sim_fault_value(var, buf, sizeof buf);
     if (!v || !*v)
         return none;
     char *end;
@@ -106,7 +129,8 @@ long sim_fault_number(const char *var, long none) {
 /* The CUptiResult named by `var` (a name of cupti_result.h, or its number), or
  * CUPTI_SUCCESS when unset or unknown. */
 static CUptiResult sim_fault_result(const char *var) {
-    const char *v = getenv(var);
+    char buf[256];
+    const char *v = sim_fault_value(var, buf, sizeof buf);
     if (!v || !*v)
         return CUPTI_SUCCESS;
     for (size_t i = 0; i < sizeof gpusim_result_names / sizeof gpusim_result_names[0]; i++)
@@ -288,7 +312,8 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_Su
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
     if (cbid >= domain_size(domain) || cbid >= GPUSIM_MAX_CBID)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
-    const char *refuse = getenv("GPUSIM_CUPTI_REFUSE_CALLBACK");
+    char buf[256];
+    const char *refuse = sim_fault_value("GPUSIM_CUPTI_REFUSE_CALLBACK", buf, sizeof buf);
     unsigned rd, rid;
     if (enable && refuse && sscanf(refuse, "%u:%u", &rd, &rid) == 2 && rd == (unsigned)domain && rid == cbid)
         return fail(CUPTI_ERROR_INVALID_PARAMETER); /* simulated */

@@ -8,6 +8,7 @@
 #define GPUSIM_CUPTI_INTERNAL_H
 
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

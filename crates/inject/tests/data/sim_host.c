@@ -13,11 +13,15 @@
  *           simulated libcupti named by GPUPERF_CUPTI_PATH)
  *   fatal   10 launches and a synchronize, then 5 more launches (with
  *           GPUSIM_CUPTI_FATAL_AFTER=10 CUPTI stops itself in between)
+ *   kill    100 launches and a synchronize, then 1.5 s later SIGKILL
+ * HOST_INIT_TWICE=1 calls InitializeInjection again once CUDA is initialized, as
+ * a second injection would, and prints "host: second init returned N".
  * Exit status 3 when the program ran to its end; it prints the same with or
  * without the injection library. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,8 +99,22 @@ int main(int argc, char **argv) {
     if (scene)
         printf("clock before %llu\nmain tid %d\n", now(), gettid());
     CHECK(cudaFree(0));
+    if (getenv("HOST_INIT_TWICE") && strcmp(argv[1], "none") != 0) {
+        void *inj = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
+        int (*init)(void) = inj ? (int (*)(void))dlsym(inj, "InitializeInjection") : NULL;
+        printf("host: second init returned %d\n", init ? init() : -1);
+    }
     if (strcmp(argv[2], "probe") == 0)
         return probe();
+    if (strcmp(argv[2], "kill") == 0) {
+        for (int i = 0; i < 100; i++)
+            launch((const void *)kernel_stub);
+        CHECK(cudaDeviceSynchronize());
+        usleep(1500 * 1000);
+        printf("host: killing myself\n");
+        fflush(stdout);
+        raise(SIGKILL);
+    }
     for (int i = 0; i < 10; i++)
         launch((const void *)kernel_stub);
     CHECK(cudaDeviceSynchronize());

@@ -8,7 +8,7 @@ use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, MemcpyKind, Peer
 use std::process::Output;
 
 use crate::support::{
-    Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host, run_mock, wheels,
+    Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host, wheels,
 };
 
 pub fn notes(records: &[Record]) -> Vec<String> {
@@ -139,7 +139,7 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
 /// The simulated runtime's scene: launches on two threads and a copy, each with
 /// its API record, on the app's CLOCK_MONOTONIC, with Linux thread ids; returns
 /// the host's stdout.
-fn sim_scene(sim: &Sim, env: &[(&str, &Path)]) -> (String, tempfile::TempDir) {
+pub fn sim_scene(sim: &Sim, env: &[(&str, &Path)]) -> (String, tempfile::TempDir) {
     let (out, dir) = sim.run("scene", env);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
@@ -236,18 +236,9 @@ fn sim_cupti_refusing_the_timestamp_callback_records_on_its_default_clock() {
 /// A second `InitializeInjection` (NVIDIA's sample guards against it) must leave
 /// the live trace alone.
 #[test]
-fn mock_cupti_second_initialize_keeps_the_trace() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let stdout = plumbing(
-        dir.path(),
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("HOST_INIT_TWICE", Path::new("1")),
-        ],
-    );
+fn sim_cupti_second_initialize_keeps_the_trace() {
+    let Some(sim) = Sim::find() else { return };
+    let (stdout, dir) = sim_scene(&sim, &[("HOST_INIT_TWICE", Path::new("1"))]);
     assert_eq!(field(&stdout, "host: second init returned"), "1");
     // The log of the recording in progress is intact too.
     let log = read_logs(dir.path());
@@ -386,17 +377,17 @@ pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
     stdout
 }
 
+/// SIGKILL skips every exit path: what the periodic flush wrote before it stays.
 #[test]
-fn mock_cupti_sigkill_keeps_records_older_than_the_flush_period() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(&m, "mock-kill", &[("GPUPERF_FLUSH_MS", Path::new("200"))]);
+fn sim_cupti_sigkill_keeps_records_older_than_the_flush_period() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("kill", &[("GPUPERF_FLUSH_MS", Path::new("200"))]);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(9));
-    let (records, _, _) = read_traces(dir.path());
-    let apis = records
+    let (records, strings, _) = read_traces(dir.path());
+    let launches = records
         .iter()
-        .filter(|r| matches!(r, Record::Api(_)))
+        .filter(|r| matches!(r, Record::Api(a) if strings.get(a.name) == "cudaLaunchKernel"))
         .count();
     let kernels = records
         .iter()
@@ -404,5 +395,5 @@ fn mock_cupti_sigkill_keeps_records_older_than_the_flush_period() {
             |r| matches!(r, Record::Activity(a) if matches!(a.kind, ActivityKind::Kernel { .. })),
         )
         .count();
-    assert_eq!((apis, kernels), (100, 100));
+    assert_eq!((launches, kernels), (100, 100));
 }

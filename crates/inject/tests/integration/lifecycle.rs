@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use gpuperf_merge::model::{ActivityKind, DropSource, Record};
 
-use crate::host::{field, notes, plumbing};
+use crate::host::{field, notes, plumbing, sim_scene};
 use crate::support::{
     Sim, inject_lib, mock, mock_lib, notes_beside_simulated, read_logs, read_traces, run_host_with,
     run_mock, wheels,
@@ -130,82 +130,47 @@ fn mock_kernel_running_across_flush_periods_keeps_its_end() {
     );
 }
 
-/// Two mocks in one CUDA install: `libcupti.so.13` whose subscribe fails as the
-/// real one does without a matching driver, and a good `libcupti.so.12` after it.
+/// Two simulated libcuptis in one CUDA install: `libcupti.so.13`, whose
+/// subscribe fails as the real one's does without a GPU, and `libcupti.so.12`
+/// (API 28), which works: the library takes the next one.
 #[test]
-fn mock_libcupti_failing_to_subscribe_gives_way_to_the_next() {
-    let Some(w) = wheels() else { return };
-    let bad = mock_lib(
-        &w,
-        "fallback/lib64/libcupti.so.13",
-        &[
-            "-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_UNKNOWN",
-            "-Wl,-soname,libcupti.so.13",
-        ],
-    );
-    let good = mock_lib(
-        &w,
-        "fallback/lib64/libcupti.so.12",
-        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
-    );
-    let root = bad.parent().unwrap().parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    plumbing(
-        dir.path(),
-        &[
-            ("CUDA_HOME", root),
-            ("MOCK_CUPTI_CONTROL", &good),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-        ],
-    );
-    let log = read_logs(dir.path());
-    assert!(
-        log.contains(&format!(
-            "`{}` rejected: cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN",
-            bad.display()
-        )),
-        "{log}"
-    );
-    assert!(
-        log.contains(&format!("CUPTI API version 28 from `{}`", good.display())),
-        "{log}"
-    );
+fn sim_libcupti_failing_to_subscribe_gives_way_to_the_next() {
+    gives_way("CUPTI_ERROR_UNKNOWN", "CUPTI_ERROR_UNKNOWN");
 }
 
 /// A libcupti whose subscribe refuses with a code gpuperf did not expect (here
 /// CUPTI's code for a virtualized device) gives way to the next one, and the
 /// log says in plain words what the code means.
 #[test]
-fn mock_libcupti_refusing_with_another_code_gives_way_to_the_next() {
-    let Some(w) = wheels() else { return };
-    let bad = mock_lib(
-        &w,
-        "refusal/lib64/libcupti.so.13",
-        &[
-            "-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED",
-            "-Wl,-soname,libcupti.so.13",
-        ],
+fn sim_libcupti_refusing_with_another_code_gives_way_to_the_next() {
+    gives_way(
+        "CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED",
+        "CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED (CUPTI does not support this virtualized GPU",
     );
-    let good = mock_lib(
-        &w,
-        "refusal/lib64/libcupti.so.12",
-        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
-    );
-    let root = bad.parent().unwrap().parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    plumbing(
-        dir.path(),
+}
+
+/// Records the sim host's scene with a CUDA install whose `libcupti.so.13`
+/// refuses to subscribe with `error` and whose `libcupti.so.12` works; the log
+/// must say `said` of the first.
+fn gives_way(error: &str, said: &str) {
+    let Some(sim) = Sim::find() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let home = sim.cuda_home(root.path(), &["libcupti.so.13", "libcupti.so.12"]);
+    let refusal = format!("{error}@libcupti.so.13");
+    let (_, dir) = sim_scene(
+        &sim.unpinned(),
         &[
-            ("CUDA_HOME", root),
-            ("MOCK_CUPTI_CONTROL", &good),
-            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("CUDA_HOME", &home),
+            ("GPUSIM_CUPTI_SUBSCRIBE_ERROR", Path::new(&refusal)),
+            ("GPUSIM_CUPTI_VERSION", Path::new("28@libcupti.so.12")),
         ],
     );
     let log = read_logs(dir.path());
+    let bad = home.join("lib64/libcupti.so.13");
+    let good = home.join("lib64/libcupti.so.12");
     assert!(
         log.contains(&format!(
-            "`{}` rejected: cuptiSubscribe failed: CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED \
-             (CUPTI does not support this virtualized GPU",
+            "`{}` rejected: cuptiSubscribe failed: {said}",
             bad.display()
         )),
         "{log}"

@@ -70,6 +70,9 @@ pub struct Sim {
     pub dir: PathBuf,
     /// `tests/data/sim_host.c`, built against it.
     pub host: PathBuf,
+    /// Whether runs name the simulated libcupti in `GPUPERF_CUPTI_PATH`
+    /// (otherwise gpuperf searches for one).
+    pin_cupti: bool,
 }
 
 impl Sim {
@@ -78,7 +81,31 @@ impl Sim {
         let cuda = cuda::cuda13()?;
         let dir = cuda::sim(&cuda);
         let host = cuda::sim_host(&dir, &cuda.join("include"), &tmp().join("sim_host"));
-        Some(Sim { dir, host })
+        Some(Sim {
+            dir,
+            host,
+            pin_cupti: true,
+        })
+    }
+
+    /// Runs that leave gpuperf to find a libcupti (`CUDA_HOME`, ...).
+    pub fn unpinned(&self) -> Sim {
+        Sim {
+            dir: self.dir.clone(),
+            host: self.host.clone(),
+            pin_cupti: false,
+        }
+    }
+
+    /// A CUDA install under `root` whose `lib64` holds a copy of the simulated
+    /// libcupti under each of `names`; returns `root`.
+    pub fn cuda_home(&self, root: &Path, names: &[&str]) -> PathBuf {
+        let lib = root.join("lib64");
+        std::fs::create_dir_all(&lib).unwrap();
+        for n in names {
+            std::fs::copy(self.cupti(), lib.join(n)).unwrap();
+        }
+        root.to_owned()
     }
 
     /// The simulated libcupti.
@@ -90,9 +117,12 @@ impl Sim {
     /// without it) on the simulated CUPTI, with `env` set too.
     pub fn run_host(&self, inject: Option<&Path>, mode: &str, env: &[(&str, &Path)]) -> Output {
         let mut c = Command::new(&self.host);
-        c.arg(inject.map_or(Path::new("none"), |p| p))
-            .arg(mode)
-            .env("GPUPERF_CUPTI_PATH", self.cupti());
+        c.arg(inject.map_or(Path::new("none"), |p| p)).arg(mode);
+        if self.pin_cupti {
+            c.env("GPUPERF_CUPTI_PATH", self.cupti());
+        } else {
+            c.env_remove("GPUPERF_CUPTI_PATH");
+        }
         for (k, v) in env {
             c.env(k, v);
         }
