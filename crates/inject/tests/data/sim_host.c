@@ -14,6 +14,17 @@
  *   fatal   10 launches and a synchronize, then 5 more launches (with
  *           GPUSIM_CUPTI_FATAL_AFTER=10 CUPTI stops itself in between)
  *   kill    100 launches and a synchronize, then 1.5 s later SIGKILL
+ * Programs that are hard on their threads (each prints what it did):
+ *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
+ *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
+ *   main-stack-growth  the main thread launches from ever deeper frames, 500 KiB
+ *                 down, past the 128 KiB the kernel maps at exec (steps of 712
+ *                 bytes: every offset within a page), each deeper than before
+ *   signal-stack  a timer signal interrupts a loop in interrupted_spin; its
+ *                 handler launches, on the thread's stack, then on a sigaltstack
+ *   dlopen LIB    a launch, then LIB loaded (late_launch.c) and 3 launches
+ *                 called back from its late_call
+ *   cancel N      N threads launching in a loop, each cancelled (default 2000)
  * HOST_INIT_TWICE=1 calls InitializeInjection again once CUDA is initialized, as
  * a second injection would, and prints "host: second init returned N".
  * Exit status 3 when the program ran to its end; it prints the same with or
@@ -22,6 +33,9 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,9 +58,18 @@
 void **__cudaRegisterFatBinary(void *fatCubin);
 void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
                             int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
-static void kernel_stub(void) {}
-static void after_stub(void) {}
-static void worker_stub(void) {}
+/* Host stubs: each a distinct function, one per kernel name. */
+#define STUB(name, n) \
+    __attribute__((noinline)) static void name(void) { __asm__ volatile("" ::"r"(n)); }
+STUB(kernel_stub, 1)
+STUB(after_stub, 2)
+STUB(worker_stub, 3)
+STUB(small_stub, 4)
+STUB(growth_stub, 5)
+STUB(handler_stub, 6)
+STUB(early_stub, 7)
+STUB(late_stub, 8)
+STUB(cancelled_stub, 9)
 
 static unsigned long long now(void) {
     struct timespec ts;
@@ -82,6 +105,164 @@ static int probe(void) {
     return 3;
 }
 
+/* ---- hostile threads: small stacks, signal stacks, cancellation ---- */
+
+static atomic_uint launched;
+
+static void *small_stack_launcher(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 10; i++) {
+        launch((const void *)small_stub);
+        launched++;
+    }
+    return NULL;
+}
+
+/* glibc carves its thread descriptor and static TLS out of these 16 KiB. */
+static int small_stacks(void) {
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    if (pthread_attr_setstacksize(&a, 16 << 10) != 0)
+        return 90;
+    for (int i = 0; i < 8; i++) {
+        pthread_t t;
+        if (pthread_create(&t, &a, small_stack_launcher, NULL) != 0)
+            return 91;
+        pthread_join(t, NULL);
+    }
+    printf("small stack launches %u\n", (unsigned)launched);
+    return 3;
+}
+
+/* The kernel grows the main thread's stack mapping page by page, as it is
+ * touched: a launch from a frame deeper than any before finds the mapping's
+ * low end just below it, though the stack may grow far beyond. */
+static unsigned main_stack_growth(unsigned level) {
+    volatile char pad[712];
+    pad[0] = (char)level;
+    launch((const void *)growth_stub);
+    unsigned n = 1;
+    if (level < 640)
+        n += main_stack_growth(level + 1);
+    return n + (unsigned)pad[0] * 0;
+}
+
+static void launch_handler(int sig) {
+    (void)sig;
+    launch((const void *)handler_stub);
+    launched++;
+}
+
+/* 8 KiB of alternate signal stack above a PROT_NONE page, so that overflowing it
+ * faults instead of writing over whatever lies below. */
+static int alt_stack(void) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 8 << 10;
+    char *m = mmap(NULL, page + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, page, PROT_NONE) != 0)
+        return 90;
+    stack_t ss = {.ss_sp = m + page, .ss_size = size, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0)
+        return 91;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = launch_handler;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR1, &sa, NULL);
+    for (int i = 0; i < 5; i++)
+        raise(SIGUSR1);
+    printf("altstack launches %u\n", (unsigned)launched);
+    return 3;
+}
+
+static volatile sig_atomic_t spin_done;
+volatile unsigned long spin_count;
+
+static void timer_launch_handler(int sig) {
+    (void)sig;
+    launch((const void *)handler_stub);
+    launched++;
+    spin_done = 1;
+}
+
+/* The code the signal interrupts: a loop only the handler ends. */
+__attribute__((noinline)) void interrupted_spin(void) {
+    while (!spin_done)
+        spin_count++;
+}
+
+__attribute__((noinline)) static int signal_stack(void) {
+    static char alt[64 << 10];
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0)
+        return 91;
+    for (int on_alt = 0; on_alt < 2; on_alt++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = timer_launch_handler;
+        sa.sa_flags = on_alt ? SA_ONSTACK : 0;
+        sigaction(SIGALRM, &sa, NULL);
+        spin_done = 0;
+        struct itimerval t = {{0, 0}, {0, 2000}};
+        setitimer(ITIMER_REAL, &t, NULL);
+        interrupted_spin();
+    }
+    printf("signal launches %u\n", (unsigned)launched);
+    return 3;
+}
+
+static void late_launch(void) {
+    launch((const void *)late_stub);
+    launched++;
+}
+
+static int dlopen_launch(const char *lib) {
+    launch((const void *)early_stub);
+    launched++;
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 92;
+    }
+    void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "late_call");
+    if (!call)
+        return 93;
+    for (int i = 0; i < 3; i++)
+        call(late_launch);
+    printf("dlopen launches %u\n", (unsigned)launched);
+    return 3;
+}
+
+static void *cancelled_launcher(void *arg) {
+    (void)arg;
+    for (;;) {
+        launch((const void *)cancelled_stub);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+/* Batches of threads, each cancelled at once: the cancellation is pending when the
+ * thread makes its first launch, so it acts at the first cancellation point. */
+static int cancel_threads(long n) {
+    enum { BATCH = 25 };
+    pthread_t t[BATCH];
+    for (long done = 0; done < n; done += BATCH) {
+        for (int i = 0; i < BATCH; i++)
+            if (pthread_create(&t[i], NULL, cancelled_launcher, NULL) != 0)
+                return 91;
+        for (int i = 0; i < BATCH; i++)
+            pthread_cancel(t[i]);
+        for (int i = 0; i < BATCH; i++) {
+            void *r;
+            pthread_join(t[i], &r);
+            if (r != PTHREAD_CANCELED)
+                return 92;
+        }
+    }
+    printf("cancelled %ld threads\n", n);
+    return 3;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -94,7 +275,17 @@ int main(int argc, char **argv) {
     __cudaRegisterFunction(h, (const char *)kernel_stub, "_Z6kernelPfi", "_Z6kernelPfi", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)after_stub, "_Z5afterv", "_Z5afterv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)worker_stub, "_Z6workerv", "_Z6workerv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)small_stub, "_Z5smallv", "_Z5smallv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)growth_stub, "_Z6growthv", "_Z6growthv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)handler_stub, "_Z7handlerv", "_Z7handlerv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)early_stub, "_Z5earlyv", "_Z5earlyv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)late_stub, "_Z4latev", "_Z4latev", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)cancelled_stub, "_Z9cancelledv", "_Z9cancelledv", -1, 0, 0, 0, 0,
+                           0);
     int scene = strcmp(argv[2], "scene") == 0;
+    /* A test run started in the background by a non-interactive shell inherits
+     * SIGINT ignored; the signal modes are about default actions. */
+    signal(SIGINT, SIG_DFL);
     printf("host: start\n");
     if (scene)
         printf("clock before %llu\nmain tid %d\n", now(), gettid());
@@ -106,6 +297,21 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[2], "probe") == 0)
         return probe();
+    const char *m = argv[2];
+    if (strcmp(m, "small-stacks") == 0)
+        return small_stacks();
+    if (strcmp(m, "altstack") == 0)
+        return alt_stack();
+    if (strcmp(m, "main-stack-growth") == 0) {
+        printf("main stack launches %u\n", main_stack_growth(0));
+        return 3;
+    }
+    if (strcmp(m, "signal-stack") == 0)
+        return signal_stack();
+    if (strcmp(m, "dlopen") == 0)
+        return dlopen_launch(argc > 3 ? argv[3] : NULL);
+    if (strcmp(m, "cancel") == 0)
+        return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
     if (strcmp(argv[2], "kill") == 0) {
         for (int i = 0; i < 100; i++)
             launch((const void *)kernel_stub);

@@ -116,8 +116,23 @@ impl Sim {
     /// Runs the sim host's `mode` with the injection library (`inject` None:
     /// without it) on the simulated CUPTI, with `env` set too.
     pub fn run_host(&self, inject: Option<&Path>, mode: &str, env: &[(&str, &Path)]) -> Output {
+        self.run_host_with(inject, mode, &[], env, Duration::from_secs(120))
+    }
+
+    /// [`Sim::run_host`] with extra arguments, killed (and the test failed)
+    /// when it does not finish within `limit`.
+    pub fn run_host_with(
+        &self,
+        inject: Option<&Path>,
+        mode: &str,
+        args: &[&str],
+        env: &[(&str, &Path)],
+        limit: Duration,
+    ) -> Output {
         let mut c = Command::new(&self.host);
-        c.arg(inject.map_or(Path::new("none"), |p| p)).arg(mode);
+        c.arg(inject.map_or(Path::new("none"), |p| p))
+            .arg(mode)
+            .args(args);
         if self.pin_cupti {
             c.env("GPUPERF_CUPTI_PATH", self.cupti());
         } else {
@@ -126,7 +141,7 @@ impl Sim {
         for (k, v) in env {
             c.env(k, v);
         }
-        run_within(c, &format!("sim host {mode}"), Duration::from_secs(120))
+        run_within(c, &format!("sim host {mode}"), limit)
     }
 
     /// Runs the sim host's `mode` with the injection library, recording into a
