@@ -65,11 +65,14 @@ pub fn run_mock(mock: &Path, mode: &str, extra: &[(&str, &Path)]) -> (Output, Te
 
 /// The simulated CUDA runtime (`sim/build.sh`, built once) and its host
 /// program, or `None` (the test then skips) unless CI requires the wheels.
+#[derive(Clone)]
 pub struct Sim {
     /// The directory holding `libcupti.so.13` and the rest.
     pub dir: PathBuf,
     /// `tests/data/sim_host.c`, built against it.
     pub host: PathBuf,
+    /// The CUDA 13 headers (CUPTI's among them).
+    pub include: PathBuf,
     /// Whether runs name the simulated libcupti in `GPUPERF_CUPTI_PATH`
     /// (otherwise gpuperf searches for one).
     pin_cupti: bool,
@@ -80,10 +83,12 @@ impl Sim {
     pub fn find() -> Option<Sim> {
         let cuda = cuda::cuda13()?;
         let dir = cuda::sim(&cuda);
-        let host = cuda::sim_host(&dir, &cuda.join("include"), &tmp().join("sim_host"));
+        let include = cuda.join("include");
+        let host = cuda::sim_host(&dir, &include, &tmp().join("sim_host"));
         Some(Sim {
             dir,
             host,
+            include,
             pin_cupti: true,
         })
     }
@@ -91,9 +96,8 @@ impl Sim {
     /// Runs that leave gpuperf to find a libcupti (`CUDA_HOME`, ...).
     pub fn unpinned(&self) -> Sim {
         Sim {
-            dir: self.dir.clone(),
-            host: self.host.clone(),
             pin_cupti: false,
+            ..self.clone()
         }
     }
 
@@ -106,6 +110,17 @@ impl Sim {
             std::fs::copy(self.cupti(), lib.join(n)).unwrap();
         }
         root.to_owned()
+    }
+
+    /// Compiler flags that build a C program (in tests/data) against the
+    /// simulated runtime: its headers, its `libcudart.so.13`, found at run time.
+    pub fn cflags(&self) -> Vec<String> {
+        vec![
+            format!("-I{}", self.include.display()),
+            format!("-L{}", self.dir.display()),
+            format!("-Wl,-rpath,{}", self.dir.display()),
+            "-lcudart".to_owned(),
+        ]
     }
 
     /// The simulated libcupti.
