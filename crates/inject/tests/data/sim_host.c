@@ -14,6 +14,13 @@
  *   fatal   10 launches and a synchronize, then 5 more launches (with
  *           GPUSIM_CUPTI_FATAL_AFTER=10 CUPTI stops itself in between)
  *   kill    100 launches and a synchronize, then 1.5 s later SIGKILL
+ *   takeover  100 launches (_Z6kernelPfi); 0.5 s later a second CUPTI client in
+ *           the program (as torch.profiler's Kineto) subscribes (printed:
+ *           "second subscribe N"), registers its buffers and clock and enables
+ *           kernel records; 20 launches (_Z6duringv), a forced flush, the kinds
+ *           disabled, 30 launches (_Z5afterv); "second client got N bytes".
+ *           HOST_TAKEOVER=clock: the client only registers its own clock (raw
+ *           ticks, not ns) before the 20 launches.
  * Programs that are hard on their threads (each prints what it did):
  *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
  *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
@@ -70,6 +77,7 @@ STUB(handler_stub, 6)
 STUB(early_stub, 7)
 STUB(late_stub, 8)
 STUB(cancelled_stub, 9)
+STUB(during_stub, 10)
 
 static unsigned long long now(void) {
     struct timespec ts;
@@ -263,6 +271,69 @@ static int cancel_threads(long n) {
     return 3;
 }
 
+/* ---- a second CUPTI client, as Kineto sets itself up and tears down ---- */
+
+static atomic_size_t second_bytes;
+static void second_cb(void *ud, int d, int id, const void *data) {
+    (void)ud, (void)d, (void)id, (void)data;
+}
+static void second_request(uint8_t **b, size_t *size, size_t *max) {
+    *b = aligned_alloc(8, 1 << 16);
+    *size = 1 << 16;
+    *max = 0;
+}
+static void second_complete(void *ctx, uint32_t s, uint8_t *b, size_t size, size_t valid) {
+    (void)ctx, (void)s, (void)size;
+    second_bytes += valid;
+    free(b);
+}
+static uint64_t tsc(void) { return now() * 3 + 12345; } /* raw ticks, not ns */
+
+static int takeover(void) {
+    const char *path = getenv("GPUPERF_CUPTI_PATH");
+    void *cupti = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!cupti)
+        return 5;
+    int (*c_subscribe)(void **, void *, void *) = (int (*)(void **, void *, void *))dlsym(cupti, "cuptiSubscribe");
+    int (*c_register)(void *, void *) = (int (*)(void *, void *))dlsym(cupti, "cuptiActivityRegisterCallbacks");
+    int (*c_clock)(uint64_t (*)(void)) = (int (*)(uint64_t (*)(void)))dlsym(cupti, "cuptiActivityRegisterTimestampCallback");
+    int (*c_enable)(int) = (int (*)(int))dlsym(cupti, "cuptiActivityEnable");
+    int (*c_disable)(int) = (int (*)(int))dlsym(cupti, "cuptiActivityDisable");
+    int (*c_flush)(uint32_t) = (int (*)(uint32_t))dlsym(cupti, "cuptiActivityFlushAll");
+    if (!c_subscribe || !c_register || !c_clock || !c_enable || !c_disable || !c_flush)
+        return 6;
+    for (int i = 0; i < 100; i++)
+        launch((const void *)kernel_stub);
+    CHECK(cudaDeviceSynchronize());
+    usleep(500 * 1000); /* ten flush periods: the first client has them */
+    void *h = NULL;
+    /* Kineto goes on whatever this returns. */
+    printf("second subscribe %d\n", c_subscribe(&h, (void *)second_cb, NULL));
+    const char *how = getenv("HOST_TAKEOVER");
+    if (how && strcmp(how, "clock") == 0) {
+        c_clock(tsc);
+        for (int i = 0; i < 20; i++)
+            launch((const void *)during_stub);
+        usleep(300 * 1000); /* the kernels end meanwhile */
+        return 3;
+    }
+    c_register((void *)second_request, (void *)second_complete);
+    c_clock(tsc);
+    c_enable(10); /* CONCURRENT_KERNEL */
+    for (int i = 0; i < 20; i++)
+        launch((const void *)during_stub);
+    CHECK(cudaDeviceSynchronize());
+    c_flush(1);
+    int kinds[] = {10, 1, 2, 38}; /* kernel, memcpy, memset, sync */
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        c_disable(kinds[i]);
+    for (int i = 0; i < 30; i++)
+        launch((const void *)after_stub);
+    CHECK(cudaDeviceSynchronize());
+    printf("second client got %zu bytes\n", (size_t)second_bytes);
+    return 3;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -280,6 +351,7 @@ int main(int argc, char **argv) {
     __cudaRegisterFunction(h, (const char *)handler_stub, "_Z7handlerv", "_Z7handlerv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)early_stub, "_Z5earlyv", "_Z5earlyv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)late_stub, "_Z4latev", "_Z4latev", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)during_stub, "_Z6duringv", "_Z6duringv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)cancelled_stub, "_Z9cancelledv", "_Z9cancelledv", -1, 0, 0, 0, 0,
                            0);
     int scene = strcmp(argv[2], "scene") == 0;
@@ -298,6 +370,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "probe") == 0)
         return probe();
     const char *m = argv[2];
+    if (strcmp(m, "takeover") == 0)
+        return takeover();
     if (strcmp(m, "small-stacks") == 0)
         return small_stacks();
     if (strcmp(m, "altstack") == 0)

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use gpuperf_merge::model::{ActivityKind, DropSource, Record};
+use gpuperf_merge::model::{ActivityKind, DropSource, Record, StringTable};
 
 use crate::host::{field, notes, plumbing, sim_scene};
 use crate::support::{
@@ -32,13 +32,6 @@ fn kernels(records: &[Record]) -> HashMap<u32, (u64, u64)> {
         }
     }
     k
-}
-
-fn api_count(records: &[Record]) -> usize {
-    records
-        .iter()
-        .filter(|r| matches!(r, Record::Api(_)))
-        .count()
 }
 
 fn stdout_of(out: &std::process::Output) -> String {
@@ -222,24 +215,18 @@ fn mock_libcupti_newer_than_the_driver_is_skipped() {
 /// fails, it registers its own buffers and clock anyway, and disables the kinds
 /// when it stops. The trace must say so.
 #[test]
-fn mock_second_cupti_client_taking_over_is_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(
-        &m,
-        "mock-takeover",
-        &[("GPUPERF_FLUSH_MS", Path::new("50"))],
-    );
+fn sim_second_cupti_client_taking_over_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("takeover", &[("GPUPERF_FLUSH_MS", Path::new("50"))]);
     let stdout = stdout_of(&out);
     // CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, ignored as Kineto does.
     assert_eq!(field(&stdout, "second subscribe"), "39");
     assert_ne!(field(&stdout, "second client got"), "0 bytes");
-    let (records, _, _) = read_traces(dir.path());
-    assert_eq!(api_count(&records), 150);
-    let k = kernels(&records);
-    assert_eq!(k.len(), 100, "{k:?}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(launch_calls(&records, &strings), 150);
+    assert_eq!(kernel_names(&records, &strings), [("_Z6kernelPfi".to_owned(), 100)]);
     assert_eq!(
-        notes(&records),
+        notes_beside_simulated(&records),
         [
             "GPU activity stopped after 100 launches, copies and memsets: another CUPTI client (e.g. torch.profiler) took over"
         ]
@@ -249,25 +236,21 @@ fn mock_second_cupti_client_taking_over_is_noted() {
 /// A second client that only registers its own timestamp clock: the records
 /// that reach us are not on CLOCK_MONOTONIC, so they are dropped and noted.
 #[test]
-fn mock_second_cupti_client_changing_the_clock_is_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(
-        &m,
-        "mock-takeover",
+fn sim_second_cupti_client_changing_the_clock_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run(
+        "takeover",
         &[
             ("GPUPERF_FLUSH_MS", Path::new("50")),
             ("HOST_TAKEOVER", Path::new("clock")),
         ],
     );
     stdout_of(&out);
-    let (records, _, _) = read_traces(dir.path());
-    assert_eq!(api_count(&records), 120);
-    let k = kernels(&records);
-    assert_eq!(k.len(), 100, "{k:?}");
-    assert!(k.keys().all(|&c| c <= 100), "{k:?}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(launch_calls(&records, &strings), 120);
+    assert_eq!(kernel_names(&records, &strings), [("_Z6kernelPfi".to_owned(), 100)]);
     assert_eq!(
-        notes(&records),
+        notes_beside_simulated(&records),
         [
             "GPU activity stopped after 100 launches, copies and memsets: another CUPTI client (e.g. torch.profiler) took over"
         ]
@@ -277,6 +260,29 @@ fn mock_second_cupti_client_changing_the_clock_is_noted() {
         log.contains("20 activity records not on CLOCK_MONOTONIC"),
         "{log}"
     );
+}
+
+/// The number of `cudaLaunchKernel` API records.
+fn launch_calls(records: &[Record], strings: &StringTable) -> usize {
+    records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(a) if strings.get(a.name) == "cudaLaunchKernel"))
+        .count()
+}
+
+/// The kernel records by name, sorted: (name, count).
+fn kernel_names(records: &[Record], strings: &StringTable) -> Vec<(String, usize)> {
+    let mut n: HashMap<String, usize> = HashMap::new();
+    for r in records {
+        if let Record::Activity(a) = r
+            && let ActivityKind::Kernel { name, .. } = a.kind
+        {
+            *n.entry(strings.get(name).to_owned()).or_default() += 1;
+        }
+    }
+    let mut v: Vec<_> = n.into_iter().collect();
+    v.sort();
+    v
 }
 
 /// CUPTI's internal lock is held while its thread delivers buffers, while it
