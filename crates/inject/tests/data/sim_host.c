@@ -32,6 +32,8 @@
  *   dlopen LIB    a launch, then LIB loaded (late_launch.c) and 3 launches
  *                 called back from its late_call
  *   cancel N      N threads launching in a loop, each cancelled (default 2000)
+ * HOST_LATE_LAUNCHES=1 registers, before CUDA starts, an exit handler that makes 5
+ * launches (_Z4latev): it runs after the injection library's.
  * HOST_INIT_TWICE=1 calls InitializeInjection again once CUDA is initialized, as
  * a second injection would, and prints "host: second init returned N".
  * Exit status 3 when the program ran to its end; it prints the same with or
@@ -96,6 +98,11 @@ static void *worker(void *arg) {
     for (int i = 0; i < 5; i++)
         launch((const void *)worker_stub);
     return NULL;
+}
+
+static void late_launches(void) {
+    for (int i = 0; i < 5; i++)
+        launch((const void *)late_stub);
 }
 
 static int probe(void) {
@@ -359,6 +366,8 @@ int main(int argc, char **argv) {
      * SIGINT ignored; the signal modes are about default actions. */
     signal(SIGINT, SIG_DFL);
     printf("host: start\n");
+    if (getenv("HOST_LATE_LAUNCHES"))
+        atexit(late_launches);
     if (scene)
         printf("clock before %llu\nmain tid %d\n", now(), gettid());
     CHECK(cudaFree(0));

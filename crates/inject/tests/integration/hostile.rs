@@ -443,22 +443,9 @@ fn mock_graph_instantiations_between_flushes_keep_memory_flat() {
 /// Launches from an exit handler that runs after gpuperf's (registered before
 /// CUDA started) cannot be recorded; they are counted and reported.
 #[test]
-fn mock_launches_after_the_trace_closed_are_counted_and_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let env = [
-        ("GPUPERF_CUPTI_PATH", m.as_path()),
-        ("GPUPERF_GPU_TRACE", dir.path()),
-        ("HOST_LATE_LAUNCHES", Path::new("1")),
-    ];
-    let out = run_host_with(
-        Some(&inject_lib()),
-        "mock",
-        &[],
-        &env,
-        Duration::from_secs(60),
-    );
+fn sim_launches_after_the_trace_closed_are_counted_and_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("plain", &[("HOST_LATE_LAUNCHES", Path::new("1"))]);
     assert_eq!(out.status.code(), Some(3));
     let want = "5 API calls came after the trace was closed";
     let log = read_logs(dir.path());
