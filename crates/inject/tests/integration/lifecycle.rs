@@ -224,7 +224,10 @@ fn sim_second_cupti_client_taking_over_is_noted() {
     assert_ne!(field(&stdout, "second client got"), "0 bytes");
     let (records, strings, _) = read_traces(dir.path());
     assert_eq!(launch_calls(&records, &strings), 150);
-    assert_eq!(kernel_names(&records, &strings), [("_Z6kernelPfi".to_owned(), 100)]);
+    assert_eq!(
+        kernel_names(&records, &strings),
+        [("_Z6kernelPfi".to_owned(), 100)]
+    );
     assert_eq!(
         notes_beside_simulated(&records),
         [
@@ -248,7 +251,10 @@ fn sim_second_cupti_client_changing_the_clock_is_noted() {
     stdout_of(&out);
     let (records, strings, _) = read_traces(dir.path());
     assert_eq!(launch_calls(&records, &strings), 120);
-    assert_eq!(kernel_names(&records, &strings), [("_Z6kernelPfi".to_owned(), 100)]);
+    assert_eq!(
+        kernel_names(&records, &strings),
+        [("_Z6kernelPfi".to_owned(), 100)]
+    );
     assert_eq!(
         notes_beside_simulated(&records),
         [

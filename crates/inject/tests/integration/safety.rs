@@ -5,10 +5,10 @@
 //! The programs run on the simulated CUDA runtime; their kernels are told apart
 //! by name.
 
+use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::collections::HashMap;
 use std::time::Duration;
 
 use gpuperf_merge::model::{ActivityKind, Record, SIMULATED_GPU_NOTE, StringTable};
@@ -38,7 +38,9 @@ fn run(
         Some(d) => c.arg(inject_lib()).env("GPUPERF_GPU_TRACE", d),
         None => c.arg("none"),
     };
-    c.arg(mode).args(args).env("GPUPERF_CUPTI_PATH", sim.cupti());
+    c.arg(mode)
+        .args(args)
+        .env("GPUPERF_CUPTI_PATH", sim.cupti());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -48,7 +50,14 @@ fn run(
 /// Runs `mode` with the library into a fresh directory; returns the run and it.
 fn recorded(sim: &Sim, mode: &str, env: &[(&str, &str)]) -> (Output, TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(sim, Some(dir.path()), mode, &[], env, Duration::from_secs(60));
+    let out = run(
+        sim,
+        Some(dir.path()),
+        mode,
+        &[],
+        env,
+        Duration::from_secs(60),
+    );
     (out, dir)
 }
 
@@ -479,7 +488,11 @@ fn sim_second_client_in_the_program_gets_only_its_own_records_and_the_trace_keep
         // API records of all 50 launches before cuptiFinalize, kernels of the
         // 20 before the other client registered its buffers.
         let l = launches(&records, &strings);
-        assert_eq!(l.get("_Z6beforev"), Some(&(20, 20)), "bind now: {now}\n{log}");
+        assert_eq!(
+            l.get("_Z6beforev"),
+            Some(&(20, 20)),
+            "bind now: {now}\n{log}"
+        );
         assert_eq!(l.get("?"), Some(&(30, 0)), "bind now: {now}\n{log}");
         assert_eq!(l.len(), 2, "{l:?}");
         let notes = notes(&records);
