@@ -5,10 +5,9 @@ use std::path::Path;
 
 use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, MemcpyKind, PeerDevices, Record};
 
-use std::process::Output;
-
 use crate::support::{
-    Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host, wheels,
+    HostRun, Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host,
+    wheels,
 };
 
 pub fn notes(records: &[Record]) -> Vec<String> {
@@ -31,9 +30,6 @@ fn graceful(env: &[(&str, &Path)], why: &str) {
 fn graceful_sim(sim: &Sim, env: &[(&str, &Path)], why: &str) {
     graceful_with(&|inject, env| sim.run_host(inject, "plain", env), env, why);
 }
-
-/// Runs a host with (`Some(library)`) and without (`None`) the library.
-type HostRun<'a> = dyn Fn(Option<&Path>, &[(&str, &Path)]) -> Output + 'a;
 
 fn graceful_with(run: &HostRun, env: &[(&str, &Path)], why: &str) {
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,9 @@ use std::time::Duration;
 use gpuperf_merge::model::{Record, StackEnd, StackFrame, StringTable};
 use tempfile::TempDir;
 
-use crate::support::{Sim, inject_lib, mock, read_logs, read_traces, run_host_with, wheels};
+use crate::support::{
+    HostRun, Sim, inject_lib, mock, read_logs, read_traces, run_host_with, wheels,
+};
 
 /// Runs the MOCK host's `mode` with and without the library; both must exit
 /// the same way. Returns the run with the library and its trace directory.
@@ -36,10 +38,7 @@ fn both_sim(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempD
     Some(both_with(mode, &run))
 }
 
-fn both_with(
-    mode: &str,
-    run: &dyn Fn(Option<&Path>, &[(&str, &Path)]) -> Output,
-) -> (Output, TempDir) {
+fn both_with(mode: &str, run: &HostRun) -> (Output, TempDir) {
     let without = run(None, &[]);
     assert_eq!(without.status.code(), Some(3), "{mode} without gpuperf");
     let dir = tempfile::tempdir().unwrap();

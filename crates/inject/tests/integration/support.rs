@@ -169,6 +169,10 @@ impl Sim {
     }
 }
 
+/// Runs a host program with (`Some(library)`) and without (`None`) the
+/// injection library, with the environment given.
+pub type HostRun<'a> = dyn Fn(Option<&Path>, &[(&str, &Path)]) -> Output + 'a;
+
 /// The notes of `records` other than the one every trace made on the
 /// simulation carries.
 pub fn notes_beside_simulated(records: &[Record]) -> Vec<String> {
