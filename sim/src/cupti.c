@@ -53,7 +53,7 @@
  * A value "VALUE@FILE" applies only to the copy of libcupti whose file is named
  * FILE, so that one CUDA install can hold a failing and a working CUPTI.
  * gpusim_cupti_state() tells a test program what a client left subscribed and
- * enabled.
+ * enabled, gpusim_cupti_events() the order of its flushes and disabled kinds.
  *
  * The PC Sampling API is in cupti_pcsampling.c.
  *
@@ -451,6 +451,9 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
     g_kinds[kind] = 0;
     if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
         api_domain(kind == CUPTI_ACTIVITY_KIND_RUNTIME, 0);
+    char e[16];
+    snprintf(e, sizeof e, "D%d", (int)kind);
+    sim_event(e);
     return CUPTI_SUCCESS;
 }
 
@@ -545,6 +548,22 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
     pthread_mutex_unlock(&g_mu);
     return CUPTI_SUCCESS;
 }
+
+/* For test programs (simulated, no CUPTI function): the client's flushes and
+ * disabled kinds in order ("F0"/"F1": cuptiActivityFlushAll with flag 0 or
+ * FLUSH_FORCED, "DK": cuptiActivityDisable of kind K), space-separated. */
+static char g_events[4096];
+static pthread_mutex_t g_events_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void sim_event(const char *e) {
+    pthread_mutex_lock(&g_events_mu);
+    size_t n = strlen(g_events);
+    if (n + strlen(e) + 2 < sizeof g_events)
+        snprintf(g_events + n, sizeof g_events - n, "%s%s", n ? " " : "", e);
+    pthread_mutex_unlock(&g_events_mu);
+}
+
+GPUSIM_EXPORT const char *gpusim_cupti_events(void) { return g_events; }
 
 /* For test programs (simulated, no CUPTI function): whether a client is
  * subscribed, how many activity kinds and callbacks are enabled. */

@@ -208,6 +208,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
             ;
         return fail(CUPTI_ERROR_UNKNOWN);
     }
+    sim_event((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) ? "F1" : "F0");
     flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);
     return CUPTI_SUCCESS;
 }

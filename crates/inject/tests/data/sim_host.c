@@ -21,6 +21,13 @@
  *           disabled, 30 launches (_Z5afterv); "second client got N bytes".
  *           HOST_TAKEOVER=clock: the client only registers its own clock (raw
  *           ticks, not ns) before the 20 launches.
+ *   long    10 launches; a kernel of 400 ms (_Z4longv, 400000000 blocks of 256
+ *           threads: 400,001,000 ns in the cost model) on a stream of its own, 5
+ *           launches (_Z6behindv) on another; 0.6 s later, with the long one
+ *           done, another long kernel (_Z7runningv), still running at exit.
+ *           At exit, after the injection library's exit handler, prints the
+ *           client's flushes and disabled kinds ("cupti events ...",
+ *           gpusim_cupti_events of the simulated libcupti).
  * Programs that are hard on their threads (each prints what it did):
  *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
  *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
@@ -80,6 +87,9 @@ STUB(early_stub, 7)
 STUB(late_stub, 8)
 STUB(cancelled_stub, 9)
 STUB(during_stub, 10)
+STUB(long_stub, 11)
+STUB(behind_stub, 12)
+STUB(running_stub, 13)
 
 static unsigned long long now(void) {
     struct timespec ts;
@@ -341,6 +351,39 @@ static int takeover(void) {
     return 3;
 }
 
+/* ---- a kernel running across flush periods, and one running at exit ---- */
+
+static void print_events(void) {
+    const char *path = getenv("GPUPERF_CUPTI_PATH");
+    void *cupti = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    const char *(*events)(void) = cupti ? (const char *(*)(void))dlsym(cupti, "gpusim_cupti_events") : NULL;
+    printf("cupti events %s\n", events ? events() : "?");
+    fflush(stdout);
+}
+
+static void launch_on(const void *stub, unsigned grid, cudaStream_t s) {
+    dim3 g = {grid, 1, 1}, b = {256, 1, 1};
+    CHECK(cudaLaunchKernel(stub, g, b, NULL, 0, s));
+}
+
+static int long_kernel(void) {
+    for (int i = 0; i < 10; i++)
+        launch((const void *)kernel_stub);
+    CHECK(cudaDeviceSynchronize());
+    cudaStream_t a, b;
+    CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    launch_on((const void *)long_stub, 400000000u, a);
+    for (int i = 0; i < 5; i++)
+        launch_on((const void *)behind_stub, 1, b);
+    usleep(600 * 1000); /* about twelve flush periods of 50 ms */
+    CHECK(cudaStreamSynchronize(a));
+    CHECK(cudaStreamSynchronize(b));
+    /* Still running when the program ends. */
+    launch_on((const void *)running_stub, 400000000u, a);
+    return 3;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -358,6 +401,9 @@ int main(int argc, char **argv) {
     __cudaRegisterFunction(h, (const char *)handler_stub, "_Z7handlerv", "_Z7handlerv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)early_stub, "_Z5earlyv", "_Z5earlyv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)late_stub, "_Z4latev", "_Z4latev", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)long_stub, "_Z4longv", "_Z4longv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)behind_stub, "_Z6behindv", "_Z6behindv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)running_stub, "_Z7runningv", "_Z7runningv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)during_stub, "_Z6duringv", "_Z6duringv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)cancelled_stub, "_Z9cancelledv", "_Z9cancelledv", -1, 0, 0, 0, 0,
                            0);
@@ -368,6 +414,9 @@ int main(int argc, char **argv) {
     printf("host: start\n");
     if (getenv("HOST_LATE_LAUNCHES"))
         atexit(late_launches);
+    /* Registered before CUDA starts: runs after the injection library's. */
+    if (strcmp(argv[2], "long") == 0)
+        atexit(print_events);
     if (scene)
         printf("clock before %llu\nmain tid %d\n", now(), gettid());
     CHECK(cudaFree(0));
@@ -381,6 +430,8 @@ int main(int argc, char **argv) {
     const char *m = argv[2];
     if (strcmp(m, "takeover") == 0)
         return takeover();
+    if (strcmp(m, "long") == 0)
+        return long_kernel();
     if (strcmp(m, "small-stacks") == 0)
         return small_stacks();
     if (strcmp(m, "altstack") == 0)
