@@ -25,7 +25,9 @@
  * one a failure CUPTI documents, forced here so that a client's handling of it
  * can be tested; nothing real fails):
  *   GPUSIM_CUPTI_VERSION=N           cuptiGetVersion answers N (an older or
- *                                    newer CUPTI than this one's headers)
+ *                                    newer CUPTI than this one's headers); below
+ *                                    27 a null buffer from the client aborts, a
+ *                                    simulated hazard (cupti_buffers.c)
  *   GPUSIM_CUPTI_SUBSCRIBE_ERROR=E   cuptiSubscribe fails with the CUptiResult
  *                                    named E (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
  *                                    another tool holds CUPTI; ..._NOT_INITIALIZED,

@@ -77,6 +77,11 @@ void append(const void *rec, size_t size, uint64_t end) {
         size_t sz = 0, max = 0;
         if (g_request)
             g_request(&base, &sz, &max);
+        /* Simulated hazard, not documented behaviour: CUPTI before API 27
+         * could crash on a null buffer (Kineto works around it since commit
+         * baea3804); with GPUSIM_CUPTI_VERSION below 27 the simulation does. */
+        if (!base && g_request && sim_fault_number("GPUSIM_CUPTI_VERSION", CUPTI_API_VERSION) < 27)
+            abort();
         if (!base || sz < size || !(b = calloc(1, sizeof *b))) {
             g_dropped++;
             pthread_mutex_unlock(&g_buf_mu);

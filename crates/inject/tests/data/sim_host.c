@@ -28,6 +28,9 @@
  *           At exit, after the injection library's exit handler, prints the
  *           client's flushes and disabled kinds ("cupti events ...",
  *           gpusim_cupti_events of the simulated libcupti).
+ *   oom     100 launches (_Z6kernelPfi); then 200000 (_Z6squeezev) while malloc
+ *           refuses blocks of 128 KiB and more, as when the address space is
+ *           full; prints "oom launches done"
  * Programs that are hard on their threads (each prints what it did):
  *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
  *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
@@ -90,6 +93,7 @@ STUB(during_stub, 10)
 STUB(long_stub, 11)
 STUB(behind_stub, 12)
 STUB(running_stub, 13)
+STUB(squeeze_stub, 14)
 
 static unsigned long long now(void) {
     struct timespec ts;
@@ -384,6 +388,36 @@ static int long_kernel(void) {
     return 3;
 }
 
+/* ---- out of memory ---- */
+
+/* While set, malloc refuses blocks of 128 KiB and more, as it would when the
+ * address space is full; smaller ones still come from memory already mapped.
+ * The executable's malloc interposes on everyone's, the injection library's too. */
+static atomic_int refuse_large;
+extern void *__libc_malloc(size_t);
+void *malloc(size_t n) {
+    if (refuse_large && n >= (128 << 10))
+        return NULL;
+    return __libc_malloc(n);
+}
+
+static int out_of_memory(void) {
+    for (int i = 0; i < 100; i++)
+        launch((const void *)kernel_stub);
+    CHECK(cudaDeviceSynchronize());
+    usleep(100 * 1000);
+    refuse_large = 1;
+    /* More buffers than the library allocates ahead of requests (4 MiB each,
+     * about 19 000 kernel records). */
+    for (int i = 0; i < 200000; i++)
+        launch((const void *)squeeze_stub);
+    CHECK(cudaDeviceSynchronize());
+    usleep(100 * 1000);
+    refuse_large = 0;
+    printf("oom launches done\n");
+    return 3;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -404,6 +438,7 @@ int main(int argc, char **argv) {
     __cudaRegisterFunction(h, (const char *)long_stub, "_Z4longv", "_Z4longv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)behind_stub, "_Z6behindv", "_Z6behindv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)running_stub, "_Z7runningv", "_Z7runningv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)squeeze_stub, "_Z6squeezev", "_Z6squeezev", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)during_stub, "_Z6duringv", "_Z6duringv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)cancelled_stub, "_Z9cancelledv", "_Z9cancelledv", -1, 0, 0, 0, 0,
                            0);
@@ -432,6 +467,8 @@ int main(int argc, char **argv) {
         return takeover();
     if (strcmp(m, "long") == 0)
         return long_kernel();
+    if (strcmp(m, "oom") == 0)
+        return out_of_memory();
     if (strcmp(m, "small-stacks") == 0)
         return small_stacks();
     if (strcmp(m, "altstack") == 0)
