@@ -21,7 +21,8 @@
  * runtime's exit teardown (GPUSIM_TEARDOWN_AT_EXIT=1) hangs for a minute, as
  * CUPTI tools have hung there on real drivers (see cuptiActivityFlushAll).
  *
- * Simulated faults (environment variables read when the call is made, each
+ * Simulated faults (environment variables read when the call is made, or once
+ * for the two checked at every call or record, FATAL_AFTER and INVALID_RECORD; each
  * one a failure CUPTI documents, forced here so that a client's handling of it
  * can be tested; nothing real fails):
  *   GPUSIM_CUPTI_VERSION=N           cuptiGetVersion answers N (an older or
@@ -591,7 +592,13 @@ static _Atomic int g_fatal_raised;
  * subscriber hears CUPTI_CBID_STATE_FATAL_ERROR, then CUPTI finalizes itself
  * ("When encountered, CUPTI automatically invokes cuptiFinalize()"). */
 static void maybe_fatal(void) {
-    long after = sim_fault_number("GPUSIM_CUPTI_FATAL_AFTER", -1);
+    /* Read once: this runs at every API call. */
+    static _Atomic long cached = -2;
+    long after = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (after == -2) {
+        after = sim_fault_number("GPUSIM_CUPTI_FATAL_AFTER", -1);
+        atomic_store(&cached, after);
+    }
     if (after < 0 || after > 64 || atomic_load(&g_fatal_raised) || atomic_load(&g_kernels_seen) < (unsigned)after)
         return;
     uint64_t now = to_cupti(gpusim_now_ns());
@@ -718,8 +725,11 @@ static void on_op(const struct gpusim_op *op) {
         unsigned nth = atomic_fetch_add(&g_kernels_seen, 1);
         if (nth < 64)
             atomic_store(&g_kernel_ends[nth], end);
-        /* Simulated: a corrupt record (a kind no CUPTI knows). */
-        if ((long)nth + 1 == sim_fault_number("GPUSIM_CUPTI_INVALID_RECORD", -1))
+        /* Simulated: a corrupt record (a kind no CUPTI knows). Read once. */
+        static _Atomic long invalid = -2;
+        if (atomic_load_explicit(&invalid, memory_order_relaxed) == -2)
+            atomic_store(&invalid, sim_fault_number("GPUSIM_CUPTI_INVALID_RECORD", -1));
+        if ((long)nth + 1 == atomic_load_explicit(&invalid, memory_order_relaxed))
             k.kind = (CUpti_ActivityKind)0x7fff;
         append(&k, sizeof k, end);
         return;
