@@ -21,6 +21,43 @@
  * runtime's exit teardown (GPUSIM_TEARDOWN_AT_EXIT=1) hangs for a minute, as
  * CUPTI tools have hung there on real drivers (see cuptiActivityFlushAll).
  *
+ * Simulated faults (environment variables read when the call is made, or once
+ * for the two checked at every call or record, FATAL_AFTER and INVALID_RECORD; each
+ * one a failure CUPTI documents, forced here so that a client's handling of it
+ * can be tested; nothing real fails):
+ *   GPUSIM_CUPTI_VERSION=N           cuptiGetVersion answers N (an older or
+ *                                    newer CUPTI than this one's headers); below
+ *                                    27 a null buffer from the client aborts, a
+ *                                    simulated hazard (cupti_buffers.c)
+ *   GPUSIM_CUPTI_SUBSCRIBE_ERROR=E   cuptiSubscribe fails with the CUptiResult
+ *                                    named E (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+ *                                    another tool holds CUPTI; ..._NOT_INITIALIZED,
+ *                                    ..._VIRTUALIZED_DEVICE_NOT_SUPPORTED,
+ *                                    ..._CONFIDENTIAL_COMPUTING_NOT_SUPPORTED)
+ *   GPUSIM_CUPTI_REFUSE_CALLBACK=D:ID  cuptiEnableCallback(1, ..., D, ID) fails
+ *                                    with CUPTI_ERROR_INVALID_PARAMETER, as for
+ *                                    a callback id this CUPTI does not know
+ *   GPUSIM_CUPTI_TIMESTAMP_ERROR=E   cuptiActivityRegisterTimestampCallback
+ *                                    fails with E; records keep CUPTI's default
+ *                                    clock (CLOCK_REALTIME)
+ *   GPUSIM_CUPTI_FATAL_AFTER=N       once N kernels have ended, the next API
+ *                                    call raises CUPTI_CBID_STATE_FATAL_ERROR
+ *                                    (CUPTI_ERROR_UNKNOWN, "simulated fatal
+ *                                    error") and, as documented, CUPTI then
+ *                                    invokes cuptiFinalize itself
+ *   GPUSIM_CUPTI_INVALID_RECORD=N    the Nth kernel record is corrupt: the
+ *                                    client's cuptiActivityGetNextRecord fails on
+ *                                    it with CUPTI_ERROR_INVALID_KIND ("activity
+ *                                    record is either incomplete or invalid")
+ *   GPUSIM_CUPTI_LATE_BUFFER=1       at process exit, after every atexit
+ *                                    handler (the client's final flush), the
+ *                                    worker hands back one more buffer, as a
+ *                                    worker racing the exit can
+ * A value "VALUE@FILE" applies only to the copy of libcupti whose file is named
+ * FILE, so that one CUDA install can hold a failing and a working CUPTI.
+ * gpusim_cupti_state() tells a test program what a client left subscribed and
+ * enabled, gpusim_cupti_events() the order of its flushes and disabled kinds.
+ *
  * The PC Sampling API is in cupti_pcsampling.c.
  *
  * What it does not do: metrics, events, profiling ranges, NVTX,
@@ -60,10 +97,55 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, cons
     return fail(CUPTI_ERROR_INVALID_PARAMETER);
 }
 
+/* ------------------------------------------------------------------ simulated faults */
+
+/* The value of the simulated fault `var` for this copy of libcupti: "VALUE"
+ * applies to every copy, "VALUE@FILE" only to the copy whose file is named FILE
+ * (a CUDA install holding two, say libcupti.so.13 and libcupti.so.12). NULL when
+ * unset or meant for another copy. Copied into `buf`. */
+static const char *sim_fault_value(const char *var, char *buf, size_t size) {
+    const char *v = getenv(var);
+    if (!v || !*v || strlen(v) >= size)
+        return NULL;
+    strcpy(buf, v);
+    char *at = strchr(buf, '@');
+    if (!at)
+        return buf;
+    *at = 0;
+    Dl_info self;
+    if (!dladdr((void *)sim_fault_value, &self) || !self.dli_fname)
+        return NULL;
+    const char *slash = strrchr(self.dli_fname, '/');
+    return strcmp(slash ? slash + 1 : self.dli_fname, at + 1) == 0 ? buf : NULL;
+}
+
+long sim_fault_number(const char *var, long none) {
+    char buf[256];
+    const char *v = sim_fault_value(var, buf, sizeof buf);
+    if (!v || !*v)
+        return none;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *end == 0 ? n : none;
+}
+
+/* The CUptiResult named by `var` (a name of cupti_result.h, or its number), or
+ * CUPTI_SUCCESS when unset or unknown. */
+static CUptiResult sim_fault_result(const char *var) {
+    char buf[256];
+    const char *v = sim_fault_value(var, buf, sizeof buf);
+    if (!v || !*v)
+        return CUPTI_SUCCESS;
+    for (size_t i = 0; i < sizeof gpusim_result_names / sizeof gpusim_result_names[0]; i++)
+        if (strcmp(gpusim_result_names[i].name, v) == 0)
+            return (CUptiResult)gpusim_result_names[i].code;
+    return (CUptiResult)sim_fault_number(var, CUPTI_SUCCESS);
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version) {
     if (!version)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
-    *version = CUPTI_API_VERSION;
+    *version = (uint32_t)sim_fault_number("GPUSIM_CUPTI_VERSION", CUPTI_API_VERSION);
     return CUPTI_SUCCESS;
 }
 
@@ -124,6 +206,9 @@ static void bracket(CUpti_TimestampCallbackFunc f, uint64_t *mono, uint64_t *cb)
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
     if (!f)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    CUptiResult refused = sim_fault_result("GPUSIM_CUPTI_TIMESTAMP_ERROR");
+    if (refused != CUPTI_SUCCESS)
+        return fail(refused); /* simulated: the default clock stays */
     uint64_t m0 = 0, c0 = 0, m1 = 0, c1 = 0;
     bracket(f, &m0, &c0);
     /* 2 ms apart, to measure the callback's rate. */
@@ -180,6 +265,9 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscr
                                                   CUpti_CallbackFunc callback, void *userdata) {
     if (!subscriber)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    CUptiResult refused = sim_fault_result("GPUSIM_CUPTI_SUBSCRIBE_ERROR");
+    if (refused != CUPTI_SUCCESS)
+        return fail(refused); /* simulated */
     pthread_mutex_lock(&g_mu);
     if (g_subscribed) {
         pthread_mutex_unlock(&g_mu);
@@ -227,6 +315,11 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_Su
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
     if (cbid >= domain_size(domain) || cbid >= GPUSIM_MAX_CBID)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    char buf[256];
+    const char *refuse = sim_fault_value("GPUSIM_CUPTI_REFUSE_CALLBACK", buf, sizeof buf);
+    unsigned rd, rid;
+    if (enable && refuse && sscanf(refuse, "%u:%u", &rd, &rid) == 2 && rd == (unsigned)domain && rid == cbid)
+        return fail(CUPTI_ERROR_INVALID_PARAMETER); /* simulated */
     g_enabled[domain][cbid] = enable != 0;
     return CUPTI_SUCCESS;
 }
@@ -361,6 +454,9 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
     g_kinds[kind] = 0;
     if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
         api_domain(kind == CUPTI_ACTIVITY_KIND_RUNTIME, 0);
+    char e[16];
+    snprintf(e, sizeof e, "D%d", (int)kind);
+    sim_event(e);
     return CUPTI_SUCCESS;
 }
 
@@ -456,6 +552,72 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiFinalize(void) {
     return CUPTI_SUCCESS;
 }
 
+/* For test programs (simulated, no CUPTI function): the client's flushes and
+ * disabled kinds in order ("F0"/"F1": cuptiActivityFlushAll with flag 0 or
+ * FLUSH_FORCED, "DK": cuptiActivityDisable of kind K), space-separated. */
+static char g_events[4096];
+static pthread_mutex_t g_events_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void sim_event(const char *e) {
+    pthread_mutex_lock(&g_events_mu);
+    size_t n = strlen(g_events);
+    if (n + strlen(e) + 2 < sizeof g_events)
+        snprintf(g_events + n, sizeof g_events - n, "%s%s", n ? " " : "", e);
+    pthread_mutex_unlock(&g_events_mu);
+}
+
+GPUSIM_EXPORT const char *gpusim_cupti_events(void) { return g_events; }
+
+/* For test programs (simulated, no CUPTI function): whether a client is
+ * subscribed, how many activity kinds and callbacks are enabled. */
+GPUSIM_EXPORT void gpusim_cupti_state(int *subscribed, int *kinds, int *callbacks) {
+    pthread_mutex_lock(&g_mu);
+    *subscribed = g_subscribed;
+    *kinds = 0;
+    for (int k = 0; k < NKINDS; k++)
+        *kinds += g_kinds[k];
+    *callbacks = 0;
+    for (int d = 0; d < NDOMAINS; d++)
+        for (int i = 0; i < GPUSIM_MAX_CBID; i++)
+            *callbacks += g_enabled[d][i];
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* GPUSIM_CUPTI_FATAL_AFTER: kernel ends seen, and whether the fatal error was raised. */
+static _Atomic uint64_t g_kernel_ends[64];
+static _Atomic unsigned g_kernels_seen;
+static _Atomic int g_fatal_raised;
+
+/* Simulated fatal error, at an API call's enter once N kernels have ended: the
+ * subscriber hears CUPTI_CBID_STATE_FATAL_ERROR, then CUPTI finalizes itself
+ * ("When encountered, CUPTI automatically invokes cuptiFinalize()"). */
+static void maybe_fatal(void) {
+    /* Read once: this runs at every API call. */
+    static _Atomic long cached = -2;
+    long after = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (after == -2) {
+        after = sim_fault_number("GPUSIM_CUPTI_FATAL_AFTER", -1);
+        atomic_store(&cached, after);
+    }
+    if (after < 0 || after > 64 || atomic_load(&g_fatal_raised) || atomic_load(&g_kernels_seen) < (unsigned)after)
+        return;
+    uint64_t now = to_cupti(gpusim_now_ns());
+    for (long i = 0; i < after; i++)
+        if (atomic_load(&g_kernel_ends[i]) > now)
+            return;
+    if (atomic_exchange(&g_fatal_raised, 1))
+        return;
+    CUpti_CallbackFunc cb = g_callback;
+    if (cb && g_enabled[CUPTI_CB_DOMAIN_STATE][CUPTI_CBID_STATE_FATAL_ERROR]) {
+        CUpti_StateData st;
+        memset(&st, 0, sizeof st);
+        st.notification.result = CUPTI_ERROR_UNKNOWN;
+        st.notification.message = "simulated fatal error";
+        cb(g_userdata, CUPTI_CB_DOMAIN_STATE, CUPTI_CBID_STATE_FATAL_ERROR, &st);
+    }
+    cuptiFinalize();
+}
+
 /* ------------------------------------------------------------------ the driver's hooks */
 
 /* In cupti_dispatch.c, which has no unwind tables and no frame pointer. */
@@ -470,6 +632,7 @@ static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
 }
 
 static void on_api_enter(struct gpusim_api *c) {
+    maybe_fatal();
     /* Only an API activity record needs the call's start. */
     if (atomic_load_explicit(&g_api_kinds, memory_order_relaxed))
         c->start_ns = gpusim_now_ns();
@@ -559,6 +722,15 @@ static void on_op(const struct gpusim_op *op) {
         k.graphNodeId = op->graph_node_id;
         k.graphId = op->graph_id;
         k.channelType = CUPTI_CHANNEL_TYPE_COMPUTE;
+        unsigned nth = atomic_fetch_add(&g_kernels_seen, 1);
+        if (nth < 64)
+            atomic_store(&g_kernel_ends[nth], end);
+        /* Simulated: a corrupt record (a kind no CUPTI knows). Read once. */
+        static _Atomic long invalid = -2;
+        if (atomic_load_explicit(&invalid, memory_order_relaxed) == -2)
+            atomic_store(&invalid, sim_fault_number("GPUSIM_CUPTI_INVALID_RECORD", -1));
+        if ((long)nth + 1 == atomic_load_explicit(&invalid, memory_order_relaxed))
+            k.kind = (CUpti_ActivityKind)0x7fff;
         append(&k, sizeof k, end);
         return;
     }

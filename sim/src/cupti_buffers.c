@@ -77,6 +77,11 @@ void append(const void *rec, size_t size, uint64_t end) {
         size_t sz = 0, max = 0;
         if (g_request)
             g_request(&base, &sz, &max);
+        /* Simulated hazard, not documented behaviour: CUPTI before API 27
+         * could crash on a null buffer (Kineto works around it since commit
+         * baea3804); with GPUSIM_CUPTI_VERSION below 27 the simulation does. */
+        if (!base && g_request && sim_fault_number("GPUSIM_CUPTI_VERSION", CUPTI_API_VERSION) < 27)
+            abort();
         if (!base || sz < size || !(b = calloc(1, sizeof *b))) {
             g_dropped++;
             pthread_mutex_unlock(&g_buf_mu);
@@ -128,7 +133,10 @@ static void deliver(struct buffer *b, uint64_t now) {
             if (*start > now)
                 *start = 0;
         }
-        off += record_size(r->kind);
+        size_t n = record_size(r->kind);
+        if (n == 0)
+            break; /* a simulated corrupt record (GPUSIM_CUPTI_INVALID_RECORD) ends the walk */
+        off += n;
     }
     tls_delivering = 1;
     g_complete(NULL, 0, b->base, b->size, b->used);
@@ -205,6 +213,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
             ;
         return fail(CUPTI_ERROR_UNKNOWN);
     }
+    sim_event((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) ? "F1" : "F0");
     flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);
     return CUPTI_SUCCESS;
 }
@@ -255,6 +264,30 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivitySetAttribute(CUpti_ActivityAttri
     if (!size || !value)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
     return CUPTI_SUCCESS; /* device-side buffer sizes mean nothing here */
+}
+
+/* Simulated hazard (GPUSIM_CUPTI_LATE_BUFFER=1): at process exit, once every
+ * atexit handler has run (the client's final flush among them), the worker hands
+ * back one more buffer holding one complete kernel record, as a worker racing
+ * the exit can. Runs as libcupti's destructor. */
+__attribute__((destructor)) static void late_buffer(void) {
+    if (sim_fault_number("GPUSIM_CUPTI_LATE_BUFFER", 0) != 1 || !g_request || !g_complete)
+        return;
+    uint8_t *base = NULL;
+    size_t size = 0, max = 0;
+    g_request(&base, &size, &max);
+    if (!base || size < sizeof(CUpti_ActivityKernel10))
+        return;
+    CUpti_ActivityKernel10 k;
+    memset(&k, 0, sizeof k);
+    k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    k.start = to_cupti(gpusim_now_ns());
+    k.end = k.completed = k.start + 1000;
+    k.correlationId = 0x7fffffff;
+    k.name = "_Z4latev";
+    k.gridX = k.gridY = k.gridZ = k.blockX = k.blockY = k.blockZ = 1;
+    memcpy(base, &k, sizeof k);
+    g_complete(NULL, 0, base, size, sizeof k);
 }
 
 /* ------------------------------------------------------------------ worker thread */

@@ -8,8 +8,10 @@
 #define GPUSIM_CUPTI_INTERNAL_H
 
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +32,10 @@ CUptiResult fail(CUptiResult r);
 int64_t offset(void);
 /* A CLOCK_MONOTONIC time in CUPTI's clock (0 stays 0). */
 uint64_t to_cupti(uint64_t mono);
+/* The number in the environment variable `var` (a simulated fault), or `none`. */
+long sim_fault_number(const char *var, long none);
+/* Notes a client's flush or disabled kind for gpusim_cupti_events (simulated). */
+void sim_event(const char *e);
 /* The subscriber's state. */
 extern pthread_mutex_t g_mu;
 

@@ -176,6 +176,20 @@ pub fn host(out: &Path, flags: &[&str]) -> PathBuf {
         .build_once()
 }
 
+/// The C host program that runs on the simulated CUDA runtime in `sim` (from
+/// [`sim`]) and has the simulated driver load the injection library (the inject
+/// crate's `tests/data/sim_host.c`), built with the CUDA headers in `include`
+/// into `out` once per process.
+pub fn sim_host(sim: &Path, include: &Path, out: &Path) -> PathBuf {
+    Gcc::new(out)
+        .args(["-Wall", "-Werror", "-O1"])
+        .arg(test_data("inject", "sim_host.c"))
+        .arg(format!("-I{}", include.display()))
+        .lib_dir(sim)
+        .args(["-lcudart", "-ldl"])
+        .build_once()
+}
+
 /// A C program (the profiler crate's `tests/data/real_cudart.c`) linked against
 /// the `libcudart.so.13` in `lib_dir`, which it finds there at run time; built
 /// into `out` once per process.

@@ -6,38 +6,21 @@
  * usage: host INJECT.so|none MODE [N]
  *   plain        nothing else
  *   mock         launches, a graph, copies, syncs on several contexts
- *   mock-kill    launches, then SIGKILL
  *   mock-bench   N launches, timed
- *   mock-long    a kernel running across many flush periods, one still running at exit
- *   mock-takeover  a second CUPTI client (as torch.profiler does) takes over
- *                  (HOST_TAKEOVER=clock: it only registers its own clock)
  *   mock-stress  N ms of launches, context teardowns and device resets on threads
  *                (every HOST_TEARDOWN_US, default 500)
- *   mock-probe   prints what is subscribed and enabled after initialization
- *   mock-fatal   launches, then CUPTI reports a fatal error
  *   mock-oom     launches while large allocations fail
- *   mock-small-stacks  threads with 16 KiB stacks launching
  *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
- *   mock-main-stack-growth  the main thread launches from ever deeper frames,
- *                500 KiB down, past the 128 KiB the kernel maps at exec
- *                (steps of 712 bytes: every offset within a page), each one
- *                deeper than the stack had ever been
- *   mock-cancel  N threads launching in a loop, each cancelled (default 2000)
  *   mock-graph-instantiate  N instantiations of a graph (HOST_GRAPH_NODES, default 50
  *                nodes), each destroyed after; prints ns_per_instantiation (wall),
  *                cpu_ns_per_instantiation (the thread's CPU time) and the peak
  *                resident set (maxrss_kb); address space capped at 2 GiB
- *   mock-signal-stack  a timer signal interrupts a loop in interrupted_spin; its
- *                handler launches, on the thread's stack, then on a sigaltstack
- *   mock-dlopen LIB  a launch, then LIB loaded (late_launch.c) and 3 launches
- *                called back from its late_call
  *   mock-sigint-in-call  10 launches, then SIGINT raised inside an 11th, while
  *                the mock holds the lock its flush takes; the 11th's kernel
  *                runs and the call returns 200 ms later; survives only if
  *                SIGINT is ignored
  *   mock-signal-malloc  a signal handler that launches, landing inside malloc,
  *                then also inside launches of the interrupted thread
- * HOST_INIT_TWICE=1 calls InitializeInjection twice, as a second injection would.
  * The executable exports cuDriverGetVersion, answering MOCK_DRIVER_VERSION. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -109,72 +92,6 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* Runs after the injection library's exit handler (registered later). */
-static int late_mode;
-static void late(void) {
-    if (!mock_events) return;
-    printf("mock events %s\n", mock_events());
-    printf("lost ends %zu\n", mock_lost_ends());
-    if (late_mode) mock_deliver_late(700);
-    /* GPU work in an exit handler registered before CUDA started. */
-    if (getenv("HOST_LATE_LAUNCHES"))
-        for (uint32_t c = 9001; c <= 9005; c++) launch(211, c, "_Z4latev");
-    fflush(stdout);
-}
-
-/* ---- a second CUPTI client, as Kineto sets itself up and tears down ---- */
-
-static int (*c_subscribe)(void **, void *, void *);
-static int (*c_register)(void (*)(uint8_t **, size_t *, size_t *),
-                         void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
-static int (*c_clock)(uint64_t (*)(void));
-static int (*c_enable)(int);
-static int (*c_disable)(int);
-static int (*c_flush)(uint32_t);
-static atomic_size_t second_bytes;
-
-static void second_cb(void *ud, int d, int id, const void *data) { (void)ud; (void)d; (void)id; (void)data; }
-static void second_request(uint8_t **b, size_t *size, size_t *max) {
-    *b = aligned_alloc(8, 1 << 16);
-    *size = 1 << 16;
-    *max = 0;
-}
-static void second_complete(void *ctx, uint32_t s, uint8_t *b, size_t size, size_t valid) {
-    (void)ctx; (void)s; (void)b; (void)size;
-    second_bytes += valid; /* the buffer may be the first client's: not freed */
-}
-static uint64_t tsc(void) { return now() * 3 + 12345; } /* raw ticks, not ns */
-
-static void takeover(void *mock) {
-    *(void **)&c_subscribe = dlsym(mock, "cuptiSubscribe");
-    *(void **)&c_register = dlsym(mock, "cuptiActivityRegisterCallbacks");
-    *(void **)&c_clock = dlsym(mock, "cuptiActivityRegisterTimestampCallback");
-    *(void **)&c_enable = dlsym(mock, "cuptiActivityEnable");
-    *(void **)&c_disable = dlsym(mock, "cuptiActivityDisable");
-    *(void **)&c_flush = dlsym(mock, "cuptiActivityFlushAll");
-    uint32_t corr = 1;
-    for (; corr <= 100; corr++) launch(211, corr, "_Z6beforev");
-    usleep(500 * 1000); /* ten flush periods: the first client has them */
-    void *h = NULL;
-    /* Kineto goes on whatever this returns. */
-    printf("second subscribe %d\n", c_subscribe(&h, (void *)second_cb, NULL));
-    const char *how = getenv("HOST_TAKEOVER");
-    if (how && strcmp(how, "clock") == 0) {
-        c_clock(tsc);
-        for (; corr <= 120; corr++) launch(211, corr, "_Z6duringv");
-        usleep(300 * 1000);
-        return;
-    }
-    c_register(second_request, second_complete);
-    c_clock(tsc);
-    c_enable(KERNEL_KIND);
-    for (; corr <= 120; corr++) launch(211, corr, "_Z6duringv");
-    c_flush(1);
-    int kinds[] = {KERNEL_KIND, MEMCPY_KIND, MEMSET_KIND, SYNC_KIND};
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) c_disable(kinds[i]);
-    for (; corr <= 150; corr++) launch(211, corr, "_Z5afterv");
-    printf("second client got %zu bytes\n", (size_t)second_bytes);
-}
 
 /* ---- stress: every path that meets CUPTI's lock, at once ---- */
 
@@ -246,61 +163,9 @@ static void out_of_memory(void) {
     printf("oom launches done\n");
 }
 
-static void long_kernel(void) {
-    for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
-    mock_api(RT, 211, 500, 1);
-    mock_api(RT, 211, 500, 0);
-    uint64_t t0 = mock_now();
-    mock_kernel_begin(500, t0, "_Z4longv", 7);
-    for (uint32_t c = 11; c <= 15; c++) launch(211, c, "_Z6behindv");
-    usleep(400 * 1000); /* about eight flush periods of 50 ms */
-    uint64_t end = mock_now();
-    mock_kernel_end(500, end);
-    printf("long start %llu end %llu\n", (unsigned long long)t0, (unsigned long long)end);
-    usleep(200 * 1000);
-    /* Still running when the program ends; and a record CUPTI cannot parse. */
-    mock_api(RT, 211, 600, 1);
-    mock_api(RT, 211, 600, 0);
-    mock_kernel_begin(600, mock_now(), "_Z7runningv", 7);
-    mock_bad_record();
-    late_mode = 1;
-}
-
 /* ---- hostile threads: small stacks, signal stacks, cancellation, signals ---- */
 
 static atomic_uint hostile_corr = 100000;
-
-static void *small_stack_launcher(void *arg) {
-    (void)arg;
-    for (int i = 0; i < 10; i++) launch(211, hostile_corr++, "_Z5smallv");
-    return NULL;
-}
-
-/* glibc carves its thread descriptor and static TLS out of these 16 KiB. */
-static int small_stacks(void) {
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    if (pthread_attr_setstacksize(&a, 16 << 10) != 0) return 90;
-    for (int i = 0; i < 8; i++) {
-        pthread_t t;
-        if (pthread_create(&t, &a, small_stack_launcher, NULL) != 0) return 91;
-        pthread_join(t, NULL);
-    }
-    printf("small stack launches %u\n", hostile_corr - 100000);
-    return 3;
-}
-
-/* The kernel grows the main thread's stack mapping page by page, as it is
- * touched: a launch from a frame deeper than any before finds the mapping's
- * low end just below it, though the stack may grow far beyond. */
-static unsigned main_stack_growth(unsigned level) {
-    volatile char pad[712];
-    pad[0] = (char)level;
-    launch(211, hostile_corr++, "_Z6growthv");
-    unsigned n = 1;
-    if (level < 640) n += main_stack_growth(level + 1);
-    return n + (unsigned)pad[0] * 0;
-}
 
 static void launch_handler(int sig) {
     (void)sig;
@@ -322,82 +187,6 @@ static int alt_stack(void) {
     sigaction(SIGUSR1, &sa, NULL);
     for (int i = 0; i < 5; i++) raise(SIGUSR1);
     printf("altstack launches %u\n", hostile_corr - 100000);
-    return 3;
-}
-
-static volatile sig_atomic_t spin_done;
-volatile unsigned long spin_count;
-
-static void timer_launch_handler(int sig) {
-    (void)sig;
-    launch(211, hostile_corr++, "_Z7handlerv");
-    spin_done = 1;
-}
-
-/* The code the signal interrupts: a loop only the handler ends. */
-__attribute__((noinline)) void interrupted_spin(void) {
-    while (!spin_done) spin_count++;
-}
-
-__attribute__((noinline)) static int signal_stack(void) {
-    static char alt[64 << 10];
-    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
-    if (sigaltstack(&ss, NULL) != 0) return 91;
-    for (int on_alt = 0; on_alt < 2; on_alt++) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = timer_launch_handler;
-        sa.sa_flags = on_alt ? SA_ONSTACK : 0;
-        sigaction(SIGALRM, &sa, NULL);
-        spin_done = 0;
-        struct itimerval t = {{0, 0}, {0, 2000}};
-        setitimer(ITIMER_REAL, &t, NULL);
-        interrupted_spin();
-    }
-    printf("signal launches %u\n", hostile_corr - 100000);
-    return 3;
-}
-
-static void late_launch(void) {
-    launch(211, hostile_corr++, "_Z4latev");
-}
-
-static int dlopen_launch(const char *lib) {
-    launch(211, hostile_corr++, "_Z5earlyv");
-    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 92; }
-    void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "late_call");
-    if (!call) return 93;
-    for (int i = 0; i < 3; i++) call(late_launch);
-    printf("dlopen launches %u\n", hostile_corr - 100000);
-    return 3;
-}
-
-static void *cancelled_launcher(void *arg) {
-    (void)arg;
-    for (;;) {
-        launch(211, hostile_corr++, "_Z9cancelledv");
-        pthread_testcancel();
-    }
-    return NULL;
-}
-
-/* Batches of threads, each cancelled at once: the cancellation is pending when the
- * thread makes its first launch, so it acts at the first cancellation point. */
-static int cancel_threads(long n) {
-    enum { BATCH = 25 };
-    pthread_t t[BATCH];
-    for (long done = 0; done < n; done += BATCH) {
-        for (int i = 0; i < BATCH; i++)
-            if (pthread_create(&t[i], NULL, cancelled_launcher, NULL) != 0) return 91;
-        for (int i = 0; i < BATCH; i++) pthread_cancel(t[i]);
-        for (int i = 0; i < BATCH; i++) {
-            void *r;
-            pthread_join(t[i], &r);
-            if (r != PTHREAD_CANCELED) return 92;
-        }
-    }
-    printf("cancelled %ld threads\n", n);
     return 3;
 }
 
@@ -546,14 +335,12 @@ int main(int argc, char **argv) {
     signal(SIGINT, SIG_DFL);
     printf("host: start\n");
     fflush(stdout);
-    atexit(late);
     if (strcmp(argv[1], "none") != 0) {
         void *inj = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
         if (!inj) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 99; }
         int (*init)(void) = (int (*)(void))dlsym(inj, "InitializeInjection");
         if (!init) return 96;
         printf("host: init returned %d\n", init());
-        if (getenv("HOST_INIT_TWICE")) printf("host: second init returned %d\n", init());
     } else {
         printf("host: init returned 1\n");
     }
@@ -575,11 +362,6 @@ int main(int argc, char **argv) {
                mock_enabled(RT, 211), mock_enabled(RT, 311), mock_enabled(RT, 31),
                mock_enabled(RT, 165), mock_enabled(DRV, 307), mock_enabled(RT, 3),
                mock_enabled(DRV, 17));
-        if (strcmp(argv[2], "mock-probe") == 0) {
-            printf("subscribed %d kinds %d callbacks %d\n", mock_subscribed(),
-                   mock_kinds_enabled(), mock_callbacks_enabled());
-            return 3;
-        }
         /* The primary context of device 0, where the kernels below run. */
         mock_context_create(1, 0);
         if (strcmp(argv[2], "mock-bench") == 0) {
@@ -592,14 +374,6 @@ int main(int argc, char **argv) {
             printf("bench launches %ld ns_per_launch %.1f\n", n, (double)dt / (double)n);
             return 0;
         }
-        if (strcmp(argv[2], "mock-long") == 0) {
-            long_kernel();
-            return 3;
-        }
-        if (strcmp(argv[2], "mock-takeover") == 0) {
-            takeover(mock);
-            return 3;
-        }
         if (strcmp(argv[2], "mock-stress") == 0) {
             stress(argc > 3 ? atol(argv[3]) : 3000);
             return 3;
@@ -608,32 +382,13 @@ int main(int argc, char **argv) {
             out_of_memory();
             return 3;
         }
-        if (strcmp(argv[2], "mock-small-stacks") == 0) return small_stacks();
         if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();
-        if (strcmp(argv[2], "mock-main-stack-growth") == 0) {
-            printf("main stack launches %u\n", main_stack_growth(0));
-            return 3;
-        }
-        if (strcmp(argv[2], "mock-signal-stack") == 0) return signal_stack();
-        if (strcmp(argv[2], "mock-dlopen") == 0) return dlopen_launch(argc > 3 ? argv[3] : NULL);
-        if (strcmp(argv[2], "mock-cancel") == 0) return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
         if (strcmp(argv[2], "mock-graph-instantiate") == 0)
             return graph_instantiate(mock, argc > 3 ? atol(argv[3]) : 200);
         if (strcmp(argv[2], "mock-sigint-in-call") == 0) return sigint_in_call(mock);
         if (strcmp(argv[2], "mock-signal-malloc") == 0)
             return signal_in_malloc(argc > 3 ? atol(argv[3]) : 2000);
-        if (strcmp(argv[2], "mock-fatal") == 0) {
-            for (uint32_t c = 1; c <= 10; c++) launch(211, c, "_Z6beforev");
-            mock_fatal("mock: the device fell off the bus");
-            return 3;
-        }
         for (uint32_t c = 1; c <= 100; c++) launch(c % 2 ? 211 : 505, c, "_Z6kernelPfi");
-        if (strcmp(argv[2], "mock-kill") == 0) {
-            usleep(1500 * 1000);
-            printf("host: killing myself\n");
-            fflush(stdout);
-            raise(SIGKILL);
-        }
         pthread_t th;
         pthread_create(&th, NULL, worker, NULL);
         pthread_join(th, NULL);

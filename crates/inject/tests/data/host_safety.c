@@ -1,27 +1,29 @@
-/* Host programs for the library's guarantees at signals, exit and exec. Each
- * loads the injection library the way the CUDA driver does (dlopen +
- * InitializeInjection) and plays CUDA calls through the MOCK libcupti named by
- * GPUPERF_CUPTI_PATH, as host.c does.
+/* Host programs for the library's guarantees at signals, exit and exec, on the
+ * simulated CUDA runtime (sim/, no GPU): real runtime calls, and the simulated
+ * driver loads the injection library at cuInit from CUDA_INJECTION64_PATH (set
+ * here from the first argument), as NVIDIA's driver does. Kernels are told
+ * apart by name (the correlation ids are the simulation's).
  *
  * usage: host_safety INJECT.so|none MODE [ARG]
  *   sigterm-malloc  5 launches on the main thread, then worker threads that
  *                   never call CUDA allocate in a loop and one of them gets
  *                   SIGTERM: the program must die of it
  *   atexit-launches 5 launches, then `exit` runs an atexit handler registered
- *                   after CUDA started that makes 20 launches (7001..7020)
- *   tsd-launches    a thread makes 1 launch, then the destructor of its
- *                   thread-specific data makes 32 (8001..8032) at its exit
- *   exec-self       10 launches (1..10), a wait of 3 flush periods, then the
- *                   program execs itself as `exec-second`: 5 launches (101..105)
- *   exit-race       a thread launches in a loop while the main thread calls
+ *                   after CUDA started that makes 20 launches (_Z7cleanupv)
+ *   tsd-launches    a thread makes 1 launch (_Z6threadv), then the destructor of
+ *                   its thread-specific data makes 32 (_Z10destructorv) at its exit
+ *   exec-self       10 launches (_Z5firstv), a wait of 3 flush periods, then the
+ *                   program execs itself as `exec-second`: 5 launches (_Z6secondv)
+ *   exit-race       a thread launches (_Z4racev) in a loop while the main thread calls
  *                   `exit`; an exit handler that runs after the library's stops
  *                   it and prints how many launches returned ("made N")
  *   dlopen-reuse A B  dlopen A, 6 launches called back from its late_call,
  *                   dlclose A, dlopen B (which the loader puts where A was:
  *                   printed "same address 1"), 6 launches from it
- *   takeover-copies  20 launches, then a second CUPTI client registers its
- *                   buffers and disables the activity kinds (as Kineto does when
- *                   it stops), then 40 copies (9 ms apart)
+ *   takeover-copies  20 launches, then a second CUPTI client (in the simulated
+ *                   libcupti named by GPUPERF_CUPTI_PATH) registers its buffers
+ *                   and disables the activity kinds (as Kineto does when it
+ *                   stops), then 40 copies (9 ms apart)
  *   malloc-launches  the program's malloc (this file's, as a preloaded
  *                   allocator's would be) launches when gpuperf's flush
  *                   thread calls it (at most 50 times); 5 launches, a wait of
@@ -40,30 +42,48 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What libcuda would answer; 3 is CUDA_ERROR_NOT_INITIALIZED. */
-int cuDriverGetVersion(int *v) {
-    (void)v;
-    return 3;
+#include <cuda_runtime_api.h>
+
+/* nvcc's registration, done by hand: a host stub names a device function. */
+void **__cudaRegisterFatBinary(void *fatCubin);
+void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
+                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+
+/* One distinct host stub per kernel name. */
+#define STUB(n) \
+    __attribute__((noinline)) static void stub##n(void) { __asm__ volatile("" ::"r"(n)); }
+STUB(0) STUB(1) STUB(2) STUB(3) STUB(4) STUB(5) STUB(6) STUB(7) STUB(8) STUB(9) STUB(10)
+static const struct {
+    const char *name;
+    void (*stub)(void);
+} kernels[] = {
+    {"_Z6beforev", stub0}, {"_Z7cleanupv", stub1}, {"_Z10destructorv", stub2},
+    {"_Z6threadv", stub3}, {"_Z5firstv", stub4},   {"_Z6secondv", stub5},
+    {"_Z4racev", stub6},   {"_Z5reusev", stub7},   {"_Z6mallocv", stub8},
+    {"_Z6windowv", stub9}, {"_Z5afterv", stub10},
+};
+#define NKERNELS (sizeof kernels / sizeof kernels[0])
+
+static void register_kernels(void) {
+    static int image;
+    void **h = __cudaRegisterFatBinary(&image);
+    for (size_t i = 0; i < NKERNELS; i++)
+        __cudaRegisterFunction(h, (const char *)kernels[i].stub, (char *)kernels[i].name, kernels[i].name,
+                               -1, 0, 0, 0, 0, 0);
 }
 
-static uint64_t now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-enum { RT = 2 };
-static void (*mock_api)(int, int, uint32_t, int);
-static void (*mock_kernel)(uint32_t, uint64_t, uint64_t, const char *, uint32_t, uint64_t, uint32_t);
-static uint64_t (*mock_now)(void);
-static void (*mock_context_create)(uint32_t, uint32_t);
-
-static void launch(uint32_t corr, const char *name) {
-    mock_api(RT, 211, corr, 1);
-    mock_api(RT, 211, corr, 0);
-    uint64_t t = mock_now();
-    if (t == 0) t = now(); /* no injection: no timestamp callback registered */
-    mock_kernel(corr, t, t + 1000, name, 0, 0, 7);
+static void launch(const char *name) {
+    for (size_t i = 0; i < NKERNELS; i++)
+        if (strcmp(kernels[i].name, name) == 0) {
+            dim3 g = {1, 1, 1}, b = {32, 1, 1};
+            cudaError_t e = cudaLaunchKernel((const void *)kernels[i].stub, g, b, NULL, 0, 0);
+            if (e != cudaSuccess) {
+                fprintf(stderr, "host_safety: launch %s: %s\n", name, cudaGetErrorString(e));
+                _exit(4);
+            }
+            return;
+        }
+    _exit(5);
 }
 
 /* ---- takeover-copies: a second CUPTI client, then copies and memsets ---- */
@@ -76,22 +96,24 @@ static void second_complete(void *ctx, uint32_t s, uint8_t *b, size_t size, size
     (void)ctx; (void)s; (void)size; (void)valid;
     free(b);
 }
-static int takeover_copies(void *mock) {
-    int (*reg)(void *, void *) = (int (*)(void *, void *))dlsym(mock, "cuptiActivityRegisterCallbacks");
-    int (*disable)(int) = (int (*)(int))dlsym(mock, "cuptiActivityDisable");
-    void (*memcpy_rec)(uint32_t, uint32_t, uint64_t, uint64_t, uint64_t) =
-        (void (*)(uint32_t, uint32_t, uint64_t, uint64_t, uint64_t))dlsym(mock, "mock_memcpy");
-    if (!reg || !disable || !memcpy_rec) return 94;
-    for (uint32_t c = 1; c <= 20; c++) launch(c, "_Z6beforev");
+static int takeover_copies(void) {
+    const char *path = getenv("GPUPERF_CUPTI_PATH");
+    void *cupti = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!cupti) return 94;
+    int (*reg)(void *, void *) = (int (*)(void *, void *))dlsym(cupti, "cuptiActivityRegisterCallbacks");
+    int (*disable)(int) = (int (*)(int))dlsym(cupti, "cuptiActivityDisable");
+    if (!reg || !disable) return 94;
+    for (int i = 0; i < 20; i++) launch("_Z6beforev");
+    if (cudaDeviceSynchronize() != cudaSuccess) return 94;
     usleep(300000);
     reg((void *)second_request, (void *)second_complete);
     int kinds[] = {10, 1, 2, 38}; /* kernel, memcpy, memset, sync */
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) disable(kinds[i]);
-    for (uint32_t c = 101; c <= 140; c++) {
-        mock_api(RT, 31, c, 1); /* cudaMemcpy */
-        uint64_t t = mock_now();
-        memcpy_rec(c, c, t, t + 100, 4096);
-        mock_api(RT, 31, c, 0);
+    static char host[4096];
+    void *dev = NULL;
+    if (cudaMalloc(&dev, sizeof host) != cudaSuccess) return 94;
+    for (int i = 0; i < 40; i++) {
+        if (cudaMemcpy(dev, host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess) return 94;
         usleep(9000);
     }
     return 3;
@@ -109,7 +131,7 @@ void *malloc(size_t n) {
         if (strcmp(name, "gpuperf-flush") == 0) {
             in_malloc = 1;
             malloc_launches++;
-            launch(30000 + (uint32_t)malloc_launches, "_Z6mallocv");
+            launch("_Z6mallocv");
             in_malloc = 0;
         }
     }
@@ -130,7 +152,7 @@ static void *allocate(void *arg) {
 }
 
 static int sigterm_malloc(void) {
-    for (uint32_t c = 1; c <= 5; c++) launch(c, "_Z6beforev");
+    for (int i = 0; i < 5; i++) launch("_Z6beforev");
     pthread_t t[2];
     for (int i = 0; i < 2; i++)
         if (pthread_create(&t[i], NULL, allocate, NULL) != 0) return 91;
@@ -141,18 +163,18 @@ static int sigterm_malloc(void) {
 
 /* ---- atexit-launches ---- */
 static void cleanup(void) {
-    for (uint32_t c = 7001; c <= 7020; c++) launch(c, "_Z7cleanupv");
+    for (int i = 0; i < 20; i++) launch("_Z7cleanupv");
 }
 
 /* ---- tsd-launches ---- */
 static pthread_key_t key;
 static void destructor(void *v) {
     (void)v;
-    for (uint32_t c = 8001; c <= 8032; c++) launch(c, "_Z10destructorv");
+    for (int i = 0; i < 32; i++) launch("_Z10destructorv");
 }
 static void *tsd_thread(void *arg) {
     (void)arg;
-    launch(8000, "_Z6threadv");
+    launch("_Z6threadv");
     pthread_setspecific(key, &key);
     return NULL;
 }
@@ -164,8 +186,8 @@ static pthread_t racer;
 static int racing;
 static void *race(void *arg) {
     (void)arg;
-    for (uint32_t c = 20000; !stop_racer; c++) {
-        launch(c, "_Z4racev");
+    while (!stop_racer) {
+        launch("_Z4racev");
         made++;
     }
     return NULL;
@@ -180,8 +202,7 @@ static void stop_race(void) {
 }
 
 /* ---- dlopen-reuse ---- */
-static uint32_t reuse_corr = 9000;
-static void reuse_launch(void) { launch(reuse_corr++, "_Z5reusev"); }
+static void reuse_launch(void) { launch("_Z5reusev"); }
 static int dlopen_reuse(const char *a, const char *b) {
     if (!a || !b) return 90;
     void *ha = dlopen(a, RTLD_NOW | RTLD_LOCAL);
@@ -204,32 +225,23 @@ static int dlopen_reuse(const char *a, const char *b) {
     return 3;
 }
 
-#define LOAD(name)                                                    \
-    do {                                                              \
-        *(void **)&name = dlsym(mock, #name);                         \
-        if (!name) { fprintf(stderr, "no %s\n", #name); return 98; }  \
-    } while (0)
-
 int main(int argc, char **argv) {
     if (argc < 3) return 97;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     const char *mode = argv[2];
     atexit(stop_race);
-    if (strcmp(argv[1], "none") != 0) {
-        void *inj = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-        if (!inj) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 99; }
-        int (*init)(void) = (int (*)(void))dlsym(inj, "InitializeInjection");
-        if (!init || init() != 1) return 96;
-    }
-    const char *path = getenv("GPUPERF_CUPTI_PATH");
-    void *mock = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (!mock) { fprintf(stderr, "dlopen mock: %s\n", dlerror()); return 95; }
-    LOAD(mock_api); LOAD(mock_kernel); LOAD(mock_now); LOAD(mock_context_create);
-    mock_context_create(1, 0);
+    if (strcmp(argv[1], "none") != 0)
+        setenv("CUDA_INJECTION64_PATH", argv[1], 1);
+    else
+        unsetenv("CUDA_INJECTION64_PATH");
+    register_kernels();
+    /* CUDA starts here (the injection library with it), as the first call of
+     * a program does. */
+    if (cudaFree(0) != cudaSuccess) return 96;
     if (strcmp(mode, "sigterm-malloc") == 0) return sigterm_malloc();
     if (strcmp(mode, "atexit-launches") == 0) {
-        for (uint32_t c = 1; c <= 5; c++) launch(c, "_Z6beforev");
+        for (int i = 0; i < 5; i++) launch("_Z6beforev");
         atexit(cleanup);
         return 3;
     }
@@ -241,7 +253,7 @@ int main(int argc, char **argv) {
         return 3;
     }
     if (strcmp(mode, "exec-self") == 0) {
-        for (uint32_t c = 1; c <= 10; c++) launch(c, "_Z5firstv");
+        for (int i = 0; i < 10; i++) launch("_Z5firstv");
         const char *ms = getenv("GPUPERF_FLUSH_MS");
         usleep((useconds_t)(ms ? atoi(ms) : 500) * 3000);
         printf("exec\n");
@@ -251,20 +263,20 @@ int main(int argc, char **argv) {
         return 94;
     }
     if (strcmp(mode, "exec-second") == 0) {
-        for (uint32_t c = 101; c <= 105; c++) launch(c, "_Z6secondv");
+        for (int i = 0; i < 5; i++) launch("_Z6secondv");
         return 3;
     }
     if (strcmp(mode, "exit-race") == 0) {
-        for (uint32_t c = 1; c <= 5; c++) launch(c, "_Z6beforev");
+        for (int i = 0; i < 5; i++) launch("_Z6beforev");
         racing = 1;
         if (pthread_create(&racer, NULL, race, NULL) != 0) return 91;
         while (made < 200) usleep(100);
         exit(3);
     }
-    if (strcmp(mode, "takeover-copies") == 0) return takeover_copies(mock);
+    if (strcmp(mode, "takeover-copies") == 0) return takeover_copies();
     if (strcmp(mode, "malloc-launches") == 0) {
         launch_in_malloc = 1;
-        for (uint32_t c = 1; c <= 5; c++) launch(c, "_Z6beforev");
+        for (int i = 0; i < 5; i++) launch("_Z6beforev");
         const char *ms = getenv("GPUPERF_FLUSH_MS");
         usleep((useconds_t)(ms ? atoi(ms) : 500) * 4000);
         printf("flush thread launches %d\n", (int)malloc_launches);

@@ -1,48 +1,37 @@
 /* A program with a second CUPTI client of its own, linked against libcupti as
  * Kineto (torch.profiler) is inside libtorch: its calls of
- * cuptiActivityRegisterCallbacks and cuptiFinalize go through its GOT. It
- * loads the injection library the way the CUDA driver does and plays CUDA
- * calls through the MOCK libcupti it is linked with.
+ * cuptiActivityRegisterCallbacks and cuptiFinalize go through its GOT. It runs
+ * on the simulated CUDA runtime (sim/, no GPU), linked with its libcudart and
+ * libcupti; the simulated driver loads the injection library at cuInit from
+ * CUDA_INJECTION64_PATH (set here from the first argument).
  *
  * usage: second_client INJECT.so|none
- *   20 launches (1..20); then, as a profiler window in the program: the second
- *   client subscribes (refused while gpuperf holds CUPTI), registers its buffers and enables kernel records, 30 launches
- *   (21..50), a forced flush ("second client: N kernels" counts what it got),
- *   cuptiFinalize; then 10 launches (51..60). Exits with 3. */
+ *   20 launches (_Z6beforev); then, as a profiler window in the program: the
+ *   second client subscribes (refused while gpuperf holds CUPTI), registers its
+ *   buffers and enables kernel records, 30 launches (_Z6windowv), a forced
+ *   flush ("second client: N kernels" counts what it got), cuptiFinalize; then
+ *   10 launches (_Z5afterv). Exits with 3. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cupti.h>
 
-/* What libcuda would answer; 3 is CUDA_ERROR_NOT_INITIALIZED. */
-CUresult cuDriverGetVersion(int *v) {
-    (void)v;
-    return CUDA_ERROR_NOT_INITIALIZED;
-}
+#include <cuda_runtime_api.h>
 
-/* The MOCK's own exports, by which the program plays the application. */
-void mock_api(int domain, int cbid, uint32_t corr, int enter);
-void mock_kernel(uint32_t corr, uint64_t start, uint64_t end, const char *name, uint32_t graph,
-                 uint64_t node, uint32_t stream);
-uint64_t mock_now(void);
-void mock_context_create(uint32_t id, uint32_t device);
+/* nvcc's registration, done by hand: a host stub names a device function. */
+void **__cudaRegisterFatBinary(void *fatCubin);
+void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
+                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+__attribute__((noinline)) static void before_stub(void) { __asm__ volatile("" ::"r"(1)); }
+__attribute__((noinline)) static void window_stub(void) { __asm__ volatile("" ::"r"(2)); }
+__attribute__((noinline)) static void after_stub(void) { __asm__ volatile("" ::"r"(3)); }
 
-static uint64_t now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void launch(uint32_t corr, const char *name) {
-    mock_api(2, 211, corr, 1);
-    mock_api(2, 211, corr, 0);
-    uint64_t t = mock_now();
-    if (t == 0) t = now(); /* no injection: no timestamp callback registered */
-    mock_kernel(corr, t, t + 1000, name, 0, 0, 7);
+static void launch(void (*stub)(void)) {
+    dim3 g = {1, 1, 1}, b = {32, 1, 1};
+    if (cudaLaunchKernel((const void *)stub, g, b, NULL, 0, 0) != cudaSuccess) exit(4);
 }
 
 static int kernels;
@@ -64,14 +53,16 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *b, size_
 
 int main(int argc, char **argv) {
     if (argc < 2) return 97;
-    if (strcmp(argv[1], "none") != 0) {
-        void *inj = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-        if (!inj) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 99; }
-        int (*init)(void) = (int (*)(void))dlsym(inj, "InitializeInjection");
-        if (!init || init() != 1) return 96;
-    }
-    mock_context_create(1, 0);
-    for (uint32_t c = 1; c <= 20; c++) launch(c, "_Z6beforev");
+    if (strcmp(argv[1], "none") != 0)
+        setenv("CUDA_INJECTION64_PATH", argv[1], 1);
+    else
+        unsetenv("CUDA_INJECTION64_PATH");
+    static int image;
+    void **h = __cudaRegisterFatBinary(&image);
+    __cudaRegisterFunction(h, (const char *)before_stub, "_Z6beforev", "_Z6beforev", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)window_stub, "_Z6windowv", "_Z6windowv", -1, 0, 0, 0, 0, 0);
+    __cudaRegisterFunction(h, (const char *)after_stub, "_Z5afterv", "_Z5afterv", -1, 0, 0, 0, 0, 0);
+    for (int i = 0; i < 20; i++) launch(before_stub);
     /* The profiler window: the program's own client. Its subscription is
      * refused while another holds CUPTI; like Kineto's activity tracing of
      * old, it goes on with the activity API. */
@@ -79,10 +70,11 @@ int main(int argc, char **argv) {
     (void)cuptiSubscribe(&sub, (CUpti_CallbackFunc)NULL, NULL);
     if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS) return 95;
     if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 95;
-    for (uint32_t c = 21; c <= 50; c++) launch(c, "_Z6windowv");
+    for (int i = 0; i < 30; i++) launch(window_stub);
+    if (cudaDeviceSynchronize() != cudaSuccess) return 94;
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     printf("second client: %d kernels\n", kernels);
     if (cuptiFinalize() != CUPTI_SUCCESS) return 95;
-    for (uint32_t c = 51; c <= 60; c++) launch(c, "_Z5afterv");
+    for (int i = 0; i < 10; i++) launch(after_stub);
     return 3;
 }

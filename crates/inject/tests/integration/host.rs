@@ -5,7 +5,10 @@ use std::path::Path;
 
 use gpuperf_merge::model::{ActivityKind, ApiDomain, DropSource, MemcpyKind, PeerDevices, Record};
 
-use crate::support::{inject_lib, mock, read_logs, read_traces, run_host, run_mock, wheels};
+use crate::support::{
+    HostRun, Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host,
+    wheels,
+};
 
 pub fn notes(records: &[Record]) -> Vec<String> {
     records
@@ -20,11 +23,20 @@ pub fn notes(records: &[Record]) -> Vec<String> {
 /// Runs the plain host with and without the library; everything the app shows
 /// must be identical, and the trace must say why it is empty.
 fn graceful(env: &[(&str, &Path)], why: &str) {
+    graceful_with(&|inject, env| run_host(inject, "plain", env), env, why);
+}
+
+/// [`graceful`] for the host program on the simulated CUDA runtime.
+fn graceful_sim(sim: &Sim, env: &[(&str, &Path)], why: &str) {
+    graceful_with(&|inject, env| sim.run_host(inject, "plain", env), env, why);
+}
+
+fn graceful_with(run: &HostRun, env: &[(&str, &Path)], why: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut env = env.to_vec();
     env.push(("GPUPERF_GPU_TRACE", dir.path()));
-    let without = run_host(None, "plain", &env);
-    let with = run_host(Some(&inject_lib()), "plain", &env);
+    let without = run(None, &env);
+    let with = run(Some(&inject_lib()), &env);
     assert_eq!(with.status.code(), Some(3));
     assert_eq!(with.status.code(), without.status.code());
     assert_eq!(
@@ -53,15 +65,14 @@ fn real_libcupti13_without_driver_leaves_the_app_unchanged() {
 
 /// Confidential computing: CUPTI refuses, and the trace says so in plain words.
 #[test]
-fn mock_libcupti_refusing_confidential_computing_is_said_plainly() {
-    let Some(w) = wheels() else { return };
-    let lib = crate::support::mock_lib(
-        &w,
-        "cc/libcupti.so.13",
-        &["-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED"],
-    );
-    graceful(
-        &[("GPUPERF_CUPTI_PATH", &lib)],
+fn sim_libcupti_refusing_confidential_computing_is_said_plainly() {
+    let Some(sim) = Sim::find() else { return };
+    graceful_sim(
+        &sim,
+        &[(
+            "GPUSIM_CUPTI_SUBSCRIBE_ERROR",
+            Path::new("CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED"),
+        )],
         "CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED (CUPTI is unavailable while \
          confidential computing is on",
     );
@@ -84,15 +95,17 @@ fn missing_libcupti_is_reported_in_the_trace() {
     );
 }
 
+/// Another tool holds CUPTI (its one subscriber): the trace says so and the app
+/// runs as without gpuperf.
 #[test]
-fn mock_busy_cupti_is_reported_and_the_app_unchanged() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    graceful(
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("MOCK_CUPTI_BUSY", Path::new("1")),
-        ],
+fn sim_busy_cupti_is_reported_and_the_app_unchanged() {
+    let Some(sim) = Sim::find() else { return };
+    graceful_sim(
+        &sim,
+        &[(
+            "GPUSIM_CUPTI_SUBSCRIBE_ERROR",
+            Path::new("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"),
+        )],
         "another profiler",
     );
 }
@@ -119,21 +132,95 @@ fn mock_cupti_plumbing_records_everything_with_exact_ids() {
     );
 }
 
+/// The simulated runtime's scene: launches on two threads and a copy, each with
+/// its API record, on the app's CLOCK_MONOTONIC, with Linux thread ids; returns
+/// the host's stdout.
+pub fn sim_scene(sim: &Sim, env: &[(&str, &Path)]) -> (String, tempfile::TempDir) {
+    let (out, dir) = sim.run("scene", env);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before: u64 = field(&stdout, "clock before").parse().unwrap();
+    let after: u64 = field(&stdout, "clock after").parse().unwrap();
+    let main_tid: u32 = field(&stdout, "main tid").parse().unwrap();
+    let worker_tid: u32 = field(&stdout, "worker tid").parse().unwrap();
+    let (records, strings, files) = read_traces(dir.path());
+    assert_eq!(files, 1);
+    assert!(
+        notes_beside_simulated(&records).is_empty(),
+        "{:?}",
+        notes(&records)
+    );
+    let mut apis = HashMap::new();
+    for r in &records {
+        if let Record::Api(a) = r {
+            assert!(apis.insert(a.correlation_id, *a).is_none(), "{a:?}");
+            // Timestamps are the app's own CLOCK_MONOTONIC.
+            assert!(
+                before <= a.start_ns && a.start_ns <= a.end_ns && a.end_ns <= after,
+                "{a:?} not within {before}..{after}"
+            );
+        }
+    }
+    let mut kernels: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut copies = 0;
+    for r in &records {
+        if let Record::Activity(a) = r {
+            assert!(
+                before <= a.start_ns && a.start_ns <= a.end_ns && a.end_ns <= after,
+                "{a:?} not within {before}..{after}"
+            );
+            let api = || {
+                apis.get(&a.correlation_id)
+                    .unwrap_or_else(|| panic!("{a:?} has no API record"))
+            };
+            match a.kind {
+                ActivityKind::Kernel { name, .. } => {
+                    assert_eq!(strings.get(api().name), "cudaLaunchKernel");
+                    kernels
+                        .entry(strings.get(name).to_owned())
+                        .or_default()
+                        .push(api().tid);
+                }
+                ActivityKind::Memcpy { kind, bytes, .. } => {
+                    assert_eq!(strings.get(api().name), "cudaMemcpy");
+                    assert_eq!((kind, bytes), (MemcpyKind::HtoD, 1024));
+                    copies += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(kernels["_Z6kernelPfi"], [main_tid; 10]);
+    assert_eq!(kernels["_Z6workerv"], [worker_tid; 5]);
+    assert_eq!(copies, 1);
+    (stdout, dir)
+}
+
+#[test]
+fn sim_cupti_scene_records_every_launch_and_copy_on_the_apps_clock() {
+    let Some(sim) = Sim::find() else { return };
+    let (_, dir) = sim_scene(&sim, &[]);
+    let log = read_logs(dir.path());
+    assert!(!log.contains("converted from CUPTI's own clock"), "{log}");
+}
+
 /// CUPTI refuses the timestamp callback: records keep its default clock
 /// (CLOCK_REALTIME), and the pair of readings taken at start converts them, so
 /// that everything is recorded, on CLOCK_MONOTONIC.
 #[test]
-fn mock_cupti_refusing_the_timestamp_callback_records_on_its_default_clock() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    plumbing(
-        dir.path(),
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("MOCK_TIMESTAMP_REFUSED", Path::new("1")),
-        ],
+fn sim_cupti_refusing_the_timestamp_callback_records_on_its_default_clock() {
+    let Some(sim) = Sim::find() else { return };
+    let (_, dir) = sim_scene(
+        &sim,
+        &[(
+            "GPUSIM_CUPTI_TIMESTAMP_ERROR",
+            Path::new("CUPTI_ERROR_NOT_SUPPORTED"),
+        )],
     );
     let log = read_logs(dir.path());
     assert!(
@@ -145,18 +232,9 @@ fn mock_cupti_refusing_the_timestamp_callback_records_on_its_default_clock() {
 /// A second `InitializeInjection` (NVIDIA's sample guards against it) must leave
 /// the live trace alone.
 #[test]
-fn mock_cupti_second_initialize_keeps_the_trace() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let stdout = plumbing(
-        dir.path(),
-        &[
-            ("GPUPERF_CUPTI_PATH", &m),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-            ("HOST_INIT_TWICE", Path::new("1")),
-        ],
-    );
+fn sim_cupti_second_initialize_keeps_the_trace() {
+    let Some(sim) = Sim::find() else { return };
+    let (stdout, dir) = sim_scene(&sim, &[("HOST_INIT_TWICE", Path::new("1"))]);
     assert_eq!(field(&stdout, "host: second init returned"), "1");
     // The log of the recording in progress is intact too.
     let log = read_logs(dir.path());
@@ -295,17 +373,17 @@ pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
     stdout
 }
 
+/// SIGKILL skips every exit path: what the periodic flush wrote before it stays.
 #[test]
-fn mock_cupti_sigkill_keeps_records_older_than_the_flush_period() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(&m, "mock-kill", &[("GPUPERF_FLUSH_MS", Path::new("200"))]);
+fn sim_cupti_sigkill_keeps_records_older_than_the_flush_period() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("kill", &[("GPUPERF_FLUSH_MS", Path::new("200"))]);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(9));
-    let (records, _, _) = read_traces(dir.path());
-    let apis = records
+    let (records, strings, _) = read_traces(dir.path());
+    let launches = records
         .iter()
-        .filter(|r| matches!(r, Record::Api(_)))
+        .filter(|r| matches!(r, Record::Api(a) if strings.get(a.name) == "cudaLaunchKernel"))
         .count();
     let kernels = records
         .iter()
@@ -313,5 +391,5 @@ fn mock_cupti_sigkill_keeps_records_older_than_the_flush_period() {
             |r| matches!(r, Record::Activity(a) if matches!(a.kind, ActivityKind::Kernel { .. })),
         )
         .count();
-    assert_eq!((apis, kernels), (100, 100));
+    assert_eq!((launches, kernels), (100, 100));
 }

@@ -10,22 +10,43 @@ use std::time::Duration;
 use gpuperf_merge::model::{Record, StackEnd, StackFrame, StringTable};
 use tempfile::TempDir;
 
-use crate::support::{inject_lib, mock, read_logs, read_traces, run_host_with, wheels};
+use crate::support::{
+    HostRun, Sim, inject_lib, mock, read_logs, read_traces, run_host_with, wheels,
+};
 
-/// Runs `mode` with and without the library; both must exit the same way.
-/// Returns the run with the library and its trace directory.
+/// Runs the MOCK host's `mode` with and without the library; both must exit
+/// the same way. Returns the run with the library and its trace directory.
 fn both(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempDir)> {
     let w = wheels()?;
     let m = mock(&w);
-    let without = run_host_with(None, mode, args, &[("GPUPERF_CUPTI_PATH", &m)], limit);
+    let run = |inject: Option<&Path>, env: &[(&str, &Path)]| {
+        let mut env = env.to_vec();
+        env.push(("GPUPERF_CUPTI_PATH", &m));
+        run_host_with(inject, mode, args, &env, limit)
+    };
+    Some(both_with(mode, &run))
+}
+
+/// Runs the simulated runtime's host `mode` with and without the library; both
+/// must exit the same way. Returns the run with the library and its trace
+/// directory.
+fn both_sim(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempDir)> {
+    let sim = Sim::find()?;
+    let run = |inject: Option<&Path>, env: &[(&str, &Path)]| {
+        sim.run_host_with(inject, mode, args, env, limit)
+    };
+    Some(both_with(mode, &run))
+}
+
+fn both_with(mode: &str, run: &HostRun) -> (Output, TempDir) {
+    let without = run(None, &[]);
     assert_eq!(without.status.code(), Some(3), "{mode} without gpuperf");
     let dir = tempfile::tempdir().unwrap();
     let env = [
-        ("GPUPERF_CUPTI_PATH", m.as_path()),
         ("GPUPERF_GPU_TRACE", dir.path()),
         ("GPUPERF_FLUSH_MS", Path::new("50")),
     ];
-    let with = run_host_with(Some(&inject_lib()), mode, args, &env, limit);
+    let with = run(Some(&inject_lib()), &env);
     assert_eq!(
         with.status.code(),
         without.status.code(),
@@ -35,7 +56,7 @@ fn both(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempDir)>
         String::from_utf8_lossy(&with.stderr),
         read_logs(dir.path())
     );
-    Some((with, dir))
+    (with, dir)
 }
 
 /// (launch API records, of them with a stack) named `kernel`… by the host.
@@ -52,8 +73,8 @@ fn launches(records: &[Record], strings: &StringTable) -> (usize, usize) {
 }
 
 #[test]
-fn mock_threads_with_16k_stacks_launch_with_stacks() {
-    let Some((_, dir)) = both("mock-small-stacks", &[], Duration::from_secs(60)) else {
+fn sim_threads_with_16k_stacks_launch_with_stacks() {
+    let Some((_, dir)) = both_sim("small-stacks", &[], Duration::from_secs(60)) else {
         return;
     };
     let (records, strings, _) = read_traces(dir.path());
@@ -67,8 +88,8 @@ fn mock_threads_with_16k_stacks_launch_with_stacks() {
 /// a new deepest frame within 512 bytes of that end was skipped "for lack of
 /// stack" (1 in 8 of them), its kernel left without a CPU stack.
 #[test]
-fn mock_launches_from_ever_deeper_main_thread_frames_all_have_stacks() {
-    let Some((out, dir)) = both("mock-main-stack-growth", &[], Duration::from_secs(60)) else {
+fn sim_launches_from_ever_deeper_main_thread_frames_all_have_stacks() {
+    let Some((out, dir)) = both_sim("main-stack-growth", &[], Duration::from_secs(60)) else {
         return;
     };
     assert!(
@@ -87,6 +108,22 @@ fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
     let Some((_, dir)) = both("mock-altstack", &[], Duration::from_secs(60)) else {
         return;
     };
+    altstack_recorded(&dir);
+}
+
+/// The same on the simulated runtime, whose launch path above the CUPTI
+/// callback is deeper than the mock's, as a real libcudart's is.
+#[test]
+#[ignore = "fails: SIGSEGV on the 8 KiB sigaltstack; the thread's first capture builds its \
+            stack state (ThreadStacks, unwind Trail) before any check of the stack left"]
+fn sim_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
+    let Some((_, dir)) = both_sim("altstack", &[], Duration::from_secs(60)) else {
+        return;
+    };
+    altstack_recorded(&dir);
+}
+
+fn altstack_recorded(dir: &TempDir) {
     let (records, strings, _) = read_traces(dir.path());
     let (calls, stacks) = launches(&records, &strings);
     assert_eq!(calls, 5, "{}", read_logs(dir.path()));
@@ -115,11 +152,11 @@ fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
     }
 }
 
-/// `(start, end, name)` of the host's defined functions, by `nm`.
-fn host_functions() -> Vec<(u64, u64, String)> {
+/// `(start, end, name)` of the defined functions of the program `host`, by `nm`.
+fn host_functions(host: &Path) -> Vec<(u64, u64, String)> {
     let out = std::process::Command::new("nm")
         .args(["-S", "--defined-only"])
-        .arg(crate::support::host())
+        .arg(host)
         .output()
         .expect("nm runs");
     String::from_utf8_lossy(&out.stdout)
@@ -144,8 +181,9 @@ fn host_functions() -> Vec<(u64, u64, String)> {
 /// frame into the interrupted function and up to `main`. Before, it ended at
 /// glibc's `__restore_rt`, truncated.
 #[test]
-fn mock_launch_from_a_signal_handler_has_a_stack_continuing_into_the_interrupted_code() {
-    let Some((out, dir)) = both("mock-signal-stack", &[], Duration::from_secs(60)) else {
+fn sim_launch_from_a_signal_handler_has_a_stack_continuing_into_the_interrupted_code() {
+    let Some(sim) = Sim::find() else { return };
+    let Some((out, dir)) = both_sim("signal-stack", &[], Duration::from_secs(60)) else {
         return;
     };
     assert!(String::from_utf8_lossy(&out.stdout).contains("signal launches 2"));
@@ -156,11 +194,11 @@ fn mock_launch_from_a_signal_handler_has_a_stack_continuing_into_the_interrupted
     let host = records
         .iter()
         .find_map(|r| match r {
-            Record::Module(m) if m.path.ends_with("/host") => Some(m.id),
+            Record::Module(m) if m.path.ends_with("/sim_host") => Some(m.id),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no module record of the host: {log}"));
-    let functions = host_functions();
+    let functions = host_functions(&sim.host);
     let name_of = |offset: u64| {
         functions
             .iter()
@@ -212,21 +250,19 @@ fn mock_launch_from_a_signal_handler_has_a_stack_continuing_into_the_interrupted
 /// through the new library's frame. Before, the launching thread rebuilt the
 /// whole module table.
 #[test]
-fn mock_launch_from_a_library_loaded_later_adds_only_that_module() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
+fn sim_launch_from_a_library_loaded_later_adds_only_that_module() {
+    let Some(sim) = Sim::find() else { return };
     let lib = crate::support::gcc("late_launch.c", "liblate_launch.so", &["-shared", "-fPIC"]);
     let dir = tempfile::tempdir().unwrap();
     let env = [
-        ("GPUPERF_CUPTI_PATH", m.as_path()),
         ("GPUPERF_GPU_TRACE", dir.path()),
         // No periodic flush during the run: only the launching thread can
         // meet the new module.
         ("GPUPERF_FLUSH_MS", Path::new("10000")),
     ];
-    let out = run_host_with(
+    let out = sim.run_host_with(
         Some(&inject_lib()),
-        "mock-dlopen",
+        "dlopen",
         &[lib.to_str().unwrap()],
         &env,
         Duration::from_secs(60),
@@ -274,8 +310,8 @@ fn mock_launch_from_a_library_loaded_later_adds_only_that_module() {
 }
 
 #[test]
-fn mock_2000_launching_threads_each_cancelled_exit_cleanly() {
-    let Some((out, dir)) = both("mock-cancel", &["2000"], Duration::from_secs(120)) else {
+fn sim_2000_launching_threads_each_cancelled_exit_cleanly() {
+    let Some((out, dir)) = both_sim("cancel", &["2000"], Duration::from_secs(120)) else {
         return;
     };
     assert!(
@@ -406,22 +442,9 @@ fn mock_graph_instantiations_between_flushes_keep_memory_flat() {
 /// Launches from an exit handler that runs after gpuperf's (registered before
 /// CUDA started) cannot be recorded; they are counted and reported.
 #[test]
-fn mock_launches_after_the_trace_closed_are_counted_and_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let dir = tempfile::tempdir().unwrap();
-    let env = [
-        ("GPUPERF_CUPTI_PATH", m.as_path()),
-        ("GPUPERF_GPU_TRACE", dir.path()),
-        ("HOST_LATE_LAUNCHES", Path::new("1")),
-    ];
-    let out = run_host_with(
-        Some(&inject_lib()),
-        "mock",
-        &[],
-        &env,
-        Duration::from_secs(60),
-    );
+fn sim_launches_after_the_trace_closed_are_counted_and_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("plain", &[("HOST_LATE_LAUNCHES", Path::new("1"))]);
     assert_eq!(out.status.code(), Some(3));
     let want = "5 API calls came after the trace was closed";
     let log = read_logs(dir.path());

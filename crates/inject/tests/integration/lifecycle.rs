@@ -1,17 +1,20 @@
 //! The recorder against CUPTI behaviour that a real driver shows and a naive
-//! client gets wrong, each played by the MOCK libcupti: flush semantics with
-//! kernels in flight, libcupti selection and fallback, another CUPTI client in
-//! the same process, CUPTI's internal lock, failed start-up, fatal errors.
+//! client gets wrong, played by the simulated CUPTI's faults (failed start-up,
+//! fatal errors, corrupt records, late buffers, capture windows) or still by the
+//! MOCK libcupti (flush semantics with kernels in flight, libcupti selection
+//! and fallback, another CUPTI client in the same process, CUPTI's internal
+//! lock).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use gpuperf_merge::model::{ActivityKind, DropSource, Record};
+use gpuperf_merge::model::{ActivityKind, DropSource, Record, StringTable};
 
-use crate::host::{field, notes, plumbing};
+use crate::host::{field, plumbing, sim_scene};
 use crate::support::{
-    inject_lib, mock, mock_lib, read_logs, read_traces, run_host_with, run_mock, wheels,
+    Sim, inject_lib, mock, mock_lib, notes_beside_simulated, read_logs, read_traces, run_host_with,
+    run_mock, wheels,
 };
 
 /// Kernel records by correlation id: (start, end).
@@ -31,13 +34,6 @@ fn kernels(records: &[Record]) -> HashMap<u32, (u64, u64)> {
     k
 }
 
-fn api_count(records: &[Record]) -> usize {
-    records
-        .iter()
-        .filter(|r| matches!(r, Record::Api(_)))
-        .count()
-}
-
 fn stdout_of(out: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
@@ -54,29 +50,35 @@ fn stdout_of(out: &std::process::Output) -> String {
 /// flushes are not forced, the one forced flush comes at exit after the kinds
 /// are disabled, and what it returns incomplete is counted, not written.
 #[test]
-fn mock_kernel_running_across_flush_periods_keeps_its_end() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(&m, "mock-long", &[("GPUPERF_FLUSH_MS", Path::new("50"))]);
+fn sim_kernel_running_across_flush_periods_keeps_its_end() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("long", &[("GPUPERF_FLUSH_MS", Path::new("50"))]);
     let stdout = stdout_of(&out);
-    let (records, _, _) = read_traces(dir.path());
-    let k = kernels(&records);
-    let long: Vec<u64> = field(&stdout, "long start")
-        .split(" end ")
-        .map(|v| v.parse().unwrap())
-        .collect();
-    assert_eq!(k.get(&500), Some(&(long[0], long[1])), "{k:?}");
-    for (c, (start, end)) in &k {
-        assert!(
-            *start != 0 && *end != 0 && end >= start,
-            "kernel {c}: {start}..{end}"
-        );
+    let (records, strings, _) = read_traces(dir.path());
+    let mut by_name: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for r in &records {
+        if let Record::Activity(a) = r
+            && let ActivityKind::Kernel { name, .. } = a.kind
+        {
+            assert!(
+                a.start_ns != 0 && a.end_ns != 0 && a.end_ns >= a.start_ns,
+                "{a:?}"
+            );
+            by_name
+                .entry(strings.get(name))
+                .or_default()
+                .push((a.start_ns, a.end_ns));
+        }
     }
-    for c in 1..=15 {
-        assert!(k.contains_key(&c), "kernel {c} missing");
-    }
+    // Its whole duration by the simulation's cost model: 1 µs plus 400000000
+    // blocks of 256 threads at 256 threads per ns.
+    let long = &by_name["_Z4longv"];
+    assert_eq!(long.len(), 1);
+    assert_eq!(long[0].1 - long[0].0, 400_001_000, "{long:?}");
+    assert_eq!(by_name["_Z6kernelPfi"].len(), 10);
+    assert_eq!(by_name["_Z6behindv"].len(), 5);
     assert!(
-        !k.contains_key(&600),
+        !by_name.contains_key("_Z7runningv"),
         "a kernel still running at exit has no end"
     );
     let incomplete: u64 = records
@@ -87,12 +89,11 @@ fn mock_kernel_running_across_flush_periods_keeps_its_end() {
         })
         .sum();
     assert_eq!(incomplete, 1);
-    assert_eq!(field(&stdout, "lost ends"), "0");
 
     // Flag 1 once, last, before every kind is disabled (whether disabling
     // first gives up records of work still running is undocumented); flag 0
     // before it.
-    let events: Vec<&str> = field(&stdout, "mock events").split(' ').collect();
+    let events: Vec<&str> = field(&stdout, "cupti events").split(' ').collect();
     let forced: Vec<usize> = (0..events.len()).filter(|&i| events[i] == "F1").collect();
     assert_eq!(forced.len(), 1, "{events:?}");
     let last_flush = events.iter().rposition(|e| e.starts_with('F')).unwrap();
@@ -108,101 +109,49 @@ fn mock_kernel_running_across_flush_periods_keeps_its_end() {
         events[..forced[0]].iter().filter(|e| **e == "F0").count() >= 3,
         "{events:?}"
     );
-
-    let log = read_logs(dir.path());
-    assert!(
-        log.contains("cuptiActivityGetNextRecord: CUPTI_ERROR_INVALID_KIND"),
-        "{log}"
-    );
-    assert_eq!(
-        notes(&records),
-        [
-            "1 activity buffers were cut short by CUPTI (first: cuptiActivityGetNextRecord: \
-          CUPTI_ERROR_INVALID_KIND after 1 records); the records after the error are lost"
-        ]
-    );
-    assert!(
-        log.contains("1 activity records arrived after the trace was closed"),
-        "{log}"
-    );
 }
 
-/// Two mocks in one CUDA install: `libcupti.so.13` whose subscribe fails as the
-/// real one does without a matching driver, and a good `libcupti.so.12` after it.
+/// Two simulated libcuptis in one CUDA install: `libcupti.so.13`, whose
+/// subscribe fails as the real one's does without a GPU, and `libcupti.so.12`
+/// (API 28), which works: the library takes the next one.
 #[test]
-fn mock_libcupti_failing_to_subscribe_gives_way_to_the_next() {
-    let Some(w) = wheels() else { return };
-    let bad = mock_lib(
-        &w,
-        "fallback/lib64/libcupti.so.13",
-        &[
-            "-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_UNKNOWN",
-            "-Wl,-soname,libcupti.so.13",
-        ],
-    );
-    let good = mock_lib(
-        &w,
-        "fallback/lib64/libcupti.so.12",
-        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
-    );
-    let root = bad.parent().unwrap().parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    plumbing(
-        dir.path(),
-        &[
-            ("CUDA_HOME", root),
-            ("MOCK_CUPTI_CONTROL", &good),
-            ("GPUPERF_GPU_TRACE", dir.path()),
-        ],
-    );
-    let log = read_logs(dir.path());
-    assert!(
-        log.contains(&format!(
-            "`{}` rejected: cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN",
-            bad.display()
-        )),
-        "{log}"
-    );
-    assert!(
-        log.contains(&format!("CUPTI API version 28 from `{}`", good.display())),
-        "{log}"
-    );
+fn sim_libcupti_failing_to_subscribe_gives_way_to_the_next() {
+    gives_way("CUPTI_ERROR_UNKNOWN", "CUPTI_ERROR_UNKNOWN");
 }
 
 /// A libcupti whose subscribe refuses with a code gpuperf did not expect (here
 /// CUPTI's code for a virtualized device) gives way to the next one, and the
 /// log says in plain words what the code means.
 #[test]
-fn mock_libcupti_refusing_with_another_code_gives_way_to_the_next() {
-    let Some(w) = wheels() else { return };
-    let bad = mock_lib(
-        &w,
-        "refusal/lib64/libcupti.so.13",
-        &[
-            "-DMOCK_SUBSCRIBE_STATUS=CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED",
-            "-Wl,-soname,libcupti.so.13",
-        ],
+fn sim_libcupti_refusing_with_another_code_gives_way_to_the_next() {
+    gives_way(
+        "CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED",
+        "CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED (CUPTI does not support this virtualized GPU",
     );
-    let good = mock_lib(
-        &w,
-        "refusal/lib64/libcupti.so.12",
-        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
-    );
-    let root = bad.parent().unwrap().parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    plumbing(
-        dir.path(),
+}
+
+/// Records the sim host's scene with a CUDA install whose `libcupti.so.13`
+/// refuses to subscribe with `error` and whose `libcupti.so.12` works; the log
+/// must say `said` of the first.
+fn gives_way(error: &str, said: &str) {
+    let Some(sim) = Sim::find() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let home = sim.cuda_home(root.path(), &["libcupti.so.13", "libcupti.so.12"]);
+    let refusal = format!("{error}@libcupti.so.13");
+    let (_, dir) = sim_scene(
+        &sim.unpinned(),
         &[
-            ("CUDA_HOME", root),
-            ("MOCK_CUPTI_CONTROL", &good),
-            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("CUDA_HOME", &home),
+            ("GPUSIM_CUPTI_SUBSCRIBE_ERROR", Path::new(&refusal)),
+            ("GPUSIM_CUPTI_VERSION", Path::new("28@libcupti.so.12")),
         ],
     );
     let log = read_logs(dir.path());
+    let bad = home.join("lib64/libcupti.so.13");
+    let good = home.join("lib64/libcupti.so.12");
     assert!(
         log.contains(&format!(
-            "`{}` rejected: cuptiSubscribe failed: CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED \
-             (CUPTI does not support this virtualized GPU",
+            "`{}` rejected: cuptiSubscribe failed: {said}",
             bad.display()
         )),
         "{log}"
@@ -254,24 +203,21 @@ fn mock_libcupti_newer_than_the_driver_is_skipped() {
 /// fails, it registers its own buffers and clock anyway, and disables the kinds
 /// when it stops. The trace must say so.
 #[test]
-fn mock_second_cupti_client_taking_over_is_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(
-        &m,
-        "mock-takeover",
-        &[("GPUPERF_FLUSH_MS", Path::new("50"))],
-    );
+fn sim_second_cupti_client_taking_over_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("takeover", &[("GPUPERF_FLUSH_MS", Path::new("50"))]);
     let stdout = stdout_of(&out);
     // CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, ignored as Kineto does.
     assert_eq!(field(&stdout, "second subscribe"), "39");
     assert_ne!(field(&stdout, "second client got"), "0 bytes");
-    let (records, _, _) = read_traces(dir.path());
-    assert_eq!(api_count(&records), 150);
-    let k = kernels(&records);
-    assert_eq!(k.len(), 100, "{k:?}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(launch_calls(&records, &strings), 150);
     assert_eq!(
-        notes(&records),
+        kernel_names(&records, &strings),
+        [("_Z6kernelPfi".to_owned(), 100)]
+    );
+    assert_eq!(
+        notes_beside_simulated(&records),
         [
             "GPU activity stopped after 100 launches, copies and memsets: another CUPTI client (e.g. torch.profiler) took over"
         ]
@@ -281,25 +227,24 @@ fn mock_second_cupti_client_taking_over_is_noted() {
 /// A second client that only registers its own timestamp clock: the records
 /// that reach us are not on CLOCK_MONOTONIC, so they are dropped and noted.
 #[test]
-fn mock_second_cupti_client_changing_the_clock_is_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(
-        &m,
-        "mock-takeover",
+fn sim_second_cupti_client_changing_the_clock_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run(
+        "takeover",
         &[
             ("GPUPERF_FLUSH_MS", Path::new("50")),
             ("HOST_TAKEOVER", Path::new("clock")),
         ],
     );
     stdout_of(&out);
-    let (records, _, _) = read_traces(dir.path());
-    assert_eq!(api_count(&records), 120);
-    let k = kernels(&records);
-    assert_eq!(k.len(), 100, "{k:?}");
-    assert!(k.keys().all(|&c| c <= 100), "{k:?}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(launch_calls(&records, &strings), 120);
     assert_eq!(
-        notes(&records),
+        kernel_names(&records, &strings),
+        [("_Z6kernelPfi".to_owned(), 100)]
+    );
+    assert_eq!(
+        notes_beside_simulated(&records),
         [
             "GPU activity stopped after 100 launches, copies and memsets: another CUPTI client (e.g. torch.profiler) took over"
         ]
@@ -309,6 +254,29 @@ fn mock_second_cupti_client_changing_the_clock_is_noted() {
         log.contains("20 activity records not on CLOCK_MONOTONIC"),
         "{log}"
     );
+}
+
+/// The number of `cudaLaunchKernel` API records.
+fn launch_calls(records: &[Record], strings: &StringTable) -> usize {
+    records
+        .iter()
+        .filter(|r| matches!(r, Record::Api(a) if strings.get(a.name) == "cudaLaunchKernel"))
+        .count()
+}
+
+/// The kernel records by name, sorted: (name, count).
+fn kernel_names(records: &[Record], strings: &StringTable) -> Vec<(String, usize)> {
+    let mut n: HashMap<String, usize> = HashMap::new();
+    for r in records {
+        if let Record::Activity(a) = r
+            && let ActivityKind::Kernel { name, .. } = a.kind
+        {
+            *n.entry(strings.get(name).to_owned()).or_default() += 1;
+        }
+    }
+    let mut v: Vec<_> = n.into_iter().collect();
+    v.sort();
+    v
 }
 
 /// CUPTI's internal lock is held while its thread delivers buffers, while it
@@ -366,13 +334,12 @@ fn mock_cupti_lock_stress_teardown_flushes_do_not_deadlock() {
 /// A start that fails after cuptiSubscribe (here: one callback id refused)
 /// leaves no subscriber and no enabled kind, so other tools can use CUPTI.
 #[test]
-fn mock_failed_start_leaves_cupti_unsubscribed_and_disabled() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(
-        &m,
-        "mock-probe",
-        &[("MOCK_CUPTI_FAIL_CBID", Path::new("211"))],
+fn sim_failed_start_leaves_cupti_unsubscribed_and_disabled() {
+    let Some(sim) = Sim::find() else { return };
+    // The runtime domain's cudaLaunchKernel_v7000.
+    let (out, dir) = sim.run(
+        "probe",
+        &[("GPUSIM_CUPTI_REFUSE_CALLBACK", Path::new("2:211"))],
     );
     let stdout = stdout_of(&out);
     assert_eq!(
@@ -381,25 +348,73 @@ fn mock_failed_start_leaves_cupti_unsubscribed_and_disabled() {
         "{stdout}"
     );
     let (records, _, _) = read_traces(dir.path());
-    let n = notes(&records);
+    let n = notes_beside_simulated(&records);
     assert_eq!(n.len(), 1, "{n:?}");
     assert!(n[0].contains("cuptiEnableCallback failed"), "{n:?}");
 }
 
-/// CUPTI reports a fatal error and stops itself: the trace says so.
+/// CUPTI reports a fatal error and stops itself (it finalizes, as documented):
+/// the trace says so, and keeps what was recorded before.
 #[test]
-fn mock_cupti_fatal_error_is_noted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, dir) = run_mock(&m, "mock-fatal", &[]);
+fn sim_cupti_fatal_error_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("fatal", &[("GPUSIM_CUPTI_FATAL_AFTER", Path::new("10"))]);
+    stdout_of(&out);
+    let (records, strings, _) = read_traces(dir.path());
+    let names: Vec<&str> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Activity(a) => match a.kind {
+                ActivityKind::Kernel { name, .. } => Some(strings.get(name)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, ["_Z6kernelPfi"; 10]);
+    assert_eq!(
+        notes_beside_simulated(&records),
+        [
+            "CUPTI stopped itself after a fatal error (CUPTI_ERROR_UNKNOWN): simulated fatal error; GPU activity after it is missing"
+        ]
+    );
+}
+
+/// A record CUPTI cannot parse (cuptiActivityGetNextRecord fails with
+/// CUPTI_ERROR_INVALID_KIND) ends its buffer's walk: what came before is kept,
+/// and the loss is noted.
+#[test]
+fn sim_corrupt_record_cuts_its_buffer_short_and_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("plain", &[("GPUSIM_CUPTI_INVALID_RECORD", Path::new("10"))]);
+    stdout_of(&out);
+    let (records, _, _) = read_traces(dir.path());
+    assert_eq!(kernels(&records).len(), 9);
+    let n = notes_beside_simulated(&records);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(
+        n[0].starts_with(
+            "1 activity buffers were cut short by CUPTI (first: cuptiActivityGetNextRecord: \
+             CUPTI_ERROR_INVALID_KIND after "
+        ),
+        "{n:?}"
+    );
+}
+
+/// A buffer CUPTI hands back after the final flush (its worker racing the
+/// exit) is counted, never written into the closed trace.
+#[test]
+fn sim_buffer_after_the_final_flush_is_counted_not_written() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("plain", &[("GPUSIM_CUPTI_LATE_BUFFER", Path::new("1"))]);
     stdout_of(&out);
     let (records, _, _) = read_traces(dir.path());
     assert_eq!(kernels(&records).len(), 10);
-    assert_eq!(
-        notes(&records),
-        [
-            "CUPTI stopped itself after a fatal error (CUPTI_ERROR_UNKNOWN): mock: the device fell off the bus; GPU activity after it is missing"
-        ]
+    assert!(!kernels(&records).contains_key(&0x7fff_ffff));
+    let log = read_logs(dir.path());
+    assert!(
+        log.contains("1 activity records arrived after the trace was closed"),
+        "{log}"
     );
 }
 
@@ -413,8 +428,27 @@ fn mock_buffers_from_the_reserve_when_memory_runs_out() {
     let m = mock_lib(&w, "api26/libcupti_mock.so", &["-DMOCK_VERSION=26"]);
     let (out, dir) = run_mock(&m, "mock-oom", &[]);
     let stdout = stdout_of(&out);
+    reserve_used(&stdout, dir.path(), Some(1));
+}
+
+/// The same on the simulated CUPTI of API 26 (`GPUSIM_CUPTI_VERSION=26`: a null
+/// buffer aborts it), where each runtime launch also makes a nested driver call.
+#[test]
+#[ignore = "aborts: the map of nested driver calls (Sink::add_alias) grows by one entry per \
+            launch, and its 147 KB reallocation on the flush thread fails, which aborts the program"]
+fn sim_buffers_from_the_reserve_when_memory_runs_out() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = sim.run("oom", &[("GPUSIM_CUPTI_VERSION", Path::new("26"))]);
+    let stdout = stdout_of(&out);
+    reserve_used(&stdout, dir.path(), None);
+}
+
+/// The reserve was used, and the 100 kernels before the squeeze are kept: the
+/// mock's have the correlation ids from `first` on; the simulation's are
+/// counted by name.
+fn reserve_used(stdout: &str, dir: &Path, first: Option<u32>) {
     assert!(stdout.contains("oom launches done"), "{stdout}");
-    let log = read_logs(dir.path());
+    let log = read_logs(dir);
     let reserve: u64 = log
         .split(" buffers from the reserve")
         .next()
@@ -422,9 +456,20 @@ fn mock_buffers_from_the_reserve_when_memory_runs_out() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{log}"));
     assert!(reserve > 0, "{log}");
-    let (records, _, _) = read_traces(dir.path());
+    let (records, strings, _) = read_traces(dir);
+    let Some(first) = first else {
+        let before = records
+            .iter()
+            .filter(|r| {
+                matches!(r, Record::Activity(a) if matches!(a.kind,
+                    ActivityKind::Kernel { name, .. } if strings.get(name) == "_Z6kernelPfi"))
+            })
+            .count();
+        assert_eq!(before, 100);
+        return;
+    };
     let k = kernels(&records);
-    for c in 1..=100 {
+    for c in first..first + 100 {
         assert!(k.contains_key(&c), "kernel {c} missing");
     }
 }
@@ -433,16 +478,17 @@ fn mock_buffers_from_the_reserve_when_memory_runs_out() {
 /// kinds are off (a launch outside the window costs CUPTI no record and
 /// gpuperf no decoding). The window here never opens.
 #[test]
-fn mock_closed_capture_window_turns_the_activity_kinds_off() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
-    let (out, _dir) = run_mock(&m, "mock-probe", &[]);
+fn sim_closed_capture_window_turns_the_activity_kinds_off() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, _dir) = sim.run("probe", &[]);
     let stdout = stdout_of(&out);
     let open = field(&stdout, "subscribed");
-    assert!(!open.contains("kinds 0 "), "no window: kinds on: {open}");
-    let (out, _dir) = run_mock(
-        &m,
-        "mock-probe",
+    assert!(
+        open.starts_with("1 ") && !open.contains("kinds 0 "),
+        "no window: kinds on: {open}"
+    );
+    let (out, _dir) = sim.run(
+        "probe",
         &[("GPUPERF_CAPTURE_RANGE", Path::new("cudaProfilerApi"))],
     );
     let stdout = stdout_of(&out);

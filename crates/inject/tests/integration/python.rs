@@ -1,5 +1,5 @@
-//! Stacks taken under CPython frames, through the MOCK libcupti's callbacks in
-//! a Python program that loads the injection library with ctypes.
+//! Stacks taken under CPython frames, in a Python program that launches on the
+//! simulated CUDA runtime with ctypes (its driver loads the injection library).
 
 use std::process::Command;
 use std::time::Duration;
@@ -8,14 +8,13 @@ use gpuperf_merge::model::{Record, StackEnd, StackFrame};
 use gpuperf_test_support::python::pythons;
 use gpuperf_test_support::test_data;
 
-use crate::support::{inject_lib, mock, read_logs, read_traces, run_within, wheels};
+use crate::support::{Sim, inject_lib, read_logs, read_traces, run_within};
 
 /// Issue 22: a 3.12/3.13 stack cut at 256 Python frames counted as truncated
 /// with no reason given. The log's stack summary names the cut.
 #[test]
 fn python_3_12_and_3_13_launch_under_300_python_calls_cut_counted_with_its_reason_in_the_log() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
+    let Some(sim) = Sim::find() else { return };
     let pythons: Vec<_> = pythons()
         .into_iter()
         .filter(|(name, _)| name == "pyenv 3.12" || name == "pyenv 3.13")
@@ -25,8 +24,8 @@ fn python_3_12_and_3_13_launch_under_300_python_calls_cut_counted_with_its_reaso
         let mut c = Command::new(&py);
         c.arg(test_data("inject", "deep_python_launch.py"))
             .arg(inject_lib())
-            .arg(&m)
-            .env("GPUPERF_CUPTI_PATH", &m)
+            .arg(sim.dir.join("libcudart.so.13"))
+            .env("GPUPERF_CUPTI_PATH", sim.cupti())
             .env("GPUPERF_GPU_TRACE", dir.path());
         let out = run_within(c, &name, Duration::from_secs(120));
         let log = read_logs(dir.path());

@@ -2,41 +2,45 @@
 //! a signal handler that never deadlocks or waits, calls made after a thread's
 //! recorder state is gone, a process that execs itself, calls racing with the
 //! exit path. Hang tests run under a timeout; stress tests are bounded in count.
+//! The programs run on the simulated CUDA runtime; their kernels are told apart
+//! by name.
 
+use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use gpuperf_merge::model::Record;
+use gpuperf_merge::model::{ActivityKind, Record, SIMULATED_GPU_NOTE, StringTable};
 use tempfile::TempDir;
 
-use crate::support::{Wheels, gcc, inject_lib, mock, read_logs, read_traces, run_within, wheels};
+use crate::support::{Sim, gcc, inject_lib, read_logs, read_traces, run_within};
 
-fn host_safety() -> PathBuf {
-    gcc(
-        "host_safety.c",
-        "host_safety",
-        &["-ldl", "-lpthread", "-rdynamic"],
-    )
+fn host_safety(sim: &Sim) -> PathBuf {
+    let mut flags = sim.cflags();
+    flags.extend(["-ldl", "-lpthread", "-rdynamic"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    gcc("host_safety.c", "host_safety", &flags)
 }
 
-/// Runs `mode` of host_safety with the MOCK libcupti, with the library
+/// Runs `mode` of host_safety on the simulated runtime, with the library
 /// (recording into `dir`) or without it, within `limit`.
 fn run(
-    m: &Path,
+    sim: &Sim,
     dir: Option<&Path>,
     mode: &str,
     args: &[&str],
     env: &[(&str, &str)],
     limit: Duration,
 ) -> Output {
-    let mut c = Command::new(host_safety());
+    let mut c = Command::new(host_safety(sim));
     match dir {
         Some(d) => c.arg(inject_lib()).env("GPUPERF_GPU_TRACE", d),
         None => c.arg("none"),
     };
-    c.arg(mode).args(args).env("GPUPERF_CUPTI_PATH", m);
+    c.arg(mode)
+        .args(args)
+        .env("GPUPERF_CUPTI_PATH", sim.cupti());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -44,46 +48,74 @@ fn run(
 }
 
 /// Runs `mode` with the library into a fresh directory; returns the run and it.
-fn recorded(m: &Path, mode: &str, env: &[(&str, &str)]) -> (Output, TempDir) {
+fn recorded(sim: &Sim, mode: &str, env: &[(&str, &str)]) -> (Output, TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(m, Some(dir.path()), mode, &[], env, Duration::from_secs(60));
+    let out = run(
+        sim,
+        Some(dir.path()),
+        mode,
+        &[],
+        env,
+        Duration::from_secs(60),
+    );
     (out, dir)
 }
 
-/// The correlation ids of the launch API records, and of the kernels.
-fn launches(records: &[Record]) -> (Vec<u32>, Vec<u32>) {
-    let mut api: Vec<u32> = records
+/// The launch API records (`cudaLaunchKernel`), and the kernel records, by
+/// kernel name; a launch whose kernel is not in the trace counts under "?".
+/// Launches are joined to kernels within each process's records (a trace file
+/// starts with its process).
+fn launches(records: &[Record], strings: &StringTable) -> HashMap<String, (usize, usize)> {
+    let mut by_name: HashMap<String, (usize, usize)> = HashMap::new();
+    let starts = records
         .iter()
-        .filter_map(|r| match r {
-            Record::Api(a) if a.cbid == 211 => Some(a.correlation_id),
-            _ => None,
-        })
-        .collect();
-    let mut kernels: Vec<u32> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Activity(a) => Some(a.correlation_id),
-            _ => None,
-        })
-        .collect();
-    api.sort_unstable();
-    kernels.sort_unstable();
-    (api, kernels)
+        .enumerate()
+        .filter(|(_, r)| matches!(r, Record::Process(_)))
+        .map(|(i, _)| i);
+    let mut bounds: Vec<usize> = std::iter::once(0).chain(starts).collect();
+    bounds.push(records.len());
+    for w in bounds.windows(2) {
+        let one = &records[w[0]..w[1]];
+        let mut kernel_of = HashMap::new();
+        for r in one {
+            if let Record::Activity(a) = r
+                && let ActivityKind::Kernel { name, .. } = a.kind
+            {
+                let name = strings.get(name).to_owned();
+                kernel_of.insert(a.correlation_id, name.clone());
+                by_name.entry(name).or_default().1 += 1;
+            }
+        }
+        for r in one {
+            if let Record::Api(a) = r
+                && strings.get(a.name) == "cudaLaunchKernel"
+            {
+                let name = kernel_of.get(&a.correlation_id).map_or("?", String::as_str);
+                by_name.entry(name.to_owned()).or_default().0 += 1;
+            }
+        }
+    }
+    by_name
 }
 
-/// The NOTE records' texts, in order.
+/// (launch API records, kernel records) of the kernel `name`.
+fn named(records: &[Record], strings: &StringTable, name: &str) -> (usize, usize) {
+    launches(records, strings)
+        .get(name)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// The NOTE records' texts, in order, but the one every trace made on the
+/// simulation carries.
 fn notes(records: &[Record]) -> Vec<&str> {
     records
         .iter()
         .filter_map(|r| match r {
-            Record::Note(n) => Some(n.text.as_str()),
+            Record::Note(n) if !n.text.starts_with(SIMULATED_GPU_NOTE) => Some(n.text.as_str()),
             _ => None,
         })
         .collect()
-}
-
-fn in_range(ids: &[u32], lo: u32, hi: u32) -> usize {
-    ids.iter().filter(|&&c| (lo..=hi).contains(&c)).count()
 }
 
 /// Issue 39, item 1: SIGTERM on a thread that never made a CUDA call, while
@@ -93,9 +125,8 @@ fn in_range(ids: &[u32], lo: u32, hi: u32) -> usize {
 /// lock (the close could not allocate until the wait ran out). Each run must
 /// end of SIGTERM, as without gpuperf, with the trace closed.
 #[test]
-fn mock_sigterm_on_a_thread_inside_malloc_ends_the_program_with_the_trace_closed() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
+fn sim_sigterm_on_a_thread_inside_malloc_ends_the_program_with_the_trace_closed() {
+    let Some(m) = Sim::find() else { return };
     let limit = Duration::from_secs(30);
     let without = run(&m, None, "sigterm-malloc", &[], &[], limit);
     assert_eq!(without.status.signal(), Some(libc::SIGTERM), "{without:?}");
@@ -110,10 +141,13 @@ fn mock_sigterm_on_a_thread_inside_malloc_ends_the_program_with_the_trace_closed
             "run {i}: {with:?}\n{log}"
         );
         assert!(log.contains("done: "), "run {i}: trace not closed\n{log}");
-        let (records, _, _) = read_traces(dir.path());
-        let (api, kernels) = launches(&records);
-        assert_eq!(in_range(&api, 1, 5), 5, "run {i}: {api:?}");
-        assert_eq!(in_range(&kernels, 1, 5), 5, "run {i}: {kernels:?}");
+        let (records, strings, _) = read_traces(dir.path());
+        assert_eq!(
+            named(&records, &strings, "_Z6beforev"),
+            (5, 5),
+            "run {i}: {:?}",
+            launches(&records, &strings)
+        );
     }
 }
 
@@ -121,17 +155,21 @@ fn mock_sigterm_on_a_thread_inside_malloc_ends_the_program_with_the_trace_closed
 /// the atexit handlers registered after CUDA started run; their launches were
 /// lost without a word (0 of 20).
 #[test]
-fn mock_launches_from_an_atexit_handler_after_the_thread_state_is_gone_are_recorded() {
-    let Some(w) = wheels() else { return };
-    let (out, dir) = recorded(&mock(&w), "atexit-launches", &[]);
+fn sim_launches_from_an_atexit_handler_after_the_thread_state_is_gone_are_recorded() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = recorded(&sim, "atexit-launches", &[]);
     let log = read_logs(dir.path());
     assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
-    let (records, _, _) = read_traces(dir.path());
-    let (api, kernels) = launches(&records);
-    assert_eq!(in_range(&api, 7001, 7020), 20, "{api:?}\n{log}");
-    assert_eq!(in_range(&kernels, 7001, 7020), 20, "{kernels:?}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(
+        named(&records, &strings, "_Z7cleanupv"),
+        (20, 20),
+        "{:?}\n{log}",
+        launches(&records, &strings)
+    );
+    // Each launch is two calls: cudaLaunchKernel and the cuLaunchKernel it makes.
     assert!(
-        log.contains("20 calls recorded after their thread's state was destroyed"),
+        log.contains("40 calls recorded after their thread's state was destroyed"),
         "{log}"
     );
 }
@@ -139,31 +177,31 @@ fn mock_launches_from_an_atexit_handler_after_the_thread_state_is_gone_are_recor
 /// Issue 39, item 2: destructors of thread-specific data run after the
 /// thread's recorder state is destroyed; their launches were lost (0 of 32).
 #[test]
-fn mock_launches_from_thread_specific_data_destructors_are_recorded() {
-    let Some(w) = wheels() else { return };
-    let (out, dir) = recorded(&mock(&w), "tsd-launches", &[]);
+fn sim_launches_from_thread_specific_data_destructors_are_recorded() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = recorded(&sim, "tsd-launches", &[]);
     let log = read_logs(dir.path());
     assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
-    let (records, _, _) = read_traces(dir.path());
-    let (api, _) = launches(&records);
-    assert_eq!(in_range(&api, 8000, 8000), 1, "{api:?}");
-    assert_eq!(in_range(&api, 8001, 8032), 32, "{api:?}\n{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    let l = launches(&records, &strings);
+    assert_eq!(l.get("_Z6threadv"), Some(&(1, 1)), "{l:?}");
+    assert_eq!(l.get("_Z10destructorv"), Some(&(32, 32)), "{l:?}\n{log}");
 }
 
 /// Issue 39, item 3: the image a process execs has its pid: it truncated the
 /// first image's trace and log (0 of 10 launches survived). Both recordings
 /// must be kept, each in its own file.
 #[test]
-fn mock_program_that_execs_itself_keeps_both_recordings() {
-    let Some(w) = wheels() else { return };
-    let (out, dir) = recorded(&mock(&w), "exec-self", &[("GPUPERF_FLUSH_MS", "50")]);
+fn sim_program_that_execs_itself_keeps_both_recordings() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = recorded(&sim, "exec-self", &[("GPUPERF_FLUSH_MS", "50")]);
     let log = read_logs(dir.path());
     assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
-    let (records, _, files) = read_traces(dir.path());
+    let (records, strings, files) = read_traces(dir.path());
     assert_eq!(files, 2, "{log}");
-    let (api, _) = launches(&records);
-    assert_eq!(in_range(&api, 1, 10), 10, "{api:?}\n{log}");
-    assert_eq!(in_range(&api, 101, 105), 5, "{api:?}");
+    let l = launches(&records, &strings);
+    assert_eq!(l.get("_Z5firstv"), Some(&(10, 10)), "{l:?}\n{log}");
+    assert_eq!(l.get("_Z6secondv"), Some(&(5, 5)), "{l:?}");
     let logs = std::fs::read_dir(dir.path())
         .unwrap()
         .filter(|e| {
@@ -195,9 +233,8 @@ fn kinds(path: &Path) -> Vec<u8> {
 /// runs). Every launch that returned is now one or the other, and nothing
 /// but notes follows the `CLOSED` record.
 #[test]
-fn mock_calls_racing_with_exit_are_recorded_or_counted() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
+fn sim_calls_racing_with_exit_are_recorded_or_counted() {
+    let Some(m) = Sim::find() else { return };
     for i in 0..8 {
         let (out, dir) = recorded(&m, "exit-race", &[("GPUPERF_FLUSH_MS", "50")]);
         let log = read_logs(dir.path());
@@ -209,9 +246,12 @@ fn mock_calls_racing_with_exit_are_recorded_or_counted() {
             .and_then(|s| s.split_whitespace().next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{stdout}"));
-        let (records, _, _) = read_traces(dir.path());
-        let (api, _) = launches(&records);
-        let recorded = in_range(&api, 20000, u32::MAX);
+        let (records, strings, _) = read_traces(dir.path());
+        // Every launch API record but the 5 made before the race (whose
+        // kernels are all in the trace) is one of the racing thread's.
+        let l = launches(&records, &strings);
+        assert_eq!(l.get("_Z6beforev"), Some(&(5, 5)), "run {i}: {l:?}");
+        let recorded = l.values().map(|(api, _)| api).sum::<usize>() - 5;
         let counted: usize = log
             .split(" API calls came after the trace was closed")
             .next()
@@ -244,9 +284,8 @@ fn mock_calls_racing_with_exit_are_recorded_or_counted() {
 /// charged to liba's frames. A module is known by its file too: libb's
 /// launches name libb's module, liba's liba's.
 #[test]
-fn mock_library_loaded_where_an_unloaded_one_was_is_its_own_module() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
+fn sim_library_loaded_where_an_unloaded_one_was_is_its_own_module() {
+    let Some(m) = Sim::find() else { return };
     let lib = |name: &str| {
         gcc(
             "reuse_lib.c",
@@ -310,11 +349,13 @@ fn mock_library_loaded_where_an_unloaded_one_was_is_its_own_module() {
             _ => {}
         }
     }
+    // In the order of the launches (the simulation's correlation ids grow).
     through.sort();
-    let want: Vec<(u32, Vec<String>)> = (9000..9012)
-        .map(|c| {
-            let lib = if c < 9006 { &a } else { &b };
-            (c, vec![lib.display().to_string(); 2])
+    let through: Vec<Vec<String>> = through.into_iter().map(|(_, libs)| libs).collect();
+    let want: Vec<Vec<String>> = (0..12)
+        .map(|i| {
+            let lib = if i < 6 { &a } else { &b };
+            vec![lib.display().to_string(); 2]
         })
         .collect();
     assert_eq!(through, want, "{log}");
@@ -326,9 +367,9 @@ fn mock_library_loaded_where_an_unloaded_one_was_is_its_own_module() {
 /// callbacks took those locks again (a deadlock at the first flush). The
 /// flush thread is inside gpuperf: such calls return at once, counted.
 #[test]
-fn mock_allocator_calling_cuda_on_the_flush_thread_does_not_deadlock() {
-    let Some(w) = wheels() else { return };
-    let (out, dir) = recorded(&mock(&w), "malloc-launches", &[("GPUPERF_FLUSH_MS", "50")]);
+fn sim_allocator_calling_cuda_on_the_flush_thread_does_not_deadlock() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = recorded(&sim, "malloc-launches", &[("GPUPERF_FLUSH_MS", "50")]);
     let log = read_logs(dir.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
@@ -338,9 +379,11 @@ fn mock_allocator_calling_cuda_on_the_flush_thread_does_not_deadlock() {
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(made > 0, "the flush thread never allocated: {stdout}");
-    let (records, _, _) = read_traces(dir.path());
-    let (api, _) = launches(&records);
-    assert_eq!(in_range(&api, 1, 5), 5, "{api:?}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(named(&records, &strings, "_Z6beforev"), (5, 5));
+    // The flush thread's launches made no API record (their kernels, which
+    // the simulated GPU ran, may be in the trace).
+    assert_eq!(named(&records, &strings, "_Z6mallocv").0, 0);
     let reentered: u64 = log
         .split(" API calls not recorded because they re-entered")
         .next()
@@ -354,9 +397,9 @@ fn mock_allocator_calling_cuda_on_the_flush_thread_does_not_deadlock() {
 /// launches only, so the trace said nothing of the 40 copies without GPU
 /// records.
 #[test]
-fn mock_second_client_taking_over_before_copies_only_is_noted() {
-    let Some(w) = wheels() else { return };
-    let (out, dir) = recorded(&mock(&w), "takeover-copies", &[("GPUPERF_FLUSH_MS", "50")]);
+fn sim_second_client_taking_over_before_copies_only_is_noted() {
+    let Some(sim) = Sim::find() else { return };
+    let (out, dir) = recorded(&sim, "takeover-copies", &[("GPUPERF_FLUSH_MS", "50")]);
     let log = read_logs(dir.path());
     assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
     let (records, _, _) = read_traces(dir.path());
@@ -371,25 +414,19 @@ fn mock_second_client_taking_over_before_copies_only_is_noted() {
     );
 }
 
-/// tests/data/second_client.c built against the MOCK libcupti `mock` (its
-/// DT_NEEDED), its GOT bound lazily or at load (`-z now`, which also puts
-/// the GOT under RELRO).
-fn second_client(w: &Wheels, mock: &Path, now: bool) -> PathBuf {
-    let dir = mock.parent().unwrap();
-    let name = mock.file_name().unwrap().to_str().unwrap();
+/// tests/data/second_client.c built against the simulated libcupti and
+/// libcudart (its DT_NEEDED), its GOT bound lazily or at load (`-z now`, which
+/// also puts the GOT under RELRO).
+fn second_client(sim: &Sim, now: bool) -> PathBuf {
     let out = if now {
         "second_client_now"
     } else {
         "second_client_lazy"
     };
-    gcc(
-        "second_client.c",
-        out,
-        &[
-            &format!("-I{}", w.include13.display()),
-            &format!("-L{}", dir.display()),
-            &format!("-l:{name}"),
-            &format!("-Wl,-rpath,{}", dir.display()),
+    let mut flags = sim.cflags();
+    flags.extend(
+        [
+            "-l:libcupti.so.13",
             if now {
                 "-Wl,-z,now,-z,relro"
             } else {
@@ -397,13 +434,16 @@ fn second_client(w: &Wheels, mock: &Path, now: bool) -> PathBuf {
             },
             "-ldl",
             "-rdynamic",
-        ],
-    )
+        ]
+        .map(String::from),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    gcc("second_client.c", out, &flags)
 }
 
-fn run_second_client(exe: &Path, mock: &Path, dir: Option<&Path>) -> Output {
+fn run_second_client(exe: &Path, sim: &Sim, dir: Option<&Path>) -> Output {
     let mut c = Command::new(exe);
-    c.env("GPUPERF_CUPTI_PATH", mock);
+    c.env("GPUPERF_CUPTI_PATH", sim.cupti());
     match dir {
         Some(d) => c
             .arg(inject_lib())
@@ -425,11 +465,10 @@ fn run_second_client(exe: &Path, mock: &Path, dir: Option<&Path>) -> Output {
 /// side stops, and, once the client calls cuptiFinalize, that API calls stop;
 /// and it says that the client's own subscription was refused.
 #[test]
-fn mock_second_client_in_the_program_gets_only_its_own_records_and_the_trace_keeps_ours() {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
+fn sim_second_client_in_the_program_gets_only_its_own_records_and_the_trace_keeps_ours() {
+    let Some(m) = Sim::find() else { return };
     for now in [false, true] {
-        let exe = second_client(&w, &m, now);
+        let exe = second_client(&m, now);
         let plain = run_second_client(&exe, &m, None);
         assert_eq!(plain.status.code(), Some(3), "{plain:?}");
         assert_eq!(
@@ -445,18 +484,17 @@ fn mock_second_client_in_the_program_gets_only_its_own_records_and_the_trace_kee
             String::from_utf8_lossy(&plain.stdout),
             "bind now: {now}\n{log}"
         );
-        let (records, _, _) = read_traces(dir.path());
-        let (api, kernels) = launches(&records);
+        let (records, strings, _) = read_traces(dir.path());
+        // API records of all 50 launches before cuptiFinalize, kernels of the
+        // 20 before the other client registered its buffers.
+        let l = launches(&records, &strings);
         assert_eq!(
-            api,
-            (1..=50).collect::<Vec<u32>>(),
+            l.get("_Z6beforev"),
+            Some(&(20, 20)),
             "bind now: {now}\n{log}"
         );
-        assert_eq!(
-            kernels,
-            (1..=20).collect::<Vec<u32>>(),
-            "bind now: {now}\n{log}"
-        );
+        assert_eq!(l.get("?"), Some(&(30, 0)), "bind now: {now}\n{log}");
+        assert_eq!(l.len(), 2, "{l:?}");
         let notes = notes(&records);
         assert_eq!(notes.len(), 4, "{notes:?}\n{log}");
         assert!(

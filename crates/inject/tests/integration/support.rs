@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use gpuperf_merge::gputrace;
-use gpuperf_merge::model::{Record, StringTable};
+use gpuperf_merge::model::{Record, SIMULATED_GPU_NOTE, StringTable};
 use gpuperf_test_support::cc::Gcc;
 pub use gpuperf_test_support::cuda::{Cupti as Wheels, inject_lib};
 use gpuperf_test_support::{cuda, test_data};
@@ -61,6 +61,128 @@ pub fn run_mock(mock: &Path, mode: &str, extra: &[(&str, &Path)]) -> (Output, Te
     ];
     env.extend_from_slice(extra);
     (run_host(Some(&inject_lib()), mode, &env), dir)
+}
+
+/// The simulated CUDA runtime (`sim/build.sh`, built once) and its host
+/// program, or `None` (the test then skips) unless CI requires the wheels.
+#[derive(Clone)]
+pub struct Sim {
+    /// The directory holding `libcupti.so.13` and the rest.
+    pub dir: PathBuf,
+    /// `tests/data/sim_host.c`, built against it.
+    pub host: PathBuf,
+    /// The CUDA 13 headers (CUPTI's among them).
+    pub include: PathBuf,
+    /// Whether runs name the simulated libcupti in `GPUPERF_CUPTI_PATH`
+    /// (otherwise gpuperf searches for one).
+    pin_cupti: bool,
+}
+
+impl Sim {
+    /// Builds (once) the simulation and its host program.
+    pub fn find() -> Option<Sim> {
+        let cuda = cuda::cuda13()?;
+        let dir = cuda::sim(&cuda);
+        let include = cuda.join("include");
+        let host = cuda::sim_host(&dir, &include, &tmp().join("sim_host"));
+        Some(Sim {
+            dir,
+            host,
+            include,
+            pin_cupti: true,
+        })
+    }
+
+    /// Runs that leave gpuperf to find a libcupti (`CUDA_HOME`, ...).
+    pub fn unpinned(&self) -> Sim {
+        Sim {
+            pin_cupti: false,
+            ..self.clone()
+        }
+    }
+
+    /// A CUDA install under `root` whose `lib64` holds a copy of the simulated
+    /// libcupti under each of `names`; returns `root`.
+    pub fn cuda_home(&self, root: &Path, names: &[&str]) -> PathBuf {
+        let lib = root.join("lib64");
+        std::fs::create_dir_all(&lib).unwrap();
+        for n in names {
+            std::fs::copy(self.cupti(), lib.join(n)).unwrap();
+        }
+        root.to_owned()
+    }
+
+    /// Compiler flags that build a C program (in tests/data) against the
+    /// simulated runtime: its headers, its `libcudart.so.13`, found at run time.
+    pub fn cflags(&self) -> Vec<String> {
+        vec![
+            format!("-I{}", self.include.display()),
+            format!("-L{}", self.dir.display()),
+            format!("-Wl,-rpath,{}", self.dir.display()),
+            "-lcudart".to_owned(),
+        ]
+    }
+
+    /// The simulated libcupti.
+    pub fn cupti(&self) -> PathBuf {
+        self.dir.join("libcupti.so.13")
+    }
+
+    /// Runs the sim host's `mode` with the injection library (`inject` None:
+    /// without it) on the simulated CUPTI, with `env` set too.
+    pub fn run_host(&self, inject: Option<&Path>, mode: &str, env: &[(&str, &Path)]) -> Output {
+        self.run_host_with(inject, mode, &[], env, Duration::from_secs(120))
+    }
+
+    /// [`Sim::run_host`] with extra arguments, killed (and the test failed)
+    /// when it does not finish within `limit`.
+    pub fn run_host_with(
+        &self,
+        inject: Option<&Path>,
+        mode: &str,
+        args: &[&str],
+        env: &[(&str, &Path)],
+        limit: Duration,
+    ) -> Output {
+        let mut c = Command::new(&self.host);
+        c.arg(inject.map_or(Path::new("none"), |p| p))
+            .arg(mode)
+            .args(args);
+        if self.pin_cupti {
+            c.env("GPUPERF_CUPTI_PATH", self.cupti());
+        } else {
+            c.env_remove("GPUPERF_CUPTI_PATH");
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run_within(c, &format!("sim host {mode}"), limit)
+    }
+
+    /// Runs the sim host's `mode` with the injection library, recording into a
+    /// fresh directory, with `env` set too. Returns the output and the directory.
+    pub fn run(&self, mode: &str, env: &[(&str, &Path)]) -> (Output, TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = env.to_vec();
+        env.push(("GPUPERF_GPU_TRACE", dir.path()));
+        (self.run_host(Some(&inject_lib()), mode, &env), dir)
+    }
+}
+
+/// Runs a host program with (`Some(library)`) and without (`None`) the
+/// injection library, with the environment given.
+pub type HostRun<'a> = dyn Fn(Option<&Path>, &[(&str, &Path)]) -> Output + 'a;
+
+/// The notes of `records` other than the one every trace made on the
+/// simulation carries.
+pub fn notes_beside_simulated(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Note(n) if !n.text.starts_with(SIMULATED_GPU_NOTE) => Some(n.text.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Runs the host; `inject` None runs it without the library.
