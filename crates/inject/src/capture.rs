@@ -38,6 +38,10 @@ static SPAN_LO: AtomicU32 = AtomicU32::new(0);
 static SPAN_HI: AtomicU32 = AtomicU32::new(0);
 /// GPU records left out because their call came outside the window.
 static OUTSIDE: AtomicU64 = AtomicU64::new(0);
+/// Calls that make GPU work (launches, copies, memsets) entered while the
+/// window was closed: CUPTI makes no record of their work then, so
+/// [`OUTSIDE`] alone would not show them.
+static WORK_CALLS_OUTSIDE: AtomicU64 = AtomicU64::new(0);
 static STATE: Mutex<Spans> = Mutex::new(Spans {
     closed: Vec::new(),
     opened_ns: Vec::new(),
@@ -96,6 +100,7 @@ pub fn configure(w: &Window, on_change: fn()) {
         SPAN_LO.store(0, Relaxed);
         SPAN_HI.store(0, Relaxed);
         OUTSIDE.store(0, Relaxed);
+        WORK_CALLS_OUTSIDE.store(0, Relaxed);
     }
     update(&mut s, crate::clock::monotonic_ns());
     drop(s);
@@ -127,10 +132,17 @@ pub fn opened_here(open: bool) {
 }
 
 /// Whether an API callback outside the window can return before the
-/// recorder: any entry, and an exit on a thread with no call open.
+/// recorder: any entry, and an exit on a thread with no call open. An entry
+/// of a call that makes GPU work (`work_call`) is counted as left out; the
+/// caller counts each such call once (at the driver API, which the runtime's
+/// calls reach too).
 #[inline]
-pub fn skip_outside(enter: bool) -> bool {
-    !recording() && (enter || OPEN_HERE.try_with(Cell::get).unwrap_or(1) == 0)
+pub fn skip_outside(enter: bool, work_call: bool) -> bool {
+    let skip = !recording() && (enter || OPEN_HERE.try_with(Cell::get).unwrap_or(1) == 0);
+    if skip && enter && work_call {
+        WORK_CALLS_OUTSIDE.fetch_add(1, Relaxed);
+    }
+    skip
 }
 
 /// Notes an API call entered while the window is open.
@@ -249,8 +261,10 @@ pub fn summary(w: &Window, started_ns: u64) -> Option<String> {
         ),
     };
     Some(format!(
-        "capture window {}: {what}; {} GPU records of calls outside it left out",
+        "capture window {}: {what}; left out: {} calls that make GPU work (launches, copies, \
+         memsets) entered outside it, and {} GPU records of calls outside it",
         w.describe(),
+        WORK_CALLS_OUTSIDE.load(Relaxed),
         OUTSIDE.load(Relaxed)
     ))
 }
@@ -268,7 +282,11 @@ mod tests {
         };
         configure(&w, || {});
         assert!(!recording());
+        // Closed: entries skip the recorder; the work calls among them count.
+        assert!(skip_outside(true, true) && skip_outside(true, false));
+        assert!(skip_outside(true, true));
         profiler_api(true);
+        assert!(!skip_outside(true, true));
         assert!(recording());
         for id in [10, 12, 11] {
             entered(id);
@@ -284,6 +302,10 @@ mod tests {
         assert!(note.contains("2 windows recorded"), "{note}");
         assert!(note.contains("between cudaProfilerStart"), "{note}");
         assert!(note.contains("4 GPU records"), "{note}");
+        assert!(
+            note.contains("left out: 2 calls that make GPU work"),
+            "{note}"
+        );
         // NVTX: open while any range of the name is.
         configure(
             &Window {

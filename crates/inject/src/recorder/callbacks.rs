@@ -498,16 +498,20 @@ unsafe fn on_callback(_: *mut c_void, domain: u32, cbid: u32, data: *const c_voi
     if (domain == RUNTIME || domain == DRIVER)
         && !capture::recording()
         && let Some(s) = STATE.get()
+        && let class = s.class(domain, cbid)
         && !matches!(
-            s.class(domain, cbid),
+            class,
             Class::ProfilerStart
                 | Class::ProfilerStop
                 | Class::GraphCopy
                 | Class::GraphTeardown
                 | Class::Reset
         )
-        // SAFETY: `data` as CUPTI passed it with `domain`.
-        && capture::skip_outside(unsafe { api_enter(domain, data) })
+        && capture::skip_outside(
+            // SAFETY: `data` as CUPTI passed it with `domain`.
+            unsafe { api_enter(domain, data) },
+            domain == DRIVER && class.fires_marker(),
+        )
     {
         return;
     }
