@@ -111,6 +111,15 @@ impl State {
                 self.config.trace.display()
             ));
         }
+        if sink.aliases_lost > 0 {
+            let text = format!(
+                "{} nested driver calls were not linked to their runtime call for lack of \
+                 memory: their GPU work may be left without a CPU stack",
+                sink.aliases_lost
+            );
+            self.log.line(&text);
+            sink.note(text);
+        }
         // The reason a launch has no stack is the recorder's to give: the
         // merge's summary points at this note.
         let stackless = s.stackless.load(Relaxed);

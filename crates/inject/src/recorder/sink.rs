@@ -32,6 +32,9 @@ pub(super) struct Sink {
     /// Records refused because they came after `CLOSED` (a flush that raced
     /// with the exit path).
     pub(super) refused: u64,
+    /// Nested driver calls not linked to their runtime call for lack of
+    /// memory: their GPU work keeps the driver call's correlation id.
+    pub(super) aliases_lost: u64,
 }
 
 impl Sink {
@@ -58,6 +61,7 @@ impl Sink {
             thread_names: HashMap::new(),
             last_kernel: None,
             write_errors: 0,
+            aliases_lost: 0,
             first_error: None,
             closed: false,
             refused: 0,
@@ -138,9 +142,18 @@ impl Sink {
         self.flush();
     }
 
+    /// Notes that GPU work of the driver call `nested` belongs to the runtime
+    /// call `outer`. Never aborts the program for memory: the older
+    /// generation's table is reused, and an entry that would need memory the
+    /// process cannot have is counted in `aliases_lost` instead.
     pub(super) fn add_alias(&mut self, nested: u32, outer: u32) {
         if self.aliases[0].len() >= ALIAS_GENERATION {
-            self.aliases[1] = std::mem::take(&mut self.aliases[0]);
+            self.aliases.swap(0, 1);
+            self.aliases[0].clear();
+        }
+        if self.aliases[0].try_reserve(1).is_err() {
+            self.aliases_lost += 1;
+            return;
         }
         self.aliases[0].insert(nested, outer);
     }

@@ -434,8 +434,6 @@ fn mock_buffers_from_the_reserve_when_memory_runs_out() {
 /// The same on the simulated CUPTI of API 26 (`GPUSIM_CUPTI_VERSION=26`: a null
 /// buffer aborts it), where each runtime launch also makes a nested driver call.
 #[test]
-#[ignore = "aborts: the map of nested driver calls (Sink::add_alias) grows by one entry per \
-            launch, and its 147 KB reallocation on the flush thread fails, which aborts the program"]
 fn sim_buffers_from_the_reserve_when_memory_runs_out() {
     let Some(sim) = Sim::find() else { return };
     let (out, dir) = sim.run("oom", &[("GPUSIM_CUPTI_VERSION", Path::new("26"))]);
