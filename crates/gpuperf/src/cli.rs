@@ -491,8 +491,8 @@ pub struct DiffArgs {
     /// Print the table of changes as JSON instead of text.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Exit with status 3 when a stack grew by more than PCT percent of BEFORE's total
-    /// (a regression check for CI).
+    /// Exit with status 3 when the total, or any one stack, grew by more than PCT
+    /// percent of BEFORE's total (a regression check for CI).
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub fail_above: Option<f64>,
     #[command(flatten)]
@@ -552,7 +552,7 @@ pub struct MonitorArgs {
     #[arg(long, value_name = "EVENTS/S", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rate: Option<u64>,
     /// Write every kept event here, one tab-separated line each; gzip-compressed
-    /// when FILE ends in `.gz` (about a tenth of the size).
+    /// when FILE ends in `.gz`.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// At the end, write the kept events as a timeline: Chrome JSON, or
