@@ -30,10 +30,10 @@
 
 use crate::{Error, Result};
 use inferno::flamegraph::{
-    self, FuncFrameAttrsMap,
+    self,
     color::{Color, PaletteMap},
 };
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::io::{self, Write};
 
 /// Title used by [`Options::default`].
@@ -63,8 +63,8 @@ pub struct Options {
     pub no_javascript: bool,
     /// What the weights count, shown in tooltips. Default is "µs" (of GPU time).
     pub count_name: String,
-    /// (frame label, tooltip) pairs: the full names of labels that a
-    /// [`crate::view::View`] shortened, shown instead of inferno's own tooltip.
+    /// (frame label, full name) pairs: labels that a [`crate::view::View`]
+    /// shortened get their full name in the tooltip, before the frame's weight.
     /// Default is empty.
     pub titles: Vec<(String, String)>,
 }
@@ -114,25 +114,71 @@ where
     inferno_opts.pretty_xml = opts.deterministic;
     inferno_opts.no_javascript = opts.no_javascript;
     inferno_opts.palette_map = Some(&mut palette);
-    inferno_opts.func_frameattrs = frame_titles(&opts.titles);
     // Kernel names are long and their start is what tells them apart.
     inferno_opts.text_truncate_direction = flamegraph::TextTruncateDirection::Right;
 
-    flamegraph::from_lines(&mut inferno_opts, lines.iter().copied(), &mut out).map_err(write_error)
+    if opts.titles.is_empty() {
+        return flamegraph::from_lines(&mut inferno_opts, lines.iter().copied(), &mut out)
+            .map_err(write_error);
+    }
+    let mut svg = Vec::new();
+    flamegraph::from_lines(&mut inferno_opts, lines.iter().copied(), &mut svg)
+        .map_err(write_error)?;
+    let svg = String::from_utf8(svg)
+        .map_err(|e| write_error(io::Error::new(io::ErrorKind::InvalidData, e.utf8_error())))?;
+    out.write_all(with_full_names(&svg, &opts.titles).as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(write_error)
 }
 
-/// inferno's per-frame attributes giving each label in `titles` its tooltip.
-fn frame_titles(titles: &[(String, String)]) -> FuncFrameAttrsMap {
-    let mut text = String::new();
-    for (label, title) in titles {
-        // inferno reads `name<TAB>title=value` lines.
-        let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
-        text.push_str(&clean(label));
-        text.push_str("\ttitle=");
-        text.push_str(&clean(title));
-        text.push('\n');
+/// inferno's SVG with the full name of each shortened label in its frames'
+/// tooltips, in front of what inferno says of the frame (`(N µs, P%)`, and a
+/// diff's change). inferno's own per-frame titles would replace that too.
+fn with_full_names(svg: &str, titles: &[(String, String)]) -> String {
+    const OPEN: &str = "<title>";
+    const CLOSE: &str = "</title>";
+    let full: FxHashMap<&str, &str> = titles
+        .iter()
+        .map(|(label, title)| (label.as_str(), title.as_str()))
+        .collect();
+    let mut out = String::with_capacity(svg.len() + svg.len() / 8);
+    let mut rest = svg;
+    while let Some(start) = rest.find(OPEN) {
+        let text_at = start + OPEN.len();
+        let Some(len) = rest[text_at..].find(CLOSE) else {
+            break;
+        };
+        let text = &rest[text_at..text_at + len];
+        out.push_str(&rest[..text_at]);
+        // inferno's suffix holds no `(`: the last ` (` starts it.
+        let (label, info) = text.rfind(" (").map_or((text, ""), |i| text.split_at(i));
+        match full.get(unescape(label).as_str()) {
+            Some(name) => {
+                out.push_str(&escape(name));
+                out.push_str(info);
+            }
+            None => out.push_str(text),
+        }
+        rest = &rest[text_at + len..];
     }
-    FuncFrameAttrsMap::from_reader(text.as_bytes()).unwrap_or_default()
+    out.push_str(rest);
+    out
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
 }
 
 /// What the SVG of folded stacks without weight says.
@@ -141,12 +187,7 @@ pub(crate) const NOTHING_TO_DRAW: &str =
 
 /// A small valid SVG with the title, the subtitle and [`NOTHING_TO_DRAW`].
 fn write_empty(opts: &Options, out: &mut impl Write) -> io::Result<()> {
-    let esc = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    };
+    let esc = escape;
     writeln!(
         out,
         r#"<?xml version="1.0" standalone="no"?>
@@ -365,14 +406,6 @@ mod tests {
         Some(&s[start..start + len])
     }
 
-    fn unescape(s: &str) -> String {
-        s.replace("&lt;", "<")
-            .replace("&gt;", ">")
-            .replace("&quot;", "\"")
-            .replace("&apos;", "'")
-            .replace("&amp;", "&")
-    }
-
     fn is_gpu_family(c: Color) -> bool {
         c.r <= 170 && c.g.max(c.b) > c.r
     }
@@ -437,6 +470,34 @@ mod tests {
         );
         assert!(svg.contains("[GPU_Kernel]void gemm&lt;float, 128&gt;"));
         assert!(!svg.contains(" samples"));
+    }
+
+    #[test]
+    fn svg_with_full_names__their_tooltips_keep_the_weight() {
+        let input = fs::read_to_string(data("small.folded")).unwrap();
+        let mut opts = golden_opts();
+        opts.titles = vec![(
+            "[GPU_Memcpy HtoD]".to_owned(),
+            "[GPU_Memcpy HtoD] host to device <pageable> (pinned: no)".to_owned(),
+        )];
+        let js = Options {
+            no_javascript: false,
+            deterministic: false,
+            ..opts.clone()
+        };
+        for opts in [opts, js] {
+            let svg = render_to_string(&opts, &input);
+            assert!(
+                svg.contains(
+                    "<title>[GPU_Memcpy HtoD] host to device &lt;pageable&gt; (pinned: no) \
+                     (2,400 µs, 16.99%)</title>"
+                ),
+                "{svg}"
+            );
+            // Every frame, named in full or not, says its weight once.
+            assert_eq!(drawn_frames(&svg).len(), 27);
+            assert_eq!(svg.matches(" µs, ").count(), 27, "{svg}");
+        }
     }
 
     #[test]
