@@ -99,10 +99,27 @@ pub fn process_name(t: &DriverTrace) -> String {
 /// Every timeline item of `t`, with ioctls nested under `calls`, sorted by
 /// lane and time.
 pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
-    let nested = nest(&t.events, calls);
-    let ours = recorded_processes(&t.events, calls);
     let mut items = Vec::new();
-    for (e, call) in t.events.iter().zip(&nested) {
+    call_items(&t.events, calls, &mut items);
+    job_items(&t.events, &mut items);
+    fence_items(&t.events, &fence_timelines(&t.events), &mut items);
+    vblank_items(&t.events, &mut items);
+    items.sort_by(|a, b| {
+        (&a.lane, a.start_ns, std::cmp::Reverse(a.dur_ns)).cmp(&(
+            &b.lane,
+            b.start_ns,
+            std::cmp::Reverse(b.dur_ns),
+        ))
+    });
+    items
+}
+
+/// Ioctls (nested under `calls`), opens and mmaps on their threads' tracks;
+/// interrupts and Xid errors on the driver pseudo-process's.
+fn call_items(events: &[DriverEvent], calls: &[Call], items: &mut Vec<Item>) {
+    let nested = nest(events, calls);
+    let ours = recorded_processes(events, calls);
+    for (e, call) in events.iter().zip(&nested) {
         let thread = || Lane::Thread {
             pid: e.pid,
             tid: e.tid,
@@ -170,8 +187,13 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             _ => {}
         }
     }
+}
+
+/// DRM scheduler jobs, a queue and a run track per ring, each job's queueing
+/// linked by a flow from its `submit job` on the submitting thread.
+fn job_items(events: &[DriverEvent], items: &mut Vec<Item>) {
     let mut rings: BTreeMap<String, Vec<Job>> = BTreeMap::new();
-    for j in jobs(&t.events) {
+    for j in jobs(events) {
         rings.entry(j.ring.clone()).or_default().push(j);
     }
     for (ring, jobs) in &rings {
@@ -247,16 +269,6 @@ pub fn timeline(t: &DriverTrace, calls: &[Call]) -> Vec<Item> {
             }
         }
     }
-    fence_items(&t.events, &fence_timelines(&t.events), &mut items);
-    vblank_items(&t.events, &mut items);
-    items.sort_by(|a, b| {
-        (&a.lane, a.start_ns, std::cmp::Reverse(a.dur_ns)).cmp(&(
-            &b.lane,
-            b.start_ns,
-            std::cmp::Reverse(b.dur_ns),
-        ))
-    });
-    items
 }
 
 /// `dma_fence`s, one async track per fence context: a slice from a fence's init to its signal, an instant for a fence
