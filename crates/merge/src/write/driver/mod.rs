@@ -66,14 +66,14 @@ pub struct Call {
     pub stack: Option<String>,
 }
 
-/// Collects the API calls the join streams; a [`Sink`].
+/// Collects the API calls the join streams; a [`Sink`](crate::join::Sink).
 #[derive(Default)]
 pub struct Calls {
     calls: Vec<Call>,
 }
 
 impl Calls {
-    /// Takes one record (the writers call it from their own [`Sink::record`]).
+    /// Takes one record (the writers call it from their own [`Sink::record`](crate::join::Sink::record)).
     pub fn take(&mut self, ctx: &Context<'_>, rec: &Record, m: &Match<'_>) {
         if let Record::Api(a) = rec {
             let stack = match (m.stack(), ctx.cpu) {
