@@ -5,16 +5,20 @@
 //!
 //! ```text
 //!  read/                                       join/                 write/
-//!  gputrace (ours, binary) ─┐                                  ┌──> folded ──> svg (inferno), diff
-//!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐           ├──> timeline ──> chrome, perfetto
-//!  kineto (PyTorch JSON)    │  (format  (imported: ├─> merge ──┼──> idle (why the GPU waits)
-//!  nsys (Nsight SQLite)  ───┘  detection) foreign) │  (Sink,   ├──> report
-//!  cpu (folded CPU stacks) ─────────────────────────┤  backward)├──> pprof
-//!  symbols (kept frame names) ──> stacks ───────────┘           └──> driver (with read::driver:
-//!  driver (driver.tsv: GPU driver events) ─────────────────────────    ioctls, jobs, fences)
-//!                view (how stacks and names are shown, C++ names demangled): every writer
+//!  gputrace (ours, binary) ─┐                  index (pass 1)  ┌──> folded ──> svg (inferno), diff
+//!  cupti_log (CUPTI text)   ├─ input ─> GpuInputs ─┐ stream    ├──> timeline ──> timeline_writer:
+//!  kineto (PyTorch JSON)    │  (format  (imported: ├─> merge ──┤      chrome, perfetto
+//!  nsys (Nsight SQLite)  ───┘  detection) foreign) │  (Sink,   ├──> idle (why the GPU waits)
+//!  cpu (folded CPU stacks) ─────────────────────────┤  ordered, ├──> report, pprof, parquet
+//!  symbols (kept frame names) ──> stacks ───────────┘  backward,├──> pc (GPU PC samples)
+//!  driver (driver.tsv: GPU driver events) ────────────  summary)└──> driver (with read::driver:
+//!                                                                    ioctls, jobs, fences)
+//!                view (how stacks and names are shown, C++ names demangled),
+//!                write::demangle (names demangled once per interned name): every writer
 //!
-//!  recording/: the directory `gpuperf record` leaves (env, load, plan, stacks, report, finish)
+//!  recording/: the directory `gpuperf record` leaves (env, names, load, plan, stacks,
+//!              report, finish, diff)
+//!  at the top: model, ioctl (ioctl command words named), error, diag, golden (tests)
 //! ```
 //!
 //! - **`read/`**: one module per input format, each turning a file into the
@@ -31,27 +35,34 @@
 //!   time where the CPU side has no ids; [`join::stacks`] builds those CPU stacks
 //!   from the in-process stacks a gpuperf recording carries, and
 //!   [`join::backward`] charges a backward launch to the forward launch its
-//!   autograd node came from. The join hands its
+//!   autograd node came from; `index` (pass 1: the API calls by correlation
+//!   id), `stream` (pass 2: every GPU record to the sinks), `ordered` (pairing
+//!   by time) and `summary` (the counts) are its steps. The join hands its
 //!   results to writers through the [`join::Sink`] trait, which lives beside the
 //!   [`join::Context`] and [`join::Match`] it passes: `join/` depends on `read/`,
 //!   never on `write/`.
 //! - **`write/`**: one module per output, each a [`join::Sink`] (folded stacks,
 //!   idle-time stacks, Chrome trace, Perfetto protobuf trace, report, pprof,
-//!   the driver events' tracks and report), plus [`write::svg`], which renders
+//!   the driver events' tracks and report, Parquet tables, PC-sample stacks),
+//!   plus [`write::svg`], which renders
 //!   folded stacks with inferno, and [`write::diff`], which compares two runs'
 //!   folded stacks. The two timeline encoders (Chrome JSON, Perfetto protobuf)
-//!   share one timeline model, `write/timeline.rs`, and every writer names
+//!   share one timeline model, `write/timeline/`, behind one sink
+//!   (`write/timeline_writer.rs`), and every writer names
 //!   kernels through [`view::demangle`]. Writers depend on `join/` (what a
 //!   match holds), [`view`] (how stacks are shown) and `model`.
 //! - **[`recording`]**: the directory `gpuperf record` leaves and the
-//!   environment contract with the injection library ([`recording::env`]);
+//!   environment contract with the injection library ([`recording::env`]),
+//!   and the output names that differ per rank and run (`names`);
 //!   with the `render` feature, loading a recording or trace files
 //!   ([`recording::Recording`]), the plan of outputs written from one join
 //!   ([`recording::Outputs`]), the end of a `gpuperf record` run
 //!   ([`recording::Finish`]) and the text tables the CLI prints
-//!   ([`recording::report`]). It uses all three folders above.
+//!   ([`recording::report`]), and `gpuperf diff` of two runs (`diff`). It uses
+//!   all three folders above.
 //! - **At the top**: [`model`] (the records every part exchanges, and the
 //!   [`model::Symbolize`] trait through which the caller names native frames),
+//!   [`ioctl`] (ioctl command words decoded and named),
 //!   [`view`] (Python frames in place of the interpreter's, short or full
 //!   names, C++ names demangled), `error` (typed errors naming the file and
 //!   place), `diag` (counted, capped diagnostics for malformed input) and, in

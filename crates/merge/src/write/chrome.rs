@@ -1,5 +1,5 @@
 //! Chrome-trace JSON (the Trace Event Format) for Perfetto and chrome://tracing:
-//! an encoder of the timeline model (`write/timeline.rs`, which says
+//! an encoder of the timeline model (`write/timeline/`, which says
 //! what is drawn where).
 //!
 //! - Slices are `X` events, markers `i` events, flows `s`/`f` pairs (the `f`

@@ -1,5 +1,5 @@
 //! The one [`Sink`] behind both timeline outputs: it builds the timeline model
-//! (`write/timeline.rs`) from what the join streams and, when the join
+//! (`write/timeline/`) from what the join streams and, when the join
 //! finishes, hands it to its format's encoder. [`crate::write::chrome::Writer`]
 //! and [`crate::write::perfetto::Writer`] are this type with their format.
 

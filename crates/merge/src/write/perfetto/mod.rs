@@ -1,6 +1,6 @@
 //! Perfetto's own protobuf trace (`perfetto.protos.Trace`), for timelines too
 //! large for the Chrome JSON: an encoder of the same timeline model
-//! (`write/timeline.rs`) as [`crate::write::chrome`], at a fraction of
+//! (`write/timeline/`) as [`crate::write::chrome`], at a fraction of
 //! the bytes per launch.
 //!
 //! - Every event is a `TrackEvent` on one packet sequence. Event names,
