@@ -119,19 +119,23 @@ impl fmt::Display for IdleTable<'_> {
         }
         writeln!(
             out,
-            "\nGPU idle time by device (no stream of the device busy, within its active span)"
+            "\nGPU idle time by device (no stream of the device busy, within its active span; \
+             within the profiler steps above where a process marks them)"
         )?;
         writeln!(
             out,
-            "  {:>8} {:>6} {:>6} {:>12} {:>8}",
-            "pid", "device", "% idle", "idle µs", "gaps"
+            "  {:>8} {:>6} {:>6} {:>12} {:>12} {:>8}",
+            "pid", "device", "% idle", "idle µs", "whole µs", "gaps"
         )?;
-        for ((pid, device), d) in self.idle.devices() {
+        for (((pid, device), d), (_, whole)) in
+            self.idle.devices().iter().zip(self.idle.devices_whole())
+        {
             writeln!(
                 out,
-                "  {pid:>8} {device:>6} {:>5.1}% {:>12.2} {:>8}",
+                "  {pid:>8} {device:>6} {:>5.1}% {:>12.2} {:>12.2} {:>8}",
                 share(d.idle_ns, d.span_ns),
                 us(d.idle_ns),
+                us(whole.idle_ns),
                 d.gaps
             )?;
         }

@@ -178,6 +178,12 @@ struct Work {
 /// (end, stream, kernel, collective).
 type Ends = Vec<(u64, u32, Option<StringId>, bool)>;
 
+/// A device's gap: ((pid, device), start, end).
+type DeviceGap = ((u32, u32), u64, u64);
+
+/// A device's work: (start, end, its launch call's start).
+type DeviceWork = (u64, u64, Option<u64>);
+
 /// What a piece of idle time is charged to: (stack, API, cause, the stream
 /// and kernel waited for).
 type Charge = (
@@ -276,6 +282,7 @@ pub struct IdleFolder {
     whole: Vec<((u32, u32, u32), StreamIdle)>,
     windows: Vec<(u32, StepWindow)>,
     devices: Vec<((u32, u32), DeviceIdle)>,
+    devices_whole: Vec<((u32, u32), DeviceIdle)>,
     lines: Vec<(String, u64)>,
     keep_slices: bool,
     slices: Vec<IdleSlice>,
@@ -308,10 +315,17 @@ impl IdleFolder {
         &self.device_gaps
     }
 
-    /// Idle time per (pid, device) over the whole trace, sorted. Valid after
-    /// the join.
+    /// Idle time per (pid, device), sorted: within the complete profiler
+    /// steps of the processes that mark steps, as [`IdleFolder::streams`],
+    /// over the whole trace otherwise. Valid after the join.
     pub fn devices(&self) -> &[((u32, u32), DeviceIdle)] {
         &self.devices
+    }
+
+    /// Idle time per (pid, device) over the whole trace, steps or not, sorted
+    /// like [`IdleFolder::devices`]. Valid after the join.
+    pub fn devices_whole(&self) -> &[((u32, u32), DeviceIdle)] {
+        &self.devices_whole
     }
 
     /// The blamed frame of a stack: its last frame other than the API call's.
@@ -549,33 +563,43 @@ impl IdleFolder {
         idle
     }
 
-    /// Each device's gaps: time with no work on any of its streams.
+    /// Each device's gaps: time with no work on any of its streams, over the
+    /// whole trace and, for a process that marks profiler steps, within them
+    /// (the work whose launch call started before the last step did, as for
+    /// streams). Needs `windows`.
     fn device_idle(&mut self) {
-        let mut by_device: FxHashMap<(u32, u32), Vec<(u64, u64)>> = FxHashMap::default();
+        let mut by_device: FxHashMap<(u32, u32), Vec<DeviceWork>> = FxHashMap::default();
         for (&(pid, device, _), work) in &self.work {
             by_device
                 .entry((pid, device))
                 .or_default()
-                .extend(work.iter().map(|w| (w.start, w.end)));
+                .extend(work.iter().map(|w| (w.start, w.end, w.call.map(|c| c.0))));
         }
         let mut devices: Vec<_> = by_device.into_iter().collect();
         devices.sort_unstable_by_key(|d| d.0);
         for (key, mut items) in devices {
             items.sort_unstable();
-            let mut idle = DeviceIdle::default();
-            let mut busy_until = items[0].1;
-            for &(start, end) in &items[1..] {
-                if start > busy_until {
-                    idle.idle_ns += start - busy_until;
-                    idle.gaps += 1;
-                    if self.keep_slices {
-                        self.device_gaps.push((key, busy_until, start));
-                    }
+            let all: Vec<(u64, u64)> = items.iter().map(|&(s, e, _)| (s, e)).collect();
+            let gaps = self.keep_slices.then_some(&mut self.device_gaps);
+            let whole = device_gaps(key, &all, gaps);
+            let window = self
+                .windows
+                .binary_search_by_key(&key.0, |w| w.0)
+                .ok()
+                .map(|i| self.windows[i].1.until_ns);
+            let counted = match window {
+                None => whole,
+                Some(until) => {
+                    let kept: Vec<(u64, u64)> = items
+                        .iter()
+                        .filter(|&&(_, _, call)| call.is_some_and(|c| c < until))
+                        .map(|&(s, e, _)| (s, e))
+                        .collect();
+                    device_gaps(key, &kept, None)
                 }
-                busy_until = busy_until.max(end);
-            }
-            idle.span_ns = busy_until - items[0].0;
-            self.devices.push((key, idle));
+            };
+            self.devices.push((key, counted));
+            self.devices_whole.push((key, whole));
         }
     }
 
@@ -607,6 +631,31 @@ impl IdleFolder {
         windows.sort_unstable_by_key(|w| w.0);
         windows
     }
+}
+
+/// The idle time of a device whose work is `items` (start, end; sorted), and
+/// its gaps pushed to `gaps` when given (for the timeline).
+fn device_gaps(
+    key: (u32, u32),
+    items: &[(u64, u64)],
+    mut gaps: Option<&mut Vec<DeviceGap>>,
+) -> DeviceIdle {
+    let mut idle = DeviceIdle::default();
+    let Some(&(first, mut busy_until)) = items.first() else {
+        return idle;
+    };
+    for &(start, end) in &items[1..] {
+        if start > busy_until {
+            idle.idle_ns += start - busy_until;
+            idle.gaps += 1;
+            if let Some(g) = gaps.as_deref_mut() {
+                g.push((key, busy_until, start));
+            }
+        }
+        busy_until = busy_until.max(end);
+    }
+    idle.span_ns = busy_until - first;
+    idle
 }
 
 /// The work on another stream than `stream` that the work starting at `start`
@@ -669,8 +718,8 @@ impl Sink for IdleFolder {
             s.sort_unstable_by_key(|c| (c.1, c.0));
         }
         let syncs = std::mem::take(&mut self.syncs);
-        self.device_idle();
         self.windows = Self::step_windows_of(ctx);
+        self.device_idle();
         let mut ends: FxHashMap<(u32, u32), Ends> = FxHashMap::default();
         for (&(pid, device, stream), work) in &self.work {
             ends.entry((pid, device))

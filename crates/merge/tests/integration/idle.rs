@@ -451,3 +451,45 @@ fn two_streams__device_idle_only_when_no_stream_is_busy() {
     let rel: Vec<(u64, u64)> = gaps.iter().map(|g| (g.0 - t0, g.1 - t0)).collect();
     assert_eq!(rel, vec![(25_000, 30_000), (40_000, 50_000)]);
 }
+
+/// A process that marks profiler steps has its device idle time counted within
+/// them, as its streams' is: with one stream, the device is idle exactly when
+/// the stream is, within the steps and over the whole trace (the report's
+/// device table said "39.4 %" of the steps beside the whole trace's µs).
+#[test]
+fn real_v100_with_profiler_steps__device_idle_within_the_steps_as_the_streams() {
+    let idle = idle_of(&real("v100_resnet50_kineto2021.pt.trace.json.gz"));
+    assert!(!idle.step_windows().is_empty());
+    let [(_, stream)] = idle.streams() else {
+        panic!("{:?}", idle.streams())
+    };
+    let [(_, stream_whole)] = idle.streams_whole() else {
+        panic!("{:?}", idle.streams_whole())
+    };
+    let [(_, device)] = idle.devices() else {
+        panic!("{:?}", idle.devices())
+    };
+    let [(_, device_whole)] = idle.devices_whole() else {
+        panic!("{:?}", idle.devices_whole())
+    };
+    assert!(
+        stream.idle_ns < stream_whole.idle_ns,
+        "{stream:?} {stream_whole:?}"
+    );
+    assert_eq!(
+        (device.idle_ns, device.span_ns, device.gaps),
+        (stream.idle_ns, stream.span_ns, stream.gaps)
+    );
+    assert_eq!(
+        (
+            device_whole.idle_ns,
+            device_whole.span_ns,
+            device_whole.gaps
+        ),
+        (
+            stream_whole.idle_ns,
+            stream_whole.span_ns,
+            stream_whole.gaps
+        )
+    );
+}
