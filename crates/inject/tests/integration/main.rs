@@ -5,8 +5,8 @@
 //! CUPTI documents can go wrong. A few tests still play CUPTI through the MOCK
 //! libcupti (tests/data/mock_cupti.c): the exact-id plumbing scene, a CUDA 12.8
 //! driver, CUPTI's lock under stress, the 8 KiB sigaltstack, the memory of
-//! many graph instantiations between flushes, signal handlers inside launches,
-//! SIGINT inside a call, and the reserve buffers of a CUPTI before API 27.
+//! many graph instantiations between flushes, signal handlers inside launches
+//! and SIGINT inside a call.
 
 mod decode;
 mod host;
