@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use gpuperf_merge::model::{ActivityKind, DropSource, Record, StringTable};
 
-use crate::host::{field, plumbing, sim_scene};
+use crate::host::{field, sim_scene};
 use crate::support::{
-    Sim, inject_lib, mock, mock_lib, notes_beside_simulated, read_logs, read_traces, run_host_with,
-    wheels,
+    Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host_with, wheels,
 };
 
 /// Kernel records by correlation id: (start, end).
@@ -162,33 +161,25 @@ fn gives_way(error: &str, said: &str) {
     );
 }
 
-/// A CUDA 12.8 driver: a libcupti 13 is skipped before it is loaded, and the
-/// libcupti 12 beside it records.
+/// A CUDA 12.8 driver (the simulation's `GPUSIM_DRIVER_VERSION`): of a CUDA
+/// install holding a libcupti 13 and a libcupti 12 (API 28), the 13 is skipped
+/// before it is loaded, and the 12 records.
 #[test]
-fn mock_libcupti_newer_than_the_driver_is_skipped() {
-    let Some(w) = wheels() else { return };
-    let new = mock_lib(
-        &w,
-        "driver/lib64/libcupti.so.13",
-        &["-Wl,-soname,libcupti.so.13"],
-    );
-    let old = mock_lib(
-        &w,
-        "driver/lib64/libcupti.so.12",
-        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
-    );
-    let root = new.parent().unwrap().parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    plumbing(
-        dir.path(),
+fn sim_libcupti_newer_than_the_driver_is_skipped() {
+    let Some(sim) = Sim::find() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let home = sim.cuda_home(root.path(), &["libcupti.so.13", "libcupti.so.12"]);
+    let (_, dir) = sim_scene(
+        &sim.unpinned(),
         &[
-            ("CUDA_HOME", root),
-            ("MOCK_CUPTI_CONTROL", &old),
-            ("MOCK_DRIVER_VERSION", Path::new("12080")),
-            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("CUDA_HOME", &home),
+            ("GPUSIM_DRIVER_VERSION", Path::new("12080")),
+            ("GPUSIM_CUPTI_VERSION", Path::new("28@libcupti.so.12")),
         ],
     );
     let log = read_logs(dir.path());
+    let new = home.join("lib64/libcupti.so.13");
+    let old = home.join("lib64/libcupti.so.12");
     assert!(
         log.contains(&format!(
             "`{}` rejected: CUDA 13 is newer than the driver (CUDA 12.8)",
@@ -197,6 +188,10 @@ fn mock_libcupti_newer_than_the_driver_is_skipped() {
         "{log}"
     );
     assert!(log.contains("driver: CUDA 12.8"), "{log}");
+    assert!(
+        log.contains(&format!("CUPTI API version 28 from `{}`", old.display())),
+        "{log}"
+    );
 }
 
 /// torch.profiler (Kineto) started later in the same process: its subscribe
