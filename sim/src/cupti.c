@@ -6,7 +6,8 @@
  * callback ids and names; activity records with the CUDA 13 layouts
  * (CUpti_ActivityKernel10, Memcpy6, MemcpyPtoP4, Memset4, Synchronization2,
  * Device5, Context3, API) in client buffers; graph node callbacks
- * (GRAPHNODE_CREATED, GRAPHNODE_CLONED with a CUpti_GraphData) and the graph,
+ * (GRAPHNODE_CREATED, GRAPHNODE_CLONED, GRAPHNODE_DESTROY_STARTING with a
+ * CUpti_GraphData) and the graph,
  * exec and node ids; correlation ids as CUPTI documents them: every API call
  * its own, the driver calls a runtime call makes included; a kernel carries the
  * launching runtime call's id, a copy the driver call's with the runtime call's

@@ -24,6 +24,7 @@
  *
  * This file holds the driver API for devices and contexts; driver_internal.h
  * says what each of the other driver_*.c files holds. */
+#include <stdlib.h>
 #include "driver_internal.h"
 
 /* ================================================================== driver API */
@@ -42,7 +43,10 @@ DRV(cuDriverGetVersion, (int *v), (v)) {
     ENTER(cuDriverGetVersion, v);
     if (!v)
         RETURN(CUDA_ERROR_INVALID_VALUE);
-    *v = 13000;
+    /* Simulated: GPUSIM_DRIVER_VERSION=N makes this an older (or newer) driver,
+     * encoded as cuda.h documents (1000 * major + 10 * minor: 12080 = 12.8). */
+    const char *e = getenv("GPUSIM_DRIVER_VERSION");
+    *v = e && atoi(e) > 0 ? atoi(e) : 13000;
     RETURN(CUDA_SUCCESS);
 }
 
@@ -466,7 +470,10 @@ DRV(cuCtxGetApiVersion, (CUcontext h, unsigned int *v), (h, v)) {
     ENTER(cuCtxGetApiVersion, h, v);
     if (!v)
         RETURN(CUDA_ERROR_INVALID_VALUE);
-    *v = 13000;
+    /* Simulated: GPUSIM_DRIVER_VERSION=N makes this an older (or newer) driver,
+     * encoded as cuda.h documents (1000 * major + 10 * minor: 12080 = 12.8). */
+    const char *e = getenv("GPUSIM_DRIVER_VERSION");
+    *v = e && atoi(e) > 0 ? atoi(e) : 13000;
     RETURN(CUDA_SUCCESS);
 }
 

@@ -661,11 +661,21 @@ DRV(cuGraphUpload, (CUgraphExec he, CUstream hs), (he, hs)) {
     RETURN(x && x->magic == MAGIC_EXEC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
 
+/* CUPTI's header: GRAPHNODE_DESTROY_STARTING, "CUDA graph node is about to be
+ * destroyed". Simulated: destroying a graph or an instantiated graph reports it
+ * for each of its nodes, on the calling thread, from inside the call, before
+ * the nodes are freed (their ids still readable). */
+static void report_nodes_destroyed(struct graph *g, struct graph_exec *x) {
+    for (size_t i = 0; i < g->n; i++)
+        report_graph_node(CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING, g, g->nodes[i], NULL, NULL, x);
+}
+
 DRV(cuGraphExecDestroy, (CUgraphExec he), (he)) {
     ENTER(cuGraphExecDestroy, he);
     struct graph_exec *x = (struct graph_exec *)he;
     if (!x || x->magic != MAGIC_EXEC)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
+    report_nodes_destroyed(&x->graph, x);
     x->magic = 0;
     x->graph.magic = 0;
     graph_free_nodes(&x->graph);
@@ -678,6 +688,7 @@ DRV(cuGraphDestroy, (CUgraph hg), (hg)) {
     struct graph *g = (struct graph *)hg;
     if (!g || g->magic != MAGIC_GRAPH)
         RETURN(CUDA_ERROR_INVALID_HANDLE);
+    report_nodes_destroyed(g, NULL);
     graph_release_objects(g);
     g->magic = 0;
     graph_free_nodes(g);

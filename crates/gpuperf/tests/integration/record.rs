@@ -449,37 +449,29 @@ fn record_cpu_only_without_cudart_or_uprobe__error_says_what_to_add() {
 
 // ---- Stacks taken in process by the injection library (no eBPF) ----
 
-/// The MOCK libcupti (inject/tests/data/mock_cupti.c), built once, where every
-/// user can read it.
-fn mock_cupti(cuda: &Path) -> PathBuf {
-    let out = shared_dir("bin").join("libcupti_mock.so");
-    gpuperf_test_support::cuda::mock_cupti(&cuda.join("include"), &out, &[])
-}
-
-/// The in-process test programs, built with `flags` (`-O2`, plus
-/// `-fomit-frame-pointer` or not): a fake `libcudart.so.13`, `liblauncher.so`
-/// and `levels_app`, in a directory every user can read. Returns (dir, app).
-fn inproc_programs(tag: &str, flags: &[&str]) -> (PathBuf, PathBuf) {
+/// The in-process test programs on the simulated CUDA runtime, built with
+/// `flags` (`-O2`, plus `-fomit-frame-pointer` or not): `liblauncher.so`
+/// (linked against the simulation's `libcudart.so.13`) and `levels_app`, in a
+/// directory every user can read. Returns (dir, app, the simulated libcupti),
+/// or `None` to skip without the wheels.
+fn inproc_programs(tag: &str, flags: &[&str]) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let cuda = cuda13()?;
+    let sim = sim(&cuda);
     let dir = shared_dir(&format!("inproc-{tag}"));
     let data = |name: &str| gpuperf_test_support::test_data("gpuperf", name);
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     let gcc = |out: &str, src: PathBuf| Gcc::new(dir.join(out)).args(flags).arg("-g").arg(src);
-    let cudart = gcc(
-        "libcudart.so.13",
-        gpuperf_test_support::test_data("profiler", "fake_cudart.c"),
-    )
-    .args(["-shared", "-fPIC"])
-    .build_once();
     let launcher = gcc("liblauncher.so", data("launcher.c"))
         .args(["-shared", "-fPIC"])
-        .arg(&cudart)
-        .args([&rpath, "-ldl"])
+        .arg(format!("-I{}", cuda.join("include").display()))
+        .lib_dir(&sim)
+        .arg("-lcudart")
         .build_once();
     let app = gcc("levels_app", data("levels_app.c"))
         .arg(&launcher)
         .args([&rpath, "-pthread"])
         .build_once();
-    (dir, app)
+    Some((dir, app, sim.join("libcupti.so.13")))
 }
 
 const LEVELS: &str =
@@ -519,10 +511,9 @@ fn record_levels(
     tag: &str,
     flags: &[&str],
     uid: Option<u32>,
-    mock: &Path,
     mode: &str,
-) -> (Output, PathBuf) {
-    let (_, app) = inproc_programs(tag, flags);
+) -> Option<(Output, PathBuf)> {
+    let (_, app, cupti) = inproc_programs(tag, flags)?;
     let dir = work_dir(&format!("{test}-{tag}-{}", uid.unwrap_or(0)));
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     // gpuperf itself runs as the other user when one is given.
@@ -533,20 +524,20 @@ fn record_levels(
     // The tests read the stacks as c++filt spells them.
     let mut cmd = rec
         .flags(["-p", "cpu.txt", "-m", "m.folded", "--full-names"])
-        .cupti(mock)
+        .cupti(&cupti)
         .program(&app, ["10", mode]);
-    (cmd.output().unwrap(), dir)
+    Some((cmd.output().unwrap(), dir))
 }
 
 #[test]
 fn record_O2_program_without_frame_pointers__every_stack_reaches_main_in_process() {
-    let Some(cuda) = cuda13() else { return };
-    let mock = mock_cupti(&cuda);
     for (tag, flags) in [
         ("O2", &["-O2"][..]),
         ("O2-nofp", &["-O2", "-fomit-frame-pointer"][..]),
     ] {
-        let (o, dir) = record_levels("levels", tag, flags, None, &mock, "deep");
+        let Some((o, dir)) = record_levels("levels", tag, flags, None, "deep") else {
+            return;
+        };
         let all = show(&o);
         assert_eq!(o.status.code(), Some(0), "{all}");
         let err = text(&o.stderr);
@@ -583,15 +574,15 @@ fn record_O2_program_without_frame_pointers__every_stack_reaches_main_in_process
 
 #[test]
 fn record_as_an_unprivileged_user__the_same_complete_stacks_as_root() {
-    let Some(cuda) = cuda13() else { return };
     if !is_root() {
         return;
     }
-    let mock = mock_cupti(&cuda);
     let flags = ["-O2", "-fomit-frame-pointer"];
-    let (root, root_dir) = record_levels("as-user", "O2-nofp", &flags, None, &mock, "deep");
+    let Some((root, root_dir)) = record_levels("as-user", "O2-nofp", &flags, None, "deep") else {
+        return;
+    };
     let (nobody, nobody_dir) =
-        record_levels("as-user", "O2-nofp", &flags, Some(NOBODY), &mock, "deep");
+        record_levels("as-user", "O2-nofp", &flags, Some(NOBODY), "deep").unwrap();
     let all = format!("{}\n{}", show(&root), show(&nobody));
     assert_eq!(nobody.status.code(), Some(0), "{all}");
     assert!(
@@ -682,9 +673,9 @@ fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame
 
 #[test]
 fn record_cuda_graph__replayed_kernels_charged_to_the_launch_then_the_node_origin() {
-    let Some(cuda) = cuda13() else { return };
-    let mock = mock_cupti(&cuda);
-    let (o, dir) = record_levels("graph", "O2", &["-O2"], None, &mock, "graph");
+    let Some((o, dir)) = record_levels("graph", "O2", &["-O2"], None, "graph") else {
+        return;
+    };
     let all = show(&o);
     assert_eq!(o.status.code(), Some(0), "{all}");
     let err = text(&o.stderr);
@@ -737,9 +728,9 @@ fn py_line(name: &str) -> usize {
 
 #[test]
 fn record_python_through_ctypes__python_frames_outermost_first_with_lines() {
-    let Some(cuda) = cuda13() else { return };
-    let mock = mock_cupti(&cuda);
-    let (bin, _) = inproc_programs("O2", &["-O2"]);
+    let Some((bin, _, cupti)) = inproc_programs("O2", &["-O2"]) else {
+        return;
+    };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
     let frame = |f: &str, call: &str| format!("py_launch.{f} (py_launch.py:{})", py_line(call));
     // 3.10's eval loop recurses in C, so native frames may come between.
@@ -762,7 +753,7 @@ fn record_python_through_ctypes__python_frames_outermost_first_with_lines() {
         let dir = work_dir(&format!("python-{}", name.replace(' ', "-")));
         let o = Record::bare(&dir)
             .flags(["-p", "cpu.txt", "-m", "m.folded"])
-            .cupti(&mock)
+            .cupti(&cupti)
             .program(&py, NO_ARGS)
             .arg(&script)
             .arg(bin.join("liblauncher.so"))
@@ -809,15 +800,15 @@ fn record_python_through_ctypes__python_frames_outermost_first_with_lines() {
 #[test]
 fn record_python_with_a_corrupted_frame_link__no_crash_that_stack_native_only_the_next_with_python_frames()
  {
-    let Some(cuda) = cuda13() else { return };
-    let mock = mock_cupti(&cuda);
-    let (bin, _) = inproc_programs("O2", &["-O2"]);
+    let Some((bin, _, cupti)) = inproc_programs("O2", &["-O2"]) else {
+        return;
+    };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/py_launch.py");
     for (name, py) in pythons() {
         let dir = work_dir(&format!("python-corrupt-{}", name.replace(' ', "-")));
         let o = Record::bare(&dir)
             .flags(["-p", "cpu.txt"])
-            .cupti(&mock)
+            .cupti(&cupti)
             .program(&py, NO_ARGS)
             .arg(&script)
             .arg(bin.join("liblauncher.so"))

@@ -9,7 +9,6 @@
  *   mock-bench   N launches, timed
  *   mock-stress  N ms of launches, context teardowns and device resets on threads
  *                (every HOST_TEARDOWN_US, default 500)
- *   mock-oom     launches while large allocations fail
  *   mock-altstack  launches from a signal handler running on an 8 KiB sigaltstack
  *   mock-graph-instantiate  N instantiations of a graph (HOST_GRAPH_NODES, default 50
  *                nodes), each destroyed after; prints ns_per_instantiation (wall),
@@ -139,28 +138,6 @@ static void stress(long ms) {
     stop_stress = 1;
     for (int i = 0; i < 5; i++) pthread_join(t[i], NULL);
     printf("stress launches %u\n", (unsigned)next_corr);
-}
-
-/* While set, malloc refuses blocks of 128 KiB and more, as it would when the
- * address space is full; smaller ones still come from memory already mapped.
- * The executable's malloc interposes on everyone's, the injection library's too. */
-static atomic_int refuse_large;
-extern void *__libc_malloc(size_t);
-void *malloc(size_t n) {
-    if (refuse_large && n >= (128 << 10)) return NULL;
-    return __libc_malloc(n);
-}
-
-static void out_of_memory(void) {
-    for (uint32_t c = 1; c <= 100; c++) launch(211, c, "_Z6beforev");
-    usleep(100 * 1000);
-    refuse_large = 1;
-    /* More buffers than the library allocates ahead of requests (4 MiB each,
-     * about 19 000 kernel records). */
-    for (uint32_t c = 101; c <= 200100; c++) launch(211, c, "_Z6squeezev");
-    usleep(100 * 1000);
-    refuse_large = 0;
-    printf("oom launches done\n");
 }
 
 /* ---- hostile threads: small stacks, signal stacks, cancellation, signals ---- */
@@ -376,10 +353,6 @@ int main(int argc, char **argv) {
         }
         if (strcmp(argv[2], "mock-stress") == 0) {
             stress(argc > 3 ? atol(argv[3]) : 3000);
-            return 3;
-        }
-        if (strcmp(argv[2], "mock-oom") == 0) {
-            out_of_memory();
             return 3;
         }
         if (strcmp(argv[2], "mock-altstack") == 0) return alt_stack();

@@ -42,6 +42,11 @@
  *   dlopen LIB    a launch, then LIB loaded (late_launch.c) and 3 launches
  *                 called back from its late_call
  *   cancel N      N threads launching in a loop, each cancelled (default 2000)
+ *   graph-instantiate N  a graph of HOST_GRAPH_NODES kernel nodes (default 50,
+ *                 added with cudaGraphAddKernelNode), instantiated N times, each
+ *                 instantiated graph destroyed after; prints "instantiated N" and
+ *                 the peak resident set ("maxrss_kb K"); address space capped at
+ *                 2 GiB
  * HOST_LATE_LAUNCHES=1 registers, before CUDA starts, an exit handler that makes 5
  * launches (_Z4latev): it runs after the injection library's.
  * HOST_INIT_TWICE=1 calls InitializeInjection again once CUDA is initialized, as
@@ -54,6 +59,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -418,6 +424,37 @@ static int out_of_memory(void) {
     return 3;
 }
 
+static int graph_instantiate(long n) {
+    /* Memory that grows with instantiations must fail here, not exhaust the machine. */
+    struct rlimit as = {2UL << 30, 2UL << 30};
+    if (setrlimit(RLIMIT_AS, &as) != 0)
+        return 95;
+    const char *e = getenv("HOST_GRAPH_NODES");
+    long nodes = e ? atol(e) : 50;
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    void *args[] = {NULL};
+    struct cudaKernelNodeParams p = {
+        .func = (void *)kernel_stub,
+        .gridDim = {1, 1, 1},
+        .blockDim = {32, 1, 1},
+        .kernelParams = args,
+    };
+    for (long i = 0; i < nodes; i++) {
+        cudaGraphNode_t node;
+        CHECK(cudaGraphAddKernelNode(&node, g, NULL, 0, &p));
+    }
+    for (long k = 0; k < n; k++) {
+        cudaGraphExec_t x;
+        CHECK(cudaGraphInstantiate(&x, g, 0));
+        CHECK(cudaGraphExecDestroy(x));
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("instantiated %ld\nmaxrss_kb %ld\n", n, ru.ru_maxrss);
+    return 3;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -481,6 +518,8 @@ int main(int argc, char **argv) {
         return signal_stack();
     if (strcmp(m, "dlopen") == 0)
         return dlopen_launch(argc > 3 ? argv[3] : NULL);
+    if (strcmp(m, "graph-instantiate") == 0)
+        return graph_instantiate(argc > 3 ? atol(argv[3]) : 200);
     if (strcmp(m, "cancel") == 0)
         return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
     if (strcmp(argv[2], "kill") == 0) {

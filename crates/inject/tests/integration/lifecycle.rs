@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use gpuperf_merge::model::{ActivityKind, DropSource, Record, StringTable};
 
-use crate::host::{field, plumbing, sim_scene};
+use crate::host::{field, sim_scene};
 use crate::support::{
-    Sim, inject_lib, mock, mock_lib, notes_beside_simulated, read_logs, read_traces, run_host_with,
-    run_mock, wheels,
+    Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host_with, wheels,
 };
 
 /// Kernel records by correlation id: (start, end).
@@ -162,33 +161,25 @@ fn gives_way(error: &str, said: &str) {
     );
 }
 
-/// A CUDA 12.8 driver: a libcupti 13 is skipped before it is loaded, and the
-/// libcupti 12 beside it records.
+/// A CUDA 12.8 driver (the simulation's `GPUSIM_DRIVER_VERSION`): of a CUDA
+/// install holding a libcupti 13 and a libcupti 12 (API 28), the 13 is skipped
+/// before it is loaded, and the 12 records.
 #[test]
-fn mock_libcupti_newer_than_the_driver_is_skipped() {
-    let Some(w) = wheels() else { return };
-    let new = mock_lib(
-        &w,
-        "driver/lib64/libcupti.so.13",
-        &["-Wl,-soname,libcupti.so.13"],
-    );
-    let old = mock_lib(
-        &w,
-        "driver/lib64/libcupti.so.12",
-        &["-DMOCK_VERSION=28", "-Wl,-soname,libcupti.so.12"],
-    );
-    let root = new.parent().unwrap().parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    plumbing(
-        dir.path(),
+fn sim_libcupti_newer_than_the_driver_is_skipped() {
+    let Some(sim) = Sim::find() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let home = sim.cuda_home(root.path(), &["libcupti.so.13", "libcupti.so.12"]);
+    let (_, dir) = sim_scene(
+        &sim.unpinned(),
         &[
-            ("CUDA_HOME", root),
-            ("MOCK_CUPTI_CONTROL", &old),
-            ("MOCK_DRIVER_VERSION", Path::new("12080")),
-            ("GPUPERF_GPU_TRACE", dir.path()),
+            ("CUDA_HOME", &home),
+            ("GPUSIM_DRIVER_VERSION", Path::new("12080")),
+            ("GPUSIM_CUPTI_VERSION", Path::new("28@libcupti.so.12")),
         ],
     );
     let log = read_logs(dir.path());
+    let new = home.join("lib64/libcupti.so.13");
+    let old = home.join("lib64/libcupti.so.12");
     assert!(
         log.contains(&format!(
             "`{}` rejected: CUDA 13 is newer than the driver (CUDA 12.8)",
@@ -197,6 +188,10 @@ fn mock_libcupti_newer_than_the_driver_is_skipped() {
         "{log}"
     );
     assert!(log.contains("driver: CUDA 12.8"), "{log}");
+    assert!(
+        log.contains(&format!("CUPTI API version 28 from `{}`", old.display())),
+        "{log}"
+    );
 }
 
 /// torch.profiler (Kineto) started later in the same process: its subscribe
@@ -419,32 +414,22 @@ fn sim_buffer_after_the_final_flush_is_counted_not_written() {
 }
 
 /// Large allocations fail while the program launches (as when the address space
-/// is full): the 4 MiB buffers cannot be allocated, and CUPTI (here a MOCK of API 26, which
-/// crashes on a null buffer as CUPTI before API 27 could) gets reserve buffers
-/// instead, or the discard buffer, whose loss is counted.
-#[test]
-fn mock_buffers_from_the_reserve_when_memory_runs_out() {
-    let Some(w) = wheels() else { return };
-    let m = mock_lib(&w, "api26/libcupti_mock.so", &["-DMOCK_VERSION=26"]);
-    let (out, dir) = run_mock(&m, "mock-oom", &[]);
-    let stdout = stdout_of(&out);
-    reserve_used(&stdout, dir.path(), Some(1));
-}
-
-/// The same on the simulated CUPTI of API 26 (`GPUSIM_CUPTI_VERSION=26`: a null
-/// buffer aborts it), where each runtime launch also makes a nested driver call.
+/// is full): the 4 MiB buffers cannot be allocated, and CUPTI gets reserve
+/// buffers instead, or the discard buffer, whose loss is counted. Here the
+/// simulated CUPTI of API 26 (`GPUSIM_CUPTI_VERSION=26`: a null buffer aborts
+/// it, as CUPTI before API 27 could), where each runtime launch also makes a
+/// nested driver call.
 #[test]
 fn sim_buffers_from_the_reserve_when_memory_runs_out() {
     let Some(sim) = Sim::find() else { return };
     let (out, dir) = sim.run("oom", &[("GPUSIM_CUPTI_VERSION", Path::new("26"))]);
     let stdout = stdout_of(&out);
-    reserve_used(&stdout, dir.path(), None);
+    reserve_used(&stdout, dir.path());
 }
 
-/// The reserve was used, and the 100 kernels before the squeeze are kept: the
-/// mock's have the correlation ids from `first` on; the simulation's are
-/// counted by name.
-fn reserve_used(stdout: &str, dir: &Path, first: Option<u32>) {
+/// The reserve was used, and the 100 kernels before the squeeze are kept
+/// (counted by name).
+fn reserve_used(stdout: &str, dir: &Path) {
     assert!(stdout.contains("oom launches done"), "{stdout}");
     let log = read_logs(dir);
     let reserve: u64 = log
@@ -455,21 +440,14 @@ fn reserve_used(stdout: &str, dir: &Path, first: Option<u32>) {
         .unwrap_or_else(|| panic!("{log}"));
     assert!(reserve > 0, "{log}");
     let (records, strings, _) = read_traces(dir);
-    let Some(first) = first else {
-        let before = records
-            .iter()
-            .filter(|r| {
-                matches!(r, Record::Activity(a) if matches!(a.kind,
-                    ActivityKind::Kernel { name, .. } if strings.get(name) == "_Z6kernelPfi"))
-            })
-            .count();
-        assert_eq!(before, 100);
-        return;
-    };
-    let k = kernels(&records);
-    for c in first..first + 100 {
-        assert!(k.contains_key(&c), "kernel {c} missing");
-    }
+    let before = records
+        .iter()
+        .filter(|r| {
+            matches!(r, Record::Activity(a) if matches!(a.kind,
+                ActivityKind::Kernel { name, .. } if strings.get(name) == "_Z6kernelPfi"))
+        })
+        .count();
+    assert_eq!(before, 100);
 }
 
 /// While a capture window is closed CUPTI makes no activity records: the

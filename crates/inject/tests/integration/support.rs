@@ -50,19 +50,6 @@ pub fn mock(w: &Wheels) -> PathBuf {
     mock_lib(w, "libcupti_mock.so", &[])
 }
 
-/// Runs the host's `mode` with the injection library on the MOCK libcupti
-/// `mock`, recording into a fresh directory, with `extra` variables set too.
-/// Returns the host's output and the directory.
-pub fn run_mock(mock: &Path, mode: &str, extra: &[(&str, &Path)]) -> (Output, TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut env = vec![
-        ("GPUPERF_CUPTI_PATH", mock),
-        ("GPUPERF_GPU_TRACE", dir.path()),
-    ];
-    env.extend_from_slice(extra);
-    (run_host(Some(&inject_lib()), mode, &env), dir)
-}
-
 /// The simulated CUDA runtime (`sim/build.sh`, built once) and its host
 /// program, or `None` (the test then skips) unless CI requires the wheels.
 #[derive(Clone)]
