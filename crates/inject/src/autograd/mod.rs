@@ -49,7 +49,7 @@ pub use gpuperf_merge::model::AUTOGRAD_OFF_NOTE;
 use gpuperf_merge::model::{AutogradTag, Record};
 
 /// The variable that turns the feature off or names a layout.
-pub const VAR: &str = "GPUPERF_AUTOGRAD";
+pub const VAR: &str = gpuperf_merge::recording::env::AUTOGRAD;
 
 const SEARCHING: u8 = 0;
 const ON: u8 = 1;

@@ -26,6 +26,10 @@ pub const STACKS: &str = "GPUPERF_STACKS";
 pub const SYNC: &str = "GPUPERF_SYNC";
 /// A [`flag`]: close the trace on SIGINT and SIGTERM before the program dies of them.
 pub const FLUSH_ON_SIGNAL: &str = "GPUPERF_FLUSH_ON_SIGNAL";
+/// PyTorch autograd's ids at each launch, with stacks: `1` (the default) reads
+/// them, `0` does not, `SEQ,TID` gives the byte offsets of `Node::sequence_nr_`
+/// and `Node::thread_id_` for a torch whose layout the library does not know.
+pub const AUTOGRAD: &str = "GPUPERF_AUTOGRAD";
 
 /// GPU PC sampling (CUPTI's PC Sampling API, kernel-serialized): unset, `0` or
 /// `off`: off; `1` or `on`: on at CUPTI's default period; a number from 5 to
