@@ -18,7 +18,7 @@ use crate::write::{folded, idle, svg};
 pub struct Run {
     /// The stacks and their weights.
     pub lines: Vec<(String, u64)>,
-    /// "µs", or "ns" when merge wrote ns (all its GPU work lasted under 1 µs),
+    /// "µs", or "ns" when merge wrote ns (all its GPU work lasted under half a µs),
     /// or "samples" for GPU PC samples ([`crate::write::pc::UNIT`]).
     pub unit: &'static str,
 }
