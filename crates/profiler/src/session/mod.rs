@@ -169,7 +169,7 @@ pub struct Summary {
     /// (the mmap syscall tracepoints need it).
     pub tracefs_mounted: Option<PathBuf>,
     /// Launch lines whose stack stops before a root frame (`_start`, `clone`,
-    /// a thread start); they start with [`TRUNCATED_FRAME`].
+    /// a thread start); they start with [`TRUNCATED_FRAME`](gpuperf_merge::read::cpu::TRUNCATED_FRAME).
     pub truncated_stacks: u64,
     /// Stack copies sent for unwinding (one per new call site, ideally).
     pub stack_copies: u64,
