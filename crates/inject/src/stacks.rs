@@ -171,6 +171,30 @@ struct Table {
     written_modules: Vec<bool>,
 }
 
+/// Stack a thread's first capture needs on the caller's stack to build the
+/// thread's state (with room for unoptimized builds).
+const STATE_STACK_NEED: usize = 32 << 10;
+
+/// Whether the calling thread runs on its alternate signal stack with less
+/// than [`STATE_STACK_NEED`] of it left. Asked only when the thread's state is
+/// to be built: one `sigaltstack` call.
+fn short_altstack() -> bool {
+    let mut ss = std::mem::MaybeUninit::<libc::stack_t>::zeroed();
+    // SAFETY: a null new stack only reads the current one into `ss`, a valid
+    // out-pointer.
+    if unsafe { libc::sigaltstack(std::ptr::null(), ss.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: zeroed, then filled by the successful call.
+    let ss = unsafe { ss.assume_init() };
+    if ss.ss_flags & libc::SS_ONSTACK == 0 {
+        return false;
+    }
+    // A local's address stands for the stack pointer; the stack grows down.
+    let here = std::ptr::addr_of!(ss) as usize;
+    here.saturating_sub(ss.ss_sp as usize) < STATE_STACK_NEED
+}
+
 /// Per-thread scratch: the frame buffer, the stack being hashed, and the
 /// thread's last stack with its id.
 struct ThreadStacks {
@@ -363,12 +387,31 @@ impl Stacks {
             scratch: Scratch::new(),
             trail: Trail::new(MAX_FRAMES),
         };
+        // Building the thread's state takes more stack than a capture, which
+        // runs on the unwinder's own stack: on a small alternate signal stack
+        // it could overflow it. Such a capture is skipped, and counted as one.
+        let no_room = || {
+            self.captures.fetch_add(1, Relaxed);
+            self.no_stack.fetch_add(1, Relaxed);
+            0
+        };
         THREAD
-            .try_with(|t| self.capture_into(t.borrow_mut().get_or_insert_with(fresh)))
+            .try_with(|t| {
+                let mut t = t.borrow_mut();
+                if t.is_none() && short_altstack() {
+                    return no_room();
+                }
+                self.capture_into(t.get_or_insert_with(fresh))
+            })
             // The thread's state is destroyed (a call from a destructor at
             // thread exit, or from an atexit handler after `exit` began):
             // buffers for this capture only.
-            .unwrap_or_else(|_| self.capture_into(&mut fresh()))
+            .unwrap_or_else(|_| {
+                if short_altstack() {
+                    return no_room();
+                }
+                self.capture_into(&mut fresh())
+            })
     }
 
     /// Captures and identifies the stack; everything after reading the

@@ -114,8 +114,6 @@ fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
 /// The same on the simulated runtime, whose launch path above the CUPTI
 /// callback is deeper than the mock's, as a real libcudart's is.
 #[test]
-#[ignore = "fails: SIGSEGV on the 8 KiB sigaltstack; the thread's first capture builds its \
-            stack state (ThreadStacks, unwind Trail) before any check of the stack left"]
 fn sim_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
     let Some((_, dir)) = both_sim("altstack", &[], Duration::from_secs(60)) else {
         return;
