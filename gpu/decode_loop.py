@@ -7,7 +7,11 @@ GPU, sets the pace. After a warm-up it prints one line:
 
     decode: tokens N seconds S tokens_per_s T cpu_s C
 
-usage: python3 decode_loop.py [TOKENS=200] [CONTEXT=32]
+With --kineto the timed tokens run under torch.profiler recording CUDA
+activity only (Kineto's CUPTI client, no CPU ops): what PyTorch's own
+profiler costs the same loop, beside gpuperf's figures.
+
+usage: python3 decode_loop.py [--kineto] [TOKENS=200] [CONTEXT=32]
 """
 import os
 import sys
@@ -30,17 +34,27 @@ def decode(model, ctx, tokens):
 
 
 def main():
-    tokens = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    context = int(sys.argv[2]) if len(sys.argv) > 2 else 32
+    args = sys.argv[1:]
+    kineto = "--kineto" in args
+    args = [a for a in args if a != "--kineto"]
+    tokens = int(args[0]) if len(args) > 0 else 200
+    context = int(args[1]) if len(args) > 1 else 32
     if not torch.cuda.is_available():
         raise SystemExit("decode_loop.py: no usable CUDA device")
     torch.manual_seed(0)
     model = GPT(GPTConfig()).to("cuda").eval()
     ctx = torch.randint(0, GPTConfig().vocab_size, (1, context), device="cuda")
     decode(model, ctx, 5)  # warm-up: kernel selection, the caching allocator
+    prof = None
+    if kineto:
+        from torch.profiler import ProfilerActivity, profile
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        prof.__enter__()
     c, t = time.process_time(), time.perf_counter()
     decode(model, ctx, tokens)
     dt, cpu = time.perf_counter() - t, time.process_time() - c
+    if prof is not None:
+        prof.__exit__(None, None, None)
     print(f"decode: tokens {tokens} seconds {dt:.4f} tokens_per_s {tokens / dt:.2f} cpu_s {cpu:.4f}", flush=True)
 
 

@@ -1,6 +1,7 @@
 /* Simulated CUPTI (no GPU): the PC Sampling API of cupti_pcsampling.h, with samples made up from the simulation; no instruction ever runs or is sampled.
  *
- * What it does, by cupti_pcsampling.h: per-context enable and disable, the
+ * What it does, by cupti_pcsampling.h: per-context enable and disable (the
+ * stall-reason table is refused before enable, as libcupti 13.0 does), the
  * configuration attributes (sampling period 5..31, stall-reason selection,
  * scratch and hardware buffer sizes, collection mode, start/stop control,
  * output format, the data buffer that cuptiPCSamplingDisable fills, the worker
@@ -18,6 +19,10 @@
  * samples, busy sub-partitions = min(warps of the launch, 4 x SMs), spread over
  * the kernel's PC table (GPUSIM_PC_SAMPLES) in proportion to the weights, by
  * largest remainder. A kernel's "module" is a small text image, not a cubin.
+ *
+ * In KERNEL_SERIALIZED mode each kernel's end writes the records into the
+ * buffer given at configuration (SAMPLING_DATA_BUFFER), replacing what it held,
+ * as libcupti 13.0 did on an H200; without that buffer they wait for GetData.
  *
  * What it does not do: serialize kernels in KERNEL_SERIALIZED mode (the
  * simulated timing is unchanged), sample non-user kernels, real cubins (a
@@ -349,6 +354,13 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetNumStallReasons(CUpti_PCSam
     if (!PARAMS_OK(p, CUpti_PCSamplingGetNumStallReasonsParams) || !p->numStallReasons ||
         gpusim_context_info(p->ctx, NULL, NULL))
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    /* As libcupti 13.0 answered on an H200: the table of a context where
+       sampling is not enabled is refused. */
+    pthread_mutex_lock(&g_pcs_mu);
+    int enabled = find(p->ctx) != NULL;
+    pthread_mutex_unlock(&g_pcs_mu);
+    if (!enabled)
+        return fail(CUPTI_ERROR_INVALID_OPERATION);
     *p->numStallReasons = NREASONS;
     return CUPTI_SUCCESS;
 }
@@ -357,6 +369,11 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetStallReasons(CUpti_PCSampli
     if (!PARAMS_OK(p, CUpti_PCSamplingGetStallReasonsParams) || !p->stallReasonIndex || !p->stallReasons ||
         gpusim_context_info(p->ctx, NULL, NULL))
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
+    pthread_mutex_lock(&g_pcs_mu);
+    int enabled = find(p->ctx) != NULL;
+    pthread_mutex_unlock(&g_pcs_mu);
+    if (!enabled)
+        return fail(CUPTI_ERROR_INVALID_OPERATION);
     for (size_t i = 0; i < p->numStallReasons && i < NREASONS; i++) {
         p->stallReasonIndex[i] = REASONS[i].index;
         /* Each name buffer holds CUPTI_STALL_REASON_STRING_SIZE bytes. */
@@ -777,5 +794,12 @@ void pcs_kernel(const struct gpusim_op *op) {
         if (reasons_in(s, &s->recs[i]))
             s->recs[kept++] = s->recs[i];
     s->nrecs = kept;
+    /* Kernel-serialized: the kernel's end ends a range, and CUPTI writes the
+       records into the buffer given at configuration, replacing what it held;
+       what does not fit stays for cuptiPCSamplingGetData. As libcupti 13.0
+       did on an H200, where a client that cleared that buffer and read only
+       with cuptiPCSamplingGetData got no record at all. */
+    if (s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED && s->disable_buffer)
+        (void)copy_out(s, s->disable_buffer);
     pthread_mutex_unlock(&g_pcs_mu);
 }

@@ -2,9 +2,14 @@
  *
  * usage: pc_sampling SCENARIO   (the Rust test sets GPUSIM_PC_SAMPLES and
  *                                GPUSIM_PC_SAMPLING_PRIVILEGE)
- *   reasons      the stall-reason table and the default configuration
+ *   reasons      the stall-reason table (refused before enable) and the default
+ *                configuration
  *   serialized   kernel-serialized mode: each launch's PCs with its correlation id,
  *                stall reasons, and the source lines of the modules loaded
+ *   serialized-buffer  kernel-serialized with the data buffer configured: each
+ *                kernel's end replaces its content; GetData afterwards has none
+ *   serialized-drain   the same, drained at each launch's return: every
+ *                launch's records
  *   continuous   continuous mode: one record per PC, correlation id 0
  *   buffers      GetData in pieces (remainingNumPcs), a hardware buffer too small
  *   ranges       start/stop control and range ids
@@ -59,11 +64,23 @@ static struct {
 } g_modules[MAX_MODULES];
 static int g_nmodules;
 
+/* The buffer given at configuration, and whether each launch's return drains
+   it (serialized-drain). */
+static CUpti_PCSamplingData *g_config;
+static int g_drain;
+/* Prints the records and frees their function names. */
+static void print_records(const CUpti_PCSamplingData *d);
+
 static void CUPTIAPI on_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId id, const void *data) {
     if (d == CUPTI_CB_DOMAIN_RUNTIME_API) {
         const CUpti_CallbackData *c = data;
         if (c->callbackSite == CUPTI_API_ENTER && g_nlaunches < MAX_LAUNCHES)
             g_launch_corr[g_nlaunches++] = c->correlationId;
+        if (c->callbackSite == CUPTI_API_EXIT && g_drain && g_config) {
+            printf("drained at launch %d's return: pcs %zu\n", g_nlaunches - 1, g_config->totalNumPcs);
+            print_records(g_config);
+            g_config->totalNumPcs = 0;
+        }
     } else if (d == CUPTI_CB_DOMAIN_RESOURCE && id == CUPTI_CBID_RESOURCE_MODULE_LOADED) {
         const CUpti_ModuleResourceData *m = ((const CUpti_ResourceData *)data)->resourceDescriptor;
         if (g_nmodules < MAX_MODULES) {
@@ -91,19 +108,25 @@ static void subscribe(void) {
     CHECK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED));
     CHECK(cudaFree(0));
     CHECK(cuCtxGetCurrent(&g_ctx));
+}
+
+/* The stall-reason table: CUPTI gives it once sampling is enabled in the context. */
+static CUptiResult read_reasons(void) {
     CUpti_PCSamplingGetNumStallReasonsParams n = {
         .size = CUpti_PCSamplingGetNumStallReasonsParamsSize, .ctx = g_ctx, .numStallReasons = &g_nreasons};
-    CHECK(cuptiPCSamplingGetNumStallReasons(&n));
+    CUptiResult r = cuptiPCSamplingGetNumStallReasons(&n);
+    if (r != CUPTI_SUCCESS)
+        return r;
     g_index = calloc(g_nreasons, sizeof *g_index);
     g_names = calloc(g_nreasons, sizeof *g_names);
     for (size_t i = 0; i < g_nreasons; i++)
         g_names[i] = calloc(1, CUPTI_STALL_REASON_STRING_SIZE);
-    CUpti_PCSamplingGetStallReasonsParams r = {.size = CUpti_PCSamplingGetStallReasonsParamsSize,
-                                               .ctx = g_ctx,
-                                               .numStallReasons = g_nreasons,
-                                               .stallReasonIndex = g_index,
-                                               .stallReasons = g_names};
-    CHECK(cuptiPCSamplingGetStallReasons(&r));
+    CUpti_PCSamplingGetStallReasonsParams rp = {.size = CUpti_PCSamplingGetStallReasonsParamsSize,
+                                                .ctx = g_ctx,
+                                                .numStallReasons = g_nreasons,
+                                                .stallReasonIndex = g_index,
+                                                .stallReasons = g_names};
+    return cuptiPCSamplingGetStallReasons(&rp);
 }
 
 static const char *reason_name(uint32_t index) {
@@ -130,7 +153,10 @@ static CUptiResult configure(CUpti_PCSamplingConfigurationInfo *attrs, size_t n)
 
 static CUptiResult enable(void) {
     CUpti_PCSamplingEnableParams p = {.size = CUpti_PCSamplingEnableParamsSize, .ctx = g_ctx};
-    return cuptiPCSamplingEnable(&p);
+    CUptiResult r = cuptiPCSamplingEnable(&p);
+    if (r == CUPTI_SUCCESS && !g_index)
+        CHECK(read_reasons());
+    return r;
 }
 
 static void set_mode(int mode, uint32_t period) {
@@ -204,6 +230,8 @@ static void workload(void) {
 /* ------------------------------------------------------------------ scenarios */
 
 static void reasons(void) {
+    printf("before enable: %d\n", read_reasons());
+    CHECK(enable());
     printf("stall reasons %zu\n", g_nreasons);
     for (size_t i = 0; i < g_nreasons; i++)
         if (strstr(g_names[i], "long_scoreboard") || strstr(g_names[i], "selected"))
@@ -236,6 +264,28 @@ static void sampled(int mode) {
     CUpti_PCSamplingDisableParams dp = {.size = CUpti_PCSamplingDisableParamsSize, .ctx = g_ctx};
     CHECK(cuptiPCSamplingDisable(&dp));
     printf("after disable: %d\n", get_data(d));
+}
+
+/* Kernel-serialized with the data buffer configured: each kernel's end writes
+   its records there, replacing what it held. Without draining it at each
+   launch's return only the last kernel's are left; GetData has none. */
+static void serialized_buffer(int drain) {
+    CHECK(enable());
+    set_mode(CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED, 5);
+    g_config = new_data(64);
+    CUpti_PCSamplingConfigurationInfo a;
+    memset(&a, 0, sizeof a);
+    a.attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_DATA_BUFFER;
+    a.attributeData.samplingDataBufferData.samplingDataBuffer = g_config;
+    CHECK(configure(&a, 1));
+    g_drain = drain;
+    workload();
+    g_drain = 0;
+    CUpti_PCSamplingData *d = new_data(64);
+    CHECK(get_data(d));
+    printf("get data after the workload: pcs %zu\n", d->totalNumPcs);
+    printf("configured buffer after the workload: pcs %zu\n", g_config->totalNumPcs);
+    print_records(g_config);
 }
 
 static void buffers(void) {
@@ -371,6 +421,10 @@ int main(int argc, char **argv) {
         sampled(CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED);
     else if (!strcmp(s, "continuous"))
         sampled(CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS);
+    else if (!strcmp(s, "serialized-buffer"))
+        serialized_buffer(0);
+    else if (!strcmp(s, "serialized-drain"))
+        serialized_buffer(1);
     else if (!strcmp(s, "buffers"))
         buffers();
     else if (!strcmp(s, "ranges"))

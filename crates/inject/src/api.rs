@@ -107,6 +107,13 @@ fn is_hot_query(stem: &str) -> bool {
             | "cudaFuncGetAttributes"
             | "cudaGetFuncBySymbol"
             | "cudaDeviceCanAccessPeer"
+            // Text for an error code: no driver call (PyTorch's cuDNN path
+            // asks for it around each attention call).
+            | "cudaGetErrorString"
+            | "cudaGetErrorName"
+            // nvcc's `<<<>>>` stubs around every launch of a kernel.
+            | "cudaPushCallConfiguration"
+            | "cudaPopCallConfiguration"
     )
 }
 
@@ -290,6 +297,9 @@ mod tests {
             "cudaGetDevice_v3020",
             "cudaEventRecord_ptsz_v3020",
             "cuCtxGetCurrent",
+            "__cudaPushCallConfiguration_v13000",
+            "__cudaPopCallConfiguration_v13000",
+            "cudaGetErrorString_v3020",
             "",
         ] {
             assert_eq!(classify(n), Class::Ignored, "{n}");

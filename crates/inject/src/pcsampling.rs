@@ -3,15 +3,26 @@
 //! warps were at, and why they stalled.
 //!
 //! ```text
-//! CONTEXT_CREATED   → stall-reason table, Enable, configure (mode, period,
+//! CONTEXT_CREATED   → Enable, stall-reason table, configure (mode, period,
 //!                     data buffer; start/stop control when windowed)
-//! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines
+//! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines;
+//!                     the configured buffer drained
 //! launch (API enter) → counted; at a window's edge, Start or Stop in its context
-//! flush (periodic,  → GetData until nothing remains: one Sample per PC and
-//!   final)            stall reason, with the launch's correlation id
+//! launch (API exit) → kernel-serialized: the configured buffer drained, then
+//!                     GetData until nothing remains
+//! flush (periodic,  → continuous: GetData until nothing remains: one Sample
+//!   final)            per PC and stall reason
 //! CONTEXT_DESTROY   → GetData, Disable (the context is still alive)
 //! exit              → GetData, Disable for every context left
 //! ```
+//!
+//! Two buffers per context: CUPTI writes the one given at configuration by
+//! itself when a range ends (in kernel-serialized mode, every kernel: seen on
+//! an H200 with libcupti 13.0, where records left there were overwritten or
+//! cleared) and at Disable; `cuptiPCSamplingGetData` fills the other. The
+//! configured one is read only where CUPTI is known to be done writing it: on
+//! the launching thread once the launch returns, in the module callback, and
+//! after Disable.
 //!
 //! Windows ([`PcWindow`], `GPUPERF_PC_SAMPLING_WINDOW`): with start/stop
 //! control, CUPTI samples (and, kernel-serialized, serializes) only between
@@ -227,7 +238,10 @@ struct Context {
     ctx: usize,
     id: u32,
     reasons: HashMap<u32, String>,
-    buffer: Buffer,
+    /// Given to CUPTI at configuration; CUPTI writes it at a range's end.
+    config: Buffer,
+    /// Filled by `cuptiPCSamplingGetData`.
+    read: Buffer,
     /// Between `cuptiPCSamplingStart` and `cuptiPCSamplingStop` (windowed).
     started: bool,
 }
@@ -246,6 +260,13 @@ struct Inner {
     pending: Vec<Sample>,
     notes: Vec<String>,
     refused: bool,
+    /// Start or Stop calls CUPTI refused, and the first one's call and status.
+    window_errors: u64,
+    first_window_error: Option<(&'static str, Status)>,
+    /// GetData calls that failed for another reason than a full hardware
+    /// buffer, and the first one's status.
+    read_errors: u64,
+    first_read_error: Option<Status>,
     dropped: u64,
     buffer_full: u64,
 }
@@ -326,6 +347,47 @@ impl Sampler {
                 Err((call, st))
             }
         };
+        // Enable comes first: CUPTI answers the stall-reason queries of a
+        // context only once sampling is enabled in it (INVALID_OPERATION
+        // before, as NVIDIA's PC sampling samples order them).
+        let mut p = CUpti_PCSamplingEnableParams {
+            size: size_of::<CUpti_PCSamplingEnableParams>(),
+            pPriv: ptr::null_mut(),
+            ctx: ctx.cast(),
+        };
+        // SAFETY: a valid params struct; the caller vouches for the context.
+        check("cuptiPCSamplingEnable", unsafe { (self.f.enable)(&mut p) })?;
+        // SAFETY: as this function's contract.
+        let configured = unsafe { self.configure(ctx, id) };
+        if configured.is_err() {
+            let mut p = CUpti_PCSamplingDisableParams {
+                size: size_of::<CUpti_PCSamplingDisableParams>(),
+                pPriv: ptr::null_mut(),
+                ctx: ctx.cast(),
+            };
+            // SAFETY: sampling was enabled in this live context just above.
+            unsafe { (self.f.disable)(&mut p) };
+        }
+        configured
+    }
+
+    /// Reads the stall-reason table and configures sampling in `ctx`, where
+    /// it is enabled.
+    ///
+    /// # Safety
+    /// As [`Sampler::context_created`].
+    unsafe fn configure(
+        &self,
+        ctx: *mut c_void,
+        id: u32,
+    ) -> Result<Context, (&'static str, Status)> {
+        let check = |call, st| {
+            if st == sys::SUCCESS {
+                Ok(())
+            } else {
+                Err((call, st))
+            }
+        };
         let mut n = 0usize;
         let mut p = CUpti_PCSamplingGetNumStallReasonsParams {
             size: size_of::<CUpti_PCSamplingGetNumStallReasonsParams>(),
@@ -363,18 +425,12 @@ impl Sampler {
                 (i, text.to_string_lossy().into_owned())
             })
             .collect();
-        let mut p = CUpti_PCSamplingEnableParams {
-            size: size_of::<CUpti_PCSamplingEnableParams>(),
-            pPriv: ptr::null_mut(),
-            ctx: ctx.cast(),
-        };
-        // SAFETY: a valid params struct; the caller vouches for the context.
-        check("cuptiPCSamplingEnable", unsafe { (self.f.enable)(&mut p) })?;
         let mut c = Context {
             ctx: ctx as usize,
             id,
             reasons,
-            buffer: Buffer::new(n),
+            config: Buffer::new(n),
+            read: Buffer::new(n),
             started: false,
         };
         let attr = |t, v: u64| PcSamplingConfigurationInfo {
@@ -393,7 +449,7 @@ impl Sampler {
             attr(ATTR_OUTPUT_FORMAT, PARSED),
             attr(
                 ATTR_DATA_BUFFER,
-                ptr::from_mut::<CUpti_PCSamplingData>(&mut c.buffer.data) as u64,
+                ptr::from_mut::<CUpti_PCSamplingData>(&mut c.config.data) as u64,
             ),
         ];
         if let Some(period) = self.settings.period {
@@ -409,19 +465,16 @@ impl Sampler {
         // SAFETY: `attrs` outlives the call; the data buffer lives in `c`,
         // which is kept until Disable.
         let st = unsafe { (self.f.set_configuration_attribute)(&mut p) };
-        if st != sys::SUCCESS {
-            // SAFETY: sampling was enabled in this context just above.
-            unsafe { self.disable(&mut c) };
-            return Err(("cuptiPCSamplingSetConfigurationAttribute", st));
-        }
+        check("cuptiPCSamplingSetConfigurationAttribute", st)?;
         Ok(c)
     }
 
-    /// `MODULE_LOADED`: keeps the cubin, by CRC, for source lines.
+    /// `MODULE_LOADED` in context `ctx`: keeps the cubin, by CRC, for source
+    /// lines, and drains the context's configured buffer.
     ///
     /// # Safety
     /// `m` must be the callback's valid `CUpti_ModuleResourceData`.
-    pub unsafe fn module_loaded(&self, m: *const CUpti_ModuleResourceData) {
+    pub unsafe fn module_loaded(&self, ctx: *mut c_void, m: *const CUpti_ModuleResourceData) {
         // SAFETY: as this function's contract.
         let m = unsafe { m.read_unaligned() };
         if m.pCubin.is_null() || m.cubinSize == 0 {
@@ -438,6 +491,16 @@ impl Sampler {
         // SAFETY: a valid params struct naming the image.
         if unsafe { (self.f.get_cubin_crc)(&mut p) } == sys::SUCCESS {
             lock(&self.inner).modules.insert(p.cubinCrc, image.to_vec());
+        }
+        // A module load ends a range: CUPTI may have written the configured
+        // buffer, which the next range's records would replace.
+        let mut contexts = lock(&self.contexts);
+        if let Some(c) = contexts.iter_mut().find(|c| c.ctx == ctx as usize) {
+            let got = self.drain_config(c);
+            drop(contexts);
+            if !got.is_empty() {
+                lock(&self.inner).pending.extend(got);
+            }
         }
     }
 
@@ -495,6 +558,16 @@ impl Sampler {
             };
             if st == sys::SUCCESS {
                 c.started = want;
+            } else {
+                // The window's launches go unsampled: said once, with the status.
+                let call = if want {
+                    "cuptiPCSamplingStart"
+                } else {
+                    "cuptiPCSamplingStop"
+                };
+                let mut inner = lock(&self.inner);
+                inner.window_errors += 1;
+                inner.first_window_error.get_or_insert((call, st));
             }
         }
         if want && (c.started || self.settings.window.is_all()) {
@@ -556,6 +629,20 @@ impl Sampler {
             };
             notes.push(counts.note(&self.settings.window.to_string()));
         }
+        if closing && let Some((call, st)) = inner.first_window_error {
+            notes.push(format!(
+                "PC sampling: {} window starts or stops failed (first: {call}, CUPTI status {st}); \
+                 the launches of those windows were not sampled",
+                inner.window_errors
+            ));
+        }
+        if closing && let Some(st) = inner.first_read_error {
+            notes.push(format!(
+                "PC sampling: {} reads of CUPTI's samples failed (first: cuptiPCSamplingGetData, \
+                 CUPTI status {st}); the samples they held are missing",
+                inner.read_errors
+            ));
+        }
         if closing && (inner.dropped > 0 || inner.buffer_full > 0) {
             notes.push(format!(
                 "PC sampling: {} samples dropped by CUPTI, its hardware buffer full {} times",
@@ -565,13 +652,13 @@ impl Sampler {
         notes
     }
 
-    /// Disables sampling in `c`, returning the records Disable copies into
-    /// the configured buffer (what GetData had not returned yet).
+    /// Disables sampling in `c`, returning what the configured buffer held
+    /// and the records Disable copies into it (what GetData had not returned).
     ///
     /// # Safety
     /// `c.ctx` must be live and enabled.
     unsafe fn disable(&self, c: &mut Context) -> Vec<Sample> {
-        c.buffer.data.totalNumPcs = 0;
+        let mut out = self.drain_config(c);
         let mut p = CUpti_PCSamplingDisableParams {
             size: size_of::<CUpti_PCSamplingDisableParams>(),
             pPriv: ptr::null_mut(),
@@ -579,9 +666,41 @@ impl Sampler {
         };
         // SAFETY: a valid params struct; the caller vouches for the context.
         if unsafe { (self.f.disable)(&mut p) } == sys::SUCCESS {
-            self.parse(c)
-        } else {
-            Vec::new()
+            out.append(&mut self.drain_config(c));
+        }
+        out
+    }
+
+    /// The records CUPTI wrote into `c`'s configured buffer, which is then
+    /// marked empty for CUPTI to fill again.
+    fn drain_config(&self, c: &mut Context) -> Vec<Sample> {
+        let out = self.parse(c.id, &c.reasons, &mut c.config);
+        c.config.data.totalNumPcs = 0;
+        c.config.data.remainingNumPcs = 0;
+        out
+    }
+
+    /// A launch's API-exit callback (the outermost call only). In
+    /// kernel-serialized mode the kernel's range has ended: its records are
+    /// in the configured buffer and with GetData, and are taken now, before
+    /// the next kernel's replace them.
+    ///
+    /// # Safety
+    /// `ctx` must be the launching call's live `CUcontext` (or null).
+    pub unsafe fn launch_exit(&self, ctx: *mut c_void) {
+        if self.settings.mode == PcMode::Continuous {
+            return;
+        }
+        let mut contexts = lock(&self.contexts);
+        let Some(c) = contexts.iter_mut().find(|c| c.ctx == ctx as usize) else {
+            return;
+        };
+        let mut got = self.drain_config(c);
+        // SAFETY: the launching call's context is live during its callback.
+        got.append(&mut unsafe { self.read(c) });
+        drop(contexts);
+        if !got.is_empty() {
+            lock(&self.inner).pending.extend(got);
         }
     }
 
@@ -592,7 +711,7 @@ impl Sampler {
     unsafe fn read(&self, c: &mut Context) -> Vec<Sample> {
         let mut out = Vec::new();
         for _ in 0..MAX_CALLS {
-            let d = &mut c.buffer.data;
+            let d = &mut c.read.data;
             d.totalNumPcs = 0;
             d.remainingNumPcs = 0;
             d.droppedSamples = 0;
@@ -611,47 +730,52 @@ impl Sampler {
                 let mut inner = lock(&self.inner);
                 inner.dropped += dropped;
                 inner.buffer_full += u64::from(full != 0);
+                // A full hardware buffer is counted above, with its drops.
+                if st != sys::SUCCESS && full == 0 {
+                    inner.read_errors += 1;
+                    inner.first_read_error.get_or_insert(st);
+                }
             }
             if st != sys::SUCCESS {
                 break;
             }
-            let got = c.buffer.data.totalNumPcs;
-            out.append(&mut self.parse(c));
+            let got = c.read.data.totalNumPcs;
+            out.append(&mut self.parse(c.id, &c.reasons, &mut c.read));
             // One call returns one range's PCs (start/stop control makes a
             // range per window): the next range may follow.
-            if got == 0 && c.buffer.data.remainingNumPcs == 0 {
+            if got == 0 && c.read.data.remainingNumPcs == 0 {
                 break;
             }
         }
         out
     }
 
-    /// The samples in `c`'s buffer; frees the function names CUPTI allocated.
-    fn parse(&self, c: &mut Context) -> Vec<Sample> {
+    /// The samples in `buf` (of context `id`, whose stall-reason names are
+    /// `reasons`); frees the function names CUPTI allocated.
+    fn parse(&self, id: u32, reasons: &HashMap<u32, String>, buf: &mut Buffer) -> Vec<Sample> {
         let mut out = Vec::new();
-        let n = c.buffer.data.totalNumPcs.min(PCS_PER_CALL);
+        let n = buf.data.totalNumPcs.min(PCS_PER_CALL);
         for i in 0..n {
-            let pc = c.buffer.pcs[i];
+            let pc = buf.pcs[i];
             // SAFETY: CUPTI wrote a NUL-terminated name that the caller frees.
             let function = unsafe { c_string(pc.functionName) };
             // SAFETY: as above: ours to free, once.
             unsafe { libc::free(pc.functionName.cast()) };
-            c.buffer.pcs[i].functionName = ptr::null_mut();
+            buf.pcs[i].functionName = ptr::null_mut();
             let source = self.source(pc.cubinCrc, &function, pc.pcOffset);
-            let count = pc.stallReasonCount.min(c.buffer.reasons[i].len());
-            for r in &c.buffer.reasons[i][..count] {
+            let count = pc.stallReasonCount.min(buf.reasons[i].len());
+            for r in &buf.reasons[i][..count] {
                 if r.samples == 0 {
                     continue;
                 }
                 out.push(Sample {
                     correlation_id: pc.correlationId,
-                    context: c.id,
+                    context: id,
                     function: function.clone(),
                     pc_offset: pc.pcOffset,
                     cubin_crc: pc.cubinCrc,
                     reason_index: r.pcSamplingStallReasonIndex,
-                    reason: c
-                        .reasons
+                    reason: reasons
                         .get(&r.pcSamplingStallReasonIndex)
                         .cloned()
                         .unwrap_or_else(|| {

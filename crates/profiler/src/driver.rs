@@ -128,6 +128,13 @@ impl Source {
         }
     }
 
+    fn is_nvidia(self) -> bool {
+        matches!(
+            self,
+            Source::NvidiaCalls | Source::NvidiaIrq | Source::NvidiaXid
+        )
+    }
+
     fn uses_kprobes(self) -> bool {
         matches!(self, Source::NvidiaCalls | Source::NvidiaIrq)
     }
@@ -276,13 +283,17 @@ pub trait DriverSink {
     fn tick(&mut self, stats: &DriverStats) -> bool;
 }
 
+/// A symbol of every NVIDIA kernel driver: the driver is loaded when
+/// `/proc/kallsyms` has it.
+const NVIDIA_LOADED: &str = "nvidia_open";
+
 /// Which sources the running kernel has, from the names in `kallsyms` (a
 /// `/proc/kallsyms` text); the rest with the reason they are absent.
 pub fn available(kallsyms: &str, wanted: &[Source]) -> (Vec<Source>, Vec<(Source, String)>) {
     let needed: HashSet<&str> = wanted
         .iter()
         .flat_map(|s| s.symbols().iter().copied())
-        .chain(["register_kprobe"])
+        .chain(["register_kprobe", NVIDIA_LOADED])
         .collect();
     let mut found = HashSet::new();
     for line in kallsyms.lines() {
@@ -297,7 +308,13 @@ pub fn available(kallsyms: &str, wanted: &[Source]) -> (Vec<Source>, Vec<(Source
     let mut absent = Vec::new();
     for &s in wanted {
         if let Some(missing) = s.symbols().iter().find(|n| !found.contains(**n)) {
-            absent.push((s, format!("{}: {} (no {missing})", s.name(), s.missing())));
+            let why = if s.is_nvidia() && found.contains(NVIDIA_LOADED) {
+                // A driver built without it (NVIDIA's xid tracepoint is optional).
+                "the loaded NVIDIA driver lacks it"
+            } else {
+                s.missing()
+            };
+            absent.push((s, format!("{}: {why} (no {missing})", s.name())));
         } else if s.uses_kprobes() && !kprobes {
             absent.push((
                 s,
@@ -785,11 +802,22 @@ ffffffffc0002010 D __tracepoint_dma_fence_signaled
         assert_eq!(
             reasons,
             [
-                "irq: no NVIDIA driver is loaded (no nvidia_isr)",
-                "xid: no NVIDIA driver is loaded (no __tracepoint_nvidia_dev_xid)",
+                "irq: the loaded NVIDIA driver lacks it (no nvidia_isr)",
+                "xid: the loaded NVIDIA driver lacks it (no __tracepoint_nvidia_dev_xid)",
                 "drm_sched: no DRM scheduler (gpu-sched) is loaded (no __tracepoint_drm_sched_job)",
                 "vblank: no DRM driver (drm) is loaded (no __tracepoint_drm_vblank_event)",
             ]
+        );
+        // Without the driver, each NVIDIA source says that no driver is loaded.
+        let no_nvidia: String = KALLSYMS
+            .lines()
+            .filter(|l| !l.contains("nvidia"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let (_, absent) = available(&no_nvidia, &[Source::NvidiaXid]);
+        assert_eq!(
+            absent[0].1,
+            "xid: no NVIDIA driver is loaded (no __tracepoint_nvidia_dev_xid)"
         );
         let no_kprobes = KALLSYMS.replace("register_kprobe", "other");
         let (present, absent) = available(&no_kprobes, &[Source::NvidiaCalls]);

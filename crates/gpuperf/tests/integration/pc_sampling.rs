@@ -38,10 +38,13 @@ fn sim_pc_sampling_reasons__table_with_cupti_names_and_documented_defaults() {
     let Some(out) = client("reasons", &[]) else {
         return;
     };
-    // Defaults from cupti_pcsampling.h: continuous mode, 1 MB scratch, 512 MB hardware buffer.
+    // The table is refused (INVALID_OPERATION, 7) until sampling is enabled
+    // in the context, as libcupti 13.0 answered on an H200. Defaults from
+    // cupti_pcsampling.h: continuous mode, 1 MB scratch, 512 MB hardware buffer.
     assert_eq!(
         out,
-        "stall reasons 18\n\
+        "before enable: 7\n\
+         stall reasons 18\n\
          reason 8 smsp__pcsamp_warps_issue_stalled_long_scoreboard\n\
          reason 14 smsp__pcsamp_warps_issue_stalled_not_selected\n\
          reason 15 smsp__pcsamp_warps_issue_stalled_selected\n\
@@ -68,6 +71,46 @@ fn sim_pc_sampling_serialized__each_launch_its_correlation_id_lines_and_stall_re
          launch 2 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=146\n\
          launch 2 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=73\n\
          after disable: 7\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_serialized_buffer__each_kernel_end_replaces_the_configured_buffer() {
+    // As libcupti 13.0 did on an H200: a client that reads only with GetData
+    // after the kernels gets nothing; the configured buffer holds the last
+    // kernel's records only.
+    let Some(out) = client("serialized-buffer", &[]) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "get data after the workload: pcs 0\n\
+         configured buffer after the workload: pcs 3\n\
+         launch 2 _Z3hotPf+0x10 /src/app/hot.cu:12 math_pipe_throttle=25\n\
+         launch 2 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=146\n\
+         launch 2 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=73\n"
+    );
+}
+
+#[test]
+fn sim_pc_sampling_serialized_drain__each_launch_return_has_its_kernels_records() {
+    let Some(out) = client("serialized-drain", &[]) else {
+        return;
+    };
+    assert_eq!(
+        out,
+        "drained at launch 0's return: pcs 3\n\
+         launch 0 _Z3hotPf+0x10 /src/app/hot.cu:12 math_pipe_throttle=25\n\
+         launch 0 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=146\n\
+         launch 0 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=73\n\
+         drained at launch 1's return: pcs 1\n\
+         launch 1 _Z4coldv+0x0 no line info selected=61\n\
+         drained at launch 2's return: pcs 3\n\
+         launch 2 _Z3hotPf+0x10 /src/app/hot.cu:12 math_pipe_throttle=25\n\
+         launch 2 _Z3hotPf+0x40 /src/app/hot.cu:14 long_scoreboard=146\n\
+         launch 2 _Z3hotPf+0x80 /src/app/hot.cu:15 selected=73\n\
+         get data after the workload: pcs 0\n\
+         configured buffer after the workload: pcs 0\n"
     );
 }
 

@@ -182,9 +182,10 @@ impl State {
         if site == ENTER && !capture::recording() {
             return;
         }
-        // pcsampling hook: a launch opens or closes a sampling window.
+        // pcsampling hook: a launch opens or closes a sampling window, and
+        // its return collects a serialized kernel's samples.
         let pc_launch = match &self.pc {
-            Some(pc) if site == ENTER && class == Class::Launch => {
+            Some(pc) if class == Class::Launch => {
                 // SAFETY: as above; `context` is a pointer-sized field.
                 Some((pc, unsafe {
                     data.add(offset_of!(CUpti_CallbackData, context))
@@ -195,11 +196,25 @@ impl State {
             _ => None,
         };
         let call = |l: &mut Local| {
+            if site == ENTER {
+                // Any per-thread number picks the thread's counters.
+                self.tally.add(
+                    std::ptr::from_ref(l) as usize >> 6,
+                    usize::from(domain == DRIVER),
+                    cbid,
+                );
+            }
             if let Some((pc, context)) = pc_launch
                 && !(domain == DRIVER && l.runtime_depth > 0)
             {
                 // SAFETY: the launching call's context, live during the call.
-                unsafe { pc.launch(context) };
+                unsafe {
+                    if site == ENTER {
+                        pc.launch(context);
+                    } else {
+                        pc.launch_exit(context);
+                    }
+                }
             }
             if site == ENTER {
                 self.enter(l, domain, cbid, correlation_id, class);
@@ -233,9 +248,10 @@ impl State {
                 // SAFETY: as above.
                 unsafe { pc.context_created(context, id, &text) };
             }
-            // SAFETY: the module callback's descriptor is a `CUpti_ModuleResourceData`.
+            // SAFETY: the module callback's descriptor is a `CUpti_ModuleResourceData`;
+            // its context is live during the callback.
             MODULE_LOADED if !descriptor.is_null() => unsafe {
-                pc.module_loaded(descriptor.cast());
+                pc.module_loaded(context, descriptor.cast());
             },
             // SAFETY: the context lives until its destruction's callback returns.
             CONTEXT_DESTROY => unsafe { pc.context_destroyed(context) },

@@ -177,6 +177,14 @@ impl State {
             s.too_deep.load(Relaxed),
             s.stateless.load(Relaxed),
         ));
+        let name = |d: usize, cbid: u32| {
+            self.names[d]
+                .get(cbid as usize)
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .unwrap_or_else(|| format!("callback {cbid}"))
+        };
+        self.log.line(&self.tally.summary(8, &name));
         if let Some(st) = &self.stacks {
             self.log.line(&st.summary());
         }

@@ -31,6 +31,7 @@ mod closing;
 mod other_clients;
 mod setup;
 mod sink;
+mod tally;
 
 pub use setup::initialize;
 
@@ -200,6 +201,8 @@ struct State {
     /// (it would start CUPTI afresh under that client).
     finalized: AtomicBool,
     stats: Stats,
+    /// Callbacks entered, by call.
+    tally: tally::Tally,
     /// In-process stacks, unless `GPUPERF_STACKS=0`. (stacks hook)
     stacks: Option<Stacks>,
     /// PyTorch autograd ids of launches, with stacks, unless

@@ -311,6 +311,7 @@ pub fn initialize() -> bool {
         refusal_noted: AtomicBool::new(false),
         kinds_on: AtomicBool::new(false),
         stats: Stats::default(),
+        tally: super::tally::Tally::new(),
         config,
     };
     if STATE.set(state).is_err() {
@@ -336,7 +337,7 @@ fn announce_cupti(cupti: &Cupti, version: u32, log: &Log, sink: &mut Sink) {
     }
 }
 
-/// The class and, for the calls that get API records, the name of every
+/// The class and the name of every
 /// runtime and driver callback id, by domain.
 fn callback_tables(cupti: &Cupti) -> ([Vec<Class>; 2], [Vec<String>; 2]) {
     let mut classes = [Vec::new(), Vec::new()];
@@ -346,12 +347,7 @@ fn callback_tables(cupti: &Cupti) -> ([Vec<Class>; 2], [Vec<String>; 2]) {
             let name = cupti.callback_name(domain, cbid).unwrap_or_default();
             let class = classify(&name);
             classes[d].push(class);
-            // Names are only looked up for the calls that get API records.
-            names[d].push(if class.recorded() {
-                name
-            } else {
-                String::new()
-            });
+            names[d].push(name);
         }
     }
     (classes, names)
