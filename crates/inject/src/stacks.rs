@@ -24,7 +24,11 @@
 //! and a look-up in a lock-free table shared by all threads. A stack equal to
 //! the thread's last one (a training loop launches from the same stack again
 //! and again) is known by comparing it with that one, frame by frame, without
-//! the hash or the table. A stack seen for
+//! the hash or the table; or without comparing, when the unwinder proved it
+//! unchanged since the thread's capture just before (`Captured::unchanged`:
+//! every input of its Python merge compared, the native frames the walk took
+//! from its trail at the same depth excepted) and no module was classified
+//! since. A stack seen for
 //! the first time is copied into that table's preallocated arena, still without
 //! a lock or `malloc`; when the table is full the launch gets no stack id, and
 //! is counted. After a `dlopen` (the loader's counters say so), the first
@@ -55,7 +59,7 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use gpuperf_merge::model::{Module, Note, Record, Stack, StackEnd as End, StackFrame, StringTable};
 use gpuperf_merge::recording::env;
@@ -120,6 +124,9 @@ pub struct Stacks {
     hidden: Box<[AtomicBool]>,
     /// Modules looked at for `hidden`.
     classified: Mutex<usize>,
+    /// The same count, read without the lock: a thread's last stack is taken
+    /// again by its capture number only while it is unchanged.
+    classified_count: AtomicUsize,
     /// File names of modules to hide, besides the CUDA prefixes.
     hide_names: Vec<String>,
     own_text: usize,
@@ -218,6 +225,10 @@ struct Scratch {
     last_end: StackEnd,
     last_python_truncated: bool,
     last_id: u32,
+    /// The capture number ([`Captured::serial`]) that `last` came from (0:
+    /// unknown), and the modules classified then.
+    last_serial: u64,
+    last_classified: usize,
 }
 
 impl Scratch {
@@ -229,7 +240,21 @@ impl Scratch {
             last_end: StackEnd::Root,
             last_python_truncated: false,
             last_id: 0,
+            last_serial: 0,
+            last_classified: 0,
         }
+    }
+
+    /// The id of the last stack, if the unwinder proved this capture's
+    /// frames unchanged since the capture that stack came from, and no module
+    /// was classified since (a module newly hidden changes the frames kept).
+    fn proven_last(&self, c: &Captured, classified: usize) -> Option<u32> {
+        (self.last_id != 0
+            && c.unchanged
+            && self.last_serial != 0
+            && self.last_serial.checked_add(1) == Some(c.serial)
+            && self.last_classified == classified)
+            .then_some(self.last_id)
     }
 
     /// The id of the last stack, if `frames` (ending as given) is that stack.
@@ -317,6 +342,7 @@ impl Stacks {
             unwinder,
             hidden: (0..MODULE_SLOTS).map(|_| AtomicBool::new(false)).collect(),
             classified: Mutex::new(0),
+            classified_count: AtomicUsize::new(0),
             hide_names,
             own_text: Stacks::new as *const () as usize,
             table: Mutex::new(Table::default()),
@@ -365,6 +391,7 @@ impl Stacks {
             }
         }
         *done += modules.len();
+        self.classified_count.store(*done, Relaxed);
     }
 
     fn is_hidden(&self, f: &Frame) -> bool {
@@ -461,6 +488,7 @@ impl Stacks {
         // module id of its own (modules are known by address, path and build
         // id). Once per `dlopen` or `dlclose`.
         if may_refresh && self.unwinder.needs_refresh() {
+            scratch.last_serial = 0;
             // Only the modules loaded since are read (the whole table after
             // an unload); the flush thread folds them into the table later.
             let before = self.unwinder.stats().table_rebuilds;
@@ -502,13 +530,24 @@ impl Stacks {
         if c.reused > 0 {
             self.reused.fetch_add(1, Relaxed);
         }
-        if let Some(id) = scratch.same_as_last(frames, c.end, c.python_truncated) {
+        let classified = self.classified_count.load(Relaxed);
+        let known = scratch
+            .proven_last(&c, classified)
+            .or_else(|| scratch.same_as_last(frames, c.end, c.python_truncated));
+        if let Some(id) = known {
+            scratch.last_serial = c.serial;
+            scratch.last_classified = classified;
             return Some(id);
         }
+        // Whatever follows, `last` is no longer this capture's predecessor
+        // unless remembered below.
+        scratch.last_serial = 0;
         let h = hash(frames, c.end, c.python_truncated, &mut scratch.words);
         match self.seen.id(h, frames, c.end, c.python_truncated) {
             Ok(id) => {
                 scratch.remember(frames, c.end, c.python_truncated, id);
+                scratch.last_serial = c.serial;
+                scratch.last_classified = classified;
                 Some(id)
             }
             Err(Miss::Full) => {
@@ -827,6 +866,8 @@ mod tests {
             python_truncated,
             recovered: 0,
             reused: 0,
+            serial: 0,
+            unchanged: false,
         };
         let mut id = |frames: &[Frame], end: StackEnd, python_truncated: bool| {
             let c = c(frames.len(), end, python_truncated);
@@ -858,6 +899,49 @@ mod tests {
             .published_after(0, |id, st| stored.push((id, st.frames.to_vec(), st.end)));
         assert_eq!(stored.len(), 6);
         assert!(stored.contains(&(others[2], outer.to_vec(), StackEnd::Root)));
+    }
+
+    #[test]
+    fn a_stack_proven_unchanged_takes_the_last_id_only_from_the_capture_just_before() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        let mut scratch = Scratch::new();
+        // Module 5 may be hidden later; the others lie past the table.
+        let a = [n(5, 0x10), n(9001, 0x20), n(9002, 0x30)];
+        let b = [n(9003, 0x40), n(9001, 0x20), n(9002, 0x30)];
+        let mut id = |frames: &[Frame], serial: u64, unchanged: bool| {
+            let c = Captured {
+                len: frames.len(),
+                end: StackEnd::Root,
+                python_frames: 0,
+                python_truncated: false,
+                recovered: 0,
+                reused: 0,
+                serial,
+                unchanged,
+            };
+            s.identify(frames, c, &mut scratch, false).unwrap()
+        };
+        let ia = id(&a, 1, false);
+        let ib = id(&b, 2, false);
+        assert_ne!(ia, ib);
+        // Proven unchanged since capture 2: its id, without comparing.
+        assert_eq!(id(&b, 3, true), ib);
+        // Capture 4 never reached `identify` (a retried capture): capture 5
+        // is unchanged since 4, not since the stack identified last.
+        assert_eq!(id(&a, 5, true), ia);
+        // Without a capture number (no trail) nothing is taken unproven.
+        assert_eq!(id(&b, 0, true), ib);
+        assert_eq!(id(&a, 0, true), ia);
+        // A module classified since (newly hidden) changes the frames kept.
+        assert_eq!(id(&a, 6, false), ia);
+        s.hidden[5].store(true, Relaxed);
+        s.classified_count.fetch_add(1, Relaxed);
+        let kept = id(&a, 7, true);
+        assert_ne!(kept, ia);
+        let mut stored = Vec::new();
+        s.seen
+            .published_after(0, |id, st| stored.push((id, st.frames.to_vec())));
+        assert!(stored.contains(&(kept, a[1..].to_vec())), "{stored:?}");
     }
 
     #[test]

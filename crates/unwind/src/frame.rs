@@ -129,6 +129,13 @@ pub struct Captured {
     /// unwound again, because every stack word they depend on was found
     /// unchanged ([`crate::Trail`]). 0 without a trail.
     pub reused: u32,
+    /// This capture's number among those made with its [`crate::Trail`]
+    /// (from 1); 0 without a trail.
+    pub serial: u64,
+    /// `true` when the frames, `end` and `python_truncated` are, proven by
+    /// comparing every input of the Python merge, those of the capture
+    /// numbered `serial - 1` on the same trail (see `python::replay`).
+    pub unchanged: bool,
 }
 
 /// Counters kept by an unwinder, read with [`Stats::snapshot`].

@@ -377,6 +377,8 @@ impl LocalUnwinder {
                 python_truncated: false,
                 recovered: 0,
                 reused: 0,
+                serial: 0,
+                unchanged: false,
             },
         }
     }
@@ -449,7 +451,13 @@ impl LocalUnwinder {
             python_truncated: false,
             recovered: 0,
             reused: 0,
+            serial: 0,
+            unchanged: false,
         };
+        if let Some(t) = trail.as_deref_mut() {
+            t.serial += 1;
+            captured.serial = t.serial;
+        }
         let (bounds, scanned) = self.stacks.bounds(regs.sp);
         if scanned {
             Stats::bump(&self.stats.stack_scans);
@@ -519,8 +527,15 @@ impl LocalUnwinder {
         captured.end = end;
         captured.recovered = cache.recovered;
         captured.reused = cache.reused;
+        if let Some(t) = trail.as_deref_mut() {
+            // Frames from `j` on are those of the capture just before, when
+            // that capture's walk is the one the trail kept.
+            let follows = t.walked != 0 && t.walked.checked_add(1) == Some(t.serial);
+            t.merged.native_same_from = t.aligned.filter(|_| follows);
+            t.walked = t.serial;
+        }
         if let Some(py) = &self.python {
-            let codes = trail.map(|t| (&mut t.codes, &mut t.python));
+            let codes = trail.map(|t| (&mut t.codes, &mut t.python, &mut *t.merged));
             py.splice(
                 &snap.table,
                 &self.stats,

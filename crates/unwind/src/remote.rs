@@ -237,6 +237,8 @@ impl RemoteUnwinder {
             python_truncated: false,
             recovered: cache.recovered,
             reused: 0,
+            serial: 0,
+            unchanged: false,
         }
     }
 }

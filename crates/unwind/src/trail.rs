@@ -30,7 +30,7 @@
 //! restores it from the stack cannot depend on it.
 
 use crate::frame::{Frame, StackEnd};
-use crate::python::{CodeMemo, FrameTrail};
+use crate::python::{CodeMemo, FrameTrail, LastMerge};
 use crate::scan::{MAX_RECOVERIES, Role};
 
 /// Reads a kept scan may have made; a scan that reads more is made again.
@@ -220,6 +220,17 @@ pub struct Trail {
     pub(crate) codes: CodeMemo,
     /// The thread's last Python frame chain.
     pub(crate) python: FrameTrail,
+    /// The last merge of native and Python frames, for a replay. Boxed: a
+    /// thread's first capture may build its trail on a small signal stack.
+    pub(crate) merged: Box<LastMerge>,
+    /// Captures made with this trail (see [`crate::Captured::serial`]).
+    pub(crate) serial: u64,
+    /// The capture number of the walk kept here (0: none).
+    pub(crate) walked: u64,
+    /// Set by a walk that took the rest from this trail at the same depth as
+    /// the walk before (`j` frames walked, the trail's from its `j`th on):
+    /// its frames from `j` on, and their number, are that walk's.
+    pub(crate) aligned: Option<usize>,
     /// What each crossing of code without unwind info read, by crossing number.
     pub(crate) scans: Box<[ScanReads]>,
 }
@@ -240,6 +251,10 @@ impl Trail {
             recovered: 0,
             codes: CodeMemo::new(),
             python: FrameTrail::new(),
+            merged: LastMerge::boxed(),
+            serial: 0,
+            walked: 0,
+            aligned: None,
             scans: ScanReads::none(MAX_RECOVERIES as usize),
         }
     }
@@ -282,6 +297,7 @@ impl<'t> Recording<'t> {
         stable: bool,
     ) -> Recording<'t> {
         let usable = trail.tables == Some(tables) && trail.end == StackEnd::Root;
+        trail.aligned = None;
         let (next, verified) = (trail.from, trail.len);
         Recording {
             trail,
@@ -380,6 +396,10 @@ impl<'t> Recording<'t> {
         if out.len() < len + rest || t.bufs[0].len() < self.n + rest {
             return None;
         }
+        // Every frame written was recorded, in order (and a walk whose
+        // frames overflowed the trail is not kept): the last walk's frames
+        // are its steps' frames, as many.
+        t.aligned = (self.n == j && len == j).then_some(j);
         let [a, b] = &mut t.bufs;
         let (old, new) = if t.cur == 0 { (a, b) } else { (b, a) };
         for (d, s) in out[len..len + rest].iter_mut().zip(&old[j..t.len]) {

@@ -953,6 +953,31 @@ mod tests {
     }
 
     #[test]
+    fn trail__the_rest_is_aligned_only_when_taken_at_the_same_depth() {
+        let t = table_a();
+        let tables = Tables::one(&t);
+        let loader = FakeLoader::default();
+        // 0x1100 <- 0x1105 <- 0x1205 <- root.
+        let stack = Stack(vec![(0x8000, 0x1105), (0x8008, 0x1205), (0x8010, 0)]);
+        let regs = |ip, sp| Regs { ip, sp, bp: 0 };
+        let mut trail = Trail::new(16);
+        let (first, end, _) = stack.walk_trail(regs(0x1100, 0x8000), tables, &loader, &mut trail);
+        assert_eq!((first.len(), end, trail.aligned), (3, StackEnd::Root, None));
+        let (again, _, reused) =
+            stack.walk_trail(regs(0x1100, 0x8000), tables, &loader, &mut trail);
+        assert_eq!(again, first);
+        assert!(reused > 0);
+        assert_eq!(trail.aligned, Some(first.len() - reused as usize));
+        // From inside the caller: the rest is taken one frame shallower, so
+        // its frames sit at other places than in the walk before.
+        let (outer, _, reused) =
+            stack.walk_trail(regs(0x1106, 0x8008), tables, &loader, &mut trail);
+        assert!(reused > 0, "{outer:?}");
+        assert_eq!(outer.len(), 2);
+        assert_eq!(trail.aligned, None);
+    }
+
+    #[test]
     fn trail__rbp_is_checked_where_an_outer_frame_depends_on_it() {
         // Module 2's frames take their CFA from rbp: two walks from the same
         // ip and sp but another rbp find other callers.

@@ -89,6 +89,8 @@ mod linetable;
 mod memory;
 mod reuse;
 pub(crate) use reuse::FrameTrail;
+mod replay;
+pub(crate) use replay::LastMerge;
 mod splice;
 mod v3_10;
 mod v3_11;

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::layout::{FrameKind, FrameWords};
 use super::memory::Known;
+use super::replay::LastMerge;
 use super::reuse::{FrameTrail, Link};
 use super::{CodeMemo, MAX_PYTHON_FRAMES, Python, reason};
 
@@ -62,7 +63,7 @@ impl Python {
         stack: (u64, u64),
         out: &mut [Frame],
         captured: &mut Captured,
-        trail: Option<(&mut CodeMemo, &mut FrameTrail)>,
+        trail: Option<(&mut CodeMemo, &mut FrameTrail, &mut LastMerge)>,
     ) {
         if self.disabled.load(Ordering::Relaxed) != 0 {
             return;
@@ -74,7 +75,10 @@ impl Python {
         }
         // Uninitialized: zeroing these two buffers cost more than the walk itself.
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
-        let (codes, mut frames) = trail.unzip();
+        let (codes, mut frames, mut last) = match trail {
+            Some((c, f, l)) => (Some(c), Some(f), Some(l)),
+            None => (None, None, None),
+        };
         let mut mem = Known::with_codes(stack, codes);
         let read = self.read_chain(tstate, &mut mem, &mut raw, frames.as_deref_mut());
         if frames.is_some_and(|t| t.reused > 0) {
@@ -98,14 +102,39 @@ impl Python {
         Stats::bump(&stats.python_stacks);
         // SAFETY: read_chain initialized `raw[..n]`; MaybeUninit<Raw> has Raw's layout.
         let raw: &[Raw] = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<Raw>(), n) };
-        if let Some((w, spliced, cut, unmatched)) =
-            self.merge_with_room(raw, truncated, out, captured.len)
-        {
+        let walk_end = captured.end;
+        let replayed = last.as_deref_mut().and_then(|l| {
+            let r = l.replay(
+                out,
+                (captured.len, walk_end),
+                raw,
+                truncated,
+                captured.serial,
+            );
+            if r.is_none() {
+                // Before the merge overwrites the native frames.
+                l.keep_input(out, captured.len, walk_end, raw, truncated);
+            }
+            r
+        });
+        let merged = match replayed {
+            Some((m, follows)) => Some((m, 0, Some(follows))),
+            None => self
+                .merge_with_room(raw, truncated, out, captured.len)
+                .map(|(w, spliced, cut, unmatched)| ((w, spliced, cut), unmatched, None)),
+        };
+        if let Some(((w, spliced, cut), unmatched, replay)) = merged {
             if unmatched > 0 {
                 stats
                     .python_unmatched
                     .fetch_add(unmatched as u64, Ordering::Relaxed);
+            } else if replay.is_none()
+                && let Some(l) = last
+            {
+                // Kept only without unmatched frames: a replay counts none.
+                l.keep_output(out, (w, spliced, cut), captured.serial);
             }
+            captured.unchanged = replay == Some(true);
             captured.len = w;
             captured.python_frames = spliced;
             captured.python_truncated = truncated;
