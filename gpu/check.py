@@ -904,9 +904,8 @@ class Check:
         if not ncu:
             self.item(g, "pc_vs_ncu", NOT_RUN, "no ncu (PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute)")
             return
-        if k is None:
-            self.item(g, "pc_vs_ncu", NOT_RUN, "gpuperf's own PC samples are missing (pc_hot_line)")
-            return
+        # ncu runs even without gpuperf's samples: its figures (and raw CSVs in
+        # the tarball) are then shown alone.
         d = self.run_dir("pc_vs_ncu")
         # The kernel's sample counts per stall reason, from the same PC-sampling metrics.
         # Clocks left as they are: the same conditions gpuperf's samples had.
@@ -942,22 +941,25 @@ class Check:
                 ncu_lines[line] = ncu_lines.get(line, 0) + n
         if ncu_lines:
             ncu_line = max(ncu_lines, key=ncu_lines.get)
-        ours = self.stall_name(k["stalls"][0]["reason"]) if k["stalls"] else None
+        ours = self.stall_name(k["stalls"][0]["reason"]) if k and k["stalls"] else None
         theirs = max(stalls, key=stalls.get) if stalls else None
         fig = {"gpuperf_top_stall": ours, "ncu_top_stall": theirs, "ncu_stalls": stalls,
-               "gpuperf_top_line": k["lines"][0]["line"] if k["lines"] else None, "ncu_top_line": ncu_line}
+               "gpuperf_top_line": k["lines"][0]["line"] if k and k["lines"] else None, "ncu_top_line": ncu_line}
         if not stalls and not ncu_lines:
             self.item(g, "pc_vs_ncu", NOT_RUN, f"ncu gave no PC-sampling figures: {m.tail(200)} | {src.tail(200)}", fig)
+            return
+        total = sum(stalls.values())
+        seen = (f"ncu: top stall {theirs} ({stalls.get(theirs, 0) / total:.0%} of {total:.0f})" if stalls
+                else "ncu's metrics unreadable") + \
+            (f", hottest line {ncu_line}" if ncu_lines else ", source page unreadable")
+        if k is None:
+            self.item(g, "pc_vs_ncu", NOT_RUN, f"gpuperf's own PC samples are missing (pc_hot_line); {seen}", fig)
             return
         bad = []
         if stalls and ours != theirs:
             bad.append(f"top stall reason: gpuperf {ours}, ncu {theirs}")
         if ncu_lines and ncu_line != hot:
             bad.append(f"ncu's hottest line is {ncu_line}, gpuperf's pc_hot.cu:{hot}")
-        total = sum(stalls.values())
-        seen = (f"ncu: top stall {theirs} ({stalls.get(theirs, 0) / total:.0%} of {total:.0f})" if stalls
-                else "ncu's metrics unreadable") + \
-            (f", hottest line {ncu_line}" if ncu_lines else ", source page unreadable")
         self.item(g, "pc_vs_ncu", SHORT if bad else HOLDS,
                   "; ".join(bad + [seen]) if bad else f"gpuperf and ncu agree: {seen}", fig)
 
@@ -1139,10 +1141,16 @@ class Check:
         change = {k: med[k] / med["without"] - 1 for k in med if k != "without"}
         ref = (f", under torch.profiler (CUDA activity only) {med['kineto']:.1f} ({change['kineto'] * 100:+.1f}%)"
                if "kineto" in med else "")
+        # The best round of each setting as well: on a machine whose CPU time is
+        # stolen by others, the fastest round is the least disturbed one.
+        best = {k: max(v) for k, v in runs.items() if v}
+        best_text = ", ".join(f"{k} {v:.1f} ({(v / best['without'] - 1) * 100:+.1f}%)"
+                              for k, v in best.items() if k != "without")
         self.item(g, "decode_tokens_per_s", status_ok,
                   f"median tokens/s without gpuperf {med['without']:.1f}, with --gpu-only {med['gpu_only']:.1f} "
                   f"({change['gpu_only'] * 100:+.1f}%), with stacks {med['stacks']:.1f} ({change['stacks'] * 100:+.1f}%)"
-                  f"{ref}, {len(runs['without'])} rounds alternated" + label, {"median": med, "runs": runs})
+                  f"{ref}, {len(runs['without'])} rounds alternated; best rounds: without {best['without']:.1f}, "
+                  f"{best_text}" + label, {"median": med, "best": best, "runs": runs})
 
     def check_memory(self, g, label, status_ok):
         app = self.progs.get("sim_app")

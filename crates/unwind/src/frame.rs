@@ -2,6 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The default depth cap: callers size their frame buffer with it.
+pub const MAX_FRAMES: usize = 256;
+
 /// Index of a module in the unwinder's module registry. Stable for the unwinder's
 /// lifetime: a module keeps its id across refreshes, and an unloaded module's id is
 /// never reused.

@@ -56,6 +56,7 @@
 mod coverage;
 mod error;
 mod frame;
+mod loader;
 mod local;
 mod module;
 pub mod python;
@@ -70,8 +71,8 @@ mod walk;
 
 pub use coverage::{Coverage, coverage};
 pub use error::{Error, Result};
-pub use frame::{Captured, CodeId, Frame, ModuleId, StackEnd, StatsSnapshot};
-pub use local::{LocalUnwinder, MAX_FRAMES, MIN_STACK_LEFT, Options};
+pub use frame::{Captured, CodeId, Frame, MAX_FRAMES, ModuleId, StackEnd, StatsSnapshot};
+pub use local::{LocalUnwinder, MIN_STACK_LEFT, Options};
 pub use module::ModuleInfo;
 pub use remote::{Mapping, RemoteUnwinder, StackCopy, parse_maps};
 pub use rule::UnwindCache;

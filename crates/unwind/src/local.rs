@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
+use crate::loader::Loader;
 use crate::module::ModuleInfo;
 use crate::python::{Python, PythonStatus};
 use crate::rule::UnwindCache;
@@ -28,7 +29,7 @@ use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
 use crate::table::{Entry, Table, Tables};
 use crate::trail::Trail;
-use crate::walk::{Loader, Regs, walk};
+use crate::walk::{Regs, walk};
 
 mod loaded;
 
@@ -76,9 +77,6 @@ fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
 }
-
-/// The default depth cap: callers size their frame buffer with it.
-pub const MAX_FRAMES: usize = 256;
 
 /// Unwinds the calling thread's stack in process. Share it between threads
 /// (`&self` everywhere); it is `Send + Sync`.
@@ -768,7 +766,7 @@ mod tests {
     use std::ops::Range;
 
     use super::*;
-    use crate::frame::Frame;
+    use crate::frame::{Frame, MAX_FRAMES};
 
     // A frame shaped like libffi's `ffi_call_unix64`: the CFA is rbp + 32, not the
     // plain frame-pointer rbp + 16, which framehop cannot cache.

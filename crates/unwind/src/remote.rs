@@ -13,10 +13,11 @@ use object::{Object, ObjectSection, ObjectSegment};
 
 use crate::error::{Error, Result};
 use crate::frame::{Captured, Frame, ModuleId};
+use crate::loader::Loader;
 use crate::module::ModuleInfo;
 use crate::rule::UnwindCache;
 use crate::table::{Bytes, Cfi, Entry, Table, Tables};
-use crate::walk::{Loader, Regs, walk};
+use crate::walk::{Regs, walk};
 
 /// A file mapping of the target process: one executable line of `/proc/PID/maps`,
 /// or the same facts recorded earlier (so that a process can be unwound after it

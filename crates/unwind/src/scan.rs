@@ -7,9 +7,9 @@
 use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder as _};
 
+use crate::loader::Loader;
 use crate::rule::{Rule, UnwindCache, cached_rule};
 use crate::table::{Found, Tables};
-use crate::walk::Loader;
 
 /// What a scan did with the stack word it read last, where that is all it
 /// did with it: then another value that leads to the same (see

@@ -4,9 +4,10 @@ use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{Error as FhError, FrameAddress, Unwinder as _};
 
 use crate::frame::{Frame, StackEnd};
+use crate::loader::Loader;
 use crate::rule::{Memo, Rule, UnwindCache, cached_rule, memo_key};
 use crate::scan::{MAX_RECOVERIES, after_call, recover};
-use crate::table::{Entry, Found, Tables};
+use crate::table::{Found, Tables};
 use crate::trail::{Recording, ScanReads, Step, Trail};
 
 /// The x86-64 registers unwinding starts from.
@@ -18,45 +19,6 @@ pub struct Regs {
     pub sp: u64,
     /// Frame pointer.
     pub bp: u64,
-}
-
-/// What the walk asks its owner about addresses outside the table.
-pub(crate) trait Loader {
-    /// An address in no table entry: is it inside a module loaded after the table
-    /// was built (then the table is stale), or in anonymous code?
-    fn loaded_elsewhere(&self, address: u64) -> bool;
-    /// May the entry still be read? (The local unwinder checks modules that may
-    /// have been unloaded since the table was built.)
-    fn still_loaded(&self, entry: &Entry, address: u64) -> bool;
-    /// Is `return_address` the start of a stack's outermost function, which
-    /// has no caller to unwind to (glibc's `__start_context`, where a
-    /// `makecontext` coroutine starts)? Then the stack is complete there.
-    fn is_root_return(&self, _return_address: u64) -> bool {
-        false
-    }
-    /// Is `return_address` a signal return trampoline (glibc's `__restore_rt`:
-    /// `mov $15, %rax; syscall`), where a signal handler returns to the kernel?
-    /// Then the kernel's signal frame sits above the handler's frame, holding
-    /// the interrupted code's registers.
-    fn is_signal_return(&self, _entry: &Entry, _return_address: u64) -> bool {
-        false
-    }
-    /// The walk continues in code interrupted by a signal, whose stack pointer
-    /// is `sp`: maybe another stack than the handler's (an alternate signal
-    /// stack, `sigaltstack`), which reads must then accept.
-    fn enter_stack(&self, _sp: u64) {}
-    /// Is the instruction that ends at `return_address` (inside `entry`'s
-    /// code) a call? Only a loader that can read the code says yes; the
-    /// default turns the crossing of code without unwind info off.
-    fn call_before(&self, _entry: &Entry, _return_address: u64) -> bool {
-        false
-    }
-    /// Is every module of the tables still loaded, as when they were built
-    /// (then `still_loaded` is always true), and the code of each the same?
-    /// Only then may a walk take a scan's result from its unchanged words.
-    fn stable(&self) -> bool {
-        false
-    }
 }
 
 /// Offsets in the x86-64 `ucontext_t` that the kernel writes at the top of a
@@ -460,7 +422,7 @@ mod tests {
     use super::*;
     use crate::frame::ModuleId;
     use crate::scan::SCAN_WORDS;
-    use crate::table::Table;
+    use crate::table::{Entry, Table};
     use crate::table::tests::{RBP_FRAME, module};
 
     /// Module 0 at 0x1000..0x2000: CFA = rsp + 8 below 0x1800, rsp + 16 above.

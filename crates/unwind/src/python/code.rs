@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::layout::LineTable;
+use super::memo::{CodeMemo, MemoEntry, code_hash};
 use super::memory::Known;
 use super::{CODE_SLOTS, Python, PythonFrame, linetable, reason};
 
@@ -282,47 +283,5 @@ impl Python {
             unsafe { *cell.get() = *b };
         }
         (start as u64) << 32 | bytes.len() as u64
-    }
-}
-
-/// A code object's address mixed for the shared table and the memos (objects
-/// are 16-aligned: the low bits carry nothing).
-fn code_hash(code: u64) -> u64 {
-    (code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
-
-/// Code objects one thread saw last, by address: what the shared code table
-/// answered for them, with what identified them there.
-pub(crate) struct CodeMemo {
-    entries: Box<[MemoEntry]>,
-}
-
-#[derive(Clone, Copy, Default)]
-struct MemoEntry {
-    code: u64,
-    line_table: u64,
-    first_line: u32,
-    id: u32,
-}
-
-/// Entries of a [`CodeMemo`] (6 KiB).
-const MEMO_CODES: usize = 256;
-
-impl CodeMemo {
-    /// An empty memo.
-    pub(crate) fn new() -> CodeMemo {
-        CodeMemo {
-            entries: vec![MemoEntry::default(); MEMO_CODES].into_boxed_slice(),
-        }
-    }
-
-    fn index(code: u64) -> usize {
-        (code_hash(code) >> 56) as usize % MEMO_CODES
-    }
-}
-
-impl Default for CodeMemo {
-    fn default() -> Self {
-        CodeMemo::new()
     }
 }

@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
-use super::code::CodeMemo;
+use super::memo::CodeMemo;
 use super::{MAX_PYTHON_FRAMES, Python, reason};
 
 /// Memory known readable during one capture: the thread's stack, and the last

@@ -81,11 +81,13 @@
 //! name, first line and line table are copied into a fixed arena (allocated at
 //! set-up), so frames can be resolved later, off the hot path.
 
+mod chunks;
 mod code;
-pub(crate) use code::CodeMemo;
+pub(crate) use memo::CodeMemo;
 mod detect;
 mod layout;
 mod linetable;
+mod memo;
 mod memory;
 mod reuse;
 pub(crate) use reuse::FrameTrail;
@@ -305,8 +307,8 @@ mod tests {
 
     use std::mem::MaybeUninit;
 
+    use super::chunks::Raw;
     use super::memory::Known;
-    use super::splice::Raw;
     use super::*;
     use crate::frame::CodeId;
 

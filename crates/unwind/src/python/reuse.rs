@@ -22,9 +22,9 @@
 //! is kept for reuse: frames elsewhere (3.10's heap frames, a generator's
 //! frame) are read in full every time.
 
+use super::chunks::{Chunks, Raw};
 use super::layout::FrameKind;
 use super::memory::Known;
-use super::splice::{Chunks, Raw};
 use super::{MAX_PYTHON_FRAMES, Python};
 
 /// Links a trail holds: each Python frame, and a shim frame per eval loop.

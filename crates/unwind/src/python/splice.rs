@@ -6,6 +6,7 @@
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
+use super::chunks::{CHUNK_DATA, Chunks, MAX_CHUNKS, Raw};
 use super::layout::{FrameKind, FrameWords};
 use super::memory::Known;
 use super::replay::LastMerge;
@@ -14,44 +15,6 @@ use super::{CodeMemo, MAX_PYTHON_FRAMES, Python, reason};
 
 use crate::frame::{Captured, CodeId, Frame, StackEnd, Stats};
 use crate::table::Table;
-
-/// Data-stack chunks a capture reads without probes; frames in older chunks
-/// are probed.
-pub(super) const MAX_CHUNKS: usize = 16;
-/// Bytes of a chunk's header (`previous`, `size`, `top`) before its frames.
-pub(super) const CHUNK_DATA: u64 = 24;
-
-/// The live parts `[lo, hi)` of the thread's data-stack chunks, current chunk
-/// first, and per chunk the last frame proven live (`tile_to`).
-pub(super) struct Chunks {
-    pub(super) n: usize,
-    pub(super) lo: [u64; MAX_CHUNKS],
-    pub(super) hi: [u64; MAX_CHUNKS],
-    pub(super) cursor: [u64; MAX_CHUNKS],
-}
-
-impl Chunks {
-    /// The chunk holding `[addr, addr+len)` in its live part.
-    pub(super) fn find(&self, addr: u64, len: u64) -> Option<usize> {
-        let end = addr.checked_add(len)?;
-        (0..self.n).find(|&k| self.lo[k] <= addr && end <= self.hi[k])
-    }
-}
-
-/// One Python frame as read.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Raw {
-    pub(super) code: u32,
-    pub(super) instruction: u32,
-    /// This frame is the outermost of its eval-loop invocation.
-    pub(super) group_end: bool,
-    /// The code object's address, until `code` is set from it.
-    pub(super) code_ptr: u64,
-    /// The frame's address when it lies in the data stack, else 0.
-    pub(super) in_stack: u64,
-    /// The data-stack chunk it lies in (when `in_stack` is set).
-    pub(super) chunk: u8,
-}
 
 impl Python {
     /// Reads the calling thread's Python frames and splices them into the native
@@ -147,7 +110,7 @@ impl Python {
             return;
         }
         // Merge: each native eval-loop frame becomes its group of Python frames.
-        let mut native = [const { MaybeUninit::<Frame>::uninit() }; crate::MAX_FRAMES];
+        let mut native = [const { MaybeUninit::<Frame>::uninit() }; crate::frame::MAX_FRAMES];
         let native_len = captured.len.min(native.len()).min(out.len());
         for (d, s) in native.iter_mut().zip(&out[..native_len]) {
             d.write(*s);
@@ -249,7 +212,7 @@ impl Python {
         native_len: usize,
     ) -> Option<(usize, usize, bool, usize)> {
         let total = native_len.checked_add(raw.len())?;
-        if native_len > crate::MAX_FRAMES || total > out.len() {
+        if native_len > crate::frame::MAX_FRAMES || total > out.len() {
             return None;
         }
         let (em, er) = (self.eval_module, &self.eval_range);
@@ -263,7 +226,7 @@ impl Python {
         };
         let first = out[..native_len].iter().position(is_eval)?;
         // Groups: one per eval-loop frame, each ending at a group end.
-        let mut tail = [const { MaybeUninit::<Frame>::uninit() }; crate::MAX_FRAMES];
+        let mut tail = [const { MaybeUninit::<Frame>::uninit() }; crate::frame::MAX_FRAMES];
         let tail_len = native_len - first;
         // SAFETY: `out[first..native_len]` are initialized Frames and `tail`
         // has room for them (native_len <= MAX_FRAMES); the two do not overlap.
