@@ -12,7 +12,7 @@
 //! frame of the output, and the caller learns that the stack is the one it
 //! identified last time ([`Captured::unchanged`](crate::Captured)).
 
-use super::splice::Raw;
+use super::chunks::Raw;
 use crate::MAX_FRAMES;
 use crate::frame::{Frame, StackEnd};
 
