@@ -217,6 +217,39 @@ fn sim_program_that_execs_itself_keeps_both_recordings() {
 }
 
 /// The kinds of the records of a raw trace file, in order.
+/// Correlation ids of the launches of kernel `name` whose API call names a
+/// stack that the trace holds.
+fn launches_with_stacks(records: &[Record], strings: &StringTable, name: &str) -> Vec<u32> {
+    let kernel_of: HashMap<u32, &str> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Activity(a) => match a.kind {
+                ActivityKind::Kernel { name, .. } => Some((a.correlation_id, strings.get(name))),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let stacks: std::collections::HashSet<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some(s.id),
+            _ => None,
+        })
+        .collect();
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::CallStack(c)
+                if kernel_of.get(&c.correlation_id) == Some(&name) && stacks.contains(&c.stack) =>
+            {
+                Some(c.correlation_id)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 fn kinds(path: &Path) -> Vec<u8> {
     let bytes = std::fs::read(path).unwrap();
     let mut at = 16;
@@ -264,6 +297,11 @@ fn sim_calls_racing_with_exit_are_recorded_or_counted() {
             made,
             "run {i}: {recorded} recorded, {counted} counted\n{log}"
         );
+        // A launch written with its kernel has its stack, even one made while
+        // the exit path ran.
+        let written = l.get("_Z4racev").map_or(0, |&(api, _)| api);
+        let with_stack = launches_with_stacks(&records, &strings, "_Z4racev").len();
+        assert_eq!(with_stack, written, "run {i}: {l:?}\n{log}");
         for e in std::fs::read_dir(dir.path()).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "gputrace") {
@@ -298,35 +336,7 @@ fn sim_launches_made_while_the_exit_path_runs_keep_their_stacks() {
     let l = launches(&records, &strings);
     assert_eq!(l.get("_Z6beforev"), Some(&(5, 5)), "{l:?}\n{log}");
     assert_eq!(l.get("_Z7closingv"), Some(&(10, 10)), "{l:?}\n{log}");
-    let kernel_of: HashMap<u32, &str> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Activity(a) => match a.kind {
-                ActivityKind::Kernel { name, .. } => Some((a.correlation_id, strings.get(name))),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
-    let stacks: std::collections::HashSet<u32> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Stack(s) => Some(s.id),
-            _ => None,
-        })
-        .collect();
-    let with_stack: Vec<u32> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::CallStack(c)
-                if kernel_of.get(&c.correlation_id) == Some(&"_Z7closingv")
-                    && stacks.contains(&c.stack) =>
-            {
-                Some(c.correlation_id)
-            }
-            _ => None,
-        })
-        .collect();
+    let with_stack = launches_with_stacks(&records, &strings, "_Z7closingv");
     assert_eq!(
         with_stack.len(),
         10,
