@@ -60,9 +60,10 @@ impl State {
         let s = &self.stats;
         let walk_errors = s.walk_errors.load(Relaxed);
         let mut sink = lock(&self.sink);
-        // The stack table's last write, after every API record written (the
-        // last drain ran, and any later one finds the trace closed, set under this lock): calls
-        // that entered while the exit path ran have their stacks.
+        // The stack table's last write, after the last API records were
+        // written (the last drain ran; a later one finds the trace closed,
+        // which is set under this lock): calls that entered while the exit
+        // path ran and were written have their stacks.
         self.write_stacks(&mut sink, true);
         self.stacks_done.store(true, Relaxed);
         // With our buffers and kinds in place, the forced flush returns a record
