@@ -54,6 +54,8 @@
  *                                    handler (the client's final flush), the
  *                                    worker hands back one more buffer, as a
  *                                    worker racing the exit can
+ * and one test hook, GPUSIM_CUPTI_FORCED_FLUSH_HOOK=SYMBOL: the first forced
+ * flush calls the program's function SYMBOL first (cupti_buffers.c).
  * A value "VALUE@FILE" applies only to the copy of libcupti whose file is named
  * FILE, so that one CUDA install can hold a failing and a working CUPTI.
  * gpusim_cupti_state() tells a test program what a client left subscribed and

@@ -197,6 +197,22 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersC
     return CUPTI_SUCCESS;
 }
 
+/* GPUSIM_CUPTI_FORCED_FLUSH_HOOK=SYMBOL (a test hook, not CUPTI behaviour):
+ * the first forced flush, before it takes any lock or hands back any buffer,
+ * calls the program's function SYMBOL (found with dlsym, so the program is
+ * linked -rdynamic) on the flushing thread. A client flushes with
+ * FLUSH_FORCED on its exit path: the hook lets a test act at that point,
+ * deterministically (other threads' calls made while the exit path runs). */
+static void forced_flush_hook(void) {
+    static atomic_int called;
+    const char *name = getenv("GPUSIM_CUPTI_FORCED_FLUSH_HOOK");
+    if (!name || !*name || atomic_exchange(&called, 1))
+        return;
+    void (*hook)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, name);
+    if (hook)
+        hook();
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
     if (!g_complete)
         return fail(CUPTI_ERROR_INVALID_OPERATION);
@@ -213,6 +229,8 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
             ;
         return fail(CUPTI_ERROR_UNKNOWN);
     }
+    if (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
+        forced_flush_hook();
     sim_event((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) ? "F1" : "F0");
     flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);
     return CUPTI_SUCCESS;

@@ -241,7 +241,22 @@ impl Seen {
 
     /// Stacks with ids `after + 1 ..` that are published, in id order, up to the
     /// first one still being written.
-    pub fn published_after<'s>(&'s self, after: u32, mut f: impl FnMut(u32, Stored<'s>)) -> u32 {
+    #[cfg(test)]
+    pub fn published_after<'s>(&'s self, after: u32, f: impl FnMut(u32, Stored<'s>)) -> u32 {
+        self.published_from(after, false, f)
+    }
+
+    /// [`Seen::published_after`]; with `past_gaps`, past ids still being
+    /// written (another thread copying its stack) too: for the table's last
+    /// write, after which no id is read again. A call whose record names a
+    /// stack published it before the record was made, so a stack still being
+    /// copied under an earlier id cannot hold its one back.
+    pub fn published_from<'s>(
+        &'s self,
+        after: u32,
+        past_gaps: bool,
+        mut f: impl FnMut(u32, Stored<'s>),
+    ) -> u32 {
         let mut last = after;
         let next = self.next_id.load(Ordering::Acquire);
         for id in after + 1..=next {
@@ -249,6 +264,9 @@ impl Seen {
                 break;
             };
             let p = e.packed.load(Ordering::Acquire);
+            if p == 0 && past_gaps {
+                continue;
+            }
             if p == 0 {
                 break;
             }
@@ -315,6 +333,21 @@ mod tests {
             ]
         );
         assert_eq!(s.published_after(2, |_, _| panic!("nothing new")), 2);
+    }
+
+    #[test]
+    fn the_last_write_takes_stacks_published_after_one_still_being_copied() {
+        let s = Seen::new();
+        assert_eq!(s.id(1, &[n(1)], StackEnd::Root, false), Ok(1));
+        // Id 2 reserved by a thread still copying its frames.
+        s.next_id.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(s.id(3, &[n(3)], StackEnd::Root, false), Ok(3));
+        let mut got = Vec::new();
+        assert_eq!(s.published_from(0, false, |id, _| got.push(id)), 1);
+        assert_eq!(got, [1]);
+        got.clear();
+        assert_eq!(s.published_from(1, true, |id, _| got.push(id)), 3);
+        assert_eq!(got, [3]);
     }
 
     #[test]

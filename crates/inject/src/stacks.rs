@@ -565,8 +565,10 @@ impl Stacks {
     /// when Python frames were turned off; then the graph nodes, made into
     /// records one at a time by [`Stacks::node_record`] as they are written
     /// (a burst of instantiations leaves hundreds of thousands). Allocates;
-    /// runs on the flush path.
-    pub fn take_records(&self, pid: u32, strings: &mut StringTable) -> Taken {
+    /// runs on the flush path. With `last` (the exit path's write, just before
+    /// the trace is closed), stacks published after one still being copied are
+    /// taken too: no later write would take them.
+    pub fn take_records(&self, pid: u32, strings: &mut StringTable, last: bool) -> Taken {
         if (self.unwinder.needs_refresh() || self.unwinder.has_added_modules())
             && self.unwinder.refresh()
         {
@@ -575,7 +577,7 @@ impl Stacks {
         let (pending, nodes) = {
             let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
             let mut pending = Vec::new();
-            t.written = self.seen.published_after(t.written, |id, st| {
+            t.written = self.seen.published_from(t.written, last, |id, st| {
                 pending.push((id, st.end, st.python_truncated, st.frames));
             });
             (pending, std::mem::take(&mut t.pending_nodes))
@@ -975,7 +977,7 @@ mod tests {
         strings: &mut StringTable,
         api_name: &dyn Fn(u32, u32) -> Option<String>,
     ) -> Vec<Record> {
-        let Taken { mut records, nodes } = s.take_records(7, strings);
+        let Taken { mut records, nodes } = s.take_records(7, strings, false);
         for n in nodes {
             records.push(Stacks::node_record(7, n, strings, api_name));
         }

@@ -32,6 +32,17 @@ fn inputs() -> Vec<Vec<PathBuf>> {
                         .iter()
                         .any(|s| p.to_string_lossy().ends_with(s))
             })
+            // A dated run of recordings (real/h200-20261130/): each of its
+            // directories is one recording.
+            .flat_map(|p| {
+                let runs: Vec<PathBuf> = fs::read_dir(&p)
+                    .into_iter()
+                    .flatten()
+                    .map(|e| e.unwrap().path())
+                    .filter(|s| s.is_dir())
+                    .collect();
+                if runs.is_empty() { vec![p] } else { runs }
+            })
             .collect();
         entries.sort();
         out.extend(entries.into_iter().map(|p| vec![p]));

@@ -84,26 +84,9 @@ impl State {
         }
         self.write_thread_names(&names);
         // stacks hook: modules, stacks and graph nodes before the API records
-        // that name them.
-        if let Some(st) = &self.stacks {
-            let mut sink = lock(&self.sink);
-            let names = |d: u32, c: u32| {
-                self.names[domain_index(d)]
-                    .get(c as usize)
-                    .map(|n| api_base_name(n).to_owned())
-            };
-            let taken = st.take_records(self.pid, &mut sink.strings);
-            for r in taken.records {
-                if let Record::Note(n) = &r {
-                    self.log.line(&n.text);
-                }
-                sink.write(&r);
-            }
-            for n in taken.nodes {
-                let r = Stacks::node_record(self.pid, n, &mut sink.strings, &names);
-                sink.write(&r);
-            }
-        }
+        // that name them. The API records were taken first: each one's stack
+        // was published before its call returned, so it is written here.
+        self.write_stacks(&mut lock(&self.sink), false);
         // autograd hook: the checks turned the reading off.
         if let Some(note) = self.autograd.as_ref().and_then(|a| a.take_off_note()) {
             self.log.line(&note);
@@ -148,6 +131,32 @@ impl State {
                 source: DropSource::Writer,
                 count: dropped,
             }));
+        }
+    }
+
+    /// stacks hook: writes the modules, stacks and graph nodes made since the
+    /// last call; `last` for the exit path's write just before `CLOSED` (see
+    /// [`Stacks::take_records`]). Nothing once the trace is closed.
+    pub(super) fn write_stacks(&self, sink: &mut Sink, last: bool) {
+        let Some(st) = &self.stacks else { return };
+        if sink.closed {
+            return;
+        }
+        let names = |d: u32, c: u32| {
+            self.names[domain_index(d)]
+                .get(c as usize)
+                .map(|n| api_base_name(n).to_owned())
+        };
+        let taken = st.take_records(self.pid, &mut sink.strings, last);
+        for r in taken.records {
+            if let Record::Note(n) = &r {
+                self.log.line(&n.text);
+            }
+            sink.write(&r);
+        }
+        for n in taken.nodes {
+            let r = Stacks::node_record(self.pid, n, &mut sink.strings, &names);
+            sink.write(&r);
         }
     }
 

@@ -338,10 +338,12 @@ impl State {
             return;
         }
         // stacks hook: the calls that cause GPU work, and the waits for it, get
-        // the caller's stack.
+        // the caller's stack. Calls entered while the exit path runs take one
+        // too: their API records are written until the last drain, and the
+        // stack table is written after it. Once it is written for the last
+        // time the call is only counted.
         let stack = match &self.stacks {
-            // After the final flush the call is only counted.
-            Some(st) if class.takes_stack() && !self.closing.load(Relaxed) => {
+            Some(st) if class.takes_stack() && !self.stacks_done.load(Relaxed) => {
                 // The first capture in a new module reads files.
                 let _no_cancel = NoCancel::new();
                 let id = st.capture();

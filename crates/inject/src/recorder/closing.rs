@@ -5,6 +5,7 @@ use std::panic::catch_unwind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use gpuperf_merge::gputrace::STACKLESS_NOTE;
 use gpuperf_merge::model::{DropSource, Dropped, Record};
 
 use crate::capture;
@@ -53,11 +54,18 @@ impl State {
             }
         }
         if self.disabled.swap(true, Relaxed) {
+            self.stacks_done.store(true, Relaxed);
             return;
         }
         let s = &self.stats;
         let walk_errors = s.walk_errors.load(Relaxed);
         let mut sink = lock(&self.sink);
+        // The stack table's last write, after the last API records were
+        // written (the last drain ran; a later one finds the trace closed,
+        // which is set under this lock): calls that entered while the exit
+        // path ran and were written have their stacks.
+        self.write_stacks(&mut sink, true);
+        self.stacks_done.store(true, Relaxed);
         // With our buffers and kinds in place, the forced flush returns a record
         // for every launch, complete or not. Launches without any mean another
         // client took the buffer callbacks or disabled the kinds.
@@ -126,10 +134,7 @@ impl State {
         if stackless > 0
             && let Some(st) = &self.stacks
         {
-            sink.note(format!(
-                "{stackless} calls that take a CPU stack have none; {}",
-                st.summary()
-            ));
+            sink.note(format!("{stackless} {STACKLESS_NOTE}; {}", st.summary()));
         }
         if let Some(note) = capture::summary(&self.config.window, self.started_ns) {
             self.log.line(&note);

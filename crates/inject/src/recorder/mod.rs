@@ -166,9 +166,16 @@ struct State {
     torn_down: AtomicBool,
     /// Set once the exit path has written its last record.
     closed: AtomicBool,
-    /// Set when the exit path starts its final flush: calls from then on are
-    /// kept in their shards only to be counted (see `report_after_close`).
+    /// Set when the exit path starts its final flush: calls from then on go
+    /// on being recorded (even once `disabled` is set); those the last drain
+    /// takes are written, later ones are kept in their shards only to be
+    /// counted (see `report_after_close`).
     closing: AtomicBool,
+    /// Set when the stack table was written for the last time (or the exit
+    /// path ended without writing): stacks taken from then on could never be
+    /// written, so none are taken. Until then, a call entered while the exit
+    /// path runs takes its stack, as its API record may still be written.
+    stacks_done: AtomicBool,
     /// Whether the exit path ran (or runs): a second one, a signal's close
     /// during `exit`, waits for it and does nothing.
     finished: Mutex<bool>,

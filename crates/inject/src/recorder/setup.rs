@@ -297,6 +297,7 @@ pub fn initialize() -> bool {
         torn_down: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         closing: AtomicBool::new(false),
+        stacks_done: AtomicBool::new(false),
         finished: Mutex::new(false),
         stateless: Mutex::new(Vec::new()),
         kinds: Mutex::new(Vec::new()),

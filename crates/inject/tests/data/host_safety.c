@@ -17,6 +17,12 @@
  *   exit-race       a thread launches (_Z4racev) in a loop while the main thread calls
  *                   `exit`; an exit handler that runs after the library's stops
  *                   it and prints how many launches returned ("made N")
+ *   exit-flush-launches  5 launches, then a thread makes 10 (_Z7closingv) and
+ *                   waits for them while the main thread's `exit` runs the
+ *                   library's exit path: the simulated CUPTI's first forced
+ *                   flush calls gpusim_forced_flush_hook (run it with
+ *                   GPUSIM_CUPTI_FORCED_FLUSH_HOOK=gpusim_forced_flush_hook),
+ *                   which starts that thread and joins it
  *   dlopen-reuse A B  dlopen A, 6 launches called back from its late_call,
  *                   dlclose A, dlopen B (which the loader puts where A was:
  *                   printed "same address 1"), 6 launches from it
@@ -52,7 +58,7 @@ void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, cons
 /* One distinct host stub per kernel name. */
 #define STUB(n) \
     __attribute__((noinline)) static void stub##n(void) { __asm__ volatile("" ::"r"(n)); }
-STUB(0) STUB(1) STUB(2) STUB(3) STUB(4) STUB(5) STUB(6) STUB(7) STUB(8) STUB(9) STUB(10)
+STUB(0) STUB(1) STUB(2) STUB(3) STUB(4) STUB(5) STUB(6) STUB(7) STUB(8) STUB(9) STUB(10) STUB(11)
 static const struct {
     const char *name;
     void (*stub)(void);
@@ -60,7 +66,7 @@ static const struct {
     {"_Z6beforev", stub0}, {"_Z7cleanupv", stub1}, {"_Z10destructorv", stub2},
     {"_Z6threadv", stub3}, {"_Z5firstv", stub4},   {"_Z6secondv", stub5},
     {"_Z4racev", stub6},   {"_Z5reusev", stub7},   {"_Z6mallocv", stub8},
-    {"_Z6windowv", stub9}, {"_Z5afterv", stub10},
+    {"_Z6windowv", stub9}, {"_Z5afterv", stub10},  {"_Z7closingv", stub11},
 };
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
 
@@ -201,6 +207,25 @@ static void stop_race(void) {
     fflush(stdout);
 }
 
+/* ---- exit-flush-launches ---- */
+static pthread_t closer;
+static int closer_made;
+static void *closing_launches(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 10; i++) launch("_Z7closingv");
+    /* Their kernels end before the forced flush goes on. */
+    if (cudaDeviceSynchronize() != cudaSuccess) _exit(4);
+    return NULL;
+}
+/* Called by the simulated libcupti on the exiting thread, inside the library's
+ * exit path: the thread's calls all enter and return while it runs. */
+void gpusim_forced_flush_hook(void);
+void gpusim_forced_flush_hook(void) {
+    if (closer_made || pthread_create(&closer, NULL, closing_launches, NULL) != 0) return;
+    closer_made = 1;
+    pthread_join(closer, NULL);
+}
+
 /* ---- dlopen-reuse ---- */
 static void reuse_launch(void) { launch("_Z5reusev"); }
 static int dlopen_reuse(const char *a, const char *b) {
@@ -271,6 +296,10 @@ int main(int argc, char **argv) {
         racing = 1;
         if (pthread_create(&racer, NULL, race, NULL) != 0) return 91;
         while (made < 200) usleep(100);
+        exit(3);
+    }
+    if (strcmp(mode, "exit-flush-launches") == 0) {
+        for (int i = 0; i < 5; i++) launch("_Z6beforev");
         exit(3);
     }
     if (strcmp(mode, "takeover-copies") == 0) return takeover_copies();

@@ -217,6 +217,39 @@ fn sim_program_that_execs_itself_keeps_both_recordings() {
 }
 
 /// The kinds of the records of a raw trace file, in order.
+/// Correlation ids of the launches of kernel `name` whose API call names a
+/// stack that the trace holds.
+fn launches_with_stacks(records: &[Record], strings: &StringTable, name: &str) -> Vec<u32> {
+    let kernel_of: HashMap<u32, &str> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Activity(a) => match a.kind {
+                ActivityKind::Kernel { name, .. } => Some((a.correlation_id, strings.get(name))),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let stacks: std::collections::HashSet<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some(s.id),
+            _ => None,
+        })
+        .collect();
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::CallStack(c)
+                if kernel_of.get(&c.correlation_id) == Some(&name) && stacks.contains(&c.stack) =>
+            {
+                Some(c.correlation_id)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 fn kinds(path: &Path) -> Vec<u8> {
     let bytes = std::fs::read(path).unwrap();
     let mut at = 16;
@@ -264,6 +297,11 @@ fn sim_calls_racing_with_exit_are_recorded_or_counted() {
             made,
             "run {i}: {recorded} recorded, {counted} counted\n{log}"
         );
+        // A launch written with its kernel has its stack, even one made while
+        // the exit path ran.
+        let written = l.get("_Z4racev").map_or(0, |&(api, _)| api);
+        let with_stack = launches_with_stacks(&records, &strings, "_Z4racev").len();
+        assert_eq!(with_stack, written, "run {i}: {l:?}\n{log}");
         for e in std::fs::read_dir(dir.path()).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "gputrace") {
@@ -277,6 +315,34 @@ fn sim_calls_racing_with_exit_are_recorded_or_counted() {
             }
         }
     }
+}
+
+/// On an H200, a thread that launched while another thread's `exit` ran the
+/// exit path left a kernel with its API and GPU records but no stack: stacks
+/// were no longer taken once the exit path began, though the records of calls
+/// returning before its final flush were still written. The simulated
+/// CUPTI's first forced flush (the exit path's) starts a thread that makes 10
+/// launches and waits for them, so every one of them enters and returns
+/// inside the exit path, before the records are drained: each is written
+/// with its kernel and with a stack whose `STACK` record is in the trace.
+#[test]
+fn sim_launches_made_while_the_exit_path_runs_keep_their_stacks() {
+    let Some(m) = Sim::find() else { return };
+    let hook = ("GPUSIM_CUPTI_FORCED_FLUSH_HOOK", "gpusim_forced_flush_hook");
+    let (out, dir) = recorded(&m, "exit-flush-launches", &[hook]);
+    let log = read_logs(dir.path());
+    assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    let l = launches(&records, &strings);
+    assert_eq!(l.get("_Z6beforev"), Some(&(5, 5)), "{l:?}\n{log}");
+    assert_eq!(l.get("_Z7closingv"), Some(&(10, 10)), "{l:?}\n{log}");
+    let with_stack = launches_with_stacks(&records, &strings, "_Z7closingv");
+    assert_eq!(
+        with_stack.len(),
+        10,
+        "launches made during the exit path with a written stack: {with_stack:?}\n{log}"
+    );
+    assert!(!log.contains("have none"), "{log}");
 }
 
 /// Issue 39, item 5: liba is unloaded and libb loaded at its address. The

@@ -6,6 +6,7 @@ use rustc_hash::FxHashMap;
 
 use super::NoStack;
 use crate::model::{DropSource, Note};
+use crate::read::gputrace::STACKLESS_NOTE;
 use crate::read::input::GpuReadSummary;
 
 /// How one process's CPU launches were paired.
@@ -143,13 +144,22 @@ impl Summary {
             .filter(|(_, n)| **n > 0)
             .collect();
         reasons.sort();
+        let counted = self.notes.iter().any(|n| n.text.contains(STACKLESS_NOTE));
         for (reason, n) in reasons {
             let why = match reason {
                 NoStack::NoCpuEvent if self.stacks_off => "CPU stacks were off: --gpu-only",
-                // Stacks taken in the program: the recorder knows why it took
-                // none, and its note (below) says so.
+                // Stacks taken in the program: the recorder counts the calls
+                // whose capture failed, and its note (below) says why.
+                NoStack::NoCpuEvent if self.gpu_launch_stacks > 0 && counted => {
+                    "launch recorded in the program, its stack capture failed: the recorder's \
+                     note on calls that take a CPU stack and have none says why"
+                }
+                // No capture failed: the process took no stacks, or its
+                // recorder took none for calls made while the exit path ran.
                 NoStack::NoCpuEvent if self.gpu_launch_stacks > 0 => {
-                    "launch recorded in the program without its stack: see the recorder's note"
+                    "launch recorded in the program without a stack, and no failed capture \
+                     counted: stacks off in that process (GPUPERF_STACKS=0), or an older \
+                     recorder that took none for calls made while the exit path ran"
                 }
                 _ => reason.describe(),
             };
@@ -316,8 +326,9 @@ mod tests {
         let text = s.to_string();
         assert!(
             text.contains(
-                "  unmatched kernels: 5 (launch recorded in the program without its stack: \
-                 see the recorder's note)\n"
+                "  unmatched kernels: 5 (launch recorded in the program, its stack capture \
+                 failed: the recorder's note on calls that take a CPU stack and have none says \
+                 why)\n"
             ),
             "{text}"
         );
@@ -326,5 +337,38 @@ mod tests {
             text.contains("note from the recorder: pid 7: 5 calls"),
             "{text}"
         );
+    }
+
+    /// A recording from an H200 (samples/recordings/real/h200-20261130,
+    /// check_app_exit_from_thread): a launch made while another thread's `exit`
+    /// ran the exit path was written without a stack, and the only note was
+    /// about calls after the close, "not recorded". The reason must not point
+    /// at a note that says something else.
+    #[test]
+    fn summary_without_a_note_on_failed_captures_does_not_point_at_other_notes() {
+        let mut s = Summary {
+            kernels: 142,
+            kernels_matched: 141,
+            gpu_launch_stacks: 142,
+            ..Summary::default()
+        };
+        s.kernels_unmatched.insert(NoStack::NoCpuEvent, 1);
+        s.notes.push(Note {
+            pid: 806,
+            text: "2 API calls came after the trace was closed (static destructors, atexit \
+                   handlers registered before CUDA started, or other threads while the program \
+                   exits); not recorded"
+                .into(),
+        });
+        let text = s.to_string();
+        assert!(
+            text.contains(
+                "  unmatched kernels: 1 (launch recorded in the program without a stack, and no \
+                 failed capture counted: stacks off in that process (GPUPERF_STACKS=0), or an \
+                 older recorder that took none for calls made while the exit path ran)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("see the recorder's note"), "{text}");
     }
 }

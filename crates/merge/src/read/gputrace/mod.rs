@@ -98,6 +98,10 @@ pub const FLAG_STACKS: u32 = 1;
 /// Header flag: the writer ends a complete recording with a `CLOSED` record, so
 /// that a file without one is known to be cut short.
 pub const FLAG_CLOSES: u32 = 2;
+/// What the recorder's `NOTE` on calls that take a stack and got none says
+/// after their count ("12 calls that take a CPU stack have none; stacks: ..."):
+/// the merge's summary looks for it to give unmatched kernels their reason.
+pub const STACKLESS_NOTE: &str = "calls that take a CPU stack have none";
 /// Frames one `STACK` record can hold.
 pub const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
 /// The length of the file header that [`header_flags`] decodes.
