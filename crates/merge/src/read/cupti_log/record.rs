@@ -14,19 +14,6 @@ impl Parser<'_> {
     pub(super) fn header(&mut self, no: u64, kind: Kind, rest: &str) -> Result<Open, Bad> {
         let h = Header::parse(rest)?;
         let items = Items::parse(h.items);
-        let (start_ns, end_ns) = (h.start, h.end);
-        let activity = |correlation_id, kind| Activity {
-            pid: 0,
-            start_ns,
-            end_ns,
-            correlation_id,
-            device: 0,
-            context: 0,
-            stream: 0,
-            graph_id: 0,
-            graph_node_id: 0,
-            kind,
-        };
         let index = self.log.records.len();
         let mut warning: Option<Bad> = None;
         let mut open = Open::Activity {
@@ -39,12 +26,9 @@ impl Parser<'_> {
         let record = match kind {
             Kind::Api(domain) => {
                 open = Open::Nothing;
-                self.api(&items, domain, (start_ns, end_ns), index)?
+                self.api(&items, domain, (h.start, h.end), index)?
             }
             Kind::Kernel => {
-                let name = items.name()?;
-                let correlation_id = items.required("correlationId", parse_u32)?;
-                let name = self.strings.intern(name);
                 open = Open::Activity {
                     index,
                     line: no,
@@ -52,52 +36,15 @@ impl Parser<'_> {
                     need_grid: true,
                     need_device: true,
                 };
-                self.trailer = &[GRAPH_NODE_LINE];
-                Record::Activity(activity(
-                    correlation_id,
-                    ActivityKind::Kernel {
-                        name,
-                        grid: [0; 3],
-                        block: [0; 3],
-                    },
-                ))
+                self.kernel(&h, &items)?
             }
             Kind::Memcpy => {
-                let bytes = items.required("size", parse_u64)?;
-                let correlation_id = items.required("correlationId", parse_u32)?;
-                let (kind, unknown) = memcpy_kind(h.prefix);
+                let (record, unknown) = self.memcpy(&h, &items)?;
                 warning = unknown;
-                self.trailer = &[GRAPH_NODE_LINE];
-                Record::Activity(activity(
-                    correlation_id,
-                    ActivityKind::Memcpy {
-                        kind,
-                        bytes,
-                        peer: None,
-                    },
-                ))
+                record
             }
-            Kind::Memset => {
-                let bytes = items.required("size", parse_u64)?;
-                let value = items.optional("value", parse_u32)?.unwrap_or(0);
-                let correlation_id = items.required("correlationId", parse_u32)?;
-                Record::Activity(activity(
-                    correlation_id,
-                    ActivityKind::Memset { bytes, value },
-                ))
-            }
+            Kind::Memset => memset(&h, &items)?,
             Kind::Sync => {
-                let correlation_id = items.required("correlationId", parse_u32)?;
-                let sync_type = items.get("type").map_or(0, sync_type);
-                let mut a = activity(
-                    correlation_id,
-                    ActivityKind::Sync {
-                        sync_type,
-                        wait: None,
-                    },
-                );
-                a.context = items.optional("contextId", parse_u32)?.unwrap_or(0);
-                a.stream = items.optional("streamId", parse_u32)?.unwrap_or(0);
                 // The printer writes no device line for synchronizations; accept one.
                 open = Open::Activity {
                     index,
@@ -106,23 +53,11 @@ impl Parser<'_> {
                     need_grid: false,
                     need_device: false,
                 };
-                Record::Activity(a)
+                sync(&h, &items)?
             }
             Kind::Overhead => {
-                let kind = h.prefix;
-                if kind.is_empty() || kind.contains(char::is_whitespace) {
-                    return Err("missing overhead kind before `[`".into());
-                }
                 open = Open::Nothing;
-                // Printed when a command buffer overflowed.
-                self.trailer = &["CUpti_ActivityOverheadCommandBufferFullData"];
-                Record::Overhead(Overhead {
-                    pid: 0,
-                    kind: self.strings.intern(kind),
-                    correlation_id: 0,
-                    start_ns,
-                    end_ns,
-                })
+                self.overhead(&h)?
             }
             Kind::Skipped(_) => return Ok(Open::Ignored),
         };
@@ -131,6 +66,58 @@ impl Parser<'_> {
             self.bad(no, msg);
         }
         Ok(open)
+    }
+
+    /// A kernel's record; its grid and device come on continuation lines.
+    fn kernel(&mut self, h: &Header<'_>, items: &Items<'_>) -> Result<Record, Bad> {
+        let name = items.name()?;
+        let correlation_id = items.required("correlationId", parse_u32)?;
+        let name = self.strings.intern(name);
+        self.trailer = &[GRAPH_NODE_LINE];
+        Ok(Record::Activity(activity(
+            h,
+            correlation_id,
+            ActivityKind::Kernel {
+                name,
+                grid: [0; 3],
+                block: [0; 3],
+            },
+        )))
+    }
+
+    /// A copy's record, with a warning when its kind is not one CUPTI prints.
+    fn memcpy(&mut self, h: &Header<'_>, items: &Items<'_>) -> Result<(Record, Option<Bad>), Bad> {
+        let bytes = items.required("size", parse_u64)?;
+        let correlation_id = items.required("correlationId", parse_u32)?;
+        let (kind, unknown) = memcpy_kind(h.prefix);
+        self.trailer = &[GRAPH_NODE_LINE];
+        let record = Record::Activity(activity(
+            h,
+            correlation_id,
+            ActivityKind::Memcpy {
+                kind,
+                bytes,
+                peer: None,
+            },
+        ));
+        Ok((record, unknown))
+    }
+
+    /// A CUPTI overhead's record; its kind is the header's prefix.
+    fn overhead(&mut self, h: &Header<'_>) -> Result<Record, Bad> {
+        let kind = h.prefix;
+        if kind.is_empty() || kind.contains(char::is_whitespace) {
+            return Err("missing overhead kind before `[`".into());
+        }
+        // Printed when a command buffer overflowed.
+        self.trailer = &["CUpti_ActivityOverheadCommandBufferFullData"];
+        Ok(Record::Overhead(Overhead {
+            pid: 0,
+            kind: self.strings.intern(kind),
+            correlation_id: 0,
+            start_ns: h.start,
+            end_ns: h.end,
+        }))
     }
 
     /// An API call's record; one without a pid is noted, to take the log's.
@@ -179,4 +166,50 @@ pub(super) fn memcpy_kind(prefix: &str) -> (MemcpyKind, Option<Bad>) {
             Some(format!("unknown memcpy kind `{}`", clip(name)).into()),
         ),
     }
+}
+
+/// An activity over the header's time span; the continuation lines fill in the
+/// device and the log's pid comes at the end.
+fn activity(h: &Header<'_>, correlation_id: u32, kind: ActivityKind) -> Activity {
+    Activity {
+        pid: 0,
+        start_ns: h.start,
+        end_ns: h.end,
+        correlation_id,
+        device: 0,
+        context: 0,
+        stream: 0,
+        graph_id: 0,
+        graph_node_id: 0,
+        kind,
+    }
+}
+
+/// A memset's record.
+fn memset(h: &Header<'_>, items: &Items<'_>) -> Result<Record, Bad> {
+    let bytes = items.required("size", parse_u64)?;
+    let value = items.optional("value", parse_u32)?.unwrap_or(0);
+    let correlation_id = items.required("correlationId", parse_u32)?;
+    Ok(Record::Activity(activity(
+        h,
+        correlation_id,
+        ActivityKind::Memset { bytes, value },
+    )))
+}
+
+/// A synchronization's record; its context and stream are on the header line.
+fn sync(h: &Header<'_>, items: &Items<'_>) -> Result<Record, Bad> {
+    let correlation_id = items.required("correlationId", parse_u32)?;
+    let sync_type = items.get("type").map_or(0, sync_type);
+    let mut a = activity(
+        h,
+        correlation_id,
+        ActivityKind::Sync {
+            sync_type,
+            wait: None,
+        },
+    );
+    a.context = items.optional("contextId", parse_u32)?.unwrap_or(0);
+    a.stream = items.optional("streamId", parse_u32)?.unwrap_or(0);
+    Ok(Record::Activity(a))
 }
