@@ -45,20 +45,7 @@ pub(super) fn pair_by_time(
         }
         let empty = PidApis::default();
         let pa = apis.get(&pid).unwrap_or(&empty);
-        // Launch calls not already claimed by an exact CPU line.
-        let claimed: rustc_hash::FxHashSet<u32> = if *has_exact {
-            cpu.launches
-                .iter()
-                .filter(|l| l.pid == pid && l.correlation_id != 0)
-                .map(|l| l.correlation_id)
-                .collect()
-        } else {
-            Default::default()
-        };
-        let mut calls: Vec<u32> = (0..pa.infos.len() as u32)
-            .filter(|&i| pa.infos[i as usize].is_launch && !claimed.contains(&pa.corrs[i as usize]))
-            .collect();
-        calls.sort_by_key(|&i| pa.infos[i as usize].start_ns);
+        let calls = launch_calls(cpu, pa, pid, *has_exact);
         let mut events: Vec<u32> = todo.clone();
         events.sort_by_key(|&i| cpu.launches[i as usize].ts_ns);
 
@@ -87,20 +74,8 @@ pub(super) fn pair_by_time(
 
         let mut pairs: Vec<(usize, usize)> = Vec::new();
         if per_thread {
-            let mut ev_by_tid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
-            for (k, &i) in events.iter().enumerate() {
-                ev_by_tid
-                    .entry(cpu.launches[i as usize].tid)
-                    .or_default()
-                    .push(k);
-            }
-            let mut calls_by_tid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
-            for (k, &i) in calls.iter().enumerate() {
-                calls_by_tid
-                    .entry(pa.infos[i as usize].tid)
-                    .or_default()
-                    .push(k);
-            }
+            let ev_by_tid = by_tid(events.iter().map(|&i| cpu.launches[i as usize].tid));
+            let calls_by_tid = by_tid(calls.iter().map(|&i| pa.infos[i as usize].tid));
             for (tid, evs) in &ev_by_tid {
                 let Some(cs) = calls_by_tid.get(tid) else {
                     continue;
@@ -130,6 +105,34 @@ pub(super) fn pair_by_time(
             unpaired_api: (calls.len() - pairs.len()) as u64,
         });
     }
+}
+
+/// A process's launch calls not already claimed by an exact CPU line, in start
+/// order.
+fn launch_calls(cpu: &CpuTrace, pa: &PidApis, pid: u32, has_exact: bool) -> Vec<u32> {
+    let claimed: rustc_hash::FxHashSet<u32> = if has_exact {
+        cpu.launches
+            .iter()
+            .filter(|l| l.pid == pid && l.correlation_id != 0)
+            .map(|l| l.correlation_id)
+            .collect()
+    } else {
+        Default::default()
+    };
+    let mut calls: Vec<u32> = (0..pa.infos.len() as u32)
+        .filter(|&i| pa.infos[i as usize].is_launch && !claimed.contains(&pa.corrs[i as usize]))
+        .collect();
+    calls.sort_by_key(|&i| pa.infos[i as usize].start_ns);
+    calls
+}
+
+/// The positions of each thread's items, by thread id.
+fn by_tid(tids: impl Iterator<Item = u32>) -> FxHashMap<u32, Vec<usize>> {
+    let mut by_tid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+    for (k, tid) in tids.enumerate() {
+        by_tid.entry(tid).or_default().push(k);
+    }
+    by_tid
 }
 
 fn shifted(t: u64, offset: i64) -> i128 {

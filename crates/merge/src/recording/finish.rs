@@ -119,21 +119,7 @@ impl Finish {
             inputs.join.stacks_off = self.gpu_only;
             inputs.join.view = self.view;
             let mut l = Recording::open(&inputs, symbolizer)?;
-            if self.keep
-                && let Some(names) = l.symbols.as_ref().filter(|n| !n.is_empty())
-            {
-                // Named now, while the program's files are where the stacks say: the
-                // kept recording then merges the same after they are rebuilt, moved
-                // or deleted, or on another machine.
-                let path = self.dir.join(SYMBOLS);
-                let left_out = names.write(&path)?;
-                if left_out > 0 {
-                    report += &format!(
-                        "gpuperf: {left_out} symbol names with tabs or line breaks were not kept in `{}`\n",
-                        path.display()
-                    );
-                }
-            }
+            self.keep_symbols(&l, &mut report)?;
             let joined = l.write(outs, stdout)?;
             let kernels = super::report::KernelTable {
                 rows: &joined.kernels,
@@ -157,24 +143,8 @@ impl Finish {
                 }
             }
         } else if let Some(cpu) = cpu {
-            let mut inputs = Inputs {
-                cpu: Some(cpu.to_path_buf()),
-                ..Inputs::default()
-            };
-            inputs.join.view = self.view;
-            let l = Recording::open(&inputs, symbolizer)?;
-            let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
-            if n == 0 {
-                report += "gpuperf: no launch was recorded; no outputs written\n";
-            } else {
-                report += &format!(
-                    "gpuperf: {n} CPU launch stacks and no GPU trace: the flamegraph counts launches\n"
-                );
-                if outs.chrome.is_some() && driver_only.is_none() {
-                    report += "gpuperf: no timeline written: it needs a GPU trace\n";
-                }
-                written = l.write_cpu_only(outs, stdout)?;
-            }
+            written =
+                self.cpu_only_outputs(cpu, symbolizer, driver_only.is_some(), &mut report, stdout)?;
         }
         if let Some((c, trace)) = driver_only {
             written.push(super::driver_timeline(trace, c)?);
@@ -202,6 +172,58 @@ impl Finish {
             written,
             kept: self.keep.then(|| self.dir.clone()),
         })
+    }
+
+    /// Writes the frame names into a kept recording's directory.
+    fn keep_symbols(&self, l: &Recording, report: &mut String) -> Result<()> {
+        if self.keep
+            && let Some(names) = l.symbols.as_ref().filter(|n| !n.is_empty())
+        {
+            // Named now, while the program's files are where the stacks say: the
+            // kept recording then merges the same after they are rebuilt, moved
+            // or deleted, or on another machine.
+            let path = self.dir.join(SYMBOLS);
+            let left_out = names.write(&path)?;
+            if left_out > 0 {
+                *report += &format!(
+                    "gpuperf: {left_out} symbol names with tabs or line breaks were not kept in `{}`\n",
+                    path.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Without a GPU trace: the CPU launch stacks alone, counted by launch.
+    fn cpu_only_outputs<S: Symbolize>(
+        &self,
+        cpu: &Path,
+        symbolizer: impl FnOnce() -> S,
+        driver_only: bool,
+        report: &mut String,
+        stdout: &mut dyn Write,
+    ) -> Result<Vec<Written>> {
+        let outs = &self.outputs;
+        let mut written = Vec::new();
+        let mut inputs = Inputs {
+            cpu: Some(cpu.to_path_buf()),
+            ..Inputs::default()
+        };
+        inputs.join.view = self.view;
+        let l = Recording::open(&inputs, symbolizer)?;
+        let n = l.cpu.as_ref().map_or(0, |c| c.launches.len());
+        if n == 0 {
+            *report += "gpuperf: no launch was recorded; no outputs written\n";
+        } else {
+            *report += &format!(
+                "gpuperf: {n} CPU launch stacks and no GPU trace: the flamegraph counts launches\n"
+            );
+            if outs.chrome.is_some() && !driver_only {
+                *report += "gpuperf: no timeline written: it needs a GPU trace\n";
+            }
+            written = l.write_cpu_only(outs, stdout)?;
+        }
+        Ok(written)
     }
 }
 

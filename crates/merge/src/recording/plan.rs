@@ -186,12 +186,7 @@ impl Recording {
             writing(p, folder.write(f))?;
             written.push(Written {
                 path: p.clone(),
-                how: if folder.unit() == "ns" {
-                    "folded stacks for inferno or flamegraph.pl, weights in ns (all the GPU work \
-                     together lasted under 1 µs)"
-                } else {
-                    "folded stacks for inferno or flamegraph.pl"
-                },
+                how: folded_how(&folder),
             });
         } else if outs.folded.is_some() {
             folder.write(stdout)?;
@@ -222,34 +217,7 @@ impl Recording {
             });
         }
         if let Some((p, f)) = svg_file {
-            let lines: Vec<String> = folder
-                .lines()
-                .iter()
-                .map(|(s, w)| format!("{s} {w}"))
-                .collect();
-            let mut outs = outs.clone();
-            if simulated(&summary) {
-                outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
-            }
-            if serialized(&summary) {
-                outs.title = format!("{}, {SERIALIZED_TITLE}", outs.title);
-            }
-            let mut titles = self.full_names.clone();
-            for (label, full) in folder.full_names().pairs() {
-                titles.note(
-                    &format!("{}{label}", folded::KERNEL_PREFIX),
-                    &format!("{}{full}", folded::KERNEL_PREFIX),
-                );
-            }
-            render_svg(&outs, folder.unit(), &lines, &titles, p, f)?;
-            written.push(Written {
-                path: p.to_path_buf(),
-                how: if folder.total() == 0 {
-                    "it only says that there was no GPU work to draw"
-                } else {
-                    "open it in a web browser"
-                },
-            });
+            written.push(time_svg(outs, &self.full_names, &summary, &folder, p, f)?);
         }
         Ok(Joined {
             summary,
@@ -352,6 +320,55 @@ fn pc_outputs(
         });
     }
     Ok(written)
+}
+
+/// What the folded stacks file holds, for the closing summary.
+fn folded_how(folder: &folded::Folder) -> &'static str {
+    if folder.unit() == "ns" {
+        "folded stacks for inferno or flamegraph.pl, weights in ns (all the GPU work \
+         together lasted under 1 µs)"
+    } else {
+        "folded stacks for inferno or flamegraph.pl"
+    }
+}
+
+/// The GPU time flamegraph, titled for a simulated or serialized run.
+fn time_svg(
+    outs: &Outputs,
+    full_names: &FullNames,
+    summary: &Summary,
+    folder: &folded::Folder,
+    p: &Path,
+    f: BufWriter<File>,
+) -> Result<Written> {
+    let lines: Vec<String> = folder
+        .lines()
+        .iter()
+        .map(|(s, w)| format!("{s} {w}"))
+        .collect();
+    let mut outs = outs.clone();
+    if simulated(summary) {
+        outs.title = format!("{} ({SIMULATED_GPU_NOTE})", outs.title);
+    }
+    if serialized(summary) {
+        outs.title = format!("{}, {SERIALIZED_TITLE}", outs.title);
+    }
+    let mut titles = full_names.clone();
+    for (label, full) in folder.full_names().pairs() {
+        titles.note(
+            &format!("{}{label}", folded::KERNEL_PREFIX),
+            &format!("{}{full}", folded::KERNEL_PREFIX),
+        );
+    }
+    render_svg(&outs, folder.unit(), &lines, &titles, p, f)?;
+    Ok(Written {
+        path: p.to_path_buf(),
+        how: if folder.total() == 0 {
+            "it only says that there was no GPU work to draw"
+        } else {
+            "open it in a web browser"
+        },
+    })
 }
 
 fn idle_svg(

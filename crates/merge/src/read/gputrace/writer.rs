@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 
 use crate::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, AutogradTag, DropSource, NvtxKind, Record, Stack,
-    StackEnd, StackFrame, StringId, StringTable,
+    Activity, ActivityKind, ApiCall, ApiDomain, AutogradTag, DropSource, Module, NvtxKind,
+    NvtxRange, PcSample, Record, Stack, StackEnd, StackFrame, StringId, StringTable,
 };
 
 use super::{FORMAT_VERSION, HEADER_LEN, MAGIC, MAX_STACK_FRAMES, RECORD_HEADER_LEN, kind};
@@ -179,18 +179,7 @@ impl<W: Write> Writer<W> {
                 }
                 self.buf.extend_from_slice(&n.text.as_bytes()[..end]);
             }
-            Record::Module(m) => {
-                let path = self.intern(&m.path)?;
-                let id_len = m.build_id.len().min(usize::from(u8::MAX));
-                self.begin(kind::MODULE);
-                self.u32(m.id)
-                    .u32(path)
-                    .u64(m.bias)
-                    .u64(m.text_start)
-                    .u64(m.text_end);
-                self.u8(id_len as u8).u8(0).u16(0);
-                self.buf.extend_from_slice(&m.build_id[..id_len]);
-            }
+            Record::Module(m) => self.module(m)?,
             Record::Stack(st) => self.stack(st, strings)?,
             Record::CallStack(_) => {
                 return Err(io::Error::new(
@@ -220,36 +209,59 @@ impl<W: Write> Writer<W> {
                 self.u32(a.correlation_id).u8(k).u8(0).u16(0);
                 self.u64(thread).u64(seq);
             }
-            Record::Nvtx(r) => {
-                let name = self.intern_id(r.name, strings)?;
-                let domain = match r.domain {
-                    Some(d) => self.intern_id(d, strings)?,
-                    None => u32::MAX,
-                };
-                let k = match r.kind {
-                    NvtxKind::PushPop => 1,
-                    NvtxKind::StartEnd => 2,
-                };
-                self.begin(kind::NVTX);
-                self.u64(r.start_ns).u64(r.end_ns).u32(r.tid).u32(name);
-                self.u32(domain).u8(k).u8(u8::from(r.unclosed)).u16(0);
-            }
-            Record::PcSample(p) => {
-                let function = self.intern_id(p.function, strings)?;
-                let reason = self.intern_id(p.stall_reason, strings)?;
-                let (file, line) = match p.source {
-                    Some((f, l)) => (self.intern_id(f, strings)?, l),
-                    None => (u32::MAX, 0),
-                };
-                self.begin(kind::PC_SAMPLE);
-                self.u32(p.correlation_id).u32(p.context).u32(function);
-                self.u32(p.stall_reason_index)
-                    .u64(p.pc_offset)
-                    .u64(p.cubin_crc);
-                self.u32(reason).u32(p.samples).u32(file).u32(line);
-            }
+            Record::Nvtx(r) => self.nvtx(r, strings)?,
+            Record::PcSample(p) => self.pc_sample(p, strings)?,
         }
         self.finish()
+    }
+
+    /// A loaded module's body: its path, load bias, text range and build id.
+    fn module(&mut self, m: &Module) -> io::Result<()> {
+        let path = self.intern(&m.path)?;
+        let id_len = m.build_id.len().min(usize::from(u8::MAX));
+        self.begin(kind::MODULE);
+        self.u32(m.id)
+            .u32(path)
+            .u64(m.bias)
+            .u64(m.text_start)
+            .u64(m.text_end);
+        self.u8(id_len as u8).u8(0).u16(0);
+        self.buf.extend_from_slice(&m.build_id[..id_len]);
+        Ok(())
+    }
+
+    /// An NVTX range's body.
+    fn nvtx(&mut self, r: &NvtxRange, strings: &StringTable) -> io::Result<()> {
+        let name = self.intern_id(r.name, strings)?;
+        let domain = match r.domain {
+            Some(d) => self.intern_id(d, strings)?,
+            None => u32::MAX,
+        };
+        let k = match r.kind {
+            NvtxKind::PushPop => 1,
+            NvtxKind::StartEnd => 2,
+        };
+        self.begin(kind::NVTX);
+        self.u64(r.start_ns).u64(r.end_ns).u32(r.tid).u32(name);
+        self.u32(domain).u8(k).u8(u8::from(r.unclosed)).u16(0);
+        Ok(())
+    }
+
+    /// A PC sample's body.
+    fn pc_sample(&mut self, p: &PcSample, strings: &StringTable) -> io::Result<()> {
+        let function = self.intern_id(p.function, strings)?;
+        let reason = self.intern_id(p.stall_reason, strings)?;
+        let (file, line) = match p.source {
+            Some((f, l)) => (self.intern_id(f, strings)?, l),
+            None => (u32::MAX, 0),
+        };
+        self.begin(kind::PC_SAMPLE);
+        self.u32(p.correlation_id).u32(p.context).u32(function);
+        self.u32(p.stall_reason_index)
+            .u64(p.pc_offset)
+            .u64(p.cubin_crc);
+        self.u32(reason).u32(p.samples).u32(file).u32(line);
+        Ok(())
     }
 
     fn stack(&mut self, st: &Stack, strings: &StringTable) -> io::Result<()> {
