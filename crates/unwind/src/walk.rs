@@ -422,8 +422,8 @@ mod tests {
     use super::*;
     use crate::frame::ModuleId;
     use crate::scan::SCAN_WORDS;
-    use crate::table::{Entry, Table};
     use crate::table::tests::{RBP_FRAME, module};
+    use crate::table::{Entry, Table};
 
     /// Module 0 at 0x1000..0x2000: CFA = rsp + 8 below 0x1800, rsp + 16 above.
     fn table_a() -> Table {
