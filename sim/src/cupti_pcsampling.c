@@ -20,9 +20,11 @@
  * the kernel's PC table (GPUSIM_PC_SAMPLES) in proportion to the weights, by
  * largest remainder. A kernel's "module" is a small text image, not a cubin.
  *
- * In KERNEL_SERIALIZED mode each kernel's end writes the records into the
- * buffer given at configuration (SAMPLING_DATA_BUFFER), replacing what it held,
- * as libcupti 13.0 did on an H200; without that buffer they wait for GetData.
+ * In KERNEL_SERIALIZED mode each kernel's end, and with start/stop control each
+ * cuptiPCSamplingStop, writes the records into the buffer given at
+ * configuration (SAMPLING_DATA_BUFFER), replacing what it held, as libcupti
+ * 13.0 did on an H200 for serialized kernels; without that buffer they wait
+ * for GetData.
  *
  * What it does not do: serialize kernels in KERNEL_SERIALIZED mode (the
  * simulated timing is unchanged), sample non-user kernels, real cubins (a
@@ -508,14 +510,22 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetConfigurationAttribute(
     return r == CUPTI_SUCCESS ? r : fail(r);
 }
 
+static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d);
+
 static CUptiResult start_stop(CUcontext ctx, int start) {
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find(ctx);
     CUptiResult r = CUPTI_ERROR_INVALID_OPERATION;
     if (s && s->start_stop && s->started != start) {
         s->started = start;
-        if (!start)
+        if (!start) {
+            /* A range ends: as at a serialized kernel's end, its records go
+               into the buffer given at configuration, replacing what it held
+               (cupti_pcsampling.h: flushing is required after every range end). */
+            if (s->disable_buffer)
+                (void)copy_out(s, s->disable_buffer);
             s->range++;
+        }
         r = CUPTI_SUCCESS;
     }
     pthread_mutex_unlock(&g_pcs_mu);

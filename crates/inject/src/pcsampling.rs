@@ -8,7 +8,8 @@
 //! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines;
 //!                     the configured buffer drained
 //! launch (API enter) → counted; at a window's edge, Start or Stop in its context
-//! launch (API exit) → kernel-serialized: the configured buffer drained, then
+//! launch (API exit) → the configured buffer drained (a kernel-serialized
+//!                     kernel's or a window's range ended); serialized, then
 //!                     GetData until nothing remains
 //! flush (periodic,  → continuous: GetData until nothing remains: one Sample
 //!   final)            per PC and stall reason
@@ -19,7 +20,7 @@
 //! Two buffers per context: CUPTI writes the one given at configuration by
 //! itself when a range ends (in kernel-serialized mode, every kernel: seen on
 //! an H200 with libcupti 13.0, where records left there were overwritten or
-//! cleared) and at Disable; `cuptiPCSamplingGetData` fills the other. The
+//! cleared; with start/stop control, every Stop) and at Disable; `cuptiPCSamplingGetData` fills the other. The
 //! configured one is read only where CUPTI is known to be done writing it: on
 //! the launching thread once the launch returns, in the module callback, and
 //! after Disable.
@@ -680,15 +681,18 @@ impl Sampler {
         out
     }
 
-    /// A launch's API-exit callback (the outermost call only). In
-    /// kernel-serialized mode the kernel's range has ended: its records are
-    /// in the configured buffer and with GetData, and are taken now, before
-    /// the next kernel's replace them.
+    /// A launch's API-exit callback (the outermost call only). A range ended
+    /// with it: in kernel-serialized mode the kernel's, and with windows the
+    /// window's that its entry stopped. That range's records are in the
+    /// configured buffer (and, serialized, with GetData), and are taken now,
+    /// before the next range's replace them.
     ///
     /// # Safety
     /// `ctx` must be the launching call's live `CUcontext` (or null).
     pub unsafe fn launch_exit(&self, ctx: *mut c_void) {
-        if self.settings.mode == PcMode::Continuous {
+        let serialized = self.settings.mode != PcMode::Continuous;
+        if !serialized && self.settings.window.is_all() {
+            // Continuous and unwindowed: no range ends at a launch.
             return;
         }
         let mut contexts = lock(&self.contexts);
@@ -696,8 +700,10 @@ impl Sampler {
             return;
         };
         let mut got = self.drain_config(c);
-        // SAFETY: the launching call's context is live during its callback.
-        got.append(&mut unsafe { self.read(c) });
+        if serialized {
+            // SAFETY: the launching call's context is live during its callback.
+            got.append(&mut unsafe { self.read(c) });
+        }
         drop(contexts);
         if !got.is_empty() {
             lock(&self.inner).pending.extend(got);

@@ -499,6 +499,30 @@ fn record_pc_sampling_window_2_of_6__only_the_windows_launches_have_samples_and_
 }
 
 #[test]
+fn record_pc_sampling_continuous_window_2_of_6__every_windows_samples_kept_across_its_stop() {
+    // Continuous mode with windows: each window's range ends at its Stop, when
+    // CUPTI writes its records into the configured buffer (the simulation does
+    // as cupti_pcsampling.h says); the next window's would replace them.
+    let Some((o, rec, _dir)) = record_with(
+        "pc-sampling-continuous-window",
+        &["--pc-sampling-mode=continuous", "--pc-sampling-window=2/6"],
+        &["app", "10"],
+        &[],
+    ) else {
+        return;
+    };
+    assert!(rec.pc_samples.iter().all(|p| p.correlation_id == 0));
+    // 10 rounds of (hot, cold, hot): a hot launch gives 244 samples, a cold one 61.
+    let window = gpuperf_merge::recording::env::PcWindow::parse("2/6").unwrap();
+    let want: u64 = (0..30u64)
+        .filter(|&i| window.contains(i))
+        .map(|i| if i % 3 == 1 { 61 } else { 244 })
+        .sum();
+    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
+    assert_eq!(total, want, "{}", show(&o));
+}
+
+#[test]
 fn record_pc_sampling_continuous__samples_charged_to_their_kernel_only_and_the_summary_says_so() {
     let Some((o, rec, dir)) = record_with(
         "pc-sampling-continuous",
