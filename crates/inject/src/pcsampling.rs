@@ -20,10 +20,10 @@
 //! Two buffers per context: CUPTI writes the one given at configuration by
 //! itself when a range ends (in kernel-serialized mode, every kernel: seen on
 //! an H200 with libcupti 13.0, where records left there were overwritten or
-//! cleared; with start/stop control, every Stop) and at Disable; `cuptiPCSamplingGetData` fills the other. The
-//! configured one is read only where CUPTI is known to be done writing it: on
-//! the launching thread once the launch returns, in the module callback, and
-//! after Disable.
+//! cleared; with start/stop control, every Stop) and at Disable;
+//! `cuptiPCSamplingGetData` fills the other. The configured one is read only
+//! where CUPTI is known to be done writing it: on the launching thread once
+//! the launch returns, in the module callback, and after Disable.
 //!
 //! Windows ([`PcWindow`], `GPUPERF_PC_SAMPLING_WINDOW`): with start/stop
 //! control, CUPTI samples (and, kernel-serialized, serializes) only between
@@ -341,13 +341,6 @@ impl Sampler {
     /// # Safety
     /// As [`Sampler::context_created`].
     unsafe fn enable(&self, ctx: *mut c_void, id: u32) -> Result<Context, (&'static str, Status)> {
-        let check = |call, st| {
-            if st == sys::SUCCESS {
-                Ok(())
-            } else {
-                Err((call, st))
-            }
-        };
         // Enable comes first: CUPTI answers the stall-reason queries of a
         // context only once sampling is enabled in it (INVALID_OPERATION
         // before, as NVIDIA's PC sampling samples order them).
@@ -361,15 +354,24 @@ impl Sampler {
         // SAFETY: as this function's contract.
         let configured = unsafe { self.configure(ctx, id) };
         if configured.is_err() {
-            let mut p = CUpti_PCSamplingDisableParams {
-                size: size_of::<CUpti_PCSamplingDisableParams>(),
-                pPriv: ptr::null_mut(),
-                ctx: ctx.cast(),
-            };
             // SAFETY: sampling was enabled in this live context just above.
-            unsafe { (self.f.disable)(&mut p) };
+            unsafe { self.disable_in(ctx) };
         }
         configured
+    }
+
+    /// `cuptiPCSamplingDisable` in `ctx`.
+    ///
+    /// # Safety
+    /// `ctx` must be live, with sampling enabled.
+    unsafe fn disable_in(&self, ctx: *mut c_void) -> Status {
+        let mut p = CUpti_PCSamplingDisableParams {
+            size: size_of::<CUpti_PCSamplingDisableParams>(),
+            pPriv: ptr::null_mut(),
+            ctx: ctx.cast(),
+        };
+        // SAFETY: a valid params struct; the caller vouches for the context.
+        unsafe { (self.f.disable)(&mut p) }
     }
 
     /// Reads the stall-reason table and configures sampling in `ctx`, where
@@ -382,13 +384,6 @@ impl Sampler {
         ctx: *mut c_void,
         id: u32,
     ) -> Result<Context, (&'static str, Status)> {
-        let check = |call, st| {
-            if st == sys::SUCCESS {
-                Ok(())
-            } else {
-                Err((call, st))
-            }
-        };
         let mut n = 0usize;
         let mut p = CUpti_PCSamplingGetNumStallReasonsParams {
             size: size_of::<CUpti_PCSamplingGetNumStallReasonsParams>(),
@@ -495,14 +490,8 @@ impl Sampler {
         }
         // A module load ends a range: CUPTI may have written the configured
         // buffer, which the next range's records would replace.
-        let mut contexts = lock(&self.contexts);
-        if let Some(c) = contexts.iter_mut().find(|c| c.ctx == ctx as usize) {
-            let got = self.drain_config(c);
-            drop(contexts);
-            if !got.is_empty() {
-                lock(&self.inner).pending.extend(got);
-            }
-        }
+        // SAFETY: no GetData is made.
+        unsafe { self.range_ended(ctx, false) };
     }
 
     /// `CONTEXT_DESTROY_STARTING`: reads what is left and disables sampling,
@@ -660,13 +649,8 @@ impl Sampler {
     /// `c.ctx` must be live and enabled.
     unsafe fn disable(&self, c: &mut Context) -> Vec<Sample> {
         let mut out = self.drain_config(c);
-        let mut p = CUpti_PCSamplingDisableParams {
-            size: size_of::<CUpti_PCSamplingDisableParams>(),
-            pPriv: ptr::null_mut(),
-            ctx: (c.ctx as *mut c_void).cast(),
-        };
-        // SAFETY: a valid params struct; the caller vouches for the context.
-        if unsafe { (self.f.disable)(&mut p) } == sys::SUCCESS {
+        // SAFETY: the caller vouches for the context.
+        if unsafe { self.disable_in(c.ctx as *mut c_void) } == sys::SUCCESS {
             out.append(&mut self.drain_config(c));
         }
         out
@@ -695,13 +679,25 @@ impl Sampler {
             // Continuous and unwindowed: no range ends at a launch.
             return;
         }
+        // SAFETY: the launching call's context is live during its callback.
+        unsafe { self.range_ended(ctx, serialized) };
+    }
+
+    /// A range of `ctx` ended: its configured buffer is drained and, with
+    /// `get_data`, CUPTI's records read; the samples wait for the next
+    /// [`Sampler::take`].
+    ///
+    /// # Safety
+    /// With `get_data`, `ctx` must be live (a context not in the list is
+    /// left alone either way).
+    unsafe fn range_ended(&self, ctx: *mut c_void, get_data: bool) {
         let mut contexts = lock(&self.contexts);
         let Some(c) = contexts.iter_mut().find(|c| c.ctx == ctx as usize) else {
             return;
         };
         let mut got = self.drain_config(c);
-        if serialized {
-            // SAFETY: the launching call's context is live during its callback.
+        if get_data {
+            // SAFETY: as this function's contract.
             got.append(&mut unsafe { self.read(c) });
         }
         drop(contexts);
@@ -837,6 +833,15 @@ impl Sampler {
         };
         lock(&self.inner).lines.insert(key, found.clone());
         found
+    }
+}
+
+/// `Ok` for CUPTI's success, else the call's name with its status.
+fn check(call: &'static str, st: Status) -> Result<(), (&'static str, Status)> {
+    if st == sys::SUCCESS {
+        Ok(())
+    } else {
+        Err((call, st))
     }
 }
 

@@ -183,7 +183,8 @@ impl State {
             return;
         }
         // pcsampling hook: a launch opens or closes a sampling window, and
-        // its return collects a serialized kernel's samples.
+        // its return collects the samples of the range that ended (a
+        // serialized kernel's, or a window's).
         let pc_launch = match &self.pc {
             Some(pc) if class == Class::Launch => {
                 // SAFETY: as above; `context` is a pointer-sized field.
