@@ -34,6 +34,9 @@
  * Programs that are hard on their threads (each prints what it did):
  *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
  *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
+ *   altstack-warm the same after one launch on the thread's own stack (the
+ *                 thread's capture state then exists, so the handler's
+ *                 launches capture on the alternate stack)
  *   main-stack-growth  the main thread launches from ever deeper frames, 500 KiB
  *                 down, past the 128 KiB the kernel maps at exec (steps of 712
  *                 bytes: every offset within a page), each deeper than before
@@ -190,7 +193,9 @@ static void launch_handler(int sig) {
 
 /* 8 KiB of alternate signal stack above a PROT_NONE page, so that overflowing it
  * faults instead of writing over whatever lies below. */
-static int alt_stack(void) {
+static int alt_stack(int warm) {
+    if (warm)
+        launch((const void *)handler_stub);
     size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 8 << 10;
     char *m = mmap(NULL, page + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED || mprotect(m, page, PROT_NONE) != 0)
@@ -205,7 +210,12 @@ static int alt_stack(void) {
     sigaction(SIGUSR1, &sa, NULL);
     for (int i = 0; i < 5; i++)
         raise(SIGUSR1);
-    printf("altstack launches %u\n", (unsigned)launched);
+    /* The pages were zero: the lowest byte written is how deep the handlers went. */
+    size_t untouched = 0;
+    while (untouched < size && m[page + untouched] == 0)
+        untouched++;
+    printf("altstack launches %u\n", (unsigned)launched + (warm ? 1 : 0));
+    printf("altstack deepest use %zu bytes\n", size - untouched);
     return 3;
 }
 
@@ -509,7 +519,9 @@ int main(int argc, char **argv) {
     if (strcmp(m, "small-stacks") == 0)
         return small_stacks();
     if (strcmp(m, "altstack") == 0)
-        return alt_stack();
+        return alt_stack(0);
+    if (strcmp(m, "altstack-warm") == 0)
+        return alt_stack(1);
     if (strcmp(m, "main-stack-growth") == 0) {
         printf("main stack launches %u\n", main_stack_growth(0));
         return 3;

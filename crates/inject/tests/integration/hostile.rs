@@ -121,6 +121,38 @@ fn sim_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
     altstack_recorded(&dir);
 }
 
+/// The same after one launch on the thread's own stack: the thread's capture
+/// state exists, so the handler's launches take their stacks on the 8 KiB
+/// alternate stack, and the callback's frames below the unwinder's own stack
+/// must fit there (in the unoptimized build too).
+#[test]
+fn sim_launches_from_an_8k_sigaltstack_after_one_on_the_thread_stack_are_recorded() {
+    let Some(sim) = Sim::find() else {
+        return;
+    };
+    let limit = Duration::from_secs(60);
+    let without = sim.run_host_with(None, "altstack-warm", &[], &[], limit);
+    let Some((with, dir)) = both_sim("altstack-warm", &[], limit) else {
+        return;
+    };
+    let (records, strings, _) = read_traces(dir.path());
+    let (calls, stacks) = launches(&records, &strings);
+    let log = read_logs(dir.path());
+    assert_eq!(calls, 6, "{log}");
+    assert_eq!(stacks, 6, "{log}");
+    // What the callback adds to the deepest use of the alternate stack (the
+    // kernel's signal frame and the simulated runtime's are in both).
+    let deepest = |o: &Output| {
+        let text = String::from_utf8_lossy(&o.stdout);
+        number_after(&text, "altstack deepest use").unwrap_or_else(|| panic!("{text}"))
+    };
+    let added = deepest(&with).saturating_sub(deepest(&without));
+    assert!(
+        added <= 2560,
+        "the callback took {added} bytes of the signal stack"
+    );
+}
+
 fn altstack_recorded(dir: &TempDir) {
     let (records, strings, _) = read_traces(dir.path());
     let (calls, stacks) = launches(&records, &strings);
