@@ -164,6 +164,8 @@ pub struct Stacks {
     /// that took native frames from the thread's last capture.
     kept_frames: AtomicU64,
     reused: AtomicU64,
+    /// Native frames the captures took from their thread's last capture.
+    reused_frames: AtomicU64,
     python_noted: AtomicBool,
 }
 
@@ -364,6 +366,7 @@ impl Stacks {
             empty: AtomicU64::new(0),
             kept_frames: AtomicU64::new(0),
             reused: AtomicU64::new(0),
+            reused_frames: AtomicU64::new(0),
             python_noted: AtomicBool::new(false),
         };
         s.classify();
@@ -529,6 +532,7 @@ impl Stacks {
         self.kept_frames.fetch_add(frames.len() as u64, Relaxed);
         if c.reused > 0 {
             self.reused.fetch_add(1, Relaxed);
+            self.reused_frames.fetch_add(u64::from(c.reused), Relaxed);
         }
         let classified = self.classified_count.load(Relaxed);
         let known = scratch
@@ -700,7 +704,8 @@ impl Stacks {
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
              application thread), {} times modules added beside it; {} stacks crossed \
              code without unwind info (by frame pointer or stack scan); {:.1} frames per \
-             capture, {} reused part of the last capture (native frames proven unchanged)",
+             capture, {} reused part of the last capture (native frames proven unchanged; \
+             {:.1} frames of each on average)",
             self.captures.load(Relaxed),
             distinct,
             self.no_stack.load(Relaxed),
@@ -735,6 +740,7 @@ impl Stacks {
                 self.kept_frames.load(Relaxed) as f64 / kept.max(1) as f64
             },
             self.reused.load(Relaxed),
+            self.reused_frames.load(Relaxed) as f64 / self.reused.load(Relaxed).max(1) as f64,
         )
     }
 }
@@ -1099,7 +1105,7 @@ mod tests {
         // The second and third took the native frames from the thread's last.
         assert!(
             s.summary()
-                .ends_with(", 2 reused part of the last capture (native frames proven unchanged)"),
+                .contains(", 2 reused part of the last capture (native frames proven unchanged; "),
             "{}",
             s.summary()
         );
