@@ -1,8 +1,8 @@
-// The GPU check's test program (gpu/check.py): each mode does a known amount of
-// GPU work and prints what it did, so that the check can compare gpuperf's
-// recording with the program's own account. Built by nvcc with -cudart shared,
-// -O2 and without frame pointers: in-process stacks must reach main through
-// .eh_frame alone. Stacks are fixed by noinline functions.
+// The GPU check's test program (gpu/checklib/native.py): each mode does a
+// known amount of GPU work and prints what it did, so that the check can
+// compare gpuperf's recording with the program's own account. Built by nvcc
+// with -cudart shared, -O2 and without frame pointers: in-process stacks must
+// reach main through .eh_frame alone. Stacks are fixed by noinline functions.
 //
 // usage: check_app MODE [N]
 //   timed N       N x (k_long, k_short) on one stream, each kernel between two

@@ -1,4 +1,4 @@
-// The GPU check's PC-sampling program (gpu/check.py, group `pc`): one kernel
+// The GPU check's PC-sampling program (gpu/checklib/pc.py): one kernel
 // with a known hot line, so that gpuperf's `--pc-sampling` can be judged
 // against Nsight Compute's source-level sampling of the same kernel.
 //

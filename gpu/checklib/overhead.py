@@ -1,0 +1,131 @@
+"""Group `overhead`: launch overhead natively and from PyTorch, decode
+tokens/s, and gpuperf's memory and bytes per launch."""
+import glob
+import os
+import re
+
+from .base import HOLDS, NEEDS_GPU, NOT_RUN, REPO
+from .runner import run
+
+
+class Overhead:
+    def check_overhead(self):
+        g = "overhead"
+        label = " [simulated runtime: not a GPU figure]" if self.sim else ""
+        status_ok = NEEDS_GPU if self.sim else HOLDS
+        inject = next((p for p in (os.environ.get("GPUPERF_CHECK_INJECT"),
+                                   os.path.join(REPO, "gpu/stage/lib/libgpuperf_inject.so"),
+                                   os.path.join(REPO, "target/release/libgpuperf_inject.so"),
+                                   os.path.join(REPO, "target/debug/libgpuperf_inject.so"))
+                       if p and os.path.isfile(p)), "libgpuperf_inject.so")
+        loop = self.progs.get("launch_loop")
+        if not loop and self.find_nvcc():
+            loop = self.build_launch_loop()
+        bench = os.path.join(REPO, "crates/inject/bench/launch-overhead.sh")
+        env = dict(os.environ, INJECT=inject)
+        if self.cupti:
+            env["GPUPERF_CUPTI_PATH"] = self.cupti
+        if self.sim and self.simdir:
+            env["LD_LIBRARY_PATH"] = self.simdir
+        n, rounds = ("20000", "3") if self.sim else ("200000", "5")
+        no_inject = ("no libgpuperf_inject.so (gpu/stage.sh stages it; or cargo build -p gpuperf-inject, "
+                     "or GPUPERF_CHECK_INJECT)")
+        if not os.path.isfile(inject):
+            self.item(g, "launch_native", NOT_RUN, no_inject)
+        elif not loop:
+            self.item(g, "launch_native", NOT_RUN, "launch_loop not built")
+        else:
+            r = run(["bash", bench, n, rounds], self.limit(120), env=dict(env, LAUNCH_LOOP=loop))
+            self.overhead_item(g, "launch_native", r, label, status_ok)
+        if not self.torch_python:
+            self.item(g, "launch_python", NOT_RUN, "no Python with PyTorch")
+        elif not os.path.isfile(inject):
+            self.item(g, "launch_python", NOT_RUN, no_inject)
+        else:
+            py_env = dict(env, PYTHON=self.torch_python)
+            cmd = ["bash", bench, "20000" if self.sim else "100000", rounds]
+            if self.sim:
+                cmd = self.wrap(cmd)
+                py_env.pop("LD_LIBRARY_PATH", None)
+            r = run(cmd, self.limit(180), env=py_env)
+            self.overhead_item(g, "launch_python", r, label, status_ok)
+        self.check_decode(g, label, status_ok)
+        self.check_memory(g, label, status_ok)
+
+    def build_launch_loop(self):
+        if not self.nvcc_base:  # set by build_programs, which runs first
+            return None
+        exe = os.path.join(self.work, "progs", "launch_loop")
+        r = run(self.nvcc_base + ["-o", exe, os.path.join(REPO, "crates/inject/bench/launch_loop.cu")],
+                self.limit(120))
+        return exe if r.rc == 0 else None
+
+    def overhead_item(self, g, name, r, label, status_ok):
+        ratios = dict(re.findall(r"^(injection(?: and stacks)?|stacks alone): ratio ([\d.]+)", r.out or "", re.M))
+        per = dict(re.findall(r"^(injection(?: and stacks)?|stacks alone): ratio [\d.]+, ([+-]?\d+) ns per launch", r.out or "", re.M))
+        if r.rc != 0 or not ratios:
+            self.item(g, name, NOT_RUN, f"launch-overhead.sh failed: {r.tail(300)}")
+            return
+        fig = {k: {"ratio": float(v), "ns_per_launch": int(per.get(k, 0))} for k, v in ratios.items()}
+        text = ", ".join(f"{k} x{v} ({per.get(k, '?')} ns/launch)" for k, v in ratios.items())
+        self.item(g, name, status_ok, text + label, fig)
+
+    def check_decode(self, g, label, status_ok):
+        if not self.torch_python:
+            self.item(g, "decode_tokens_per_s", NOT_RUN, "no Python with PyTorch")
+            return
+        script = os.path.join(REPO, "gpu/decode_loop.py")
+        tokens = "20" if self.sim else "200"
+        # torch.profiler (Kineto, CUDA activity only) as the reference a
+        # PyTorch user knows; not on the simulation, whose CUPTI takes one client.
+        runs = {"without": [], "gpu_only": [], "stacks": []}
+        if not self.sim:
+            runs["kineto"] = []
+        for rnd in range(3):
+            for mode in runs:
+                if self.left() < 30:
+                    break
+                cmd = self.wrap([self.torch_python, script, tokens])
+                if mode == "without":
+                    r = run(cmd, self.limit(120))
+                elif mode == "kineto":
+                    r = run(self.wrap([self.torch_python, script, "--kineto", tokens]), self.limit(120))
+                else:
+                    flags = ["--gpu-only"] if mode == "gpu_only" else []
+                    r, _, _ = self.record(f"decode_{mode}_{rnd}", cmd, flags=flags, timeout=120, timeline=False)
+                m = re.search(r"tokens_per_s ([\d.]+)", r.out or "")
+                if m:
+                    runs[mode].append(float(m.group(1)))
+        if not all(runs[k] for k in ("without", "gpu_only", "stacks")):
+            self.item(g, "decode_tokens_per_s", NOT_RUN, f"decode loop failed: {runs}")
+            return
+        med = {k: sorted(v)[len(v) // 2] for k, v in runs.items() if v}
+        change = {k: med[k] / med["without"] - 1 for k in med if k != "without"}
+        ref = (f", under torch.profiler (CUDA activity only) {med['kineto']:.1f} ({change['kineto'] * 100:+.1f}%)"
+               if "kineto" in med else "")
+        # The best round of each setting as well: on a machine whose CPU time is
+        # stolen by others, the fastest round is the least disturbed one.
+        best = {k: max(v) for k, v in runs.items() if v}
+        best_text = ", ".join(f"{k} {v:.1f} ({(v / best['without'] - 1) * 100:+.1f}%)"
+                              for k, v in best.items() if k != "without")
+        self.item(g, "decode_tokens_per_s", status_ok,
+                  f"median tokens/s without gpuperf {med['without']:.1f}, with --gpu-only {med['gpu_only']:.1f} "
+                  f"({change['gpu_only'] * 100:+.1f}%), with stacks {med['stacks']:.1f} ({change['stacks'] * 100:+.1f}%)"
+                  f"{ref}, {len(runs['without'])} rounds alternated; best rounds: without {best['without']:.1f}, "
+                  f"{best_text}" + label, {"median": med, "best": best, "runs": runs})
+
+    def check_memory(self, g, label, status_ok):
+        app = self.progs.get("sim_app")
+        if not app or not self.gpuperf:
+            self.item(g, "memory_and_bytes_per_launch", NOT_RUN, "sim_app or gpuperf missing")
+            return
+        n = 100000 if self.sim else 500000
+        r, _, d = self.record("memory", [app, "loop", str(n), "1"], timeout=180, timeline=False)
+        raw = sum(os.path.getsize(p) for p in glob.glob(os.path.join(d, "raw", "*")) if os.path.isfile(p))
+        if r.rc != 0:
+            self.item(g, "memory_and_bytes_per_launch", NOT_RUN, f"record failed: {r.tail(300)}")
+            return
+        self.item(g, "memory_and_bytes_per_launch", status_ok,
+                  f"{n} launches: gpuperf's peak RSS {r.peak_kib / 1024:.1f} MiB, raw recording "
+                  f"{raw / 1e6:.1f} MB ({raw / n:.1f} bytes per launch)" + label,
+                  {"launches": n, "peak_rss_kib": r.peak_kib, "raw_bytes": raw})

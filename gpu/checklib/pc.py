@@ -1,0 +1,244 @@
+"""Group `pc`: PC sampling inside the kernel (gpu/progs/pc_hot.cu), against
+Nsight Compute, in each mode, rootless, and its overhead."""
+import glob
+import json
+import os
+import re
+import shutil
+
+from .base import HOLDS, NEEDS_GPU, NOBODY, NOT_RUN, REPO, SHORT
+from .runner import csv_rows, run
+
+
+class Pc:
+    def find_ncu(self):
+        for c in [os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"] + \
+                sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True):
+            if c and os.path.isfile(c) and os.access(c, os.X_OK):
+                return c
+        return None
+
+    @staticmethod
+    def marked_line(mark):
+        """The line of gpu/progs/pc_hot.cu that holds `// MARK:`."""
+        with open(os.path.join(REPO, "gpu/progs/pc_hot.cu")) as f:
+            return next(i for i, ln in enumerate(f, 1) if f"// {mark}:" in ln)
+
+    @staticmethod
+    def stall_name(reason):
+        return reason.removeprefix("smsp__pcsamp_warps_issue_stalled_")
+
+    def pc_report(self, d):
+        """The `chase` kernel's entry in `gpuperf report --format json`'s pc_samples, or None."""
+        r = run([self.gpuperf, "report", "raw", "--format", "json"], self.limit(60), cwd=d)
+        try:
+            doc = json.loads(r.out or "")
+        except ValueError:
+            return None, f"report --format json unreadable: {r.tail(200)}"
+        k = next((k for k in doc.get("pc_samples", {}).get("kernels", []) if "chase" in k["kernel"]), None)
+        return k, (None if k else f"no PC samples for `chase` in the report: {json.dumps(doc.get('pc_samples'))[:300]}")
+
+    def check_pc(self):
+        g = "pc"
+        names = ["pc_hot_line", "pc_vs_ncu", "pc_modes", "pc_rootless", "pc_overhead"]
+        app = self.progs.get("pc_hot")
+        if not self.gpuperf or not app:
+            for n in names:
+                self.item(g, n, NOT_RUN, "no gpuperf binary" if not self.gpuperf else "pc_hot not built")
+            return
+        hot, warm = self.marked_line("HOT"), self.marked_line("WARM")
+        env = {}
+        if self.sim:
+            # The simulation's samples: a table in the shape a -lineinfo build of
+            # pc_hot gives on a GPU (sim/README.md), so the steps are checked.
+            src = os.path.join(REPO, "gpu/progs/pc_hot.cu")
+            env["GPUSIM_PC_SAMPLES"] = f"_Z5chasePKjPji@{src}=0x40:{hot}:long_scoreboard:9,0x80:{warm}:selected:1"
+        label = " [simulated samples]" if self.sim else ""
+        plain = run([app, "5"], self.limit(60), env=dict(os.environ, **env))
+        flags = ["--pc-sampling", "--pc-folded", "pc.folded", "--pc-svg", "pc.svg"]
+        r, tl, d = self.record("pc_hot_line", [app, "5"], flags=flags, env=env, timeout=120)
+        bad = self.recording_faults(r, tl)
+        if plain.rc != 0:
+            bad.append(f"without gpuperf pc_hot exited {plain.rc}: {plain.tail(200)}")
+        elif (r.out or "").strip() != (plain.out or "").strip():
+            bad.append(f"its output changed: {(r.out or '').strip()!r}, without gpuperf {(plain.out or '').strip()!r}")
+        k, why = self.pc_report(d)
+        fig = None
+        if k is None:
+            bad.append(why)
+        else:
+            top_line, top_stall = k["lines"][0] if k["lines"] else None, k["stalls"][0] if k["stalls"] else None
+            share = top_line["samples"] / k["samples"] if top_line and k["samples"] else 0.0
+            fig = {"samples": k["samples"], "top_line": top_line, "top_stall": top_stall, "top_line_share": round(share, 4)}
+            if not top_line or not top_line["line"].endswith(f"pc_hot.cu:{hot}"):
+                bad.append(f"chase's hottest line is {top_line and top_line['line']}, not pc_hot.cu:{hot} (HOT)")
+            elif share < 0.5:
+                bad.append(f"the HOT line holds {share:.0%} of chase's samples")
+        folded = os.path.join(d, "pc.folded")
+        stacks = open(folded).read().splitlines() if os.path.isfile(folded) else []
+        if not stacks:
+            bad.append("no pc.folded")
+        elif not all(re.search(r"(^|;)main;.*launch_chase;.*\[GPU_Kernel\]chase;\[GPU_PC\]", s) for s in stacks):
+            bad.append(f"a PC-sample stack does not run main → launch_chase → chase: {stacks[0][:200]}")
+        if bad:
+            self.item(g, "pc_hot_line", SHORT, "; ".join(bad), fig)
+        else:
+            self.item(g, "pc_hot_line", NEEDS_GPU if self.sim else HOLDS,
+                      f"chase: {k['samples']} samples, {fig['top_line_share']:.1%} on pc_hot.cu:{hot} (HOT), "
+                      f"top stall {self.stall_name(fig['top_stall']['reason'])}, above main → workload → "
+                      f"launch_chase; output and exit status unchanged" + label, fig)
+        self.check_pc_ncu(g, app, hot, k)
+        self.check_pc_modes(g, app, hot, env, label)
+        self.check_pc_rootless(g, app, flags)
+        self.check_pc_overhead(g, app, env, label)
+
+    def check_pc_ncu(self, g, app, hot, k):
+        if self.sim:
+            self.item(g, "pc_vs_ncu", NEEDS_GPU, "Nsight Compute samples a real GPU")
+            return
+        ncu = self.find_ncu()
+        if not ncu:
+            self.item(g, "pc_vs_ncu", NOT_RUN, "no ncu (PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute)")
+            return
+        # ncu runs even without gpuperf's samples: its figures (and raw CSVs in
+        # the tarball) are then shown alone.
+        d = self.run_dir("pc_vs_ncu")
+        # The kernel's sample counts per stall reason, from the same PC-sampling metrics.
+        # Clocks left as they are: the same conditions gpuperf's samples had.
+        m = run([ncu, "--clock-control", "none", "--csv", "--metrics", "regex:^smsp__pcsamp_warps_issue_stalled_", "-k", "regex:chase",
+                 "-c", "1", app, "1"], self.limit(120), cwd=d)
+        with open(os.path.join(d, "ncu-metrics.csv"), "w") as f:
+            f.write((m.out or "") + (m.err or ""))
+        stalls = {}
+        for row in csv_rows(m.out):
+            name, value = row.get("Metric Name", ""), row.get("Metric Value", "")
+            if name.startswith("smsp__pcsamp_warps_issue_stalled_") and not name.endswith("_not_issued"):
+                try:
+                    stalls[self.stall_name(name)] = stalls.get(self.stall_name(name), 0) + float(value.replace(",", ""))
+                except ValueError:
+                    pass
+        # The kernel's samples per CUDA source line: the source page of a SourceCounters report.
+        rep = os.path.join(d, "chase")
+        s = run([ncu, "--clock-control", "none", "--section", "SourceCounters", "--import-source", "yes", "-k", "regex:chase", "-c", "1",
+                 "-f", "-o", rep, app, "1"], self.limit(120), cwd=d)
+        src = run([ncu, "-i", rep + ".ncu-rep", "--page", "source", "--csv", "--print-source", "cuda"],
+                  self.limit(60), cwd=d) if s.rc == 0 else s
+        with open(os.path.join(d, "ncu-source.csv"), "w") as f:
+            f.write((src.out or "") + (src.err or ""))
+        ncu_line, ncu_lines = None, {}
+        for i, row in enumerate(csv_rows(src.out), 1):
+            col = next((c for c in row if c.startswith("Warp Stall Sampling (All")), None)
+            if col:
+                try:
+                    n = float(row[col].replace(",", "") or 0)
+                except ValueError:
+                    continue
+                line = int(row.get("#") or row.get("Line") or i)
+                ncu_lines[line] = ncu_lines.get(line, 0) + n
+        if ncu_lines:
+            ncu_line = max(ncu_lines, key=ncu_lines.get)
+        ours = self.stall_name(k["stalls"][0]["reason"]) if k and k["stalls"] else None
+        theirs = max(stalls, key=stalls.get) if stalls else None
+        fig = {"gpuperf_top_stall": ours, "ncu_top_stall": theirs, "ncu_stalls": stalls,
+               "gpuperf_top_line": k["lines"][0]["line"] if k and k["lines"] else None, "ncu_top_line": ncu_line}
+        if not stalls and not ncu_lines:
+            self.item(g, "pc_vs_ncu", NOT_RUN, f"ncu gave no PC-sampling figures: {m.tail(200)} | {src.tail(200)}", fig)
+            return
+        total = sum(stalls.values())
+        seen = (f"ncu: top stall {theirs} ({stalls.get(theirs, 0) / total:.0%} of {total:.0f})" if stalls
+                else "ncu's metrics unreadable") + \
+            (f", hottest line {ncu_line}" if ncu_lines else ", source page unreadable")
+        if k is None:
+            self.item(g, "pc_vs_ncu", NOT_RUN, f"gpuperf's own PC samples are missing (pc_hot_line); {seen}", fig)
+            return
+        bad = []
+        if stalls and ours != theirs:
+            bad.append(f"top stall reason: gpuperf {ours}, ncu {theirs}")
+        if ncu_lines and ncu_line != hot:
+            bad.append(f"ncu's hottest line is {ncu_line}, gpuperf's pc_hot.cu:{hot}")
+        self.item(g, "pc_vs_ncu", SHORT if bad else HOLDS,
+                  "; ".join(bad + [seen]) if bad else f"gpuperf and ncu agree: {seen}", fig)
+
+    def check_pc_modes(self, g, app, hot, env, label):
+        """The other ways of sampling: every launch (no start/stop control) and
+        continuous mode (kernels not serialized, samples charged to the kernel
+        only): chase's samples and its hottest line in each."""
+        bad, seen, fig = [], [], {}
+        for name, flags in (("pc_window_all", ["--pc-sampling-window", "all"]),
+                            ("pc_continuous", ["--pc-sampling-mode", "continuous"])):
+            r, tl, d = self.record(name, [app, "5"], flags=["--pc-sampling"] + flags, env=env, timeout=120)
+            b = self.recording_faults(r, tl)
+            k, why = self.pc_report(d)
+            if k is None:
+                b.append(why)
+            else:
+                top = k["lines"][0]["line"] if k["lines"] else None
+                fig[name] = {"samples": k["samples"], "top_line": top}
+                seen.append(f"{' '.join(flags[1:])}: {k['samples']} samples, hottest {top}")
+                if not top or not top.endswith(f"pc_hot.cu:{hot}"):
+                    b.append(f"hottest line {top}, not pc_hot.cu:{hot} (HOT)")
+            bad += [f"{name}: {x}" for x in b]
+        status = SHORT if bad else (NEEDS_GPU if self.sim else HOLDS)
+        self.item(g, "pc_modes", status, "; ".join(bad + seen) + label, fig)
+
+    def check_pc_rootless(self, g, app, flags):
+        """PC sampling is a profiling feature: as a user, unless the driver allows
+        it, one line says why and what to do, and everything else is recorded."""
+        restricted = None
+        try:
+            with open("/proc/driver/nvidia/params") as f:
+                # The driver's params file names the module option RmProfilingAdminOnly.
+                m = re.search(r"(?:RmProfilingAdminOnly|RestrictProfilingToAdminUsers):\s*(\d+)", f.read())
+                restricted = m and m.group(1) != "0"
+        except OSError:
+            pass
+        env = {}
+        if self.sim:
+            env["GPUSIM_PC_SAMPLING_PRIVILEGE"] = "0"
+            restricted = True
+        user = NOBODY if self.root else None
+        if user is None and not self.sim:
+            self.item(g, "pc_rootless", NOT_RUN, "not root: cannot run as another user")
+            return
+        r, tl, _ = self.record("pc_rootless", [app, "3"], flags=flags, user=user, env=env, timeout=90)
+        bad = self.recording_faults(r, tl)
+        refused = "INSUFFICIENT_PRIVILEGES" in (r.err or "")
+        what = "refused with one line" if refused else "sampled"
+        if restricted and not refused:
+            bad.append("profiling is restricted to admin users, but gpuperf did not say sampling was refused")
+        if restricted is False and refused:
+            bad.append("RestrictProfilingToAdminUsers=0, but sampling was refused")
+        self.item(g, "pc_rootless", SHORT if bad else HOLDS, "; ".join(bad) or
+                  f"as uid {user if user is not None else os.geteuid()}: PC sampling {what}, every kernel recorded "
+                  f"and matched" + (" [simulated refusal]" if self.sim else ""))
+
+    def check_pc_overhead(self, g, app, env, label):
+        """pc_hot's own CUDA-event time per launch: without gpuperf, recorded, and
+        recorded with PC sampling at its defaults; rounds alternated, medians."""
+        # At CUPTI's default period and at 2^18 cycles (64 times fewer samples
+        # than the default gave on an H200).
+        times = {"without": [], "record": [], "pc_sampling": [], "pc_sampling_18": []}
+        for rnd in range(3):
+            for mode in times:
+                if self.left() < 40:
+                    break
+                if mode == "without":
+                    r = run([app, "5"], self.limit(60), env=dict(os.environ, **env))
+                else:
+                    flags = {"pc_sampling": ["--pc-sampling"], "pc_sampling_18": ["--pc-sampling=18"]}.get(mode, [])
+                    r, _, _ = self.record(f"pc_overhead_{mode}_{rnd}", [app, "5"], flags=flags, env=env,
+                                          timeout=120, timeline=False)
+                m = re.search(r"pc_hot: ([\d.]+) ms per launch", r.err or "")
+                if r.rc == 0 and m:
+                    times[mode].append(float(m.group(1)))
+        if not all(times.values()):
+            self.item(g, "pc_overhead", NOT_RUN, f"a run gave no time: {times}")
+            return
+        med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        fig = {"ms_per_launch": med, "runs": times}
+        self.item(g, "pc_overhead", NEEDS_GPU if self.sim else HOLDS,
+                  f"chase, median ms per launch: without gpuperf {med['without']:.3f}, recorded "
+                  f"{med['record']:.3f} (x{med['record'] / med['without']:.2f}), with --pc-sampling "
+                  f"{med['pc_sampling']:.3f} (x{med['pc_sampling'] / med['without']:.2f}), with --pc-sampling=18 "
+                  f"{med['pc_sampling_18']:.3f} (x{med['pc_sampling_18'] / med['without']:.2f}), "
+                  f"{len(times['without'])} rounds alternated" + label, fig)
