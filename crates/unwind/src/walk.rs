@@ -1041,6 +1041,43 @@ mod tests {
     }
 
     #[test]
+    fn scan__takes_a_return_address_that_ends_the_stack_only_when_nothing_above_passes() {
+        // 0x1105 at 0x8000 is a stale copy of a root's return address: its own
+        // step ends the stack ([0x8008] = 0), as the real root's would. The
+        // real caller 0x1205 is above it, and leads on to 0x1305 and the root.
+        let stack = Stack(vec![
+            (0x8000, 0x1105),
+            (0x8008, 0),
+            (0x8010, 0x1205),
+            (0x8018, 0x1305),
+            (0x8020, 0),
+        ]);
+        let loader = loader_with_calls(&[0x1105, 0x1205, 0x1305]);
+        let (frames, end, _) = from_uncovered(&stack, 0, &loader);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(0, 0x1205, true),
+                    native(0, 0x1305, true)
+                ],
+                StackEnd::Root
+            )
+        );
+        // With nothing else above it, the root is taken.
+        let stack = Stack(vec![(0x8000, 0x1105), (0x8008, 0)]);
+        let (frames, end, _) = from_uncovered(&stack, 0, &loader);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![native(1, 0x3100, false), native(0, 0x1105, true)],
+                StackEnd::Root
+            )
+        );
+    }
+
+    #[test]
     fn frame_pointer_step__when_no_word_below_rbp_passes_and_rbp_is_restored() {
         // rbp = 0x8010 is a frame: saved rbp 0x9000, return address 0x3205
         // (again without unwind info); 0x9000 is the next frame.
