@@ -13,6 +13,11 @@
 # or a memset), and the captures per step and frames per capture, from the
 # library's log of two runs of different lengths.
 #
+# The simulated driver's callback path has no unwind tables unless OUTDIR was
+# built with GPUSIM_DISPATCH_UNWIND=1 (sim/build.sh): every stack then crosses
+# it by a stack scan, which the driver on an H200 never needed; the first line
+# says which.
+#
 # usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]
 #        (PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and transformers,
 #        default python3; INJECT=the injection library, default
@@ -61,7 +66,7 @@ per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 [ "$per_step" != "0.0" ] || { echo "hf_train.sh: no stacks counted in the library's log" >&2; exit 1; }
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
-echo "Hugging Face GPT-2 training steps on the simulated runtime, $steps timed steps per run, $runs runs of each variant alternating (medians of the process's CPU time; $("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "Hugging Face GPT-2 training steps on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $steps timed steps per run, $runs runs of each variant alternating (medians of the process's CPU time; $("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "  $per_step stack captures per step, $depth frames per capture"
 for v in $variants; do : > "$work/$v"; done
 for _ in $(seq "$runs"); do

@@ -101,7 +101,7 @@ ir() {
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
 run plain 3 0 1000 > /dev/null # builds OUTDIR if needed, warms the page cache
-echo "launch-bound loop on the simulated runtime, $launches launches per run, $runs runs of each variant alternating (medians of the process's CPU time per launch; $("$python" -c 'import platform; print("CPython", platform.python_version())'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "launch-bound loop on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $launches launches per run, $runs runs of each variant alternating (medians of the process's CPU time per launch; $("$python" -c 'import platform; print("CPython", platform.python_version())'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
 for c in $cases; do
     py=${c%%:*}
     hop=${c##*:}
