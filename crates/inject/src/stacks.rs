@@ -216,16 +216,14 @@ struct ThreadStacks {
 
 /// What `identify` keeps between the captures of one thread.
 struct Scratch {
-    /// The stack being hashed, as bytes.
+    /// The stack being identified, as [`encode`] lays it out.
     words: Box<[u8]>,
-    /// The last stack identified (its frames after the hidden ones, as
-    /// [`frame_words`]), and its id (0: none). A launch loop takes the same
-    /// stack launch after launch; it is then known by comparing, without
-    /// hashing it or reading the shared table.
-    last: Box<[[u64; 2]]>,
+    /// The last stack identified, laid out the same (`last[..last_len]`), and
+    /// its id (0: none). A launch loop takes the same stack launch after
+    /// launch; it is then known by comparing, without hashing it or reading
+    /// the shared table. Identifying a stack swaps the two buffers.
+    last: Box<[u8]>,
     last_len: usize,
-    last_end: StackEnd,
-    last_python_truncated: bool,
     last_id: u32,
     /// The capture number ([`Captured::serial`]) that `last` came from (0:
     /// unknown), and the modules classified then.
@@ -237,10 +235,8 @@ impl Scratch {
     fn new() -> Scratch {
         Scratch {
             words: vec![0; HASH_BYTES].into_boxed_slice(),
-            last: vec![[0; 2]; MAX_FRAMES].into_boxed_slice(),
+            last: vec![0; HASH_BYTES].into_boxed_slice(),
             last_len: 0,
-            last_end: StackEnd::Root,
-            last_python_truncated: false,
             last_id: 0,
             last_serial: 0,
             last_classified: 0,
@@ -259,35 +255,18 @@ impl Scratch {
             .then_some(self.last_id)
     }
 
-    /// The id of the last stack, if `frames` (ending as given) is that stack.
-    fn same_as_last(&self, frames: &[Frame], end: StackEnd, python_truncated: bool) -> Option<u32> {
-        // Every frame is compared, without a branch per frame: the stacks
-        // of a launch loop are equal, and all their frames are read anyway.
-        let differ = |last: &[[u64; 2]]| {
-            last.iter().zip(frames).fold(0, |d, (w, f)| {
-                let x = frame_words(f);
-                d | (w[0] ^ x[0]) | (w[1] ^ x[1])
-            }) != 0
-        };
-        (self.last_id != 0
-            && self.last_end == end
-            && self.last_python_truncated == python_truncated
-            && self.last_len == frames.len()
-            && self.last.get(..frames.len()).is_some_and(|l| !differ(l)))
-        .then_some(self.last_id)
+    /// The id of the last stack, if `words[..len]` (laid out by [`encode`])
+    /// is that stack: every field of every frame, the end and the Python cut
+    /// compared at once.
+    fn same_as_last(&self, len: usize) -> Option<u32> {
+        (self.last_id != 0 && self.last_len == len && self.last.get(..len) == self.words.get(..len))
+            .then_some(self.last_id)
     }
 
-    fn remember(&mut self, frames: &[Frame], end: StackEnd, python_truncated: bool, id: u32) {
-        let Some(dst) = self.last.get_mut(..frames.len()) else {
-            self.last_id = 0;
-            return;
-        };
-        for (w, f) in dst.iter_mut().zip(frames) {
-            *w = frame_words(f);
-        }
-        self.last_len = frames.len();
-        self.last_end = end;
-        self.last_python_truncated = python_truncated;
+    /// `words[..len]` becomes the last stack, with its id.
+    fn remember(&mut self, len: usize, id: u32) {
+        std::mem::swap(&mut self.words, &mut self.last);
+        self.last_len = len;
         self.last_id = id;
     }
 }
@@ -535,9 +514,12 @@ impl Stacks {
             self.reused_frames.fetch_add(u64::from(c.reused), Relaxed);
         }
         let classified = self.classified_count.load(Relaxed);
-        let known = scratch
-            .proven_last(&c, classified)
-            .or_else(|| scratch.same_as_last(frames, c.end, c.python_truncated));
+        let mut encoded = None;
+        let known = scratch.proven_last(&c, classified).or_else(|| {
+            let len = encode(frames, c.end, c.python_truncated, &mut scratch.words);
+            encoded = Some(len);
+            scratch.same_as_last(len)
+        });
         if let Some(id) = known {
             scratch.last_serial = c.serial;
             scratch.last_classified = classified;
@@ -546,10 +528,12 @@ impl Stacks {
         // Whatever follows, `last` is no longer this capture's predecessor
         // unless remembered below.
         scratch.last_serial = 0;
-        let h = hash(frames, c.end, c.python_truncated, &mut scratch.words);
+        let len = encoded
+            .unwrap_or_else(|| encode(frames, c.end, c.python_truncated, &mut scratch.words));
+        let h = xxh3_128(&scratch.words[..len]);
         match self.seen.id(h, frames, c.end, c.python_truncated) {
             Ok(id) => {
-                scratch.remember(frames, c.end, c.python_truncated, id);
+                scratch.remember(len, id);
                 scratch.last_serial = c.serial;
                 scratch.last_classified = classified;
                 Some(id)
@@ -759,11 +743,11 @@ fn end_of(e: StackEnd) -> End {
     }
 }
 
-/// A 128-bit hash of a stack: two independent 64-bit multiply-rotate hashes, so
-/// that two distinct stacks of one process never share an id in practice.
-/// The stack's identity: XXH3-128 over its frames, end and Python cut, laid out
-/// in `buf` (one fixed buffer per thread, so hashing never allocates).
-fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8]) -> u128 {
+/// A stack's identity, laid out in `buf` (one fixed buffer per thread, so
+/// that identifying never allocates): [`frame_words`] of each frame, then its
+/// end and Python cut; returns the bytes written. Its XXH3-128 is the stack's
+/// id in the shared table, and it is what [`Scratch::same_as_last`] compares.
+fn encode(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8]) -> usize {
     let mut len = 0;
     let mut put = |w: u64| {
         if let Some(dst) = buf.get_mut(len..len + 8) {
@@ -772,18 +756,12 @@ fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8])
         }
     };
     for f in frames.iter().take(MAX_FRAMES) {
-        let (a, b) = match *f {
-            Frame::Native { module, offset, .. } => (u64::from(module.0) << 2, offset),
-            Frame::Python { code, instruction } => {
-                (u64::from(code.0) << 2 | 1, u64::from(instruction))
-            }
-            Frame::Unknown { address } => (2, address),
-        };
+        let [a, b] = frame_words(f);
         put(a);
         put(b);
     }
     put(u64::from(end_of(end).code()) << 1 | u64::from(python_truncated));
-    xxh3_128(&buf[..len])
+    len
 }
 
 #[cfg(test)]
@@ -801,6 +779,23 @@ mod tests {
         }
     }
 
+    /// A stack's id hash, as `identify` computes it.
+    fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8]) -> u128 {
+        let len = encode(frames, end, python_truncated, buf);
+        xxh3_128(&buf[..len])
+    }
+
+    /// Whether `frames` is the scratch's last stack, as `identify` asks.
+    fn known(
+        s: &mut Scratch,
+        frames: &[Frame],
+        end: StackEnd,
+        python_truncated: bool,
+    ) -> Option<u32> {
+        let len = encode(frames, end, python_truncated, &mut s.words);
+        s.same_as_last(len)
+    }
+
     #[test]
     fn hashes_differ_by_frame_order_end_and_length() {
         let a = [n(1, 0x10), n(2, 0x20)];
@@ -812,6 +807,16 @@ mod tests {
         assert_ne!(h, hash(&a, StackEnd::DepthLimit, false, buf));
         assert_ne!(h, hash(&a, StackEnd::Root, true, buf));
         assert_ne!(h, hash(&a[..1], StackEnd::Root, false, buf));
+        // Nor does a frame's own address like a return address.
+        let own = [Frame::Native {
+            module: ModuleId(1),
+            offset: 0x10,
+            return_address: false,
+        }];
+        assert_ne!(
+            hash(&a[..1], StackEnd::Root, false, buf),
+            hash(&own, StackEnd::Root, false, buf)
+        );
         // A Python frame never hashes like a native one with the same numbers.
         let p = [Frame::Python {
             code: gpuperf_unwind::CodeId(1),
@@ -827,8 +832,9 @@ mod tests {
     fn the_last_stack_is_known_again_only_with_every_field_of_every_frame() {
         let mut scratch = Scratch::new();
         let a = [n(1, 0x10), n(2, 0x20), n(3, 0x30)];
-        scratch.remember(&a, StackEnd::Root, false, 7);
-        assert_eq!(scratch.same_as_last(&a, StackEnd::Root, false), Some(7));
+        let len = encode(&a, StackEnd::Root, false, &mut scratch.words);
+        scratch.remember(len, 7);
+        assert_eq!(known(&mut scratch, &a, StackEnd::Root, false), Some(7));
         let python = Frame::Python {
             code: gpuperf_unwind::CodeId(2),
             instruction: 0x20,
@@ -849,12 +855,15 @@ mod tests {
             let mut b = a;
             b[1] = f;
             assert_eq!(
-                scratch.same_as_last(&b, StackEnd::Root, false),
+                known(&mut scratch, &b, StackEnd::Root, false),
                 None,
                 "{f:?}"
             );
         }
-        assert_eq!(scratch.same_as_last(&a[..2], StackEnd::Root, false), None);
+        assert_eq!(known(&mut scratch, &a[..2], StackEnd::Root, false), None);
+        assert_eq!(known(&mut scratch, &a, StackEnd::DepthLimit, false), None);
+        assert_eq!(known(&mut scratch, &a, StackEnd::Root, true), None);
+        assert_eq!(known(&mut scratch, &a, StackEnd::Root, false), Some(7));
     }
 
     #[test]
