@@ -179,14 +179,15 @@ pub fn host(out: &Path, flags: &[&str]) -> PathBuf {
 /// The C host program that runs on the simulated CUDA runtime in `sim` (from
 /// [`sim`]) and has the simulated driver load the injection library (the inject
 /// crate's `tests/data/sim_host.c`), built with the CUDA headers in `include`
-/// into `out` once per process.
+/// into `out` once per process, its functions exported.
 pub fn sim_host(sim: &Path, include: &Path, out: &Path) -> PathBuf {
     Gcc::new(out)
         .args(["-Wall", "-Werror", "-O1"])
         .arg(test_data("inject", "sim_host.c"))
         .arg(format!("-I{}", include.display()))
         .lib_dir(sim)
-        .args(["-lcudart", "-ldl"])
+        // -rdynamic: the simulated CUPTI's test hooks find its functions.
+        .args(["-lcudart", "-ldl", "-rdynamic"])
         .build_once()
 }
 

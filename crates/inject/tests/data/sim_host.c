@@ -47,6 +47,15 @@
  *                 instantiated graph destroyed after; prints "instantiated N" and
  *                 the peak resident set ("maxrss_kb K"); address space capped at
  *                 2 GiB
+ CUPTI's lock (run with GPUSIM_CUPTI_WORKER_US, GPUSIM_CUPTI_LOCKED_HOOK):
+ *   stress MS     MS ms of launches on three threads, while a fourth launches on
+ *                 device 1 and resets it (every HOST_TEARDOWN_US, default 500);
+ *                 prints "stress launches N"
+ *   sigint-in-call  10 launches (_Z6kernelPfi), "launched 10", then an 11th
+ *                 (_Z6duringv) inside which SIGINT is raised while CUPTI holds its
+ *                 lock (GPUSIM_CUPTI_LOCKED_HOOK=sim_host_locked_hook), the call
+ *                 returning 200 ms later; without a CUPTI client, raised right
+ *                 after the call; prints "survived" only if SIGINT is ignored
  * HOST_LATE_LAUNCHES=1 registers, before CUDA starts, an exit handler that makes 5
  * launches (_Z4latev): it runs after the injection library's.
  * HOST_INIT_TWICE=1 calls InitializeInjection again once CUDA is initialized, as
@@ -455,6 +464,90 @@ static int graph_instantiate(long n) {
     return 3;
 }
 
+/* ---- CUPTI's lock: stress, and a signal landing while CUPTI holds it ---- */
+
+static atomic_int stop_stress;
+static atomic_uint stress_launches;
+static useconds_t teardown_us = 500;
+
+static void *stress_launcher(void *arg) {
+    (void)arg;
+    while (!atomic_load(&stop_stress)) {
+        launch((const void *)kernel_stub);
+        atomic_fetch_add(&stress_launches, 1);
+        usleep(50);
+    }
+    return NULL;
+}
+
+/* Launches on device 1, each followed by cudaDeviceReset: its context is
+ * destroyed (CONTEXT_DESTROY_STARTING), and made again at the next launch
+ * (CONTEXT_CREATED). */
+static void *stress_reset(void *arg) {
+    (void)arg;
+    CHECK(cudaSetDevice(1));
+    while (!atomic_load(&stop_stress)) {
+        launch((const void *)worker_stub);
+        atomic_fetch_add(&stress_launches, 1);
+        CHECK(cudaDeviceReset());
+        usleep(teardown_us);
+    }
+    return NULL;
+}
+
+static int stress(long ms) {
+    const char *us = getenv("HOST_TEARDOWN_US");
+    if (us)
+        teardown_us = (useconds_t)atoi(us);
+    pthread_t t[4];
+    void *(*fns[4])(void *) = {stress_launcher, stress_launcher, stress_launcher, stress_reset};
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, fns[i], NULL);
+    usleep((useconds_t)ms * 1000);
+    atomic_store(&stop_stress, 1);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    CHECK(cudaDeviceSynchronize());
+    printf("stress launches %u\n", atomic_load(&stress_launches));
+    return 3;
+}
+
+static atomic_int sigint_armed;
+
+/* GPUSIM_CUPTI_LOCKED_HOOK: called by the simulated CUPTI at each API call's
+ * enter, holding its lock. Armed, it raises SIGINT there, and the call goes
+ * on 200 ms later. */
+void sim_host_locked_hook(void);
+void sim_host_locked_hook(void) {
+    if (!atomic_exchange(&sigint_armed, 0))
+        return;
+    raise(SIGINT);
+    usleep(200 * 1000);
+}
+
+static int sigint_in_call(void) {
+    for (int i = 0; i < 10; i++)
+        launch((const void *)kernel_stub);
+    printf("launched 10\n");
+    fflush(stdout);
+    atomic_store(&sigint_armed, 1);
+    launch((const void *)during_stub);
+    /* No CUPTI client: the hook never ran. */
+    if (atomic_exchange(&sigint_armed, 0))
+        raise(SIGINT);
+    printf("survived\n");
+    return 3;
+}
+
+/* The modes above, or -1 for another mode. */
+static int lock_modes(const char *m, int argc, char **argv) {
+    if (strcmp(m, "stress") == 0)
+        return stress(argc > 3 ? atol(argv[3]) : 3000);
+    if (strcmp(m, "sigint-in-call") == 0)
+        return sigint_in_call();
+    return -1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -522,6 +615,9 @@ int main(int argc, char **argv) {
         return graph_instantiate(argc > 3 ? atol(argv[3]) : 200);
     if (strcmp(m, "cancel") == 0)
         return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
+    int r = lock_modes(m, argc, argv);
+    if (r >= 0)
+        return r;
     if (strcmp(argv[2], "kill") == 0) {
         for (int i = 0; i < 100; i++)
             launch((const void *)kernel_stub);
