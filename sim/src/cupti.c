@@ -50,6 +50,9 @@
  *                                    client's cuptiActivityGetNextRecord fails on
  *                                    it with CUPTI_ERROR_INVALID_KIND ("activity
  *                                    record is either incomplete or invalid")
+ *   GPUSIM_CUPTI_DROPPED=N           the first cuptiActivityGetNumDroppedRecords
+ *                                    counts N more records dropped, as when
+ *                                    the client's buffers were full
  *   GPUSIM_CUPTI_LATE_BUFFER=1       at process exit, after every atexit
  *                                    handler (the client's final flush), the
  *                                    worker hands back one more buffer, as a
@@ -75,7 +78,8 @@
  * A value "VALUE@FILE" applies only to the copy of libcupti whose file is named
  * FILE, so that one CUDA install can hold a failing and a working CUPTI.
  * gpusim_cupti_state() tells a test program what a client left subscribed and
- * enabled, gpusim_cupti_events() the order of its flushes and disabled kinds.
+ * enabled, gpusim_cupti_callback_enabled() whether one callback is on,
+ * gpusim_cupti_events() the order of its flushes and disabled kinds.
  *
  * The PC Sampling API is in cupti_pcsampling.c.
  *
@@ -600,6 +604,14 @@ GPUSIM_EXPORT void gpusim_cupti_state(int *subscribed, int *kinds, int *callback
         for (int i = 0; i < GPUSIM_MAX_CBID; i++)
             *callbacks += g_enabled[d][i];
     pthread_mutex_unlock(&g_mu);
+}
+
+/* For test programs (simulated, no CUPTI function): whether the subscriber
+ * enabled the callback `cbid` of `domain`. */
+GPUSIM_EXPORT int gpusim_cupti_callback_enabled(int domain, int cbid) {
+    if (domain < 0 || domain >= NDOMAINS || cbid < 0 || cbid >= GPUSIM_MAX_CBID)
+        return 0;
+    return g_subscribed && g_enabled[domain][cbid];
 }
 
 /* GPUSIM_CUPTI_FATAL_AFTER: kernel ends seen, and whether the fatal error was raised. */

@@ -321,6 +321,11 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext c
         return CUPTI_SUCCESS; /* every record goes to the global buffers */
     cupti_lock();
     pthread_mutex_lock(&g_buf_mu);
+    static int faked;
+    if (!faked) {
+        faked = 1;
+        g_dropped += (size_t)sim_fault_number("GPUSIM_CUPTI_DROPPED", 0); /* simulated */
+    }
     *dropped = g_dropped;
     g_dropped = 0;
     pthread_mutex_unlock(&g_buf_mu);

@@ -47,6 +47,13 @@
  *                 instantiated graph destroyed after; prints "instantiated N" and
  *                 the peak resident set ("maxrss_kb K"); address space capped at
  *                 2 GiB
+ plumbing  "clock before N", "main tid N", the thread id type and enabled
+           callbacks of the simulated CUPTI ("thread id type T", "enabled
+           launch=L graph=G ..."), the scene's launches, a graph of 3 kernel
+           nodes (_Z5afterv) launched, a cuLaunchKernel (_Z6duringv), a copy of
+           1 MiB to the host, 4 KiB from device 0 to device 1, a launch on a
+           stream of device 1, that stream synchronized and then device 1,
+           cudaGetLastError; "clock after N"
  CUPTI's lock (run with GPUSIM_CUPTI_WORKER_US, GPUSIM_CUPTI_LOCKED_HOOK):
  *   stress MS     MS ms of launches on three threads, while a fourth launches on
  *                 device 1 and resets it (every HOST_TEARDOWN_US, default 500);
@@ -539,8 +546,92 @@ static int sigint_in_call(void) {
     return 3;
 }
 
+
+/* ---- plumbing: every kind of call the recorder links to its GPU work ---- */
+
+enum { DRV_DOMAIN = 1, RT_DOMAIN = 2 }; /* CUpti_CallbackDomain */
+
+/* A graph of 3 kernel nodes (_Z5afterv), instantiated and launched. */
+static void graph_launch(void) {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    void *args[] = {NULL};
+    struct cudaKernelNodeParams p = {
+        .func = (void *)after_stub, .gridDim = {1, 1, 1}, .blockDim = {32, 1, 1}, .kernelParams = args};
+    cudaGraphNode_t prev = NULL;
+    for (int i = 0; i < 3; i++) {
+        cudaGraphNode_t n;
+        CHECK(cudaGraphAddKernelNode(&n, g, prev ? &prev : NULL, prev ? 1 : 0, &p));
+        prev = n;
+    }
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    CHECK(cudaGraphLaunch(x, 0));
+    CHECK(cudaDeviceSynchronize());
+}
+
+/* The program's own driver call: cuLaunchKernel of _Z6duringv. */
+static void driver_launch(void) {
+    typedef int (*cu_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             void *, void **, void **);
+    cu_launch f = (cu_launch)dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+    cudaKernel_t k;
+    CHECK(cudaGetKernel(&k, (const void *)during_stub));
+    if (!f || f((void *)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != 0) {
+        fprintf(stderr, "sim_host: cuLaunchKernel failed\n");
+        exit(4);
+    }
+}
+
+static int plumbing(void) {
+    const char *path = getenv("GPUPERF_CUPTI_PATH");
+    void *cupti = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    int (*tid_type)(int *) = cupti ? (int (*)(int *))dlsym(cupti, "cuptiGetThreadIdType") : NULL;
+    int (*on)(int, int) = cupti ? (int (*)(int, int))dlsym(cupti, "gpusim_cupti_callback_enabled") : NULL;
+    int type = -1;
+    if (tid_type)
+        tid_type(&type);
+    printf("thread id type %d\n", type);
+    if (on)
+        printf("enabled launch=%d graph=%d memcpy=%d sync=%d culaunch=%d getlasterror=%d ctxgetcurrent=%d\n",
+               on(RT_DOMAIN, 211), on(RT_DOMAIN, 311), on(RT_DOMAIN, 31), on(RT_DOMAIN, 165),
+               on(DRV_DOMAIN, 307), on(RT_DOMAIN, 3), on(DRV_DOMAIN, 304));
+    for (int i = 0; i < 10; i++)
+        launch((const void *)kernel_stub);
+    pthread_t t;
+    pthread_create(&t, NULL, worker, NULL);
+    pthread_join(t, NULL);
+    graph_launch();
+    driver_launch();
+    /* A copy to the host, and one from device 0 to device 1. */
+    static char host[1 << 20];
+    void *d0 = NULL, *d1 = NULL;
+    CHECK(cudaMalloc(&d0, sizeof host));
+    CHECK(cudaMemcpy(host, d0, sizeof host, cudaMemcpyDeviceToHost));
+    CHECK(cudaSetDevice(1));
+    CHECK(cudaMalloc(&d1, 4096));
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMemcpyPeer(d1, 1, d0, 0, 4096));
+    /* Syncs on device 1: a stream, then the whole device. */
+    CHECK(cudaSetDevice(1));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    dim3 g = {4, 1, 1}, b = {32, 1, 1};
+    CHECK(cudaLaunchKernel((const void *)kernel_stub, g, b, NULL, 0, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaSetDevice(0));
+    /* Never recorded: its callback is never enabled. */
+    (void)cudaGetLastError();
+    CHECK(cudaDeviceSynchronize());
+    printf("clock after %llu\n", now());
+    return 3;
+}
+
 /* The modes above, or -1 for another mode. */
 static int lock_modes(const char *m, int argc, char **argv) {
+    if (strcmp(m, "plumbing") == 0)
+        return plumbing();
     if (strcmp(m, "stress") == 0)
         return stress(argc > 3 ? atol(argv[3]) : 3000);
     if (strcmp(m, "sigint-in-call") == 0)
@@ -582,7 +673,7 @@ int main(int argc, char **argv) {
     /* Registered before CUDA starts: runs after the injection library's. */
     if (strcmp(argv[2], "long") == 0)
         atexit(print_events);
-    if (scene)
+    if (scene || strcmp(argv[2], "plumbing") == 0)
         printf("clock before %llu\nmain tid %d\n", now(), gettid());
     CHECK(cudaFree(0));
     if (getenv("HOST_INIT_TWICE") && strcmp(argv[1], "none") != 0) {
