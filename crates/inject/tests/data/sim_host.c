@@ -54,6 +54,10 @@
            1 MiB to the host, 4 KiB from device 0 to device 1, a launch on a
            stream of device 1, that stream synchronized and then device 1,
            cudaGetLastError; "clock after N"
+ signal-malloc N  N signals to a thread that mallocs, frees and launches; the
+           handler launches (_Z7handlerv), landing in malloc; from the N/2th on
+           also inside launches, where it makes a launch that fails at once;
+           prints "signals handled H launches L" (L: every launch made)
  CUPTI's lock (run with GPUSIM_CUPTI_WORKER_US, GPUSIM_CUPTI_LOCKED_HOOK):
  *   stress MS     MS ms of launches on three threads, while a fourth launches on
  *                 device 1 and resets it (every HOST_TEARDOWN_US, default 500);
@@ -628,10 +632,92 @@ static int plumbing(void) {
     return 3;
 }
 
+/* ---- a signal handler that launches, inside malloc and inside launches ---- */
+
+/* Never registered: a launch of it fails at once (cudaErrorInvalidDeviceFunction),
+ * its API callbacks made, without taking any lock of the simulation. */
+__attribute__((noinline)) static void unregistered_stub(void) { __asm__ volatile("" ::"r"(99)); }
+
+static atomic_uint handled, made_launches;
+static atomic_int reentrant_phase, stop_malloc;
+
+/* The handler launches from one of many call depths, so that most of its stacks
+ * are new to the recorder. First phase: the interrupted thread blocks the signal
+ * around its own launches, so the handler lands in malloc or free (or the loop)
+ * and makes whole launches, GPU records included. Second phase: the thread
+ * launches unblocked, so the handler also lands inside launches, and makes only
+ * an API call that fails at once (the simulation's launch takes locks the
+ * interrupted launch may hold: CUDA is not async-signal-safe either; what is
+ * tested is that gpuperf adds no hang). */
+static __attribute__((noinline)) void launch_at_depth(int n) {
+    if (n > 0) {
+        launch_at_depth(n - 1);
+        __asm__ volatile("" ::: "memory"); /* not a tail call */
+        return;
+    }
+    atomic_fetch_add(&made_launches, 1);
+    dim3 g = {4, 1, 1}, b = {32, 1, 1};
+    if (!atomic_load(&reentrant_phase))
+        CHECK(cudaLaunchKernel((const void *)handler_stub, g, b, NULL, 0, 0));
+    else
+        (void)cudaLaunchKernel((const void *)unregistered_stub, g, b, NULL, 0, 0);
+}
+
+static void depth_handler(int sig) {
+    (void)sig;
+    launch_at_depth((int)(atomic_fetch_add(&handled, 1) % 97));
+}
+
+static void *malloc_and_launch(void *arg) {
+    (void)arg;
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    for (unsigned i = 0; !atomic_load(&stop_malloc); i++) {
+        /* Past the per-thread caches: these take the arena lock. */
+        void *p = malloc(2048 + (i % 64) * 512);
+        free(p);
+        if (i % 16 == 0) {
+            int masked = !atomic_load(&reentrant_phase);
+            if (masked)
+                pthread_sigmask(SIG_BLOCK, &usr2, NULL);
+            atomic_fetch_add(&made_launches, 1);
+            launch((const void *)kernel_stub);
+            if (masked)
+                pthread_sigmask(SIG_UNBLOCK, &usr2, NULL);
+        }
+    }
+    return NULL;
+}
+
+static int signal_in_malloc(long signals) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = depth_handler;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR2, &sa, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, malloc_and_launch, NULL) != 0)
+        return 91;
+    for (long i = 0; i < signals; i++) {
+        if (i == signals / 2)
+            atomic_store(&reentrant_phase, 1);
+        pthread_kill(t, SIGUSR2);
+        usleep(200);
+    }
+    atomic_store(&stop_malloc, 1);
+    pthread_join(t, NULL);
+    CHECK(cudaDeviceSynchronize());
+    printf("signals handled %u launches %u\n", atomic_load(&handled), atomic_load(&made_launches));
+    return 3;
+}
+
 /* The modes above, or -1 for another mode. */
 static int lock_modes(const char *m, int argc, char **argv) {
     if (strcmp(m, "plumbing") == 0)
         return plumbing();
+    if (strcmp(m, "signal-malloc") == 0)
+        return signal_in_malloc(argc > 3 ? atol(argv[3]) : 2000);
     if (strcmp(m, "stress") == 0)
         return stress(argc > 3 ? atol(argv[3]) : 3000);
     if (strcmp(m, "sigint-in-call") == 0)

@@ -368,10 +368,7 @@ fn sim_cupti_plumbing_links_every_record_to_its_call() {
         .iter()
         .find(|s| s.0 == "cudaStreamSynchronize")
         .unwrap_or_else(|| panic!("{syncs:?}"));
-    assert!(
-        stream_sync.1 == 1 && stream_sync.2 != u32::MAX,
-        "{syncs:?}"
-    );
+    assert!(stream_sync.1 == 1 && stream_sync.2 != u32::MAX, "{syncs:?}");
     assert!(
         syncs.contains(&("cudaDeviceSynchronize".to_owned(), 1, u32::MAX)),
         "{syncs:?}"

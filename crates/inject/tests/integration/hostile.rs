@@ -10,22 +10,7 @@ use std::time::Duration;
 use gpuperf_merge::model::{Record, StackEnd, StackFrame, StringTable};
 use tempfile::TempDir;
 
-use crate::support::{
-    HostRun, Sim, inject_lib, mock, read_logs, read_traces, run_host_with, wheels,
-};
-
-/// Runs the MOCK host's `mode` with and without the library; both must exit
-/// the same way. Returns the run with the library and its trace directory.
-fn both(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempDir)> {
-    let w = wheels()?;
-    let m = mock(&w);
-    let run = |inject: Option<&Path>, env: &[(&str, &Path)]| {
-        let mut env = env.to_vec();
-        env.push(("GPUPERF_CUPTI_PATH", &m));
-        run_host_with(inject, mode, args, &env, limit)
-    };
-    Some(both_with(mode, &run))
-}
+use crate::support::{HostRun, Sim, inject_lib, read_logs, read_traces};
 
 /// Runs the simulated runtime's host `mode` with and without the library; both
 /// must exit the same way. Returns the run with the library and its trace
@@ -317,8 +302,8 @@ fn number_after(text: &str, word: &str) -> Option<u64> {
 }
 
 #[test]
-fn mock_signal_handler_launching_inside_malloc_and_inside_launches_completes() {
-    let Some((out, dir)) = both("mock-signal-malloc", &["2000"], Duration::from_secs(120)) else {
+fn sim_signal_handler_launching_inside_malloc_and_inside_launches_completes() {
+    let Some((out, dir)) = both_sim("signal-malloc", &["2000"], Duration::from_secs(120)) else {
         return;
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
