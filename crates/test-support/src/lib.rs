@@ -19,13 +19,11 @@
 //! when it is missing:
 //!
 //! ```no_run
-//! use gpuperf_test_support::{cc::Gcc, cuda, scratch};
+//! use gpuperf_test_support::cuda;
 //!
 //! let Some(cuda) = cuda::cuda13() else { return };
-//! let out = scratch::shared_dir("bin").join("libcupti_mock.so");
-//! let mock = cuda::mock_cupti(&cuda.join("include"), &out, &[]);
-//! assert!(mock.is_file());
-//! # let _ = Gcc::new(out);
+//! let sim = cuda::sim(&cuda);
+//! assert!(sim.join("libcupti.so.13").is_file());
 //! ```
 
 pub mod bench;

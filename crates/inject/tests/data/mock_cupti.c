@@ -1,7 +1,10 @@
 /* MOCK libcupti, for plumbing tests only: it implements the CUPTI functions that
  * gpuperf's injection library calls, drives its callbacks on request, and hands it
  * activity records laid out by the real CUPTI 13 headers. It proves nothing about
- * real CUPTI; tests against the real libcupti live beside it.
+ * real CUPTI; tests against the real libcupti live beside it. Only the profiler
+ * crate's probe tests still use it (its mock_api, through their fake cudart);
+ * the inject crate's tests and benchmark play CUPTI on the simulated runtime
+ * (sim/), which is to replace it there too.
  *
  * It models the documented behaviour the injection library must cope with:
  * - one subscriber per process; callback and buffer registration, the timestamp
