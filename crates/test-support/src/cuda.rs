@@ -1,6 +1,6 @@
 //! NVIDIA's CUDA wheels from PyPI (real libcupti, libcudart, headers and nvcc;
 //! no GPU needed), the simulated CUDA runtime built against their headers, the
-//! MOCK libcupti, the injection library and the C programs that load them.
+//! injection library and the C programs that load them.
 //!
 //! A test that needs the wheels gets `None` when they are missing and returns;
 //! see [`Need::CudaWheels`].
@@ -149,21 +149,6 @@ impl Cupti {
         v.push(format!("-idirafter{}", self.include13.display()));
         v
     }
-}
-
-/// The MOCK libcupti (the inject crate's `tests/data/mock_cupti.c`), built with
-/// the CUPTI headers in `include` into `out`, once per process; `flags` come
-/// last (`-D…` switches, a soname, another `-O`). Only the profiler's probe
-/// tests still use it; everything else plays CUPTI on the simulated runtime
-/// ([`sim`]).
-pub fn mock_cupti(include: &Path, out: &Path, flags: &[&str]) -> PathBuf {
-    Gcc::new(out)
-        .args(["-Wall", "-Werror", "-O1", "-shared", "-fPIC"])
-        .arg(test_data("inject", "mock_cupti.c"))
-        .arg(format!("-I{}", include.display()))
-        .arg("-lpthread")
-        .args(flags)
-        .build_once()
 }
 
 /// The C host program that loads the injection library as the CUDA driver

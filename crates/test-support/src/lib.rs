@@ -5,7 +5,7 @@
 //! require   GPUPERF_REQUIRE_*: a missing tool skips the test, or fails it in CI
 //! scratch   a world-readable directory per test process, removed at exit
 //! cc        gcc builds, once per process and output
-//! cuda      NVIDIA's CUDA wheels, the MOCK libcupti, the C host programs
+//! cuda      NVIDIA's CUDA wheels, the simulated CUDA runtime, the C host programs
 //! perfetto  Perfetto's trace processor (WebAssembly, run by Node.js)
 //! duckdb    DuckDB, reading the Parquet tables
 //! dask      Dask's distributed scheduler, for the cross-rank report
