@@ -50,16 +50,36 @@
  *                                    client's cuptiActivityGetNextRecord fails on
  *                                    it with CUPTI_ERROR_INVALID_KIND ("activity
  *                                    record is either incomplete or invalid")
+ *   GPUSIM_CUPTI_DROPPED=N           the first cuptiActivityGetNumDroppedRecords
+ *                                    counts N more records dropped, as when
+ *                                    the client's buffers were full
  *   GPUSIM_CUPTI_LATE_BUFFER=1       at process exit, after every atexit
  *                                    handler (the client's final flush), the
  *                                    worker hands back one more buffer, as a
  *                                    worker racing the exit can
- * and one test hook, GPUSIM_CUPTI_FORCED_FLUSH_HOOK=SYMBOL: the first forced
- * flush calls the program's function SYMBOL first (cupti_buffers.c).
+ * One behaviour of real CUPTI is switched on only on request, for the tests of
+ * a client's locking:
+ *   GPUSIM_CUPTI_WORKER_US=N         CUPTI's lock, which its worker holds
+ *                                    across the client's buffer callback, is
+ *                                    also held while resource callbacks run
+ *                                    (contexts, streams, graph nodes) and
+ *                                    throughout cudaDeviceReset, and taken by
+ *                                    cuptiActivityGetNumDroppedRecords and
+ *                                    cuptiActivityFlushAll, as CUPTI's is (the
+ *                                    flush hands its buffers over once it has
+ *                                    let go of it); the worker wakes every N
+ *                                    µs and hands back partly filled buffers
+ *                                    too, as CUPTI's periodic flush does
+ * and two test hooks: GPUSIM_CUPTI_FORCED_FLUSH_HOOK=SYMBOL, the first forced
+ * flush calls the program's function SYMBOL first, and
+ * GPUSIM_CUPTI_LOCKED_HOOK=SYMBOL, each API call's enter calls it, after the
+ * subscriber's callback, holding the lock cuptiActivityFlushAll takes
+ * (cupti_buffers.c).
  * A value "VALUE@FILE" applies only to the copy of libcupti whose file is named
  * FILE, so that one CUDA install can hold a failing and a working CUPTI.
  * gpusim_cupti_state() tells a test program what a client left subscribed and
- * enabled, gpusim_cupti_events() the order of its flushes and disabled kinds.
+ * enabled, gpusim_cupti_callback_enabled() whether one callback is on,
+ * gpusim_cupti_events() the order of its flushes and disabled kinds.
  *
  * The PC Sampling API is in cupti_pcsampling.c.
  *
@@ -586,6 +606,14 @@ GPUSIM_EXPORT void gpusim_cupti_state(int *subscribed, int *kinds, int *callback
     pthread_mutex_unlock(&g_mu);
 }
 
+/* For test programs (simulated, no CUPTI function): whether the subscriber
+ * enabled the callback `cbid` of `domain`. */
+GPUSIM_EXPORT int gpusim_cupti_callback_enabled(int domain, int cbid) {
+    if (domain < 0 || domain >= NDOMAINS || cbid < 0 || cbid >= GPUSIM_MAX_CBID)
+        return 0;
+    return g_subscribed && g_enabled[domain][cbid];
+}
+
 /* GPUSIM_CUPTI_FATAL_AFTER: kernel ends seen, and whether the fatal error was raised. */
 static _Atomic uint64_t g_kernel_ends[64];
 static _Atomic unsigned g_kernels_seen;
@@ -634,19 +662,30 @@ static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
     gpusim_cupti_deliver(cb, g_userdata, c, site);
 }
 
+/* cudaDeviceReset tears its contexts down under CUPTI's lock
+ * (GPUSIM_CUPTI_WORKER_US): taken at its enter, released at its exit. */
+static int holds_lock_throughout(const struct gpusim_api *c) {
+    return c->domain == GPUSIM_DOMAIN_RUNTIME && c->cbid == CUPTI_RUNTIME_TRACE_CBID_cudaDeviceReset_v3020;
+}
+
 static void on_api_enter(struct gpusim_api *c) {
     maybe_fatal();
     /* Only an API activity record needs the call's start. */
     if (atomic_load_explicit(&g_api_kinds, memory_order_relaxed))
         c->start_ns = gpusim_now_ns();
     external_records(c);
+    if (holds_lock_throughout(c))
+        cupti_lock();
     callback(c, CUPTI_API_ENTER);
+    locked_hook();
     if (c->symbol)
         pcs_launch(c->context, c->context_id, c->symbol);
 }
 
 static void on_api_exit(struct gpusim_api *c) {
     callback(c, CUPTI_API_EXIT);
+    if (holds_lock_throughout(c))
+        cupti_unlock();
     if (!atomic_load_explicit(&g_api_kinds, memory_order_relaxed))
         return;
     int kind = c->domain == GPUSIM_DOMAIN_RUNTIME ? CUPTI_ACTIVITY_KIND_RUNTIME : CUPTI_ACTIVITY_KIND_DRIVER;
@@ -873,7 +912,9 @@ static void on_resource(uint32_t cbid, void *context, uint32_t context_id, uint3
         return;
     CUpti_ResourceData r = {.context = (CUcontext)context};
     r.resourceHandle.stream = (CUstream)stream;
+    cupti_lock();
     cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+    cupti_unlock();
 }
 
 int resource_enabled(uint32_t cbid) {
@@ -885,7 +926,9 @@ void deliver_resource(uint32_t cbid, void *context, void *descriptor) {
     if (!cb || cbid >= GPUSIM_MAX_CBID || !g_enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid])
         return;
     CUpti_ResourceData r = {.context = (CUcontext)context, .resourceDescriptor = descriptor};
+    cupti_lock();
     cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+    cupti_unlock();
 }
 
 static void on_graph_node(uint32_t cbid, const struct gpusim_graph_event *e) {
@@ -901,7 +944,9 @@ static void on_graph_node(uint32_t cbid, const struct gpusim_graph_event *e) {
         .graphExec = (CUgraphExec)e->graph_exec,
     };
     CUpti_ResourceData r = {.context = (CUcontext)e->context, .resourceDescriptor = &g};
+    cupti_lock();
     cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+    cupti_unlock();
 }
 
 static const struct gpusim_tool g_tool = {

@@ -17,7 +17,10 @@ struct buffer {
 static CUpti_BuffersCallbackRequestFunc g_request;
 CUpti_BuffersCallbackCompleteFunc g_complete;
 static pthread_mutex_t g_buf_mu = PTHREAD_MUTEX_INITIALIZER;     /* the lists below */
-static pthread_mutex_t g_deliver_mu = PTHREAD_MUTEX_INITIALIZER; /* one delivery at a time */
+/* CUPTI's lock: one delivery at a time, held across the client's buffer
+ * callback. Recursive, as a client may call CUPTI from a callback that runs
+ * under it (GPUSIM_CUPTI_WORKER_US). */
+static pthread_mutex_t g_cupti_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 /* Per-thread buffers, CUDA 13's default (CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER):
  * each thread's records go to a buffer of its own, requested on that thread,
  * inside the call that made the record (a launch, say). */
@@ -26,6 +29,51 @@ static struct buffer *g_full, **g_full_tail = &g_full;
 static size_t g_max_records;
 static size_t g_dropped;
 static __thread int tls_delivering;
+
+/* GPUSIM_CUPTI_WORKER_US, read once: 0 when unset. */
+long worker_us(void) {
+    static _Atomic long cached = -1;
+    long us = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (us < 0) {
+        us = sim_fault_number("GPUSIM_CUPTI_WORKER_US", 0);
+        if (us < 0)
+            us = 0;
+        atomic_store(&cached, us);
+    }
+    return us;
+}
+
+void cupti_lock(void) {
+    if (worker_us())
+        pthread_mutex_lock(&g_cupti_mu);
+}
+
+void cupti_unlock(void) {
+    if (worker_us())
+        pthread_mutex_unlock(&g_cupti_mu);
+}
+
+/* GPUSIM_CUPTI_LOCKED_HOOK=SYMBOL (a test hook, not CUPTI behaviour): at each
+ * API call's enter, after the subscriber's callback, CUPTI calls the program's
+ * function SYMBOL (found with dlsym, so the program is linked -rdynamic)
+ * holding its lock, the one cuptiActivityFlushAll takes, as a signal can land
+ * inside CUPTI's own code while it holds that lock. */
+void locked_hook(void) {
+    static void (*_Atomic hook)(void);
+    static atomic_int looked;
+    if (!atomic_load_explicit(&looked, memory_order_acquire)) {
+        const char *name = getenv("GPUSIM_CUPTI_LOCKED_HOOK");
+        if (name && *name)
+            atomic_store(&hook, (void (*)(void))dlsym(RTLD_DEFAULT, name));
+        atomic_store_explicit(&looked, 1, memory_order_release);
+    }
+    void (*h)(void) = atomic_load(&hook);
+    if (!h)
+        return;
+    pthread_mutex_lock(&g_cupti_mu);
+    h();
+    pthread_mutex_unlock(&g_cupti_mu);
+}
 
 static size_t record_size(uint32_t kind) {
     switch (kind) {
@@ -145,9 +193,13 @@ static void deliver(struct buffer *b, uint64_t now) {
 }
 
 /* Delivers the full buffers that are complete (and, with `partial`, the current
- * one too); `forced` delivers them all. */
-void flush(int forced, int partial) {
-    pthread_mutex_lock(&g_deliver_mu);
+ * one too); `forced` delivers them all. CUPTI's worker (`worker`) delivers
+ * holding CUPTI's lock; so do flushes, one delivery at a time, unless
+ * GPUSIM_CUPTI_WORKER_US is set: then a flush hands its buffers over on the
+ * caller's thread once the lock is released, while the worker may be
+ * delivering too. */
+static void flush_buffers(int forced, int partial, int worker) {
+    pthread_mutex_lock(&g_cupti_mu);
     pthread_mutex_lock(&g_buf_mu);
     uint64_t now = to_cupti(gpusim_now_ns());
     struct buffer *ready = NULL, **tail = &ready;
@@ -177,13 +229,19 @@ void flush(int forced, int partial) {
         }
     }
     pthread_mutex_unlock(&g_buf_mu);
+    int outside = !worker && worker_us();
+    if (outside)
+        pthread_mutex_unlock(&g_cupti_mu);
     while (ready) {
         struct buffer *next = ready->next;
         deliver(ready, now);
         ready = next;
     }
-    pthread_mutex_unlock(&g_deliver_mu);
+    if (!outside)
+        pthread_mutex_unlock(&g_cupti_mu);
 }
+
+void flush(int forced, int partial) { flush_buffers(forced, partial, 0); }
 
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
                                                                   CUpti_BuffersCallbackCompleteFunc complete) {
@@ -261,10 +319,17 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext c
     *dropped = 0;
     if (context)
         return CUPTI_SUCCESS; /* every record goes to the global buffers */
+    cupti_lock();
     pthread_mutex_lock(&g_buf_mu);
+    static int faked;
+    if (!faked) {
+        faked = 1;
+        g_dropped += (size_t)sim_fault_number("GPUSIM_CUPTI_DROPPED", 0); /* simulated */
+    }
     *dropped = g_dropped;
     g_dropped = 0;
     pthread_mutex_unlock(&g_buf_mu);
+    cupti_unlock();
     return CUPTI_SUCCESS;
 }
 
@@ -323,12 +388,14 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushPeriod(uint32_t ms) {
 /* CUPTI's worker: delivers full buffers once their records are complete (the
  * periodic flush never returns a partial or incomplete buffer). It wakes when a
  * buffer fills, when the earliest full one completes, and every flush period
- * (100 ms when none is set). */
+ * (100 ms when none is set). With GPUSIM_CUPTI_WORKER_US=N it wakes every N µs
+ * and hands back partly filled buffers too. */
 static void *worker(void *arg) {
     pthread_mutex_lock(&g_worker_mu);
     for (;;) {
         uint64_t now = gpusim_now_ns();
-        uint64_t period = (g_period_ms ? g_period_ms : 100) * 1000000ull;
+        uint64_t period = worker_us() ? (uint64_t)worker_us() * 1000ull
+                                      : (g_period_ms ? g_period_ms : 100) * 1000000ull;
         uint64_t wake = now + period;
         pthread_mutex_lock(&g_buf_mu);
         int64_t off = offset();
@@ -345,25 +412,25 @@ static void *worker(void *arg) {
         }
         pthread_mutex_unlock(&g_worker_mu);
         if (g_complete)
-            flush(0, 0);
+            flush_buffers(0, worker_us() != 0, 1);
         pthread_mutex_lock(&g_worker_mu);
     }
     return arg;
 }
 
 static void before_fork(void) {
-    pthread_mutex_lock(&g_deliver_mu);
+    pthread_mutex_lock(&g_cupti_mu);
     pthread_mutex_lock(&g_buf_mu);
 }
 
 static void after_fork_parent(void) {
     pthread_mutex_unlock(&g_buf_mu);
-    pthread_mutex_unlock(&g_deliver_mu);
+    pthread_mutex_unlock(&g_cupti_mu);
 }
 
 static void after_fork_child(void) {
     pthread_mutex_unlock(&g_buf_mu);
-    pthread_mutex_unlock(&g_deliver_mu);
+    pthread_mutex_unlock(&g_cupti_mu);
     g_worker_started = 0; /* the worker did not survive the fork */
 }
 

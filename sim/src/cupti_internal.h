@@ -58,5 +58,14 @@ extern CUpti_BuffersCallbackCompleteFunc g_complete;
 void append(const void *rec, size_t size, uint64_t end);
 /* Delivers the complete buffers (with `partial`, the current one too; `forced`, all). */
 void flush(int forced, int partial);
+/* GPUSIM_CUPTI_WORKER_US, or 0. */
+long worker_us(void);
+/* Take and release CUPTI's lock, the one deliveries hold, where real CUPTI
+ * takes it too (resource callbacks, cudaDeviceReset, dropped counts): only
+ * with GPUSIM_CUPTI_WORKER_US, no-ops otherwise. */
+void cupti_lock(void);
+void cupti_unlock(void);
+/* Calls the GPUSIM_CUPTI_LOCKED_HOOK function, if any, holding CUPTI's lock. */
+void locked_hook(void);
 
 #endif

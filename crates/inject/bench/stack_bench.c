@@ -1,14 +1,19 @@
-/* What in-process stacks add to a launch, for `cargo bench -p gpuperf-inject
- * --bench callback`: N launches (API enter and exit callbacks plus one kernel
- * record each) played through the MOCK libcupti at the bottom of DEPTH frames of
- * this file, built with -O2 -fomit-frame-pointer. It runs as a program, or as a
- * shared library (-DBENCH_LIB) that Python calls through ctypes under 30 Python
- * frames.
+/* What gpuperf's injection library costs a launch, for `cargo bench -p
+ * gpuperf-inject --bench callback`: N cudaLaunchKernel calls on the simulated
+ * CUDA runtime (sim/; API enter and exit callbacks plus one kernel record each,
+ * from the simulated CUPTI) at the bottom of DEPTH frames of this file, built
+ * with -O2 -fomit-frame-pointer. It runs as a program, or as a shared library
+ * (-DBENCH_LIB) that Python calls through ctypes under 30 Python frames. The
+ * simulated driver loads the injection library at cuInit, as NVIDIA's does.
  *
  * usage: stack_bench INJECT.so|none DEPTH LAUNCHES [THREADS]   (prints ns_per_launch:
  * wall time over all launches of all threads, which launch at once)
  * BENCH_COROUTINES=K: the launches come from K ucontext coroutines, each on a
- * stack of its own (mmap), switched to in turn, one launch per switch. */
+ * stack of its own (mmap), switched to in turn, one launch per switch.
+ * BENCH_GRAPH_NODES=K: instead, a graph of K kernel nodes is instantiated
+ * LAUNCHES times, each instantiated graph destroyed after; prints
+ * ns_per_instantiation (wall), cpu_ns_per_instantiation (the thread's CPU
+ * time) and the peak resident set (maxrss_kb). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -17,15 +22,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <ucontext.h>
 
-static void (*mock_api)(int, int, uint32_t, int);
-static void (*mock_kernel)(uint32_t, uint64_t, uint64_t, const char *, uint32_t, uint64_t,
-                           uint32_t);
-static uint64_t (*mock_now)(void);
+#include <cuda_runtime_api.h>
+
+/* nvcc's registration, done by hand: the host stub names the device function. */
+void **__cudaRegisterFatBinary(void *fatCubin);
+void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
+                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+__attribute__((noinline)) static void kernel_stub(void) { __asm__ volatile(""); }
+
 static volatile int sink;
-static uint32_t corr;
 
 static uint64_t now(void) {
     struct timespec ts;
@@ -33,30 +42,29 @@ static uint64_t now(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Loads the injection library (unless "none") and the mock; 0 on success. */
+/* Has the simulated driver load the injection library (unless "none") and
+ * starts CUDA; 0 on success. */
 int bench_init(const char *inject) {
-    if (strcmp(inject, "none") != 0) {
-        void *h = dlopen(inject, RTLD_NOW | RTLD_LOCAL);
-        int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
-        if (!init || init() != 1) return -1;
-    }
-    void *mock = dlopen(getenv("GPUPERF_CUPTI_PATH"), RTLD_NOW | RTLD_LOCAL);
-    if (!mock) return -2;
-    *(void **)&mock_api = dlsym(mock, "mock_api");
-    *(void **)&mock_kernel = dlsym(mock, "mock_kernel");
-    *(void **)&mock_now = dlsym(mock, "mock_now");
-    return mock_api && mock_kernel && mock_now ? 0 : -3;
+    if (strcmp(inject, "none") != 0)
+        setenv("CUDA_INJECTION64_PATH", inject, 1);
+    else
+        unsetenv("CUDA_INJECTION64_PATH");
+    static int image;
+    void **h = __cudaRegisterFatBinary(&image);
+    __cudaRegisterFunction(h, (const char *)kernel_stub, "_Z6kernelPfi", "_Z6kernelPfi", -1, 0, 0, 0, 0, 0);
+    return cudaFree(0) == cudaSuccess ? 0 : -1;
+}
+
+static void launch(void) {
+    dim3 g = {4, 1, 1}, b = {32, 1, 1};
+    if (cudaLaunchKernel((const void *)kernel_stub, g, b, NULL, 0, 0) != cudaSuccess)
+        abort();
 }
 
 __attribute__((noinline)) static double loop(long n) {
     uint64_t t0 = now();
-    for (long i = 0; i < n; i++) {
-        uint32_t c = __atomic_add_fetch(&corr, 1, __ATOMIC_RELAXED);
-        mock_api(2, 211, c, 1); /* cudaLaunchKernel_v7000 */
-        mock_api(2, 211, c, 0);
-        uint64_t t = mock_now();
-        mock_kernel(c, t, t + 1000, "_Z6kernelPfi", 0, 0, 7);
-    }
+    for (long i = 0; i < n; i++)
+        launch();
     return (double)(now() - t0) / (double)n;
 }
 
@@ -114,6 +122,35 @@ static double coroutines(int k, long n) {
     return (double)(now() - t0) / (double)n;
 }
 
+/* `n` instantiations of a graph of `nodes` kernel nodes, each destroyed after. */
+static int graph_instantiate(long nodes, long n) {
+    cudaGraph_t g;
+    if (cudaGraphCreate(&g, 0) != cudaSuccess) return 1;
+    void *args[] = {NULL};
+    struct cudaKernelNodeParams p = {
+        .func = (void *)kernel_stub, .gridDim = {1, 1, 1}, .blockDim = {32, 1, 1}, .kernelParams = args};
+    for (long i = 0; i < nodes; i++) {
+        cudaGraphNode_t node;
+        if (cudaGraphAddKernelNode(&node, g, NULL, 0, &p) != cudaSuccess) return 1;
+    }
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    uint64_t t0 = now();
+    for (long k = 0; k < n; k++) {
+        cudaGraphExec_t x;
+        if (cudaGraphInstantiate(&x, g, 0) != cudaSuccess || cudaGraphExecDestroy(x) != cudaSuccess)
+            return 1;
+    }
+    double ns = (double)(now() - t0) / (double)n;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    double cpu = ((double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec)) / (double)n;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("instantiated %ld ns_per_instantiation %.1f cpu_ns_per_instantiation %.1f maxrss_kb %ld\n", n,
+           ns, cpu, ru.ru_maxrss);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) return 2;
     int rc = bench_init(argv[1]);
@@ -124,6 +161,9 @@ int main(int argc, char **argv) {
     depth_arg = atoi(argv[2]);
     launches_arg = atol(argv[3]);
     int threads = argc > 4 ? atoi(argv[4]) : 1;
+    const char *nodes = getenv("BENCH_GRAPH_NODES");
+    if (nodes)
+        return graph_instantiate(atol(nodes), launches_arg);
     const char *k = getenv("BENCH_COROUTINES");
     if (k) {
         printf("ns_per_launch %.1f\n", coroutines(atoi(k), launches_arg));

@@ -1,18 +1,20 @@
 //! What gpuperf's injection library costs the application thread per launch, on a
-//! machine without a GPU: the C host (tests/data/host.c) plays 1 M launches (API
-//! enter and exit callbacks plus one kernel record each) through the MOCK libcupti,
-//! without the library, with it, and with the launch marker forced on. Rounds
-//! alternate so that machine noise hits every variant alike; medians are printed.
-//! The MOCK writes each record into the library's activity buffer, as CUPTI does,
-//! and its worker thread hands full buffers back; without the library no activity
-//! kind is enabled, so it records nothing.
+//! machine without a GPU: `bench/stack_bench.c` makes 1 M launches on the
+//! simulated CUDA runtime (sim/: API enter and exit callbacks plus one kernel
+//! record each, from the simulated CUPTI), without the library, with it, and with
+//! the launch marker forced on. Rounds alternate so that machine noise hits every
+//! variant alike; medians are printed. The simulated CUPTI writes each record
+//! into the library's activity buffer, as CUPTI does, and its worker thread hands
+//! full buffers back; without the library no activity kind is enabled, so it
+//! records nothing. Kernels take no simulated time (`GPUSIM_TIME_SCALE=0`).
 //!
 //! This isolates gpuperf's own work (callbacks, per-thread buffering, background
-//! decoding and writing). CUPTI's cost inside a real driver is measured on a GPU by
-//! `bench/launch-overhead.sh`.
+//! decoding and writing) beside the simulation's own cost per launch, which the
+//! case without the library measures. CUPTI's cost inside a real driver is
+//! measured on a GPU by `bench/launch-overhead.sh`.
 //!
 //! In-process stacks, in the same run: `bench/stack_bench.c` (built with `-O2
-//! -fomit-frame-pointer`) plays the launches at the bottom of its own frames so
+//! -fomit-frame-pointer`) makes the launches at the bottom of its own frames so
 //! that each recorded stack holds 30 native frames, with `GPUPERF_STACKS=0` and
 //! `=1`; and, when pyenv's CPython 3.12 is installed, from 30 nested Python
 //! functions through ctypes (`bench/stack_bench.py`). Warm: each run repeats one
@@ -42,7 +44,7 @@ use gpuperf_merge::gputrace;
 use gpuperf_merge::model::{Record, StackFrame, StringTable};
 use gpuperf_test_support::bench::median;
 use gpuperf_test_support::cc::Gcc;
-use gpuperf_test_support::cuda::{self, site_packages};
+use gpuperf_test_support::cuda;
 use gpuperf_test_support::python::pyenv;
 
 const LAUNCHES: &str = "1000000";
@@ -62,24 +64,26 @@ const COROUTINES: &str = "4";
 const GRAPH_NODES: &str = "1000";
 const INSTANTIATIONS: &str = "200";
 
-/// `bench/<src>` built with `-O2` and `args` into `out`.
-fn gcc(out: &Path, src: &str, args: &[&str]) -> PathBuf {
+/// `bench/<src>` built with `-O2` and `args` into `out`, against the simulated
+/// runtime in `sim` and the CUDA headers in `include`.
+fn gcc(out: &Path, src: &str, sim: &Path, include: &Path, args: &[&str]) -> PathBuf {
     Gcc::new(out)
         .arg("-O2")
+        .arg(format!("-I{}", include.display()))
         .arg(
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("bench")
                 .join(src),
         )
         .args(args)
+        .lib_dir(sim)
+        .args(["-lcudart", "-lpthread"])
         .build()
 }
 
-fn ns_per_launch(host: &Path, inject: &str, env: &[(&str, &str)]) -> f64 {
-    figure(
-        Command::new(host).args([inject, "mock-bench", LAUNCHES]),
-        env,
-    )
+/// 1 M launches from the bottom of `stack_bench`'s own few frames.
+fn ns_per_launch(bench: &Path, inject: &str, env: &[(&str, &str)]) -> f64 {
+    figure(Command::new(bench).args([inject, "0", LAUNCHES]), env)
 }
 
 fn figure(cmd: &mut Command, env: &[(&str, &str)]) -> f64 {
@@ -92,7 +96,10 @@ fn figure_named(cmd: &mut Command, env: &[(&str, &str)], key: &str) -> f64 {
 
 /// The numbers after each of `keys` in the output of one run.
 fn figures_named(cmd: &mut Command, env: &[(&str, &str)], keys: &[&str]) -> Vec<f64> {
-    let out = cmd.envs(env.iter().copied()).output().expect("host runs");
+    let out = cmd
+        .envs(env.iter().copied())
+        .output()
+        .expect("the benchmark program runs");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() || out.status.code() == Some(3),
@@ -178,24 +185,24 @@ fn clear(dir: &Path) {
 }
 
 fn main() {
-    let include = site_packages()
-        .expect("python3 runs")
-        .join("nvidia/cu13/include");
-    assert!(
-        include.join("cupti.h").is_file(),
-        "CUPTI headers missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88"
+    let cuda = cuda::cuda13().expect(
+        "CUDA wheels missing: pip install nvidia-cuda-cupti==13.0.85 nvidia-cuda-runtime==13.0.96",
     );
+    let include = cuda.join("include");
+    let sim = cuda::sim(&cuda);
     let tmp = tempfile::tempdir().unwrap();
-    let host = cuda::host(&tmp.path().join("host"), &["-O2"]);
-    let mock = cuda::mock_cupti(&include, &tmp.path().join("libcupti_mock.so"), &["-O2"]);
     let deep = gcc(
         &tmp.path().join("stack_bench"),
         "stack_bench.c",
+        &sim,
+        &include,
         &["-fomit-frame-pointer", "-ldl"],
     );
     let deep_lib = gcc(
         &tmp.path().join("libstack_bench.so"),
         "stack_bench.c",
+        &sim,
+        &include,
         &[
             "-fomit-frame-pointer",
             "-shared",
@@ -210,15 +217,12 @@ fn main() {
     let inject = inject.to_str().unwrap();
     let trace = tmp.path().join("traces/");
     std::fs::create_dir_all(&trace).unwrap();
-    // The MOCK's worker thread would hand buffers over under the MOCK's lock,
-    // which its record writing on the launching thread also takes: the decoding
-    // would then be charged to the launch. It is left idle; the periodic flush
-    // hands the buffers over.
+    let cupti = sim.join("libcupti.so.13");
     let base_env = [
-        ("GPUPERF_CUPTI_PATH", mock.to_str().unwrap()),
+        ("GPUPERF_CUPTI_PATH", cupti.to_str().unwrap()),
         ("GPUPERF_GPU_TRACE", trace.to_str().unwrap()),
         ("GPUPERF_STACKS", "0"),
-        ("MOCK_WORKER_US", "100000000"),
+        ("GPUSIM_TIME_SCALE", "0"),
     ];
     let mut marker_env = base_env.to_vec();
     marker_env.push(("GPUPERF_MARKER", "always"));
@@ -249,12 +253,12 @@ fn main() {
         let (mut none, mut with, mut outside) = (Vec::new(), Vec::new(), Vec::new());
         let (mut base_with, mut base_outside) = (Vec::new(), Vec::new());
         for _ in 0..WINDOW_ROUNDS {
-            none.push(ns_per_launch(&host, "none", &base_env));
-            with.push(ns_per_launch(&host, inject, &base_env));
-            outside.push(ns_per_launch(&host, inject, &outside_env));
+            none.push(ns_per_launch(&deep, "none", &base_env));
+            with.push(ns_per_launch(&deep, inject, &base_env));
+            outside.push(ns_per_launch(&deep, inject, &outside_env));
             if let Some(b) = &baseline {
-                base_with.push(ns_per_launch(&host, b, &base_env));
-                base_outside.push(ns_per_launch(&host, b, &outside_env));
+                base_with.push(ns_per_launch(&deep, b, &base_env));
+                base_outside.push(ns_per_launch(&deep, b, &outside_env));
             }
             clear(&trace);
         }
@@ -284,7 +288,7 @@ fn main() {
         return;
     }
     if std::env::var("GPUPERF_BENCH_ONLY").is_ok_and(|v| v == "threads") {
-        more_cases(&host, &deep, inject, &base_env, &stacks_env, &trace, false);
+        more_cases(&deep, inject, &base_env, &stacks_env, &trace, false);
         return;
     }
     let (mut none, mut with, mut marker) = (Vec::new(), Vec::new(), Vec::new());
@@ -292,9 +296,9 @@ fn main() {
     let (mut py_off, mut py_on) = (Vec::new(), Vec::new());
     let (mut native_shape, mut py_shape) = ((0, 0), (0, 0));
     for _ in 0..ROUNDS {
-        none.push(ns_per_launch(&host, "none", &base_env));
-        with.push(ns_per_launch(&host, inject, &base_env));
-        marker.push(ns_per_launch(&host, inject, &marker_env));
+        none.push(ns_per_launch(&deep, "none", &base_env));
+        with.push(ns_per_launch(&deep, inject, &base_env));
+        marker.push(ns_per_launch(&deep, inject, &marker_env));
         clear(&trace);
         deep_none.push(deep_run("none", &base_env));
         deep_off.push(deep_run(inject, &base_env));
@@ -345,13 +349,12 @@ fn main() {
     } else {
         println!("  (pyenv's CPython 3.12 not found: the Python case was skipped)");
     }
-    more_cases(&host, &deep, inject, &base_env, &stacks_env, &trace, true);
+    more_cases(&deep, inject, &base_env, &stacks_env, &trace, true);
 }
 
 /// The multi-threaded cases, and the graph-instantiation ones when `graphs`,
 /// beside a baseline build when `GPUPERF_BENCH_BASELINE` names one.
 fn more_cases(
-    host: &Path,
     deep: &Path,
     inject: &str,
     off: &[(&str, &str)],
@@ -394,9 +397,9 @@ fn more_cases(
     let mut con: Vec<(&str, &str)> = on.to_vec();
     con.push(("BENCH_COROUTINES", COROUTINES));
     let mut goff: Vec<(&str, &str)> = off.to_vec();
-    goff.push(("HOST_GRAPH_NODES", GRAPH_NODES));
+    goff.push(("BENCH_GRAPH_NODES", GRAPH_NODES));
     let mut gon: Vec<(&str, &str)> = on.to_vec();
-    gon.push(("HOST_GRAPH_NODES", GRAPH_NODES));
+    gon.push(("BENCH_GRAPH_NODES", GRAPH_NODES));
     for _ in 0..ROUNDS {
         for (i, lib) in libs.iter().enumerate() {
             let mut figures = Vec::new();
@@ -418,7 +421,7 @@ fn more_cases(
             }
             for env in [&goff[..], &gon[..]].into_iter().filter(|_| graphs) {
                 figures.extend(figures_named(
-                    Command::new(host).args([lib, "mock-graph-instantiate", INSTANTIATIONS]),
+                    Command::new(deep).args([lib, DEPTH, INSTANTIATIONS]),
                     env,
                     &[
                         "ns_per_instantiation ",

@@ -199,8 +199,11 @@
 //!   without an id (table full, contended), graph nodes not kept, and
 //!   everything CUPTI dropped.
 //!
-//! What it costs (`cargo bench -p gpuperf-inject --bench callback`, MOCK
-//! libcupti, a shared 2-core VM at load 4-8, medians): 0.25-0.4 us per launch
+//! What it costs (`cargo bench -p gpuperf-inject --bench callback`, measured
+//! when the bench played launches through a mock libcupti, a shared 2-core VM
+//! at load 4-8, medians; the bench now runs on the simulated runtime, whose
+//! CUPTI does more per launch: +0.77 us without stacks in one run of
+//! `GPUPERF_BENCH_ONLY=window` on such a VM): 0.25-0.4 us per launch
 //! without stacks; a 30-frame native stack adds 0.4-0.7 us (8 threads
 //! launching at once: 0.7-1.0 us per launch with stacks); a CPython 3.12 stack
 //! of 31 Python frames adds 0.8-1.3 us; launches from 4 ucontext coroutines,

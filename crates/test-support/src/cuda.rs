@@ -1,6 +1,6 @@
 //! NVIDIA's CUDA wheels from PyPI (real libcupti, libcudart, headers and nvcc;
-//! no GPU needed), the MOCK libcupti, the injection library and the C programs
-//! that load them.
+//! no GPU needed), the simulated CUDA runtime built against their headers, the
+//! injection library and the C programs that load them.
 //!
 //! A test that needs the wheels gets `None` when they are missing and returns;
 //! see [`Need::CudaWheels`].
@@ -151,19 +151,6 @@ impl Cupti {
     }
 }
 
-/// The MOCK libcupti (the inject crate's `tests/data/mock_cupti.c`), built with
-/// the CUPTI headers in `include` into `out`, once per process; `flags` come
-/// last (`-D…` switches, a soname, another `-O`).
-pub fn mock_cupti(include: &Path, out: &Path, flags: &[&str]) -> PathBuf {
-    Gcc::new(out)
-        .args(["-Wall", "-Werror", "-O1", "-shared", "-fPIC"])
-        .arg(test_data("inject", "mock_cupti.c"))
-        .arg(format!("-I{}", include.display()))
-        .arg("-lpthread")
-        .args(flags)
-        .build_once()
-}
-
 /// The C host program that loads the injection library as the CUDA driver
 /// does (the inject crate's `tests/data/host.c`; it exports
 /// `cuDriverGetVersion`), built into `out` once per process; `flags` come last.
@@ -179,14 +166,15 @@ pub fn host(out: &Path, flags: &[&str]) -> PathBuf {
 /// The C host program that runs on the simulated CUDA runtime in `sim` (from
 /// [`sim`]) and has the simulated driver load the injection library (the inject
 /// crate's `tests/data/sim_host.c`), built with the CUDA headers in `include`
-/// into `out` once per process.
+/// into `out` once per process, its functions exported.
 pub fn sim_host(sim: &Path, include: &Path, out: &Path) -> PathBuf {
     Gcc::new(out)
         .args(["-Wall", "-Werror", "-O1"])
         .arg(test_data("inject", "sim_host.c"))
         .arg(format!("-I{}", include.display()))
         .lib_dir(sim)
-        .args(["-lcudart", "-ldl"])
+        // -rdynamic: the simulated CUPTI's test hooks find its functions.
+        .args(["-lcudart", "-ldl", "-rdynamic"])
         .build_once()
 }
 

@@ -5,7 +5,7 @@
 //! require   GPUPERF_REQUIRE_*: a missing tool skips the test, or fails it in CI
 //! scratch   a world-readable directory per test process, removed at exit
 //! cc        gcc builds, once per process and output
-//! cuda      NVIDIA's CUDA wheels, the MOCK libcupti, the C host programs
+//! cuda      NVIDIA's CUDA wheels, the simulated CUDA runtime, the C host programs
 //! perfetto  Perfetto's trace processor (WebAssembly, run by Node.js)
 //! duckdb    DuckDB, reading the Parquet tables
 //! dask      Dask's distributed scheduler, for the cross-rank report
@@ -19,13 +19,11 @@
 //! when it is missing:
 //!
 //! ```no_run
-//! use gpuperf_test_support::{cc::Gcc, cuda, scratch};
+//! use gpuperf_test_support::cuda;
 //!
 //! let Some(cuda) = cuda::cuda13() else { return };
-//! let out = scratch::shared_dir("bin").join("libcupti_mock.so");
-//! let mock = cuda::mock_cupti(&cuda.join("include"), &out, &[]);
-//! assert!(mock.is_file());
-//! # let _ = Gcc::new(out);
+//! let sim = cuda::sim(&cuda);
+//! assert!(sim.join("libcupti.so.13").is_file());
 //! ```
 
 pub mod bench;

@@ -1,4 +1,4 @@
-/* A library the host loads after CUDA started (mock-dlopen): it calls back,
+/* A library the host loads after CUDA started (sim_host.c, mode dlopen): it calls back,
  * so that the host's launch has a frame in it. */
 __attribute__((noinline)) void late_call(void (*f)(void)) {
     f();

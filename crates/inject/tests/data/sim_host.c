@@ -50,6 +50,26 @@
  *                 instantiated graph destroyed after; prints "instantiated N" and
  *                 the peak resident set ("maxrss_kb K"); address space capped at
  *                 2 GiB
+ plumbing  "clock before N", "main tid N", the thread id type and enabled
+           callbacks of the simulated CUPTI ("thread id type T", "enabled
+           launch=L graph=G ..."), the scene's launches, a graph of 3 kernel
+           nodes (_Z5afterv) launched, a cuLaunchKernel (_Z6duringv), a copy of
+           1 MiB to the host, 4 KiB from device 0 to device 1, a launch on a
+           stream of device 1, that stream synchronized and then device 1,
+           cudaGetLastError; "clock after N"
+ signal-malloc N  N signals to a thread that mallocs, frees and launches; the
+           handler launches (_Z7handlerv), landing in malloc; from the N/2th on
+           also inside launches, where it makes a launch that fails at once;
+           prints "signals handled H launches L" (L: every launch made)
+ CUPTI's lock (run with GPUSIM_CUPTI_WORKER_US, GPUSIM_CUPTI_LOCKED_HOOK):
+ *   stress MS     MS ms of launches on three threads, while a fourth launches on
+ *                 device 1 and resets it (every HOST_TEARDOWN_US, default 500);
+ *                 prints "stress launches N"
+ *   sigint-in-call  10 launches (_Z6kernelPfi), "launched 10", then an 11th
+ *                 (_Z6duringv) inside which SIGINT is raised while CUPTI holds its
+ *                 lock (GPUSIM_CUPTI_LOCKED_HOOK=sim_host_locked_hook), the call
+ *                 returning 200 ms later; without a CUPTI client, raised right
+ *                 after the call; prints "survived" only if SIGINT is ignored
  * HOST_LATE_LAUNCHES=1 registers, before CUDA starts, an exit handler that makes 5
  * launches (_Z4latev): it runs after the injection library's.
  * HOST_INIT_TWICE=1 calls InitializeInjection again once CUDA is initialized, as
@@ -465,6 +485,256 @@ static int graph_instantiate(long n) {
     return 3;
 }
 
+/* ---- CUPTI's lock: stress, and a signal landing while CUPTI holds it ---- */
+
+static atomic_int stop_stress;
+static atomic_uint stress_launches;
+static useconds_t teardown_us = 500;
+
+static void *stress_launcher(void *arg) {
+    (void)arg;
+    while (!atomic_load(&stop_stress)) {
+        launch((const void *)kernel_stub);
+        atomic_fetch_add(&stress_launches, 1);
+        usleep(50);
+    }
+    return NULL;
+}
+
+/* Launches on device 1, each followed by cudaDeviceReset: its context is
+ * destroyed (CONTEXT_DESTROY_STARTING), and made again at the next launch
+ * (CONTEXT_CREATED). */
+static void *stress_reset(void *arg) {
+    (void)arg;
+    CHECK(cudaSetDevice(1));
+    while (!atomic_load(&stop_stress)) {
+        launch((const void *)worker_stub);
+        atomic_fetch_add(&stress_launches, 1);
+        CHECK(cudaDeviceReset());
+        usleep(teardown_us);
+    }
+    return NULL;
+}
+
+static int stress(long ms) {
+    const char *us = getenv("HOST_TEARDOWN_US");
+    if (us)
+        teardown_us = (useconds_t)atoi(us);
+    pthread_t t[4];
+    void *(*fns[4])(void *) = {stress_launcher, stress_launcher, stress_launcher, stress_reset};
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, fns[i], NULL);
+    usleep((useconds_t)ms * 1000);
+    atomic_store(&stop_stress, 1);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    CHECK(cudaDeviceSynchronize());
+    printf("stress launches %u\n", atomic_load(&stress_launches));
+    return 3;
+}
+
+static atomic_int sigint_armed;
+
+/* GPUSIM_CUPTI_LOCKED_HOOK: called by the simulated CUPTI at each API call's
+ * enter, holding its lock. Armed, it raises SIGINT there, and the call goes
+ * on 200 ms later. */
+void sim_host_locked_hook(void);
+void sim_host_locked_hook(void) {
+    if (!atomic_exchange(&sigint_armed, 0))
+        return;
+    raise(SIGINT);
+    usleep(200 * 1000);
+}
+
+static int sigint_in_call(void) {
+    for (int i = 0; i < 10; i++)
+        launch((const void *)kernel_stub);
+    printf("launched 10\n");
+    fflush(stdout);
+    atomic_store(&sigint_armed, 1);
+    launch((const void *)during_stub);
+    /* No CUPTI client: the hook never ran. */
+    if (atomic_exchange(&sigint_armed, 0))
+        raise(SIGINT);
+    printf("survived\n");
+    return 3;
+}
+
+
+/* ---- plumbing: every kind of call the recorder links to its GPU work ---- */
+
+enum { DRV_DOMAIN = 1, RT_DOMAIN = 2 }; /* CUpti_CallbackDomain */
+
+/* A graph of 3 kernel nodes (_Z5afterv), instantiated and launched. */
+static void graph_launch(void) {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    void *args[] = {NULL};
+    struct cudaKernelNodeParams p = {
+        .func = (void *)after_stub, .gridDim = {1, 1, 1}, .blockDim = {32, 1, 1}, .kernelParams = args};
+    cudaGraphNode_t prev = NULL;
+    for (int i = 0; i < 3; i++) {
+        cudaGraphNode_t n;
+        CHECK(cudaGraphAddKernelNode(&n, g, prev ? &prev : NULL, prev ? 1 : 0, &p));
+        prev = n;
+    }
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    CHECK(cudaGraphLaunch(x, 0));
+    CHECK(cudaDeviceSynchronize());
+}
+
+/* The program's own driver call: cuLaunchKernel of _Z6duringv. */
+static void driver_launch(void) {
+    typedef int (*cu_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             void *, void **, void **);
+    cu_launch f = (cu_launch)dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+    cudaKernel_t k;
+    CHECK(cudaGetKernel(&k, (const void *)during_stub));
+    if (!f || f((void *)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != 0) {
+        fprintf(stderr, "sim_host: cuLaunchKernel failed\n");
+        exit(4);
+    }
+}
+
+static int plumbing(void) {
+    const char *path = getenv("GPUPERF_CUPTI_PATH");
+    void *cupti = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    int (*tid_type)(int *) = cupti ? (int (*)(int *))dlsym(cupti, "cuptiGetThreadIdType") : NULL;
+    int (*on)(int, int) = cupti ? (int (*)(int, int))dlsym(cupti, "gpusim_cupti_callback_enabled") : NULL;
+    int type = -1;
+    if (tid_type)
+        tid_type(&type);
+    printf("thread id type %d\n", type);
+    if (on)
+        printf("enabled launch=%d graph=%d memcpy=%d sync=%d culaunch=%d getlasterror=%d ctxgetcurrent=%d\n",
+               on(RT_DOMAIN, 211), on(RT_DOMAIN, 311), on(RT_DOMAIN, 31), on(RT_DOMAIN, 165),
+               on(DRV_DOMAIN, 307), on(RT_DOMAIN, 3), on(DRV_DOMAIN, 304));
+    for (int i = 0; i < 10; i++)
+        launch((const void *)kernel_stub);
+    pthread_t t;
+    pthread_create(&t, NULL, worker, NULL);
+    pthread_join(t, NULL);
+    graph_launch();
+    driver_launch();
+    /* A copy to the host, and one from device 0 to device 1. */
+    static char host[1 << 20];
+    void *d0 = NULL, *d1 = NULL;
+    CHECK(cudaMalloc(&d0, sizeof host));
+    CHECK(cudaMemcpy(host, d0, sizeof host, cudaMemcpyDeviceToHost));
+    CHECK(cudaSetDevice(1));
+    CHECK(cudaMalloc(&d1, 4096));
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMemcpyPeer(d1, 1, d0, 0, 4096));
+    /* Syncs on device 1: a stream, then the whole device. */
+    CHECK(cudaSetDevice(1));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    dim3 g = {4, 1, 1}, b = {32, 1, 1};
+    CHECK(cudaLaunchKernel((const void *)kernel_stub, g, b, NULL, 0, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaSetDevice(0));
+    /* Never recorded: its callback is never enabled. */
+    (void)cudaGetLastError();
+    CHECK(cudaDeviceSynchronize());
+    printf("clock after %llu\n", now());
+    return 3;
+}
+
+/* ---- a signal handler that launches, inside malloc and inside launches ---- */
+
+/* Never registered: a launch of it fails at once (cudaErrorInvalidDeviceFunction),
+ * its API callbacks made, without taking any lock of the simulation. */
+__attribute__((noinline)) static void unregistered_stub(void) { __asm__ volatile("" ::"r"(99)); }
+
+static atomic_uint handled, made_launches;
+static atomic_int reentrant_phase, stop_malloc;
+
+/* The handler launches from one of many call depths, so that most of its stacks
+ * are new to the recorder. First phase: the interrupted thread blocks the signal
+ * around its own launches, so the handler lands in malloc or free (or the loop)
+ * and makes whole launches, GPU records included. Second phase: the thread
+ * launches unblocked, so the handler also lands inside launches, and makes only
+ * an API call that fails at once (the simulation's launch takes locks the
+ * interrupted launch may hold: CUDA is not async-signal-safe either; what is
+ * tested is that gpuperf adds no hang). */
+static __attribute__((noinline)) void launch_at_depth(int n) {
+    if (n > 0) {
+        launch_at_depth(n - 1);
+        __asm__ volatile("" ::: "memory"); /* not a tail call */
+        return;
+    }
+    atomic_fetch_add(&made_launches, 1);
+    dim3 g = {4, 1, 1}, b = {32, 1, 1};
+    if (!atomic_load(&reentrant_phase))
+        CHECK(cudaLaunchKernel((const void *)handler_stub, g, b, NULL, 0, 0));
+    else
+        (void)cudaLaunchKernel((const void *)unregistered_stub, g, b, NULL, 0, 0);
+}
+
+static void depth_handler(int sig) {
+    (void)sig;
+    launch_at_depth((int)(atomic_fetch_add(&handled, 1) % 97));
+}
+
+static void *malloc_and_launch(void *arg) {
+    (void)arg;
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    for (unsigned i = 0; !atomic_load(&stop_malloc); i++) {
+        /* Past the per-thread caches: these take the arena lock. */
+        void *p = malloc(2048 + (i % 64) * 512);
+        free(p);
+        if (i % 16 == 0) {
+            int masked = !atomic_load(&reentrant_phase);
+            if (masked)
+                pthread_sigmask(SIG_BLOCK, &usr2, NULL);
+            atomic_fetch_add(&made_launches, 1);
+            launch((const void *)kernel_stub);
+            if (masked)
+                pthread_sigmask(SIG_UNBLOCK, &usr2, NULL);
+        }
+    }
+    return NULL;
+}
+
+static int signal_in_malloc(long signals) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = depth_handler;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR2, &sa, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, malloc_and_launch, NULL) != 0)
+        return 91;
+    for (long i = 0; i < signals; i++) {
+        if (i == signals / 2)
+            atomic_store(&reentrant_phase, 1);
+        pthread_kill(t, SIGUSR2);
+        usleep(200);
+    }
+    atomic_store(&stop_malloc, 1);
+    pthread_join(t, NULL);
+    CHECK(cudaDeviceSynchronize());
+    printf("signals handled %u launches %u\n", atomic_load(&handled), atomic_load(&made_launches));
+    return 3;
+}
+
+/* The modes above, or -1 for another mode. */
+static int lock_modes(const char *m, int argc, char **argv) {
+    if (strcmp(m, "plumbing") == 0)
+        return plumbing();
+    if (strcmp(m, "signal-malloc") == 0)
+        return signal_in_malloc(argc > 3 ? atol(argv[3]) : 2000);
+    if (strcmp(m, "stress") == 0)
+        return stress(argc > 3 ? atol(argv[3]) : 3000);
+    if (strcmp(m, "sigint-in-call") == 0)
+        return sigint_in_call();
+    return -1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -499,7 +769,7 @@ int main(int argc, char **argv) {
     /* Registered before CUDA starts: runs after the injection library's. */
     if (strcmp(argv[2], "long") == 0)
         atexit(print_events);
-    if (scene)
+    if (scene || strcmp(argv[2], "plumbing") == 0)
         printf("clock before %llu\nmain tid %d\n", now(), gettid());
     CHECK(cudaFree(0));
     if (getenv("HOST_INIT_TWICE") && strcmp(argv[1], "none") != 0) {
@@ -534,6 +804,9 @@ int main(int argc, char **argv) {
         return graph_instantiate(argc > 3 ? atol(argv[3]) : 200);
     if (strcmp(m, "cancel") == 0)
         return cancel_threads(argc > 3 ? atol(argv[3]) : 2000);
+    int r = lock_modes(m, argc, argv);
+    if (r >= 0)
+        return r;
     if (strcmp(argv[2], "kill") == 0) {
         for (int i = 0; i < 100; i++)
             launch((const void *)kernel_stub);

@@ -10,22 +10,7 @@ use std::time::Duration;
 use gpuperf_merge::model::{Record, StackEnd, StackFrame, StringTable};
 use tempfile::TempDir;
 
-use crate::support::{
-    HostRun, Sim, inject_lib, mock, read_logs, read_traces, run_host_with, wheels,
-};
-
-/// Runs the MOCK host's `mode` with and without the library; both must exit
-/// the same way. Returns the run with the library and its trace directory.
-fn both(mode: &str, args: &[&str], limit: Duration) -> Option<(Output, TempDir)> {
-    let w = wheels()?;
-    let m = mock(&w);
-    let run = |inject: Option<&Path>, env: &[(&str, &Path)]| {
-        let mut env = env.to_vec();
-        env.push(("GPUPERF_CUPTI_PATH", &m));
-        run_host_with(inject, mode, args, &env, limit)
-    };
-    Some(both_with(mode, &run))
-}
+use crate::support::{HostRun, Sim, inject_lib, read_logs, read_traces};
 
 /// Runs the simulated runtime's host `mode` with and without the library; both
 /// must exit the same way. Returns the run with the library and its trace
@@ -103,16 +88,8 @@ fn sim_launches_from_ever_deeper_main_thread_frames_all_have_stacks() {
     assert_eq!(stacks, 641, "{}", read_logs(dir.path()));
 }
 
-#[test]
-fn mock_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
-    let Some((_, dir)) = both("mock-altstack", &[], Duration::from_secs(60)) else {
-        return;
-    };
-    altstack_recorded(&dir);
-}
-
-/// The same on the simulated runtime, whose launch path above the CUPTI
-/// callback is deeper than the mock's, as a real libcudart's is.
+/// Launches from a signal handler running on an 8 KiB sigaltstack, below a
+/// launch path as deep as a real libcudart's above the CUPTI callback.
 #[test]
 fn sim_launches_from_a_handler_on_an_8k_sigaltstack_are_recorded() {
     let Some((_, dir)) = both_sim("altstack", &[], Duration::from_secs(60)) else {
@@ -361,8 +338,8 @@ fn number_after(text: &str, word: &str) -> Option<u64> {
 }
 
 #[test]
-fn mock_signal_handler_launching_inside_malloc_and_inside_launches_completes() {
-    let Some((out, dir)) = both("mock-signal-malloc", &["2000"], Duration::from_secs(120)) else {
+fn sim_signal_handler_launching_inside_malloc_and_inside_launches_completes() {
+    let Some((out, dir)) = both_sim("signal-malloc", &["2000"], Duration::from_secs(120)) else {
         return;
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -413,22 +390,19 @@ fn sim_graph_instantiations_take_no_stacks_and_hold_only_the_originals() {
     assert_eq!(named, 50 + 200 * 50, "{log}");
 }
 
-/// Peak resident set (KiB) of `n` instantiations of a 1000-node graph, with a
-/// flush period longer than the run: only what the library bounds itself
-/// keeps memory flat.
-fn graph_peak_kib(n: &str) -> u64 {
-    let w = wheels().expect("checked by the caller");
-    let m = mock(&w);
+/// Peak resident set (KiB) of `n` instantiations of a 1000-node graph on the
+/// simulated runtime, with a flush period longer than the run: only what the
+/// library bounds itself keeps memory flat.
+fn graph_peak_kib(sim: &Sim, n: &str) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let env = [
-        ("GPUPERF_CUPTI_PATH", m.as_path()),
         ("GPUPERF_GPU_TRACE", dir.path()),
         ("GPUPERF_FLUSH_MS", Path::new("10000")),
         ("HOST_GRAPH_NODES", Path::new("1000")),
     ];
-    let out = run_host_with(
+    let out = sim.run_host_with(
         Some(&inject_lib()),
-        "mock-graph-instantiate",
+        "graph-instantiate",
         &[n],
         &env,
         Duration::from_secs(300),
@@ -440,13 +414,14 @@ fn graph_peak_kib(n: &str) -> u64 {
         "{stdout}\n{}",
         read_logs(dir.path())
     );
-    // Every copy is still written, and none was dropped.
+    // Every node, each copy included, is still written with its stack, and
+    // none was dropped.
     let (records, _, _) = read_traces(dir.path());
-    let copies = records
+    let named = records
         .iter()
-        .filter(|r| matches!(r, Record::GraphNode(g) if g.node_id >= 1_000_000 && g.stack != 0))
+        .filter(|r| matches!(r, Record::GraphNode(g) if g.stack != 0))
         .count();
-    assert_eq!(copies as u64, n.parse::<u64>().unwrap() * 1000);
+    assert_eq!(named as u64, (n.parse::<u64>().unwrap() + 1) * 1000);
     let log = read_logs(dir.path());
     assert!(log.contains("0 records dropped: too many waiting"), "{log}");
     number_after(&stdout, "maxrss_kb").unwrap_or_else(|| panic!("{stdout}"))
@@ -457,12 +432,10 @@ fn graph_peak_kib(n: &str) -> u64 {
 /// flushes. Before: 14 MB after 200 instantiations, 100 MB after 2000
 /// (everything waited for the next flush).
 #[test]
-fn mock_graph_instantiations_between_flushes_keep_memory_flat() {
-    if wheels().is_none() {
-        return;
-    }
-    let few = graph_peak_kib("200");
-    let many = graph_peak_kib("2000");
+fn sim_graph_instantiations_between_flushes_keep_memory_flat() {
+    let Some(sim) = Sim::find() else { return };
+    let few = graph_peak_kib(&sim, "200");
+    let many = graph_peak_kib(&sim, "2000");
     // The bound holds even when the flush thread is starved (a loaded
     // machine): at most 2^20 records wait, 24 bytes each, and they are made
     // into records one at a time as they are written.
@@ -491,35 +464,37 @@ fn sim_launches_after_the_trace_closed_are_counted_and_noted() {
     );
 }
 
-/// SIGINT lands inside a launch while CUPTI (the mock) holds the lock its
-/// flush takes, as a Ctrl-C can land inside CUPTI's activity code. The handler
-/// must not wait there for the trace to close: it returns, and the launch's
-/// exit waits instead, with the lock released. The program dies of SIGINT as
-/// without gpuperf, and the trace is closed with every launch, the
-/// interrupted one included: its kernel runs and the call returns 200 ms
-/// later, and the close waits for that. Before, the handler waited out its
-/// 5 s while the close waited for the lock, and the program died with the
-/// trace unclosed; then the close went on without the interrupted call (its
-/// kernel in the trace, its API record not: seen once in CI as 1213 kernels
-/// for 1212 launches in the `record` SIGINT test).
+/// SIGINT lands inside a launch while CUPTI holds the lock its flush takes,
+/// as a Ctrl-C can land inside CUPTI's activity code (the simulated CUPTI
+/// calls the host there, GPUSIM_CUPTI_LOCKED_HOOK). The handler must not wait
+/// there for the trace to close: it returns, and the launch's exit waits
+/// instead, with the lock released. The program dies of SIGINT as without
+/// gpuperf, and the trace is closed with every launch, the interrupted one
+/// included: the call returns 200 ms later, and the close waits for that.
+/// Before, the handler waited out its 5 s while the close waited for the
+/// lock, and the program died with the trace unclosed; then the close went on
+/// without the interrupted call (its kernel in the trace, its API record not:
+/// seen once in CI as 1213 kernels for 1212 launches in the `record` SIGINT
+/// test).
 #[test]
-fn mock_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the_trace_closed() {
+fn sim_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the_trace_closed() {
     use std::os::unix::process::ExitStatusExt as _;
-    let Some(w) = wheels() else {
-        return;
-    };
-    let m = mock(&w);
+    let Some(sim) = Sim::find() else { return };
     let limit = Duration::from_secs(60);
-    let mode = "mock-sigint-in-call";
-    let without = run_host_with(None, mode, &[], &[("GPUPERF_CUPTI_PATH", &m)], limit);
+    let mode = "sigint-in-call";
+    let hook = [(
+        "GPUSIM_CUPTI_LOCKED_HOOK",
+        Path::new("sim_host_locked_hook"),
+    )];
+    let without = sim.run_host_with(None, mode, &[], &hook, limit);
     assert_eq!(without.status.signal(), Some(libc::SIGINT), "{without:?}");
     let dir = tempfile::tempdir().unwrap();
     let env = [
-        ("GPUPERF_CUPTI_PATH", m.as_path()),
+        hook[0],
         ("GPUPERF_GPU_TRACE", dir.path()),
         ("GPUPERF_FLUSH_ON_SIGNAL", Path::new("1")),
     ];
-    let with = run_host_with(Some(&inject_lib()), mode, &[], &env, limit);
+    let with = sim.run_host_with(Some(&inject_lib()), mode, &[], &env, limit);
     let log = read_logs(dir.path());
     assert_eq!(with.status.signal(), Some(libc::SIGINT), "{with:?}\n{log}");
     let out = String::from_utf8_lossy(&with.stdout);

@@ -1,9 +1,8 @@
 //! The recorder against CUPTI behaviour that a real driver shows and a naive
-//! client gets wrong, played by the simulated CUPTI's faults (failed start-up,
-//! fatal errors, corrupt records, late buffers, capture windows) or still by the
-//! MOCK libcupti (flush semantics with kernels in flight, libcupti selection
-//! and fallback, another CUPTI client in the same process, CUPTI's internal
-//! lock).
+//! client gets wrong, played by the simulated CUPTI and its faults (failed
+//! start-up, fatal errors, corrupt records, late buffers, capture windows,
+//! flushes with kernels in flight, libcupti selection and fallback, another
+//! CUPTI client in the same process, CUPTI's internal lock).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,9 +11,7 @@ use std::time::Duration;
 use gpuperf_merge::model::{ActivityKind, DropSource, Record, StringTable};
 
 use crate::host::{field, sim_scene};
-use crate::support::{
-    Sim, inject_lib, mock, notes_beside_simulated, read_logs, read_traces, run_host_with, wheels,
-};
+use crate::support::{Sim, inject_lib, notes_beside_simulated, read_logs, read_traces};
 
 /// Kernel records by correlation id: (start, end).
 fn kernels(records: &[Record]) -> HashMap<u32, (u64, u64)> {
@@ -276,28 +273,32 @@ fn kernel_names(records: &[Record], strings: &StringTable) -> Vec<(String, usize
 
 /// CUPTI's internal lock is held while its thread delivers buffers, while it
 /// runs resource callbacks and cudaDeviceReset, and is taken again by
-/// cuptiActivityGetNumDroppedRecords and cuptiActivityFlushAll. Launches,
-/// context teardowns and resets on several threads must not deadlock; the test
-/// fails by timeout if they do.
-fn lock_stress(extra: &[(&str, &Path)]) {
-    let Some(w) = wheels() else { return };
-    let m = mock(&w);
+/// cuptiActivityGetNumDroppedRecords and cuptiActivityFlushAll (the simulated
+/// CUPTI does all that with GPUSIM_CUPTI_WORKER_US). Launches on several
+/// threads while another resets its device must not deadlock; the test fails
+/// by timeout if they do.
+fn lock_stress(teardown_us: &str) {
+    let Some(sim) = Sim::find() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut env = vec![
-        ("GPUPERF_CUPTI_PATH", m.as_path()),
+    let env = [
         ("GPUPERF_GPU_TRACE", dir.path()),
         ("GPUPERF_FLUSH_MS", Path::new("50")),
-        ("MOCK_WORKER_US", Path::new("100")),
+        ("GPUSIM_CUPTI_WORKER_US", Path::new("100")),
+        ("HOST_TEARDOWN_US", Path::new(teardown_us)),
     ];
-    env.extend_from_slice(extra);
-    let out = run_host_with(
+    let out = sim.run_host_with(
         Some(&inject_lib()),
-        "mock-stress",
+        "stress",
         &["3000"],
         &env,
         Duration::from_secs(60),
     );
-    stdout_of(&out);
+    let stdout = stdout_of(&out);
+    let made: usize = stdout
+        .split("stress launches ")
+        .nth(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
     let (records, strings, _) = read_traces(dir.path());
     let launches = records
         .iter()
@@ -305,25 +306,23 @@ fn lock_stress(extra: &[(&str, &Path)]) {
         .count();
     let k = kernels(&records);
     assert!(launches > 1000, "{launches}");
+    assert_eq!(launches, made, "{}", read_logs(dir.path()));
     assert_eq!(k.len(), launches);
 }
 
 /// CUPTI's thread holds its lock while it hands a buffer over (and waits for
-/// the sink), while the flush thread, holding the sink, asks for dropped counts.
+/// the sink), while the flush thread, holding the sink, asks for dropped
+/// counts; resets are rare.
 #[test]
-fn mock_cupti_lock_stress_buffer_delivery_does_not_deadlock() {
-    lock_stress(&[
-        ("MOCK_WORKER_FLUSH", Path::new("1")),
-        ("HOST_TEARDOWN_US", Path::new("2000")),
-    ]);
+fn sim_cupti_lock_stress_buffer_delivery_does_not_deadlock() {
+    lock_stress("2000");
 }
 
-/// Context teardowns and device resets flush from inside callbacks that run
-/// under CUPTI's lock, while the flush thread waits for that lock in
-/// cuptiActivityFlushAll.
+/// Device resets flush from inside callbacks that run under CUPTI's lock,
+/// while the flush thread waits for that lock in cuptiActivityFlushAll.
 #[test]
-fn mock_cupti_lock_stress_teardown_flushes_do_not_deadlock() {
-    lock_stress(&[("HOST_TEARDOWN_US", Path::new("500"))]);
+fn sim_cupti_lock_stress_teardown_flushes_do_not_deadlock() {
+    lock_stress("500");
 }
 
 /// A start that fails after cuptiSubscribe (here: one callback id refused)

@@ -34,20 +34,10 @@ pub fn gcc(src: &str, out: &str, args: &[&str]) -> PathBuf {
         .build_once()
 }
 
-/// The host program (tests/data/host.c). It exports `cuDriverGetVersion`.
+/// The host program without a driver (tests/data/host.c). It exports
+/// `cuDriverGetVersion`.
 pub fn host() -> PathBuf {
     cuda::host(&tmp().join("host"), &[])
-}
-
-/// The MOCK libcupti built with the CUPTI 13 headers, under the file name `out`,
-/// with extra compiler flags (`-D…` switches, a soname).
-pub fn mock_lib(w: &Wheels, out: &str, flags: &[&str]) -> PathBuf {
-    cuda::mock_cupti(&w.include13, &tmp().join(out), flags)
-}
-
-/// The default MOCK libcupti (CUPTI 13.0).
-pub fn mock(w: &Wheels) -> PathBuf {
-    mock_lib(w, "libcupti_mock.so", &[])
 }
 
 /// The simulated CUDA runtime (`sim/build.sh`, built once) and its host

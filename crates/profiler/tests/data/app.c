@@ -1,9 +1,11 @@
 /* A launch loop with a known stack shape:
  *   main|worker -> run_layer -> launch_kernel -> cudaLaunchKernel
  * usage: app LAUNCHES THREADS [INJECT.so]
- * With INJECT.so it loads the injection library as the CUDA driver does and
- * plays each launch's API callback through the MOCK libcupti named by
- * GPUPERF_CUPTI_PATH, so the library calls its marker. It prints one
+ * With INJECT.so each call of the fake cudart also makes a real launch on the
+ * simulated CUDA runtime (sim/; its libcudart named by APP_SIM_CUDART): its
+ * simulated driver loads the injection library at cuInit, as NVIDIA's does, and
+ * its CUPTI (GPUPERF_CUPTI_PATH) calls the library's API callbacks, so the
+ * library calls its marker with the simulation's correlation id. It prints one
  * "tid N" line per launching thread, then "done". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -17,14 +19,44 @@ int cudaLaunchKernel(uint32_t corr);
 int fakeUnprobedCopy(uint32_t corr);
 extern void (*fake_cupti_callback)(uint32_t corr);
 
-static void (*mock_api)(int, int, uint32_t, int);
+/* The simulated runtime's, found with dlsym: dim3 is three unsigned ints. */
+typedef struct { unsigned x, y, z; } dim3_t;
+static int (*sim_launch)(const void *, dim3_t, dim3_t, void **, size_t, void *);
 static uint32_t next_corr = 1;
 static int launches;
 static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The device function's host stub, registered with the simulated runtime. */
+__attribute__((noinline)) static void sim_kernel(void) { __asm__ volatile(""); }
+
 static void callback(uint32_t corr) {
-    mock_api(2, 211, corr, 1); /* runtime domain, cudaLaunchKernel_v7000 */
-    mock_api(2, 211, corr, 0);
+    (void)corr; /* the simulation numbers its calls itself */
+    dim3_t g = {1, 1, 1}, b = {32, 1, 1};
+    if (sim_launch((const void *)sim_kernel, g, b, NULL, 0, NULL) != 0) {
+        fprintf(stderr, "simulated launch failed\n");
+        exit(5);
+    }
+}
+
+/* Starts CUDA on the simulated runtime, whose driver loads `inject`; 0 on success. */
+static int start_sim(const char *inject) {
+    const char *cudart = getenv("APP_SIM_CUDART");
+    void *h = cudart ? dlopen(cudart, RTLD_NOW | RTLD_LOCAL) : NULL;
+    void **(*reg_fatbin)(void *) = h ? (void **(*)(void *))dlsym(h, "__cudaRegisterFatBinary") : NULL;
+    void (*reg_fn)(void **, const char *, char *, const char *, int, void *, void *, void *, void *,
+                   int *) =
+        h ? (void (*)(void **, const char *, char *, const char *, int, void *, void *, void *, void *,
+                      int *))dlsym(h, "__cudaRegisterFunction")
+          : NULL;
+    int (*cuda_free)(void *) = h ? (int (*)(void *))dlsym(h, "cudaFree") : NULL;
+    *(void **)&sim_launch = h ? dlsym(h, "cudaLaunchKernel") : NULL;
+    if (!reg_fatbin || !reg_fn || !cuda_free || !sim_launch)
+        return -1;
+    setenv("CUDA_INJECTION64_PATH", inject, 1);
+    static int image;
+    void **fatbin = reg_fatbin(&image);
+    reg_fn(fatbin, (const char *)sim_kernel, "_Z6kernelv", "_Z6kernelv", -1, 0, 0, 0, 0, 0);
+    return cuda_free(NULL);
 }
 
 __attribute__((noinline)) static void launch_kernel(void) {
@@ -51,16 +83,8 @@ int main(int argc, char **argv) {
     launches = atoi(argv[1]);
     int threads = atoi(argv[2]);
     if (argc > 3) {
-        void *inj = dlopen(argv[3], RTLD_NOW | RTLD_LOCAL);
-        int (*init)(void) = inj ? (int (*)(void))dlsym(inj, "InitializeInjection") : NULL;
-        if (!init || init() != 1) {
-            fprintf(stderr, "cannot load %s: %s\n", argv[3], dlerror());
-            return 3;
-        }
-        void *mock = dlopen(getenv("GPUPERF_CUPTI_PATH"), RTLD_NOW | RTLD_NOLOAD);
-        *(void **)&mock_api = mock ? dlsym(mock, "mock_api") : NULL;
-        if (!mock_api) {
-            fprintf(stderr, "no mock libcupti\n");
+        if (start_sim(argv[3]) != 0) {
+            fprintf(stderr, "cannot start the simulated runtime (APP_SIM_CUDART): %s\n", dlerror());
             return 4;
         }
         fake_cupti_callback = callback;

@@ -223,11 +223,16 @@ fn run_profiled(
     }
 }
 
-/// The MOCK libcupti of the inject crate's tests, built against the real
-/// CUPTI 13 headers.
-pub fn mock_cupti(cuda: &Path) -> PathBuf {
-    let out = tmp().join("libcupti_mock.so");
-    gpuperf_test_support::cuda::mock_cupti(&cuda.join("include"), &out, &[])
+/// The environment that has `app` (with an injection library) launch on the
+/// simulated CUDA runtime, built against the CUDA 13 headers of `cuda`, and
+/// the library record through its CUPTI: `APP_SIM_CUDART` and
+/// `GPUPERF_CUPTI_PATH`.
+pub fn sim_env(cuda: &Path) -> [(&'static str, PathBuf); 2] {
+    let sim = gpuperf_test_support::cuda::sim(cuda);
+    [
+        ("APP_SIM_CUDART", sim.join("libcudart.so.13")),
+        ("GPUPERF_CUPTI_PATH", sim.join("libcupti.so.13")),
+    ]
 }
 
 /// A C program linked against the real libcudart.so.13 of the wheel.
