@@ -321,7 +321,7 @@ pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
                     kernels
                         .entry(a.correlation_id)
                         .or_default()
-                        .push((a.graph_id, a.graph_node_id));
+                        .push((a.graph_id.unwrap_or(0), a.graph_node_id.unwrap_or(0)));
                 }
                 ActivityKind::Memcpy { bytes, kind, peer } => {
                     copies.push((a.correlation_id, kind, bytes, a.device, peer))
@@ -349,21 +349,25 @@ pub fn plumbing(dir: &Path, env: &[(&str, &Path)]) -> String {
     assert_eq!(
         copies,
         [
-            (4000, MemcpyKind::DtoH, 1 << 20, 0, None),
+            (4000, MemcpyKind::DtoH, 1 << 20, Some(0), None),
             (
                 4500,
                 MemcpyKind::PtoP,
                 4096,
-                0,
+                Some(0),
                 Some(PeerDevices { src: 0, dst: 1 })
             )
         ]
     );
     // The device of a sync comes from its context; a context CUPTI never
     // announced leaves it unknown, never device 65535.
-    assert_eq!(syncs[&4600], (2, 9));
-    assert_eq!(syncs[&4700], (2, u32::MAX), "a context sync has no stream");
-    assert_eq!(syncs[&4800], (u32::MAX, 3));
+    assert_eq!(syncs[&4600], (Some(2), Some(9)));
+    assert_eq!(
+        syncs[&4700],
+        (Some(2), None),
+        "a context sync has no stream"
+    );
+    assert_eq!(syncs[&4800], (None, Some(3)));
     assert_eq!(dropped, 5);
     let log = read_logs(dir);
     assert!(

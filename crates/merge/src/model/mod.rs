@@ -29,7 +29,7 @@ pub use self::notes::{
 pub use self::records::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, Clock, Device, DropSource,
     Dropped, GraphNode, MemcpyKind, NvtxKind, NvtxRange, Origin, Overhead, PcSample, PeerDevices,
-    Process, ProcessOrigin, Record, SyncWait, ThreadName, UNKNOWN_DEVICE,
+    Process, ProcessOrigin, Record, SyncWait, ThreadName,
 };
 pub use self::stack::{
     BACKWARD_FRAME, CallStack, Module, ROOT_FRAMES, Stack, StackEnd, StackFrame, Symbolize,

@@ -461,10 +461,10 @@ mod tests {
             for r in [
                 Record::Process(Process {
                     pid: 42,
-                    ppid: 1,
+                    ppid: Some(1),
                     exe: exe.into(),
                     start_ns: 1,
-                    start_realtime_ns: 0,
+                    start_realtime_ns: None,
                 }),
                 Record::Api(ApiCall {
                     pid: 42,

@@ -697,7 +697,7 @@ impl Sink for IdleFolder {
         };
         let c = m.charge();
         self.work
-            .entry((a.pid, a.device, a.stream))
+            .entry((a.pid, a.device_key(), a.stream_key()))
             .or_default()
             .push(Work {
                 start: a.start_ns,

@@ -326,8 +326,8 @@ impl Sink for ParquetWriter {
                 let e = Event {
                     pid: a.pid,
                     tid: m.api.map(|api| api.tid),
-                    device: a.device_ordinal(),
-                    stream: a.stream_id(),
+                    device: a.device,
+                    stream: a.stream,
                     kind,
                     name: &name,
                     symbol,

@@ -207,11 +207,11 @@ impl PcFolder {
 
     /// The folded text of one sample, and its kernel's label.
     fn text(&mut self, ctx: &Context<'_>, s: &PcSample, roots: bool) -> (String, String) {
-        let launch = (s.correlation_id != 0)
-            .then(|| self.launches.get(&(s.pid, s.correlation_id)).copied())
-            .flatten();
+        let launch = s
+            .correlation_id
+            .and_then(|corr| self.launches.get(&(s.pid, corr)).copied());
         match (s.correlation_id, launch) {
-            (0, _) => self.stats.unattributed += u64::from(s.samples),
+            (None, _) => self.stats.unattributed += u64::from(s.samples),
             (_, None) => self.stats.unmatched += u64::from(s.samples),
             (_, Some(_)) => self.stats.attributed += u64::from(s.samples),
         }

@@ -266,8 +266,9 @@ impl CpuTrace {
 
     /// The stack GPU work of graph node `node`, launched by `launch`, is charged
     /// to, when the node's origin is known.
-    pub fn graph_stack(&self, launch: &CpuLaunch, node: u64) -> Option<StackId> {
-        if node == 0 || self.graph_nodes.is_empty() {
+    pub fn graph_stack(&self, launch: &CpuLaunch, node: Option<u64>) -> Option<StackId> {
+        let node = node?;
+        if self.graph_nodes.is_empty() {
             return None;
         }
         let n = self.graph_nodes.get(&(launch.pid, node))?;

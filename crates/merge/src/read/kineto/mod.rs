@@ -23,8 +23,8 @@
 //! its correlation id.
 //!
 //! - Kernels, copies and memsets of a replayed CUDA graph carry `args."graph id"`
-//!   and `args."graph node id"` (Kineto with CUDA 12 and later; `0` outside graphs),
-//!   read into [`Activity::graph_id`](crate::model::Activity::graph_id) and [`Activity::graph_node_id`](crate::model::Activity::graph_node_id). They share
+//!   and `args."graph node id"` (Kineto with CUDA 12 and later; `0` outside graphs, read
+//!   as `None`), read into [`Activity::graph_id`](crate::model::Activity::graph_id) and [`Activity::graph_node_id`](crate::model::Activity::graph_node_id). They share
 //!   the `cudaGraphLaunch` call's correlation id, so they are charged to its stack.
 //! - A peer-to-peer copy names its devices `args.fromDevice` and `args.toDevice`,
 //!   and the device that ran it `args.inDevice`: they become the copy's

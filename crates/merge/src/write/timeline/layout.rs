@@ -4,7 +4,6 @@
 use rustc_hash::FxHashMap;
 
 use crate::join::{Context, Summary};
-use crate::model::UNKNOWN_DEVICE;
 use crate::write::driver::{self, DRIVER_PID};
 
 use super::{
@@ -28,7 +27,7 @@ impl Builder {
             }
         }
         for &(pid, device) in &self.gpus {
-            let name = if device == UNKNOWN_DEVICE {
+            let name = if device == u32::MAX {
                 format!("GPU ? (device unknown, pid {pid})")
             } else {
                 let dev = self.devices.get(&(pid, device)).map_or("", String::as_str);

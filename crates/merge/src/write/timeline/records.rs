@@ -44,7 +44,7 @@ impl Builder {
 
     pub(super) fn activity(&mut self, ctx: &Context<'_>, a: &Activity, m: &Match<'_>) {
         let is_sync = matches!(a.kind, ActivityKind::Sync { .. });
-        let track = self.gpu_track(a.pid, a.device, a.stream, is_sync);
+        let track = self.gpu_track(a.pid, a.device_key(), a.stream_key(), is_sync);
         let (cat, name) = match a.kind {
             ActivityKind::Kernel { name, .. } => {
                 let n = match self.kernel_names.get(&name) {
@@ -72,7 +72,7 @@ impl Builder {
         };
         let mut args = vec![
             ("correlation_id", Arg::Uint(u64::from(a.correlation_id))),
-            ("device", Arg::Uint(u64::from(a.device))),
+            ("device", Arg::Uint(u64::from(a.device_key()))),
             ("context", Arg::Uint(u64::from(a.context))),
         ];
         match a.kind {
