@@ -28,7 +28,7 @@ use crate::model::{AutogradTag, BACKWARD_FRAME};
 pub use crate::model::AUTOGRAD_OFF_NOTE;
 
 /// A backward launch's stack under its forward op's: `forward;[backward];own`.
-pub fn under_forward(forward: &str, own: &str) -> String {
+pub(crate) fn under_forward(forward: &str, own: &str) -> String {
     if forward.is_empty() {
         return format!("{BACKWARD_FRAME};{own}");
     }

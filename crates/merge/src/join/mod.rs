@@ -210,7 +210,7 @@ impl<'a> Context<'a> {
 
 impl Context<'_> {
     /// A CPU launch's timestamp on the GPU trace's clock.
-    pub fn launch_ts(&self, launch: &CpuLaunch) -> u64 {
+    pub(crate) fn launch_ts(&self, launch: &CpuLaunch) -> u64 {
         let off = self.offsets.get(&launch.pid).copied().unwrap_or(0);
         launch.ts_ns.saturating_add_signed(off)
     }

@@ -288,11 +288,13 @@ impl Activity {
 
     /// The device, `u32::MAX` when unknown: the number the idle and timeline
     /// writers key, sort and number GPU tracks by.
+    #[cfg(feature = "render")]
     pub(crate) fn device_key(&self) -> u32 {
         self.device.unwrap_or(u32::MAX)
     }
 
     /// The stream, `u32::MAX` when none, as [`Activity::device_key`].
+    #[cfg(feature = "render")]
     pub(crate) fn stream_key(&self) -> u32 {
         self.stream.unwrap_or(u32::MAX)
     }
@@ -404,7 +406,8 @@ pub enum Record {
 
 impl Record {
     /// The process the record belongs to.
-    pub fn pid_mut(&mut self) -> &mut u32 {
+    #[cfg(feature = "render")]
+    pub(crate) fn pid_mut(&mut self) -> &mut u32 {
         match self {
             Record::Process(r) => &mut r.pid,
             Record::Origin(r) => &mut r.pid,

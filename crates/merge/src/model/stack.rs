@@ -90,7 +90,7 @@ impl StackEnd {
     }
 
     /// From the code stored in the GPU trace.
-    pub fn from_code(c: u8) -> Self {
+    pub(crate) fn from_code(c: u8) -> Self {
         Self::CODES
             .get(usize::from(c))
             .copied()
@@ -176,4 +176,5 @@ pub struct CallStack {
 
 /// The frame between a forward op's stack and the backward work it caused
 /// (`join::backward`; the PyTorch profiler reader makes the same shape).
-pub const BACKWARD_FRAME: &str = "[backward]";
+#[cfg(feature = "render")]
+pub(crate) const BACKWARD_FRAME: &str = "[backward]";

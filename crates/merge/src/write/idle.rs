@@ -148,7 +148,7 @@ impl Cause {
 }
 
 /// The timelines' name of a device's gaps, and of their track.
-pub const DEVICE_IDLE: &str = "GPU idle (no stream busy)";
+pub(crate) const DEVICE_IDLE: &str = "GPU idle (no stream busy)";
 
 /// The work on another stream that a stream waited for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

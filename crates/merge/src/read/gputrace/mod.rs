@@ -92,7 +92,7 @@ pub use reader::{ReadStats, read};
 pub use writer::Writer;
 
 /// The magic bytes a GPU trace starts with.
-pub const MAGIC: [u8; 8] = *b"GPUPERF\0";
+pub(crate) const MAGIC: [u8; 8] = *b"GPUPERF\0";
 /// The format version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u16 = 1;
 /// Header flag: the trace holds in-process stacks (`STACK` records).
@@ -105,9 +105,9 @@ pub const FLAG_CLOSES: u32 = 2;
 /// the merge's summary looks for it to give unmatched kernels their reason.
 pub const STACKLESS_NOTE: &str = "calls that take a CPU stack have none";
 /// Frames one `STACK` record can hold.
-pub const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
+pub(crate) const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
 /// The length of the file header that [`header_flags`] decodes.
-pub const HEADER_LEN: usize = 16;
+pub(crate) const HEADER_LEN: usize = 16;
 const RECORD_HEADER_LEN: usize = 4;
 
 mod kind {
@@ -134,7 +134,7 @@ mod kind {
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
-pub fn is_gpu_trace(bytes: &[u8]) -> bool {
+pub(crate) fn is_gpu_trace(bytes: &[u8]) -> bool {
     bytes.starts_with(&MAGIC)
 }
 

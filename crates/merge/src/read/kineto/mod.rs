@@ -163,7 +163,7 @@ use stream::{Walk, Window, walk};
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
 /// JSON objects are traces is known only once `traceEvents` is found.)
-pub fn looks_like_kineto(head: &[u8]) -> bool {
+pub(crate) fn looks_like_kineto(head: &[u8]) -> bool {
     let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
     head.iter()
         .find(|b| !b.is_ascii_whitespace())

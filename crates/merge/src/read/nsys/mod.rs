@@ -80,7 +80,7 @@ use runtime::Call;
 use schema::{Export, Skipped};
 
 /// Whether the start of a file is an SQLite database.
-pub fn is_sqlite(head: &[u8]) -> bool {
+pub(crate) fn is_sqlite(head: &[u8]) -> bool {
     head.starts_with(b"SQLite format 3\0")
 }
 

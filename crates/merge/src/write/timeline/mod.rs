@@ -54,7 +54,7 @@ use crate::write::idle::IdleFolder;
 use records::CallKey;
 
 /// First pid of the pseudo-processes that hold GPU tracks.
-pub const GPU_PID_BASE: u64 = 1 << 30;
+pub(crate) const GPU_PID_BASE: u64 = 1 << 30;
 
 /// The pid of the pseudo-process holding the tracks of `device` of `pid`.
 pub fn gpu_pid(pid: u32, device: u32) -> u64 {
@@ -65,7 +65,7 @@ pub fn gpu_pid(pid: u32, device: u32) -> u64 {
 pub(crate) const NVTX_START_END_TRACK: &str = "NVTX ranges (start/end)";
 
 /// Set in the tid of a stream's synchronization track.
-pub const SYNC_TID_BIT: u64 = 1 << 31;
+pub(crate) const SYNC_TID_BIT: u64 = 1 << 31;
 
 /// Index of a track in [`Timeline::tracks`].
 pub(crate) type TrackId = usize;
