@@ -37,8 +37,9 @@ pub(crate) fn under_forward(forward: &str, own: &str) -> String {
 
 /// Why a backward launch stayed on autograd's thread.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Unlinked {
-    /// The node has no forward op (`AccumulateGrad`, numbered `u64::MAX`).
+    /// The node has no forward op (`AccumulateGrad`: no sequence number).
     NoForwardOp,
     /// No forward launch read the node's next sequence number: the forward op
     /// launched nothing, or before gpuperf looked at libtorch.

@@ -100,6 +100,7 @@ pub struct ApiInfo {
 
 /// Why a kernel or activity has no CPU stack.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum NoStack {
     /// Its launch API call was recorded, but no CPU event paired with it.
     NoCpuEvent,

@@ -83,6 +83,7 @@ pub const LAUNCH_LATENCY_MAX_NS: u64 = 30_000;
 
 /// Why a stream was idle before a piece of work.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Cause {
     /// The launching thread called the launch after the stream went idle.
     CpuLate,

@@ -132,6 +132,7 @@ impl Stacks {
 
 /// Which CPU format a file was in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CpuFormat {
     /// The reference tooling's extended folded lines, without correlation ids.
     Reference,
