@@ -154,7 +154,12 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                             function,
                             file,
                             line,
-                        } => format!("{} ({}:{line})", strings.get(function), strings.get(file)),
+                        } => format!(
+                            "{} ({}:{})",
+                            strings.get(function),
+                            strings.get(file),
+                            line.unwrap_or(0)
+                        ),
                         StackFrame::Unknown { address } => format!("?{address:#x}"),
                         #[allow(unreachable_patterns)]
                         other => format!("{other:?}"),

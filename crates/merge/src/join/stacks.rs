@@ -732,6 +732,8 @@ impl Namer<'_> {
                 } => {
                     let file = strings.get(file);
                     let base = file.rsplit('/').next().unwrap_or(file);
+                    // An unknown line reads 0, as it always has in the outputs.
+                    let line = line.unwrap_or(0);
                     names.push(format!("{} ({base}:{line})", strings.get(function)));
                 }
                 StackFrame::Unknown { .. } => names.push(UNKNOWN_FRAME.to_owned()),

@@ -136,8 +136,8 @@ pub enum StackFrame {
         function: StringId,
         /// The source file.
         file: StringId,
-        /// The line, 0 when unknown.
-        line: u32,
+        /// The line, if known.
+        line: Option<u32>,
     },
     /// Code in no known module (JIT code): always the last frame.
     Unknown {

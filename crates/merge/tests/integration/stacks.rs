@@ -112,7 +112,7 @@ fn trace() -> (Vec<u8>, StringTable) {
                 StackFrame::Python {
                     function: forward,
                     file,
-                    line: 42,
+                    line: Some(42),
                 },
                 StackFrame::Native {
                     module: 1,

@@ -67,7 +67,7 @@
 //!   | tag u8 | 0 u8×3 | a u32 | b u64 |
 //!   |---|---|---|---|
 //!   | 0 native | | module id | ELF virtual address to symbolize (inside the call instruction for return addresses) |
-//!   | 1 Python | | function string (`module.qualname`) | file string (low 32 bits), line (high 32 bits) |
+//!   | 1 Python | | function string (`module.qualname`) | file string (low 32 bits), line (high 32 bits; 0: unknown) |
 //!   | 2 unknown (no unwind info; the last frame) | | 0 | absolute address |
 //!
 //!   `end` says how the stack ended: 0 at a root frame (`_start`, `clone`,

@@ -582,7 +582,7 @@ impl Decoder<'_> {
                 1 => StackFrame::Python {
                     function: self.string(a, offset),
                     file: self.string(b as u32, offset),
-                    line: (b >> 32) as u32,
+                    line: unless_zero((b >> 32) as u32),
                 },
                 _ => StackFrame::Unknown { address: b },
             });

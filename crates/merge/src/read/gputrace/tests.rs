@@ -575,7 +575,7 @@ pub(crate) fn stack_sample(strings: &mut StringTable) -> (Vec<Record>, Vec<(ApiC
             StackFrame::Python {
                 function: f,
                 file,
-                line: 17,
+                line: Some(17),
             },
             StackFrame::Native {
                 module: 0,
@@ -839,7 +839,7 @@ fn stacks_and_api_stack_ids_round_trip() {
     };
     assert_eq!(
         (bstrings.get(function), bstrings.get(file), line),
-        ("train.step", "/srv/train.py", 17)
+        ("train.step", "/srv/train.py", Some(17))
     );
     assert_eq!(back[1], recs[1]);
     assert_eq!(back[3], recs[3]);

@@ -297,7 +297,7 @@ impl<W: Write> Writer<W> {
                 StackFrame::Python { line, .. } => {
                     let (function, file) = python.next().unwrap_or_default();
                     self.u8(1).u8(0).u16(0).u32(function);
-                    self.u32(file).u32(line);
+                    self.u32(file).u32(line.unwrap_or(0));
                 }
                 StackFrame::Unknown { address } => {
                     self.u8(2).u8(0).u16(0).u32(0).u64(address);
