@@ -69,7 +69,7 @@ impl Sink for Expected {
                     ActivityKind::Sync { .. } => "sync",
                     _ => "other",
                 },
-                gpid: chrome::gpu_pid(a.pid, a.device.unwrap_or(u32::MAX)),
+                gpid: chrome::gpu_pid(a.pid, a.device),
                 corr: a.correlation_id,
                 start_ns: a.start_ns,
                 dur_ns: a.duration_ns(),

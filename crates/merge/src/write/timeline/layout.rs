@@ -8,7 +8,7 @@ use crate::write::driver::{self, DRIVER_PID};
 
 use super::{
     Builder, EventId, Flow, GPU_PID_BASE, Packing, SYNC_TID_BIT, Step, Timeline, Track, TrackId,
-    TrackKey, gpu_pid,
+    TrackKey, device_pid,
 };
 
 impl Builder {
@@ -37,7 +37,7 @@ impl Builder {
                 };
                 format!("GPU {device} {dev} ({place})").replace("  ", " ")
             };
-            let i = self.process_index[&gpu_pid(pid, device)];
+            let i = self.process_index[&device_pid(pid, device)];
             self.processes[i].name = name;
         }
     }

@@ -56,8 +56,15 @@ use records::CallKey;
 /// First pid of the pseudo-processes that hold GPU tracks.
 pub(crate) const GPU_PID_BASE: u64 = 1 << 30;
 
-/// The pid of the pseudo-process holding the tracks of `device` of `pid`.
-pub fn gpu_pid(pid: u32, device: u32) -> u64 {
+/// The pid of the pseudo-process holding the tracks of `device` of `pid`
+/// (`None`: the device is unknown).
+pub fn gpu_pid(pid: u32, device: Option<u32>) -> u64 {
+    device_pid(pid, device.unwrap_or(u32::MAX))
+}
+
+/// [`gpu_pid`] of a track's device, `u32::MAX` when unknown (as the timeline
+/// keys its GPU tracks).
+pub(crate) fn device_pid(pid: u32, device: u32) -> u64 {
     GPU_PID_BASE + (u64::from(device.min(127)) << 22) + u64::from(pid & ((1 << 22) - 1))
 }
 

@@ -16,8 +16,8 @@ use crate::write::driver::{self, DRIVER_PID, Lane};
 use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 use super::{
-    Arg, Builder, Event, EventId, NVTX_START_END_TRACK, Packing, Track, TrackId, TrackKey, gpu_pid,
-    sync_name,
+    Arg, Builder, Event, EventId, NVTX_START_END_TRACK, Packing, Track, TrackId, TrackKey,
+    device_pid, sync_name,
 };
 
 impl Builder {
@@ -229,7 +229,7 @@ impl Builder {
             });
         }
         for &((pid, device), start, end) in idle.device_gaps() {
-            let gpid = gpu_pid(pid, device);
+            let gpid = device_pid(pid, device);
             self.gpu_track(pid, device, u32::MAX, false);
             let track = self.track(TrackKey::DeviceIdle(gpid), || {
                 let t = Track {
