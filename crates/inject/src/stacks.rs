@@ -637,7 +637,7 @@ impl Stacks {
                         StackFrame::Python {
                             function: strings.intern(&function),
                             file: strings.intern(&file),
-                            line,
+                            line: (line != 0).then_some(line),
                         }
                     }
                     Frame::Unknown { address } => StackFrame::Unknown { address },

@@ -112,10 +112,10 @@ fn generate(dir: &Path, launches: u64) -> std::io::Result<()> {
     gpu_w.write(
         &Record::Process(Process {
             pid,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/usr/bin/bench".into(),
             start_ns: 1_000,
-            start_realtime_ns: 0,
+            start_realtime_ns: None,
         }),
         &strings,
     )?;
@@ -148,11 +148,11 @@ fn generate(dir: &Path, launches: u64) -> std::io::Result<()> {
             start_ns: t + 5_000,
             end_ns: t + 5_000 + 800 + (i % 7) * 311,
             correlation_id: corr,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream: 7 + (i % 3) as u32,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(7 + (i % 3) as u32),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Kernel {
                 name: kernels[s % kernels.len()],
                 grid: [128, 1, 1],

@@ -5,7 +5,7 @@
 use std::fmt;
 
 /// How many diagnostics are kept verbatim per input; the rest are only counted.
-pub const KEPT: usize = 10;
+pub(crate) const KEPT: usize = 10;
 
 /// One problem found in an input, with its place.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -52,6 +52,16 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
     let mut out = String::new();
     for r in records {
         let _ = match r {
+            // As the derived `Debug` printed it when unknown was 0.
+            Record::Process(p) => writeln!(
+                out,
+                "Process(Process {{ pid: {}, ppid: {}, exe: {:?}, start_ns: {}, start_realtime_ns: {} }})",
+                p.pid,
+                p.ppid.unwrap_or(0),
+                p.exe,
+                p.start_ns,
+                p.start_realtime_ns.unwrap_or(0)
+            ),
             Record::Api(a) => writeln!(
                 out,
                 "api {:?} [{}, {}] pid {} tid {} corr {} cbid {} {}",
@@ -116,11 +126,11 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                     a.start_ns,
                     a.end_ns,
                     a.pid,
-                    a.device,
+                    a.device.unwrap_or(u32::MAX),
                     a.context,
-                    a.stream,
-                    a.graph_id,
-                    a.graph_node_id,
+                    a.stream.unwrap_or(u32::MAX),
+                    a.graph_id.unwrap_or(0),
+                    a.graph_node_id.unwrap_or(0),
                     a.correlation_id
                 )
             }
@@ -144,7 +154,12 @@ pub fn render_records(records: &[Record], strings: &StringTable) -> String {
                             function,
                             file,
                             line,
-                        } => format!("{} ({}:{line})", strings.get(function), strings.get(file)),
+                        } => format!(
+                            "{} ({}:{})",
+                            strings.get(function),
+                            strings.get(file),
+                            line.unwrap_or(0)
+                        ),
                         StackFrame::Unknown { address } => format!("?{address:#x}"),
                         #[allow(unreachable_patterns)]
                         other => format!("{other:?}"),

@@ -39,10 +39,10 @@ impl Trace {
     pub fn process(&mut self, pid: u32, exe: &str, start_ns: u64) -> &mut Self {
         self.push(Record::Process(Process {
             pid,
-            ppid: 1,
+            ppid: Some(1),
             exe: exe.into(),
             start_ns,
-            start_realtime_ns: 0,
+            start_realtime_ns: None,
         }))
     }
 
@@ -86,11 +86,11 @@ impl Trace {
             start_ns,
             end_ns,
             correlation_id: corr,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(stream),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Kernel {
                 name,
                 grid: [1, 1, 1],

@@ -398,7 +398,9 @@ impl Recording {
             self.notes
         );
         let apis = self.api_by_corr();
-        let mut by_stream: BTreeMap<(u32, u32, u32), Vec<(u64, u64)>> = BTreeMap::new();
+        // (pid, device, stream): `None` for an unknown device or no stream.
+        type Place = (u32, Option<u32>, Option<u32>);
+        let mut by_stream: BTreeMap<Place, Vec<(u64, u64)>> = BTreeMap::new();
         for a in &self.activities {
             assert!(a.end_ns >= a.start_ns, "{a:?}");
             if matches!(a.kind, ActivityKind::Sync { .. }) {

@@ -230,7 +230,7 @@ fn record_pc_sampling__each_launchs_samples_carry_its_correlation_id_line_and_st
         .map(|p| {
             let launch = kernels
                 .iter()
-                .position(|(c, _)| *c == p.correlation_id)
+                .position(|(c, _)| Some(*c) == p.correlation_id)
                 .map_or("no launch".to_owned(), |i| format!("launch {i}"));
             let reason = rec.strings.get(p.stall_reason);
             (
@@ -474,8 +474,9 @@ fn record_pc_sampling_window_2_of_6__only_the_windows_launches_have_samples_and_
         .map(|(_, c)| *c)
         .collect();
     assert_eq!(want.len(), 10);
-    let got: std::collections::BTreeSet<u32> =
+    let got: std::collections::BTreeSet<Option<u32>> =
         rec.pc_samples.iter().map(|p| p.correlation_id).collect();
+    let want: std::collections::BTreeSet<Option<u32>> = want.iter().copied().map(Some).collect();
     assert_eq!(got, want, "{}", show(&o));
     let note = rec
         .notes
@@ -511,7 +512,7 @@ fn record_pc_sampling_continuous_window_2_of_6__every_windows_samples_kept_acros
     ) else {
         return;
     };
-    assert!(rec.pc_samples.iter().all(|p| p.correlation_id == 0));
+    assert!(rec.pc_samples.iter().all(|p| p.correlation_id.is_none()));
     // 10 rounds of (hot, cold, hot): a hot launch gives 244 samples, a cold one 61.
     let window = gpuperf_merge::recording::env::PcWindow::parse("2/6").unwrap();
     let want: u64 = (0..30u64)
@@ -533,7 +534,7 @@ fn record_pc_sampling_continuous__samples_charged_to_their_kernel_only_and_the_s
         return;
     };
     assert!(!rec.pc_samples.is_empty());
-    assert!(rec.pc_samples.iter().all(|p| p.correlation_id == 0));
+    assert!(rec.pc_samples.iter().all(|p| p.correlation_id.is_none()));
     // Two hot launches and one cold one, summed per PC (244 + 244 + 61).
     let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
     assert_eq!(total, 549);

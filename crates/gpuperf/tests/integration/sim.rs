@@ -119,8 +119,8 @@ fn sim_nvcc_triple_chevron__each_kernel_charged_to_its_launch_stack() {
         assert_eq!(apis[&(k.pid, k.correlation_id)].1, "cudaLaunchKernel");
     }
     // The legacy default stream is serial: one stream, no overlap (checked above).
-    let streams: BTreeSet<u32> = rec.kernels().iter().map(|k| k.stream).collect();
-    assert_eq!(streams, BTreeSet::from([7]));
+    let streams: BTreeSet<Option<u32>> = rec.kernels().iter().map(|k| k.stream).collect();
+    assert_eq!(streams, BTreeSet::from([Some(7)]));
 }
 
 #[test]
@@ -196,11 +196,11 @@ fn sim_graph__captured_kernels_charged_to_each_graph_launch() {
     );
     let mut per_launch: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
     for k in rec.kernels() {
-        assert_ne!(k.graph_id, 0);
+        assert!(k.graph_id.is_some(), "{k:?}");
         per_launch
             .entry(k.correlation_id)
             .or_default()
-            .push((k.start_ns, k.graph_node_id));
+            .push((k.start_ns, k.graph_node_id.unwrap_or(0)));
     }
     assert_eq!(per_launch.len(), 10);
     let mut nodes = BTreeSet::new();
@@ -542,16 +542,16 @@ fn sim_two_devices__kernels_on_each_device_and_context() {
     );
     let stack = "main;run_devices(int);launch_on_device(int, int);__device_stub__Z7k_scalePfi(float*, int);cudaLaunchKernel";
     assert_eq!(rec.work_by_stack(), expect(&[(SCALE, stack, 40)]));
-    let mut per_device: BTreeMap<u32, (usize, BTreeSet<u32>)> = BTreeMap::new();
+    let mut per_device: BTreeMap<Option<u32>, (usize, BTreeSet<u32>)> = BTreeMap::new();
     for k in rec.kernels() {
         let e = per_device.entry(k.device).or_default();
         e.0 += 1;
         e.1.insert(k.context);
     }
     assert_eq!(per_device.len(), 2, "{per_device:?}");
-    assert_eq!(per_device[&0].0, 20);
-    assert_eq!(per_device[&1].0, 20);
-    assert!(per_device[&0].1.is_disjoint(&per_device[&1].1));
+    assert_eq!(per_device[&Some(0)].0, 20);
+    assert_eq!(per_device[&Some(1)].0, 20);
+    assert!(per_device[&Some(0)].1.is_disjoint(&per_device[&Some(1)].1));
 }
 
 #[test]
@@ -568,8 +568,8 @@ fn sim_four_threads__each_thread_its_stream_and_stack() {
         )])
     );
     let apis = rec.api_by_corr();
-    let mut streams_of_thread: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-    let mut per_stream: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut streams_of_thread: BTreeMap<u32, BTreeSet<Option<u32>>> = BTreeMap::new();
+    let mut per_stream: BTreeMap<Option<u32>, usize> = BTreeMap::new();
     for k in rec.kernels() {
         let tid = apis[&(k.pid, k.correlation_id)].0.tid;
         streams_of_thread.entry(tid).or_default().insert(k.stream);

@@ -903,8 +903,8 @@ fn torch_two_devices_pinned_loader_expandable_segments__kernels_on_both_devices_
         show(&o)
     );
     all_matched(&o);
-    let devices: BTreeSet<u32> = rec.kernels().iter().map(|k| k.device).collect();
-    assert_eq!(devices, BTreeSet::from([0, 1]));
+    let devices: BTreeSet<Option<u32>> = rec.kernels().iter().map(|k| k.device).collect();
+    assert_eq!(devices, BTreeSet::from([Some(0), Some(1)]));
     let copies: Vec<String> = rec
         .activities
         .iter()

@@ -81,7 +81,8 @@ pub fn record(pid: u32, correlation_id: u32, t: Tag) -> Record {
     let tag = if t.kind == 2 {
         AutogradTag::Backward {
             thread: t.thread,
-            seq: t.seq,
+            // libtorch's `UINT64_MAX`: a node without a forward op.
+            seq: (t.seq != u64::MAX).then_some(t.seq),
         }
     } else {
         AutogradTag::Forward {

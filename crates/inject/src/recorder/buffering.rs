@@ -337,11 +337,12 @@ impl State {
                 start_ns: place.start_ns,
                 end_ns: place.end_ns,
                 correlation_id: place.correlation_id,
-                device: place.device,
+                // CUPTI's all-ones device and stream, and 0 graph ids, mean none.
+                device: (place.device != u32::MAX).then_some(place.device),
                 context: place.context,
-                stream: place.stream,
-                graph_id: place.graph_id,
-                graph_node_id: place.graph_node_id,
+                stream: (place.stream != u32::MAX).then_some(place.stream),
+                graph_id: (place.graph_id != 0).then_some(place.graph_id),
+                graph_node_id: (place.graph_node_id != 0).then_some(place.graph_node_id),
                 kind,
             })
         };
@@ -404,7 +405,7 @@ impl State {
                 Record::Overhead(Overhead {
                     pid,
                     kind,
-                    correlation_id,
+                    correlation_id: (correlation_id != 0).then_some(correlation_id),
                     start_ns,
                     end_ns,
                 })
@@ -492,7 +493,8 @@ impl State {
             let correlation_id = sink.resolve(s.correlation_id).unwrap_or(s.correlation_id);
             let rec = Record::PcSample(PcSample {
                 pid: self.pid,
-                correlation_id,
+                // 0: continuous mode's samples, not one launch's.
+                correlation_id: (correlation_id != 0).then_some(correlation_id),
                 context: s.context,
                 function,
                 pc_offset: s.pc_offset,

@@ -60,10 +60,11 @@ fn process_record(pid: u32) -> Record {
         .unwrap_or_default();
     let realtime = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+        .ok()
+        .map(|d| d.as_nanos() as u64);
     Record::Process(Process {
         pid,
-        ppid: std::os::unix::process::parent_id(),
+        ppid: Some(std::os::unix::process::parent_id()).filter(|&p| p != 0),
         exe,
         start_ns: monotonic_ns(),
         start_realtime_ns: realtime,

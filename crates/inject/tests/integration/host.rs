@@ -314,8 +314,8 @@ fn sim_cupti_plumbing_links_every_record_to_its_call() {
                         .push((
                             api,
                             apis[&a.correlation_id].tid,
-                            a.graph_id,
-                            a.graph_node_id,
+                            a.graph_id.unwrap_or(0),
+                            a.graph_node_id.unwrap_or(0),
                         )),
                     ActivityKind::Memcpy { bytes, kind, peer } => {
                         copies.push((api, kind, bytes, a.device, peer))
@@ -353,12 +353,18 @@ fn sim_cupti_plumbing_links_every_record_to_its_call() {
     assert_eq!(
         copies,
         [
-            ("cudaMemcpy".to_owned(), MemcpyKind::DtoH, 1 << 20, 0, None),
+            (
+                "cudaMemcpy".to_owned(),
+                MemcpyKind::DtoH,
+                1 << 20,
+                Some(0),
+                None
+            ),
             (
                 "cudaMemcpyPeer".to_owned(),
                 MemcpyKind::PtoP,
                 4096,
-                0,
+                Some(0),
                 Some(PeerDevices { src: 0, dst: 1 })
             )
         ]
@@ -368,9 +374,12 @@ fn sim_cupti_plumbing_links_every_record_to_its_call() {
         .iter()
         .find(|s| s.0 == "cudaStreamSynchronize")
         .unwrap_or_else(|| panic!("{syncs:?}"));
-    assert!(stream_sync.1 == 1 && stream_sync.2 != u32::MAX, "{syncs:?}");
     assert!(
-        syncs.contains(&("cudaDeviceSynchronize".to_owned(), 1, u32::MAX)),
+        stream_sync.1 == Some(1) && stream_sync.2.is_some(),
+        "{syncs:?}"
+    );
+    assert!(
+        syncs.contains(&("cudaDeviceSynchronize".to_owned(), Some(1), None)),
         "{syncs:?}"
     );
     assert_eq!(dropped, 5);

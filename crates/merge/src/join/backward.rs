@@ -28,7 +28,7 @@ use crate::model::{AutogradTag, BACKWARD_FRAME};
 pub use crate::model::AUTOGRAD_OFF_NOTE;
 
 /// A backward launch's stack under its forward op's: `forward;[backward];own`.
-pub fn under_forward(forward: &str, own: &str) -> String {
+pub(crate) fn under_forward(forward: &str, own: &str) -> String {
     if forward.is_empty() {
         return format!("{BACKWARD_FRAME};{own}");
     }
@@ -37,8 +37,9 @@ pub fn under_forward(forward: &str, own: &str) -> String {
 
 /// Why a backward launch stayed on autograd's thread.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Unlinked {
-    /// The node has no forward op (`AccumulateGrad`, numbered `u64::MAX`).
+    /// The node has no forward op (`AccumulateGrad`: no sequence number).
     NoForwardOp,
     /// No forward launch read the node's next sequence number: the forward op
     /// launched nothing, or before gpuperf looked at libtorch.
@@ -132,13 +133,13 @@ pub fn link(launches: &[Launch], off: &FxHashSet<u32>) -> (Vec<Link>, BackwardSt
         };
         let found = if off.contains(&l.pid) {
             Err(Unlinked::Off)
-        } else if seq == u64::MAX {
-            Err(Unlinked::NoForwardOp)
-        } else {
+        } else if let Some(seq) = seq {
             first
                 .get(&(l.pid, thread, seq + 1))
                 .copied()
                 .ok_or(Unlinked::NoForwardLaunch)
+        } else {
+            Err(Unlinked::NoForwardOp)
         };
         match found {
             Ok(_) => stats.linked += 1,
@@ -161,7 +162,7 @@ mod tests {
         }
     }
 
-    fn bwd(start_ns: u64, thread: u64, seq: u64) -> Launch {
+    fn bwd(start_ns: u64, thread: u64, seq: Option<u64>) -> Launch {
         Launch {
             pid: 1,
             start_ns,
@@ -172,15 +173,15 @@ mod tests {
     #[test]
     fn a_backward_node_goes_to_the_first_launch_after_its_forward_node_on_its_thread() {
         let launches = [
-            fwd(10, 1, 5),        // 0: node 4's op
-            fwd(12, 1, 5),        // 1: its second kernel
-            fwd(14, 2, 5),        // 2: another thread, same number
-            fwd(20, 1, 6),        // 3: node 5's op
-            bwd(30, 1, 5),        // 4 → 3
-            bwd(31, 1, 4),        // 5 → 0
-            bwd(32, 2, 4),        // 6 → 2
-            bwd(33, 1, 9),        // 7: no forward launch
-            bwd(34, 1, u64::MAX), // 8: AccumulateGrad
+            fwd(10, 1, 5),       // 0: node 4's op
+            fwd(12, 1, 5),       // 1: its second kernel
+            fwd(14, 2, 5),       // 2: another thread, same number
+            fwd(20, 1, 6),       // 3: node 5's op
+            bwd(30, 1, Some(5)), // 4 → 3
+            bwd(31, 1, Some(4)), // 5 → 0
+            bwd(32, 2, Some(4)), // 6 → 2
+            bwd(33, 1, Some(9)), // 7: no forward launch
+            bwd(34, 1, None),    // 8: AccumulateGrad
             Launch {
                 pid: 1,
                 start_ns: 40,

@@ -100,6 +100,7 @@ pub struct ApiInfo {
 
 /// Why a kernel or activity has no CPU stack.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum NoStack {
     /// Its launch API call was recorded, but no CPU event paired with it.
     NoCpuEvent,
@@ -210,7 +211,7 @@ impl<'a> Context<'a> {
 
 impl Context<'_> {
     /// A CPU launch's timestamp on the GPU trace's clock.
-    pub fn launch_ts(&self, launch: &CpuLaunch) -> u64 {
+    pub(crate) fn launch_ts(&self, launch: &CpuLaunch) -> u64 {
         let off = self.offsets.get(&launch.pid).copied().unwrap_or(0);
         launch.ts_ns.saturating_add_signed(off)
     }

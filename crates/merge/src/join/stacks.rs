@@ -330,8 +330,10 @@ fn gather(gpu: &GpuInputs, strings: &mut StringTable) -> Result<Gathered> {
         Record::Note(n) if n.text.starts_with(AUTOGRAD_OFF_NOTE) => {
             procs.entry(n.pid).or_default().autograd_off = true;
         }
-        Record::Activity(a) if a.graph_node_id != 0 => {
-            graph_work.insert((a.pid, a.correlation_id, a.graph_node_id));
+        Record::Activity(a) => {
+            if let Some(node) = a.graph_node_id {
+                graph_work.insert((a.pid, a.correlation_id, node));
+            }
         }
         _ => {}
     })?;
@@ -730,6 +732,8 @@ impl Namer<'_> {
                 } => {
                     let file = strings.get(file);
                     let base = file.rsplit('/').next().unwrap_or(file);
+                    // An unknown line reads 0, as it always has in the outputs.
+                    let line = line.unwrap_or(0);
                     names.push(format!("{} ({base}:{line})", strings.get(function)));
                 }
                 StackFrame::Unknown { .. } => names.push(UNKNOWN_FRAME.to_owned()),

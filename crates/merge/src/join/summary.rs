@@ -80,7 +80,7 @@ pub struct Summary {
 
 impl Summary {
     /// Share of kernels with a CPU stack, in percent (100 when there is none).
-    pub fn kernel_match_percent(&self) -> f64 {
+    pub(crate) fn kernel_match_percent(&self) -> f64 {
         if self.kernels == 0 {
             100.0
         } else {

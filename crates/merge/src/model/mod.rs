@@ -22,18 +22,20 @@ mod strings;
 
 pub use self::driver::{DriverEvent, DriverKind};
 pub use self::names::{api_base_name, api_stem, is_copy_api, is_launch_api, is_memset_api};
+#[cfg(feature = "render")]
+pub(crate) use self::notes::SIMULATED_DEVICE_MARK;
 pub use self::notes::{
     AUTOGRAD_OFF_NOTE, Note, PC_CONTINUOUS_NOTE, PC_LAUNCHES_NOTE, PC_SERIALIZED_NOTE, PcLaunches,
-    SIMULATED_DEVICE_MARK, SIMULATED_GPU_NOTE,
+    SIMULATED_GPU_NOTE,
 };
 pub use self::records::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, Clock, Device, DropSource,
     Dropped, GraphNode, MemcpyKind, NvtxKind, NvtxRange, Origin, Overhead, PcSample, PeerDevices,
-    Process, ProcessOrigin, Record, SyncWait, ThreadName, UNKNOWN_DEVICE,
+    Process, ProcessOrigin, Record, SyncWait, ThreadName,
 };
-pub use self::stack::{
-    BACKWARD_FRAME, CallStack, Module, ROOT_FRAMES, Stack, StackEnd, StackFrame, Symbolize,
-};
+#[cfg(feature = "render")]
+pub(crate) use self::stack::BACKWARD_FRAME;
+pub use self::stack::{CallStack, Module, ROOT_FRAMES, Stack, StackEnd, StackFrame, Symbolize};
 pub use self::strings::{StringId, StringTable};
 
 #[cfg(test)]

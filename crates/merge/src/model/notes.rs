@@ -9,7 +9,8 @@ pub const SIMULATED_GPU_NOTE: &str = "simulated GPU";
 /// What the simulated CUDA runtime puts in every device's name
 /// (`sim/src/driver_sim.c`): a trace another tool recorded there, such as a
 /// PyTorch profiler trace, is known as simulated by its devices.
-pub const SIMULATED_DEVICE_MARK: &str = "(gpusim, not a real GPU)";
+#[cfg(feature = "render")]
+pub(crate) const SIMULATED_DEVICE_MARK: &str = "(gpusim, not a real GPU)";
 
 /// A message the recorder left in the trace, such as why it is empty.
 #[derive(Clone, Debug, PartialEq, Eq)]

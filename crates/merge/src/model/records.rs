@@ -23,14 +23,14 @@ pub enum Clock {
 pub struct Process {
     /// Process id.
     pub pid: u32,
-    /// Parent process id, 0 when unknown.
-    pub ppid: u32,
+    /// Parent process id, if known.
+    pub ppid: Option<u32>,
     /// Executable path.
     pub exe: String,
     /// When tracing started in the process, on the trace's clock.
     pub start_ns: u64,
-    /// `CLOCK_REALTIME` at the same instant, 0 when unknown; lets viewers show wall time.
-    pub start_realtime_ns: u64,
+    /// `CLOCK_REALTIME` at the same instant, if known; lets viewers show wall time.
+    pub start_realtime_ns: Option<u64>,
 }
 
 /// Where a process ran: its machine and its place in a distributed job, as the
@@ -188,9 +188,6 @@ impl fmt::Display for MemcpyKind {
     }
 }
 
-/// [`Activity::device`] when the device is not known.
-pub const UNKNOWN_DEVICE: u32 = u32::MAX;
-
 /// The two devices of a peer-to-peer copy.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PeerDevices {
@@ -267,20 +264,18 @@ pub struct Activity {
     /// Correlation id of the causing API call. A graph launch gives all its
     /// kernels one correlation id.
     pub correlation_id: u32,
-    /// CUDA device ordinal; [`UNKNOWN_DEVICE`] when the recorder could not tell
-    /// (a synchronization in a context it never saw created).
-    /// [`Activity::device_ordinal`] reads it as an `Option`.
-    pub device: u32,
+    /// CUDA device ordinal; `None` when the recorder could not tell (a
+    /// synchronization in a context it never saw created).
+    pub device: Option<u32>,
     /// CUDA context id.
     pub context: u32,
-    /// CUDA stream id as the file holds it (`u32::MAX` when not on a stream);
-    /// [`Activity::stream_id`] reads it as an `Option`.
-    pub stream: u32,
-    /// CUDA graph id as the file holds it, 0 when not from a graph;
-    /// [`Activity::graph`] reads it as an `Option`.
-    pub graph_id: u32,
-    /// CUDA graph node id, 0 when not from a graph.
-    pub graph_node_id: u64,
+    /// CUDA stream id; `None` when the work was not on a stream.
+    pub stream: Option<u32>,
+    /// CUDA graph id; `None` when the work did not come from a graph.
+    pub graph_id: Option<u32>,
+    /// CUDA graph node id; `None` when the work did not come from a graph node
+    /// (some inputs name the node but not the graph).
+    pub graph_node_id: Option<u64>,
     /// What the record describes.
     pub kind: ActivityKind,
 }
@@ -291,21 +286,24 @@ impl Activity {
         self.end_ns.saturating_sub(self.start_ns)
     }
 
-    /// The CUDA device ordinal, `None` when the recorder could not tell
-    /// ([`UNKNOWN_DEVICE`]).
-    pub fn device_ordinal(&self) -> Option<u32> {
-        (self.device != UNKNOWN_DEVICE).then_some(self.device)
+    /// The device, `u32::MAX` when unknown: the number the idle and timeline
+    /// writers key, sort and number GPU tracks by.
+    #[cfg(feature = "render")]
+    pub(crate) fn device_key(&self) -> u32 {
+        self.device.unwrap_or(u32::MAX)
     }
 
-    /// The CUDA stream id, `None` when the work was not on a stream.
-    pub fn stream_id(&self) -> Option<u32> {
-        (self.stream != u32::MAX).then_some(self.stream)
+    /// The stream, `u32::MAX` when none, as [`Activity::device_key`].
+    #[cfg(feature = "render")]
+    pub(crate) fn stream_key(&self) -> u32 {
+        self.stream.unwrap_or(u32::MAX)
     }
 
-    /// The CUDA graph id and graph node id, `None` when the work did not come
-    /// from a graph.
+    /// The CUDA graph id and graph node id (0 when the input did not name the
+    /// node), `None` when the work did not come from a graph.
     pub fn graph(&self) -> Option<(u32, u64)> {
-        (self.graph_id != 0).then_some((self.graph_id, self.graph_node_id))
+        self.graph_id
+            .map(|graph| (graph, self.graph_node_id.unwrap_or(0)))
     }
 }
 
@@ -355,20 +353,12 @@ pub struct Overhead {
     /// What kind of overhead, e.g. `CUPTI_INSTRUMENTATION`.
     pub kind: StringId,
     /// The API call it delayed (CUPTI 12.4 on: a kernel's slow first launch
-    /// under lazy loading is its `LAZY_FUNCTION_LOADING`), 0 for none;
-    /// [`Overhead::delayed_call`] reads it as an `Option`.
-    pub correlation_id: u32,
+    /// under lazy loading is its `LAZY_FUNCTION_LOADING`), if any.
+    pub correlation_id: Option<u32>,
     /// Start time.
     pub start_ns: u64,
     /// End time.
     pub end_ns: u64,
-}
-
-impl Overhead {
-    /// The correlation id of the API call the overhead delayed, if any.
-    pub fn delayed_call(&self) -> Option<u32> {
-        (self.correlation_id != 0).then_some(self.correlation_id)
-    }
 }
 
 /// One record of a GPU trace, as every GPU-side reader yields it.
@@ -416,7 +406,8 @@ pub enum Record {
 
 impl Record {
     /// The process the record belongs to.
-    pub fn pid_mut(&mut self) -> &mut u32 {
+    #[cfg(feature = "render")]
+    pub(crate) fn pid_mut(&mut self) -> &mut u32 {
         match self {
             Record::Process(r) => &mut r.pid,
             Record::Origin(r) => &mut r.pid,
@@ -498,8 +489,9 @@ pub struct PcSample {
     /// Process id.
     pub pid: u32,
     /// The launch's correlation id (the kernel record's), in kernel-serialized
-    /// mode; 0 when the samples cannot be charged to one launch (continuous mode).
-    pub correlation_id: u32,
+    /// mode; `None` when the samples cannot be charged to one launch
+    /// (continuous mode).
+    pub correlation_id: Option<u32>,
     /// The CUPTI context id the kernel ran in.
     pub context: u32,
     /// The kernel function, as CUPTI names it (mangled).
@@ -555,12 +547,12 @@ pub enum AutogradTag {
         next_seq: u64,
     },
     /// A call made while autograd evaluates a node: the node's forward thread
-    /// id and sequence number (`u64::MAX` for nodes without a forward op, such
-    /// as `AccumulateGrad`).
+    /// id and sequence number.
     Backward {
         /// The node's `thread_id()`.
         thread: u64,
-        /// The node's `sequence_nr()`.
-        seq: u64,
+        /// The node's `sequence_nr()`; `None` for nodes without a forward op,
+        /// such as `AccumulateGrad`.
+        seq: Option<u64>,
     },
 }

@@ -90,7 +90,7 @@ impl StackEnd {
     }
 
     /// From the code stored in the GPU trace.
-    pub fn from_code(c: u8) -> Self {
+    pub(crate) fn from_code(c: u8) -> Self {
         Self::CODES
             .get(usize::from(c))
             .copied()
@@ -136,8 +136,8 @@ pub enum StackFrame {
         function: StringId,
         /// The source file.
         file: StringId,
-        /// The line, 0 when unknown.
-        line: u32,
+        /// The line, if known.
+        line: Option<u32>,
     },
     /// Code in no known module (JIT code): always the last frame.
     Unknown {
@@ -176,4 +176,5 @@ pub struct CallStack {
 
 /// The frame between a forward op's stack and the backward work it caused
 /// (`join::backward`; the PyTorch profiler reader makes the same shape).
-pub const BACKWARD_FRAME: &str = "[backward]";
+#[cfg(feature = "render")]
+pub(crate) const BACKWARD_FRAME: &str = "[backward]";

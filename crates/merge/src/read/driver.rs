@@ -179,7 +179,7 @@ impl<W: Write> Writer<W> {
 pub const SIMULATED_MODULES: [&str; 4] = ["nvidia_sim", "drm_sched_sim", "vkms", "sw_sync"];
 
 /// The [`SIMULATED_MODULES`] loaded, read from `/proc/modules`' text.
-pub fn simulated_modules(proc_modules: &str) -> Vec<&'static str> {
+pub(crate) fn simulated_modules(proc_modules: &str) -> Vec<&'static str> {
     SIMULATED_MODULES
         .into_iter()
         .filter(|m| {

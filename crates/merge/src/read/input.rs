@@ -74,7 +74,7 @@ impl GpuInputs {
     }
 
     /// [`GpuInputs::open`], with the PyTorch profiler reader's options.
-    pub fn open_with(
+    pub(crate) fn open_with(
         paths: &[PathBuf],
         strings: &mut StringTable,
         kineto: &kineto::Options,
@@ -150,7 +150,7 @@ impl GpuInputs {
     }
 
     /// The CPU launch stacks the inputs carry, to rewrite them for a view.
-    pub fn launch_stacks_mut(&mut self) -> Option<&mut CpuTrace> {
+    pub(crate) fn launch_stacks_mut(&mut self) -> Option<&mut CpuTrace> {
         self.launch_stacks.as_mut()
     }
 
@@ -461,10 +461,10 @@ mod tests {
             for r in [
                 Record::Process(Process {
                     pid: 42,
-                    ppid: 1,
+                    ppid: Some(1),
                     exe: exe.into(),
                     start_ns: 1,
-                    start_realtime_ns: 0,
+                    start_realtime_ns: None,
                 }),
                 Record::Api(ApiCall {
                     pid: 42,

@@ -260,7 +260,7 @@ impl fmt::Display for Finished {
 }
 
 /// How a program ended, as the summary's first line says it.
-pub fn describe_status(s: ExitStatus) -> String {
+pub(crate) fn describe_status(s: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt as _;
     match (s.code(), s.signal()) {
         (Some(c), _) => format!("exited with code {c}"),

@@ -207,7 +207,7 @@ impl Recording {
 
     /// The CPU stack text `s` as the view shows it (for outputs written
     /// without a join).
-    pub fn view_stack(&self, s: &str) -> String {
+    pub(crate) fn view_stack(&self, s: &str) -> String {
         let empty = rustc_hash::FxHashSet::default();
         let interp = self.cpu.as_ref().map_or(&empty, |c| &c.interpreter_frames);
         self.opts.view.stack(s, &|f| interp.contains(f))
@@ -232,7 +232,7 @@ fn driver_only(dir: &Path) -> bool {
 
 /// The driver event file of the first recording directory among `paths` that
 /// has one.
-pub fn read_driver(paths: &[PathBuf]) -> Result<Option<DriverTrace>> {
+pub(crate) fn read_driver(paths: &[PathBuf]) -> Result<Option<DriverTrace>> {
     let Some(p) = paths
         .iter()
         .map(|d| d.join(super::DRIVER_EVENTS))

@@ -47,24 +47,28 @@ mod stacks;
 #[cfg(feature = "render")]
 pub use diff::{Comparison, Run, Table};
 #[cfg(feature = "render")]
-pub use finish::{Finish, Finished, command_line, describe_status};
+pub use finish::{Finish, Finished, command_line};
 #[cfg(feature = "render")]
-pub use load::{Inputs, Recording, read_driver};
+pub(crate) use load::read_driver;
+#[cfg(feature = "render")]
+pub use load::{Inputs, Recording};
 pub use names::{
-    LOCAL_RANK_VARIABLES, NameError, NameValues, RANK_VARIABLES, WORLD_SIZE_VARIABLES,
-    expand_names, expand_names_here, host_name, origin_from_env, rank_from_env,
+    NameError, NameValues, expand_names, expand_names_here, host_name, origin_from_env,
 };
 #[cfg(feature = "render")]
 pub use plan::{DEFAULT_TITLE, Joined, Outputs, Written, driver_timeline, simulated};
 #[cfg(feature = "render")]
-pub use stacks::{any_has_stacks, write_cpu_trace};
+pub(crate) use stacks::any_has_stacks;
+#[cfg(feature = "render")]
+pub use stacks::write_cpu_trace;
 
 /// The CPU trace's name inside a recording directory.
 pub const CPU_TRACE: &str = "cpu.txt";
 /// The GPU driver event file's name inside a recording directory.
 pub const DRIVER_EVENTS: &str = "driver.tsv";
 /// The kept frame names' file inside a recording directory.
-pub const SYMBOLS: &str = "symbols.txt";
+#[cfg(feature = "render")]
+pub(crate) const SYMBOLS: &str = "symbols.txt";
 /// What every GPU trace's name ends with.
 pub(crate) const GPU_TRACE_SUFFIX: &str = ".gputrace";
 /// The injection library's name for a process's GPU trace inside a recording
@@ -91,7 +95,7 @@ pub(crate) fn is_recorded_file(name: &str) -> bool {
 
 /// The GPU traces inside directory `dir`, in no order; none when it cannot
 /// be listed.
-pub fn gpu_traces(dir: &Path) -> impl Iterator<Item = PathBuf> {
+pub(crate) fn gpu_traces(dir: &Path) -> impl Iterator<Item = PathBuf> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -137,7 +141,8 @@ pub fn check_writable(path: &Path) -> std::io::Result<()> {
 }
 
 /// gpuperf GPU traces at `path`: 1 for a file, those inside a directory.
-pub fn gpu_trace_count(path: &Path) -> usize {
+#[cfg(feature = "render")]
+pub(crate) fn gpu_trace_count(path: &Path) -> usize {
     if path.is_dir() {
         gpu_traces(path).count()
     } else {

@@ -102,7 +102,7 @@ pub fn host_name() -> OsString {
 
 /// The variables that launchers set to a process's distributed rank, in the
 /// order they are believed: torchrun, Slurm, Open MPI, MPICH and PMIx.
-pub const RANK_VARIABLES: [&str; 5] = [
+pub(crate) const RANK_VARIABLES: [&str; 5] = [
     "RANK",
     "SLURM_PROCID",
     "OMPI_COMM_WORLD_RANK",
@@ -112,7 +112,7 @@ pub const RANK_VARIABLES: [&str; 5] = [
 
 /// The variables that launchers set to a process's rank on its host, in the
 /// same order.
-pub const LOCAL_RANK_VARIABLES: [&str; 5] = [
+pub(crate) const LOCAL_RANK_VARIABLES: [&str; 5] = [
     "LOCAL_RANK",
     "SLURM_LOCALID",
     "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -122,7 +122,7 @@ pub const LOCAL_RANK_VARIABLES: [&str; 5] = [
 
 /// The variables that launchers set to the number of processes in the job, in
 /// the same order.
-pub const WORLD_SIZE_VARIABLES: [&str; 5] = [
+pub(crate) const WORLD_SIZE_VARIABLES: [&str; 5] = [
     "WORLD_SIZE",
     "SLURM_NTASKS",
     "OMPI_COMM_WORLD_SIZE",
@@ -137,7 +137,7 @@ fn number_from_env(vars: &[&str], env: &dyn Fn(&str) -> Option<OsString>) -> Opt
 }
 
 /// The distributed rank the environment gives, if any.
-pub fn rank_from_env(env: &dyn Fn(&str) -> Option<OsString>) -> Option<u32> {
+pub(crate) fn rank_from_env(env: &dyn Fn(&str) -> Option<OsString>) -> Option<u32> {
     number_from_env(&RANK_VARIABLES, env)
 }
 

@@ -122,7 +122,7 @@ pub fn serialized(summary: &Summary) -> bool {
 }
 
 /// What the time flamegraphs add to their title when [`serialized`].
-pub const SERIALIZED_TITLE: &str = "kernels serialized for PC sampling";
+pub(crate) const SERIALIZED_TITLE: &str = "kernels serialized for PC sampling";
 
 impl Recording {
     /// Joins and writes every output `outs` names; folded stacks for `-` go to
@@ -229,7 +229,11 @@ impl Recording {
 
     /// Without a GPU trace: folded stacks weighted by launch count, and their
     /// flamegraph. The timeline needs GPU work, so it is not written.
-    pub fn write_cpu_only(&self, outs: &Outputs, stdout: &mut dyn Write) -> Result<Vec<Written>> {
+    pub(crate) fn write_cpu_only(
+        &self,
+        outs: &Outputs,
+        stdout: &mut dyn Write,
+    ) -> Result<Vec<Written>> {
         let Some(cpu) = &self.cpu else {
             return Ok(Vec::new());
         };

@@ -13,7 +13,7 @@ use crate::write::report::{LINE_WIDTH, Reporter, Row, dur};
 
 /// The top `top` kernels by GPU time, each line starting `gpuperf: `'s
 /// summary; nothing when there are none or `top` is 0.
-pub struct KernelTable<'a> {
+pub(crate) struct KernelTable<'a> {
     /// Kernels by total GPU time, largest first.
     pub rows: &'a [Row],
     /// How many to show.

@@ -16,7 +16,7 @@ use crate::read::symbols::{Cached, SymbolCache};
 
 /// Whether any gpuperf GPU trace among `paths` (files, or directories of
 /// `*.gputrace`) says it holds in-process stacks. Reads only their headers.
-pub fn any_has_stacks(paths: &[PathBuf]) -> bool {
+pub(crate) fn any_has_stacks(paths: &[PathBuf]) -> bool {
     let flagged = |p: &Path| {
         let mut h = [0u8; gputrace::HEADER_LEN];
         File::open(p)

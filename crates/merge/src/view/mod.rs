@@ -168,7 +168,7 @@ impl FullNames {
     }
 
     /// Notes every frame of a folded stack and its view.
-    pub fn note_stack(&mut self, view: &View, folded: &str) {
+    pub(crate) fn note_stack(&mut self, view: &View, folded: &str) {
         if view.names == Names::Full {
             return;
         }
@@ -450,7 +450,7 @@ fn cap(s: Cow<'_, str>) -> Cow<'_, str> {
 }
 
 /// `s` in at most `max` characters: its start and end around `…`.
-pub fn elide_middle(s: &str, max: usize) -> String {
+pub(crate) fn elide_middle(s: &str, max: usize) -> String {
     let n = s.chars().count();
     if n <= max {
         return s.to_owned();
@@ -470,7 +470,7 @@ pub(crate) fn is_python_frame(frame: &str) -> bool {
 }
 
 /// The innermost Python frame of a folded stack (root first), if any.
-pub fn innermost_python(folded: &str) -> Option<&str> {
+pub(crate) fn innermost_python(folded: &str) -> Option<&str> {
     folded.rsplit(';').find(|f| is_python_frame(f))
 }
 

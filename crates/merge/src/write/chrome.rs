@@ -23,8 +23,8 @@ use std::io::Write;
 
 use crate::error::{Error, Result};
 use crate::model::Clock;
+pub use crate::write::timeline::gpu_pid;
 use crate::write::timeline::{Arg, Event, Step, Timeline};
-pub use crate::write::timeline::{GPU_PID_BASE, SYNC_TID_BIT, gpu_pid};
 use crate::write::timeline_writer::TimelineWriter;
 
 /// Writes a Chrome trace of what the join streams; a [`Sink`](crate::join::Sink). The document is

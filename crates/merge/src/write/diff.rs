@@ -221,7 +221,7 @@ impl Change {
 
 /// `gpuperf diff --format json`: the totals, the `top` largest changes with
 /// their whole stacks, and the regression found, if any.
-pub fn changes_json(
+pub(crate) fn changes_json(
     what: &str,
     unit: &str,
     before: &Profile,
@@ -415,7 +415,7 @@ impl KernelOverlap {
 /// # Errors
 ///
 /// [`Error::Write`] if inferno fails (it reads and writes memory only).
-pub fn differential_lines(before: &Profile, after: &Profile) -> Result<Vec<String>> {
+pub(crate) fn differential_lines(before: &Profile, after: &Profile) -> Result<Vec<String>> {
     let mut out = Vec::new();
     inferno::differential::from_readers(
         inferno::differential::Options::default(),

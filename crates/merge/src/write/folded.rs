@@ -32,9 +32,9 @@ use crate::write::demangle::Demangler;
 /// Root frame of activities that have no CPU stack.
 pub const NO_STACK_ROOT: &str = "[no CPU stack]";
 /// Prefix of a kernel's frame.
-pub const KERNEL_PREFIX: &str = "[GPU_Kernel]";
+pub(crate) const KERNEL_PREFIX: &str = "[GPU_Kernel]";
 /// Leaf frame of CPU launches that caused no GPU activity.
-pub const PENDING_FRAME: &str = "[GPU_Launch_Pending]";
+pub(crate) const PENDING_FRAME: &str = "[GPU_Launch_Pending]";
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]
 enum Label {

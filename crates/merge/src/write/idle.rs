@@ -83,6 +83,7 @@ pub const LAUNCH_LATENCY_MAX_NS: u64 = 30_000;
 
 /// Why a stream was idle before a piece of work.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Cause {
     /// The launching thread called the launch after the stream went idle.
     CpuLate,
@@ -148,7 +149,7 @@ impl Cause {
 }
 
 /// The timelines' name of a device's gaps, and of their track.
-pub const DEVICE_IDLE: &str = "GPU idle (no stream busy)";
+pub(crate) const DEVICE_IDLE: &str = "GPU idle (no stream busy)";
 
 /// The work on another stream that a stream waited for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -697,7 +698,7 @@ impl Sink for IdleFolder {
         };
         let c = m.charge();
         self.work
-            .entry((a.pid, a.device, a.stream))
+            .entry((a.pid, a.device_key(), a.stream_key()))
             .or_default()
             .push(Work {
                 start: a.start_ns,

@@ -3,9 +3,9 @@
 use crate::model::{ActivityKind, StringId};
 
 /// The timelines' marker for a CPU launch that caused no GPU activity.
-pub const PENDING_MARKER: &str = "launch without GPU activity";
+pub(crate) const PENDING_MARKER: &str = "launch without GPU activity";
 /// The timelines' marker for a CPU launch captured into a CUDA graph.
-pub const CAPTURED_MARKER: &str = "launch captured into a CUDA graph";
+pub(crate) const CAPTURED_MARKER: &str = "launch captured into a CUDA graph";
 
 /// The name the report gives an activity, which the Parquet export's `name`
 /// column repeats: the kernel's name as `kernel` spells it, `[Memcpy HtoD]`

@@ -61,7 +61,7 @@ use crate::write::activity_label;
 use crate::write::demangle::Demangler;
 
 /// The schema version written in each file's metadata.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 /// The events table's file name inside the output directory.
 pub const EVENTS: &str = "events.parquet";
 /// The stacks table's file name inside the output directory.
@@ -70,7 +70,7 @@ pub const STACKS: &str = "stacks.parquet";
 const BATCH_ROWS: usize = 64 * 1024;
 
 /// Writes the two tables into a directory as the join runs; a [`Sink`].
-pub struct ParquetWriter {
+pub(crate) struct ParquetWriter {
     dir: std::path::PathBuf,
     origin: Origin,
     /// Each process's origin, as its trace recorded it, completed by `origin`.
@@ -326,8 +326,8 @@ impl Sink for ParquetWriter {
                 let e = Event {
                     pid: a.pid,
                     tid: m.api.map(|api| api.tid),
-                    device: a.device_ordinal(),
-                    stream: a.stream_id(),
+                    device: a.device,
+                    stream: a.stream,
                     kind,
                     name: &name,
                     symbol,

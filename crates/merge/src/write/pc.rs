@@ -34,11 +34,11 @@ use crate::write::demangle::Demangler;
 use crate::write::folded::{KERNEL_PREFIX, NO_STACK_ROOT, process_name, push_stack};
 
 /// Prefix of a SASS instruction's frame.
-pub const PC_PREFIX: &str = "[GPU_PC]";
+pub(crate) const PC_PREFIX: &str = "[GPU_PC]";
 /// Prefix of a CUDA source line's frame.
-pub const SOURCE_PREFIX: &str = "[CUDA]";
+pub(crate) const SOURCE_PREFIX: &str = "[CUDA]";
 /// Prefix of the stall reason, the leaf.
-pub const STALL_PREFIX: &str = "[Stall]";
+pub(crate) const STALL_PREFIX: &str = "[Stall]";
 /// The frame of an instruction whose module has no line information.
 pub const NO_LINE: &str = "[CUDA]? (no line information: build with -lineinfo)";
 
@@ -164,7 +164,7 @@ pub fn is_pc_folded(lines: &[(String, u64)]) -> bool {
 
 /// A stall reason as people say it: CUPTI's metric name without its common
 /// prefix (`smsp__pcsamp_warps_issue_stalled_long_scoreboard` → `long_scoreboard`).
-pub fn stall_name(reason: &str) -> &str {
+pub(crate) fn stall_name(reason: &str) -> &str {
     reason
         .strip_prefix("smsp__pcsamp_warps_issue_stalled_")
         .or_else(|| reason.strip_prefix("smsp__pcsamp_warps_issue_"))
@@ -207,11 +207,11 @@ impl PcFolder {
 
     /// The folded text of one sample, and its kernel's label.
     fn text(&mut self, ctx: &Context<'_>, s: &PcSample, roots: bool) -> (String, String) {
-        let launch = (s.correlation_id != 0)
-            .then(|| self.launches.get(&(s.pid, s.correlation_id)).copied())
-            .flatten();
+        let launch = s
+            .correlation_id
+            .and_then(|corr| self.launches.get(&(s.pid, corr)).copied());
         match (s.correlation_id, launch) {
-            (0, _) => self.stats.unattributed += u64::from(s.samples),
+            (None, _) => self.stats.unattributed += u64::from(s.samples),
             (_, None) => self.stats.unmatched += u64::from(s.samples),
             (_, Some(_)) => self.stats.attributed += u64::from(s.samples),
         }

@@ -17,7 +17,7 @@ use crate::write::activity_label;
 use crate::write::demangle::Demangler;
 
 /// The widest line the text report writes, in characters.
-pub const LINE_WIDTH: usize = 200;
+pub(crate) const LINE_WIDTH: usize = 200;
 
 #[derive(Default)]
 struct Stats {

@@ -59,11 +59,6 @@ impl<W: Write, F> TimelineWriter<W, F> {
         self.out
     }
 
-    /// Bytes the encoder has written so far.
-    pub(crate) fn written(&self) -> u64 {
-        self.written
-    }
-
     /// The error for a failed write of this output.
     pub(crate) fn write_error(&self, source: std::io::Error) -> Error {
         Error::Write {

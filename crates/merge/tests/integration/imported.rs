@@ -897,10 +897,10 @@ fn model_activities(path: &Path) -> Vec<Gpu> {
                 a.start_ns,
                 a.end_ns,
                 a.correlation_id,
-                a.device,
-                a.stream,
-                a.graph_id,
-                a.graph_node_id,
+                a.device.unwrap_or(u32::MAX),
+                a.stream.unwrap_or(u32::MAX),
+                a.graph_id.unwrap_or(0),
+                a.graph_node_id.unwrap_or(0),
                 what,
             ));
         })

@@ -411,7 +411,7 @@ fn cpu_readers__golden() {
 /// could not tell stays "device unknown" instead of becoming GPU 65535.
 #[test]
 fn chrome_trace__peer_copy_and_unknown_device() {
-    use gpuperf_merge::model::{Activity, MemcpyKind, PeerDevices, Process, UNKNOWN_DEVICE};
+    use gpuperf_merge::model::{Activity, MemcpyKind, PeerDevices, Process};
     use gpuperf_merge::read::gputrace;
 
     let strings = StringTable::new();
@@ -425,23 +425,23 @@ fn chrome_trace__peer_copy_and_unknown_device() {
             device,
             context: 9,
             stream,
-            graph_id: 0,
-            graph_node_id: 0,
+            graph_id: None,
+            graph_node_id: None,
             kind,
         })
     };
     for r in [
         Record::Process(Process {
             pid: 42,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/bin/app".into(),
             start_ns: 1,
-            start_realtime_ns: 2,
+            start_realtime_ns: Some(2),
         }),
         activity(
             1,
-            0,
-            7,
+            Some(0),
+            Some(7),
             ActivityKind::Memcpy {
                 kind: MemcpyKind::PtoP,
                 bytes: 64,
@@ -450,8 +450,8 @@ fn chrome_trace__peer_copy_and_unknown_device() {
         ),
         activity(
             2,
-            UNKNOWN_DEVICE,
-            u32::MAX,
+            None,
+            None,
             ActivityKind::Sync {
                 sync_type: 4,
                 wait: None,

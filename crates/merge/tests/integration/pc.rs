@@ -27,10 +27,10 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
     );
     let mut recs = vec![Record::Process(Process {
         pid: 7,
-        ppid: 1,
+        ppid: Some(1),
         exe: "/usr/bin/trainer".into(),
         start_ns: 0,
-        start_realtime_ns: 0,
+        start_realtime_ns: None,
     })];
     for corr in [1u32, 2] {
         let t = u64::from(corr) * 10_000;
@@ -49,11 +49,11 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
             start_ns: t + 2_000,
             end_ns: t + 7_000,
             correlation_id: corr,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(7),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Kernel {
                 name: gemm,
                 grid: [1, 1, 1],
@@ -76,13 +76,13 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
         })
     };
     recs.extend([
-        sample(1, 0x1f0, Some(42), long_sb, 30),
-        sample(1, 0x200, Some(42), long_sb, 5),
-        sample(2, 0x1f0, Some(42), long_sb, 7),
-        sample(2, 0x80, Some(17), branch, 3),
-        sample(2, 0x90, None, branch, 2),
-        sample(0, 0x1f0, Some(42), long_sb, 11),
-        sample(9, 0x1f0, Some(42), long_sb, 4),
+        sample(Some(1), 0x1f0, Some(42), long_sb, 30),
+        sample(Some(1), 0x200, Some(42), long_sb, 5),
+        sample(Some(2), 0x1f0, Some(42), long_sb, 7),
+        sample(Some(2), 0x80, Some(17), branch, 3),
+        sample(Some(2), 0x90, None, branch, 2),
+        sample(None, 0x1f0, Some(42), long_sb, 11),
+        sample(Some(9), 0x1f0, Some(42), long_sb, 4),
     ]);
     let mut w = gputrace::Writer::new(Vec::new()).unwrap();
     for r in &recs {

@@ -34,11 +34,11 @@ fn act(start: u64, dur: u64, corr: u32, stream: u32, kind: ActivityKind) -> Acti
         start_ns: start,
         end_ns: start + dur,
         correlation_id: corr,
-        device: 0,
+        device: Some(0),
         context: 1,
-        stream,
-        graph_id: 0,
-        graph_node_id: 0,
+        stream: Some(stream),
+        graph_id: None,
+        graph_node_id: None,
         kind,
     }
 }
@@ -48,10 +48,10 @@ pub fn build() -> Scenario {
     let mut records = vec![
         Record::Process(Process {
             pid: PID,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/opt/app/train".into(),
             start_ns: 1_000_000,
-            start_realtime_ns: 0,
+            start_realtime_ns: None,
         }),
         Record::Device(Device {
             pid: PID,
@@ -163,8 +163,8 @@ pub fn build() -> Scenario {
             8,
             k(&mut s, name),
         );
-        a.graph_id = 1;
-        a.graph_node_id = node as u64 + 1;
+        a.graph_id = Some(1);
+        a.graph_node_id = Some(node as u64 + 1);
         records.push(Record::Activity(a));
     }
     // A driver-API launch from a second thread.

@@ -81,10 +81,10 @@ fn trace() -> (Vec<u8>, StringTable) {
     let mut recs = vec![
         Record::Process(Process {
             pid: PID,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/opt/app/bin/trainer".into(),
             start_ns: 0,
-            start_realtime_ns: 0,
+            start_realtime_ns: None,
         }),
         Record::Module(Module {
             pid: PID,
@@ -112,7 +112,7 @@ fn trace() -> (Vec<u8>, StringTable) {
                 StackFrame::Python {
                     function: forward,
                     file,
-                    line: 42,
+                    line: Some(42),
                 },
                 StackFrame::Native {
                     module: 1,
@@ -201,11 +201,11 @@ fn trace() -> (Vec<u8>, StringTable) {
             start_ns: 100_000 + 10_000 * u64::from(corr) + node,
             end_ns: 100_000 + 10_000 * u64::from(corr) + node + dur,
             correlation_id: corr,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream: 7,
-            graph_id: u32::from(node != 0),
-            graph_node_id: node,
+            stream: Some(7),
+            graph_id: (node != 0).then_some(1),
+            graph_node_id: (node != 0).then_some(node),
             kind: ActivityKind::Kernel {
                 name: kernel,
                 grid: [1, 1, 1],

@@ -66,7 +66,7 @@ use self::parse::{Parser, for_each_line};
 pub const HEADER: &str = "# gpuperf-cpu v1";
 
 /// Frame used for a launch whose stack could not be captured.
-pub const NO_STACK_FRAME: &str = "[unknown stack]";
+pub(crate) const NO_STACK_FRAME: &str = "[unknown stack]";
 
 /// Root frame of a stack that stops before the thread's first frame.
 pub const TRUNCATED_FRAME: &str = "[truncated]";
@@ -132,6 +132,7 @@ impl Stacks {
 
 /// Which CPU format a file was in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CpuFormat {
     /// The reference tooling's extended folded lines, without correlation ids.
     Reference,
@@ -231,7 +232,8 @@ impl CpuTrace {
 
     /// Rewrites every stack's text with `f`, stacks that become equal merging
     /// into one; launches, graph nodes and graph stacks follow.
-    pub fn map_stacks(&mut self, mut f: impl FnMut(&str) -> String) {
+    #[cfg(feature = "render")]
+    pub(crate) fn map_stacks(&mut self, mut f: impl FnMut(&str) -> String) {
         let old = std::mem::take(&mut self.stacks);
         let ids: Vec<StackId> = (0..old.len())
             .map(|i| {
@@ -252,12 +254,14 @@ impl CpuTrace {
     }
 
     /// Whether `l` is a synchronization call's stack rather than a launch's.
-    pub fn is_wait(&self, l: &CpuLaunch) -> bool {
+    #[cfg(feature = "render")]
+    pub(crate) fn is_wait(&self, l: &CpuLaunch) -> bool {
         !self.waits.is_empty() && self.waits.contains(&(l.pid, l.correlation_id))
     }
 
     /// The entries that are launches: all but the synchronization calls.
-    pub fn launch_count(&self) -> u64 {
+    #[cfg(feature = "render")]
+    pub(crate) fn launch_count(&self) -> u64 {
         if self.waits.is_empty() {
             return self.launches.len() as u64;
         }
@@ -266,8 +270,9 @@ impl CpuTrace {
 
     /// The stack GPU work of graph node `node`, launched by `launch`, is charged
     /// to, when the node's origin is known.
-    pub fn graph_stack(&self, launch: &CpuLaunch, node: u64) -> Option<StackId> {
-        if node == 0 || self.graph_nodes.is_empty() {
+    pub fn graph_stack(&self, launch: &CpuLaunch, node: Option<u64>) -> Option<StackId> {
+        let node = node?;
+        if self.graph_nodes.is_empty() {
             return None;
         }
         let n = self.graph_nodes.get(&(launch.pid, node))?;
@@ -276,7 +281,8 @@ impl CpuTrace {
 
     /// An empty trace whose launches carry correlation ids: what GPU-side inputs
     /// that hold their own CPU stacks fill (see [`crate::join`]).
-    pub fn with_correlation_ids() -> Self {
+    #[cfg(feature = "render")]
+    pub(crate) fn with_correlation_ids() -> Self {
         Self::new(CpuFormat::Gpuperf)
     }
 
@@ -366,7 +372,8 @@ impl CpuTrace {
     }
 
     /// Whether any launch carries a correlation id.
-    pub fn has_correlation_ids(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_correlation_ids(&self) -> bool {
         self.launches.iter().any(|l| l.correlation_id != 0)
     }
 }

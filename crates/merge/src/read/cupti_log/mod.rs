@@ -121,7 +121,7 @@ pub struct CuptiLog {
 /// lines, wherever it is, starts with a record kind that the CUPTI sample printer
 /// writes, followed by a space. Lines that the reference tooling prints besides
 /// the records may come first.
-pub fn looks_like_cupti_log(head: &[u8]) -> bool {
+pub(crate) fn looks_like_cupti_log(head: &[u8]) -> bool {
     let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
     head.split(|&b| b == b'\n').any(|line| {
         let Some(space) = line.iter().position(|&b| b == b' ') else {

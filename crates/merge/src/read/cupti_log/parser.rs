@@ -7,6 +7,7 @@ use crate::model::{Activity, ActivityKind, Record, StringTable};
 
 use super::items::{Bad, Items, Placement, clip};
 use super::kinds::{Kind, kind_of};
+use super::record::not_all_ones;
 use super::{CuptiLog, is_record_shaped};
 
 /// The record whose continuation lines may follow.
@@ -192,11 +193,12 @@ impl Cont {
                 }
             }
             Cont::Device(p) => {
-                a.device = p.device;
+                // 0 is CUPTI's "not from a graph".
+                a.device = not_all_ones(p.device);
                 a.context = p.context;
-                a.stream = p.stream;
-                a.graph_id = p.graph_id;
-                a.graph_node_id = p.graph_node_id;
+                a.stream = not_all_ones(p.stream);
+                a.graph_id = Some(p.graph_id).filter(|&g| g != 0);
+                a.graph_node_id = Some(p.graph_node_id).filter(|&n| n != 0);
             }
         }
     }

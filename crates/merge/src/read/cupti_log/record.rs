@@ -114,7 +114,7 @@ impl Parser<'_> {
         Ok(Record::Overhead(Overhead {
             pid: 0,
             kind: self.strings.intern(kind),
-            correlation_id: 0,
+            correlation_id: None,
             start_ns: h.start,
             end_ns: h.end,
         }))
@@ -176,13 +176,18 @@ fn activity(h: &Header<'_>, correlation_id: u32, kind: ActivityKind) -> Activity
         start_ns: h.start,
         end_ns: h.end,
         correlation_id,
-        device: 0,
+        device: Some(0),
         context: 0,
-        stream: 0,
-        graph_id: 0,
-        graph_node_id: 0,
+        stream: Some(0),
+        graph_id: None,
+        graph_node_id: None,
         kind,
     }
+}
+
+/// `None` for CUPTI's all-ones "unknown device" and "no stream".
+pub(super) fn not_all_ones(v: u32) -> Option<u32> {
+    (v != u32::MAX).then_some(v)
 }
 
 /// A memset's record.
@@ -210,6 +215,6 @@ fn sync(h: &Header<'_>, items: &Items<'_>) -> Result<Record, Bad> {
         },
     );
     a.context = items.optional("contextId", parse_u32)?.unwrap_or(0);
-    a.stream = items.optional("streamId", parse_u32)?.unwrap_or(0);
+    a.stream = not_all_ones(items.optional("streamId", parse_u32)?.unwrap_or(0));
     Ok(Record::Activity(a))
 }

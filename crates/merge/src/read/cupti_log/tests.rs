@@ -84,17 +84,17 @@ fn reference_log_counts_match_its_readme() {
                 assert_eq!(a.pid, 2_384_094);
                 assert_eq!(
                     (a.device, a.context, a.graph_id, a.graph_node_id),
-                    (0, 1, 0, 0)
+                    (Some(0), 1, None, None)
                 );
                 match a.kind {
                     ActivityKind::Kernel { name, grid, block } => {
                         *kernels.entry(strings.get(name)).or_default() += 1;
                         kernel_corr.push(a.correlation_id);
                         assert!(grid.iter().chain(&block).all(|&d| d > 0), "{a:?}");
-                        *kernel_streams.entry(a.stream).or_default() += 1;
+                        *kernel_streams.entry(a.stream.unwrap()).or_default() += 1;
                     }
                     ActivityKind::Memcpy { kind, bytes, .. } => {
-                        assert_eq!(a.stream, 7);
+                        assert_eq!(a.stream, Some(7));
                         memcpy += 1;
                         *copies.entry(kind).or_default() += 1;
                         assert!(bytes > 0);
@@ -152,11 +152,11 @@ fn reference_log_counts_match_its_readme() {
             start_ns: 1_761_183_645_346_438_172,
             end_ns: 1_761_183_645_346_759_804,
             correlation_id: 166,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream: 13,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(13),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Kernel {
                 name,
                 grid: [32, 32, 8],
@@ -215,13 +215,13 @@ fn small_log_fields() {
     let graph = activities.iter().find(|a| a.correlation_id == 6).unwrap();
     assert_eq!(
         (graph.device, graph.graph_id, graph.graph_node_id),
-        (1, 3, 4_294_967_297)
+        (Some(1), Some(3), Some(4_294_967_297))
     );
     let ctx_sync = activities.iter().find(|a| a.correlation_id == 10).unwrap();
     assert_eq!(
         (ctx_sync.stream, ctx_sync.kind),
         (
-            u32::MAX,
+            None,
             ActivityKind::Sync {
                 sync_type: 4,
                 wait: None
@@ -467,7 +467,10 @@ fn cut_off_records_are_kept_and_counted() {
     let Some(Record::Activity(a)) = log.records.get(1) else {
         panic!("{:?}", log.records)
     };
-    assert_eq!((a.pid, a.device, a.context, a.stream), (9, 0, 0, 0));
+    assert_eq!(
+        (a.pid, a.device, a.context, a.stream),
+        (9, Some(0), 0, Some(0))
+    );
     assert_eq!(
         a.kind,
         ActivityKind::Kernel {
@@ -525,7 +528,7 @@ fn invalid_utf8_names_are_read_lossily() {
     assert!(log.diagnostics.is_empty(), "{:?}", log.diagnostics);
     let Some(Record::Activity(Activity {
         kind: ActivityKind::Kernel { name, .. },
-        stream: 7,
+        stream: Some(7),
         ..
     })) = log.records.first()
     else {
@@ -680,8 +683,8 @@ fn two_device_log_with_tool_lines_is_detected_by_its_records_and_lines_counted()
         ) = r
         {
             assert!(grid.iter().all(|&g| g > 0), "{a:?}");
-            assert!((13..=15).contains(&a.stream), "{a:?}");
-            per_device[a.device as usize] += 1;
+            assert!((13..=15).contains(&a.stream.unwrap()), "{a:?}");
+            per_device[a.device.unwrap() as usize] += 1;
         }
     }
     assert_eq!(per_device, [2115, 2115]);

@@ -24,10 +24,10 @@
 //! | kind | name | payload (bytes) |
 //! |---|---|---|
 //! | 1 | `STRING` | id u32, UTF-8 text |
-//! | 2 | `PROCESS` | pid u32, ppid u32, start_ns u64, start_realtime_ns u64, exe string u32, 0 u32 (32) |
+//! | 2 | `PROCESS` | pid u32, ppid u32 (0: unknown), start_ns u64, start_realtime_ns u64 (0: unknown), exe string u32, 0 u32 (32) |
 //! | 3 | `DEVICE` | id u32, name string u32, cc major u16, cc minor u16 (12) |
 //! | 4 | `API` | start u64, end u64, corr u32, tid u32, cbid u32, name string u32, domain u8 (0 runtime, 1 driver), 0 u8×3 (36), then optionally stack id u32 (40; 0 = none) |
-//! | 5 | `KERNEL` | start u64, end u64, corr u32, name string u32, context u32, stream u32, graph id u32, graph node u64, grid x u32, grid y u16, grid z u16, block x/y/z u16×3, device u16 (60) |
+//! | 5 | `KERNEL` | start u64, end u64, corr u32, name string u32, context u32, stream u32 (`u32::MAX`: not on a stream), graph id u32 (0: not from a graph), graph node u64 (0: none), grid x u32, grid y u16, grid z u16, block x/y/z u16×3, device u16 (60) |
 //! | 6 | `MEMCPY` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, device u16, copy kind u8, 0 u8×5 (56); a peer-to-peer copy adds src device u32, dst device u32 (64) |
 //! | 7 | `MEMSET` | start u64, end u64, bytes u64, graph node u64, corr u32, context u32, stream u32, graph id u32, value u32, device u16, 0 u8×2 (56) |
 //! | 8 | `SYNC` | start u64, end u64, corr u32, context u32, stream u32, sync type u8, 0 u8, device u16 (32) |
@@ -38,7 +38,7 @@
 //! | 13 | `STACK` | id u32 (from 1), end u8, flags u8 (bit 0: Python frames cut at the depth cap), frame count u16, frames (8 + 16 × count) |
 //! | 14 | `GRAPH_NODE` | node id u64, stack id u32, API name string u32 (`u32::MAX`: none) (16) |
 //! | 15 | `THREAD` | tid u32, name string u32 (8): the thread's name; a later record for the same thread supersedes it (a rename). Added without a version bump: older readers skip it |
-//! | 17 | `AUTOGRAD` | corr u32, kind u8 (1 forward, 2 backward), 0 u8×3, thread u64, seq u64 (24): PyTorch autograd's ids for the API record with this correlation id, written after it; forward: RecordFunction thread id and `sequence_number::peek()`, backward: the evaluated node's thread id and sequence number. Added without a version bump: older readers skip it |
+//! | 17 | `AUTOGRAD` | corr u32, kind u8 (1 forward, 2 backward), 0 u8×3, thread u64, seq u64 (24): PyTorch autograd's ids for the API record with this correlation id, written after it; forward: RecordFunction thread id and `sequence_number::peek()`, backward: the evaluated node's thread id and sequence number (`u64::MAX` for a node without a forward op, such as `AccumulateGrad`). Added without a version bump: older readers skip it |
 //! | 18 | `NVTX` | start u64, end u64, tid u32, name string u32, domain string u32 (`u32::MAX`: the default domain), kind u8 (1 push/pop, 2 start/end), flags u8 (bit 0: still open when the trace closed; `end` is the close), 0 u16 (32): an NVTX range, written when it ends (or at the close). Added without a version bump: older readers skip it |
 //! | 19 | `ORIGIN` | host string u32, rank u32, local rank u32, world size u32 (16; `u32::MAX`: unknown): where the process ran, from its launcher's variables (`RANK`, `LOCAL_RANK`, `WORLD_SIZE` and the Slurm, Open MPI and PMI equivalents); follows the `PROCESS` record. Added without a version bump: older readers skip it |
 //! | 20 | `PC_SAMPLE` | corr u32 (0: not one launch's), context u32, function string u32, stall reason index u32, pc offset u64, cubin crc u64, stall reason string u32, samples u32, file string u32 (`u32::MAX`: no line information), line u32 (48): GPU PC samples of one instruction and one stall reason (CUPTI PC sampling). Added without a version bump: older readers skip it |
@@ -48,7 +48,9 @@
 //! the process ended without its exit flush (killed, or by `_exit`), and what it
 //! did after its last periodic flush is missing ([`ReadStats::unclosed`]).
 //!
-//! Devices are u16; 0xffff means unknown. A kernel record is 64 bytes with its
+//! Devices are u16; 0xffff means unknown. Streams, graph ids and graph nodes of
+//! `MEMCPY`, `MEMSET` and `SYNC` records say "none" as in `KERNEL` records;
+//! readers turn these values into `None`. A kernel record is 64 bytes with its
 //! header; an API record 40, or 44 with a stack id.
 //!
 //! # In-process stacks
@@ -65,7 +67,7 @@
 //!   | tag u8 | 0 u8×3 | a u32 | b u64 |
 //!   |---|---|---|---|
 //!   | 0 native | | module id | ELF virtual address to symbolize (inside the call instruction for return addresses) |
-//!   | 1 Python | | function string (`module.qualname`) | file string (low 32 bits), line (high 32 bits) |
+//!   | 1 Python | | function string (`module.qualname`) | file string (low 32 bits), line (high 32 bits; 0: unknown) |
 //!   | 2 unknown (no unwind info; the last frame) | | 0 | absolute address |
 //!
 //!   `end` says how the stack ended: 0 at a root frame (`_start`, `clone`,
@@ -90,7 +92,7 @@ pub use reader::{ReadStats, read};
 pub use writer::Writer;
 
 /// The magic bytes a GPU trace starts with.
-pub const MAGIC: [u8; 8] = *b"GPUPERF\0";
+pub(crate) const MAGIC: [u8; 8] = *b"GPUPERF\0";
 /// The format version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u16 = 1;
 /// Header flag: the trace holds in-process stacks (`STACK` records).
@@ -103,9 +105,9 @@ pub const FLAG_CLOSES: u32 = 2;
 /// the merge's summary looks for it to give unmatched kernels their reason.
 pub const STACKLESS_NOTE: &str = "calls that take a CPU stack have none";
 /// Frames one `STACK` record can hold.
-pub const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
+pub(crate) const MAX_STACK_FRAMES: usize = (u16::MAX as usize - 8) / 16;
 /// The length of the file header that [`header_flags`] decodes.
-pub const HEADER_LEN: usize = 16;
+pub(crate) const HEADER_LEN: usize = 16;
 const RECORD_HEADER_LEN: usize = 4;
 
 mod kind {
@@ -132,7 +134,7 @@ mod kind {
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.
-pub fn is_gpu_trace(bytes: &[u8]) -> bool {
+pub(crate) fn is_gpu_trace(bytes: &[u8]) -> bool {
     bytes.starts_with(&MAGIC)
 }
 

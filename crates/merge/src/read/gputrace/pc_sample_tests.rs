@@ -36,13 +36,13 @@ fn samples(strings: &mut StringTable) -> Vec<Record> {
     vec![
         Record::Process(Process {
             pid: 42,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/opt/app".into(),
             start_ns: 1,
-            start_realtime_ns: 2,
+            start_realtime_ns: Some(2),
         }),
-        sample(7, 0x40, Some((file, 14))),
-        sample(0, 0x80, None),
+        sample(Some(7), 0x40, Some((file, 14))),
+        sample(None, 0x80, None),
     ]
 }
 
@@ -79,12 +79,15 @@ fn pc_samples_round_trip_with_and_without_a_source_line() {
             p.stall_reason_index,
             p.samples
         ),
-        (7, 1, 0x40, 0x1234_5678_9abc_def0, 8, 146)
+        (Some(7), 1, 0x40, 0x1234_5678_9abc_def0, 8, 146)
     );
     let Record::PcSample(p) = &back[2] else {
         panic!("{back:?}")
     };
-    assert_eq!((p.correlation_id, p.pc_offset, p.source), (0, 0x80, None));
+    assert_eq!(
+        (p.correlation_id, p.pc_offset, p.source),
+        (None, 0x80, None)
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
     DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Origin,
     Overhead, PcSample, PeerDevices, Process, ProcessOrigin, Record, Stack, StackEnd, StackFrame,
-    StringId, StringTable, ThreadName, UNKNOWN_DEVICE,
+    StringId, StringTable, ThreadName,
 };
 
 use super::{
@@ -350,9 +350,9 @@ impl Decoder<'_> {
             correlation_id: corr,
             device: device(dev),
             context: ctx,
-            stream,
-            graph_id: graph,
-            graph_node_id: node,
+            stream: stream_of(stream),
+            graph_id: unless_zero(graph),
+            graph_node_id: unless_zero(node),
             kind: ActivityKind::Memcpy {
                 kind: MemcpyKind::from_u8(k),
                 bytes,
@@ -372,9 +372,9 @@ impl Decoder<'_> {
             correlation_id: corr,
             device: device(dev),
             context: ctx,
-            stream,
-            graph_id: graph,
-            graph_node_id: node,
+            stream: stream_of(stream),
+            graph_id: unless_zero(graph),
+            graph_node_id: unless_zero(node),
             kind: ActivityKind::Memset { bytes, value },
         }))
     }
@@ -391,9 +391,9 @@ impl Decoder<'_> {
             correlation_id: corr,
             device: device(dev),
             context: ctx,
-            stream,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: stream_of(stream),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Sync {
                 sync_type,
                 wait: None,
@@ -418,7 +418,7 @@ impl Decoder<'_> {
 
     fn overhead(&mut self, f: &mut Fields<'_>, offset: u64) -> Option<Record> {
         let (start_ns, end_ns, k) = (f.u64()?, f.u64()?, f.u32()?);
-        let correlation_id = f.u32().unwrap_or(0);
+        let correlation_id = f.u32().and_then(unless_zero);
         let kind = self.string(k, offset);
         Some(Record::Overhead(Overhead {
             pid: self.pid,
@@ -477,7 +477,10 @@ impl Decoder<'_> {
                 thread,
                 next_seq: seq,
             },
-            2 => AutogradTag::Backward { thread, seq },
+            2 => AutogradTag::Backward {
+                thread,
+                seq: (seq != u64::MAX).then_some(seq),
+            },
             _ => return Some(Err(())),
         };
         Some(Ok(Record::Autograd(Autograd {
@@ -522,7 +525,7 @@ impl Decoder<'_> {
         let source = (file != u32::MAX).then(|| (self.string(file, offset), line));
         Some(Record::PcSample(PcSample {
             pid: self.pid,
-            correlation_id,
+            correlation_id: unless_zero(correlation_id),
             context,
             function,
             pc_offset,
@@ -541,10 +544,10 @@ impl Decoder<'_> {
         let exe = self.string(exe, offset);
         Some(Record::Process(Process {
             pid,
-            ppid,
+            ppid: unless_zero(ppid),
             exe: self.strings.get(exe).to_owned(),
             start_ns,
-            start_realtime_ns,
+            start_realtime_ns: unless_zero(start_realtime_ns),
         }))
     }
 
@@ -579,7 +582,7 @@ impl Decoder<'_> {
                 1 => StackFrame::Python {
                     function: self.string(a, offset),
                     file: self.string(b as u32, offset),
-                    line: (b >> 32) as u32,
+                    line: unless_zero((b >> 32) as u32),
                 },
                 _ => StackFrame::Unknown { address: b },
             });
@@ -611,9 +614,9 @@ impl Decoder<'_> {
             correlation_id: corr,
             device,
             context,
-            stream,
-            graph_id,
-            graph_node_id,
+            stream: stream_of(stream),
+            graph_id: unless_zero(graph_id),
+            graph_node_id: unless_zero(graph_node_id),
             kind: ActivityKind::Kernel { name, grid, block },
         }))
     }
@@ -637,11 +640,17 @@ impl Decoder<'_> {
     }
 }
 
-/// The on-disk device: 0xffff means unknown, and so does any ordinal too large.
-fn device(d: u16) -> u32 {
-    if d == u16::MAX {
-        UNKNOWN_DEVICE
-    } else {
-        u32::from(d)
-    }
+/// The on-disk device: 0xffff means unknown.
+fn device(d: u16) -> Option<u32> {
+    (d != u16::MAX).then_some(u32::from(d))
+}
+
+/// The on-disk stream: `u32::MAX` means not on a stream.
+fn stream_of(s: u32) -> Option<u32> {
+    (s != u32::MAX).then_some(s)
+}
+
+/// An on-disk id or time where 0 means none or unknown.
+fn unless_zero<T: Default + PartialEq>(v: T) -> Option<T> {
+    (v != T::default()).then_some(v)
 }

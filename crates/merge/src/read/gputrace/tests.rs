@@ -11,7 +11,7 @@ use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
     DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Origin,
     Overhead, PeerDevices, Process, ProcessOrigin, Record, Stack, StackEnd, StackFrame, StringId,
-    StringTable, ThreadName, UNKNOWN_DEVICE,
+    StringTable, ThreadName,
 };
 
 pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
@@ -21,10 +21,10 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
     vec![
         Record::Process(Process {
             pid: 42,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/bin/app".into(),
             start_ns: 10,
-            start_realtime_ns: 20,
+            start_realtime_ns: Some(20),
         }),
         Record::Device(Device {
             pid: 42,
@@ -47,11 +47,11 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
             start_ns: 200,
             end_ns: 1200,
             correlation_id: 7,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream: 13,
-            graph_id: 3,
-            graph_node_id: 1 << 40,
+            stream: Some(13),
+            graph_id: Some(3),
+            graph_node_id: Some(1 << 40),
             kind: ActivityKind::Kernel {
                 name: k,
                 grid: [1 << 20, 2, 3],
@@ -63,11 +63,11 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
             start_ns: 300,
             end_ns: 400,
             correlation_id: 8,
-            device: 1,
+            device: Some(1),
             context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(7),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Memcpy {
                 kind: MemcpyKind::DtoH,
                 bytes: 4096,
@@ -79,11 +79,11 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
             start_ns: 410,
             end_ns: 480,
             correlation_id: 11,
-            device: 1,
+            device: Some(1),
             context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(7),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Memcpy {
                 kind: MemcpyKind::PtoP,
                 bytes: 8192,
@@ -95,11 +95,11 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
             start_ns: 500,
             end_ns: 600,
             correlation_id: 9,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(7),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Memset {
                 bytes: 64,
                 value: 0xff,
@@ -110,11 +110,11 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
             start_ns: 700,
             end_ns: 900,
             correlation_id: 10,
-            device: 0,
+            device: Some(0),
             context: 1,
-            stream: 7,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: Some(7),
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Sync {
                 sync_type: 3,
                 wait: None,
@@ -127,11 +127,11 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
             start_ns: 910,
             end_ns: 990,
             correlation_id: 12,
-            device: UNKNOWN_DEVICE,
+            device: None,
             context: 9,
-            stream: u32::MAX,
-            graph_id: 0,
-            graph_node_id: 0,
+            stream: None,
+            graph_id: None,
+            graph_node_id: None,
             kind: ActivityKind::Sync {
                 sync_type: 4,
                 wait: None,
@@ -150,7 +150,7 @@ pub(crate) fn sample(strings: &mut StringTable) -> Vec<Record> {
         Record::Overhead(Overhead {
             pid: 42,
             kind: ovh,
-            correlation_id: 77,
+            correlation_id: Some(77),
             start_ns: 1,
             end_ns: 2,
         }),
@@ -575,7 +575,7 @@ pub(crate) fn stack_sample(strings: &mut StringTable) -> (Vec<Record>, Vec<(ApiC
             StackFrame::Python {
                 function: f,
                 file,
-                line: 17,
+                line: Some(17),
             },
             StackFrame::Native {
                 module: 0,
@@ -618,10 +618,10 @@ pub(crate) fn stack_sample(strings: &mut StringTable) -> (Vec<Record>, Vec<(ApiC
         vec![
             Record::Process(Process {
                 pid: 42,
-                ppid: 1,
+                ppid: Some(1),
                 exe: "/opt/app/bin/app".into(),
                 start_ns: 1,
-                start_realtime_ns: 2,
+                start_realtime_ns: Some(2),
             }),
             module,
             stack,
@@ -638,10 +638,10 @@ fn thread_names_round_trip_and_a_rename_follows() {
     let strings = StringTable::new();
     let proc_rec = Record::Process(Process {
         pid: 42,
-        ppid: 1,
+        ppid: Some(1),
         exe: "/opt/app".into(),
         start_ns: 1,
-        start_realtime_ns: 2,
+        start_realtime_ns: Some(2),
     });
     let name = |tid, n: &str| {
         Record::Thread(ThreadName {
@@ -669,10 +669,10 @@ fn origins_round_trip_with_unknown_fields_and_belong_to_their_process() {
     let process = |pid| {
         Record::Process(Process {
             pid,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/usr/bin/python3".into(),
             start_ns: 1,
-            start_realtime_ns: 2,
+            start_realtime_ns: Some(2),
         })
     };
     let origin = |pid, host: Option<&str>, rank, world_size| {
@@ -719,10 +719,10 @@ fn autograd_tags_round_trip_and_an_unknown_kind_is_skipped() {
     let recs = [
         Record::Process(Process {
             pid: 42,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/opt/app".into(),
             start_ns: 1,
-            start_realtime_ns: 2,
+            start_realtime_ns: Some(2),
         }),
         tag(
             7,
@@ -735,7 +735,7 @@ fn autograd_tags_round_trip_and_an_unknown_kind_is_skipped() {
             9,
             AutogradTag::Backward {
                 thread: 1,
-                seq: u64::MAX,
+                seq: None,
             },
         ),
     ];
@@ -774,10 +774,10 @@ fn nvtx_ranges_round_trip() {
     let recs = [
         Record::Process(Process {
             pid: 42,
-            ppid: 1,
+            ppid: Some(1),
             exe: "/opt/app".into(),
             start_ns: 1,
-            start_realtime_ns: 2,
+            start_realtime_ns: Some(2),
         }),
         range(step, None, NvtxKind::PushPop, false),
         range(fwd, Some(dom), NvtxKind::StartEnd, true),
@@ -839,7 +839,7 @@ fn stacks_and_api_stack_ids_round_trip() {
     };
     assert_eq!(
         (bstrings.get(function), bstrings.get(file), line),
-        ("train.step", "/srv/train.py", 17)
+        ("train.step", "/srv/train.py", Some(17))
     );
     assert_eq!(back[1], recs[1]);
     assert_eq!(back[3], recs[3]);

@@ -124,9 +124,9 @@ impl<W: Write> Writer<W> {
                 let exe = self.intern(&p.exe)?;
                 self.begin(kind::PROCESS);
                 self.u32(p.pid)
-                    .u32(p.ppid)
+                    .u32(p.ppid.unwrap_or(0))
                     .u64(p.start_ns)
-                    .u64(p.start_realtime_ns)
+                    .u64(p.start_realtime_ns.unwrap_or(0))
                     .u32(exe)
                     .u32(0);
             }
@@ -169,7 +169,7 @@ impl<W: Write> Writer<W> {
                 self.u64(o.start_ns)
                     .u64(o.end_ns)
                     .u32(k)
-                    .u32(o.correlation_id);
+                    .u32(o.correlation_id.unwrap_or(0));
             }
             Record::Note(n) => {
                 self.begin(kind::NOTE);
@@ -203,7 +203,7 @@ impl<W: Write> Writer<W> {
             Record::Autograd(a) => {
                 let (k, thread, seq) = match a.tag {
                     AutogradTag::Forward { thread, next_seq } => (1, thread, next_seq),
-                    AutogradTag::Backward { thread, seq } => (2, thread, seq),
+                    AutogradTag::Backward { thread, seq } => (2, thread, seq.unwrap_or(u64::MAX)),
                 };
                 self.begin(kind::AUTOGRAD);
                 self.u32(a.correlation_id).u8(k).u8(0).u16(0);
@@ -256,7 +256,9 @@ impl<W: Write> Writer<W> {
             None => (u32::MAX, 0),
         };
         self.begin(kind::PC_SAMPLE);
-        self.u32(p.correlation_id).u32(p.context).u32(function);
+        self.u32(p.correlation_id.unwrap_or(0))
+            .u32(p.context)
+            .u32(function);
         self.u32(p.stall_reason_index)
             .u64(p.pc_offset)
             .u64(p.cubin_crc);
@@ -295,7 +297,7 @@ impl<W: Write> Writer<W> {
                 StackFrame::Python { line, .. } => {
                     let (function, file) = python.next().unwrap_or_default();
                     self.u8(1).u8(0).u16(0).u32(function);
-                    self.u32(file).u32(line);
+                    self.u32(file).u32(line.unwrap_or(0));
                 }
                 StackFrame::Unknown { address } => {
                     self.u8(2).u8(0).u16(0).u32(0).u64(address);
@@ -306,7 +308,12 @@ impl<W: Write> Writer<W> {
     }
 
     fn activity(&mut self, a: &Activity, strings: &StringTable) -> io::Result<()> {
-        let dev = u16::try_from(a.device).unwrap_or(u16::MAX);
+        // Unknown, and any ordinal too large, is 0xffff on disk.
+        let dev = a
+            .device
+            .and_then(|d| u16::try_from(d).ok())
+            .unwrap_or(u16::MAX);
+        let stream = a.stream.unwrap_or(u32::MAX);
         match a.kind {
             ActivityKind::Kernel { name, grid, block } => {
                 let name = self.intern_id(name, strings)?;
@@ -316,9 +323,9 @@ impl<W: Write> Writer<W> {
                     .u32(a.correlation_id)
                     .u32(name);
                 self.u32(a.context)
-                    .u32(a.stream)
-                    .u32(a.graph_id)
-                    .u64(a.graph_node_id);
+                    .u32(stream)
+                    .u32(a.graph_id.unwrap_or(0))
+                    .u64(a.graph_node_id.unwrap_or(0));
                 self.u32(grid[0]).u16(sat16(grid[1])).u16(sat16(grid[2]));
                 self.u16(sat16(block[0]))
                     .u16(sat16(block[1]))
@@ -330,14 +337,14 @@ impl<W: Write> Writer<W> {
                 bytes,
                 peer,
             } => {
-                self.copy_prefix(kind::MEMCPY, a, bytes);
+                self.copy_prefix(kind::MEMCPY, a, bytes, stream);
                 self.u16(dev).u8(k as u8).u8(0).u32(0);
                 if let Some(p) = peer {
                     self.u32(p.src).u32(p.dst);
                 }
             }
             ActivityKind::Memset { bytes, value } => {
-                self.copy_prefix(kind::MEMSET, a, bytes);
+                self.copy_prefix(kind::MEMSET, a, bytes, stream);
                 self.u32(value).u16(dev).u16(0);
             }
             ActivityKind::Sync { sync_type, .. } => {
@@ -346,7 +353,7 @@ impl<W: Write> Writer<W> {
                     .u64(a.end_ns)
                     .u32(a.correlation_id)
                     .u32(a.context)
-                    .u32(a.stream);
+                    .u32(stream);
                 self.u8(sync_type).u8(0).u16(dev);
             }
         }
@@ -354,16 +361,16 @@ impl<W: Write> Writer<W> {
     }
 
     /// The 48 bytes MEMCPY and MEMSET payloads share.
-    fn copy_prefix(&mut self, kind: u8, a: &Activity, bytes: u64) {
+    fn copy_prefix(&mut self, kind: u8, a: &Activity, bytes: u64, stream: u32) {
         self.begin(kind);
         self.u64(a.start_ns)
             .u64(a.end_ns)
             .u64(bytes)
-            .u64(a.graph_node_id);
+            .u64(a.graph_node_id.unwrap_or(0));
         self.u32(a.correlation_id)
             .u32(a.context)
-            .u32(a.stream)
-            .u32(a.graph_id);
+            .u32(stream)
+            .u32(a.graph_id.unwrap_or(0));
     }
 
     /// Flushes the underlying stream.

@@ -23,8 +23,8 @@
 //! its correlation id.
 //!
 //! - Kernels, copies and memsets of a replayed CUDA graph carry `args."graph id"`
-//!   and `args."graph node id"` (Kineto with CUDA 12 and later; `0` outside graphs),
-//!   read into [`Activity::graph_id`](crate::model::Activity::graph_id) and [`Activity::graph_node_id`](crate::model::Activity::graph_node_id). They share
+//!   and `args."graph node id"` (Kineto with CUDA 12 and later; `0` outside graphs, read
+//!   as `None`), read into [`Activity::graph_id`](crate::model::Activity::graph_id) and [`Activity::graph_node_id`](crate::model::Activity::graph_node_id). They share
 //!   the `cudaGraphLaunch` call's correlation id, so they are charged to its stack.
 //! - A peer-to-peer copy names its devices `args.fromDevice` and `args.toDevice`,
 //!   and the device that ran it `args.inDevice`: they become the copy's
@@ -163,7 +163,7 @@ use stream::{Walk, Window, walk};
 
 /// Whether the start of a file looks like a Kineto trace: a JSON object. (Which
 /// JSON objects are traces is known only once `traceEvents` is found.)
-pub fn looks_like_kineto(head: &[u8]) -> bool {
+pub(crate) fn looks_like_kineto(head: &[u8]) -> bool {
     let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
     head.iter()
         .find(|b| !b.is_ascii_whitespace())

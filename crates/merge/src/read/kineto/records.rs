@@ -6,7 +6,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, MemcpyKind, Origin, PeerDevices, Process,
-    ProcessOrigin, Record, SyncWait, UNKNOWN_DEVICE, api_base_name, is_launch_api,
+    ProcessOrigin, Record, SyncWait, api_base_name, is_launch_api,
 };
 
 use super::event::{Args, frame_text, number_text, parse_int, parse_u32, sync_type};
@@ -70,9 +70,11 @@ impl Builder<'_> {
                 format!("`{}` event without a valid `args.correlation`", x.cat),
             );
         };
-        let mut device = parse_u32(args.device);
+        // All ones is CUPTI's "unknown" device and "no stream".
+        let mut device = parse_u32(args.device).filter(|&d| d != u32::MAX);
         let mut context = parse_u32(args.context);
-        let mut stream = parse_u32(args.stream).unwrap_or(0);
+        let mut stream = Some(parse_u32(args.stream).unwrap_or(0)).filter(|&s| s != u32::MAX);
+        let mut sync = false;
         let kind = match what {
             What::Kernel => ActivityKind::Kernel {
                 name: self.strings.intern(name),
@@ -93,11 +95,11 @@ impl Builder<'_> {
                 // all-ones in older traces.
                 stream = parse_int(args.stream)
                     .and_then(|s| u32::try_from(s).ok())
-                    .unwrap_or(u32::MAX);
+                    .filter(|&s| s != u32::MAX);
                 if device.is_none() {
                     self.syncs_without_device += 1;
                 }
-                device = device.or(Some(UNKNOWN_DEVICE));
+                sync = true;
                 self.sync_kind(x)
             }
         };
@@ -108,7 +110,8 @@ impl Builder<'_> {
             start_ns: x.start,
             end_ns: x.end,
             correlation_id,
-            device: device.unwrap_or(0),
+            // GPU work without a device ran on the first; a sync's is unknown.
+            device: if sync { device } else { device.or(Some(0)) },
             context: context.unwrap_or(0),
             stream,
             graph_id,
@@ -158,11 +161,12 @@ impl Builder<'_> {
         ActivityKind::Sync { sync_type, wait }
     }
 
-    /// The CUDA graph and node an activity ran from, `(0, 0)` when none.
-    pub(super) fn graph_ids(&mut self, x: &Slice<'_, '_>) -> (u32, u64) {
+    /// The CUDA graph and node an activity ran from, each `None` when none
+    /// (0 is CUDA's "none" too).
+    pub(super) fn graph_ids(&mut self, x: &Slice<'_, '_>) -> (Option<u32>, Option<u64>) {
         let (g, n) = (x.args.graph_id, x.args.graph_node_id);
         if g.is_none() && n.is_none() {
-            return (0, 0);
+            return (None, None);
         }
         let id = g.map(|g| number_text(g).parse::<u32>().ok());
         let node = n.map(|n| number_text(n).parse::<u64>().ok());
@@ -171,9 +175,12 @@ impl Builder<'_> {
                 x.at,
                 format!("`{}` event whose `graph id` or `graph node id` is not a number: read as not from a graph", x.cat),
             );
-            return (0, 0);
+            return (None, None);
         }
-        (id.flatten().unwrap_or(0), node.flatten().unwrap_or(0))
+        (
+            id.flatten().filter(|&g| g != 0),
+            node.flatten().filter(|&n| n != 0),
+        )
     }
 
     /// The event a sync waited on (`args.wait_on_…`), when the event names any
@@ -344,10 +351,10 @@ impl Builder<'_> {
         for &pid in &pids {
             head.push(Record::Process(Process {
                 pid,
-                ppid: 0,
+                ppid: None,
                 exe: self.process_names.get(&pid).cloned().unwrap_or_default(),
                 start_ns: first,
-                start_realtime_ns: first,
+                start_realtime_ns: Some(first),
             }));
             if let Some(d) = &self.distributed {
                 head.push(Record::Origin(ProcessOrigin {

@@ -160,7 +160,7 @@ fn sync_wait_that_is_not_a_number_is_one_diagnostic_and_the_sync_kept() {
     let wait = imp.records.iter().find_map(|r| match r {
         Record::Activity(Activity {
             kind: ActivityKind::Sync { sync_type: 2, wait },
-            stream: 3,
+            stream: Some(3),
             ..
         }) => Some(*wait),
         _ => None,

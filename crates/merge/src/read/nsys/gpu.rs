@@ -20,11 +20,11 @@ fn activity(time: Time, c: [i64; 7], kind: ActivityKind) -> Activity {
         start_ns: time.at(start),
         end_ns: time.at(end),
         correlation_id: u32::try_from(corr).unwrap_or(0),
-        device: u32::try_from(dev).unwrap_or(0),
+        device: Some(u32::try_from(dev).unwrap_or(0)).filter(|&d| d != u32::MAX),
         context: u32::try_from(ctx).unwrap_or(0),
-        stream: u32::try_from(stream).unwrap_or(u32::MAX),
-        graph_id: 0,
-        graph_node_id: 0,
+        stream: u32::try_from(stream).ok().filter(|&s| s != u32::MAX),
+        graph_id: None,
+        graph_node_id: None,
         kind,
     }
 }
@@ -86,7 +86,7 @@ pub(super) fn kernels(
             block,
         };
         let mut a = activity(time, c, kind);
-        a.graph_node_id = u64::try_from(node).unwrap_or(0);
+        a.graph_node_id = u64::try_from(node).ok().filter(|&n| n != 0);
         out.push(a);
     })
 }

@@ -80,7 +80,7 @@ use runtime::Call;
 use schema::{Export, Skipped};
 
 /// Whether the start of a file is an SQLite database.
-pub fn is_sqlite(head: &[u8]) -> bool {
+pub(crate) fn is_sqlite(head: &[u8]) -> bool {
     head.starts_with(b"SQLite format 3\0")
 }
 
@@ -236,8 +236,8 @@ fn or_note<T: Default>(notes: &mut Vec<String>, table: &str, without: &str, r: R
 fn unnamed_gpus_note(activities: &[Activity], gpus: &Gpus) -> Option<String> {
     let mut unnamed: Vec<u32> = activities
         .iter()
-        .filter(|a| !gpus.of(a.pid).any(|g| g.id == a.device))
-        .map(|a| a.device)
+        .filter(|a| !gpus.of(a.pid).any(|g| Some(g.id) == a.device))
+        .map(|a| a.device_key())
         .collect();
     unnamed.sort_unstable();
     unnamed.dedup();
@@ -338,14 +338,10 @@ fn push_processes(
     for pid in pids {
         imp.records.push(Record::Process(Process {
             pid,
-            ppid: 0,
+            ppid: None,
             exe: meta.process_names.get(&pid).cloned().unwrap_or_default(),
             start_ns: first,
-            start_realtime_ns: if imp.clock == crate::model::Clock::Realtime {
-                first
-            } else {
-                0
-            },
+            start_realtime_ns: (imp.clock == crate::model::Clock::Realtime).then_some(first),
         }));
         for g in meta.gpus.of(pid) {
             imp.records.push(Record::Device(Device {

@@ -174,7 +174,7 @@ pub fn vblank_events(events: &[DriverEvent]) -> Vec<VblankEvent> {
 /// A job's id as users see it: its finished fence, `context:seqno`, which
 /// names the fence on its context's track. `None` for the scheduler fence's
 /// kernel address that older recordings hold (not to be spread further).
-pub fn job_fence(id: u64) -> Option<String> {
+pub(crate) fn job_fence(id: u64) -> Option<String> {
     (id >> 47 != 0x1ffff).then(|| format!("{}:{}", id >> 32, id & 0xffff_ffff))
 }
 

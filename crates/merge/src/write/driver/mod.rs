@@ -41,7 +41,7 @@ use crate::join::{Context, Match};
 use crate::model::{DriverEvent, DriverKind, Record};
 
 pub use jobs::{
-    Job, VblankEvent, VblankPairer, in_irq, job_fence, jobs, name_job_fence_contexts, vblank_events,
+    Job, VblankEvent, VblankPairer, in_irq, jobs, name_job_fence_contexts, vblank_events,
 };
 pub use text::Reporter;
 pub use timeline::{Group, Item, Lane, Link, process_name, timeline};
@@ -92,7 +92,7 @@ impl Calls {
     }
 
     /// The calls collected.
-    pub fn into_calls(self) -> Vec<Call> {
+    pub(crate) fn into_calls(self) -> Vec<Call> {
         self.calls
     }
 }
@@ -164,7 +164,7 @@ fn names_its_process(k: DriverKind) -> bool {
 /// thread's, else its first-seen thread's. For processes that made no CUDA
 /// call, whose names the GPU trace does not give.
 #[derive(Clone, Debug, Default)]
-pub struct Comms {
+pub(crate) struct Comms {
     /// By (pid, tid).
     pub threads: FxHashMap<(u32, u32), String>,
     /// By pid.

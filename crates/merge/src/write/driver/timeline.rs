@@ -14,6 +14,7 @@ use super::{Call, nest, recorded_processes, thread_text, xid_process_text};
 
 /// Where a timeline item goes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Lane {
     /// A CPU thread's own track.
     Thread {
@@ -44,6 +45,7 @@ pub enum Lane {
 
 /// The kinds of the driver pseudo-process's tracks, in their order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Group {
     /// Interrupts and bottom halves.
     Interrupts,

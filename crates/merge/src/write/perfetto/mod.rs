@@ -32,7 +32,7 @@ use crate::write::timeline_writer::TimelineWriter;
 
 /// Whether `path` asks for a Perfetto protobuf trace: it ends in `.pftrace` or
 /// `.perfetto-trace`.
-pub fn wanted_for(path: &Path) -> bool {
+pub(crate) fn wanted_for(path: &Path) -> bool {
     let name = path.to_string_lossy().to_ascii_lowercase();
     name.ends_with(".pftrace") || name.ends_with(".perfetto-trace")
 }
@@ -78,11 +78,6 @@ impl<W: Write> TimelineWriter<W, Protobuf> {
     /// Starts the trace.
     pub fn new(out: W) -> Result<Self> {
         Ok(Self::with_encoder(out, "Perfetto trace", encode))
-    }
-
-    /// Bytes written so far.
-    pub fn bytes_written(&self) -> u64 {
-        self.written()
     }
 }
 

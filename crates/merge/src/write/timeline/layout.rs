@@ -4,12 +4,11 @@
 use rustc_hash::FxHashMap;
 
 use crate::join::{Context, Summary};
-use crate::model::UNKNOWN_DEVICE;
 use crate::write::driver::{self, DRIVER_PID};
 
 use super::{
     Builder, EventId, Flow, GPU_PID_BASE, Packing, SYNC_TID_BIT, Step, Timeline, Track, TrackId,
-    TrackKey, gpu_pid,
+    TrackKey, device_pid,
 };
 
 impl Builder {
@@ -28,7 +27,7 @@ impl Builder {
             }
         }
         for &(pid, device) in &self.gpus {
-            let name = if device == UNKNOWN_DEVICE {
+            let name = if device == u32::MAX {
                 format!("GPU ? (device unknown, pid {pid})")
             } else {
                 let dev = self.devices.get(&(pid, device)).map_or("", String::as_str);
@@ -38,7 +37,7 @@ impl Builder {
                 };
                 format!("GPU {device} {dev} ({place})").replace("  ", " ")
             };
-            let i = self.process_index[&gpu_pid(pid, device)];
+            let i = self.process_index[&device_pid(pid, device)];
             self.processes[i].name = name;
         }
     }

@@ -54,10 +54,17 @@ use crate::write::idle::IdleFolder;
 use records::CallKey;
 
 /// First pid of the pseudo-processes that hold GPU tracks.
-pub const GPU_PID_BASE: u64 = 1 << 30;
+pub(crate) const GPU_PID_BASE: u64 = 1 << 30;
 
-/// The pid of the pseudo-process holding the tracks of `device` of `pid`.
-pub fn gpu_pid(pid: u32, device: u32) -> u64 {
+/// The pid of the pseudo-process holding the tracks of `device` of `pid`
+/// (`None`: the device is unknown).
+pub fn gpu_pid(pid: u32, device: Option<u32>) -> u64 {
+    device_pid(pid, device.unwrap_or(u32::MAX))
+}
+
+/// [`gpu_pid`] of a track's device, `u32::MAX` when unknown (as the timeline
+/// keys its GPU tracks).
+pub(crate) fn device_pid(pid: u32, device: u32) -> u64 {
     GPU_PID_BASE + (u64::from(device.min(127)) << 22) + u64::from(pid & ((1 << 22) - 1))
 }
 
@@ -65,7 +72,7 @@ pub fn gpu_pid(pid: u32, device: u32) -> u64 {
 pub(crate) const NVTX_START_END_TRACK: &str = "NVTX ranges (start/end)";
 
 /// Set in the tid of a stream's synchronization track.
-pub const SYNC_TID_BIT: u64 = 1 << 31;
+pub(crate) const SYNC_TID_BIT: u64 = 1 << 31;
 
 /// Index of a track in [`Timeline::tracks`].
 pub(crate) type TrackId = usize;

@@ -16,8 +16,8 @@ use crate::write::driver::{self, DRIVER_PID, Lane};
 use crate::write::idle::{DEVICE_IDLE, IdleFolder};
 
 use super::{
-    Arg, Builder, Event, EventId, NVTX_START_END_TRACK, Packing, Track, TrackId, TrackKey, gpu_pid,
-    sync_name,
+    Arg, Builder, Event, EventId, NVTX_START_END_TRACK, Packing, Track, TrackId, TrackKey,
+    device_pid, sync_name,
 };
 
 impl Builder {
@@ -44,7 +44,7 @@ impl Builder {
 
     pub(super) fn activity(&mut self, ctx: &Context<'_>, a: &Activity, m: &Match<'_>) {
         let is_sync = matches!(a.kind, ActivityKind::Sync { .. });
-        let track = self.gpu_track(a.pid, a.device, a.stream, is_sync);
+        let track = self.gpu_track(a.pid, a.device_key(), a.stream_key(), is_sync);
         let (cat, name) = match a.kind {
             ActivityKind::Kernel { name, .. } => {
                 let n = match self.kernel_names.get(&name) {
@@ -72,7 +72,7 @@ impl Builder {
         };
         let mut args = vec![
             ("correlation_id", Arg::Uint(u64::from(a.correlation_id))),
-            ("device", Arg::Uint(u64::from(a.device))),
+            ("device", Arg::Uint(u64::from(a.device_key()))),
             ("context", Arg::Uint(u64::from(a.context))),
         ];
         match a.kind {
@@ -229,7 +229,7 @@ impl Builder {
             });
         }
         for &((pid, device), start, end) in idle.device_gaps() {
-            let gpid = gpu_pid(pid, device);
+            let gpid = device_pid(pid, device);
             self.gpu_track(pid, device, u32::MAX, false);
             let track = self.track(TrackKey::DeviceIdle(gpid), || {
                 let t = Track {

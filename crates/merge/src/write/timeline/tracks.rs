@@ -8,7 +8,7 @@ use crate::read::cpu::StackId;
 
 use super::{
     Builder, Event, EventId, GPU_PID_BASE, Packing, Process, SYNC_TID_BIT, Track, TrackId,
-    TrackKey, gpu_pid,
+    TrackKey, device_pid,
 };
 
 impl Builder {
@@ -74,7 +74,7 @@ impl Builder {
     }
 
     pub(super) fn gpu_track(&mut self, pid: u32, device: u32, stream: u32, sync: bool) -> TrackId {
-        let gpid = gpu_pid(pid, device);
+        let gpid = device_pid(pid, device);
         if !self.process_index.contains_key(&gpid) {
             self.gpus.push((pid, device));
         }
