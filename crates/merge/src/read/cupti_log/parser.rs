@@ -7,7 +7,6 @@ use crate::model::{Activity, ActivityKind, Record, StringTable};
 
 use super::items::{Bad, Items, Placement, clip};
 use super::kinds::{Kind, kind_of};
-use super::record::not_all_ones;
 use super::{CuptiLog, is_record_shaped};
 
 /// The record whose continuation lines may follow.
@@ -202,4 +201,9 @@ impl Cont {
             }
         }
     }
+}
+
+/// `None` for CUPTI's all-ones "unknown device" and "no stream".
+pub(super) fn not_all_ones(v: u32) -> Option<u32> {
+    (v != u32::MAX).then_some(v)
 }

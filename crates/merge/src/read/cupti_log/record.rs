@@ -7,7 +7,7 @@ use crate::model::{
 
 use super::items::{Bad, Header, Items, clip, parse_u32, parse_u64};
 use super::kinds::{GRAPH_NODE_LINE, Kind, sync_type};
-use super::parser::{Open, Parser};
+use super::parser::{Open, Parser, not_all_ones};
 
 impl Parser<'_> {
     /// Reads a header line of a kind that becomes a record and pushes the record.
@@ -183,11 +183,6 @@ fn activity(h: &Header<'_>, correlation_id: u32, kind: ActivityKind) -> Activity
         graph_node_id: None,
         kind,
     }
-}
-
-/// `None` for CUPTI's all-ones "unknown device" and "no stream".
-pub(super) fn not_all_ones(v: u32) -> Option<u32> {
-    (v != u32::MAX).then_some(v)
 }
 
 /// A memset's record.
