@@ -376,7 +376,8 @@ impl Sink for Builder {
             | Record::GraphNode(_)
             | Record::Thread(_)
             | Record::Autograd(_)
-            | Record::PcSample(_) => {}
+            | Record::PcSample(_)
+            | Record::PcLaunches(_) => {}
         }
         Ok(())
     }
