@@ -347,7 +347,10 @@ impl Recording {
                     .iter()
                     .position(|f| *f == "main" || *f == "thread_body(void*)")
                     .unwrap_or(0);
-                ((l.pid, l.correlation_id), frames[from..].join(";"))
+                (
+                    (l.pid, l.correlation_id.map_or(0, |c| c.get())),
+                    frames[from..].join(";"),
+                )
             })
             .collect()
     }
