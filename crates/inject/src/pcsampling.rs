@@ -606,17 +606,28 @@ impl Sampler {
         all
     }
 
+    /// The launches inside and outside the sampling windows, for the trace's
+    /// `PC_LAUNCHES` record at the close; `None` when sampling was never on.
+    pub fn launches(&self) -> Option<PcLaunches> {
+        self.launch_counts(&lock(&self.inner))
+    }
+
+    fn launch_counts(&self, inner: &Inner) -> Option<PcLaunches> {
+        inner.enabled_once.then(|| {
+            let launches = self.launches.load(Relaxed);
+            let sampled = self.sampled.load(Relaxed).min(launches);
+            PcLaunches {
+                sampled,
+                unsampled: launches - sampled,
+            }
+        })
+    }
+
     /// Notes for the trace (a refusal, drops), each once.
     pub fn take_notes(&self, closing: bool) -> Vec<String> {
         let mut inner = lock(&self.inner);
         let mut notes = std::mem::take(&mut inner.notes);
-        if closing && inner.enabled_once {
-            let launches = self.launches.load(Relaxed);
-            let sampled = self.sampled.load(Relaxed).min(launches);
-            let counts = PcLaunches {
-                sampled,
-                unsampled: launches - sampled,
-            };
+        if closing && let Some(counts) = self.launch_counts(&inner) {
             notes.push(counts.note(&self.settings.window.to_string()));
         }
         if closing && let Some((call, st)) = inner.first_window_error {

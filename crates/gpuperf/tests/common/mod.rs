@@ -275,6 +275,8 @@ pub struct Recording {
     pub apis: Vec<(ApiCall, String)>,
     pub notes: Vec<String>,
     pub pc_samples: Vec<model::PcSample>,
+    /// The recorders' `PC_LAUNCHES` records.
+    pub pc_launches: Vec<model::ProcessPcLaunches>,
     pub strings: StringTable,
     pub cpu: Option<CpuTrace>,
 }
@@ -302,6 +304,7 @@ impl Recording {
             apis: Vec::new(),
             notes: Vec::new(),
             pc_samples: Vec::new(),
+            pc_launches: Vec::new(),
             strings,
             cpu: CpuTrace::open(&raw.join("cpu.txt")).ok(),
         };
@@ -314,6 +317,7 @@ impl Recording {
                 }
                 model::Record::Note(n) => r.notes.push(n.text),
                 model::Record::PcSample(p) => r.pc_samples.push(p),
+                model::Record::PcLaunches(p) => r.pc_launches.push(p),
                 _ => {}
             }
         }
@@ -343,7 +347,10 @@ impl Recording {
                     .iter()
                     .position(|f| *f == "main" || *f == "thread_body(void*)")
                     .unwrap_or(0);
-                ((l.pid, l.correlation_id), frames[from..].join(";"))
+                (
+                    (l.pid, l.correlation_id.map_or(0, |c| c.get())),
+                    frames[from..].join(";"),
+                )
             })
             .collect()
     }

@@ -70,7 +70,12 @@ fn stacks_by_kernel(rec: &common::Recording, cpu: &CpuTrace) -> BTreeMap<String,
     let by_corr: BTreeMap<(u32, u32), &str> = cpu
         .launches
         .iter()
-        .map(|l| ((l.pid, l.correlation_id), cpu.stacks.text(l.stack)))
+        .map(|l| {
+            (
+                (l.pid, l.correlation_id.map_or(0, |c| c.get())),
+                cpu.stacks.text(l.stack),
+            )
+        })
         .collect();
     let mut out: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
     for k in rec.kernels() {

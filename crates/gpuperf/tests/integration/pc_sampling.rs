@@ -487,6 +487,14 @@ fn record_pc_sampling_window_2_of_6__only_the_windows_launches_have_samples_and_
         note.starts_with("PC sampling windows: 10 of 30 launches sampled (window 2/6)"),
         "{note}"
     );
+    let counts: Vec<_> = rec.pc_launches.iter().map(|p| p.launches).collect();
+    assert_eq!(
+        counts,
+        [gpuperf_merge::model::PcLaunches {
+            sampled: 10,
+            unsampled: 20
+        }]
+    );
     let err = text(&o.stderr);
     assert!(
         err.contains("; from 10 of 30 launches (the 20 outside the sampling windows have none; nothing is scaled up)"),

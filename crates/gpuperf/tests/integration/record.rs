@@ -121,11 +121,11 @@ fn record_sim_app_with_a_child_process__every_output_as_the_sudo_user() {
     let cpu = CpuTrace::open(&dir.join("cpu.txt")).unwrap();
     assert_eq!(cpu.launches.len(), 400, "{all}");
     for pid in &pids {
-        let mut ids: Vec<u32> = cpu
+        let mut ids: Vec<_> = cpu
             .launches
             .iter()
             .filter(|l| l.pid == *pid)
-            .map(|l| l.correlation_id)
+            .filter_map(|l| l.correlation_id)
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -648,7 +648,7 @@ fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame
     let inproc = CpuTrace::open(&dir.join("inproc.txt")).unwrap();
     assert_eq!(ebpf.launches.len(), 20, "{all}");
     assert_eq!(inproc.launches.len(), 20, "{}", show(&m));
-    let by_corr: std::collections::HashMap<u32, &str> = inproc
+    let by_corr: std::collections::HashMap<_, &str> = inproc
         .launches
         .iter()
         .map(|l| (l.correlation_id, inproc.stacks.text(l.stack)))
@@ -664,7 +664,7 @@ fn record_frame_pointer_program__inprocess_and_ebpf_stacks_agree_frame_for_frame
             "eBPF `{e}`"
         );
         assert!(i.starts_with("_start;"), "in process `{i}`");
-        assert_eq!(i, e, "corr {}", l.correlation_id);
+        assert_eq!(i, e, "corr {:?}", l.correlation_id);
     }
     // Complete on both sides: nothing is truncated.
     assert!(!text(&o.stderr).contains("truncated CPU stacks"), "{all}");

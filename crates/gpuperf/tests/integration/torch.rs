@@ -212,7 +212,12 @@ fn kernels_with_stacks(rec: &Recording, cpu: &CpuTrace) -> Vec<(String, u32, u32
     let by_corr: BTreeMap<(u32, u32), (u32, &str)> = cpu
         .launches
         .iter()
-        .map(|l| ((l.pid, l.correlation_id), (l.tid, cpu.stacks.text(l.stack))))
+        .map(|l| {
+            (
+                (l.pid, l.correlation_id.map_or(0, |c| c.get())),
+                (l.tid, cpu.stacks.text(l.stack)),
+            )
+        })
         .collect();
     rec.kernels()
         .into_iter()

@@ -10,7 +10,7 @@ use std::sync::{Arc, TryLockError};
 
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, NvtxKind,
-    NvtxRange, Overhead, PcSample, Record, ThreadName, api_base_name,
+    NvtxRange, Overhead, PcSample, ProcessPcLaunches, Record, ThreadName, api_base_name,
 };
 
 use crate::buffers::{self, BUFFER_SIZE, Origin};
@@ -481,10 +481,17 @@ impl State {
         };
         let samples = pc.take(last);
         let notes = pc.take_notes(last);
+        let launches = if last { pc.launches() } else { None };
         let mut sink = lock(&self.sink);
         for n in notes {
             self.log.line(&n);
             sink.note(n);
+        }
+        if let Some(launches) = launches {
+            sink.write(&Record::PcLaunches(ProcessPcLaunches {
+                pid: self.pid,
+                launches,
+            }));
         }
         for s in samples {
             let function = sink.strings.intern(&s.function);

@@ -309,13 +309,12 @@ pub fn merge(
                 // A wait with no synchronization record is no missing GPU work.
                 continue;
             }
-            let api = if l.correlation_id == 0 {
-                None
-            } else {
-                index.lookup(l.pid, cpu_index.corrs[i]).1
-            };
+            let api = l
+                .correlation_id
+                .and_then(|_| index.lookup(l.pid, cpu_index.corrs[i]).1);
             let captured = api.is_some_and(|a| a.in_capture)
-                || c.captured.contains(&(l.pid, l.correlation_id));
+                || l.correlation_id
+                    .is_some_and(|corr| c.captured.contains(&(l.pid, corr.get())));
             if captured {
                 summary.launches_captured += 1;
                 for s in sinks.iter_mut() {

@@ -1,6 +1,8 @@
 //! Ordered pairing: CPU launches without correlation ids paired with launch API
 //! calls by time, with the clock offset estimated per process.
 
+use std::num::NonZeroU32;
+
 use rustc_hash::FxHashMap;
 
 use super::index::PidApis;
@@ -20,7 +22,7 @@ pub(super) fn pair_by_time(
     let mut by_pid: FxHashMap<u32, (Vec<u32>, bool)> = FxHashMap::default();
     for (i, l) in cpu.launches.iter().enumerate() {
         let e = by_pid.entry(l.pid).or_default();
-        if l.correlation_id == 0 {
+        if l.correlation_id.is_none() {
             e.0.push(i as u32);
         } else {
             e.1 = true;
@@ -92,7 +94,8 @@ pub(super) fn pair_by_time(
             pairs = align(&ts, &spans, offset, opts.slack_ns);
         }
         for &(e, c) in &pairs {
-            cpu.launches[events[e] as usize].correlation_id = pa.corrs[calls[c] as usize];
+            cpu.launches[events[e] as usize].correlation_id =
+                NonZeroU32::new(pa.corrs[calls[c] as usize]);
         }
         pairings.push(Pairing {
             pid,
@@ -113,8 +116,8 @@ fn launch_calls(cpu: &CpuTrace, pa: &PidApis, pid: u32, has_exact: bool) -> Vec<
     let claimed: rustc_hash::FxHashSet<u32> = if has_exact {
         cpu.launches
             .iter()
-            .filter(|l| l.pid == pid && l.correlation_id != 0)
-            .map(|l| l.correlation_id)
+            .filter(|l| l.pid == pid)
+            .filter_map(|l| l.correlation_id.map(NonZeroU32::get))
             .collect()
     } else {
         Default::default()

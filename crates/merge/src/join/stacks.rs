@@ -40,6 +40,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::num::NonZeroU32;
 use std::path::Path;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -396,7 +397,7 @@ fn add_launches(
             ts_ns: l.api.start_ns,
             pid: *pid,
             tid: l.api.tid,
-            correlation_id: l.api.correlation_id,
+            correlation_id: NonZeroU32::new(l.api.correlation_id),
             stack,
         });
     }

@@ -33,16 +33,16 @@ pub(super) fn add_carried_stacks(cpu: &mut CpuTrace, stacks: &CpuTrace) {
     let have: rustc_hash::FxHashSet<(u32, u32)> = cpu
         .launches
         .iter()
-        .filter(|l| l.correlation_id != 0)
-        .map(|l| (l.pid, l.correlation_id))
+        .filter_map(|l| l.correlation_id.map(|c| (l.pid, c.get())))
         .collect();
     if have.is_empty() {
         cpu.append(stacks);
     } else {
         let mut missing = stacks.clone();
-        missing
-            .launches
-            .retain(|l| !have.contains(&(l.pid, l.correlation_id)));
+        missing.launches.retain(|l| {
+            l.correlation_id
+                .is_none_or(|c| !have.contains(&(l.pid, c.get())))
+        });
         cpu.append(&missing);
     }
 }
@@ -59,7 +59,7 @@ pub(super) fn index_cpu(cpu: &CpuTrace, summary: &mut Summary) -> CpuIndex {
     let mut index = CpuIndex::default();
     let mut ids = Unwrap::default();
     for (i, l) in cpu.launches.iter().enumerate() {
-        let corr = ids.next(l.pid, l.correlation_id);
+        let corr = l.correlation_id.map_or(0, |c| ids.next(l.pid, c.get()));
         index.corrs.push(corr);
         if corr != 0
             && !index

@@ -25,13 +25,13 @@ pub use self::names::{api_base_name, api_stem, is_copy_api, is_launch_api, is_me
 #[cfg(feature = "render")]
 pub(crate) use self::notes::SIMULATED_DEVICE_MARK;
 pub use self::notes::{
-    AUTOGRAD_OFF_NOTE, Note, PC_CONTINUOUS_NOTE, PC_LAUNCHES_NOTE, PC_SERIALIZED_NOTE, PcLaunches,
+    AUTOGRAD_OFF_NOTE, Note, PC_CONTINUOUS_NOTE, PC_LAUNCHES_NOTE, PC_SERIALIZED_NOTE,
     SIMULATED_GPU_NOTE,
 };
 pub use self::records::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, Clock, Device, DropSource,
-    Dropped, GraphNode, MemcpyKind, NvtxKind, NvtxRange, Origin, Overhead, PcSample, PeerDevices,
-    Process, ProcessOrigin, Record, SyncWait, ThreadName,
+    Dropped, GraphNode, MemcpyKind, NvtxKind, NvtxRange, Origin, Overhead, PcLaunches, PcSample,
+    PeerDevices, Process, ProcessOrigin, ProcessPcLaunches, Record, SyncWait, ThreadName,
 };
 #[cfg(feature = "render")]
 pub(crate) use self::stack::BACKWARD_FRAME;

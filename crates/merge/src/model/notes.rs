@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::records::PcLaunches;
+
 /// How a [`Note`] starts when the trace was recorded on gpuperf's simulated CUDA
 /// runtime (no GPU): outputs show such traces as "simulated GPU".
 pub const SIMULATED_GPU_NOTE: &str = "simulated GPU";
@@ -37,21 +39,14 @@ pub const PC_SERIALIZED_NOTE: &str = "kernels serialized for PC sampling";
 /// continuous mode: samples name no launch.
 pub const PC_CONTINUOUS_NOTE: &str = "PC sampling in continuous mode";
 
-/// The start of the NOTE that counts the launches PC sampling covered.
+/// The start of the NOTE that counts the launches PC sampling covered
+/// ([`PcLaunches::note`]).
 pub const PC_LAUNCHES_NOTE: &str = "PC sampling windows:";
 
-/// Launches inside and outside PC sampling's windows, as the injection library
-/// counted them; its NOTE ([`PC_LAUNCHES_NOTE`]) is [`PcLaunches::note`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PcLaunches {
-    /// Launches made while sampling was on in their context.
-    pub sampled: u64,
-    /// The others: outside a window, or in a context without sampling.
-    pub unsampled: u64,
-}
-
 impl PcLaunches {
-    /// The note's text; `window` says which launches were asked for.
+    /// The human-readable note on the counts (shown with the trace's other
+    /// notes); `window` says which launches were asked for. The merge reads
+    /// the counts from the `PC_LAUNCHES` record, never from this text.
     pub fn note(&self, window: &str) -> String {
         format!(
             "{PC_LAUNCHES_NOTE} {} of {} launches sampled (window {window}); the {} others \
@@ -60,18 +55,6 @@ impl PcLaunches {
             self.sampled + self.unsampled,
             self.unsampled
         )
-    }
-
-    /// Reads a note [`PcLaunches::note`] wrote.
-    pub fn parse(text: &str) -> Option<Self> {
-        let rest = text.strip_prefix(PC_LAUNCHES_NOTE)?.trim_start();
-        let (sampled, rest) = rest.split_once(" of ")?;
-        let (total, _) = rest.split_once(' ')?;
-        let (sampled, total): (u64, u64) = (sampled.parse().ok()?, total.parse().ok()?);
-        Some(Self {
-            sampled,
-            unsampled: total.checked_sub(sampled)?,
-        })
     }
 }
 

@@ -1,5 +1,6 @@
 //! The records of a GPU trace: processes, devices, API calls, GPU activities,
-//! drops, overhead, graph nodes, threads, NVTX ranges, PC samples and autograd ids.
+//! drops, overhead, graph nodes, threads, NVTX ranges, PC samples and the
+//! launches they cover, and autograd ids.
 
 use std::fmt;
 
@@ -402,6 +403,9 @@ pub enum Record {
     Nvtx(NvtxRange),
     /// GPU PC samples of one instruction and one stall reason (CUPTI PC sampling).
     PcSample(PcSample),
+    /// How many launches PC sampling's windows covered, as the recorder
+    /// counted them when it closed.
+    PcLaunches(ProcessPcLaunches),
 }
 
 impl Record {
@@ -425,6 +429,7 @@ impl Record {
             Record::Autograd(r) => &mut r.pid,
             Record::Nvtx(r) => &mut r.pid,
             Record::PcSample(r) => &mut r.pid,
+            Record::PcLaunches(r) => &mut r.pid,
         }
     }
 }
@@ -508,6 +513,25 @@ pub struct PcSample {
     pub samples: u32,
     /// The CUDA source file and line, when the module has line information.
     pub source: Option<(StringId, u32)>,
+}
+
+/// Launches inside and outside PC sampling's windows, as the injection library
+/// counted them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcLaunches {
+    /// Launches made while sampling was on in their context.
+    pub sampled: u64,
+    /// The others: outside a window, or in a context without sampling.
+    pub unsampled: u64,
+}
+
+/// A traced process's [`PcLaunches`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessPcLaunches {
+    /// Process id.
+    pub pid: u32,
+    /// The counts.
+    pub launches: PcLaunches,
 }
 
 /// How an NVTX range was opened.

@@ -102,9 +102,9 @@ impl fmt::Display for IdleTable<'_> {
             "collective",
             "other"
         )?;
-        for (((pid, device, stream), s), (_, whole)) in
-            streams.iter().zip(self.idle.streams_whole())
-        {
+        for ((key, s), (_, whole)) in streams.iter().zip(self.idle.streams_whole()) {
+            let (pid, stream) = (key.pid, key.stream_or_max());
+            let device = key.device_key().device_or_max();
             write!(
                 out,
                 "  {pid:>8} {device:>6} {stream:>6} {:>5.1}% {:>12.2} {:>12.2}",
@@ -127,9 +127,8 @@ impl fmt::Display for IdleTable<'_> {
             "  {:>8} {:>6} {:>6} {:>12} {:>12} {:>8}",
             "pid", "device", "% idle", "idle µs", "whole µs", "gaps"
         )?;
-        for (((pid, device), d), (_, whole)) in
-            self.idle.devices().iter().zip(self.idle.devices_whole())
-        {
+        for ((key, d), (_, whole)) in self.idle.devices().iter().zip(self.idle.devices_whole()) {
+            let (pid, device) = (key.pid, key.device_or_max());
             writeln!(
                 out,
                 "  {pid:>8} {device:>6} {:>5.1}% {:>12.2} {:>12.2} {:>8}",
@@ -349,8 +348,9 @@ pub fn report_json(
     let streams: Vec<_> = idle
         .streams()
         .iter()
-        .map(|((pid, device, stream), s)| {
-            json!({ "pid": pid, "device": device, "stream": stream, "span_ns": s.span_ns,
+        .map(|(key, s)| {
+            let (device, stream) = (key.device_key().device_or_max(), key.stream_or_max());
+            json!({ "pid": key.pid, "device": device, "stream": stream, "span_ns": s.span_ns,
                     "idle_ns": s.idle_ns, "idle_by_cause_ns": s.by_cause_ns, "gaps": s.gaps })
         })
         .collect();

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Read as _, Write as _};
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -90,7 +91,7 @@ pub fn write_cpu_trace(trace: &CpuTrace, path: &Path) -> Result<()> {
             pid: l.pid,
             tid: l.tid,
             cpu: 0,
-            correlation_id: l.correlation_id,
+            correlation_id: l.correlation_id.map_or(0, NonZeroU32::get),
         };
         let frames = if text == cpu::NO_STACK_FRAME {
             None

@@ -1,7 +1,7 @@
 //! Why the GPU waits: each stream's idle time, charged to the CPU code that made
 //! it wait, as folded stacks (`stack;api;[GPU_Idle: cause] weight`, µs).
 //!
-//! For every (process, device, stream), GPU work items (kernels, copies, memsets)
+//! For every stream ([`StreamKey`]: process, device, stream), GPU work items (kernels, copies, memsets)
 //! are taken in start order; a gap is the time between the end of the work done
 //! so far and the start of the next item, within the stream's active span. Each
 //! gap is charged to the stack of the API call that launched the item ending it,
@@ -63,13 +63,14 @@
 //! real PyTorch trace the repository has, and that each gap's causes agree with
 //! HTA's category for it (`tests/integration/idle_hta.rs`).
 
+use std::cmp::Ordering;
 use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
-use crate::model::{ActivityKind, Record, StringId};
+use crate::model::{Activity, ActivityKind, Record, StringId};
 use crate::read::cpu::StackId;
 use crate::write::demangle::Demangler;
 use crate::write::folded::{push_stack, round_per_group};
@@ -148,6 +149,88 @@ impl Cause {
     }
 }
 
+/// A stream of GPU work: its process, device and stream. Keys sort by
+/// process, then device, then stream, an unknown device after the known ones
+/// and work on no stream after the streams.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StreamKey {
+    /// Process id.
+    pub pid: u32,
+    /// The device, when the trace says.
+    pub device: Option<u32>,
+    /// The stream; `None` for work on no stream.
+    pub stream: Option<u32>,
+}
+
+impl StreamKey {
+    /// The stream `a` ran on.
+    fn of(a: &Activity) -> Self {
+        Self {
+            pid: a.pid,
+            device: a.device,
+            stream: a.stream,
+        }
+    }
+
+    /// Its device's key.
+    pub fn device_key(&self) -> DeviceKey {
+        DeviceKey {
+            pid: self.pid,
+            device: self.device,
+        }
+    }
+
+    /// The stream as the timeline numbers tracks and the reports print it
+    /// (`u32::MAX`: none), and as waits name it.
+    pub(crate) fn stream_or_max(&self) -> u32 {
+        self.stream.unwrap_or(u32::MAX)
+    }
+}
+
+impl Ord for StreamKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let order = |k: &Self| (k.device_key(), k.stream.is_none(), k.stream);
+        order(self).cmp(&order(other))
+    }
+}
+
+impl PartialOrd for StreamKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A device of a process. Keys sort by process, then device, an unknown
+/// device after the known ones.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceKey {
+    /// Process id.
+    pub pid: u32,
+    /// The device, when the trace says.
+    pub device: Option<u32>,
+}
+
+impl DeviceKey {
+    /// The device as the timeline numbers tracks and the reports print it
+    /// (`u32::MAX`: unknown).
+    pub(crate) fn device_or_max(&self) -> u32 {
+        self.device.unwrap_or(u32::MAX)
+    }
+}
+
+impl Ord for DeviceKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let order = |k: &Self| (k.pid, k.device.is_none(), k.device);
+        order(self).cmp(&order(other))
+    }
+}
+
+impl PartialOrd for DeviceKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// The timelines' name of a device's gaps, and of their track.
 pub(crate) const DEVICE_IDLE: &str = "GPU idle (no stream busy)";
 
@@ -179,8 +262,8 @@ struct Work {
 /// (end, stream, kernel, collective).
 type Ends = Vec<(u64, u32, Option<StringId>, bool)>;
 
-/// A device's gap: ((pid, device), start, end).
-type DeviceGap = ((u32, u32), u64, u64);
+/// A device's gap: (device, start, end).
+type DeviceGap = (DeviceKey, u64, u64);
 
 /// A device's work: (start, end, its launch call's start).
 type DeviceWork = (u64, u64, Option<u64>);
@@ -244,8 +327,8 @@ pub struct StepWindow {
 /// One piece of a stream's gap with one cause, for the timeline.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct IdleSlice {
-    /// (pid, device, stream).
-    pub stream: (u32, u32, u32),
+    /// The stream.
+    pub stream: StreamKey,
     /// Start, ns.
     pub start_ns: u64,
     /// End, ns.
@@ -276,18 +359,18 @@ struct Out {
 /// counts all of it, and the timeline shows every gap.
 #[derive(Default)]
 pub struct IdleFolder {
-    work: FxHashMap<(u32, u32, u32), Vec<Work>>,
+    work: FxHashMap<StreamKey, Vec<Work>>,
     syncs: FxHashMap<(u32, u32), Vec<SyncCall>>,
     acc: FxHashMap<Charge, u64>,
-    streams: Vec<((u32, u32, u32), StreamIdle)>,
-    whole: Vec<((u32, u32, u32), StreamIdle)>,
+    streams: Vec<(StreamKey, StreamIdle)>,
+    whole: Vec<(StreamKey, StreamIdle)>,
     windows: Vec<(u32, StepWindow)>,
-    devices: Vec<((u32, u32), DeviceIdle)>,
-    devices_whole: Vec<((u32, u32), DeviceIdle)>,
+    devices: Vec<(DeviceKey, DeviceIdle)>,
+    devices_whole: Vec<(DeviceKey, DeviceIdle)>,
     lines: Vec<(String, u64)>,
     keep_slices: bool,
     slices: Vec<IdleSlice>,
-    device_gaps: Vec<((u32, u32), u64, u64)>,
+    device_gaps: Vec<DeviceGap>,
 }
 
 impl IdleFolder {
@@ -310,22 +393,22 @@ impl IdleFolder {
         &self.slices
     }
 
-    /// Every device's gaps: ((pid, device), start, end), by device and time,
-    /// when [`IdleFolder::with_slices`] asked for them. Valid after the join.
-    pub fn device_gaps(&self) -> &[((u32, u32), u64, u64)] {
+    /// Every device's gaps: (device, start, end), by device and time, when
+    /// [`IdleFolder::with_slices`] asked for them. Valid after the join.
+    pub fn device_gaps(&self) -> &[(DeviceKey, u64, u64)] {
         &self.device_gaps
     }
 
-    /// Idle time per (pid, device), sorted: within the complete profiler
+    /// Idle time per device, sorted: within the complete profiler
     /// steps of the processes that mark steps, as [`IdleFolder::streams`],
     /// over the whole trace otherwise. Valid after the join.
-    pub fn devices(&self) -> &[((u32, u32), DeviceIdle)] {
+    pub fn devices(&self) -> &[(DeviceKey, DeviceIdle)] {
         &self.devices
     }
 
-    /// Idle time per (pid, device) over the whole trace, steps or not, sorted
+    /// Idle time per device over the whole trace, steps or not, sorted
     /// like [`IdleFolder::devices`]. Valid after the join.
-    pub fn devices_whole(&self) -> &[((u32, u32), DeviceIdle)] {
+    pub fn devices_whole(&self) -> &[(DeviceKey, DeviceIdle)] {
         &self.devices_whole
     }
 
@@ -346,17 +429,17 @@ impl IdleFolder {
         }
     }
 
-    /// Idle time per (pid, device, stream), sorted: within the complete
+    /// Idle time per stream, sorted: within the complete
     /// profiler steps of the processes that mark steps
     /// ([`IdleFolder::step_windows`]), over the whole trace otherwise. Valid
     /// after the join.
-    pub fn streams(&self) -> &[((u32, u32, u32), StreamIdle)] {
+    pub fn streams(&self) -> &[(StreamKey, StreamIdle)] {
         &self.streams
     }
 
-    /// Idle time per (pid, device, stream) over the whole trace, steps or not,
+    /// Idle time per stream over the whole trace, steps or not,
     /// sorted like [`IdleFolder::streams`]. Valid after the join.
-    pub fn streams_whole(&self) -> &[((u32, u32, u32), StreamIdle)] {
+    pub fn streams_whole(&self) -> &[(StreamKey, StreamIdle)] {
         &self.whole
     }
 
@@ -389,7 +472,7 @@ impl IdleFolder {
     fn piece(
         &mut self,
         out: Out,
-        key: (u32, u32, u32),
+        key: StreamKey,
         (from, to): (u64, u64),
         stack: Option<StackId>,
         api: Option<StringId>,
@@ -421,7 +504,7 @@ impl IdleFolder {
     fn gap(
         &mut self,
         out: Out,
-        key: (u32, u32, u32),
+        key: StreamKey,
         w: &Work,
         idle_from: u64,
         thread_syncs: Option<&[SyncCall]>,
@@ -484,7 +567,7 @@ impl IdleFolder {
             );
             split[Cause::LaunchLatency.index()] += waited;
         } else if let Some(&(end, stream, kernel, collective)) =
-            depends_on(ends, key.2, late_until, w.start)
+            depends_on(ends, key.stream_or_max(), late_until, w.start)
         {
             let cause = if collective {
                 Cause::Collective
@@ -532,7 +615,7 @@ impl IdleFolder {
     fn stream(
         &mut self,
         out: Out,
-        key: (u32, u32, u32),
+        key: StreamKey,
         work: &[Work],
         syncs: &FxHashMap<(u32, u32), Vec<SyncCall>>,
         ends: &Ends,
@@ -546,7 +629,7 @@ impl IdleFolder {
             if w.start > busy_until {
                 let thread_syncs = w
                     .call
-                    .and_then(|(_, tid)| syncs.get(&(key.0, tid)))
+                    .and_then(|(_, tid)| syncs.get(&(key.pid, tid)))
                     .map(Vec::as_slice);
                 let split = self.gap(out, key, w, busy_until, thread_syncs, ends);
                 for (t, s) in idle.by_cause_ns.iter_mut().zip(split) {
@@ -569,10 +652,10 @@ impl IdleFolder {
     /// (the work whose launch call started before the last step did, as for
     /// streams). Needs `windows`.
     fn device_idle(&mut self) {
-        let mut by_device: FxHashMap<(u32, u32), Vec<DeviceWork>> = FxHashMap::default();
-        for (&(pid, device, _), work) in &self.work {
+        let mut by_device: FxHashMap<DeviceKey, Vec<DeviceWork>> = FxHashMap::default();
+        for (key, work) in &self.work {
             by_device
-                .entry((pid, device))
+                .entry(key.device_key())
                 .or_default()
                 .extend(work.iter().map(|w| (w.start, w.end, w.call.map(|c| c.0))));
         }
@@ -585,7 +668,7 @@ impl IdleFolder {
             let whole = device_gaps(key, &all, gaps);
             let window = self
                 .windows
-                .binary_search_by_key(&key.0, |w| w.0)
+                .binary_search_by_key(&key.pid, |w| w.0)
                 .ok()
                 .map(|i| self.windows[i].1.until_ns);
             let counted = match window {
@@ -637,7 +720,7 @@ impl IdleFolder {
 /// The idle time of a device whose work is `items` (start, end; sorted), and
 /// its gaps pushed to `gaps` when given (for the timeline).
 fn device_gaps(
-    key: (u32, u32),
+    key: DeviceKey,
     items: &[(u64, u64)],
     mut gaps: Option<&mut Vec<DeviceGap>>,
 ) -> DeviceIdle {
@@ -697,19 +780,16 @@ impl Sink for IdleFolder {
             _ => None,
         };
         let c = m.charge();
-        self.work
-            .entry((a.pid, a.device_key(), a.stream_key()))
-            .or_default()
-            .push(Work {
-                start: a.start_ns,
-                end: a.end_ns.max(a.start_ns),
-                call: m.api.map(|c| (c.start_ns, c.tid)),
-                stack: c.stack,
-                api: c.api,
-                kernel,
-                // NCCL's (and RCCL's) kernels: `ncclKernel_…`, `ncclDevKernel_…`.
-                collective: kernel.is_some_and(|k| ctx.strings.get(k).contains("nccl")),
-            });
+        self.work.entry(StreamKey::of(a)).or_default().push(Work {
+            start: a.start_ns,
+            end: a.end_ns.max(a.start_ns),
+            call: m.api.map(|c| (c.start_ns, c.tid)),
+            stack: c.stack,
+            api: c.api,
+            kernel,
+            // NCCL's (and RCCL's) kernels: `ncclKernel_…`, `ncclDevKernel_…`.
+            collective: kernel.is_some_and(|k| ctx.strings.get(k).contains("nccl")),
+        });
         Ok(())
     }
 
@@ -721,25 +801,26 @@ impl Sink for IdleFolder {
         let syncs = std::mem::take(&mut self.syncs);
         self.windows = Self::step_windows_of(ctx);
         self.device_idle();
-        let mut ends: FxHashMap<(u32, u32), Ends> = FxHashMap::default();
-        for (&(pid, device, stream), work) in &self.work {
-            ends.entry((pid, device))
+        let mut ends: FxHashMap<DeviceKey, Ends> = FxHashMap::default();
+        for (key, work) in &self.work {
+            let stream = key.stream_or_max();
+            ends.entry(key.device_key())
                 .or_default()
                 .extend(work.iter().map(|w| (w.end, stream, w.kernel, w.collective)));
         }
         for e in ends.values_mut() {
             e.sort_unstable_by_key(|e| (e.0, e.1));
         }
-        let mut keys: Vec<(u32, u32, u32)> = self.work.keys().copied().collect();
+        let mut keys: Vec<StreamKey> = self.work.keys().copied().collect();
         keys.sort_unstable();
         let no_ends = Ends::new();
         for key in keys {
             let mut work = self.work.remove(&key).unwrap_or_default();
             work.sort_unstable_by_key(|w| (w.start, w.end));
-            let ends = ends.get(&(key.0, key.1)).unwrap_or(&no_ends);
+            let ends = ends.get(&key.device_key()).unwrap_or(&no_ends);
             let window = self
                 .windows
-                .binary_search_by_key(&key.0, |w| w.0)
+                .binary_search_by_key(&key.pid, |w| w.0)
                 .ok()
                 .map(|i| self.windows[i].1.until_ns);
             let out = Out {
@@ -806,5 +887,41 @@ impl Sink for IdleFolder {
             .collect();
         self.acc = FxHashMap::default();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_by_process_device_stream_with_unknowns_last() {
+        let k = |pid, device, stream| StreamKey {
+            pid,
+            device,
+            stream,
+        };
+        let mut keys = vec![
+            k(2, Some(0), Some(1)),
+            k(1, None, Some(0)),
+            k(1, Some(1), None),
+            k(1, Some(1), Some(u32::MAX - 1)),
+            k(1, Some(0), Some(7)),
+            k(1, Some(1), Some(3)),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                k(1, Some(0), Some(7)),
+                k(1, Some(1), Some(3)),
+                k(1, Some(1), Some(u32::MAX - 1)),
+                k(1, Some(1), None),
+                k(1, None, Some(0)),
+                k(2, Some(0), Some(1)),
+            ]
+        );
+        assert!(k(1, None, None).device_key() > k(1, Some(9), None).device_key());
+        assert_eq!(k(1, Some(2), None).stream_or_max(), u32::MAX);
     }
 }

@@ -79,7 +79,7 @@ fn kineto_link_backward_off__backward_stacks_stay_native_and_no_note() {
         let l = stacks
             .launches
             .iter()
-            .find(|l| l.correlation_id == corr)
+            .find(|l| l.correlation_id.is_some_and(|c| c.get() == corr))
             .unwrap();
         assert_eq!(stacks.stacks.text(l.stack), native, "{file}");
         assert!(

@@ -7,7 +7,7 @@ use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
 use gpuperf_merge::read::input::GpuInputs;
 use gpuperf_merge::write::chrome;
-use gpuperf_merge::write::idle::{DeviceIdle, IdleFolder, StreamIdle};
+use gpuperf_merge::write::idle::{DeviceIdle, DeviceKey, IdleFolder, StreamIdle};
 use serde_json::{Value, json};
 
 use crate::idle_hta::{hta_python, idle_of, run_hta};
@@ -70,7 +70,7 @@ fn kineto_gaps_of_each_cause__exact_to_the_ns_and_charged_to_their_stacks() {
     .unwrap();
     let streams = idle.streams();
     assert_eq!(streams.len(), 1);
-    assert_eq!(streams[0].0.2, 7);
+    assert_eq!(streams[0].0.stream, Some(7));
     assert_eq!(
         streams[0].1,
         StreamIdle {
@@ -134,8 +134,8 @@ fn gpuperf_idle(trace: &Path) -> BTreeMap<u32, (u64, u64, u64)> {
     )
     .unwrap();
     let mut per = BTreeMap::new();
-    for ((_, _, stream), s) in idle.streams_whole() {
-        let e: &mut (u64, u64, u64) = per.entry(*stream).or_default();
+    for (key, s) in idle.streams_whole() {
+        let e: &mut (u64, u64, u64) = per.entry(key.stream.unwrap()).or_default();
         e.0 += s.idle_ns;
         e.1 += s.host_wait_ns;
         e.2 += s.gaps;
@@ -353,7 +353,10 @@ fn kineto_gaps_of_each_cause__timeline_slices_by_cause_with_the_blamed_frame_and
     assert_eq!(
         idle.devices(),
         &[(
-            (7, 0),
+            DeviceKey {
+                pid: 7,
+                device: Some(0)
+            },
             DeviceIdle {
                 span_ns: 100_000,
                 idle_ns: 65_000,
@@ -431,7 +434,7 @@ fn two_streams__device_idle_only_when_no_stream_is_busy() {
     let idle_of = |stream: u32| {
         idle.streams()
             .iter()
-            .find(|s| s.0.2 == stream)
+            .find(|s| s.0.stream == Some(stream))
             .unwrap()
             .1
             .idle_ns

@@ -25,7 +25,7 @@ use std::process::Command;
 use gpuperf_merge::join;
 use gpuperf_merge::model::StringTable;
 use gpuperf_merge::read::input::GpuInputs;
-use gpuperf_merge::write::idle::{Cause, IdleFolder, LAUNCH_LATENCY_MAX_NS};
+use gpuperf_merge::write::idle::{Cause, IdleFolder, LAUNCH_LATENCY_MAX_NS, StreamKey};
 use gpuperf_test_support::require::Need;
 use serde_json::Value;
 
@@ -91,7 +91,7 @@ struct Gap {
 
 /// A gap being gathered from its pieces: (pid, device, stream), start, end,
 /// causes.
-type OpenGap = ((u32, u32, u32), u64, u64, Vec<Cause>);
+type OpenGap = (StreamKey, u64, u64, Vec<Cause>);
 
 /// Whether `a` is within 5 % of `b`, or both under a µs apart.
 fn within_5pct(a: u64, b: u64) -> bool {
@@ -130,8 +130,8 @@ fn check(trace: &Path) {
     // Per stream id (one rank per trace, as HTA keys streams): counted and
     // whole-trace idle, and the split by cause.
     let mut ours: BTreeMap<u64, (u64, u64, [u64; 6])> = BTreeMap::new();
-    for (((_, _, stream), s), (_, whole)) in idle.streams().iter().zip(idle.streams_whole()) {
-        let e = ours.entry(u64::from(*stream)).or_default();
+    for ((key, s), (_, whole)) in idle.streams().iter().zip(idle.streams_whole()) {
+        let e = ours.entry(u64::from(key.stream.unwrap())).or_default();
         e.0 += s.idle_ns;
         e.1 += whole.idle_ns;
         for (t, c) in e.2.iter_mut().zip(s.by_cause_ns) {
@@ -179,7 +179,7 @@ fn check(trace: &Path) {
     let mut close = |g: Option<OpenGap>| {
         if let Some((key, start, end, causes)) = g {
             let len = end - start;
-            gaps.insert((u64::from(key.2), end), Gap { len, causes });
+            gaps.insert((u64::from(key.stream.unwrap()), end), Gap { len, causes });
         }
     };
     for s in &slices {

@@ -52,7 +52,12 @@ pub fn run(paths: &[PathBuf]) -> Out {
         .map(|c| {
             c.launches
                 .iter()
-                .map(|l| (l.correlation_id, c.stacks.text(l.stack).to_owned()))
+                .map(|l| {
+                    (
+                        l.correlation_id.map_or(0, |c| c.get()),
+                        c.stacks.text(l.stack).to_owned(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -371,7 +376,7 @@ fn small_kineto__records_stacks_and_outputs_match_goldens() {
             l.ts_ns,
             l.pid,
             l.tid,
-            l.correlation_id,
+            l.correlation_id.map_or(0, |c| c.get()),
             stacks.stacks.text(l.stack)
         );
     }

@@ -395,7 +395,7 @@ fn cpu_readers__golden() {
                 l.ts_ns,
                 l.pid,
                 l.tid,
-                l.correlation_id,
+                l.correlation_id.map_or(0, |c| c.get()),
                 t.comms[&(l.pid, l.tid)],
                 t.stacks.text(l.stack)
             ));

@@ -285,7 +285,7 @@ fn inprocess_stacks__joined_like_cpu_trace_stacks_with_graph_nodes_golden() {
     for l in &got.trace.launches {
         out += &format!(
             "corr {} tid {} ts {} stack {}\n",
-            l.correlation_id,
+            l.correlation_id.map_or(0, |c| c.get()),
             l.tid,
             l.ts_ns,
             got.trace.stacks.text(l.stack)

@@ -45,7 +45,7 @@ fn compat_mode_on_a_static_cudart_gives_one_full_stack_per_call() {
             l,
             &["main", "run_layer", "launch_kernel", "cudaLaunchKernel"],
         );
-        assert_eq!((l.pid, l.tid, l.correlation_id), (run.pid, tid, 0));
+        assert_eq!((l.pid, l.tid, l.correlation_id), (run.pid, tid, None));
         assert!(l.ts_ns > last_ts, "timestamps increase");
         last_ts = l.ts_ns;
     }
@@ -223,7 +223,7 @@ fn injection_mode_joins_entry_stacks_to_correlation_ids() {
         .trace
         .launches
         .iter()
-        .map(|l| l.correlation_id)
+        .map(|l| l.correlation_id.map_or(0, |c| c.get()))
         .collect();
     // The simulation numbers every call, the driver calls its launches make
     // too: each launch's id is the one the library recorded for it.
@@ -276,7 +276,10 @@ fn injection_mode_keeps_threads_apart() {
     for (tid, mut ls) in per_tid {
         assert_eq!(ls.len(), 100, "tid {tid}");
         ls.sort_by_key(|l| l.ts_ns);
-        let ids: Vec<u32> = ls.iter().map(|l| l.correlation_id).collect();
+        let ids: Vec<u32> = ls
+            .iter()
+            .map(|l| l.correlation_id.map_or(0, |c| c.get()))
+            .collect();
         assert!(
             ids.windows(2).all(|w| w[0] < w[1]),
             "tid {tid}: ids follow time: {ids:?}"
@@ -306,7 +309,12 @@ fn injection_mode_discovers_the_launch_api_in_the_target() {
         run.summary.api_files
     );
     assert_eq!(run.summary.entry_stacks + run.summary.marker_stacks, 2001);
-    assert!(run.trace.launches.iter().all(|l| l.correlation_id != 0));
+    assert!(
+        run.trace
+            .launches
+            .iter()
+            .all(|l| l.correlation_id.is_some())
+    );
 }
 
 #[test]

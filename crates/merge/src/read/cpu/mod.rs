@@ -51,6 +51,7 @@ mod writer;
 
 use std::fs::File;
 use std::io::Read;
+use std::num::NonZeroU32;
 use std::path::Path;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -149,8 +150,8 @@ pub struct CpuLaunch {
     pub pid: u32,
     /// Thread id as the file gives it.
     pub tid: u32,
-    /// CUPTI correlation id, 0 when the file does not carry one.
-    pub correlation_id: u32,
+    /// CUPTI correlation id, when the file carries one.
+    pub correlation_id: Option<NonZeroU32>,
     /// The stack.
     pub stack: StackId,
 }
@@ -256,7 +257,9 @@ impl CpuTrace {
     /// Whether `l` is a synchronization call's stack rather than a launch's.
     #[cfg(feature = "render")]
     pub(crate) fn is_wait(&self, l: &CpuLaunch) -> bool {
-        !self.waits.is_empty() && self.waits.contains(&(l.pid, l.correlation_id))
+        !self.waits.is_empty()
+            && l.correlation_id
+                .is_some_and(|c| self.waits.contains(&(l.pid, c.get())))
     }
 
     /// The entries that are launches: all but the synchronization calls.
@@ -374,6 +377,6 @@ impl CpuTrace {
     /// Whether any launch carries a correlation id.
     #[cfg(test)]
     pub(crate) fn has_correlation_ids(&self) -> bool {
-        self.launches.iter().any(|l| l.correlation_id != 0)
+        self.launches.iter().any(|l| l.correlation_id.is_some())
     }
 }

@@ -1,6 +1,7 @@
 //! Reading a CPU trace's lines, in the reference or the gpuperf format.
 
 use std::io::{self, Read};
+use std::num::NonZeroU32;
 use std::path::Path;
 
 use super::{CpuFormat, CpuLaunch, CpuTrace, TRUNCATED_FRAME};
@@ -51,7 +52,7 @@ impl Parser<'_> {
                     ts_ns: f.ts,
                     pid,
                     tid,
-                    correlation_id: corr,
+                    correlation_id: NonZeroU32::new(corr),
                     stack,
                 });
                 self.trace

@@ -7,6 +7,12 @@ use proptest::prelude::*;
 use super::parse::parse_u64;
 use super::*;
 
+#[test]
+fn a_launch_is_24_bytes() {
+    // 10 M launches in 240 MB: the correlation id's `None` costs no space.
+    assert_eq!(size_of::<CpuLaunch>(), 24);
+}
+
 fn read(text: &str) -> Result<CpuTrace> {
     CpuTrace::read(text.as_bytes(), Path::new("cpu.txt"))
 }
@@ -22,7 +28,7 @@ fn reference_lines_parse() {
             ts_ns: 200,
             pid: 7,
             tid: 7,
-            correlation_id: 0,
+            correlation_id: None,
             stack: StackId(1)
         }
     );
@@ -41,7 +47,7 @@ fn gpuperf_lines_carry_correlation_ids_and_drops() {
             .unwrap();
     assert_eq!(t.format, CpuFormat::Gpuperf);
     assert_eq!(t.dropped, 5);
-    assert_eq!(t.launches[0].correlation_id, 42);
+    assert_eq!(t.launches[0].correlation_id, NonZeroU32::new(42));
     assert_eq!(t.stacks.text(t.launches[1].stack), NO_STACK_FRAME);
     assert!(t.has_correlation_ids());
 }
@@ -109,7 +115,7 @@ fn writer_output_reads_back() {
         "# gpuperf-cpu v1\n5 my_app 1 2 3 4 main;a:b;cudaLaunchKernel\n# dropped 7\n"
     );
     let t = CpuTrace::read(&bytes[..], Path::new("x")).unwrap();
-    assert_eq!(t.launches[0].correlation_id, 4);
+    assert_eq!(t.launches[0].correlation_id, NonZeroU32::new(4));
     assert_eq!(t.dropped, 7);
     assert_eq!(t.comms[&(1, 2)], "my_app");
 }
@@ -318,7 +324,7 @@ fn check_read(bytes: &[u8], step: usize) -> Result<(), TestCaseError> {
         let _ = t.stacks.leaf(l.stack);
         prop_assert!(t.comms.contains_key(&(l.pid, l.tid)));
         if t.format == CpuFormat::Reference {
-            prop_assert_eq!(l.correlation_id, 0);
+            prop_assert_eq!(l.correlation_id, None);
         }
     }
     let d = &t.diagnostics;

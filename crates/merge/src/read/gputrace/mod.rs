@@ -42,6 +42,7 @@
 //! | 18 | `NVTX` | start u64, end u64, tid u32, name string u32, domain string u32 (`u32::MAX`: the default domain), kind u8 (1 push/pop, 2 start/end), flags u8 (bit 0: still open when the trace closed; `end` is the close), 0 u16 (32): an NVTX range, written when it ends (or at the close). Added without a version bump: older readers skip it |
 //! | 19 | `ORIGIN` | host string u32, rank u32, local rank u32, world size u32 (16; `u32::MAX`: unknown): where the process ran, from its launcher's variables (`RANK`, `LOCAL_RANK`, `WORLD_SIZE` and the Slurm, Open MPI and PMI equivalents); follows the `PROCESS` record. Added without a version bump: older readers skip it |
 //! | 20 | `PC_SAMPLE` | corr u32 (0: not one launch's), context u32, function string u32, stall reason index u32, pc offset u64, cubin crc u64, stall reason string u32, samples u32, file string u32 (`u32::MAX`: no line information), line u32 (48): GPU PC samples of one instruction and one stall reason (CUPTI PC sampling). Added without a version bump: older readers skip it |
+//! | 21 | `PC_LAUNCHES` | sampled u64, unsampled u64 (16): the launches made while PC sampling was on in their context, and the others (outside a window, or in a context without sampling); written once, when the recording closes, if sampling was ever enabled. Added without a version bump: older readers skip it |
 //! | 16 | `CLOSED` | at u64 (8): the recording was closed by the process's exit flush, at this time; records after it are notes on what came later. Written when the header has [`FLAG_CLOSES`]; added without a version bump |
 //!
 //! A file whose header has [`FLAG_CLOSES`] and no `CLOSED` record was not closed:
@@ -131,6 +132,7 @@ mod kind {
     pub const NVTX: u8 = 18;
     pub const ORIGIN: u8 = 19;
     pub const PC_SAMPLE: u8 = 20;
+    pub const PC_LAUNCHES: u8 = 21;
 }
 
 /// Whether `bytes` (the start of a file) look like a gpuperf GPU trace.

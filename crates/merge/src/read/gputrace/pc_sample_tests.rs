@@ -1,9 +1,10 @@
-//! The `PC_SAMPLE` record: round trip, size, and a short one counted.
+//! The `PC_SAMPLE` and `PC_LAUNCHES` records: round trip, size, a short one
+//! counted, and an older reader skipping the launch counts.
 
 use std::path::Path;
 
 use super::*;
-use crate::model::{PcSample, Process, Record, StringTable};
+use crate::model::{PcLaunches, PcSample, Process, ProcessPcLaunches, Record, StringTable};
 
 fn decode(bytes: &[u8]) -> (Vec<Record>, StringTable, ReadStats) {
     let mut strings = StringTable::new();
@@ -110,4 +111,60 @@ fn pc_sample_record_is_52_bytes_and_a_short_one_is_counted() {
     let (back, _, stats) = decode(&short);
     assert_eq!(back.len(), 2);
     assert_eq!(stats.diagnostics.count, 1);
+}
+
+fn launches(pid: u32, sampled: u64, unsampled: u64) -> Record {
+    Record::PcLaunches(ProcessPcLaunches {
+        pid,
+        launches: PcLaunches { sampled, unsampled },
+    })
+}
+
+#[test]
+fn pc_launches_round_trip_as_a_20_byte_record_of_their_process() {
+    let mut strings = StringTable::new();
+    let mut recs = samples(&mut strings);
+    recs.push(launches(42, 10, 20));
+    let mut w = Writer::new(Vec::new()).unwrap();
+    for r in &recs {
+        w.write(r, &strings).unwrap();
+    }
+    let bytes = w.into_inner();
+    let (back, _, stats) = decode(&bytes);
+    assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+    assert_eq!(stats.unknown_kinds, 0);
+    assert_eq!(back.last(), Some(&launches(42, 10, 20)));
+    // The layout: header, then sampled u64 and unsampled u64.
+    let at = bytes.len() - 20;
+    assert_eq!(&bytes[at..at + 4], &[kind::PC_LAUNCHES, 0, 16, 0]);
+    assert_eq!(&bytes[at + 4..at + 12], &10u64.to_le_bytes());
+    assert_eq!(&bytes[at + 12..], &20u64.to_le_bytes());
+    // Short: counted, not misread.
+    let mut short = bytes[..at].to_vec();
+    short.extend_from_slice(&[kind::PC_LAUNCHES, 0, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+    let (back, _, stats) = decode(&short);
+    assert_eq!(back.len(), recs.len() - 1);
+    assert_eq!(stats.diagnostics.count, 1);
+}
+
+#[test]
+fn a_reader_that_does_not_know_pc_launches_skips_them_and_reads_on() {
+    let mut strings = StringTable::new();
+    let recs = samples(&mut strings);
+    let mut w = Writer::new(Vec::new()).unwrap();
+    w.write(&recs[0], &strings).unwrap();
+    w.write(&launches(42, 3, 4), &strings).unwrap();
+    w.write(&recs[1], &strings).unwrap();
+    let mut bytes = w.into_inner();
+    // An older reader sees a kind it does not know: turn this one into one.
+    let at = bytes
+        .windows(4)
+        .position(|w| w == [kind::PC_LAUNCHES, 0, 16, 0])
+        .unwrap();
+    bytes[at] = 200;
+    let (back, _, stats) = decode(&bytes);
+    assert!(stats.diagnostics.is_empty(), "{:?}", stats.diagnostics);
+    assert_eq!(stats.unknown_kinds, 1);
+    assert_eq!(back.len(), 2);
+    assert!(matches!(back[1], Record::PcSample(_)), "{back:?}");
 }

@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, CallStack, Device,
     DropSource, Dropped, GraphNode, MemcpyKind, Module, Note, NvtxKind, NvtxRange, Origin,
-    Overhead, PcSample, PeerDevices, Process, ProcessOrigin, Record, Stack, StackEnd, StackFrame,
-    StringId, StringTable, ThreadName,
+    Overhead, PcLaunches, PcSample, PeerDevices, Process, ProcessOrigin, ProcessPcLaunches, Record,
+    Stack, StackEnd, StackFrame, StringId, StringTable, ThreadName,
 };
 
 use super::{
@@ -237,6 +237,7 @@ impl Decoder<'_> {
                 None => None,
             },
             kind::PC_SAMPLE => self.pc_sample(&mut f, offset),
+            kind::PC_LAUNCHES => self.pc_launches(&mut f),
             kind::AUTOGRAD => match self.autograd(&mut f) {
                 Some(Ok(r)) => Some(r),
                 // A kind this build does not know: skipped like an unknown record.
@@ -534,6 +535,14 @@ impl Decoder<'_> {
             stall_reason,
             samples,
             source,
+        }))
+    }
+
+    fn pc_launches(&mut self, f: &mut Fields<'_>) -> Option<Record> {
+        let (sampled, unsampled) = (f.u64()?, f.u64()?);
+        Some(Record::PcLaunches(ProcessPcLaunches {
+            pid: self.pid,
+            launches: PcLaunches { sampled, unsampled },
         }))
     }
 

@@ -211,6 +211,10 @@ impl<W: Write> Writer<W> {
             }
             Record::Nvtx(r) => self.nvtx(r, strings)?,
             Record::PcSample(p) => self.pc_sample(p, strings)?,
+            Record::PcLaunches(p) => {
+                self.begin(kind::PC_LAUNCHES);
+                self.u64(p.launches.sampled).u64(p.launches.unsampled);
+            }
         }
         self.finish()
     }

@@ -2,6 +2,8 @@
 //! chained into launch stacks, and backward ops charged to their forward op's
 //! stack.
 
+use std::num::NonZeroU32;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{BACKWARD_FRAME, StringId, StringTable};
@@ -179,7 +181,7 @@ impl Builder<'_> {
                 ts_ns: call.start,
                 pid: call.pid,
                 tid: call.tid,
-                correlation_id: call.correlation_id,
+                correlation_id: NonZeroU32::new(call.correlation_id),
                 stack,
             });
         }

@@ -62,6 +62,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 
+use std::num::NonZeroU32;
 use std::path::Path;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -293,7 +294,7 @@ fn launch_stacks(
             ts_ns: c.start,
             pid: c.pid,
             tid: c.tid,
-            correlation_id: c.corr,
+            correlation_id: NonZeroU32::new(c.corr),
             stack,
         });
     }

@@ -210,8 +210,9 @@ impl Builder {
 
     pub(super) fn idle_slices(&mut self, ctx: &Context<'_>, idle: &IdleFolder) {
         for s in idle.slices() {
-            let (pid, device, stream) = s.stream;
-            let track = self.gpu_track(pid, device, stream, false);
+            let k = s.stream;
+            let (device, stream) = (k.device_key().device_or_max(), k.stream_or_max());
+            let track = self.gpu_track(k.pid, device, stream, false);
             let leaf = IdleFolder::leaf(ctx, s.stack, s.api).unwrap_or("");
             let api = s.api.map_or("", |a| ctx.strings.get(a));
             let args = vec![
@@ -228,7 +229,8 @@ impl Builder {
                 args,
             });
         }
-        for &((pid, device), start, end) in idle.device_gaps() {
+        for &(key, start, end) in idle.device_gaps() {
+            let (pid, device) = (key.pid, key.device_or_max());
             let gpid = device_pid(pid, device);
             self.gpu_track(pid, device, u32::MAX, false);
             let track = self.track(TrackKey::DeviceIdle(gpid), || {
@@ -376,7 +378,8 @@ impl Sink for Builder {
             | Record::GraphNode(_)
             | Record::Thread(_)
             | Record::Autograd(_)
-            | Record::PcSample(_) => {}
+            | Record::PcSample(_)
+            | Record::PcLaunches(_) => {}
         }
         Ok(())
     }
