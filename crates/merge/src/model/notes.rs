@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use super::records::PcLaunches;
-
 /// How a [`Note`] starts when the trace was recorded on gpuperf's simulated CUDA
 /// runtime (no GPU): outputs show such traces as "simulated GPU".
 pub const SIMULATED_GPU_NOTE: &str = "simulated GPU";
@@ -40,23 +38,8 @@ pub const PC_SERIALIZED_NOTE: &str = "kernels serialized for PC sampling";
 pub const PC_CONTINUOUS_NOTE: &str = "PC sampling in continuous mode";
 
 /// The start of the NOTE that counts the launches PC sampling covered
-/// ([`PcLaunches::note`]).
+/// ([`PcLaunches::note`](super::PcLaunches::note)).
 pub const PC_LAUNCHES_NOTE: &str = "PC sampling windows:";
-
-impl PcLaunches {
-    /// The human-readable note on the counts (shown with the trace's other
-    /// notes); `window` says which launches were asked for. The merge reads
-    /// the counts from the `PC_LAUNCHES` record, never from this text.
-    pub fn note(&self, window: &str) -> String {
-        format!(
-            "{PC_LAUNCHES_NOTE} {} of {} launches sampled (window {window}); the {} others \
-             have no PC samples, and no count is scaled up for them",
-            self.sampled,
-            self.sampled + self.unsampled,
-            self.unsampled
-        )
-    }
-}
 
 /// The start of the NOTE the injection library writes when it turned its
 /// autograd reading off: the merge then links no backward launch of that

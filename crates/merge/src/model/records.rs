@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::notes::Note;
+use super::notes::{Note, PC_LAUNCHES_NOTE};
 use super::stack::{CallStack, Module, Stack};
 use super::strings::StringId;
 
@@ -523,6 +523,21 @@ pub struct PcLaunches {
     pub sampled: u64,
     /// The others: outside a window, or in a context without sampling.
     pub unsampled: u64,
+}
+
+impl PcLaunches {
+    /// The human-readable note on the counts (shown with the trace's other
+    /// notes); `window` says which launches were asked for. The merge reads
+    /// the counts from the `PC_LAUNCHES` record, never from this text.
+    pub fn note(&self, window: &str) -> String {
+        format!(
+            "{PC_LAUNCHES_NOTE} {} of {} launches sampled (window {window}); the {} others \
+             have no PC samples, and no count is scaled up for them",
+            self.sampled,
+            self.sampled + self.unsampled,
+            self.unsampled
+        )
+    }
 }
 
 /// A traced process's [`PcLaunches`].
