@@ -62,7 +62,9 @@ class Recording:
         if r.timed_out:
             bad.append(f"cut at its time limit ({r.seconds:.0f} s)")
         if r.rc != rc_expected and not r.timed_out:
-            bad.append(f"exit status {r.rc}, expected {rc_expected}")
+            # Its last words, so that a summary (CI's, say) tells why.
+            last = " | ".join((r.err or "").strip().splitlines()[-3:])[-300:]
+            bad.append(f"exit status {r.rc}, expected {rc_expected}" + (f" (stderr ends: {last})" if last else ""))
         if "not closed" in (r.err or ""):
             bad.append("the recording was not closed")
         m = self.matched(r)
