@@ -181,7 +181,7 @@ impl StreamKey {
     }
 
     /// The stream as the timeline numbers tracks and the reports print it
-    /// (`u32::MAX`: none), and as waits name it.
+    /// (`u32::MAX`: none).
     pub(crate) fn stream_or_max(&self) -> u32 {
         self.stream.unwrap_or(u32::MAX)
     }
@@ -237,8 +237,8 @@ pub(crate) const DEVICE_IDLE: &str = "GPU idle (no stream busy)";
 /// The work on another stream that a stream waited for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WaitedFor {
-    /// Its stream.
-    pub stream: u32,
+    /// Its stream; `None` for work on no stream.
+    pub stream: Option<u32>,
     /// The kernel's name as the input spells it; `None` for a copy or memset.
     pub kernel: Option<StringId>,
     /// Its end, ns: where the wait ended.
@@ -260,7 +260,7 @@ struct Work {
 
 /// Work of a device by end, for finding what a stream waited for:
 /// (end, stream, kernel, collective).
-type Ends = Vec<(u64, u32, Option<StringId>, bool)>;
+type Ends = Vec<(u64, Option<u32>, Option<StringId>, bool)>;
 
 /// A device's gap: (device, start, end).
 type DeviceGap = (DeviceKey, u64, u64);
@@ -274,7 +274,7 @@ type Charge = (
     Option<StackId>,
     Option<StringId>,
     Cause,
-    Option<(u32, Option<StringId>)>,
+    Option<(Option<u32>, Option<StringId>)>,
 );
 
 /// A synchronization call on a thread: (start, end, stack, API).
@@ -567,7 +567,7 @@ impl IdleFolder {
             );
             split[Cause::LaunchLatency.index()] += waited;
         } else if let Some(&(end, stream, kernel, collective)) =
-            depends_on(ends, key.stream_or_max(), late_until, w.start)
+            depends_on(ends, key.stream, late_until, w.start)
         {
             let cause = if collective {
                 Cause::Collective
@@ -747,10 +747,10 @@ fn device_gaps(
 /// [`LAUNCH_LATENCY_MAX_NS`] of `start`.
 fn depends_on(
     ends: &Ends,
-    stream: u32,
+    stream: Option<u32>,
     from: u64,
     start: u64,
-) -> Option<&(u64, u32, Option<StringId>, bool)> {
+) -> Option<&(u64, Option<u32>, Option<StringId>, bool)> {
     let i = ends.partition_point(|e| e.0 <= start);
     ends[..i]
         .iter()
@@ -803,13 +803,14 @@ impl Sink for IdleFolder {
         self.device_idle();
         let mut ends: FxHashMap<DeviceKey, Ends> = FxHashMap::default();
         for (key, work) in &self.work {
-            let stream = key.stream_or_max();
+            let stream = key.stream;
             ends.entry(key.device_key())
                 .or_default()
                 .extend(work.iter().map(|w| (w.end, stream, w.kernel, w.collective)));
         }
         for e in ends.values_mut() {
-            e.sort_unstable_by_key(|e| (e.0, e.1));
+            // No stream after the streams, as keys sort.
+            e.sort_unstable_by_key(|e| (e.0, e.1.is_none(), e.1));
         }
         let mut keys: Vec<StreamKey> = self.work.keys().copied().collect();
         keys.sort_unstable();
@@ -861,6 +862,7 @@ impl Sink for IdleFolder {
                     let what = kernel.map_or("copy or memset", |k| {
                         demangler.label(k, ctx.strings, ctx.view)
                     });
+                    let stream = stream.unwrap_or(u32::MAX);
                     text.push_str(&format!(";[waited for stream {stream}: {what}]"));
                 }
                 (text, ns)
