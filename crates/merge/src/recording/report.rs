@@ -59,6 +59,16 @@ pub struct IdleTable<'a> {
     pub top: usize,
 }
 
+/// A device as the text report prints it: its number, or `unknown`.
+fn device_text(device: Option<u32>) -> String {
+    device.map_or_else(|| "unknown".to_owned(), |d| d.to_string())
+}
+
+/// A stream as the text report prints it: its number, or `none`.
+fn stream_text(stream: Option<u32>) -> String {
+    stream.map_or_else(|| "none".to_owned(), |s| s.to_string())
+}
+
 fn share(idle_ns: u64, span_ns: u64) -> f64 {
     if span_ns == 0 {
         0.0
@@ -103,8 +113,8 @@ impl fmt::Display for IdleTable<'_> {
             "other"
         )?;
         for ((key, s), (_, whole)) in streams.iter().zip(self.idle.streams_whole()) {
-            let (pid, stream) = (key.pid, key.stream_or_max());
-            let device = key.device_key().device_or_max();
+            let pid = key.pid;
+            let (device, stream) = (device_text(key.device), stream_text(key.stream));
             write!(
                 out,
                 "  {pid:>8} {device:>6} {stream:>6} {:>5.1}% {:>12.2} {:>12.2}",
@@ -128,7 +138,7 @@ impl fmt::Display for IdleTable<'_> {
             "pid", "device", "% idle", "idle µs", "whole µs", "gaps"
         )?;
         for ((key, d), (_, whole)) in self.idle.devices().iter().zip(self.idle.devices_whole()) {
-            let (pid, device) = (key.pid, key.device_or_max());
+            let (pid, device) = (key.pid, device_text(key.device));
             writeln!(
                 out,
                 "  {pid:>8} {device:>6} {:>5.1}% {:>12.2} {:>12.2} {:>8}",
@@ -349,8 +359,7 @@ pub fn report_json(
         .streams()
         .iter()
         .map(|(key, s)| {
-            let (device, stream) = (key.device_key().device_or_max(), key.stream_or_max());
-            json!({ "pid": key.pid, "device": device, "stream": stream, "span_ns": s.span_ns,
+            json!({ "pid": key.pid, "device": key.device, "stream": key.stream, "span_ns": s.span_ns,
                     "idle_ns": s.idle_ns, "idle_by_cause_ns": s.by_cause_ns, "gaps": s.gaps })
         })
         .collect();
@@ -467,6 +476,150 @@ mod tests {
             }
             .to_string(),
             ""
+        );
+    }
+}
+
+#[cfg(test)]
+mod unknown_tests {
+    use super::*;
+    use crate::join;
+    use crate::model::{Activity, ActivityKind, ApiCall, ApiDomain, Process, Record, StringTable};
+    use crate::read::gputrace;
+    use crate::read::input::GpuInputs;
+    use serde_json::{Value, json};
+
+    /// A trace of process 42: a kernel on stream 7 that waits for a kernel on
+    /// no stream, two kernels on stream 3 of no known device, and a context
+    /// sync on no stream. Times in µs.
+    fn trace() -> Vec<u8> {
+        let mut strings = StringTable::new();
+        let mut records = vec![Record::Process(Process {
+            pid: 42,
+            ppid: Some(1),
+            exe: "/bin/app".into(),
+            start_ns: 0,
+            start_realtime_ns: None,
+        })];
+        let gpu = [
+            // (call, start, end, device, stream, kernel; `None`: a sync)
+            (1, 5, 10, Some(0), Some(7), Some("k1")),
+            (2, 10, 40, Some(0), None, Some("unstreamed")),
+            // Called at 12, starts at 50: waits for the kernel on no stream.
+            (12, 50, 55, Some(0), Some(7), Some("k2")),
+            (13, 60, 65, None, Some(3), Some("k3")),
+            (14, 70, 75, None, Some(3), Some("k4")),
+            (80, 80, 81, Some(0), None, None),
+        ];
+        for (corr, (call, start, end, device, stream, kernel)) in (1..).zip(gpu) {
+            let api = if kernel.is_some() {
+                "cudaLaunchKernel"
+            } else {
+                "cudaDeviceSynchronize"
+            };
+            records.push(Record::Api(ApiCall {
+                pid: 42,
+                tid: 42,
+                start_ns: call * 1000,
+                end_ns: call * 1000 + 500,
+                correlation_id: corr,
+                cbid: 211,
+                domain: ApiDomain::Runtime,
+                name: strings.intern(api),
+            }));
+            let kind = match kernel {
+                Some(k) => ActivityKind::Kernel {
+                    name: strings.intern(k),
+                    grid: [1, 1, 1],
+                    block: [32, 1, 1],
+                },
+                // CUPTI's context sync.
+                None => ActivityKind::Sync {
+                    sync_type: 3,
+                    wait: None,
+                },
+            };
+            records.push(Record::Activity(Activity {
+                pid: 42,
+                start_ns: start * 1000,
+                end_ns: end * 1000,
+                correlation_id: corr,
+                device,
+                context: 1,
+                stream,
+                graph_id: None,
+                graph_node_id: None,
+                kind,
+            }));
+        }
+        let mut w = gputrace::Writer::new(Vec::new()).unwrap();
+        for r in &records {
+            w.write(r, &strings).unwrap();
+        }
+        w.into_inner()
+    }
+
+    #[test]
+    fn an_unknown_device_and_no_stream_are_words_in_text_and_null_in_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("unknown.gputrace");
+        std::fs::write(&path, trace()).unwrap();
+        let mut strings = StringTable::new();
+        let inputs = GpuInputs::open(&[path], &mut strings).unwrap();
+        let mut idle = IdleFolder::new();
+        let opts = join::Options::default();
+        join::merge(None, &inputs, &mut strings, &opts, &mut [&mut idle]).unwrap();
+
+        let text = IdleTable {
+            idle: &idle,
+            top: 10,
+        }
+        .to_string();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        // Stream rows: pid, device, stream, …; device rows: pid, device, % idle, ….
+        let stream_row = |device: &str, stream: &str| {
+            rows.iter()
+                .any(|r| r.len() == 12 && r[1] == device && r[2] == stream)
+        };
+        assert!(stream_row("0", "7"), "{text}");
+        assert!(stream_row("0", "none"), "{text}");
+        assert!(stream_row("unknown", "3"), "{text}");
+        assert!(
+            rows.iter().any(|r| r.len() == 6 && r[1] == "unknown"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[waited for stream none: unstreamed]"),
+            "{text}"
+        );
+        assert!(!text.contains("4294967295"), "{text}");
+
+        let (mut rep, pc) = (Reporter::new(), PcFolder::new());
+        let lines = PythonLines::of(&rep, &idle);
+        let doc = report_json(&mut rep, &idle, &lines, &pc, 10);
+        assert!(!doc.contains("4294967295"), "{doc}");
+        let doc: Value = serde_json::from_str(&doc).unwrap();
+        let streams: Vec<(Value, Value)> = doc["idle_streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["device"].clone(), s["stream"].clone()))
+            .collect();
+        assert_eq!(
+            streams,
+            [
+                (json!(0), json!(7)),
+                (json!(0), Value::Null),
+                (Value::Null, json!(3)),
+            ]
+        );
+        let waits = doc["idle_stacks"].to_string();
+        assert!(
+            waits.contains("[waited for stream none: unstreamed]"),
+            "{waits}"
         );
     }
 }

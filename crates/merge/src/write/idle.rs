@@ -20,9 +20,9 @@
 //!     30 µs before the start (the last such work: what a `cudaStreamWaitEvent`
 //!     or a CUDA graph's dependency waits for), `[GPU_Idle: stream wait]` until
 //!     that work's end, followed by a frame naming it, `[waited for stream N:
-//!     kernel]`, and launch latency after it; `[GPU_Idle: collective wait]`
-//!     instead when that work is an NCCL kernel: the collective was waiting for
-//!     the other ranks;
+//!     kernel]` (`stream none` for work on no stream), and launch latency after
+//!     it; `[GPU_Idle: collective wait]` instead when that work is an NCCL
+//!     kernel: the collective was waiting for the other ranks;
 //!   - otherwise `[GPU_Idle: collective wait]` for an NCCL kernel that started
 //!     late, and `[GPU_Idle: other wait]` for the rest: the trace does not show
 //!     what the work waited for.
@@ -180,8 +180,7 @@ impl StreamKey {
         }
     }
 
-    /// The stream as the timeline numbers tracks and the reports print it
-    /// (`u32::MAX`: none).
+    /// The stream as the timeline numbers tracks (`u32::MAX`: none).
     pub(crate) fn stream_or_max(&self) -> u32 {
         self.stream.unwrap_or(u32::MAX)
     }
@@ -211,8 +210,7 @@ pub struct DeviceKey {
 }
 
 impl DeviceKey {
-    /// The device as the timeline numbers tracks and the reports print it
-    /// (`u32::MAX`: unknown).
+    /// The device as the timeline numbers tracks (`u32::MAX`: unknown).
     pub(crate) fn device_or_max(&self) -> u32 {
         self.device.unwrap_or(u32::MAX)
     }
@@ -862,7 +860,7 @@ impl Sink for IdleFolder {
                     let what = kernel.map_or("copy or memset", |k| {
                         demangler.label(k, ctx.strings, ctx.view)
                     });
-                    let stream = stream.unwrap_or(u32::MAX);
+                    let stream = stream.map_or_else(|| "none".to_owned(), |s| s.to_string());
                     text.push_str(&format!(";[waited for stream {stream}: {what}]"));
                 }
                 (text, ns)
