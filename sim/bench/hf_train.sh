@@ -38,22 +38,14 @@ script=$repo/sim/bench/hf_train.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# run VARIANT STEPS: one run; prints the CPU us per step. Variants: plain,
-# gpuonly, stacks, baseline. The library's log is left in $work/log.
+. "$repo/sim/bench/variant.sh"
+
+# run VARIANT STEPS: one run; prints the CPU us per step. The library's log is
+# left in $work/log.
 run() {
-    local lib=$inject stacks=1
-    case $1 in
-        plain) lib= ;;
-        gpuonly) stacks=0 ;;
-        baseline) lib=$baseline ;;
-    esac
-    rm -f "$work"/trace* "$work/log"
-    ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
-        GPUPERF_GPU_TRACE="$work/trace.gputrace" GPUPERF_INJECT_LOG="$work/log" GPUPERF_STACKS=$stacks} \
-        bash "$repo/sim/run.sh" "$out" -- "$python" "$script" 3 "$2" 2> /dev/null |
+    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- "$python" "$script" 3 "$2" 2> /dev/null |
         sed -n 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p'
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 taken() { sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$work/log" | head -1; }
 
 # Captures per step: two runs of different lengths, the difference.

@@ -48,26 +48,17 @@ script=$repo/sim/bench/stack_depth.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+. "$repo/sim/bench/variant.sh"
+
 # run VARIANT PYFRAMES HOP LAUNCHES: one run; prints the CPU us per launch.
-# Variants: plain, gpuonly, stacks, baseline.
 run() {
-    local lib=$inject stacks=1
-    case $1 in
-        plain) lib= ;;
-        gpuonly) stacks=0 ;;
-        baseline) lib=$baseline ;;
-    esac
-    rm -f "$work"/trace* "$work/log"
-    ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
-        GPUPERF_GPU_TRACE="$work/trace.gputrace" GPUPERF_INJECT_LOG="$work/log" GPUPERF_STACKS=$stacks} \
-        bash "$repo/sim/run.sh" "$out" -- "$python" "$script" "$2" "$3" "$4" |
+    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- "$python" "$script" "$2" "$3" "$4" |
         sed -n 's/.* cpu_per_launch_us \([0-9.]*\) .*/\1/p'
-    if [ -n "$lib" ] && [ "$stacks" = 1 ]; then
+    if [ "$1" = stacks ] || [ "$1" = baseline ]; then
         # The log's lines start with the library's name and the pid.
         grep -m1 ' stacks: [0-9]* taken' "$work/log" | sed 's/.* stacks: /stacks: /' > "$work/stacks.$1" || true
     fi
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # The stacks line's "N frames per capture" and "N reused part of the last capture".
 depth() { sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/stacks.$1" 2> /dev/null | grep . || echo "n/a"; }
 # The share of captures that reused native frames, and (from libraries that
@@ -84,18 +75,11 @@ reused() {
 
 # ir VARIANT PYFRAMES HOP LAUNCHES: the instructions the process executes.
 ir() {
-    local lib=$inject stacks=1 exe
-    case $1 in
-        plain) lib= ;;
-        gpuonly) stacks=0 ;;
-        baseline) lib=$baseline ;;
-    esac
     # The interpreter itself, not a launcher script (pyenv's shims are).
+    local exe
     exe=$("$python" -c 'import sys; print(sys.executable)')
-    rm -f "$work"/trace* "$work/log" "$work"/cg.*
-    ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
-        GPUPERF_GPU_TRACE="$work/trace.gputrace" GPUPERF_INJECT_LOG="$work/log" GPUPERF_STACKS=$stacks} \
-        bash "$repo/sim/run.sh" "$out" -- valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
+    rm -f "$work"/cg.*
+    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
         "$exe" "$script" "$2" "$3" "$4" 2>&1 | sed -n 's/.*I *refs: *//p' | tr -d ,
 }
 

@@ -1,0 +1,24 @@
+# Sourced by the stack benchmarks (stack_depth.sh, hf_train.sh): what each
+# variant of a run injects, and the median of a column of numbers.
+# Needs: inject (the library), baseline (another build, may be empty), out (the
+# simulated runtime's directory), work (a scratch directory).
+
+# in_variant VARIANT COMMAND [ARGS...]: runs COMMAND as the variant has it:
+# plain (no injection), gpuonly (the library, stacks off: `--gpu-only`), stacks
+# (the library, stacks on: `gpuperf record`), baseline (BASELINE_INJECT, stacks
+# on). The library records to $work/trace* and logs to $work/log.
+in_variant() {
+    local lib=$inject stacks=1
+    case $1 in
+        plain) lib= ;;
+        gpuonly) stacks=0 ;;
+        baseline) lib=$baseline ;;
+    esac
+    shift
+    rm -f "$work"/trace* "$work/log"
+    ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
+        GPUPERF_GPU_TRACE="$work/trace.gputrace" GPUPERF_INJECT_LOG="$work/log" GPUPERF_STACKS=$stacks} \
+        "$@"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
