@@ -514,22 +514,26 @@ impl Stacks {
             self.reused_frames.fetch_add(u64::from(c.reused), Relaxed);
         }
         let classified = self.classified_count.load(Relaxed);
-        let mut encoded = None;
-        let known = scratch.proven_last(&c, classified).or_else(|| {
-            let len = encode(frames, c.end, c.python_truncated, &mut scratch.words);
-            encoded = Some(len);
-            scratch.same_as_last(len)
-        });
-        if let Some(id) = known {
-            scratch.last_serial = c.serial;
-            scratch.last_classified = classified;
-            return Some(id);
-        }
+        // Known without hashing: proven unchanged by the unwinder, or laid out
+        // the same as the last stack (`Err`: the layout's length, to hash).
+        let known = match scratch.proven_last(&c, classified) {
+            Some(id) => Ok(id),
+            None => {
+                let len = encode(frames, c.end, c.python_truncated, &mut scratch.words);
+                scratch.same_as_last(len).ok_or(len)
+            }
+        };
+        let len = match known {
+            Ok(id) => {
+                scratch.last_serial = c.serial;
+                scratch.last_classified = classified;
+                return Some(id);
+            }
+            Err(len) => len,
+        };
         // Whatever follows, `last` is no longer this capture's predecessor
         // unless remembered below.
         scratch.last_serial = 0;
-        let len = encoded
-            .unwrap_or_else(|| encode(frames, c.end, c.python_truncated, &mut scratch.words));
         let h = xxh3_128(&scratch.words[..len]);
         match self.seen.id(h, frames, c.end, c.python_truncated) {
             Ok(id) => {
