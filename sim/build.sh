@@ -140,22 +140,27 @@ cflags=(-std=gnu11 -O2 -g -fPIC -fno-omit-frame-pointer -fno-optimize-sibling-ca
 # path of the driver was on an NVIDIA H200 (driver 580: no stack crossed code
 # without unwind info there): benchmarks of what stacks cost can measure that
 # case. OUTDIR/dispatch-unwind says which was built.
-nounwind=(-fno-asynchronous-unwind-tables -fno-unwind-tables -fomit-frame-pointer)
+dispatch=(-fno-asynchronous-unwind-tables -fno-unwind-tables -fomit-frame-pointer)
+want="no .eh_frame"
 if [ "${GPUSIM_DISPATCH_UNWIND:-0}" = 1 ]; then
-    nounwind=(-fomit-frame-pointer)
+    dispatch=(-fomit-frame-pointer)
+    want=".eh_frame"
+fi
+gcc "${cflags[@]}" "${dispatch[@]}" -c -o "$gen/driver_dispatch.o" "$here/src/driver_dispatch.c"
+gcc "${cflags[@]}" "${dispatch[@]}" -c -o "$gen/cupti_dispatch.o" "$here/src/cupti_dispatch.c"
+for o in driver_dispatch cupti_dispatch; do
+    has="no .eh_frame"
+    readelf -S "$gen/$o.o" | grep -q '\.eh_frame' && has=".eh_frame"
+    if [ "$has" != "$want" ]; then
+        echo "sim/build.sh: $o.o has $has; it must have $want" >&2
+        exit 1
+    fi
+done
+if [ "$want" = ".eh_frame" ]; then
     echo "with unwind tables" > "$out/dispatch-unwind"
 else
     echo "without unwind tables" > "$out/dispatch-unwind"
 fi
-gcc "${cflags[@]}" "${nounwind[@]}" -c -o "$gen/driver_dispatch.o" "$here/src/driver_dispatch.c"
-gcc "${cflags[@]}" "${nounwind[@]}" -c -o "$gen/cupti_dispatch.o" "$here/src/cupti_dispatch.c"
-for o in driver_dispatch cupti_dispatch; do
-    if readelf -S "$gen/$o.o" | grep -q '\.eh_frame'; then
-        [ "${GPUSIM_DISPATCH_UNWIND:-0}" = 1 ] && continue
-        echo "sim/build.sh: $o.o has unwind tables; it must have none" >&2
-        exit 1
-    fi
-done
 gcc "${cflags[@]}" -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
     -o "$out/libcuda.so.1" "$here"/src/driver{,_sim,_work,_memory,_streams,_graphs,_more}.c "$gen/driver_dispatch.o" -lpthread -ldl
 ln -sf libcuda.so.1 "$out/libcuda.so"
