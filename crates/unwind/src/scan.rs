@@ -88,9 +88,10 @@ pub(crate) const MAX_RECOVERIES: u32 = 16;
 /// seldom passes both. One that leads to the root passes the second test
 /// trivially (a stale copy of `_start`'s return address did, in a frame of
 /// code without unwind info), so it is taken only when no other word of the
-/// scan passes and there is no frame-pointer step. The scan stops at rbp's return address slot when rbp
-/// is a frame pointer (it points at a saved rbp with a return address above
-/// it); if no word below passes, that is a frame-pointer step. The caller's
+/// scan passes and there is no frame-pointer step. The scan stops at rbp's
+/// return address slot when rbp is a frame pointer (it points at a saved rbp
+/// with a return address above it); if no word below passes, that is a
+/// frame-pointer step. The caller's
 /// rbp: rbp itself when it is a frame pointer above the found slot (code
 /// without frame pointers leaves it alone), else the nearest word below the
 /// slot that is one (where code that uses rbp as a register saved it), else
@@ -123,11 +124,8 @@ where
     let bp_frame = bp >= sp && frame_at(bp, read_stack);
     let end = sp.saturating_add(SCAN_WORDS * 8);
     let end = if bp_frame { end.min(bp + 8) } else { end };
-    // A candidate whose own step ends the stack (a root, as `_start`, or a
-    // return address of 0) leads on trivially: a stale copy of a root's return
-    // address left in the frame would pass. Such a candidate is taken only if
-    // no other word up to the end of the scan passes, nor a frame-pointer step.
-    let mut root: Option<(u64, u64, u64)> = None;
+    // The first candidate whose own step ends the stack (see above).
+    let mut root: Option<(u64, UnwindRegsX86_64)> = None;
     let mut slot = sp;
     while slot < end {
         let Ok(ra) = read_stack(slot) else { break };
@@ -176,7 +174,9 @@ where
                 *regs = UnwindRegsX86_64::new(ra, new_sp, new_bp);
                 return Some(ra);
             }
-            Ok(None) if root.is_none() => root = Some((ra, new_sp, new_bp)),
+            Ok(None) if root.is_none() => {
+                root = Some((ra, UnwindRegsX86_64::new(ra, new_sp, new_bp)))
+            }
             _ => {}
         }
     }
@@ -186,8 +186,8 @@ where
         *regs = UnwindRegsX86_64::new(ra, bp + 16, caller_bp);
         return Some(ra);
     }
-    let (ra, new_sp, new_bp) = root?;
-    *regs = UnwindRegsX86_64::new(ra, new_sp, new_bp);
+    let (ra, caller) = root?;
+    *regs = caller;
     Some(ra)
 }
 
