@@ -217,12 +217,12 @@ struct ThreadStacks {
 /// What `identify` keeps between the captures of one thread.
 struct Scratch {
     /// The stack being identified, as [`encode`] lays it out.
-    words: Box<[u8]>,
+    words: Box<Layout>,
     /// The last stack identified, laid out the same (`last[..last_len]`), and
     /// its id (0: none). A launch loop takes the same stack launch after
     /// launch; it is then known by comparing, without hashing it or reading
     /// the shared table. Identifying a stack swaps the two buffers.
-    last: Box<[u8]>,
+    last: Box<Layout>,
     last_len: usize,
     last_id: u32,
     /// The capture number ([`Captured::serial`]) that `last` came from (0:
@@ -233,9 +233,17 @@ struct Scratch {
 
 impl Scratch {
     fn new() -> Scratch {
+        // Built on the heap: an array literal is built on the stack first in
+        // unoptimized builds.
+        let layout = || -> Box<Layout> {
+            vec![0; LAYOUT_WORDS]
+                .into_boxed_slice()
+                .try_into()
+                .expect("LAYOUT_WORDS words")
+        };
         Scratch {
-            words: vec![0; HASH_BYTES].into_boxed_slice(),
-            last: vec![0; HASH_BYTES].into_boxed_slice(),
+            words: layout(),
+            last: layout(),
             last_len: 0,
             last_id: 0,
             last_serial: 0,
@@ -271,7 +279,8 @@ impl Scratch {
     }
 }
 
-/// Two words that tell frames apart: the kind and every field.
+/// Two words that tell frames apart: the kind (bits 0-1 of the first) and
+/// every field (the first below bit 35).
 #[inline(always)]
 fn frame_words(f: &Frame) -> [u64; 2] {
     match *f {
@@ -288,8 +297,55 @@ fn frame_words(f: &Frame) -> [u64; 2] {
     }
 }
 
-/// Two words per frame, and one for the end.
-const HASH_BYTES: usize = (2 * MAX_FRAMES + 1) * 8;
+/// The top two bits of a frame's first word in a [`Layout`]: how the frame is
+/// laid out, and so how many words it takes.
+const NATIVE_WORD: u64 = 0;
+const PYTHON_WORD: u64 = 1 << 62;
+const TWO_WORDS: u64 = 2 << 62;
+
+/// A frame in one word, where its fields fit: a native frame with a module id
+/// below 2^21 and an offset below 2^40 (an address in the file: 1 TiB), or a
+/// Python frame with a code id below 2^30. The frames of real stacks fit;
+/// [`frame_layout`] lays out any other in two words.
+#[inline(always)]
+fn one_word(f: &Frame) -> Option<u64> {
+    match *f {
+        Frame::Native {
+            module,
+            offset,
+            return_address,
+        } if (u64::from(module.0) >> 21 | offset >> 40) == 0 => {
+            Some(NATIVE_WORD | u64::from(return_address) << 61 | u64::from(module.0) << 40 | offset)
+        }
+        Frame::Python { code, instruction } if code.0 >> 30 == 0 => {
+            Some(PYTHON_WORD | u64::from(code.0) << 32 | u64::from(instruction))
+        }
+        _ => None,
+    }
+}
+
+/// A frame laid out, and the words it takes (the second word is written in
+/// any case, and overwritten by the next frame when unused): [`one_word`]
+/// where the fields fit, else its [`frame_words`] marked [`TWO_WORDS`]. The
+/// top two bits of the first word tell these apart, so a layout is read back
+/// frame by frame without ambiguity: two stacks are laid out alike only when
+/// they are the same stack.
+#[inline(always)]
+fn frame_layout(f: &Frame) -> ([u64; 2], usize) {
+    match one_word(f) {
+        Some(w) => ([w, 0], 1),
+        None => {
+            let [a, b] = frame_words(f);
+            ([TWO_WORDS | a, b], 2)
+        }
+    }
+}
+
+/// Room for two words per frame, and one for the end.
+const LAYOUT_WORDS: usize = 2 * MAX_FRAMES + 1;
+
+/// A stack laid out by [`encode`].
+type Layout = [u64; LAYOUT_WORDS];
 
 thread_local! {
     static THREAD: RefCell<Option<ThreadStacks>> = const { RefCell::new(None) };
@@ -534,7 +590,7 @@ impl Stacks {
         // Whatever follows, `last` is no longer this capture's predecessor
         // unless remembered below.
         scratch.last_serial = 0;
-        let h = xxh3_128(&scratch.words[..len]);
+        let h = layout_hash(&scratch.words[..len]);
         match self.seen.id(h, frames, c.end, c.python_truncated) {
             Ok(id) => {
                 scratch.remember(len, id);
@@ -748,24 +804,37 @@ fn end_of(e: StackEnd) -> End {
 }
 
 /// A stack's identity, laid out in `buf` (one fixed buffer per thread, so
-/// that identifying never allocates): [`frame_words`] of each frame, then its
-/// end and Python cut; returns the bytes written. Its XXH3-128 is the stack's
-/// id in the shared table, and it is what [`Scratch::same_as_last`] compares.
-fn encode(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8]) -> usize {
+/// that identifying never allocates): [`frame_layout`] of each frame, one word
+/// each in real stacks, then one word for its end and Python cut; returns the
+/// words written. It is what [`Scratch::same_as_last`] compares, and its
+/// XXH3-128 ([`layout_hash`]) is the stack's id in the shared table.
+fn encode(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut Layout) -> usize {
+    let frames = &frames[..frames.len().min(MAX_FRAMES)];
+    // A word a frame while the frames fit in one (real stacks: all of them),
+    // word `i` for frame `i`: no bounds to check.
     let mut len = 0;
-    let mut put = |w: u64| {
-        if let Some(dst) = buf.get_mut(len..len + 8) {
-            dst.copy_from_slice(&w.to_le_bytes());
-            len += 8;
-        }
-    };
-    for f in frames.iter().take(MAX_FRAMES) {
-        let [a, b] = frame_words(f);
-        put(a);
-        put(b);
+    for (f, w) in frames.iter().zip(buf.iter_mut()) {
+        let Some(word) = one_word(f) else { break };
+        *w = word;
+        len += 1;
     }
-    put(u64::from(end_of(end).code()) << 1 | u64::from(python_truncated));
-    len
+    for f in &frames[len..] {
+        let (words, n) = frame_layout(f);
+        // At most 2 words per frame before this one: in bounds.
+        buf[len..len + 2].copy_from_slice(&words);
+        len += n;
+    }
+    buf[len] = u64::from(end_of(end).code()) << 1 | u64::from(python_truncated);
+    len + 1
+}
+
+/// The XXH3-128 of a layout's words (in memory order).
+fn layout_hash(words: &[u64]) -> u128 {
+    // SAFETY: the bytes of initialized `u64`s, which have no padding, read
+    // while `words` is borrowed; `u8` needs no alignment.
+    let bytes =
+        unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), size_of_val(words)) };
+    xxh3_128(bytes)
 }
 
 #[cfg(test)]
@@ -784,9 +853,98 @@ mod tests {
     }
 
     /// A stack's id hash, as `identify` computes it.
-    fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut [u8]) -> u128 {
+    fn hash(frames: &[Frame], end: StackEnd, python_truncated: bool, buf: &mut Layout) -> u128 {
         let len = encode(frames, end, python_truncated, buf);
-        xxh3_128(&buf[..len])
+        layout_hash(&buf[..len])
+    }
+
+    /// The frames and end word a layout holds, read back as the top bits of
+    /// each frame's first word say.
+    fn decode(words: &[u64]) -> (Vec<Frame>, u64) {
+        let mut frames = Vec::new();
+        let mut i = 0;
+        while i + 1 < words.len() {
+            let w = words[i];
+            let f = match w & 3 << 62 {
+                NATIVE_WORD => Frame::Native {
+                    module: ModuleId((w >> 40 & 0x1f_ffff) as u32),
+                    offset: w & 0xff_ffff_ffff,
+                    return_address: w >> 61 & 1 == 1,
+                },
+                PYTHON_WORD => Frame::Python {
+                    code: gpuperf_unwind::CodeId((w >> 32 & 0x3fff_ffff) as u32),
+                    instruction: w as u32,
+                },
+                TWO_WORDS => {
+                    i += 1;
+                    let b = words[i];
+                    let fields = (w >> 2 & 0xffff_ffff) as u32;
+                    match w & 3 {
+                        0 => Frame::Native {
+                            module: ModuleId(fields),
+                            offset: b,
+                            return_address: w >> 34 & 1 == 1,
+                        },
+                        1 => Frame::Python {
+                            code: gpuperf_unwind::CodeId(fields),
+                            instruction: b as u32,
+                        },
+                        _ => Frame::Unknown { address: b },
+                    }
+                }
+                _ => panic!("no frame starts with {w:#x}"),
+            };
+            frames.push(f);
+            i += 1;
+        }
+        assert_eq!(i + 1, words.len(), "the end word last");
+        (frames, words[i])
+    }
+
+    #[test]
+    fn a_layout_reads_back_as_its_stack_at_every_field_bound() {
+        let native = |module: u32, offset: u64, return_address: bool| Frame::Native {
+            module: ModuleId(module),
+            offset,
+            return_address,
+        };
+        let python = |code: u32, instruction: u32| Frame::Python {
+            code: gpuperf_unwind::CodeId(code),
+            instruction,
+        };
+        let frames = [
+            native(0, 0, false),
+            native((1 << 21) - 1, (1 << 40) - 1, true),
+            native(1 << 21, 0x10, true),
+            native(1, 1 << 40, false),
+            native(u32::MAX, u64::MAX, true),
+            python(0, 0),
+            python((1 << 30) - 1, u32::MAX),
+            python(1 << 30, 7),
+            python(u32::MAX, u32::MAX),
+            Frame::Unknown { address: 0 },
+            Frame::Unknown { address: u64::MAX },
+        ];
+        let buf = &mut [0; LAYOUT_WORDS];
+        for end in [StackEnd::Root, StackEnd::DepthLimit] {
+            for cut in [false, true] {
+                let len = encode(&frames, end, cut, buf);
+                let (back, end_word) = decode(&buf[..len]);
+                assert_eq!(back, frames);
+                assert_eq!(
+                    end_word,
+                    u64::from(end_of(end).code()) << 1 | u64::from(cut)
+                );
+            }
+        }
+        // Real stacks take a word a frame.
+        assert_eq!(encode(&frames[..2], StackEnd::Root, false, buf), 3);
+        assert_eq!(encode(&frames[5..7], StackEnd::Root, false, buf), 3);
+        // A full stack fits, every frame in two words.
+        let deep = [Frame::Unknown { address: 1 }; MAX_FRAMES];
+        let len = encode(&deep, StackEnd::DepthLimit, false, buf);
+        assert_eq!(len, LAYOUT_WORDS);
+        assert_eq!(decode(&buf[..len]).0, deep);
     }
 
     /// Whether `frames` is the scratch's last stack, as `identify` asks.
@@ -804,7 +962,7 @@ mod tests {
     fn hashes_differ_by_frame_order_end_and_length() {
         let a = [n(1, 0x10), n(2, 0x20)];
         let b = [n(2, 0x20), n(1, 0x10)];
-        let buf = &mut [0; HASH_BYTES];
+        let buf = &mut [0; LAYOUT_WORDS];
         let h = hash(&a, StackEnd::Root, false, buf);
         assert_eq!(h, hash(&a, StackEnd::Root, false, buf));
         assert_ne!(h, hash(&b, StackEnd::Root, false, buf));
