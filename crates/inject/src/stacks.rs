@@ -70,11 +70,13 @@ use xxhash_rust::xxh3::xxh3_128;
 use crate::seen::{Miss, Seen};
 
 mod graphs;
+mod tally;
 
 use graphs::NodeMap;
 pub use graphs::{
     GRAPHNODE_CLONED, GRAPHNODE_CREATED, GRAPHNODE_DESTROY_STARTING, is_graph_copy_callback,
 };
+use tally::{Count, Held, Tallies};
 
 /// Modules the hidden-module table can mark; later ones are never hidden.
 const MODULE_SLOTS: usize = 8192;
@@ -145,27 +147,15 @@ pub struct Stacks {
     /// flush thread.
     app_rebuilds: AtomicU64,
     graph_node_id: Option<GetGraphNodeId>,
-    captures: AtomicU64,
-    /// Captures skipped: the thread had almost no stack left.
-    no_stack: AtomicU64,
-    truncated: AtomicU64,
-    /// Of the kept captures (not those a refresh retried): ending at code
-    /// without unwind info, cut at the depth cap, with Python frames. The
-    /// unwinder's own counters also count the retried first attempts.
-    unknown_end: AtomicU64,
-    depth_cut: AtomicU64,
-    /// Ending in `PythonCut`: an outer interpreter's Python frames missing.
-    python_cut: AtomicU64,
-    /// Python frames cut at the depth cap (the native stack may be complete).
-    python_depth_cut: AtomicU64,
-    with_python: AtomicU64,
-    empty: AtomicU64,
-    /// Of the kept captures: frames kept (after the hidden ones), and those
-    /// that took native frames from the thread's last capture.
-    kept_frames: AtomicU64,
-    reused: AtomicU64,
-    /// Native frames the captures took from their thread's last capture.
-    reused_frames: AtomicU64,
+    /// Captures, and those skipped for lack of stack; of the kept captures
+    /// (not those a refresh retried: the unwinder's own counters count those
+    /// too): truncated, ending at code without unwind info, cut at the depth
+    /// cap, missing an outer interpreter's Python frames, with Python frames
+    /// and with them cut at the depth cap (the native stack may be complete),
+    /// empty, the frames kept (after the hidden ones), and those that took
+    /// native frames from the thread's last capture, with how many. Per
+    /// thread, summed when read.
+    tallies: Tallies,
     python_noted: AtomicBool,
 }
 
@@ -229,6 +219,8 @@ struct Scratch {
     /// unknown), and the modules classified then.
     last_serial: u64,
     last_classified: usize,
+    /// The thread's own counters ([`tally`]); `None`: the shared ones.
+    tally: Option<Held>,
 }
 
 impl Scratch {
@@ -248,6 +240,7 @@ impl Scratch {
             last_id: 0,
             last_serial: 0,
             last_classified: 0,
+            tally: None,
         }
     }
 
@@ -390,18 +383,7 @@ impl Stacks {
             nodes_not_written: AtomicU64::new(0),
             app_rebuilds: AtomicU64::new(0),
             graph_node_id,
-            captures: AtomicU64::new(0),
-            no_stack: AtomicU64::new(0),
-            truncated: AtomicU64::new(0),
-            unknown_end: AtomicU64::new(0),
-            depth_cut: AtomicU64::new(0),
-            python_cut: AtomicU64::new(0),
-            python_depth_cut: AtomicU64::new(0),
-            with_python: AtomicU64::new(0),
-            empty: AtomicU64::new(0),
-            kept_frames: AtomicU64::new(0),
-            reused: AtomicU64::new(0),
-            reused_frames: AtomicU64::new(0),
+            tallies: Tallies::new(),
             python_noted: AtomicBool::new(false),
         };
         s.classify();
@@ -447,17 +429,23 @@ impl Stacks {
     pub fn capture(&self) -> u32 {
         // Built on the heap: `Box::new([…; N])` builds the array on the
         // (maybe 16 KiB) stack first in unoptimized builds.
-        let fresh = || ThreadStacks {
+        // A thread's state takes counters of its own; buffers for one
+        // capture count in the shared ones.
+        let fresh = |own_tally: bool| ThreadStacks {
             frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
-            scratch: Scratch::new(),
+            scratch: Scratch {
+                tally: own_tally.then(|| self.tallies.take()).flatten(),
+                ..Scratch::new()
+            },
             trail: Trail::new(MAX_FRAMES),
         };
         // Building the thread's state takes more stack than a capture, which
         // runs on the unwinder's own stack: on a small alternate signal stack
         // it could overflow it. Such a capture is skipped, and counted as one.
         let no_room = || {
-            self.captures.fetch_add(1, Relaxed);
-            self.no_stack.fetch_add(1, Relaxed);
+            let n = self.tallies.counter(None);
+            n.add(Count::Captures, 1);
+            n.add(Count::NoStack, 1);
             0
         };
         THREAD
@@ -466,7 +454,7 @@ impl Stacks {
                 if t.is_none() && short_altstack() {
                     return no_room();
                 }
-                self.capture_into(t.get_or_insert_with(fresh))
+                self.capture_into(t.get_or_insert_with(|| fresh(true)))
             })
             // The thread's state is destroyed (a call from a destructor at
             // thread exit, or from an atexit handler after `exit` began):
@@ -475,7 +463,7 @@ impl Stacks {
                 if short_altstack() {
                     return no_room();
                 }
-                self.capture_into(&mut fresh())
+                self.capture_into(&mut fresh(false))
             })
     }
 
@@ -483,7 +471,9 @@ impl Stacks {
     /// registers runs on the unwinder's scratch stack.
     #[inline(never)]
     fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
-        self.captures.fetch_add(1, Relaxed);
+        self.tallies
+            .counter(t.scratch.tally.as_ref())
+            .add(Count::Captures, 1);
         let ThreadStacks {
             frames,
             scratch,
@@ -502,7 +492,9 @@ impl Stacks {
         match r {
             Ok(id) => id.unwrap_or(0),
             Err(StackEnd::NoStackLeft) => {
-                self.no_stack.fetch_add(1, Relaxed);
+                self.tallies
+                    .counter(scratch.tally.as_ref())
+                    .add(Count::NoStack, 1);
                 0
             }
             Err(_) => 0,
@@ -543,32 +535,18 @@ impl Stacks {
             .position(|f| !self.is_hidden(f))
             .unwrap_or(frames.len());
         let frames = &frames[first..];
-        if c.end.is_truncated() {
-            self.truncated.fetch_add(1, Relaxed);
-        }
-        if matches!(frames.last(), Some(Frame::Unknown { .. })) {
-            self.unknown_end.fetch_add(1, Relaxed);
-        }
-        if c.end == StackEnd::DepthLimit {
-            self.depth_cut.fetch_add(1, Relaxed);
-        }
-        if c.end == StackEnd::PythonCut {
-            self.python_cut.fetch_add(1, Relaxed);
-        }
-        if c.python_truncated {
-            self.python_depth_cut.fetch_add(1, Relaxed);
-        }
-        if c.python_frames > 0 {
-            self.with_python.fetch_add(1, Relaxed);
-        }
-        if frames.is_empty() {
-            self.empty.fetch_add(1, Relaxed);
-        }
-        self.kept_frames.fetch_add(frames.len() as u64, Relaxed);
-        if c.reused > 0 {
-            self.reused.fetch_add(1, Relaxed);
-            self.reused_frames.fetch_add(u64::from(c.reused), Relaxed);
-        }
+        let n = self.tallies.counter(scratch.tally.as_ref());
+        let unknown_end = matches!(frames.last(), Some(Frame::Unknown { .. }));
+        n.add(Count::Truncated, u64::from(c.end.is_truncated()));
+        n.add(Count::UnknownEnd, u64::from(unknown_end));
+        n.add(Count::DepthCut, u64::from(c.end == StackEnd::DepthLimit));
+        n.add(Count::PythonCut, u64::from(c.end == StackEnd::PythonCut));
+        n.add(Count::PythonDepthCut, u64::from(c.python_truncated));
+        n.add(Count::WithPython, u64::from(c.python_frames > 0));
+        n.add(Count::Empty, u64::from(frames.is_empty()));
+        n.add(Count::KeptFrames, frames.len() as u64);
+        n.add(Count::Reused, u64::from(c.reused > 0));
+        n.add(Count::ReusedFrames, u64::from(c.reused));
         let classified = self.classified_count.load(Relaxed);
         // Known without hashing: proven unchanged by the unwinder, or laid out
         // the same as the last stack (`Err`: the layout's length, to hash).
@@ -736,6 +714,7 @@ impl Stacks {
     pub fn summary(&self) -> String {
         let s = self.unwinder.stats();
         let distinct = self.seen.len();
+        let n = |c: Count| self.tallies.get(c);
         format!(
             "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} without an \
              id (stack table full), {} without an id (contended), {} truncated \
@@ -750,20 +729,20 @@ impl Stacks {
              code without unwind info (by frame pointer or stack scan); {:.1} frames per \
              capture, {} reused part of the last capture (native frames proven unchanged; \
              {:.1} frames of each on average)",
-            self.captures.load(Relaxed),
+            n(Count::Captures),
             distinct,
-            self.no_stack.load(Relaxed),
+            n(Count::NoStack),
             self.table_full.load(Relaxed),
             self.contended.load(Relaxed),
-            self.truncated.load(Relaxed),
-            self.unknown_end.load(Relaxed),
-            self.depth_cut.load(Relaxed),
-            self.python_cut.load(Relaxed),
+            n(Count::Truncated),
+            n(Count::UnknownEnd),
+            n(Count::DepthCut),
+            n(Count::PythonCut),
             s.busy,
             s.cache_waits,
-            self.empty.load(Relaxed),
-            self.with_python.load(Relaxed),
-            self.python_depth_cut.load(Relaxed),
+            n(Count::Empty),
+            n(Count::WithPython),
+            n(Count::PythonDepthCut),
             self.unwinder.python_status(),
             s.python_skipped,
             self.unwinder
@@ -780,11 +759,12 @@ impl Stacks {
             s.modules_added,
             s.recovered_stacks,
             {
-                let kept = self.captures.load(Relaxed) - self.no_stack.load(Relaxed);
-                self.kept_frames.load(Relaxed) as f64 / kept.max(1) as f64
+                // Sums read one after the other, while threads may count.
+                let kept = n(Count::Captures).saturating_sub(n(Count::NoStack));
+                n(Count::KeptFrames) as f64 / kept.max(1) as f64
             },
-            self.reused.load(Relaxed),
-            self.reused_frames.load(Relaxed) as f64 / self.reused.load(Relaxed).max(1) as f64,
+            n(Count::Reused),
+            n(Count::ReusedFrames) as f64 / n(Count::Reused).max(1) as f64,
         )
     }
 }
