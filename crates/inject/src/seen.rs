@@ -5,12 +5,18 @@
 //! ```text
 //!  capture ─▶ 128-bit hash ─▶ slot (open addressing, claimed by CAS on the
 //!            low 64 bits) ─hit─▶ id
-//!                         └─new─▶ frames copied into the arena, id = next id,
-//!                                 published (Release) ─▶ flush reads ids in order
+//!                         └─new─▶ frames and layout copied into the arenas,
+//!                                 id = next id, published (Release)
+//!                                 ─▶ flush reads ids in order
 //! ```
 //!
+//! A stack's layout (the words its hash was taken over) is kept beside its
+//! frames: a thread that expects a given stack next checks it by comparing
+//! layouts, without hashing ([`Seen::layout`]).
+//!
 //! Fixed sizes, mapped once at start and resident only as used: a stack that
-//! finds the table or the frame arena full gets no id and is counted.
+//! finds the table or the frame arena full gets no id and is counted; one that
+//! finds the layout arena full is kept without its layout.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -20,8 +26,11 @@ use gpuperf_unwind::{Frame, StackEnd};
 
 /// Distinct stacks held.
 const SLOTS: usize = 1 << 16;
-/// Frames of all distinct stacks together (24 bytes each).
+/// Frames of all distinct stacks together (16 bytes each).
 const ARENA_FRAMES: usize = 1 << 22;
+/// Layout words of all distinct stacks together: a word a frame and one for
+/// the end, as real stacks take.
+const ARENA_WORDS: usize = ARENA_FRAMES + SLOTS;
 /// Slots probed before a stack counts as not fitting.
 const PROBES: usize = 64;
 /// Spins waiting for another thread to publish the stack it is adding.
@@ -49,6 +58,9 @@ struct Slot {
 struct Entry {
     /// `start << 32 | len << 16 | end << 1 | python_truncated`, 0 until ready.
     packed: AtomicU64,
+    /// Where its layout is: `start << 32 | len` (0: not kept), written
+    /// before `packed`.
+    layout: AtomicU64,
 }
 
 /// A stack as stored.
@@ -63,27 +75,29 @@ pub struct Stored<'a> {
 pub struct Seen {
     slots: Box<[Slot]>,
     by_id: Box<[Entry]>,
-    arena: Arena,
+    arena: Arena<Frame>,
+    layouts: Arena<u64>,
     next_id: AtomicU32,
     arena_used: AtomicUsize,
+    layouts_used: AtomicUsize,
 }
 
-/// Frames of stored stacks: each range is written once, by the thread that
-/// reserved it, before its stack is published.
-struct Arena {
-    base: *mut UnsafeCell<MaybeUninit<Frame>>,
+/// Frames (or layout words) of stored stacks: each range is written once, by
+/// the thread that reserved it, before its stack is published.
+struct Arena<T> {
+    base: *mut UnsafeCell<MaybeUninit<T>>,
     len: usize,
 }
 
 // SAFETY: see `Arena`: a range is written by one thread before it is published
-// (Release) and only read after (Acquire).
-unsafe impl Send for Arena {}
+// (Release) and only read after (Acquire); `T` is plain data (`Copy`).
+unsafe impl<T: Copy> Send for Arena<T> {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for Arena {}
+unsafe impl<T: Copy> Sync for Arena<T> {}
 
-impl Arena {
-    fn new() -> Arena {
-        let bytes = ARENA_FRAMES * size_of::<Frame>();
+impl<T: Copy> Arena<T> {
+    fn new(len: usize) -> Arena<T> {
+        let bytes = len * size_of::<T>();
         // SAFETY: a fresh anonymous mapping, resident only where written.
         let p = unsafe {
             libc::mmap(
@@ -103,16 +117,48 @@ impl Arena {
         }
         Arena {
             base: p.cast(),
-            len: ARENA_FRAMES,
+            len,
         }
+    }
+
+    /// Writes `items` at `start..`, a range reserved by the calling thread
+    /// alone and not yet published.
+    fn write(&self, start: usize, items: &[T]) {
+        assert!(start + items.len() <= self.len);
+        for (i, x) in items.iter().enumerate() {
+            // SAFETY: in the mapping (checked above), and reserved by this
+            // thread alone: no other reads or writes it until published.
+            unsafe {
+                (*self.base.add(start + i))
+                    .get()
+                    .write(MaybeUninit::new(*x))
+            };
+        }
+    }
+
+    /// The items at `start..start + len`.
+    ///
+    /// # Safety
+    /// The range was written by [`Arena::write`] before a Release store that
+    /// the caller read with Acquire.
+    unsafe fn read(&self, start: usize, len: usize) -> &[T] {
+        if len == 0 {
+            // The mapping may have failed: no pointer to make a slice from.
+            return &[];
+        }
+        debug_assert!(start + len <= self.len);
+        // SAFETY: written (initialized) before the store the caller read, so
+        // visible and never written again; `UnsafeCell<MaybeUninit<T>>` has
+        // the layout of `T`.
+        unsafe { std::slice::from_raw_parts(self.base.add(start).cast::<T>(), len) }
     }
 }
 
-impl Drop for Arena {
+impl<T> Drop for Arena<T> {
     fn drop(&mut self) {
         if !self.base.is_null() {
             // SAFETY: the mapping made in `new`; `&mut self`: no reader is left.
-            unsafe { libc::munmap(self.base.cast(), self.len * size_of::<Frame>()) };
+            unsafe { libc::munmap(self.base.cast(), self.len * size_of::<T>()) };
         }
     }
 }
@@ -144,20 +190,25 @@ impl Seen {
             by_id: (0..=SLOTS)
                 .map(|_| Entry {
                     packed: AtomicU64::new(0),
+                    layout: AtomicU64::new(0),
                 })
                 .collect(),
-            arena: Arena::new(),
+            arena: Arena::new(ARENA_FRAMES),
+            layouts: Arena::new(ARENA_WORDS),
             next_id: AtomicU32::new(0),
             arena_used: AtomicUsize::new(0),
+            layouts_used: AtomicUsize::new(0),
         }
     }
 
-    /// The id of the stack with hash `h`, adding `frames` when it is new.
-    /// Ids count from 1 in the order stacks were first seen.
+    /// The id of the stack with hash `h`, adding `frames` and `layout` (the
+    /// words hashed) when it is new. Ids count from 1 in the order stacks were
+    /// first seen.
     pub fn id(
         &self,
         h: u128,
         frames: &[Frame],
+        layout: &[u64],
         end: StackEnd,
         python_truncated: bool,
     ) -> Result<u32, Miss> {
@@ -172,7 +223,7 @@ impl Seen {
                     .tag
                     .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire)
                 {
-                    Ok(_) => return self.add(slot, high, frames, end, python_truncated),
+                    Ok(_) => return self.add(slot, high, frames, layout, end, python_truncated),
                     Err(other) => t = other,
                 }
             }
@@ -208,6 +259,7 @@ impl Seen {
         slot: &Slot,
         high: u64,
         frames: &[Frame],
+        layout: &[u64],
         end: StackEnd,
         python_truncated: bool,
     ) -> Result<u32, Miss> {
@@ -218,16 +270,18 @@ impl Seen {
             slot.id.store(u32::MAX, Ordering::Release);
             return Err(Miss::Full);
         }
-        for (i, f) in frames.iter().enumerate() {
-            // SAFETY: `start..start + len` was reserved by this thread alone and
-            // lies inside the mapping.
-            unsafe {
-                (*self.arena.base.add(start + i))
-                    .get()
-                    .write(MaybeUninit::new(*f))
-            };
-        }
+        self.arena.write(start, frames);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        // Without room for its layout the stack is kept all the same: it is
+        // then never expected, only hashed.
+        let words = layout.len();
+        let at = self.layouts_used.fetch_add(words, Ordering::Relaxed);
+        if words > 0 && at + words <= self.layouts.len && words < 1 << 32 {
+            self.layouts.write(at, layout);
+            self.by_id[id as usize]
+                .layout
+                .store((at as u64) << 32 | words as u64, Ordering::Relaxed);
+        }
         let end = ENDS.iter().position(|e| *e == end).unwrap_or(4) as u64;
         let packed =
             (start as u64) << 32 | (len as u64) << 16 | end << 1 | u64::from(python_truncated);
@@ -273,9 +327,7 @@ impl Seen {
             let (start, len) = ((p >> 32) as usize, ((p >> 16) & 0xffff) as usize);
             // SAFETY: published ranges are written once, before the Release
             // store just read with Acquire.
-            let frames = unsafe {
-                std::slice::from_raw_parts(self.arena.base.add(start).cast::<Frame>(), len)
-            };
+            let frames = unsafe { self.arena.read(start, len) };
             f(
                 id,
                 Stored {
@@ -290,6 +342,22 @@ impl Seen {
             last = id;
         }
         last
+    }
+
+    /// The layout that stack `id` was added with, once published; `None`
+    /// before, or when it was kept without one.
+    #[inline]
+    pub fn layout(&self, id: u32) -> Option<&[u64]> {
+        let e = self.by_id.get(id as usize)?;
+        if e.packed.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let l = e.layout.load(Ordering::Relaxed);
+        let (start, len) = ((l >> 32) as usize, (l & 0xffff_ffff) as usize);
+        // SAFETY: a layout's range is written once, before the Release store
+        // of `packed` just read with Acquire (`layout` was stored before it:
+        // the Acquire makes that visible too). 0 (not kept) is empty.
+        (len > 0).then(|| unsafe { self.layouts.read(start, len) })
     }
 
     /// Distinct stacks with an id.
@@ -317,9 +385,12 @@ mod tests {
         let s = Seen::new();
         let a = [n(1), n(2)];
         let b = [n(3)];
-        assert_eq!(s.id(7, &a, StackEnd::Root, false), Ok(1));
-        assert_eq!(s.id(9 << 64 | 7, &b, StackEnd::DepthLimit, true), Ok(2));
-        assert_eq!(s.id(7, &a, StackEnd::Root, false), Ok(1));
+        assert_eq!(s.id(7, &a, &[], StackEnd::Root, false), Ok(1));
+        assert_eq!(
+            s.id(9 << 64 | 7, &b, &[], StackEnd::DepthLimit, true),
+            Ok(2)
+        );
+        assert_eq!(s.id(7, &a, &[], StackEnd::Root, false), Ok(1));
         let mut got = Vec::new();
         let last = s.published_after(0, |id, st| {
             got.push((id, st.frames.to_vec(), st.end, st.python_truncated))
@@ -338,10 +409,10 @@ mod tests {
     #[test]
     fn the_last_write_takes_stacks_published_after_one_still_being_copied() {
         let s = Seen::new();
-        assert_eq!(s.id(1, &[n(1)], StackEnd::Root, false), Ok(1));
+        assert_eq!(s.id(1, &[n(1)], &[], StackEnd::Root, false), Ok(1));
         // Id 2 reserved by a thread still copying its frames.
         s.next_id.fetch_add(1, Ordering::Relaxed);
-        assert_eq!(s.id(3, &[n(3)], StackEnd::Root, false), Ok(3));
+        assert_eq!(s.id(3, &[n(3)], &[], StackEnd::Root, false), Ok(3));
         let mut got = Vec::new();
         assert_eq!(s.published_from(0, false, |id, _| got.push(id)), 1);
         assert_eq!(got, [1]);
@@ -355,7 +426,7 @@ mod tests {
         let s = Seen::new();
         for (i, &end) in ENDS.iter().enumerate() {
             let frames = [n(i as u64)];
-            assert!(s.id(i as u128 + 1, &frames, end, false).is_ok());
+            assert!(s.id(i as u128 + 1, &frames, &[], end, false).is_ok());
         }
         let mut got = Vec::new();
         s.published_after(0, |_, st| got.push(st.end));
@@ -377,7 +448,7 @@ mod tests {
                                 // asking again later must give the same id.
                                 for _ in 0..1_000_000 {
                                     let h = u128::from(i) * 0x1_0001;
-                                    match s.id(h, &[n(i)], StackEnd::Root, false) {
+                                    match s.id(h, &[n(i)], &[i, 7], StackEnd::Root, false) {
                                         Ok(id) => return id,
                                         Err(Miss::Contended) => std::thread::yield_now(),
                                         Err(Miss::Full) => panic!("table full at {i}"),
@@ -393,5 +464,25 @@ mod tests {
         });
         assert!(ids.windows(2).all(|w| w[0] == w[1]));
         assert_eq!(s.len(), 200);
+        for (i, &id) in ids[0].iter().enumerate() {
+            assert_eq!(s.layout(id), Some(&[i as u64, 7][..]));
+        }
+    }
+
+    #[test]
+    fn a_stacks_layout_is_read_back_once_published_and_none_when_not_kept() {
+        let s = Seen::new();
+        assert_eq!(s.layout(1), None);
+        assert_eq!(s.id(5, &[n(1)], &[1, 2, 3], StackEnd::Root, false), Ok(1));
+        assert_eq!(s.id(6, &[n(2)], &[], StackEnd::Root, false), Ok(2));
+        // Found again: the layout given then is not stored.
+        assert_eq!(s.id(5, &[n(1)], &[9], StackEnd::Root, false), Ok(1));
+        assert_eq!(s.layout(1), Some(&[1, 2, 3][..]));
+        assert_eq!(s.layout(2), None);
+        assert_eq!(s.layout(3), None);
+        // Reserved, not yet published.
+        s.next_id.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(s.layout(3), None);
+        assert_eq!(s.layout(u32::MAX), None);
     }
 }

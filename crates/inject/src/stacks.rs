@@ -28,7 +28,12 @@
 //! unchanged since the thread's capture just before (`Captured::unchanged`:
 //! every input of its Python merge compared, the native frames the walk took
 //! from its trail at the same depth excepted) and no module was classified
-//! since. A stack seen for
+//! since. A training step launches the same sequence of stacks step after
+//! step: a stack is also known, by comparing, when it is the one that
+//! followed the thread's last two stacks the last time they came (the table
+//! keeps each stack's layout, the words its hash is taken over, for that).
+//! The counters the log reports are kept per thread, with plain stores
+//! (`tally`). A stack seen for
 //! the first time is copied into that table's preallocated arena, still without
 //! a lock or `malloc`; when the table is full the launch gets no stack id, and
 //! is counted. After a `dlopen` (the loader's counters say so), the first
@@ -219,6 +224,15 @@ struct Scratch {
     /// unknown), and the modules classified then.
     last_serial: u64,
     last_classified: usize,
+    /// The id of the stack identified before the last one (0: none).
+    before_last: u32,
+    /// By the last two stacks' ids (hashed, [`Scratch::next_slot`]): the id
+    /// of the stack that followed them when they last came (0: none). A
+    /// training step launches the same sequence of stacks step after step,
+    /// each rarely equal to the one before: the expected stack is checked by
+    /// comparing its layout with the one stored in the shared table, without
+    /// hashing it or looking it up.
+    next: Box<[u32]>,
     /// The thread's own counters ([`tally`]); `None`: the shared ones.
     tally: Option<Held>,
 }
@@ -240,8 +254,36 @@ impl Scratch {
             last_id: 0,
             last_serial: 0,
             last_classified: 0,
+            before_last: 0,
+            next: vec![0; NEXT_SLOTS].into_boxed_slice(),
             tally: None,
         }
+    }
+
+    /// Where [`Scratch::next`] keeps the stack expected after the last two.
+    #[inline(always)]
+    fn next_slot(&self) -> usize {
+        let k = self.before_last.wrapping_mul(0x9e37_79b1) ^ self.last_id;
+        (k.wrapping_mul(0x85eb_ca77) >> (32 - NEXT_BITS)) as usize
+    }
+
+    /// The id of the stack expected after the last two, if `words[..len]`
+    /// (laid out by [`encode`]) is that stack: its layout as `seen` stored it.
+    /// Not the last stack, which [`Scratch::same_as_last`] compared.
+    fn expected(&self, len: usize, seen: &Seen) -> Option<u32> {
+        let id = self.next.get(self.next_slot()).copied().unwrap_or(0);
+        (id != 0 && id != self.last_id && seen.layout(id) == self.words.get(..len)).then_some(id)
+    }
+
+    /// Stack `id` followed the last two: expected after them next time. Then
+    /// the last becomes the one before; `id` becomes the last with
+    /// [`Scratch::remember`], unless it is the last again.
+    fn followed(&mut self, id: u32) {
+        let slot = self.next_slot();
+        if let Some(n) = self.next.get_mut(slot) {
+            *n = id;
+        }
+        self.before_last = self.last_id;
     }
 
     /// The id of the last stack, if the unwinder proved this capture's
@@ -333,6 +375,11 @@ fn frame_layout(f: &Frame) -> ([u64; 2], usize) {
         }
     }
 }
+
+/// [`Scratch::next`] holds `1 << NEXT_BITS` ids (16 KiB a thread): room for
+/// the pairs of a training step's stacks (a few hundred), and for collisions.
+const NEXT_BITS: u32 = 12;
+const NEXT_SLOTS: usize = 1 << NEXT_BITS;
 
 /// Room for two words per frame, and one for the end.
 const LAYOUT_WORDS: usize = 2 * MAX_FRAMES + 1;
@@ -559,6 +606,7 @@ impl Stacks {
         };
         let len = match known {
             Ok(id) => {
+                scratch.followed(id);
                 scratch.last_serial = c.serial;
                 scratch.last_classified = classified;
                 return Some(id);
@@ -568,23 +616,33 @@ impl Stacks {
         // Whatever follows, `last` is no longer this capture's predecessor
         // unless remembered below.
         scratch.last_serial = 0;
-        let h = layout_hash(&scratch.words[..len]);
-        match self.seen.id(h, frames, c.end, c.python_truncated) {
-            Ok(id) => {
-                scratch.remember(len, id);
-                scratch.last_serial = c.serial;
-                scratch.last_classified = classified;
-                Some(id)
+        // The stack that followed the last two the last time they came, if
+        // this is it (its layout compared); else hashed and looked up.
+        let id = match scratch.expected(len, &self.seen) {
+            Some(id) => id,
+            None => {
+                let words = &scratch.words[..len];
+                match self
+                    .seen
+                    .id(layout_hash(words), frames, words, c.end, c.python_truncated)
+                {
+                    Ok(id) => id,
+                    Err(Miss::Full) => {
+                        self.table_full.fetch_add(1, Relaxed);
+                        return Some(0);
+                    }
+                    Err(Miss::Contended) => {
+                        self.contended.fetch_add(1, Relaxed);
+                        return Some(0);
+                    }
+                }
             }
-            Err(Miss::Full) => {
-                self.table_full.fetch_add(1, Relaxed);
-                Some(0)
-            }
-            Err(Miss::Contended) => {
-                self.contended.fetch_add(1, Relaxed);
-                Some(0)
-            }
-        }
+        };
+        scratch.followed(id);
+        scratch.remember(len, id);
+        scratch.last_serial = c.serial;
+        scratch.last_classified = classified;
+        Some(id)
     }
 
     /// The records to write since the last call: modules, stacks, and a NOTE
@@ -1058,6 +1116,55 @@ mod tests {
             .published_after(0, |id, st| stored.push((id, st.frames.to_vec(), st.end)));
         assert_eq!(stored.len(), 6);
         assert!(stored.contains(&(others[2], outer.to_vec(), StackEnd::Root)));
+    }
+
+    #[test]
+    fn the_stack_that_followed_the_last_two_is_expected_and_taken_only_when_equal() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        let mut scratch = Scratch::new();
+        let a = [n(9000, 0x10), n(9001, 0x20)];
+        let b = [n(9000, 0x14), n(9001, 0x20)];
+        let c = [n(9000, 0x18), n(9001, 0x20)];
+        let mut c_other = c;
+        c_other[1] = n(9001, 0x24);
+        let id = |frames: &[Frame], scratch: &mut Scratch| {
+            let c = Captured {
+                len: frames.len(),
+                end: StackEnd::Root,
+                python_frames: 0,
+                python_truncated: false,
+                recovered: 0,
+                reused: 0,
+                serial: 0,
+                unchanged: false,
+            };
+            s.identify(frames, c, scratch, false).unwrap()
+        };
+        let first: Vec<u32> = [&a, &b, &c].map(|f| id(f, &mut scratch)).to_vec();
+        assert_eq!(first, [1, 2, 3]);
+        assert_eq!([id(&a, &mut scratch), id(&b, &mut scratch)], [1, 2]);
+        // After a, b: c is expected, and known by its layout alone.
+        let expect = |frames: &[Frame], scratch: &mut Scratch| {
+            let len = encode(frames, StackEnd::Root, false, &mut scratch.words);
+            scratch.expected(len, &s.seen)
+        };
+        assert_eq!(expect(&c, &mut scratch), Some(3));
+        // Any other stack is not, down to the outermost frame, the end and
+        // the Python cut.
+        assert_eq!(expect(&c_other, &mut scratch), None);
+        let len = encode(&c, StackEnd::DepthLimit, false, &mut scratch.words);
+        assert_eq!(scratch.expected(len, &s.seen), None);
+        let len = encode(&c, StackEnd::Root, true, &mut scratch.words);
+        assert_eq!(scratch.expected(len, &s.seen), None);
+        assert_eq!(id(&c_other, &mut scratch), 4);
+        // Now c_other follows a, b; c is still c.
+        assert_eq!([id(&a, &mut scratch), id(&b, &mut scratch)], [1, 2]);
+        assert_eq!(expect(&c, &mut scratch), None);
+        assert_eq!(expect(&c_other, &mut scratch), Some(4));
+        assert_eq!(id(&c, &mut scratch), 3);
+        // The same stack again is the last one, not an expected one.
+        assert_eq!([id(&c, &mut scratch), id(&c, &mut scratch)], [3, 3]);
+        assert_eq!(s.seen.len(), 4);
     }
 
     #[test]
