@@ -423,7 +423,11 @@ impl Python {
             if frame == 0 {
                 return Ok((0, false));
             }
-            if !self.readable(frame, off + 8, mem) {
+            // The thread state's own root cframe (no eval loop running, as on
+            // a thread the interpreter knows between Python calls) is inside
+            // the live thread state; an eval loop's is on the thread's stack.
+            let root = l.root_cframe.and_then(|r| tstate.checked_add(r));
+            if root != Some(frame) && !self.readable(frame, off + 8, mem) {
                 return Err(reason::CHAIN);
             }
             frame = rd(frame + off);
