@@ -257,15 +257,24 @@ impl Python {
         Ok(())
     }
 
-    /// Sets the chunks' tiling cursors to where tiling `links[..keep]` leaves
-    /// them (each frame there was tiled in this read).
+    /// Sets the chunks' tiling cursors for a read that keeps `links[..keep]`
+    /// (each frame there was tiled in this read, `links[keep - 1]` a frame)
+    /// and tiles the frames inward of them next: the chunk of `links[keep -
+    /// 1]` from that frame, the newer chunks (which hold only frames inward of
+    /// it: a caller is pushed before its callee) from their first frame. Older
+    /// chunks keep their cursors, each a frame tiled in this read. Every
+    /// cursor is where a tiling walk may start: a frame proven live.
     pub(super) fn rewind(&self, t: &FrameTrail, keep: usize, chunks: &mut Chunks) {
-        chunks.cursor = chunks.lo;
-        for link in t.links[..keep].iter().filter(|l| !l.shim) {
-            if let Some(k) = chunks.find(link.addr, self.layout.frame_size) {
-                chunks.cursor[k] = link.addr;
-            }
-        }
+        let Some(last) = keep.checked_sub(1).and_then(|d| t.links.get(d)) else {
+            chunks.cursor = chunks.lo;
+            return;
+        };
+        let Some(k) = chunks.find(last.addr, self.layout.frame_size) else {
+            chunks.cursor = chunks.lo;
+            return;
+        };
+        chunks.cursor[..k].copy_from_slice(&chunks.lo[..k]);
+        chunks.cursor[k] = last.addr;
     }
 
     /// A word of the frame at `frame`.
