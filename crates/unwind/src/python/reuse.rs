@@ -124,16 +124,25 @@ impl FrameTrail {
     /// The frames of `links[..=depth]`, innermost first, into `out`, which
     /// has room for them (`links[depth].frames`).
     pub(super) fn frames_into(&self, depth: usize, out: &mut [std::mem::MaybeUninit<Raw>]) {
-        let links = self.links[..=depth].iter().rev().filter(|l| !l.shim);
-        for (d, l) in out.iter_mut().zip(links) {
-            d.write(Raw {
-                code: l.id,
-                instruction: l.instruction,
-                group_end: l.group_end,
-                code_ptr: l.code,
-                in_stack: 0,
-                chunk: 0,
-            });
+        let raw = |l: &Link| Raw {
+            code: l.id,
+            instruction: l.instruction,
+            group_end: l.group_end,
+            code_ptr: l.code,
+            in_stack: 0,
+            chunk: 0,
+        };
+        let links = &self.links[..=depth];
+        if usize::from(links[depth].frames) == links.len() {
+            // No shim frame among them (before 3.12, or one eval loop): each
+            // link is a frame.
+            for (d, l) in out.iter_mut().zip(links.iter().rev()) {
+                d.write(raw(l));
+            }
+            return;
+        }
+        for (d, l) in out.iter_mut().zip(links.iter().rev().filter(|l| !l.shim)) {
+            d.write(raw(l));
         }
     }
 
@@ -177,6 +186,10 @@ impl Python {
     /// Proves `links[from..=depth]` of the trail again, outermost first (see
     /// the module docs): `Err` with the depth of the first link found changed.
     /// `tiled` becomes the depth past the last frame tiled in `chunks`.
+    ///
+    /// Not inlined: once per capture, and its loop keeps its values in
+    /// registers on its own (inlined into `splice`, it spilled them).
+    #[inline(never)]
     pub(super) fn prove(
         &self,
         t: &FrameTrail,
@@ -189,72 +202,89 @@ impl Python {
         let Some(ds) = l.datastack else {
             return Err(from);
         };
+        let Some(links) = t.links.get(from..=depth) else {
+            return Err(from);
+        };
         let fs = l.frame_size;
-        // The chunk of the last frame proven here, and where the frame after
-        // it starts (`tile_to`'s step, made as each frame is proven).
-        let (mut k, mut next) = (usize::MAX, 0);
-        for (d, link) in t.links[from..=depth].iter().enumerate() {
-            let d = from + d;
-            let a = link.addr;
-            let Some(end) = a.checked_add(fs) else {
-                return Err(d);
-            };
-            if link.shim {
-                // On the thread's own stack, or in the live data stack: mapped.
-                let on_stack = mem.stack.0 <= a && end <= mem.stack.1;
-                if !on_stack && chunks.find(a, fs).is_none() {
-                    return Err(d);
-                }
-            } else {
-                if k < chunks.n && a == next && end <= chunks.hi[k] {
-                    // The frame after one proven live, below the chunk's top:
-                    // live (see `tile_to`).
-                    chunks.cursor[k] = a;
-                } else {
-                    // Live only if the chunk's frames, from its first, reach it.
-                    let Some(c) = chunks.find(a, fs) else {
-                        return Err(d);
-                    };
-                    if self.tile_to(chunks, c, a).is_err() {
-                        return Err(d);
-                    }
-                    k = c;
-                }
-                *tiled = d + 1;
-                let code = self.frame_word(a, l.frame_code);
-                if code != link.code {
-                    return Err(d);
-                }
-                // The code object of a live frame is live: its type and size.
-                match self
-                    .frame_words(code, ds.frame_words)
-                    .map(|w| w.checked_mul(8))
-                {
-                    Ok(Some(b)) if b >= fs => next = a + b,
-                    _ => return Err(d),
-                }
-                // SAFETY: as above, inside the live code object.
-                let (first_line, table) = unsafe {
-                    (
-                        ((code + l.code_firstlineno) as *const i32).read_unaligned() as u32,
-                        ((code + l.code_linetable) as *const u64).read_unaligned(),
-                    )
+        // The chunk of the last frame proven here, that frame (its cursor,
+        // stored when the walk leaves the chunk or ends), and where the frame
+        // after it starts (`tile_to`'s step, made as each frame is proven).
+        let (mut k, mut cur, mut next) = (usize::MAX, 0, 0);
+        let mut done = from;
+        let r = 'links: {
+            for (d, link) in (from..).zip(links) {
+                let a = link.addr;
+                let Some(end) = a.checked_add(fs) else {
+                    break 'links Err(d);
                 };
-                if self.instr_word(a) != link.instr
-                    || first_line != link.first_line
-                    || table != link.table
+                if link.shim {
+                    // On the thread's own stack, or in the live data stack: mapped.
+                    let on_stack = mem.stack.0 <= a && end <= mem.stack.1;
+                    if !on_stack && chunks.find(a, fs).is_none() {
+                        break 'links Err(d);
+                    }
+                } else {
+                    if k < chunks.n && a == next && end <= chunks.hi[k] {
+                        // The frame after one proven live, below the chunk's
+                        // top: live (see `tile_to`).
+                        cur = a;
+                    } else {
+                        if k < chunks.n {
+                            chunks.cursor[k] = cur;
+                        }
+                        // Live only if the chunk's frames, from its first, reach it.
+                        let Some(c) = chunks.find(a, fs) else {
+                            k = usize::MAX;
+                            break 'links Err(d);
+                        };
+                        k = usize::MAX;
+                        if self.tile_to(chunks, c, a).is_err() {
+                            break 'links Err(d);
+                        }
+                        (k, cur) = (c, a);
+                    }
+                    done = d + 1;
+                    let code = self.frame_word(a, l.frame_code);
+                    // The code object of a live frame is live: its type and
+                    // size, first line and line table.
+                    let Ok(words) = self.frame_words(code, ds.frame_words) else {
+                        break 'links Err(d);
+                    };
+                    match words.checked_mul(8) {
+                        Some(b) if b >= fs => next = a + b,
+                        _ => break 'links Err(d),
+                    }
+                    // SAFETY: as above, inside the live code object.
+                    let (first_line, table) = unsafe {
+                        (
+                            ((code + l.code_firstlineno) as *const i32).read_unaligned() as u32,
+                            ((code + l.code_linetable) as *const u64).read_unaligned(),
+                        )
+                    };
+                    if code != link.code
+                        || self.instr_word(a) != link.instr
+                        || first_line != link.first_line
+                        || table != link.table
+                    {
+                        break 'links Err(d);
+                    }
+                }
+                if self.frame_word(a, l.frame_previous) != link.previous
+                    || self.frame_byte(a, l.frame_owner) != link.owner
+                    || self.frame_byte(a, l.frame_is_entry) != link.entry
                 {
-                    return Err(d);
+                    break 'links Err(d);
                 }
             }
-            if self.frame_word(a, l.frame_previous) != link.previous
-                || self.frame_byte(a, l.frame_owner) != link.owner
-                || self.frame_byte(a, l.frame_is_entry) != link.entry
-            {
-                return Err(d);
-            }
+            Ok(())
+        };
+        if k < chunks.n {
+            chunks.cursor[k] = cur;
         }
-        Ok(())
+        if done > from {
+            *tiled = done;
+        }
+        r
     }
 
     /// Sets the chunks' tiling cursors for a read that keeps `links[..keep]`
