@@ -63,6 +63,10 @@ pub(crate) struct Layout {
     pub tstate_frame: u64,
     /// `_PyCFrame.current_frame` (3.11/3.12).
     pub cframe_current: Option<u64>,
+    /// `PyThreadState.root_cframe` (3.11/3.12): the `_PyCFrame` inside the
+    /// thread state that `cframe` points to while no eval loop runs on the
+    /// thread (a thread the interpreter knows, between Python calls).
+    pub root_cframe: Option<u64>,
     pub frame_kind: FrameKind,
     /// Bytes to check readable per frame.
     pub frame_size: u64,

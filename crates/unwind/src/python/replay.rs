@@ -77,21 +77,21 @@ impl LastMerge {
             .native_same_from
             .filter(|_| follows)
             .map_or(native_len, |j| j.min(native_len));
+        // The Python frames first, innermost first: where consecutive
+        // captures differ (another operator's launch), they differ there.
         let same = self.serial != 0
             && self.room == out.len()
             && self.native_len == native_len
             && self.raw_len == raw.len()
             && self.walk_end == walk_end
             && self.truncated == truncated
-            && self.native.get(..compared)? == out.get(..compared)?
             && self
                 .raw
                 .get(..raw.len())?
                 .iter()
                 .zip(raw)
-                .fold(true, |s, (k, r)| {
-                    s & (k.0 == r.code) & (k.1 == r.instruction) & (k.2 == r.group_end)
-                });
+                .all(|(k, r)| (k.0 == r.code) & (k.1 == r.instruction) & (k.2 == r.group_end))
+            && self.native.get(..compared)? == out.get(..compared)?;
         if !same {
             return None;
         }

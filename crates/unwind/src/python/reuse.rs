@@ -23,7 +23,7 @@
 //! frame) are read in full every time.
 
 use super::chunks::{Chunks, Raw};
-use super::layout::FrameKind;
+use super::layout::{FrameKind, FrameWords};
 use super::memory::Known;
 use super::{MAX_PYTHON_FRAMES, Python};
 
@@ -124,16 +124,25 @@ impl FrameTrail {
     /// The frames of `links[..=depth]`, innermost first, into `out`, which
     /// has room for them (`links[depth].frames`).
     pub(super) fn frames_into(&self, depth: usize, out: &mut [std::mem::MaybeUninit<Raw>]) {
-        let links = self.links[..=depth].iter().rev().filter(|l| !l.shim);
-        for (d, l) in out.iter_mut().zip(links) {
-            d.write(Raw {
-                code: l.id,
-                instruction: l.instruction,
-                group_end: l.group_end,
-                code_ptr: l.code,
-                in_stack: 0,
-                chunk: 0,
-            });
+        let raw = |l: &Link| Raw {
+            code: l.id,
+            instruction: l.instruction,
+            group_end: l.group_end,
+            code_ptr: l.code,
+            in_stack: 0,
+            chunk: 0,
+        };
+        let links = &self.links[..=depth];
+        if usize::from(links[depth].frames) == links.len() {
+            // No shim frame among them (before 3.12, or one eval loop): each
+            // link is a frame.
+            for (d, l) in out.iter_mut().zip(links.iter().rev()) {
+                d.write(raw(l));
+            }
+            return;
+        }
+        for (d, l) in out.iter_mut().zip(links.iter().rev().filter(|l| !l.shim)) {
+            d.write(raw(l));
         }
     }
 
@@ -173,10 +182,126 @@ impl Default for FrameTrail {
     }
 }
 
+/// What the trail's proof reads of a 3.11+ frame and its code object,
+/// resolved from the layout once per proof: a field a version lacks is
+/// read at an offset every version has and masked off.
+struct Words {
+    code: u64,
+    instr: u64,
+    previous: u64,
+    /// The owner and entry bytes (at the frame's code pointer, masked off,
+    /// where a version has no such field).
+    owner: (u64, u8),
+    entry: (u64, u8),
+    ob_type: u64,
+    first_line: u64,
+    line_table: u64,
+    /// The frame's words: the first `int`, plus the second masked, plus
+    /// `specials` (see [`FrameWords`]).
+    size: (u64, u64, i64, i64),
+}
+
+impl Words {
+    fn new(l: &super::layout::Layout, fw: FrameWords) -> Words {
+        let byte = |o: Option<u64>| o.map_or((l.frame_code, 0), |o| (o, 0xff));
+        Words {
+            code: l.frame_code,
+            instr: l.frame_instr,
+            previous: l.frame_previous,
+            owner: byte(l.frame_owner),
+            entry: byte(l.frame_is_entry),
+            ob_type: l.ob_type,
+            first_line: l.code_firstlineno,
+            line_table: l.code_linetable,
+            size: match fw {
+                FrameWords::Field(o) => (o, o, 0, 0),
+                FrameWords::Sum {
+                    nlocalsplus,
+                    stacksize,
+                    specials,
+                } => (nlocalsplus, stacksize, -1, specials as i64),
+            },
+        }
+    }
+
+    /// The frame's code object and, if it is one (of type `code_type`), the
+    /// bytes the frame takes in the data stack.
+    ///
+    /// # Safety
+    ///
+    /// `frame` is a live frame.
+    #[inline(always)]
+    unsafe fn frame(&self, frame: u64, code_type: u64) -> (u64, Option<u64>) {
+        // SAFETY: the caller's.
+        let code = unsafe { ((frame + self.code) as *const u64).read_unaligned() };
+        if code == 0 || !code.is_multiple_of(8) {
+            return (code, None);
+        }
+        // SAFETY: the code object of a live frame is live; its header first.
+        let ty = unsafe { ((code + self.ob_type) as *const u64).read_unaligned() };
+        if ty != code_type {
+            return (code, None);
+        }
+        // SAFETY: as above.
+        let rd32 = |o: u64| i64::from(unsafe { ((code + o) as *const i32).read_unaligned() });
+        let (a, b, mask, specials) = self.size;
+        let words = rd32(a) + (rd32(b) & mask) + specials;
+        let bytes = u64::try_from(words).ok().and_then(|w| w.checked_mul(8));
+        (code, bytes)
+    }
+
+    /// The frame's instruction word, and its code object's first line and
+    /// line table's address.
+    ///
+    /// # Safety
+    ///
+    /// `frame` is a live frame and `code` its code object, checked one.
+    #[inline(always)]
+    unsafe fn words(&self, frame: u64, code: u64) -> (u64, u32, u64) {
+        // SAFETY: the caller's.
+        unsafe {
+            (
+                ((frame + self.instr) as *const u64).read_unaligned(),
+                ((code + self.first_line) as *const i32).read_unaligned() as u32,
+                ((code + self.line_table) as *const u64).read_unaligned(),
+            )
+        }
+    }
+
+    /// The frame's link to its caller, and its owner and entry bytes.
+    ///
+    /// # Safety
+    ///
+    /// `frame` is readable for the layout's frame size.
+    #[inline(always)]
+    unsafe fn links(&self, frame: u64) -> (u64, (u8, u8)) {
+        // SAFETY: the caller's.
+        unsafe {
+            let byte = |(o, m): (u64, u8)| *((frame + o) as *const u8) & m;
+            (
+                ((frame + self.previous) as *const u64).read_unaligned(),
+                (byte(self.owner), byte(self.entry)),
+            )
+        }
+    }
+
+    /// The owner and entry bytes a link was read with.
+    #[inline(always)]
+    fn flags(&self, link: &Link) -> (u8, u8) {
+        (link.owner, link.entry)
+    }
+}
+
 impl Python {
     /// Proves `links[from..=depth]` of the trail again, outermost first (see
     /// the module docs): `Err` with the depth of the first link found changed.
     /// `tiled` becomes the depth past the last frame tiled in `chunks`.
+    ///
+    /// Not inlined: once per capture, and its loop keeps its values in
+    /// registers on its own (inlined into `splice`, it spilled them). What
+    /// each frame is read and compared on is resolved once, before the loop
+    /// ([`Words`]): no layout is looked up per frame.
+    #[inline(never)]
     pub(super) fn prove(
         &self,
         t: &FrameTrail,
@@ -186,86 +311,105 @@ impl Python {
         tiled: &mut usize,
     ) -> Result<(), usize> {
         let l = &self.layout;
-        let Some(ds) = l.datastack else {
+        let (Some(ds), FrameKind::Interpreter { .. }) = (l.datastack, l.frame_kind) else {
             return Err(from);
         };
+        let Some(links) = t.links.get(from..=depth) else {
+            return Err(from);
+        };
+        let w = Words::new(l, ds.frame_words);
         let fs = l.frame_size;
-        // The chunk of the last frame proven here, and where the frame after
-        // it starts (`tile_to`'s step, made as each frame is proven).
-        let (mut k, mut next) = (usize::MAX, 0);
-        for (d, link) in t.links[from..=depth].iter().enumerate() {
-            let d = from + d;
-            let a = link.addr;
-            let Some(end) = a.checked_add(fs) else {
-                return Err(d);
-            };
-            if link.shim {
-                // On the thread's own stack, or in the live data stack: mapped.
-                let on_stack = mem.stack.0 <= a && end <= mem.stack.1;
-                if !on_stack && chunks.find(a, fs).is_none() {
-                    return Err(d);
-                }
-            } else {
-                if k < chunks.n && a == next && end <= chunks.hi[k] {
-                    // The frame after one proven live, below the chunk's top:
-                    // live (see `tile_to`).
-                    chunks.cursor[k] = a;
-                } else {
-                    // Live only if the chunk's frames, from its first, reach it.
-                    let Some(c) = chunks.find(a, fs) else {
-                        return Err(d);
-                    };
-                    if self.tile_to(chunks, c, a).is_err() {
-                        return Err(d);
-                    }
-                    k = c;
-                }
-                *tiled = d + 1;
-                let code = self.frame_word(a, l.frame_code);
-                if code != link.code {
-                    return Err(d);
-                }
-                // The code object of a live frame is live: its type and size.
-                match self
-                    .frame_words(code, ds.frame_words)
-                    .map(|w| w.checked_mul(8))
-                {
-                    Ok(Some(b)) if b >= fs => next = a + b,
-                    _ => return Err(d),
-                }
-                // SAFETY: as above, inside the live code object.
-                let (first_line, table) = unsafe {
-                    (
-                        ((code + l.code_firstlineno) as *const i32).read_unaligned() as u32,
-                        ((code + l.code_linetable) as *const u64).read_unaligned(),
-                    )
+        // The chunk of the last frame proven here (`hi`: its live end, 0 for
+        // none), that frame (its cursor, stored when the walk leaves the
+        // chunk or ends), and where the frame after it starts (`tile_to`'s
+        // step, made as each frame is proven).
+        let (mut k, mut hi, mut cur, mut next) = (usize::MAX, 0, 0, 0);
+        let mut done = from;
+        let r = 'links: {
+            for (d, link) in (from..).zip(links) {
+                let a = link.addr;
+                let Some(end) = a.checked_add(fs) else {
+                    break 'links Err(d);
                 };
-                if self.instr_word(a) != link.instr
-                    || first_line != link.first_line
-                    || table != link.table
-                {
-                    return Err(d);
+                if link.shim {
+                    // On the thread's own stack, or in the live data stack: mapped.
+                    let on_stack = mem.stack.0 <= a && end <= mem.stack.1;
+                    if !on_stack && chunks.find(a, fs).is_none() {
+                        break 'links Err(d);
+                    }
+                } else {
+                    if a == next && end <= hi {
+                        // The frame after one proven live, below the chunk's
+                        // top: live (see `tile_to`).
+                        cur = a;
+                    } else {
+                        if let Some(c) = chunks.cursor.get_mut(k) {
+                            *c = cur;
+                        }
+                        k = usize::MAX;
+                        // Live only if the chunk's frames, from its first, reach it.
+                        let Some(c) = chunks.find(a, fs) else {
+                            break 'links Err(d);
+                        };
+                        if self.tile_to(chunks, c, a).is_err() {
+                            break 'links Err(d);
+                        }
+                        (k, hi, cur) = (c, chunks.hi[c], a);
+                    }
+                    done = d + 1;
+                    // SAFETY: a live frame (just proven); its code object is
+                    // live too (the frame holds a reference to it), and read
+                    // only once its address is a code object's.
+                    let (code, size) = unsafe { w.frame(a, self.code_type) };
+                    let Some(b) = size.filter(|&b| b >= fs) else {
+                        break 'links Err(d);
+                    };
+                    next = a + b;
+                    // SAFETY: as above.
+                    let (instr, first_line, table) = unsafe { w.words(a, code) };
+                    if code != link.code
+                        || instr != link.instr
+                        || first_line != link.first_line
+                        || table != link.table
+                    {
+                        break 'links Err(d);
+                    }
+                }
+                // SAFETY: as above (or a shim frame, in mapped memory).
+                let (previous, flags) = unsafe { w.links(a) };
+                if previous != link.previous || flags != w.flags(link) {
+                    break 'links Err(d);
                 }
             }
-            if self.frame_word(a, l.frame_previous) != link.previous
-                || self.frame_byte(a, l.frame_owner) != link.owner
-                || self.frame_byte(a, l.frame_is_entry) != link.entry
-            {
-                return Err(d);
-            }
+            Ok(())
+        };
+        if let Some(c) = chunks.cursor.get_mut(k) {
+            *c = cur;
         }
-        Ok(())
+        if done > from {
+            *tiled = done;
+        }
+        r
     }
 
-    /// Sets the chunks' tiling cursors to where tiling `links[..keep]` leaves
-    /// them (each frame there was tiled in this read).
+    /// Sets the chunks' tiling cursors for a read that keeps `links[..keep]`
+    /// (each frame there was tiled in this read, `links[keep - 1]` a frame)
+    /// and tiles the frames inward of them next: the chunk of `links[keep -
+    /// 1]` from that frame, the newer chunks (which hold only frames inward of
+    /// it: a caller is pushed before its callee) from their first frame. Older
+    /// chunks keep their cursors, each a frame tiled in this read. Every
+    /// cursor is where a tiling walk may start: a frame proven live.
     pub(super) fn rewind(&self, t: &FrameTrail, keep: usize, chunks: &mut Chunks) {
-        chunks.cursor = chunks.lo;
-        for link in t.links[..keep].iter().filter(|l| !l.shim) {
-            if let Some(k) = chunks.find(link.addr, self.layout.frame_size) {
-                chunks.cursor[k] = link.addr;
-            }
-        }
+        let Some(last) = keep.checked_sub(1).and_then(|d| t.links.get(d)) else {
+            chunks.cursor = chunks.lo;
+            return;
+        };
+        let Some(k) = chunks.find(last.addr, self.layout.frame_size) else {
+            chunks.cursor = chunks.lo;
+            return;
+        };
+        chunks.cursor[..k].copy_from_slice(&chunks.lo[..k]);
+        chunks.cursor[k] = last.addr;
     }
 
     /// A word of the frame at `frame`.

@@ -423,7 +423,11 @@ impl Python {
             if frame == 0 {
                 return Ok((0, false));
             }
-            if !self.readable(frame, off + 8, mem) {
+            // The thread state's own root cframe (no eval loop running, as on
+            // a thread the interpreter knows between Python calls) is inside
+            // the live thread state; an eval loop's is on the thread's stack.
+            let root = l.root_cframe.and_then(|r| tstate.checked_add(r));
+            if root != Some(frame) && !self.readable(frame, off + 8, mem) {
                 return Err(reason::CHAIN);
             }
             frame = rd(frame + off);
@@ -589,5 +593,113 @@ impl Python {
             return Ok((n + m, truncated));
         }
         Ok((n, truncated))
+    }
+}
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod tests {
+    use super::*;
+    use crate::frame::ModuleId;
+
+    unsafe extern "C" fn no_thread_state() -> *mut std::ffi::c_void {
+        std::ptr::null_mut()
+    }
+
+    /// The merge as the module docs state it, frame by frame: each eval-loop
+    /// frame (module 1, offsets 0x100..0x200) replaced by the next group of
+    /// Python frames while there are some, the rest kept at the outer end.
+    fn reference(native: &[Frame], raw: &[Raw], truncated: bool) -> (Vec<Frame>, bool, usize) {
+        let is_eval = |f: &Frame| {
+            matches!(
+                *f,
+                Frame::Native {
+                    module: ModuleId(1),
+                    ..
+                }
+            ) && f
+                .lookup_offset()
+                .is_some_and(|o| (0x100..0x200).contains(&o))
+        };
+        let python = |r: &Raw| Frame::Python {
+            code: CodeId(r.code),
+            instruction: r.instruction,
+        };
+        let (mut out, mut p, mut cut) = (Vec::new(), 0, false);
+        for f in native {
+            if is_eval(f) && p < raw.len() {
+                while p < raw.len() {
+                    out.push(python(&raw[p]));
+                    p += 1;
+                    if raw[p - 1].group_end {
+                        break;
+                    }
+                }
+                continue;
+            }
+            cut |= is_eval(f) && !truncated;
+            out.push(*f);
+        }
+        out.extend(raw[p..].iter().map(python));
+        (out, cut, raw.len() - p)
+    }
+
+    #[test]
+    fn merge_with_room__the_same_as_the_frame_by_frame_merge() {
+        let py = Python::with_layout(
+            super::super::v3_12::LAYOUT,
+            no_thread_state,
+            [1, 2, 3],
+            ModuleId(1),
+            0x100..0x200,
+        );
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut merged = 0;
+        for case in 0..4000 {
+            let native: Vec<Frame> = (0..next(40))
+                .map(|_| match next(8) {
+                    0 => Frame::Unknown { address: 0x150 },
+                    k => Frame::Native {
+                        module: ModuleId(1 + u32::from(k == 1)),
+                        offset: 0xf0 + next(0x120),
+                        return_address: next(2) == 0,
+                    },
+                })
+                .collect();
+            let raw: Vec<Raw> = (0..1 + next(30))
+                .map(|i| Raw {
+                    code: i as u32,
+                    instruction: next(100) as u32,
+                    group_end: next(3) == 0,
+                    ..Raw::default()
+                })
+                .collect();
+            let truncated = next(4) == 0;
+            let room = native.len() + raw.len() + next(3) as usize;
+            let mut out = vec![Frame::default(); room];
+            out[..native.len()].copy_from_slice(&native);
+            let got = py.merge_with_room(&raw, truncated, &mut out, native.len());
+            let (want, cut, unmatched) = reference(&native, &raw, truncated);
+            let Some((w, spliced, got_cut, got_unmatched)) = got else {
+                // Only without an eval-loop frame; nothing written.
+                assert_eq!(unmatched, raw.len(), "case {case}");
+                assert_eq!(&out[..native.len()], &native[..], "case {case}");
+                continue;
+            };
+            merged += 1;
+            assert_eq!(&out[..w], &want[..], "case {case}");
+            assert_eq!(
+                (spliced, got_cut, got_unmatched),
+                (raw.len(), cut, unmatched),
+                "case {case}"
+            );
+        }
+        assert!(merged > 2000, "{merged}");
     }
 }

@@ -10,6 +10,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     datastack: None,
     tstate_frame: 24, // PyThreadState.frame
     cframe_current: None,
+    root_cframe: None,
     frame_kind: FrameKind::Object,
     frame_size: 104,
     frame_previous: 24, // PyFrameObject.f_back

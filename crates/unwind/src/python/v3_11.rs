@@ -19,6 +19,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     }),
     tstate_frame: 56, // PyThreadState.cframe
     cframe_current: Some(8),
+    root_cframe: Some(336), // PyThreadState.root_cframe
     frame_kind: FrameKind::Interpreter { cstack_owner: None },
     frame_size: 72,
     frame_previous: 48,

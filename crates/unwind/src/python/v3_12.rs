@@ -15,6 +15,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     }),
     tstate_frame: 56, // PyThreadState.cframe
     cframe_current: Some(0),
+    root_cframe: Some(272), // PyThreadState.root_cframe
     frame_kind: FrameKind::Interpreter {
         cstack_owner: Some(3),
     },

@@ -31,6 +31,7 @@ pub(crate) fn layout(cookie: &[u8], version: u64, read: impl Fn(u64) -> u64) -> 
         }),
         tstate_frame: read(184), // thread_state.current_frame
         cframe_current: None,
+        root_cframe: None,
         frame_kind: FrameKind::Interpreter {
             cstack_owner: Some(3),
         },

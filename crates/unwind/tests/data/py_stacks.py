@@ -1,8 +1,8 @@
 """Takes stacks through ctypes from nested functions, with the test probe.
 
 usage: python3 py_stacks.py PROBE.so CASE
-CASE: main | thread | native_thread | deep | corrupt | stale | seccomp | generator
-      | probes | subinterpreter | reuse_lines | reuse_slot | reuse_generator
+CASE: main | thread | native_thread | idle_thread | deep | corrupt | stale | seccomp
+      | generator | probes | subinterpreter | reuse_lines | reuse_slot | reuse_generator
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -185,6 +185,18 @@ elif case == "thread":
     t.join()
 elif case == "native_thread":
     show("native thread", probe.gpuperf_probe_capture_in_native_thread)
+elif case == "idle_thread":
+    # A thread the interpreter knows that runs no Python frame: the probe's
+    # capture is the thread's function, called from C (the thread's bootstrap).
+    import _thread
+    print("stats " + stats())
+    print("== idle thread", flush=True)
+    _thread.start_new_thread(probe.gpuperf_probe_capture, (BUF, len(BUF)))
+    # Written, and the thread gone (counted from its start to its end).
+    while not BUF.value or _thread._count() > 0:
+        time.sleep(0.01)
+    sys.stdout.write(BUF.value.decode())
+    print("stats " + stats())
 elif case == "deep":
     sys.setrecursionlimit(2000)
     rec(300)

@@ -103,6 +103,26 @@ fn python_thread_without_python_state__keeps_its_native_frames() {
 }
 
 #[test]
+fn python_thread_known_to_the_interpreter_between_python_calls__no_frames_and_no_probe() {
+    for (name, py) in pythons() {
+        let out = run(Command::new(&py)
+            .arg(script())
+            .arg(probe())
+            .arg("idle_thread"));
+        let st = parse(&out);
+        assert_eq!(st.len(), 1, "{name}: {out}");
+        let s = &st[0];
+        assert_eq!(s.end_kind(), "Root", "{name}: {}", s.end);
+        assert!(s.end.contains("python 0 "), "{name}: {}", s.end);
+        // 3.11 and 3.12: the thread's cframe is the thread state's own root
+        // cframe, read without a probe; 3.10 and 3.13: no frame at all.
+        let probes = counter(&out, 1, "python_probes") - counter(&out, 0, "python_probes");
+        assert_eq!(probes, 0, "{name}: {out}");
+        assert_eq!(counter(&out, 1, "python_skipped"), 0, "{name}");
+    }
+}
+
+#[test]
 fn python_300_deep_recursion__truncated_at_the_cap_and_counted() {
     for (name, py) in pythons() {
         let st = stacks(&py, "deep");
