@@ -215,6 +215,24 @@ mod tests {
     }
 
     #[test]
+    fn a_guest_kernel_that_panics_while_the_command_runs_is_booted_once_more_and_said_so() {
+        let (out, boots) = run_with_mock_qemu(
+            r#"if [ "$boot" = 1 ]; then
+                 printf 'Oops: invalid opcode: 0000 [#1] PREEMPT SMP NOPTI\nRIP: 0010:syscall_trace_enter+0xd6/0x190\nModules linked in: overlay 9p\nKernel panic - not syncing: Fatal exception in interrupt\n' >"$console"
+                 printf 'test a ... ok\n' >"$out"
+                 exit 0
+               fi
+               printf 'done\nGPUPERF-VM-EXIT 0\n' >"$out""#,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(boots, 2, "{err}");
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("panicked while running the command"), "{err}");
+        assert!(err.contains("syscall_trace_enter"), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    }
+
+    #[test]
     fn a_guest_that_locks_up_twice_fails_and_one_that_fails_otherwise_is_not_repeated() {
         let (out, boots) = run_with_mock_qemu(
             r#"printf 'watchdog: BUG: soft lockup - CPU#1 stuck for 26s!\n' >"$console"; exit 1"#,

@@ -35,13 +35,16 @@ fn in_guest(series: &str) {
         &[("GPUPERF_REQUIRE_BPF", "1")],
     );
     let log = show(&out);
-    if String::from_utf8_lossy(&out.stderr).contains("locked up (soft lockup)") {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("locked up (soft lockup)")
+        || stderr.contains("panicked while running the command")
+    {
         // Straight to the test command's output, not captured with the
         // test's: a retried guest must be seen even when the retry passes.
         use std::io::Write as _;
         let _ = writeln!(
             std::io::stderr(),
-            "kernel_vm: the {} guest's kernel locked up and the run was repeated:\n{log}",
+            "kernel_vm: the {} guest's kernel locked up or panicked and the run was repeated:\n{log}",
             guest.release
         );
     }
