@@ -1066,6 +1066,20 @@ mod tests {
         assert_eq!(known(&mut scratch, &a, StackEnd::Root, false), Some(7));
     }
 
+    /// A capture of `frames` that ended at the root, with no Python frames.
+    fn captured(frames: &[Frame], serial: u64, unchanged: bool) -> Captured {
+        Captured {
+            len: frames.len(),
+            end: StackEnd::Root,
+            python_frames: 0,
+            python_truncated: false,
+            recovered: 0,
+            reused: 0,
+            serial,
+            unchanged,
+        }
+    }
+
     #[test]
     fn a_repeated_stack_keeps_its_id_and_any_change_gets_its_own() {
         let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
@@ -1076,18 +1090,12 @@ mod tests {
         inner[0] = n(9000, 0x14);
         let mut outer = a;
         outer[2] = n(9002, 0x34);
-        let c = |len: usize, end: StackEnd, python_truncated: bool| Captured {
-            len,
-            end,
-            python_frames: 0,
-            python_truncated,
-            recovered: 0,
-            reused: 0,
-            serial: 0,
-            unchanged: false,
-        };
         let mut id = |frames: &[Frame], end: StackEnd, python_truncated: bool| {
-            let c = c(frames.len(), end, python_truncated);
+            let c = Captured {
+                end,
+                python_truncated,
+                ..captured(frames, 0, false)
+            };
             s.identify(frames, c, &mut scratch, false).unwrap()
         };
         let first = id(&a, StackEnd::Root, false);
@@ -1128,17 +1136,8 @@ mod tests {
         let mut c_other = c;
         c_other[1] = n(9001, 0x24);
         let id = |frames: &[Frame], scratch: &mut Scratch| {
-            let c = Captured {
-                len: frames.len(),
-                end: StackEnd::Root,
-                python_frames: 0,
-                python_truncated: false,
-                recovered: 0,
-                reused: 0,
-                serial: 0,
-                unchanged: false,
-            };
-            s.identify(frames, c, scratch, false).unwrap()
+            s.identify(frames, captured(frames, 0, false), scratch, false)
+                .unwrap()
         };
         let first: Vec<u32> = [&a, &b, &c].map(|f| id(f, &mut scratch)).to_vec();
         assert_eq!(first, [1, 2, 3]);
@@ -1175,16 +1174,7 @@ mod tests {
         let a = [n(5, 0x10), n(9001, 0x20), n(9002, 0x30)];
         let b = [n(9003, 0x40), n(9001, 0x20), n(9002, 0x30)];
         let mut id = |frames: &[Frame], serial: u64, unchanged: bool| {
-            let c = Captured {
-                len: frames.len(),
-                end: StackEnd::Root,
-                python_frames: 0,
-                python_truncated: false,
-                recovered: 0,
-                reused: 0,
-                serial,
-                unchanged,
-            };
+            let c = captured(frames, serial, unchanged);
             s.identify(frames, c, &mut scratch, false).unwrap()
         };
         let ia = id(&a, 1, false);

@@ -196,40 +196,43 @@ mod tests {
         (out, n)
     }
 
-    #[test]
-    fn a_guest_kernel_that_locks_up_is_booted_once_more_and_said_so() {
-        let (out, boots) = run_with_mock_qemu(
+    /// A guest whose first boot writes `console` and part of the command's
+    /// output, then ends with `qemu_status`: booted once more (the second
+    /// boot runs the command to its end), and each of `said` on stderr.
+    fn booted_once_more(console: &str, qemu_status: u8, said: &[&str]) {
+        let (out, boots) = run_with_mock_qemu(&format!(
             r#"if [ "$boot" = 1 ]; then
-                 printf 'watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [bash:293]\nRIP: here\n' >"$console"
+                 printf '{console}' >"$console"
                  printf 'test a ... ok\n' >"$out"
-                 exit 1
+                 exit {qemu_status}
                fi
-               printf 'done\nGPUPERF-VM-EXIT 0\n' >"$out""#,
-        );
+               printf 'done\nGPUPERF-VM-EXIT 0\n' >"$out""#
+        ));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(boots, 2, "{err}");
         assert!(out.status.success(), "{err}");
-        assert!(err.contains("locked up (soft lockup)"), "{err}");
-        assert!(err.contains("[bash:293]"), "{err}");
+        for s in said {
+            assert!(err.contains(s), "{s}: {err}");
+        }
         assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
     }
 
     #[test]
-    fn a_guest_kernel_that_panics_while_the_command_runs_is_booted_once_more_and_said_so() {
-        let (out, boots) = run_with_mock_qemu(
-            r#"if [ "$boot" = 1 ]; then
-                 printf 'Oops: invalid opcode: 0000 [#1] PREEMPT SMP NOPTI\nRIP: 0010:syscall_trace_enter+0xd6/0x190\nModules linked in: overlay 9p\nKernel panic - not syncing: Fatal exception in interrupt\n' >"$console"
-                 printf 'test a ... ok\n' >"$out"
-                 exit 0
-               fi
-               printf 'done\nGPUPERF-VM-EXIT 0\n' >"$out""#,
+    fn a_guest_kernel_that_locks_up_is_booted_once_more_and_said_so() {
+        booted_once_more(
+            r"watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [bash:293]\nRIP: here\n",
+            1,
+            &["locked up (soft lockup)", "[bash:293]"],
         );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(boots, 2, "{err}");
-        assert!(out.status.success(), "{err}");
-        assert!(err.contains("panicked while running the command"), "{err}");
-        assert!(err.contains("syscall_trace_enter"), "{err}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    }
+
+    #[test]
+    fn a_guest_kernel_that_panics_while_the_command_runs_is_booted_once_more_and_said_so() {
+        booted_once_more(
+            r"Oops: invalid opcode: 0000 [#1] PREEMPT SMP NOPTI\nRIP: 0010:syscall_trace_enter+0xd6/0x190\nModules linked in: overlay 9p\nKernel panic - not syncing: Fatal exception in interrupt\n",
+            0,
+            &["panicked while running the command", "syscall_trace_enter"],
+        );
     }
 
     #[test]
