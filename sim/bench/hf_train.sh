@@ -18,11 +18,23 @@
 # it by a stack scan, which the driver on an H200 never needed; the first line
 # says which.
 #
+# With IR=1 it then counts instructions, which unlike CPU time do not move with
+# the load of a shared machine (valgrind's callgrind, on PATH): for each variant,
+# two runs of IR_STEPS and 3 x IR_STEPS timed steps (run side by side), their
+# difference in the process's instructions over the stack captures between
+# (from the library's log; plain and gpuonly take the stacks variant's, so that
+# each figure less plain's is what the variant adds per capture); and for
+# stacks and baseline, the same difference of the inclusive instructions of the
+# capture (Stacks::capture_into) and of its native walk, Python splice and
+# Stacks::identify (callgrind_annotate; "-" where the build has no such
+# function).
+#
 # usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]
 #        (PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and transformers,
 #        default python3; INJECT=the injection library, default
 #        target/release/libgpuperf_inject.so; BASELINE_INJECT=a library to
-#        compare it with)
+#        compare it with; IR=1, IR_STEPS=10; IR_VARIANTS="stacks ..." to count
+#        only some variants)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]}
 runs=${2:-5}
@@ -35,6 +47,13 @@ script=$repo/sim/bench/hf_train.py
 [ -f "$inject" ] || { echo "hf_train.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }
 [ -z "$baseline" ] || [ -f "$baseline" ] || { echo "hf_train.sh: BASELINE_INJECT=$baseline is not a file" >&2; exit 2; }
 "$python" -c 'import torch, transformers' 2> /dev/null || { echo "hf_train.sh: $python lacks torch or transformers (set PYTHON)" >&2; exit 2; }
+ir=${IR:-0}
+ir_steps=${IR_STEPS:-10}
+if [ "$ir" = 1 ]; then
+    for t in valgrind callgrind_annotate; do
+        command -v "$t" > /dev/null || { echo "hf_train.sh: IR=1 needs $t (valgrind, for callgrind) on PATH" >&2; exit 2; }
+    done
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -47,6 +66,72 @@ run() {
         sed -n 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p'
 }
 taken() { sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$work/log" | head -1; }
+
+# The functions whose inclusive instructions IR=1 gives per capture, and their
+# names in its output.
+ir_fns="gpuperf_inject::stacks::Stacks::capture_into=capture_into
+gpuperf_unwind::walk::walk=walk
+gpuperf_unwind::python::splice::<impl gpuperf_unwind::python::Python>::splice=splice
+gpuperf_inject::stacks::Stacks::identify=identify"
+
+# ir_run VARIANT STEPS DIR: one run under callgrind; DIR keeps its library log,
+# callgrind's file (cg.out) and stderr. Own DIR, so that two can run at once.
+ir_run() {
+    local work=$3 exe
+    mkdir -p "$work"
+    # The interpreter itself, not a launcher script (pyenv's shims are).
+    exe=$("$python" -c 'import sys; print(sys.executable)')
+    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- valgrind --tool=callgrind --trace-children=no \
+        --callgrind-out-file="$work/cg.out" "$exe" "$script" 3 "$2" > /dev/null 2> "$work/stderr"
+}
+
+# ir_counts DIR: "total N", "captures N" (absent without the library's log)
+# and "NAME N" for each of ir_fns found: the inclusive instructions of the
+# function's own entry (the one callgrind_annotate names with its object; its
+# other entries are the parts of it inlined from other files), summed over its
+# copies (the name, or the name and generic arguments).
+ir_counts() {
+    echo "total $(sed -n 's/.*I *refs: *//p' "$1/stderr" | tr -d ,)"
+    [ ! -f "$1/log" ] || echo "captures $(sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$1/log" | head -1)"
+    # Run in DIR: callgrind_annotate strips the working directory from the
+    # names of the functions' own files, not from those of called ones, and
+    # then splits a function's inclusive cost between two entries.
+    (cd "$1" && callgrind_annotate --inclusive=yes --threshold=100 --auto=no --show-percs=no cg.out) |
+        awk -v fns="$ir_fns" '
+            BEGIN { n = split(fns, f, "\n"); for (i = 1; i <= n; i++) { eq = index(f[i], "="); full[i] = substr(f[i], 1, eq - 1); short[i] = substr(f[i], eq + 1) } }
+            / \[[^]]*\]$/ && match($0, /^ *[0-9,]+ +/) {
+                c = substr($0, 1, RLENGTH); gsub(/[ ,]/, "", c)
+                name = substr($0, RLENGTH + 1); sub(/ \[[^]]*\]$/, "", name); name = substr(name, index(name, ":") + 1)
+                for (i = 1; i <= n; i++)
+                    if (name == full[i] || index(name, full[i] "<") == 1 || index(name, full[i] "::<") == 1) sum[short[i]] += c
+            }
+            END { for (k in sum) print k, sum[k] }'
+}
+
+# ir_variant VARIANT: both runs of a variant under callgrind, side by side; the
+# counts of each in $work/ir.VARIANT.a and .b.
+ir_variant() {
+    local d=$work/ir.$1 pa pb ra=0 rb=0
+    rm -rf "$d"
+    ir_run "$1" "$ir_steps" "$d/a" &
+    pa=$!
+    ir_run "$1" $((3 * ir_steps)) "$d/b" &
+    pb=$!
+    wait "$pa" || ra=$?
+    wait "$pb" || rb=$?
+    [ "$ra" = 0 ] && [ "$rb" = 0 ] || {
+        echo "hf_train.sh: a callgrind run of $1 failed:" >&2
+        tail -n 20 "$d"/a/stderr "$d"/b/stderr >&2
+        exit 1
+    }
+    ir_counts "$d/a" > "$d.a"
+    ir_counts "$d/b" > "$d.b"
+    rm -rf "$d"
+}
+# ir_get VARIANT a|b KEY: a count of ir_variant's, empty where absent.
+ir_get() { awk -v k="$3" '$1 == k { print $2 }' "$work/ir.$1.$2"; }
+# per_capture A B CA CB: (B - A) / (CB - CA), or "-" where a count is missing.
+per_capture() { awk -v a="$1" -v b="$2" -v ca="$3" -v cb="$4" 'BEGIN { if (a == "" || b == "" || cb - ca <= 0) print "-"; else printf "%.0f\n", (b - a) / (cb - ca) }'; }
 
 # Captures per step: two runs of different lengths, the difference.
 run stacks 0 > /dev/null
@@ -77,3 +162,37 @@ done
 echo "$line"
 echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
 echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
+
+[ "$ir" = 1 ] || exit 0
+# Plain and gpuonly are divided by the stacks variant's captures: it runs too.
+irv=" ${IR_VARIANTS:-$variants} "
+case $irv in *" plain "* | *" gpuonly "*) irv="$irv stacks " ;; esac
+ir_list=
+for v in $variants; do
+    case $irv in *" $v "*) ir_list="$ir_list $v" ;; esac
+done
+[ -n "$ir_list" ] || { echo "hf_train.sh: IR_VARIANTS=${IR_VARIANTS:-} names none of: $variants" >&2; exit 2; }
+for v in $ir_list; do ir_variant "$v"; done
+echo "  instructions per stack capture (callgrind, whole process; per variant, two runs side by side of $ir_steps and $((3 * ir_steps)) timed steps after 3 untimed: the difference over the captures between, the stacks variant's for plain and gpuonly):"
+line="   "
+for v in $ir_list; do
+    c=$v
+    [ "$v" = plain ] || [ "$v" = gpuonly ] && c=stacks
+    ca=$(ir_get "$c" a captures)
+    cb=$(ir_get "$c" b captures)
+    i=$(per_capture "$(ir_get "$v" a total)" "$(ir_get "$v" b total)" "$ca" "$cb")
+    line="$line $v $i"
+    [ "$v" = plain ] && base=$i
+    [ "$v" != plain ] && [ -n "${base:-}" ] && [ "$i" != - ] && [ "$base" != - ] && line="$line (+$((i - base)))"
+    [ "$v" = plain ] || [ "$v" = gpuonly ] || line="$line [$ca -> $cb captures]"
+    line="$line,"
+done
+echo "${line%,}"
+for v in $ir_list; do
+    [ "$v" = plain ] || [ "$v" = gpuonly ] && continue
+    line="    $v, inclusive per capture:"
+    for f in capture_into walk splice identify; do
+        line="$line $f $(per_capture "$(ir_get "$v" a "$f")" "$(ir_get "$v" b "$f")" "$(ir_get "$v" a captures)" "$(ir_get "$v" b captures)")"
+    done
+    echo "$line"
+done
