@@ -226,6 +226,10 @@ struct Scratch {
     last_classified: usize,
     /// The id of the stack identified before the last one (0: none).
     before_last: u32,
+    /// The stack this capture expects (see [`Scratch::next`]).
+    expecting: u32,
+    /// Modules classified when what the thread's trail keeps was kept.
+    kept_classified: usize,
     /// By the last two stacks' ids (hashed, [`Scratch::next_slot`]): the id
     /// of the stack that followed them when they last came (0: none). A
     /// training step launches the same sequence of stacks step after step,
@@ -255,6 +259,8 @@ impl Scratch {
             last_serial: 0,
             last_classified: 0,
             before_last: 0,
+            expecting: 0,
+            kept_classified: 0,
             next: vec![0; NEXT_SLOTS].into_boxed_slice(),
             tally: None,
         }
@@ -265,6 +271,12 @@ impl Scratch {
     fn next_slot(&self) -> usize {
         let k = self.before_last.wrapping_mul(0x9e37_79b1) ^ self.last_id;
         (k.wrapping_mul(0x85eb_ca77) >> (32 - NEXT_BITS)) as usize
+    }
+
+    /// The id of the stack that followed the last two when they last came
+    /// (0: none), maybe the last again.
+    fn expected_id(&self) -> u32 {
+        self.next.get(self.next_slot()).copied().unwrap_or(0)
     }
 
     /// The id of the stack expected after the last two, if `words[..len]`
@@ -304,6 +316,17 @@ impl Scratch {
     fn same_as_last(&self, len: usize) -> Option<u32> {
         (self.last_id != 0 && self.last_len == len && self.last.get(..len) == self.words.get(..len))
             .then_some(self.last_id)
+    }
+
+    /// Stack `id` was taken whole from what the unwinder kept for it: it
+    /// follows the last two, and becomes the last, without its layout (none
+    /// was made), so that no layout is compared with it.
+    fn took(&mut self, id: u32, classified: usize) {
+        self.followed(id);
+        self.last_id = id;
+        self.last_len = usize::MAX;
+        self.last_serial = 0;
+        self.last_classified = classified;
     }
 
     /// `words[..len]` becomes the last stack, with its id.
@@ -526,6 +549,17 @@ impl Stacks {
             scratch,
             trail,
         } = t;
+        // The stack expected next: the unwinder proves the walk kept for it
+        // (and the capture made of it) unchanged instead of walking, or
+        // walks. A module newly hidden changes the id of the same frames:
+        // what was kept under the old ids is dropped.
+        let classified = self.classified_count.load(Relaxed);
+        if scratch.kept_classified != classified {
+            trail.forget_kept();
+            scratch.kept_classified = classified;
+        }
+        scratch.expecting = scratch.expected_id();
+        trail.expect(scratch.expecting);
         let mut r = self
             .unwinder
             .capture_then_reusing(0, frames, trail, |f, c| self.identify(f, c, scratch, true));
@@ -537,7 +571,15 @@ impl Stacks {
                 .capture_then_reusing(0, frames, trail, |f, c| self.identify(f, c, scratch, false));
         }
         match r {
-            Ok(id) => id.unwrap_or(0),
+            Ok(id) => {
+                let id = id.unwrap_or(0);
+                if id != 0 {
+                    // A walk (not one taken from the kept ones) is kept for
+                    // when this stack is expected again.
+                    trail.keep_last(id);
+                }
+                id
+            }
             Err(StackEnd::NoStackLeft) => {
                 self.tallies
                     .counter(scratch.tally.as_ref())
@@ -594,7 +636,15 @@ impl Stacks {
         n.add(Count::KeptFrames, frames.len() as u64);
         n.add(Count::Reused, u64::from(c.reused > 0));
         n.add(Count::ReusedFrames, u64::from(c.reused));
+        n.add(Count::KeptWalk, u64::from(c.kept));
+        n.add(Count::KeptWhole, u64::from(c.whole));
         let classified = self.classified_count.load(Relaxed);
+        if c.whole && scratch.expecting != 0 && scratch.kept_classified == classified {
+            // The capture kept under the id expected, proven the same.
+            let id = scratch.expecting;
+            scratch.took(id, classified);
+            return Some(id);
+        }
         // Known without hashing: proven unchanged by the unwinder, or laid out
         // the same as the last stack (`Err`: the layout's length, to hash).
         let known = match scratch.proven_last(&c, classified) {
@@ -786,7 +836,9 @@ impl Stacks {
              application thread), {} times modules added beside it; {} stacks crossed \
              code without unwind info (by frame pointer or stack scan); {:.1} frames per \
              capture, {} reused part of the last capture (native frames proven unchanged; \
-             {:.1} frames of each on average)",
+             {:.1} frames of each on average), {} took the whole native walk kept for the \
+             stack expected next (proven unchanged, not walked), {} of them the whole \
+             capture kept with it (its Python frames proven the same, not read)",
             n(Count::Captures),
             distinct,
             n(Count::NoStack),
@@ -823,6 +875,8 @@ impl Stacks {
             },
             n(Count::Reused),
             n(Count::ReusedFrames) as f64 / n(Count::Reused).max(1) as f64,
+            n(Count::KeptWalk),
+            n(Count::KeptWhole),
         )
     }
 }
@@ -1077,6 +1131,8 @@ mod tests {
             reused: 0,
             serial,
             unchanged,
+            kept: false,
+            whole: false,
         }
     }
 

@@ -74,6 +74,35 @@ pub unsafe extern "C" fn gpuperf_probe_capture_reusing(buf: *mut c_char, len: us
     })
 }
 
+/// As [`gpuperf_probe_capture_reusing`], expecting the capture kept under
+/// `expect` ([`Trail::expect`]; 0: none), then keeping this one under `keep`
+/// ([`Trail::keep_last`]; 0: not); the `end` line says whether the kept walk
+/// (`kept`) and the whole capture kept with it (`whole`) were taken.
+///
+/// # Safety
+/// As [`gpuperf_probe_capture`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpuperf_probe_capture_kept(
+    buf: *mut c_char,
+    len: usize,
+    expect: u32,
+    keep: u32,
+) -> c_int {
+    let u = unwinder();
+    let mut frames = [Frame::default(); MAX_FRAMES];
+    TRAIL.with_borrow_mut(|trail| {
+        trail.expect(expect);
+        let Ok((n, c)) = u.capture_then_reusing(0, &mut frames, trail, |f, c| (f.len(), c)) else {
+            return -1;
+        };
+        if keep != 0 {
+            trail.keep_last(keep);
+        }
+        // SAFETY: as this function's.
+        unsafe { write_stack(&frames[..n], c, buf, len) }
+    })
+}
+
 /// Writes a stack as text into `buf` (see the module docs).
 ///
 /// # Safety
@@ -108,12 +137,14 @@ unsafe fn write_stack(frames: &[Frame], captured: Captured, buf: *mut c_char, le
     }
     let _ = writeln!(
         text,
-        "end {:?} python {} truncated {} status {:?} recovered {}",
+        "end {:?} python {} truncated {} status {:?} recovered {} kept {} whole {}",
         captured.end,
         captured.python_frames,
         captured.python_truncated,
         u.python_status(),
-        captured.recovered
+        captured.recovered,
+        captured.kept,
+        captured.whole
     );
     if text.len() + 1 > len {
         return -1;

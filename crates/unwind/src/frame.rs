@@ -71,11 +71,12 @@ impl Default for Frame {
 }
 
 /// Why a stack ended. Only [`StackEnd::Root`] is a complete stack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StackEnd {
     /// The outermost frame's unwind info marks it as the root (glibc's `_start`,
     /// `clone` and `clone3` mark their return address undefined).
+    #[default]
     Root,
     /// An address in no known module, or in a module's code without unwind
     /// info for it where neither a frame-pointer step nor a stack scan found
@@ -111,7 +112,7 @@ impl StackEnd {
 }
 
 /// The result of one capture: `frames[..len]` of the caller's buffer are filled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Captured {
     /// Number of frames written.
     pub len: usize,
@@ -139,6 +140,14 @@ pub struct Captured {
     /// comparing every input of the Python merge, those of the capture
     /// numbered `serial - 1` on the same trail (see `python::replay`).
     pub unchanged: bool,
+    /// `true` when the native frames are those of the walk kept under the
+    /// tag the capture expected ([`crate::Trail::expect`]), every word that
+    /// walk read proven unchanged: nothing was walked.
+    pub kept: bool,
+    /// `true` when, besides, the whole capture (its frames, end and Python
+    /// frames) is the one made of that walk when it was kept: the thread's
+    /// Python frame chain was proven the same, and nothing was merged.
+    pub whole: bool,
 }
 
 /// Counters kept by an unwinder, read with [`Stats::snapshot`].

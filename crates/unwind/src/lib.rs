@@ -56,6 +56,7 @@
 mod coverage;
 mod error;
 mod frame;
+mod kept;
 mod loader;
 mod local;
 mod module;

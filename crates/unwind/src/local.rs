@@ -20,16 +20,20 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use framehop::FrameAddress;
+
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
+use crate::kept::Start;
 use crate::loader::Loader;
 use crate::module::ModuleInfo;
 use crate::python::{Python, PythonStatus};
-use crate::rule::UnwindCache;
+use crate::rule::{UnwindCache, memo_key};
+use crate::scan::after_call;
 use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
 use crate::table::{Entry, Table, Tables};
 use crate::trail::Trail;
-use crate::walk::{Regs, walk};
+use crate::walk::{Regs, walk, walk_ids};
 
 mod loaded;
 
@@ -377,6 +381,8 @@ impl LocalUnwinder {
                 reused: 0,
                 serial: 0,
                 unchanged: false,
+                kept: false,
+                whole: false,
             },
         }
     }
@@ -451,6 +457,8 @@ impl LocalUnwinder {
             reused: 0,
             serial: 0,
             unchanged: false,
+            kept: false,
+            whole: false,
         };
         if let Some(t) = trail.as_deref_mut() {
             t.serial += 1;
@@ -511,37 +519,111 @@ impl LocalUnwinder {
             t.clear();
             trail = None;
         }
-        let (len, end) = walk(
-            snap.tables(),
-            regs,
-            cache,
-            &mut read,
-            &loader,
-            skip,
-            out,
-            trail.as_deref_mut(),
-        );
-        captured.len = len;
-        captured.end = end;
-        captured.recovered = cache.recovered;
-        captured.reused = cache.reused;
-        if let Some(t) = trail.as_deref_mut() {
-            // Frames from `j` on are those of the capture just before, when
-            // that capture's walk is the one the trail kept.
-            let follows = t.walked != 0 && t.walked.checked_add(1) == Some(t.serial);
-            t.merged.native_same_from = t.aligned.filter(|_| follows);
-            t.walked = t.serial;
-        }
-        if let Some(py) = &self.python {
-            let codes = trail.map(|t| (&mut t.codes, &mut t.python, &mut *t.merged));
-            py.splice(
-                &snap.table,
-                &self.stats,
-                (lo, hi),
+        let tables = snap.tables();
+        // The walk the caller expects, proven unchanged: its frames, unwalked.
+        let taken = match trail.as_deref_mut() {
+            Some(t) if t.kept.expect != 0 => {
+                let start = Start {
+                    key: memo_key(FrameAddress::from_instruction_pointer(regs.ip)),
+                    sp: regs.sp,
+                    bp: regs.bp,
+                    skip,
+                };
+                let mut after = |ra| after_call(tables, &loader, ra).is_some();
+                let r = t.kept.take(
+                    walk_ids(tables),
+                    start,
+                    bounds.get(),
+                    &mut read,
+                    &mut after,
+                    out,
+                );
+                t.kept.expect = 0;
+                r
+            }
+            _ => None,
+        };
+        if let Some((len, recovered)) = taken {
+            captured.len = len;
+            captured.end = StackEnd::Root;
+            captured.recovered = recovered;
+            captured.reused = len as u32;
+            captured.kept = true;
+            // The whole capture, if the Python frame chain is the same too.
+            if let Some(t) = trail.as_deref_mut()
+                && let Some(w) = t.kept.whole_taken()
+                && match (&self.python, w.chain) {
+                    (None, None) => true,
+                    (Some(py), Some(links)) => py.chain_is((lo, hi), links),
+                    _ => false,
+                }
+                && let Some(dst) = out.get_mut(..w.captured.len)
+            {
+                if let Some(frames) = w.frames {
+                    dst.copy_from_slice(frames);
+                }
+                captured = Captured {
+                    serial: captured.serial,
+                    reused: captured.reused,
+                    kept: true,
+                    whole: true,
+                    unchanged: false,
+                    ..w.captured
+                };
+            }
+        } else {
+            let (len, end) = walk(
+                tables,
+                regs,
+                cache,
+                &mut read,
+                &loader,
+                skip,
                 out,
-                &mut captured,
-                codes,
+                trail.as_deref_mut(),
             );
+            captured.len = len;
+            captured.end = end;
+            captured.recovered = cache.recovered;
+            captured.reused = cache.reused;
+        }
+        if let Some(t) = trail.as_deref_mut() {
+            t.kept.taken = captured.kept;
+            if captured.kept {
+                // The trail keeps the last walk, which was not this capture's.
+                t.merged.native_same_from = None;
+            } else {
+                // Frames from `j` on are those of the capture just before, when
+                // that capture's walk is the one the trail kept.
+                let follows = t.walked != 0 && t.walked.checked_add(1) == Some(t.serial);
+                t.merged.native_same_from = t.aligned.filter(|_| follows);
+                t.walked = t.serial;
+                t.from_first = t.head_plain && t.head_len == skip;
+            }
+        }
+        let chain_read = match &self.python {
+            Some(_) if captured.whole => Some(false),
+            Some(py) => {
+                let codes = trail
+                    .as_deref_mut()
+                    .map(|t| (&mut t.codes, &mut t.python, &mut *t.merged));
+                Some(py.splice(
+                    &snap.table,
+                    &self.stats,
+                    (lo, hi),
+                    out,
+                    &mut captured,
+                    codes,
+                ))
+            }
+            None => None,
+        };
+        if captured.whole && captured.python_frames > 0 {
+            Stats::bump(&self.stats.python_stacks);
+        }
+        if let Some(t) = trail {
+            t.chain_read = chain_read;
+            t.last = captured;
         }
         slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
         captured
@@ -1057,6 +1139,69 @@ mod tests {
         assert_eq!(offsets[4], offsets[0]);
         assert_ne!(offsets[0], offsets[2], "{offsets:?}");
         assert!(reused[1..].iter().all(|&r| r > 2), "{reused:?}");
+    }
+
+    /// Captures through `a` or `b` (which lie at the same stack address, as
+    /// do the frames inward of them) from one call site.
+    fn through(which: u64) -> impl Fn(Callback, *mut c_void) {
+        move |f: Callback, arg: *mut c_void| {
+            let g: unsafe extern "C" fn(Callback, *mut c_void) = if std::hint::black_box(which) == 0
+            {
+                gpuperf_test_trail_a
+            } else {
+                gpuperf_test_trail_b
+            };
+            // SAFETY: the assembly above calls `f(arg)` and returns.
+            unsafe { g(f, arg) }
+        }
+    }
+
+    #[test]
+    fn kept_walk__taken_for_the_stack_it_was_walked_in_and_no_other() {
+        let u = LocalUnwinder::new(Options {
+            python: false,
+            ..Options::default()
+        });
+        let mut p = TrailProbe::new(&u);
+        let (a, b) = (
+            range(gpuperf_test_trail_a, gpuperf_test_trail_a_end),
+            range(gpuperf_test_trail_b, gpuperf_test_trail_b_end),
+        );
+        // Through `a` or `b`, expecting the walk kept under a tag, keeping
+        // this capture's under a tag, and whether the kept walk is taken:
+        // one call site for all. The walks through `a` and `b` differ in one
+        // return address deep in the stack.
+        let captures = [
+            (0, 0, 1, false),
+            (1, 0, 2, false),
+            (0, 1, 0, true),
+            (1, 1, 0, false),
+            (1, 2, 0, true),
+            (0, 2, 0, false),
+            (0, 1, 0, true),
+        ];
+        for (which, expect, keep, taken) in captures {
+            p.trail.expect(expect);
+            // `both` compares the frames with a fresh walk's.
+            let (frames, c) = both(&mut p, &through(which));
+            assert_eq!(c.kept, taken, "through {which}, expecting {expect}");
+            if keep != 0 {
+                assert!(p.trail.keep_last(keep), "through {which}: kept");
+            }
+            let at = addresses(&u, &frames);
+            assert_eq!(
+                (
+                    at.iter().any(|x| a.contains(x)),
+                    at.iter().any(|x| b.contains(x))
+                ),
+                (which == 0, which == 1),
+                "through {which}, expecting {expect}: {at:x?}"
+            );
+            if taken {
+                assert_eq!(c.reused as usize, c.len);
+                assert!(!p.trail.keep_last(9), "a taken walk is not kept again");
+            }
+        }
     }
 
     #[test]

@@ -240,6 +240,8 @@ impl RemoteUnwinder {
             reused: 0,
             serial: 0,
             unchanged: false,
+            kept: false,
+            whole: false,
         }
     }
 }

@@ -27,11 +27,20 @@
 //! rbp is part of the state only where some later step depends on it: code
 //! without frame pointers uses it as an ordinary register, whose value changes
 //! from one launch to the next, while the frames outward of a frame that
-//! restores it from the stack cannot depend on it.
+//! restores it from the stack cannot depend on it. For the same reason the
+//! saved rbp a step restores is read again only where a step after it uses
+//! rbp before another sets it ([`Step::needed_reads`]).
+//!
+//! A trail also keeps whole walks under the caller's tags, for a capture that
+//! expects one ([`Trail::expect`], [`crate::kept`]).
 
-use crate::frame::{Frame, StackEnd};
+use crate::frame::{Captured, Frame, StackEnd};
+use crate::kept::{Kept, Walked, Whole};
 use crate::python::{CodeMemo, FrameTrail, LastMerge};
 use crate::scan::{MAX_RECOVERIES, Role};
+
+/// Skipped frames whose steps a trail keeps (see [`Trail::head`]).
+pub(crate) const HEAD: usize = 4;
 
 /// Reads a kept scan may have made; a scan that reads more is made again.
 const SCAN_READS: usize = 32;
@@ -121,6 +130,11 @@ impl ScanReads {
         r
     }
 
+    /// Every read of the scan was kept, with the loader stable.
+    pub(crate) fn is_whole(&self) -> bool {
+        self.whole
+    }
+
     /// What the scan did with the value of its last read (if kept).
     pub(crate) fn note(&mut self, role: Role) {
         let Some(i) = usize::from(self.n).checked_sub(1) else {
@@ -140,7 +154,7 @@ impl ScanReads {
     /// value, or another that its role treats alike (a return address that
     /// is still none, by `after_call`; a word still below the limit); and
     /// failed reads still fail.
-    fn unchanged<F>(&self, read: &mut F, after_call: &mut dyn FnMut(u64) -> bool) -> bool
+    pub(crate) fn unchanged<F>(&self, read: &mut F, after_call: &mut dyn FnMut(u64) -> bool) -> bool
     where
         F: FnMut(u64) -> Result<u64, ()>,
     {
@@ -194,6 +208,25 @@ pub(crate) struct Step {
     pub plain: bool,
 }
 
+impl Step {
+    /// The reads the walk's frames depend on (`after`: the step after this
+    /// one). The first is the return address; a second restores rbp, and
+    /// matters only where some step after uses rbp before one sets it: code
+    /// without frame pointers keeps data in rbp, saved in its callees'
+    /// frames, which changes from one launch to the next while the stack
+    /// stays the same.
+    #[inline(always)]
+    pub(crate) fn needed_reads(&self, after: Option<&Step>) -> &[(u64, u64)] {
+        let n = usize::from(self.nreads);
+        let n = if n == 2 && self.sets_bp && !after.is_some_and(|a| a.bp_matters) {
+            1
+        } else {
+            n
+        };
+        &self.reads[..n.min(2)]
+    }
+}
+
 /// The last native walk of one thread (see the module docs). Keep one per
 /// thread and pass it to every capture of that thread
 /// ([`crate::LocalUnwinder::capture_then_reusing`]); it is never shared.
@@ -233,6 +266,21 @@ pub struct Trail {
     pub(crate) aligned: Option<usize>,
     /// What each crossing of code without unwind info read, by crossing number.
     pub(crate) scans: Box<[ScanReads]>,
+    /// The steps of the frames the last walk skipped, outermost last:
+    /// `head[..head_len]`; a kept walk starts with them.
+    pub(crate) head: [Step; HEAD],
+    pub(crate) head_len: usize,
+    /// Every skipped frame's step is in `head`, each plain and no scan.
+    pub(crate) head_plain: bool,
+    /// The last walk's head holds every frame it skipped.
+    pub(crate) from_first: bool,
+    /// Whole walks kept under the caller's tags ([`Trail::keep_last`]).
+    pub(crate) kept: Kept,
+    /// The last capture, as returned.
+    pub(crate) last: Captured,
+    /// Whether the last capture read the thread's Python frame chain into
+    /// `python`; `None` where the unwinder reads no Python frames.
+    pub(crate) chain_read: Option<bool>,
 }
 
 impl Trail {
@@ -256,7 +304,86 @@ impl Trail {
             walked: 0,
             aligned: None,
             scans: ScanReads::none(MAX_RECOVERIES as usize),
+            head: [Step::default(); HEAD],
+            head_len: 0,
+            head_plain: true,
+            from_first: false,
+            kept: Kept::default(),
+            last: Captured::default(),
+            chain_read: Some(false),
         }
+    }
+
+    /// The next capture with this trail expects the walk kept under `tag`
+    /// ([`Trail::keep_last`]; 0: none): it proves that walk unchanged and
+    /// takes its frames without walking ([`crate::Captured::kept`]), or, when
+    /// any word it read changed, walks as before.
+    pub fn expect(&mut self, tag: u32) {
+        self.kept.expect = tag;
+    }
+
+    /// Keeps the last capture's native walk under `tag` (not 0), replacing
+    /// the one kept under it, for a later capture that expects it
+    /// ([`Trail::expect`]). Nothing is kept when that capture took a kept
+    /// walk, or its walk cannot be proven later (it did not reach the root
+    /// through plain steps, skipped frames, or read more than is kept):
+    /// `false`. About 1 MiB per thread once used (see [`Trail::kept_bytes`]).
+    pub fn keep_last(&mut self, tag: u32) -> bool {
+        let Some(tables) = self.tables else {
+            return false;
+        };
+        if self.kept.taken
+            || !self.from_first
+            || self.walked != self.serial
+            || self.end != StackEnd::Root
+            || self.from != 0
+        {
+            return false;
+        }
+        let steps = &self.bufs[self.cur][..self.len];
+        let head = &mut self.head[..self.head_len];
+        bp_matters(head, steps.first().is_some_and(|s| s.bp_matters));
+        // The capture besides the walk: its Python chain (read by it, whole)
+        // and frames (the walk's, or the merge's it kept).
+        let last = self.last;
+        let whole = match self.chain_read {
+            _ if last.serial != self.serial => None,
+            None => (last.len == steps.len()).then_some(Whole {
+                chain: None,
+                frames: None,
+                captured: last,
+            }),
+            Some(true) => self.python.whole().and_then(|chain| {
+                let frames = match chain.is_empty() {
+                    true => (last.len == steps.len()).then_some(None)?,
+                    false => Some(self.merged.output(self.serial)?),
+                };
+                Some(Whole {
+                    chain: Some(chain),
+                    frames,
+                    captured: last,
+                })
+            }),
+            Some(false) => None,
+        };
+        let walk = Walked {
+            head,
+            steps,
+            scans: &self.scans,
+            recovered: self.recovered,
+        };
+        self.kept.keep(tag, tables, walk, whole)
+    }
+
+    /// Drops every walk kept ([`Trail::keep_last`]): for a caller whose tags
+    /// no longer name what they named (its stack ids changed meaning).
+    pub fn forget_kept(&mut self) {
+        self.kept.forget();
+    }
+
+    /// Bytes the kept walks take.
+    pub fn kept_bytes(&self) -> usize {
+        self.kept.bytes()
     }
 
     /// Forgets the last walk: the next one walks every frame.
@@ -299,6 +426,8 @@ impl<'t> Recording<'t> {
         let usable = trail.tables == Some(tables) && trail.end == StackEnd::Root;
         trail.aligned = None;
         let (next, verified) = (trail.from, trail.len);
+        trail.head_len = 0;
+        trail.head_plain = true;
         Recording {
             trail,
             n: 0,
@@ -324,6 +453,20 @@ impl<'t> Recording<'t> {
                 }
             }
             None => self.overflow = true,
+        }
+    }
+
+    /// Records a step of a frame the walk skipped.
+    #[inline(always)]
+    pub(crate) fn record_head(&mut self, step: Step) {
+        let t = &mut *self.trail;
+        t.head_plain &= step.plain && !step.scanned;
+        match t.head.get_mut(t.head_len) {
+            Some(s) => {
+                *s = step;
+                t.head_len += 1;
+            }
+            None => t.head_plain = false,
         }
     }
 
@@ -365,7 +508,8 @@ impl<'t> Recording<'t> {
         while self.verified > j {
             let m = self.verified - 1;
             let s = &old[m];
-            let same = s.reads[..usize::from(s.nreads)]
+            let same = s
+                .needed_reads(old.get(m + 1))
                 .iter()
                 .all(|&(a, v)| read(a) == Ok(v))
                 && (!s.scanned

@@ -51,8 +51,7 @@ pub(crate) fn walk<F>(
 where
     F: FnMut(u64) -> Result<u64, ()>,
 {
-    let (main, extra) = tables.ids();
-    let ids = (main, extra, tables.main.generation);
+    let ids = walk_ids(tables);
     cache.reused = 0;
     let mut rec = trail.map(|t| Recording::new(t, ids, loader.stable()));
     let r = walk_steps(
@@ -69,6 +68,13 @@ where
         rec.finish(ids, r.1, cache.recovered);
     }
     r
+}
+
+/// What a walk's frames depend on besides its reads: the tables' ids and
+/// their rule generation.
+pub(crate) fn walk_ids(tables: Tables<'_>) -> (u64, u64, u64) {
+    let (main, extra) = tables.ids();
+    (main, extra, tables.main.generation)
 }
 
 /// Writes `frame` at `out[*len]`, or skips it while `skip` is not 0; `false`
@@ -111,11 +117,16 @@ where
             push(out, &mut len, $frame, $skip)
         };
     }
-    // Records a step of a frame just pushed (not skipped).
+    // Records a step of a frame just pushed, or of one skipped (the walk's
+    // head, which only a kept walk checks again).
     macro_rules! record {
         ($recorded:expr, $step:expr) => {
-            if $recorded && let Some(r) = rec.as_deref_mut() {
-                r.record($step);
+            if let Some(r) = rec.as_deref_mut() {
+                if $recorded {
+                    r.record($step);
+                } else {
+                    r.record_head($step);
+                }
             }
         };
     }
@@ -377,7 +388,7 @@ where
                     .unwinder
                     .unwind_frame(address, &mut fh_regs, &mut cache.framehop, read_stack)
             }
-            rule if rec.is_some() && recorded => {
+            rule if rec.is_some() => {
                 // What the step reads is what the next walk checks again.
                 let mut n = 0usize;
                 let r = rule.step(&mut fh_regs, &mut |a| {

@@ -40,9 +40,15 @@ pub(super) enum Count {
     Reused,
     /// The native frames they took.
     ReusedFrames,
+    /// Captures whose native frames were the walk kept for the stack
+    /// expected next, proven unchanged: nothing walked.
+    KeptWalk,
+    /// Of those, captures that were the whole capture kept with the walk:
+    /// the Python frames proven the same, nothing read or merged.
+    KeptWhole,
 }
 
-const COUNTS: usize = Count::ReusedFrames as usize + 1;
+const COUNTS: usize = Count::KeptWhole as usize + 1;
 
 /// One thread's counters (or the shared ones), on cache lines of their own:
 /// 128 bytes, as the adjacent-line prefetcher pairs lines.

@@ -90,7 +90,7 @@ mod linetable;
 mod memo;
 mod memory;
 mod reuse;
-pub(crate) use reuse::FrameTrail;
+pub(crate) use reuse::{FrameTrail, Link};
 mod replay;
 pub(crate) use replay::LastMerge;
 mod splice;

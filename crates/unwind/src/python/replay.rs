@@ -101,6 +101,13 @@ impl LastMerge {
         Some((self.merged, follows))
     }
 
+    /// The output of the merge of capture `serial`, if it is the one kept.
+    pub(crate) fn output(&self, serial: u64) -> Option<&[Frame]> {
+        (serial != 0 && self.serial == serial)
+            .then(|| self.out.get(..self.merged.0))
+            .flatten()
+    }
+
     /// Keeps the inputs of a merge about to be made (`out[..native_len]` is
     /// still the native frames); [`LastMerge::keep_output`] completes it.
     pub(super) fn keep_input(

@@ -34,7 +34,7 @@ const INDEX: usize = 256;
 
 /// One link of a chain: where it is, the words read there, the frame made.
 #[derive(Clone, Copy, Default)]
-pub(super) struct Link {
+pub(crate) struct Link {
     pub addr: u64,
     pub previous: u64,
     /// The code object; 0 for a shim frame.
@@ -75,6 +75,8 @@ pub(crate) struct FrameTrail {
     pub(super) index: Box<[u16]>,
     /// Frames the last read took from the read before it.
     pub(super) reused: u32,
+    /// The last read reached the chain's root.
+    pub(super) complete: bool,
 }
 
 impl FrameTrail {
@@ -88,6 +90,7 @@ impl FrameTrail {
             // the (maybe 8 KiB signal) stack first in unoptimized builds.
             index: vec![0; INDEX].into_boxed_slice(),
             reused: 0,
+            complete: false,
         }
     }
 
@@ -107,6 +110,13 @@ impl FrameTrail {
     pub(crate) fn clear(&mut self) {
         self.len = 0;
         self.reusable = 0;
+        self.complete = false;
+    }
+
+    /// The last chain, outermost first, if it reached its root and every
+    /// link can be proven without a probe (see [`Python::chain_is`]).
+    pub(crate) fn whole(&self) -> Option<&[Link]> {
+        (self.complete && self.reusable == self.len).then(|| &self.links[..self.len])
     }
 
     #[inline(always)]
@@ -173,6 +183,7 @@ impl FrameTrail {
         }
         self.len = total;
         self.reusable = if complete { reusable } else { 0 };
+        self.complete = complete;
     }
 }
 
@@ -304,7 +315,7 @@ impl Python {
     #[inline(never)]
     pub(super) fn prove(
         &self,
-        t: &FrameTrail,
+        links: &[Link],
         (from, depth): (usize, usize),
         chunks: &mut Chunks,
         mem: &Known,
@@ -314,7 +325,7 @@ impl Python {
         let (Some(ds), FrameKind::Interpreter { .. }) = (l.datastack, l.frame_kind) else {
             return Err(from);
         };
-        let Some(links) = t.links.get(from..=depth) else {
+        let Some(links) = links.get(from..=depth) else {
             return Err(from);
         };
         let w = Words::new(l, ds.frame_words);
@@ -390,6 +401,37 @@ impl Python {
             *tiled = done;
         }
         r
+    }
+
+    /// Whether the calling thread's whole Python frame chain is `links` now
+    /// (a chain [`FrameTrail::whole`] gave, outermost first; none for an
+    /// empty one): the thread state's current frame is its innermost link,
+    /// and every link is proven again as [`Python::prove`] proves a trail's,
+    /// outermost first. Then a read would make the same frames. `stack` is
+    /// the thread's stack mapping.
+    pub(crate) fn chain_is(&self, stack: (u64, u64), links: &[Link]) -> bool {
+        if self.disabled.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            return false;
+        }
+        // SAFETY: the interpreter's lock-free accessor (see the module docs).
+        let tstate = unsafe { (self.this_thread_state)() } as u64;
+        if tstate == 0 {
+            return false;
+        }
+        let mut mem = Known::with_codes(stack, None);
+        let Ok(frame) = self.current_frame(tstate, &mut mem) else {
+            return false;
+        };
+        let Some(depth) = links.len().checked_sub(1) else {
+            return frame == 0;
+        };
+        if frame != links[depth].addr {
+            return false;
+        }
+        let mut chunks = self.data_stack(tstate);
+        let mut tiled = 0;
+        self.prove(links, (0, depth), &mut chunks, &mem, &mut tiled)
+            .is_ok()
     }
 
     /// Sets the chunks' tiling cursors for a read that keeps `links[..keep]`

@@ -19,6 +19,8 @@ use crate::table::Table;
 impl Python {
     /// Reads the calling thread's Python frames and splices them into the native
     /// frames `out[..captured.len]`. `stack` is the thread's stack mapping.
+    /// `true` when the chain was read (the trail's chain is this capture's,
+    /// or cleared).
     pub(crate) fn splice(
         &self,
         _table: &Table,
@@ -27,14 +29,14 @@ impl Python {
         out: &mut [Frame],
         captured: &mut Captured,
         trail: Option<(&mut CodeMemo, &mut FrameTrail, &mut LastMerge)>,
-    ) {
+    ) -> bool {
         if self.disabled.load(Ordering::Relaxed) != 0 {
-            return;
+            return false;
         }
         // SAFETY: the interpreter's lock-free accessor (see the module docs).
         let tstate = unsafe { (self.this_thread_state)() } as u64;
         if tstate == 0 {
-            return;
+            return false;
         }
         // Uninitialized: zeroing these two buffers cost more than the walk itself.
         let mut raw = [const { MaybeUninit::<Raw>::uninit() }; MAX_PYTHON_FRAMES];
@@ -60,7 +62,7 @@ impl Python {
             Err(why) => self.skip(stats, why),
         };
         if n == 0 {
-            return;
+            return true;
         }
         Stats::bump(&stats.python_stacks);
         // SAFETY: read_chain initialized `raw[..n]`; MaybeUninit<Raw> has Raw's layout.
@@ -107,7 +109,7 @@ impl Python {
             } else if cut && captured.end == StackEnd::Root {
                 captured.end = StackEnd::PythonCut;
             }
-            return;
+            return true;
         }
         // Merge: each native eval-loop frame becomes its group of Python frames.
         let mut native = [const { MaybeUninit::<Frame>::uninit() }; crate::frame::MAX_FRAMES];
@@ -196,6 +198,7 @@ impl Python {
         } else if cut && captured.end == StackEnd::Root {
             captured.end = StackEnd::PythonCut;
         }
+        true
     }
 
     /// `splice`'s merge where `out` has room for every frame and every Python
@@ -275,6 +278,32 @@ impl Python {
             w += 1;
         }
         Some((w, raw.len(), cut, unmatched))
+    }
+
+    /// The thread's current (innermost) frame; 0 for none.
+    pub(super) fn current_frame(&self, tstate: u64, mem: &mut Known) -> Result<u64, &'static str> {
+        let l = &self.layout;
+        // The thread state is the interpreter's own, live while the thread is.
+        let rd = |a: u64| -> u64 {
+            // SAFETY: inside the live PyThreadState / _PyCFrame of this thread
+            // (checked readable below where it may be elsewhere).
+            unsafe { (a as *const u64).read_unaligned() }
+        };
+        let frame = rd(tstate + l.tstate_frame);
+        let Some(off) = l.cframe_current else {
+            return Ok(frame);
+        };
+        if frame == 0 {
+            return Ok(0);
+        }
+        // The thread state's own root cframe (no eval loop running, as on a
+        // thread the interpreter knows between Python calls) is inside the
+        // live thread state; an eval loop's is on the thread's stack.
+        let root = l.root_cframe.and_then(|r| tstate.checked_add(r));
+        if root != Some(frame) && !self.readable(frame, off + 8, mem) {
+            return Err(reason::CHAIN);
+        }
+        Ok(rd(frame + off))
     }
 
     /// The live parts of the thread's data-stack chunks (3.11+), current chunk
@@ -414,24 +443,10 @@ impl Python {
         let l = &self.layout;
         // The thread state is the interpreter's own, live while the thread is.
         let rd = |a: u64| -> u64 {
-            // SAFETY: inside the live PyThreadState / _PyCFrame of this thread,
-            // or a frame checked readable by the caller of `rd`.
+            // SAFETY: a frame checked readable by the caller of `rd`.
             unsafe { (a as *const u64).read_unaligned() }
         };
-        let mut frame = rd(tstate + l.tstate_frame);
-        if let Some(off) = l.cframe_current {
-            if frame == 0 {
-                return Ok((0, false));
-            }
-            // The thread state's own root cframe (no eval loop running, as on
-            // a thread the interpreter knows between Python calls) is inside
-            // the live thread state; an eval loop's is on the thread's stack.
-            let root = l.root_cframe.and_then(|r| tstate.checked_add(r));
-            if root != Some(frame) && !self.readable(frame, off + 8, mem) {
-                return Err(reason::CHAIN);
-            }
-            frame = rd(frame + off);
-        }
+        let mut frame = self.current_frame(tstate, mem)?;
         if frame == 0 {
             if let Some(t) = trail {
                 t.commit(0, 0, true);
@@ -480,7 +495,7 @@ impl Python {
                 && let Some(d) = t.find(frame, limit)
             {
                 if d >= verified {
-                    match self.prove(t, (verified, d), &mut chunks, mem, &mut tiled) {
+                    match self.prove(&t.links, (verified, d), &mut chunks, mem, &mut tiled) {
                         Ok(()) => verified = d + 1,
                         Err(e) => (verified, limit) = (e, e),
                     }

@@ -3,6 +3,7 @@
 usage: python3 py_stacks.py PROBE.so CASE
 CASE: main | thread | native_thread | idle_thread | deep | corrupt | stale | seccomp
       | generator | probes | subinterpreter | reuse_lines | reuse_slot | reuse_generator
+      | kept
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -161,6 +162,30 @@ def reuse_generator():
     print("stats " + stats())
 
 
+def kept_rec(n, name, expect, keep):
+    if n == 0:
+        print("== " + name, flush=True)
+        probe.gpuperf_probe_capture_kept(BUF, len(BUF), expect, keep)  # call:kept_leaf
+        sys.stdout.write(BUF.value.decode())
+        sys.stdout.flush()
+    else:
+        kept_rec(n - 1, name, expect, keep)  # call:kept_rec
+
+
+def kept():
+    """Captures at two Python depths from one call site, kept under tags 1
+    and 2, then each expecting the other's: from 3.11 on, calls between Python
+    functions add no native frame, so the native walk is the same at both
+    depths and only the Python frame chain tells them apart. After warming
+    up: 3.13's first calls through ctypes take another native path than
+    later ones, once the interpreter specialized the call."""
+    for _ in range(10):
+        for depth in (2, 4):
+            kept_rec(depth, "warm", 0, 0)  # call:kept_warm
+    for depth, expect, keep in ((2, 0, 1), (4, 0, 2), (2, 1, 0), (4, 1, 0), (4, 2, 0), (2, 2, 0)):
+        kept_rec(depth, "depth %d expecting %d" % (depth, expect), expect, keep)  # call:kept
+
+
 def stats():
     buf = ctypes.create_string_buffer(1 << 16)
     probe.gpuperf_probe_stats(buf, len(buf))
@@ -238,6 +263,8 @@ elif case == "reuse_lines":
     reuse_lines()  # call:reuse_lines_module
 elif case == "reuse_slot":
     reuse_slot()  # call:reuse_slot_module
+elif case == "kept":
+    kept()  # call:kept_module
 elif case == "reuse_generator":
     reuse_generator()  # call:reuse_generator_module
 elif case == "bench":

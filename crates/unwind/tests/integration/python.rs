@@ -372,3 +372,47 @@ fn python_trail__a_generator_resumed_from_another_frame__gets_that_frame() {
         ],
     );
 }
+
+#[test]
+fn python_kept_capture__taken_whole_only_where_the_python_chain_is_the_same() {
+    for (name, py) in pythons() {
+        let out = run(Command::new(&py).arg(script()).arg(probe()).arg("kept"));
+        let st: Vec<Stack> = parse(&out)
+            .into_iter()
+            .filter(|s| s.section != "warm")
+            .collect();
+        assert_eq!(st.len(), 6, "{name}: {out}");
+        // (depth, expected tag's depth) per capture: the first two keep.
+        let cases = [(2, 0), (4, 0), (2, 2), (4, 2), (4, 4), (2, 4)];
+        // 3.10 calls each Python function through a C frame of its own.
+        let same_native = !name.contains("3.10");
+        for (s, &(depth, expected)) in st.iter().zip(&cases) {
+            let what = format!("{name} {}", s.section);
+            assert_eq!(s.end_kind(), "Root", "{what}: {}", s.end);
+            let rec = format!("py_stacks.kept_rec (py_stacks.py:{})", line("kept_rec"));
+            let leaf = format!("py_stacks.kept_rec (py_stacks.py:{})", line("kept_leaf"));
+            let names = s.names();
+            assert_eq!(
+                (
+                    names.iter().filter(|n| **n == rec).count(),
+                    names.iter().filter(|n| **n == leaf).count()
+                ),
+                (depth, 1),
+                "{what}: the frames of its own depth\n  {}",
+                names.join("\n  ")
+            );
+            let field = |k: &str| {
+                s.end
+                    .split(&format!(" {k} "))
+                    .nth(1)
+                    .and_then(|r| r.split(' ').next())
+                    .unwrap_or("?")
+                    .to_string()
+            };
+            let kept = expected != 0 && (expected == depth || same_native);
+            assert_eq!(field("kept"), kept.to_string(), "{what}: {}", s.end);
+            let whole = expected == depth && same_native;
+            assert_eq!(field("whole"), whole.to_string(), "{what}: {}", s.end);
+        }
+    }
+}

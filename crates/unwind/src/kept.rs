@@ -1,0 +1,385 @@
+//! Whole native walks one thread keeps under its caller's tags (in the
+//! injection library, stack ids), so that a capture expected to repeat one of
+//! them proves it unchanged and takes its frames without walking.
+//!
+//! A walk is a pure function of its start state (the frame's address, the
+//! stack pointer, and the frame pointer where some step depends on it), the
+//! module tables and the stack words it reads (see [`crate::trail`]). A kept
+//! walk is that start state, every word its steps read (address and value),
+//! each stack scan's reads, and the frames it found. A capture that expects
+//! tag `T` and starts in `T`'s state reads each kept word again, innermost
+//! frame first, and takes `T`'s frames only when every one holds the same
+//! value now (a scan's word, one its scan treats alike): then a walk would
+//! read the same words in the same order and find the same frames. Nothing is
+//! assumed from an address or the expectation: a wrong one costs the reads up
+//! to the first changed word, and the capture walks as before.
+//!
+//! Consecutive launches of a training step come from different operators, so
+//! the last walk (the [`crate::Trail`]) shares only the outer frames with the
+//! next; the stack expected next (in inject: the one that followed the last
+//! two, right about nine times in ten there) was walked a step earlier, and
+//! proving it reads its words in order: a stream of a few KiB, where walking
+//! its inner frames again costs rule and module look-ups scattered over the
+//! tables, a cache miss each.
+//!
+//! Kept only: walks that started at the capture's first frame, reached the
+//! root through plain steps (CFA rules, scans whose every read was kept, the
+//! root), with the tables unchanged since; and taken only while no module
+//! was unloaded since the tables were read (the loader is `stable`).
+//! Bounded: when a buffer is full, every kept walk is dropped and keeping
+//! starts again.
+
+use crate::frame::{Captured, Frame};
+use crate::python::Link;
+use crate::trail::{ScanReads, Step};
+
+/// Stack words kept, for all walks (16 bytes each).
+const READS: usize = 24 * 1024;
+/// Frames kept, for all walks and captures.
+const FRAMES: usize = 32 * 1024;
+/// Scans kept, for all walks (about 800 bytes each).
+const SCANS: usize = 64;
+/// Python frame chain links kept, for all captures.
+const LINKS: usize = 12 * 1024;
+/// Walks kept; the index has twice as many slots.
+const WALKS: usize = 1024;
+
+/// A walk to keep: `head` (the steps of the frames it skipped, plain, without
+/// scans) then `steps` (a trail's, every step plain, to the root), the scans
+/// it made (`scans`, by crossing number) and their number.
+#[derive(Clone, Copy)]
+pub(crate) struct Walked<'a> {
+    pub head: &'a [Step],
+    pub steps: &'a [Step],
+    pub scans: &'a [ScanReads],
+    pub recovered: u32,
+}
+
+/// What a capture made of a kept walk besides it, for a later capture to
+/// prove and take whole.
+#[derive(Clone, Copy)]
+pub(crate) struct Whole<'a> {
+    /// The thread's Python frame chain ([`crate::python::FrameTrail::whole`]);
+    /// `None` where the unwinder reads no Python frames.
+    pub chain: Option<&'a [Link]>,
+    /// The capture's frames, where Python frames were spliced into the walk's.
+    pub frames: Option<&'a [Frame]>,
+    /// How it ended, its length and its Python frames.
+    pub captured: Captured,
+}
+
+/// Where a kept [`Whole`] lies.
+#[derive(Clone, Copy)]
+struct WholeAt {
+    /// `None`: no Python reader.
+    chain: Option<(u32, u32)>,
+    frames: Option<(u32, u32)>,
+    captured: Captured,
+}
+
+/// Where one kept walk starts, and where its words and frames lie.
+#[derive(Clone, Copy)]
+struct Walk {
+    tag: u32,
+    /// The tables' ids and rule generation it was walked with.
+    tables: (u64, u64, u64),
+    /// The first step's state: `memo_key` of its address, sp, and rbp when
+    /// the walk depends on it.
+    key: u64,
+    sp: u64,
+    bp: Option<u64>,
+    /// Frames it skipped (their steps are the first it read).
+    skip: u32,
+    /// Crossings of code without unwind info it made.
+    recovered: u32,
+    /// `[lowest, highest + 8)` of the addresses its steps read.
+    span: (u64, u64),
+    reads: (u32, u32),
+    frames: (u32, u32),
+    scans: (u32, u32),
+    whole: Option<WholeAt>,
+}
+
+/// The walks one thread keeps (see the module docs); part of its
+/// [`crate::Trail`]. Its buffers are allocated at the first walk kept.
+#[derive(Default)]
+pub(crate) struct Kept {
+    /// `walks` index + 1 by the tag's slot (0: none); open addressing.
+    index: Box<[u32]>,
+    walks: Vec<Walk>,
+    reads: Vec<(u64, u64)>,
+    frames: Vec<Frame>,
+    scans: Vec<ScanReads>,
+    links: Vec<Link>,
+    /// The walk the last `take` took.
+    taken_at: Option<usize>,
+    /// The tag the next capture expects (0: none).
+    pub(crate) expect: u32,
+    /// The last capture took the walk kept under `expect`.
+    pub(crate) taken: bool,
+}
+
+/// A walk's state at its first frame, as the walk loop starts it.
+pub(crate) struct Start {
+    pub key: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Frames the capture skips.
+    pub skip: usize,
+}
+
+impl Kept {
+    fn slot(tag: u32, slots: usize) -> usize {
+        (tag.wrapping_mul(0x9e37_79b1) >> 20) as usize % slots
+    }
+
+    /// The index of the walk kept under `tag`.
+    fn find(&self, tag: u32) -> Option<usize> {
+        let n = self.index.len();
+        if n == 0 || tag == 0 {
+            return None;
+        }
+        let mut s = Self::slot(tag, n);
+        for _ in 0..n {
+            let w = usize::try_from(self.index[s]).ok()?.checked_sub(1)?;
+            if self.walks.get(w)?.tag == tag {
+                return Some(w);
+            }
+            s = (s + 1) % n;
+        }
+        None
+    }
+
+    /// Drops every kept walk (the buffers stay allocated).
+    fn clear(&mut self) {
+        self.index.fill(0);
+        self.walks.clear();
+        self.reads.clear();
+        self.frames.clear();
+        self.scans.clear();
+        self.links.clear();
+    }
+
+    /// Drops every kept walk.
+    pub(crate) fn forget(&mut self) {
+        self.clear();
+        self.taken_at = None;
+    }
+
+    /// Keeps `walk` under `tag`, walked with `tables`, and what its capture
+    /// made of it besides (`whole`), replacing what `tag` had. `false` when
+    /// it cannot be proven later (a scan whose reads were not all kept), and
+    /// is not kept.
+    pub(crate) fn keep(
+        &mut self,
+        tag: u32,
+        tables: (u64, u64, u64),
+        walk: Walked<'_>,
+        whole: Option<Whole<'_>>,
+    ) -> bool {
+        let Walked {
+            head,
+            steps,
+            scans,
+            recovered,
+        } = walk;
+        let Some(first) = head.first().or(steps.first()) else {
+            return false;
+        };
+        if tag == 0 || steps.is_empty() {
+            return false;
+        }
+        let nreads: usize = head
+            .iter()
+            .chain(steps)
+            .map(|s| usize::from(s.nreads))
+            .sum();
+        let nscans = steps.iter().filter(|s| s.scanned).count();
+        let nlinks = whole.and_then(|w| w.chain).map_or(0, <[Link]>::len);
+        let nfinal = whole.and_then(|w| w.frames).map_or(0, <[Frame]>::len);
+        let nframes = steps.len() + nfinal;
+        if nreads > READS || nframes > FRAMES || nscans > SCANS || nlinks > LINKS {
+            return false;
+        }
+        if self.index.is_empty() {
+            self.index = vec![0; 2 * WALKS].into_boxed_slice();
+            self.walks = Vec::with_capacity(WALKS);
+            self.reads = Vec::with_capacity(READS);
+            self.frames = Vec::with_capacity(FRAMES);
+            self.scans = Vec::with_capacity(SCANS);
+            self.links = Vec::with_capacity(LINKS);
+        }
+        if self.reads.len() + nreads > READS
+            || self.frames.len() + nframes > FRAMES
+            || self.scans.len() + nscans > SCANS
+            || self.links.len() + nlinks > LINKS
+            || self.walks.len() >= WALKS
+        {
+            self.clear();
+        }
+        let at = |v: usize| v as u32;
+        let (r0, f0, s0) = (self.reads.len(), self.frames.len(), self.scans.len());
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        // By index: an iterator of each step with the one after it cost
+        // more than the copies.
+        let n = head.len() + steps.len();
+        let step = |i: usize| head.get(i).or_else(|| steps.get(i - head.len()));
+        for i in 0..n {
+            let Some(s) = step(i) else { break };
+            // One by one: a slice copy of one or two calls memcpy.
+            for &(a, v) in s.needed_reads(step(i + 1)) {
+                (lo, hi) = (lo.min(a), hi.max(a));
+                self.reads.push((a, v));
+            }
+        }
+        self.frames.extend(steps.iter().map(|s| s.frame));
+        for s in steps {
+            if s.scanned {
+                match scans.get(s.recovered as usize) {
+                    Some(k) if k.is_whole() => self.scans.push(*k),
+                    _ => {
+                        self.reads.truncate(r0);
+                        self.frames.truncate(f0);
+                        self.scans.truncate(s0);
+                        return false;
+                    }
+                }
+            }
+        }
+        let native = (at(f0), at(self.frames.len()));
+        let whole = whole.map(|w| {
+            let chain = w.chain.map(|links| {
+                let a = at(self.links.len());
+                self.links.extend_from_slice(links);
+                (a, at(self.links.len()))
+            });
+            let frames = w.frames.map(|frames| {
+                let a = at(self.frames.len());
+                self.frames.extend_from_slice(frames);
+                (a, at(self.frames.len()))
+            });
+            WholeAt {
+                chain,
+                frames,
+                captured: w.captured,
+            }
+        });
+        let walk = Walk {
+            tag,
+            tables,
+            key: first.key,
+            sp: first.sp,
+            bp: first.bp_matters.then_some(first.bp),
+            skip: head.len() as u32,
+            recovered,
+            span: (lo, hi.saturating_add(8)),
+            reads: (at(r0), at(self.reads.len())),
+            frames: native,
+            scans: (at(s0), at(self.scans.len())),
+            whole,
+        };
+        match self.find(tag) {
+            // The old one's words stay behind until the buffers are cleared.
+            Some(w) => self.walks[w] = walk,
+            None => {
+                let n = self.index.len();
+                let mut s = Self::slot(tag, n);
+                while self.index[s] != 0 {
+                    s = (s + 1) % n;
+                }
+                self.walks.push(walk);
+                self.index[s] = self.walks.len() as u32;
+            }
+        }
+        true
+    }
+
+    /// The walk kept under `expect`, if the capture starts in its state with
+    /// the same `tables` and every word it read holds the same value now (its
+    /// steps' words all lie in `stack`, the part of the thread's stack the
+    /// capture's `read` reads; a scan's, one its scan treats alike, by
+    /// `after_call`): its frames written to `out` (which has room for them),
+    /// their number, and its crossings of code without unwind info.
+    #[inline(never)]
+    pub(crate) fn take<F>(
+        &mut self,
+        tables: (u64, u64, u64),
+        start: Start,
+        stack: (u64, u64),
+        read: &mut F,
+        after_call: &mut dyn FnMut(u64) -> bool,
+        out: &mut [Frame],
+    ) -> Option<(usize, u32)>
+    where
+        F: FnMut(u64) -> Result<u64, ()>,
+    {
+        self.taken_at = None;
+        let at = self.find(self.expect)?;
+        let w = self.walks.get(at)?;
+        if w.tables != tables
+            || w.key != start.key
+            || w.sp != start.sp
+            || w.skip as usize != start.skip
+            || w.bp.is_some_and(|bp| bp != start.bp)
+        {
+            return None;
+        }
+        let range = |(a, b): (u32, u32)| a as usize..b as usize;
+        let frames = self.frames.get(range(w.frames))?;
+        let out = out.get_mut(..frames.len())?;
+        // Innermost first: a different stack differs there.
+        let reads = self.reads.get(range(w.reads))?;
+        if !reads.is_empty() {
+            if w.span.0 < stack.0 || w.span.1 > stack.1 {
+                return None;
+            }
+            // SAFETY: every address read lies in `stack`, inside the
+            // thread's own stack mapping (checked just above), which stays
+            // mapped while the thread runs.
+            let word = |a: u64| unsafe { (a as *const u64).read_unaligned() };
+            if !reads.iter().all(|&(a, v)| word(a) == v) {
+                return None;
+            }
+        }
+        if !self
+            .scans
+            .get(range(w.scans))?
+            .iter()
+            .all(|s| s.unchanged(read, after_call))
+        {
+            return None;
+        }
+        out.copy_from_slice(frames);
+        self.taken_at = Some(at);
+        Some((frames.len(), w.recovered))
+    }
+
+    /// What the capture of the walk the last [`Kept::take`] took made of it
+    /// besides, if kept.
+    pub(crate) fn whole_taken(&self) -> Option<Whole<'_>> {
+        let w = self.walks.get(self.taken_at?)?.whole?;
+        let range = |(a, b): (u32, u32)| a as usize..b as usize;
+        Some(Whole {
+            chain: match w.chain {
+                Some(r) => Some(self.links.get(range(r))?),
+                None => None,
+            },
+            frames: match w.frames {
+                Some(r) => Some(self.frames.get(range(r))?),
+                None => None,
+            },
+            captured: w.captured,
+        })
+    }
+
+    /// Bytes the kept walks' buffers take (their capacity).
+    pub(crate) fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.index.len() * size_of::<u32>()
+            + self.walks.capacity() * size_of::<Walk>()
+            + self.reads.capacity() * size_of::<(u64, u64)>()
+            + self.frames.capacity() * size_of::<Frame>()
+            + self.scans.capacity() * size_of::<ScanReads>()
+            + self.links.capacity() * size_of::<Link>()
+    }
+}
