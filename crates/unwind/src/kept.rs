@@ -383,3 +383,165 @@ impl Kept {
             + self.links.capacity() * size_of::<Link>()
     }
 }
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod tests {
+    use super::*;
+    use crate::frame::ModuleId;
+
+    const TABLES: (u64, u64, u64) = (1, 0, 1);
+
+    fn frame(offset: u64) -> Frame {
+        Frame::Native {
+            module: ModuleId(0),
+            offset,
+            return_address: true,
+        }
+    }
+
+    /// A two-frame walk over `stack`: the first frame saves rbp at word 0
+    /// (its return address at word 1); the second reads its return address
+    /// (0, the root) at word 2 and, when `bp_used`, depends on rbp.
+    fn walk_over(stack: &[u64], bp_used: bool) -> [Step; 2] {
+        let at = |i: usize| stack.as_ptr() as u64 + 8 * i as u64;
+        [
+            Step {
+                key: 0x1101,
+                sp: at(0),
+                frame: frame(0x100),
+                reads: [(at(1), stack[1]), (at(0), stack[0])],
+                nreads: 2,
+                sets_bp: true,
+                plain: true,
+                ..Step::default()
+            },
+            Step {
+                key: 0x2201,
+                sp: at(2),
+                frame: frame(0x200),
+                reads: [(at(2), stack[2]), (0, 0)],
+                nreads: 1,
+                uses_bp: bp_used,
+                bp_matters: bp_used,
+                plain: true,
+                ..Step::default()
+            },
+        ]
+    }
+
+    fn take(kept: &mut Kept, stack: &[u64], tag: u32) -> Option<Vec<Frame>> {
+        let base = stack.as_ptr() as u64;
+        kept.expect = tag;
+        let start = Start {
+            key: 0x1101,
+            sp: base,
+            bp: 0,
+            skip: 0,
+        };
+        let mut out = [Frame::default(); 8];
+        let mut read = |_| -> Result<u64, ()> { unreachable!("no scan") };
+        let (n, _) = kept.take(
+            TABLES,
+            start,
+            (base, base + 8 * stack.len() as u64),
+            &mut read,
+            &mut |_| false,
+            &mut out,
+        )?;
+        Some(out[..n].to_vec())
+    }
+
+    #[test]
+    fn kept_walk__taken_while_every_word_it_depends_on_holds() {
+        let mut stack = vec![0x7777, 0x1234, 0, 0];
+        let mut kept = Kept::default();
+        for (tag, bp_used) in [(1, false), (2, true)] {
+            let steps = walk_over(&stack, bp_used);
+            let walk = Walked {
+                head: &[],
+                steps: &steps,
+                scans: &[],
+                recovered: 0,
+            };
+            assert!(kept.keep(tag, TABLES, walk, None));
+        }
+        let frames = vec![frame(0x100), frame(0x200)];
+        assert_eq!(take(&mut kept, &stack, 1), Some(frames.clone()));
+        assert_eq!(take(&mut kept, &stack, 2), Some(frames.clone()));
+        assert_eq!(take(&mut kept, &stack, 3), None, "nothing kept under 3");
+        // A saved rbp that changed: only the walk that depends on it is not
+        // taken.
+        stack[0] = 0x8888;
+        assert_eq!(take(&mut kept, &stack, 1), Some(frames.clone()));
+        assert_eq!(take(&mut kept, &stack, 2), None);
+        stack[0] = 0x7777;
+        // A return address, or the root's word, that changed: neither is.
+        for i in [1, 2] {
+            stack[i] ^= 0x10;
+            assert_eq!(take(&mut kept, &stack, 1), None, "word {i}");
+            assert_eq!(take(&mut kept, &stack, 2), None, "word {i}");
+            stack[i] ^= 0x10;
+        }
+        assert_eq!(take(&mut kept, &stack, 2), Some(frames));
+    }
+
+    #[test]
+    fn kept_walk__not_taken_from_another_start_other_tables_or_outside_the_stack() {
+        let stack = vec![0x7777, 0x1234, 0, 0];
+        let steps = walk_over(&stack, false);
+        let walk = Walked {
+            head: &[],
+            steps: &steps,
+            scans: &[],
+            recovered: 0,
+        };
+        let mut kept = Kept::default();
+        assert!(kept.keep(1, TABLES, walk, None));
+        kept.expect = 1;
+        let base = stack.as_ptr() as u64;
+        let bounds = (base, base + 32);
+        let start = |key, sp, skip| Start {
+            key,
+            sp,
+            bp: 0,
+            skip,
+        };
+        let mut read = |_| -> Result<u64, ()> { Err(()) };
+        let mut out = [Frame::default(); 8];
+        let mut try_take = |tables, start, bounds| {
+            kept.take(tables, start, bounds, &mut read, &mut |_| false, &mut out)
+                .map(|(n, _)| n)
+        };
+        assert_eq!(try_take(TABLES, start(0x1101, base, 0), bounds), Some(2));
+        assert_eq!(
+            try_take((1, 0, 2), start(0x1101, base, 0), bounds),
+            None,
+            "tables"
+        );
+        assert_eq!(
+            try_take(TABLES, start(0x1111, base, 0), bounds),
+            None,
+            "address"
+        );
+        assert_eq!(
+            try_take(TABLES, start(0x1101, base + 8, 0), bounds),
+            None,
+            "sp"
+        );
+        assert_eq!(
+            try_take(TABLES, start(0x1101, base, 1), bounds),
+            None,
+            "skip"
+        );
+        // A word it read outside the part of the stack the capture may read
+        // (the root's, word 2; the saved rbp at word 0 is none it needs).
+        let from_word_1 = (base + 8, base + 32);
+        assert_eq!(
+            try_take(TABLES, start(0x1101, base, 0), from_word_1),
+            Some(2)
+        );
+        let to_word_1 = (base, base + 16);
+        assert_eq!(try_take(TABLES, start(0x1101, base, 0), to_word_1), None);
+    }
+}

@@ -296,6 +296,9 @@ pub(crate) mod tests {
     /// An FDE's `cfa` that means a frame-pointer frame: CFA = rbp + 16, the
     /// caller's rbp saved at CFA - 16.
     pub(crate) const RBP_FRAME: u8 = 0xff;
+    /// An FDE with CFA = rsp + 16 that saves rbp at CFA - 16 (code without
+    /// frame pointers that uses rbp as an ordinary register).
+    pub(crate) const SAVES_RBP: u8 = 0xfe;
 
     /// `.eh_frame` bytes: a CIE (CFA = rsp + 8, return address at CFA - 8,
     /// addresses as absolute 8-byte pointers), then per `(start, len, cfa)` an
@@ -315,6 +318,9 @@ pub(crate) mod tests {
             if cfa == RBP_FRAME {
                 // DW_CFA_def_cfa rbp 16; DW_CFA_offset rbp at CFA - 16; nops.
                 fde.extend_from_slice(&[0x0c, 6, 16, 0x86, 2, 0, 0, 0]);
+            } else if cfa == SAVES_RBP {
+                // DW_CFA_def_cfa_offset 16; DW_CFA_offset rbp at CFA - 16; nops.
+                fde.extend_from_slice(&[0x0e, 16, 0x86, 2, 0, 0, 0, 0]);
             } else {
                 // DW_CFA_def_cfa_offset cfa; two DW_CFA_nop.
                 fde.extend_from_slice(&[0x0e, cfa, 0, 0]);

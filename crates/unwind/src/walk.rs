@@ -433,7 +433,7 @@ mod tests {
     use super::*;
     use crate::frame::ModuleId;
     use crate::scan::SCAN_WORDS;
-    use crate::table::tests::{RBP_FRAME, module};
+    use crate::table::tests::{RBP_FRAME, SAVES_RBP, module};
     use crate::table::{Entry, Table};
 
     /// Module 0 at 0x1000..0x2000: CFA = rsp + 8 below 0x1800, rsp + 16 above.
@@ -980,6 +980,74 @@ mod tests {
                 stack.walk_from(regs(bp), tables, &mut fresh, &loader),
                 "rbp {bp:#x}"
             );
+        }
+    }
+
+    /// Module 0 as in [`table_a`]; module 2 at 0x5000..0x6000, frame-pointer
+    /// frames; module 3 at 0x6000..0x7000, frames that save rbp (CFA = rsp +
+    /// 16, rbp at CFA - 16) without using it.
+    fn table_saves_rbp() -> Table {
+        Table::new(
+            vec![
+                module(
+                    0,
+                    0x1000..0x2000,
+                    &[(0x1000, 0x800, 8), (0x1800, 0x800, 16)],
+                ),
+                module(2, 0x5000..0x6000, &[(0x5000, 0x1000, RBP_FRAME)]),
+                module(3, 0x6000..0x7000, &[(0x6000, 0x1000, SAVES_RBP)]),
+            ],
+            |_| String::new(),
+        )
+    }
+
+    #[test]
+    fn trail__a_saved_rbp_is_checked_only_where_an_outer_frame_uses_it() {
+        let t = table_saves_rbp();
+        let tables = Tables::one(&t);
+        let loader = FakeLoader::default();
+        let regs = Regs {
+            ip: 0x6100,
+            sp: 0x8000,
+            bp: 0,
+        };
+        // 0x6100 saves rbp at 0x8000, returns to 0x1105 (at 0x8008), whose
+        // frame does not use rbp: a saved rbp that changes changes nothing.
+        let unused = |saved| Stack(vec![(0x8000, saved), (0x8008, 0x1105), (0x8010, 0)]);
+        // 0x6100 returns to 0x5105 (a frame-pointer frame): the saved rbp
+        // (0x8020 or 0x8040) finds its caller (0x1105 or 0x1805).
+        let used = |saved| {
+            Stack(vec![
+                (0x8000, saved),
+                (0x8008, 0x5105),
+                (0x8020, 0),
+                (0x8028, 0x1105),
+                (0x8030, 0),
+                (0x8040, 0),
+                (0x8048, 0x1805),
+                (0x8058, 0),
+            ])
+        };
+        let mut fresh = UnwindCache::new();
+        for (stacks, reuses) in [
+            ([unused(0x1111), unused(0x2222)], true),
+            ([used(0x8020), used(0x8040)], false),
+        ] {
+            let mut trail = Trail::new(16);
+            let mut reused = Vec::new();
+            for stack in &stacks {
+                let (frames, end, r) = stack.walk_trail(regs, tables, &loader, &mut trail);
+                let r = (r as usize, frames.len());
+                assert_eq!(
+                    (frames.clone(), end),
+                    stack.walk_from(regs, tables, &mut fresh, &loader)
+                );
+                assert_eq!(end, StackEnd::Root, "{frames:x?}");
+                reused.push(r);
+            }
+            // The second walk takes the whole first one only where the
+            // saved rbp it restores matters to no frame outward.
+            assert_eq!(reused[1].0 == reused[1].1, reuses, "{reused:?}");
         }
     }
 
