@@ -100,6 +100,50 @@ struct Walk {
     whole: Option<WholeAt>,
 }
 
+/// How many words, frames, scans and links a kept walk has.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    reads: usize,
+    frames: usize,
+    scans: usize,
+    chain: Option<usize>,
+    finals: Option<usize>,
+}
+
+/// Where a kept walk's parts lie in the buffers.
+#[derive(Clone, Copy)]
+struct At {
+    reads: (u32, u32),
+    frames: (u32, u32),
+    scans: (u32, u32),
+    chain: Option<(u32, u32)>,
+    finals: Option<(u32, u32)>,
+}
+
+impl Walk {
+    fn at(&self) -> At {
+        At {
+            reads: self.reads,
+            frames: self.frames,
+            scans: self.scans,
+            chain: self.whole.and_then(|w| w.chain),
+            finals: self.whole.and_then(|w| w.frames),
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        let len = |(a, b): (u32, u32)| (b - a) as usize;
+        let at = self.at();
+        Shape {
+            reads: len(at.reads),
+            frames: len(at.frames),
+            scans: len(at.scans),
+            chain: at.chain.map(len),
+            finals: at.finals.map(len),
+        }
+    }
+}
+
 /// The walks one thread keeps (see the module docs); part of its
 /// [`crate::Trail`]. Its buffers are allocated at the first walk kept.
 #[derive(Default)]
@@ -150,6 +194,22 @@ impl Kept {
         None
     }
 
+    /// Room for a walk of `shape` at the ends of the buffers (which have it).
+    fn append(&mut self, shape: Shape) -> At {
+        fn grow<T: Clone + Default>(v: &mut Vec<T>, n: usize) -> (u32, u32) {
+            let a = v.len();
+            v.resize(a + n, T::default());
+            (a as u32, v.len() as u32)
+        }
+        At {
+            reads: grow(&mut self.reads, shape.reads),
+            frames: grow(&mut self.frames, shape.frames),
+            scans: grow(&mut self.scans, shape.scans),
+            chain: shape.chain.map(|n| grow(&mut self.links, n)),
+            finals: shape.finals.map(|n| grow(&mut self.frames, n)),
+        }
+    }
+
     /// Drops every kept walk (the buffers stay allocated).
     fn clear(&mut self) {
         self.index.fill(0);
@@ -186,19 +246,36 @@ impl Kept {
         let Some(first) = head.first().or(steps.first()) else {
             return false;
         };
-        if tag == 0 || steps.is_empty() {
+        if tag == 0
+            || steps.is_empty()
+            || steps.iter().any(|s| {
+                s.scanned
+                    && !scans
+                        .get(s.recovered as usize)
+                        .is_some_and(ScanReads::is_whole)
+            })
+        {
             return false;
         }
-        let nreads: usize = head
-            .iter()
-            .chain(steps)
-            .map(|s| usize::from(s.nreads))
-            .sum();
-        let nscans = steps.iter().filter(|s| s.scanned).count();
-        let nlinks = whole.and_then(|w| w.chain).map_or(0, <[Link]>::len);
-        let nfinal = whole.and_then(|w| w.frames).map_or(0, <[Frame]>::len);
-        let nframes = steps.len() + nfinal;
-        if nreads > READS || nframes > FRAMES || nscans > SCANS || nlinks > LINKS {
+        // By index: an iterator of each step with the one after it cost more
+        // than the copies.
+        let n = head.len() + steps.len();
+        let step = |i: usize| head.get(i).or_else(|| steps.get(i - head.len()));
+        let needed = |i: usize| step(i).map_or(&[][..], |s| s.needed_reads(step(i + 1)));
+        let chain = whole.and_then(|w| w.chain);
+        let finals = whole.and_then(|w| w.frames);
+        let shape = Shape {
+            reads: (0..n).map(|i| needed(i).len()).sum(),
+            frames: steps.len(),
+            scans: steps.iter().filter(|s| s.scanned).count(),
+            chain: chain.map(<[Link]>::len),
+            finals: finals.map(<[Frame]>::len),
+        };
+        if shape.reads > READS
+            || shape.frames + shape.finals.unwrap_or(0) > FRAMES
+            || shape.scans > SCANS
+            || shape.chain.unwrap_or(0) > LINKS
+        {
             return false;
         }
         if self.index.is_empty() {
@@ -209,61 +286,57 @@ impl Kept {
             self.scans = Vec::with_capacity(SCANS);
             self.links = Vec::with_capacity(LINKS);
         }
-        if self.reads.len() + nreads > READS
-            || self.frames.len() + nframes > FRAMES
-            || self.scans.len() + nscans > SCANS
-            || self.links.len() + nlinks > LINKS
-            || self.walks.len() >= WALKS
+        // In place of the walk kept under `tag` when it has the same shape (a
+        // stack kept again, as after a wrong expectation), so that keeping
+        // the same stacks over and over does not fill the buffers; else at
+        // their ends, all dropped first when they are full.
+        let mut old = self.find(tag);
+        let at = match old
+            .and_then(|w| self.walks.get(w))
+            .filter(|w| w.shape() == shape)
         {
-            self.clear();
-        }
-        let at = |v: usize| v as u32;
-        let (r0, f0, s0) = (self.reads.len(), self.frames.len(), self.scans.len());
-        let (mut lo, mut hi) = (u64::MAX, 0);
-        // By index: an iterator of each step with the one after it cost
-        // more than the copies.
-        let n = head.len() + steps.len();
-        let step = |i: usize| head.get(i).or_else(|| steps.get(i - head.len()));
-        for i in 0..n {
-            let Some(s) = step(i) else { break };
-            // One by one: a slice copy of one or two calls memcpy.
-            for &(a, v) in s.needed_reads(step(i + 1)) {
-                (lo, hi) = (lo.min(a), hi.max(a));
-                self.reads.push((a, v));
-            }
-        }
-        self.frames.extend(steps.iter().map(|s| s.frame));
-        for s in steps {
-            if s.scanned {
-                match scans.get(s.recovered as usize) {
-                    Some(k) if k.is_whole() => self.scans.push(*k),
-                    _ => {
-                        self.reads.truncate(r0);
-                        self.frames.truncate(f0);
-                        self.scans.truncate(s0);
-                        return false;
-                    }
+            Some(w) => w.at(),
+            None => {
+                if self.reads.len() + shape.reads > READS
+                    || self.frames.len() + shape.frames + shape.finals.unwrap_or(0) > FRAMES
+                    || self.scans.len() + shape.scans > SCANS
+                    || self.links.len() + shape.chain.unwrap_or(0) > LINKS
+                    || self.walks.len() >= WALKS
+                {
+                    self.clear();
+                    old = None;
                 }
+                self.append(shape)
+            }
+        };
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        let mut r = at.reads.0 as usize;
+        for i in 0..n {
+            for &(a, v) in needed(i) {
+                (lo, hi) = (lo.min(a), hi.max(a));
+                self.reads[r] = (a, v);
+                r += 1;
             }
         }
-        let native = (at(f0), at(self.frames.len()));
-        let whole = whole.map(|w| {
-            let chain = w.chain.map(|links| {
-                let a = at(self.links.len());
-                self.links.extend_from_slice(links);
-                (a, at(self.links.len()))
-            });
-            let frames = w.frames.map(|frames| {
-                let a = at(self.frames.len());
-                self.frames.extend_from_slice(frames);
-                (a, at(self.frames.len()))
-            });
-            WholeAt {
-                chain,
-                frames,
-                captured: w.captured,
-            }
-        });
+        let f = at.frames.0 as usize;
+        for (d, s) in self.frames[f..f + steps.len()].iter_mut().zip(steps) {
+            *d = s.frame;
+        }
+        let kept_scans = steps
+            .iter()
+            .filter(|s| s.scanned)
+            .filter_map(|s| scans.get(s.recovered as usize));
+        let k = at.scans.0 as usize;
+        for (d, s) in self.scans[k..k + shape.scans].iter_mut().zip(kept_scans) {
+            *d = *s;
+        }
+        let range = |(a, b): (u32, u32)| a as usize..b as usize;
+        if let (Some(src), Some(r)) = (chain, at.chain) {
+            self.links[range(r)].copy_from_slice(src);
+        }
+        if let (Some(src), Some(r)) = (finals, at.finals) {
+            self.frames[range(r)].copy_from_slice(src);
+        }
         let walk = Walk {
             tag,
             tables,
@@ -273,13 +346,16 @@ impl Kept {
             skip: head.len() as u32,
             recovered,
             span: (lo, hi.saturating_add(8)),
-            reads: (at(r0), at(self.reads.len())),
-            frames: native,
-            scans: (at(s0), at(self.scans.len())),
-            whole,
+            reads: at.reads,
+            frames: at.frames,
+            scans: at.scans,
+            whole: whole.map(|w| WholeAt {
+                chain: at.chain,
+                frames: at.finals,
+                captured: w.captured,
+            }),
         };
-        match self.find(tag) {
-            // The old one's words stay behind until the buffers are cleared.
+        match old {
             Some(w) => self.walks[w] = walk,
             None => {
                 let n = self.index.len();
