@@ -370,12 +370,13 @@ impl Kept {
         true
     }
 
-    /// The walk kept under `expect`, if the capture starts in its state with
-    /// the same `tables` and every word it read holds the same value now (its
-    /// steps' words all lie in `stack`, the part of the thread's stack the
-    /// capture's `read` reads; a scan's, one its scan treats alike, by
-    /// `after_call`): its frames written to `out` (which has room for them),
-    /// their number, and its crossings of code without unwind info.
+    /// Whether the walk kept under `expect` is the capture's: it starts in
+    /// its state with the same `tables`, and every word it read holds the
+    /// same value now (its steps' words all lie in `stack`, the part of the
+    /// thread's stack the capture's `read` reads; a scan's, one its scan
+    /// treats alike, by `after_call`). Then [`Kept::taken`] has its frames,
+    /// and its crossings of code without unwind info. Nothing is copied: the
+    /// whole capture kept with it may be taken instead.
     #[inline(never)]
     pub(crate) fn take<F>(
         &mut self,
@@ -384,8 +385,7 @@ impl Kept {
         stack: (u64, u64),
         read: &mut F,
         after_call: &mut dyn FnMut(u64) -> bool,
-        out: &mut [Frame],
-    ) -> Option<(usize, u32)>
+    ) -> Option<u32>
     where
         F: FnMut(u64) -> Result<u64, ()>,
     {
@@ -401,8 +401,6 @@ impl Kept {
             return None;
         }
         let range = |(a, b): (u32, u32)| a as usize..b as usize;
-        let frames = self.frames.get(range(w.frames))?;
-        let out = out.get_mut(..frames.len())?;
         // Innermost first: a different stack differs there.
         let reads = self.reads.get(range(w.reads))?;
         if !reads.is_empty() {
@@ -425,9 +423,14 @@ impl Kept {
         {
             return None;
         }
-        out.copy_from_slice(frames);
         self.taken_at = Some(at);
-        Some((frames.len(), w.recovered))
+        Some(w.recovered)
+    }
+
+    /// The frames of the walk the last [`Kept::take`] took.
+    pub(crate) fn taken(&self) -> Option<&[Frame]> {
+        let w = self.walks.get(self.taken_at?)?;
+        self.frames.get(w.frames.0 as usize..w.frames.1 as usize)
     }
 
     /// What the capture of the walk the last [`Kept::take`] took made of it
@@ -515,17 +518,15 @@ mod tests {
             bp: 0,
             skip: 0,
         };
-        let mut out = [Frame::default(); 8];
         let mut read = |_| -> Result<u64, ()> { unreachable!("no scan") };
-        let (n, _) = kept.take(
+        kept.take(
             TABLES,
             start,
             (base, base + 8 * stack.len() as u64),
             &mut read,
             &mut |_| false,
-            &mut out,
         )?;
-        Some(out[..n].to_vec())
+        kept.taken().map(<[Frame]>::to_vec)
     }
 
     #[test]
@@ -584,10 +585,9 @@ mod tests {
             skip,
         };
         let mut read = |_| -> Result<u64, ()> { Err(()) };
-        let mut out = [Frame::default(); 8];
         let mut try_take = |tables, start, bounds| {
-            kept.take(tables, start, bounds, &mut read, &mut |_| false, &mut out)
-                .map(|(n, _)| n)
+            kept.take(tables, start, bounds, &mut read, &mut |_| false)?;
+            kept.taken().map(<[Frame]>::len)
         };
         assert_eq!(try_take(TABLES, start(0x1101, base, 0), bounds), Some(2));
         assert_eq!(

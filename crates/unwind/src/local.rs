@@ -530,48 +530,21 @@ impl LocalUnwinder {
                     skip,
                 };
                 let mut after = |ra| after_call(tables, &loader, ra).is_some();
-                let r = t.kept.take(
-                    walk_ids(tables),
-                    start,
-                    bounds.get(),
-                    &mut read,
-                    &mut after,
-                    out,
-                );
+                let r = t
+                    .kept
+                    .take(walk_ids(tables), start, bounds.get(), &mut read, &mut after);
                 t.kept.expect = 0;
                 r
             }
             _ => None,
         };
-        if let Some((len, recovered)) = taken {
-            captured.len = len;
-            captured.end = StackEnd::Root;
-            captured.recovered = recovered;
-            captured.reused = len as u32;
-            captured.kept = true;
-            // The whole capture, if the Python frame chain is the same too.
-            if let Some(t) = trail.as_deref_mut()
-                && let Some(w) = t.kept.whole_taken()
-                && match (&self.python, w.chain) {
-                    (None, None) => true,
-                    (Some(py), Some(links)) => py.chain_is((lo, hi), links),
-                    _ => false,
-                }
-                && let Some(dst) = out.get_mut(..w.captured.len)
-            {
-                if let Some(frames) = w.frames {
-                    dst.copy_from_slice(frames);
-                }
-                captured = Captured {
-                    serial: captured.serial,
-                    reused: captured.reused,
-                    kept: true,
-                    whole: true,
-                    unchanged: false,
-                    ..w.captured
-                };
+        let took = match (taken, trail.as_deref_mut()) {
+            (Some(recovered), Some(t)) => {
+                self.take_kept(t, recovered, (lo, hi), out, &mut captured)
             }
-        } else {
+            _ => false,
+        };
+        if !took {
             let (len, end) = walk(
                 tables,
                 regs,
@@ -627,6 +600,60 @@ impl LocalUnwinder {
         }
         slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
         captured
+    }
+
+    /// Takes the capture of the walk `t` just proved unchanged (with its
+    /// `recovered` crossings): the whole capture kept with it when the
+    /// thread's Python frame chain is the same too (`stack`: the thread's
+    /// stack mapping), else the walk's frames, written to `out`; `false`
+    /// when they do not fit.
+    fn take_kept(
+        &self,
+        t: &Trail,
+        recovered: u32,
+        stack: (u64, u64),
+        out: &mut [Frame],
+        captured: &mut Captured,
+    ) -> bool {
+        let whole = t
+            .kept
+            .whole_taken()
+            .filter(|w| match (&self.python, w.chain) {
+                (None, None) => true,
+                (Some(py), Some(links)) => py.chain_is(stack, links),
+                _ => false,
+            });
+        let native = t.kept.taken().unwrap_or_default();
+        let (frames, c) = match whole {
+            Some(w) => (
+                w.frames.unwrap_or(native),
+                Captured {
+                    whole: true,
+                    ..w.captured
+                },
+            ),
+            None => (
+                native,
+                Captured {
+                    len: native.len(),
+                    end: StackEnd::Root,
+                    recovered,
+                    ..*captured
+                },
+            ),
+        };
+        let Some(dst) = out.get_mut(..frames.len()) else {
+            return false;
+        };
+        dst.copy_from_slice(frames);
+        *captured = Captured {
+            serial: captured.serial,
+            reused: native.len() as u32,
+            kept: true,
+            unchanged: false,
+            ..c
+        };
+        true
     }
 
     fn acquire_cache(&self) -> Option<&CacheSlot> {
