@@ -214,7 +214,9 @@
 //! (`sim/bench/graph_instantiate.sh`): 32 us without gpuperf, 50 us with
 //! stacks off, 85 us with stacks on; peak memory 10 MB after 200 or 800
 //! instantiations.
-//! Memory: 256 KiB of address space per unwind cache for its stack, 64 KiB
+//! Memory: 256 KiB of address space per unwind cache for its stack, about 2
+//! MiB per thread that launches for its last walk and the stacks it kept to
+//! prove instead of walking (resident as used), 64 KiB
 //! chunks per thread for records between flushes (unmapped after each), 96 MiB
 //! of address space (resident as used) for distinct stacks, 4 activity buffers
 //! of 4 MiB allocated ahead and 2 in reserve, and up to one 4 MiB buffer in

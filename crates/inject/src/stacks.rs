@@ -15,6 +15,15 @@
 //! # Cost
 //! A launch costs one capture (no allocation, no lock, on the unwinder's
 //! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then_reusing`).
+//! A training step launches the same sequence of stacks step after step, each
+//! rarely the one before: each thread expects the stack that followed its
+//! last eight (else last two) stacks the last time they came, and the
+//! unwinder keeps, under each stack id, the walk and capture that made it
+//! (`gpuperf_unwind::Trail::keep_last`). The capture of the stack expected
+//! reads every stack word that walk read, and the Python frame chain's words,
+//! again; when all are the same it is that stack, known by its id without
+//! walking, merging, hashing or comparing (the log counts these captures);
+//! else it walks as follows, and its walk is kept under its id.
 //! Each thread keeps its last native walk (`gpuperf_unwind::Trail`): where the
 //! new walk reaches a frame in the same state as one of the last walk, and
 //! every stack word the last walk read from there outward is unchanged (each
