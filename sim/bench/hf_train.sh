@@ -139,12 +139,16 @@ a=$(taken)
 run stacks 10 > /dev/null
 b=$(taken)
 depth=$(sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/log" | head -1)
+# Captures that were the whole capture kept for the stack expected (libraries
+# that count them), of the 10-step run.
+whole=$(sed -n 's/.* \([0-9]*\) of them the whole capture.*/\1/p' "$work/log" | head -1)
+whole=${whole:+, $(awk -v w="$whole" -v t="$b" 'BEGIN { printf "%.1f", 100 * w / t }') % of the captures of a 13-step run taken whole from those kept (proven, not walked)}
 per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 [ "$per_step" != "0.0" ] || { echo "hf_train.sh: no stacks counted in the library's log" >&2; exit 1; }
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
 echo "Hugging Face GPT-2 training steps on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $steps timed steps per run, $runs runs of each variant alternating (medians of the process's CPU time; $("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "  $per_step stack captures per step, $depth frames per capture"
+echo "  $per_step stack captures per step, $depth frames per capture$whole"
 for v in $variants; do : > "$work/$v"; done
 for _ in $(seq "$runs"); do
     for v in $variants; do run "$v" "$steps" >> "$work/$v"; done

@@ -62,15 +62,18 @@ run() {
 # The stacks line's "N frames per capture" and "N reused part of the last capture".
 depth() { sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/stacks.$1" 2> /dev/null | grep . || echo "n/a"; }
 # The share of captures that reused native frames, and (from libraries that
-# count it) Python frames, of the thread's last capture.
+# count them) Python frames, of an earlier capture of the thread, and that were
+# a whole capture kept for the stack expected (proven, not walked).
 reused() {
-    local t r p
+    local t r p w
     t=$(sed -n 's/^stacks: \([0-9]*\) taken.*/\1/p' "$work/stacks.$1" 2> /dev/null)
     r=$(sed -n 's/.* \([0-9]*\) reused part of the last capture.*/\1/p' "$work/stacks.$1" 2> /dev/null)
     p=$(sed -n 's/.* \([0-9]*\) reused their outer Python frames.*/\1/p' "$work/stacks.$1" 2> /dev/null)
-    [ -n "$t" ] && [ -n "$r" ] && awk -v t="$t" -v r="$r" -v p="$p" 'BEGIN {
+    w=$(sed -n 's/.* \([0-9]*\) of them the whole capture.*/\1/p' "$work/stacks.$1" 2> /dev/null)
+    [ -n "$t" ] && [ -n "$r" ] && awk -v t="$t" -v r="$r" -v p="$p" -v w="$w" 'BEGIN {
         printf "%.1f %% native", 100 * r / t
-        if (p != "") printf ", %.1f %% Python", 100 * p / t }' || echo "n/a"
+        if (p != "") printf ", %.1f %% Python", 100 * p / t
+        if (w != "") printf ", %.1f %% whole (kept, not walked)", 100 * w / t }' || echo "n/a"
 }
 
 # ir VARIANT PYFRAMES HOP LAUNCHES: the instructions the process executes.

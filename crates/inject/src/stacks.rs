@@ -878,7 +878,7 @@ impl Stacks {
              for one), {} with no frame outside CUDA's libraries, {} with Python frames \
              ({} cut at the depth cap); Python: {:?}, \
              {} stacks without their Python frames (a chain that could not be read \
-             safely{}), {} memory probes, {} reused their outer Python frames from the last capture; graph nodes held: {} ({} not kept: map full; \
+             safely{}), {} memory probes, {} reused their outer Python frames from an earlier capture; graph nodes held: {} ({} not kept: map full; \
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
              application thread), {} times modules added beside it; {} stacks crossed \
              code without unwind info (by frame pointer or stack scan); {:.1} frames per \

@@ -210,8 +210,10 @@ pub struct StatsSnapshot {
     /// System calls made to check memory before reading it (the Python frames
     /// and code objects that the capture could not prove live otherwise).
     pub python_probes: u64,
-    /// Stacks whose outer Python frames were taken from the thread's last
-    /// capture, proven unchanged (a [`crate::Trail`]'s Python part).
+    /// Stacks whose outer Python frames were taken from an earlier capture
+    /// of the thread, proven unchanged: the last one (a [`crate::Trail`]'s
+    /// Python part), or, with all of them, the one kept under the tag
+    /// expected ([`Captured::whole`]).
     pub python_reused: u64,
     /// Module tables rebuilt whole (`refresh`, or `add_loaded` after an unload).
     pub table_rebuilds: u64,

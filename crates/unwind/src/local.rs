@@ -593,6 +593,7 @@ impl LocalUnwinder {
         };
         if captured.whole && captured.python_frames > 0 {
             Stats::bump(&self.stats.python_stacks);
+            Stats::bump(&self.stats.python_reused);
         }
         if let Some(t) = trail {
             t.chain_read = chain_read;
