@@ -56,7 +56,6 @@
 mod coverage;
 mod error;
 mod frame;
-mod kept;
 mod loader;
 mod local;
 mod module;

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use framehop::FrameAddress;
 
 use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
-use crate::kept::Start;
 use crate::loader::Loader;
 use crate::module::ModuleInfo;
 use crate::python::{Python, PythonStatus};
@@ -32,7 +31,7 @@ use crate::scan::after_call;
 use crate::scratch::ScratchStack;
 use crate::stack::StackTable;
 use crate::table::{Entry, Table, Tables};
-use crate::trail::Trail;
+use crate::trail::{Start, Trail};
 use crate::walk::{Regs, walk, walk_ids};
 
 mod loaded;

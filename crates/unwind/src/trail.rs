@@ -32,12 +32,16 @@
 //! rbp before another sets it ([`Step::needed_reads`]).
 //!
 //! A trail also keeps whole walks under the caller's tags, for a capture that
-//! expects one ([`Trail::expect`], [`crate::kept`]).
+//! expects one ([`Trail::expect`], [`kept`]).
 
 use crate::frame::{Captured, Frame, StackEnd};
-use crate::kept::{Kept, Walked, Whole};
 use crate::python::{CodeMemo, FrameTrail, LastMerge};
 use crate::scan::{MAX_RECOVERIES, Role};
+use kept::{Kept, Walked, Whole};
+
+mod kept;
+
+pub(crate) use kept::Start;
 
 /// Skipped frames whose steps a trail keeps (see [`Trail::head`]).
 pub(crate) const HEAD: usize = 4;

@@ -29,9 +29,9 @@
 //! Bounded: when a buffer is full, every kept walk is dropped and keeping
 //! starts again.
 
+use super::{ScanReads, Step};
 use crate::frame::{Captured, Frame};
 use crate::python::Link;
-use crate::trail::{ScanReads, Step};
 
 /// Stack words kept, for all walks (16 bytes each).
 const READS: usize = 24 * 1024;
