@@ -1004,6 +1004,22 @@ mod tests {
         fn gpuperf_test_trail_sites(f: Callback, arg: *mut c_void, which: u64);
     }
 
+    /// An unwinder that reads no Python frames.
+    fn native_only() -> LocalUnwinder {
+        LocalUnwinder::new(Options {
+            python: false,
+            ..Options::default()
+        })
+    }
+
+    /// The code of `gpuperf_test_trail_a` and of `gpuperf_test_trail_b`.
+    fn a_and_b() -> (Range<u64>, Range<u64>) {
+        (
+            range(gpuperf_test_trail_a, gpuperf_test_trail_a_end),
+            range(gpuperf_test_trail_b, gpuperf_test_trail_b_end),
+        )
+    }
+
     /// A capture with the thread's trail, from inside the test's frames.
     struct TrailProbe<'a> {
         u: &'a LocalUnwinder,
@@ -1092,30 +1108,12 @@ mod tests {
 
     #[test]
     fn trail__another_function_called_into_the_same_slot_deep_in_the_stack__gets_its_frames() {
-        let u = LocalUnwinder::new(Options {
-            python: false,
-            ..Options::default()
-        });
+        let u = native_only();
         let mut p = TrailProbe::new(&u);
-        let (a, b) = (
-            range(gpuperf_test_trail_a, gpuperf_test_trail_a_end),
-            range(gpuperf_test_trail_b, gpuperf_test_trail_b_end),
-        );
+        let (a, b) = a_and_b();
         // One call site for both: `a` and `b` lie at the same stack address,
         // and so do `mid` and the callback; only the return address in
         // `mid`'s frame tells them apart.
-        let through = |which: u64| {
-            move |f: Callback, arg: *mut c_void| {
-                let g: unsafe extern "C" fn(Callback, *mut c_void) =
-                    if std::hint::black_box(which) == 0 {
-                        gpuperf_test_trail_a
-                    } else {
-                        gpuperf_test_trail_b
-                    };
-                // SAFETY: the assembly above calls `f(arg)` and returns.
-                unsafe { g(f, arg) }
-            }
-        };
         let mut seen = Vec::new();
         for which in [0, 0, 1, 1, 0] {
             let (frames, c) = both(&mut p, &through(which));
@@ -1185,15 +1183,9 @@ mod tests {
 
     #[test]
     fn kept_walk__taken_for_the_stack_it_was_walked_in_and_no_other() {
-        let u = LocalUnwinder::new(Options {
-            python: false,
-            ..Options::default()
-        });
+        let u = native_only();
         let mut p = TrailProbe::new(&u);
-        let (a, b) = (
-            range(gpuperf_test_trail_a, gpuperf_test_trail_a_end),
-            range(gpuperf_test_trail_b, gpuperf_test_trail_b_end),
-        );
+        let (a, b) = a_and_b();
         // Through `a` or `b`, expecting the walk kept under a tag, keeping
         // this capture's under a tag, and whether the kept walk is taken:
         // one call site for all. The walks through `a` and `b` differ in one
