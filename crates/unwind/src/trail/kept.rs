@@ -73,15 +73,6 @@ pub(crate) struct Whole<'a> {
     pub captured: Captured,
 }
 
-/// Where a kept [`Whole`] lies.
-#[derive(Clone, Copy)]
-struct WholeAt {
-    /// `None`: no Python reader.
-    chain: Option<(u32, u32)>,
-    frames: Option<(u32, u32)>,
-    captured: Captured,
-}
-
 /// Where one kept walk starts, and where its words and frames lie.
 #[derive(Clone, Copy)]
 struct Walk {
@@ -99,10 +90,10 @@ struct Walk {
     recovered: u32,
     /// `[lowest, highest + 8)` of the addresses its steps read.
     span: (u64, u64),
-    reads: (u32, u32),
-    frames: (u32, u32),
-    scans: (u32, u32),
-    whole: Option<WholeAt>,
+    /// Where its parts lie: the chain and final frames only with `whole`.
+    at: At,
+    /// How its capture ended, its length and Python frames, if kept whole.
+    whole: Option<Captured>,
 }
 
 /// How many words, frames, scans and links a kept walk has.
@@ -115,7 +106,8 @@ struct Shape {
     finals: Option<usize>,
 }
 
-/// Where a kept walk's parts lie in the buffers.
+/// Where a kept walk's parts lie in the buffers (`chain`: `None` where the
+/// unwinder reads no Python frames).
 #[derive(Clone, Copy)]
 struct At {
     reads: (u32, u32),
@@ -125,28 +117,26 @@ struct At {
     finals: Option<(u32, u32)>,
 }
 
-impl Walk {
-    fn at(&self) -> At {
-        At {
-            reads: self.reads,
-            frames: self.frames,
-            scans: self.scans,
-            chain: self.whole.and_then(|w| w.chain),
-            finals: self.whole.and_then(|w| w.frames),
-        }
-    }
-
+impl At {
     fn shape(&self) -> Shape {
         let len = |(a, b): (u32, u32)| (b - a) as usize;
-        let at = self.at();
         Shape {
-            reads: len(at.reads),
-            frames: len(at.frames),
-            scans: len(at.scans),
-            chain: at.chain.map(len),
-            finals: at.finals.map(len),
+            reads: len(self.reads),
+            frames: len(self.frames),
+            scans: len(self.scans),
+            chain: self.chain.map(len),
+            finals: self.finals.map(len),
         }
     }
+}
+
+/// Whether buffers that hold `used` (words, frames, scans, links) have room
+/// for a walk of `shape`.
+fn room(shape: Shape, [reads, frames, scans, links]: [usize; 4]) -> bool {
+    reads + shape.reads <= READS
+        && frames + shape.frames + shape.finals.unwrap_or(0) <= FRAMES
+        && scans + shape.scans <= SCANS
+        && links + shape.chain.unwrap_or(0) <= LINKS
 }
 
 /// The walks one thread keeps (see the module docs); part of its
@@ -276,11 +266,7 @@ impl Kept {
             chain: chain.map(<[Link]>::len),
             finals: finals.map(<[Frame]>::len),
         };
-        if shape.reads > READS
-            || shape.frames + shape.finals.unwrap_or(0) > FRAMES
-            || shape.scans > SCANS
-            || shape.chain.unwrap_or(0) > LINKS
-        {
+        if !room(shape, [0; 4]) {
             return false;
         }
         if self.index.is_empty() {
@@ -298,16 +284,17 @@ impl Kept {
         let mut old = self.find(tag);
         let at = match old
             .and_then(|w| self.walks.get(w))
-            .filter(|w| w.shape() == shape)
+            .filter(|w| w.at.shape() == shape)
         {
-            Some(w) => w.at(),
+            Some(w) => w.at,
             None => {
-                if self.reads.len() + shape.reads > READS
-                    || self.frames.len() + shape.frames + shape.finals.unwrap_or(0) > FRAMES
-                    || self.scans.len() + shape.scans > SCANS
-                    || self.links.len() + shape.chain.unwrap_or(0) > LINKS
-                    || self.walks.len() >= WALKS
-                {
+                let used = [
+                    self.reads.len(),
+                    self.frames.len(),
+                    self.scans.len(),
+                    self.links.len(),
+                ];
+                if !room(shape, used) || self.walks.len() >= WALKS {
                     self.clear();
                     old = None;
                 }
@@ -351,14 +338,8 @@ impl Kept {
             skip: head.len() as u32,
             recovered,
             span: (lo, hi.saturating_add(8)),
-            reads: at.reads,
-            frames: at.frames,
-            scans: at.scans,
-            whole: whole.map(|w| WholeAt {
-                chain: at.chain,
-                frames: at.finals,
-                captured: w.captured,
-            }),
+            at,
+            whole: whole.map(|w| w.captured),
         };
         match old {
             Some(w) => self.walks[w] = walk,
@@ -407,7 +388,7 @@ impl Kept {
         }
         let range = |(a, b): (u32, u32)| a as usize..b as usize;
         // Innermost first: a different stack differs there.
-        let reads = self.reads.get(range(w.reads))?;
+        let reads = self.reads.get(range(w.at.reads))?;
         if !reads.is_empty() {
             if w.span.0 < stack.0 || w.span.1 > stack.1 {
                 return None;
@@ -426,7 +407,7 @@ impl Kept {
         }
         if !self
             .scans
-            .get(range(w.scans))?
+            .get(range(w.at.scans))?
             .iter()
             .all(|s| s.unchanged(read, after_call))
         {
@@ -438,25 +419,26 @@ impl Kept {
 
     /// The frames of the walk the last [`Kept::take`] took.
     pub(crate) fn taken(&self) -> Option<&[Frame]> {
-        let w = self.walks.get(self.taken_at?)?;
-        self.frames.get(w.frames.0 as usize..w.frames.1 as usize)
+        let (a, b) = self.walks.get(self.taken_at?)?.at.frames;
+        self.frames.get(a as usize..b as usize)
     }
 
     /// What the capture of the walk the last [`Kept::take`] took made of it
     /// besides, if kept.
     pub(crate) fn whole_taken(&self) -> Option<Whole<'_>> {
-        let w = self.walks.get(self.taken_at?)?.whole?;
+        let w = self.walks.get(self.taken_at?)?;
+        let captured = w.whole?;
         let range = |(a, b): (u32, u32)| a as usize..b as usize;
         Some(Whole {
-            chain: match w.chain {
+            chain: match w.at.chain {
                 Some(r) => Some(self.links.get(range(r))?),
                 None => None,
             },
-            frames: match w.frames {
+            frames: match w.at.finals {
                 Some(r) => Some(self.frames.get(range(r))?),
                 None => None,
             },
-            captured: w.captured,
+            captured,
         })
     }
 
@@ -518,6 +500,16 @@ mod tests {
         ]
     }
 
+    /// `steps` as a walk that skipped no frame and made no scan.
+    fn walked(steps: &[Step]) -> Walked<'_> {
+        Walked {
+            head: &[],
+            steps,
+            scans: &[],
+            recovered: 0,
+        }
+    }
+
     fn take(kept: &mut Kept, stack: &[u64], tag: u32) -> Option<Vec<Frame>> {
         let base = stack.as_ptr() as u64;
         kept.expect = tag;
@@ -544,13 +536,7 @@ mod tests {
         let mut kept = Kept::default();
         for (tag, bp_used) in [(1, false), (2, true)] {
             let steps = walk_over(&stack, bp_used);
-            let walk = Walked {
-                head: &[],
-                steps: &steps,
-                scans: &[],
-                recovered: 0,
-            };
-            assert!(kept.keep(tag, TABLES, walk, None));
+            assert!(kept.keep(tag, TABLES, walked(&steps), None));
         }
         let frames = vec![frame(0x100), frame(0x200)];
         assert_eq!(take(&mut kept, &stack, 1), Some(frames.clone()));
@@ -576,14 +562,8 @@ mod tests {
     fn kept_walk__not_taken_from_another_start_other_tables_or_outside_the_stack() {
         let stack = vec![0x7777, 0x1234, 0, 0];
         let steps = walk_over(&stack, false);
-        let walk = Walked {
-            head: &[],
-            steps: &steps,
-            scans: &[],
-            recovered: 0,
-        };
         let mut kept = Kept::default();
-        assert!(kept.keep(1, TABLES, walk, None));
+        assert!(kept.keep(1, TABLES, walked(&steps), None));
         kept.expect = 1;
         let base = stack.as_ptr() as u64;
         let bounds = (base, base + 32);
