@@ -233,8 +233,6 @@ struct Scratch {
     /// unknown), and the modules classified then.
     last_serial: u64,
     last_classified: usize,
-    /// The id of the stack identified before the last one (0: none).
-    before_last: u32,
     /// The stack this capture expects (see [`Scratch::next`]).
     expecting: u32,
     /// Modules classified when what the thread's trail keeps was kept.
@@ -253,7 +251,8 @@ struct Scratch {
     /// were the one that followed the last two in a GPT-2 training step, 97 %
     /// the one that followed the last eight).
     next_long: Box<[u32]>,
-    /// The last [`LONG`] ids, the newest at `recent_at`.
+    /// The last [`LONG`] ids, the newest (the last stack's, `last_id`) at
+    /// `recent_at`: the keys of both `next` tables.
     recent: [u32; LONG],
     recent_at: usize,
     /// The thread's own counters ([`tally`]); `None`: the shared ones.
@@ -277,7 +276,6 @@ impl Scratch {
             last_id: 0,
             last_serial: 0,
             last_classified: 0,
-            before_last: 0,
             expecting: 0,
             kept_classified: 0,
             next: vec![0; NEXT_SLOTS].into_boxed_slice(),
@@ -291,7 +289,9 @@ impl Scratch {
     /// Where [`Scratch::next`] keeps the stack expected after the last two.
     #[inline(always)]
     fn next_slot(&self) -> usize {
-        let k = self.before_last.wrapping_mul(0x9e37_79b1) ^ self.last_id;
+        // The newest of `recent` is the last stack (`last_id`).
+        let before_last = self.recent[(self.recent_at + LONG - 1) % LONG];
+        let k = before_last.wrapping_mul(0x9e37_79b1) ^ self.recent[self.recent_at];
         (k.wrapping_mul(0x85eb_ca77) >> (32 - NEXT_BITS)) as usize
     }
 
@@ -340,7 +340,6 @@ impl Scratch {
         }
         self.recent_at = (self.recent_at + 1) % LONG;
         self.recent[self.recent_at] = id;
-        self.before_last = self.last_id;
     }
 
     /// The id of the last stack, if the unwinder proved this capture's
