@@ -43,6 +43,9 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 inject=${INJECT:-$repo/target/release/libgpuperf_inject.so}
 baseline=${BASELINE_INJECT:-}
 python=${PYTHON:-python3}
+# One hash seed for every run: string hashing, and with it the interpreter's
+# work per step, otherwise differs from run to run.
+export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 script=$repo/sim/bench/hf_train.py
 [ -f "$inject" ] || { echo "hf_train.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }
 [ -z "$baseline" ] || [ -f "$baseline" ] || { echo "hf_train.sh: BASELINE_INJECT=$baseline is not a file" >&2; exit 2; }

@@ -41,6 +41,9 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 inject=${INJECT:-$repo/target/release/libgpuperf_inject.so}
 baseline=${BASELINE_INJECT:-}
 python=${PYTHON:-python3}
+# One hash seed for every run: string hashing, and with it the interpreter's
+# work per step, otherwise differs from run to run.
+export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 cases=${CASES:-30:2 8:3 26:3 44:3 80:3}
 script=$repo/sim/bench/stack_depth.py
 [ -f "$inject" ] || { echo "stack_depth.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }

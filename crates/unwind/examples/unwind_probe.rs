@@ -66,11 +66,12 @@ pub unsafe extern "C" fn gpuperf_probe_capture_reusing(buf: *mut c_char, len: us
     let u = unwinder();
     let mut frames = [Frame::default(); MAX_FRAMES];
     TRAIL.with_borrow_mut(|trail| {
-        match u.capture_then_reusing(0, &mut frames, trail, |f, c| (f.len(), c)) {
-            // SAFETY: as this function's.
-            Ok((n, c)) => unsafe { write_stack(&frames[..n], c, buf, len) },
-            Err(_) => -1,
-        }
+        // Written in `then`: a capture taken whole is not in `frames`.
+        // SAFETY: as this function's.
+        u.capture_then_reusing(0, &mut frames, trail, |f, c| unsafe {
+            write_stack(f, c, buf, len)
+        })
+        .unwrap_or(-1)
     })
 }
 
@@ -92,14 +93,15 @@ pub unsafe extern "C" fn gpuperf_probe_capture_kept(
     let mut frames = [Frame::default(); MAX_FRAMES];
     TRAIL.with_borrow_mut(|trail| {
         trail.expect(expect);
-        let Ok((n, c)) = u.capture_then_reusing(0, &mut frames, trail, |f, c| (f.len(), c)) else {
-            return -1;
-        };
-        if keep != 0 {
+        // Written in `then`: a capture taken whole is not in `frames`.
+        // SAFETY: as this function's.
+        let r = u.capture_then_reusing(0, &mut frames, trail, |f, c| unsafe {
+            write_stack(f, c, buf, len)
+        });
+        if r.is_ok() && keep != 0 {
             trail.keep_last(keep);
         }
-        // SAFETY: as this function's.
-        unsafe { write_stack(&frames[..n], c, buf, len) }
+        r.unwrap_or(-1)
     })
 }
 

@@ -254,3 +254,29 @@ impl Stats {
         a.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+/// The counters every capture bumps, kept by each unwind cache slot: only
+/// the thread holding the slot writes them, by a plain load and store, where
+/// [`Stats`]' locked adds would each be a full barrier on a cache line every
+/// capturing thread shares. [`Stats::snapshot`]'s caller adds them in.
+#[derive(Debug, Default)]
+pub(crate) struct SlotCounts {
+    pub captures: AtomicU64,
+    pub python_stacks: AtomicU64,
+    pub python_reused: AtomicU64,
+}
+
+impl SlotCounts {
+    /// Bumps `a`, one of the counts of a slot the caller holds.
+    pub(crate) fn bump(a: &AtomicU64) {
+        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Adds these counts to `s`.
+    pub(crate) fn add_to(&self, s: &mut StatsSnapshot) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        s.captures += l(&self.captures);
+        s.python_stacks += l(&self.python_stacks);
+        s.python_reused += l(&self.python_reused);
+    }
+}

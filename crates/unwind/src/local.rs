@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use framehop::FrameAddress;
 
-use crate::frame::{Captured, Frame, ModuleId, StackEnd, Stats, StatsSnapshot};
+use crate::frame::{Captured, Frame, ModuleId, SlotCounts, StackEnd, Stats, StatsSnapshot};
 use crate::loader::Loader;
 use crate::module::ModuleInfo;
 use crate::python::{Python, PythonStatus};
@@ -116,6 +116,8 @@ struct CacheSlot {
     cache: std::cell::UnsafeCell<UnwindCache>,
     /// Where the capture runs; `None` if it could not be mapped.
     scratch: Option<ScratchStack>,
+    /// What the captures on this slot counted.
+    counts: SlotCounts,
 }
 
 // SAFETY: a slot's cache is only touched by the thread that set `busy`.
@@ -177,6 +179,7 @@ impl LocalUnwinder {
                 readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
                 cache: std::cell::UnsafeCell::new(UnwindCache::new()),
                 scratch: ScratchStack::new(),
+                counts: SlotCounts::default(),
             })
             .collect();
         let mut registry = Registry::default();
@@ -313,7 +316,11 @@ impl LocalUnwinder {
 
     /// The counters.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+        let mut s = self.stats.snapshot();
+        for slot in self.caches.iter() {
+            slot.counts.add_to(&mut s);
+        }
+        s
     }
 
     /// Captures the calling thread's stack, innermost frame first, into `out`,
@@ -351,7 +358,9 @@ impl LocalUnwinder {
     /// [`Trail`]: the native walk stops where the rest of the stack is
     /// provably that of the thread's last capture with this trail, and takes
     /// it from there ([`Captured::reused`]). Pass each thread its own trail,
-    /// sized like `out`.
+    /// sized like `out`. A capture taken whole from those the trail keeps
+    /// ([`Trail::expect`], [`Captured::whole`]) is passed to `then` from
+    /// there, not written to `out`: read the frames `then` is given.
     #[inline(never)]
     pub fn capture_then_reusing<R>(
         &self,
@@ -394,19 +403,27 @@ impl LocalUnwinder {
         trail: Option<&mut Trail>,
         then: impl FnOnce(&[Frame], Captured) -> R,
     ) -> Result<R, StackEnd> {
-        Stats::bump(&self.stats.captures);
         let Some(slot) = self.acquire_cache() else {
+            Stats::bump(&self.stats.captures);
             Stats::bump(&self.stats.busy);
             Stats::bump(&self.stats.truncated);
             return Err(StackEnd::Busy);
         };
+        SlotCounts::bump(&slot.counts.captures);
         let run = || {
-            let captured = self.capture_in(slot, regs, skip, out, trail);
-            self.count(captured, out);
+            let mut trail = trail;
+            let captured = self.capture_in(slot, regs, skip, out, trail.as_deref_mut());
+            // A capture taken whole is read where the trail keeps it: its
+            // frames are not copied.
+            let frames = match trail.as_deref() {
+                Some(t) if captured.whole => t.kept.whole_frames().unwrap_or_default(),
+                _ => &out[..captured.len],
+            };
+            self.count(captured, frames);
             if captured.end == StackEnd::NoStackLeft {
                 return Err(StackEnd::NoStackLeft);
             }
-            Ok(then(&out[..captured.len], captured))
+            Ok(then(frames, captured))
         };
         let r = match &slot.scratch {
             // SAFETY: the slot, and with it its stack, is this thread's until
@@ -591,8 +608,8 @@ impl LocalUnwinder {
             None => None,
         };
         if captured.whole && captured.python_frames > 0 {
-            Stats::bump(&self.stats.python_stacks);
-            Stats::bump(&self.stats.python_reused);
+            SlotCounts::bump(&slot.counts.python_stacks);
+            SlotCounts::bump(&slot.counts.python_reused);
         }
         if let Some(t) = trail {
             t.chain_read = chain_read;
@@ -605,8 +622,9 @@ impl LocalUnwinder {
     /// Takes the capture of the walk `t` just proved unchanged (with its
     /// `recovered` crossings): the whole capture kept with it when the
     /// thread's Python frame chain is the same too (`stack`: the thread's
-    /// stack mapping), else the walk's frames, written to `out`; `false`
-    /// when they do not fit.
+    /// stack mapping), its frames left where `t` keeps them
+    /// (`Kept::whole_frames`), else
+    /// the walk's frames, written to `out`; `false` when they do not fit.
     fn take_kept(
         &self,
         t: &Trail,
@@ -624,28 +642,24 @@ impl LocalUnwinder {
                 _ => false,
             });
         let native = t.kept.taken().unwrap_or_default();
-        let (frames, c) = match whole {
-            Some(w) => (
-                w.frames.unwrap_or(native),
-                Captured {
-                    whole: true,
-                    ..w.captured
-                },
-            ),
-            None => (
-                native,
+        let c = match whole.zip(t.kept.whole_frames()) {
+            Some((w, frames)) if frames.len() <= out.len() => Captured {
+                whole: true,
+                ..w.captured
+            },
+            _ => {
+                let Some(dst) = out.get_mut(..native.len()) else {
+                    return false;
+                };
+                dst.copy_from_slice(native);
                 Captured {
                     len: native.len(),
                     end: StackEnd::Root,
                     recovered,
                     ..*captured
-                },
-            ),
+                }
+            }
         };
-        let Some(dst) = out.get_mut(..frames.len()) else {
-            return false;
-        };
-        dst.copy_from_slice(frames);
         *captured = Captured {
             serial: captured.serial,
             reused: native.len() as u32,
@@ -1051,12 +1065,14 @@ mod tests {
         let mut frames = [Frame::default(); MAX_FRAMES];
         let c = if p.reusing {
             let r =
-                p.u.capture_then_reusing(0, &mut frames, &mut p.trail, |_, c| c);
+                p.u.capture_then_reusing(0, &mut frames, &mut p.trail, |f, c| (f.to_vec(), c));
             r.expect("captured")
         } else {
-            p.u.capture(0, &mut frames)
+            let c = p.u.capture(0, &mut frames);
+            (frames[..c.len].to_vec(), c)
         };
-        p.frames = frames[..c.len].to_vec();
+        let (f, c) = c;
+        p.frames = f;
         p.captured = Some(c);
     }
 
@@ -1231,12 +1247,17 @@ mod tests {
         });
         let line = |p: *const AtomicUsize| p as usize / 64;
         let (a, b) = (&u.caches[0], &u.caches[1]);
-        // What a capture writes: its slot's busy flag and reader counts.
+        // What a capture writes: its slot's busy flag, reader counts and
+        // counters.
         let written = |s: &CacheSlot| {
+            let c = &s.counts;
             [
                 line((&raw const s.busy).cast()),
                 line(&raw const s.readers[0]),
                 line(&raw const s.readers[1]),
+                line((&raw const c.captures).cast()),
+                line((&raw const c.python_stacks).cast()),
+                line((&raw const c.python_reused).cast()),
             ]
         };
         for x in written(a) {
@@ -1251,6 +1272,15 @@ mod tests {
             assert_eq!(s.readers[0].load(Ordering::SeqCst), 0);
             assert_eq!(s.readers[1].load(Ordering::SeqCst), 0);
         }
+        // The counts spread over the slots add up: one more capture on each.
+        for (held, free) in [(a, b), (b, a)] {
+            held.busy.store(true, Ordering::SeqCst);
+            let before = free.counts.captures.load(Ordering::SeqCst);
+            assert!(u.capture(0, &mut frames).len > 0);
+            assert_eq!(free.counts.captures.load(Ordering::SeqCst), before + 1);
+            held.busy.store(false, Ordering::SeqCst);
+        }
+        assert_eq!(u.stats().captures, 3);
     }
 
     static UNWINDER: AtomicUsize = AtomicUsize::new(0);

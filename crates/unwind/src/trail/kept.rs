@@ -442,6 +442,16 @@ impl Kept {
         })
     }
 
+    /// The frames of the whole capture kept with the walk the last
+    /// [`Kept::take`] took: its merged frames, or the walk's where no Python
+    /// frames were spliced in.
+    pub(crate) fn whole_frames(&self) -> Option<&[Frame]> {
+        let w = self.walks.get(self.taken_at?)?;
+        w.whole?;
+        let (a, b) = w.at.finals.unwrap_or(w.at.frames);
+        self.frames.get(a as usize..b as usize)
+    }
+
     /// Bytes the kept walks' buffers take (their capacity).
     pub(crate) fn bytes(&self) -> usize {
         use std::mem::size_of;
