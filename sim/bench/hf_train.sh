@@ -29,12 +29,23 @@
 # Stacks::identify (callgrind_annotate; "-" where the build has no such
 # function).
 #
-# usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]
+# With PERF=1 it then samples the stacks (and baseline) variant's CPU time
+# with perf (perf record -e cpu-clock, on PATH): PERF_RUNS runs of each,
+# alternating, of PERF_STEPS timed steps; for each run, the CPU time of the
+# capture itself per capture: the samples in the library's capture path (the
+# unwinder's functions and the injection library's stack functions, the
+# library's symbols), at 5 kHz, over the run's captures. The share of the
+# process's samples the capture takes moves less with a shared machine's load
+# than the difference of two runs' CPU times. It leaves out what the capture
+# calls in libc (none on its usual path) and what the captures cost the rest
+# of the program (cache lines evicted), which only the difference shows.
+#
+# usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]  (RUNS=0: IR=1 or PERF=1 only)
 #        (PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and transformers,
 #        default python3; INJECT=the injection library, default
 #        target/release/libgpuperf_inject.so; BASELINE_INJECT=a library to
 #        compare it with; IR=1, IR_STEPS=10; IR_VARIANTS="stacks ..." to count
-#        only some variants)
+#        only some variants; PERF=1, PERF_RUNS=3, PERF_STEPS=1000)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]}
 runs=${2:-5}
@@ -52,6 +63,10 @@ script=$repo/sim/bench/hf_train.py
 "$python" -c 'import torch, transformers' 2> /dev/null || { echo "hf_train.sh: $python lacks torch or transformers (set PYTHON)" >&2; exit 2; }
 ir=${IR:-0}
 ir_steps=${IR_STEPS:-10}
+sample=${PERF:-0}
+sample_runs=${PERF_RUNS:-3}
+sample_steps=${PERF_STEPS:-1000}
+[ "$sample" != 1 ] || command -v perf > /dev/null || { echo "hf_train.sh: PERF=1 needs perf on PATH" >&2; exit 2; }
 if [ "$ir" = 1 ]; then
     for t in valgrind callgrind_annotate; do
         command -v "$t" > /dev/null || { echo "hf_train.sh: IR=1 needs $t (valgrind, for callgrind) on PATH" >&2; exit 2; }
@@ -150,25 +165,60 @@ per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 [ "$per_step" != "0.0" ] || { echo "hf_train.sh: no stacks counted in the library's log" >&2; exit 1; }
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
-echo "Hugging Face GPT-2 training steps on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $steps timed steps per run, $runs runs of each variant alternating (medians of the process's CPU time; $("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
+timing="$steps timed steps per run, $runs runs of each variant alternating (medians of the process's CPU time)"
+[ "$runs" -gt 0 ] || timing="no CPU time runs"
+echo "Hugging Face GPT-2 training steps on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $timing ($("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "  $per_step stack captures per step, $depth frames per capture$whole"
-for v in $variants; do : > "$work/$v"; done
-for _ in $(seq "$runs"); do
-    for v in $variants; do run "$v" "$steps" >> "$work/$v"; done
-done
-p=$(median < "$work/plain")
-g=$(median < "$work/gpuonly")
-line="  per step: plain $p us"
-for v in $variants; do
-    [ "$v" = plain ] && continue
-    m=$(median < "$work/$v")
-    line="$line, $v $m us (+$(awk -v a="$p" -v b="$m" -v n="$per_step" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }') ns per capture"
-    [ "$v" = gpuonly ] || line="$line, +$(awk -v a="$g" -v b="$m" -v n="$per_step" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }') over gpuonly"
-    line="$line)"
-done
-echo "$line"
-echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
-echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$runs" -gt 0 ]; then
+    # RUNS=0: no CPU time runs (for IR=1 or PERF=1 alone).
+    for v in $variants; do : > "$work/$v"; done
+    for _ in $(seq "$runs"); do
+        for v in $variants; do run "$v" "$steps" >> "$work/$v"; done
+    done
+    p=$(median < "$work/plain")
+    g=$(median < "$work/gpuonly")
+    line="  per step: plain $p us"
+    for v in $variants; do
+        [ "$v" = plain ] && continue
+        m=$(median < "$work/$v")
+        line="$line, $v $m us (+$(awk -v a="$p" -v b="$m" -v n="$per_step" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }') ns per capture"
+        [ "$v" = gpuonly ] || line="$line, +$(awk -v a="$g" -v b="$m" -v n="$per_step" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }') over gpuonly"
+        line="$line)"
+    done
+    echo "$line"
+    echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
+    echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
+fi
+
+# sample_run VARIANT: one run under perf; prints the capture path's CPU ns
+# per capture, its samples and the run's captures.
+sample_run() {
+    local d=$work/perf
+    rm -rf "$d"
+    mkdir -p "$d"
+    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- perf record -q -e cpu-clock -F 5000 -o "$d/perf.data" \
+        "$python" "$script" 3 "$sample_steps" > /dev/null 2> "$d/stderr" || {
+        echo "hf_train.sh: a perf run of $1 failed:" >&2
+        tail -n 20 "$d/stderr" >&2
+        exit 1
+    }
+    perf report -i "$d/perf.data" -g none --no-children --sort dso,sym -F sample,dso,sym --stdio 2> /dev/null |
+        awk -v caps="$(taken)" -v lib="$(basename "$(variant_lib "$1")")" '
+            # samples, library, [.], symbol
+            $2 == lib && ($4 ~ /^gpuperf_unwind/ || $4 ~ /^gpuperf_inject::stacks::/) { s += $1 }
+            END { if (caps > 0) printf "%.0f %d %d\n", s * 200000 / caps, s, caps }'
+}
+if [ "$sample" = 1 ]; then
+    sample_list="stacks${baseline:+ baseline}"
+    for v in $sample_list; do : > "$work/perf.$v"; done
+    for _ in $(seq "$sample_runs"); do
+        for v in $sample_list; do sample_run "$v" >> "$work/perf.$v"; done
+    done
+    echo "  CPU time of the capture itself (perf's cpu-clock samples at 5 kHz in the library's capture path, over the captures; $sample_runs runs of each variant alternating, $sample_steps timed steps each):"
+    for v in $sample_list; do
+        echo "    $v: median $(cut -d' ' -f1 "$work/perf.$v" | median) ns per capture (runs: $(awk '{ printf "%s%s ns (%s samples, %s captures)", (NR > 1 ? ", " : ""), $1, $2, $3 }' "$work/perf.$v"))"
+    done
+fi
 
 [ "$ir" = 1 ] || exit 0
 # Plain and gpuonly are divided by the stacks variant's captures: it runs too.

@@ -46,8 +46,12 @@ const FRAMES: usize = 32 * 1024;
 const SCANS: usize = 64;
 /// Python frame chain links kept, for all captures.
 const LINKS: usize = 12 * 1024;
-/// Walks kept; the index has twice as many slots.
+/// Walks kept.
 const WALKS: usize = 1024;
+/// Slots of the walks' index: twice as many, a power of two (a probe masks
+/// its slot number, where a division would cost tens of cycles).
+const INDEX: usize = 2 * WALKS;
+const _: () = assert!(INDEX.is_power_of_two());
 
 /// A walk to keep: `head` (the steps of the frames it skipped, plain, without
 /// scans) then `steps` (a trail's, every step plain, to the root), the scans
@@ -168,23 +172,23 @@ pub(crate) struct Start {
 }
 
 impl Kept {
-    fn slot(tag: u32, slots: usize) -> usize {
-        (tag.wrapping_mul(0x9e37_79b1) >> 20) as usize % slots
+    /// The index slot where a probe for `tag` starts.
+    fn slot(tag: u32) -> usize {
+        (tag.wrapping_mul(0x9e37_79b1) >> (32 - INDEX.trailing_zeros())) as usize
     }
 
     /// The index of the walk kept under `tag`.
     fn find(&self, tag: u32) -> Option<usize> {
-        let n = self.index.len();
-        if n == 0 || tag == 0 {
+        if self.index.len() != INDEX || tag == 0 {
             return None;
         }
-        let mut s = Self::slot(tag, n);
-        for _ in 0..n {
+        let mut s = Self::slot(tag);
+        for _ in 0..INDEX {
             let w = usize::try_from(self.index[s]).ok()?.checked_sub(1)?;
             if self.walks.get(w)?.tag == tag {
                 return Some(w);
             }
-            s = (s + 1) % n;
+            s = (s + 1) & (INDEX - 1);
         }
         None
     }
@@ -270,7 +274,7 @@ impl Kept {
             return false;
         }
         if self.index.is_empty() {
-            self.index = vec![0; 2 * WALKS].into_boxed_slice();
+            self.index = vec![0; INDEX].into_boxed_slice();
             self.walks = Vec::with_capacity(WALKS);
             self.reads = Vec::with_capacity(READS);
             self.frames = Vec::with_capacity(FRAMES);
@@ -344,10 +348,9 @@ impl Kept {
         match old {
             Some(w) => self.walks[w] = walk,
             None => {
-                let n = self.index.len();
-                let mut s = Self::slot(tag, n);
+                let mut s = Self::slot(tag);
                 while self.index[s] != 0 {
-                    s = (s + 1) % n;
+                    s = (s + 1) & (INDEX - 1);
                 }
                 self.walks.push(walk);
                 self.index[s] = self.walks.len() as u32;
@@ -566,6 +569,30 @@ mod tests {
             stack[i] ^= 0x10;
         }
         assert_eq!(take(&mut kept, &stack, 2), Some(frames));
+    }
+
+    #[test]
+    fn kept_walks__each_found_under_its_tag_with_the_index_full_to_half() {
+        let stack = vec![0x7777, 0x1234, 0, 0];
+        let steps = walk_over(&stack, false);
+        let mut kept = Kept::default();
+        // Tags whose probes collide and wrap around the index's end.
+        let tags: Vec<u32> = (1..=WALKS as u32 / 2)
+            .chain((1..=WALKS as u32 / 2).map(|t| t << 21))
+            .collect();
+        for &tag in &tags {
+            assert!(kept.keep(tag, TABLES, walked(&steps), None), "{tag}");
+        }
+        for &tag in &tags {
+            let w = kept
+                .find(tag)
+                .unwrap_or_else(|| panic!("{tag:#x} not found"));
+            assert_eq!(kept.walks[w].tag, tag);
+            assert_eq!(take(&mut kept, &stack, tag).map(|f| f.len()), Some(2));
+        }
+        for tag in [0, WALKS as u32 + 1, 3 << 29] {
+            assert_eq!(kept.find(tag), None, "{tag:#x}");
+        }
     }
 
     #[test]
