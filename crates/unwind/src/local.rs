@@ -623,8 +623,8 @@ impl LocalUnwinder {
     /// `recovered` crossings): the whole capture kept with it when the
     /// thread's Python frame chain is the same too (`stack`: the thread's
     /// stack mapping), its frames left where `t` keeps them
-    /// (`Kept::whole_frames`), else
-    /// the walk's frames, written to `out`; `false` when they do not fit.
+    /// (`Kept::whole_frames`), else the walk's frames, written to `out`;
+    /// `false` when they do not fit.
     fn take_kept(
         &self,
         t: &Trail,
