@@ -642,8 +642,8 @@ impl LocalUnwinder {
                 _ => false,
             });
         let native = t.kept.taken().unwrap_or_default();
-        let c = match whole.zip(t.kept.whole_frames()) {
-            Some((w, frames)) if frames.len() <= out.len() => Captured {
+        let c = match whole {
+            Some(w) if w.frames.is_some_and(|f| f.len() <= out.len()) => Captured {
                 whole: true,
                 ..w.captured
             },

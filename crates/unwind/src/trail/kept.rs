@@ -71,7 +71,8 @@ pub(crate) struct Whole<'a> {
     /// The thread's Python frame chain ([`crate::python::FrameTrail::whole`]);
     /// `None` where the unwinder reads no Python frames.
     pub chain: Option<&'a [Link]>,
-    /// The capture's frames, where Python frames were spliced into the walk's.
+    /// The capture's frames: to keep, only where Python frames were spliced
+    /// into the walk's; as taken ([`Kept::whole_taken`]), always.
     pub frames: Option<&'a [Frame]>,
     /// How it ended, its length and its Python frames.
     pub captured: Captured,
@@ -437,10 +438,7 @@ impl Kept {
                 Some(r) => Some(self.links.get(range(r))?),
                 None => None,
             },
-            frames: match w.at.finals {
-                Some(r) => Some(self.frames.get(range(r))?),
-                None => None,
-            },
+            frames: Some(self.whole_frames()?),
             captured,
         })
     }
