@@ -237,6 +237,9 @@ struct Scratch {
     expecting: u32,
     /// Modules classified when what the thread's trail keeps was kept.
     kept_classified: usize,
+    /// The last capture's frames of the hidden modules (innermost): noted
+    /// with its walk when kept ([`gpuperf_unwind::Captured::note`]).
+    hidden: u32,
     /// By the last two stacks' ids (hashed, [`Scratch::next_slot`]): the id
     /// of the stack that followed them when they last came (0: none). A
     /// training step launches the same sequence of stacks step after step,
@@ -255,6 +258,8 @@ struct Scratch {
     /// `recent_at`: the keys of both `next` tables.
     recent: [u32; LONG],
     recent_at: usize,
+    /// [`Scratch::expected_id`].
+    upcoming: u32,
     /// The thread's own counters ([`tally`]); `None`: the shared ones.
     tally: Option<Held>,
 }
@@ -278,10 +283,12 @@ impl Scratch {
             last_classified: 0,
             expecting: 0,
             kept_classified: 0,
+            hidden: 0,
             next: vec![0; NEXT_SLOTS].into_boxed_slice(),
             next_long: vec![0; NEXT_SLOTS].into_boxed_slice(),
             recent: [0; LONG],
             recent_at: 0,
+            upcoming: 0,
             tally: None,
         }
     }
@@ -297,8 +304,15 @@ impl Scratch {
 
     /// The id of the stack expected next (0: none; maybe the last again):
     /// the one that followed the last [`LONG`] when they last came, else the
-    /// one that followed the last two.
+    /// one that followed the last two. Looked up when the last came
+    /// ([`Scratch::followed`]): the look-up's cache miss then delays nothing,
+    /// where at the next capture's start all its work waits for it.
     fn expected_id(&self) -> u32 {
+        self.upcoming
+    }
+
+    /// [`Scratch::expected_id`], looked up.
+    fn look_up_expected(&self) -> u32 {
         match self.next_long.get(self.long_slot()).copied() {
             Some(id) if id != 0 => id,
             _ => self.next.get(self.next_slot()).copied().unwrap_or(0),
@@ -340,6 +354,7 @@ impl Scratch {
         }
         self.recent_at = (self.recent_at + 1) % LONG;
         self.recent[self.recent_at] = id;
+        self.upcoming = self.look_up_expected();
     }
 
     /// The id of the last stack, if the unwinder proved this capture's
@@ -621,8 +636,9 @@ impl Stacks {
                 let id = id.unwrap_or(0);
                 if id != 0 {
                     // A walk (not one taken from the kept ones) is kept for
-                    // when this stack is expected again.
-                    trail.keep_last(id);
+                    // when this stack is expected again, with its hidden
+                    // frames.
+                    trail.keep_last(id, scratch.hidden);
                 }
                 id
             }
@@ -665,13 +681,22 @@ impl Stacks {
             self.classify();
             return None;
         }
-        let first = frames
-            .iter()
-            .position(|f| !self.is_hidden(f))
-            .unwrap_or(frames.len());
+        let classified = self.classified_count.load(Relaxed);
+        // A whole capture kept since the modules were last classified: its
+        // hidden frames are the number noted with it, and its frames (left
+        // where the unwinder keeps them, out of cache) are not read.
+        let noted = c.whole && scratch.kept_classified == classified;
+        let first = match noted {
+            true => (c.note as usize).min(frames.len()),
+            false => frames
+                .iter()
+                .position(|f| !self.is_hidden(f))
+                .unwrap_or(frames.len()),
+        };
+        scratch.hidden = first as u32;
         let frames = &frames[first..];
         let n = self.tallies.counter(scratch.tally.as_ref());
-        let unknown_end = matches!(frames.last(), Some(Frame::Unknown { .. }));
+        let unknown_end = c.ends_unknown && !frames.is_empty();
         n.add(Count::Truncated, u64::from(c.end.is_truncated()));
         n.add(Count::UnknownEnd, u64::from(unknown_end));
         n.add(Count::DepthCut, u64::from(c.end == StackEnd::DepthLimit));
@@ -684,8 +709,7 @@ impl Stacks {
         n.add(Count::ReusedFrames, u64::from(c.reused));
         n.add(Count::KeptWalk, u64::from(c.kept));
         n.add(Count::KeptWhole, u64::from(c.whole));
-        let classified = self.classified_count.load(Relaxed);
-        if c.whole && scratch.expecting != 0 && scratch.kept_classified == classified {
+        if noted && scratch.expecting != 0 {
             // The capture kept under the id expected, proven the same.
             let id = scratch.expecting;
             scratch.took(id, classified);
@@ -1179,6 +1203,8 @@ mod tests {
             unchanged,
             kept: false,
             whole: false,
+            ends_unknown: matches!(frames.last(), Some(Frame::Unknown { .. })),
+            note: 0,
         }
     }
 
@@ -1343,6 +1369,54 @@ mod tests {
         s.classified_count.fetch_add(1, Relaxed);
         scratch.expecting = ia;
         assert_eq!(s.identify(&b, whole, &mut scratch, false), Some(ib));
+    }
+
+    #[test]
+    fn a_whole_kept_capture_counts_as_its_walk_did_from_its_note_alone() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        let mut scratch = Scratch::new();
+        s.hidden[5].store(true, Relaxed);
+        s.classified_count.fetch_add(1, Relaxed);
+        scratch.kept_classified = s.classified_count.load(Relaxed);
+        // Two hidden frames, then the application's, ending at code without
+        // unwind info.
+        let a = [
+            n(5, 0x10),
+            n(5, 0x14),
+            n(9001, 0x20),
+            Frame::Unknown { address: 0x30 },
+        ];
+        let counts = |s: &Stacks| {
+            [
+                Count::KeptFrames,
+                Count::UnknownEnd,
+                Count::Empty,
+                Count::KeptWhole,
+            ]
+            .map(|c| s.tallies.get(c))
+        };
+        let walked = s.identify(&a, captured(&a, 0, false), &mut scratch, false);
+        assert_eq!(scratch.hidden, 2, "the note kept with the walk");
+        let once = counts(&s);
+        assert_eq!(once, [2, 1, 0, 0]);
+        // Taken whole: what the unwinder passes is not read (here, frames
+        // that would all be hidden); the note says how many were.
+        let whole = Captured {
+            whole: true,
+            kept: true,
+            note: scratch.hidden,
+            ..captured(&a, 0, false)
+        };
+        let unread = [n(5, 0x10); 4];
+        scratch.expecting = walked.unwrap();
+        assert_eq!(s.identify(&unread, whole, &mut scratch, false), walked);
+        let twice = counts(&s);
+        assert_eq!(twice, [4, 2, 0, 1], "counted as the walk was");
+        // A module classified since: the frames are read again.
+        s.classified_count.fetch_add(1, Relaxed);
+        scratch.expecting = walked.unwrap();
+        s.identify(&unread, whole, &mut scratch, false);
+        assert_eq!(counts(&s), [4, 2, 1, 2]);
     }
 
     #[test]

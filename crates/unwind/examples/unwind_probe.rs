@@ -99,7 +99,7 @@ pub unsafe extern "C" fn gpuperf_probe_capture_kept(
             write_stack(f, c, buf, len)
         });
         if r.is_ok() && keep != 0 {
-            trail.keep_last(keep);
+            trail.keep_last(keep, 0);
         }
         r.unwrap_or(-1)
     })

@@ -148,6 +148,14 @@ pub struct Captured {
     /// frames) is the one made of that walk when it was kept: the thread's
     /// Python frame chain was proven the same, and nothing was merged.
     pub whole: bool,
+    /// `true` when the last frame is a [`Frame::Unknown`]. Known without
+    /// reading the frames, which a whole capture leaves where its trail keeps
+    /// them.
+    pub ends_unknown: bool,
+    /// With `whole`: the word the caller kept with that capture
+    /// ([`crate::Trail::keep_last`]), facts it derived from the frames and
+    /// need not derive again; else 0.
+    pub note: u32,
 }
 
 /// Counters kept by an unwinder, read with [`Stats::snapshot`].

@@ -391,6 +391,8 @@ impl LocalUnwinder {
                 unchanged: false,
                 kept: false,
                 whole: false,
+                ends_unknown: false,
+                note: 0,
             },
         }
     }
@@ -419,7 +421,7 @@ impl LocalUnwinder {
                 Some(t) if captured.whole => t.kept.whole_frames().unwrap_or_default(),
                 _ => &out[..captured.len],
             };
-            self.count(captured, frames);
+            self.count(captured);
             if captured.end == StackEnd::NoStackLeft {
                 return Err(StackEnd::NoStackLeft);
             }
@@ -435,7 +437,7 @@ impl LocalUnwinder {
         r
     }
 
-    fn count(&self, captured: Captured, out: &[Frame]) {
+    fn count(&self, captured: Captured) {
         let end = captured.end;
         if end == StackEnd::NoStackLeft {
             Stats::bump(&self.stats.no_stack_left);
@@ -450,7 +452,7 @@ impl LocalUnwinder {
         if captured.recovered > 0 {
             Stats::bump(&self.stats.recovered_stacks);
         }
-        if matches!(out[..captured.len].last(), Some(Frame::Unknown { .. })) {
+        if captured.ends_unknown {
             Stats::bump(&self.stats.unknown_frames);
         }
     }
@@ -475,6 +477,8 @@ impl LocalUnwinder {
             unchanged: false,
             kept: false,
             whole: false,
+            ends_unknown: false,
+            note: 0,
         };
         if let Some(t) = trail.as_deref_mut() {
             t.serial += 1;
@@ -607,9 +611,18 @@ impl LocalUnwinder {
             }
             None => None,
         };
-        if captured.whole && captured.python_frames > 0 {
-            SlotCounts::bump(&slot.counts.python_stacks);
-            SlotCounts::bump(&slot.counts.python_reused);
+        if captured.whole {
+            if captured.python_frames > 0 {
+                SlotCounts::bump(&slot.counts.python_stacks);
+                SlotCounts::bump(&slot.counts.python_reused);
+            }
+        } else {
+            // A whole capture's was kept with it.
+            captured.ends_unknown = matches!(
+                out.get(..captured.len).and_then(<[Frame]>::last),
+                Some(Frame::Unknown { .. })
+            );
+            captured.note = 0;
         }
         if let Some(t) = trail {
             t.chain_read = chain_read;
@@ -1220,8 +1233,11 @@ mod tests {
             // `both` compares the frames with a fresh walk's.
             let (frames, c) = both(&mut p, &through(which));
             assert_eq!(c.kept, taken, "through {which}, expecting {expect}");
+            // A whole capture gives back the note kept with it.
+            let note = if c.whole { 100 + expect } else { 0 };
+            assert_eq!(c.note, note, "through {which}, expecting {expect}");
             if keep != 0 {
-                assert!(p.trail.keep_last(keep), "through {which}: kept");
+                assert!(p.trail.keep_last(keep, 100 + keep), "through {which}: kept");
             }
             let at = addresses(&u, &frames);
             assert_eq!(
@@ -1234,7 +1250,7 @@ mod tests {
             );
             if taken {
                 assert_eq!(c.reused as usize, c.len);
-                assert!(!p.trail.keep_last(9), "a taken walk is not kept again");
+                assert!(!p.trail.keep_last(9, 0), "a taken walk is not kept again");
             }
         }
     }

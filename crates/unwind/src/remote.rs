@@ -242,6 +242,8 @@ impl RemoteUnwinder {
             unchanged: false,
             kept: false,
             whole: false,
+            ends_unknown: matches!(out[..len].last(), Some(Frame::Unknown { .. })),
+            note: 0,
         }
     }
 }

@@ -329,11 +329,13 @@ impl Trail {
 
     /// Keeps the last capture's native walk under `tag` (not 0), replacing
     /// the one kept under it, for a later capture that expects it
-    /// ([`Trail::expect`]). Nothing is kept when that capture took a kept
+    /// ([`Trail::expect`]), and `note` with the whole capture (a capture that
+    /// takes it whole has it in [`crate::Captured::note`]: what the caller
+    /// derived from its frames). Nothing is kept when that capture took a kept
     /// walk, or its walk cannot be proven later (it did not reach the root
     /// through plain steps, skipped frames, or read more than is kept):
     /// `false`. About 1 MiB per thread once used (see [`Trail::kept_bytes`]).
-    pub fn keep_last(&mut self, tag: u32) -> bool {
+    pub fn keep_last(&mut self, tag: u32, note: u32) -> bool {
         let Some(tables) = self.tables else {
             return false;
         };
@@ -350,7 +352,7 @@ impl Trail {
         bp_matters(head, steps.first().is_some_and(|s| s.bp_matters));
         // The capture besides the walk: its Python chain (read by it, whole)
         // and frames (the walk's, or the merge's it kept).
-        let last = self.last;
+        let last = Captured { note, ..self.last };
         let whole = match self.chain_read {
             _ if last.serial != self.serial => None,
             None => (last.len == steps.len()).then_some(Whole {
