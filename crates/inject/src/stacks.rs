@@ -233,33 +233,35 @@ struct Scratch {
     /// unknown), and the modules classified then.
     last_serial: u64,
     last_classified: usize,
-    /// The stack this capture expects (see [`Scratch::next`]).
-    expecting: u32,
     /// Modules classified when what the thread's trail keeps was kept.
     kept_classified: usize,
     /// The last capture's frames of the hidden modules (innermost): noted
     /// with its walk when kept ([`gpuperf_unwind::Captured::note`]).
     hidden: u32,
-    /// By the last two stacks' ids (hashed, [`Scratch::next_slot`]): the id
-    /// of the stack that followed them when they last came (0: none). A
-    /// training step launches the same sequence of stacks step after step,
-    /// each rarely equal to the one before: the expected stack is checked by
-    /// comparing its layout with the one stored in the shared table, without
-    /// hashing it or looking it up.
-    next: Box<[u32]>,
+    /// By the last two stacks' ids (hashed, [`Scratch::next_slot`]): the ids
+    /// of the last two different stacks that followed them, the latest first
+    /// (0: none). A training step launches the same sequence of stacks step
+    /// after step, each rarely equal to the one before: the expected stack
+    /// is checked by comparing its layout with the one stored in the shared
+    /// table, without hashing it or looking it up, and the unwinder proves
+    /// the walk kept for it unchanged instead of walking.
+    next: Box<[[u32; 2]]>,
     /// The same by the last [`LONG`] stacks' ids (hashed over `recent`,
     /// [`Scratch::long_slot`]), asked first: autograd's thread runs the
     /// backward pass's operators in an order where the last two often came
     /// before other stacks at other points of a step (83 % of its stacks
     /// were the one that followed the last two in a GPT-2 training step, 97 %
-    /// the one that followed the last eight).
-    next_long: Box<[u32]>,
+    /// the one that followed the last eight). Two of each: a model's layers
+    /// launch the same stacks, and the last eight of one layer's are followed
+    /// by the next layer's first at every layer but the last: the latest
+    /// alone would be wrong twice a step there.
+    next_long: Box<[[u32; 2]]>,
     /// The last [`LONG`] ids, the newest (the last stack's, `last_id`) at
     /// `recent_at`: the keys of both `next` tables.
     recent: [u32; LONG],
     recent_at: usize,
-    /// [`Scratch::expected_id`].
-    upcoming: u32,
+    /// [`Scratch::expected_ids`].
+    upcoming: [u32; 2],
     /// The thread's own counters ([`tally`]); `None`: the shared ones.
     tally: Option<Held>,
 }
@@ -281,14 +283,13 @@ impl Scratch {
             last_id: 0,
             last_serial: 0,
             last_classified: 0,
-            expecting: 0,
             kept_classified: 0,
             hidden: 0,
-            next: vec![0; NEXT_SLOTS].into_boxed_slice(),
-            next_long: vec![0; NEXT_SLOTS].into_boxed_slice(),
+            next: vec![[0; 2]; NEXT_SLOTS].into_boxed_slice(),
+            next_long: vec![[0; 2]; NEXT_SLOTS].into_boxed_slice(),
             recent: [0; LONG],
             recent_at: 0,
-            upcoming: 0,
+            upcoming: [0; 2],
             tally: None,
         }
     }
@@ -302,20 +303,21 @@ impl Scratch {
         (k.wrapping_mul(0x85eb_ca77) >> (32 - NEXT_BITS)) as usize
     }
 
-    /// The id of the stack expected next (0: none; maybe the last again):
-    /// the one that followed the last [`LONG`] when they last came, else the
-    /// one that followed the last two. Looked up when the last came
-    /// ([`Scratch::followed`]): the look-up's cache miss then delays nothing,
-    /// where at the next capture's start all its work waits for it.
-    fn expected_id(&self) -> u32 {
+    /// The ids of the stacks expected next, the likelier first (0: none;
+    /// maybe the last again): the last two different ones that followed the
+    /// last [`LONG`] when they came, else those that followed the last two.
+    /// Looked up when the last came ([`Scratch::followed`]): the look-up's
+    /// cache miss then delays nothing, where at the next capture's start all
+    /// its work waits for it.
+    fn expected_ids(&self) -> [u32; 2] {
         self.upcoming
     }
 
-    /// [`Scratch::expected_id`], looked up.
-    fn look_up_expected(&self) -> u32 {
+    /// [`Scratch::expected_ids`], looked up.
+    fn look_up_expected(&self) -> [u32; 2] {
         match self.next_long.get(self.long_slot()).copied() {
-            Some(id) if id != 0 => id,
-            _ => self.next.get(self.next_slot()).copied().unwrap_or(0),
+            Some(ids) if ids[0] != 0 => ids,
+            _ => self.next.get(self.next_slot()).copied().unwrap_or([0; 2]),
         }
     }
 
@@ -331,26 +333,33 @@ impl Scratch {
         (k.wrapping_mul(0x85eb_ca77) >> (32 - NEXT_BITS)) as usize
     }
 
-    /// The id of the stack expected next ([`Scratch::expected_id`]), if
+    /// The id of a stack expected next ([`Scratch::expected_ids`]), if
     /// `words[..len]` (laid out by [`encode`]) is that stack: its layout as
     /// `seen` stored it. Not the last stack, which [`Scratch::same_as_last`]
     /// compared.
     fn expected(&self, len: usize, seen: &Seen) -> Option<u32> {
-        let id = self.expected_id();
-        (id != 0 && id != self.last_id && seen.layout(id) == self.words.get(..len)).then_some(id)
+        self.expected_ids()
+            .into_iter()
+            .find(|&id| id != 0 && id != self.last_id && seen.layout(id) == self.words.get(..len))
     }
 
     /// Stack `id` followed the last two: expected after them next time. Then
     /// the last becomes the one before; `id` becomes the last with
     /// [`Scratch::remember`], unless it is the last again.
     fn followed(&mut self, id: u32) {
+        // The latest first, and the one before it that differs.
+        let follow = |n: &mut [u32; 2]| {
+            if n[0] != id {
+                *n = [id, n[0]];
+            }
+        };
         let slot = self.next_slot();
         if let Some(n) = self.next.get_mut(slot) {
-            *n = id;
+            follow(n);
         }
         let slot = self.long_slot();
         if let Some(n) = self.next_long.get_mut(slot) {
-            *n = id;
+            follow(n);
         }
         self.recent_at = (self.recent_at + 1) % LONG;
         self.recent[self.recent_at] = id;
@@ -458,8 +467,9 @@ fn frame_layout(f: &Frame) -> ([u64; 2], usize) {
     }
 }
 
-/// [`Scratch::next`] holds `1 << NEXT_BITS` ids (16 KiB a thread): room for
-/// the pairs of a training step's stacks (a few hundred), and for collisions.
+/// [`Scratch::next`] holds `1 << NEXT_BITS` pairs of ids (32 KiB a thread, as
+/// does [`Scratch::next_long`]): room for the contexts of a training step's
+/// stacks (a few hundred), and for collisions.
 const NEXT_BITS: u32 = 12;
 const NEXT_SLOTS: usize = 1 << NEXT_BITS;
 /// The stacks [`Scratch::next_long`] is keyed by.
@@ -619,8 +629,7 @@ impl Stacks {
             trail.forget_kept();
             scratch.kept_classified = classified;
         }
-        scratch.expecting = scratch.expected_id();
-        trail.expect(scratch.expecting);
+        trail.expect(scratch.expected_ids());
         let mut r = self
             .unwinder
             .capture_then_reusing(0, frames, trail, |f, c| self.identify(f, c, scratch, true));
@@ -709,9 +718,9 @@ impl Stacks {
         n.add(Count::ReusedFrames, u64::from(c.reused));
         n.add(Count::KeptWalk, u64::from(c.kept));
         n.add(Count::KeptWhole, u64::from(c.whole));
-        if noted && scratch.expecting != 0 {
-            // The capture kept under the id expected, proven the same.
-            let id = scratch.expecting;
+        if noted && c.tag != 0 {
+            // The capture kept under an id expected, proven the same.
+            let id = c.tag;
             scratch.took(id, classified);
             return Some(id);
         }
@@ -1205,6 +1214,7 @@ mod tests {
             whole: false,
             ends_unknown: matches!(frames.last(), Some(Frame::Unknown { .. })),
             note: 0,
+            tag: 0,
         }
     }
 
@@ -1284,9 +1294,11 @@ mod tests {
         let len = encode(&c, StackEnd::Root, true, &mut scratch.words);
         assert_eq!(scratch.expected(len, &s.seen), None);
         assert_eq!(id(&c_other, &mut scratch), 4);
-        // Now c_other follows a, b; c is still c.
+        // Now c_other followed a, b, and c before it: both are expected,
+        // c_other first; c is still c.
         assert_eq!([id(&a, &mut scratch), id(&b, &mut scratch)], [1, 2]);
-        assert_eq!(expect(&c, &mut scratch), None);
+        assert_eq!(scratch.expected_ids(), [4, 3]);
+        assert_eq!(expect(&c, &mut scratch), Some(3));
         assert_eq!(expect(&c_other, &mut scratch), Some(4));
         assert_eq!(id(&c, &mut scratch), 3);
         // The same stack again is the last one, not an expected one.
@@ -1338,11 +1350,35 @@ mod tests {
         for (i, &id) in ids.iter().enumerate() {
             // Once a context of eight has come before (a period and two).
             if i >= 6 + LONG {
-                assert_eq!(scratch.expected_id(), id, "at {i}");
+                assert_eq!(scratch.expected_ids()[0], id, "at {i}");
             }
             scratch.followed(id);
             scratch.last_id = id;
         }
+    }
+
+    #[test]
+    fn where_the_last_eight_repeat_layer_after_layer_both_stacks_that_followed_are_expected() {
+        // Three layers of the same four stacks, then another: the last eight
+        // of the last layer are those of the one before, which the next
+        // layer's first followed.
+        let step = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 5];
+        let ids: Vec<u32> = step.iter().copied().cycle().take(step.len() * 6).collect();
+        let mut scratch = Scratch::new();
+        let mut first_wrong = 0;
+        for (i, &id) in ids.iter().enumerate() {
+            // From the second step on.
+            if i >= step.len() + LONG {
+                let expected = scratch.expected_ids();
+                assert!(expected.contains(&id), "at {i}: {expected:?}");
+                first_wrong += usize::from(expected[0] != id);
+            }
+            scratch.followed(id);
+            scratch.last_id = id;
+        }
+        // Twice a step the latest alone was wrong: at the third layer's
+        // first stack and at 5, after the same eight.
+        assert!(first_wrong >= 4, "{first_wrong}");
     }
 
     #[test]
@@ -1354,20 +1390,19 @@ mod tests {
         let plain = |frames: &[Frame]| captured(frames, 0, false);
         let ia = s.identify(&a, plain(&a), &mut scratch, false).unwrap();
         let ib = s.identify(&b, plain(&b), &mut scratch, false).unwrap();
-        // The unwinder took the whole capture kept under the id expected:
+        // The unwinder took the whole capture kept under an id expected:
         // that id, whatever frames it passes.
         let whole = Captured {
             whole: true,
             kept: true,
+            tag: ia,
             ..plain(&b)
         };
         scratch.kept_classified = s.classified_count.load(Relaxed);
-        scratch.expecting = ia;
         assert_eq!(s.identify(&b, whole, &mut scratch, false), Some(ia));
         // A module classified since: the frames are identified again.
         s.hidden[5].store(true, Relaxed);
         s.classified_count.fetch_add(1, Relaxed);
-        scratch.expecting = ia;
         assert_eq!(s.identify(&b, whole, &mut scratch, false), Some(ib));
     }
 
@@ -1405,16 +1440,15 @@ mod tests {
             whole: true,
             kept: true,
             note: scratch.hidden,
+            tag: walked.unwrap(),
             ..captured(&a, 0, false)
         };
         let unread = [n(5, 0x10); 4];
-        scratch.expecting = walked.unwrap();
         assert_eq!(s.identify(&unread, whole, &mut scratch, false), walked);
         let twice = counts(&s);
         assert_eq!(twice, [4, 2, 0, 1], "counted as the walk was");
         // A module classified since: the frames are read again.
         s.classified_count.fetch_add(1, Relaxed);
-        scratch.expecting = walked.unwrap();
         s.identify(&unread, whole, &mut scratch, false);
         assert_eq!(counts(&s), [4, 2, 1, 2]);
     }

@@ -92,7 +92,7 @@ pub unsafe extern "C" fn gpuperf_probe_capture_kept(
     let u = unwinder();
     let mut frames = [Frame::default(); MAX_FRAMES];
     TRAIL.with_borrow_mut(|trail| {
-        trail.expect(expect);
+        trail.expect([expect, 0]);
         // Written in `then`: a capture taken whole is not in `frames`.
         // SAFETY: as this function's.
         let r = u.capture_then_reusing(0, &mut frames, trail, |f, c| unsafe {

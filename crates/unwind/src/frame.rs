@@ -140,10 +140,12 @@ pub struct Captured {
     /// comparing every input of the Python merge, those of the capture
     /// numbered `serial - 1` on the same trail (see `python::replay`).
     pub unchanged: bool,
-    /// `true` when the native frames are those of the walk kept under the
+    /// `true` when the native frames are those of the walk kept under a
     /// tag the capture expected ([`crate::Trail::expect`]), every word that
     /// walk read proven unchanged: nothing was walked.
     pub kept: bool,
+    /// With `kept`: that tag; else 0.
+    pub tag: u32,
     /// `true` when, besides, the whole capture (its frames, end and Python
     /// frames) is the one made of that walk when it was kept: the thread's
     /// Python frame chain was proven the same, and nothing was merged.

@@ -124,15 +124,38 @@ struct CacheSlot {
 unsafe impl Sync for CacheSlot {}
 
 struct Snapshot {
+    head: Head,
     table: Arc<Table>,
     /// Modules loaded since `table` was built, added without rebuilding it
     /// ([`LocalUnwinder::add_loaded`]); folded in by the next `refresh`.
     extra: Option<Table>,
+}
+
+/// What every capture reads of a snapshot, on one cache line: a capture that
+/// takes a kept walk reads nothing else of it (the tables' own lines are cold
+/// between captures).
+#[repr(C, align(64))]
+struct Head {
+    /// The loader's counters when it was built.
     adds: u64,
     subs: u64,
+    /// Its tables' [`walk_ids`].
+    ids: (u64, u64, u64),
 }
 
 impl Snapshot {
+    fn new(table: Arc<Table>, extra: Option<Table>, (adds, subs): (u64, u64)) -> Snapshot {
+        let ids = walk_ids(Tables {
+            main: &table,
+            extra: extra.as_ref(),
+        });
+        Snapshot {
+            head: Head { adds, subs, ids },
+            table,
+            extra,
+        }
+    }
+
     fn tables(&self) -> Tables<'_> {
         Tables {
             main: &self.table,
@@ -217,7 +240,7 @@ impl LocalUnwinder {
         let (adds, subs) = loader_counters();
         // SAFETY: the current snapshot is only freed in `install`, under this lock.
         let cur = unsafe { &*self.current.load(Ordering::Acquire) };
-        if (adds, subs) == (cur.adds, cur.subs) && cur.extra.is_none() {
+        if (adds, subs) == (cur.head.adds, cur.head.subs) && cur.extra.is_none() {
             self.stale.store(false, Ordering::Relaxed);
             return false;
         }
@@ -238,11 +261,11 @@ impl LocalUnwinder {
         let (adds, subs) = loader_counters();
         // SAFETY: as in `refresh`.
         let cur = unsafe { &*self.current.load(Ordering::Acquire) };
-        if (adds, subs) == (cur.adds, cur.subs) {
+        if (adds, subs) == (cur.head.adds, cur.head.subs) {
             self.stale.store(false, Ordering::Relaxed);
             return false;
         }
-        if subs != cur.subs {
+        if subs != cur.head.subs {
             // An unloaded module's range may be reused: only a rebuild is safe.
             Stats::bump(&self.stats.table_rebuilds);
             self.install(build_snapshot(&mut registry));
@@ -393,6 +416,7 @@ impl LocalUnwinder {
                 whole: false,
                 ends_unknown: false,
                 note: 0,
+                tag: 0,
             },
         }
     }
@@ -479,6 +503,7 @@ impl LocalUnwinder {
             whole: false,
             ends_unknown: false,
             note: 0,
+            tag: 0,
         };
         if let Some(t) = trail.as_deref_mut() {
             t.serial += 1;
@@ -505,7 +530,7 @@ impl LocalUnwinder {
         // only after the readers of both parities drained.
         let snap = unsafe { &*self.current.load(Ordering::SeqCst) };
         let (adds, subs) = loader_counters();
-        if (adds, subs) != (snap.adds, snap.subs) {
+        if (adds, subs) != (snap.head.adds, snap.head.subs) {
             self.stale.store(true, Ordering::Relaxed);
             Stats::bump(&self.stats.stale_table);
         }
@@ -514,7 +539,7 @@ impl LocalUnwinder {
         let loader = LocalLoader {
             start_context: self.start_context,
             find_object: self.find_object,
-            suspect: subs != snap.subs,
+            suspect: subs != snap.head.subs,
             stacks: &self.stacks,
             bounds: &bounds,
         };
@@ -542,7 +567,7 @@ impl LocalUnwinder {
         let tables = snap.tables();
         // The walk the caller expects, proven unchanged: its frames, unwalked.
         let taken = match trail.as_deref_mut() {
-            Some(t) if t.kept.expect != 0 => {
+            Some(t) if t.kept.expect != [0; 2] => {
                 let start = Start {
                     key: memo_key(FrameAddress::from_instruction_pointer(regs.ip)),
                     sp: regs.sp,
@@ -552,8 +577,8 @@ impl LocalUnwinder {
                 let mut after = |ra| after_call(tables, &loader, ra).is_some();
                 let r = t
                     .kept
-                    .take(walk_ids(tables), start, bounds.get(), &mut read, &mut after);
-                t.kept.expect = 0;
+                    .take(snap.head.ids, start, bounds.get(), &mut read, &mut after);
+                t.kept.expect = [0; 2];
                 r
             }
             _ => None,
@@ -677,6 +702,7 @@ impl LocalUnwinder {
             serial: captured.serial,
             reused: native.len() as u32,
             kept: true,
+            tag: t.kept.taken_tag().unwrap_or(0),
             unchanged: false,
             ..c
         };
@@ -1215,27 +1241,34 @@ mod tests {
         let u = native_only();
         let mut p = TrailProbe::new(&u);
         let (a, b) = a_and_b();
-        // Through `a` or `b`, expecting the walk kept under a tag, keeping
-        // this capture's under a tag, and whether the kept walk is taken:
-        // one call site for all. The walks through `a` and `b` differ in one
-        // return address deep in the stack.
+        // Through `a` or `b`, expecting the walks kept under two tags (the
+        // first first), keeping this capture's under a tag, and the tag of
+        // the kept walk taken (0: none): one call site for all. The walks
+        // through `a` and `b` differ in one return address deep in the stack.
         let captures = [
-            (0, 0, 1, false),
-            (1, 0, 2, false),
-            (0, 1, 0, true),
-            (1, 1, 0, false),
-            (1, 2, 0, true),
-            (0, 2, 0, false),
-            (0, 1, 0, true),
+            (0, [0, 0], 1, 0),
+            (1, [0, 0], 2, 0),
+            (0, [1, 0], 0, 1),
+            (1, [1, 0], 0, 0),
+            (1, [2, 0], 0, 2),
+            (0, [2, 0], 0, 0),
+            (0, [1, 0], 0, 1),
+            (1, [1, 2], 0, 2),
+            (0, [2, 1], 0, 1),
+            (0, [3, 2], 0, 0),
         ];
         for (which, expect, keep, taken) in captures {
             p.trail.expect(expect);
             // `both` compares the frames with a fresh walk's.
             let (frames, c) = both(&mut p, &through(which));
-            assert_eq!(c.kept, taken, "through {which}, expecting {expect}");
+            assert_eq!(
+                (c.kept, c.tag),
+                (taken != 0, taken),
+                "through {which}, expecting {expect:?}"
+            );
             // A whole capture gives back the note kept with it.
-            let note = if c.whole { 100 + expect } else { 0 };
-            assert_eq!(c.note, note, "through {which}, expecting {expect}");
+            let note = if c.whole { 100 + taken } else { 0 };
+            assert_eq!(c.note, note, "through {which}, expecting {expect:?}");
             if keep != 0 {
                 assert!(p.trail.keep_last(keep, 100 + keep), "through {which}: kept");
             }
@@ -1246,9 +1279,9 @@ mod tests {
                     at.iter().any(|x| b.contains(x))
                 ),
                 (which == 0, which == 1),
-                "through {which}, expecting {expect}: {at:x?}"
+                "through {which}, expecting {expect:?}: {at:x?}"
             );
-            if taken {
+            if taken != 0 {
                 assert_eq!(c.reused as usize, c.len);
                 assert!(!p.trail.keep_last(9, 0), "a taken walk is not kept again");
             }

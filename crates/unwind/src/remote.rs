@@ -244,6 +244,7 @@ impl RemoteUnwinder {
             whole: false,
             ends_unknown: matches!(out[..len].last(), Some(Frame::Unknown { .. })),
             note: 0,
+            tag: 0,
         }
     }
 }

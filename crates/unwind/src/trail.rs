@@ -319,12 +319,14 @@ impl Trail {
         }
     }
 
-    /// The next capture with this trail expects the walk kept under `tag`
-    /// ([`Trail::keep_last`]; 0: none): it proves that walk unchanged and
-    /// takes its frames without walking ([`crate::Captured::kept`]), or, when
-    /// any word it read changed, walks as before.
-    pub fn expect(&mut self, tag: u32) {
-        self.kept.expect = tag;
+    /// The next capture with this trail expects the walk kept under one of
+    /// `tags` ([`Trail::keep_last`]; 0: none), the first first: it proves
+    /// that walk unchanged and takes its frames without walking
+    /// ([`crate::Captured::kept`], [`crate::Captured::tag`]), or, when any
+    /// word each read changed, walks as before. A second guess costs only
+    /// when the first is wrong.
+    pub fn expect(&mut self, tags: [u32; 2]) {
+        self.kept.expect = tags;
     }
 
     /// Keeps the last capture's native walk under `tag` (not 0), replacing

@@ -77,12 +77,7 @@ pub(super) fn build_snapshot(registry: &mut Registry) -> Snapshot {
     let (loaded, adds, subs) = found;
     let entries = register(registry, loaded);
     let table = Table::new(entries, |id| module_name(registry, id));
-    Snapshot {
-        table: Arc::new(table),
-        extra: None,
-        adds,
-        subs,
-    }
+    Snapshot::new(Arc::new(table), None, (adds, subs))
 }
 
 /// `prev` with the modules loaded since: those whose code `prev`'s main table
@@ -141,12 +136,7 @@ pub(super) fn build_added(registry: &mut Registry, prev: &Snapshot) -> Snapshot 
             prev.table.generation,
         )
     });
-    Snapshot {
-        table: Arc::clone(&prev.table),
-        extra,
-        adds,
-        subs,
-    }
+    Snapshot::new(Arc::clone(&prev.table), extra, (adds, subs))
 }
 
 fn module_name(registry: &Registry, id: ModuleId) -> String {

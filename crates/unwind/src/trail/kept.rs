@@ -157,13 +157,14 @@ pub(crate) struct Kept {
     links: Vec<Link>,
     /// The walk the last `take` took.
     taken_at: Option<usize>,
-    /// The tag the next capture expects (0: none).
-    pub(crate) expect: u32,
+    /// The tags the next capture expects, tried in order (0: none).
+    pub(crate) expect: [u32; 2],
     /// The last capture took the walk kept under `expect`.
     pub(crate) taken: bool,
 }
 
 /// A walk's state at its first frame, as the walk loop starts it.
+#[derive(Clone, Copy)]
 pub(crate) struct Start {
     pub key: u64,
     pub sp: u64,
@@ -360,12 +361,13 @@ impl Kept {
         true
     }
 
-    /// Whether the walk kept under `expect` is the capture's: it starts in
-    /// its state with the same `tables`, and every word it read holds the
-    /// same value now (its steps' words all lie in `stack`, the part of the
-    /// thread's stack the capture's `read` reads; a scan's, one its scan
-    /// treats alike, by `after_call`). Then [`Kept::taken`] has its frames,
-    /// and its crossings of code without unwind info. Nothing is copied: the
+    /// Whether the walk kept under one of `expect` (tried in order) is the
+    /// capture's: it starts in its state with the same `tables`, and every
+    /// word it read holds the same value now (its steps' words all lie in
+    /// `stack`, the part of the thread's stack the capture's `read` reads; a
+    /// scan's, one its scan treats alike, by `after_call`). Then
+    /// [`Kept::taken`] has its frames, [`Kept::taken_tag`] its tag, and this
+    /// its crossings of code without unwind info. Nothing is copied: the
     /// whole capture kept with it may be taken instead.
     #[inline(never)]
     pub(crate) fn take<F>(
@@ -380,7 +382,27 @@ impl Kept {
         F: FnMut(u64) -> Result<u64, ()>,
     {
         self.taken_at = None;
-        let at = self.find(self.expect)?;
+        let [first, second] = self.expect;
+        // The second only when the first is not the capture's: a wrong first
+        // costs its reads up to the first changed word.
+        self.take_one(first, tables, start, stack, read, after_call)
+            .or_else(|| self.take_one(second, tables, start, stack, read, after_call))
+    }
+
+    /// [`Kept::take`] of the walk kept under `tag`.
+    fn take_one<F>(
+        &mut self,
+        tag: u32,
+        tables: (u64, u64, u64),
+        start: Start,
+        stack: (u64, u64),
+        read: &mut F,
+        after_call: &mut dyn FnMut(u64) -> bool,
+    ) -> Option<u32>
+    where
+        F: FnMut(u64) -> Result<u64, ()>,
+    {
+        let at = self.find(tag)?;
         let w = self.walks.get(at)?;
         if w.tables != tables
             || w.key != start.key
@@ -419,6 +441,11 @@ impl Kept {
         }
         self.taken_at = Some(at);
         Some(w.recovered)
+    }
+
+    /// The tag of the walk the last [`Kept::take`] took.
+    pub(crate) fn taken_tag(&self) -> Option<u32> {
+        Some(self.walks.get(self.taken_at?)?.tag)
     }
 
     /// The frames of the walk the last [`Kept::take`] took.
@@ -521,9 +548,19 @@ mod tests {
         }
     }
 
+    /// The tag of the walk taken expecting `tags`.
+    fn take_either(kept: &mut Kept, stack: &[u64], tags: [u32; 2]) -> Option<u32> {
+        take_expecting(kept, stack, tags)?;
+        kept.taken_tag()
+    }
+
     fn take(kept: &mut Kept, stack: &[u64], tag: u32) -> Option<Vec<Frame>> {
+        take_expecting(kept, stack, [tag, 0])
+    }
+
+    fn take_expecting(kept: &mut Kept, stack: &[u64], tags: [u32; 2]) -> Option<Vec<Frame>> {
         let base = stack.as_ptr() as u64;
-        kept.expect = tag;
+        kept.expect = tags;
         let start = Start {
             key: 0x1101,
             sp: base,
@@ -553,11 +590,16 @@ mod tests {
         assert_eq!(take(&mut kept, &stack, 1), Some(frames.clone()));
         assert_eq!(take(&mut kept, &stack, 2), Some(frames.clone()));
         assert_eq!(take(&mut kept, &stack, 3), None, "nothing kept under 3");
+        // The second tag expected, when the first is not the capture's.
+        assert_eq!(take_either(&mut kept, &stack, [3, 2]), Some(2));
+        assert_eq!(take_either(&mut kept, &stack, [1, 2]), Some(1));
+        assert_eq!(take_either(&mut kept, &stack, [0, 1]), Some(1));
         // A saved rbp that changed: only the walk that depends on it is not
         // taken.
         stack[0] = 0x8888;
         assert_eq!(take(&mut kept, &stack, 1), Some(frames.clone()));
         assert_eq!(take(&mut kept, &stack, 2), None);
+        assert_eq!(take_either(&mut kept, &stack, [2, 1]), Some(1));
         stack[0] = 0x7777;
         // A return address, or the root's word, that changed: neither is.
         for i in [1, 2] {
@@ -599,7 +641,7 @@ mod tests {
         let steps = walk_over(&stack, false);
         let mut kept = Kept::default();
         assert!(kept.keep(1, TABLES, walked(&steps), None));
-        kept.expect = 1;
+        kept.expect = [1, 0];
         let base = stack.as_ptr() as u64;
         let bounds = (base, base + 32);
         let start = |key, sp, skip| Start {
