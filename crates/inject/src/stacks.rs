@@ -238,23 +238,25 @@ struct Scratch {
     /// The last capture's frames of the hidden modules (innermost): noted
     /// with its walk when kept ([`gpuperf_unwind::Captured::note`]).
     hidden: u32,
-    /// By the last two stacks' ids (hashed, [`Scratch::next_slot`]): the ids
-    /// of the last two different stacks that followed them, the latest first
-    /// (0: none). A training step launches the same sequence of stacks step
-    /// after step, each rarely equal to the one before: the expected stack
-    /// is checked by comparing its layout with the one stored in the shared
-    /// table, without hashing it or looking it up, and the unwinder proves
-    /// the walk kept for it unchanged instead of walking.
-    next: Box<[[u32; 2]]>,
+    /// By the last two stacks' ids (hashed, [`Scratch::next_slot`]): the id
+    /// of the stack that followed them when they last came (0: none). A
+    /// training step launches the same sequence of stacks step after step,
+    /// each rarely equal to the one before: the expected stack is checked by
+    /// comparing its layout with the one stored in the shared table, without
+    /// hashing it or looking it up, and the unwinder proves the walk kept for
+    /// it unchanged instead of walking.
+    next: Box<[u32]>,
     /// The same by the last [`LONG`] stacks' ids (hashed over `recent`,
     /// [`Scratch::long_slot`]), asked first: autograd's thread runs the
     /// backward pass's operators in an order where the last two often came
     /// before other stacks at other points of a step (83 % of its stacks
     /// were the one that followed the last two in a GPT-2 training step, 97 %
-    /// the one that followed the last eight). Two of each: a model's layers
-    /// launch the same stacks, and the last eight of one layer's are followed
-    /// by the next layer's first at every layer but the last: the latest
-    /// alone would be wrong twice a step there.
+    /// the one that followed the last eight). The last two different ones,
+    /// the latest first: a model's layers launch the same stacks, and the
+    /// last eight of one layer's are followed by the next layer's first at
+    /// every layer but the last: the latest alone would be wrong twice a step
+    /// there. (Its slot was read for the capture just made, so updating it
+    /// costs no cache miss; `next`'s is written without being read.)
     next_long: Box<[[u32; 2]]>,
     /// The last [`LONG`] ids, the newest (the last stack's, `last_id`) at
     /// `recent_at`: the keys of both `next` tables.
@@ -285,7 +287,7 @@ impl Scratch {
             last_classified: 0,
             kept_classified: 0,
             hidden: 0,
-            next: vec![[0; 2]; NEXT_SLOTS].into_boxed_slice(),
+            next: vec![0; NEXT_SLOTS].into_boxed_slice(),
             next_long: vec![[0; 2]; NEXT_SLOTS].into_boxed_slice(),
             recent: [0; LONG],
             recent_at: 0,
@@ -305,7 +307,7 @@ impl Scratch {
 
     /// The ids of the stacks expected next, the likelier first (0: none;
     /// maybe the last again): the last two different ones that followed the
-    /// last [`LONG`] when they came, else those that followed the last two.
+    /// last [`LONG`] when they came, else the one that followed the last two.
     /// Looked up when the last came ([`Scratch::followed`]): the look-up's
     /// cache miss then delays nothing, where at the next capture's start all
     /// its work waits for it.
@@ -317,7 +319,7 @@ impl Scratch {
     fn look_up_expected(&self) -> [u32; 2] {
         match self.next_long.get(self.long_slot()).copied() {
             Some(ids) if ids[0] != 0 => ids,
-            _ => self.next.get(self.next_slot()).copied().unwrap_or([0; 2]),
+            _ => [self.next.get(self.next_slot()).copied().unwrap_or(0), 0],
         }
     }
 
@@ -347,19 +349,16 @@ impl Scratch {
     /// the last becomes the one before; `id` becomes the last with
     /// [`Scratch::remember`], unless it is the last again.
     fn followed(&mut self, id: u32) {
-        // The latest first, and the one before it that differs.
-        let follow = |n: &mut [u32; 2]| {
-            if n[0] != id {
-                *n = [id, n[0]];
-            }
-        };
         let slot = self.next_slot();
         if let Some(n) = self.next.get_mut(slot) {
-            follow(n);
+            *n = id;
         }
+        // The latest first, and the one before it that differs.
         let slot = self.long_slot();
-        if let Some(n) = self.next_long.get_mut(slot) {
-            follow(n);
+        if let Some(n) = self.next_long.get_mut(slot)
+            && n[0] != id
+        {
+            *n = [id, n[0]];
         }
         self.recent_at = (self.recent_at + 1) % LONG;
         self.recent[self.recent_at] = id;
@@ -467,9 +466,9 @@ fn frame_layout(f: &Frame) -> ([u64; 2], usize) {
     }
 }
 
-/// [`Scratch::next`] holds `1 << NEXT_BITS` pairs of ids (32 KiB a thread, as
-/// does [`Scratch::next_long`]): room for the contexts of a training step's
-/// stacks (a few hundred), and for collisions.
+/// [`Scratch::next`] holds `1 << NEXT_BITS` ids (16 KiB a thread; 32 KiB for
+/// [`Scratch::next_long`]'s pairs): room for the contexts of a training
+/// step's stacks (a few hundred), and for collisions.
 const NEXT_BITS: u32 = 12;
 const NEXT_SLOTS: usize = 1 << NEXT_BITS;
 /// The stacks [`Scratch::next_long`] is keyed by.
@@ -1294,11 +1293,11 @@ mod tests {
         let len = encode(&c, StackEnd::Root, true, &mut scratch.words);
         assert_eq!(scratch.expected(len, &s.seen), None);
         assert_eq!(id(&c_other, &mut scratch), 4);
-        // Now c_other followed a, b, and c before it: both are expected,
-        // c_other first; c is still c.
+        // Now c_other follows a, b (the last eight never came before: the
+        // last two tell); c is still c.
         assert_eq!([id(&a, &mut scratch), id(&b, &mut scratch)], [1, 2]);
-        assert_eq!(scratch.expected_ids(), [4, 3]);
-        assert_eq!(expect(&c, &mut scratch), Some(3));
+        assert_eq!(scratch.expected_ids(), [4, 0]);
+        assert_eq!(expect(&c, &mut scratch), None);
         assert_eq!(expect(&c_other, &mut scratch), Some(4));
         assert_eq!(id(&c, &mut scratch), 3);
         // The same stack again is the last one, not an expected one.
