@@ -37,8 +37,9 @@
 # library's symbols), at 5 kHz, over the run's captures. The share of the
 # process's samples the capture takes moves less with a shared machine's load
 # than the difference of two runs' CPU times. It leaves out what the capture
-# calls in libc (none on its usual path) and what the captures cost the rest
-# of the program (cache lines evicted), which only the difference shows.
+# calls in libc (on its usual path, dl_iterate_phdr for the loader's counters:
+# about 10 ns a call with its lines in cache) and what the captures cost the
+# rest of the program (cache lines evicted), which only the difference shows.
 #
 # usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]  (RUNS=0: IR=1 or PERF=1 only)
 #        (PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and transformers,

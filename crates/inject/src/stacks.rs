@@ -16,8 +16,9 @@
 //! A launch costs one capture (no allocation, no lock, on the unwinder's
 //! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then_reusing`).
 //! A training step launches the same sequence of stacks step after step, each
-//! rarely the one before: each thread expects the stack that followed its
-//! last eight (else last two) stacks the last time they came, and the
+//! rarely the one before: each thread expects one of the last two stacks
+//! that followed its last eight (else the one that followed its last two)
+//! when they came, and the
 //! unwinder keeps, under each stack id, the walk and capture that made it
 //! (`gpuperf_unwind::Trail::keep_last`). The capture of the stack expected
 //! reads every stack word that walk read, and the Python frame chain's words,
@@ -619,9 +620,9 @@ impl Stacks {
             scratch,
             trail,
         } = t;
-        // The stack expected next: the unwinder proves the walk kept for it
-        // (and the capture made of it) unchanged instead of walking, or
-        // walks. A module newly hidden changes the id of the same frames:
+        // The stacks expected next: the unwinder proves the walk kept for
+        // one of them (and the capture made of it) unchanged instead of
+        // walking, or walks. A module newly hidden changes the id of the same frames:
         // what was kept under the old ids is dropped.
         let classified = self.classified_count.load(Relaxed);
         if scratch.kept_classified != classified {
@@ -744,8 +745,8 @@ impl Stacks {
         // Whatever follows, `last` is no longer this capture's predecessor
         // unless remembered below.
         scratch.last_serial = 0;
-        // The stack that followed the last two the last time they came, if
-        // this is it (its layout compared); else hashed and looked up.
+        // A stack expected next, if this is it (its layout compared); else
+        // hashed and looked up.
         let id = match scratch.expected(len, &self.seen) {
             Some(id) => id,
             None => {

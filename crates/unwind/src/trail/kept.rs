@@ -21,9 +21,9 @@
 //!
 //! Consecutive launches of a training step come from different operators, so
 //! the last walk (the [`crate::Trail`]) shares only the outer frames with the
-//! next; the stack expected next (in inject: the one that followed the last
-//! eight, else the last two, right 97 % of the time there) was walked a step
-//! earlier, and proving it reads its words in order, where walking its inner
+//! next; the stack expected next (in inject: one of the last two that
+//! followed the last eight, else the one that followed the last two; right
+//! 99.8 % of the time in a GPT-2 training loop) was walked a step earlier, and proving it reads its words in order, where walking its inner
 //! frames again costs rule and module look-ups scattered over the tables.
 //!
 //! Kept only: walks that started at the capture's first frame, reached the
