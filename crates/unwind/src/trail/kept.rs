@@ -164,7 +164,6 @@ pub(crate) struct Kept {
 }
 
 /// A walk's state at its first frame, as the walk loop starts it.
-#[derive(Clone, Copy)]
 pub(crate) struct Start {
     pub key: u64,
     pub sp: u64,
@@ -382,65 +381,48 @@ impl Kept {
         F: FnMut(u64) -> Result<u64, ()>,
     {
         self.taken_at = None;
-        let [first, second] = self.expect;
+        let range = |(a, b): (u32, u32)| a as usize..b as usize;
         // The second only when the first is not the capture's: a wrong first
         // costs its reads up to the first changed word.
-        self.take_one(first, tables, start, stack, read, after_call)
-            .or_else(|| self.take_one(second, tables, start, stack, read, after_call))
-    }
-
-    /// [`Kept::take`] of the walk kept under `tag`.
-    fn take_one<F>(
-        &mut self,
-        tag: u32,
-        tables: (u64, u64, u64),
-        start: Start,
-        stack: (u64, u64),
-        read: &mut F,
-        after_call: &mut dyn FnMut(u64) -> bool,
-    ) -> Option<u32>
-    where
-        F: FnMut(u64) -> Result<u64, ()>,
-    {
-        let at = self.find(tag)?;
-        let w = self.walks.get(at)?;
-        if w.tables != tables
-            || w.key != start.key
-            || w.sp != start.sp
-            || w.skip as usize != start.skip
-            || w.bp.is_some_and(|bp| bp != start.bp)
-        {
-            return None;
-        }
-        let range = |(a, b): (u32, u32)| a as usize..b as usize;
-        // Innermost first: a different stack differs there.
-        let reads = self.reads.get(range(w.at.reads))?;
-        if !reads.is_empty() {
-            if w.span.0 < stack.0 || w.span.1 > stack.1 {
-                return None;
+        'tags: for tag in self.expect {
+            let Some(at) = self.find(tag) else {
+                continue;
+            };
+            let w = self.walks.get(at)?;
+            if w.tables != tables
+                || w.key != start.key
+                || w.sp != start.sp
+                || w.skip as usize != start.skip
+                || w.bp.is_some_and(|bp| bp != start.bp)
+            {
+                continue;
             }
-            // SAFETY: every address read lies in `stack`, inside the
-            // thread's own stack mapping (checked just above), which stays
-            // mapped while the thread runs.
-            let word = |a: u64| unsafe { (a as *const u64).read_unaligned() };
-            // Eight words at a time, without a branch per word: once
-            // expected, a walk rarely differs, and then within eight words.
-            for chunk in reads.chunks(8) {
-                if chunk.iter().fold(0, |d, &(a, v)| d | (word(a) ^ v)) != 0 {
-                    return None;
+            // Innermost first: a different stack differs there.
+            let reads = self.reads.get(range(w.at.reads))?;
+            if !reads.is_empty() {
+                if w.span.0 < stack.0 || w.span.1 > stack.1 {
+                    continue;
+                }
+                // SAFETY: every address read lies in `stack`, inside the
+                // thread's own stack mapping (checked just above), which
+                // stays mapped while the thread runs.
+                let word = |a: u64| unsafe { (a as *const u64).read_unaligned() };
+                // Eight words at a time, without a branch per word: once
+                // expected, a walk rarely differs, and then within eight.
+                for chunk in reads.chunks(8) {
+                    if chunk.iter().fold(0, |d, &(a, v)| d | (word(a) ^ v)) != 0 {
+                        continue 'tags;
+                    }
                 }
             }
+            let scans = self.scans.get(range(w.at.scans))?;
+            if !scans.iter().all(|s| s.unchanged(read, after_call)) {
+                continue;
+            }
+            self.taken_at = Some(at);
+            return Some(w.recovered);
         }
-        if !self
-            .scans
-            .get(range(w.at.scans))?
-            .iter()
-            .all(|s| s.unchanged(read, after_call))
-        {
-            return None;
-        }
-        self.taken_at = Some(at);
-        Some(w.recovered)
+        None
     }
 
     /// The tag of the walk the last [`Kept::take`] took.
