@@ -70,11 +70,13 @@ impl Builder {
             ),
             ActivityKind::Sync { sync_type, .. } => ("sync", self.name(sync_name(sync_type))),
         };
-        let mut args = vec![
-            ("correlation_id", Arg::Uint(u64::from(a.correlation_id))),
-            ("device", Arg::Uint(u64::from(a.device_key()))),
-            ("context", Arg::Uint(u64::from(a.context))),
-        ];
+        let mut args = vec![("correlation_id", Arg::Uint(u64::from(a.correlation_id)))];
+        // Work the input names no device for (some synchronizations) has no
+        // device argument, rather than `device_key`'s stand-in.
+        if let Some(d) = a.device {
+            args.push(("device", Arg::Uint(u64::from(d))));
+        }
+        args.push(("context", Arg::Uint(u64::from(a.context))));
         match a.kind {
             ActivityKind::Kernel {
                 grid, block, name, ..
