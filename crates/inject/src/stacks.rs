@@ -18,11 +18,10 @@
 //! A training step launches the same sequence of stacks step after step, each
 //! rarely the one before: each thread expects one of the last two stacks
 //! that followed its last eight (else the one that followed its last two)
-//! when they came, and the
-//! unwinder keeps, under each stack id, the walk and capture that made it
-//! (`gpuperf_unwind::Trail::keep_last`). The capture of the stack expected
-//! reads every stack word that walk read, and the Python frame chain's words,
-//! again; when all are the same it is that stack, known by its id without
+//! when they came, and the unwinder keeps, under each stack id, the walk and
+//! capture that made it (`gpuperf_unwind::Trail::keep_last`). The capture of
+//! the stack expected reads every stack word that walk read, and the Python
+//! frame chain's words, again; when all are the same it is that stack, known by its id without
 //! walking, merging, hashing or comparing (the log counts these captures);
 //! else it walks as follows, and its walk is kept under its id.
 //! Each thread keeps its last native walk (`gpuperf_unwind::Trail`): where the
@@ -622,8 +621,8 @@ impl Stacks {
         } = t;
         // The stacks expected next: the unwinder proves the walk kept for
         // one of them (and the capture made of it) unchanged instead of
-        // walking, or walks. A module newly hidden changes the id of the same frames:
-        // what was kept under the old ids is dropped.
+        // walking, or walks. A module newly hidden changes the id of the
+        // same frames: what was kept under the old ids is dropped.
         let classified = self.classified_count.load(Relaxed);
         if scratch.kept_classified != classified {
             trail.forget_kept();
