@@ -6,7 +6,10 @@ autocast, the dispatcher, autograd) at its real depth.
 
 Runs WARMUP untimed steps, then STEPS timed ones, synchronized at the end.
 Prints "steps S cpu_per_step_us C wall_per_step_us W": C is the CPU time of
-the whole process (every thread) over the timed steps, per step.
+the whole process (every thread) over the timed steps, per step; then
+"timed_window A B": when the timed steps began and ended, in seconds of
+CLOCK_MONOTONIC (the clock `perf record -k CLOCK_MONOTONIC` stamps samples
+with).
 usage: python3 hf_train.py WARMUP STEPS"""
 import os
 import sys
@@ -43,10 +46,13 @@ for _ in range(warmup):
 torch.cuda.synchronize()
 c = time.process_time()
 t = time.perf_counter()
+start = time.clock_gettime(time.CLOCK_MONOTONIC)
 for _ in range(steps):
     step()
 torch.cuda.synchronize()
 wall = time.perf_counter() - t
 cpu = time.process_time() - c
+end = time.clock_gettime(time.CLOCK_MONOTONIC)
 print("steps %d cpu_per_step_us %.1f wall_per_step_us %.1f"
       % (steps, cpu * 1e6 / max(steps, 1), wall * 1e6 / max(steps, 1)))
+print("timed_window %.6f %.6f" % (start, end))

@@ -3,15 +3,27 @@
 # injection library adds to each launch of a small Hugging Face model's
 # training loop (sim/bench/hf_train.py: GPT-2 from a config, bf16 autocast,
 # AdamW), the real code path of a training step at its real depth, where
-# sim/bench/stack_depth.sh runs a script of its shape. It runs, alternating,
-# RUNS times each: no injection; the injection library with stacks off (what
-# `gpuperf record --gpu-only` injects); with stacks on (what `gpuperf record`
-# injects); and, with BASELINE_INJECT set to another build of the library (e.g.
-# of main), that library with stacks on. Each run takes 3 untimed steps, then
-# STEPS timed ones. It prints the medians of the process's CPU time per step
-# (all its threads), what each variant adds per stack capture (a launch, a copy
-# or a memset), and the captures per step and frames per capture, from the
-# library's log of two runs of different lengths.
+# sim/bench/stack_depth.sh runs a script of its shape. Its variants: no
+# injection (plain); the injection library with stacks off (gpuonly: what
+# `gpuperf record --gpu-only` injects); with stacks on (stacks: what `gpuperf
+# record` injects); and, with BASELINE_INJECT set to another build of the
+# library (e.g. of main), that library with stacks on (baseline). Each run
+# takes 3 untimed steps, then STEPS timed ones. It prints what each variant
+# adds per stack capture (a launch, a copy or a memset) to the process's CPU
+# time (all its threads), and the captures per step and frames per capture,
+# from the library's log of two runs of different lengths.
+#
+# Where the process may use two CPUs, the variants run in pairs, RUNS rounds:
+# gpuonly beside plain, stacks beside gpuonly, stacks beside baseline, the two
+# of a pair at once, one on each CPU (which one alternates from round to
+# round), and each pair's difference is taken within its round. A shared
+# machine's speed moves by tens of percent from minute to minute, which swamps
+# what a capture costs (a few percent of a step) in runs made one after
+# another; two runs made at once see the same minute. Where it may not (or
+# with PAIRED=0), the variants run one after another, alternating, and the
+# medians of each are compared. Every run has OMP_NUM_THREADS=1: the simulated
+# GPU runs no kernels, and OpenMP's idle workers spinning on another CPU would
+# otherwise add CPU time that moves with the machine's load.
 #
 # The simulated driver's callback path has no unwind tables unless OUTDIR was
 # built with GPUSIM_DISPATCH_UNWIND=1 (sim/build.sh): every stack then crosses
@@ -39,18 +51,23 @@
 # than the difference of two runs' CPU times. It leaves out what the capture
 # calls in libc (on its usual path, dl_iterate_phdr for the loader's counters:
 # about 10 ns a call with its lines in cache) and what the captures cost the
-# rest of the program (cache lines evicted), which only the difference shows.
+# rest of the program (cache lines evicted), which only the difference shows:
+# so PERF=1 also runs PERF_RUNS pairs of gpuonly and stacks at once (as above)
+# under perf, and splits what stacks add to the timed steps by the object whose
+# code the samples fell in: the library's own code, and the program's code
+# slowed down (by the cache lines the captures evict).
 #
 # usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]  (RUNS=0: IR=1 or PERF=1 only)
 #        (PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and transformers,
 #        default python3; INJECT=the injection library, default
 #        target/release/libgpuperf_inject.so; BASELINE_INJECT=a library to
 #        compare it with; IR=1, IR_STEPS=10; IR_VARIANTS="stacks ..." to count
-#        only some variants; PERF=1, PERF_RUNS=3, PERF_STEPS=1000)
+#        only some variants; PERF=1, PERF_RUNS=3, PERF_STEPS=1000;
+#        PAIRED=0 for runs one after another)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]}
 runs=${2:-5}
-steps=${3:-20}
+steps=${3:-200}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 inject=${INJECT:-$repo/target/release/libgpuperf_inject.so}
 baseline=${BASELINE_INJECT:-}
@@ -61,6 +78,8 @@ export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 script=$repo/sim/bench/hf_train.py
 [ -f "$inject" ] || { echo "hf_train.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }
 [ -z "$baseline" ] || [ -f "$baseline" ] || { echo "hf_train.sh: BASELINE_INJECT=$baseline is not a file" >&2; exit 2; }
+# See above: the same in every variant.
+export OMP_NUM_THREADS=1
 "$python" -c 'import torch, transformers' 2> /dev/null || { echo "hf_train.sh: $python lacks torch or transformers (set PYTHON)" >&2; exit 2; }
 ir=${IR:-0}
 ir_steps=${IR_STEPS:-10}
@@ -68,6 +87,10 @@ sample=${PERF:-0}
 sample_runs=${PERF_RUNS:-3}
 sample_steps=${PERF_STEPS:-1000}
 [ "$sample" != 1 ] || command -v perf > /dev/null || { echo "hf_train.sh: PERF=1 needs perf on PATH" >&2; exit 2; }
+# The first two CPUs the process may use, for paired runs.
+read -r -a cpus <<< "$("$python" -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')"
+paired=${PAIRED:-1}
+[ "${#cpus[@]}" -ge 2 ] && command -v taskset > /dev/null || paired=0
 if [ "$ir" = 1 ]; then
     for t in valgrind callgrind_annotate; do
         command -v "$t" > /dev/null || { echo "hf_train.sh: IR=1 needs $t (valgrind, for callgrind) on PATH" >&2; exit 2; }
@@ -85,6 +108,43 @@ run() {
         sed -n 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p'
 }
 taken() { sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$work/log" | head -1; }
+
+# pinned CPU VARIANT STEPS [PERF_DATA]: one run on CPU alone, with a scratch
+# directory of its own (two run at once); prints the CPU us per step; with
+# PERF_DATA, under perf (samples stamped with CLOCK_MONOTONIC), then the timed
+# steps' window ("START END", seconds).
+pinned() {
+    local work=$work/cpu$1
+    mkdir -p "$work"
+    in_variant "$2" taskset -c "$1" bash "$repo/sim/run.sh" "$out" -- \
+        ${4:+perf record -q -e cpu-clock -F 2000 -k CLOCK_MONOTONIC -o "$4"} \
+        "$python" "$script" 3 "$3" 2> "$work/stderr" |
+        sed -n -e 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p' -e "${4:+s/^timed_window //p}"
+}
+
+# pair X Y ROUND STEPS [PERF_DIR]: X and Y at once, each on one of the two
+# CPUs (which one alternates with ROUND); prints "X_US Y_US": each one's CPU
+# us per step. With PERF_DIR, under perf (PERF_DIR/X.data and Y.data), and
+# then prints each one's timed window on a line.
+pair() {
+    local a=${cpus[$3 % 2]} b=${cpus[1 - $3 % 2]} pa pb ra=0 rb=0 lines=1
+    [ -z "${5:-}" ] || lines=2
+    pinned "$a" "$1" "$4" ${5:+"$5/$1.data"} > "$work/pair.x" &
+    pa=$!
+    pinned "$b" "$2" "$4" ${5:+"$5/$2.data"} > "$work/pair.y" &
+    pb=$!
+    wait "$pa" || ra=$?
+    wait "$pb" || rb=$?
+    [ "$ra" = 0 ] && [ "$rb" = 0 ] && [ "$(wc -l < "$work/pair.x")" = "$lines" ] &&
+        [ "$(wc -l < "$work/pair.y")" = "$lines" ] || {
+        echo "hf_train.sh: a paired run of $1 and $2 failed:" >&2
+        tail -n 20 "$work/cpu$a/stderr" "$work/cpu$b/stderr" >&2
+        exit 1
+    }
+    head -1 "$work/pair.x" | tr '\n' ' '
+    head -1 "$work/pair.y"
+    [ "$lines" = 1 ] || { sed -n 2p "$work/pair.x" && sed -n 2p "$work/pair.y"; }
+}
 
 # The functions whose inclusive instructions IR=1 gives per capture, and their
 # names in its output.
@@ -166,12 +226,38 @@ per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 [ "$per_step" != "0.0" ] || { echo "hf_train.sh: no stacks counted in the library's log" >&2; exit 1; }
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
-timing="$steps timed steps per run, $runs runs of each variant alternating (medians of the process's CPU time)"
+# per_cap A B: (B - A) us per step, in ns per capture.
+per_cap() { awk -v a="$1" -v b="$2" -v n="$per_step" 'BEGIN { printf "%+.0f\n", (b - a) * 1000 / n }'; }
+# The pairs run, "X:Y" each (Y's cost over X's).
+pairs="plain:gpuonly gpuonly:stacks${baseline:+ baseline:stacks}"
+if [ "$paired" = 1 ]; then
+    timing="$steps timed steps per run, $runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]} (medians of the differences of the process's CPU time within each pair)"
+else
+    timing="$steps timed steps per run, $runs runs of each variant alternating, one after another (medians of the process's CPU time)"
+fi
 [ "$runs" -gt 0 ] || timing="no CPU time runs"
 echo "Hugging Face GPT-2 training steps on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $timing ($("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "  $per_step stack captures per step, $depth frames per capture$whole"
-if [ "$runs" -gt 0 ]; then
-    # RUNS=0: no CPU time runs (for IR=1 or PERF=1 alone).
+if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
+    for v in $variants; do : > "$work/$v"; done
+    for p in $pairs; do : > "$work/diff.$p"; done
+    for r in $(seq "$runs"); do
+        for p in $pairs; do
+            read -r tx ty <<< "$(pair "${p%:*}" "${p#*:}" "$r" "$steps")"
+            echo "$tx" >> "$work/${p%:*}"
+            echo "$ty" >> "$work/${p#*:}"
+            per_cap "$tx" "$ty" >> "$work/diff.$p"
+        done
+    done
+    line="  per step (medians of every run of each): "
+    for v in $variants; do line="$line$v $(median < "$work/$v") us, "; done
+    echo "${line%, }"
+    for p in $pairs; do
+        echo "  ${p#*:} over ${p%:*}: $(median < "$work/diff.$p") ns per capture (median; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'))"
+    done
+    echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
+    echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
+elif [ "$runs" -gt 0 ]; then
     for v in $variants; do : > "$work/$v"; done
     for _ in $(seq "$runs"); do
         for v in $variants; do run "$v" "$steps" >> "$work/$v"; done
@@ -182,8 +268,8 @@ if [ "$runs" -gt 0 ]; then
     for v in $variants; do
         [ "$v" = plain ] && continue
         m=$(median < "$work/$v")
-        line="$line, $v $m us (+$(awk -v a="$p" -v b="$m" -v n="$per_step" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }') ns per capture"
-        [ "$v" = gpuonly ] || line="$line, +$(awk -v a="$g" -v b="$m" -v n="$per_step" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }') over gpuonly"
+        line="$line, $v $m us ($(per_cap "$p" "$m") ns per capture"
+        [ "$v" = gpuonly ] || line="$line, $(per_cap "$g" "$m") over gpuonly"
         line="$line)"
     done
     echo "$line"
@@ -219,6 +305,40 @@ if [ "$sample" = 1 ]; then
     for v in $sample_list; do
         echo "    $v: median $(cut -d' ' -f1 "$work/perf.$v" | median) ns per capture (runs: $(awk '{ printf "%s%s ns (%s samples, %s captures)", (NR > 1 ? ", " : ""), $1, $2, $3 }' "$work/perf.$v"))"
     done
+fi
+
+# by_object PERF_DATA "START END": "OBJECT SAMPLES" for each object the
+# samples within START to END (seconds, as the timestamps) fell in.
+by_object() {
+    perf report -i "$1" --time "${2/ /,}" -g none --no-children --sort dso -F sample,dso --stdio 2> /dev/null |
+        awk 'NF == 2 && $1 ~ /^[0-9]+$/ { print $2, $1 }'
+}
+if [ "$sample" = 1 ] && [ "$paired" = 1 ]; then
+    d=$work/objects
+    mkdir -p "$d"
+    : > "$d/gpuonly"
+    : > "$d/stacks"
+    : > "$d/cpu"
+    for r in $(seq "$sample_runs"); do
+        { read -r tx ty; read -r wx; read -r wy; } <<< "$(pair gpuonly stacks "$r" "$sample_steps" "$d")"
+        by_object "$d/gpuonly.data" "$wx" >> "$d/gpuonly"
+        by_object "$d/stacks.data" "$wy" >> "$d/stacks"
+        per_cap "$tx" "$ty" >> "$d/cpu"
+    done
+    # A sample at 2 kHz is 500 us of CPU time.
+    echo "  what stacks add to the timed steps, by the object the CPU time was spent in (perf's cpu-clock samples at 2 kHz; $sample_runs rounds of gpuonly and stacks at once, $sample_steps timed steps each; ns per capture, all rounds' samples over all their captures):"
+    awk -v lib="$(basename "$inject")" -v caps="$(awk -v n="$per_step" -v s="$sample_steps" -v r="$sample_runs" 'BEGIN { print n * s * r }')" '
+        FNR == 1 { f++ }
+        { n[$1, f] += $2; o[$1] = 1 }
+        END {
+            for (k in o) { d = (n[k, 2] - n[k, 1]) * 500000 / caps; all += d; if (k == lib) own = d; else if (d >= 50 || d <= -50) big[k] = d; else rest += d }
+            line = sprintf("    the library %+.0f; other objects:", own)
+            while (1) { m = ""; for (k in big) if (m == "" || big[k] > big[m]) m = k; if (m == "") break; line = line sprintf(" %s %+.0f,", m, big[m]); slow += big[m]; delete big[m] }
+            printf "%s the rest %+.0f (other objects %+.0f in all); in all %+.0f\n", line, rest, slow + rest, all
+        }' "$d/gpuonly" "$d/stacks"
+    echo "    the same runs' CPU time: median $(median < "$d/cpu") ns per capture (rounds: $(tr '\n' ' ' < "$d/cpu" | sed 's/ $//'))"
+elif [ "$sample" = 1 ]; then
+    echo "  (no split of what stacks add by object: it runs gpuonly and stacks at once, on two CPUs, and this process may use one, or PAIRED=0)"
 fi
 
 [ "$ir" = 1 ] || exit 0
