@@ -87,10 +87,6 @@ sample=${PERF:-0}
 sample_runs=${PERF_RUNS:-3}
 sample_steps=${PERF_STEPS:-1000}
 [ "$sample" != 1 ] || command -v perf > /dev/null || { echo "hf_train.sh: PERF=1 needs perf on PATH" >&2; exit 2; }
-# The first two CPUs the process may use, for paired runs.
-read -r -a cpus <<< "$("$python" -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')"
-paired=${PAIRED:-1}
-[ "${#cpus[@]}" -ge 2 ] && command -v taskset > /dev/null || paired=0
 if [ "$ir" = 1 ]; then
     for t in valgrind callgrind_annotate; do
         command -v "$t" > /dev/null || { echo "hf_train.sh: IR=1 needs $t (valgrind, for callgrind) on PATH" >&2; exit 2; }
@@ -101,49 +97,35 @@ trap 'rm -rf "$work"' EXIT
 
 . "$repo/sim/bench/variant.sh"
 
-# run VARIANT STEPS: one run; prints the CPU us per step. The library's log is
-# left in $work/log.
+# run VARIANT STEPS [PERF_DATA]: one run; prints the CPU us per step; with
+# PERF_DATA, under perf (samples stamped with CLOCK_MONOTONIC), then the
+# timed steps' window ("START END", seconds). The library's log is left in
+# $work/log, the run's stderr in $work/stderr.
 run() {
-    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- "$python" "$script" 3 "$2" 2> /dev/null |
-        sed -n 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p'
+    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- \
+        ${3:+perf record -q -e cpu-clock -F 2000 -k CLOCK_MONOTONIC -o "$3"} \
+        "$python" "$script" 3 "$2" 2> "$work/stderr" |
+        sed -n -e 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p' -e "${3:+s/^timed_window //p}"
 }
 taken() { sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$work/log" | head -1; }
 
-# pinned CPU VARIANT STEPS [PERF_DATA]: one run on CPU alone, with a scratch
-# directory of its own (two run at once); prints the CPU us per step; with
-# PERF_DATA, under perf (samples stamped with CLOCK_MONOTONIC), then the timed
-# steps' window ("START END", seconds).
-pinned() {
-    local work=$work/cpu$1
-    mkdir -p "$work"
-    in_variant "$2" taskset -c "$1" bash "$repo/sim/run.sh" "$out" -- \
-        ${4:+perf record -q -e cpu-clock -F 2000 -k CLOCK_MONOTONIC -o "$4"} \
-        "$python" "$script" 3 "$3" 2> "$work/stderr" |
-        sed -n -e 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p' -e "${4:+s/^timed_window //p}"
-}
-
-# pair X Y ROUND STEPS [PERF_DIR]: X and Y at once, each on one of the two
-# CPUs (which one alternates with ROUND); prints "X_US Y_US": each one's CPU
-# us per step. With PERF_DIR, under perf (PERF_DIR/X.data and Y.data), and
-# then prints each one's timed window on a line.
+# pair X Y ROUND STEPS [PERF_DIR]: a run of X and one of Y at once (see
+# at_once); writes "X_US Y_US", each one's CPU us per step, to $work/pair.
+# With PERF_DIR, under perf (PERF_DIR/X.data and Y.data), and then each one's
+# timed window on a line.
 pair() {
-    local a=${cpus[$3 % 2]} b=${cpus[1 - $3 % 2]} pa pb ra=0 rb=0 lines=1
+    local lines=1
     [ -z "${5:-}" ] || lines=2
-    pinned "$a" "$1" "$4" ${5:+"$5/$1.data"} > "$work/pair.x" &
-    pa=$!
-    pinned "$b" "$2" "$4" ${5:+"$5/$2.data"} > "$work/pair.y" &
-    pb=$!
-    wait "$pa" || ra=$?
-    wait "$pb" || rb=$?
-    [ "$ra" = 0 ] && [ "$rb" = 0 ] && [ "$(wc -l < "$work/pair.x")" = "$lines" ] &&
-        [ "$(wc -l < "$work/pair.y")" = "$lines" ] || {
-        echo "hf_train.sh: a paired run of $1 and $2 failed:" >&2
-        tail -n 20 "$work/cpu$a/stderr" "$work/cpu$b/stderr" >&2
+    at_once "$3" "$work/pair.x" "$work/pair.y" -- run "$1" "$4" ${5:+"$5/$1.data"} -- run "$2" "$4" ${5:+"$5/$2.data"}
+    [ "$(wc -l < "$work/pair.x")" = "$lines" ] && [ "$(wc -l < "$work/pair.y")" = "$lines" ] || {
+        echo "hf_train.sh: a paired run of $1 and $2 printed no CPU time" >&2
         exit 1
     }
-    head -1 "$work/pair.x" | tr '\n' ' '
-    head -1 "$work/pair.y"
-    [ "$lines" = 1 ] || { sed -n 2p "$work/pair.x" && sed -n 2p "$work/pair.y"; }
+    {
+        head -1 "$work/pair.x" | tr '\n' ' '
+        head -1 "$work/pair.y"
+        [ "$lines" = 1 ] || { sed -n 2p "$work/pair.x" && sed -n 2p "$work/pair.y"; }
+    } > "$work/pair"
 }
 
 # The functions whose inclusive instructions IR=1 gives per capture, and their
@@ -243,7 +225,8 @@ if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
     for p in $pairs; do : > "$work/diff.$p"; done
     for r in $(seq "$runs"); do
         for p in $pairs; do
-            read -r tx ty <<< "$(pair "${p%:*}" "${p#*:}" "$r" "$steps")"
+            pair "${p%:*}" "${p#*:}" "$r" "$steps"
+            read -r tx ty < "$work/pair"
             echo "$tx" >> "$work/${p%:*}"
             echo "$ty" >> "$work/${p#*:}"
             per_cap "$tx" "$ty" >> "$work/diff.$p"
@@ -253,7 +236,7 @@ if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
     for v in $variants; do line="$line$v $(median < "$work/$v") us, "; done
     echo "${line%, }"
     for p in $pairs; do
-        echo "  ${p#*:} over ${p%:*}: $(median < "$work/diff.$p") ns per capture (median; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'))"
+        echo "  ${p#*:} over ${p%:*}: $(median < "$work/diff.$p" | awk '{ printf "%+.0f", $1 }') ns per capture (median; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'))"
     done
     echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
     echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -320,7 +303,8 @@ if [ "$sample" = 1 ] && [ "$paired" = 1 ]; then
     : > "$d/stacks"
     : > "$d/cpu"
     for r in $(seq "$sample_runs"); do
-        { read -r tx ty; read -r wx; read -r wy; } <<< "$(pair gpuonly stacks "$r" "$sample_steps" "$d")"
+        pair gpuonly stacks "$r" "$sample_steps" "$d"
+        { read -r tx ty && read -r wx && read -r wy; } < "$work/pair"
         by_object "$d/gpuonly.data" "$wx" >> "$d/gpuonly"
         by_object "$d/stacks.data" "$wy" >> "$d/stacks"
         per_cap "$tx" "$ty" >> "$d/cpu"
@@ -336,7 +320,7 @@ if [ "$sample" = 1 ] && [ "$paired" = 1 ]; then
             while (1) { m = ""; for (k in big) if (m == "" || big[k] > big[m]) m = k; if (m == "") break; line = line sprintf(" %s %+.0f,", m, big[m]); slow += big[m]; delete big[m] }
             printf "%s the rest %+.0f (other objects %+.0f in all); in all %+.0f\n", line, rest, slow + rest, all
         }' "$d/gpuonly" "$d/stacks"
-    echo "    the same runs' CPU time: median $(median < "$d/cpu") ns per capture (rounds: $(tr '\n' ' ' < "$d/cpu" | sed 's/ $//'))"
+    echo "    the same runs' CPU time: median $(median < "$d/cpu" | awk '{ printf "%+.0f", $1 }') ns per capture (rounds: $(tr '\n' ' ' < "$d/cpu" | sed 's/ $//'))"
 elif [ "$sample" = 1 ]; then
     echo "  (no split of what stacks add by object: it runs gpuonly and stacks at once, on two CPUs, and this process may use one, or PAIRED=0)"
 fi

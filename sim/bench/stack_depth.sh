@@ -4,11 +4,15 @@
 # (sim/bench/stack_depth.py: empty-kernel launches through ctypes at the bottom
 # of nested Python functions, some of them calling the next through a C
 # builtin, so that native interpreter frames lie between the Python frames as in
-# a PyTorch model). For each case it runs, alternating, RUNS times each: no
-# injection; the injection library with stacks off (what `gpuperf record
-# --gpu-only` injects); with stacks on (what `gpuperf record` injects); and,
-# with BASELINE_INJECT set to another build of the library (e.g. of main), that
-# library with stacks on. It prints the medians of the process's CPU time per
+# a PyTorch model). For each case its variants are: no injection; the
+# injection library with stacks off (what `gpuperf record --gpu-only`
+# injects); with stacks on (what `gpuperf record` injects); and, with
+# BASELINE_INJECT set to another build of the library (e.g. of main), that
+# library with stacks on. Where the process may use two CPUs, RUNS rounds of
+# pairs run at once, one on each CPU (gpuonly beside plain, stacks beside
+# gpuonly, stacks beside baseline; see variant.sh), and each pair's
+# difference is taken within its round; else (or with PAIRED=0) RUNS runs of
+# each, alternating. It prints the medians of the process's CPU time per
 # launch (all its threads; unlike the wall time it does not count waiting for a
 # CPU on a busy machine), what stacks add, the depth of the recorded stack
 # (frames kept per capture, from the library's log) and the share of captures
@@ -32,7 +36,8 @@
 #        (INJECT=the injection library, default target/release/libgpuperf_inject.so;
 #        BASELINE_INJECT=a library to compare it with; PYTHON=a CPython 3.10-3.13,
 #        default python3; CASES="30:3 10:3 ..." to choose the cases; IR=1,
-#        IR_LAUNCHES=2000; MEMORY=0 skips the 1 M launch run)
+#        IR_LAUNCHES=2000; MEMORY=0 skips the 1 M launch run; PAIRED=0 for
+#        runs one after another)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/stack_depth.sh OUTDIR [RUNS [LAUNCHES]]}
 runs=${2:-5}
@@ -55,7 +60,7 @@ trap 'rm -rf "$work"' EXIT
 
 # run VARIANT PYFRAMES HOP LAUNCHES: one run; prints the CPU us per launch.
 run() {
-    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- "$python" "$script" "$2" "$3" "$4" |
+    in_variant "$1" bash "$repo/sim/run.sh" "$out" -- "$python" "$script" "$2" "$3" "$4" 2> "$work/stderr" |
         sed -n 's/.* cpu_per_launch_us \([0-9.]*\) .*/\1/p'
     if [ "$1" = stacks ] || [ "$1" = baseline ]; then
         # The log's lines start with the library's name and the pid.
@@ -91,13 +96,32 @@ ir() {
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
 run plain 3 0 1000 > /dev/null # builds OUTDIR if needed, warms the page cache
-echo "launch-bound loop on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $launches launches per run, $runs runs of each variant alternating (medians of the process's CPU time per launch; $("$python" -c 'import platform; print("CPython", platform.python_version())'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
+# The pairs run, "X:Y" each (Y's cost over X's).
+pairs="plain:gpuonly gpuonly:stacks${baseline:+ baseline:stacks}"
+how="$runs runs of each variant alternating"
+[ "$paired" = 0 ] || how="$runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]}, the differences taken within each pair"
+echo "launch-bound loop on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $launches launches per run, $how (medians of the process's CPU time per launch; $("$python" -c 'import platform; print("CPython", platform.python_version())'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
 for c in $cases; do
     py=${c%%:*}
     hop=${c##*:}
     for v in $variants; do : > "$work/$v"; done
-    for _ in $(seq "$runs"); do
-        for v in $variants; do run "$v" "$py" "$hop" "$launches" >> "$work/$v"; done
+    for p in $pairs; do : > "$work/diff.$p"; done
+    for r in $(seq "$runs"); do
+        if [ "$paired" = 0 ]; then
+            for v in $variants; do run "$v" "$py" "$hop" "$launches" >> "$work/$v"; done
+            continue
+        fi
+        for p in $pairs; do
+            x=${p%:*}
+            y=${p#*:}
+            at_once "$r" "$work/x" "$work/y" -- run "$x" "$py" "$hop" "$launches" -- run "$y" "$py" "$hop" "$launches"
+            # Each run left its log's stacks line in its own directory.
+            cp "$work"/cpu*/stacks.* "$work/" 2> /dev/null || true
+            [ -s "$work/x" ] && [ -s "$work/y" ] || { echo "stack_depth.sh: a paired run of $x and $y printed no CPU time" >&2; exit 1; }
+            cat "$work/x" >> "$work/$x"
+            cat "$work/y" >> "$work/$y"
+            awk -v a="$(cat "$work/x")" -v b="$(cat "$work/y")" 'BEGIN { printf "%+.0f\n", (b - a) * 1000 }' >> "$work/diff.$p"
+        done
     done
     p=$(median < "$work/plain")
     line="  $py Python frames (hop $hop), $(depth stacks) frames per stack:"
@@ -107,6 +131,11 @@ for c in $cases; do
         [ "$v" = plain ] || line="$line (+$(awk -v a="$p" -v b="$m" 'BEGIN { printf "%.0f", (b - a) * 1000 }') ns)"
     done
     echo "$line; reused part of the last capture: $(reused stacks)${baseline:+ (baseline: $(reused baseline))}"
+    if [ "$paired" = 1 ]; then
+        line="    within each pair:"
+        for p in $pairs; do line="$line ${p#*:} over ${p%:*} $(median < "$work/diff.$p" | awk '{ printf "%+.0f", $1 }') ns ($(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'));"; done
+        echo "${line%;}"
+    fi
     echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
     if [ "${IR:-0}" = 1 ]; then
         n=${IR_LAUNCHES:-2000}

@@ -1,7 +1,51 @@
 # Sourced by the stack benchmarks (stack_depth.sh, hf_train.sh): what each
-# variant of a run injects, and the median of a column of numbers.
+# variant of a run injects, how two runs are made at once, and the median of a
+# column of numbers.
 # Needs: inject (the library), baseline (another build, may be empty), out (the
-# simulated runtime's directory), work (a scratch directory).
+# simulated runtime's directory), work (a scratch directory), python.
+
+# The first two CPUs the process may use, and whether runs are made in pairs
+# at once, one on each (PAIRED=0: never). A shared machine's speed moves by
+# tens of percent from minute to minute, more than a capture costs in runs
+# made one after another; two runs made at once see the same minute.
+read -r -a cpus <<< "$("$python" -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')"
+paired=${PAIRED:-1}
+[ "${#cpus[@]}" -ge 2 ] && command -v taskset > /dev/null || paired=0
+
+# at_once ROUND OUT_X OUT_Y -- COMMAND_X... -- COMMAND_Y...: runs the two
+# commands (a function and its arguments) at once, each pinned to one of the
+# two CPUs (which one alternates with ROUND; children inherit it) and with a
+# scratch directory of its own ($work/cpuN, as $work), their outputs in OUT_X
+# and OUT_Y. Fails, with both runs' stderr, when one fails.
+at_once() {
+    local round=$1 ox=$2 oy=$3 a b pa pb ra=0 rb=0 x=() y=()
+    shift 4
+    while [ "$1" != -- ]; do x+=("$1"); shift; done
+    shift
+    y=("$@")
+    a=${cpus[$round % 2]}
+    b=${cpus[1 - round % 2]}
+    on_cpu "$a" "${x[@]}" > "$ox" &
+    pa=$!
+    on_cpu "$b" "${y[@]}" > "$oy" &
+    pb=$!
+    wait "$pa" || ra=$?
+    wait "$pb" || rb=$?
+    [ "$ra" = 0 ] && [ "$rb" = 0 ] || {
+        echo "a paired run failed (${x[*]} / ${y[*]}):" >&2
+        tail -n 20 "$work/cpu$a/stderr" "$work/cpu$b/stderr" >&2
+        return 1
+    }
+}
+# on_cpu CPU COMMAND...: COMMAND pinned to CPU, in $work/cpuCPU as $work, its
+# stderr in that directory's stderr.
+on_cpu() {
+    local work=$work/cpu$1
+    mkdir -p "$work"
+    taskset -cp "$1" "$BASHPID" > /dev/null
+    shift
+    "$@" 2> "$work/stderr"
+}
 
 # in_variant VARIANT COMMAND [ARGS...]: runs COMMAND as the variant has it:
 # plain (no injection), gpuonly (the library, stacks off: `--gpu-only`), stacks
