@@ -115,8 +115,11 @@ for c in $cases; do
             x=${p%:*}
             y=${p#*:}
             at_once "$r" "$work/x" "$work/y" -- run "$x" "$py" "$hop" "$launches" -- run "$y" "$py" "$hop" "$launches"
-            # Each run left its log's stacks line in its own directory.
-            cp "$work"/cpu*/stacks.* "$work/" 2> /dev/null || true
+            # Each run left its log's stacks line in its own directory: moved,
+            # so that none is read again for a later case.
+            for f in "$work"/cpu*/stacks.*; do
+                [ ! -e "$f" ] || mv -f "$f" "$work/"
+            done
             [ -s "$work/x" ] && [ -s "$work/y" ] || { echo "stack_depth.sh: a paired run of $x and $y printed no CPU time" >&2; exit 1; }
             cat "$work/x" >> "$work/$x"
             cat "$work/y" >> "$work/$y"
