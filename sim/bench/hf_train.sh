@@ -210,8 +210,6 @@ per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 variants="plain gpuonly stacks${baseline:+ baseline}"
 # per_cap A B: (B - A) us per step, in ns per capture.
 per_cap() { awk -v a="$1" -v b="$2" -v n="$per_step" 'BEGIN { printf "%+.0f\n", (b - a) * 1000 / n }'; }
-# The pairs run, "X:Y" each (Y's cost over X's).
-pairs="plain:gpuonly gpuonly:stacks${baseline:+ baseline:stacks}"
 if [ "$paired" = 1 ]; then
     timing="$steps timed steps per run, $runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]} (medians of the differences of the process's CPU time within each pair)"
 else
@@ -236,7 +234,7 @@ if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
     for v in $variants; do line="$line$v $(median < "$work/$v") us, "; done
     echo "${line%, }"
     for p in $pairs; do
-        echo "  ${p#*:} over ${p%:*}: $(median < "$work/diff.$p" | awk '{ printf "%+.0f", $1 }') ns per capture (median; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'))"
+        echo "  ${p#*:} over ${p%:*}: $(signed_median < "$work/diff.$p") ns per capture (median; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'))"
     done
     echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
     echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -320,7 +318,7 @@ if [ "$sample" = 1 ] && [ "$paired" = 1 ]; then
             while (1) { m = ""; for (k in big) if (m == "" || big[k] > big[m]) m = k; if (m == "") break; line = line sprintf(" %s %+.0f,", m, big[m]); slow += big[m]; delete big[m] }
             printf "%s the rest %+.0f (other objects %+.0f in all); in all %+.0f\n", line, rest, slow + rest, all
         }' "$d/gpuonly" "$d/stacks"
-    echo "    the same runs' CPU time: median $(median < "$d/cpu" | awk '{ printf "%+.0f", $1 }') ns per capture (rounds: $(tr '\n' ' ' < "$d/cpu" | sed 's/ $//'))"
+    echo "    the same runs' CPU time: median $(signed_median < "$d/cpu") ns per capture (rounds: $(tr '\n' ' ' < "$d/cpu" | sed 's/ $//'))"
 elif [ "$sample" = 1 ]; then
     echo "  (no split of what stacks add by object: it runs gpuonly and stacks at once, on two CPUs, and this process may use one, or PAIRED=0)"
 fi

@@ -96,8 +96,6 @@ ir() {
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
 run plain 3 0 1000 > /dev/null # builds OUTDIR if needed, warms the page cache
-# The pairs run, "X:Y" each (Y's cost over X's).
-pairs="plain:gpuonly gpuonly:stacks${baseline:+ baseline:stacks}"
 how="$runs runs of each variant alternating"
 [ "$paired" = 0 ] || how="$runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]}, the differences taken within each pair"
 echo "launch-bound loop on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $launches launches per run, $how (medians of the process's CPU time per launch; $("$python" -c 'import platform; print("CPython", platform.python_version())'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -136,7 +134,7 @@ for c in $cases; do
     echo "$line; reused part of the last capture: $(reused stacks)${baseline:+ (baseline: $(reused baseline))}"
     if [ "$paired" = 1 ]; then
         line="    within each pair:"
-        for p in $pairs; do line="$line ${p#*:} over ${p%:*} $(median < "$work/diff.$p" | awk '{ printf "%+.0f", $1 }') ns ($(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'));"; done
+        for p in $pairs; do line="$line ${p#*:} over ${p%:*} $(signed_median < "$work/diff.$p") ns ($(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'));"; done
         echo "${line%;}"
     fi
     echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"

@@ -16,7 +16,8 @@ paired=${PAIRED:-1}
 # commands (a function and its arguments) at once, each pinned to one of the
 # two CPUs (which one alternates with ROUND; children inherit it) and with a
 # scratch directory of its own ($work/cpuN, as $work), their outputs in OUT_X
-# and OUT_Y. Fails, with both runs' stderr, when one fails.
+# and OUT_Y. Fails, with the stderr each command left in its directory's
+# stderr file, when one fails.
 at_once() {
     local round=$1 ox=$2 oy=$3 a b pa pb ra=0 rb=0 x=() y=()
     shift 4
@@ -37,15 +38,17 @@ at_once() {
         return 1
     }
 }
-# on_cpu CPU COMMAND...: COMMAND pinned to CPU, in $work/cpuCPU as $work, its
-# stderr in that directory's stderr.
+# on_cpu CPU COMMAND...: COMMAND pinned to CPU, in $work/cpuCPU as $work.
 on_cpu() {
     local work=$work/cpu$1
     mkdir -p "$work"
     taskset -cp "$1" "$BASHPID" > /dev/null
     shift
-    "$@" 2> "$work/stderr"
+    "$@"
 }
+
+# The pairs of variants run at once, "X:Y" each (Y's cost over X's).
+pairs="plain:gpuonly gpuonly:stacks${baseline:+ baseline:stacks}"
 
 # in_variant VARIANT COMMAND [ARGS...]: runs COMMAND as the variant has it:
 # plain (no injection), gpuonly (the library, stacks off: `--gpu-only`), stacks
@@ -71,4 +74,6 @@ variant_lib() {
     esac
 }
 
+# signed_median: the median, rounded, with its sign.
+signed_median() { median | awk '{ printf "%+.0f", $1 }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
