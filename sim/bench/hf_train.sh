@@ -11,7 +11,20 @@
 # takes 3 untimed steps, then STEPS timed ones. It prints what each variant
 # adds per stack capture (a launch, a copy or a memset) to the process's CPU
 # time (all its threads), and the captures per step and frames per capture,
-# from the library's log of two runs of different lengths.
+# from the library's log of two runs of different lengths. It prints too the
+# throughput each variant loses against the other of its pair, in percent:
+# steps per second of wall time, and per CPU-second. Where other processes
+# share the CPUs, a run's wall time holds the time they took from it, which
+# the two of a pair need not share alike; its CPU time does not, and a loop
+# that keeps one CPU busy launching (as a decode loop does) loses, on a CPU of
+# its own, the throughput per CPU-second.
+#
+# With LOOP=decode it runs a decode loop instead (sim/bench/hf_decode.py: the
+# same GPT-2 in eval mode, greedy, one token at a time with its KV cache,
+# batch 1), where a step is a token and STEPS counts tokens: the launch-bound
+# loop whose lost throughput issue 35 bounds (at most 3 % for stacks). Its
+# pairs add stacks beside plain, so that what stacks cost in all is measured
+# within a pair too, not only as the sum of two.
 #
 # Where the process may use two CPUs, the variants run in pairs, RUNS rounds:
 # gpuonly beside plain, stacks beside gpuonly, stacks beside baseline, the two
@@ -58,8 +71,9 @@
 # slowed down (by the cache lines the captures evict).
 #
 # usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]  (RUNS=0: IR=1 or PERF=1 only)
-#        (PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and transformers,
-#        default python3; INJECT=the injection library, default
+#        (LOOP=train, default, or decode: STEPS are then tokens, default
+#        1500; PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and
+#        transformers, default python3; INJECT=the injection library, default
 #        target/release/libgpuperf_inject.so; BASELINE_INJECT=a library to
 #        compare it with; IR=1, IR_STEPS=10; IR_VARIANTS="stacks ..." to count
 #        only some variants; PERF=1, PERF_RUNS=3, PERF_STEPS=1000;
@@ -67,7 +81,12 @@
 set -euo pipefail
 out=${1:?usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]}
 runs=${2:-5}
-steps=${3:-200}
+loop=${LOOP:-train}
+case $loop in
+    train) steps=${3:-200} ;;
+    decode) steps=${3:-1500} ;;
+    *) echo "hf_train.sh: LOOP=$loop is neither train nor decode" >&2; exit 2 ;;
+esac
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 inject=${INJECT:-$repo/target/release/libgpuperf_inject.so}
 baseline=${BASELINE_INJECT:-}
@@ -75,7 +94,11 @@ python=${PYTHON:-python3}
 # One hash seed for every run: string hashing, and with it the interpreter's
 # work per step, otherwise differs from run to run.
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
-script=$repo/sim/bench/hf_train.py
+script=$repo/sim/bench/hf_$loop.py
+# What a step is, in the output.
+unit=step
+what="training steps"
+[ "$loop" = train ] || { unit=token; what="decode tokens (greedy, KV cache, batch 1)"; }
 [ -f "$inject" ] || { echo "hf_train.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }
 [ -z "$baseline" ] || [ -f "$baseline" ] || { echo "hf_train.sh: BASELINE_INJECT=$baseline is not a file" >&2; exit 2; }
 # See above: the same in every variant.
@@ -96,21 +119,25 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 . "$repo/sim/bench/variant.sh"
+# The decode loop's budget is for stacks against no injection: measured within
+# a pair of its own as well (see above).
+[ "$loop" = train ] || pairs="$pairs plain:stacks"
 
-# run VARIANT STEPS [PERF_DATA]: one run; prints the CPU us per step; with
-# PERF_DATA, under perf (samples stamped with CLOCK_MONOTONIC), then the
-# timed steps' window ("START END", seconds). The library's log is left in
+# run VARIANT STEPS [PERF_DATA]: one run; prints "CPU WALL", its CPU and wall
+# us per step; with PERF_DATA, under perf (samples stamped with
+# CLOCK_MONOTONIC), then the timed steps' window ("START END", seconds). The library's log is left in
 # $work/log, the run's stderr in $work/stderr.
 run() {
     in_variant "$1" bash "$repo/sim/run.sh" "$out" -- \
         ${3:+perf record -q -e cpu-clock -F 2000 -k CLOCK_MONOTONIC -o "$3"} \
         "$python" "$script" 3 "$2" 2> "$work/stderr" |
-        sed -n -e 's/.* cpu_per_step_us \([0-9.]*\) .*/\1/p' -e "${3:+s/^timed_window //p}"
+        sed -n -e 's/.* cpu_per_step_us \([0-9.]*\) wall_per_step_us \([0-9.]*\).*/\1 \2/p' -e "${3:+s/^timed_window //p}"
 }
 taken() { sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$work/log" | head -1; }
 
 # pair X Y ROUND STEPS [PERF_DIR]: a run of X and one of Y at once (see
-# at_once); writes "X_US Y_US", each one's CPU us per step, to $work/pair.
+# at_once); writes "X_CPU X_WALL Y_CPU Y_WALL", each one's CPU and wall us per
+# step, to $work/pair.
 # With PERF_DIR, under perf (PERF_DIR/X.data and Y.data), and then each one's
 # timed window on a line.
 pair() {
@@ -118,7 +145,7 @@ pair() {
     [ -z "${5:-}" ] || lines=2
     at_once "$3" "$work/pair.x" "$work/pair.y" -- run "$1" "$4" ${5:+"$5/$1.data"} -- run "$2" "$4" ${5:+"$5/$2.data"}
     [ "$(wc -l < "$work/pair.x")" = "$lines" ] && [ "$(wc -l < "$work/pair.y")" = "$lines" ] || {
-        echo "hf_train.sh: a paired run of $1 and $2 printed no CPU time" >&2
+        echo "hf_train.sh: a paired run of $1 and $2 printed no times" >&2
         exit 1
     }
     {
@@ -194,7 +221,7 @@ ir_get() { awk -v k="$3" '$1 == k { print $2 }' "$work/ir.$1.$2"; }
 # per_capture A B CA CB: (B - A) / (CB - CA), or "-" where a count is missing.
 per_capture() { awk -v a="$1" -v b="$2" -v ca="$3" -v cb="$4" 'BEGIN { if (a == "" || b == "" || cb - ca <= 0) print "-"; else printf "%.0f\n", (b - a) / (cb - ca) }'; }
 
-# Captures per step: two runs of different lengths, the difference.
+# Captures per $unit: two runs of different lengths, the difference.
 run stacks 0 > /dev/null
 a=$(taken)
 run stacks 10 > /dev/null
@@ -203,49 +230,70 @@ depth=$(sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/log" | head -
 # Captures that were the whole capture kept for the stack expected (libraries
 # that count them), of the 10-step run.
 whole=$(sed -n 's/.* \([0-9]*\) of them the whole capture.*/\1/p' "$work/log" | head -1)
-whole=${whole:+, $(awk -v w="$whole" -v t="$b" 'BEGIN { printf "%.1f", 100 * w / t }') % of the captures of a 13-step run taken whole from those kept (proven, not walked)}
+whole=${whole:+, $(awk -v w="$whole" -v t="$b" 'BEGIN { printf "%.1f", 100 * w / t }') % of the captures of a 13-$unit run taken whole from those kept (proven, not walked)}
 per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 [ "$per_step" != "0.0" ] || { echo "hf_train.sh: no stacks counted in the library's log" >&2; exit 1; }
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
 # per_cap A B: (B - A) us per step, in ns per capture.
 per_cap() { awk -v a="$1" -v b="$2" -v n="$per_step" 'BEGIN { printf "%+.0f\n", (b - a) * 1000 / n }'; }
+# lost A B: the throughput lost, in percent, by a run taking B us per step
+# against one taking A: 100 * (1 - A / B).
+lost() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.2f\n", 100 * (1 - a / b) }'; }
+# pct_median: the median of a column of lost(), signed, in percent.
+pct_median() { median | awk '{ printf "%+.2f", $1 }'; }
+# rounds FILE: a column, on one line.
+rounds() { tr '\n' ' ' < "$1" | sed 's/ $//'; }
 if [ "$paired" = 1 ]; then
-    timing="$steps timed steps per run, $runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]} (medians of the differences of the process's CPU time within each pair)"
+    timing="$steps timed ${unit}s per run, $runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]} (medians of the differences of the process's CPU time within each pair)"
 else
-    timing="$steps timed steps per run, $runs runs of each variant alternating, one after another (medians of the process's CPU time)"
+    timing="$steps timed ${unit}s per run, $runs runs of each variant alternating, one after another (medians of the process's CPU time)"
 fi
 [ "$runs" -gt 0 ] || timing="no CPU time runs"
-echo "Hugging Face GPT-2 training steps on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $timing ($("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "  $per_step stack captures per step, $depth frames per capture$whole"
+echo "Hugging Face GPT-2 $what on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $timing ($("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "  $per_step stack captures per $unit, $depth frames per capture$whole"
 if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
-    for v in $variants; do : > "$work/$v"; done
-    for p in $pairs; do : > "$work/diff.$p"; done
+    for v in $variants; do : > "$work/$v"; : > "$work/$v.wall"; done
+    for p in $pairs; do : > "$work/diff.$p"; : > "$work/lost.$p"; : > "$work/lostcpu.$p"; done
     for r in $(seq "$runs"); do
         for p in $pairs; do
             pair "${p%:*}" "${p#*:}" "$r" "$steps"
-            read -r tx ty < "$work/pair"
+            read -r tx wx ty wy < "$work/pair"
             echo "$tx" >> "$work/${p%:*}"
             echo "$ty" >> "$work/${p#*:}"
+            echo "$wx" >> "$work/${p%:*}.wall"
+            echo "$wy" >> "$work/${p#*:}.wall"
             per_cap "$tx" "$ty" >> "$work/diff.$p"
+            lost "$wx" "$wy" >> "$work/lost.$p"
+            lost "$tx" "$ty" >> "$work/lostcpu.$p"
         done
     done
-    line="  per step (medians of every run of each): "
-    for v in $variants; do line="$line$v $(median < "$work/$v") us, "; done
-    echo "${line%, }"
+    line="  per $unit (medians of every run of each): "
+    for v in $variants; do line="$line$v $(median < "$work/$v") us CPU, $(median < "$work/$v.wall") us wall; "; done
+    echo "${line%; }"
     for p in $pairs; do
-        echo "  ${p#*:} over ${p%:*}: $(signed_median < "$work/diff.$p") ns per capture (median; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'))"
+        echo "  ${p#*:} over ${p%:*}: $(signed_median < "$work/diff.$p") ns per capture (median; rounds: $(rounds "$work/diff.$p"))"
     done
-    echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
+    echo "  throughput lost (${unit}s per second of wall time, and per CPU-second; medians of each pair's, every round's in brackets):"
+    for p in $pairs; do
+        echo "    ${p#*:} against ${p%:*}: $(pct_median < "$work/lost.$p") % of wall [$(rounds "$work/lost.$p")], $(pct_median < "$work/lostcpu.$p") % per CPU-second [$(rounds "$work/lostcpu.$p")]"
+    done
+    echo "    runs (CPU us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
+    echo "    runs (wall us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v.wall")"; done)"
     echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 elif [ "$runs" -gt 0 ]; then
-    for v in $variants; do : > "$work/$v"; done
+    for v in $variants; do : > "$work/$v"; : > "$work/$v.wall"; done
     for _ in $(seq "$runs"); do
-        for v in $variants; do run "$v" "$steps" >> "$work/$v"; done
+        for v in $variants; do
+            run "$v" "$steps" > "$work/one"
+            read -r c w < "$work/one"
+            echo "$c" >> "$work/$v"
+            echo "$w" >> "$work/$v.wall"
+        done
     done
     p=$(median < "$work/plain")
     g=$(median < "$work/gpuonly")
-    line="  per step: plain $p us"
+    line="  per $unit: plain $p us"
     for v in $variants; do
         [ "$v" = plain ] && continue
         m=$(median < "$work/$v")
@@ -254,7 +302,20 @@ elif [ "$runs" -gt 0 ]; then
         line="$line)"
     done
     echo "$line"
-    echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
+    pw=$(median < "$work/plain.wall")
+    gw=$(median < "$work/gpuonly.wall")
+    line="  throughput lost (${unit}s per second of wall time, and per CPU-second; of the medians):"
+    for v in $variants; do
+        [ "$v" = plain ] && continue
+        m=$(median < "$work/$v")
+        mw=$(median < "$work/$v.wall")
+        line="$line $v against plain $(lost "$pw" "$mw") % of wall, $(lost "$p" "$m") % per CPU-second"
+        [ "$v" = gpuonly ] || line="$line (against gpuonly $(lost "$gw" "$mw") %, $(lost "$g" "$m") %)"
+        line="$line;"
+    done
+    echo "${line%;}"
+    echo "    runs (CPU us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
+    echo "    runs (wall us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v.wall")"; done)"
     echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 
@@ -302,7 +363,7 @@ if [ "$sample" = 1 ] && [ "$paired" = 1 ]; then
     : > "$d/cpu"
     for r in $(seq "$sample_runs"); do
         pair gpuonly stacks "$r" "$sample_steps" "$d"
-        { read -r tx ty && read -r wx && read -r wy; } < "$work/pair"
+        { read -r tx _ ty _ && read -r wx && read -r wy; } < "$work/pair"
         by_object "$d/gpuonly.data" "$wx" >> "$d/gpuonly"
         by_object "$d/stacks.data" "$wy" >> "$d/stacks"
         per_cap "$tx" "$ty" >> "$d/cpu"
