@@ -72,7 +72,7 @@
 #
 # usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]  (RUNS=0: IR=1 or PERF=1 only)
 #        (LOOP=train, default, or decode: STEPS are then tokens, default
-#        1500; PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and
+#        3000; PYTHON=a CPython with torch 2.11-2.14 for CUDA 13 and
 #        transformers, default python3; INJECT=the injection library, default
 #        target/release/libgpuperf_inject.so; BASELINE_INJECT=a library to
 #        compare it with; IR=1, IR_STEPS=10; IR_VARIANTS="stacks ..." to count
@@ -84,7 +84,7 @@ runs=${2:-5}
 loop=${LOOP:-train}
 case $loop in
     train) steps=${3:-200} ;;
-    decode) steps=${3:-1500} ;;
+    decode) steps=${3:-3000} ;;
     *) echo "hf_train.sh: LOOP=$loop is neither train nor decode" >&2; exit 2 ;;
 esac
 repo=$(cd "$(dirname "$0")/../.." && pwd)
