@@ -482,6 +482,11 @@ impl LocalUnwinder {
     }
 
     /// The capture proper, on the slot's scratch stack (or the caller's).
+    /// Most captures in a loop are the one expected, taken whole
+    /// ([`LocalUnwinder::take_whole`]): the code they run is kept to this
+    /// function and the few it calls, so that it spans few cache lines (the
+    /// program's code evicts them between captures); a walk and the Python
+    /// splice run in [`LocalUnwinder::capture_walked`].
     fn capture_in(
         &self,
         slot: &CacheSlot,
@@ -543,19 +548,6 @@ impl LocalUnwinder {
             stacks: &self.stacks,
             bounds: &bounds,
         };
-        let mut read = |addr: u64| -> Result<u64, ()> {
-            let (lo, hi) = bounds.get();
-            if addr >= lo && addr.checked_add(8).is_some_and(|end| end <= hi) {
-                // SAFETY: inside this thread's own stack mapping (or, past a
-                // signal frame, the interrupted code's), which stays mapped
-                // while the thread runs.
-                Ok(unsafe { (addr as *const u64).read_unaligned() })
-            } else {
-                Err(())
-            }
-        };
-        // SAFETY: `slot.busy` is ours (acquire_cache), so is the cache.
-        let cache = unsafe { &mut *slot.cache.get() };
         if loader.suspect
             && let Some(t) = trail.as_deref_mut()
         {
@@ -575,27 +567,111 @@ impl LocalUnwinder {
                     skip,
                 };
                 let mut after = |ra| after_call(tables, &loader, ra).is_some();
-                let r = t
-                    .kept
-                    .take(snap.head.ids, start, bounds.get(), &mut read, &mut after);
+                let r = t.kept.take(
+                    snap.head.ids,
+                    start,
+                    (lo, hi),
+                    &mut stack_reader(&bounds),
+                    &mut after,
+                );
                 t.kept.expect = [0; 2];
                 r
             }
             _ => None,
         };
-        let took = match (taken, trail.as_deref_mut()) {
-            (Some(recovered), Some(t)) => {
-                self.take_kept(t, recovered, (lo, hi), out, &mut captured)
+        if let (Some(_), Some(t)) = (taken, trail.as_deref_mut())
+            && let Some(c) = self.take_whole(t, (lo, hi), out.len(), captured.serial)
+        {
+            t.kept.taken = true;
+            // The trail keeps the last walk, which was not this capture's.
+            t.merged.native_same_from = None;
+            t.chain_read = self.python.as_ref().map(|_| false);
+            t.last = c;
+            if c.python_frames > 0 {
+                SlotCounts::bump(&slot.counts.python_stacks);
+                SlotCounts::bump(&slot.counts.python_reused);
             }
+            slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
+            return c;
+        }
+        let walking = Walking {
+            slot,
+            snap,
+            loader: &loader,
+            regs,
+            skip,
+        };
+        self.capture_walked(walking, taken, out, trail, &mut captured);
+        slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
+        captured
+    }
+
+    /// The whole capture kept with the walk the trail's last `take` took, if
+    /// the thread's Python frame chain is proven the same (`stack`: the
+    /// thread's stack mapping) and its frames fit in `cap`; its frames are
+    /// left where `t` keeps them (`Kept::whole_frames`).
+    #[inline(always)]
+    fn take_whole(
+        &self,
+        t: &Trail,
+        stack: (u64, u64),
+        cap: usize,
+        serial: u64,
+    ) -> Option<Captured> {
+        let w = t.kept.whole_taken()?;
+        let proven = match (&self.python, w.chain) {
+            (None, None) => true,
+            (Some(py), Some(links)) => py.chain_is(stack, links),
+            _ => false,
+        };
+        let fits = w.frames.is_some_and(|f| f.len() <= cap);
+        if !(proven && fits) {
+            return None;
+        }
+        Some(Captured {
+            serial,
+            reused: t.kept.taken().unwrap_or_default().len() as u32,
+            kept: true,
+            tag: t.kept.taken_tag().unwrap_or(0),
+            unchanged: false,
+            whole: true,
+            ..w.captured
+        })
+    }
+
+    /// A capture not taken whole: the native frames of the walk `taken`
+    /// proved unchanged (with its crossings), else walked; then the Python
+    /// frames spliced in. Writes `out` and `captured`.
+    #[inline(never)]
+    fn capture_walked(
+        &self,
+        w: Walking<'_>,
+        taken: Option<u32>,
+        out: &mut [Frame],
+        mut trail: Option<&mut Trail>,
+        captured: &mut Captured,
+    ) {
+        let Walking {
+            slot,
+            snap,
+            loader,
+            regs,
+            skip,
+        } = w;
+        let (lo, hi) = loader.bounds.get();
+        let took = match (taken, trail.as_deref_mut()) {
+            (Some(recovered), Some(t)) => take_kept(t, recovered, out, captured),
             _ => false,
         };
         if !took {
+            // SAFETY: `slot.busy` is ours (acquire_cache), so is the cache.
+            let cache = unsafe { &mut *slot.cache.get() };
             let (len, end) = walk(
-                tables,
+                snap.tables(),
                 regs,
                 cache,
-                &mut read,
-                &loader,
+                &mut stack_reader(loader.bounds),
+                loader,
                 skip,
                 out,
                 trail.as_deref_mut(),
@@ -619,94 +695,21 @@ impl LocalUnwinder {
                 t.from_first = t.head_plain && t.head_len == skip;
             }
         }
-        let chain_read = match &self.python {
-            Some(_) if captured.whole => Some(false),
-            Some(py) => {
-                let codes = trail
-                    .as_deref_mut()
-                    .map(|t| (&mut t.codes, &mut t.python, &mut *t.merged));
-                Some(py.splice(
-                    &snap.table,
-                    &self.stats,
-                    (lo, hi),
-                    out,
-                    &mut captured,
-                    codes,
-                ))
-            }
-            None => None,
-        };
-        if captured.whole {
-            if captured.python_frames > 0 {
-                SlotCounts::bump(&slot.counts.python_stacks);
-                SlotCounts::bump(&slot.counts.python_reused);
-            }
-        } else {
-            // A whole capture's was kept with it.
-            captured.ends_unknown = matches!(
-                out.get(..captured.len).and_then(<[Frame]>::last),
-                Some(Frame::Unknown { .. })
-            );
-            captured.note = 0;
-        }
+        let chain_read = self.python.as_ref().map(|py| {
+            let codes = trail
+                .as_deref_mut()
+                .map(|t| (&mut t.codes, &mut t.python, &mut *t.merged));
+            py.splice(&snap.table, &self.stats, (lo, hi), out, captured, codes)
+        });
+        captured.ends_unknown = matches!(
+            out.get(..captured.len).and_then(<[Frame]>::last),
+            Some(Frame::Unknown { .. })
+        );
+        captured.note = 0;
         if let Some(t) = trail {
             t.chain_read = chain_read;
-            t.last = captured;
+            t.last = *captured;
         }
-        slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
-        captured
-    }
-
-    /// Takes the capture of the walk `t` just proved unchanged (with its
-    /// `recovered` crossings): the whole capture kept with it when the
-    /// thread's Python frame chain is the same too (`stack`: the thread's
-    /// stack mapping), its frames left where `t` keeps them
-    /// (`Kept::whole_frames`), else the walk's frames, written to `out`;
-    /// `false` when they do not fit.
-    fn take_kept(
-        &self,
-        t: &Trail,
-        recovered: u32,
-        stack: (u64, u64),
-        out: &mut [Frame],
-        captured: &mut Captured,
-    ) -> bool {
-        let whole = t
-            .kept
-            .whole_taken()
-            .filter(|w| match (&self.python, w.chain) {
-                (None, None) => true,
-                (Some(py), Some(links)) => py.chain_is(stack, links),
-                _ => false,
-            });
-        let native = t.kept.taken().unwrap_or_default();
-        let c = match whole {
-            Some(w) if w.frames.is_some_and(|f| f.len() <= out.len()) => Captured {
-                whole: true,
-                ..w.captured
-            },
-            _ => {
-                let Some(dst) = out.get_mut(..native.len()) else {
-                    return false;
-                };
-                dst.copy_from_slice(native);
-                Captured {
-                    len: native.len(),
-                    end: StackEnd::Root,
-                    recovered,
-                    ..*captured
-                }
-            }
-        };
-        *captured = Captured {
-            serial: captured.serial,
-            reused: native.len() as u32,
-            kept: true,
-            tag: t.kept.taken_tag().unwrap_or(0),
-            unchanged: false,
-            ..c
-        };
-        true
     }
 
     fn acquire_cache(&self) -> Option<&CacheSlot> {
@@ -764,6 +767,53 @@ impl Drop for LocalUnwinder {
         // SAFETY: `&mut self`: no capture runs; the pointer came from Box::into_raw.
         drop(unsafe { Box::from_raw(self.current.load(Ordering::Acquire)) });
     }
+}
+
+/// What a capture not taken whole walks with ([`LocalUnwinder::capture_walked`]).
+struct Walking<'a> {
+    slot: &'a CacheSlot,
+    snap: &'a Snapshot,
+    loader: &'a LocalLoader<'a>,
+    regs: Regs,
+    skip: usize,
+}
+
+/// Reads a word of the stack, inside `bounds` (which the walk moves to the
+/// interrupted code's stack at a signal frame).
+#[inline(always)]
+fn stack_reader(bounds: &Cell<(u64, u64)>) -> impl FnMut(u64) -> Result<u64, ()> + '_ {
+    move |addr: u64| {
+        let (lo, hi) = bounds.get();
+        if addr >= lo && addr.checked_add(8).is_some_and(|end| end <= hi) {
+            // SAFETY: inside this thread's own stack mapping (or, past a
+            // signal frame, the interrupted code's), which stays mapped
+            // while the thread runs.
+            Ok(unsafe { (addr as *const u64).read_unaligned() })
+        } else {
+            Err(())
+        }
+    }
+}
+
+/// Takes the native frames of the walk `t` just proved unchanged (with its
+/// `recovered` crossings), written to `out`; `false` when they do not fit.
+fn take_kept(t: &Trail, recovered: u32, out: &mut [Frame], captured: &mut Captured) -> bool {
+    let native = t.kept.taken().unwrap_or_default();
+    let Some(dst) = out.get_mut(..native.len()) else {
+        return false;
+    };
+    dst.copy_from_slice(native);
+    *captured = Captured {
+        len: native.len(),
+        end: StackEnd::Root,
+        recovered,
+        reused: native.len() as u32,
+        kept: true,
+        tag: t.kept.taken_tag().unwrap_or(0),
+        unchanged: false,
+        ..*captured
+    };
+    true
 }
 
 struct LocalLoader<'a> {

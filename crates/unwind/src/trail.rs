@@ -337,12 +337,20 @@ impl Trail {
     /// walk, or its walk cannot be proven later (it did not reach the root
     /// through plain steps, skipped frames, or read more than is kept):
     /// `false`. About 1 MiB per thread once used (see [`Trail::kept_bytes`]).
+    #[inline]
     pub fn keep_last(&mut self, tag: u32, note: u32) -> bool {
+        // Checked where the caller is: most captures in a loop took a kept
+        // walk, and keep nothing.
+        !self.kept.taken && self.keep_walked(tag, note)
+    }
+
+    /// [`Trail::keep_last`] for a capture that walked.
+    #[inline(never)]
+    fn keep_walked(&mut self, tag: u32, note: u32) -> bool {
         let Some(tables) = self.tables else {
             return false;
         };
-        if self.kept.taken
-            || !self.from_first
+        if !self.from_first
             || self.walked != self.serial
             || self.end != StackEnd::Root
             || self.from != 0
