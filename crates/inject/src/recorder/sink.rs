@@ -1,7 +1,6 @@
 //! The trace file: the writer, its string table, and what it remembers
 //! between records (API names, correlation aliases, thread names).
 
-use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::fs::File;
 use std::io::BufWriter;
@@ -9,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use gpuperf_merge::gputrace::Writer;
 use gpuperf_merge::model::{Note, Record, StringId, StringTable};
+use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 
@@ -19,10 +19,13 @@ pub(super) struct Sink {
     pub(super) strings: StringTable,
     pid: u32,
     pub(super) api_names: [Vec<Option<StringId>>; 2],
-    pub(super) context_device: HashMap<u32, u32>,
-    aliases: [HashMap<u32, u32>; 2],
+    /// Looked up for every record, and `aliases` too (a launch adds one):
+    /// keyed by ids CUPTI numbers, so hashed by FxHash, where std's SipHash
+    /// cost hundreds of instructions a launch on the flush thread.
+    pub(super) context_device: FxHashMap<u32, u32>,
+    aliases: [FxHashMap<u32, u32>; 2],
     /// The last name written for each thread.
-    pub(super) thread_names: HashMap<u32, [u8; 16]>,
+    pub(super) thread_names: FxHashMap<u32, [u8; 16]>,
     /// The last kernel name interned: runs of one kernel are the rule.
     last_kernel: Option<StringId>,
     pub(super) write_errors: u64,
@@ -56,9 +59,9 @@ impl Sink {
             strings: StringTable::new(),
             pid: std::process::id(),
             api_names: [Vec::new(), Vec::new()],
-            context_device: HashMap::new(),
-            aliases: [HashMap::new(), HashMap::new()],
-            thread_names: HashMap::new(),
+            context_device: FxHashMap::default(),
+            aliases: [FxHashMap::default(), FxHashMap::default()],
+            thread_names: FxHashMap::default(),
             last_kernel: None,
             write_errors: 0,
             aliases_lost: 0,
