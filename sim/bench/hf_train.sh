@@ -240,8 +240,6 @@ per_cap() { awk -v a="$1" -v b="$2" -v n="$per_step" 'BEGIN { printf "%+.0f\n", 
 # lost A B: the throughput lost, in percent, by a run taking B us per step
 # against one taking A: 100 * (1 - A / B).
 lost() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.2f\n", 100 * (1 - a / b) }'; }
-# pct_median: the median of a column of lost(), signed, in percent.
-pct_median() { median | awk '{ printf "%+.2f", $1 }'; }
 # rounds FILE: a column, on one line.
 rounds() { tr '\n' ' ' < "$1" | sed 's/ $//'; }
 if [ "$paired" = 1 ]; then
@@ -272,11 +270,11 @@ if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
     for v in $variants; do line="$line$v $(median < "$work/$v") us CPU, $(median < "$work/$v.wall") us wall; "; done
     echo "${line%; }"
     for p in $pairs; do
-        echo "  ${p#*:} over ${p%:*}: $(signed_median < "$work/diff.$p") ns per capture (median; rounds: $(rounds "$work/diff.$p"))"
+        echo "  ${p#*:} over ${p%:*}: $(balanced "$work/diff.$p" %+.0f) ns per capture (median of the means of two rounds, the CPUs swapped; of single rounds $(signed_median < "$work/diff.$p"); rounds: $(rounds "$work/diff.$p"))"
     done
-    echo "  throughput lost (${unit}s per second of wall time, and per CPU-second; medians of each pair's, every round's in brackets):"
+    echo "  throughput lost (${unit}s per second of wall time, and per CPU-second; medians of the means of two rounds, the CPUs swapped, every round's in brackets):"
     for p in $pairs; do
-        echo "    ${p#*:} against ${p%:*}: $(pct_median < "$work/lost.$p") % of wall [$(rounds "$work/lost.$p")], $(pct_median < "$work/lostcpu.$p") % per CPU-second [$(rounds "$work/lostcpu.$p")]"
+        echo "    ${p#*:} against ${p%:*}: $(balanced "$work/lost.$p" %+.2f) % of wall [$(rounds "$work/lost.$p")], $(balanced "$work/lostcpu.$p" %+.2f) % per CPU-second [$(rounds "$work/lostcpu.$p")]"
     done
     echo "    runs (CPU us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
     echo "    runs (wall us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v.wall")"; done)"

@@ -134,7 +134,7 @@ for c in $cases; do
     echo "$line; reused part of the last capture: $(reused stacks)${baseline:+ (baseline: $(reused baseline))}"
     if [ "$paired" = 1 ]; then
         line="    within each pair:"
-        for p in $pairs; do line="$line ${p#*:} over ${p%:*} $(signed_median < "$work/diff.$p") ns ($(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'));"; done
+        for p in $pairs; do line="$line ${p#*:} over ${p%:*} $(balanced "$work/diff.$p" %+.0f) ns (median of the means of two rounds, the CPUs swapped; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'));"; done
         echo "${line%;}"
     fi
     echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"

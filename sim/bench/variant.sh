@@ -74,6 +74,17 @@ variant_lib() {
     esac
 }
 
+# balanced FILE FORMAT: the median of the means of each two rounds in a row of
+# FILE's column (1 and 2, 3 and 4, ...; a last odd round left out), printed
+# with FORMAT; "-" with fewer than two rounds. The two runs of a pair swap CPUs
+# from one round to the next (at_once), so each mean has each variant once on
+# each CPU: where one CPU runs slower than the other (a shared machine's often
+# does, by more than a capture costs), the mean cancels it, where the median
+# of single rounds leans to whichever placement came more often.
+balanced() {
+    [ "$(wc -l < "$1")" -ge 2 ] || { echo -; return; }
+    awk 'NR % 2 { x = $1; next } { printf "%.3f\n", (x + $1) / 2 }' "$1" | median | awk -v f="$2" '{ printf f, $1 }'
+}
 # signed_median: the median, rounded, with its sign.
 signed_median() { median | awk '{ printf "%+.0f", $1 }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
