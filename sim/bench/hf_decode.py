@@ -23,22 +23,13 @@ and ended, in seconds of CLOCK_MONOTONIC (the clock `perf record -k
 CLOCK_MONOTONIC` stamps samples with).
 usage: python3 hf_decode.py WARMUP TOKENS"""
 import inspect
-import os
 import sys
-import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-import torch  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+import torch
+from hf_model import gpt2, timed
 
 warmup, tokens = (int(a) for a in sys.argv[1:3])
-torch.manual_seed(0)
-config = GPT2Config(
-    vocab_size=512, n_positions=64, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
-)
-model = GPT2LMHeadModel(config).cuda()
+model, config = gpt2()
 model.eval()
 # transformers 5.x renamed past_key_values (argument and output) to cache and
 # translates the old name at every call: the loop takes the name the installed
@@ -63,18 +54,4 @@ def token():
 
 
 with torch.inference_mode():
-    for _ in range(warmup):
-        token()
-    torch.cuda.synchronize()
-    c = time.process_time()
-    t = time.perf_counter()
-    start = time.clock_gettime(time.CLOCK_MONOTONIC)
-    for _ in range(tokens):
-        token()
-    torch.cuda.synchronize()
-    wall = time.perf_counter() - t
-    cpu = time.process_time() - c
-    end = time.clock_gettime(time.CLOCK_MONOTONIC)
-print("tokens %d cpu_per_step_us %.1f wall_per_step_us %.1f"
-      % (tokens, cpu * 1e6 / max(tokens, 1), wall * 1e6 / max(tokens, 1)))
-print("timed_window %.6f %.6f" % (start, end))
+    timed("token", warmup, tokens, token)

@@ -1,0 +1,45 @@
+"""What the Hugging Face benchmarks on the simulated runtime share
+(hf_train.py, hf_decode.py): their model, a small GPT-2 built from a config
+(random weights, 2 layers, nothing downloaded), and how they time a loop.
+"""
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+
+def gpt2():
+    """The model, on the (simulated) GPU, and its config; seeded."""
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=512, n_positions=64, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
+    )
+    return GPT2LMHeadModel(config).cuda(), config
+
+
+def timed(unit, warmup, n, one):
+    """Runs one() WARMUP times untimed, then N times timed, synchronized at
+    the end of each. Prints "UNITs N cpu_per_step_us C wall_per_step_us W":
+    C is the CPU time of the whole process (every thread) over the timed
+    runs, per run, W the wall time per run; then "timed_window A B": when the
+    timed runs began and ended, in seconds of CLOCK_MONOTONIC (the clock
+    `perf record -k CLOCK_MONOTONIC` stamps samples with)."""
+    for _ in range(warmup):
+        one()
+    torch.cuda.synchronize()
+    c = time.process_time()
+    t = time.perf_counter()
+    start = time.clock_gettime(time.CLOCK_MONOTONIC)
+    for _ in range(n):
+        one()
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    cpu = time.process_time() - c
+    end = time.clock_gettime(time.CLOCK_MONOTONIC)
+    print("%ss %d cpu_per_step_us %.1f wall_per_step_us %.1f"
+          % (unit, n, cpu * 1e6 / max(n, 1), wall * 1e6 / max(n, 1)))
+    print("timed_window %.6f %.6f" % (start, end))
