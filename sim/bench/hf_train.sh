@@ -243,7 +243,7 @@ lost() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.2f\n", 100 * (1 - a / b) }'
 # rounds FILE: a column, on one line.
 rounds() { tr '\n' ' ' < "$1" | sed 's/ $//'; }
 if [ "$paired" = 1 ]; then
-    timing="$steps timed ${unit}s per run, $runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]} (medians of the differences of the process's CPU time within each pair)"
+    timing="$steps timed ${unit}s per run, $runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]}, swapping them from round to round (differences of the process's CPU time within each pair)"
 else
     timing="$steps timed ${unit}s per run, $runs runs of each variant alternating, one after another (medians of the process's CPU time)"
 fi
