@@ -21,8 +21,8 @@
 #
 # With LOOP=decode it runs a decode loop instead (sim/bench/hf_decode.py: the
 # same GPT-2 in eval mode, greedy, one token at a time with its KV cache,
-# batch 1), where a step is a token and STEPS counts tokens: the launch-bound
-# loop whose lost throughput issue 35 bounds (at most 3 % for stacks). Its
+# batch 1), where a step is a token and STEPS counts tokens: a launch-bound
+# loop, whose lost throughput is aimed at 3 % at most for stacks. Its
 # pairs add stacks beside plain, so that what stacks cost in all is measured
 # within a pair too, not only as the sum of two.
 #
@@ -125,8 +125,8 @@ trap 'rm -rf "$work"' EXIT
 
 # run VARIANT STEPS [PERF_DATA]: one run; prints "CPU WALL", its CPU and wall
 # us per step; with PERF_DATA, under perf (samples stamped with
-# CLOCK_MONOTONIC), then the timed steps' window ("START END", seconds). The library's log is left in
-# $work/log, the run's stderr in $work/stderr.
+# CLOCK_MONOTONIC), then the timed steps' window ("START END", seconds). The
+# library's log is left in $work/log, the run's stderr in $work/stderr.
 run() {
     in_variant "$1" bash "$repo/sim/run.sh" "$out" -- \
         ${3:+perf record -q -e cpu-clock -F 2000 -k CLOCK_MONOTONIC -o "$3"} \
@@ -291,27 +291,26 @@ elif [ "$runs" -gt 0 ]; then
     done
     p=$(median < "$work/plain")
     g=$(median < "$work/gpuonly")
-    line="  per $unit: plain $p us"
-    for v in $variants; do
-        [ "$v" = plain ] && continue
-        m=$(median < "$work/$v")
-        line="$line, $v $m us ($(per_cap "$p" "$m") ns per capture"
-        [ "$v" = gpuonly ] || line="$line, $(per_cap "$g" "$m") over gpuonly"
-        line="$line)"
-    done
-    echo "$line"
     pw=$(median < "$work/plain.wall")
     gw=$(median < "$work/gpuonly.wall")
-    line="  throughput lost (${unit}s per second of wall time, and per CPU-second; of the medians):"
+    cost="  per $unit: plain $p us"
+    lost="  throughput lost (${unit}s per second of wall time, and per CPU-second; of the medians):"
     for v in $variants; do
         [ "$v" = plain ] && continue
         m=$(median < "$work/$v")
         mw=$(median < "$work/$v.wall")
-        line="$line $v against plain $(lost "$pw" "$mw") % of wall, $(lost "$p" "$m") % per CPU-second"
-        [ "$v" = gpuonly ] || line="$line (against gpuonly $(lost "$gw" "$mw") %, $(lost "$g" "$m") %)"
-        line="$line;"
+        cost="$cost, $v $m us ($(per_cap "$p" "$m") ns per capture"
+        lost="$lost $v against plain $(lost "$pw" "$mw") % of wall, $(lost "$p" "$m") % per CPU-second"
+        if [ "$v" = gpuonly ]; then
+            cost="$cost)"
+            lost="$lost;"
+        else
+            cost="$cost, $(per_cap "$g" "$m") over gpuonly)"
+            lost="$lost (against gpuonly $(lost "$gw" "$mw") %, $(lost "$g" "$m") %);"
+        fi
     done
-    echo "${line%;}"
+    echo "$cost"
+    echo "${lost%;}"
     echo "    runs (CPU us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
     echo "    runs (wall us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v.wall")"; done)"
     echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
