@@ -240,8 +240,6 @@ per_cap() { awk -v a="$1" -v b="$2" -v n="$per_step" 'BEGIN { printf "%+.0f\n", 
 # lost A B: the throughput lost, in percent, by a run taking B us per step
 # against one taking A: 100 * (1 - A / B).
 lost() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.2f\n", 100 * (1 - a / b) }'; }
-# rounds FILE: a column, on one line.
-rounds() { tr '\n' ' ' < "$1" | sed 's/ $//'; }
 if [ "$paired" = 1 ]; then
     timing="$steps timed ${unit}s per run, $runs rounds of pairs run at once on CPUs ${cpus[0]} and ${cpus[1]}, swapping them from round to round (differences of the process's CPU time within each pair)"
 else
@@ -376,7 +374,7 @@ if [ "$sample" = 1 ] && [ "$paired" = 1 ]; then
             while (1) { m = ""; for (k in big) if (m == "" || big[k] > big[m]) m = k; if (m == "") break; line = line sprintf(" %s %+.0f,", m, big[m]); slow += big[m]; delete big[m] }
             printf "%s the rest %+.0f (other objects %+.0f in all); in all %+.0f\n", line, rest, slow + rest, all
         }' "$d/gpuonly" "$d/stacks"
-    echo "    the same runs' CPU time: median $(signed_median < "$d/cpu") ns per capture (rounds: $(tr '\n' ' ' < "$d/cpu" | sed 's/ $//'))"
+    echo "    the same runs' CPU time: median $(signed_median < "$d/cpu") ns per capture (rounds: $(rounds "$d/cpu"))"
 elif [ "$sample" = 1 ]; then
     echo "  (no split of what stacks add by object: it runs gpuonly and stacks at once, on two CPUs, and this process may use one, or PAIRED=0)"
 fi

@@ -134,10 +134,10 @@ for c in $cases; do
     echo "$line; reused part of the last capture: $(reused stacks)${baseline:+ (baseline: $(reused baseline))}"
     if [ "$paired" = 1 ]; then
         line="    within each pair:"
-        for p in $pairs; do line="$line ${p#*:} over ${p%:*} $(balanced "$work/diff.$p" %+.0f) ns (median of the means of two rounds, the CPUs swapped; rounds: $(tr '\n' ' ' < "$work/diff.$p" | sed 's/ $//'));"; done
+        for p in $pairs; do line="$line ${p#*:} over ${p%:*} $(balanced "$work/diff.$p" %+.0f) ns (median of the means of two rounds, the CPUs swapped; rounds: $(rounds "$work/diff.$p"));"; done
         echo "${line%;}"
     fi
-    echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(tr '\n' ' ' < "$work/$v" | sed 's/ $//')"; done)"
+    echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
     if [ "${IR:-0}" = 1 ]; then
         n=${IR_LAUNCHES:-2000}
         line="    instructions per launch (callgrind):"

@@ -85,6 +85,8 @@ balanced() {
     [ "$(wc -l < "$1")" -ge 2 ] || { echo -; return; }
     awk 'NR % 2 { x = $1; next } { printf "%.3f\n", (x + $1) / 2 }' "$1" | median | awk -v f="$2" '{ printf f, $1 }'
 }
+# rounds FILE: a column, on one line.
+rounds() { tr '\n' ' ' < "$1" | sed 's/ $//'; }
 # signed_median: the median, rounded, with its sign.
 signed_median() { median | awk '{ printf "%+.0f", $1 }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
