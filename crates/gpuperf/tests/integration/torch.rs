@@ -758,6 +758,27 @@ fn torch_cudnn_default_script__runs_unchanged_through_the_runner() {
     );
 }
 
+/// PyTorch 2.14 stashes a context for each backward, and aborts at exit when
+/// the autograd device thread frees the main thread's last one while the
+/// interpreter finalizes (about one run in 40 on the simulation): the runner
+/// keeps the main thread's until its next backward, and leaves other
+/// threads' as PyTorch has them. A PyTorch that stashes nothing is left alone.
+#[test]
+fn torch_backward_then_exit__the_runner_keeps_the_main_threads_last_backward_context() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-exit");
+    let exit = script(&dir, "torch_exit.py");
+    let o = t.run(&dir, &[exit.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = text(&o.stdout);
+    let expected = if out.starts_with("stashes True ") {
+        "stashes True main holds True thread holds False\n"
+    } else {
+        "stashes False main holds False thread holds False\n"
+    };
+    assert_eq!(out, expected, "{}", show(&o));
+}
+
 /// `gpuperf record` (as the test's user) of a test script on the simulation:
 /// the output, the raw recording, the CPU trace and the script's copy; the
 /// merged folded stacks are `m.folded` next to the script.
