@@ -39,10 +39,28 @@
 //! whole foreground process group at once, the program included (it must stay
 //! there to keep reading the terminal), so gpuperf cannot act before the
 //! program dies.
+//!
+//! A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL) or `abort` (SIGABRT: an assert, a
+//! C++ `std::terminate`, PyTorch's exit race on Python 3.11) cannot be put off:
+//! `abort` raises again with the default disposition when the handler
+//! returns, and a fault happens again. The trace up to the crash is what a
+//! user most wants, so where those dispositions are the default too, the
+//! thread the signal hit wakes the closing thread and waits in the handler
+//! for the close, at most [`WAIT_MS`] (`poll` is async-signal-safe); then the
+//! signal takes its course on that thread, so a core dump shows the crashing
+//! thread and its siginfo as without gpuperf: a fault the kernel raised
+//! happens again, a signal that was sent is sent again. The wait risks what
+//! the handler for SIGINT avoids, a close that needs a lock the crashed thread
+//! holds, so it is bounded, and skipped where that is likely: inside a CUDA
+//! call (CUPTI's and the driver's locks, and the library's own), and on the
+//! closing thread. Other threads that start a CUDA call or call `exit`
+//! meanwhile wait for the crashing thread to end the program.
 
 use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering::Relaxed, Ordering::SeqCst};
+
+use crate::clock::{gettid, monotonic_ns};
 
 /// How long a thread whose CUDA call a signal landed in waits, at the call's
 /// exit, for the trace to close before the signal takes its course anyway.
@@ -53,6 +71,24 @@ pub const WAIT_MS: i32 = 5000;
 pub const CALLS_WAIT_MS: u64 = 1000;
 
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+/// Signals that end the program however it is put off: the thread they hit
+/// waits in the handler for the close.
+const FATAL: [libc::c_int; 5] = [
+    libc::SIGABRT,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+];
+
+fn is_fatal(sig: libc::c_int) -> bool {
+    FATAL.contains(&sig)
+}
+
+/// The closing thread's kernel id: a fatal signal there ends the program at
+/// once (nothing else would close the trace).
+static CLOSER: AtomicI32 = AtomicI32::new(0);
 
 /// Read end of the wake-up pipe (the closing thread reads it).
 static WAKE_R: AtomicI32 = AtomicI32::new(-1);
@@ -142,6 +178,20 @@ pub fn call_exited() {
     }
 }
 
+/// The signal's name, as the logs say it.
+pub fn name(sig: libc::c_int) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGBUS => "SIGBUS".into(),
+        libc::SIGFPE => "SIGFPE".into(),
+        libc::SIGILL => "SIGILL".into(),
+        _ => format!("signal {sig}"),
+    }
+}
+
 /// The signal whose handler ran and that has not ended the program yet, or 0.
 pub fn deferred() -> libc::c_int {
     match DEFERRED.load(Relaxed) {
@@ -159,9 +209,9 @@ pub fn die_of(sig: libc::c_int) {
 }
 
 /// Installs the handlers where the disposition is the default, and starts the
-/// closing thread, which calls `close` once, on the first signal. Returns the
-/// signals handled.
-pub fn install(close: fn()) -> io::Result<Vec<libc::c_int>> {
+/// closing thread, which calls `close` once, with the first signal. Returns
+/// the signals handled.
+pub fn install(close: fn(libc::c_int)) -> io::Result<Vec<libc::c_int>> {
     let (wake_r, wake_w) = pipe()?;
     let (done_r, done_w) = pipe()?;
     WAKE_R.store(wake_r, SeqCst);
@@ -178,8 +228,20 @@ pub fn install(close: fn()) -> io::Result<Vec<libc::c_int>> {
     KEY.store(key, SeqCst);
     KEY_SET.store(true, SeqCst);
     crate::threads::spawn_blocked("gpuperf-signal", move || closing_thread(close))?;
+    let handlers = SIGNALS.map(|sig| {
+        (
+            sig,
+            on_signal as extern "C" fn(libc::c_int) as usize,
+            libc::SA_RESTART,
+        )
+    });
+    let fatal = FATAL.map(|sig| {
+        let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_fatal;
+        // On the thread's alternate stack where it has one: a stack overflow.
+        (sig, handler as usize, libc::SA_SIGINFO | libc::SA_ONSTACK)
+    });
     let mut installed = Vec::new();
-    for sig in SIGNALS {
+    for (sig, handler, flags) in handlers.into_iter().chain(fatal) {
         // SAFETY: a zeroed sigaction is a valid out-parameter.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: reads the current disposition only.
@@ -190,8 +252,8 @@ pub fn install(close: fn()) -> io::Result<Vec<libc::c_int>> {
         }
         // SAFETY: as above.
         let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-        new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-        new.sa_flags = libc::SA_RESTART;
+        new.sa_sigaction = handler;
+        new.sa_flags = flags;
         // SAFETY: `sa_mask` is a valid set to empty.
         unsafe { libc::sigemptyset(&mut new.sa_mask) };
         // SAFETY: installs a handler that makes only async-signal-safe calls.
@@ -211,7 +273,8 @@ fn pipe() -> io::Result<(i32, i32)> {
     Ok((fds[0], fds[1]))
 }
 
-fn closing_thread(close: fn()) {
+fn closing_thread(close: fn(libc::c_int)) {
+    CLOSER.store(gettid() as i32, SeqCst);
     let mut sig = [0u8; 1];
     loop {
         // SAFETY: reads one byte into a live buffer.
@@ -229,15 +292,18 @@ fn closing_thread(close: fn()) {
     while INTERRUPTED.load(SeqCst) > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    let _ = std::panic::catch_unwind(close);
-    for s in SIGNALS {
+    let deferred = DEFERRED.load(SeqCst);
+    let _ = std::panic::catch_unwind(|| close(deferred));
+    for s in SIGNALS.into_iter().chain(FATAL) {
         // SAFETY: back to the default disposition; no memory is involved.
         unsafe { libc::signal(s, libc::SIG_DFL) };
     }
     // SAFETY: writes one byte from a live buffer.
     unsafe { libc::write(DONE_W.load(SeqCst), b"!".as_ptr().cast(), 1) };
+    // A fatal signal ends the program on the thread it hit, which waits for
+    // the byte just written.
     let deferred = DEFERRED.load(SeqCst);
-    if deferred != 0 {
+    if deferred != 0 && !is_fatal(deferred) {
         // With the default disposition back, the signal ends the program
         // now, wherever its threads are (one may never leave a CUDA call).
         // SAFETY: kill has no memory preconditions.
@@ -283,17 +349,47 @@ extern "C" fn on_signal(sig: libc::c_int) {
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Waits for the trace to close, at most [`WAIT_MS`], then gives the signal
-/// its default course on this thread. Never called in a signal handler.
-fn wait_then_raise(sig: libc::c_int) {
+extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: as in `on_signal`.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: getpid is async-signal-safe.
+    let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
+    // SAFETY: as in `on_signal`: null or this thread's slot.
+    let slot = unsafe { libc::pthread_getspecific(KEY.load(SeqCst)) }.cast::<Slot>();
+    // SAFETY: as above.
+    let in_call = unsafe { slot.as_ref() }.is_some_and(|s| s.in_call.load(Relaxed) > 0);
+    if ours && !in_call && gettid() as i32 != CLOSER.load(SeqCst) {
+        DEFERRED.store(sig, SeqCst);
+        let byte = sig as u8;
+        // SAFETY: as in `on_signal`.
+        unsafe { libc::write(WAKE_W.load(SeqCst), (&raw const byte).cast(), 1) };
+        wait_done();
+    }
+    // SAFETY: `info` is the kernel's siginfo for this signal (SA_SIGINFO).
+    let sent = unsafe { info.as_ref() }.is_none_or(|i| i.si_code <= 0);
+    // SAFETY: signal and raise are async-signal-safe. The signal is blocked
+    // until the handler returns: then the program dies of it, raised again
+    // here if it was sent (`abort`, `kill`), or by the fault happening again.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        if sent {
+            libc::raise(sig);
+        }
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// Waits until the closing thread has closed the trace, at most [`WAIT_MS`].
+/// Async-signal-safe.
+fn wait_done() {
     let mut p = libc::pollfd {
         fd: DONE_R.load(SeqCst),
         events: libc::POLLIN,
         revents: 0,
     };
-    let deadline = crate::clock::monotonic_ns() + WAIT_MS as u64 * 1_000_000;
+    let deadline = monotonic_ns() + WAIT_MS as u64 * 1_000_000;
     loop {
-        let left_ms = deadline.saturating_sub(crate::clock::monotonic_ns()) / 1_000_000;
+        let left_ms = deadline.saturating_sub(monotonic_ns()) / 1_000_000;
         // SAFETY: `p` is a live pollfd.
         let n = unsafe { libc::poll(&mut p, 1, left_ms as i32) };
         // A second signal (`gpuperf` passes a Ctrl-C on to the program that
@@ -302,6 +398,17 @@ fn wait_then_raise(sig: libc::c_int) {
         {
             break;
         }
+    }
+}
+
+/// Waits for the trace to close, at most [`WAIT_MS`], then gives the signal
+/// its default course on this thread. Never called in a signal handler. A
+/// fatal signal ends the program on the thread it hit once the trace is
+/// closed: this thread gives it that time before raising it itself.
+fn wait_then_raise(sig: libc::c_int) {
+    wait_done();
+    if is_fatal(sig) {
+        std::thread::sleep(std::time::Duration::from_millis(WAIT_MS as u64));
     }
     // SAFETY: signal and raise have no memory preconditions.
     unsafe {

@@ -25,7 +25,7 @@
 //!                 └─▶ gpuperf_launch_marker(corr)   ├─▶ trace writer ─▶ gpu-PID.gputrace
 //!  CUPTI ── activity buffer ──▶ decode ─────────────┘      ▲
 //!  flush thread (every GPUPERF_FLUSH_MS), atexit, cudaDeviceReset, context destroy,
-//!  and SIGINT/SIGTERM with GPUPERF_FLUSH_ON_SIGNAL=1 (see `interrupt`)
+//!  and signals (SIGINT, SIGTERM, crashes, abort) with GPUPERF_FLUSH_ON_SIGNAL=1 (see `interrupt`)
 //! ```
 //!
 //! Each thread's name (`PR_GET_NAME`) is recorded at its first recorded call and
@@ -87,6 +87,13 @@
 //!   would have had. Meanwhile no CUDA call starts (a thread that tries waits
 //!   for the close and dies of the signal, as does one that calls `exit`); a
 //!   call the signal landed in is waited for, up to 1 s, and recorded.
+//! - **Crashes and `abort`** (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT; same
+//!   conditions): the thread the signal hit waits in its handler for the
+//!   close, up to 5 s, then the signal takes its course on that thread (a
+//!   fault happens again, a sent signal is sent again), so the program and a
+//!   core dump end as without gpuperf. Inside a CUDA call, or on gpuperf's
+//!   closing thread, the handler does not wait (the close would need the
+//!   locks held there): the trace stays unclosed, as the log says.
 //! - **Exit.** The trace is closed once, by the first of `exit`'s handler and
 //!   a signal's close; the other waits. Calls made after a thread's
 //!   thread-local state was destroyed (atexit handlers registered after CUDA

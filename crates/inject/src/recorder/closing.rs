@@ -256,23 +256,25 @@ pub(super) extern "C" fn at_exit() {
             s.finish();
         }
     });
-    // A SIGINT or SIGTERM is being handled: the program dies of it, not of
-    // `exit`, once the trace is closed, as it would have without gpuperf.
+    // A signal is being handled: the program dies of it, not of `exit`, once
+    // the trace is closed, as it would have without gpuperf.
     let sig = crate::interrupt::deferred();
     if sig != 0 {
         crate::interrupt::die_of(sig);
     }
 }
 
-/// The exit path, run by the closing thread when SIGINT or SIGTERM is about to
-/// end the program (see [`crate::interrupt`]).
-pub(super) fn close_on_signal() {
+/// The exit path, run by the closing thread when a signal is about to end the
+/// program (see [`crate::interrupt`]).
+pub(super) fn close_on_signal(sig: libc::c_int) {
     let _inside = Inside::enter();
     if let Some(s) = STATE.get()
         && std::process::id() == s.pid
     {
-        s.log
-            .line("closing the trace: a signal is ending the program");
+        s.log.line(&format!(
+            "closing the trace: {} is ending the program",
+            crate::interrupt::name(sig)
+        ));
         s.finish();
     }
 }

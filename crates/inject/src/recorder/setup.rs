@@ -524,13 +524,17 @@ fn enable(s: &'static State, sub: Subscriber) -> Result<usize> {
     }
     if s.config.flush_on_signal {
         match crate::interrupt::install(close_on_signal) {
-            Ok(sigs) if !sigs.is_empty() => s.log.line(&format!(
-                "the trace is closed before signals {sigs:?} end the program"
-            )),
+            Ok(sigs) if !sigs.is_empty() => {
+                let names: Vec<String> = sigs.into_iter().map(crate::interrupt::name).collect();
+                s.log.line(&format!(
+                    "the trace is closed before {} end the program",
+                    names.join(", ")
+                ));
+            }
             Ok(_) => s
                 .log
-                .line("SIGINT and SIGTERM are handled by the program: no flush on them"),
-            Err(e) => s.log.line(&format!("no flush on SIGINT/SIGTERM: {e}")),
+                .line("the program handles every signal the trace is closed on: no flush on them"),
+            Err(e) => s.log.line(&format!("no flush on signals: {e}")),
         }
     }
     if s.config.window.delay_ns > 0 {

@@ -30,6 +30,11 @@
  *                   libcupti named by GPUPERF_CUPTI_PATH) registers its buffers
  *                   and disables the activity kinds (as Kineto does when it
  *                   stops), then 40 copies (9 ms apart)
+ *   abort-thread    5 launches on the main thread, then another thread calls
+ *                   `abort` while the main thread waits: the program must die
+ *                   of SIGABRT
+ *   segv            5 launches, then a write through a null pointer: the
+ *                   program must die of SIGSEGV
  *   malloc-launches  the program's malloc (this file's, as a preloaded
  *                   allocator's would be) launches when gpuperf's flush
  *                   thread calls it (at most 50 times); 5 launches, a wait of
@@ -167,6 +172,26 @@ static int sigterm_malloc(void) {
     for (;;) pause();
 }
 
+/* ---- abort-thread ---- */
+static void *aborting(void *arg) {
+    (void)arg;
+    abort();
+}
+
+static int abort_thread(void) {
+    for (int i = 0; i < 5; i++) launch("_Z6beforev");
+    pthread_t t;
+    if (pthread_create(&t, NULL, aborting, NULL) != 0) return 91;
+    for (;;) pause();
+}
+
+/* ---- segv ---- */
+static int segv(void) {
+    for (int i = 0; i < 5; i++) launch("_Z6beforev");
+    *(volatile int *)(uintptr_t)atoi("0") = 1;
+    return 95;
+}
+
 /* ---- atexit-launches ---- */
 static void cleanup(void) {
     for (int i = 0; i < 20; i++) launch("_Z7cleanupv");
@@ -265,6 +290,8 @@ int main(int argc, char **argv) {
      * a program does. */
     if (cudaFree(0) != cudaSuccess) return 96;
     if (strcmp(mode, "sigterm-malloc") == 0) return sigterm_malloc();
+    if (strcmp(mode, "abort-thread") == 0) return abort_thread();
+    if (strcmp(mode, "segv") == 0) return segv();
     if (strcmp(mode, "atexit-launches") == 0) {
         for (int i = 0; i < 5; i++) launch("_Z6beforev");
         atexit(cleanup);

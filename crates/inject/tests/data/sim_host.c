@@ -70,6 +70,9 @@
  *                 lock (GPUSIM_CUPTI_LOCKED_HOOK=sim_host_locked_hook), the call
  *                 returning 200 ms later; without a CUPTI client, raised right
  *                 after the call; prints "survived" only if SIGINT is ignored
+ *   abort-in-call  10 launches, "launched 10", then an 11th (_Z6duringv) inside
+ *                 which `abort` is called while CUPTI holds its lock (the same
+ *                 hook); without a CUPTI client, called right after the call
  * HOST_LATE_LAUNCHES=1 registers, before CUDA starts, an exit handler that makes 5
  * launches (_Z4latev): it runs after the injection library's.
  * HOST_INIT_TWICE=1 calls InitializeInjection again once CUDA is initialized, as
@@ -534,12 +537,15 @@ static int stress(long ms) {
 }
 
 static atomic_int sigint_armed;
+static atomic_int abort_armed;
 
 /* GPUSIM_CUPTI_LOCKED_HOOK: called by the simulated CUPTI at each API call's
  * enter, holding its lock. Armed, it raises SIGINT there, and the call goes
- * on 200 ms later. */
+ * on 200 ms later; or it calls `abort`. */
 void sim_host_locked_hook(void);
 void sim_host_locked_hook(void) {
+    if (atomic_exchange(&abort_armed, 0))
+        abort();
     if (!atomic_exchange(&sigint_armed, 0))
         return;
     raise(SIGINT);
@@ -560,6 +566,19 @@ static int sigint_in_call(void) {
     return 3;
 }
 
+static int abort_in_call(void) {
+    for (int i = 0; i < 10; i++)
+        launch((const void *)kernel_stub);
+    printf("launched 10\n");
+    fflush(stdout);
+    atomic_store(&abort_armed, 1);
+    launch((const void *)during_stub);
+    /* No CUPTI client: the hook never ran. */
+    if (atomic_exchange(&abort_armed, 0))
+        abort();
+    printf("survived\n");
+    return 3;
+}
 
 /* ---- plumbing: every kind of call the recorder links to its GPU work ---- */
 
@@ -732,6 +751,8 @@ static int lock_modes(const char *m, int argc, char **argv) {
         return stress(argc > 3 ? atol(argv[3]) : 3000);
     if (strcmp(m, "sigint-in-call") == 0)
         return sigint_in_call();
+    if (strcmp(m, "abort-in-call") == 0)
+        return abort_in_call();
     return -1;
 }
 

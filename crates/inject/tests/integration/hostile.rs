@@ -502,7 +502,7 @@ fn sim_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the
         out.contains("launched 10") && !out.contains("survived"),
         "{out}"
     );
-    assert!(log.contains("a signal is ending the program"), "{log}");
+    assert!(log.contains("SIGINT is ending the program"), "{log}");
     assert!(log.contains("done: "), "the trace was not closed:\n{log}");
     let (records, strings, _) = read_traces(dir.path());
     let (calls, _) = launches(&records, &strings);
@@ -513,4 +513,41 @@ fn sim_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the
     // The interrupted launch too: the close waited for its call to return.
     assert_eq!(calls, 11, "{calls} launches recorded\n{log}");
     assert_eq!(kernels, 11, "{log}");
+}
+
+/// `abort` inside a CUDA call, while the simulated CUPTI holds its lock: the
+/// close would need that lock, so the handler does not wait for it and the
+/// program dies of SIGABRT at once, as without gpuperf (its trace unclosed,
+/// as before crashes were handled at all).
+#[test]
+fn sim_abort_inside_a_call_holding_cuptis_lock_ends_the_program_without_waiting_for_a_close() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some(sim) = Sim::find() else { return };
+    let limit = Duration::from_secs(60);
+    let mode = "abort-in-call";
+    let hook = [(
+        "GPUSIM_CUPTI_LOCKED_HOOK",
+        Path::new("sim_host_locked_hook"),
+    )];
+    let without = sim.run_host_with(None, mode, &[], &hook, limit);
+    assert_eq!(without.status.signal(), Some(libc::SIGABRT), "{without:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        hook[0],
+        ("GPUPERF_GPU_TRACE", dir.path()),
+        ("GPUPERF_FLUSH_ON_SIGNAL", Path::new("1")),
+    ];
+    let with = sim.run_host_with(Some(&inject_lib()), mode, &[], &env, limit);
+    let log = read_logs(dir.path());
+    assert_eq!(with.status.signal(), Some(libc::SIGABRT), "{with:?}\n{log}");
+    let out = String::from_utf8_lossy(&with.stdout);
+    assert!(
+        out.contains("launched 10") && !out.contains("survived"),
+        "{out}"
+    );
+    assert!(
+        log.contains("SIGABRT, SIGSEGV"),
+        "handlers not installed:\n{log}"
+    );
+    assert!(!log.contains("is ending the program"), "{log}");
 }

@@ -151,6 +151,46 @@ fn sim_sigterm_on_a_thread_inside_malloc_ends_the_program_with_the_trace_closed(
     }
 }
 
+/// A thread calls `abort` (as PyTorch 2.14's autograd thread does at exit on
+/// Python 3.11) while the main thread waits: the program dies of SIGABRT, as
+/// without gpuperf, and the trace is closed first, with every launch.
+#[test]
+fn sim_abort_on_another_thread_ends_the_program_of_sigabrt_with_the_trace_closed() {
+    dies_of_with_the_trace_closed("abort-thread", libc::SIGABRT, "SIGABRT");
+}
+
+/// A write through a null pointer on the main thread: the program dies of
+/// SIGSEGV (the fault happens again once the trace is closed), with every
+/// launch in the trace.
+#[test]
+fn sim_segfault_ends_the_program_of_sigsegv_with_the_trace_closed() {
+    dies_of_with_the_trace_closed("segv", libc::SIGSEGV, "SIGSEGV");
+}
+
+fn dies_of_with_the_trace_closed(mode: &str, sig: libc::c_int, name: &str) {
+    let Some(m) = Sim::find() else { return };
+    let limit = Duration::from_secs(30);
+    let without = run(&m, None, mode, &[], &[], limit);
+    assert_eq!(without.status.signal(), Some(sig), "{without:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1")];
+    let with = run(&m, Some(dir.path()), mode, &[], &env, limit);
+    let log = read_logs(dir.path());
+    assert_eq!(with.status.signal(), Some(sig), "{with:?}\n{log}");
+    assert!(
+        log.contains(&format!("closing the trace: {name} is ending the program")),
+        "{log}"
+    );
+    assert!(log.contains("done: "), "trace not closed\n{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(
+        named(&records, &strings, "_Z6beforev"),
+        (5, 5),
+        "{:?}",
+        launches(&records, &strings)
+    );
+}
+
 /// Issue 39, item 2: `exit` destroys the main thread's recorder state before
 /// the atexit handlers registered after CUDA started run; their launches were
 /// lost without a word (0 of 20).
