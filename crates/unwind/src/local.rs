@@ -404,19 +404,8 @@ impl LocalUnwinder {
         match (r, captured) {
             (Ok(()), Some(c)) => c,
             (r, _) => Captured {
-                len: 0,
                 end: r.err().unwrap_or(StackEnd::UnwindFailed),
-                python_frames: 0,
-                python_truncated: false,
-                recovered: 0,
-                reused: 0,
-                serial: 0,
-                unchanged: false,
-                kept: false,
-                whole: false,
-                ends_unknown: false,
-                note: 0,
-                tag: 0,
+                ..Captured::default()
             },
         }
     }
@@ -496,19 +485,8 @@ impl LocalUnwinder {
         mut trail: Option<&mut Trail>,
     ) -> Captured {
         let mut captured = Captured {
-            len: 0,
             end: StackEnd::NoStackLeft,
-            python_frames: 0,
-            python_truncated: false,
-            recovered: 0,
-            reused: 0,
-            serial: 0,
-            unchanged: false,
-            kept: false,
-            whole: false,
-            ends_unknown: false,
-            note: 0,
-            tag: 0,
+            ..Captured::default()
         };
         if let Some(t) = trail.as_deref_mut() {
             t.serial += 1;
