@@ -779,6 +779,40 @@ fn torch_backward_then_exit__the_runner_keeps_the_main_threads_last_backward_con
     assert_eq!(out, expected, "{}", show(&o));
 }
 
+/// A PyTorch program that aborts after its work (SIGABRT, outside any CUDA
+/// call): `gpuperf record` exits as the program did (128 + 6), and the trace
+/// was closed before it died, with as many kernels as the same script exiting
+/// normally. No periodic flush runs in either (one a minute), so without the
+/// close the kernels would be missing.
+#[test]
+fn torch_abort_after_the_work__exit_code_kept_and_every_kernel_recorded() {
+    let Some(t) = torch() else { return };
+    let kernels = |abort: &str| {
+        let dir = work_dir(&format!("torch-abort-{abort}"));
+        let py = script(&dir, "torch_abort.py");
+        let mut c = t.record(
+            Record::new(&dir).flags(["-p", "cpu.txt", "--raw-dir", "raw"]),
+            &dir,
+            &py,
+        );
+        c.env("GPUPERF_TEST_ABORT", abort)
+            .env("GPUPERF_FLUSH_MS", "60000");
+        let o = c.output().unwrap();
+        assert!(text(&o.stdout).contains("step done"), "{}", show(&o));
+        let rec = Recording::open(&dir.join("raw"));
+        (o, rec.kernels().len())
+    };
+    let (normal, expected) = kernels("0");
+    assert_eq!(normal.status.code(), Some(0), "{}", show(&normal));
+    assert!(expected > 0, "{}", show(&normal));
+    let (aborted, n) = kernels("1");
+    assert_eq!(aborted.status.code(), Some(128 + 6), "{}", show(&aborted));
+    let err = text(&aborted.stderr);
+    assert!(err.contains("killed by signal 6"), "{}", show(&aborted));
+    assert!(!err.contains("not closed"), "{}", show(&aborted));
+    assert_eq!(n, expected, "{}", show(&aborted));
+}
+
 /// `gpuperf record` (as the test's user) of a test script on the simulation:
 /// the output, the raw recording, the CPU trace and the script's copy; the
 /// merged folded stacks are `m.folded` next to the script.
