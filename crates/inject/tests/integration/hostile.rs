@@ -478,30 +478,9 @@ fn sim_launches_after_the_trace_closed_are_counted_and_noted() {
 /// test).
 #[test]
 fn sim_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the_trace_closed() {
-    use std::os::unix::process::ExitStatusExt as _;
-    let Some(sim) = Sim::find() else { return };
-    let limit = Duration::from_secs(60);
-    let mode = "sigint-in-call";
-    let hook = [(
-        "GPUSIM_CUPTI_LOCKED_HOOK",
-        Path::new("sim_host_locked_hook"),
-    )];
-    let without = sim.run_host_with(None, mode, &[], &hook, limit);
-    assert_eq!(without.status.signal(), Some(libc::SIGINT), "{without:?}");
-    let dir = tempfile::tempdir().unwrap();
-    let env = [
-        hook[0],
-        ("GPUPERF_GPU_TRACE", dir.path()),
-        ("GPUPERF_FLUSH_ON_SIGNAL", Path::new("1")),
-    ];
-    let with = sim.run_host_with(Some(&inject_lib()), mode, &[], &env, limit);
-    let log = read_logs(dir.path());
-    assert_eq!(with.status.signal(), Some(libc::SIGINT), "{with:?}\n{log}");
-    let out = String::from_utf8_lossy(&with.stdout);
-    assert!(
-        out.contains("launched 10") && !out.contains("survived"),
-        "{out}"
-    );
+    let Some((log, dir)) = signal_in_locked_call("sigint-in-call", libc::SIGINT) else {
+        return;
+    };
     assert!(log.contains("SIGINT is ending the program"), "{log}");
     assert!(log.contains("done: "), "the trace was not closed:\n{log}");
     let (records, strings, _) = read_traces(dir.path());
@@ -521,16 +500,30 @@ fn sim_sigint_inside_a_call_holding_cuptis_lock_taken_at_the_calls_exit_with_the
 /// as before crashes were handled at all).
 #[test]
 fn sim_abort_inside_a_call_holding_cuptis_lock_ends_the_program_without_waiting_for_a_close() {
+    let Some((log, _dir)) = signal_in_locked_call("abort-in-call", libc::SIGABRT) else {
+        return;
+    };
+    assert!(
+        log.contains("SIGABRT, SIGSEGV"),
+        "handlers not installed:\n{log}"
+    );
+    assert!(!log.contains("is ending the program"), "{log}");
+}
+
+/// Runs sim_host's `mode`, whose 11th launch gets `sig` while the simulated
+/// CUPTI holds its lock, without the library and with it (closing the trace
+/// on signals): both must die of `sig`, after 10 launches. The log and the
+/// trace directory of the run with the library.
+fn signal_in_locked_call(mode: &str, sig: libc::c_int) -> Option<(String, TempDir)> {
     use std::os::unix::process::ExitStatusExt as _;
-    let Some(sim) = Sim::find() else { return };
+    let sim = Sim::find()?;
     let limit = Duration::from_secs(60);
-    let mode = "abort-in-call";
     let hook = [(
         "GPUSIM_CUPTI_LOCKED_HOOK",
         Path::new("sim_host_locked_hook"),
     )];
     let without = sim.run_host_with(None, mode, &[], &hook, limit);
-    assert_eq!(without.status.signal(), Some(libc::SIGABRT), "{without:?}");
+    assert_eq!(without.status.signal(), Some(sig), "{without:?}");
     let dir = tempfile::tempdir().unwrap();
     let env = [
         hook[0],
@@ -539,15 +532,11 @@ fn sim_abort_inside_a_call_holding_cuptis_lock_ends_the_program_without_waiting_
     ];
     let with = sim.run_host_with(Some(&inject_lib()), mode, &[], &env, limit);
     let log = read_logs(dir.path());
-    assert_eq!(with.status.signal(), Some(libc::SIGABRT), "{with:?}\n{log}");
+    assert_eq!(with.status.signal(), Some(sig), "{with:?}\n{log}");
     let out = String::from_utf8_lossy(&with.stdout);
     assert!(
         out.contains("launched 10") && !out.contains("survived"),
         "{out}"
     );
-    assert!(
-        log.contains("SIGABRT, SIGSEGV"),
-        "handlers not installed:\n{log}"
-    );
-    assert!(!log.contains("is ending the program"), "{log}");
+    Some((log, dir))
 }
