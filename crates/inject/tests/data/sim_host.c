@@ -552,30 +552,21 @@ void sim_host_locked_hook(void) {
     usleep(200 * 1000);
 }
 
-static int sigint_in_call(void) {
+/* 10 launches, then an 11th during which the locked hook, armed through
+ * `armed`, raises SIGINT or calls `abort`; without a CUPTI client the hook
+ * never runs, and the same happens right after the call. */
+static int signal_in_call(atomic_int *armed, int sig) {
     for (int i = 0; i < 10; i++)
         launch((const void *)kernel_stub);
     printf("launched 10\n");
     fflush(stdout);
-    atomic_store(&sigint_armed, 1);
+    atomic_store(armed, 1);
     launch((const void *)during_stub);
-    /* No CUPTI client: the hook never ran. */
-    if (atomic_exchange(&sigint_armed, 0))
-        raise(SIGINT);
-    printf("survived\n");
-    return 3;
-}
-
-static int abort_in_call(void) {
-    for (int i = 0; i < 10; i++)
-        launch((const void *)kernel_stub);
-    printf("launched 10\n");
-    fflush(stdout);
-    atomic_store(&abort_armed, 1);
-    launch((const void *)during_stub);
-    /* No CUPTI client: the hook never ran. */
-    if (atomic_exchange(&abort_armed, 0))
-        abort();
+    if (atomic_exchange(armed, 0)) {
+        if (sig == SIGABRT)
+            abort();
+        raise(sig);
+    }
     printf("survived\n");
     return 3;
 }
@@ -750,9 +741,9 @@ static int lock_modes(const char *m, int argc, char **argv) {
     if (strcmp(m, "stress") == 0)
         return stress(argc > 3 ? atol(argv[3]) : 3000);
     if (strcmp(m, "sigint-in-call") == 0)
-        return sigint_in_call();
+        return signal_in_call(&sigint_armed, SIGINT);
     if (strcmp(m, "abort-in-call") == 0)
-        return abort_in_call();
+        return signal_in_call(&abort_armed, SIGABRT);
     return -1;
 }
 

@@ -126,19 +126,43 @@ fn notes(records: &[Record]) -> Vec<&str> {
 /// end of SIGTERM, as without gpuperf, with the trace closed.
 #[test]
 fn sim_sigterm_on_a_thread_inside_malloc_ends_the_program_with_the_trace_closed() {
+    dies_of_with_the_trace_closed("sigterm-malloc", libc::SIGTERM, "SIGTERM", 6);
+}
+
+/// A thread calls `abort` (as PyTorch 2.14's autograd thread does at exit on
+/// Python 3.11) while the main thread waits: the program dies of SIGABRT, as
+/// without gpuperf, and the trace is closed first, with every launch.
+#[test]
+fn sim_abort_on_another_thread_ends_the_program_of_sigabrt_with_the_trace_closed() {
+    dies_of_with_the_trace_closed("abort-thread", libc::SIGABRT, "SIGABRT", 1);
+}
+
+/// A write through a null pointer on the main thread: the program dies of
+/// SIGSEGV (the fault happens again once the trace is closed), with every
+/// launch in the trace.
+#[test]
+fn sim_segfault_ends_the_program_of_sigsegv_with_the_trace_closed() {
+    dies_of_with_the_trace_closed("segv", libc::SIGSEGV, "SIGSEGV", 1);
+}
+
+/// Runs `mode` without the library, then `runs` times with it (closing the
+/// trace on signals): each run must die of `sig`, and with the library the
+/// log must say `name` closed the trace, with the 5 launches of _Z6beforev
+/// and their kernels in it.
+fn dies_of_with_the_trace_closed(mode: &str, sig: libc::c_int, name: &str, runs: usize) {
     let Some(m) = Sim::find() else { return };
     let limit = Duration::from_secs(30);
-    let without = run(&m, None, "sigterm-malloc", &[], &[], limit);
-    assert_eq!(without.status.signal(), Some(libc::SIGTERM), "{without:?}");
-    for i in 0..6 {
+    let without = run(&m, None, mode, &[], &[], limit);
+    assert_eq!(without.status.signal(), Some(sig), "{without:?}");
+    for i in 0..runs {
         let dir = tempfile::tempdir().unwrap();
         let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1")];
-        let with = run(&m, Some(dir.path()), "sigterm-malloc", &[], &env, limit);
+        let with = run(&m, Some(dir.path()), mode, &[], &env, limit);
         let log = read_logs(dir.path());
-        assert_eq!(
-            with.status.signal(),
-            Some(libc::SIGTERM),
-            "run {i}: {with:?}\n{log}"
+        assert_eq!(with.status.signal(), Some(sig), "run {i}: {with:?}\n{log}");
+        assert!(
+            log.contains(&format!("closing the trace: {name} is ending the program")),
+            "run {i}: {log}"
         );
         assert!(log.contains("done: "), "run {i}: trace not closed\n{log}");
         let (records, strings, _) = read_traces(dir.path());
@@ -149,46 +173,6 @@ fn sim_sigterm_on_a_thread_inside_malloc_ends_the_program_with_the_trace_closed(
             launches(&records, &strings)
         );
     }
-}
-
-/// A thread calls `abort` (as PyTorch 2.14's autograd thread does at exit on
-/// Python 3.11) while the main thread waits: the program dies of SIGABRT, as
-/// without gpuperf, and the trace is closed first, with every launch.
-#[test]
-fn sim_abort_on_another_thread_ends_the_program_of_sigabrt_with_the_trace_closed() {
-    dies_of_with_the_trace_closed("abort-thread", libc::SIGABRT, "SIGABRT");
-}
-
-/// A write through a null pointer on the main thread: the program dies of
-/// SIGSEGV (the fault happens again once the trace is closed), with every
-/// launch in the trace.
-#[test]
-fn sim_segfault_ends_the_program_of_sigsegv_with_the_trace_closed() {
-    dies_of_with_the_trace_closed("segv", libc::SIGSEGV, "SIGSEGV");
-}
-
-fn dies_of_with_the_trace_closed(mode: &str, sig: libc::c_int, name: &str) {
-    let Some(m) = Sim::find() else { return };
-    let limit = Duration::from_secs(30);
-    let without = run(&m, None, mode, &[], &[], limit);
-    assert_eq!(without.status.signal(), Some(sig), "{without:?}");
-    let dir = tempfile::tempdir().unwrap();
-    let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1")];
-    let with = run(&m, Some(dir.path()), mode, &[], &env, limit);
-    let log = read_logs(dir.path());
-    assert_eq!(with.status.signal(), Some(sig), "{with:?}\n{log}");
-    assert!(
-        log.contains(&format!("closing the trace: {name} is ending the program")),
-        "{log}"
-    );
-    assert!(log.contains("done: "), "trace not closed\n{log}");
-    let (records, strings, _) = read_traces(dir.path());
-    assert_eq!(
-        named(&records, &strings, "_Z6beforev"),
-        (5, 5),
-        "{:?}",
-        launches(&records, &strings)
-    );
 }
 
 /// Issue 39, item 2: `exit` destroys the main thread's recorder state before
