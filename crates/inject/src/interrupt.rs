@@ -326,12 +326,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
             libc::raise(sig);
         }
     } else {
-        // SAFETY: pthread_getspecific reads the thread's key table without
-        // allocating or locking; the value is null or this thread's slot,
-        // which lives as long as the thread.
-        let slot = unsafe { libc::pthread_getspecific(KEY.load(SeqCst)) }.cast::<Slot>();
-        // SAFETY: as above.
-        if let Some(slot) = unsafe { slot.as_ref() }.filter(|s| s.in_call.load(Relaxed) > 0) {
+        if let Some(slot) = in_call_slot() {
             // Inside a CUDA call, maybe holding locks the close needs: taken
             // at the call's exit. Counted before the closing thread is woken,
             // which waits for such calls.
@@ -354,11 +349,7 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: getpid is async-signal-safe.
     let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
-    // SAFETY: as in `on_signal`: null or this thread's slot.
-    let slot = unsafe { libc::pthread_getspecific(KEY.load(SeqCst)) }.cast::<Slot>();
-    // SAFETY: as above.
-    let in_call = unsafe { slot.as_ref() }.is_some_and(|s| s.in_call.load(Relaxed) > 0);
-    if ours && !in_call && gettid() as i32 != CLOSER.load(SeqCst) {
+    if ours && in_call_slot().is_none() && gettid() as i32 != CLOSER.load(SeqCst) {
         DEFERRED.store(sig, SeqCst);
         let byte = sig as u8;
         // SAFETY: as in `on_signal`.
@@ -377,6 +368,17 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
         }
         *libc::__errno_location() = errno;
     }
+}
+
+/// The calling thread's slot, when the thread is inside a CUDA call, through
+/// the pthread key (no TLS access). Async-signal-safe.
+fn in_call_slot() -> Option<&'static Slot> {
+    // SAFETY: pthread_getspecific reads the thread's key table without
+    // allocating or locking; the value is null or this thread's slot, which
+    // lives as long as the thread (the caller does not outlive it).
+    let slot = unsafe { libc::pthread_getspecific(KEY.load(SeqCst)) }.cast::<Slot>();
+    // SAFETY: as above.
+    unsafe { slot.as_ref() }.filter(|s| s.in_call.load(Relaxed) > 0)
 }
 
 /// Waits until the closing thread has closed the trace, at most [`WAIT_MS`].
