@@ -77,7 +77,8 @@
 #        target/release/libgpuperf_inject.so; BASELINE_INJECT=a library to
 #        compare it with; IR=1, IR_STEPS=10; IR_VARIANTS="stacks ..." to count
 #        only some variants; PERF=1, PERF_RUNS=3, PERF_STEPS=1000;
-#        PAIRED=0 for runs one after another)
+#        PAIRED=0 for runs one after another; PAIRS="X:Y ..." to run only
+#        those pairs, of plain, gpuonly, stacks and baseline)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]}
 runs=${2:-5}
@@ -122,6 +123,7 @@ trap 'rm -rf "$work"' EXIT
 # The decode loop's budget is for stacks against no injection: measured within
 # a pair of its own as well (see above).
 [ "$loop" = train ] || pairs="$pairs plain:stacks"
+pairs=${PAIRS:-$pairs}
 
 # run VARIANT STEPS [PERF_DATA]: one run; prints "CPU WALL", its CPU and wall
 # us per step; with PERF_DATA, under perf (samples stamped with
@@ -235,6 +237,10 @@ per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 [ "$per_step" != "0.0" ] || { echo "hf_train.sh: no stacks counted in the library's log" >&2; exit 1; }
 
 variants="plain gpuonly stacks${baseline:+ baseline}"
+if [ -n "${PAIRS:-}" ]; then
+    # Those in the pairs asked for, in the usual order.
+    variants=$(for v in $variants; do case " $pairs " in *" $v:"* | *":$v "*) echo "$v" ;; esac; done | xargs)
+fi
 # per_cap A B: (B - A) us per step, in ns per capture.
 per_cap() { awk -v a="$1" -v b="$2" -v n="$per_step" 'BEGIN { printf "%+.0f\n", (b - a) * 1000 / n }'; }
 # lost A B: the throughput lost, in percent, by a run taking B us per step
