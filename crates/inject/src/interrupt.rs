@@ -53,8 +53,11 @@
 //! the handler for SIGINT avoids, a close that needs a lock the crashed thread
 //! holds, so it is bounded, and skipped where that is likely: inside a CUDA
 //! call (CUPTI's and the driver's locks, and the library's own), and on the
-//! closing thread. Other threads that start a CUDA call or call `exit`
-//! meanwhile wait for the crashing thread to end the program.
+//! thread closing the trace (the closing thread, or one in `exit`'s handler:
+//! the close it would wait for is the one that crashed). Other threads that start a CUDA call or call `exit`
+//! meanwhile wait for the crashing thread to end the program. Should the
+//! close itself crash (an `abort` for a corrupt heap leaves it that heap),
+//! the program dies of the signal that was ending it, not of the close's.
 
 use std::io;
 use std::ptr;
@@ -89,6 +92,10 @@ fn is_fatal(sig: libc::c_int) -> bool {
 /// The closing thread's kernel id: a fatal signal there ends the program at
 /// once (nothing else would close the trace).
 static CLOSER: AtomicI32 = AtomicI32::new(0);
+/// The kernel id of the thread closing the trace in `exit`'s handler, while
+/// it does: as on the closing thread, a fatal signal there ends the program
+/// at once (the close it would wait for is the one that crashed).
+static EXITING: AtomicI32 = AtomicI32::new(0);
 
 /// Read end of the wake-up pipe (the closing thread reads it).
 static WAKE_R: AtomicI32 = AtomicI32::new(-1);
@@ -192,6 +199,12 @@ pub fn name(sig: libc::c_int) -> String {
     }
 }
 
+/// Marks the calling thread as the one closing the trace in `exit`'s handler
+/// (`false`: done).
+pub fn closing_at_exit(closing: bool) {
+    EXITING.store(if closing { gettid() as i32 } else { 0 }, SeqCst);
+}
+
 /// The signal whose handler ran and that has not ended the program yet, or 0.
 pub fn deferred() -> libc::c_int {
     match DEFERRED.load(Relaxed) {
@@ -275,6 +288,18 @@ fn pipe() -> io::Result<(i32, i32)> {
 
 fn closing_thread(close: fn(libc::c_int)) {
     CLOSER.store(gettid() as i32, SeqCst);
+    // A fault in the close must reach `on_fatal`: the kernel kills a thread
+    // that faults with the signal blocked at once, of that signal.
+    // SAFETY: a zeroed sigset_t is a valid set to fill; the calls touch only
+    // `set` and this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FATAL.into_iter().filter(|&s| s != libc::SIGABRT) {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
+    }
     let mut sig = [0u8; 1];
     loop {
         // SAFETY: reads one byte into a live buffer.
@@ -349,12 +374,21 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: getpid is async-signal-safe.
     let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
-    if ours && in_call_slot().is_none() && gettid() as i32 != CLOSER.load(SeqCst) {
+    let tid = gettid() as i32;
+    let closer = tid == CLOSER.load(SeqCst) || tid == EXITING.load(SeqCst);
+    if ours && in_call_slot().is_none() && !closer {
         DEFERRED.store(sig, SeqCst);
         let byte = sig as u8;
         // SAFETY: as in `on_signal`.
         unsafe { libc::write(WAKE_W.load(SeqCst), (&raw const byte).cast(), 1) };
         wait_done();
+    }
+    let deferred = DEFERRED.load(SeqCst);
+    if ours && closer && deferred != 0 && deferred != sig {
+        // The close crashed (a heap an `abort` found corrupt, a CUPTI that
+        // faults): the program dies of the signal that was ending it, as
+        // without gpuperf, with the trace unclosed.
+        raise_now(deferred);
     }
     // SAFETY: `info` is the kernel's siginfo for this signal (SA_SIGINFO).
     let sent = unsafe { info.as_ref() }.is_none_or(|i| i.si_code <= 0);
@@ -367,6 +401,23 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
             libc::raise(sig);
         }
         *libc::__errno_location() = errno;
+    }
+}
+
+/// Ends the program of `sig` on this thread, whose mask may block it (the
+/// closing thread's does). Async-signal-safe.
+fn raise_now(sig: libc::c_int) {
+    // SAFETY: a zeroed sigset_t is a valid set to empty; sigemptyset,
+    // sigaddset, signal, pthread_sigmask and raise are async-signal-safe and
+    // touch only `set`. Unblocked with the default disposition, a signal
+    // raised on the calling thread is delivered before `raise` returns.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::signal(sig, libc::SIG_DFL);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
+        libc::raise(sig);
     }
 }
 

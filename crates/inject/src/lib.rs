@@ -91,9 +91,11 @@
 //!   conditions): the thread the signal hit waits in its handler for the
 //!   close, up to 5 s, then the signal takes its course on that thread (a
 //!   fault happens again, a sent signal is sent again), so the program and a
-//!   core dump end as without gpuperf. Inside a CUDA call, or on gpuperf's
-//!   closing thread, the handler does not wait (the close would need the
-//!   locks held there): the trace stays unclosed, as the log says.
+//!   core dump end as without gpuperf. Inside a CUDA call, or on the thread
+//!   closing the trace (gpuperf's closing thread, or one in `exit`'s
+//!   handler), the handler does not wait (the close would need the locks
+//!   held there): the trace stays unclosed. A close that crashes while a
+//!   signal is ending the program ends it with that signal.
 //! - **Exit.** The trace is closed once, by the first of `exit`'s handler and
 //!   a signal's close; the other waits. Calls made after a thread's
 //!   thread-local state was destroyed (atexit handlers registered after CUDA

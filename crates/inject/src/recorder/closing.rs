@@ -251,11 +251,13 @@ static AT_UNLOAD: extern "C" fn() = at_unload;
 
 pub(super) extern "C" fn at_exit() {
     let _inside = Inside::enter();
+    crate::interrupt::closing_at_exit(true);
     let _ = catch_unwind(|| {
         if let Some(s) = STATE.get() {
             s.finish();
         }
     });
+    crate::interrupt::closing_at_exit(false);
     // A signal is being handled: the program dies of it, not of `exit`, once
     // the trace is closed, as it would have without gpuperf.
     let sig = crate::interrupt::deferred();

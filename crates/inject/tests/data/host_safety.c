@@ -32,9 +32,12 @@
  *                   stops), then 40 copies (9 ms apart)
  *   abort-thread    5 launches on the main thread, then another thread calls
  *                   `abort` while the main thread waits: the program must die
- *                   of SIGABRT
+ *                   of SIGABRT (with GPUSIM_CUPTI_FORCED_FLUSH_HOOK=
+ *                   gpusim_faulting_hook, the close gpuperf makes first, its
+ *                   forced flush, writes through a null pointer)
  *   segv            5 launches, then a write through a null pointer: the
  *                   program must die of SIGSEGV
+ *   exit            5 launches, then `exit`
  *   malloc-launches  the program's malloc (this file's, as a preloaded
  *                   allocator's would be) launches when gpuperf's flush
  *                   thread calls it (at most 50 times); 5 launches, a wait of
@@ -244,6 +247,9 @@ static void *closing_launches(void *arg) {
 }
 /* Called by the simulated libcupti on the exiting thread, inside the library's
  * exit path: the thread's calls all enter and return while it runs. */
+void gpusim_faulting_hook(void);
+void gpusim_faulting_hook(void) { *(volatile int *)(uintptr_t)atoi("0") = 1; }
+
 void gpusim_forced_flush_hook(void);
 void gpusim_forced_flush_hook(void) {
     if (closer_made || pthread_create(&closer, NULL, closing_launches, NULL) != 0) return;
@@ -292,6 +298,10 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "sigterm-malloc") == 0) return sigterm_malloc();
     if (strcmp(mode, "abort-thread") == 0) return abort_thread();
     if (strcmp(mode, "segv") == 0) return segv();
+    if (strcmp(mode, "exit") == 0) {
+        for (int i = 0; i < 5; i++) launch("_Z6beforev");
+        return 3;
+    }
     if (strcmp(mode, "atexit-launches") == 0) {
         for (int i = 0; i < 5; i++) launch("_Z6beforev");
         atexit(cleanup);

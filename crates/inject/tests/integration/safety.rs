@@ -145,6 +145,57 @@ fn sim_segfault_ends_the_program_of_sigsegv_with_the_trace_closed() {
     dies_of_with_the_trace_closed("segv", libc::SIGSEGV, "SIGSEGV", 1);
 }
 
+/// `abort` on another thread, and the close it asks for crashes (the
+/// simulated CUPTI's first forced flush, the close's, writes through a null
+/// pointer on gpuperf's closing thread): the program must still die of
+/// SIGABRT, as without the library, not of the close's SIGSEGV; the trace is
+/// left unclosed.
+#[test]
+fn sim_abort_whose_close_crashes_still_ends_the_program_of_sigabrt() {
+    let Some(m) = Sim::find() else { return };
+    let limit = Duration::from_secs(30);
+    let hook = ("GPUSIM_CUPTI_FORCED_FLUSH_HOOK", "gpusim_faulting_hook");
+    let without = run(&m, None, "abort-thread", &[], &[hook], limit);
+    assert_eq!(without.status.signal(), Some(libc::SIGABRT), "{without:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1"), hook];
+    let with = run(&m, Some(dir.path()), "abort-thread", &[], &env, limit);
+    let log = read_logs(dir.path());
+    assert_eq!(with.status.signal(), Some(libc::SIGABRT), "{with:?}\n{log}");
+    assert!(
+        log.contains("closing the trace: SIGABRT is ending the program"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("done: "),
+        "the close crashed, yet it ended\n{log}"
+    );
+}
+
+/// The close in `exit`'s handler crashes (the simulated CUPTI's forced flush
+/// writes through a null pointer on the exiting thread): the thread dies of
+/// it without waking gpuperf's closing thread to close the trace, which would
+/// wait for the lock the crashed close holds (and the program with it, for
+/// the wait's bound).
+#[test]
+fn sim_crash_in_the_exit_close_ends_the_program_without_waiting_for_another_close() {
+    let Some(m) = Sim::find() else { return };
+    let limit = Duration::from_secs(30);
+    let hook = ("GPUSIM_CUPTI_FORCED_FLUSH_HOOK", "gpusim_faulting_hook");
+    let without = run(&m, None, "exit", &[], &[hook], limit);
+    assert_eq!(without.status.code(), Some(3), "{without:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1"), hook];
+    let with = run(&m, Some(dir.path()), "exit", &[], &env, limit);
+    let log = read_logs(dir.path());
+    assert_eq!(with.status.signal(), Some(libc::SIGSEGV), "{with:?}\n{log}");
+    assert!(!log.contains("closing the trace: SIGSEGV"), "{log}");
+    assert!(
+        !log.contains("done: "),
+        "the close crashed, yet it ended\n{log}"
+    );
+}
+
 /// Runs `mode` without the library, then `runs` times with it (closing the
 /// trace on signals): each run must die of `sig`, and with the library the
 /// log must say `name` closed the trace, with the 5 launches of _Z6beforev
