@@ -288,18 +288,6 @@ fn pipe() -> io::Result<(i32, i32)> {
 
 fn closing_thread(close: fn(libc::c_int)) {
     CLOSER.store(gettid() as i32, SeqCst);
-    // A fault in the close must reach `on_fatal`: the kernel kills a thread
-    // that faults with the signal blocked at once, of that signal.
-    // SAFETY: a zeroed sigset_t is a valid set to fill; the calls touch only
-    // `set` and this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in FATAL.into_iter().filter(|&s| s != libc::SIGABRT) {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
-    }
     let mut sig = [0u8; 1];
     loop {
         // SAFETY: reads one byte into a live buffer.
@@ -318,6 +306,19 @@ fn closing_thread(close: fn(libc::c_int)) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let deferred = DEFERRED.load(SeqCst);
+    // A fault in the close must reach `on_fatal`: the kernel kills a thread
+    // that faults with the signal blocked at once, of that signal. Only now:
+    // until a signal came, one sent to the process is for the other threads.
+    // SAFETY: a zeroed sigset_t is a valid set to fill; the calls touch only
+    // `set` and this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FATAL.into_iter().filter(|&s| s != libc::SIGABRT) {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
+    }
     let _ = std::panic::catch_unwind(|| close(deferred));
     for s in SIGNALS.into_iter().chain(FATAL) {
         // SAFETY: back to the default disposition; no memory is involved.
