@@ -145,22 +145,15 @@ fn sim_segfault_ends_the_program_of_sigsegv_with_the_trace_closed() {
     dies_of_with_the_trace_closed("segv", libc::SIGSEGV, "SIGSEGV", 1);
 }
 
-/// `abort` on another thread, and the close it asks for crashes (the
-/// simulated CUPTI's first forced flush, the close's, writes through a null
-/// pointer on gpuperf's closing thread): the program must still die of
-/// SIGABRT, as without the library, not of the close's SIGSEGV; the trace is
-/// left unclosed.
+/// `abort` on another thread, and the close it asks for crashes (on gpuperf's
+/// closing thread): the program must still die of SIGABRT, as without the
+/// library, not of the close's SIGSEGV; the trace is left unclosed.
 #[test]
 fn sim_abort_whose_close_crashes_still_ends_the_program_of_sigabrt() {
-    let Some(m) = Sim::find() else { return };
-    let limit = Duration::from_secs(30);
-    let hook = ("GPUSIM_CUPTI_FORCED_FLUSH_HOOK", "gpusim_faulting_hook");
-    let without = run(&m, None, "abort-thread", &[], &[hook], limit);
+    let Some((without, with, log)) = with_a_crashing_close("abort-thread") else {
+        return;
+    };
     assert_eq!(without.status.signal(), Some(libc::SIGABRT), "{without:?}");
-    let dir = tempfile::tempdir().unwrap();
-    let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1"), hook];
-    let with = run(&m, Some(dir.path()), "abort-thread", &[], &env, limit);
-    let log = read_logs(dir.path());
     assert_eq!(with.status.signal(), Some(libc::SIGABRT), "{with:?}\n{log}");
     assert!(
         log.contains("closing the trace: SIGABRT is ending the program"),
@@ -172,28 +165,36 @@ fn sim_abort_whose_close_crashes_still_ends_the_program_of_sigabrt() {
     );
 }
 
-/// The close in `exit`'s handler crashes (the simulated CUPTI's forced flush
-/// writes through a null pointer on the exiting thread): the thread dies of
-/// it without waking gpuperf's closing thread to close the trace, which would
-/// wait for the lock the crashed close holds (and the program with it, for
-/// the wait's bound).
+/// The close in `exit`'s handler crashes (on the exiting thread): the thread
+/// dies of it without waking gpuperf's closing thread to close the trace,
+/// which would wait for the lock the crashed close holds (and the program
+/// with it, for the wait's bound).
 #[test]
 fn sim_crash_in_the_exit_close_ends_the_program_without_waiting_for_another_close() {
-    let Some(m) = Sim::find() else { return };
-    let limit = Duration::from_secs(30);
-    let hook = ("GPUSIM_CUPTI_FORCED_FLUSH_HOOK", "gpusim_faulting_hook");
-    let without = run(&m, None, "exit", &[], &[hook], limit);
+    let Some((without, with, log)) = with_a_crashing_close("exit") else {
+        return;
+    };
     assert_eq!(without.status.code(), Some(3), "{without:?}");
-    let dir = tempfile::tempdir().unwrap();
-    let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1"), hook];
-    let with = run(&m, Some(dir.path()), "exit", &[], &env, limit);
-    let log = read_logs(dir.path());
     assert_eq!(with.status.signal(), Some(libc::SIGSEGV), "{with:?}\n{log}");
     assert!(!log.contains("closing the trace: SIGSEGV"), "{log}");
     assert!(
         !log.contains("done: "),
         "the close crashed, yet it ended\n{log}"
     );
+}
+
+/// Runs `mode` with the simulated CUPTI's first forced flush (the close's)
+/// writing through a null pointer: without the library, then with it
+/// (closing the trace on signals); both outputs and the library's log.
+fn with_a_crashing_close(mode: &str) -> Option<(Output, Output, String)> {
+    let m = Sim::find()?;
+    let limit = Duration::from_secs(30);
+    let hook = ("GPUSIM_CUPTI_FORCED_FLUSH_HOOK", "gpusim_faulting_hook");
+    let without = run(&m, None, mode, &[], &[hook], limit);
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("GPUPERF_FLUSH_ON_SIGNAL", "1"), hook];
+    let with = run(&m, Some(dir.path()), mode, &[], &env, limit);
+    Some((without, with, read_logs(dir.path())))
 }
 
 /// Runs `mode` without the library, then `runs` times with it (closing the
