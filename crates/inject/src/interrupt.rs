@@ -54,10 +54,11 @@
 //! holds, so it is bounded, and skipped where that is likely: inside a CUDA
 //! call (CUPTI's and the driver's locks, and the library's own), and on the
 //! thread closing the trace (the closing thread, or one in `exit`'s handler:
-//! the close it would wait for is the one that crashed). Other threads that start a CUDA call or call `exit`
-//! meanwhile wait for the crashing thread to end the program. Should the
-//! close itself crash (an `abort` for a corrupt heap leaves it that heap),
-//! the program dies of the signal that was ending it, not of the close's.
+//! the close it would wait for is the one that crashed). Other threads that
+//! start a CUDA call or call `exit` meanwhile wait for the crashing thread to
+//! end the program. Should the close itself crash (an `abort` for a corrupt
+//! heap leaves it that heap), the program dies of the signal that was ending
+//! it, not of the close's.
 
 use std::io;
 use std::ptr;

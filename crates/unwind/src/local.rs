@@ -608,12 +608,8 @@ impl LocalUnwinder {
         }
         Some(Captured {
             serial,
-            reused: t.kept.taken().unwrap_or_default().len() as u32,
-            kept: true,
-            tag: t.kept.taken_tag().unwrap_or(0),
-            unchanged: false,
             whole: true,
-            ..w.captured
+            ..from_kept(t, w.captured)
         })
     }
 
@@ -785,13 +781,22 @@ fn take_kept(t: &Trail, recovered: u32, out: &mut [Frame], captured: &mut Captur
         len: native.len(),
         end: StackEnd::Root,
         recovered,
-        reused: native.len() as u32,
+        ..from_kept(t, *captured)
+    };
+    true
+}
+
+/// `c` as a capture that took the walk `t` kept under the tag expected: its
+/// native frames all reused, proven unchanged.
+#[inline(always)]
+fn from_kept(t: &Trail, c: Captured) -> Captured {
+    Captured {
+        reused: t.kept.taken().unwrap_or_default().len() as u32,
         kept: true,
         tag: t.kept.taken_tag().unwrap_or(0),
         unchanged: false,
-        ..*captured
-    };
-    true
+        ..c
+    }
 }
 
 struct LocalLoader<'a> {
