@@ -310,16 +310,7 @@ fn closing_thread(close: fn(libc::c_int)) {
     // A fault in the close must reach `on_fatal`: the kernel kills a thread
     // that faults with the signal blocked at once, of that signal. Only now:
     // until a signal came, one sent to the process is for the other threads.
-    // SAFETY: a zeroed sigset_t is a valid set to fill; the calls touch only
-    // `set` and this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in FATAL.into_iter().filter(|&s| s != libc::SIGABRT) {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
-    }
+    unblock(FATAL.into_iter().filter(|&s| s != libc::SIGABRT));
     let _ = std::panic::catch_unwind(|| close(deferred));
     for s in SIGNALS.into_iter().chain(FATAL) {
         // SAFETY: back to the default disposition; no memory is involved.
@@ -409,17 +400,27 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
 /// Ends the program of `sig` on this thread, whose mask may block it (the
 /// closing thread's does). Async-signal-safe.
 fn raise_now(sig: libc::c_int) {
+    // SAFETY: signal and raise are async-signal-safe. Unblocked with the
+    // default disposition, a signal raised on the calling thread is
+    // delivered before `raise` returns.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
+    unblock([sig].into_iter());
+    // SAFETY: as above.
+    unsafe { libc::raise(sig) };
+}
+
+/// Unblocks `sigs` on the calling thread. Async-signal-safe.
+fn unblock(sigs: impl Iterator<Item = libc::c_int>) {
     // SAFETY: a zeroed sigset_t is a valid set to empty; sigemptyset,
-    // sigaddset, signal, pthread_sigmask and raise are async-signal-safe and
-    // touch only `set`. Unblocked with the default disposition, a signal
-    // raised on the calling thread is delivered before `raise` returns.
+    // sigaddset and pthread_sigmask are async-signal-safe and touch only
+    // `set` and the thread's mask.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::signal(sig, libc::SIG_DFL);
+        for sig in sigs {
+            libc::sigaddset(&mut set, sig);
+        }
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
-        libc::raise(sig);
     }
 }
 
