@@ -47,8 +47,8 @@ on_cpu() {
     "$@"
 }
 
-# The pairs of variants run at once, "X:Y" each (Y's cost over X's); PAIRS
-# picks some (e.g. "baseline:stacks" to compare two builds alone).
+# The pairs of variants run at once, "X:Y" each (Y's cost over X's);
+# hf_train.sh takes PAIRS instead where set.
 pairs="plain:gpuonly gpuonly:stacks${baseline:+ baseline:stacks}"
 
 # in_variant VARIANT COMMAND [ARGS...]: runs COMMAND as the variant has it:

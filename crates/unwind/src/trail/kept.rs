@@ -30,6 +30,7 @@
 //! root through plain steps (CFA rules, scans whose every read was kept, the
 //! root), with the tables unchanged since; and taken only while no module
 //! was unloaded since the tables were read (the loader is `stable`).
+//!
 //! Each walk keeps its own words and links, in order, though a thread's
 //! stacks share most of them (their outer frames): proving one streams them
 //! in the order it reads the stack. Stored once each in a pool and named by
