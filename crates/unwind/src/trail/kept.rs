@@ -418,10 +418,19 @@ impl Kept {
                 let word = |a: u64| unsafe { (a as *const u64).read_unaligned() };
                 // Eight words at a time, without a branch per word: once
                 // expected, a walk rarely differs, and then within eight.
-                for chunk in reads.chunks(8) {
-                    if chunk.iter().fold(0, |d, &(a, v)| d | (word(a) ^ v)) != 0 {
+                // Chunks of exactly eight, so that the compiler unrolls each
+                // into loads whose differences stay in registers (over
+                // `chunks(8)` it kept them on the stack, each word's `or`
+                // waiting on the last one's store).
+                let differs = |c: &[(u64, u64)]| c.iter().fold(0, |d, &(a, v)| d | (word(a) ^ v));
+                let (eights, rest) = reads.as_chunks::<8>();
+                for chunk in eights {
+                    if differs(chunk) != 0 {
                         continue 'tags;
                     }
+                }
+                if differs(rest) != 0 {
+                    continue 'tags;
                 }
             }
             let scans = self.scans.get(range(w.at.scans))?;
