@@ -192,20 +192,26 @@ const STATE_STACK_NEED: usize = 32 << 10;
 /// than [`STATE_STACK_NEED`] of it left. Asked only when the thread's state is
 /// to be built: one `sigaltstack` call.
 fn short_altstack() -> bool {
+    altstack_room().is_some_and(|room| room < STATE_STACK_NEED)
+}
+
+/// The bytes left below this point of the alternate signal stack, when the
+/// thread runs on it (a signal handler's).
+fn altstack_room() -> Option<usize> {
     let mut ss = std::mem::MaybeUninit::<libc::stack_t>::zeroed();
     // SAFETY: a null new stack only reads the current one into `ss`, a valid
     // out-pointer.
     if unsafe { libc::sigaltstack(std::ptr::null(), ss.as_mut_ptr()) } != 0 {
-        return false;
+        return None;
     }
     // SAFETY: zeroed, then filled by the successful call.
     let ss = unsafe { ss.assume_init() };
     if ss.ss_flags & libc::SS_ONSTACK == 0 {
-        return false;
+        return None;
     }
     // A local's address stands for the stack pointer; the stack grows down.
     let here = std::ptr::addr_of!(ss) as usize;
-    here.saturating_sub(ss.ss_sp as usize) < STATE_STACK_NEED
+    Some(here.saturating_sub(ss.ss_sp as usize))
 }
 
 /// Per-thread scratch: the frame buffer, the stack being hashed, and the
@@ -629,6 +635,13 @@ impl Stacks {
             scratch.kept_classified = classified;
         }
         trail.expect(scratch.expected_ids());
+        // Once, from a thread that holds the GIL: CPython's code watcher
+        // (3.12+), which spares proofs of kept chains their code objects. A
+        // CUDA call is the program's own code, where it may call the C API;
+        // not a signal handler's (on its alternate stack).
+        if let Some(py) = self.unwinder.python() {
+            py.watch_codes(|| altstack_room().is_none());
+        }
         let mut r = self
             .unwinder
             .capture_then_reusing(0, frames, trail, |f, c| self.identify(f, c, scratch, true));
@@ -907,7 +920,7 @@ impl Stacks {
              ({} at code without unwind info, {} at the depth cap, {} missing an outer \
              interpreter's Python frames, {} busy: every unwind cache in use; {} waited \
              for one), {} with no frame outside CUDA's libraries, {} with Python frames \
-             ({} cut at the depth cap); Python: {:?}, \
+             ({} cut at the depth cap); Python: {:?}{}, \
              {} stacks without their Python frames (a chain that could not be read \
              safely{}), {} memory probes, {} reused their outer Python frames from an earlier capture; graph nodes held: {} ({} not kept: map full; \
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
@@ -932,6 +945,11 @@ impl Stacks {
             n(Count::WithPython),
             n(Count::PythonDepthCut),
             self.unwinder.python_status(),
+            match self.unwinder.python() {
+                Some(p) if p.watching_codes() =>
+                    " (code watcher on: kept chains proven without their code objects while none is destroyed)",
+                _ => "",
+            },
             s.python_skipped,
             self.unwinder
                 .python()

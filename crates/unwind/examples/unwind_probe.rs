@@ -19,10 +19,23 @@ fn unwinder() -> &'static LocalUnwinder {
     U.get_or_init(|| LocalUnwinder::new(Options::default()))
 }
 
-/// Sets the unwinder up (reads the module table).
+/// Sets the unwinder up (reads the module table), and has CPython 3.12+
+/// register the code watcher, as the injection library's first capture does.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuperf_probe_init() {
-    unwinder();
+    if let Some(py) = unwinder().python() {
+        py.watch_codes(|| true);
+    }
+}
+
+/// 1 once CPython's code watcher is registered (3.12+: by the main thread,
+/// between two bytecodes after [`gpuperf_probe_init`]), else 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuperf_probe_watching_codes() -> c_int {
+    unwinder()
+        .python()
+        .is_some_and(|p| p.watching_codes())
+        .into()
 }
 
 /// Rebuilds the module table if modules changed; 1 if it did.

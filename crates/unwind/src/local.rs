@@ -599,7 +599,7 @@ impl LocalUnwinder {
         let w = t.kept.whole_taken()?;
         let proven = match (&self.python, w.chain) {
             (None, None) => true,
-            (Some(py), Some(links)) => py.chain_is(stack, links),
+            (Some(py), Some(links)) => py.chain_is(stack, links, w.codes_at),
             _ => false,
         };
         let fits = w.frames.is_some_and(|f| f.len() <= cap);

@@ -367,16 +367,18 @@ impl Trail {
             _ if last.serial != self.serial => None,
             None => (last.len == steps.len()).then_some(Whole {
                 chain: None,
+                codes_at: 0,
                 frames: None,
                 captured: last,
             }),
-            Some(true) => self.python.whole().and_then(|chain| {
+            Some(true) => self.python.whole().and_then(|(chain, codes_at)| {
                 let frames = match chain.is_empty() {
                     true => (last.len == steps.len()).then_some(None)?,
                     false => Some(self.merged.output(self.serial)?),
                 };
                 Some(Whole {
                     chain: Some(chain),
+                    codes_at,
                     frames,
                     captured: last,
                 })

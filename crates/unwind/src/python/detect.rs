@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
 
 use super::layout::Layout;
+use super::watch::CodeWatch;
 use super::{ARENA_BYTES, CODE_SLOTS, CodeSlot, Python, v3_10, v3_11, v3_12, v3_13};
 
 use crate::frame::ModuleId;
@@ -90,13 +91,16 @@ impl Python {
         let this_thread_state = unsafe {
             std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(tstate_fn as usize)
         };
-        Some(Python::with_layout(
-            layout,
-            this_thread_state,
-            types,
-            ModuleId(index as u32),
-            start..start + size.max(1),
-        ))
+        Some(Python {
+            watch: CodeWatch::detect(minor, layout.free_threaded),
+            ..Python::with_layout(
+                layout,
+                this_thread_state,
+                types,
+                ModuleId(index as u32),
+                start..start + size.max(1),
+            )
+        })
     }
 
     /// A reader of `layout`; `types`: the addresses of the `code`, `str` and
@@ -133,6 +137,7 @@ impl Python {
             refused: AtomicBool::new(false),
             read_one: AtomicBool::new(false),
             last_skip: AtomicU8::new(0),
+            watch: None,
         }
     }
 }

@@ -98,6 +98,7 @@ mod v3_10;
 mod v3_11;
 mod v3_12;
 mod v3_13;
+mod watch;
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -183,6 +184,9 @@ pub struct Python {
     read_one: AtomicBool,
     /// The reason of the last skipped stack (`reason::index`), 0 for none.
     last_skip: AtomicU8,
+    /// 3.12+: counts code objects destroyed, so that a kept chain's proof
+    /// need not read code objects again (`watch.rs`).
+    watch: Option<watch::CodeWatch>,
 }
 
 // SAFETY: the arena's bytes are written once, by the thread that reserved them

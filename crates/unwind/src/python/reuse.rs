@@ -47,6 +47,9 @@ pub(crate) struct Link {
     /// The frame made (code id, instruction offset).
     pub id: u32,
     pub instruction: u32,
+    /// Bytes the frame takes in the data stack, from its code object (0
+    /// where it lies elsewhere).
+    pub size: u32,
     /// Frames (not shims) in the chain from the root to this link, this
     /// one included.
     pub frames: u16,
@@ -77,6 +80,10 @@ pub(crate) struct FrameTrail {
     pub(super) reused: u32,
     /// The last read reached the chain's root.
     pub(super) complete: bool,
+    /// The code watcher's generation the last read started at (0: none;
+    /// `watch.rs`): while it holds, every code object the chain names is the
+    /// one it was.
+    pub(super) codes_at: u64,
 }
 
 impl FrameTrail {
@@ -91,6 +98,7 @@ impl FrameTrail {
             index: vec![0; INDEX].into_boxed_slice(),
             reused: 0,
             complete: false,
+            codes_at: 0,
         }
     }
 
@@ -114,9 +122,11 @@ impl FrameTrail {
     }
 
     /// The last chain, outermost first, if it reached its root and every
-    /// link can be proven without a probe (see [`Python::chain_is`]).
-    pub(crate) fn whole(&self) -> Option<&[Link]> {
-        (self.complete && self.reusable == self.len).then(|| &self.links[..self.len])
+    /// link can be proven without a probe (see [`Python::chain_is`]), and the
+    /// code watcher's generation it was read at.
+    pub(crate) fn whole(&self) -> Option<(&[Link], u64)> {
+        (self.complete && self.reusable == self.len)
+            .then(|| (&self.links[..self.len], self.codes_at))
     }
 
     #[inline(always)]
@@ -261,6 +271,22 @@ impl Words {
         (code, bytes)
     }
 
+    /// The frame's code pointer and instruction word.
+    ///
+    /// # Safety
+    ///
+    /// `frame` is a live frame.
+    #[inline(always)]
+    unsafe fn own(&self, frame: u64) -> (u64, u64) {
+        // SAFETY: the caller's.
+        unsafe {
+            (
+                ((frame + self.code) as *const u64).read_unaligned(),
+                ((frame + self.instr) as *const u64).read_unaligned(),
+            )
+        }
+    }
+
     /// The frame's instruction word, and its code object's first line and
     /// line table's address.
     ///
@@ -306,7 +332,11 @@ impl Words {
 impl Python {
     /// Proves `links[from..=depth]` of the trail again, outermost first (see
     /// the module docs): `Err` with the depth of the first link found changed.
-    /// `tiled` becomes the depth past the last frame tiled in `chunks`.
+    /// `tiled` becomes the depth past the last frame tiled in `chunks`. With
+    /// `same_codes` (no code object destroyed since the links were read, see
+    /// `watch.rs`), a frame that follows one proven, in the same chunk, is
+    /// proven by its own words: its code object is the one read then, and so
+    /// its size and the fields its link compares.
     ///
     /// Not inlined: once per capture, and its loop keeps its values in
     /// registers on its own (inlined into `splice`, it spilled them). What
@@ -320,6 +350,7 @@ impl Python {
         chunks: &mut Chunks,
         mem: &Known,
         tiled: &mut usize,
+        same_codes: bool,
     ) -> Result<(), usize> {
         let l = &self.layout;
         let (Some(ds), FrameKind::Interpreter { .. }) = (l.datastack, l.frame_kind) else {
@@ -349,7 +380,8 @@ impl Python {
                         break 'links Err(d);
                     }
                 } else {
-                    if a == next && end <= hi {
+                    let follows = a == next && end <= hi;
+                    if follows {
                         // The frame after one proven live, below the chunk's
                         // top: live (see `tile_to`).
                         cur = a;
@@ -368,22 +400,35 @@ impl Python {
                         (k, hi, cur) = (c, chunks.hi[c], a);
                     }
                     done = d + 1;
-                    // SAFETY: a live frame (just proven); its code object is
-                    // live too (the frame holds a reference to it), and read
-                    // only once its address is a code object's.
-                    let (code, size) = unsafe { w.frame(a, self.code_type) };
-                    let Some(b) = size.filter(|&b| b >= fs) else {
-                        break 'links Err(d);
-                    };
-                    next = a + b;
-                    // SAFETY: as above.
-                    let (instr, first_line, table) = unsafe { w.words(a, code) };
-                    if code != link.code
-                        || instr != link.instr
-                        || first_line != link.first_line
-                        || table != link.table
-                    {
-                        break 'links Err(d);
+                    if same_codes && follows && u64::from(link.size) >= fs {
+                        // SAFETY: a live frame (just proven).
+                        let (code, instr) = unsafe { w.own(a) };
+                        if code != link.code || instr != link.instr {
+                            break 'links Err(d);
+                        }
+                        next = a + u64::from(link.size);
+                    } else {
+                        // SAFETY: a live frame (just proven); its code object is
+                        // live too (the frame holds a reference to it), and read
+                        // only once its address is a code object's.
+                        let (code, size) = unsafe { w.frame(a, self.code_type) };
+                        let Some(b) = size.filter(|&b| b >= fs) else {
+                            break 'links Err(d);
+                        };
+                        next = a + b;
+                        // SAFETY: as above.
+                        let (instr, first_line, table) = unsafe { w.words(a, code) };
+                        // The size too, as the links keep it for the proof
+                        // above: a code object taking a destroyed one's address
+                        // could match in the rest.
+                        if code != link.code
+                            || instr != link.instr
+                            || first_line != link.first_line
+                            || table != link.table
+                            || (link.size != 0 && b != u64::from(link.size))
+                        {
+                            break 'links Err(d);
+                        }
                     }
                 }
                 // SAFETY: as above (or a shim frame, in mapped memory).
@@ -408,8 +453,9 @@ impl Python {
     /// empty one): the thread state's current frame is its innermost link,
     /// and every link is proven again as [`Python::prove`] proves a trail's,
     /// outermost first. Then a read would make the same frames. `stack` is
-    /// the thread's stack mapping.
-    pub(crate) fn chain_is(&self, stack: (u64, u64), links: &[Link]) -> bool {
+    /// the thread's stack mapping; `codes_at`, the code watcher's generation the
+    /// chain was read at ([`FrameTrail::whole`]).
+    pub(crate) fn chain_is(&self, stack: (u64, u64), links: &[Link], codes_at: u64) -> bool {
         if self.disabled.load(std::sync::atomic::Ordering::Relaxed) != 0 {
             return false;
         }
@@ -428,9 +474,10 @@ impl Python {
         if frame != links[depth].addr {
             return false;
         }
+        let same_codes = codes_at != 0 && self.code_generation(tstate) == codes_at;
         let mut chunks = self.data_stack(tstate);
         let mut tiled = 0;
-        self.prove(links, (0, depth), &mut chunks, &mem, &mut tiled)
+        self.prove(links, (0, depth), &mut chunks, &mem, &mut tiled, same_codes)
             .is_ok()
     }
 

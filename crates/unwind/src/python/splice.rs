@@ -446,10 +446,14 @@ impl Python {
             // SAFETY: a frame checked readable by the caller of `rd`.
             unsafe { (a as *const u64).read_unaligned() }
         };
+        // Before any code object is read: what the links this read keeps are
+        // proven against.
+        let codes_at = self.code_generation(tstate);
         let mut frame = self.current_frame(tstate, mem)?;
         if frame == 0 {
             if let Some(t) = trail {
                 t.commit(0, 0, true);
+                t.codes_at = codes_at;
             }
             return Ok((0, false));
         }
@@ -463,6 +467,7 @@ impl Python {
         // proven in this read, `links[..tiled]` tiled; the read's own links,
         // innermost first, in `fresh[..nfresh]`.
         let mut limit = trail.as_deref().map_or(0, |t| t.reusable);
+        let same_codes = codes_at != 0 && trail.as_deref().is_some_and(|t| t.codes_at == codes_at);
         let (mut verified, mut tiled, mut nfresh) = (0, 0, 0);
         let mut keep = None;
         while frame != 0 {
@@ -495,7 +500,14 @@ impl Python {
                 && let Some(d) = t.find(frame, limit)
             {
                 if d >= verified {
-                    match self.prove(&t.links, (verified, d), &mut chunks, mem, &mut tiled) {
+                    match self.prove(
+                        &t.links,
+                        (verified, d),
+                        &mut chunks,
+                        mem,
+                        &mut tiled,
+                        same_codes,
+                    ) {
                         Ok(()) => verified = d + 1,
                         Err(e) => (verified, limit) = (e, e),
                     }
@@ -596,6 +608,15 @@ impl Python {
             if let Some(link) = links.as_mut().and_then(|i| i.next()) {
                 (link.id, link.instruction, link.group_end) = (id, r.instruction, r.group_end);
                 (link.first_line, link.table) = (first_line, table);
+                // A frame in the data stack was tiled: its code object is one.
+                link.size = match (r.in_stack, l.datastack) {
+                    (0, _) | (_, None) => 0,
+                    (_, Some(ds)) => self
+                        .frame_words(r.code_ptr, ds.frame_words)
+                        .ok()
+                        .and_then(|w| u32::try_from(w.checked_mul(8)?).ok())
+                        .unwrap_or(0),
+                };
             }
         }
         if let Some(t) = trail {
@@ -604,6 +625,7 @@ impl Python {
                 t.clear();
             } else {
                 t.commit(kept, nfresh, !truncated);
+                t.codes_at = codes_at;
             }
             return Ok((n + m, truncated));
         }

@@ -80,6 +80,8 @@ pub(crate) struct Whole<'a> {
     /// The thread's Python frame chain ([`crate::python::FrameTrail::whole`]);
     /// `None` where the unwinder reads no Python frames.
     pub chain: Option<&'a [Link]>,
+    /// The code watcher's generation the chain was read at (0: none).
+    pub codes_at: u64,
     /// The capture's frames: to keep, only where Python frames were spliced
     /// into the walk's; as taken ([`Kept::whole_taken`]), always.
     pub frames: Option<&'a [Frame]>,
@@ -108,6 +110,8 @@ struct Walk {
     at: At,
     /// How its capture ended, its length and Python frames, if kept whole.
     whole: Option<Captured>,
+    /// The generation its chain was read at ([`Whole::codes_at`]).
+    codes_at: u64,
 }
 
 /// How many words, frames, scans and links a kept walk has.
@@ -354,6 +358,7 @@ impl Kept {
             span: (lo, hi.saturating_add(8)),
             at,
             whole: whole.map(|w| w.captured),
+            codes_at: whole.map_or(0, |w| w.codes_at),
         };
         match old {
             Some(w) => self.walks[w] = walk,
@@ -465,6 +470,7 @@ impl Kept {
                 Some(r) => Some(self.links.get(range(r))?),
                 None => None,
             },
+            codes_at: w.codes_at,
             frames: Some(self.whole_frames()?),
             captured,
         })

@@ -3,7 +3,7 @@
 usage: python3 py_stacks.py PROBE.so CASE
 CASE: main | thread | native_thread | idle_thread | deep | corrupt | stale | seccomp
       | generator | probes | subinterpreter | reuse_lines | reuse_slot | reuse_generator
-      | kept
+      | kept | kept_code
 Each stack is printed as the probe's lines under a `== name` header. The call
 lines are marked `# call:NAME` so that the test finds the expected line numbers.
 """
@@ -186,6 +186,52 @@ def kept():
         kept_rec(depth, "depth %d expecting %d" % (depth, expect), expect, keep)  # call:kept
 
 
+# One function's source twice: the same bytecode, at other lines of another file.
+VIA_A = "def via(n, name, expect, keep):\n    kept_rec(n, name, expect, keep)  # via\n"
+VIA_B = "\n\n\n" + VIA_A
+
+
+def via_from(source, file):
+    ns = {"kept_rec": kept_rec}
+    exec(compile(source, file, "exec"), ns)
+    # Out of its globals: no cycle keeps it (and its code object) alive.
+    return ns.pop("via")
+
+
+def remade(old):
+    """The function of VIA_B, made until its code object lands at `old`, the
+    address of one just destroyed (freed blocks are reused first), the others
+    kept alive meanwhile so that each try takes another block. Prints whether
+    one did."""
+    tries = []
+    for _ in range(50):
+        new = via_from(VIA_B, "via_b.py")
+        if id(new.__code__) == old:
+            break
+        tries.append(new)
+    print("same_address %d" % (id(new.__code__) == old), flush=True)
+    return new
+
+
+def kept_code():
+    """A capture kept, then expected again through the same frames (from one
+    call site), then once more after the code object of one of them was
+    destroyed and another made from other lines, which may take its address:
+    the same frame address, code pointer and instruction offset, other lines.
+    Prints whether the code watcher was on (3.12+)."""
+    # The pending call that registers the watcher runs between bytecodes.
+    for _ in range(1000):
+        pass
+    print("watching %d" % probe.gpuperf_probe_watching_codes())
+    via = via_from(VIA_A, "via_a.py")
+    for name, expect, keep in [("warm", 0, 0)] * 10 + [("a", 0, 1), ("a again", 1, 0), ("b", 1, 0)]:
+        if name == "b":
+            old = id(via.__code__)
+            del via  # the last reference: the code object is destroyed
+            via = remade(old)
+        via(2, name, expect, keep)  # call:kept_code
+
+
 def stats():
     buf = ctypes.create_string_buffer(1 << 16)
     probe.gpuperf_probe_stats(buf, len(buf))
@@ -202,7 +248,9 @@ def repeat(n):
 
 
 case = sys.argv[2]
-if case == "main":
+if case == "kept_code":
+    kept_code()
+elif case == "main":
     outer("main")  # call:module
 elif case == "thread":
     t = threading.Thread(target=outer, args=("thread",))

@@ -416,3 +416,69 @@ fn python_kept_capture__taken_whole_only_where_the_python_chain_is_the_same() {
         }
     }
 }
+
+#[test]
+fn python_kept_capture__not_taken_whole_once_a_code_object_of_its_chain_was_destroyed() {
+    for (name, py) in pythons() {
+        let out = run(Command::new(&py)
+            .arg(script())
+            .arg(probe())
+            .arg("kept_code"));
+        let printed = |key: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+                .unwrap_or("?")
+                .to_string()
+        };
+        // 3.12 on: the probe's init had the main thread register the code
+        // watcher, so that the first kept chain is proven without its code
+        // objects, the second (after one was destroyed) with them.
+        let minor: u32 = name
+            .rsplit('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap();
+        assert_eq!(
+            printed("watching"),
+            u32::from(minor >= 12).to_string(),
+            "{name}: {out}"
+        );
+        // What makes the case: another code object at the destroyed one's
+        // address (CPython reuses a freed block first).
+        assert_eq!(
+            printed("same_address"),
+            "1",
+            "{name}: the new code object never took the old one's address\n{out}"
+        );
+        let st: Vec<Stack> = parse(&out)
+            .into_iter()
+            .filter(|s| s.section != "warm")
+            .collect();
+        assert_eq!(st.len(), 3, "{name}: {out}");
+        // 3.10 calls each Python function through a C frame of its own.
+        let same_native = !name.contains("3.10");
+        let via = |file: &str, line: u32| format!("{file}.via ({file}.py:{line})");
+        let kept_rec = format!("py_stacks.kept_rec (py_stacks.py:{})", line("kept_rec"));
+        let caller = format!("py_stacks.kept_code (py_stacks.py:{})", line("kept_code"));
+        for (s, (file, line, whole)) in st[1..]
+            .iter()
+            .zip([("via_a", 2, same_native), ("via_b", 5, false)])
+        {
+            let what = format!("{name} {}", s.section);
+            let names = s.names();
+            let frame = via(file, line);
+            let want = [kept_rec.as_str(), frame.as_str(), caller.as_str()];
+            assert_in_order(&names, &want, &what);
+            assert!(
+                !names.iter().any(|n| n.starts_with("via_") && *n != frame),
+                "{what}: a frame of the destroyed code object\n  {}",
+                names.join("\n  ")
+            );
+            assert!(
+                s.end.contains(&format!(" whole {whole}")),
+                "{what}: {}",
+                s.end
+            );
+        }
+    }
+}
