@@ -64,6 +64,8 @@ type AddPending = unsafe extern "C" fn(PendingFn, Obj) -> c_int;
 /// What registering takes from the interpreter.
 pub(super) struct CodeWatch {
     add_pending: AddPending,
+    /// `Py_IsInitialized`: the pending call needs the main interpreter.
+    initialized: unsafe extern "C" fn() -> c_int,
 }
 
 /// The watcher's state, [`UNTRIED`], [`SCHEDULED`], [`ON`] or [`OFF`]: one per
@@ -156,20 +158,31 @@ impl CodeWatch {
             return None;
         }
         Api::find()?;
-        let add = sym(c"Py_AddPendingCall")?;
-        Some(CodeWatch {
-            // SAFETY: CPython's `int Py_AddPendingCall(int (*)(void *), void *)`.
-            add_pending: unsafe { std::mem::transmute::<usize, AddPending>(add as usize) },
-        })
+        let (add, initialized) = (sym(c"Py_AddPendingCall")?, sym(c"Py_IsInitialized")?);
+        // SAFETY: CPython's `int Py_AddPendingCall(int (*)(void *), void *)`
+        // and `int Py_IsInitialized(void)`.
+        unsafe {
+            Some(CodeWatch {
+                add_pending: std::mem::transmute::<usize, AddPending>(add as usize),
+                initialized: std::mem::transmute::<usize, unsafe extern "C" fn() -> c_int>(
+                    initialized as usize,
+                ),
+            })
+        }
     }
 
     /// Asks the main thread to register the watcher, once, at its next
     /// bytecode boundary (`Py_AddPendingCall`, which needs neither the GIL
     /// nor a thread state), if `safe_point()` says the calling thread may
-    /// take the lock that call takes (not in a signal handler). A full queue
-    /// leaves it to a later call.
+    /// take the lock that call takes (not in a signal handler), and the
+    /// interpreter is initialized (a process may hold a CPython it never
+    /// started, or one finalized). A full queue leaves it to a later call.
     pub(super) fn schedule(&self, safe_point: impl FnOnce() -> bool) {
         if STATE.load(Relaxed) != UNTRIED || !safe_point() {
+            return;
+        }
+        // SAFETY: `Py_IsInitialized` reads a flag; it needs no GIL.
+        if unsafe { (self.initialized)() } == 0 {
             return;
         }
         if STATE
