@@ -18,6 +18,12 @@
 //! or a generator resumed from another frame changes a word, and the read
 //! goes on by itself.
 //!
+//! From 3.12 on, while no code object was destroyed since the trail was read
+//! (`watch.rs`), a frame that follows one proven in its chunk is proven by its
+//! own words alone (code pointer, instruction, link, flags): its code object
+//! is then the one read, with the same size, first line and line table, and
+//! the frame's size as kept (`Link::size`) tiles on to the next.
+//!
 //! Only the outer run of links in the data stack or on the thread's own stack
 //! is kept for reuse: frames elsewhere (3.10's heap frames, a generator's
 //! frame) are read in full every time.
@@ -61,6 +67,9 @@ pub(crate) struct Link {
     /// without a probe.
     pub cheap: bool,
 }
+
+// A proof reads one line of the kept links per frame.
+const _: () = assert!(std::mem::size_of::<Link>() == 64);
 
 /// The last Python chain of one thread (see the module docs); part of its
 /// [`crate::Trail`].
