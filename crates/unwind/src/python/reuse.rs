@@ -69,7 +69,7 @@ pub(crate) struct Link {
 }
 
 // A proof reads one line of the kept links per frame.
-const _: () = assert!(std::mem::size_of::<Link>() == 64);
+const _: () = assert!(size_of::<Link>() == 64);
 
 /// The last Python chain of one thread (see the module docs); part of its
 /// [`crate::Trail`].
