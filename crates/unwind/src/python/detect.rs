@@ -92,7 +92,7 @@ impl Python {
             std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(tstate_fn as usize)
         };
         Some(Python {
-            watch: CodeWatch::detect(minor, layout.free_threaded),
+            watch: CodeWatch::detect(minor, layout.free_threaded, sym),
             ..Python::with_layout(
                 layout,
                 this_thread_state,

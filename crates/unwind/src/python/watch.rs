@@ -27,11 +27,10 @@
 //! before 3.12, in a free-threaded build, or where the interpreter has no
 //! watcher left, the proof reads every code object as before.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU8, AtomicU64};
-
-use super::detect::sym;
 
 /// Code objects destroyed since the watcher was registered (any event but a
 /// creation counts, so that an event a later version adds is not missed).
@@ -79,7 +78,10 @@ const SCHEDULED: u8 = 1;
 const ON: u8 = 2;
 const OFF: u8 = 3;
 
-/// What the pending call uses: the interpreter's functions, found once.
+/// What the pending call uses: the interpreter's functions, found once, by
+/// [`CodeWatch::detect`].
+static API: OnceLock<Api> = OnceLock::new();
+
 struct Api {
     add_watcher: AddWatcher,
     this_tstate: ThisTstate,
@@ -89,7 +91,8 @@ struct Api {
 }
 
 impl Api {
-    fn find() -> Option<Api> {
+    /// `sym`: an exported symbol's address.
+    fn find(sym: impl Fn(&CStr) -> Option<u64>) -> Option<Api> {
         let (add, tstate, fetch, restore, clear) = (
             sym(c"PyCode_AddWatcher")?,
             sym(c"PyGILState_GetThisThreadState")?,
@@ -113,7 +116,7 @@ impl Api {
 /// The pending call that registers the watcher: run by the main thread, with
 /// the GIL, between two bytecodes.
 unsafe extern "C" fn register_now(_: *mut c_void) -> c_int {
-    let Some(api) = Api::find() else {
+    let Some(api) = API.get() else {
         STATE.store(OFF, Relaxed);
         return 0;
     };
@@ -152,12 +155,20 @@ unsafe extern "C" fn register_now(_: *mut c_void) -> c_int {
 }
 
 impl CodeWatch {
-    /// The interpreter's pending-call entry, from 3.12 on (not free-threaded).
-    pub(super) fn detect(minor: u8, free_threaded: bool) -> Option<CodeWatch> {
+    /// The interpreter's pending-call entry, from 3.12 on (not
+    /// free-threaded); `sym` gives an exported symbol's address.
+    pub(super) fn detect(
+        minor: u8,
+        free_threaded: bool,
+        sym: impl Fn(&CStr) -> Option<u64>,
+    ) -> Option<CodeWatch> {
         if minor < 12 || free_threaded {
             return None;
         }
-        Api::find()?;
+        // One CPython per process: a second detection finds the same.
+        if API.get().is_none() {
+            let _ = API.set(Api::find(&sym)?);
+        }
         let (add, initialized) = (sym(c"Py_AddPendingCall")?, sym(c"Py_IsInitialized")?);
         // SAFETY: CPython's `int Py_AddPendingCall(int (*)(void *), void *)`
         // and `int Py_IsInitialized(void)`.
