@@ -635,10 +635,11 @@ impl Stacks {
             scratch.kept_classified = classified;
         }
         trail.expect(scratch.expected_ids());
-        // Once, from a thread that holds the GIL: CPython's code watcher
+        // Once: CPython's main thread is asked to register its code watcher
         // (3.12+), which spares proofs of kept chains their code objects. A
-        // CUDA call is the program's own code, where it may call the C API;
-        // not a signal handler's (on its alternate stack).
+        // CUDA call is the program's own code, where queuing that request
+        // may take the interpreter's lock; a signal handler's (on its
+        // alternate stack) is not.
         if let Some(py) = self.unwinder.python() {
             py.watch_codes(|| altstack_room().is_none());
         }
