@@ -59,12 +59,11 @@ type ErrRestore = unsafe extern "C" fn(Obj, Obj, Obj);
 type ErrClear = unsafe extern "C" fn();
 type PendingFn = unsafe extern "C" fn(Obj) -> c_int;
 type AddPending = unsafe extern "C" fn(PendingFn, Obj) -> c_int;
+type Initialized = unsafe extern "C" fn() -> c_int;
 
-/// What registering takes from the interpreter.
+/// What registering takes from the interpreter: its functions, found once.
 pub(super) struct CodeWatch {
-    add_pending: AddPending,
-    /// `Py_IsInitialized`: the pending call needs the main interpreter.
-    initialized: unsafe extern "C" fn() -> c_int,
+    api: &'static Api,
 }
 
 /// The watcher's state, [`UNTRIED`], [`SCHEDULED`], [`ON`] or [`OFF`]: one per
@@ -78,11 +77,14 @@ const SCHEDULED: u8 = 1;
 const ON: u8 = 2;
 const OFF: u8 = 3;
 
-/// What the pending call uses: the interpreter's functions, found once, by
-/// [`CodeWatch::detect`].
+/// The interpreter's functions, found by [`CodeWatch::detect`]; the pending
+/// call, which takes no argument, reads them here.
 static API: OnceLock<Api> = OnceLock::new();
 
 struct Api {
+    add_pending: AddPending,
+    /// `Py_IsInitialized`: the pending call needs the main interpreter.
+    initialized: Initialized,
     add_watcher: AddWatcher,
     this_tstate: ThisTstate,
     err_fetch: ErrFetch,
@@ -93,7 +95,9 @@ struct Api {
 impl Api {
     /// `sym`: an exported symbol's address.
     fn find(sym: impl Fn(&CStr) -> Option<u64>) -> Option<Api> {
-        let (add, tstate, fetch, restore, clear) = (
+        let (pending, initialized, add, tstate, fetch, restore, clear) = (
+            sym(c"Py_AddPendingCall")?,
+            sym(c"Py_IsInitialized")?,
             sym(c"PyCode_AddWatcher")?,
             sym(c"PyGILState_GetThisThreadState")?,
             sym(c"PyErr_Fetch")?,
@@ -103,6 +107,8 @@ impl Api {
         // SAFETY: CPython's declarations of these functions, 3.12 and 3.13.
         unsafe {
             Some(Api {
+                add_pending: std::mem::transmute::<usize, AddPending>(pending as usize),
+                initialized: std::mem::transmute::<usize, Initialized>(initialized as usize),
                 add_watcher: std::mem::transmute::<usize, AddWatcher>(add as usize),
                 this_tstate: std::mem::transmute::<usize, ThisTstate>(tstate as usize),
                 err_fetch: std::mem::transmute::<usize, ErrFetch>(fetch as usize),
@@ -167,19 +173,9 @@ impl CodeWatch {
         }
         // One CPython per process: a second detection finds the same.
         if API.get().is_none() {
-            let _ = API.set(Api::find(&sym)?);
+            let _ = API.set(Api::find(sym)?);
         }
-        let (add, initialized) = (sym(c"Py_AddPendingCall")?, sym(c"Py_IsInitialized")?);
-        // SAFETY: CPython's `int Py_AddPendingCall(int (*)(void *), void *)`
-        // and `int Py_IsInitialized(void)`.
-        unsafe {
-            Some(CodeWatch {
-                add_pending: std::mem::transmute::<usize, AddPending>(add as usize),
-                initialized: std::mem::transmute::<usize, unsafe extern "C" fn() -> c_int>(
-                    initialized as usize,
-                ),
-            })
-        }
+        Some(CodeWatch { api: API.get()? })
     }
 
     /// Asks the main thread to register the watcher, once, at its next
@@ -193,7 +189,7 @@ impl CodeWatch {
             return;
         }
         // SAFETY: `Py_IsInitialized` reads a flag; it needs no GIL.
-        if unsafe { (self.initialized)() } == 0 {
+        if unsafe { (self.api.initialized)() } == 0 {
             return;
         }
         if STATE
@@ -203,7 +199,7 @@ impl CodeWatch {
             return;
         }
         // SAFETY: a C function that takes no argument.
-        if unsafe { (self.add_pending)(register_now, std::ptr::null_mut()) } != 0 {
+        if unsafe { (self.api.add_pending)(register_now, std::ptr::null_mut()) } != 0 {
             STATE.store(UNTRIED, Relaxed);
         }
     }
