@@ -656,11 +656,14 @@ impl Stacks {
         match r {
             Ok(id) => {
                 let id = id.unwrap_or(0);
-                if id != 0 {
+                if id != 0 && !trail.keep_last(id, scratch.hidden) && trail.kept_short_of_memory() {
                     // A walk (not one taken from the kept ones) is kept for
                     // when this stack is expected again, with its hidden
-                    // frames.
-                    trail.keep_last(id, scratch.hidden);
+                    // frames; not where the thread's buffers for them could
+                    // not be allocated.
+                    self.tallies
+                        .counter(scratch.tally.as_ref())
+                        .add(Count::NotKeptNoMemory, 1);
                 }
                 id
             }
@@ -930,7 +933,8 @@ impl Stacks {
              capture, {} reused part of the last capture (native frames proven unchanged; \
              {:.1} frames of each on average), {} took the whole native walk kept for the \
              stack expected next (proven unchanged, not walked), {} of them the whole \
-             capture kept with it (its Python frames proven the same, not read)",
+             capture kept with it (its Python frames proven the same, not read), {} walks \
+             not kept for lack of memory (walked again when next expected)",
             n(Count::Captures),
             distinct,
             n(Count::NoStack),
@@ -974,6 +978,7 @@ impl Stacks {
             n(Count::ReusedFrames) as f64 / n(Count::Reused).max(1) as f64,
             n(Count::KeptWalk),
             n(Count::KeptWhole),
+            n(Count::NotKeptNoMemory),
         )
     }
 }

@@ -336,12 +336,20 @@ impl Trail {
     /// derived from its frames). Nothing is kept when that capture took a kept
     /// walk, or its walk cannot be proven later (it did not reach the root
     /// through plain steps, skipped frames, or read more than is kept):
-    /// `false`. About 1 MiB per thread once used (see [`Trail::kept_bytes`]).
+    /// `false`. About 1.9 MiB of address space per thread once used (see
+    /// [`Trail::kept_bytes`]).
     #[inline]
     pub fn keep_last(&mut self, tag: u32, note: u32) -> bool {
         // Checked where the caller is: most captures in a loop took a kept
         // walk, and keep nothing.
         !self.kept.taken && self.keep_walked(tag, note)
+    }
+
+    /// Whether a walk was not kept since the last call because the thread's
+    /// buffers for kept walks could not be allocated (memory short): those
+    /// captures are walked again instead.
+    pub fn kept_short_of_memory(&mut self) -> bool {
+        self.kept.take_short_of_memory()
     }
 
     /// [`Trail::keep_last`] for a capture that walked.

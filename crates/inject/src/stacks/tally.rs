@@ -46,9 +46,11 @@ pub(super) enum Count {
     /// Of those, captures that were the whole capture kept with the walk:
     /// the Python frames proven the same, nothing read or merged.
     KeptWhole,
+    /// Walks not kept: the thread's buffers for them could not be allocated.
+    NotKeptNoMemory,
 }
 
-const COUNTS: usize = Count::KeptWhole as usize + 1;
+const COUNTS: usize = Count::NotKeptNoMemory as usize + 1;
 
 /// One thread's counters (or the shared ones), on cache lines of their own:
 /// 128 bytes, as the adjacent-line prefetcher pairs lines.

@@ -28,9 +28,9 @@
  *           At exit, after the injection library's exit handler, prints the
  *           client's flushes and disabled kinds ("cupti events ...",
  *           gpusim_cupti_events of the simulated libcupti).
- *   oom     100 launches (_Z6kernelPfi); then 200000 (_Z6squeezev) while malloc
- *           refuses blocks of 128 KiB and more, as when the address space is
- *           full; prints "oom launches done"
+ *   oom     100 launches (_Z6kernelPfi); then 200000 (_Z6squeezev) from 8
+ *           threads at once while malloc refuses blocks of 128 KiB and more, as
+ *           when the address space is full; prints "oom launches done"
  * Programs that are hard on their threads (each prints what it did):
  *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
  *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
@@ -440,16 +440,31 @@ void *malloc(size_t n) {
     return __libc_malloc(n);
 }
 
+enum { OOM_THREADS = 8 };
+
+static void *squeeze_launcher(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 200000 / OOM_THREADS; i++)
+        launch((const void *)squeeze_stub);
+    return NULL;
+}
+
 static int out_of_memory(void) {
     for (int i = 0; i < 100; i++)
         launch((const void *)kernel_stub);
     CHECK(cudaDeviceSynchronize());
     usleep(100 * 1000);
     refuse_large = 1;
-    /* More buffers than the library allocates ahead of requests (4 MiB each,
-     * about 19 000 kernel records). */
-    for (int i = 0; i < 200000; i++)
-        launch((const void *)squeeze_stub);
+    /* More buffers at once than the library allocates ahead of requests (4
+     * MiB each, about 19 000 kernel records): CUPTI fills one per launching
+     * thread, and a buffer given back is reused, so one thread would never
+     * need a fresh one. */
+    pthread_t t[OOM_THREADS];
+    for (int i = 0; i < OOM_THREADS; i++)
+        if (pthread_create(&t[i], NULL, squeeze_launcher, NULL) != 0)
+            return 96;
+    for (int i = 0; i < OOM_THREADS; i++)
+        pthread_join(t[i], NULL);
     CHECK(cudaDeviceSynchronize());
     usleep(100 * 1000);
     refuse_large = 0;

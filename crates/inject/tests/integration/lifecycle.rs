@@ -412,18 +412,29 @@ fn sim_buffer_after_the_final_flush_is_counted_not_written() {
     );
 }
 
-/// Large allocations fail while the program launches (as when the address space
-/// is full): the 4 MiB buffers cannot be allocated, and CUPTI gets reserve
-/// buffers instead, or the discard buffer, whose loss is counted. Here the
-/// simulated CUPTI of API 26 (`GPUSIM_CUPTI_VERSION=26`: a null buffer aborts
-/// it, as CUPTI before API 27 could), where each runtime launch also makes a
-/// nested driver call.
+/// Large allocations fail while the program launches from eight new threads
+/// (as when the address space is full): the 4 MiB buffers cannot be
+/// allocated, and CUPTI gets reserve buffers instead, or the discard buffer,
+/// whose loss is counted. Here the simulated CUPTI of API 26
+/// (`GPUSIM_CUPTI_VERSION=26`: a null buffer aborts it, as CUPTI before API 27
+/// could), where each runtime launch also makes a nested driver call. The new
+/// threads' stacks are captured, but their kept walks' buffers cannot be
+/// allocated either: counted, never an abort of the program (as the first
+/// allocation of them did).
 #[test]
 fn sim_buffers_from_the_reserve_when_memory_runs_out() {
     let Some(sim) = Sim::find() else { return };
     let (out, dir) = sim.run("oom", &[("GPUSIM_CUPTI_VERSION", Path::new("26"))]);
     let stdout = stdout_of(&out);
     reserve_used(&stdout, dir.path());
+    let log = read_logs(dir.path());
+    let not_kept: u64 = log
+        .split(" walks not kept for lack of memory")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(not_kept > 0, "{log}");
 }
 
 /// The reserve was used, and the 100 kernels before the squeeze are kept

@@ -174,6 +174,8 @@ pub(crate) struct Kept {
     pub(crate) expect: [u32; 2],
     /// The last capture took the walk kept under `expect`.
     pub(crate) taken: bool,
+    /// A walk was not kept: its buffers could not be allocated.
+    short_of_memory: bool,
 }
 
 /// A walk's state at its first frame, as the walk loop starts it.
@@ -223,6 +225,40 @@ impl Kept {
         }
     }
 
+    /// Allocates the buffers ([`Kept::bytes`]), on the application's thread
+    /// inside its CUDA call: where memory is short (an address space full,
+    /// a limit reached) that must fail here, never abort the program. `false`
+    /// when it did; nothing is left allocated then.
+    fn allocate(&mut self) -> bool {
+        fn buffer<T>(n: usize) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            Some(v)
+        }
+        let (Some(mut index), Some(walks), Some(reads), Some(frames), Some(scans), Some(links)) = (
+            buffer::<u32>(INDEX),
+            buffer(WALKS),
+            buffer(READS),
+            buffer(FRAMES),
+            buffer(SCANS),
+            buffer(LINKS),
+        ) else {
+            return false;
+        };
+        // Within the capacity reserved: no allocation.
+        index.resize(INDEX, 0);
+        self.index = index.into_boxed_slice();
+        (self.walks, self.reads, self.frames, self.scans, self.links) =
+            (walks, reads, frames, scans, links);
+        true
+    }
+
+    /// Whether a walk was not kept since the last call because its buffers
+    /// could not be allocated.
+    pub(crate) fn take_short_of_memory(&mut self) -> bool {
+        std::mem::take(&mut self.short_of_memory)
+    }
+
     /// Drops every kept walk (the buffers stay allocated).
     fn clear(&mut self) {
         self.index.fill(0);
@@ -241,8 +277,8 @@ impl Kept {
 
     /// Keeps `walk` under `tag`, walked with `tables`, and what its capture
     /// made of it besides (`whole`), replacing what `tag` had. `false` when
-    /// it cannot be proven later (a scan whose reads were not all kept), and
-    /// is not kept.
+    /// it cannot be proven later (a scan whose reads were not all kept), or
+    /// the buffers cannot be allocated, and is not kept.
     pub(crate) fn keep(
         &mut self,
         tag: u32,
@@ -287,13 +323,9 @@ impl Kept {
         if !room(shape, [0; 4]) {
             return false;
         }
-        if self.index.is_empty() {
-            self.index = vec![0; INDEX].into_boxed_slice();
-            self.walks = Vec::with_capacity(WALKS);
-            self.reads = Vec::with_capacity(READS);
-            self.frames = Vec::with_capacity(FRAMES);
-            self.scans = Vec::with_capacity(SCANS);
-            self.links = Vec::with_capacity(LINKS);
+        if self.index.is_empty() && !self.allocate() {
+            self.short_of_memory = true;
+            return false;
         }
         // In place of the walk kept under `tag` when it has the same shape (a
         // stack kept again, as after a wrong expectation), so that keeping
