@@ -15,10 +15,11 @@ prompt (one forward of the prompt gives the next token, and counts as one),
 so that any number of tokens can be timed.
 
 Runs WARMUP untimed tokens, then TOKENS timed ones, synchronized at the end.
-Prints "tokens N cpu_per_step_us C wall_per_step_us W" (a step is a token,
-the names as hf_train.py's so that the script reads both alike): C is the CPU
-time of the whole process (every thread) over the timed tokens, per token, W
-the wall time per token; then "timed_window A B": when the timed tokens began
+Prints "tokens N cpu_per_step_us C wall_per_step_us W faults_per_step F" (a
+step is a token, the names as hf_train.py's so that the script reads both
+alike): C is the CPU time of the whole process (every thread) over the timed
+tokens, per token, W the wall time per token, F its minor page faults per
+token; then "timed_window A B": when the timed tokens began
 and ended, in seconds of CLOCK_MONOTONIC (the clock `perf record -k
 CLOCK_MONOTONIC` stamps samples with).
 usage: python3 hf_decode.py WARMUP TOKENS"""

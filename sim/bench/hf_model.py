@@ -3,6 +3,7 @@
 (random weights, 2 layers, nothing downloaded), and how they time a loop.
 """
 import os
+import resource
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,14 +24,18 @@ def gpt2():
 
 def timed(unit, warmup, n, one):
     """Runs one() WARMUP times untimed, then N times timed, synchronized at
-    the end of each. Prints "UNITs N cpu_per_step_us C wall_per_step_us W":
-    C is the CPU time of the whole process (every thread) over the timed
-    runs, per run, W the wall time per run; then "timed_window A B": when the
+    the end of each. Prints "UNITs N cpu_per_step_us C wall_per_step_us W
+    faults_per_step F": C is the CPU time of the whole process (every thread)
+    over the timed runs, per run, W the wall time per run, F the process's
+    minor page faults per run (fresh memory touched: a profiler that maps new
+    buffers as it records faults them in inside the program's calls); then
+    "timed_window A B": when the
     timed runs began and ended, in seconds of CLOCK_MONOTONIC (the clock
     `perf record -k CLOCK_MONOTONIC` stamps samples with)."""
     for _ in range(warmup):
         one()
     torch.cuda.synchronize()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     c = time.process_time()
     t = time.perf_counter()
     start = time.clock_gettime(time.CLOCK_MONOTONIC)
@@ -40,6 +45,7 @@ def timed(unit, warmup, n, one):
     wall = time.perf_counter() - t
     cpu = time.process_time() - c
     end = time.clock_gettime(time.CLOCK_MONOTONIC)
-    print("%ss %d cpu_per_step_us %.1f wall_per_step_us %.1f"
-          % (unit, n, cpu * 1e6 / max(n, 1), wall * 1e6 / max(n, 1)))
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    print("%ss %d cpu_per_step_us %.1f wall_per_step_us %.1f faults_per_step %.2f"
+          % (unit, n, cpu * 1e6 / max(n, 1), wall * 1e6 / max(n, 1), faults / max(n, 1)))
     print("timed_window %.6f %.6f" % (start, end))

@@ -5,8 +5,9 @@ gradient clipping: the code path of a real training step (module __call__,
 autocast, the dispatcher, autograd) at its real depth.
 
 Runs WARMUP untimed steps, then STEPS timed ones, synchronized at the end.
-Prints "steps S cpu_per_step_us C wall_per_step_us W": C is the CPU time of
-the whole process (every thread) over the timed steps, per step; then
+Prints "steps S cpu_per_step_us C wall_per_step_us W faults_per_step F": C is
+the CPU time of the whole process (every thread) over the timed steps, per
+step, F its minor page faults per step (hf_model.timed); then
 "timed_window A B": when the timed steps began and ended, in seconds of
 CLOCK_MONOTONIC (the clock `perf record -k CLOCK_MONOTONIC` stamps samples
 with).

@@ -78,7 +78,8 @@
 #        compare it with; IR=1, IR_STEPS=10; IR_VARIANTS="stacks ..." to count
 #        only some variants; PERF=1, PERF_RUNS=3, PERF_STEPS=1000;
 #        PAIRED=0 for runs one after another; PAIRS="X:Y ..." to run only
-#        those pairs, of plain, gpuonly, stacks and baseline)
+#        those pairs, of plain, gpuonly, stacks, baseline and basegpuonly:
+#        BASELINE_INJECT with stacks off, to compare two builds' --gpu-only)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/hf_train.sh OUTDIR [RUNS [STEPS]]}
 runs=${2:-5}
@@ -125,21 +126,21 @@ trap 'rm -rf "$work"' EXIT
 [ "$loop" = train ] || pairs="$pairs plain:stacks"
 pairs=${PAIRS:-$pairs}
 
-# run VARIANT STEPS [PERF_DATA]: one run; prints "CPU WALL", its CPU and wall
-# us per step; with PERF_DATA, under perf (samples stamped with
+# run VARIANT STEPS [PERF_DATA]: one run; prints "CPU WALL FAULTS", its CPU and
+# wall us per step and minor page faults per step; with PERF_DATA, under perf (samples stamped with
 # CLOCK_MONOTONIC), then the timed steps' window ("START END", seconds). The
 # library's log is left in $work/log, the run's stderr in $work/stderr.
 run() {
     in_variant "$1" bash "$repo/sim/run.sh" "$out" -- \
         ${3:+perf record -q -e cpu-clock -F 2000 -k CLOCK_MONOTONIC -o "$3"} \
         "$python" "$script" 3 "$2" 2> "$work/stderr" |
-        sed -n -e 's/.* cpu_per_step_us \([0-9.]*\) wall_per_step_us \([0-9.]*\).*/\1 \2/p' -e "${3:+s/^timed_window //p}"
+        sed -n -e 's/.* cpu_per_step_us \([0-9.]*\) wall_per_step_us \([0-9.]*\) faults_per_step \([0-9.]*\).*/\1 \2 \3/p' -e "${3:+s/^timed_window //p}"
 }
 taken() { sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$work/log" | head -1; }
 
 # pair X Y ROUND STEPS [PERF_DIR]: a run of X and one of Y at once (see
-# at_once); writes "X_CPU X_WALL Y_CPU Y_WALL", each one's CPU and wall us per
-# step, to $work/pair.
+# at_once); writes "X_CPU X_WALL X_FAULTS Y_CPU Y_WALL Y_FAULTS", each one's CPU
+# and wall us and minor page faults per step, to $work/pair.
 # With PERF_DIR, under perf (PERF_DIR/X.data and Y.data), and then each one's
 # timed window on a line.
 pair() {
@@ -239,7 +240,7 @@ per_step=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f", (b - a) / 10 }')
 variants="plain gpuonly stacks${baseline:+ baseline}"
 if [ -n "${PAIRS:-}" ]; then
     # Those in the pairs asked for, in the usual order.
-    variants=$(for v in $variants; do case " $pairs " in *" $v:"* | *":$v "*) echo "$v" ;; esac; done | xargs)
+    variants=$(for v in $variants ${baseline:+basegpuonly}; do case " $pairs " in *" $v:"* | *":$v "*) echo "$v" ;; esac; done | xargs)
 fi
 # per_cap A B: (B - A) us per step, in ns per capture.
 per_cap() { awk -v a="$1" -v b="$2" -v n="$per_step" 'BEGIN { printf "%+.0f\n", (b - a) * 1000 / n }'; }
@@ -255,12 +256,14 @@ fi
 echo "Hugging Face GPT-2 $what on the simulated runtime (its driver callback path $(cat "$out/dispatch-unwind" 2> /dev/null || echo "of unknown build")), $timing ($("$python" -c 'import platform, torch, transformers; print("CPython", platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)'); load average at start $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "  $per_step stack captures per $unit, $depth frames per capture$whole"
 if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
-    for v in $variants; do : > "$work/$v"; : > "$work/$v.wall"; done
+    for v in $variants; do : > "$work/$v"; : > "$work/$v.wall"; : > "$work/$v.faults"; done
     for p in $pairs; do : > "$work/diff.$p"; : > "$work/lost.$p"; : > "$work/lostcpu.$p"; done
     for r in $(seq "$runs"); do
         for p in $pairs; do
             pair "${p%:*}" "${p#*:}" "$r" "$steps"
-            read -r tx wx ty wy < "$work/pair"
+            read -r tx wx fx ty wy fy < "$work/pair"
+            echo "$fx" >> "$work/${p%:*}.faults"
+            echo "$fy" >> "$work/${p#*:}.faults"
             echo "$tx" >> "$work/${p%:*}"
             echo "$ty" >> "$work/${p#*:}"
             echo "$wx" >> "$work/${p%:*}.wall"
@@ -282,13 +285,14 @@ if [ "$runs" -gt 0 ] && [ "$paired" = 1 ]; then
     done
     echo "    runs (CPU us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
     echo "    runs (wall us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v.wall")"; done)"
+    echo "  minor page faults per capture (medians of every run of each; the memory the process touched afresh): $(for v in $variants; do printf '%s %s; ' "$v" "$(median < "$work/$v.faults" | awk -v n="$per_step" '{ printf "%.3f", $1 / n }')"; done | sed 's/; $//')"
     echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 elif [ "$runs" -gt 0 ]; then
     for v in $variants; do : > "$work/$v"; : > "$work/$v.wall"; done
     for _ in $(seq "$runs"); do
         for v in $variants; do
             run "$v" "$steps" > "$work/one"
-            read -r c w < "$work/one"
+            read -r c w _ < "$work/one"
             echo "$c" >> "$work/$v"
             echo "$w" >> "$work/$v.wall"
         done
@@ -317,6 +321,7 @@ elif [ "$runs" -gt 0 ]; then
     echo "${lost%;}"
     echo "    runs (CPU us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
     echo "    runs (wall us per $unit): $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v.wall")"; done)"
+    echo "  minor page faults per capture (medians of every run of each; the memory the process touched afresh): $(for v in $variants; do printf '%s %s; ' "$v" "$(median < "$work/$v.faults" | awk -v n="$per_step" '{ printf "%.3f", $1 / n }')"; done | sed 's/; $//')"
     echo "  load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 
@@ -364,7 +369,7 @@ if [ "$sample" = 1 ] && [ "$paired" = 1 ]; then
     : > "$d/cpu"
     for r in $(seq "$sample_runs"); do
         pair gpuonly stacks "$r" "$sample_steps" "$d"
-        { read -r tx _ ty _ && read -r wx && read -r wy; } < "$work/pair"
+        { read -r tx _ _ ty _ _ && read -r wx && read -r wy; } < "$work/pair"
         by_object "$d/gpuonly.data" "$wx" >> "$d/gpuonly"
         by_object "$d/stacks.data" "$wy" >> "$d/stacks"
         per_cap "$tx" "$ty" >> "$d/cpu"

@@ -54,11 +54,12 @@ pairs="plain:gpuonly gpuonly:stacks${baseline:+ baseline:stacks}"
 # in_variant VARIANT COMMAND [ARGS...]: runs COMMAND as the variant has it:
 # plain (no injection), gpuonly (the library, stacks off: `--gpu-only`), stacks
 # (the library, stacks on: `gpuperf record`), baseline (BASELINE_INJECT, stacks
-# on). The library records to $work/trace* and logs to $work/log.
+# on), basegpuonly (BASELINE_INJECT, stacks off). The library records to
+# $work/trace* and logs to $work/log.
 in_variant() {
     local lib stacks=1
     lib=$(variant_lib "$1")
-    [ "$1" != gpuonly ] || stacks=0
+    case $1 in gpuonly | basegpuonly) stacks=0 ;; esac
     shift
     rm -f "$work"/trace* "$work/log"
     ${lib:+env CUDA_INJECTION64_PATH="$lib" GPUPERF_CUPTI_PATH="$out/libcupti.so.13" \
@@ -70,7 +71,7 @@ in_variant() {
 variant_lib() {
     case $1 in
         plain) ;;
-        baseline) echo "$baseline" ;;
+        baseline | basegpuonly) echo "$baseline" ;;
         *) echo "$inject" ;;
     esac
 }

@@ -10,10 +10,17 @@
 //! made by a signal handler that interrupted `malloc`, where allocating would
 //! deadlock. So a few buffers are allocated ahead, off the application's
 //! threads (at start and by the flush thread), and requests take those first.
+//!
+//! A buffer CUPTI is done with goes back to an empty slot of those, once
+//! decoded, rather than to the allocator: its pages are resident, where a
+//! fresh buffer's are faulted in one by one as CUPTI writes records into it,
+//! on the application's thread inside its launches (1,024 faults of a few
+//! microseconds each per buffer). The slots bound what is kept so.
 
 use std::alloc::Layout;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU64};
 
 /// Size of each activity buffer: 4 MiB, within the 1-10 MB CUPTI advises, and
 /// Kineto's size. Smaller buffers mean more requests, and CUDA 13 keeps a buffer
@@ -21,10 +28,12 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 /// memory: each thread that launches holds up to one buffer in CUPTI, so a
 /// process with 64 launching threads may hold 256 MiB of buffers (resident as
 /// CUPTI writes them), and the buffers allocated ahead and in reserve take 24
-/// MiB of address space. A periodic (unforced) flush only returns buffers whose
-/// records are all complete, so one long kernel holds back every record that
-/// shares its buffer, up to about 19 000 kernel records (216 bytes each in CUDA
-/// 13), until it ends; a forced flush at exit still returns them.
+/// MiB of address space, of which the 16 MiB ahead stay resident once used
+/// (a buffer given back waits in a slot). A periodic (unforced) flush only
+/// returns buffers whose records are all complete, so one long kernel holds
+/// back every record that shares its buffer, up to about 19 000 kernel
+/// records (216 bytes each in CUDA 13), until it ends; a forced flush at exit
+/// still returns them.
 pub const BUFFER_SIZE: usize = 4 << 20;
 /// Buffers kept for when allocation fails.
 const RESERVE: usize = 2;
@@ -92,7 +101,7 @@ impl Pool {
     /// be allocated at start.
     pub fn request(&self, alloc: impl FnOnce() -> *mut u8) -> (*mut u8, usize) {
         for slot in &self.ready {
-            let r = slot.swap(ptr::null_mut(), Relaxed);
+            let r = slot.swap(ptr::null_mut(), Acquire);
             if !r.is_null() {
                 return (r, BUFFER_SIZE);
             }
@@ -150,7 +159,9 @@ impl Pool {
         }
     }
 
-    /// Takes back a buffer CUPTI is done with, once its records are decoded.
+    /// Takes back a buffer CUPTI is done with, once its records are decoded:
+    /// into an empty slot of those allocated ahead (handed out first, being
+    /// resident), else freed.
     ///
     /// # Safety
     /// `p` must come from [`Pool::request`] on this pool, with `alloc_buffer` as
@@ -158,9 +169,17 @@ impl Pool {
     pub unsafe fn release(&self, p: *mut u8) {
         match self.origin(p) {
             Origin::Heap => {
-                // SAFETY: allocated by `alloc_buffer` with this layout; the
-                // caller gives it up.
-                unsafe { std::alloc::dealloc(p, layout()) }
+                let kept = self.ready.iter().any(|slot| {
+                    // Release: the decoding's reads of it come before the
+                    // writes of whoever takes it next.
+                    slot.compare_exchange(ptr::null_mut(), p, Release, Relaxed)
+                        .is_ok()
+                });
+                if !kept {
+                    // SAFETY: allocated by `alloc_buffer` with this layout;
+                    // the caller gives it up.
+                    unsafe { std::alloc::dealloc(p, layout()) }
+                }
             }
             Origin::Reserve(i) => self.free[i].store(p, Relaxed),
             Origin::Discard => {
@@ -201,16 +220,47 @@ mod tests {
     }
 
     #[test]
-    fn allocated_buffers_are_freed_and_the_reserve_untouched() {
+    fn a_buffer_given_back_is_handed_out_again_and_the_reserve_untouched() {
         let pool = Pool::new(alloc_buffer);
         let (p, size) = pool.request(alloc_buffer);
         assert_eq!((pool.origin(p), size), (Origin::Heap, BUFFER_SIZE));
         // SAFETY: from `request` with `alloc_buffer`; not used again.
         unsafe { pool.release(p) };
+        // Its pages are resident: the next request gets it, not a fresh one.
+        let (q, _) = pool.request(|| panic!("allocated instead of reusing"));
+        assert_eq!(q, p);
         assert_eq!(
             (pool.reserve_used.load(Relaxed), pool.lost.load(Relaxed)),
             (0, 0)
         );
+        // SAFETY: as above.
+        unsafe { pool.release(q) };
+    }
+
+    #[test]
+    fn buffers_given_back_beyond_the_slots_are_freed() {
+        let pool = Pool::new(alloc_buffer);
+        pool.refill(alloc_buffer);
+        let extra: Vec<_> = (0..READY + 3)
+            .map(|_| pool.request(alloc_buffer).0)
+            .collect();
+        for &p in &extra {
+            // SAFETY: from `request` with `alloc_buffer`; not used again.
+            unsafe { pool.release(p) };
+        }
+        // The slots hold READY of them; the others were freed, not kept.
+        let held = pool
+            .ready
+            .iter()
+            .filter(|s| !s.load(Relaxed).is_null())
+            .count();
+        assert_eq!(held, READY);
+        let again: Vec<_> = (0..READY).map(|_| pool.request(ptr::null_mut).0).collect();
+        assert!(again.iter().all(|p| extra.contains(p)));
+        for p in again {
+            // SAFETY: as above.
+            unsafe { pool.release(p) };
+        }
     }
 
     #[test]

@@ -151,11 +151,18 @@ pub fn entered(correlation_id: u32) {
     if correlation_id == 0 {
         return;
     }
-    if SPAN_LO.load(Relaxed) == 0 {
+    // Read first: ids only grow on a thread, so the low end rarely moves, and
+    // a read keeps the line shared between launching threads.
+    let lo = SPAN_LO.load(Relaxed);
+    if lo == 0 {
         let _ = SPAN_LO.compare_exchange(0, correlation_id, Relaxed, Relaxed);
     }
-    SPAN_LO.fetch_min(correlation_id, Relaxed);
-    SPAN_HI.fetch_max(correlation_id, Relaxed);
+    if lo == 0 || correlation_id < lo {
+        SPAN_LO.fetch_min(correlation_id, Relaxed);
+    }
+    if correlation_id > SPAN_HI.load(Relaxed) {
+        SPAN_HI.fetch_max(correlation_id, Relaxed);
+    }
 }
 
 /// The delay has passed.

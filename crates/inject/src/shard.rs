@@ -4,9 +4,15 @@
 //! application's handler making a CUDA call): allocating there deadlocks on
 //! the allocator's lock. So records go into chunks of [`CHUNK_BYTES`] mapped
 //! with `mmap` (a system call, safe in a signal handler), linked in order. The
-//! flush thread takes a shard's chunks, reads them and unmaps them, so a thread's
-//! memory goes back down after a burst. A shard holding [`SHARD_CAP`] records,
-//! or one that cannot map a chunk, drops new records and counts them.
+//! flush thread takes a shard's chunks and reads them, and the shard keeps them
+//! as spares for its next records: a thread that launches steadily writes into
+//! pages already resident instead of faulting in fresh ones for every chunk (a
+//! page fault costs microseconds, inside the application's CUDA call). Its
+//! memory still follows its use: each periodic flush ([`Shard::trim`]) unmaps
+//! the spares beyond the chunks the thread started since the last one, so
+//! after a burst one quieter interval gives them back, and an idle thread keeps
+//! none. A shard holding [`SHARD_CAP`] records, or one that cannot map a chunk,
+//! drops new records and counts them.
 
 use std::ptr;
 use std::sync::Mutex;
@@ -43,6 +49,11 @@ pub enum Item {
 pub const CHUNK_BYTES: usize = 64 << 10;
 /// Records a thread may hold between flushes before new ones are dropped.
 pub const SHARD_CAP: usize = 4 << 20;
+/// Spare chunks a shard keeps at most: 4 MiB, as much as one activity
+/// buffer. A thread that launches 40,000 kernels a second (two items each)
+/// fills 44 chunks between two flushes 500 ms apart; one that records more
+/// maps the rest afresh.
+pub const SPARE_CAP: usize = 64;
 
 #[repr(C)]
 struct Chunk {
@@ -58,6 +69,11 @@ struct Chunks {
     last: *mut Chunk,
     held: usize,
     dropped: u64,
+    /// Chunks kept from drains, linked by `next`, for the next records.
+    spare: *mut Chunk,
+    spares: usize,
+    /// Chunks begun (mapped or spare) since the last [`Shard::trim`].
+    started: usize,
 }
 
 // SAFETY: the chunks are plain memory owned by the list, touched only under the
@@ -68,11 +84,14 @@ unsafe impl Send for Chunks {}
 /// and, between them, by the flush thread.
 pub struct Shard {
     chunks: Mutex<Chunks>,
-    /// Bytes of this shard's chunks still mapped: those in the list and those
-    /// taken by a drain and not yet dropped.
+    /// Bytes of this shard's chunks still mapped: those in the list, the
+    /// spares, and those taken by a drain and not yet given back.
     mapped: AtomicUsize,
     /// The owning thread's id, 0 until set.
     pub tid: AtomicU32,
+    /// Chunks mapped afresh (not reused).
+    #[cfg(test)]
+    maps: AtomicUsize,
 }
 
 impl Default for Shard {
@@ -83,9 +102,14 @@ impl Default for Shard {
                 last: ptr::null_mut(),
                 held: 0,
                 dropped: 0,
+                spare: ptr::null_mut(),
+                spares: 0,
+                started: 0,
             }),
             mapped: AtomicUsize::new(0),
             tid: AtomicU32::new(0),
+            #[cfg(test)]
+            maps: AtomicUsize::new(0),
         }
     }
 }
@@ -101,11 +125,28 @@ impl Shard {
                 c.dropped += 1;
                 return;
             }
-            let Some(new) = map_chunk() else {
-                c.dropped += 1;
-                return;
+            let new = if c.spare.is_null() {
+                let Some(new) = map_chunk() else {
+                    c.dropped += 1;
+                    return;
+                };
+                self.mapped.fetch_add(CHUNK_BYTES, Relaxed);
+                #[cfg(test)]
+                self.maps.fetch_add(1, Relaxed);
+                new
+            } else {
+                let new = c.spare;
+                // SAFETY: a spare chunk of this shard, under the lock: taken
+                // off the spare list and emptied.
+                unsafe {
+                    c.spare = (*new).next;
+                    (*new).next = ptr::null_mut();
+                    (*new).len = 0;
+                }
+                c.spares -= 1;
+                new
             };
-            self.mapped.fetch_add(CHUNK_BYTES, Relaxed);
+            c.started += 1;
             if c.last.is_null() {
                 c.first = new;
             } else {
@@ -123,19 +164,45 @@ impl Shard {
         c.held += 1;
     }
 
-    /// Takes every item and the count of dropped ones. The shard keeps no
-    /// memory: the chunks are unmapped when the [`Taken`] is dropped.
+    /// Takes every item and the count of dropped ones. When the [`Taken`]
+    /// is dropped, its chunks become the shard's spares (up to
+    /// [`SPARE_CAP`]; the others are unmapped).
     pub fn take(&self) -> (Taken<'_>, u64) {
         let mut c = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
         let taken = Taken {
             first: c.first,
-            mapped: &self.mapped,
+            shard: self,
         };
         let dropped = std::mem::take(&mut c.dropped);
         c.first = ptr::null_mut();
         c.last = ptr::null_mut();
         c.held = 0;
         (taken, dropped)
+    }
+
+    /// Unmaps the spares beyond the chunks begun since the last trim: called
+    /// once per periodic flush, so that the spares follow the thread's use
+    /// over the last interval (none for a thread that recorded nothing).
+    /// Drains in between (several per flush) leave the spares alone.
+    pub fn trim(&self) {
+        let mut unmap = ptr::null_mut();
+        {
+            let mut c = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+            let keep = std::mem::take(&mut c.started).min(SPARE_CAP);
+            while c.spares > keep {
+                let chunk = c.spare;
+                // SAFETY: a spare chunk, under the lock: moved to the list to
+                // unmap.
+                unsafe {
+                    c.spare = (*chunk).next;
+                    (*chunk).next = unmap;
+                }
+                unmap = chunk;
+                c.spares -= 1;
+            }
+        }
+        // Outside the lock: the thread's next record need not wait for it.
+        unmap_list(unmap, &self.mapped);
     }
 
     /// Bytes of this shard's chunks still mapped (see [`Shard::take`]).
@@ -147,15 +214,34 @@ impl Shard {
 
 impl Drop for Shard {
     fn drop(&mut self) {
-        drop(self.take());
+        let c = self.chunks.get_mut().unwrap_or_else(|e| e.into_inner());
+        let (first, spare) = (c.first, c.spare);
+        (c.first, c.last, c.spare, c.spares) =
+            (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), 0);
+        unmap_list(first, &self.mapped);
+        unmap_list(spare, &self.mapped);
     }
 }
 
-/// Items taken from a shard, in order; unmapped when dropped.
+/// Unmaps a list of chunks linked by `next`, counting them off `mapped`.
+fn unmap_list(mut c: *mut Chunk, mapped: &AtomicUsize) {
+    while !c.is_null() {
+        // SAFETY: a chunk mapped by `map_chunk`, owned by the caller's list
+        // and referred to by nothing else; read before it is unmapped.
+        let next = unsafe { (*c).next };
+        // SAFETY: as above.
+        if unsafe { libc::munmap(c.cast(), CHUNK_BYTES) } == 0 {
+            mapped.fetch_sub(CHUNK_BYTES, Relaxed);
+        }
+        c = next;
+    }
+}
+
+/// Items taken from a shard, in order; their chunks go back to it (as
+/// spares) or are unmapped when dropped.
 pub struct Taken<'s> {
     first: *mut Chunk,
-    /// The shard's count of mapped bytes.
-    mapped: &'s AtomicUsize,
+    shard: &'s Shard,
 }
 
 impl Taken<'_> {
@@ -173,17 +259,28 @@ impl Taken<'_> {
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        let mut c = self.first;
-        while !c.is_null() {
-            // SAFETY: a chunk of this list, mapped by `map_chunk`; read before
-            // it is unmapped.
-            let next = unsafe { (*c).next };
-            // SAFETY: as above; nothing refers to it any more.
-            if unsafe { libc::munmap(c.cast(), CHUNK_BYTES) } == 0 {
-                self.mapped.fetch_sub(CHUNK_BYTES, Relaxed);
+        let mut unmap = ptr::null_mut();
+        {
+            let mut s = self.shard.chunks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = std::mem::replace(&mut self.first, ptr::null_mut());
+            while !c.is_null() {
+                // SAFETY: a chunk of the taken list, owned here; relinked
+                // onto the spare list or onto the list to unmap.
+                unsafe {
+                    let next = (*c).next;
+                    if s.spares < SPARE_CAP {
+                        (*c).next = s.spare;
+                        s.spare = c;
+                        s.spares += 1;
+                    } else {
+                        (*c).next = unmap;
+                        unmap = c;
+                    }
+                    c = next;
+                }
             }
-            c = next;
         }
+        unmap_list(unmap, &self.shard.mapped);
     }
 }
 
@@ -249,33 +346,85 @@ mod tests {
         assert_eq!(k, 0);
     }
 
-    /// Issue 22, item 13: the old per-thread `Vec`s kept their peak capacity
-    /// after each drain (about 0.9 MB per thread after a burst, up to 160 MB).
+    /// The old per-thread `Vec`s kept their peak capacity after each drain
+    /// (about 0.9 MB per thread after a burst, up to 160 MB): the spares a
+    /// shard keeps follow the chunks it began in the last interval, and an
+    /// idle interval leaves none.
     #[test]
-    fn bursts_drained_every_chunk_unmapped_and_the_shard_holds_no_memory() {
+    fn after_a_burst_the_shard_keeps_only_what_its_last_interval_used() {
         let s = Shard::default();
         assert_eq!(s.mapped_bytes(), 0);
-        // A burst of about 0.9 MB of records, then smaller ones: none keeps
-        // the memory of the one before.
-        for (round, chunks) in [14, 5, 1].into_iter().enumerate() {
-            let n = CHUNK_ITEMS * (chunks - 1) + 1;
+        let fill = |chunks: usize| {
+            let n = (CHUNK_ITEMS * chunks).saturating_sub(CHUNK_ITEMS - 1);
             for i in 0..n {
                 s.push(api(i as u32));
             }
-            assert_eq!(s.mapped_bytes(), chunks * CHUNK_BYTES, "round {round}");
+            n
+        };
+        for (round, chunks) in [14, 5, 1, 0].into_iter().enumerate() {
+            // An interval with a burst of 14 chunks.
+            fill(14);
+            drop(s.take());
+            s.trim();
+            assert_eq!(s.mapped_bytes(), 14 * CHUNK_BYTES, "round {round}");
+            // Then a quieter one.
+            let n = fill(chunks);
             let (taken, dropped) = s.take();
             assert_eq!(dropped, 0);
-            // Still mapped while the drain reads it.
-            assert_eq!(s.mapped_bytes(), chunks * CHUNK_BYTES, "round {round}");
             let mut k = 0;
             taken.for_each(|_| k += 1);
             assert_eq!(k, n, "round {round}");
             drop(taken);
+            // Drains between two flushes give nothing back.
+            drop(s.take());
+            assert_eq!(s.mapped_bytes(), 14 * CHUNK_BYTES, "round {round}");
+            s.trim();
             assert_eq!(
                 s.mapped_bytes(),
-                0,
-                "round {round}: the shard kept memory after its drain"
+                chunks * CHUNK_BYTES,
+                "round {round}: the shard kept more than its last interval used"
             );
         }
+        assert_eq!(s.mapped_bytes(), 0, "an idle interval left memory mapped");
+    }
+
+    /// A thread that records steadily writes into the chunks of its last
+    /// interval: no chunk mapped afresh (a page fault per page in the
+    /// application's CUDA call), and no item of the drain before read again.
+    #[test]
+    fn steady_records_reuse_the_chunks_of_the_last_drain() {
+        let s = Shard::default();
+        let n = CHUNK_ITEMS * 5;
+        for round in 0..4u32 {
+            for i in 0..n {
+                s.push(api(round * 1_000_000 + i as u32));
+            }
+            assert_eq!(
+                s.maps.load(Relaxed),
+                5,
+                "round {round}: chunks mapped afresh instead of reused"
+            );
+            let (taken, _) = s.take();
+            let mut ids = Vec::new();
+            taken.for_each(|it| {
+                if let Item::Api(a) = it {
+                    ids.push(a.correlation_id);
+                }
+            });
+            let want: Vec<u32> = (0..n as u32).map(|i| round * 1_000_000 + i).collect();
+            assert_eq!(ids, want, "round {round}");
+            drop(taken);
+            // As a periodic flush does: a second drain finds nothing (the
+            // first ran for a completed activity buffer), then the trim.
+            drop(s.take());
+            s.trim();
+        }
+        // A shorter interval: only its own items, though the chunk it reuses
+        // held a full one's.
+        s.push(api(7));
+        let (taken, _) = s.take();
+        let mut k = Vec::new();
+        taken.for_each(|it| k.push(*it));
+        assert_eq!(k, vec![api(7)]);
     }
 }

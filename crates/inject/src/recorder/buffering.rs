@@ -470,6 +470,13 @@ impl State {
         }
         self.write_pc_samples(how == Flush::Final);
         self.drain_shards();
+        if how == Flush::Periodic {
+            // Once an interval: each thread's spare chunks follow its use.
+            let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
+            for s in &shards {
+                s.trim();
+            }
+        }
         lock(&self.sink).flush();
     }
 
