@@ -191,6 +191,14 @@
 //!   the signal frame into the interrupted code, up to its root. The module
 //!   table is re-read after a `dlclose` before a stack is identified: a
 //!   library loaded where an unloaded one was is a module of its own.
+//! - **Memory short.** Where allocations fail (an address-space limit
+//!   reached), what the library allocates inside the application's calls is
+//!   allocated so that a failure is counted, never an abort of the program: a
+//!   thread's capture state (its first capture is then skipped, "skipped for
+//!   lack of memory", and the next one tries again), the buffers of its kept
+//!   walks ("walks not kept for lack of memory"), the activity buffers (from
+//!   a reserve, then a discard buffer whose loss is counted) and record chunks
+//!   (`mmap`; records dropped and counted).
 //! - **Graphs.** Graph-node callbacks take a lock shared between threads, and
 //!   are outside the signal guarantee above. Nodes copied by instantiate,
 //!   clone and exec-update take no stack (they carry their original's); node
@@ -204,9 +212,9 @@
 //!   lines say how many: API calls that re-entered gpuperf, calls nested more
 //!   than 32 deep, records past a thread's 4 Mi cap, calls after the trace
 //!   closed (also a NOTE in the trace), calls recorded without their
-//!   thread's state (at exit), stacks skipped for lack of stack or
-//!   without an id (table full, contended), graph nodes not kept, and
-//!   everything CUPTI dropped.
+//!   thread's state (at exit), stacks skipped for lack of stack or of
+//!   memory or without an id (table full, contended), graph nodes not kept,
+//!   and everything CUPTI dropped.
 //!
 //! What it costs (`cargo bench -p gpuperf-inject --bench callback`, measured
 //! when the bench played launches through a mock libcupti, a shared 2-core VM

@@ -275,31 +275,35 @@ struct Scratch {
 }
 
 impl Scratch {
+    #[cfg(test)]
     fn new() -> Scratch {
+        Scratch::try_new().expect("memory for a thread's scratch")
+    }
+
+    /// A thread's scratch, or `None` when memory is short (see
+    /// [`Stacks::capture`]).
+    fn try_new() -> Option<Scratch> {
+        use gpuperf_unwind::fallible::slice;
         // Built on the heap: an array literal is built on the stack first in
         // unoptimized builds.
-        let layout = || -> Box<Layout> {
-            vec![0; LAYOUT_WORDS]
-                .into_boxed_slice()
-                .try_into()
-                .expect("LAYOUT_WORDS words")
-        };
-        Scratch {
-            words: layout(),
-            last: layout(),
+        let layout =
+            || -> Option<Box<Layout>> { slice(LAYOUT_WORDS, 0).and_then(|s| s.try_into().ok()) };
+        Some(Scratch {
+            words: layout()?,
+            last: layout()?,
             last_len: 0,
             last_id: 0,
             last_serial: 0,
             last_classified: 0,
             kept_classified: 0,
             hidden: 0,
-            next: vec![0; NEXT_SLOTS].into_boxed_slice(),
-            next_long: vec![[0; 2]; NEXT_SLOTS].into_boxed_slice(),
+            next: slice(NEXT_SLOTS, 0)?,
+            next_long: slice(NEXT_SLOTS, [0; 2])?,
             recent: [0; LONG],
             recent_at: 0,
             upcoming: [0; 2],
             tally: None,
-        }
+        })
     }
 
     /// Where [`Scratch::next`] keeps the stack expected after the last two.
@@ -573,44 +577,59 @@ impl Stacks {
     /// Takes the calling thread's stack and returns its id. Called inside the
     /// API-enter callback.
     pub fn capture(&self) -> u32 {
-        // Built on the heap: `Box::new([…; N])` builds the array on the
-        // (maybe 16 KiB) stack first in unoptimized builds.
-        // A thread's state takes counters of its own; buffers for one
-        // capture count in the shared ones.
-        let fresh = |own_tally: bool| ThreadStacks {
-            frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
-            scratch: Scratch {
-                tally: own_tally.then(|| self.tallies.take()).flatten(),
-                ..Scratch::new()
-            },
-            trail: Trail::new(MAX_FRAMES),
-        };
-        // Building the thread's state takes more stack than a capture, which
-        // runs on the unwinder's own stack: on a small alternate signal stack
-        // it could overflow it. Such a capture is skipped, and counted as one.
-        let no_room = || {
-            let n = self.tallies.counter(None);
-            n.add(Count::Captures, 1);
-            n.add(Count::NoStack, 1);
-            0
-        };
         THREAD
-            .try_with(|t| {
-                let mut t = t.borrow_mut();
-                if t.is_none() && short_altstack() {
-                    return no_room();
-                }
-                self.capture_into(t.get_or_insert_with(|| fresh(true)))
-            })
+            .try_with(|t| self.capture_on(&mut t.borrow_mut(), true))
             // The thread's state is destroyed (a call from a destructor at
             // thread exit, or from an atexit handler after `exit` began):
             // buffers for this capture only.
-            .unwrap_or_else(|_| {
-                if short_altstack() {
-                    return no_room();
-                }
-                self.capture_into(&mut fresh(false))
-            })
+            .unwrap_or_else(|_| self.capture_on(&mut None, false))
+    }
+
+    /// [`Stacks::capture`] with the thread's state, built first if `None`
+    /// (`live`: the thread's own, kept; else for this capture only).
+    /// Building it takes more stack than a capture, which runs on the
+    /// unwinder's own stack: on a small alternate signal stack it could
+    /// overflow it. Such a capture is skipped, and counted as one; so is one
+    /// whose state could not be allocated (tried again at the next capture).
+    #[inline(never)]
+    fn capture_on(&self, t: &mut Option<ThreadStacks>, live: bool) -> u32 {
+        let why = match t {
+            Some(t) => return self.capture_into(t),
+            None if short_altstack() => Count::NoStack,
+            None => match self.build_state(t, live) {
+                Some(t) => return self.capture_into(t),
+                None => Count::NoMemory,
+            },
+        };
+        let n = self.tallies.counter(None);
+        n.add(Count::Captures, 1);
+        n.add(why, 1);
+        0
+    }
+
+    /// Builds a thread's state into `slot`; `None` when memory is short. In
+    /// a frame of its own: the state passes through its temporaries (1 KiB
+    /// each in unoptimized builds), gone by the time the capture runs on a
+    /// stack that may be 16 KiB. Built on the heap (`Box::new([…; N])`
+    /// builds the array on the stack first in unoptimized builds) and
+    /// fallibly: inside the application's CUDA call, where memory may be
+    /// short. A live thread's state takes counters of its own; buffers for
+    /// one capture count in the shared ones.
+    #[inline(never)]
+    fn build_state<'t>(
+        &self,
+        slot: &'t mut Option<ThreadStacks>,
+        live: bool,
+    ) -> Option<&'t mut ThreadStacks> {
+        let frames = gpuperf_unwind::fallible::slice(MAX_FRAMES, Frame::default())?;
+        let mut scratch = Scratch::try_new()?;
+        let trail = Trail::try_new(MAX_FRAMES)?;
+        scratch.tally = live.then(|| self.tallies.take()).flatten();
+        Some(slot.insert(ThreadStacks {
+            frames,
+            scratch,
+            trail,
+        }))
     }
 
     /// Captures and identifies the stack; everything after reading the
@@ -919,7 +938,8 @@ impl Stacks {
         let distinct = self.seen.len();
         let n = |c: Count| self.tallies.get(c);
         format!(
-            "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} without an \
+            "stacks: {} taken ({} distinct), {} skipped for lack of stack, {} skipped for \
+             lack of memory (the thread's capture state could not be allocated), {} without an \
              id (stack table full), {} without an id (contended), {} truncated \
              ({} at code without unwind info, {} at the depth cap, {} missing an outer \
              interpreter's Python frames, {} busy: every unwind cache in use; {} waited \
@@ -938,6 +958,7 @@ impl Stacks {
             n(Count::Captures),
             distinct,
             n(Count::NoStack),
+            n(Count::NoMemory),
             self.table_full.load(Relaxed),
             self.contended.load(Relaxed),
             n(Count::Truncated),
@@ -1679,8 +1700,9 @@ mod refresh_tests {
         let summary = s.summary();
         assert!(
             summary.starts_with(
-                "stacks: 1 taken (1 distinct), 0 skipped for lack of stack, 0 without an id \
-                 (stack table full), 0 without an id (contended), 0 truncated (0 at code \
+                "stacks: 1 taken (1 distinct), 0 skipped for lack of stack, 0 skipped for \
+                 lack of memory (the thread's capture state could not be allocated), 0 \
+                 without an id (stack table full), 0 without an id (contended), 0 truncated (0 at code \
                  without unwind info, 0 at the depth cap,"
             ),
             "{summary}"

@@ -55,6 +55,7 @@
 
 mod coverage;
 mod error;
+pub mod fallible;
 mod frame;
 mod loader;
 mod local;

@@ -85,24 +85,22 @@ impl Default for ScanReads {
 impl ScanReads {
     /// `n` empty records, zeroed on the heap: never built on the stack first
     /// (unoptimized builds do that with `vec!` of a value, and a trail may
-    /// be made on an 8 KiB signal stack).
-    fn none(n: usize) -> Box<[ScanReads]> {
-        use std::alloc::{Layout, alloc_zeroed, handle_alloc_error};
+    /// be made on an 8 KiB signal stack). `None` when memory is short.
+    fn none(n: usize) -> Option<Box<[ScanReads]>> {
+        use std::alloc::{Layout, alloc_zeroed};
         let n = n.max(1);
-        let Ok(layout) = Layout::array::<ScanReads>(n) else {
-            return Box::default();
-        };
+        let layout = Layout::array::<ScanReads>(n).ok()?;
         // SAFETY: `layout` has a non-zero size (n >= 1, and a record is not
         // empty).
         let p = unsafe { alloc_zeroed(layout) }.cast::<ScanReads>();
         if p.is_null() {
-            handle_alloc_error(layout);
+            return None;
         }
         // SAFETY: `p` is a fresh allocation of `layout`, as the global
         // allocator gives a `Box<[ScanReads]>` of `n`, and all zeros is a
         // valid `ScanReads` (integers, and `whole` false: an empty record
         // that no walk takes).
-        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) }
+        Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) })
     }
 
     /// Starts a new record, usable only if the loader is `stable`.
@@ -291,10 +289,18 @@ pub struct Trail {
 impl Trail {
     /// An empty trail for walks of up to `frames` frames.
     pub fn new(frames: usize) -> Trail {
-        Trail {
+        Trail::try_new(frames).expect("memory for a trail")
+    }
+
+    /// [`Trail::new`], or `None` when memory is short: a thread's first
+    /// capture builds its trail inside the application's call, where a failed
+    /// allocation must not abort the program.
+    pub fn try_new(frames: usize) -> Option<Trail> {
+        use crate::fallible::slice;
+        Some(Trail {
             bufs: [
-                vec![Step::default(); frames].into_boxed_slice(),
-                vec![Step::default(); frames].into_boxed_slice(),
+                slice(frames, Step::default())?,
+                slice(frames, Step::default())?,
             ],
             cur: 0,
             len: 0,
@@ -302,13 +308,13 @@ impl Trail {
             tables: None,
             end: StackEnd::Root,
             recovered: 0,
-            codes: CodeMemo::new(),
-            python: FrameTrail::new(),
-            merged: LastMerge::boxed(),
+            codes: CodeMemo::try_new()?,
+            python: FrameTrail::try_new()?,
+            merged: LastMerge::try_boxed()?,
             serial: 0,
             walked: 0,
             aligned: None,
-            scans: ScanReads::none(MAX_RECOVERIES as usize),
+            scans: ScanReads::none(MAX_RECOVERIES as usize)?,
             head: [Step::default(); HEAD],
             head_len: 0,
             head_plain: true,
@@ -316,7 +322,7 @@ impl Trail {
             kept: Kept::default(),
             last: Captured::default(),
             chain_read: Some(false),
-        }
+        })
     }
 
     /// The next capture with this trail expects the walk kept under one of

@@ -24,6 +24,8 @@ pub(super) enum Count {
     Captures,
     /// Skipped: the thread had almost no stack left.
     NoStack,
+    /// Skipped: the thread's capture state could not be allocated.
+    NoMemory,
     Truncated,
     /// Ending at code without unwind info.
     UnknownEnd,

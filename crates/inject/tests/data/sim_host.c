@@ -29,8 +29,9 @@
  *           client's flushes and disabled kinds ("cupti events ...",
  *           gpusim_cupti_events of the simulated libcupti).
  *   oom     100 launches (_Z6kernelPfi); then 200000 (_Z6squeezev) from 8
- *           threads at once while malloc refuses blocks of 128 KiB and more, as
- *           when the address space is full; prints "oom launches done"
+ *           threads at once while malloc refuses blocks of 128 KiB and more
+ *           (HOST_REFUSE_BYTES: another size), as when the address space is
+ *           full; prints "oom launches done"
  * Programs that are hard on their threads (each prints what it did):
  *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
  *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
@@ -429,13 +430,15 @@ static int long_kernel(void) {
 
 /* ---- out of memory ---- */
 
-/* While set, malloc refuses blocks of 128 KiB and more, as it would when the
- * address space is full; smaller ones still come from memory already mapped.
- * The executable's malloc interposes on everyone's, the injection library's too. */
+/* While set, malloc refuses blocks of 128 KiB and more (HOST_REFUSE_BYTES:
+ * another size), as it would when the address space is full; smaller ones
+ * still come from memory already mapped. The executable's malloc interposes on
+ * everyone's, the injection library's too. */
 static atomic_int refuse_large;
+static size_t refuse_bytes = 128 << 10;
 extern void *__libc_malloc(size_t);
 void *malloc(size_t n) {
-    if (refuse_large && n >= (128 << 10))
+    if (refuse_large && n >= refuse_bytes)
         return NULL;
     return __libc_malloc(n);
 }
@@ -450,6 +453,9 @@ static void *squeeze_launcher(void *arg) {
 }
 
 static int out_of_memory(void) {
+    const char *refuse = getenv("HOST_REFUSE_BYTES");
+    if (refuse)
+        refuse_bytes = strtoul(refuse, NULL, 10);
     for (int i = 0; i < 100; i++)
         launch((const void *)kernel_stub);
     CHECK(cudaDeviceSynchronize());

@@ -27,9 +27,14 @@ pub(super) const MEMO_CODES: usize = 256;
 impl CodeMemo {
     /// An empty memo.
     pub(crate) fn new() -> CodeMemo {
-        CodeMemo {
-            entries: vec![MemoEntry::default(); MEMO_CODES].into_boxed_slice(),
-        }
+        CodeMemo::try_new().expect("memory for a code memo")
+    }
+
+    /// [`CodeMemo::new`], or `None` when memory is short.
+    pub(crate) fn try_new() -> Option<CodeMemo> {
+        Some(CodeMemo {
+            entries: crate::fallible::slice(MEMO_CODES, MemoEntry::default())?,
+        })
     }
 
     pub(super) fn index(code: u64) -> usize {

@@ -42,19 +42,25 @@ pub(crate) struct LastMerge {
 
 impl LastMerge {
     pub(crate) fn new() -> LastMerge {
-        LastMerge {
+        LastMerge::try_new().expect("memory for a merge")
+    }
+
+    /// [`LastMerge::new`], or `None` when memory is short.
+    fn try_new() -> Option<LastMerge> {
+        use crate::fallible::slice;
+        Some(LastMerge {
             serial: 0,
-            native: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+            native: slice(MAX_FRAMES, Frame::default())?,
             native_len: 0,
             walk_end: StackEnd::Root,
-            raw: vec![(0, 0, false); MAX_FRAMES].into_boxed_slice(),
+            raw: slice(MAX_FRAMES, (0, 0, false))?,
             raw_len: 0,
             truncated: false,
             room: 0,
-            out: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+            out: slice(MAX_FRAMES, Frame::default())?,
             merged: (0, 0, false),
             native_same_from: None,
-        }
+        })
     }
 
     /// If the inputs (`out[..native_len]` the native frames, `walk_end`,
@@ -154,8 +160,9 @@ impl LastMerge {
     /// A new one on the heap: the trail that holds it may be made on an
     /// 8 KiB signal stack, where unoptimized builds keep a copy of each
     /// temporary (a boxed one costs the trail a pointer).
-    pub(crate) fn boxed() -> Box<LastMerge> {
-        Box::new(LastMerge::new())
+    /// A merge on the heap, or `None` when memory is short.
+    pub(crate) fn try_boxed() -> Option<Box<LastMerge>> {
+        crate::fallible::boxed(LastMerge::try_new()?)
     }
 }
 

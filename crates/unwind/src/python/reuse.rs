@@ -97,18 +97,24 @@ pub(crate) struct FrameTrail {
 
 impl FrameTrail {
     pub(crate) fn new() -> FrameTrail {
-        FrameTrail {
-            links: vec![Link::default(); LINKS].into_boxed_slice(),
+        FrameTrail::try_new().expect("memory for a frame trail")
+    }
+
+    /// [`FrameTrail::new`], or `None` when memory is short.
+    pub(crate) fn try_new() -> Option<FrameTrail> {
+        use crate::fallible::slice;
+        Some(FrameTrail {
+            links: slice(LINKS, Link::default())?,
             len: 0,
             reusable: 0,
-            fresh: vec![Link::default(); LINKS].into_boxed_slice(),
+            fresh: slice(LINKS, Link::default())?,
             // On the heap from the start: `Box::new([..])` builds the array on
             // the (maybe 8 KiB signal) stack first in unoptimized builds.
-            index: vec![0; INDEX].into_boxed_slice(),
+            index: slice(INDEX, 0)?,
             reused: 0,
             complete: false,
             codes_at: 0,
-        }
+        })
     }
 
     /// Records a link of the running read as `fresh[n]`: the new count (one
