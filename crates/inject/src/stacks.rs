@@ -337,12 +337,62 @@ impl Scratch {
     /// [`LONG`].
     #[inline(always)]
     fn long_slot(&self) -> usize {
+        self.long_slot_after(None)
+    }
+
+    /// [`Scratch::long_slot`] once `then` came too (the oldest dropped).
+    #[inline(always)]
+    fn long_slot_after(&self, then: Option<u32>) -> usize {
         let mut k: u32 = 0;
-        for i in 1..=LONG {
+        let first = if then.is_some() { 2 } else { 1 };
+        for i in first..=LONG {
             let id = self.recent[(self.recent_at + i) % LONG];
             k = (k ^ id).wrapping_mul(0x9e37_79b1);
         }
+        if let Some(id) = then {
+            k = (k ^ id).wrapping_mul(0x9e37_79b1);
+        }
         (k.wrapping_mul(0x85eb_ca77) >> (32 - NEXT_BITS)) as usize
+    }
+
+    /// [`Scratch::next_slot`] once `then` came too.
+    #[inline(always)]
+    fn next_slot_after(&self, then: u32) -> usize {
+        let k = self.recent[self.recent_at].wrapping_mul(0x9e37_79b1) ^ then;
+        (k.wrapping_mul(0x85eb_ca77) >> (32 - NEXT_BITS)) as usize
+    }
+
+    /// Starts loading the lines of the tables that [`Scratch::followed`]
+    /// will write and read once this capture is the stack expected (most
+    /// are): out of cache after the program ran between two launches, they
+    /// stalled it at the capture's end; loaded now, under the capture.
+    #[inline(always)]
+    fn prefetch_followed(&self) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let next = self.upcoming[0];
+        let lines = [
+            self.next
+                .as_ptr()
+                .wrapping_add(self.next_slot())
+                .cast::<i8>(),
+            self.next_long
+                .as_ptr()
+                .wrapping_add(self.long_slot())
+                .cast(),
+            self.next_long
+                .as_ptr()
+                .wrapping_add(self.long_slot_after(Some(next)))
+                .cast(),
+            self.next
+                .as_ptr()
+                .wrapping_add(self.next_slot_after(next))
+                .cast(),
+        ];
+        for p in lines {
+            // SAFETY: a prefetch reads nothing and never faults; the
+            // addresses lie in the tables anyway (slots are masked).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
+        }
     }
 
     /// The id of a stack expected next ([`Scratch::expected_ids`]), if
@@ -654,6 +704,7 @@ impl Stacks {
             scratch.kept_classified = classified;
         }
         trail.expect(scratch.expected_ids());
+        scratch.prefetch_followed();
         // Once: CPython's main thread is asked to register its code watcher
         // (3.12+), which spares proofs of kept chains their code objects. A
         // CUDA call is the program's own code, where queuing that request
@@ -1398,6 +1449,25 @@ mod tests {
             }
             scratch.followed(id);
             scratch.last_id = id;
+        }
+    }
+
+    /// The slots prefetched at a capture's start, for the stack expected,
+    /// are the ones `followed` then writes and reads.
+    #[test]
+    fn the_slots_looked_up_after_a_stack_are_known_before_it() {
+        let mut scratch = Scratch::new();
+        for (i, id) in [7, 9, 7, 11, 7, 9, 13, 7, 9, 7, 11, 7, 9, 13, 5, 3]
+            .into_iter()
+            .enumerate()
+        {
+            let (long_after, next_after) = (
+                scratch.long_slot_after(Some(id)),
+                scratch.next_slot_after(id),
+            );
+            scratch.followed(id);
+            assert_eq!(scratch.long_slot(), long_after, "at {i}");
+            assert_eq!(scratch.next_slot(), next_after, "at {i}");
         }
     }
 
