@@ -369,24 +369,15 @@ impl Scratch {
     #[inline(always)]
     fn prefetch_followed(&self) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        fn line<T>(table: &[T], slot: usize) -> *const i8 {
+            table.as_ptr().wrapping_add(slot).cast()
+        }
         let next = self.upcoming[0];
         let lines = [
-            self.next
-                .as_ptr()
-                .wrapping_add(self.next_slot())
-                .cast::<i8>(),
-            self.next_long
-                .as_ptr()
-                .wrapping_add(self.long_slot())
-                .cast(),
-            self.next_long
-                .as_ptr()
-                .wrapping_add(self.long_slot_after(Some(next)))
-                .cast(),
-            self.next
-                .as_ptr()
-                .wrapping_add(self.next_slot_after(next))
-                .cast(),
+            line(&self.next, self.next_slot()),
+            line(&self.next_long, self.long_slot()),
+            line(&self.next_long, self.long_slot_after(Some(next))),
+            line(&self.next, self.next_slot_after(next)),
         ];
         for p in lines {
             // SAFETY: a prefetch reads nothing and never faults; the
