@@ -9,17 +9,22 @@
 
 /// `n` clones of `v` on the heap, or `None` when memory is short.
 pub fn slice<T: Clone>(n: usize, v: T) -> Option<Box<[T]>> {
-    let mut s = Vec::new();
-    s.try_reserve_exact(n).ok()?;
+    let mut s = vec(n)?;
     // Within the capacity reserved: no allocation.
     s.resize(n, v);
     Some(s.into_boxed_slice())
 }
 
+/// An empty vector with room for `n`, or `None` when memory is short.
+pub fn vec<T>(n: usize) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    Some(v)
+}
+
 /// `v` on the heap, or `None` when memory is short.
 pub fn boxed<T>(v: T) -> Option<Box<T>> {
-    let mut s = Vec::new();
-    s.try_reserve_exact(1).ok()?;
+    let mut s = vec(1)?;
     s.push(v);
     let one = Box::into_raw(s.into_boxed_slice());
     // SAFETY: a boxed slice of exactly one `T` was allocated with the layout
@@ -41,6 +46,7 @@ mod tests {
             Some("kept")
         );
         assert_eq!(boxed(()).map(|b| *b), Some(()));
+        assert!(vec::<u64>(5).is_some_and(|v| v.is_empty() && v.capacity() >= 5));
     }
 
     #[test]
@@ -48,5 +54,6 @@ mod tests {
         // More than the address space: the allocator refuses it, as it
         // refuses smaller ones when memory is short.
         assert!(slice(usize::MAX / 16, 0u64).is_none());
+        assert!(vec::<u64>(usize::MAX / 16).is_none());
     }
 }

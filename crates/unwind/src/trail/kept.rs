@@ -230,24 +230,18 @@ impl Kept {
     /// a limit reached) that must fail here, never abort the program. `false`
     /// when it did; nothing is left allocated then.
     fn allocate(&mut self) -> bool {
-        fn buffer<T>(n: usize) -> Option<Vec<T>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).ok()?;
-            Some(v)
-        }
-        let (Some(mut index), Some(walks), Some(reads), Some(frames), Some(scans), Some(links)) = (
-            buffer::<u32>(INDEX),
-            buffer(WALKS),
-            buffer(READS),
-            buffer(FRAMES),
-            buffer(SCANS),
-            buffer(LINKS),
+        use crate::fallible::{slice, vec};
+        let (Some(index), Some(walks), Some(reads), Some(frames), Some(scans), Some(links)) = (
+            slice(INDEX, 0),
+            vec(WALKS),
+            vec(READS),
+            vec(FRAMES),
+            vec(SCANS),
+            vec(LINKS),
         ) else {
             return false;
         };
-        // Within the capacity reserved: no allocation.
-        index.resize(INDEX, 0);
-        self.index = index.into_boxed_slice();
+        self.index = index;
         (self.walks, self.reads, self.frames, self.scans, self.links) =
             (walks, reads, frames, scans, links);
         true
