@@ -80,6 +80,44 @@ struct Chunks {
 // shard's lock or after being taken out of it.
 unsafe impl Send for Chunks {}
 
+impl Chunks {
+    /// A spare chunk, emptied and off the spare list; `None` without one.
+    fn pop_spare(&mut self) -> Option<*mut Chunk> {
+        let c = self.spare;
+        if c.is_null() {
+            return None;
+        }
+        // SAFETY: a spare chunk of this list, mapped and owned by it.
+        unsafe {
+            self.spare = (*c).next;
+            (*c).next = ptr::null_mut();
+            (*c).len = 0;
+        }
+        self.spares -= 1;
+        Some(c)
+    }
+
+    /// Makes `c` a spare.
+    ///
+    /// # Safety
+    /// `c` is a mapped chunk of this shard that nothing else refers to.
+    unsafe fn push_spare(&mut self, c: *mut Chunk) {
+        // SAFETY: as this function's contract.
+        unsafe { prepend(&mut self.spare, c) };
+        self.spares += 1;
+    }
+}
+
+/// Links `c` in front of the list at `head`.
+///
+/// # Safety
+/// `c` is a mapped chunk that no list refers to.
+unsafe fn prepend(head: &mut *mut Chunk, c: *mut Chunk) {
+    // SAFETY: as this function's contract.
+    unsafe { (*c).next = *head };
+    *head = c;
+}
+
 /// One thread's records. The lock is the thread's own, taken by its callbacks
 /// and, between them, by the flush thread.
 pub struct Shard {
@@ -125,26 +163,18 @@ impl Shard {
                 c.dropped += 1;
                 return;
             }
-            let new = if c.spare.is_null() {
-                let Some(new) = map_chunk() else {
-                    c.dropped += 1;
-                    return;
-                };
-                self.mapped.fetch_add(CHUNK_BYTES, Relaxed);
-                #[cfg(test)]
-                self.maps.fetch_add(1, Relaxed);
-                new
-            } else {
-                let new = c.spare;
-                // SAFETY: a spare chunk of this shard, under the lock: taken
-                // off the spare list and emptied.
-                unsafe {
-                    c.spare = (*new).next;
-                    (*new).next = ptr::null_mut();
-                    (*new).len = 0;
+            let new = match c.pop_spare() {
+                Some(new) => new,
+                None => {
+                    let Some(new) = map_chunk() else {
+                        c.dropped += 1;
+                        return;
+                    };
+                    self.mapped.fetch_add(CHUNK_BYTES, Relaxed);
+                    #[cfg(test)]
+                    self.maps.fetch_add(1, Relaxed);
+                    new
                 }
-                c.spares -= 1;
-                new
             };
             c.started += 1;
             if c.last.is_null() {
@@ -189,16 +219,11 @@ impl Shard {
         {
             let mut c = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
             let keep = std::mem::take(&mut c.started).min(SPARE_CAP);
-            while c.spares > keep {
-                let chunk = c.spare;
-                // SAFETY: a spare chunk, under the lock: moved to the list to
-                // unmap.
-                unsafe {
-                    c.spare = (*chunk).next;
-                    (*chunk).next = unmap;
-                }
-                unmap = chunk;
-                c.spares -= 1;
+            while c.spares > keep
+                && let Some(chunk) = c.pop_spare()
+            {
+                // SAFETY: a chunk just taken off the spare list.
+                unsafe { prepend(&mut unmap, chunk) };
             }
         }
         // Outside the lock: the thread's next record need not wait for it.
@@ -269,12 +294,9 @@ impl Drop for Taken<'_> {
                 unsafe {
                     let next = (*c).next;
                     if s.spares < SPARE_CAP {
-                        (*c).next = s.spare;
-                        s.spare = c;
-                        s.spares += 1;
+                        s.push_spare(c);
                     } else {
-                        (*c).next = unmap;
-                        unmap = c;
+                        prepend(&mut unmap, c);
                     }
                     c = next;
                 }
