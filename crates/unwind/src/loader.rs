@@ -34,6 +34,18 @@ pub(crate) trait Loader {
     fn call_before(&self, _entry: &Entry, _return_address: u64) -> bool {
         false
     }
+    /// The target of the direct call (`call rel32`) that ends at
+    /// `return_address` (inside `entry`'s code, where `call_before` found a
+    /// call); `None` for an indirect call, or code that cannot be read.
+    fn call_target(&self, _entry: &Entry, _return_address: u64) -> Option<u64> {
+        None
+    }
+    /// Does the code at `address` (inside `entry`) begin with a jump: a PLT
+    /// stub (`jmp *GOT(%rip)`, maybe after `endbr64` or a `bnd` prefix), or
+    /// a thunk that jumps on? A call to it may end anywhere.
+    fn starts_with_jump(&self, _entry: &Entry, _address: u64) -> bool {
+        false
+    }
     /// Is every module of the tables still loaded, as when they were built
     /// (then `still_loaded` is always true), and the code of each the same?
     /// Only then may a walk take a scan's result from its unchanged words.

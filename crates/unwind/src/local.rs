@@ -877,6 +877,15 @@ impl Loader for LocalLoader<'_> {
         crate::scan::ends_with_call(&code[..n])
     }
 
+    fn call_target(&self, entry: &Entry, return_address: u64) -> Option<u64> {
+        let [op, d @ ..] = read_code::<5>(entry, return_address.checked_sub(5)?)?;
+        (op == 0xe8).then(|| return_address.wrapping_add_signed(i64::from(i32::from_le_bytes(d))))
+    }
+
+    fn starts_with_jump(&self, entry: &Entry, address: u64) -> bool {
+        read_code::<7>(entry, address).is_some_and(|code| crate::scan::starts_with_jump(&code))
+    }
+
     fn enter_stack(&self, sp: u64) {
         // The interrupted code's stack: the thread's own, or a coroutine's,
         // which stays mapped while its handler runs.
@@ -902,6 +911,18 @@ impl Loader for LocalLoader<'_> {
     fn is_root_return(&self, return_address: u64) -> bool {
         self.start_context != 0 && return_address == self.start_context
     }
+}
+
+/// The `N` bytes of code at `at`, where they lie inside `entry`'s executable,
+/// readable range (a module the walk checked is still loaded).
+fn read_code<const N: usize>(entry: &Entry, at: u64) -> Option<[u8; N]> {
+    let end = at.checked_add(N as u64)?;
+    if !entry.text_readable || at < entry.avma.start || end > entry.avma.end {
+        return None;
+    }
+    // SAFETY: `at..end` lies inside the executable, readable segments of a
+    // module that is still loaded (checked by the caller).
+    Some(unsafe { (at as *const [u8; N]).read_unaligned() })
 }
 
 extern "C" fn never_run() {}

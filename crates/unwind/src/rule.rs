@@ -228,6 +228,13 @@ pub(crate) fn memo_key(address: FrameAddress) -> u64 {
     (address.address() << 1 | u64::from(address.is_return_address())).wrapping_add(1)
 }
 
+/// The lookup address of the frame address a [`memo_key`] was made of (one
+/// byte before a return address: inside the call).
+pub(crate) fn key_lookup(key: u64) -> u64 {
+    let k = key.wrapping_sub(1);
+    (k >> 1) - (k & 1)
+}
+
 impl UnwindCache {
     /// A new cache (about 60 KiB, resident as used).
     pub fn new() -> Self {
@@ -324,6 +331,16 @@ pub(crate) fn rule_of(cache: &mut UnwindCache, cfi: &Cfi, svma: u64) -> String {
 #[allow(non_snake_case)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_lookup__is_the_lookup_address_of_the_keyed_frame_address() {
+        for a in [
+            FrameAddress::from_return_address(0x1205).unwrap(),
+            FrameAddress::from_instruction_pointer(0x3100),
+        ] {
+            assert_eq!(key_lookup(memo_key(a)), a.address_for_lookup(), "{a:?}");
+        }
+    }
 
     #[test]
     fn packed_rules__unpack_to_themselves() {

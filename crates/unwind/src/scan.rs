@@ -70,6 +70,68 @@ pub(crate) fn ends_with_call(code: &[u8]) -> bool {
     })
 }
 
+/// Whether `code` begins with a jump (`jmp rel32`, `jmp rel8`, `jmp r/m64`),
+/// maybe after `endbr64` and a `bnd` prefix: a PLT stub, or a thunk.
+pub(crate) fn starts_with_jump(code: &[u8]) -> bool {
+    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
+    let code = code.strip_prefix(&[0xf2]).unwrap_or(code);
+    match code {
+        [0xe9 | 0xeb, ..] => true,
+        [0xff, modrm, ..] => (modrm >> 3) & 7 == 4,
+        _ => false,
+    }
+}
+
+/// Where the call before a candidate return address went, as far as its
+/// code says (see [`call_went`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Went {
+    /// A direct call into the module of the code without unwind info.
+    Here,
+    /// An indirect call, a call to a stub or to code without unwind info:
+    /// it may have led anywhere.
+    Maybe,
+    /// A direct call into code with unwind info of another module (its
+    /// own: direct calls stay inside their module) that does not jump on.
+    Elsewhere,
+}
+
+/// Where the call before `ra` (a return address into `found`'s code) went,
+/// for the code without unwind info at `callee`.
+fn call_went<'a>(
+    tables: Tables<'a>,
+    generation: u64,
+    cache: &mut UnwindCache,
+    loader: &impl Loader,
+    found: Found<'a>,
+    ra: u64,
+    callee: u64,
+) -> Went {
+    let Some(target) = loader.call_target(found.entry, ra) else {
+        return Went::Maybe;
+    };
+    let Some(t) = tables.find(target) else {
+        return Went::Maybe;
+    };
+    if t.entry.avma.contains(&callee) {
+        return Went::Here;
+    }
+    let Some(cfi) = t
+        .entry
+        .cfi
+        .as_ref()
+        .filter(|_| loader.still_loaded(t.entry, target))
+    else {
+        return Went::Maybe;
+    };
+    if cached_rule(cache, generation, cfi, target, t.entry.bias) == Rule::NotCovered
+        || loader.starts_with_jump(t.entry, target)
+    {
+        return Went::Maybe;
+    }
+    Went::Elsewhere
+}
+
 /// Stack words a scan looks at, from the stack pointer up, to cross one
 /// stretch of code without unwind info (8 KiB).
 pub(crate) const SCAN_WORDS: u64 = 1024;
@@ -77,31 +139,40 @@ pub(crate) const SCAN_WORDS: u64 = 1024;
 /// Crossings of code without unwind info per walk.
 pub(crate) const MAX_RECOVERIES: u32 = 16;
 
-/// A caller for a frame in code without unwind info, at `regs`: sets `regs`
-/// to the caller's and returns its return address, or `None` if none is found.
+/// A caller for a frame in code without unwind info, at `regs`: sets `regs` to
+/// the caller's and returns its return address, or `None` if none is found.
 ///
 /// Candidates are stack words from the stack pointer up (at most
 /// [`SCAN_WORDS`]) that are return addresses into code with unwind info
-/// (covered by an FDE, right after a call instruction), taken only if one
-/// step of that code's own rule from there leads to another return address
-/// (or to the root): a stale return address left in a dead part of the stack
-/// seldom passes both. One that leads to the root passes the second test
-/// trivially (a stale copy of `_start`'s return address did, in a frame of
-/// code without unwind info), so it is taken only when no other word of the
-/// scan passes and there is no frame-pointer step. The scan stops at rbp's
+/// (covered by an FDE, right after a call instruction), taken only if one step
+/// of that code's own rule from there leads to another return address (or to
+/// the root): a stale return address left in a dead part of the stack seldom
+/// passes both. One that leads to the root passes the second test trivially (a
+/// stale copy of `_start`'s return address did, in a frame of code without
+/// unwind info), so it is taken only when no other word of the scan passes and
+/// there is no frame-pointer step. A stale return address whose step leads into
+/// the live frames passes both: one left by an earlier call tree of the caller
+/// (a `malloc` inside the caller's last call) unwinds through that tree's dead
+/// frames back into the caller, at the return address of that earlier call. So
+/// a candidate whose call went elsewhere ([`call_went`]: a direct call into
+/// another module's code) is passed over for a later one below the slot its own
+/// step read its caller from, or one in that slot whose call went directly into
+/// the callee's module; failing that, it is taken (its callee may have
+/// tail-called into the code without unwind info). The scan stops at rbp's
 /// return address slot when rbp is a frame pointer (it points at a saved rbp
 /// with a return address above it); if no word below passes, that is a
-/// frame-pointer step. The caller's
-/// rbp: rbp itself when it is a frame pointer above the found slot (code
-/// without frame pointers leaves it alone), else the nearest word below the
-/// slot that is one (where code that uses rbp as a register saved it), else
-/// rbp. Reads only through `read_stack`; after a read whose value it used
-/// only as a [`Role`] says, it tells `note`.
+/// frame-pointer step. The caller's rbp: rbp itself when it is a frame pointer
+/// above the found slot (code without frame pointers leaves it alone), else the
+/// nearest word below the slot that is one (where code that uses rbp as a
+/// register saved it), else rbp. Reads only through `read_stack`; after a read
+/// whose value it used only as a [`Role`] says, it tells `note`.
 #[cold]
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn recover<F>(
     tables: Tables<'_>,
     generation: u64,
+    callee: u64,
     regs: &mut UnwindRegsX86_64,
     cache: &mut UnwindCache,
     read_stack: &mut F,
@@ -123,9 +194,11 @@ where
     };
     let bp_frame = bp >= sp && frame_at(bp, read_stack);
     let end = sp.saturating_add(SCAN_WORDS * 8);
-    let end = if bp_frame { end.min(bp + 8) } else { end };
+    let mut end = if bp_frame { end.min(bp + 8) } else { end };
     // The first candidate whose own step ends the stack (see above).
     let mut root: Option<(u64, UnwindRegsX86_64)> = None;
+    // The first candidate that passed but whose call went elsewhere.
+    let mut elsewhere: Option<(u64, UnwindRegsX86_64, u64)> = None;
     let mut slot = sp;
     while slot < end {
         let Ok(ra) = read_stack(slot) else { break };
@@ -171,14 +244,37 @@ where
         };
         match step {
             Ok(Some(up)) if returns_to(up) => {
-                *regs = UnwindRegsX86_64::new(ra, new_sp, new_bp);
-                return Some(ra);
+                let caller = UnwindRegsX86_64::new(ra, new_sp, new_bp);
+                match (
+                    call_went(tables, generation, cache, loader, found, ra, callee),
+                    &elsewhere,
+                ) {
+                    (Went::Elsewhere, None) => {
+                        // Its step read its caller's return address at
+                        // `sp - 8`: the scan goes on up to that slot.
+                        end = end.min(next.sp());
+                        elsewhere = Some((ra, caller, next.sp() - 8));
+                    }
+                    (Went::Elsewhere, Some(_)) => {}
+                    // The first one's own caller, by a call that may have
+                    // gone anywhere: the first one may have reached the
+                    // callee by a tail call, and is kept.
+                    (Went::Maybe, Some((.., its_caller))) if here == *its_caller => {}
+                    _ => {
+                        *regs = caller;
+                        return Some(ra);
+                    }
+                }
             }
-            Ok(None) if root.is_none() => {
+            Ok(None) if root.is_none() && elsewhere.is_none() => {
                 root = Some((ra, UnwindRegsX86_64::new(ra, new_sp, new_bp)))
             }
             _ => {}
         }
+    }
+    if let Some((ra, caller, _)) = elsewhere {
+        *regs = caller;
+        return Some(ra);
     }
     if bp_frame {
         let ra = read_stack(bp + 8).ok()?;
@@ -224,6 +320,30 @@ mod tests {
         ];
         for c in others {
             assert!(!ends_with_call(c), "{c:x?}");
+        }
+    }
+
+    #[test]
+    fn starts_with_jump__plt_stubs_and_thunks_but_not_function_entries() {
+        let jumps: [&[u8]; 6] = [
+            &[0xff, 0x25, 0x12, 0x34, 0, 0, 0],          // jmp *GOT(%rip)
+            &[0xf2, 0xff, 0x25, 0x12, 0x34, 0, 0],       // bnd jmp *GOT(%rip)
+            &[0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25], // endbr64; bnd jmp
+            &[0xf3, 0x0f, 0x1e, 0xfa, 0xff, 0x25, 0x12], // endbr64; jmp *
+            &[0xe9, 1, 2, 3, 4, 0x90, 0x90],             // jmp rel32
+            &[0xff, 0xe0, 0x90, 0x90, 0x90, 0x90, 0x90], // jmp *%rax
+        ];
+        for c in jumps {
+            assert!(starts_with_jump(c), "{c:x?}");
+        }
+        let entries: [&[u8]; 4] = [
+            &[0x55, 0x48, 0x89, 0xe5, 0x90, 0x90, 0x90], // push rbp; mov rbp, rsp
+            &[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89], // endbr64; push rbp
+            &[0xff, 0x15, 1, 2, 3, 4, 0x90],             // call *(%rip): no jump
+            &[0x48, 0x83, 0xec, 0x08, 0xe9, 0, 0],       // sub rsp, 8; then a jump
+        ];
+        for c in entries {
+            assert!(!starts_with_jump(c), "{c:x?}");
         }
     }
 }

@@ -5,7 +5,7 @@ use framehop::{Error as FhError, FrameAddress, Unwinder as _};
 
 use crate::frame::{Frame, StackEnd};
 use crate::loader::Loader;
-use crate::rule::{Memo, Rule, UnwindCache, cached_rule, memo_key};
+use crate::rule::{Memo, Rule, UnwindCache, cached_rule, key_lookup, memo_key};
 use crate::scan::{MAX_RECOVERIES, after_call, recover};
 use crate::table::{Found, Tables};
 use crate::trail::{Recording, ScanReads, Step, Trail};
@@ -162,7 +162,14 @@ where
                     let mut read = |a| kept.borrow_mut().read(read, a);
                     let mut note = |role| kept.borrow_mut().note(role);
                     recover(
-                        tables, generation, &mut regs, cache, &mut read, loader, &mut note,
+                        tables,
+                        generation,
+                        key_lookup(s.key),
+                        &mut regs,
+                        cache,
+                        &mut read,
+                        loader,
+                        &mut note,
                     )
                     .and_then(FrameAddress::from_return_address)
                     .is_some_and(|a| {
@@ -320,6 +327,7 @@ where
                     recover(
                         tables,
                         generation,
+                        lookup,
                         &mut fh_regs,
                         cache,
                         &mut read,
@@ -330,6 +338,7 @@ where
                 None => recover(
                     tables,
                     generation,
+                    lookup,
                     &mut fh_regs,
                     cache,
                     read_stack,
@@ -453,6 +462,10 @@ mod tests {
         signal_return: Option<u64>,
         /// Return addresses with a call instruction before them.
         calls: Vec<u64>,
+        /// Of those, direct calls: (return address, target).
+        direct: Vec<(u64, u64)>,
+        /// Addresses whose code begins with a jump (PLT stubs).
+        jumps: Vec<u64>,
         /// What `stable` says.
         stable: bool,
         /// The code reads made (`call_before`: one per scan candidate).
@@ -472,6 +485,13 @@ mod tests {
         fn call_before(&self, _entry: &Entry, return_address: u64) -> bool {
             self.code_reads.set(self.code_reads.get() + 1);
             self.calls.contains(&return_address)
+        }
+        fn call_target(&self, _entry: &Entry, return_address: u64) -> Option<u64> {
+            let d = self.direct.iter().find(|(ra, _)| *ra == return_address);
+            d.map(|&(_, target)| target)
+        }
+        fn starts_with_jump(&self, _entry: &Entry, address: u64) -> bool {
+            self.jumps.contains(&address)
         }
         fn stable(&self) -> bool {
             self.stable
@@ -1117,6 +1137,125 @@ mod tests {
                 StackEnd::Root
             )
         );
+    }
+
+    #[test]
+    fn scan__passes_over_a_stale_return_address_whose_call_went_to_another_modules_code() {
+        // 0x1805 at 0x8000 was left by an earlier call tree of the caller:
+        // its step (CFA = rsp + 16) reads 0x1305 at 0x8010, a live return
+        // address, above the real caller 0x1205 at 0x8008. Its call was a
+        // direct one to 0x1000, module 0's own code with unwind info, not
+        // the code without unwind info at 0x3100 (module 1).
+        let stack = Stack(vec![
+            (0x8000, 0x1805),
+            (0x8008, 0x1205),
+            (0x8010, 0x1305),
+            (0x8018, 0),
+        ]);
+        let loader = |target: u64, jumps: &[u64]| FakeLoader {
+            calls: vec![0x1805, 0x1205, 0x1305],
+            direct: vec![(0x1805, target)],
+            jumps: jumps.to_vec(),
+            ..FakeLoader::default()
+        };
+        let real = vec![
+            native(1, 0x3100, false),
+            native(0, 0x1205, true),
+            native(0, 0x1305, true),
+        ];
+        let stale = vec![
+            native(1, 0x3100, false),
+            native(0, 0x1805, true),
+            native(0, 0x1305, true),
+        ];
+        let (frames, end, _) = from_uncovered(&stack, 0, &loader(0x1000, &[]));
+        assert_eq!((frames, end), (real, StackEnd::Root));
+        // A call that may have led here is taken, as before: into the
+        // module without unwind info, or to a PLT stub that jumps on.
+        for (target, jumps) in [(0x3000, &[][..]), (0x1000, &[0x1000][..])] {
+            let (frames, _, _) = from_uncovered(&stack, 0, &loader(target, jumps));
+            assert_eq!(frames, stale, "{target:#x}");
+        }
+    }
+
+    #[test]
+    fn scan__keeps_a_return_address_whose_call_went_elsewhere_when_its_caller_is_the_next() {
+        // 0x1105 called 0x1000 directly (which tail-called into 0x3100):
+        // its step reads the next candidate's slot, so it is the real one.
+        let stack = Stack(vec![(0x8000, 0x1105), (0x8008, 0x1205), (0x8010, 0)]);
+        let loader = FakeLoader {
+            calls: vec![0x1105, 0x1205],
+            direct: vec![(0x1105, 0x1000)],
+            ..FakeLoader::default()
+        };
+        let (frames, end, _) = from_uncovered(&stack, 0, &loader);
+        assert_eq!(
+            (frames, end),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(0, 0x1105, true),
+                    native(0, 0x1205, true)
+                ],
+                StackEnd::Root
+            )
+        );
+    }
+
+    #[test]
+    fn scan__passes_over_one_whose_caller_called_the_module_without_unwind_info_directly() {
+        // Module 0's code from 0x1800 has no unwind info; the walk starts
+        // there, at 0x1900. 0x7105 (module 3) called 0x7000 directly, and
+        // its step reads its caller at 0x8008: 0x1205, a direct call into
+        // module 0 (0x1800), the real caller (then 0x1305); 0x7105 is stale. Were that
+        // call indirect, 0x1205 could as well be 0x7105's caller (0x7000
+        // tail-calling into module 0), and the first is kept.
+        let t = Table::new(
+            vec![
+                module(0, 0x1000..0x2000, &[(0x1000, 0x800, 8)]),
+                module(3, 0x7000..0x7800, &[(0x7000, 0x800, 8)]),
+            ],
+            |_| String::new(),
+        );
+        let stack = Stack(vec![
+            (0x8000, 0x7105),
+            (0x8008, 0x1205),
+            (0x8010, 0x1305),
+            (0x8018, 0),
+        ]);
+        let regs = Regs {
+            ip: 0x1900,
+            sp: 0x8000,
+            bp: 0,
+        };
+        for (direct, want) in [
+            (
+                vec![(0x7105, 0x7000), (0x1205, 0x1800)],
+                vec![
+                    native(0, 0x1900, false),
+                    native(0, 0x1205, true),
+                    native(0, 0x1305, true),
+                ],
+            ),
+            (
+                vec![(0x7105, 0x7000)],
+                vec![
+                    native(0, 0x1900, false),
+                    native(3, 0x7105, true),
+                    native(0, 0x1205, true),
+                    native(0, 0x1305, true),
+                ],
+            ),
+        ] {
+            let loader = FakeLoader {
+                calls: vec![0x7105, 0x1205, 0x1305],
+                direct,
+                ..FakeLoader::default()
+            };
+            let mut cache = UnwindCache::new();
+            let (frames, end) = stack.walk_from(regs, Tables::one(&t), &mut cache, &loader);
+            assert_eq!((frames, end), (want, StackEnd::Root));
+        }
     }
 
     #[test]

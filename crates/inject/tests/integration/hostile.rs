@@ -321,10 +321,40 @@ fn sim_2000_launching_threads_each_cancelled_exit_cleanly() {
     let Some((out, dir)) = both_sim("cancel", &["2000"], Duration::from_secs(120)) else {
         return;
     };
+    let log = read_logs(dir.path());
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("cancelled 2000 threads"),
-        "{}",
-        read_logs(dir.path())
+        "{log}"
+    );
+    // Each launch's stack begins in the program, right after CUDA's hidden
+    // frames: the stack scan across the simulated CUPTI's code without
+    // unwind info passes over the stale return addresses a thread's earlier
+    // calls (its `malloc`s) left in that code's frame.
+    let (records, _, _) = read_traces(dir.path());
+    let host = records
+        .iter()
+        .find_map(|r| match r {
+            Record::Module(m) if m.path.ends_with("/sim_host") => Some(m.id),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no module record of the program: {log}"));
+    let firsts: Vec<Option<&StackFrame>> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some(s.frames.first()),
+            _ => None,
+        })
+        .collect();
+    let elsewhere = firsts
+        .iter()
+        .filter(|f| !matches!(f, Some(StackFrame::Native { module, .. }) if *module == host))
+        .count();
+    assert!(!firsts.is_empty(), "{log}");
+    assert_eq!(
+        elsewhere,
+        0,
+        "of {} stacks: {firsts:?}\n{log}",
+        firsts.len()
     );
 }
 /// The number after `word ` in `text`.
