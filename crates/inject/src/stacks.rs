@@ -991,7 +991,8 @@ impl Stacks {
              safely{}), {} memory probes, {} reused their outer Python frames from an earlier capture; graph nodes held: {} ({} not kept: map full; \
              {} records dropped: too many waiting); module table: {} rebuilt ({} on an \
              application thread), {} times modules added beside it; {} stacks crossed \
-             code without unwind info (by frame pointer or stack scan); {:.1} frames per \
+             code without unwind info (by frame pointer or stack scan; {} past a stale \
+             return address); {:.1} frames per \
              capture, {} reused part of the last capture (native frames proven unchanged; \
              {:.1} frames of each on average), {} took the whole native walk kept for the \
              stack expected next (proven unchanged, not walked), {} of them the whole \
@@ -1032,6 +1033,7 @@ impl Stacks {
             self.app_rebuilds.load(Relaxed),
             s.modules_added,
             s.recovered_stacks,
+            s.stale_passed_stacks,
             {
                 // Sums read one after the other, while threads may count.
                 let kept = n(Count::Captures).saturating_sub(n(Count::NoStack));

@@ -181,6 +181,7 @@ pub(crate) struct Stats {
     pub table_rebuilds: AtomicU64,
     pub modules_added: AtomicU64,
     pub recovered_stacks: AtomicU64,
+    pub stale_passed_stacks: AtomicU64,
 }
 
 /// A copy of an unwinder's counters.
@@ -233,6 +234,10 @@ pub struct StatsSnapshot {
     /// Stacks that crossed code without unwind info by a frame-pointer step
     /// or a stack scan ([`Captured::recovered`]).
     pub recovered_stacks: u64,
+    /// Of those walked, stacks whose scan passed over a stale return address
+    /// (one whose call went directly into another module's code, left by an
+    /// earlier call) for the caller.
+    pub stale_passed_stacks: u64,
 }
 
 impl Stats {
@@ -257,6 +262,7 @@ impl Stats {
             table_rebuilds: l(&self.table_rebuilds),
             modules_added: l(&self.modules_added),
             recovered_stacks: l(&self.recovered_stacks),
+            stale_passed_stacks: l(&self.stale_passed_stacks),
         }
     }
 

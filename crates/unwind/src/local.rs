@@ -654,6 +654,9 @@ impl LocalUnwinder {
             captured.end = end;
             captured.recovered = cache.recovered;
             captured.reused = cache.reused;
+            if cache.stale_passed > 0 {
+                Stats::bump(&self.stats.stale_passed_stacks);
+            }
         }
         if let Some(t) = trail.as_deref_mut() {
             t.kept.taken = captured.kept;

@@ -193,6 +193,8 @@ pub struct UnwindCache {
     /// Frames the last walk found past code without unwind info (by a
     /// frame-pointer step or a stack scan).
     pub(crate) recovered: u32,
+    /// Scans of the last walk that passed over a stale return address.
+    pub(crate) stale_passed: u32,
     /// Frames the last walk took from its trail.
     pub(crate) reused: u32,
     gimli: Box<GimliContext>,
@@ -247,6 +249,7 @@ impl UnwindCache {
             memo: vec![Memo::default(); MEMO_DEPTH].into_boxed_slice(),
             memo_tables: (0, 0),
             recovered: 0,
+            stale_passed: 0,
             reused: 0,
             gimli: Box::new(GimliContext::new_in()),
         }

@@ -260,7 +260,8 @@ where
                     // gone anywhere: the first one may have reached the
                     // callee by a tail call, and is kept.
                     (Went::Maybe, Some((.., its_caller))) if here == *its_caller => {}
-                    _ => {
+                    (_, passed) => {
+                        cache.stale_passed += u32::from(passed.is_some());
                         *regs = caller;
                         return Some(ra);
                     }

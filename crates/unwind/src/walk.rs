@@ -139,6 +139,7 @@ where
         cache.clear_memo(tables.ids());
     }
     cache.recovered = 0;
+    cache.stale_passed = 0;
     // Bounds the loop even if framehop's progress checks were fooled.
     for depth in 0..4096 {
         let lookup = address.address_for_lookup();
@@ -1168,8 +1169,16 @@ mod tests {
             native(0, 0x1805, true),
             native(0, 0x1305, true),
         ];
-        let (frames, end, _) = from_uncovered(&stack, 0, &loader(0x1000, &[]));
-        assert_eq!((frames, end), (real, StackEnd::Root));
+        let t = table_scan();
+        let mut cache = UnwindCache::new();
+        let regs = Regs {
+            ip: 0x3100,
+            sp: 0x8000,
+            bp: 0,
+        };
+        let walked = stack.walk_from(regs, Tables::one(&t), &mut cache, &loader(0x1000, &[]));
+        assert_eq!(walked, (real, StackEnd::Root));
+        assert_eq!(cache.stale_passed, 1);
         // A call that may have led here is taken, as before: into the
         // module without unwind info, or to a PLT stub that jumps on.
         for (target, jumps) in [(0x3000, &[][..]), (0x1000, &[0x1000][..])] {
