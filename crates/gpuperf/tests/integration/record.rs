@@ -605,7 +605,22 @@ fn record_as_an_unprivileged_user__the_same_complete_stacks_as_root() {
     };
     let (a, b) = (stacks(&root_dir), stacks(&nobody_dir));
     assert_eq!(a.len(), 21, "{all}");
-    assert_eq!(a, b, "{all}");
+    // The stack under the 300-deep recursion is cut at the depth cap, which
+    // counts the hidden frames inside the simulated CUDA libraries too: how
+    // many of its own frames it keeps depends on what the stack scan across
+    // their code without unwind info made of the stale words there, which
+    // differ from run to run. Its innermost frames are the same; the
+    // complete stacks are the same to the last frame.
+    let cut = |v: &[String]| -> (Vec<String>, Vec<String>) {
+        v.iter()
+            .cloned()
+            .partition(|s| s.starts_with("[truncated]"))
+    };
+    let ((a_cut, a_whole), (b_cut, b_whole)) = (cut(&a), cut(&b));
+    assert_eq!(a_whole, b_whole, "{all}");
+    assert_eq!((a_cut.len(), b_cut.len()), (1, 1), "{all}");
+    let inner = |s: &str| -> Vec<String> { s.rsplit(';').take(200).map(str::to_owned).collect() };
+    assert_eq!(inner(&a_cut[0]), inner(&b_cut[0]), "{all}");
     assert_eq!(
         fs::metadata(nobody_dir.join("cpu.txt")).unwrap().uid(),
         NOBODY
