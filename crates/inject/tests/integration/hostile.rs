@@ -57,6 +57,17 @@ fn launches(records: &[Record], strings: &StringTable) -> (usize, usize) {
     (calls, stacks)
 }
 
+/// The id of the module record whose path ends with `suffix`.
+fn module_id(records: &[Record], suffix: &str, log: &str) -> u32 {
+    records
+        .iter()
+        .find_map(|r| match r {
+            Record::Module(m) if m.path.ends_with(suffix) => Some(m.id),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no module record of `{suffix}`: {log}"))
+}
+
 #[test]
 fn sim_threads_with_16k_stacks_launch_with_stacks() {
     let Some((_, dir)) = both_sim("small-stacks", &[], Duration::from_secs(60)) else {
@@ -198,13 +209,7 @@ fn sim_launch_from_a_signal_handler_has_a_stack_continuing_into_the_interrupted_
     let log = read_logs(dir.path());
     let (calls, with_stack) = launches(&records, &strings);
     assert_eq!((calls, with_stack), (2, 2), "{log}");
-    let host = records
-        .iter()
-        .find_map(|r| match r {
-            Record::Module(m) if m.path.ends_with("/sim_host") => Some(m.id),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no module record of the host: {log}"));
+    let host = module_id(&records, "/sim_host", &log);
     let functions = host_functions(&sim.host);
     let name_of = |offset: u64| {
         functions
@@ -290,13 +295,7 @@ fn sim_launch_from_a_library_loaded_later_adds_only_that_module() {
     assert_eq!(added, 1, "{log}");
     let (records, strings, _) = read_traces(dir.path());
     assert_eq!(launches(&records, &strings), (4, 4), "{log}");
-    let late = records
-        .iter()
-        .find_map(|r| match r {
-            Record::Module(m) if m.path.ends_with("/liblate_launch.so") => Some(m.id),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no module record of the late library: {log}"));
+    let late = module_id(&records, "/liblate_launch.so", &log);
     let through_late: Vec<&StackEnd> = records
         .iter()
         .filter_map(|r| match r {
@@ -331,13 +330,7 @@ fn sim_2000_launching_threads_each_cancelled_exit_cleanly() {
     // unwind info passes over the stale return addresses a thread's earlier
     // calls (its `malloc`s) left in that code's frame.
     let (records, _, _) = read_traces(dir.path());
-    let host = records
-        .iter()
-        .find_map(|r| match r {
-            Record::Module(m) if m.path.ends_with("/sim_host") => Some(m.id),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no module record of the program: {log}"));
+    let host = module_id(&records, "/sim_host", &log);
     let firsts: Vec<Option<&StackFrame>> = records
         .iter()
         .filter_map(|r| match r {
