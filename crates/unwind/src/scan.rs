@@ -253,7 +253,7 @@ where
                         // Its step read its caller's return address at
                         // `sp - 8`: the scan goes on up to that slot.
                         end = end.min(next.sp());
-                        elsewhere = Some((ra, caller, next.sp() - 8));
+                        elsewhere = Some((ra, caller, next.sp().saturating_sub(8)));
                     }
                     (Went::Elsewhere, Some(_)) => {}
                     // The first one's own caller, by a call that may have
