@@ -766,6 +766,16 @@ mod tests {
 
     /// From ip 0x3100 (no unwind info), sp 0x8000, rbp `bp`.
     fn from_uncovered(stack: &Stack, bp: u64, loader: &FakeLoader) -> (Vec<Frame>, StackEnd, u32) {
+        let (frames, end, cache) = uncovered_walk(stack, bp, loader);
+        (frames, end, cache.recovered)
+    }
+
+    /// [`from_uncovered`], with the walk's cache (its counts).
+    fn uncovered_walk(
+        stack: &Stack,
+        bp: u64,
+        loader: &FakeLoader,
+    ) -> (Vec<Frame>, StackEnd, UnwindCache) {
         let t = table_scan();
         let mut cache = UnwindCache::new();
         let regs = Regs {
@@ -774,7 +784,7 @@ mod tests {
             bp,
         };
         let (frames, end) = stack.walk_from(regs, Tables::one(&t), &mut cache, loader);
-        (frames, end, cache.recovered)
+        (frames, end, cache)
     }
 
     fn loader_with_calls(calls: &[u64]) -> FakeLoader {
@@ -1169,15 +1179,8 @@ mod tests {
             native(0, 0x1805, true),
             native(0, 0x1305, true),
         ];
-        let t = table_scan();
-        let mut cache = UnwindCache::new();
-        let regs = Regs {
-            ip: 0x3100,
-            sp: 0x8000,
-            bp: 0,
-        };
-        let walked = stack.walk_from(regs, Tables::one(&t), &mut cache, &loader(0x1000, &[]));
-        assert_eq!(walked, (real, StackEnd::Root));
+        let (frames, end, cache) = uncovered_walk(&stack, 0, &loader(0x1000, &[]));
+        assert_eq!((frames, end), (real, StackEnd::Root));
         assert_eq!(cache.stale_passed, 1);
         // A call that may have led here is taken, as before: into the
         // module without unwind info, or to a PLT stub that jumps on.
@@ -1216,9 +1219,9 @@ mod tests {
         // Module 0's code from 0x1800 has no unwind info; the walk starts
         // there, at 0x1900. 0x7105 (module 3) called 0x7000 directly, and
         // its step reads its caller at 0x8008: 0x1205, a direct call into
-        // module 0 (0x1800), the real caller (then 0x1305); 0x7105 is stale. Were that
-        // call indirect, 0x1205 could as well be 0x7105's caller (0x7000
-        // tail-calling into module 0), and the first is kept.
+        // module 0 (0x1800), the real caller (then 0x1305); 0x7105 is
+        // stale. Were that call indirect, 0x1205 could as well be 0x7105's
+        // caller (0x7000 tail-calling into module 0), and the first is kept.
         let t = Table::new(
             vec![
                 module(0, 0x1000..0x2000, &[(0x1000, 0x800, 8)]),
