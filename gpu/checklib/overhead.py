@@ -18,6 +18,9 @@ class Overhead:
                                    os.path.join(REPO, "target/release/libgpuperf_inject.so"),
                                    os.path.join(REPO, "target/debug/libgpuperf_inject.so"))
                        if p and os.path.isfile(p)), "libgpuperf_inject.so")
+        # An unoptimized library's figures say nothing of what recording costs.
+        if os.path.basename(os.path.dirname(inject)) == "debug":
+            label += " [debug build of the injection library: not a cost figure]"
         loop = self.progs.get("launch_loop")
         if not loop and self.find_nvcc():
             loop = self.build_launch_loop()
@@ -68,6 +71,17 @@ class Overhead:
             return
         fig = {k: {"ratio": float(v), "ns_per_launch": int(per.get(k, 0))} for k, v in ratios.items()}
         text = ", ".join(f"{k} x{v} ({per.get(k, '?')} ns/launch)" for k, v in ratios.items())
+        # How the stacks were taken (the first recorded round's log): proven
+        # from the walk kept for the stack expected next, or walked.
+        taken = re.search(r"stacks: (\d+) taken", r.out or "")
+        depth = re.search(r"([\d.]+) frames per capture", r.out or "")
+        kept = re.search(r"(\d+) took the whole native walk kept", r.out or "")
+        if taken and depth and kept and int(taken.group(1)):
+            n = int(taken.group(1))
+            fig["stacks"] = {"taken": n, "frames_per_capture": float(depth.group(1)),
+                             "kept_walks": int(kept.group(1))}
+            text += (f"; stacks: {n} taken, {depth.group(1)} frames each, "
+                     f"{int(kept.group(1)) / n * 100:.1f}% proven from a kept walk")
         self.item(g, name, status_ok, text + label, fig)
 
     def check_decode(self, g, label, status_ok):
