@@ -696,8 +696,9 @@ impl Stacks {
         }
         trail.expect(scratch.expected_ids());
         scratch.prefetch_followed();
-        // Once: CPython's main thread is asked to register its code watcher
-        // (3.12+), which spares proofs of kept chains their code objects. A
+        // Once: CPython's main thread is asked to count destroyed code
+        // objects (3.11+), which spares proofs of kept chains their code
+        // objects. A
         // CUDA call is the program's own code, where queuing that request
         // may take the interpreter's lock; a signal handler's (on its
         // alternate stack) is not.
@@ -1016,7 +1017,7 @@ impl Stacks {
             self.unwinder.python_status(),
             match self.unwinder.python() {
                 Some(p) if p.watching_codes() =>
-                    " (code watcher on: kept chains proven without their code objects while none is destroyed)",
+                    " (destroyed code objects counted: kept chains proven without their code objects while none is destroyed)",
                 _ => "",
             },
             s.python_skipped,

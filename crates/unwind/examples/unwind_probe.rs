@@ -19,8 +19,8 @@ fn unwinder() -> &'static LocalUnwinder {
     U.get_or_init(|| LocalUnwinder::new(Options::default()))
 }
 
-/// Sets the unwinder up (reads the module table), and has CPython 3.12+
-/// register the code watcher, as the injection library's first capture does.
+/// Sets the unwinder up (reads the module table), and has CPython 3.11+
+/// count destroyed code objects, as the injection library's first capture does.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuperf_probe_init() {
     if let Some(py) = unwinder().python() {
@@ -28,7 +28,7 @@ pub extern "C" fn gpuperf_probe_init() {
     }
 }
 
-/// 1 once CPython's code watcher is registered (3.12+: by the main thread,
+/// 1 once CPython counts destroyed code objects (3.11+: by the main thread,
 /// between two bytecodes after [`gpuperf_probe_init`]), else 0.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuperf_probe_watching_codes() -> c_int {

@@ -12,7 +12,7 @@
 //!
 //! Each step has its file: `detect.rs`, `splice.rs` (with `reuse.rs`) and `code.rs` (resolve);
 //! `memory.rs` holds what the reads below may trust and the probes, `watch.rs`
-//! the code watcher that lets a proof skip code objects (3.12+), and this
+//! the count of destroyed code objects that lets a proof skip them (3.11+), and this
 //! file the reader's state.
 //!
 //! **The thread state.** `PyGILState_GetThisThreadState` reads the thread-specific

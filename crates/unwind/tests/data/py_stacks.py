@@ -218,7 +218,7 @@ def kept_code():
     call site), then once more after the code object of one of them was
     destroyed and another made from other lines, which may take its address:
     the same frame address, code pointer and instruction offset, other lines.
-    Prints whether the code watcher was on (3.12+)."""
+    Prints whether destroyed code objects were counted (3.11+)."""
     # The pending call that registers the watcher runs between bytecodes.
     for _ in range(1000):
         pass
