@@ -73,15 +73,11 @@ class Overhead:
         text = ", ".join(f"{k} x{v} ({per.get(k, '?')} ns/launch)" for k, v in ratios.items())
         # How the stacks were taken (the first recorded round's log): proven
         # from the walk kept for the stack expected next, or walked.
-        taken = re.search(r"stacks: (\d+) taken", r.out or "")
-        depth = re.search(r"([\d.]+) frames per capture", r.out or "")
-        kept = re.search(r"(\d+) took the whole native walk kept", r.out or "")
-        if taken and depth and kept and int(taken.group(1)):
-            n = int(taken.group(1))
-            fig["stacks"] = {"taken": n, "frames_per_capture": float(depth.group(1)),
-                             "kept_walks": int(kept.group(1))}
-            text += (f"; stacks: {n} taken, {depth.group(1)} frames each, "
-                     f"{int(kept.group(1)) / n * 100:.1f}% proven from a kept walk")
+        st = self.parse_stacks(r.out or "")
+        if st:
+            fig["stacks"] = st
+            text += (f"; stacks: {st['taken']} taken, {st['frames_per_capture']} frames each, "
+                     f"{st['kept_walks'] / st['taken'] * 100:.1f}% proven from a kept walk")
         self.item(g, name, status_ok, text + label, fig)
 
     def check_decode(self, g, label, status_ok):
@@ -95,6 +91,10 @@ class Overhead:
         runs = {"without": [], "gpu_only": [], "stacks": []}
         if not self.sim:
             runs["kineto"] = []
+        # CPU time per token too: unlike the wall time it leaves out what
+        # other tenants of a virtual machine take from it.
+        cpu = {k: [] for k in runs}
+        stacks_log = None
         for rnd in range(3):
             for mode in runs:
                 if self.left() < 30:
@@ -106,10 +106,13 @@ class Overhead:
                     r = run(self.wrap([self.torch_python, script, "--kineto", tokens]), self.limit(120))
                 else:
                     flags = ["--gpu-only"] if mode == "gpu_only" else []
-                    r, _, _ = self.record(f"decode_{mode}_{rnd}", cmd, flags=flags, timeout=120, timeline=False)
-                m = re.search(r"tokens_per_s ([\d.]+)", r.out or "")
+                    r, _, d = self.record(f"decode_{mode}_{rnd}", cmd, flags=flags, timeout=120, timeline=False)
+                    if mode == "stacks" and stacks_log is None:
+                        stacks_log = self.stacks_line(d)
+                m = re.search(r"tokens_per_s ([\d.]+) cpu_s ([\d.]+)", r.out or "")
                 if m:
                     runs[mode].append(float(m.group(1)))
+                    cpu[mode].append(float(m.group(2)) * 1e6 / int(tokens))
         if not all(runs[k] for k in ("without", "gpu_only", "stacks")):
             self.item(g, "decode_tokens_per_s", NOT_RUN, f"decode loop failed: {runs}")
             return
@@ -122,11 +125,49 @@ class Overhead:
         best = {k: max(v) for k, v in runs.items() if v}
         best_text = ", ".join(f"{k} {v:.1f} ({(v / best['without'] - 1) * 100:+.1f}%)"
                               for k, v in best.items() if k != "without")
+        cpu_med = {k: sorted(v)[len(v) // 2] for k, v in cpu.items() if v}
+        cpu_text, per_stack = "", None
+        if all(k in cpu_med for k in ("without", "gpu_only", "stacks")):
+            cpu_text = (f"; CPU us per token: without {cpu_med['without']:.0f}, --gpu-only "
+                        f"{cpu_med['gpu_only']:.0f}, stacks {cpu_med['stacks']:.0f}")
+            if stacks_log:
+                # The run's stacks over its timed tokens and the 5 of the
+                # warm-up (the model's set-up launches a few more).
+                per_token = stacks_log["taken"] / (int(tokens) + 5)
+                per_stack = (cpu_med["stacks"] - cpu_med["gpu_only"]) * 1e3 / per_token
+                cpu_text += (f"; stacks over --gpu-only {per_stack:+.0f} ns of CPU per stack "
+                             f"({per_token:.0f} stacks a token, {stacks_log['frames_per_capture']} frames each, "
+                             f"{stacks_log['kept_walks'] / stacks_log['taken'] * 100:.1f}% proven from a kept walk)")
         self.item(g, "decode_tokens_per_s", status_ok,
                   f"median tokens/s without gpuperf {med['without']:.1f}, with --gpu-only {med['gpu_only']:.1f} "
                   f"({change['gpu_only'] * 100:+.1f}%), with stacks {med['stacks']:.1f} ({change['stacks'] * 100:+.1f}%)"
                   f"{ref}, {len(runs['without'])} rounds alternated; best rounds: without {best['without']:.1f}, "
-                  f"{best_text}" + label, {"median": med, "best": best, "runs": runs})
+                  f"{best_text}{cpu_text}" + label,
+                  {"median": med, "best": best, "runs": runs, "cpu_us_per_token": cpu,
+                   "stacks_over_gpu_only_ns_per_stack": per_stack, "stacks": stacks_log})
+
+    @staticmethod
+    def stacks_line(d):
+        """How a recording's stacks were taken, from the injection library's
+        log in its raw directory: {taken, frames_per_capture, kept_walks}, or None."""
+        for path in glob.glob(os.path.join(d, "raw", "*.log")):
+            with open(path, errors="replace") as f:
+                st = Overhead.parse_stacks(f.read())
+            if st:
+                return st
+        return None
+
+    @staticmethod
+    def parse_stacks(text):
+        """The injection library's stacks line in `text`: {taken,
+        frames_per_capture, kept_walks}, or None (no stack taken)."""
+        taken = re.search(r"stacks: (\d+) taken", text)
+        depth = re.search(r"([\d.]+) frames per capture", text)
+        kept = re.search(r"(\d+) took the whole native walk kept", text)
+        if not (taken and depth and kept and int(taken.group(1))):
+            return None
+        return {"taken": int(taken.group(1)), "frames_per_capture": float(depth.group(1)),
+                "kept_walks": int(kept.group(1))}
 
     def check_memory(self, g, label, status_ok):
         app = self.progs.get("sim_app")
