@@ -366,3 +366,42 @@ impl super::Python {
         self.watch.as_ref().map_or(0, |w| w.generation(tstate))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static DATA: AtomicU64 = AtomicU64::new(1);
+    static TEXT: &str = "read-only";
+
+    #[test]
+    fn only_a_writable_page_is_found_writable() {
+        assert!(writable(DATA.as_ptr() as u64));
+        assert!(!writable(TEXT.as_ptr() as u64));
+        assert!(!writable(writable as fn(u64) -> bool as usize as u64));
+        assert!(!writable(0));
+    }
+
+    #[test]
+    fn the_hooked_slot_counts_then_calls_what_it_replaced() {
+        static FREED: AtomicUsize = AtomicUsize::new(0);
+        unsafe extern "C" fn original(obj: Obj) {
+            FREED.store(obj as usize, Relaxed);
+        }
+        // A stand-in for the type's slot, in writable memory.
+        static SLOT: AtomicUsize = AtomicUsize::new(0);
+        SLOT.store(original as Dealloc as usize, Relaxed);
+        let before = DESTROYED.load(Relaxed);
+        assert!(hook_dealloc(SLOT.as_ptr() as u64));
+        assert_eq!(SLOT.load(Relaxed), counting_dealloc as Dealloc as usize);
+        // Hooked twice (another detection): left as is, not chained to itself.
+        assert!(hook_dealloc(SLOT.as_ptr() as u64));
+        assert_eq!(REPLACED.load(Relaxed), original as Dealloc as usize);
+        let f = SLOT.load(Relaxed);
+        // SAFETY: the slot holds `counting_dealloc`, which takes any pointer
+        // and hands it to `original`, which only stores it.
+        unsafe { std::mem::transmute::<usize, Dealloc>(f)(0x1234 as Obj) };
+        assert_eq!(FREED.load(Relaxed), 0x1234);
+        assert_eq!(DESTROYED.load(Relaxed), before + 1);
+    }
+}
