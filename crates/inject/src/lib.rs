@@ -210,7 +210,8 @@
 //!   are counted, not kept.
 //! - **No silent loss.** What is not recorded is counted, and the log's last
 //!   lines say how many: API calls that re-entered gpuperf, calls nested more
-//!   than 32 deep, records past a thread's 4 Mi cap, calls after the trace
+//!   than 32 deep, calls whose thread could not allocate its list of open
+//!   calls (also a NOTE), records past a thread's 4 Mi cap, calls after the trace
 //!   closed (also a NOTE in the trace), calls recorded without their
 //!   thread's state (at exit), stacks skipped for lack of stack or of
 //!   memory or without an id (table full, contended), graph nodes not kept,

@@ -451,9 +451,13 @@ impl State {
     }
 
     fn open(&self, l: &mut Local, o: Open) -> bool {
-        if l.open.capacity() == 0 {
-            // The thread's first recorded call: its one allocation of this list.
-            l.open.reserve_exact(MAX_OPEN);
+        // The thread's first recorded call: its one allocation of this list.
+        // Inside the application's CUDA call, where memory may be short: a
+        // refusal leaves the call unrecorded (counted), not the program
+        // aborted, and the next call tries again.
+        if l.open.capacity() == 0 && l.open.try_reserve_exact(MAX_OPEN).is_err() {
+            self.stats.no_room.fetch_add(1, Relaxed);
+            return false;
         }
         if l.open.len() < l.open.capacity() {
             l.open.push(o);

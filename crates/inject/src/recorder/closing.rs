@@ -97,6 +97,13 @@ impl State {
                 "{lost} activity buffers were lost for lack of memory; their records are missing"
             ));
         }
+        let no_room = s.no_room.load(Relaxed);
+        if no_room > 0 {
+            sink.note(format!(
+                "{no_room} CUDA calls were not recorded for lack of memory (their thread's list \
+                 of open calls could not be allocated): their GPU work has no CPU call or stack"
+            ));
+        }
         if walk_errors > 0 {
             let first = lock(&self.first_walk_error).clone().unwrap_or_default();
             sink.note(format!(
@@ -165,6 +172,7 @@ impl State {
              {} buffers from the reserve, {lost} lost for lack of memory, \
              {} API calls not recorded because they re-entered gpuperf (a signal \
              handler's CUDA calls), {} calls not recorded (more than {MAX_OPEN} open on a thread), \
+             {} calls not recorded for lack of memory (their thread's list of open calls), \
              {} calls recorded after their thread's state was destroyed (exit, thread-specific \
              data destructors)",
             s.api.load(Relaxed),
@@ -180,6 +188,7 @@ impl State {
             self.pool.reserve_used.load(Relaxed),
             s.reentered.load(Relaxed),
             s.too_deep.load(Relaxed),
+            s.no_room.load(Relaxed),
             s.stateless.load(Relaxed),
         ));
         let name = |d: usize, cbid: u32| {

@@ -108,6 +108,9 @@ struct Stats {
     launches: AtomicU64,
     /// Calls not recorded: more than `MAX_OPEN` open on one thread.
     too_deep: AtomicU64,
+    /// Calls not recorded: their thread's list of open calls could not be
+    /// allocated (memory short at its first calls).
+    no_room: AtomicU64,
     /// Recorded API calls made after the trace was closed (static destructors,
     /// atexit handlers registered before CUDA started, other threads while
     /// `exit` runs), counted from the shards they were left in.

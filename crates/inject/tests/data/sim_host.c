@@ -30,8 +30,9 @@
  *           gpusim_cupti_events of the simulated libcupti).
  *   oom     100 launches (_Z6kernelPfi); then 200000 (_Z6squeezev) from 8
  *           threads at once while malloc refuses blocks of 128 KiB and more
- *           (HOST_REFUSE_BYTES: another size), as when the address space is
- *           full; prints "oom launches done"
+ *           (HOST_REFUSE_BYTES: another size; HOST_REFUSE_BELOW: and less
+ *           than that), as when the address space is full; prints "oom
+ *           launches done"
  * Programs that are hard on their threads (each prints what it did):
  *   small-stacks  8 threads with 16 KiB stacks, 10 launches each
  *   altstack      5 launches from a signal handler on an 8 KiB sigaltstack
@@ -432,13 +433,18 @@ static int long_kernel(void) {
 
 /* While set, malloc refuses blocks of 128 KiB and more (HOST_REFUSE_BYTES:
  * another size), as it would when the address space is full; smaller ones
- * still come from memory already mapped. The executable's malloc interposes on
- * everyone's, the injection library's too. */
+ * still come from memory already mapped. With HOST_REFUSE_BELOW, only blocks
+ * smaller than that are refused too: a new thread's thread-local data of the
+ * libraries loaded with dlopen (glibc allocates it at the thread's first
+ * access, and aborts the process when it cannot; the simulated CUPTI has 4
+ * KiB) can be let through while what gpuperf allocates is refused. The
+ * executable's malloc interposes on everyone's, the injection library's too. */
 static atomic_int refuse_large;
 static size_t refuse_bytes = 128 << 10;
+static size_t refuse_below = (size_t)-1;
 extern void *__libc_malloc(size_t);
 void *malloc(size_t n) {
-    if (refuse_large && n >= refuse_bytes)
+    if (refuse_large && n >= refuse_bytes && n < refuse_below)
         return NULL;
     return __libc_malloc(n);
 }
@@ -456,6 +462,9 @@ static int out_of_memory(void) {
     const char *refuse = getenv("HOST_REFUSE_BYTES");
     if (refuse)
         refuse_bytes = strtoul(refuse, NULL, 10);
+    const char *below = getenv("HOST_REFUSE_BELOW");
+    if (below)
+        refuse_below = strtoul(below, NULL, 10);
     for (int i = 0; i < 100; i++)
         launch((const void *)kernel_stub);
     CHECK(cudaDeviceSynchronize());

@@ -454,6 +454,39 @@ fn sim_capture_state_skipped_when_16_kib_cannot_be_allocated() {
     assert_eq!(stdout_of(&plain), stdout);
 }
 
+/// Threads whose first CUDA calls come while malloc refuses blocks of 1.5
+/// to 4 KiB: the list of open calls the library allocates for each thread
+/// (1.75 KiB) is refused, and the program runs on unchanged, its calls
+/// counted as not recorded and named in a note. (Blocks of 4 KiB and more
+/// still come: glibc allocates the simulated CUPTI's thread-local data, 4
+/// KiB, at each thread's first access, and aborts when it cannot.)
+#[test]
+fn sim_threads_whose_call_list_cannot_be_allocated_run_on() {
+    let Some(sim) = Sim::find() else { return };
+    let env = [
+        ("GPUSIM_CUPTI_VERSION", Path::new("26")),
+        ("HOST_REFUSE_BYTES", Path::new("1536")),
+        ("HOST_REFUSE_BELOW", Path::new("4096")),
+    ];
+    let (out, dir) = sim.run("oom", &env);
+    let stdout = stdout_of(&out);
+    assert!(stdout.contains("oom launches done"), "{stdout}");
+    let log = read_logs(dir.path());
+    assert!(
+        log_count(&log, " calls not recorded for lack of memory") > 0,
+        "{log}"
+    );
+    // The merge's summary reads the reason from the trace.
+    let (records, _, _) = read_traces(dir.path());
+    assert!(
+        records.iter().any(|r| matches!(r, Record::Note(n)
+            if n.text.contains("CUDA calls were not recorded for lack of memory"))),
+        "no note of the calls not recorded"
+    );
+    let plain = sim.run_host(None, "oom", &env);
+    assert_eq!(stdout_of(&plain), stdout);
+}
+
 /// The number just before `what` in the log.
 fn log_count(log: &str, what: &str) -> u64 {
     log.split(what)
