@@ -698,10 +698,9 @@ impl Stacks {
         scratch.prefetch_followed();
         // Once: CPython's main thread is asked to count destroyed code
         // objects (3.11+), which spares proofs of kept chains their code
-        // objects. A
-        // CUDA call is the program's own code, where queuing that request
-        // may take the interpreter's lock; a signal handler's (on its
-        // alternate stack) is not.
+        // objects. A CUDA call is the program's own code, where queuing that
+        // request may take the interpreter's lock; a signal handler's (on
+        // its alternate stack) is not.
         if let Some(py) = self.unwinder.python() {
             py.watch_codes(|| altstack_room().is_none());
         }
