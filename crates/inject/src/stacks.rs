@@ -1103,6 +1103,12 @@ mod tests {
     use super::graphs::{GRAPH_THREAD, NodeEvent};
     use super::*;
 
+    /// Held by a test that loads or unloads a library, and by one whose
+    /// captures must see the same modules throughout: the loader's counters
+    /// are the process's, so a library unloaded by another test has the next
+    /// capture rebuild its module table and walk afresh.
+    pub(super) static SAME_MODULES: Mutex<()> = Mutex::new(());
+
     fn n(module: u32, offset: u64) -> Frame {
         Frame::Native {
             module: ModuleId(module),
@@ -1675,6 +1681,7 @@ mod tests {
 
     #[test]
     fn own_frames_are_hidden_and_the_rest_written_once_with_its_modules() {
+        let _same = SAME_MODULES.lock().unwrap_or_else(|e| e.into_inner());
         let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
         // This test binary is this crate's code (and std's), so every frame of it
         // is the library's own and hidden; what remains is libc's thread start,
@@ -1750,6 +1757,9 @@ mod refresh_tests {
             .args(["-O1", "-shared", "-fPIC"])
             .arg(dir.join("later.c"))
             .build();
+        let _same = tests::SAME_MODULES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let s = STACKS.get_or_init(|| Stacks::new(Path::new("/nonexistent/libcupti.so.13")));
         // Loaded after the module table was read: the first attempt ends at an
         // unknown frame in it, the table is refreshed, the second is complete.
