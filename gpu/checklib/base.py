@@ -12,6 +12,11 @@ GROUPS = ["env", "native", "pytorch", "pc", "overhead", "driver"]
 NOBODY = 65534
 
 
+def medians(runs):
+    """The median of each non-empty list of `runs` (the upper one of an even count)."""
+    return {k: sorted(v)[len(v) // 2] for k, v in runs.items() if v}
+
+
 class Base:
     """What every group shares: the options, the scratch directory, the time
     budget, and the items judged so far."""

@@ -4,7 +4,7 @@ import glob
 import os
 import re
 
-from .base import HOLDS, NEEDS_GPU, NOT_RUN, REPO
+from .base import HOLDS, NEEDS_GPU, NOT_RUN, REPO, medians
 from .runner import run
 
 
@@ -76,8 +76,7 @@ class Overhead:
         st = self.parse_stacks(r.out or "")
         if st:
             fig["stacks"] = st
-            text += (f"; stacks: {st['taken']} taken, {st['frames_per_capture']} frames each, "
-                     f"{st['kept_walks'] / st['taken'] * 100:.1f}% proven from a kept walk")
+            text += f"; stacks: {st['taken']} taken, {self.taken_how(st)}"
         self.item(g, name, status_ok, text + label, fig)
 
     def check_decode(self, g, label, status_ok):
@@ -116,7 +115,7 @@ class Overhead:
         if not all(runs[k] for k in ("without", "gpu_only", "stacks")):
             self.item(g, "decode_tokens_per_s", NOT_RUN, f"decode loop failed: {runs}")
             return
-        med = {k: sorted(v)[len(v) // 2] for k, v in runs.items() if v}
+        med = medians(runs)
         change = {k: med[k] / med["without"] - 1 for k in med if k != "without"}
         ref = (f", under torch.profiler (CUDA activity only) {med['kineto']:.1f} ({change['kineto'] * 100:+.1f}%)"
                if "kineto" in med else "")
@@ -125,7 +124,7 @@ class Overhead:
         best = {k: max(v) for k, v in runs.items() if v}
         best_text = ", ".join(f"{k} {v:.1f} ({(v / best['without'] - 1) * 100:+.1f}%)"
                               for k, v in best.items() if k != "without")
-        cpu_med = {k: sorted(v)[len(v) // 2] for k, v in cpu.items() if v}
+        cpu_med = medians(cpu)
         cpu_text, per_stack = "", None
         if all(k in cpu_med for k in ("without", "gpu_only", "stacks")):
             cpu_text = (f"; CPU us per token: without {cpu_med['without']:.0f}, --gpu-only "
@@ -136,8 +135,7 @@ class Overhead:
                 per_token = stacks_log["taken"] / (int(tokens) + 5)
                 per_stack = (cpu_med["stacks"] - cpu_med["gpu_only"]) * 1e3 / per_token
                 cpu_text += (f"; stacks over --gpu-only {per_stack:+.0f} ns of CPU per stack "
-                             f"({per_token:.0f} stacks a token, {stacks_log['frames_per_capture']} frames each, "
-                             f"{stacks_log['kept_walks'] / stacks_log['taken'] * 100:.1f}% proven from a kept walk)")
+                             f"({per_token:.0f} stacks a token, {self.taken_how(stacks_log)})")
         self.item(g, "decode_tokens_per_s", status_ok,
                   f"median tokens/s without gpuperf {med['without']:.1f}, with --gpu-only {med['gpu_only']:.1f} "
                   f"({change['gpu_only'] * 100:+.1f}%), with stacks {med['stacks']:.1f} ({change['stacks'] * 100:+.1f}%)"
@@ -156,6 +154,12 @@ class Overhead:
             if st:
                 return st
         return None
+
+    @staticmethod
+    def taken_how(st):
+        """`parse_stacks`'s result in words: the depth and the share proven."""
+        return (f"{st['frames_per_capture']} frames each, "
+                f"{st['kept_walks'] / st['taken'] * 100:.1f}% proven from a kept walk")
 
     @staticmethod
     def parse_stacks(text):

@@ -6,7 +6,7 @@ import os
 import re
 import shutil
 
-from .base import HOLDS, NEEDS_GPU, NOBODY, NOT_RUN, REPO, SHORT
+from .base import HOLDS, NEEDS_GPU, NOBODY, NOT_RUN, REPO, SHORT, medians
 from .runner import csv_rows, run
 
 
@@ -237,7 +237,7 @@ class Pc:
         if not all(times.values()):
             self.item(g, "pc_overhead", NOT_RUN, f"a run gave no time: {times}")
             return
-        med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        med = medians(times)
         fig = {"ms_per_launch": med, "runs": times}
         self.item(g, "pc_overhead", NEEDS_GPU if self.sim else HOLDS,
                   f"chase, median ms per launch: without gpuperf {med['without']:.3f}, recorded "
