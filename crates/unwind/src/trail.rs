@@ -386,7 +386,7 @@ impl Trail {
                 captured: last,
             }),
             Some(true) => self.python.whole().and_then(|(chain, codes_at)| {
-                let frames = match chain.is_empty() {
+                let frames = match chain.links.is_empty() {
                     true => (last.len == steps.len()).then_some(None)?,
                     false => Some(self.merged.output(self.serial)?),
                 };

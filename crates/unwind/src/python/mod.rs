@@ -91,7 +91,7 @@ mod linetable;
 mod memo;
 mod memory;
 mod reuse;
-pub(crate) use reuse::{FrameTrail, Link};
+pub(crate) use reuse::{Chain, Codes, FrameTrail, Proof};
 mod replay;
 pub(crate) use replay::LastMerge;
 mod splice;

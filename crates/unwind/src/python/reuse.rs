@@ -6,7 +6,8 @@
 //! caller, owner and entry flags, code object and instruction pointer, and per
 //! code object its type, frame size, first line and line table's address (what
 //! the code memo identifies it by). The trail keeps, per link of the last
-//! read, those words and the frame produced. When the next read reaches, from
+//! read, those words and the frame produced; the link to the caller as the
+//! next outer link's address, which it is in a chain read to its root. When the next read reaches, from
 //! its innermost frame outward, a frame at the address of a frame of the
 //! trail, the trail's part from there to the root is proven again, outermost
 //! first, exactly as a fresh read proves it: each data-stack frame by tiling
@@ -18,11 +19,11 @@
 //! or a generator resumed from another frame changes a word, and the read
 //! goes on by itself.
 //!
-//! From 3.12 on, while no code object was destroyed since the trail was read
+//! From 3.11 on, while no code object was destroyed since the trail was read
 //! (`watch.rs`), a frame that follows one proven in its chunk is proven by its
 //! own words alone (code pointer, instruction, link, flags): its code object
 //! is then the one read, with the same size, first line and line table, and
-//! the frame's size as kept (`Link::size`) tiles on to the next.
+//! the frame's size as kept (`Proof::size`) tiles on to the next.
 //!
 //! Only the outer run of links in the data stack or on the thread's own stack
 //! is kept for reuse: frames elsewhere (3.10's heap frames, a generator's
@@ -38,44 +39,82 @@ pub(super) const LINKS: usize = 2 * MAX_PYTHON_FRAMES;
 /// Slots of the address index.
 const INDEX: usize = 256;
 
-/// One link of a chain: where it is, the words read there, the frame made.
+/// What a proof compares of one link of a chain ([`Python::prove`]): where
+/// it is and the words read there. Half a cache line: the proof of a kept
+/// chain reads one line of them per two links (64 bytes a link had cost a
+/// line each, a first-level miss per link in callgrind's count).
+///
+/// The link to its caller is not kept: in a chain read to its root it is the
+/// next outer link's address (0 for the outermost), as the read follows it.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct Link {
+pub(crate) struct Proof {
     pub addr: u64,
-    pub previous: u64,
     /// The code object; 0 for a shim frame.
     pub code: u64,
-    /// The instruction word as read (a pointer, or 3.10's index).
-    pub instr: u64,
-    /// The code object's line table address and first line.
-    pub table: u64,
-    pub first_line: u32,
-    /// The frame made (code id, instruction offset).
-    pub id: u32,
-    pub instruction: u32,
+    /// The instruction word as read, less `code`: a 3.11+ instruction
+    /// pointer points into its code object. A link whose word does not fit
+    /// is not cheap, so never proven.
+    pub instr: u32,
     /// Bytes the frame takes in the data stack, from its code object (0
     /// where it lies elsewhere).
     pub size: u32,
+    pub owner: u8,
+    pub entry: u8,
+    pub shim: bool,
+}
+
+const _: () = assert!(size_of::<Proof>() == 32);
+
+/// What the proof compares besides where a code object may have been
+/// replaced since the link was read: its line table's address and first
+/// line.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Codes {
+    pub table: u64,
+    pub first_line: u32,
+}
+
+/// The frame a link made, and what its trail needs of it.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Made {
+    /// Code id and instruction offset.
+    pub id: u32,
+    pub instruction: u32,
     /// Frames (not shims) in the chain from the root to this link, this
     /// one included.
     pub frames: u16,
-    pub owner: u8,
-    pub entry: u8,
     pub group_end: bool,
-    pub shim: bool,
     /// In the data stack (the chunk) or on the thread's stack: provable
     /// without a probe.
     pub cheap: bool,
 }
 
-// A proof reads one line of the kept links per frame.
-const _: () = assert!(size_of::<Link>() == 64);
+/// One link of a chain as a read records it: where it is, the words read
+/// there, the frame made.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Link {
+    pub proof: Proof,
+    pub codes: Codes,
+    pub made: Made,
+}
+
+/// A chain's links, outermost first, as a proof reads them: what each
+/// compares, and beside it the code words (read only where code objects
+/// may have been replaced).
+#[derive(Clone, Copy)]
+pub(crate) struct Chain<'a> {
+    pub links: &'a [Proof],
+    pub codes: &'a [Codes],
+}
 
 /// The last Python chain of one thread (see the module docs); part of its
 /// [`crate::Trail`].
 pub(crate) struct FrameTrail {
-    /// The last chain's links, outermost first: `links[..len]`.
-    pub(super) links: Box<[Link]>,
+    /// The last chain's links, outermost first: `links[..len]`, their code
+    /// words and frames at the same index in `codes` and `made`.
+    pub(super) links: Box<[Proof]>,
+    pub(super) codes: Box<[Codes]>,
+    pub(super) made: Box<[Made]>,
     pub(super) len: usize,
     /// `links[..reusable]` may be reused: cheap, and the chain reached its
     /// root.
@@ -104,7 +143,9 @@ impl FrameTrail {
     pub(crate) fn try_new() -> Option<FrameTrail> {
         use crate::fallible::slice;
         Some(FrameTrail {
-            links: slice(LINKS, Link::default())?,
+            links: slice(LINKS, Proof::default())?,
+            codes: slice(LINKS, Codes::default())?,
+            made: slice(LINKS, Made::default())?,
             len: 0,
             reusable: 0,
             fresh: slice(LINKS, Link::default())?,
@@ -139,9 +180,16 @@ impl FrameTrail {
     /// The last chain, outermost first, if it reached its root and every
     /// link can be proven without a probe (see [`Python::chain_is`]), and the
     /// code watcher's generation it was read at.
-    pub(crate) fn whole(&self) -> Option<(&[Link], u64)> {
-        (self.complete && self.reusable == self.len)
-            .then(|| (&self.links[..self.len], self.codes_at))
+    pub(crate) fn whole(&self) -> Option<(Chain<'_>, u64)> {
+        (self.complete && self.reusable == self.len).then(|| (self.chain(self.len), self.codes_at))
+    }
+
+    /// The last chain's first `n` links.
+    pub(super) fn chain(&self, n: usize) -> Chain<'_> {
+        Chain {
+            links: &self.links[..n],
+            codes: &self.codes[..n],
+        }
     }
 
     #[inline(always)]
@@ -159,24 +207,24 @@ impl FrameTrail {
     /// The frames of `links[..=depth]`, innermost first, into `out`, which
     /// has room for them (`links[depth].frames`).
     pub(super) fn frames_into(&self, depth: usize, out: &mut [std::mem::MaybeUninit<Raw>]) {
-        let raw = |l: &Link| Raw {
-            code: l.id,
-            instruction: l.instruction,
-            group_end: l.group_end,
-            code_ptr: l.code,
+        let raw = |(p, m): (&Proof, &Made)| Raw {
+            code: m.id,
+            instruction: m.instruction,
+            group_end: m.group_end,
+            code_ptr: p.code,
             in_stack: 0,
             chunk: 0,
         };
-        let links = &self.links[..=depth];
-        if usize::from(links[depth].frames) == links.len() {
+        let links = self.links[..=depth].iter().zip(&self.made[..=depth]);
+        if usize::from(self.made[depth].frames) == depth + 1 {
             // No shim frame among them (before 3.12, or one eval loop): each
             // link is a frame.
-            for (d, l) in out.iter_mut().zip(links.iter().rev()) {
+            for (d, l) in out.iter_mut().zip(links.rev()) {
                 d.write(raw(l));
             }
             return;
         }
-        for (d, l) in out.iter_mut().zip(links.iter().rev().filter(|l| !l.shim)) {
+        for (d, l) in out.iter_mut().zip(links.rev().filter(|(p, _)| !p.shim)) {
             d.write(raw(l));
         }
     }
@@ -190,18 +238,22 @@ impl FrameTrail {
             self.clear();
             return;
         }
-        let mut frames = keep.checked_sub(1).map_or(0, |d| self.links[d].frames);
+        let mut frames = keep.checked_sub(1).map_or(0, |d| self.made[d].frames);
         // The kept links were all reusable (only those are taken).
         let mut reusable = keep;
         let mut cheap_run = true;
         for (i, f) in self.fresh[..nfresh].iter().rev().enumerate() {
             let d = keep + i;
-            let mut l = *f;
-            frames += u16::from(!l.shim);
-            l.frames = frames;
-            self.links[d] = l;
-            self.index[Self::slot(l.addr)] = (d + 1) as u16;
-            cheap_run &= l.cheap;
+            let Link {
+                proof,
+                codes,
+                mut made,
+            } = *f;
+            frames += u16::from(!proof.shim);
+            made.frames = frames;
+            (self.links[d], self.codes[d], self.made[d]) = (proof, codes, made);
+            self.index[Self::slot(proof.addr)] = (d + 1) as u16;
+            cheap_run &= made.cheap;
             if cheap_run {
                 reusable = d + 1;
             }
@@ -339,14 +391,16 @@ impl Words {
 
     /// The owner and entry bytes a link was read with.
     #[inline(always)]
-    fn flags(&self, link: &Link) -> (u8, u8) {
+    fn flags(&self, link: &Proof) -> (u8, u8) {
         (link.owner, link.entry)
     }
 }
 
 impl Python {
-    /// Proves `links[from..=depth]` of the trail again, outermost first (see
-    /// the module docs): `Err` with the depth of the first link found changed.
+    /// Proves `chain`'s links `from..=depth` again, outermost first (see the
+    /// module docs): `Err` with the depth of the first link found changed.
+    /// `chain` was read to its root: each link's caller is the link outward
+    /// of it.
     /// `tiled` becomes the depth past the last frame tiled in `chunks`. With
     /// `same_codes` (no code object destroyed since the links were read, see
     /// `watch.rs`), a frame that follows one proven, in the same chunk, is
@@ -360,7 +414,7 @@ impl Python {
     #[inline(never)]
     pub(super) fn prove(
         &self,
-        links: &[Link],
+        chain: Chain<'_>,
         (from, depth): (usize, usize),
         chunks: &mut Chunks,
         mem: &Known,
@@ -371,9 +425,11 @@ impl Python {
         let (Some(ds), FrameKind::Interpreter { .. }) = (l.datastack, l.frame_kind) else {
             return Err(from);
         };
-        let Some(links) = links.get(from..=depth) else {
+        let Some(links) = chain.links.get(from..=depth) else {
             return Err(from);
         };
+        // The link the first one proven here was read to call from.
+        let mut outer = from.checked_sub(1).map_or(0, |o| chain.links[o].addr);
         let w = Words::new(l, ds.frame_words);
         let fs = l.frame_size;
         // The chunk of the last frame proven here (`hi`: its live end, 0 for
@@ -418,7 +474,7 @@ impl Python {
                     if same_codes && follows && u64::from(link.size) >= fs {
                         // SAFETY: a live frame (just proven).
                         let (code, instr) = unsafe { w.own(a) };
-                        if code != link.code || instr != link.instr {
+                        if code != link.code || instr.wrapping_sub(code) != u64::from(link.instr) {
                             break 'links Err(d);
                         }
                         next = a + u64::from(link.size);
@@ -437,9 +493,8 @@ impl Python {
                         // above: a code object taking a destroyed one's address
                         // could match in the rest.
                         if code != link.code
-                            || instr != link.instr
-                            || first_line != link.first_line
-                            || table != link.table
+                            || instr.wrapping_sub(code) != u64::from(link.instr)
+                            || chain.codes.get(d) != Some(&Codes { table, first_line })
                             || (link.size != 0 && b != u64::from(link.size))
                         {
                             break 'links Err(d);
@@ -448,9 +503,10 @@ impl Python {
                 }
                 // SAFETY: as above (or a shim frame, in mapped memory).
                 let (previous, flags) = unsafe { w.links(a) };
-                if previous != link.previous || flags != w.flags(link) {
+                if previous != outer || flags != w.flags(link) {
                     break 'links Err(d);
                 }
+                outer = a;
             }
             Ok(())
         };
@@ -463,14 +519,14 @@ impl Python {
         r
     }
 
-    /// Whether the calling thread's whole Python frame chain is `links` now
+    /// Whether the calling thread's whole Python frame chain is `chain` now
     /// (a chain [`FrameTrail::whole`] gave, outermost first; none for an
     /// empty one): the thread state's current frame is its innermost link,
     /// and every link is proven again as [`Python::prove`] proves a trail's,
     /// outermost first. Then a read would make the same frames. `stack` is
     /// the thread's stack mapping; `codes_at`, the code watcher's generation the
     /// chain was read at ([`FrameTrail::whole`]).
-    pub(crate) fn chain_is(&self, stack: (u64, u64), links: &[Link], codes_at: u64) -> bool {
+    pub(crate) fn chain_is(&self, stack: (u64, u64), chain: Chain<'_>, codes_at: u64) -> bool {
         if self.disabled.load(std::sync::atomic::Ordering::Relaxed) != 0 {
             return false;
         }
@@ -483,16 +539,16 @@ impl Python {
         let Ok(frame) = self.current_frame(tstate, &mut mem) else {
             return false;
         };
-        let Some(depth) = links.len().checked_sub(1) else {
+        let Some(depth) = chain.links.len().checked_sub(1) else {
             return frame == 0;
         };
-        if frame != links[depth].addr {
+        if frame != chain.links[depth].addr {
             return false;
         }
         let same_codes = codes_at != 0 && self.code_generation(tstate) == codes_at;
         let mut chunks = self.data_stack(tstate);
         let mut tiled = 0;
-        self.prove(links, (0, depth), &mut chunks, &mem, &mut tiled, same_codes)
+        self.prove(chain, (0, depth), &mut chunks, &mem, &mut tiled, same_codes)
             .is_ok()
     }
 

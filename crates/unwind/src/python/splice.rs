@@ -10,7 +10,7 @@ use super::chunks::{CHUNK_DATA, Chunks, MAX_CHUNKS, Raw};
 use super::layout::{FrameKind, FrameWords};
 use super::memory::Known;
 use super::replay::LastMerge;
-use super::reuse::{FrameTrail, Link};
+use super::reuse::{Codes, FrameTrail, Link, Made, Proof};
 use super::{CodeMemo, MAX_PYTHON_FRAMES, Python, reason};
 
 use crate::frame::{Captured, CodeId, Frame, StackEnd, Stats};
@@ -501,7 +501,7 @@ impl Python {
             {
                 if d >= verified {
                     match self.prove(
-                        &t.links,
+                        t.chain(t.len),
                         (verified, d),
                         &mut chunks,
                         mem,
@@ -512,7 +512,7 @@ impl Python {
                         Err(e) => (verified, limit) = (e, e),
                     }
                 }
-                let m = usize::from(t.links[d].frames);
+                let m = usize::from(t.made[d].frames);
                 if d < verified && n + m <= raw.len() {
                     if tiled != d + 1 {
                         self.rewind(t, d + 1, &mut chunks);
@@ -533,13 +533,18 @@ impl Python {
             let shim = matches!(l.frame_kind, FrameKind::Interpreter { cstack_owner: Some(cs) }
                 if l.frame_owner.is_some() && owner == cs);
             let mut link = Link {
-                addr: frame,
-                previous,
-                owner,
-                entry,
-                shim,
-                cheap: chunk.is_some()
-                    || (mem.stack.0 <= frame && frame + l.frame_size <= mem.stack.1),
+                proof: Proof {
+                    addr: frame,
+                    owner,
+                    entry,
+                    shim,
+                    ..Proof::default()
+                },
+                made: Made {
+                    cheap: chunk.is_some()
+                        || (mem.stack.0 <= frame && frame + l.frame_size <= mem.stack.1),
+                    ..Made::default()
+                },
                 ..Link::default()
             };
             if shim {
@@ -580,7 +585,11 @@ impl Python {
                 chunk: chunk.unwrap_or(0) as u8,
             });
             if let Some(t) = trail.as_deref_mut() {
-                (link.code, link.instr) = (code, word);
+                // Kept less the code pointer (see `Proof::instr`).
+                match u32::try_from(word.wrapping_sub(code)) {
+                    Ok(instr) => (link.proof.code, link.proof.instr) = (code, instr),
+                    Err(_) => link.made.cheap = false,
+                }
                 nfresh = t.record(nfresh, link);
             }
             n += 1;
@@ -601,15 +610,16 @@ impl Python {
         self.probe_code_pages(unproven, mem)?;
         let mut links = trail
             .as_deref_mut()
-            .map(|t| t.fresh.iter_mut().take(nfresh).filter(|l| !l.shim));
+            .map(|t| t.fresh.iter_mut().take(nfresh).filter(|l| !l.proof.shim));
         for r in read.iter_mut() {
             let (id, first_line, table) = self.code_id(r.code_ptr, mem, r.in_stack != 0)?;
             r.code = id;
             if let Some(link) = links.as_mut().and_then(|i| i.next()) {
-                (link.id, link.instruction, link.group_end) = (id, r.instruction, r.group_end);
-                (link.first_line, link.table) = (first_line, table);
+                let m = &mut link.made;
+                (m.id, m.instruction, m.group_end) = (id, r.instruction, r.group_end);
+                link.codes = Codes { table, first_line };
                 // A frame in the data stack was tiled: its code object is one.
-                link.size = match (r.in_stack, l.datastack) {
+                link.proof.size = match (r.in_stack, l.datastack) {
                     (0, _) | (_, None) => 0,
                     (_, Some(ds)) => self
                         .frame_words(r.code_ptr, ds.frame_words)

@@ -45,7 +45,7 @@
 
 use super::{ScanReads, Step};
 use crate::frame::{Captured, Frame};
-use crate::python::Link;
+use crate::python::{Chain, Codes, Proof};
 
 /// Stack words kept, for all walks (16 bytes each).
 const READS: usize = 24 * 1024;
@@ -79,7 +79,7 @@ pub(crate) struct Walked<'a> {
 pub(crate) struct Whole<'a> {
     /// The thread's Python frame chain ([`crate::python::FrameTrail::whole`]);
     /// `None` where the unwinder reads no Python frames.
-    pub chain: Option<&'a [Link]>,
+    pub chain: Option<Chain<'a>>,
     /// The code watcher's generation the chain was read at (0: none).
     pub codes_at: u64,
     /// The capture's frames: to keep, only where Python frames were spliced
@@ -167,7 +167,9 @@ pub(crate) struct Kept {
     reads: Vec<(u64, u64)>,
     frames: Vec<Frame>,
     scans: Vec<ScanReads>,
-    links: Vec<Link>,
+    links: Vec<Proof>,
+    /// The code words of `links`, at the same index.
+    codes: Vec<Codes>,
     /// The walk the last `take` took.
     taken_at: Option<usize>,
     /// The tags the next capture expects, tried in order (0: none).
@@ -220,7 +222,10 @@ impl Kept {
             reads: grow(&mut self.reads, shape.reads),
             frames: grow(&mut self.frames, shape.frames),
             scans: grow(&mut self.scans, shape.scans),
-            chain: shape.chain.map(|n| grow(&mut self.links, n)),
+            chain: shape.chain.map(|n| {
+                grow(&mut self.codes, n);
+                grow(&mut self.links, n)
+            }),
             finals: shape.finals.map(|n| grow(&mut self.frames, n)),
         }
     }
@@ -231,19 +236,29 @@ impl Kept {
     /// when it did; nothing is left allocated then.
     fn allocate(&mut self) -> bool {
         use crate::fallible::{slice, vec};
-        let (Some(index), Some(walks), Some(reads), Some(frames), Some(scans), Some(links)) = (
+        let (
+            Some(index),
+            Some(walks),
+            Some(reads),
+            Some(frames),
+            Some(scans),
+            Some(links),
+            Some(codes),
+        ) = (
             slice(INDEX, 0),
             vec(WALKS),
             vec(READS),
             vec(FRAMES),
             vec(SCANS),
             vec(LINKS),
-        ) else {
+            vec(LINKS),
+        )
+        else {
             return false;
         };
         self.index = index;
-        (self.walks, self.reads, self.frames, self.scans, self.links) =
-            (walks, reads, frames, scans, links);
+        (self.walks, self.reads, self.frames, self.scans) = (walks, reads, frames, scans);
+        (self.links, self.codes) = (links, codes);
         true
     }
 
@@ -261,6 +276,7 @@ impl Kept {
         self.frames.clear();
         self.scans.clear();
         self.links.clear();
+        self.codes.clear();
     }
 
     /// Drops every kept walk.
@@ -311,7 +327,7 @@ impl Kept {
             reads: (0..n).map(|i| needed(i).len()).sum(),
             frames: steps.len(),
             scans: steps.iter().filter(|s| s.scanned).count(),
-            chain: chain.map(<[Link]>::len),
+            chain: chain.map(|c| c.links.len()),
             finals: finals.map(<[Frame]>::len),
         };
         if !room(shape, [0; 4]) {
@@ -368,7 +384,8 @@ impl Kept {
         }
         let range = |(a, b): (u32, u32)| a as usize..b as usize;
         if let (Some(src), Some(r)) = (chain, at.chain) {
-            self.links[range(r)].copy_from_slice(src);
+            self.links[range(r)].copy_from_slice(src.links);
+            self.codes[range(r)].copy_from_slice(src.codes);
         }
         if let (Some(src), Some(r)) = (finals, at.finals) {
             self.frames[range(r)].copy_from_slice(src);
@@ -493,7 +510,10 @@ impl Kept {
         let range = |(a, b): (u32, u32)| a as usize..b as usize;
         Some(Whole {
             chain: match w.at.chain {
-                Some(r) => Some(self.links.get(range(r))?),
+                Some(r) => Some(Chain {
+                    links: self.links.get(range(r))?,
+                    codes: self.codes.get(range(r))?,
+                }),
                 None => None,
             },
             codes_at: w.codes_at,
@@ -520,7 +540,8 @@ impl Kept {
             + self.reads.capacity() * size_of::<(u64, u64)>()
             + self.frames.capacity() * size_of::<Frame>()
             + self.scans.capacity() * size_of::<ScanReads>()
-            + self.links.capacity() * size_of::<Link>()
+            + self.links.capacity() * size_of::<Proof>()
+            + self.codes.capacity() * size_of::<Codes>()
     }
 }
 
