@@ -396,6 +396,19 @@ impl Words {
     }
 }
 
+/// Where a proof stands: the chunk of the last frame proven (`k`; `hi`, its
+/// live end, 0 for none), that frame (`cur`, the chunk's cursor, stored when
+/// the proof leaves the chunk or ends), where the frame after it starts
+/// (`next`: `tile_to`'s step, made as each frame is proven), and the depth
+/// past the last frame proven.
+struct Tiling {
+    k: usize,
+    hi: u64,
+    cur: u64,
+    next: u64,
+    done: usize,
+}
+
 impl Python {
     /// Proves `chain`'s links `from..=depth` again, outermost first (see the
     /// module docs): `Err` with the depth of the first link found changed.
@@ -432,76 +445,43 @@ impl Python {
         let mut outer = from.checked_sub(1).map_or(0, |o| chain.links[o].addr);
         let w = Words::new(l, ds.frame_words);
         let fs = l.frame_size;
-        // The chunk of the last frame proven here (`hi`: its live end, 0 for
-        // none), that frame (its cursor, stored when the walk leaves the
-        // chunk or ends), and where the frame after it starts (`tile_to`'s
-        // step, made as each frame is proven).
-        let (mut k, mut hi, mut cur, mut next) = (usize::MAX, 0, 0, 0);
-        let mut done = from;
+        let mut t = Tiling {
+            k: usize::MAX,
+            hi: 0,
+            cur: 0,
+            next: 0,
+            done: from,
+        };
         let r = 'links: {
             for (d, link) in (from..).zip(links) {
                 let a = link.addr;
-                let Some(end) = a.checked_add(fs) else {
-                    break 'links Err(d);
-                };
+                // The frame after one proven live, below the chunk's top: live
+                // (see `tile_to`).
+                let follows = a == t.next && t.hi.checked_sub(fs).is_some_and(|last| a <= last);
                 if link.shim {
                     // On the thread's own stack, or in the live data stack: mapped.
-                    let on_stack = mem.stack.0 <= a && end <= mem.stack.1;
+                    let on_stack =
+                        mem.stack.0 <= a && a.checked_add(fs).is_some_and(|e| e <= mem.stack.1);
                     if !on_stack && chunks.find(a, fs).is_none() {
                         break 'links Err(d);
                     }
-                } else {
-                    let follows = a == next && end <= hi;
-                    if follows {
-                        // The frame after one proven live, below the chunk's
-                        // top: live (see `tile_to`).
-                        cur = a;
-                    } else {
-                        if let Some(c) = chunks.cursor.get_mut(k) {
-                            *c = cur;
-                        }
-                        k = usize::MAX;
-                        // Live only if the chunk's frames, from its first, reach it.
-                        let Some(c) = chunks.find(a, fs) else {
-                            break 'links Err(d);
-                        };
-                        if self.tile_to(chunks, c, a).is_err() {
-                            break 'links Err(d);
-                        }
-                        (k, hi, cur) = (c, chunks.hi[c], a);
+                } else if same_codes && follows && u64::from(link.size) >= fs {
+                    // No code object destroyed: proven by its own words.
+                    (t.cur, t.done) = (a, d + 1);
+                    // SAFETY: a live frame (just proven).
+                    let (code, instr) = unsafe { w.own(a) };
+                    if code != link.code || instr.wrapping_sub(code) != u64::from(link.instr) {
+                        break 'links Err(d);
                     }
-                    done = d + 1;
-                    if same_codes && follows && u64::from(link.size) >= fs {
-                        // SAFETY: a live frame (just proven).
-                        let (code, instr) = unsafe { w.own(a) };
-                        if code != link.code || instr.wrapping_sub(code) != u64::from(link.instr) {
-                            break 'links Err(d);
-                        }
-                        next = a + u64::from(link.size);
-                    } else {
-                        // SAFETY: a live frame (just proven); its code object is
-                        // live too (the frame holds a reference to it), and read
-                        // only once its address is a code object's.
-                        let (code, size) = unsafe { w.frame(a, self.code_type) };
-                        let Some(b) = size.filter(|&b| b >= fs) else {
-                            break 'links Err(d);
-                        };
-                        next = a + b;
-                        // SAFETY: as above.
-                        let (instr, first_line, table) = unsafe { w.words(a, code) };
-                        // The size too, as the links keep it for the proof
-                        // above: a code object taking a destroyed one's address
-                        // could match in the rest.
-                        if code != link.code
-                            || instr.wrapping_sub(code) != u64::from(link.instr)
-                            || chain.codes.get(d) != Some(&Codes { table, first_line })
-                            || (link.size != 0 && b != u64::from(link.size))
-                        {
-                            break 'links Err(d);
-                        }
-                    }
+                    t.next = a + u64::from(link.size);
+                } else if !self.prove_frame(&w, &mut t, chunks, (d, link), chain.codes.get(d)) {
+                    // Out of line (a frame in another chunk, or code objects
+                    // destroyed), so that this loop keeps its values in
+                    // registers.
+                    break 'links Err(d);
                 }
-                // SAFETY: as above (or a shim frame, in mapped memory).
+                // SAFETY: a live frame, proven above (or a shim frame, in
+                // mapped memory).
                 let (previous, flags) = unsafe { w.links(a) };
                 if previous != outer || flags != w.flags(link) {
                     break 'links Err(d);
@@ -510,13 +490,69 @@ impl Python {
             }
             Ok(())
         };
-        if let Some(c) = chunks.cursor.get_mut(k) {
-            *c = cur;
+        if let Some(c) = chunks.cursor.get_mut(t.k) {
+            *c = t.cur;
         }
-        if done > from {
-            *tiled = done;
+        if t.done > from {
+            *tiled = t.done;
         }
         r
+    }
+
+    /// Proves the frame (not a shim) at link `d` of a chain as
+    /// [`Python::prove`] does, but for the words common to all links (the
+    /// link to the caller, the flags): live (tiled in its chunk, from the last
+    /// frame proven there), then its code object's words and its own compared
+    /// with what the link kept (`codes`: its code words). `t` moves on.
+    #[inline(never)]
+    fn prove_frame(
+        &self,
+        w: &Words,
+        t: &mut Tiling,
+        chunks: &mut Chunks,
+        (d, link): (usize, &Proof),
+        codes: Option<&Codes>,
+    ) -> bool {
+        let fs = self.layout.frame_size;
+        let a = link.addr;
+        let Some(end) = a.checked_add(fs) else {
+            return false;
+        };
+        if a == t.next && end <= t.hi {
+            // The frame after one proven live, below the chunk's top.
+            t.cur = a;
+        } else {
+            if let Some(c) = chunks.cursor.get_mut(t.k) {
+                *c = t.cur;
+            }
+            t.k = usize::MAX;
+            // Live only if the chunk's frames, from its first, reach it.
+            let Some(c) = chunks.find(a, fs) else {
+                return false;
+            };
+            if self.tile_to(chunks, c, a).is_err() {
+                return false;
+            }
+            (t.k, t.hi, t.cur) = (c, chunks.hi[c], a);
+        }
+        t.done = d + 1;
+        // SAFETY: a live frame (just proven); its code object is live too (the
+        // frame holds a reference to it), and read only once its address is a
+        // code object's.
+        let (code, size) = unsafe { w.frame(a, self.code_type) };
+        let Some(b) = size.filter(|&b| b >= fs) else {
+            return false;
+        };
+        t.next = a + b;
+        // SAFETY: as above.
+        let (instr, first_line, table) = unsafe { w.words(a, code) };
+        // The size too, as the links keep it for the proof of the frames that
+        // follow: a code object taking a destroyed one's address could match
+        // in the rest.
+        code == link.code
+            && instr.wrapping_sub(code) == u64::from(link.instr)
+            && codes == Some(&Codes { table, first_line })
+            && (link.size == 0 || b == u64::from(link.size))
     }
 
     /// Whether the calling thread's whole Python frame chain is `chain` now
