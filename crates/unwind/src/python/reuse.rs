@@ -7,13 +7,13 @@
 //! code object its type, frame size, first line and line table's address (what
 //! the code memo identifies it by). The trail keeps, per link of the last
 //! read, those words and the frame produced; the link to the caller as the
-//! next outer link's address, which it is in a chain read to its root. When the next read reaches, from
-//! its innermost frame outward, a frame at the address of a frame of the
-//! trail, the trail's part from there to the root is proven again, outermost
-//! first, exactly as a fresh read proves it: each data-stack frame by tiling
-//! its chunk from the chunk's first frame (so that it is live, and with it its
-//! code object), then every word the last read took there read again and
-//! compared. Only when all are unchanged is that part of the last chain taken:
+//! next outer link's address, which it is in a chain read to its root. When
+//! the next read reaches, from its innermost frame outward, a frame at the
+//! address of a frame of the trail, the trail's part from there to the root
+//! is proven again, outermost first, exactly as a fresh read proves it: each
+//! data-stack frame by tiling its chunk from the chunk's first frame (so that
+//! it is live, and with it its code object), then every word the last read
+//! took there read again and compared. Only when all are unchanged is that part of the last chain taken:
 //! nothing is assumed from an address alone. A frame replaced at the same
 //! address by another function, the same function called from another line,
 //! or a generator resumed from another frame changes a word, and the read
@@ -181,14 +181,14 @@ impl FrameTrail {
     /// link can be proven without a probe (see [`Python::chain_is`]), and the
     /// code watcher's generation it was read at.
     pub(crate) fn whole(&self) -> Option<(Chain<'_>, u64)> {
-        (self.complete && self.reusable == self.len).then(|| (self.chain(self.len), self.codes_at))
+        (self.complete && self.reusable == self.len).then(|| (self.chain(), self.codes_at))
     }
 
-    /// The last chain's first `n` links.
-    pub(super) fn chain(&self, n: usize) -> Chain<'_> {
+    /// The last chain's links.
+    pub(super) fn chain(&self) -> Chain<'_> {
         Chain {
-            links: &self.links[..n],
-            codes: &self.codes[..n],
+            links: &self.links[..self.len],
+            codes: &self.codes[..self.len],
         }
     }
 
@@ -455,9 +455,6 @@ impl Python {
         let r = 'links: {
             for (d, link) in (from..).zip(links) {
                 let a = link.addr;
-                // The frame after one proven live, below the chunk's top: live
-                // (see `tile_to`).
-                let follows = a == t.next && t.hi.checked_sub(fs).is_some_and(|last| a <= last);
                 if link.shim {
                     // On the thread's own stack, or in the live data stack: mapped.
                     let on_stack =
@@ -465,20 +462,31 @@ impl Python {
                     if !on_stack && chunks.find(a, fs).is_none() {
                         break 'links Err(d);
                     }
-                } else if same_codes && follows && u64::from(link.size) >= fs {
-                    // No code object destroyed: proven by its own words.
-                    (t.cur, t.done) = (a, d + 1);
-                    // SAFETY: a live frame (just proven).
-                    let (code, instr) = unsafe { w.own(a) };
-                    if code != link.code || instr.wrapping_sub(code) != u64::from(link.instr) {
+                } else {
+                    // The frame after one proven live, below the chunk's top:
+                    // live (see `tile_to`).
+                    let follows = a == t.next && t.hi.checked_sub(fs).is_some_and(|last| a <= last);
+                    if same_codes && follows && u64::from(link.size) >= fs {
+                        // No code object destroyed: proven by its own words.
+                        (t.cur, t.done) = (a, d + 1);
+                        // SAFETY: a live frame (just proven).
+                        let (code, instr) = unsafe { w.own(a) };
+                        if code != link.code || instr.wrapping_sub(code) != u64::from(link.instr) {
+                            break 'links Err(d);
+                        }
+                        t.next = a + u64::from(link.size);
+                    } else if !self.prove_frame(
+                        &w,
+                        &mut t,
+                        chunks,
+                        (d, link, follows),
+                        chain.codes.get(d),
+                    ) {
+                        // Out of line (a frame in another chunk, or code
+                        // objects destroyed), so that this loop keeps its
+                        // values in registers.
                         break 'links Err(d);
                     }
-                    t.next = a + u64::from(link.size);
-                } else if !self.prove_frame(&w, &mut t, chunks, (d, link), chain.codes.get(d)) {
-                    // Out of line (a frame in another chunk, or code objects
-                    // destroyed), so that this loop keeps its values in
-                    // registers.
-                    break 'links Err(d);
                 }
                 // SAFETY: a live frame, proven above (or a shim frame, in
                 // mapped memory).
@@ -503,23 +511,21 @@ impl Python {
     /// [`Python::prove`] does, but for the words common to all links (the
     /// link to the caller, the flags): live (tiled in its chunk, from the last
     /// frame proven there), then its code object's words and its own compared
-    /// with what the link kept (`codes`: its code words). `t` moves on.
+    /// with what the link kept (`codes`: its code words). `follows`: the frame
+    /// after the last one proven, below its chunk's top, so live. `t` moves
+    /// on.
     #[inline(never)]
     fn prove_frame(
         &self,
         w: &Words,
         t: &mut Tiling,
         chunks: &mut Chunks,
-        (d, link): (usize, &Proof),
+        (d, link, follows): (usize, &Proof, bool),
         codes: Option<&Codes>,
     ) -> bool {
         let fs = self.layout.frame_size;
         let a = link.addr;
-        let Some(end) = a.checked_add(fs) else {
-            return false;
-        };
-        if a == t.next && end <= t.hi {
-            // The frame after one proven live, below the chunk's top.
+        if follows {
             t.cur = a;
         } else {
             if let Some(c) = chunks.cursor.get_mut(t.k) {

@@ -501,7 +501,7 @@ impl Python {
             {
                 if d >= verified {
                     match self.prove(
-                        t.chain(t.len),
+                        t.chain(),
                         (verified, d),
                         &mut chunks,
                         mem,
