@@ -5,8 +5,8 @@
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::sync::TryLockError;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, TryLockError};
 
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, NvtxKind,
@@ -17,7 +17,7 @@ use crate::buffers::{self, BUFFER_SIZE, Origin};
 use crate::capture;
 use crate::decode::{self, Decoded, Place};
 use crate::guard::{Inside, NoCancel};
-use crate::shard::{Item, RawApi, Shard};
+use crate::shard::{Item, RawApi};
 use crate::stacks::Stacks;
 
 use super::sink::Sink;
@@ -62,26 +62,16 @@ impl State {
 
     /// Moves every thread's pending API records and aliases into the sink.
     fn drain_shards(&self) {
-        let shards: Vec<Arc<Shard>> = {
-            let mut all = lock(&self.shards);
-            // A shard only this list holds belongs to a thread that has exited.
-            let live = all.clone();
-            all.retain(|s| Arc::strong_count(s) > 2);
-            live
-        };
         let mut api = Vec::new();
         let mut aliases = Vec::new();
         let mut names = Vec::new();
-        let mut dropped = 0;
-        for s in &shards {
-            let (taken, d) = s.take();
-            dropped += d;
-            taken.for_each(|it| match *it {
-                Item::Api(a) => api.push(a),
-                Item::Alias(nested, outer) => aliases.push((nested, outer)),
-                Item::Thread(tid, name) => names.push((tid, name)),
-            });
-        }
+        // The shards of exited threads give their last items (their names
+        // among them) here, and become spare.
+        let dropped = self.shards.drain(|it| match *it {
+            Item::Api(a) => api.push(a),
+            Item::Alias(nested, outer) => aliases.push((nested, outer)),
+            Item::Thread(tid, name) => names.push((tid, name)),
+        });
         self.write_thread_names(&names);
         // stacks hook: modules, stacks and graph nodes before the API records
         // that name them. The API records were taken first: each one's stack
@@ -181,13 +171,8 @@ impl State {
     /// The names of the threads still running, read from `/proc` by the exit
     /// path: a thread may have renamed itself since its first recorded call.
     pub(super) fn refresh_thread_names(&self) {
-        let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
         let mut names = Vec::new();
-        for s in &shards {
-            let tid = s.tid.load(Relaxed);
-            if tid == 0 {
-                continue;
-            }
+        for tid in self.shards.tids() {
             if let Ok(text) = std::fs::read(format!("/proc/self/task/{tid}/comm")) {
                 let text = text.strip_suffix(b"\n").unwrap_or(&text);
                 let mut raw = [0u8; 16];
@@ -472,10 +457,7 @@ impl State {
         self.drain_shards();
         if how == Flush::Periodic {
             // Once an interval: each thread's spare chunks follow its use.
-            let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
-            for s in &shards {
-                s.trim();
-            }
+            self.shards.trim();
         }
         lock(&self.sink).flush();
     }

@@ -5,13 +5,13 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_void};
 use std::mem::offset_of;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::api::Class;
 use crate::capture;
 use crate::guard::{Inside, NoCancel};
-use crate::shard::{Item, RawApi, Shard};
+use crate::shard::{Held, Item, RawApi, Shards, mock_alloc};
 use crate::stacks;
 use crate::sys::{CUpti_CallbackData, CUpti_StateNotification};
 
@@ -45,7 +45,8 @@ fn thread_name() -> [u8; 16] {
 
 #[derive(Default)]
 pub(super) struct Local {
-    shard: Option<Arc<Shard>>,
+    /// Claimed at the thread's first recorded call (see [`Local::has_shard`]).
+    shard: Option<Held>,
     tid: u32,
     /// Calls entered and not yet exited; its capacity, reserved at the first
     /// callback, is never grown inside a callback.
@@ -53,14 +54,39 @@ pub(super) struct Local {
     runtime_depth: u32,
 }
 
+impl Local {
+    /// Whether the thread has its shard, claimed now at its first recorded
+    /// call. Without one (memory short, no spare) the call is not recorded
+    /// but counted in `refused`, and the next call tries again.
+    #[inline]
+    fn has_shard(&mut self, shards: &Shards, refused: &AtomicU64) -> bool {
+        if self.shard.is_none() {
+            self.shard = shards.claim(gettid());
+            if self.shard.is_none() {
+                refused.fetch_add(1, Relaxed);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Appends to the thread's shard, which every open recorded call has.
+    #[inline]
+    fn push(&self, item: Item) {
+        if let Some(s) = &self.shard {
+            s.push(item);
+        }
+    }
+}
+
 impl Drop for Local {
     /// At thread exit: the thread's name once more, as it may have renamed
-    /// itself since its first recorded call.
+    /// itself since its first recorded call. The shard is released after it
+    /// (its field dropped after this), so the drain that makes it spare takes
+    /// the name.
     fn drop(&mut self) {
-        if let Some(shard) = &self.shard
-            && self.tid != 0
-        {
-            shard.push(Item::Thread(self.tid, thread_name()));
+        if self.tid != 0 {
+            self.push(Item::Thread(self.tid, thread_name()));
         }
     }
 }
@@ -269,12 +295,13 @@ impl State {
     fn without_state(&self, call: impl FnOnce(&mut Local), enter: bool) {
         let tid = gettid();
         let mut all = lock(&self.stateless);
-        let i = match all.iter().position(|(t, _)| *t == tid) {
-            Some(i) => i,
-            None => {
-                all.push((tid, Local::default()));
-                all.len() - 1
+        let Some(i) = stateless_entry(&mut all, tid, enter, &self.stats.no_stateless_room) else {
+            if !enter {
+                // The exit of a call not open here: nothing to close, and no
+                // entry needed for that.
+                call(&mut Local::default());
             }
+            return;
         };
         call(&mut all[i].1);
         if enter {
@@ -333,7 +360,8 @@ impl State {
             // is charged to the runtime call.
             self.stats.nested.fetch_add(1, Relaxed);
             if let Some(outer) = outer.filter(|&o| o != correlation_id) {
-                self.shard(l).push(Item::Alias(correlation_id, outer));
+                // The outer call is open and recorded: the shard is there.
+                l.push(Item::Alias(correlation_id, outer));
             }
             self.open_nested(l, correlation_id, cbid, domain);
             return;
@@ -408,8 +436,7 @@ impl State {
         if l.tid == 0 {
             // The thread's first recorded call: its name as it is now.
             l.tid = gettid();
-            let item = Item::Thread(l.tid, thread_name());
-            self.shard(l).push(item);
+            l.push(Item::Thread(l.tid, thread_name()));
         }
         let rec = RawApi {
             start_ns: o.start_ns,
@@ -428,7 +455,8 @@ impl State {
             self.stats.after_close.fetch_add(1, Relaxed);
             return;
         }
-        self.shard(l).push(Item::Api(rec));
+        // The call was opened with the shard claimed (see `open`).
+        l.push(Item::Api(rec));
     }
 
     /// Notes a call as open, without growing the list (which would allocate);
@@ -459,6 +487,11 @@ impl State {
             self.stats.no_room.fetch_add(1, Relaxed);
             return false;
         }
+        // A call that writes a record needs the thread's shard, claimed at
+        // its first such call and refused (counted) as the list above.
+        if !o.nested && !l.has_shard(&self.shards, &self.stats.no_shard) {
+            return false;
+        }
         if l.open.len() < l.open.capacity() {
             l.open.push(o);
             capture::opened_here(true);
@@ -468,15 +501,30 @@ impl State {
             false
         }
     }
+}
 
-    fn shard<'l>(&self, l: &'l mut Local) -> &'l Shard {
-        l.shard.get_or_insert_with(|| {
-            let s = Arc::new(Shard::default());
-            s.tid.store(gettid(), Relaxed);
-            lock(&self.shards).push(s.clone());
-            s
-        })
+/// The index of thread `tid`'s entry in `all` (the threads whose state was
+/// destroyed), made for a call's entry (`enter`) when there is none. `None`
+/// for an exit without one, and for an entry when `all` cannot grow (memory
+/// short: counted in `refused`).
+fn stateless_entry(
+    all: &mut Vec<(u32, Local)>,
+    tid: u32,
+    enter: bool,
+    refused: &AtomicU64,
+) -> Option<usize> {
+    if let Some(i) = all.iter().position(|(t, _)| *t == tid) {
+        return Some(i);
     }
+    if !enter {
+        return None;
+    }
+    if mock_alloc::refuses() || all.try_reserve(1).is_err() {
+        refused.fetch_add(1, Relaxed);
+        return None;
+    }
+    all.push((tid, Local::default()));
+    Some(all.len() - 1)
 }
 
 pub(super) unsafe extern "C" fn api_callback(
@@ -590,4 +638,166 @@ unsafe fn api_site(domain: u32, data: *const c_void) -> Option<u32> {
             .cast::<u32>()
             .read_unaligned()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(tid: u32, correlation_id: u32) -> Item {
+        Item::Api(RawApi {
+            start_ns: 1,
+            end_ns: 2,
+            correlation_id,
+            tid,
+            cbid: 211,
+            driver: false,
+            stack: 0,
+            autograd: Default::default(),
+        })
+    }
+
+    /// The API records (by thread) and thread names (id, name) a drain gave.
+    fn drained(shards: &Shards) -> (Vec<u32>, Vec<(u32, String)>) {
+        let (mut apis, mut names) = (Vec::new(), Vec::new());
+        let dropped = shards.drain(|it| match *it {
+            Item::Api(a) => apis.push(a.tid),
+            Item::Thread(tid, raw) => {
+                let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+                names.push((tid, String::from_utf8_lossy(&raw[..len]).into_owned()));
+            }
+            Item::Alias(..) => {}
+        });
+        assert_eq!(dropped, 0);
+        (apis, names)
+    }
+
+    /// What `exit` writes for a thread's recorded call: its name first.
+    fn record(l: &mut Local, correlation_id: u32) {
+        if l.tid == 0 {
+            l.tid = gettid();
+            l.push(Item::Thread(l.tid, thread_name()));
+        }
+        l.push(api(l.tid, correlation_id));
+    }
+
+    /// A thread's first recorded call while the allocator (mocked) refuses
+    /// its shard: the call is not recorded, counted, and nothing aborts; the
+    /// next call, with memory back, records, and the thread's name with it.
+    #[test]
+    fn a_call_whose_shard_the_allocator_refuses_is_counted_and_the_next_records() {
+        let shards = Shards::new();
+        let refused = AtomicU64::new(0);
+        let mut l = Local::default();
+        mock_alloc::refuse(true);
+        assert!(!l.has_shard(&shards, &refused));
+        assert!(!l.has_shard(&shards, &refused));
+        mock_alloc::refuse(false);
+        assert_eq!(refused.load(Relaxed), 2);
+        assert!(l.shard.is_none());
+        assert!(l.has_shard(&shards, &refused));
+        record(&mut l, 1);
+        assert!(l.has_shard(&shards, &refused));
+        record(&mut l, 2);
+        let tid = l.tid;
+        drop(l);
+        let (apis, names) = drained(&shards);
+        assert_eq!(apis, vec![tid, tid]);
+        assert_eq!(names.len(), 2, "the first call's name and the exit's");
+        assert_eq!(refused.load(Relaxed), 2);
+        assert_eq!(shards.counts().made, 1);
+    }
+
+    /// A call on a thread whose state was destroyed, while the allocator
+    /// (mocked) refuses the entry it needs: no entry, the call counted; an
+    /// exit without an entry needs none, and is not counted.
+    #[test]
+    fn a_stateless_call_whose_entry_cannot_be_allocated_is_counted() {
+        let refused = AtomicU64::new(0);
+        let mut all = Vec::new();
+        mock_alloc::refuse(true);
+        assert_eq!(stateless_entry(&mut all, 7, true, &refused), None);
+        assert_eq!(stateless_entry(&mut all, 7, false, &refused), None);
+        mock_alloc::refuse(false);
+        assert_eq!(refused.load(Relaxed), 1);
+        assert!(all.is_empty());
+        assert_eq!(stateless_entry(&mut all, 7, true, &refused), Some(0));
+        assert_eq!(stateless_entry(&mut all, 8, true, &refused), Some(1));
+        assert_eq!(stateless_entry(&mut all, 7, false, &refused), Some(0));
+        assert_eq!(refused.load(Relaxed), 1);
+    }
+
+    /// A program that starts and ends threads all along: 200 threads, 20 at
+    /// a time in 10 rounds with a flush (drain and trim) between them, each
+    /// making 50 recorded calls and renaming itself before it exits. The
+    /// shards of one round's threads serve the next round's: 20 are
+    /// allocated, not 200. Every call is drained, and every thread's name,
+    /// the one it had at exit among them.
+    #[test]
+    fn two_hundred_short_lived_threads_reuse_their_shards_and_lose_no_record() {
+        const ROUNDS: u32 = 10;
+        const THREADS: u32 = 20;
+        const CALLS: u32 = 50;
+        let shards = Shards::new();
+        let refused = AtomicU64::new(0);
+        let mut calls: std::collections::HashMap<u32, u32> = Default::default();
+        let mut names: std::collections::HashMap<u32, Vec<String>> = Default::default();
+        let mut tids = Vec::new();
+        for round in 0..ROUNDS {
+            std::thread::scope(|scope| {
+                let threads: Vec<_> = (0..THREADS)
+                    .map(|i| {
+                        let (shards, refused) = (&shards, &refused);
+                        std::thread::Builder::new()
+                            .name(format!("churn-{round}-{i}"))
+                            .spawn_scoped(scope, move || {
+                                let mut l = Local::default();
+                                for c in 0..CALLS {
+                                    assert!(l.has_shard(shards, refused));
+                                    record(&mut l, c);
+                                }
+                                let renamed = format!("exit-{round}-{i}\0");
+                                // SAFETY: a NUL-terminated name.
+                                unsafe { libc::prctl(libc::PR_SET_NAME, renamed.as_ptr()) };
+                                let tid = l.tid;
+                                drop(l);
+                                tid
+                            })
+                            .unwrap()
+                    })
+                    .collect();
+                tids.extend(threads.into_iter().map(|t| t.join().unwrap()));
+            });
+            // The flush between rounds.
+            let (apis, got) = drained(&shards);
+            shards.trim();
+            for tid in apis {
+                *calls.entry(tid).or_default() += 1;
+            }
+            for (tid, name) in got {
+                names.entry(tid).or_default().push(name);
+            }
+        }
+        assert_eq!(refused.load(Relaxed), 0);
+        assert_eq!(tids.len(), (ROUNDS * THREADS) as usize);
+        for (k, tid) in tids.iter().enumerate() {
+            let (round, i) = (k as u32 / THREADS, k as u32 % THREADS);
+            assert_eq!(calls.get(tid), Some(&CALLS), "thread {tid}");
+            assert_eq!(
+                names.get(tid),
+                Some(&vec![
+                    format!("churn-{round}-{i}"),
+                    format!("exit-{round}-{i}")
+                ]),
+                "thread {tid}"
+            );
+        }
+        let counts = shards.counts();
+        assert_eq!(counts.made, u64::from(THREADS), "{counts:?}");
+        assert_eq!(
+            counts.reused,
+            u64::from((ROUNDS - 1) * THREADS),
+            "{counts:?}"
+        );
+    }
 }

@@ -2,7 +2,6 @@
 //! comes after it (calls at unload, a forked child, a signal).
 
 use std::panic::catch_unwind;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use gpuperf_merge::gputrace::STACKLESS_NOTE;
@@ -10,7 +9,7 @@ use gpuperf_merge::model::{DropSource, Dropped, Record};
 
 use crate::capture;
 use crate::guard::Inside;
-use crate::shard::{Item, Shard};
+use crate::shard::Item;
 
 use super::callbacks::MAX_OPEN;
 use super::{Flush, MIN_SILENT_LAUNCHES, STATE, State, lock};
@@ -97,11 +96,11 @@ impl State {
                 "{lost} activity buffers were lost for lack of memory; their records are missing"
             ));
         }
-        let no_room = s.no_room.load(Relaxed);
+        let (no_room, why) = self.no_room();
         if no_room > 0 {
             sink.note(format!(
-                "{no_room} CUDA calls were not recorded for lack of memory (their thread's list \
-                 of open calls could not be allocated): their GPU work has no CPU call or stack"
+                "{no_room} CUDA calls were not recorded for lack of memory ({why}): their GPU \
+                 work has no CPU call or stack"
             ));
         }
         if walk_errors > 0 {
@@ -164,6 +163,12 @@ impl State {
     /// autograd's summaries.
     fn log_summary(&self, walk_errors: u64, lost: u64) {
         let s = &self.stats;
+        let (no_room, why) = self.no_room();
+        let why = if no_room > 0 {
+            format!(" ({why})")
+        } else {
+            String::new()
+        };
         self.log.line(&format!(
             "done: {} API records, {} activity records in {} buffers, {} dropped by CUPTI, \
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
@@ -172,7 +177,7 @@ impl State {
              {} buffers from the reserve, {lost} lost for lack of memory, \
              {} API calls not recorded because they re-entered gpuperf (a signal \
              handler's CUDA calls), {} calls not recorded (more than {MAX_OPEN} open on a thread), \
-             {} calls not recorded for lack of memory (their thread's list of open calls), \
+             {no_room} calls not recorded for lack of memory{why}, \
              {} calls recorded after their thread's state was destroyed (exit, thread-specific \
              data destructors)",
             s.api.load(Relaxed),
@@ -188,8 +193,12 @@ impl State {
             self.pool.reserve_used.load(Relaxed),
             s.reentered.load(Relaxed),
             s.too_deep.load(Relaxed),
-            s.no_room.load(Relaxed),
             s.stateless.load(Relaxed),
+        ));
+        let shards = self.shards.counts();
+        self.log.line(&format!(
+            "{} thread shards allocated, {} reused from threads that exited, {} freed",
+            shards.made, shards.reused, shards.freed
         ));
         let name = |d: usize, cbid: u32| {
             self.names[d]
@@ -207,6 +216,26 @@ impl State {
         }
     }
 
+    /// The calls not recorded for lack of memory, and what could not be
+    /// allocated for them (empty for none).
+    fn no_room(&self) -> (u64, String) {
+        let s = &self.stats;
+        let parts = [
+            (s.no_room.load(Relaxed), "their thread's list of open calls"),
+            (s.no_shard.load(Relaxed), "their thread's shard of records"),
+            (
+                s.no_stateless_room.load(Relaxed),
+                "an entry for their thread, whose state was destroyed",
+            ),
+        ];
+        let why: Vec<String> = parts
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n}: {what} could not be allocated"))
+            .collect();
+        (parts.iter().map(|(n, _)| n).sum(), why.join("; "))
+    }
+
     /// Writes, to the log and as a NOTE, how many API calls came after the
     /// trace was closed.
     fn report_after_close(&self) {
@@ -214,14 +243,11 @@ impl State {
             return;
         }
         // The calls made after the final flush are in their threads' shards.
-        let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
-        let mut left = 0;
-        for s in &shards {
-            let (taken, dropped) = s.take();
-            left += dropped;
-            taken.for_each(|it| left += u64::from(matches!(it, Item::Api(_))));
-        }
-        let n = self.stats.after_close.swap(0, Relaxed) + left;
+        let mut calls = 0;
+        let dropped = self
+            .shards
+            .drain(|it| calls += u64::from(matches!(it, Item::Api(_))));
+        let n = self.stats.after_close.swap(0, Relaxed) + calls + dropped;
         let refused = std::mem::take(&mut lock(&self.sink).refused);
         if refused > 0 {
             self.log.line(&format!(

@@ -12,8 +12,10 @@
 //! thread swaps it out. Activity buffers arrive on CUPTI's thread or inside a flush;
 //! both drain the shards first, then write under the [`Sink`] lock. Flushes are
 //! serialized by `flush_lock`, because concurrent `cuptiActivityFlushAll` calls can
-//! deadlock. Lock order: `flush_lock`, then a shard, then the sink; a shard lock is
-//! never held while taking another lock.
+//! deadlock. Lock order: `flush_lock`, then the list of shards ([`Shards`]), then a
+//! shard, then the sink; a shard lock is never held while taking another lock. A
+//! thread's first recorded call takes the list's lock to claim its shard, and
+//! allocates one (fallibly) outside it.
 //!
 //! CUPTI has an internal lock of its own, held while its thread delivers buffers
 //! and while it runs resource callbacks, and taken by `cuptiActivityFlushAll` and
@@ -23,7 +25,7 @@
 
 use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 mod buffering;
 mod callbacks;
@@ -44,7 +46,7 @@ use crate::config::{Config, MarkerMode};
 use crate::cupti::Cupti;
 use crate::guard::lock;
 use crate::log::Log;
-use crate::shard::Shard;
+use crate::shard::Shards;
 use crate::stacks::Stacks;
 use crate::sys::{
     CUpti_ApiCallbackSite, CUpti_CallbackDomain, CUpti_CallbackIdResource, CUpti_CallbackIdState,
@@ -111,6 +113,12 @@ struct Stats {
     /// Calls not recorded: their thread's list of open calls could not be
     /// allocated (memory short at its first calls).
     no_room: AtomicU64,
+    /// Calls not recorded: their thread's shard could not be allocated
+    /// (memory short at its first recorded calls, and no spare shard).
+    no_shard: AtomicU64,
+    /// Calls not recorded: their thread's state was destroyed, and its entry
+    /// among such threads' (`State::stateless`) could not be allocated.
+    no_stateless_room: AtomicU64,
     /// Recorded API calls made after the trace was closed (static destructors,
     /// atexit handlers registered before CUDA started, other threads while
     /// `exit` runs), counted from the shards they were left in.
@@ -156,7 +164,7 @@ struct State {
     classes: [Vec<Class>; 2],
     names: [Vec<String>; 2],
     sink: Mutex<Sink>,
-    shards: Mutex<Vec<Arc<Shard>>>,
+    shards: Shards,
     flush_lock: Mutex<()>,
     stop: (Mutex<bool>, Condvar),
     disabled: AtomicBool,
@@ -183,7 +191,8 @@ struct State {
     /// during `exit`, waits for it and does nothing.
     finished: Mutex<bool>,
     /// The recorder state of threads whose own was destroyed (calls from
-    /// destructors at exit), by thread id, while they have calls open.
+    /// destructors at exit), by thread id, while they have calls open. Grown
+    /// only fallibly: it grows inside the application's calls.
     stateless: Mutex<Vec<(u32, Local)>>,
     /// The activity kinds enabled, to disable at exit. Its lock also orders
     /// the capture window's turning them off and on ([`setup::window_changed`]).

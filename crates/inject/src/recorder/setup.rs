@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::guard::Inside;
 use crate::locate;
 use crate::log::Log;
+use crate::shard::Shards;
 use crate::stacks::{self, Stacks};
 use crate::sys::{self, CUpti_ActivityThreadIdType};
 
@@ -290,7 +291,7 @@ pub fn initialize() -> bool {
         classes,
         names,
         sink: Mutex::new(sink),
-        shards: Mutex::new(Vec::new()),
+        shards: Shards::new(),
         flush_lock: Mutex::new(()),
         stop: (Mutex::new(false), Condvar::new()),
         disabled: AtomicBool::new(false),

@@ -12,3 +12,4 @@ mod lifecycle;
 mod python;
 mod safety;
 mod support;
+mod threads;
