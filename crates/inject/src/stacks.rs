@@ -224,6 +224,17 @@ struct ThreadStacks {
     trail: Trail,
 }
 
+/// [`Scratch::next_slot`] and [`Scratch::long_slot`] now, and once `then`
+/// (the stack expected first) came too.
+#[derive(Clone, Copy)]
+struct Slots {
+    next: usize,
+    long: usize,
+    then: u32,
+    next_then: usize,
+    long_then: usize,
+}
+
 /// What `identify` keeps between the captures of one thread.
 struct Scratch {
     /// The stack being identified, as [`encode`] lays it out.
@@ -270,6 +281,9 @@ struct Scratch {
     recent_at: usize,
     /// [`Scratch::expected_ids`].
     upcoming: [u32; 2],
+    /// The table slots [`Scratch::prefetch_followed`] hashed, for
+    /// [`Scratch::followed`] to use instead of hashing `recent` again.
+    slots: Option<Slots>,
     /// The thread's own counters ([`tally`]); `None`: the shared ones.
     tally: Option<Held>,
 }
@@ -302,6 +316,7 @@ impl Scratch {
             recent: [0; LONG],
             recent_at: 0,
             upcoming: [0; 2],
+            slots: None,
             tally: None,
         })
     }
@@ -327,9 +342,15 @@ impl Scratch {
 
     /// [`Scratch::expected_ids`], looked up.
     fn look_up_expected(&self) -> [u32; 2] {
-        match self.next_long.get(self.long_slot()).copied() {
+        self.look_up_at(self.next_slot(), self.long_slot())
+    }
+
+    /// [`Scratch::look_up_expected`] with its slots hashed.
+    #[inline(always)]
+    fn look_up_at(&self, next: usize, long: usize) -> [u32; 2] {
+        match self.next_long.get(long).copied() {
             Some(ids) if ids[0] != 0 => ids,
-            _ => [self.next.get(self.next_slot()).copied().unwrap_or(0), 0],
+            _ => [self.next.get(next).copied().unwrap_or(0), 0],
         }
     }
 
@@ -366,18 +387,28 @@ impl Scratch {
     /// will write and read once this capture is the stack expected (most
     /// are): out of cache after the program ran between two launches, they
     /// stalled it at the capture's end; loaded now, under the capture.
+    /// The slots are kept for [`Scratch::followed`]: `recent` does not
+    /// change in between.
     #[inline(always)]
-    fn prefetch_followed(&self) {
+    fn prefetch_followed(&mut self) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         fn line<T>(table: &[T], slot: usize) -> *const i8 {
             table.as_ptr().wrapping_add(slot).cast()
         }
-        let next = self.upcoming[0];
+        let then = self.upcoming[0];
+        let s = Slots {
+            next: self.next_slot(),
+            long: self.long_slot(),
+            then,
+            next_then: self.next_slot_after(then),
+            long_then: self.long_slot_after(Some(then)),
+        };
+        self.slots = Some(s);
         let lines = [
-            line(&self.next, self.next_slot()),
-            line(&self.next_long, self.long_slot()),
-            line(&self.next_long, self.long_slot_after(Some(next))),
-            line(&self.next, self.next_slot_after(next)),
+            line(&self.next, s.next),
+            line(&self.next_long, s.long),
+            line(&self.next_long, s.long_then),
+            line(&self.next, s.next_then),
         ];
         for p in lines {
             // SAFETY: a prefetch reads nothing and never faults; the
@@ -400,20 +431,26 @@ impl Scratch {
     /// the last becomes the one before; `id` becomes the last with
     /// [`Scratch::remember`], unless it is the last again.
     fn followed(&mut self, id: u32) {
-        let slot = self.next_slot();
-        if let Some(n) = self.next.get_mut(slot) {
+        let hashed = self.slots.take();
+        let (next, long) = match hashed {
+            Some(s) => (s.next, s.long),
+            None => (self.next_slot(), self.long_slot()),
+        };
+        if let Some(n) = self.next.get_mut(next) {
             *n = id;
         }
         // The latest first, and the one before it that differs.
-        let slot = self.long_slot();
-        if let Some(n) = self.next_long.get_mut(slot)
+        if let Some(n) = self.next_long.get_mut(long)
             && n[0] != id
         {
             *n = [id, n[0]];
         }
         self.recent_at = (self.recent_at + 1) % LONG;
         self.recent[self.recent_at] = id;
-        self.upcoming = self.look_up_expected();
+        self.upcoming = match hashed {
+            Some(s) if s.then == id => self.look_up_at(s.next_then, s.long_then),
+            _ => self.look_up_expected(),
+        };
     }
 
     /// The id of the last stack, if the unwinder proved this capture's
@@ -1467,6 +1504,28 @@ mod tests {
             scratch.followed(id);
             assert_eq!(scratch.long_slot(), long_after, "at {i}");
             assert_eq!(scratch.next_slot(), next_after, "at {i}");
+        }
+    }
+
+    /// `followed` after `prefetch_followed` uses the slots hashed there:
+    /// the tables and expectations are those of hashing again, whether the
+    /// stack that came is the one expected or not.
+    #[test]
+    fn following_with_the_slots_prefetched_matches_hashing_again() {
+        let mut hashed = Scratch::new();
+        let mut kept = Scratch::new();
+        let ids = [1, 2, 3, 1, 2, 4].iter().copied().cycle().take(60);
+        // Every seventh stack is one never seen: not the one expected.
+        for (i, id) in ids.enumerate() {
+            let id = if i % 7 == 6 { 100 + i as u32 } else { id };
+            kept.prefetch_followed();
+            assert!(kept.slots.is_some());
+            kept.followed(id);
+            hashed.followed(id);
+            assert!(kept.slots.is_none(), "at {i}: the slots are used once");
+            assert_eq!(kept.expected_ids(), hashed.expected_ids(), "at {i}");
+            assert_eq!(kept.next, hashed.next, "at {i}");
+            assert_eq!(kept.next_long, hashed.next_long, "at {i}");
         }
     }
 
