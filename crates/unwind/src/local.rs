@@ -11,17 +11,20 @@
 //!        │                      (no allocation, no lock, no I/O once warm)
 //!        ▼
 //! refresh()                     after dlopen/dlclose (allocates; not on the hot path)
+//! add_loaded()                  a capture after a dlopen (allocates fallibly: when
+//!                               memory is short the new modules stay unknown)
 //! ```
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use framehop::FrameAddress;
 
+use crate::fallible;
 use crate::frame::{Captured, Frame, ModuleId, SlotCounts, StackEnd, Stats, StatsSnapshot};
 use crate::loader::Loader;
 use crate::module::ModuleInfo;
@@ -97,6 +100,8 @@ pub struct LocalUnwinder {
     start_context: u64,
     python: Option<Python>,
     stats: Stats,
+    /// Tables not built for lack of memory (see [`LocalUnwinder::tables_refused`]).
+    tables_refused: AtomicU64,
     /// How long a capture waits for a cache: [`CACHE_WAIT_NS`], longer in tests
     /// that must not depend on when the machine runs the releasing thread.
     cache_wait_ns: u64,
@@ -167,6 +172,8 @@ impl Snapshot {
 #[derive(Default)]
 struct Registry {
     modules: Vec<ModuleInfo>,
+    /// The executable's path (`/proc/self/exe`), once read.
+    exe: Option<PathBuf>,
     /// (bias, address of its program headers, path, build id) → id: a module
     /// reloaded elsewhere gets a new id, and so does a different file loaded
     /// where an unloaded one was (the loader reuses the address range).
@@ -206,7 +213,7 @@ impl LocalUnwinder {
             })
             .collect();
         let mut registry = Registry::default();
-        let snapshot = build_snapshot(&mut registry);
+        let snapshot = build_snapshot(&mut registry).expect("memory for the module table");
         let python = if options.python {
             Python::detect(&registry.modules)
         } else {
@@ -223,6 +230,7 @@ impl LocalUnwinder {
             start_context: start_context_address(),
             python,
             stats: Stats::default(),
+            tables_refused: AtomicU64::new(0),
             cache_wait_ns: CACHE_WAIT_NS,
         }
     }
@@ -235,6 +243,9 @@ impl LocalUnwinder {
     ///
     /// It also folds in the modules [`LocalUnwinder::add_loaded`] added: call it
     /// from a background thread when [`LocalUnwinder::has_added_modules`].
+    ///
+    /// Where memory is short it changes nothing and returns `false` (counted
+    /// in [`LocalUnwinder::tables_refused`]); a later call tries again.
     pub fn refresh(&self) -> bool {
         let mut registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
         let (adds, subs) = loader_counters();
@@ -244,8 +255,11 @@ impl LocalUnwinder {
             self.stale.store(false, Ordering::Relaxed);
             return false;
         }
+        let Some(new) = build_snapshot(&mut registry).and_then(fallible::boxed) else {
+            return self.refused();
+        };
         Stats::bump(&self.stats.table_rebuilds);
-        self.install(build_snapshot(&mut registry));
+        self.install(new);
         true
     }
 
@@ -254,7 +268,11 @@ impl LocalUnwinder {
     /// every unwind cache's rules stay. Meant for the capturing thread, which
     /// needs a new module's frames now; [`LocalUnwinder::refresh`] later folds
     /// them in. When modules were also unloaded it rebuilds the table, as
-    /// `refresh` does. Allocates and takes the refresh lock, like `refresh`.
+    /// `refresh` does. Takes the refresh lock, like `refresh`, and allocates,
+    /// fallibly: where memory is short (the application's `malloc` refuses)
+    /// it changes nothing, counts a refusal
+    /// ([`LocalUnwinder::tables_refused`]) and leaves the table stale, so
+    /// that the next capture tries again; the program is never aborted.
     /// Returns `true` if the table changed.
     pub fn add_loaded(&self) -> bool {
         let mut registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -265,15 +283,38 @@ impl LocalUnwinder {
             self.stale.store(false, Ordering::Relaxed);
             return false;
         }
-        if subs != cur.head.subs {
-            // An unloaded module's range may be reused: only a rebuild is safe.
-            Stats::bump(&self.stats.table_rebuilds);
-            self.install(build_snapshot(&mut registry));
-        } else {
-            Stats::bump(&self.stats.modules_added);
-            self.install(build_added(&mut registry, cur));
-        }
+        // An unloaded module's range may be reused: only a rebuild is safe.
+        let rebuild = subs != cur.head.subs;
+        let new = match rebuild {
+            true => build_snapshot(&mut registry),
+            false => build_added(&mut registry, cur),
+        };
+        let Some(new) = new.and_then(fallible::boxed) else {
+            return self.refused();
+        };
+        Stats::bump(match rebuild {
+            true => &self.stats.table_rebuilds,
+            false => &self.stats.modules_added,
+        });
+        self.install(new);
         true
+    }
+
+    /// A table not built for lack of memory: counted, and the table left
+    /// stale for the next capture to try again. Returns `false` (no change).
+    #[cold]
+    fn refused(&self) -> bool {
+        self.tables_refused.fetch_add(1, Ordering::Relaxed);
+        self.stale.store(true, Ordering::Relaxed);
+        false
+    }
+
+    /// Times [`LocalUnwinder::add_loaded`] or [`LocalUnwinder::refresh`] could
+    /// not build a table for lack of memory: the modules loaded since stayed
+    /// unknown (frames in them end a stack as [`StackEnd::ModuleNotInTable`])
+    /// until a later call built it.
+    pub fn tables_refused(&self) -> u64 {
+        self.tables_refused.load(Ordering::Relaxed)
     }
 
     /// Whether [`LocalUnwinder::add_loaded`] added modules that the next
@@ -288,8 +329,8 @@ impl LocalUnwinder {
 
     /// Publishes `new` and frees the snapshot it replaces once no capture can
     /// be reading it. Call with the refresh lock held.
-    fn install(&self, new: Snapshot) {
-        let new = Box::into_raw(Box::new(new));
+    fn install(&self, new: Box<Snapshot>) {
+        let new = Box::into_raw(new);
         let old = self.current.swap(new, Ordering::SeqCst);
         self.stale.store(false, Ordering::Relaxed);
         // Two flips of the epoch, each waiting for the readers of the parity it
@@ -322,6 +363,24 @@ impl LocalUnwinder {
     pub fn modules_from(&self, first: usize) -> Vec<ModuleInfo> {
         let registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
         registry.modules.get(first..).unwrap_or_default().to_vec()
+    }
+
+    /// [`LocalUnwinder::modules_from`], or `None` when memory is short: for
+    /// the application's threads.
+    pub fn try_modules_from(&self, first: usize) -> Option<Vec<ModuleInfo>> {
+        let registry = self.refresh_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let from = registry.modules.get(first..).unwrap_or_default();
+        let mut out = fallible::vec(from.len())?;
+        for m in from {
+            out.push(ModuleInfo {
+                path: fallible::path(m.path.as_os_str())?,
+                build_id: fallible::bytes(&m.build_id)?,
+                bias: m.bias,
+                text: m.text.clone(),
+                has_unwind_info: m.has_unwind_info,
+            });
+        }
+        Some(out)
     }
 
     /// The Python reader, if this process runs a supported CPython.

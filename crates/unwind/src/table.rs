@@ -9,6 +9,7 @@ use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder as _};
 use gimli::BaseAddresses;
 
+use crate::fallible;
 use crate::frame::ModuleId;
 
 /// Bytes of an unwind section: in place in this process's memory (a loaded module),
@@ -157,7 +158,7 @@ pub(crate) struct Found<'a> {
 }
 
 /// A number no table had before (never 0).
-fn unique() -> u64 {
+pub(crate) fn unique() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -170,11 +171,27 @@ impl Table {
     /// A table whose rules are cached under `generation`: another table's,
     /// when this one only adds modules at addresses that one does not cover.
     pub fn with_generation(
-        mut entries: Vec<Entry>,
+        entries: Vec<Entry>,
         name_of: impl Fn(ModuleId) -> String,
         generation: u64,
     ) -> Table {
-        entries.sort_by_key(|e| e.avma.start);
+        Table::try_with_generation(entries, |id| Some(name_of(id)), generation)
+            .expect("memory for a module table")
+    }
+
+    /// [`Table::with_generation`], or `None` when memory is short: its own
+    /// allocations are fallible (`name_of` too, a name it refuses leaves the
+    /// module unnamed), framehop's (a few hundred bytes a module) are not.
+    pub fn try_with_generation(
+        mut entries: Vec<Entry>,
+        name_of: impl Fn(ModuleId) -> Option<String>,
+        generation: u64,
+    ) -> Option<Table> {
+        // Unstable: a stable sort allocates; the modules do not overlap.
+        entries.sort_unstable_by_key(|e| e.avma.start);
+        let (slots, shift) = slots_of(&entries)?;
+        let mut starts = fallible::vec(entries.len())?;
+        starts.extend(entries.iter().map(|e| e.avma.start));
         let mut unwinder = UnwinderX86_64::new();
         for e in &entries {
             let Some(cfi) = &e.cfi else { continue };
@@ -200,23 +217,22 @@ impl Table {
                 text_segment: None,
             };
             unwinder.add_module(framehop::Module::new(
-                name_of(e.id),
+                name_of(e.id).unwrap_or_default(),
                 e.avma.clone(),
                 e.bias,
                 info,
             ));
         }
-        let (slots, shift) = slots_of(&entries);
-        Table {
+        Some(Table {
             slots,
             shift,
-            starts: entries.iter().map(|e| e.avma.start).collect(),
+            starts,
             end: entries.iter().map(|e| e.avma.end).max().unwrap_or(0),
             entries,
             generation,
             id: unique(),
             unwinder,
-        }
+        })
     }
 
     /// The module whose executable range holds `address`.
@@ -257,7 +273,8 @@ fn slot_of(address: u64, shift: u32) -> usize {
 /// size: the smallest, from a page up, at which the modules touch at most
 /// half as many regions as there are slots. Each slot holds the module
 /// whose range touches a region hashed there, or says there are several.
-fn slots_of(entries: &[Entry]) -> (Box<[u32]>, u32) {
+/// `None` when memory is short.
+fn slots_of(entries: &[Entry]) -> Option<(Box<[u32]>, u32)> {
     let ranges = || entries.iter().map(|e| &e.avma).filter(|r| r.start < r.end);
     let regions = |shift: u32| -> u64 {
         ranges()
@@ -269,7 +286,7 @@ fn slots_of(entries: &[Entry]) -> (Box<[u32]>, u32) {
         .unwrap_or(63);
     // On the heap directly: `Box::new` of an array builds it on the stack
     // first in unoptimized builds, and a table may be built on a sigaltstack.
-    let mut slots = vec![0u32; 1 << SLOT_BITS].into_boxed_slice();
+    let mut slots = fallible::slice(1 << SLOT_BITS, 0u32)?;
     for (i, e) in entries.iter().enumerate() {
         let r = &e.avma;
         if r.start >= r.end {
@@ -285,7 +302,7 @@ fn slots_of(entries: &[Entry]) -> (Box<[u32]>, u32) {
             };
         }
     }
-    (slots, shift)
+    Some((slots, shift))
 }
 
 #[cfg(test)]

@@ -2,16 +2,23 @@
 //! build id and `.eh_frame` (read in place), given a stable [`ModuleId`] by the
 //! [`Registry`], and the unwind tables built from them (a [`Snapshot`]), whole
 //! or for the modules added since the last one.
+//!
+//! Built on the application's threads too (a capture after a `dlopen`): the
+//! allocations here are fallible, and a refusal gives no snapshot (`None`)
+//! and changes nothing but the registry, whose modules a later try finds
+//! again. framehop's, inside [`Table::try_with_generation`], and the shared
+//! main table's `Arc` (a rebuild only) are not.
 
 use std::ffi::{CStr, c_int, c_void};
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::fallible;
 use crate::frame::ModuleId;
 use crate::module::{ModuleInfo, build_id_in_notes, union};
-use crate::table::{Bytes, Cfi, Entry, Table};
+use crate::table::{Bytes, Cfi, Entry, Table, unique};
 
 use super::{Registry, Snapshot};
 
@@ -48,7 +55,8 @@ struct Loaded {
     cfi: Option<(Cfi, u64)>,
 }
 
-pub(super) fn build_snapshot(registry: &mut Registry) -> Snapshot {
+/// Every loaded module's table; `None` when memory is short.
+pub(super) fn build_snapshot(registry: &mut Registry) -> Option<Snapshot> {
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         _size: usize,
@@ -60,8 +68,10 @@ pub(super) fn build_snapshot(registry: &mut Registry) -> Snapshot {
             let out = &mut *(data as *mut (Vec<Loaded>, u64, u64));
             out.1 = (*info).dlpi_adds;
             out.2 = (*info).dlpi_subs;
-            if let Some(m) = read_loaded(&*info) {
-                out.0.push(m);
+            if read_loaded(&*info).map(|m| fallible::push(&mut out.0, m).is_ok()) != Some(true) {
+                // Memory is short: the list is incomplete, the walk stops.
+                out.2 = u64::MAX;
+                return 1;
             }
         }
         0
@@ -75,22 +85,26 @@ pub(super) fn build_snapshot(registry: &mut Registry) -> Snapshot {
         )
     };
     let (loaded, adds, subs) = found;
-    let entries = register(registry, loaded);
-    let table = Table::new(entries, |id| module_name(registry, id));
-    Snapshot::new(Arc::new(table), None, (adds, subs))
+    if subs == u64::MAX {
+        return None;
+    }
+    let entries = register(registry, loaded)?;
+    let table = Table::try_with_generation(entries, |id| module_name(registry, id), unique())?;
+    Some(Snapshot::new(Arc::new(table), None, (adds, subs)))
 }
 
 /// `prev` with the modules loaded since: those whose code `prev`'s main table
 /// does not cover are read (only their headers, in place) into an extra
 /// table that shares the main table's rule-cache generation. Only for loads:
 /// with no module unloaded since `prev`, no new module can lie where the main
-/// table has one.
-pub(super) fn build_added(registry: &mut Registry, prev: &Snapshot) -> Snapshot {
+/// table has one. `None` when memory is short.
+pub(super) fn build_added(registry: &mut Registry, prev: &Snapshot) -> Option<Snapshot> {
     struct Found<'a> {
         known: &'a Table,
         loaded: Vec<Loaded>,
         adds: u64,
         subs: u64,
+        refused: bool,
     }
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
@@ -111,8 +125,13 @@ pub(super) fn build_added(registry: &mut Registry, prev: &Snapshot) -> Snapshot 
                 .map(|p| info.dlpi_addr.wrapping_add(p.p_vaddr));
             let known =
                 code.is_some_and(|c| out.known.find(c).is_some_and(|e| e.bias == info.dlpi_addr));
-            if !known && let Some(m) = read_loaded(info) {
-                out.loaded.push(m);
+            if !known
+                && read_loaded(info).map(|m| fallible::push(&mut out.loaded, m).is_ok())
+                    != Some(true)
+            {
+                // Memory is short: the list is incomplete, the walk stops.
+                out.refused = true;
+                return 1;
             }
         }
         0
@@ -122,60 +141,80 @@ pub(super) fn build_added(registry: &mut Registry, prev: &Snapshot) -> Snapshot 
         loaded: Vec::new(),
         adds: 0,
         subs: 0,
+        refused: false,
     };
     // SAFETY: the callback matches the declared type and only touches `found`.
     unsafe { libc::dl_iterate_phdr(Some(each), (&mut found as *mut Found).cast()) };
     let Found {
-        loaded, adds, subs, ..
+        loaded,
+        adds,
+        subs,
+        refused,
+        ..
     } = found;
-    let entries = register(registry, loaded);
-    let extra = (!entries.is_empty()).then(|| {
-        Table::with_generation(
+    if refused {
+        return None;
+    }
+    let entries = register(registry, loaded)?;
+    let extra = match entries.is_empty() {
+        true => None,
+        false => Some(Table::try_with_generation(
             entries,
             |id| module_name(registry, id),
             prev.table.generation,
-        )
-    });
-    Snapshot::new(Arc::clone(&prev.table), extra, (adds, subs))
+        )?),
+    };
+    Some(Snapshot::new(Arc::clone(&prev.table), extra, (adds, subs)))
 }
 
-fn module_name(registry: &Registry, id: ModuleId) -> String {
-    registry
-        .modules
-        .get(id.0 as usize)
-        .map(|m| m.path.to_string_lossy().into_owned())
-        .unwrap_or_default()
+/// A module's name for framehop (which only shows it); `None` when memory
+/// is short.
+fn module_name(registry: &Registry, id: ModuleId) -> Option<String> {
+    match registry.modules.get(id.0 as usize) {
+        Some(m) => fallible::string(&m.path.to_string_lossy()),
+        None => Some(String::new()),
+    }
 }
 
 /// Gives each loaded module its id (a new one for a module not seen before)
-/// and makes its table entry.
-fn register(registry: &mut Registry, loaded: Vec<Loaded>) -> Vec<Entry> {
-    // Only the main program has no name; it is read once per table.
-    let exe = if loaded.iter().any(|m| m.name.as_os_str().is_empty()) {
-        std::fs::read_link("/proc/self/exe").unwrap_or_default()
-    } else {
-        PathBuf::new()
-    };
-    let mut entries = Vec::with_capacity(loaded.len());
+/// and makes its table entry. `None` when memory is short (the modules given
+/// ids until then keep them: a later try finds them).
+fn register(registry: &mut Registry, loaded: Vec<Loaded>) -> Option<Vec<Entry>> {
+    // Only the main program has no name; its path is read once.
+    if registry.exe.is_none() && loaded.iter().any(|m| m.name.as_os_str().is_empty()) {
+        registry.exe = Some(std::fs::read_link("/proc/self/exe").unwrap_or_default());
+    }
+    let mut entries = fallible::vec(loaded.len())?;
     for m in loaded {
         let Some(text) = m.text else { continue };
-        let path = if m.name.as_os_str().is_empty() {
-            exe.clone()
-        } else {
-            m.name.clone()
+        let path = match m.name.as_os_str().is_empty() {
+            true => fallible::path(registry.exe.as_deref().unwrap_or(Path::new("")).as_os_str())?,
+            false => m.name,
         };
-        let key = (m.bias, m.phdr, path.clone(), m.build_id.clone());
-        let id = *registry.ids.entry(key).or_insert_with(|| {
-            let id = ModuleId(registry.modules.len() as u32);
-            registry.modules.push(ModuleInfo {
-                path,
-                build_id: m.build_id.clone(),
-                bias: m.bias,
-                text: text.clone(),
-                has_unwind_info: m.cfi.is_some(),
-            });
-            id
-        });
+        let key = (m.bias, m.phdr, path, m.build_id);
+        let id = match registry.ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                let info = ModuleInfo {
+                    path: fallible::path(key.2.as_os_str())?,
+                    build_id: fallible::bytes(&key.3)?,
+                    bias: m.bias,
+                    text: text.clone(),
+                    has_unwind_info: m.cfi.is_some(),
+                };
+                if !fallible::reserve(&mut registry.modules, 1)
+                    || fallible::mock::refuses()
+                    || registry.ids.try_reserve(1).is_err()
+                {
+                    return None;
+                }
+                let id = ModuleId(registry.modules.len() as u32);
+                // Within the room reserved: no allocation.
+                registry.modules.push(info);
+                registry.ids.insert(key, id);
+                id
+            }
+        };
         let (cfi, hdr_avma) = match m.cfi {
             Some((cfi, hdr)) => (Some(cfi), hdr),
             None => (None, 0),
@@ -189,10 +228,10 @@ fn register(registry: &mut Registry, loaded: Vec<Loaded>) -> Vec<Entry> {
             text_readable: m.text_readable,
         });
     }
-    entries
+    Some(entries)
 }
 
-/// Reads one module's program headers in place.
+/// Reads one module's program headers in place; `None` when memory is short.
 ///
 /// # Safety
 /// `info` must come from `dl_iterate_phdr`, inside its callback.
@@ -202,9 +241,9 @@ unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
         PathBuf::new()
     } else {
         // SAFETY: the loader's NUL-terminated name.
-        PathBuf::from(std::ffi::OsStr::from_bytes(unsafe {
+        fallible::path(std::ffi::OsStr::from_bytes(unsafe {
             CStr::from_ptr(info.dlpi_name).to_bytes()
-        }))
+        }))?
     };
     // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
@@ -224,9 +263,10 @@ unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
                 // SAFETY: a note segment of a loaded module is mapped readable.
                 let notes =
                     unsafe { std::slice::from_raw_parts(start as *const u8, ph.p_filesz as usize) };
-                build_id = build_id_in_notes(notes)
-                    .map(<[u8]>::to_vec)
-                    .unwrap_or_default();
+                build_id = match build_id_in_notes(notes) {
+                    Some(id) => fallible::bytes(id)?,
+                    None => Vec::new(),
+                };
             }
             _ => {}
         }
@@ -272,4 +312,72 @@ unsafe fn read_loaded(info: &libc::dl_phdr_info) -> Option<Loaded> {
         build_id,
         cfi,
     })
+}
+
+#[cfg(test)]
+#[allow(non_snake_case)]
+mod tests {
+    use gpuperf_test_support::cc::Gcc;
+
+    use super::*;
+    use crate::fallible::mock;
+    use crate::local::{LocalUnwinder, Options};
+
+    /// A shared library of this test's own: no other test loads it.
+    fn library(dir: &Path) -> PathBuf {
+        let src = dir.join("added.c");
+        std::fs::write(&src, "int gpuperf_added(int x) { return x + 1; }\n").unwrap();
+        Gcc::new(dir.join("libgpuperf_added.so"))
+            .args(["-shared", "-fPIC"])
+            .arg(&src)
+            .build()
+    }
+
+    /// The mock allocator refuses `add_loaded` its 1st allocation, then its
+    /// 2nd, and so on, until one call has all it needs: each refusal leaves
+    /// the table as it was (stale, for the next capture to try again) and is
+    /// counted; the call that succeeds adds the library, and a refused
+    /// `refresh` folds nothing in until it is granted memory.
+    #[test]
+    fn add_loaded__refused_at_each_allocation_in_turn__changes_nothing_and_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = library(dir.path());
+        let u = LocalUnwinder::new(Options {
+            python: false,
+            ..Options::default()
+        });
+        // SAFETY: a library of this test's, without initializers.
+        let _loaded = unsafe { libloading::Library::new(&lib) }.unwrap();
+        let mut refused = 0;
+        loop {
+            mock::refuse_after(Some(refused));
+            let added = u.add_loaded();
+            mock::refuse_after(None);
+            if added {
+                break;
+            }
+            refused += 1;
+            assert_eq!(u.tables_refused(), refused as u64);
+            assert!(u.needs_refresh());
+            assert!(!u.has_added_modules());
+            assert!(refused < 1000, "add_loaded refused forever");
+        }
+        // The library's name, its list entry, its build id, the entries, its
+        // path and build id kept, the region index, the starts, the snapshot.
+        assert!(refused >= 8, "only {refused} fallible allocations");
+        assert!(u.modules().iter().any(|m| m.path == lib));
+        assert!(u.has_added_modules());
+        assert!(!u.needs_refresh());
+        assert!(!u.add_loaded());
+
+        mock::refuse_after(Some(0));
+        let folded = u.refresh();
+        mock::refuse_after(None);
+        assert!(!folded);
+        assert_eq!(u.tables_refused(), refused as u64 + 1);
+        assert!(u.has_added_modules());
+        assert!(u.refresh());
+        assert!(!u.has_added_modules());
+        assert_eq!(u.tables_refused(), refused as u64 + 1);
+    }
 }
