@@ -96,6 +96,9 @@ impl State {
                 "{lost} activity buffers were lost for lack of memory; their records are missing"
             ));
         }
+        if let Some(short) = self.stacks_short() {
+            sink.note(short);
+        }
         let (no_room, why) = self.no_room();
         if no_room > 0 {
             sink.note(format!(
@@ -211,9 +214,39 @@ impl State {
         if let Some(st) = &self.stacks {
             self.log.line(&st.summary());
         }
+        if let Some(short) = self.stacks_short() {
+            self.log.line(&short);
+        }
         if let Some(a) = &self.autograd {
             self.log.line(&a.summary());
         }
+    }
+
+    /// What the stacks went without for lack of memory on the application's
+    /// threads, in a sentence (`None` for nothing).
+    fn stacks_short(&self) -> Option<String> {
+        let n = self.stacks.as_ref()?.no_memory();
+        let parts = [
+            (
+                n.module_tables,
+                "tables of modules loaded since the last (a dlopen) not built: their \
+                 frames ended stacks until a later capture built one",
+            ),
+            (
+                n.nodes_not_kept,
+                "graph nodes not remembered: their copies have no stack",
+            ),
+            (
+                n.nodes_not_written,
+                "graph node records not kept: those nodes have no stack",
+            ),
+        ];
+        let why: Vec<String> = parts
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect();
+        (!why.is_empty()).then(|| format!("stacks short of memory: {}", why.join("; ")))
     }
 
     /// The calls not recorded for lack of memory, and what could not be

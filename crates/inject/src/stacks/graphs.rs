@@ -17,17 +17,25 @@
 //! the flush wake the flush thread at 2^14, are written by the copying thread
 //! at the end of its call past 2^17, and are dropped past 2^20; what is not
 //! kept is counted in the log.
+//!
+//! The map, the queue and a thread's batch grow on the application's threads,
+//! fallibly: where memory is short a node is not remembered (its copies have
+//! no origin) or its record is not queued (it has no stack), one node at a
+//! time, counted with the reason in the log and the trace's NOTE, and a batch
+//! that cannot be allocated is not made (the events are applied at once).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::mem::offset_of;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use cudarc::cupti::sys::{CUpti_GraphData, CUpti_ResourceData};
 use gpuperf_merge::model::{GraphNode, Record, StringId, StringTable};
 
 use super::{ApiId, PendingNode, Stacks, Table};
+use crate::shard::mock_alloc;
 
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`.
 pub const GRAPHNODE_CREATED: u32 = 13;
@@ -46,6 +54,30 @@ const BACKLOG_NODES: usize = 1 << 17;
 /// Graph nodes waiting at most (one call copying a million nodes); past it a
 /// node's record is dropped (counted).
 const MAX_PENDING_NODES: usize = 1 << 20;
+
+/// Graph nodes not remembered for their copies for lack of memory (the map
+/// could not grow), and node records not queued for lack of memory; for the
+/// process (it has one [`Stacks`]).
+static NO_MEMORY: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// What the stacks went without on the application's threads for lack of
+/// memory ([`Stacks::no_memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoMemory {
+    /// Tables of the modules loaded since the last one (a `dlopen`) not
+    /// built: frames in those modules ended their stacks until a later
+    /// capture built it.
+    pub module_tables: u64,
+    /// Graph nodes not remembered for their copies: the copies have no origin.
+    pub nodes_not_kept: u64,
+    /// Graph node records not queued: those nodes have no stack.
+    pub nodes_not_written: u64,
+}
+
+/// Room for `n` more in `v`; `false` when memory is short.
+fn room<T>(v: &mut Vec<T>, n: usize) -> bool {
+    !mock_alloc::refuses() && v.try_reserve_exact(n).is_ok()
+}
 
 /// Whether a resource callback is one of the graph-node callbacks that copies
 /// and teardowns make by the thousand (cloned, destroyed, and made inside an
@@ -208,9 +240,11 @@ impl Stacks {
                 return None;
             }
             let e = &mut g.events;
-            if e.capacity() == 0 {
-                e.reserve_exact(NODE_BATCH);
+            if e.capacity() == 0 && !room(e, NODE_BATCH) {
+                // Memory is short: applied at once, as outside a call.
+                return None;
             }
+            // Within the batch's capacity: applied once it is full.
             e.push(event);
             Some(e.len() >= NODE_BATCH)
         });
@@ -264,6 +298,16 @@ impl Stacks {
         last && !enter && self.apply_node_events()
     }
 
+    /// What the module tables and the graph maps could not allocate on the
+    /// application's threads (graph nodes: in this process).
+    pub fn no_memory(&self) -> NoMemory {
+        NoMemory {
+            module_tables: self.unwinder.tables_refused(),
+            nodes_not_kept: NO_MEMORY[0].load(Relaxed),
+            nodes_not_written: NO_MEMORY[1].load(Relaxed),
+        }
+    }
+
     /// Whether graph node records have piled up (2^17 waiting for the flush).
     pub fn node_backlog(&self) -> bool {
         self.table
@@ -309,12 +353,18 @@ impl Stacks {
         self.pend_node(&mut t, (node, stack, api))
     }
 
-    /// Keeps a node's origin for its clones, within [`MAX_NODES`].
+    /// Keeps a node's origin for its clones, within [`MAX_NODES`] and the
+    /// memory the map can get.
     fn remember_node(&self, t: &mut Table, node: u64, origin: (u32, Option<ApiId>)) {
-        if t.nodes.len() < MAX_NODES || t.nodes.contains_key(&node) {
-            t.nodes.insert(node, origin);
-        } else {
+        if let Some(o) = t.nodes.get_mut(&node) {
+            *o = origin;
+        } else if t.nodes.len() >= MAX_NODES {
             self.nodes_not_kept.fetch_add(1, Relaxed);
+        } else if mock_alloc::refuses() || t.nodes.try_reserve(1).is_err() {
+            NO_MEMORY[0].fetch_add(1, Relaxed);
+        } else {
+            // Within the room reserved: no allocation.
+            t.nodes.insert(node, origin);
         }
     }
 
@@ -325,6 +375,11 @@ impl Stacks {
             self.nodes_not_written.fetch_add(1, Relaxed);
             return false;
         }
+        if mock_alloc::refuses() || t.pending_nodes.try_reserve(1).is_err() {
+            NO_MEMORY[1].fetch_add(1, Relaxed);
+            return false;
+        }
+        // Within the capacity: no allocation.
         t.pending_nodes.push(rec);
         t.pending_nodes.len() == WAKE_NODES
     }
@@ -361,5 +416,32 @@ impl Stacks {
             stack,
             api,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The mock allocator refuses the node map and the queue their first
+    /// room: the node is counted twice (not remembered, not written), the
+    /// program goes on, and the next node, with memory back, is kept.
+    #[test]
+    fn a_node_the_maps_cannot_grow_for_is_counted_and_the_next_is_kept() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        let before = s.no_memory();
+        mock_alloc::refuse(true);
+        s.node_created(7, Some((5, 2, 211)));
+        mock_alloc::refuse(false);
+        let after = s.no_memory();
+        assert_eq!(after.nodes_not_kept - before.nodes_not_kept, 1);
+        assert_eq!(after.nodes_not_written - before.nodes_not_written, 1);
+        s.node_created(8, Some((6, 2, 211)));
+        let t = s.table.lock().unwrap();
+        assert_eq!(t.nodes.get(&8), Some(&(6, Some((2, 211)))));
+        assert!(!t.nodes.contains_key(&7));
+        assert_eq!(t.pending_nodes, [(8, 6, Some((2, 211)))]);
     }
 }

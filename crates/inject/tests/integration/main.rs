@@ -6,6 +6,7 @@
 //! CUPTI's lock under stress and a signal landing while CUPTI holds it.
 
 mod decode;
+mod dlopen;
 mod host;
 mod hostile;
 mod lifecycle;

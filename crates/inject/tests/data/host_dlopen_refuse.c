@@ -1,0 +1,87 @@
+/* A host program that loads a library after CUDA started and launches from
+ * it first while its malloc refuses, on the simulated CUDA runtime (sim/, no
+ * GPU): the simulated driver loads the injection library at cuInit from
+ * CUDA_INJECTION64_PATH (set here from the first argument), as NVIDIA's
+ * driver does.
+ *
+ * usage: host_dlopen_refuse INJECT.so|none LIB SIZE LAUNCHES
+ *   LAUNCHES launches from main (_Z6beforev); then dlopen LIB (reuse_lib.c:
+ *   late_call(f) calls f through the library's code) and, while this
+ *   program's malloc (a mock of the allocator) refuses every block of SIZE
+ *   bytes, LAUNCHES launches called back from inside LIB (_Z7refusedv); then
+ *   LAUNCHES more from inside it with memory back (_Z5afterv).
+ *   Prints "launches L" and exits with 3. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+/* nvcc's registration, done by hand: a host stub names a device function. */
+void **__cudaRegisterFatBinary(void *fatCubin);
+void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
+                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+
+__attribute__((noinline)) static void before_stub(void) { __asm__ volatile("" ::"r"(0)); }
+__attribute__((noinline)) static void refused_stub(void) { __asm__ volatile("" ::"r"(1)); }
+__attribute__((noinline)) static void after_stub(void) { __asm__ volatile("" ::"r"(2)); }
+
+static void register_kernels(void) {
+    static int image;
+    void **h = __cudaRegisterFatBinary(&image);
+    __cudaRegisterFunction(h, (const char *)before_stub, "_Z6beforev", "_Z6beforev", -1, 0, 0, 0, 0,
+                           0);
+    __cudaRegisterFunction(h, (const char *)refused_stub, "_Z7refusedv", "_Z7refusedv", -1, 0, 0, 0,
+                           0, 0);
+    __cudaRegisterFunction(h, (const char *)after_stub, "_Z5afterv", "_Z5afterv", -1, 0, 0, 0, 0, 0);
+}
+
+static void launch(void (*stub)(void)) {
+    dim3 g = {1, 1, 1}, b = {32, 1, 1};
+    if (cudaLaunchKernel((const void *)stub, g, b, NULL, 0, 0) != cudaSuccess)
+        _exit(4);
+}
+static void launch_refused(void) { launch(refused_stub); }
+static void launch_after(void) { launch(after_stub); }
+
+/* ---- the mock of the allocator: the executable's malloc interposes on
+ * everyone's, the injection library's too ---- */
+extern void *__libc_malloc(size_t);
+static size_t refused_size;
+static __thread int refusing;
+void *malloc(size_t n) {
+    if (refusing && n == refused_size)
+        return NULL;
+    return __libc_malloc(n);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) return 97;
+    if (strcmp(argv[1], "none") != 0)
+        setenv("CUDA_INJECTION64_PATH", argv[1], 1);
+    else
+        unsetenv("CUDA_INJECTION64_PATH");
+    refused_size = (size_t)atol(argv[3]);
+    long launches = atol(argv[4]);
+    register_kernels();
+    /* CUDA starts here (the injection library with it). */
+    if (cudaFree(0) != cudaSuccess) return 96;
+    for (long i = 0; i < launches; i++)
+        launch(before_stub);
+    void *lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 92; }
+    void (*late_call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(lib, "late_call");
+    if (!late_call) return 93;
+    refusing = 1;
+    for (long i = 0; i < launches; i++)
+        late_call(launch_refused);
+    refusing = 0;
+    for (long i = 0; i < launches; i++)
+        late_call(launch_after);
+    if (cudaDeviceSynchronize() != cudaSuccess) return 96;
+    printf("launches %ld\n", 3 * launches);
+    return 3;
+}
