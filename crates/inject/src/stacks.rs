@@ -157,6 +157,9 @@ pub struct Stacks {
     nodes_not_kept: AtomicU64,
     /// Graph node records dropped: `MAX_PENDING_NODES` were waiting already.
     nodes_not_written: AtomicU64,
+    /// Graph nodes not remembered, and node records not queued, for lack of
+    /// memory (the map or the queue could not grow).
+    nodes_no_memory: [AtomicU64; 2],
     /// Module tables rebuilt by a capture (modules were unloaded), not by the
     /// flush thread.
     app_rebuilds: AtomicU64,
@@ -609,6 +612,7 @@ impl Stacks {
             contended: AtomicU64::new(0),
             nodes_not_kept: AtomicU64::new(0),
             nodes_not_written: AtomicU64::new(0),
+            nodes_no_memory: [AtomicU64::new(0), AtomicU64::new(0)],
             app_rebuilds: AtomicU64::new(0),
             graph_node_id,
             tallies: Tallies::new(),
@@ -619,20 +623,25 @@ impl Stacks {
     }
 
     /// Marks the modules seen since the last call that are CUDA's or ours.
+    /// Runs on the application's threads after a `dlopen`: where memory is
+    /// short the new modules stay unclassified, and the next call tries again.
     fn classify(&self) {
         let mut done = self.classified.lock().unwrap_or_else(|e| e.into_inner());
-        let modules = self.unwinder.modules_from(*done);
+        let Some(modules) = self.unwinder.try_modules_from(*done) else {
+            return;
+        };
         for (i, m) in modules.iter().enumerate().map(|(i, m)| (i + *done, m)) {
+            // A `Cow`: allocates only for a name that is not UTF-8.
             let name = m
                 .path
                 .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
+                .map(|n| n.to_string_lossy())
                 .unwrap_or_default();
             let cuda = ["libcuda.so", "libcudart.so", "libcupti.so", "libcupti"]
                 .iter()
                 .any(|p| name.starts_with(p));
             let own = m.text.contains(&(self.own_text as u64));
-            if (cuda || own || self.hide_names.contains(&name))
+            if (cuda || own || self.hide_names.iter().any(|h| *h == name))
                 && let Some(h) = self.hidden.get(i)
             {
                 h.store(true, Relaxed);

@@ -28,7 +28,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::mem::offset_of;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use cudarc::cupti::sys::{CUpti_GraphData, CUpti_ResourceData};
@@ -54,11 +53,6 @@ const BACKLOG_NODES: usize = 1 << 17;
 /// Graph nodes waiting at most (one call copying a million nodes); past it a
 /// node's record is dropped (counted).
 const MAX_PENDING_NODES: usize = 1 << 20;
-
-/// Graph nodes not remembered for their copies for lack of memory (the map
-/// could not grow), and node records not queued for lack of memory; for the
-/// process (it has one [`Stacks`]).
-static NO_MEMORY: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// What the stacks went without on the application's threads for lack of
 /// memory ([`Stacks::no_memory`]).
@@ -299,12 +293,12 @@ impl Stacks {
     }
 
     /// What the module tables and the graph maps could not allocate on the
-    /// application's threads (graph nodes: in this process).
+    /// application's threads.
     pub fn no_memory(&self) -> NoMemory {
         NoMemory {
             module_tables: self.unwinder.tables_refused(),
-            nodes_not_kept: NO_MEMORY[0].load(Relaxed),
-            nodes_not_written: NO_MEMORY[1].load(Relaxed),
+            nodes_not_kept: self.nodes_no_memory[0].load(Relaxed),
+            nodes_not_written: self.nodes_no_memory[1].load(Relaxed),
         }
     }
 
@@ -361,7 +355,7 @@ impl Stacks {
         } else if t.nodes.len() >= MAX_NODES {
             self.nodes_not_kept.fetch_add(1, Relaxed);
         } else if mock_alloc::refuses() || t.nodes.try_reserve(1).is_err() {
-            NO_MEMORY[0].fetch_add(1, Relaxed);
+            self.nodes_no_memory[0].fetch_add(1, Relaxed);
         } else {
             // Within the room reserved: no allocation.
             t.nodes.insert(node, origin);
@@ -376,7 +370,7 @@ impl Stacks {
             return false;
         }
         if mock_alloc::refuses() || t.pending_nodes.try_reserve(1).is_err() {
-            NO_MEMORY[1].fetch_add(1, Relaxed);
+            self.nodes_no_memory[1].fetch_add(1, Relaxed);
             return false;
         }
         // Within the capacity: no allocation.
