@@ -2,6 +2,7 @@
 //! CUPTI hands over in its activity buffers into the sink, and the flushes
 //! that do it.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
@@ -20,12 +21,35 @@ use crate::guard::{Inside, NoCancel};
 use crate::shard::{Item, RawApi};
 use crate::stacks::Stacks;
 
+use super::deferred::{self, Deferred, Waiting};
 use super::sink::Sink;
 use super::{
     CLOCK_SLACK_NS, DRIVER, FLUSH_FORCED, Flush, OVERHEAD3_VERSION, RUNTIME, STATE, State, c_text,
     domain_index, lock,
 };
 use crate::clock::monotonic_ns;
+
+thread_local! {
+    /// Set on a thread while it makes a flush inside a callback: the buffers
+    /// CUPTI hands back to it then wait for the flush thread.
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as flushing inside a callback while it lives.
+struct InCallback;
+
+impl InCallback {
+    fn enter() -> Self {
+        let _ = IN_CALLBACK.try_with(|c| c.set(true));
+        Self
+    }
+}
+
+impl Drop for InCallback {
+    fn drop(&mut self) {
+        let _ = IN_CALLBACK.try_with(|c| c.set(false));
+    }
+}
 
 impl State {
     /// nvtx hook: writes the NVTX ranges that ended since the last flush
@@ -215,9 +239,105 @@ impl State {
         })
     }
 
-    /// Decodes one completed buffer into the sink.
+    /// Decodes one completed buffer into the sink, after the buffers waiting
+    /// (delivered before it).
     fn consume(&self, context: *mut c_void, stream: u32, buf: &mut [u8], valid: usize) {
+        self.decode_waiting();
         self.drain_shards();
+        self.decode_buffer(buf, valid, None);
+        // Never under the sink lock: this call takes CUPTI's internal lock, which
+        // CUPTI holds while its own thread delivers a buffer that waits for the
+        // sink (the ABBA deadlock Kineto fixed in its PR #1347).
+        // SAFETY: `context` is the one CUPTI passed with this buffer.
+        let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
+        self.note_dropped(dropped);
+    }
+
+    /// Queues a buffer that CUPTI handed back on the application's thread,
+    /// inside a flush made in a callback, for the flush thread to decode (see
+    /// [`super::deferred`]); false when it must be decoded now: the exit path
+    /// runs, the queue is full, or its names do not fit.
+    ///
+    /// # Safety
+    /// `buf` is a buffer of `size` bytes from `buffer_requested` that CUPTI
+    /// hands back now, with `context` and `stream`. Returns, for a buffer to
+    /// decode now, the records CUPTI dropped when they were read already.
+    unsafe fn defer(
+        &self,
+        context: *mut c_void,
+        stream: u32,
+        buf: *mut u8,
+        size: usize,
+        valid: usize,
+    ) -> Result<(), Option<u64>> {
+        if self.closing.load(Relaxed) {
+            // The final flush may have emptied the queue already.
+            return Err(None);
+        }
+        // Read now: the context may be gone when the buffer is decoded.
+        // SAFETY: `context` is the one CUPTI passed with this buffer.
+        let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
+        let mut q = lock(&self.deferred);
+        q.start_buffer();
+        let kept =
+            q.usable() && q.len() < deferred::SLOTS && {
+                // SAFETY: as this function's contract.
+                let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
+                self.cupti.records(slice, valid).all(|rec| match decode::decode(rec) {
+                // SAFETY: the names point into CUPTI's memory, valid while the
+                // buffer callback runs, which is now.
+                Some(Decoded::Kernel { name, .. } | Decoded::Device { name, .. }) => unsafe {
+                    q.keep_name(name)
+                },
+                _ => true,
+            })
+            };
+        if kept
+            && q.push(Waiting {
+                buf,
+                size,
+                valid,
+                dropped,
+            })
+        {
+            self.stats.deferred.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        Err(Some(dropped))
+    }
+
+    /// Decodes the buffers waiting (see [`State::defer`]), in the order they
+    /// came, and lets them go.
+    fn decode_waiting(&self) {
+        let mut q = lock(&self.deferred);
+        if q.len() == 0 {
+            return;
+        }
+        // Their API records (and aliases) were made before they came.
+        self.drain_shards();
+        while let Some(w) = q.pop() {
+            // SAFETY: a buffer queued by `defer`, now ours; CUPTI is done
+            // with it.
+            let slice = unsafe { std::slice::from_raw_parts_mut(w.buf, w.size) };
+            self.decode_buffer(slice, w.valid, Some(&q));
+            self.note_dropped(w.dropped);
+            self.release(w.buf, w.size);
+        }
+        q.forget_names();
+    }
+
+    /// Gives a decoded buffer back to the pool.
+    fn release(&self, buf: *mut u8, size: usize) {
+        if size == BUFFER_SIZE {
+            // SAFETY: a buffer of this size came from `buffer_requested`, and
+            // CUPTI is done with it.
+            unsafe { self.pool.release(buf) };
+        }
+    }
+
+    /// Decodes the records of one buffer into the sink; `names`, for a buffer
+    /// that waited, holds the copies of its names.
+    fn decode_buffer(&self, buf: &mut [u8], valid: usize, names: Option<&Deferred>) {
         self.stats.buffers.fetch_add(1, Relaxed);
         let mut sink = lock(&self.sink);
         let (mut n, mut incomplete, mut foreign, mut timed) = (0u64, 0u64, 0u64, 0u64);
@@ -231,6 +351,9 @@ impl State {
             let decoded = decode::decode(rec).map(|mut d| {
                 if shift != 0 {
                     d.shift(shift);
+                }
+                if let Some(q) = names {
+                    d = renamed(d, q);
                 }
                 d
             });
@@ -279,12 +402,10 @@ impl State {
                 count: incomplete,
             }));
         }
-        drop(sink);
-        // Never under the sink lock: this call takes CUPTI's internal lock, which
-        // CUPTI holds while its own thread delivers a buffer that waits for the
-        // sink (the ABBA deadlock Kineto fixed in its PR #1347).
-        // SAFETY: `context` is the one CUPTI passed with this buffer.
-        let dropped = unsafe { self.cupti.dropped_records(context, stream) } as u64;
+    }
+
+    /// Counts and writes the records CUPTI dropped, as it said with a buffer.
+    fn note_dropped(&self, dropped: u64) {
         if dropped > 0 {
             // Records CUPTI dropped explain launches without GPU records.
             let launches = self.stats.launches.load(Relaxed);
@@ -443,16 +564,27 @@ impl State {
             Flush::Periodic | Flush::Final => lock(&self.flush_lock),
         };
         let forced = matches!(how, Flush::Final | Flush::LastContext);
+        // Inside a callback on the application's thread, where nothing may be
+        // allocated infallibly, the flush only makes CUPTI hand its buffers
+        // back while the context lives; they wait for the flush thread.
+        let in_callback = (how == Flush::InCallback).then(InCallback::enter);
         if self.torn_down.load(Relaxed) {
             // Nothing is left in CUPTI, and no context to flush with.
         } else if self.yielded.load(Relaxed) {
             // What CUPTI holds is another client's: flushing would hand it
             // its buffers early, and after its cuptiFinalize restart CUPTI.
         } else if let Err(e) = self.cupti.flush_all(if forced { FLUSH_FORCED } else { 0 }) {
-            self.log.line(&e.to_string());
+            if in_callback.is_none() {
+                self.log.line(&e.to_string());
+            }
         } else if how == Flush::LastContext {
             self.torn_down.store(true, Relaxed);
         }
+        if in_callback.is_some() {
+            self.stop.1.notify_one();
+            return;
+        }
+        self.decode_waiting();
         self.write_pc_samples(how == Flush::Final);
         self.drain_shards();
         if how == Flush::Periodic {
@@ -505,6 +637,30 @@ impl State {
     }
 }
 
+/// A record of a buffer that waited, its name read from the copy made when it
+/// arrived (CUPTI's may be gone).
+fn renamed(d: Decoded, q: &Deferred) -> Decoded {
+    match d {
+        Decoded::Kernel {
+            place,
+            grid,
+            block,
+            name,
+        } => Decoded::Kernel {
+            place,
+            grid,
+            block,
+            name: q.name(name),
+        },
+        Decoded::Device { id, cc, name } => Decoded::Device {
+            id,
+            cc,
+            name: q.name(name),
+        },
+        d => d,
+    }
+}
+
 pub(super) unsafe extern "C" fn buffer_requested(
     buf: *mut *mut u8,
     size: *mut usize,
@@ -540,25 +696,45 @@ pub(super) unsafe extern "C" fn buffer_completed(
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(s) = STATE.get() else { return };
         let origin = s.pool.origin(buf);
-        // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
-        let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
         if origin == Origin::Discard {
             // Shared by requests made while memory was short: never read.
+        } else if !s.disabled.load(Relaxed) && IN_CALLBACK.try_with(Cell::get) == Ok(true) {
+            // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size`
+            // bytes long, with its context and stream.
+            match unsafe { s.defer(context, stream, buf, size, valid) } {
+                // The flush thread decodes it and gives it back.
+                Ok(()) => return,
+                Err(dropped) => {
+                    // As before the queue: decoded here, counted.
+                    s.stats.decoded_in_callback.fetch_add(1, Relaxed);
+                    // SAFETY: as above.
+                    let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
+                    match dropped {
+                        Some(n) => {
+                            s.decode_waiting();
+                            s.drain_shards();
+                            s.decode_buffer(slice, valid, None);
+                            s.note_dropped(n);
+                        }
+                        None => s.consume(context, stream, slice, valid),
+                    }
+                }
+            }
         } else if !s.disabled.load(Relaxed) {
+            // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
+            let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
             s.consume(context, stream, slice, valid);
         } else if s.closed.load(Relaxed) && std::process::id() == s.pid {
             // After the final flush: nothing may be written any more, but the
             // loss is still counted.
+            // SAFETY: CUPTI returns a buffer from `buffer_requested`, `size` bytes long.
+            let slice = unsafe { std::slice::from_raw_parts_mut(buf, size) };
             let n = s.cupti.records(slice, valid).count() as u64;
             s.stats.late.fetch_add(n, Relaxed);
             s.log.line(&format!(
                 "{n} activity records arrived after the trace was closed; not written"
             ));
         }
-        if size == BUFFER_SIZE {
-            // SAFETY: a buffer of this size came from `buffer_requested`, and
-            // CUPTI is done with it.
-            unsafe { s.pool.release(buf) };
-        }
+        s.release(buf, size);
     }));
 }

@@ -188,11 +188,11 @@ impl State {
         if matches!(class, Class::GraphCopy | Class::GraphTeardown) {
             if let Some(st) = &self.stacks {
                 let wake = st.graph_call(class == Class::GraphCopy, site == ENTER);
-                if site != ENTER && st.node_backlog() {
-                    // The flush thread is falling behind a burst of copies:
-                    // this thread writes them (skipped if a flush runs).
-                    self.flush(Flush::InCallback);
-                } else if wake {
+                // The flush thread writes the nodes: writing allocates, which
+                // this thread may not do infallibly. It is woken again while it
+                // falls behind a burst of copies; past `MAX_PENDING_NODES`
+                // waiting, nodes are dropped (counted).
+                if wake || (site != ENTER && st.node_backlog()) {
                     self.stop.1.notify_one();
                 }
             }

@@ -177,6 +177,8 @@ impl State {
              {} nested driver calls ({} activities charged to the enclosing runtime call), \
              {} records of other kinds, {} too short, {} incomplete (not written), \
              {walk_errors} buffers cut short, {} flushes skipped in callbacks, \
+             {} buffers from flushes in callbacks decoded by the flush thread ({} in the \
+             callback: the queue full, or the exit path running), \
              {} buffers from the reserve, {lost} lost for lack of memory, \
              {} API calls not recorded because they re-entered gpuperf (a signal \
              handler's CUDA calls), {} calls not recorded (more than {MAX_OPEN} open on a thread), \
@@ -193,6 +195,8 @@ impl State {
             s.short_records.load(Relaxed),
             s.incomplete.load(Relaxed),
             s.skipped_flushes.load(Relaxed),
+            s.deferred.load(Relaxed),
+            s.decoded_in_callback.load(Relaxed),
             self.pool.reserve_used.load(Relaxed),
             s.reentered.load(Relaxed),
             s.too_deep.load(Relaxed),

@@ -15,7 +15,9 @@
 //! deadlock. Lock order: `flush_lock`, then the list of shards ([`Shards`]), then a
 //! shard, then the sink; a shard lock is never held while taking another lock. A
 //! thread's first recorded call takes the list's lock to claim its shard, and
-//! allocates one (fallibly) outside it.
+//! allocates one (fallibly) outside it. The queue of buffers handed back inside
+//! a flush in a callback ([`deferred`]) comes after `flush_lock`, before the
+//! list of shards: it is held while the buffers waiting are decoded, in order.
 //!
 //! CUPTI has an internal lock of its own, held while its thread delivers buffers
 //! and while it runs resource callbacks, and taken by `cuptiActivityFlushAll` and
@@ -30,6 +32,7 @@ use std::sync::{Condvar, Mutex, OnceLock};
 mod buffering;
 mod callbacks;
 mod closing;
+mod deferred;
 mod other_clients;
 mod setup;
 mod sink;
@@ -134,6 +137,13 @@ struct Stats {
     launches_at_last_record: AtomicU64,
     /// Calls that take a stack and got none (the stacks module says why).
     stackless: AtomicU64,
+    /// Buffers handed back inside a flush in a callback that waited for the
+    /// flush thread to decode them.
+    deferred: AtomicU64,
+    /// Buffers handed back inside a flush in a callback and decoded there,
+    /// allocating on the application's thread: the queue was full, their
+    /// names did not fit, or the exit path ran.
+    decoded_in_callback: AtomicU64,
 }
 
 /// Who asks for a flush, which decides its flag and whether it may wait.
@@ -142,7 +152,8 @@ enum Flush {
     /// The flush thread: unforced.
     Periodic,
     /// `cudaDeviceReset` or context teardown, inside a CUPTI callback: unforced,
-    /// and skipped when another flush is running.
+    /// and skipped when another flush is running. It only has CUPTI hand its
+    /// buffers back, which wait for the flush thread (nothing allocated).
     InCallback,
     /// The last live context is being destroyed, inside its callback: forced
     /// (no flush may follow without a context), skipped like `InCallback`.
@@ -203,6 +214,9 @@ struct State {
     first_walk_error: Mutex<Option<String>>,
     /// The reserve for when buffers cannot be allocated.
     pool: Pool,
+    /// Buffers handed back inside a flush in a callback, waiting for the
+    /// flush thread.
+    deferred: Mutex<deferred::Deferred>,
     /// CLOCK_MONOTONIC at start; no GPU record is older.
     started_ns: u64,
     /// Whether the NOTE about another CUPTI client is written.

@@ -305,6 +305,7 @@ pub fn initialize() -> bool {
         kinds: Mutex::new(Vec::new()),
         first_walk_error: Mutex::new(None),
         pool: Pool::new(buffers::alloc_buffer),
+        deferred: Mutex::new(super::deferred::Deferred::new()),
         started_ns,
         takeover_noted: AtomicBool::new(false),
         yielding: AtomicBool::new(false),

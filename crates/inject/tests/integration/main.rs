@@ -11,6 +11,7 @@ mod host;
 mod hostile;
 mod lifecycle;
 mod python;
+mod reset;
 mod safety;
 mod support;
 mod threads;
