@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gpuperf_merge::model::{Record, StackFrame};
 
-use crate::support::{Sim, gcc, inject_lib, read_logs, read_traces, run_within};
+use crate::support::{Sim, gcc, inject_lib, log_count, read_logs, read_traces, run_within};
 
 /// The bytes of a module table's region index (8192 `u32` slots), which the
 /// mock allocator refuses: the one allocation of its size a table needs.
@@ -38,15 +38,6 @@ fn run(sim: &Sim, dir: Option<&Path>, lib: &Path, launches: u32) -> Output {
     run_within(c, "host_dlopen_refuse", Duration::from_secs(60))
 }
 
-/// The number just before `what` in `text`.
-fn count_before(text: &str, what: &str) -> u64 {
-    text.split(what)
-        .next()
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count before {what:?}: {text}"))
-}
-
 #[test]
 fn sim_dlopened_library_whose_table_cannot_be_allocated_runs_on_and_is_read_later() {
     let Some(sim) = Sim::find() else { return };
@@ -67,7 +58,7 @@ fn sim_dlopened_library_whose_table_cannot_be_allocated_runs_on_and_is_read_late
 
     // Each refused launch's capture tried once, and was refused.
     let what = " tables of modules loaded since the last (a dlopen) not built";
-    assert_eq!(count_before(&log, what), u64::from(launches), "{log}");
+    assert_eq!(log_count(&log, what), u64::from(launches), "{log}");
     let (records, strings, _) = read_traces(dir.path());
     assert!(
         records.iter().any(|r| matches!(r, Record::Note(n)

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use gpuperf_merge::model::{ActivityKind, Record, StringTable};
 
-use crate::support::{Sim, gcc, inject_lib, read_logs, read_traces, run_within};
+use crate::support::{
+    Sim, gcc, inject_lib, log_count, read_logs, read_traces, run_within, stdout_of,
+};
 
 fn host_reset(sim: &Sim) -> PathBuf {
     let flags = sim.cflags();
@@ -35,18 +37,6 @@ fn run(sim: &Sim, dir: Option<&Path>, mode: &str, launches: u32) -> Output {
     run_within(c, &format!("host_reset {mode}"), Duration::from_secs(120))
 }
 
-/// The program's output, once it exited with 3 (as it does without gpuperf).
-fn stdout_of(out: &Output, log: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{stdout}{}\n{log}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 /// Kernels by name, and copies, in the trace.
 fn counts(records: &[Record], strings: &StringTable) -> (usize, usize, usize, usize) {
     let (mut pending, mut after, mut other, mut copies) = (0, 0, 0, 0);
@@ -64,15 +54,6 @@ fn counts(records: &[Record], strings: &StringTable) -> (usize, usize, usize, us
         }
     }
     (pending, after, other, copies)
-}
-
-/// The number just before `what` in the log.
-fn log_count(log: &str, what: &str) -> u64 {
-    log.split(what)
-        .next()
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count before {what:?}: {log}"))
 }
 
 #[test]

@@ -260,3 +260,25 @@ pub fn read_logs(dir: &Path) -> String {
     }
     s
 }
+
+/// The program's standard output, once it exited with 3 (as the host test
+/// programs do without gpuperf); `log`, the library's, shown otherwise.
+pub fn stdout_of(out: &Output, log: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{stdout}{}\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The number just before `what` in `text` (a count in the library's log).
+pub fn log_count(text: &str, what: &str) -> u64 {
+    text.split(what)
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count before {what:?}: {text}"))
+}

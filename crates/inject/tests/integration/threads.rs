@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use gpuperf_merge::model::{ActivityKind, Record, StringTable};
 
-use crate::support::{Sim, gcc, inject_lib, read_logs, read_traces, run_within};
+use crate::support::{
+    Sim, gcc, inject_lib, log_count, read_logs, read_traces, run_within, stdout_of,
+};
 
 /// The size of the library's `Shard` (its allocation on a thread's first
 /// recorded call) in this build, which the mock allocator refuses.
@@ -40,27 +42,6 @@ fn run(sim: &Sim, dir: Option<&Path>, args: &[&str]) -> Output {
         &format!("host_threads {}", args[0]),
         Duration::from_secs(120),
     )
-}
-
-/// The program's output, once it exited with 3 (as it does without gpuperf).
-fn stdout_of(out: &Output, log: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{stdout}{}\n{log}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// The number just before `what` in the log.
-fn log_count(log: &str, what: &str) -> u64 {
-    log.split(what)
-        .next()
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count before {what:?}: {log}"))
 }
 
 /// The kernels named `name`: their correlation ids.
