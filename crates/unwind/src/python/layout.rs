@@ -89,3 +89,65 @@ pub(crate) struct Layout {
     pub bytes_size: u64,
     pub bytes_data: u64,
 }
+
+impl Layout {
+    /// Where a 3.11+ frame's owner and entry bytes lie in one 16-bit word,
+    /// and the mask of their bits in it: every supported version has them
+    /// side by side, or only the owner, so the proof compares them as one
+    /// word. `None` for a layout whose two bytes lie apart. The word lies
+    /// within the frame's `frame_size` bytes.
+    pub fn flags_word(&self) -> Option<(u64, u16)> {
+        let fits = |at: u64| at.checked_add(2).is_some_and(|e| e <= self.frame_size);
+        match (self.frame_owner, self.frame_is_entry) {
+            (Some(a), Some(b)) if a.abs_diff(b) == 1 => {
+                Some(a.min(b)).filter(|&at| fits(at)).map(|at| (at, 0xffff))
+            }
+            (Some(_), Some(_)) => None,
+            (Some(o), None) | (None, Some(o)) if fits(o) => Some((o, 0x00ff)),
+            (Some(o), None) | (None, Some(o)) => o
+                .checked_sub(1)
+                .filter(|&at| fits(at))
+                .map(|at| (at, 0xff00)),
+            (None, None) => Some((self.frame_code, 0)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+    use crate::python::{v3_11, v3_12};
+
+    /// The one word the proof compares holds the owner byte and, where a
+    /// version has it, the entry byte, within the frame's bytes.
+    fn covers(l: &Layout) {
+        let (at, mask) = l.flags_word().expect("a flags word");
+        assert!(at + 2 <= l.frame_size);
+        for off in [l.frame_owner, l.frame_is_entry].into_iter().flatten() {
+            let bit = (off - at) * 8;
+            assert_eq!((mask >> bit) & 0xff, 0xff, "byte at {off}");
+        }
+    }
+
+    #[test]
+    fn the_flags_word_holds_the_owner_and_entry_bytes() {
+        covers(&v3_11::LAYOUT);
+        covers(&v3_12::LAYOUT);
+        assert_eq!(v3_11::LAYOUT.flags_word(), Some((68, 0xffff)));
+        assert_eq!(v3_12::LAYOUT.flags_word(), Some((70, 0x00ff)));
+        // An owner in the frame's last byte: the word ends there.
+        let last = Layout {
+            frame_owner: Some(71),
+            ..v3_12::LAYOUT
+        };
+        assert_eq!(last.flags_word(), Some((70, 0xff00)));
+        covers(&last);
+        // Two bytes apart: not one word, so never proven that way.
+        let apart = Layout {
+            frame_owner: Some(60),
+            frame_is_entry: Some(68),
+            ..v3_11::LAYOUT
+        };
+        assert_eq!(apart.flags_word(), None);
+    }
+}

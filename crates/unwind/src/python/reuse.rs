@@ -58,8 +58,9 @@ pub(crate) struct Proof {
     /// Bytes the frame takes in the data stack, from its code object (0
     /// where it lies elsewhere).
     pub size: u32,
-    pub owner: u8,
-    pub entry: u8,
+    /// The frame's owner and entry bytes, as one word
+    /// ([`Layout::flags_word`](super::layout::Layout::flags_word)).
+    pub flags: u16,
     pub shim: bool,
 }
 
@@ -277,10 +278,8 @@ struct Words {
     code: u64,
     instr: u64,
     previous: u64,
-    /// The owner and entry bytes (at the frame's code pointer, masked off,
-    /// where a version has no such field).
-    owner: (u64, u8),
-    entry: (u64, u8),
+    /// The word of the owner and entry bytes, and its mask.
+    flags: (u64, u16),
     ob_type: u64,
     first_line: u64,
     line_table: u64,
@@ -290,14 +289,12 @@ struct Words {
 }
 
 impl Words {
-    fn new(l: &super::layout::Layout, fw: FrameWords) -> Words {
-        let byte = |o: Option<u64>| o.map_or((l.frame_code, 0), |o| (o, 0xff));
-        Words {
+    fn new(l: &super::layout::Layout, fw: FrameWords) -> Option<Words> {
+        Some(Words {
             code: l.frame_code,
             instr: l.frame_instr,
             previous: l.frame_previous,
-            owner: byte(l.frame_owner),
-            entry: byte(l.frame_is_entry),
+            flags: l.flags_word()?,
             ob_type: l.ob_type,
             first_line: l.code_firstlineno,
             line_table: l.code_linetable,
@@ -309,7 +306,7 @@ impl Words {
                     specials,
                 } => (nlocalsplus, stacksize, -1, specials as i64),
             },
-        }
+        })
     }
 
     /// The frame's code object and, if it is one (of type `code_type`), the
@@ -372,38 +369,35 @@ impl Words {
         }
     }
 
-    /// The frame's link to its caller, and its owner and entry bytes.
+    /// The frame's link to its caller, and its owner and entry bytes (one
+    /// word, masked).
     ///
     /// # Safety
     ///
     /// `frame` is readable for the layout's frame size.
     #[inline(always)]
-    unsafe fn links(&self, frame: u64) -> (u64, (u8, u8)) {
-        // SAFETY: the caller's.
+    unsafe fn links(&self, frame: u64) -> (u64, u16) {
+        let (at, mask) = self.flags;
+        // SAFETY: the caller's; the flags word lies within the frame size.
         unsafe {
-            let byte = |(o, m): (u64, u8)| *((frame + o) as *const u8) & m;
             (
                 ((frame + self.previous) as *const u64).read_unaligned(),
-                (byte(self.owner), byte(self.entry)),
+                ((frame + at) as *const u16).read_unaligned() & mask,
             )
         }
     }
-
-    /// The owner and entry bytes a link was read with.
-    #[inline(always)]
-    fn flags(&self, link: &Proof) -> (u8, u8) {
-        (link.owner, link.entry)
-    }
 }
 
-/// Where a proof stands: the chunk of the last frame proven (`k`; `hi`, its
-/// live end, 0 for none), that frame (`cur`, the chunk's cursor, stored when
-/// the proof leaves the chunk or ends), where the frame after it starts
-/// (`next`: `tile_to`'s step, made as each frame is proven), and the depth
-/// past the last frame proven.
+/// Where a proof stands: the chunk of the last frame proven (`k`; `last`,
+/// the last address a whole frame fits at below its live end, 0 for none),
+/// that frame (`cur`, the chunk's cursor, stored when the proof leaves the
+/// chunk or ends), where the frame after it starts (`next`: `tile_to`'s step,
+/// made as each frame is proven; `u64::MAX` before the first, so that no
+/// frame follows then: it would have to lie both there and at 0), and the
+/// depth past the last frame proven.
 struct Tiling {
     k: usize,
-    hi: u64,
+    last: u64,
     cur: u64,
     next: u64,
     done: usize,
@@ -441,62 +435,84 @@ impl Python {
         let Some(links) = chain.links.get(from..=depth) else {
             return Err(from);
         };
+        let Some(w) = Words::new(l, ds.frame_words) else {
+            return Err(from);
+        };
         // The link the first one proven here was read to call from.
         let mut outer = from.checked_sub(1).map_or(0, |o| chain.links[o].addr);
-        let w = Words::new(l, ds.frame_words);
         let fs = l.frame_size;
         let mut t = Tiling {
             k: usize::MAX,
-            hi: 0,
+            last: 0,
             cur: 0,
-            next: 0,
+            next: u64::MAX,
             done: from,
         };
-        let r = 'links: {
-            for (d, link) in (from..).zip(links) {
+        let mut i = 0;
+        let r = 'links: loop {
+            // The links most are: a frame that follows the last one proven,
+            // below its chunk's top (live, see `tile_to`), proven by its own
+            // words where no code object was destroyed; and a shim frame on
+            // the thread's own stack (mapped). No call in this loop, so that
+            // its values stay in registers; any other link stops it.
+            let (mut next, last, mut cur, mut done) = (t.next, t.last, t.cur, t.done);
+            while let Some(link) = links.get(i) {
                 let a = link.addr;
                 if link.shim {
-                    // On the thread's own stack, or in the live data stack: mapped.
                     let on_stack =
                         mem.stack.0 <= a && a.checked_add(fs).is_some_and(|e| e <= mem.stack.1);
-                    if !on_stack && chunks.find(a, fs).is_none() {
-                        break 'links Err(d);
+                    if !on_stack {
+                        break;
                     }
                 } else {
-                    // The frame after one proven live, below the chunk's top:
-                    // live (see `tile_to`).
-                    let follows = a == t.next && t.hi.checked_sub(fs).is_some_and(|last| a <= last);
-                    if same_codes && follows && u64::from(link.size) >= fs {
-                        // No code object destroyed: proven by its own words.
-                        (t.cur, t.done) = (a, d + 1);
-                        // SAFETY: a live frame (just proven).
-                        let (code, instr) = unsafe { w.own(a) };
-                        if code != link.code || instr.wrapping_sub(code) != u64::from(link.instr) {
-                            break 'links Err(d);
-                        }
-                        t.next = a + u64::from(link.size);
-                    } else if !self.prove_frame(
-                        &w,
-                        &mut t,
-                        chunks,
-                        (d, link, follows),
-                        chain.codes.get(d),
-                    ) {
-                        // Out of line (a frame in another chunk, or code
-                        // objects destroyed), so that this loop keeps its
-                        // values in registers.
-                        break 'links Err(d);
+                    if !(same_codes && a == next && a <= last && u64::from(link.size) >= fs) {
+                        break;
                     }
+                    (cur, done) = (a, from + i + 1);
+                    // SAFETY: a live frame (just proven).
+                    let (code, instr) = unsafe { w.own(a) };
+                    if code != link.code || instr.wrapping_sub(code) != u64::from(link.instr) {
+                        (t.cur, t.done) = (cur, done);
+                        break 'links Err(from + i);
+                    }
+                    next = a + u64::from(link.size);
                 }
-                // SAFETY: a live frame, proven above (or a shim frame, in
-                // mapped memory).
+                // SAFETY: a live frame, or a shim frame on the thread's
+                // stack, proven above.
                 let (previous, flags) = unsafe { w.links(a) };
-                if previous != outer || flags != w.flags(link) {
-                    break 'links Err(d);
+                if previous != outer || flags != link.flags {
+                    (t.cur, t.done) = (cur, done);
+                    break 'links Err(from + i);
                 }
                 outer = a;
+                i += 1;
             }
-            Ok(())
+            (t.next, t.cur, t.done) = (next, cur, done);
+            let Some(link) = links.get(i) else {
+                break Ok(());
+            };
+            let (d, a) = (from + i, link.addr);
+            if link.shim {
+                // In the live data stack: mapped.
+                if chunks.find(a, fs).is_none() {
+                    break Err(d);
+                }
+            } else {
+                // Out of line (a frame in another chunk, or code objects
+                // destroyed).
+                let follows = a == t.next && a <= t.last;
+                if !self.prove_frame(&w, &mut t, chunks, (d, link, follows), chain.codes.get(d)) {
+                    break Err(d);
+                }
+            }
+            // SAFETY: a live frame (proven above), or a shim frame in mapped
+            // memory.
+            let (previous, flags) = unsafe { w.links(a) };
+            if previous != outer || flags != link.flags {
+                break Err(d);
+            }
+            outer = a;
+            i += 1;
         };
         if let Some(c) = chunks.cursor.get_mut(t.k) {
             *c = t.cur;
@@ -539,7 +555,8 @@ impl Python {
             if self.tile_to(chunks, c, a).is_err() {
                 return false;
             }
-            (t.k, t.hi, t.cur) = (c, chunks.hi[c], a);
+            let last = chunks.hi[c].checked_sub(fs).unwrap_or(0);
+            (t.k, t.last, t.cur) = (c, last, a);
         }
         t.done = d + 1;
         // SAFETY: a live frame (just proven); its code object is live too (the
@@ -620,6 +637,17 @@ impl Python {
         // SAFETY: callers pass a frame checked readable (live data stack, the
         // thread's stack, or probed in this capture).
         unsafe { ((frame + off) as *const u64).read_unaligned() }
+    }
+
+    /// The owner and entry bytes of the frame at `frame`, as the proof
+    /// compares them ([`Layout::flags_word`](super::layout::Layout::flags_word);
+    /// 0 where they lie apart, whose frames the proof never takes).
+    #[inline(always)]
+    pub(super) fn frame_flags(&self, frame: u64) -> u16 {
+        self.layout.flags_word().map_or(0, |(at, mask)| {
+            // SAFETY: as in `frame_word`; the word lies within the frame size.
+            unsafe { ((frame + at) as *const u16).read_unaligned() & mask }
+        })
     }
 
     /// A byte of the frame at `frame` (0 for a field this version lacks).

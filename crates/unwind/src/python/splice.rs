@@ -535,8 +535,7 @@ impl Python {
             let mut link = Link {
                 proof: Proof {
                     addr: frame,
-                    owner,
-                    entry,
+                    flags: self.frame_flags(frame),
                     shim,
                     ..Proof::default()
                 },
