@@ -555,7 +555,7 @@ impl Python {
             if self.tile_to(chunks, c, a).is_err() {
                 return false;
             }
-            let last = chunks.hi[c].checked_sub(fs).unwrap_or(0);
+            let last = chunks.hi[c].saturating_sub(fs);
             (t.k, t.last, t.cur) = (c, last, a);
         }
         t.done = d + 1;
