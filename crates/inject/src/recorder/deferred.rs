@@ -120,21 +120,13 @@ impl Deferred {
         }
         // SAFETY: as this function's contract.
         let text = unsafe { CStr::from_ptr(p) }.to_bytes_with_nul();
-        let mask = NAME_SLOTS - 1;
-        let mut i = (from >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask;
-        loop {
-            let c = self.table[i];
-            if c.from == from {
-                let same = self.names.get(c.at..c.at + text.len()) == Some(text);
-                if same {
-                    self.last = from;
-                }
-                return same;
+        let (i, found) = self.probe(from);
+        if let Some(c) = found {
+            let same = self.names.get(c.at..c.at + text.len()) == Some(text);
+            if same {
+                self.last = from;
             }
-            if c.from == 0 {
-                break;
-            }
-            i = (i + 1) & mask;
+            return same;
         }
         if self.kept >= NAME_SLOTS / 4 * 3 || self.names.len() + text.len() > NAME_BYTES {
             return false;
@@ -155,15 +147,25 @@ impl Deferred {
         if from == 0 || !self.usable() {
             return ptr::null();
         }
+        match self.probe(from).1 {
+            Some(c) => self.names[c.at..].as_ptr().cast(),
+            None => ptr::null(),
+        }
+    }
+
+    /// The table slot of the name copied from `from` (non-zero), and the
+    /// copy; or, where none was, the empty slot where it would go. The table
+    /// is never full (filled to 3/4 at most), so the probe ends.
+    fn probe(&self, from: usize) -> (usize, Option<Copied>) {
         let mask = NAME_SLOTS - 1;
         let mut i = (from >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask;
         loop {
             let c = self.table[i];
             if c.from == from {
-                return self.names[c.at..].as_ptr().cast();
+                return (i, Some(c));
             }
             if c.from == 0 {
-                return ptr::null();
+                return (i, None);
             }
             i = (i + 1) & mask;
         }

@@ -65,27 +65,27 @@ pub(super) fn build_snapshot(registry: &mut Registry) -> Option<Snapshot> {
         // SAFETY: dl_iterate_phdr passes a valid entry and our Vec; the loader lock
         // is held, so the module's segments stay mapped while we read them.
         unsafe {
-            let out = &mut *(data as *mut (Vec<Loaded>, u64, u64));
+            let out = &mut *(data as *mut (Vec<Loaded>, u64, u64, bool));
             out.1 = (*info).dlpi_adds;
             out.2 = (*info).dlpi_subs;
             if read_loaded(&*info).map(|m| fallible::push(&mut out.0, m).is_ok()) != Some(true) {
                 // Memory is short: the list is incomplete, the walk stops.
-                out.2 = u64::MAX;
+                out.3 = true;
                 return 1;
             }
         }
         0
     }
-    let mut found: (Vec<Loaded>, u64, u64) = (Vec::new(), 0, 0);
+    let mut found: (Vec<Loaded>, u64, u64, bool) = (Vec::new(), 0, 0, false);
     // SAFETY: the callback matches the declared type and only touches `found`.
     unsafe {
         libc::dl_iterate_phdr(
             Some(each),
-            (&mut found as *mut (Vec<Loaded>, u64, u64)).cast(),
+            (&mut found as *mut (Vec<Loaded>, u64, u64, bool)).cast(),
         )
     };
-    let (loaded, adds, subs) = found;
-    if subs == u64::MAX {
+    let (loaded, adds, subs, refused) = found;
+    if refused {
         return None;
     }
     let entries = register(registry, loaded)?;
