@@ -265,7 +265,7 @@ mod sys;
 mod threads;
 
 use std::panic::catch_unwind;
-use std::sync::atomic::AtomicU16;
+use std::sync::atomic::{AtomicBool, AtomicU16};
 
 pub use cupti::Cupti;
 pub use error::{CuptiError, Error, Result};
@@ -286,6 +286,16 @@ pub extern "C" fn InitializeInjection() -> i32 {
     let _ = threads::with_signals_blocked(|| catch_unwind(recorder::initialize));
     1
 }
+
+/// Set, no launch takes a CPU stack until it is cleared; the launches in
+/// between are recorded as usual, and counted among those without a stack
+/// (with their reason, at exit). Nothing in gpuperf sets it: a benchmark does,
+/// so that one process times the same loop with stacks and without, in
+/// alternate blocks of steps (`sim/bench/hf_interleaved.sh`), where runs of two
+/// processes would see a shared machine's speed move between them.
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static gpuperf_bench_stacks_off: AtomicBool = AtomicBool::new(false);
 
 /// Nonzero while a CPU profiler is attached to [`gpuperf_launch_marker`]; the
 /// kernel maintains it through the uprobe's `ref_ctr_offset`. It lives in the

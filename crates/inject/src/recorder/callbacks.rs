@@ -372,7 +372,11 @@ impl State {
         // stack table is written after it. Once it is written for the last
         // time the call is only counted.
         let stack = match &self.stacks {
-            Some(st) if class.takes_stack() && !self.stacks_done.load(Relaxed) => {
+            Some(st)
+                if class.takes_stack()
+                    && !self.stacks_done.load(Relaxed)
+                    && !crate::gpuperf_bench_stacks_off.load(Relaxed) =>
+            {
                 // The first capture in a new module reads files.
                 let _no_cancel = NoCancel::new();
                 let id = st.capture();
@@ -380,6 +384,11 @@ impl State {
                     self.stats.stackless.fetch_add(1, Relaxed);
                 }
                 id
+            }
+            Some(_) if class.takes_stack() && crate::gpuperf_bench_stacks_off.load(Relaxed) => {
+                self.stats.stackless.fetch_add(1, Relaxed);
+                self.stats.stacks_paused.fetch_add(1, Relaxed);
+                0
             }
             _ => 0,
         };

@@ -143,7 +143,17 @@ impl State {
         if stackless > 0
             && let Some(st) = &self.stacks
         {
-            sink.note(format!("{stackless} {STACKLESS_NOTE}; {}", st.summary()));
+            let paused = match s.stacks_paused.load(Relaxed) {
+                0 => String::new(),
+                n => format!(
+                    "{n} of them made while a benchmark had stacks off \
+                     (gpuperf_bench_stacks_off); "
+                ),
+            };
+            sink.note(format!(
+                "{stackless} {STACKLESS_NOTE}; {paused}{}",
+                st.summary()
+            ));
         }
         if let Some(note) = capture::summary(&self.config.window, self.started_ns) {
             self.log.line(&note);

@@ -137,6 +137,8 @@ struct Stats {
     launches_at_last_record: AtomicU64,
     /// Calls that take a stack and got none (the stacks module says why).
     stackless: AtomicU64,
+    /// Of those, the calls made while `gpuperf_bench_stacks_off` was set.
+    stacks_paused: AtomicU64,
     /// Buffers handed back inside a flush in a callback that waited for the
     /// flush thread to decode them.
     deferred: AtomicU64,

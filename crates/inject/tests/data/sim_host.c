@@ -44,6 +44,10 @@
  *                 bytes: every offset within a page), each deeper than before
  *   signal-stack  a timer signal interrupts a loop in interrupted_spin; its
  *                 handler launches, on the thread's stack, then on a sigaltstack
+ *   stacks-off    4 launches (_Z6kernelPfi), then with the injection library's
+ *                 gpuperf_bench_stacks_off set (a benchmark's switch) 3 launches
+ *                 (_Z5afterv), then with it cleared 2 launches (_Z5earlyv);
+ *                 prints "stacks-off switch found"
  *   dlopen LIB    a launch, then LIB loaded (late_launch.c) and 3 launches
  *                 called back from its late_call
  *   cancel N      N threads launching in a loop, each cancelled (default 2000)
@@ -299,6 +303,24 @@ static int dlopen_launch(const char *lib) {
     for (int i = 0; i < 3; i++)
         call(late_launch);
     printf("dlopen launches %u\n", (unsigned)launched);
+    return 3;
+}
+
+static int stacks_off(const char *inject) {
+    void *lib = dlopen(inject, RTLD_NOW | RTLD_NOLOAD);
+    volatile _Bool *off = lib ? (volatile _Bool *)dlsym(lib, "gpuperf_bench_stacks_off") : NULL;
+    if (!off)
+        return 94;
+    printf("stacks-off switch found\n");
+    for (int i = 0; i < 4; i++)
+        launch((const void *)kernel_stub);
+    *off = 1;
+    for (int i = 0; i < 3; i++)
+        launch((const void *)after_stub);
+    *off = 0;
+    for (int i = 0; i < 2; i++)
+        launch((const void *)early_stub);
+    CHECK(cudaDeviceSynchronize());
     return 3;
 }
 
@@ -840,6 +862,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(m, "signal-stack") == 0)
         return signal_stack();
+    if (strcmp(m, "stacks-off") == 0)
+        return stacks_off(argv[1]);
     if (strcmp(m, "dlopen") == 0)
         return dlopen_launch(argc > 3 ? argv[3] : NULL);
     if (strcmp(m, "graph-instantiate") == 0)

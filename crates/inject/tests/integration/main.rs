@@ -5,6 +5,7 @@
 //! CUPTI documents can go wrong, and whose CUPTI lock and test hooks play
 //! CUPTI's lock under stress and a signal landing while CUPTI holds it.
 
+mod bench_switch;
 mod decode;
 mod dlopen;
 mod host;
