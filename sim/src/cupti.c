@@ -41,6 +41,10 @@
  *   GPUSIM_CUPTI_TIMESTAMP_ERROR=E   cuptiActivityRegisterTimestampCallback
  *                                    fails with E; records keep CUPTI's default
  *                                    clock (CLOCK_REALTIME)
+ *   GPUSIM_CUPTI_FORCED_FLUSH_ERROR=E  cuptiActivityFlushAll with
+ *                                    CUPTI_ACTIVITY_FLAG_FLUSH_FORCED fails with
+ *                                    E and hands nothing back (unforced flushes
+ *                                    and the worker go on)
  *   GPUSIM_CUPTI_FATAL_AFTER=N       once N kernels have ended, the next API
  *                                    call raises CUPTI_CBID_STATE_FATAL_ERROR
  *                                    (CUPTI_ERROR_UNKNOWN, "simulated fatal
@@ -154,7 +158,7 @@ long sim_fault_number(const char *var, long none) {
 
 /* The CUptiResult named by `var` (a name of cupti_result.h, or its number), or
  * CUPTI_SUCCESS when unset or unknown. */
-static CUptiResult sim_fault_result(const char *var) {
+CUptiResult sim_fault_result(const char *var) {
     char buf[256];
     const char *v = sim_fault_value(var, buf, sizeof buf);
     if (!v || !*v)

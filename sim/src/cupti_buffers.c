@@ -287,8 +287,12 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
             ;
         return fail(CUPTI_ERROR_UNKNOWN);
     }
-    if (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
+    if (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) {
+        CUptiResult refused = sim_fault_result("GPUSIM_CUPTI_FORCED_FLUSH_ERROR");
+        if (refused != CUPTI_SUCCESS)
+            return fail(refused);
         forced_flush_hook();
+    }
     sim_event((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) ? "F1" : "F0");
     flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);
     return CUPTI_SUCCESS;

@@ -34,6 +34,9 @@ int64_t offset(void);
 uint64_t to_cupti(uint64_t mono);
 /* The number in the environment variable `var` (a simulated fault), or `none`. */
 long sim_fault_number(const char *var, long none);
+/* The CUptiResult named in the environment variable `var` (a simulated fault),
+ * or CUPTI_SUCCESS. */
+CUptiResult sim_fault_result(const char *var);
 /* Notes a client's flush or disabled kind for gpusim_cupti_events (simulated). */
 void sim_event(const char *e);
 /* The subscriber's state. */

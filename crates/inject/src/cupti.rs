@@ -235,6 +235,20 @@ impl Cupti {
         self.check("cuptiActivityFlushAll", st)
     }
 
+    /// `cuptiActivityFlushAll`'s status alone, for a flush inside a callback
+    /// on the application's thread, where an error's message must not be
+    /// allocated; [`Cupti::error`] makes the error later.
+    pub fn flush_all_status(&self, flag: u32) -> Status {
+        // SAFETY: as `flush_all`.
+        unsafe { (self.f.activity_flush_all)(flag) }
+    }
+
+    /// The error of `call`'s `status`, kept from a call made earlier; `Ok`
+    /// for success.
+    pub fn error(&self, call: &'static str, status: Status) -> Result<(), CuptiError> {
+        self.check(call, status)
+    }
+
     /// `cuptiActivityFlushPeriod`, in milliseconds.
     pub fn flush_period(&self, ms: u32) -> Result<(), CuptiError> {
         // SAFETY: plain value argument.

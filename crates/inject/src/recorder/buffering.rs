@@ -20,6 +20,7 @@ use crate::decode::{self, Decoded, Place};
 use crate::guard::{Inside, NoCancel};
 use crate::shard::{Item, RawApi};
 use crate::stacks::Stacks;
+use crate::sys;
 
 use super::deferred::{self, Deferred, Waiting};
 use super::sink::Sink;
@@ -563,22 +564,34 @@ impl State {
             },
             Flush::Periodic | Flush::Final => lock(&self.flush_lock),
         };
-        let forced = matches!(how, Flush::Final | Flush::LastContext);
+        let flag = match how {
+            Flush::Final | Flush::LastContext => FLUSH_FORCED,
+            Flush::Periodic | Flush::InCallback => 0,
+        };
         // Inside a callback on the application's thread, where nothing may be
         // allocated infallibly, the flush only makes CUPTI hand its buffers
-        // back while the context lives; they wait for the flush thread.
-        let in_callback = (how == Flush::InCallback).then(InCallback::enter);
+        // back while the context lives; they wait for the flush thread. So
+        // does the last context's, forced: the buffers are gpuperf's, and
+        // their names are copied as they come back.
+        let in_callback =
+            matches!(how, Flush::InCallback | Flush::LastContext).then(InCallback::enter);
         if self.torn_down.load(Relaxed) {
             // Nothing is left in CUPTI, and no context to flush with.
         } else if self.yielded.load(Relaxed) {
             // What CUPTI holds is another client's: flushing would hand it
             // its buffers early, and after its cuptiFinalize restart CUPTI.
-        } else if let Err(e) = self.cupti.flush_all(if forced { FLUSH_FORCED } else { 0 }) {
-            if in_callback.is_none() {
-                self.log.line(&e.to_string());
+        } else if in_callback.is_some() {
+            // The error is kept, not made: its message would be allocated.
+            match self.cupti.flush_all_status(flag) {
+                sys::SUCCESS if how == Flush::LastContext => self.torn_down.store(true, Relaxed),
+                sys::SUCCESS => {}
+                status => {
+                    self.stats.callback_flush_errors.fetch_add(1, Relaxed);
+                    self.stats.callback_flush_status.store(status, Relaxed);
+                }
             }
-        } else if how == Flush::LastContext {
-            self.torn_down.store(true, Relaxed);
+        } else if let Err(e) = self.cupti.flush_all(flag) {
+            self.log.line(&e.to_string());
         }
         if in_callback.is_some() {
             self.stop.1.notify_one();

@@ -128,6 +128,22 @@ impl State {
                 self.config.trace.display()
             ));
         }
+        let refused = s.callback_flush_errors.load(Relaxed);
+        if refused > 0 {
+            let status = s.callback_flush_status.load(Relaxed);
+            let why = self
+                .cupti
+                .error("cuptiActivityFlushAll", status)
+                .err()
+                .map_or_else(|| format!("status {status}"), |e| e.to_string());
+            let text = format!(
+                "{refused} flushes inside CUDA callbacks (a context destroyed, a device reset) \
+                 refused by CUPTI, the last: {why}; records of those contexts that CUPTI had \
+                 not handed back may be missing"
+            );
+            self.log.line(&text);
+            sink.note(text);
+        }
         if sink.aliases_lost > 0 {
             let text = format!(
                 "{} nested driver calls were not linked to their runtime call for lack of \

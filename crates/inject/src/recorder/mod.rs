@@ -146,6 +146,10 @@ struct Stats {
     /// allocating on the application's thread: the queue was full, their
     /// names did not fit, or the exit path ran.
     decoded_in_callback: AtomicU64,
+    /// Flushes inside a callback that CUPTI refused, and the status of the
+    /// last (its message is made at exit: not allocated in the callback).
+    callback_flush_errors: AtomicU64,
+    callback_flush_status: AtomicU32,
 }
 
 /// Who asks for a flush, which decides its flag and whether it may wait.

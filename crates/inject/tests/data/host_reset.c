@@ -10,7 +10,9 @@
  *   callbacks. With `refuse`, this program's allocator (a mock) refuses
  *   every allocation the injection library makes on this thread during the
  *   reset. Then LAUNCHES launches on device 0 (_Z5afterv). Prints
- *   "launches L copies C". Exits with 3. */
+ *   "launches L copies C". Exits with 3.
+ *   HOST_RESET_LAST=1: nothing on device 0 before the reset, so that device
+ *   1's context is the last one live when it is destroyed. */
 #define _GNU_SOURCE
 #include <link.h>
 #include <malloc.h>
@@ -108,6 +110,7 @@ int main(int argc, char **argv) {
     else
         unsetenv("CUDA_INJECTION64_PATH");
     int refuse = strcmp(argv[2], "refuse") == 0;
+    int last = getenv("HOST_RESET_LAST") != NULL;
     long launches = atol(argv[3]);
     register_kernels();
     if (cudaSetDevice(1) != cudaSuccess || cudaFree(0) != cudaSuccess) return 96;
@@ -120,15 +123,17 @@ int main(int argc, char **argv) {
         launch(pending_stub);
         if (cudaMemcpy(dev, host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess) return 96;
     }
-    if (cudaSetDevice(0) != cudaSuccess) return 96;
-    launch(after_stub);
-    if (cudaSetDevice(1) != cudaSuccess) return 96;
+    if (!last) {
+        if (cudaSetDevice(0) != cudaSuccess) return 96;
+        launch(after_stub);
+        if (cudaSetDevice(1) != cudaSuccess) return 96;
+    }
     refusing = refuse;
     cudaError_t e = cudaDeviceReset();
     refusing = 0;
     if (e != cudaSuccess) return 94;
     if (cudaSetDevice(0) != cudaSuccess) return 96;
-    for (long i = 1; i < launches; i++)
+    for (long i = last ? 0 : 1; i < launches; i++)
         launch(after_stub);
     if (cudaDeviceSynchronize() != cudaSuccess) return 96;
     printf("launches %ld copies %ld\n", 2 * launches, launches);
