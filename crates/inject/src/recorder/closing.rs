@@ -99,6 +99,10 @@ impl State {
         if let Some(short) = self.stacks_short() {
             sink.note(short);
         }
+        if let Some(over) = self.stacks.as_ref().and_then(|st| st.nodes_over_limits()) {
+            self.log.line(&over);
+            sink.note(over);
+        }
         let (no_room, why) = self.no_room();
         if no_room > 0 {
             sink.note(format!(

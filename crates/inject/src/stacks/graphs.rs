@@ -302,6 +302,37 @@ impl Stacks {
         }
     }
 
+    /// Graph nodes past gpuperf's limits, in a sentence (`None` for none):
+    /// not remembered for their copies with [`MAX_NODES`] held, and records
+    /// dropped with [`MAX_PENDING_NODES`] waiting for the flush thread.
+    pub fn nodes_over_limits(&self) -> Option<String> {
+        let (kept, written) = (
+            self.nodes_not_kept.load(Relaxed),
+            self.nodes_not_written.load(Relaxed),
+        );
+        let parts = [
+            (
+                kept,
+                format!(
+                    "graph nodes not remembered, with {MAX_NODES} held: their copies have no stack"
+                ),
+            ),
+            (
+                written,
+                format!(
+                    "graph node records dropped, with {MAX_PENDING_NODES} waiting to be \
+                     written: those nodes have no stack"
+                ),
+            ),
+        ];
+        let why: Vec<String> = parts
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect();
+        (!why.is_empty()).then(|| format!("graph nodes past gpuperf's limits: {}", why.join("; ")))
+    }
+
     /// Whether graph node records have piled up (2^17 waiting for the flush).
     pub fn node_backlog(&self) -> bool {
         self.table
@@ -437,5 +468,34 @@ mod tests {
         assert_eq!(t.nodes.get(&8), Some(&(6, Some((2, 211)))));
         assert!(!t.nodes.contains_key(&7));
         assert_eq!(t.pending_nodes, [(8, 6, Some((2, 211)))]);
+    }
+
+    /// With the map and the queue full, a new node is neither remembered nor
+    /// queued, and both are said in the sentence the trace's note carries.
+    #[test]
+    fn nodes_past_the_limits_are_counted_and_said() {
+        let s = Stacks::new(Path::new("/nonexistent/libcupti.so.13"));
+        assert_eq!(s.nodes_over_limits(), None);
+        {
+            let mut t = s.table.lock().unwrap();
+            t.nodes
+                .extend((0..MAX_NODES as u64).map(|n| (n, (1, None))));
+            t.pending_nodes
+                .extend((0..MAX_PENDING_NODES as u64).map(|n| (n, 1, None)));
+        }
+        s.node_created(u64::MAX, Some((5, 2, 211)));
+        s.node_created(u64::MAX - 1, Some((5, 2, 211)));
+        let t = s.table.lock().unwrap();
+        assert!(!t.nodes.contains_key(&u64::MAX));
+        assert_eq!(t.pending_nodes.len(), MAX_PENDING_NODES);
+        drop(t);
+        assert_eq!(
+            s.nodes_over_limits().as_deref(),
+            Some(
+                "graph nodes past gpuperf's limits: 2 graph nodes not remembered, with 1048576 \
+                 held: their copies have no stack; 2 graph node records dropped, with 1048576 \
+                 waiting to be written: those nodes have no stack"
+            )
+        );
     }
 }
