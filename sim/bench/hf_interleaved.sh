@@ -20,10 +20,16 @@
 # the first run of each block is left out, so a capture's state is as warm as
 # in a steady loop.
 #
+# With PERF=1 (perf on PATH) one more run, under perf (cpu-clock, 10 kHz),
+# splits what stacks add to the loop's thread by the object the CPU time went
+# to (sim/bench/perf_split.py): the library's own code, and the program's code
+# run slower after each capture (the cache lines, TLB entries and branch
+# history the captures took).
+#
 # usage: bash sim/bench/hf_interleaved.sh OUTDIR [RUNS [STEPS]]
 #        (RUNS processes, default 3, of STEPS timed steps each, 200 for the
 #        training loop, 2000 for LOOP=decode; BLOCK steps a block, default 8; LOOP=train,
-#        default, or decode; PYTHON, INJECT as hf_train.sh)
+#        default, or decode; PYTHON, INJECT as hf_train.sh; PERF=1)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/hf_interleaved.sh OUTDIR [RUNS [STEPS]]}
 runs=${2:-3}
@@ -43,6 +49,7 @@ script=$repo/sim/bench/hf_$loop.py
 unit=step
 [ "$loop" = train ] || unit=token
 [ -f "$inject" ] || { echo "hf_interleaved.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }
+[ "${PERF:-0}" != 1 ] || command -v perf > /dev/null || { echo "hf_interleaved.sh: PERF=1 needs perf on PATH" >&2; exit 2; }
 "$python" -c 'import torch, transformers' 2> /dev/null || { echo "hf_interleaved.sh: $python lacks torch or transformers (set PYTHON)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -90,3 +97,15 @@ for what in thread process; do
             name, n, m * 1000 / per, q1 * 1000 / per, q3 * 1000 / per, m, u, 100 * m / off, u, off, 100 * (1 - off / (off + m)), u
     }'
 done
+
+[ "${PERF:-0}" = 1 ] || exit 0
+echo "under perf, one run of $steps ${unit}s:"
+GPUPERF_BENCH_BLOCK=$block GPUPERF_BENCH_BLOCK_LOG=$work/blocks in_variant stacks bash "$repo/sim/run.sh" "$out" -- \
+    perf record -q -e cpu-clock -F 10000 -k CLOCK_MONOTONIC -o "$work/perf.data" \
+    "$python" "$script" 3 "$steps" > "$work/stdout" 2> "$work/stderr" || {
+    echo "hf_interleaved.sh: the run under perf failed:" >&2
+    tail -n 20 "$work/stderr" >&2
+    exit 1
+}
+perf script -i "$work/perf.data" -F pid,tid,time,ip,sym,dso > "$work/script" 2> /dev/null
+"$python" "$repo/sim/bench/perf_split.py" "$work/blocks" "$work/script"

@@ -57,7 +57,9 @@ def interleaved(unit, warmup, n, block, one):
     its on block's mean less its off block's (the shell script takes their
     median); then "stacks_on_runs R": the runs made with stacks on, the
     warmup included (the library's count of captures divided by R is the
-    captures per run)."""
+    captures per run). With GPUPERF_BENCH_BLOCK_LOG=FILE, appends "START END
+    STACKS" for each block to FILE: when it began and ended, in seconds of
+    CLOCK_MONOTONIC, and 1 with stacks on (for perf_split.py)."""
     if block < 2:
         raise SystemExit("GPUPERF_BENCH_BLOCK=%d: a block needs 2 runs at least "
                          "(its first is left out)" % block)
@@ -73,6 +75,8 @@ def interleaved(unit, warmup, n, block, one):
         one()
     torch.cuda.synchronize()
     pairs = max(n // (2 * block), 1)
+    block_log = os.environ.get("GPUPERF_BENCH_BLOCK_LOG")
+    spans = []
     means = {False: [], True: []}
     pmeans = {False: [], True: []}
     for p in range(pairs):
@@ -80,6 +84,7 @@ def interleaved(unit, warmup, n, block, one):
         for stacks in order:
             off.value = not stacks
             t_sum = p_sum = 0
+            began = time.clock_gettime(time.CLOCK_MONOTONIC)
             for i in range(block):
                 t = time.thread_time_ns()
                 c = time.process_time_ns()
@@ -87,10 +92,14 @@ def interleaved(unit, warmup, n, block, one):
                 if i > 0:
                     t_sum += time.thread_time_ns() - t
                     p_sum += time.process_time_ns() - c
+            spans.append((began, time.clock_gettime(time.CLOCK_MONOTONIC), int(stacks)))
             means[stacks].append(t_sum / (block - 1) / 1e3)
             pmeans[stacks].append(p_sum / (block - 1) / 1e3)
     off.value = False
     torch.cuda.synchronize()
+    if block_log:
+        with open(block_log, "a") as f:
+            f.writelines("%.6f %.6f %d\n" % s for s in spans)
 
     def diffs(m):
         return " ".join("%.3f" % (on - of) for of, on in zip(m[False], m[True]))
