@@ -126,23 +126,56 @@ class Overhead:
                               for k, v in best.items() if k != "without")
         cpu_med = medians(cpu)
         cpu_text, per_stack = "", None
+        # The run's stacks over its timed tokens and the 5 of the warm-up (the
+        # model's set-up launches a few more).
+        per_token = stacks_log["taken"] / (int(tokens) + 5) if stacks_log else None
         if all(k in cpu_med for k in ("without", "gpu_only", "stacks")):
             cpu_text = (f"; CPU us per token: without {cpu_med['without']:.0f}, --gpu-only "
                         f"{cpu_med['gpu_only']:.0f}, stacks {cpu_med['stacks']:.0f}")
             if stacks_log:
-                # The run's stacks over its timed tokens and the 5 of the
-                # warm-up (the model's set-up launches a few more).
-                per_token = stacks_log["taken"] / (int(tokens) + 5)
                 per_stack = (cpu_med["stacks"] - cpu_med["gpu_only"]) * 1e3 / per_token
                 cpu_text += (f"; stacks over --gpu-only {per_stack:+.0f} ns of CPU per stack "
                              f"({per_token:.0f} stacks a token, {self.taken_how(stacks_log)})")
+        inter_text, inter = self.decode_interleaved(script, "80" if self.sim else "800", per_token)
         self.item(g, "decode_tokens_per_s", status_ok,
                   f"median tokens/s without gpuperf {med['without']:.1f}, with --gpu-only {med['gpu_only']:.1f} "
                   f"({change['gpu_only'] * 100:+.1f}%), with stacks {med['stacks']:.1f} ({change['stacks'] * 100:+.1f}%)"
                   f"{ref}, {len(runs['without'])} rounds alternated; best rounds: without {best['without']:.1f}, "
-                  f"{best_text}{cpu_text}" + label,
+                  f"{best_text}{cpu_text}{inter_text}" + label,
                   {"median": med, "best": best, "runs": runs, "cpu_us_per_token": cpu,
-                   "stacks_over_gpu_only_ns_per_stack": per_stack, "stacks": stacks_log})
+                   "stacks_over_gpu_only_ns_per_stack": per_stack, "stacks": stacks_log,
+                   "interleaved": inter})
+
+    def decode_interleaved(self, script, tokens, per_token, block=8):
+        """Stacks against --gpu-only in one recorded process: the decode loop
+        with gpuperf's stacks off and on in alternate blocks of BLOCK tokens
+        (decode_loop.py --interleave), where rounds of separate processes on a
+        noisy machine spread by more than stacks cost. Returns (text for the
+        item, figures or None)."""
+        if self.left() < 60:
+            return "; stacks in one process: not run (time budget)", None
+        cmd = self.wrap([self.torch_python, script, "--interleave", str(block), tokens])
+        r, _, _ = self.record("decode_interleaved", cmd, timeout=180, timeline=False)
+        m = re.search(r"^decode-interleaved: interleaved tokens (\d+) block \d+ (.*) stacks_on_tokens", r.out or "", re.M)
+        if r.rc != 0 or not m:
+            return f"; stacks in one process: failed ({r.tail(200)})", None
+        fields = re.findall(r"(\w+)_(off_us|on_us|diffs_us) ((?:[-\d.]+ ?)+)", m.group(2))
+        got = {(clock, what): [float(x) for x in vals.split()] for clock, what, vals in fields}
+        fig = {"pairs": int(m.group(1)), "block": block}
+        parts = []
+        for clock in ("thread", "wall"):
+            diffs, off = got.get((clock, "diffs_us")), got.get((clock, "off_us"))
+            if not diffs or not off:
+                continue
+            d = sorted(diffs)[len(diffs) // 2]
+            fig[clock] = {"off_us_per_token": off[0], "diff_us_per_token": d, "diffs_us": diffs,
+                          "percent_of_token": 100 * d / off[0],
+                          "ns_per_stack": d * 1e3 / per_token if per_token else None}
+            what = "the loop thread's CPU time" if clock == "thread" else "wall time"
+            stack = f", {d * 1e3 / per_token:+.0f} ns a stack" if per_token else ""
+            parts.append(f"{what} {d:+.1f} us a token ({100 * d / off[0]:+.1f}% of {off[0]:.0f} us{stack})")
+        return (f"; stacks in one process ({fig['pairs']} pairs of {block}-token blocks, medians): "
+                + "; ".join(parts)), fig
 
     @staticmethod
     def stacks_line(d):

@@ -74,7 +74,7 @@ for r in $(seq 1 "$runs"); do
     echo "$per" >> "$work/per_capture"
     # The pairs' differences, one a line.
     sed 's/.* thread_diffs_us \(.*\) process_off_us.*/\1/' <<< "$line" | tr ' ' '\n' >> "$work/thread"
-    sed 's/.* process_diffs_us //' <<< "$line" | tr ' ' '\n' >> "$work/process"
+    sed 's/.* process_diffs_us \(.*\) wall_off_us.*/\1/' <<< "$line" | tr ' ' '\n' >> "$work/process"
     off=$(sed 's/.* thread_off_us \([0-9.]*\).*/\1/' <<< "$line")
     echo "$off" >> "$work/thread_off"
     sed 's/.* process_off_us \([0-9.]*\).*/\1/' <<< "$line" >> "$work/process_off"

@@ -2,11 +2,11 @@
 (hf_train.py, hf_decode.py): their model, a small GPT-2 built from a config
 (random weights, 2 layers, nothing downloaded), and how they time a loop.
 """
-import ctypes
 import os
 import resource
-import statistics
 import time
+
+import interleave
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -37,78 +37,24 @@ def timed(unit, warmup, n, one):
 
 
 def interleaved(unit, warmup, n, block, one):
-    """Runs one() WARMUP times untimed, then N times in blocks of BLOCK runs,
-    with the injection library's stacks off in one block of each pair and on
-    in the other (off first in even pairs, on first in odd ones, so that
-    neither always follows the other). Setting the library's
-    gpuperf_bench_stacks_off switches stacks between launches of one process:
-    both halves of a pair run within milliseconds of each other, on one CPU,
-    where two processes see a shared machine's speed move by tens of percent
-    between them. The first run of each block is left out: it follows the
-    other setting's block, whose caches it inherits.
-
-    Each run is timed by its thread's CPU time (the loop's own thread: what a
-    launch-bound loop's throughput is bound by) and the process's (every
-    thread, the flush thread's work included, which runs every so often
-    rather than per run). Prints "interleaved UNITs PAIRS block B
-    thread_off_us X thread_on_us Y thread_diffs_us D1 D2 ... process_off_us
-    PX process_on_us PY process_diffs_us E1 E2 ...": X and Y the medians of
-    the blocks' mean CPU time per run with stacks off and on, Di for each pair
-    its on block's mean less its off block's (the shell script takes their
-    median); then "stacks_on_runs R": the runs made with stacks on, the
+    """Runs one() WARMUP times untimed, then N times in pairs of blocks of
+    BLOCK runs with stacks off in one and on in the other (interleave.py).
+    Prints interleave.line's line (the shell script takes the medians of its
+    differences); then "stacks_on_runs R": the runs made with stacks on, the
     warmup included (the library's count of captures divided by R is the
     captures per run). With GPUPERF_BENCH_BLOCK_LOG=FILE, appends "START END
     STACKS" for each block to FILE: when it began and ended, in seconds of
     CLOCK_MONOTONIC, and 1 with stacks on (for perf_split.py)."""
-    if block < 2:
-        raise SystemExit("GPUPERF_BENCH_BLOCK=%d: a block needs 2 runs at least "
-                         "(its first is left out)" % block)
-    lib_path = os.environ.get("CUDA_INJECTION64_PATH")
-    try:
-        # RTLD_NOLOAD: the library the driver loaded, never a second copy.
-        lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        off = ctypes.c_bool.in_dll(lib, "gpuperf_bench_stacks_off")
-    except (OSError, TypeError, ValueError) as e:
-        raise SystemExit("GPUPERF_BENCH_BLOCK needs the injection library loaded, with "
-                         "gpuperf_bench_stacks_off (CUDA_INJECTION64_PATH=%s): %s" % (lib_path, e))
     for _ in range(warmup):
         one()
     torch.cuda.synchronize()
-    pairs = max(n // (2 * block), 1)
+    r = interleave.blocks(one, n, block, torch.cuda.synchronize)
     block_log = os.environ.get("GPUPERF_BENCH_BLOCK_LOG")
-    spans = []
-    means = {False: [], True: []}
-    pmeans = {False: [], True: []}
-    for p in range(pairs):
-        order = (False, True) if p % 2 == 0 else (True, False)
-        for stacks in order:
-            off.value = not stacks
-            t_sum = p_sum = 0
-            began = time.clock_gettime(time.CLOCK_MONOTONIC)
-            for i in range(block):
-                t = time.thread_time_ns()
-                c = time.process_time_ns()
-                one()
-                if i > 0:
-                    t_sum += time.thread_time_ns() - t
-                    p_sum += time.process_time_ns() - c
-            spans.append((began, time.clock_gettime(time.CLOCK_MONOTONIC), int(stacks)))
-            means[stacks].append(t_sum / (block - 1) / 1e3)
-            pmeans[stacks].append(p_sum / (block - 1) / 1e3)
-    off.value = False
-    torch.cuda.synchronize()
     if block_log:
         with open(block_log, "a") as f:
-            f.writelines("%.6f %.6f %d\n" % s for s in spans)
-
-    def diffs(m):
-        return " ".join("%.3f" % (on - of) for of, on in zip(m[False], m[True]))
-    print("interleaved %ss %d block %d thread_off_us %.3f thread_on_us %.3f thread_diffs_us %s "
-          "process_off_us %.3f process_on_us %.3f process_diffs_us %s"
-          % (unit, pairs, block, statistics.median(means[False]), statistics.median(means[True]),
-             diffs(means), statistics.median(pmeans[False]), statistics.median(pmeans[True]),
-             diffs(pmeans)))
-    print("stacks_on_runs %d" % (warmup + pairs * block))
+            f.writelines("%.6f %.6f %d\n" % s for s in r["spans"])
+    print(interleave.line(unit, r))
+    print("stacks_on_runs %d" % (warmup + r["pairs"] * block))
 
 
 def steady(unit, warmup, n, one):
