@@ -162,7 +162,7 @@ enum Flush {
     /// buffers back, which wait for the flush thread (nothing allocated).
     InCallback,
     /// The last live context is being destroyed, inside its callback: forced
-    /// (no flush may follow without a context), skipped like `InCallback`.
+    /// (no flush may follow without a context); otherwise as `InCallback`.
     LastContext,
     /// The exit path: forced.
     Final,
