@@ -9,10 +9,17 @@ Python calls only (CPython 3.11+ runs them in one eval-loop frame).
 
 Prints "launches N cpu_per_launch_us C wall_per_launch_us W": C is the CPU
 time of the whole process (every thread) over the timed loop, per launch.
+With GPUPERF_BENCH_BLOCK=B, in a process with the injection library, the
+launches are made in steps of 100 from the top of the stack, in pairs of
+blocks of B steps with stacks off in one and on in the other (interleave.py),
+and it prints interleave.line's line and "launches_per_step 100" instead.
 usage: python3 stack_depth.py PYFRAMES HOP LAUNCHES"""
 import ctypes
+import os
 import sys
 import time
+
+import interleave
 
 pyframes, hop, launches = (int(a) for a in sys.argv[1:4])
 cu = ctypes.CDLL("libcuda.so.1")
@@ -65,6 +72,14 @@ exec("".join(src))
 top = globals()["f%d" % (pyframes - 1)]
 top(1000)  # warm-up: the first launches, the stack's first capture
 check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+block = int(os.environ.get("GPUPERF_BENCH_BLOCK", "0"))
+if block > 0:
+    step = 100
+    r = interleave.blocks(lambda: top(step), launches // step, block,
+                          lambda: check(cu.cuCtxSynchronize(), "cuCtxSynchronize"))
+    print(interleave.line("step", r))
+    print("launches_per_step %d" % step)
+    sys.exit(0)
 c = time.process_time()
 t = time.perf_counter()
 top(launches)

@@ -32,12 +32,18 @@
 # 3 x IR_LAUNCHES launches, the difference divided by the launches between): a
 # figure that, unlike CPU time, does not move with the load of a shared machine.
 #
+# With INTERLEAVE=1 each case also runs RUNS processes of the stacks variant
+# that switch stacks off and on in alternate blocks of 8 steps of 100 launches
+# (stack_depth.py, interleave.py), and prints what stacks add per launch over
+# `--gpu-only` within one process: the median and quartiles over every pair of
+# blocks, steadier than pairs of processes.
+#
 # usage: bash sim/bench/stack_depth.sh OUTDIR [RUNS [LAUNCHES]]
 #        (INJECT=the injection library, default target/release/libgpuperf_inject.so;
 #        BASELINE_INJECT=a library to compare it with; PYTHON=a CPython 3.10-3.13,
 #        default python3; CASES="30:3 10:3 ..." to choose the cases; IR=1,
 #        IR_LAUNCHES=2000; MEMORY=0 skips the 1 M launch run; PAIRED=0 for
-#        runs one after another)
+#        runs one after another; INTERLEAVE=1)
 set -euo pipefail
 out=${1:?usage: bash sim/bench/stack_depth.sh OUTDIR [RUNS [LAUNCHES]]}
 runs=${2:-5}
@@ -138,6 +144,22 @@ for c in $cases; do
         echo "${line%;}"
     fi
     echo "    runs: $(for v in $variants; do printf '%s [%s] ' "$v" "$(rounds "$work/$v")"; done)"
+    if [ "${INTERLEAVE:-0}" = 1 ]; then
+        : > "$work/inter"
+        for r in $(seq "$runs"); do
+            GPUPERF_BENCH_BLOCK=8 in_variant stacks bash "$repo/sim/run.sh" "$out" -- \
+                "$python" "$script" "$py" "$hop" "$launches" > "$work/inter.out" 2> "$work/stderr" || {
+                echo "stack_depth.sh: an interleaved run failed:" >&2
+                tail -n 20 "$work/stderr" >&2
+                exit 1
+            }
+            per=$(sed -n 's/^launches_per_step //p' "$work/inter.out")
+            sed -n 's/.* thread_diffs_us \(.*\) process_off_us.*/\1/p' "$work/inter.out" | tr ' ' '\n' |
+                awk -v k="$per" '{ printf "%.1f\n", $1 * 1000 / k }' >> "$work/inter"
+        done
+        sort -g "$work/inter" | awk '{ v[NR] = $1 } END { q = NR - 1
+            printf "    in one process (stacks off and on in alternate blocks): stacks over gpuonly %+.0f ns a launch (quartiles %+.0f, %+.0f; %d pairs of blocks)\n", v[int(q / 2) + 1], v[int(q / 4) + 1], v[int(3 * q / 4) + 1], NR }'
+    fi
     if [ "${IR:-0}" = 1 ]; then
         n=${IR_LAUNCHES:-2000}
         line="    instructions per launch (callgrind):"
