@@ -303,8 +303,8 @@ impl Stacks {
     }
 
     /// Graph nodes past gpuperf's limits, in a sentence (`None` for none):
-    /// not remembered for their copies with [`MAX_NODES`] held, and records
-    /// dropped with [`MAX_PENDING_NODES`] waiting for the flush thread.
+    /// not remembered for their copies with a million held, and records
+    /// dropped with a million waiting for the flush thread.
     pub fn nodes_over_limits(&self) -> Option<String> {
         let (kept, written) = (
             self.nodes_not_kept.load(Relaxed),
