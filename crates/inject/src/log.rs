@@ -38,3 +38,15 @@ impl Log {
         }
     }
 }
+
+/// "HEAD: N WHAT" for each of `parts` whose count is not 0, joined by `sep`;
+/// `None` where every count is 0. The counted sentences of the log and the
+/// trace's notes.
+pub(crate) fn counted(head: &str, sep: &str, parts: &[(u64, &str)]) -> Option<String> {
+    let said: Vec<String> = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+    (!said.is_empty()).then(|| format!("{head}: {}", said.join(sep)))
+}

@@ -237,7 +237,7 @@ fn ended(tid: u32, o: Open, end_ns: u64, start_end: bool, unclosed: bool) -> End
 /// The trace's note on ranges that could not be recorded as given; `None`
 /// when there were none.
 pub(crate) fn problems() -> Option<String> {
-    let parts: Vec<String> = [
+    let parts = [
         (
             UNBALANCED_POPS.load(Relaxed),
             "pops without a push on their thread ignored",
@@ -254,12 +254,8 @@ pub(crate) fn problems() -> Option<String> {
             TOO_DEEP.load(Relaxed),
             "pushes deeper than 64 on their thread not recorded",
         ),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
-    (!parts.is_empty()).then(|| format!("NVTX ranges: {}", parts.join(", ")))
+    ];
+    crate::log::counted("NVTX ranges", ", ", &parts)
 }
 
 /// The range name that opens the capture window, read once from the environment.

@@ -372,23 +372,19 @@ impl State {
         // stack table is written after it. Once it is written for the last
         // time the call is only counted.
         let stack = match &self.stacks {
-            Some(st)
-                if class.takes_stack()
-                    && !self.stacks_done.load(Relaxed)
-                    && !crate::gpuperf_bench_stacks_off.load(Relaxed) =>
-            {
-                // The first capture in a new module reads files.
-                let _no_cancel = NoCancel::new();
-                let id = st.capture();
+            Some(st) if class.takes_stack() && !self.stacks_done.load(Relaxed) => {
+                let id = if crate::gpuperf_bench_stacks_off.load(Relaxed) {
+                    self.stats.stacks_paused.fetch_add(1, Relaxed);
+                    0
+                } else {
+                    // The first capture in a new module reads files.
+                    let _no_cancel = NoCancel::new();
+                    st.capture()
+                };
                 if id == 0 {
                     self.stats.stackless.fetch_add(1, Relaxed);
                 }
                 id
-            }
-            Some(_) if class.takes_stack() && crate::gpuperf_bench_stacks_off.load(Relaxed) => {
-                self.stats.stackless.fetch_add(1, Relaxed);
-                self.stats.stacks_paused.fetch_add(1, Relaxed);
-                0
             }
             _ => 0,
         };

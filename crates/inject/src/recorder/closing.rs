@@ -275,12 +275,7 @@ impl State {
                 "graph node records not kept: those nodes have no stack",
             ),
         ];
-        let why: Vec<String> = parts
-            .iter()
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, what)| format!("{n} {what}"))
-            .collect();
-        (!why.is_empty()).then(|| format!("stacks short of memory: {}", why.join("; ")))
+        crate::log::counted("stacks short of memory", "; ", &parts)
     }
 
     /// The calls not recorded for lack of memory, and what could not be

@@ -310,27 +310,18 @@ impl Stacks {
             self.nodes_not_kept.load(Relaxed),
             self.nodes_not_written.load(Relaxed),
         );
-        let parts = [
-            (
-                kept,
-                format!(
-                    "graph nodes not remembered, with {MAX_NODES} held: their copies have no stack"
-                ),
-            ),
-            (
-                written,
-                format!(
-                    "graph node records dropped, with {MAX_PENDING_NODES} waiting to be \
-                     written: those nodes have no stack"
-                ),
-            ),
-        ];
-        let why: Vec<String> = parts
-            .iter()
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, what)| format!("{n} {what}"))
-            .collect();
-        (!why.is_empty()).then(|| format!("graph nodes past gpuperf's limits: {}", why.join("; ")))
+        let kept_text = format!(
+            "graph nodes not remembered, with {MAX_NODES} held: their copies have no stack"
+        );
+        let written_text = format!(
+            "graph node records dropped, with {MAX_PENDING_NODES} waiting to be written: those \
+             nodes have no stack"
+        );
+        crate::log::counted(
+            "graph nodes past gpuperf's limits",
+            "; ",
+            &[(kept, &kept_text), (written, &written_text)],
+        )
     }
 
     /// Whether graph node records have piled up (2^17 waiting for the flush).
