@@ -70,6 +70,11 @@ for r in $(seq 1 "$runs"); do
     on_runs=$(sed -n 's/^stacks_on_runs //p' "$work/stdout")
     taken=$(sed -n 's/.* stacks: \([0-9]*\) taken.*/\1/p' "$work/log" | head -1)
     frames=$(sed -n 's/.* \([0-9.]*\) frames per capture.*/\1/p' "$work/log" | head -1)
+    # Captures taken whole (proven the same as one kept), and of those, taken
+    # on the loop thread's own stack (without the switch to the unwinder's).
+    whole=$(sed -n 's/.* \([0-9]*\) of them the whole capture.*/\1/p' "$work/log" | head -1)
+    own=$(sed -n "s/.* \([0-9]*\) of those on the calling thread's own stack.*/\1/p" "$work/log" | head -1)
+    shares=$(awk -v t="$taken" -v w="${whole:-0}" -v o="${own:-0}" 'BEGIN { printf "%.1f %% taken whole, %.1f %% on the caller'"'"'s stack", 100 * w / t, 100 * o / t }')
     per=$(awk -v t="$taken" -v n="$on_runs" 'BEGIN { printf "%.2f", t / n }')
     echo "$per" >> "$work/per_capture"
     # The pairs' differences, one a line.
@@ -79,8 +84,8 @@ for r in $(seq 1 "$runs"); do
     echo "$off" >> "$work/thread_off"
     sed 's/.* process_off_us \([0-9.]*\).*/\1/' <<< "$line" >> "$work/process_off"
     median_run=$(sed 's/.* thread_diffs_us \(.*\) process_off_us.*/\1/' <<< "$line" | tr ' ' '\n' | median)
-    printf 'run %d: %s pairs of %d-%s blocks, %s captures a %s (%s frames a stack); loop thread: %s us a %s with stacks off, stacks %+.3f us a %s (median of its pairs)\n' \
-        "$r" "$(awk '{ print $3 }' <<< "$line")" "$block" "$unit" "$per" "$unit" "${frames:--}" "$off" "$unit" "$median_run" "$unit"
+    printf 'run %d: %s pairs of %d-%s blocks, %s captures a %s (%s frames a stack; %s); loop thread: %s us a %s with stacks off, stacks %+.3f us a %s (median of its pairs)\n' \
+        "$r" "$(awk '{ print $3 }' <<< "$line")" "$block" "$unit" "$per" "$unit" "${frames:--}" "$shares" "$off" "$unit" "$median_run" "$unit"
 done
 
 # quantiles FILE: "Q1 MEDIAN Q3" of FILE's column.

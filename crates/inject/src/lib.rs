@@ -164,9 +164,12 @@
 //!   an unoptimized build (less optimized). The stack capture itself, and the
 //!   work on the captured frames, run on a stack of the unwinder's own (one per
 //!   unwind cache, 256 KiB, resident as used), so threads with 16 KiB stacks
-//!   and signal handlers on an 8 KiB `sigaltstack` may make CUDA calls. A
-//!   caller with less than `gpuperf_unwind::MIN_STACK_LEFT` bytes left gets no
-//!   stack ("skipped for lack of stack").
+//!   and signal handlers on an 8 KiB `sigaltstack` may make CUDA calls. The
+//!   exception is the capture of a stack proven the same as one kept (most
+//!   launches in a loop), which stays on the caller's stack only where it has
+//!   `gpuperf_unwind::WHOLE_ON_CALLER_STACK` (64 KiB) left, and uses a few KiB
+//!   of it. A caller with less than `gpuperf_unwind::MIN_STACK_LEFT` bytes left
+//!   gets no stack ("skipped for lack of stack").
 //! - **Cancellation.** No cancellation point acts inside a callback: each
 //!   disables cancellation for its body (deferred cancellation then acts at the
 //!   program's next cancellation point, as without gpuperf).

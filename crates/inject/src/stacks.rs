@@ -14,7 +14,8 @@
 //!
 //! # Cost
 //! A launch costs one capture (no allocation, no lock, on the unwinder's
-//! scratch stack: see `gpuperf_unwind::LocalUnwinder::capture_then_reusing`).
+//! scratch stack, or on the caller's where it has room for a capture taken
+//! whole: see `gpuperf_unwind::LocalUnwinder::capture_then_reusing`).
 //! A training step launches the same sequence of stacks step after step, each
 //! rarely the one before: each thread expects one of the last two stacks
 //! that followed its last eight (else the one that followed its last two)
@@ -720,7 +721,8 @@ impl Stacks {
     }
 
     /// Captures and identifies the stack; everything after reading the
-    /// registers runs on the unwinder's scratch stack.
+    /// registers runs on the unwinder's scratch stack, but for a capture
+    /// taken whole where the caller has room (`identify` is then short).
     #[inline(never)]
     fn capture_into(&self, t: &mut ThreadStacks) -> u32 {
         self.tallies
@@ -799,8 +801,11 @@ impl Stacks {
         // range) has frames the stale table places in the old one: so any
         // stale capture refreshes and walks again, and the new file gets a
         // module id of its own (modules are known by address, path and build
-        // id). Once per `dlopen` or `dlclose`.
-        if may_refresh && self.unwinder.needs_refresh() {
+        // id). Once per `dlopen` or `dlclose`. Not for a capture taken whole:
+        // its frames are those of a walk kept with modules still loaded (an
+        // unload drops what was kept), and it may run on the caller's stack,
+        // where reading files does not belong; the flush thread refreshes.
+        if may_refresh && !c.whole && self.unwinder.needs_refresh() {
             scratch.last_serial = 0;
             // Only the modules loaded since are read (the whole table after
             // an unload); the flush thread folds them into the table later.
@@ -1042,8 +1047,10 @@ impl Stacks {
              capture, {} reused part of the last capture (native frames proven unchanged; \
              {:.1} frames of each on average), {} took the whole native walk kept for the \
              stack expected next (proven unchanged, not walked), {} of them the whole \
-             capture kept with it (its Python frames proven the same, not read), {} walks \
-             not kept for lack of memory (walked again when next expected)",
+             capture kept with it (its Python frames proven the same, not read; {} of \
+             those on the calling thread's own stack, without the switch to the \
+             unwinder's), {} walks not kept for lack of memory (walked again when next \
+             expected)",
             n(Count::Captures),
             distinct,
             n(Count::NoStack),
@@ -1089,6 +1096,7 @@ impl Stacks {
             n(Count::ReusedFrames) as f64 / n(Count::Reused).max(1) as f64,
             n(Count::KeptWalk),
             n(Count::KeptWhole),
+            s.whole_on_caller_stack,
             n(Count::NotKeptNoMemory),
         )
     }

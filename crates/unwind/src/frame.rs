@@ -238,6 +238,10 @@ pub struct StatsSnapshot {
     /// (one whose call went directly into another module's code, left by an
     /// earlier call) for the caller.
     pub stale_passed_stacks: u64,
+    /// Captures taken whole ([`Captured::whole`]) on the calling thread's own
+    /// stack, where it had [`crate::WHOLE_ON_CALLER_STACK`] left: the others
+    /// ran on the unwinder's scratch stack.
+    pub whole_on_caller_stack: u64,
 }
 
 impl Stats {
@@ -263,6 +267,7 @@ impl Stats {
             modules_added: l(&self.modules_added),
             recovered_stacks: l(&self.recovered_stacks),
             stale_passed_stacks: l(&self.stale_passed_stacks),
+            whole_on_caller_stack: 0,
         }
     }
 
@@ -280,6 +285,7 @@ pub(crate) struct SlotCounts {
     pub captures: AtomicU64,
     pub python_stacks: AtomicU64,
     pub python_reused: AtomicU64,
+    pub whole_on_caller_stack: AtomicU64,
 }
 
 impl SlotCounts {
@@ -294,5 +300,6 @@ impl SlotCounts {
         s.captures += l(&self.captures);
         s.python_stacks += l(&self.python_stacks);
         s.python_reused += l(&self.python_reused);
+        s.whole_on_caller_stack += l(&self.whole_on_caller_stack);
     }
 }

@@ -73,7 +73,7 @@ mod walk;
 pub use coverage::{Coverage, coverage};
 pub use error::{Error, Result};
 pub use frame::{Captured, CodeId, Frame, MAX_FRAMES, ModuleId, StackEnd, StatsSnapshot};
-pub use local::{LocalUnwinder, MIN_STACK_LEFT, Options};
+pub use local::{LocalUnwinder, MIN_STACK_LEFT, Options, WHOLE_ON_CALLER_STACK};
 pub use module::ModuleInfo;
 pub use remote::{Mapping, RemoteUnwinder, StackCopy, parse_maps};
 pub use rule::UnwindCache;

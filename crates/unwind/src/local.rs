@@ -18,6 +18,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,6 +72,14 @@ impl Default for Options {
 /// being interrupted by more work.
 pub const MIN_STACK_LEFT: u64 = 512;
 
+/// A capture taken whole ([`Captured::whole`]), and the caller's `then` after
+/// it, run on the caller's own stack where it has at least this much left
+/// below its stack pointer (they use a few KiB): they are most captures in a
+/// loop, and the switch to the scratch stack and the general steps cost them
+/// lines of code the program evicts between two launches. Any other capture
+/// runs on the scratch stack.
+pub const WHOLE_ON_CALLER_STACK: u64 = 64 << 10;
+
 /// How long a capture that finds every cache in use waits for one.
 const CACHE_WAIT_NS: u64 = 10_000_000;
 
@@ -102,6 +111,10 @@ pub struct LocalUnwinder {
     stats: Stats,
     /// Tables not built for lack of memory (see [`LocalUnwinder::tables_refused`]).
     tables_refused: AtomicU64,
+    /// How far the main thread's stack may grow (`RLIMIT_STACK` when the
+    /// unwinder was made): its mapping ends only where its deepest frame so
+    /// far reached.
+    main_stack_limit: u64,
     /// How long a capture waits for a cache: [`CACHE_WAIT_NS`], longer in tests
     /// that must not depend on when the machine runs the releasing thread.
     cache_wait_ns: u64,
@@ -231,6 +244,7 @@ impl LocalUnwinder {
             python,
             stats: Stats::default(),
             tables_refused: AtomicU64::new(0),
+            main_stack_limit: main_stack_limit(),
             cache_wait_ns: CACHE_WAIT_NS,
         }
     }
@@ -442,7 +456,9 @@ impl LocalUnwinder {
     /// it from there ([`Captured::reused`]). Pass each thread its own trail,
     /// sized like `out`. A capture taken whole from those the trail keeps
     /// ([`Trail::expect`], [`Captured::whole`]) is passed to `then` from
-    /// there, not written to `out`: read the frames `then` is given.
+    /// there, not written to `out`: read the frames `then` is given. Such a
+    /// capture, and `then` with it, run on the calling thread's own stack
+    /// where it has [`WHOLE_ON_CALLER_STACK`] left: keep `then`'s stack small.
     #[inline(never)]
     pub fn capture_then_reusing<R>(
         &self,
@@ -452,6 +468,10 @@ impl LocalUnwinder {
         then: impl FnOnce(&[Frame], Captured) -> R,
     ) -> Result<R, StackEnd> {
         let regs = crate::current_regs!();
+        let then = match self.whole_then(regs, (skip + 1, out.len()), trail, then) {
+            Ok(r) => return r,
+            Err(then) => then,
+        };
         self.capture_from_then(regs, skip + 1, out, Some(trail), then)
     }
 
@@ -478,6 +498,10 @@ impl LocalUnwinder {
         then: impl FnOnce(&[Frame], Captured) -> R,
     ) -> Result<R, StackEnd> {
         let Some(slot) = self.acquire_cache() else {
+            if let Some(t) = trail {
+                // Not for the next capture: it may be another stack.
+                t.kept.tried = None;
+            }
             Stats::bump(&self.stats.captures);
             Stats::bump(&self.stats.busy);
             Stats::bump(&self.stats.truncated);
@@ -509,6 +533,92 @@ impl LocalUnwinder {
         r
     }
 
+    /// The capture the trail expects, taken whole on the caller's stack
+    /// ([`LocalUnwinder::whole_here`]), then `then` on it; `Err(then)` when
+    /// it was not (what its proof found is left in the trail for
+    /// `capture_in`). Not inlined, so that a capture on the scratch stack
+    /// finds its caller's frames as small as before (they may be on an 8 KiB
+    /// signal stack).
+    #[inline(never)]
+    fn whole_then<R, F: FnOnce(&[Frame], Captured) -> R>(
+        &self,
+        regs: Regs,
+        (skip, cap): (usize, usize),
+        t: &mut Trail,
+        then: F,
+    ) -> Result<Result<R, StackEnd>, F> {
+        if t.kept.expect == [0; 2] {
+            return Err(then);
+        }
+        let Some(slot) = self.acquire_cache() else {
+            return Err(then);
+        };
+        // No unwinding panic leaves here: the caller may be a C callback.
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            match self.whole_here(slot, regs, skip, cap, t) {
+                Here::Whole(c) => {
+                    SlotCounts::bump(&slot.counts.captures);
+                    self.count(c);
+                    let frames = t.kept.whole_frames().unwrap_or_default();
+                    Ok(Ok(then(frames, c)))
+                }
+                Here::Tried(taken) => {
+                    t.kept.tried = Some(taken);
+                    Err(then)
+                }
+                Here::Elsewhere => Err(then),
+            }
+        }))
+        .unwrap_or(Ok(Err(StackEnd::UnwindFailed)));
+        slot.busy.store(false, Ordering::Release);
+        r
+    }
+
+    /// The capture the trail expects, taken whole on the caller's stack:
+    /// where it has `WHOLE_ON_CALLER_STACK` left, the module table is
+    /// current, the kept walk is proven unchanged and so is the Python chain
+    /// made with it. Updates the trail as `capture_in` does for a capture
+    /// taken whole; else [`Here::Tried`] with what the kept walks' proof
+    /// found, for `capture_in` to go on from.
+    #[inline(always)]
+    fn whole_here(
+        &self,
+        slot: &CacheSlot,
+        regs: Regs,
+        skip: usize,
+        cap: usize,
+        t: &mut Trail,
+    ) -> Here {
+        let Some((lo, hi)) = self.stack_of(regs.sp) else {
+            return Here::Elsewhere;
+        };
+        let room = regs.sp.saturating_sub(lo) >= WHOLE_ON_CALLER_STACK
+            || (crate::stack::grows_down(hi)
+                && (hi - regs.sp).saturating_add(WHOLE_ON_CALLER_STACK) <= self.main_stack_limit);
+        if !room || self.needs_refresh() {
+            return Here::Elsewhere;
+        }
+        let reading = self.enter(slot);
+        let snap = reading.snap;
+        if loader_counters() != (snap.head.adds, snap.head.subs) {
+            // Stale: `capture_in` counts it and refreshes.
+            return Here::Elsewhere;
+        }
+        let bounds = Cell::new((lo.max(regs.sp.saturating_sub(128)), hi));
+        let loader = self.loader(&bounds, false);
+        let taken = self.take_expected(t, snap, &loader, regs, skip);
+        let serial = t.serial + 1;
+        match taken.and_then(|_| self.take_whole(t, bounds.get(), cap, serial)) {
+            Some(c) => {
+                t.serial = serial;
+                self.took_whole(slot, t, c);
+                SlotCounts::bump(&slot.counts.whole_on_caller_stack);
+                Here::Whole(c)
+            }
+            None => Here::Tried(taken),
+        }
+    }
+
     fn count(&self, captured: Captured) {
         let end = captured.end;
         if end == StackEnd::NoStackLeft {
@@ -529,12 +639,90 @@ impl LocalUnwinder {
         }
     }
 
+    /// The calling thread's stack mapping holding `sp`, counted when it was
+    /// read from the maps.
+    #[inline(always)]
+    fn stack_of(&self, sp: u64) -> Option<(u64, u64)> {
+        let (bounds, scanned) = self.stacks.bounds(sp);
+        if scanned {
+            Stats::bump(&self.stats.stack_scans);
+        }
+        bounds
+    }
+
+    /// Counts the slot's capture as a reader of the current snapshot, which
+    /// it returns, until the guard is dropped.
+    #[inline(always)]
+    fn enter<'a>(&'a self, slot: &'a CacheSlot) -> Reading<'a> {
+        let parity = self.epoch.load(Ordering::SeqCst) & 1;
+        slot.readers[parity].fetch_add(1, Ordering::SeqCst);
+        // SAFETY: registered as a reader before loading; refresh frees a
+        // snapshot only after the readers of both parities drained.
+        let snap = unsafe { &*self.current.load(Ordering::SeqCst) };
+        Reading { slot, parity, snap }
+    }
+
+    #[inline(always)]
+    fn loader<'a>(&'a self, bounds: &'a Cell<(u64, u64)>, suspect: bool) -> LocalLoader<'a> {
+        LocalLoader {
+            start_context: self.start_context,
+            find_object: self.find_object,
+            suspect,
+            stacks: &self.stacks,
+            bounds,
+        }
+    }
+
+    /// The walk the trail expects, proven unchanged from `regs`: its crossings
+    /// of code without unwind info ([`Kept::take`]). The expectation is used
+    /// up either way.
+    #[inline(always)]
+    fn take_expected(
+        &self,
+        t: &mut Trail,
+        snap: &Snapshot,
+        loader: &LocalLoader<'_>,
+        regs: Regs,
+        skip: usize,
+    ) -> Option<u32> {
+        let tables = snap.tables();
+        let start = Start {
+            key: memo_key(FrameAddress::from_instruction_pointer(regs.ip)),
+            sp: regs.sp,
+            bp: regs.bp,
+            skip,
+        };
+        let mut after = |ra| after_call(tables, loader, ra).is_some();
+        let r = t.kept.take(
+            snap.head.ids,
+            start,
+            loader.bounds.get(),
+            &mut stack_reader(loader.bounds),
+            &mut after,
+        );
+        t.kept.expect = [0; 2];
+        r
+    }
+
+    /// The trail after a capture taken whole (`c`).
+    #[inline(always)]
+    fn took_whole(&self, slot: &CacheSlot, t: &mut Trail, c: Captured) {
+        t.kept.taken = true;
+        // The trail keeps the last walk, which was not this capture's.
+        t.merged.native_same_from = None;
+        t.chain_read = self.python.as_ref().map(|_| false);
+        t.last = c;
+        if c.python_frames > 0 {
+            SlotCounts::bump(&slot.counts.python_stacks);
+            SlotCounts::bump(&slot.counts.python_reused);
+        }
+    }
+
     /// The capture proper, on the slot's scratch stack (or the caller's).
-    /// Most captures in a loop are the one expected, taken whole
-    /// ([`LocalUnwinder::take_whole`]): the code they run is kept to this
-    /// function and the few it calls, so that it spans few cache lines (the
-    /// program's code evicts them between captures); a walk and the Python
-    /// splice run in [`LocalUnwinder::capture_walked`].
+    /// Where [`LocalUnwinder::whole_here`] tried the walk expected first
+    /// (the capture was not taken whole), it goes on from what that found
+    /// (`Kept::tried`). A walk and the Python splice run in
+    /// [`LocalUnwinder::capture_walked`].
     fn capture_in(
         &self,
         slot: &CacheSlot,
@@ -543,6 +731,8 @@ impl LocalUnwinder {
         out: &mut [Frame],
         mut trail: Option<&mut Trail>,
     ) -> Captured {
+        // Taken first: it is this capture's only.
+        let tried = trail.as_deref_mut().and_then(|t| t.kept.tried.take());
         let mut captured = Captured {
             end: StackEnd::NoStackLeft,
             ..Captured::default()
@@ -551,10 +741,7 @@ impl LocalUnwinder {
             t.serial += 1;
             captured.serial = t.serial;
         }
-        let (bounds, scanned) = self.stacks.bounds(regs.sp);
-        if scanned {
-            Stats::bump(&self.stats.stack_scans);
-        }
+        let bounds = self.stack_of(regs.sp);
         let (lo, hi) = bounds.unwrap_or((regs.sp, regs.sp));
         if bounds.is_some()
             && regs.sp.saturating_sub(lo) < MIN_STACK_LEFT
@@ -566,25 +753,15 @@ impl LocalUnwinder {
             // so far and grows on.
             return captured;
         }
-        let parity = self.epoch.load(Ordering::SeqCst) & 1;
-        slot.readers[parity].fetch_add(1, Ordering::SeqCst);
-        // SAFETY: registered as a reader before loading; refresh frees a snapshot
-        // only after the readers of both parities drained.
-        let snap = unsafe { &*self.current.load(Ordering::SeqCst) };
+        let reading = self.enter(slot);
+        let snap = reading.snap;
         let (adds, subs) = loader_counters();
         if (adds, subs) != (snap.head.adds, snap.head.subs) {
             self.stale.store(true, Ordering::Relaxed);
             Stats::bump(&self.stats.stale_table);
         }
-        let lo = lo.max(regs.sp.saturating_sub(128));
-        let bounds = Cell::new((lo, hi));
-        let loader = LocalLoader {
-            start_context: self.start_context,
-            find_object: self.find_object,
-            suspect: subs != snap.head.subs,
-            stacks: &self.stacks,
-            bounds: &bounds,
-        };
+        let bounds = Cell::new((lo.max(regs.sp.saturating_sub(128)), hi));
+        let loader = self.loader(&bounds, subs != snap.head.subs);
         if loader.suspect
             && let Some(t) = trail.as_deref_mut()
         {
@@ -593,44 +770,21 @@ impl LocalUnwinder {
             t.clear();
             trail = None;
         }
-        let tables = snap.tables();
         // The walk the caller expects, proven unchanged: its frames, unwalked.
-        let taken = match trail.as_deref_mut() {
-            Some(t) if t.kept.expect != [0; 2] => {
-                let start = Start {
-                    key: memo_key(FrameAddress::from_instruction_pointer(regs.ip)),
-                    sp: regs.sp,
-                    bp: regs.bp,
-                    skip,
-                };
-                let mut after = |ra| after_call(tables, &loader, ra).is_some();
-                let r = t.kept.take(
-                    snap.head.ids,
-                    start,
-                    (lo, hi),
-                    &mut stack_reader(&bounds),
-                    &mut after,
-                );
-                t.kept.expect = [0; 2];
-                r
+        let taken = match (trail.as_deref_mut(), tried) {
+            (Some(_), Some(taken)) => taken,
+            (Some(t), None) if t.kept.expect != [0; 2] => {
+                let taken = self.take_expected(t, snap, &loader, regs, skip);
+                let whole =
+                    taken.and_then(|_| self.take_whole(t, bounds.get(), out.len(), t.serial));
+                if let Some(c) = whole {
+                    self.took_whole(slot, t, c);
+                    return c;
+                }
+                taken
             }
             _ => None,
         };
-        if let (Some(_), Some(t)) = (taken, trail.as_deref_mut())
-            && let Some(c) = self.take_whole(t, (lo, hi), out.len(), captured.serial)
-        {
-            t.kept.taken = true;
-            // The trail keeps the last walk, which was not this capture's.
-            t.merged.native_same_from = None;
-            t.chain_read = self.python.as_ref().map(|_| false);
-            t.last = c;
-            if c.python_frames > 0 {
-                SlotCounts::bump(&slot.counts.python_stacks);
-                SlotCounts::bump(&slot.counts.python_reused);
-            }
-            slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
-            return c;
-        }
         let walking = Walking {
             slot,
             snap,
@@ -639,7 +793,7 @@ impl LocalUnwinder {
             skip,
         };
         self.capture_walked(walking, taken, out, trail, &mut captured);
-        slot.readers[parity].fetch_sub(1, Ordering::SeqCst);
+        drop(reading);
         captured
     }
 
@@ -806,6 +960,32 @@ impl Drop for LocalUnwinder {
 }
 
 /// What a capture not taken whole walks with ([`LocalUnwinder::capture_walked`]).
+/// A capture counted as a reader of `snap` (see [`LocalUnwinder::enter`]):
+/// counted out when dropped, also by a panic's unwinding, for a refresh waits
+/// until every reader is.
+struct Reading<'a> {
+    slot: &'a CacheSlot,
+    parity: usize,
+    snap: &'a Snapshot,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.slot.readers[self.parity].fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Where [`LocalUnwinder::whole_here`] left a capture.
+enum Here {
+    /// Taken whole, on the caller's stack.
+    Whole(Captured),
+    /// Not whole: what the proof of the walk expected found (its crossings,
+    /// or `None`: changed).
+    Tried(Option<u32>),
+    /// Not tried there: the general path does all.
+    Elsewhere,
+}
+
 struct Walking<'a> {
     slot: &'a CacheSlot,
     snap: &'a Snapshot,
@@ -985,6 +1165,23 @@ fn read_code<const N: usize>(entry: &Entry, at: u64) -> Option<[u8; N]> {
     // SAFETY: `at..end` lies inside the executable, readable segments of a
     // module that is still loaded (checked by the caller).
     Some(unsafe { (at as *const [u8; N]).read_unaligned() })
+}
+
+/// `RLIMIT_STACK`'s soft limit (`u64::MAX` when unlimited), 8 MiB when it
+/// cannot be read.
+fn main_stack_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) } != 0 {
+        return 8 << 20;
+    }
+    match r.rlim_cur {
+        libc::RLIM_INFINITY => u64::MAX,
+        n => n,
+    }
 }
 
 extern "C" fn never_run() {}
@@ -1355,7 +1552,154 @@ mod tests {
     #[test]
     fn kept_walk__taken_for_the_stack_it_was_walked_in_and_no_other() {
         let u = native_only();
-        let mut p = TrailProbe::new(&u);
+        let wholes = kept_walks(&u);
+        // The test's thread has room: each was taken on its own stack.
+        assert!(wholes > 0);
+        assert_eq!(u.stats().whole_on_caller_stack, wholes);
+    }
+
+    #[test]
+    fn kept_walk__on_a_thread_short_of_stack__taken_on_the_scratch_stack_alike() {
+        let u = native_only();
+        // Less room than a capture taken whole asks of its caller's stack.
+        let size = WHOLE_ON_CALLER_STACK as usize - 4096;
+        let wholes = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .stack_size(size)
+                .spawn_scoped(s, || kept_walks(&u))
+                .expect("a thread")
+                .join()
+                .expect("no panic")
+        });
+        assert!(wholes > 0);
+        assert_eq!(u.stats().whole_on_caller_stack, 0);
+    }
+
+    /// What [`take_painted`] measures: a capture with the trail expecting
+    /// `expect`, kept under 1, and the bytes of stack it used below the
+    /// caller's stack pointer.
+    struct Painted<'a> {
+        u: &'a LocalUnwinder,
+        trail: Trail,
+        out: Vec<Frame>,
+        expect: [u32; 2],
+        captured: Option<Captured>,
+        /// `Err` of the capture.
+        end: Option<StackEnd>,
+        panic_in_then: bool,
+        kept: bool,
+        used: u64,
+    }
+
+    /// Bytes below the stack pointer that [`take_painted`] paints: more than
+    /// a capture may use there.
+    const PAINTED: u64 = WHOLE_ON_CALLER_STACK;
+    const PAINT: u64 = 0x5a5a_5a5a_a5a5_a5a5;
+
+    /// Paints the stack below its stack pointer, captures (`Painted`), and
+    /// finds the deepest word the capture wrote there. Small and without
+    /// locals of its own on the stack, so that nothing of its frame lies in
+    /// what it paints.
+    extern "C" fn take_painted(arg: *mut c_void) {
+        // SAFETY: `arg` is the `Painted` the test passed, alive for the call.
+        let p = unsafe { &mut *arg.cast::<Painted>() };
+        let sp = crate::current_regs!().sp;
+        // Past the red zone, where this function's calls write anyway.
+        let words = (sp - PAINTED..sp - 128).step_by(8);
+        for a in words.clone() {
+            // SAFETY: the test thread's own stack below its stack pointer:
+            // mapped (PAINTED is far less than the thread's stack) and no
+            // live frame's.
+            unsafe { (a as *mut u64).write_volatile(PAINT) };
+        }
+        p.trail.expect(p.expect);
+        let panics = p.panic_in_then;
+        let r =
+            p.u.capture_then_reusing(0, &mut p.out, &mut p.trail, |_, c| {
+                assert!(!panics, "a panic in `then`");
+                c
+            });
+        p.end = r.err();
+        p.captured = r.ok();
+        // SAFETY: as above.
+        let deepest = words
+            .clone()
+            .find(|&a| unsafe { (a as *const u64).read_volatile() } != PAINT);
+        p.used = deepest.map_or(0, |a| sp - a);
+        p.kept = p.trail.keep_last(1, 0);
+    }
+
+    fn painted(u: &LocalUnwinder) -> Painted<'_> {
+        Painted {
+            u,
+            trail: Trail::new(MAX_FRAMES),
+            out: vec![Frame::default(); MAX_FRAMES],
+            expect: [0; 2],
+            captured: None,
+            end: None,
+            panic_in_then: false,
+            kept: false,
+            used: 0,
+        }
+    }
+
+    #[test]
+    fn whole_on_the_callers_stack__a_panic_in_then_is_caught_and_the_slot_freed() {
+        let u = native_only();
+        let mut p = painted(&u);
+        for (expect, panics) in [([0, 0], false), ([1, 0], true), ([1, 0], false)] {
+            (p.expect, p.panic_in_then) = (expect, panics);
+            // SAFETY: the assembly above calls `take_painted(&mut p)` and
+            // returns.
+            unsafe { gpuperf_test_trail_a(take_painted, (&raw mut p).cast()) };
+            match panics {
+                true => assert_eq!(p.end, Some(StackEnd::UnwindFailed)),
+                false => assert!(p.captured.is_some(), "{:?}", p.end),
+            }
+        }
+        // Taken whole after the panic too: the slot and the snapshot were let go.
+        assert!(p.captured.is_some_and(|c| c.whole));
+        assert_eq!(u.stats().whole_on_caller_stack, 2);
+        for s in u.caches.iter() {
+            assert!(!s.busy.load(Ordering::SeqCst));
+            assert_eq!(
+                s.readers.each_ref().map(|r| r.load(Ordering::SeqCst)),
+                [0, 0]
+            );
+        }
+    }
+
+    #[test]
+    fn whole_on_the_callers_stack__uses_a_quarter_of_what_it_asks_at_most() {
+        let u = native_only();
+        let mut p = painted(&u);
+        let mut used = Vec::new();
+        for expect in [[0, 0], [1, 0], [1, 0]] {
+            p.expect = expect;
+            // One call site for the three: the same stack.
+            // SAFETY: the assembly above calls `take_painted(&mut p)` and
+            // returns.
+            unsafe { gpuperf_test_trail_a(take_painted, (&raw mut p).cast()) };
+            let c = p.captured.expect("captured");
+            assert_eq!(c.whole, expect != [0; 2], "expecting {expect:?}");
+            // The walk is kept; a capture taken from it is not kept again.
+            assert_eq!(p.kept, expect == [0; 2], "expecting {expect:?}");
+            used.push(p.used);
+        }
+        assert_eq!(u.stats().whole_on_caller_stack, 2);
+        // The first ran on the scratch stack; the two taken whole on this
+        // one, as `then` would (here it only returns the capture).
+        eprintln!("bytes of the caller's stack used: {used:?}");
+        assert!(used[0] > 0 && used[1] > 0, "{used:?}");
+        assert!(used[1] <= WHOLE_ON_CALLER_STACK / 4, "{used:?}");
+        assert_eq!(used[1], used[2]);
+    }
+
+    /// Captures through `a` and `b` expecting kept walks, each checked
+    /// against a fresh walk: how many were taken whole.
+    fn kept_walks(u: &LocalUnwinder) -> u64 {
+        let mut wholes = 0;
+        let mut p = TrailProbe::new(u);
         let (a, b) = a_and_b();
         // Through `a` or `b`, expecting the walks kept under two tags (the
         // first first), keeping this capture's under a tag, and the tag of
@@ -1384,11 +1728,12 @@ mod tests {
             );
             // A whole capture gives back the note kept with it.
             let note = if c.whole { 100 + taken } else { 0 };
+            wholes += u64::from(c.whole);
             assert_eq!(c.note, note, "through {which}, expecting {expect:?}");
             if keep != 0 {
                 assert!(p.trail.keep_last(keep, 100 + keep), "through {which}: kept");
             }
-            let at = addresses(&u, &frames);
+            let at = addresses(u, &frames);
             assert_eq!(
                 (
                     at.iter().any(|x| a.contains(x)),
@@ -1402,6 +1747,7 @@ mod tests {
                 assert!(!p.trail.keep_last(9, 0), "a taken walk is not kept again");
             }
         }
+        wholes
     }
 
     #[test]
@@ -1423,6 +1769,7 @@ mod tests {
                 line((&raw const c.captures).cast()),
                 line((&raw const c.python_stacks).cast()),
                 line((&raw const c.python_reused).cast()),
+                line((&raw const c.whole_on_caller_stack).cast()),
             ]
         };
         for x in written(a) {

@@ -135,8 +135,11 @@ fn sim_launches_from_an_8k_sigaltstack_after_one_on_the_thread_stack_are_recorde
         number_after(&text, "altstack deepest use").unwrap_or_else(|| panic!("{text}"))
     };
     let added = deepest(&with).saturating_sub(deepest(&without));
+    // 2,584 bytes in this build (opt-level 1) since a capture taken whole
+    // tries the caller's stack first (not there: too little room), 2,520
+    // before; a bound that any larger change of the path crosses.
     assert!(
-        added <= 2560,
+        added <= 2624,
         "the callback took {added} bytes of the signal stack"
     );
 }

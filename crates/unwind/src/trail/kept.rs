@@ -176,6 +176,10 @@ pub(crate) struct Kept {
     pub(crate) expect: [u32; 2],
     /// The last capture took the walk kept under `expect`.
     pub(crate) taken: bool,
+    /// What `take` found for a capture that tried it on its caller's stack
+    /// and goes on on the scratch stack (`LocalUnwinder::whole_then`): read
+    /// there once, instead of taking again.
+    pub(crate) tried: Option<Option<u32>>,
     /// A walk was not kept: its buffers could not be allocated.
     short_of_memory: bool,
 }
