@@ -152,14 +152,15 @@ unsafe fn write_stack(frames: &[Frame], captured: Captured, buf: *mut c_char, le
     }
     let _ = writeln!(
         text,
-        "end {:?} python {} truncated {} status {:?} recovered {} kept {} whole {}",
+        "end {:?} python {} truncated {} status {:?} recovered {} kept {} whole {} on_caller_stack {}",
         captured.end,
         captured.python_frames,
         captured.python_truncated,
         u.python_status(),
         captured.recovered,
         captured.kept,
-        captured.whole
+        captured.whole,
+        u.stats().whole_on_caller_stack
     );
     if text.len() + 1 > len {
         return -1;

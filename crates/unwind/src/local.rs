@@ -80,6 +80,13 @@ pub const MIN_STACK_LEFT: u64 = 512;
 /// runs on the scratch stack.
 pub const WHOLE_ON_CALLER_STACK: u64 = 64 << 10;
 
+/// Held by the tests that load or unload a library, and by those whose
+/// captures must find the loader's counters as their unwinder read them: an
+/// unload drops the walks a trail kept, and a stale table sends a capture
+/// taken whole to the scratch stack.
+#[cfg(test)]
+pub(crate) static LOADER_TESTS: Mutex<()> = Mutex::new(());
+
 /// How long a capture that finds every cache in use waits for one.
 const CACHE_WAIT_NS: u64 = 10_000_000;
 
@@ -1476,6 +1483,7 @@ mod tests {
 
     #[test]
     fn trail__another_function_called_into_the_same_slot_deep_in_the_stack__gets_its_frames() {
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let u = native_only();
         let mut p = TrailProbe::new(&u);
         let (a, b) = a_and_b();
@@ -1505,6 +1513,7 @@ mod tests {
 
     #[test]
     fn trail__the_same_function_from_another_call_site__gets_that_call_site() {
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let u = LocalUnwinder::new(Options {
             python: false,
             ..Options::default()
@@ -1551,6 +1560,7 @@ mod tests {
 
     #[test]
     fn kept_walk__taken_for_the_stack_it_was_walked_in_and_no_other() {
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let u = native_only();
         let wholes = kept_walks(&u);
         // The test's thread has room: each was taken on its own stack.
@@ -1560,6 +1570,7 @@ mod tests {
 
     #[test]
     fn kept_walk__on_a_thread_short_of_stack__taken_on_the_scratch_stack_alike() {
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let u = native_only();
         // Less room than a capture taken whole asks of its caller's stack.
         let size = WHOLE_ON_CALLER_STACK as usize - 4096;
@@ -1645,6 +1656,7 @@ mod tests {
 
     #[test]
     fn whole_on_the_callers_stack__a_panic_in_then_is_caught_and_the_slot_freed() {
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let u = native_only();
         let mut p = painted(&u);
         for (expect, panics) in [([0, 0], false), ([1, 0], true), ([1, 0], false)] {
@@ -1671,6 +1683,7 @@ mod tests {
 
     #[test]
     fn whole_on_the_callers_stack__uses_a_quarter_of_what_it_asks_at_most() {
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let u = native_only();
         let mut p = painted(&u);
         let mut used = Vec::new();

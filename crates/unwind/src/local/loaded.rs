@@ -321,7 +321,7 @@ mod tests {
 
     use super::*;
     use crate::fallible::mock;
-    use crate::local::{LocalUnwinder, Options};
+    use crate::local::{LOADER_TESTS, LocalUnwinder, Options};
 
     /// A shared library of this test's own: no other test loads it.
     fn library(dir: &Path) -> PathBuf {
@@ -340,6 +340,8 @@ mod tests {
     /// `refresh` folds nothing in until it is granted memory.
     #[test]
     fn add_loaded__refused_at_each_allocation_in_turn__changes_nothing_and_is_counted() {
+        // It loads and unloads a library: see `LOADER_TESTS`.
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let lib = library(dir.path());
         let u = LocalUnwinder::new(Options {

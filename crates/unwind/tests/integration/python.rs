@@ -386,6 +386,9 @@ fn python_kept_capture__taken_whole_only_where_the_python_chain_is_the_same() {
         let cases = [(2, 0), (4, 0), (2, 2), (4, 2), (4, 4), (2, 4)];
         // 3.10 calls each Python function through a C frame of its own.
         let same_native = !name.contains("3.10");
+        // Captures taken whole on the caller's stack so far (the probe's
+        // unwinder's count): the script's main thread has room.
+        let mut on_caller_stack = 0;
         for (s, &(depth, expected)) in st.iter().zip(&cases) {
             let what = format!("{name} {}", s.section);
             assert_eq!(s.end_kind(), "Root", "{what}: {}", s.end);
@@ -413,6 +416,13 @@ fn python_kept_capture__taken_whole_only_where_the_python_chain_is_the_same() {
             assert_eq!(field("kept"), kept.to_string(), "{what}: {}", s.end);
             let whole = expected == depth && same_native;
             assert_eq!(field("whole"), whole.to_string(), "{what}: {}", s.end);
+            on_caller_stack += u32::from(whole);
+            assert_eq!(
+                field("on_caller_stack"),
+                on_caller_stack.to_string(),
+                "{what}: {}",
+                s.end
+            );
         }
     }
 }
