@@ -557,7 +557,8 @@ impl LocalUnwinder {
         if t.kept.expect == [0; 2] {
             return Err(then);
         }
-        let Some(slot) = self.acquire_cache() else {
+        // Not waiting for one: the general path waits, and counts it.
+        let Some(slot) = self.try_acquire_cache() else {
             return Err(then);
         };
         // No unwinding panic leaves here: the caller may be a C callback.
@@ -608,7 +609,7 @@ impl LocalUnwinder {
         let reading = self.enter(slot);
         let snap = reading.snap;
         if loader_counters() != (snap.head.adds, snap.head.subs) {
-            // Stale: `capture_in` counts it and refreshes.
+            // Stale: `capture_in` counts it.
             return Here::Elsewhere;
         }
         let bounds = Cell::new((lo.max(regs.sp.saturating_sub(128)), hi));
@@ -909,18 +910,22 @@ impl LocalUnwinder {
         }
     }
 
-    fn acquire_cache(&self) -> Option<&CacheSlot> {
+    /// A free cache slot, now: `None` when every one is in use.
+    #[inline(always)]
+    fn try_acquire_cache(&self) -> Option<&CacheSlot> {
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() } as usize;
         let n = self.caches.len();
         let start = (me >> 12) % n;
-        let take = || {
-            (0..n).map(|i| &self.caches[(start + i) % n]).find(|s| {
-                s.busy
-                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            })
-        };
+        (0..n).map(|i| &self.caches[(start + i) % n]).find(|s| {
+            s.busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    fn acquire_cache(&self) -> Option<&CacheSlot> {
+        let take = || self.try_acquire_cache();
         if let Some(s) = take() {
             return Some(s);
         }
@@ -1869,6 +1874,25 @@ mod tests {
         assert_ne!(c.end, StackEnd::Busy, "{c:?}");
         let st = u.stats();
         assert_eq!((st.busy, st.cache_waits), (0, 1), "{st:?}");
+    }
+
+    #[test]
+    fn every_cache_in_use_throughout__a_capture_expecting_a_kept_one_waits_once() {
+        let mut u = LocalUnwinder::new(Options {
+            caches: 1,
+            python: false,
+        });
+        u.cache_wait_ns = 1_000_000;
+        let _held = u.acquire_cache().expect("a free cache");
+        let mut frames = [Frame::default(); MAX_FRAMES];
+        let mut trail = Trail::new(MAX_FRAMES);
+        trail.expect([1, 0]);
+        let r = u.capture_then_reusing(0, &mut frames, &mut trail, |_, c| c);
+        assert_eq!(r, Err(StackEnd::Busy));
+        // The attempt on the caller's stack does not wait: the general path
+        // waits, once, and gives up.
+        let st = u.stats();
+        assert_eq!((st.busy, st.cache_waits), (1, 1), "{st:?}");
     }
 
     #[test]
