@@ -23,9 +23,10 @@
 #
 # Cases are PYFRAMES:HOP (see stack_depth.py). The default: the shape of a small
 # Hugging Face model's training loop (30 Python frames over about 44 native ones
-# on CPython 3.11, every second Python call made through C), then about 30, 60,
-# 90 and 150 frames with a C hop every third Python frame. The depths are
-# measured (frames kept per capture, from the library's log) and printed.
+# on CPython 3.11, every second Python call made through C), then 31, 60, 91
+# and 151 frames on CPython 3.12 (10, 32, 55 and 100 Python frames) with a C hop
+# every third Python frame. The depths are measured (frames kept per capture,
+# from the library's log) and printed.
 #
 # With IR=1 it also counts, for each case and variant, the instructions each
 # launch executes in the process (valgrind's callgrind, runs of IR_LAUNCHES and
@@ -55,7 +56,7 @@ python=${PYTHON:-python3}
 # One hash seed for every run: string hashing, and with it the interpreter's
 # work per step, otherwise differs from run to run.
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
-cases=${CASES:-30:2 8:3 26:3 44:3 80:3}
+cases=${CASES:-30:2 10:3 32:3 55:3 100:3}
 script=$repo/sim/bench/stack_depth.py
 [ -f "$inject" ] || { echo "stack_depth.sh: $inject missing (cargo build --release -p gpuperf-inject, or set INJECT)" >&2; exit 2; }
 [ -z "$baseline" ] || [ -f "$baseline" ] || { echo "stack_depth.sh: BASELINE_INJECT=$baseline is not a file" >&2; exit 2; }
