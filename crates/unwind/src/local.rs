@@ -612,11 +612,12 @@ impl LocalUnwinder {
             // Stale: `capture_in` counts it.
             return Here::Elsewhere;
         }
-        let bounds = Cell::new((lo.max(regs.sp.saturating_sub(128)), hi));
+        let stack = (lo.max(regs.sp.saturating_sub(128)), hi);
+        let bounds = Cell::new(stack);
         let loader = self.loader(&bounds, false);
         let taken = self.take_expected(t, snap, &loader, regs, skip);
         let serial = t.serial + 1;
-        match taken.and_then(|_| self.take_whole(t, bounds.get(), cap, serial)) {
+        match taken.and_then(|_| self.take_whole(t, stack, cap, serial)) {
             Some(c) => {
                 t.serial = serial;
                 self.took_whole(slot, t, c);
@@ -768,7 +769,8 @@ impl LocalUnwinder {
             self.stale.store(true, Ordering::Relaxed);
             Stats::bump(&self.stats.stale_table);
         }
-        let bounds = Cell::new((lo.max(regs.sp.saturating_sub(128)), hi));
+        let stack = (lo.max(regs.sp.saturating_sub(128)), hi);
+        let bounds = Cell::new(stack);
         let loader = self.loader(&bounds, subs != snap.head.subs);
         if loader.suspect
             && let Some(t) = trail.as_deref_mut()
@@ -783,8 +785,7 @@ impl LocalUnwinder {
             (Some(_), Some(taken)) => taken,
             (Some(t), None) if t.kept.expect != [0; 2] => {
                 let taken = self.take_expected(t, snap, &loader, regs, skip);
-                let whole =
-                    taken.and_then(|_| self.take_whole(t, bounds.get(), out.len(), t.serial));
+                let whole = taken.and_then(|_| self.take_whole(t, stack, out.len(), t.serial));
                 if let Some(c) = whole {
                     self.took_whole(slot, t, c);
                     return c;
@@ -971,7 +972,6 @@ impl Drop for LocalUnwinder {
     }
 }
 
-/// What a capture not taken whole walks with ([`LocalUnwinder::capture_walked`]).
 /// A capture counted as a reader of `snap` (see [`LocalUnwinder::enter`]):
 /// counted out when dropped, also by a panic's unwinding, for a refresh waits
 /// until every reader is.
@@ -998,6 +998,7 @@ enum Here {
     Elsewhere,
 }
 
+/// What a capture not taken whole walks with ([`LocalUnwinder::capture_walked`]).
 struct Walking<'a> {
     slot: &'a CacheSlot,
     snap: &'a Snapshot,
@@ -1847,15 +1848,22 @@ mod tests {
         assert!(c.len >= 2, "{c:?}");
     }
 
-    #[test]
-    fn every_cache_in_use__a_capture_waits_for_one_and_counts_it() {
+    /// An unwinder of one cache, whose captures wait `wait_ns` for it, and
+    /// no Python frames.
+    fn one_cache(wait_ns: u64) -> LocalUnwinder {
         let mut u = LocalUnwinder::new(Options {
             caches: 1,
             python: false,
         });
+        u.cache_wait_ns = wait_ns;
+        u
+    }
+
+    #[test]
+    fn every_cache_in_use__a_capture_waits_for_one_and_counts_it() {
         // The release below comes whenever the machine runs this thread again:
         // on a loaded machine that can be later than the 10 ms a capture waits.
-        u.cache_wait_ns = 120_000_000_000;
+        let u = one_cache(120_000_000_000);
         // Another capture holds the only cache, and gives it back a little later.
         let held = u.acquire_cache().expect("a free cache");
         let c = std::thread::scope(|s| {
@@ -1878,11 +1886,7 @@ mod tests {
 
     #[test]
     fn every_cache_in_use_throughout__a_capture_expecting_a_kept_one_waits_once() {
-        let mut u = LocalUnwinder::new(Options {
-            caches: 1,
-            python: false,
-        });
-        u.cache_wait_ns = 1_000_000;
+        let u = one_cache(1_000_000);
         let _held = u.acquire_cache().expect("a free cache");
         let mut frames = [Frame::default(); MAX_FRAMES];
         let mut trail = Trail::new(MAX_FRAMES);
