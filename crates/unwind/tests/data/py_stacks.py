@@ -1,7 +1,7 @@
 """Takes stacks through ctypes from nested functions, with the test probe.
 
 usage: python3 py_stacks.py PROBE.so CASE
-CASE: main | thread | native_thread | idle_thread | deep | corrupt | stale | seccomp
+CASE: main | main_gil_held | thread | native_thread | idle_thread | deep | corrupt | stale | seccomp
       | generator | probes | subinterpreter | reuse_lines | reuse_slot | reuse_generator
       | kept | kept_code
 Each stack is printed as the probe's lines under a `== name` header. The call
@@ -22,7 +22,13 @@ probe.gpuperf_probe_init()
 BUF = ctypes.create_string_buffer(1 << 20)
 
 
-def show(name, fn=probe.gpuperf_probe_capture):
+# The probe as the cases call it: through CDLL, which releases the GIL during
+# the call, as PyTorch does around much of its native code.
+capture = probe.gpuperf_probe_capture
+
+
+def show(name, fn=None):
+    fn = fn or capture
     print("== " + name, flush=True)
     n = fn(BUF, len(BUF))  # call:show
     if n < 0:
@@ -252,6 +258,11 @@ if case == "kept_code":
     kept_code()
 elif case == "main":
     outer("main")  # call:module
+elif case == "main_gil_held":
+    # Through PyDLL, which keeps the GIL during the call: the thread state is
+    # then also the one attached to the thread (3.12+: `_Py_tss_tstate`).
+    capture = ctypes.PyDLL(sys.argv[1]).gpuperf_probe_capture
+    outer("main gil held")  # call:module_gil_held
 elif case == "thread":
     t = threading.Thread(target=outer, args=("thread",))
     t.start()

@@ -62,6 +62,20 @@ fn python_nested_calls_on_the_main_thread__named_outermost_first_with_lines() {
 }
 
 #[test]
+fn python_nested_calls_holding_the_gil__named_outermost_first_with_lines() {
+    for (name, py) in pythons() {
+        let st = stacks(&py, "main_gil_held");
+        assert_eq!(st.len(), 1, "{name}");
+        let module = format!(
+            "py_stacks.<module> (py_stacks.py:{})",
+            line("module_gil_held")
+        );
+        check_nested(&name, &st[0], &[module, "_start".into()]);
+        assert_eq!(st[0].names().last().unwrap(), "_start", "{name}");
+    }
+}
+
+#[test]
 fn python_nested_calls_on_a_threading_thread__named_with_lines() {
     for (name, py) in pythons() {
         let st = stacks(&py, "thread");
