@@ -57,6 +57,12 @@
  *   GPUSIM_CUPTI_DROPPED=N           the first cuptiActivityGetNumDroppedRecords
  *                                    counts N more records dropped, as when
  *                                    the client's buffers were full
+ *   GPUSIM_CUPTI_FLUSH_HANG_S=N      each unforced cuptiActivityFlushAll
+ *                                    stays inside CUPTI for N seconds,
+ *                                    holding its lock, as in a driver that
+ *                                    stopped answering (forced ones go on);
+ *                                    gpusim_cupti_flush_hanging() says one
+ *                                    has begun
  *   GPUSIM_CUPTI_LATE_BUFFER=1       at process exit, after every atexit
  *                                    handler (the client's final flush), the
  *                                    worker hands back one more buffer, as a

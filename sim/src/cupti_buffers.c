@@ -271,6 +271,28 @@ static void forced_flush_hook(void) {
         hook();
 }
 
+/* Simulated hazard (GPUSIM_CUPTI_FLUSH_HANG_S=N): each unforced flush a
+ * client makes (not CUPTI's worker) stays inside CUPTI for N seconds, holding
+ * CUPTI's lock, before it hands anything back, as a flush does in a driver
+ * that stopped answering. gpusim_cupti_flush_hanging() tells a test program
+ * that one has begun. */
+static atomic_int g_flush_hanging;
+
+GPUSIM_EXPORT int gpusim_cupti_flush_hanging(void) { return atomic_load(&g_flush_hanging); }
+
+static void flush_hang(void) {
+    long s = sim_fault_number("GPUSIM_CUPTI_FLUSH_HANG_S", 0);
+    if (s <= 0)
+        return;
+    pthread_mutex_lock(&g_cupti_mu);
+    atomic_store(&g_flush_hanging, 1);
+    struct timespec t = {.tv_sec = s};
+    while (nanosleep(&t, &t) != 0)
+        ;
+    atomic_store(&g_flush_hanging, 0);
+    pthread_mutex_unlock(&g_cupti_mu);
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
     if (!g_complete)
         return fail(CUPTI_ERROR_INVALID_OPERATION);
@@ -292,6 +314,8 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
         if (refused != CUPTI_SUCCESS)
             return fail(refused);
         forced_flush_hook();
+    } else {
+        flush_hang();
     }
     sim_event((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) ? "F1" : "F0");
     flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);

@@ -6,8 +6,9 @@ use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
-use std::sync::TryLockError;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{MutexGuard, TryLockError};
+use std::time::Duration;
 
 use gpuperf_merge::model::{
     Activity, ActivityKind, ApiCall, ApiDomain, Device, DropSource, Dropped, MemcpyKind, NvtxKind,
@@ -25,8 +26,8 @@ use crate::sys;
 use super::deferred::{self, Deferred, Waiting};
 use super::sink::Sink;
 use super::{
-    CLOCK_SLACK_NS, DRIVER, FLUSH_FORCED, Flush, OVERHEAD3_VERSION, RUNTIME, STATE, State, c_text,
-    domain_index, lock,
+    CLOCK_SLACK_NS, DRIVER, FLUSH_FORCED, Flush, OVERHEAD3_VERSION, RUNTIME, STATE,
+    STUCK_IN_CUPTI_NS, State, c_text, domain_index, lock,
 };
 use crate::clock::monotonic_ns;
 
@@ -562,7 +563,25 @@ impl State {
                     return;
                 }
             },
-            Flush::Periodic | Flush::Final => lock(&self.flush_lock),
+            Flush::Periodic => lock(&self.flush_lock),
+            Flush::Final => match self.flush_lock_at_exit() {
+                Some(g) => {
+                    // A flush given up before (another client taking over)
+                    // came back.
+                    self.flush_abandoned.store(false, Relaxed);
+                    g
+                }
+                None => {
+                    // The flush in progress is stuck inside CUPTI, which this
+                    // one would enter too: what gpuperf holds is written, and
+                    // no CUPTI call of ours follows.
+                    self.flush_abandoned.store(true, Relaxed);
+                    self.decode_waiting();
+                    self.drain_shards();
+                    lock(&self.sink).flush();
+                    return;
+                }
+            },
         };
         let flag = match how {
             Flush::Final | Flush::LastContext => FLUSH_FORCED,
@@ -590,7 +609,7 @@ impl State {
                     self.stats.callback_flush_status.store(status, Relaxed);
                 }
             }
-        } else if let Err(e) = self.cupti.flush_all(flag) {
+        } else if let Err(e) = self.in_cupti(|| self.cupti.flush_all(flag)) {
             self.log.line(&e.to_string());
         }
         if in_callback.is_some() {
@@ -607,13 +626,49 @@ impl State {
         lock(&self.sink).flush();
     }
 
+    /// Runs `f`, a flush's CUPTI call outside the callbacks, marked as inside
+    /// CUPTI for the exit path's wait ([`Self::flush_lock_at_exit`]).
+    fn in_cupti<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Clears the mark, also when `f` panics.
+        struct Out<'a>(&'a AtomicU64);
+        impl Drop for Out<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, Relaxed);
+            }
+        }
+        self.in_cupti_since.store(monotonic_ns().max(1), Relaxed);
+        let _out = Out(&self.in_cupti_since);
+        f()
+    }
+
+    /// The flush lock for the exit path's flush: waits for a flush in
+    /// progress, but not for one that has been inside one CUPTI call for
+    /// [`STUCK_IN_CUPTI_NS`] (`None`). A flush in gpuperf's own code is
+    /// waited for to its end.
+    fn flush_lock_at_exit(&self) -> Option<MutexGuard<'_, ()>> {
+        let mut pause = Duration::from_micros(50);
+        loop {
+            match self.flush_lock.try_lock() {
+                Ok(g) => return Some(g),
+                Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            let since = self.in_cupti_since.load(Relaxed);
+            if since != 0 && monotonic_ns().saturating_sub(since) >= STUCK_IN_CUPTI_NS {
+                return None;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
     /// pcsampling hook: reads the PC samples CUPTI holds (with `last`,
     /// disabling sampling) and writes them, and the sampler's notes.
     fn write_pc_samples(&self, last: bool) {
         let Some(pc) = &self.pc else {
             return;
         };
-        let samples = pc.take(last);
+        let samples = self.in_cupti(|| pc.take(last));
         let notes = pc.take_notes(last);
         let launches = if last { pc.launches() } else { None };
         let mut sink = lock(&self.sink);

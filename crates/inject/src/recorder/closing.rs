@@ -42,10 +42,11 @@ impl State {
             lock(&self.sink).note(note);
         }
         self.flush(Flush::Final);
+        let abandoned = self.flush_abandoned.load(Relaxed);
         // Kinds are process-wide: once another client took CUPTI they are its
         // own, and disabling them would end its recording.
         let kinds: Vec<u32> = lock(&self.kinds).drain(..).collect();
-        if !self.yielded.load(Relaxed) {
+        if !self.yielded.load(Relaxed) && !abandoned {
             for kind in kinds {
                 if let Err(e) = self.cupti.activity_disable(kind) {
                     self.log.line(&e.to_string());
@@ -72,7 +73,17 @@ impl State {
             s.launches.load(Relaxed),
             s.launches_at_last_record.load(Relaxed),
         );
-        if self.yielded.load(Relaxed) {
+        if abandoned {
+            let text = format!(
+                "the exit path made no final flush: a flush had been inside CUPTI for over {} s \
+                 (as in a driver that stopped answering), so the GPU records CUPTI still held \
+                 are missing; the last GPU record written came when {seen} of the {launches} \
+                 launches, copies and memsets had been made",
+                super::STUCK_IN_CUPTI_NS / 1_000_000_000
+            );
+            self.log.line(&text);
+            sink.note(text);
+        } else if self.yielded.load(Relaxed) {
             let after = launches.saturating_sub(self.launches_at_yield.load(Relaxed));
             if after > 0 {
                 sink.note(format!(

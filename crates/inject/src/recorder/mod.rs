@@ -23,7 +23,9 @@
 //! and while it runs resource callbacks, and taken by `cuptiActivityFlushAll` and
 //! `cuptiActivityGetNumDroppedRecords`. So no CUPTI function is called under the
 //! sink or a shard lock, and a callback never waits for `flush_lock` (it skips the
-//! flush when another is running).
+//! flush when another is running). The exit path waits for a flush in progress,
+//! but not for one stuck inside a CUPTI call ([`STUCK_IN_CUPTI_NS`]): it then
+//! writes what gpuperf holds and calls CUPTI no more.
 
 use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -71,6 +73,10 @@ const MODULE_LOADED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_
 /// Used at exit, before the kinds are disabled, and when the last context is
 /// destroyed.
 const FLUSH_FORCED: u32 = 1;
+/// How long the exit path waits for a flush in progress that is inside one
+/// CUPTI call: a driver that stopped answering (a GPU fallen off the bus)
+/// keeps it there for good, and the program's exit must not wait with it.
+const STUCK_IN_CUPTI_NS: u64 = 10_000_000_000;
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
 /// Aliases kept per generation; two generations are searched.
@@ -204,6 +210,14 @@ struct State {
     /// written, so none are taken. Until then, a call entered while the exit
     /// path runs takes its stack, as its API record may still be written.
     stacks_done: AtomicBool,
+    /// CLOCK_MONOTONIC when a flush outside the callbacks entered CUPTI (its
+    /// flush, or reading PC samples); 0 while none is inside. The exit path
+    /// waits for a flush in progress only until that call is
+    /// [`STUCK_IN_CUPTI_NS`] old.
+    in_cupti_since: AtomicU64,
+    /// The exit path stopped waiting for a flush stuck inside CUPTI: no CUPTI
+    /// call of ours follows, and what CUPTI still held is missing.
+    flush_abandoned: AtomicBool,
     /// Whether the exit path ran (or runs): a second one, a signal's close
     /// during `exit`, waits for it and does nothing.
     finished: Mutex<bool>,

@@ -38,6 +38,9 @@
  *   segv            5 launches, then a write through a null pointer: the
  *                   program must die of SIGSEGV
  *   exit            5 launches, then `exit`
+ *   flush-hang      5 launches; with the library, a wait until its periodic
+ *                   flush is stuck inside the simulated CUPTI (run it with
+ *                   GPUSIM_CUPTI_FLUSH_HANG_S=N), "flush hung", then `exit`
  *   malloc-launches  the program's malloc (this file's, as a preloaded
  *                   allocator's would be) launches when gpuperf's flush
  *                   thread calls it (at most 50 times); 5 launches, a wait of
@@ -281,6 +284,21 @@ static int dlopen_reuse(const char *a, const char *b) {
     return 3;
 }
 
+/* Waits until the library's periodic flush is stuck inside the simulated
+ * CUPTI (GPUSIM_CUPTI_FLUSH_HANG_S), then exits: the exit path must not wait
+ * for that flush. */
+static int exit_in_hung_flush(void) {
+    const char *path = getenv("GPUPERF_CUPTI_PATH");
+    void *cupti = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    int (*hanging)(void) = cupti ? (int (*)(void))dlsym(cupti, "gpusim_cupti_flush_hanging") : NULL;
+    if (!hanging) return 95;
+    for (int i = 0; i < 30000 && !hanging(); i++) usleep(1000);
+    if (!hanging()) return 95;
+    printf("flush hung\n");
+    fflush(stdout);
+    return 3;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 97;
     signal(SIGINT, SIG_DFL);
@@ -338,6 +356,11 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "exit-flush-launches") == 0) {
         for (int i = 0; i < 5; i++) launch("_Z6beforev");
         exit(3);
+    }
+    if (strcmp(mode, "flush-hang") == 0) {
+        for (int i = 0; i < 5; i++) launch("_Z6beforev");
+        if (strcmp(argv[1], "none") != 0) return exit_in_hung_flush();
+        return 3;
     }
     if (strcmp(mode, "takeover-copies") == 0) return takeover_copies();
     if (strcmp(mode, "malloc-launches") == 0) {

@@ -421,6 +421,61 @@ fn sim_launches_made_while_the_exit_path_runs_keep_their_stacks() {
     assert!(!log.contains("have none"), "{log}");
 }
 
+/// A flush inside a driver that stopped answering never returns. The exit
+/// path waited for the flush thread's flush without bound, so the program
+/// hung at exit for as long as the driver did. The simulated CUPTI keeps
+/// every unforced flush inside for 10 minutes, holding its lock; the program
+/// exits once the periodic flush is stuck there. The exit path stops waiting
+/// once that flush has been inside CUPTI for 10 s, makes no CUPTI call after
+/// it, and closes the trace: the launches and their stacks are written, and a
+/// note says why their kernels are missing.
+#[test]
+fn sim_exit_does_not_wait_for_a_flush_stuck_inside_cupti() {
+    let Some(m) = Sim::find() else { return };
+    let env = [
+        ("GPUSIM_CUPTI_FLUSH_HANG_S", "600"),
+        ("GPUPERF_FLUSH_MS", "50"),
+    ];
+    let without = run(&m, None, "flush-hang", &[], &env, Duration::from_secs(60));
+    assert_eq!(without.status.code(), Some(3), "{without:?}");
+    let (out, dir) = recorded(&m, "flush-hang", &env);
+    let log = read_logs(dir.path());
+    assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "flush hung\n",
+        "{log}"
+    );
+    assert!(log.contains("done: "), "trace not closed\n{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    let l = launches(&records, &strings);
+    // Their kernels' records were still inside CUPTI.
+    assert_eq!(l.get("?"), Some(&(5, 0)), "{l:?}\n{log}");
+    let written: std::collections::HashSet<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some(s.id),
+            _ => None,
+        })
+        .collect();
+    let with_stack = records
+        .iter()
+        .filter(|r| matches!(r, Record::CallStack(c) if written.contains(&c.stack)))
+        .count();
+    assert!(
+        with_stack >= 5,
+        "{with_stack} calls with a written stack\n{log}"
+    );
+    let n = notes(&records);
+    assert!(
+        n.iter().any(|t| t.starts_with(
+            "the exit path made no final flush: a flush had been inside CUPTI for over 10 s"
+        ) && t
+            .ends_with("came when 0 of the 5 launches, copies and memsets had been made")),
+        "{n:?}\n{log}"
+    );
+}
+
 /// Issue 39, item 5: liba is unloaded and libb loaded at its address. The
 /// module table still held liba there, so all of libb's launches were
 /// charged to liba's frames. A module is known by its file too: libb's
