@@ -1441,6 +1441,17 @@ mod tests {
         p.captured = Some(c);
     }
 
+    /// Calls `f` with each of `items` from one call site. An optimized build
+    /// unrolls a loop over a literal array, which gives each call its own
+    /// return address; the tests that compare captures of one stack (a trail,
+    /// a kept walk) need the same one.
+    #[inline(never)]
+    fn from_one_site<T: Copy>(items: &[T], mut f: impl FnMut(T)) {
+        for &item in std::hint::black_box(items) {
+            f(item);
+        }
+    }
+
     /// Absolute addresses of the native frames (their lookup addresses).
     fn addresses(u: &LocalUnwinder, frames: &[Frame]) -> Vec<u64> {
         let modules = u.modules();
@@ -1468,14 +1479,13 @@ mod tests {
     /// trail is wrongly reused.
     fn both(p: &mut TrailProbe, call: &dyn Fn(Callback, *mut c_void)) -> (Vec<Frame>, Captured) {
         let mut plain = Vec::new();
-        // One call site for both.
-        for reusing in [false, true] {
+        from_one_site(&[false, true], |reusing| {
             p.reusing = reusing;
             call(take_reusing, (&raw mut *p).cast());
             if !reusing {
                 plain = std::mem::take(&mut p.frames);
             }
-        }
+        });
         let c = p.captured.expect("captured");
         assert_eq!(c.end, StackEnd::Root, "{c:?}");
         // Frame 0 is the callback's call into the unwinder, which differs.
@@ -1497,7 +1507,7 @@ mod tests {
         // and so do `mid` and the callback; only the return address in
         // `mid`'s frame tells them apart.
         let mut seen = Vec::new();
-        for which in [0, 0, 1, 1, 0] {
+        from_one_site(&[0, 0, 1, 1, 0], |which| {
             let (frames, c) = both(&mut p, &through(which));
             let at = addresses(&u, &frames);
             let (in_a, in_b) = (
@@ -1511,7 +1521,7 @@ mod tests {
                 seen.len()
             );
             seen.push(c.reused);
-        }
+        });
         // After the first capture, each reused the frames outward of the
         // test's call, at least.
         assert!(seen[1..].iter().all(|&r| r > 2), "{seen:?}");
@@ -1528,7 +1538,7 @@ mod tests {
         let sites: unsafe extern "C" fn(Callback, *mut c_void, u64) = gpuperf_test_trail_sites;
         let mut offsets = Vec::new();
         let mut reused = Vec::new();
-        for which in [0, 0, 1, 1, 0] {
+        from_one_site(&[0, 0, 1, 1, 0], |which| {
             let (frames, c) = both(&mut p, &|f, arg| {
                 // SAFETY: the assembly above calls `a(f, arg)` and returns.
                 unsafe { sites(f, arg, std::hint::black_box(which)) }
@@ -1541,7 +1551,7 @@ mod tests {
                 .expect("a frame in `sites`");
             offsets.push(site - s);
             reused.push(c.reused);
-        }
+        });
         assert_eq!(offsets[0], offsets[1]);
         assert_eq!(offsets[2], offsets[3]);
         assert_eq!(offsets[4], offsets[0]);
@@ -1665,7 +1675,8 @@ mod tests {
         let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let u = native_only();
         let mut p = painted(&u);
-        for (expect, panics) in [([0, 0], false), ([1, 0], true), ([1, 0], false)] {
+        let runs = [([0, 0], false), ([1, 0], true), ([1, 0], false)];
+        from_one_site(&runs, |(expect, panics)| {
             (p.expect, p.panic_in_then) = (expect, panics);
             // SAFETY: the assembly above calls `take_painted(&mut p)` and
             // returns.
@@ -1674,7 +1685,7 @@ mod tests {
                 true => assert_eq!(p.end, Some(StackEnd::UnwindFailed)),
                 false => assert!(p.captured.is_some(), "{:?}", p.end),
             }
-        }
+        });
         // Taken whole after the panic too: the slot and the snapshot were let go.
         assert!(p.captured.is_some_and(|c| c.whole));
         assert_eq!(u.stats().whole_on_caller_stack, 2);
@@ -1693,9 +1704,9 @@ mod tests {
         let u = native_only();
         let mut p = painted(&u);
         let mut used = Vec::new();
-        for expect in [[0, 0], [1, 0], [1, 0]] {
+        // One call site for the three: the same stack.
+        from_one_site(&[[0, 0], [1, 0], [1, 0]], |expect| {
             p.expect = expect;
-            // One call site for the three: the same stack.
             // SAFETY: the assembly above calls `take_painted(&mut p)` and
             // returns.
             unsafe { gpuperf_test_trail_a(take_painted, (&raw mut p).cast()) };
@@ -1704,7 +1715,7 @@ mod tests {
             // The walk is kept; a capture taken from it is not kept again.
             assert_eq!(p.kept, expect == [0; 2], "expecting {expect:?}");
             used.push(p.used);
-        }
+        });
         assert_eq!(u.stats().whole_on_caller_stack, 2);
         // The first ran on the scratch stack; the two taken whole on this
         // one, as `then` would (here it only returns the capture).
@@ -1736,7 +1747,7 @@ mod tests {
             (0, [2, 1], 0, 1),
             (0, [3, 2], 0, 0),
         ];
-        for (which, expect, keep, taken) in captures {
+        from_one_site(&captures, |(which, expect, keep, taken)| {
             p.trail.expect(expect);
             // `both` compares the frames with a fresh walk's.
             let (frames, c) = both(&mut p, &through(which));
@@ -1765,7 +1776,7 @@ mod tests {
                 assert_eq!(c.reused as usize, c.len);
                 assert!(!p.trail.keep_last(9, 0), "a taken walk is not kept again");
             }
-        }
+        });
         wholes
     }
 
