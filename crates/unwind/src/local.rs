@@ -76,8 +76,12 @@ pub const MIN_STACK_LEFT: u64 = 512;
 /// it, run on the caller's own stack where it has at least this much left
 /// below its stack pointer (they use a few KiB): they are most captures in a
 /// loop, and the switch to the scratch stack and the general steps cost them
-/// lines of code the program evicts between two launches. Any other capture
-/// runs on the scratch stack.
+/// lines of code the program evicts between two launches. Only on a stack
+/// whose size is known: the main thread's, or a thread's whose mapping holds
+/// its descriptor (glibc's and musl's, not one the program gave it). A
+/// coroutine's stack may lie inside a larger mapping (the heap), where room
+/// below the stack pointer is someone else's memory. Any other capture runs
+/// on the scratch stack.
 pub const WHOLE_ON_CALLER_STACK: u64 = 64 << 10;
 
 /// Held by the tests that load or unload a library, and by those whose
@@ -600,7 +604,8 @@ impl LocalUnwinder {
         let Some((lo, hi)) = self.stack_of(regs.sp) else {
             return Here::Elsewhere;
         };
-        let room = regs.sp.saturating_sub(lo) >= WHOLE_ON_CALLER_STACK
+        let room = (crate::stack::holds_thread(lo, hi)
+            && regs.sp.saturating_sub(lo) >= WHOLE_ON_CALLER_STACK)
             || (crate::stack::grows_down(hi)
                 && (hi - regs.sp).saturating_add(WHOLE_ON_CALLER_STACK) <= self.main_stack_limit);
         if !room || self.needs_refresh() {
@@ -1599,6 +1604,55 @@ mod tests {
                 .expect("no panic")
         });
         assert!(wholes > 0);
+        assert_eq!(u.stats().whole_on_caller_stack, 0);
+    }
+
+    static HEAP_CO_UNWINDER: AtomicUsize = AtomicUsize::new(0);
+    static HEAP_CO_WHOLES: AtomicU64 = AtomicU64::new(0);
+    static mut HEAP_CO_RETURN: std::mem::MaybeUninit<libc::ucontext_t> =
+        std::mem::MaybeUninit::zeroed();
+
+    extern "C" fn kept_walks_in_coroutine() {
+        // SAFETY: the test keeps the unwinder alive while the coroutine runs.
+        let u = unsafe { &*(HEAP_CO_UNWINDER.load(Ordering::SeqCst) as *const LocalUnwinder) };
+        HEAP_CO_WHOLES.store(kept_walks(u), Ordering::SeqCst);
+    }
+
+    /// A coroutine's stack inside a larger mapping, as one allocated on the
+    /// heap is: the mapping has room below the stack pointer, but it is not
+    /// the coroutine's. Captures taken whole there run on the scratch stack.
+    #[test]
+    fn kept_walk__on_a_coroutine_stack_inside_a_larger_mapping__taken_on_the_scratch_stack() {
+        let _loader = LOADER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let u = native_only();
+        let (len, stack) = (4usize << 20, 512usize << 10);
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        HEAP_CO_UNWINDER.store(&raw const u as usize, Ordering::SeqCst);
+        // SAFETY: zeroed contexts are valid buffers; the coroutine's stack,
+        // the top of the mapping, outlives it, and it returns through
+        // uc_link.
+        unsafe {
+            let mut co: libc::ucontext_t = std::mem::zeroed();
+            assert_eq!(libc::getcontext(&mut co), 0);
+            co.uc_stack.ss_sp = map.cast::<u8>().add(len - stack).cast();
+            co.uc_stack.ss_size = stack;
+            co.uc_link = (&raw mut HEAP_CO_RETURN).cast();
+            libc::makecontext(&mut co, kept_walks_in_coroutine, 0);
+            assert_eq!(libc::swapcontext((&raw mut HEAP_CO_RETURN).cast(), &co), 0);
+            libc::munmap(map, len);
+        }
+        assert!(HEAP_CO_WHOLES.load(Ordering::SeqCst) > 0);
         assert_eq!(u.stats().whole_on_caller_stack, 0);
     }
 

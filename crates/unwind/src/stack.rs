@@ -219,6 +219,18 @@ pub(crate) fn grows_down(hi: u64) -> bool {
     hi == MAIN_STACK_TOP.load(Ordering::Relaxed)
 }
 
+/// Whether the mapping `[lo, hi)` is the calling thread's own stack as its C
+/// library made it: glibc and musl put the thread's descriptor at the top of
+/// the mapping they allocate for its stack. A stack the program gave
+/// (`pthread_attr_setstack`), and a coroutine's on the heap or in a mapping
+/// of its own, do not hold it, nor does the main thread's.
+#[inline(always)]
+pub(crate) fn holds_thread(lo: u64, hi: u64) -> bool {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    lo <= me && me < hi
+}
+
 /// Notes `line`'s range as the main thread's stack if the maps name it so.
 fn note_main_stack(line: &[u8], hi: u64) {
     if line.trim_ascii_end().ends_with(b"[stack]") {
