@@ -601,7 +601,7 @@ impl State {
             // its buffers early, and after its cuptiFinalize restart CUPTI.
         } else if in_callback.is_some() {
             // The error is kept, not made: its message would be allocated.
-            match self.cupti.flush_all_status(flag) {
+            match self.in_cupti(|| self.cupti.flush_all_status(flag)) {
                 sys::SUCCESS if how == Flush::LastContext => self.torn_down.store(true, Relaxed),
                 sys::SUCCESS => {}
                 status => {
@@ -626,8 +626,9 @@ impl State {
         lock(&self.sink).flush();
     }
 
-    /// Runs `f`, a flush's CUPTI call outside the callbacks, marked as inside
-    /// CUPTI for the exit path's wait ([`Self::flush_lock_at_exit`]).
+    /// Runs `f`, a flush's CUPTI call, marked as inside CUPTI for the exit
+    /// path's wait ([`Self::flush_lock_at_exit`]). Allocates nothing: it
+    /// runs inside callbacks too.
     fn in_cupti<R>(&self, f: impl FnOnce() -> R) -> R {
         /// Clears the mark, also when `f` panics.
         struct Out<'a>(&'a AtomicU64);

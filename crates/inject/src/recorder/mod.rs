@@ -210,8 +210,8 @@ struct State {
     /// written, so none are taken. Until then, a call entered while the exit
     /// path runs takes its stack, as its API record may still be written.
     stacks_done: AtomicBool,
-    /// CLOCK_MONOTONIC when a flush outside the callbacks entered CUPTI (its
-    /// flush, or reading PC samples); 0 while none is inside. The exit path
+    /// CLOCK_MONOTONIC when a flush entered CUPTI (its flush, or reading PC
+    /// samples); 0 while none is inside. The exit path
     /// waits for a flush in progress only until that call is
     /// [`STUCK_IN_CUPTI_NS`] old.
     in_cupti_since: AtomicU64,

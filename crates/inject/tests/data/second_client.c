@@ -6,7 +6,7 @@
  * CUDA_INJECTION64_PATH (set here from the first argument).
  *
  * usage: second_client INJECT.so|none
- *   20 launches (_Z6beforev); then, as a profiler window in the program: the
+ *   20 launches (_Z6beforev), waited for; then, as a profiler window in the program: the
  *   second client subscribes (refused while gpuperf holds CUPTI), registers its
  *   buffers and enables kernel records, 30 launches (_Z6windowv), a forced
  *   flush ("second client: N kernels" counts what it got), cuptiFinalize; then
@@ -63,6 +63,10 @@ int main(int argc, char **argv) {
     __cudaRegisterFunction(h, (const char *)window_stub, "_Z6windowv", "_Z6windowv", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFunction(h, (const char *)after_stub, "_Z5afterv", "_Z5afterv", -1, 0, 0, 0, 0, 0);
     for (int i = 0; i < 20; i++) launch(before_stub);
+    /* Done before the window opens, so that gpuperf's flush ahead of it finds
+     * every one of those kernels complete, however fast this runs: a kernel
+     * still running then comes back incomplete, and is counted, not written. */
+    if (cudaDeviceSynchronize() != cudaSuccess) return 94;
     /* The profiler window: the program's own client. Its subscription is
      * refused while another holds CUPTI; like Kineto's activity tracing of
      * old, it goes on with the activity API. */
