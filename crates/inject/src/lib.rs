@@ -104,7 +104,11 @@
 //!   by thread id, and counted in the log. Calls made after the final flush
 //!   (other threads while `exit` runs, static destructors, atexit handlers
 //!   registered before CUDA started) are counted, and a NOTE says how many.
-//!   Nothing but notes follows the `CLOSED` record.
+//!   Nothing but notes follows the `CLOSED` record. The close waits for a
+//!   flush in progress, but not for one that has been inside a CUPTI call for
+//!   10 s (a driver that stopped answering): it then writes what gpuperf
+//!   holds, makes no CUPTI call, and a NOTE says which GPU records are
+//!   missing.
 //! - **Exec.** An image that a process execs writes its own trace (its name
 //!   numbered, as its pid is the same); what the old image recorded up to its
 //!   last periodic flush stays in the first file, which is not closed. Readers

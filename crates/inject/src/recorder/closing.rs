@@ -74,11 +74,17 @@ impl State {
             s.launches_at_last_record.load(Relaxed),
         );
         if abandoned {
+            let which = match seen {
+                0 => format!("none of the {launches} launches, copies and memsets has one"),
+                _ => format!(
+                    "the last written came when {seen} of the {launches} launches, copies and \
+                     memsets had been made"
+                ),
+            };
             let text = format!(
                 "the exit path made no final flush: a flush had been inside CUPTI for over {} s \
                  (as in a driver that stopped answering), so the GPU records CUPTI still held \
-                 are missing; the last GPU record written came when {seen} of the {launches} \
-                 launches, copies and memsets had been made",
+                 are missing; {which}",
                 super::STUCK_IN_CUPTI_NS / 1_000_000_000
             );
             self.log.line(&text);
