@@ -173,7 +173,7 @@ impl Summary {
         if self.launches_without_gpu > 0 {
             writeln!(
                 f,
-                "  unmatched CPU launches: {} with no GPU activity (launch failed, or the trace ends first)",
+                "  unmatched CPU launches: {} with no GPU activity (launch failed, or the GPU trace ends first or lacks them: any note from the recorder below says why)",
                 self.launches_without_gpu
             )?;
         }
