@@ -26,12 +26,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include <cuda_runtime_api.h>
-
-/* nvcc's registration, done by hand: a host stub names a device function. */
-void **__cudaRegisterFatBinary(void *fatCubin);
-void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName,
-                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+#include "refusing.h"
 
 __attribute__((noinline)) static void churn_stub(void) { __asm__ volatile("" ::"r"(0)); }
 __attribute__((noinline)) static void refused_stub(void) { __asm__ volatile("" ::"r"(1)); }
@@ -44,23 +39,6 @@ static void register_kernels(void) {
     __cudaRegisterFunction(h, (const char *)refused_stub, "_Z7refusedv", "_Z7refusedv", -1, 0, 0, 0,
                            0, 0);
     __cudaRegisterFunction(h, (const char *)after_stub, "_Z5afterv", "_Z5afterv", -1, 0, 0, 0, 0, 0);
-}
-
-static void launch(void (*stub)(void)) {
-    dim3 g = {1, 1, 1}, b = {32, 1, 1};
-    if (cudaLaunchKernel((const void *)stub, g, b, NULL, 0, 0) != cudaSuccess)
-        _exit(4);
-}
-
-/* ---- the mock of the allocator: the executable's malloc interposes on
- * everyone's, the injection library's too ---- */
-extern void *__libc_malloc(size_t);
-static size_t refused_size;
-static __thread int refusing;
-void *malloc(size_t n) {
-    if (refusing && n == refused_size)
-        return NULL;
-    return __libc_malloc(n);
 }
 
 static long launches;
