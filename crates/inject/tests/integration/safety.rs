@@ -306,13 +306,7 @@ fn launches_with_stacks(records: &[Record], strings: &StringTable, name: &str) -
             _ => None,
         })
         .collect();
-    let stacks: std::collections::HashSet<u32> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Stack(s) => Some(s.id),
-            _ => None,
-        })
-        .collect();
+    let stacks = written_stacks(records);
     records
         .iter()
         .filter_map(|r| match r {
@@ -321,6 +315,17 @@ fn launches_with_stacks(records: &[Record], strings: &StringTable, name: &str) -
             {
                 Some(c.correlation_id)
             }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ids of the stacks whose `STACK` record is in the trace.
+fn written_stacks(records: &[Record]) -> std::collections::HashSet<u32> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => Some(s.id),
             _ => None,
         })
         .collect()
@@ -451,13 +456,7 @@ fn sim_exit_does_not_wait_for_a_flush_stuck_inside_cupti() {
     let l = launches(&records, &strings);
     // Their kernels' records were still inside CUPTI.
     assert_eq!(l.get("?"), Some(&(5, 0)), "{l:?}\n{log}");
-    let written: std::collections::HashSet<u32> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Stack(s) => Some(s.id),
-            _ => None,
-        })
-        .collect();
+    let written = written_stacks(&records);
     let with_stack = records
         .iter()
         .filter(|r| matches!(r, Record::CallStack(c) if written.contains(&c.stack)))
