@@ -543,10 +543,12 @@ impl State {
         sink.write(&rec);
     }
 
-    /// Flushes CUPTI's buffers and the thread shards to the file.
-    pub(super) fn flush(&self, how: Flush) {
+    /// Flushes CUPTI's buffers and the thread shards to the file. `false`
+    /// only where the exit path's flush was given up, another being stuck
+    /// inside CUPTI: no CUPTI call of ours may follow.
+    pub(super) fn flush(&self, how: Flush) -> bool {
         if self.disabled.load(Relaxed) {
-            return;
+            return true;
         }
         // Writes files: cancellation points, reached from callbacks too.
         let _no_cancel = NoCancel::new();
@@ -560,26 +562,19 @@ impl State {
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(TryLockError::WouldBlock) => {
                     self.stats.skipped_flushes.fetch_add(1, Relaxed);
-                    return;
+                    return true;
                 }
             },
             Flush::Periodic => lock(&self.flush_lock),
             Flush::Final => match self.flush_lock_at_exit() {
-                Some(g) => {
-                    // A flush given up before (another client taking over)
-                    // came back.
-                    self.flush_abandoned.store(false, Relaxed);
-                    g
-                }
+                Some(g) => g,
                 None => {
                     // The flush in progress is stuck inside CUPTI, which this
-                    // one would enter too: what gpuperf holds is written, and
-                    // no CUPTI call of ours follows.
-                    self.flush_abandoned.store(true, Relaxed);
+                    // one would enter too: what gpuperf holds is written.
                     self.decode_waiting();
                     self.drain_shards();
                     lock(&self.sink).flush();
-                    return;
+                    return false;
                 }
             },
         };
@@ -614,7 +609,7 @@ impl State {
         }
         if in_callback.is_some() {
             self.stop.1.notify_one();
-            return;
+            return true;
         }
         self.decode_waiting();
         self.write_pc_samples(how == Flush::Final);
@@ -624,6 +619,7 @@ impl State {
             self.shards.trim();
         }
         lock(&self.sink).flush();
+        true
     }
 
     /// Runs `f`, a flush's CUPTI call, marked as inside CUPTI for the exit

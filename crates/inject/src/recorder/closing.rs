@@ -41,8 +41,7 @@ impl State {
             self.log.line(&note);
             lock(&self.sink).note(note);
         }
-        self.flush(Flush::Final);
-        let abandoned = self.flush_abandoned.load(Relaxed);
+        let abandoned = !self.flush(Flush::Final);
         // Kinds are process-wide: once another client took CUPTI they are its
         // own, and disabling them would end its recording.
         let kinds: Vec<u32> = lock(&self.kinds).drain(..).collect();

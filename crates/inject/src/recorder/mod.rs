@@ -215,9 +215,6 @@ struct State {
     /// waits for a flush in progress only until that call is
     /// [`STUCK_IN_CUPTI_NS`] old.
     in_cupti_since: AtomicU64,
-    /// The exit path stopped waiting for a flush stuck inside CUPTI: no CUPTI
-    /// call of ours follows, and what CUPTI still held is missing.
-    flush_abandoned: AtomicBool,
     /// Whether the exit path ran (or runs): a second one, a signal's close
     /// during `exit`, waits for it and does nothing.
     finished: Mutex<bool>,

@@ -301,7 +301,6 @@ pub fn initialize() -> bool {
         closing: AtomicBool::new(false),
         stacks_done: AtomicBool::new(false),
         in_cupti_since: AtomicU64::new(0),
-        flush_abandoned: AtomicBool::new(false),
         finished: Mutex::new(false),
         stateless: Mutex::new(Vec::new()),
         kinds: Mutex::new(Vec::new()),
