@@ -1607,6 +1607,26 @@ mod tests {
         assert_eq!(u.stats().whole_on_caller_stack, 0);
     }
 
+    /// Runs `entry` as a `makecontext` coroutine on `stack`, back here through
+    /// `back` when it returns.
+    ///
+    /// # Safety
+    /// `stack` is used by nothing else while the coroutine runs, and `back`
+    /// by no other test running at once.
+    unsafe fn run_coroutine(stack: &mut [u8], entry: extern "C" fn(), back: *mut libc::ucontext_t) {
+        // SAFETY: a zeroed context is a valid buffer; `stack` and `back` as
+        // this function's contract; the coroutine returns through uc_link.
+        unsafe {
+            let mut co: libc::ucontext_t = std::mem::zeroed();
+            assert_eq!(libc::getcontext(&mut co), 0);
+            co.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+            co.uc_stack.ss_size = stack.len();
+            co.uc_link = back;
+            libc::makecontext(&mut co, entry, 0);
+            assert_eq!(libc::swapcontext(back, &co), 0);
+        }
+    }
+
     static HEAP_CO_UNWINDER: AtomicUsize = AtomicUsize::new(0);
     static HEAP_CO_WHOLES: AtomicU64 = AtomicU64::new(0);
     static mut HEAP_CO_RETURN: std::mem::MaybeUninit<libc::ucontext_t> =
@@ -1639,17 +1659,15 @@ mod tests {
         };
         assert_ne!(map, libc::MAP_FAILED);
         HEAP_CO_UNWINDER.store(&raw const u as usize, Ordering::SeqCst);
-        // SAFETY: zeroed contexts are valid buffers; the coroutine's stack,
-        // the top of the mapping, outlives it, and it returns through
-        // uc_link.
+        // SAFETY: the top of the mapping, ours and otherwise unused, outlives
+        // the coroutine; HEAP_CO_RETURN is this test's alone.
         unsafe {
-            let mut co: libc::ucontext_t = std::mem::zeroed();
-            assert_eq!(libc::getcontext(&mut co), 0);
-            co.uc_stack.ss_sp = map.cast::<u8>().add(len - stack).cast();
-            co.uc_stack.ss_size = stack;
-            co.uc_link = (&raw mut HEAP_CO_RETURN).cast();
-            libc::makecontext(&mut co, kept_walks_in_coroutine, 0);
-            assert_eq!(libc::swapcontext((&raw mut HEAP_CO_RETURN).cast(), &co), 0);
+            let top = std::slice::from_raw_parts_mut(map.cast::<u8>().add(len - stack), stack);
+            run_coroutine(
+                top,
+                kept_walks_in_coroutine,
+                (&raw mut HEAP_CO_RETURN).cast(),
+            );
             libc::munmap(map, len);
         }
         assert!(HEAP_CO_WHOLES.load(Ordering::SeqCst) > 0);
@@ -1897,17 +1915,9 @@ mod tests {
         assert_ne!(u.start_context, 0);
         UNWINDER.store(&raw const u as usize, Ordering::SeqCst);
         let mut stack = vec![0u8; 256 << 10];
-        // SAFETY: zeroed contexts are valid buffers; the coroutine's stack
-        // outlives it, and it returns to MAIN_CTX through uc_link.
-        unsafe {
-            let mut co: libc::ucontext_t = std::mem::zeroed();
-            assert_eq!(libc::getcontext(&mut co), 0);
-            co.uc_stack.ss_sp = stack.as_mut_ptr().cast();
-            co.uc_stack.ss_size = stack.len();
-            co.uc_link = (&raw mut MAIN_CTX).cast();
-            libc::makecontext(&mut co, in_coroutine, 0);
-            assert_eq!(libc::swapcontext((&raw mut MAIN_CTX).cast(), &co), 0);
-        }
+        // SAFETY: the stack outlives the coroutine; MAIN_CTX is this test's
+        // alone.
+        unsafe { run_coroutine(&mut stack, in_coroutine, (&raw mut MAIN_CTX).cast()) };
         let c = RESULT.lock().unwrap().take().unwrap();
         assert_eq!(c.end, StackEnd::Root, "{c:?}");
         assert!(c.len >= 2, "{c:?}");
