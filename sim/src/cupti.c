@@ -63,6 +63,7 @@
  *                                    stopped answering (forced ones go on);
  *                                    gpusim_cupti_flush_hanging() says one
  *                                    has begun
+ *   GPUSIM_CUPTI_FORCED_FLUSH_HANG_S=N  the same for each forced one
  *   GPUSIM_CUPTI_LATE_BUFFER=1       at process exit, after every atexit
  *                                    handler (the client's final flush), the
  *                                    worker hands back one more buffer, as a

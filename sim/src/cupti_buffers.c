@@ -271,7 +271,8 @@ static void forced_flush_hook(void) {
         hook();
 }
 
-/* Simulated hazard (GPUSIM_CUPTI_FLUSH_HANG_S=N): each unforced flush a
+/* Simulated hazard (GPUSIM_CUPTI_FLUSH_HANG_S=N, and
+ * GPUSIM_CUPTI_FORCED_FLUSH_HANG_S=N for forced flushes): each such flush a
  * client makes (not CUPTI's worker) stays inside CUPTI for N seconds, holding
  * CUPTI's lock, before it hands anything back, as a flush does in a driver
  * that stopped answering. gpusim_cupti_flush_hanging() tells a test program
@@ -280,8 +281,8 @@ static atomic_int g_flush_hanging;
 
 GPUSIM_EXPORT int gpusim_cupti_flush_hanging(void) { return atomic_load(&g_flush_hanging); }
 
-static void flush_hang(void) {
-    long s = sim_fault_number("GPUSIM_CUPTI_FLUSH_HANG_S", 0);
+static void flush_hang(const char *var) {
+    long s = sim_fault_number(var, 0);
     if (s <= 0)
         return;
     pthread_mutex_lock(&g_cupti_mu);
@@ -314,8 +315,9 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
         if (refused != CUPTI_SUCCESS)
             return fail(refused);
         forced_flush_hook();
+        flush_hang("GPUSIM_CUPTI_FORCED_FLUSH_HANG_S");
     } else {
-        flush_hang();
+        flush_hang("GPUSIM_CUPTI_FLUSH_HANG_S");
     }
     sim_event((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) ? "F1" : "F0");
     flush((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0, 1);

@@ -628,6 +628,11 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingDisable(CUpti_PCSamplingDisabl
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
     if (dead_context(p->ctx, "cuptiPCSamplingDisable"))
         return fail(CUPTI_ERROR_INVALID_CONTEXT);
+    /* Simulated hazard, not documented: the call stays inside for this many
+       seconds, as in a driver that stopped answering. */
+    long hang = sim_fault_number("GPUSIM_PC_DISABLE_HANG_S", 0);
+    for (struct timespec t = {.tv_sec = hang}; hang > 0 && nanosleep(&t, &t) != 0;)
+        ;
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find(p->ctx);
     if (!s) {

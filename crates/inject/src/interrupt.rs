@@ -98,6 +98,11 @@ static CLOSER: AtomicI32 = AtomicI32::new(0);
 /// at once (the close it would wait for is the one that crashed).
 static EXITING: AtomicI32 = AtomicI32::new(0);
 
+/// The kernel id of the thread making one of the close's CUPTI calls for it
+/// (the recorder bounds those by running them apart), while it does: as on
+/// the thread closing, a fatal signal there is the close's crash.
+static HELPER: AtomicI32 = AtomicI32::new(0);
+
 /// Read end of the wake-up pipe (the closing thread reads it).
 static WAKE_R: AtomicI32 = AtomicI32::new(-1);
 /// Write end of the wake-up pipe (the handler writes the signal number).
@@ -204,6 +209,27 @@ pub fn name(sig: libc::c_int) -> String {
 /// (`false`: done).
 pub fn closing_at_exit(closing: bool) {
     EXITING.store(if closing { gettid() as i32 } else { 0 }, SeqCst);
+}
+
+/// Marks the calling thread, one of gpuperf's, as making a call for the close
+/// while this lives. A fault there reaches the handler, as on the closing
+/// thread: the calling thread's signals are unblocked but SIGABRT's.
+pub struct PartOfClose(i32);
+
+impl PartOfClose {
+    pub fn enter() -> Self {
+        let tid = gettid() as i32;
+        HELPER.store(tid, SeqCst);
+        unblock(FATAL.into_iter().filter(|&s| s != libc::SIGABRT));
+        Self(tid)
+    }
+}
+
+impl Drop for PartOfClose {
+    fn drop(&mut self) {
+        // A later helper's mark stays.
+        let _ = HELPER.compare_exchange(self.0, 0, SeqCst, SeqCst);
+    }
 }
 
 /// The signal whose handler ran and that has not ended the program yet, or 0.
@@ -368,7 +394,9 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     // SAFETY: getpid is async-signal-safe.
     let ours = unsafe { libc::getpid() } == PID.load(SeqCst);
     let tid = gettid() as i32;
-    let closer = tid == CLOSER.load(SeqCst) || tid == EXITING.load(SeqCst);
+    let closer = [&CLOSER, &EXITING, &HELPER]
+        .iter()
+        .any(|t| t.load(SeqCst) == tid);
     if ours && in_call_slot().is_none() && !closer {
         DEFERRED.store(sig, SeqCst);
         let byte = sig as u8;

@@ -105,10 +105,13 @@
 //!   (other threads while `exit` runs, static destructors, atexit handlers
 //!   registered before CUDA started) are counted, and a NOTE says how many.
 //!   Nothing but notes follows the `CLOSED` record. The close waits for a
-//!   flush in progress, but not for one that has been inside a CUPTI call for
-//!   10 s (a driver that stopped answering): it then writes what gpuperf
-//!   holds, makes no CUPTI call, and a NOTE says which GPU records are
-//!   missing.
+//!   flush in progress, and for its own CUPTI calls (the forced flush, the
+//!   last PC samples, disabling the kinds: each made on a thread of its own),
+//!   only until the call has been inside CUPTI for 10 s (a driver that
+//!   stopped answering); time in gpuperf's own buffer callback does not
+//!   count. It then writes what gpuperf holds, makes no further CUPTI call,
+//!   and a NOTE says which GPU records are missing. The same holds for the
+//!   close a signal asks for: the program still dies of the signal.
 //! - **Exec.** An image that a process execs writes its own trace (its name
 //!   numbered, as its pid is the same); what the old image recorded up to its
 //!   last periodic flush stays in the first file, which is not closed. Readers

@@ -606,6 +606,13 @@ impl Sampler {
         all
     }
 
+    /// The samples read already (at the end of serialized launches, or from
+    /// contexts destroyed since), without calling CUPTI: what the exit path
+    /// has when [`Sampler::take`] is stuck inside CUPTI.
+    pub fn take_read(&self) -> Vec<Sample> {
+        std::mem::take(&mut lock(&self.inner).pending)
+    }
+
     /// The launches inside and outside the sampling windows, for the trace's
     /// `PC_LAUNCHES` record at the close; `None` when sampling was never on.
     pub fn launches(&self) -> Option<PcLaunches> {

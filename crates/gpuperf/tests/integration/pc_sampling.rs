@@ -401,9 +401,10 @@ fn record_pc_sampling_refused__one_line_says_what_to_do_and_the_rest_is_recorded
     );
 }
 
-/// `gpuperf record --pc-sampling=5 FLAGS` of `pc_sampling ARGS` with `env`, with
-/// in-process stacks, the raw traces kept, and the time and PC-sample
-/// flamegraphs, the timeline and `pc.folded` written in the directory returned.
+/// `gpuperf record --pc-sampling=5 FLAGS` of `pc_sampling ARGS` with `env`,
+/// within 2 minutes, with in-process stacks, the raw traces kept, and the time
+/// and PC-sample flamegraphs, the timeline and `pc.folded` written in the
+/// directory returned.
 fn record_with(
     name: &str,
     flags: &[&str],
@@ -413,7 +414,8 @@ fn record_with(
     let cuda = cuda13()?;
     let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
     let dir = work_dir(name);
-    let mut r = Record::new(&dir)
+    // A hang (a close that waits for a stuck CUPTI) ends the run.
+    let mut r = Record::time_limited(&dir, 120)
         .flags([
             "--stacks",
             "inject",
@@ -632,6 +634,33 @@ fn record_pc_sampling_context_reset_during_a_read__no_call_on_the_dying_context_
     assert!(!err.contains("on a destroyed context"), "{err}");
     let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
     assert_eq!(total, 549, "{}", show(&o));
+}
+
+/// A driver that stops answering as sampling is disabled at exit: the close
+/// waited for `cuptiPCSamplingDisable` without bound, and the program hung in
+/// `exit`. It now waits 10 s, then closes the trace with the samples read at
+/// each launch's return, the kernels, and a note; the program exits as it
+/// would have.
+#[test]
+fn record_pc_sampling_disable_stuck_at_exit__the_program_exits_with_what_was_read() {
+    let Some((o, rec, _)) = record_with(
+        "pc-sampling-disable-hang",
+        &[],
+        &["app"],
+        &[("GPUSIM_PC_DISABLE_HANG_S", "600")],
+    ) else {
+        return;
+    };
+    assert_eq!(rec.kernels().len(), 3, "{}", show(&o));
+    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
+    assert_eq!(total, 549, "{}", show(&o));
+    assert!(
+        rec.notes.iter().any(|n| n.starts_with(
+            "the PC samples CUPTI still held are missing: it had been reading them for over 10 s"
+        )),
+        "{:?}",
+        rec.notes
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@ use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{MutexGuard, TryLockError};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use gpuperf_merge::model::{
@@ -35,6 +36,8 @@ thread_local! {
     /// Set on a thread while it makes a flush inside a callback: the buffers
     /// CUPTI hands back to it then wait for the flush thread.
     static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+    /// Set on a thread while its CUPTI call is marked in `in_cupti_since`.
+    static MARKED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Marks the calling thread as flushing inside a callback while it lives.
@@ -543,12 +546,11 @@ impl State {
         sink.write(&rec);
     }
 
-    /// Flushes CUPTI's buffers and the thread shards to the file. `false`
-    /// only where the exit path's flush was given up, another being stuck
-    /// inside CUPTI: no CUPTI call of ours may follow.
-    pub(super) fn flush(&self, how: Flush) -> bool {
+    /// Flushes CUPTI's buffers and the thread shards to the file (the exit
+    /// path's flush is [`Self::flush_final`]).
+    pub(super) fn flush(&self, how: Flush) {
         if self.disabled.load(Relaxed) {
-            return true;
+            return;
         }
         // Writes files: cancellation points, reached from callbacks too.
         let _no_cancel = NoCancel::new();
@@ -562,24 +564,13 @@ impl State {
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(TryLockError::WouldBlock) => {
                     self.stats.skipped_flushes.fetch_add(1, Relaxed);
-                    return true;
+                    return;
                 }
             },
             Flush::Periodic => lock(&self.flush_lock),
-            Flush::Final => match self.flush_lock_at_exit() {
-                Some(g) => g,
-                None => {
-                    // The flush in progress is stuck inside CUPTI, which this
-                    // one would enter too: what gpuperf holds is written.
-                    self.decode_waiting();
-                    self.drain_shards();
-                    lock(&self.sink).flush();
-                    return false;
-                }
-            },
         };
         let flag = match how {
-            Flush::Final | Flush::LastContext => FLUSH_FORCED,
+            Flush::LastContext => FLUSH_FORCED,
             Flush::Periodic | Flush::InCallback => 0,
         };
         // Inside a callback on the application's thread, where nothing may be
@@ -589,11 +580,8 @@ impl State {
         // their names are copied as they come back.
         let in_callback =
             matches!(how, Flush::InCallback | Flush::LastContext).then(InCallback::enter);
-        if self.torn_down.load(Relaxed) {
-            // Nothing is left in CUPTI, and no context to flush with.
-        } else if self.yielded.load(Relaxed) {
-            // What CUPTI holds is another client's: flushing would hand it
-            // its buffers early, and after its cuptiFinalize restart CUPTI.
+        if !self.cupti_holds_ours() {
+            // Nothing of ours to flush.
         } else if in_callback.is_some() {
             // The error is kept, not made: its message would be allocated.
             match self.in_cupti(|| self.cupti.flush_all_status(flag)) {
@@ -609,17 +597,60 @@ impl State {
         }
         if in_callback.is_some() {
             self.stop.1.notify_one();
-            return true;
+            return;
         }
         self.decode_waiting();
-        self.write_pc_samples(how == Flush::Final);
+        self.write_pc_samples(false);
         self.drain_shards();
         if how == Flush::Periodic {
             // Once an interval: each thread's spare chunks follow its use.
             self.shards.trim();
         }
         lock(&self.sink).flush();
+    }
+
+    /// The exit path's flush, and the one before CUPTI's buffers go to
+    /// another client: forced, with the last read of the PC samples.
+    /// `false` where it gave up on CUPTI, a call (its own, or a flush in
+    /// progress) having been inside for [`STUCK_IN_CUPTI_NS`]: what gpuperf
+    /// holds is written, and no CUPTI call of ours follows.
+    pub(super) fn flush_final(&self) -> bool {
+        if self.disabled.load(Relaxed) {
+            return true;
+        }
+        let _no_cancel = NoCancel::new();
+        let Some(_g) = self.flush_lock_at_exit() else {
+            return self.write_without_cupti();
+        };
+        if self.cupti_holds_ours() {
+            match self.bounded_in_cupti(|s| s.cupti.flush_all(FLUSH_FORCED)) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => self.log.line(&e.to_string()),
+                None => return self.write_without_cupti(),
+            }
+        }
+        self.decode_waiting();
+        self.write_pc_samples(true);
+        self.drain_shards();
+        lock(&self.sink).flush();
         true
+    }
+
+    /// Whether CUPTI's buffers hold records of ours for a flush to return.
+    fn cupti_holds_ours(&self) -> bool {
+        // Torn down: nothing is left in CUPTI, and no context to flush with.
+        // Yielded: what CUPTI holds is another client's; flushing would hand
+        // it its buffers early, and after its cuptiFinalize restart CUPTI.
+        !self.torn_down.load(Relaxed) && !self.yielded.load(Relaxed)
+    }
+
+    /// The exit path's flush without CUPTI, which is stuck: writes what
+    /// gpuperf holds. Returns `false`, for [`Self::flush_final`].
+    fn write_without_cupti(&self) -> bool {
+        self.decode_waiting();
+        self.drain_shards();
+        lock(&self.sink).flush();
+        false
     }
 
     /// Runs `f`, a flush's CUPTI call, marked as inside CUPTI for the exit
@@ -631,17 +662,97 @@ impl State {
         impl Drop for Out<'_> {
             fn drop(&mut self) {
                 self.0.store(0, Relaxed);
+                let _ = MARKED.try_with(|m| m.set(false));
             }
         }
         self.in_cupti_since.store(monotonic_ns().max(1), Relaxed);
+        let _ = MARKED.try_with(|m| m.set(true));
         let _out = Out(&self.in_cupti_since);
         f()
     }
 
+    /// Pauses the mark of [`Self::in_cupti`] while the calling thread, inside
+    /// the CUPTI call it marked, runs gpuperf's own code (a buffer handed back
+    /// inside a flush, decoded and written): that time is not CUPTI's, and a
+    /// long decode must not look like a driver that stopped answering. The
+    /// mark starts afresh when the callback returns to CUPTI.
+    fn ours_inside_cupti(&self) -> impl Drop + '_ {
+        /// Marks CUPTI's time again when dropped, where the mark was paused.
+        struct Ours<'a>(Option<&'a AtomicU64>);
+        impl Drop for Ours<'_> {
+            fn drop(&mut self) {
+                if let Some(since) = self.0 {
+                    since.store(monotonic_ns().max(1), Relaxed);
+                }
+            }
+        }
+        let marked = MARKED.try_with(Cell::get) == Ok(true);
+        if marked {
+            self.in_cupti_since.store(0, Relaxed);
+        }
+        Ours(marked.then_some(&self.in_cupti_since))
+    }
+
+    /// Whether a call marked by [`Self::in_cupti`] has been inside CUPTI for
+    /// [`STUCK_IN_CUPTI_NS`].
+    fn stuck_in_cupti(&self) -> bool {
+        let since = self.in_cupti_since.load(Relaxed);
+        since != 0 && monotonic_ns().saturating_sub(since) >= STUCK_IN_CUPTI_NS
+    }
+
+    /// Runs `f`, a CUPTI call of the exit path, on a thread of its own, and
+    /// waits for it until it has been inside CUPTI for [`STUCK_IN_CUPTI_NS`]:
+    /// `None` then (and at once after an earlier call was given up), with
+    /// that thread left inside, and no CUPTI call of ours may follow. A
+    /// driver that stopped answering keeps a call there for good, and the
+    /// program's exit (or the signal ending it) must not wait with it. Where
+    /// no thread can be started, `f` runs here, unbounded.
+    pub(super) fn bounded_in_cupti<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&State) -> R + Send + 'static,
+    ) -> Option<R> {
+        if self.gave_up_on_cupti.load(Relaxed) {
+            return None;
+        }
+        // The thread may outlive this call: it is given the process's state,
+        // which this is.
+        let Some(s) = STATE.get().filter(|s| ptr::eq(*s, self)) else {
+            return Some(self.in_cupti(|| f(self)));
+        };
+        let job = Arc::new(Mutex::new(Some(f)));
+        let theirs = Arc::clone(&job);
+        let (tx, rx) = mpsc::sync_channel(1);
+        let spawned = crate::threads::spawn_blocked("gpuperf-close", move || {
+            let _inside = Inside::enter();
+            // A fault in CUPTI here is the close's, as on the thread closing.
+            let _part = crate::interrupt::PartOfClose::enter();
+            if let Some(f) = lock(&theirs).take() {
+                let _ = tx.send(catch_unwind(AssertUnwindSafe(|| s.in_cupti(|| f(s)))));
+            }
+        });
+        if spawned.is_err() {
+            let f = lock(&job).take()?;
+            return Some(self.in_cupti(|| f(self)));
+        }
+        loop {
+            match rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(Ok(r)) => return Some(r),
+                // As it would have here.
+                Ok(Err(panic)) => std::panic::resume_unwind(panic),
+                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) if self.stuck_in_cupti() => {
+                    self.gave_up_on_cupti.store(true, Relaxed);
+                    return None;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
     /// The flush lock for the exit path's flush: waits for a flush in
     /// progress, but not for one that has been inside one CUPTI call for
-    /// [`STUCK_IN_CUPTI_NS`] (`None`). A flush in gpuperf's own code is
-    /// waited for to its end.
+    /// [`STUCK_IN_CUPTI_NS`] (`None`, and no CUPTI call of ours may follow).
+    /// A flush in gpuperf's own code is waited for to its end.
     fn flush_lock_at_exit(&self) -> Option<MutexGuard<'_, ()>> {
         let mut pause = Duration::from_micros(50);
         loop {
@@ -650,8 +761,8 @@ impl State {
                 Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
                 Err(TryLockError::WouldBlock) => {}
             }
-            let since = self.in_cupti_since.load(Relaxed);
-            if since != 0 && monotonic_ns().saturating_sub(since) >= STUCK_IN_CUPTI_NS {
+            if self.stuck_in_cupti() {
+                self.gave_up_on_cupti.store(true, Relaxed);
                 return None;
             }
             std::thread::sleep(pause);
@@ -665,7 +776,22 @@ impl State {
         let Some(pc) = &self.pc else {
             return;
         };
-        let samples = self.in_cupti(|| pc.take(last));
+        let samples = if !last {
+            self.in_cupti(|| pc.take(false))
+        } else if let Some(samples) =
+            self.bounded_in_cupti(|s| s.pc.as_ref().map(|pc| pc.take(true)).unwrap_or_default())
+        {
+            samples
+        } else {
+            let text = format!(
+                "the PC samples CUPTI still held are missing: it had been reading them for over \
+                 {} s (as in a driver that stopped answering)",
+                STUCK_IN_CUPTI_NS / 1_000_000_000
+            );
+            self.log.line(&text);
+            lock(&self.sink).note(text);
+            pc.take_read()
+        };
         let notes = pc.take_notes(last);
         let launches = if last { pc.launches() } else { None };
         let mut sink = lock(&self.sink);
@@ -760,6 +886,7 @@ pub(super) unsafe extern "C" fn buffer_completed(
     let _inside = Inside::enter();
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(s) = STATE.get() else { return };
+        let _ours = s.ours_inside_cupti();
         let origin = s.pool.origin(buf);
         if origin == Origin::Discard {
             // Shared by requests made while memory was short: never read.

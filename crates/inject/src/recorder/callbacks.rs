@@ -103,7 +103,7 @@ impl State {
     fn on_api(&self, domain: u32, cbid: u32, data: *const c_void) {
         if domain == RESOURCE {
             // pcsampling hook: contexts and modules, before the flush below.
-            if let Some(pc) = &self.pc
+            if let Some(pc) = self.pc_live()
                 && !data.is_null()
             {
                 self.pc_resource(pc, cbid, data);
@@ -211,7 +211,7 @@ impl State {
         // pcsampling hook: a launch opens or closes a sampling window, and
         // its return collects the samples of the range that ended (a
         // serialized kernel's, or a window's).
-        let pc_launch = match &self.pc {
+        let pc_launch = match self.pc_live() {
             Some(pc) if class == Class::Launch => {
                 // SAFETY: as above; `context` is a pointer-sized field.
                 Some((pc, unsafe {
@@ -256,6 +256,14 @@ impl State {
 
     /// PC sampling's part of a resource callback: enable in a new context,
     /// keep a loaded module, read and disable in a context being destroyed.
+    /// The PC sampler, unless the exit path gave up on CUPTI: the call it
+    /// left inside holds the sampler's lock of contexts.
+    fn pc_live(&self) -> Option<&crate::pcsampling::Sampler> {
+        self.pc
+            .as_ref()
+            .filter(|_| !self.gave_up_on_cupti.load(Relaxed))
+    }
+
     fn pc_resource(&self, pc: &crate::pcsampling::Sampler, cbid: u32, data: *const c_void) {
         // SAFETY: for resource callbacks CUPTI passes a `CUpti_ResourceData`:
         // the context, a handle union of one pointer, then the descriptor.

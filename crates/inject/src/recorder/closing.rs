@@ -12,7 +12,7 @@ use crate::guard::Inside;
 use crate::shard::Item;
 
 use super::callbacks::MAX_OPEN;
-use super::{Flush, MIN_SILENT_LAUNCHES, STATE, State, lock};
+use super::{MIN_SILENT_LAUNCHES, STATE, State, lock};
 use crate::clock::monotonic_ns;
 
 impl State {
@@ -41,15 +41,27 @@ impl State {
             self.log.line(&note);
             lock(&self.sink).note(note);
         }
-        let abandoned = !self.flush(Flush::Final);
+        let abandoned = !self.flush_final();
         // Kinds are process-wide: once another client took CUPTI they are its
         // own, and disabling them would end its recording.
         let kinds: Vec<u32> = lock(&self.kinds).drain(..).collect();
-        if !self.yielded.load(Relaxed) && !abandoned {
-            for kind in kinds {
-                if let Err(e) = self.cupti.activity_disable(kind) {
-                    self.log.line(&e.to_string());
-                }
+        if !self.yielded.load(Relaxed) && !abandoned && !kinds.is_empty() {
+            let disabled = self.bounded_in_cupti(|s| {
+                let refused = kinds.into_iter().map(|k| s.cupti.activity_disable(k));
+                refused
+                    .filter_map(Result::err)
+                    .map(|e| e.to_string())
+                    .collect::<Vec<String>>()
+            });
+            let errors = disabled.unwrap_or_else(|| {
+                vec![format!(
+                    "the activity kinds were left enabled: CUPTI had been disabling them for \
+                     over {} s (as in a driver that stopped answering)",
+                    super::STUCK_IN_CUPTI_NS / 1_000_000_000
+                )]
+            });
+            for e in errors {
+                self.log.line(&e);
             }
         }
         if self.disabled.swap(true, Relaxed) {
@@ -81,8 +93,8 @@ impl State {
                 ),
             };
             let text = format!(
-                "the exit path made no final flush: a flush had been inside CUPTI for over {} s \
-                 (as in a driver that stopped answering), so the GPU records CUPTI still held \
+                "the exit path stopped waiting for CUPTI: a flush had been inside it for over {} \
+                 s (as in a driver that stopped answering), so the GPU records CUPTI still held \
                  are missing; {which}",
                 super::STUCK_IN_CUPTI_NS / 1_000_000_000
             );

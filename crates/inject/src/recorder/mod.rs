@@ -24,7 +24,8 @@
 //! `cuptiActivityGetNumDroppedRecords`. So no CUPTI function is called under the
 //! sink or a shard lock, and a callback never waits for `flush_lock` (it skips the
 //! flush when another is running). The exit path waits for a flush in progress,
-//! but not for one stuck inside a CUPTI call ([`STUCK_IN_CUPTI_NS`]): it then
+//! but not for one stuck inside a CUPTI call ([`STUCK_IN_CUPTI_NS`]), and makes
+//! its own CUPTI calls on a thread it waits for as long: once one is stuck, it
 //! writes what gpuperf holds and calls CUPTI no more.
 
 use std::ffi::{CStr, c_char};
@@ -73,9 +74,9 @@ const MODULE_LOADED: u32 = CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_
 /// Used at exit, before the kinds are disabled, and when the last context is
 /// destroyed.
 const FLUSH_FORCED: u32 = 1;
-/// How long the exit path waits for a flush in progress that is inside one
-/// CUPTI call: a driver that stopped answering (a GPU fallen off the bus)
-/// keeps it there for good, and the program's exit must not wait with it.
+/// How long the exit path waits for a CUPTI call, its own or a flush in
+/// progress: a driver that stopped answering (a GPU fallen off the bus) keeps
+/// it there for good, and the program's exit must not wait with it.
 const STUCK_IN_CUPTI_NS: u64 = 10_000_000_000;
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
@@ -158,7 +159,8 @@ struct Stats {
     callback_flush_status: AtomicU32,
 }
 
-/// Who asks for a flush, which decides its flag and whether it may wait.
+/// Who asks for a flush, which decides its flag and whether it may wait (the
+/// exit path's is `State::flush_final`).
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Flush {
     /// The flush thread: unforced.
@@ -170,8 +172,6 @@ enum Flush {
     /// The last live context is being destroyed, inside its callback: forced
     /// (no flush may follow without a context); otherwise as `InCallback`.
     LastContext,
-    /// The exit path: forced.
-    Final,
 }
 
 struct State {
@@ -215,6 +215,10 @@ struct State {
     /// waits for a flush in progress only until that call is
     /// [`STUCK_IN_CUPTI_NS`] old.
     in_cupti_since: AtomicU64,
+    /// The exit path gave up on a CUPTI call stuck inside for
+    /// [`STUCK_IN_CUPTI_NS`]: no CUPTI call of ours follows, as CUPTI's lock
+    /// may be held for good.
+    gave_up_on_cupti: AtomicBool,
     /// Whether the exit path ran (or runs): a second one, a signal's close
     /// during `exit`, waits for it and does nothing.
     finished: Mutex<bool>,

@@ -9,7 +9,7 @@ use crate::hook;
 use crate::sys;
 
 use super::sink::Sink;
-use super::{Flush, STATE, State, lock};
+use super::{STATE, State, lock};
 use crate::clock::monotonic_ns;
 
 impl State {
@@ -55,7 +55,7 @@ impl State {
     /// recorded since). Returns whether this was the first hand-over.
     fn yield_buffers(&self) -> bool {
         let first = !self.yielding.swap(true, Relaxed);
-        self.flush(Flush::Final);
+        self.flush_final();
         if first {
             let n = self.stats.launches.load(Relaxed);
             self.launches_at_yield.store(n, Relaxed);

@@ -301,6 +301,7 @@ pub fn initialize() -> bool {
         closing: AtomicBool::new(false),
         stacks_done: AtomicBool::new(false),
         in_cupti_since: AtomicU64::new(0),
+        gave_up_on_cupti: AtomicBool::new(false),
         finished: Mutex::new(false),
         stateless: Mutex::new(Vec::new()),
         kinds: Mutex::new(Vec::new()),

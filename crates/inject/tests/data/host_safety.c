@@ -41,6 +41,11 @@
  *   flush-hang      5 launches; with the library, a wait until its periodic
  *                   flush is stuck inside the simulated CUPTI (run it with
  *                   GPUSIM_CUPTI_FLUSH_HANG_S=N), "flush hung", then `exit`
+ *   slow-close-decode  5 launches, then `exit`; the first allocation on the
+ *                   thread making the close's forced flush, once the simulated
+ *                   CUPTI hands a buffer back (run it with
+ *                   GPUSIM_CUPTI_FORCED_FLUSH_HOOK=gpusim_close_flush_hook),
+ *                   takes 12 s: the library's own work inside that flush
  *   malloc-launches  the program's malloc (this file's, as a preloaded
  *                   allocator's would be) launches when gpuperf's flush
  *                   thread calls it (at most 50 times); 5 launches, a wait of
@@ -141,7 +146,15 @@ extern void *__libc_malloc(size_t);
 static atomic_int launch_in_malloc;
 static atomic_int malloc_launches;
 static __thread int in_malloc;
+/* slow-close-decode: set on the thread making the close's forced flush (by
+ * the simulated CUPTI's hook, before it hands a buffer back), and whether
+ * that thread's next allocation, the library's own inside its buffer
+ * callback, is to take 12 s. */
+static __thread int in_close_flush;
+static atomic_int stall_close;
+void gpusim_close_flush_hook(void) { in_close_flush = 1; }
 void *malloc(size_t n) {
+    if (in_close_flush && atomic_exchange(&stall_close, 0)) sleep(12);
     if (launch_in_malloc && !in_malloc && malloc_launches < 50) {
         char name[16] = {0};
         prctl(PR_GET_NAME, name);
@@ -360,6 +373,11 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "flush-hang") == 0) {
         for (int i = 0; i < 5; i++) launch("_Z6beforev");
         if (strcmp(argv[1], "none") != 0) return exit_in_hung_flush();
+        return 3;
+    }
+    if (strcmp(mode, "slow-close-decode") == 0) {
+        for (int i = 0; i < 5; i++) launch("_Z6beforev");
+        stall_close = 1;
         return 3;
     }
     if (strcmp(mode, "takeover-copies") == 0) return takeover_copies();

@@ -443,18 +443,105 @@ fn sim_exit_does_not_wait_for_a_flush_stuck_inside_cupti() {
     ];
     let without = run(&m, None, "flush-hang", &[], &env, Duration::from_secs(60));
     assert_eq!(without.status.code(), Some(3), "{without:?}");
-    let (out, dir) = recorded(&m, "flush-hang", &env);
-    let log = read_logs(dir.path());
+    let (out, log, _) = closed_without_cupti(&m, "flush-hang", &env);
     assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "flush hung\n",
         "{log}"
     );
+}
+
+/// The same driver, stuck only at the end: the exit path's own forced flush
+/// never returns. The close waited for it without bound, so the program hung
+/// in `exit`. It now makes that call on a thread of its own and waits for it
+/// 10 s, then closes the trace without the GPU records CUPTI held; the
+/// program exits with its own status.
+#[test]
+fn sim_exit_does_not_wait_for_its_own_flush_stuck_inside_cupti() {
+    let Some(m) = Sim::find() else { return };
+    let without = run(&m, None, "exit", &[], &[], Duration::from_secs(60));
+    assert_eq!(without.status.code(), Some(3), "{without:?}");
+    let (out, log, records) = closed_without_cupti(&m, "exit", &FORCED_FLUSH_HANGS);
+    assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+    assert_eq!(out.stdout, without.stdout, "{log}");
+    let n = notes(&records);
+    assert_eq!(
+        n.iter().filter(|t| t.starts_with(STOPPED_WAITING)).count(),
+        1,
+        "{n:?}"
+    );
+}
+
+/// As above when SIGTERM ends the program: gpuperf's closing thread made the
+/// forced flush itself, so it never sent the signal on and the program
+/// outlived its `kill` for as long as the driver hung. The program now dies
+/// of SIGTERM once the close has waited 10 s.
+#[test]
+fn sim_sigterm_does_not_wait_for_a_forced_flush_stuck_inside_cupti() {
+    let Some(m) = Sim::find() else { return };
+    let mut env = FORCED_FLUSH_HANGS.to_vec();
+    env.push(("GPUPERF_FLUSH_ON_SIGNAL", "1"));
+    let (out, log, _) = closed_without_cupti(&m, "sigterm-malloc", &env);
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{out:?}\n{log}");
+    assert!(
+        log.contains("closing the trace: SIGTERM is ending the program"),
+        "{log}"
+    );
+}
+
+/// What the close writes once it gave up on CUPTI, and what it found then.
+const STOPPED_WAITING: &str =
+    "the exit path stopped waiting for CUPTI: a flush had been inside it for over 10 s";
+
+/// The close's forced flush hands back a buffer whose decoding, gpuperf's
+/// own work inside that CUPTI call, takes 12 s (an allocation stalls). That
+/// is not CUPTI stuck: the close waits for it, and every kernel is written.
+/// Counted as time inside CUPTI, it made the close give up after 10 s and
+/// write none.
+#[test]
+fn sim_close_waits_for_its_own_slow_decode_inside_the_forced_flush() {
+    let Some(m) = Sim::find() else { return };
+    let env = [
+        ("GPUSIM_CUPTI_FORCED_FLUSH_HOOK", "gpusim_close_flush_hook"),
+        ("GPUPERF_FLUSH_MS", "100000"),
+    ];
+    let (out, dir) = recorded(&m, "slow-close-decode", &env);
+    let log = read_logs(dir.path());
+    assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+    assert!(log.contains("done: "), "trace not closed\n{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(
+        named(&records, &strings, "_Z6beforev"),
+        (5, 5),
+        "{:?}\n{log}",
+        launches(&records, &strings)
+    );
+    let n = notes(&records);
+    assert!(!n.iter().any(|t| t.starts_with(STOPPED_WAITING)), "{n:?}");
+}
+
+/// Every forced flush of the simulated CUPTI stays inside for 10 minutes, and
+/// no periodic flush is made.
+const FORCED_FLUSH_HANGS: [(&str, &str); 2] = [
+    ("GPUSIM_CUPTI_FORCED_FLUSH_HANG_S", "600"),
+    ("GPUPERF_FLUSH_MS", "100000"),
+];
+
+/// Runs `mode` with the library and `env`, where a flush of the simulated
+/// CUPTI hangs: the trace must be closed without CUPTI's records but with the
+/// 5 launches of _Z6beforev, their stacks, and a note saying why their
+/// kernels are missing. Returns the run, the log and the records.
+fn closed_without_cupti(
+    sim: &Sim,
+    mode: &str,
+    env: &[(&str, &str)],
+) -> (Output, String, Vec<Record>) {
+    let (out, dir) = recorded(sim, mode, env);
+    let log = read_logs(dir.path());
     assert!(log.contains("done: "), "trace not closed\n{log}");
     let (records, strings, _) = read_traces(dir.path());
     let l = launches(&records, &strings);
-    // Their kernels' records were still inside CUPTI.
     assert_eq!(l.get("?"), Some(&(5, 0)), "{l:?}\n{log}");
     let written = written_stacks(&records);
     let with_stack = records
@@ -467,12 +554,11 @@ fn sim_exit_does_not_wait_for_a_flush_stuck_inside_cupti() {
     );
     let n = notes(&records);
     assert!(
-        n.iter().any(|t| t.starts_with(
-            "the exit path made no final flush: a flush had been inside CUPTI for over 10 s"
-        ) && t
-            .ends_with("are missing; none of the 5 launches, copies and memsets has one")),
+        n.iter().any(|t| t.starts_with(STOPPED_WAITING)
+            && t.ends_with("are missing; none of the 5 launches, copies and memsets has one")),
         "{n:?}\n{log}"
     );
+    (out, log, records)
 }
 
 /// Issue 39, item 5: liba is unloaded and libb loaded at its address. The
