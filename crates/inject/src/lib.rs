@@ -118,6 +118,11 @@
 //!   of a directory read both, the later image as a process of its own.
 //! - **`_exit`, SIGKILL:** no close; the file keeps what the last periodic
 //!   flush wrote, and readers report it as not closed.
+//! - **A file system that stops answering** (a hung NFS mount): the trace and
+//!   the log are written by threads of their own (module `outfile`), and each
+//!   write is waited for until it has been inside the kernel for 10 s; the
+//!   file is then given up, and the trace ends there, not closed. No thread
+//!   of the program, and not its exit, waits longer.
 //!
 //! # Failure contract
 //! Nothing here prints to stdout, calls `exit`, or lets a panic cross into the
@@ -266,6 +271,7 @@ mod interrupt;
 pub mod locate;
 mod log;
 mod nvtx;
+mod outfile;
 pub mod pcsampling;
 mod recorder;
 mod seen;

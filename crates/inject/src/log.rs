@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::sync::Mutex;
 
 use crate::config::{LogTarget, create_new};
+use crate::outfile::OutFile;
 
 /// A diagnostics sink; writing never fails loudly.
 pub struct Log {
@@ -19,7 +20,9 @@ impl Log {
     pub fn open(target: &LogTarget, pid: u32) -> Self {
         let out: Option<Box<dyn Write + Send>> = match target {
             LogTarget::Stderr => Some(Box::new(io::stderr())),
-            LogTarget::File(p) => create_new(p).ok().map(|(f, _)| Box::new(f) as _),
+            LogTarget::File(p) => create_new(p)
+                .ok()
+                .map(|(f, path)| Box::new(OutFile::new(f, &path, 64 << 10)) as _),
         };
         Self {
             out: Mutex::new(out),

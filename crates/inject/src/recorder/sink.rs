@@ -2,8 +2,6 @@
 //! between records (API names, correlation aliases, thread names).
 
 use std::ffi::{CStr, c_char};
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use gpuperf_merge::gputrace::Writer;
@@ -11,11 +9,12 @@ use gpuperf_merge::model::{Note, Record, StringId, StringTable};
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
+use crate::outfile::OutFile;
 
 use super::ALIAS_GENERATION;
 
 pub(super) struct Sink {
-    pub(super) writer: Option<Writer<BufWriter<File>>>,
+    pub(super) writer: Option<Writer<OutFile>>,
     pub(super) strings: StringTable,
     pid: u32,
     pub(super) api_names: [Vec<Option<StringId>>; 2],
@@ -49,7 +48,7 @@ impl Sink {
             source,
         })?;
         let path = path.as_path();
-        let out = BufWriter::with_capacity(1 << 20, file);
+        let out = OutFile::new(file, path, 1 << 20);
         let writer = Writer::with_flags(out, flags).map_err(|source| Error::Output {
             path: path.to_owned(),
             source,

@@ -41,6 +41,10 @@
  *   flush-hang      5 launches; with the library, a wait until its periodic
  *                   flush is stuck inside the simulated CUPTI (run it with
  *                   GPUSIM_CUPTI_FLUSH_HANG_S=N), "flush hung", then `exit`
+ *   stuck-write     5 launches, a wait of 4 flush periods, then every write to
+ *                   the library's trace and log files stays inside for good
+ *                   (this file's `write`), 5 launches (_Z5afterv), the same
+ *                   wait, "stuck", then `exit`
  *   slow-close-decode  5 launches, then `exit`; the first allocation on the
  *                   thread making the close's forced flush, once the simulated
  *                   CUPTI hands a buffer back (run it with
@@ -61,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -166,6 +171,39 @@ void *malloc(size_t n) {
         }
     }
     return __libc_malloc(n);
+}
+
+/* ---- stuck-write: the library's files on a file system that stopped
+ * answering. This program's `write` is the one the library calls (linked
+ * -rdynamic, as an interposed libc function is): once armed, a write to a
+ * trace or log file never returns, as one to a hung NFS mount does not. */
+static atomic_int stuck_writes;
+static int library_file(int fd) {
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return 0;
+    path[n] = 0;
+    const char *dot = strrchr(path, '.');
+    return dot && (strcmp(dot, ".gputrace") == 0 || strcmp(dot, ".log") == 0);
+}
+ssize_t write(int fd, const void *buf, size_t n) {
+    if (stuck_writes && library_file(fd))
+        for (;;) sleep(1000);
+    return syscall(SYS_write, fd, buf, n);
+}
+
+static int stuck_write(void) {
+    for (int i = 0; i < 5; i++) launch("_Z6beforev");
+    const char *ms = getenv("GPUPERF_FLUSH_MS");
+    useconds_t period = (useconds_t)(ms ? atoi(ms) : 500) * 1000;
+    usleep(4 * period);
+    stuck_writes = 1;
+    for (int i = 0; i < 5; i++) launch("_Z5afterv");
+    usleep(4 * period);
+    printf("stuck\n");
+    fflush(stdout);
+    return 3;
 }
 
 /* ---- sigterm-malloc ---- */
@@ -375,6 +413,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], "none") != 0) return exit_in_hung_flush();
         return 3;
     }
+    if (strcmp(mode, "stuck-write") == 0) return stuck_write();
     if (strcmp(mode, "slow-close-decode") == 0) {
         for (int i = 0; i < 5; i++) launch("_Z6beforev");
         stall_close = 1;

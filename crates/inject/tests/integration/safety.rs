@@ -521,6 +521,32 @@ fn sim_close_waits_for_its_own_slow_decode_inside_the_forced_flush() {
     assert!(!n.iter().any(|t| t.starts_with(STOPPED_WAITING)), "{n:?}");
 }
 
+/// The trace and the log on a file system that stops answering (a hung NFS
+/// mount): the library's writes to them never return. The flush thread then
+/// stayed inside its write holding the sink's lock, and the exit path, which
+/// waits for that flush, hung the program for good. Each write is now made
+/// by the file's own thread and waited for 10 s: the program exits as it
+/// would have, and the trace keeps what reached it before.
+#[test]
+fn sim_exit_does_not_wait_for_a_write_stuck_in_the_file_system() {
+    let Some(m) = Sim::find() else { return };
+    let env = [("GPUPERF_FLUSH_MS", "50")];
+    let limit = Duration::from_secs(60);
+    let without = run(&m, None, "stuck-write", &[], &env, limit);
+    assert_eq!(without.status.code(), Some(3), "{without:?}");
+    let (out, dir) = recorded(&m, "stuck-write", &env);
+    let log = read_logs(dir.path());
+    assert_eq!(out.status.code(), Some(3), "{out:?}\n{log}");
+    assert_eq!(out.stdout, without.stdout, "{log}");
+    let (records, strings, _) = read_traces(dir.path());
+    assert_eq!(
+        named(&records, &strings, "_Z6beforev").0,
+        5,
+        "{:?}\n{log}",
+        launches(&records, &strings)
+    );
+}
+
 /// Every forced flush of the simulated CUPTI stays inside for 10 minutes, and
 /// no periodic flush is made.
 const FORCED_FLUSH_HANGS: [(&str, &str); 2] = [
