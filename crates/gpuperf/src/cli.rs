@@ -99,35 +99,11 @@ pub struct RecordArgs {
         default_value = "flamegraph.svg"
     )]
     pub output: PathBuf,
-    /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
-    #[arg(short = 'c', long, value_name = "FILE")]
-    pub chrome: Option<PathBuf>,
     /// Write merged folded stacks (µs of GPU time) here.
     #[arg(short = 'm', long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
-    /// Write idle-time folded stacks here (µs): each stream's gaps between GPU work,
-    /// charged to the CPU stack that made it wait ([GPU_Idle: CPU late], [GPU_Idle: host
-    /// sync], [GPU_Idle: launch latency]).
-    #[arg(long, value_name = "FILE")]
-    pub idle: Option<PathBuf>,
-    /// Write a flamegraph of the idle-time stacks (as --idle) here.
-    #[arg(long, value_name = "FILE")]
-    pub idle_svg: Option<PathBuf>,
-    /// Write a gzipped pprof profile (GPU time and launches by stack) here, for Pyroscope,
-    /// Parca, Grafana or `go tool pprof`.
-    #[arg(long, value_name = "FILE.pb.gz")]
-    pub pprof: Option<PathBuf>,
-    /// Write the recording as Parquet tables into this directory (events.parquet,
-    /// stacks.parquet), for DuckDB, pandas, Spark or ClickHouse.
-    #[arg(long, value_name = "DIR")]
-    pub parquet: Option<PathBuf>,
-    /// Write the GPU PC samples as folded stacks here (weight: samples): CPU
-    /// stack, kernel, SASS instruction, CUDA line, stall reason.
-    #[arg(long, value_name = "FILE")]
-    pub pc_folded: Option<PathBuf>,
-    /// Write a flamegraph of the GPU PC samples (as --pc-folded) here.
-    #[arg(long, value_name = "FILE")]
-    pub pc_svg: Option<PathBuf>,
+    #[command(flatten)]
+    pub files: FileOutputs,
     #[command(flatten)]
     pub view: ViewArgs,
     /// Write the CPU trace (one line per launch with its stack) here.
@@ -234,23 +210,92 @@ impl RecordArgs {
     /// ([`gpuperf_merge::recording::expand_names`]); `-` (stdout) is not a name.
     pub fn names_mut(&mut self) -> Vec<&mut PathBuf> {
         let mut names = vec![&mut self.output];
+        names.extend(self.folded.as_mut().filter(|p| p.as_os_str() != "-"));
+        names.extend(self.files.names_mut());
         names.extend(
-            [
-                self.chrome.as_mut(),
-                self.folded.as_mut().filter(|p| p.as_os_str() != "-"),
-                self.idle.as_mut(),
-                self.idle_svg.as_mut(),
-                self.pprof.as_mut(),
-                self.parquet.as_mut(),
-                self.pc_folded.as_mut(),
-                self.pc_svg.as_mut(),
-                self.cpu_trace.as_mut(),
-                self.raw_dir.as_mut(),
-            ]
-            .into_iter()
-            .flatten(),
+            [self.cpu_trace.as_mut(), self.raw_dir.as_mut()]
+                .into_iter()
+                .flatten(),
         );
         names
+    }
+}
+
+/// The outputs that `record` and `merge` both write, named alike.
+#[derive(Debug, Args)]
+pub struct FileOutputs {
+    /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub chrome: Option<PathBuf>,
+    /// Write idle-time folded stacks here (µs): each stream's gaps between GPU work,
+    /// charged to the CPU stack that made it wait ([GPU_Idle: CPU late], [GPU_Idle: host
+    /// sync], [GPU_Idle: launch latency]).
+    #[arg(long, value_name = "FILE")]
+    pub idle: Option<PathBuf>,
+    /// Write a flamegraph of the idle-time stacks (as --idle) here.
+    #[arg(long, value_name = "FILE")]
+    pub idle_svg: Option<PathBuf>,
+    /// Write a gzipped pprof profile (GPU time and launches by stack) here, for Pyroscope,
+    /// Parca, Grafana or `go tool pprof`.
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
+    /// Write the recording as Parquet tables into this directory (events.parquet,
+    /// stacks.parquet), for DuckDB, pandas, Spark or ClickHouse.
+    #[arg(long, value_name = "DIR")]
+    pub parquet: Option<PathBuf>,
+    /// Write the GPU PC samples as folded stacks here (weight: samples): CPU
+    /// stack, kernel, SASS instruction, CUDA line, stall reason.
+    #[arg(long, value_name = "FILE")]
+    pub pc_folded: Option<PathBuf>,
+    /// Write a flamegraph of the GPU PC samples (as --pc-folded) here.
+    #[arg(long, value_name = "FILE")]
+    pub pc_svg: Option<PathBuf>,
+}
+
+impl FileOutputs {
+    /// The files named (the Parquet directory is not one).
+    pub fn files(&self) -> impl Iterator<Item = &PathBuf> {
+        [
+            &self.chrome,
+            &self.idle,
+            &self.idle_svg,
+            &self.pprof,
+            &self.pc_folded,
+            &self.pc_svg,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Every name given, the Parquet directory's too, for their `%` patterns.
+    pub fn names_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
+        [
+            &mut self.chrome,
+            &mut self.idle,
+            &mut self.idle_svg,
+            &mut self.pprof,
+            &mut self.parquet,
+            &mut self.pc_folded,
+            &mut self.pc_svg,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Whether none is asked for.
+    pub fn is_empty(&self) -> bool {
+        self.files().next().is_none() && self.parquet.is_none()
+    }
+
+    /// Sets them in the outputs `o` of a merge.
+    pub fn fill(&self, o: &mut Outputs) {
+        o.chrome.clone_from(&self.chrome);
+        o.idle.clone_from(&self.idle);
+        o.idle_svg.clone_from(&self.idle_svg);
+        o.pprof.clone_from(&self.pprof);
+        o.parquet.clone_from(&self.parquet);
+        o.pc_folded.clone_from(&self.pc_folded);
+        o.pc_svg.clone_from(&self.pc_svg);
     }
 }
 
@@ -366,35 +411,11 @@ pub struct MergeArgs {
     /// Write merged folded stacks here (`-` for stdout). Default: stdout when no other output is named.
     #[arg(short = 'm', long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
-    /// Write idle-time folded stacks here (µs): each stream's gaps between GPU work,
-    /// charged to the CPU stack that made it wait ([GPU_Idle: CPU late], [GPU_Idle: host
-    /// sync], [GPU_Idle: launch latency]).
-    #[arg(long, value_name = "FILE")]
-    pub idle: Option<PathBuf>,
-    /// Write a flamegraph of the idle-time stacks (as --idle) here.
-    #[arg(long, value_name = "FILE")]
-    pub idle_svg: Option<PathBuf>,
-    /// Write a timeline here: Chrome-trace JSON, or Perfetto protobuf if FILE ends in .pftrace or .perfetto-trace.
-    #[arg(short = 'c', long, value_name = "FILE")]
-    pub chrome: Option<PathBuf>,
     /// Write an SVG flamegraph here.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    /// Write a gzipped pprof profile (GPU time and launches by stack) here, for Pyroscope,
-    /// Parca, Grafana or `go tool pprof`.
-    #[arg(long, value_name = "FILE.pb.gz")]
-    pub pprof: Option<PathBuf>,
-    /// Write the recording as Parquet tables into this directory (events.parquet,
-    /// stacks.parquet), for DuckDB, pandas, Spark or ClickHouse.
-    #[arg(long, value_name = "DIR")]
-    pub parquet: Option<PathBuf>,
-    /// Write the GPU PC samples as folded stacks here (weight: samples): CPU
-    /// stack, kernel, SASS instruction, CUDA line, stall reason.
-    #[arg(long, value_name = "FILE")]
-    pub pc_folded: Option<PathBuf>,
-    /// Write a flamegraph of the GPU PC samples (as --pc-folded) here.
-    #[arg(long, value_name = "FILE")]
-    pub pc_svg: Option<PathBuf>,
+    #[command(flatten)]
+    pub files: FileOutputs,
     /// Flamegraph title.
     #[arg(long, default_value = DEFAULT_TITLE)]
     pub title: String,
@@ -407,45 +428,26 @@ pub struct MergeArgs {
 impl MergeArgs {
     /// Every output name the user gave, for their `%` patterns; `-` is stdout.
     pub fn names_mut(&mut self) -> Vec<&mut PathBuf> {
-        [
+        let mut names: Vec<&mut PathBuf> = [
             self.folded.as_mut().filter(|p| p.as_os_str() != "-"),
-            self.idle.as_mut(),
-            self.idle_svg.as_mut(),
-            self.chrome.as_mut(),
             self.svg.as_mut(),
-            self.pprof.as_mut(),
-            self.parquet.as_mut(),
-            self.pc_folded.as_mut(),
-            self.pc_svg.as_mut(),
             self.cpu_trace.as_mut(),
         ]
         .into_iter()
         .flatten()
-        .collect()
+        .collect();
+        names.extend(self.files.names_mut());
+        names
     }
 
     /// The outputs asked for. Folded stacks go to stdout when no file output is named.
     pub fn outputs(&self) -> Outputs {
         let mut o = Outputs::default();
-        let no_file = self.chrome.is_none()
-            && self.svg.is_none()
-            && self.pprof.is_none()
-            && self.parquet.is_none()
-            && self.pc_folded.is_none()
-            && self.pc_svg.is_none()
-            && self.idle.is_none()
-            && self.idle_svg.is_none()
-            && self.cpu_trace.is_none();
+        let no_file = self.files.is_empty() && self.svg.is_none() && self.cpu_trace.is_none();
         o.folded = self.folded.clone().or_else(|| no_file.then(|| "-".into()));
-        o.chrome.clone_from(&self.chrome);
         o.svg.clone_from(&self.svg);
-        o.pprof.clone_from(&self.pprof);
-        o.parquet.clone_from(&self.parquet);
-        o.pc_folded.clone_from(&self.pc_folded);
-        o.pc_svg.clone_from(&self.pc_svg);
+        self.files.fill(&mut o);
         o.title.clone_from(&self.title);
-        o.idle.clone_from(&self.idle);
-        o.idle_svg.clone_from(&self.idle_svg);
         o
     }
 }
@@ -592,7 +594,7 @@ mod tests {
         };
         assert_eq!(m.input.gpu, [PathBuf::from("g")]);
         assert_eq!(m.folded.as_deref(), Some("m.folded".as_ref()));
-        assert_eq!(m.chrome.as_deref(), Some("t.json".as_ref()));
+        assert_eq!(m.files.chrome.as_deref(), Some("t.json".as_ref()));
         assert_eq!(m.svg.as_deref(), Some("f.svg".as_ref()));
         assert_eq!(m.input.slack_us, 50);
     }
@@ -642,7 +644,7 @@ mod tests {
         .unwrap();
         assert!(cli.command.is_none());
         let r = cli.record;
-        assert_eq!(r.chrome.as_deref(), Some("gpu.json".as_ref()));
+        assert_eq!(r.files.chrome.as_deref(), Some("gpu.json".as_ref()));
         assert_eq!(r.cpu_trace.as_deref(), Some("cpu.txt".as_ref()));
         assert_eq!(r.folded.as_deref(), Some("merged.folded".as_ref()));
         assert_eq!(r.output, PathBuf::from("flamegraph.svg"));
@@ -846,7 +848,7 @@ mod tests {
         let Some(Command::Merge(m)) = cli.command else {
             panic!("not merge")
         };
-        assert_eq!(m.pprof.as_deref(), Some("p.pb.gz".as_ref()));
+        assert_eq!(m.files.pprof.as_deref(), Some("p.pb.gz".as_ref()));
         let cli = Cli::try_parse_from(["gpuperf", "report", "run1", "--top", "3"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Report(_))));
         assert!(Cli::try_parse_from(["gpuperf", "report"]).is_err());

@@ -260,15 +260,9 @@ fn check_outputs(a: &RecordArgs) -> Result<()> {
     let outputs = [
         Some(&a.output),
         a.folded.as_ref().filter(|p| p.as_os_str() != "-"),
-        a.chrome.as_ref(),
         a.cpu_trace.as_ref(),
-        a.idle.as_ref(),
-        a.idle_svg.as_ref(),
-        a.pprof.as_ref(),
-        a.pc_folded.as_ref(),
-        a.pc_svg.as_ref(),
     ];
-    for path in outputs.into_iter().flatten() {
+    for path in outputs.into_iter().flatten().chain(a.files.files()) {
         if let Err(e) = recording::check_writable(path) {
             bail!(
                 "cannot write `{}` ({e}); the program was not started",
@@ -558,16 +552,10 @@ fn finish(
         .transpose()?;
     let mut outs = Outputs::default();
     outs.folded.clone_from(&a.folded);
-    outs.chrome.clone_from(&a.chrome);
     outs.svg = Some(a.output.clone());
+    a.files.fill(&mut outs);
     outs.title.clone_from(&a.title);
     outs.subtitle = Some(recording::command_line(&a.program));
-    outs.idle.clone_from(&a.idle);
-    outs.idle_svg.clone_from(&a.idle_svg);
-    outs.pprof.clone_from(&a.pprof);
-    outs.parquet.clone_from(&a.parquet);
-    outs.pc_folded.clone_from(&a.pc_folded);
-    outs.pc_svg.clone_from(&a.pc_svg);
     outs.origin = recording::origin_from_env(&|v| std::env::var_os(v));
     let program = a.program[0].to_string_lossy().into_owned();
     let mut f = Finish::new(raw.to_path_buf(), outs, program, status, wall);
