@@ -269,7 +269,28 @@ struct pcs {
     } *totals;
     size_t ntotals;
     int hw_full;
+    /* The functionName each function's records carry: one allocation per
+       function while sampling is enabled, shared by all its records, as
+       cupti_pcsampling.h allows ("might be shared across all the records"):
+       the client frees each once, after its last read. */
+    struct shared_name {
+        const char *function;
+        char *name;
+    } *names;
+    size_t nnames;
 };
+
+static char *shared_name(struct pcs *s, const char *function) {
+    for (size_t i = 0; i < s->nnames; i++)
+        if (s->names[i].function == function)
+            return s->names[i].name;
+    struct shared_name *grown = realloc(s->names, (s->nnames + 1) * sizeof *grown);
+    if (!grown)
+        return strdup(function);
+    s->names = grown;
+    s->names[s->nnames] = (struct shared_name){function, strdup(function)};
+    return s->names[s->nnames++].name;
+}
 
 static struct range_totals *totals_of(struct pcs *s, uint64_t range) {
     for (size_t i = 0; i < s->ntotals; i++)
@@ -571,7 +592,7 @@ static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d) {
         o->cubinCrc = r->crc;
         o->pcOffset = r->offset;
         o->functionIndex = 0;
-        o->functionName = strdup(r->function);
+        o->functionName = shared_name(s, r->function);
         size_t k = 0;
         /* The client allocated stallReason for every selected stall reason. */
         for (size_t i = 0; i < NREASONS; i++)
@@ -646,6 +667,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingDisable(CUpti_PCSamplingDisabl
         (void)copy_out(s, s->disable_buffer);
     free(s->recs);
     free(s->totals);
+    free(s->names); /* the names themselves are the client's */
     memset(s, 0, sizeof *s);
     atomic_fetch_sub(&g_sampling, 1);
     pthread_mutex_unlock(&g_pcs_mu);

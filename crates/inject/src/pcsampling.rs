@@ -41,7 +41,7 @@
 //! (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`): [`Sampler::take_notes`] says so
 //! once, with what to do, and everything else is recorded as usual.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_void};
 use std::path::Path;
 use std::ptr;
@@ -282,6 +282,11 @@ pub struct Sampler {
     /// Launches seen (the window's clock), and those sampled.
     launches: AtomicU64,
     sampled: AtomicU64,
+    /// The function names CUPTI allocated for PC records. One may be shared
+    /// by all the records of a function, in every read ("should not be
+    /// modified or freed until post processing of all the records is done",
+    /// `cupti_pcsampling.h`): each is freed once, after the last read.
+    names: Mutex<HashSet<usize>>,
 }
 
 impl Sampler {
@@ -296,6 +301,7 @@ impl Sampler {
             inner: Mutex::new(Inner::default()),
             launches: AtomicU64::new(0),
             sampled: AtomicU64::new(0),
+            names: Mutex::new(HashSet::new()),
         })
     }
 
@@ -598,6 +604,11 @@ impl Sampler {
         }
         if last {
             contexts.clear();
+            for name in lock(&self.names).drain() {
+                // SAFETY: each a name CUPTI allocated for the caller, freed
+                // once, now that sampling is disabled everywhere.
+                unsafe { libc::free(name as *mut c_void) };
+            }
         }
         drop(contexts);
         let mut inner = lock(&self.inner);
@@ -771,7 +782,7 @@ impl Sampler {
     }
 
     /// The samples in `buf` (of context `id`, whose stall-reason names are
-    /// `reasons`); frees the function names CUPTI allocated.
+    /// `reasons`); keeps the function names CUPTI allocated, to free.
     fn parse(&self, id: u32, reasons: &HashMap<u32, String>, buf: &mut Buffer) -> Vec<Sample> {
         let mut out = Vec::new();
         let n = buf.data.totalNumPcs.min(PCS_PER_CALL);
@@ -779,8 +790,9 @@ impl Sampler {
             let pc = buf.pcs[i];
             // SAFETY: CUPTI wrote a NUL-terminated name that the caller frees.
             let function = unsafe { c_string(pc.functionName) };
-            // SAFETY: as above: ours to free, once.
-            unsafe { libc::free(pc.functionName.cast()) };
+            if !pc.functionName.is_null() {
+                lock(&self.names).insert(pc.functionName as usize);
+            }
             buf.pcs[i].functionName = ptr::null_mut();
             let source = self.source(pc.cubinCrc, &function, pc.pcOffset);
             let count = pc.stallReasonCount.min(buf.reasons[i].len());
