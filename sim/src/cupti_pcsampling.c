@@ -62,8 +62,39 @@ static const struct {
     {17, "smsp__pcsamp_warps_issue_stalled_sleeping"},
     {18, "smsp__pcsamp_warps_issue_stalled_tex_throttle"},
     {19, "smsp__pcsamp_warps_issue_stalled_wait"},
+    /* The not-issued counts, as on Hopper: each is the part of its base
+       reason's samples taken on cycles that issued no instruction (Nsight
+       Compute's "Not-issued Samples"), a subset, not more samples. */
+    {101, "smsp__pcsamp_warps_issue_stalled_barrier_not_issued"},
+    {102, "smsp__pcsamp_warps_issue_stalled_branch_resolving_not_issued"},
+    {104, "smsp__pcsamp_warps_issue_stalled_dispatch_stall_not_issued"},
+    {105, "smsp__pcsamp_warps_issue_stalled_drain_not_issued"},
+    {106, "smsp__pcsamp_warps_issue_stalled_imc_miss_not_issued"},
+    {107, "smsp__pcsamp_warps_issue_stalled_lg_throttle_not_issued"},
+    {108, "smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued"},
+    {109, "smsp__pcsamp_warps_issue_stalled_math_pipe_throttle_not_issued"},
+    {110, "smsp__pcsamp_warps_issue_stalled_membar_not_issued"},
+    {111, "smsp__pcsamp_warps_issue_stalled_mio_throttle_not_issued"},
+    {112, "smsp__pcsamp_warps_issue_stalled_misc_not_issued"},
+    {113, "smsp__pcsamp_warps_issue_stalled_no_instructions_not_issued"},
+    {116, "smsp__pcsamp_warps_issue_stalled_short_scoreboard_not_issued"},
+    {117, "smsp__pcsamp_warps_issue_stalled_sleeping_not_issued"},
+    {118, "smsp__pcsamp_warps_issue_stalled_tex_throttle_not_issued"},
+    {119, "smsp__pcsamp_warps_issue_stalled_wait_not_issued"},
 };
 #define NREASONS (sizeof REASONS / sizeof REASONS[0])
+#define NOT_ISSUED_SUFFIX "_not_issued"
+
+/* The slot of the not-issued count of the reason in `slot`, or -1. */
+static int not_issued_slot(int slot) {
+    const char *base = REASONS[slot].name;
+    size_t n = strlen(base);
+    for (size_t i = 0; i < NREASONS; i++)
+        if (strlen(REASONS[i].name) == n + strlen(NOT_ISSUED_SUFFIX) && !strncmp(REASONS[i].name, base, n) &&
+            !strcmp(REASONS[i].name + n, NOT_ISSUED_SUFFIX))
+            return (int)i;
+    return -1;
+}
 #define PREFIX "smsp__pcsamp_warps_issue_stalled_"
 
 static int reason_slot(uint32_t index) {
@@ -269,6 +300,10 @@ struct pcs {
     } *totals;
     size_t ntotals;
     int hw_full;
+    /* After a full hardware buffer, no more samples until Disable and Enable
+       (not documented: parcagpu saw it on real GPUs, where Stop and Start
+       did not help). */
+    int wedged;
     /* The functionName each function's records carry: one allocation per
        function while sampling is enabled, shared by all its records, as
        cupti_pcsampling.h allows ("might be shared across all the records"):
@@ -305,6 +340,7 @@ static struct range_totals *totals_of(struct pcs *s, uint64_t range) {
 static struct pcs g_pcs[MAX_CTX];
 static pthread_mutex_t g_pcs_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int g_sampling; /* contexts with PC sampling enabled */
+static uint64_t g_kernels_sampled; /* under g_pcs_mu */
 /* Bytes one sample takes in the simulated hardware buffer. */
 #define HW_BYTES_PER_SAMPLE 32
 #define DEFAULT_PERIOD 8
@@ -531,7 +567,17 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetConfigurationAttribute(
     return r == CUPTI_SUCCESS ? r : fail(r);
 }
 
-static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d);
+static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d, int keep);
+
+/* A range ended: its records go into the buffer given at configuration,
+ * replacing what it held. With GPUSIM_PC_RANGE_END_KEEPS=1 (simulated, for
+ * tests: which of the two libcupti does is not documented) they are also
+ * kept for cuptiPCSamplingGetData, as if that buffer were a copy. Called with
+ * g_pcs_mu held. */
+static void range_end(struct pcs *s) {
+    if (s->disable_buffer)
+        (void)copy_out(s, s->disable_buffer, sim_fault_number("GPUSIM_PC_RANGE_END_KEEPS", 0) == 1);
+}
 
 static CUptiResult start_stop(CUcontext ctx, int start) {
     pthread_mutex_lock(&g_pcs_mu);
@@ -543,8 +589,7 @@ static CUptiResult start_stop(CUcontext ctx, int start) {
             /* A range ends: as at a serialized kernel's end, its records go
                into the buffer given at configuration, replacing what it held
                (cupti_pcsampling.h: flushing is required after every range end). */
-            if (s->disable_buffer)
-                (void)copy_out(s, s->disable_buffer);
+            range_end(s);
             s->range++;
         }
         r = CUPTI_SUCCESS;
@@ -566,8 +611,8 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingStop(CUpti_PCSamplingStopParam
 }
 
 /* Moves up to collectNumPcs records of the oldest range into the client's
- * buffer. Called with g_pcs_mu held. */
-static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d) {
+ * buffer (copies them, with `keep`). Called with g_pcs_mu held. */
+static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d, int keep) {
     if (d->size < CUPTI_PCSAMPLING_STRUCT_SIZE(CUpti_PCSamplingData, pPcData) ||
         (d->collectNumPcs && !d->pPcData))
         return CUPTI_ERROR_INVALID_PARAMETER;
@@ -577,13 +622,15 @@ static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d) {
     if (s->ntotals && s->totals[0].range == d->rangeId) {
         d->totalSamples = s->totals[0].total;
         d->droppedSamples = s->totals[0].dropped;
-        memmove(s->totals, s->totals + 1, --s->ntotals * sizeof *s->totals);
+        if (!keep)
+            memmove(s->totals, s->totals + 1, --s->ntotals * sizeof *s->totals);
     }
     if (d->size >= CUPTI_PCSAMPLING_STRUCT_SIZE(CUpti_PCSamplingData, nonUsrKernelsTotalSamples))
         d->nonUsrKernelsTotalSamples = 0;
     if (d->size >= CUPTI_PCSAMPLING_STRUCT_SIZE(CUpti_PCSamplingData, hardwareBufferFull))
         d->hardwareBufferFull = (uint8_t)full;
-    s->hw_full = 0;
+    if (!keep)
+        s->hw_full = 0;
     size_t n = 0;
     /* "When hardware buffer is full, user will get pc data as 0." */
     while (!full && n < d->collectNumPcs && n < s->nrecs && s->recs[n].range == d->rangeId) {
@@ -604,16 +651,19 @@ static CUptiResult copy_out(struct pcs *s, CUpti_PCSamplingData *d) {
         o->stallReasonCount = k;
         if (o->size >= CUPTI_PCSAMPLING_STRUCT_SIZE(CUpti_PCSamplingPCData, correlationId))
             o->correlationId = r->correlation;
-        s->scratch_used -= scratch_bytes(reasons_in(s, r));
+        if (!keep)
+            s->scratch_used -= scratch_bytes(reasons_in(s, r));
         n++;
     }
-    memmove(s->recs, s->recs + n, (s->nrecs - n) * sizeof *s->recs);
-    s->nrecs -= n;
     d->totalNumPcs = n;
-    size_t left = 0;
+    size_t left = n;
     while (left < s->nrecs && s->recs[left].range == d->rangeId)
         left++;
-    d->remainingNumPcs = left;
+    d->remainingNumPcs = left - n;
+    if (!keep) {
+        memmove(s->recs, s->recs + n, (s->nrecs - n) * sizeof *s->recs);
+        s->nrecs -= n;
+    }
     return full ? CUPTI_ERROR_OUT_OF_MEMORY : CUPTI_SUCCESS;
 }
 
@@ -639,7 +689,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingGetData(CUpti_PCSamplingGetDat
         return fail(CUPTI_ERROR_INVALID_CONTEXT);
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find(p->ctx);
-    CUptiResult r = s ? copy_out(s, p->pcSamplingData) : CUPTI_ERROR_INVALID_OPERATION;
+    CUptiResult r = s ? copy_out(s, p->pcSamplingData, 0) : CUPTI_ERROR_INVALID_OPERATION;
     pthread_mutex_unlock(&g_pcs_mu);
     return r == CUPTI_SUCCESS ? r : fail(r);
 }
@@ -664,7 +714,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiPCSamplingDisable(CUpti_PCSamplingDisabl
        configuration. PC records which can't be accommodated in the buffer are
        discarded." */
     if (s->disable_buffer)
-        (void)copy_out(s, s->disable_buffer);
+        (void)copy_out(s, s->disable_buffer, 0);
     free(s->recs);
     free(s->totals);
     free(s->names); /* the names themselves are the client's */
@@ -729,6 +779,13 @@ void pcs_launch(void *context, uint32_t context_id, const char *kernel) {
         deliver_resource(CUPTI_CBID_RESOURCE_MODULE_LOADED, context, &md);
 }
 
+/* GPUSIM_PC_NOT_ISSUED_PERCENT: the share of each sample count also given to
+   its reason's not-issued count (0 unless set). */
+static uint64_t not_issued_percent(void) {
+    long v = sim_fault_number("GPUSIM_PC_NOT_ISSUED_PERCENT", 0);
+    return v < 0 ? 0 : v > 100 ? 100 : (uint64_t)v;
+}
+
 static uint64_t kernel_samples(const struct pcs *s, const struct gpusim_op *op) {
     const struct gpusim_device_info *f = gpusim_device_info((int)op->device);
     uint64_t threads = (uint64_t)op->block[0] * op->block[1] * op->block[2];
@@ -761,7 +818,7 @@ void pcs_kernel(const struct gpusim_op *op) {
         return;
     pthread_mutex_lock(&g_pcs_mu);
     struct pcs *s = find_id(op->context);
-    if (!s || (s->start_stop && !s->started) || !op->name) {
+    if (!s || (s->start_stop && !s->started) || !op->name || s->wedged) {
         pthread_mutex_unlock(&g_pcs_mu);
         return;
     }
@@ -770,9 +827,15 @@ void pcs_kernel(const struct gpusim_op *op) {
     uint64_t n = kernel_samples(s, op);
     struct range_totals *tot = totals_of(s, s->range);
     tot->total += n;
-    if (n * HW_BYTES_PER_SAMPLE > s->hw_buffer) {
+    /* Test knob (simulated): the process's Nth sampled kernel fills the
+       hardware buffer, whatever its size. */
+    long full_at = sim_fault_number("GPUSIM_PC_HW_FULL_AT", 0);
+    if (n * HW_BYTES_PER_SAMPLE > s->hw_buffer || ++g_kernels_sampled == (uint64_t)full_at) {
         s->hw_full = 1;
+        s->wedged = 1;
         tot->dropped += n;
+        if (s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED)
+            range_end(s);
         pthread_mutex_unlock(&g_pcs_mu);
         return;
     }
@@ -811,13 +874,19 @@ void pcs_kernel(const struct gpusim_op *op) {
             continue;
         struct pc_record *r = record_for(s, corr, m->crc, m->name, lines[i].offset);
         size_t before = reasons_in(s, r);
+        int ni = not_issued_slot(lines[i].slot);
+        uint32_t not_issued = ni < 0 ? 0 : (uint32_t)(share[i] * not_issued_percent() / 100);
         r->samples[lines[i].slot] += (uint32_t)share[i];
+        if (not_issued)
+            r->samples[ni] += not_issued;
         size_t after = reasons_in(s, r);
         if (after != before) {
             size_t grow = after && !before ? scratch_bytes(after) : scratch_bytes(after) - scratch_bytes(before);
             if (s->scratch_used + grow > s->scratch) {
                 /* No room in the scratch buffer: the samples are dropped. */
                 r->samples[lines[i].slot] -= (uint32_t)share[i];
+                if (not_issued)
+                    r->samples[ni] -= not_issued;
                 tot->dropped += share[i];
                 continue;
             }
@@ -836,7 +905,7 @@ void pcs_kernel(const struct gpusim_op *op) {
        what does not fit stays for cuptiPCSamplingGetData. As libcupti 13.0
        did on an H200, where a client that cleared that buffer and read only
        with cuptiPCSamplingGetData got no record at all. */
-    if (s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED && s->disable_buffer)
-        (void)copy_out(s, s->disable_buffer);
+    if (s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED)
+        range_end(s);
     pthread_mutex_unlock(&g_pcs_mu);
 }

@@ -378,7 +378,7 @@ static void config(void) {
     /* Only long_scoreboard: the other PCs give no record. */
     uint32_t only = 0;
     for (size_t i = 0; i < g_nreasons; i++)
-        if (strstr(g_names[i], "long_scoreboard"))
+        if (!strcmp(g_names[i], "smsp__pcsamp_warps_issue_stalled_long_scoreboard"))
             only = g_index[i];
     a[1].attributeData.stallReasonData.pStallReasonIndex = &only;
     a[0].attributeData.samplingPeriodData.samplingPeriod = 5;

@@ -4,17 +4,17 @@
 //!
 //! ```text
 //! CONTEXT_CREATED   → Enable, stall-reason table, configure (mode, period,
-//!                     data buffer; start/stop control when windowed)
+//!                     16 MB scratch, data buffer; start/stop when windowed)
 //! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines;
-//!                     the configured buffer drained
+//!                     the configured buffer drained; continuous, then GetData
 //! launch (API enter) → counted; at a window's edge, Start or Stop in its context
 //! launch (API exit) → the configured buffer drained (a kernel-serialized
-//!                     kernel's or a window's range ended); serialized, then
-//!                     GetData until nothing remains
-//! flush (periodic,  → continuous: GetData until nothing remains: one Sample
-//!   final)            per PC and stall reason
-//! CONTEXT_DESTROY   → GetData, Disable (the context is still alive)
-//! exit              → GetData, Disable for every context left
+//!                     kernel's or a window's range ended), then GetData until
+//!                     nothing remains (not in continuous mode without windows)
+//! flush (periodic)  → continuous without windows: GetData until nothing
+//!                     remains; otherwise no CUPTI call
+//! CONTEXT_DESTROY   → Stop, drain, GetData, Disable (the context still lives)
+//! exit              → the same for every context left
 //! ```
 //!
 //! Two buffers per context: CUPTI writes the one given at configuration by
@@ -23,7 +23,15 @@
 //! cleared; with start/stop control, every Stop) and at Disable;
 //! `cuptiPCSamplingGetData` fills the other. The configured one is read only
 //! where CUPTI is known to be done writing it: on the launching thread once
-//! the launch returns, in the module callback, and after Disable.
+//! the launch returns, in the module callback, and after Disable. Whether
+//! GetData returns a range's records again after CUPTI wrote them there is
+//! not documented: a repeat is counted once, and said ([`Seen`]).
+//!
+//! CUPTI's samples are one [`Sample`] per PC and stall reason, as CUPTI
+//! gives them: the `*_not_issued` reasons (a subset of their base reason's
+//! samples) too, which the reader keeps out of the totals. After a full
+//! hardware buffer sampling is disabled and enabled again in the context
+//! (CUPTI samples no more until then), and the drops are said.
 //!
 //! Windows ([`PcWindow`], `GPUPERF_PC_SAMPLING_WINDOW`): with start/stop
 //! control, CUPTI samples (and, kernel-serialized, serializes) only between
@@ -32,12 +40,14 @@
 //! launches in and out of them for the trace's note.
 //!
 //! Threads and locks: `contexts` is held across every PC sampling call on a
-//! context (GetData, Disable, Start, Stop), and by the context's destruction
+//! context (GetData, Disable, Enable, Start, Stop), and by the context's destruction
 //! callback while it takes the context out of the list: a flush thread's
 //! GetData and a context's destruction never overlap, and no call is made on
 //! a context after its destruction's callback returns. `inner` (modules,
 //! notes, counts) is taken after `contexts`, never before, and never across
-//! a CUPTI call. Without admin rights CUPTI refuses `Enable`
+//! a CUPTI call. A launch takes `contexts` only where a range can end at it
+//! (kernel-serialized, or windowed), where no flush reads: a flush's GetData
+//! never holds up a launch. Without admin rights CUPTI refuses `Enable`
 //! (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`): [`Sampler::take_notes`] says so
 //! once, with what to do, and everything else is recorded as usual.
 
@@ -45,8 +55,8 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_void};
 use std::path::Path;
 use std::ptr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches};
 pub use gpuperf_merge::recording::env::{PcMode, PcWindow};
@@ -161,12 +171,21 @@ const KERNEL_SERIALIZED: u64 = 2;
 const PARSED: u64 = 1;
 /// `CUpti_PCSamplingConfigurationAttributeType` values.
 const ATTR_SAMPLING_PERIOD: u32 = 1;
+const ATTR_SCRATCH_BUFFER_SIZE: u32 = 3;
 const ATTR_COLLECTION_MODE: u32 = 5;
 const ATTR_START_STOP: u32 = 6;
 const ATTR_OUTPUT_FORMAT: u32 = 7;
 const ATTR_DATA_BUFFER: u32 = 8;
 /// `CUPTI_STALL_REASON_STRING_SIZE`.
 const REASON_NAME_SIZE: usize = 128;
+/// CUPTI's buffer for decoded PCs: 16 MB, about 90,000 PCs with all stall
+/// reasons, as NVIDIA's samples, Proton and parcagpu set it. CUPTI's default,
+/// 1 MB (about 5,500), drops the samples of PCs beyond it between two reads.
+const SCRATCH_BYTES: u64 = 16 << 20;
+/// The first CUPTI API version (CUDA 12.4) whose `CUpti_PCSamplingPCData`
+/// ends with `correlationId`: older ones write records of another size into
+/// the buffer.
+const FIRST_API_WITH_CORRELATION: u32 = 22;
 
 /// The one line the summary shows when CUPTI refuses PC sampling for want of rights.
 pub const PRIVILEGE_NOTE: &str = "PC sampling refused (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES): \
@@ -245,6 +264,15 @@ struct Context {
     read: Buffer,
     /// Between `cuptiPCSamplingStart` and `cuptiPCSamplingStop` (windowed).
     started: bool,
+    /// Sampling is enabled (false once a re-enable after a full hardware
+    /// buffer failed: no call is made on it again).
+    enabled: bool,
+    /// CUPTI said its hardware buffer was full: sampling is re-enabled at the
+    /// end of this read.
+    full: bool,
+    /// The PC records last taken from the configured buffer, to know them if
+    /// `cuptiPCSamplingGetData` returns them again.
+    config_seen: Seen,
 }
 
 // SAFETY: the buffer's raw pointers point into memory the Context owns (its
@@ -252,11 +280,36 @@ struct Context {
 // during a call made with the Context in hand; `ctx` is an opaque handle.
 unsafe impl Send for Context {}
 
+/// A PC record as CUPTI keys it within a range: module, offset, launch.
+type PcKey = (u64, u64, u32);
+
+/// The records of one range read from the configured buffer, with their
+/// sample counts, and the drops it reported. `cupti_pcsampling.h` does not
+/// say whether `cuptiPCSamplingGetData` returns a range's records again after
+/// CUPTI wrote them there: a record of the same range, PC, launch and count
+/// read again is the same record, dropped and counted (`Inner::duplicates`).
+#[derive(Default)]
+struct Seen {
+    range: Option<u64>,
+    records: HashMap<PcKey, u64>,
+    dropped: u64,
+    full: bool,
+}
+
+/// Where a buffer's records came from.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Whence {
+    /// The configured buffer, written by CUPTI at a range's end or Disable.
+    Config,
+    /// `cuptiPCSamplingGetData`.
+    GetData,
+}
+
 #[derive(Default)]
 struct Inner {
     /// Whether sampling was ever enabled in a context.
     enabled_once: bool,
-    modules: HashMap<u64, Vec<u8>>,
+    modules: HashMap<u64, Arc<[u8]>>,
     lines: HashMap<(u64, String, u64), Option<(String, u32)>>,
     pending: Vec<Sample>,
     notes: Vec<String>,
@@ -270,6 +323,15 @@ struct Inner {
     first_read_error: Option<Status>,
     dropped: u64,
     buffer_full: u64,
+    /// Re-enables after a full hardware buffer, and those that failed (the
+    /// first one's call and status): sampling then stays off in the context.
+    resets: u64,
+    failed_reset: Option<(&'static str, Status)>,
+    /// PC records returned twice (see [`Seen`]), not counted again.
+    duplicates: u64,
+    /// PC records `cuptiPCSamplingDisable` discarded: more than the
+    /// configured buffer holds.
+    discarded: u64,
 }
 
 /// PC sampling for every context of the process.
@@ -282,6 +344,9 @@ pub struct Sampler {
     /// Launches seen (the window's clock), and those sampled.
     launches: AtomicU64,
     sampled: AtomicU64,
+    /// Contexts sampling was enabled in and not yet disabled: without
+    /// windows, a launch counts as sampled without taking `contexts`.
+    enabled: AtomicU64,
     /// The function names CUPTI allocated for PC records. One may be shared
     /// by all the records of a function, in every read ("should not be
     /// modified or freed until post processing of all the records is done",
@@ -290,8 +355,19 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Resolves the PC Sampling API from the libcupti at `path`.
-    pub fn new(path: &Path, settings: Settings) -> Result<Self, String> {
+    /// Resolves the PC Sampling API from the libcupti at `path`, whose
+    /// `cuptiGetVersion` answered `api`. A CUPTI older than API 22 (CUDA
+    /// 12.4) is refused: its PC records have another layout.
+    pub fn new(path: &Path, settings: Settings, api: u32) -> Result<Self, String> {
+        if crate::locate::cupti_major(api).is_none_or(|major| major == 12)
+            && api < FIRST_API_WITH_CORRELATION
+        {
+            return Err(format!(
+                "CUPTI API version {api} predates version {FIRST_API_WITH_CORRELATION} \
+                 (CUDA 12.4), whose PC records name their launch; use the libcupti of CUDA \
+                 12.4 or later (GPUPERF_CUPTI_PATH)"
+            ));
+        }
         // SAFETY: `path` is the libcupti `Cupti::load` already loaded.
         let f = unsafe { PcSamplingFunctions::load(path) }?;
         Ok(Self {
@@ -301,8 +377,17 @@ impl Sampler {
             inner: Mutex::new(Inner::default()),
             launches: AtomicU64::new(0),
             sampled: AtomicU64::new(0),
+            enabled: AtomicU64::new(0),
             names: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// Whether `GetData` is made at every flush: in continuous mode without
+    /// windows, where no range ends at a launch. Otherwise each range is read
+    /// on the launching thread as it ends, and a flush calls no CUPTI: a
+    /// flush's read would hold `contexts` while launches wait for it.
+    fn reads_at_flush(&self) -> bool {
+        self.settings.mode == PcMode::Continuous && self.settings.window.is_all()
     }
 
     /// `CONTEXT_CREATED`: reads the stall-reason table, enables and configures
@@ -323,6 +408,7 @@ impl Sampler {
         match unsafe { self.enable(ctx, id) } {
             Ok(c) => {
                 lock(&self.contexts).push(c);
+                self.enabled.fetch_add(1, Relaxed);
                 let mut inner = lock(&self.inner);
                 if !std::mem::replace(&mut inner.enabled_once, true) {
                     let note = self.mode_note();
@@ -350,13 +436,8 @@ impl Sampler {
         // Enable comes first: CUPTI answers the stall-reason queries of a
         // context only once sampling is enabled in it (INVALID_OPERATION
         // before, as NVIDIA's PC sampling samples order them).
-        let mut p = CUpti_PCSamplingEnableParams {
-            size: size_of::<CUpti_PCSamplingEnableParams>(),
-            pPriv: ptr::null_mut(),
-            ctx: ctx.cast(),
-        };
-        // SAFETY: a valid params struct; the caller vouches for the context.
-        check("cuptiPCSamplingEnable", unsafe { (self.f.enable)(&mut p) })?;
+        // SAFETY: the caller vouches for the context.
+        check("cuptiPCSamplingEnable", unsafe { self.enable_in(ctx) })?;
         // SAFETY: as this function's contract.
         let configured = unsafe { self.configure(ctx, id) };
         if configured.is_err() {
@@ -364,6 +445,20 @@ impl Sampler {
             unsafe { self.disable_in(ctx) };
         }
         configured
+    }
+
+    /// `cuptiPCSamplingEnable` in `ctx`.
+    ///
+    /// # Safety
+    /// `ctx` must be live.
+    unsafe fn enable_in(&self, ctx: *mut c_void) -> Status {
+        let mut p = CUpti_PCSamplingEnableParams {
+            size: size_of::<CUpti_PCSamplingEnableParams>(),
+            pPriv: ptr::null_mut(),
+            ctx: ctx.cast(),
+        };
+        // SAFETY: a valid params struct; the caller vouches for the context.
+        unsafe { (self.f.enable)(&mut p) }
     }
 
     /// `cuptiPCSamplingDisable` in `ctx`.
@@ -434,7 +529,23 @@ impl Sampler {
             config: Buffer::new(n),
             read: Buffer::new(n),
             started: false,
+            enabled: true,
+            full: false,
+            config_seen: Seen::default(),
         };
+        // SAFETY: as this function's contract.
+        check("cuptiPCSamplingSetConfigurationAttribute", unsafe {
+            self.apply(&mut c)
+        })?;
+        Ok(c)
+    }
+
+    /// Sets `c`'s configuration: mode, start/stop control, format, scratch
+    /// buffer, the configured buffer, the period.
+    ///
+    /// # Safety
+    /// `c.ctx` must be live, with sampling enabled.
+    unsafe fn apply(&self, c: &mut Context) -> Status {
         let attr = |t, v: u64| PcSamplingConfigurationInfo {
             attribute_type: t,
             attribute_status: 0,
@@ -449,6 +560,7 @@ impl Sampler {
             attr(ATTR_COLLECTION_MODE, mode),
             attr(ATTR_START_STOP, u64::from(windowed)),
             attr(ATTR_OUTPUT_FORMAT, PARSED),
+            attr(ATTR_SCRATCH_BUFFER_SIZE, SCRATCH_BYTES),
             attr(
                 ATTR_DATA_BUFFER,
                 ptr::from_mut::<CUpti_PCSamplingData>(&mut c.config.data) as u64,
@@ -460,22 +572,22 @@ impl Sampler {
         let mut p = PcSamplingConfigurationInfoParams {
             size: size_of::<PcSamplingConfigurationInfoParams>(),
             p_priv: ptr::null_mut(),
-            ctx,
+            ctx: c.ctx as *mut c_void,
             num_attributes: attrs.len(),
             info: attrs.as_mut_ptr(),
         };
         // SAFETY: `attrs` outlives the call; the data buffer lives in `c`,
-        // which is kept until Disable.
-        let st = unsafe { (self.f.set_configuration_attribute)(&mut p) };
-        check("cuptiPCSamplingSetConfigurationAttribute", st)?;
-        Ok(c)
+        // which is kept until Disable; the caller vouches for the context.
+        unsafe { (self.f.set_configuration_attribute)(&mut p) }
     }
 
     /// `MODULE_LOADED` in context `ctx`: keeps the cubin, by CRC, for source
-    /// lines, and drains the context's configured buffer.
+    /// lines, and reads the range the load ended (`cupti_pcsampling.h`: in
+    /// continuous mode a flush is due at each module load).
     ///
     /// # Safety
-    /// `m` must be the callback's valid `CUpti_ModuleResourceData`.
+    /// `m` must be the callback's valid `CUpti_ModuleResourceData`, and
+    /// `ctx` its live context.
     pub unsafe fn module_loaded(&self, ctx: *mut c_void, m: *const CUpti_ModuleResourceData) {
         // SAFETY: as this function's contract.
         let m = unsafe { m.read_unaligned() };
@@ -492,12 +604,14 @@ impl Sampler {
         };
         // SAFETY: a valid params struct naming the image.
         if unsafe { (self.f.get_cubin_crc)(&mut p) } == sys::SUCCESS {
-            lock(&self.inner).modules.insert(p.cubinCrc, image.to_vec());
+            lock(&self.inner)
+                .modules
+                .insert(p.cubinCrc, Arc::from(image));
         }
         // A module load ends a range: CUPTI may have written the configured
         // buffer, which the next range's records would replace.
-        // SAFETY: no GetData is made.
-        unsafe { self.range_ended(ctx, false) };
+        // SAFETY: the module's context is live during its callback.
+        unsafe { self.range_ended(ctx, self.settings.mode == PcMode::Continuous) };
     }
 
     /// `CONTEXT_DESTROY_STARTING`: reads what is left and disables sampling,
@@ -514,9 +628,7 @@ impl Sampler {
         };
         let mut c = contexts.swap_remove(i);
         // SAFETY: the context is alive during its destruction's callback.
-        let mut got = unsafe { self.read(&mut c) };
-        // SAFETY: as above.
-        got.append(&mut unsafe { self.disable(&mut c) });
+        let got = unsafe { self.finish(&mut c) };
         drop(contexts);
         lock(&self.inner).pending.extend(got);
     }
@@ -529,32 +641,25 @@ impl Sampler {
     /// `ctx` must be the launching call's live `CUcontext` (or null).
     pub unsafe fn launch(&self, ctx: *mut c_void) {
         let i = self.launches.fetch_add(1, Relaxed);
+        if self.settings.window.is_all() {
+            // Nothing to start or stop: no lock, which a flush's read holds.
+            if self.enabled.load(Relaxed) > 0 {
+                self.sampled.fetch_add(1, Relaxed);
+            }
+            return;
+        }
         let want = self.settings.window.contains(i);
         let mut contexts = lock(&self.contexts);
-        let Some(c) = contexts.iter_mut().find(|c| c.ctx == ctx as usize) else {
+        let Some(c) = contexts
+            .iter_mut()
+            .find(|c| c.ctx == ctx as usize && c.enabled)
+        else {
             return;
         };
-        if !self.settings.window.is_all() && c.started != want {
-            let st = if want {
-                let mut p = sys::CUpti_PCSamplingStartParams {
-                    size: size_of::<sys::CUpti_PCSamplingStartParams>(),
-                    pPriv: ptr::null_mut(),
-                    ctx: ctx.cast(),
-                };
-                // SAFETY: a valid params struct; the caller vouches for the context.
-                unsafe { (self.f.start)(&mut p) }
-            } else {
-                let mut p = sys::CUpti_PCSamplingStopParams {
-                    size: size_of::<sys::CUpti_PCSamplingStopParams>(),
-                    pPriv: ptr::null_mut(),
-                    ctx: ctx.cast(),
-                };
-                // SAFETY: as above.
-                unsafe { (self.f.stop)(&mut p) }
-            };
-            if st == sys::SUCCESS {
-                c.started = want;
-            } else {
+        if c.started != want {
+            // SAFETY: the caller vouches for the context.
+            let st = unsafe { self.start_stop(c, want) };
+            if st != sys::SUCCESS {
                 // The window's launches go unsampled: said once, with the status.
                 let call = if want {
                     "cuptiPCSamplingStart"
@@ -566,9 +671,38 @@ impl Sampler {
                 inner.first_window_error.get_or_insert((call, st));
             }
         }
-        if want && (c.started || self.settings.window.is_all()) {
+        if want && c.started {
             self.sampled.fetch_add(1, Relaxed);
         }
+    }
+
+    /// `cuptiPCSamplingStart` (`start`) or `cuptiPCSamplingStop` in `c`.
+    ///
+    /// # Safety
+    /// `c.ctx` must be live and enabled.
+    unsafe fn start_stop(&self, c: &mut Context, start: bool) -> Status {
+        let ctx = (c.ctx as *mut c_void).cast();
+        let st = if start {
+            let mut p = sys::CUpti_PCSamplingStartParams {
+                size: size_of::<sys::CUpti_PCSamplingStartParams>(),
+                pPriv: ptr::null_mut(),
+                ctx,
+            };
+            // SAFETY: a valid params struct; the caller vouches for the context.
+            unsafe { (self.f.start)(&mut p) }
+        } else {
+            let mut p = sys::CUpti_PCSamplingStopParams {
+                size: size_of::<sys::CUpti_PCSamplingStopParams>(),
+                pPriv: ptr::null_mut(),
+                ctx,
+            };
+            // SAFETY: as above.
+            unsafe { (self.f.stop)(&mut p) }
+        };
+        if st == sys::SUCCESS {
+            c.started = start;
+        }
+        st
     }
 
     /// The note that says how the samples were taken.
@@ -587,30 +721,34 @@ impl Sampler {
         }
     }
 
-    /// Reads every enabled context's samples (a flush); with `last`, disables
-    /// sampling in each afterwards (the exit path). Returns them, with those
-    /// of contexts destroyed since the last call.
+    /// The samples read so far (a flush; in continuous mode without windows,
+    /// CUPTI's are read first); with `last`, each context's last range is
+    /// read and sampling disabled (the exit path). With those of contexts
+    /// destroyed since the last call.
     pub fn take(&self, last: bool) -> Vec<Sample> {
-        let mut contexts = lock(&self.contexts);
         let mut got = Vec::new();
-        for c in contexts.iter_mut() {
-            // SAFETY: a context in the list is live: its destruction's callback
-            // takes it out first, under this lock.
-            got.extend(unsafe { self.read(c) });
+        if last || self.reads_at_flush() {
+            let mut contexts = lock(&self.contexts);
+            for c in contexts.iter_mut() {
+                // SAFETY: a context in the list is live: its destruction's
+                // callback takes it out first, under this lock.
+                got.append(&mut unsafe {
+                    if last {
+                        self.finish(c)
+                    } else {
+                        self.read_and_reset(c)
+                    }
+                });
+            }
             if last {
-                // SAFETY: as above.
-                got.append(&mut unsafe { self.disable(c) });
+                contexts.clear();
+                for name in lock(&self.names).drain() {
+                    // SAFETY: each a name CUPTI allocated for the caller, freed
+                    // once, now that sampling is disabled everywhere.
+                    unsafe { libc::free(name as *mut c_void) };
+                }
             }
         }
-        if last {
-            contexts.clear();
-            for name in lock(&self.names).drain() {
-                // SAFETY: each a name CUPTI allocated for the caller, freed
-                // once, now that sampling is disabled everywhere.
-                unsafe { libc::free(name as *mut c_void) };
-            }
-        }
-        drop(contexts);
         let mut inner = lock(&self.inner);
         let mut all = std::mem::take(&mut inner.pending);
         all.append(&mut got);
@@ -645,53 +783,171 @@ impl Sampler {
     pub fn take_notes(&self, closing: bool) -> Vec<String> {
         let mut inner = lock(&self.inner);
         let mut notes = std::mem::take(&mut inner.notes);
-        if closing && let Some(counts) = self.launch_counts(&inner) {
+        if !closing {
+            return notes;
+        }
+        if let Some(counts) = self.launch_counts(&inner) {
             notes.push(counts.note(&self.settings.window.to_string()));
         }
-        if closing && let Some((call, st)) = inner.first_window_error {
+        if let Some((call, st)) = inner.first_window_error {
             notes.push(format!(
                 "PC sampling: {} window starts or stops failed (first: {call}, CUPTI status {st}); \
                  the launches of those windows were not sampled",
                 inner.window_errors
             ));
         }
-        if closing && let Some(st) = inner.first_read_error {
+        if let Some(st) = inner.first_read_error {
             notes.push(format!(
                 "PC sampling: {} reads of CUPTI's samples failed (first: cuptiPCSamplingGetData, \
                  CUPTI status {st}); the samples they held are missing",
                 inner.read_errors
             ));
         }
-        if closing && (inner.dropped > 0 || inner.buffer_full > 0) {
-            notes.push(format!(
+        if inner.dropped > 0 || inner.buffer_full > 0 {
+            let mut text = format!(
                 "PC sampling: {} samples dropped by CUPTI, its hardware buffer full {} times",
                 inner.dropped, inner.buffer_full
+            );
+            if inner.resets > 0 {
+                text.push_str(&format!(
+                    "; sampling was disabled and enabled again {} times to go on (CUPTI samples \
+                     no more in a context once its hardware buffer was full)",
+                    inner.resets
+                ));
+            }
+            if let Some((call, st)) = inner.failed_reset {
+                text.push_str(&format!(
+                    "; enabling it again failed ({call}, CUPTI status {st}): the context's later \
+                     launches were not sampled"
+                ));
+            }
+            notes.push(text);
+        }
+        if inner.discarded > 0 {
+            notes.push(format!(
+                "PC sampling: {} PC records discarded by cuptiPCSamplingDisable (more than its \
+                 buffer of {PCS_PER_CALL} holds); their samples are missing",
+                inner.discarded
+            ));
+        }
+        if inner.duplicates > 0 {
+            notes.push(format!(
+                "PC sampling: {} PC records that CUPTI returned twice (from the configured buffer \
+                 at a range's end, then from cuptiPCSamplingGetData) were counted once",
+                inner.duplicates
             ));
         }
         notes
     }
 
+    /// The end of sampling in `c`: its window stopped, what CUPTI holds
+    /// read, and sampling disabled.
+    ///
+    /// # Safety
+    /// `c.ctx` must be live.
+    unsafe fn finish(&self, c: &mut Context) -> Vec<Sample> {
+        if !c.enabled {
+            return Vec::new();
+        }
+        if c.started {
+            // Stop ends the window's range, whose records CUPTI then writes
+            // into the configured buffer.
+            // SAFETY: as this function's contract; enabled.
+            unsafe { self.start_stop(c, false) };
+        }
+        let mut out = self.drain_config(c);
+        // SAFETY: as above.
+        out.append(&mut unsafe { self.read(c) });
+        // SAFETY: as above.
+        out.append(&mut unsafe { self.disable(c) });
+        self.enabled.fetch_sub(1, Relaxed);
+        out
+    }
+
     /// Disables sampling in `c`, returning what the configured buffer held
-    /// and the records Disable copies into it (what GetData had not returned).
+    /// and the records Disable copies into it (what GetData had not returned;
+    /// those beyond the buffer are discarded, and counted).
     ///
     /// # Safety
     /// `c.ctx` must be live and enabled.
     unsafe fn disable(&self, c: &mut Context) -> Vec<Sample> {
         let mut out = self.drain_config(c);
+        c.enabled = false;
+        c.started = false;
         // SAFETY: the caller vouches for the context.
         if unsafe { self.disable_in(c.ctx as *mut c_void) } == sys::SUCCESS {
+            let discarded = c.config.data.remainingNumPcs;
             out.append(&mut self.drain_config(c));
+            lock(&self.inner).discarded += discarded as u64;
+        }
+        out
+    }
+
+    /// After a full hardware buffer: disables and enables sampling again in
+    /// `c` with its configuration (parcagpu saw CUPTI sample no more in the
+    /// context until then; Stop and Start did not help). Returns what
+    /// Disable wrote.
+    ///
+    /// # Safety
+    /// `c.ctx` must be live and enabled.
+    unsafe fn reset(&self, c: &mut Context) -> Vec<Sample> {
+        c.full = false;
+        // SAFETY: as this function's contract.
+        let out = unsafe { self.disable(c) };
+        // SAFETY: as above.
+        let mut again = check("cuptiPCSamplingEnable", unsafe {
+            self.enable_in(c.ctx as *mut c_void)
+        });
+        if again.is_ok() {
+            // SAFETY: as above, and sampling is enabled in the context again.
+            again = check("cuptiPCSamplingSetConfigurationAttribute", unsafe {
+                self.apply(c)
+            });
+        }
+        let mut inner = lock(&self.inner);
+        match again {
+            Ok(()) => {
+                c.enabled = true;
+                inner.resets += 1;
+            }
+            Err(e) => {
+                self.enabled.fetch_sub(1, Relaxed);
+                inner.failed_reset.get_or_insert(e);
+            }
         }
         out
     }
 
     /// The records CUPTI wrote into `c`'s configured buffer, which is then
-    /// marked empty for CUPTI to fill again.
+    /// marked empty for CUPTI to fill again; its drops are counted.
     fn drain_config(&self, c: &mut Context) -> Vec<Sample> {
-        let out = self.parse(c.id, &c.reasons, &mut c.config);
+        let d = &mut c.config.data;
+        let (dropped, full) = (d.droppedSamples, d.hardwareBufferFull != 0);
+        d.droppedSamples = 0;
+        d.hardwareBufferFull = 0;
+        c.config_seen = Seen {
+            range: None,
+            records: HashMap::new(),
+            dropped,
+            full,
+        };
+        self.count_drops(c, dropped, full);
+        let out = self.parse(c, Whence::Config);
         c.config.data.totalNumPcs = 0;
         c.config.data.remainingNumPcs = 0;
         out
+    }
+
+    /// Counts a buffer's dropped samples and full hardware buffer; a full
+    /// one has `c` enabled again at the end of the read.
+    fn count_drops(&self, c: &mut Context, dropped: u64, full: bool) {
+        if dropped == 0 && !full {
+            return;
+        }
+        c.full |= full;
+        let mut inner = lock(&self.inner);
+        inner.dropped += dropped;
+        inner.buffer_full += u64::from(full);
     }
 
     /// A launch's API-exit callback (the outermost call only). A range ended
@@ -703,13 +959,12 @@ impl Sampler {
     /// # Safety
     /// `ctx` must be the launching call's live `CUcontext` (or null).
     pub unsafe fn launch_exit(&self, ctx: *mut c_void) {
-        let serialized = self.settings.mode != PcMode::Continuous;
-        if !serialized && self.settings.window.is_all() {
+        if self.reads_at_flush() {
             // Continuous and unwindowed: no range ends at a launch.
             return;
         }
         // SAFETY: the launching call's context is live during its callback.
-        unsafe { self.range_ended(ctx, serialized) };
+        unsafe { self.range_ended(ctx, true) };
     }
 
     /// A range of `ctx` ended: its configured buffer is drained and, with
@@ -717,22 +972,41 @@ impl Sampler {
     /// [`Sampler::take`].
     ///
     /// # Safety
-    /// With `get_data`, `ctx` must be live (a context not in the list is
-    /// left alone either way).
+    /// `ctx` must be live (a context not in the list is left alone).
     unsafe fn range_ended(&self, ctx: *mut c_void, get_data: bool) {
         let mut contexts = lock(&self.contexts);
-        let Some(c) = contexts.iter_mut().find(|c| c.ctx == ctx as usize) else {
+        let Some(c) = contexts
+            .iter_mut()
+            .find(|c| c.ctx == ctx as usize && c.enabled)
+        else {
             return;
         };
         let mut got = self.drain_config(c);
         if get_data {
             // SAFETY: as this function's contract.
-            got.append(&mut unsafe { self.read(c) });
+            got.append(&mut unsafe { self.read_and_reset(c) });
+        } else if c.full {
+            // SAFETY: as above.
+            got.append(&mut unsafe { self.reset(c) });
         }
         drop(contexts);
         if !got.is_empty() {
             lock(&self.inner).pending.extend(got);
         }
+    }
+
+    /// [`Sampler::read`], then after a full hardware buffer, [`Sampler::reset`].
+    ///
+    /// # Safety
+    /// `c.ctx` must be live and enabled.
+    unsafe fn read_and_reset(&self, c: &mut Context) -> Vec<Sample> {
+        // SAFETY: as this function's contract.
+        let mut out = unsafe { self.read(c) };
+        if c.full {
+            // SAFETY: as above.
+            out.append(&mut unsafe { self.reset(c) });
+        }
+        out
     }
 
     /// Reads one context's samples until CUPTI has none left.
@@ -756,22 +1030,27 @@ impl Sampler {
             // SAFETY: a valid params struct naming our buffer of PCS_PER_CALL
             // records, each with room for every stall reason.
             let st = unsafe { (self.f.get_data)(&mut p) };
-            let (dropped, full) = (d.droppedSamples, d.hardwareBufferFull);
-            {
+            let (mut dropped, mut full) = (d.droppedSamples, d.hardwareBufferFull != 0);
+            let seen = &mut c.config_seen;
+            if seen.range == Some(d.rangeId) {
+                // The configured buffer's range again: its drops were counted.
+                let same = dropped.min(seen.dropped);
+                seen.dropped -= same;
+                dropped -= same;
+                full &= !std::mem::take(&mut seen.full);
+            }
+            self.count_drops(c, dropped, full);
+            // A full hardware buffer is counted above, with its drops.
+            if st != sys::SUCCESS && !full && !c.full {
                 let mut inner = lock(&self.inner);
-                inner.dropped += dropped;
-                inner.buffer_full += u64::from(full != 0);
-                // A full hardware buffer is counted above, with its drops.
-                if st != sys::SUCCESS && full == 0 {
-                    inner.read_errors += 1;
-                    inner.first_read_error.get_or_insert(st);
-                }
+                inner.read_errors += 1;
+                inner.first_read_error.get_or_insert(st);
             }
             if st != sys::SUCCESS {
                 break;
             }
             let got = c.read.data.totalNumPcs;
-            out.append(&mut self.parse(c.id, &c.reasons, &mut c.read));
+            out.append(&mut self.parse(c, Whence::GetData));
             // One call returns one range's PCs (start/stop control makes a
             // range per window): the next range may follow.
             if got == 0 && c.read.data.remainingNumPcs == 0 {
@@ -781,28 +1060,61 @@ impl Sampler {
         out
     }
 
-    /// The samples in `buf` (of context `id`, whose stall-reason names are
-    /// `reasons`); keeps the function names CUPTI allocated, to free.
-    fn parse(&self, id: u32, reasons: &HashMap<u32, String>, buf: &mut Buffer) -> Vec<Sample> {
-        let mut out = Vec::new();
+    /// The samples in `c`'s buffer `from`; keeps the function names CUPTI
+    /// allocated, to free. Records of the configured buffer are remembered,
+    /// and GetData's that repeat them dropped ([`Seen`]).
+    fn parse(&self, c: &mut Context, from: Whence) -> Vec<Sample> {
+        let Context {
+            id,
+            reasons,
+            config,
+            read,
+            config_seen: seen,
+            ..
+        } = c;
+        let buf = match from {
+            Whence::Config => config,
+            Whence::GetData => read,
+        };
         let n = buf.data.totalNumPcs.min(PCS_PER_CALL);
+        let range = buf.data.rangeId;
+        if from == Whence::Config && n > 0 {
+            seen.range = Some(range);
+        }
+        let repeats = from == Whence::GetData && seen.range == Some(range);
+        let mut out = Vec::new();
+        let mut duplicates = 0;
         for i in 0..n {
             let pc = buf.pcs[i];
-            // SAFETY: CUPTI wrote a NUL-terminated name that the caller frees.
-            let function = unsafe { c_string(pc.functionName) };
             if !pc.functionName.is_null() {
                 lock(&self.names).insert(pc.functionName as usize);
             }
             buf.pcs[i].functionName = ptr::null_mut();
-            let source = self.source(pc.cubinCrc, &function, pc.pcOffset);
             let count = pc.stallReasonCount.min(buf.reasons[i].len());
-            for r in &buf.reasons[i][..count] {
+            let records = &buf.reasons[i][..count];
+            let key = (pc.cubinCrc, pc.pcOffset, pc.correlationId);
+            let total: u64 = records.iter().map(|r| u64::from(r.samples)).sum();
+            match from {
+                Whence::Config => {
+                    seen.records.insert(key, total);
+                }
+                Whence::GetData if repeats && seen.records.get(&key) == Some(&total) => {
+                    seen.records.remove(&key);
+                    duplicates += 1;
+                    continue;
+                }
+                Whence::GetData => {}
+            }
+            // SAFETY: CUPTI wrote a NUL-terminated name, freed after the last read.
+            let function = unsafe { c_string(pc.functionName) };
+            let source = self.source(pc.cubinCrc, &function, pc.pcOffset);
+            for r in records {
                 if r.samples == 0 {
                     continue;
                 }
                 out.push(Sample {
                     correlation_id: pc.correlationId,
-                    context: id,
+                    context: *id,
                     function: function.clone(),
                     pc_offset: pc.pcOffset,
                     cubin_crc: pc.cubinCrc,
@@ -818,6 +1130,9 @@ impl Sampler {
                 });
             }
         }
+        if duplicates > 0 {
+            lock(&self.inner).duplicates += duplicates;
+        }
         out
     }
 
@@ -830,7 +1145,7 @@ impl Sampler {
             if let Some(known) = inner.lines.get(&key) {
                 return known.clone();
             }
-            inner.modules.get(&crc)?.clone()
+            Arc::clone(inner.modules.get(&crc)?)
         };
         let name = std::ffi::CString::new(function).ok()?;
         // SAFETY: all zeroes is a valid value of this plain C struct.

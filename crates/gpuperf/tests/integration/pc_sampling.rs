@@ -39,15 +39,17 @@ fn sim_pc_sampling_reasons__table_with_cupti_names_and_documented_defaults() {
         return;
     };
     // The table is refused (INVALID_OPERATION, 7) until sampling is enabled
-    // in the context, as libcupti 13.0 answered on an H200. Defaults from
+    // in the context, as libcupti 13.0 answered on an H200. Most reasons have
+    // a `_not_issued` count beside them, as on Hopper. Defaults from
     // cupti_pcsampling.h: continuous mode, 1 MB scratch, 512 MB hardware buffer.
     assert_eq!(
         out,
         "before enable: 7\n\
-         stall reasons 18\n\
+         stall reasons 34\n\
          reason 8 smsp__pcsamp_warps_issue_stalled_long_scoreboard\n\
          reason 14 smsp__pcsamp_warps_issue_stalled_not_selected\n\
          reason 15 smsp__pcsamp_warps_issue_stalled_selected\n\
+         reason 108 smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued\n\
          defaults mode 1 scratch 1048576 hw 536870912\n"
     );
 }
@@ -616,11 +618,13 @@ fn record_pc_sampling__the_time_flamegraph_timeline_and_summary_say_kernels_were
 fn record_pc_sampling_context_reset_during_a_read__no_call_on_the_dying_context_and_no_sample_lost()
 {
     // Each GetData takes 400 ms (simulated) and the flush thread reads every
-    // 50 ms, so when the program resets its device 100 ms after its launches
-    // the flush thread is almost always inside a GetData on that context.
+    // 50 ms (continuous mode: kernel-serialized ranges are read as each
+    // launch returns), so when the program resets its device 100 ms after its
+    // launches the flush thread is almost always inside a GetData on that
+    // context.
     let Some((o, rec, _)) = record_with(
         "pc-sampling-reset",
-        &[],
+        &["--pc-sampling-mode=continuous"],
         &["app-reset"],
         &[
             ("GPUSIM_PC_GETDATA_DELAY_MS", "400"),
@@ -657,6 +661,94 @@ fn record_pc_sampling_disable_stuck_at_exit__the_program_exits_with_what_was_rea
     assert!(
         rec.notes.iter().any(|n| n.starts_with(
             "the PC samples CUPTI still held are missing: it had been reading them for over 10 s"
+        )),
+        "{:?}",
+        rec.notes
+    );
+}
+
+/// Sum of the samples of the records kept in the trace.
+fn total(rec: &Recording) -> u64 {
+    rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum()
+}
+
+/// `cupti_pcsampling.h` does not say whether `cuptiPCSamplingGetData` returns
+/// a range's records again after CUPTI wrote them into the configured
+/// buffer at the range's end. Where it does (simulated), each record is
+/// counted once, and the trace says how many came twice.
+#[test]
+fn record_pc_sampling_records_returned_twice__counted_once_and_said() {
+    let Some((o, rec, _)) = record_with(
+        "pc-sampling-twice",
+        &[],
+        &["app", "10"],
+        &[("GPUSIM_PC_RANGE_END_KEEPS", "1")],
+    ) else {
+        return;
+    };
+    // 10 rounds of (hot, cold, hot), each kernel one range.
+    assert_eq!(total(&rec), 10 * (244 + 61 + 244), "{}", show(&o));
+    // 3 + 1 + 3 PC records a round.
+    assert!(
+        rec.notes.iter().any(|n| n.starts_with(
+            "PC sampling: 70 PC records that CUPTI returned twice (from the configured buffer \
+             at a range's end, then from cuptiPCSamplingGetData) were counted once"
+        )),
+        "{:?}",
+        rec.notes
+    );
+}
+
+/// After a full hardware buffer CUPTI samples no more in the context until
+/// sampling is disabled and enabled again (parcagpu saw it on real GPUs; the
+/// simulation does so). The launch whose samples did not fit is counted as
+/// dropped; every later one is sampled.
+#[test]
+fn record_pc_sampling_hardware_buffer_full__sampling_enabled_again_and_said() {
+    let Some((o, rec, _)) = record_with(
+        "pc-sampling-hw-full",
+        &[],
+        &["app", "10"],
+        &[("GPUSIM_PC_HW_FULL_AT", "4")],
+    ) else {
+        return;
+    };
+    let launches: std::collections::BTreeSet<u32> =
+        rec.kernels().iter().map(|k| k.correlation_id).collect();
+    let sampled: std::collections::BTreeSet<u32> = rec
+        .pc_samples
+        .iter()
+        .filter_map(|p| p.correlation_id)
+        .collect();
+    // The 4th launch (hot, 244 samples) filled the buffer; 29 of 30 sampled.
+    assert_eq!(launches.len(), 30);
+    assert_eq!(sampled.len(), 29, "{}", show(&o));
+    assert_eq!(total(&rec), 10 * (244 + 61 + 244) - 244);
+    assert!(
+        rec.notes.iter().any(|n| n.starts_with(
+            "PC sampling: 244 samples dropped by CUPTI, its hardware buffer full 1 times; \
+             sampling was disabled and enabled again 1 times"
+        )),
+        "{:?}",
+        rec.notes
+    );
+}
+
+/// CUPTI before API 22 (CUDA 12.4) writes PC records without the launch's
+/// correlation id, of another size: PC sampling is refused, said once, and
+/// everything else recorded.
+#[test]
+fn record_pc_sampling_cupti_before_12_4__refused_with_the_reason_and_the_rest_recorded() {
+    let Some((o, rec, _)) =
+        record_with("pc-sampling-old-cupti", &[], &["app"], &[("GPUSIM_CUPTI_VERSION", "21")])
+    else {
+        return;
+    };
+    assert_eq!(rec.kernels().len(), 3, "{}", show(&o));
+    assert!(rec.pc_samples.is_empty());
+    assert!(
+        rec.notes.iter().any(|n| n.starts_with(
+            "PC sampling unavailable: CUPTI API version 21 predates version 22 (CUDA 12.4)"
         )),
         "{:?}",
         rec.notes

@@ -270,7 +270,7 @@ pub fn initialize() -> bool {
         .filter(|_| stacks.is_some())
         .map(crate::autograd::Autograd::new);
     let pc = want_pc.and_then(|settings| {
-        match crate::pcsampling::Sampler::new(cupti.path(), settings) {
+        match crate::pcsampling::Sampler::new(cupti.path(), settings, version) {
             Ok(s) => Some(s),
             Err(e) => {
                 log.line(&format!("PC sampling unavailable: {e}"));
