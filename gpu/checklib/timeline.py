@@ -9,7 +9,10 @@ class Timeline:
 
     def __init__(self, path):
         with open(path) as f:
-            events = json.load(f)["traceEvents"]
+            doc = json.load(f)
+        events = doc["traceEvents"]
+        # The recorders' notes: how PC samples were taken, what was lost.
+        self.notes = [n for n in doc.get("otherData", {}).get("notes", []) if isinstance(n, str)]
         self.gpu = [e for e in events if e.get("cat") in ("kernel", "memcpy", "memset")]
         self.api = {}
         self.threads = {}

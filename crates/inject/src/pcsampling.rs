@@ -158,6 +158,12 @@ pub fn from_env(v: Option<&std::ffi::OsStr>) -> (Option<Settings>, Option<String
     }
 }
 
+thread_local! {
+    /// Set by a windowed launch's entry on its thread: whether its return
+    /// reads (the window was open at it).
+    static READ_AT_EXIT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
 /// PCs one `cuptiPCSamplingGetData` call can return.
 const PCS_PER_CALL: usize = 1024;
 /// `cuptiPCSamplingGetData` calls per context and flush, at most: a bound, so
@@ -656,6 +662,7 @@ impl Sampler {
         else {
             return;
         };
+        let was_started = c.started;
         if c.started != want {
             // SAFETY: the caller vouches for the context.
             let st = unsafe { self.start_stop(c, want) };
@@ -674,6 +681,9 @@ impl Sampler {
         if want && c.started {
             self.sampled.fetch_add(1, Relaxed);
         }
+        // A range can end at this launch's return only if the window was
+        // open: a launch outside the windows reads nothing.
+        let _ = READ_AT_EXIT.try_with(|r| r.set(was_started || c.started));
     }
 
     /// `cuptiPCSamplingStart` (`start`) or `cuptiPCSamplingStop` in `c`.
@@ -961,6 +971,9 @@ impl Sampler {
     pub unsafe fn launch_exit(&self, ctx: *mut c_void) {
         if self.reads_at_flush() {
             // Continuous and unwindowed: no range ends at a launch.
+            return;
+        }
+        if !self.settings.window.is_all() && !READ_AT_EXIT.try_with(|r| r.take()).unwrap_or(true) {
             return;
         }
         // SAFETY: the launching call's context is live during its callback.
