@@ -672,6 +672,49 @@ fn total(rec: &Recording) -> u64 {
     rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum()
 }
 
+/// CUPTI's `*_not_issued` reasons are part of their base reason's samples
+/// (those taken on cycles that issued nothing), as on Hopper: the trace keeps
+/// them as CUPTI gave them, the flamegraph and totals count each sample once,
+/// and the summary and report give the not-issued share.
+#[test]
+fn record_pc_sampling_not_issued__kept_counted_apart_and_not_added_to_the_totals() {
+    let Some((o, rec, dir)) = record_with(
+        "pc-sampling-not-issued",
+        &[],
+        &["app"],
+        &[("GPUSIM_PC_NOT_ISSUED_PERCENT", "50")],
+    ) else {
+        return;
+    };
+    let (not_issued, issued): (Vec<_>, Vec<_>) = rec
+        .pc_samples
+        .iter()
+        .partition(|p| rec.strings.get(p.stall_reason).ends_with("_not_issued"));
+    let sum = |v: &[&gpuperf_merge::model::PcSample]| -> u64 {
+        v.iter().map(|p| u64::from(p.samples)).sum()
+    };
+    // A hot launch: math_pipe_throttle 25 (12 not issued), long_scoreboard
+    // 146 (73), selected 73 (no not-issued count); the cold one selected 61.
+    assert_eq!(sum(&issued), 549, "{}", show(&o));
+    assert_eq!(sum(&not_issued), 2 * (12 + 73), "{}", show(&o));
+    let folded = std::fs::read_to_string(dir.join("pc.folded")).unwrap();
+    assert!(!folded.contains("not_issued"), "{folded}");
+    let weights: u64 = folded
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(weights, 549, "{folded}");
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("549 GPU PC samples: 549 charged to their launch's CPU stack")
+            && err.contains("; 170 not-issued samples (CUPTI's *_not_issued reasons"),
+        "{err}"
+    );
+    let pc = &report_json(&dir)["pc_samples"];
+    assert_eq!(pc["samples"], 549, "{pc}");
+    assert_eq!(pc["not_issued"], 170, "{pc}");
+}
+
 /// `cupti_pcsampling.h` does not say whether `cuptiPCSamplingGetData` returns
 /// a range's records again after CUPTI wrote them into the configured
 /// buffer at the range's end. Where it does (simulated), each record is
@@ -739,9 +782,12 @@ fn record_pc_sampling_hardware_buffer_full__sampling_enabled_again_and_said() {
 /// everything else recorded.
 #[test]
 fn record_pc_sampling_cupti_before_12_4__refused_with_the_reason_and_the_rest_recorded() {
-    let Some((o, rec, _)) =
-        record_with("pc-sampling-old-cupti", &[], &["app"], &[("GPUSIM_CUPTI_VERSION", "21")])
-    else {
+    let Some((o, rec, _)) = record_with(
+        "pc-sampling-old-cupti",
+        &[],
+        &["app"],
+        &[("GPUSIM_CUPTI_VERSION", "21")],
+    ) else {
         return;
     };
     assert_eq!(rec.kernels().len(), 3, "{}", show(&o));

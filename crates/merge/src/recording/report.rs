@@ -253,8 +253,8 @@ impl fmt::Display for PythonLineTable<'_> {
 }
 
 /// The report's PC-sample section: per kernel (most samples first), its
-/// hottest source lines and stall reasons, `top` of each. Nothing without
-/// samples.
+/// hottest source lines and stall reasons, `top` of each, a reason's
+/// not-issued samples beside it. Nothing without samples.
 pub struct PcTable<'a> {
     /// The samples, after the join.
     pub pc: &'a PcFolder,
@@ -302,12 +302,16 @@ impl fmt::Display for PcTable<'_> {
                 writeln!(out, "{:>9} {:>5.1}%    line   {line}", n, pct(n, k.samples))?;
             }
             for (reason, n) in by_samples(&k.stalls).into_iter().take(self.top) {
-                writeln!(
+                write!(
                     out,
                     "{:>9} {:>5.1}%    stall  {reason}",
                     n,
                     pct(n, k.samples)
                 )?;
+                if let Some(&ni) = k.not_issued.get(reason) {
+                    write!(out, " (not issued {ni}, {:.1}%)", pct(ni, n))?;
+                }
+                writeln!(out)?;
             }
         }
         if kernels.len() > self.top {
@@ -382,15 +386,26 @@ pub fn report_json(
         .into_iter()
         .take(top)
         .map(|(name, k)| {
-            let list = |m: &BTreeMap<String, u64>, key: &str| -> Vec<serde_json::Value> {
+            // `not_issued`: a part of an entry's samples, said where known.
+            let list = |m: &BTreeMap<String, u64>,
+                        key: &str,
+                        not_issued: Option<&BTreeMap<String, u64>>|
+             -> Vec<serde_json::Value> {
                 by_samples(m)
                     .into_iter()
                     .take(top)
-                    .map(|(x, n)| json!({ key: x, "samples": n }))
+                    .map(|(x, n)| {
+                        let mut e = json!({ key: x, "samples": n });
+                        if let Some(ni) = not_issued.and_then(|m| m.get(x)) {
+                            e["not_issued"] = json!(ni);
+                        }
+                        e
+                    })
                     .collect()
             };
             json!({ "kernel": name, "samples": k.samples,
-                    "lines": list(&k.lines, "line"), "stalls": list(&k.stalls, "reason") })
+                    "lines": list(&k.lines, "line", None),
+                    "stalls": list(&k.stalls, "reason", Some(&k.not_issued)) })
         })
         .collect();
     let stats = pc.stats();
@@ -398,7 +413,7 @@ pub fn report_json(
         "gpu_total_ns": rep.total_ns(),
         "pc_samples": { "samples": stats.samples, "attributed": stats.attributed,
                         "unattributed": stats.unattributed, "unmatched": stats.unmatched,
-                        "without_line": stats.without_line,
+                        "without_line": stats.without_line, "not_issued": stats.not_issued,
                         "launches_sampled": stats.launches.map(|l| l.sampled),
                         "launches_unsampled": stats.launches.map(|l| l.unsampled),
                         "serialized": stats.serialized, "continuous": stats.continuous,

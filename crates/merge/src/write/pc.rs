@@ -15,6 +15,13 @@
 //!   record in the trace ([`PcStats::unmatched`]); none is dropped.
 //! - With several processes each stack starts with a process frame, as in the
 //!   folded GPU-time output.
+//! - CUPTI's `*_not_issued` reasons (`…_long_scoreboard_not_issued`, beside
+//!   most reasons on an H100 or H200) are a part of their base reason's
+//!   samples, not more samples (`not_issued_base` says why): they are not
+//!   folded and not in the totals, only counted ([`PcStats::not_issued`], and
+//!   per kernel by base reason in [`KernelSamples::not_issued`]), so each
+//!   sample weighs once and the flamegraph has no `[Stall]…_not_issued`
+//!   leaves.
 //! - The recorder's notes say how the samples were taken (kernel-serialized
 //!   or continuous), and its `PC_LAUNCHES` record how many launches the
 //!   sampling windows covered ([`PcLaunches`]); [`PcStats`] carries them to
@@ -56,6 +63,9 @@ pub struct PcStats {
     pub unmatched: u64,
     /// Samples without a source line (no line information in the module).
     pub without_line: u64,
+    /// Samples of CUPTI's `*_not_issued` reasons, in none of the counts above:
+    /// each is already one of its base reason's samples.
+    pub not_issued: u64,
     /// Launches inside and outside the sampling windows, when the recorder
     /// counted them.
     pub launches: Option<PcLaunches>,
@@ -97,6 +107,14 @@ impl std::fmt::Display for PcStats {
                 self.without_line
             )?;
         }
+        if self.not_issued > 0 {
+            write!(
+                f,
+                "; {} not-issued samples (CUPTI's *_not_issued reasons: the part of a stall \
+                 reason's samples on cycles that issued nothing) not added again",
+                self.not_issued
+            )?;
+        }
         if let Some(l) = self.launches {
             write!(
                 f,
@@ -134,9 +152,14 @@ pub struct KernelSamples {
     pub lines: BTreeMap<String, u64>,
     /// By stall reason.
     pub stalls: BTreeMap<String, u64>,
+    /// CUPTI's `*_not_issued` samples by base reason (`long_scoreboard`): the
+    /// part of that reason's [`stalls`](Self::stalls) taken on cycles that
+    /// issued nothing; not in [`samples`](Self::samples).
+    pub not_issued: BTreeMap<String, u64>,
 }
 
-/// Accumulates PC samples per (stack, kernel, instruction, line, stall); a [`Sink`].
+/// Accumulates PC samples per (stack, kernel, instruction, line, stall), and
+/// counts the not-issued ones apart; a [`Sink`].
 #[derive(Default)]
 pub struct PcFolder {
     launches: FxHashMap<(u32, u32), Launch>,
@@ -170,6 +193,19 @@ pub(crate) fn stall_name(reason: &str) -> &str {
         .strip_prefix("smsp__pcsamp_warps_issue_stalled_")
         .or_else(|| reason.strip_prefix("smsp__pcsamp_warps_issue_"))
         .unwrap_or(reason)
+}
+
+/// The base reason of a not-issued stall reason (`long_scoreboard` of
+/// `long_scoreboard_not_issued`, with or without CUPTI's prefix), or `None`
+/// for a reason of its own.
+///
+/// CUPTI lists, for most reasons, `smsp__pcsamp_warps_issue_stalled_<reason>`
+/// and `…_<reason>_not_issued`. The second is a subset of the first: those of
+/// the reason's samples taken on cycles where the warp scheduler issued no
+/// instruction (Nsight Compute's "Warp Stall Sampling (Not-issued Samples)"
+/// beside "(All Samples)"). Adding it to the totals counts such samples twice.
+pub(crate) fn not_issued_base(reason: &str) -> Option<&str> {
+    reason.strip_suffix("_not_issued")
 }
 
 impl PcFolder {
@@ -206,11 +242,27 @@ impl PcFolder {
         out.flush().map_err(err)
     }
 
+    /// The launch a sample names, when the trace has it.
+    fn launch(&self, s: &PcSample) -> Option<Launch> {
+        s.correlation_id
+            .and_then(|corr| self.launches.get(&(s.pid, corr)).copied())
+    }
+
+    /// A sample's kernel as the time flamegraph names it: its launch's kernel,
+    /// else its function.
+    fn kernel_label(&mut self, ctx: &Context<'_>, s: &PcSample, launch: Option<Launch>) -> String {
+        self.demangler
+            .label(
+                launch.map_or(s.function, |l| l.kernel),
+                ctx.strings,
+                ctx.view,
+            )
+            .replace(';', ":")
+    }
+
     /// The folded text of one sample, and its kernel's label.
     fn text(&mut self, ctx: &Context<'_>, s: &PcSample, roots: bool) -> (String, String) {
-        let launch = s
-            .correlation_id
-            .and_then(|corr| self.launches.get(&(s.pid, corr)).copied());
+        let launch = self.launch(s);
         match (s.correlation_id, launch) {
             (None, _) => self.stats.unattributed += u64::from(s.samples),
             (_, None) => self.stats.unmatched += u64::from(s.samples),
@@ -225,14 +277,7 @@ impl PcFolder {
             Some(l) => push_stack(&mut text, ctx, l.stack, l.api),
             None => text.push_str(NO_STACK_ROOT),
         }
-        let kernel = self
-            .demangler
-            .label(
-                launch.map_or(s.function, |l| l.kernel),
-                ctx.strings,
-                ctx.view,
-            )
-            .replace(';', ":");
+        let kernel = self.kernel_label(ctx, s, launch);
         let function = self
             .demangler
             .label(s.function, ctx.strings, ctx.view)
@@ -280,10 +325,7 @@ impl Sink for PcFolder {
                     );
                 }
             }
-            Record::PcSample(s) => {
-                self.stats.samples += u64::from(s.samples);
-                self.samples.push(s.clone());
-            }
+            Record::PcSample(s) => self.samples.push(s.clone()),
             Record::PcLaunches(p) => {
                 let all = self.stats.launches.get_or_insert_default();
                 all.sampled += p.launches.sampled;
@@ -306,8 +348,17 @@ impl Sink for PcFolder {
         let roots = pids.len() > 1;
         let mut by_text: FxHashMap<String, u64> = FxHashMap::default();
         for s in &samples {
-            let (text, kernel) = self.text(ctx, s, roots);
             let n = u64::from(s.samples);
+            let reason = stall_name(ctx.strings.get(s.stall_reason));
+            if let Some(base) = not_issued_base(reason) {
+                self.stats.not_issued += n;
+                let kernel = self.kernel_label(ctx, s, self.launch(s));
+                let k = self.kernels.entry(kernel).or_default();
+                *k.not_issued.entry(base.to_owned()).or_default() += n;
+                continue;
+            }
+            self.stats.samples += n;
+            let (text, kernel) = self.text(ctx, s, roots);
             *by_text.entry(text).or_default() += n;
             let k = self.kernels.entry(kernel).or_default();
             k.samples += n;
@@ -316,8 +367,7 @@ impl Sink for PcFolder {
                 None => NO_LINE[SOURCE_PREFIX.len()..].to_owned(),
             };
             *k.lines.entry(line).or_default() += n;
-            let stall = stall_name(ctx.strings.get(s.stall_reason)).to_owned();
-            *k.stalls.entry(stall).or_default() += n;
+            *k.stalls.entry(reason.to_owned()).or_default() += n;
         }
         self.lines = by_text.into_iter().collect();
         self.lines.sort_unstable();
@@ -338,6 +388,127 @@ mod tests {
         );
         assert_eq!(stall_name("smsp__pcsamp_warps_issue_selected"), "selected");
         assert_eq!(stall_name("branch_resolving"), "branch_resolving");
+    }
+
+    #[test]
+    fn not_issued_reasons_name_their_base_reason_and_others_none() {
+        let full = "smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued";
+        assert_eq!(not_issued_base(stall_name(full)), Some("long_scoreboard"));
+        assert_eq!(
+            not_issued_base(full),
+            Some("smsp__pcsamp_warps_issue_stalled_long_scoreboard")
+        );
+        assert_eq!(not_issued_base("long_scoreboard"), None);
+        // `not_selected` is a reason of its own, not a not-issued part.
+        assert_eq!(
+            not_issued_base(stall_name("smsp__pcsamp_warps_issue_stalled_not_selected")),
+            None
+        );
+    }
+
+    /// Samples of process 7 that name no launch, as `(reason, pc_offset, samples)`.
+    fn folded(reasons: &[(&str, u64, u32)]) -> PcFolder {
+        let mut strings = crate::model::StringTable::new();
+        let function = strings.intern("k");
+        let file = strings.intern("k.cu");
+        let records: Vec<Record> = reasons
+            .iter()
+            .map(|&(reason, pc_offset, samples)| {
+                Record::PcSample(PcSample {
+                    pid: 7,
+                    correlation_id: None,
+                    context: 1,
+                    function,
+                    pc_offset,
+                    cubin_crc: 0,
+                    stall_reason_index: 0,
+                    stall_reason: strings
+                        .intern(&format!("smsp__pcsamp_warps_issue_stalled_{reason}")),
+                    samples,
+                    source: Some((file, 3)),
+                })
+            })
+            .collect();
+        let offsets = FxHashMap::default();
+        let ctx = Context::for_tests(&strings, &offsets);
+        let mut pc = PcFolder::new();
+        for r in &records {
+            pc.record(&ctx, r, &Match::default()).unwrap();
+        }
+        pc.finish(&ctx, &Summary::default()).unwrap();
+        pc
+    }
+
+    #[test]
+    fn not_issued_samples_are_counted_apart_not_folded_nor_in_the_totals() {
+        let pc = folded(&[
+            ("long_scoreboard", 0x10, 10),
+            ("long_scoreboard_not_issued", 0x10, 6),
+            ("selected", 0x20, 4),
+            // A not-issued part whose base reason has no samples here: counted
+            // apart all the same.
+            ("wait_not_issued", 0x20, 1),
+        ]);
+        assert_eq!(
+            pc.lines(),
+            &[
+                (
+                    "[no CPU stack];[GPU_Kernel]k;[GPU_PC]k+0x10;[CUDA]k.cu:3;[Stall]long_scoreboard"
+                        .to_owned(),
+                    10
+                ),
+                (
+                    "[no CPU stack];[GPU_Kernel]k;[GPU_PC]k+0x20;[CUDA]k.cu:3;[Stall]selected"
+                        .to_owned(),
+                    4
+                ),
+            ]
+        );
+        let stats = pc.stats();
+        assert_eq!(
+            stats,
+            PcStats {
+                samples: 14,
+                unattributed: 14,
+                not_issued: 7,
+                ..PcStats::default()
+            }
+        );
+        let k = &pc.kernels()["k"];
+        assert_eq!(k.samples, 14);
+        assert_eq!(k.lines["k.cu:3"], 14);
+        assert_eq!(
+            k.stalls.keys().collect::<Vec<_>>(),
+            ["long_scoreboard", "selected"]
+        );
+        assert_eq!(
+            k.not_issued,
+            BTreeMap::from([("long_scoreboard".to_owned(), 6), ("wait".to_owned(), 1)])
+        );
+    }
+
+    #[test]
+    fn not_issued_samples_are_said_in_the_summary_only_when_there_are_some() {
+        let stats = PcStats {
+            samples: 10,
+            attributed: 10,
+            ..PcStats::default()
+        };
+        assert_eq!(
+            stats.to_string(),
+            "10 GPU PC samples: 10 charged to their launch's CPU stack"
+        );
+        let stats = PcStats {
+            not_issued: 6,
+            serialized: true,
+            ..stats
+        };
+        assert_eq!(
+            stats.to_string(),
+            "10 GPU PC samples: 10 charged to their launch's CPU stack; 6 not-issued samples \
+             (CUPTI's *_not_issued reasons: the part of a stall reason's samples on cycles that \
+             issued nothing) not added again; kernels serialized while sampled"
+        );
     }
 
     #[test]

@@ -9,14 +9,51 @@ use gpuperf_merge::model::{
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::gputrace;
 use gpuperf_merge::read::input::GpuInputs;
+use gpuperf_merge::recording::report::{PcTable, PythonLines, report_json};
+use gpuperf_merge::write::idle::IdleFolder;
 use gpuperf_merge::write::pc::{PcFolder, PcStats};
+use gpuperf_merge::write::report::Reporter;
+
+/// Joins `recs` (a GPU trace of process 7) with the CPU trace `cpu` and folds
+/// the PC samples.
+fn fold(recs: &[Record], strings: &StringTable, cpu: &str) -> PcFolder {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
+    for r in recs {
+        w.write(r, strings).unwrap();
+    }
+    let gpu = dir.path().join("gpu-7.gputrace");
+    fs::write(&gpu, w.into_inner()).unwrap();
+    let cpu_path = dir.path().join("cpu.txt");
+    fs::write(&cpu_path, cpu).unwrap();
+
+    let mut strings = StringTable::new();
+    let inputs = GpuInputs::open(&[gpu], &mut strings).unwrap();
+    let mut cpu = CpuTrace::open(&cpu_path).unwrap();
+    let mut pc = PcFolder::new();
+    join::merge(
+        Some(&mut cpu),
+        &inputs,
+        &mut strings,
+        &join::Options::default(),
+        &mut [&mut pc],
+    )
+    .unwrap();
+    pc
+}
+
+/// The folded lines `pc` writes.
+fn written(pc: &PcFolder) -> String {
+    let mut out = Vec::new();
+    pc.write(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
 
 /// Two launches of `_Z4gemmPfi` (correlation ids 1 and 2) from two CPU stacks,
 /// and samples of each, one without line information, one that names no
 /// launch (continuous mode) and one whose launch is missing.
 #[test]
 fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stall() {
-    let dir = tempfile::tempdir().unwrap();
     let mut strings = StringTable::new();
     let gemm = strings.intern("_Z4gemmPfi");
     let launch = strings.intern("cudaLaunchKernel");
@@ -84,36 +121,14 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
         sample(None, 0x1f0, Some(42), long_sb, 11),
         sample(Some(9), 0x1f0, Some(42), long_sb, 4),
     ]);
-    let mut w = gputrace::Writer::new(Vec::new()).unwrap();
-    for r in &recs {
-        w.write(r, &strings).unwrap();
-    }
-    let gpu = dir.path().join("gpu-7.gputrace");
-    fs::write(&gpu, w.into_inner()).unwrap();
-    let cpu = dir.path().join("cpu.txt");
-    fs::write(
-        &cpu,
+    let pc = fold(
+        &recs,
+        &strings,
         "# gpuperf-cpu v1\n\
          10000 trainer 7 8 2 1 _start;main;train;cudaLaunchKernel\n\
          20000 trainer 7 8 2 2 _start;main;evaluate;cudaLaunchKernel\n",
-    )
-    .unwrap();
-
-    let mut strings = StringTable::new();
-    let inputs = GpuInputs::open(&[gpu], &mut strings).unwrap();
-    let mut cpu = CpuTrace::open(&cpu).unwrap();
-    let mut pc = PcFolder::new();
-    join::merge(
-        Some(&mut cpu),
-        &inputs,
-        &mut strings,
-        &join::Options::default(),
-        &mut [&mut pc],
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    pc.write(&mut out).unwrap();
-    let got = String::from_utf8(out).unwrap();
+    );
+    let got = written(&pc);
     let k = "[GPU_Kernel]gemm(float*, int);[GPU_PC]gemm(float*, int)+";
     let want = [
         format!("[no CPU stack];{k}0x1f0;[CUDA]gemm.cu:42;[Stall]long_scoreboard 15"),
@@ -151,4 +166,128 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
     assert_eq!(gemm.samples, 62);
     assert_eq!(gemm.lines["gemm.cu:42"], 57);
     assert_eq!(gemm.stalls["branch_resolving"], 5);
+}
+
+/// One launch of `gemm` from `main;train`, and one PC with 10 `long_scoreboard`
+/// samples of which CUPTI says 6 were on cycles that issued nothing
+/// (`long_scoreboard_not_issued`, a subset as in Nsight Compute).
+#[test]
+fn long_scoreboard_10_of_them_6_not_issued__weighs_10_and_the_report_says_6() {
+    let mut strings = StringTable::new();
+    let gemm = strings.intern("gemm");
+    let launch = strings.intern("cudaLaunchKernel");
+    let file = strings.intern("gemm.cu");
+    let recs: Vec<Record> = [
+        Record::Process(Process {
+            pid: 7,
+            ppid: Some(1),
+            exe: "/usr/bin/trainer".into(),
+            start_ns: 0,
+            start_realtime_ns: None,
+        }),
+        Record::Api(ApiCall {
+            pid: 7,
+            tid: 8,
+            start_ns: 10_000,
+            end_ns: 11_000,
+            correlation_id: 1,
+            cbid: 211,
+            domain: ApiDomain::Runtime,
+            name: launch,
+        }),
+        Record::Activity(Activity {
+            pid: 7,
+            start_ns: 12_000,
+            end_ns: 17_000,
+            correlation_id: 1,
+            device: Some(0),
+            context: 1,
+            stream: Some(7),
+            graph_id: None,
+            graph_node_id: None,
+            kind: ActivityKind::Kernel {
+                name: gemm,
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+            },
+        }),
+    ]
+    .into_iter()
+    .chain(
+        [
+            (8, "long_scoreboard", 10),
+            (108, "long_scoreboard_not_issued", 6),
+        ]
+        .map(|(index, reason, samples)| {
+            Record::PcSample(PcSample {
+                pid: 7,
+                correlation_id: Some(1),
+                context: 1,
+                function: gemm,
+                pc_offset: 0x1f0,
+                cubin_crc: 0xabcd,
+                stall_reason_index: index,
+                stall_reason: strings.intern(&format!("smsp__pcsamp_warps_issue_stalled_{reason}")),
+                samples,
+                source: Some((file, 42)),
+            })
+        }),
+    )
+    .collect();
+    let pc = fold(
+        &recs,
+        &strings,
+        "# gpuperf-cpu v1\n10000 trainer 7 8 2 1 _start;main;train;cudaLaunchKernel\n",
+    );
+
+    assert_eq!(
+        written(&pc),
+        "_start;main;train;cudaLaunchKernel;[GPU_Kernel]gemm;[GPU_PC]gemm+0x1f0;\
+         [CUDA]gemm.cu:42;[Stall]long_scoreboard 10\n"
+    );
+    let stats = pc.stats();
+    assert_eq!(
+        stats,
+        PcStats {
+            samples: 10,
+            attributed: 10,
+            not_issued: 6,
+            ..PcStats::default()
+        }
+    );
+    let k = &pc.kernels()["gemm"];
+    assert_eq!((k.samples, k.stalls.len()), (10, 1));
+    assert_eq!(k.not_issued["long_scoreboard"], 6);
+    assert!(
+        stats.to_string().contains(
+            "; 6 not-issued samples (CUPTI's *_not_issued reasons: the part of a stall \
+             reason's samples on cycles that issued nothing) not added again"
+        ),
+        "{stats}"
+    );
+
+    let text = PcTable { pc: &pc, top: 10 }.to_string();
+    assert!(
+        text.contains("       10 100.0%    stall  long_scoreboard (not issued 6, 60.0%)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("long_scoreboard_not_issued"), "{text}");
+    let mut rep = Reporter::new();
+    let idle = IdleFolder::new();
+    let json = report_json(&mut rep, &idle, &PythonLines::default(), &pc, 10);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let kernel = &json["pc_samples"]["kernels"][0];
+    assert_eq!(
+        kernel["stalls"],
+        serde_json::json!([{ "reason": "long_scoreboard", "samples": 10, "not_issued": 6 }]),
+        "{kernel}"
+    );
+    // Lines have no not-issued part.
+    assert_eq!(
+        kernel["lines"],
+        serde_json::json!([{ "line": "gemm.cu:42", "samples": 10 }]),
+        "{kernel}"
+    );
+    assert_eq!(json["pc_samples"]["samples"], 10);
+    assert_eq!(json["pc_samples"]["not_issued"], 6);
 }
