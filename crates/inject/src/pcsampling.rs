@@ -25,7 +25,7 @@
 //! where CUPTI is known to be done writing it: on the launching thread once
 //! the launch returns, in the module callback, and after Disable. Whether
 //! GetData returns a range's records again after CUPTI wrote them there is
-//! not documented: a repeat is counted once, and said ([`Seen`]).
+//! not documented: a repeat is counted once, and said (`Seen`).
 //!
 //! CUPTI's samples are one [`Sample`] per PC and stall reason, as CUPTI
 //! gives them: the `*_not_issued` reasons (a subset of their base reason's

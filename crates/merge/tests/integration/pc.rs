@@ -4,7 +4,7 @@ use std::fs;
 
 use gpuperf_merge::join;
 use gpuperf_merge::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, PcSample, Process, Record, StringTable,
+    Activity, ActivityKind, ApiCall, ApiDomain, PcSample, Process, Record, StringId, StringTable,
 };
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::gputrace;
@@ -42,26 +42,10 @@ fn fold(recs: &[Record], strings: &StringTable, cpu: &str) -> PcFolder {
     pc
 }
 
-/// The folded lines `pc` writes.
-fn written(pc: &PcFolder) -> String {
-    let mut out = Vec::new();
-    pc.write(&mut out).unwrap();
-    String::from_utf8(out).unwrap()
-}
-
-/// Two launches of `_Z4gemmPfi` (correlation ids 1 and 2) from two CPU stacks,
-/// and samples of each, one without line information, one that names no
-/// launch (continuous mode) and one whose launch is missing.
-#[test]
-fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stall() {
-    let mut strings = StringTable::new();
-    let gemm = strings.intern("_Z4gemmPfi");
-    let launch = strings.intern("cudaLaunchKernel");
-    let file = strings.intern("gemm.cu");
-    let (long_sb, branch) = (
-        strings.intern("smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
-        strings.intern("smsp__pcsamp_warps_issue_stalled_branch_resolving"),
-    );
+/// Process 7 (`trainer`) and `launches` of `kernel` on thread 8: for each
+/// correlation id `c`, a `cudaLaunchKernel` at `c` × 10 µs and its kernel 2 µs
+/// later, 5 µs long.
+fn trainer_launches(kernel: StringId, launch: StringId, launches: &[u32]) -> Vec<Record> {
     let mut recs = vec![Record::Process(Process {
         pid: 7,
         ppid: Some(1),
@@ -69,7 +53,7 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
         start_ns: 0,
         start_realtime_ns: None,
     })];
-    for corr in [1u32, 2] {
+    for &corr in launches {
         let t = u64::from(corr) * 10_000;
         recs.push(Record::Api(ApiCall {
             pid: 7,
@@ -92,12 +76,36 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
             graph_id: None,
             graph_node_id: None,
             kind: ActivityKind::Kernel {
-                name: gemm,
+                name: kernel,
                 grid: [1, 1, 1],
                 block: [32, 1, 1],
             },
         }));
     }
+    recs
+}
+
+/// The folded lines `pc` writes.
+fn written(pc: &PcFolder) -> String {
+    let mut out = Vec::new();
+    pc.write(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// Two launches of `_Z4gemmPfi` (correlation ids 1 and 2) from two CPU stacks,
+/// and samples of each, one without line information, one that names no
+/// launch (continuous mode) and one whose launch is missing.
+#[test]
+fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stall() {
+    let mut strings = StringTable::new();
+    let gemm = strings.intern("_Z4gemmPfi");
+    let launch = strings.intern("cudaLaunchKernel");
+    let file = strings.intern("gemm.cu");
+    let (long_sb, branch) = (
+        strings.intern("smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
+        strings.intern("smsp__pcsamp_warps_issue_stalled_branch_resolving"),
+    );
+    let mut recs = trainer_launches(gemm, launch, &[1, 2]);
     let sample = |corr, pc_offset, line: Option<u32>, stall, samples| {
         Record::PcSample(PcSample {
             pid: 7,
@@ -177,63 +185,30 @@ fn long_scoreboard_10_of_them_6_not_issued__weighs_10_and_the_report_says_6() {
     let gemm = strings.intern("gemm");
     let launch = strings.intern("cudaLaunchKernel");
     let file = strings.intern("gemm.cu");
-    let recs: Vec<Record> = [
-        Record::Process(Process {
-            pid: 7,
-            ppid: Some(1),
-            exe: "/usr/bin/trainer".into(),
-            start_ns: 0,
-            start_realtime_ns: None,
-        }),
-        Record::Api(ApiCall {
-            pid: 7,
-            tid: 8,
-            start_ns: 10_000,
-            end_ns: 11_000,
-            correlation_id: 1,
-            cbid: 211,
-            domain: ApiDomain::Runtime,
-            name: launch,
-        }),
-        Record::Activity(Activity {
-            pid: 7,
-            start_ns: 12_000,
-            end_ns: 17_000,
-            correlation_id: 1,
-            device: Some(0),
-            context: 1,
-            stream: Some(7),
-            graph_id: None,
-            graph_node_id: None,
-            kind: ActivityKind::Kernel {
-                name: gemm,
-                grid: [1, 1, 1],
-                block: [32, 1, 1],
-            },
-        }),
-    ]
-    .into_iter()
-    .chain(
-        [
-            (8, "long_scoreboard", 10),
-            (108, "long_scoreboard_not_issued", 6),
-        ]
-        .map(|(index, reason, samples)| {
-            Record::PcSample(PcSample {
-                pid: 7,
-                correlation_id: Some(1),
-                context: 1,
-                function: gemm,
-                pc_offset: 0x1f0,
-                cubin_crc: 0xabcd,
-                stall_reason_index: index,
-                stall_reason: strings.intern(&format!("smsp__pcsamp_warps_issue_stalled_{reason}")),
-                samples,
-                source: Some((file, 42)),
-            })
-        }),
-    )
-    .collect();
+    let recs: Vec<Record> = trainer_launches(gemm, launch, &[1])
+        .into_iter()
+        .chain(
+            [
+                (8, "long_scoreboard", 10),
+                (108, "long_scoreboard_not_issued", 6),
+            ]
+            .map(|(index, reason, samples)| {
+                Record::PcSample(PcSample {
+                    pid: 7,
+                    correlation_id: Some(1),
+                    context: 1,
+                    function: gemm,
+                    pc_offset: 0x1f0,
+                    cubin_crc: 0xabcd,
+                    stall_reason_index: index,
+                    stall_reason: strings
+                        .intern(&format!("smsp__pcsamp_warps_issue_stalled_{reason}")),
+                    samples,
+                    source: Some((file, 42)),
+                })
+            }),
+        )
+        .collect();
     let pc = fold(
         &recs,
         &strings,
