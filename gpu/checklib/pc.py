@@ -38,6 +38,16 @@ class Pc:
         k = next((k for k in doc.get("pc_samples", {}).get("kernels", []) if "chase" in k["kernel"]), None)
         return k, (None if k else f"no PC samples for `chase` in the report: {json.dumps(doc.get('pc_samples'))[:300]}")
 
+    @staticmethod
+    def reads_line(d):
+        """The recorder's log line on how CUPTI handed the PC records over, or None."""
+        for log in sorted(glob.glob(os.path.join(d, "raw", "*.log"))):
+            with open(log, errors="replace") as f:
+                for ln in f:
+                    if "PC sampling reads:" in ln:
+                        return ln[ln.index("PC sampling reads:"):].strip()
+        return None
+
     def check_pc(self):
         g = "pc"
         names = ["pc_hot_line", "pc_vs_ncu", "pc_modes", "pc_rootless", "pc_overhead"]
@@ -72,7 +82,9 @@ class Pc:
             fig = {"samples": k["samples"], "top_line": top_line, "top_stall": top_stall, "top_line_share": round(share, 4),
                    # What CUPTI did that its header leaves open: records returned
                    # twice, drops, a full hardware buffer, Disable's discards.
-                   "pc_notes": [n for n in (tl.notes if tl else []) if n.startswith("PC sampling:")]}
+                   "pc_notes": [n for n in (tl.notes if tl else []) if n.startswith("PC sampling:")],
+                   # Where the records came from: the configured buffer, GetData.
+                   "pc_reads": self.reads_line(d)}
             if not top_line or not top_line["line"].endswith(f"pc_hot.cu:{hot}"):
                 bad.append(f"chase's hottest line is {top_line and top_line['line']}, not pc_hot.cu:{hot} (HOT)")
             elif share < 0.5:

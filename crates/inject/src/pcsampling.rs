@@ -338,6 +338,18 @@ struct Inner {
     /// PC records `cuptiPCSamplingDisable` discarded: more than the
     /// configured buffer holds.
     discarded: u64,
+    /// Where the PC records came from, for the log: how CUPTI hands them
+    /// over is what its header leaves open.
+    reads: Reads,
+}
+
+/// PC records taken from each buffer, and the calls and ranges behind them.
+#[derive(Default)]
+struct Reads {
+    config_records: u64,
+    config_ranges: u64,
+    get_data_calls: u64,
+    get_data_records: u64,
 }
 
 /// PC sampling for every context of the process.
@@ -789,6 +801,27 @@ impl Sampler {
         })
     }
 
+    /// The log's line on how CUPTI handed the records over, at the close;
+    /// `None` when sampling was never on.
+    pub fn reads_line(&self) -> Option<String> {
+        let inner = lock(&self.inner);
+        let r = &inner.reads;
+        inner.enabled_once.then(|| {
+            format!(
+                "PC sampling reads: {} PC records from the configured buffer ({} ranges), {} \
+                 from {} successful cuptiPCSamplingGetData calls; {} returned twice, {} re-enables, {} \
+                 discarded by Disable",
+                r.config_records,
+                r.config_ranges,
+                r.get_data_records,
+                r.get_data_calls,
+                inner.duplicates,
+                inner.resets,
+                inner.discarded
+            )
+        })
+    }
+
     /// Notes for the trace (a refusal, drops), each once.
     pub fn take_notes(&self, closing: bool) -> Vec<String> {
         let mut inner = lock(&self.inner);
@@ -1143,8 +1176,20 @@ impl Sampler {
                 });
             }
         }
-        if duplicates > 0 {
-            lock(&self.inner).duplicates += duplicates;
+        if n > 0 || from == Whence::GetData {
+            let mut inner = lock(&self.inner);
+            inner.duplicates += duplicates;
+            let reads = &mut inner.reads;
+            match from {
+                Whence::Config => {
+                    reads.config_records += n as u64;
+                    reads.config_ranges += 1;
+                }
+                Whence::GetData => {
+                    reads.get_data_records += n as u64;
+                    reads.get_data_calls += 1;
+                }
+            }
         }
         out
     }

@@ -721,7 +721,7 @@ fn record_pc_sampling_not_issued__kept_counted_apart_and_not_added_to_the_totals
 /// counted once, and the trace says how many came twice.
 #[test]
 fn record_pc_sampling_records_returned_twice__counted_once_and_said() {
-    let Some((o, rec, _)) = record_with(
+    let Some((o, rec, dir)) = record_with(
         "pc-sampling-twice",
         &[],
         &["app", "10"],
@@ -739,6 +739,19 @@ fn record_pc_sampling_records_returned_twice__counted_once_and_said() {
         )),
         "{:?}",
         rec.notes
+    );
+    // The log says where the records came from, for a real GPU's run.
+    let log: String = std::fs::read_dir(dir.join("raw"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(
+        log.contains(
+            "PC sampling reads: 70 PC records from the configured buffer (30 ranges), 70 from "
+        ) && log.contains("; 70 returned twice, 0 re-enables, 0 discarded by Disable"),
+        "{log}"
     );
 }
 

@@ -793,6 +793,9 @@ impl State {
             pc.take_read()
         };
         let notes = pc.take_notes(last);
+        if last && let Some(line) = pc.reads_line() {
+            self.log.line(&line);
+        }
         let launches = if last { pc.launches() } else { None };
         let mut sink = lock(&self.sink);
         for n in notes {
