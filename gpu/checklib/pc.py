@@ -63,6 +63,8 @@ class Pc:
             # pc_hot gives on a GPU (sim/README.md), so the steps are checked.
             src = os.path.join(REPO, "gpu/progs/pc_hot.cu")
             env["GPUSIM_PC_SAMPLES"] = f"_Z5chasePKjPji@{src}=0x40:{hot}:long_scoreboard:9,0x80:{warm}:selected:1"
+            # As on Hopper, a not-issued count beside the base reasons (a subset).
+            env["GPUSIM_PC_NOT_ISSUED_PERCENT"] = "50"
         label = " [simulated samples]" if self.sim else ""
         plain = run([app, "5"], self.limit(60), env=dict(os.environ, **env))
         flags = ["--pc-sampling", "--pc-folded", "pc.folded", "--pc-svg", "pc.svg"]
