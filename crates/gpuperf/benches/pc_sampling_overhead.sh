@@ -6,8 +6,11 @@
 # (default window, or PC_WINDOW), rounds alternating; prints the medians and
 # their ratios. On the simulation no kernel runs and none is serialized, so
 # this measures the host side only: the launch callback's window bookkeeping,
-# GetData and the samples' records. On a GPU, run it with the real libraries
-# (SIM unset) to add what serialized kernels cost.
+# GetData and the samples' records. The simulated kernels take no time there
+# (GPUSIM_TIME_SCALE=0 unless set): with the default scale each empty kernel
+# takes 1 µs of simulated GPU time, and the loop's final synchronize waits for
+# that queue, which hides any host work under 1 µs a launch. On a GPU, run it
+# with the real libraries (SIM unset) to add what serialized kernels cost.
 #
 # usage: pc_sampling_overhead.sh [LAUNCHES=20000] [ROUNDS=5]
 # env:   GPUPERF    the gpuperf binary (default target/release/gpuperf, else target/debug)
@@ -37,6 +40,8 @@ if [ -n "${SIM:-}" ]; then
     label="SIMULATED GPU (sim/: no kernel runs or is serialized)"
     export LD_LIBRARY_PATH=$SIM${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     record+=(--cupti "$SIM/libcupti.so.13")
+    export GPUSIM_TIME_SCALE=${GPUSIM_TIME_SCALE:-0}
+    label+="; GPUSIM_TIME_SCALE=$GPUSIM_TIME_SCALE"
 fi
 pc=(--pc-sampling ${PC_WINDOW:+--pc-sampling-window="$PC_WINDOW"})
 
