@@ -730,9 +730,19 @@ impl Sampler {
     /// The note that says how the samples were taken.
     fn mode_note(&self) -> String {
         match self.settings.mode {
-            PcMode::Continuous => format!(
+            PcMode::Continuous if self.settings.window.is_all() => format!(
                 "{PC_CONTINUOUS_NOTE}: kernels ran concurrently, and the samples name no \
                  launch: they are charged to their kernel's function only, under no CPU stack"
+            ),
+            // The context is not synchronized at a window's edge (Proton
+            // does): that would drain the GPU's queue at every edge and change
+            // the overlap the rest of the recording measures.
+            PcMode::Continuous => format!(
+                "{PC_CONTINUOUS_NOTE}: kernels ran concurrently, and the samples name no \
+                 launch: they are charged to their kernel's function only, under no CPU stack; \
+                 the windows ({}) open and close at launch calls, not on the GPU, so kernels \
+                 still queued at an edge are sampled as they run",
+                self.settings.window
             ),
             _ => format!(
                 "{PC_SERIALIZED_NOTE} (CUPTI's kernel-serialized mode, window {}): the sampled \

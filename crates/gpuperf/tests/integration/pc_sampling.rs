@@ -533,6 +533,16 @@ fn record_pc_sampling_continuous_window_2_of_6__every_windows_samples_kept_acros
         .sum();
     let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
     assert_eq!(total, want, "{}", show(&o));
+    // The windows open at launch calls, and the context is not synchronized
+    // there: the note says that queued kernels are sampled as they run.
+    assert!(
+        rec.notes
+            .iter()
+            .any(|n| n.starts_with("PC sampling in continuous mode")
+                && n.contains("the windows (2/6) open and close at launch calls")),
+        "{:?}",
+        rec.notes
+    );
 }
 
 #[test]
