@@ -81,7 +81,7 @@ class Pc:
         else:
             top_line, top_stall = k["lines"][0] if k["lines"] else None, k["stalls"][0] if k["stalls"] else None
             share = top_line["samples"] / k["samples"] if top_line and k["samples"] else 0.0
-            fig = {"samples": k["samples"], "top_line": top_line, "top_stall": top_stall, "top_line_share": round(share, 4),
+            fig = {"samples": k["samples"], "launches_with_samples": k.get("launches"), "top_line": top_line, "top_stall": top_stall, "top_line_share": round(share, 4),
                    # What CUPTI did that its header leaves open: records returned
                    # twice, drops, a full hardware buffer, Disable's discards.
                    "pc_notes": [n for n in (tl.notes if tl else []) if n.startswith("PC sampling:")],

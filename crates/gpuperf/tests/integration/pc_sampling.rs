@@ -504,6 +504,8 @@ fn record_pc_sampling_window_2_of_6__only_the_windows_launches_have_samples_and_
         err.contains("; from 10 of 30 launches (the 20 outside the sampling windows have none; nothing is scaled up)"),
         "{err}"
     );
+    // Every sampled launch gave samples.
+    assert!(!err.contains("have no sample"), "{err}");
     let pc = &report_json(&dir)["pc_samples"];
     assert_eq!(pc["launches_sampled"], 10, "{pc}");
     assert_eq!(pc["launches_unsampled"], 20, "{pc}");
@@ -875,4 +877,43 @@ fn diff_pc_folded_files__weights_are_samples_not_microseconds() {
     let o = diff(&["before.folded", "time.folded"]);
     assert!(!o.status.success(), "{}", show(&o));
     assert!(text(&o.stderr).contains("GPU PC samples"), "{}", show(&o));
+}
+
+#[test]
+fn record_pc_sampling_a_sampled_launch_without_samples__counted_in_the_summary_and_the_report() {
+    // hot, cold, hot, all in the window; cold's weights are all 0, so it gets
+    // no sample, as a kernel too short for the sampling period.
+    let table = format!("{HOT};_Z4coldv=0x10:3:selected:0");
+    let Some((o, rec, dir)) = record_with(
+        "pc-sampling-launch-without-samples",
+        &[],
+        &["app"],
+        &[("GPUSIM_PC_SAMPLES", table.as_str())],
+    ) else {
+        return;
+    };
+    let cold = rec
+        .kernels()
+        .iter()
+        .find(|k| rec.label(k).contains("cold"))
+        .map(|k| k.correlation_id)
+        .expect("a cold kernel");
+    assert!(!rec.pc_samples.is_empty());
+    assert!(
+        rec.pc_samples
+            .iter()
+            .all(|p| p.correlation_id != Some(cold)),
+        "{}",
+        show(&o)
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("; from 3 of 3 launches")
+            && err.contains("; 1 of the 3 sampled launches have no sample (a kernel too short"),
+        "{err}"
+    );
+    let pc = &report_json(&dir)["pc_samples"];
+    assert_eq!(pc["launches_sampled"], 3, "{pc}");
+    assert_eq!(pc["launches_with_samples"], 2, "{pc}");
+    assert_eq!(pc["kernels"][0]["launches"], 2, "{pc}");
 }

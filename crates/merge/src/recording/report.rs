@@ -291,12 +291,18 @@ impl fmt::Display for PcTable<'_> {
         let pct = |n: u64, of: u64| n as f64 * 100.0 / of.max(1) as f64;
         let kernels = kernels_by_samples(self.pc);
         for (name, k) in kernels.iter().take(self.top) {
+            // Kernel-serialized samples name their launches: how many gave these.
+            let launches = match k.launches {
+                0 => String::new(),
+                1 => " (1 launch)".to_owned(),
+                n => format!(" ({n} launches)"),
+            };
             writeln!(
                 out,
-                "{:>9} {:>5.1}%  {}",
+                "{:>9} {:>5.1}%  {}{launches}",
                 k.samples,
                 pct(k.samples, stats.samples),
-                elide_middle(name, LINE_WIDTH - 18)
+                elide_middle(name, (LINE_WIDTH - 18).saturating_sub(launches.len()))
             )?;
             for (line, n) in by_samples(&k.lines).into_iter().take(self.top) {
                 writeln!(out, "{:>9} {:>5.1}%    line   {line}", n, pct(n, k.samples))?;
@@ -382,6 +388,7 @@ pub fn report_json(
                     "local_rank": o.local_rank, "world_size": o.world_size })
         })
         .collect();
+    let stats = pc.stats();
     let pc_kernels: Vec<_> = kernels_by_samples(pc)
         .into_iter()
         .take(top)
@@ -404,11 +411,11 @@ pub fn report_json(
                     .collect()
             };
             json!({ "kernel": name, "samples": k.samples,
+                    "launches": stats.serialized.then_some(k.launches),
                     "lines": list(&k.lines, "line", None),
                     "stalls": list(&k.stalls, "reason", Some(&k.not_issued)) })
         })
         .collect();
-    let stats = pc.stats();
     let doc = json!({
         "gpu_total_ns": rep.total_ns(),
         "pc_samples": { "samples": stats.samples, "attributed": stats.attributed,
@@ -416,6 +423,7 @@ pub fn report_json(
                         "without_line": stats.without_line, "not_issued": stats.not_issued,
                         "launches_sampled": stats.launches.map(|l| l.sampled),
                         "launches_unsampled": stats.launches.map(|l| l.unsampled),
+                        "launches_with_samples": stats.serialized.then_some(stats.launches_with_samples),
                         "serialized": stats.serialized, "continuous": stats.continuous,
                         "kernels": pc_kernels },
         "processes": processes,

@@ -69,6 +69,10 @@ pub struct PcStats {
     /// Launches inside and outside the sampling windows, when the recorder
     /// counted them.
     pub launches: Option<PcLaunches>,
+    /// Launches that have a sample (kernel-serialized: distinct correlation
+    /// ids); fewer than [`PcLaunches::sampled`] when some sampled kernels
+    /// were too short for the sampling period.
+    pub launches_with_samples: u64,
     /// A recorder sampled in kernel-serialized mode (kernels ran one at a time).
     pub serialized: bool,
     /// A recorder sampled in continuous mode (samples name no launch).
@@ -124,6 +128,16 @@ impl std::fmt::Display for PcStats {
                 l.sampled + l.unsampled,
                 l.unsampled
             )?;
+            // Only kernel-serialized samples name their launch.
+            if self.serialized && l.sampled > self.launches_with_samples {
+                write!(
+                    f,
+                    "; {} of the {} sampled launches have no sample (a kernel too short for \
+                     the sampling period gets none: a smaller --pc-sampling=PERIOD takes more)",
+                    l.sampled - self.launches_with_samples,
+                    l.sampled
+                )?;
+            }
         }
         if self.serialized {
             f.write_str("; kernels serialized while sampled")?;
@@ -148,6 +162,9 @@ struct Launch {
 pub struct KernelSamples {
     /// All its samples.
     pub samples: u64,
+    /// Its launches that have a sample (kernel-serialized mode; 0 when the
+    /// samples name no launch).
+    pub launches: u64,
     /// By `file:line` (or [`NO_LINE`]'s text without the prefix).
     pub lines: BTreeMap<String, u64>,
     /// By stall reason.
@@ -347,6 +364,9 @@ impl Sink for PcFolder {
         pids.dedup();
         let roots = pids.len() > 1;
         let mut by_text: FxHashMap<String, u64> = FxHashMap::default();
+        // Launches with a sample, each once; a not-issued sample's launch has
+        // its base reason's sample too.
+        let mut launched: FxHashMap<(u32, u32), String> = FxHashMap::default();
         for s in &samples {
             let n = u64::from(s.samples);
             let reason = stall_name(ctx.strings.get(s.stall_reason));
@@ -360,6 +380,11 @@ impl Sink for PcFolder {
             self.stats.samples += n;
             let (text, kernel) = self.text(ctx, s, roots);
             *by_text.entry(text).or_default() += n;
+            if let Some(corr) = s.correlation_id {
+                launched
+                    .entry((s.pid, corr))
+                    .or_insert_with(|| kernel.clone());
+            }
             let k = self.kernels.entry(kernel).or_default();
             k.samples += n;
             let line = match s.source {
@@ -368,6 +393,12 @@ impl Sink for PcFolder {
             };
             *k.lines.entry(line).or_default() += n;
             *k.stalls.entry(reason.to_owned()).or_default() += n;
+        }
+        self.stats.launches_with_samples = launched.len() as u64;
+        for kernel in launched.into_values() {
+            if let Some(k) = self.kernels.get_mut(&kernel) {
+                k.launches += 1;
+            }
         }
         self.lines = by_text.into_iter().collect();
         self.lines.sort_unstable();

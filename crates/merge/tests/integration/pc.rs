@@ -4,7 +4,8 @@ use std::fs;
 
 use gpuperf_merge::join;
 use gpuperf_merge::model::{
-    Activity, ActivityKind, ApiCall, ApiDomain, PcSample, Process, Record, StringId, StringTable,
+    Activity, ActivityKind, ApiCall, ApiDomain, Note, PC_SERIALIZED_NOTE, PcLaunches, PcSample,
+    Process, ProcessPcLaunches, Record, StringId, StringTable,
 };
 use gpuperf_merge::read::cpu::CpuTrace;
 use gpuperf_merge::read::gputrace;
@@ -167,11 +168,13 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
             unattributed: 11,
             unmatched: 4,
             without_line: 2,
+            // 1, 2 and 9 (whose kernel record is missing).
+            launches_with_samples: 3,
             ..PcStats::default()
         }
     );
     let gemm = &pc.kernels()["gemm(float*, int)"];
-    assert_eq!(gemm.samples, 62);
+    assert_eq!((gemm.samples, gemm.launches), (62, 3));
     assert_eq!(gemm.lines["gemm.cu:42"], 57);
     assert_eq!(gemm.stalls["branch_resolving"], 5);
 }
@@ -227,6 +230,7 @@ fn long_scoreboard_10_of_them_6_not_issued__weighs_10_and_the_report_says_6() {
             samples: 10,
             attributed: 10,
             not_issued: 6,
+            launches_with_samples: 1,
             ..PcStats::default()
         }
     );
@@ -265,4 +269,81 @@ fn long_scoreboard_10_of_them_6_not_issued__weighs_10_and_the_report_says_6() {
     );
     assert_eq!(json["pc_samples"]["samples"], 10);
     assert_eq!(json["pc_samples"]["not_issued"], 6);
+}
+
+/// Kernel-serialized, four launches in the sampling window, of which launch 2
+/// (a kernel too short for the sampling period) gave no sample: the summary,
+/// the report's table and its JSON say how many launches gave samples.
+#[test]
+fn four_launches_sampled_one_without_a_sample__said_in_the_summary_and_the_report() {
+    let mut strings = StringTable::new();
+    let gemm = strings.intern("gemm");
+    let launch = strings.intern("cudaLaunchKernel");
+    let file = strings.intern("gemm.cu");
+    let stall = strings.intern("smsp__pcsamp_warps_issue_stalled_long_scoreboard");
+    let mut recs = trainer_launches(gemm, launch, &[1, 2, 3, 4]);
+    recs.push(Record::Note(Note {
+        pid: 7,
+        text: format!("{PC_SERIALIZED_NOTE} (CUPTI's kernel-serialized mode, window 4/10)"),
+    }));
+    recs.push(Record::PcLaunches(ProcessPcLaunches {
+        pid: 7,
+        launches: PcLaunches {
+            sampled: 4,
+            unsampled: 6,
+        },
+    }));
+    for (corr, pc_offset, samples) in [(1, 0x10, 5), (1, 0x20, 2), (3, 0x10, 4), (4, 0x10, 1)] {
+        recs.push(Record::PcSample(PcSample {
+            pid: 7,
+            correlation_id: Some(corr),
+            context: 1,
+            function: gemm,
+            pc_offset,
+            cubin_crc: 0xabcd,
+            stall_reason_index: 8,
+            stall_reason: stall,
+            samples,
+            source: Some((file, 42)),
+        }));
+    }
+    let cpu: String = (1..=4)
+        .map(|c| {
+            format!(
+                "{} trainer 7 8 2 {c} _start;main;train;cudaLaunchKernel\n",
+                c * 10_000
+            )
+        })
+        .collect();
+    let pc = fold(&recs, &strings, &format!("# gpuperf-cpu v1\n{cpu}"));
+
+    let stats = pc.stats();
+    assert_eq!((stats.samples, stats.launches_with_samples), (12, 3));
+    assert_eq!(pc.kernels()["gemm"].launches, 3);
+    let said = stats.to_string();
+    assert!(
+        said.contains(
+            "; from 4 of 10 launches (the 6 outside the sampling windows have none; nothing is \
+             scaled up); 1 of the 4 sampled launches have no sample (a kernel too short for the \
+             sampling period gets none: a smaller --pc-sampling=PERIOD takes more)"
+        ),
+        "{said}"
+    );
+    let text = PcTable { pc: &pc, top: 10 }.to_string();
+    assert!(
+        text.contains("       12 100.0%  gemm (3 launches)\n"),
+        "{text}"
+    );
+    let mut rep = Reporter::new();
+    let json = report_json(
+        &mut rep,
+        &IdleFolder::new(),
+        &PythonLines::default(),
+        &pc,
+        10,
+    );
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["pc_samples"]["launches_sampled"], 4);
+    assert_eq!(json["pc_samples"]["launches_with_samples"], 3);
+    assert_eq!(json["pc_samples"]["kernels"][0]["launches"], 3);
 }
