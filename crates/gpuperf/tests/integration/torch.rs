@@ -1275,3 +1275,88 @@ fn torch_nvtx_ranges__frames_below_the_python_line_and_nested_slices() {
     ];
     assert_eq!(got, [step.clone(), step].concat(), "{}", show(&o));
 }
+
+/// The whole path on a PyTorch training step: each PC sample under the
+/// script's line that launched its kernel (forward under `forward`, backward
+/// under `[backward]` and the forward line it belongs to), then the kernel, the
+/// SASS instruction and the stall reason.
+#[test]
+fn torch_train_step_pc_sampling__samples_under_the_script_lines_that_launched_their_kernels() {
+    let Some(t) = torch() else { return };
+    let dir = work_dir("torch-train-pc");
+    let train = script(&dir, "torch_train.py");
+    let o = t
+        .record(
+            Record::new(&dir).flags(["--pc-sampling", "--pc-folded", "pc.folded"]),
+            &dir,
+            &train,
+        )
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        text(&o.stdout).contains("kernels ran on Simulated GPU 0"),
+        "{}",
+        show(&o)
+    );
+    all_matched(&o);
+    // Every sample charged to its launch's CPU stack.
+    let err = text(&o.stderr);
+    let said = err
+        .lines()
+        .find(|l| l.contains(" GPU PC samples: "))
+        .unwrap_or_else(|| panic!("no PC-sample summary: {}", show(&o)));
+    let n = said
+        .trim_start_matches("gpuperf: ")
+        .split(' ')
+        .next()
+        .unwrap();
+    assert!(
+        n != "0"
+            && said.contains(&format!(
+                "{n} GPU PC samples: {n} charged to their launch's CPU stack"
+            )),
+        "{said}"
+    );
+    assert!(said.contains("kernels serialized while sampled"), "{said}");
+
+    let folded = fs::read_to_string(dir.join("pc.folded")).unwrap();
+    let lines: Vec<&str> = folded.lines().collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let (stack, _) = l.rsplit_once(' ').unwrap();
+        let frames: Vec<&str> = stack.split(';').collect();
+        let kernel = frames.iter().position(|f| f.starts_with("[GPU_Kernel]"));
+        assert!(
+            kernel.is_some_and(|k| frames[k + 1].starts_with("[GPU_PC]"))
+                && frames.last().unwrap().starts_with("[Stall]"),
+            "{l}"
+        );
+        assert!(
+            stack.contains("torch_train."),
+            "a sample without the script's line: {l}"
+        );
+    }
+    let forward = frame(&train, "forward", "forward");
+    let train_forward = frame(&train, "train_step", "train_forward");
+    let under = |line: &str, part: &str| {
+        lines.iter().any(|l| {
+            let frames: Vec<&str> = l.split(';').collect();
+            frames.contains(&line)
+                && frames
+                    .iter()
+                    .any(|f| f.starts_with("[GPU_Kernel]") && f.contains(part))
+        })
+    };
+    // The forward matmuls under `forward`; the backward GEMMs under
+    // `[backward]`, after the forward line they belong to.
+    assert!(under(&forward, "simulated_cublasLt_matmul_f32"), "{folded}");
+    assert!(
+        lines.iter().any(|l| {
+            l.split_once(";[backward];").is_some_and(|(fwd, own)| {
+                fwd.contains(&train_forward) && own.contains("[GPU_Kernel]simulated_cublas")
+            })
+        }),
+        "{folded}"
+    );
+}
