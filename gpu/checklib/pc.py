@@ -50,7 +50,7 @@ class Pc:
 
     def check_pc(self):
         g = "pc"
-        names = ["pc_hot_line", "pc_vs_ncu", "pc_modes", "pc_rootless", "pc_overhead"]
+        names = ["pc_hot_line", "pc_vs_ncu", "pc_modes", "pc_threads", "pc_rootless", "pc_overhead"]
         app = self.progs.get("pc_hot")
         if not self.gpuperf or not app:
             for n in names:
@@ -109,6 +109,7 @@ class Pc:
                       f"launch_chase; output and exit status unchanged" + label, fig)
         self.check_pc_ncu(g, app, hot, k)
         self.check_pc_modes(g, app, hot, env, label)
+        self.check_pc_threads(g, app, env, label)
         self.check_pc_rootless(g, app, flags)
         self.check_pc_overhead(g, app, env, label)
 
@@ -200,6 +201,37 @@ class Pc:
             bad += [f"{name}: {x}" for x in b]
         status = SHORT if bad else (NEEDS_GPU if self.sim else HOLDS)
         self.item(g, "pc_modes", status, "; ".join(bad + seen) + label, fig)
+
+    def check_pc_threads(self, g, app, env, label):
+        """Four host threads launching at once, kernel-serialized: CUPTI writes
+        each kernel's records into one buffer as it ends, so gpuperf holds a
+        sampled launch until the context's previous one has returned and read
+        its records. Every one of the 20 launches must give samples."""
+        threads, launches = 4, 5
+        plain = run([app, str(launches), str(threads)], self.limit(60), env=dict(os.environ, **env))
+        r, tl, d = self.record("pc_threads", [app, str(launches), str(threads)], flags=["--pc-sampling"],
+                               env=env, timeout=120)
+        bad = self.recording_faults(r, tl)
+        if plain.rc != 0:
+            bad.append(f"without gpuperf pc_hot exited {plain.rc}: {plain.tail(200)}")
+        elif (r.out or "").strip() != (plain.out or "").strip():
+            bad.append(f"its output changed: {(r.out or '').strip()!r}, without gpuperf {(plain.out or '').strip()!r}")
+        rep = run([self.gpuperf, "report", "raw", "--format", "json"], self.limit(60), cwd=d)
+        try:
+            pc = json.loads(rep.out or "").get("pc_samples", {})
+        except ValueError:
+            pc = {}
+            bad.append(f"report --format json unreadable: {rep.tail(200)}")
+        want = threads * launches
+        fig = {"launches_sampled": pc.get("launches_sampled"), "launches_with_samples": pc.get("launches_with_samples"),
+               "samples": pc.get("samples"), "pc_reads": self.reads_line(d),
+               "pc_notes": [n for n in (tl.notes if tl else []) if n.startswith("PC sampling:")]}
+        if pc and (fig["launches_sampled"] != want or fig["launches_with_samples"] != want):
+            bad.append(f"{fig['launches_with_samples']} of {fig['launches_sampled']} sampled launches have samples, "
+                       f"not all {want}")
+        self.item(g, "pc_threads", SHORT if bad else (NEEDS_GPU if self.sim else HOLDS), "; ".join(bad) or
+                  f"{threads} threads × {launches} launches: all {want} sampled launches have samples "
+                  f"({fig['samples']}); {fig['pc_reads']}" + label, fig)
 
     def check_pc_rootless(self, g, app, flags):
         """PC sampling is a profiling feature: as a user, unless the driver allows

@@ -7,12 +7,16 @@
 // DRAM, so the line marked HOT holds almost every sample, stalled on the long
 // scoreboard. The line marked WARM is cheap arithmetic beside it.
 //
-// usage: pc_hot [LAUNCHES=5]
+// usage: pc_hot [LAUNCHES=5] [THREADS=1]
+// With THREADS > 1, each of THREADS host threads makes LAUNCHES launches on a
+// stream of its own, at once: the check's test of PC records from launches
+// that return together (every thread writes the same values).
 // stdout: pc_hot: launches N checksum C   (the same with or without gpuperf)
 // stderr: pc_hot: X ms per launch          (CUDA events; the check's overhead figure)
 // Built by nvcc with -lineinfo, -cudart shared, -O2.
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -56,9 +60,19 @@ static std::vector<unsigned> cycle() {
     return next;
 }
 
-NOINLINE static void launch_chase(const unsigned *next, unsigned *out, int blocks) {
-    chase<<<blocks, THREADS>>>(next, out, STEPS);
+NOINLINE static void launch_chase(const unsigned *next, unsigned *out, int blocks,
+                                  cudaStream_t stream = 0) {
+    chase<<<blocks, THREADS, 0, stream>>>(next, out, STEPS);
     CHECK(cudaGetLastError());
+}
+
+// One host thread's launches, on its own stream.
+NOINLINE static void thread_body(int launches, const unsigned *next, unsigned *out, int blocks) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int l = 0; l < launches; l++) launch_chase(next, out, blocks, s);
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaStreamDestroy(s));
 }
 
 NOINLINE static float workload(int launches, const unsigned *next, unsigned *out, int blocks) {
@@ -77,6 +91,8 @@ NOINLINE static float workload(int launches, const unsigned *next, unsigned *out
 int main(int argc, char **argv) {
     int launches = argc > 1 ? atoi(argv[1]) : 5;
     if (launches < 1) launches = 1;
+    int threads = argc > 2 ? atoi(argv[2]) : 1;
+    if (threads < 1) threads = 1;
     int sms = 0;
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     int blocks = (sms > 0 ? sms : 1) * 4;
@@ -86,7 +102,15 @@ int main(int argc, char **argv) {
     CHECK(cudaMalloc(&out, sizeof(unsigned) * blocks * THREADS));
     CHECK(cudaMemcpy(next, host.data(), sizeof(unsigned) * N_IDX, cudaMemcpyHostToDevice));
     CHECK(cudaMemset(out, 0, sizeof(unsigned) * blocks * THREADS));
-    float ms = workload(launches, next, out, blocks);
+    float ms = 0;
+    if (threads == 1) {
+        ms = workload(launches, next, out, blocks);
+    } else {
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; t++) pool.emplace_back(thread_body, launches, next, out, blocks);
+        for (auto &t : pool) t.join();
+        launches *= threads;
+    }
     std::vector<unsigned> res(blocks * THREADS);
     CHECK(cudaMemcpy(res.data(), out, sizeof(unsigned) * res.size(), cudaMemcpyDeviceToHost));
     unsigned long long sum = 0;

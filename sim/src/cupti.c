@@ -694,6 +694,8 @@ static void on_api_enter(struct gpusim_api *c) {
 }
 
 static void on_api_exit(struct gpusim_api *c) {
+    if (!(c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
+        pcs_before_exit();
     callback(c, CUPTI_API_EXIT);
     if (holds_lock_throughout(c))
         cupti_unlock();

@@ -53,6 +53,8 @@ int resource_enabled(uint32_t cbid);
 void pcs_launch(void *context, uint32_t context_id, const char *kernel);
 /* A kernel's simulated run: its PC samples, in a context that samples. */
 void pcs_kernel(const struct gpusim_op *op);
+/* Before a launch's API-exit callbacks: GPUSIM_PC_KERNEL_END_HOOK. */
+void pcs_before_exit(void);
 
 /* cupti_buffers.c */
 /* The client's buffer-completed callback; NULL until it registers one. */

@@ -813,6 +813,32 @@ static struct pc_record *record_for(struct pcs *s, uint32_t corr, uint64_t crc, 
     return r;
 }
 
+/* Set on the launching thread when its kernel-serialized kernel's range ended. */
+static _Thread_local int tls_range_ended;
+
+/* GPUSIM_PC_KERNEL_END_HOOK=SYMBOL (a test hook, not CUPTI behaviour): once a
+ * kernel-serialized kernel's range has ended (its records are in the buffer
+ * given at configuration) and the driver has let go of its locks, before the
+ * launch's API-exit callbacks, the launching thread calls the program's
+ * function SYMBOL (found with dlsym, so the program is linked -rdynamic): a
+ * test can let another thread's kernel end in between, as one can on a GPU. */
+void pcs_before_exit(void) {
+    if (!tls_range_ended)
+        return;
+    tls_range_ended = 0;
+    static void (*_Atomic hook)(void);
+    static atomic_int looked;
+    if (!atomic_load_explicit(&looked, memory_order_acquire)) {
+        const char *name = getenv("GPUSIM_PC_KERNEL_END_HOOK");
+        if (name && *name)
+            atomic_store(&hook, (void (*)(void))dlsym(RTLD_DEFAULT, name));
+        atomic_store_explicit(&looked, 1, memory_order_release);
+    }
+    void (*h)(void) = atomic_load(&hook);
+    if (h)
+        h();
+}
+
 void pcs_kernel(const struct gpusim_op *op) {
     if (!atomic_load(&g_sampling))
         return;
@@ -905,7 +931,9 @@ void pcs_kernel(const struct gpusim_op *op) {
        what does not fit stays for cuptiPCSamplingGetData. As libcupti 13.0
        did on an H200, where a client that cleared that buffer and read only
        with cuptiPCSamplingGetData got no record at all. */
-    if (s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED)
+    if (s->mode == CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED) {
         range_end(s);
+        tls_range_ended = 1;
+    }
     pthread_mutex_unlock(&g_pcs_mu);
 }

@@ -21,6 +21,8 @@
  *                destroyed while a recorder may be reading its samples)
  * Prints one result per line; the Rust test compares them. */
 #define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +230,46 @@ static void workload(void) {
     CHECK(cudaDeviceSynchronize());
 }
 
+/* app-threads: two threads' launches return together. The first kernel's
+   range ends; before its launch returns (GPUSIM_PC_KERNEL_END_HOOK=
+   pc_kernel_end_hook), the second thread launches, and the first waits (at
+   most 2 s) for the second kernel to end too, which replaces the first's
+   records in the configured buffer unless the client holds the second launch
+   until the first has returned. */
+static atomic_int g_hook_calls, g_first_ended, g_second_ended;
+
+void pc_kernel_end_hook(void) {
+    if (atomic_fetch_add(&g_hook_calls, 1) == 0) {
+        atomic_store(&g_first_ended, 1);
+        for (int i = 0; i < 200 && !atomic_load(&g_second_ended); i++)
+            usleep(10 * 1000);
+    } else {
+        atomic_store(&g_second_ended, 1);
+    }
+}
+
+static void *second_thread(void *arg) {
+    (void)arg;
+    while (!atomic_load(&g_first_ended))
+        usleep(1000);
+    /* The same kernel: its module is loaded, so no module load (where a
+       client may read the configured buffer) comes between the two. */
+    launch((const void *)hot_stub, 2, 64);
+    return NULL;
+}
+
+static void app_threads(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, second_thread, NULL)) {
+        fprintf(stderr, "pc_sampling: pthread_create failed\n");
+        exit(1);
+    }
+    launch((const void *)hot_stub, 2, 64);
+    pthread_join(t, NULL);
+    CHECK(cudaDeviceSynchronize());
+    printf("threads: %d kernels ended\n", atomic_load(&g_hook_calls));
+}
+
 /* ------------------------------------------------------------------ scenarios */
 
 static void reasons(void) {
@@ -404,6 +446,10 @@ int main(int argc, char **argv) {
         long rounds = argc == 3 ? strtol(argv[2], NULL, 10) : 1;
         for (long i = 0; i < rounds; i++)
             workload();
+        return 0;
+    }
+    if (!strcmp(s, "app-threads")) {
+        app_threads();
         return 0;
     }
     if (!strcmp(s, "app-reset")) {

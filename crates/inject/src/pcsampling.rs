@@ -7,10 +7,13 @@
 //!                     16 MB scratch, data buffer; start/stop when windowed)
 //! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines;
 //!                     the configured buffer drained; continuous, then GetData
-//! launch (API enter) → counted; at a window's edge, Start or Stop in its context
+//! launch (API enter) → counted; at a window's edge, Start or Stop in its context;
+//!                     kernel-serialized and sampled: waits until the context's
+//!                     previous sampled launch has returned (`gate`)
 //! launch (API exit) → the configured buffer drained (a kernel-serialized
 //!                     kernel's or a window's range ended), then GetData until
-//!                     nothing remains (not in continuous mode without windows)
+//!                     nothing remains (not in continuous mode without windows);
+//!                     the gate freed
 //! flush (periodic)  → continuous without windows: GetData until nothing
 //!                     remains; otherwise no CUPTI call
 //! CONTEXT_DESTROY   → Stop, drain, GetData, Disable (the context still lives)
@@ -62,6 +65,8 @@ use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches};
 pub use gpuperf_merge::recording::env::{PcMode, PcWindow};
 
 use crate::guard::lock;
+
+mod gate;
 use crate::sys::{
     self, CUpti_GetCubinCrcParams, CUpti_GetSassToSourceCorrelationParams,
     CUpti_ModuleResourceData, CUpti_PCSamplingData, CUpti_PCSamplingDisableParams,
@@ -70,6 +75,7 @@ use crate::sys::{
     CUpti_PCSamplingPCData, CUpti_PCSamplingStallReason, PcSamplingConfigurationInfo,
     PcSamplingConfigurationInfoParams, PcSamplingFunctions, Status,
 };
+use gate::Gates;
 
 /// `GPUPERF_PC_SAMPLING`'s variable name.
 pub const VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING;
@@ -188,6 +194,9 @@ const REASON_NAME_SIZE: usize = 128;
 /// reasons, as NVIDIA's samples, Proton and parcagpu set it. CUPTI's default,
 /// 1 MB (about 5,500), drops the samples of PCs beyond it between two reads.
 const SCRATCH_BYTES: u64 = 16 << 20;
+/// How long a sampled launch waits for another thread's in its context to
+/// return ([`gate`]) before it goes on without.
+const GATE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The first CUPTI API version (CUDA 12.4) whose `CUpti_PCSamplingPCData`
 /// ends with `correlationId`: older ones write records of another size into
 /// the buffer.
@@ -370,6 +379,8 @@ pub struct Sampler {
     /// modified or freed until post processing of all the records is done",
     /// `cupti_pcsampling.h`): each is freed once, after the last read.
     names: Mutex<HashSet<usize>>,
+    /// Kernel-serialized: one sampled launch at a time in a context.
+    gates: Gates,
 }
 
 impl Sampler {
@@ -397,6 +408,7 @@ impl Sampler {
             sampled: AtomicU64::new(0),
             enabled: AtomicU64::new(0),
             names: Mutex::new(HashSet::new()),
+            gates: Gates::new(GATE_WAIT),
         })
     }
 
@@ -659,10 +671,14 @@ impl Sampler {
     /// `ctx` must be the launching call's live `CUcontext` (or null).
     pub unsafe fn launch(&self, ctx: *mut c_void) {
         let i = self.launches.fetch_add(1, Relaxed);
+        let serialized = self.settings.mode != PcMode::Continuous;
         if self.settings.window.is_all() {
             // Nothing to start or stop: no lock, which a flush's read holds.
             if self.enabled.load(Relaxed) > 0 {
                 self.sampled.fetch_add(1, Relaxed);
+                if serialized {
+                    self.gates.enter(ctx as usize);
+                }
             }
             return;
         }
@@ -690,12 +706,17 @@ impl Sampler {
                 inner.first_window_error.get_or_insert((call, st));
             }
         }
-        if want && c.started {
+        let sampled = want && c.started;
+        if sampled {
             self.sampled.fetch_add(1, Relaxed);
         }
         // A range can end at this launch's return only if the window was
         // open: a launch outside the windows reads nothing.
         let _ = READ_AT_EXIT.try_with(|r| r.set(was_started || c.started));
+        drop(contexts);
+        if sampled && serialized {
+            self.gates.enter(ctx as usize);
+        }
     }
 
     /// `cuptiPCSamplingStart` (`start`) or `cuptiPCSamplingStop` in `c`.
@@ -820,14 +841,15 @@ impl Sampler {
             format!(
                 "PC sampling reads: {} PC records from the configured buffer ({} ranges), {} \
                  from {} successful cuptiPCSamplingGetData calls; {} returned twice, {} re-enables, {} \
-                 discarded by Disable",
+                 discarded by Disable; {} sampled launches waited for another thread's to return",
                 r.config_records,
                 r.config_ranges,
                 r.get_data_records,
                 r.get_data_calls,
                 inner.duplicates,
                 inner.resets,
-                inner.discarded
+                inner.discarded,
+                self.gates.waited.load(Relaxed)
             )
         })
     }
@@ -881,6 +903,15 @@ impl Sampler {
                 "PC sampling: {} PC records discarded by cuptiPCSamplingDisable (more than its \
                  buffer of {PCS_PER_CALL} holds); their samples are missing",
                 inner.discarded
+            ));
+        }
+        if self.gates.timed_out() {
+            notes.push(format!(
+                "PC sampling: a sampled launch waited {} s for another thread's sampled launch in \
+                 its context to return, and went on; launches were no longer held for each other \
+                 after that, so a kernel's PC records may have been replaced by a later kernel's \
+                 before they were read",
+                self.gates.wait().as_secs()
             ));
         }
         if inner.duplicates > 0 {
@@ -1016,11 +1047,12 @@ impl Sampler {
             // Continuous and unwindowed: no range ends at a launch.
             return;
         }
-        if !self.settings.window.is_all() && !READ_AT_EXIT.try_with(|r| r.take()).unwrap_or(true) {
-            return;
+        if self.settings.window.is_all() || READ_AT_EXIT.try_with(|r| r.take()).unwrap_or(true) {
+            // SAFETY: the launching call's context is live during its callback.
+            unsafe { self.range_ended(ctx, true) };
         }
-        // SAFETY: the launching call's context is live during its callback.
-        unsafe { self.range_ended(ctx, true) };
+        // Its records read: the context's next sampled launch may go on.
+        self.gates.exit();
     }
 
     /// A range of `ctx` ended: its configured buffer is drained and, with

@@ -16,10 +16,21 @@ use crate::common::{self, Record, Recording, cuda13, show, sim, text, work_dir};
 const HOT: &str = "_Z3hotPf@/src/app/hot.cu=0x10:12:math_pipe_throttle:1,\
                    0x40:14:long_scoreboard:6,0x80:15:selected:3";
 
+/// `sim/tests/pc_sampling.c`, linked `-rdynamic` for the simulation's test hooks.
+fn program(cuda: &std::path::Path) -> std::path::PathBuf {
+    common::sim_c_program_as(
+        cuda,
+        "pc_sampling",
+        "pc_sampling",
+        &["-rdynamic".as_ref()],
+        &["cupti", "cudart", "cuda"],
+    )
+}
+
 /// Runs `pc_sampling SCENARIO` with the hot kernel's table and `env`.
 fn client(scenario: &str, env: &[(&str, &str)]) -> Option<String> {
     let cuda = cuda13()?;
-    let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
+    let exe = program(&cuda);
     let mut c = Command::new(exe);
     c.arg(scenario)
         .env_remove("CUDA_INJECTION64_PATH")
@@ -414,7 +425,7 @@ fn record_with(
     env: &[(&str, &str)],
 ) -> Option<(std::process::Output, Recording, std::path::PathBuf)> {
     let cuda = cuda13()?;
-    let exe = common::sim_c_program(&cuda, "pc_sampling", &["cupti", "cudart", "cuda"]);
+    let exe = program(&cuda);
     let dir = work_dir(name);
     // A hang (a close that waits for a stuck CUPTI) ends the run.
     let mut r = Record::time_limited(&dir, 120)
@@ -916,4 +927,47 @@ fn record_pc_sampling_a_sampled_launch_without_samples__counted_in_the_summary_a
     assert_eq!(pc["launches_sampled"], 3, "{pc}");
     assert_eq!(pc["launches_with_samples"], 2, "{pc}");
     assert_eq!(pc["kernels"][0]["launches"], 2, "{pc}");
+}
+
+#[test]
+fn record_pc_sampling_two_threads_launches_return_together__each_kernels_records_kept() {
+    // Kernel-serialized: CUPTI writes each kernel's records into the one
+    // configured buffer as it ends. The hot kernel's range ends, and before
+    // its launch returns a second thread's cold kernel could end too and
+    // replace them: gpuperf holds a sampled launch until the one before it in
+    // the context has returned and read its records.
+    let Some((o, rec, dir)) = record_with(
+        "pc-sampling-threads",
+        &[],
+        &["app-threads"],
+        &[("GPUSIM_PC_KERNEL_END_HOOK", "pc_kernel_end_hook")],
+    ) else {
+        return;
+    };
+    assert!(
+        text(&o.stdout).contains("threads: 2 kernels ended"),
+        "{}",
+        show(&o)
+    );
+    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
+    // 244 for each hot launch; 244 alone when the first one's were replaced.
+    assert_eq!(total, 2 * 244, "{}", show(&o));
+    let pc = &report_json(&dir)["pc_samples"];
+    assert_eq!(pc["launches_with_samples"], 2, "{pc}");
+    let log: String = std::fs::read_dir(dir.join("raw"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(
+        log.contains("; 1 sampled launches waited for another thread's to return"),
+        "{log}"
+    );
+    // It waited about 2 s (the first launch's hold), under the bound.
+    assert!(
+        !rec.notes.iter().any(|n| n.contains("went on")),
+        "{:?}",
+        rec.notes
+    );
 }
