@@ -28,15 +28,21 @@ class Pc:
     def stall_name(reason):
         return reason.removeprefix("smsp__pcsamp_warps_issue_stalled_")
 
-    def pc_report(self, d):
-        """The `chase` kernel's entry in `gpuperf report --format json`'s pc_samples, or None."""
+    def pc_samples(self, d):
+        """`gpuperf report --format json`'s pc_samples of the recording in d/raw, or None and why."""
         r = run([self.gpuperf, "report", "raw", "--format", "json"], self.limit(60), cwd=d)
         try:
-            doc = json.loads(r.out or "")
+            return json.loads(r.out or "").get("pc_samples", {}), None
         except ValueError:
             return None, f"report --format json unreadable: {r.tail(200)}"
-        k = next((k for k in doc.get("pc_samples", {}).get("kernels", []) if "chase" in k["kernel"]), None)
-        return k, (None if k else f"no PC samples for `chase` in the report: {json.dumps(doc.get('pc_samples'))[:300]}")
+
+    def pc_report(self, d):
+        """The `chase` kernel's entry in the report's pc_samples, or None."""
+        pc, why = self.pc_samples(d)
+        if pc is None:
+            return None, why
+        k = next((k for k in pc.get("kernels", []) if "chase" in k["kernel"]), None)
+        return k, (None if k else f"no PC samples for `chase` in the report: {json.dumps(pc)[:300]}")
 
     @staticmethod
     def reads_line(d):
@@ -216,12 +222,10 @@ class Pc:
             bad.append(f"without gpuperf pc_hot exited {plain.rc}: {plain.tail(200)}")
         elif (r.out or "").strip() != (plain.out or "").strip():
             bad.append(f"its output changed: {(r.out or '').strip()!r}, without gpuperf {(plain.out or '').strip()!r}")
-        rep = run([self.gpuperf, "report", "raw", "--format", "json"], self.limit(60), cwd=d)
-        try:
-            pc = json.loads(rep.out or "").get("pc_samples", {})
-        except ValueError:
+        pc, why = self.pc_samples(d)
+        if pc is None:
             pc = {}
-            bad.append(f"report --format json unreadable: {rep.tail(200)}")
+            bad.append(why)
         want = threads * launches
         fig = {"launches_sampled": pc.get("launches_sampled"), "launches_with_samples": pc.get("launches_with_samples"),
                "samples": pc.get("samples"), "pc_reads": self.reads_line(d),

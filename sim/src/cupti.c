@@ -153,6 +153,16 @@ static const char *sim_fault_value(const char *var, char *buf, size_t size) {
     return strcmp(slash ? slash + 1 : self.dli_fname, at + 1) == 0 ? buf : NULL;
 }
 
+sim_hook_fn sim_hook(struct sim_hook *h) {
+    if (!atomic_load_explicit(&h->looked, memory_order_acquire)) {
+        const char *name = getenv(h->var);
+        if (name && *name)
+            atomic_store(&h->fn, (sim_hook_fn)dlsym(RTLD_DEFAULT, name));
+        atomic_store_explicit(&h->looked, 1, memory_order_release);
+    }
+    return atomic_load(&h->fn);
+}
+
 long sim_fault_number(const char *var, long none) {
     char buf[256];
     const char *v = sim_fault_value(var, buf, sizeof buf);

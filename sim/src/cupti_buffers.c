@@ -59,15 +59,8 @@ void cupti_unlock(void) {
  * holding its lock, the one cuptiActivityFlushAll takes, as a signal can land
  * inside CUPTI's own code while it holds that lock. */
 void locked_hook(void) {
-    static void (*_Atomic hook)(void);
-    static atomic_int looked;
-    if (!atomic_load_explicit(&looked, memory_order_acquire)) {
-        const char *name = getenv("GPUSIM_CUPTI_LOCKED_HOOK");
-        if (name && *name)
-            atomic_store(&hook, (void (*)(void))dlsym(RTLD_DEFAULT, name));
-        atomic_store_explicit(&looked, 1, memory_order_release);
-    }
-    void (*h)(void) = atomic_load(&hook);
+    static struct sim_hook hook = {.var = "GPUSIM_CUPTI_LOCKED_HOOK"};
+    sim_hook_fn h = sim_hook(&hook);
     if (!h)
         return;
     pthread_mutex_lock(&g_cupti_mu);
@@ -262,13 +255,11 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersC
  * FLUSH_FORCED on its exit path: the hook lets a test act at that point,
  * deterministically (other threads' calls made while the exit path runs). */
 static void forced_flush_hook(void) {
+    static struct sim_hook hook = {.var = "GPUSIM_CUPTI_FORCED_FLUSH_HOOK"};
     static atomic_int called;
-    const char *name = getenv("GPUSIM_CUPTI_FORCED_FLUSH_HOOK");
-    if (!name || !*name || atomic_exchange(&called, 1))
-        return;
-    void (*hook)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, name);
-    if (hook)
-        hook();
+    sim_hook_fn h = sim_hook(&hook);
+    if (h && !atomic_exchange(&called, 1))
+        h();
 }
 
 /* Simulated hazard (GPUSIM_CUPTI_FLUSH_HANG_S=N, and

@@ -32,6 +32,16 @@ CUptiResult fail(CUptiResult r);
 int64_t offset(void);
 /* A CLOCK_MONOTONIC time in CUPTI's clock (0 stays 0). */
 uint64_t to_cupti(uint64_t mono);
+/* A test hook (not CUPTI behaviour): the program's function named by the
+ * environment variable `var`, found with dlsym (so the program is linked
+ * -rdynamic) at the first call for `h`; NULL when unset or not found. */
+typedef void (*sim_hook_fn)(void);
+struct sim_hook {
+    const char *var;
+    sim_hook_fn _Atomic fn;
+    atomic_int looked;
+};
+sim_hook_fn sim_hook(struct sim_hook *h);
 /* The number in the environment variable `var` (a simulated fault), or `none`. */
 long sim_fault_number(const char *var, long none);
 /* The CUptiResult named in the environment variable `var` (a simulated fault),

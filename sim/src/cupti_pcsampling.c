@@ -826,15 +826,8 @@ void pcs_before_exit(void) {
     if (!tls_range_ended)
         return;
     tls_range_ended = 0;
-    static void (*_Atomic hook)(void);
-    static atomic_int looked;
-    if (!atomic_load_explicit(&looked, memory_order_acquire)) {
-        const char *name = getenv("GPUSIM_PC_KERNEL_END_HOOK");
-        if (name && *name)
-            atomic_store(&hook, (void (*)(void))dlsym(RTLD_DEFAULT, name));
-        atomic_store_explicit(&looked, 1, memory_order_release);
-    }
-    void (*h)(void) = atomic_load(&hook);
+    static struct sim_hook hook = {.var = "GPUSIM_PC_KERNEL_END_HOOK"};
+    sim_hook_fn h = sim_hook(&hook);
     if (h)
         h();
 }

@@ -453,6 +453,16 @@ fn record_with(
     Some((o, Recording::open(&dir.join("raw")), dir))
 }
 
+/// The recorder's log lines of the recording kept in `dir/raw`.
+fn recorder_log(dir: &std::path::Path) -> String {
+    std::fs::read_dir(dir.join("raw"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect()
+}
+
 /// The JSON report of the recording kept in `dir/raw`.
 fn report_json(dir: &std::path::Path) -> serde_json::Value {
     let o = common::gpuperf_cmd()
@@ -764,12 +774,7 @@ fn record_pc_sampling_records_returned_twice__counted_once_and_said() {
         rec.notes
     );
     // The log says where the records came from, for a real GPU's run.
-    let log: String = std::fs::read_dir(dir.join("raw"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
+    let log = recorder_log(&dir);
     assert!(
         log.contains(
             "PC sampling reads: 70 PC records from the configured buffer (30 ranges), 70 from "
@@ -932,10 +937,10 @@ fn record_pc_sampling_a_sampled_launch_without_samples__counted_in_the_summary_a
 #[test]
 fn record_pc_sampling_two_threads_launches_return_together__each_kernels_records_kept() {
     // Kernel-serialized: CUPTI writes each kernel's records into the one
-    // configured buffer as it ends. The hot kernel's range ends, and before
-    // its launch returns a second thread's cold kernel could end too and
-    // replace them: gpuperf holds a sampled launch until the one before it in
-    // the context has returned and read its records.
+    // configured buffer as it ends. The first hot kernel's range ends, and
+    // before its launch returns a second thread's hot kernel could end too
+    // and replace them: gpuperf holds a sampled launch until the one before
+    // it in the context has returned and read its records.
     let Some((o, rec, dir)) = record_with(
         "pc-sampling-threads",
         &[],
@@ -954,12 +959,7 @@ fn record_pc_sampling_two_threads_launches_return_together__each_kernels_records
     assert_eq!(total, 2 * 244, "{}", show(&o));
     let pc = &report_json(&dir)["pc_samples"];
     assert_eq!(pc["launches_with_samples"], 2, "{pc}");
-    let log: String = std::fs::read_dir(dir.join("raw"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
+    let log = recorder_log(&dir);
     assert!(
         log.contains("; 1 sampled launches waited for another thread's to return"),
         "{log}"
