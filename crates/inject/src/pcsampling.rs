@@ -8,8 +8,8 @@
 //! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines;
 //!                     the configured buffer drained; continuous, then GetData
 //! launch (API enter) → counted; at a window's edge, Start or Stop in its context;
-//!                     kernel-serialized and sampled: waits until the context's
-//!                     previous sampled launch has returned (`gate`)
+//!                     kernel-serialized and sampled, or stopping: waits until
+//!                     the context's previous sampled launch has returned (`gate`)
 //! launch (API exit) → the configured buffer drained (a kernel-serialized
 //!                     kernel's or a window's range ended), then GetData until
 //!                     nothing remains (not in continuous mode without windows);
@@ -65,8 +65,6 @@ use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches};
 pub use gpuperf_merge::recording::env::{PcMode, PcWindow};
 
 use crate::guard::lock;
-
-mod gate;
 use crate::sys::{
     self, CUpti_GetCubinCrcParams, CUpti_GetSassToSourceCorrelationParams,
     CUpti_ModuleResourceData, CUpti_PCSamplingData, CUpti_PCSamplingDisableParams,
@@ -76,6 +74,8 @@ use crate::sys::{
     PcSamplingConfigurationInfoParams, PcSamplingFunctions, Status,
 };
 use gate::Gates;
+
+mod gate;
 
 /// `GPUPERF_PC_SAMPLING`'s variable name.
 pub const VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING;
@@ -684,12 +684,31 @@ impl Sampler {
         }
         let want = self.settings.window.contains(i);
         let mut contexts = lock(&self.contexts);
-        let Some(c) = contexts
+        let Some(mut c) = contexts
             .iter_mut()
             .find(|c| c.ctx == ctx as usize && c.enabled)
         else {
             return;
         };
+        let mut gated = false;
+        if serialized && c.started && !want {
+            // A Stop ends the range: another thread's sampled kernel still in
+            // flight would have its records cut there. The Stop waits, as a
+            // sampled launch does, until that launch has returned and read
+            // them; not under `contexts`, which that return takes.
+            drop(contexts);
+            self.gates.enter(ctx as usize);
+            gated = true;
+            contexts = lock(&self.contexts);
+            let Some(again) = contexts
+                .iter_mut()
+                .find(|c| c.ctx == ctx as usize && c.enabled)
+            else {
+                self.gates.exit();
+                return;
+            };
+            c = again;
+        }
         let was_started = c.started;
         if c.started != want {
             // SAFETY: the caller vouches for the context.
@@ -714,7 +733,7 @@ impl Sampler {
         // open: a launch outside the windows reads nothing.
         let _ = READ_AT_EXIT.try_with(|r| r.set(was_started || c.started));
         drop(contexts);
-        if sampled && serialized {
+        if sampled && serialized && !gated {
             self.gates.enter(ctx as usize);
         }
     }
@@ -841,7 +860,7 @@ impl Sampler {
             format!(
                 "PC sampling reads: {} PC records from the configured buffer ({} ranges), {} \
                  from {} successful cuptiPCSamplingGetData calls; {} returned twice, {} re-enables, {} \
-                 discarded by Disable; {} sampled launches waited for another thread's to return",
+                 discarded by Disable; {} launches waited for another thread's sampled launch to return",
                 r.config_records,
                 r.config_ranges,
                 r.get_data_records,
@@ -907,8 +926,8 @@ impl Sampler {
         }
         if self.gates.timed_out() {
             notes.push(format!(
-                "PC sampling: a sampled launch waited {} s for another thread's sampled launch in \
-                 its context to return, and went on; launches were no longer held for each other \
+                "PC sampling: a launch waited {} s for another thread's sampled launch in its \
+                 context to return, and went on; launches were no longer held for each other \
                  after that, so a kernel's PC records may have been replaced by a later kernel's \
                  before they were read",
                 self.gates.wait().as_secs()

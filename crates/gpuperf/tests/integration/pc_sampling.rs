@@ -961,10 +961,48 @@ fn record_pc_sampling_two_threads_launches_return_together__each_kernels_records
     assert_eq!(pc["launches_with_samples"], 2, "{pc}");
     let log = recorder_log(&dir);
     assert!(
-        log.contains("; 1 sampled launches waited for another thread's to return"),
+        log.contains("; 1 launches waited for another thread's sampled launch to return"),
         "{log}"
     );
     // It waited about 2 s (the first launch's hold), under the bound.
+    assert!(
+        !rec.notes.iter().any(|n| n.contains("went on")),
+        "{:?}",
+        rec.notes
+    );
+}
+
+#[test]
+fn record_pc_sampling_window_ends_while_another_threads_kernel_is_sampled__its_records_kept() {
+    // Windowed, kernel-serialized: the first hot launch is the window's
+    // (1/2), the second thread's is past it and stops sampling. Its Stop ends
+    // the range, and CUPTI writes that range into the configured buffer: had
+    // it come before the first launch returned, the first kernel's records
+    // would be gone. The Stop waits as a sampled launch does.
+    let Some((o, rec, dir)) = record_with(
+        "pc-sampling-threads-window",
+        &["--pc-sampling-window=1/2"],
+        &["app-threads"],
+        &[("GPUSIM_PC_KERNEL_END_HOOK", "pc_kernel_end_hook")],
+    ) else {
+        return;
+    };
+    // Only the first kernel was sampled: the second ran after the Stop.
+    assert!(
+        text(&o.stdout).contains("threads: 1 kernels ended"),
+        "{}",
+        show(&o)
+    );
+    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
+    // 244 for the hot launch; none when the Stop replaced them.
+    assert_eq!(total, 244, "{}", show(&o));
+    let pc = &report_json(&dir)["pc_samples"];
+    assert_eq!(pc["launches_with_samples"], 1, "{pc}");
+    let log = recorder_log(&dir);
+    assert!(
+        log.contains("; 1 launches waited for another thread's sampled launch to return"),
+        "{log}"
+    );
     assert!(
         !rec.notes.iter().any(|n| n.contains("went on")),
         "{:?}",

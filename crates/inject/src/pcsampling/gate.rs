@@ -6,6 +6,8 @@
 //! overlap in one context would lose the first kernel's records if the second
 //! kernel ended before the first launch's return read them. So a sampled
 //! launch waits, at its entry, until the context's previous one has returned.
+//! So does a launch past a sampling window, whose Stop ends the range and
+//! would cut a sampled kernel still running.
 //! CUPTI already runs these kernels one at a time, and each launch waits for
 //! its kernel: the wait adds only the time between a kernel's end and its
 //! launch's return.
