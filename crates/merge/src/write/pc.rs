@@ -107,7 +107,9 @@ impl std::fmt::Display for PcStats {
         if self.without_line > 0 {
             write!(
                 f,
-                "; {} without a source line (build with -lineinfo)",
+                "; {} without a source line (their modules have no line information: build \
+                 your own kernels with -lineinfo; libraries' kernels, such as PyTorch's and \
+                 cuBLAS's, usually ship without)",
                 self.without_line
             )?;
         }
@@ -539,6 +541,22 @@ mod tests {
             "10 GPU PC samples: 10 charged to their launch's CPU stack; 6 not-issued samples \
              (CUPTI's *_not_issued reasons: the part of a stall reason's samples on cycles that \
              issued nothing) not added again; kernels serialized while sampled"
+        );
+    }
+
+    #[test]
+    fn samples_without_a_source_line_are_said_with_what_to_do() {
+        let stats = PcStats {
+            samples: 10,
+            attributed: 10,
+            without_line: 4,
+            ..PcStats::default()
+        };
+        assert_eq!(
+            stats.to_string(),
+            "10 GPU PC samples: 10 charged to their launch's CPU stack; 4 without a source line \
+             (their modules have no line information: build your own kernels with -lineinfo; \
+             libraries' kernels, such as PyTorch's and cuBLAS's, usually ship without)"
         );
     }
 
