@@ -6,6 +6,7 @@
   prepare   finding gpuperf, nvcc, libraries and PyTorch; building the programs
   record    `gpuperf record` of one run, and what is wrong with a recording
   env, native, pc, driver, pytorch, overhead   the groups of items
+  ncu       reading Nsight Compute's CSV pages (pc_vs_ncu)
   summary   summary.json, summary.md and check.tar.gz
   main      the command line and the order the groups run in
 """

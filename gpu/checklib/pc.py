@@ -7,7 +7,8 @@ import re
 import shutil
 
 from .base import HOLDS, NEEDS_GPU, NOBODY, NOT_RUN, REPO, SHORT, medians
-from .runner import csv_rows, run
+from .ncu import metric_stalls, source_lines
+from .runner import run
 
 
 class Pc:
@@ -136,14 +137,7 @@ class Pc:
                  "-c", "1", app, "1"], self.limit(120), cwd=d)
         with open(os.path.join(d, "ncu-metrics.csv"), "w") as f:
             f.write((m.out or "") + (m.err or ""))
-        stalls = {}
-        for row in csv_rows(m.out):
-            name, value = row.get("Metric Name", ""), row.get("Metric Value", "")
-            if name.startswith("smsp__pcsamp_warps_issue_stalled_") and not name.endswith("_not_issued"):
-                try:
-                    stalls[self.stall_name(name)] = stalls.get(self.stall_name(name), 0) + float(value.replace(",", ""))
-                except ValueError:
-                    pass
+        stalls = metric_stalls(m.out)
         # The kernel's samples per CUDA source line: the source page of a SourceCounters report.
         rep = os.path.join(d, "chase")
         s = run([ncu, "--clock-control", "none", "--section", "SourceCounters", "--import-source", "yes", "-k", "regex:chase", "-c", "1",
@@ -152,18 +146,10 @@ class Pc:
                   self.limit(60), cwd=d) if s.rc == 0 else s
         with open(os.path.join(d, "ncu-source.csv"), "w") as f:
             f.write((src.out or "") + (src.err or ""))
-        ncu_line, ncu_lines = None, {}
-        for i, row in enumerate(csv_rows(src.out), 1):
-            col = next((c for c in row if c.startswith("Warp Stall Sampling (All")), None)
-            if col:
-                try:
-                    n = float(row[col].replace(",", "") or 0)
-                except ValueError:
-                    continue
-                line = int(row.get("#") or row.get("Line") or i)
-                ncu_lines[line] = ncu_lines.get(line, 0) + n
-        if ncu_lines:
-            ncu_line = max(ncu_lines, key=ncu_lines.get)
+        ncu_lines, page_stalls = source_lines(src.out, "pc_hot.cu")
+        # The source page's own per-reason columns, where the metrics run gave none.
+        stalls = stalls or page_stalls
+        ncu_line = max(ncu_lines, key=ncu_lines.get) if ncu_lines else None
         ours = self.stall_name(k["stalls"][0]["reason"]) if k and k["stalls"] else None
         theirs = max(stalls, key=stalls.get) if stalls else None
         fig = {"gpuperf_top_stall": ours, "ncu_top_stall": theirs, "ncu_stalls": stalls,

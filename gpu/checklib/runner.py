@@ -1,6 +1,5 @@
 """Running the check's commands: each in its own process group, killed with
 the group at its time limit, so a step that hangs costs only itself."""
-import csv
 import os
 import signal
 import subprocess
@@ -63,13 +62,3 @@ def run(cmd, timeout, cwd=None, env=None, user=None, peak_of_pid=False):
     r = Result(p.returncode, out, err, time.monotonic() - t0, timed_out)
     r.peak_kib = peak[0]
     return r
-
-
-def csv_rows(text):
-    """The rows of a CSV table inside tool output (ncu prints lines before its
-    header), as dicts; [] when there is none."""
-    lines = (text or "").splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"')), None)
-    if start is None:
-        return []
-    return list(csv.DictReader(lines[start:]))

@@ -1009,3 +1009,24 @@ fn record_pc_sampling_window_ends_while_another_threads_kernel_is_sampled__its_r
         rec.notes
     );
 }
+
+/// The GPU check's `pc_vs_ncu` compares gpuperf with Nsight Compute's CSV
+/// pages, which only a GPU machine prints: its readers are tested here on
+/// pages laid out as ncu prints them (rows before the header, other files'
+/// lines, older column names), so that the one run on a GPU is not wasted.
+#[test]
+fn gpu_check_pc_vs_ncu__reads_nsight_computes_csv_pages() {
+    let o = Command::new("python3")
+        .args(["-m", "unittest", "-v", "checklib.test_ncu"])
+        .current_dir(gpuperf_test_support::repo().join("gpu"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    // unittest reports on stderr; a run that found no test would pass too.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("Ran 6 tests") && err.ends_with("OK\n"),
+        "{err}"
+    );
+}
