@@ -934,31 +934,28 @@ fn record_pc_sampling_a_sampled_launch_without_samples__counted_in_the_summary_a
     assert_eq!(pc["kernels"][0]["launches"], 2, "{pc}");
 }
 
-#[test]
-fn record_pc_sampling_two_threads_launches_return_together__each_kernels_records_kept() {
-    // Kernel-serialized: CUPTI writes each kernel's records into the one
-    // configured buffer as it ends. The first hot kernel's range ends, and
-    // before its launch returns a second thread's hot kernel could end too
-    // and replace them: gpuperf holds a sampled launch until the one before
-    // it in the context has returned and read its records.
+/// `app-threads` recorded with `flags`: the first thread's hot kernel ends,
+/// and before its launch returns the second thread launches the same kernel.
+/// Checks the kernels sampled, the samples kept (244 a hot launch) and that
+/// the second launch waited for the first, within the bound.
+fn threads_run_keeps_each_sampled_kernels_records(name: &str, flags: &[&str], sampled: u64) {
     let Some((o, rec, dir)) = record_with(
-        "pc-sampling-threads",
-        &[],
+        name,
+        flags,
         &["app-threads"],
         &[("GPUSIM_PC_KERNEL_END_HOOK", "pc_kernel_end_hook")],
     ) else {
         return;
     };
     assert!(
-        text(&o.stdout).contains("threads: 2 kernels ended"),
+        text(&o.stdout).contains(&format!("threads: {sampled} kernels ended")),
         "{}",
         show(&o)
     );
     let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
-    // 244 for each hot launch; 244 alone when the first one's were replaced.
-    assert_eq!(total, 2 * 244, "{}", show(&o));
+    assert_eq!(total, sampled * 244, "{}", show(&o));
     let pc = &report_json(&dir)["pc_samples"];
-    assert_eq!(pc["launches_with_samples"], 2, "{pc}");
+    assert_eq!(pc["launches_with_samples"], sampled, "{pc}");
     let log = recorder_log(&dir);
     assert!(
         log.contains("; 1 launches waited for another thread's sampled launch to return"),
@@ -973,40 +970,28 @@ fn record_pc_sampling_two_threads_launches_return_together__each_kernels_records
 }
 
 #[test]
+fn record_pc_sampling_two_threads_launches_return_together__each_kernels_records_kept() {
+    // Kernel-serialized: CUPTI writes each kernel's records into the one
+    // configured buffer as it ends. The first hot kernel's range ends, and
+    // before its launch returns a second thread's hot kernel could end too
+    // and replace them (244 samples instead of 488): gpuperf holds a sampled
+    // launch until the one before it in the context has returned and read
+    // its records.
+    threads_run_keeps_each_sampled_kernels_records("pc-sampling-threads", &[], 2);
+}
+
+#[test]
 fn record_pc_sampling_window_ends_while_another_threads_kernel_is_sampled__its_records_kept() {
     // Windowed, kernel-serialized: the first hot launch is the window's
-    // (1/2), the second thread's is past it and stops sampling. Its Stop ends
-    // the range, and CUPTI writes that range into the configured buffer: had
-    // it come before the first launch returned, the first kernel's records
-    // would be gone. The Stop waits as a sampled launch does.
-    let Some((o, rec, dir)) = record_with(
+    // (1/2), the second thread's is past it and stops sampling, so its kernel
+    // is not sampled. Its Stop ends the range, and CUPTI writes that range
+    // into the configured buffer: had it come before the first launch
+    // returned, the first kernel's records would be gone (0 samples). The
+    // Stop waits as a sampled launch does.
+    threads_run_keeps_each_sampled_kernels_records(
         "pc-sampling-threads-window",
         &["--pc-sampling-window=1/2"],
-        &["app-threads"],
-        &[("GPUSIM_PC_KERNEL_END_HOOK", "pc_kernel_end_hook")],
-    ) else {
-        return;
-    };
-    // Only the first kernel was sampled: the second ran after the Stop.
-    assert!(
-        text(&o.stdout).contains("threads: 1 kernels ended"),
-        "{}",
-        show(&o)
-    );
-    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
-    // 244 for the hot launch; none when the Stop replaced them.
-    assert_eq!(total, 244, "{}", show(&o));
-    let pc = &report_json(&dir)["pc_samples"];
-    assert_eq!(pc["launches_with_samples"], 1, "{pc}");
-    let log = recorder_log(&dir);
-    assert!(
-        log.contains("; 1 launches waited for another thread's sampled launch to return"),
-        "{log}"
-    );
-    assert!(
-        !rec.notes.iter().any(|n| n.contains("went on")),
-        "{:?}",
-        rec.notes
+        1,
     );
 }
 
