@@ -294,6 +294,20 @@ static int g_thread_id_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
 static const struct gpusim_tool g_tool;
 static int g_attached;
 
+/* Callbacks of the subscriber's this thread is inside. */
+static __thread int tls_in_callback;
+
+int sim_in_callback(void) {
+    return tls_in_callback;
+}
+
+/* Calls the subscriber's callback, noting that the thread is inside it. */
+static void deliver(CUpti_CallbackFunc cb, CUpti_CallbackDomain d, CUpti_CallbackId id, const void *data) {
+    tls_in_callback++;
+    cb(g_userdata, d, id, data);
+    tls_in_callback--;
+}
+
 static CUptiResult attach(void) {
     if (g_attached)
         return CUPTI_SUCCESS;
@@ -665,7 +679,7 @@ static void maybe_fatal(void) {
         memset(&st, 0, sizeof st);
         st.notification.result = CUPTI_ERROR_UNKNOWN;
         st.notification.message = "simulated fatal error";
-        cb(g_userdata, CUPTI_CB_DOMAIN_STATE, CUPTI_CBID_STATE_FATAL_ERROR, &st);
+        deliver(cb, CUPTI_CB_DOMAIN_STATE, CUPTI_CBID_STATE_FATAL_ERROR, &st);
     }
     cuptiFinalize();
 }
@@ -680,7 +694,9 @@ static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
     CUpti_CallbackFunc cb = g_callback;
     if (!cb || c->domain >= NDOMAINS || c->cbid >= GPUSIM_MAX_CBID || !g_enabled[c->domain][c->cbid])
         return;
+    tls_in_callback++;
     gpusim_cupti_deliver(cb, g_userdata, c, site);
+    tls_in_callback--;
 }
 
 /* cudaDeviceReset tears its contexts down under CUPTI's lock
@@ -936,7 +952,7 @@ static void on_resource(uint32_t cbid, void *context, uint32_t context_id, uint3
     CUpti_ResourceData r = {.context = (CUcontext)context};
     r.resourceHandle.stream = (CUstream)stream;
     cupti_lock();
-    cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+    deliver(cb, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
     cupti_unlock();
 }
 
@@ -950,7 +966,7 @@ void deliver_resource(uint32_t cbid, void *context, void *descriptor) {
         return;
     CUpti_ResourceData r = {.context = (CUcontext)context, .resourceDescriptor = descriptor};
     cupti_lock();
-    cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+    deliver(cb, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
     cupti_unlock();
 }
 
@@ -968,7 +984,7 @@ static void on_graph_node(uint32_t cbid, const struct gpusim_graph_event *e) {
     };
     CUpti_ResourceData r = {.context = (CUcontext)e->context, .resourceDescriptor = &g};
     cupti_lock();
-    cb(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
+    deliver(cb, CUPTI_CB_DOMAIN_RESOURCE, (CUpti_CallbackId)cbid, &r);
     cupti_unlock();
 }
 

@@ -217,7 +217,18 @@ static uint64_t crc64(const void *data, size_t n) {
     return crc;
 }
 
+/* GPUSIM_PC_MODULE_CALLS_LOCK=1 (a simulated hazard): `call` takes CUPTI's
+ * lock, which CUPTI holds across its callbacks, so that a call made inside
+ * one would wait for itself: reported and aborted, not hung. */
+static void module_call(const char *call) {
+    if (sim_fault_number("GPUSIM_PC_MODULE_CALLS_LOCK", 0) == 1 && sim_in_callback()) {
+        fprintf(stderr, "gpusim: %s inside a CUPTI callback: deadlock (simulated CUPTI)\n", call);
+        abort();
+    }
+}
+
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetCubinCrc(CUpti_GetCubinCrcParams *p) {
+    module_call("cuptiGetCubinCrc");
     if (!p || p->size < CUpti_GetCubinCrcParamsSize || !p->cubin || !p->cubinSize)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);
     p->cubinCrc = crc64(p->cubin, p->cubinSize);
@@ -229,6 +240,7 @@ GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiRegisterComputeCrcCallback(CUpti_Compute
 }
 
 GPUSIM_EXPORT CUptiResult CUPTIAPI cuptiGetSassToSourceCorrelation(CUpti_GetSassToSourceCorrelationParams *p) {
+    module_call("cuptiGetSassToSourceCorrelation");
     if (!p || p->size < CUpti_GetSassToSourceCorrelationParamsSize || !p->cubin || !p->functionName ||
         !p->cubinSize)
         return fail(CUPTI_ERROR_INVALID_PARAMETER);

@@ -5,8 +5,8 @@
 //! ```text
 //! CONTEXT_CREATED   → Enable, stall-reason table, configure (mode, period,
 //!                     16 MB scratch, data buffer; start/stop when windowed)
-//! MODULE_LOADED     → the cubin kept by its CRC, for SASS-to-source lines;
-//!                     the configured buffer drained; continuous, then GetData
+//! MODULE_LOADED     → the cubin copied, for SASS-to-source lines; the
+//!                     configured buffer drained; continuous, then GetData
 //! launch (API enter) → counted; at a window's edge, Start or Stop in its context;
 //!                     kernel-serialized and sampled, or stopping: waits until
 //!                     the context's previous sampled launch has returned (`gate`)
@@ -15,7 +15,8 @@
 //!                     nothing remains (not in continuous mode without windows);
 //!                     the gate freed
 //! flush (periodic)  → continuous without windows: GetData until nothing
-//!                     remains; otherwise no CUPTI call
+//!                     remains; the samples' modules hashed (cuptiGetCubinCrc)
+//!                     and source lines found, outside any callback
 //! CONTEXT_DESTROY   → Stop, drain, GetData, Disable (the context still lives)
 //! exit              → the same for every context left
 //! ```
@@ -215,7 +216,7 @@ pub struct Sample {
     /// CUPTI's context id.
     pub context: u32,
     /// The kernel function.
-    pub function: String,
+    pub function: Arc<str>,
     /// The instruction's offset in it.
     pub pc_offset: u64,
     /// The module's CRC.
@@ -223,11 +224,12 @@ pub struct Sample {
     /// The stall reason's index in CUPTI's table.
     pub reason_index: u32,
     /// Its name.
-    pub reason: String,
+    pub reason: Arc<str>,
     /// How many samples.
     pub samples: u32,
-    /// Source file and line, when the module has line information.
-    pub source: Option<(String, u32)>,
+    /// Source file and line, when the module has line information; found
+    /// by [`Sampler::take`], outside CUPTI's callbacks.
+    pub source: Option<(Arc<str>, u32)>,
 }
 
 /// The data buffer one context's samples are read into.
@@ -272,7 +274,7 @@ struct Context {
     /// The `CUcontext`.
     ctx: usize,
     id: u32,
-    reasons: HashMap<u32, String>,
+    reasons: HashMap<u32, Arc<str>>,
     /// Given to CUPTI at configuration; CUPTI writes it at a range's end.
     config: Buffer,
     /// Filled by `cuptiPCSamplingGetData`.
@@ -297,6 +299,12 @@ unsafe impl Send for Context {}
 
 /// A PC record as CUPTI keys it within a range: module, offset, launch.
 type PcKey = (u64, u64, u32);
+
+/// An instruction: module CRC, function, offset.
+type Instruction = (u64, Arc<str>, u64);
+
+/// A source file and line.
+type SourceLine = (Arc<str>, u32);
 
 /// The records of one range read from the configured buffer, with their
 /// sample counts, and the drops it reported. `cupti_pcsampling.h` does not
@@ -324,9 +332,16 @@ enum Whence {
 struct Inner {
     /// Whether sampling was ever enabled in a context.
     enabled_once: bool,
+    /// Cubins loaded whose CRC is not yet asked (at the first sample that
+    /// names a module not known, [`Sampler::add_lines`]).
+    unhashed: Vec<Arc<[u8]>>,
+    /// Cubins by CRC.
     modules: HashMap<u64, Arc<[u8]>>,
-    lines: HashMap<(u64, String, u64), Option<(String, u32)>>,
+    lines: HashMap<Instruction, Option<SourceLine>>,
+    /// Samples read, their source lines not yet found.
     pending: Vec<Sample>,
+    /// Samples read, with their source lines.
+    ready: Vec<Sample>,
     notes: Vec<String>,
     refused: bool,
     /// Start or Stop calls CUPTI refused, and the first one's call and status.
@@ -414,8 +429,8 @@ impl Sampler {
 
     /// Whether `GetData` is made at every flush: in continuous mode without
     /// windows, where no range ends at a launch. Otherwise each range is read
-    /// on the launching thread as it ends, and a flush calls no CUPTI: a
-    /// flush's read would hold `contexts` while launches wait for it.
+    /// on the launching thread as it ends, and a flush reads none: a flush's
+    /// read would hold `contexts` while launches wait for it.
     fn reads_at_flush(&self) -> bool {
         self.settings.mode == PcMode::Continuous && self.settings.window.is_all()
     }
@@ -549,7 +564,7 @@ impl Sampler {
                 *name.last_mut().expect("not empty") = 0;
                 // SAFETY: NUL-terminated just above, within the buffer.
                 let text = unsafe { CStr::from_ptr(name.as_ptr()) };
-                (i, text.to_string_lossy().into_owned())
+                (i, Arc::from(text.to_string_lossy()))
             })
             .collect();
         let mut c = Context {
@@ -611,9 +626,12 @@ impl Sampler {
         unsafe { (self.f.set_configuration_attribute)(&mut p) }
     }
 
-    /// `MODULE_LOADED` in context `ctx`: keeps the cubin, by CRC, for source
-    /// lines, and reads the range the load ended (`cupti_pcsampling.h`: in
-    /// continuous mode a flush is due at each module load).
+    /// `MODULE_LOADED` in context `ctx`: keeps a copy of the cubin, for
+    /// source lines, and reads the range the load ended (`cupti_pcsampling.h`:
+    /// in continuous mode a flush is due at each module load). Its CRC is
+    /// asked later, by [`Sampler::take`]: `cuptiGetCubinCrc` has been seen to
+    /// deadlock inside a callback (gpufl), and hashing every module a program
+    /// loads would slow each load down.
     ///
     /// # Safety
     /// `m` must be the callback's valid `CUpti_ModuleResourceData`, and
@@ -626,18 +644,7 @@ impl Sampler {
         }
         // SAFETY: CUPTI passes the module's image and its size.
         let image = unsafe { std::slice::from_raw_parts(m.pCubin.cast::<u8>(), m.cubinSize) };
-        let mut p = CUpti_GetCubinCrcParams {
-            size: size_of::<CUpti_GetCubinCrcParams>(),
-            cubinSize: image.len(),
-            cubin: image.as_ptr().cast(),
-            cubinCrc: 0,
-        };
-        // SAFETY: a valid params struct naming the image.
-        if unsafe { (self.f.get_cubin_crc)(&mut p) } == sys::SUCCESS {
-            lock(&self.inner)
-                .modules
-                .insert(p.cubinCrc, Arc::from(image));
-        }
+        lock(&self.inner).unhashed.push(Arc::from(image));
         // A module load ends a range: CUPTI may have written the configured
         // buffer, which the next range's records would replace.
         // SAFETY: the module's context is live during its callback.
@@ -798,6 +805,9 @@ impl Sampler {
     /// read and sampling disabled (the exit path). With those of contexts
     /// destroyed since the last call.
     pub fn take(&self, last: bool) -> Vec<Sample> {
+        // Lines first: where a read below never returns, those read before
+        // have theirs ([`Sampler::take_read`]).
+        self.add_pending_lines();
         let mut got = Vec::new();
         if last || self.reads_at_flush() {
             let mut contexts = lock(&self.contexts);
@@ -821,17 +831,33 @@ impl Sampler {
                 }
             }
         }
-        let mut inner = lock(&self.inner);
-        let mut all = std::mem::take(&mut inner.pending);
+        self.add_lines(&mut got);
+        // Those read by launches meanwhile.
+        self.add_pending_lines();
+        let mut all = std::mem::take(&mut lock(&self.inner).ready);
         all.append(&mut got);
         all
     }
 
+    /// Finds the lines of the samples read so far, and keeps them ready.
+    fn add_pending_lines(&self) {
+        let mut samples = std::mem::take(&mut lock(&self.inner).pending);
+        if samples.is_empty() {
+            return;
+        }
+        self.add_lines(&mut samples);
+        lock(&self.inner).ready.append(&mut samples);
+    }
+
     /// The samples read already (at the end of serialized launches, or from
     /// contexts destroyed since), without calling CUPTI: what the exit path
-    /// has when [`Sampler::take`] is stuck inside CUPTI.
+    /// has when [`Sampler::take`] is stuck inside CUPTI. Those read since
+    /// its start are without source lines (finding them is a CUPTI call).
     pub fn take_read(&self) -> Vec<Sample> {
-        std::mem::take(&mut lock(&self.inner).pending)
+        let mut inner = lock(&self.inner);
+        let mut all = std::mem::take(&mut inner.ready);
+        all.append(&mut inner.pending);
+        all
     }
 
     /// The launches inside and outside the sampling windows, for the trace's
@@ -1213,8 +1239,7 @@ impl Sampler {
                 Whence::GetData => {}
             }
             // SAFETY: CUPTI wrote a NUL-terminated name, freed after the last read.
-            let function = unsafe { c_string(pc.functionName) };
-            let source = self.source(pc.cubinCrc, &function, pc.pcOffset);
+            let function: Arc<str> = unsafe { c_string(pc.functionName) }.into();
             for r in records {
                 if r.samples == 0 {
                     continue;
@@ -1222,7 +1247,7 @@ impl Sampler {
                 out.push(Sample {
                     correlation_id: pc.correlationId,
                     context: *id,
-                    function: function.clone(),
+                    function: Arc::clone(&function),
                     pc_offset: pc.pcOffset,
                     cubin_crc: pc.cubinCrc,
                     reason_index: r.pcSamplingStallReasonIndex,
@@ -1230,10 +1255,10 @@ impl Sampler {
                         .get(&r.pcSamplingStallReasonIndex)
                         .cloned()
                         .unwrap_or_else(|| {
-                            format!("stall reason {}", r.pcSamplingStallReasonIndex)
+                            format!("stall reason {}", r.pcSamplingStallReasonIndex).into()
                         }),
                     samples: r.samples,
-                    source: source.clone(),
+                    source: None,
                 });
             }
         }
@@ -1255,25 +1280,70 @@ impl Sampler {
         out
     }
 
-    /// The source file and line of `function+offset` in the module `crc`, when
-    /// CUPTI has it (the module was built with line information).
-    fn source(&self, crc: u64, function: &str, offset: u64) -> Option<(String, u32)> {
-        let key = (crc, function.to_owned(), offset);
+    /// Each sample's source file and line, where its module has line
+    /// information. Called outside CUPTI's callbacks: the modules loaded since
+    /// the last call are hashed first, when a sample names a module not known.
+    fn add_lines(&self, samples: &mut [Sample]) {
+        let unknown = {
+            let inner = lock(&self.inner);
+            samples
+                .iter()
+                .any(|s| !inner.modules.contains_key(&s.cubin_crc))
+        };
+        if unknown {
+            self.hash_modules();
+        }
+        // A PC's records, one per stall reason, come one after another.
+        let mut last: Option<(Instruction, Option<SourceLine>)> = None;
+        for s in samples {
+            let at = (s.cubin_crc, Arc::clone(&s.function), s.pc_offset);
+            match &last {
+                Some((seen, source)) if *seen == at => s.source.clone_from(source),
+                _ => {
+                    s.source = self.source(&at);
+                    last = Some((at, s.source.clone()));
+                }
+            }
+        }
+    }
+
+    /// Asks CUPTI the CRC of each module loaded since the last call, the key
+    /// its PC records name their module by.
+    fn hash_modules(&self) {
+        let images = std::mem::take(&mut lock(&self.inner).unhashed);
+        for image in images {
+            let mut p = CUpti_GetCubinCrcParams {
+                size: size_of::<CUpti_GetCubinCrcParams>(),
+                cubinSize: image.len(),
+                cubin: image.as_ptr().cast(),
+                cubinCrc: 0,
+            };
+            // SAFETY: a valid params struct naming the image, which outlives the call.
+            if unsafe { (self.f.get_cubin_crc)(&mut p) } == sys::SUCCESS {
+                lock(&self.inner).modules.insert(p.cubinCrc, image);
+            }
+        }
+    }
+
+    /// The source file and line of the instruction `at`, when CUPTI has it
+    /// (the module was built with line information).
+    fn source(&self, at: &Instruction) -> Option<SourceLine> {
+        let (crc, function, offset) = at;
         let image = {
             let inner = lock(&self.inner);
-            if let Some(known) = inner.lines.get(&key) {
+            if let Some(known) = inner.lines.get(at) {
                 return known.clone();
             }
-            Arc::clone(inner.modules.get(&crc)?)
+            Arc::clone(inner.modules.get(crc)?)
         };
-        let name = std::ffi::CString::new(function).ok()?;
+        let name = std::ffi::CString::new(&**function).ok()?;
         // SAFETY: all zeroes is a valid value of this plain C struct.
         let mut p: CUpti_GetSassToSourceCorrelationParams = unsafe { std::mem::zeroed() };
         p.size = size_of::<CUpti_GetSassToSourceCorrelationParams>();
         p.cubin = image.as_ptr().cast();
         p.cubinSize = image.len();
         p.functionName = name.as_ptr();
-        p.pcOffset = offset;
+        p.pcOffset = *offset;
         // SAFETY: a valid params struct; the image and name outlive the call.
         let st = unsafe { (self.f.get_sass_to_source)(&mut p) };
         let found = if st == sys::SUCCESS {
@@ -1290,12 +1360,12 @@ impl Sampler {
                 } else {
                     format!("{}/{file}", dir.trim_end_matches('/'))
                 };
-                (path, p.lineNumber)
+                (Arc::from(path), p.lineNumber)
             })
         } else {
             None
         };
-        lock(&self.inner).lines.insert(key, found.clone());
+        lock(&self.inner).lines.insert(at.clone(), found.clone());
         found
     }
 }

@@ -698,6 +698,55 @@ fn record_pc_sampling_disable_stuck_at_exit__the_program_exits_with_what_was_rea
         "{:?}",
         rec.notes
     );
+    // Their lines were found before the last read began.
+    assert_hot_samples_have_their_lines(&rec);
+}
+
+/// A CUPTI whose module calls take the lock it holds across its callbacks
+/// (simulated; gpufl saw `cuptiGetCubinCrc` deadlock inside one): gpuperf
+/// asks a module's CRC and its source lines at the flush, outside every
+/// callback, so the program runs to its end and the samples keep their lines.
+#[test]
+fn record_pc_sampling_module_calls_that_deadlock_inside_callbacks__made_outside_them() {
+    for (name, flags) in [
+        ("pc-sampling-module-lock", &[][..]),
+        (
+            "pc-sampling-module-lock-continuous",
+            &["--pc-sampling-mode=continuous"][..],
+        ),
+    ] {
+        let Some((o, rec, _)) = record_with(
+            name,
+            flags,
+            &["app"],
+            &[("GPUSIM_PC_MODULE_CALLS_LOCK", "1")],
+        ) else {
+            return;
+        };
+        assert!(!text(&o.stderr).contains("deadlock"), "{}", show(&o));
+        assert_eq!(total(&rec), 549, "{}", show(&o));
+        assert_hot_samples_have_their_lines(&rec);
+    }
+}
+
+/// Every sample of `pc_sampling app`'s hot kernel (built with line
+/// information) has its source line; the cold kernel's module has none.
+fn assert_hot_samples_have_their_lines(rec: &Recording) {
+    let mut hot = 0;
+    for p in &rec.pc_samples {
+        let source = p.source.map(|(f, l)| (rec.strings.get(f), l));
+        match rec.strings.get(p.function) {
+            "_Z3hotPf" => {
+                hot += 1;
+                assert!(
+                    matches!(source, Some(("/src/app/hot.cu", 12..=15))),
+                    "a hot kernel's sample has {source:?} for its line"
+                );
+            }
+            _ => assert_eq!(source, None),
+        }
+    }
+    assert!(hot > 0, "no sample of the hot kernel");
 }
 
 /// Sum of the samples of the records kept in the trace.

@@ -785,7 +785,7 @@ impl State {
         } else {
             let text = format!(
                 "the PC samples CUPTI still held are missing: it had been reading them for over \
-                 {} s (as in a driver that stopped answering)",
+                 {} s (as in a driver that stopped answering); those read before are kept",
                 STUCK_IN_CUPTI_NS / 1_000_000_000
             );
             self.log.line(&text);
