@@ -770,6 +770,10 @@ static struct loaded *module_of(uint32_t ctx_id, const char *kernel, int *fresh)
     m->name = intern(kernel);
     m->image = module_image(kernel, &m->size);
     m->crc = crc64(m->image, m->size);
+    /* GPUSIM_PC_RECORD_CRC_DIFFERS=1 (a simulated hazard): the PC records name
+       the module by a CRC that its MODULE_LOADED cubin does not have. */
+    if (sim_fault_number("GPUSIM_PC_RECORD_CRC_DIFFERS", 0) == 1)
+        m->crc ^= 1;
     *fresh = 1;
     return m;
 }

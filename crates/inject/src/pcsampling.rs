@@ -55,7 +55,7 @@
 //! (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`): [`Sampler::take_notes`] says so
 //! once, with what to do, and everything else is recorded as usual.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_void};
 use std::path::Path;
 use std::ptr;
@@ -338,6 +338,9 @@ struct Inner {
     /// Cubins by CRC.
     modules: HashMap<u64, Arc<[u8]>>,
     lines: HashMap<Instruction, Option<SourceLine>>,
+    /// Samples whose module (by CRC) no `MODULE_LOADED` cubin hashed to:
+    /// CRC → samples. Their lines are unknown, whatever the module has.
+    unknown_modules: BTreeMap<u64, u64>,
     /// Samples read, their source lines not yet found.
     pending: Vec<Sample>,
     /// Samples read, with their source lines.
@@ -959,6 +962,26 @@ impl Sampler {
                 self.gates.wait().as_secs()
             ));
         }
+        if !inner.unknown_modules.is_empty() {
+            let samples: u64 = inner.unknown_modules.values().sum();
+            let crcs: Vec<String> = inner
+                .unknown_modules
+                .keys()
+                .take(3)
+                .map(|crc| format!("{crc:#x}"))
+                .collect();
+            let more = inner.unknown_modules.len().saturating_sub(crcs.len());
+            notes.push(format!(
+                "PC sampling: {samples} samples name modules whose cubin CUPTI's MODULE_LOADED \
+                 callbacks never gave (cubin CRC {}{}): their source lines are unknown",
+                crcs.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
         if inner.duplicates > 0 {
             notes.push(format!(
                 "PC sampling: {} PC records that CUPTI returned twice (from the configured buffer \
@@ -1292,6 +1315,18 @@ impl Sampler {
         };
         if unknown {
             self.hash_modules();
+            let mut inner = lock(&self.inner);
+            let Inner {
+                modules,
+                unknown_modules,
+                ..
+            } = &mut *inner;
+            for s in samples
+                .iter()
+                .filter(|s| !modules.contains_key(&s.cubin_crc))
+            {
+                *unknown_modules.entry(s.cubin_crc).or_default() += u64::from(s.samples);
+            }
         }
         // A PC's records, one per stall reason, come one after another.
         let mut last: Option<(Instruction, Option<SourceLine>)> = None;

@@ -729,6 +729,36 @@ fn record_pc_sampling_module_calls_that_deadlock_inside_callbacks__made_outside_
     }
 }
 
+/// PC records that name their module by a CRC no loaded cubin has
+/// (simulated; gpufl saw a profiled module carry another CRC): their samples
+/// are kept, without lines, and a note says why, not "no line information".
+#[test]
+fn record_pc_sampling_records_naming_a_module_never_loaded__kept_and_said() {
+    let Some((o, rec, _)) = record_with(
+        "pc-sampling-unknown-module",
+        &[],
+        &["app"],
+        &[("GPUSIM_PC_RECORD_CRC_DIFFERS", "1")],
+    ) else {
+        return;
+    };
+    assert_eq!(total(&rec), 549, "{}", show(&o));
+    assert!(rec.pc_samples.iter().all(|p| p.source.is_none()));
+    let note = rec
+        .notes
+        .iter()
+        .find(|n| n.contains("never gave"))
+        .unwrap_or_else(|| panic!("{:?}", rec.notes));
+    assert!(
+        note.starts_with(
+            "PC sampling: 549 samples name modules whose cubin CUPTI's MODULE_LOADED callbacks \
+             never gave (cubin CRC 0x"
+        ),
+        "{note}"
+    );
+    assert_eq!(note.matches(", 0x").count(), 1, "two modules: {note}");
+}
+
 /// Every sample of `pc_sampling app`'s hot kernel (built with line
 /// information) has its source line; the cold kernel's module has none.
 fn assert_hot_samples_have_their_lines(rec: &Recording) {

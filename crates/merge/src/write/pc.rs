@@ -61,7 +61,8 @@ pub struct PcStats {
     pub unattributed: u64,
     /// Samples whose launch has no kernel record in the trace.
     pub unmatched: u64,
-    /// Samples without a source line (no line information in the module).
+    /// Samples without a source line (no line information in the module, or
+    /// a module the recorder never had).
     pub without_line: u64,
     /// Samples of CUPTI's `*_not_issued` reasons, in none of the counts above:
     /// each is already one of its base reason's samples.
@@ -107,9 +108,10 @@ impl std::fmt::Display for PcStats {
         if self.without_line > 0 {
             write!(
                 f,
-                "; {} without a source line (their modules have no line information: build \
-                 your own kernels with -lineinfo; libraries' kernels, such as PyTorch's and \
-                 cuBLAS's, usually ship without)",
+                "; {} without a source line (build your own kernels with -lineinfo; \
+                 libraries' kernels, such as PyTorch's and cuBLAS's, usually ship without line \
+                 information; a module CUPTI never passed to gpuperf has none either, as the \
+                 recorder's notes then say)",
                 self.without_line
             )?;
         }
@@ -555,8 +557,9 @@ mod tests {
         assert_eq!(
             stats.to_string(),
             "10 GPU PC samples: 10 charged to their launch's CPU stack; 4 without a source line \
-             (their modules have no line information: build your own kernels with -lineinfo; \
-             libraries' kernels, such as PyTorch's and cuBLAS's, usually ship without)"
+             (build your own kernels with -lineinfo; libraries' kernels, such as PyTorch's and \
+             cuBLAS's, usually ship without line information; a module CUPTI never passed to \
+             gpuperf has none either, as the recorder's notes then say)"
         );
     }
 
