@@ -669,8 +669,7 @@ fn record_pc_sampling_context_reset_during_a_read__no_call_on_the_dying_context_
     assert_eq!(text(&o.stdout), "reset\n");
     let err = text(&o.stderr);
     assert!(!err.contains("on a destroyed context"), "{err}");
-    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
-    assert_eq!(total, 549, "{}", show(&o));
+    assert_eq!(total(&rec), 549, "{}", show(&o));
 }
 
 /// A driver that stops answering as sampling is disabled at exit: the close
@@ -689,8 +688,7 @@ fn record_pc_sampling_disable_stuck_at_exit__the_program_exits_with_what_was_rea
         return;
     };
     assert_eq!(rec.kernels().len(), 3, "{}", show(&o));
-    let total: u64 = rec.pc_samples.iter().map(|p| u64::from(p.samples)).sum();
-    assert_eq!(total, 549, "{}", show(&o));
+    assert_eq!(total(&rec), 549, "{}", show(&o));
     assert!(
         rec.notes.iter().any(|n| n.starts_with(
             "the PC samples CUPTI still held are missing: it had been reading them for over 10 s"
