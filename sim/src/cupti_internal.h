@@ -51,7 +51,8 @@ CUptiResult sim_fault_result(const char *var);
 void sim_event(const char *e);
 /* The subscriber's state. */
 extern pthread_mutex_t g_mu;
-/* Whether the calling thread is inside one of the subscriber's callbacks. */
+/* Whether the calling thread is inside one of the subscriber's callbacks
+ * (resource, state or API-exit). */
 int sim_in_callback(void);
 
 /* Delivers a resource callback (`descriptor` as its resourceDescriptor) if the
