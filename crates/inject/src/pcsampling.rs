@@ -62,7 +62,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches};
+use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches, not_issued_base};
 pub use gpuperf_merge::recording::env::{PcMode, PcWindow};
 
 use crate::guard::lock;
@@ -1321,10 +1321,10 @@ impl Sampler {
                 unknown_modules,
                 ..
             } = &mut *inner;
-            for s in samples
-                .iter()
-                .filter(|s| !modules.contains_key(&s.cubin_crc))
-            {
+            // The `*_not_issued` records are a subset of their base reason's.
+            for s in samples.iter().filter(|s| {
+                !modules.contains_key(&s.cubin_crc) && not_issued_base(&s.reason).is_none()
+            }) {
                 *unknown_modules.entry(s.cubin_crc).or_default() += u64::from(s.samples);
             }
         }

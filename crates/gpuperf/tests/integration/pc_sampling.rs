@@ -732,15 +732,19 @@ fn record_pc_sampling_module_calls_that_deadlock_inside_callbacks__made_outside_
 /// are kept, without lines, and a note says why, not "no line information".
 #[test]
 fn record_pc_sampling_records_naming_a_module_never_loaded__kept_and_said() {
+    // The not-issued counts (a subset of their base reason's) are not added.
     let Some((o, rec, _)) = record_with(
         "pc-sampling-unknown-module",
         &[],
         &["app"],
-        &[("GPUSIM_PC_RECORD_CRC_DIFFERS", "1")],
+        &[
+            ("GPUSIM_PC_RECORD_CRC_DIFFERS", "1"),
+            ("GPUSIM_PC_NOT_ISSUED_PERCENT", "50"),
+        ],
     ) else {
         return;
     };
-    assert_eq!(total(&rec), 549, "{}", show(&o));
+    assert_eq!(total(&rec), 549 + 170, "{}", show(&o));
     assert!(rec.pc_samples.iter().all(|p| p.source.is_none()));
     let note = rec
         .notes

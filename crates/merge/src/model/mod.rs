@@ -32,6 +32,7 @@ pub use self::records::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, Clock, Device, DropSource,
     Dropped, GraphNode, MemcpyKind, NvtxKind, NvtxRange, Origin, Overhead, PcLaunches, PcSample,
     PeerDevices, Process, ProcessOrigin, ProcessPcLaunches, Record, SyncWait, ThreadName,
+    not_issued_base,
 };
 #[cfg(feature = "render")]
 pub(crate) use self::stack::BACKWARD_FRAME;

@@ -515,6 +515,19 @@ pub struct PcSample {
     pub source: Option<(StringId, u32)>,
 }
 
+/// The base reason of a not-issued stall reason (`long_scoreboard` of
+/// `long_scoreboard_not_issued`, with or without CUPTI's prefix), or `None`
+/// for a reason of its own.
+///
+/// CUPTI lists, for most reasons, `smsp__pcsamp_warps_issue_stalled_<reason>`
+/// and `…_<reason>_not_issued`. The second is a subset of the first: those of
+/// the reason's samples taken on cycles where the warp scheduler issued no
+/// instruction (Nsight Compute's "Warp Stall Sampling (Not-issued Samples)"
+/// beside "(All Samples)"). Adding it to the totals counts such samples twice.
+pub fn not_issued_base(reason: &str) -> Option<&str> {
+    reason.strip_suffix("_not_issued")
+}
+
 /// Launches inside and outside PC sampling's windows, as the injection library
 /// counted them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

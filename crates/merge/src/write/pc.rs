@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::join::{Context, Match, Sink, Summary};
 use crate::model::{
     ActivityKind, PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches, PcSample, Record, StringId,
+    not_issued_base,
 };
 use crate::read::cpu::StackId;
 use crate::write::demangle::Demangler;
@@ -214,19 +215,6 @@ pub(crate) fn stall_name(reason: &str) -> &str {
         .strip_prefix("smsp__pcsamp_warps_issue_stalled_")
         .or_else(|| reason.strip_prefix("smsp__pcsamp_warps_issue_"))
         .unwrap_or(reason)
-}
-
-/// The base reason of a not-issued stall reason (`long_scoreboard` of
-/// `long_scoreboard_not_issued`, with or without CUPTI's prefix), or `None`
-/// for a reason of its own.
-///
-/// CUPTI lists, for most reasons, `smsp__pcsamp_warps_issue_stalled_<reason>`
-/// and `…_<reason>_not_issued`. The second is a subset of the first: those of
-/// the reason's samples taken on cycles where the warp scheduler issued no
-/// instruction (Nsight Compute's "Warp Stall Sampling (Not-issued Samples)"
-/// beside "(All Samples)"). Adding it to the totals counts such samples twice.
-pub(crate) fn not_issued_base(reason: &str) -> Option<&str> {
-    reason.strip_suffix("_not_issued")
 }
 
 impl PcFolder {
