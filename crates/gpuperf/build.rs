@@ -25,15 +25,11 @@ fn main() {
         );
         return;
     }
-    for p in [
-        "../inject/src",
-        "../inject/Cargo.toml",
-        "../merge/src",
-        "../merge/Cargo.toml",
-    ] {
+    // Before the first build, the injection library's own crate; after it,
+    // every source file the nested build read (below).
+    for p in ["../inject", "../../Cargo.toml", "../../Cargo.lock"] {
         println!("cargo:rerun-if-changed={p}");
     }
-    println!("cargo:rerun-if-changed=../../Cargo.lock");
 
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let target_dir = shared_target_dir(&out).join("gpuperf-embedded-inject");
@@ -64,11 +60,42 @@ fn main() {
         status.success(),
         "building gpuperf-inject for embedding failed ({status}); set GPUPERF_NO_EMBED=1 to skip"
     );
+    watch_sources(&target_dir.join("release/libgpuperf_inject.d"), &root);
     let built = target_dir.join("release").join(LIB);
     let embedded = out.join(LIB);
     std::fs::copy(&built, &embedded)
         .unwrap_or_else(|e| panic!("failed to copy `{}`: {e}", built.display()));
     println!("cargo:rustc-cfg=gpuperf_embedded_inject");
+}
+
+/// Reruns this script when a file of the workspace that the nested build read
+/// changes (its sources and those of every workspace crate it links, as the
+/// dep-info file `d` lists them), or the manifest of one of those crates.
+fn watch_sources(d: &Path, root: &Path) {
+    let text = std::fs::read_to_string(d)
+        .unwrap_or_else(|e| panic!("failed to read `{}`: {e}", d.display()));
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let crates = root.join("crates");
+    let mut manifests = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let Some((_, deps)) = line.split_once(": ") else {
+            continue;
+        };
+        // Make escapes a space in a path as `\ `.
+        let deps = deps.replace("\\ ", "\0");
+        for dep in deps.split(' ').filter(|p| !p.is_empty()) {
+            let path = PathBuf::from(dep.replace('\0', " "));
+            if let Ok(rel) = path.strip_prefix(&crates) {
+                if let Some(name) = rel.components().next() {
+                    manifests.insert(crates.join(name).join("Cargo.toml"));
+                }
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+    }
+    for m in manifests {
+        println!("cargo:rerun-if-changed={}", m.display());
+    }
 }
 
 /// The outer build's target directory: `OUT_DIR` is `<target>/[<triple>/]<profile>/build/<pkg>/out`.
