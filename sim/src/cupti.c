@@ -294,8 +294,7 @@ static int g_thread_id_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
 static const struct gpusim_tool g_tool;
 static int g_attached;
 
-/* Callbacks of the subscriber's this thread is inside: resource, state and
- * API-exit callbacks. */
+/* Callbacks of the subscriber's this thread is inside. */
 static __thread int tls_in_callback;
 
 int sim_in_callback(void) {
@@ -695,7 +694,9 @@ static void callback(struct gpusim_api *c, CUpti_ApiCallbackSite site) {
     CUpti_CallbackFunc cb = g_callback;
     if (!cb || c->domain >= NDOMAINS || c->cbid >= GPUSIM_MAX_CBID || !g_enabled[c->domain][c->cbid])
         return;
+    tls_in_callback++;
     gpusim_cupti_deliver(cb, g_userdata, c, site);
+    tls_in_callback--;
 }
 
 /* cudaDeviceReset tears its contexts down under CUPTI's lock
@@ -721,11 +722,7 @@ static void on_api_enter(struct gpusim_api *c) {
 static void on_api_exit(struct gpusim_api *c) {
     if (!(c->domain == GPUSIM_DOMAIN_DRIVER && c->outer))
         pcs_before_exit();
-    /* Not at API enter: that path's frames stay as the unwinding tests know
-       them (a stack is taken there). */
-    tls_in_callback++;
     callback(c, CUPTI_API_EXIT);
-    tls_in_callback--;
     if (holds_lock_throughout(c))
         cupti_unlock();
     if (!atomic_load_explicit(&g_api_kinds, memory_order_relaxed))

@@ -153,12 +153,16 @@ pub(crate) const MAX_RECOVERIES: u32 = 16;
 /// there is no frame-pointer step. A stale return address whose step leads into
 /// the live frames passes both: one left by an earlier call tree of the caller
 /// (a `malloc` inside the caller's last call) unwinds through that tree's dead
-/// frames back into the caller, at the return address of that earlier call. So
-/// a candidate whose call went elsewhere ([`call_went`]: a direct call into
-/// another module's code) is passed over for a later one below the slot its own
-/// step read its caller from, or one in that slot whose call went directly into
-/// the callee's module; failing that, it is taken (its callee may have
-/// tail-called into the code without unwind info). The scan stops at rbp's
+/// frames back into the caller, at the return address of that earlier call; one
+/// left by a call of the caller's own callee steps over the real caller to the
+/// caller's caller. So a candidate whose call went elsewhere ([`call_went`]: a
+/// direct call into another module's code) is passed over for a later one below
+/// the slot its own step read its caller from, or one in that slot whose call
+/// went directly into the callee's module; a candidate whose call may have gone
+/// anywhere (an indirect call, a stub) only for a later one up to that slot
+/// whose call went directly into the callee's module. Failing that, the first
+/// is taken (its callee may have tail-called into the code without unwind
+/// info). The scan stops at rbp's
 /// return address slot when rbp is a frame pointer (it points at a saved rbp
 /// with a return address above it); if no word below passes, that is a
 /// frame-pointer step. The caller's rbp: rbp itself when it is a frame pointer
@@ -197,8 +201,10 @@ where
     let mut end = if bp_frame { end.min(bp + 8) } else { end };
     // The first candidate whose own step ends the stack (see above).
     let mut root: Option<(u64, UnwindRegsX86_64)> = None;
-    // The first candidate that passed but whose call went elsewhere.
-    let mut elsewhere: Option<(u64, UnwindRegsX86_64, u64)> = None;
+    // The first candidate that passed but whose call did not go directly
+    // into the callee's module: where it went, its return address, the
+    // caller's registers, and the slot its own step read its caller from.
+    let mut first: Option<(Went, u64, UnwindRegsX86_64, u64)> = None;
     let mut slot = sp;
     while slot < end {
         let Ok(ra) = read_stack(slot) else { break };
@@ -245,35 +251,37 @@ where
         match step {
             Ok(Some(up)) if returns_to(up) => {
                 let caller = UnwindRegsX86_64::new(ra, new_sp, new_bp);
-                match (
-                    call_went(tables, generation, cache, loader, found, ra, callee),
-                    &elsewhere,
-                ) {
-                    (Went::Elsewhere, None) => {
+                let went = call_went(tables, generation, cache, loader, found, ra, callee);
+                let take = match (went, &first) {
+                    (Went::Here, _) => true,
+                    (went, None) => {
                         // Its step read its caller's return address at
                         // `sp - 8`: the scan goes on up to that slot.
                         end = end.min(next.sp());
-                        elsewhere = Some((ra, caller, next.sp().saturating_sub(8)));
+                        first = Some((went, ra, caller, next.sp().saturating_sub(8)));
+                        false
                     }
-                    (Went::Elsewhere, Some(_)) => {}
-                    // The first one's own caller, by a call that may have
-                    // gone anywhere: the first one may have reached the
-                    // callee by a tail call, and is kept.
-                    (Went::Maybe, Some((.., its_caller))) if here == *its_caller => {}
-                    (_, passed) => {
-                        cache.stale_passed += u32::from(passed.is_some());
-                        *regs = caller;
-                        return Some(ra);
+                    (Went::Elsewhere, Some(_)) => false,
+                    // Below a first one whose call went elsewhere, and not
+                    // its own caller (it may have reached the callee by a
+                    // tail call, and is kept).
+                    (Went::Maybe, Some((first_went, .., its_caller))) => {
+                        *first_went == Went::Elsewhere && here != *its_caller
                     }
+                };
+                if take {
+                    cache.stale_passed += u32::from(first.is_some());
+                    *regs = caller;
+                    return Some(ra);
                 }
             }
-            Ok(None) if root.is_none() && elsewhere.is_none() => {
+            Ok(None) if root.is_none() && first.is_none() => {
                 root = Some((ra, UnwindRegsX86_64::new(ra, new_sp, new_bp)))
             }
             _ => {}
         }
     }
-    if let Some((ra, caller, _)) = elsewhere {
+    if let Some((_, ra, caller, _)) = first {
         *regs = caller;
         return Some(ra);
     }

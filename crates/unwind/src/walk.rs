@@ -1191,6 +1191,67 @@ mod tests {
     }
 
     #[test]
+    fn scan__passes_over_one_whose_call_may_have_gone_anywhere_for_a_direct_caller_it_steps_over() {
+        // 0x1805 at 0x8000 was left by an indirect call of the real caller's
+        // callee: its step (CFA = rsp + 16) reads 0x1305 at 0x8010, the real
+        // caller's caller, over the real caller 0x1205 at 0x8008, whose call
+        // went directly into module 1, the code without unwind info.
+        let stack = Stack(vec![
+            (0x8000, 0x1805),
+            (0x8008, 0x1205),
+            (0x8010, 0x1305),
+            (0x8018, 0),
+        ]);
+        let loader = |direct: &[(u64, u64)]| FakeLoader {
+            calls: vec![0x1805, 0x1205, 0x1305],
+            direct: direct.to_vec(),
+            ..FakeLoader::default()
+        };
+        let (frames, end, cache) = uncovered_walk(&stack, 0, &loader(&[(0x1205, 0x3000)]));
+        assert_eq!(
+            (frames, end),
+            (
+                vec![
+                    native(1, 0x3100, false),
+                    native(0, 0x1205, true),
+                    native(0, 0x1305, true)
+                ],
+                StackEnd::Root
+            )
+        );
+        assert_eq!(cache.stale_passed, 1);
+        // Were 0x1205's call indirect too, or direct into module 0's code,
+        // nothing says which is real, and the first is kept.
+        for direct in [&[][..], &[(0x1205, 0x1000)][..]] {
+            let (frames, end, cache) = uncovered_walk(&stack, 0, &loader(direct));
+            assert_eq!(
+                (frames, end),
+                (
+                    vec![
+                        native(1, 0x3100, false),
+                        native(0, 0x1805, true),
+                        native(0, 0x1305, true)
+                    ],
+                    StackEnd::Root
+                ),
+                "{direct:x?}"
+            );
+            assert_eq!(cache.stale_passed, 0);
+        }
+        // A direct caller above the slot the first one's step read its own
+        // caller from is not looked at: the first is taken.
+        let stack = Stack(vec![
+            (0x8000, 0x1805),
+            (0x8008, 0x7777),
+            (0x8010, 0x1305),
+            (0x8018, 0x1205),
+            (0x8020, 0),
+        ]);
+        let (frames, ..) = uncovered_walk(&stack, 0, &loader(&[(0x1205, 0x3000)]));
+        assert_eq!(frames[1], native(0, 0x1805, true));
+    }
+
+    #[test]
     fn scan__keeps_a_return_address_whose_call_went_elsewhere_when_its_caller_is_the_next() {
         // 0x1105 called 0x1000 directly (which tail-called into 0x3100):
         // its step reads the next candidate's slot, so it is the real one.
