@@ -253,14 +253,19 @@ impl fmt::Display for PythonLineTable<'_> {
 }
 
 /// The report's PC-sample section: per kernel (most samples first), its
-/// hottest source lines and stall reasons, `top` of each, a reason's
-/// not-issued samples beside it. Nothing without samples.
+/// hottest source lines, each with its [`LINE_STALLS`] commonest stall
+/// reasons, and its stall reasons, `top` of each, a reason's not-issued
+/// samples beside it. Nothing without samples.
 pub struct PcTable<'a> {
     /// The samples, after the join.
     pub pc: &'a PcFolder,
     /// Kernels, and lines and reasons per kernel, to list.
     pub top: usize,
 }
+
+/// Stall reasons listed under each source line of the text report (the JSON
+/// lists `top`).
+const LINE_STALLS: usize = 3;
 
 /// `(name, samples)` largest first, ties by name.
 fn by_samples(m: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
@@ -285,7 +290,8 @@ impl fmt::Display for PcTable<'_> {
         }
         writeln!(
             out,
-            "\nGPU PC samples by kernel: source lines and stall reasons"
+            "\nGPU PC samples by kernel: source lines (under each, why its warps stalled, \
+             % of the line's samples) and stall reasons"
         )?;
         writeln!(out, "({stats})")?;
         let pct = |n: u64, of: u64| n as f64 * 100.0 / of.max(1) as f64;
@@ -304,20 +310,30 @@ impl fmt::Display for PcTable<'_> {
                 pct(k.samples, stats.samples),
                 elide_middle(name, (LINE_WIDTH - 18).saturating_sub(launches.len()))
             )?;
-            for (line, n) in by_samples(&k.lines).into_iter().take(self.top) {
-                writeln!(out, "{:>9} {:>5.1}%    line   {line}", n, pct(n, k.samples))?;
-            }
-            for (reason, n) in by_samples(&k.stalls).into_iter().take(self.top) {
-                write!(
-                    out,
-                    "{:>9} {:>5.1}%    stall  {reason}",
-                    n,
-                    pct(n, k.samples)
-                )?;
-                if let Some(&ni) = k.not_issued.get(reason) {
+            // A stall reason's row: its samples, of `of`, and their not-issued part.
+            let stall = |out: &mut fmt::Formatter<'_>,
+                         indent: &str,
+                         reason: &str,
+                         n: u64,
+                         of: u64,
+                         not_issued: &BTreeMap<String, u64>|
+             -> fmt::Result {
+                write!(out, "{n:>9} {:>5.1}%    {indent}{reason}", pct(n, of))?;
+                if let Some(&ni) = not_issued.get(reason) {
                     write!(out, " (not issued {ni}, {:.1}%)", pct(ni, n))?;
                 }
-                writeln!(out)?;
+                writeln!(out)
+            };
+            for (line, n) in by_samples(&k.lines).into_iter().take(self.top) {
+                writeln!(out, "{:>9} {:>5.1}%    line   {line}", n, pct(n, k.samples))?;
+                if let Some(at) = k.line_stalls.get(line) {
+                    for (reason, r) in by_samples(&at.stalls).into_iter().take(LINE_STALLS) {
+                        stall(out, "         ", reason, r, n, &at.not_issued)?;
+                    }
+                }
+            }
+            for (reason, n) in by_samples(&k.stalls).into_iter().take(self.top) {
+                stall(out, "stall  ", reason, n, k.samples, &k.not_issued)?;
             }
         }
         if kernels.len() > self.top {
@@ -410,9 +426,15 @@ pub fn report_json(
                     })
                     .collect()
             };
+            let mut lines = list(&k.lines, "line", None);
+            for l in &mut lines {
+                if let Some(at) = l["line"].as_str().and_then(|x| k.line_stalls.get(x)) {
+                    l["stalls"] = json!(list(&at.stalls, "reason", Some(&at.not_issued)));
+                }
+            }
             json!({ "kernel": name, "samples": k.samples,
                     "launches": stats.serialized.then_some(k.launches),
-                    "lines": list(&k.lines, "line", None),
+                    "lines": lines,
                     "stalls": list(&k.stalls, "reason", Some(&k.not_issued)) })
         })
         .collect();

@@ -178,6 +178,19 @@ pub struct KernelSamples {
     /// part of that reason's [`stalls`](Self::stalls) taken on cycles that
     /// issued nothing; not in [`samples`](Self::samples).
     pub not_issued: BTreeMap<String, u64>,
+    /// By line, as [`lines`](Self::lines) names them: why that line's warps
+    /// stalled (Nsight Compute's per-line stall columns).
+    pub line_stalls: BTreeMap<String, Stalls>,
+}
+
+/// Samples by stall reason, and the not-issued part of each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stalls {
+    /// By stall reason.
+    pub stalls: BTreeMap<String, u64>,
+    /// CUPTI's `*_not_issued` samples by base reason, as in
+    /// [`KernelSamples::not_issued`].
+    pub not_issued: BTreeMap<String, u64>,
 }
 
 /// Accumulates PC samples per (stack, kernel, instruction, line, stall), and
@@ -362,11 +375,17 @@ impl Sink for PcFolder {
         for s in &samples {
             let n = u64::from(s.samples);
             let reason = stall_name(ctx.strings.get(s.stall_reason));
+            let line = match s.source {
+                Some((file, line)) => format!("{}:{line}", ctx.strings.get(file)),
+                None => NO_LINE[SOURCE_PREFIX.len()..].to_owned(),
+            };
             if let Some(base) = not_issued_base(reason) {
                 self.stats.not_issued += n;
                 let kernel = self.kernel_label(ctx, s, self.launch(s));
                 let k = self.kernels.entry(kernel).or_default();
                 *k.not_issued.entry(base.to_owned()).or_default() += n;
+                let at = k.line_stalls.entry(line).or_default();
+                *at.not_issued.entry(base.to_owned()).or_default() += n;
                 continue;
             }
             self.stats.samples += n;
@@ -379,12 +398,10 @@ impl Sink for PcFolder {
             }
             let k = self.kernels.entry(kernel).or_default();
             k.samples += n;
-            let line = match s.source {
-                Some((file, line)) => format!("{}:{line}", ctx.strings.get(file)),
-                None => NO_LINE[SOURCE_PREFIX.len()..].to_owned(),
-            };
-            *k.lines.entry(line).or_default() += n;
             *k.stalls.entry(reason.to_owned()).or_default() += n;
+            let at = k.line_stalls.entry(line.clone()).or_default();
+            *at.stalls.entry(reason.to_owned()).or_default() += n;
+            *k.lines.entry(line).or_default() += n;
         }
         self.stats.launches_with_samples = launched.len() as u64;
         for kernel in launched.into_values() {

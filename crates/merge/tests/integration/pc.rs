@@ -177,6 +177,92 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
     assert_eq!((gemm.samples, gemm.launches), (62, 3));
     assert_eq!(gemm.lines["gemm.cu:42"], 57);
     assert_eq!(gemm.stalls["branch_resolving"], 5);
+    let reasons = |line: &str| {
+        gemm.line_stalls[line]
+            .stalls
+            .clone()
+            .into_iter()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(reasons("gemm.cu:42"), [("long_scoreboard".to_owned(), 57)]);
+    assert_eq!(reasons("gemm.cu:17"), [("branch_resolving".to_owned(), 3)]);
+    assert_eq!(
+        reasons("? (no line information: build with -lineinfo)"),
+        [("branch_resolving".to_owned(), 2)]
+    );
+}
+
+/// One launch of `gemm`: line 42 stalls on memory (long_scoreboard, 30 of
+/// them on cycles that issued nothing) and on barriers, line 50 only on
+/// math: the report says, under each line, why its warps stalled.
+#[test]
+fn each_line_lists_its_own_stall_reasons__in_the_report_text_and_json() {
+    let mut strings = StringTable::new();
+    let gemm = strings.intern("gemm");
+    let launch = strings.intern("cudaLaunchKernel");
+    let file = strings.intern("gemm.cu");
+    let samples = [
+        (0x1f0, 42, "long_scoreboard", 60),
+        (0x1f0, 42, "long_scoreboard_not_issued", 30),
+        (0x200, 42, "barrier", 20),
+        (0x300, 50, "math_pipe_throttle", 40),
+    ];
+    let recs: Vec<Record> = trainer_launches(gemm, launch, &[1])
+        .into_iter()
+        .chain(samples.map(|(pc_offset, line, reason, samples)| {
+            Record::PcSample(PcSample {
+                pid: 7,
+                correlation_id: Some(1),
+                context: 1,
+                function: gemm,
+                pc_offset,
+                cubin_crc: 0xabcd,
+                stall_reason_index: 0,
+                stall_reason: strings.intern(&format!("smsp__pcsamp_warps_issue_stalled_{reason}")),
+                samples,
+                source: Some((file, line)),
+            })
+        }))
+        .collect();
+    let pc = fold(
+        &recs,
+        &strings,
+        "# gpuperf-cpu v1\n10000 trainer 7 8 2 1 _start;main;train;cudaLaunchKernel\n",
+    );
+
+    let text = PcTable { pc: &pc, top: 10 }.to_string();
+    let want = "      120 100.0%  gemm (1 launch)\n\
+               \x20      80  66.7%    line   gemm.cu:42\n\
+               \x20      60  75.0%             long_scoreboard (not issued 30, 50.0%)\n\
+               \x20      20  25.0%             barrier\n\
+               \x20      40  33.3%    line   gemm.cu:50\n\
+               \x20      40 100.0%             math_pipe_throttle\n\
+               \x20      60  50.0%    stall  long_scoreboard (not issued 30, 50.0%)\n\
+               \x20      40  33.3%    stall  math_pipe_throttle\n\
+               \x20      20  16.7%    stall  barrier\n";
+    assert!(text.ends_with(want), "{text}");
+
+    let mut rep = Reporter::new();
+    let json = report_json(
+        &mut rep,
+        &IdleFolder::new(),
+        &PythonLines::default(),
+        &pc,
+        10,
+    );
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        json["pc_samples"]["kernels"][0]["lines"],
+        serde_json::json!([
+            { "line": "gemm.cu:42", "samples": 80, "stalls": [
+                { "reason": "long_scoreboard", "samples": 60, "not_issued": 30 },
+                { "reason": "barrier", "samples": 20 },
+            ] },
+            { "line": "gemm.cu:50", "samples": 40, "stalls": [
+                { "reason": "math_pipe_throttle", "samples": 40 },
+            ] },
+        ])
+    );
 }
 
 /// One launch of `gemm` from `main;train`, and one PC with 10 `long_scoreboard`
@@ -261,10 +347,12 @@ fn long_scoreboard_10_of_them_6_not_issued__weighs_10_and_the_report_says_6() {
         serde_json::json!([{ "reason": "long_scoreboard", "samples": 10, "not_issued": 6 }]),
         "{kernel}"
     );
-    // Lines have no not-issued part.
+    // A line's not-issued samples are said under its stall reasons.
     assert_eq!(
         kernel["lines"],
-        serde_json::json!([{ "line": "gemm.cu:42", "samples": 10 }]),
+        serde_json::json!([{ "line": "gemm.cu:42", "samples": 10, "stalls": [
+            { "reason": "long_scoreboard", "samples": 10, "not_issued": 6 }
+        ] }]),
         "{kernel}"
     );
     assert_eq!(json["pc_samples"]["samples"], 10);
