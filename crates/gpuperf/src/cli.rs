@@ -145,7 +145,7 @@ pub struct RecordArgs {
     /// one at a time, so the time flamegraph and timeline are of a serialized
     /// run, and say so). PERIOD: sample every 2^PERIOD cycles, 5 to 31
     /// (default: CUPTI's). Needs root unless the driver allows profiling to
-    /// all users. Draw them with --pc-svg / --pc-folded.
+    /// all users. Draw them with --pc-svg / --pc-folded / --pc-pprof.
     #[arg(
         long,
         value_name = "PERIOD",
@@ -250,6 +250,11 @@ pub struct FileOutputs {
     /// Write a flamegraph of the GPU PC samples (as --pc-folded) here.
     #[arg(long, value_name = "FILE")]
     pub pc_svg: Option<PathBuf>,
+    /// Write the GPU PC samples as a gzipped pprof profile here: each
+    /// sample's CUDA source line under its launch's CPU stack, its stall
+    /// reason as the label stall_reason (`go tool pprof -lines`, `-tags`).
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pc_pprof: Option<PathBuf>,
 }
 
 impl FileOutputs {
@@ -262,6 +267,7 @@ impl FileOutputs {
             &self.pprof,
             &self.pc_folded,
             &self.pc_svg,
+            &self.pc_pprof,
         ]
         .into_iter()
         .flatten()
@@ -277,6 +283,7 @@ impl FileOutputs {
             &mut self.parquet,
             &mut self.pc_folded,
             &mut self.pc_svg,
+            &mut self.pc_pprof,
         ]
         .into_iter()
         .flatten()
@@ -296,6 +303,7 @@ impl FileOutputs {
         o.parquet.clone_from(&self.parquet);
         o.pc_folded.clone_from(&self.pc_folded);
         o.pc_svg.clone_from(&self.pc_svg);
+        o.pc_pprof.clone_from(&self.pc_pprof);
     }
 }
 

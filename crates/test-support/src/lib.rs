@@ -7,6 +7,7 @@
 //! cc        gcc builds, once per process and output
 //! cuda      NVIDIA's CUDA wheels, the simulated CUDA runtime, the C host programs
 //! perfetto  Perfetto's trace processor (WebAssembly, run by Node.js)
+//! pprof     `go tool pprof`, reading the pprof profiles
 //! duckdb    DuckDB, reading the Parquet tables
 //! dask      Dask's distributed scheduler, for the cross-rank report
 //! python    the CPython interpreters the Python tests run on
@@ -32,6 +33,7 @@ pub mod cuda;
 pub mod dask;
 pub mod duckdb;
 pub mod perfetto;
+pub mod pprof;
 pub mod process;
 pub mod python;
 pub mod require;

@@ -222,7 +222,12 @@ fn record_app(
     name: &str,
     env: &[(&str, &str)],
 ) -> Option<(std::process::Output, Recording, std::path::PathBuf)> {
-    record_with(name, &["--pc-svg", "pc.svg"], &["app"], env)
+    record_with(
+        name,
+        &["--pc-svg", "pc.svg", "--pc-pprof", "pc.pb.gz"],
+        &["app"],
+        env,
+    )
 }
 
 #[test]
@@ -383,6 +388,34 @@ fn record_pc_sampling__each_launchs_samples_carry_its_correlation_id_line_and_st
             && text_report.contains("stall  long_scoreboard"),
         "{text_report}"
     );
+
+    // The pprof profile, as `go tool pprof` reads it: the hot line first,
+    // with as many samples as the report gives it.
+    assert!(
+        err.contains("wrote `pc.pb.gz`: PC-sample pprof profile"),
+        "{err}"
+    );
+    let Some(mut go) = gpuperf_test_support::pprof::go_pprof() else {
+        return;
+    };
+    let top = go
+        .args(["-top", "-lines", "-nodecount=1"])
+        .arg(dir.join("pc.pb.gz"))
+        .output()
+        .unwrap();
+    let out = text(&top.stdout);
+    assert!(top.status.success(), "{}", show(&top));
+    let hottest = out
+        .lines()
+        .find(|l| l.contains("hot.cu:"))
+        .unwrap_or_else(|| panic!("no CUDA line in go tool pprof -top -lines:\n{out}"));
+    let f: Vec<&str> = hottest.split_whitespace().collect();
+    assert_eq!(
+        (f[0], *f.last().unwrap()),
+        (&*(2 * 146).to_string(), "/src/app/hot.cu:14"),
+        "{out}"
+    );
+    assert!(out.contains(&format!("of {total} total")), "{out}");
 }
 
 #[test]

@@ -50,6 +50,8 @@ pub struct Outputs {
     pub pc_folded: Option<PathBuf>,
     /// Their flamegraph.
     pub pc_svg: Option<PathBuf>,
+    /// Their gzipped pprof profile.
+    pub pc_pprof: Option<PathBuf>,
     /// Where the recording was made, for the exports that say so.
     pub origin: Origin,
 }
@@ -158,7 +160,12 @@ impl Recording {
             .transpose()?;
         let pc_folded_file = outs.pc_folded.as_deref().map(create).transpose()?;
         let pc_svg_file = outs.pc_svg.as_deref().map(create).transpose()?;
-        let mut pc = (pc_folded_file.is_some() || pc_svg_file.is_some()).then(pc::PcFolder::new);
+        let pc_pprof_file = outs.pc_pprof.as_deref().map(create).transpose()?;
+        let mut pc = if pc_pprof_file.is_some() {
+            Some(pc::PcFolder::with_profile())
+        } else {
+            (pc_folded_file.is_some() || pc_svg_file.is_some()).then(pc::PcFolder::new)
+        };
         // Several processes in the data stay apart under a frame each.
         let mut folder = folded::Folder::new();
         let mut reporter = Reporter::new();
@@ -208,7 +215,12 @@ impl Recording {
             });
         }
         if let Some(pc) = &pc {
-            written.extend(pc_outputs(outs, &summary, pc, pc_folded_file, pc_svg_file)?);
+            let files = PcFiles {
+                folded: pc_folded_file,
+                svg: pc_svg_file,
+                pprof: pc_pprof_file,
+            };
+            written.extend(pc_outputs(outs, &summary, pc, files)?);
         }
         if let Some(d) = &outs.parquet {
             written.push(Written {
@@ -285,16 +297,39 @@ impl Recording {
     }
 }
 
-/// The PC-sample folded stacks and flamegraph, as asked.
+/// The PC-sample output files opened: folded stacks, flamegraph, pprof.
+struct PcFiles {
+    folded: Option<BufWriter<File>>,
+    svg: Option<BufWriter<File>>,
+    pprof: Option<BufWriter<File>>,
+}
+
+/// The PC-sample folded stacks, flamegraph and pprof profile, as asked.
 fn pc_outputs(
     outs: &Outputs,
     summary: &Summary,
     pc: &pc::PcFolder,
-    folded_file: Option<BufWriter<File>>,
-    svg_file: Option<BufWriter<File>>,
+    files: PcFiles,
 ) -> Result<Vec<Written>> {
+    let PcFiles {
+        folded: folded_file,
+        svg: svg_file,
+        pprof: pprof_file,
+    } = files;
     let mut written = Vec::new();
     let empty = pc.stats().samples == 0;
+    if let (Some(p), Some(f)) = (&outs.pc_pprof, pprof_file) {
+        writing(p, pc.write_profile(f))?;
+        written.push(Written {
+            path: p.clone(),
+            how: if empty {
+                "empty: the recording holds no PC samples (record with --pc-sampling)"
+            } else {
+                "PC-sample pprof profile: `go tool pprof -lines -top` for the hottest CUDA lines, \
+                 `-tags` for the stall reasons"
+            },
+        });
+    }
     if let (Some(p), Some(f)) = (&outs.pc_folded, folded_file) {
         writing(p, pc.write(f))?;
         written.push(Written {

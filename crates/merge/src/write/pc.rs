@@ -41,6 +41,7 @@ use crate::model::{
 use crate::read::cpu::StackId;
 use crate::write::demangle::Demangler;
 use crate::write::folded::{KERNEL_PREFIX, NO_STACK_ROOT, process_name, push_stack};
+use crate::write::pprof::{Tables, cpu_frames, proto, write_gz};
 
 /// Prefix of a SASS instruction's frame.
 pub(crate) const PC_PREFIX: &str = "[GPU_PC]";
@@ -204,7 +205,22 @@ pub struct PcFolder {
     kernels: BTreeMap<String, KernelSamples>,
     stats: PcStats,
     demangler: Demangler,
+    /// The pprof profile, when asked for ([`PcFolder::with_profile`]).
+    profile: Option<proto::Profile>,
 }
+
+/// One row of the PC-sample pprof profile: (pid, CPU stack, API call,
+/// kernel, function, instruction offset, source line, stall reason).
+type ProfileKey = (
+    u32,
+    Option<StackId>,
+    Option<StringId>,
+    String,
+    String,
+    u64,
+    Option<(StringId, u32)>,
+    String,
+);
 
 /// The unit of PC-sample folded stacks, as `diff` and the flamegraphs name it.
 pub const UNIT: &str = "samples";
@@ -234,6 +250,34 @@ impl PcFolder {
     /// An empty folder.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty folder that also makes a pprof profile of the samples
+    /// ([`PcFolder::write_profile`]).
+    pub fn with_profile() -> Self {
+        Self {
+            profile: Some(proto::Profile::default()),
+            ..Self::default()
+        }
+    }
+
+    /// The pprof profile, complete after the join; `None` unless made
+    /// [`with_profile`](Self::with_profile).
+    pub fn profile(&self) -> Option<&proto::Profile> {
+        self.profile.as_ref()
+    }
+
+    /// Writes the gzipped pprof profile: sample types `samples/count` (the
+    /// default) and `not_issued_samples/count` (CUPTI's part of those
+    /// samples on cycles that issued nothing); leaf first, each sample's
+    /// SASS instruction (its function, offset as the address, CUDA source
+    /// file and line), its kernel, API call and CPU stack; labels `pid` and
+    /// `stall_reason`. An empty profile when not made with a profile.
+    pub fn write_profile<W: Write>(&self, out: W) -> Result<()> {
+        write_gz(
+            self.profile.as_ref().unwrap_or(&proto::Profile::default()),
+            out,
+        )
     }
 
     /// The folded lines, sorted, weights in samples. Valid after the join.
@@ -369,6 +413,27 @@ impl Sink for PcFolder {
         pids.dedup();
         let roots = pids.len() > 1;
         let mut by_text: FxHashMap<String, u64> = FxHashMap::default();
+        let mut rows: FxHashMap<ProfileKey, (u64, u64)> = FxHashMap::default();
+        let profiled = self.profile.is_some();
+        // The pprof row of a sample with stall reason `reason`.
+        let row = |me: &mut Self, s: &PcSample, reason: &str| -> ProfileKey {
+            let launch = me.launch(s);
+            let kernel = me.kernel_label(ctx, s, launch);
+            let function = me
+                .demangler
+                .label(s.function, ctx.strings, ctx.view)
+                .replace(';', ":");
+            (
+                s.pid,
+                launch.and_then(|l| l.stack),
+                launch.and_then(|l| l.api),
+                kernel,
+                function,
+                s.pc_offset,
+                s.source,
+                reason.to_owned(),
+            )
+        };
         // Launches with a sample, each once; a not-issued sample's launch has
         // its base reason's sample too.
         let mut launched: FxHashMap<(u32, u32), String> = FxHashMap::default();
@@ -386,7 +451,13 @@ impl Sink for PcFolder {
                 *k.not_issued.entry(base.to_owned()).or_default() += n;
                 let at = k.line_stalls.entry(line).or_default();
                 *at.not_issued.entry(base.to_owned()).or_default() += n;
+                if profiled {
+                    rows.entry(row(self, s, base)).or_default().1 += n;
+                }
                 continue;
+            }
+            if profiled {
+                rows.entry(row(self, s, reason)).or_default().0 += n;
             }
             self.stats.samples += n;
             let (text, kernel) = self.text(ctx, s, roots);
@@ -411,9 +482,71 @@ impl Sink for PcFolder {
         }
         self.lines = by_text.into_iter().collect();
         self.lines.sort_unstable();
+        if profiled {
+            self.profile = Some(profile(ctx, rows));
+        }
         self.launches = FxHashMap::default();
         Ok(())
     }
+}
+
+/// The pprof profile of the PC samples' `rows` ([`PcFolder::write_profile`]).
+fn profile(ctx: &Context<'_>, rows: FxHashMap<ProfileKey, (u64, u64)>) -> proto::Profile {
+    let mut t = Tables::new();
+    let sample_type = vec![
+        t.value_type("samples", "count"),
+        t.value_type("not_issued_samples", "count"),
+    ];
+    let (pid_key, stall_key) = (t.string("pid"), t.string("stall_reason"));
+    // Deterministic output: samples in the order of their rendered stacks.
+    let mut rows: Vec<_> = rows
+        .into_iter()
+        .map(
+            |((pid, stack, api, kernel, function, pc, source, stall), n)| {
+                let mut frames = cpu_frames(ctx, stack, api);
+                frames.push(format!("{KERNEL_PREFIX}{kernel}"));
+                let source = source.map(|(file, line)| (ctx.strings.get(file).to_owned(), line));
+                (frames, function, pc, source, stall, pid, n)
+            },
+        )
+        .collect();
+    rows.sort_unstable();
+    let to_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let sample = rows
+        .iter()
+        .map(
+            |(frames, function, pc, source, stall, pid, (n, not_issued))| {
+                let (file, line) = source.as_ref().map_or(("", 0), |(f, l)| (f.as_str(), *l));
+                let mut location_id = vec![t.instruction(function, *pc, file, line)];
+                location_id.extend(frames.iter().rev().map(|f| t.location(f)));
+                let stall = t.string(stall);
+                proto::Sample {
+                    location_id,
+                    value: vec![to_i64(*n), to_i64(*not_issued)],
+                    label: vec![
+                        proto::Label {
+                            key: pid_key,
+                            num: i64::from(*pid),
+                            ..proto::Label::default()
+                        },
+                        proto::Label {
+                            key: stall_key,
+                            str: stall,
+                            ..proto::Label::default()
+                        },
+                    ],
+                }
+            },
+        )
+        .collect();
+    t.profile(
+        sample_type,
+        sample,
+        "generated by gpuperf: GPU PC samples by the CPU stack that launched their kernel; \
+         label stall_reason says why the warp stalled",
+        0,
+        0,
+    )
 }
 
 #[cfg(test)]

@@ -247,14 +247,7 @@ impl Builder {
 
     /// Writes the gzipped profile.
     pub fn write<W: Write>(&self, out: W) -> Result<()> {
-        let err = |source| Error::Write {
-            what: "pprof profile",
-            source,
-        };
-        let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
-        gz.write_all(&prost::Message::encode_to_vec(&self.profile))
-            .map_err(err)?;
-        gz.finish().map_err(err)?.flush().map_err(err)
+        write_gz(&self.profile, out)
     }
 
     fn add(&mut self, key: Key, ns: u64, launches: u64) {
@@ -264,8 +257,40 @@ impl Builder {
     }
 }
 
+/// Writes `profile` gzipped, as pprof's readers take it.
+pub(crate) fn write_gz<W: Write>(profile: &proto::Profile, out: W) -> Result<()> {
+    let err = |source| Error::Write {
+        what: "pprof profile",
+        source,
+    };
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    gz.write_all(&prost::Message::encode_to_vec(profile))
+        .map_err(err)?;
+    gz.finish().map_err(err)?.flush().map_err(err)
+}
+
+/// A launch's frames, root first: its CPU stack (`[no CPU stack]` without
+/// one), then its API call unless the stack ends with it.
+pub(crate) fn cpu_frames(
+    ctx: &Context<'_>,
+    stack: Option<StackId>,
+    api: Option<StringId>,
+) -> Vec<String> {
+    let mut frames: Vec<String> = match (stack, ctx.cpu) {
+        (Some(s), Some(cpu)) => cpu.stacks.text(s).split(';').map(str::to_owned).collect(),
+        _ => vec![NO_STACK_ROOT.to_owned()],
+    };
+    if let Some(api) = api {
+        let api = ctx.strings.get(api);
+        if frames.last().map(String::as_str) != Some(api) {
+            frames.push(api.to_owned());
+        }
+    }
+    frames
+}
+
 /// Interns strings, functions and locations of one profile.
-struct Tables {
+pub(crate) struct Tables {
     strings: Vec<String>,
     string_ids: FxHashMap<String, i64>,
     functions: Vec<proto::Function>,
@@ -275,7 +300,7 @@ struct Tables {
 }
 
 impl Tables {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut t = Self {
             strings: Vec::new(),
             string_ids: FxHashMap::default(),
@@ -288,7 +313,7 @@ impl Tables {
         t
     }
 
-    fn string(&mut self, s: &str) -> i64 {
+    pub(crate) fn string(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.string_ids.get(s) {
             return i;
         }
@@ -299,11 +324,32 @@ impl Tables {
     }
 
     /// The location of a frame; `file.py(12): func` gets its file and line.
-    fn location(&mut self, frame: &str) -> u64 {
+    pub(crate) fn location(&mut self, frame: &str) -> u64 {
         if let Some(&id) = self.location_ids.get(frame) {
             return id;
         }
         let (name, file, line) = python_frame(frame).unwrap_or((frame, "", 0));
+        self.new_location(frame.to_owned(), name, file, line, 0)
+    }
+
+    /// The location of an instruction at `address` in function `name`, of
+    /// source `file:line` (`""` and 0 when unknown).
+    pub(crate) fn instruction(&mut self, name: &str, address: u64, file: &str, line: u32) -> u64 {
+        let key = format!("{name}\0{address:#x}\0{file}:{line}");
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        self.new_location(key, name, file, i64::from(line), address)
+    }
+
+    fn new_location(
+        &mut self,
+        key: String,
+        name: &str,
+        file: &str,
+        line: i64,
+        address: u64,
+    ) -> u64 {
         let (name, file) = (self.string(name), self.string(file));
         let next = self.functions.len() as u64 + 1;
         let function_id = *self.function_ids.entry((name, file)).or_insert(next);
@@ -320,7 +366,7 @@ impl Tables {
         self.locations.push(proto::Location {
             id,
             mapping_id: 0,
-            address: 0,
+            address,
             line: vec![proto::Line {
                 function_id,
                 line,
@@ -328,8 +374,45 @@ impl Tables {
             }],
             is_folded: false,
         });
-        self.location_ids.insert(frame.to_owned(), id);
+        self.location_ids.insert(key, id);
         id
+    }
+
+    /// The profile of `sample`s of `sample_type`s, with these tables.
+    pub(crate) fn profile(
+        mut self,
+        sample_type: Vec<proto::ValueType>,
+        sample: Vec<proto::Sample>,
+        comment: &str,
+        time_nanos: i64,
+        duration_nanos: i64,
+    ) -> proto::Profile {
+        let default_sample_type = sample_type.first().map_or(0, |t| t.r#type);
+        let comment = vec![self.string(comment)];
+        proto::Profile {
+            sample_type,
+            sample,
+            mapping: Vec::new(),
+            location: self.locations,
+            function: self.functions,
+            string_table: self.strings,
+            drop_frames: 0,
+            keep_frames: 0,
+            time_nanos,
+            duration_nanos,
+            period_type: None,
+            period: 0,
+            comment,
+            default_sample_type,
+        }
+    }
+
+    /// A value type `ty` in `unit`.
+    pub(crate) fn value_type(&mut self, ty: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.string(ty),
+            unit: self.string(unit),
+        }
     }
 }
 
@@ -380,28 +463,15 @@ impl Sink for Builder {
 
     fn finish(&mut self, ctx: &Context<'_>, _summary: &Summary) -> Result<()> {
         let mut t = Tables::new();
-        let value_type = |t: &mut Tables, ty: &str, unit: &str| proto::ValueType {
-            r#type: t.string(ty),
-            unit: t.string(unit),
-        };
         let sample_type = vec![
-            value_type(&mut t, "gpu_time", "nanoseconds"),
-            value_type(&mut t, "launches", "count"),
+            t.value_type("gpu_time", "nanoseconds"),
+            t.value_type("launches", "count"),
         ];
         let pid_key = t.string("pid");
         // Deterministic output: samples in the order of their rendered stacks.
         let mut rows: Vec<(Vec<String>, u32, u64, u64)> = Vec::with_capacity(self.acc.len());
         for (&(pid, stack, api, label), &(ns, n)) in &self.acc {
-            let mut frames: Vec<String> = match (stack, ctx.cpu) {
-                (Some(s), Some(cpu)) => cpu.stacks.text(s).split(';').map(str::to_owned).collect(),
-                _ => vec![NO_STACK_ROOT.to_owned()],
-            };
-            if let Some(api) = api {
-                let api = ctx.strings.get(api);
-                if frames.last().map(String::as_str) != Some(api) {
-                    frames.push(api.to_owned());
-                }
-            }
+            let mut frames = cpu_frames(ctx, stack, api);
             frames.push(match label {
                 Label::Kernel(name) => {
                     format!(
@@ -433,29 +503,19 @@ impl Sink for Builder {
             })
             .collect();
         let duration = self.last_ns.saturating_sub(self.first_ns.min(self.last_ns));
-        let default_sample_type = sample_type[0].r#type;
-        let comment =
-            vec![t.string("generated by gpuperf: GPU time by the CPU stack that launched it")];
-        self.profile = proto::Profile {
+        let time_nanos = if ctx.clock == crate::model::Clock::Realtime && self.first_ns != u64::MAX
+        {
+            i64::try_from(self.first_ns).unwrap_or(0)
+        } else {
+            0
+        };
+        self.profile = t.profile(
             sample_type,
             sample,
-            mapping: Vec::new(),
-            location: std::mem::take(&mut t.locations),
-            function: std::mem::take(&mut t.functions),
-            string_table: std::mem::take(&mut t.strings),
-            drop_frames: 0,
-            keep_frames: 0,
-            time_nanos: if ctx.clock == crate::model::Clock::Realtime && self.first_ns != u64::MAX {
-                i64::try_from(self.first_ns).unwrap_or(0)
-            } else {
-                0
-            },
-            duration_nanos: i64::try_from(duration).unwrap_or(i64::MAX),
-            period_type: None,
-            period: 0,
-            comment,
-            default_sample_type,
-        };
+            "generated by gpuperf: GPU time by the CPU stack that launched it",
+            time_nanos,
+            i64::try_from(duration).unwrap_or(i64::MAX),
+        );
         self.acc = FxHashMap::default();
         Ok(())
     }

@@ -17,7 +17,7 @@ use gpuperf_merge::write::chrome;
 use gpuperf_merge::write::folded::Folder;
 use gpuperf_merge::write::pprof;
 use gpuperf_merge::write::report::Reporter;
-use gpuperf_test_support::require::Need;
+use gpuperf_test_support::pprof::go_pprof;
 use serde_json::Value;
 
 use crate::{data, golden};
@@ -666,25 +666,6 @@ fn sqlite_without_cupti_tables__one_clear_error() {
     fs::write(&bad, bytes).unwrap();
     let e = GpuInputs::open(&[bad], &mut strings).err().unwrap();
     assert!(e.to_string().contains("SQLite: "), "{e}");
-}
-
-/// `go tool pprof`, when Go is installed. CI installs it and sets
-/// `GPUPERF_REQUIRE_GO_PPROF=1`, so that there a missing Go fails instead of skipping.
-fn go_pprof() -> Option<std::process::Command> {
-    let found = std::process::Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        Need::GoPprof.missing(
-            "`go` is not on PATH, so `go tool pprof` cannot read the profile \
-             (Debian: apt-get install golang-go)",
-        );
-        return None;
-    }
-    let mut c = std::process::Command::new("go");
-    c.args(["tool", "pprof"]);
-    Some(c)
 }
 
 #[test]

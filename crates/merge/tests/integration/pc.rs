@@ -18,6 +18,11 @@ use gpuperf_merge::write::report::Reporter;
 /// Joins `recs` (a GPU trace of process 7) with the CPU trace `cpu` and folds
 /// the PC samples.
 fn fold(recs: &[Record], strings: &StringTable, cpu: &str) -> PcFolder {
+    fold_into(PcFolder::new(), recs, strings, cpu)
+}
+
+/// [`fold`] into `pc`.
+fn fold_into(mut pc: PcFolder, recs: &[Record], strings: &StringTable, cpu: &str) -> PcFolder {
     let dir = tempfile::tempdir().unwrap();
     let mut w = gputrace::Writer::new(Vec::new()).unwrap();
     for r in recs {
@@ -31,7 +36,6 @@ fn fold(recs: &[Record], strings: &StringTable, cpu: &str) -> PcFolder {
     let mut strings = StringTable::new();
     let inputs = GpuInputs::open(&[gpu], &mut strings).unwrap();
     let mut cpu = CpuTrace::open(&cpu_path).unwrap();
-    let mut pc = PcFolder::new();
     join::merge(
         Some(&mut cpu),
         &inputs,
@@ -192,11 +196,9 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
     );
 }
 
-/// One launch of `gemm`: line 42 stalls on memory (long_scoreboard, 30 of
-/// them on cycles that issued nothing) and on barriers, line 50 only on
-/// math: the report says, under each line, why its warps stalled.
-#[test]
-fn each_line_lists_its_own_stall_reasons__in_the_report_text_and_json() {
+/// One launch of `gemm` from `main;train`: at line 42, 60 long_scoreboard
+/// samples (30 not issued) and 20 barrier; at line 50, 40 math_pipe_throttle.
+fn two_lines(pc: PcFolder) -> PcFolder {
     let mut strings = StringTable::new();
     let gemm = strings.intern("gemm");
     let launch = strings.intern("cudaLaunchKernel");
@@ -210,6 +212,7 @@ fn each_line_lists_its_own_stall_reasons__in_the_report_text_and_json() {
     let recs: Vec<Record> = trainer_launches(gemm, launch, &[1])
         .into_iter()
         .chain(samples.map(|(pc_offset, line, reason, samples)| {
+            let reason = format!("smsp__pcsamp_warps_issue_stalled_{reason}");
             Record::PcSample(PcSample {
                 pid: 7,
                 correlation_id: Some(1),
@@ -218,17 +221,145 @@ fn each_line_lists_its_own_stall_reasons__in_the_report_text_and_json() {
                 pc_offset,
                 cubin_crc: 0xabcd,
                 stall_reason_index: 0,
-                stall_reason: strings.intern(&format!("smsp__pcsamp_warps_issue_stalled_{reason}")),
+                stall_reason: strings.intern(&reason),
                 samples,
                 source: Some((file, line)),
             })
         }))
         .collect();
-    let pc = fold(
+    fold_into(
+        pc,
         &recs,
         &strings,
         "# gpuperf-cpu v1\n10000 trainer 7 8 2 1 _start;main;train;cudaLaunchKernel\n",
+    )
+}
+
+/// The pprof profile of [`two_lines`]: each sample's leaf is its instruction
+/// at its CUDA line, under the kernel and the launch's CPU stack, with its
+/// stall reason as a label; `go tool pprof` reads the lines and the labels.
+#[test]
+fn pc_pprof__instruction_lines_under_the_launch_stack_stall_reasons_as_labels() {
+    let pc = two_lines(PcFolder::with_profile());
+    let p = pc.profile().unwrap();
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let types: Vec<_> = p
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(
+        types,
+        [("samples", "count"), ("not_issued_samples", "count")]
     );
+    let location = |id: u64| &p.location[id as usize - 1];
+    let function = |id: u64| &p.function[id as usize - 1];
+    let mut got: Vec<(String, u64, String, i64, String, i64, i64)> = p
+        .sample
+        .iter()
+        .map(|x| {
+            let leaf = location(x.location_id[0]);
+            let f = function(leaf.line[0].function_id);
+            let stacks: Vec<&str> = x.location_id[1..]
+                .iter()
+                .map(|&l| s(function(location(l).line[0].function_id).name))
+                .collect();
+            assert_eq!(
+                stacks,
+                [
+                    "[GPU_Kernel]gemm",
+                    "cudaLaunchKernel",
+                    "train",
+                    "main",
+                    "_start"
+                ]
+            );
+            let labels: Vec<_> = x
+                .label
+                .iter()
+                .map(|l| (s(l.key), s(l.str), l.num))
+                .collect();
+            assert_eq!(labels[0], ("pid", "", 7));
+            assert_eq!(labels[1].0, "stall_reason");
+            (
+                s(f.name).to_owned(),
+                leaf.address,
+                s(f.filename).to_owned(),
+                leaf.line[0].line,
+                labels[1].1.to_owned(),
+                x.value[0],
+                x.value[1],
+            )
+        })
+        .collect();
+    got.sort();
+    let row = |pc, line, stall: &str, n, ni| {
+        (
+            "gemm".to_owned(),
+            pc,
+            "gemm.cu".to_owned(),
+            line,
+            stall.to_owned(),
+            n,
+            ni,
+        )
+    };
+    assert_eq!(
+        got,
+        [
+            row(0x1f0, 42, "long_scoreboard", 60, 30),
+            row(0x200, 42, "barrier", 20, 0),
+            row(0x300, 50, "math_pipe_throttle", 40, 0),
+        ]
+    );
+
+    let Some(mut go) = gpuperf_test_support::pprof::go_pprof() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pc.pb.gz");
+    let mut gz = Vec::new();
+    pc.write_profile(&mut gz).unwrap();
+    fs::write(&file, gz).unwrap();
+    let top = go
+        .args(["-top", "-lines", "-nodecount=10"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    // Flat samples per line, hottest first: line 42 (60 + 20), then 50.
+    let flat: Vec<(u64, &str)> = text
+        .lines()
+        .filter(|l| l.contains("gemm.cu:"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].parse().unwrap(), *f.last().unwrap())
+        })
+        .collect();
+    assert_eq!(flat, [(80, "gemm.cu:42"), (40, "gemm.cu:50")], "{text}");
+    let mut go = gpuperf_test_support::pprof::go_pprof().unwrap();
+    let tags = go.arg("-tags").arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&tags.stdout);
+    for want in [
+        "60.0 (50.00%): long_scoreboard",
+        "40.0 (33.33%): math_pipe_throttle",
+        "20.0 (16.67%): barrier",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+}
+
+/// One launch of `gemm`: line 42 stalls on memory (long_scoreboard, 30 of
+/// them on cycles that issued nothing) and on barriers, line 50 only on
+/// math: the report says, under each line, why its warps stalled.
+#[test]
+fn each_line_lists_its_own_stall_reasons__in_the_report_text_and_json() {
+    let pc = two_lines(PcFolder::new());
 
     let text = PcTable { pc: &pc, top: 10 }.to_string();
     let want = "      120 100.0%  gemm (1 launch)\n\
