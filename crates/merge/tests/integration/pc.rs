@@ -90,6 +90,19 @@ fn trainer_launches(kernel: StringId, launch: StringId, launches: &[u32]) -> Vec
     recs
 }
 
+/// `gpuperf report --format json` of `pc`'s samples alone.
+fn json_report(pc: &PcFolder) -> serde_json::Value {
+    let mut rep = Reporter::new();
+    let json = report_json(
+        &mut rep,
+        &IdleFolder::new(),
+        &PythonLines::default(),
+        pc,
+        10,
+    );
+    serde_json::from_str(&json).unwrap()
+}
+
 /// The folded lines `pc` writes.
 fn written(pc: &PcFolder) -> String {
     let mut out = Vec::new();
@@ -373,15 +386,7 @@ fn each_line_lists_its_own_stall_reasons__in_the_report_text_and_json() {
                \x20      20  16.7%    stall  barrier\n";
     assert!(text.ends_with(want), "{text}");
 
-    let mut rep = Reporter::new();
-    let json = report_json(
-        &mut rep,
-        &IdleFolder::new(),
-        &PythonLines::default(),
-        &pc,
-        10,
-    );
-    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let json = json_report(&pc);
     assert_eq!(
         json["pc_samples"]["kernels"][0]["lines"],
         serde_json::json!([
@@ -468,10 +473,7 @@ fn long_scoreboard_10_of_them_6_not_issued__weighs_10_and_the_report_says_6() {
         "{text}"
     );
     assert!(!text.contains("long_scoreboard_not_issued"), "{text}");
-    let mut rep = Reporter::new();
-    let idle = IdleFolder::new();
-    let json = report_json(&mut rep, &idle, &PythonLines::default(), &pc, 10);
-    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let json = json_report(&pc);
     let kernel = &json["pc_samples"]["kernels"][0];
     assert_eq!(
         kernel["stalls"],
@@ -553,15 +555,7 @@ fn four_launches_sampled_one_without_a_sample__said_in_the_summary_and_the_repor
         text.contains("       12 100.0%  gemm (3 launches)\n"),
         "{text}"
     );
-    let mut rep = Reporter::new();
-    let json = report_json(
-        &mut rep,
-        &IdleFolder::new(),
-        &PythonLines::default(),
-        &pc,
-        10,
-    );
-    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let json = json_report(&pc);
     assert_eq!(json["pc_samples"]["launches_sampled"], 4);
     assert_eq!(json["pc_samples"]["launches_with_samples"], 3);
     assert_eq!(json["pc_samples"]["kernels"][0]["launches"], 3);
