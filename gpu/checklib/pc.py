@@ -74,7 +74,7 @@ class Pc:
             env["GPUSIM_PC_NOT_ISSUED_PERCENT"] = "50"
         label = " [simulated samples]" if self.sim else ""
         plain = run([app, "5"], self.limit(60), env=dict(os.environ, **env))
-        flags = ["--pc-sampling", "--pc-folded", "pc.folded", "--pc-svg", "pc.svg"]
+        flags = ["--pc-sampling", "--pc-folded", "pc.folded", "--pc-svg", "pc.svg", "--pc-pprof", "pc.pb.gz"]
         r, tl, d = self.record("pc_hot_line", [app, "5"], flags=flags, env=env, timeout=120)
         bad = self.recording_faults(r, tl)
         if plain.rc != 0:
@@ -107,6 +107,9 @@ class Pc:
             if odd:
                 bad.append(f"{len(odd)} of {len(stacks)} PC-sample stacks do not run main → launch_chase → chase, "
                            f"the first: {odd[0][:200]}")
+        pprof = os.path.join(d, "pc.pb.gz")
+        if not (os.path.isfile(pprof) and open(pprof, "rb").read(2) == b"\x1f\x8b"):
+            bad.append("no gzipped pc.pb.gz (--pc-pprof)")
         if bad:
             self.item(g, "pc_hot_line", SHORT, "; ".join(bad), fig)
         else:
