@@ -253,7 +253,7 @@ impl fmt::Display for PythonLineTable<'_> {
 }
 
 /// The report's PC-sample section: per kernel (most samples first), its
-/// hottest source lines, each with its [`LINE_STALLS`] commonest stall
+/// hottest source lines, each with its three commonest stall
 /// reasons, and its stall reasons, `top` of each, a reason's not-issued
 /// samples beside it. Nothing without samples.
 pub struct PcTable<'a> {
