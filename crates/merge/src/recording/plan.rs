@@ -311,37 +311,33 @@ fn pc_outputs(
     pc: &pc::PcFolder,
     files: PcFiles,
 ) -> Result<Vec<Written>> {
-    let PcFiles {
-        folded: folded_file,
-        svg: svg_file,
-        pprof: pprof_file,
-    } = files;
+    const EMPTY: &str = "empty: the recording holds no PC samples (record with --pc-sampling)";
     let mut written = Vec::new();
     let empty = pc.stats().samples == 0;
-    if let (Some(p), Some(f)) = (&outs.pc_pprof, pprof_file) {
+    if let (Some(p), Some(f)) = (&outs.pc_pprof, files.pprof) {
         writing(p, pc.write_profile(f))?;
         written.push(Written {
             path: p.clone(),
             how: if empty {
-                "empty: the recording holds no PC samples (record with --pc-sampling)"
+                EMPTY
             } else {
                 "PC-sample pprof profile: `go tool pprof -lines -top` for the hottest CUDA lines, \
                  `-tags` for the stall reasons"
             },
         });
     }
-    if let (Some(p), Some(f)) = (&outs.pc_folded, folded_file) {
+    if let (Some(p), Some(f)) = (&outs.pc_folded, files.folded) {
         writing(p, pc.write(f))?;
         written.push(Written {
             path: p.clone(),
             how: if empty {
-                "empty: the recording holds no PC samples (record with --pc-sampling)"
+                EMPTY
             } else {
                 "PC-sample folded stacks (weights: samples) for inferno or flamegraph.pl"
             },
         });
     }
-    if let (Some(p), Some(f)) = (&outs.pc_svg, svg_file) {
+    if let (Some(p), Some(f)) = (&outs.pc_svg, files.svg) {
         let lines: Vec<String> = pc.lines().iter().map(|(s, w)| format!("{s} {w}")).collect();
         let mut o = outs.clone();
         o.title = "gpuperf: GPU PC samples by CPU stack, kernel, line and stall reason".to_owned();

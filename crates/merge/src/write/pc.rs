@@ -326,9 +326,24 @@ impl PcFolder {
             .replace(';', ":")
     }
 
-    /// The folded text of one sample, and its kernel's label.
-    fn text(&mut self, ctx: &Context<'_>, s: &PcSample, roots: bool) -> (String, String) {
-        let launch = self.launch(s);
+    /// A sample's function (its instruction's), as the folded frames name it.
+    fn function_label(&mut self, ctx: &Context<'_>, s: &PcSample) -> String {
+        self.demangler
+            .label(s.function, ctx.strings, ctx.view)
+            .replace(';', ":")
+    }
+
+    /// The folded text of one sample of `launch`, `kernel` and `function`
+    /// (their labels).
+    fn text(
+        &mut self,
+        ctx: &Context<'_>,
+        s: &PcSample,
+        roots: bool,
+        launch: Option<Launch>,
+        kernel: &str,
+        function: &str,
+    ) -> String {
         match (s.correlation_id, launch) {
             (None, _) => self.stats.unattributed += u64::from(s.samples),
             (_, None) => self.stats.unmatched += u64::from(s.samples),
@@ -343,14 +358,9 @@ impl PcFolder {
             Some(l) => push_stack(&mut text, ctx, l.stack, l.api),
             None => text.push_str(NO_STACK_ROOT),
         }
-        let kernel = self.kernel_label(ctx, s, launch);
-        let function = self
-            .demangler
-            .label(s.function, ctx.strings, ctx.view)
-            .replace(';', ":");
         text.push(';');
         text.push_str(KERNEL_PREFIX);
-        text.push_str(&kernel);
+        text.push_str(kernel);
         text.push_str(&format!(";{PC_PREFIX}{function}+{:#x};", s.pc_offset));
         match s.source {
             Some((file, line)) => {
@@ -365,7 +375,7 @@ impl PcFolder {
         text.push(';');
         text.push_str(STALL_PREFIX);
         text.push_str(stall_name(ctx.strings.get(s.stall_reason)));
-        (text, kernel)
+        text
     }
 }
 
@@ -415,25 +425,6 @@ impl Sink for PcFolder {
         let mut by_text: FxHashMap<String, u64> = FxHashMap::default();
         let mut rows: FxHashMap<ProfileKey, (u64, u64)> = FxHashMap::default();
         let profiled = self.profile.is_some();
-        // The pprof row of a sample with stall reason `reason`.
-        let row = |me: &mut Self, s: &PcSample, reason: &str| -> ProfileKey {
-            let launch = me.launch(s);
-            let kernel = me.kernel_label(ctx, s, launch);
-            let function = me
-                .demangler
-                .label(s.function, ctx.strings, ctx.view)
-                .replace(';', ":");
-            (
-                s.pid,
-                launch.and_then(|l| l.stack),
-                launch.and_then(|l| l.api),
-                kernel,
-                function,
-                s.pc_offset,
-                s.source,
-                reason.to_owned(),
-            )
-        };
         // Launches with a sample, each once; a not-issued sample's launch has
         // its base reason's sample too.
         let mut launched: FxHashMap<(u32, u32), String> = FxHashMap::default();
@@ -444,24 +435,40 @@ impl Sink for PcFolder {
                 Some((file, line)) => format!("{}:{line}", ctx.strings.get(file)),
                 None => NO_LINE[SOURCE_PREFIX.len()..].to_owned(),
             };
+            let launch = self.launch(s);
+            let kernel = self.kernel_label(ctx, s, launch);
+            // The pprof row of the sample's `function`, under stall reason `reason`.
+            let row = |function: String, reason: &str| -> ProfileKey {
+                (
+                    s.pid,
+                    launch.and_then(|l| l.stack),
+                    launch.and_then(|l| l.api),
+                    kernel.clone(),
+                    function,
+                    s.pc_offset,
+                    s.source,
+                    reason.to_owned(),
+                )
+            };
             if let Some(base) = not_issued_base(reason) {
                 self.stats.not_issued += n;
-                let kernel = self.kernel_label(ctx, s, self.launch(s));
+                if profiled {
+                    let function = self.function_label(ctx, s);
+                    rows.entry(row(function, base)).or_default().1 += n;
+                }
                 let k = self.kernels.entry(kernel).or_default();
                 *k.not_issued.entry(base.to_owned()).or_default() += n;
                 let at = k.line_stalls.entry(line).or_default();
                 *at.not_issued.entry(base.to_owned()).or_default() += n;
-                if profiled {
-                    rows.entry(row(self, s, base)).or_default().1 += n;
-                }
                 continue;
             }
-            if profiled {
-                rows.entry(row(self, s, reason)).or_default().0 += n;
-            }
             self.stats.samples += n;
-            let (text, kernel) = self.text(ctx, s, roots);
+            let function = self.function_label(ctx, s);
+            let text = self.text(ctx, s, roots, launch, &kernel, &function);
             *by_text.entry(text).or_default() += n;
+            if profiled {
+                rows.entry(row(function, reason)).or_default().0 += n;
+            }
             if let Some(corr) = s.correlation_id {
                 launched
                     .entry((s.pid, corr))
