@@ -16,6 +16,7 @@ class Native:
         g = "native"
         names = ["build", "cupti_search", "timed_root", "gpu_time_vs_events", "stacks_reach_main",
                  "timed_rootless", "copies", "graph", "two_processes", "ebpf_stacks", "exit_from_thread",
+                 "exit_racing_launches",
                  "sigint", "never_synchronizes", "samples"]
         if not self.gpuperf:
             for n in names:
@@ -78,6 +79,7 @@ class Native:
 
         self.check_ebpf(g, app)
         self.check_exit_thread(g, app)
+        self.check_exit_racing(g, app)
         self.check_sigint(g)
         r, tl, _ = self.record("never_synchronizes", [app, "nosync", "50"], timeout=60)
         self.judge_counts(g, "never_synchronizes", r, tl, expect_kernels=50)
@@ -194,12 +196,49 @@ class Native:
         if plain.rc != 7:
             bad.append(f"without gpuperf the program exited {plain.rc}, expected 7")
         bad += self.recording_faults(r, tl, rc_expected=7)
-        counts = self.app_counts(r)
-        if tl is not None and counts and len(tl.kernels()) < counts[0]:
-            bad.append(f"{len(tl.kernels())} kernels recorded, the program synchronized {counts[0]} before exit")
+        bad += self.exit_kernels_faults(r, tl)
         self.item(g, "exit_from_thread", SHORT if bad else HOLDS, "; ".join(bad) or
                   f"exit status 7 kept; {len(tl.kernels())} kernels recorded and matched "
-                  f"({counts[0]} before the exit thread started, the rest while it ran)")
+                  f"({self.app_counts(r)[0]} before the exit thread started, the rest while it ran)")
+
+    def exit_kernels_faults(self, r, tl):
+        """An exit mode's recording holds at least the launches the program synchronized."""
+        counts = self.app_counts(r)
+        if tl is not None and counts and len(tl.kernels()) < counts[0]:
+            return [f"{len(tl.kernels())} kernels recorded, the program synchronized {counts[0]} before exit"]
+        if tl is not None and not counts:
+            return ["the program's count line is missing"]
+        return []
+
+    def check_exit_racing(self, g, app, rounds=5):
+        """`exit()` while another thread is inside CUDA calls: the CUDA runtime's
+        teardown races with them, and on a real driver the program often dies of
+        SIGSEGV without gpuperf too. So each status is judged against the
+        statuses the program gives alone, over alternated rounds."""
+        plain, rec, bad = {}, {}, []
+        kernels = 0
+        for i in range(rounds):
+            p = run([app, "exit-racing", "20"], self.limit(30))
+            if p.timed_out:
+                bad.append(f"without gpuperf, round {i + 1} hung ({p.seconds:.0f} s)")
+            status = 128 - p.rc if p.rc is not None and p.rc < 0 else p.rc
+            plain[status] = plain.get(status, 0) + 1
+            r, tl, _ = self.record(f"exit_racing_{i}", [app, "exit-racing", "20"], timeout=60)
+            rec[r.rc] = rec.get(r.rc, 0) + 1
+            faults = self.recording_faults(r, tl, rc_expected=r.rc) + self.exit_kernels_faults(r, tl)
+            bad += [f"round {i + 1}: {f}" for f in faults]
+            kernels += len(tl.kernels()) if tl else 0
+        new = sorted(s for s in rec if s not in plain and s != 7)
+        if new:
+            bad.append(f"recorded, the program ended with status {', '.join(map(str, new))}, "
+                       f"which it never gave alone")
+        seen = f"statuses without gpuperf: {tally(plain)}; recorded: {tally(rec)}"
+        self.item(g, "exit_racing_launches", SHORT if bad else HOLDS,
+                  "; ".join(bad + [seen]) if bad else
+                  f"{seen}{' (139: SIGSEGV)' if 139 in plain or 139 in rec else ''}; every recording closed, "
+                  f"{kernels} kernels recorded and matched",
+                  {"plain": {str(k): v for k, v in plain.items()}, "recorded": {str(k): v for k, v in rec.items()},
+                   "kernels": kernels})
 
     def check_sigint(self, g):
         app = self.progs.get("sim_app")
@@ -216,3 +255,8 @@ class Native:
         self.item(g, "sigint", SHORT if bad else HOLDS, "; ".join(bad) or
                   f"stopped by SIGINT (status 130 as without gpuperf); {k} kernels recorded and matched, "
                   f"the program saw {n} launches return", {"kernels": k, "launches_returned": n})
+
+
+def tally(counts):
+    """`{7: 3, 139: 2}` as `7 ×3, 139 ×2`."""
+    return ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items(), key=lambda kv: str(kv[0])))

@@ -10,14 +10,22 @@
 //   copies N      N x (H->D, D->H pinned async, D->D, two memsets)
 //   graph N       a graph of 3 kernels captured on a stream, launched N times
 //   nosync N      N x k_short launched, then main returns without synchronizing
-//   exit-thread N N x k_short, synchronized; then another thread calls exit(7)
-//                 while the main thread keeps launching
+//   exit-thread N N x k_scale, synchronized; then another thread calls exit(7)
+//                 while the main thread keeps launching; the program's own
+//                 atexit handler, registered after CUDA started (so it runs
+//                 before CUDA's teardown), stops the launches first, as a
+//                 correct program must
+//   exit-racing N the same without that handler: launches race with CUDA's
+//                 teardown, which on a real driver often crashes the program
+//                 (SIGSEGV inside cudaLaunchKernel) with or without gpuperf
 //
 // Every mode ends with one line the check reads:
 //   check_app: kernels K copies C memsets M graph_launches G
-// (for exit-thread, K counts the launches before the exit thread starts).
+// (for exit-thread and exit-racing, K counts the launches before the exit
+// thread starts).
 // GPUPERF_CHECK_FAULT=extra-kernel launches one kernel more than it reports:
 // the check's own test uses it to show that a count that is off falls short.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -197,13 +205,25 @@ static void *exit_thread(void *) {
     usleep(20000);
     exit(7);
 }
-NOINLINE void run_exit_thread(int n) {
+static std::atomic<bool> stop_launching{false}, parked{false};
+// Runs first among exit's handlers: no CUDA call may be in flight while the
+// CUDA runtime tears itself down.
+static void park_launcher() {
+    stop_launching = true;
+    while (!parked) usleep(100);
+}
+NOINLINE void run_exit_thread(int n, bool park) {
     for (int i = 0; i < n; i++) launch_scale(0);
     CHECK(cudaDeviceSynchronize());
     report();
+    if (park) atexit(park_launcher);
     pthread_t t;
     pthread_create(&t, nullptr, exit_thread, nullptr);
     for (;;) {
+        if (stop_launching) {
+            parked = true;
+            for (;;) pause();
+        }
         k_scale<<<256, 256>>>(buf, N_ELEMS);
         usleep(100);
     }
@@ -229,7 +249,8 @@ int main(int argc, char **argv) {
         run_nosync(n);
         report();
         return 0;
-    } else if (!strcmp(mode, "exit-thread")) run_exit_thread(n);
+    } else if (!strcmp(mode, "exit-thread")) run_exit_thread(n, true);
+    else if (!strcmp(mode, "exit-racing")) run_exit_thread(n, false);
     else {
         fprintf(stderr, "check_app: unknown mode %s\n", mode);
         return 2;
