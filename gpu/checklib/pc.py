@@ -286,9 +286,31 @@ class Pc:
             return
         med = medians(times)
         fig = {"ms_per_launch": med, "runs": times}
+        short, fig["short_kernels_us"] = self.pc_cost_of_short_kernels(env)
         self.item(g, "pc_overhead", NEEDS_GPU if self.sim else HOLDS,
                   f"chase, median ms per launch: without gpuperf {med['without']:.3f}, recorded "
                   f"{med['record']:.3f} (x{med['record'] / med['without']:.2f}), with --pc-sampling "
                   f"{med['pc_sampling']:.3f} (x{med['pc_sampling'] / med['without']:.2f}), with --pc-sampling=18 "
                   f"{med['pc_sampling_18']:.3f} (x{med['pc_sampling_18'] / med['without']:.2f}), "
-                  f"{len(times['without'])} rounds alternated" + label, fig)
+                  f"{len(times['without'])} rounds alternated{short}" + label, fig)
+
+    def pc_cost_of_short_kernels(self, env):
+        """Whether a sampled launch's cost is fixed or grows with the kernel:
+        check_app's 200 us and 50 us kernels, each between CUDA events, without
+        gpuperf and with --pc-sampling (medians of 5 of each). Returns the text
+        for the item's detail and the figure."""
+        app = self.progs.get("check_app")
+        if not app or self.left() < 40:
+            return "", None
+        pattern = r"check_app: event (\w+) count \d+ total_us [\d.]+ median_us ([\d.]+)"
+        plain = run([app, "timed", "5"], self.limit(60), env=dict(os.environ, **env))
+        r, _, _ = self.record("pc_overhead_short_kernels", [app, "timed", "5"], flags=["--pc-sampling"], env=env,
+                              timeout=120, timeline=False)
+        before = {m.group(1): float(m.group(2)) for m in re.finditer(pattern, plain.out or "")}
+        after = {m.group(1): float(m.group(2)) for m in re.finditer(pattern, r.out or "")}
+        fig = {k: {"without": before[k], "pc_sampling": after[k]} for k in before if k in after}
+        if not fig:
+            return f"; check_app's short kernels gave no event times ({r.tail(120)})", None
+        parts = [f"{k} {v['without']:.1f} us without, {v['pc_sampling']:.1f} us sampled"
+                 for k, v in sorted(fig.items()) if k != "empty_pair"]
+        return "; between CUDA events (median): " + ", ".join(parts), fig

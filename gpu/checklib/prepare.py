@@ -134,9 +134,15 @@ class Prepare:
         os.makedirs(bindir, exist_ok=True)
         os.chmod(bindir, 0o755)
         procs, errors = {}, []
+        # Built from copies under the check's own directory: the paths that
+        # line information and stacks carry into a recording name no checkout.
+        srcdir = os.path.join(self.work, "src")
+        for src, _ in progs.values():
+            os.makedirs(os.path.dirname(os.path.join(srcdir, src)), exist_ok=True)
+            shutil.copy(os.path.join(REPO, src), os.path.join(srcdir, src))
         for name, (src, extra) in progs.items():
             exe = os.path.join(bindir, name)
-            procs[name] = (exe, subprocess.Popen(base + extra + ["-o", exe, os.path.join(REPO, src)],
+            procs[name] = (exe, subprocess.Popen(base + extra + ["-o", exe, os.path.join(srcdir, src)],
                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         deadline = time.monotonic() + self.limit(240)
         for name, (exe, p) in procs.items():
