@@ -7,7 +7,7 @@ import re
 import shutil
 
 from .base import HOLDS, NEEDS_GPU, NOBODY, NOT_RUN, REPO, SHORT, medians
-from .ncu import metric_stalls, source_lines
+from .ncu import line_agreement, metric_stalls, source_lines
 from .runner import run
 
 
@@ -141,22 +141,25 @@ class Pc:
         with open(os.path.join(d, "ncu-metrics.csv"), "w") as f:
             f.write((m.out or "") + (m.err or ""))
         stalls = metric_stalls(m.out)
-        # The kernel's samples per CUDA source line: the source page of a SourceCounters report.
+        # The kernel's samples per CUDA source line: the source page of a
+        # SourceCounters report, in its `cuda,sass` view (`cuda` alone prints
+        # the file's text without metrics).
         rep = os.path.join(d, "chase")
         s = run([ncu, "--clock-control", "none", "--section", "SourceCounters", "--import-source", "yes", "-k", "regex:chase", "-c", "1",
                  "-f", "-o", rep, app, "1"], self.limit(120), cwd=d)
-        src = run([ncu, "-i", rep + ".ncu-rep", "--page", "source", "--csv", "--print-source", "cuda"],
+        src = run([ncu, "-i", rep + ".ncu-rep", "--page", "source", "--csv", "--print-source", "cuda,sass"],
                   self.limit(60), cwd=d) if s.rc == 0 else s
         with open(os.path.join(d, "ncu-source.csv"), "w") as f:
             f.write((src.out or "") + (src.err or ""))
-        ncu_lines, page_stalls = source_lines(src.out, "pc_hot.cu")
+        ncu_lines, page_stalls, ncu_line_stalls = source_lines(src.out, "pc_hot.cu")
         # The source page's own per-reason columns, where the metrics run gave none.
         stalls = stalls or page_stalls
         ncu_line = max(ncu_lines, key=ncu_lines.get) if ncu_lines else None
         ours = self.stall_name(k["stalls"][0]["reason"]) if k and k["stalls"] else None
         theirs = max(stalls, key=stalls.get) if stalls else None
         fig = {"gpuperf_top_stall": ours, "ncu_top_stall": theirs, "ncu_stalls": stalls,
-               "gpuperf_top_line": k["lines"][0]["line"] if k and k["lines"] else None, "ncu_top_line": ncu_line}
+               "gpuperf_top_line": k["lines"][0]["line"] if k and k["lines"] else None, "ncu_top_line": ncu_line,
+               "ncu_lines": ncu_lines}
         if not stalls and not ncu_lines:
             self.item(g, "pc_vs_ncu", NOT_RUN, f"ncu gave no PC-sampling figures: {m.tail(200)} | {src.tail(200)}", fig)
             return
@@ -170,8 +173,15 @@ class Pc:
         bad = []
         if stalls and ours != theirs:
             bad.append(f"top stall reason: gpuperf {ours}, ncu {theirs}")
-        if ncu_lines and ncu_line != hot:
+        if not ncu_lines:
+            bad.append("ncu's source page gave no line's samples (ncu-source.csv)")
+        elif ncu_line != hot:
             bad.append(f"ncu's hottest line is {ncu_line}, gpuperf's pc_hot.cu:{hot}")
+        if ncu_lines:
+            # Each line with at least 5 % of ncu's samples: its share and its top stall reason.
+            off, lines_seen, fig["lines"] = line_agreement(k, ncu_lines, ncu_line_stalls, "pc_hot.cu")
+            bad += off
+            seen += "; per line, gpuperf / ncu: " + ", ".join(lines_seen)
         self.item(g, "pc_vs_ncu", SHORT if bad else HOLDS,
                   "; ".join(bad + [seen]) if bad else f"gpuperf and ncu agree: {seen}", fig)
 

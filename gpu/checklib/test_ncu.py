@@ -1,8 +1,13 @@
-"""Tests of the Nsight Compute CSV readers, on pages laid out as ncu 2023-2025
-print them (run: `cd gpu && python3 -m unittest checklib.test_ncu`)."""
+"""Tests of the Nsight Compute CSV readers (run: `cd gpu && python3 -m
+unittest checklib.test_ncu`): on a real source page (`testdata/`: the
+`cuda,sass` view of the H200 run's report of `chase`, its file path
+replaced, its rows cut to each line's sum and a few instructions) and on
+hand-made pages in other layouts."""
+import json
+import os
 import unittest
 
-from .ncu import metric_stalls, source_lines
+from .ncu import line_agreement, metric_stalls, source_lines
 
 DETAILS = """\
 ==PROF== Connected to process 4242 (/tmp/pc_hot)
@@ -16,8 +21,8 @@ chase: 1 launches, 0.95 ms
 "0","4242","pc_hot","127.0.0.1","chase(const unsigned int *, unsigned int *, int)","1","7","(256, 1, 1)","(528, 1, 1)","0","9.0","Command line profiler metrics","smsp__pcsamp_warps_issue_stalled_wait","","n/a"
 """
 
-# --print-source cuda of a report with --import-source yes: the file's rows,
-# then an inlined header's, each after its "File Path" row.
+# Hand-made: a file's rows, then an inlined header's, each after its "File
+# Path" row, with the per-reason columns under the metrics' own names.
 SOURCE_BY_FILE = """\
 "File Path","/work/gpu/progs/pc_hot.cu"
 "Function Name","chase"
@@ -31,7 +36,7 @@ SOURCE_BY_FILE = """\
 "37","  return __a;","99,999","0","99,999","0","0"
 """
 
-# An older layout: a "Kernel Name" row, "#" for the line, "(All Cycles)", no file rows.
+# Hand-made, an older layout: a "Kernel Name" row, "#" for the line, "(All Cycles)", no file rows.
 SOURCE_OLD = """\
 "Kernel Name","chase"
 "#","Source","Warp Stall Sampling (All Cycles)","Warp Stall Sampling (No Instructions)"
@@ -51,25 +56,79 @@ class MetricStalls(unittest.TestCase):
 
 
 class SourceLines(unittest.TestCase):
+    def test_the_h200_page_lines_with_code_their_sums_and_reasons_under_cuptis_names(self):
+        lines, stalls, per_line = source_lines(page("h200_chase_cuda_sass.csv"), "pc_hot.cu")
+        # Only the line rows: an instruction row's samples are already in its line's.
+        self.assertEqual(lines, {37: 19.0, 38: 18.0, 40: 40.0, 41: 103331.0, 42: 7018.0, 44: 13.0, 45: 5.0})
+        self.assertEqual(max(per_line[41], key=per_line[41].get), "long_scoreboard")
+        self.assertEqual(per_line[41]["long_scoreboard"], 102941.0)
+        self.assertEqual(max(stalls, key=stalls.get), "long_scoreboard")
+        # Every reason column is one of CUPTI's names; "(Not Issued)" parts are left out.
+        self.assertEqual(sum(stalls.values()), sum(lines.values()))
+        self.assertFalse([r for r in stalls if r.startswith("stall_") or "Issued" in r], stalls)
+        self.assertEqual(stalls["dispatch_stall"], 59.0)
+
     def test_lines_of_the_named_file_only_after_its_file_and_function_rows(self):
-        lines, stalls = source_lines(SOURCE_BY_FILE, "pc_hot.cu")
+        lines, stalls, _ = source_lines(SOURCE_BY_FILE, "pc_hot.cu")
         self.assertEqual(lines, {35: 12.0, 36: 1040.0, 37: 48000.0, 38: 0.0})
         self.assertEqual(max(lines, key=lines.get), 37)
         # The page's own per-reason columns, not-issued left out, other files' rows too.
         self.assertEqual(stalls, {"long_scoreboard": 47540.0, "selected": 1512.0})
 
     def test_another_files_rows_are_not_counted_under_its_line_numbers(self):
-        lines, _ = source_lines(SOURCE_BY_FILE, "api.h")
+        lines, _, _ = source_lines(SOURCE_BY_FILE, "api.h")
         self.assertEqual(lines, {37: 99999.0})
 
     def test_an_older_page_without_file_rows_is_read_by_its_hash_column(self):
-        lines, stalls = source_lines(SOURCE_OLD, "pc_hot.cu")
+        lines, stalls, _ = source_lines(SOURCE_OLD, "pc_hot.cu")
         self.assertEqual(lines, {1: 0.0, 37: 900.0, 40: 30.0})
         self.assertEqual(stalls, {})
 
     def test_a_page_without_a_samples_column_gives_nothing(self):
         page = '"File Path","pc_hot.cu"\n"Line No","Source","Instructions Executed"\n"37","x","5"\n'
-        self.assertEqual(source_lines(page, "pc_hot.cu"), ({}, {}))
+        self.assertEqual(source_lines(page, "pc_hot.cu"), ({}, {}, {}))
+
+
+def page(name):
+    with open(os.path.join(os.path.dirname(__file__), "testdata", name)) as f:
+        return f.read()
+
+
+# gpuperf's report of the same kernel on the same H200 (5 launches; ncu's
+# page is of one), as `gpuperf report --format json` gave it, cut to its top
+# two lines' top reasons.
+GPUPERF_CHASE = {"kernel": "chase", "samples": 552837, "lines": [
+    {"line": "/tmp/check/gpu/progs/pc_hot.cu:41", "samples": 517123,
+     "stalls": [{"reason": "long_scoreboard", "samples": 515337}]},
+    {"line": "/tmp/check/gpu/progs/pc_hot.cu:42", "samples": 35341,
+     "stalls": [{"reason": "long_scoreboard", "samples": 34601}]},
+    {"line": "/tmp/check/gpu/progs/pc_hot.cu:40", "samples": 205,
+     "stalls": [{"reason": "wait", "samples": 114}]}]}
+
+
+class LineAgreement(unittest.TestCase):
+    def test_the_h200_run_agrees_with_ncu_on_each_line_over_5_percent(self):
+        lines, _, per_line = source_lines(page("h200_chase_cuda_sass.csv"), "pc_hot.cu")
+        bad, seen, fig = line_agreement(GPUPERF_CHASE, lines, per_line, "pc_hot.cu")
+        self.assertEqual(bad, [])
+        self.assertEqual(list(fig), [41, 42])
+        self.assertEqual(fig[41], {"gpuperf_share": 0.9354, "ncu_share": 0.9356,
+                                   "gpuperf_stall": "long_scoreboard", "ncu_stall": "long_scoreboard"})
+        self.assertEqual(seen[0], "line 41 93.5% / 93.6% (long_scoreboard / long_scoreboard)")
+
+    def test_a_share_off_by_more_than_the_tolerance_or_another_top_reason_disagrees(self):
+        lines, _, per_line = source_lines(page("h200_chase_cuda_sass.csv"), "pc_hot.cu")
+        moved = json.loads(json.dumps(GPUPERF_CHASE))
+        moved["lines"][1]["samples"] = 80000
+        moved["lines"][0]["stalls"][0]["reason"] = "wait"
+        bad, _, _ = line_agreement(moved, lines, per_line, "pc_hot.cu")
+        self.assertEqual(bad, ["line 41: top stall gpuperf wait, ncu long_scoreboard",
+                               "line 42: 14.5% of gpuperf's samples, 6.4% of ncu's"])
+
+    def test_a_line_gpuperf_lacks_counts_as_none_of_its_samples(self):
+        lines, _, per_line = source_lines(page("h200_chase_cuda_sass.csv"), "pc_hot.cu")
+        bad, _, _ = line_agreement({"samples": 10, "lines": []}, lines, per_line, "pc_hot.cu")
+        self.assertEqual(bad[0], "line 41: 0.0% of gpuperf's samples, 93.6% of ncu's")
 
 
 if __name__ == "__main__":
