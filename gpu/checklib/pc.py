@@ -46,18 +46,22 @@ class Pc:
         return k, (None if k else f"no PC samples for `chase` in the report: {json.dumps(pc)[:300]}")
 
     @staticmethod
-    def reads_line(d):
-        """The recorder's log line on how CUPTI handed the PC records over, or None."""
+    def log_line(d, start):
+        """The recorder's log line from `start` on (e.g. "PC sampling reads:"), or None."""
         for log in sorted(glob.glob(os.path.join(d, "raw", "*.log"))):
             with open(log, errors="replace") as f:
                 for ln in f:
-                    if "PC sampling reads:" in ln:
-                        return ln[ln.index("PC sampling reads:"):].strip()
+                    if start in ln:
+                        return ln[ln.index(start):].strip()
         return None
+
+    def reads_line(self, d):
+        """The recorder's log line on how CUPTI handed the PC records over, or None."""
+        return self.log_line(d, "PC sampling reads:")
 
     def check_pc(self):
         g = "pc"
-        names = ["pc_hot_line", "pc_vs_ncu", "pc_modes", "pc_threads", "pc_rootless", "pc_overhead"]
+        names = ["pc_hot_line", "pc_vs_ncu", "pc_modes", "pc_threads", "pc_rootless", "pc_overhead", "pc_decode"]
         app = self.progs.get("pc_hot")
         if not self.gpuperf or not app:
             for n in names:
@@ -122,6 +126,7 @@ class Pc:
         self.check_pc_threads(g, app, env, label)
         self.check_pc_rootless(g, app, flags)
         self.check_pc_overhead(g, app, env, label)
+        self.check_pc_decode(g)
 
     def check_pc_ncu(self, g, app, hot, k):
         if self.sim:
@@ -310,6 +315,47 @@ class Pc:
                   f"the first launch (one-time set-up): without gpuperf {med_first['without']:.1f} ms, "
                   f"with --pc-sampling {med_first['pc_sampling']:.1f} ms; "
                   f"{len(later['without'])} rounds alternated{short}" + label, fig)
+
+    def check_pc_decode(self, g):
+        """What --pc-sampling at its defaults costs a launch-bound PyTorch loop
+        (gpu/decode_loop.py: hundreds of small kernels a token): tokens/s
+        without gpuperf, recorded, and recorded with --pc-sampling (its default
+        window samples 100 launches in every 1000, each serialized), rounds
+        alternated, medians."""
+        if not self.torch_python:
+            self.item(g, "pc_decode", NOT_RUN, "no Python with PyTorch")
+            return
+        script = os.path.join(REPO, "gpu/decode_loop.py")
+        tokens = "20" if self.sim else "200"
+        runs = {"without": [], "record": [], "pc_sampling": []}
+        windows = None
+        for rnd in range(3):
+            for mode in runs:
+                if self.left() < 40:
+                    break
+                cmd = self.wrap([self.torch_python, script, tokens])
+                if mode == "without":
+                    r = run(cmd, self.limit(120))
+                else:
+                    flags = ["--pc-sampling"] if mode == "pc_sampling" else []
+                    r, _, d = self.record(f"pc_decode_{mode}_{rnd}", cmd, flags=flags, timeout=180, timeline=False)
+                    if mode == "pc_sampling":
+                        windows = windows or self.log_line(d, "PC sampling windows:")
+                m = re.search(r"tokens_per_s ([\d.]+)", r.out or "")
+                if r.rc == 0 and m:
+                    runs[mode].append(float(m.group(1)))
+        if not all(runs.values()):
+            self.item(g, "pc_decode", NOT_RUN, f"the decode loop gave no figure: {runs}")
+            return
+        med = medians(runs)
+        change = {k: med[k] / med["without"] - 1 for k in med if k != "without"}
+        label = " [simulated: no kernel is serialized]" if self.sim else ""
+        self.item(g, "pc_decode", NEEDS_GPU if self.sim else HOLDS,
+                  f"median tokens/s without gpuperf {med['without']:.1f}, recorded {med['record']:.1f} "
+                  f"({change['record'] * 100:+.1f}%), with --pc-sampling {med['pc_sampling']:.1f} "
+                  f"({change['pc_sampling'] * 100:+.1f}%), {len(runs['without'])} rounds alternated; "
+                  f"{windows or 'no PC sampling windows line in the log'}" + label,
+                  {"median": med, "runs": runs, "windows": windows})
 
     def pc_cost_of_short_kernels(self, env):
         """Whether a sampled launch's cost is fixed or grows with the kernel:

@@ -75,7 +75,7 @@ class Prepare:
 
     def setup(self):
         self.gpuperf = self.find_gpuperf()
-        self.torch_python = self.find_torch_python() if "pytorch" in self.only or "overhead" in self.only else None
+        self.torch_python = self.find_torch_python() if self.only & {"pytorch", "overhead", "pc"} else None
         if self.sim:
             inc = os.environ.get("CUDA_INCLUDE")
             env = dict(os.environ)
