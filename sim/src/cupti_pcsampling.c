@@ -842,6 +842,12 @@ void pcs_before_exit(void) {
     if (!tls_range_ended)
         return;
     tls_range_ended = 0;
+    /* GPUSIM_PC_SERIALIZED_COST_US=N (simulated cost): a kernel-serialized
+       sampled launch returns N us later, as one costs about 800 us more on
+       an H200, so that a test can see what a budget of time does. */
+    long cost = sim_fault_number("GPUSIM_PC_SERIALIZED_COST_US", 0);
+    if (cost > 0)
+        usleep((useconds_t)cost);
     static struct sim_hook hook = {.var = "GPUSIM_PC_KERNEL_END_HOOK"};
     sim_hook_fn h = sim_hook(&hook);
     if (h)

@@ -7,7 +7,7 @@ use clap::parser::ValueSource;
 use clap::{
     ArgAction, ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
 };
-use gpuperf_merge::recording::env::{PcMode, PcWindow};
+use gpuperf_merge::recording::env::{PcBudget, PcMode, PcWindow};
 use gpuperf_merge::recording::{DEFAULT_TITLE, Inputs, Outputs};
 use gpuperf_merge::view::{Frames, Names, View};
 use gpuperf_profiler::ProbeSpec;
@@ -159,11 +159,18 @@ pub struct RecordArgs {
     /// With --pc-sampling: which launches are sampled, `all` or N/M: N
     /// consecutive launches in every M (the first N, then a window at a
     /// varying place in each stretch of M). Default: 100/1000, so a short run
-    /// is sampled whole and a long one pays for serialized kernels on a tenth
-    /// of its launches. The summary counts the launches left out; nothing is
-    /// scaled up for them.
+    /// is sampled whole, and a long one on at most a tenth of its launches
+    /// (fewer where --pc-sampling-budget closes windows). The summary counts
+    /// the launches left out; nothing is scaled up for them.
     #[arg(long, value_name = "N/M", requires = "pc_sampling", value_parser = parse_pc_window)]
     pub pc_sampling_window: Option<PcWindow>,
+    /// With --pc-sampling: the share of the run's time the sampling windows
+    /// may take, `off` or a percentage (default 10). A sampled launch costs
+    /// far more than another (serialized, about 0.8 ms on an H200), so a window
+    /// opens only while the windows so far took at most that share of the run;
+    /// the summary counts the launches it left unsampled.
+    #[arg(long, value_name = "PERCENT", requires = "pc_sampling", value_parser = parse_pc_budget)]
+    pub pc_sampling_budget: Option<PcBudget>,
     /// With --pc-sampling: `serialized` (default: each sample is charged to
     /// its launch's CPU stack) or `continuous` (kernels keep running
     /// concurrently; samples name no launch and are charged to their kernel
@@ -881,6 +888,10 @@ fn parse_pc_period(s: &str) -> Result<PcPeriod, String> {
 
 fn parse_pc_window(s: &str) -> Result<PcWindow, String> {
     PcWindow::parse(s)
+}
+
+fn parse_pc_budget(s: &str) -> Result<PcBudget, String> {
+    PcBudget::parse(s)
 }
 
 fn parse_pc_mode(s: &str) -> Result<PcMode, String> {

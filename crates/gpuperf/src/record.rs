@@ -161,6 +161,7 @@ pub fn run(a: RecordArgs, quiet: bool) -> Result<u8> {
         asked.pc_sampling = a.pc_sampling.map(|p| p.0);
         asked.pc_mode = a.pc_sampling_mode.unwrap_or_default();
         asked.pc_window = a.pc_sampling_window;
+        asked.pc_budget = a.pc_sampling_budget;
         if asked.nvtx_hook()
             && let Some(old) = std::env::var_os(rec_env::NVTX_INJECTION_PATH)
         {

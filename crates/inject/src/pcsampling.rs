@@ -62,9 +62,12 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use gpuperf_merge::model::{PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches, not_issued_base};
-pub use gpuperf_merge::recording::env::{PcMode, PcWindow};
+use gpuperf_merge::model::{
+    PC_BUDGET_NOTE, PC_CONTINUOUS_NOTE, PC_SERIALIZED_NOTE, PcLaunches, not_issued_base,
+};
+pub use gpuperf_merge::recording::env::{PcBudget, PcMode, PcWindow};
 
+use crate::clock::monotonic_ns;
 use crate::guard::lock;
 use crate::sys::{
     self, CUpti_GetCubinCrcParams, CUpti_GetSassToSourceCorrelationParams,
@@ -84,6 +87,8 @@ pub const VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING;
 pub const MODE_VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING_MODE;
 /// `GPUPERF_PC_SAMPLING_WINDOW`'s variable name.
 pub const WINDOW_VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING_WINDOW;
+/// `GPUPERF_PC_SAMPLING_BUDGET`'s variable name.
+pub const BUDGET_VAR: &str = gpuperf_merge::recording::env::PC_SAMPLING_BUDGET;
 
 /// What `GPUPERF_PC_SAMPLING` and its mode and window variables ask for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -94,6 +99,8 @@ pub struct Settings {
     pub mode: PcMode,
     /// The launches sampled. Default is [`PcWindow::DEFAULT`].
     pub window: PcWindow,
+    /// The windows' share of the run's time. Default is [`PcBudget::DEFAULT`].
+    pub budget: PcBudget,
 }
 
 impl Settings {
@@ -103,15 +110,18 @@ impl Settings {
             period,
             mode: PcMode::Serialized,
             window: PcWindow::DEFAULT,
+            budget: PcBudget::DEFAULT,
         }
     }
 
-    /// Applies `GPUPERF_PC_SAMPLING_MODE` and `GPUPERF_PC_SAMPLING_WINDOW`;
-    /// a value not understood leaves the default, with a warning.
+    /// Applies `GPUPERF_PC_SAMPLING_MODE`, `GPUPERF_PC_SAMPLING_WINDOW` and
+    /// `GPUPERF_PC_SAMPLING_BUDGET`; a value not understood leaves the
+    /// default, with a warning.
     pub fn with_env(
         mut self,
         mode: Option<&std::ffi::OsStr>,
         window: Option<&std::ffi::OsStr>,
+        budget: Option<&std::ffi::OsStr>,
     ) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
         if let Some(v) = mode {
@@ -132,6 +142,19 @@ impl Settings {
                 None => warnings.push(format!(
                     "{WINDOW_VAR} is not UTF-8; sampling {}",
                     PcWindow::DEFAULT
+                )),
+            }
+        }
+        if let Some(v) = budget {
+            match v.to_str().map(PcBudget::parse) {
+                Some(Ok(b)) => self.budget = b,
+                Some(Err(e)) => warnings.push(format!(
+                    "{BUDGET_VAR}: {e}; the windows may take {} % of the run",
+                    PcBudget::DEFAULT
+                )),
+                None => warnings.push(format!(
+                    "{BUDGET_VAR} is not UTF-8; the windows may take {} % of the run",
+                    PcBudget::DEFAULT
                 )),
             }
         }
@@ -169,6 +192,9 @@ thread_local! {
     /// Set by a windowed launch's entry on its thread: whether its return
     /// reads (the window was open at it).
     static READ_AT_EXIT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// Set by a windowed sampled launch's entry on its thread: when it began
+    /// (0: not sampled), for the budget.
+    static SAMPLED_AT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// PCs one `cuptiPCSamplingGetData` call can return.
@@ -399,6 +425,13 @@ pub struct Sampler {
     names: Mutex<HashSet<usize>>,
     /// Kernel-serialized: one sampled launch at a time in a context.
     gates: Gates,
+    /// When sampling was set up, and the time spent since inside sampled
+    /// launch calls (ns; serialized, such a call lasts until its kernel ended
+    /// and its samples were read): the budget's clock.
+    t0_ns: u64,
+    sampled_ns: AtomicU64,
+    /// Launches in the windows left unsampled to keep within the budget.
+    over_budget: AtomicU64,
 }
 
 impl Sampler {
@@ -427,6 +460,9 @@ impl Sampler {
             enabled: AtomicU64::new(0),
             names: Mutex::new(HashSet::new()),
             gates: Gates::new(GATE_WAIT),
+            t0_ns: monotonic_ns(),
+            sampled_ns: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
         })
     }
 
@@ -719,6 +755,15 @@ impl Sampler {
             };
             c = again;
         }
+        // A window opens only while the sampled launches so far kept within
+        // the budget.
+        let now = monotonic_ns();
+        let want = if want && !c.started && !self.within_budget(now) {
+            self.over_budget.fetch_add(1, Relaxed);
+            false
+        } else {
+            want
+        };
         let was_started = c.started;
         if c.started != want {
             // SAFETY: the caller vouches for the context.
@@ -738,6 +783,7 @@ impl Sampler {
         let sampled = want && c.started;
         if sampled {
             self.sampled.fetch_add(1, Relaxed);
+            let _ = SAMPLED_AT.try_with(|t| t.set(now));
         }
         // A range can end at this launch's return only if the window was
         // open: a launch outside the windows reads nothing.
@@ -745,6 +791,18 @@ impl Sampler {
         drop(contexts);
         if sampled && serialized && !gated {
             self.gates.enter(ctx as usize);
+        }
+    }
+
+    /// Whether the sampled launches so far took at most the budget's share
+    /// of the time since sampling was set up.
+    fn within_budget(&self, now: u64) -> bool {
+        match self.settings.budget {
+            PcBudget::Off => true,
+            PcBudget::Percent(p) => {
+                let spent = u128::from(self.sampled_ns.load(Relaxed)) * 100;
+                spent <= u128::from(p) * u128::from(now.saturating_sub(self.t0_ns))
+            }
         }
     }
 
@@ -911,6 +969,17 @@ impl Sampler {
         }
         if let Some(counts) = self.launch_counts(&inner) {
             notes.push(counts.note(&self.settings.window.to_string()));
+        }
+        let over = self.over_budget.load(Relaxed);
+        if over > 0 {
+            notes.push(format!(
+                "{PC_BUDGET_NOTE} {over} launches in the windows were left unsampled to keep the \
+                 sampled launches within {} % of the run's time (they took {:.2} s of {:.2} s; \
+                 --pc-sampling-budget off samples every window)",
+                self.settings.budget,
+                self.sampled_ns.load(Relaxed) as f64 / 1e9,
+                monotonic_ns().saturating_sub(self.t0_ns) as f64 / 1e9
+            ));
         }
         if let Some((call, st)) = inner.first_window_error {
             notes.push(format!(
@@ -1118,6 +1187,12 @@ impl Sampler {
         if self.settings.window.is_all() || READ_AT_EXIT.try_with(|r| r.take()).unwrap_or(true) {
             // SAFETY: the launching call's context is live during its callback.
             unsafe { self.range_ended(ctx, true) };
+        }
+        // What this sampled launch cost, its read included, against the budget.
+        let at = SAMPLED_AT.try_with(|t| t.take()).unwrap_or(0);
+        if at != 0 {
+            let took = monotonic_ns().saturating_sub(at);
+            self.sampled_ns.fetch_add(took, Relaxed);
         }
         // Its records read: the context's next sampled launch may go on.
         self.gates.exit();
@@ -1443,13 +1518,23 @@ mod tests {
         );
         let s = Settings::new(None);
         assert_eq!(s.window, PcWindow::DEFAULT);
-        let (s2, w) = s.with_env(Some(OsStr::new("continuous")), Some(OsStr::new("5/20")));
+        assert_eq!(s.budget, PcBudget::DEFAULT);
+        let (s2, w) = s.with_env(
+            Some(OsStr::new("continuous")),
+            Some(OsStr::new("5/20")),
+            Some(OsStr::new("off")),
+        );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(s2.mode, PcMode::Continuous);
         assert_eq!(s2.window, PcWindow::parse("5/20").unwrap());
-        let (s3, w) = s.with_env(Some(OsStr::new("fast")), Some(OsStr::new("0/3")));
+        assert_eq!(s2.budget, PcBudget::Off);
+        let (s3, w) = s.with_env(
+            Some(OsStr::new("fast")),
+            Some(OsStr::new("0/3")),
+            Some(OsStr::new("0")),
+        );
         assert_eq!(s3, s);
-        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!(w.len(), 3, "{w:?}");
         for bad in ["4", "32", "fast", "-1"] {
             let (s, w) = from_env(Some(OsStr::new(bad)));
             assert_eq!(s, None, "{bad}");

@@ -400,6 +400,7 @@ impl Recording {
                     n.starts_with("simulated GPU")
                         || n.starts_with(model::PC_SERIALIZED_NOTE)
                         || n.starts_with(model::PC_LAUNCHES_NOTE)
+                        || n.starts_with(model::PC_BUDGET_NOTE)
                 }),
             "notes: {:?}",
             self.notes

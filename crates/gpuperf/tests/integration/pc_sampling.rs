@@ -512,9 +512,11 @@ fn report_json(dir: &std::path::Path) -> serde_json::Value {
 fn record_pc_sampling_window_2_of_6__only_the_windows_launches_have_samples_and_the_rest_are_counted()
  {
     // 10 rounds of (hot, cold, hot): 30 launches, 2 sampled in each stretch of 6.
+    // No budget: a loaded machine's timing must not close a window here
+    // (the budget has its own test).
     let Some((o, rec, dir)) = record_with(
         "pc-sampling-window",
-        &["--pc-sampling-window=2/6"],
+        &["--pc-sampling-window=2/6", "--pc-sampling-budget=off"],
         &["app", "10"],
         &[],
     ) else {
@@ -567,6 +569,73 @@ fn record_pc_sampling_window_2_of_6__only_the_windows_launches_have_samples_and_
     assert_eq!(pc["samples"], total, "{pc}");
 }
 
+/// The launches a recording's PC samples name, and its `PC_LAUNCHES` counts.
+fn sampled_launches(rec: &Recording) -> (std::collections::BTreeSet<u32>, (u64, u64)) {
+    let got = rec
+        .pc_samples
+        .iter()
+        .filter_map(|p| p.correlation_id)
+        .collect();
+    let counts = rec.pc_launches.iter().fold((0, 0), |(s, u), p| {
+        (s + p.launches.sampled, u + p.launches.unsampled)
+    });
+    (got, counts)
+}
+
+#[test]
+fn record_pc_sampling_budget__windows_stop_opening_once_sampled_launches_took_their_share() {
+    // Each sampled launch costs 20 ms (simulated, as serialized launches cost
+    // an H200 about 0.8 ms): the first window's 2 take 40 ms, over 1 % of any
+    // run shorter than 4 s, so none of the other 8 windows opens.
+    let cost = [("GPUSIM_PC_SERIALIZED_COST_US", "20000")];
+    let Some((o, rec, dir)) = record_with(
+        "pc-sampling-budget",
+        &["--pc-sampling-window=2/6", "--pc-sampling-budget=1"],
+        &["app", "10"],
+        &cost,
+    ) else {
+        return;
+    };
+    rec.check_invariants();
+    let mut launches: Vec<u32> = rec.kernels().iter().map(|k| k.correlation_id).collect();
+    launches.sort_unstable();
+    assert_eq!(launches.len(), 30);
+    let (got, counts) = sampled_launches(&rec);
+    assert_eq!(got, launches[..2].iter().copied().collect(), "{}", show(&o));
+    assert_eq!(counts, (2, 28));
+    let note = rec
+        .notes
+        .iter()
+        .find(|n| n.contains("left unsampled"))
+        .unwrap_or_else(|| panic!("{:?}", rec.notes));
+    assert!(
+        note.starts_with(
+            "PC sampling budget: 8 launches in the windows were left unsampled to keep the sampled \
+             launches within 1 % of the run's time (they took 0.0"
+        ),
+        "{note}"
+    );
+    assert!(text(&o.stderr).contains(note.as_str()), "{}", show(&o));
+    assert_eq!(report_json(&dir)["pc_samples"]["launches_sampled"], 2);
+
+    // The same run without a budget samples every window's launches.
+    let Some((o, rec, _)) = record_with(
+        "pc-sampling-budget-off",
+        &["--pc-sampling-window=2/6", "--pc-sampling-budget=off"],
+        &["app", "10"],
+        &cost,
+    ) else {
+        return;
+    };
+    let (got, counts) = sampled_launches(&rec);
+    assert_eq!((got.len(), counts), (10, (10, 20)), "{}", show(&o));
+    assert!(
+        !rec.notes.iter().any(|n| n.contains("left unsampled")),
+        "{:?}",
+        rec.notes
+    );
+}
+
 #[test]
 fn record_pc_sampling_continuous_window_2_of_6__every_windows_samples_kept_across_its_stop() {
     // Continuous mode with windows: each window's range ends at its Stop, when
@@ -574,7 +643,11 @@ fn record_pc_sampling_continuous_window_2_of_6__every_windows_samples_kept_acros
     // as cupti_pcsampling.h says); the next window's would replace them.
     let Some((o, rec, _dir)) = record_with(
         "pc-sampling-continuous-window",
-        &["--pc-sampling-mode=continuous", "--pc-sampling-window=2/6"],
+        &[
+            "--pc-sampling-mode=continuous",
+            "--pc-sampling-window=2/6",
+            "--pc-sampling-budget=off",
+        ],
         &["app", "10"],
         &[],
     ) else {
@@ -1104,7 +1177,7 @@ fn record_pc_sampling_window_ends_while_another_threads_kernel_is_sampled__its_r
     // Stop waits as a sampled launch does.
     threads_run_keeps_each_sampled_kernels_records(
         "pc-sampling-threads-window",
-        &["--pc-sampling-window=1/2"],
+        &["--pc-sampling-window=1/2", "--pc-sampling-budget=off"],
         1,
     );
 }

@@ -211,6 +211,7 @@ pub fn initialize() -> bool {
         let (s, w) = s.with_env(
             std::env::var_os(crate::pcsampling::MODE_VAR).as_deref(),
             std::env::var_os(crate::pcsampling::WINDOW_VAR).as_deref(),
+            std::env::var_os(crate::pcsampling::BUDGET_VAR).as_deref(),
         );
         pc_warnings.extend(w);
         s

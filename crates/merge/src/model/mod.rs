@@ -25,8 +25,8 @@ pub use self::names::{api_base_name, api_stem, is_copy_api, is_launch_api, is_me
 #[cfg(feature = "render")]
 pub(crate) use self::notes::SIMULATED_DEVICE_MARK;
 pub use self::notes::{
-    AUTOGRAD_OFF_NOTE, Note, PC_CONTINUOUS_NOTE, PC_LAUNCHES_NOTE, PC_SERIALIZED_NOTE,
-    SIMULATED_GPU_NOTE,
+    AUTOGRAD_OFF_NOTE, Note, PC_BUDGET_NOTE, PC_CONTINUOUS_NOTE, PC_LAUNCHES_NOTE,
+    PC_SERIALIZED_NOTE, SIMULATED_GPU_NOTE,
 };
 pub use self::records::{
     Activity, ActivityKind, ApiCall, ApiDomain, Autograd, AutogradTag, Clock, Device, DropSource,

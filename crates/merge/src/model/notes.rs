@@ -41,6 +41,10 @@ pub const PC_CONTINUOUS_NOTE: &str = "PC sampling in continuous mode";
 /// ([`PcLaunches::note`](super::PcLaunches::note)).
 pub const PC_LAUNCHES_NOTE: &str = "PC sampling windows:";
 
+/// The start of the NOTE that counts the launches of PC sampling's windows
+/// left unsampled to keep within its budget of the run's time.
+pub const PC_BUDGET_NOTE: &str = "PC sampling budget:";
+
 /// The start of the NOTE the injection library writes when it turned its
 /// autograd reading off: the merge then links no backward launch of that
 /// process.

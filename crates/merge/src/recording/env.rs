@@ -42,6 +42,10 @@ pub const PC_SAMPLING_MODE: &str = "GPUPERF_PC_SAMPLING_MODE";
 /// With [`PC_SAMPLING`] on: which launches are sampled, `all` or `N/M` (see
 /// [`PcWindow`]). Unset: [`PcWindow::DEFAULT`].
 pub const PC_SAMPLING_WINDOW: &str = "GPUPERF_PC_SAMPLING_WINDOW";
+/// With [`PC_SAMPLING`] on and windows: the share of the run's time the
+/// windows may take, `off` or a percentage (see [`PcBudget`]). Unset:
+/// [`PcBudget::DEFAULT`].
+pub const PC_SAMPLING_BUDGET: &str = "GPUPERF_PC_SAMPLING_BUDGET";
 
 /// CUPTI's PC sampling collection mode ([`PC_SAMPLING_MODE`]).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -159,6 +163,50 @@ impl std::fmt::Display for PcWindow {
     }
 }
 
+/// How much of a run's time PC sampling's windows may take
+/// ([`PC_SAMPLING_BUDGET`]). A sampled launch costs far more than another (on
+/// an H200, kernel-serialized: about 0.8 ms, plus time in proportion to its
+/// samples), so windows of a fixed share of the launches would slow a
+/// launch-bound loop several times over. With a budget, a window opens only
+/// while the time spent inside windows so far is at most that share of the
+/// run's time; its launches are otherwise left unsampled, and counted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PcBudget {
+    /// Every window opens.
+    Off,
+    /// A percentage, 1 to 100.
+    Percent(u8),
+}
+
+impl PcBudget {
+    /// The default: 10 % of the run's time.
+    pub const DEFAULT: PcBudget = PcBudget::Percent(10);
+
+    /// Reads `off` or a percentage from 1 to 100 (a trailing `%` allowed).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "off" {
+            return Ok(Self::Off);
+        }
+        match s.trim_end_matches('%').trim().parse::<u8>() {
+            Ok(n) if (1..=100).contains(&n) => Ok(Self::Percent(n)),
+            _ => Err(format!(
+                "`{s}` is not a sampling budget: give `off`, or the percentage of the run's time \
+                 the sampling windows may take, from 1 to 100"
+            )),
+        }
+    }
+}
+
+/// `off` or the percentage, as [`PcBudget::parse`] reads it.
+impl std::fmt::Display for PcBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PcBudget::Off => f.write_str("off"),
+            PcBudget::Percent(n) => write!(f, "{n}"),
+        }
+    }
+}
+
 /// A fixed 64-bit mix (SplitMix64's finalizer): where each window starts.
 fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -244,6 +292,10 @@ pub struct Injection {
     /// With PC sampling: the launches sampled ([`PC_SAMPLING_WINDOW`]);
     /// `None` leaves the library's default, [`PcWindow::DEFAULT`].
     pub pc_window: Option<PcWindow>,
+    /// With PC sampling: the windows' share of the run's time
+    /// ([`PC_SAMPLING_BUDGET`]); `None` leaves the library's default,
+    /// [`PcBudget::DEFAULT`].
+    pub pc_budget: Option<PcBudget>,
 }
 
 impl Injection {
@@ -262,6 +314,7 @@ impl Injection {
             pc_sampling: None,
             pc_mode: PcMode::Serialized,
             pc_window: None,
+            pc_budget: None,
         }
     }
 
@@ -316,6 +369,9 @@ impl Injection {
             }
             if let Some(w) = self.pc_window {
                 env.push((PC_SAMPLING_WINDOW.into(), w.to_string().into()));
+            }
+            if let Some(b) = self.pc_budget {
+                env.push((PC_SAMPLING_BUDGET.into(), b.to_string().into()));
             }
         }
         env
@@ -407,5 +463,23 @@ mod tests {
         assert_eq!(var(&i, PC_SAMPLING).as_deref(), Some("on"));
         assert_eq!(var(&i, PC_SAMPLING_MODE).as_deref(), Some("continuous"));
         assert_eq!(var(&i, PC_SAMPLING_WINDOW).as_deref(), Some("5/20"));
+        // The budget is passed only when asked for, as the library reads it.
+        assert_eq!(var(&i, PC_SAMPLING_BUDGET), None);
+        i.pc_budget = Some(PcBudget::Percent(3));
+        assert_eq!(var(&i, PC_SAMPLING_BUDGET).as_deref(), Some("3"));
+    }
+
+    /// `off` or 1 to 100 (with or without `%`); it reads back what it writes.
+    #[test]
+    fn a_pc_sampling_budget_is_off_or_a_percentage() {
+        assert_eq!(PcBudget::parse("off"), Ok(PcBudget::Off));
+        assert_eq!(PcBudget::parse("10%"), Ok(PcBudget::Percent(10)));
+        assert_eq!(PcBudget::parse("100"), Ok(PcBudget::Percent(100)));
+        for b in [PcBudget::Off, PcBudget::DEFAULT, PcBudget::Percent(1)] {
+            assert_eq!(PcBudget::parse(&b.to_string()), Ok(b));
+        }
+        for bad in ["0", "101", "-5", "ten", "", "5.5"] {
+            assert!(PcBudget::parse(bad).is_err(), "{bad}");
+        }
     }
 }
