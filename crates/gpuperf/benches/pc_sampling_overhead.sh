@@ -19,6 +19,9 @@
 #        LAUNCH_LOOP a prebuilt launch_loop (else built with $NVCC, -cudart shared,
 #                   and -L$CUDA_LIB, the wheels' lib directory, when set)
 #        PC_WINDOW  --pc-sampling-window's value (default: gpuperf's)
+#        PC_BUDGET  --pc-sampling-budget's value (default: gpuperf's)
+#        GPUSIM_PC_SERIALIZED_COST_US  on the simulation: what each sampled
+#                   launch costs (about 800 on an H200), to see the budget work
 set -euo pipefail
 n=${1:-20000}
 rounds=${2:-5}
@@ -42,8 +45,9 @@ if [ -n "${SIM:-}" ]; then
     record+=(--cupti "$SIM/libcupti.so.13")
     export GPUSIM_TIME_SCALE=${GPUSIM_TIME_SCALE:-0}
     label+="; GPUSIM_TIME_SCALE=$GPUSIM_TIME_SCALE"
+    [ -z "${GPUSIM_PC_SERIALIZED_COST_US:-}" ] || label+="; GPUSIM_PC_SERIALIZED_COST_US=$GPUSIM_PC_SERIALIZED_COST_US"
 fi
-pc=(--pc-sampling ${PC_WINDOW:+--pc-sampling-window="$PC_WINDOW"})
+pc=(--pc-sampling ${PC_WINDOW:+--pc-sampling-window="$PC_WINDOW"} ${PC_BUDGET:+--pc-sampling-budget="$PC_BUDGET"})
 
 # The loop's own time (the program prints it), from a fresh directory each run.
 seconds() {
@@ -68,7 +72,7 @@ echo "$label; launches per run: $n, rounds: $rounds; load: $(cut -d' ' -f1-3 /pr
 echo "gpuperf: $gpuperf"
 echo "without gpuperf:          median $base s ($(paste -sd' ' "$work/base"))"
 echo "record:                   median $rec s ($(paste -sd' ' "$work/rec"))"
-echo "record --pc-sampling${PC_WINDOW:+-window=$PC_WINDOW}: median $pcs s ($(paste -sd' ' "$work/pc"))"
+echo "record --pc-sampling${PC_WINDOW:+ --pc-sampling-window=$PC_WINDOW}${PC_BUDGET:+ --pc-sampling-budget=$PC_BUDGET}: median $pcs s ($(paste -sd' ' "$work/pc"))"
 ratio() {
     awk -v a="$1" -v b="$2" -v n="$n" -v what="$3" \
         'BEGIN { printf "%s: ratio %.3f, %+.0f ns per launch\n", what, a / b, (a - b) * 1e9 / n }'
