@@ -756,8 +756,8 @@ impl Sampler {
             c = again;
         }
         // A window opens only while the sampled launches so far kept within
-        // the budget.
-        let now = monotonic_ns();
+        // the budget. (A launch outside the windows reads no clock.)
+        let now = if want { monotonic_ns() } else { 0 };
         let want = if want && !c.started && !self.within_budget(now) {
             self.over_budget.fetch_add(1, Relaxed);
             false
