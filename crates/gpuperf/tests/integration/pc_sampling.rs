@@ -586,7 +586,7 @@ fn sampled_launches(rec: &Recording) -> (std::collections::BTreeSet<u32>, (u64, 
 fn record_pc_sampling_budget__windows_stop_opening_once_sampled_launches_took_their_share() {
     // Each sampled launch costs 20 ms (simulated, as serialized launches cost
     // an H200 about 0.8 ms): the first window's 2 take 40 ms, over 1 % of any
-    // run shorter than 4 s, so none of the other 8 windows opens.
+    // run shorter than 4 s, so none of the other 4 windows (8 launches) opens.
     let cost = [("GPUSIM_PC_SERIALIZED_COST_US", "20000")];
     let Some((o, rec, dir)) = record_with(
         "pc-sampling-budget",
