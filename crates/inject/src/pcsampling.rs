@@ -430,8 +430,10 @@ pub struct Sampler {
     /// and its samples were read): the budget's clock.
     t0_ns: u64,
     sampled_ns: AtomicU64,
-    /// Launches in the windows left unsampled to keep within the budget.
+    /// Launches in the windows left unsampled to keep within the budget, and
+    /// the stretch of the last window the budget closed (`u64::MAX`: none).
     over_budget: AtomicU64,
+    skipped_stretch: AtomicU64,
 }
 
 impl Sampler {
@@ -463,6 +465,7 @@ impl Sampler {
             t0_ns: monotonic_ns(),
             sampled_ns: AtomicU64::new(0),
             over_budget: AtomicU64::new(0),
+            skipped_stretch: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -756,14 +759,11 @@ impl Sampler {
             c = again;
         }
         // A window opens only while the sampled launches so far kept within
-        // the budget. (A launch outside the windows reads no clock.)
+        // the budget: decided at its first launch, for the whole window (a
+        // Start again inside it, after a re-enable, is not a new window). The
+        // first window always opens. A launch outside the windows reads no clock.
         let now = if want { monotonic_ns() } else { 0 };
-        let want = if want && !c.started && !self.within_budget(now) {
-            self.over_budget.fetch_add(1, Relaxed);
-            false
-        } else {
-            want
-        };
+        let want = want && self.window_within_budget(i, now);
         let was_started = c.started;
         if c.started != want {
             // SAFETY: the caller vouches for the context.
@@ -792,6 +792,28 @@ impl Sampler {
         if sampled && serialized && !gated {
             self.gates.enter(ctx as usize);
         }
+    }
+
+    /// Whether launch `i`, in a window, is sampled as far as the budget goes:
+    /// at a window's first launch the budget decides for the whole window; a
+    /// window it closed has each of its launches counted.
+    fn window_within_budget(&self, i: u64, now: u64) -> bool {
+        let w = self.settings.window;
+        let stretch = i / u64::from(w.every.max(1));
+        if stretch == 0 {
+            return true;
+        }
+        if self.skipped_stretch.load(Relaxed) == stretch {
+            self.over_budget.fetch_add(1, Relaxed);
+            return false;
+        }
+        let first = !w.contains(i - 1) || (i - 1) / u64::from(w.every.max(1)) != stretch;
+        if first && !self.within_budget(now) {
+            self.skipped_stretch.store(stretch, Relaxed);
+            self.over_budget.fetch_add(1, Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Whether the sampled launches so far took at most the budget's share
