@@ -799,7 +799,7 @@ impl Sampler {
     /// window it closed has each of its launches counted.
     fn window_within_budget(&self, i: u64, now: u64) -> bool {
         let w = self.settings.window;
-        let stretch = i / u64::from(w.every.max(1));
+        let stretch = w.stretch(i);
         if stretch == 0 {
             return true;
         }
@@ -807,8 +807,7 @@ impl Sampler {
             self.over_budget.fetch_add(1, Relaxed);
             return false;
         }
-        let first = !w.contains(i - 1) || (i - 1) / u64::from(w.every.max(1)) != stretch;
-        if first && !self.within_budget(now) {
+        if w.opens_at(i) && !self.within_budget(now) {
             self.skipped_stretch.store(stretch, Relaxed);
             self.over_budget.fetch_add(1, Relaxed);
             return false;

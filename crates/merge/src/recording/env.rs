@@ -136,13 +136,25 @@ impl PcWindow {
         self.sampled >= self.every
     }
 
+    /// The stretch of `every` launches that launch `i` (from 0) falls in.
+    pub fn stretch(self, i: u64) -> u64 {
+        i / u64::from(self.every.max(1))
+    }
+
+    /// Whether launch `i` is the first of its window: in one, and its
+    /// predecessor in no window or in another stretch's.
+    pub fn opens_at(self, i: u64) -> bool {
+        self.contains(i)
+            && (i == 0 || !self.contains(i - 1) || self.stretch(i - 1) != self.stretch(i))
+    }
+
     /// Whether the process's launch number `i` (from 0) is in a window.
     pub fn contains(self, i: u64) -> bool {
         if self.is_all() {
             return true;
         }
         let (every, sampled) = (u64::from(self.every), u64::from(self.sampled));
-        let stretch = i / every;
+        let stretch = self.stretch(i);
         let offset = if stretch == 0 {
             0
         } else {
@@ -447,6 +459,13 @@ mod tests {
             })
             .collect();
         assert!(starts.len() > 3, "{starts:?}");
+        // Each stretch's window opens once, at its first launch.
+        let opens: Vec<u64> = (0..120).filter(|&i| w.opens_at(i)).collect();
+        assert_eq!(opens.len(), 6, "{opens:?}");
+        let stretches: Vec<u64> = opens.iter().map(|&i| w.stretch(i)).collect();
+        assert_eq!(stretches, [0, 1, 2, 3, 4, 5]);
+        assert!(opens.iter().all(|&i| i == 0 || !w.contains(i - 1)));
+        assert_eq!(opens[0], 0);
         assert!((0..1000).all(|i| PcWindow::ALL.contains(i)));
         assert_eq!(PcMode::parse("continuous"), Some(PcMode::Continuous));
         assert_eq!(
