@@ -130,8 +130,7 @@ class Native:
         """Each kernel's median GPU time against the median of the CUDA events
         around it: the first pair of events also holds the lazy loading of the
         kernel's module, so medians, not totals, are compared (totals shown)."""
-        ev = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in
-              re.finditer(r"check_app: event (\w+) count \d+ total_us ([\d.]+) median_us ([\d.]+)", r.out or "")}
+        ev = self.event_times(r.out)
         # The cost of the event pair itself (two events with nothing between),
         # taken from each bracket: on an H200 about 3 us, 6 % of a 50 us kernel.
         m = re.search(r"check_app: event empty_pair count \d+ median_us ([\d.]+)", r.out or "")

@@ -367,15 +367,13 @@ class Pc:
         app = self.progs.get("check_app")
         if not app or self.left() < 40:
             return "", None
-        pattern = r"check_app: event (\w+) count \d+ total_us [\d.]+ median_us ([\d.]+)"
         plain = run([app, "timed", "5"], self.limit(60), env=dict(os.environ, **env))
         r, _, _ = self.record("pc_overhead_short_kernels", [app, "timed", "5"], flags=["--pc-sampling"], env=env,
                               timeout=120, timeline=False)
-        before = {m.group(1): float(m.group(2)) for m in re.finditer(pattern, plain.out or "")}
-        after = {m.group(1): float(m.group(2)) for m in re.finditer(pattern, r.out or "")}
-        fig = {k: {"without": before[k], "pc_sampling": after[k]} for k in before if k in after}
+        before, after = self.event_times(plain.out), self.event_times(r.out)
+        fig = {k: {"without": before[k][1], "pc_sampling": after[k][1]} for k in before if k in after}
         if not fig:
             return f"; check_app's short kernels gave no event times ({r.tail(120)})", None
         parts = [f"{k} {v['without']:.1f} us without, {v['pc_sampling']:.1f} us sampled"
-                 for k, v in sorted(fig.items()) if k != "empty_pair"]
+                 for k, v in sorted(fig.items())]
         return "; between CUDA events (median): " + ", ".join(parts), fig

@@ -52,6 +52,12 @@ class Recording:
         return (int(m.group(1)), int(m.group(2))) if m else None
 
     @staticmethod
+    def event_times(out):
+        """check_app timed's CUDA-event lines in `out`: {kernel: (total_us, median_us)}."""
+        return {m.group(1): (float(m.group(2)), float(m.group(3))) for m in
+                re.finditer(r"check_app: event (\w+) count \d+ total_us ([\d.]+) median_us ([\d.]+)", out or "")}
+
+    @staticmethod
     def app_counts(r):
         m = re.search(r"check_app: kernels (\d+) copies (\d+) memsets (\d+) graph_launches (\d+)", r.out or "")
         return tuple(int(x) for x in m.groups()) if m else None
