@@ -164,11 +164,11 @@ pub struct RecordArgs {
     /// the launches left out; nothing is scaled up for them.
     #[arg(long, value_name = "N/M", requires = "pc_sampling", value_parser = parse_pc_window)]
     pub pc_sampling_window: Option<PcWindow>,
-    /// With --pc-sampling: the share of the run's time the sampling windows
-    /// may take, `off` or a percentage (default 10). A sampled launch costs
-    /// far more than another (serialized, about 0.8 ms on an H200), so a window
-    /// opens only while the windows so far took at most that share of the run;
-    /// the summary counts the launches it left unsampled.
+    /// With --pc-sampling: the share of the run's time sampled launches may
+    /// take, `off` or a percentage (default 10). A sampled launch costs far
+    /// more than another (serialized, about 0.8 ms on an H200), so a window
+    /// opens only while the sampled launches so far took at most that share
+    /// of the run; the summary counts the launches it left unsampled.
     #[arg(long, value_name = "PERCENT", requires = "pc_sampling", value_parser = parse_pc_budget)]
     pub pc_sampling_budget: Option<PcBudget>,
     /// With --pc-sampling: `serialized` (default: each sample is charged to
