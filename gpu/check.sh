@@ -21,6 +21,15 @@ out=
 for a in "$@"; do
     case $a in -*) ;; *) out=$a ;; esac
 done
+# gpu/stage.sh packs the stage to fit a GPU machine's transfer: unpack it here.
+stage=$here/stage
+if [ -f "$stage/stage.tar.gz" ]; then
+    if ! tar -xzf "$stage/stage.tar.gz" -C "$stage"; then
+        echo "check.sh: cannot unpack $stage/stage.tar.gz" >&2
+        exit 2
+    fi
+    rm -f "$stage/stage.tar.gz"
+fi
 # The check keeps to its own budget (--budget); this limit only catches the
 # check itself hanging, 60 s past the budget.
 budget=420

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds what the GPU check needs on a GPU machine that has no Rust toolchain,
-# into DIR (default gpu/stage, ignored by git; at most 64 MiB):
-#   DIR/bin/gpuperf              release, stripped, the injection library embedded
-#   DIR/bin/unwind-coverage      how much of a library .eh_frame covers
-#   DIR/lib/libgpuperf_inject.so the injection library alone (the overhead benchmark loads it)
-#   DIR/lib/*                    the shared libraries those link beyond glibc, found
-#                                through an rpath of $ORIGIN/../lib
-# The check's sources and scripts travel with the repository's working tree.
+# packed into DIR/stage.tar.gz (DIR default gpu/stage, ignored by git):
+#   bin/gpuperf              release, stripped, the injection library embedded
+#   bin/unwind-coverage      how much of a library .eh_frame covers
+#   lib/libgpuperf_inject.so the injection library alone (the overhead benchmark loads it)
+#   lib/*                    the shared libraries those link beyond glibc, found
+#                            through an rpath of $ORIGIN/../lib
+# The check's sources and scripts travel with the repository's working tree;
+# a GPU machine receives at most 64 MiB of tree and stage together, which the
+# stage unpacked would not fit. gpu/check.sh unpacks it where it runs.
 # gpu/README.md gives the command that runs the check there.
 #
 # usage: gpu/stage.sh [DIR]
@@ -38,6 +40,13 @@ done | sort -u | while read -r lib; do
         *) install -m 644 "$lib" "$dir/lib/" ;;
     esac
 done
-size=$(du -sm "$dir" | cut -f1)
-[ "$size" -le 64 ] || { echo "stage.sh: $dir is $size MiB, over the 64 MiB a GPU machine receives" >&2; exit 1; }
-echo "staged $dir ($size MiB): $(cd "$dir" && find . -type f | sort | tr '\n' ' ')"
+files=$(cd "$dir" && find . -type f | sort | tr '\n' ' ')
+tar -czf "$dir/stage.tar.gz" -C "$dir" bin lib
+rm -rf "$dir"/bin "$dir"/lib
+# What travels: the tracked and untracked files git does not ignore, and the stage.
+tree=$(cd "$repo" && git ls-files -z --cached --others --exclude-standard |
+       xargs -0 stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+packed=$(stat -c %s "$dir/stage.tar.gz")
+mib=$(( (tree + packed + 1048575) / 1048576 ))
+[ "$mib" -le 64 ] || { echo "stage.sh: the working tree and $dir come to $mib MiB, over the 64 MiB a GPU machine receives" >&2; exit 1; }
+echo "staged $dir/stage.tar.gz ($((packed / 1048576)) MiB packed; $mib MiB with the working tree): $files"

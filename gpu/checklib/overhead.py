@@ -87,31 +87,11 @@ class Overhead:
         tokens = "20" if self.sim else "200"
         # torch.profiler (Kineto, CUDA activity only) as the reference a
         # PyTorch user knows; not on the simulation, whose CUPTI takes one client.
-        runs = {"without": [], "gpu_only": [], "stacks": []}
+        modes = {"without": (None, []), "gpu_only": (["--gpu-only"], []), "stacks": ([], [])}
         if not self.sim:
-            runs["kineto"] = []
-        # CPU time per token too: unlike the wall time it leaves out what
-        # other tenants of a virtual machine take from it.
-        cpu = {k: [] for k in runs}
-        stacks_log = None
-        for rnd in range(3):
-            for mode in runs:
-                if self.left() < 30:
-                    break
-                cmd = self.wrap([self.torch_python, script, tokens])
-                if mode == "without":
-                    r = run(cmd, self.limit(120))
-                elif mode == "kineto":
-                    r = run(self.wrap([self.torch_python, script, "--kineto", tokens]), self.limit(120))
-                else:
-                    flags = ["--gpu-only"] if mode == "gpu_only" else []
-                    r, _, d = self.record(f"decode_{mode}_{rnd}", cmd, flags=flags, timeout=120, timeline=False)
-                    if mode == "stacks" and stacks_log is None:
-                        stacks_log = self.stacks_line(d)
-                m = re.search(r"tokens_per_s ([\d.]+) cpu_s ([\d.]+)", r.out or "")
-                if m:
-                    runs[mode].append(float(m.group(1)))
-                    cpu[mode].append(float(m.group(2)) * 1e6 / int(tokens))
+            modes["kineto"] = (None, ["--kineto"])
+        runs, cpu, dirs = self.decode_rounds("decode", modes, tokens, min_left=30, timeout=120)
+        stacks_log = self.stacks_line(dirs["stacks"]) if "stacks" in dirs else None
         if not all(runs[k] for k in ("without", "gpu_only", "stacks")):
             self.item(g, "decode_tokens_per_s", NOT_RUN, f"decode loop failed: {runs}")
             return
@@ -145,6 +125,30 @@ class Overhead:
                   {"median": med, "best": best, "runs": runs, "cpu_us_per_token": cpu,
                    "stacks_over_gpu_only_ns_per_stack": per_stack, "stacks": stacks_log,
                    "interleaved": inter})
+
+    def decode_rounds(self, name, modes, tokens, min_left, timeout):
+        """gpu/decode_loop.py over TOKENS tokens in 3 rounds, MODES alternated in
+        each: a mode maps to (gpuperf's flags, or None for the loop alone; the
+        loop's own arguments). Returns tokens/s and CPU us per token for each
+        mode (CPU time, unlike wall time, leaves out what other tenants of a
+        virtual machine take), and each recorded mode's first recording."""
+        script = os.path.join(REPO, "gpu/decode_loop.py")
+        runs, cpu, dirs = {m: [] for m in modes}, {m: [] for m in modes}, {}
+        for rnd in range(3):
+            for mode, (flags, args) in modes.items():
+                if self.left() < min_left:
+                    break
+                cmd = self.wrap([self.torch_python, script, *args, tokens])
+                if flags is None:
+                    r = run(cmd, self.limit(timeout))
+                else:
+                    r, _, d = self.record(f"{name}_{mode}_{rnd}", cmd, flags=flags, timeout=timeout, timeline=False)
+                    dirs.setdefault(mode, d)
+                m = re.search(r"tokens_per_s ([\d.]+) cpu_s ([\d.]+)", r.out or "")
+                if r.rc == 0 and m:
+                    runs[mode].append(float(m.group(1)))
+                    cpu[mode].append(float(m.group(2)) * 1e6 / int(tokens))
+        return runs, cpu, dirs
 
     def decode_interleaved(self, script, tokens, per_token, block=8):
         """Stacks against --gpu-only in one recorded process: the decode loop

@@ -326,26 +326,12 @@ class Pc:
         if not self.torch_python:
             self.item(g, "pc_decode", NOT_RUN, "no Python with PyTorch")
             return
-        script = os.path.join(REPO, "gpu/decode_loop.py")
         tokens = "20" if self.sim else "200"
-        runs = {"without": [], "record": [], "pc_sampling": []}
-        windows = None
-        for rnd in range(3):
-            for mode in runs:
-                if self.left() < 40:
-                    break
-                cmd = self.wrap([self.torch_python, script, tokens])
-                if mode == "without":
-                    r = run(cmd, self.limit(120))
-                else:
-                    flags = ["--pc-sampling"] if mode == "pc_sampling" else []
-                    r, _, d = self.record(f"pc_decode_{mode}_{rnd}", cmd, flags=flags, timeout=180, timeline=False)
-                    if mode == "pc_sampling" and windows is None:
-                        windows = "; ".join(filter(None, (self.log_line(d, "PC sampling windows:"),
-                                                          self.log_line(d, "PC sampling budget:"))))
-                m = re.search(r"tokens_per_s ([\d.]+)", r.out or "")
-                if r.rc == 0 and m:
-                    runs[mode].append(float(m.group(1)))
+        modes = {"without": (None, []), "record": ([], []), "pc_sampling": (["--pc-sampling"], [])}
+        runs, _, dirs = self.decode_rounds("pc_decode", modes, tokens, min_left=40, timeout=180)
+        d = dirs.get("pc_sampling")
+        windows = d and "; ".join(filter(None, (self.log_line(d, "PC sampling windows:"),
+                                                self.log_line(d, "PC sampling budget:"))))
         if not all(runs.values()):
             self.item(g, "pc_decode", NOT_RUN, f"the decode loop gave no figure: {runs}")
             return
