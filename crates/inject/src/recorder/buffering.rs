@@ -27,8 +27,8 @@ use crate::sys;
 use super::deferred::{self, Deferred, Waiting};
 use super::sink::Sink;
 use super::{
-    CLOCK_SLACK_NS, DRIVER, FLUSH_FORCED, Flush, OVERHEAD3_VERSION, RUNTIME, STATE,
-    STUCK_IN_CUPTI_NS, State, c_text, domain_index, lock,
+    CLOCK_SLACK_NS, DRIVER, FLUSH_FORCED, Flush, LAST_CONTEXT_WAIT, OVERHEAD3_VERSION, RUNTIME,
+    STATE, STUCK_IN_CUPTI_NS, State, c_text, domain_index, lock,
 };
 use crate::clock::monotonic_ns;
 
@@ -559,7 +559,7 @@ impl State {
             // progress on another thread waits for inside cuptiActivityFlushAll:
             // waiting for that flush here would deadlock. It is skipped instead;
             // the flush in progress hands over what is complete.
-            Flush::InCallback | Flush::LastContext => match self.flush_lock.try_lock() {
+            Flush::InCallback => match self.flush_lock.try_lock() {
                 Ok(g) => g,
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(TryLockError::WouldBlock) => {
@@ -567,11 +567,19 @@ impl State {
                     return;
                 }
             },
-            Flush::Periodic => lock(&self.flush_lock),
+            Flush::LastContext => match self.flush_lock_for_last_context() {
+                Some(g) => g,
+                None => {
+                    self.stats.skipped_flushes.fetch_add(1, Relaxed);
+                    self.stats.skipped_last_context.fetch_add(1, Relaxed);
+                    return;
+                }
+            },
+            Flush::Periodic | Flush::Woken => lock(&self.flush_lock),
         };
         let flag = match how {
             Flush::LastContext => FLUSH_FORCED,
-            Flush::Periodic | Flush::InCallback => 0,
+            Flush::Periodic | Flush::InCallback | Flush::Woken => 0,
         };
         // Inside a callback on the application's thread, where nothing may be
         // allocated infallibly, the flush only makes CUPTI hand its buffers
@@ -580,8 +588,8 @@ impl State {
         // their names are copied as they come back.
         let in_callback =
             matches!(how, Flush::InCallback | Flush::LastContext).then(InCallback::enter);
-        if !self.cupti_holds_ours() {
-            // Nothing of ours to flush.
+        if how == Flush::Woken || !self.cupti_holds_ours() {
+            // No CUPTI call, or nothing of ours to flush.
         } else if in_callback.is_some() {
             // The error is kept, not made: its message would be allocated.
             match self.in_cupti(|| self.cupti.flush_all_status(flag)) {
@@ -600,7 +608,9 @@ impl State {
             return;
         }
         self.decode_waiting();
-        self.write_pc_samples(false);
+        if how != Flush::Woken {
+            self.write_pc_samples(false);
+        }
         self.drain_shards();
         if how == Flush::Periodic {
             // Once an interval: each thread's spare chunks follow its use.
@@ -767,6 +777,30 @@ impl State {
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
+    /// The flush lock for the last context's flush, in its destruction's
+    /// callback: waits for a flush in progress while it runs gpuperf's own
+    /// code (the flush thread decoding the buffers that an earlier flush in a
+    /// callback handed back, as a device reset's does just before), for at
+    /// most [`LAST_CONTEXT_WAIT`]. `None` once that flush is inside CUPTI,
+    /// which may be waiting for the lock this callback runs under.
+    fn flush_lock_for_last_context(&self) -> Option<MutexGuard<'_, ()>> {
+        let start = monotonic_ns();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            match self.flush_lock.try_lock() {
+                Ok(g) => return Some(g),
+                Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            let waited = Duration::from_nanos(monotonic_ns().saturating_sub(start));
+            if self.in_cupti_since.load(Relaxed) != 0 || waited >= LAST_CONTEXT_WAIT {
+                return None;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
         }
     }
 

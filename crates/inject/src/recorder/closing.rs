@@ -12,7 +12,7 @@ use crate::guard::Inside;
 use crate::shard::Item;
 
 use super::callbacks::MAX_OPEN;
-use super::{MIN_SILENT_LAUNCHES, STATE, State, lock};
+use super::{LAST_CONTEXT_WAIT, MIN_SILENT_LAUNCHES, STATE, State, lock};
 use crate::clock::monotonic_ns;
 
 impl State {
@@ -159,6 +159,18 @@ impl State {
                 "{count} records not written to `{}`: {msg}",
                 self.config.trace.display()
             ));
+        }
+        let skipped = s.skipped_last_context.load(Relaxed);
+        if skipped > 0 {
+            let text = format!(
+                "the last context's forced flush, at its destruction, was skipped {skipped} \
+                 times: another flush was inside CUPTI, or ran past {} ms; records of that \
+                 context that CUPTI had not handed back came only from the flush at exit, \
+                 made without a context, if at all",
+                LAST_CONTEXT_WAIT.as_millis()
+            );
+            self.log.line(&text);
+            sink.note(text);
         }
         let refused = s.callback_flush_errors.load(Relaxed);
         if refused > 0 {

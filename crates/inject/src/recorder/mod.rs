@@ -22,8 +22,9 @@
 //! CUPTI has an internal lock of its own, held while its thread delivers buffers
 //! and while it runs resource callbacks, and taken by `cuptiActivityFlushAll` and
 //! `cuptiActivityGetNumDroppedRecords`. So no CUPTI function is called under the
-//! sink or a shard lock, and a callback never waits for `flush_lock` (it skips the
-//! flush when another is running). The exit path waits for a flush in progress,
+//! sink or a shard lock, and a callback never waits for `flush_lock` held by a
+//! flush inside CUPTI (it skips its flush; the last context's waits, bounded, for
+//! one in gpuperf's own code). The exit path waits for a flush in progress,
 //! but not for one stuck inside a CUPTI call ([`STUCK_IN_CUPTI_NS`]), and makes
 //! its own CUPTI calls on a thread it waits for as long: once one is stuck, it
 //! writes what gpuperf holds and calls CUPTI no more.
@@ -31,6 +32,7 @@
 use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 mod buffering;
 mod callbacks;
@@ -78,6 +80,11 @@ const FLUSH_FORCED: u32 = 1;
 /// progress: a driver that stopped answering (a GPU fallen off the bus) keeps
 /// it there for good, and the program's exit must not wait with it.
 const STUCK_IN_CUPTI_NS: u64 = 10_000_000_000;
+/// How long the last context's flush waits, inside its destruction's callback,
+/// for another flush running gpuperf's own code (decoding, writing): it is the
+/// last flush CUPTI can make, and skipping it leaves CUPTI's buffers of that
+/// context to a flush without a context.
+const LAST_CONTEXT_WAIT: Duration = Duration::from_millis(500);
 /// Callback ids are probed up to this bound, past any CUDA 13 id.
 const MAX_CBID: u32 = 2048;
 /// Aliases kept per generation; two generations are searched.
@@ -113,6 +120,9 @@ struct Stats {
     late: AtomicU64,
     /// Flushes from CUPTI callbacks skipped because another was running.
     skipped_flushes: AtomicU64,
+    /// Of those, the last context's forced flush: another flush was inside
+    /// CUPTI, or ran gpuperf's code past [`LAST_CONTEXT_WAIT`].
+    skipped_last_context: AtomicU64,
     /// Records whose timestamps are not CLOCK_MONOTONIC, not written.
     foreign_clock: AtomicU64,
     /// API records written of calls that make GPU work (launches, copies,
@@ -163,14 +173,20 @@ struct Stats {
 /// exit path's is `State::flush_final`).
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Flush {
-    /// The flush thread: unforced.
+    /// The flush thread, once a period: unforced.
     Periodic,
+    /// The flush thread, woken by a callback within a period: it decodes the
+    /// buffers a flush in a callback handed back and writes what the threads
+    /// hold (graph nodes), with no CUPTI call, so that the callback's context
+    /// destruction that may follow finds no flush of ours inside CUPTI.
+    Woken,
     /// `cudaDeviceReset` or context teardown, inside a CUPTI callback: unforced,
     /// and skipped when another flush is running. It only has CUPTI hand its
     /// buffers back, which wait for the flush thread (nothing allocated).
     InCallback,
     /// The last live context is being destroyed, inside its callback: forced
-    /// (no flush may follow without a context); otherwise as `InCallback`.
+    /// (no flush may follow without a context), and it waits a while for a
+    /// flush in progress in gpuperf's own code; otherwise as `InCallback`.
     LastContext,
 }
 

@@ -638,14 +638,25 @@ fn spawn_flush_thread(s: &'static State) {
         s.discover_autograd();
         let (m, cv) = &s.stop;
         let mut stopped = lock(m);
+        let mut last = Instant::now();
         while !*stopped {
             stopped = cv
-                .wait_timeout(stopped, period)
+                .wait_timeout(stopped, period.saturating_sub(last.elapsed()))
                 .map_or_else(|e| e.into_inner().0, |r| r.0);
             if *stopped {
                 break;
             }
             drop(stopped);
+            // Woken by a callback before the period is out: what it left to
+            // decode and write only (however often woken, the period's flush
+            // still comes).
+            if last.elapsed() < period {
+                s.flush(Flush::Woken);
+                s.pool.refill(buffers::alloc_buffer);
+                stopped = lock(m);
+                continue;
+            }
+            last = Instant::now();
             // Unforced: it returns every buffer whose records are complete,
             // full or not, and leaves kernels still running for later.
             s.flush(Flush::Periodic);

@@ -276,10 +276,13 @@ fn by_samples(m: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
 
 /// Kernels by samples, largest first, ties by name.
 fn kernels_by_samples(pc: &PcFolder) -> Vec<(&str, &KernelSamples)> {
-    let mut v: Vec<(&str, &KernelSamples)> =
-        pc.kernels().iter().map(|(k, s)| (k.as_str(), s)).collect();
-    v.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then_with(|| a.0.cmp(b.0)));
-    v
+    let mut v: Vec<(u64, &str, &KernelSamples)> = pc
+        .kernels()
+        .iter()
+        .map(|(k, s)| (s.samples(), k.as_str(), s))
+        .collect();
+    v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    v.into_iter().map(|(_, k, s)| (k, s)).collect()
 }
 
 impl fmt::Display for PcTable<'_> {
@@ -297,6 +300,7 @@ impl fmt::Display for PcTable<'_> {
         let pct = |n: u64, of: u64| n as f64 * 100.0 / of.max(1) as f64;
         let kernels = kernels_by_samples(self.pc);
         for (name, k) in kernels.iter().take(self.top) {
+            let (samples, lines, stalls) = (k.samples(), k.lines(), k.stalls());
             // Kernel-serialized samples name their launches: how many gave these.
             let launches = match k.launches {
                 0 => String::new(),
@@ -306,8 +310,8 @@ impl fmt::Display for PcTable<'_> {
             writeln!(
                 out,
                 "{:>9} {:>5.1}%  {}{launches}",
-                k.samples,
-                pct(k.samples, stats.samples),
+                samples,
+                pct(samples, stats.samples),
                 elide_middle(name, (LINE_WIDTH - 18).saturating_sub(launches.len()))
             )?;
             // A stall reason's row: its samples, of `of`, and their not-issued part.
@@ -324,16 +328,16 @@ impl fmt::Display for PcTable<'_> {
                 }
                 writeln!(out)
             };
-            for (line, n) in by_samples(&k.lines).into_iter().take(self.top) {
-                writeln!(out, "{:>9} {:>5.1}%    line   {line}", n, pct(n, k.samples))?;
+            for (line, n) in by_samples(&lines).into_iter().take(self.top) {
+                writeln!(out, "{:>9} {:>5.1}%    line   {line}", n, pct(n, samples))?;
                 if let Some(at) = k.line_stalls.get(line) {
                     for (reason, r) in by_samples(&at.stalls).into_iter().take(LINE_STALLS) {
                         stall(out, "         ", reason, r, n, &at.not_issued)?;
                     }
                 }
             }
-            for (reason, n) in by_samples(&k.stalls).into_iter().take(self.top) {
-                stall(out, "stall  ", reason, n, k.samples, &k.not_issued)?;
+            for (reason, n) in by_samples(&stalls.stalls).into_iter().take(self.top) {
+                stall(out, "stall  ", reason, n, samples, &stalls.not_issued)?;
             }
         }
         if kernels.len() > self.top {
@@ -426,16 +430,17 @@ pub fn report_json(
                     })
                     .collect()
             };
-            let mut lines = list(&k.lines, "line", None);
+            let stalls = k.stalls();
+            let mut lines = list(&k.lines(), "line", None);
             for l in &mut lines {
                 if let Some(at) = l["line"].as_str().and_then(|x| k.line_stalls.get(x)) {
                     l["stalls"] = json!(list(&at.stalls, "reason", Some(&at.not_issued)));
                 }
             }
-            json!({ "kernel": name, "samples": k.samples,
+            json!({ "kernel": name, "samples": k.samples(),
                     "launches": stats.serialized.then_some(k.launches),
                     "lines": lines,
-                    "stalls": list(&k.stalls, "reason", Some(&k.not_issued)) })
+                    "stalls": list(&stalls.stalls, "reason", Some(&stalls.not_issued)) })
         })
         .collect();
     let doc = json!({

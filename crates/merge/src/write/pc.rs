@@ -19,7 +19,7 @@
 //!   most reasons on an H100 or H200) are a part of their base reason's
 //!   samples, not more samples (`not_issued_base` says why): they are not
 //!   folded and not in the totals, only counted ([`PcStats::not_issued`], and
-//!   per kernel by base reason in [`KernelSamples::not_issued`]), so each
+//!   per line and kernel by base reason in [`Stalls::not_issued`]), so each
 //!   sample weighs once and the flamegraph has no `[Stall]…_not_issued`
 //!   leaves.
 //! - The recorder's notes say how the samples were taken (kernel-serialized
@@ -163,25 +163,49 @@ struct Launch {
     kernel: StringId,
 }
 
-/// One kernel's samples for the report: by source line and by stall reason.
+/// One kernel's samples for the report, by source line and under each by
+/// stall reason; the kernel's totals are sums over its lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KernelSamples {
-    /// All its samples.
-    pub samples: u64,
     /// Its launches that have a sample (kernel-serialized mode; 0 when the
     /// samples name no launch).
     pub launches: u64,
-    /// By `file:line` (or [`NO_LINE`]'s text without the prefix).
-    pub lines: BTreeMap<String, u64>,
-    /// By stall reason.
-    pub stalls: BTreeMap<String, u64>,
-    /// CUPTI's `*_not_issued` samples by base reason (`long_scoreboard`): the
-    /// part of that reason's [`stalls`](Self::stalls) taken on cycles that
-    /// issued nothing; not in [`samples`](Self::samples).
-    pub not_issued: BTreeMap<String, u64>,
-    /// By line, as [`lines`](Self::lines) names them: why that line's warps
-    /// stalled (Nsight Compute's per-line stall columns).
+    /// By `file:line` (or [`NO_LINE`]'s text without the prefix): why that
+    /// line's warps stalled (Nsight Compute's per-line stall columns). A line
+    /// with only not-issued samples is here, and in no [`lines`](Self::lines).
     pub line_stalls: BTreeMap<String, Stalls>,
+}
+
+impl KernelSamples {
+    /// All its samples (not-issued ones are a part of these, not more).
+    pub fn samples(&self) -> u64 {
+        self.line_stalls.values().map(Stalls::samples).sum()
+    }
+
+    /// Samples by line, lines without any left out.
+    pub fn lines(&self) -> BTreeMap<String, u64> {
+        self.line_stalls
+            .iter()
+            .map(|(line, at)| (line.clone(), at.samples()))
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    }
+
+    /// Its samples by stall reason over all its lines.
+    pub fn stalls(&self) -> Stalls {
+        let mut all = Stalls::default();
+        for at in self.line_stalls.values() {
+            for (to, from) in [
+                (&mut all.stalls, &at.stalls),
+                (&mut all.not_issued, &at.not_issued),
+            ] {
+                for (reason, n) in from {
+                    *to.entry(reason.clone()).or_default() += n;
+                }
+            }
+        }
+        all
+    }
 }
 
 /// Samples by stall reason, and the not-issued part of each.
@@ -189,9 +213,17 @@ pub struct KernelSamples {
 pub struct Stalls {
     /// By stall reason.
     pub stalls: BTreeMap<String, u64>,
-    /// CUPTI's `*_not_issued` samples by base reason, as in
-    /// [`KernelSamples::not_issued`].
+    /// CUPTI's `*_not_issued` samples by base reason (`long_scoreboard`): the
+    /// part of that reason's [`stalls`](Self::stalls) taken on cycles that
+    /// issued nothing; not in [`samples`](Self::samples).
     pub not_issued: BTreeMap<String, u64>,
+}
+
+impl Stalls {
+    /// Its samples over every reason, the not-issued parts not added again.
+    pub fn samples(&self) -> u64 {
+        self.stalls.values().sum()
+    }
 }
 
 /// Accumulates PC samples per (stack, kernel, instruction, line, stall), and
@@ -456,9 +488,13 @@ impl Sink for PcFolder {
                     let function = self.function_label(ctx, s);
                     rows.entry(row(function, base)).or_default().1 += n;
                 }
-                let k = self.kernels.entry(kernel).or_default();
-                *k.not_issued.entry(base.to_owned()).or_default() += n;
-                let at = k.line_stalls.entry(line).or_default();
+                let at = self
+                    .kernels
+                    .entry(kernel)
+                    .or_default()
+                    .line_stalls
+                    .entry(line)
+                    .or_default();
                 *at.not_issued.entry(base.to_owned()).or_default() += n;
                 continue;
             }
@@ -474,12 +510,14 @@ impl Sink for PcFolder {
                     .entry((s.pid, corr))
                     .or_insert_with(|| kernel.clone());
             }
-            let k = self.kernels.entry(kernel).or_default();
-            k.samples += n;
-            *k.stalls.entry(reason.to_owned()).or_default() += n;
-            let at = k.line_stalls.entry(line.clone()).or_default();
+            let at = self
+                .kernels
+                .entry(kernel)
+                .or_default()
+                .line_stalls
+                .entry(line)
+                .or_default();
             *at.stalls.entry(reason.to_owned()).or_default() += n;
-            *k.lines.entry(line).or_default() += n;
         }
         self.stats.launches_with_samples = launched.len() as u64;
         for kernel in launched.into_values() {
@@ -655,14 +693,15 @@ mod tests {
             }
         );
         let k = &pc.kernels()["k"];
-        assert_eq!(k.samples, 14);
-        assert_eq!(k.lines["k.cu:3"], 14);
+        assert_eq!(k.samples(), 14);
+        assert_eq!(k.lines()["k.cu:3"], 14);
+        let stalls = k.stalls();
         assert_eq!(
-            k.stalls.keys().collect::<Vec<_>>(),
+            stalls.stalls.keys().collect::<Vec<_>>(),
             ["long_scoreboard", "selected"]
         );
         assert_eq!(
-            k.not_issued,
+            stalls.not_issued,
             BTreeMap::from([("long_scoreboard".to_owned(), 6), ("wait".to_owned(), 1)])
         );
     }

@@ -191,9 +191,9 @@ fn samples_charged_to_their_launch_s_stack_then_kernel_instruction_line_and_stal
         }
     );
     let gemm = &pc.kernels()["gemm(float*, int)"];
-    assert_eq!((gemm.samples, gemm.launches), (62, 3));
-    assert_eq!(gemm.lines["gemm.cu:42"], 57);
-    assert_eq!(gemm.stalls["branch_resolving"], 5);
+    assert_eq!((gemm.samples(), gemm.launches), (62, 3));
+    assert_eq!(gemm.lines()["gemm.cu:42"], 57);
+    assert_eq!(gemm.stalls().stalls["branch_resolving"], 5);
     let reasons = |line: &str| {
         gemm.line_stalls[line]
             .stalls
@@ -457,8 +457,9 @@ fn long_scoreboard_10_of_them_6_not_issued__weighs_10_and_the_report_says_6() {
         }
     );
     let k = &pc.kernels()["gemm"];
-    assert_eq!((k.samples, k.stalls.len()), (10, 1));
-    assert_eq!(k.not_issued["long_scoreboard"], 6);
+    let stalls = k.stalls();
+    assert_eq!((k.samples(), stalls.stalls.len()), (10, 1));
+    assert_eq!(stalls.not_issued["long_scoreboard"], 6);
     assert!(
         stats.to_string().contains(
             "; 6 not-issued samples (CUPTI's *_not_issued reasons: the part of a stall \
