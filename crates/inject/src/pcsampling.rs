@@ -133,32 +133,40 @@ impl Settings {
                 )),
             }
         }
-        if let Some(v) = window {
-            match v.to_str().map(PcWindow::parse) {
-                Some(Ok(w)) => self.window = w,
-                Some(Err(e)) => {
-                    warnings.push(format!("{WINDOW_VAR}: {e}; sampling {}", PcWindow::DEFAULT))
-                }
-                None => warnings.push(format!(
-                    "{WINDOW_VAR} is not UTF-8; sampling {}",
-                    PcWindow::DEFAULT
-                )),
-            }
+        if let Some(w) = parsed(WINDOW_VAR, window, PcWindow::parse, &mut warnings, || {
+            format!("sampling {}", PcWindow::DEFAULT)
+        }) {
+            self.window = w;
         }
-        if let Some(v) = budget {
-            match v.to_str().map(PcBudget::parse) {
-                Some(Ok(b)) => self.budget = b,
-                Some(Err(e)) => warnings.push(format!(
-                    "{BUDGET_VAR}: {e}; the windows may take {} % of the run",
-                    PcBudget::DEFAULT
-                )),
-                None => warnings.push(format!(
-                    "{BUDGET_VAR} is not UTF-8; the windows may take {} % of the run",
-                    PcBudget::DEFAULT
-                )),
-            }
+        if let Some(b) = parsed(BUDGET_VAR, budget, PcBudget::parse, &mut warnings, || {
+            format!("the windows may take {} % of the run", PcBudget::DEFAULT)
+        }) {
+            self.budget = b;
         }
         (self, warnings)
+    }
+}
+
+/// `value` of variable `var` read by `parse`; where it is not understood, a
+/// warning saying what is used instead (`fallback`), and `None`.
+fn parsed<T>(
+    var: &str,
+    value: Option<&std::ffi::OsStr>,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+    warnings: &mut Vec<String>,
+    fallback: impl FnOnce() -> String,
+) -> Option<T> {
+    let v = value?;
+    match v.to_str().map(parse) {
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            warnings.push(format!("{var}: {e}; {}", fallback()));
+            None
+        }
+        None => {
+            warnings.push(format!("{var} is not UTF-8; {}", fallback()));
+            None
+        }
     }
 }
 

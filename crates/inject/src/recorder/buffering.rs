@@ -559,14 +559,15 @@ impl State {
             // progress on another thread waits for inside cuptiActivityFlushAll:
             // waiting for that flush here would deadlock. It is skipped instead;
             // the flush in progress hands over what is complete.
-            Flush::InCallback => match self.flush_lock.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    self.stats.skipped_flushes.fetch_add(1, Relaxed);
-                    return;
+            Flush::InCallback => {
+                match self.poll_flush_lock(Duration::ZERO, Duration::ZERO, || true) {
+                    Some(g) => g,
+                    None => {
+                        self.stats.skipped_flushes.fetch_add(1, Relaxed);
+                        return;
+                    }
                 }
-            },
+            }
             Flush::LastContext => match self.flush_lock_for_last_context() {
                 Some(g) => g,
                 None => {
@@ -759,25 +760,41 @@ impl State {
         }
     }
 
-    /// The flush lock for the exit path's flush: waits for a flush in
-    /// progress, but not for one that has been inside one CUPTI call for
-    /// [`STUCK_IN_CUPTI_NS`] (`None`, and no CUPTI call of ours may follow).
-    /// A flush in gpuperf's own code is waited for to its end.
-    fn flush_lock_at_exit(&self) -> Option<MutexGuard<'_, ()>> {
-        let mut pause = Duration::from_micros(50);
+    /// The flush lock, polled: taken as soon as it is free, or `None` once
+    /// `give_up` says so (asked after each try, so `|| true` is one try).
+    /// Pauses double from `pause` up to `max_pause`.
+    fn poll_flush_lock(
+        &self,
+        mut pause: Duration,
+        max_pause: Duration,
+        mut give_up: impl FnMut() -> bool,
+    ) -> Option<MutexGuard<'_, ()>> {
         loop {
             match self.flush_lock.try_lock() {
                 Ok(g) => return Some(g),
                 Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
                 Err(TryLockError::WouldBlock) => {}
             }
-            if self.stuck_in_cupti() {
-                self.gave_up_on_cupti.store(true, Relaxed);
+            if give_up() {
                 return None;
             }
             std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(10));
+            pause = (pause * 2).min(max_pause);
         }
+    }
+
+    /// The flush lock for the exit path's flush: waits for a flush in
+    /// progress, but not for one that has been inside one CUPTI call for
+    /// [`STUCK_IN_CUPTI_NS`] (`None`, and no CUPTI call of ours may follow).
+    /// A flush in gpuperf's own code is waited for to its end.
+    fn flush_lock_at_exit(&self) -> Option<MutexGuard<'_, ()>> {
+        let g = self.poll_flush_lock(Duration::from_micros(50), Duration::from_millis(10), || {
+            self.stuck_in_cupti()
+        });
+        if g.is_none() {
+            self.gave_up_on_cupti.store(true, Relaxed);
+        }
+        g
     }
 
     /// The flush lock for the last context's flush, in its destruction's
@@ -788,20 +805,10 @@ impl State {
     /// which may be waiting for the lock this callback runs under.
     fn flush_lock_for_last_context(&self) -> Option<MutexGuard<'_, ()>> {
         let start = monotonic_ns();
-        let mut pause = Duration::from_micros(20);
-        loop {
-            match self.flush_lock.try_lock() {
-                Ok(g) => return Some(g),
-                Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
-                Err(TryLockError::WouldBlock) => {}
-            }
+        self.poll_flush_lock(Duration::from_micros(20), Duration::from_millis(1), || {
             let waited = Duration::from_nanos(monotonic_ns().saturating_sub(start));
-            if self.in_cupti_since.load(Relaxed) != 0 || waited >= LAST_CONTEXT_WAIT {
-                return None;
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
-        }
+            self.in_cupti_since.load(Relaxed) != 0 || waited >= LAST_CONTEXT_WAIT
+        })
     }
 
     /// pcsampling hook: reads the PC samples CUPTI holds (with `last`,

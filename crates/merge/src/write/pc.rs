@@ -358,6 +358,12 @@ impl PcFolder {
             .replace(';', ":")
     }
 
+    /// The stall counts of `kernel`'s `line`, made on first use.
+    fn line_at(&mut self, kernel: String, line: String) -> &mut Stalls {
+        let k = self.kernels.entry(kernel).or_default();
+        k.line_stalls.entry(line).or_default()
+    }
+
     /// A sample's function (its instruction's), as the folded frames name it.
     fn function_label(&mut self, ctx: &Context<'_>, s: &PcSample) -> String {
         self.demangler
@@ -488,13 +494,7 @@ impl Sink for PcFolder {
                     let function = self.function_label(ctx, s);
                     rows.entry(row(function, base)).or_default().1 += n;
                 }
-                let at = self
-                    .kernels
-                    .entry(kernel)
-                    .or_default()
-                    .line_stalls
-                    .entry(line)
-                    .or_default();
+                let at = self.line_at(kernel, line);
                 *at.not_issued.entry(base.to_owned()).or_default() += n;
                 continue;
             }
@@ -510,13 +510,7 @@ impl Sink for PcFolder {
                     .entry((s.pid, corr))
                     .or_insert_with(|| kernel.clone());
             }
-            let at = self
-                .kernels
-                .entry(kernel)
-                .or_default()
-                .line_stalls
-                .entry(line)
-                .or_default();
+            let at = self.line_at(kernel, line);
             *at.stalls.entry(reason.to_owned()).or_default() += n;
         }
         self.stats.launches_with_samples = launched.len() as u64;
