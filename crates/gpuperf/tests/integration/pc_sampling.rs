@@ -584,10 +584,11 @@ fn sampled_launches(rec: &Recording) -> (std::collections::BTreeSet<u32>, (u64, 
 
 #[test]
 fn record_pc_sampling_budget__windows_stop_opening_once_sampled_launches_took_their_share() {
-    // Each sampled launch costs 20 ms (simulated, as serialized launches cost
-    // an H200 about 0.8 ms): the first window's 2 take 40 ms, over 1 % of any
-    // run shorter than 4 s, so none of the other 4 windows (8 launches) opens.
-    let cost = [("GPUSIM_PC_SERIALIZED_COST_US", "20000")];
+    // Each sampled launch costs 100 ms (simulated, as serialized launches cost
+    // an H200 about 0.8 ms): the first window's 2 take 200 ms, over 1 % of any
+    // run shorter than 20 s, so none of the other 4 windows (8 launches) opens
+    // however busy the machine is.
+    let cost = [("GPUSIM_PC_SERIALIZED_COST_US", "100000")];
     let Some((o, rec, dir)) = record_with(
         "pc-sampling-budget",
         &["--pc-sampling-window=2/6", "--pc-sampling-budget=1"],
@@ -611,7 +612,7 @@ fn record_pc_sampling_budget__windows_stop_opening_once_sampled_launches_took_th
     assert!(
         note.starts_with(
             "PC sampling budget: 8 launches in the windows were left unsampled to keep the sampled \
-             launches within 1 % of the run's time (they took 0.0"
+             launches within 1 % of the run's time (they took 0.2"
         ),
         "{note}"
     );
